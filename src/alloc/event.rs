@@ -1,0 +1,56 @@
+//! Trace entries as PyTorch's `_snapshot()["device_traces"]` records them (allocator.md §13.2).
+
+use super::rounding::Pool;
+use super::Tag;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Action {
+    Alloc,
+    FreeRequested,
+    FreeCompleted,
+    SegmentAlloc,
+    SegmentFree,
+    SegmentMap,
+    SegmentUnmap,
+    Oom,
+}
+
+impl Action {
+    /// PyTorch's action string.
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Alloc => "alloc",
+            Action::FreeRequested => "free_requested",
+            Action::FreeCompleted => "free_completed",
+            Action::SegmentAlloc => "segment_alloc",
+            Action::SegmentFree => "segment_free",
+            Action::SegmentMap => "segment_map",
+            Action::SegmentUnmap => "segment_unmap",
+            Action::Oom => "oom",
+        }
+    }
+
+    pub fn is_segment(self) -> bool {
+        matches!(
+            self,
+            Action::SegmentAlloc | Action::SegmentFree | Action::SegmentMap | Action::SegmentUnmap
+        )
+    }
+}
+
+/// One allocator trace entry. `size` means what PyTorch's entry means (the
+/// request for alloc/free entries, the rounded request for `oom`); `block_size`
+/// is the block the request got, which PyTorch's trace leaves out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllocEvent {
+    pub action: Action,
+    /// Block or segment address; 0 for `oom`.
+    pub addr: u64,
+    pub size: u64,
+    pub block_size: u64,
+    pub stream: u64,
+    pub pool: Pool,
+    /// `device_free` of an `oom` entry; 0 otherwise.
+    pub device_free: u64,
+    pub tag: Tag,
+}

@@ -1,0 +1,212 @@
+//! `memory_stats()` counters with PyTorch's update rules (allocator.md §11).
+
+use std::collections::BTreeMap;
+
+use super::rounding::Pool;
+
+/// One stat: `current`, `peak`, and the running totals of increases and decreases.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stat {
+    pub current: i64,
+    pub peak: i64,
+    pub allocated: i64,
+    pub freed: i64,
+}
+
+impl Stat {
+    pub fn increase(&mut self, amount: i64) {
+        self.current += amount;
+        self.peak = self.peak.max(self.current);
+        self.allocated += amount;
+    }
+    pub fn decrease(&mut self, amount: i64) {
+        self.current -= amount;
+        self.freed += amount;
+    }
+    fn reset_peak(&mut self) {
+        self.peak = self.current;
+    }
+    fn reset_accumulated(&mut self) {
+        self.allocated = 0;
+        self.freed = 0;
+    }
+}
+
+/// The nine per-pool families, in the order `memory_summary()` does not use
+/// (it has its own); names are PyTorch's key prefixes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    Allocation,
+    Segment,
+    Active,
+    InactiveSplit,
+    AllocatedBytes,
+    ReservedBytes,
+    ActiveBytes,
+    InactiveSplitBytes,
+    RequestedBytes,
+}
+
+impl Family {
+    pub const ALL: [Family; 9] = [
+        Family::Allocation,
+        Family::Segment,
+        Family::Active,
+        Family::InactiveSplit,
+        Family::AllocatedBytes,
+        Family::ReservedBytes,
+        Family::ActiveBytes,
+        Family::InactiveSplitBytes,
+        Family::RequestedBytes,
+    ];
+    pub fn key(self) -> &'static str {
+        match self {
+            Family::Allocation => "allocation",
+            Family::Segment => "segment",
+            Family::Active => "active",
+            Family::InactiveSplit => "inactive_split",
+            Family::AllocatedBytes => "allocated_bytes",
+            Family::ReservedBytes => "reserved_bytes",
+            Family::ActiveBytes => "active_bytes",
+            Family::InactiveSplitBytes => "inactive_split_bytes",
+            Family::RequestedBytes => "requested_bytes",
+        }
+    }
+}
+
+/// Pool levels of a stat: `all`, `small_pool`, `large_pool`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    All,
+    Small,
+    Large,
+}
+
+impl Level {
+    pub const ALL: [Level; 3] = [Level::All, Level::Small, Level::Large];
+    pub fn key(self) -> &'static str {
+        match self {
+            Level::All => "all",
+            Level::Small => "small_pool",
+            Level::Large => "large_pool",
+        }
+    }
+    fn index(self) -> usize {
+        self as usize
+    }
+    pub fn of(pool: Pool) -> Level {
+        match pool {
+            Pool::Small => Level::Small,
+            Pool::Large => Level::Large,
+        }
+    }
+}
+
+/// Everything `torch.cuda.memory_stats()` reports for one device.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    families: [[Stat; 3]; 9],
+    pub oversize_allocations: Stat,
+    pub oversize_segments: Stat,
+    pub num_alloc_retries: u64,
+    pub num_ooms: u64,
+    pub num_sync_all_streams: u64,
+    pub num_device_alloc: u64,
+    pub num_device_free: u64,
+    pub num_oom_rejections: u64,
+    /// -1 when unlimited.
+    pub max_split_size: i64,
+}
+
+impl MemoryStats {
+    pub fn new(max_split_size: i64) -> MemoryStats {
+        MemoryStats {
+            max_split_size,
+            ..MemoryStats::default()
+        }
+    }
+
+    pub fn get(&self, family: Family, level: Level) -> Stat {
+        self.families[family as usize][level.index()]
+    }
+
+    /// Update `all` and the block's pool, as PyTorch's `for_each_selected_stat_type` does.
+    pub(crate) fn increase(&mut self, family: Family, pool: Pool, amount: i64) {
+        let stats = &mut self.families[family as usize];
+        stats[0].increase(amount);
+        stats[Level::of(pool).index()].increase(amount);
+    }
+
+    pub(crate) fn decrease(&mut self, family: Family, pool: Pool, amount: i64) {
+        let stats = &mut self.families[family as usize];
+        stats[0].decrease(amount);
+        stats[Level::of(pool).index()].decrease(amount);
+    }
+
+    pub fn allocated_bytes(&self) -> u64 {
+        self.get(Family::AllocatedBytes, Level::All).current as u64
+    }
+    pub fn reserved_bytes(&self) -> u64 {
+        self.get(Family::ReservedBytes, Level::All).current as u64
+    }
+    pub fn peak_allocated_bytes(&self) -> u64 {
+        self.get(Family::AllocatedBytes, Level::All).peak as u64
+    }
+    pub fn peak_reserved_bytes(&self) -> u64 {
+        self.get(Family::ReservedBytes, Level::All).peak as u64
+    }
+
+    /// `torch.cuda.reset_peak_memory_stats()`.
+    pub fn reset_peak(&mut self) {
+        self.families.iter_mut().flatten().for_each(Stat::reset_peak);
+        self.oversize_allocations.reset_peak();
+        self.oversize_segments.reset_peak();
+    }
+
+    /// `torch.cuda.reset_accumulated_memory_stats()`.
+    pub fn reset_accumulated(&mut self) {
+        self.families.iter_mut().flatten().for_each(Stat::reset_accumulated);
+        self.oversize_allocations.reset_accumulated();
+        self.oversize_segments.reset_accumulated();
+        self.num_alloc_retries = 0;
+        self.num_ooms = 0;
+        self.num_sync_all_streams = 0;
+        self.num_device_alloc = 0;
+        self.num_device_free = 0;
+        self.num_oom_rejections = 0;
+    }
+
+    /// The flattened, key-sorted dict `torch.cuda.memory_stats()` returns.
+    /// `with_oom_rejections` adds the 2.12+ counter.
+    pub fn to_map(&self, with_oom_rejections: bool) -> BTreeMap<String, i64> {
+        let mut map = BTreeMap::new();
+        let metrics = |s: Stat| [("current", s.current), ("peak", s.peak), ("allocated", s.allocated), ("freed", s.freed)];
+        for family in Family::ALL {
+            for level in Level::ALL {
+                for (metric, value) in metrics(self.get(family, level)) {
+                    map.insert(format!("{}.{}.{}", family.key(), level.key(), metric), value);
+                }
+            }
+        }
+        for (name, stat) in [("oversize_allocations", self.oversize_allocations), ("oversize_segments", self.oversize_segments)] {
+            for (metric, value) in metrics(stat) {
+                map.insert(format!("{name}.{metric}"), value);
+            }
+        }
+        let counters = [
+            ("num_alloc_retries", self.num_alloc_retries),
+            ("num_ooms", self.num_ooms),
+            ("num_sync_all_streams", self.num_sync_all_streams),
+            ("num_device_alloc", self.num_device_alloc),
+            ("num_device_free", self.num_device_free),
+        ];
+        for (name, value) in counters {
+            map.insert(name.to_string(), value as i64);
+        }
+        if with_oom_rejections {
+            map.insert("num_oom_rejections".to_string(), self.num_oom_rejections as i64);
+        }
+        map.insert("max_split_size".to_string(), self.max_split_size);
+        map
+    }
+}

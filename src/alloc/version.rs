@@ -1,0 +1,60 @@
+//! Which PyTorch release the model follows where releases differ (allocator.md §0.3).
+
+use std::fmt;
+use std::str::FromStr;
+
+/// A PyTorch 2.x release, by minor version (`TorchVersion(8)` is 2.8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TorchVersion(pub u32);
+
+impl TorchVersion {
+    /// The simulator's default era (2.6–2.9 behaviour).
+    pub const DEFAULT: TorchVersion = TorchVersion(8);
+
+    /// 2.4–2.9 use the classic `CUDAAllocatorConfig` parser; 2.10+ the unified tokenizer.
+    pub fn classic_parser(self) -> bool {
+        self.0 <= 9
+    }
+    /// `max_non_split_rounding_mb` exists from 2.6.
+    pub fn has_max_non_split_rounding(self) -> bool {
+        self.0 >= 6
+    }
+    /// `large_segment_size_mb`, `throw_on_cudamalloc_oom` and `num_oom_rejections` from 2.12.
+    pub fn has_large_segment_size(self) -> bool {
+        self.0 >= 12
+    }
+    /// 2.4–2.6 spell the power-of-two message "divisons".
+    pub fn misspells_divisions(self) -> bool {
+        self.0 <= 6
+    }
+}
+
+impl Default for TorchVersion {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+impl fmt::Display for TorchVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "2.{}", self.0)
+    }
+}
+
+impl FromStr for TorchVersion {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let minor = s
+            .trim()
+            .strip_prefix("2.")
+            .and_then(|rest| rest.split('.').next())
+            .and_then(|m| m.parse::<u32>().ok())
+            .ok_or_else(|| format!("torch version '{s}': expected 2.<minor>, e.g. 2.8"))?;
+        if !(4..=15).contains(&minor) {
+            return Err(format!(
+                "torch version '{s}': only 2.4 to 2.15 are modelled"
+            ));
+        }
+        Ok(TorchVersion(minor))
+    }
+}

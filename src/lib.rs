@@ -1,0 +1,11 @@
+//! vramscope: where GPU memory goes in a PyTorch-style training loop.
+//!
+//! Data flows one way (see DESIGN.md): scenarios drive the `engine`, which asks
+//! `alloc` (a model of PyTorch's CUDA caching allocator) for memory on a
+//! `device`; everything that happens is a `trace` of events that the `leak`
+//! detector, the `tui` and the headless `report` read.
+#![deny(clippy::unwrap_used)]
+
+pub mod alloc;
+pub mod device;
+pub mod trace;
