@@ -75,7 +75,7 @@ impl Family {
 }
 
 /// Pool levels of a stat: `all`, `small_pool`, `large_pool`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Level {
     All,
     Small,
