@@ -2,7 +2,8 @@
 //! the spec's, written as the spec writes them.
 
 use vramscope::alloc::{
-    memory_summary, Action, AllocConfig, AllocEvent, BlockState, CachingAllocator, Family, Level, SegmentInfo, Tag,
+    memory_summary, Action, AllocConfig, AllocEvent, BlockState, CachingAllocator, Family, Level,
+    SegmentInfo, Tag,
 };
 use vramscope::device::SimDevice;
 
@@ -12,7 +13,10 @@ const GIB: u64 = 1 << 30;
 const BASE: u64 = 0x7f00_0000_0000;
 
 fn alloc_with(total: u64, conf: &str) -> CachingAllocator<SimDevice> {
-    let mut a = CachingAllocator::new(SimDevice::new("sim", total, 0), AllocConfig::parse(conf).expect("valid conf"));
+    let mut a = CachingAllocator::new(
+        SimDevice::new("sim", total, 0),
+        AllocConfig::parse(conf).expect("valid conf"),
+    );
     a.set_oom_process_info(false);
     a
 }
@@ -31,7 +35,10 @@ fn cur(a: &CachingAllocator<SimDevice>, f: Family) -> i64 {
 
 /// Blocks of a segment as (size, allocated) pairs.
 fn layout(seg: &SegmentInfo) -> Vec<(u64, bool)> {
-    seg.blocks.iter().map(|b| (b.size, b.state == BlockState::ActiveAllocated)).collect()
+    seg.blocks
+        .iter()
+        .map(|b| (b.size, b.state == BlockState::ActiveAllocated))
+        .collect()
 }
 
 fn actions(events: &[AllocEvent]) -> Vec<(Action, u64, u64)> {
@@ -50,7 +57,10 @@ fn e1_one_byte_request() {
     assert_eq!(snap[0].blocks[1].requested_size, 0);
     assert_eq!(
         actions(&a.take_events()),
-        vec![(Action::SegmentAlloc, BASE, 2_097_152), (Action::Alloc, BASE, 1)]
+        vec![
+            (Action::SegmentAlloc, BASE, 2_097_152),
+            (Action::Alloc, BASE, 1)
+        ]
     );
     let s = a.stats();
     for level in [Level::All, Level::Small] {
@@ -68,13 +78,25 @@ fn e1_one_byte_request() {
 #[test]
 fn e2_packing_small_requests() {
     let mut a = default_alloc();
-    let ptrs: Vec<u64> = [1000, 3000, 716_800, 1_048_576].iter().map(|&s| m(&mut a, s)).collect();
-    assert_eq!(ptrs, vec![BASE, BASE + 0x400, BASE + 0x1000, BASE + 0xB0000]);
+    let ptrs: Vec<u64> = [1000, 3000, 716_800, 1_048_576]
+        .iter()
+        .map(|&s| m(&mut a, s))
+        .collect();
+    assert_eq!(
+        ptrs,
+        vec![BASE, BASE + 0x400, BASE + 0x1000, BASE + 0xB0000]
+    );
     let snap = a.snapshot();
     assert_eq!(snap.len(), 1);
     assert_eq!(
         layout(&snap[0]),
-        vec![(1024, true), (3072, true), (716_800, true), (1_048_576, true), (327_680, false)]
+        vec![
+            (1024, true),
+            (3072, true),
+            (716_800, true),
+            (1_048_576, true),
+            (327_680, false)
+        ]
     );
     assert_eq!(cur(&a, Family::AllocatedBytes), 1_769_472);
     assert_eq!(cur(&a, Family::RequestedBytes), 1_769_376);
@@ -90,10 +112,23 @@ fn e3_five_mib_gets_twenty_mib_segment() {
     let snap = a.snapshot();
     assert_eq!(layout(&snap[0]), vec![(5 * MIB, true), (15 * MIB, false)]);
     let seg = &snap[0];
-    assert_eq!((seg.total_size, seg.allocated_size, seg.active_size, seg.requested_size), (20_971_520, 5_242_880, 5_242_880, 5_242_880));
+    assert_eq!(
+        (
+            seg.total_size,
+            seg.allocated_size,
+            seg.active_size,
+            seg.requested_size
+        ),
+        (20_971_520, 5_242_880, 5_242_880, 5_242_880)
+    );
     assert_eq!(seg.blocks[1].address, BASE + 0x500000);
     assert!(!seg.is_expandable);
-    assert_eq!(a.stats().get(Family::InactiveSplitBytes, Level::Large).current, 15_728_640);
+    assert_eq!(
+        a.stats()
+            .get(Family::InactiveSplitBytes, Level::Large)
+            .current,
+        15_728_640
+    );
 }
 
 #[test]
@@ -103,8 +138,14 @@ fn e4_remainder_reuse_then_new_segment() {
     m(&mut a, 6 * MIB);
     m(&mut a, 9 * MIB + 1);
     let snap = a.snapshot();
-    assert_eq!(layout(&snap[0]), vec![(5 * MIB, true), (6 * MIB, true), (9 * MIB, false)]);
-    assert_eq!(layout(&snap[1]), vec![(9_437_696, true), (11_533_824, false)]);
+    assert_eq!(
+        layout(&snap[0]),
+        vec![(5 * MIB, true), (6 * MIB, true), (9 * MIB, false)]
+    );
+    assert_eq!(
+        layout(&snap[1]),
+        vec![(9_437_696, true), (11_533_824, false)]
+    );
     assert_eq!(snap[1].blocks[0].requested_size, 9_437_185);
     assert_eq!(cur(&a, Family::Allocation), 3);
     assert_eq!(cur(&a, Family::AllocatedBytes), 20_972_032);
@@ -166,13 +207,29 @@ fn e7_merging_and_inactive_split_bookkeeping() {
     let p = m(&mut a, 4 * MIB);
     let q = m(&mut a, 4 * MIB);
     let r = m(&mut a, 4 * MIB);
-    let split = |a: &CachingAllocator<SimDevice>| (cur(a, Family::InactiveSplit), cur(a, Family::InactiveSplitBytes) as u64 / MIB);
+    let split = |a: &CachingAllocator<SimDevice>| {
+        (
+            cur(a, Family::InactiveSplit),
+            cur(a, Family::InactiveSplitBytes) as u64 / MIB,
+        )
+    };
     assert_eq!(split(&a), (1, 8));
     a.free(q).expect("free");
-    assert_eq!(layout(&a.snapshot()[0]), vec![(4 * MIB, true), (4 * MIB, false), (4 * MIB, true), (8 * MIB, false)]);
+    assert_eq!(
+        layout(&a.snapshot()[0]),
+        vec![
+            (4 * MIB, true),
+            (4 * MIB, false),
+            (4 * MIB, true),
+            (8 * MIB, false)
+        ]
+    );
     assert_eq!(split(&a), (2, 12));
     a.free(p).expect("free");
-    assert_eq!(layout(&a.snapshot()[0]), vec![(8 * MIB, false), (4 * MIB, true), (8 * MIB, false)]);
+    assert_eq!(
+        layout(&a.snapshot()[0]),
+        vec![(8 * MIB, false), (4 * MIB, true), (8 * MIB, false)]
+    );
     assert_eq!(split(&a), (2, 16));
     a.free(r).expect("free");
     let snap = a.snapshot();
@@ -182,7 +239,10 @@ fn e7_merging_and_inactive_split_bookkeeping() {
     let s = a.stats();
     assert_eq!(s.get(Family::InactiveSplit, Level::All).allocated, 2);
     assert_eq!(s.get(Family::InactiveSplit, Level::All).freed, 2);
-    assert_eq!(s.get(Family::InactiveSplitBytes, Level::All).peak, 16 * MIB as i64);
+    assert_eq!(
+        s.get(Family::InactiveSplitBytes, Level::All).peak,
+        16 * MIB as i64
+    );
     assert_eq!(cur(&a, Family::ReservedBytes), 20 * MIB as i64);
 }
 
@@ -207,7 +267,13 @@ fn e8_best_fit_ties_and_one_mib_rule() {
     assert_eq!(cur(&a, Family::AllocatedBytes), 38_797_312);
     assert_eq!(cur(&a, Family::RequestedBytes), 37_748_736);
     assert_eq!(cur(&a, Family::ReservedBytes), 40 * MIB as i64);
-    assert_eq!((cur(&a, Family::InactiveSplit), cur(&a, Family::InactiveSplitBytes)), (1, 3 * MIB as i64));
+    assert_eq!(
+        (
+            cur(&a, Family::InactiveSplit),
+            cur(&a, Family::InactiveSplitBytes)
+        ),
+        (1, 3 * MIB as i64)
+    );
 }
 
 /// E9's state: 100 MiB device, ten 8 MiB blocks, every second one freed, then 16 MiB.
@@ -220,7 +286,9 @@ fn e9_state() -> (CachingAllocator<SimDevice>, vramscope::alloc::AllocError) {
     }
     assert_eq!(cur(&a, Family::InactiveSplit), 5);
     assert_eq!(cur(&a, Family::InactiveSplitBytes), 60 * MIB as i64);
-    let err = a.malloc(16 * MIB, 0, Tag::NONE).expect_err("fragmentation OOM");
+    let err = a
+        .malloc(16 * MIB, 0, Tag::NONE)
+        .expect_err("fragmentation OOM");
     (a, err)
 }
 
@@ -233,19 +301,33 @@ fn e9_fragmentation_oom_message_and_counters() {
         "CUDA out of memory. Tried to allocate 16.00 MiB. GPU 0 has a total capacity of 100.00 MiB of which 0 bytes is free. Of the allocated memory 40.00 MiB is allocated by PyTorch, and 60.00 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
     );
     let last = *a.take_events().last().expect("events");
-    assert_eq!((last.action, last.device_free, last.size), (Action::Oom, 0, 16 * MIB));
+    assert_eq!(
+        (last.action, last.device_free, last.size),
+        (Action::Oom, 0, 16 * MIB)
+    );
     let s = a.stats();
-    assert_eq!((s.num_alloc_retries, s.num_ooms, s.num_sync_all_streams), (1, 1, 1));
+    assert_eq!(
+        (s.num_alloc_retries, s.num_ooms, s.num_sync_all_streams),
+        (1, 1, 1)
+    );
     // Continuing in the same state.
-    let e = a.malloc(1000, 0, Tag::NONE).expect_err("needs a new small segment");
+    let e = a
+        .malloc(1000, 0, Tag::NONE)
+        .expect_err("needs a new small segment");
     assert!(e.to_string().contains("Tried to allocate 2.00 MiB"));
     m(&mut a, 12 * MIB);
     let e = a.malloc(13 * MIB, 0, Tag::NONE).expect_err("OOM");
     let msg = e.to_string();
     assert!(msg.contains("Tried to allocate 14.00 MiB"), "{msg}");
-    assert!(msg.contains("52.00 MiB is allocated by PyTorch, and 48.00 MiB is reserved"), "{msg}");
+    assert!(
+        msg.contains("52.00 MiB is allocated by PyTorch, and 48.00 MiB is reserved"),
+        "{msg}"
+    );
     let s = a.stats();
-    assert_eq!((s.num_alloc_retries, s.num_ooms, s.num_sync_all_streams), (3, 3, 3));
+    assert_eq!(
+        (s.num_alloc_retries, s.num_ooms, s.num_sync_all_streams),
+        (3, 3, 3)
+    );
 }
 
 #[test]
@@ -279,7 +361,10 @@ fn e10_retry_succeeds_by_releasing_cache() {
     let s = a.stats();
     assert_eq!(cur(&a, Family::Segment), 2);
     assert_eq!(cur(&a, Family::ReservedBytes), 80 * MIB as i64);
-    assert_eq!((s.num_alloc_retries, s.num_ooms, s.num_sync_all_streams), (1, 0, 1));
+    assert_eq!(
+        (s.num_alloc_retries, s.num_ooms, s.num_sync_all_streams),
+        (1, 0, 1)
+    );
     assert_eq!((s.num_device_alloc, s.num_device_free), (4, 2));
 }
 
@@ -287,11 +372,26 @@ fn e10_retry_succeeds_by_releasing_cache() {
 fn e11_max_split_size() {
     let mut a = alloc_with(100 * MIB, "max_split_size_mb:40");
     let pa = m(&mut a, 50 * MIB);
-    assert_eq!((a.stats().oversize_allocations.current, a.stats().oversize_segments.current), (1, 1));
+    assert_eq!(
+        (
+            a.stats().oversize_allocations.current,
+            a.stats().oversize_segments.current
+        ),
+        (1, 1)
+    );
     a.free(pa).expect("free");
-    assert_eq!((a.stats().oversize_allocations.current, a.stats().oversize_segments.current), (0, 1));
+    assert_eq!(
+        (
+            a.stats().oversize_allocations.current,
+            a.stats().oversize_segments.current
+        ),
+        (0, 1)
+    );
     let pb = m(&mut a, 30 * MIB);
-    assert_ne!(pb, pa, "an oversize block never serves a non-oversize request");
+    assert_ne!(
+        pb, pa,
+        "an oversize block never serves a non-oversize request"
+    );
     let pc = m(&mut a, 45 * MIB);
     assert_eq!(pc, pa);
     assert_eq!(a.snapshot()[0].blocks[0].size, 50 * MIB);
@@ -305,8 +405,18 @@ fn e11_max_split_size() {
     assert_eq!(snap[1].blocks[0].requested_size, 36_700_160);
     let s = a.stats();
     assert_eq!(cur(&a, Family::ReservedBytes), 66 * MIB as i64);
-    assert_eq!((s.num_alloc_retries, s.num_sync_all_streams, s.num_device_free), (0, 0, 1));
-    assert_eq!((s.oversize_segments.current, s.oversize_segments.peak), (0, 1));
+    assert_eq!(
+        (
+            s.num_alloc_retries,
+            s.num_sync_all_streams,
+            s.num_device_free
+        ),
+        (0, 0, 1)
+    );
+    assert_eq!(
+        (s.oversize_segments.current, s.oversize_segments.peak),
+        (0, 1)
+    );
     assert_eq!(s.oversize_allocations.current, 0);
 }
 
@@ -322,19 +432,37 @@ fn e12_empty_cache_releases_only_whole_free_segments() {
         a.free(p).expect("free");
     }
     assert_eq!(cur(&a, Family::ReservedBytes), 54_525_952);
-    assert_eq!((cur(&a, Family::InactiveSplit), cur(&a, Family::InactiveSplitBytes)), (2, 16 * MIB as i64));
+    assert_eq!(
+        (
+            cur(&a, Family::InactiveSplit),
+            cur(&a, Family::InactiveSplitBytes)
+        ),
+        (2, 16 * MIB as i64)
+    );
     a.take_events();
     a.empty_cache();
     assert_eq!(
         actions(&a.take_events()),
-        vec![(Action::SegmentFree, pc, 31_457_280), (Action::SegmentFree, s1, 2_097_152)]
+        vec![
+            (Action::SegmentFree, pc, 31_457_280),
+            (Action::SegmentFree, s1, 2_097_152)
+        ]
     );
     assert_eq!(a.snapshot().len(), 1);
     assert_eq!(cur(&a, Family::ReservedBytes), 20 * MIB as i64);
     assert_eq!(cur(&a, Family::AllocatedBytes), 4 * MIB as i64);
-    assert_eq!((cur(&a, Family::InactiveSplit), cur(&a, Family::InactiveSplitBytes)), (2, 16 * MIB as i64));
+    assert_eq!(
+        (
+            cur(&a, Family::InactiveSplit),
+            cur(&a, Family::InactiveSplitBytes)
+        ),
+        (2, 16 * MIB as i64)
+    );
     assert_eq!(cur(&a, Family::Segment), 1);
-    assert_eq!((a.stats().num_device_free, a.stats().num_sync_all_streams), (2, 1));
+    assert_eq!(
+        (a.stats().num_device_free, a.stats().num_sync_all_streams),
+        (2, 1)
+    );
 }
 
 #[test]
@@ -378,7 +506,13 @@ fn e14_expandable_large_pool() {
     let pa = m(&mut a, 5 * MIB);
     let v = pa;
     let ev = a.take_events();
-    assert_eq!(actions(&ev), vec![(Action::SegmentMap, v, 20_971_520), (Action::Alloc, v, 5 * MIB)]);
+    assert_eq!(
+        actions(&ev),
+        vec![
+            (Action::SegmentMap, v, 20_971_520),
+            (Action::Alloc, v, 5 * MIB)
+        ]
+    );
     assert_eq!(cur(&a, Family::ReservedBytes), 20 * MIB as i64);
     assert_eq!(cur(&a, Family::Segment), 0);
     assert_eq!(cur(&a, Family::InactiveSplit), 0);
@@ -387,18 +521,35 @@ fn e14_expandable_large_pool() {
     assert_eq!(pb, v + 5 * MIB);
     assert_eq!(
         actions(&a.take_events()),
-        vec![(Action::SegmentMap, v + 20 * MIB, 20_971_520), (Action::Alloc, v + 5 * MIB, 30 * MIB)]
+        vec![
+            (Action::SegmentMap, v + 20 * MIB, 20_971_520),
+            (Action::Alloc, v + 5 * MIB, 30 * MIB)
+        ]
     );
-    assert_eq!(layout(&a.snapshot()[0]), vec![(5 * MIB, true), (30 * MIB, true), (5 * MIB, false)]);
+    assert_eq!(
+        layout(&a.snapshot()[0]),
+        vec![(5 * MIB, true), (30 * MIB, true), (5 * MIB, false)]
+    );
     assert_eq!(a.stats().num_device_alloc, 2);
     a.free(pa).expect("free");
     a.empty_cache();
     assert!(a.take_events().iter().all(|e| !e.action.is_segment()));
     assert_eq!(a.stats().num_sync_all_streams, 1);
     let pc = m(&mut a, 3 * MIB);
-    assert_eq!(pc, v, "the free block inside the reservation beats the tail");
+    assert_eq!(
+        pc, v,
+        "the free block inside the reservation beats the tail"
+    );
     let snap = a.snapshot();
-    assert_eq!(layout(&snap[0]), vec![(3 * MIB, true), (2 * MIB, false), (30 * MIB, true), (5 * MIB, false)]);
+    assert_eq!(
+        layout(&snap[0]),
+        vec![
+            (3 * MIB, true),
+            (2 * MIB, false),
+            (30 * MIB, true),
+            (5 * MIB, false)
+        ]
+    );
     assert_eq!(snap[0].blocks[1].requested_size, 5 * MIB);
     a.free(pb).expect("free");
     a.free(pc).expect("free");
@@ -408,9 +559,15 @@ fn e14_expandable_large_pool() {
     assert_eq!(layout(&snap[0]), vec![(40 * MIB, false)]);
     a.take_events();
     a.empty_cache();
-    assert_eq!(actions(&a.take_events()), vec![(Action::SegmentUnmap, v, 41_943_040)]);
+    assert_eq!(
+        actions(&a.take_events()),
+        vec![(Action::SegmentUnmap, v, 41_943_040)]
+    );
     assert_eq!(cur(&a, Family::ReservedBytes), 0);
-    assert_eq!((a.stats().num_device_free, a.stats().num_sync_all_streams), (1, 2));
+    assert_eq!(
+        (a.stats().num_device_free, a.stats().num_sync_all_streams),
+        (1, 2)
+    );
     assert!(a.snapshot().is_empty());
 }
 
@@ -425,11 +582,25 @@ fn e15_expandable_small_pool() {
     assert_eq!(snap[0].total_size, 4 * MIB);
     assert_eq!(
         layout(&snap[0]),
-        vec![(614_400, true), (614_400, true), (614_400, true), (614_400, true), (1_736_704, false)]
+        vec![
+            (614_400, true),
+            (614_400, true),
+            (614_400, true),
+            (614_400, true),
+            (1_736_704, false)
+        ]
     );
-    let segs: Vec<_> = a.take_events().into_iter().filter(|e| e.action == Action::SegmentMap).map(|e| (e.addr, e.size)).collect();
+    let segs: Vec<_> = a
+        .take_events()
+        .into_iter()
+        .filter(|e| e.action == Action::SegmentMap)
+        .map(|e| (e.addr, e.size))
+        .collect();
     assert_eq!(segs, vec![(v, 2_097_152), (v + 2 * MIB, 2_097_152)]);
-    assert_eq!(a.stats().get(Family::ReservedBytes, Level::Small).current, 4 * MIB as i64);
+    assert_eq!(
+        a.stats().get(Family::ReservedBytes, Level::Small).current,
+        4 * MIB as i64
+    );
     assert_eq!(cur(&a, Family::Segment), 0);
     assert_eq!(a.stats().num_device_alloc, 2);
 }
@@ -452,11 +623,22 @@ fn e16_garbage_collection_picks_oldest() {
     let pc = m(&mut a, 44 * MIB);
     assert_eq!(
         actions(&a.take_events()),
-        vec![(Action::SegmentFree, pb, 41_943_040), (Action::SegmentAlloc, pc, 46_137_344), (Action::Alloc, pc, 46_137_344)]
+        vec![
+            (Action::SegmentFree, pb, 41_943_040),
+            (Action::SegmentAlloc, pc, 46_137_344),
+            (Action::Alloc, pc, 46_137_344)
+        ]
     );
     assert_eq!(cur(&a, Family::ReservedBytes), 74 * MIB as i64);
     let s = a.stats();
-    assert_eq!((s.num_device_free, s.num_sync_all_streams, s.num_alloc_retries), (1, 0, 0));
+    assert_eq!(
+        (
+            s.num_device_free,
+            s.num_sync_all_streams,
+            s.num_alloc_retries
+        ),
+        (1, 0, 0)
+    );
 }
 
 #[test]
@@ -480,21 +662,63 @@ fn e17_record_stream_delays_reuse() {
     let snap = a.snapshot();
     assert_eq!(snap[0].blocks[0].state, BlockState::ActivePendingFree);
     assert_eq!((snap[0].active_size, snap[0].allocated_size), (6 * MIB, 0));
-    assert_eq!((cur(&a, Family::AllocatedBytes), cur(&a, Family::ActiveBytes), cur(&a, Family::Active)), (0, 6 * MIB as i64, 1));
-    assert_eq!((cur(&a, Family::InactiveSplit), cur(&a, Family::InactiveSplitBytes)), (1, 14 * MIB as i64));
+    assert_eq!(
+        (
+            cur(&a, Family::AllocatedBytes),
+            cur(&a, Family::ActiveBytes),
+            cur(&a, Family::Active)
+        ),
+        (0, 6 * MIB as i64, 1)
+    );
+    assert_eq!(
+        (
+            cur(&a, Family::InactiveSplit),
+            cur(&a, Family::InactiveSplitBytes)
+        ),
+        (1, 14 * MIB as i64)
+    );
     let y = m(&mut a, 6 * MIB);
     assert_eq!(y, x + 6 * MIB, "x is not reusable yet");
-    assert_eq!((cur(&a, Family::ActiveBytes), cur(&a, Family::RequestedBytes)), (12 * MIB as i64, 12 * MIB as i64));
+    assert_eq!(
+        (
+            cur(&a, Family::ActiveBytes),
+            cur(&a, Family::RequestedBytes)
+        ),
+        (12 * MIB as i64, 12 * MIB as i64)
+    );
     a.complete_stream(7);
     let z = m(&mut a, 6 * MIB);
     assert_eq!(z, x);
-    assert_eq!((cur(&a, Family::AllocatedBytes), cur(&a, Family::ActiveBytes), cur(&a, Family::Active)), (12 * MIB as i64, 12 * MIB as i64, 2));
-    assert_eq!((cur(&a, Family::InactiveSplit), cur(&a, Family::InactiveSplitBytes)), (1, 8 * MIB as i64));
-    assert_eq!(a.stats().get(Family::InactiveSplitBytes, Level::All).peak, 14 * MIB as i64);
+    assert_eq!(
+        (
+            cur(&a, Family::AllocatedBytes),
+            cur(&a, Family::ActiveBytes),
+            cur(&a, Family::Active)
+        ),
+        (12 * MIB as i64, 12 * MIB as i64, 2)
+    );
+    assert_eq!(
+        (
+            cur(&a, Family::InactiveSplit),
+            cur(&a, Family::InactiveSplitBytes)
+        ),
+        (1, 8 * MIB as i64)
+    );
+    assert_eq!(
+        a.stats().get(Family::InactiveSplitBytes, Level::All).peak,
+        14 * MIB as i64
+    );
     let acts: Vec<Action> = a.take_events().iter().map(|e| e.action).collect();
     assert_eq!(
         acts,
-        vec![Action::SegmentAlloc, Action::Alloc, Action::FreeRequested, Action::Alloc, Action::FreeCompleted, Action::Alloc]
+        vec![
+            Action::SegmentAlloc,
+            Action::Alloc,
+            Action::FreeRequested,
+            Action::Alloc,
+            Action::FreeCompleted,
+            Action::Alloc
+        ]
     );
 }
 
@@ -518,7 +742,12 @@ fn e18_streams_do_not_share_cached_blocks() {
 fn e19_max_non_split_rounding() {
     for (conf, reserved, oversize_segments, reuses) in [
         ("max_split_size_mb:100", 289_406_976, 2, false),
-        ("max_split_size_mb:100,max_non_split_rounding_mb:40", 150 * MIB as i64, 1, true),
+        (
+            "max_split_size_mb:100,max_non_split_rounding_mb:40",
+            150 * MIB as i64,
+            1,
+            true,
+        ),
     ] {
         let mut a = default_alloc_conf(conf);
         let pa = m(&mut a, 150 * MIB);
@@ -531,7 +760,11 @@ fn e19_max_non_split_rounding() {
         let pc = m(&mut a, 125 * MIB);
         assert_eq!(pc == pa, reuses, "{conf}");
         assert_eq!(cur(&a, Family::ReservedBytes), reserved, "{conf}");
-        assert_eq!(a.stats().oversize_segments.current, oversize_segments, "{conf}");
+        assert_eq!(
+            a.stats().oversize_segments.current,
+            oversize_segments,
+            "{conf}"
+        );
         if !reuses {
             assert_eq!(a.stats().oversize_allocations.current, 1);
         }
@@ -547,12 +780,17 @@ fn e20_fraction_limit_in_oom_message() {
     let mut a = alloc_with(GIB, "");
     a.set_memory_fraction(0.25);
     m(&mut a, 200 * MIB);
-    let err = a.malloc(100 * MIB, 0, Tag::NONE).expect_err("over the fraction");
+    let err = a
+        .malloc(100 * MIB, 0, Tag::NONE)
+        .expect_err("over the fraction");
     let msg = err.to_string();
     assert!(
         msg.starts_with("CUDA out of memory. Tried to allocate 100.00 MiB. GPU 0 has a total capacity of 1024.00 MiB of which 824.00 MiB is free. 256.00 MiB allowed; Of the allocated memory 200.00 MiB is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated. If reserved"),
         "{msg}"
     );
     let s = a.stats();
-    assert_eq!((s.num_alloc_retries, s.num_ooms, s.num_sync_all_streams), (1, 1, 1));
+    assert_eq!(
+        (s.num_alloc_retries, s.num_ooms, s.num_sync_all_streams),
+        (1, 1, 1)
+    );
 }

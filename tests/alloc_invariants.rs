@@ -41,7 +41,10 @@ const CONFIGS: [&str; 6] = [
 ];
 
 /// Recount every stat from the segments and compare with `memory_stats()`.
-fn check_invariants(a: &CachingAllocator<SimDevice>, live: &BTreeMap<u64, u64>) -> Result<(), TestCaseError> {
+fn check_invariants(
+    a: &CachingAllocator<SimDevice>,
+    live: &BTreeMap<u64, u64>,
+) -> Result<(), TestCaseError> {
     let snap = a.snapshot();
     let mut recount: BTreeMap<(&str, Level), i64> = BTreeMap::new();
     let mut add = |k: &'static str, pool: Pool, v: i64| {
@@ -60,7 +63,11 @@ fn check_invariants(a: &CachingAllocator<SimDevice>, live: &BTreeMap<u64, u64>) 
             prop_assert!(b.size > 0 && b.size % 512 == 0);
             at += b.size;
             let free = b.state == BlockState::Inactive;
-            prop_assert!(!(free && prev_free), "two adjacent free blocks at {:#x}", b.address);
+            prop_assert!(
+                !(free && prev_free),
+                "two adjacent free blocks at {:#x}",
+                b.address
+            );
             prev_free = free;
             match b.state {
                 BlockState::ActiveAllocated => {
@@ -82,7 +89,11 @@ fn check_invariants(a: &CachingAllocator<SimDevice>, live: &BTreeMap<u64, u64>) 
                 add("requested_bytes", seg.pool, b.requested_size as i64);
             }
         }
-        prop_assert_eq!(at, seg.address + seg.total_size, "blocks sum to the segment size");
+        prop_assert_eq!(
+            at,
+            seg.address + seg.total_size,
+            "blocks sum to the segment size"
+        );
         add("reserved_bytes", seg.pool, seg.total_size as i64);
         if !seg.is_expandable {
             add("segment", seg.pool, 1);
@@ -111,14 +122,20 @@ fn check_invariants(a: &CachingAllocator<SimDevice>, live: &BTreeMap<u64, u64>) 
             prop_assert_eq!(s.get(family, level).current, want, "{} {:?}", key, level);
         }
     }
-    let free = recount.get(&("free_bytes", Level::All)).copied().unwrap_or(0);
+    let free = recount
+        .get(&("free_bytes", Level::All))
+        .copied()
+        .unwrap_or(0);
     prop_assert_eq!(
         s.get(Family::ReservedBytes, Level::All).current,
         s.get(Family::ActiveBytes, Level::All).current + free,
         "reserved = active (allocated + pending) + cached free"
     );
     prop_assert_eq!(a.device().used(), a.reserved_total());
-    prop_assert_eq!(a.reserved_total() as i64, s.get(Family::ReservedBytes, Level::All).current);
+    prop_assert_eq!(
+        a.reserved_total() as i64,
+        s.get(Family::ReservedBytes, Level::All).current
+    );
     // Live allocations never overlap: no block is handed out twice.
     let mut end = 0u64;
     for (&addr, &size) in live {
@@ -190,7 +207,10 @@ fn long_sequence_every_config() {
     use proptest::strategy::ValueTree;
     use proptest::test_runner::TestRunner;
     let mut runner = TestRunner::deterministic();
-    let ops = prop::collection::vec(op(), 6000).new_tree(&mut runner).expect("tree").current();
+    let ops = prop::collection::vec(op(), 6000)
+        .new_tree(&mut runner)
+        .expect("tree")
+        .current();
     for conf in CONFIGS {
         if let Err(e) = run(conf, &ops, 97) {
             panic!("{conf}: {e}");
@@ -201,16 +221,33 @@ fn long_sequence_every_config() {
 #[test]
 fn bad_input_is_a_typed_error_and_state_stays_consistent() {
     let mut a = CachingAllocator::new(SimDevice::new("sim", 1 << 30, 0), AllocConfig::default());
-    assert_eq!(a.malloc(0, 0, Tag::NONE).expect_err("zero"), vramscope::alloc::AllocError::ZeroSize);
+    assert_eq!(
+        a.malloc(0, 0, Tag::NONE).expect_err("zero"),
+        vramscope::alloc::AllocError::ZeroSize
+    );
     let huge = a.malloc(1 << 61, 0, Tag::NONE).expect_err("absurd");
-    assert_eq!(huge.to_string(), "CUDA out of memory. Tried to allocate more than 1EB memory.");
+    assert_eq!(
+        huge.to_string(),
+        "CUDA out of memory. Tried to allocate more than 1EB memory."
+    );
     assert!(a.malloc(u64::MAX, 0, Tag::NONE).is_err());
     let p = a.malloc(4096, 0, Tag::NONE).expect("malloc");
-    assert!(matches!(a.free(p + 512), Err(vramscope::alloc::AllocError::UnknownAddress { .. })));
+    assert!(matches!(
+        a.free(p + 512),
+        Err(vramscope::alloc::AllocError::UnknownAddress { .. })
+    ));
     a.free(p).expect("free");
-    assert!(matches!(a.free(p), Err(vramscope::alloc::AllocError::DoubleFree { .. })));
-    assert!(matches!(a.free(0xdead), Err(vramscope::alloc::AllocError::UnknownAddress { .. })));
-    let big = a.malloc(2 << 30, 0, Tag::NONE).expect_err("bigger than the device");
+    assert!(matches!(
+        a.free(p),
+        Err(vramscope::alloc::AllocError::DoubleFree { .. })
+    ));
+    assert!(matches!(
+        a.free(0xdead),
+        Err(vramscope::alloc::AllocError::UnknownAddress { .. })
+    ));
+    let big = a
+        .malloc(2 << 30, 0, Tag::NONE)
+        .expect_err("bigger than the device");
     assert!(big.oom().is_some());
     assert_eq!(a.stats().num_ooms, 1);
     check_invariants(&a, &BTreeMap::new()).expect("consistent");

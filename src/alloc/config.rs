@@ -146,7 +146,12 @@ fn c_stod(token: &str) -> Option<f64> {
     (1..=t.len())
         .rev()
         .filter(|&end| t.is_char_boundary(end))
-        .find_map(|end| t[..end].parse::<f64>().ok().filter(|_| !t[..end].ends_with(['e', 'E'])))
+        .find_map(|end| {
+            t[..end]
+                .parse::<f64>()
+                .ok()
+                .filter(|_| !t[..end].ends_with(['e', 'E']))
+        })
 }
 
 struct Parser {
@@ -181,7 +186,9 @@ impl Parser {
 
     /// 2.4–2.9 check separators ("expected c"); 2.10+ checks but ignores the result.
     fn consume(&self, i: usize, c: char, key: &str) -> Result<(), ConfigError> {
-        let ok = self.token(i).is_some_and(|t| t.len() == 1 && t.starts_with(c));
+        let ok = self
+            .token(i)
+            .is_some_and(|t| t.len() == 1 && t.starts_with(c));
         if ok || !self.version.classic_parser() {
             Ok(())
         } else {
@@ -242,31 +249,32 @@ impl Parser {
                 }
                 "backend" => {
                     let v = self.value(&key)?;
-                    config.backend = match v.as_str() {
-                        "native" => Backend::Native,
-                        "cudaMallocAsync" => {
-                            used_async = true;
-                            Backend::CudaMallocAsync
-                        }
-                        _ => {
-                            return Err(self.err(
+                    config.backend =
+                        match v.as_str() {
+                            "native" => Backend::Native,
+                            "cudaMallocAsync" => {
+                                used_async = true;
+                                Backend::CudaMallocAsync
+                            }
+                            _ => return Err(self.err(
                                 &key,
                                 &v,
                                 "Unknown allocator backend, options are native and cudaMallocAsync",
-                            ))
-                        }
-                    };
+                            )),
+                        };
                 }
                 "expandable_segments" => {
                     config.expandable_segments = self.boolean(&key)?;
                     used_native_only = true;
                 }
                 "release_lock_on_cudamalloc" | "release_lock_on_hipmalloc" => {
-                    config.release_lock_on_cudamalloc = self.boolean("release_lock_on_cudamalloc")?;
+                    config.release_lock_on_cudamalloc =
+                        self.boolean("release_lock_on_cudamalloc")?;
                     used_native_only = true;
                 }
                 "pinned_use_cuda_host_register" | "pinned_use_hip_host_register" => {
-                    config.pinned_use_cuda_host_register = self.boolean("pinned_use_cuda_host_register")?;
+                    config.pinned_use_cuda_host_register =
+                        self.boolean("pinned_use_cuda_host_register")?;
                 }
                 "pinned_num_register_threads" => {
                     let v = self.value(&key)?;
@@ -286,7 +294,9 @@ impl Parser {
                 "graph_capture_record_stream_reuse" if self.version.0 >= 9 => {
                     config.graph_capture_record_stream_reuse = self.boolean(&key)?;
                 }
-                "pinned_reserve_segment_size_mb" | "pinned_max_round_threshold_mb" | "pinned_max_cached_size_mb"
+                "pinned_reserve_segment_size_mb"
+                | "pinned_max_round_threshold_mb"
+                | "pinned_max_cached_size_mb"
                     if self.version.0 >= 9 =>
                 {
                     let v = self.value(&key)?;
@@ -297,9 +307,19 @@ impl Parser {
                 }
                 "per_process_memory_fraction" if !self.version.classic_parser() => {
                     let v = self.value(&key)?;
-                    let f = c_stod(&v).ok_or_else(|| self.err(&key, &v, "per_process_memory_fraction is invalid, set it in [0.0, 1.0]"))?;
+                    let f = c_stod(&v).ok_or_else(|| {
+                        self.err(
+                            &key,
+                            &v,
+                            "per_process_memory_fraction is invalid, set it in [0.0, 1.0]",
+                        )
+                    })?;
                     if !(0.0..=1.0).contains(&f) {
-                        return Err(self.err(&key, &v, "per_process_memory_fraction is invalid, set it in [0.0, 1.0]"));
+                        return Err(self.err(
+                            &key,
+                            &v,
+                            "per_process_memory_fraction is invalid, set it in [0.0, 1.0]",
+                        ));
                     }
                     config.per_process_memory_fraction = Some(f);
                 }
@@ -327,7 +347,13 @@ impl Parser {
     }
 
     fn integer(&self, key: &str, v: &str) -> Result<i64, ConfigError> {
-        c_stoll(v).ok_or_else(|| self.err(key, v, format!("expected an integer value for {key}, got '{v}' (stoi: no conversion)")))
+        c_stoll(v).ok_or_else(|| {
+            self.err(
+                key,
+                v,
+                format!("expected an integer value for {key}, got '{v}' (stoi: no conversion)"),
+            )
+        })
     }
 
     fn boolean(&mut self, key: &str) -> Result<bool, ConfigError> {
@@ -359,10 +385,18 @@ impl Parser {
         let min_mb = config.large_segment_size / MIB;
         if self.version.classic_parser() {
             if mb <= min_mb {
-                return Err(self.err(key, &v, format!("CachingAllocator option {key} too small, must be > {min_mb}")));
+                return Err(self.err(
+                    key,
+                    &v,
+                    format!("CachingAllocator option {key} too small, must be > {min_mb}"),
+                ));
             }
         } else if mb < min_mb {
-            return Err(self.err(key, &v, format!("CachingAllocator option {key} too small, must be >= {min_mb}")));
+            return Err(self.err(
+                key,
+                &v,
+                format!("CachingAllocator option {key} too small, must be >= {min_mb}"),
+            ));
         }
         Ok(mb.min(u64::MAX / MIB) * MIB)
     }
@@ -372,9 +406,17 @@ impl Parser {
         let classic = self.version.classic_parser();
         let invalid = |p: &Parser, which: &str| {
             if classic {
-                p.err(key, &v, format!("garbage_collect_threshold too {which}, set it 0.0~1.0"))
+                p.err(
+                    key,
+                    &v,
+                    format!("garbage_collect_threshold too {which}, set it 0.0~1.0"),
+                )
             } else {
-                p.err(key, &v, "garbage_collect_threshold is invalid, set it in (0.0, 1.0)")
+                p.err(
+                    key,
+                    &v,
+                    "garbage_collect_threshold is invalid, set it in (0.0, 1.0)",
+                )
             }
         };
         let t = c_stod(&v).ok_or_else(|| invalid(self, "small"))?;
@@ -387,13 +429,25 @@ impl Parser {
         Ok(t)
     }
 
-    fn roundup(&mut self, key: &str, div: &mut [u64; ROUNDUP_INTERVALS]) -> Result<(), ConfigError> {
-        let spelled = if self.version.misspells_divisions() { "divisons" } else { "divisions" };
+    fn roundup(
+        &mut self,
+        key: &str,
+        div: &mut [u64; ROUNDUP_INTERVALS],
+    ) -> Result<(), ConfigError> {
+        let spelled = if self.version.misspells_divisions() {
+            "divisons"
+        } else {
+            "divisions"
+        };
         let first = self.value(key)?;
         if first != "[" {
             let n = self.integer(key, &first)?;
             if !(n > 0 && (n as u64).is_power_of_two()) {
-                return Err(self.err(key, &first, format!("For roundups, the {spelled} has to be power of 2 ")));
+                return Err(self.err(
+                    key,
+                    &first,
+                    format!("For roundups, the {spelled} has to be power of 2 "),
+                ));
             }
             div.fill(n as u64);
             return Ok(());
@@ -412,29 +466,44 @@ impl Parser {
             self.consume(self.i, ':', key)?;
             self.i += 1;
             let Some(raw) = self.token(self.i).map(str::to_string) else {
-                return Err(self.err(key, &interval, "Error parsing roundup_power2_divisions value"));
+                return Err(self.err(
+                    key,
+                    &interval,
+                    "Error parsing roundup_power2_divisions value",
+                ));
             };
             let value = self.integer(key, &raw)?;
             if !(value == 0 || (value > 0 && (value as u64).is_power_of_two())) {
                 return Err(self.err(
                     key,
                     &raw,
-                    format!("For roundups, the {spelled} has to be power of 2 or 0 to disable roundup "),
+                    format!(
+                        "For roundups, the {spelled} has to be power of 2 or 0 to disable roundup "
+                    ),
                 ));
             }
             let value = value as u64;
             if interval == ">" {
                 // allocator.md §10.4: 2.4–2.9 overwrite the last explicit entry too.
-                let from = if self.version.classic_parser() { last_index } else { last_index + 1 };
+                let from = if self.version.classic_parser() {
+                    last_index
+                } else {
+                    last_index + 1
+                };
                 for d in div.iter_mut().skip(from) {
                     *d = value;
                 }
             } else {
                 let mb = self.integer(key, &interval)?;
                 if !(mb > 0 && (mb as u64).is_power_of_two()) {
-                    return Err(self.err(key, &interval, "For roundups, the intervals have to be power of 2 "));
+                    return Err(self.err(
+                        key,
+                        &interval,
+                        "For roundups, the intervals have to be power of 2 ",
+                    ));
                 }
-                let index = ((63 - (mb as u64).leading_zeros()) as usize).min(ROUNDUP_INTERVALS - 1);
+                let index =
+                    ((63 - (mb as u64).leading_zeros()) as usize).min(ROUNDUP_INTERVALS - 1);
                 if first_value {
                     div[..index].fill(value);
                     first_value = false;
@@ -448,7 +517,9 @@ impl Parser {
                     self.i += 1;
                     self.consume(self.i, ',', key)?;
                 }
-                None => return Err(self.err(key, &raw, "Error parsing roundup_power2_divisions value")),
+                None => {
+                    return Err(self.err(key, &raw, "Error parsing roundup_power2_divisions value"))
+                }
             }
         }
     }

@@ -25,7 +25,9 @@ pub struct OomError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AllocError {
     /// PyTorch hands back a null pointer without reaching the allocator.
-    #[error("a 0-byte request never reaches the caching allocator (PyTorch returns a null pointer)")]
+    #[error(
+        "a 0-byte request never reaches the caching allocator (PyTorch returns a null pointer)"
+    )]
     ZeroSize,
     #[error("CUDA out of memory. Tried to allocate more than 1EB memory.")]
     TooLarge { size: u64 },

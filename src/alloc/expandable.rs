@@ -47,11 +47,13 @@ impl<D: Device> CachingAllocator<D> {
             }
             bytes >= req.size
         };
-        let found = self.unmapped[req.pool.index()].of_stream(req.stream).find_map(|u| {
-            let prev = self.blocks.get(u).prev;
-            let c = if usable(self, prev) { prev } else { u };
-            has_room(self, c).then_some(c)
-        });
+        let found = self.unmapped[req.pool.index()]
+            .of_stream(req.stream)
+            .find_map(|u| {
+                let prev = self.blocks.get(u).prev;
+                let c = if usable(self, prev) { prev } else { u };
+                has_room(self, c).then_some(c)
+            });
         if found.is_some() {
             return found;
         }
@@ -91,7 +93,8 @@ impl<D: Device> CachingAllocator<D> {
         let r = self.reservation(id);
         let (base, page) = (r.base, r.page);
         let b = self.blocks.get(id);
-        let (addr, size, stream, pool, seg, next) = (b.addr, b.size, b.stream, b.pool, b.seg, b.next);
+        let (addr, size, stream, pool, seg, next) =
+            (b.addr, b.size, b.stream, b.pool, b.seg, b.next);
         let begin = (addr - base) / page;
         let end = (addr + len - base).div_ceil(page);
         let mapped = (end - begin) * page;
@@ -116,7 +119,8 @@ impl<D: Device> CachingAllocator<D> {
         self.try_merge(id, next);
         self.insert_free(id);
         self.reserved_total += mapped;
-        self.stats.increase(Family::ReservedBytes, pool, mapped as i64);
+        self.stats
+            .increase(Family::ReservedBytes, pool, mapped as i64);
         self.stats.num_device_alloc += 1;
         let tag = self.reservation(id).tag;
         self.emit(AllocEvent {
@@ -138,7 +142,8 @@ impl<D: Device> CachingAllocator<D> {
         let r = self.reservation(id);
         let (base, page, seg) = (r.base, r.page, self.blocks.get(id).seg);
         let b = self.blocks.get(id);
-        let (addr, size, stream, pool, prev, next) = (b.addr, b.size, b.stream, b.pool, b.prev, b.next);
+        let (addr, size, stream, pool, prev, next) =
+            (b.addr, b.size, b.stream, b.pool, b.prev, b.next);
         let first = (addr - base).div_ceil(page);
         let last = (addr + size - base) / page;
         if first >= last {

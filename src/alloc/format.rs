@@ -36,7 +36,12 @@ fn two_decimals(size: u64, unit: u64) -> String {
 /// release's wording. `this_process` is NVML's reading for this process, if any.
 pub fn oom_message(info: &OomError, version: TorchVersion, this_process: Option<u64>) -> String {
     let proc_info = this_process
-        .map(|used| format!("Including non-PyTorch memory, this process has {} memory in use. ", format_size(used)))
+        .map(|used| {
+            format!(
+                "Including non-PyTorch memory, this process has {} memory in use. ",
+                format_size(used)
+            )
+        })
         .unwrap_or_default();
     let allowed_info = info
         .allowed_max
@@ -48,9 +53,15 @@ pub fn oom_message(info: &OomError, version: TorchVersion, this_process: Option<
             "https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf",
         )
     } else if version.0 >= 10 {
-        ("PYTORCH_ALLOC_CONF", "https://pytorch.org/docs/stable/notes/cuda.html#environment-variables")
+        (
+            "PYTORCH_ALLOC_CONF",
+            "https://pytorch.org/docs/stable/notes/cuda.html#environment-variables",
+        )
     } else {
-        ("PYTORCH_CUDA_ALLOC_CONF", "https://pytorch.org/docs/stable/notes/cuda.html#environment-variables")
+        (
+            "PYTORCH_CUDA_ALLOC_CONF",
+            "https://pytorch.org/docs/stable/notes/cuda.html#environment-variables",
+        )
     };
     format!(
         "CUDA out of memory. Tried to allocate {}. GPU {} has a total capacity of {} of which {} is free. {}{}Of the allocated memory {} is allocated by PyTorch, and {} is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting {}=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  ({})",

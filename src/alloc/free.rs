@@ -20,7 +20,8 @@ impl<D: Device> CachingAllocator<D> {
         let (size, pool, requested, stream, tag) = (b.size, b.pool, b.requested, b.stream, b.tag);
         let uses = std::mem::take(&mut b.stream_uses);
         self.stats.decrease(Family::Allocation, pool, 1);
-        self.stats.decrease(Family::AllocatedBytes, pool, size as i64);
+        self.stats
+            .decrease(Family::AllocatedBytes, pool, size as i64);
         if size >= self.config.max_split_size {
             self.stats.oversize_allocations.decrease(1);
         }
@@ -39,7 +40,11 @@ impl<D: Device> CachingAllocator<D> {
         } else {
             self.blocks.get_mut(id).event_count = uses.len() as u32;
             for s in uses {
-                self.pending.queues.entry(s).or_default().push_back((id, false));
+                self.pending
+                    .queues
+                    .entry(s)
+                    .or_default()
+                    .push_back((id, false));
             }
         }
         Ok(())
@@ -101,7 +106,9 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     fn is_free_block_start(&self, addr: u64) -> bool {
-        self.free_sets.iter().any(|set| set.iter().any(|(key, _)| key.2 == addr))
+        self.free_sets
+            .iter()
+            .any(|set| set.iter().any(|e| e.addr == addr))
     }
 
     /// §6.3 process_events: at the start of every malloc, finished events free
@@ -141,8 +148,17 @@ impl<D: Device> CachingAllocator<D> {
     /// §6.2 `free_block`: merge with free neighbours and return to the free set.
     pub(crate) fn free_block(&mut self, id: BlockId) {
         let b = self.blocks.get(id);
-        let (addr, original_size, requested, pool, stream, expandable, tag, prev, next) =
-            (b.addr, b.size, b.requested, b.pool, b.stream, b.expandable, b.tag, b.prev, b.next);
+        let (addr, original_size, requested, pool, stream, expandable, tag, prev, next) = (
+            b.addr,
+            b.size,
+            b.requested,
+            b.pool,
+            b.stream,
+            b.expandable,
+            b.tag,
+            b.prev,
+            b.next,
+        );
         self.emit(AllocEvent {
             action: Action::FreeCompleted,
             addr,
@@ -175,8 +191,10 @@ impl<D: Device> CachingAllocator<D> {
             self.apply_net(Family::InactiveSplitBytes, pool, net_bytes);
         }
         self.stats.decrease(Family::Active, pool, 1);
-        self.stats.decrease(Family::ActiveBytes, pool, original_size as i64);
-        self.stats.decrease(Family::RequestedBytes, pool, requested as i64);
+        self.stats
+            .decrease(Family::ActiveBytes, pool, original_size as i64);
+        self.stats
+            .decrease(Family::RequestedBytes, pool, requested as i64);
     }
 
     fn apply_net(&mut self, family: Family, pool: super::Pool, net: i64) {
@@ -190,7 +208,9 @@ impl<D: Device> CachingAllocator<D> {
     /// §4.3 `try_merge_blocks`: `dst` absorbs `src` if it is free and equally
     /// mapped. Returns the absorbed size (0 when nothing merged).
     pub(crate) fn try_merge(&mut self, dst: BlockId, src: BlockId) -> u64 {
-        let Some(s) = self.blocks.opt(src) else { return 0 };
+        let Some(s) = self.blocks.opt(src) else {
+            return 0;
+        };
         if !s.is_free() || s.mapped != self.blocks.get(dst).mapped {
             return 0;
         }

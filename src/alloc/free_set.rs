@@ -6,37 +6,87 @@ use std::ops::Bound;
 use super::block::BlockId;
 
 /// Free, mapped blocks ordered by `(stream, size, address)`: best fit is the
-/// first key at or after `(stream, S, 0)`.
+/// first key at or after `(stream, S, 0)`. Kept as one ordered map per stream
+/// (streams sorted by handle) with `(size, address)` packed into a `u128`, which
+/// compares in one step; most programs use one or two streams.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct FreeSet {
-    map: BTreeMap<(u64, u64, u64), BlockId>,
+    streams: Vec<(u64, BTreeMap<u128, BlockId>)>,
+}
+
+/// One free block as the set orders it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FreeEntry {
+    pub stream: u64,
+    pub size: u64,
+    pub addr: u64,
+    pub id: BlockId,
+}
+
+fn key(size: u64, addr: u64) -> u128 {
+    (u128::from(size) << 64) | u128::from(addr)
+}
+
+fn entry(stream: u64, k: u128, id: BlockId) -> FreeEntry {
+    FreeEntry {
+        stream,
+        size: (k >> 64) as u64,
+        addr: k as u64,
+        id,
+    }
 }
 
 impl FreeSet {
+    fn stream(&self, stream: u64) -> Option<&BTreeMap<u128, BlockId>> {
+        self.streams
+            .iter()
+            .find(|(s, _)| *s == stream)
+            .map(|(_, m)| m)
+    }
+
     pub fn insert(&mut self, stream: u64, size: u64, addr: u64, id: BlockId) {
-        self.map.insert((stream, size, addr), id);
+        let map = match self.streams.iter().position(|(s, _)| *s == stream) {
+            Some(i) => &mut self.streams[i].1,
+            None => {
+                let at = self.streams.partition_point(|(s, _)| *s < stream);
+                self.streams.insert(at, (stream, BTreeMap::new()));
+                &mut self.streams[at].1
+            }
+        };
+        map.insert(key(size, addr), id);
     }
 
     pub fn remove(&mut self, stream: u64, size: u64, addr: u64) -> Option<BlockId> {
-        self.map.remove(&(stream, size, addr))
+        let (_, map) = self.streams.iter_mut().find(|(s, _)| *s == stream)?;
+        map.remove(&key(size, addr))
     }
 
-    /// Blocks in key order starting at the first key ≥ `(stream, size, 0)`.
-    pub fn from(&self, stream: u64, size: u64) -> impl Iterator<Item = (&(u64, u64, u64), &BlockId)> {
-        self.map.range((stream, size, 0)..)
+    /// Blocks of `stream` in key order, starting at the first with size ≥ `size`.
+    pub fn from(&self, stream: u64, size: u64) -> impl Iterator<Item = FreeEntry> + '_ {
+        self.stream(stream).into_iter().flat_map(move |m| {
+            m.range(key(size, 0)..)
+                .map(move |(k, id)| entry(stream, *k, *id))
+        })
     }
 
-    /// Blocks in descending key order strictly below `(stream, size, 0)`.
-    pub fn below(&self, stream: u64, size: u64) -> impl Iterator<Item = (&(u64, u64, u64), &BlockId)> {
-        self.map.range(..(stream, size, 0)).rev()
+    /// Blocks of `stream` in descending key order with size < `size`.
+    pub fn below(&self, stream: u64, size: u64) -> impl Iterator<Item = FreeEntry> + '_ {
+        self.stream(stream).into_iter().flat_map(move |m| {
+            m.range(..key(size, 0))
+                .rev()
+                .map(move |(k, id)| entry(stream, *k, *id))
+        })
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&(u64, u64, u64), &BlockId)> {
-        self.map.iter()
+    /// Every block in `(stream, size, address)` order.
+    pub fn iter(&self) -> impl Iterator<Item = FreeEntry> + '_ {
+        self.streams
+            .iter()
+            .flat_map(|(stream, m)| m.iter().map(move |(k, id)| entry(*stream, *k, *id)))
     }
 
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.streams.iter().map(|(_, m)| m.len()).sum()
     }
 }
 
@@ -58,7 +108,10 @@ impl UnmappedSet {
     /// Unmapped blocks of `stream` in address order.
     pub fn of_stream(&self, stream: u64) -> impl Iterator<Item = BlockId> + '_ {
         self.map
-            .range((Bound::Included((stream, 0)), Bound::Included((stream, u64::MAX))))
+            .range((
+                Bound::Included((stream, 0)),
+                Bound::Included((stream, u64::MAX)),
+            ))
             .map(|(_, id)| *id)
     }
 }

@@ -32,15 +32,8 @@ impl<D: Device> CachingAllocator<D> {
             return Err(AllocError::TooLarge { size });
         }
         self.process_events();
-        let rounded = round_size(size, &self.config);
-        let pool = Pool::for_size(rounded);
-        let req = Request {
-            requested: size,
-            size: rounded,
-            alloc_size: alloc_size(rounded, self.config.large_segment_size),
-            pool,
-            stream,
-            tag,
+        let Some(req) = self.request(size, stream, tag) else {
+            return Err(AllocError::ZeroSize);
         };
         let block = match self.get_free_block(&req) {
             Some(b) => b,
@@ -74,22 +67,54 @@ impl<D: Device> CachingAllocator<D> {
         if self.gc_enabled() {
             self.gc_calls[req.pool.index()] += 1;
         }
+        let found = self.cached_candidate(req)?;
+        self.remove_free(found);
+        Some(found)
+    }
+
+    /// The cached block `get_free_block` would take, without taking it.
+    fn cached_candidate(&self, req: &Request) -> Option<BlockId> {
         let found = self.best_fit(req)?;
         let b = self.blocks.get(found);
         let ms = self.config.max_split_size;
         if req.size < ms && b.size >= ms {
             return None;
         }
-        if req.size >= ms && b.size >= req.size.saturating_add(self.config.max_non_split_rounding_size) {
+        if req.size >= ms
+            && b.size
+                >= req
+                    .size
+                    .saturating_add(self.config.max_non_split_rounding_size)
+        {
             return None;
         }
-        self.remove_free(found);
         Some(found)
+    }
+
+    /// Whether `malloc(size, stream)` would be served from the cache, with no device call.
+    pub fn would_reuse_cached(&self, size: u64, stream: u64) -> bool {
+        self.request(size, stream, Tag::NONE)
+            .is_some_and(|req| self.cached_candidate(&req).is_some())
+    }
+
+    fn request(&self, size: u64, stream: u64, tag: Tag) -> Option<Request> {
+        if size == 0 || size >= MAX_REQUEST {
+            return None;
+        }
+        let rounded = round_size(size, &self.config);
+        Some(Request {
+            requested: size,
+            size: rounded,
+            alloc_size: alloc_size(rounded, self.config.large_segment_size),
+            pool: Pool::for_size(rounded),
+            stream,
+            tag,
+        })
     }
 
     fn best_fit(&self, req: &Request) -> Option<BlockId> {
         let set = &self.free_sets[req.pool.index()];
-        let mut it = set.from(req.stream, req.size).take_while(|(k, _)| k.0 == req.stream).map(|(_, id)| *id);
+        let mut it = set.from(req.stream, req.size).map(|e| e.id);
         let mut current = it.next()?;
         if !self.blocks.get(current).expandable {
             return Some(current);
@@ -99,7 +124,12 @@ impl<D: Device> CachingAllocator<D> {
             // that borders unmapped space, judged by how far each can reach.
             let reach = |id: BlockId| {
                 let b = self.blocks.get(id);
-                b.size + self.blocks.opt(b.next).filter(|n| !n.mapped).map_or(0, |n| n.size)
+                b.size
+                    + self
+                        .blocks
+                        .opt(b.next)
+                        .filter(|n| !n.mapped)
+                        .map_or(0, |n| n.size)
             };
             for next in it {
                 if !self.blocks.get(current).expandable || reach(next) >= reach(current) {
@@ -140,7 +170,8 @@ impl<D: Device> CachingAllocator<D> {
         self.fix_head(id);
         self.reserved_total += size;
         self.stats.increase(Family::Segment, req.pool, 1);
-        self.stats.increase(Family::ReservedBytes, req.pool, size as i64);
+        self.stats
+            .increase(Family::ReservedBytes, req.pool, size as i64);
         if size >= self.config.max_split_size {
             self.stats.oversize_segments.increase(1);
         }
@@ -190,7 +221,8 @@ impl<D: Device> CachingAllocator<D> {
             self.insert_free(found);
             if !expandable {
                 if already_split {
-                    self.stats.decrease(Family::InactiveSplitBytes, pool, req.size as i64);
+                    self.stats
+                        .decrease(Family::InactiveSplitBytes, pool, req.size as i64);
                 } else {
                     let rem = self.blocks.get(found).size as i64;
                     self.stats.increase(Family::InactiveSplitBytes, pool, rem);
@@ -200,7 +232,8 @@ impl<D: Device> CachingAllocator<D> {
             id
         } else {
             if already_split && !expandable {
-                self.stats.decrease(Family::InactiveSplitBytes, pool, b.size as i64);
+                self.stats
+                    .decrease(Family::InactiveSplitBytes, pool, b.size as i64);
                 self.stats.decrease(Family::InactiveSplit, pool, 1);
             }
             found
@@ -222,10 +255,12 @@ impl<D: Device> CachingAllocator<D> {
             tag: req.tag,
         });
         self.stats.increase(Family::Allocation, pool, 1);
-        self.stats.increase(Family::AllocatedBytes, pool, size as i64);
+        self.stats
+            .increase(Family::AllocatedBytes, pool, size as i64);
         self.stats.increase(Family::Active, pool, 1);
         self.stats.increase(Family::ActiveBytes, pool, size as i64);
-        self.stats.increase(Family::RequestedBytes, pool, req.requested as i64);
+        self.stats
+            .increase(Family::RequestedBytes, pool, req.requested as i64);
         if size >= self.config.max_split_size {
             self.stats.oversize_allocations.increase(1);
         }
@@ -262,7 +297,9 @@ impl<D: Device> CachingAllocator<D> {
         };
         // NVML's per-process piece (§5.6 proc_info): this process holds all the
         // device's used memory in the simulation.
-        let this_process = self.process_info.then(|| device_total.saturating_sub(device_free));
+        let this_process = self
+            .process_info
+            .then(|| device_total.saturating_sub(device_free));
         info.message = oom_message(&info, self.config.version, this_process);
         AllocError::OutOfMemory(Box::new(info))
     }

@@ -27,8 +27,8 @@ impl<D: Device> CachingAllocator<D> {
     fn release_pool(&mut self, pool: Pool) {
         let mut whole = Vec::new();
         let mut to_unmap = Vec::new();
-        for (_, &id) in self.free_sets[pool.index()].iter() {
-            let b = self.blocks.get(id);
+        for e in self.free_sets[pool.index()].iter() {
+            let (id, b) = (e.id, self.blocks.get(e.id));
             if b.expandable {
                 to_unmap.push(id);
             } else if !b.is_split() {
@@ -66,7 +66,8 @@ impl<D: Device> CachingAllocator<D> {
         });
         self.reserved_total -= size;
         self.stats.decrease(Family::Segment, pool, 1);
-        self.stats.decrease(Family::ReservedBytes, pool, size as i64);
+        self.stats
+            .decrease(Family::ReservedBytes, pool, size as i64);
         if size >= self.config.max_split_size {
             self.stats.oversize_segments.decrease(1);
         }
@@ -85,8 +86,7 @@ impl<D: Device> CachingAllocator<D> {
         let set = &self.free_sets[req.pool.index()];
         let single = set
             .from(req.stream, key)
-            .take_while(|(k, _)| k.0 == req.stream)
-            .map(|(_, id)| *id)
+            .map(|e| e.id)
             .find(|id| !self.blocks.get(*id).expandable);
         if let Some(id) = single {
             self.release_block(id);
@@ -94,13 +94,13 @@ impl<D: Device> CachingAllocator<D> {
         }
         let mut chosen = Vec::new();
         let mut released = 0u64;
-        for (k, &id) in set.below(req.stream, key) {
-            if released >= key || k.1 < ms || k.0 != req.stream {
+        for e in set.below(req.stream, key) {
+            if released >= key || e.size < ms {
                 break;
             }
-            if !self.blocks.get(id).expandable {
-                released += k.1;
-                chosen.push(id);
+            if !self.blocks.get(e.id).expandable {
+                released += e.size;
+                chosen.push(e.id);
             }
         }
         for id in chosen {
@@ -112,7 +112,9 @@ impl<D: Device> CachingAllocator<D> {
     /// §5.7 garbage collection: release the oldest whole cached large blocks
     /// until reserved memory is back under the threshold.
     pub(crate) fn garbage_collect(&mut self) {
-        let Some(allowed) = self.allowed_max else { return };
+        let Some(allowed) = self.allowed_max else {
+            return;
+        };
         let threshold = (self.config.garbage_collection_threshold * allowed as f64) as u64;
         if self.reserved_total <= threshold {
             return;
@@ -122,8 +124,8 @@ impl<D: Device> CachingAllocator<D> {
         let age = |b: &super::block::Block| counter - b.gc_count_base;
         let mut total_age = 0u64;
         let mut count = 0u64;
-        for (_, &id) in self.free_sets[Pool::Large.index()].iter() {
-            let b = self.blocks.get(id);
+        for e in self.free_sets[Pool::Large.index()].iter() {
+            let b = self.blocks.get(e.id);
             if !b.is_split() && !b.expandable {
                 total_age += age(b);
                 count += 1;
@@ -136,7 +138,7 @@ impl<D: Device> CachingAllocator<D> {
             freed_any = false;
             let victims: Vec<(BlockId, u64, u64)> = self.free_sets[Pool::Large.index()]
                 .iter()
-                .map(|(_, &id)| (id, self.blocks.get(id)))
+                .map(|e| (e.id, self.blocks.get(e.id)))
                 .filter(|(_, b)| !b.is_split() && !b.expandable && age(b) as f64 >= threshold_age)
                 .map(|(id, b)| (id, b.size, age(b)))
                 .collect();

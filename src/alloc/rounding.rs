@@ -1,7 +1,9 @@
 //! Request rounding, pool choice and segment size (allocator.md §2.2–2.4).
 
 use super::config::AllocConfig;
-use super::constants::{MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUNDUP_INTERVALS, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE};
+use super::constants::{
+    MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUNDUP_INTERVALS, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE,
+};
 
 /// Which of the two per-device pools a block lives in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -64,7 +66,7 @@ fn next_division(size: u64, divisions: u64) -> u64 {
     if step == 0 {
         return floor * 2;
     }
-    if size % step == 0 {
+    if size.is_multiple_of(step) {
         size
     } else {
         (size / step) * step + step

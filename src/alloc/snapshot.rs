@@ -60,7 +60,9 @@ impl<D: Device> CachingAllocator<D> {
                 SegmentSlot::Plain(s) => {
                     out.push(self.segment_info(s.head, s.addr, s.stream, s.pool, false, s.tag));
                 }
-                SegmentSlot::Expandable(r) => self.expandable_segments(r.head, r.stream, r.pool, r.tag, &mut out),
+                SegmentSlot::Expandable(r) => {
+                    self.expandable_segments(r.head, r.stream, r.pool, r.tag, &mut out)
+                }
                 SegmentSlot::Vacant => {}
             }
         }
@@ -68,7 +70,14 @@ impl<D: Device> CachingAllocator<D> {
         out
     }
 
-    fn expandable_segments(&self, head: BlockId, stream: u64, pool: Pool, tag: Tag, out: &mut Vec<SegmentInfo>) {
+    fn expandable_segments(
+        &self,
+        head: BlockId,
+        stream: u64,
+        pool: Pool,
+        tag: Tag,
+        out: &mut Vec<SegmentInfo>,
+    ) {
         let mut id = head;
         while id != NIL {
             let b = self.blocks.get(id);
@@ -86,7 +95,15 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     /// Blocks from `first` while they are mapped (a plain segment is all mapped).
-    fn segment_info(&self, first: BlockId, addr: u64, stream: u64, pool: Pool, expandable: bool, tag: Tag) -> SegmentInfo {
+    fn segment_info(
+        &self,
+        first: BlockId,
+        addr: u64,
+        stream: u64,
+        pool: Pool,
+        expandable: bool,
+        tag: Tag,
+    ) -> SegmentInfo {
         let mut seg = SegmentInfo {
             device: self.device_index,
             address: addr,
@@ -122,7 +139,11 @@ impl<D: Device> CachingAllocator<D> {
                 size: b.size,
                 requested_size: b.requested,
                 state,
-                tag: if state == BlockState::Inactive { Tag::NONE } else { b.tag },
+                tag: if state == BlockState::Inactive {
+                    Tag::NONE
+                } else {
+                    b.tag
+                },
             });
             id = b.next;
         }
@@ -134,7 +155,7 @@ impl<D: Device> CachingAllocator<D> {
         self.free_sets
             .iter()
             .flat_map(|s| s.iter())
-            .map(|(k, _)| k.1)
+            .map(|e| e.size)
             .max()
             .unwrap_or(0)
     }

@@ -158,14 +158,20 @@ impl MemoryStats {
 
     /// `torch.cuda.reset_peak_memory_stats()`.
     pub fn reset_peak(&mut self) {
-        self.families.iter_mut().flatten().for_each(Stat::reset_peak);
+        self.families
+            .iter_mut()
+            .flatten()
+            .for_each(Stat::reset_peak);
         self.oversize_allocations.reset_peak();
         self.oversize_segments.reset_peak();
     }
 
     /// `torch.cuda.reset_accumulated_memory_stats()`.
     pub fn reset_accumulated(&mut self) {
-        self.families.iter_mut().flatten().for_each(Stat::reset_accumulated);
+        self.families
+            .iter_mut()
+            .flatten()
+            .for_each(Stat::reset_accumulated);
         self.oversize_allocations.reset_accumulated();
         self.oversize_segments.reset_accumulated();
         self.num_alloc_retries = 0;
@@ -180,15 +186,28 @@ impl MemoryStats {
     /// `with_oom_rejections` adds the 2.12+ counter.
     pub fn to_map(&self, with_oom_rejections: bool) -> BTreeMap<String, i64> {
         let mut map = BTreeMap::new();
-        let metrics = |s: Stat| [("current", s.current), ("peak", s.peak), ("allocated", s.allocated), ("freed", s.freed)];
+        let metrics = |s: Stat| {
+            [
+                ("current", s.current),
+                ("peak", s.peak),
+                ("allocated", s.allocated),
+                ("freed", s.freed),
+            ]
+        };
         for family in Family::ALL {
             for level in Level::ALL {
                 for (metric, value) in metrics(self.get(family, level)) {
-                    map.insert(format!("{}.{}.{}", family.key(), level.key(), metric), value);
+                    map.insert(
+                        format!("{}.{}.{}", family.key(), level.key(), metric),
+                        value,
+                    );
                 }
             }
         }
-        for (name, stat) in [("oversize_allocations", self.oversize_allocations), ("oversize_segments", self.oversize_segments)] {
+        for (name, stat) in [
+            ("oversize_allocations", self.oversize_allocations),
+            ("oversize_segments", self.oversize_segments),
+        ] {
             for (metric, value) in metrics(stat) {
                 map.insert(format!("{name}.{metric}"), value);
             }
@@ -204,7 +223,10 @@ impl MemoryStats {
             map.insert(name.to_string(), value as i64);
         }
         if with_oom_rejections {
-            map.insert("num_oom_rejections".to_string(), self.num_oom_rejections as i64);
+            map.insert(
+                "num_oom_rejections".to_string(),
+                self.num_oom_rejections as i64,
+            );
         }
         map.insert("max_split_size".to_string(), self.max_split_size);
         map

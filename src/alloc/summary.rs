@@ -45,18 +45,30 @@ fn cells(stat: Stat, reference: Stat, bytes: bool) -> [String; 4] {
         (stat.allocated, reference.allocated),
         (stat.freed, reference.freed),
     ];
-    pairs.map(|(v, r)| if bytes { format_bytes_cell(v, r) } else { format_count_cell(v, r) })
+    pairs.map(|(v, r)| {
+        if bytes {
+            format_bytes_cell(v, r)
+        } else {
+            format_count_cell(v, r)
+        }
+    })
 }
 
 fn row(name: &str, cells: [String; 4]) -> String {
-    format!(" {name:<21} | {} | {} | {} | {} ", cells[0], cells[1], cells[2], cells[3])
+    format!(
+        " {name:<21} | {} | {} | {} | {} ",
+        cells[0], cells[1], cells[2], cells[3]
+    )
 }
 
 /// The summary text for one device. `abbreviated` prints only the `all` rows.
 pub fn memory_summary(stats: &MemoryStats, device: u32, abbreviated: bool) -> String {
     let mut lines = vec![
         "=".repeat(WIDTH),
-        format!("{:18}PyTorch CUDA memory summary, device ID {device:<17} ", ""),
+        format!(
+            "{:18}PyTorch CUDA memory summary, device ID {device:<17} ",
+            ""
+        ),
         "-".repeat(WIDTH),
         format!(
             "{:12}CUDA OOMs: {:<12} | {:7}cudaMalloc retries: {:<8}  ",
@@ -81,8 +93,14 @@ pub fn memory_summary(stats: &MemoryStats, device: u32, abbreviated: bool) -> St
         let all = stats.get(family, Level::All);
         lines.push(row(name, cells(all, all, bytes)));
         if !abbreviated {
-            lines.push(row("      from large pool", cells(stats.get(family, Level::Large), all, bytes)));
-            lines.push(row("      from small pool", cells(stats.get(family, Level::Small), all, bytes)));
+            lines.push(row(
+                "      from large pool",
+                cells(stats.get(family, Level::Large), all, bytes),
+            ));
+            lines.push(row(
+                "      from small pool",
+                cells(stats.get(family, Level::Small), all, bytes),
+            ));
         }
     }
     for (stat, name) in [
@@ -93,7 +111,11 @@ pub fn memory_summary(stats: &MemoryStats, device: u32, abbreviated: bool) -> St
         lines.push(row(name, cells(stat, stat, false)));
     }
     lines.push("=".repeat(WIDTH));
-    let mut out = lines.iter().map(|l| format!("|{l}|")).collect::<Vec<_>>().join("\n");
+    let mut out = lines
+        .iter()
+        .map(|l| format!("|{l}|"))
+        .collect::<Vec<_>>()
+        .join("\n");
     out.push('\n');
     out
 }

@@ -51,7 +51,10 @@ impl SimDevice {
     fn take(&mut self, size: u64) -> Result<(), DeviceError> {
         let free = self.free_bytes();
         if size > free {
-            return Err(DeviceError::OutOfMemory { requested: size, free });
+            return Err(DeviceError::OutOfMemory {
+                requested: size,
+                free,
+            });
         }
         self.used += size;
         Ok(())

@@ -5,4 +5,5 @@
 //! typed segments, blocks and trace entries.
 
 pub mod pickle;
+pub mod replay;
 pub mod snapshot;

@@ -1,0 +1,353 @@
+//! Replay a recorded trace through our allocator and compare, entry by entry,
+//! with what PyTorch did (issue: replay and verify).
+//!
+//! Segment addresses come from the trace (the [`ScriptedDevice`] hands them
+//! over, and refuses where the trace shows the allocator had to release memory
+//! first); every other decision is the allocator's. An `alloc` matches when our
+//! allocator returns the recorded address; a segment event matches when our
+//! allocator makes the same call (action, address, size) in the same place.
+
+mod scripted;
+
+pub use scripted::{Expected, ScriptedDevice};
+
+use crate::alloc::{Action, AllocConfig, BlockState, CachingAllocator, SegmentInfo, Tag};
+
+/// The parts of a trace entry a replay reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    pub action: EntryAction,
+    pub addr: u64,
+    pub size: u64,
+    pub stream: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryAction {
+    Alloc,
+    FreeRequested,
+    FreeCompleted,
+    Segment(Action),
+    Oom,
+    /// `snapshot`, `annotate` and unknown actions: no allocator call.
+    Other,
+}
+
+/// A block of the recorded final state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FinalBlock {
+    pub address: u64,
+    pub size: u64,
+    pub requested_size: u64,
+    pub state: BlockState,
+}
+
+/// A segment of the recorded final state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FinalSegment {
+    pub address: u64,
+    pub total_size: u64,
+    pub stream: u64,
+    pub is_expandable: bool,
+    pub blocks: Vec<FinalBlock>,
+}
+
+/// What a replay of one device's trace found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplayOutcome {
+    pub entries: usize,
+    pub allocs: usize,
+    pub alloc_addr_match: usize,
+    pub segment_events: usize,
+    pub segment_event_match: usize,
+    pub ooms: usize,
+    pub oom_match: usize,
+    /// `None` when there was no recorded final state to compare with.
+    pub final_state_match: Option<bool>,
+    /// Index of the first entry replayed (0 for a closed trace).
+    pub replayable_from: usize,
+    /// The first differences, in words (at most a few dozen).
+    pub differences: Vec<String>,
+    /// Explicit `empty_cache()` calls the trace implies.
+    pub empty_cache_calls: usize,
+}
+
+impl ReplayOutcome {
+    pub fn all_matched(&self) -> bool {
+        self.alloc_addr_match == self.allocs
+            && self.segment_event_match == self.segment_events
+            && self.oom_match == self.ooms
+            && self.final_state_match != Some(false)
+    }
+
+    fn differ(&mut self, text: String) {
+        if self.differences.len() < 40 {
+            self.differences.push(text);
+        }
+    }
+}
+
+fn expected(e: &Entry) -> Option<Expected> {
+    match e.action {
+        EntryAction::Segment(action) => Some(Expected {
+            action,
+            addr: e.addr,
+            size: e.size,
+        }),
+        _ => None,
+    }
+}
+
+fn is_release(e: &Expected) -> bool {
+    matches!(e.action, Action::SegmentFree | Action::SegmentUnmap)
+}
+
+/// Replays one device's trace, closed (starting from an empty allocator).
+pub struct Replayer {
+    alloc: CachingAllocator<ScriptedDevice>,
+    outcome: ReplayOutcome,
+    /// Segment events recorded since the last request, with their entry index.
+    group: Vec<(usize, Expected)>,
+    deferred: Vec<u64>,
+}
+
+impl Replayer {
+    pub fn new(config: AllocConfig, device_total: u64) -> Replayer {
+        let mut alloc = CachingAllocator::new(ScriptedDevice::new(device_total), config);
+        alloc.set_oom_process_info(false);
+        Replayer {
+            alloc,
+            outcome: ReplayOutcome::default(),
+            group: Vec::new(),
+            deferred: Vec::new(),
+        }
+    }
+
+    pub fn allocator(&self) -> &CachingAllocator<ScriptedDevice> {
+        &self.alloc
+    }
+
+    /// Run every entry; compare the end state with `final_segments` if given.
+    pub fn run(
+        mut self,
+        entries: &[Entry],
+        final_segments: Option<&[FinalSegment]>,
+    ) -> ReplayOutcome {
+        self.outcome.entries = entries.len();
+        let mut i = 0;
+        while i < entries.len() {
+            let e = entries[i];
+            match e.action {
+                EntryAction::Segment(_) => {
+                    self.outcome.segment_events += 1;
+                    self.group.extend(expected(&e).map(|x| (i, x)));
+                }
+                EntryAction::Alloc | EntryAction::Oom => self.request(i, &e),
+                EntryAction::FreeRequested => {
+                    self.flush_as_empty_cache();
+                    let completes_now = entries.get(i + 1).is_some_and(|n| {
+                        n.action == EntryAction::FreeCompleted && n.addr == e.addr
+                    });
+                    self.free(i, &e, completes_now);
+                    if completes_now {
+                        i += 1;
+                    }
+                }
+                EntryAction::FreeCompleted => self.complete(i, &e),
+                EntryAction::Other => {}
+            }
+            i += 1;
+        }
+        self.flush_as_empty_cache();
+        if let Some(segments) = final_segments {
+            let ours = self.alloc.snapshot();
+            let matched = compare_final(&ours, segments, &mut self.outcome);
+            self.outcome.final_state_match = Some(matched);
+        }
+        self.outcome
+    }
+
+    fn request(&mut self, i: usize, e: &Entry) {
+        let is_oom = e.action == EntryAction::Oom;
+        // Releases recorded before a request that the cache serves cannot come
+        // from that request: they are an explicit empty_cache() call.
+        if self.group.first().is_some_and(|(_, x)| is_release(x))
+            && self.alloc.would_reuse_cached(e.size, e.stream)
+        {
+            let releases = self.group.iter().take_while(|(_, x)| is_release(x)).count();
+            let rest = self.group.split_off(releases);
+            self.flush_as_empty_cache();
+            self.group = rest;
+        }
+        let group = std::mem::take(&mut self.group);
+        self.alloc
+            .device_mut()
+            .set_script(group.iter().map(|(_, x)| *x), is_oom);
+        let result = self.alloc.malloc(e.size, e.stream, Tag(i as u64));
+        self.check_segment_events(i, &group);
+        if is_oom {
+            self.outcome.ooms += 1;
+            match result {
+                Err(err) if err.oom().is_some() => self.outcome.oom_match += 1,
+                Err(err) => self
+                    .outcome
+                    .differ(format!("entry {i}: oom expected, got error {err}")),
+                Ok(addr) => {
+                    self.outcome.differ(format!(
+                        "entry {i}: oom expected, but malloc({}) succeeded at {addr:#x}",
+                        e.size
+                    ));
+                    // Keep the state as PyTorch's: the request never got memory.
+                    let _ = self.alloc.free(addr);
+                    self.alloc.take_events();
+                }
+            }
+            return;
+        }
+        self.outcome.allocs += 1;
+        match result {
+            Ok(addr) if addr == e.addr => self.outcome.alloc_addr_match += 1,
+            Ok(addr) => {
+                self.outcome.differ(format!(
+                    "entry {i}: alloc of {} at {addr:#x}, trace has {:#x}",
+                    e.size, e.addr
+                ));
+                // Track the block under the trace's address from here on is not
+                // possible: later frees of e.addr will be reported as unknown.
+            }
+            Err(err) => self
+                .outcome
+                .differ(format!("entry {i}: alloc of {} failed: {err}", e.size)),
+        }
+    }
+
+    fn free(&mut self, i: usize, e: &Entry, completes_now: bool) {
+        let result = if completes_now {
+            self.alloc.free(e.addr)
+        } else {
+            self.deferred.push(e.addr);
+            self.alloc.free_deferred(e.addr)
+        };
+        if let Err(err) = result {
+            self.outcome.differ(format!("entry {i}: {err}"));
+        }
+        self.alloc.take_events();
+    }
+
+    fn complete(&mut self, i: usize, e: &Entry) {
+        if let Some(k) = self.deferred.iter().position(|&a| a == e.addr) {
+            self.deferred.swap_remove(k);
+            if let Err(err) = self.alloc.complete_deferred(e.addr) {
+                self.outcome.differ(format!("entry {i}: {err}"));
+            }
+            self.check_segment_events(i, &[]);
+        } else {
+            self.outcome.differ(format!(
+                "entry {i}: free_completed of {:#x} without free_requested",
+                e.addr
+            ));
+        }
+    }
+
+    /// Releases not followed by a request: an explicit `empty_cache()`.
+    fn flush_as_empty_cache(&mut self) {
+        if self.group.is_empty() {
+            return;
+        }
+        let group = std::mem::take(&mut self.group);
+        self.outcome.empty_cache_calls += 1;
+        self.alloc
+            .device_mut()
+            .set_script(group.iter().map(|(_, x)| *x), false);
+        self.alloc.empty_cache();
+        let at = group.first().map_or(0, |(i, _)| *i);
+        self.check_segment_events(at, &group);
+    }
+
+    /// Compare the segment calls our allocator made with the recorded ones, in order.
+    fn check_segment_events(&mut self, i: usize, group: &[(usize, Expected)]) {
+        let ours: Vec<Expected> = self
+            .alloc
+            .take_events()
+            .into_iter()
+            .filter(|ev| ev.action.is_segment())
+            .map(|ev| Expected {
+                action: ev.action,
+                addr: ev.addr,
+                size: ev.size,
+            })
+            .collect();
+        for (k, (at, want)) in group.iter().enumerate() {
+            match ours.get(k) {
+                Some(got) if got == want => self.outcome.segment_event_match += 1,
+                got => {
+                    let got = got.map_or("nothing".to_string(), |g| {
+                        format!("{} {:#x} {}", g.action.name(), g.addr, g.size)
+                    });
+                    self.outcome.differ(format!(
+                        "entry {at}: trace has {} {:#x} {}, we did {got}",
+                        want.action.name(),
+                        want.addr,
+                        want.size
+                    ));
+                }
+            }
+        }
+        for extra in ours.iter().skip(group.len()) {
+            self.outcome.differ(format!(
+                "entry {i}: we did {} {:#x} {} which the trace does not have",
+                extra.action.name(),
+                extra.addr,
+                extra.size
+            ));
+        }
+        let leftover = self.alloc.device_mut().leftover();
+        let surprises = std::mem::take(&mut self.alloc.device_mut().surprises);
+        for s in surprises {
+            self.outcome.differ(format!("entry {i}: device: {s}"));
+        }
+        drop(leftover);
+    }
+}
+
+/// Compare our end state with the recorded one; differences go to `outcome`.
+fn compare_final(
+    ours: &[SegmentInfo],
+    theirs: &[FinalSegment],
+    outcome: &mut ReplayOutcome,
+) -> bool {
+    let mut ok = ours.len() == theirs.len();
+    if !ok {
+        outcome.differ(format!(
+            "final state: {} segments, the snapshot has {}",
+            ours.len(),
+            theirs.len()
+        ));
+    }
+    for (o, t) in ours.iter().zip(theirs) {
+        let same_blocks = o.blocks.len() == t.blocks.len()
+            && o.blocks.iter().zip(&t.blocks).all(|(a, b)| {
+                a.address == b.address
+                    && a.size == b.size
+                    && a.state == b.state
+                    && a.requested_size == b.requested_size
+            });
+        if o.address != t.address
+            || o.total_size != t.total_size
+            || o.is_expandable != t.is_expandable
+            || !same_blocks
+        {
+            ok = false;
+            outcome.differ(format!(
+                "final segment {:#x} ({} bytes, {} blocks) differs from the snapshot's {:#x} ({} bytes, {} blocks)",
+                o.address,
+                o.total_size,
+                o.blocks.len(),
+                t.address,
+                t.total_size,
+                t.blocks.len()
+            ));
+        }
+    }
+    ok
+}
