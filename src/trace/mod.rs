@@ -4,6 +4,13 @@
 //! interned strings and shared frames; `snapshot` turns the decoded value into
 //! typed segments, blocks and trace entries.
 
+pub mod event;
+pub mod memory_map;
 pub mod pickle;
 pub mod replay;
 pub mod snapshot;
+pub mod timeline;
+
+pub use event::{Event, Marker, Phase};
+pub use memory_map::{MapBlock, MapSegment, MemoryMap};
+pub use timeline::{MarkKind, Timeline};

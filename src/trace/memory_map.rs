@@ -1,0 +1,296 @@
+//! The segment/block map rebuilt from trace entries alone, so any event index
+//! can be shown for a scenario run and an imported snapshot alike. It follows
+//! the allocator's rules for which block survives a split or merge, so it equals
+//! the allocator's own snapshot after the same entries.
+
+use std::collections::BTreeMap;
+
+use crate::alloc::{Action, AllocEvent, BlockState, Pool, Tag};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapSegment {
+    pub size: u64,
+    pub pool: Pool,
+    pub stream: u64,
+    pub expandable: bool,
+    /// Who asked for the request that created the segment.
+    pub tag: Tag,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MapBlock {
+    pub size: u64,
+    pub requested: u64,
+    pub state: BlockState,
+    pub tag: Tag,
+}
+
+/// Segments and blocks by address, plus running totals.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemoryMap {
+    pub segments: BTreeMap<u64, MapSegment>,
+    pub blocks: BTreeMap<u64, MapBlock>,
+    /// Expandable ranges that were mapped once and are unmapped now: address →
+    /// (size, requested size of the block object that holds them, §4.4).
+    pub unmapped: BTreeMap<u64, (u64, u64)>,
+    pub allocated: u64,
+    pub reserved: u64,
+    /// Allocated plus pending-free bytes.
+    pub active: u64,
+}
+
+/// Something in the entries that the map cannot place (an open trace, a gap).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{action} at {addr:#x}: {reason}")]
+pub struct MapError {
+    pub action: &'static str,
+    pub addr: u64,
+    pub reason: &'static str,
+}
+
+impl MemoryMap {
+    /// The segment containing `addr`.
+    pub fn segment_at(&self, addr: u64) -> Option<(u64, &MapSegment)> {
+        self.segments
+            .range(..=addr)
+            .next_back()
+            .filter(|(start, s)| addr < **start + s.size)
+            .map(|(a, s)| (*a, s))
+    }
+
+    /// The block containing `addr`.
+    pub fn block_at(&self, addr: u64) -> Option<(u64, &MapBlock)> {
+        self.blocks
+            .range(..=addr)
+            .next_back()
+            .filter(|(start, b)| addr < **start + b.size)
+            .map(|(a, b)| (*a, b))
+    }
+
+    /// Blocks of the segment starting at `seg_addr`, in address order.
+    pub fn blocks_of(&self, seg_addr: u64) -> impl Iterator<Item = (u64, &MapBlock)> {
+        let end = self.segments.get(&seg_addr).map_or(seg_addr, |s| seg_addr + s.size);
+        self.blocks.range(seg_addr..end).map(|(a, b)| (*a, b))
+    }
+
+    /// Bytes in free (inactive) blocks.
+    pub fn cached_free(&self) -> u64 {
+        self.reserved - self.active
+    }
+
+    /// The largest free block.
+    pub fn largest_free(&self) -> u64 {
+        self.blocks
+            .values()
+            .filter(|b| b.state == BlockState::Inactive)
+            .map(|b| b.size)
+            .max()
+            .unwrap_or(0)
+    }
+
+    pub fn apply(&mut self, e: &AllocEvent) -> Result<(), MapError> {
+        let err = |reason| MapError {
+            action: e.action.name(),
+            addr: e.addr,
+            reason,
+        };
+        match e.action {
+            Action::SegmentAlloc => {
+                let seg = MapSegment {
+                    size: e.size,
+                    pool: e.pool,
+                    stream: e.stream,
+                    expandable: false,
+                    tag: e.tag,
+                };
+                self.segments.insert(e.addr, seg);
+                self.blocks.insert(e.addr, free_block(e.size, 0));
+                self.reserved += e.size;
+            }
+            Action::SegmentFree => {
+                let seg = self.segments.remove(&e.addr).ok_or_else(|| err("no such segment"))?;
+                let inside: Vec<u64> = self.blocks.range(e.addr..e.addr + seg.size).map(|(a, _)| *a).collect();
+                for a in inside {
+                    self.blocks.remove(&a);
+                }
+                self.reserved -= seg.size;
+            }
+            Action::SegmentMap => self.map_range(e),
+            Action::SegmentUnmap => self.unmap_range(e).ok_or_else(|| err("not inside a free mapped block"))?,
+            Action::Alloc => self.alloc(e).ok_or_else(|| err("no free block starts here"))?,
+            Action::FreeRequested => {
+                let b = self.blocks.get_mut(&e.addr).ok_or_else(|| err("no such block"))?;
+                if b.state != BlockState::ActiveAllocated {
+                    return Err(err("block is not allocated"));
+                }
+                b.state = BlockState::ActivePendingFree;
+                self.allocated -= b.size;
+            }
+            Action::FreeCompleted => self.free_completed(e.addr).ok_or_else(|| err("no pending block"))?,
+            Action::Oom => {}
+        }
+        Ok(())
+    }
+
+    fn alloc(&mut self, e: &AllocEvent) -> Option<()> {
+        let b = *self.blocks.get(&e.addr)?;
+        if b.state != BlockState::Inactive || b.size < e.block_size {
+            return None;
+        }
+        if b.size > e.block_size {
+            // The remainder is the old block object: it keeps its requested size.
+            self.blocks.insert(e.addr + e.block_size, free_block(b.size - e.block_size, b.requested));
+        }
+        self.blocks.insert(
+            e.addr,
+            MapBlock {
+                size: e.block_size,
+                requested: e.size,
+                state: BlockState::ActiveAllocated,
+                tag: e.tag,
+            },
+        );
+        self.allocated += e.block_size;
+        self.active += e.block_size;
+        Some(())
+    }
+
+    fn free_completed(&mut self, addr: u64) -> Option<()> {
+        let b = *self.blocks.get(&addr)?;
+        if b.state != BlockState::ActivePendingFree {
+            return None;
+        }
+        self.active -= b.size;
+        let mut start = addr;
+        let mut size = b.size;
+        let (seg_start, seg_end) = self.segment_at(addr).map(|(a, s)| (a, a + s.size))?;
+        if let Some((pa, p)) = self.blocks.range(seg_start..addr).next_back().map(|(a, p)| (*a, *p)) {
+            if p.state == BlockState::Inactive && pa + p.size == addr {
+                self.blocks.remove(&pa);
+                start = pa;
+                size += p.size;
+            }
+        }
+        if let Some(n) = self.blocks.get(&(addr + b.size)).copied() {
+            if n.state == BlockState::Inactive && addr + b.size < seg_end {
+                self.blocks.remove(&(addr + b.size));
+                size += n.size;
+            }
+        }
+        self.blocks.remove(&addr);
+        self.blocks.insert(start, free_block(size, b.requested));
+        Some(())
+    }
+
+    /// Expandable growth: a new free mapped range that joins the mapped run
+    /// (and free block) on either side.
+    fn map_range(&mut self, e: &AllocEvent) {
+        self.reserved += e.size;
+        let mut seg_start = e.addr;
+        let mut seg_size = e.size;
+        let same_kind = |s: &MapSegment| s.expandable && s.pool == e.pool && s.stream == e.stream;
+        if let Some((a, s)) = self.segments.range(..e.addr).next_back().map(|(a, s)| (*a, s.clone())) {
+            if a + s.size == e.addr && same_kind(&s) {
+                self.segments.remove(&a);
+                seg_start = a;
+                seg_size += s.size;
+            }
+        }
+        if let Some(s) = self.segments.get(&(e.addr + e.size)).cloned() {
+            if same_kind(&s) {
+                self.segments.remove(&(e.addr + e.size));
+                seg_size += s.size;
+            }
+        }
+        let tag = self.segments.get(&seg_start).map_or(e.tag, |s| s.tag);
+        self.segments.insert(
+            seg_start,
+            MapSegment {
+                size: seg_size,
+                pool: e.pool,
+                stream: e.stream,
+                expandable: true,
+                tag,
+            },
+        );
+        // The unmapped block object being mapped survives the merges with its
+        // own requested size (0 for space never mapped before); what stays
+        // unmapped after it is a fresh block.
+        let requested = match self.unmapped.remove(&e.addr) {
+            Some((size, requested)) => {
+                if size > e.size {
+                    self.unmapped.insert(e.addr + e.size, (size - e.size, 0));
+                }
+                requested
+            }
+            None => 0,
+        };
+        let mut start = e.addr;
+        let mut size = e.size;
+        if let Some((pa, p)) = self.blocks.range(seg_start..e.addr).next_back().map(|(a, p)| (*a, *p)) {
+            if p.state == BlockState::Inactive && pa + p.size == e.addr {
+                self.blocks.remove(&pa);
+                start = pa;
+                size += p.size;
+            }
+        }
+        if let Some(n) = self.blocks.get(&(e.addr + e.size)).copied() {
+            if n.state == BlockState::Inactive {
+                self.blocks.remove(&(e.addr + e.size));
+                size += n.size;
+            }
+        }
+        self.blocks.insert(start, free_block(size, requested));
+    }
+
+    /// Expandable shrink: cut `[addr, addr+size)` out of a free block and out
+    /// of its mapped run; the pieces left on either side start fresh.
+    fn unmap_range(&mut self, e: &AllocEvent) -> Option<()> {
+        let (ba, b) = self.block_at(e.addr).map(|(a, b)| (a, *b))?;
+        if b.state != BlockState::Inactive || e.addr + e.size > ba + b.size {
+            return None;
+        }
+        let (sa, s) = self.segment_at(e.addr).map(|(a, s)| (a, s.clone()))?;
+        self.blocks.remove(&ba);
+        if e.addr > ba {
+            self.blocks.insert(ba, free_block(e.addr - ba, 0));
+        }
+        let end = e.addr + e.size;
+        if ba + b.size > end {
+            self.blocks.insert(end, free_block(ba + b.size - end, 0));
+        }
+        self.segments.remove(&sa);
+        if e.addr > sa {
+            self.segments.insert(sa, MapSegment { size: e.addr - sa, ..s.clone() });
+        }
+        if sa + s.size > end {
+            self.segments.insert(end, MapSegment { size: sa + s.size - end, ..s });
+        }
+        self.reserved -= e.size;
+        // The free block object becomes the unmapped middle and absorbs
+        // unmapped neighbours, keeping its requested size.
+        let mut start = e.addr;
+        let mut size = e.size;
+        if let Some((pa, (psize, _))) = self.unmapped.range(..e.addr).next_back().map(|(a, v)| (*a, *v)) {
+            if pa + psize == e.addr {
+                self.unmapped.remove(&pa);
+                start = pa;
+                size += psize;
+            }
+        }
+        if let Some((nsize, _)) = self.unmapped.remove(&end) {
+            size += nsize;
+        }
+        self.unmapped.insert(start, (size, b.requested));
+        Some(())
+    }
+}
+
+fn free_block(size: u64, requested: u64) -> MapBlock {
+    MapBlock {
+        size,
+        requested,
+        state: BlockState::Inactive,
+        tag: Tag::NONE,
+    }
+}
