@@ -16,7 +16,13 @@ pub enum BlockState {
 }
 
 impl BlockState {
-    pub fn name(self) -> &'static str {
+    /// Counts toward `active_size`.
+    pub fn is_active(self) -> bool {
+        self != BlockState::Inactive
+    }
+
+    /// PyTorch's spelling (as in the files; the docstring says `active_awaiting_free`).
+    pub fn as_str(self) -> &'static str {
         match self {
             BlockState::ActiveAllocated => "active_allocated",
             BlockState::ActivePendingFree => "active_pending_free",

@@ -1,1 +1,49 @@
-//! Placeholder replaced by the pickle reader.
+//! A Python pickle reader for plain data (protocols 0–5 minus class
+//! instances), built for PyTorch memory snapshots.
+//!
+//! # Why not serde-pickle
+//!
+//! serde-pickle resolves every `BINGET` by cloning the memoised value. A
+//! snapshot references one frames list from several trace entries and one
+//! frame dict from thousands of lists, so cloning turns a 1 GB pickle into
+//! tens of GB of values. This reader never copies a memoised value: a
+//! reference is a 4-byte [`Value`] handle.
+//!
+//! # Memory layout
+//!
+//! Everything lives in a [`Document`] arena:
+//! - a [`Value`] is a tagged `u32` (small int inline; wide ints, floats,
+//!   strings and containers by index), so a container item costs 4 bytes,
+//!   about what its `BINGET` costs in the file;
+//! - strings are interned into [`SharedStr`] (`Rc<str>`) by content, so equal
+//!   strings share one allocation even when the pickle did not memoise them,
+//!   and interned keys compare as integers ([`Document::find_str`]);
+//! - containers are ranges in one item pool, filled in place as APPENDS and
+//!   SETITEMS arrive after the container was memoised (pickle mutates
+//!   containers after memoising them, so values must be ids, not trees).
+//!
+//! Measured: the arena is 1.0–2.0× the file size on the real snapshots
+//! (the small legacy files, with many tiny containers, are the 2×), and 1.35×
+//! on a 226 MB synthetic trace. Decoding runs at 270–500 MB/s.
+//!
+//! # Robustness
+//!
+//! Input is `&[u8]` (the caller reads or maps the whole file). Every length
+//! field is checked against the remaining input before use, and every
+//! failure is a [`PickleError`] with the byte offset; nothing panics on bad
+//! input.
+
+mod error;
+mod opcodes;
+mod reader;
+mod text;
+mod value;
+mod writer;
+
+pub use error::{PickleError, PickleErrorKind};
+pub use reader::decode;
+pub use value::{Document, SeqId, SharedStr, Value, ValueRef};
+pub use writer::{PickleWriter, BATCH};
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -7,6 +7,7 @@
 //! allocator returns the recorded address; a segment event matches when our
 //! allocator makes the same call (action, address, size) in the same place.
 
+pub mod from_snapshot;
 mod scripted;
 
 pub use scripted::{Expected, ScriptedDevice};

@@ -1,0 +1,612 @@
+//! The opcode loop: one pass over `&[u8]`, a value stack with a separate mark
+//! stack, and the memo.
+
+use rustc_hash::FxHashMap;
+
+use super::error::{PickleError, PickleErrorKind as K};
+use super::opcodes::{self as op, name};
+use super::text;
+use super::value::{Document, LimitError, SeqId, Value};
+
+/// Decode a whole pickle held in memory.
+pub fn decode(input: &[u8]) -> Result<Document, PickleError> {
+    if input.is_empty() {
+        return Err(PickleError::new(0, K::Empty));
+    }
+    let mut r = Reader {
+        input,
+        pos: 0,
+        at: 0,
+        op: 0,
+        stack: Vec::with_capacity(64),
+        marks: Vec::with_capacity(16),
+        memo: Memo::default(),
+        doc: Document::with_input_len(input.len()),
+    };
+    let root = r.run()?;
+    r.doc.finish(root);
+    Ok(r.doc)
+}
+
+/// The memo. Pickles write indices 0, 1, 2, ... so a vector is the fast
+/// path; an index far beyond its end (possible with PUT) goes to a map
+/// rather than letting an input-derived number size an allocation.
+#[derive(Default)]
+struct Memo {
+    dense: Vec<Value>,
+    sparse: FxHashMap<u64, Value>,
+    count: u64,
+}
+
+impl Memo {
+    fn put(&mut self, idx: u64, v: Value) {
+        let len = self.dense.len() as u64;
+        if idx == len {
+            if !self.sparse.is_empty() && self.sparse.remove(&idx).is_some() {
+                self.count -= 1;
+            }
+            self.dense.push(v);
+            self.count += 1;
+        } else if idx < len {
+            let slot = &mut self.dense[idx as usize];
+            if *slot == Value::HOLE {
+                self.count += 1;
+            }
+            *slot = v;
+        } else if self.sparse.insert(idx, v).is_none() {
+            self.count += 1;
+        }
+    }
+
+    #[inline]
+    fn get(&self, idx: u64) -> Option<Value> {
+        match self.dense.get(idx as usize) {
+            Some(&v) if v != Value::HOLE => Some(v),
+            Some(_) => None,
+            None => self.sparse.get(&idx).copied(),
+        }
+    }
+}
+
+struct Reader<'a> {
+    input: &'a [u8],
+    pos: usize,
+    /// Offset of the opcode being decoded, for errors.
+    at: usize,
+    /// The opcode being decoded, for errors.
+    op: u8,
+    stack: Vec<Value>,
+    /// Stack heights at each MARK. Values below the top mark are not
+    /// reachable by POP/APPEND/... (Python keeps them on a separate stack).
+    marks: Vec<usize>,
+    memo: Memo,
+    doc: Document,
+}
+
+type R<T> = Result<T, PickleError>;
+
+impl<'a> Reader<'a> {
+    fn err(&self, kind: K) -> PickleError {
+        PickleError::new(self.at, kind)
+    }
+
+    fn limit(&self, e: LimitError) -> PickleError {
+        self.err(K::Limit {
+            what: e.what,
+            limit: e.limit,
+        })
+    }
+
+    fn left(&self) -> usize {
+        self.input.len().saturating_sub(self.pos)
+    }
+
+    /// `n` argument bytes; `n` is checked against the input first.
+    #[inline]
+    fn take(&mut self, what: &'static str, n: usize) -> R<&'a [u8]> {
+        match self.input.get(self.pos..self.pos.saturating_add(n)) {
+            Some(b) => {
+                self.pos += n;
+                Ok(b)
+            }
+            _ => Err(self.err(K::Truncated {
+                op: name(self.op),
+                what,
+                need: n as u64,
+                left: self.left(),
+            })),
+        }
+    }
+
+    #[inline]
+    fn array<const N: usize>(&mut self, what: &'static str) -> R<[u8; N]> {
+        let b = self.take(what, N)?;
+        let mut out = [0u8; N];
+        out.copy_from_slice(b);
+        Ok(out)
+    }
+
+    #[inline]
+    fn u8_arg(&mut self) -> R<u8> {
+        Ok(self.array::<1>("argument")?[0])
+    }
+
+    /// A length-prefixed payload: reads the `L`-byte length, then checks it
+    /// against the remaining input before touching the data.
+    #[inline]
+    fn payload<const L: usize>(&mut self) -> R<&'a [u8]> {
+        let raw = self.array::<L>("length")?;
+        let mut buf = [0u8; 8];
+        buf[..L].copy_from_slice(&raw);
+        let len = u64::from_le_bytes(buf);
+        if len > self.left() as u64 {
+            return Err(self.err(K::LengthTooLarge {
+                op: name(self.op),
+                len,
+                left: self.left(),
+            }));
+        }
+        self.take("data", len as usize)
+    }
+
+    /// A signed 4-byte length (BINSTRING, LONG4): negative is malformed.
+    fn payload_i32(&mut self) -> R<&'a [u8]> {
+        let len = i32::from_le_bytes(self.array::<4>("length")?);
+        if len < 0 || len as u64 > self.left() as u64 {
+            return Err(self.err(K::LengthTooLarge {
+                op: name(self.op),
+                len: len as i64 as u64,
+                left: self.left(),
+            }));
+        }
+        self.take("data", len as usize)
+    }
+
+    /// Text argument up to (not including) the next newline.
+    fn line(&mut self) -> R<&'a [u8]> {
+        let rest = self.input.get(self.pos..).unwrap_or(&[]);
+        match rest.iter().position(|&b| b == b'\n') {
+            Some(n) => {
+                self.pos += n + 1;
+                Ok(&rest[..n])
+            }
+            None => Err(self.err(K::Truncated {
+                op: name(self.op),
+                what: "newline-terminated argument",
+                need: rest.len() as u64 + 1,
+                left: rest.len(),
+            })),
+        }
+    }
+
+    fn floor(&self) -> usize {
+        self.marks.last().copied().unwrap_or(0)
+    }
+
+    fn underflow(&self, need: usize) -> PickleError {
+        self.err(K::StackUnderflow {
+            op: name(self.op),
+            need,
+            have: self.stack.len().saturating_sub(self.floor()),
+        })
+    }
+
+    #[inline]
+    fn pop(&mut self) -> R<Value> {
+        if self.stack.len() > self.floor() {
+            if let Some(v) = self.stack.pop() {
+                return Ok(v);
+            }
+        }
+        Err(self.underflow(1))
+    }
+
+    #[inline]
+    fn top(&self) -> R<Value> {
+        if self.stack.len() > self.floor() {
+            if let Some(&v) = self.stack.last() {
+                return Ok(v);
+            }
+        }
+        Err(self.underflow(1))
+    }
+
+    /// Pops the top mark and returns the stack height it recorded; the values
+    /// above it are `self.stack[mark..]`.
+    #[inline]
+    fn pop_mark(&mut self) -> R<usize> {
+        match self.marks.pop() {
+            Some(m) => Ok(m),
+            None => Err(self.err(K::NoMark { op: name(self.op) })),
+        }
+    }
+
+    #[inline]
+    fn push(&mut self, v: Result<Value, LimitError>) -> R<()> {
+        match v {
+            Ok(v) => {
+                self.stack.push(v);
+                Ok(())
+            }
+            Err(e) => Err(self.limit(e)),
+        }
+    }
+
+    fn wrong_type(&self, expected: &'static str, got: Value) -> PickleError {
+        self.err(K::WrongType {
+            op: name(self.op),
+            expected,
+            got: self.doc.type_name(got),
+        })
+    }
+
+    /// The container just below the items of a MARK-delimited batch (after
+    /// the mark was popped), checked with `kind`.
+    fn batch_target(
+        &self,
+        mark: usize,
+        kind: fn(Value) -> Option<SeqId>,
+        expected: &'static str,
+    ) -> R<SeqId> {
+        let floor = self.floor();
+        if mark <= floor || mark == 0 {
+            return Err(self.underflow(1));
+        }
+        let Some(&target) = self.stack.get(mark - 1) else {
+            return Err(self.underflow(1));
+        };
+        kind(target).ok_or_else(|| self.wrong_type(expected, target))
+    }
+
+    fn extend(&mut self, id: SeqId, from: usize) -> R<()> {
+        let r = self.doc.extend(id, self.stack.get(from..).unwrap_or(&[]));
+        self.stack.truncate(from);
+        r.map_err(|e| self.limit(e))
+    }
+
+    /// Moves the values above `from` into the new container `v` and pushes it.
+    fn fill_new(&mut self, v: Value, from: usize) -> R<()> {
+        if let Some(id) = Document::container_id(v) {
+            self.extend(id, from)?;
+        }
+        self.stack.push(v);
+        Ok(())
+    }
+
+    fn memo_put(&mut self, idx: u64) -> R<()> {
+        let v = self.top()?;
+        self.memo.put(idx, v);
+        Ok(())
+    }
+
+    #[inline]
+    fn memo_get(&mut self, idx: u64) -> R<()> {
+        match self.memo.get(idx) {
+            Some(v) => {
+                self.stack.push(v);
+                Ok(())
+            }
+            None => Err(self.err(K::MemoMissing {
+                op: name(self.op),
+                index: idx,
+            })),
+        }
+    }
+
+    fn text_int(&mut self) -> R<i64> {
+        let line = self.line()?;
+        text::parse_int(line).ok_or_else(|| self.bad_text(line))
+    }
+
+    fn bad_text(&self, line: &[u8]) -> PickleError {
+        self.err(K::BadText {
+            op: name(self.op),
+            text: String::from_utf8_lossy(line).into_owned(),
+        })
+    }
+
+    fn long_bytes(&mut self, bytes: &[u8]) -> R<()> {
+        match text::decode_long(bytes) {
+            Some(i) => {
+                let v = self.doc.int(i);
+                self.push(v)
+            }
+            None => Err(self.err(K::IntTooWide {
+                op: name(self.op),
+                bytes: bytes.len() as u64,
+            })),
+        }
+    }
+
+    fn push_str_bytes(&mut self, b: &[u8]) -> R<()> {
+        let v = match std::str::from_utf8(b) {
+            Ok(s) => self.doc.string(s),
+            // Python writes lone surrogates with "surrogatepass"; keep the
+            // rest of the text rather than failing the whole file.
+            Err(_) => self.doc.string(&String::from_utf8_lossy(b)),
+        };
+        self.push(v)
+    }
+
+    fn run(&mut self) -> R<Value> {
+        loop {
+            self.at = self.pos;
+            let Some(&code) = self.input.get(self.pos) else {
+                return Err(self.err(K::MissingStop));
+            };
+            self.op = code;
+            self.pos += 1;
+            match code {
+                op::PROTO => {
+                    let p = self.u8_arg()?;
+                    if p > 5 {
+                        return Err(self.err(K::Protocol(p)));
+                    }
+                }
+                op::FRAME => {
+                    // Frames only help streaming readers; the whole input is
+                    // here, so check the length and read straight through.
+                    let len = u64::from_le_bytes(self.array::<8>("frame length")?);
+                    if len > self.left() as u64 {
+                        return Err(self.err(K::LengthTooLarge {
+                            op: "FRAME",
+                            len,
+                            left: self.left(),
+                        }));
+                    }
+                }
+                op::STOP => return self.pop(),
+                op::MARK => self.marks.push(self.stack.len()),
+                op::POP => {
+                    if self.stack.len() > self.floor() {
+                        self.stack.pop();
+                    } else if self.marks.last() == Some(&self.stack.len()) {
+                        self.marks.pop();
+                    } else {
+                        return Err(self.underflow(1));
+                    }
+                }
+                op::POP_MARK => {
+                    let m = self.pop_mark()?;
+                    self.stack.truncate(m);
+                }
+                op::DUP => {
+                    let v = self.top()?;
+                    self.stack.push(v);
+                }
+                op::NONE => self.stack.push(Value::NONE),
+                op::NEWTRUE => self.stack.push(Value::TRUE),
+                op::NEWFALSE => self.stack.push(Value::FALSE),
+
+                // Integers.
+                op::BININT1 => {
+                    let v = self.u8_arg()?;
+                    let v = self.doc.int(v as i64);
+                    self.push(v)?;
+                }
+                op::BININT2 => {
+                    let v = u16::from_le_bytes(self.array::<2>("argument")?);
+                    let v = self.doc.int(v as i64);
+                    self.push(v)?;
+                }
+                op::BININT => {
+                    let v = i32::from_le_bytes(self.array::<4>("argument")?);
+                    let v = self.doc.int(v as i64);
+                    self.push(v)?;
+                }
+                op::LONG1 => {
+                    let b = self.payload::<1>()?;
+                    self.long_bytes(b)?;
+                }
+                op::LONG4 => {
+                    let b = self.payload_i32()?;
+                    self.long_bytes(b)?;
+                }
+                op::INT => {
+                    // Protocol 0 spells booleans as INT 00 / 01.
+                    let line = self.line()?;
+                    let v = match line {
+                        b"00" => Ok(Value::FALSE),
+                        b"01" => Ok(Value::TRUE),
+                        _ => match text::parse_int(line) {
+                            Some(i) => self.doc.int(i),
+                            None => return Err(self.bad_text(line)),
+                        },
+                    };
+                    self.push(v)?;
+                }
+                op::LONG => {
+                    let i = self.text_int()?;
+                    let v = self.doc.int(i);
+                    self.push(v)?;
+                }
+                op::BINFLOAT => {
+                    let f = f64::from_be_bytes(self.array::<8>("argument")?);
+                    let v = self.doc.float(f);
+                    self.push(v)?;
+                }
+                op::FLOAT => {
+                    let line = self.line()?;
+                    let f = text::parse_float(line).ok_or_else(|| self.bad_text(line))?;
+                    let v = self.doc.float(f);
+                    self.push(v)?;
+                }
+
+                // Strings and bytes.
+                op::SHORT_BINUNICODE => {
+                    let b = self.payload::<1>()?;
+                    self.push_str_bytes(b)?;
+                }
+                op::BINUNICODE => {
+                    let b = self.payload::<4>()?;
+                    self.push_str_bytes(b)?;
+                }
+                op::BINUNICODE8 => {
+                    let b = self.payload::<8>()?;
+                    self.push_str_bytes(b)?;
+                }
+                op::SHORT_BINSTRING => {
+                    let b = self.payload::<1>()?;
+                    self.push_str_bytes(b)?;
+                }
+                op::BINSTRING => {
+                    let b = self.payload_i32()?;
+                    self.push_str_bytes(b)?;
+                }
+                op::STRING => {
+                    let line = self.line()?;
+                    let s = text::unquote_string(line).ok_or_else(|| self.bad_text(line))?;
+                    self.push_str_bytes(&s)?;
+                }
+                op::UNICODE => {
+                    let line = self.line()?;
+                    let s = text::raw_unicode_escape(line);
+                    let v = self.doc.string(&s);
+                    self.push(v)?;
+                }
+                op::SHORT_BINBYTES => {
+                    let b = self.payload::<1>()?;
+                    let v = self.doc.bytes(b);
+                    self.push(v)?;
+                }
+                op::BINBYTES => {
+                    let b = self.payload::<4>()?;
+                    let v = self.doc.bytes(b);
+                    self.push(v)?;
+                }
+                op::BINBYTES8 => {
+                    let b = self.payload::<8>()?;
+                    let v = self.doc.bytes(b);
+                    self.push(v)?;
+                }
+
+                // Containers.
+                op::EMPTY_LIST => {
+                    let v = self.doc.new_list();
+                    self.push(v)?;
+                }
+                op::EMPTY_DICT => {
+                    let v = self.doc.new_dict();
+                    self.push(v)?;
+                }
+                op::EMPTY_SET => {
+                    let v = self.doc.new_set(false);
+                    self.push(v)?;
+                }
+                op::EMPTY_TUPLE => {
+                    let v = self.doc.new_tuple(&[]);
+                    self.push(v)?;
+                }
+                op::TUPLE1 | op::TUPLE2 | op::TUPLE3 => {
+                    let n = (code - op::TUPLE1 + 1) as usize;
+                    if self.stack.len() < self.floor() + n {
+                        return Err(self.underflow(n));
+                    }
+                    let from = self.stack.len() - n;
+                    let v = self.doc.new_tuple(self.stack.get(from..).unwrap_or(&[]));
+                    self.stack.truncate(from);
+                    self.push(v)?;
+                }
+                op::TUPLE => {
+                    let m = self.pop_mark()?;
+                    let v = self.doc.new_tuple(self.stack.get(m..).unwrap_or(&[]));
+                    self.stack.truncate(m);
+                    self.push(v)?;
+                }
+                op::LIST => {
+                    let m = self.pop_mark()?;
+                    let v = self.doc.new_list().map_err(|e| self.limit(e))?;
+                    self.fill_new(v, m)?;
+                }
+                op::DICT => {
+                    let m = self.pop_mark()?;
+                    let count = self.stack.len().saturating_sub(m);
+                    if count % 2 != 0 {
+                        return Err(self.err(K::OddItems { op: "DICT", count }));
+                    }
+                    let v = self.doc.new_dict().map_err(|e| self.limit(e))?;
+                    self.fill_new(v, m)?;
+                }
+                op::FROZENSET => {
+                    let m = self.pop_mark()?;
+                    let v = self.doc.new_set(true).map_err(|e| self.limit(e))?;
+                    self.fill_new(v, m)?;
+                }
+                op::APPEND => {
+                    let item = self.pop()?;
+                    let target = self.top()?;
+                    let id =
+                        Document::list_id(target).ok_or_else(|| self.wrong_type("list", target))?;
+                    self.doc.extend(id, &[item]).map_err(|e| self.limit(e))?;
+                }
+                op::APPENDS => {
+                    let m = self.pop_mark()?;
+                    let id = self.batch_target(m, Document::list_id, "list")?;
+                    self.extend(id, m)?;
+                }
+                op::SETITEM => {
+                    let v = self.pop()?;
+                    let k = self.pop()?;
+                    let target = self.top()?;
+                    let id =
+                        Document::dict_id(target).ok_or_else(|| self.wrong_type("dict", target))?;
+                    self.doc.extend(id, &[k, v]).map_err(|e| self.limit(e))?;
+                }
+                op::SETITEMS => {
+                    let m = self.pop_mark()?;
+                    let count = self.stack.len().saturating_sub(m);
+                    if count % 2 != 0 {
+                        return Err(self.err(K::OddItems {
+                            op: "SETITEMS",
+                            count,
+                        }));
+                    }
+                    let id = self.batch_target(m, Document::dict_id, "dict")?;
+                    self.extend(id, m)?;
+                }
+                op::ADDITEMS => {
+                    let m = self.pop_mark()?;
+                    let id = self.batch_target(m, Document::set_id, "set")?;
+                    self.extend(id, m)?;
+                }
+
+                // Memo.
+                op::MEMOIZE => {
+                    let idx = self.memo.count;
+                    self.memo_put(idx)?;
+                }
+                op::BINPUT => {
+                    let idx = self.u8_arg()? as u64;
+                    self.memo_put(idx)?;
+                }
+                op::LONG_BINPUT => {
+                    let idx = u32::from_le_bytes(self.array::<4>("memo index")?) as u64;
+                    self.memo_put(idx)?;
+                }
+                op::PUT => {
+                    let idx = self.text_int()?;
+                    let idx = u64::try_from(idx).map_err(|_| self.bad_text(b"negative index"))?;
+                    self.memo_put(idx)?;
+                }
+                op::BINGET => {
+                    let idx = self.u8_arg()? as u64;
+                    self.memo_get(idx)?;
+                }
+                op::LONG_BINGET => {
+                    let idx = u32::from_le_bytes(self.array::<4>("memo index")?) as u64;
+                    self.memo_get(idx)?;
+                }
+                op::GET => {
+                    let idx = self.text_int()?;
+                    self.memo_get(idx as u64)?;
+                }
+                other => {
+                    return Err(self.err(match op::unsupported_name(other) {
+                        Some(n) => K::Unsupported(n),
+                        None => K::UnknownOpcode(other),
+                    }))
+                }
+            }
+        }
+    }
+}

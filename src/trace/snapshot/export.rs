@@ -1,0 +1,254 @@
+//! [`Snapshot`] → pickle protocol 4 in the current dict layout, with the
+//! keys and key order PyTorch 2.9+ writes. Strings, frame dicts and frames
+//! lists are memoised once and referenced with `BINGET`, as PyTorch's files
+//! do, so exports stay about the size of the originals.
+//!
+//! Legacy inputs come out modernised: blocks get `address` and `frames`
+//! instead of `history`, segments get all 12 keys. `allocator_settings` is
+//! written only when the snapshot has it, so a re-import keeps `None`.
+
+use rustc_hash::FxHashMap;
+
+use crate::trace::pickle::PickleWriter;
+
+use super::frames::{FrameId, FramesId};
+use super::types::{
+    Action, AllocatorSettings, Annotation, Block, Segment, SettingValue, Snapshot, TraceEntry,
+};
+
+/// Serialise `snap` as a `_dump_snapshot`-style pickle.
+pub fn export_bytes(snap: &Snapshot) -> Vec<u8> {
+    let mut ex = Exporter {
+        w: PickleWriter::new(),
+        snap,
+        stacks: FxHashMap::default(),
+        frames: FxHashMap::default(),
+    };
+    ex.root();
+    ex.w.finish()
+}
+
+struct Exporter<'s> {
+    w: PickleWriter,
+    snap: &'s Snapshot,
+    /// Memo index of each stack's list already written.
+    stacks: FxHashMap<FramesId, u32>,
+    /// Memo index of each frame dict already written.
+    frames: FxHashMap<FrameId, u32>,
+}
+
+impl Exporter<'_> {
+    /// `EMPTY_DICT MEMOIZE MARK <body> SETITEMS`.
+    fn dict(&mut self, body: impl FnOnce(&mut Self)) {
+        self.w.empty_dict();
+        self.w.memoize();
+        self.w.mark();
+        body(self);
+        self.w.setitems();
+    }
+
+    fn root(&mut self) {
+        let snap = self.snap;
+        self.dict(|ex| {
+            ex.w.str("segments");
+            ex.list(&snap.segments, Self::segment);
+            ex.w.str("device_traces");
+            ex.list(&snap.device_traces, |ex, trace| ex.list(trace, Self::entry));
+            if let Some(s) = &snap.allocator_settings {
+                ex.w.str("allocator_settings");
+                ex.settings(s);
+            }
+            ex.w.str("external_annotations");
+            ex.list(&snap.external_annotations, Self::annotation);
+        });
+    }
+
+    /// A list written through the writer, with the exporter available to
+    /// the item callback.
+    fn list<T>(&mut self, items: &[T], mut item: impl FnMut(&mut Self, &T)) {
+        self.w.empty_list();
+        self.w.memoize();
+        for chunk in items.chunks(crate::trace::pickle::BATCH) {
+            self.w.mark();
+            for x in chunk {
+                item(self, x);
+            }
+            self.w.appends();
+        }
+    }
+
+    fn segment(&mut self, s: &Segment) {
+        self.dict(|ex| {
+            let w = &mut ex.w;
+            w.str("device");
+            w.int(s.device);
+            w.str("address");
+            w.uint(s.address);
+            w.str("total_size");
+            w.uint(s.total_size);
+            w.str("allocated_size");
+            w.uint(s.allocated_size);
+            w.str("active_size");
+            w.uint(s.active_size);
+            w.str("requested_size");
+            w.uint(s.requested_size);
+            w.str("stream");
+            w.uint(s.stream);
+            w.str("segment_type");
+            w.str(s.segment_type.as_str());
+            w.str("segment_pool_id");
+            w.int(s.pool_id.0);
+            w.int(s.pool_id.1);
+            w.tuple2();
+            w.memoize();
+            w.str("is_expandable");
+            w.bool(s.is_expandable);
+            w.str("frames");
+            ex.stack(s.frames);
+            ex.w.str("blocks");
+            ex.list(&s.blocks, Self::block);
+        });
+    }
+
+    fn block(&mut self, b: &Block) {
+        self.dict(|ex| {
+            let w = &mut ex.w;
+            w.str("address");
+            w.uint(b.address);
+            w.str("size");
+            w.uint(b.size);
+            w.str("requested_size");
+            w.uint(b.requested_size);
+            w.str("state");
+            w.str(b.state.as_str());
+            w.str("frames");
+            ex.stack(b.frames);
+        });
+    }
+
+    fn entry(&mut self, e: &TraceEntry) {
+        self.dict(|ex| {
+            let w = &mut ex.w;
+            w.str("action");
+            w.str(e.action.as_str());
+            // PyTorch writes `device_free` in place of `addr` for an oom.
+            if e.action != Action::Oom {
+                w.str("addr");
+                w.uint(e.addr);
+            }
+            if let Some(free) = e.device_free {
+                w.str("device_free");
+                w.uint(free);
+            }
+            w.str("size");
+            w.uint(e.size);
+            w.str("stream");
+            w.uint(e.stream);
+            if let Some(t) = e.time_us {
+                w.str("time_us");
+                w.int(t);
+            }
+            if let Some(c) = &e.compile_context {
+                w.str("compile_context");
+                w.str(c);
+            }
+            if let Some(m) = &e.user_metadata {
+                w.str("user_metadata");
+                w.str(m);
+            }
+            // `snapshot` markers carry no stack in PyTorch's files.
+            if e.action != Action::Snapshot || e.frames != FramesId::EMPTY {
+                w.str("frames");
+                ex.stack(e.frames);
+            }
+        });
+    }
+
+    fn settings(&mut self, s: &AllocatorSettings) {
+        self.dict(|ex| {
+            let w = &mut ex.w;
+            w.str("PYTORCH_CUDA_ALLOC_CONF");
+            w.str(&s.conf);
+            w.str("max_split_size");
+            w.int(s.max_split_size);
+            w.str("garbage_collection_threshold");
+            w.float(s.garbage_collection_threshold);
+            w.str("expandable_segments");
+            w.bool(s.expandable_segments);
+            for (k, v) in &s.other {
+                w.str(k);
+                match v {
+                    SettingValue::None => w.none(),
+                    SettingValue::Bool(b) => w.bool(*b),
+                    SettingValue::Int(i) => w.int(*i),
+                    SettingValue::Float(f) => w.float(*f),
+                    SettingValue::Str(x) => w.str(x),
+                    SettingValue::Text(x) => w.str(x),
+                }
+            }
+            w.str("roundup_power2_divisions");
+            ex.dict(|ex| {
+                for &(interval, divisions) in &s.roundup_power2_divisions {
+                    ex.w.str(&interval.to_string());
+                    ex.w.uint(divisions);
+                }
+            });
+        });
+    }
+
+    fn annotation(&mut self, a: &Annotation) {
+        self.dict(|ex| {
+            let w = &mut ex.w;
+            w.str("stage");
+            w.str(&a.stage);
+            w.str("name");
+            w.str(&a.name);
+            w.str("device");
+            w.int(a.device);
+            w.str("time_us");
+            w.int(a.time_us);
+        });
+    }
+
+    /// A frames list: written once, then `BINGET` for every other use.
+    fn stack(&mut self, id: FramesId) {
+        if let Some(&memo) = self.stacks.get(&id) {
+            self.w.get(memo);
+            return;
+        }
+        let table = &self.snap.frames;
+        let ids = table.stack(id);
+        self.w.empty_list();
+        let memo = self.w.memoize();
+        for chunk in ids.chunks(crate::trace::pickle::BATCH) {
+            self.w.mark();
+            for &f in chunk {
+                self.frame(f);
+            }
+            self.w.appends();
+        }
+        self.stacks.insert(id, memo);
+    }
+
+    fn frame(&mut self, id: FrameId) {
+        if let Some(&memo) = self.frames.get(&id) {
+            self.w.get(memo);
+            return;
+        }
+        let Some(frame) = self.snap.frames.frame(id) else {
+            self.w.none();
+            return;
+        };
+        self.w.empty_dict();
+        let memo = self.w.memoize();
+        self.w.mark();
+        self.w.str("filename");
+        self.w.str(&frame.filename);
+        self.w.str("name");
+        self.w.str(&frame.name);
+        self.w.str("line");
+        self.w.int(frame.line);
+        self.w.setitems();
+        self.frames.insert(id, memo);
+    }
+}

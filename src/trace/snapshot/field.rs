@@ -1,0 +1,344 @@
+//! Typed field access over a decoded pickle, with the field path carried
+//! along (as a chain on the call stack, rendered only on error).
+
+use std::fmt::Write as _;
+
+use crate::trace::pickle::{Document, SeqId, SharedStr, Value, ValueRef};
+
+use super::error::SchemaError;
+
+/// One step of a field path.
+#[derive(Clone, Copy)]
+pub(super) enum Step {
+    Root,
+    Key(&'static str),
+    Index(usize),
+}
+
+/// A field path: `segments[3].blocks[0].size`. Built as a linked chain of
+/// borrowed steps, so descending costs nothing until an error is rendered.
+#[derive(Clone, Copy)]
+pub(super) struct Path<'p> {
+    parent: Option<&'p Path<'p>>,
+    step: Step,
+}
+
+impl<'p> Path<'p> {
+    pub const ROOT: Path<'static> = Path {
+        parent: None,
+        step: Step::Root,
+    };
+
+    pub fn key(&'p self, key: &'static str) -> Path<'p> {
+        Path {
+            parent: Some(self),
+            step: Step::Key(key),
+        }
+    }
+
+    pub fn index(&'p self, i: usize) -> Path<'p> {
+        Path {
+            parent: Some(self),
+            step: Step::Index(i),
+        }
+    }
+
+    pub fn render(&self) -> String {
+        let mut steps = Vec::new();
+        let mut p = Some(self);
+        while let Some(cur) = p {
+            steps.push(cur.step);
+            p = cur.parent;
+        }
+        let mut out = String::new();
+        for step in steps.iter().rev() {
+            match step {
+                Step::Root => {}
+                Step::Key(k) => {
+                    if !out.is_empty() {
+                        out.push('.');
+                    }
+                    out.push_str(k);
+                }
+                Step::Index(i) => {
+                    let _ = write!(out, "[{i}]");
+                }
+            }
+        }
+        if out.is_empty() {
+            out.push_str("<root>");
+        }
+        out
+    }
+
+    pub fn error(&self, message: impl Into<String>) -> SchemaError {
+        SchemaError {
+            path: self.render(),
+            message: message.into(),
+        }
+    }
+}
+
+pub(super) type Res<T> = Result<T, SchemaError>;
+
+/// Declares [`Key`]: every dict key the importer reads.
+macro_rules! keys {
+    ($($variant:ident = $name:literal,)*) => {
+        /// A dict key of the snapshot schema. Looked up by index, so reading
+        /// a field never hashes a string.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub(super) enum Key { $($variant,)* }
+
+        impl Key {
+            pub const ALL: &'static [Key] = &[$(Key::$variant,)*];
+
+            pub fn name(self) -> &'static str {
+                match self { $(Key::$variant => $name,)* }
+            }
+        }
+    };
+}
+
+keys! {
+    Segments = "segments",
+    DeviceTraces = "device_traces",
+    AllocatorSettings = "allocator_settings",
+    ExternalAnnotations = "external_annotations",
+    Device = "device",
+    Address = "address",
+    TotalSize = "total_size",
+    AllocatedSize = "allocated_size",
+    ActiveSize = "active_size",
+    RequestedSize = "requested_size",
+    Stream = "stream",
+    SegmentType = "segment_type",
+    SegmentPoolId = "segment_pool_id",
+    IsExpandable = "is_expandable",
+    Frames = "frames",
+    Blocks = "blocks",
+    Size = "size",
+    State = "state",
+    History = "history",
+    RealSize = "real_size",
+    Action = "action",
+    Addr = "addr",
+    DeviceFree = "device_free",
+    TimeUs = "time_us",
+    CompileContext = "compile_context",
+    UserMetadata = "user_metadata",
+    Filename = "filename",
+    Line = "line",
+    Name = "name",
+    Stage = "stage",
+    AllocConf = "PYTORCH_CUDA_ALLOC_CONF",
+    MaxSplitSize = "max_split_size",
+    GarbageCollectionThreshold = "garbage_collection_threshold",
+    ExpandableSegments = "expandable_segments",
+    RoundupPower2Divisions = "roundup_power2_divisions",
+}
+
+/// The document plus the schema's key strings, looked up once: because
+/// strings are interned, a key compare is then one integer compare.
+pub(super) struct Fields<'d> {
+    pub doc: &'d Document,
+    /// The interned string of each [`Key`], by `Key as usize`; `None` when
+    /// the pickle never mentions it.
+    keys: Vec<Option<Value>>,
+}
+
+impl<'d> Fields<'d> {
+    pub fn new(doc: &'d Document) -> Self {
+        let keys = Key::ALL.iter().map(|k| doc.find_str(k.name())).collect();
+        Self { doc, keys }
+    }
+
+    fn expected(&self, v: Value, what: &str, path: &Path) -> SchemaError {
+        path.error(format!("expected {what}, got {}", self.doc.type_name(v)))
+    }
+
+    #[inline]
+    pub fn dict(&self, v: Value, path: &Path) -> Res<SeqId> {
+        Document::dict_id(v).ok_or_else(|| self.expected(v, "dict", path))
+    }
+
+    pub fn list(&self, v: Value, path: &Path) -> Res<&'d [Value]> {
+        match self.doc.get(v) {
+            ValueRef::List(id) => Ok(self.doc.items(id)),
+            _ => Err(self.expected(v, "list", path)),
+        }
+    }
+
+    /// The container id of a list, for caching per shared list.
+    #[inline]
+    pub fn list_id(&self, v: Value, path: &Path) -> Res<SeqId> {
+        Document::list_id(v).ok_or_else(|| self.expected(v, "list", path))
+    }
+
+    /// A list or a tuple (PyTorch writes pairs as tuples, JSON-ish
+    /// converters as lists).
+    pub fn sequence(&self, v: Value, path: &Path) -> Res<&'d [Value]> {
+        match self.doc.get(v) {
+            ValueRef::List(id) | ValueRef::Tuple(id) => Ok(self.doc.items(id)),
+            _ => Err(self.expected(v, "tuple", path)),
+        }
+    }
+
+    pub fn int(&self, v: Value, path: &Path) -> Res<i64> {
+        match self.doc.get(v) {
+            ValueRef::Int(i) => Ok(i),
+            _ => Err(self.expected(v, "int", path)),
+        }
+    }
+
+    pub fn uint(&self, v: Value, path: &Path) -> Res<u64> {
+        let i = self.int(v, path)?;
+        u64::try_from(i).map_err(|_| path.error(format!("expected a non-negative int, got {i}")))
+    }
+
+    pub fn float(&self, v: Value, path: &Path) -> Res<f64> {
+        match self.doc.get(v) {
+            ValueRef::Float(f) => Ok(f),
+            ValueRef::Int(i) => Ok(i as f64),
+            _ => Err(self.expected(v, "float", path)),
+        }
+    }
+
+    pub fn bool(&self, v: Value, path: &Path) -> Res<bool> {
+        match self.doc.get(v) {
+            ValueRef::Bool(b) => Ok(b),
+            _ => Err(self.expected(v, "bool", path)),
+        }
+    }
+
+    pub fn str(&self, v: Value, path: &Path) -> Res<SharedStr> {
+        match self.doc.get(v) {
+            ValueRef::Str(s) => Ok(s.clone()),
+            _ => Err(self.expected(v, "str", path)),
+        }
+    }
+
+    /// `d[key]` if present.
+    #[inline]
+    pub fn get(&self, d: SeqId, key: Key) -> Option<Value> {
+        let k = (*self.keys.get(key as usize)?)?;
+        self.doc.dict_get(d, k)
+    }
+
+    /// `d[key]`, or an error naming the missing key.
+    pub fn req(&self, d: SeqId, key: Key, path: &Path) -> Res<Value> {
+        self.get(d, key)
+            .ok_or_else(|| path.error(format!("missing key {:?}", key.name())))
+    }
+
+    /// Optional typed field: `None` when absent, an error when present with
+    /// the wrong type.
+    pub fn opt<T>(
+        &self,
+        d: SeqId,
+        key: Key,
+        path: &Path,
+        conv: impl FnOnce(&Self, Value, &Path) -> Res<T>,
+    ) -> Res<Option<T>> {
+        match self.get(d, key) {
+            Some(v) => conv(self, v, &path.key(key.name())).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Required typed field.
+    pub fn field<T>(
+        &self,
+        d: SeqId,
+        key: Key,
+        path: &Path,
+        conv: impl FnOnce(&Self, Value, &Path) -> Res<T>,
+    ) -> Res<T> {
+        let v = self.req(d, key, path)?;
+        conv(self, v, &path.key(key.name()))
+    }
+
+    /// A short Python-like rendering for values kept as text. Bounded in
+    /// size: a pickle can build a list that contains itself many times.
+    pub fn repr(&self, v: Value) -> String {
+        let mut out = String::new();
+        let mut budget = 256usize;
+        self.repr_into(v, &mut out, &mut budget);
+        out
+    }
+
+    fn repr_into(&self, v: Value, out: &mut String, budget: &mut usize) {
+        if *budget == 0 {
+            out.push_str("...");
+            return;
+        }
+        *budget -= 1;
+        let doc = self.doc;
+        let seq =
+            |items: &[Value], open: &str, close: &str, out: &mut String, budget: &mut usize| {
+                out.push_str(open);
+                for (i, &x) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    self.repr_into(x, out, budget);
+                    if *budget == 0 {
+                        break;
+                    }
+                }
+                out.push_str(close);
+            };
+        match doc.get(v) {
+            ValueRef::None => out.push_str("None"),
+            ValueRef::Bool(b) => out.push_str(if b { "True" } else { "False" }),
+            ValueRef::Int(i) => {
+                let _ = write!(out, "{i}");
+            }
+            ValueRef::Float(f) => {
+                let _ = write!(out, "{f:?}");
+            }
+            ValueRef::Str(s) => {
+                let _ = write!(out, "{:?}", &**s);
+            }
+            ValueRef::Bytes(b) => {
+                let _ = write!(out, "b{:?}", String::from_utf8_lossy(b));
+            }
+            ValueRef::List(id) => seq(doc.items(id), "[", "]", out, budget),
+            ValueRef::Tuple(id) => seq(doc.items(id), "(", ")", out, budget),
+            ValueRef::Set(id) | ValueRef::FrozenSet(id) => {
+                seq(doc.items(id), "{", "}", out, budget)
+            }
+            ValueRef::Dict(id) => {
+                out.push('{');
+                for (i, (k, x)) in doc.pairs(id).enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    self.repr_into(k, out, budget);
+                    out.push_str(": ");
+                    self.repr_into(x, out, budget);
+                    if *budget == 0 {
+                        break;
+                    }
+                }
+                out.push('}');
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_render_like_python_access() {
+        let root = Path::ROOT;
+        let segs = root.key("segments");
+        let s3 = segs.index(3);
+        let blocks = s3.key("blocks");
+        let b0 = blocks.index(0);
+        assert_eq!(b0.key("size").render(), "segments[3].blocks[0].size");
+        assert_eq!(root.render(), "<root>");
+        assert_eq!(root.index(2).key("size").render(), "[2].size");
+    }
+}

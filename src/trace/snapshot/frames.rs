@@ -1,0 +1,191 @@
+//! Interned stacks. A snapshot repeats the same frames and the same stacks
+//! thousands of times; each distinct frame and each distinct stack is stored
+//! once and named by a small id.
+
+use rustc_hash::FxHashMap;
+
+use crate::trace::pickle::SharedStr;
+
+/// One stack frame, `{filename, line, name}` in the file.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Frame {
+    pub filename: SharedStr,
+    pub line: i64,
+    pub name: SharedStr,
+}
+
+impl Frame {
+    /// True for the user's own Python code: not C++ (`??`, `""`, `*.cpp`,
+    /// `*.cu`, `*.h`), not torch itself, not interpreter pseudo-files such as
+    /// `<frozen runpy>` or `<eval_with_key>`.
+    pub fn is_user_code(&self) -> bool {
+        let f = &*self.filename;
+        if f.is_empty() || f == "??" || f.starts_with('<') {
+            return false;
+        }
+        const NATIVE: [&str; 7] = [".cpp", ".cc", ".cu", ".cuh", ".h", ".hpp", ".c"];
+        if NATIVE.iter().any(|ext| f.ends_with(ext)) {
+            return false;
+        }
+        !(f.contains("/torch/") || f.contains("\\torch\\") || f.contains("site-packages/torch"))
+    }
+}
+
+/// Index of one distinct [`Frame`] in a [`FrameTable`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FrameId(pub u32);
+
+/// Index of one distinct stack in a [`FrameTable`]. [`FramesId::EMPTY`] is
+/// the empty stack; equal stacks always get the same id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FramesId(pub u32);
+
+impl FramesId {
+    pub const EMPTY: FramesId = FramesId(0);
+}
+
+/// Distinct frames and distinct stacks (innermost frame first).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FrameTable {
+    frames: Vec<Frame>,
+    /// `(start, len)` into `items`, per stack.
+    stacks: Vec<(u32, u32)>,
+    items: Vec<FrameId>,
+    frame_index: FxHashMap<Frame, FrameId>,
+    stack_index: FxHashMap<Box<[FrameId]>, FramesId>,
+}
+
+impl Default for FrameTable {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FrameTable {
+    /// A table holding only the empty stack.
+    pub fn new() -> Self {
+        let mut stack_index = FxHashMap::default();
+        stack_index.insert(Box::from([]), FramesId::EMPTY);
+        Self {
+            frames: Vec::new(),
+            stacks: vec![(0, 0)],
+            items: Vec::new(),
+            frame_index: FxHashMap::default(),
+            stack_index,
+        }
+    }
+
+    /// The id of `frame`, adding it if new.
+    pub fn intern_frame(&mut self, frame: Frame) -> FrameId {
+        if let Some(&id) = self.frame_index.get(&frame) {
+            return id;
+        }
+        let id = FrameId(self.frames.len() as u32);
+        self.frames.push(frame.clone());
+        self.frame_index.insert(frame, id);
+        id
+    }
+
+    /// The id of the stack `ids` (innermost first), adding it if new.
+    pub fn intern_stack(&mut self, ids: &[FrameId]) -> FramesId {
+        if let Some(&id) = self.stack_index.get(ids) {
+            return id;
+        }
+        let id = FramesId(self.stacks.len() as u32);
+        self.stacks
+            .push((self.items.len() as u32, ids.len() as u32));
+        self.items.extend_from_slice(ids);
+        self.stack_index.insert(ids.into(), id);
+        id
+    }
+
+    /// The frames of a stack, innermost first. Unknown ids give `[]`.
+    pub fn stack(&self, id: FramesId) -> &[FrameId] {
+        match self.stacks.get(id.0 as usize) {
+            Some(&(start, len)) => self
+                .items
+                .get(start as usize..(start + len) as usize)
+                .unwrap_or(&[]),
+            None => &[],
+        }
+    }
+
+    /// One frame. Ids come from this table; a foreign id gives `None`.
+    pub fn frame(&self, id: FrameId) -> Option<&Frame> {
+        self.frames.get(id.0 as usize)
+    }
+
+    /// The frames of a stack, resolved, innermost first.
+    pub fn resolve(&self, id: FramesId) -> impl Iterator<Item = &Frame> + '_ {
+        self.stack(id).iter().filter_map(|&f| self.frame(f))
+    }
+
+    /// See [`Frame::is_user_code`].
+    pub fn first_user_frame(&self, id: FramesId) -> Option<&Frame> {
+        self.resolve(id).find(|f| f.is_user_code())
+    }
+
+    /// Number of distinct frames.
+    pub fn frame_count(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// Number of distinct stacks, the empty one included.
+    pub fn stack_count(&self) -> usize {
+        self.stacks.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(file: &str, line: i64, name: &str) -> Frame {
+        Frame {
+            filename: file.into(),
+            line,
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn equal_stacks_share_an_id() {
+        let mut t = FrameTable::new();
+        let a = t.intern_frame(frame("/a.py", 1, "f"));
+        let b = t.intern_frame(frame("/b.py", 2, "g"));
+        assert_eq!(t.intern_frame(frame("/a.py", 1, "f")), a);
+        let s1 = t.intern_stack(&[a, b]);
+        let s2 = t.intern_stack(&[a, b]);
+        assert_eq!(s1, s2);
+        assert_ne!(t.intern_stack(&[b, a]), s1);
+        assert_eq!(t.intern_stack(&[]), FramesId::EMPTY);
+        assert_eq!(t.stack(s1), &[a, b]);
+        assert_eq!(t.stack_count(), 3);
+    }
+
+    #[test]
+    fn user_frames_skip_native_torch_and_frozen() {
+        let mut t = FrameTable::new();
+        let ids: Vec<_> = [
+            frame("??", 0, "torch::unwind::unwind()"),
+            frame("", 0, "c10::cuda::CUDACachingAllocator::malloc"),
+            frame("python_variable.cpp", 0, "THPVariable_new"),
+            frame(
+                "/usr/lib/python3.12/site-packages/torch/nn/modules/linear.py",
+                125,
+                "forward",
+            ),
+            frame("C:\\venv\\Lib\\torch\\nn\\functional.py", 10, "relu"),
+            frame("<frozen runpy>", 88, "_run_code"),
+            frame("/home/me/train.py", 42, "step"),
+            frame("/home/me/main.py", 7, "<module>"),
+        ]
+        .into_iter()
+        .map(|f| t.intern_frame(f))
+        .collect();
+        let s = t.intern_stack(&ids);
+        let user = t.first_user_frame(s).map(|f| (&*f.filename, f.line));
+        assert_eq!(user, Some(("/home/me/train.py", 42)));
+        assert_eq!(t.first_user_frame(FramesId::EMPTY), None);
+    }
+}

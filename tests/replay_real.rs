@@ -1,0 +1,90 @@
+//! Replaying the closed real traces through the allocator: every alloc address,
+//! every segment event and the final segments must be PyTorch's (SOURCES.md
+//! lists these three as closed; allocator.md §17).
+
+use std::path::PathBuf;
+
+use vramscope::alloc::constants::LARGE_BUFFER;
+use vramscope::trace::replay::{from_snapshot, ReplayOutcome, Replayer};
+use vramscope::trace::snapshot::import_file;
+
+fn real(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/snapshots/real");
+    let dir = if dir.exists() { dir } else { PathBuf::from("/work/shared/snapshots/real") };
+    dir.join(name)
+}
+
+fn replay(name: &str) -> Vec<(usize, ReplayOutcome)> {
+    let snap = import_file(&real(name)).expect("imports");
+    let config = from_snapshot::config(&snap).expect("its own settings parse");
+    from_snapshot::traced_devices(&snap)
+        .into_iter()
+        .map(|device| {
+            let entries = from_snapshot::entries(&snap, device);
+            let total = from_snapshot::infer_device_total(&entries, LARGE_BUFFER).unwrap_or(from_snapshot::DEFAULT_DEVICE_TOTAL);
+            let finals = from_snapshot::final_segments(&snap, device);
+            (device, Replayer::new(config.clone(), total).run(&entries, Some(&finals)))
+        })
+        .collect()
+}
+
+fn assert_all_match(name: &str, outcomes: &[(usize, ReplayOutcome)]) {
+    for (device, o) in outcomes {
+        assert_eq!(o.final_state_match, Some(true), "{name} device {device}: {:?}", o.differences);
+        assert!(o.differences.is_empty(), "{name} device {device}: {:?}", o.differences);
+        assert!(
+            o.all_matched(),
+            "{name} device {device}: allocs {}/{}, segment events {}/{}, ooms {}/{}, final {:?}\n{}",
+            o.alloc_addr_match,
+            o.allocs,
+            o.segment_event_match,
+            o.segment_events,
+            o.oom_match,
+            o.ooms,
+            o.final_state_match,
+            o.differences.join("\n")
+        );
+    }
+}
+
+#[test]
+fn adam_step_replays_address_for_address() {
+    let out = replay("adam-step_closed-trace_annotations.pickle");
+    assert_eq!(out.len(), 1);
+    let o = &out[0].1;
+    // SOURCES.md: trace [35] with segment_alloc 7, alloc 18.
+    assert_eq!((o.entries, o.allocs, o.segment_events), (35, 18, 7));
+    assert_all_match("adam-step", &out);
+}
+
+#[test]
+fn silmont_replays_address_for_address() {
+    let out = replay("cs336-silmont_tiny-closed-trace_cpp-frames.pickle");
+    let o = &out[0].1;
+    // SOURCES.md: trace [97] with segment_alloc 9, alloc 36.
+    assert_eq!((o.entries, o.allocs, o.segment_events), (97, 36, 9));
+    assert_all_match("silmont", &out);
+}
+
+#[test]
+fn code_location_expandable_three_devices_with_oom() {
+    let out = replay("code-location_expandable_3gpu_oom.pickle");
+    let devices: Vec<usize> = out.iter().map(|(d, _)| *d).collect();
+    assert_eq!(devices, vec![0, 1, 2]);
+    let entries: Vec<usize> = out.iter().map(|(_, o)| o.entries).collect();
+    assert_eq!(entries, vec![6445, 596, 882]);
+    // SOURCES.md: segment_map 293 + segment_unmap 6 in all, one oom (device 1).
+    assert_eq!(out.iter().map(|(_, o)| o.segment_events).sum::<usize>(), 299);
+    assert_eq!(out.iter().map(|(_, o)| o.ooms).sum::<usize>(), 1);
+    assert_all_match("code-location", &out);
+}
+
+#[test]
+fn device_size_is_read_from_the_reservation_spacing() {
+    let snap = import_file(&real("code-location_expandable_3gpu_oom.pickle")).expect("imports");
+    for device in 0..3 {
+        let total = from_snapshot::infer_device_total(&from_snapshot::entries(&snap, device), LARGE_BUFFER).expect("two reservations");
+        // allocator.md §17: totalGlobalMem between 84.99 and 85.00 GB (4,560 pages of 20 MiB).
+        assert!((84_990_000_000..=85_000_000_000).contains(&total), "device {device}: {total}");
+    }
+}
