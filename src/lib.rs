@@ -8,4 +8,5 @@
 
 pub mod alloc;
 pub mod device;
+pub mod leak;
 pub mod trace;

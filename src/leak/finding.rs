@@ -1,0 +1,89 @@
+//! One leak finding, as the report and the leak panel show it.
+
+use serde::Serialize;
+
+/// What kind of memory growth (or non-growth) was found (engine.md §9, §11.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingKind {
+    /// A live tensor with a grad_fn keeps autograd graphs, and their saved
+    /// tensors, alive on the GPU across iterations.
+    RetainedGraphGpu,
+    /// Graphs grow host-side only: saved tensors were freed by backward, the
+    /// nodes are not (GPU flat, CPU memory grows).
+    RetainedGraphHost,
+    /// Outputs or detached tensors appended to a list stay on the GPU.
+    StoredTensors,
+    /// A hidden state carried across iterations chains their graphs.
+    CarriedHiddenState,
+    /// Reserved grows while allocated stays flat: fragmentation, not a leak.
+    CacheFragmentation,
+    /// A one-off peak (e.g. eval without no_grad): not a leak.
+    OneOffPeak,
+    /// Gradients accumulate without zero_grad: values wrong, memory flat.
+    MissingZeroGrad,
+    /// Imported trace: allocations from one call site survive iteration
+    /// boundaries and keep accumulating.
+    SurvivingAllocations,
+}
+
+impl FindingKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FindingKind::RetainedGraphGpu => "retained_graph_gpu",
+            FindingKind::RetainedGraphHost => "retained_graph_host",
+            FindingKind::StoredTensors => "stored_tensors",
+            FindingKind::CarriedHiddenState => "carried_hidden_state",
+            FindingKind::CacheFragmentation => "cache_fragmentation",
+            FindingKind::OneOffPeak => "one_off_peak",
+            FindingKind::MissingZeroGrad => "missing_zero_grad",
+            FindingKind::SurvivingAllocations => "surviving_allocations",
+        }
+    }
+
+    /// Whether the kind is a memory leak (the others are said plainly not to be).
+    pub fn is_leak(self) -> bool {
+        matches!(
+            self,
+            FindingKind::RetainedGraphGpu
+                | FindingKind::RetainedGraphHost
+                | FindingKind::StoredTensors
+                | FindingKind::CarriedHiddenState
+                | FindingKind::SurvivingAllocations
+        )
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    Info,
+    Warning,
+    Critical,
+}
+
+/// A root and what it holds (the report's `"leaks"` entries).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    /// The variable or holder, e.g. `total_loss`, `losses[3]`, `hidden`.
+    pub root: String,
+    pub kind: FindingKind,
+    /// Bytes kept alive exclusively by the root now.
+    pub bytes: u64,
+    /// Bytes added per iteration (measured).
+    pub growth_per_iter: i64,
+    /// Iterations the retained memory spans.
+    pub iterations: u32,
+    /// From the root to what it holds, e.g. `total_loss → AddBackward0 → … → saved mat1 [256×1024 fp32, 1.0 MiB]`.
+    pub path: Vec<String>,
+    /// One line in PyTorch terms, e.g. `total_loss += loss.item()`.
+    pub fix: String,
+    pub severity: Severity,
+    /// What the evidence is, in words (and what cannot be concluded).
+    pub evidence: String,
+    /// "At this rate the device is full at iteration N", when growing.
+    pub full_at_iteration: Option<u64>,
+    /// Addresses of the blocks the finding holds, for highlighting on the map.
+    #[serde(skip)]
+    pub blocks: Vec<u64>,
+}
