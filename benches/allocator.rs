@@ -10,7 +10,9 @@ use vramscope::alloc::{AllocConfig, CachingAllocator, Tag};
 use vramscope::device::SimDevice;
 
 const OPS: usize = 1_000_000;
-const LIVE: usize = 12_000;
+/// Live blocks stay between `LIVE_MIN` and `LIVE_MAX` once warmed up.
+const LIVE_MIN: usize = 10_000;
+const LIVE_MAX: usize = 14_000;
 
 #[derive(Clone, Copy)]
 enum Op {
@@ -19,8 +21,8 @@ enum Op {
     Free(u64),
 }
 
-/// A deterministic xorshift stream: sizes across both pools, a steady state of
-/// about `LIVE` live blocks, random frees (so blocks split and merge).
+/// A deterministic xorshift stream: sizes across both pools, 10,000 to 14,000
+/// live blocks, random frees (so blocks split and merge).
 fn request_stream() -> Vec<Op> {
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut next = move || {
@@ -33,7 +35,7 @@ fn request_stream() -> Vec<Op> {
     let mut live = 0usize;
     while ops.len() < OPS {
         let r = next();
-        let want_malloc = live < LIVE / 2 || (live < LIVE * 2 && r % 2 == 0);
+        let want_malloc = live < LIVE_MIN || (live < LIVE_MAX && r % 2 == 0);
         if want_malloc {
             let size = match r % 10 {
                 0..=5 => 1 + (r >> 8) % 65_536,
@@ -54,7 +56,7 @@ fn replay(conf: &str, ops: &[Op], record: bool) -> usize {
     let device = SimDevice::new("sim", 1 << 40, 0);
     let mut a = CachingAllocator::new(device, AllocConfig::parse(conf).expect("valid conf"));
     a.set_recording(record);
-    let mut live: Vec<u64> = Vec::with_capacity(LIVE * 2);
+    let mut live: Vec<u64> = Vec::with_capacity(LIVE_MAX);
     for (i, op) in ops.iter().enumerate() {
         match *op {
             Op::Malloc(size) => live.push(a.malloc(size, 0, Tag(i as u64)).expect("fits")),

@@ -89,3 +89,38 @@ fn device_size_is_read_from_the_reservation_spacing() {
         assert!((84_980_000_000..=85_010_000_000).contains(&total), "device {device}: {total}");
     }
 }
+
+/// Open traces: rebuild the state at the first entry, then replay.
+fn replay_open(name: &str) -> Vec<(usize, ReplayOutcome)> {
+    use vramscope::trace::replay::reconstruct::initial_state;
+    let snap = import_file(&real(name)).expect("imports");
+    let config = from_snapshot::config(&snap).expect("its own settings parse");
+    from_snapshot::traced_devices(&snap)
+        .into_iter()
+        .map(|device| {
+            let entries = from_snapshot::entries(&snap, device);
+            let finals = from_snapshot::final_segments(&snap, device);
+            let start = initial_state(&entries, &finals, &config);
+            (device, Replayer::seeded(config.clone(), from_snapshot::DEFAULT_DEVICE_TOTAL, &start).run(&entries, Some(&finals)))
+        })
+        .collect()
+}
+
+#[test]
+fn open_traces_replay_from_the_rebuilt_start() {
+    // SOURCES.md: open traces (allocations and segments that predate recording).
+    for (name, allocs, segment_events) in [
+        ("cs336-kk_2.7b-forward_segment-free.pickle", 3020, 742 + 178),
+        ("cs336-magma_windows_user-metadata.pickle", 1721, 0),
+        ("eor-nn_snapshot-actions.pickle", 1935, 7),
+        ("sqattn_segment-churn.pickle", 2912, 840),
+        ("flexgen_legacy-history-blocks.pickle", 0, 0),
+    ] {
+        let out = replay_open(name);
+        assert_eq!(out.len(), 1, "{name}");
+        let o = &out[0].1;
+        assert_eq!((o.allocs, o.segment_events), (allocs, segment_events), "{name}");
+        assert_eq!(o.final_state_match, Some(true), "{name}: {:?}", o.differences);
+        assert_all_match(name, &out);
+    }
+}

@@ -3,6 +3,7 @@
 //! returns addresses; it knows nothing of tensors. Attribution travels beside each
 //! request as an opaque [`Tag`].
 
+mod adopt;
 mod block;
 mod caching;
 pub mod config;
@@ -21,6 +22,7 @@ mod stats;
 mod summary;
 pub mod version;
 
+pub use adopt::{AdoptBlock, AdoptError};
 pub use caching::CachingAllocator;
 pub use config::{AllocConfig, Backend, ConfigError};
 pub use error::{AllocError, OomError};

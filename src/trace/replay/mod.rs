@@ -8,11 +8,13 @@
 //! allocator makes the same call (action, address, size) in the same place.
 
 pub mod from_snapshot;
+pub mod reconstruct;
 mod scripted;
 
 pub use scripted::{Expected, ScriptedDevice};
 
 use crate::alloc::{Action, AllocConfig, BlockState, CachingAllocator, SegmentInfo, Tag};
+use reconstruct::Reconstruction;
 
 /// The parts of a trace entry a replay reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +112,9 @@ pub struct Replayer {
     /// Segment events recorded since the last request, with their entry index.
     group: Vec<(usize, Expected)>,
     deferred: Vec<u64>,
+    /// Started from a reconstructed state: stale requested sizes of free
+    /// blocks are unknowable, so the final comparison leaves them out.
+    open: bool,
 }
 
 impl Replayer {
@@ -121,7 +126,25 @@ impl Replayer {
             outcome: ReplayOutcome::default(),
             group: Vec::new(),
             deferred: Vec::new(),
+            open: false,
         }
+    }
+
+    /// A replay that starts from memory held before the trace began.
+    pub fn seeded(config: AllocConfig, device_total: u64, start: &Reconstruction) -> Replayer {
+        let mut r = Replayer::new(config, device_total);
+        r.open = !start.is_empty();
+        for seg in &start.segments {
+            let bytes: u64 = seg.blocks.iter().map(|b| b.size).sum();
+            match r.alloc.adopt_segment(seg.addr, seg.pool, seg.stream, &seg.blocks) {
+                Ok(()) => r.alloc.device_mut().adopt(bytes),
+                Err(err) => r.outcome.differ(format!("start state: {err}")),
+            }
+        }
+        for note in &start.notes {
+            r.outcome.differ(format!("start state: {note}"));
+        }
+        r
     }
 
     pub fn allocator(&self) -> &CachingAllocator<ScriptedDevice> {
@@ -162,7 +185,7 @@ impl Replayer {
         self.flush_as_empty_cache();
         if let Some(segments) = final_segments {
             let ours = self.alloc.snapshot();
-            let matched = compare_final(&ours, segments, &mut self.outcome);
+            let matched = compare_final(&ours, segments, !self.open, &mut self.outcome);
             self.outcome.final_state_match = Some(matched);
         }
         self.outcome
@@ -236,17 +259,13 @@ impl Replayer {
     }
 
     fn complete(&mut self, i: usize, e: &Entry) {
+        // A deferred free of ours, or a block already pending when the trace began.
         if let Some(k) = self.deferred.iter().position(|&a| a == e.addr) {
             self.deferred.swap_remove(k);
-            if let Err(err) = self.alloc.complete_deferred(e.addr) {
-                self.outcome.differ(format!("entry {i}: {err}"));
-            }
-            self.check_segment_events(i, &[]);
-        } else {
-            self.outcome.differ(format!(
-                "entry {i}: free_completed of {:#x} without free_requested",
-                e.addr
-            ));
+        }
+        match self.alloc.complete_deferred(e.addr) {
+            Ok(()) => self.check_segment_events(i, &[]),
+            Err(_) => self.outcome.differ(format!("entry {i}: free_completed of {:#x} without free_requested", e.addr)),
         }
     }
 
@@ -315,6 +334,7 @@ impl Replayer {
 fn compare_final(
     ours: &[SegmentInfo],
     theirs: &[FinalSegment],
+    free_requested: bool,
     outcome: &mut ReplayOutcome,
 ) -> bool {
     let mut ok = ours.len() == theirs.len();
@@ -331,7 +351,8 @@ fn compare_final(
                 a.address == b.address
                     && a.size == b.size
                     && a.state == b.state
-                    && a.requested_size == b.requested_size
+                    && (a.requested_size == b.requested_size
+                        || (!free_requested && b.state == BlockState::Inactive))
             });
         if o.address != t.address
             || o.total_size != t.total_size

@@ -1,0 +1,104 @@
+//! Seeding the allocator with memory that existed before a trace started
+//! (open traces): whole segments with their blocks, counted in every stat as
+//! if the allocator had made them.
+
+use super::block::{Block, NIL};
+use super::caching::{CachingAllocator, Segment, SegmentSlot};
+use super::free::REPLAY_PENDING_STREAM;
+use super::rounding::Pool;
+use super::snapshot::BlockState;
+use super::stats::Family;
+use super::Tag;
+use crate::device::Device;
+
+/// One block of an adopted segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdoptBlock {
+    pub size: u64,
+    pub requested: u64,
+    pub state: BlockState,
+    pub tag: Tag,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdoptError {
+    #[error("segment {addr:#x}: blocks add up to {blocks} bytes, the segment has {size}")]
+    Tiling { addr: u64, size: u64, blocks: u64 },
+    #[error("segment {addr:#x}: two free blocks side by side at {at:#x}")]
+    AdjacentFree { addr: u64, at: u64 },
+    #[error("segment {addr:#x} overlaps memory the allocator already holds")]
+    Overlap { addr: u64 },
+}
+
+impl<D: Device> CachingAllocator<D> {
+    /// Take over a plain segment at `addr` whose blocks (in address order) tile it.
+    pub fn adopt_segment(&mut self, addr: u64, pool: Pool, stream: u64, blocks: &[AdoptBlock]) -> Result<(), AdoptError> {
+        let size: u64 = blocks.iter().map(|b| b.size).sum();
+        if blocks.is_empty() || size == 0 {
+            return Err(AdoptError::Tiling { addr, size, blocks: 0 });
+        }
+        if self.active.contains_key(&addr) || self.snapshot().iter().any(|s| addr < s.address + s.total_size && s.address < addr + size) {
+            return Err(AdoptError::Overlap { addr });
+        }
+        let mut at = addr;
+        for pair in blocks.windows(2) {
+            at += pair[0].size;
+            if pair[0].state == BlockState::Inactive && pair[1].state == BlockState::Inactive {
+                return Err(AdoptError::AdjacentFree { addr, at });
+            }
+        }
+        let seg = self.add_segment(SegmentSlot::Plain(Segment {
+            addr,
+            pool,
+            stream,
+            head: NIL,
+            tag: Tag::NONE,
+        }));
+        self.reserved_total += size;
+        self.stats.increase(Family::Segment, pool, 1);
+        self.stats.increase(Family::ReservedBytes, pool, size as i64);
+        if size >= self.config.max_split_size {
+            self.stats.oversize_segments.increase(1);
+        }
+        let split = blocks.len() > 1;
+        let mut prev = NIL;
+        let mut at = addr;
+        for b in blocks {
+            let mut block = Block::new(at, b.size, stream, pool, seg);
+            block.requested = b.requested;
+            block.tag = b.tag;
+            let id = self.new_block(block);
+            self.splice(id, prev, NIL);
+            match b.state {
+                BlockState::Inactive => {
+                    self.insert_free(id);
+                    if split {
+                        self.stats.increase(Family::InactiveSplit, pool, 1);
+                        self.stats.increase(Family::InactiveSplitBytes, pool, b.size as i64);
+                    }
+                }
+                BlockState::ActiveAllocated | BlockState::ActivePendingFree => {
+                    self.active.insert(at, id);
+                    self.stats.increase(Family::Active, pool, 1);
+                    self.stats.increase(Family::ActiveBytes, pool, b.size as i64);
+                    self.stats.increase(Family::RequestedBytes, pool, b.requested as i64);
+                    if b.state == BlockState::ActiveAllocated {
+                        self.blocks.get_mut(id).allocated = true;
+                        self.stats.increase(Family::Allocation, pool, 1);
+                        self.stats.increase(Family::AllocatedBytes, pool, b.size as i64);
+                        if b.size >= self.config.max_split_size {
+                            self.stats.oversize_allocations.increase(1);
+                        }
+                    } else {
+                        // Held until a replayed `free_completed` releases it.
+                        self.blocks.get_mut(id).event_count = 1;
+                        self.pending.queues.entry(REPLAY_PENDING_STREAM).or_default().push_back((id, false));
+                    }
+                }
+            }
+            prev = id;
+            at += b.size;
+        }
+        Ok(())
+    }
+}
