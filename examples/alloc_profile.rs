@@ -5,7 +5,6 @@
 //! Run: `cargo bench --bench allocator`. Criterion reports time per stream of
 //! `OPS` operations; divide by `OPS` (printed at start) for ns per operation.
 
-
 use vramscope::alloc::{AllocConfig, CachingAllocator, Tag};
 use vramscope::device::SimDevice;
 
@@ -86,8 +85,17 @@ fn main() {
     for (i, op) in ops.iter().enumerate() {
         match *op {
             Op::Malloc(size) => live.push(a.malloc(size, 0, Tag(i as u64)).expect("fits")),
-            Op::Free(k) => { let addr = live.swap_remove((k as usize) % live.len()); a.free(addr).expect("live"); }
+            Op::Free(k) => {
+                let addr = live.swap_remove((k as usize) % live.len());
+                a.free(addr).expect("live");
+            }
         }
     }
-    println!("best {:.1} ns/op; live {} free blocks {} segments {}", best * 1e9 / ops.len() as f64, live.len(), a.free_block_count(), a.snapshot().len());
+    println!(
+        "best {:.1} ns/op; live {} free blocks {} segments {}",
+        best * 1e9 / ops.len() as f64,
+        live.len(),
+        a.free_block_count(),
+        a.snapshot().len()
+    );
 }

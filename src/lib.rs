@@ -9,4 +9,6 @@
 pub mod alloc;
 pub mod device;
 pub mod leak;
+pub mod report;
 pub mod trace;
+pub mod units;

@@ -10,7 +10,11 @@ use vramscope::trace::snapshot::import_file;
 
 fn real(name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/snapshots/real");
-    let dir = if dir.exists() { dir } else { PathBuf::from("/work/shared/snapshots/real") };
+    let dir = if dir.exists() {
+        dir
+    } else {
+        PathBuf::from("/work/shared/snapshots/real")
+    };
     dir.join(name)
 }
 
@@ -21,17 +25,30 @@ fn replay(name: &str) -> Vec<(usize, ReplayOutcome)> {
         .into_iter()
         .map(|device| {
             let entries = from_snapshot::entries(&snap, device);
-            let total = from_snapshot::infer_device_total(&entries, LARGE_BUFFER).unwrap_or(from_snapshot::DEFAULT_DEVICE_TOTAL);
+            let total = from_snapshot::infer_device_total(&entries, LARGE_BUFFER)
+                .unwrap_or(from_snapshot::DEFAULT_DEVICE_TOTAL);
             let finals = from_snapshot::final_segments(&snap, device);
-            (device, Replayer::new(config.clone(), total).run(&entries, Some(&finals)))
+            (
+                device,
+                Replayer::new(config.clone(), total).run(&entries, Some(&finals)),
+            )
         })
         .collect()
 }
 
 fn assert_all_match(name: &str, outcomes: &[(usize, ReplayOutcome)]) {
     for (device, o) in outcomes {
-        assert_eq!(o.final_state_match, Some(true), "{name} device {device}: {:?}", o.differences);
-        assert!(o.differences.is_empty(), "{name} device {device}: {:?}", o.differences);
+        assert_eq!(
+            o.final_state_match,
+            Some(true),
+            "{name} device {device}: {:?}",
+            o.differences
+        );
+        assert!(
+            o.differences.is_empty(),
+            "{name} device {device}: {:?}",
+            o.differences
+        );
         assert!(
             o.all_matched(),
             "{name} device {device}: allocs {}/{}, segment events {}/{}, ooms {}/{}, final {:?}\n{}",
@@ -74,7 +91,10 @@ fn code_location_expandable_three_devices_with_oom() {
     let entries: Vec<usize> = out.iter().map(|(_, o)| o.entries).collect();
     assert_eq!(entries, vec![6445, 596, 882]);
     // SOURCES.md: segment_map 293 + segment_unmap 6 in all, one oom (device 1).
-    assert_eq!(out.iter().map(|(_, o)| o.segment_events).sum::<usize>(), 299);
+    assert_eq!(
+        out.iter().map(|(_, o)| o.segment_events).sum::<usize>(),
+        299
+    );
     assert_eq!(out.iter().map(|(_, o)| o.ooms).sum::<usize>(), 1);
     assert_all_match("code-location", &out);
 }
@@ -83,10 +103,19 @@ fn code_location_expandable_three_devices_with_oom() {
 fn device_size_is_read_from_the_reservation_spacing() {
     let snap = import_file(&real("code-location_expandable_3gpu_oom.pickle")).expect("imports");
     for device in 0..3 {
-        let total = from_snapshot::infer_device_total(&from_snapshot::entries(&snap, device), LARGE_BUFFER).expect("two reservations");
+        let total =
+            from_snapshot::infer_device_total(&from_snapshot::entries(&snap, device), LARGE_BUFFER)
+                .expect("two reservations");
         // allocator.md §17: totalGlobalMem of about 85.0 GB, a reservation of 4,560 pages of 20 MiB.
-        assert_eq!((total + total / 8).div_ceil(LARGE_BUFFER), 4560, "device {device}: {total}");
-        assert!((84_980_000_000..=85_010_000_000).contains(&total), "device {device}: {total}");
+        assert_eq!(
+            (total + total / 8).div_ceil(LARGE_BUFFER),
+            4560,
+            "device {device}: {total}"
+        );
+        assert!(
+            (84_980_000_000..=85_010_000_000).contains(&total),
+            "device {device}: {total}"
+        );
     }
 }
 
@@ -101,7 +130,11 @@ fn replay_open(name: &str) -> Vec<(usize, ReplayOutcome)> {
             let entries = from_snapshot::entries(&snap, device);
             let finals = from_snapshot::final_segments(&snap, device);
             let start = initial_state(&entries, &finals, &config);
-            (device, Replayer::seeded(config.clone(), from_snapshot::DEFAULT_DEVICE_TOTAL, &start).run(&entries, Some(&finals)))
+            (
+                device,
+                Replayer::seeded(config.clone(), from_snapshot::DEFAULT_DEVICE_TOTAL, &start)
+                    .run(&entries, Some(&finals)),
+            )
         })
         .collect()
 }
@@ -119,8 +152,17 @@ fn open_traces_replay_from_the_rebuilt_start() {
         let out = replay_open(name);
         assert_eq!(out.len(), 1, "{name}");
         let o = &out[0].1;
-        assert_eq!((o.allocs, o.segment_events), (allocs, segment_events), "{name}");
-        assert_eq!(o.final_state_match, Some(true), "{name}: {:?}", o.differences);
+        assert_eq!(
+            (o.allocs, o.segment_events),
+            (allocs, segment_events),
+            "{name}"
+        );
+        assert_eq!(
+            o.final_state_match,
+            Some(true),
+            "{name}: {:?}",
+            o.differences
+        );
         assert_all_match(name, &out);
     }
 }

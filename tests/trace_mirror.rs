@@ -16,8 +16,15 @@ fn same(map: &MemoryMap, snap: &[SegmentInfo]) -> Result<(), TestCaseError> {
         prop_assert_eq!(m.size, seg.total_size);
         prop_assert_eq!(m.expandable, seg.is_expandable);
         prop_assert_eq!(m.pool, seg.pool);
-        let blocks: Vec<_> = map.blocks_of(seg.address).map(|(a, b)| (a, b.size, b.state, b.requested)).collect();
-        let want: Vec<_> = seg.blocks.iter().map(|b| (b.address, b.size, b.state, b.requested_size)).collect();
+        let blocks: Vec<_> = map
+            .blocks_of(seg.address)
+            .map(|(a, b)| (a, b.size, b.state, b.requested))
+            .collect();
+        let want: Vec<_> = seg
+            .blocks
+            .iter()
+            .map(|b| (b.address, b.size, b.state, b.requested_size))
+            .collect();
         prop_assert_eq!(blocks, want, "blocks of {:#x}", seg.address);
     }
     Ok(())
@@ -43,7 +50,10 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn run(conf: &str, ops: &[Op]) -> Result<(), TestCaseError> {
-    let mut a = CachingAllocator::new(SimDevice::new("sim", 512 << 20, 0), AllocConfig::parse(conf).expect("conf"));
+    let mut a = CachingAllocator::new(
+        SimDevice::new("sim", 512 << 20, 0),
+        AllocConfig::parse(conf).expect("conf"),
+    );
     let mut t = Timeline::new();
     let mut live = Vec::new();
     let mut checkpoints = Vec::new();
@@ -71,7 +81,11 @@ fn run(conf: &str, ops: &[Op]) -> Result<(), TestCaseError> {
             checkpoints.push((t.len() - 1, a.snapshot()));
         }
     }
-    prop_assert!(t.gaps().is_empty(), "unplaced entries: {:?}", t.gaps().first());
+    prop_assert!(
+        t.gaps().is_empty(),
+        "unplaced entries: {:?}",
+        t.gaps().first()
+    );
     for (index, snap) in checkpoints {
         same(&t.state_at(Some(index)), &snap)?;
     }
@@ -97,7 +111,10 @@ fn seeking_across_many_keyframes_is_exact() {
             let k = (i as usize * 7919) % live.len();
             a.free(live.swap_remove(k)).expect("live");
         } else {
-            live.push(a.malloc(1 + (i * 2_654_435_761) % 3_000_000, 0, Tag(i)).expect("fits"));
+            live.push(
+                a.malloc(1 + (i * 2_654_435_761) % 3_000_000, 0, Tag(i))
+                    .expect("fits"),
+            );
         }
         t.extend(a.take_events().into_iter().map(Event::Alloc));
         if i % 4999 == 0 {

@@ -32,12 +32,27 @@ pub enum AdoptError {
 
 impl<D: Device> CachingAllocator<D> {
     /// Take over a plain segment at `addr` whose blocks (in address order) tile it.
-    pub fn adopt_segment(&mut self, addr: u64, pool: Pool, stream: u64, blocks: &[AdoptBlock]) -> Result<(), AdoptError> {
+    pub fn adopt_segment(
+        &mut self,
+        addr: u64,
+        pool: Pool,
+        stream: u64,
+        blocks: &[AdoptBlock],
+    ) -> Result<(), AdoptError> {
         let size: u64 = blocks.iter().map(|b| b.size).sum();
         if blocks.is_empty() || size == 0 {
-            return Err(AdoptError::Tiling { addr, size, blocks: 0 });
+            return Err(AdoptError::Tiling {
+                addr,
+                size,
+                blocks: 0,
+            });
         }
-        if self.active.contains_key(&addr) || self.snapshot().iter().any(|s| addr < s.address + s.total_size && s.address < addr + size) {
+        if self.active.contains_key(&addr)
+            || self
+                .snapshot()
+                .iter()
+                .any(|s| addr < s.address + s.total_size && s.address < addr + size)
+        {
             return Err(AdoptError::Overlap { addr });
         }
         let mut at = addr;
@@ -56,7 +71,8 @@ impl<D: Device> CachingAllocator<D> {
         }));
         self.reserved_total += size;
         self.stats.increase(Family::Segment, pool, 1);
-        self.stats.increase(Family::ReservedBytes, pool, size as i64);
+        self.stats
+            .increase(Family::ReservedBytes, pool, size as i64);
         if size >= self.config.max_split_size {
             self.stats.oversize_segments.increase(1);
         }
@@ -74,25 +90,33 @@ impl<D: Device> CachingAllocator<D> {
                     self.insert_free(id);
                     if split {
                         self.stats.increase(Family::InactiveSplit, pool, 1);
-                        self.stats.increase(Family::InactiveSplitBytes, pool, b.size as i64);
+                        self.stats
+                            .increase(Family::InactiveSplitBytes, pool, b.size as i64);
                     }
                 }
                 BlockState::ActiveAllocated | BlockState::ActivePendingFree => {
                     self.active.insert(at, id);
                     self.stats.increase(Family::Active, pool, 1);
-                    self.stats.increase(Family::ActiveBytes, pool, b.size as i64);
-                    self.stats.increase(Family::RequestedBytes, pool, b.requested as i64);
+                    self.stats
+                        .increase(Family::ActiveBytes, pool, b.size as i64);
+                    self.stats
+                        .increase(Family::RequestedBytes, pool, b.requested as i64);
                     if b.state == BlockState::ActiveAllocated {
                         self.blocks.get_mut(id).allocated = true;
                         self.stats.increase(Family::Allocation, pool, 1);
-                        self.stats.increase(Family::AllocatedBytes, pool, b.size as i64);
+                        self.stats
+                            .increase(Family::AllocatedBytes, pool, b.size as i64);
                         if b.size >= self.config.max_split_size {
                             self.stats.oversize_allocations.increase(1);
                         }
                     } else {
                         // Held until a replayed `free_completed` releases it.
                         self.blocks.get_mut(id).event_count = 1;
-                        self.pending.queues.entry(REPLAY_PENDING_STREAM).or_default().push_back((id, false));
+                        self.pending
+                            .queues
+                            .entry(REPLAY_PENDING_STREAM)
+                            .or_default()
+                            .push_back((id, false));
                     }
                 }
             }

@@ -88,6 +88,16 @@ impl FreeSet {
     pub fn len(&self) -> usize {
         self.streams.iter().map(|(_, m)| m.len()).sum()
     }
+
+    /// Size of the largest free block of any stream: the last key of each.
+    pub fn largest(&self) -> u64 {
+        self.streams
+            .iter()
+            .filter_map(|(_, m)| m.last_key_value())
+            .map(|(k, _)| (k >> 64) as u64)
+            .max()
+            .unwrap_or(0)
+    }
 }
 
 /// Unmapped blocks of expandable reservations, ordered by `(stream, address)`.

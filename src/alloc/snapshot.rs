@@ -160,8 +160,7 @@ impl<D: Device> CachingAllocator<D> {
     pub fn largest_free_block(&self) -> u64 {
         self.free_sets
             .iter()
-            .flat_map(|s| s.iter())
-            .map(|e| e.size)
+            .map(|s| s.largest())
             .max()
             .unwrap_or(0)
     }

@@ -1,13 +1,20 @@
-//! Subcommands. Each returns the process exit status: 0 success, 1 the
-//! run's own expectations failed, 2 bad input, 3 no GPU driver.
+//! Subcommands. Each returns the process exit status: 0 success, 1 the run's
+//! own expectations (or a verify) failed, 2 bad input, 3 no GPU driver.
 
 mod demo;
+mod snapshot;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 pub const EXIT_BAD_INPUT: u8 = 2;
+
+/// Input the user gave us is wrong: exit status 2 with the message.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadInput(pub String);
 
 #[derive(Debug, Parser)]
 #[command(
@@ -29,11 +36,72 @@ pub enum Command {
         #[arg(long, default_value = "")]
         conf: String,
     },
+    /// Open a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot) and report what it holds.
+    Open {
+        snapshot: PathBuf,
+        /// Print the report instead of opening the terminal UI.
+        #[arg(long)]
+        headless: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Replay a snapshot's trace through the allocator model: verify it
+    /// decision by decision, or compare other PYTORCH_CUDA_ALLOC_CONF settings.
+    Replay {
+        snapshot: PathBuf,
+        /// Compare every allocation address and segment event with the trace.
+        #[arg(long)]
+        verify: bool,
+        /// Another allocator config to replay under (repeatable), e.g. "expandable_segments:True".
+        #[arg(long = "conf")]
+        confs: Vec<String>,
+        /// Device size for what-if replays, e.g. 16GiB (default: what the snapshot tells, else its peak).
+        #[arg(long)]
+        capacity: Option<String>,
+        /// Read --conf as this PyTorch release would (2.4 to 2.15; default 2.8).
+        #[arg(long)]
+        torch: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write a snapshot PyTorch's viewer loads (pytorch.org/memory_viz).
+    Export {
+        input: PathBuf,
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Replay the input under this allocator config first.
+        #[arg(long)]
+        conf: Option<String>,
+    },
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         None => demo::run(""),
         Some(Command::Demo { conf }) => demo::run(&conf),
+        Some(Command::Open { snapshot, json, .. }) => snapshot::open(&snapshot, json),
+        Some(Command::Replay {
+            snapshot,
+            verify,
+            confs,
+            capacity,
+            torch,
+            json,
+        }) => snapshot::replay(
+            &snapshot,
+            snapshot::ReplayArgs {
+                verify,
+                confs,
+                capacity,
+                json,
+                torch,
+            },
+        ),
+        Some(Command::Export {
+            input,
+            output,
+            conf,
+        }) => snapshot::export(&input, &output, conf.as_deref()),
     }
 }

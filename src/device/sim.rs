@@ -40,6 +40,12 @@ impl SimDevice {
         self.used
     }
 
+    /// Count memory that was already held when the simulation began (an
+    /// open trace's adopted segments).
+    pub fn claim(&mut self, bytes: u64) {
+        self.used = (self.used + bytes).min(self.total - self.overhead);
+    }
+
     pub fn overhead(&self) -> u64 {
         self.overhead
     }

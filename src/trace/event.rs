@@ -39,11 +39,17 @@ pub enum Marker {
     IterationEnd(u32),
     PhaseBegin(Phase),
     PhaseEnd(Phase),
-    OpBegin { name: Arc<str>, module: Arc<str> },
+    OpBegin {
+        name: Arc<str>,
+        module: Arc<str>,
+    },
     OpEnd,
     Narration(Arc<str>),
     /// A `record_function` region of an imported snapshot (`external_annotations`).
-    Annotation { name: Arc<str>, start: bool },
+    Annotation {
+        name: Arc<str>,
+        start: bool,
+    },
     EmptyCache,
     /// A failure inside the run (an OOM, a bad step), with its message.
     Error(Arc<str>),

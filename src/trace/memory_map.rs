@@ -69,7 +69,10 @@ impl MemoryMap {
 
     /// Blocks of the segment starting at `seg_addr`, in address order.
     pub fn blocks_of(&self, seg_addr: u64) -> impl Iterator<Item = (u64, &MapBlock)> {
-        let end = self.segments.get(&seg_addr).map_or(seg_addr, |s| seg_addr + s.size);
+        let end = self
+            .segments
+            .get(&seg_addr)
+            .map_or(seg_addr, |s| seg_addr + s.size);
         self.blocks.range(seg_addr..end).map(|(a, b)| (*a, b))
     }
 
@@ -108,25 +111,41 @@ impl MemoryMap {
                 self.reserved += e.size;
             }
             Action::SegmentFree => {
-                let seg = self.segments.remove(&e.addr).ok_or_else(|| err("no such segment"))?;
-                let inside: Vec<u64> = self.blocks.range(e.addr..e.addr + seg.size).map(|(a, _)| *a).collect();
+                let seg = self
+                    .segments
+                    .remove(&e.addr)
+                    .ok_or_else(|| err("no such segment"))?;
+                let inside: Vec<u64> = self
+                    .blocks
+                    .range(e.addr..e.addr + seg.size)
+                    .map(|(a, _)| *a)
+                    .collect();
                 for a in inside {
                     self.blocks.remove(&a);
                 }
                 self.reserved -= seg.size;
             }
             Action::SegmentMap => self.map_range(e),
-            Action::SegmentUnmap => self.unmap_range(e).ok_or_else(|| err("not inside a free mapped block"))?,
-            Action::Alloc => self.alloc(e).ok_or_else(|| err("no free block starts here"))?,
+            Action::SegmentUnmap => self
+                .unmap_range(e)
+                .ok_or_else(|| err("not inside a free mapped block"))?,
+            Action::Alloc => self
+                .alloc(e)
+                .ok_or_else(|| err("no free block starts here"))?,
             Action::FreeRequested => {
-                let b = self.blocks.get_mut(&e.addr).ok_or_else(|| err("no such block"))?;
+                let b = self
+                    .blocks
+                    .get_mut(&e.addr)
+                    .ok_or_else(|| err("no such block"))?;
                 if b.state != BlockState::ActiveAllocated {
                     return Err(err("block is not allocated"));
                 }
                 b.state = BlockState::ActivePendingFree;
                 self.allocated -= b.size;
             }
-            Action::FreeCompleted => self.free_completed(e.addr).ok_or_else(|| err("no pending block"))?,
+            Action::FreeCompleted => self
+                .free_completed(e.addr)
+                .ok_or_else(|| err("no pending block"))?,
             Action::Oom => {}
         }
         Ok(())
@@ -139,7 +158,10 @@ impl MemoryMap {
         }
         if b.size > e.block_size {
             // The remainder is the old block object: it keeps its requested size.
-            self.blocks.insert(e.addr + e.block_size, free_block(b.size - e.block_size, b.requested));
+            self.blocks.insert(
+                e.addr + e.block_size,
+                free_block(b.size - e.block_size, b.requested),
+            );
         }
         self.blocks.insert(
             e.addr,
@@ -164,7 +186,12 @@ impl MemoryMap {
         let mut start = addr;
         let mut size = b.size;
         let (seg_start, seg_end) = self.segment_at(addr).map(|(a, s)| (a, a + s.size))?;
-        if let Some((pa, p)) = self.blocks.range(seg_start..addr).next_back().map(|(a, p)| (*a, *p)) {
+        if let Some((pa, p)) = self
+            .blocks
+            .range(seg_start..addr)
+            .next_back()
+            .map(|(a, p)| (*a, *p))
+        {
             if p.state == BlockState::Inactive && pa + p.size == addr {
                 self.blocks.remove(&pa);
                 start = pa;
@@ -189,7 +216,12 @@ impl MemoryMap {
         let mut seg_start = e.addr;
         let mut seg_size = e.size;
         let same_kind = |s: &MapSegment| s.expandable && s.pool == e.pool && s.stream == e.stream;
-        if let Some((a, s)) = self.segments.range(..e.addr).next_back().map(|(a, s)| (*a, s.clone())) {
+        if let Some((a, s)) = self
+            .segments
+            .range(..e.addr)
+            .next_back()
+            .map(|(a, s)| (*a, s.clone()))
+        {
             if a + s.size == e.addr && same_kind(&s) {
                 self.segments.remove(&a);
                 seg_start = a;
@@ -227,7 +259,12 @@ impl MemoryMap {
         };
         let mut start = e.addr;
         let mut size = e.size;
-        if let Some((pa, p)) = self.blocks.range(seg_start..e.addr).next_back().map(|(a, p)| (*a, *p)) {
+        if let Some((pa, p)) = self
+            .blocks
+            .range(seg_start..e.addr)
+            .next_back()
+            .map(|(a, p)| (*a, *p))
+        {
             if p.state == BlockState::Inactive && pa + p.size == e.addr {
                 self.blocks.remove(&pa);
                 start = pa;
@@ -261,17 +298,34 @@ impl MemoryMap {
         }
         self.segments.remove(&sa);
         if e.addr > sa {
-            self.segments.insert(sa, MapSegment { size: e.addr - sa, ..s.clone() });
+            self.segments.insert(
+                sa,
+                MapSegment {
+                    size: e.addr - sa,
+                    ..s.clone()
+                },
+            );
         }
         if sa + s.size > end {
-            self.segments.insert(end, MapSegment { size: sa + s.size - end, ..s });
+            self.segments.insert(
+                end,
+                MapSegment {
+                    size: sa + s.size - end,
+                    ..s
+                },
+            );
         }
         self.reserved -= e.size;
         // The free block object becomes the unmapped middle and absorbs
         // unmapped neighbours, keeping its requested size.
         let mut start = e.addr;
         let mut size = e.size;
-        if let Some((pa, (psize, _))) = self.unmapped.range(..e.addr).next_back().map(|(a, v)| (*a, *v)) {
+        if let Some((pa, (psize, _))) = self
+            .unmapped
+            .range(..e.addr)
+            .next_back()
+            .map(|(a, v)| (*a, *v))
+        {
             if pa + psize == e.addr {
                 self.unmapped.remove(&pa);
                 start = pa;

@@ -90,7 +90,7 @@ impl Timeline {
 
     pub fn push(&mut self, event: Event) {
         let index = self.events.len();
-        if index % KEYFRAME_EVERY == 0 {
+        if index.is_multiple_of(KEYFRAME_EVERY) {
             self.keyframes.push(self.head.clone());
         }
         match &event {
@@ -104,7 +104,9 @@ impl Timeline {
             }
             Event::Marker(m) => {
                 let kind = match m {
-                    Marker::IterationBegin(_) | Marker::IterationEnd(_) => Some(MarkKind::Iteration),
+                    Marker::IterationBegin(_) | Marker::IterationEnd(_) => {
+                        Some(MarkKind::Iteration)
+                    }
                     Marker::PhaseBegin(_) | Marker::PhaseEnd(_) => Some(MarkKind::Phase),
                     Marker::OpBegin { .. } => Some(MarkKind::Op),
                     Marker::Narration(_) => Some(MarkKind::Narration),
@@ -123,7 +125,7 @@ impl Timeline {
         };
         self.peak_allocated = self.peak_allocated.max(sample.allocated);
         self.peak_reserved = self.peak_reserved.max(sample.reserved);
-        if index % BUCKET == 0 {
+        if index.is_multiple_of(BUCKET) {
             self.buckets.push(Bucket::of(sample));
         } else if let Some(b) = self.buckets.last_mut() {
             *b = b.merge(Bucket::of(sample));
@@ -178,7 +180,11 @@ impl Timeline {
     /// The map right after event `index` (or the start state for `None`).
     pub fn state_at(&self, index: Option<usize>) -> MemoryMap {
         let Some(index) = index.map(|i| i.min(self.events.len().saturating_sub(1))) else {
-            return self.keyframes.first().cloned().unwrap_or_else(|| self.head.clone());
+            return self
+                .keyframes
+                .first()
+                .cloned()
+                .unwrap_or_else(|| self.head.clone());
         };
         if self.events.is_empty() {
             return self.head.clone();
@@ -204,7 +210,7 @@ impl Timeline {
         let mut i = from;
         let mut add = |b: Bucket| acc = Some(acc.map_or(b, |a| a.merge(b)));
         while i < to {
-            if i % BUCKET == 0 && i + BUCKET <= to {
+            if i.is_multiple_of(BUCKET) && i + BUCKET <= to {
                 add(self.buckets[i / BUCKET]);
                 i += BUCKET;
             } else {
@@ -218,13 +224,20 @@ impl Timeline {
     /// The next mark of `kind` strictly after `index`.
     pub fn next_mark(&self, index: usize, kind: MarkKind) -> Option<usize> {
         let start = self.marks.partition_point(|(i, _)| *i <= index);
-        self.marks[start..].iter().find(|(_, k)| *k == kind).map(|(i, _)| *i)
+        self.marks[start..]
+            .iter()
+            .find(|(_, k)| *k == kind)
+            .map(|(i, _)| *i)
     }
 
     /// The last mark of `kind` strictly before `index`.
     pub fn prev_mark(&self, index: usize, kind: MarkKind) -> Option<usize> {
         let end = self.marks.partition_point(|(i, _)| *i < index);
-        self.marks[..end].iter().rev().find(|(_, k)| *k == kind).map(|(i, _)| *i)
+        self.marks[..end]
+            .iter()
+            .rev()
+            .find(|(_, k)| *k == kind)
+            .map(|(i, _)| *i)
     }
 
     /// Approximate heap bytes held, for the memory-per-event figure.

@@ -4,7 +4,8 @@
 use crate::alloc::{Action as AllocAction, AllocConfig, ConfigError, TorchVersion};
 use crate::trace::snapshot::{Action, Snapshot};
 
-use super::{Entry, EntryAction, FinalBlock, FinalSegment};
+use super::reconstruct::{initial_state, Reconstruction};
+use super::{Entry, EntryAction, FinalBlock, FinalSegment, ReplayOutcome, Replayer};
 
 /// Device size when neither the user nor the trace tells (an 80 GB-class card).
 pub const DEFAULT_DEVICE_TOTAL: u64 = 80 << 30;
@@ -76,15 +77,23 @@ pub fn config(snap: &Snapshot) -> Result<AllocConfig, ConfigError> {
 
 /// Device ordinals with a non-empty trace.
 pub fn traced_devices(snap: &Snapshot) -> Vec<usize> {
-    (0..snap.device_traces.len()).filter(|d| !snap.device_traces[*d].is_empty()).collect()
+    (0..snap.device_traces.len())
+        .filter(|d| !snap.device_traces[*d].is_empty())
+        .collect()
 }
 
 /// `totalGlobalMem` as the trace reveals it: with expandable segments the
 /// small-pool reservation starts right after the large one, whose size is
 /// `ceil(9/8 · T / page)` pages (allocator.md §8.1).
 pub fn infer_device_total(entries: &[Entry], large_page: u64) -> Option<u64> {
-    let maps = entries.iter().filter(|e| e.action == EntryAction::Segment(AllocAction::SegmentMap));
-    let large_base = maps.clone().filter(|e| e.size % large_page == 0).map(|e| e.addr).min()?;
+    let maps = entries
+        .iter()
+        .filter(|e| e.action == EntryAction::Segment(AllocAction::SegmentMap));
+    let large_base = maps
+        .clone()
+        .filter(|e| e.size % large_page == 0)
+        .map(|e| e.addr)
+        .min()?;
     let small_base = maps
         .filter(|e| e.size % large_page != 0 && e.addr > large_base)
         .map(|e| e.addr)
@@ -105,4 +114,39 @@ pub fn infer_device_total(entries: &[Entry], large_page: u64) -> Option<u64> {
         }
     }
     (reservation(lo) == span).then_some(lo)
+}
+
+/// Everything one device's verify replay needs and found.
+#[derive(Debug, Clone)]
+pub struct DeviceReplay {
+    pub device: usize,
+    pub entries: Vec<Entry>,
+    pub start: Reconstruction,
+    pub device_total: Option<u64>,
+    pub outcome: ReplayOutcome,
+}
+
+/// Replay every traced device of `snap` under its own settings, starting from
+/// the rebuilt state at the first entry (empty for a closed trace).
+pub fn verify(snap: &Snapshot) -> Result<Vec<DeviceReplay>, ConfigError> {
+    let config = config(snap)?;
+    Ok(traced_devices(snap)
+        .into_iter()
+        .map(|device| {
+            let entries = entries(snap, device);
+            let finals = final_segments(snap, device);
+            let start = initial_state(&entries, &finals, &config);
+            let device_total = infer_device_total(&entries, config.large_segment_size);
+            let total = device_total.unwrap_or(DEFAULT_DEVICE_TOTAL);
+            let outcome =
+                Replayer::seeded(config.clone(), total, &start).run(&entries, Some(&finals));
+            DeviceReplay {
+                device,
+                entries,
+                start,
+                device_total,
+                outcome,
+            }
+        })
+        .collect())
 }

@@ -10,6 +10,7 @@
 pub mod from_snapshot;
 pub mod reconstruct;
 mod scripted;
+pub mod whatif;
 
 pub use scripted::{Expected, ScriptedDevice};
 
@@ -71,8 +72,9 @@ pub struct ReplayOutcome {
     pub replayable_from: usize,
     /// The first differences, in words (at most a few dozen).
     pub differences: Vec<String>,
-    /// Explicit `empty_cache()` calls the trace implies.
-    pub empty_cache_calls: usize,
+    /// Explicit `empty_cache()` calls the trace implies, by the index of the
+    /// first entry they released.
+    pub empty_cache_at: Vec<usize>,
 }
 
 impl ReplayOutcome {
@@ -136,7 +138,10 @@ impl Replayer {
         r.open = !start.is_empty();
         for seg in &start.segments {
             let bytes: u64 = seg.blocks.iter().map(|b| b.size).sum();
-            match r.alloc.adopt_segment(seg.addr, seg.pool, seg.stream, &seg.blocks) {
+            match r
+                .alloc
+                .adopt_segment(seg.addr, seg.pool, seg.stream, &seg.blocks)
+            {
                 Ok(()) => r.alloc.device_mut().adopt(bytes),
                 Err(err) => r.outcome.differ(format!("start state: {err}")),
             }
@@ -265,7 +270,10 @@ impl Replayer {
         }
         match self.alloc.complete_deferred(e.addr) {
             Ok(()) => self.check_segment_events(i, &[]),
-            Err(_) => self.outcome.differ(format!("entry {i}: free_completed of {:#x} without free_requested", e.addr)),
+            Err(_) => self.outcome.differ(format!(
+                "entry {i}: free_completed of {:#x} without free_requested",
+                e.addr
+            )),
         }
     }
 
@@ -275,7 +283,9 @@ impl Replayer {
             return;
         }
         let group = std::mem::take(&mut self.group);
-        self.outcome.empty_cache_calls += 1;
+        self.outcome
+            .empty_cache_at
+            .push(group.first().map_or(0, |(i, _)| *i));
         self.alloc
             .device_mut()
             .set_script(group.iter().map(|(_, x)| *x), false);

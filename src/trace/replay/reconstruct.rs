@@ -47,20 +47,42 @@ struct Live {
     state: BlockState,
 }
 
-pub fn initial_state(entries: &[Entry], finals: &[FinalSegment], config: &AllocConfig) -> Reconstruction {
+pub fn initial_state(
+    entries: &[Entry],
+    finals: &[FinalSegment],
+    config: &AllocConfig,
+) -> Reconstruction {
     let mut out = Reconstruction::default();
     if finals.iter().any(|s| s.is_expandable)
-        || entries.iter().any(|e| matches!(e.action, EntryAction::Segment(Action::SegmentMap | Action::SegmentUnmap)))
+        || entries.iter().any(|e| {
+            matches!(
+                e.action,
+                EntryAction::Segment(Action::SegmentMap | Action::SegmentUnmap)
+            )
+        })
     {
         out.expandable = true;
     }
-    let mut segs: BTreeMap<u64, (u64, u64)> = finals.iter().filter(|s| !s.is_expandable).map(|s| (s.address, (s.total_size, s.stream))).collect();
+    let mut segs: BTreeMap<u64, (u64, u64)> = finals
+        .iter()
+        .filter(|s| !s.is_expandable)
+        .map(|s| (s.address, (s.total_size, s.stream)))
+        .collect();
     let mut live: BTreeMap<u64, Live> = finals
         .iter()
         .filter(|s| !s.is_expandable)
         .flat_map(|s| s.blocks.iter())
         .filter(|b| b.state.is_active())
-        .map(|b| (b.address, Live { size: Some(b.size), requested: b.requested_size, state: b.state }))
+        .map(|b| {
+            (
+                b.address,
+                Live {
+                    size: Some(b.size),
+                    requested: b.requested_size,
+                    state: b.state,
+                },
+            )
+        })
         .collect();
     for e in entries.iter().rev() {
         match e.action {
@@ -74,37 +96,76 @@ pub fn initial_state(entries: &[Entry], finals: &[FinalSegment], config: &AllocC
                 live.remove(&e.addr);
             }
             EntryAction::FreeCompleted => {
-                live.insert(e.addr, Live { size: None, requested: e.size, state: BlockState::ActivePendingFree });
+                live.insert(
+                    e.addr,
+                    Live {
+                        size: None,
+                        requested: e.size,
+                        state: BlockState::ActivePendingFree,
+                    },
+                );
             }
             EntryAction::FreeRequested => {
                 live.entry(e.addr)
                     .and_modify(|l| l.state = BlockState::ActiveAllocated)
-                    .or_insert(Live { size: None, requested: e.size, state: BlockState::ActiveAllocated });
+                    .or_insert(Live {
+                        size: None,
+                        requested: e.size,
+                        state: BlockState::ActiveAllocated,
+                    });
             }
             _ => {}
         }
     }
     for (&addr, &(size, stream)) in &segs {
-        let inside: Vec<(u64, Live)> = live.range(addr..addr + size).map(|(a, l)| (*a, *l)).collect();
-        let pool = if size == SMALL_BUFFER && inside.iter().all(|(_, l)| l.requested <= SMALL_SIZE) { Pool::Small } else { Pool::Large };
+        let inside: Vec<(u64, Live)> = live
+            .range(addr..addr + size)
+            .map(|(a, l)| (*a, *l))
+            .collect();
+        let pool = if size == SMALL_BUFFER && inside.iter().all(|(_, l)| l.requested <= SMALL_SIZE)
+        {
+            Pool::Small
+        } else {
+            Pool::Large
+        };
         let blocks = tile(addr, size, pool, &inside, config, &mut out);
-        out.segments.push(InitialSegment { addr, pool, stream, blocks });
+        out.segments.push(InitialSegment {
+            addr,
+            pool,
+            stream,
+            blocks,
+        });
     }
-    let placed: usize = out.segments.iter().map(|s| s.blocks.iter().filter(|b| b.state.is_active()).count()).sum();
+    let placed: usize = out
+        .segments
+        .iter()
+        .map(|s| s.blocks.iter().filter(|b| b.state.is_active()).count())
+        .sum();
     if placed < live.len() {
-        out.notes.push(format!("{} allocations live at the start lie outside every known segment", live.len() - placed));
+        out.notes.push(format!(
+            "{} allocations live at the start lie outside every known segment",
+            live.len() - placed
+        ));
     }
     out
 }
 
 /// Live blocks of one segment with free gaps between them.
-fn tile(addr: u64, size: u64, pool: Pool, inside: &[(u64, Live)], config: &AllocConfig, out: &mut Reconstruction) -> Vec<AdoptBlock> {
+fn tile(
+    addr: u64,
+    size: u64,
+    pool: Pool,
+    inside: &[(u64, Live)],
+    config: &AllocConfig,
+    out: &mut Reconstruction,
+) -> Vec<AdoptBlock> {
     let end = addr + size;
     let mut blocks = Vec::new();
     let mut at = addr;
     for (k, &(a, l)) in inside.iter().enumerate() {
         if a < at {
-            out.notes.push(format!("allocation {a:#x} overlaps the one before it"));
+            out.notes
+                .push(format!("allocation {a:#x} overlaps the one before it"));
             continue;
         }
         if a > at {
@@ -116,7 +177,12 @@ fn tile(addr: u64, size: u64, pool: Pool, inside: &[(u64, Live)], config: &Alloc
             estimate(l.requested, next - a, pool, config)
         });
         let block = block.min(next - a);
-        blocks.push(AdoptBlock { size: block, requested: l.requested, state: l.state, tag: Tag::NONE });
+        blocks.push(AdoptBlock {
+            size: block,
+            requested: l.requested,
+            state: l.state,
+            tag: Tag::NONE,
+        });
         at = a + block;
     }
     if at < end {
@@ -141,5 +207,10 @@ fn estimate(requested: u64, room: u64, pool: Pool, config: &AllocConfig) -> u64 
 }
 
 fn free(size: u64) -> AdoptBlock {
-    AdoptBlock { size, requested: 0, state: BlockState::Inactive, tag: Tag::NONE }
+    AdoptBlock {
+        size,
+        requested: 0,
+        state: BlockState::Inactive,
+        tag: Tag::NONE,
+    }
 }

@@ -19,6 +19,7 @@ mod error;
 pub mod export;
 mod field;
 mod frames;
+pub mod from_run;
 mod import;
 mod types;
 

@@ -1,0 +1,183 @@
+//! `open`, `replay` and `export` of real PyTorch snapshots.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use vramscope::alloc::{AllocConfig, Tag, TorchVersion};
+use vramscope::report::replay::{VerifyReport, WhatIfDevice, WhatIfReport};
+use vramscope::report::snapshot::SnapshotReport;
+use vramscope::trace::replay::from_snapshot::{self, DeviceReplay};
+use vramscope::trace::replay::whatif::{self, Requests};
+use vramscope::trace::snapshot::from_run::{snapshot_of_run, DeviceRun};
+use vramscope::trace::snapshot::{export_bytes, import_file, Snapshot};
+use vramscope::units::parse_size;
+
+use super::BadInput;
+
+pub fn load(path: &Path) -> anyhow::Result<Snapshot> {
+    import_file(path).map_err(|e| BadInput(e.to_string()).into())
+}
+
+pub fn open(path: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let snap = load(path)?;
+    let report = SnapshotReport::new(&path.display().to_string(), &snap);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.to_text());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub struct ReplayArgs {
+    pub verify: bool,
+    pub confs: Vec<String>,
+    pub capacity: Option<String>,
+    pub json: bool,
+    pub torch: Option<String>,
+}
+
+fn parse_conf(conf: &str, torch: Option<&str>) -> anyhow::Result<AllocConfig> {
+    let version = match torch {
+        Some(v) => v
+            .parse::<TorchVersion>()
+            .map_err(|e| BadInput(format!("--torch: {e}")))?,
+        None => TorchVersion::DEFAULT,
+    };
+    AllocConfig::parse_for(conf, version).map_err(|e| BadInput(format!("--conf: {e}")).into())
+}
+
+pub fn replay(path: &Path, args: ReplayArgs) -> anyhow::Result<ExitCode> {
+    let snap = load(path)?;
+    let replays = from_snapshot::verify(&snap)
+        .map_err(|e| BadInput(format!("the snapshot's own allocator_settings: {e}")))?;
+    let verify = VerifyReport::new(&replays);
+    let mut status = ExitCode::SUCCESS;
+    if args.verify || args.confs.is_empty() {
+        if args.json && args.confs.is_empty() {
+            println!("{}", serde_json::to_string_pretty(&verify)?);
+        } else {
+            print!("{}", verify.to_text());
+        }
+        if !verify.ok {
+            status = ExitCode::from(1);
+        }
+    }
+    if !args.confs.is_empty() {
+        let report = what_if_report(&snap, &replays, &args)?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            print!("{}", report.to_text());
+        }
+    }
+    Ok(status)
+}
+
+fn capacity_for(replay: &DeviceReplay, given: Option<u64>) -> u64 {
+    // The device's size if the user or the trace tells; else the peak it reached.
+    given.or(replay.device_total).unwrap_or_else(|| {
+        let requests = Requests {
+            entries: &replay.entries,
+            empty_cache_at: &replay.outcome.empty_cache_at,
+            start: Some(&replay.start),
+        };
+        let probe = whatif::what_if(&requests, AllocConfig::default(), u64::MAX / 4);
+        probe.peak_reserved.max(1)
+    })
+}
+
+fn what_if_report(
+    snap: &Snapshot,
+    replays: &[DeviceReplay],
+    args: &ReplayArgs,
+) -> anyhow::Result<WhatIfReport> {
+    let original = from_snapshot::config(snap)?;
+    let mut configs = vec![original];
+    for conf in &args.confs {
+        configs.push(parse_conf(conf, args.torch.as_deref())?);
+    }
+    let given = match &args.capacity {
+        Some(c) => Some(parse_size(c).map_err(|e| BadInput(format!("--capacity: {e}")))?),
+        None => None,
+    };
+    let devices = replays
+        .iter()
+        .map(|r| {
+            let capacity = capacity_for(r, given);
+            let requests = Requests {
+                entries: &r.entries,
+                empty_cache_at: &r.outcome.empty_cache_at,
+                start: Some(&r.start),
+            };
+            WhatIfDevice {
+                device: r.device,
+                capacity,
+                configs: whatif::what_if_all(&requests, configs.clone(), capacity),
+            }
+        })
+        .collect();
+    Ok(WhatIfReport { devices })
+}
+
+pub fn export(input: &Path, output: &PathBuf, conf: Option<&str>) -> anyhow::Result<ExitCode> {
+    if input == output.as_path() {
+        bail!(BadInput(format!(
+            "refusing to overwrite the input {}: choose another -o",
+            input.display()
+        )));
+    }
+    let snap = load(input)?;
+    let out = match conf {
+        None => snap,
+        Some(conf) => replayed_under(&snap, &parse_conf(conf, None)?)?,
+    };
+    let bytes = export_bytes(&out);
+    // Write beside the target first so a failure never leaves half a file.
+    let tmp = output.with_extension("vramscope-tmp");
+    std::fs::write(&tmp, &bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, output)
+        .with_context(|| format!("moving {} to {}", tmp.display(), output.display()))?;
+    eprintln!("wrote {} ({} bytes)", output.display(), bytes.len());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The snapshot's requests replayed under `config`, as a snapshot of its own.
+fn replayed_under(snap: &Snapshot, config: &AllocConfig) -> anyhow::Result<Snapshot> {
+    let replays = from_snapshot::verify(snap)?;
+    let runs: Vec<_> = replays
+        .iter()
+        .map(|r| {
+            let requests = Requests {
+                entries: &r.entries,
+                empty_cache_at: &r.outcome.empty_cache_at,
+                start: Some(&r.start),
+            };
+            let (_, mut a) = whatif::run(&requests, config.clone(), capacity_for(r, None), true);
+            (a.snapshot(), a.take_events(), r.device)
+        })
+        .collect();
+    let devices: Vec<DeviceRun<'_>> = runs
+        .iter()
+        .map(|(segments, events, device)| DeviceRun {
+            device: *device,
+            segments,
+            events,
+        })
+        .collect();
+    let frames_of = |device: usize, tag: Tag| -> Vec<(String, i64, String)> {
+        // A what-if tag is the index of the trace entry that made the request.
+        snap.device_traces
+            .get(device)
+            .and_then(|t| t.get(tag.0 as usize))
+            .map(|e| {
+                snap.frames
+                    .resolve(e.frames)
+                    .map(|f| (f.filename.to_string(), f.line, f.name.to_string()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    Ok(snapshot_of_run(&devices, config, &frames_of))
+}

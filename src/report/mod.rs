@@ -1,0 +1,4 @@
+//! Headless output: reports as text (in the style of `memory_summary()`) and JSON.
+
+pub mod replay;
+pub mod snapshot;

@@ -1,0 +1,239 @@
+//! `vramscope open --headless`: what an imported snapshot holds, per device.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use serde::Serialize;
+
+use crate::alloc::{format_size, BlockState};
+use crate::trace::snapshot::{Action, PoolKind, Snapshot};
+
+/// Live bytes grouped by the first user frame of their allocation stack.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CallSite {
+    /// `file:line in function`, or `(no stack recorded)`.
+    pub site: String,
+    pub bytes: u64,
+    pub blocks: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OomEntry {
+    pub entry: usize,
+    pub size: u64,
+    pub device_free: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct StateCount {
+    pub blocks: usize,
+    pub bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeviceReport {
+    pub device: i64,
+    pub reserved: u64,
+    pub allocated: u64,
+    pub active: u64,
+    pub segments: usize,
+    pub large_segments: usize,
+    pub small_segments: usize,
+    pub expandable_segments: usize,
+    pub private_pool_segments: usize,
+    pub active_allocated: StateCount,
+    pub active_pending_free: StateCount,
+    pub inactive: StateCount,
+    pub largest_free_block: u64,
+    /// Cached free bytes / reserved bytes.
+    pub fragmentation: f64,
+    pub trace_entries: usize,
+    pub top_allocations: Vec<CallSite>,
+    pub ooms: Vec<OomEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SnapshotReport {
+    pub file: String,
+    pub layout: String,
+    pub alloc_conf: Option<String>,
+    pub devices: Vec<DeviceReport>,
+}
+
+const TOP: usize = 10;
+
+impl SnapshotReport {
+    pub fn new(file: &str, snap: &Snapshot) -> SnapshotReport {
+        let mut devices: Vec<i64> = snap.segments.iter().map(|s| s.device).collect();
+        devices.extend(
+            (0..snap.device_traces.len())
+                .filter(|d| !snap.device_traces[*d].is_empty())
+                .map(|d| d as i64),
+        );
+        devices.sort_unstable();
+        devices.dedup();
+        SnapshotReport {
+            file: file.to_string(),
+            layout: format!("{:?}", snap.layout),
+            alloc_conf: snap.allocator_settings.as_ref().map(|s| s.conf.clone()),
+            devices: devices
+                .into_iter()
+                .map(|d| device_report(snap, d))
+                .collect(),
+        }
+    }
+
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "{} ({} layout)", self.file, self.layout);
+        if let Some(conf) = &self.alloc_conf {
+            let _ = writeln!(out, "PYTORCH_CUDA_ALLOC_CONF=\"{conf}\"");
+        }
+        for d in &self.devices {
+            let _ = writeln!(out, "\n== device {} ==", d.device);
+            let _ = writeln!(
+                out,
+                "reserved {}  allocated {}  active {}  fragmentation {:.1}% (cached free / reserved)",
+                format_size(d.reserved),
+                format_size(d.allocated),
+                format_size(d.active),
+                d.fragmentation * 100.0
+            );
+            let _ = writeln!(
+                out,
+                "segments {} (large {}, small {}, expandable {}, in private pools {})",
+                d.segments,
+                d.large_segments,
+                d.small_segments,
+                d.expandable_segments,
+                d.private_pool_segments
+            );
+            for (name, c) in [
+                ("active_allocated", &d.active_allocated),
+                ("active_pending_free", &d.active_pending_free),
+                ("inactive", &d.inactive),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "  {name:<20} {:>7} blocks {:>12}",
+                    c.blocks,
+                    format_size(c.bytes)
+                );
+            }
+            let _ = writeln!(
+                out,
+                "largest free block {}",
+                format_size(d.largest_free_block)
+            );
+            let _ = writeln!(out, "trace entries {}", d.trace_entries);
+            if !d.top_allocations.is_empty() {
+                let _ = writeln!(out, "biggest live allocations by first user frame:");
+                for c in &d.top_allocations {
+                    let _ = writeln!(
+                        out,
+                        "  {:>12} in {:>5} blocks  {}",
+                        format_size(c.bytes),
+                        c.blocks,
+                        c.site
+                    );
+                }
+            }
+            for o in &d.ooms {
+                let free = o.device_free.map_or("unknown".to_string(), format_size);
+                let _ = writeln!(
+                    out,
+                    "OOM at entry {}: {} requested, {} free on the device",
+                    o.entry,
+                    format_size(o.size),
+                    free
+                );
+            }
+        }
+        out
+    }
+}
+
+fn device_report(snap: &Snapshot, device: i64) -> DeviceReport {
+    let segs: Vec<_> = snap
+        .segments
+        .iter()
+        .filter(|s| s.device == device)
+        .collect();
+    let mut r = DeviceReport {
+        device,
+        reserved: segs.iter().map(|s| s.total_size).sum(),
+        allocated: segs.iter().map(|s| s.allocated_size).sum(),
+        active: segs.iter().map(|s| s.active_size).sum(),
+        segments: segs.len(),
+        large_segments: segs
+            .iter()
+            .filter(|s| s.segment_type == PoolKind::Large)
+            .count(),
+        small_segments: segs
+            .iter()
+            .filter(|s| s.segment_type == PoolKind::Small)
+            .count(),
+        expandable_segments: segs.iter().filter(|s| s.is_expandable).count(),
+        private_pool_segments: segs.iter().filter(|s| s.pool_id != (0, 0)).count(),
+        active_allocated: StateCount::default(),
+        active_pending_free: StateCount::default(),
+        inactive: StateCount::default(),
+        largest_free_block: 0,
+        fragmentation: 0.0,
+        trace_entries: 0,
+        top_allocations: Vec::new(),
+        ooms: Vec::new(),
+    };
+    let mut sites: BTreeMap<String, (u64, usize)> = BTreeMap::new();
+    for b in segs.iter().flat_map(|s| s.blocks.iter()) {
+        let count = match b.state {
+            BlockState::ActiveAllocated => &mut r.active_allocated,
+            BlockState::ActivePendingFree => &mut r.active_pending_free,
+            BlockState::Inactive => &mut r.inactive,
+        };
+        count.blocks += 1;
+        count.bytes += b.size;
+        if b.state == BlockState::Inactive {
+            r.largest_free_block = r.largest_free_block.max(b.size);
+        } else {
+            let site = snap.first_user_frame(b.frames).map_or_else(
+                || "(no stack recorded)".to_string(),
+                |f| format!("{}:{} in {}", f.filename, f.line, f.name),
+            );
+            let e = sites.entry(site).or_default();
+            e.0 += b.size;
+            e.1 += 1;
+        }
+    }
+    if r.reserved > 0 {
+        r.fragmentation = r.inactive.bytes as f64 / r.reserved as f64;
+    }
+    let mut top: Vec<CallSite> = sites
+        .into_iter()
+        .map(|(site, (bytes, blocks))| CallSite {
+            site,
+            bytes,
+            blocks,
+        })
+        .collect();
+    top.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
+    top.truncate(TOP);
+    r.top_allocations = top;
+    if let Some(trace) = usize::try_from(device)
+        .ok()
+        .and_then(|d| snap.device_traces.get(d))
+    {
+        r.trace_entries = trace.len();
+        r.ooms = trace
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.action == Action::Oom)
+            .map(|(entry, e)| OomEntry {
+                entry,
+                size: e.size,
+                device_free: e.device_free,
+            })
+            .collect();
+    }
+    r
+}

@@ -1,0 +1,156 @@
+//! What-if: the same requests under another `PYTORCH_CUDA_ALLOC_CONF`, on a
+//! simulated device of a given size. Answers "would expandable_segments or
+//! max_split_size_mb have saved me?" without a GPU.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::alloc::{AllocConfig, CachingAllocator, Tag};
+use crate::device::SimDevice;
+
+use super::reconstruct::Reconstruction;
+use super::{Entry, EntryAction};
+
+/// A request that did not fit under a config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct WhatIfOom {
+    /// Index of the trace entry that asked.
+    pub entry: usize,
+    pub size: u64,
+}
+
+/// One config's outcome (the report's `configs[]` entries).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WhatIfResult {
+    pub conf: String,
+    pub peak_reserved: u64,
+    pub peak_allocated: u64,
+    pub reserved_end: u64,
+    /// The largest free block when reserved memory peaked.
+    pub largest_free_at_worst: u64,
+    /// Cached free / reserved when reserved memory peaked.
+    pub fragmentation_at_worst: f64,
+    pub num_alloc_retries: u64,
+    pub ooms: Vec<WhatIfOom>,
+    /// Segments at the end (mapped runs for expandable segments).
+    pub segments: usize,
+}
+
+/// The trace's requests in the form a what-if replay reads.
+#[derive(Debug, Clone, Default)]
+pub struct Requests<'a> {
+    pub entries: &'a [Entry],
+    /// Where the recorded run called `empty_cache()` (from a verify replay).
+    pub empty_cache_at: &'a [usize],
+    pub start: Option<&'a Reconstruction>,
+}
+
+pub fn what_if(requests: &Requests<'_>, config: AllocConfig, capacity: u64) -> WhatIfResult {
+    run(requests, config, capacity, false).0
+}
+
+/// Replay the requests; with `record`, the allocator keeps its trace (tags
+/// are entry indices) for export.
+pub fn run(
+    requests: &Requests<'_>,
+    config: AllocConfig,
+    capacity: u64,
+    record: bool,
+) -> (WhatIfResult, CachingAllocator<SimDevice>) {
+    let conf = config.raw.clone();
+    let mut a = CachingAllocator::new(SimDevice::new("what-if", capacity, 0), config);
+    a.set_recording(record);
+    let mut ours: HashMap<u64, u64> = HashMap::new();
+    if let Some(start) = requests.start {
+        for seg in &start.segments {
+            if a.adopt_segment(seg.addr, seg.pool, seg.stream, &seg.blocks)
+                .is_ok()
+            {
+                a.device_mut()
+                    .claim(seg.blocks.iter().map(|b| b.size).sum());
+                let mut at = seg.addr;
+                for b in &seg.blocks {
+                    if b.state.is_active() {
+                        ours.insert(at, at);
+                    }
+                    at += b.size;
+                }
+            }
+        }
+    }
+    let mut result = WhatIfResult {
+        conf,
+        peak_reserved: 0,
+        peak_allocated: 0,
+        reserved_end: 0,
+        largest_free_at_worst: 0,
+        fragmentation_at_worst: 0.0,
+        num_alloc_retries: 0,
+        ooms: Vec::new(),
+        segments: 0,
+    };
+    let mut next_empty_cache = requests.empty_cache_at.iter().peekable();
+    let mut worst = 0u64;
+    for (i, e) in requests.entries.iter().enumerate() {
+        while next_empty_cache.next_if(|&&at| at <= i).is_some() {
+            a.empty_cache();
+        }
+        match e.action {
+            EntryAction::Alloc => match a.malloc(e.size, e.stream, Tag(i as u64)) {
+                Ok(addr) => {
+                    ours.insert(e.addr, addr);
+                }
+                Err(_) => result.ooms.push(WhatIfOom {
+                    entry: i,
+                    size: e.size,
+                }),
+            },
+            EntryAction::Oom => match a.malloc(e.size, e.stream, Tag(i as u64)) {
+                // The recorded run failed here and never used the memory.
+                Ok(addr) => {
+                    let _ = a.free(addr);
+                }
+                Err(_) => result.ooms.push(WhatIfOom {
+                    entry: i,
+                    size: e.size,
+                }),
+            },
+            EntryAction::FreeRequested => {
+                if let Some(addr) = ours.remove(&e.addr) {
+                    let _ = a.free(addr);
+                }
+            }
+            _ => {}
+        }
+        let reserved = a.stats().reserved_bytes();
+        if reserved > worst {
+            worst = reserved;
+            result.largest_free_at_worst = a.largest_free_block();
+            result.fragmentation_at_worst =
+                (reserved - a.stats().allocated_bytes()) as f64 / reserved as f64;
+        }
+    }
+    let s = a.stats();
+    result.peak_reserved = s.peak_reserved_bytes();
+    result.peak_allocated = s.peak_allocated_bytes();
+    result.reserved_end = s.reserved_bytes();
+    result.num_alloc_retries = s.num_alloc_retries;
+    result.segments = a.snapshot().len();
+    (result, a)
+}
+
+/// Every config at once, the first being the original; spread over threads.
+pub fn what_if_all(
+    requests: &Requests<'_>,
+    configs: Vec<AllocConfig>,
+    capacity: u64,
+) -> Vec<WhatIfResult> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = configs
+            .into_iter()
+            .map(|config| scope.spawn(move || what_if(requests, config, capacity)))
+            .collect();
+        handles.into_iter().filter_map(|h| h.join().ok()).collect()
+    })
+}

@@ -1,0 +1,49 @@
+//! Byte sizes as people write them: `16GiB`, `512 MiB`, `2e9`, `1024`.
+
+/// Parse a byte size. Units are binary (`KiB`, `MiB`, `GiB`, `TiB`, and
+/// `KB`/`MB`/`GB`/`TB` or `K`/`M`/`G`/`T` meaning the same, as PyTorch's
+/// "mb" does) or none for bytes.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
+    let (number, unit) = (t[..split].trim(), t[split..].trim());
+    let value: f64 = number.parse().map_err(|_| {
+        format!("'{text}': expected a number of bytes, optionally with a unit such as GiB")
+    })?;
+    let scale: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        _ => {
+            return Err(format!(
+                "'{text}': unknown unit '{unit}' (use B, KiB, MiB, GiB or TiB)"
+            ))
+        }
+    };
+    if !value.is_finite() || value < 0.0 {
+        return Err(format!("'{text}': a size cannot be negative"));
+    }
+    let bytes = value * scale as f64;
+    if bytes > u64::MAX as f64 / 2.0 {
+        return Err(format!("'{text}': too large"));
+    }
+    Ok(bytes.round() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("16GiB"), Ok(16 << 30));
+        assert_eq!(parse_size("512 MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("1.5GB"), Ok(3 << 29));
+        assert_eq!(parse_size("1024"), Ok(1024));
+        assert!(parse_size("-1GiB").is_err());
+        assert!(parse_size("12 parsecs").is_err());
+        assert!(parse_size("").is_err());
+    }
+}

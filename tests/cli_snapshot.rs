@@ -1,0 +1,197 @@
+//! The snapshot commands as a user runs them: open, replay --verify, what-if, export.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn real(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/snapshots/real");
+    let dir = if dir.exists() {
+        dir
+    } else {
+        PathBuf::from("/work/shared/snapshots/real")
+    };
+    dir.join(name)
+}
+
+fn vramscope(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(args)
+        .output()
+        .expect("runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+#[test]
+fn replay_verify_json_reports_every_device() {
+    let file = real("code-location_expandable_3gpu_oom.pickle");
+    let (code, out, err) =
+        vramscope(&["replay", file.to_str().expect("utf8"), "--verify", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    assert_eq!(v["ok"], true);
+    let devices = v["devices"].as_array().expect("devices");
+    assert_eq!(devices.len(), 3);
+    for d in devices {
+        for key in [
+            "device",
+            "entries",
+            "allocs",
+            "alloc_addr_match",
+            "segment_events",
+            "segment_event_match",
+            "final_state_match",
+            "replayable_from",
+        ] {
+            assert!(d.get(key).is_some(), "missing {key}");
+        }
+        assert_eq!(d["allocs"], d["alloc_addr_match"]);
+        assert_eq!(d["segment_events"], d["segment_event_match"]);
+    }
+}
+
+#[test]
+fn what_if_puts_the_original_config_first() {
+    let file = real("sqattn_segment-churn.pickle");
+    let (code, out, err) = vramscope(&[
+        "replay",
+        file.to_str().expect("utf8"),
+        "--conf",
+        "expandable_segments:True",
+        "--conf",
+        "max_split_size_mb:128",
+        "--capacity",
+        "8GiB",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    let d = &v["devices"][0];
+    assert_eq!(d["capacity"], 8u64 << 30);
+    let configs = d["configs"].as_array().expect("configs");
+    let confs: Vec<&str> = configs
+        .iter()
+        .map(|c| c["conf"].as_str().expect("conf"))
+        .collect();
+    assert_eq!(
+        confs,
+        vec!["", "expandable_segments:True", "max_split_size_mb:128"]
+    );
+    for c in configs {
+        for key in [
+            "peak_reserved",
+            "peak_allocated",
+            "reserved_end",
+            "largest_free_at_worst",
+            "fragmentation_at_worst",
+            "num_alloc_retries",
+            "ooms",
+            "segments",
+        ] {
+            assert!(c.get(key).is_some(), "missing {key}");
+        }
+        assert!(
+            c["peak_reserved"].as_u64().expect("n") <= 8 << 30,
+            "never above the device"
+        );
+        assert!(
+            c["peak_allocated"].as_u64().expect("n") <= c["peak_reserved"].as_u64().expect("n")
+        );
+    }
+    // Expandable segments map pages on demand: reserved never peaks higher than with
+    // whole 20 MiB+ segments for the same requests.
+    assert!(configs[1]["peak_reserved"].as_u64() <= configs[0]["peak_reserved"].as_u64());
+}
+
+#[test]
+fn what_if_reports_ooms_instead_of_crashing() {
+    let file = real("adam-step_closed-trace_annotations.pickle");
+    let (code, out, err) = vramscope(&[
+        "replay",
+        file.to_str().expect("utf8"),
+        "--conf",
+        "expandable_segments:True",
+        "--capacity",
+        "100MiB",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    let configs = v["devices"][0]["configs"].as_array().expect("configs");
+    // adam-step peaks at 0.22 GiB reserved (SOURCES.md): 100 MiB cannot hold it.
+    assert!(!configs[0]["ooms"].as_array().expect("ooms").is_empty());
+}
+
+#[test]
+fn not_a_snapshot_is_exit_2_with_the_error() {
+    let dir = std::env::temp_dir().join(format!("vramscope-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp");
+    let bad = dir.join("notes.txt");
+    std::fs::write(&bad, "hello, this is not a pickle").expect("write");
+    for cmd in ["open", "replay"] {
+        let (code, out, err) = vramscope(&[cmd, bad.to_str().expect("utf8")]);
+        assert_eq!(code, 2, "{cmd}: {out}");
+        assert!(err.contains("notes.txt"), "{err}");
+        assert!(err.contains("byte"), "names the byte offset: {err}");
+    }
+    let truncated = dir.join("cut.pickle");
+    let bytes = std::fs::read(real("adam-step_closed-trace_annotations.pickle")).expect("read");
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).expect("write");
+    let (code, _, err) = vramscope(&["open", truncated.to_str().expect("utf8")]);
+    assert_eq!(code, 2, "{err}");
+    let (code, _, _) = vramscope(&["open", dir.join("missing.pickle").to_str().expect("utf8")]);
+    assert_eq!(code, 2);
+}
+
+#[test]
+fn export_round_trip_and_never_overwrites_the_input() {
+    let dir = std::env::temp_dir().join(format!("vramscope-export-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp");
+    let input = real("adam-step_closed-trace_annotations.pickle");
+    let out = dir.join("whatif.pickle");
+    let (code, _, err) = vramscope(&[
+        "export",
+        input.to_str().expect("utf8"),
+        "-o",
+        out.to_str().expect("utf8"),
+        "--conf",
+        "expandable_segments:True",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    // The export replays cleanly and opens as a snapshot of its own.
+    let (code, text, err) =
+        vramscope(&["replay", out.to_str().expect("utf8"), "--verify", "--json"]);
+    assert_eq!(code, 0, "{err}{text}");
+    assert_eq!(json(&text)["ok"], true);
+    let (code, text, _) = vramscope(&["open", out.to_str().expect("utf8"), "--json"]);
+    assert_eq!(code, 0);
+    assert!(
+        json(&text)["devices"][0]["expandable_segments"]
+            .as_u64()
+            .expect("n")
+            > 0
+    );
+
+    let copy = dir.join("copy.pickle");
+    std::fs::copy(&input, &copy).expect("copy");
+    let before = std::fs::read(&copy).expect("read");
+    let (code, _, err) = vramscope(&[
+        "export",
+        copy.to_str().expect("utf8"),
+        "-o",
+        copy.to_str().expect("utf8"),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(
+        std::fs::read(&copy).expect("read"),
+        before,
+        "the input is untouched"
+    );
+}
