@@ -3,6 +3,7 @@
 
 mod demo;
 mod snapshot;
+mod watch;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,6 +11,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 pub const EXIT_BAD_INPUT: u8 = 2;
+pub const EXIT_NO_GPU: u8 = 3;
 
 /// Input the user gave us is wrong: exit status 2 with the message.
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +67,15 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Live GPU memory from NVML: every GPU's used/free, utilisation, processes, history.
+    Watch {
+        /// Print one reading and exit.
+        #[arg(long)]
+        once: bool,
+        /// One JSON line per reading.
+        #[arg(long)]
+        json: bool,
+    },
     /// Write a snapshot PyTorch's viewer loads (pytorch.org/memory_viz).
     Export {
         input: PathBuf,
@@ -98,6 +109,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 torch,
             },
         ),
+        Some(Command::Watch { once, json }) => watch::run(once, json),
         Some(Command::Export {
             input,
             output,

@@ -3,8 +3,13 @@
 //! calls `cudaMalloc`, `cudaFree` and the virtual-memory API, so switching the
 //! device never changes an allocator decision.
 
+pub mod cuda;
+pub mod gpu;
+pub mod kernels;
+pub mod nvml;
 mod sim;
 
+pub use gpu::GpuUnavailable;
 pub use sim::SimDevice;
 
 /// A device call that failed, in the driver's terms.

@@ -1,0 +1,90 @@
+//! `vramscope watch`: every GPU's memory, utilisation and processes from NVML,
+//! with a short history, refreshed by the poller thread.
+
+use std::collections::VecDeque;
+use std::io::Write;
+use std::process::ExitCode;
+
+use vramscope::alloc::format_size;
+use vramscope::device::nvml::{self, GpuReading};
+
+use super::EXIT_NO_GPU;
+
+const HISTORY: usize = 40;
+const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+
+fn opt_size(v: Option<u64>) -> String {
+    v.map_or_else(|| "unknown".to_string(), format_size)
+}
+
+fn sparkline(history: &VecDeque<Option<u64>>, total: Option<u64>) -> String {
+    history
+        .iter()
+        .map(|v| match (v, total) {
+            (Some(used), Some(total)) if total > 0 => BARS[((used * 7) / total).min(7) as usize],
+            _ => '?',
+        })
+        .collect()
+}
+
+fn render(gpus: &[GpuReading], history: &[VecDeque<Option<u64>>]) -> String {
+    let mut out = String::new();
+    for (g, h) in gpus.iter().zip(history) {
+        let pct = |v: Option<u32>| v.map_or_else(|| "unknown".to_string(), |p| format!("{p}%"));
+        out.push_str(&format!(
+            "GPU {} {}: used {} of {} (free {}), utilisation {} / memory {}\n  history {}\n",
+            g.index,
+            g.name.as_deref().unwrap_or("(name unknown)"),
+            opt_size(g.used),
+            opt_size(g.total),
+            opt_size(g.free),
+            pct(g.utilization_gpu),
+            pct(g.utilization_memory),
+            sparkline(h, g.total),
+        ));
+        for p in &g.processes {
+            out.push_str(&format!(
+                "  pid {:>7}: {} (CUDA context + caching allocator + other: not known for another process)\n",
+                p.pid,
+                opt_size(p.used)
+            ));
+        }
+    }
+    out
+}
+
+pub fn run(once: bool, json: bool) -> anyhow::Result<ExitCode> {
+    if let Err(e) = nvml::available() {
+        eprintln!("vramscope watch: {e}");
+        return Ok(ExitCode::from(EXIT_NO_GPU));
+    }
+    let rx = nvml::spawn_poller();
+    let mut history: Vec<VecDeque<Option<u64>>> = Vec::new();
+    let mut stdout = std::io::stdout();
+    for reading in rx.iter() {
+        let gpus = match reading {
+            Ok(g) => g,
+            Err(e) => {
+                eprintln!("vramscope watch: {e}");
+                return Ok(ExitCode::from(EXIT_NO_GPU));
+            }
+        };
+        history.resize_with(gpus.len(), VecDeque::new);
+        for (h, g) in history.iter_mut().zip(&gpus) {
+            h.push_back(g.used);
+            if h.len() > HISTORY {
+                h.pop_front();
+            }
+        }
+        if json {
+            writeln!(stdout, "{}", serde_json::to_string(&gpus)?)?;
+        } else {
+            write!(stdout, "\x1b[2J\x1b[H{}", render(&gpus, &history))?;
+        }
+        stdout.flush()?;
+        if once {
+            break;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
