@@ -8,6 +8,7 @@
 
 pub mod alloc;
 pub mod device;
+pub mod engine;
 pub mod leak;
 pub mod report;
 pub mod trace;

@@ -1,0 +1,335 @@
+//! Autograd graph objects (engine.md §0.3, §2): Nodes with SavedSlots and
+//! next-edges, AccumulateGrad, and their lifetimes.
+
+use serde::{Deserialize, Serialize};
+
+use super::dtype::DType;
+use super::shape::Shape;
+use super::storage::StorageId;
+use super::tensor::{Layout, TensorId};
+use super::Engine;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct NodeId(pub u32);
+
+/// An edge to the `nr`-th output of `node` (PyTorch's `Edge{function, input_nr}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Edge {
+    pub node: NodeId,
+    pub nr: u8,
+}
+
+/// One differentiable input of a Node: where its gradient goes, and the
+/// geometry the gradient must have.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct InputMeta {
+    pub edge: Option<Edge>,
+    pub shape: Shape,
+    pub dtype: DType,
+}
+
+/// How a Node's backward allocates (engine.md table 2.2, column "backward allocates").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BwdKind {
+    AccumulateGrad,
+    /// One new gradient per input that needs one, in input order.
+    Alloc,
+    /// The incoming gradient is handed on as a view (add, views, cat); broadcasts
+    /// and dtype changes are fixed up by `validate_outputs` (sum_to / cast).
+    PassThrough,
+    /// `cat`: slices (views) of the incoming gradient, one per input.
+    Slice,
+    /// `sum`: an expanded (broadcast) view of the incoming 0-dim gradient.
+    Expand,
+    /// mm / addmm / bmm: gradients come from GEMMs (copy of a broadcast incoming
+    /// gradient, backward-thread cuBLAS workspace). Input 0 of addmm is the bias.
+    Gemm {
+        has_bias: bool,
+    },
+    /// convolution: per-input gradients with a transient cuDNN workspace each.
+    Conv {
+        workspace: u64,
+    },
+    /// SDPA flash / memory-efficient: q, k, v gradients and an fp32 scratch.
+    Sdpa {
+        scratch: u64,
+    },
+    /// split: one allocation (the cat of the output gradients) of the input's shape.
+    Split,
+    /// cuDNN RNN: dx, dhx, dcx, workspace, then one flat zero-filled dw whose
+    /// per-parameter views become the grads (engine.md §8.2).
+    CudnnRnn {
+        workspace: u64,
+        flat_bytes: u64,
+        training: bool,
+    },
+}
+
+/// Saved tensor reference (engine.md §0.3 SavedSlot).
+#[derive(Debug, Clone)]
+pub(crate) struct SavedSlot {
+    pub name: &'static str,
+    /// None once released, or while it is a checkpoint placeholder.
+    pub storage: Option<StorageId>,
+    pub shape: Shape,
+    pub dtype: DType,
+    pub version: u32,
+    pub is_output: bool,
+    /// The saved tensor's producer (for the in-place error message).
+    pub producer: Option<(&'static str, u8)>,
+    /// Checkpoint placeholder: (region, pack index) to unpack from (§7.1).
+    pub pack: Option<(u32, u32)>,
+}
+
+impl SavedSlot {
+    pub fn bytes(&self) -> u64 {
+        self.shape.numel() * self.dtype.size()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Node {
+    pub name: &'static str,
+    pub kind: BwdKind,
+    pub inputs: Vec<InputMeta>,
+    pub saved: Vec<SavedSlot>,
+    pub seq: u64,
+    pub iteration: u32,
+    pub module: u32,
+    pub released: bool,
+    pub refs: u32,
+    /// AccumulateGrad's variable (a strong reference, engine.md §0.3).
+    pub leaf: Option<TensorId>,
+    pub num_outputs: u8,
+    /// Gradient buffer during backward, one per output.
+    pub buf: Vec<Option<TensorId>>,
+    pub deps: u32,
+    /// Checkpoint region whose recomputation produces this node's saved tensors.
+    pub region: Option<u32>,
+    /// Extra tensors a node keeps (RNN parameter views for the flat dw).
+    pub extra: Vec<TensorId>,
+}
+
+impl Engine {
+    /// The tensor's gradient edge: its grad_fn, or its leaf accumulator.
+    pub(crate) fn edge_of(&mut self, t: TensorId) -> Option<Edge> {
+        let x = &self.tensors[t.0];
+        if let Some(n) = x.grad_fn {
+            return Some(Edge {
+                node: n,
+                nr: x.output_nr,
+            });
+        }
+        if x.requires_grad {
+            let acc = self.grad_accumulator(t);
+            return Some(Edge { node: acc, nr: 0 });
+        }
+        None
+    }
+
+    /// The leaf's AccumulateGrad node (one per leaf; created on demand, weakly
+    /// referenced by the leaf, holding the leaf strongly — engine.md §0.3).
+    pub(crate) fn grad_accumulator(&mut self, leaf: TensorId) -> NodeId {
+        if let Some(n) = self.tensors[leaf.0].grad_acc {
+            if self.nodes.get(n.0).is_some() {
+                return n;
+            }
+        }
+        self.tensors[leaf.0].refs += 1;
+        let x = &self.tensors[leaf.0];
+        let meta = InputMeta {
+            edge: None,
+            shape: x.shape,
+            dtype: x.dtype,
+        };
+        let id = NodeId(self.nodes.insert(Node {
+            name: "AccumulateGrad",
+            kind: BwdKind::AccumulateGrad,
+            inputs: vec![meta],
+            saved: Vec::new(),
+            seq: u64::MAX,
+            iteration: self.ctx.iteration,
+            module: self.ctx.module,
+            released: false,
+            refs: 0,
+            leaf: Some(leaf),
+            num_outputs: 1,
+            buf: Vec::new(),
+            deps: 0,
+            region: None,
+            extra: Vec::new(),
+        }));
+        self.tensors[leaf.0].grad_acc = Some(id);
+        id
+    }
+
+    /// Whether an op over `inputs` records a Node (engine.md §2.1).
+    pub(crate) fn records(&self, inputs: &[TensorId]) -> bool {
+        self.ctx.grad_enabled && inputs.iter().any(|t| self.tensors[t.0].requires_grad)
+    }
+
+    /// A new Node whose differentiable inputs are `inputs` (None = an input that
+    /// is not a tensor, e.g. an absent bias). Takes a strong ref on each edge.
+    pub(crate) fn new_node(
+        &mut self,
+        name: &'static str,
+        kind: BwdKind,
+        inputs: &[Option<TensorId>],
+    ) -> NodeId {
+        let mut metas = Vec::with_capacity(inputs.len());
+        for t in inputs {
+            let meta = match t {
+                Some(t) => {
+                    let edge = self.edge_of(*t);
+                    if let Some(e) = edge {
+                        self.nodes[e.node.0].refs += 1;
+                    }
+                    let x = &self.tensors[t.0];
+                    InputMeta {
+                        edge,
+                        shape: x.shape,
+                        dtype: x.dtype,
+                    }
+                }
+                None => InputMeta {
+                    edge: None,
+                    shape: Shape::scalar(),
+                    dtype: DType::F32,
+                },
+            };
+            metas.push(meta);
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let region = self.ckpt.active_region();
+        if let Some(r) = region {
+            self.ckpt_node_created(r);
+        }
+        NodeId(self.nodes.insert(Node {
+            name,
+            kind,
+            inputs: metas,
+            saved: Vec::new(),
+            seq,
+            iteration: self.ctx.iteration,
+            module: self.ctx.module,
+            released: false,
+            refs: 0,
+            leaf: None,
+            num_outputs: 1,
+            buf: Vec::new(),
+            deps: 0,
+            region,
+            extra: Vec::new(),
+        }))
+    }
+
+    /// Make `t` the `nr`-th output of `node` (requires_grad, non-leaf).
+    pub(crate) fn set_grad_fn(&mut self, t: TensorId, node: NodeId, nr: u8) {
+        self.nodes[node.0].refs += 1;
+        let n = &mut self.nodes[node.0];
+        n.num_outputs = n.num_outputs.max(nr + 1);
+        let x = &mut self.tensors[t.0];
+        if let Some(old) = x.grad_fn.replace(node) {
+            self.release_node(old);
+        }
+        let x = &mut self.tensors[t.0];
+        x.requires_grad = true;
+        x.output_nr = nr;
+    }
+
+    /// Save `t` for backward in `node` (no copy: a storage reference, §2.2).
+    /// Inside a checkpointed region the slot is a placeholder (§7.1).
+    pub(crate) fn save(&mut self, node: NodeId, name: &'static str, t: TensorId, is_output: bool) {
+        let x = &self.tensors[t.0];
+        let (storage, shape, dtype) = (x.storage, x.shape, x.dtype);
+        let producer = x.grad_fn.map(|n| (self.nodes[n.0].name, x.output_nr));
+        let version = self.storages[storage.0].version;
+        let pack = self.ckpt_pack(storage);
+        let held = if pack.is_some() {
+            None
+        } else {
+            self.retain_storage_slot(storage);
+            Some(storage)
+        };
+        self.nodes[node.0].saved.push(SavedSlot {
+            name,
+            storage: held,
+            shape,
+            dtype,
+            version,
+            is_output,
+            producer,
+            pack,
+        });
+    }
+
+    /// `release_variables()`: drop every saved storage of the node (§2.3.1).
+    pub(crate) fn release_variables(&mut self, n: NodeId) {
+        let saved = std::mem::take(&mut self.nodes[n.0].saved);
+        let mut kept = Vec::with_capacity(saved.len());
+        for mut slot in saved {
+            if let Some(s) = slot.storage.take() {
+                self.release_storage_slot(s);
+            }
+            kept.push(slot);
+        }
+        let node = &mut self.nodes[n.0];
+        node.saved = kept;
+        node.released = true;
+        let extra = std::mem::take(&mut node.extra);
+        for t in extra {
+            self.decref(t);
+        }
+    }
+
+    /// Drop one strong reference to a node. At zero, delete it the way
+    /// `deleteNode` does: release its variables, then hand children whose last
+    /// reference this was to an explicit stack (no recursion, deepest last).
+    pub(crate) fn release_node(&mut self, n: NodeId) {
+        let node = &mut self.nodes[n.0];
+        node.refs -= 1;
+        if node.refs > 0 {
+            return;
+        }
+        let mut stack = vec![n];
+        while let Some(f) = stack.pop() {
+            self.release_variables(f);
+            let Some(node) = self.nodes.remove(f.0) else {
+                continue;
+            };
+            for meta in &node.inputs {
+                if let Some(e) = meta.edge {
+                    let child = &mut self.nodes[e.node.0];
+                    child.refs -= 1;
+                    if child.refs == 0 {
+                        stack.push(e.node);
+                    }
+                }
+            }
+            for t in node.buf.iter().flatten() {
+                self.decref(*t);
+            }
+            if let Some(r) = node.region {
+                self.ckpt_node_dropped(r);
+            }
+            if let Some(leaf) = node.leaf {
+                if let Some(x) = self.tensors.get_mut(leaf.0) {
+                    if x.grad_acc == Some(f) {
+                        x.grad_acc = None;
+                    }
+                }
+                self.decref(leaf);
+            }
+        }
+    }
+
+    /// Live autograd Nodes (host memory only, engine.md §2.1 / §9).
+    pub fn live_nodes(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub(crate) fn layout(&self, t: TensorId) -> Layout {
+        self.tensors[t.0].layout
+    }
+}

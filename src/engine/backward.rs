@@ -1,0 +1,422 @@
+//! `loss.backward()`: the autograd engine's graph task (engine.md §2.3–§2.5, §3.1).
+
+use std::collections::BinaryHeap;
+
+use rustc_hash::FxHashSet;
+
+use super::autograd::{BwdKind, Edge, NodeId};
+use super::error::{EngineError, Result, BACKWARD_TWICE};
+use super::tag::{Category, Phase};
+use super::tensor::{Layout, TensorId};
+use super::Engine;
+
+/// A gradient a node produced for input `i`, before `validate_outputs`.
+enum Out {
+    /// A new tensor already shaped like the input.
+    Ready(usize, TensorId),
+    /// The incoming gradient handed on; fixed up by sum_to / cast if needed.
+    Forward(usize, TensorId),
+}
+
+impl Engine {
+    /// `tensor.backward(retain_graph=…)`. The root is normally a 0-dim loss.
+    pub fn backward(&mut self, root: TensorId, retain_graph: bool) -> Result<()> {
+        let prev_phase = self.phase_begin(Phase::Backward);
+        let prev_op = self.op_begin("backward");
+        let mark = self.locals.len();
+        let mut task = Vec::new();
+        let r = self.run_backward(root, retain_graph, &mut task);
+        if r.is_err() {
+            // The graph task dies: its pending input buffers are dropped and the
+            // temporaries of the failing node unwind.
+            for n in &task {
+                if let Some(node) = self.nodes.get_mut(n.0) {
+                    node.deps = 0;
+                    let buf = std::mem::take(&mut node.buf);
+                    for t in buf.into_iter().flatten() {
+                        self.decref(t);
+                    }
+                }
+            }
+            self.unwind_locals(mark);
+        }
+        let end = self.op_end(prev_op);
+        self.phase_end(Phase::Backward, prev_phase);
+        r.and(end)
+    }
+
+    fn run_backward(&mut self, root: TensorId, retain: bool, task: &mut Vec<NodeId>) -> Result<()> {
+        let Some(edge) = self.edge_of(root) else {
+            return Err(EngineError::Runtime(
+                "element 0 of tensors does not require grad and does not have a grad_fn".into(),
+            ));
+        };
+        // The seed `ones_like(loss)` lives until backward finishes (§2.5, §12 #8/#13).
+        let (shape, dtype) = (self.shape(root), self.dtype(root));
+        let seed = self.empty(shape, dtype, Category::Gradient)?;
+        self.retain(seed);
+        // Dependencies: how many edges point at each node reachable from the root.
+        let mut seen = FxHashSet::default();
+        let mut stack = vec![edge.node];
+        seen.insert(edge.node.0);
+        while let Some(n) = stack.pop() {
+            task.push(n);
+            let k = self.nodes[n.0].inputs.len();
+            for i in 0..k {
+                if let Some(e) = self.nodes[n.0].inputs[i].edge {
+                    self.nodes[e.node.0].deps += 1;
+                    if seen.insert(e.node.0) {
+                        stack.push(e.node);
+                    }
+                }
+            }
+        }
+        self.deliver(edge, seed)?;
+        let mut ready = BinaryHeap::new();
+        ready.push((self.nodes[edge.node.0].seq, edge.node.0));
+        while let Some((_, id)) = ready.pop() {
+            let n = NodeId(id);
+            let produced = self.exec_node(n, retain)?;
+            for (i, g) in produced {
+                let e = self.nodes[n.0].inputs[i].edge;
+                match e {
+                    Some(e) => {
+                        self.deliver(e, g)?;
+                        let child = &mut self.nodes[e.node.0];
+                        child.deps -= 1;
+                        if child.deps == 0 {
+                            ready.push((child.seq, e.node.0));
+                        }
+                    }
+                    None => self.release(g),
+                }
+            }
+            // (e) the consumed incoming gradients die last.
+            let buf = std::mem::take(&mut self.nodes[n.0].buf);
+            for t in buf.into_iter().flatten() {
+                self.decref(t);
+            }
+        }
+        self.decref(seed);
+        Ok(())
+    }
+
+    /// Put `g` into the target's input buffer, summing with what is there: in
+    /// place when the buffered tensor is not shared, else out of place (§2.5).
+    fn deliver(&mut self, e: Edge, g: TensorId) -> Result<()> {
+        self.keep(g);
+        let nout = self.nodes[e.node.0].num_outputs.max(e.nr + 1) as usize;
+        let node = &mut self.nodes[e.node.0];
+        if node.buf.len() < nout {
+            node.buf.resize(nout, None);
+        }
+        match node.buf[e.nr as usize] {
+            None => node.buf[e.nr as usize] = Some(g),
+            Some(old) => {
+                let o = &self.tensors[old.0];
+                let exclusive = o.refs == 1
+                    && o.layout == Layout::Contiguous
+                    && self.storages[o.storage.0].tensor_refs == 1;
+                if exclusive {
+                    self.bump_version(old);
+                    self.decref(g);
+                } else {
+                    let (shape, dtype) = (o.shape, o.dtype);
+                    let sum = self.empty(shape, dtype, Category::Gradient)?;
+                    self.keep(sum);
+                    self.decref(old);
+                    self.decref(g);
+                    self.nodes[e.node.0].buf[e.nr as usize] = Some(sum);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Run one node's backward: returns the gradients for its inputs.
+    fn exec_node(&mut self, n: NodeId, retain: bool) -> Result<Vec<(usize, TensorId)>> {
+        let kind = self.nodes[n.0].kind;
+        if kind == BwdKind::AccumulateGrad {
+            self.accumulate_grad(n)?;
+            return Ok(Vec::new());
+        }
+        let name = self.nodes[n.0].name;
+        let prev_module = self.enter_module(self.nodes[n.0].module);
+        let prev_op = self.op_begin(name);
+        let r = self.exec_node_inner(n, kind, retain);
+        self.exit_module(prev_module);
+        let end = self.op_end(prev_op);
+        let out = r?;
+        end?;
+        Ok(out)
+    }
+
+    fn exec_node_inner(
+        &mut self,
+        n: NodeId,
+        kind: BwdKind,
+        retain: bool,
+    ) -> Result<Vec<(usize, TensorId)>> {
+        self.unpack_saved(n)?;
+        let g0 = self.nodes[n.0].buf.first().copied().flatten();
+        let ninputs = self.nodes[n.0].inputs.len();
+        let needs = |e: &Engine, i: usize| e.nodes[n.0].inputs[i].edge.is_some();
+        let mut outs: Vec<Out> = Vec::with_capacity(ninputs);
+        match kind {
+            BwdKind::AccumulateGrad => {}
+            BwdKind::Alloc | BwdKind::Conv { .. } | BwdKind::Sdpa { .. } => {
+                for i in 0..ninputs {
+                    if needs(self, i) {
+                        let m = self.nodes[n.0].inputs[i];
+                        let t = self.empty(m.shape, m.dtype, Category::Gradient)?;
+                        if let BwdKind::Conv { workspace } = kind {
+                            let ws = self.transient(workspace, Category::Workspace)?;
+                            self.free_transient(ws);
+                        }
+                        outs.push(Out::Ready(i, t));
+                    }
+                }
+                if let BwdKind::Sdpa { scratch } = kind {
+                    let s = self.transient(scratch, Category::Temporary)?;
+                    self.free_transient(s);
+                }
+            }
+            BwdKind::PassThrough => {
+                if let Some(g) = g0 {
+                    for i in 0..ninputs {
+                        if needs(self, i) {
+                            self.retain(g);
+                            self.locals.push(g);
+                            outs.push(Out::Forward(i, g));
+                        }
+                    }
+                }
+            }
+            BwdKind::Slice => {
+                if let Some(g) = g0 {
+                    for i in 0..ninputs {
+                        if needs(self, i) {
+                            let m = self.nodes[n.0].inputs[i];
+                            let v = self.view_as_plain(g, m.shape, Layout::Strided);
+                            outs.push(Out::Ready(i, v));
+                        }
+                    }
+                }
+            }
+            BwdKind::Expand => {
+                if let Some(g) = g0 {
+                    for i in 0..ninputs {
+                        if needs(self, i) {
+                            let m = self.nodes[n.0].inputs[i];
+                            let v = self.view_as_plain(g, m.shape, Layout::Expanded);
+                            outs.push(Out::Ready(i, v));
+                        }
+                    }
+                }
+            }
+            BwdKind::Gemm { has_bias } => {
+                let first = usize::from(has_bias);
+                for i in first..ninputs {
+                    if needs(self, i) {
+                        let m = self.nodes[n.0].inputs[i];
+                        let t = self.gemm_grad(m.shape, m.dtype, g0)?;
+                        outs.push(Out::Ready(i, t));
+                    }
+                }
+                if has_bias && needs(self, 0) {
+                    if let Some(g) = g0 {
+                        self.retain(g);
+                        self.locals.push(g);
+                        outs.insert(0, Out::Forward(0, g));
+                    }
+                }
+            }
+            BwdKind::Split => {
+                if needs(self, 0) {
+                    let m = self.nodes[n.0].inputs[0];
+                    let t = self.empty(m.shape, m.dtype, Category::Gradient)?;
+                    outs.push(Out::Ready(0, t));
+                }
+            }
+            BwdKind::CudnnRnn {
+                workspace,
+                flat_bytes,
+                training,
+            } => {
+                if !training {
+                    return Err(EngineError::Runtime(
+                        "cudnn RNN backward can only be called in training mode".into(),
+                    ));
+                }
+                // _cudnn_rnn_backward_input: dx, dhx, dcx (all three whenever
+                // any is needed) and a workspace.
+                if (0..ninputs.min(3)).any(|i| needs(self, i)) {
+                    for i in 0..ninputs.min(3) {
+                        let m = self.nodes[n.0].inputs[i];
+                        let t = self.empty(m.shape, m.dtype, Category::Gradient)?;
+                        outs.push(Out::Ready(i, t));
+                    }
+                    let ws = self.transient(workspace, Category::Workspace)?;
+                    self.free_transient(ws);
+                }
+                // _cudnn_rnn_backward_weight: one zero-filled flat dw; the
+                // per-parameter grads are views into it (§3.1, §8.2).
+                if (3..ninputs).any(|i| needs(self, i)) {
+                    let s = self.new_storage(flat_bytes, Category::Gradient)?;
+                    let ws = self.transient(workspace, Category::Workspace)?;
+                    self.free_transient(ws);
+                    for i in 3..ninputs {
+                        if needs(self, i) {
+                            let m = self.nodes[n.0].inputs[i];
+                            let v =
+                                self.wrap_storage(s, m.shape, m.dtype, Layout::Contiguous, true);
+                            outs.push(Out::Ready(i, v));
+                        }
+                    }
+                    if self.storages[s.0].tensor_refs == 0 {
+                        self.storages[s.0].engine_refs += 1;
+                        self.release_storage_engine(s);
+                    }
+                }
+            }
+        }
+        // validate_outputs: sum_to for broadcast inputs, cast to the input dtype.
+        let mut result = Vec::with_capacity(outs.len());
+        for o in outs {
+            let (i, t) = match o {
+                Out::Ready(i, t) => (i, t),
+                Out::Forward(i, g) => {
+                    let m = self.nodes[n.0].inputs[i];
+                    let gs = self.shape(g);
+                    if gs.numel() != m.shape.numel() {
+                        let s = self.empty(m.shape, self.dtype(g), Category::Gradient)?;
+                        self.release(g);
+                        (i, s)
+                    } else {
+                        (i, g)
+                    }
+                }
+            };
+            let m = self.nodes[n.0].inputs[i];
+            if self.dtype(t) != m.dtype {
+                let c = self.empty(m.shape, m.dtype, Category::Gradient)?;
+                self.release(t);
+                result.push((i, c));
+            } else {
+                result.push((i, t));
+            }
+        }
+        if !retain {
+            self.release_variables(n);
+        }
+        Ok(result)
+    }
+
+    /// A gradient computed by a GEMM: the output, a contiguous copy of a
+    /// broadcast incoming gradient (freed right after), the workspace (§12 #9–11).
+    fn gemm_grad(
+        &mut self,
+        shape: super::shape::Shape,
+        dtype: super::dtype::DType,
+        g: Option<TensorId>,
+    ) -> Result<TensorId> {
+        let out = self.empty(shape, dtype, Category::Gradient)?;
+        let copy = match g {
+            Some(g) if self.layout(g) == Layout::Expanded => {
+                let b = self.nbytes(g);
+                self.transient(b, Category::Temporary)?
+            }
+            _ => None,
+        };
+        let ws = self.cublas_workspace()?;
+        self.free_transient(ws);
+        self.free_transient(copy);
+        Ok(out)
+    }
+
+    /// AccumulateGrad (§3.1): steal the first gradient, add later ones in place.
+    fn accumulate_grad(&mut self, n: NodeId) -> Result<()> {
+        let buf = std::mem::take(&mut self.nodes[n.0].buf);
+        let Some(g) = buf.into_iter().flatten().next() else {
+            return Ok(());
+        };
+        let Some(leaf) = self.nodes[n.0].leaf else {
+            self.decref(g);
+            return Ok(());
+        };
+        let p = &self.tensors[leaf.0];
+        let (pshape, pdtype, existing) = (p.shape, p.dtype, p.grad);
+        match existing {
+            None => {
+                let gt = &self.tensors[g.0];
+                let stealable =
+                    gt.refs == 1 && gt.layout == Layout::Contiguous && gt.dtype == pdtype;
+                if stealable {
+                    self.tensors[leaf.0].grad = Some(g);
+                } else {
+                    let prev = self.op_begin("AccumulateGrad");
+                    let r = self.empty(pshape, pdtype, Category::Gradient);
+                    self.op_end(prev)?;
+                    let c = r?;
+                    self.keep(c);
+                    self.tensors[leaf.0].grad = Some(c);
+                    self.decref(g);
+                }
+            }
+            Some(old) => {
+                self.bump_version(old);
+                self.decref(g);
+            }
+        }
+        Ok(())
+    }
+
+    /// Check saved slots before the formula runs: released → backward twice;
+    /// version moved → in-place error; placeholder → checkpoint recompute.
+    fn unpack_saved(&mut self, n: NodeId) -> Result<()> {
+        let node = &self.nodes[n.0];
+        if node.saved.is_empty() {
+            return Ok(());
+        }
+        if node.released {
+            return Err(EngineError::Runtime(BACKWARD_TWICE.into()));
+        }
+        if node
+            .saved
+            .iter()
+            .any(|s| s.storage.is_none() && s.pack.is_some())
+        {
+            self.ckpt_unpack(n)?;
+        }
+        let node = &self.nodes[n.0];
+        for s in &node.saved {
+            if let Some(st) = s.storage {
+                let v = self.storages[st.0].version;
+                if v != s.version {
+                    let which = match s.producer {
+                        Some((name, nr)) => format!(", which is output {nr} of {name},"),
+                        None => String::new(),
+                    };
+                    return Err(EngineError::Runtime(format!(
+                        "one of the variables needed for gradient computation has been modified by an inplace operation: [{} {}]{which} is at version {v}; expected version {} instead. Hint: enable anomaly detection to find the operation that failed to compute its gradient, with torch.autograd.set_detect_anomaly(True).",
+                        s.dtype.cuda_type_name(),
+                        s.shape,
+                        s.version
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A plain view (no autograd identity) — gradients are not tracked.
+    pub(crate) fn view_as_plain(
+        &mut self,
+        base: TensorId,
+        shape: super::shape::Shape,
+        layout: Layout,
+    ) -> TensorId {
+        let b = self.tensors[base.0].clone();
+        self.wrap_storage(b.storage, shape, b.dtype, layout, true)
+    }
+}

@@ -1,0 +1,81 @@
+//! Scenario variables (engine.md §0.3: bindings are strong references).
+
+use rustc_hash::FxHashMap;
+
+use super::error::{EngineError, Result};
+use super::tensor::TensorId;
+use super::Engine;
+
+/// A scenario variable (§0.3: bindings are strong references).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Tensor(TensorId),
+    Float(f64),
+    List(Vec<Value>),
+    /// An RNN hidden state (h, c).
+    Pair(TensorId, TensorId),
+}
+
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Bindings {
+    pub vars: FxHashMap<String, Value>,
+    /// Names in first-binding order (stable live-state output).
+    pub order: Vec<String>,
+}
+
+impl Engine {
+    /// Bind `name` to `v`; the old value dies after the new one exists (§0.3).
+    pub(crate) fn bind(&mut self, name: &str, v: Value) {
+        self.keep_value(&v);
+        let old = match self.bindings.vars.get_mut(name) {
+            Some(slot) => Some(std::mem::replace(slot, v)),
+            None => {
+                self.bindings.order.push(name.to_string());
+                self.bindings.vars.insert(name.to_string(), v);
+                None
+            }
+        };
+        if let Some(old) = old {
+            self.drop_value(old);
+        }
+    }
+
+    pub(crate) fn keep_value(&mut self, v: &Value) {
+        match v {
+            Value::Tensor(t) => self.keep(*t),
+            Value::Pair(a, b) => {
+                self.keep(*a);
+                self.keep(*b);
+            }
+            Value::List(l) => l.iter().for_each(|x| self.keep_value(x)),
+            Value::Float(_) => {}
+        }
+    }
+
+    pub(crate) fn drop_value(&mut self, v: Value) {
+        match v {
+            Value::Tensor(t) => self.decref(t),
+            Value::Pair(a, b) => {
+                self.decref(a);
+                self.decref(b);
+            }
+            Value::List(l) => l.into_iter().rev().for_each(|x| self.drop_value(x)),
+            Value::Float(_) => {}
+        }
+    }
+
+    pub fn binding(&self, name: &str) -> Option<&Value> {
+        self.bindings.vars.get(name)
+    }
+
+    /// The tensor bound to `name`.
+    pub fn binding_tensor(&self, name: &str) -> Result<TensorId> {
+        match self.bindings.vars.get(name) {
+            Some(Value::Tensor(t)) => Ok(*t),
+            Some(_) => Err(EngineError::Program(format!("`{name}` is not a tensor"))),
+            None => Err(EngineError::Program(format!(
+                "name '{name}' is not defined"
+            ))),
+        }
+    }
+}

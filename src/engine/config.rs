@@ -1,0 +1,171 @@
+//! Engine switches (engine.md §0.4) and device settings.
+
+use serde::{Deserialize, Serialize};
+
+/// GPU architecture: decides the cuBLAS / cuBLASLt workspace sizes (engine.md §1.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GpuArch {
+    Sm75,
+    Sm80,
+    Sm86,
+    Sm89,
+    Sm90,
+    Sm100,
+}
+
+impl GpuArch {
+    pub fn major(self) -> u32 {
+        match self {
+            GpuArch::Sm75 => 7,
+            GpuArch::Sm80 | GpuArch::Sm86 | GpuArch::Sm89 => 8,
+            GpuArch::Sm90 => 9,
+            GpuArch::Sm100 => 10,
+        }
+    }
+}
+
+/// `cublas_workspace_mode` (engine.md §1.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CublasWorkspaceMode {
+    /// One workspace per (handle, stream), allocated at first GEMM, never freed.
+    Cached,
+    /// A transient workspace around every GEMM (2.15 docs).
+    Eager,
+}
+
+/// `cublaslt_workspace` (engine.md §1.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CublasLtWorkspace {
+    /// Every forward addmm-with-bias allocates and frees its own Lt workspace.
+    Transient,
+    /// Lt shares the cuBLAS workspace: no extra block.
+    Unified,
+}
+
+/// `optimizer_impl` (engine.md §5.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OptimImpl {
+    Foreach,
+    ForLoop,
+    Fused,
+}
+
+/// `sdpa_backend` (engine.md §0.4, table 1.7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SdpaBackend {
+    Flash,
+    Efficient,
+    Math,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct EngineConfig {
+    /// Simulated device capacity.
+    pub device_bytes: u64,
+    /// Non-PyTorch memory on the device (CUDA context, other processes).
+    pub device_overhead: u64,
+    /// `PYTORCH_CUDA_ALLOC_CONF`.
+    pub alloc_conf: String,
+    pub gpu_arch: GpuArch,
+    pub cublas_workspace_mode: CublasWorkspaceMode,
+    /// `CUBLAS_WORKSPACE_CONFIG` (`:SIZE_KiB:COUNT` pairs); None = the default.
+    pub cublas_workspace_config: Option<String>,
+    pub cublaslt_workspace: CublasLtWorkspace,
+    pub zero_grad_default_set_to_none: bool,
+    /// None = automatic choice (flash for fp16/bf16, memory-efficient for fp32).
+    pub sdpa_backend: Option<SdpaBackend>,
+    /// `lstm_reserve_factor` k (engine.md §8.2) [unc].
+    pub lstm_reserve_factor: u64,
+    /// cuDNN RNN workspace per call (engine.md §1.6: ≈13–18 MB) [unc].
+    pub rnn_workspace_bytes: u64,
+    /// cuDNN dropout state, created once per device (engine.md §10.3) [unc].
+    pub cudnn_dropout_state_bytes: u64,
+    /// Cap on the cuDNN conv workspace: min(cap, input bytes) (engine.md §1.6) [unc].
+    pub conv_workspace_cap: u64,
+    /// Send a `LiveState` event at every iteration end (thread runner).
+    pub live_state_each_iteration: bool,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            device_bytes: 16 << 30,
+            device_overhead: 0,
+            alloc_conf: String::new(),
+            gpu_arch: GpuArch::Sm80,
+            cublas_workspace_mode: CublasWorkspaceMode::Cached,
+            cublas_workspace_config: None,
+            cublaslt_workspace: CublasLtWorkspace::Transient,
+            zero_grad_default_set_to_none: true,
+            sdpa_backend: None,
+            lstm_reserve_factor: 6,
+            rnn_workspace_bytes: 16 << 20,
+            cudnn_dropout_state_bytes: 4 << 20,
+            conv_workspace_cap: 64 << 20,
+            live_state_each_iteration: false,
+        }
+    }
+}
+
+impl EngineConfig {
+    /// cuBLAS workspace bytes (engine.md §1.6): `:4096:2:16:8` = 8,519,680 B before
+    /// Hopper, 32 MiB on sm90 and Blackwell; `CUBLAS_WORKSPACE_CONFIG` overrides.
+    pub fn cublas_workspace_bytes(&self) -> u64 {
+        if let Some(conf) = &self.cublas_workspace_config {
+            if let Some(bytes) = parse_workspace_config(conf) {
+                return bytes;
+            }
+        }
+        if self.gpu_arch.major() >= 9 {
+            32 << 20
+        } else {
+            2 * 4096 * 1024 + 8 * 16 * 1024
+        }
+    }
+
+    /// Transient cuBLASLt workspace (engine.md §1.6, PR #120925): 1 MiB, 4 MiB on
+    /// compute capability 8.x with ≥ 24 GiB, 32 MiB on Hopper and later.
+    pub fn cublaslt_workspace_bytes(&self) -> u64 {
+        match self.gpu_arch.major() {
+            m if m >= 9 => 32 << 20,
+            8 if self.device_bytes >= 24 << 30 => 4 << 20,
+            _ => 1 << 20,
+        }
+    }
+}
+
+/// `:SIZE_KiB:COUNT` pairs → bytes; `:0:0` gives 0 (workspace disabled).
+fn parse_workspace_config(conf: &str) -> Option<u64> {
+    let nums: Vec<u64> = conf
+        .split(':')
+        .filter(|s| !s.is_empty())
+        .map(|s| s.trim().parse::<u64>())
+        .collect::<Result<_, _>>()
+        .ok()?;
+    if nums.is_empty() || !nums.len().is_multiple_of(2) {
+        return None;
+    }
+    Some(nums.chunks(2).map(|p| p[0] * 1024 * p[1]).sum())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workspace_sizes_follow_1_6() {
+        let mut c = EngineConfig::default();
+        assert_eq!(c.cublas_workspace_bytes(), 8_519_680);
+        assert_eq!(c.cublaslt_workspace_bytes(), 1_048_576);
+        c.gpu_arch = GpuArch::Sm90;
+        assert_eq!(c.cublas_workspace_bytes(), 33_554_432);
+        c.cublas_workspace_config = Some(":0:0".into());
+        assert_eq!(c.cublas_workspace_bytes(), 0);
+        c.cublas_workspace_config = Some(":4096:8".into());
+        assert_eq!(c.cublas_workspace_bytes(), 4096 * 1024 * 8);
+        c.gpu_arch = GpuArch::Sm80;
+        c.device_bytes = 40 << 30;
+        assert_eq!(c.cublaslt_workspace_bytes(), 4 << 20);
+    }
+}

@@ -1,0 +1,49 @@
+//! What the engine reports: allocator trace entries plus markers
+//! (DESIGN.md "one event model").
+
+use std::sync::Arc;
+
+use crate::alloc::AllocEvent;
+
+use super::error::ErrorKind;
+use super::live::LiveState;
+use super::tag::Phase;
+
+#[derive(Debug, Clone)]
+pub enum EngineEvent {
+    /// One allocator trace entry, untouched.
+    Alloc(AllocEvent),
+    IterationBegin(u32),
+    IterationEnd {
+        iter: u32,
+        allocated: u64,
+        reserved: u64,
+        peak_allocated: u64,
+    },
+    PhaseBegin(Phase),
+    PhaseEnd(Phase),
+    /// A program step starts (index into the program's steps, its label).
+    StepBegin {
+        index: u32,
+        label: &'static str,
+    },
+    OpBegin {
+        name: &'static str,
+        module: Arc<str>,
+    },
+    OpEnd,
+    Error {
+        kind: ErrorKind,
+        message: String,
+    },
+    /// Answer to a live-state query, or sent at each iteration end when asked.
+    LiveState(Box<LiveState>),
+    /// The program ran to its end.
+    Finished,
+}
+
+impl EngineEvent {
+    pub fn is_alloc(&self) -> bool {
+        matches!(self, EngineEvent::Alloc(_))
+    }
+}

@@ -1,0 +1,311 @@
+//! Live engine state for the leak detector (engine.md §9.1, §11.2): which root
+//! (variable, list element, hidden state, buffers, caches, optimizer state)
+//! reaches which autograd Nodes and saved storages, with bytes.
+
+use std::sync::Arc;
+
+use rustc_hash::FxHashSet;
+use crate::alloc::Tag;
+
+use super::autograd::NodeId;
+use super::bindings::Value;
+use super::dtype::DType;
+use super::storage::{DeviceKind, StorageId};
+use super::tag::Category;
+use super::tensor::TensorId;
+use super::Engine;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RootKind {
+    Variable,
+    ListElement { index: usize },
+    HiddenState,
+    ModuleBuffer,
+    Parameter,
+    Gradient,
+    AmpCache,
+    OptimizerState,
+    ScalerState,
+    CheckpointInput,
+}
+
+#[derive(Debug, Clone)]
+pub struct RootInfo {
+    pub kind: RootKind,
+    pub name: String,
+    pub tensor: TensorId,
+    /// The root's own storage (shared views count once).
+    pub storage: StorageId,
+    pub bytes: u64,
+    pub device: DeviceKind,
+    /// Nodes reachable from the root's grad_fn (host memory, §2.1).
+    pub nodes: Vec<NodeId>,
+    /// Un-released saved storages in that graph (§9.1 a, b).
+    pub saved_storages: Vec<StorageId>,
+    pub saved_bytes: u64,
+    /// Saved bytes kept alive *only* by the graph (§9.1 c): what dies with it.
+    pub exclusive_saved_bytes: u64,
+    /// The earliest iteration of a reachable Node (GRAPH_CHAIN_ACROSS_ITERATIONS).
+    pub oldest_node_iteration: Option<u32>,
+    /// Reachable nodes whose slots are all released (spent graph, §2.3.5).
+    pub spent_nodes: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct SavedInfo {
+    pub name: &'static str,
+    pub shape: Vec<u64>,
+    pub dtype: DType,
+    pub bytes: u64,
+    /// None once released.
+    pub storage: Option<StorageId>,
+    /// Saved as an output of the same Node (e.g. relu's result).
+    pub is_output: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    pub id: NodeId,
+    /// PyTorch's name (AddmmBackward0, …).
+    pub name: &'static str,
+    pub iteration: u32,
+    pub seq: u64,
+    pub released: bool,
+    pub module: Arc<str>,
+    pub saved: Vec<SavedInfo>,
+    pub next: Vec<NodeId>,
+}
+
+#[derive(Debug, Clone)]
+pub struct StorageInfo {
+    pub id: StorageId,
+    pub device: DeviceKind,
+    pub bytes: u64,
+    pub addr: Option<u64>,
+    /// Category at creation.
+    pub category: Category,
+    pub tag: Tag,
+    pub iteration: u32,
+    pub tensor_refs: u32,
+    /// Saved slots holding it now: an "activation" with saved_by > 0 is
+    /// autograd_saved in the leak view.
+    pub saved_by: u32,
+    pub engine_held: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct LiveState {
+    pub iteration: u32,
+    pub roots: Vec<RootInfo>,
+    pub nodes: Vec<NodeInfo>,
+    pub storages: Vec<StorageInfo>,
+    /// All live Nodes (host-side graph size, §9 pitfall 1).
+    pub host_graph_nodes: usize,
+    pub allocated: u64,
+    pub reserved: u64,
+}
+
+impl LiveState {
+    pub fn root(&self, name: &str) -> Option<&RootInfo> {
+        self.roots.iter().find(|r| r.name == name)
+    }
+
+    pub fn storage(&self, id: StorageId) -> Option<&StorageInfo> {
+        self.storages.iter().find(|s| s.id == id)
+    }
+}
+
+impl Engine {
+    pub fn live_state(&self) -> LiveState {
+        let mut roots = Vec::new();
+        for name in &self.bindings.order {
+            let Some(v) = self.bindings.vars.get(name) else {
+                continue;
+            };
+            match v {
+                Value::Tensor(t) => {
+                    roots.push(self.root_info(RootKind::Variable, name.clone(), *t))
+                }
+                Value::Pair(h, c) => {
+                    roots.push(self.root_info(RootKind::HiddenState, format!("{name}[0]"), *h));
+                    roots.push(self.root_info(RootKind::HiddenState, format!("{name}[1]"), *c));
+                }
+                Value::List(l) => {
+                    for (i, x) in l.iter().enumerate() {
+                        if let Value::Tensor(t) = x {
+                            roots.push(self.root_info(
+                                RootKind::ListElement { index: i },
+                                format!("{name}[{i}]"),
+                                *t,
+                            ));
+                        }
+                    }
+                }
+                Value::Float(_) => {}
+            }
+        }
+        if let Some(m) = &self.model {
+            for (i, p) in m.params.iter().enumerate() {
+                roots.push(self.root_info(RootKind::Parameter, format!("param[{i}]"), *p));
+                if let Some(g) = self.grad(*p) {
+                    roots.push(self.root_info(RootKind::Gradient, format!("param[{i}].grad"), g));
+                }
+            }
+            for (n, b) in &m.buffers {
+                roots.push(self.root_info(RootKind::ModuleBuffer, n.clone(), *b));
+            }
+        }
+        let mut cache: Vec<(&TensorId, &TensorId)> = self.amp.cache.iter().collect();
+        cache.sort();
+        for (leaf, c) in cache {
+            roots.push(self.root_info(
+                RootKind::AmpCache,
+                format!("autocast_cache[{}]", leaf.0),
+                *c,
+            ));
+        }
+        if let Some(o) = &self.optimizer {
+            let mut st: Vec<_> = o.state.iter().collect();
+            st.sort_by_key(|(k, _)| **k);
+            for (p, s) in st {
+                for (i, b) in s.bufs.iter().chain(s.step.iter()).enumerate() {
+                    roots.push(self.root_info(
+                        RootKind::OptimizerState,
+                        format!("state[{}][{i}]", p.0),
+                        *b,
+                    ));
+                }
+            }
+        }
+        if let Some(s) = &self.scaler {
+            for (n, t) in [
+                ("scale", s.scale),
+                ("growth_tracker", s.growth_tracker),
+                ("found_inf", s.found_inf),
+            ] {
+                if let Some(t) = t {
+                    roots.push(self.root_info(RootKind::ScalerState, format!("scaler.{n}"), t));
+                }
+            }
+        }
+        for (id, r) in &self.ckpt.regions {
+            for t in &r.inputs {
+                roots.push(self.root_info(
+                    RootKind::CheckpointInput,
+                    format!("checkpoint[{id}]"),
+                    *t,
+                ));
+            }
+        }
+        let nodes = self
+            .nodes
+            .iter()
+            .map(|(id, n)| NodeInfo {
+                id: NodeId(id),
+                name: n.name,
+                iteration: n.iteration,
+                seq: n.seq,
+                released: n.released,
+                module: self.tags.module_path(n.module),
+                saved: n
+                    .saved
+                    .iter()
+                    .map(|s| SavedInfo {
+                        name: s.name,
+                        shape: s.shape.to_vec(),
+                        dtype: s.dtype,
+                        bytes: s.bytes(),
+                        storage: s.storage,
+                        is_output: s.is_output,
+                    })
+                    .collect(),
+                next: n
+                    .inputs
+                    .iter()
+                    .filter_map(|m| m.edge.map(|e| e.node))
+                    .collect(),
+            })
+            .collect();
+        let storages = self
+            .storages
+            .iter()
+            .map(|(id, s)| StorageInfo {
+                id: StorageId(id),
+                device: s.device,
+                bytes: s.bytes,
+                addr: s.addr,
+                category: s.category,
+                tag: s.tag,
+                iteration: s.iteration,
+                tensor_refs: s.tensor_refs,
+                saved_by: s.slot_refs,
+                engine_held: s.engine_refs > 0,
+            })
+            .collect();
+        LiveState {
+            iteration: self.ctx.iteration,
+            roots,
+            nodes,
+            storages,
+            host_graph_nodes: self.nodes.len(),
+            allocated: self.allocated_bytes(),
+            reserved: self.reserved_bytes(),
+        }
+    }
+
+    fn root_info(&self, kind: RootKind, name: String, t: TensorId) -> RootInfo {
+        let x = self.t(t);
+        let st = self.storage(x.storage);
+        let mut nodes = Vec::new();
+        let mut saved = Vec::new();
+        let mut seen_s = FxHashSet::default();
+        let mut seen = FxHashSet::default();
+        let mut stack: Vec<NodeId> = x.grad_fn.into_iter().collect();
+        let mut oldest: Option<u32> = None;
+        let mut spent = 0;
+        while let Some(n) = stack.pop() {
+            if !seen.insert(n.0) {
+                continue;
+            }
+            nodes.push(n);
+            let node = &self.nodes[n.0];
+            if node.name != "AccumulateGrad" {
+                oldest = Some(oldest.map_or(node.iteration, |o| o.min(node.iteration)));
+            }
+            let mut live_slot = false;
+            for s in &node.saved {
+                if let Some(sid) = s.storage {
+                    live_slot = true;
+                    if seen_s.insert(sid.0) {
+                        saved.push(sid);
+                    }
+                }
+            }
+            if !live_slot && !node.saved.is_empty() {
+                spent += 1;
+            }
+            stack.extend(node.inputs.iter().filter_map(|m| m.edge.map(|e| e.node)));
+        }
+        let saved_bytes = saved.iter().map(|s| self.storage(*s).bytes).sum();
+        let exclusive = saved
+            .iter()
+            .map(|s| self.storage(*s))
+            .filter(|s| s.tensor_refs == 0 && s.engine_refs == 0 && s.device == DeviceKind::Cuda)
+            .map(|s| s.bytes)
+            .sum();
+        RootInfo {
+            kind,
+            name,
+            tensor: t,
+            storage: x.storage,
+            bytes: st.bytes,
+            device: st.device,
+            nodes,
+            saved_storages: saved,
+            saved_bytes,
+            exclusive_saved_bytes: exclusive,
+            oldest_node_iteration: oldest,
+            spent_nodes: spent,
+        }
+    }
+}

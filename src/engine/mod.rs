@@ -1,0 +1,332 @@
+//! The embedded training engine: tensors, autograd, ops, modules, optimizers,
+//! AMP, checkpointing and RNNs, modelled for *memory* only (engine.md). No
+//! math happens: shapes, dtypes, bytes, lifetimes and graphs do.
+//!
+//! An [`Engine`] owns a [`crate::alloc::CachingAllocator`] on a simulated
+//! device, a model built from a [`ModelConfig`] preset, and runs a [`Program`]
+//! (a list of [`Step`]s repeated for N iterations). Everything it does is an
+//! [`EngineEvent`]; [`Engine::live_state`] exposes the graph for the leak detector.
+//! [`EngineThread`] runs it on its own thread, driven over `flume` channels.
+
+pub mod amp;
+pub mod autograd;
+mod backward;
+pub mod bindings;
+pub mod checkpoint;
+pub mod config;
+pub mod dtype;
+pub mod error;
+pub mod events;
+pub mod live;
+pub mod modules;
+pub mod ops;
+pub mod optim;
+pub mod presets;
+pub mod program;
+pub mod rnn;
+pub mod shape;
+mod slab;
+pub mod storage;
+pub mod tag;
+pub mod tensor;
+pub mod thread;
+
+#[cfg(test)]
+mod tests;
+
+use crate::alloc::{AllocConfig, CachingAllocator, Tag};
+use crate::device::SimDevice;
+
+pub use amp::GradScalerState;
+pub use autograd::NodeId;
+pub use bindings::Value;
+pub use config::{
+    CublasLtWorkspace, CublasWorkspaceMode, EngineConfig, GpuArch, OptimImpl, SdpaBackend,
+};
+pub use dtype::DType;
+pub use error::{EngineError, ErrorKind, Result, BACKWARD_TWICE};
+pub use events::EngineEvent;
+pub use live::{LiveState, NodeInfo, RootInfo, RootKind, SavedInfo, StorageInfo};
+pub use optim::{OptimizerConfig, OptimizerKind};
+pub use presets::{LossKind, ModelConfig, ModelKind};
+pub use program::{GradContext, KeepWhat, Program, Step};
+pub use shape::Shape;
+pub use storage::{DeviceKind, StorageId};
+pub use tag::{AllocTag, Category, Phase};
+pub use tensor::TensorId;
+pub use thread::{Command, EngineThread};
+
+use amp::AmpState;
+use bindings::Bindings;
+use checkpoint::CheckpointState;
+use modules::Model;
+use optim::Optimizer;
+use slab::Slab;
+use tag::TagTable;
+
+/// Why a driver hook stopped the engine.
+pub type Hook = Box<dyn FnMut(&mut Engine) -> Result<()> + Send>;
+
+/// Ambient state PyTorch keeps in thread-locals and module flags.
+#[derive(Debug, Clone)]
+pub(crate) struct Ctx {
+    pub iteration: u32,
+    pub phase: Phase,
+    pub module: u32,
+    pub step: u32,
+    pub op: &'static str,
+    /// Grad mode (`no_grad` turns it off, engine.md §4).
+    pub grad_enabled: bool,
+    pub inference: bool,
+    /// `model.train()` / `model.eval()` (engine.md §4: flags only).
+    pub training: bool,
+}
+
+pub struct Engine {
+    pub(crate) alloc: CachingAllocator<SimDevice>,
+    pub(crate) cfg: EngineConfig,
+    pub(crate) storages: Slab<storage::Storage>,
+    pub(crate) tensors: Slab<tensor::Tensor>,
+    pub(crate) nodes: Slab<autograd::Node>,
+    pub(crate) tags: TagTable,
+    pub(crate) ctx: Ctx,
+    pub(crate) events: Vec<EngineEvent>,
+    pub(crate) next_seq: u64,
+    /// cuBLAS workspaces per (handle, stream): [main thread, autograd thread] (§1.6).
+    pub(crate) workspaces: [Option<StorageId>; 2],
+    pub(crate) cudnn_dropout_state: Option<StorageId>,
+    pub(crate) locals: Vec<TensorId>,
+    pub(crate) amp: AmpState,
+    pub(crate) ckpt: CheckpointState,
+    pub(crate) model: Option<Box<Model>>,
+    pub(crate) optimizer: Option<Optimizer>,
+    pub(crate) scaler: Option<GradScalerState>,
+    pub(crate) bindings: Bindings,
+    pub(crate) hook: Option<Hook>,
+    pub(crate) markers: bool,
+}
+
+impl Engine {
+    /// An engine with an empty model (ops can be driven directly).
+    pub fn bare(cfg: EngineConfig) -> Result<Engine> {
+        let dev = SimDevice::new("sim", cfg.device_bytes, cfg.device_overhead);
+        let conf =
+            AllocConfig::parse(&cfg.alloc_conf).map_err(|e| EngineError::Program(e.to_string()))?;
+        Ok(Engine {
+            alloc: CachingAllocator::new(dev, conf),
+            cfg,
+            storages: Slab::default(),
+            tensors: Slab::default(),
+            nodes: Slab::default(),
+            tags: TagTable::new(),
+            ctx: Ctx {
+                iteration: 0,
+                phase: Phase::Setup,
+                module: 0,
+                step: 0,
+                op: "",
+                grad_enabled: true,
+                inference: false,
+                training: true,
+            },
+            events: Vec::new(),
+            next_seq: 0,
+            workspaces: [None, None],
+            cudnn_dropout_state: None,
+            locals: Vec::new(),
+            amp: AmpState::default(),
+            ckpt: CheckpointState::default(),
+            model: None,
+            optimizer: None,
+            scaler: None,
+            bindings: Bindings::default(),
+            hook: None,
+            markers: true,
+        })
+    }
+
+    /// Build the model (parameters are allocated in PyTorch's `.to("cuda")`
+    /// order) and the optimizer (its state is lazy, engine.md §5.1).
+    pub fn new(cfg: EngineConfig, model: &ModelConfig, optim: &OptimizerConfig) -> Result<Engine> {
+        let mut e = Engine::bare(cfg)?;
+        e.ctx.phase = Phase::Setup;
+        let m = Model::build(&mut e, model)?;
+        e.model = Some(Box::new(m));
+        e.optimizer = Some(Optimizer::new(optim.clone()));
+        Ok(e)
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    pub fn allocator(&self) -> &CachingAllocator<SimDevice> {
+        &self.alloc
+    }
+
+    pub fn allocator_mut(&mut self) -> &mut CachingAllocator<SimDevice> {
+        &mut self.alloc
+    }
+
+    /// Events produced since the last call.
+    pub fn take_events(&mut self) -> Vec<EngineEvent> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// Drop buffered events without handing them out (benchmarks).
+    pub fn clear_events(&mut self) {
+        self.events.clear();
+    }
+
+    /// Turn op/phase markers off (the allocator entries stay).
+    pub fn set_markers(&mut self, on: bool) {
+        self.markers = on;
+    }
+
+    pub fn set_hook(&mut self, hook: Option<Hook>) {
+        self.hook = hook;
+    }
+
+    pub fn iteration(&self) -> u32 {
+        self.ctx.iteration
+    }
+
+    pub fn allocated_bytes(&self) -> u64 {
+        self.alloc.stats().allocated_bytes()
+    }
+
+    pub fn reserved_bytes(&self) -> u64 {
+        self.alloc.stats().reserved_bytes()
+    }
+
+    pub fn peak_allocated_bytes(&self) -> u64 {
+        self.alloc.stats().peak_allocated_bytes()
+    }
+
+    /// What a tag means (the engine's `TagId -> AllocTag` table).
+    pub fn tag_info(&self, tag: Tag) -> Option<AllocTag> {
+        self.tags.info(tag)
+    }
+
+    pub(crate) fn current_tag(&mut self, category: Category) -> Tag {
+        let c = &self.ctx;
+        let (op, module, step, phase, it) = (c.op, c.module, c.step, c.phase, c.iteration);
+        self.tags.tag(op, module, step, category, phase, it)
+    }
+
+    /// Give the driver a chance to forward events, pause, or stop us.
+    pub(crate) fn safe_point(&mut self) -> Result<()> {
+        if let Some(mut h) = self.hook.take() {
+            let r = h(self);
+            self.hook = Some(h);
+            r
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Enter an op: set the tag's op name and emit a marker. Returns the outer op.
+    pub(crate) fn op_begin(&mut self, name: &'static str) -> &'static str {
+        let prev = std::mem::replace(&mut self.ctx.op, name);
+        if self.markers {
+            let module = self.tags.module_path(self.ctx.module);
+            self.events.push(EngineEvent::OpBegin { name, module });
+        }
+        prev
+    }
+
+    pub(crate) fn op_end(&mut self, prev: &'static str) -> Result<()> {
+        self.ctx.op = prev;
+        if self.markers {
+            self.events.push(EngineEvent::OpEnd);
+        }
+        self.safe_point()
+    }
+
+    /// Enter a module scope; returns the outer module id.
+    pub(crate) fn enter_module(&mut self, id: u32) -> u32 {
+        std::mem::replace(&mut self.ctx.module, id)
+    }
+
+    pub(crate) fn exit_module(&mut self, prev: u32) {
+        self.ctx.module = prev;
+    }
+
+    pub(crate) fn phase_begin(&mut self, p: Phase) -> Phase {
+        let prev = std::mem::replace(&mut self.ctx.phase, p);
+        if self.markers {
+            self.events.push(EngineEvent::PhaseBegin(p));
+        }
+        prev
+    }
+
+    pub(crate) fn phase_end(&mut self, p: Phase, prev: Phase) {
+        if self.markers {
+            self.events.push(EngineEvent::PhaseEnd(p));
+        }
+        self.ctx.phase = prev;
+    }
+
+    /// The cuBLAS workspace rule at a GEMM (engine.md §1.6): in cached mode the
+    /// first GEMM of each (handle, stream) allocates one that is never freed —
+    /// the autograd thread has its own handle; in eager mode a transient one.
+    /// Returns a storage to free after the GEMM (eager mode).
+    pub(crate) fn cublas_workspace(&mut self) -> Result<Option<StorageId>> {
+        let bytes = self.cfg.cublas_workspace_bytes();
+        if bytes == 0 {
+            return Ok(None);
+        }
+        match self.cfg.cublas_workspace_mode {
+            CublasWorkspaceMode::Cached => {
+                let thread = usize::from(self.ctx.phase == Phase::Backward);
+                if self.workspaces[thread].is_none() {
+                    let s = self.new_storage(bytes, Category::Workspace)?;
+                    self.storages[s.0].engine_refs += 1;
+                    self.workspaces[thread] = Some(s);
+                }
+                Ok(None)
+            }
+            CublasWorkspaceMode::Eager => {
+                let s = self.new_storage(bytes, Category::Workspace)?;
+                self.storages[s.0].engine_refs += 1;
+                Ok(Some(s))
+            }
+        }
+    }
+
+    /// `torch._C._cuda_clearCublasWorkspaces()`.
+    pub fn clear_cublas_workspaces(&mut self) {
+        for i in 0..2 {
+            if let Some(s) = self.workspaces[i].take() {
+                self.release_storage_engine(s);
+            }
+        }
+    }
+
+    /// A transient engine-held storage (workspace, scratch): allocate now, free
+    /// with [`Engine::free_transient`].
+    pub(crate) fn transient(
+        &mut self,
+        bytes: u64,
+        category: Category,
+    ) -> Result<Option<StorageId>> {
+        if bytes == 0 {
+            return Ok(None);
+        }
+        let s = self.new_storage(bytes, category)?;
+        self.storages[s.0].engine_refs += 1;
+        Ok(Some(s))
+    }
+
+    pub(crate) fn free_transient(&mut self, s: Option<StorageId>) {
+        if let Some(s) = s {
+            self.release_storage_engine(s);
+        }
+    }
+
+    /// `torch.cuda.empty_cache()`.
+    pub fn empty_cache(&mut self) {
+        self.alloc.empty_cache();
+        self.pull_alloc_events();
+    }
+}

@@ -1,0 +1,227 @@
+//! nanoGPT's GPT (engine.md §10.2): wte, wpe, blocks of
+//! ln_1 → c_attn → SDPA → c_proj (+x), ln_2 → c_fc → GELU → c_proj (+x), ln_f,
+//! lm_head tied to wte.
+
+use super::super::config::SdpaBackend;
+use super::super::dtype::DType;
+use super::super::error::Result;
+use super::super::ops::elementwise::Unary;
+use super::super::presets::ModelKind;
+use super::super::shape::Shape;
+use super::super::tag::Category;
+use super::super::tensor::{Layout, TensorId};
+use super::super::Engine;
+use super::{Embedding, LayerNorm, Linear};
+
+#[derive(Debug)]
+pub(crate) struct Block {
+    pub module: u32,
+    pub ln_1: LayerNorm,
+    pub attn_module: u32,
+    pub c_attn: Linear,
+    pub attn_proj: Linear,
+    pub ln_2: LayerNorm,
+    pub mlp_module: u32,
+    pub c_fc: Linear,
+    pub gelu: u32,
+    pub mlp_proj: Linear,
+}
+
+#[derive(Debug)]
+pub(crate) struct Gpt2 {
+    pub wte: Embedding,
+    pub wpe: Embedding,
+    pub blocks: Vec<Block>,
+    pub ln_f: LayerNorm,
+    pub lm_head: u32,
+    pub n_head: u64,
+    pub n_embd: u64,
+    pub dropout: f64,
+    pub checkpoint: bool,
+    pub sdpa: Option<SdpaBackend>,
+}
+
+impl Gpt2 {
+    pub fn build(e: &mut Engine, kind: &ModelKind, params: &mut Vec<TensorId>) -> Result<Gpt2> {
+        let ModelKind::Gpt2 {
+            n_layer,
+            n_head,
+            n_embd,
+            vocab,
+            block_size,
+            bias,
+            dropout,
+            checkpoint,
+            sdpa,
+            ..
+        } = kind.clone()
+        else {
+            return Err(super::super::error::EngineError::Program(
+                "not a GPT config".into(),
+            ));
+        };
+        let d = n_embd;
+        let wte = e.new_embedding("transformer.wte", vocab, d, params)?;
+        let wpe = e.new_embedding("transformer.wpe", block_size, d, params)?;
+        let mut blocks = Vec::new();
+        for i in 0..n_layer {
+            let p = format!("transformer.h.{i}");
+            let ln_1 = e.new_layer_norm(&format!("{p}.ln_1"), d, bias, params)?;
+            let c_attn = e.new_linear(&format!("{p}.attn.c_attn"), d, 3 * d, bias, params)?;
+            let attn_proj = e.new_linear(&format!("{p}.attn.c_proj"), d, d, bias, params)?;
+            let ln_2 = e.new_layer_norm(&format!("{p}.ln_2"), d, bias, params)?;
+            let c_fc = e.new_linear(&format!("{p}.mlp.c_fc"), d, 4 * d, bias, params)?;
+            let mlp_proj = e.new_linear(&format!("{p}.mlp.c_proj"), 4 * d, d, bias, params)?;
+            blocks.push(Block {
+                module: e.tags.module(&p),
+                ln_1,
+                attn_module: e.tags.module(&format!("{p}.attn")),
+                c_attn,
+                attn_proj,
+                ln_2,
+                mlp_module: e.tags.module(&format!("{p}.mlp")),
+                c_fc,
+                gelu: e.tags.module(&format!("{p}.mlp.gelu")),
+                mlp_proj,
+            });
+        }
+        let ln_f = e.new_layer_norm("transformer.ln_f", d, bias, params)?;
+        // lm_head.weight is wte.weight (tied): no new parameter.
+        let lm_head = e.tags.module("lm_head");
+        Ok(Gpt2 {
+            wte,
+            wpe,
+            blocks,
+            ln_f,
+            lm_head,
+            n_head,
+            n_embd,
+            dropout,
+            checkpoint,
+            sdpa,
+        })
+    }
+
+    pub fn forward(&self, e: &mut Engine, idx: TensorId) -> Result<TensorId> {
+        let t = e.shape(idx).dim(1);
+        // pos = torch.arange(0, t, dtype=long): saved by wpe's EmbeddingBackward.
+        let pos = e.in_module(self.wpe.module, |e| {
+            e.factory(Shape::new(&[t]), DType::I64, Category::Activation)
+        })?;
+        let tok = e.in_module(self.wte.module, |e| e.embedding(self.wte.w, idx));
+        let pe = e.in_module(self.wpe.module, |e| e.embedding(self.wpe.w, pos));
+        e.release(pos);
+        let (tok, pe) = match (tok, pe) {
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(x), _) | (_, Err(x)) => return Err(x),
+        };
+        let x = e.add(tok, pe);
+        e.release(tok);
+        e.release(pe);
+        let mut x = x?;
+        let y = e.dropout(x, self.dropout);
+        x = e.rebind(x, y)?;
+        let saved_backend = e.cfg.sdpa_backend;
+        if self.sdpa.is_some() {
+            e.cfg.sdpa_backend = self.sdpa;
+        }
+        for i in 0..self.blocks.len() {
+            let y = if self.checkpoint {
+                e.ckpt_begin(i, x);
+                let y = self.block(e, i, x);
+                e.ckpt_end();
+                y
+            } else {
+                self.block(e, i, x)
+            };
+            x = match e.rebind(x, y) {
+                Ok(v) => v,
+                Err(err) => {
+                    e.cfg.sdpa_backend = saved_backend;
+                    return Err(err);
+                }
+            };
+        }
+        e.cfg.sdpa_backend = saved_backend;
+        let y = e.apply_layer_norm(&self.ln_f, x);
+        x = e.rebind(x, y)?;
+        let logits = e.in_module(self.lm_head, |e| e.linear(x, self.wte.w, None));
+        e.rebind(x, logits)
+    }
+
+    /// One block: x + attn(ln_1(x)), then + mlp(ln_2(·)).
+    pub fn block(&self, e: &mut Engine, i: usize, x: TensorId) -> Result<TensorId> {
+        let b = &self.blocks[i];
+        e.in_module(b.module, |e| {
+            let h = e.apply_layer_norm(&b.ln_1, x)?;
+            let a = e.in_module(b.attn_module, |e| self.attention(e, b, h));
+            e.release(h);
+            let a = a?;
+            let x_mid = e.add(x, a);
+            e.release(a);
+            let x_mid = x_mid?;
+            let h2 = e.apply_layer_norm(&b.ln_2, x_mid);
+            let h2 = match h2 {
+                Ok(v) => v,
+                Err(err) => {
+                    e.release(x_mid);
+                    return Err(err);
+                }
+            };
+            let m = e.in_module(b.mlp_module, |e| self.mlp(e, b, h2));
+            e.release(h2);
+            let m = match m {
+                Ok(v) => v,
+                Err(err) => {
+                    e.release(x_mid);
+                    return Err(err);
+                }
+            };
+            let out = e.add(x_mid, m);
+            e.release(m);
+            e.release(x_mid);
+            out
+        })
+    }
+
+    fn attention(&self, e: &mut Engine, b: &Block, h: TensorId) -> Result<TensorId> {
+        let s = e.shape(h);
+        let (bs, t, d) = (s.dim(0), s.dim(1), self.n_embd);
+        let hd = d / self.n_head;
+        let qkv = e.apply_linear(&b.c_attn, h)?;
+        let parts = e.split_last(qkv, 3);
+        e.release(qkv);
+        // q/k/v.view(B, T, h, hd).transpose(1, 2): views of the split (no copy).
+        let mut heads = Vec::with_capacity(3);
+        for p in parts {
+            let v = e.view_as(p, Shape::new(&[bs, t, self.n_head, hd]), Layout::Strided);
+            e.release(p);
+            heads.push(e.transpose(v, 1, 2));
+            e.release(v);
+        }
+        let y = e.sdpa(heads[0], heads[1], heads[2], self.dropout);
+        for hh in heads {
+            e.release(hh);
+        }
+        let y = y?;
+        // y.transpose(1, 2).contiguous().view(B, T, d): the SDPA output is laid
+        // out [B, T, h, hd] already, so contiguous() does not copy (§10.2 row 5).
+        let yv = e.view_as(y, Shape::new(&[bs, t, d]), Layout::Contiguous);
+        e.release(y);
+        let o = e.apply_linear(&b.attn_proj, yv);
+        e.release(yv);
+        let o = o?;
+        let r = e.dropout(o, self.dropout);
+        e.rebind(o, r)
+    }
+
+    fn mlp(&self, e: &mut Engine, b: &Block, h: TensorId) -> Result<TensorId> {
+        let f = e.apply_linear(&b.c_fc, h)?;
+        let g = e.in_module(b.gelu, |e| e.unary(Unary::Gelu, f));
+        let g = e.rebind(f, g)?;
+        let m = e.apply_linear(&b.mlp_proj, g);
+        let m = e.rebind(g, m)?;
+        let r = e.dropout(m, self.dropout);
+        e.rebind(m, r)
+    }
+}

@@ -1,0 +1,327 @@
+//! nn.Modules and the preset models (engine.md §10). Parameters are allocated
+//! at build time in the order `.to("cuda")` visits them (children first,
+//! registration order), which is also `named_parameters()` order.
+
+pub mod gpt2;
+pub mod lstm_lm;
+pub mod mlp;
+pub mod resnet;
+
+use super::dtype::DType;
+use super::error::Result;
+use super::presets::{LossKind, ModelConfig, ModelKind};
+use super::shape::Shape;
+use super::tag::Category;
+use super::tensor::TensorId;
+use super::Engine;
+
+/// `nn.Linear`: weight [out, in], optional bias [out].
+#[derive(Debug, Clone)]
+pub(crate) struct Linear {
+    pub w: TensorId,
+    pub b: Option<TensorId>,
+    pub module: u32,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct LayerNorm {
+    pub w: TensorId,
+    pub b: Option<TensorId>,
+    pub module: u32,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Embedding {
+    pub w: TensorId,
+    pub module: u32,
+}
+
+/// A tensor spec: shape and dtype.
+type Spec = (Vec<u64>, DType);
+
+#[derive(Debug)]
+pub(crate) enum Net {
+    Mlp(mlp::Mlp),
+    Gpt2(gpt2::Gpt2),
+    LstmLm(lstm_lm::LstmLm),
+    ResNet(resnet::ResNet),
+    Linear(Linear),
+}
+
+#[derive(Debug)]
+pub(crate) struct Model {
+    pub cfg: ModelConfig,
+    pub net: Net,
+    /// `model.parameters()` (tied weights once).
+    pub params: Vec<TensorId>,
+    /// Module buffers (batch-norm running stats and counters).
+    pub buffers: Vec<(String, TensorId)>,
+}
+
+impl Engine {
+    /// Total parameter count (tied weights once).
+    pub fn num_params(&self) -> u64 {
+        self.parameters()
+            .iter()
+            .map(|p| self.shape(*p).numel())
+            .sum()
+    }
+
+    /// A parameter: an fp32 leaf that requires grad, owned by the model.
+    pub(crate) fn new_param(
+        &mut self,
+        dims: &[u64],
+        module: u32,
+        params: &mut Vec<TensorId>,
+    ) -> Result<TensorId> {
+        let prev = self.enter_module(module);
+        let op = self.op_begin("param.to(cuda)");
+        let r = self.empty(Shape::new(dims), DType::F32, Category::Parameter);
+        self.exit_module(prev);
+        self.op_end(op)?;
+        let t = r?;
+        self.keep(t);
+        self.t_mut(t).requires_grad = true;
+        params.push(t);
+        Ok(t)
+    }
+
+    pub(crate) fn new_buffer(
+        &mut self,
+        name: String,
+        dims: &[u64],
+        dtype: DType,
+        module: u32,
+        bufs: &mut Vec<(String, TensorId)>,
+    ) -> Result<TensorId> {
+        let prev = self.enter_module(module);
+        let op = self.op_begin("buffer.to(cuda)");
+        let r = self.empty(Shape::new(dims), dtype, Category::Buffer);
+        self.exit_module(prev);
+        self.op_end(op)?;
+        let t = r?;
+        self.keep(t);
+        bufs.push((name, t));
+        Ok(t)
+    }
+
+    pub(crate) fn new_linear(
+        &mut self,
+        path: &str,
+        fin: u64,
+        fout: u64,
+        bias: bool,
+        params: &mut Vec<TensorId>,
+    ) -> Result<Linear> {
+        let module = self.tags.module(path);
+        let w = self.new_param(&[fout, fin], module, params)?;
+        let b = if bias {
+            Some(self.new_param(&[fout], module, params)?)
+        } else {
+            None
+        };
+        Ok(Linear { w, b, module })
+    }
+
+    pub(crate) fn new_layer_norm(
+        &mut self,
+        path: &str,
+        d: u64,
+        bias: bool,
+        params: &mut Vec<TensorId>,
+    ) -> Result<LayerNorm> {
+        let module = self.tags.module(path);
+        let w = self.new_param(&[d], module, params)?;
+        let b = if bias {
+            Some(self.new_param(&[d], module, params)?)
+        } else {
+            None
+        };
+        Ok(LayerNorm { w, b, module })
+    }
+
+    pub(crate) fn new_embedding(
+        &mut self,
+        path: &str,
+        n: u64,
+        d: u64,
+        params: &mut Vec<TensorId>,
+    ) -> Result<Embedding> {
+        let module = self.tags.module(path);
+        let w = self.new_param(&[n, d], module, params)?;
+        Ok(Embedding { w, module })
+    }
+
+    /// Run `f` inside module scope `module` (restored on every exit path).
+    pub(crate) fn in_module<T>(
+        &mut self,
+        module: u32,
+        f: impl FnOnce(&mut Engine) -> Result<T>,
+    ) -> Result<T> {
+        let prev = self.enter_module(module);
+        let r = f(self);
+        self.exit_module(prev);
+        r
+    }
+
+    pub(crate) fn apply_linear(&mut self, l: &Linear, x: TensorId) -> Result<TensorId> {
+        self.in_module(l.module, |e| e.linear(x, l.w, l.b))
+    }
+
+    pub(crate) fn apply_layer_norm(&mut self, l: &LayerNorm, x: TensorId) -> Result<TensorId> {
+        self.in_module(l.module, |e| e.layer_norm(x, Some(l.w), l.b))
+    }
+
+    /// Replace a local `x` by `f(x)`: the old value dies only after the new one
+    /// exists (rebinding, engine.md §0.3).
+    pub(crate) fn rebind(&mut self, x: TensorId, new: Result<TensorId>) -> Result<TensorId> {
+        self.release(x);
+        new
+    }
+}
+
+impl Model {
+    pub(crate) fn build(e: &mut Engine, cfg: &ModelConfig) -> Result<Model> {
+        let mut params = Vec::new();
+        let mut buffers = Vec::new();
+        let net = match &cfg.kind {
+            ModelKind::Mlp { dims, inplace_relu } => {
+                Net::Mlp(mlp::Mlp::build(e, dims, *inplace_relu, &mut params)?)
+            }
+            ModelKind::Gpt2 { .. } => Net::Gpt2(gpt2::Gpt2::build(e, &cfg.kind, &mut params)?),
+            ModelKind::LstmLm { .. } => {
+                Net::LstmLm(lstm_lm::LstmLm::build(e, &cfg.kind, &mut params)?)
+            }
+            ModelKind::ResNet {
+                blocks,
+                num_classes,
+                ..
+            } => Net::ResNet(resnet::ResNet::build(
+                e,
+                blocks,
+                *num_classes,
+                &mut params,
+                &mut buffers,
+            )?),
+            ModelKind::Linear {
+                in_features,
+                out_features,
+                bias,
+            } => Net::Linear(e.new_linear("", *in_features, *out_features, *bias, &mut params)?),
+        };
+        Ok(Model {
+            cfg: cfg.clone(),
+            net,
+            params,
+            buffers,
+        })
+    }
+
+    /// The input batch and target for batch size `b`, allocated x then y.
+    pub(crate) fn make_batch(
+        &self,
+        e: &mut Engine,
+        b: u64,
+    ) -> Result<(TensorId, Option<TensorId>)> {
+        let (xs, xd, ys): (Vec<u64>, DType, Option<Spec>) = match &self.cfg.kind {
+            ModelKind::Mlp { dims, .. } => {
+                (vec![b, dims[0]], DType::F32, Some((vec![b], DType::I64)))
+            }
+            ModelKind::Gpt2 { seq, .. } => {
+                (vec![b, *seq], DType::I64, Some((vec![b, *seq], DType::I64)))
+            }
+            ModelKind::LstmLm { bptt, .. } => (
+                vec![*bptt, b],
+                DType::I64,
+                Some((vec![*bptt * b], DType::I64)),
+            ),
+            ModelKind::ResNet { image, .. } => (
+                vec![b, 3, *image, *image],
+                DType::F32,
+                Some((vec![b], DType::I64)),
+            ),
+            ModelKind::Linear {
+                in_features,
+                out_features,
+                ..
+            } => {
+                let y =
+                    (self.cfg.loss == LossKind::Mse).then(|| (vec![b, *out_features], DType::F32));
+                (vec![b, *in_features], DType::F32, y)
+            }
+        };
+        let x = e.factory(Shape::new(&xs), xd, Category::Input)?;
+        let y = match ys {
+            Some((s, d)) => Some(e.factory(Shape::new(&s), d, Category::Input)?),
+            None => None,
+        };
+        Ok((x, y))
+    }
+
+    /// `model(x)`; recurrent models also take and return a hidden state.
+    pub(crate) fn forward(
+        &self,
+        e: &mut Engine,
+        x: TensorId,
+        hidden: Option<(TensorId, TensorId)>,
+    ) -> Result<(TensorId, Option<(TensorId, TensorId)>)> {
+        match &self.net {
+            Net::Mlp(m) => Ok((m.forward(e, x)?, None)),
+            Net::Gpt2(m) => Ok((m.forward(e, x)?, None)),
+            Net::ResNet(m) => Ok((m.forward(e, x)?, None)),
+            Net::Linear(l) => Ok((e.apply_linear(l, x)?, None)),
+            Net::LstmLm(m) => {
+                let (out, h) = m.forward(e, x, hidden)?;
+                Ok((out, Some(h)))
+            }
+        }
+    }
+
+    /// Re-run checkpointed block `idx` (engine.md §7.2).
+    pub(crate) fn run_block(&self, e: &mut Engine, idx: usize, x: TensorId) -> Result<TensorId> {
+        match &self.net {
+            Net::Gpt2(m) => m.block(e, idx, x),
+            _ => Ok(e.local_ref(x)),
+        }
+    }
+
+    /// The criterion on the model output.
+    pub(crate) fn loss(
+        &self,
+        e: &mut Engine,
+        out: TensorId,
+        target: Option<TensorId>,
+    ) -> Result<TensorId> {
+        let prev = e.enter_module(0);
+        let r = self.loss_inner(e, out, target);
+        e.exit_module(prev);
+        r
+    }
+
+    fn loss_inner(
+        &self,
+        e: &mut Engine,
+        out: TensorId,
+        target: Option<TensorId>,
+    ) -> Result<TensorId> {
+        let need_target = || super::error::EngineError::Program("this loss needs a target".into());
+        match self.cfg.loss {
+            LossKind::Sum => e.sum(out),
+            LossKind::Mse => e.mse_loss(out, target.ok_or_else(need_target)?),
+            LossKind::CrossEntropy | LossKind::Nll => {
+                let t = target.ok_or_else(need_target)?;
+                let s = e.shape(out);
+                let flat = e.reshape(out, Shape::new(&[s.leading(), s.last()]))?;
+                let tflat = e.reshape(t, Shape::new(&[e.shape(t).numel()]))?;
+                let r = if self.cfg.loss == LossKind::Nll {
+                    e.nll_loss(flat, tflat)
+                } else {
+                    e.cross_entropy(flat, tflat)
+                };
+                e.release(flat);
+                e.release(tflat);
+                r
+            }
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! torchvision ResNet with BasicBlocks (engine.md §10.4).
+
+use super::super::dtype::DType;
+use super::super::error::Result;
+use super::super::shape::Shape;
+use super::super::tensor::TensorId;
+use super::super::Engine;
+use super::Linear;
+
+#[derive(Debug)]
+pub(crate) struct Conv {
+    pub w: TensorId,
+    pub stride: u64,
+    pub pad: u64,
+    pub module: u32,
+}
+
+#[derive(Debug)]
+pub(crate) struct BatchNorm {
+    pub w: TensorId,
+    pub b: TensorId,
+    pub running_mean: TensorId,
+    pub running_var: TensorId,
+    pub module: u32,
+}
+
+#[derive(Debug)]
+pub(crate) struct BasicBlock {
+    pub conv1: Conv,
+    pub bn1: BatchNorm,
+    pub conv2: Conv,
+    pub bn2: BatchNorm,
+    pub downsample: Option<(Conv, BatchNorm)>,
+    pub module: u32,
+}
+
+#[derive(Debug)]
+pub(crate) struct ResNet {
+    pub conv1: Conv,
+    pub bn1: BatchNorm,
+    pub blocks: Vec<BasicBlock>,
+    pub fc: Linear,
+    pub pool_module: u32,
+}
+
+type Bufs = Vec<(String, TensorId)>;
+
+impl Engine {
+    #[allow(clippy::too_many_arguments)] // mirrors nn.Conv2d's signature
+    fn new_conv(
+        &mut self,
+        path: &str,
+        cin: u64,
+        cout: u64,
+        k: u64,
+        stride: u64,
+        pad: u64,
+        params: &mut Vec<TensorId>,
+    ) -> Result<Conv> {
+        let module = self.tags.module(path);
+        let w = self.new_param(&[cout, cin, k, k], module, params)?;
+        Ok(Conv {
+            w,
+            stride,
+            pad,
+            module,
+        })
+    }
+
+    /// BatchNorm2d: weight, bias, then buffers running_mean, running_var and
+    /// num_batches_tracked (int64 0-dim) — `_apply` order.
+    fn new_bn(
+        &mut self,
+        path: &str,
+        c: u64,
+        params: &mut Vec<TensorId>,
+        bufs: &mut Bufs,
+    ) -> Result<BatchNorm> {
+        let module = self.tags.module(path);
+        let w = self.new_param(&[c], module, params)?;
+        let b = self.new_param(&[c], module, params)?;
+        let running_mean = self.new_buffer(
+            format!("{path}.running_mean"),
+            &[c],
+            DType::F32,
+            module,
+            bufs,
+        )?;
+        let running_var = self.new_buffer(
+            format!("{path}.running_var"),
+            &[c],
+            DType::F32,
+            module,
+            bufs,
+        )?;
+        self.new_buffer(
+            format!("{path}.num_batches_tracked"),
+            &[],
+            DType::I64,
+            module,
+            bufs,
+        )?;
+        Ok(BatchNorm {
+            w,
+            b,
+            running_mean,
+            running_var,
+            module,
+        })
+    }
+
+    fn apply_conv(&mut self, c: &Conv, x: TensorId) -> Result<TensorId> {
+        self.in_module(c.module, |e| e.conv2d(x, c.w, None, c.stride, c.pad))
+    }
+
+    fn apply_bn(&mut self, n: &BatchNorm, x: TensorId) -> Result<TensorId> {
+        self.in_module(n.module, |e| {
+            e.batch_norm(x, n.w, n.b, (n.running_mean, n.running_var))
+        })
+    }
+}
+
+impl ResNet {
+    pub fn build(
+        e: &mut Engine,
+        blocks: &[u64; 4],
+        classes: u64,
+        params: &mut Vec<TensorId>,
+        bufs: &mut Bufs,
+    ) -> Result<ResNet> {
+        let conv1 = e.new_conv("conv1", 3, 64, 7, 2, 3, params)?;
+        let bn1 = e.new_bn("bn1", 64, params, bufs)?;
+        let mut inplanes = 64;
+        let mut all = Vec::new();
+        for (li, n) in blocks.iter().enumerate() {
+            let planes = 64u64 << li;
+            for bi in 0..*n {
+                let stride = if li > 0 && bi == 0 { 2 } else { 1 };
+                let p = format!("layer{}.{bi}", li + 1);
+                let conv1 = e.new_conv(
+                    &format!("{p}.conv1"),
+                    inplanes,
+                    planes,
+                    3,
+                    stride,
+                    1,
+                    params,
+                )?;
+                let bn1 = e.new_bn(&format!("{p}.bn1"), planes, params, bufs)?;
+                let conv2 = e.new_conv(&format!("{p}.conv2"), planes, planes, 3, 1, 1, params)?;
+                let bn2 = e.new_bn(&format!("{p}.bn2"), planes, params, bufs)?;
+                let downsample = if stride != 1 || inplanes != planes {
+                    let c = e.new_conv(
+                        &format!("{p}.downsample.0"),
+                        inplanes,
+                        planes,
+                        1,
+                        stride,
+                        0,
+                        params,
+                    )?;
+                    let b = e.new_bn(&format!("{p}.downsample.1"), planes, params, bufs)?;
+                    Some((c, b))
+                } else {
+                    None
+                };
+                all.push(BasicBlock {
+                    conv1,
+                    bn1,
+                    conv2,
+                    bn2,
+                    downsample,
+                    module: e.tags.module(&p),
+                });
+                inplanes = planes;
+            }
+        }
+        let fc = e.new_linear("fc", inplanes, classes, true, params)?;
+        let pool_module = e.tags.module("avgpool");
+        Ok(ResNet {
+            conv1,
+            bn1,
+            blocks: all,
+            fc,
+            pool_module,
+        })
+    }
+
+    pub fn forward(&self, e: &mut Engine, x: TensorId) -> Result<TensorId> {
+        let h = self.conv1_stem(e, x)?;
+        let mut h = h;
+        for b in &self.blocks {
+            let y = e.in_module(b.module, |e| Self::block(e, b, h));
+            h = e.rebind(h, y)?;
+        }
+        let p = e.in_module(self.pool_module, |e| e.adaptive_avg_pool2d(h));
+        let p = e.rebind(h, p)?;
+        let s = e.shape(p);
+        let flat = e.reshape(p, Shape::new(&[s.dim(0), s.dim(1)]));
+        let flat = e.rebind(p, flat)?;
+        let out = e.apply_linear(&self.fc, flat);
+        e.rebind(flat, out)
+    }
+
+    fn conv1_stem(&self, e: &mut Engine, x: TensorId) -> Result<TensorId> {
+        let o = e.apply_conv(&self.conv1, x)?;
+        let b = e.apply_bn(&self.bn1, o);
+        let b = e.rebind(o, b)?;
+        e.relu_(b)?;
+        let m = e.max_pool2d(b, 3, 2, 1);
+        e.rebind(b, m)
+    }
+
+    /// conv1 → bn1 → relu_ → conv2 → bn2 → (+= identity) → relu_ (§10.4).
+    fn block(e: &mut Engine, b: &BasicBlock, x: TensorId) -> Result<TensorId> {
+        let o1 = e.apply_conv(&b.conv1, x)?;
+        let o2 = e.apply_bn(&b.bn1, o1);
+        let o2 = e.rebind(o1, o2)?;
+        e.relu_(o2)?;
+        let o3 = e.apply_conv(&b.conv2, o2);
+        let o3 = e.rebind(o2, o3)?;
+        let o4 = e.apply_bn(&b.bn2, o3);
+        let o4 = e.rebind(o3, o4)?;
+        let identity = match &b.downsample {
+            Some((c, n)) => {
+                let d = e.apply_conv(c, x)?;
+                let i = e.apply_bn(n, d);
+                e.rebind(d, i)?
+            }
+            None => e.local_ref(x),
+        };
+        e.add_inplace(o4, identity)?;
+        e.release(identity);
+        e.relu_(o4)?;
+        Ok(o4)
+    }
+}

@@ -1,0 +1,139 @@
+//! `scaled_dot_product_attention` (tables 1.7 and 2.2).
+
+use super::super::amp::CastPolicy;
+use super::super::autograd::BwdKind;
+use super::super::config::SdpaBackend;
+use super::super::dtype::DType;
+use super::super::error::Result;
+use super::super::shape::Shape;
+use super::super::tensor::{Layout, TensorId};
+use super::super::Engine;
+
+impl Engine {
+    /// SDPA on q, k, v of shape [B, h, T, hd]. The backend is the configured
+    /// one, or automatic: flash for fp16/bf16, memory-efficient for fp32.
+    pub fn sdpa(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        dropout: f64,
+    ) -> Result<TensorId> {
+        let prev = self.op_begin("scaled_dot_product_attention");
+        let r = self.sdpa_inner(q, k, v, dropout);
+        self.op_end(prev)?;
+        r
+    }
+
+    fn sdpa_inner(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        dropout: f64,
+    ) -> Result<TensorId> {
+        let qc = self.autocast_arg(q, CastPolicy::Lower)?;
+        let kc = self.autocast_arg(k, CastPolicy::Lower)?;
+        let vc = self.autocast_arg(v, CastPolicy::Lower)?;
+        let dtype = self.dtype(qc);
+        let backend = match self.cfg.sdpa_backend {
+            // Flash needs fp16/bf16 (§1.7); fall back to memory-efficient.
+            Some(SdpaBackend::Flash) if !dtype.is_half() => SdpaBackend::Efficient,
+            Some(b) => b,
+            None if dtype.is_half() => SdpaBackend::Flash,
+            None => SdpaBackend::Efficient,
+        };
+        let p = if self.ctx.training { dropout } else { 0.0 };
+        let out = match backend {
+            SdpaBackend::Math => self.sdpa_math(qc, kc, vc, p),
+            _ => self.sdpa_fused(qc, kc, vc, p, backend),
+        };
+        for t in [qc, kc, vc] {
+            self.release(t);
+        }
+        out
+    }
+
+    /// Flash / memory-efficient: out laid out [B, T, h, hd] (a [B, h, T, hd] view),
+    /// logsumexp [B, h, T] fp32 (T padded to a multiple of 32 for mem-eff). RNG
+    /// state / philox scalars exist only when dropout is on [unc, see report].
+    fn sdpa_fused(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        p: f64,
+        backend: SdpaBackend,
+    ) -> Result<TensorId> {
+        let s = self.shape(q);
+        let (b, h, t, hd) = (s.dim(0), s.dim(1), s.dim(2), s.dim(3));
+        let dtype = self.dtype(q);
+        let out_base = self.act(Shape::new(&[b, t, h, hd]), dtype)?;
+        let tl = if backend == SdpaBackend::Flash {
+            t
+        } else {
+            t.div_ceil(32) * 32
+        };
+        let lse = self.aux(Shape::new(&[b, h, tl]), DType::F32)?;
+        let rng = if p > 0.0 {
+            Some(self.aux(Shape::new(&[2]), DType::I64)?)
+        } else {
+            None
+        };
+        let out = self.view_as(out_base, s, Layout::Strided);
+        self.release(out_base);
+        if self.records(&[q, k, v]) {
+            let (name, scratch) = if backend == SdpaBackend::Flash {
+                ("ScaledDotProductFlashAttentionBackward0", b * h * t * 4)
+            } else {
+                (
+                    "ScaledDotProductEfficientAttentionBackward0",
+                    b * h * tl * 4,
+                )
+            };
+            let node = self.new_node(
+                name,
+                BwdKind::Sdpa { scratch },
+                &[Some(q), Some(k), Some(v)],
+            );
+            self.save(node, "query", q, false);
+            self.save(node, "key", k, false);
+            self.save(node, "value", v, false);
+            self.save(node, "output", out, true);
+            self.save(node, "logsumexp", lse, true);
+            if let Some(r) = rng {
+                self.save(node, "rng_state", r, true);
+            }
+            self.set_grad_fn(out, node, 0);
+        }
+        self.release(lse);
+        if let Some(r) = rng {
+            self.release(r);
+        }
+        Ok(out)
+    }
+
+    /// Math fallback: scores = q @ kᵀ (copies of head-split q and k), softmax
+    /// probs (saved, fp32 under autocast), optional dropout mask, out = probs @ v.
+    fn sdpa_math(&mut self, q: TensorId, k: TensorId, v: TensorId, p: f64) -> Result<TensorId> {
+        let kt = self.transpose(k, 2, 3);
+        let scores = self.matmul(q, kt);
+        self.release(kt);
+        let scores = scores?;
+        let probs = self.softmax(scores, false);
+        self.release(scores);
+        let probs = probs?;
+        let dropped = self.dropout(probs, p);
+        self.release(probs);
+        let dropped = dropped?;
+        let pc = if self.amp.active(self.ctx.inference).is_some() {
+            self.to_dtype(dropped, self.dtype(v))?
+        } else {
+            self.local_ref(dropped)
+        };
+        self.release(dropped);
+        let out = self.matmul(pc, v);
+        self.release(pc);
+        out
+    }
+}

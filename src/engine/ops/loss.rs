@@ -1,0 +1,126 @@
+//! softmax / log_softmax and the losses (tables 1.7 and 2.2, autocast §6.1).
+
+use super::super::amp::CastPolicy;
+use super::super::autograd::BwdKind;
+use super::super::dtype::DType;
+use super::super::error::Result;
+use super::super::shape::Shape;
+use super::super::tag::Category;
+use super::super::tensor::TensorId;
+use super::super::Engine;
+
+impl Engine {
+    /// `softmax(x, dim, dtype=…)`: saves its result. Under autocast the output is
+    /// fp32 (§6.1 "fp32 output via dtype argument"): fp16 input goes straight to a
+    /// float output, any other dtype change first makes a full converted copy.
+    pub fn softmax(&mut self, x: TensorId, log: bool) -> Result<TensorId> {
+        let prev = self.op_begin(if log { "log_softmax" } else { "softmax" });
+        let r = self.softmax_inner(x, log);
+        self.op_end(prev)?;
+        r
+    }
+
+    fn softmax_inner(&mut self, x: TensorId, log: bool) -> Result<TensorId> {
+        let in_dtype = self.dtype(x);
+        let out_dtype = if self.amp.active(self.ctx.inference).is_some() {
+            DType::F32
+        } else {
+            in_dtype
+        };
+        let shape = self.shape(x);
+        if out_dtype != in_dtype && in_dtype != DType::F16 {
+            // bf16 → fp32: `input.to(float)` first, a transient full-size copy (§1.7).
+            let tmp = self.transient(shape.numel() * out_dtype.size(), Category::Temporary)?;
+            let out = self.act(shape, out_dtype);
+            self.free_transient(tmp);
+            let out = out?;
+            self.softmax_node(x, out, log);
+            return Ok(out);
+        }
+        let out = self.act(shape, out_dtype)?;
+        self.softmax_node(x, out, log);
+        Ok(out)
+    }
+
+    fn softmax_node(&mut self, x: TensorId, out: TensorId, log: bool) {
+        if self.records(&[x]) {
+            let name = if log {
+                "LogSoftmaxBackward0"
+            } else {
+                "SoftmaxBackward0"
+            };
+            let node = self.new_node(name, BwdKind::Alloc, &[Some(x)]);
+            self.set_grad_fn(out, node, 0);
+            self.save(node, "result", out, true);
+        }
+    }
+
+    /// `nll_loss(logp [N, C], target [N])` (mean): 0-dim loss and 0-dim
+    /// total_weight; saves the log-probs, the target and total_weight.
+    pub fn nll_loss(&mut self, logp: TensorId, target: TensorId) -> Result<TensorId> {
+        let prev = self.op_begin("nll_loss");
+        let r = self.nll_inner(logp, target);
+        self.op_end(prev)?;
+        r
+    }
+
+    fn nll_inner(&mut self, logp: TensorId, target: TensorId) -> Result<TensorId> {
+        let lc = self.autocast_arg(logp, CastPolicy::Fp32)?;
+        let dtype = self.dtype(lc);
+        let out = self.act(Shape::scalar(), dtype)?;
+        let total_weight = self.aux(Shape::scalar(), dtype)?;
+        if self.records(&[lc]) {
+            // The gradient is the full zero-filled [N, C] (table 2.2).
+            let node = self.new_node("NllLossBackward0", BwdKind::Alloc, &[Some(lc)]);
+            self.save(node, "self", lc, false);
+            self.save(node, "target", target, false);
+            self.save(node, "total_weight", total_weight, true);
+            self.set_grad_fn(out, node, 0);
+        }
+        self.release(total_weight);
+        self.release(lc);
+        Ok(out)
+    }
+
+    /// `cross_entropy(logits [N, C], target)` = log_softmax then nll_loss (§1.7):
+    /// net new saved bytes are one [N, C] log-prob tensor (fp32 under autocast).
+    pub fn cross_entropy(&mut self, logits: TensorId, target: TensorId) -> Result<TensorId> {
+        let prev = self.op_begin("cross_entropy");
+        let r = (|| {
+            let logp = self.softmax(logits, true)?;
+            let loss = self.nll_loss(logp, target);
+            self.release(logp);
+            loss
+        })();
+        self.op_end(prev)?;
+        r
+    }
+
+    /// `mse_loss(a, b)` (mean): a transient full-size elementwise loss, then a
+    /// 0-dim out; saves self and target (always).
+    pub fn mse_loss(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
+        let prev = self.op_begin("mse_loss");
+        let r = self.mse_inner(a, b);
+        self.op_end(prev)?;
+        r
+    }
+
+    fn mse_inner(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
+        let ac = self.autocast_arg(a, CastPolicy::Fp32)?;
+        let bc = self.autocast_arg(b, CastPolicy::Fp32)?;
+        let dtype = self.dtype(ac);
+        let tmp = self.transient(self.shape(ac).numel() * dtype.size(), Category::Temporary)?;
+        let out = self.act(Shape::scalar(), dtype);
+        self.free_transient(tmp);
+        let out = out?;
+        if self.records(&[ac, bc]) {
+            let node = self.new_node("MseLossBackward0", BwdKind::Alloc, &[Some(ac), Some(bc)]);
+            self.save(node, "self", ac, false);
+            self.save(node, "target", bc, false);
+            self.set_grad_fn(out, node, 0);
+        }
+        self.release(ac);
+        self.release(bc);
+        Ok(out)
+    }
+}

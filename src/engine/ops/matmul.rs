@@ -1,0 +1,162 @@
+//! linear / addmm / mm / bmm / matmul (tables 1.7 and 2.2, workspaces §1.6).
+
+use super::super::amp::CastPolicy;
+use super::super::autograd::BwdKind;
+use super::super::config::CublasLtWorkspace;
+use super::super::error::Result;
+use super::super::shape::Shape;
+use super::super::tag::Category;
+use super::super::tensor::{Layout, TensorId};
+use super::super::Engine;
+
+impl Engine {
+    /// `F.linear(x, W, b)` (W is [out, in]). With a bias and a contiguous input it
+    /// lowers to one addmm on a 2-D view (cuBLASLt epilogue); otherwise to
+    /// `matmul(x, W.t())` followed by an in-place `add_(b)` (Linear.cpp, §1.7).
+    pub fn linear(&mut self, x: TensorId, w: TensorId, b: Option<TensorId>) -> Result<TensorId> {
+        let prev = self.op_begin("linear");
+        let r = self.linear_inner(x, w, b);
+        self.op_end(prev)?;
+        r
+    }
+
+    fn linear_inner(&mut self, x: TensorId, w: TensorId, b: Option<TensorId>) -> Result<TensorId> {
+        let xc = self.autocast_arg(x, CastPolicy::Lower)?;
+        let wc = self.autocast_arg(w, CastPolicy::Lower)?;
+        let bc = match b {
+            Some(b) => Some(self.autocast_arg(b, CastPolicy::Lower)?),
+            None => None,
+        };
+        let contiguous = self.layout(xc) == Layout::Contiguous;
+        let out = if bc.is_some() && contiguous {
+            self.addmm_nd(bc, xc, wc)
+        } else {
+            self.mm_linear(xc, wc, bc)
+        };
+        for t in [Some(xc), Some(wc), bc].into_iter().flatten() {
+            self.release(t);
+        }
+        out
+    }
+
+    /// addmm(bias, x2d, W.t()) with the output viewed back to x's leading dims.
+    fn addmm_nd(&mut self, b: Option<TensorId>, x: TensorId, w: TensorId) -> Result<TensorId> {
+        let xs = self.shape(x);
+        let nout = self.shape(w).dim(0);
+        let dtype = self.dtype(x);
+        let out = self.act(xs.with_last(nout), dtype)?;
+        // gemm_and_bias: the Lt workspace is alive for the call (§1.6, §12 #5).
+        let lt = if self.cfg.cublaslt_workspace == CublasLtWorkspace::Transient {
+            let bytes = self.cfg.cublaslt_workspace_bytes();
+            self.transient(bytes, Category::Workspace)?
+        } else {
+            None
+        };
+        let ws = self.cublas_workspace()?;
+        self.free_transient(ws);
+        self.free_transient(lt);
+        if self.records(&[x, w])
+            || b.is_some_and(|b| self.requires_grad(b)) && self.ctx.grad_enabled
+        {
+            let node = self.new_node(
+                "AddmmBackward0",
+                BwdKind::Gemm { has_bias: true },
+                &[b, Some(x), Some(w)],
+            );
+            // mat1 is saved only if mat2 requires grad and vice versa (§2.2 guards).
+            if self.requires_grad(w) {
+                self.save(node, "mat1", x, false);
+            }
+            if self.requires_grad(x) {
+                self.save(node, "mat2", w, false);
+            }
+            self.set_grad_fn(out, node, 0);
+        }
+        Ok(out)
+    }
+
+    /// matmul(x, W.t()) (+ in-place bias add): copies x if its reshape cannot merge.
+    fn mm_linear(&mut self, x: TensorId, w: TensorId, b: Option<TensorId>) -> Result<TensorId> {
+        let xs = self.shape(x);
+        let x2 = if self.layout(x) != Layout::Contiguous && xs.rank() > 2 {
+            self.contiguous(x)?
+        } else {
+            self.local_ref(x)
+        };
+        let out = self.gemm(x2, w, xs.with_last(self.shape(w).dim(0)), "MmBackward0")?;
+        self.release(x2);
+        if let Some(b) = b {
+            self.add_inplace(out, b)?;
+        }
+        Ok(out)
+    }
+
+    /// `mm(a, b)`: out of `shape`; saves b if a requires grad and a if b does.
+    pub(crate) fn gemm(
+        &mut self,
+        a: TensorId,
+        b: TensorId,
+        shape: Shape,
+        node_name: &'static str,
+    ) -> Result<TensorId> {
+        let dtype = self.dtype(a);
+        let out = self.act(shape, dtype)?;
+        let ws = self.cublas_workspace()?;
+        self.free_transient(ws);
+        if self.records(&[a, b]) {
+            let node = self.new_node(
+                node_name,
+                BwdKind::Gemm { has_bias: false },
+                &[Some(a), Some(b)],
+            );
+            let (sa, sb) = ("self", "mat2");
+            if self.requires_grad(b) {
+                self.save(node, sa, a, false);
+            }
+            if self.requires_grad(a) {
+                self.save(node, sb, b, false);
+            }
+            self.set_grad_fn(out, node, 0);
+        }
+        Ok(out)
+    }
+
+    /// `torch.mm(a, b)` for 2-D tensors.
+    pub fn mm(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
+        let prev = self.op_begin("mm");
+        let r = self.mm_inner(a, b, "MmBackward0");
+        self.op_end(prev)?;
+        r
+    }
+
+    /// `torch.bmm` / `matmul` of batched operands: non-mergeable (strided)
+    /// operands are copied first, and the copies are what autograd saves (§1.3).
+    pub fn matmul(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
+        let prev = self.op_begin("matmul");
+        let r = self.mm_inner(a, b, "BmmBackward0");
+        self.op_end(prev)?;
+        r
+    }
+
+    fn mm_inner(&mut self, a: TensorId, b: TensorId, name: &'static str) -> Result<TensorId> {
+        let ac = self.autocast_arg(a, CastPolicy::Lower)?;
+        let bc = self.autocast_arg(b, CastPolicy::Lower)?;
+        let a2 = if self.layout(ac) == Layout::Contiguous {
+            self.local_ref(ac)
+        } else {
+            self.contiguous(ac)?
+        };
+        let b2 = if self.layout(bc) == Layout::Contiguous || self.shape(bc).rank() <= 2 {
+            self.local_ref(bc)
+        } else {
+            self.contiguous(bc)?
+        };
+        let (sa, sb) = (self.shape(a2), self.shape(b2));
+        let shape = sa.with_last(sb.last());
+        let out = self.gemm(a2, b2, shape, name);
+        for t in [a2, b2, ac, bc] {
+            self.release(t);
+        }
+        out
+    }
+}

@@ -1,0 +1,370 @@
+//! Optimizers (engine.md §5): lazy state at the first step, foreach /
+//! for-loop / fused temporaries, `zero_grad`, CPU offload, grad clipping.
+
+use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
+
+use super::config::OptimImpl;
+use super::dtype::DType;
+use super::error::Result;
+use super::shape::Shape;
+use super::tag::{Category, Phase};
+use super::tensor::TensorId;
+use super::Engine;
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum OptimizerKind {
+    Sgd {
+        momentum: f64,
+        weight_decay: f64,
+    },
+    /// L2-style decay (`grad + wd·param`).
+    Adam {
+        weight_decay: f64,
+        amsgrad: bool,
+    },
+    /// Decoupled decay, in place on the params.
+    AdamW {
+        weight_decay: f64,
+        amsgrad: bool,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OptimizerConfig {
+    pub kind: OptimizerKind,
+    pub implementation: OptimImpl,
+    /// `capturable=True`: the `step` tensors live on the GPU (§1.5).
+    pub capturable: bool,
+    /// Optimizer state in host memory, step on the CPU (§5.3).
+    pub cpu_offload: bool,
+}
+
+impl Default for OptimizerConfig {
+    fn default() -> Self {
+        OptimizerConfig {
+            kind: OptimizerKind::AdamW {
+                weight_decay: 0.01,
+                amsgrad: false,
+            },
+            implementation: OptimImpl::Foreach,
+            capturable: false,
+            cpu_offload: false,
+        }
+    }
+}
+
+impl OptimizerConfig {
+    pub fn adamw() -> Self {
+        Self::default()
+    }
+
+    pub fn adam() -> Self {
+        OptimizerConfig {
+            kind: OptimizerKind::Adam {
+                weight_decay: 0.0,
+                amsgrad: false,
+            },
+            ..Self::default()
+        }
+    }
+
+    pub fn sgd(momentum: f64) -> Self {
+        OptimizerConfig {
+            kind: OptimizerKind::Sgd {
+                momentum,
+                weight_decay: 0.0,
+            },
+            ..Self::default()
+        }
+    }
+
+    pub fn with_impl(mut self, i: OptimImpl) -> Self {
+        self.implementation = i;
+        self
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ParamState {
+    /// exp_avg, exp_avg_sq (, max_exp_avg_sq) — or SGD's momentum_buffer.
+    pub bufs: Vec<TensorId>,
+    pub step: Option<TensorId>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Optimizer {
+    pub cfg: OptimizerConfig,
+    pub state: FxHashMap<TensorId, ParamState>,
+    pub steps: u64,
+}
+
+impl Optimizer {
+    pub fn new(cfg: OptimizerConfig) -> Optimizer {
+        Optimizer {
+            cfg,
+            state: FxHashMap::default(),
+            steps: 0,
+        }
+    }
+}
+
+impl Engine {
+    /// `model.parameters()`.
+    pub fn parameters(&self) -> Vec<TensorId> {
+        self.model
+            .as_ref()
+            .map(|m| m.params.clone())
+            .unwrap_or_default()
+    }
+
+    /// `optimizer.zero_grad(set_to_none)` (§3.2): drop every grad (freed at
+    /// once, in parameter order) or zero them in place (no allocation change).
+    pub fn zero_grad(&mut self, set_to_none: bool) -> Result<()> {
+        let prev = self.op_begin("zero_grad");
+        for p in self.parameters() {
+            if set_to_none {
+                if let Some(g) = self.t_mut(p).grad.take() {
+                    self.decref(g);
+                }
+            } else if let Some(g) = self.grad(p) {
+                self.bump_version(g);
+            }
+        }
+        self.op_end(prev)
+    }
+
+    /// `optimizer.step()`.
+    pub fn optimizer_step(&mut self) -> Result<()> {
+        let Some(opt) = self.optimizer.take() else {
+            return Ok(());
+        };
+        let prev_phase = self.phase_begin(Phase::Optimizer);
+        let prev = self.op_begin("optimizer.step");
+        let mut opt = opt;
+        let mark = self.locals.len();
+        let r = self.optim_step_inner(&mut opt);
+        if r.is_err() {
+            self.unwind_locals(mark);
+        }
+        opt.steps += 1;
+        self.optimizer = Some(opt);
+        let end = self.op_end(prev);
+        self.phase_end(Phase::Optimizer, prev_phase);
+        r.and(end)
+    }
+
+    fn optim_step_inner(&mut self, opt: &mut Optimizer) -> Result<()> {
+        let params: Vec<TensorId> = self
+            .parameters()
+            .into_iter()
+            .filter(|p| self.grad(*p).is_some())
+            .collect();
+        if opt.cfg.cpu_offload {
+            return self.step_offload(opt, &params);
+        }
+        self.init_state(opt, &params)?;
+        let imp = opt.cfg.implementation;
+        match opt.cfg.kind {
+            OptimizerKind::Adam { weight_decay, .. }
+            | OptimizerKind::AdamW { weight_decay, .. } => {
+                let l2 = matches!(opt.cfg.kind, OptimizerKind::Adam { .. }) && weight_decay != 0.0;
+                match imp {
+                    OptimImpl::Foreach => {
+                        if l2 {
+                            // device_grads = _foreach_add(grads, params, alpha=wd) … `del device_grads`
+                            let tmp = self.temp_list(&params)?;
+                            self.free_list(tmp);
+                        }
+                        // exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs): +1× until the step ends.
+                        let sqrt = self.temp_list(&params)?;
+                        for p in &params {
+                            self.bump_version(*p);
+                        }
+                        self.free_list(sqrt);
+                    }
+                    OptimImpl::ForLoop => {
+                        let mut prev_denom: Option<TensorId> = None;
+                        let mut prev_grad: Option<TensorId> = None;
+                        for p in &params {
+                            // `grad = grads[i]` rebinding frees the previous decayed grad.
+                            if let Some(g) = prev_grad.take() {
+                                self.release(g);
+                            }
+                            if l2 {
+                                prev_grad = Some(self.temp_like(*p)?);
+                            }
+                            // denom = (exp_avg_sq.sqrt() / bc2).add_(eps)
+                            let s = self.temp_like(*p)?;
+                            let d = self.temp_like(*p)?;
+                            self.release(s);
+                            if let Some(old) = prev_denom.replace(d) {
+                                self.release(old);
+                            }
+                            self.bump_version(*p);
+                        }
+                        for t in [prev_denom, prev_grad].into_iter().flatten() {
+                            self.release(t);
+                        }
+                    }
+                    OptimImpl::Fused => {
+                        for p in &params {
+                            self.bump_version(*p);
+                        }
+                    }
+                }
+            }
+            OptimizerKind::Sgd { weight_decay, .. } => {
+                let wd = if weight_decay != 0.0 && imp == OptimImpl::Foreach {
+                    Some(self.temp_list(&params)?)
+                } else {
+                    None
+                };
+                for p in &params {
+                    self.bump_version(*p);
+                }
+                if let Some(l) = wd {
+                    self.free_list(l);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Lazy state (§5.1): params with a grad and no state get it now, in
+    /// parameter order: `step` first (GPU only if fused/capturable), then
+    /// exp_avg, exp_avg_sq (, max_exp_avg_sq); SGD clones the grad.
+    fn init_state(&mut self, opt: &mut Optimizer, params: &[TensorId]) -> Result<()> {
+        let prev = self.op_begin("_init_group");
+        let r = (|| {
+            for p in params {
+                if opt.state.contains_key(p) {
+                    continue;
+                }
+                let (shape, dtype) = (self.shape(*p), self.dtype(*p));
+                let mut st = ParamState::default();
+                let nbufs = match opt.cfg.kind {
+                    OptimizerKind::Sgd { momentum, .. } => usize::from(momentum != 0.0),
+                    OptimizerKind::Adam { amsgrad, .. } | OptimizerKind::AdamW { amsgrad, .. } => {
+                        let gpu_step =
+                            opt.cfg.implementation == OptimImpl::Fused || opt.cfg.capturable;
+                        let step = if gpu_step {
+                            self.empty(Shape::scalar(), DType::F32, Category::OptimizerState)?
+                        } else {
+                            self.empty_cpu(Shape::scalar(), DType::F32, Category::Cpu)
+                        };
+                        self.keep(step);
+                        st.step = Some(step);
+                        2 + usize::from(amsgrad)
+                    }
+                };
+                for _ in 0..nbufs {
+                    let b = self.empty(shape, dtype, Category::OptimizerState)?;
+                    self.keep(b);
+                    st.bufs.push(b);
+                }
+                opt.state.insert(*p, st);
+            }
+            Ok(())
+        })();
+        self.op_end(prev)?;
+        r
+    }
+
+    /// Offloaded step (§5.3): grads copied to (pinned) host staging, state and
+    /// update on the CPU, params copied back into their existing GPU storages.
+    fn step_offload(&mut self, opt: &mut Optimizer, params: &[TensorId]) -> Result<()> {
+        let nbufs = match opt.cfg.kind {
+            OptimizerKind::Sgd { momentum, .. } => usize::from(momentum != 0.0),
+            OptimizerKind::Adam { amsgrad, .. } | OptimizerKind::AdamW { amsgrad, .. } => {
+                2 + usize::from(amsgrad)
+            }
+        };
+        for p in params {
+            let (shape, dtype) = (self.shape(*p), self.dtype(*p));
+            if !opt.state.contains_key(p) {
+                let mut st = ParamState::default();
+                for _ in 0..nbufs {
+                    let b = self.empty_cpu(shape, dtype, Category::Cpu);
+                    self.keep(b);
+                    st.bufs.push(b);
+                }
+                opt.state.insert(*p, st);
+            }
+            let staging = self.empty_cpu(shape, dtype, Category::Cpu);
+            self.release(staging);
+            self.bump_version(*p);
+        }
+        Ok(())
+    }
+
+    fn temp_like(&mut self, p: TensorId) -> Result<TensorId> {
+        let (shape, dtype) = (self.shape(p), self.dtype(p));
+        self.empty(shape, dtype, Category::Temporary)
+    }
+
+    fn temp_list(&mut self, params: &[TensorId]) -> Result<Vec<TensorId>> {
+        let mut v = Vec::with_capacity(params.len());
+        for p in params {
+            v.push(self.temp_like(*p)?);
+        }
+        Ok(v)
+    }
+
+    /// A Python list dies last element first (CPython `list_dealloc`).
+    fn free_list(&mut self, l: Vec<TensorId>) {
+        for t in l.into_iter().rev() {
+            self.release(t);
+        }
+    }
+
+    /// `clip_grad_norm_(params, max_norm)` (foreach, §5.2): a 0-dim norm per
+    /// grad, a stacked vector, the total norm and the clip coefficient;
+    /// scaling is in place. Returns the total norm (a local).
+    pub fn clip_grad_norm(&mut self) -> Result<TensorId> {
+        let prev = self.op_begin("clip_grad_norm_");
+        let r = (|| {
+            let grads: Vec<TensorId> = self
+                .parameters()
+                .into_iter()
+                .filter_map(|p| self.grad(p))
+                .collect();
+            let sc = Shape::scalar();
+            let mut norms = Vec::with_capacity(grads.len());
+            for _ in &grads {
+                norms.push(self.empty(sc, DType::F32, Category::Temporary)?);
+            }
+            let stacked = self.empty(
+                Shape::new(&[grads.len() as u64]),
+                DType::F32,
+                Category::Temporary,
+            )?;
+            let total = self.empty(sc, DType::F32, Category::Temporary)?;
+            self.release(stacked);
+            let tmp = self.empty(sc, DType::F32, Category::Temporary)?;
+            let coef = self.empty(sc, DType::F32, Category::Temporary)?;
+            self.release(tmp);
+            let clamped = self.empty(sc, DType::F32, Category::Temporary)?;
+            for g in &grads {
+                self.bump_version(*g);
+            }
+            self.free_list(norms);
+            self.release(coef);
+            self.release(clamped);
+            Ok(total)
+        })();
+        self.op_end(prev)?;
+        r
+    }
+
+    /// Optimizer-state bytes on the GPU.
+    pub fn optimizer_state_bytes(&self) -> u64 {
+        let Some(o) = &self.optimizer else { return 0 };
+        o.state
+            .values()
+            .flat_map(|s| s.bufs.iter().chain(s.step.iter()))
+            .filter(|t| self.is_cuda(**t))
+            .map(|t| self.nbytes(*t))
+            .sum()
+    }
+}

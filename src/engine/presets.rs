@@ -1,0 +1,194 @@
+//! Model presets (engine.md §10) as serialisable configs.
+
+use serde::{Deserialize, Serialize};
+
+use super::config::SdpaBackend;
+
+/// The training criterion applied by `Step::Loss`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LossKind {
+    /// `F.cross_entropy(out.view(-1, C), target.view(-1))`.
+    CrossEntropy,
+    /// `F.nll_loss(out, target)` (the model already returns log-probs).
+    Nll,
+    /// `F.mse_loss(out, target)`.
+    Mse,
+    /// `out.sum()` (engine.md §12).
+    Sum,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ModelKind {
+    /// Linear layers with ReLU between them (§10.1: dims = [784, 1024, 1024, 10]).
+    Mlp { dims: Vec<u64>, inplace_relu: bool },
+    /// nanoGPT (§10.2). `seq` is the training sequence length T ≤ block_size.
+    Gpt2 {
+        n_layer: u64,
+        n_head: u64,
+        n_embd: u64,
+        vocab: u64,
+        block_size: u64,
+        seq: u64,
+        bias: bool,
+        dropout: f64,
+        /// One non-reentrant checkpoint region per block (§7, §10.2).
+        checkpoint: bool,
+        /// Force an SDPA backend (None: automatic, §1.7).
+        sdpa: Option<SdpaBackend>,
+    },
+    /// pytorch/examples word_language_model (§10.3).
+    LstmLm {
+        vocab: u64,
+        emb: u64,
+        hidden: u64,
+        layers: u64,
+        bptt: u64,
+        dropout: f64,
+        /// cuDNN `_cudnn_rnn` (true) or the unfused LSTMCell loop (§8.4).
+        cudnn: bool,
+    },
+    /// torchvision ResNet with BasicBlocks (§10.4: [2, 2, 2, 2] is ResNet-18).
+    ResNet {
+        blocks: [u64; 4],
+        num_classes: u64,
+        image: u64,
+    },
+    /// One `nn.Linear` (the §12 golden trace).
+    Linear {
+        in_features: u64,
+        out_features: u64,
+        bias: bool,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelConfig {
+    pub kind: ModelKind,
+    /// Default batch size (a program's schedule may override it per iteration).
+    pub batch: u64,
+    pub loss: LossKind,
+}
+
+impl ModelConfig {
+    /// §10.1 `mlp-mnist`: 784 → 1024 → 1024 → 10, B = 256.
+    pub fn mlp_mnist() -> ModelConfig {
+        ModelConfig {
+            kind: ModelKind::Mlp {
+                dims: vec![784, 1024, 1024, 10],
+                inplace_relu: false,
+            },
+            batch: 256,
+            loss: LossKind::CrossEntropy,
+        }
+    }
+
+    /// §10.2 `gpt2-small` (d = 768, h = 12, L = 12, V = 50,257, tied).
+    pub fn gpt2_small(batch: u64, seq: u64) -> ModelConfig {
+        ModelConfig::gpt(12, 12, 768, 50_257, 1024, batch, seq)
+    }
+
+    /// §10.2 `gpt-tiny`: d = 256, h = 4, L = 4, T = 256, V = 8,192.
+    pub fn gpt_tiny() -> ModelConfig {
+        ModelConfig::gpt(4, 4, 256, 8192, 256, 8, 256)
+    }
+
+    pub fn gpt(
+        n_layer: u64,
+        n_head: u64,
+        n_embd: u64,
+        vocab: u64,
+        block_size: u64,
+        batch: u64,
+        seq: u64,
+    ) -> ModelConfig {
+        ModelConfig {
+            kind: ModelKind::Gpt2 {
+                n_layer,
+                n_head,
+                n_embd,
+                vocab,
+                block_size,
+                seq,
+                bias: true,
+                dropout: 0.0,
+                checkpoint: false,
+                sdpa: None,
+            },
+            batch,
+            loss: LossKind::CrossEntropy,
+        }
+    }
+
+    /// §10.3 `lstm-lm-ptb`: V = 10,000, 200/200, 2 layers, T = 35, B = 20, p = 0.2.
+    pub fn lstm_lm_ptb() -> ModelConfig {
+        ModelConfig {
+            kind: ModelKind::LstmLm {
+                vocab: 10_000,
+                emb: 200,
+                hidden: 200,
+                layers: 2,
+                bptt: 35,
+                dropout: 0.2,
+                cudnn: true,
+            },
+            batch: 20,
+            loss: LossKind::Nll,
+        }
+    }
+
+    /// §10.3 variant `lstm-lm-medium`: E = H = 650.
+    pub fn lstm_lm_medium() -> ModelConfig {
+        ModelConfig {
+            kind: ModelKind::LstmLm {
+                vocab: 10_000,
+                emb: 650,
+                hidden: 650,
+                layers: 2,
+                bptt: 35,
+                dropout: 0.5,
+                cudnn: true,
+            },
+            batch: 20,
+            loss: LossKind::Nll,
+        }
+    }
+
+    /// §10.4 ResNet-18 at 224×224.
+    pub fn resnet18(batch: u64) -> ModelConfig {
+        ModelConfig {
+            kind: ModelKind::ResNet {
+                blocks: [2, 2, 2, 2],
+                num_classes: 1000,
+                image: 224,
+            },
+            batch,
+            loss: LossKind::CrossEntropy,
+        }
+    }
+
+    /// `nn.Linear(in, out)` with `loss = out.sum()` (§12).
+    pub fn linear(in_features: u64, out_features: u64, batch: u64) -> ModelConfig {
+        ModelConfig {
+            kind: ModelKind::Linear {
+                in_features,
+                out_features,
+                bias: true,
+            },
+            batch,
+            loss: LossKind::Sum,
+        }
+    }
+
+    /// A preset by its spec name.
+    pub fn preset(name: &str) -> Option<ModelConfig> {
+        Some(match name {
+            "mlp-mnist" => ModelConfig::mlp_mnist(),
+            "gpt2-small" => ModelConfig::gpt2_small(8, 1024),
+            "gpt-tiny" => ModelConfig::gpt_tiny(),
+            "lstm-lm-ptb" => ModelConfig::lstm_lm_ptb(),
+            "lstm-lm-medium" => ModelConfig::lstm_lm_medium(),
+            "resnet18" | "resnet-basic" => ModelConfig::resnet18(32),
+            _ => return None,
+        })
+    }
+}

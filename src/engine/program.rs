@@ -1,0 +1,470 @@
+//! Programs: the engine operations a scenario is made of (one `Step` per
+//! scenario statement, serde-ready), repeated for N iterations.
+
+use serde::{Deserialize, Serialize};
+
+use super::bindings::Value;
+use super::dtype::DType;
+use super::error::{EngineError, Result};
+use super::events::EngineEvent;
+use super::shape::Shape;
+use super::tag::{Category, Phase};
+use super::Engine;
+
+/// What a `Keep`/`Append`/`AccumulateLoss` stores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KeepWhat {
+    /// The tensor itself (keeps its graph alive).
+    Tensor,
+    /// `.item()`: a Python float; a host sync, holds nothing (§1.3).
+    Item,
+    /// `.detach()`: a view without history; keeps the storage (§1.3).
+    Detach,
+    /// `.detach().cpu()`: a host copy.
+    Cpu,
+}
+
+/// Grad-mode context (§4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GradContext {
+    Enabled,
+    NoGrad,
+    InferenceMode,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Step {
+    /// `x, y = next(batches)`: allocate the model's input (and target).
+    LoadBatch {
+        x: String,
+        y: String,
+    },
+    /// `output = model(input)`; recurrent models read and rebind `hidden`.
+    Forward {
+        input: String,
+        output: String,
+    },
+    /// `into = criterion(output, target)` (optionally `/ divide_by`).
+    Loss {
+        output: String,
+        target: String,
+        into: String,
+        divide_by: Option<u32>,
+    },
+    /// `loss.backward(retain_graph=…)`.
+    Backward {
+        loss: String,
+        retain_graph: bool,
+    },
+    OptimizerStep,
+    /// `optimizer.zero_grad(set_to_none=…)`; None = the version default (§0.4).
+    ZeroGrad {
+        set_to_none: Option<bool>,
+    },
+    /// `into = from` (or `.item()`, `.detach()`, `.cpu()`).
+    Keep {
+        from: String,
+        into: String,
+        what: KeepWhat,
+    },
+    /// `list.append(from …)`.
+    Append {
+        from: String,
+        list: String,
+        what: KeepWhat,
+    },
+    /// `into += from …` (pitfall 1, §9).
+    AccumulateLoss {
+        from: String,
+        into: String,
+        what: KeepWhat,
+    },
+    /// Before the forward: `hidden = repackage_hidden(hidden)` when `detach`.
+    CarryHidden {
+        detach: bool,
+    },
+    /// `del name`.
+    Delete {
+        name: String,
+    },
+    /// `model.train()` with grad enabled.
+    Train,
+    /// `model.eval()` plus a grad context (eval alone still records, §4).
+    Eval {
+        grad: GradContext,
+    },
+    /// Change the grad context without touching the module flags.
+    SetGrad {
+        grad: GradContext,
+    },
+    AutocastEnter {
+        dtype: DType,
+    },
+    AutocastExit,
+    /// `into = scaler.scale(loss)`.
+    ScalerScale {
+        loss: String,
+        into: String,
+    },
+    ScalerUnscale,
+    ScalerStep,
+    ScalerUpdate,
+    /// `torch.nn.utils.clip_grad_norm_(model.parameters(), …)`.
+    ClipGradNorm,
+    EmptyCache,
+    /// `torch._C._cuda_clearCublasWorkspaces()`.
+    ClearCublasWorkspaces,
+    /// `name = torch.empty(shape, dtype)` (a pre-allocated buffer).
+    AllocateBuffer {
+        name: String,
+        shape: Vec<u64>,
+        dtype: DType,
+    },
+    ResetPeakStats,
+    /// Micro-batches: the inner steps `times` times.
+    Repeat {
+        times: u32,
+        steps: Vec<Step>,
+    },
+}
+
+impl Step {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Step::LoadBatch { .. } => "load_batch",
+            Step::Forward { .. } => "forward",
+            Step::Loss { .. } => "loss",
+            Step::Backward { .. } => "backward",
+            Step::OptimizerStep => "optimizer.step",
+            Step::ZeroGrad { .. } => "zero_grad",
+            Step::Keep { .. } => "keep",
+            Step::Append { .. } => "append",
+            Step::AccumulateLoss { .. } => "accumulate",
+            Step::CarryHidden { .. } => "carry_hidden",
+            Step::Delete { .. } => "del",
+            Step::Train => "train",
+            Step::Eval { .. } => "eval",
+            Step::SetGrad { .. } => "grad_mode",
+            Step::AutocastEnter { .. } => "autocast.__enter__",
+            Step::AutocastExit => "autocast.__exit__",
+            Step::ScalerScale { .. } => "scaler.scale",
+            Step::ScalerUnscale => "scaler.unscale_",
+            Step::ScalerStep => "scaler.step",
+            Step::ScalerUpdate => "scaler.update",
+            Step::ClipGradNorm => "clip_grad_norm_",
+            Step::EmptyCache => "empty_cache",
+            Step::ClearCublasWorkspaces => "clear_cublas_workspaces",
+            Step::AllocateBuffer { .. } => "allocate_buffer",
+            Step::ResetPeakStats => "reset_peak_memory_stats",
+            Step::Repeat { .. } => "repeat",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Program {
+    /// Steps run once before the loop (iteration 0).
+    #[serde(default)]
+    pub setup: Vec<Step>,
+    pub steps: Vec<Step>,
+    pub iterations: u32,
+    /// Batch size per iteration, cycled; empty = the model's default.
+    #[serde(default)]
+    pub batch_sizes: Vec<u64>,
+}
+
+impl Program {
+    /// The classic loop: zero_grad, batch, forward, loss, backward, step.
+    pub fn training(iterations: u32) -> Program {
+        Program {
+            setup: Vec::new(),
+            steps: vec![
+                Step::ZeroGrad { set_to_none: None },
+                Step::LoadBatch {
+                    x: "x".into(),
+                    y: "y".into(),
+                },
+                Step::Forward {
+                    input: "x".into(),
+                    output: "out".into(),
+                },
+                Step::Loss {
+                    output: "out".into(),
+                    target: "y".into(),
+                    into: "loss".into(),
+                    divide_by: None,
+                },
+                Step::Backward {
+                    loss: "loss".into(),
+                    retain_graph: false,
+                },
+                Step::OptimizerStep,
+            ],
+            iterations,
+            batch_sizes: Vec::new(),
+        }
+    }
+}
+
+impl Engine {
+    /// Run a whole program: setup, then `iterations` times the steps, with
+    /// iteration markers.
+    pub fn run_program(&mut self, p: &Program) -> Result<()> {
+        self.ctx.iteration = 0;
+        for (i, s) in p.setup.iter().enumerate() {
+            self.run_step(s, i as u32, p)?;
+        }
+        for _ in 0..p.iterations {
+            self.run_iteration(p)?;
+        }
+        self.events.push(EngineEvent::Finished);
+        self.safe_point()
+    }
+
+    /// One iteration of the program's steps (iterations count from 1).
+    pub fn run_iteration(&mut self, p: &Program) -> Result<()> {
+        self.ctx.iteration += 1;
+        let it = self.ctx.iteration;
+        self.events.push(EngineEvent::IterationBegin(it));
+        for (i, s) in p.steps.iter().enumerate() {
+            self.run_step(s, (p.setup.len() + i) as u32, p)?;
+        }
+        self.events.push(EngineEvent::IterationEnd {
+            iter: it,
+            allocated: self.allocated_bytes(),
+            reserved: self.reserved_bytes(),
+            peak_allocated: self.peak_allocated_bytes(),
+        });
+        if self.cfg.live_state_each_iteration {
+            let ls = self.live_state();
+            self.events.push(EngineEvent::LiveState(Box::new(ls)));
+        }
+        self.safe_point()
+    }
+
+    /// Run one step. On failure, the temporaries it created unwind (Python's
+    /// exception propagation) and the error is returned.
+    pub fn run_step(&mut self, s: &Step, index: u32, p: &Program) -> Result<()> {
+        let mark = self.locals.len();
+        self.ctx.step = index;
+        if self.markers {
+            self.events.push(EngineEvent::StepBegin {
+                index,
+                label: s.label(),
+            });
+        }
+        let r = self.step_inner(s, index, p);
+        self.unwind_locals(mark);
+        if r.is_ok() {
+            self.safe_point()?;
+        }
+        r
+    }
+
+    fn model_phase(&self) -> Phase {
+        if self.ctx.training && self.ctx.grad_enabled {
+            Phase::Forward
+        } else {
+            Phase::Eval
+        }
+    }
+
+    fn step_inner(&mut self, s: &Step, index: u32, p: &Program) -> Result<()> {
+        match s {
+            Step::LoadBatch { x, y } => {
+                let b = self.batch_size(p);
+                let model = self.take_model()?;
+                let prev = self.phase_begin(Phase::User);
+                let r = model.make_batch(self, b);
+                self.phase_end(Phase::User, prev);
+                self.model = Some(model);
+                let (xt, yt) = r?;
+                self.bind(x, Value::Tensor(xt));
+                if let Some(yt) = yt {
+                    self.bind(y, Value::Tensor(yt));
+                }
+            }
+            Step::Forward { input, output } => {
+                let xt = self.binding_tensor(input)?;
+                let hidden = match self.bindings.vars.get("hidden") {
+                    Some(Value::Pair(h, c)) => Some((*h, *c)),
+                    _ => None,
+                };
+                let model = self.take_model()?;
+                let phase = self.model_phase();
+                let prev = self.phase_begin(phase);
+                let r = model.forward(self, xt, hidden);
+                self.phase_end(phase, prev);
+                self.model = Some(model);
+                let (out, h) = r?;
+                self.bind(output, Value::Tensor(out));
+                if let Some((h, c)) = h {
+                    self.bind("hidden", Value::Pair(h, c));
+                }
+            }
+            Step::Loss {
+                output,
+                target,
+                into,
+                divide_by,
+            } => {
+                let out = self.binding_tensor(output)?;
+                let tgt = self.binding_tensor(target).ok();
+                let model = self.take_model()?;
+                let phase = self.model_phase();
+                let prev = self.phase_begin(phase);
+                let r = model.loss(self, out, tgt);
+                let r = match (r, divide_by) {
+                    (Ok(l), Some(_)) => {
+                        let d = self.mul_scalar(l);
+                        self.release(l);
+                        d
+                    }
+                    (r, _) => r,
+                };
+                self.phase_end(phase, prev);
+                self.model = Some(model);
+                self.bind(into, Value::Tensor(r?));
+            }
+            Step::Backward { loss, retain_graph } => {
+                let l = self.binding_tensor(loss)?;
+                self.backward(l, *retain_graph)?;
+            }
+            Step::OptimizerStep => self.optimizer_step()?,
+            Step::ZeroGrad { set_to_none } => {
+                let prev = self.phase_begin(Phase::Optimizer);
+                let r =
+                    self.zero_grad(set_to_none.unwrap_or(self.cfg.zero_grad_default_set_to_none));
+                self.phase_end(Phase::Optimizer, prev);
+                r?;
+            }
+            Step::Keep { from, into, what } => {
+                let v = self.derive(from, *what)?;
+                self.bind(into, v);
+            }
+            Step::Append { from, list, what } => {
+                let v = self.derive(from, *what)?;
+                self.keep_value(&v);
+                match self.bindings.vars.get_mut(list.as_str()) {
+                    Some(Value::List(l)) => l.push(v),
+                    _ => {
+                        self.bind(list, Value::List(Vec::new()));
+                        if let Some(Value::List(l)) = self.bindings.vars.get_mut(list.as_str()) {
+                            l.push(v);
+                        }
+                    }
+                }
+            }
+            Step::AccumulateLoss { from, into, what } => self.accumulate(from, into, *what)?,
+            Step::CarryHidden { detach } => {
+                if *detach {
+                    if let Some(Value::Pair(h, c)) = self.bindings.vars.get("hidden").cloned() {
+                        let hd = self.detach(h);
+                        let cd = self.detach(c);
+                        self.bind("hidden", Value::Pair(hd, cd));
+                    }
+                }
+            }
+            Step::Delete { name } => {
+                if let Some(v) = self.bindings.vars.remove(name.as_str()) {
+                    self.bindings.order.retain(|n| n != name);
+                    self.drop_value(v);
+                }
+            }
+            Step::Train => {
+                self.ctx.training = true;
+                self.set_grad(GradContext::Enabled);
+            }
+            Step::Eval { grad } => {
+                self.ctx.training = false;
+                self.set_grad(*grad);
+            }
+            Step::SetGrad { grad } => self.set_grad(*grad),
+            Step::AutocastEnter { dtype } => self.autocast_enter(*dtype),
+            Step::AutocastExit => self.autocast_exit(),
+            Step::ScalerScale { loss, into } => {
+                let l = self.binding_tensor(loss)?;
+                let s = self.scaler_scale(l)?;
+                self.bind(into, Value::Tensor(s));
+            }
+            Step::ScalerUnscale => self.scaler_unscale()?,
+            Step::ScalerStep => self.scaler_step()?,
+            Step::ScalerUpdate => self.scaler_update(),
+            Step::ClipGradNorm => {
+                let t = self.clip_grad_norm()?;
+                self.release(t);
+            }
+            Step::EmptyCache => self.empty_cache(),
+            Step::ClearCublasWorkspaces => self.clear_cublas_workspaces(),
+            Step::AllocateBuffer { name, shape, dtype } => {
+                let t = self.factory(Shape::new(shape), *dtype, Category::Activation)?;
+                self.bind(name, Value::Tensor(t));
+            }
+            Step::ResetPeakStats => self.alloc.reset_peak_stats(),
+            Step::Repeat { times, steps } => {
+                for _ in 0..*times {
+                    for s in steps {
+                        self.run_step(s, index, p)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn take_model(&mut self) -> Result<Box<super::modules::Model>> {
+        self.model
+            .take()
+            .ok_or_else(|| EngineError::Program("no model".into()))
+    }
+
+    fn batch_size(&self, p: &Program) -> u64 {
+        let it = self.ctx.iteration.saturating_sub(1) as usize;
+        match p.batch_sizes.len() {
+            0 => self.model.as_ref().map(|m| m.cfg.batch).unwrap_or(1),
+            n => p.batch_sizes[it % n],
+        }
+    }
+
+    pub(crate) fn set_grad(&mut self, g: GradContext) {
+        self.ctx.grad_enabled = g == GradContext::Enabled;
+        self.ctx.inference = g == GradContext::InferenceMode;
+    }
+
+    fn derive(&mut self, from: &str, what: KeepWhat) -> Result<Value> {
+        let t = self.binding_tensor(from)?;
+        Ok(match what {
+            KeepWhat::Tensor => Value::Tensor(self.local_ref(t)),
+            KeepWhat::Item => Value::Float(0.0),
+            KeepWhat::Detach => Value::Tensor(self.detach(t)),
+            KeepWhat::Cpu => Value::Tensor(self.cpu(t)),
+        })
+    }
+
+    /// `into += from` (§9 pitfall 1): a Python number stays a number; a tensor
+    /// accumulator is created as `0 + loss` and then updated in place, its
+    /// history rebased each time (so it chains every iteration's graph).
+    fn accumulate(&mut self, from: &str, into: &str, what: KeepWhat) -> Result<()> {
+        let src = match self.derive(from, what)? {
+            Value::Tensor(t) => t,
+            _ => {
+                if !matches!(self.bindings.vars.get(into), Some(Value::Tensor(_))) {
+                    self.bind(into, Value::Float(0.0));
+                }
+                return Ok(());
+            }
+        };
+        match self.bindings.vars.get(into) {
+            Some(Value::Tensor(acc)) => {
+                let acc = *acc;
+                self.add_inplace(acc, src)?;
+            }
+            _ => {
+                let t = self.add_scalar(src)?;
+                self.bind(into, Value::Tensor(t));
+            }
+        }
+        self.release(src);
+        Ok(())
+    }
+}

@@ -1,0 +1,298 @@
+//! Attribution of every allocator request (engine.md §11.1): op, module path,
+//! tensor category, iteration, phase and PyTorch-style frames.
+//!
+//! The allocator only carries an opaque `Tag(u64)`. To keep tagging free of
+//! per-request heap work, the tag packs the category, phase and iteration and an
+//! interned *site* (op, module, program step) whose frames are built once.
+
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
+use crate::alloc::Tag;
+
+/// What a block holds (engine.md §11.1, the brief's categories).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Category {
+    Parameter,
+    Gradient,
+    OptimizerState,
+    /// An op output. Whether autograd currently saves it is a separate, live
+    /// fact (`StorageInfo::saved_by`), so the leak view can re-label it.
+    Activation,
+    /// Kept by autograd from creation (e.g. layer-norm statistics, masks, reserve).
+    AutogradSaved,
+    /// Dies before the op that made it returns (engine.md §1.4.2).
+    Temporary,
+    Input,
+    /// Module buffers (batch-norm running statistics and counters).
+    Buffer,
+    Workspace,
+    AmpCache,
+    /// GradScaler scalars (engine.md §6.3).
+    Scaler,
+    /// Activations rebuilt by checkpoint recomputation (engine.md §7.2).
+    Recompute,
+    /// Host-side bookkeeping: never reaches the GPU allocator.
+    Cpu,
+}
+
+impl Category {
+    const ALL: [Category; 13] = [
+        Category::Parameter,
+        Category::Gradient,
+        Category::OptimizerState,
+        Category::Activation,
+        Category::AutogradSaved,
+        Category::Temporary,
+        Category::Input,
+        Category::Buffer,
+        Category::Workspace,
+        Category::AmpCache,
+        Category::Scaler,
+        Category::Recompute,
+        Category::Cpu,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Category::Parameter => "parameter",
+            Category::Gradient => "gradient",
+            Category::OptimizerState => "optimizer_state",
+            Category::Activation => "activation",
+            Category::AutogradSaved => "autograd_saved",
+            Category::Temporary => "temporary",
+            Category::Input => "input",
+            Category::Buffer => "buffer",
+            Category::Workspace => "workspace",
+            Category::AmpCache => "amp_cache",
+            Category::Scaler => "scaler",
+            Category::Recompute => "recompute",
+            Category::Cpu => "cpu",
+        }
+    }
+
+    fn index(self) -> u64 {
+        Category::ALL.iter().position(|c| *c == self).unwrap_or(0) as u64
+    }
+}
+
+/// Where in the training step a request happens (engine.md §11.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Phase {
+    /// Model construction and other one-time work before the loop.
+    Setup,
+    Forward,
+    Backward,
+    Optimizer,
+    /// A forward run with the model in eval mode or with grad disabled.
+    Eval,
+    /// Scenario-level work outside the model (bookkeeping, buffers, `empty_cache`).
+    User,
+}
+
+impl Phase {
+    const ALL: [Phase; 6] = [
+        Phase::Setup,
+        Phase::Forward,
+        Phase::Backward,
+        Phase::Optimizer,
+        Phase::Eval,
+        Phase::User,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Setup => "setup",
+            Phase::Forward => "forward",
+            Phase::Backward => "backward",
+            Phase::Optimizer => "optimizer",
+            Phase::Eval => "eval",
+            Phase::User => "user",
+        }
+    }
+
+    fn index(self) -> u64 {
+        Phase::ALL.iter().position(|p| *p == self).unwrap_or(0) as u64
+    }
+}
+
+/// Everything the engine knows about one request's origin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocTag {
+    pub op: &'static str,
+    pub module: Arc<str>,
+    pub category: Category,
+    pub iteration: u32,
+    pub phase: Phase,
+    /// Innermost first, like PyTorch snapshot frames ("file:line function").
+    pub frames: Arc<[String]>,
+}
+
+#[derive(Debug, Clone)]
+struct Site {
+    op: &'static str,
+    module: Arc<str>,
+    frames: Arc<[String]>,
+}
+
+// Bit layout of a packed tag: site (24 bits) | category (4) | phase (4) | iteration (32).
+const SITE_BITS: u64 = 24;
+const CAT_SHIFT: u64 = 24;
+const PHASE_SHIFT: u64 = 28;
+const ITER_SHIFT: u64 = 32;
+
+/// Interns (op, module, step) sites and packs tags.
+#[derive(Debug, Clone, Default)]
+pub struct TagTable {
+    sites: Vec<Site>,
+    index: FxHashMap<(usize, u32, u32), u32>,
+    modules: Vec<Arc<str>>,
+    module_index: FxHashMap<Arc<str>, u32>,
+}
+
+impl TagTable {
+    pub fn new() -> TagTable {
+        let mut t = TagTable::default();
+        t.module("");
+        // Site 0 is reserved so that no packed tag equals Tag::NONE.
+        t.sites.push(Site {
+            op: "",
+            module: Arc::from(""),
+            frames: Arc::from(Vec::new()),
+        });
+        t
+    }
+
+    /// Interned id of a module path ("transformer.h.3.attn").
+    pub fn module(&mut self, path: &str) -> u32 {
+        if let Some(id) = self.module_index.get(path) {
+            return *id;
+        }
+        let arc: Arc<str> = Arc::from(path);
+        let id = self.modules.len() as u32;
+        self.modules.push(arc.clone());
+        self.module_index.insert(arc, id);
+        id
+    }
+
+    pub fn module_path(&self, id: u32) -> Arc<str> {
+        self.modules
+            .get(id as usize)
+            .cloned()
+            .unwrap_or_else(|| Arc::from(""))
+    }
+
+    /// The packed tag for a request made by `op` in `module` at program step `step`.
+    pub fn tag(
+        &mut self,
+        op: &'static str,
+        module: u32,
+        step: u32,
+        category: Category,
+        phase: Phase,
+        iteration: u32,
+    ) -> Tag {
+        let key = (op.as_ptr() as usize ^ (op.len() << 48), module, step);
+        let site = match self.index.get(&key) {
+            Some(s) => *s,
+            None => {
+                let id = self.sites.len() as u32;
+                let module_path = self.module_path(module);
+                let frames = frames_for(op, &module_path, step);
+                self.sites.push(Site {
+                    op,
+                    module: module_path,
+                    frames,
+                });
+                self.index.insert(key, id);
+                id
+            }
+        };
+        Tag(u64::from(site) & ((1 << SITE_BITS) - 1)
+            | category.index() << CAT_SHIFT
+            | phase.index() << PHASE_SHIFT
+            | u64::from(iteration) << ITER_SHIFT)
+    }
+
+    /// Decode a tag produced by [`TagTable::tag`].
+    pub fn info(&self, tag: Tag) -> Option<AllocTag> {
+        let site = (tag.0 & ((1 << SITE_BITS) - 1)) as usize;
+        if site == 0 {
+            return None;
+        }
+        let s = self.sites.get(site)?;
+        let category = *Category::ALL.get(((tag.0 >> CAT_SHIFT) & 0xf) as usize)?;
+        let phase = *Phase::ALL.get(((tag.0 >> PHASE_SHIFT) & 0xf) as usize)?;
+        Some(AllocTag {
+            op: s.op,
+            module: s.module.clone(),
+            category,
+            iteration: (tag.0 >> ITER_SHIFT) as u32,
+            phase,
+            frames: s.frames.clone(),
+        })
+    }
+}
+
+/// PyTorch-like frames, innermost first: the library call, the model code, the
+/// training script line of the program step.
+fn frames_for(op: &'static str, module: &str, step: u32) -> Arc<[String]> {
+    let lib = match op {
+        "linear" | "addmm" | "mm" => "torch/nn/modules/linear.py:125 forward",
+        "layer_norm" => "torch/nn/modules/normalization.py:217 forward",
+        "embedding" => "torch/nn/modules/sparse.py:190 forward",
+        "conv2d" => "torch/nn/modules/conv.py:549 _conv_forward",
+        "batch_norm" => "torch/nn/modules/batchnorm.py:193 forward",
+        "lstm" => "torch/nn/modules/rnn.py:1124 forward",
+        "dropout" => "torch/nn/functional.py:1425 dropout",
+        "cross_entropy" | "nll_loss" | "log_softmax" => "torch/nn/functional.py:3494 cross_entropy",
+        "backward" => "torch/autograd/__init__.py:347 backward",
+        "optimizer.step" | "zero_grad" => "torch/optim/optimizer.py:487 wrapper",
+        _ => "",
+    };
+    let mut v = Vec::with_capacity(3);
+    if !lib.is_empty() {
+        v.push(lib.to_string());
+    }
+    if !module.is_empty() {
+        // A stable pseudo line per module path, so equal sites compare equal.
+        let line = 10
+            + module
+                .bytes()
+                .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)))
+                % 190;
+        v.push(format!("model.py:{line} forward"));
+    }
+    v.push(format!("train.py:{} <module>", 20 + step));
+    Arc::from(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_round_trip() {
+        let mut t = TagTable::new();
+        let m = t.module("transformer.h.0.attn");
+        let tag = t.tag("addmm", m, 3, Category::Activation, Phase::Forward, 7);
+        assert_ne!(tag, Tag::NONE);
+        let info = t.info(tag).expect("known tag");
+        assert_eq!(info.op, "addmm");
+        assert_eq!(&*info.module, "transformer.h.0.attn");
+        assert_eq!(info.category, Category::Activation);
+        assert_eq!(info.phase, Phase::Forward);
+        assert_eq!(info.iteration, 7);
+        assert_eq!(
+            info.frames.last().map(String::as_str),
+            Some("train.py:23 <module>")
+        );
+        assert_eq!(
+            t.tag("addmm", m, 3, Category::Gradient, Phase::Backward, 1)
+                .0
+                & 0xff_ffff,
+            tag.0 & 0xff_ffff
+        );
+    }
+}

@@ -1,0 +1,429 @@
+//! Autograd, grad modes, optimizers, AMP, checkpointing and pitfalls (engine.md §2–§9).
+
+use super::super::{DType, EngineError, GradContext, KeepWhat, Shape, Step, BACKWARD_TWICE};
+use super::*;
+
+fn train_steps() -> Vec<Step> {
+    let mut v = vec![Step::ZeroGrad { set_to_none: None }];
+    v.extend(forward_steps());
+    v.push(Step::Backward {
+        loss: s("loss"),
+        retain_graph: false,
+    });
+    v.push(Step::OptimizerStep);
+    v
+}
+
+fn mlp() -> Engine {
+    engine(ModelConfig::mlp_mnist())
+}
+
+fn param_bytes(e: &Engine) -> u64 {
+    e.parameters().iter().map(|p| e.nbytes(*p)).sum()
+}
+
+#[test]
+fn second_backward_raises_pytorch_text() {
+    let mut e = mlp();
+    run(&mut e, &program(forward_steps(), 1));
+    let loss = e.binding_tensor("loss").expect("loss");
+    e.backward(loss, false).expect("first backward");
+    let err = e.backward(loss, false).expect_err("second backward");
+    assert_eq!(err, EngineError::Runtime(BACKWARD_TWICE.to_string()));
+    assert!(err
+        .to_string()
+        .starts_with("RuntimeError: Trying to backward through the graph a second time"));
+}
+
+#[test]
+fn backward_frees_saved_tensors_and_retain_graph_keeps_them() {
+    let mut e = mlp();
+    run(&mut e, &program(forward_steps(), 1));
+    let loss = e.binding_tensor("loss").expect("loss");
+    let saved = e.saved_storage_bytes();
+    assert!(saved > 0);
+    e.backward(loss, true).expect("retained backward");
+    assert_eq!(
+        e.saved_storage_bytes(),
+        saved,
+        "retain_graph keeps every slot (§2.5)"
+    );
+    e.backward(loss, false)
+        .expect("second backward allowed after retain");
+    assert_eq!(
+        e.saved_storage_bytes(),
+        0,
+        "a non-retaining backward releases all slots (§2.3.1)"
+    );
+    // A spent graph still exists on the host while `loss` lives (§2.3.5).
+    assert!(e.live_nodes() > 0);
+}
+
+#[test]
+fn spent_graph_of_save_free_nodes_backwards_again() {
+    // §2.4: add/sum/mean nodes save nothing, so a second pass does not raise.
+    let mut e = Engine::bare(EngineConfig::default()).expect("engine");
+    let w = e
+        .factory(
+            Shape::new(&[4, 4]),
+            DType::F32,
+            super::super::Category::Parameter,
+        )
+        .expect("w");
+    e.t_mut(w).requires_grad = true;
+    let s1 = e.sum(w).expect("sum");
+    let s2 = e.add(s1, s1).expect("add");
+    e.backward(s2, false).expect("first");
+    e.backward(s2, false)
+        .expect("second pass through save-free nodes");
+}
+
+#[test]
+fn no_grad_saves_nothing_and_eval_alone_still_records() {
+    let mut e = mlp();
+    let mut steps = vec![Step::Eval {
+        grad: GradContext::NoGrad,
+    }];
+    steps.extend(forward_steps());
+    run(&mut e, &program(steps, 1));
+    assert_eq!(e.saved_storage_bytes(), 0);
+    assert_eq!(e.live_nodes(), 0);
+    let mut e = mlp();
+    let mut steps = vec![Step::Eval {
+        grad: GradContext::Enabled,
+    }];
+    steps.extend(forward_steps());
+    run(&mut e, &program(steps, 1));
+    assert!(
+        e.saved_storage_bytes() >= 2 * 256 * 1024 * 4,
+        "eval() alone records the graph (§4)"
+    );
+    assert!(e.live_nodes() > 0);
+}
+
+#[test]
+fn inference_mode_saves_nothing() {
+    let mut e = mlp();
+    let mut steps = vec![Step::Eval {
+        grad: GradContext::InferenceMode,
+    }];
+    steps.extend(forward_steps());
+    run(&mut e, &program(steps, 1));
+    assert_eq!(e.saved_storage_bytes(), 0);
+}
+
+#[test]
+fn set_to_none_frees_grads_and_zeroing_keeps_them() {
+    for set_to_none in [true, false] {
+        let mut e = mlp();
+        run(&mut e, &program(train_steps(), 1));
+        let before = e.allocated_bytes();
+        e.take_events();
+        e.zero_grad(set_to_none).expect("zero_grad");
+        let evs = e.take_events();
+        let freed = before - e.allocated_bytes();
+        // §3.2: set_to_none drops G — every grad storage, in parameter order —
+        // and nothing else; zeroing in place frees nothing.
+        let expected: Vec<i64> = if set_to_none {
+            e.parameters()
+                .iter()
+                .map(|p| -(e.nbytes(*p) as i64))
+                .collect()
+        } else {
+            vec![]
+        };
+        assert_eq!(requests(&evs), expected);
+        let blocks: u64 = alloc_events(&evs)
+            .iter()
+            .filter(|a| a.action == crate::alloc::Action::FreeRequested)
+            .map(|a| a.block_size)
+            .sum();
+        assert_eq!(freed, blocks);
+    }
+}
+
+#[test]
+fn adam_state_appears_at_the_first_step() {
+    let mut e = mlp();
+    let mut steps = train_steps();
+    steps.pop();
+    run(&mut e, &program(steps, 1));
+    assert_eq!(
+        e.optimizer_state_bytes(),
+        0,
+        "no state before step() (§5.1)"
+    );
+    e.optimizer_step().expect("step");
+    // exp_avg + exp_avg_sq = 2 × param bytes; `step` stays on the CPU (§1.5).
+    assert_eq!(e.optimizer_state_bytes(), 2 * param_bytes(&e));
+    assert_eq!(e.optimizer_state_bytes(), 14_909_520); // §10.1 "Adam state"
+}
+
+#[test]
+fn missing_zero_grad_does_not_grow_memory() {
+    // §3.1 / §9 pitfall 6: grads accumulate in place.
+    let mut e = mlp();
+    let mut steps = forward_steps();
+    steps.push(Step::Backward {
+        loss: s("loss"),
+        retain_graph: false,
+    });
+    steps.push(Step::OptimizerStep);
+    let p = program(steps, 1);
+    let mut after = Vec::new();
+    for _ in 0..4 {
+        e.run_iteration(&p).expect("iteration");
+        after.push(e.allocated_bytes());
+    }
+    assert_eq!(after[1], after[2]);
+    assert_eq!(after[2], after[3]);
+}
+
+#[test]
+fn total_loss_tensor_accumulation_grows_host_graph_not_gpu() {
+    // §9 pitfall 1: backward each step → +0 B GPU, + nodes per iteration.
+    let mut e = mlp();
+    let mut steps = train_steps();
+    steps.push(Step::AccumulateLoss {
+        from: s("loss"),
+        into: s("total_loss"),
+        what: KeepWhat::Tensor,
+    });
+    let p = program(steps, 1);
+    let mut alloc = Vec::new();
+    let mut nodes = Vec::new();
+    for _ in 0..4 {
+        e.run_iteration(&p).expect("iteration");
+        alloc.push(e.allocated_bytes());
+        nodes.push(e.live_state().root("total_loss").expect("acc").nodes.len());
+    }
+    assert_eq!(alloc[1], alloc[2]);
+    assert_eq!(alloc[2], alloc[3]);
+    assert!(nodes[1] < nodes[2] && nodes[2] < nodes[3]);
+    let per_iter = nodes[3] - nodes[2];
+    assert_eq!(nodes[2] - nodes[1], per_iter);
+    let root = e.live_state();
+    let r = root.root("total_loss").expect("acc");
+    assert_eq!(
+        r.exclusive_saved_bytes, 0,
+        "spent graphs hold no GPU memory"
+    );
+    assert_eq!(
+        r.oldest_node_iteration,
+        Some(1),
+        "the chain spans iterations (§11.2)"
+    );
+    // A later total_loss.backward() hits the backward-twice error (§9 pitfall 1).
+    let acc = e.binding_tensor("total_loss").expect("acc");
+    assert_eq!(
+        e.backward(acc, false),
+        Err(EngineError::Runtime(BACKWARD_TWICE.into()))
+    );
+}
+
+#[test]
+fn total_loss_without_backward_grows_by_s_iter() {
+    // §9 pitfall 1b, §9.1: eval without no_grad keeps every batch's graph.
+    let mut e = mlp();
+    let mut steps = vec![Step::Eval {
+        grad: GradContext::Enabled,
+    }];
+    steps.extend(forward_steps());
+    steps.push(Step::AccumulateLoss {
+        from: s("loss"),
+        into: s("total_loss"),
+        what: KeepWhat::Tensor,
+    });
+    let p = program(steps, 1);
+    let mut alloc = Vec::new();
+    for _ in 0..4 {
+        e.run_iteration(&p).expect("iteration");
+        alloc.push(e.allocated_bytes());
+    }
+    // S_iter of mlp-mnist (§10.1): relu1, relu2 outs, log-probs, total_weight,
+    // and — once rebound — the batch x and target that fc1/nll saved.
+    let s_iter = round512(256 * 1024 * 4) * 2
+        + round512(256 * 10 * 4)
+        + round512(4)
+        + round512(256 * 784 * 4)
+        + round512(256 * 8);
+    assert_eq!(alloc[2] - alloc[1], s_iter);
+    assert_eq!(alloc[3] - alloc[2], s_iter);
+    // The .item() fix holds nothing.
+    let mut e = mlp();
+    let mut steps = vec![Step::Eval {
+        grad: GradContext::Enabled,
+    }];
+    steps.extend(forward_steps());
+    steps.push(Step::AccumulateLoss {
+        from: s("loss"),
+        into: s("total_loss"),
+        what: KeepWhat::Item,
+    });
+    let p = program(steps, 1);
+    let mut alloc = Vec::new();
+    for _ in 0..3 {
+        e.run_iteration(&p).expect("iteration");
+        alloc.push(e.allocated_bytes());
+    }
+    assert_eq!(alloc[1], alloc[2]);
+}
+
+#[test]
+fn autocast_halves_matmul_outputs_and_keeps_layer_norm_fp32() {
+    let mut e = engine(ModelConfig::gpt_tiny());
+    let x = e
+        .factory(
+            Shape::new(&[2, 8, 256]),
+            DType::F32,
+            super::super::Category::Input,
+        )
+        .expect("x");
+    let ps = e.parameters();
+    let (ln_w, ln_b, w, b) = (ps[2], ps[3], ps[4], ps[5]);
+    e.autocast_enter(DType::F16);
+    let y = e.layer_norm(x, Some(ln_w), Some(ln_b)).expect("ln");
+    assert_eq!(
+        e.dtype(y),
+        DType::F32,
+        "layer_norm runs in fp32 under autocast (§6.1)"
+    );
+    let o = e.linear(y, w, Some(b)).expect("linear");
+    assert_eq!(e.dtype(o), DType::F16);
+    assert_eq!(e.nbytes(o), 2 * 8 * 768 * 2, "half the fp32 bytes");
+    // The weight-cast cache holds W and b in fp16 until the outermost exit (§6.2).
+    let cache = e
+        .live_state()
+        .roots
+        .iter()
+        .filter(|r| matches!(r.kind, super::super::RootKind::AmpCache))
+        .map(|r| r.bytes)
+        .sum::<u64>();
+    assert_eq!(cache, (768 * 256 + 768) * 2);
+    e.autocast_exit();
+    assert!(e
+        .live_state()
+        .roots
+        .iter()
+        .all(|r| !matches!(r.kind, super::super::RootKind::AmpCache)));
+}
+
+#[test]
+fn gpt_amp_training_step_runs() {
+    let mut e = engine(ModelConfig::gpt_tiny());
+    let mut steps = vec![
+        Step::ZeroGrad { set_to_none: None },
+        Step::AutocastEnter { dtype: DType::F16 },
+    ];
+    steps.extend(forward_steps());
+    steps.push(Step::AutocastExit);
+    steps.push(Step::ScalerScale {
+        loss: s("loss"),
+        into: s("scaled"),
+    });
+    steps.push(Step::Backward {
+        loss: s("scaled"),
+        retain_graph: false,
+    });
+    steps.push(Step::ScalerStep);
+    steps.push(Step::ScalerUpdate);
+    run(&mut e, &program(steps, 2));
+    // Grads of fp32 params are fp32 (§3.1) and the scaler keeps 2 scalars (§6.3).
+    assert!(e
+        .parameters()
+        .iter()
+        .all(|p| e.grad(*p).is_some_and(|g| e.dtype(g) == DType::F32)));
+    let ls = e.live_state();
+    let scal = ls
+        .roots
+        .iter()
+        .filter(|r| matches!(r.kind, super::super::RootKind::ScalerState))
+        .count();
+    assert_eq!(scal, 2);
+}
+
+#[test]
+fn checkpointing_keeps_only_block_inputs() {
+    // §10.2: per-block checkpointing keeps each block's input x (4d per B·T row).
+    let (b, t, d) = (2u64, 64u64, 256u64);
+    let mut cfg = ModelConfig::gpt(4, 4, d, 8192, 256, b, t);
+    if let super::super::ModelKind::Gpt2 { checkpoint, .. } = &mut cfg.kind {
+        *checkpoint = true;
+    }
+    let mut e = engine(cfg);
+    let mut steps = vec![
+        Step::LoadBatch {
+            x: s("x"),
+            y: s("y"),
+        },
+        Step::Forward {
+            input: s("x"),
+            output: s("out"),
+        },
+    ];
+    run(&mut e, &program(steps.clone(), 1));
+    let ls = e.live_state();
+    let inputs: u64 = ls
+        .roots
+        .iter()
+        .filter(|r| matches!(r.kind, super::super::RootKind::CheckpointInput))
+        .map(|r| r.bytes)
+        .sum();
+    assert_eq!(inputs, 4 * 4 * d * b * t);
+    // Inside the regions nothing is saved: only ln_f and the head save tensors.
+    let saved_in_blocks: u64 = ls
+        .nodes
+        .iter()
+        .filter(|n| n.module.starts_with("transformer.h."))
+        .flat_map(|n| n.saved.iter())
+        .filter_map(|s| s.storage)
+        .count() as u64;
+    assert_eq!(saved_in_blocks, 0);
+    // Backward recomputes the regions and trains normally.
+    steps.push(Step::Loss {
+        output: s("out"),
+        target: s("y"),
+        into: s("loss"),
+        divide_by: None,
+    });
+    steps.push(Step::Backward {
+        loss: s("loss"),
+        retain_graph: false,
+    });
+    steps.push(Step::OptimizerStep);
+    let mut e2 = engine(match &e.model {
+        Some(m) => m.cfg.clone(),
+        None => unreachable!(),
+    });
+    run(&mut e2, &program(steps, 2));
+    assert!(e2.parameters().iter().all(|p| e2.grad(*p).is_some()));
+    assert_eq!(e2.saved_storage_bytes(), 0);
+}
+
+#[test]
+fn rnn_hidden_not_detached_raises_at_iteration_2() {
+    // §8.3: without repackage_hidden the second backward reaches batch 1's graph.
+    let mut e = engine(ModelConfig::lstm_lm_ptb());
+    let p = program(train_steps(), 1);
+    e.run_iteration(&p).expect("iteration 1");
+    let err = e.run_iteration(&p).expect_err("iteration 2");
+    assert_eq!(err, EngineError::Runtime(BACKWARD_TWICE.into()));
+    // With detach it trains.
+    let mut e = engine(ModelConfig::lstm_lm_ptb());
+    let mut steps = vec![Step::CarryHidden { detach: true }];
+    steps.extend(train_steps());
+    run(&mut e, &program(steps, 3));
+}
+
+#[test]
+fn every_allocation_is_tagged() {
+    let mut e = mlp();
+    run(&mut e, &program(train_steps(), 2));
+    let evs = e.take_events();
+    for a in alloc_events(&evs) {
+        if a.action == crate::alloc::Action::Alloc {
+            let info = e.tag_info(a.tag).expect("every alloc has a tag");
+            assert!(!info.frames.is_empty());
+        }
+    }
+}

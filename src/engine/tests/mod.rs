@@ -1,0 +1,87 @@
+//! Engine tests. Expected numbers are written from the spec's formulas
+//! (engine.md section cited at each), never from the engine's own output.
+
+mod behaviour;
+mod golden;
+mod presets;
+mod thread;
+
+use crate::alloc::{Action, AllocEvent};
+
+use super::{Engine, ModelConfig};
+use super::{EngineConfig, EngineEvent, OptimizerConfig, Program, Step};
+
+/// The allocator's rounding of one request (allocator rule quoted in engine.md §1.2).
+pub(crate) fn round512(bytes: u64) -> u64 {
+    bytes.div_ceil(512).max(1) * 512
+}
+
+pub(crate) fn alloc_events(evs: &[EngineEvent]) -> Vec<AllocEvent> {
+    evs.iter()
+        .filter_map(|e| match e {
+            EngineEvent::Alloc(a) => Some(*a),
+            _ => None,
+        })
+        .collect()
+}
+
+/// (+size) for an alloc, (-size) for a free request.
+pub(crate) fn requests(evs: &[EngineEvent]) -> Vec<i64> {
+    alloc_events(evs)
+        .into_iter()
+        .filter_map(|a| match a.action {
+            Action::Alloc => Some(a.size as i64),
+            Action::FreeRequested => Some(-(a.size as i64)),
+            _ => None,
+        })
+        .collect()
+}
+
+pub(crate) fn engine(model: ModelConfig) -> Engine {
+    engine_with(model, OptimizerConfig::adamw(), EngineConfig::default())
+}
+
+pub(crate) fn engine_with(model: ModelConfig, opt: OptimizerConfig, cfg: EngineConfig) -> Engine {
+    match Engine::new(cfg, &model, &opt) {
+        Ok(e) => e,
+        Err(e) => panic!("engine build failed: {e}"),
+    }
+}
+
+pub(crate) fn s(x: &str) -> String {
+    x.to_string()
+}
+
+pub(crate) fn forward_steps() -> Vec<Step> {
+    vec![
+        Step::LoadBatch {
+            x: s("x"),
+            y: s("y"),
+        },
+        Step::Forward {
+            input: s("x"),
+            output: s("out"),
+        },
+        Step::Loss {
+            output: s("out"),
+            target: s("y"),
+            into: s("loss"),
+            divide_by: None,
+        },
+    ]
+}
+
+pub(crate) fn program(steps: Vec<Step>, iterations: u32) -> Program {
+    Program {
+        setup: Vec::new(),
+        steps,
+        iterations,
+        batch_sizes: Vec::new(),
+    }
+}
+
+pub(crate) fn run(e: &mut Engine, p: &Program) {
+    if let Err(err) = e.run_program(p) {
+        panic!("program failed: {err}");
+    }
+}
