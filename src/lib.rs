@@ -11,5 +11,6 @@ pub mod device;
 pub mod engine;
 pub mod leak;
 pub mod report;
+pub mod scenario;
 pub mod trace;
 pub mod units;

@@ -2,6 +2,7 @@
 //! own expectations (or a verify) failed, 2 bad input, 3 no GPU driver.
 
 mod demo;
+mod scenario;
 mod snapshot;
 mod watch;
 
@@ -37,6 +38,23 @@ pub enum Command {
         /// PYTORCH_CUDA_ALLOC_CONF for the walkthrough, e.g. "expandable_segments:True".
         #[arg(long, default_value = "")]
         conf: String,
+    },
+    /// List the built-in scenarios: name, then what each shows.
+    Scenarios,
+    /// Validate a scenario file without running it (exit 0 valid, 2 invalid).
+    Check { file: PathBuf },
+    /// Run a built-in scenario (by name) or a scenario file.
+    Run {
+        scenario: String,
+        /// Print a report instead of opening the terminal UI.
+        #[arg(long)]
+        headless: bool,
+        /// Print the report as JSON (implies --headless).
+        #[arg(long)]
+        json: bool,
+        /// Run this many iterations instead of the scenario's own.
+        #[arg(long)]
+        iterations: Option<u32>,
     },
     /// Open a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot) and report what it holds.
     Open {
@@ -91,6 +109,14 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         None => demo::run(""),
         Some(Command::Demo { conf }) => demo::run(&conf),
+        Some(Command::Scenarios) => scenario::list(),
+        Some(Command::Check { file }) => scenario::check_file(&file),
+        Some(Command::Run {
+            scenario,
+            json,
+            iterations,
+            ..
+        }) => scenario::run_headless(&scenario, scenario::RunArgs { json, iterations }),
         Some(Command::Open { snapshot, json, .. }) => snapshot::open(&snapshot, json),
         Some(Command::Replay {
             snapshot,

@@ -67,6 +67,8 @@ pub struct EngineConfig {
     pub device_overhead: u64,
     /// `PYTORCH_CUDA_ALLOC_CONF`.
     pub alloc_conf: String,
+    /// PyTorch 2.x release (minor number) whose allocator rules apply; None = 2.8.
+    pub torch_minor: Option<u32>,
     pub gpu_arch: GpuArch,
     pub cublas_workspace_mode: CublasWorkspaceMode,
     /// `CUBLAS_WORKSPACE_CONFIG` (`:SIZE_KiB:COUNT` pairs); None = the default.
@@ -93,6 +95,7 @@ impl Default for EngineConfig {
             device_bytes: 16 << 30,
             device_overhead: 0,
             alloc_conf: String::new(),
+            torch_minor: None,
             gpu_arch: GpuArch::Sm80,
             cublas_workspace_mode: CublasWorkspaceMode::Cached,
             cublas_workspace_config: None,

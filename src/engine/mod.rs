@@ -34,7 +34,7 @@ pub mod thread;
 #[cfg(test)]
 mod tests;
 
-use crate::alloc::{AllocConfig, CachingAllocator, Tag};
+use crate::alloc::{AllocConfig, CachingAllocator, Tag, TorchVersion};
 use crate::device::SimDevice;
 
 pub use amp::GradScalerState;
@@ -110,8 +110,9 @@ impl Engine {
     /// An engine with an empty model (ops can be driven directly).
     pub fn bare(cfg: EngineConfig) -> Result<Engine> {
         let dev = SimDevice::new("sim", cfg.device_bytes, cfg.device_overhead);
-        let conf =
-            AllocConfig::parse(&cfg.alloc_conf).map_err(|e| EngineError::Program(e.to_string()))?;
+        let version = cfg.torch_minor.map_or(TorchVersion::DEFAULT, TorchVersion);
+        let conf = AllocConfig::parse_for(&cfg.alloc_conf, version)
+            .map_err(|e| EngineError::Program(e.to_string()))?;
         Ok(Engine {
             alloc: CachingAllocator::new(dev, conf),
             cfg,

@@ -1,4 +1,5 @@
 //! Headless output: reports as text (in the style of `memory_summary()`) and JSON.
 
 pub mod replay;
+pub mod run;
 pub mod snapshot;

@@ -1,0 +1,121 @@
+//! The headless report of a scenario run: `memory_summary()`, the timeline's
+//! peaks, OOMs, narration, leak findings and the scenario's expectations.
+
+use std::fmt::Write;
+
+use serde_json::{json, Value};
+
+use crate::alloc::format_size;
+use crate::scenario::{ExpectationResult, RunResult, Scenario};
+
+pub fn text(s: &Scenario, r: &RunResult, checks: &[ExpectationResult]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "scenario {}: {}", s.name, s.description);
+    let _ = writeln!(
+        out,
+        "device {} ({}), PYTORCH_CUDA_ALLOC_CONF=\"{}\"",
+        s.device.name,
+        format_size(s.device.capacity.0),
+        s.alloc_conf
+    );
+    let _ = writeln!(out, "iterations run: {}", r.iterations_run);
+    let _ = writeln!(
+        out,
+        "peak allocated {}, peak reserved {}",
+        format_size(r.peak_allocated),
+        format_size(r.peak_reserved)
+    );
+    if !r.per_iteration.is_empty() {
+        let _ = writeln!(out, "\n iter   allocated    reserved");
+        for p in &r.per_iteration {
+            let _ = writeln!(
+                out,
+                "{:>5} {:>11} {:>11}",
+                p.iteration,
+                format_size(p.allocated),
+                format_size(p.reserved)
+            );
+        }
+    }
+    if !r.narration.is_empty() {
+        let _ = writeln!(out, "\nnarration:");
+        for (iter, text) in &r.narration {
+            let _ = writeln!(out, "  [iteration {iter}] {text}");
+        }
+    }
+    if let Some(o) = &r.oom {
+        let _ = writeln!(
+            out,
+            "\nOOM in iteration {}:\n  torch.OutOfMemoryError: {}",
+            o.iteration, o.message
+        );
+    }
+    if let Some(e) = &r.error {
+        let _ = writeln!(out, "\nthe run stopped: {e}");
+    }
+    let _ = writeln!(out, "\nleaks:");
+    if r.findings.is_empty() {
+        let _ = writeln!(out, "  none found");
+    }
+    for f in &r.findings {
+        let _ = writeln!(
+            out,
+            "  [{:?}] {} — {}: {} held, {} per iteration over {} iterations{}",
+            f.severity,
+            f.root,
+            f.kind.as_str(),
+            format_size(f.bytes),
+            format_size(f.growth_per_iter.max(0) as u64),
+            f.iterations,
+            f.full_at_iteration
+                .map(|i| format!("; at this rate the device is full at iteration {i}"))
+                .unwrap_or_default()
+        );
+        if !f.path.is_empty() {
+            let _ = writeln!(out, "      path: {}", f.path.join(" → "));
+        }
+        let _ = writeln!(out, "      fix: {}", f.fix);
+        if !f.evidence.is_empty() {
+            let _ = writeln!(out, "      evidence: {}", f.evidence);
+        }
+    }
+    let _ = writeln!(out, "\n{}", r.summary);
+    let _ = writeln!(out, "expectations:");
+    for c in checks {
+        let _ = writeln!(
+            out,
+            "  [{}] {} — {}",
+            if c.passed { "ok" } else { "FAILED" },
+            c.expectation,
+            c.observed
+        );
+    }
+    out
+}
+
+pub fn json(r: &RunResult, checks: &[ExpectationResult]) -> Value {
+    let leaks: Vec<Value> = r
+        .findings
+        .iter()
+        .map(|f| {
+            json!({
+                "root": f.root, "kind": f.kind.as_str(), "bytes": f.bytes, "growth_per_iter": f.growth_per_iter,
+                "iterations": f.iterations, "path": f.path, "fix": f.fix, "severity": f.severity,
+                "evidence": f.evidence, "full_at_iteration": f.full_at_iteration,
+            })
+        })
+        .collect();
+    json!({
+        "scenario": r.scenario,
+        "iterations_run": r.iterations_run,
+        "peak_allocated": r.peak_allocated,
+        "peak_reserved": r.peak_reserved,
+        "oom": r.oom,
+        "error": r.error,
+        "leaks": leaks,
+        "stats": r.stats.to_map(false),
+        "per_iteration": r.per_iteration,
+        "narration": r.narration,
+        "expectations": checks,
+    })
+}

@@ -1,0 +1,184 @@
+//! A scenario turned into what the engine runs: its config, model, optimizer
+//! and program.
+
+use super::format::{LayerSpec, ModelSpec, Scenario};
+use crate::engine::{EngineConfig, ModelConfig, ModelKind, OptimizerConfig, Program};
+
+#[derive(Debug, Clone)]
+pub struct Built {
+    pub engine: EngineConfig,
+    pub model: ModelConfig,
+    pub optimizer: OptimizerConfig,
+    pub program: Program,
+}
+
+/// The preset names a scenario may use.
+pub const PRESETS: [&str; 6] = [
+    "mlp-mnist",
+    "gpt2-small",
+    "gpt-tiny",
+    "lstm-lm-ptb",
+    "lstm-lm-medium",
+    "resnet18",
+];
+
+pub(crate) fn preset(name: &str) -> Option<ModelConfig> {
+    match name {
+        "mlp-mnist" => Some(ModelConfig::mlp_mnist()),
+        "gpt2-small" => Some(ModelConfig::gpt2_small(8, 1024)),
+        "gpt-tiny" => Some(ModelConfig::gpt_tiny()),
+        "lstm-lm-ptb" => Some(ModelConfig::lstm_lm_ptb()),
+        "lstm-lm-medium" => Some(ModelConfig::lstm_lm_medium()),
+        "resnet18" => Some(ModelConfig::resnet18(32)),
+        _ => None,
+    }
+}
+
+/// `Linear(a,b), ReLU, Linear(b,c), …` as MLP widths; `None` if not that shape.
+pub(crate) fn layers_to_dims(layers: &[LayerSpec]) -> Result<Vec<u64>, String> {
+    let mut dims = Vec::new();
+    let mut expect_linear = true;
+    for (i, layer) in layers.iter().enumerate() {
+        match (layer, expect_linear) {
+            (LayerSpec::Linear(a, b), true) => {
+                if let Some(&last) = dims.last() {
+                    if last != *a {
+                        return Err(format!("layer {i}: Linear({a}, {b}) takes {a} features but the layer before gives {last}"));
+                    }
+                } else {
+                    dims.push(*a);
+                }
+                dims.push(*b);
+                expect_linear = false;
+            }
+            (LayerSpec::ReLU, false) => expect_linear = true,
+            (LayerSpec::ReLU, true) => return Err(format!("layer {i}: ReLU must follow a Linear")),
+            (LayerSpec::Linear(..), false) => {
+                return Err(format!("layer {i}: put a ReLU between two Linear layers"))
+            }
+        }
+    }
+    if dims.len() < 2 || expect_linear {
+        return Err("layers must start and end with a Linear".to_string());
+    }
+    Ok(dims)
+}
+
+fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
+    let mut model = match &s.model {
+        ModelSpec::Preset(name) => preset(name).ok_or_else(|| {
+            format!(
+                "unknown preset \"{name}\"; presets are {}",
+                PRESETS.join(", ")
+            )
+        })?,
+        ModelSpec::Mlp { dims, inplace_relu } => {
+            let mut m = ModelConfig::mlp_mnist();
+            m.kind = ModelKind::Mlp {
+                dims: dims.clone(),
+                inplace_relu: *inplace_relu,
+            };
+            m
+        }
+        ModelSpec::Layers(layers) => {
+            let mut m = ModelConfig::mlp_mnist();
+            m.kind = ModelKind::Mlp {
+                dims: layers_to_dims(layers)?,
+                inplace_relu: false,
+            };
+            m
+        }
+        ModelSpec::Gpt {
+            layers,
+            heads,
+            width,
+            vocab,
+            block_size,
+            dropout,
+            checkpoint,
+        } => {
+            let mut m =
+                ModelConfig::gpt(*layers, *heads, *width, *vocab, *block_size, 8, *block_size);
+            if let ModelKind::Gpt2 {
+                dropout: d,
+                checkpoint: c,
+                ..
+            } = &mut m.kind
+            {
+                *d = *dropout;
+                *c = *checkpoint;
+            }
+            m
+        }
+        ModelSpec::LstmLm {
+            vocab,
+            emb,
+            hidden,
+            layers,
+            bptt,
+            dropout,
+            cudnn,
+        } => {
+            let mut m = ModelConfig::lstm_lm_ptb();
+            m.kind = ModelKind::LstmLm {
+                vocab: *vocab,
+                emb: *emb,
+                hidden: *hidden,
+                layers: *layers,
+                bptt: *bptt,
+                dropout: *dropout,
+                cudnn: *cudnn,
+            };
+            m
+        }
+        ModelSpec::ResNet18 { classes, image } => {
+            let mut m = ModelConfig::resnet18(32);
+            m.kind = ModelKind::ResNet {
+                blocks: [2, 2, 2, 2],
+                num_classes: *classes,
+                image: *image,
+            };
+            m
+        }
+    };
+    if let Some(b) = s.data.batch {
+        model.batch = b;
+    }
+    if let (
+        Some(seq),
+        ModelKind::Gpt2 {
+            seq: s, block_size, ..
+        },
+    ) = (s.data.seq, &mut model.kind)
+    {
+        if seq > *block_size {
+            return Err(format!(
+                "data.seq {seq} is longer than the model's block_size {block_size}"
+            ));
+        }
+        *s = seq;
+    }
+    Ok(model)
+}
+
+pub(crate) fn build(s: &Scenario) -> Result<Built, String> {
+    let mut engine = s.engine.clone().unwrap_or_default();
+    engine.device_bytes = s.device.capacity.0;
+    engine.device_overhead = s.device.overhead.0;
+    engine.alloc_conf = s.alloc_conf.clone();
+    let model = model_config(s)?;
+    let optimizer = s.optimizer.clone().unwrap_or_default();
+    let epochs = s.epochs.unwrap_or(1).max(1);
+    let program = Program {
+        setup: s.setup.clone(),
+        steps: s.steps.clone(),
+        iterations: s.iterations.saturating_mul(epochs),
+        batch_sizes: s.data.batch_schedule.clone(),
+    };
+    Ok(Built {
+        engine,
+        model,
+        optimizer,
+        program,
+    })
+}

@@ -1,0 +1,39 @@
+//! Engine events into the one event model the views and reports read.
+
+use std::sync::Arc;
+
+use crate::engine::{EngineEvent, Phase as EnginePhase};
+use crate::trace::{Event, Marker, Phase};
+
+fn phase(p: EnginePhase) -> Phase {
+    match p {
+        EnginePhase::Forward => Phase::Forward,
+        EnginePhase::Backward => Phase::Backward,
+        EnginePhase::Optimizer => Phase::Optimizer,
+        EnginePhase::Eval => Phase::Eval,
+        EnginePhase::Setup | EnginePhase::User => Phase::Other,
+    }
+}
+
+/// The trace event for an engine event; `None` for engine-only messages
+/// (live state answers, step markers, the end).
+pub fn to_trace(e: &EngineEvent) -> Option<Event> {
+    Some(match e {
+        EngineEvent::Alloc(a) => Event::Alloc(*a),
+        EngineEvent::IterationBegin(i) => Event::Marker(Marker::IterationBegin(*i)),
+        EngineEvent::IterationEnd { iter, .. } => Event::Marker(Marker::IterationEnd(*iter)),
+        EngineEvent::PhaseBegin(p) => Event::Marker(Marker::PhaseBegin(phase(*p))),
+        EngineEvent::PhaseEnd(p) => Event::Marker(Marker::PhaseEnd(phase(*p))),
+        EngineEvent::OpBegin { name, module } => Event::Marker(Marker::OpBegin {
+            name: Arc::from(*name),
+            module: module.clone(),
+        }),
+        EngineEvent::OpEnd => Event::Marker(Marker::OpEnd),
+        EngineEvent::Error { message, .. } => {
+            Event::Marker(Marker::Error(Arc::from(message.as_str())))
+        }
+        EngineEvent::StepBegin { .. } | EngineEvent::LiveState(_) | EngineEvent::Finished => {
+            return None
+        }
+    })
+}

@@ -1,0 +1,184 @@
+//! Checking a run against the scenario's own expectations.
+
+use serde::Serialize;
+
+use super::format::Expectation;
+use super::run::RunResult;
+use crate::alloc::format_size;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExpectationResult {
+    pub expectation: String,
+    pub passed: bool,
+    /// What the run showed, in words.
+    pub observed: String,
+}
+
+fn describe(e: &Expectation) -> String {
+    match e {
+        Expectation::Leak { root, kind } => format!(
+            "a leak rooted at `{root}`{}",
+            kind.as_ref().map(|k| format!(" ({k})")).unwrap_or_default()
+        ),
+        Expectation::NoLeak => "no memory leak".into(),
+        Expectation::Finding(kind) => format!("a {kind} finding"),
+        Expectation::Oom(Some(i)) => format!("an OOM in iteration {i}"),
+        Expectation::Oom(None) => "an OOM".into(),
+        Expectation::NoOom => "no OOM".into(),
+        Expectation::Error(text) => format!("an error containing \"{text}\""),
+        Expectation::PeakReservedUnder(s) => format!("peak reserved under {}", format_size(s.0)),
+        Expectation::PeakReservedOver(s) => format!("peak reserved over {}", format_size(s.0)),
+        Expectation::PeakAllocatedUnder(s) => format!("peak allocated under {}", format_size(s.0)),
+        Expectation::PeakAllocatedOver(s) => format!("peak allocated over {}", format_size(s.0)),
+        Expectation::AllocatedGrowsAtLeast(s) => format!(
+            "allocated grows by at least {} per iteration",
+            format_size(s.0)
+        ),
+        Expectation::AllocatedFlat => "allocated flat across iterations".into(),
+        Expectation::ReservedGrowsAllocatedFlat => {
+            "reserved grows while allocated stays flat".into()
+        }
+    }
+}
+
+/// Allocated bytes at iteration end, from the second iteration on (the first
+/// includes one-time state such as optimizer buffers).
+fn steady(r: &RunResult) -> Vec<u64> {
+    r.per_iteration
+        .iter()
+        .skip(1)
+        .map(|p| p.allocated)
+        .collect()
+}
+
+fn growth_per_iteration(values: &[u64]) -> Option<i64> {
+    let (first, last) = (values.first()?, values.last()?);
+    (values.len() > 1).then(|| (*last as i64 - *first as i64) / (values.len() as i64 - 1))
+}
+
+fn check_one(e: &Expectation, r: &RunResult) -> (bool, String) {
+    let leaks: Vec<_> = r.findings.iter().filter(|f| f.kind.is_leak()).collect();
+    let leak_list = || {
+        leaks
+            .iter()
+            .map(|f| format!("{} ({})", f.root, f.kind.as_str()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match e {
+        Expectation::Leak { root, kind } => {
+            let hit = leaks
+                .iter()
+                .any(|f| f.root == *root && kind.as_ref().is_none_or(|k| f.kind.as_str() == k));
+            (
+                hit,
+                if leaks.is_empty() {
+                    "no leak found".into()
+                } else {
+                    format!("leaks: {}", leak_list())
+                },
+            )
+        }
+        Expectation::NoLeak => (
+            leaks.is_empty(),
+            if leaks.is_empty() {
+                "no leak found".into()
+            } else {
+                format!("leaks: {}", leak_list())
+            },
+        ),
+        Expectation::Finding(kind) => {
+            let kinds: Vec<&str> = r.findings.iter().map(|f| f.kind.as_str()).collect();
+            (
+                kinds.contains(&kind.as_str()),
+                format!("findings: [{}]", kinds.join(", ")),
+            )
+        }
+        Expectation::Oom(at) => match &r.oom {
+            Some(o) => (
+                at.is_none_or(|i| i == o.iteration),
+                format!("OOM in iteration {}", o.iteration),
+            ),
+            None => (false, "no OOM".into()),
+        },
+        Expectation::NoOom => (
+            r.oom.is_none(),
+            r.oom.as_ref().map_or("no OOM".into(), |o| {
+                format!("OOM in iteration {}", o.iteration)
+            }),
+        ),
+        Expectation::Error(text) => match &r.error {
+            Some(msg) => (msg.contains(text.as_str()), format!("error: {msg}")),
+            None => (false, "no error".into()),
+        },
+        Expectation::PeakReservedUnder(s) => (
+            r.peak_reserved < s.0,
+            format!("peak reserved {}", format_size(r.peak_reserved)),
+        ),
+        Expectation::PeakReservedOver(s) => (
+            r.peak_reserved > s.0,
+            format!("peak reserved {}", format_size(r.peak_reserved)),
+        ),
+        Expectation::PeakAllocatedUnder(s) => (
+            r.peak_allocated < s.0,
+            format!("peak allocated {}", format_size(r.peak_allocated)),
+        ),
+        Expectation::PeakAllocatedOver(s) => (
+            r.peak_allocated > s.0,
+            format!("peak allocated {}", format_size(r.peak_allocated)),
+        ),
+        Expectation::AllocatedGrowsAtLeast(s) => {
+            let g = growth_per_iteration(&steady(r)).unwrap_or(0);
+            (
+                g >= s.0 as i64,
+                format!(
+                    "allocated grows {} per iteration",
+                    format_size(g.max(0) as u64)
+                ),
+            )
+        }
+        Expectation::AllocatedFlat => {
+            let v = steady(r);
+            let flat = v.len() > 1 && v.iter().all(|x| *x == v[0]);
+            (
+                flat,
+                format!(
+                    "allocated at iteration end: {}",
+                    v.iter()
+                        .map(|x| format_size(*x))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )
+        }
+        Expectation::ReservedGrowsAllocatedFlat => {
+            let alloc = steady(r);
+            let reserved: Vec<u64> = r.per_iteration.iter().skip(1).map(|p| p.reserved).collect();
+            let alloc_flat = alloc.len() > 1 && alloc.iter().all(|x| *x == alloc[0]);
+            let grows = reserved.last() > reserved.first();
+            (
+                alloc_flat && grows,
+                format!(
+                    "reserved {} → {}",
+                    format_size(reserved.first().copied().unwrap_or(0)),
+                    format_size(reserved.last().copied().unwrap_or(0))
+                ),
+            )
+        }
+    }
+}
+
+/// Every expectation with whether it held.
+pub fn check(expectations: &[Expectation], r: &RunResult) -> Vec<ExpectationResult> {
+    expectations
+        .iter()
+        .map(|e| {
+            let (passed, observed) = check_one(e, r);
+            ExpectationResult {
+                expectation: describe(e),
+                passed,
+                observed,
+            }
+        })
+        .collect()
+}

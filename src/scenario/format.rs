@@ -1,0 +1,186 @@
+//! The RON schema of a scenario file. Field names read like the PyTorch they
+//! stand for; the loop's steps are the engine's own `Step`s.
+
+use serde::{Deserialize, Serialize};
+
+use super::size::Size;
+use crate::engine::{EngineConfig, OptimizerConfig, Step};
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub name: String,
+    /// One line: what the scenario shows.
+    pub description: String,
+    pub device: DeviceSpec,
+    /// `PYTORCH_CUDA_ALLOC_CONF`.
+    #[serde(default)]
+    pub alloc_conf: String,
+    /// PyTorch release whose rules apply (2.4 … 2.15); default 2.8.
+    #[serde(default)]
+    pub torch: Option<String>,
+    /// Engine switches (engine.md §0.4): any subset of the engine's config.
+    #[serde(default)]
+    pub engine: Option<EngineConfig>,
+    pub model: ModelSpec,
+    #[serde(default)]
+    pub optimizer: Option<OptimizerConfig>,
+    #[serde(default)]
+    pub data: DataSpec,
+    /// Steps run once before the loop.
+    #[serde(default)]
+    pub setup: Vec<Step>,
+    /// One iteration of the training loop.
+    pub steps: Vec<Step>,
+    pub iterations: u32,
+    /// The loop runs `iterations` times per epoch.
+    #[serde(default)]
+    pub epochs: Option<u32>,
+    #[serde(default)]
+    pub narration: Vec<Narration>,
+    #[serde(default)]
+    pub expect: Vec<Expectation>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceSpec {
+    pub name: String,
+    pub capacity: Size,
+    /// CUDA context and other processes: never available to the allocator.
+    #[serde(default)]
+    pub overhead: Size,
+}
+
+/// A model preset, a preset with its parameters, or a list of layers.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub enum ModelSpec {
+    /// `"mlp-mnist"`, `"gpt2-small"`, `"gpt-tiny"`, `"lstm-lm-ptb"`, `"lstm-lm-medium"`, `"resnet18"`.
+    Preset(String),
+    Mlp {
+        dims: Vec<u64>,
+        #[serde(default)]
+        inplace_relu: bool,
+    },
+    Gpt {
+        layers: u64,
+        heads: u64,
+        width: u64,
+        #[serde(default = "gpt2_vocab")]
+        vocab: u64,
+        #[serde(default = "gpt2_block")]
+        block_size: u64,
+        #[serde(default)]
+        dropout: f64,
+        /// Activation checkpointing of every block.
+        #[serde(default)]
+        checkpoint: bool,
+    },
+    LstmLm {
+        vocab: u64,
+        emb: u64,
+        hidden: u64,
+        layers: u64,
+        bptt: u64,
+        #[serde(default)]
+        dropout: f64,
+        /// cuDNN's fused kernel (true) or the unfused LSTMCell loop.
+        #[serde(default = "yes")]
+        cudnn: bool,
+    },
+    ResNet18 {
+        #[serde(default = "imagenet_classes")]
+        classes: u64,
+        #[serde(default = "imagenet_size")]
+        image: u64,
+    },
+    /// `nn.Sequential(...)`: Linear and ReLU layers.
+    Layers(Vec<LayerSpec>),
+}
+
+fn gpt2_vocab() -> u64 {
+    50_257
+}
+fn gpt2_block() -> u64 {
+    1024
+}
+fn yes() -> bool {
+    true
+}
+fn imagenet_classes() -> u64 {
+    1000
+}
+fn imagenet_size() -> u64 {
+    224
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub enum LayerSpec {
+    Linear(u64, u64),
+    ReLU,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataSpec {
+    pub batch: Option<u64>,
+    /// Sequence length for GPT models.
+    pub seq: Option<u64>,
+    /// Batch size per iteration, cycled (variable batch sizes).
+    #[serde(default)]
+    pub batch_schedule: Vec<u64>,
+}
+
+/// A moment narration is attached to.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub enum At {
+    Start,
+    /// The start of iteration N (1-based).
+    Iteration(u32),
+    /// The first time a phase begins in iteration N: `Phase(2, "backward")`.
+    Phase(u32, String),
+    /// The first op with this name, e.g. `"addmm"`.
+    Op(String),
+    /// When reserved memory first exceeds this.
+    ReservedExceeds(super::size::Size),
+    /// When allocated memory first exceeds this.
+    AllocatedExceeds(super::size::Size),
+    Oom,
+    End,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Narration {
+    pub at: At,
+    pub text: String,
+}
+
+/// What a run must show for the scenario to pass.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub enum Expectation {
+    /// A leak finding rooted at this variable (optionally of this kind).
+    Leak {
+        root: String,
+        kind: Option<String>,
+    },
+    /// No finding that is a memory leak.
+    NoLeak,
+    /// Some finding of this kind (leak or not), e.g. "cache_fragmentation".
+    Finding(String),
+    /// An OOM, optionally in this iteration.
+    Oom(Option<u32>),
+    NoOom,
+    /// The run stops with an error whose message contains this text.
+    Error(String),
+    PeakReservedUnder(super::size::Size),
+    PeakReservedOver(super::size::Size),
+    PeakAllocatedUnder(super::size::Size),
+    PeakAllocatedOver(super::size::Size),
+    /// Allocated bytes at iteration end grow by at least this per iteration.
+    AllocatedGrowsAtLeast(super::size::Size),
+    /// Allocated bytes at iteration end stay the same from the second iteration on.
+    AllocatedFlat,
+    /// Reserved bytes grow while allocated stays flat.
+    ReservedGrowsAllocatedFlat,
+}

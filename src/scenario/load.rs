@@ -1,0 +1,155 @@
+//! Reading a scenario: RON with its own line:column errors, then our checks,
+//! each error naming the file, the line and column, and what was expected.
+
+use std::path::Path;
+
+use ron::extensions::Extensions;
+use ron::Options;
+
+use super::build::{build, Built};
+use super::format::{ModelSpec, Scenario};
+use super::library::builtin;
+use super::validate::validate;
+use crate::alloc::{AllocConfig, TorchVersion};
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LoadError {
+    #[error("{file}: cannot read: {reason}")]
+    Io { file: String, reason: String },
+    #[error("{file}:{line}:{column}: {message}")]
+    At {
+        file: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{file}: {message}")]
+    Field { file: String, message: String },
+    #[error("no built-in scenario or file named \"{0}\" (see `vramscope scenarios`)")]
+    NotFound(String),
+}
+
+pub fn load_file(path: &Path) -> Result<(Scenario, Built), LoadError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| LoadError::Io {
+        file: file.clone(),
+        reason: e.to_string(),
+    })?;
+    load_str(&text, &file)
+}
+
+/// A built-in scenario's name, or a path to a file.
+pub fn resolve(name_or_path: &str) -> Result<(Scenario, Built), LoadError> {
+    if let Some(b) = builtin(name_or_path) {
+        return load_str(b.source, &format!("scenarios/{}.ron", b.name));
+    }
+    let path = Path::new(name_or_path);
+    if path.exists() {
+        load_file(path)
+    } else {
+        Err(LoadError::NotFound(name_or_path.to_string()))
+    }
+}
+
+fn options() -> Options {
+    Options::default().with_default_extension(Extensions::IMPLICIT_SOME)
+}
+
+pub fn load_str(text: &str, file: &str) -> Result<(Scenario, Built), LoadError> {
+    let scenario: Scenario = options().from_str(text).map_err(|e| LoadError::At {
+        file: file.to_string(),
+        line: e.position.line,
+        column: e.position.col,
+        message: e.code.to_string(),
+    })?;
+    let (general, steps) = validate(&scenario);
+    if let Some(message) = general.into_iter().next() {
+        let field = message
+            .split(':')
+            .next()
+            .unwrap_or("")
+            .split('.')
+            .next_back()
+            .unwrap_or("");
+        return Err(
+            at_word(text, file, field, 0, message.clone()).unwrap_or(LoadError::Field {
+                file: file.to_string(),
+                message,
+            }),
+        );
+    }
+    if let Some(p) = steps.into_iter().next() {
+        return Err(
+            at_word(text, file, p.variant, p.occurrence, p.message.clone()).unwrap_or(
+                LoadError::Field {
+                    file: file.to_string(),
+                    message: p.message,
+                },
+            ),
+        );
+    }
+    let version = match &scenario.torch {
+        Some(v) => v
+            .parse::<TorchVersion>()
+            .map_err(|m| field_error(text, file, "torch", m))?,
+        None => TorchVersion::DEFAULT,
+    };
+    AllocConfig::parse_for(&scenario.alloc_conf, version)
+        .map_err(|e| field_error(text, file, "alloc_conf", e.to_string()))?;
+    let mut built = build(&scenario).map_err(|m| {
+        let word = match &scenario.model {
+            ModelSpec::Preset(name) => name.as_str(),
+            _ => "model",
+        };
+        field_error(text, file, word, format!("model: {m}"))
+    })?;
+    built.engine.torch_minor = Some(version.0);
+    Ok((scenario, built))
+}
+
+fn field_error(text: &str, file: &str, word: &str, message: String) -> LoadError {
+    at_word(text, file, word, 0, message.clone()).unwrap_or(LoadError::Field {
+        file: file.to_string(),
+        message,
+    })
+}
+
+/// Position of the `occurrence`-th whole-word `word` outside comments and strings'
+/// surroundings, as 1-based line and column.
+fn at_word(
+    text: &str,
+    file: &str,
+    word: &str,
+    occurrence: usize,
+    message: String,
+) -> Option<LoadError> {
+    if word.is_empty() {
+        return None;
+    }
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_' || c == '-';
+    let mut seen = 0;
+    for (line_no, line) in text.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or("");
+        let mut from = 0;
+        while let Some(i) = code[from..].find(word) {
+            let start = from + i;
+            let end = start + word.len();
+            let before = code[..start].chars().next_back();
+            let after = code[end..].chars().next();
+            if !before.is_some_and(is_ident) && !after.is_some_and(is_ident) {
+                if seen == occurrence {
+                    let column = code[..start].chars().count() + 1;
+                    return Some(LoadError::At {
+                        file: file.to_string(),
+                        line: line_no + 1,
+                        column,
+                        message,
+                    });
+                }
+                seen += 1;
+            }
+            from = end;
+        }
+    }
+    None
+}

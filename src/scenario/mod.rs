@@ -1,0 +1,28 @@
+//! Scenario files (RON): a device, an allocator config, a model, data and a
+//! training loop written as steps that read like the PyTorch code they stand
+//! for, with narration and expectations. `load` parses and validates with
+//! line:column errors; `build` turns a scenario into what the engine runs;
+//! `run` drives it headless; `library` holds the built-in scenarios.
+
+mod build;
+mod events;
+mod expect;
+mod format;
+mod library;
+mod load;
+mod narration;
+mod run;
+mod size;
+mod validate;
+
+pub use build::Built;
+pub use events::to_trace;
+pub use expect::{check, ExpectationResult};
+pub use format::{
+    At, DataSpec, DeviceSpec, Expectation, LayerSpec, ModelSpec, Narration, Scenario,
+};
+pub use library::{builtin, builtins, BuiltIn};
+pub use load::{load_file, load_str, resolve, LoadError};
+pub use narration::NarrationTracker;
+pub use run::{run, RunOptions, RunResult};
+pub use size::Size;

@@ -1,0 +1,189 @@
+//! Running a scenario headless: the engine on this thread, every event into the
+//! one event model, narration where it is due, the leak detector after each
+//! iteration, and the figures the report and the expectations read.
+
+use serde::Serialize;
+
+use super::build::Built;
+use super::events::to_trace;
+use super::format::Scenario;
+use super::narration::NarrationTracker;
+use crate::alloc::{memory_summary, MemoryStats};
+use crate::engine::{Engine, EngineError, EngineEvent};
+use crate::leak::Finding;
+use crate::trace::{Event, Marker};
+
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Run this many iterations instead of the scenario's.
+    pub iterations: Option<u32>,
+    /// Keep every event (for the TUI or an export); off for plain reports.
+    pub record_events: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IterationPoint {
+    pub iteration: u32,
+    pub allocated: u64,
+    pub reserved: u64,
+    pub peak_allocated: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OomReport {
+    /// The iteration it happened in (0 = setup).
+    pub iteration: u32,
+    pub requested: u64,
+    /// PyTorch's message.
+    pub message: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct RunResult {
+    pub scenario: String,
+    pub iterations_run: u32,
+    pub peak_allocated: u64,
+    pub peak_reserved: u64,
+    pub oom: Option<OomReport>,
+    /// Any other error that stopped the run (e.g. a second backward).
+    pub error: Option<String>,
+    pub per_iteration: Vec<IterationPoint>,
+    pub findings: Vec<Finding>,
+    pub narration: Vec<(u32, String)>,
+    pub stats: MemoryStats,
+    pub summary: String,
+    pub events: Vec<Event>,
+}
+
+struct Collector {
+    record: bool,
+    events: Vec<Event>,
+    narration: NarrationTracker,
+    said: Vec<(u32, String)>,
+    iteration: u32,
+    per_iteration: Vec<IterationPoint>,
+}
+
+impl Collector {
+    fn push(&mut self, e: Event) {
+        if let Event::Marker(Marker::Narration(text)) = &e {
+            self.said.push((self.iteration, text.to_string()));
+        }
+        if self.record {
+            self.events.push(e);
+        }
+    }
+
+    fn take(&mut self, engine: &mut Engine) {
+        for ev in engine.take_events() {
+            match &ev {
+                EngineEvent::IterationBegin(i) => self.iteration = *i,
+                EngineEvent::IterationEnd {
+                    iter,
+                    allocated,
+                    reserved,
+                    peak_allocated,
+                } => self.per_iteration.push(IterationPoint {
+                    iteration: *iter,
+                    allocated: *allocated,
+                    reserved: *reserved,
+                    peak_allocated: *peak_allocated,
+                }),
+                _ => {}
+            }
+            if let Some(t) = to_trace(&ev) {
+                let due = self.narration.after(&t);
+                self.push(t);
+                for n in due {
+                    self.push(n);
+                }
+            }
+        }
+    }
+}
+
+pub fn run(scenario: &Scenario, built: &Built, opts: &RunOptions) -> RunResult {
+    let mut c = Collector {
+        record: opts.record_events,
+        events: Vec::new(),
+        narration: NarrationTracker::new(&scenario.narration),
+        said: Vec::new(),
+        iteration: 0,
+        per_iteration: Vec::new(),
+    };
+    for n in c.narration.start() {
+        c.push(n);
+    }
+    let mut result = RunResult {
+        scenario: scenario.name.clone(),
+        iterations_run: 0,
+        peak_allocated: 0,
+        peak_reserved: 0,
+        oom: None,
+        error: None,
+        per_iteration: Vec::new(),
+        findings: Vec::new(),
+        narration: Vec::new(),
+        stats: MemoryStats::default(),
+        summary: String::new(),
+        events: Vec::new(),
+    };
+    let mut engine = match Engine::new(built.engine.clone(), &built.model, &built.optimizer) {
+        Ok(e) => e,
+        Err(err) => {
+            record_error(&mut result, err, 0);
+            return result;
+        }
+    };
+    let program = &built.program;
+    let iterations = opts.iterations.unwrap_or(program.iterations);
+    let mut failed = None;
+    for (i, step) in program.setup.iter().enumerate() {
+        if let Err(err) = engine.run_step(step, i as u32, program) {
+            failed = Some(err);
+            break;
+        }
+    }
+    c.take(&mut engine);
+    if failed.is_none() {
+        for _ in 0..iterations {
+            let r = engine.run_iteration(program);
+            c.take(&mut engine);
+            if let Err(err) = r {
+                failed = Some(err);
+                break;
+            }
+            result.iterations_run += 1;
+        }
+    }
+    if let Some(err) = failed {
+        let message = err.message();
+        c.push(Event::Marker(Marker::Error(message.as_str().into())));
+        record_error(&mut result, err, c.iteration);
+    }
+    for n in c.narration.end() {
+        c.push(n);
+    }
+    let stats = engine.allocator().stats().clone();
+    result.peak_allocated = stats.peak_allocated_bytes();
+    result.peak_reserved = stats.peak_reserved_bytes();
+    result.summary = memory_summary(&stats, 0, false);
+    result.stats = stats;
+    result.per_iteration = c.per_iteration;
+    result.narration = c.said;
+    result.events = c.events;
+    result
+}
+
+fn record_error(result: &mut RunResult, err: EngineError, iteration: u32) {
+    match err {
+        EngineError::OutOfMemory { message, requested } => {
+            result.oom = Some(OomReport {
+                iteration,
+                requested,
+                message,
+            })
+        }
+        other => result.error = Some(other.message()),
+    }
+}
