@@ -15,7 +15,49 @@ macro_rules! builtins {
 }
 
 /// Every built-in, in the order `vramscope scenarios` lists them; the first is the guided tour.
-static BUILTINS: &[BuiltIn] = builtins!["tour",];
+static BUILTINS: &[BuiltIn] = builtins![
+    "tour",
+    "accumulate-loss-train-bug",
+    "accumulate-loss-train-fixed",
+    "loss-list-train-bug",
+    "accumulate-loss-eval-bug",
+    "accumulate-loss-eval-fixed",
+    "rnn-hidden-bug",
+    "rnn-hidden-retain-graph-bug",
+    "rnn-hidden-fixed",
+    "rnn-hidden-eval-bug",
+    "eval-no-grad-bug",
+    "eval-no-grad-fixed",
+    "eval-inference-mode-fixed",
+    "store-outputs-bug",
+    "store-outputs-detach-bug",
+    "store-outputs-fixed",
+    "zero-grad-missing-bug",
+    "zero-grad-fixed",
+    "zero-grad-keep-grads",
+    "buffer-in-loop-bug",
+    "buffer-preallocated-fixed",
+    "var-batch-fragmentation-bug",
+    "var-batch-expandable-fixed",
+    "var-batch-max-split",
+    "var-batch-gc-threshold",
+    "fragmentation-oom-bug",
+    "fragmentation-oom-empty-cache",
+    "fragmentation-oom-expandable-fixed",
+    "amp-fp32",
+    "amp-fp16",
+    "amp-bf16",
+    "checkpoint-none",
+    "checkpoint-every-layer",
+    "grad-accum-big-batch-oom",
+    "grad-accum-sum-bug",
+    "grad-accum-fixed",
+    "adam-first-step-oom-bug",
+    "adam-first-step-sgd",
+    "optimizer-cpu-offload",
+    "gpt2-small-fits",
+    "gpt2-small-oom",
+];
 
 pub fn builtins() -> &'static [BuiltIn] {
     BUILTINS
