@@ -11,6 +11,8 @@ use vramscope::trace::replay::from_snapshot::{self, DeviceReplay};
 use vramscope::trace::replay::whatif::{self, Requests};
 use vramscope::trace::snapshot::from_run::{snapshot_of_run, DeviceRun};
 use vramscope::trace::snapshot::{export_bytes, import_file, Snapshot};
+use vramscope::scenario::{builtin, resolve, run as run_scenario, RunOptions};
+use vramscope::trace::Event;
 use vramscope::units::parse_size;
 
 use super::BadInput;
@@ -128,10 +130,15 @@ pub fn export(input: &Path, output: &PathBuf, conf: Option<&str>) -> anyhow::Res
             input.display()
         )));
     }
-    let snap = load(input)?;
-    let out = match conf {
-        None => snap,
-        Some(conf) => replayed_under(&snap, &parse_conf(conf, None)?)?,
+    let is_scenario = input.extension().is_some_and(|e| e == "ron") || (!input.exists() && input.to_str().and_then(builtin).is_some());
+    let out = if is_scenario {
+        scenario_snapshot(input, conf)?
+    } else {
+        let snap = load(input)?;
+        match conf {
+            None => snap,
+            Some(conf) => replayed_under(&snap, &parse_conf(conf, None)?)?,
+        }
     };
     let bytes = export_bytes(&out);
     // Write beside the target first so a failure never leaves half a file.
@@ -141,6 +148,44 @@ pub fn export(input: &Path, output: &PathBuf, conf: Option<&str>) -> anyhow::Res
         .with_context(|| format!("moving {} to {}", tmp.display(), output.display()))?;
     eprintln!("wrote {} ({} bytes)", output.display(), bytes.len());
     Ok(ExitCode::SUCCESS)
+}
+
+/// A scenario run (under `conf` if given) as a snapshot, frames from the engine's tags.
+fn scenario_snapshot(input: &Path, conf: Option<&str>) -> anyhow::Result<Snapshot> {
+    let name = input.to_str().unwrap_or_default();
+    let (scenario, mut built) = resolve(name).map_err(|e| BadInput(e.to_string()))?;
+    if let Some(conf) = conf {
+        parse_conf(conf, None)?;
+        built.engine.alloc_conf = conf.to_string();
+    }
+    let result = run_scenario(&scenario, &built, &RunOptions { iterations: None, record_events: true });
+    let events: Vec<_> = result
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Alloc(a) => Some(*a),
+            Event::Marker(_) => None,
+        })
+        .collect();
+    let config = parse_conf(&built.engine.alloc_conf, None)?;
+    let tags = &result.tags;
+    let frames_of = |_: usize, tag: Tag| -> Vec<(String, i64, String)> {
+        tags.info(tag)
+            .map(|t| {
+                t.frames
+                    .iter()
+                    .map(|f| {
+                        // "file:line function" as the engine writes frames.
+                        let (place, name) = f.split_once(' ').unwrap_or((f.as_str(), ""));
+                        let (file, line) = place.rsplit_once(':').unwrap_or((place, "0"));
+                        (file.to_string(), line.parse().unwrap_or(0), name.to_string())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let devices = [DeviceRun { device: 0, segments: &result.segments, events: &events }];
+    Ok(snapshot_of_run(&devices, &config, &frames_of))
 }
 
 /// The snapshot's requests replayed under `config`, as a snapshot of its own.

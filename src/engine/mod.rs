@@ -52,7 +52,7 @@ pub use presets::{LossKind, ModelConfig, ModelKind};
 pub use program::{GradContext, KeepWhat, Program, Step};
 pub use shape::Shape;
 pub use storage::{DeviceKind, StorageId};
-pub use tag::{AllocTag, Category, Phase};
+pub use tag::{AllocTag, Category, Phase, TagTable};
 pub use tensor::TensorId;
 pub use thread::{Command, EngineThread};
 
@@ -62,7 +62,6 @@ use checkpoint::CheckpointState;
 use modules::Model;
 use optim::Optimizer;
 use slab::Slab;
-use tag::TagTable;
 
 /// Why a driver hook stopped the engine.
 pub type Hook = Box<dyn FnMut(&mut Engine) -> Result<()> + Send>;
@@ -205,6 +204,11 @@ impl Engine {
     }
 
     /// What a tag means (the engine's `TagId -> AllocTag` table).
+    /// Every site tagged so far: decodes any tag this engine has produced.
+    pub fn tag_table(&self) -> &TagTable {
+        &self.tags
+    }
+
     pub fn tag_info(&self, tag: Tag) -> Option<AllocTag> {
         self.tags.info(tag)
     }

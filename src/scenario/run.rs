@@ -8,8 +8,8 @@ use super::build::Built;
 use super::events::to_trace;
 use super::format::Scenario;
 use super::narration::NarrationTracker;
-use crate::alloc::{memory_summary, MemoryStats};
-use crate::engine::{Engine, EngineError, EngineEvent};
+use crate::alloc::{memory_summary, MemoryStats, SegmentInfo};
+use crate::engine::{Engine, EngineError, EngineEvent, TagTable};
 use crate::leak::Finding;
 use crate::trace::{Event, Marker};
 
@@ -53,6 +53,10 @@ pub struct RunResult {
     pub stats: MemoryStats,
     pub summary: String,
     pub events: Vec<Event>,
+    /// The allocator's segments at the end.
+    pub segments: Vec<SegmentInfo>,
+    /// Decodes the tags of the run's events and blocks.
+    pub tags: TagTable,
 }
 
 struct Collector {
@@ -127,6 +131,8 @@ pub fn run(scenario: &Scenario, built: &Built, opts: &RunOptions) -> RunResult {
         stats: MemoryStats::default(),
         summary: String::new(),
         events: Vec::new(),
+        segments: Vec::new(),
+        tags: TagTable::default(),
     };
     let mut engine = match Engine::new(built.engine.clone(), &built.model, &built.optimizer) {
         Ok(e) => e,
@@ -172,6 +178,8 @@ pub fn run(scenario: &Scenario, built: &Built, opts: &RunOptions) -> RunResult {
     result.per_iteration = c.per_iteration;
     result.narration = c.said;
     result.events = c.events;
+    result.segments = engine.allocator().snapshot();
+    result.tags = engine.tag_table().clone();
     result
 }
 
