@@ -13,4 +13,5 @@ pub mod leak;
 pub mod report;
 pub mod scenario;
 pub mod trace;
+pub mod tui;
 pub mod units;

@@ -1,0 +1,1115 @@
+//! The one application state: one or two runs, the cursor and playback,
+//! focus, selection, colouring and theme. Keys, mouse and time change it
+//! through `handle_key` / `handle_mouse` / `on_tick`; `prepare` turns it into
+//! the per-frame data the pure views draw (never computed inside `draw`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossterm::event::{KeyEvent, MouseButton, MouseEvent, MouseEventKind};
+use ratatui::layout::Rect;
+use crate::alloc::{Action as AllocAction, MemoryStats, Tag};
+use crate::leak::Finding;
+use crate::trace::timeline::KEYFRAME_EVERY;
+use crate::trace::{Event, MarkKind, Marker, MemoryMap, Timeline};
+
+use super::input::{self, Action, Dir, Step};
+use super::layout::{self, Areas, Focus};
+use super::marks::MarkIndex;
+use super::source::{EngineCommand, Polled, Source, SourceMsg, TagInfo};
+use super::theme::{Theme, ThemeError, ThemeName};
+use super::views::{event_log, segment_map, stats, timeline};
+
+/// Playback speed bounds and default, in events per second.
+pub const MIN_SPEED: f64 = 1.0;
+pub const MAX_SPEED: f64 = 1_000_000.0;
+pub const DEFAULT_SPEED: f64 = 500.0;
+/// Messages taken from one source per drain, so a flood cannot stall a frame.
+const DRAIN_BUDGET: usize = 4096;
+/// Deepest map zoom (virtual cells per visible cell).
+const MAX_MAP_ZOOM: u32 = 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ColorMode {
+    #[default]
+    State,
+    Category,
+}
+
+/// How the second run's cursor follows the first in compare mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncMode {
+    /// Same fraction of each run's events.
+    #[default]
+    Fraction,
+    /// Same iteration, same fraction within it (fraction where absent).
+    Iteration,
+}
+
+#[derive(Debug, Clone)]
+pub struct TuiOptions {
+    pub theme: ThemeName,
+    /// `None`: from the `NO_COLOR` environment variable.
+    pub no_color: Option<bool>,
+    pub speed: f64,
+    pub start_paused: bool,
+    pub sync: SyncMode,
+    /// Longest wait for input before the loop looks at the sources again.
+    pub frame: Duration,
+}
+
+impl Default for TuiOptions {
+    fn default() -> Self {
+        TuiOptions {
+            theme: ThemeName::Dark,
+            no_color: None,
+            speed: DEFAULT_SPEED,
+            start_paused: false,
+            sync: SyncMode::Fraction,
+            frame: Duration::from_millis(25),
+        }
+    }
+}
+
+/// Data the views draw for one run, rebuilt by `App::prepare`.
+#[derive(Debug, Clone, Default)]
+pub struct RunFrame {
+    pub map: segment_map::MapFrame,
+    pub timeline: timeline::TimelineFrame,
+    pub stats: stats::StatsFrame,
+    pub log: event_log::LogFrame,
+    /// The latest narration at or before the cursor.
+    pub narration: Option<Arc<str>>,
+    /// The latest `Marker::Error` at or before the cursor.
+    pub error_marker: Option<Arc<str>>,
+    pub iteration: Option<u32>,
+    pub phase: Option<&'static str>,
+}
+
+/// One run: its source, everything received, and where the cursor is.
+pub struct RunView {
+    pub title: String,
+    source: Option<Source>,
+    can_restart: bool,
+    pub capacity: Option<u64>,
+    pub tags: Option<Arc<dyn TagInfo>>,
+    pub timeline: Timeline,
+    pub findings: Vec<Finding>,
+    pub stats: Option<MemoryStats>,
+    pub finished: bool,
+    pub failure: Option<String>,
+    /// OOM entries received (counted on arrival, for the stats panel).
+    pub ooms: usize,
+    /// Where the drawn marks are (kept as events arrive).
+    pub marks: MarkIndex,
+    /// Events applied: the map shows the state after `pos` events.
+    pub pos: usize,
+    /// The state after `map_pos` events; kept in step with `pos` by `sync_map`.
+    pub map: MemoryMap,
+    map_pos: usize,
+    /// Bumped whenever `map` changes: the key of the caches below.
+    pub map_gen: u64,
+    /// Map rows for `map_gen` (segments grouped by pool).
+    spans: (u64, Vec<segment_map::RowSpan>),
+    /// Stats for (`map_gen`, events received).
+    stats_key: Option<(u64, usize)>,
+    /// Timeline columns and their key (range, events, size, scale).
+    pub(crate) tl_cache: Option<timeline::ColumnCache>,
+    pub sel_block: Option<u64>,
+    pub sel_finding: Option<usize>,
+    /// Lines the event log is scrolled away from the cursor.
+    pub log_offset: isize,
+    pub map_zoom: u32,
+    pub map_scroll_x: usize,
+    pub map_scroll_y: usize,
+    pub tl_zoom: u32,
+    /// Event index the zoomed timeline is centred on.
+    pub tl_anchor: usize,
+    /// Category index per tag, so describing a tag happens once.
+    pub(crate) cat_cache: HashMap<Tag, Option<u8>>,
+    pub frame: RunFrame,
+}
+
+impl std::fmt::Debug for RunView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunView")
+            .field("title", &self.title)
+            .field("events", &self.timeline.len())
+            .field("pos", &self.pos)
+            .field("finished", &self.finished)
+            .field("failure", &self.failure)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RunView {
+    pub fn new(title: impl Into<String>, source: Source) -> RunView {
+        RunView {
+            title: title.into(),
+            can_restart: source.can_restart(),
+            capacity: source.capacity,
+            tags: source.tags.clone(),
+            source: Some(source),
+            timeline: Timeline::new(),
+            findings: Vec::new(),
+            stats: None,
+            finished: false,
+            failure: None,
+            ooms: 0,
+            marks: MarkIndex::default(),
+            pos: 0,
+            map: MemoryMap::default(),
+            map_pos: 0,
+            map_gen: 1,
+            spans: (0, Vec::new()),
+            stats_key: None,
+            tl_cache: None,
+            sel_block: None,
+            sel_finding: None,
+            log_offset: 0,
+            map_zoom: 1,
+            map_scroll_x: 0,
+            map_scroll_y: 0,
+            tl_zoom: 1,
+            tl_anchor: 0,
+            cat_cache: HashMap::new(),
+            frame: RunFrame::default(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.timeline.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.timeline.is_empty()
+    }
+
+    /// Whether the source may still send events.
+    pub fn is_live(&self) -> bool {
+        !self.finished && self.failure.is_none()
+    }
+
+    /// Index of the last applied event (the cursor event), if any.
+    pub fn cursor(&self) -> Option<usize> {
+        self.pos.checked_sub(1)
+    }
+
+    /// Take what the source has; true when anything arrived.
+    fn drain(&mut self) -> bool {
+        let mut changed = false;
+        for _ in 0..DRAIN_BUDGET {
+            let Some(src) = &self.source else { break };
+            match src.poll() {
+                Polled::Msg(m) => {
+                    self.receive(m);
+                    changed = true;
+                }
+                Polled::Empty => break,
+                Polled::Closed => {
+                    if self.is_live() {
+                        // A producer that vanishes without saying why is a
+                        // failure to show, not a reason to wait forever.
+                        self.failure =
+                            Some("the event source closed before the run finished".into());
+                    }
+                    if !self.can_restart {
+                        self.source = None;
+                    }
+                    changed = true;
+                    break;
+                }
+            }
+        }
+        changed
+    }
+
+    fn receive(&mut self, m: SourceMsg) {
+        match m {
+            SourceMsg::Start(map) => {
+                if self.timeline.is_empty() {
+                    self.timeline = Timeline::starting_from(*map);
+                    self.map = self.timeline.state_at(None);
+                    self.map_pos = 0;
+                    self.map_gen += 1;
+                }
+            }
+            SourceMsg::Events(events) => {
+                self.ooms += events
+                    .iter()
+                    .filter(|e| matches!(e, Event::Alloc(a) if a.action == AllocAction::Oom))
+                    .count();
+                self.timeline.extend(events);
+                self.marks.update(&self.timeline);
+            }
+            SourceMsg::Findings(f) => {
+                self.findings = f;
+                if self.sel_finding.is_some_and(|i| i >= self.findings.len()) {
+                    self.sel_finding = None;
+                }
+            }
+            SourceMsg::Stats(s) => self.stats = Some(*s),
+            SourceMsg::Restarted => self.reset(),
+            SourceMsg::Finished => self.finished = true,
+            SourceMsg::Failed(msg) => self.failure = Some(msg),
+        }
+    }
+
+    fn reset(&mut self) {
+        self.timeline = Timeline::new();
+        self.findings.clear();
+        self.stats = None;
+        self.finished = false;
+        self.failure = None;
+        self.ooms = 0;
+        self.marks = MarkIndex::default();
+        self.pos = 0;
+        self.map = MemoryMap::default();
+        self.map_pos = 0;
+        self.map_gen += 1;
+        self.tl_cache = None;
+        self.sel_block = None;
+        self.sel_finding = None;
+        self.cat_cache.clear();
+    }
+
+    /// Bring `map` to the state after `pos` events: forward by replaying the
+    /// events in between when that is no more work than a seek, otherwise
+    /// `Timeline::state_at` (nearest keyframe + replay, exact).
+    pub fn sync_map(&mut self) {
+        self.pos = self.pos.min(self.timeline.len());
+        if self.map_pos == self.pos {
+            return;
+        }
+        if self.pos > self.map_pos && self.pos - self.map_pos <= KEYFRAME_EVERY {
+            for e in &self.timeline.events()[self.map_pos..self.pos] {
+                if let Event::Alloc(a) = e {
+                    let _ = self.map.apply(a);
+                }
+            }
+        } else {
+            self.map = self.timeline.state_at(self.cursor());
+        }
+        self.map_pos = self.pos;
+        self.map_gen += 1;
+    }
+
+    /// Rows of the map at the cursor (cached per map state).
+    pub fn row_spans(&mut self) -> &[segment_map::RowSpan] {
+        if self.spans.0 != self.map_gen {
+            self.spans = (self.map_gen, segment_map::row_spans(&self.map));
+        }
+        &self.spans.1
+    }
+
+    /// Move the cursor so that event `index` is the last one applied.
+    pub fn seek_to_event(&mut self, index: usize) {
+        self.pos = (index + 1).min(self.timeline.len());
+    }
+
+    pub fn set_pos(&mut self, pos: usize) {
+        self.pos = pos.min(self.timeline.len());
+    }
+
+    fn step(&mut self, step: Step, dir: Dir) -> bool {
+        let before = self.pos;
+        let kind = match step {
+            Step::Event => {
+                self.pos = match dir {
+                    Dir::Fwd => (self.pos + 1).min(self.len()),
+                    Dir::Back => self.pos.saturating_sub(1),
+                };
+                return self.pos != before;
+            }
+            Step::Leak => return self.step_leak(dir),
+            // Iterations and phases step from begin to begin.
+            Step::Phase => {
+                let begins: Vec<usize> = self.marks.phase.iter().map(|x| x.0).collect();
+                return self.step_in(&begins, dir);
+            }
+            Step::Iteration => {
+                let begins: Vec<usize> = self.marks.iteration.iter().map(|x| x.0).collect();
+                return self.step_in(&begins, dir);
+            }
+            Step::Narration => {
+                let at = self.marks.narration.clone();
+                return self.step_in(&at, dir);
+            }
+            Step::Oom => {
+                // OOM entries and error markers are both "where it went wrong".
+                let mut at: Vec<usize> = self
+                    .marks
+                    .oom
+                    .iter()
+                    .chain(&self.marks.error)
+                    .copied()
+                    .collect();
+                at.sort_unstable();
+                return self.step_in(&at, dir);
+            }
+            Step::Op => MarkKind::Op,
+        };
+        let target = self.mark_from_cursor(kind, dir);
+        if let Some(i) = target {
+            self.seek_to_event(i);
+        }
+        self.pos != before
+    }
+
+    /// Move to the next/previous index of `sorted` relative to the cursor.
+    fn step_in(&mut self, sorted: &[usize], dir: Dir) -> bool {
+        let target = match (dir, self.cursor()) {
+            (Dir::Fwd, None) => sorted.first().copied(),
+            (Dir::Fwd, Some(c)) => sorted.get(sorted.partition_point(|i| *i <= c)).copied(),
+            (Dir::Back, None) => None,
+            (Dir::Back, Some(c)) => sorted[..sorted.partition_point(|i| *i < c)].last().copied(),
+        };
+        target.is_some_and(|i| {
+            self.seek_to_event(i);
+            true
+        })
+    }
+
+    fn mark_from_cursor(&self, kind: MarkKind, dir: Dir) -> Option<usize> {
+        match (dir, self.cursor()) {
+            (Dir::Fwd, None) => self
+                .timeline
+                .marks()
+                .iter()
+                .find(|(_, k)| *k == kind)
+                .map(|(i, _)| *i),
+            (Dir::Fwd, Some(c)) => self.timeline.next_mark(c, kind),
+            (Dir::Back, None) => None,
+            (Dir::Back, Some(c)) => self.timeline.prev_mark(c, kind),
+        }
+    }
+
+    /// The allocation of a block a finding holds (the selected finding, or any).
+    fn step_leak(&mut self, dir: Dir) -> bool {
+        let mut held: Vec<u64> = match self.sel_finding.and_then(|i| self.findings.get(i)) {
+            Some(f) => f.blocks.clone(),
+            None => self
+                .findings
+                .iter()
+                .flat_map(|f| f.blocks.iter().copied())
+                .collect(),
+        };
+        if held.is_empty() {
+            return false;
+        }
+        held.sort_unstable();
+        let is_held = |e: &Event| matches!(e, Event::Alloc(a) if a.action == AllocAction::Alloc && held.binary_search(&a.addr).is_ok());
+        let events = self.timeline.events();
+        let found = match dir {
+            Dir::Fwd => events
+                .iter()
+                .enumerate()
+                .skip(self.pos)
+                .find(|(_, e)| is_held(e))
+                .map(|(i, _)| i),
+            Dir::Back => events[..self.cursor().unwrap_or(0)]
+                .iter()
+                .rposition(is_held),
+        };
+        found.is_some_and(|i| {
+            self.seek_to_event(i);
+            true
+        })
+    }
+
+    /// The iteration around the cursor and how far into it, for syncing.
+    fn iteration_position(&self) -> Option<(u32, f64)> {
+        let c = self.cursor()?;
+        let events = self.timeline.events();
+        let begin = std::iter::once(c)
+            .chain(std::iter::successors(
+                self.timeline.prev_mark(c, MarkKind::Iteration),
+                |&i| self.timeline.prev_mark(i, MarkKind::Iteration),
+            ))
+            .find(|&i| {
+                matches!(
+                    events.get(i),
+                    Some(Event::Marker(Marker::IterationBegin(_)))
+                )
+            })?;
+        let Some(Event::Marker(Marker::IterationBegin(k))) = events.get(begin) else {
+            return None;
+        };
+        let end = self
+            .timeline
+            .next_mark(begin, MarkKind::Iteration)
+            .unwrap_or(events.len());
+        let span = (end - begin).max(1) as f64;
+        Some((*k, (c - begin) as f64 / span))
+    }
+
+    fn iteration_bounds(&self, k: u32) -> Option<(usize, usize)> {
+        let begin = self.marks.iteration_begin(k)?;
+        let end = self
+            .timeline
+            .next_mark(begin, MarkKind::Iteration)
+            .unwrap_or(self.timeline.len());
+        Some((begin, end))
+    }
+
+    fn describe_category(&mut self, tag: Tag) -> Option<u8> {
+        if tag == Tag::NONE {
+            return None;
+        }
+        let tags = self.tags.clone();
+        *self.cat_cache.entry(tag).or_insert_with(|| {
+            tags.and_then(|t| t.describe(tag))
+                .and_then(|d| d.category)
+                .and_then(|c| super::theme::category_index(&c))
+        })
+    }
+
+    /// Blocks to highlight: those of the selected finding.
+    pub fn highlighted(&self) -> Vec<u64> {
+        let mut v = self
+            .sel_finding
+            .and_then(|i| self.findings.get(i))
+            .map(|f| f.blocks.clone())
+            .unwrap_or_default();
+        v.sort_unstable();
+        v
+    }
+
+    /// Timeline view range `[from, to)` for the current zoom.
+    pub fn timeline_range(&self) -> (usize, usize) {
+        let len = self.timeline.len();
+        let zoom = self.tl_zoom.max(1) as usize;
+        if zoom == 1 || len == 0 {
+            return (0, len);
+        }
+        let span = len.div_ceil(zoom).max(16).min(len);
+        let start = self.tl_anchor.saturating_sub(span / 2).min(len - span);
+        (start, start + span)
+    }
+}
+
+/// What a mouse drag started on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Drag {
+    Timeline(usize),
+    Map { run: usize, x: u16, scroll: usize },
+}
+
+pub struct App {
+    pub runs: Vec<RunView>,
+    /// The run keys act on; the other one follows it (compare mode).
+    pub active: usize,
+    pub focus: Focus,
+    pub playing: bool,
+    pub speed: f64,
+    play_acc: f64,
+    pub color_mode: ColorMode,
+    pub theme_name: ThemeName,
+    pub theme: Theme,
+    pub show_help: bool,
+    pub quit: bool,
+    pub sync: SyncMode,
+    pub frame_wait: Duration,
+    /// The layout of the last `prepare`, for mouse hit-testing.
+    pub areas: Areas,
+    drag: Option<Drag>,
+}
+
+impl App {
+    pub fn new(sources: Vec<(String, Source)>, opts: &TuiOptions) -> Result<App, ThemeError> {
+        let no_color = opts
+            .no_color
+            .unwrap_or_else(super::theme::no_color_from_env);
+        let theme = Theme::builtin(opts.theme, no_color)?;
+        Ok(App {
+            runs: sources
+                .into_iter()
+                .map(|(t, s)| RunView::new(t, s))
+                .collect(),
+            active: 0,
+            focus: Focus::Map,
+            playing: !opts.start_paused,
+            speed: opts.speed.clamp(MIN_SPEED, MAX_SPEED),
+            play_acc: 0.0,
+            color_mode: ColorMode::State,
+            theme_name: opts.theme,
+            theme,
+            show_help: false,
+            quit: false,
+            sync: opts.sync,
+            frame_wait: opts.frame,
+            areas: Areas::default(),
+            drag: None,
+        })
+    }
+
+    pub fn active_run(&self) -> Option<&RunView> {
+        self.runs.get(self.active)
+    }
+
+    fn active_mut(&mut self) -> Option<&mut RunView> {
+        self.runs.get_mut(self.active)
+    }
+
+    /// Take everything pending from every source; true when anything changed.
+    pub fn drain_sources(&mut self) -> bool {
+        let mut changed = false;
+        for r in &mut self.runs {
+            changed |= r.drain();
+        }
+        changed
+    }
+
+    /// Advance playback by `dt`; true when the cursor moved.
+    pub fn on_tick(&mut self, dt: Duration) -> bool {
+        if !self.playing {
+            return false;
+        }
+        let Some(run) = self.runs.get(self.active) else {
+            return false;
+        };
+        let len = run.len();
+        if run.pos >= len {
+            // At the live edge: do not bank time, or the cursor would jump
+            // ahead when the next batch arrives.
+            self.play_acc = 0.0;
+            return false;
+        }
+        self.play_acc += self.speed * dt.as_secs_f64();
+        let steps = self.play_acc.floor();
+        if steps < 1.0 {
+            return false;
+        }
+        self.play_acc -= steps;
+        let pos = (run.pos as f64 + steps).min(len as f64) as usize;
+        self.set_active_pos(pos);
+        true
+    }
+
+    fn set_active_pos(&mut self, pos: usize) {
+        if let Some(r) = self.active_mut() {
+            r.set_pos(pos);
+        }
+        self.sync_others();
+    }
+
+    /// Put the other runs' cursors where the active one's is (compare mode).
+    fn sync_others(&mut self) {
+        let Some(lead) = self.runs.get(self.active) else {
+            return;
+        };
+        let frac = if lead.is_empty() {
+            0.0
+        } else {
+            lead.pos as f64 / lead.len() as f64
+        };
+        let iter = match self.sync {
+            SyncMode::Iteration => lead.iteration_position(),
+            SyncMode::Fraction => None,
+        };
+        let active = self.active;
+        for (i, r) in self.runs.iter_mut().enumerate() {
+            if i == active {
+                continue;
+            }
+            let by_iter = iter.and_then(|(k, f)| {
+                r.iteration_bounds(k)
+                    .map(|(b, e)| b + ((e - b) as f64 * f) as usize)
+            });
+            match by_iter {
+                Some(idx) => r.seek_to_event(idx),
+                None => r.set_pos((frac * r.len() as f64).round() as usize),
+            }
+        }
+    }
+
+    pub fn handle_key(&mut self, key: KeyEvent) -> bool {
+        match input::key_action(key, self.focus, self.show_help) {
+            Some(a) => self.apply(a),
+            None => false,
+        }
+    }
+
+    pub fn handle_mouse(&mut self, ev: MouseEvent) -> bool {
+        if self.areas.too_small || self.show_help {
+            return false;
+        }
+        let (x, y) = (ev.column, ev.row);
+        match ev.kind {
+            MouseEventKind::Down(MouseButton::Left) => self.click(x, y),
+            MouseEventKind::Drag(MouseButton::Left) => self.drag_to(x, y),
+            MouseEventKind::Up(_) => {
+                self.drag = None;
+                false
+            }
+            MouseEventKind::ScrollDown => self.scroll(x, y, 1),
+            MouseEventKind::ScrollUp => self.scroll(x, y, -1),
+            _ => false,
+        }
+    }
+
+    fn click(&mut self, x: u16, y: u16) -> bool {
+        for i in 0..self.areas.runs.len() {
+            let ra = self.areas.runs[i];
+            if layout::contains(ra.timeline, x, y) {
+                self.active = i;
+                self.focus = Focus::Timeline;
+                self.drag = Some(Drag::Timeline(i));
+                return self.seek_timeline_column(i, x);
+            }
+            if ra.map.is_some_and(|m| layout::contains(m, x, y)) {
+                self.active = i;
+                self.focus = Focus::Map;
+                let scroll = self.runs.get(i).map_or(0, |r| r.map_scroll_x);
+                self.drag = Some(Drag::Map { run: i, x, scroll });
+                if let Some(r) = self.runs.get_mut(i) {
+                    if let Some(addr) = r.frame.map.block_at_cell(x, y) {
+                        r.sel_block = Some(addr);
+                    }
+                }
+                return true;
+            }
+        }
+        if let Some(l) = self.areas.leaks.filter(|l| layout::contains(*l, x, y)) {
+            self.focus = Focus::Leaks;
+            let row = usize::from(y.saturating_sub(l.y + 1));
+            if let Some(r) = self.active_mut() {
+                if row < r.findings.len() {
+                    r.sel_finding = Some(row);
+                }
+            }
+            return true;
+        }
+        if self.areas.log.is_some_and(|l| layout::contains(l, x, y)) {
+            self.focus = Focus::Log;
+            return true;
+        }
+        if self.areas.stats.iter().any(|s| layout::contains(*s, x, y)) {
+            self.focus = Focus::Stats;
+            return true;
+        }
+        false
+    }
+
+    fn drag_to(&mut self, x: u16, _y: u16) -> bool {
+        match self.drag {
+            Some(Drag::Timeline(i)) => self.seek_timeline_column(i, x),
+            Some(Drag::Map { run, x: x0, scroll }) => {
+                let Some(r) = self.runs.get_mut(run) else {
+                    return false;
+                };
+                // Dragging right pulls the content right, like a map.
+                let delta = i64::from(x0) - i64::from(x);
+                r.map_scroll_x = (scroll as i64 + delta).max(0) as usize;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn seek_timeline_column(&mut self, run: usize, x: u16) -> bool {
+        let Some(r) = self.runs.get(run) else {
+            return false;
+        };
+        let Some(idx) = r.frame.timeline.event_at_x(x) else {
+            return false;
+        };
+        self.active = run;
+        self.playing = false;
+        self.set_active_pos(idx + 1);
+        true
+    }
+
+    fn scroll(&mut self, x: u16, y: u16, dir: i32) -> bool {
+        for i in 0..self.areas.runs.len() {
+            let ra = self.areas.runs[i];
+            if layout::contains(ra.timeline, x, y) {
+                self.active = i;
+                // Wheel on the timeline zooms around the mouse.
+                if let Some(idx) = self.runs[i].frame.timeline.event_at_x(x) {
+                    self.runs[i].tl_anchor = idx;
+                }
+                return self.zoom_timeline(i, dir < 0);
+            }
+            if ra.map.is_some_and(|m| layout::contains(m, x, y)) {
+                let r = &mut self.runs[i];
+                r.map_scroll_y = if dir > 0 {
+                    r.map_scroll_y + 3
+                } else {
+                    r.map_scroll_y.saturating_sub(3)
+                };
+                return true;
+            }
+        }
+        if self.areas.log.is_some_and(|l| layout::contains(l, x, y)) {
+            if let Some(r) = self.active_mut() {
+                r.log_offset += dir as isize * 3;
+            }
+            return true;
+        }
+        false
+    }
+
+    fn zoom_timeline(&mut self, run: usize, zoom_in: bool) -> bool {
+        let Some(r) = self.runs.get_mut(run) else {
+            return false;
+        };
+        let before = r.tl_zoom;
+        r.tl_zoom = if zoom_in {
+            (r.tl_zoom * 2).min(1 << 20)
+        } else {
+            (r.tl_zoom / 2).max(1)
+        };
+        if before == 1 && zoom_in && r.tl_anchor == 0 {
+            r.tl_anchor = r.pos;
+        }
+        r.tl_zoom != before
+    }
+
+    /// Apply one action; true when the screen must be redrawn.
+    pub fn apply(&mut self, a: Action) -> bool {
+        match a {
+            Action::Quit => self.quit = true,
+            Action::ToggleHelp => self.show_help = !self.show_help,
+            Action::Escape => {
+                if self.show_help {
+                    self.show_help = false;
+                } else if let Some(r) = self.active_mut() {
+                    r.sel_block = None;
+                    r.sel_finding = None;
+                }
+            }
+            Action::TogglePlay => {
+                self.playing = !self.playing;
+                self.play_acc = 0.0;
+                // Play at the end of a finished run starts it over.
+                if self.playing {
+                    if let Some(r) = self
+                        .active_run()
+                        .filter(|r| !r.is_live() && r.pos >= r.len())
+                    {
+                        let _ = r;
+                        self.set_active_pos(0);
+                    }
+                }
+            }
+            Action::Step(step, dir) => {
+                self.playing = false;
+                let moved = self.active_mut().is_some_and(|r| r.step(step, dir));
+                if moved {
+                    self.sync_others();
+                }
+                return moved;
+            }
+            Action::Start => {
+                self.playing = false;
+                self.set_active_pos(0);
+            }
+            Action::End => {
+                let len = self.active_run().map_or(0, RunView::len);
+                self.set_active_pos(len);
+            }
+            Action::Faster => self.speed = (self.speed * 2.0).min(MAX_SPEED),
+            Action::Slower => self.speed = (self.speed / 2.0).max(MIN_SPEED),
+            Action::ToggleColor => {
+                self.color_mode = match self.color_mode {
+                    ColorMode::State => ColorMode::Category,
+                    ColorMode::Category => ColorMode::State,
+                }
+            }
+            Action::CycleTheme => {
+                // Built-in themes are tested to parse; keep the current one if not.
+                let next = self.theme_name.next();
+                if let Ok(t) = Theme::builtin(next, self.theme.no_color) {
+                    self.theme = t;
+                    self.theme_name = next;
+                }
+            }
+            Action::FocusNext => self.focus = self.focus.next(),
+            Action::FocusPrev => self.focus = self.focus.prev(),
+            Action::Restart => self.restart(),
+            Action::ToggleSync => {
+                self.sync = match self.sync {
+                    SyncMode::Fraction => SyncMode::Iteration,
+                    SyncMode::Iteration => SyncMode::Fraction,
+                };
+                self.sync_others();
+            }
+            Action::SwitchRun => {
+                if !self.runs.is_empty() {
+                    self.active = (self.active + 1) % self.runs.len();
+                }
+            }
+            Action::Down => return self.select(1),
+            Action::Up => return self.select(-1),
+            Action::PageDown => return self.page(1),
+            Action::PageUp => return self.page(-1),
+            Action::Enter => return self.enter(),
+            Action::ZoomIn => return self.zoom(true),
+            Action::ZoomOut => return self.zoom(false),
+            Action::PanLeft => return self.pan(-1),
+            Action::PanRight => return self.pan(1),
+        }
+        true
+    }
+
+    fn restart(&mut self) {
+        self.play_acc = 0.0;
+        self.playing = true;
+        for r in &mut self.runs {
+            let sent = r
+                .source
+                .as_ref()
+                .is_some_and(|s| s.send(EngineCommand::Restart));
+            if !sent {
+                // Nothing to re-run: replay what we have from the start.
+                r.pos = 0;
+            }
+        }
+    }
+
+    fn select(&mut self, delta: isize) -> bool {
+        let focus = self.focus;
+        let Some(r) = self.active_mut() else {
+            return false;
+        };
+        // Keys act on the state at the cursor, which may have moved since the last frame.
+        r.sync_map();
+        match focus {
+            Focus::Map | Focus::Timeline | Focus::Stats => {
+                let spans = r.row_spans().to_vec();
+                let order = segment_map::block_order(&r.map, &spans);
+                if order.is_empty() {
+                    return false;
+                }
+                let cur = r.sel_block.and_then(|a| order.iter().position(|b| *b == a));
+                let next = match cur {
+                    Some(i) => (i as isize + delta).clamp(0, order.len() as isize - 1) as usize,
+                    None if delta > 0 => 0,
+                    None => order.len() - 1,
+                };
+                r.sel_block = Some(order[next]);
+            }
+            Focus::Leaks => {
+                if r.findings.is_empty() {
+                    return false;
+                }
+                let n = r.findings.len() as isize;
+                r.sel_finding = Some(match r.sel_finding {
+                    Some(i) => (i as isize + delta).clamp(0, n - 1) as usize,
+                    None => 0,
+                });
+            }
+            Focus::Log => r.log_offset += delta,
+        }
+        true
+    }
+
+    fn page(&mut self, delta: isize) -> bool {
+        let focus = self.focus;
+        let Some(r) = self.active_mut() else {
+            return false;
+        };
+        // Keys act on the state at the cursor, which may have moved since the last frame.
+        r.sync_map();
+        match focus {
+            Focus::Log => r.log_offset += delta * 10,
+            _ => {
+                // Next/previous segment's first block.
+                let order = segment_map::segment_order(r.row_spans());
+                if order.is_empty() {
+                    return false;
+                }
+                let cur = r
+                    .sel_block
+                    .and_then(|a| order.iter().position(|(s, size)| a >= *s && a < s + size));
+                let next = match cur {
+                    Some(i) => (i as isize + delta).clamp(0, order.len() as isize - 1) as usize,
+                    None => 0,
+                };
+                let (s, size) = order[next];
+                r.sel_block = r
+                    .map
+                    .blocks
+                    .range(s..s + size)
+                    .next()
+                    .map(|(a, _)| *a)
+                    .or(r.sel_block);
+            }
+        }
+        true
+    }
+
+    /// Enter: on the map, jump to the event that allocated the selected block;
+    /// on the leak panel, select (or deselect) the finding for highlighting.
+    fn enter(&mut self) -> bool {
+        let focus = self.focus;
+        let Some(r) = self.active_mut() else {
+            return false;
+        };
+        match focus {
+            Focus::Leaks => {
+                if r.findings.is_empty() {
+                    return false;
+                }
+                r.sel_finding = match r.sel_finding {
+                    Some(_) => None,
+                    None => Some(0),
+                };
+                true
+            }
+            _ => {
+                r.sync_map();
+                let Some(addr) = r.sel_block else {
+                    return false;
+                };
+                let upto = r.pos.min(r.len());
+                let found = r.timeline.events()[..upto]
+                    .iter()
+                    .rposition(|e| matches!(e, Event::Alloc(a) if a.action == AllocAction::Alloc && a.addr == addr));
+                match found {
+                    Some(i) => {
+                        self.playing = false;
+                        self.set_active_pos(i + 1);
+                        true
+                    }
+                    None => false,
+                }
+            }
+        }
+    }
+
+    fn zoom(&mut self, zoom_in: bool) -> bool {
+        let active = self.active;
+        match self.focus {
+            Focus::Timeline => {
+                if let Some(r) = self.runs.get_mut(active) {
+                    r.tl_anchor = r.pos;
+                }
+                self.zoom_timeline(active, zoom_in)
+            }
+            _ => {
+                let Some(r) = self.active_mut() else {
+                    return false;
+                };
+                let before = r.map_zoom;
+                r.map_zoom = if zoom_in {
+                    (r.map_zoom * 2).min(MAX_MAP_ZOOM)
+                } else {
+                    (r.map_zoom / 2).max(1)
+                };
+                // Keep the same part in view.
+                r.map_scroll_x = if zoom_in {
+                    r.map_scroll_x * 2
+                } else {
+                    r.map_scroll_x / 2
+                };
+                r.map_zoom != before
+            }
+        }
+    }
+
+    fn pan(&mut self, dir: isize) -> bool {
+        let focus = self.focus;
+        let Some(r) = self.active_mut() else {
+            return false;
+        };
+        match focus {
+            Focus::Timeline => {
+                let (a, b) = r.timeline_range();
+                let step = ((b - a) / 4).max(1);
+                r.tl_anchor = if dir > 0 {
+                    (r.tl_anchor.max(a + (b - a) / 2) + step).min(r.len())
+                } else {
+                    r.tl_anchor.min(a + (b - a) / 2).saturating_sub(step)
+                };
+            }
+            _ => {
+                let w = r.frame.map.bar_width.max(4);
+                r.map_scroll_x = if dir > 0 {
+                    r.map_scroll_x + w / 2
+                } else {
+                    r.map_scroll_x.saturating_sub(w / 2)
+                };
+            }
+        }
+        true
+    }
+
+    /// Build everything the views draw for a terminal of `size`. Called by
+    /// the loop after input and new events, before `draw`.
+    pub fn prepare(&mut self, size: Rect) {
+        for r in &mut self.runs {
+            r.sync_map();
+            prepare_markers(r);
+        }
+        let narr: Vec<bool> = self
+            .runs
+            .iter()
+            .map(|r| r.frame.narration.is_some() || r.frame.error_marker.is_some())
+            .collect();
+        self.areas = layout::compute(size, self.focus, &narr);
+        if self.areas.too_small {
+            return;
+        }
+        let mode = self.color_mode;
+        for (i, r) in self.runs.iter_mut().enumerate() {
+            let ra = self.areas.runs.get(i).copied().unwrap_or_default();
+            let highlighted = r.highlighted();
+            let cats = if mode == ColorMode::Category {
+                collect_categories(r)
+            } else {
+                HashMap::new()
+            };
+            r.frame.map = segment_map::prepare(r, ra.map, &highlighted, mode, &cats);
+            r.frame.timeline = timeline::prepare(r, ra.timeline);
+            let key = Some((r.map_gen, r.len()));
+            if r.stats_key != key {
+                r.frame.stats = stats::prepare(r);
+                r.stats_key = key;
+            }
+            let log_h = self.areas.log.map_or(0, |l| l.height.saturating_sub(2));
+            r.frame.log = event_log::prepare(r, log_h as usize);
+        }
+    }
+
+    /// Draw into `frame` (layout from the last `prepare`).
+    pub fn draw(&self, frame: &mut ratatui::Frame) {
+        super::views::draw(frame, self);
+    }
+}
+
+/// Narration, error marker, iteration and phase at the cursor, found by
+/// binary search in the per-kind mark index (`Timeline::prev_mark` walks
+/// back over every mark, which for a rare kind is the whole run).
+fn prepare_markers(r: &mut RunView) {
+    let events = r.timeline.events();
+    let upto = r.pos;
+    let last = |v: &[usize]| v[..v.partition_point(|i| *i < upto)].last().copied();
+    r.frame.narration = last(&r.marks.narration).and_then(|i| match events.get(i) {
+        Some(Event::Marker(Marker::Narration(t))) => Some(t.clone()),
+        _ => None,
+    });
+    r.frame.error_marker = last(&r.marks.error).and_then(|i| match events.get(i) {
+        Some(Event::Marker(Marker::Error(t))) => Some(t.clone()),
+        _ => None,
+    });
+    let it = &r.marks.iteration;
+    let iter = it[..it.partition_point(|x| x.0 < upto)].last().copied();
+    r.frame.iteration = iter.map(|x| x.1);
+    let ph = &r.marks.phase;
+    // A phase from an earlier iteration is over; show none until the next begins.
+    r.frame.phase = ph[..ph.partition_point(|x| x.0 < upto)]
+        .last()
+        .filter(|p| iter.is_none_or(|i| p.0 > i.0))
+        .map(|x| x.1.name());
+}
+
+/// Category per tag of the blocks in the map (described once per tag).
+fn collect_categories(r: &mut RunView) -> HashMap<Tag, Option<u8>> {
+    let tags: Vec<Tag> = r.map.blocks.values().map(|b| b.tag).collect();
+    tags.into_iter()
+        .map(|t| (t, r.describe_category(t)))
+        .collect()
+}

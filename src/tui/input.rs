@@ -1,0 +1,184 @@
+//! Keys to actions. One table ([`KEYS`]) is both the binding list the help
+//! overlay shows and the documentation, so they cannot drift apart.
+//!
+//! Scheme: lowercase moves forward, the same letter in uppercase moves back
+//! (`o`/`O` op, `p`/`P` phase, `i`/`I` iteration, `n`/`N` narration,
+//! `x`/`X` OOM or error, `f`/`F` leak); `l`/`h` and →/← step one event.
+
+use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+
+use super::layout::Focus;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dir {
+    Fwd,
+    Back,
+}
+
+/// What one step jumps over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Event,
+    Op,
+    Phase,
+    Iteration,
+    Narration,
+    /// An OOM entry or an error marker.
+    Oom,
+    /// The allocation of a block a leak finding holds.
+    Leak,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Quit,
+    ToggleHelp,
+    /// Close the help overlay, or clear the selection.
+    Escape,
+    TogglePlay,
+    Step(Step, Dir),
+    Start,
+    End,
+    Faster,
+    Slower,
+    ToggleColor,
+    CycleTheme,
+    FocusNext,
+    FocusPrev,
+    Restart,
+    ToggleSync,
+    SwitchRun,
+    Up,
+    Down,
+    PageUp,
+    PageDown,
+    Enter,
+    ZoomIn,
+    ZoomOut,
+    PanLeft,
+    PanRight,
+}
+
+/// Every binding, as the help overlay lists it.
+pub const KEYS: &[(&str, &str)] = &[
+    ("space", "play / pause (cursor advances at the speed shown)"),
+    ("+ = ]  /  - [", "faster / slower (events per second, x2)"),
+    ("l →  /  h ←", "step one event forward / back"),
+    ("o / O", "next / previous op"),
+    ("p / P", "next / previous phase"),
+    ("i / I", "next / previous iteration"),
+    ("n / N", "next / previous narration"),
+    ("x / X", "next / previous OOM or error"),
+    ("f / F", "next / previous allocation held by a leak finding"),
+    (
+        "g Home / G End",
+        "jump to start / end (end follows live events)",
+    ),
+    (
+        "j ↓ / k ↑",
+        "select next / previous (block, finding, log line)",
+    ),
+    ("PgDn / PgUp", "next / previous segment (map), page (log)"),
+    (
+        "Enter",
+        "map: go to the selected block's allocation; leaks: toggle highlight",
+    ),
+    ("z / Z", "zoom in / out (map or timeline, by focus)"),
+    ("> / <  (shift →/←)", "pan right / left"),
+    ("Tab / shift-Tab", "next / previous panel"),
+    ("c", "colour blocks by state / by category"),
+    ("t", "next theme (dark, light, high contrast)"),
+    ("w", "compare: switch which run the keys drive"),
+    ("s", "compare: sync by event fraction / by iteration"),
+    (
+        "r",
+        "restart the run (replay from start if it cannot rerun)",
+    ),
+    ("Esc", "close help / clear selection"),
+    ("?", "this help"),
+    ("q  ctrl-c", "quit"),
+    (
+        "mouse",
+        "click: select block / seek; drag: scrub / pan; wheel: scroll / zoom",
+    ),
+];
+
+/// The action for `key`, given the focused panel and whether help is open.
+pub fn key_action(key: KeyEvent, focus: Focus, help: bool) -> Option<Action> {
+    if key.kind == KeyEventKind::Release {
+        return None;
+    }
+    let shift = key.modifiers.contains(KeyModifiers::SHIFT);
+    if key.modifiers.contains(KeyModifiers::CONTROL) {
+        return matches!(key.code, KeyCode::Char('c')).then_some(Action::Quit);
+    }
+    if help {
+        // The overlay swallows keys except those that close it or quit.
+        return match key.code {
+            KeyCode::Char('?') | KeyCode::Esc => Some(Action::ToggleHelp),
+            KeyCode::Char('q') => Some(Action::Quit),
+            _ => None,
+        };
+    }
+    let fwd = |s| Some(Action::Step(s, Dir::Fwd));
+    let back = |s| Some(Action::Step(s, Dir::Back));
+    match key.code {
+        KeyCode::Char('q') => Some(Action::Quit),
+        KeyCode::Char('?') => Some(Action::ToggleHelp),
+        KeyCode::Esc => Some(Action::Escape),
+        KeyCode::Char(' ') => Some(Action::TogglePlay),
+        KeyCode::Char('+' | '=' | ']') => Some(Action::Faster),
+        KeyCode::Char('-' | '[') => Some(Action::Slower),
+        KeyCode::Right if shift => Some(Action::PanRight),
+        KeyCode::Left if shift => Some(Action::PanLeft),
+        KeyCode::Char('l') | KeyCode::Right => fwd(Step::Event),
+        KeyCode::Char('h') | KeyCode::Left => back(Step::Event),
+        KeyCode::Char('o') => fwd(Step::Op),
+        KeyCode::Char('O') => back(Step::Op),
+        KeyCode::Char('p') => fwd(Step::Phase),
+        KeyCode::Char('P') => back(Step::Phase),
+        KeyCode::Char('i') => fwd(Step::Iteration),
+        KeyCode::Char('I') => back(Step::Iteration),
+        KeyCode::Char('n') => fwd(Step::Narration),
+        KeyCode::Char('N') => back(Step::Narration),
+        KeyCode::Char('x') => fwd(Step::Oom),
+        KeyCode::Char('X') => back(Step::Oom),
+        KeyCode::Char('f') => fwd(Step::Leak),
+        KeyCode::Char('F') => back(Step::Leak),
+        KeyCode::Char('g') | KeyCode::Home => Some(Action::Start),
+        KeyCode::Char('G') | KeyCode::End => Some(Action::End),
+        KeyCode::Char('j') | KeyCode::Down => Some(Action::Down),
+        KeyCode::Char('k') | KeyCode::Up => Some(Action::Up),
+        KeyCode::PageDown => Some(Action::PageDown),
+        KeyCode::PageUp => Some(Action::PageUp),
+        KeyCode::Enter => Some(Action::Enter),
+        KeyCode::Char('z') => Some(Action::ZoomIn),
+        KeyCode::Char('Z') => Some(Action::ZoomOut),
+        KeyCode::Char('>') => Some(Action::PanRight),
+        KeyCode::Char('<') => Some(Action::PanLeft),
+        KeyCode::Tab => Some(Action::FocusNext),
+        KeyCode::BackTab => Some(Action::FocusPrev),
+        KeyCode::Char('c') => Some(Action::ToggleColor),
+        KeyCode::Char('t') => Some(Action::CycleTheme),
+        KeyCode::Char('w') => Some(Action::SwitchRun),
+        KeyCode::Char('s') => Some(Action::ToggleSync),
+        KeyCode::Char('r') => Some(Action::Restart),
+        _ => {
+            let _ = focus;
+            None
+        }
+    }
+}
+
+/// Short hints for the bottom bar, by focus.
+pub fn hints(focus: Focus) -> &'static str {
+    match focus {
+        Focus::Map => {
+            "j/k block  PgDn/PgUp segment  Enter alloc event  z/Z zoom  </> pan  c colour"
+        }
+        Focus::Timeline => "click/drag seek  z/Z zoom  </> pan  o/p/i step  x OOM  n narration",
+        Focus::Leaks => "j/k finding  Enter highlight  f/F allocation held",
+        Focus::Stats => "Tab next panel",
+        Focus::Log => "j/k scroll  PgDn/PgUp page",
+    }
+}

@@ -1,0 +1,227 @@
+//! Where each panel goes for a terminal size, a focus and one or two runs.
+//! A pure function of its inputs: drawing and mouse hit-testing use the same
+//! [`Areas`], so a click always lands on what was drawn.
+//!
+//! - wide single run (≥ 110×30): map and timeline on the left; stats, leaks
+//!   and event log on the right;
+//! - compact single run: the focused panel (map unless leaks/stats/log has
+//!   focus) above the timeline; the others are one Tab away;
+//! - compare: left/right halves with map + timeline each, and a shared row
+//!   below for both runs' stats (or the focused leaks/log of the active run).
+
+use ratatui::layout::{Constraint, Direction, Layout, Rect};
+
+/// Below this the UI says so instead of drawing a broken layout.
+pub const MIN_WIDTH: u16 = 60;
+pub const MIN_HEIGHT: u16 = 16;
+const WIDE_WIDTH: u16 = 110;
+const WIDE_HEIGHT: u16 = 30;
+/// Lines of a narration callout, borders included.
+pub const NARRATION_HEIGHT: u16 = 4;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Focus {
+    #[default]
+    Map,
+    Timeline,
+    Leaks,
+    Stats,
+    Log,
+}
+
+impl Focus {
+    pub const ORDER: [Focus; 5] = [
+        Focus::Map,
+        Focus::Timeline,
+        Focus::Leaks,
+        Focus::Stats,
+        Focus::Log,
+    ];
+
+    pub fn next(self) -> Focus {
+        let i = Focus::ORDER.iter().position(|f| *f == self).unwrap_or(0);
+        Focus::ORDER[(i + 1) % Focus::ORDER.len()]
+    }
+
+    pub fn prev(self) -> Focus {
+        let i = Focus::ORDER.iter().position(|f| *f == self).unwrap_or(0);
+        Focus::ORDER[(i + Focus::ORDER.len() - 1) % Focus::ORDER.len()]
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Focus::Map => "map",
+            Focus::Timeline => "timeline",
+            Focus::Leaks => "leaks",
+            Focus::Stats => "stats",
+            Focus::Log => "log",
+        }
+    }
+}
+
+/// One run's column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RunAreas {
+    pub map: Option<Rect>,
+    pub narration: Option<Rect>,
+    pub timeline: Rect,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Areas {
+    pub full: Rect,
+    pub too_small: bool,
+    pub status: Rect,
+    pub hints: Rect,
+    pub runs: Vec<RunAreas>,
+    /// Stats per run (empty where collapsed).
+    pub stats: Vec<Rect>,
+    /// Leak panel and event log of the active run, where shown.
+    pub leaks: Option<Rect>,
+    pub log: Option<Rect>,
+}
+
+/// The layout for `area`; `narration[i]` says whether run `i` has a callout to show.
+pub fn compute(area: Rect, focus: Focus, narration: &[bool]) -> Areas {
+    let mut a = Areas {
+        full: area,
+        ..Areas::default()
+    };
+    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+        a.too_small = true;
+        return a;
+    }
+    let [status, body, hints] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Min(1),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+    a.status = status;
+    a.hints = hints;
+    let runs = narration.len().max(1);
+    if runs >= 2 {
+        compare(&mut a, body, focus, narration);
+    } else if area.width >= WIDE_WIDTH && area.height >= WIDE_HEIGHT {
+        wide(&mut a, body, narration.first().copied().unwrap_or(false));
+    } else {
+        compact(
+            &mut a,
+            body,
+            focus,
+            narration.first().copied().unwrap_or(false),
+        );
+    }
+    a
+}
+
+/// Map (optional), narration (optional) and timeline stacked in `col`.
+fn column(col: Rect, with_map: bool, narration: bool, timeline_h: u16) -> RunAreas {
+    let narr_h = if narration { NARRATION_HEIGHT } else { 0 };
+    if !with_map {
+        let [n, t] = Layout::vertical([Constraint::Length(narr_h), Constraint::Min(3)]).areas(col);
+        return RunAreas {
+            map: None,
+            narration: narration.then_some(n),
+            timeline: t,
+        };
+    }
+    let [m, n, t] = Layout::vertical([
+        Constraint::Min(3),
+        Constraint::Length(narr_h),
+        Constraint::Length(timeline_h),
+    ])
+    .areas(col);
+    RunAreas {
+        map: Some(m),
+        narration: narration.then_some(n),
+        timeline: t,
+    }
+}
+
+fn wide(a: &mut Areas, body: Rect, narration: bool) {
+    let [left, right] =
+        Layout::horizontal([Constraint::Percentage(62), Constraint::Percentage(38)]).areas(body);
+    let tl_h = (body.height / 3).clamp(8, 14);
+    a.runs.push(column(left, true, narration, tl_h));
+    let log_h = (body.height * 35 / 100).max(6);
+    let [stats, leaks, log] = Layout::vertical([
+        Constraint::Length(11),
+        Constraint::Min(6),
+        Constraint::Length(log_h),
+    ])
+    .areas(right);
+    a.stats.push(stats);
+    a.leaks = Some(leaks);
+    a.log = Some(log);
+}
+
+fn compact(a: &mut Areas, body: Rect, focus: Focus, narration: bool) {
+    let tl_h = (body.height / 3).clamp(6, 10);
+    let narr_h = if narration { NARRATION_HEIGHT } else { 0 };
+    match focus {
+        Focus::Leaks | Focus::Stats | Focus::Log => {
+            let [main, rest] =
+                Layout::vertical([Constraint::Min(3), Constraint::Length(tl_h + narr_h)])
+                    .areas(body);
+            a.runs.push(column(rest, false, narration, tl_h));
+            match focus {
+                Focus::Leaks => a.leaks = Some(main),
+                Focus::Stats => a.stats.push(main),
+                _ => a.log = Some(main),
+            }
+        }
+        Focus::Map | Focus::Timeline => a.runs.push(column(body, true, narration, tl_h)),
+    }
+}
+
+fn compare(a: &mut Areas, body: Rect, focus: Focus, narration: &[bool]) {
+    let bottom_h = match focus {
+        Focus::Leaks | Focus::Log => body.height / 3,
+        Focus::Stats => 9.min(body.height / 2),
+        _ if body.height >= 28 => 9,
+        _ => 0,
+    };
+    let [top, bottom] =
+        Layout::vertical([Constraint::Min(6), Constraint::Length(bottom_h)]).areas(body);
+    let halves = Layout::default()
+        .direction(Direction::Horizontal)
+        .constraints([Constraint::Ratio(1, 2), Constraint::Ratio(1, 2)])
+        .split(top);
+    let tl_h = (top.height / 3).clamp(5, 10);
+    for (i, half) in halves.iter().enumerate() {
+        a.runs.push(column(
+            *half,
+            true,
+            narration.get(i).copied().unwrap_or(false),
+            tl_h,
+        ));
+    }
+    if bottom_h == 0 {
+        return;
+    }
+    match focus {
+        Focus::Leaks => a.leaks = Some(bottom),
+        Focus::Log => a.log = Some(bottom),
+        _ => {
+            let [l, r] = Layout::horizontal([Constraint::Ratio(1, 2), Constraint::Ratio(1, 2)])
+                .areas(bottom);
+            a.stats = vec![l, r];
+        }
+    }
+}
+
+/// Whether `(x, y)` is inside `r`.
+pub fn contains(r: Rect, x: u16, y: u16) -> bool {
+    x >= r.x && x < r.x.saturating_add(r.width) && y >= r.y && y < r.y.saturating_add(r.height)
+}
+
+/// The inside of a bordered panel.
+pub fn inner(r: Rect) -> Rect {
+    Rect {
+        x: r.x.saturating_add(1),
+        y: r.y.saturating_add(1),
+        width: r.width.saturating_sub(2),
+        height: r.height.saturating_sub(2),
+    }
+}

@@ -1,0 +1,29 @@
+//! The terminal UI (DESIGN.md `tui`): app state, input, layout, the views and
+//! themes. It draws what `trace`, `alloc` and `leak` computed and computes no
+//! memory facts itself.
+//!
+//! - `app`: the one state (runs, cursor, playback, selection) and `prepare`,
+//!   which builds the per-frame data the views draw;
+//! - `input`: keys → actions, and the key table the help overlay shows;
+//! - `source`: the channel a run arrives on, and tag attribution;
+//! - `import`: a PyTorch snapshot as a source; `demo`: a test/demo producer;
+//! - `layout`, `theme`, `marks`; `views/*`: one pure render function per panel;
+//! - `run`: terminal setup/restore, panic hook, the loop (`run_tui`).
+
+pub mod app;
+pub mod demo;
+pub mod import;
+pub mod input;
+pub mod layout;
+pub mod marks;
+pub mod run;
+pub mod source;
+pub mod theme;
+pub mod views;
+
+#[cfg(test)]
+mod tests;
+
+pub use app::{App, ColorMode, RunView, SyncMode, TuiOptions};
+pub use run::{run_app, run_tui};
+pub use source::{EngineCommand, Source, SourceMsg, TagDescription, TagInfo};

@@ -1,0 +1,145 @@
+//! Where a run's events come from. The UI only ever drains a channel without
+//! blocking (DESIGN.md "The engine runs on its own thread"): a live engine, a
+//! test producer and an imported snapshot all look the same from here, the
+//! last one simply delivering everything at once.
+
+use std::sync::Arc;
+
+use crate::alloc::{MemoryStats, Tag};
+use crate::leak::Finding;
+use crate::trace::{Event, MemoryMap};
+
+/// What the attribution behind a [`Tag`] says, as far as it is known.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TagDescription {
+    /// parameter, gradient, optimizer_state, activation, autograd_saved,
+    /// temporary, input, workspace, amp_cache; selects the category colour.
+    pub category: Option<String>,
+    pub op: Option<String>,
+    pub module: Option<String>,
+    pub iteration: Option<u32>,
+    /// Innermost first, one line each (`file:line name`).
+    pub frames: Vec<String>,
+}
+
+/// Resolves tags to their attribution. The engine owns the table (it grows
+/// while the run goes on), so implementations synchronise internally.
+pub trait TagInfo: Send + Sync {
+    fn describe(&self, tag: Tag) -> Option<TagDescription>;
+}
+
+/// One message from a run to the UI.
+#[derive(Debug, Clone)]
+pub enum SourceMsg {
+    /// The state before the first event, for traces that start mid-run (an
+    /// open snapshot trace, a state-only snapshot). Only meaningful first.
+    Start(Box<MemoryMap>),
+    Events(Vec<Event>),
+    /// The detector's current findings: replaces the previous list.
+    Findings(Vec<Finding>),
+    /// `memory_stats()` of the run's allocator (boxed: it is large).
+    Stats(Box<MemoryStats>),
+    /// The producer started over after [`EngineCommand::Restart`]: forget
+    /// everything received so far.
+    Restarted,
+    Finished,
+    Failed(String),
+}
+
+/// Control going back to a live producer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineCommand {
+    Restart,
+}
+
+/// A run as the UI sees it: a receiving end, an optional command channel, and
+/// what is known up front about the device and the tags.
+pub struct Source {
+    rx: flume::Receiver<SourceMsg>,
+    cmd: Option<flume::Sender<EngineCommand>>,
+    /// `totalGlobalMem` of the device, when known (drawn as the capacity line).
+    pub capacity: Option<u64>,
+    pub tags: Option<Arc<dyn TagInfo>>,
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Source")
+            .field("pending", &self.rx.len())
+            .field("has_cmd", &self.cmd.is_some())
+            .field("capacity", &self.capacity)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Result of one non-blocking look at the channel.
+#[derive(Debug)]
+pub enum Polled {
+    Msg(SourceMsg),
+    Empty,
+    /// The producer went away (it finished, or its thread died).
+    Closed,
+}
+
+impl Source {
+    pub fn new(
+        rx: flume::Receiver<SourceMsg>,
+        cmd: Option<flume::Sender<EngineCommand>>,
+    ) -> Source {
+        Source {
+            rx,
+            cmd,
+            capacity: None,
+            tags: None,
+        }
+    }
+
+    pub fn with_capacity(mut self, bytes: u64) -> Source {
+        self.capacity = Some(bytes);
+        self
+    }
+
+    pub fn with_tags(mut self, tags: Arc<dyn TagInfo>) -> Source {
+        self.tags = Some(tags);
+        self
+    }
+
+    /// A run whose events are all known: a pre-built timeline's events and
+    /// findings, delivered at once and finished.
+    pub fn from_events(events: Vec<Event>, findings: Vec<Finding>) -> Source {
+        let (tx, rx) = flume::unbounded();
+        // The receiver is alive, so these sends cannot fail.
+        let _ = tx.send(SourceMsg::Events(events));
+        if !findings.is_empty() {
+            let _ = tx.send(SourceMsg::Findings(findings));
+        }
+        let _ = tx.send(SourceMsg::Finished);
+        Source::new(rx, None)
+    }
+
+    /// A source from already-queued messages (tests, importers).
+    pub fn from_messages(msgs: impl IntoIterator<Item = SourceMsg>) -> Source {
+        let (tx, rx) = flume::unbounded();
+        for m in msgs {
+            let _ = tx.send(m);
+        }
+        Source::new(rx, None)
+    }
+
+    pub fn poll(&self) -> Polled {
+        match self.rx.try_recv() {
+            Ok(m) => Polled::Msg(m),
+            Err(flume::TryRecvError::Empty) => Polled::Empty,
+            Err(flume::TryRecvError::Disconnected) => Polled::Closed,
+        }
+    }
+
+    pub fn can_restart(&self) -> bool {
+        self.cmd.is_some()
+    }
+
+    /// Send a command; false when there is no command channel or the producer is gone.
+    pub fn send(&self, cmd: EngineCommand) -> bool {
+        self.cmd.as_ref().is_some_and(|tx| tx.send(cmd).is_ok())
+    }
+}

@@ -1,0 +1,8 @@
+//! Tests of the terminal UI: every view on `TestBackend`, scripted sessions,
+//! snapshot import, themes, and the real binary in tmux.
+
+mod helpers;
+mod import;
+mod session;
+mod theme;
+mod views;

@@ -1,0 +1,305 @@
+//! Scripted sessions: playback, stepping both ways, selection, mouse,
+//! compare mode, and the real loop on `TestBackend`.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crossterm::event::{
+    Event as CEvent, KeyCode, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
+};
+use crate::trace::{Event, Marker};
+
+use super::helpers::*;
+use crate::tui::app::SyncMode;
+use crate::tui::demo::{self, DemoConfig};
+use crate::tui::run::{run_app, InputSource};
+
+#[test]
+fn play_advances_at_speed_and_pauses() {
+    let mut app = leaky_app();
+    assert_eq!(app.runs[0].pos, 0);
+    keys(&mut app, " ");
+    assert!(app.playing);
+    app.on_tick(Duration::from_millis(100));
+    assert_eq!(app.runs[0].pos, 50, "500 ev/s for 0.1 s");
+    keys(&mut app, "+");
+    app.on_tick(Duration::from_millis(100));
+    assert_eq!(app.runs[0].pos, 150, "1000 ev/s");
+    keys(&mut app, " ");
+    app.on_tick(Duration::from_secs(1));
+    assert_eq!(app.runs[0].pos, 150, "paused");
+    let s = screen(&mut app, 120, 40);
+    assert!(s.contains("paused 1000 ev/s"), "{s}");
+}
+
+#[test]
+fn play_stops_at_the_end() {
+    let mut app = leaky_app();
+    keys(&mut app, " ");
+    for _ in 0..100 {
+        app.on_tick(Duration::from_secs(10));
+    }
+    assert_eq!(app.runs[0].pos, app.runs[0].len());
+}
+
+#[test]
+fn stepping_back_matches_a_fresh_replay() {
+    let mut app = leaky_app();
+    keys(&mut app, "G");
+    screen(&mut app, 120, 40);
+    let len = app.runs[0].len();
+    for k in ["h", "I", "P", "O", "h"] {
+        keys(&mut app, k);
+        screen(&mut app, 120, 40);
+        let r = &app.runs[0];
+        assert!(r.pos < len);
+        assert_eq!(r.map, r.timeline.state_at(r.cursor()), "after {k}");
+    }
+    keys(&mut app, "g");
+    screen(&mut app, 120, 40);
+    assert_eq!(app.runs[0].pos, 0);
+    assert!(app.runs[0].map.segments.is_empty());
+}
+
+#[test]
+fn step_forward_kinds_land_on_marks() {
+    let mut app = leaky_app();
+    keys(&mut app, "i");
+    let r = &app.runs[0];
+    let c = r.cursor().expect("moved");
+    assert!(matches!(
+        r.timeline.events()[c],
+        Event::Marker(Marker::IterationBegin(0))
+    ));
+    keys(&mut app, "p");
+    let r = &app.runs[0];
+    assert!(matches!(
+        r.timeline.events()[r.cursor().unwrap_or(0)],
+        Event::Marker(Marker::PhaseBegin(_) | Marker::PhaseEnd(_))
+    ));
+    keys(&mut app, "o");
+    let r = &app.runs[0];
+    assert!(matches!(
+        r.timeline.events()[r.cursor().unwrap_or(0)],
+        Event::Marker(Marker::OpBegin { .. })
+    ));
+    let before = app.runs[0].cursor();
+    keys(&mut app, "l");
+    assert_eq!(app.runs[0].cursor(), before.map(|b| b + 1));
+    assert!(c < app.runs[0].cursor().unwrap_or(0));
+    keys(&mut app, "x");
+    let r = &app.runs[0];
+    let at = &r.timeline.events()[r.cursor().unwrap_or(0)];
+    assert!(
+        matches!(at, Event::Alloc(a) if a.action == crate::alloc::Action::Oom)
+            || matches!(at, Event::Marker(Marker::Error(_))),
+        "{at:?}"
+    );
+}
+
+#[test]
+fn leak_jump_goes_to_a_held_allocation() {
+    let mut app = leaky_app();
+    keys(&mut app, "f");
+    let r = &app.runs[0];
+    let Event::Alloc(a) = &r.timeline.events()[r.cursor().unwrap_or(0)] else {
+        panic!("not an alloc")
+    };
+    assert!(r.findings[0].blocks.contains(&a.addr));
+}
+
+#[test]
+fn select_block_then_enter_jumps_to_its_allocation() {
+    let mut app = leaky_app();
+    keys(&mut app, "iiij");
+    screen(&mut app, 120, 40);
+    let sel = app.runs[0].sel_block.expect("selected");
+    app.handle_key(code(KeyCode::Enter));
+    let r = &app.runs[0];
+    let Event::Alloc(a) = &r.timeline.events()[r.cursor().unwrap_or(0)] else {
+        panic!("not an alloc")
+    };
+    assert_eq!(a.addr, sel);
+    app.handle_key(code(KeyCode::PageDown));
+    assert!(app.runs[0].sel_block.is_some());
+}
+
+#[test]
+fn mouse_click_selects_and_seeks() {
+    let mut app = leaky_app();
+    keys(&mut app, "G");
+    screen(&mut app, 140, 44);
+    // Click in the first segment row of the map.
+    let m = app.runs[0].frame.map.clone();
+    let y = m.rows_y + 1;
+    let x = m.bar_x + 2;
+    app.handle_mouse(MouseEvent {
+        kind: MouseEventKind::Down(MouseButton::Left),
+        column: x,
+        row: y,
+        modifiers: KeyModifiers::NONE,
+    });
+    assert!(app.runs[0].sel_block.is_some(), "click selects a block");
+    // Click in the middle of the timeline.
+    let t = app.areas.runs[0].timeline;
+    let len = app.runs[0].len();
+    app.handle_mouse(MouseEvent {
+        kind: MouseEventKind::Down(MouseButton::Left),
+        column: t.x + t.width / 2,
+        row: t.y + 2,
+        modifiers: KeyModifiers::NONE,
+    });
+    let pos = app.runs[0].pos;
+    assert!(
+        pos > len / 3 && pos < len * 2 / 3,
+        "seeked to {pos} of {len}"
+    );
+    app.handle_mouse(MouseEvent {
+        kind: MouseEventKind::Drag(MouseButton::Left),
+        column: t.x + 2,
+        row: t.y + 2,
+        modifiers: KeyModifiers::NONE,
+    });
+    assert!(app.runs[0].pos < len / 10, "drag scrubs");
+    app.handle_mouse(MouseEvent {
+        kind: MouseEventKind::ScrollUp,
+        column: t.x + 5,
+        row: t.y + 2,
+        modifiers: KeyModifiers::NONE,
+    });
+    assert_eq!(app.runs[0].tl_zoom, 2, "wheel zooms the timeline");
+    screen(&mut app, 140, 44);
+}
+
+#[test]
+fn zoom_and_pan_map() {
+    let mut app = leaky_app();
+    keys(&mut app, "iiizz>");
+    screen(&mut app, 120, 40);
+    assert_eq!(app.runs[0].map_zoom, 4);
+    assert!(app.runs[0].map_scroll_x > 0);
+    let s = screen(&mut app, 120, 40);
+    assert!(s.contains("zoom ×4"));
+}
+
+#[test]
+fn compare_two_runs_synchronised() {
+    let mut app = app_with(
+        vec![
+            ("leaky".into(), demo_source(small_leaky())),
+            ("fixed".into(), demo_source(small_fixed())),
+        ],
+        &opts(),
+    );
+    keys(&mut app, "iiii");
+    let s = screen(&mut app, 160, 44);
+    assert!(
+        s.contains("Memory map · leaky") && s.contains("Memory map · fixed"),
+        "{s}"
+    );
+    assert!(
+        s.contains("Stats · leaky") && s.contains("Stats · fixed"),
+        "{s}"
+    );
+    let (a, b) = (&app.runs[0], &app.runs[1]);
+    let fa = a.pos as f64 / a.len() as f64;
+    let fb = b.pos as f64 / b.len() as f64;
+    assert!((fa - fb).abs() < 0.01, "fraction sync {fa} {fb}");
+    keys(&mut app, "s");
+    assert_eq!(app.sync, SyncMode::Iteration);
+    keys(&mut app, "i");
+    screen(&mut app, 160, 44);
+    // Both cursors sit at the start of the same iteration.
+    assert_eq!(app.runs[0].frame.iteration, app.runs[1].frame.iteration);
+    assert_eq!(app.runs[0].frame.iteration, Some(4));
+    insta::assert_snapshot!("compare_160x44", screen(&mut app, 160, 44));
+    keys(&mut app, "w");
+    assert_eq!(app.active, 1);
+    let s = screen(&mut app, 80, 24);
+    assert!(
+        s.contains("Memory map · leaky") && s.contains("Memory map · fixed"),
+        "compare at 80x24\n{s}"
+    );
+}
+
+/// Keys from a script; quits when it runs out.
+struct Script(VecDeque<CEvent>);
+
+impl InputSource for Script {
+    fn next(&mut self, timeout: Duration) -> anyhow::Result<Option<CEvent>> {
+        // One event per frame, so every step is drawn.
+        if timeout.is_zero() {
+            return Ok(None);
+        }
+        Ok(Some(self.0.pop_front().unwrap_or(CEvent::Key(key('q')))))
+    }
+}
+
+#[test]
+fn real_loop_on_test_backend() {
+    let mut app = leaky_app();
+    let mut term = terminal(120, 40);
+    let script = "iiij?"
+        .chars()
+        .map(|c| CEvent::Key(key(c)))
+        .chain([CEvent::Resize(100, 30)]);
+    run_app(&mut term, &mut app, &mut Script(script.collect())).expect("loop runs");
+    assert!(app.quit);
+    let s = text(term.backend().buffer());
+    assert!(s.contains(" Keys "), "help open at the last frame\n{s}");
+}
+
+#[test]
+fn live_demo_thread_and_restart() {
+    let cfg = DemoConfig {
+        iterations: 3,
+        ..small_fixed()
+    };
+    let src = demo::spawn(cfg);
+    let mut app = app_with(vec![("live".into(), src)], &opts());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !app.runs[0].finished && std::time::Instant::now() < deadline {
+        app.drain_sources();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(app.runs[0].finished);
+    let n = app.runs[0].len();
+    assert!(n > 100);
+    keys(&mut app, "G");
+    assert_eq!(app.runs[0].pos, n);
+    keys(&mut app, "r");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    app.runs[0].finished = false;
+    while !app.runs[0].finished && std::time::Instant::now() < deadline {
+        app.drain_sources();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // `Restarted` cleared the run: the cursor went back to the start.
+    assert!(app.runs[0].finished);
+    assert_eq!(app.runs[0].pos, 0);
+    assert_eq!(app.runs[0].len(), n, "same deterministic run again");
+}
+
+#[test]
+fn follows_live_events_at_the_end() {
+    let (tx, rx) = flume::unbounded();
+    let mut app = app_with(
+        vec![("live".into(), crate::tui::source::Source::new(rx, None))],
+        &opts(),
+    );
+    keys(&mut app, " ");
+    let (events, _) = demo::generate(small_fixed());
+    let (a, b) = events.split_at(200);
+    tx.send(crate::tui::source::SourceMsg::Events(a.to_vec()))
+        .expect("send");
+    app.drain_sources();
+    app.on_tick(Duration::from_secs(10));
+    assert_eq!(app.runs[0].pos, 200);
+    tx.send(crate::tui::source::SourceMsg::Events(b[..100].to_vec()))
+        .expect("send");
+    app.drain_sources();
+    app.on_tick(Duration::from_secs(1));
+    assert_eq!(app.runs[0].pos, 300, "cursor follows new events");
+    let s = screen(&mut app, 120, 40);
+    assert!(s.contains("LIVE"), "{s}");
+}

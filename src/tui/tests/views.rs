@@ -1,0 +1,254 @@
+//! Each view drawn on `TestBackend`.
+
+use crossterm::event::KeyCode;
+use ratatui::style::Color;
+
+use super::helpers::*;
+use crate::tui::source::{Source, SourceMsg};
+
+#[test]
+fn full_screen_shows_every_panel() {
+    let mut app = leaky_app();
+    keys(&mut app, "G");
+    let s = screen(&mut app, 140, 44);
+    for want in [
+        "Memory map",
+        "Timeline",
+        "Stats",
+        "Leaks",
+        "Events",
+        "large pool",
+        "history",
+        "stored_tensors",
+    ] {
+        assert!(s.contains(want), "missing {want:?} in\n{s}");
+    }
+    insta::assert_snapshot!("full_140x44_end", s);
+}
+
+#[test]
+fn map_shows_selected_block_detail() {
+    let mut app = leaky_app();
+    keys(&mut app, "ijj");
+    let s = screen(&mut app, 140, 44);
+    assert!(s.contains("block 0xADDR"), "{s}");
+    assert!(s.contains("requested"), "{s}");
+    assert!(s.contains("segment 0xADDR"), "{s}");
+    assert!(
+        s.contains("op init_parameters"),
+        "tag description shown:\n{s}"
+    );
+}
+
+#[test]
+fn map_selected_block_is_reversed() {
+    let mut app = leaky_app();
+    keys(&mut app, "ij");
+    let mut t = terminal(140, 44);
+    let buf = draw(&mut app, &mut t);
+    let reversed = buf
+        .content()
+        .iter()
+        .filter(|c| c.modifier.contains(ratatui::style::Modifier::REVERSED))
+        .count();
+    assert!(reversed > 0);
+}
+
+#[test]
+fn timeline_marks_cursor_iterations_and_oom() {
+    let mut app = leaky_app();
+    keys(&mut app, "G");
+    let s = screen(&mut app, 140, 44);
+    assert!(s.contains('▲'), "cursor\n{s}");
+    assert!(s.contains('|'), "iteration marks\n{s}");
+    assert!(s.contains("cap 512.00 MiB"), "{s}");
+    // The OOM is the last event, under the cursor: it is in the column data.
+    let marks = &app.runs[0].frame.timeline.marks;
+    assert!(
+        marks.contains(&Some(crate::tui::marks::Glyph::Oom)),
+        "OOM mark"
+    );
+    // Zoomed in around the cursor it gets a column of its own.
+    keys(&mut app, "hhhhhhhhhh");
+    app.focus = crate::tui::layout::Focus::Timeline;
+    keys(&mut app, "zzzz");
+    let s = screen(&mut app, 140, 44);
+    assert!(s.contains('X'), "OOM mark drawn\n{s}");
+}
+
+#[test]
+fn leak_panel_selection_shows_path_fix_and_highlights() {
+    let mut app = leaky_app();
+    keys(&mut app, "G");
+    app.handle_key(code(KeyCode::Tab));
+    app.handle_key(code(KeyCode::Tab));
+    keys(&mut app, "j");
+    let s = screen(&mut app, 140, 44);
+    assert!(s.contains("path: history (list)"), "{s}");
+    assert!(s.contains("fix:"), "{s}");
+    assert!(s.contains("synthetic"), "{s}");
+    assert!(
+        s.contains(crate::tui::views::segment_map::HIGHLIGHT_GLYPH),
+        "highlighted blocks\n{s}"
+    );
+}
+
+#[test]
+fn stats_panel_numbers() {
+    let mut app = leaky_app();
+    keys(&mut app, "iii");
+    let s = screen(&mut app, 140, 44);
+    for want in [
+        "allocated",
+        "reserved",
+        "inactive split",
+        "cached free",
+        "largest free",
+        "retries / OOMs",
+    ] {
+        assert!(s.contains(want), "missing {want}\n{s}");
+    }
+}
+
+#[test]
+fn event_log_marks_cursor_line() {
+    let mut app = leaky_app();
+    keys(&mut app, "o");
+    let s = screen(&mut app, 140, 44);
+    assert!(s.contains("▶"), "{s}");
+    assert!(s.contains("op init_parameters (model)"), "{s}");
+}
+
+#[test]
+fn narration_callout_follows_cursor() {
+    let mut app = leaky_app();
+    keys(&mut app, "n");
+    let s = screen(&mut app, 140, 44);
+    assert!(s.contains("narration"), "{s}");
+    assert!(s.contains("Parameters are allocated once"), "{s}");
+    keys(&mut app, "n");
+    let s = screen(&mut app, 140, 44);
+    assert!(s.contains("Adam's exp_avg"), "{s}");
+}
+
+#[test]
+fn help_overlay_lists_every_key() {
+    let mut app = leaky_app();
+    keys(&mut app, "?");
+    let s = screen(&mut app, 140, 44);
+    assert!(s.contains(" Keys "));
+    for (k, _) in crate::tui::input::KEYS {
+        assert!(s.contains(k), "help lacks {k}\n{s}");
+    }
+    insta::assert_snapshot!("help_140x44", s);
+    app.handle_key(code(KeyCode::Esc));
+    assert!(!screen(&mut app, 140, 44).contains(" Keys "));
+}
+
+#[test]
+fn too_small_is_said_plainly() {
+    let mut app = leaky_app();
+    let s = screen(&mut app, 40, 10);
+    assert!(s.contains("Terminal too small"), "{s}");
+    assert!(s.contains("40×10"), "{s}");
+    insta::assert_snapshot!("too_small_40x10", s);
+}
+
+#[test]
+fn failure_is_drawn_not_crashed() {
+    let src = Source::from_messages([SourceMsg::Failed("engine crashed: boom".into())]);
+    let mut app = app_with(vec![("broken".into(), src)], &opts());
+    let s = screen(&mut app, 120, 40);
+    assert!(s.contains("broken failed"), "{s}");
+    assert!(s.contains("engine crashed: boom"), "{s}");
+}
+
+#[test]
+fn vanished_source_is_a_failure() {
+    let (tx, rx) = flume::unbounded();
+    drop(tx);
+    let mut app = app_with(vec![("gone".into(), Source::new(rx, None))], &opts());
+    let s = screen(&mut app, 120, 40);
+    assert!(s.contains("closed before the run finished"), "{s}");
+}
+
+#[test]
+fn error_marker_shown_as_callout() {
+    let mut app = leaky_app();
+    keys(&mut app, "G");
+    let s = screen(&mut app, 140, 44);
+    assert!(s.contains(" error "), "{s}");
+    assert!(s.contains("out of memory"), "{s}");
+}
+
+#[test]
+fn no_color_has_no_colour_and_keeps_glyphs() {
+    let mut o = opts();
+    o.no_color = Some(true);
+    let mut app = app_with(vec![("leaky".into(), demo_source(small_leaky()))], &o);
+    keys(&mut app, "iiij");
+    let mut t = terminal(140, 44);
+    let buf = draw(&mut app, &mut t);
+    for c in buf.content() {
+        assert_eq!(
+            (c.fg, c.bg),
+            (Color::Reset, Color::Reset),
+            "coloured cell {c:?}"
+        );
+    }
+    let s = text(&buf);
+    assert!(
+        s.contains('█') && s.contains('·'),
+        "states differ by glyph\n{s}"
+    );
+    keys(&mut app, "c");
+    let buf = draw(&mut app, &mut t);
+    assert!(buf
+        .content()
+        .iter()
+        .all(|c| c.fg == Color::Reset && c.bg == Color::Reset));
+}
+
+#[test]
+fn category_mode_uses_category_colours() {
+    let mut app = leaky_app();
+    keys(&mut app, "iiic");
+    let mut t = terminal(140, 44);
+    let buf = draw(&mut app, &mut t);
+    let s = text(&buf);
+    assert!(s.contains("by category"), "{s}");
+    assert!(s.contains("optimizer_state"), "legend\n{s}");
+    let param = app.theme.palette.categories[0];
+    assert!(
+        buf.content()
+            .iter()
+            .any(|c| c.fg == param && c.symbol() == "█"),
+        "parameter-coloured blocks"
+    );
+}
+
+#[test]
+fn compact_layout_at_80x24() {
+    let mut app = leaky_app();
+    keys(&mut app, "iii");
+    let s = screen(&mut app, 80, 24);
+    assert!(s.contains("Memory map") && s.contains("Timeline"), "{s}");
+    assert!(!s.contains(" Stats "), "stats collapsed at 80x24\n{s}");
+    app.handle_key(code(KeyCode::Tab));
+    app.handle_key(code(KeyCode::Tab));
+    let s = screen(&mut app, 80, 24);
+    assert!(s.contains(" Leaks "), "leaks behind Tab\n{s}");
+    insta::assert_snapshot!("compact_80x24_leaks", s);
+}
+
+#[test]
+fn themes_render() {
+    for name in crate::tui::theme::ThemeName::ALL {
+        let mut o = opts();
+        o.theme = name;
+        let mut app = app_with(vec![("leaky".into(), demo_source(small_leaky()))], &o);
+        keys(&mut app, "ii");
+        let s = screen(&mut app, 120, 40);
+        assert!(s.contains("Memory map"));
+    }
+}

@@ -1,0 +1,153 @@
+//! The events around the cursor, one line each.
+
+use ratatui::layout::Rect;
+use ratatui::style::Modifier;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Paragraph};
+use ratatui::Frame;
+use crate::alloc::{format_size, Action, AllocEvent};
+use crate::trace::{Event, Marker};
+
+use crate::tui::app::{App, RunView};
+use crate::tui::layout::Focus;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogKind {
+    Alloc,
+    Free,
+    Segment,
+    Oom,
+    Marker,
+    Narration,
+    Error,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogLine {
+    pub index: usize,
+    pub text: String,
+    pub kind: LogKind,
+    pub cursor: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogFrame {
+    pub lines: Vec<LogLine>,
+}
+
+pub fn prepare(r: &RunView, height: usize) -> LogFrame {
+    if height == 0 || r.is_empty() {
+        return LogFrame::default();
+    }
+    let cursor = r.cursor();
+    let centre = cursor.unwrap_or(0) as isize + r.log_offset;
+    let len = r.len() as isize;
+    let start = (centre - height as isize / 2).clamp(0, (len - height as isize).max(0)) as usize;
+    let lines = r.timeline.events()[start..(start + height).min(r.len())]
+        .iter()
+        .enumerate()
+        .map(|(k, e)| {
+            let index = start + k;
+            let (text, kind) = describe(e);
+            LogLine {
+                index,
+                text,
+                kind,
+                cursor: Some(index) == cursor,
+            }
+        })
+        .collect();
+    LogFrame { lines }
+}
+
+fn alloc_line(a: &AllocEvent) -> (String, LogKind) {
+    let kind = match a.action {
+        Action::Alloc => LogKind::Alloc,
+        Action::FreeRequested | Action::FreeCompleted => LogKind::Free,
+        Action::Oom => LogKind::Oom,
+        _ => LogKind::Segment,
+    };
+    let text = match a.action {
+        Action::Oom => format!(
+            "oom            {:>12}  device free {}",
+            format_size(a.size),
+            format_size(a.device_free)
+        ),
+        Action::Alloc => format!(
+            "{:<14} {:>12}  {} block {}  {:#x}",
+            a.action.name(),
+            format_size(a.size),
+            a.pool.name(),
+            format_size(a.block_size),
+            a.addr
+        ),
+        _ => format!(
+            "{:<14} {:>12}  {}  {:#x}",
+            a.action.name(),
+            format_size(a.size),
+            a.pool.name(),
+            a.addr
+        ),
+    };
+    (text, kind)
+}
+
+pub fn describe(e: &Event) -> (String, LogKind) {
+    match e {
+        Event::Alloc(a) => alloc_line(a),
+        Event::Marker(m) => match m {
+            Marker::IterationBegin(k) => (format!("── iteration {k} begins"), LogKind::Marker),
+            Marker::IterationEnd(k) => (format!("── iteration {k} ends"), LogKind::Marker),
+            Marker::PhaseBegin(p) => (format!("─ {} begins", p.name()), LogKind::Marker),
+            Marker::PhaseEnd(p) => (format!("─ {} ends", p.name()), LogKind::Marker),
+            Marker::OpBegin { name, module } => (format!("op {name} ({module})"), LogKind::Marker),
+            Marker::OpEnd => ("op end".to_string(), LogKind::Marker),
+            Marker::Narration(t) => (format!("» {t}"), LogKind::Narration),
+            Marker::Annotation { name, start } => (
+                format!("{} {name}", if *start { "▶" } else { "◀" }),
+                LogKind::Marker,
+            ),
+            Marker::EmptyCache => ("empty_cache()".to_string(), LogKind::Marker),
+            Marker::Error(t) => (format!("error: {t}"), LogKind::Error),
+        },
+    }
+}
+
+pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
+    let Some(r) = app.runs.get(run) else { return };
+    let th = &app.theme;
+    let p = &th.palette;
+    let focused = app.focus == Focus::Log;
+    let lines: Vec<Line> = r
+        .frame
+        .log
+        .lines
+        .iter()
+        .map(|l| {
+            let color = match l.kind {
+                LogKind::Alloc => p.allocated,
+                LogKind::Free => p.fg,
+                LogKind::Segment => p.reserved_line,
+                LogKind::Oom | LogKind::Error => p.error,
+                LogKind::Marker => p.dim,
+                LogKind::Narration => p.narration,
+            };
+            let mut style = th.fg(color);
+            if l.cursor {
+                style = style.add_modifier(Modifier::REVERSED);
+            }
+            Line::from(vec![
+                Span::styled(
+                    format!("{}{:>8} ", if l.cursor { "▶" } else { " " }, l.index),
+                    th.dim(),
+                ),
+                Span::styled(l.text.as_str(), style),
+            ])
+        })
+        .collect();
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .border_style(th.border(focused))
+        .title(Span::styled(format!(" Events · {} ", r.title), th.title()));
+    frame.render_widget(Paragraph::new(lines).block(block), area);
+}

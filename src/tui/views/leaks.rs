@@ -1,0 +1,117 @@
+//! Leak findings: one line per finding (root, kind, bytes, growth), then the
+//! selected one's path, fix and evidence. The selected finding's blocks are
+//! highlighted on the map.
+
+use ratatui::layout::Rect;
+use ratatui::style::Modifier;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
+use ratatui::Frame;
+use crate::alloc::format_size;
+use crate::leak::{Finding, Severity};
+
+use crate::tui::app::App;
+use crate::tui::layout::Focus;
+use crate::tui::theme::Theme;
+
+fn growth(g: i64) -> String {
+    let sign = if g < 0 { "-" } else { "+" };
+    format!("{sign}{}/iter", format_size(g.unsigned_abs()))
+}
+
+fn summary_line<'a>(th: &Theme, f: &'a Finding, selected: bool) -> Line<'a> {
+    let p = &th.palette;
+    let sev = match f.severity {
+        Severity::Critical => th.fg(p.error),
+        Severity::Warning => th.fg(p.pending),
+        Severity::Info => th.dim(),
+    };
+    let mut spans = vec![
+        Span::styled(if selected { "▶ " } else { "  " }, th.text()),
+        Span::styled(if f.kind.is_leak() { "● " } else { "○ " }, sev),
+        Span::styled(f.root.as_str(), th.title()),
+        Span::styled(format!("  {}  ", f.kind.as_str()), th.dim()),
+        Span::styled(format_size(f.bytes), th.text()),
+        Span::styled(format!("  {}", growth(f.growth_per_iter)), th.text()),
+    ];
+    if selected {
+        for s in &mut spans {
+            s.style = s.style.add_modifier(Modifier::REVERSED);
+        }
+    }
+    Line::from(spans)
+}
+
+pub fn render(frame: &mut Frame, area: Rect, app: &App) {
+    let Some(r) = app.active_run() else { return };
+    let th = &app.theme;
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .border_style(th.border(app.focus == Focus::Leaks))
+        .title(Span::styled(
+            format!(" Leaks · {} · {} ", r.title, r.findings.len()),
+            th.title(),
+        ));
+    let mut lines: Vec<Line> = Vec::new();
+    if r.findings.is_empty() {
+        lines.push(Line::styled(
+            if r.is_live() {
+                "no findings yet"
+            } else {
+                "no findings"
+            },
+            th.dim(),
+        ));
+    }
+    for (i, f) in r.findings.iter().enumerate() {
+        lines.push(summary_line(th, f, r.sel_finding == Some(i)));
+    }
+    if let Some(f) = r.sel_finding.and_then(|i| r.findings.get(i)) {
+        lines.push(Line::raw(""));
+        lines.push(Line::styled(
+            format!(
+                "holds {} over {} iterations · {} blocks highlighted",
+                format_size(f.bytes),
+                f.iterations,
+                f.blocks.len()
+            ),
+            th.text(),
+        ));
+        if !f.by_category.is_empty() {
+            let parts: Vec<String> = f
+                .by_category
+                .iter()
+                .map(|(c, b)| format!("{c} {}", format_size(*b)))
+                .collect();
+            lines.push(Line::styled(
+                format!("by category: {}", parts.join(", ")),
+                th.text(),
+            ));
+        }
+        for (k, step) in f.path.iter().enumerate() {
+            lines.push(Line::styled(
+                format!("{}{step}", if k == 0 { "path: " } else { "  → " }),
+                th.text(),
+            ));
+        }
+        lines.push(Line::from(vec![
+            Span::styled("fix: ", th.title()),
+            Span::styled(f.fix.as_str(), th.fg(th.palette.narration)),
+        ]));
+        if let Some(n) = f.full_at_iteration {
+            lines.push(Line::styled(
+                format!("at this rate the device is full at iteration {n}"),
+                th.fg(th.palette.error),
+            ));
+        }
+        lines.push(Line::styled(f.evidence.as_str(), th.dim()));
+    } else if !r.findings.is_empty() {
+        lines.push(Line::styled("j/k select · Enter highlight", th.dim()));
+    }
+    frame.render_widget(
+        Paragraph::new(lines)
+            .wrap(Wrap { trim: false })
+            .block(block),
+        area,
+    );
+}

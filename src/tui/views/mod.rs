@@ -1,0 +1,59 @@
+//! One file per panel, each a pure `render(frame, area, app, …)` reading the
+//! data `App::prepare` built. `draw` places them by the layout.
+
+pub mod error;
+pub mod event_log;
+pub mod help;
+pub mod leaks;
+pub mod narration;
+pub mod segment_map;
+pub mod stats;
+pub mod status;
+pub mod timeline;
+pub mod too_small;
+
+use ratatui::widgets::Block;
+use ratatui::Frame;
+
+use super::app::App;
+
+pub fn draw(frame: &mut Frame, app: &App) {
+    let area = frame.area();
+    let a = &app.areas;
+    frame.render_widget(Block::default().style(app.theme.text()), area);
+    if a.too_small {
+        too_small::render(frame, area, app);
+        return;
+    }
+    if a.full != area {
+        // Resized between prepare and draw: the Resize event that follows
+        // redraws; a layout for another size would be garbage.
+        return;
+    }
+    status::render(frame, a.status, app);
+    status::render_hints(frame, a.hints, app);
+    for (i, ra) in a.runs.iter().enumerate() {
+        if let Some(m) = ra.map {
+            segment_map::render(frame, m, app, i);
+        }
+        if let Some(n) = ra.narration {
+            narration::render(frame, n, app, i);
+        }
+        timeline::render(frame, ra.timeline, app, i);
+        let fail_area = ra.map.unwrap_or(ra.timeline);
+        error::render(frame, fail_area, app, i);
+    }
+    for (i, s) in a.stats.iter().enumerate() {
+        let run = if a.stats.len() > 1 { i } else { app.active };
+        stats::render(frame, *s, app, run);
+    }
+    if let Some(l) = a.leaks {
+        leaks::render(frame, l, app);
+    }
+    if let Some(l) = a.log {
+        event_log::render(frame, l, app, app.active);
+    }
+    if app.show_help {
+        help::render(frame, area, app);
+    }
+}

@@ -1,0 +1,70 @@
+//! The top status bar (playback, speed, cursor, iteration/phase, modes) and
+//! the bottom key-hint bar.
+
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+use ratatui::Frame;
+
+use crate::tui::app::{App, ColorMode, SyncMode};
+use crate::tui::input;
+
+pub fn render(frame: &mut Frame, area: Rect, app: &App) {
+    let th = &app.theme;
+    let Some(r) = app.active_run() else { return };
+    let play = if app.playing {
+        "▶ playing"
+    } else {
+        "⏸ paused"
+    };
+    let live = if r.is_live() && r.pos >= r.len() {
+        " LIVE"
+    } else if r.failure.is_some() {
+        " FAILED"
+    } else if r.finished {
+        " done"
+    } else {
+        ""
+    };
+    let mut parts = vec![
+        format!(" vramscope  {play} {:.0} ev/s", app.speed),
+        format!("event {}/{}{live}", r.pos, r.len()),
+    ];
+    if let Some(k) = r.frame.iteration {
+        parts.push(format!(
+            "iter {k}{}",
+            r.frame.phase.map(|p| format!(" {p}")).unwrap_or_default()
+        ));
+    }
+    parts.push(match app.color_mode {
+        ColorMode::State => "colour: state".into(),
+        ColorMode::Category => "colour: category".into(),
+    });
+    if app.runs.len() > 1 {
+        parts.push(format!(
+            "keys → {} · sync {}",
+            r.title,
+            match app.sync {
+                SyncMode::Fraction => "fraction",
+                SyncMode::Iteration => "iteration",
+            }
+        ));
+    }
+    parts.push(format!("theme {}", app.theme.name));
+    parts.push("? help".into());
+    let text = parts.join(" │ ");
+    frame.render_widget(
+        Paragraph::new(Line::from(Span::styled(text, th.status()))).style(th.status()),
+        area,
+    );
+}
+
+pub fn render_hints(frame: &mut Frame, area: Rect, app: &App) {
+    let th = &app.theme;
+    let text = format!(
+        " [{}] {}  │ space play  h/l step  Tab panel  q quit",
+        app.focus.name(),
+        input::hints(app.focus)
+    );
+    frame.render_widget(Paragraph::new(Span::styled(text, th.dim())), area);
+}

@@ -1,0 +1,248 @@
+//! Allocated and reserved bytes over event index, downsampled per column with
+//! `Timeline::range_summary` (min/max buckets), with peak and device capacity
+//! lines, iteration/phase/OOM/narration marks on the bottom row and the cursor.
+
+use ratatui::layout::Rect;
+use ratatui::style::Style;
+use ratatui::text::Span;
+use ratatui::widgets::{Block, Borders};
+use ratatui::Frame;
+use crate::alloc::format_size;
+use crate::trace::timeline::BUCKET;
+
+use crate::tui::app::{App, RunView};
+use crate::tui::layout::{self, Focus};
+use crate::tui::marks::Glyph;
+use crate::tui::theme::Theme;
+
+const EIGHTHS: [&str; 9] = [" ", "▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"];
+
+/// Columns depend on the view range, the events, the size and the scale,
+/// not on the cursor: moving the cursor reuses them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnCache {
+    key: (usize, usize, usize, usize, u16, u64),
+    cols: Vec<(u32, u32)>,
+    marks: Vec<Option<Glyph>>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TimelineFrame {
+    pub inner: Rect,
+    /// Event range shown, `[from, to)`.
+    pub from: usize,
+    pub to: usize,
+    /// Per column: (allocated, reserved) heights in eighths of a row.
+    pub cols: Vec<(u32, u32)>,
+    pub marks: Vec<Option<Glyph>>,
+    pub cursor_col: Option<u16>,
+    pub peak_lvl: Option<u32>,
+    pub cap_lvl: Option<u32>,
+    pub graph_h: u16,
+    pub title: String,
+}
+
+impl TimelineFrame {
+    /// The first event of the column under screen `x`.
+    pub fn event_at_x(&self, x: u16) -> Option<usize> {
+        let w = usize::from(self.inner.width);
+        if w == 0 || self.to <= self.from {
+            return None;
+        }
+        let c = usize::from(x.checked_sub(self.inner.x)?).min(w - 1);
+        Some(self.from + (self.to - self.from) * c / w)
+    }
+}
+
+pub fn prepare(r: &mut RunView, area: Rect) -> TimelineFrame {
+    let inner = layout::inner(area);
+    let len = r.timeline.len();
+    // Keep the cursor in a zoomed view (playback, steps).
+    let (mut from, mut to) = r.timeline_range();
+    if r.tl_zoom > 1 && (r.pos < from || r.pos > to) {
+        r.tl_anchor = r.pos;
+        (from, to) = r.timeline_range();
+    }
+    let w = usize::from(inner.width);
+    let graph_h = if inner.height >= 3 {
+        inner.height - 1
+    } else {
+        inner.height
+    };
+    let ymax = scale_max(r);
+    let lvl = |bytes: u64| (u128::from(bytes) * u128::from(graph_h) * 8 / u128::from(ymax)) as u32;
+    let span = to - from;
+    let key = (from, to, len, w, graph_h, ymax);
+    let (cols, marks) = match &r.tl_cache {
+        Some(c) if c.key == key => (c.cols.clone(), c.marks.clone()),
+        _ => {
+            let (cols, marks) = columns(r, from, span, w, &lvl);
+            r.tl_cache = Some(ColumnCache {
+                key,
+                cols: cols.clone(),
+                marks: marks.clone(),
+            });
+            (cols, marks)
+        }
+    };
+    let cursor_col = r
+        .cursor()
+        .filter(|c| *c >= from && *c < to && span > 0)
+        .map(|c| ((c - from) * w / span) as u16);
+    let cap_lvl = r.capacity.filter(|c| *c <= ymax).map(lvl);
+    let peak = r.timeline.peak_allocated();
+    let title = format!(
+        " Timeline · alloc {} · reserved {} · peak {}{} · ev {}–{}/{}{} ",
+        format_size(r.map.allocated),
+        format_size(r.map.reserved),
+        format_size(peak),
+        r.capacity
+            .map(|c| format!(" · cap {}", format_size(c)))
+            .unwrap_or_default(),
+        from,
+        to,
+        len,
+        if r.tl_zoom > 1 {
+            format!(" · ×{}", r.tl_zoom)
+        } else {
+            String::new()
+        },
+    );
+    TimelineFrame {
+        inner,
+        from,
+        to,
+        cols,
+        marks,
+        cursor_col,
+        peak_lvl: (peak > 0).then(|| lvl(peak)),
+        cap_lvl,
+        graph_h,
+        title,
+    }
+}
+
+/// Per-column curve heights and marks. Wide columns start on bucket
+/// boundaries so `range_summary` merges whole buckets, not single samples.
+#[allow(clippy::type_complexity)]
+fn columns(
+    r: &RunView,
+    from: usize,
+    span: usize,
+    w: usize,
+    lvl: &dyn Fn(u64) -> u32,
+) -> (Vec<(u32, u32)>, Vec<Option<Glyph>>) {
+    let len = r.timeline.len();
+    let aligned = w > 0 && span / w >= 2 * BUCKET;
+    let edge = |c: usize| {
+        let e = from + span * c / w.max(1);
+        if aligned && c > 0 && c < w {
+            e - e % BUCKET
+        } else {
+            e
+        }
+    };
+    let mut cols = Vec::with_capacity(w);
+    let mut marks = Vec::with_capacity(w);
+    for c in 0..w {
+        let a = edge(c);
+        let b_own = edge(c + 1);
+        // Zoomed in past one event per column, neighbours repeat the curve
+        // but only one column carries the event's mark.
+        let b = b_own.max(a + 1).min(len);
+        match r.timeline.range_summary(a, b) {
+            Some(s) => cols.push((lvl(s.max_allocated), lvl(s.max_reserved))),
+            None => cols.push((0, 0)),
+        }
+        marks.push(if a < b_own {
+            r.marks.glyph_in(a, b_own.min(len))
+        } else {
+            None
+        });
+    }
+    (cols, marks)
+}
+
+/// The top of the y axis: the device when usage is near it (so "how close to
+/// OOM" is visible), otherwise a little above the reserved peak.
+fn scale_max(r: &RunView) -> u64 {
+    let peak = r
+        .timeline
+        .peak_reserved()
+        .max(r.timeline.peak_allocated())
+        .max(1);
+    match r.capacity {
+        Some(cap) if cap > 0 && cap <= peak.saturating_mul(3) / 2 => cap.max(peak),
+        _ => peak + peak / 10 + 1,
+    }
+}
+
+pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
+    let Some(r) = app.runs.get(run) else { return };
+    let th = &app.theme;
+    let t = &r.frame.timeline;
+    let focused = app.focus == Focus::Timeline && app.active == run;
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .border_style(th.border(focused))
+        .title(Span::styled(t.title.as_str(), th.title()));
+    frame.render_widget(block, area);
+    let inner = t.inner;
+    if inner.width == 0 || inner.height == 0 || inner != layout::inner(area) {
+        return;
+    }
+    let p = &th.palette;
+    let buf = frame.buffer_mut();
+    let gh = u32::from(t.graph_h);
+    for (c, (alloc, res)) in t.cols.iter().enumerate() {
+        let x = inner.x + c as u16;
+        let is_cursor = t.cursor_col == Some(c as u16);
+        for row in 0..gh {
+            let y = inner.y + (gh - 1 - row) as u16;
+            let (lo, hi) = (row * 8, row * 8 + 8);
+            let (glyph, style): (&str, Style) = if *alloc >= hi {
+                ("█", th.fg(p.allocated_line))
+            } else if *alloc > lo {
+                let s = if *res >= hi {
+                    th.fg_bg(p.allocated_line, p.reserved_line)
+                } else {
+                    th.fg(p.allocated_line)
+                };
+                (EIGHTHS[(*alloc - lo) as usize], s)
+            } else if *res >= lo + 4 {
+                ("░", th.fg(p.reserved_line))
+            } else if is_cursor {
+                ("│", th.fg(p.cursor))
+            } else if t.cap_lvl.is_some_and(|l| l >= lo && l < hi) {
+                ("━", th.fg(p.capacity))
+            } else if t.peak_lvl.is_some_and(|l| l >= lo && l < hi) {
+                ("┄", th.fg(p.peak))
+            } else {
+                (" ", Style::default())
+            };
+            buf[(x, y)].set_symbol(glyph).set_style(style);
+        }
+        if inner.height > t.graph_h {
+            let y = inner.y + t.graph_h;
+            let (glyph, style) = if is_cursor {
+                ("▲", th.fg(p.cursor))
+            } else {
+                match t.marks.get(c).copied().flatten() {
+                    Some(g) => (g.symbol(), mark_style(th, g)),
+                    None => (" ", Style::default()),
+                }
+            };
+            buf[(x, y)].set_symbol(glyph).set_style(style);
+        }
+    }
+}
+
+fn mark_style(th: &Theme, g: Glyph) -> Style {
+    let p = &th.palette;
+    match g {
+        Glyph::Oom | Glyph::Error => th.fg(p.oom),
+        Glyph::Narration => th.fg(p.narration),
+        Glyph::Iteration => th.fg(p.iteration),
+        Glyph::Phase(_) => th.fg(p.phase),
+    }
+}
