@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use rustc_hash::FxHashSet;
 use crate::alloc::Tag;
+use rustc_hash::FxHashSet;
 
 use super::autograd::NodeId;
 use super::bindings::Value;

@@ -1,8 +1,8 @@
 //! Storages: one allocator request each (engine.md §0.3). A storage is freed
 //! the moment its last reference — from tensors or from saved slots — goes.
 
-use serde::{Deserialize, Serialize};
 use crate::alloc::{AllocError, Tag};
+use serde::{Deserialize, Serialize};
 
 use super::error::{EngineError, Result};
 use super::events::EngineEvent;

@@ -7,9 +7,9 @@
 
 use std::sync::Arc;
 
+use crate::alloc::Tag;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
-use crate::alloc::Tag;
 
 /// What a block holds (engine.md §11.1, the brief's categories).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -62,6 +62,16 @@ pub enum Severity {
     Critical,
 }
 
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+        }
+    }
+}
+
 /// A root and what it holds (the report's `"leaks"` entries).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Finding {
@@ -83,7 +93,30 @@ pub struct Finding {
     pub evidence: String,
     /// "At this rate the device is full at iteration N", when growing.
     pub full_at_iteration: Option<u64>,
+    /// Bytes held, split by what they are (`autograd_saved`, `activation`,
+    /// `gradient`, …), largest first.
+    pub by_category: Vec<(&'static str, u64)>,
     /// Addresses of the blocks the finding holds, for highlighting on the map.
     #[serde(skip)]
     pub blocks: Vec<u64>,
+}
+
+impl Finding {
+    /// An empty finding of `kind` for `root`, to be filled in.
+    pub fn new(root: impl Into<String>, kind: FindingKind) -> Finding {
+        Finding {
+            root: root.into(),
+            kind,
+            bytes: 0,
+            growth_per_iter: 0,
+            iterations: 0,
+            path: Vec::new(),
+            fix: String::new(),
+            severity: Severity::Info,
+            evidence: String::new(),
+            full_at_iteration: None,
+            by_category: Vec::new(),
+            blocks: Vec::new(),
+        }
+    }
 }

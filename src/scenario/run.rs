@@ -143,6 +143,7 @@ pub fn run(scenario: &Scenario, built: &Built, opts: &RunOptions) -> RunResult {
     };
     let program = &built.program;
     let iterations = opts.iterations.unwrap_or(program.iterations);
+    let mut detector = crate::leak::Detector::for_engine(&engine).with_program(program);
     let mut failed = None;
     for (i, step) in program.setup.iter().enumerate() {
         if let Err(err) = engine.run_step(step, i as u32, program) {
@@ -156,10 +157,13 @@ pub fn run(scenario: &Scenario, built: &Built, opts: &RunOptions) -> RunResult {
             let r = engine.run_iteration(program);
             c.take(&mut engine);
             if let Err(err) = r {
+                detector.observe_error(&err, &engine.live_state());
                 failed = Some(err);
                 break;
             }
             result.iterations_run += 1;
+            let (allocated, reserved) = (engine.allocated_bytes(), engine.reserved_bytes());
+            detector.observe(&engine.live_state(), allocated, reserved);
         }
     }
     if let Some(err) = failed {
@@ -175,6 +179,7 @@ pub fn run(scenario: &Scenario, built: &Built, opts: &RunOptions) -> RunResult {
     result.peak_reserved = stats.peak_reserved_bytes();
     result.summary = memory_summary(&stats, 0, false);
     result.stats = stats;
+    result.findings = detector.findings().to_vec();
     result.per_iteration = c.per_iteration;
     result.narration = c.said;
     result.events = c.events;

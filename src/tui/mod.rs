@@ -17,6 +17,7 @@ pub mod input;
 pub mod layout;
 pub mod marks;
 pub mod run;
+pub mod scenario_source;
 pub mod source;
 pub mod theme;
 pub mod views;
@@ -26,4 +27,5 @@ mod tests;
 
 pub use app::{App, ColorMode, RunView, SyncMode, TuiOptions};
 pub use run::{run_app, run_tui};
+pub use scenario_source::scenario_source;
 pub use source::{EngineCommand, Source, SourceMsg, TagDescription, TagInfo};

@@ -1,0 +1,64 @@
+//! Small text helpers shared by the analyses and the renderers.
+
+use crate::engine::DType;
+
+/// `1.0 MiB`, `512 B`, `3.2 GiB`.
+pub fn size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", UNITS[u])
+}
+
+/// Signed size, e.g. `+2.1 MiB`.
+pub fn signed_size(bytes: i64) -> String {
+    if bytes < 0 {
+        format!("-{}", size(bytes.unsigned_abs()))
+    } else {
+        format!("+{}", size(bytes as u64))
+    }
+}
+
+/// PyTorch-ish short dtype names (`fp32`, `int64`).
+pub fn dtype(d: DType) -> &'static str {
+    match d {
+        DType::F64 => "fp64",
+        DType::F32 => "fp32",
+        DType::F16 => "fp16",
+        DType::BF16 => "bf16",
+        DType::F8 => "fp8",
+        DType::I64 => "int64",
+        DType::I32 => "int32",
+        DType::I16 => "int16",
+        DType::U8 => "uint8",
+        DType::Bool => "bool",
+    }
+}
+
+/// `256×1024`.
+pub fn shape(s: &[u64]) -> String {
+    if s.is_empty() {
+        return "0-dim".into();
+    }
+    s.iter()
+        .map(|d| d.to_string())
+        .collect::<Vec<_>>()
+        .join("×")
+}
+
+/// The caching allocator's block size for a request (allocator rule quoted in
+/// engine.md §1.2: at least 512 B, a multiple of 512 B).
+pub fn block_bytes(requested: u64) -> u64 {
+    if requested == 0 {
+        0
+    } else {
+        requested.div_ceil(512) * 512
+    }
+}

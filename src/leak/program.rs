@@ -1,0 +1,115 @@
+//! What the detector reads from a [`Program`]: which step binds each root,
+//! whether `zero_grad` is called, whether evaluation runs with grad enabled.
+
+use crate::engine::{GradContext, KeepWhat, Program, Step};
+
+/// How a root gets its value in the program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Binder {
+    Accumulate { from: String, what: KeepWhat },
+    Append { from: String, what: KeepWhat },
+    Keep { from: String, what: KeepWhat },
+    Forward,
+    Loss,
+}
+
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ProgramFacts {
+    pub known: bool,
+    pub has_zero_grad: bool,
+    pub has_backward: bool,
+    pub retain_graph: bool,
+    /// `model.eval()` (or a grad switch) with grad still enabled somewhere.
+    pub eval_with_grad: bool,
+    /// `CarryHidden { detach }` if the program has one.
+    pub carry_hidden_detach: Option<bool>,
+    /// (root, binder, bound while evaluating with grad enabled).
+    pub binders: Vec<(String, Binder, bool)>,
+}
+
+impl ProgramFacts {
+    pub fn from_program(p: &Program) -> ProgramFacts {
+        let mut f = ProgramFacts {
+            known: true,
+            ..ProgramFacts::default()
+        };
+        let mut state = (true, true); // (training, grad enabled)
+        for s in p.setup.iter().chain(p.steps.iter()) {
+            f.walk(s, &mut state);
+        }
+        f
+    }
+
+    fn walk(&mut self, s: &Step, st: &mut (bool, bool)) {
+        let eval_grad = !st.0 && st.1;
+        match s {
+            Step::ZeroGrad { .. } => self.has_zero_grad = true,
+            Step::Backward { retain_graph, .. } => {
+                self.has_backward = true;
+                self.retain_graph |= *retain_graph;
+            }
+            Step::Train => *st = (true, true),
+            Step::Eval { grad } => {
+                *st = (false, *grad == GradContext::Enabled);
+                self.eval_with_grad |= *grad == GradContext::Enabled;
+            }
+            Step::SetGrad { grad } => {
+                st.1 = *grad == GradContext::Enabled;
+                self.eval_with_grad |= !st.0 && st.1;
+            }
+            Step::CarryHidden { detach } => self.carry_hidden_detach = Some(*detach),
+            Step::AccumulateLoss { from, into, what } => self.bind(
+                into,
+                Binder::Accumulate {
+                    from: from.clone(),
+                    what: *what,
+                },
+                eval_grad,
+            ),
+            Step::Append { from, list, what } => self.bind(
+                list,
+                Binder::Append {
+                    from: from.clone(),
+                    what: *what,
+                },
+                eval_grad,
+            ),
+            Step::Keep { from, into, what } => self.bind(
+                into,
+                Binder::Keep {
+                    from: from.clone(),
+                    what: *what,
+                },
+                eval_grad,
+            ),
+            Step::Forward { output, .. } => self.bind(output, Binder::Forward, eval_grad),
+            Step::Loss { into, .. } => self.bind(into, Binder::Loss, eval_grad),
+            Step::ScalerScale { into, .. } => self.bind(into, Binder::Loss, eval_grad),
+            Step::Repeat { steps, .. } => {
+                for s in steps {
+                    self.walk(s, st);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn bind(&mut self, root: &str, b: Binder, eval_grad: bool) {
+        if !self.binders.iter().any(|(r, x, _)| r == root && *x == b) {
+            self.binders.push((root.to_string(), b, eval_grad));
+        }
+    }
+
+    pub fn binder(&self, root: &str) -> Option<(&Binder, bool)> {
+        // The container/accumulator binding is the telling one; fall back to any.
+        self.binders
+            .iter()
+            .filter(|(r, _, _)| r == root)
+            .min_by_key(|(_, b, _)| match b {
+                Binder::Accumulate { .. } | Binder::Append { .. } => 0,
+                Binder::Keep { .. } => 1,
+                _ => 2,
+            })
+            .map(|(_, b, e)| (b, *e))
+    }
+}

@@ -1,0 +1,445 @@
+//! Leak analysis of an imported PyTorch snapshot: from the allocation trace
+//! alone, find iteration boundaries, then the call sites whose allocations
+//! survive those boundaries and keep accumulating.
+//!
+//! A trace records allocations, frees and stacks — not tensor references or
+//! autograd graphs. It can show *that* memory born at a call site survives
+//! and accumulates; it cannot show *which* variable or graph holds it. The
+//! report's `conclusion` says so every time.
+
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+use super::finding::{Finding, FindingKind, Severity};
+use super::format::{signed_size, size};
+use crate::trace::snapshot::{Action, FramesId, Snapshot, TraceEntry};
+
+/// Where the iteration boundaries came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BoundarySource {
+    /// The user's marker: a substring of an annotation or frame.
+    StepMarker(String),
+    /// `external_annotations` such as `Optimizer.step#AdamW.step`.
+    Annotation(String),
+    /// `snapshot` trace entries (`torch.cuda.memory._snapshot()` calls).
+    SnapshotMarker,
+    /// Inferred forward → backward → optimizer cycles from the stacks.
+    TrainingCycle,
+    None,
+}
+
+impl BoundarySource {
+    fn describe(&self) -> String {
+        match self {
+            BoundarySource::StepMarker(m) => format!("the step marker \"{m}\""),
+            BoundarySource::Annotation(a) => format!("the \"{a}\" annotations"),
+            BoundarySource::SnapshotMarker => "the trace's `snapshot` markers".into(),
+            BoundarySource::TrainingCycle => {
+                "inferred forward/backward/optimizer cycles in the stacks".into()
+            }
+            BoundarySource::None => "nothing".into(),
+        }
+    }
+
+    fn confidence(&self) -> f64 {
+        match self {
+            BoundarySource::StepMarker(_) | BoundarySource::Annotation(_) => 0.9,
+            BoundarySource::SnapshotMarker => 0.8,
+            BoundarySource::TrainingCycle => 0.6,
+            BoundarySource::None => 0.0,
+        }
+    }
+}
+
+/// One call site whose surviving allocations accumulate.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SurvivorGroup {
+    /// `file.py:LINE in function` of the first user frame.
+    pub site: String,
+    /// Live bytes born at this site since the first boundary, at each boundary.
+    pub bytes_at_boundary: Vec<u64>,
+    pub growth_per_iter: i64,
+    /// Allocations from this site live at the last boundary.
+    pub allocations: usize,
+    /// 0..1: how sure the boundaries are times how regular the growth is.
+    pub confidence: f64,
+    #[serde(skip)]
+    pub addresses: Vec<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SnapshotLeakReport {
+    pub device: usize,
+    pub boundary_source: BoundarySource,
+    /// Trace entry index of each boundary.
+    pub boundaries: Vec<usize>,
+    /// Live bytes (all allocations in the trace) at each boundary.
+    pub live_at_boundary: Vec<u64>,
+    /// Whether backward or optimizer allocations occur between the first and
+    /// last boundary (if not, the boundaries may delimit layers of one pass).
+    pub backward_seen: bool,
+    pub survivors: Vec<SurvivorGroup>,
+    pub findings: Vec<Finding>,
+    /// What the evidence is, and what cannot be concluded from it.
+    pub conclusion: String,
+}
+
+const CAVEAT: &str = "A trace records allocations and their stacks, not tensor references: it \
+cannot show which variable, container or autograd graph keeps these blocks alive.";
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Forward,
+    Backward,
+    Optimizer,
+}
+
+fn phase_of(snap: &Snapshot, frames: FramesId) -> Phase {
+    let mut ph = Phase::Forward;
+    for f in snap.frames.resolve(frames) {
+        let (file, name) = (&*f.filename, &*f.name);
+        if file.contains("torch/optim")
+            || file.contains("torch\\optim")
+            || name.contains("Optimizer")
+        {
+            return Phase::Optimizer;
+        }
+        if name.contains("autograd::Engine")
+            || name == "backward"
+            || name.contains("_engine_run_backward")
+            || name.contains("run_backward")
+        {
+            ph = Phase::Backward;
+        }
+    }
+    ph
+}
+
+fn frame_matches(snap: &Snapshot, frames: FramesId, marker: &str) -> bool {
+    snap.frames
+        .resolve(frames)
+        .any(|f| f.name.contains(marker) || format!("{}:{}", f.filename, f.line).contains(marker))
+}
+
+/// The first frame of the user's own Python code (`*.py`, not torch).
+fn site_of(snap: &Snapshot, frames: FramesId) -> String {
+    let f = snap
+        .frames
+        .resolve(frames)
+        .find(|f| f.is_user_code() && f.filename.ends_with(".py"))
+        .or_else(|| snap.first_user_frame(frames));
+    match f {
+        Some(f) => {
+            let base = f.filename.rsplit(['/', '\\']).next().unwrap_or(&f.filename);
+            format!("{base}:{} in {}", f.line, f.name)
+        }
+        None => "<no Python frame recorded>".into(),
+    }
+}
+
+fn index_at_time(trace: &[TraceEntry], t: i64) -> Option<usize> {
+    let i = trace.partition_point(|e| e.time_us().is_some_and(|x| x < t));
+    (i < trace.len() && trace.iter().any(|e| e.time_us().is_some())).then_some(i)
+}
+
+/// Boundaries as entry indices, deduplicated and sorted.
+fn boundaries(
+    snap: &Snapshot,
+    trace: &[TraceEntry],
+    device: usize,
+    marker: Option<&str>,
+) -> (BoundarySource, Vec<usize>) {
+    let anns = |pred: &dyn Fn(&str) -> bool| -> Vec<usize> {
+        snap.external_annotations
+            .iter()
+            .filter(|a| a.device == device as i64 && &*a.stage == "START" && pred(&a.name))
+            .filter_map(|a| index_at_time(trace, a.time_us))
+            .collect()
+    };
+    let finish = |mut v: Vec<usize>| {
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    if let Some(m) = marker {
+        let mut v = anns(&|n: &str| n.contains(m));
+        let mut prev_match = false;
+        for (i, e) in trace.iter().enumerate() {
+            if e.action != Action::Alloc {
+                continue;
+            }
+            let hit = frame_matches(snap, e.frames, m);
+            if hit && !prev_match {
+                v.push(i);
+            }
+            prev_match = hit;
+        }
+        return (BoundarySource::StepMarker(m.to_string()), finish(v));
+    }
+    for prefix in ["Optimizer.step", "Optimizer.zero_grad"] {
+        let v = anns(&|n: &str| n.starts_with(prefix));
+        if v.len() >= 2 {
+            let name = snap
+                .external_annotations
+                .iter()
+                .find(|a| a.name.starts_with(prefix))
+                .map(|a| a.name.to_string())
+                .unwrap_or_default();
+            return (BoundarySource::Annotation(name), finish(v));
+        }
+    }
+    let v: Vec<usize> = trace
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.action == Action::Snapshot)
+        .map(|(i, _)| i)
+        .collect();
+    if v.len() >= 2 {
+        return (BoundarySource::SnapshotMarker, v);
+    }
+    // forward after backward/optimizer = a new iteration.
+    let mut v = Vec::new();
+    let mut after_bwd = false;
+    for (i, e) in trace.iter().enumerate() {
+        if e.action != Action::Alloc {
+            continue;
+        }
+        match phase_of(snap, e.frames) {
+            Phase::Backward | Phase::Optimizer => after_bwd = true,
+            Phase::Forward => {
+                if after_bwd {
+                    v.push(i);
+                }
+                after_bwd = false;
+            }
+        }
+    }
+    if v.len() >= 2 {
+        return (BoundarySource::TrainingCycle, v);
+    }
+    (BoundarySource::None, Vec::new())
+}
+
+/// Analyse device `device`'s trace. `step_marker`: a substring of an
+/// annotation name, of a frame's function name, or of `file:line`, that marks
+/// each iteration.
+pub fn analyze_snapshot(
+    snap: &Snapshot,
+    device: usize,
+    step_marker: Option<&str>,
+) -> SnapshotLeakReport {
+    let empty: &[TraceEntry] = &[];
+    let trace = snap
+        .device_traces
+        .get(device)
+        .map_or(empty, |t| t.as_slice());
+    let mut report = SnapshotLeakReport {
+        device,
+        boundary_source: BoundarySource::None,
+        boundaries: Vec::new(),
+        live_at_boundary: Vec::new(),
+        backward_seen: false,
+        survivors: Vec::new(),
+        findings: Vec::new(),
+        conclusion: String::new(),
+    };
+    if trace.is_empty() {
+        report.conclusion = format!(
+            "Device {device} has no allocation trace (a state-only snapshot): one point in time cannot \
+             show allocations surviving iterations, so nothing is concluded about leaks. Record with \
+             torch.cuda.memory._record_memory_history() over several steps."
+        );
+        return report;
+    }
+    let (source, bounds) = boundaries(snap, trace, device, step_marker);
+    report.boundary_source = source.clone();
+    report.boundaries = bounds.clone();
+    let intervals = bounds.len().saturating_sub(1);
+    let free_action = if trace.iter().any(|e| e.action == Action::FreeCompleted) {
+        Action::FreeCompleted
+    } else {
+        Action::FreeRequested
+    };
+
+    // Replay: per-site live bytes of allocations born since the first boundary.
+    let mut site_ids: FxHashMap<FramesId, u32> = FxHashMap::default();
+    let mut sites: Vec<String> = Vec::new();
+    let mut live: FxHashMap<u64, (u64, u32, bool)> = FxHashMap::default(); // addr → (size, site, tracked)
+    let mut total_live: u64 = 0;
+    let mut site_live: Vec<u64> = Vec::new();
+    let mut series: Vec<Vec<u64>> = Vec::with_capacity(bounds.len());
+    let mut next_b = 0;
+    let first = bounds.first().copied().unwrap_or(usize::MAX);
+    let last = bounds.last().copied().unwrap_or(0);
+    for (i, e) in trace.iter().enumerate() {
+        while next_b < bounds.len() && bounds[next_b] == i {
+            series.push(site_live.clone());
+            report.live_at_boundary.push(total_live);
+            next_b += 1;
+        }
+        if e.action == Action::Alloc {
+            let site = *site_ids.entry(e.frames).or_insert_with(|| {
+                sites.push(site_of(snap, e.frames));
+                site_live.push(0);
+                (sites.len() - 1) as u32
+            });
+            let tracked = i >= first;
+            if tracked {
+                site_live[site as usize] += e.size;
+                if i < last && !report.backward_seen {
+                    report.backward_seen = phase_of(snap, e.frames) != Phase::Forward;
+                }
+            }
+            total_live += e.size;
+            live.insert(e.addr, (e.size, site, tracked));
+        } else if e.action == free_action {
+            if let Some((sz, site, tracked)) = live.remove(&e.addr) {
+                total_live -= sz;
+                if tracked {
+                    site_live[site as usize] -= sz;
+                }
+            }
+        }
+    }
+
+    let base = source.confidence();
+    if intervals >= 3 {
+        for (s, name) in sites.iter().enumerate() {
+            let v: Vec<u64> = series
+                .iter()
+                .map(|x| x.get(s).copied().unwrap_or(0))
+                .collect();
+            let ups = v.windows(2).filter(|w| w[1] > w[0]).count();
+            let lastv = *v.last().unwrap_or(&0);
+            let maxv = v.iter().copied().max().unwrap_or(0);
+            if ups < 3 || lastv <= v[0] || lastv * 10 < maxv * 9 || ups * 2 < intervals {
+                continue;
+            }
+            let growth = (lastv as i64 - v[0] as i64) / intervals as i64;
+            let confidence = (base * ups as f64 / intervals as f64 * 100.0).round() / 100.0;
+            report.survivors.push(SurvivorGroup {
+                site: name.clone(),
+                bytes_at_boundary: v,
+                growth_per_iter: growth,
+                allocations: 0,
+                confidence,
+                addresses: Vec::new(),
+            });
+        }
+        // Which allocations are alive at the last boundary, per growing site.
+        if !report.survivors.is_empty() {
+            let idx: FxHashMap<&str, usize> = report
+                .survivors
+                .iter()
+                .enumerate()
+                .map(|(i, g)| (g.site.as_str(), i))
+                .collect();
+            let mut alive: FxHashMap<u64, (u32, bool)> = FxHashMap::default();
+            for (i, e) in trace.iter().enumerate().take(last) {
+                if e.action == Action::Alloc {
+                    alive.insert(e.addr, (site_ids[&e.frames], i >= first));
+                } else if e.action == free_action {
+                    alive.remove(&e.addr);
+                }
+            }
+            let mut addrs: Vec<Vec<u64>> = vec![Vec::new(); report.survivors.len()];
+            for (a, (site, tracked)) in alive {
+                if let (true, Some(&g)) = (tracked, idx.get(sites[site as usize].as_str())) {
+                    addrs[g].push(a);
+                }
+            }
+            for (g, mut a) in report.survivors.iter_mut().zip(addrs) {
+                a.sort_unstable();
+                g.allocations = a.len();
+                g.addresses = a;
+            }
+        }
+        report
+            .survivors
+            .sort_by_key(|g| std::cmp::Reverse(g.growth_per_iter));
+    }
+
+    let described = source.describe();
+    let forward_only = !report.backward_seen;
+    for g in &report.survivors {
+        let mut f = Finding::new(g.site.clone(), FindingKind::SurvivingAllocations);
+        f.bytes = *g.bytes_at_boundary.last().unwrap_or(&0);
+        f.growth_per_iter = g.growth_per_iter;
+        f.iterations = intervals as u32;
+        f.blocks = g.addresses.clone();
+        f.by_category = vec![("unknown (trace)", f.bytes)];
+        f.path = vec![
+            g.site.clone(),
+            format!("{} allocations alive at the last boundary", g.allocations),
+            format!("{} born since the first boundary", size(f.bytes)),
+        ];
+        f.fix = if forward_only {
+            "if these are activations of one forward pass, run it under torch.no_grad() when no backward follows".into()
+        } else {
+            format!("find what keeps tensors from {} alive across steps; store .item() / .detach().cpu(), not the tensor", g.site)
+        };
+        f.severity = if g.confidence >= 0.7 && !forward_only {
+            Severity::Warning
+        } else {
+            Severity::Info
+        };
+        f.evidence = format!(
+            "Allocations made at {} are still live at {} of the {} boundaries after they were made, \
+             growing by {} per iteration ({}; confidence {:.2}).{} {CAVEAT}",
+            g.site,
+            g.bytes_at_boundary.windows(2).filter(|w| w[1] > w[0]).count(),
+            intervals,
+            signed_size(g.growth_per_iter),
+            described,
+            g.confidence,
+            if forward_only {
+                " No backward or optimizer allocation occurs between the boundaries, so they may \
+                 delimit layers of one forward pass rather than training iterations."
+            } else {
+                ""
+            }
+        );
+        report.findings.push(f);
+    }
+
+    report.conclusion = if bounds.len() < 4 {
+        format!(
+            "Found {} iteration boundar{} on device {device} ({}); at least 4 are needed to see growth \
+             over 3 iterations, so no leak is claimed. Pass a step marker (an annotation or a function \
+             called once per step) to delimit iterations. {CAVEAT}",
+            bounds.len(),
+            if bounds.len() == 1 { "y" } else { "ies" },
+            described,
+        )
+    } else if report.survivors.is_empty() {
+        let (a, b) = (
+            report.live_at_boundary.first().copied().unwrap_or(0),
+            report.live_at_boundary.last().copied().unwrap_or(0),
+        );
+        format!(
+            "Across {intervals} iterations delimited by {described}, no call site's surviving allocations \
+             accumulate: live memory at the boundaries went {} → {}. No GPU leak is visible in this \
+             trace (host-side growth, such as spent autograd graphs, never shows in a GPU trace).",
+            size(a),
+            size(b),
+        )
+    } else {
+        let total: i64 = report.survivors.iter().map(|g| g.growth_per_iter).sum();
+        let mut s = format!(
+            "{} call site(s) keep allocations alive across {intervals} iterations delimited by {described}, \
+             together {} per iteration; largest: {}. {CAVEAT}",
+            report.survivors.len(),
+            signed_size(total),
+            report.survivors[0].site,
+        );
+        if forward_only {
+            s.push_str(
+                " No backward or optimizer allocations occur between the boundaries: if they mark layers \
+                 of a single forward pass, this is what autograd saves for backward, not a leak.",
+            );
+        }
+        s
+    };
+    report
+}

@@ -1,0 +1,162 @@
+//! A scenario running live for the UI: the engine on a thread of its own,
+//! events sent in batches as steps complete, the leak detector's findings and
+//! `memory_stats()` after every iteration, and a restart on request. The
+//! thread never blocks on the UI; the UI never blocks on it.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use super::source::{EngineCommand, Source, SourceMsg, TagDescription, TagInfo};
+use crate::alloc::Tag;
+use crate::engine::{Engine, TagTable};
+use crate::leak::Detector;
+use crate::scenario::{to_trace, Built, NarrationTracker, Scenario};
+
+/// The engine's tag table, shared with the UI and refreshed by the run.
+struct EngineTags(RwLock<TagTable>);
+
+impl TagInfo for EngineTags {
+    fn describe(&self, tag: Tag) -> Option<TagDescription> {
+        let table = self.0.read().ok()?;
+        let t = table.info(tag)?;
+        Some(TagDescription {
+            category: Some(t.category.name().to_string()),
+            op: Some(t.op.to_string()),
+            module: (!t.module.is_empty()).then(|| t.module.to_string()),
+            iteration: Some(t.iteration),
+            frames: t.frames.to_vec(),
+        })
+    }
+}
+
+/// How long the producer waits after each iteration, so a live run unfolds at
+/// a pace a person can follow (the UI's own playback speed still applies).
+pub const ITERATION_PACE: Duration = Duration::from_millis(120);
+
+enum Ended {
+    Restart,
+    Done,
+    UiGone,
+}
+
+/// Start `scenario` on its own thread; the UI reads it as a [`Source`].
+pub fn scenario_source(scenario: Scenario, built: Built, pace: Duration) -> Source {
+    let (tx, rx) = flume::unbounded();
+    let (cmd_tx, cmd_rx) = flume::unbounded();
+    let tags = Arc::new(EngineTags(RwLock::new(TagTable::new())));
+    let shared = tags.clone();
+    let capacity = built.engine.device_bytes;
+    let name = format!("scenario {}", scenario.name);
+    let spawned = std::thread::Builder::new().name(name).spawn(move || loop {
+        match run_once(&scenario, &built, &tx, &cmd_rx, &shared, pace) {
+            Ended::Restart => {
+                if tx.send(SourceMsg::Restarted).is_err() {
+                    return;
+                }
+            }
+            Ended::UiGone => return,
+            Ended::Done => match cmd_rx.recv() {
+                Ok(EngineCommand::Restart) => {
+                    if tx.send(SourceMsg::Restarted).is_err() {
+                        return;
+                    }
+                }
+                Err(_) => return,
+            },
+        }
+    });
+    let source = Source::new(rx, Some(cmd_tx)).with_capacity(capacity).with_tags(tags);
+    if let Err(e) = spawned {
+        return Source::from_messages([SourceMsg::Failed(format!("could not start the engine thread: {e}"))]);
+    }
+    source
+}
+
+fn restart_requested(cmd: &flume::Receiver<EngineCommand>) -> bool {
+    cmd.try_iter().any(|c| c == EngineCommand::Restart)
+}
+
+fn run_once(
+    scenario: &Scenario,
+    built: &Built,
+    tx: &flume::Sender<SourceMsg>,
+    cmd: &flume::Receiver<EngineCommand>,
+    tags: &EngineTags,
+    pace: Duration,
+) -> Ended {
+    let mut narration = NarrationTracker::new(&scenario.narration);
+    let send_events = |engine: &mut Engine, narration: &mut NarrationTracker| {
+        let mut batch = Vec::new();
+        for ev in engine.take_events() {
+            if let Some(t) = to_trace(&ev) {
+                let due = narration.after(&t);
+                batch.push(t);
+                batch.extend(due);
+            }
+        }
+        if let Ok(mut table) = tags.0.write() {
+            table.clone_from(engine.tag_table());
+        }
+        batch.is_empty() || tx.send(SourceMsg::Events(batch)).is_ok()
+    };
+    if tx.send(SourceMsg::Events(narration.start())).is_err() {
+        return Ended::UiGone;
+    }
+    let mut engine = match Engine::new(built.engine.clone(), &built.model, &built.optimizer) {
+        Ok(e) => e,
+        Err(err) => {
+            return if tx.send(SourceMsg::Failed(err.message())).is_ok() { Ended::Done } else { Ended::UiGone };
+        }
+    };
+    let program = &built.program;
+    let mut detector = Detector::for_engine(&engine).with_program(program);
+    let mut failure = None;
+    for (i, step) in program.setup.iter().enumerate() {
+        if let Err(err) = engine.run_step(step, i as u32, program) {
+            failure = Some(err.message());
+            break;
+        }
+    }
+    if !send_events(&mut engine, &mut narration) {
+        return Ended::UiGone;
+    }
+    if failure.is_none() {
+        for _ in 0..program.iterations {
+            let result = engine.run_iteration(program);
+            if !send_events(&mut engine, &mut narration) {
+                return Ended::UiGone;
+            }
+            if let Err(err) = result {
+                detector.observe_error(&err, &engine.live_state());
+                failure = Some(err.message());
+                break;
+            }
+            let (allocated, reserved) = (engine.allocated_bytes(), engine.reserved_bytes());
+            detector.observe(&engine.live_state(), allocated, reserved);
+            let stats = Box::new(engine.allocator().stats().clone());
+            if tx.send(SourceMsg::Findings(detector.findings().to_vec())).is_err() || tx.send(SourceMsg::Stats(stats)).is_err() {
+                return Ended::UiGone;
+            }
+            if restart_requested(cmd) {
+                return Ended::Restart;
+            }
+            std::thread::sleep(pace);
+        }
+    }
+    let mut tail = narration.end();
+    if let Some(message) = &failure {
+        // A failure inside the scenario (an OOM, a second backward) is part of
+        // the story: it is drawn, and the run counts as finished.
+        tail.insert(0, crate::trace::Event::Marker(crate::trace::Marker::Error(message.as_str().into())));
+    }
+    let stats = Box::new(engine.allocator().stats().clone());
+    let sent = tx.send(SourceMsg::Events(tail)).is_ok()
+        && tx.send(SourceMsg::Findings(detector.findings().to_vec())).is_ok()
+        && tx.send(SourceMsg::Stats(stats)).is_ok()
+        && tx.send(SourceMsg::Finished).is_ok();
+    if sent {
+        Ended::Done
+    } else {
+        Ended::UiGone
+    }
+}
