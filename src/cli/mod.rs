@@ -4,6 +4,7 @@
 mod demo;
 mod scenario;
 mod snapshot;
+mod ui;
 mod watch;
 
 use std::path::PathBuf;
@@ -56,6 +57,9 @@ pub enum Command {
         #[arg(long)]
         iterations: Option<u32>,
     },
+    /// Two runs side by side with the cursor synchronised: scenarios (buggy
+    /// vs fixed), snapshots, or one of each.
+    Compare { first: String, second: String },
     /// Open a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot) and report what it holds.
     Open {
         snapshot: PathBuf,
@@ -107,7 +111,15 @@ pub enum Command {
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        None => demo::run(""),
+        None => {
+            if ui::have_terminal() {
+                ui::open(&["tour"])
+            } else {
+                eprintln!("vramscope: no terminal to draw on; printing the guided tour's headless report instead");
+                scenario::run_headless("tour", scenario::RunArgs { json: false, iterations: None })
+            }
+        }
+        Some(Command::Compare { first, second }) => ui::open(&[&first, &second]),
         Some(Command::Demo { conf }) => demo::run(&conf),
         Some(Command::Scenarios) => scenario::list(),
         Some(Command::Check { file }) => scenario::check_file(&file),
@@ -117,7 +129,13 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             iterations,
             ..
         }) => scenario::run_headless(&scenario, scenario::RunArgs { json, iterations }),
-        Some(Command::Open { snapshot, json, .. }) => snapshot::open(&snapshot, json),
+        Some(Command::Open { snapshot, json, headless }) => {
+            if headless || json || !ui::have_terminal() {
+                snapshot::open(&snapshot, json)
+            } else {
+                ui::open_snapshot(&snapshot)
+            }
+        }
         Some(Command::Replay {
             snapshot,
             verify,
