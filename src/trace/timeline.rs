@@ -66,6 +66,8 @@ pub struct Timeline {
     buckets: Vec<Bucket>,
     keyframes: Vec<MemoryMap>,
     marks: Vec<(usize, MarkKind)>,
+    /// Event indices of each kind of mark, for jumps by binary search.
+    by_kind: std::collections::HashMap<MarkKind, Vec<usize>>,
     head: MemoryMap,
     peak_allocated: u64,
     peak_reserved: u64,
@@ -99,7 +101,7 @@ impl Timeline {
                     self.gaps.push((index, err));
                 }
                 if e.action == Action::Oom {
-                    self.marks.push((index, MarkKind::Oom));
+                    self.mark(index, MarkKind::Oom);
                 }
             }
             Event::Marker(m) => {
@@ -115,7 +117,7 @@ impl Timeline {
                     Marker::OpEnd | Marker::EmptyCache => None,
                 };
                 if let Some(kind) = kind {
-                    self.marks.push((index, kind));
+                    self.mark(index, kind);
                 }
             }
         }
@@ -221,23 +223,21 @@ impl Timeline {
         acc
     }
 
+    fn mark(&mut self, index: usize, kind: MarkKind) {
+        self.marks.push((index, kind));
+        self.by_kind.entry(kind).or_default().push(index);
+    }
+
     /// The next mark of `kind` strictly after `index`.
     pub fn next_mark(&self, index: usize, kind: MarkKind) -> Option<usize> {
-        let start = self.marks.partition_point(|(i, _)| *i <= index);
-        self.marks[start..]
-            .iter()
-            .find(|(_, k)| *k == kind)
-            .map(|(i, _)| *i)
+        let marks = self.by_kind.get(&kind)?;
+        marks.get(marks.partition_point(|i| *i <= index)).copied()
     }
 
     /// The last mark of `kind` strictly before `index`.
     pub fn prev_mark(&self, index: usize, kind: MarkKind) -> Option<usize> {
-        let end = self.marks.partition_point(|(i, _)| *i < index);
-        self.marks[..end]
-            .iter()
-            .rev()
-            .find(|(_, k)| *k == kind)
-            .map(|(i, _)| *i)
+        let marks = self.by_kind.get(&kind)?;
+        marks.partition_point(|i| *i < index).checked_sub(1).map(|k| marks[k])
     }
 
     /// Approximate heap bytes held, for the memory-per-event figure.
@@ -247,6 +247,7 @@ impl Timeline {
             + self.samples.capacity() * std::mem::size_of::<Sample>()
             + self.buckets.capacity() * std::mem::size_of::<Bucket>()
             + self.marks.capacity() * std::mem::size_of::<(usize, MarkKind)>()
+            + self.by_kind.values().map(|v| v.capacity() * std::mem::size_of::<usize>()).sum::<usize>()
             + self.keyframes.iter().map(map_bytes).sum::<usize>()
             + map_bytes(&self.head)
     }
