@@ -72,7 +72,10 @@ fn replay(conf: &str, ops: &[Op], record: bool) -> usize {
 }
 
 fn main() {
-    let reps: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(5);
+    let reps: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(5);
     let ops = request_stream();
     let mut best = f64::MAX;
     for _ in 0..reps {

@@ -252,14 +252,28 @@ fn memory_stats_has_pytorchs_122_keys_sorted() {
     let stats = MemoryStats::new(-1);
     let map = stats.to_map(false);
     assert_eq!(map.len(), 122, "allocator.md §11.1: 122 keys in 2.4–2.10");
-    assert_eq!(stats.to_map(true).len(), 123, "2.12+ adds num_oom_rejections");
+    assert_eq!(
+        stats.to_map(true).len(),
+        123,
+        "2.12+ adds num_oom_rejections"
+    );
     assert_eq!(map["max_split_size"], -1);
-    for key in ["allocated_bytes.all.peak", "active.large_pool.freed", "inactive_split_bytes.small_pool.current", "oversize_segments.allocated", "num_sync_all_streams", "requested_bytes.all.allocated"] {
+    for key in [
+        "allocated_bytes.all.peak",
+        "active.large_pool.freed",
+        "inactive_split_bytes.small_pool.current",
+        "oversize_segments.allocated",
+        "num_sync_all_streams",
+        "requested_bytes.all.allocated",
+    ] {
         assert!(map.contains_key(key), "{key}");
     }
     let keys: Vec<&String> = map.keys().collect();
     let position = |k: &str| keys.iter().position(|x| *x == k).expect("key");
-    assert!(position("active.all.allocated") < position("active_bytes.all.allocated"), "plain code-point order");
+    assert!(
+        position("active.all.allocated") < position("active_bytes.all.allocated"),
+        "plain code-point order"
+    );
 }
 
 #[test]
@@ -280,8 +294,16 @@ fn oom_message_wording_follows_the_release() {
     let v8 = oom_message(&info, TorchVersion(8), None);
     let v10 = oom_message(&info, TorchVersion(10), None);
     let v12 = oom_message(&info, TorchVersion(12), None);
-    assert!(v8.contains("setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True") && v8.ends_with("(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"));
-    assert!(v10.contains("setting PYTORCH_ALLOC_CONF=expandable_segments:True"), "{v10}");
+    assert!(
+        v8.contains("setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+            && v8.ends_with(
+                "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+            )
+    );
+    assert!(
+        v10.contains("setting PYTORCH_ALLOC_CONF=expandable_segments:True"),
+        "{v10}"
+    );
     assert!(v12.contains("setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True") && v12.ends_with("(https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)"));
     let with_proc = oom_message(&info, TorchVersion(8), Some(100 << 20));
     assert!(with_proc.contains("of which 0 bytes is free. Including non-PyTorch memory, this process has 100.00 MiB memory in use. Of the allocated memory"));

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 fn tmux(args: &[&str]) -> Option<String> {
     let out = Command::new("tmux").args(args).output().ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 fn wait_for(session: &str, what: impl Fn(&str) -> bool, limit: Duration) -> Option<String> {
@@ -25,19 +27,46 @@ fn wait_for(session: &str, what: impl Fn(&str) -> bool, limit: Duration) -> Opti
 #[test]
 fn guided_tour_in_a_real_terminal() {
     if tmux(&["-V"]).is_none() {
-        eprintln!("note: tmux is not installed; the terminal test is skipped (.ci/run installs it)");
+        eprintln!(
+            "note: tmux is not installed; the terminal test is skipped (.ci/run installs it)"
+        );
         return;
     }
     let session = format!("vramscope-test-{}", std::process::id());
     let bin = env!("CARGO_BIN_EXE_vramscope");
-    tmux(&["new-session", "-d", "-s", &session, "-x", "150", "-y", "46", "bash", "--norc", "--noprofile"]).expect("tmux session");
+    tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        &session,
+        "-x",
+        "150",
+        "-y",
+        "46",
+        "bash",
+        "--norc",
+        "--noprofile",
+    ])
+    .expect("tmux session");
     let cleanup = || {
         let _ = tmux(&["kill-session", "-t", &session]);
     };
-    tmux(&["send-keys", "-t", &session, &format!("{bin}; echo EXITED:$?"), "Enter"]).expect("send");
+    tmux(&[
+        "send-keys",
+        "-t",
+        &session,
+        &format!("{bin}; echo EXITED:$?"),
+        "Enter",
+    ])
+    .expect("send");
     let shown = wait_for(
         &session,
-        |s| s.contains("Memory map") && s.contains("Timeline") && s.contains("val_total") && s.contains("retained_graph_gpu"),
+        |s| {
+            s.contains("Memory map")
+                && s.contains("Timeline")
+                && s.contains("val_total")
+                && s.contains("retained_graph_gpu")
+        },
         Duration::from_secs(60),
     );
     let Some(screen) = shown else {
@@ -45,14 +74,34 @@ fn guided_tour_in_a_real_terminal() {
         cleanup();
         panic!("the map, the timeline and the val_total leak did not appear:\n{last}");
     };
-    assert!(screen.contains("large pool"), "segments are drawn by pool:\n{screen}");
-    assert_eq!(tmux(&["display", "-p", "-t", &session, "#{alternate_on}"]).as_deref().map(str::trim), Some("1"), "the UI runs on the alternate screen");
+    assert!(
+        screen.contains("large pool"),
+        "segments are drawn by pool:\n{screen}"
+    );
+    assert_eq!(
+        tmux(&["display", "-p", "-t", &session, "#{alternate_on}"])
+            .as_deref()
+            .map(str::trim),
+        Some("1"),
+        "the UI runs on the alternate screen"
+    );
     tmux(&["send-keys", "-t", &session, "q"]).expect("send q");
-    let back = wait_for(&session, |s| s.contains("EXITED:0"), Duration::from_secs(15));
+    let back = wait_for(
+        &session,
+        |s| s.contains("EXITED:0"),
+        Duration::from_secs(15),
+    );
     let alternate = tmux(&["display", "-p", "-t", &session, "#{alternate_on}"]);
     let last = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();
     cleanup();
     assert!(back.is_some(), "q did not quit cleanly:\n{last}");
-    assert_eq!(alternate.as_deref().map(str::trim), Some("0"), "the terminal is back on the main screen");
-    assert!(!last.contains("Memory map"), "no UI is left on screen:\n{last}");
+    assert_eq!(
+        alternate.as_deref().map(str::trim),
+        Some("0"),
+        "the terminal is back on the main screen"
+    );
+    assert!(
+        !last.contains("Memory map"),
+        "no UI is left on screen:\n{last}"
+    );
 }

@@ -155,13 +155,18 @@ impl Classes {
     }
 
     fn largest(&self) -> Option<u64> {
-        self.prev_class(CLASSES).and_then(|c| self.lists[c].last()).map(|e| e.0)
+        self.prev_class(CLASSES)
+            .and_then(|c| self.lists[c].last())
+            .map(|e| e.0)
     }
 }
 
 impl FreeSet {
     fn stream(&self, stream: u64) -> Option<&Classes> {
-        self.streams.iter().find(|(s, _)| *s == stream).map(|(_, m)| m)
+        self.streams
+            .iter()
+            .find(|(s, _)| *s == stream)
+            .map(|(_, m)| m)
     }
 
     pub fn insert(&mut self, stream: u64, size: u64, addr: u64, id: BlockId) {
@@ -186,23 +191,38 @@ impl FreeSet {
 
     /// Blocks of `stream` in key order, starting at the first with size ≥ `size`.
     pub fn from(&self, stream: u64, size: u64) -> impl Iterator<Item = FreeEntry> + '_ {
-        self.stream(stream)
-            .into_iter()
-            .flat_map(move |c| c.from(size).map(move |(size, addr, id)| FreeEntry { stream, size, addr, id }))
+        self.stream(stream).into_iter().flat_map(move |c| {
+            c.from(size).map(move |(size, addr, id)| FreeEntry {
+                stream,
+                size,
+                addr,
+                id,
+            })
+        })
     }
 
     /// Blocks of `stream` in descending key order with size < `size`.
     pub fn below(&self, stream: u64, size: u64) -> impl Iterator<Item = FreeEntry> + '_ {
-        self.stream(stream)
-            .into_iter()
-            .flat_map(move |c| c.below(size).map(move |(size, addr, id)| FreeEntry { stream, size, addr, id }))
+        self.stream(stream).into_iter().flat_map(move |c| {
+            c.below(size).map(move |(size, addr, id)| FreeEntry {
+                stream,
+                size,
+                addr,
+                id,
+            })
+        })
     }
 
     /// Every block in `(stream, size, address)` order.
     pub fn iter(&self) -> impl Iterator<Item = FreeEntry> + '_ {
-        self.streams
-            .iter()
-            .flat_map(|(stream, c)| c.from(0).map(move |(size, addr, id)| FreeEntry { stream: *stream, size, addr, id }))
+        self.streams.iter().flat_map(|(stream, c)| {
+            c.from(0).map(move |(size, addr, id)| FreeEntry {
+                stream: *stream,
+                size,
+                addr,
+                id,
+            })
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -211,7 +231,11 @@ impl FreeSet {
 
     /// Size of the largest free block of any stream.
     pub fn largest(&self) -> u64 {
-        self.streams.iter().filter_map(|(_, c)| c.largest()).max().unwrap_or(0)
+        self.streams
+            .iter()
+            .filter_map(|(_, c)| c.largest())
+            .max()
+            .unwrap_or(0)
     }
 }
 
@@ -221,7 +245,12 @@ mod tests {
 
     #[test]
     fn classes_are_monotonic_and_in_range() {
-        let mut sizes: Vec<u64> = (0..64u32).flat_map(|shift| (0..64u64).map(move |k| (1u64 << shift).saturating_add(k << shift.saturating_sub(6)))).collect();
+        let mut sizes: Vec<u64> = (0..64u32)
+            .flat_map(|shift| {
+                (0..64u64)
+                    .map(move |k| (1u64 << shift).saturating_add(k << shift.saturating_sub(6)))
+            })
+            .collect();
         sizes.extend((1..5000u64).map(|i| i * 512 * (1 + i % 7)));
         sizes.push(u64::MAX);
         sizes.sort_unstable();
@@ -253,11 +282,30 @@ mod tests {
         assert_eq!(all, model);
         assert_eq!(set.len(), model.len());
         for probe in [512, 4096, 1 << 20, 5 << 20, 20 << 20, 1 << 40] {
-            let want: Vec<_> = model.iter().filter(|e| e.0 >= probe).take(5).copied().collect();
-            let got: Vec<_> = set.from(0, probe).take(5).map(|e| (e.size, e.addr)).collect();
+            let want: Vec<_> = model
+                .iter()
+                .filter(|e| e.0 >= probe)
+                .take(5)
+                .copied()
+                .collect();
+            let got: Vec<_> = set
+                .from(0, probe)
+                .take(5)
+                .map(|e| (e.size, e.addr))
+                .collect();
             assert_eq!(got, want, "from {probe}");
-            let want: Vec<_> = model.iter().rev().filter(|e| e.0 < probe).take(5).copied().collect();
-            let got: Vec<_> = set.below(0, probe).take(5).map(|e| (e.size, e.addr)).collect();
+            let want: Vec<_> = model
+                .iter()
+                .rev()
+                .filter(|e| e.0 < probe)
+                .take(5)
+                .copied()
+                .collect();
+            let got: Vec<_> = set
+                .below(0, probe)
+                .take(5)
+                .map(|e| (e.size, e.addr))
+                .collect();
             assert_eq!(got, want, "below {probe}");
         }
         assert_eq!(set.largest(), model.last().map_or(0, |e| e.0));

@@ -116,7 +116,13 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ui::open(&["tour"])
             } else {
                 eprintln!("vramscope: no terminal to draw on; printing the guided tour's headless report instead");
-                scenario::run_headless("tour", scenario::RunArgs { json: false, iterations: None })
+                scenario::run_headless(
+                    "tour",
+                    scenario::RunArgs {
+                        json: false,
+                        iterations: None,
+                    },
+                )
             }
         }
         Some(Command::Compare { first, second }) => ui::open(&[&first, &second]),
@@ -129,7 +135,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             iterations,
             ..
         }) => scenario::run_headless(&scenario, scenario::RunArgs { json, iterations }),
-        Some(Command::Open { snapshot, json, headless }) => {
+        Some(Command::Open {
+            snapshot,
+            json,
+            headless,
+        }) => {
             if headless || json || !ui::have_terminal() {
                 snapshot::open(&snapshot, json)
             } else {

@@ -7,11 +7,11 @@ use anyhow::{bail, Context};
 use vramscope::alloc::{AllocConfig, Tag, TorchVersion};
 use vramscope::report::replay::{VerifyReport, WhatIfDevice, WhatIfReport};
 use vramscope::report::snapshot::SnapshotReport;
+use vramscope::scenario::{builtin, resolve, run as run_scenario, RunOptions};
 use vramscope::trace::replay::from_snapshot::{self, DeviceReplay};
 use vramscope::trace::replay::whatif::{self, Requests};
 use vramscope::trace::snapshot::from_run::{snapshot_of_run, DeviceRun};
 use vramscope::trace::snapshot::{export_bytes, import_file, Snapshot};
-use vramscope::scenario::{builtin, resolve, run as run_scenario, RunOptions};
 use vramscope::trace::Event;
 use vramscope::units::parse_size;
 
@@ -130,7 +130,8 @@ pub fn export(input: &Path, output: &PathBuf, conf: Option<&str>) -> anyhow::Res
             input.display()
         )));
     }
-    let is_scenario = input.extension().is_some_and(|e| e == "ron") || (!input.exists() && input.to_str().and_then(builtin).is_some());
+    let is_scenario = input.extension().is_some_and(|e| e == "ron")
+        || (!input.exists() && input.to_str().and_then(builtin).is_some());
     let out = if is_scenario {
         scenario_snapshot(input, conf)?
     } else {
@@ -158,7 +159,14 @@ fn scenario_snapshot(input: &Path, conf: Option<&str>) -> anyhow::Result<Snapsho
         parse_conf(conf, None)?;
         built.engine.alloc_conf = conf.to_string();
     }
-    let result = run_scenario(&scenario, &built, &RunOptions { iterations: None, record_events: true });
+    let result = run_scenario(
+        &scenario,
+        &built,
+        &RunOptions {
+            iterations: None,
+            record_events: true,
+        },
+    );
     let events: Vec<_> = result
         .events
         .iter()
@@ -178,13 +186,21 @@ fn scenario_snapshot(input: &Path, conf: Option<&str>) -> anyhow::Result<Snapsho
                         // "file:line function" as the engine writes frames.
                         let (place, name) = f.split_once(' ').unwrap_or((f.as_str(), ""));
                         let (file, line) = place.rsplit_once(':').unwrap_or((place, "0"));
-                        (file.to_string(), line.parse().unwrap_or(0), name.to_string())
+                        (
+                            file.to_string(),
+                            line.parse().unwrap_or(0),
+                            name.to_string(),
+                        )
                     })
                     .collect()
             })
             .unwrap_or_default()
     };
-    let devices = [DeviceRun { device: 0, segments: &result.segments, events: &events }];
+    let devices = [DeviceRun {
+        device: 0,
+        segments: &result.segments,
+        events: &events,
+    }];
     Ok(snapshot_of_run(&devices, &config, &frames_of))
 }
 

@@ -22,22 +22,40 @@ pub fn source_for(input: &str) -> anyhow::Result<(String, Source)> {
     let is_snapshot = path.exists() && path.extension().is_none_or(|e| e != "ron");
     if is_snapshot {
         let source = snapshot_source(path, None).map_err(|e| BadInput(e.to_string()))?;
-        return Ok((path.file_name().map_or(input.to_string(), |n| n.to_string_lossy().into_owned()), source));
+        return Ok((
+            path.file_name()
+                .map_or(input.to_string(), |n| n.to_string_lossy().into_owned()),
+            source,
+        ));
     }
     let (scenario, built) = resolve(input).map_err(|e| BadInput(e.to_string()))?;
     let title = scenario.name.clone();
-    Ok((title, scenario_source(scenario, built, vramscope::tui::scenario_source::ITERATION_PACE)))
+    Ok((
+        title,
+        scenario_source(
+            scenario,
+            built,
+            vramscope::tui::scenario_source::ITERATION_PACE,
+        ),
+    ))
 }
 
 pub fn open(inputs: &[&str]) -> anyhow::Result<ExitCode> {
-    let sources = inputs.iter().map(|i| source_for(i)).collect::<anyhow::Result<Vec<_>>>()?;
+    let sources = inputs
+        .iter()
+        .map(|i| source_for(i))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     run_tui(sources, TuiOptions::default())?;
     Ok(ExitCode::SUCCESS)
 }
 
 pub fn open_snapshot(path: &Path) -> anyhow::Result<ExitCode> {
-    let source = snapshot_source(path, None).map_err(|e| BadInput(format!("{}: {e}", path.display())))?;
-    let title = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+    let source =
+        snapshot_source(path, None).map_err(|e| BadInput(format!("{}: {e}", path.display())))?;
+    let title = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
     run_tui(vec![(title, source)], TuiOptions::default())?;
     Ok(ExitCode::SUCCESS)
 }

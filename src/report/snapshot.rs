@@ -231,7 +231,7 @@ fn device_report(snap: &Snapshot, device: i64) -> DeviceReport {
             .map(|(entry, e)| OomEntry {
                 entry,
                 size: e.size,
-                device_free: e.device_free,
+                device_free: snap.device_free(e),
             })
             .collect();
     }

@@ -237,7 +237,10 @@ impl Timeline {
     /// The last mark of `kind` strictly before `index`.
     pub fn prev_mark(&self, index: usize, kind: MarkKind) -> Option<usize> {
         let marks = self.by_kind.get(&kind)?;
-        marks.partition_point(|i| *i < index).checked_sub(1).map(|k| marks[k])
+        marks
+            .partition_point(|i| *i < index)
+            .checked_sub(1)
+            .map(|k| marks[k])
     }
 
     /// Approximate heap bytes held, for the memory-per-event figure.
@@ -247,7 +250,11 @@ impl Timeline {
             + self.samples.capacity() * std::mem::size_of::<Sample>()
             + self.buckets.capacity() * std::mem::size_of::<Bucket>()
             + self.marks.capacity() * std::mem::size_of::<(usize, MarkKind)>()
-            + self.by_kind.values().map(|v| v.capacity() * std::mem::size_of::<usize>()).sum::<usize>()
+            + self
+                .by_kind
+                .values()
+                .map(|v| v.capacity() * std::mem::size_of::<usize>())
+                .sum::<usize>()
             + self.keyframes.iter().map(map_bytes).sum::<usize>()
             + map_bytes(&self.head)
     }

@@ -7,12 +7,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossterm::event::{KeyEvent, MouseButton, MouseEvent, MouseEventKind};
-use ratatui::layout::Rect;
 use crate::alloc::{Action as AllocAction, MemoryStats, Tag};
 use crate::leak::Finding;
 use crate::trace::timeline::KEYFRAME_EVERY;
 use crate::trace::{Event, MarkKind, Marker, MemoryMap, Timeline};
+use crossterm::event::{KeyEvent, MouseButton, MouseEvent, MouseEventKind};
+use ratatui::layout::Rect;
 
 use super::input::{self, Action, Dir, Step};
 use super::layout::{self, Areas, Focus};
@@ -96,6 +96,8 @@ pub struct RunView {
     pub tags: Option<Arc<dyn TagInfo>>,
     pub timeline: Timeline,
     pub findings: Vec<Finding>,
+    /// Findings of a live run by the number of events received when they came.
+    findings_at: Vec<(usize, Vec<Finding>)>,
     pub stats: Option<MemoryStats>,
     pub finished: bool,
     pub failure: Option<String>,
@@ -153,6 +155,7 @@ impl RunView {
             source: Some(source),
             timeline: Timeline::new(),
             findings: Vec::new(),
+            findings_at: Vec::new(),
             stats: None,
             finished: false,
             failure: None,
@@ -249,6 +252,10 @@ impl RunView {
                     self.sel_finding = None;
                 }
             }
+            SourceMsg::FindingsNow(f) => {
+                self.findings_at.push((self.timeline.len(), f));
+                self.show_findings_at_cursor();
+            }
             SourceMsg::Stats(s) => self.stats = Some(*s),
             SourceMsg::Restarted => self.reset(),
             SourceMsg::Finished => self.finished = true,
@@ -256,9 +263,25 @@ impl RunView {
         }
     }
 
+    /// A live run's leak panel shows what the detector knew at the cursor.
+    fn show_findings_at_cursor(&mut self) {
+        if self.findings_at.is_empty() {
+            return;
+        }
+        let k = self.findings_at.partition_point(|(at, _)| *at <= self.pos);
+        self.findings = k
+            .checked_sub(1)
+            .map(|k| self.findings_at[k].1.clone())
+            .unwrap_or_default();
+        if self.sel_finding.is_some_and(|i| i >= self.findings.len()) {
+            self.sel_finding = None;
+        }
+    }
+
     fn reset(&mut self) {
         self.timeline = Timeline::new();
         self.findings.clear();
+        self.findings_at.clear();
         self.stats = None;
         self.finished = false;
         self.failure = None;
@@ -293,6 +316,7 @@ impl RunView {
         }
         self.map_pos = self.pos;
         self.map_gen += 1;
+        self.show_findings_at_cursor();
     }
 
     /// Rows of the map at the cursor (cached per map state).

@@ -65,9 +65,13 @@ pub fn scenario_source(scenario: Scenario, built: Built, pace: Duration) -> Sour
             },
         }
     });
-    let source = Source::new(rx, Some(cmd_tx)).with_capacity(capacity).with_tags(tags);
+    let source = Source::new(rx, Some(cmd_tx))
+        .with_capacity(capacity)
+        .with_tags(tags);
     if let Err(e) = spawned {
-        return Source::from_messages([SourceMsg::Failed(format!("could not start the engine thread: {e}"))]);
+        return Source::from_messages([SourceMsg::Failed(format!(
+            "could not start the engine thread: {e}"
+        ))]);
     }
     source
 }
@@ -105,7 +109,11 @@ fn run_once(
     let mut engine = match Engine::new(built.engine.clone(), &built.model, &built.optimizer) {
         Ok(e) => e,
         Err(err) => {
-            return if tx.send(SourceMsg::Failed(err.message())).is_ok() { Ended::Done } else { Ended::UiGone };
+            return if tx.send(SourceMsg::Failed(err.message())).is_ok() {
+                Ended::Done
+            } else {
+                Ended::UiGone
+            };
         }
     };
     let program = &built.program;
@@ -134,7 +142,11 @@ fn run_once(
             let (allocated, reserved) = (engine.allocated_bytes(), engine.reserved_bytes());
             detector.observe(&engine.live_state(), allocated, reserved);
             let stats = Box::new(engine.allocator().stats().clone());
-            if tx.send(SourceMsg::Findings(detector.findings().to_vec())).is_err() || tx.send(SourceMsg::Stats(stats)).is_err() {
+            if tx
+                .send(SourceMsg::FindingsNow(detector.findings().to_vec()))
+                .is_err()
+                || tx.send(SourceMsg::Stats(stats)).is_err()
+            {
                 return Ended::UiGone;
             }
             if restart_requested(cmd) {
@@ -147,11 +159,16 @@ fn run_once(
     if let Some(message) = &failure {
         // A failure inside the scenario (an OOM, a second backward) is part of
         // the story: it is drawn, and the run counts as finished.
-        tail.insert(0, crate::trace::Event::Marker(crate::trace::Marker::Error(message.as_str().into())));
+        tail.insert(
+            0,
+            crate::trace::Event::Marker(crate::trace::Marker::Error(message.as_str().into())),
+        );
     }
     let stats = Box::new(engine.allocator().stats().clone());
     let sent = tx.send(SourceMsg::Events(tail)).is_ok()
-        && tx.send(SourceMsg::Findings(detector.findings().to_vec())).is_ok()
+        && tx
+            .send(SourceMsg::FindingsNow(detector.findings().to_vec()))
+            .is_ok()
         && tx.send(SourceMsg::Stats(stats)).is_ok()
         && tx.send(SourceMsg::Finished).is_ok();
     if sent {

@@ -37,6 +37,9 @@ pub enum SourceMsg {
     Events(Vec<Event>),
     /// The detector's current findings: replaces the previous list.
     Findings(Vec<Finding>),
+    /// The detector's findings as of the events received so far (a live run):
+    /// the leak panel shows, at each cursor position, the latest such list.
+    FindingsNow(Vec<Finding>),
     /// `memory_stats()` of the run's allocator (boxed: it is large).
     Stats(Box<MemoryStats>),
     /// The producer started over after [`EngineCommand::Restart`]: forget

@@ -74,6 +74,14 @@ pub enum PickleErrorKind {
     IntTooWide { op: &'static str, bytes: u64 },
     #[error("{op}: malformed text argument {text:?}")]
     BadText { op: &'static str, text: String },
+    /// A streaming import dropped this memoised value after converting it,
+    /// and the pickle refers to it again; the importer then decodes the
+    /// file again without streaming.
+    #[error("memo index {index} refers to a value already streamed out")]
+    Consumed { index: u64 },
+    /// The streaming importer stopped decoding (it reports why).
+    #[error("stopped by the importer")]
+    Stopped,
     #[error("too many {what} (limit {limit})")]
     Limit { what: &'static str, limit: u64 },
 }

@@ -26,6 +26,22 @@
 //! (the small legacy files, with many tiny containers, are the 2×), and 1.35×
 //! on a 226 MB synthetic trace. Decoding runs at 270–500 MB/s.
 //!
+//! # Streaming
+//!
+//! [`decode`] keeps everything. The snapshot importer decodes with a
+//! `Sink` instead (`decode_with`): the sink *claims* lists as they are
+//! created (it sees the stack below them), and the items appended to a
+//! claimed list go to the sink, never to the arena. When a claimed list's
+//! `MARK ... APPENDS` batch closes, `Document::compact` drops what the batch
+//! built except what the memo can still reach (strings, frame dicts, frames
+//! lists: what PyTorch shares), renumbering the kept containers, and the
+//! memo slots of the dropped dicts become a marker: a later `BINGET` of one
+//! is [`PickleErrorKind::Consumed`], on which the importer decodes again
+//! without a sink. A batch that touched anything older (extended an older
+//! container, rewrote an older memo slot) is not compacted. So the arena
+//! holds the shared part of the file plus one batch, whatever the trace
+//! length.
+//!
 //! # Robustness
 //!
 //! Input is `&[u8]` (the caller reads or maps the whole file). Every length
@@ -42,8 +58,9 @@ mod writer;
 
 pub use error::{PickleError, PickleErrorKind};
 pub use reader::decode;
+pub(crate) use reader::{decode_with, Sink};
 pub use value::{Document, SeqId, SharedStr, Value, ValueRef};
-pub use writer::{PickleWriter, BATCH};
+pub use writer::{PickleWriter, BATCH, FRAME_TARGET};
 
 #[cfg(test)]
 pub(crate) mod tests;

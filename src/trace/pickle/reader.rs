@@ -1,15 +1,71 @@
 //! The opcode loop: one pass over `&[u8]`, a value stack with a separate mark
 //! stack, and the memo.
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::error::{PickleError, PickleErrorKind as K};
 use super::opcodes::{self as op, name};
 use super::text;
-use super::value::{Document, LimitError, SeqId, Value};
+use super::value::{Checkpoint, Document, LimitError, SeqId, Value};
 
 /// Decode a whole pickle held in memory.
 pub fn decode(input: &[u8]) -> Result<Document, PickleError> {
+    decode_with(input, &mut NoSink)
+}
+
+/// Receives the items of chosen lists while decoding, instead of the arena
+/// (see the module doc, "Streaming").
+pub(crate) trait Sink {
+    /// False for [`NoSink`]: lets the plain decoder skip every hook.
+    const ACTIVE: bool = true;
+
+    /// A list was just created on top of `stack` (`marks` are the MARK
+    /// heights). True to receive its items through [`Sink::append`]
+    /// instead of storing them.
+    fn claim(&mut self, doc: &Document, stack: &[Value], marks: &[usize]) -> bool;
+
+    /// Items appended to a claimed list, in order. Containers the sink has
+    /// converted and will not look at again go to `consumed`: a batch
+    /// closed by APPENDS drops them from the arena. `Err` stops decoding.
+    fn append(
+        &mut self,
+        doc: &Document,
+        list: SeqId,
+        items: &[Value],
+        consumed: &mut Vec<SeqId>,
+    ) -> Result<(), ()>;
+
+    /// After a compaction, container `first + i` became `map[i]`
+    /// (`u32::MAX`: dropped); lower ids are unchanged.
+    fn relocate(&mut self, first: u32, map: &[u32]);
+
+    /// Decoding has passed byte `pos` for good (called at FRAME opcodes).
+    fn progress(&mut self, pos: usize);
+}
+
+/// The plain decoder: stores everything.
+pub(crate) struct NoSink;
+
+impl Sink for NoSink {
+    const ACTIVE: bool = false;
+    fn claim(&mut self, _: &Document, _: &[Value], _: &[usize]) -> bool {
+        false
+    }
+    fn append(
+        &mut self,
+        _: &Document,
+        _: SeqId,
+        _: &[Value],
+        _: &mut Vec<SeqId>,
+    ) -> Result<(), ()> {
+        Ok(())
+    }
+    fn relocate(&mut self, _: u32, _: &[u32]) {}
+    fn progress(&mut self, _: usize) {}
+}
+
+/// Decode with a [`Sink`] receiving the claimed lists.
+pub(crate) fn decode_with<S: Sink>(input: &[u8], sink: &mut S) -> Result<Document, PickleError> {
     if input.is_empty() {
         return Err(PickleError::new(0, K::Empty));
     }
@@ -21,11 +77,28 @@ pub fn decode(input: &[u8]) -> Result<Document, PickleError> {
         stack: Vec::with_capacity(64),
         marks: Vec::with_capacity(16),
         memo: Memo::default(),
-        doc: Document::with_input_len(input.len()),
+        doc: if S::ACTIVE {
+            Document::for_streaming()
+        } else {
+            Document::with_input_len(input.len())
+        },
+        sink,
+        claimed: FxHashSet::default(),
+        batch: None,
+        closing: None,
+        consumed: Vec::new(),
     };
     let root = r.run()?;
     r.doc.finish(root);
     Ok(r.doc)
+}
+
+/// A MARK opened over a claimed list: what to compact at its APPENDS.
+struct Batch {
+    /// `marks.len()` right after the MARK.
+    depth: usize,
+    doc: Checkpoint,
+    memo_len: usize,
 }
 
 /// The memo. Pickles write indices 0, 1, 2, ... so a vector is the fast
@@ -36,11 +109,20 @@ struct Memo {
     dense: Vec<Value>,
     sparse: FxHashMap<u64, Value>,
     count: u64,
+    /// While a streamed batch is open: writing below this slot, or to the
+    /// sparse map, sets `dirty` (the batch cannot be compacted).
+    floor: Option<u64>,
+    dirty: bool,
 }
 
 impl Memo {
     fn put(&mut self, idx: u64, v: Value) {
         let len = self.dense.len() as u64;
+        if let Some(floor) = self.floor {
+            if idx < floor || idx > len {
+                self.dirty = true;
+            }
+        }
         if idx == len {
             if !self.sparse.is_empty() && self.sparse.remove(&idx).is_some() {
                 self.count -= 1;
@@ -68,7 +150,7 @@ impl Memo {
     }
 }
 
-struct Reader<'a> {
+struct Reader<'a, 's, S: Sink> {
     input: &'a [u8],
     pos: usize,
     /// Offset of the opcode being decoded, for errors.
@@ -81,11 +163,19 @@ struct Reader<'a> {
     marks: Vec<usize>,
     memo: Memo,
     doc: Document,
+    sink: &'s mut S,
+    /// Lists whose items go to the sink.
+    claimed: FxHashSet<u32>,
+    /// The open streamed batch, if any.
+    batch: Option<Batch>,
+    /// Set by `pop_mark` when it closes `batch`; taken by APPENDS.
+    closing: Option<Batch>,
+    consumed: Vec<SeqId>,
 }
 
 type R<T> = Result<T, PickleError>;
 
-impl<'a> Reader<'a> {
+impl<'a, 's, S: Sink> Reader<'a, 's, S> {
     fn err(&self, kind: K) -> PickleError {
         PickleError::new(self.at, kind)
     }
@@ -216,8 +306,50 @@ impl<'a> Reader<'a> {
     #[inline]
     fn pop_mark(&mut self) -> R<usize> {
         match self.marks.pop() {
-            Some(m) => Ok(m),
+            Some(m) => {
+                if S::ACTIVE {
+                    self.closing = None;
+                    self.mark_popped();
+                }
+                Ok(m)
+            }
             None => Err(self.err(K::NoMark { op: name(self.op) })),
+        }
+    }
+
+    /// A mark was popped: if it was the open batch's, move the batch to
+    /// `closing` (only APPENDS compacts it; anything else abandons it).
+    fn mark_popped(&mut self) {
+        if matches!(&self.batch, Some(b) if self.marks.len() < b.depth) {
+            self.closing = self.batch.take();
+            self.memo.floor = None;
+        }
+    }
+
+    fn is_claimed(&self, id: SeqId) -> bool {
+        S::ACTIVE && self.claimed.contains(&id.0)
+    }
+
+    /// Items for a claimed list go to the sink.
+    fn send_to_sink(&mut self, id: SeqId, from: usize) -> R<()> {
+        self.consumed.clear();
+        let items = self.stack.get(from..).unwrap_or(&[]);
+        let r = self.sink.append(&self.doc, id, items, &mut self.consumed);
+        self.stack.truncate(from);
+        r.map_err(|()| self.err(K::Stopped))
+    }
+
+    /// After a claimed list's APPENDS: drop what the batch built.
+    fn close_batch(&mut self, batch: Batch) {
+        let memo_dirty = std::mem::take(&mut self.memo.dirty);
+        let slots = self.memo.dense.get_mut(batch.memo_len..).unwrap_or(&mut []);
+        if memo_dirty {
+            // Closes the document's batch without dropping anything.
+            self.doc.end_batch();
+            return;
+        }
+        if let Some(map) = self.doc.compact(&batch.doc, slots, &self.consumed) {
+            self.sink.relocate(batch.doc.first_seq(), map);
         }
     }
 
@@ -282,6 +414,9 @@ impl<'a> Reader<'a> {
     #[inline]
     fn memo_get(&mut self, idx: u64) -> R<()> {
         match self.memo.get(idx) {
+            Some(v) if S::ACTIVE && v == Value::CONSUMED => {
+                Err(self.err(K::Consumed { index: idx }))
+            }
             Some(v) => {
                 self.stack.push(v);
                 Ok(())
@@ -354,14 +489,36 @@ impl<'a> Reader<'a> {
                             left: self.left(),
                         }));
                     }
+                    if S::ACTIVE {
+                        self.sink.progress(self.at);
+                    }
                 }
                 op::STOP => return self.pop(),
-                op::MARK => self.marks.push(self.stack.len()),
+                op::MARK => {
+                    self.marks.push(self.stack.len());
+                    if S::ACTIVE && self.batch.is_none() {
+                        if let Some(id) = self.stack.last().and_then(|&v| Document::list_id(v)) {
+                            if self.claimed.contains(&id.0) {
+                                self.batch = Some(Batch {
+                                    depth: self.marks.len(),
+                                    doc: self.doc.checkpoint(),
+                                    memo_len: self.memo.dense.len(),
+                                });
+                                self.memo.floor = Some(self.memo.dense.len() as u64);
+                                self.memo.dirty = false;
+                            }
+                        }
+                    }
+                }
                 op::POP => {
                     if self.stack.len() > self.floor() {
                         self.stack.pop();
                     } else if self.marks.last() == Some(&self.stack.len()) {
                         self.marks.pop();
+                        if S::ACTIVE {
+                            self.closing = None;
+                            self.mark_popped();
+                        }
                     } else {
                         return Err(self.underflow(1));
                     }
@@ -484,6 +641,14 @@ impl<'a> Reader<'a> {
                 op::EMPTY_LIST => {
                     let v = self.doc.new_list();
                     self.push(v)?;
+                    if S::ACTIVE
+                        && self.batch.is_none()
+                        && self.sink.claim(&self.doc, &self.stack, &self.marks)
+                    {
+                        if let Some(id) = self.stack.last().and_then(|&v| Document::list_id(v)) {
+                            self.claimed.insert(id.0);
+                        }
+                    }
                 }
                 op::EMPTY_DICT => {
                     let v = self.doc.new_dict();
@@ -537,12 +702,29 @@ impl<'a> Reader<'a> {
                     let target = self.top()?;
                     let id =
                         Document::list_id(target).ok_or_else(|| self.wrong_type("list", target))?;
-                    self.doc.extend(id, &[item]).map_err(|e| self.limit(e))?;
+                    if self.is_claimed(id) {
+                        self.stack.push(item);
+                        self.send_to_sink(id, self.stack.len() - 1)?;
+                    } else {
+                        self.doc.extend(id, &[item]).map_err(|e| self.limit(e))?;
+                    }
                 }
                 op::APPENDS => {
                     let m = self.pop_mark()?;
+                    let closing = self.closing.take();
                     let id = self.batch_target(m, Document::list_id, "list")?;
-                    self.extend(id, m)?;
+                    if self.is_claimed(id) {
+                        self.send_to_sink(id, m)?;
+                        if let Some(batch) = closing {
+                            self.close_batch(batch);
+                        }
+                    } else {
+                        if closing.is_some() {
+                            // Not the claimed list after all: keep everything.
+                            self.doc.end_batch();
+                        }
+                        self.extend(id, m)?;
+                    }
                 }
                 op::SETITEM => {
                     let v = self.pop()?;

@@ -15,7 +15,12 @@ pub struct PickleWriter {
     out: Vec<u8>,
     memo_len: u32,
     strings: FxHashMap<Box<str>, u32>,
+    /// `PROTO 4` still at the head of `out` (streamed output only).
+    header: bool,
 }
+
+/// CPython starts a new protocol-4 frame once the current one reaches this.
+pub const FRAME_TARGET: usize = 64 * 1024;
 
 impl Default for PickleWriter {
     fn default() -> Self {
@@ -29,7 +34,42 @@ impl PickleWriter {
             out: vec![op::PROTO, 4],
             memo_len: 0,
             strings: FxHashMap::default(),
+            header: true,
         }
+    }
+
+    /// Bytes written since the last [`PickleWriter::flush_frame`].
+    pub fn buffered(&self) -> usize {
+        self.out.len()
+    }
+
+    /// Streamed output: writes what was buffered as one `FRAME` (after the
+    /// `PROTO` header the first time), as CPython does for protocol 4, and
+    /// empties the buffer. The memo carries on. Returns the bytes written.
+    pub fn flush_frame(&mut self, w: &mut impl std::io::Write) -> std::io::Result<u64> {
+        let mut written = 0u64;
+        let mut body = &self.out[..];
+        if self.header {
+            let (head, rest) = body.split_at(2.min(body.len()));
+            w.write_all(head)?;
+            written += head.len() as u64;
+            body = rest;
+            self.header = false;
+        }
+        if !body.is_empty() {
+            w.write_all(&[op::FRAME])?;
+            w.write_all(&(body.len() as u64).to_le_bytes())?;
+            w.write_all(body)?;
+            written += 9 + body.len() as u64;
+        }
+        self.out.clear();
+        Ok(written)
+    }
+
+    /// Streamed output: `STOP` and the last frame.
+    pub fn finish_into(mut self, w: &mut impl std::io::Write) -> std::io::Result<u64> {
+        self.out.push(op::STOP);
+        self.flush_frame(w)
     }
 
     pub fn finish(mut self) -> Vec<u8> {
@@ -117,6 +157,10 @@ impl PickleWriter {
 
     pub fn mark(&mut self) {
         self.out.push(op::MARK);
+    }
+
+    pub fn append(&mut self) {
+        self.out.push(op::APPEND);
     }
 
     pub fn appends(&mut self) {

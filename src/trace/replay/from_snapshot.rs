@@ -27,7 +27,7 @@ pub fn entries(snap: &Snapshot, device: usize) -> Vec<Entry> {
                 Action::SegmentMap => EntryAction::Segment(AllocAction::SegmentMap),
                 Action::SegmentUnmap => EntryAction::Segment(AllocAction::SegmentUnmap),
                 Action::Oom => EntryAction::Oom,
-                Action::Snapshot | Action::Annotate | Action::Other(_) => EntryAction::Other,
+                Action::Snapshot | Action::Annotate | Action::Other => EntryAction::Other,
             },
             addr: e.addr,
             size: e.size,

@@ -127,16 +127,18 @@ impl Exporter<'_> {
     }
 
     fn entry(&mut self, e: &TraceEntry) {
+        let snap = self.snap;
+        let extra = snap.extra(e);
         self.dict(|ex| {
             let w = &mut ex.w;
             w.str("action");
-            w.str(e.action.as_str());
+            w.str(snap.action_name(e));
             // PyTorch writes `device_free` in place of `addr` for an oom.
             if e.action != Action::Oom {
                 w.str("addr");
                 w.uint(e.addr);
             }
-            if let Some(free) = e.device_free {
+            if let Some(free) = extra.device_free {
                 w.str("device_free");
                 w.uint(free);
             }
@@ -144,15 +146,15 @@ impl Exporter<'_> {
             w.uint(e.size);
             w.str("stream");
             w.uint(e.stream);
-            if let Some(t) = e.time_us {
+            if let Some(t) = e.time_us() {
                 w.str("time_us");
                 w.int(t);
             }
-            if let Some(c) = &e.compile_context {
+            if let Some(c) = &extra.compile_context {
                 w.str("compile_context");
                 w.str(c);
             }
-            if let Some(m) = &e.user_metadata {
+            if let Some(m) = &extra.user_metadata {
                 w.str("user_metadata");
                 w.str(m);
             }

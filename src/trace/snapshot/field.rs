@@ -91,6 +91,7 @@ macro_rules! keys {
 
         impl Key {
             pub const ALL: &'static [Key] = &[$(Key::$variant,)*];
+            pub const COUNT: usize = Key::ALL.len();
 
             pub fn name(self) -> &'static str {
                 match self { $(Key::$variant => $name,)* }
@@ -143,16 +144,41 @@ pub(super) struct Fields<'d> {
     pub doc: &'d Document,
     /// The interned string of each [`Key`], by `Key as usize`; `None` when
     /// the pickle never mentions it.
-    keys: Vec<Option<Value>>,
+    pub keys: KeyTable,
+}
+
+/// The interned string of each [`Key`] in one document.
+pub(super) type KeyTable = [Option<Value>; Key::COUNT];
+
+/// Looks the keys up in `doc`.
+pub(super) fn key_table(doc: &Document) -> KeyTable {
+    let mut keys = [None; Key::COUNT];
+    for (slot, k) in keys.iter_mut().zip(Key::ALL) {
+        *slot = doc.find_str(k.name());
+    }
+    keys
 }
 
 impl<'d> Fields<'d> {
     pub fn new(doc: &'d Document) -> Self {
-        let keys = Key::ALL.iter().map(|k| doc.find_str(k.name())).collect();
+        Self {
+            doc,
+            keys: key_table(doc),
+        }
+    }
+
+    /// With keys looked up earlier (still valid: strings are never dropped).
+    pub fn with_keys(doc: &'d Document, keys: KeyTable) -> Self {
         Self { doc, keys }
     }
 
-    fn expected(&self, v: Value, what: &str, path: &Path) -> SchemaError {
+    /// The interned string of `key`, if the document has it.
+    #[inline]
+    pub fn key(&self, key: Key) -> Option<Value> {
+        self.keys[key as usize]
+    }
+
+    pub fn expected(&self, v: Value, what: &str, path: &Path) -> SchemaError {
         path.error(format!("expected {what}, got {}", self.doc.type_name(v)))
     }
 
@@ -220,7 +246,7 @@ impl<'d> Fields<'d> {
     /// `d[key]` if present.
     #[inline]
     pub fn get(&self, d: SeqId, key: Key) -> Option<Value> {
-        let k = (*self.keys.get(key as usize)?)?;
+        let k = self.key(key)?;
         self.doc.dict_get(d, k)
     }
 

@@ -6,7 +6,8 @@ use std::rc::Rc;
 use crate::alloc::{Action as AllocAction, AllocConfig, AllocEvent, SegmentInfo, Tag};
 
 use super::types::{
-    Action, AllocatorSettings, Block, Layout, PoolKind, Segment, Snapshot, TraceEntry,
+    Action, AllocatorSettings, Block, EntryExtra, EntryExtras, Layout, PoolKind, Segment, Snapshot,
+    TraceEntry,
 };
 use super::{Frame, FrameTable, FramesId};
 
@@ -44,6 +45,7 @@ pub fn snapshot_of_run(
     };
     let mut segments = Vec::new();
     let mut device_traces = Vec::new();
+    let mut entry_extras = EntryExtras::new();
     for run in devices {
         let device = run.device;
         while device_traces.len() < device {
@@ -82,8 +84,8 @@ pub fn snapshot_of_run(
             .events
             .iter()
             .enumerate()
-            .map(|(i, e)| TraceEntry {
-                action: match e.action {
+            .map(|(i, e)| {
+                let action = match e.action {
                     AllocAction::Alloc => Action::Alloc,
                     AllocAction::FreeRequested => Action::FreeRequested,
                     AllocAction::FreeCompleted => Action::FreeCompleted,
@@ -92,16 +94,21 @@ pub fn snapshot_of_run(
                     AllocAction::SegmentMap => Action::SegmentMap,
                     AllocAction::SegmentUnmap => Action::SegmentUnmap,
                     AllocAction::Oom => Action::Oom,
-                },
-                addr: e.addr,
-                size: e.size,
-                stream: e.stream,
-                device_free: (e.action == AllocAction::Oom).then_some(e.device_free),
-                // A simulated clock: one microsecond per entry.
-                time_us: Some(i as i64),
-                frames: stack(device, e.tag),
-                compile_context: None,
-                user_metadata: None,
+                };
+                let mut entry =
+                    TraceEntry::new(action, e.addr, e.size, e.stream, stack(device, e.tag))
+                        // A simulated clock: one microsecond per entry.
+                        .with_time_us(Some(i as i64));
+                if e.action == AllocAction::Oom {
+                    let row = EntryExtra {
+                        device_free: Some(e.device_free),
+                        ..EntryExtra::default()
+                    };
+                    if let Some(id) = entry_extras.intern(row) {
+                        entry = entry.with_extra(id);
+                    }
+                }
+                entry
             })
             .collect();
         device_traces.push(trace);
@@ -122,5 +129,6 @@ pub fn snapshot_of_run(
         external_annotations: Vec::new(),
         layout: Layout::CurrentDict,
         frames,
+        entry_extras,
     }
 }

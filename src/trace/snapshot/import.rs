@@ -1,17 +1,47 @@
 //! Decoded pickle → typed [`Snapshot`]. Knows every layout in SCHEMA.md:
 //! current dict, older dict, bare segment list, legacy blocks with
 //! `history`. Keys beyond the few each record needs are optional.
+//!
+//! # Streaming
+//!
+//! A big snapshot is almost all trace entries, and PyTorch never shares an
+//! entry dict (only the strings, frame dicts and frames lists inside it).
+//! [`import_bytes`] therefore decodes with a [`Sink`]: the lists at
+//! `root["segments"]` and `root["device_traces"][d]` are *claimed* when the
+//! decoder creates them (recognised by what is on the pickle stack below
+//! them, which is how CPython's pickler lays the root dict out), and every
+//! batch of items appended to them is converted to [`Segment`]s and
+//! [`TraceEntry`]s on the spot. At the end of each `MARK ... APPENDS`
+//! batch the decoder drops the converted dicts from its arena
+//! ([`Document::compact`]), keeping what the memo can still reach: strings,
+//! frame dicts and frames lists. The generic arena thus holds the shared
+//! part of the file and one batch (1000 entries), never the whole trace.
+//!
+//! Anything the streaming path cannot vouch for makes it give up and decode
+//! the file again the plain way, so results and errors are those of
+//! [`import_document`]: a schema error inside a claimed list (the plain
+//! path reports it with the same path, in file order), or a pickle that
+//! refers back to a dropped dict through its memo (valid, never written by
+//! PyTorch).
+//!
+//! [`import_file`] maps the file read-only and, as the decoder moves on,
+//! tells the kernel it no longer needs the pages behind it, so the input
+//! does not stay resident next to the typed result.
 
 use std::path::Path as FsPath;
 
-use crate::trace::pickle::{self, Document, SeqId, Value, ValueRef};
+use rustc_hash::FxHashMap;
 
-use super::error::SnapshotError;
-use super::field::{Fields, Key, Path, Res};
+use crate::trace::pickle::{
+    self, Document, PickleError, PickleErrorKind, SeqId, Sink, Value, ValueRef,
+};
+
+use super::error::{SchemaError, SnapshotError};
+use super::field::{key_table, Fields, Key, KeyTable, Path, Res};
 use super::frames::{Frame, FrameId, FrameTable, FramesId};
 use super::types::{
-    Action, AllocatorSettings, Annotation, Block, BlockState, Layout, PoolKind, Segment,
-    SettingValue, Snapshot, TraceEntry,
+    Action, AllocatorSettings, Annotation, Block, BlockState, EntryExtra, EntryExtras, ExtraId,
+    Layout, PoolKind, Segment, SettingValue, Snapshot, TraceEntry,
 };
 
 /// Marks a container not converted yet in `Importer::converted`.
@@ -21,59 +51,245 @@ const NOT_SEEN: u32 = u32::MAX;
 /// `segment_type` is missing.
 const SMALL_SEGMENT: u64 = 2 << 20;
 
+/// Input bytes released to the kernel at a time by [`import_file`].
+const RELEASE_STEP: usize = 32 << 20;
+
 /// Decode and import a snapshot pickle held in memory.
 pub fn import_bytes(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
-    let doc = pickle::decode(bytes)?;
-    Ok(import_document(&doc)?)
+    import_streaming(bytes, None)
 }
 
-/// Read, decode and import a snapshot file; errors name the file.
+/// Read, decode and import a snapshot file; errors name the file. The file
+/// is memory-mapped, not copied.
 pub fn import_file(path: &FsPath) -> Result<Snapshot, SnapshotError> {
-    let bytes = std::fs::read(path).map_err(|source| SnapshotError::Io {
+    let io = |source| SnapshotError::Io {
         path: path.to_path_buf(),
         source,
-    })?;
-    import_bytes(&bytes).map_err(|e| SnapshotError::File {
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    let result = if len == 0 {
+        import_bytes(&[])
+    } else {
+        // SAFETY: the map is read-only and private to this call; as with any
+        // mapped file, another process truncating it meanwhile would fault.
+        // That is the accepted price of not holding a 1 GB copy.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        let _ = map.advise(memmap2::Advice::Sequential);
+        let mut released = 0usize;
+        let mut release = |pos: usize| {
+            let upto = pos / RELEASE_STEP * RELEASE_STEP;
+            if upto > released {
+                // SAFETY: DONTNEED on a read-only shared file mapping only
+                // drops our reference to page-cache pages; touching them
+                // again reads the same bytes back from the file.
+                let _ = unsafe {
+                    map.unchecked_advise_range(
+                        memmap2::UncheckedAdvice::DontNeed,
+                        released,
+                        upto - released,
+                    )
+                };
+                released = upto;
+            }
+        };
+        import_streaming(&map, Some(&mut release))
+    };
+    result.map_err(|e| SnapshotError::File {
         path: path.to_path_buf(),
         source: Box::new(e),
     })
 }
 
-/// Import an already decoded document.
-pub fn import_document(doc: &Document) -> Result<Snapshot, super::SchemaError> {
-    let mut im = Importer {
-        f: Fields::new(doc),
-        frames: FrameTable::new(),
-        converted: vec![NOT_SEEN; doc.container_count()],
-        scratch: Vec::new(),
-    };
-    let root = Path::ROOT;
-    let top = doc.root();
-    let snap = match doc.get(top) {
-        ValueRef::List(_) => Snapshot {
-            segments: im.segments(top, &root)?,
-            device_traces: Vec::new(),
-            allocator_settings: None,
-            external_annotations: Vec::new(),
-            layout: Layout::LegacyList,
-            frames: FrameTable::new(),
-        },
-        ValueRef::Dict(d) => im.dict_root(d, &root)?,
-        _ => {
-            return Err(root.error(format!(
-                "expected a dict or a list of segments, got {}",
-                doc.type_name(top)
-            )))
+/// The streaming import (module doc), falling back to the plain one.
+fn import_streaming(
+    bytes: &[u8],
+    release: Option<&mut dyn FnMut(usize)>,
+) -> Result<Snapshot, SnapshotError> {
+    match try_streaming(bytes, release)? {
+        Some(snap) => Ok(snap),
+        None => {
+            let doc = pickle::decode(bytes)?;
+            Ok(import_document(&doc)?)
         }
-    };
-    Ok(Snapshot {
-        frames: im.frames,
-        ..snap
-    })
+    }
 }
 
-struct Importer<'d> {
-    f: Fields<'d>,
+/// The streaming import alone: `None` when it gave up (see the module doc).
+pub(super) fn try_streaming(
+    bytes: &[u8],
+    release: Option<&mut dyn FnMut(usize)>,
+) -> Result<Option<Snapshot>, SnapshotError> {
+    let mut stream = Stream {
+        im: Importer::new(0, true),
+        keys: [None; Key::COUNT],
+        keys_at: usize::MAX,
+        claims: FxHashMap::default(),
+        failed: false,
+        release,
+    };
+    match pickle::decode_with(bytes, &mut stream) {
+        Ok(doc) => {
+            let Stream { mut im, claims, .. } = stream;
+            im.track = false;
+            im.claims = claims;
+            Ok(Some(im.run(&doc)?))
+        }
+        Err(PickleError {
+            kind: PickleErrorKind::Stopped | PickleErrorKind::Consumed { .. },
+            ..
+        }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Import an already decoded document.
+pub fn import_document(doc: &Document) -> Result<Snapshot, SchemaError> {
+    Importer::new(doc.container_count(), false).run(doc)
+}
+
+/// What a claimed list holds, converted.
+enum Claimed {
+    Segments(Vec<Segment>),
+    Trace {
+        device: usize,
+        entries: Vec<TraceEntry>,
+    },
+    /// Moved into the result already (a list the pickle uses twice).
+    Taken,
+}
+
+/// The [`Sink`] of a streaming import.
+struct Stream<'r> {
+    im: Importer,
+    keys: KeyTable,
+    /// `doc.string_count()` when `keys` were looked up.
+    keys_at: usize,
+    claims: FxHashMap<u32, Claimed>,
+    failed: bool,
+    release: Option<&'r mut dyn FnMut(usize)>,
+}
+
+impl Stream<'_> {
+    fn fields<'d>(&mut self, doc: &'d Document) -> Fields<'d> {
+        if self.keys_at != doc.string_count() {
+            self.keys = key_table(doc);
+            self.keys_at = doc.string_count();
+        }
+        Fields::with_keys(doc, self.keys)
+    }
+}
+
+impl Sink for Stream<'_> {
+    fn claim(&mut self, doc: &Document, stack: &[Value], marks: &[usize]) -> bool {
+        if self.failed {
+            return false;
+        }
+        let f = self.fields(doc);
+        let Some(p) = stack.len().checked_sub(1) else {
+            return false;
+        };
+        let Some(id) = stack.get(p).and_then(|&v| Document::list_id(v)) else {
+            return false;
+        };
+        // A value slot of the root dict's first SETITEMS batch: the root is
+        // the only thing under that batch's MARK.
+        let root_value = |pos: usize| {
+            marks.first() == Some(&1)
+                && stack.first().and_then(|&v| Document::dict_id(v)).is_some()
+                && pos >= 2
+                && (pos - 1) % 2 == 1
+        };
+        let is_key =
+            |pos: usize, key: Key| f.key(key).is_some() && stack.get(pos).copied() == f.key(key);
+        let claim = if marks.len() == 1 && root_value(p) && is_key(p - 1, Key::Segments) {
+            Some(Claimed::Segments(Vec::new()))
+        } else {
+            // root["device_traces"] = O, and this list is an item of O:
+            // inside O's MARK ... APPENDS batch, or about to be APPENDed.
+            let outer = match marks {
+                [_, m] if *m >= 1 && *m <= p => Some((m - 1, p - m)),
+                [_] if p >= 1 => Some((p - 1, 0)),
+                _ => None,
+            };
+            outer.and_then(|(o, offset)| {
+                let list = stack.get(o).and_then(|&v| Document::list_id(v))?;
+                (root_value(o) && is_key(o - 1, Key::DeviceTraces)).then(|| Claimed::Trace {
+                    device: doc.items(list).len() + offset,
+                    entries: Vec::new(),
+                })
+            })
+        };
+        match claim {
+            Some(c) => {
+                self.claims.insert(id.0, c);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn append(
+        &mut self,
+        doc: &Document,
+        list: SeqId,
+        items: &[Value],
+        consumed: &mut Vec<SeqId>,
+    ) -> Result<(), ()> {
+        let f = self.fields(doc);
+        let im = &mut self.im;
+        std::mem::swap(&mut im.consumed, consumed);
+        im.consumed.clear();
+        let r = match self.claims.get_mut(&list.0) {
+            Some(Claimed::Segments(out)) => {
+                let root = Path::ROOT;
+                let path = root.key("segments");
+                items.iter().try_for_each(|&v| {
+                    let seg = im.segment(&f, v, &path.index(out.len()))?;
+                    out.push(seg);
+                    Ok(())
+                })
+            }
+            Some(Claimed::Trace { device, entries }) => {
+                let root = Path::ROOT;
+                let traces = root.key("device_traces");
+                let path = traces.index(*device);
+                items.iter().try_for_each(|&v| {
+                    let e = im.entry(&f, v, &path.index(entries.len()))?;
+                    entries.push(e);
+                    Ok(())
+                })
+            }
+            _ => Ok(()),
+        };
+        std::mem::swap(&mut im.consumed, consumed);
+        r.map_err(|_: SchemaError| self.failed = true)
+    }
+
+    fn relocate(&mut self, first: u32, map: &[u32]) {
+        let conv = &mut self.im.converted;
+        let mut kept = first as usize;
+        for (i, &m) in map.iter().enumerate() {
+            if m == u32::MAX {
+                continue;
+            }
+            let old = conv.get(first as usize + i).copied().unwrap_or(NOT_SEEN);
+            if let Some(slot) = conv.get_mut(m as usize) {
+                *slot = old;
+            }
+            kept = m as usize + 1;
+        }
+        conv.truncate(kept);
+    }
+
+    fn progress(&mut self, pos: usize) {
+        if let Some(release) = self.release.as_mut() {
+            release(pos);
+        }
+    }
+}
+
+struct Importer {
     frames: FrameTable,
     /// Per pickle container: the `FramesId` of a frames list or the
     /// `FrameId` of a frame dict already converted, so a list or dict shared
@@ -81,29 +297,106 @@ struct Importer<'d> {
     /// lookup runs once per frame reference.
     converted: Vec<u32>,
     scratch: Vec<FrameId>,
+    extras: EntryExtras,
+    /// `(action text, compile_context, user_metadata)` handles → row, for
+    /// entries without `device_free` (strings are interned, so equal text is
+    /// an equal handle).
+    extra_cache: FxHashMap<[u32; 3], ExtraId>,
+    last_extra: Option<([u32; 3], ExtraId)>,
+    /// Per string index: the position in [`ACTIONS`] of the action it
+    /// spells, or `u8::MAX` when not parsed yet.
+    actions: Vec<u8>,
+    /// Streaming: record the containers converted for good in `consumed`.
+    track: bool,
+    consumed: Vec<SeqId>,
+    /// Streaming: the lists converted while decoding.
+    claims: FxHashMap<u32, Claimed>,
 }
 
-impl<'d> Importer<'d> {
-    fn dict_root(&mut self, d: SeqId, path: &Path) -> Res<Snapshot> {
-        let segments = self.f.req(d, Key::Segments, path)?;
-        let segments = self.segments(segments, &path.key("segments"))?;
-        let device_traces = match self.f.get(d, Key::DeviceTraces) {
-            Some(v) => self.traces(v, &path.key("device_traces"))?,
+/// Every action, for `Importer::actions`.
+const ACTIONS: [Action; 11] = [
+    Action::Alloc,
+    Action::FreeRequested,
+    Action::FreeCompleted,
+    Action::SegmentAlloc,
+    Action::SegmentFree,
+    Action::SegmentMap,
+    Action::SegmentUnmap,
+    Action::Oom,
+    Action::Snapshot,
+    Action::Annotate,
+    Action::Other,
+];
+
+/// The handle of an absent optional string in `extra_cache` keys (no
+/// value has it: misc kind 7 is unused).
+const ABSENT: u32 = u32::MAX;
+
+impl Importer {
+    fn new(containers: usize, track: bool) -> Self {
+        Self {
+            frames: FrameTable::new(),
+            converted: vec![NOT_SEEN; containers],
+            scratch: Vec::new(),
+            extras: EntryExtras::new(),
+            extra_cache: FxHashMap::default(),
+            last_extra: None,
+            actions: Vec::new(),
+            track,
+            consumed: Vec::new(),
+            claims: FxHashMap::default(),
+        }
+    }
+
+    fn run(mut self, doc: &Document) -> Res<Snapshot> {
+        let f = Fields::new(doc);
+        let root = Path::ROOT;
+        let top = doc.root();
+        let snap = match doc.get(top) {
+            ValueRef::List(_) => Snapshot {
+                segments: self.segments(&f, top, &root)?,
+                device_traces: Vec::new(),
+                allocator_settings: None,
+                external_annotations: Vec::new(),
+                layout: Layout::LegacyList,
+                frames: FrameTable::new(),
+                entry_extras: EntryExtras::new(),
+            },
+            ValueRef::Dict(d) => self.dict_root(&f, d, &root)?,
+            _ => {
+                return Err(root.error(format!(
+                    "expected a dict or a list of segments, got {}",
+                    doc.type_name(top)
+                )))
+            }
+        };
+        Ok(Snapshot {
+            frames: self.frames,
+            entry_extras: self.extras,
+            ..snap
+        })
+    }
+
+    fn dict_root(&mut self, f: &Fields, d: SeqId, path: &Path) -> Res<Snapshot> {
+        let segments = f.req(d, Key::Segments, path)?;
+        let segments = self.segments(f, segments, &path.key("segments"))?;
+        let device_traces = match f.get(d, Key::DeviceTraces) {
+            Some(v) => self.traces(f, v, &path.key("device_traces"))?,
             None => Vec::new(),
         };
-        let settings_v = self.f.get(d, Key::AllocatorSettings);
-        let annotations_v = self.f.get(d, Key::ExternalAnnotations);
+        let settings_v = f.get(d, Key::AllocatorSettings);
+        let annotations_v = f.get(d, Key::ExternalAnnotations);
         let layout = if settings_v.is_some() || annotations_v.is_some() {
             Layout::CurrentDict
         } else {
             Layout::OlderDict
         };
         let allocator_settings = match settings_v {
-            Some(v) => Some(self.settings(v, &path.key("allocator_settings"))?),
+            Some(v) => Some(settings(f, v, &path.key("allocator_settings"))?),
             None => None,
         };
         let external_annotations = match annotations_v {
-            Some(v) => self.annotations(v, &path.key("external_annotations"))?,
+            Some(v) => annotations(f, v, &path.key("external_annotations"))?,
             None => Vec::new(),
         };
         Ok(Snapshot {
@@ -113,21 +406,42 @@ impl<'d> Importer<'d> {
             external_annotations,
             layout,
             frames: FrameTable::new(),
+            entry_extras: EntryExtras::new(),
         })
     }
 
-    fn segments(&mut self, v: Value, path: &Path) -> Res<Vec<Segment>> {
-        let items = self.f.list(v, path)?;
+    /// A claimed list's converted items, if `v` is one.
+    fn take_claimed(&mut self, v: Value) -> Option<Claimed> {
+        let id = Document::list_id(v)?;
+        let slot = self.claims.get_mut(&id.0)?;
+        Some(std::mem::replace(slot, Claimed::Taken))
+    }
+
+    fn consume(&mut self, id: SeqId) {
+        if self.track {
+            self.consumed.push(id);
+        }
+    }
+
+    fn segments(&mut self, f: &Fields, v: Value, path: &Path) -> Res<Vec<Segment>> {
+        match self.take_claimed(v) {
+            Some(Claimed::Segments(s)) => return Ok(s),
+            Some(Claimed::Taken) => {
+                return Err(path.error("the segments list is used twice"));
+            }
+            _ => {}
+        }
+        let items = f.list(v, path)?;
         let mut out = Vec::with_capacity(items.len());
         for (i, &s) in items.iter().enumerate() {
-            out.push(self.segment(s, &path.index(i))?);
+            out.push(self.segment(f, s, &path.index(i))?);
         }
         Ok(out)
     }
 
-    fn segment(&mut self, v: Value, path: &Path) -> Res<Segment> {
-        let f = &self.f;
+    fn segment(&mut self, f: &Fields, v: Value, path: &Path) -> Res<Segment> {
         let d = f.dict(v, path)?;
+        self.consume(d);
         let device = f.opt(d, Key::Device, path, Fields::int)?.unwrap_or(0);
         let address = f.field(d, Key::Address, path, Fields::uint)?;
         let total_size = f.field(d, Key::TotalSize, path, Fields::uint)?;
@@ -145,6 +459,12 @@ impl<'d> Importer<'d> {
             None if total_size <= SMALL_SEGMENT => PoolKind::Small,
             None => PoolKind::Large,
         };
+        if let Some(t) = f
+            .get(d, Key::SegmentPoolId)
+            .and_then(Document::container_id)
+        {
+            self.consume(t);
+        }
         let pool_id = f
             .opt(d, Key::SegmentPoolId, path, pool_id)?
             .unwrap_or((0, 0));
@@ -154,16 +474,18 @@ impl<'d> Importer<'d> {
         let allocated = f.opt(d, Key::AllocatedSize, path, Fields::uint)?;
         let active = f.opt(d, Key::ActiveSize, path, Fields::uint)?;
         let requested = f.opt(d, Key::RequestedSize, path, Fields::uint)?;
-        let frames = self.opt_frames(d, path)?;
+        let frames = self.opt_frames(f, d, path)?;
 
         let blocks_path = path.key("blocks");
-        let items = self
-            .f
-            .list(self.f.req(d, Key::Blocks, path)?, &blocks_path)?;
+        let blocks_v = f.req(d, Key::Blocks, path)?;
+        let items = f.list(blocks_v, &blocks_path)?;
+        if let Some(id) = Document::list_id(blocks_v) {
+            self.consume(id);
+        }
         let mut blocks = Vec::with_capacity(items.len());
         let mut next = address;
         for (i, &b) in items.iter().enumerate() {
-            let block = self.block(b, next, &blocks_path.index(i))?;
+            let block = self.block(f, b, next, &blocks_path.index(i))?;
             next = block.address.saturating_add(block.size);
             blocks.push(block);
         }
@@ -197,9 +519,9 @@ impl<'d> Importer<'d> {
 
     /// `computed` is the address the block must have if blocks are
     /// contiguous: used for legacy blocks, which have no `address`.
-    fn block(&mut self, v: Value, computed: u64, path: &Path) -> Res<Block> {
-        let f = &self.f;
+    fn block(&mut self, f: &Fields, v: Value, computed: u64, path: &Path) -> Res<Block> {
         let d = f.dict(v, path)?;
+        self.consume(d);
         let size = f.field(d, Key::Size, path, Fields::uint)?;
         let state = f.field(d, Key::State, path, block_state)?;
         let address = f
@@ -207,7 +529,7 @@ impl<'d> Importer<'d> {
             .unwrap_or(computed);
         let requested = f.opt(d, Key::RequestedSize, path, Fields::uint)?;
         let mut frames = if f.get(d, Key::Frames).is_some() {
-            Some(self.opt_frames(d, path)?)
+            Some(self.opt_frames(f, d, path)?)
         } else {
             None
         };
@@ -215,15 +537,23 @@ impl<'d> Importer<'d> {
         // Legacy (torch 2.0) blocks: the first history entry stands for
         // the block, as in MemoryViz.
         let mut history_requested = None;
-        if let Some(h) = self.f.get(d, Key::History) {
+        if let Some(h) = f.get(d, Key::History) {
             let hpath = path.key("history");
-            let items = self.f.list(h, &hpath)?;
+            let items = f.list(h, &hpath)?;
+            if let Some(first) = Document::list_id(h) {
+                self.consume(first);
+            }
             if let Some(&first) = items.first() {
                 let p0 = hpath.index(0);
-                let hd = self.f.dict(first, &p0)?;
-                history_requested = self.f.opt(hd, Key::RealSize, &p0, Fields::uint)?;
+                let hd = f.dict(first, &p0)?;
+                history_requested = f.opt(hd, Key::RealSize, &p0, Fields::uint)?;
                 if frames.is_none() {
-                    frames = Some(self.opt_frames(hd, &p0)?);
+                    frames = Some(self.opt_frames(f, hd, &p0)?);
+                }
+            }
+            for &x in items {
+                if let Some(id) = Document::dict_id(x) {
+                    self.consume(id);
                 }
             }
         }
@@ -236,128 +566,221 @@ impl<'d> Importer<'d> {
         })
     }
 
-    fn traces(&mut self, v: Value, path: &Path) -> Res<Vec<Vec<TraceEntry>>> {
-        let devices = self.f.list(v, path)?;
-        let mut out = Vec::with_capacity(devices.len());
+    fn traces(&mut self, f: &Fields, v: Value, path: &Path) -> Res<Vec<Vec<TraceEntry>>> {
+        let devices = f.list(v, path)?;
+        let mut out: Vec<Vec<TraceEntry>> = Vec::with_capacity(devices.len());
+        // Claimed lists already moved out, by list id → device index.
+        let mut moved: FxHashMap<u32, usize> = FxHashMap::default();
         for (dev, &t) in devices.iter().enumerate() {
             let dpath = path.index(dev);
-            let entries = self.f.list(t, &dpath)?;
+            match self.take_claimed(t) {
+                Some(Claimed::Trace { entries, .. }) => {
+                    if let Some(id) = Document::list_id(t) {
+                        moved.insert(id.0, dev);
+                    }
+                    out.push(entries);
+                    continue;
+                }
+                Some(Claimed::Taken) => {
+                    let again = Document::list_id(t)
+                        .and_then(|id| moved.get(&id.0))
+                        .and_then(|&i| out.get(i))
+                        .cloned();
+                    match again {
+                        Some(entries) => {
+                            out.push(entries);
+                            continue;
+                        }
+                        None => return Err(dpath.error("a trace list is used twice")),
+                    }
+                }
+                _ => {}
+            }
+            let entries = f.list(t, &dpath)?;
             let mut trace = Vec::with_capacity(entries.len());
             for (i, &e) in entries.iter().enumerate() {
-                trace.push(self.entry(e, &dpath.index(i))?);
+                trace.push(self.entry(f, e, &dpath.index(i))?);
             }
             out.push(trace);
         }
         Ok(out)
     }
 
-    fn entry(&mut self, v: Value, path: &Path) -> Res<TraceEntry> {
-        let f = &self.f;
+    fn entry(&mut self, f: &Fields, v: Value, path: &Path) -> Res<TraceEntry> {
         let d = f.dict(v, path)?;
-        let action = Action::parse(&f.field(d, Key::Action, path, Fields::str)?);
+        self.consume(d);
+        // One pass over the dict instead of a lookup per key; a later
+        // duplicate key wins, as in Python.
+        const N: usize = 9;
+        const KEYS: [Key; N] = [
+            Key::Action,
+            Key::Addr,
+            Key::Size,
+            Key::Stream,
+            Key::DeviceFree,
+            Key::TimeUs,
+            Key::CompileContext,
+            Key::UserMetadata,
+            Key::Frames,
+        ];
+        let wanted = KEYS.map(|k| f.key(k).map_or(ABSENT, Value::raw));
+        let mut got: [Option<Value>; N] = [None; N];
+        for (k, val) in f.doc.pairs(d) {
+            let k = k.raw();
+            if let Some(i) = wanted.iter().position(|&w| w == k) {
+                got[i] = Some(val);
+            }
+        }
+        let [action_v, addr_v, size_v, stream_v, free_v, time_v, cc_v, um_v, frames_v] = got;
+        let typed = |v: Option<Value>, key: Key| -> Res<Option<u64>> {
+            v.map(|v| f.uint(v, &path.key(key.name()))).transpose()
+        };
+        let missing = |key: Key| path.error(format!("missing key {:?}", key.name()));
+
+        let action_v = action_v.ok_or_else(|| missing(Key::Action))?;
+        let action_path = path.key("action");
+        let action_text = match f.doc.get(action_v) {
+            ValueRef::Str(s) => s,
+            _ => return Err(f.expected(action_v, "str", &action_path)),
+        };
+        let action = self.action(action_v, action_text);
         // `oom` has `device_free` instead of `addr`; `annotate` (2.15) has
         // no `size`.
         let addr = match action {
-            Action::Oom => f.opt(d, Key::Addr, path, Fields::uint)?.unwrap_or(0),
-            _ => f.field(d, Key::Addr, path, Fields::uint)?,
+            Action::Oom => typed(addr_v, Key::Addr)?.unwrap_or(0),
+            _ => typed(addr_v, Key::Addr)?.ok_or_else(|| missing(Key::Addr))?,
         };
         let size = match action {
-            Action::Annotate => f.opt(d, Key::Size, path, Fields::uint)?.unwrap_or(0),
-            _ => f.field(d, Key::Size, path, Fields::uint)?,
+            Action::Annotate => typed(size_v, Key::Size)?.unwrap_or(0),
+            _ => typed(size_v, Key::Size)?.ok_or_else(|| missing(Key::Size))?,
         };
-        let stream = f.opt(d, Key::Stream, path, Fields::uint)?.unwrap_or(0);
-        let device_free = f.opt(d, Key::DeviceFree, path, Fields::uint)?;
-        let time_us = f.opt(d, Key::TimeUs, path, Fields::int)?;
-        let compile_context = f.opt(d, Key::CompileContext, path, Fields::str)?;
-        let user_metadata = f.opt(d, Key::UserMetadata, path, Fields::str)?;
-        let frames = self.opt_frames(d, path)?;
-        Ok(TraceEntry {
-            action,
-            addr,
-            size,
-            stream,
+        let stream = typed(stream_v, Key::Stream)?.unwrap_or(0);
+        let device_free = typed(free_v, Key::DeviceFree)?;
+        let time_us = time_v.map(|v| f.int(v, &path.key("time_us"))).transpose()?;
+        let text = |v: Option<Value>, key: Key| -> Res<u32> {
+            match v {
+                None => Ok(ABSENT),
+                Some(v) => match f.doc.get(v) {
+                    ValueRef::Str(_) => Ok(v.raw()),
+                    _ => Err(f.expected(v, "str", &path.key(key.name()))),
+                },
+            }
+        };
+        let cc = text(cc_v, Key::CompileContext)?;
+        let um = text(um_v, Key::UserMetadata)?;
+        let frames = match frames_v {
+            Some(fv) => self.stack(f, fv, &path.key("frames"))?,
+            None => FramesId::EMPTY,
+        };
+        let other = if action == Action::Other {
+            action_v.raw()
+        } else {
+            ABSENT
+        };
+        let extra = self.extra(
+            f,
+            [other, cc, um],
+            [Some(action_v), cc_v, um_v],
             device_free,
-            time_us,
-            frames,
-            compile_context,
-            user_metadata,
-        })
+            path,
+        )?;
+        Ok(TraceEntry::new(action, addr, size, stream, frames)
+            .with_time_us(time_us)
+            .with_extra(extra))
     }
 
-    fn settings(&mut self, v: Value, path: &Path) -> Res<AllocatorSettings> {
-        let f = &self.f;
-        let d = f.dict(v, path)?;
-        let mut s = AllocatorSettings {
-            conf: String::new(),
-            max_split_size: -1,
-            garbage_collection_threshold: 0.0,
-            expandable_segments: false,
-            roundup_power2_divisions: Vec::new(),
-            other: Vec::new(),
+    /// `Action::parse`, remembered per interned string.
+    fn action(&mut self, v: Value, text: &str) -> Action {
+        const UNSEEN: u8 = u8::MAX;
+        let Some(i) = v.str_index().map(|i| i as usize) else {
+            return Action::parse(text);
         };
-        for (k, val) in f.doc.pairs(d) {
-            let key = f.str(k, &path.key("<key>"))?;
-            match &*key {
-                "PYTORCH_CUDA_ALLOC_CONF" => {
-                    s.conf = f
-                        .str(val, &path.key("PYTORCH_CUDA_ALLOC_CONF"))?
-                        .to_string()
-                }
-                "max_split_size" => s.max_split_size = f.int(val, &path.key("max_split_size"))?,
-                "garbage_collection_threshold" => {
-                    s.garbage_collection_threshold =
-                        f.float(val, &path.key("garbage_collection_threshold"))?
-                }
-                "expandable_segments" => {
-                    s.expandable_segments = f.bool(val, &path.key("expandable_segments"))?
-                }
-                "roundup_power2_divisions" => {
-                    s.roundup_power2_divisions =
-                        roundup(f, val, &path.key("roundup_power2_divisions"))?
-                }
-                _ => s.other.push((key.clone(), setting_value(f, val))),
+        if let Some(&a) = self.actions.get(i) {
+            if a != UNSEEN {
+                return ACTIONS[a as usize];
             }
         }
-        Ok(s)
+        let action = Action::parse(text);
+        if i >= self.actions.len() {
+            self.actions.resize(i + 1, UNSEEN);
+        }
+        self.actions[i] = ACTIONS.iter().position(|&a| a == action).unwrap_or(0) as u8;
+        action
     }
 
-    fn annotations(&mut self, v: Value, path: &Path) -> Res<Vec<Annotation>> {
-        let f = &self.f;
-        let items = f.list(v, path)?;
-        let mut out = Vec::with_capacity(items.len());
-        for (i, &a) in items.iter().enumerate() {
-            let p = path.index(i);
-            let d = f.dict(a, &p)?;
-            out.push(Annotation {
-                stage: f.field(d, Key::Stage, &p, Fields::str)?,
-                name: f.field(d, Key::Name, &p, Fields::str)?,
-                device: f.opt(d, Key::Device, &p, Fields::int)?.unwrap_or(0),
-                time_us: f.opt(d, Key::TimeUs, &p, Fields::int)?.unwrap_or(0),
-            });
+    /// The [`ExtraId`] of an entry's rare fields; `key` holds the string
+    /// handles (or [`ABSENT`]) of action text, compile context, user
+    /// metadata, `vals` the values themselves.
+    fn extra(
+        &mut self,
+        f: &Fields,
+        key: [u32; 3],
+        vals: [Option<Value>; 3],
+        device_free: Option<u64>,
+        path: &Path,
+    ) -> Res<ExtraId> {
+        if key == [ABSENT; 3] && device_free.is_none() {
+            return Ok(ExtraId::NONE);
         }
-        Ok(out)
+        if device_free.is_none() {
+            if let Some((k, id)) = self.last_extra {
+                if k == key {
+                    return Ok(id);
+                }
+            }
+            if let Some(&id) = self.extra_cache.get(&key) {
+                self.last_extra = Some((key, id));
+                return Ok(id);
+            }
+        }
+        let s = |i: usize| -> Option<crate::trace::pickle::SharedStr> {
+            if key[i] == ABSENT {
+                return None;
+            }
+            match f.doc.get(vals[i]?) {
+                ValueRef::Str(s) => Some(s.clone()),
+                _ => None,
+            }
+        };
+        let row = EntryExtra {
+            action: s(0),
+            compile_context: s(1),
+            user_metadata: s(2),
+            device_free,
+        };
+        let id = self.extras.intern(row).ok_or_else(|| {
+            path.error(format!(
+                "more than {} distinct (compile_context, user_metadata, device_free) values",
+                ExtraId::LIMIT - 1
+            ))
+        })?;
+        if device_free.is_none() {
+            self.extra_cache.insert(key, id);
+            self.last_extra = Some((key, id));
+        }
+        Ok(id)
     }
 
     /// `d["frames"]` as an interned stack; empty when absent.
-    fn opt_frames(&mut self, d: SeqId, path: &Path) -> Res<FramesId> {
-        match self.f.get(d, Key::Frames) {
-            Some(v) => self.stack(v, &path.key("frames")),
+    fn opt_frames(&mut self, f: &Fields, d: SeqId, path: &Path) -> Res<FramesId> {
+        match f.get(d, Key::Frames) {
+            Some(v) => self.stack(f, v, &path.key("frames")),
             None => Ok(FramesId::EMPTY),
         }
     }
 
-    fn stack(&mut self, v: Value, path: &Path) -> Res<FramesId> {
-        let list = self.f.list_id(v, path)?;
+    fn stack(&mut self, f: &Fields, v: Value, path: &Path) -> Res<FramesId> {
+        let list = f.list_id(v, path)?;
         if let Some(&id) = self.converted.get(list.0 as usize) {
             if id != NOT_SEEN {
                 return Ok(FramesId(id));
             }
         }
-        let items = self.f.doc.items(list);
+        let items = f.doc.items(list);
         let mut ids = std::mem::take(&mut self.scratch);
         ids.clear();
         for (i, &fv) in items.iter().enumerate() {
-            match self.frame(fv, &path.index(i)) {
+            match self.frame(f, fv, &path.index(i)) {
                 Ok(id) => ids.push(id),
                 Err(e) => {
                     self.scratch = ids;
@@ -371,8 +794,7 @@ impl<'d> Importer<'d> {
         Ok(id)
     }
 
-    fn frame(&mut self, v: Value, path: &Path) -> Res<FrameId> {
-        let f = &self.f;
+    fn frame(&mut self, f: &Fields, v: Value, path: &Path) -> Res<FrameId> {
         let d = f.dict(v, path)?;
         if let Some(&id) = self.converted.get(d.0 as usize) {
             if id != NOT_SEEN {
@@ -390,10 +812,64 @@ impl<'d> Importer<'d> {
     }
 
     fn remember(&mut self, container: SeqId, id: u32) {
-        if let Some(slot) = self.converted.get_mut(container.0 as usize) {
-            *slot = id;
+        let i = container.0 as usize;
+        if i >= self.converted.len() {
+            // Streaming: the arena grows as it decodes.
+            self.converted.resize(i + 1, NOT_SEEN);
+        }
+        self.converted[i] = id;
+    }
+}
+
+fn settings(f: &Fields, v: Value, path: &Path) -> Res<AllocatorSettings> {
+    let d = f.dict(v, path)?;
+    let mut s = AllocatorSettings {
+        conf: String::new(),
+        max_split_size: -1,
+        garbage_collection_threshold: 0.0,
+        expandable_segments: false,
+        roundup_power2_divisions: Vec::new(),
+        other: Vec::new(),
+    };
+    for (k, val) in f.doc.pairs(d) {
+        let key = f.str(k, &path.key("<key>"))?;
+        match &*key {
+            "PYTORCH_CUDA_ALLOC_CONF" => {
+                s.conf = f
+                    .str(val, &path.key("PYTORCH_CUDA_ALLOC_CONF"))?
+                    .to_string()
+            }
+            "max_split_size" => s.max_split_size = f.int(val, &path.key("max_split_size"))?,
+            "garbage_collection_threshold" => {
+                s.garbage_collection_threshold =
+                    f.float(val, &path.key("garbage_collection_threshold"))?
+            }
+            "expandable_segments" => {
+                s.expandable_segments = f.bool(val, &path.key("expandable_segments"))?
+            }
+            "roundup_power2_divisions" => {
+                s.roundup_power2_divisions = roundup(f, val, &path.key("roundup_power2_divisions"))?
+            }
+            _ => s.other.push((key.clone(), setting_value(f, val))),
         }
     }
+    Ok(s)
+}
+
+fn annotations(f: &Fields, v: Value, path: &Path) -> Res<Vec<Annotation>> {
+    let items = f.list(v, path)?;
+    let mut out = Vec::with_capacity(items.len());
+    for (i, &a) in items.iter().enumerate() {
+        let p = path.index(i);
+        let d = f.dict(a, &p)?;
+        out.push(Annotation {
+            stage: f.field(d, Key::Stage, &p, Fields::str)?,
+            name: f.field(d, Key::Name, &p, Fields::str)?,
+            device: f.opt(d, Key::Device, &p, Fields::int)?.unwrap_or(0),
+            time_us: f.opt(d, Key::TimeUs, &p, Fields::int)?.unwrap_or(0),
+        });
+    }
+    Ok(out)
 }
 
 fn block_state(f: &Fields, v: Value, path: &Path) -> Res<BlockState> {

@@ -21,15 +21,17 @@ mod field;
 mod frames;
 pub mod from_run;
 mod import;
+pub mod synth;
 mod types;
 
 pub use error::{SchemaError, SnapshotError};
 pub use export::export_bytes;
 pub use frames::{Frame, FrameId, FrameTable, FramesId};
 pub use import::{import_bytes, import_document, import_file};
+pub use synth::{synthetic_snapshot, SynthStats};
 pub use types::{
-    Action, AllocatorSettings, Annotation, Block, BlockState, Layout, PoolKind, Segment,
-    SettingValue, Snapshot, TraceEntry,
+    Action, AllocatorSettings, Annotation, Block, BlockState, EntryExtra, EntryExtras, ExtraId,
+    Layout, PoolKind, Segment, SettingValue, Snapshot, TraceEntry,
 };
 
 #[cfg(test)]

@@ -41,7 +41,7 @@ fn trace_lens(s: &Snapshot) -> Vec<usize> {
 fn actions(s: &Snapshot) -> BTreeMap<String, usize> {
     let mut m = BTreeMap::new();
     for e in s.device_traces.iter().flatten() {
-        *m.entry(e.action.as_str().to_string()).or_insert(0) += 1;
+        *m.entry(s.action_name(e).to_string()).or_insert(0) += 1;
     }
     m
 }
@@ -186,10 +186,10 @@ fn code_location_expandable_oom() {
     assert_eq!(oom.action, Action::Oom);
     assert_eq!(oom.addr, 0);
     assert!((oom.size as f64 / 1e9 - 5.3).abs() < 0.05, "{}", oom.size);
-    let free = oom.device_free.expect("oom has device_free");
+    let free = s.device_free(oom).expect("oom has device_free");
     assert!((free as f64 / 1e6 - 95.7).abs() < 0.05, "{free}");
     for e in s.device_traces.iter().flatten() {
-        assert_eq!(e.device_free.is_some(), e.action == Action::Oom);
+        assert_eq!(s.device_free(e).is_some(), e.action == Action::Oom);
     }
     // Map/unmap sizes are multiples of 2 MiB.
     assert!(s
@@ -278,8 +278,8 @@ fn cs336_magma_windows_metadata() {
         ])
     );
     for e in s.device_traces.iter().flatten() {
-        assert_eq!(e.compile_context.as_deref(), Some("N/A"));
-        assert_eq!(e.user_metadata.as_deref(), Some(""));
+        assert_eq!(s.extra(e).compile_context.as_deref(), Some("N/A"));
+        assert_eq!(s.extra(e).user_metadata.as_deref(), Some(""));
     }
     // Windows paths, and grouping finds user code in them.
     let user = s
@@ -312,7 +312,7 @@ fn eor_nn_snapshot_actions() {
         ])
     );
     for e in s.device_traces.iter().flatten() {
-        assert!(e.time_us.is_some());
+        assert!(e.time_us().is_some());
         if e.action == Action::Snapshot {
             assert_eq!((e.addr, e.frames), (0, FramesId::EMPTY));
         }
@@ -320,7 +320,7 @@ fn eor_nn_snapshot_actions() {
     // time_us never decreases within a device list (SCHEMA §5).
     let t: Vec<i64> = s.device_traces[0]
         .iter()
-        .filter_map(|e| e.time_us)
+        .filter_map(|e| e.time_us())
         .collect();
     assert!(t.windows(2).all(|w| w[0] <= w[1]));
 }
@@ -364,7 +364,7 @@ fn flexgen_legacy_history_blocks() {
     assert_eq!(trace_lens(&s), [1]);
     let e = &s.device_traces[0][0];
     assert_eq!(e.action, Action::FreeCompleted);
-    assert_eq!((e.time_us, e.frames), (None, FramesId::EMPTY));
+    assert_eq!((e.time_us(), e.frames), (None, FramesId::EMPTY));
 }
 
 #[test]
@@ -610,8 +610,9 @@ fn unknown_actions_and_minimal_entries() {
     ]))
     .expect("imports");
     let e = &s.device_traces[0][0];
-    assert_eq!(e.action, Action::Other("teleport".into()));
-    assert_eq!((e.addr, e.size, e.stream, e.time_us), (1, 2, 0, None));
+    assert_eq!(e.action, Action::Other);
+    assert_eq!(s.action_name(e), "teleport");
+    assert_eq!((e.addr, e.size, e.stream, e.time_us()), (1, 2, 0, None));
 
     let err = schema_err(one_entry(&[
         ("action", None, Some("alloc")),
@@ -680,14 +681,12 @@ fn resolved(s: &Snapshot) -> String {
             out += &format!(
                 "{d} {:?}\n",
                 (
-                    &e.action,
+                    s.action_name(e),
                     e.addr,
                     e.size,
                     e.stream,
-                    e.device_free,
-                    e.time_us,
-                    &e.compile_context,
-                    &e.user_metadata,
+                    s.extra(e),
+                    e.time_us(),
                     stack(e.frames)
                 )
             );
@@ -885,4 +884,110 @@ fn big_file_memory() {
         after_import - base,
         snap.device_traces.iter().map(Vec::len).sum::<usize>()
     );
+}
+
+// ---- streaming import and the synthetic generator ----
+
+#[test]
+fn streaming_import_matches_the_plain_one_on_every_real_file() {
+    for (name, bytes) in real_files() {
+        let plain = super::import_document(&crate::trace::pickle::decode(bytes).expect("decodes"))
+            .expect("imports");
+        let streamed = super::import::try_streaming(bytes, None)
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .unwrap_or_else(|| panic!("{name}: streaming gave up"));
+        assert!(streamed == plain, "{name}: streamed import differs");
+    }
+}
+
+#[test]
+fn streaming_gives_up_on_a_reused_entry_dict() {
+    // A valid pickle that refers back to a trace entry through the memo
+    // after its batch: the streaming path drops the dict and must hand over
+    // to the plain path, which reads it fine.
+    let mut w = crate::trace::pickle::PickleWriter::new();
+    w.empty_dict();
+    w.memoize();
+    w.mark();
+    w.str("segments");
+    w.empty_list();
+    w.memoize();
+    w.str("device_traces");
+    w.empty_list();
+    w.memoize();
+    w.mark();
+    w.empty_list();
+    w.memoize();
+    w.mark();
+    w.empty_dict();
+    let entry = w.memoize();
+    w.mark();
+    for (k, v) in [("addr", 1), ("size", 2)] {
+        w.str(k);
+        w.int(v);
+    }
+    w.str("action");
+    w.str("alloc");
+    w.setitems();
+    w.appends();
+    w.empty_list();
+    w.memoize();
+    w.mark();
+    w.get(entry);
+    w.appends();
+    w.appends();
+    w.setitems();
+    let bytes = w.finish();
+    assert!(super::import::try_streaming(&bytes, None)
+        .expect("decodes")
+        .is_none());
+    let s = import_bytes(&bytes).expect("imports");
+    assert_eq!(trace_lens(&s), [1, 1]);
+    assert_eq!(s.device_traces[1][0], s.device_traces[0][0]);
+}
+
+#[test]
+fn synthetic_snapshot_imports_streamed_and_replays_exactly() {
+    let mut bytes = Vec::new();
+    let stats = super::synthetic_snapshot(&mut bytes, 3 << 20, 7).expect("writes");
+    assert_eq!(stats.bytes, bytes.len() as u64);
+    assert!(stats.bytes >= (3u64 << 20) * 9 / 10, "{stats:?}");
+    let mut again = Vec::new();
+    super::synthetic_snapshot(&mut again, 3 << 20, 7).expect("writes");
+    assert!(again == bytes, "same seed, same bytes");
+
+    let s = super::import::try_streaming(&bytes, None)
+        .expect("imports")
+        .expect("streams");
+    let plain = super::import_document(&crate::trace::pickle::decode(&bytes).expect("decodes"))
+        .expect("imports");
+    assert!(s == plain);
+    assert_eq!(s.layout, Layout::CurrentDict);
+    assert_eq!(trace_lens(&s), [stats.entries as usize]);
+    assert_eq!(s.segments.len() as u64, stats.segments);
+    assert!(stats.entries > 10_000, "{stats:?}");
+    let a = actions(&s);
+    assert_eq!(a["alloc"] as u64, stats.allocs);
+    assert_eq!(a["free_requested"], a["free_completed"]);
+    assert!(a["segment_alloc"] > 0);
+    for e in &s.device_traces[0] {
+        assert_eq!(s.extra(e).compile_context.as_deref(), Some("N/A"));
+    }
+    let t: Vec<i64> = s.device_traces[0]
+        .iter()
+        .filter_map(|e| e.time_us())
+        .collect();
+    assert_eq!(t.len(), s.device_traces[0].len());
+    assert!(t.windows(2).all(|w| w[0] < w[1]));
+    // Alloc and its frees share one frames list, hence one id; stacks are
+    // drawn from the pool.
+    assert!(s.frames.stack_count() as u64 <= stats.stacks + 1);
+
+    let replays = crate::trace::replay::from_snapshot::verify(&s).expect("own settings");
+    assert_eq!(replays.len(), 1);
+    let o = &replays[0].outcome;
+    assert_eq!(o.replayable_from, 0, "a closed trace");
+    assert!(o.all_matched(), "{:?}", o.differences);
+    assert_eq!(o.allocs as u64, stats.allocs);
+    assert_eq!(o.final_state_match, Some(true));
 }

@@ -1,6 +1,8 @@
 //! The typed snapshot: what `_dump_snapshot` wrote, with PyTorch's string
 //! enums turned into Rust enums and every stack interned in a [`FrameTable`].
 
+use rustc_hash::FxHashMap;
+
 use crate::trace::pickle::SharedStr;
 
 use super::frames::{Frame, FrameTable, FramesId};
@@ -19,6 +21,8 @@ pub struct Snapshot {
     pub layout: Layout,
     /// Every stack referenced by segments, blocks and trace entries.
     pub frames: FrameTable,
+    /// The rare fields of trace entries, by [`TraceEntry::extra`].
+    pub entry_extras: EntryExtras,
 }
 
 impl Snapshot {
@@ -27,6 +31,24 @@ impl Snapshot {
     /// allocations by call site.
     pub fn first_user_frame(&self, stack: FramesId) -> Option<&Frame> {
         self.frames.first_user_frame(stack)
+    }
+
+    /// The rare fields of `e` (compile context, user metadata, ...).
+    pub fn extra(&self, e: &TraceEntry) -> &EntryExtra {
+        self.entry_extras.get(e.extra())
+    }
+
+    /// PyTorch's spelling of `e.action`, including unknown actions.
+    pub fn action_name<'a>(&'a self, e: &TraceEntry) -> &'a str {
+        match (e.action, &self.extra(e).action) {
+            (Action::Other, Some(name)) => name,
+            (a, _) => a.as_str(),
+        }
+    }
+
+    /// Free device memory the driver reported, for an `oom` entry.
+    pub fn device_free(&self, e: &TraceEntry) -> Option<u64> {
+        self.extra(e).device_free
     }
 }
 
@@ -99,8 +121,10 @@ pub struct Block {
 /// `state` of a block: the allocator's own type, shared by imports and simulations.
 pub use crate::alloc::BlockState;
 
-/// `action` of a trace entry.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// `action` of a trace entry. One byte: the name of an [`Action::Other`]
+/// lives in the entry's [`EntryExtra`] (see [`Snapshot::action_name`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
 pub enum Action {
     Alloc,
     FreeRequested,
@@ -112,13 +136,15 @@ pub enum Action {
     Oom,
     Snapshot,
     Annotate,
-    /// An action this version does not know; kept, not rejected.
-    Other(SharedStr),
+    /// An action this version does not know; kept, not rejected. Its text
+    /// is [`EntryExtra::action`].
+    Other,
 }
 
 impl Action {
-    pub fn parse(s: &SharedStr) -> Action {
-        match &**s {
+    /// PyTorch's spelling to the enum; unknown text gives [`Action::Other`].
+    pub fn parse(s: &str) -> Action {
+        match s {
             "alloc" => Action::Alloc,
             "free_requested" => Action::FreeRequested,
             "free_completed" => Action::FreeCompleted,
@@ -129,12 +155,13 @@ impl Action {
             "oom" => Action::Oom,
             "snapshot" => Action::Snapshot,
             "annotate" => Action::Annotate,
-            _ => Action::Other(s.clone()),
+            _ => Action::Other,
         }
     }
 
-    /// PyTorch's spelling.
-    pub fn as_str(&self) -> &str {
+    /// PyTorch's spelling; `"other"` for [`Action::Other`], whose real text
+    /// is [`Snapshot::action_name`].
+    pub fn as_str(self) -> &'static str {
         match self {
             Action::Alloc => "alloc",
             Action::FreeRequested => "free_requested",
@@ -146,29 +173,168 @@ impl Action {
             Action::Oom => "oom",
             Action::Snapshot => "snapshot",
             Action::Annotate => "annotate",
-            Action::Other(s) => s,
+            Action::Other => "other",
         }
     }
 }
 
-/// One `device_traces[d][i]` entry.
-#[derive(Debug, Clone, PartialEq)]
+/// One `device_traces[d][i]` entry, 40 bytes.
+///
+/// The rare or nearly constant fields (`compile_context`, `user_metadata`,
+/// an oom's `device_free`, the text of an unknown action) are interned in
+/// [`Snapshot::entry_extras`] and named by a 24-bit [`ExtraId`]; `time_us`
+/// is stored with `i64::MIN` meaning absent. Build entries with
+/// [`TraceEntry::new`] and the `with_*` setters.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TraceEntry {
-    pub action: Action,
     /// Block or segment address; 0 for `oom` (which has no `addr`).
     pub addr: u64,
     /// Requested (unrounded) size for alloc/free; see SCHEMA.md §5.
     pub size: u64,
     pub stream: u64,
-    /// Free device memory the driver reported (`oom` only).
-    pub device_free: Option<u64>,
-    /// µs since the Unix epoch; absent in files before ~2024.
-    pub time_us: Option<i64>,
+    time_us: i64,
     pub frames: FramesId,
+    pub action: Action,
+    extra: [u8; 3],
+}
+
+const NO_TIME: i64 = i64::MIN;
+
+impl TraceEntry {
+    /// An entry without `time_us` and without extras.
+    pub fn new(action: Action, addr: u64, size: u64, stream: u64, frames: FramesId) -> Self {
+        Self {
+            addr,
+            size,
+            stream,
+            time_us: NO_TIME,
+            frames,
+            action,
+            extra: [0; 3],
+        }
+    }
+
+    /// µs since the Unix epoch; absent in files before ~2024 (and for the
+    /// value `i64::MIN`, which no clock produces).
+    pub fn time_us(&self) -> Option<i64> {
+        (self.time_us != NO_TIME).then_some(self.time_us)
+    }
+
+    pub fn with_time_us(mut self, t: Option<i64>) -> Self {
+        self.time_us = t.unwrap_or(NO_TIME);
+        self
+    }
+
+    /// The row of [`Snapshot::entry_extras`] holding this entry's rare fields.
+    pub fn extra(&self) -> ExtraId {
+        let [a, b, c] = self.extra;
+        ExtraId(u32::from_le_bytes([a, b, c, 0]))
+    }
+
+    /// `id` must come from the snapshot's [`EntryExtras`] (24 bits).
+    pub fn with_extra(mut self, id: ExtraId) -> Self {
+        let [a, b, c, _] = id.0.to_le_bytes();
+        self.extra = [a, b, c];
+        self
+    }
+}
+
+impl std::fmt::Debug for TraceEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TraceEntry")
+            .field("action", &self.action)
+            .field("addr", &self.addr)
+            .field("size", &self.size)
+            .field("stream", &self.stream)
+            .field("time_us", &self.time_us())
+            .field("frames", &self.frames)
+            .field("extra", &self.extra())
+            .finish()
+    }
+}
+
+/// Index of one [`EntryExtra`] in [`EntryExtras`]; [`ExtraId::NONE`] is the
+/// row with every field absent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ExtraId(pub u32);
+
+impl ExtraId {
+    pub const NONE: ExtraId = ExtraId(0);
+    /// Rows are named by 24 bits inside a [`TraceEntry`].
+    pub const LIMIT: u32 = 1 << 24;
+}
+
+/// The rare fields of a trace entry, shared by every entry that has the same
+/// values (in real files: all of them, `("N/A", "")`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct EntryExtra {
+    /// The text of an [`Action::Other`].
+    pub action: Option<SharedStr>,
     /// `"N/A"` when present (torch 2.8+).
     pub compile_context: Option<SharedStr>,
     /// `""` when present (torch 2.9+).
     pub user_metadata: Option<SharedStr>,
+    /// Free device memory the driver reported (`oom` only).
+    pub device_free: Option<u64>,
+}
+
+/// Distinct [`EntryExtra`] rows; row 0 is the empty one.
+#[derive(Debug, Clone)]
+pub struct EntryExtras {
+    rows: Vec<EntryExtra>,
+    index: FxHashMap<EntryExtra, ExtraId>,
+}
+
+impl Default for EntryExtras {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PartialEq for EntryExtras {
+    fn eq(&self, other: &Self) -> bool {
+        self.rows == other.rows
+    }
+}
+
+impl EntryExtras {
+    pub fn new() -> Self {
+        let mut index = FxHashMap::default();
+        index.insert(EntryExtra::default(), ExtraId::NONE);
+        Self {
+            rows: vec![EntryExtra::default()],
+            index,
+        }
+    }
+
+    /// The id of `row`, adding it if new; `None` past [`ExtraId::LIMIT`] rows.
+    pub fn intern(&mut self, row: EntryExtra) -> Option<ExtraId> {
+        if let Some(&id) = self.index.get(&row) {
+            return Some(id);
+        }
+        if self.rows.len() as u64 >= ExtraId::LIMIT as u64 {
+            return None;
+        }
+        let id = ExtraId(self.rows.len() as u32);
+        self.rows.push(row.clone());
+        self.index.insert(row, id);
+        Some(id)
+    }
+
+    /// A row; an unknown id gives the empty row.
+    pub fn get(&self, id: ExtraId) -> &EntryExtra {
+        self.rows.get(id.0 as usize).unwrap_or(&self.rows[0])
+    }
+
+    /// Number of rows, the empty one included.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Never true: the empty row is always there.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
 }
 
 /// `allocator_settings` (torch 2.4+).
@@ -221,3 +387,6 @@ pub struct Annotation {
     pub device: i64,
     pub time_us: i64,
 }
+
+// The whole point of the layout above: a 1 GB trace is ~20 M entries.
+const _: () = assert!(std::mem::size_of::<TraceEntry>() == 40);

@@ -4,10 +4,10 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use crate::trace::{Event, Marker};
 use crossterm::event::{
     Event as CEvent, KeyCode, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
 };
-use crate::trace::{Event, Marker};
 
 use super::helpers::*;
 use crate::tui::app::SyncMode;
@@ -302,4 +302,41 @@ fn follows_live_events_at_the_end() {
     assert_eq!(app.runs[0].pos, 300, "cursor follows new events");
     let s = screen(&mut app, 120, 40);
     assert!(s.contains("LIVE"), "{s}");
+}
+
+#[test]
+fn live_findings_follow_the_cursor() {
+    use crate::leak::{Finding, FindingKind};
+    use crate::tui::source::SourceMsg;
+    let (first, _) = crate::tui::demo::generate(crate::tui::tests::helpers::small_fixed());
+    let half = first.len() / 2;
+    let found = Finding::new("total_loss", FindingKind::RetainedGraphGpu);
+    let source = crate::tui::source::Source::from_messages([
+        SourceMsg::Events(first[..half].to_vec()),
+        SourceMsg::FindingsNow(Vec::new()),
+        SourceMsg::Events(first[half..].to_vec()),
+        SourceMsg::FindingsNow(vec![found]),
+        SourceMsg::Finished,
+    ]);
+    let mut app = app_with(vec![("live".into(), source)], &opts());
+    keys(&mut app, "g");
+    screen(&mut app, 120, 40);
+    assert!(
+        app.runs[0].findings.is_empty(),
+        "nothing was known at the start"
+    );
+    keys(&mut app, "G");
+    screen(&mut app, 120, 40);
+    assert_eq!(
+        app.runs[0].findings.len(),
+        1,
+        "at the end the detector had found the leak"
+    );
+    assert!(screen(&mut app, 120, 40).contains("total_loss"));
+    keys(&mut app, "g");
+    screen(&mut app, 120, 40);
+    assert!(
+        app.runs[0].findings.is_empty(),
+        "stepping back hides what was not known yet"
+    );
 }

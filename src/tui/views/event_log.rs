@@ -1,12 +1,12 @@
 //! The events around the cursor, one line each.
 
+use crate::alloc::{format_size, Action, AllocEvent};
+use crate::trace::{Event, Marker};
 use ratatui::layout::Rect;
 use ratatui::style::Modifier;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph};
 use ratatui::Frame;
-use crate::alloc::{format_size, Action, AllocEvent};
-use crate::trace::{Event, Marker};
 
 use crate::tui::app::{App, RunView};
 use crate::tui::layout::Focus;

@@ -2,13 +2,13 @@
 //! selected one's path, fix and evidence. The selected finding's blocks are
 //! highlighted on the map.
 
+use crate::alloc::format_size;
+use crate::leak::{Finding, Severity};
 use ratatui::layout::Rect;
 use ratatui::style::Modifier;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 use ratatui::Frame;
-use crate::alloc::format_size;
-use crate::leak::{Finding, Severity};
 
 use crate::tui::app::App;
 use crate::tui::layout::Focus;

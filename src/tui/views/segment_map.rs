@@ -6,13 +6,13 @@
 
 use std::collections::HashMap;
 
+use crate::alloc::{format_size, BlockState, Pool, Tag};
+use crate::trace::MemoryMap;
 use ratatui::layout::Rect;
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph};
 use ratatui::Frame;
-use crate::alloc::{format_size, BlockState, Pool, Tag};
-use crate::trace::MemoryMap;
 
 use crate::tui::app::{App, ColorMode, RunView};
 use crate::tui::layout;

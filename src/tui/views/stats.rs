@@ -2,11 +2,11 @@
 //! split (free blocks in segments that hold other blocks), cached free and
 //! fragmentation, largest free block, retries and OOMs.
 
+use crate::alloc::{format_size, BlockState, Pool};
 use ratatui::layout::{Constraint, Rect};
 use ratatui::text::Span;
 use ratatui::widgets::{Block, Borders, Cell, Row, Table};
 use ratatui::Frame;
-use crate::alloc::{format_size, BlockState, Pool};
 
 use crate::tui::app::{App, RunView};
 use crate::tui::layout::Focus;

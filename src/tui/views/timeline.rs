@@ -2,13 +2,13 @@
 //! `Timeline::range_summary` (min/max buckets), with peak and device capacity
 //! lines, iteration/phase/OOM/narration marks on the bottom row and the cursor.
 
+use crate::alloc::format_size;
+use crate::trace::timeline::BUCKET;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
 use ratatui::text::Span;
 use ratatui::widgets::{Block, Borders};
 use ratatui::Frame;
-use crate::alloc::format_size;
-use crate::trace::timeline::BUCKET;
 
 use crate::tui::app::{App, RunView};
 use crate::tui::layout::{self, Focus};
