@@ -40,12 +40,22 @@ pub fn source_for(input: &str) -> anyhow::Result<(String, Source)> {
     ))
 }
 
+/// Playback for scenarios: about two iterations of a small model per second,
+/// so memory moves at once and a leak is flagged within seconds.
+const SCENARIO_SPEED: f64 = 2000.0;
+
 pub fn open(inputs: &[&str]) -> anyhow::Result<ExitCode> {
     let sources = inputs
         .iter()
         .map(|i| source_for(i))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    run_tui(sources, TuiOptions::default())?;
+    run_tui(
+        sources,
+        TuiOptions {
+            speed: SCENARIO_SPEED,
+            ..TuiOptions::default()
+        },
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 

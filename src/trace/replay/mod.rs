@@ -114,6 +114,8 @@ pub struct Replayer {
     /// Segment events recorded since the last request, with their entry index.
     group: Vec<(usize, Expected)>,
     deferred: Vec<u64>,
+    /// Reused buffer for the segment calls our allocator made.
+    ours: Vec<Expected>,
     /// Started from a reconstructed state: stale requested sizes of free
     /// blocks are unknowable, so the final comparison leaves them out.
     open: bool,
@@ -128,6 +130,7 @@ impl Replayer {
             outcome: ReplayOutcome::default(),
             group: Vec::new(),
             deferred: Vec::new(),
+            ours: Vec::new(),
             open: false,
         }
     }
@@ -228,7 +231,7 @@ impl Replayer {
                     ));
                     // Keep the state as PyTorch's: the request never got memory.
                     let _ = self.alloc.free(addr);
-                    self.alloc.take_events();
+                    self.alloc.drain_events().for_each(drop);
                 }
             }
             return;
@@ -260,7 +263,7 @@ impl Replayer {
         if let Err(err) = result {
             self.outcome.differ(format!("entry {i}: {err}"));
         }
-        self.alloc.take_events();
+        self.alloc.drain_events().for_each(drop);
     }
 
     fn complete(&mut self, i: usize, e: &Entry) {
@@ -296,17 +299,18 @@ impl Replayer {
 
     /// Compare the segment calls our allocator made with the recorded ones, in order.
     fn check_segment_events(&mut self, i: usize, group: &[(usize, Expected)]) {
-        let ours: Vec<Expected> = self
-            .alloc
-            .take_events()
-            .into_iter()
-            .filter(|ev| ev.action.is_segment())
-            .map(|ev| Expected {
-                action: ev.action,
-                addr: ev.addr,
-                size: ev.size,
-            })
-            .collect();
+        let mut ours = std::mem::take(&mut self.ours);
+        ours.clear();
+        ours.extend(
+            self.alloc
+                .drain_events()
+                .filter(|ev| ev.action.is_segment())
+                .map(|ev| Expected {
+                    action: ev.action,
+                    addr: ev.addr,
+                    size: ev.size,
+                }),
+        );
         for (k, (at, want)) in group.iter().enumerate() {
             match ours.get(k) {
                 Some(got) if got == want => self.outcome.segment_event_match += 1,
@@ -331,12 +335,14 @@ impl Replayer {
                 extra.size
             ));
         }
-        let leftover = self.alloc.device_mut().leftover();
-        let surprises = std::mem::take(&mut self.alloc.device_mut().surprises);
-        for s in surprises {
-            self.outcome.differ(format!("entry {i}: device: {s}"));
+        self.ours = ours;
+        let device = self.alloc.device_mut();
+        device.clear_script();
+        if !device.surprises.is_empty() {
+            for s in std::mem::take(&mut device.surprises) {
+                self.outcome.differ(format!("entry {i}: device: {s}"));
+            }
         }
-        drop(leftover);
     }
 }
 

@@ -9,6 +9,8 @@
 
 use std::collections::BTreeMap;
 
+use rustc_hash::FxHashMap;
+
 use crate::alloc::constants::{MIN_BLOCK_SIZE, SMALL_BUFFER, SMALL_SIZE};
 use crate::alloc::{round_size, Action, AdoptBlock, AllocConfig, BlockState, Pool, Tag};
 
@@ -68,7 +70,7 @@ pub fn initial_state(
         .filter(|s| !s.is_expandable)
         .map(|s| (s.address, (s.total_size, s.stream)))
         .collect();
-    let mut live: BTreeMap<u64, Live> = finals
+    let mut live: FxHashMap<u64, Live> = finals
         .iter()
         .filter(|s| !s.is_expandable)
         .flat_map(|s| s.blocks.iter())
@@ -117,6 +119,7 @@ pub fn initial_state(
             _ => {}
         }
     }
+    let live: BTreeMap<u64, Live> = live.into_iter().collect();
     for (&addr, &(size, stream)) in &segs {
         let inside: Vec<(u64, Live)> = live
             .range(addr..addr + size)

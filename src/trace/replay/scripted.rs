@@ -44,13 +44,14 @@ impl ScriptedDevice {
 
     /// The segment events of the next request, and whether it ended in an OOM.
     pub fn set_script(&mut self, script: impl IntoIterator<Item = Expected>, ends_in_oom: bool) {
-        self.script = script.into_iter().collect();
+        self.script.clear();
+        self.script.extend(script);
         self.fail_unscripted = ends_in_oom;
     }
 
-    /// Scripted events the allocator did not ask for.
-    pub fn leftover(&mut self) -> Vec<Expected> {
-        self.script.drain(..).collect()
+    /// Forget what is left of the script (the request is over).
+    pub fn clear_script(&mut self) {
+        self.script.clear();
     }
 
     /// Count memory that existed before the trace started (open traces).
