@@ -56,6 +56,9 @@ pub enum Command {
         /// Run this many iterations instead of the scenario's own.
         #[arg(long)]
         iterations: Option<u32>,
+        /// Where memory comes from: sim (default), or a real GPU: cuda, cuda:N (headless).
+        #[arg(long, default_value = "sim")]
+        device: String,
     },
     /// Two runs side by side with the cursor synchronised: scenarios (buggy
     /// vs fixed), snapshots, or one of each.
@@ -121,6 +124,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     scenario::RunArgs {
                         json: false,
                         iterations: None,
+                        cuda: None,
                     },
                 )
             }
@@ -133,8 +137,23 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             scenario,
             json,
             iterations,
-            ..
-        }) => scenario::run_headless(&scenario, scenario::RunArgs { json, iterations }),
+            headless,
+            device,
+        }) => {
+            let cuda = scenario::parse_device(&device)?;
+            if headless || json || cuda.is_some() || !ui::have_terminal() {
+                scenario::run_headless(
+                    &scenario,
+                    scenario::RunArgs {
+                        json,
+                        iterations,
+                        cuda,
+                    },
+                )
+            } else {
+                ui::open(&[&scenario])
+            }
+        }
         Some(Command::Open {
             snapshot,
             json,

@@ -2,7 +2,10 @@
 
 use std::process::ExitCode;
 
-use vramscope::scenario::{builtins, check, load_file, resolve, run as run_scenario, RunOptions};
+use vramscope::device::cuda::CudaDevice;
+use vramscope::scenario::{
+    builtins, check, load_file, resolve, run as run_scenario, run_on, RunOptions,
+};
 
 use super::BadInput;
 
@@ -35,18 +38,39 @@ pub fn check_file(path: &std::path::Path) -> anyhow::Result<ExitCode> {
 pub struct RunArgs {
     pub json: bool,
     pub iterations: Option<u32>,
+    /// `Some(n)`: run on CUDA device n.
+    pub cuda: Option<usize>,
+}
+
+/// `sim`, `cuda` or `cuda:N` → the CUDA ordinal, if any.
+pub fn parse_device(text: &str) -> Result<Option<usize>, BadInput> {
+    match text {
+        "sim" => Ok(None),
+        "cuda" => Ok(Some(0)),
+        _ => text
+            .strip_prefix("cuda:")
+            .and_then(|n| n.parse().ok())
+            .map(Some)
+            .ok_or_else(|| BadInput(format!("--device {text}: expected sim, cuda or cuda:N"))),
+    }
 }
 
 pub fn run_headless(name: &str, args: RunArgs) -> anyhow::Result<ExitCode> {
     let (scenario, built) = resolve(name).map_err(|e| BadInput(e.to_string()))?;
-    let result = run_scenario(
-        &scenario,
-        &built,
-        &RunOptions {
-            iterations: args.iterations,
-            record_events: false,
+    let opts = RunOptions {
+        iterations: args.iterations,
+        record_events: false,
+    };
+    let result = match args.cuda {
+        None => run_scenario(&scenario, &built, &opts),
+        Some(n) => match CudaDevice::open(n) {
+            Ok(dev) => run_on(&scenario, &built, &opts, Box::new(dev)),
+            Err(e) => {
+                eprintln!("vramscope: --device cuda:{n}: {e}");
+                return Ok(ExitCode::from(super::EXIT_NO_GPU));
+            }
         },
-    );
+    };
     let checks = check(&scenario.expect, &result);
     let ok = checks.iter().all(|c| c.passed);
     if args.json {

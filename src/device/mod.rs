@@ -44,3 +44,37 @@ pub trait Device {
     /// Return the pages of `[addr, addr+size)` to the device.
     fn unmap(&mut self, addr: u64, size: u64);
 }
+
+/// A device chosen at run time (simulated or real) behind one type.
+impl<T: Device + ?Sized> Device for Box<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn total_memory(&self) -> u64 {
+        (**self).total_memory()
+    }
+    fn mem_get_info(&self) -> (u64, u64) {
+        (**self).mem_get_info()
+    }
+    fn malloc(&mut self, size: u64) -> Result<u64, DeviceError> {
+        (**self).malloc(size)
+    }
+    fn free(&mut self, addr: u64, size: u64) {
+        (**self).free(addr, size)
+    }
+    fn reserve(&mut self, size: u64) -> Result<u64, DeviceError> {
+        (**self).reserve(size)
+    }
+    fn release_reservation(&mut self, addr: u64, size: u64) {
+        (**self).release_reservation(addr, size)
+    }
+    fn map(&mut self, addr: u64, size: u64) -> Result<(), DeviceError> {
+        (**self).map(addr, size)
+    }
+    fn unmap(&mut self, addr: u64, size: u64) {
+        (**self).unmap(addr, size)
+    }
+}
+
+/// The device an engine runs on: simulated, or a real GPU.
+pub type AnyDevice = Box<dyn Device + Send>;

@@ -35,7 +35,7 @@ pub mod thread;
 mod tests;
 
 use crate::alloc::{AllocConfig, CachingAllocator, Tag, TorchVersion};
-use crate::device::SimDevice;
+use crate::device::{AnyDevice, SimDevice};
 
 pub use amp::GradScalerState;
 pub use autograd::NodeId;
@@ -82,7 +82,7 @@ pub(crate) struct Ctx {
 }
 
 pub struct Engine {
-    pub(crate) alloc: CachingAllocator<SimDevice>,
+    pub(crate) alloc: CachingAllocator<AnyDevice>,
     pub(crate) cfg: EngineConfig,
     pub(crate) storages: Slab<storage::Storage>,
     pub(crate) tensors: Slab<tensor::Tensor>,
@@ -108,7 +108,14 @@ pub struct Engine {
 impl Engine {
     /// An engine with an empty model (ops can be driven directly).
     pub fn bare(cfg: EngineConfig) -> Result<Engine> {
-        let dev = SimDevice::new("sim", cfg.device_bytes, cfg.device_overhead);
+        let dev = Box::new(SimDevice::new("sim", cfg.device_bytes, cfg.device_overhead));
+        Engine::bare_on(cfg, dev)
+    }
+
+    /// An engine with an empty model whose memory comes from `dev` (a real GPU
+    /// through `crate::device::cuda`, or a simulated one): the allocator's
+    /// decisions are the same either way.
+    pub fn bare_on(cfg: EngineConfig, dev: AnyDevice) -> Result<Engine> {
         let version = cfg.torch_minor.map_or(TorchVersion::DEFAULT, TorchVersion);
         let conf = AllocConfig::parse_for(&cfg.alloc_conf, version)
             .map_err(|e| EngineError::Program(e.to_string()))?;
@@ -148,7 +155,18 @@ impl Engine {
     /// Build the model (parameters are allocated in PyTorch's `.to("cuda")`
     /// order) and the optimizer (its state is lazy, engine.md §5.1).
     pub fn new(cfg: EngineConfig, model: &ModelConfig, optim: &OptimizerConfig) -> Result<Engine> {
-        let mut e = Engine::bare(cfg)?;
+        let dev = Box::new(SimDevice::new("sim", cfg.device_bytes, cfg.device_overhead));
+        Engine::new_on(cfg, model, optim, dev)
+    }
+
+    /// [`Engine::new`] on the given device.
+    pub fn new_on(
+        cfg: EngineConfig,
+        model: &ModelConfig,
+        optim: &OptimizerConfig,
+        dev: AnyDevice,
+    ) -> Result<Engine> {
+        let mut e = Engine::bare_on(cfg, dev)?;
         e.ctx.phase = Phase::Setup;
         let m = Model::build(&mut e, model)?;
         e.model = Some(Box::new(m));
@@ -160,11 +178,11 @@ impl Engine {
         &self.cfg
     }
 
-    pub fn allocator(&self) -> &CachingAllocator<SimDevice> {
+    pub fn allocator(&self) -> &CachingAllocator<AnyDevice> {
         &self.alloc
     }
 
-    pub fn allocator_mut(&mut self) -> &mut CachingAllocator<SimDevice> {
+    pub fn allocator_mut(&mut self) -> &mut CachingAllocator<AnyDevice> {
         &mut self.alloc
     }
 

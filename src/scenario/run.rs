@@ -9,6 +9,7 @@ use super::events::to_trace;
 use super::format::Scenario;
 use super::narration::NarrationTracker;
 use crate::alloc::{memory_summary, MemoryStats, SegmentInfo};
+use crate::device::{AnyDevice, SimDevice};
 use crate::engine::{Engine, EngineError, EngineEvent, TagTable};
 use crate::leak::Finding;
 use crate::trace::{Event, Marker};
@@ -107,6 +108,21 @@ impl Collector {
 }
 
 pub fn run(scenario: &Scenario, built: &Built, opts: &RunOptions) -> RunResult {
+    let device = Box::new(SimDevice::new(
+        &scenario.device.name,
+        built.engine.device_bytes,
+        built.engine.device_overhead,
+    ));
+    run_on(scenario, built, opts, device)
+}
+
+/// [`run`] with memory from `device` (e.g. a real GPU via `crate::device::cuda`).
+pub fn run_on(
+    scenario: &Scenario,
+    built: &Built,
+    opts: &RunOptions,
+    device: AnyDevice,
+) -> RunResult {
     let mut c = Collector {
         record: opts.record_events,
         events: Vec::new(),
@@ -134,13 +150,14 @@ pub fn run(scenario: &Scenario, built: &Built, opts: &RunOptions) -> RunResult {
         segments: Vec::new(),
         tags: TagTable::default(),
     };
-    let mut engine = match Engine::new(built.engine.clone(), &built.model, &built.optimizer) {
-        Ok(e) => e,
-        Err(err) => {
-            record_error(&mut result, err, 0);
-            return result;
-        }
-    };
+    let mut engine =
+        match Engine::new_on(built.engine.clone(), &built.model, &built.optimizer, device) {
+            Ok(e) => e,
+            Err(err) => {
+                record_error(&mut result, err, 0);
+                return result;
+            }
+        };
     let program = &built.program;
     let iterations = opts.iterations.unwrap_or(program.iterations);
     let mut detector = crate::leak::Detector::for_engine(&engine).with_program(program);
