@@ -32,7 +32,7 @@ pub mod tensor;
 pub mod thread;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use crate::alloc::{AllocConfig, CachingAllocator, Tag, TorchVersion};
 use crate::device::{AnyDevice, SimDevice};

@@ -9,30 +9,13 @@ use super::*;
 fn adamw_step_reproduces_the_real_trace() {
     let model = ModelConfig::linear(10_000, 1_000, 16);
     let mut e = engine_with(model, OptimizerConfig::adamw(), EngineConfig::default());
-    let p = program(
-        vec![
-            Step::LoadBatch {
-                x: s("x"),
-                y: s("y"),
-            },
-            Step::Forward {
-                input: s("x"),
-                output: s("out"),
-            },
-            Step::Loss {
-                output: s("out"),
-                target: s("y"),
-                into: s("loss"),
-                divide_by: None,
-            },
-            Step::Backward {
-                loss: s("loss"),
-                retain_graph: false,
-            },
-            Step::OptimizerStep,
-        ],
-        1,
-    );
+    let mut steps = forward_steps();
+    steps.push(Step::Backward {
+        loss: s("loss"),
+        retain_graph: false,
+    });
+    steps.push(Step::OptimizerStep);
+    let p = program(steps, 1);
     run(&mut e, &p);
     let evs = e.take_events();
     let w = 1_000 * 10_000 * 4; // 40,000,000

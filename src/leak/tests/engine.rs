@@ -2,6 +2,7 @@
 //! is flagged with the right root and kind and bytes within 1% of the §9.1
 //! formula; each fixed pattern gives no finding.
 
+use crate::engine::tests::forward_steps;
 use crate::engine::{
     Engine, EngineConfig, GradContext, KeepWhat, ModelConfig, OptimizerConfig, Program, Step,
 };
@@ -29,25 +30,6 @@ fn program(steps: Vec<Step>, iterations: u32) -> Program {
         iterations,
         batch_sizes: Vec::new(),
     }
-}
-
-fn forward_steps() -> Vec<Step> {
-    vec![
-        Step::LoadBatch {
-            x: s("x"),
-            y: s("y"),
-        },
-        Step::Forward {
-            input: s("x"),
-            output: s("out"),
-        },
-        Step::Loss {
-            output: s("out"),
-            target: s("y"),
-            into: s("loss"),
-            divide_by: None,
-        },
-    ]
 }
 
 fn train_steps() -> Vec<Step> {
