@@ -11,7 +11,7 @@ use crate::alloc::{Action as AllocAction, MemoryStats, Tag};
 use crate::leak::Finding;
 use crate::trace::timeline::KEYFRAME_EVERY;
 use crate::trace::{Event, MarkKind, Marker, MemoryMap, Timeline};
-use crossterm::event::{KeyEvent, MouseButton, MouseEvent, MouseEventKind};
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
 use ratatui::layout::Rect;
 
 use super::input::{self, Action, Dir, Step};
@@ -538,6 +538,10 @@ pub struct App {
     /// The layout of the last `prepare`, for mouse hit-testing.
     pub areas: Areas,
     drag: Option<Drag>,
+    /// The `:` prompt's text while the user types a run to open.
+    pub prompt: Option<String>,
+    /// A one-line message for the status bar (what was opened, or why not).
+    pub notice: Option<String>,
 }
 
 impl App {
@@ -565,6 +569,8 @@ impl App {
             frame_wait: opts.frame,
             areas: Areas::default(),
             drag: None,
+            prompt: None,
+            notice: None,
         })
     }
 
@@ -649,9 +655,57 @@ impl App {
     }
 
     pub fn handle_key(&mut self, key: KeyEvent) -> bool {
+        if self.prompt.is_some() {
+            return self.prompt_key(key);
+        }
+        if key.code == KeyCode::Char(':') && !self.show_help {
+            self.prompt = Some(String::new());
+            self.notice = None;
+            return true;
+        }
         match input::key_action(key, self.focus, self.show_help) {
             Some(a) => self.apply(a),
             None => false,
+        }
+    }
+
+    /// Typing at the `:` prompt: Enter opens the run in place of the active
+    /// one, Esc cancels.
+    fn prompt_key(&mut self, key: KeyEvent) -> bool {
+        let Some(text) = self.prompt.as_mut() else {
+            return false;
+        };
+        match key.code {
+            KeyCode::Esc => self.prompt = None,
+            KeyCode::Backspace => {
+                text.pop();
+            }
+            KeyCode::Char(c) if !key.modifiers.contains(KeyModifiers::CONTROL) => text.push(c),
+            KeyCode::Enter => {
+                let input = std::mem::take(text);
+                self.prompt = None;
+                if !input.trim().is_empty() {
+                    self.open(&input);
+                }
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// Replace the active run with a scenario or snapshot by name or path.
+    pub fn open(&mut self, input: &str) {
+        match super::open::open_source(input) {
+            Ok((title, source)) => {
+                self.notice = Some(format!("opened {title}"));
+                let run = RunView::new(title, source);
+                match self.runs.get_mut(self.active) {
+                    Some(slot) => *slot = run,
+                    None => self.runs.push(run),
+                }
+                self.drain_sources();
+            }
+            Err(e) => self.notice = Some(e),
         }
     }
 

@@ -62,6 +62,10 @@ pub enum Action {
 /// Every binding, as the help overlay lists it.
 pub const KEYS: &[(&str, &str)] = &[
     ("space", "play / pause (cursor advances at the speed shown)"),
+    (
+        ":",
+        "open another scenario (name or .ron) or snapshot in this panel",
+    ),
     ("+ = ]  /  - [", "faster / slower (events per second, x2)"),
     ("l →  /  h ←", "step one event forward / back"),
     ("o / O", "next / previous op"),

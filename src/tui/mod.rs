@@ -16,6 +16,7 @@ pub mod import;
 pub mod input;
 pub mod layout;
 pub mod marks;
+pub mod open;
 pub mod run;
 pub mod scenario_source;
 pub mod source;

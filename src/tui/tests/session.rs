@@ -340,3 +340,37 @@ fn live_findings_follow_the_cursor() {
         "stepping back hides what was not known yet"
     );
 }
+
+#[test]
+fn colon_prompt_opens_another_run() {
+    let mut app = leaky_app();
+    keys(&mut app, ":");
+    assert!(app.prompt.is_some());
+    assert!(screen(&mut app, 140, 44).contains("open:"));
+    for c in "no-such-scenario".chars() {
+        keys(&mut app, &c.to_string());
+    }
+    app.handle_key(crossterm::event::KeyEvent::from(KeyCode::Enter));
+    assert!(app.prompt.is_none());
+    assert!(
+        app.notice
+            .as_deref()
+            .is_some_and(|n| n.contains("no built-in scenario")),
+        "{:?}",
+        app.notice
+    );
+    assert_ne!(
+        app.runs[0].title, "no-such-scenario",
+        "a failed open keeps the run"
+    );
+    keys(&mut app, ":");
+    for c in "zero-grad-fixed".chars() {
+        keys(&mut app, &c.to_string());
+    }
+    app.handle_key(crossterm::event::KeyEvent::from(KeyCode::Enter));
+    assert_eq!(app.runs[0].title, "zero-grad-fixed");
+    assert!(screen(&mut app, 140, 44).contains("zero-grad-fixed"));
+    keys(&mut app, ":");
+    app.handle_key(crossterm::event::KeyEvent::from(KeyCode::Esc));
+    assert!(app.prompt.is_none(), "Esc cancels");
+}

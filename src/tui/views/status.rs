@@ -11,6 +11,14 @@ use crate::tui::input;
 
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let th = &app.theme;
+    if let Some(text) = &app.prompt {
+        let line = format!(" open: {text}▏  (a built-in scenario, a .ron file or a snapshot; Enter opens, Esc cancels)");
+        frame.render_widget(
+            Paragraph::new(Line::from(Span::styled(line, th.status()))).style(th.status()),
+            area,
+        );
+        return;
+    }
     let Some(r) = app.active_run() else { return };
     let play = if app.playing {
         "▶ playing"
@@ -51,6 +59,9 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         ));
     }
     parts.push(format!("theme {}", app.theme.name));
+    if let Some(notice) = &app.notice {
+        parts.push(notice.clone());
+    }
     parts.push("? help".into());
     let text = parts.join(" │ ");
     frame.render_widget(
