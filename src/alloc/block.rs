@@ -25,9 +25,13 @@ pub(crate) struct Block {
     pub mapped: bool,
     pub expandable: bool,
     /// Outstanding cross-stream events (§6).
-    pub event_count: u32,
-    pub stream_uses: Vec<u64>,
-    pub gc_count_base: u64,
+    pub event_count: u16,
+    /// `record_stream` was called; the streams themselves live beside the
+    /// arena (rare), which keeps a block to one cache line.
+    pub has_stream_uses: bool,
+    /// The pool's lookup counter when the block became free (low 32 bits;
+    /// ages are taken with wrapping arithmetic).
+    pub gc_count_base: u32,
     pub tag: Tag,
 }
 
@@ -46,7 +50,7 @@ impl Block {
             mapped: true,
             expandable: false,
             event_count: 0,
-            stream_uses: Vec::new(),
+            has_stream_uses: false,
             gc_count_base: 0,
             tag: Tag::NONE,
         }
@@ -59,7 +63,7 @@ impl Block {
 
     /// §1.3: free = not allocated, no events, no stream uses (mapped or not).
     pub fn is_free(&self) -> bool {
-        !self.allocated && self.event_count == 0 && self.stream_uses.is_empty()
+        !self.allocated && self.event_count == 0 && !self.has_stream_uses
     }
 }
 
@@ -96,5 +100,13 @@ impl Arena {
     /// `Some(block)` for a real neighbour, `None` for `NIL`.
     pub fn opt(&self, id: BlockId) -> Option<&Block> {
         (id != NIL).then(|| self.get(id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_block_is_one_cache_line() {
+        assert!(std::mem::size_of::<super::Block>() <= 64);
     }
 }

@@ -66,6 +66,8 @@ pub struct CachingAllocator<D: Device> {
     pub(crate) segments: Vec<SegmentSlot>,
     pub(crate) vacant_segments: Vec<u32>,
     pub(crate) pending: PendingEvents,
+    /// Streams recorded with `record_stream` per allocated block (§6.3).
+    pub(crate) stream_uses: FxHashMap<BlockId, Vec<u64>>,
     pub(crate) stats: MemoryStats,
     /// Bytes obtained from the device: segments plus mapped pages (`total_allocated_memory`).
     pub(crate) reserved_total: u64,
@@ -94,6 +96,7 @@ impl<D: Device> CachingAllocator<D> {
             segments: Vec::new(),
             vacant_segments: Vec::new(),
             pending: PendingEvents::default(),
+            stream_uses: FxHashMap::default(),
             stats,
             reserved_total: 0,
             allowed_max: None,
@@ -209,7 +212,7 @@ impl<D: Device> CachingAllocator<D> {
         let pool = self.blocks.get(id).pool;
         let base = self.gc_calls[pool.index()];
         let b = self.blocks.get_mut(id);
-        b.gc_count_base = base;
+        b.gc_count_base = base as u32;
         let (stream, size, addr) = (b.stream, b.size, b.addr);
         self.free_sets[pool.index()].insert(stream, size, addr, id);
     }

@@ -18,7 +18,7 @@ impl<D: Device> CachingAllocator<D> {
         let b = self.blocks.get_mut(id);
         b.allocated = false;
         let (size, pool, requested, stream, tag) = (b.size, b.pool, b.requested, b.stream, b.tag);
-        let uses = std::mem::take(&mut b.stream_uses);
+        let uses = if std::mem::take(&mut b.has_stream_uses) { self.stream_uses.remove(&id).unwrap_or_default() } else { Vec::new() };
         self.stats.decrease(Family::Allocation, pool, 1);
         self.stats
             .decrease(Family::AllocatedBytes, pool, size as i64);
@@ -38,7 +38,7 @@ impl<D: Device> CachingAllocator<D> {
         if uses.is_empty() {
             self.free_block(id);
         } else {
-            self.blocks.get_mut(id).event_count = uses.len() as u32;
+            self.blocks.get_mut(id).event_count = uses.len() as u16;
             for s in uses {
                 self.pending
                     .queues
@@ -55,8 +55,12 @@ impl<D: Device> CachingAllocator<D> {
     pub fn record_stream(&mut self, addr: u64, stream: u64) -> Result<(), AllocError> {
         let id = self.allocated_block(addr)?;
         let b = self.blocks.get_mut(id);
-        if stream != b.stream && !b.stream_uses.contains(&stream) {
-            b.stream_uses.push(stream);
+        if stream != b.stream {
+            b.has_stream_uses = true;
+            let uses = self.stream_uses.entry(id).or_default();
+            if !uses.contains(&stream) {
+                uses.push(stream);
+            }
         }
         Ok(())
     }

@@ -127,7 +127,7 @@ impl<D: Device> CachingAllocator<D> {
         while let Some(b) = self.blocks.opt(id).filter(|b| b.mapped) {
             let state = if b.allocated {
                 BlockState::ActiveAllocated
-            } else if b.event_count > 0 || !b.stream_uses.is_empty() {
+            } else if b.event_count > 0 || b.has_stream_uses {
                 BlockState::ActivePendingFree
             } else {
                 BlockState::Inactive
