@@ -72,6 +72,66 @@ fn replay(conf: &str, ops: &[Op], record: bool) -> usize {
     live.len() + a.take_events().len()
 }
 
+/// A training-like stream: ~12,000 long-lived blocks (parameters, gradients,
+/// optimizer state) allocated once, then iterations whose forward pass
+/// allocates activations and whose backward frees them in reverse order with
+/// short-lived gradient temporaries in between.
+fn training_stream() -> Vec<Op> {
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut ops = Vec::with_capacity(OPS);
+    let mut live = 0u64;
+    for _ in 0..12_000 {
+        let r = next();
+        ops.push(Op::Malloc(if r % 4 == 0 {
+            1_048_577 + r % 8_000_000
+        } else {
+            512 + r % 900_000
+        }));
+        live += 1;
+    }
+    let layer_sizes: Vec<u64> = (0..300).map(|_| 4096 + next() % 6_000_000).collect();
+    while ops.len() < OPS {
+        for &size in &layer_sizes {
+            ops.push(Op::Malloc(size));
+            live += 1;
+        }
+        for _ in 0..layer_sizes.len() {
+            ops.push(Op::Malloc(4096 + next() % 2_000_000));
+            ops.push(Op::Free(live));
+            ops.push(Op::Free(live - 1));
+            live -= 1;
+        }
+    }
+    ops.truncate(OPS);
+    ops
+}
+
+/// Frees in `training_stream` name the most recent allocation (`Free(k)` with
+/// k = live count): LIFO, as a backward pass frees its forward's activations.
+fn replay_lifo(ops: &[Op]) -> usize {
+    let device = SimDevice::new("sim", 1 << 40, 0);
+    let mut a = CachingAllocator::new(device, AllocConfig::default());
+    a.set_recording(false);
+    let mut live: Vec<u64> = Vec::with_capacity(LIVE_MAX * 2);
+    for (i, op) in ops.iter().enumerate() {
+        match *op {
+            Op::Malloc(size) => live.push(a.malloc(size, 0, Tag(i as u64)).expect("fits")),
+            Op::Free(_) => {
+                if let Some(addr) = live.pop() {
+                    a.free(addr).expect("live");
+                }
+            }
+        }
+    }
+    live.len()
+}
+
 fn bench(c: &mut Criterion) {
     let ops = request_stream();
     eprintln!("allocator bench: {} operations per iteration", ops.len());
@@ -84,6 +144,10 @@ fn bench(c: &mut Criterion) {
     });
     group.bench_function("mixed_1M_expandable", |b| {
         b.iter(|| replay("expandable_segments:True", &ops, false))
+    });
+    let training = training_stream();
+    group.bench_function("training_like_1M_default", |b| {
+        b.iter(|| replay_lifo(&training))
     });
     group.finish();
 }

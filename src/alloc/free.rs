@@ -18,7 +18,11 @@ impl<D: Device> CachingAllocator<D> {
         let b = self.blocks.get_mut(id);
         b.allocated = false;
         let (size, pool, requested, stream, tag) = (b.size, b.pool, b.requested, b.stream, b.tag);
-        let uses = if std::mem::take(&mut b.has_stream_uses) { self.stream_uses.remove(&id).unwrap_or_default() } else { Vec::new() };
+        let uses = if std::mem::take(&mut b.has_stream_uses) {
+            self.stream_uses.remove(&id).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         self.stats.decrease(Family::Allocation, pool, 1);
         self.stats
             .decrease(Family::AllocatedBytes, pool, size as i64);

@@ -121,7 +121,8 @@ impl<D: Device> CachingAllocator<D> {
         }
         let target = self.reserved_total - threshold;
         let counter = self.gc_calls[Pool::Large.index()];
-        let age = |b: &super::block::Block| u64::from((counter as u32).wrapping_sub(b.gc_count_base));
+        let age =
+            |b: &super::block::Block| u64::from((counter as u32).wrapping_sub(b.gc_count_base));
         let mut total_age = 0u64;
         let mut count = 0u64;
         for e in self.free_sets[Pool::Large.index()].iter() {
