@@ -195,3 +195,33 @@ fn export_round_trip_and_never_overwrites_the_input() {
         "the input is untouched"
     );
 }
+
+#[test]
+fn open_report_says_what_the_trace_shows_about_leaks() {
+    let file = real("eor-nn_snapshot-actions.pickle");
+    let (code, out, err) = vramscope(&["open", file.to_str().expect("utf8"), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let leaks = &json(&out)["devices"][0]["leaks"];
+    // SOURCES.md: 9 snapshot markers; the same bytes are live at each, so no growth.
+    assert_eq!(leaks["boundary_source"], "snapshot_marker");
+    assert!(leaks["findings"].as_array().expect("findings").is_empty());
+    assert!(leaks["conclusion"]
+        .as_str()
+        .expect("text")
+        .contains("cannot show which variable"));
+
+    let file = real("code-location_expandable_3gpu_oom.pickle");
+    let (code, out, err) = vramscope(&[
+        "open",
+        file.to_str().expect("utf8"),
+        "--headless",
+        "--step-marker",
+        "modeling_qwen3.py:267",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("leaks (from the trace alone):"));
+    assert!(
+        out.contains("may delimit layers of one forward pass"),
+        "never claims a training leak without backward: {out}"
+    );
+}

@@ -66,6 +66,11 @@ pub enum Command {
     /// Open a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot) and report what it holds.
     Open {
         snapshot: PathBuf,
+        /// Iteration boundaries for the leak analysis: a substring of an
+        /// annotation name or a frame (default: Optimizer.step annotations,
+        /// snapshot markers, or inferred training cycles).
+        #[arg(long)]
+        step_marker: Option<String>,
         /// Print the report instead of opening the terminal UI.
         #[arg(long)]
         headless: bool,
@@ -158,9 +163,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             snapshot,
             json,
             headless,
+            step_marker,
         }) => {
             if headless || json || !ui::have_terminal() {
-                snapshot::open(&snapshot, json)
+                snapshot::open(&snapshot, json, step_marker.as_deref())
             } else {
                 ui::open_snapshot(&snapshot)
             }

@@ -21,9 +21,9 @@ pub fn load(path: &Path) -> anyhow::Result<Snapshot> {
     import_file(path).map_err(|e| BadInput(e.to_string()).into())
 }
 
-pub fn open(path: &Path, json: bool) -> anyhow::Result<ExitCode> {
+pub fn open(path: &Path, json: bool, step_marker: Option<&str>) -> anyhow::Result<ExitCode> {
     let snap = load(path)?;
-    let report = SnapshotReport::new(&path.display().to_string(), &snap);
+    let report = SnapshotReport::with_step_marker(&path.display().to_string(), &snap, step_marker);
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

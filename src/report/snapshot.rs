@@ -6,6 +6,7 @@ use std::fmt::Write;
 use serde::Serialize;
 
 use crate::alloc::{format_size, BlockState};
+use crate::leak::{analyze_snapshot, SnapshotLeakReport};
 use crate::trace::snapshot::{Action, PoolKind, Snapshot};
 
 /// Live bytes grouped by the first user frame of their allocation stack.
@@ -50,6 +51,8 @@ pub struct DeviceReport {
     pub trace_entries: usize,
     pub top_allocations: Vec<CallSite>,
     pub ooms: Vec<OomEntry>,
+    /// What the trace says about memory surviving iterations (devices with a trace).
+    pub leaks: Option<SnapshotLeakReport>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -64,6 +67,16 @@ const TOP: usize = 10;
 
 impl SnapshotReport {
     pub fn new(file: &str, snap: &Snapshot) -> SnapshotReport {
+        Self::with_step_marker(file, snap, None)
+    }
+
+    /// The report, with iteration boundaries taken from `step_marker` (a
+    /// substring of an annotation or frame) when given.
+    pub fn with_step_marker(
+        file: &str,
+        snap: &Snapshot,
+        step_marker: Option<&str>,
+    ) -> SnapshotReport {
         let mut devices: Vec<i64> = snap.segments.iter().map(|s| s.device).collect();
         devices.extend(
             (0..snap.device_traces.len())
@@ -78,7 +91,7 @@ impl SnapshotReport {
             alloc_conf: snap.allocator_settings.as_ref().map(|s| s.conf.clone()),
             devices: devices
                 .into_iter()
-                .map(|d| device_report(snap, d))
+                .map(|d| device_report(snap, d, step_marker))
                 .collect(),
         }
     }
@@ -138,6 +151,21 @@ impl SnapshotReport {
                     );
                 }
             }
+            if let Some(l) = &d.leaks {
+                let _ = writeln!(out, "leaks (from the trace alone):");
+                for f in &l.findings {
+                    let _ = writeln!(
+                        out,
+                        "  [{:?}] {} — {} per iteration over {} iterations; {}",
+                        f.severity,
+                        f.root,
+                        format_size(f.growth_per_iter.max(0) as u64),
+                        f.iterations,
+                        f.evidence
+                    );
+                }
+                let _ = writeln!(out, "  {}", l.conclusion);
+            }
             for o in &d.ooms {
                 let free = o.device_free.map_or("unknown".to_string(), format_size);
                 let _ = writeln!(
@@ -153,7 +181,7 @@ impl SnapshotReport {
     }
 }
 
-fn device_report(snap: &Snapshot, device: i64) -> DeviceReport {
+fn device_report(snap: &Snapshot, device: i64, step_marker: Option<&str>) -> DeviceReport {
     let segs: Vec<_> = snap
         .segments
         .iter()
@@ -183,6 +211,7 @@ fn device_report(snap: &Snapshot, device: i64) -> DeviceReport {
         trace_entries: 0,
         top_allocations: Vec::new(),
         ooms: Vec::new(),
+        leaks: None,
     };
     let mut sites: BTreeMap<String, (u64, usize)> = BTreeMap::new();
     for b in segs.iter().flat_map(|s| s.blocks.iter()) {
@@ -219,11 +248,14 @@ fn device_report(snap: &Snapshot, device: i64) -> DeviceReport {
     top.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
     top.truncate(TOP);
     r.top_allocations = top;
-    if let Some(trace) = usize::try_from(device)
+    if let Some((d, trace)) = usize::try_from(device)
         .ok()
-        .and_then(|d| snap.device_traces.get(d))
+        .and_then(|d| snap.device_traces.get(d).map(|t| (d, t)))
     {
         r.trace_entries = trace.len();
+        if !trace.is_empty() {
+            r.leaks = Some(analyze_snapshot(snap, d, step_marker));
+        }
         r.ooms = trace
             .iter()
             .enumerate()
