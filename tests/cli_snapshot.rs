@@ -208,7 +208,7 @@ fn open_report_says_what_the_trace_shows_about_leaks() {
     assert!(leaks["conclusion"]
         .as_str()
         .expect("text")
-        .contains("cannot show which variable"));
+        .contains("No GPU leak is visible"));
 
     let file = real("code-location_expandable_3gpu_oom.pickle");
     let (code, out, err) = vramscope(&[
