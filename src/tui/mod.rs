@@ -18,6 +18,7 @@ pub mod layout;
 pub mod marks;
 pub mod open;
 pub mod run;
+pub mod run_view;
 pub mod scenario_source;
 pub mod source;
 pub mod theme;

@@ -1,0 +1,491 @@
+//! One run as the UI holds it: its source, everything received, the cursor,
+//! and the per-frame data (`RunFrame`) the views draw.
+
+use super::input::{Dir, Step};
+use super::marks::MarkIndex;
+use super::source::{Polled, Source, SourceMsg, TagInfo};
+use super::views::{event_log, segment_map, stats, timeline};
+use crate::alloc::{Action as AllocAction, MemoryStats, Tag};
+use crate::leak::Finding;
+use crate::trace::timeline::KEYFRAME_EVERY;
+use crate::trace::{Event, MarkKind, Marker, MemoryMap, Timeline};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Messages taken from one source per drain, so a flood cannot stall a frame.
+const DRAIN_BUDGET: usize = 4096;
+
+/// Data the views draw for one run, rebuilt by `App::prepare`.
+#[derive(Debug, Clone, Default)]
+pub struct RunFrame {
+    pub map: segment_map::MapFrame,
+    pub timeline: timeline::TimelineFrame,
+    pub stats: stats::StatsFrame,
+    pub log: event_log::LogFrame,
+    /// The latest narration at or before the cursor.
+    pub narration: Option<Arc<str>>,
+    /// The latest `Marker::Error` at or before the cursor.
+    pub error_marker: Option<Arc<str>>,
+    pub iteration: Option<u32>,
+    pub phase: Option<&'static str>,
+}
+
+/// One run: its source, everything received, and where the cursor is.
+pub struct RunView {
+    pub title: String,
+    pub(super) source: Option<Source>,
+    pub(super) can_restart: bool,
+    pub capacity: Option<u64>,
+    pub tags: Option<Arc<dyn TagInfo>>,
+    pub timeline: Timeline,
+    pub findings: Vec<Finding>,
+    /// Findings of a live run by the number of events received when they came.
+    pub(super) findings_at: Vec<(usize, Vec<Finding>)>,
+    pub stats: Option<MemoryStats>,
+    pub finished: bool,
+    pub failure: Option<String>,
+    /// OOM entries received (counted on arrival, for the stats panel).
+    pub ooms: usize,
+    /// Where the drawn marks are (kept as events arrive).
+    pub marks: MarkIndex,
+    /// Events applied: the map shows the state after `pos` events.
+    pub pos: usize,
+    /// The state after `map_pos` events; kept in step with `pos` by `sync_map`.
+    pub map: MemoryMap,
+    pub(super) map_pos: usize,
+    /// Bumped whenever `map` changes: the key of the caches below.
+    pub map_gen: u64,
+    /// Map rows for `map_gen` (segments grouped by pool).
+    pub(super) spans: (u64, Vec<segment_map::RowSpan>),
+    /// Stats for (`map_gen`, events received).
+    pub(super) stats_key: Option<(u64, usize)>,
+    /// Timeline columns and their key (range, events, size, scale).
+    pub(crate) tl_cache: Option<timeline::ColumnCache>,
+    pub sel_block: Option<u64>,
+    pub sel_finding: Option<usize>,
+    /// Lines the event log is scrolled away from the cursor.
+    pub log_offset: isize,
+    pub map_zoom: u32,
+    pub map_scroll_x: usize,
+    pub map_scroll_y: usize,
+    pub tl_zoom: u32,
+    /// Event index the zoomed timeline is centred on.
+    pub tl_anchor: usize,
+    /// Category index per tag, so describing a tag happens once.
+    pub(crate) cat_cache: HashMap<Tag, Option<u8>>,
+    pub frame: RunFrame,
+}
+
+impl std::fmt::Debug for RunView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunView")
+            .field("title", &self.title)
+            .field("events", &self.timeline.len())
+            .field("pos", &self.pos)
+            .field("finished", &self.finished)
+            .field("failure", &self.failure)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RunView {
+    pub fn new(title: impl Into<String>, source: Source) -> RunView {
+        RunView {
+            title: title.into(),
+            can_restart: source.can_restart(),
+            capacity: source.capacity,
+            tags: source.tags.clone(),
+            source: Some(source),
+            timeline: Timeline::new(),
+            findings: Vec::new(),
+            findings_at: Vec::new(),
+            stats: None,
+            finished: false,
+            failure: None,
+            ooms: 0,
+            marks: MarkIndex::default(),
+            pos: 0,
+            map: MemoryMap::default(),
+            map_pos: 0,
+            map_gen: 1,
+            spans: (0, Vec::new()),
+            stats_key: None,
+            tl_cache: None,
+            sel_block: None,
+            sel_finding: None,
+            log_offset: 0,
+            map_zoom: 1,
+            map_scroll_x: 0,
+            map_scroll_y: 0,
+            tl_zoom: 1,
+            tl_anchor: 0,
+            cat_cache: HashMap::new(),
+            frame: RunFrame::default(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.timeline.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.timeline.is_empty()
+    }
+
+    /// Whether the source may still send events.
+    pub fn is_live(&self) -> bool {
+        !self.finished && self.failure.is_none()
+    }
+
+    /// Index of the last applied event (the cursor event), if any.
+    pub fn cursor(&self) -> Option<usize> {
+        self.pos.checked_sub(1)
+    }
+
+    /// Take what the source has; true when anything arrived.
+    pub(super) fn drain(&mut self) -> bool {
+        let mut changed = false;
+        for _ in 0..DRAIN_BUDGET {
+            let Some(src) = &self.source else { break };
+            match src.poll() {
+                Polled::Msg(m) => {
+                    self.receive(m);
+                    changed = true;
+                }
+                Polled::Empty => break,
+                Polled::Closed => {
+                    if self.is_live() {
+                        // A producer that vanishes without saying why is a
+                        // failure to show, not a reason to wait forever.
+                        self.failure =
+                            Some("the event source closed before the run finished".into());
+                    }
+                    if !self.can_restart {
+                        self.source = None;
+                    }
+                    changed = true;
+                    break;
+                }
+            }
+        }
+        changed
+    }
+
+    pub(super) fn receive(&mut self, m: SourceMsg) {
+        match m {
+            SourceMsg::Start(map) => {
+                if self.timeline.is_empty() {
+                    self.timeline = Timeline::starting_from(*map);
+                    self.map = self.timeline.state_at(None);
+                    self.map_pos = 0;
+                    self.map_gen += 1;
+                }
+            }
+            SourceMsg::Events(events) => {
+                self.ooms += events
+                    .iter()
+                    .filter(|e| matches!(e, Event::Alloc(a) if a.action == AllocAction::Oom))
+                    .count();
+                self.timeline.extend(events);
+                self.marks.update(&self.timeline);
+            }
+            SourceMsg::Findings(f) => {
+                self.findings = f;
+                if self.sel_finding.is_some_and(|i| i >= self.findings.len()) {
+                    self.sel_finding = None;
+                }
+            }
+            SourceMsg::FindingsNow(f) => {
+                self.findings_at.push((self.timeline.len(), f));
+                self.show_findings_at_cursor();
+            }
+            SourceMsg::Stats(s) => self.stats = Some(*s),
+            SourceMsg::Restarted => self.reset(),
+            SourceMsg::Finished => self.finished = true,
+            SourceMsg::Failed(msg) => self.failure = Some(msg),
+        }
+    }
+
+    /// A live run's leak panel shows what the detector knew at the cursor.
+    pub(super) fn show_findings_at_cursor(&mut self) {
+        if self.findings_at.is_empty() {
+            return;
+        }
+        let k = self.findings_at.partition_point(|(at, _)| *at <= self.pos);
+        self.findings = k
+            .checked_sub(1)
+            .map(|k| self.findings_at[k].1.clone())
+            .unwrap_or_default();
+        if self.sel_finding.is_some_and(|i| i >= self.findings.len()) {
+            self.sel_finding = None;
+        }
+    }
+
+    pub(super) fn reset(&mut self) {
+        self.timeline = Timeline::new();
+        self.findings.clear();
+        self.findings_at.clear();
+        self.stats = None;
+        self.finished = false;
+        self.failure = None;
+        self.ooms = 0;
+        self.marks = MarkIndex::default();
+        self.pos = 0;
+        self.map = MemoryMap::default();
+        self.map_pos = 0;
+        self.map_gen += 1;
+        self.tl_cache = None;
+        self.sel_block = None;
+        self.sel_finding = None;
+        self.cat_cache.clear();
+    }
+
+    /// Bring `map` to the state after `pos` events: forward by replaying the
+    /// events in between when that is no more work than a seek, otherwise
+    /// `Timeline::state_at` (nearest keyframe + replay, exact).
+    pub fn sync_map(&mut self) {
+        self.pos = self.pos.min(self.timeline.len());
+        if self.map_pos == self.pos {
+            return;
+        }
+        if self.pos > self.map_pos && self.pos - self.map_pos <= KEYFRAME_EVERY {
+            for e in &self.timeline.events()[self.map_pos..self.pos] {
+                if let Event::Alloc(a) = e {
+                    let _ = self.map.apply(a);
+                }
+            }
+        } else {
+            self.map = self.timeline.state_at(self.cursor());
+        }
+        self.map_pos = self.pos;
+        self.map_gen += 1;
+        self.show_findings_at_cursor();
+    }
+
+    /// Rows of the map at the cursor (cached per map state).
+    pub fn row_spans(&mut self) -> &[segment_map::RowSpan] {
+        if self.spans.0 != self.map_gen {
+            self.spans = (self.map_gen, segment_map::row_spans(&self.map));
+        }
+        &self.spans.1
+    }
+
+    /// Move the cursor so that event `index` is the last one applied.
+    pub fn seek_to_event(&mut self, index: usize) {
+        self.pos = (index + 1).min(self.timeline.len());
+    }
+
+    pub fn set_pos(&mut self, pos: usize) {
+        self.pos = pos.min(self.timeline.len());
+    }
+
+    pub(super) fn step(&mut self, step: Step, dir: Dir) -> bool {
+        let before = self.pos;
+        let kind = match step {
+            Step::Event => {
+                self.pos = match dir {
+                    Dir::Fwd => (self.pos + 1).min(self.len()),
+                    Dir::Back => self.pos.saturating_sub(1),
+                };
+                return self.pos != before;
+            }
+            Step::Leak => return self.step_leak(dir),
+            // Iterations and phases step from begin to begin.
+            Step::Phase => {
+                let begins: Vec<usize> = self.marks.phase.iter().map(|x| x.0).collect();
+                return self.step_in(&begins, dir);
+            }
+            Step::Iteration => {
+                let begins: Vec<usize> = self.marks.iteration.iter().map(|x| x.0).collect();
+                return self.step_in(&begins, dir);
+            }
+            Step::Narration => {
+                let at = self.marks.narration.clone();
+                return self.step_in(&at, dir);
+            }
+            Step::Oom => {
+                // OOM entries and error markers are both "where it went wrong".
+                let mut at: Vec<usize> = self
+                    .marks
+                    .oom
+                    .iter()
+                    .chain(&self.marks.error)
+                    .copied()
+                    .collect();
+                at.sort_unstable();
+                return self.step_in(&at, dir);
+            }
+            Step::Op => MarkKind::Op,
+        };
+        let target = self.mark_from_cursor(kind, dir);
+        if let Some(i) = target {
+            self.seek_to_event(i);
+        }
+        self.pos != before
+    }
+
+    /// Move to the next/previous index of `sorted` relative to the cursor.
+    pub(super) fn step_in(&mut self, sorted: &[usize], dir: Dir) -> bool {
+        let target = match (dir, self.cursor()) {
+            (Dir::Fwd, None) => sorted.first().copied(),
+            (Dir::Fwd, Some(c)) => sorted.get(sorted.partition_point(|i| *i <= c)).copied(),
+            (Dir::Back, None) => None,
+            (Dir::Back, Some(c)) => sorted[..sorted.partition_point(|i| *i < c)].last().copied(),
+        };
+        target.is_some_and(|i| {
+            self.seek_to_event(i);
+            true
+        })
+    }
+
+    pub(super) fn mark_from_cursor(&self, kind: MarkKind, dir: Dir) -> Option<usize> {
+        match (dir, self.cursor()) {
+            (Dir::Fwd, None) => self
+                .timeline
+                .marks()
+                .iter()
+                .find(|(_, k)| *k == kind)
+                .map(|(i, _)| *i),
+            (Dir::Fwd, Some(c)) => self.timeline.next_mark(c, kind),
+            (Dir::Back, None) => None,
+            (Dir::Back, Some(c)) => self.timeline.prev_mark(c, kind),
+        }
+    }
+
+    /// The allocation of a block a finding holds (the selected finding, or any).
+    pub(super) fn step_leak(&mut self, dir: Dir) -> bool {
+        let mut held: Vec<u64> = match self.sel_finding.and_then(|i| self.findings.get(i)) {
+            Some(f) => f.blocks.clone(),
+            None => self
+                .findings
+                .iter()
+                .flat_map(|f| f.blocks.iter().copied())
+                .collect(),
+        };
+        if held.is_empty() {
+            return false;
+        }
+        held.sort_unstable();
+        let is_held = |e: &Event| matches!(e, Event::Alloc(a) if a.action == AllocAction::Alloc && held.binary_search(&a.addr).is_ok());
+        let events = self.timeline.events();
+        let found = match dir {
+            Dir::Fwd => events
+                .iter()
+                .enumerate()
+                .skip(self.pos)
+                .find(|(_, e)| is_held(e))
+                .map(|(i, _)| i),
+            Dir::Back => events[..self.cursor().unwrap_or(0)]
+                .iter()
+                .rposition(is_held),
+        };
+        found.is_some_and(|i| {
+            self.seek_to_event(i);
+            true
+        })
+    }
+
+    /// The iteration around the cursor and how far into it, for syncing.
+    pub(super) fn iteration_position(&self) -> Option<(u32, f64)> {
+        let c = self.cursor()?;
+        let events = self.timeline.events();
+        let begin = std::iter::once(c)
+            .chain(std::iter::successors(
+                self.timeline.prev_mark(c, MarkKind::Iteration),
+                |&i| self.timeline.prev_mark(i, MarkKind::Iteration),
+            ))
+            .find(|&i| {
+                matches!(
+                    events.get(i),
+                    Some(Event::Marker(Marker::IterationBegin(_)))
+                )
+            })?;
+        let Some(Event::Marker(Marker::IterationBegin(k))) = events.get(begin) else {
+            return None;
+        };
+        let end = self
+            .timeline
+            .next_mark(begin, MarkKind::Iteration)
+            .unwrap_or(events.len());
+        let span = (end - begin).max(1) as f64;
+        Some((*k, (c - begin) as f64 / span))
+    }
+
+    pub(super) fn iteration_bounds(&self, k: u32) -> Option<(usize, usize)> {
+        let begin = self.marks.iteration_begin(k)?;
+        let end = self
+            .timeline
+            .next_mark(begin, MarkKind::Iteration)
+            .unwrap_or(self.timeline.len());
+        Some((begin, end))
+    }
+
+    pub(super) fn describe_category(&mut self, tag: Tag) -> Option<u8> {
+        if tag == Tag::NONE {
+            return None;
+        }
+        let tags = self.tags.clone();
+        *self.cat_cache.entry(tag).or_insert_with(|| {
+            tags.and_then(|t| t.describe(tag))
+                .and_then(|d| d.category)
+                .and_then(|c| super::theme::category_index(&c))
+        })
+    }
+
+    /// Blocks to highlight: those of the selected finding.
+    pub fn highlighted(&self) -> Vec<u64> {
+        let mut v = self
+            .sel_finding
+            .and_then(|i| self.findings.get(i))
+            .map(|f| f.blocks.clone())
+            .unwrap_or_default();
+        v.sort_unstable();
+        v
+    }
+
+    /// Timeline view range `[from, to)` for the current zoom.
+    pub fn timeline_range(&self) -> (usize, usize) {
+        let len = self.timeline.len();
+        let zoom = self.tl_zoom.max(1) as usize;
+        if zoom == 1 || len == 0 {
+            return (0, len);
+        }
+        let span = len.div_ceil(zoom).max(16).min(len);
+        let start = self.tl_anchor.saturating_sub(span / 2).min(len - span);
+        (start, start + span)
+    }
+}
+
+/// Narration, error marker, iteration and phase at the cursor, found by
+/// binary search in the per-kind mark index (`Timeline::prev_mark` walks
+/// back over every mark, which for a rare kind is the whole run).
+pub(super) fn prepare_markers(r: &mut RunView) {
+    let events = r.timeline.events();
+    let upto = r.pos;
+    let last = |v: &[usize]| v[..v.partition_point(|i| *i < upto)].last().copied();
+    r.frame.narration = last(&r.marks.narration).and_then(|i| match events.get(i) {
+        Some(Event::Marker(Marker::Narration(t))) => Some(t.clone()),
+        _ => None,
+    });
+    r.frame.error_marker = last(&r.marks.error).and_then(|i| match events.get(i) {
+        Some(Event::Marker(Marker::Error(t))) => Some(t.clone()),
+        _ => None,
+    });
+    let it = &r.marks.iteration;
+    let iter = it[..it.partition_point(|x| x.0 < upto)].last().copied();
+    r.frame.iteration = iter.map(|x| x.1);
+    let ph = &r.marks.phase;
+    // A phase from an earlier iteration is over; show none until the next begins.
+    r.frame.phase = ph[..ph.partition_point(|x| x.0 < upto)]
+        .last()
+        .filter(|p| iter.is_none_or(|i| p.0 > i.0))
+        .map(|x| x.1.name());
+}
+
+/// Category per tag of the blocks in the map (described once per tag).
+pub(super) fn collect_categories(r: &mut RunView) -> HashMap<Tag, Option<u8>> {
+    let tags: Vec<Tag> = r.map.blocks.values().map(|b| b.tag).collect();
+    tags.into_iter()
+        .map(|t| (t, r.describe_category(t)))
+        .collect()
+}
