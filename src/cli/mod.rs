@@ -24,7 +24,8 @@ pub struct BadInput(pub String);
 #[command(
     name = "vramscope",
     version,
-    about = "Where GPU memory goes in a PyTorch training loop, and who leaks it"
+    about = "Where GPU memory goes in a PyTorch training loop, and who leaks it",
+    after_help = "With no command, vramscope opens the guided tour in the terminal UI (a headless report without a terminal)."
 )]
 pub struct Cli {
     #[command(subcommand)]
