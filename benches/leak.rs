@@ -16,6 +16,30 @@ const ITERS: u32 = 100;
 const NODES_PER_ITER: u32 = 8;
 const LIST: u32 = 9_500;
 
+/// A root that holds its own storage and no graph.
+fn plain_root(
+    kind: RootKind,
+    name: String,
+    tensor: TensorId,
+    storage: u32,
+    bytes: u64,
+) -> RootInfo {
+    RootInfo {
+        kind,
+        name,
+        tensor,
+        storage: StorageId(storage),
+        bytes,
+        device: DeviceKind::Cuda,
+        nodes: Vec::new(),
+        saved_storages: Vec::new(),
+        saved_bytes: 0,
+        exclusive_saved_bytes: 0,
+        oldest_node_iteration: None,
+        spent_nodes: 0,
+    }
+}
+
 fn storage(id: u32, bytes: u64, it: u32, refs: u32, saved: u32) -> StorageInfo {
     StorageInfo {
         id: StorageId(id),
@@ -107,20 +131,13 @@ fn synthetic(it: u32) -> LiveState {
     });
     for i in 0..LIST {
         storages.push(storage(sid, 10_240, i * it / LIST, 1, 0));
-        roots.push(RootInfo {
-            kind: RootKind::ListElement { index: i as usize },
-            name: format!("preds[{i}]"),
-            tensor: TensorId(1 + i),
-            storage: StorageId(sid),
-            bytes: 10_240,
-            device: DeviceKind::Cuda,
-            nodes: Vec::new(),
-            saved_storages: Vec::new(),
-            saved_bytes: 0,
-            exclusive_saved_bytes: 0,
-            oldest_node_iteration: None,
-            spent_nodes: 0,
-        });
+        roots.push(plain_root(
+            RootKind::ListElement { index: i as usize },
+            format!("preds[{i}]"),
+            TensorId(1 + i),
+            sid,
+            10_240,
+        ));
         sid += 1;
     }
     for i in 0..500u32 {
@@ -130,20 +147,13 @@ fn synthetic(it: u32) -> LiveState {
         } else {
             RootKind::Gradient
         };
-        roots.push(RootInfo {
+        roots.push(plain_root(
             kind,
-            name: format!("param[{}]{}", i / 2, if i % 2 == 1 { ".grad" } else { "" }),
-            tensor: TensorId(20_000 + i),
-            storage: StorageId(sid),
-            bytes: 4 << 20,
-            device: DeviceKind::Cuda,
-            nodes: Vec::new(),
-            saved_storages: Vec::new(),
-            saved_bytes: 0,
-            exclusive_saved_bytes: 0,
-            oldest_node_iteration: None,
-            spent_nodes: 0,
-        });
+            format!("param[{}]{}", i / 2, if i % 2 == 1 { ".grad" } else { "" }),
+            TensorId(20_000 + i),
+            sid,
+            4 << 20,
+        ));
         sid += 1;
     }
     let allocated = storages.iter().map(|s| s.bytes.div_ceil(512) * 512).sum();
@@ -195,32 +205,18 @@ fn engine_bench(c: &mut Criterion) {
         Ok(e) => e,
         Err(err) => panic!("build: {err}"),
     };
+    let mut steps = vec![Step::Eval {
+        grad: GradContext::Enabled,
+    }];
+    steps.extend(Program::forward_steps());
+    steps.push(Step::AccumulateLoss {
+        from: "loss".into(),
+        into: "total_loss".into(),
+        what: KeepWhat::Tensor,
+    });
     let p = Program {
         setup: Vec::new(),
-        steps: vec![
-            Step::Eval {
-                grad: GradContext::Enabled,
-            },
-            Step::LoadBatch {
-                x: "x".into(),
-                y: "y".into(),
-            },
-            Step::Forward {
-                input: "x".into(),
-                output: "out".into(),
-            },
-            Step::Loss {
-                output: "out".into(),
-                target: "y".into(),
-                into: "loss".into(),
-                divide_by: None,
-            },
-            Step::AccumulateLoss {
-                from: "loss".into(),
-                into: "total_loss".into(),
-                what: KeepWhat::Tensor,
-            },
-        ],
+        steps,
         iterations: ITERS,
         batch_sizes: Vec::new(),
     };

@@ -174,32 +174,38 @@ pub struct Program {
 }
 
 impl Program {
+    /// `x, y = next(batches); out = model(x); loss = criterion(out, y)`.
+    pub fn forward_steps() -> Vec<Step> {
+        vec![
+            Step::LoadBatch {
+                x: "x".into(),
+                y: "y".into(),
+            },
+            Step::Forward {
+                input: "x".into(),
+                output: "out".into(),
+            },
+            Step::Loss {
+                output: "out".into(),
+                target: "y".into(),
+                into: "loss".into(),
+                divide_by: None,
+            },
+        ]
+    }
+
     /// The classic loop: zero_grad, batch, forward, loss, backward, step.
     pub fn training(iterations: u32) -> Program {
+        let mut steps = vec![Step::ZeroGrad { set_to_none: None }];
+        steps.extend(Program::forward_steps());
+        steps.push(Step::Backward {
+            loss: "loss".into(),
+            retain_graph: false,
+        });
+        steps.push(Step::OptimizerStep);
         Program {
             setup: Vec::new(),
-            steps: vec![
-                Step::ZeroGrad { set_to_none: None },
-                Step::LoadBatch {
-                    x: "x".into(),
-                    y: "y".into(),
-                },
-                Step::Forward {
-                    input: "x".into(),
-                    output: "out".into(),
-                },
-                Step::Loss {
-                    output: "out".into(),
-                    target: "y".into(),
-                    into: "loss".into(),
-                    divide_by: None,
-                },
-                Step::Backward {
-                    loss: "loss".into(),
-                    retain_graph: false,
-                },
-                Step::OptimizerStep,
-            ],
+            steps,
             iterations,
             batch_sizes: Vec::new(),
         }

@@ -53,22 +53,7 @@ pub(crate) fn s(x: &str) -> String {
 }
 
 pub(crate) fn forward_steps() -> Vec<Step> {
-    vec![
-        Step::LoadBatch {
-            x: s("x"),
-            y: s("y"),
-        },
-        Step::Forward {
-            input: s("x"),
-            output: s("out"),
-        },
-        Step::Loss {
-            output: s("out"),
-            target: s("y"),
-            into: s("loss"),
-            divide_by: None,
-        },
-    ]
+    Program::forward_steps()
 }
 
 pub(crate) fn program(steps: Vec<Step>, iterations: u32) -> Program {
