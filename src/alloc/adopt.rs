@@ -47,7 +47,7 @@ impl<D: Device> CachingAllocator<D> {
                 blocks: 0,
             });
         }
-        if self.active.contains_key(&addr)
+        if self.active.contains(addr)
             || self
                 .snapshot()
                 .iter()

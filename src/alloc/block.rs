@@ -8,7 +8,9 @@ pub(crate) type BlockId = u32;
 pub(crate) const NIL: BlockId = u32::MAX;
 
 /// One block of a segment: allocated, free, pending or (expandable) unmapped.
+/// Aligned so that touching a block costs one cache line, not two.
 #[derive(Debug, Clone)]
+#[repr(align(64))]
 pub(crate) struct Block {
     pub addr: u64,
     pub size: u64,

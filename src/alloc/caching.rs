@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use rustc_hash::FxHashMap;
 
+use super::active::ActiveTable;
 use super::block::{Arena, Block, BlockId, NIL};
 use super::config::AllocConfig;
 use super::event::AllocEvent;
@@ -62,7 +63,7 @@ pub struct CachingAllocator<D: Device> {
     pub(crate) free_sets: [FreeSet; 2],
     pub(crate) unmapped: [UnmappedSet; 2],
     /// Allocated and pending-free blocks by address (PyTorch's active set).
-    pub(crate) active: FxHashMap<u64, BlockId>,
+    pub(crate) active: ActiveTable,
     pub(crate) segments: Vec<SegmentSlot>,
     pub(crate) vacant_segments: Vec<u32>,
     pub(crate) pending: PendingEvents,
@@ -92,7 +93,7 @@ impl<D: Device> CachingAllocator<D> {
             blocks: Arena::default(),
             free_sets: Default::default(),
             unmapped: Default::default(),
-            active: FxHashMap::default(),
+            active: ActiveTable::default(),
             segments: Vec::new(),
             vacant_segments: Vec::new(),
             pending: PendingEvents::default(),

@@ -90,7 +90,7 @@ impl<D: Device> CachingAllocator<D> {
 
     /// Replay: the `free_completed` of a block freed with [`Self::free_deferred`].
     pub fn complete_deferred(&mut self, addr: u64) -> Result<(), AllocError> {
-        let Some(&id) = self.active.get(&addr) else {
+        let Some(id) = self.active.get(addr) else {
             return Err(AllocError::UnknownAddress { addr });
         };
         if self.blocks.get(id).allocated {
@@ -105,8 +105,8 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     fn allocated_block(&self, addr: u64) -> Result<BlockId, AllocError> {
-        match self.active.get(&addr) {
-            Some(&id) if self.blocks.get(id).allocated => Ok(id),
+        match self.active.get(addr) {
+            Some(id) if self.blocks.get(id).allocated => Ok(id),
             Some(_) => Err(AllocError::PendingFree { addr }),
             None if self.is_free_block_start(addr) => Err(AllocError::DoubleFree { addr }),
             None => Err(AllocError::UnknownAddress { addr }),
@@ -177,7 +177,7 @@ impl<D: Device> CachingAllocator<D> {
             device_free: 0,
             tag,
         });
-        self.active.remove(&addr);
+        self.active.remove(addr);
         self.blocks.get_mut(id).tag = super::Tag::NONE;
         let mut net_blocks: i64 = 0;
         let mut net_bytes: i64 = 0;

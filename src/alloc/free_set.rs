@@ -50,16 +50,164 @@ fn class_of(size: u64) -> usize {
 
 type Entry = (u64, u64, BlockId);
 
+/// Entries per chunk of a class: small enough that an insert or remove moves
+/// at most a few hundred bytes however many blocks share one size (whole
+/// free segments all do).
+const CHUNK: usize = 32;
+
+/// One size class: sorted `(size, addr)` entries cut into chunks, with each
+/// chunk's last key beside it so a search touches one small array and then
+/// one chunk. Chunks past `lasts.len()` are empty spares kept for their
+/// capacity: classes empty and refill all the time, and reusing a chunk
+/// keeps the heap allocator out of the hot path.
+#[derive(Debug, Clone, Default)]
+struct ClassList {
+    lasts: Vec<u128>,
+    chunks: Vec<Vec<Entry>>,
+}
+
+fn key(size: u64, addr: u64) -> u128 {
+    (u128::from(size) << 64) | u128::from(addr)
+}
+
+fn entry_key(e: &Entry) -> u128 {
+    key(e.0, e.1)
+}
+
+impl ClassList {
+    fn is_empty(&self) -> bool {
+        self.lasts.is_empty()
+    }
+
+    fn used(&self) -> &[Vec<Entry>] {
+        &self.chunks[..self.lasts.len()]
+    }
+
+    /// The chunk that holds (or would hold) `k`.
+    fn chunk_for(&self, k: u128) -> usize {
+        // Most classes hold one chunk: answer without touching `lasts`
+        // (callers treat a key past the only chunk's end correctly).
+        if self.lasts.len() <= 1 {
+            return 0;
+        }
+        self.lasts.partition_point(|l| *l < k)
+    }
+
+    /// Put an empty chunk (a spare if there is one) at position `c`.
+    fn open_chunk(&mut self, c: usize, last: u128) {
+        let chunk = if self.chunks.len() > self.lasts.len() {
+            self.chunks.pop().unwrap_or_default()
+        } else {
+            Vec::with_capacity(CHUNK + 1)
+        };
+        self.chunks.insert(c, chunk);
+        self.lasts.insert(c, last);
+    }
+
+    fn insert(&mut self, size: u64, addr: u64, id: BlockId) {
+        let k = key(size, addr);
+        if self.lasts.is_empty() {
+            self.open_chunk(0, k);
+        }
+        let c = self.chunk_for(k).min(self.lasts.len() - 1);
+        let chunk = &mut self.chunks[c];
+        let at = chunk.partition_point(|e| entry_key(e) < k);
+        chunk.insert(at, (size, addr, id));
+        if at + 1 == chunk.len() {
+            self.lasts[c] = k;
+        }
+        if chunk.len() > CHUNK {
+            let lower_last = entry_key(&chunk[CHUNK / 2 - 1]);
+            let upper_last = self.lasts[c];
+            self.open_chunk(c + 1, upper_last);
+            let (lower, upper) = self.chunks.split_at_mut(c + 1);
+            upper[0].extend(lower[c].drain(CHUNK / 2..));
+            self.lasts[c] = lower_last;
+        }
+    }
+
+    fn remove(&mut self, size: u64, addr: u64) -> Option<BlockId> {
+        let k = key(size, addr);
+        let c = self.chunk_for(k);
+        if c >= self.lasts.len() {
+            return None;
+        }
+        let chunk = &mut self.chunks[c];
+        let at = chunk.partition_point(|e| entry_key(e) < k);
+        if !chunk.get(at).is_some_and(|e| e.0 == size && e.1 == addr) {
+            return None;
+        }
+        let id = chunk.remove(at).2;
+        match chunk.last() {
+            None => {
+                let spare = self.chunks.remove(c);
+                self.chunks.push(spare);
+                self.lasts.remove(c);
+            }
+            Some(last) => self.lasts[c] = entry_key(last),
+        }
+        Some(id)
+    }
+
+    /// The first entry with size ≥ `size`.
+    fn first_from(&self, size: u64) -> Option<Entry> {
+        let k = key(size, 0);
+        let c = self.chunk_for(k);
+        let chunk = self.used().get(c)?;
+        let at = chunk.partition_point(|e| e.0 < size);
+        chunk.get(at).copied()
+    }
+
+    fn first(&self) -> Option<Entry> {
+        self.used().first().and_then(|c| c.first()).copied()
+    }
+
+    /// Entries with size ≥ `size`, ascending.
+    fn from(&self, size: u64) -> impl Iterator<Item = Entry> + '_ {
+        let used = self.used();
+        let c = self.chunk_for(key(size, 0));
+        let first = used.get(c).map_or(&[][..], |ch| {
+            let at = ch.partition_point(|e| e.0 < size);
+            &ch[at..]
+        });
+        let rest = used.get(c + 1..).unwrap_or(&[]);
+        first.iter().chain(rest.iter().flatten()).copied()
+    }
+
+    /// Entries with size < `size`, descending.
+    fn below(&self, size: u64) -> impl Iterator<Item = Entry> + '_ {
+        let used = self.used();
+        let c = self.chunk_for(key(size, 0));
+        let head = used.get(c).map_or(&[][..], |ch| {
+            let at = ch.partition_point(|e| e.0 < size);
+            &ch[..at]
+        });
+        let before = &used[..c.min(used.len())];
+        head.iter()
+            .rev()
+            .chain(before.iter().rev().flat_map(|ch| ch.iter().rev()))
+            .copied()
+    }
+
+    fn all(&self) -> impl DoubleEndedIterator<Item = Entry> + '_ {
+        self.used().iter().flatten().copied()
+    }
+
+    fn largest(&self) -> Option<u64> {
+        self.lasts.last().map(|l| (l >> 64) as u64)
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Classes {
-    lists: Vec<Vec<Entry>>,
+    lists: Vec<ClassList>,
     nonempty: [u64; WORDS],
 }
 
 impl Default for Classes {
     fn default() -> Self {
         Classes {
-            lists: vec![Vec::new(); CLASSES],
+            lists: vec![ClassList::default(); CLASSES],
             nonempty: [0; WORDS],
         }
     }
@@ -68,25 +216,18 @@ impl Default for Classes {
 impl Classes {
     fn insert(&mut self, size: u64, addr: u64, id: BlockId) {
         let c = class_of(size);
-        let list = &mut self.lists[c];
-        let at = list.partition_point(|e| (e.0, e.1) < (size, addr));
-        list.insert(at, (size, addr, id));
+        self.lists[c].insert(size, addr, id);
         self.nonempty[c / 64] |= 1 << (c % 64);
     }
 
     fn remove(&mut self, size: u64, addr: u64) -> Option<BlockId> {
         let c = class_of(size);
         let list = &mut self.lists[c];
-        let at = list.partition_point(|e| (e.0, e.1) < (size, addr));
-        if list.get(at).is_some_and(|e| e.0 == size && e.1 == addr) {
-            let id = list.remove(at).2;
-            if list.is_empty() {
-                self.nonempty[c / 64] &= !(1 << (c % 64));
-            }
-            Some(id)
-        } else {
-            None
+        let id = list.remove(size, addr)?;
+        if list.is_empty() {
+            self.nonempty[c / 64] &= !(1 << (c % 64));
         }
+        Some(id)
     }
 
     /// The first non-empty class at or after `c`.
@@ -122,17 +263,24 @@ impl Classes {
         }
     }
 
+    /// The first entry with size ≥ `size` (best fit before any other rule).
+    fn first_from(&self, size: u64) -> Option<Entry> {
+        let c = class_of(size);
+        if let Some(e) = self.lists[c].first_from(size) {
+            return Some(e);
+        }
+        self.lists[self.next_class(c + 1)?].first()
+    }
+
     /// Entries with size ≥ `size`, ascending.
     fn from(&self, size: u64) -> impl Iterator<Item = Entry> + '_ {
         let c = class_of(size);
-        let first = &self.lists[c];
-        let at = first.partition_point(|e| e.0 < size);
-        let head = first[at..].iter().copied();
+        let head = self.lists[c].from(size);
         let mut next = self.next_class(c + 1);
         let rest = std::iter::from_fn(move || {
             let k = next?;
             next = self.next_class(k + 1);
-            Some(self.lists[k].iter().copied())
+            Some(self.lists[k].all())
         })
         .flatten();
         head.chain(rest)
@@ -141,14 +289,12 @@ impl Classes {
     /// Entries with size < `size`, descending.
     fn below(&self, size: u64) -> impl Iterator<Item = Entry> + '_ {
         let c = class_of(size);
-        let first = &self.lists[c];
-        let at = first.partition_point(|e| e.0 < size);
-        let head = first[..at].iter().rev().copied();
+        let head = self.lists[c].below(size);
         let mut prev = self.prev_class(c);
         let rest = std::iter::from_fn(move || {
             let k = prev?;
             prev = self.prev_class(k);
-            Some(self.lists[k].iter().rev().copied())
+            Some(self.lists[k].all().rev())
         })
         .flatten();
         head.chain(rest)
@@ -156,8 +302,7 @@ impl Classes {
 
     fn largest(&self) -> Option<u64> {
         self.prev_class(CLASSES)
-            .and_then(|c| self.lists[c].last())
-            .map(|e| e.0)
+            .and_then(|c| self.lists[c].largest())
     }
 }
 
@@ -187,6 +332,17 @@ impl FreeSet {
         let id = classes.remove(size, addr)?;
         self.len -= 1;
         Some(id)
+    }
+
+    /// The first block of `stream` with size ≥ `size`: `from(stream, size).next()`.
+    pub fn first_from(&self, stream: u64, size: u64) -> Option<FreeEntry> {
+        let (size, addr, id) = self.stream(stream)?.first_from(size)?;
+        Some(FreeEntry {
+            stream,
+            size,
+            addr,
+            id,
+        })
     }
 
     /// Blocks of `stream` in key order, starting at the first with size ≥ `size`.
@@ -259,6 +415,42 @@ mod tests {
     }
 
     #[test]
+    fn many_blocks_of_one_size_stay_in_address_order() {
+        // Whole free segments share one size: one class, many chunks.
+        let mut set = FreeSet::default();
+        let mut model: Vec<u64> = Vec::new();
+        let mut x: u64 = 99;
+        for i in 0..5000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let addr = (x % 100_000) << 21;
+            if i % 4 == 3 && !model.is_empty() {
+                let a = model.swap_remove((x as usize >> 3) % model.len());
+                assert_eq!(set.remove(0, 2 << 20, a).map(|_| ()), Some(()));
+            } else if !model.contains(&addr) {
+                set.insert(0, 2 << 20, addr, i);
+                model.push(addr);
+            }
+            if i % 500 == 0 {
+                let mut sorted = model.clone();
+                sorted.sort_unstable();
+                assert_eq!(
+                    set.first_from(0, 1 << 20).map(|e| e.addr),
+                    sorted.first().copied()
+                );
+            }
+        }
+        model.sort_unstable();
+        let all: Vec<u64> = set.iter().map(|e| e.addr).collect();
+        assert_eq!(all, model);
+        let below: Vec<u64> = set.below(0, 3 << 20).map(|e| e.addr).collect();
+        assert_eq!(below, model.iter().rev().copied().collect::<Vec<_>>());
+        assert!(set.from(0, (2 << 20) + 1).next().is_none());
+        assert_eq!(set.remove(0, 2 << 20, 1 << 60), None);
+    }
+
+    #[test]
     fn order_matches_a_sorted_list() {
         let mut set = FreeSet::default();
         let mut model: Vec<(u64, u64)> = Vec::new();
@@ -294,6 +486,8 @@ mod tests {
                 .map(|e| (e.size, e.addr))
                 .collect();
             assert_eq!(got, want, "from {probe}");
+            let first = set.first_from(0, probe).map(|e| (e.size, e.addr));
+            assert_eq!(first, want.first().copied(), "first_from {probe}");
             let want: Vec<_> = model
                 .iter()
                 .rev()

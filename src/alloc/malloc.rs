@@ -114,11 +114,12 @@ impl<D: Device> CachingAllocator<D> {
 
     fn best_fit(&self, req: &Request) -> Option<BlockId> {
         let set = &self.free_sets[req.pool.index()];
+        let first = set.first_from(req.stream, req.size)?.id;
+        if !self.blocks.get(first).expandable {
+            return Some(first);
+        }
         let mut it = set.from(req.stream, req.size).map(|e| e.id);
         let mut current = it.next()?;
-        if !self.blocks.get(current).expandable {
-            return Some(current);
-        }
         if self.config.expandable_segments {
             // §3 step 3: prefer a free block inside a reservation over the tail
             // that borders unmapped space, judged by how far each can reach.

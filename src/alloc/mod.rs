@@ -3,6 +3,7 @@
 //! returns addresses; it knows nothing of tensors. Attribution travels beside each
 //! request as an opaque [`Tag`].
 
+mod active;
 mod adopt;
 mod block;
 mod caching;

@@ -14,11 +14,13 @@ pub struct Stat {
 }
 
 impl Stat {
+    #[inline]
     pub fn increase(&mut self, amount: i64) {
         self.current += amount;
         self.peak = self.peak.max(self.current);
         self.allocated += amount;
     }
+    #[inline]
     pub fn decrease(&mut self, amount: i64) {
         self.current -= amount;
         self.freed += amount;
@@ -131,12 +133,14 @@ impl MemoryStats {
     }
 
     /// Update `all` and the block's pool, as PyTorch's `for_each_selected_stat_type` does.
+    #[inline]
     pub(crate) fn increase(&mut self, family: Family, pool: Pool, amount: i64) {
         let stats = &mut self.families[family as usize];
         stats[0].increase(amount);
         stats[Level::of(pool).index()].increase(amount);
     }
 
+    #[inline]
     pub(crate) fn decrease(&mut self, family: Family, pool: Pool, amount: i64) {
         let stats = &mut self.families[family as usize];
         stats[0].decrease(amount);
