@@ -162,7 +162,7 @@ mod tests {
             x ^= x << 17;
             // Clustered addresses (as blocks of one segment are) stress probing.
             let addr = 0x7f00_0000_0000 + ((x % 4096) << 9);
-            if x % 3 == 0 {
+            if x.is_multiple_of(3) {
                 assert_eq!(table.remove(addr), model.remove(&addr), "remove {addr:#x}");
             } else {
                 table.insert(addr, i);
