@@ -1,5 +1,6 @@
 //! `vramscope watch`: every GPU's memory, utilisation and processes from NVML,
-//! with a short history, refreshed by the poller thread.
+//! with a short history, refreshed by the poller thread. With a terminal it
+//! is a live full-screen view (`tui::watch_loop`); otherwise text or JSON.
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -7,6 +8,8 @@ use std::process::ExitCode;
 
 use vramscope::alloc::format_size;
 use vramscope::device::nvml::{self, GpuReading};
+use vramscope::tui::theme::{no_color_from_env, Theme, ThemeName};
+use vramscope::tui::watch_loop::run_watch;
 
 use super::EXIT_NO_GPU;
 
@@ -59,6 +62,15 @@ pub fn run(once: bool, json: bool) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_NO_GPU));
     }
     let rx = nvml::spawn_poller();
+    if !once && !json && super::ui::have_terminal() {
+        let theme = Theme::builtin(ThemeName::Dark, no_color_from_env())?;
+        let state = run_watch(rx, theme)?;
+        if let Some(e) = state.error {
+            eprintln!("vramscope watch: {e}");
+            return Ok(ExitCode::from(EXIT_NO_GPU));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut history: Vec<VecDeque<Option<u64>>> = Vec::new();
     let mut stdout = std::io::stdout();
     for reading in rx.iter() {
