@@ -178,3 +178,38 @@ pub fn own_process_used(index: u32) -> Result<Option<u64>, GpuUnavailable> {
         .find(|g| g.index == index)
         .and_then(|g| g.process_used(std::process::id())))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn poller_rates_are_within_the_issue_bounds() {
+        // Memory at 2–4 Hz, the process list at most once a second.
+        assert!(MEMORY_PERIOD >= Duration::from_millis(250));
+        assert!(MEMORY_PERIOD <= Duration::from_millis(500));
+        assert!(PROCESS_PERIOD >= Duration::from_secs(1));
+    }
+
+    #[test]
+    fn process_used_is_unknown_for_an_unlisted_or_unreported_process() {
+        let g = GpuReading {
+            processes: vec![
+                ProcessMemory {
+                    pid: 1,
+                    name: None,
+                    used: Some(7),
+                },
+                ProcessMemory {
+                    pid: 2,
+                    name: None,
+                    used: None,
+                },
+            ],
+            ..GpuReading::unknown(0)
+        };
+        assert_eq!(g.process_used(1), Some(7));
+        assert_eq!(g.process_used(2), None);
+        assert_eq!(g.process_used(3), None);
+    }
+}

@@ -137,7 +137,7 @@ fn gpu_pane(
     frame.render_widget(
         Paragraph::new(Span::styled(
             format!(
-                "used {} of {} · free {}",
+                "memory used {} of {} · free {}",
                 size(g.used),
                 size(g.total),
                 size(g.free)
