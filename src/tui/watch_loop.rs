@@ -14,14 +14,21 @@ use super::run::{install_panic_hook, setup_terminal, CrosstermInput, InputSource
 use super::theme::Theme;
 use super::views;
 use super::watch::WatchState;
+use crate::device::nvml::GpuReading;
 
 /// Longest wait for a key before the channel is looked at again.
 const FRAME: Duration = Duration::from_millis(50);
 
-/// Full-screen `watch` on the real terminal until `q`. The final state says
-/// whether NVML failed on the way (`error`).
-pub fn run_watch(rx: NvmlReadings, theme: Theme) -> anyhow::Result<WatchState> {
+/// Full-screen `watch` on the real terminal until `q`, starting from the
+/// poller's `first` reading. The final state says whether NVML failed on the
+/// way (`error`).
+pub fn run_watch(
+    first: Vec<GpuReading>,
+    rx: NvmlReadings,
+    theme: Theme,
+) -> anyhow::Result<WatchState> {
     let mut state = WatchState::new(theme);
+    state.ingest(Ok(first));
     install_panic_hook();
     let mut terminal = setup_terminal()?;
     let _restore = RestoreGuard;
