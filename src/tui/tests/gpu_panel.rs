@@ -49,6 +49,7 @@ fn simulated_run_shows_simulated_terms_and_why_nvml_is_unavailable() {
     ] {
         assert!(out.contains(&want), "missing {want:?} in\n{out}");
     }
+    insta::assert_snapshot!("gpu_panel_simulated_140x44", out);
     // Esc closes it.
     app.handle_key(code(crossterm::event::KeyCode::Esc));
     assert!(!app.gpu.shown);
