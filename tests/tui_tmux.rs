@@ -105,3 +105,65 @@ fn guided_tour_in_a_real_terminal() {
         "no UI is left on screen:\n{last}"
     );
 }
+
+/// `vramscope watch` in a terminal: with NVML, the live view appears and `q`
+/// leaves with status 0; without a driver, a plain message and status 3
+/// (never a panic, never a terminal left in raw mode).
+#[test]
+fn watch_in_a_real_terminal() {
+    if tmux(&["-V"]).is_none() {
+        eprintln!("note: tmux is not installed; the terminal test is skipped");
+        return;
+    }
+    let session = format!("vramscope-watch-{}", std::process::id());
+    let bin = env!("CARGO_BIN_EXE_vramscope");
+    tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        &session,
+        "-x",
+        "120",
+        "-y",
+        "40",
+        "bash",
+        "--norc",
+        "--noprofile",
+    ])
+    .expect("tmux session");
+    let cleanup = || {
+        let _ = tmux(&["kill-session", "-t", &session]);
+    };
+    tmux(&[
+        "send-keys",
+        "-t",
+        &session,
+        &format!("{bin} watch; echo EXITED:$?"),
+        "Enter",
+    ])
+    .expect("send");
+    let nvml = vramscope::device::nvml::available().is_ok();
+    if nvml {
+        let shown = wait_for(
+            &session,
+            |s| s.contains("vramscope watch") && s.contains("Reconciliation · GPU 0"),
+            Duration::from_secs(20),
+        );
+        if shown.is_none() {
+            let last = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();
+            cleanup();
+            panic!("the watch view did not appear:\n{last}");
+        }
+        let _ = tmux(&["send-keys", "-t", &session, "q"]);
+    }
+    let want = if nvml { "EXITED:0" } else { "EXITED:3" };
+    let done = wait_for(&session, |s| s.contains(want), Duration::from_secs(20));
+    cleanup();
+    let Some(screen) = done else {
+        panic!("watch did not exit with {want}");
+    };
+    assert!(!screen.contains("panicked"), "{screen}");
+    if !nvml {
+        assert!(screen.contains("no NVIDIA driver found"), "{screen}");
+    }
+}

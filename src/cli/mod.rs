@@ -57,7 +57,8 @@ pub enum Command {
         /// Run this many iterations instead of the scenario's own.
         #[arg(long)]
         iterations: Option<u32>,
-        /// Where memory comes from: sim (default), or a real GPU: cuda, cuda:N (headless).
+        /// Where memory comes from: sim (default), or a real GPU: cuda, cuda:N
+        /// (the UI's GPU panel, `v`, shows NVML's reading beside the model's).
         #[arg(long, default_value = "sim")]
         device: String,
     },
@@ -147,7 +148,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             device,
         }) => {
             let cuda = scenario::parse_device(&device)?;
-            if headless || json || cuda.is_some() || !ui::have_terminal() {
+            if headless || json || !ui::have_terminal() {
                 scenario::run_headless(
                     &scenario,
                     scenario::RunArgs {
@@ -156,6 +157,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         cuda,
                     },
                 )
+            } else if let Some(n) = cuda {
+                ui::open_cuda(&scenario, n)
             } else {
                 ui::open(&[&scenario])
             }

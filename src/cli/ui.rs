@@ -4,12 +4,17 @@
 use std::io::IsTerminal;
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Arc;
 
+use vramscope::device::cuda::CudaDevice;
+use vramscope::device::{AnyDevice, Device};
+use vramscope::scenario::resolve;
 use vramscope::tui::import::snapshot_source;
 use vramscope::tui::open::open_source;
+use vramscope::tui::scenario_source::{scenario_source_on, RealGpu, ITERATION_PACE};
 use vramscope::tui::{run_tui, TuiOptions};
 
-use super::BadInput;
+use super::{BadInput, EXIT_NO_GPU};
 
 /// Playback for scenarios: about two iterations of a small model per second,
 /// so memory moves at once and a leak is flagged within seconds.
@@ -44,5 +49,39 @@ pub fn open_snapshot(path: &Path) -> anyhow::Result<ExitCode> {
         |n| n.to_string_lossy().into_owned(),
     );
     run_tui(vec![(title, source)], TuiOptions::default())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A scenario on a real GPU in the UI: the device is checked here (no
+/// driver: a plain message, exit 3), then opened afresh by each run.
+pub fn open_cuda(name: &str, ordinal: usize) -> anyhow::Result<ExitCode> {
+    let (scenario, built) = resolve(name).map_err(|e| BadInput(e.to_string()))?;
+    let index = u32::try_from(ordinal)
+        .map_err(|_| BadInput(format!("--device cuda:{ordinal}: no such device")))?;
+    let total = match CudaDevice::open(ordinal) {
+        Ok(dev) => dev.total_memory(),
+        Err(e) => {
+            eprintln!("vramscope: --device cuda:{ordinal}: {e}");
+            return Ok(ExitCode::from(EXIT_NO_GPU));
+        }
+    };
+    let gpu = RealGpu {
+        ordinal: index,
+        open: Arc::new(move || {
+            CudaDevice::open(ordinal)
+                .map(|d| Box::new(d) as AnyDevice)
+                .map_err(|e| e.to_string())
+        }),
+    };
+    let title = format!("{} · cuda:{ordinal}", scenario.name);
+    let source =
+        scenario_source_on(scenario, built, ITERATION_PACE, Some(gpu)).with_capacity(total);
+    run_tui(
+        vec![(title, source)],
+        TuiOptions {
+            speed: SCENARIO_SPEED,
+            ..TuiOptions::default()
+        },
+    )?;
     Ok(ExitCode::SUCCESS)
 }

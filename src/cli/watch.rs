@@ -1,5 +1,6 @@
 //! `vramscope watch`: every GPU's memory, utilisation and processes from NVML,
-//! with a short history, refreshed by the poller thread.
+//! with a short history, refreshed by the poller thread. With a terminal it
+//! is a live full-screen view (`tui::watch_loop`); otherwise text or JSON.
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -7,6 +8,8 @@ use std::process::ExitCode;
 
 use vramscope::alloc::format_size;
 use vramscope::device::nvml::{self, GpuReading};
+use vramscope::tui::theme::{no_color_from_env, Theme, ThemeName};
+use vramscope::tui::watch_loop::run_watch;
 
 use super::EXIT_NO_GPU;
 
@@ -54,14 +57,32 @@ fn render(gpus: &[GpuReading], history: &[VecDeque<Option<u64>>]) -> String {
 }
 
 pub fn run(once: bool, json: bool) -> anyhow::Result<ExitCode> {
-    if let Err(e) = nvml::available() {
-        eprintln!("vramscope watch: {e}");
-        return Ok(ExitCode::from(EXIT_NO_GPU));
-    }
+    // NVML is only ever called on the poller's thread; its first message says
+    // whether it works here (no driver: a plain message and exit 3).
     let rx = nvml::spawn_poller();
+    let first = match rx.recv() {
+        Ok(Ok(gpus)) => gpus,
+        Ok(Err(e)) => {
+            eprintln!("vramscope watch: {e}");
+            return Ok(ExitCode::from(EXIT_NO_GPU));
+        }
+        Err(_) => {
+            eprintln!("vramscope watch: the NVML thread stopped before its first reading");
+            return Ok(ExitCode::from(EXIT_NO_GPU));
+        }
+    };
+    if !once && !json && super::ui::have_terminal() {
+        let theme = Theme::builtin(ThemeName::Dark, no_color_from_env())?;
+        let state = run_watch(first, rx, theme)?;
+        if let Some(e) = state.error {
+            eprintln!("vramscope watch: {e}");
+            return Ok(ExitCode::from(EXIT_NO_GPU));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut history: Vec<VecDeque<Option<u64>>> = Vec::new();
     let mut stdout = std::io::stdout();
-    for reading in rx.iter() {
+    for reading in std::iter::once(Ok(first)).chain(rx.iter()) {
         let gpus = match reading {
             Ok(g) => g,
             Err(e) => {

@@ -7,6 +7,7 @@ pub mod cuda;
 pub mod gpu;
 pub mod kernels;
 pub mod nvml;
+pub mod reconcile;
 mod sim;
 
 pub use gpu::GpuUnavailable;

@@ -12,10 +12,13 @@ use nvml_wrapper::Nvml;
 use serde::Serialize;
 
 use super::gpu::GpuUnavailable;
+pub use super::reconcile::{DeviceReconciliation, Reconciliation};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ProcessMemory {
     pub pid: u32,
+    /// The process's name as NVML reports it, where it can.
+    pub name: Option<String>,
     /// `None` where NVML reports the value as unavailable (WDDM).
     pub used: Option<u64>,
 }
@@ -75,6 +78,7 @@ pub fn read_all(processes: bool) -> Result<Vec<GpuReading>, GpuUnavailable> {
                             ps.into_iter()
                                 .map(|p| ProcessMemory {
                                     pid: p.pid,
+                                    name: nvml.sys_process_name(p.pid, 64).ok(),
                                     used: match p.used_gpu_memory {
                                         UsedGpuMemory::Used(b) => Some(b),
                                         UsedGpuMemory::Unavailable => None,
@@ -92,7 +96,16 @@ pub fn read_all(processes: bool) -> Result<Vec<GpuReading>, GpuUnavailable> {
 }
 
 impl GpuReading {
-    fn unknown(index: u32) -> GpuReading {
+    /// What NVML says process `pid` holds on this GPU: `None` when the
+    /// process is not listed or its memory is unavailable.
+    pub fn process_used(&self, pid: u32) -> Option<u64> {
+        self.processes
+            .iter()
+            .find(|p| p.pid == pid)
+            .and_then(|p| p.used)
+    }
+
+    pub fn unknown(index: u32) -> GpuReading {
         GpuReading {
             index,
             name: None,
@@ -121,6 +134,7 @@ pub fn spawn_poller() -> flume::Receiver<Result<Vec<GpuReading>, GpuUnavailable>
             let mut last_processes: Option<Instant> = None;
             let mut processes: Vec<Vec<ProcessMemory>> = Vec::new();
             loop {
+                let started = Instant::now();
                 let due = last_processes.is_none_or(|t| t.elapsed() >= PROCESS_PERIOD);
                 let reading = read_all(due).map(|mut gpus| {
                     if due {
@@ -140,7 +154,8 @@ pub fn spawn_poller() -> flume::Receiver<Result<Vec<GpuReading>, GpuUnavailable>
                     _ if failed => return,
                     _ => {}
                 }
-                std::thread::sleep(MEMORY_PERIOD);
+                // The period includes the reading itself, so memory stays at ~3 Hz.
+                std::thread::sleep(MEMORY_PERIOD.saturating_sub(started.elapsed()));
             }
         });
     if spawned.is_err() {
@@ -153,38 +168,48 @@ pub fn spawn_poller() -> flume::Receiver<Result<Vec<GpuReading>, GpuUnavailable>
     rx
 }
 
-/// `used` on the card split into what is known: for our own CUDA runs every
-/// term is known; for other processes only NVML's total for the process is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Reconciliation {
-    /// NVML's reading of what the process holds on the device.
-    pub nvml_used: Option<u64>,
-    /// The CUDA context and libraries loaded before any tensor.
-    pub context: Option<u64>,
-    /// The caching allocator's reserved bytes (allocated + cached free).
-    pub reserved: Option<u64>,
-    /// cuBLAS/NCCL workspaces and anything outside the caching allocator.
-    pub other: Option<u64>,
+/// What NVML says this very process holds on GPU `index` (its CUDA context
+/// right after the device was opened). Reads NVML: never call it from the
+/// render thread.
+pub fn own_process_used(index: u32) -> Result<Option<u64>, GpuUnavailable> {
+    let gpus = read_all(true)?;
+    Ok(gpus
+        .iter()
+        .find(|g| g.index == index)
+        .and_then(|g| g.process_used(std::process::id())))
 }
 
-impl Reconciliation {
-    /// Split `nvml_used` given the context baseline and the model's reserved bytes.
-    pub fn known(nvml_used: u64, context: u64, reserved: u64) -> Reconciliation {
-        Reconciliation {
-            nvml_used: Some(nvml_used),
-            context: Some(context),
-            reserved: Some(reserved),
-            other: Some(nvml_used.saturating_sub(context + reserved)),
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn poller_rates_are_within_the_issue_bounds() {
+        // Memory at 2–4 Hz, the process list at most once a second.
+        assert!(MEMORY_PERIOD >= Duration::from_millis(250));
+        assert!(MEMORY_PERIOD <= Duration::from_millis(500));
+        assert!(PROCESS_PERIOD >= Duration::from_secs(1));
     }
 
-    /// Another process: only its total is known.
-    pub fn foreign(nvml_used: Option<u64>) -> Reconciliation {
-        Reconciliation {
-            nvml_used,
-            context: None,
-            reserved: None,
-            other: None,
-        }
+    #[test]
+    fn process_used_is_unknown_for_an_unlisted_or_unreported_process() {
+        let g = GpuReading {
+            processes: vec![
+                ProcessMemory {
+                    pid: 1,
+                    name: None,
+                    used: Some(7),
+                },
+                ProcessMemory {
+                    pid: 2,
+                    name: None,
+                    used: None,
+                },
+            ],
+            ..GpuReading::unknown(0)
+        };
+        assert_eq!(g.process_used(1), Some(7));
+        assert_eq!(g.process_used(2), None);
+        assert_eq!(g.process_used(3), None);
     }
 }

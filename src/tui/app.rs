@@ -11,6 +11,7 @@ use crate::trace::Event;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
 use ratatui::layout::Rect;
 
+use super::gpu_panel::GpuPanel;
 use super::input::{self, Action};
 use super::layout::{self, Areas, Focus};
 use super::run_view::{collect_categories, prepare_markers};
@@ -97,6 +98,8 @@ pub struct App {
     pub prompt: Option<String>,
     /// A one-line message for the status bar (what was opened, or why not).
     pub notice: Option<String>,
+    /// The GPU memory panel and its NVML readings (from the poller thread).
+    pub gpu: GpuPanel,
 }
 
 impl App {
@@ -105,6 +108,12 @@ impl App {
             .no_color
             .unwrap_or_else(super::theme::no_color_from_env);
         let theme = Theme::builtin(opts.theme, no_color)?;
+        let mut gpu = GpuPanel::default();
+        if sources.iter().any(|(_, s)| s.cuda.is_some()) {
+            // A run on a real GPU: read NVML from the start, so the panel
+            // has a reading whenever it is opened.
+            gpu.start();
+        }
         Ok(App {
             runs: sources
                 .into_iter()
@@ -126,6 +135,7 @@ impl App {
             drag: None,
             prompt: None,
             notice: None,
+            gpu,
         })
     }
 
@@ -143,6 +153,7 @@ impl App {
         for r in &mut self.runs {
             changed |= r.drain();
         }
+        changed |= self.gpu.drain();
         changed
     }
 
@@ -408,6 +419,8 @@ impl App {
             Action::Escape => {
                 if self.show_help {
                     self.show_help = false;
+                } else if self.gpu.shown {
+                    self.gpu.shown = false;
                 } else if let Some(r) = self.active_mut() {
                     r.sel_block = None;
                     r.sel_finding = None;
@@ -462,6 +475,7 @@ impl App {
             Action::FocusNext => self.focus = self.focus.next(),
             Action::FocusPrev => self.focus = self.focus.prev(),
             Action::Restart => self.restart(),
+            Action::ToggleGpu => self.gpu.toggle(),
             Action::ToggleSync => {
                 self.sync = match self.sync {
                     SyncMode::Fraction => SyncMode::Iteration,
@@ -704,6 +718,9 @@ impl App {
             }
             let log_h = self.areas.log.map_or(0, |l| l.height.saturating_sub(2));
             r.frame.log = event_log::prepare(r, log_h as usize);
+        }
+        if self.gpu.shown {
+            self.gpu.prepare(self.runs.get(self.active));
         }
     }
 

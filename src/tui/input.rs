@@ -46,6 +46,7 @@ pub enum Action {
     FocusNext,
     FocusPrev,
     Restart,
+    ToggleGpu,
     ToggleSync,
     SwitchRun,
     Up,
@@ -92,13 +93,17 @@ pub const KEYS: &[(&str, &str)] = &[
     ("Tab / shift-Tab", "next / previous panel"),
     ("c", "colour blocks by state / by category"),
     ("t", "next theme (dark, light, high contrast)"),
+    (
+        "v",
+        "GPU memory: NVML's reading vs the model (simulated terms for sim runs)",
+    ),
     ("w", "compare: switch which run the keys drive"),
     ("s", "compare: sync by event fraction / by iteration"),
     (
         "r",
         "restart the run (replay from start if it cannot rerun)",
     ),
-    ("Esc", "close help / clear selection"),
+    ("Esc", "close help or the GPU panel / clear selection"),
     ("?", "this help"),
     ("q  ctrl-c", "quit"),
     (
@@ -167,6 +172,7 @@ pub fn key_action(key: KeyEvent, focus: Focus, help: bool) -> Option<Action> {
         KeyCode::Char('w') => Some(Action::SwitchRun),
         KeyCode::Char('s') => Some(Action::ToggleSync),
         KeyCode::Char('r') => Some(Action::Restart),
+        KeyCode::Char('v') => Some(Action::ToggleGpu),
         _ => {
             let _ = focus;
             None

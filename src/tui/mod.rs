@@ -8,10 +8,13 @@
 //! - `source`: the channel a run arrives on, and tag attribution;
 //! - `import`: a PyTorch snapshot as a source; `demo`: a test/demo producer;
 //! - `layout`, `theme`, `marks`; `views/*`: one pure render function per panel;
-//! - `run`: terminal setup/restore, panic hook, the loop (`run_tui`).
+//! - `run`: terminal setup/restore, panic hook, the loop (`run_tui`);
+//! - `gpu_panel`: the run view's NVML/simulated reconciliation panel (`v`);
+//! - `watch`, `watch_loop`, `views::watch`: `vramscope watch`'s live view.
 
 pub mod app;
 pub mod demo;
+pub mod gpu_panel;
 pub mod import;
 pub mod input;
 pub mod layout;
@@ -23,6 +26,8 @@ pub mod scenario_source;
 pub mod source;
 pub mod theme;
 pub mod views;
+pub mod watch;
+pub mod watch_loop;
 
 #[cfg(test)]
 mod tests;

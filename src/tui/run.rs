@@ -140,7 +140,7 @@ pub fn restore_terminal() {
     );
 }
 
-struct RestoreGuard;
+pub(crate) struct RestoreGuard;
 
 impl Drop for RestoreGuard {
     fn drop(&mut self) {

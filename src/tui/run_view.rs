@@ -36,6 +36,12 @@ pub struct RunView {
     pub(super) source: Option<Source>,
     pub(super) can_restart: bool,
     pub capacity: Option<u64>,
+    /// The simulated device's driver/context overhead, when the run sets one.
+    pub overhead: Option<u64>,
+    /// The CUDA ordinal of a run on a real GPU (`None`: simulated).
+    pub cuda: Option<u32>,
+    /// NVML's reading of this process right after the GPU was opened.
+    pub context_baseline: Option<u64>,
     pub tags: Option<Arc<dyn TagInfo>>,
     pub timeline: Timeline,
     pub findings: Vec<Finding>,
@@ -94,6 +100,9 @@ impl RunView {
             title: title.into(),
             can_restart: source.can_restart(),
             capacity: source.capacity,
+            overhead: source.overhead,
+            cuda: source.cuda,
+            context_baseline: None,
             tags: source.tags.clone(),
             source: Some(source),
             timeline: Timeline::new(),
@@ -200,6 +209,7 @@ impl RunView {
                 self.show_findings_at_cursor();
             }
             SourceMsg::Stats(s) => self.stats = Some(*s),
+            SourceMsg::ContextBaseline(b) => self.context_baseline = b,
             SourceMsg::Restarted => self.reset(),
             SourceMsg::Finished => self.finished = true,
             SourceMsg::Failed(msg) => self.failure = Some(msg),

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::source::{EngineCommand, Source, SourceMsg, TagDescription, TagInfo};
 use crate::alloc::Tag;
+use crate::device::{nvml, AnyDevice};
 use crate::engine::{Engine, TagTable};
 use crate::leak::Detector;
 use crate::scenario::{to_trace, Built, NarrationTracker, Scenario};
@@ -39,16 +40,40 @@ enum Ended {
     UiGone,
 }
 
+/// Opens the real GPU a run allocates on; called once per run (a restart
+/// opens it again), on the engine's thread.
+pub type DeviceOpener = Arc<dyn Fn() -> Result<AnyDevice, String> + Send + Sync>;
+
+/// A real GPU for [`scenario_source_on`]: its CUDA ordinal (also NVML's
+/// index for it) and how to open it.
+#[derive(Clone)]
+pub struct RealGpu {
+    pub ordinal: u32,
+    pub open: DeviceOpener,
+}
+
 /// Start `scenario` on its own thread; the UI reads it as a [`Source`].
 pub fn scenario_source(scenario: Scenario, built: Built, pace: Duration) -> Source {
+    scenario_source_on(scenario, built, pace, None)
+}
+
+/// [`scenario_source`] with memory from a real GPU instead of the simulated one.
+pub fn scenario_source_on(
+    scenario: Scenario,
+    built: Built,
+    pace: Duration,
+    gpu: Option<RealGpu>,
+) -> Source {
     let (tx, rx) = flume::unbounded();
     let (cmd_tx, cmd_rx) = flume::unbounded();
     let tags = Arc::new(EngineTags(RwLock::new(TagTable::new())));
     let shared = tags.clone();
     let capacity = built.engine.device_bytes;
+    let overhead = built.engine.device_overhead;
+    let ordinal = gpu.as_ref().map(|g| g.ordinal);
     let name = format!("scenario {}", scenario.name);
     let spawned = std::thread::Builder::new().name(name).spawn(move || loop {
-        match run_once(&scenario, &built, &tx, &cmd_rx, &shared, pace) {
+        match run_once(&scenario, &built, gpu.as_ref(), &tx, &cmd_rx, &shared, pace) {
             Ended::Restart => {
                 if tx.send(SourceMsg::Restarted).is_err() {
                     return;
@@ -65,9 +90,13 @@ pub fn scenario_source(scenario: Scenario, built: Built, pace: Duration) -> Sour
             },
         }
     });
-    let source = Source::new(rx, Some(cmd_tx))
+    let mut source = Source::new(rx, Some(cmd_tx))
         .with_capacity(capacity)
         .with_tags(tags);
+    source = match ordinal {
+        Some(n) => source.on_cuda(n),
+        None => source.with_overhead(overhead),
+    };
     if let Err(e) = spawned {
         return Source::from_messages([SourceMsg::Failed(format!(
             "could not start the engine thread: {e}"
@@ -80,9 +109,29 @@ fn restart_requested(cmd: &flume::Receiver<EngineCommand>) -> bool {
     cmd.try_iter().any(|c| c == EngineCommand::Restart)
 }
 
+/// The engine for one run: on the simulated device, or on a freshly opened
+/// GPU after telling the UI what NVML reads for this process before the
+/// first allocation (the context baseline of the reconciliation panel).
+fn open_engine(
+    built: &Built,
+    gpu: Option<&RealGpu>,
+    tx: &flume::Sender<SourceMsg>,
+) -> Result<Engine, String> {
+    let Some(gpu) = gpu else {
+        return Engine::new(built.engine.clone(), &built.model, &built.optimizer)
+            .map_err(|e| e.message());
+    };
+    let dev = (gpu.open)()?;
+    let baseline = nvml::own_process_used(gpu.ordinal).ok().flatten();
+    let _ = tx.send(SourceMsg::ContextBaseline(baseline));
+    Engine::new_on(built.engine.clone(), &built.model, &built.optimizer, dev)
+        .map_err(|e| e.message())
+}
+
 fn run_once(
     scenario: &Scenario,
     built: &Built,
+    gpu: Option<&RealGpu>,
     tx: &flume::Sender<SourceMsg>,
     cmd: &flume::Receiver<EngineCommand>,
     tags: &EngineTags,
@@ -106,10 +155,10 @@ fn run_once(
     if tx.send(SourceMsg::Events(narration.start())).is_err() {
         return Ended::UiGone;
     }
-    let mut engine = match Engine::new(built.engine.clone(), &built.model, &built.optimizer) {
+    let mut engine = match open_engine(built, gpu, tx) {
         Ok(e) => e,
         Err(err) => {
-            return if tx.send(SourceMsg::Failed(err.message())).is_ok() {
+            return if tx.send(SourceMsg::Failed(err)).is_ok() {
                 Ended::Done
             } else {
                 Ended::UiGone

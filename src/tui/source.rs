@@ -42,6 +42,10 @@ pub enum SourceMsg {
     FindingsNow(Vec<Finding>),
     /// `memory_stats()` of the run's allocator (boxed: it is large).
     Stats(Box<MemoryStats>),
+    /// A run on a real GPU: what NVML said this process held right after the
+    /// device was opened, before the first allocation (the CUDA context).
+    /// `None` when NVML could not say.
+    ContextBaseline(Option<u64>),
     /// The producer started over after [`EngineCommand::Restart`]: forget
     /// everything received so far.
     Restarted,
@@ -62,6 +66,10 @@ pub struct Source {
     cmd: Option<flume::Sender<EngineCommand>>,
     /// `totalGlobalMem` of the device, when known (drawn as the capacity line).
     pub capacity: Option<u64>,
+    /// A simulated device's driver/context overhead, when the run sets one.
+    pub overhead: Option<u64>,
+    /// The CUDA ordinal when the run's memory comes from a real GPU.
+    pub cuda: Option<u32>,
     pub tags: Option<Arc<dyn TagInfo>>,
 }
 
@@ -93,12 +101,24 @@ impl Source {
             rx,
             cmd,
             capacity: None,
+            overhead: None,
+            cuda: None,
             tags: None,
         }
     }
 
     pub fn with_capacity(mut self, bytes: u64) -> Source {
         self.capacity = Some(bytes);
+        self
+    }
+
+    pub fn with_overhead(mut self, bytes: u64) -> Source {
+        self.overhead = Some(bytes);
+        self
+    }
+
+    pub fn on_cuda(mut self, ordinal: u32) -> Source {
+        self.cuda = Some(ordinal);
         self
     }
 

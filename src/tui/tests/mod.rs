@@ -1,8 +1,10 @@
 //! Tests of the terminal UI: every view on `TestBackend`, scripted sessions,
 //! snapshot import, themes, and the real binary in tmux.
 
+mod gpu_panel;
 mod helpers;
 mod import;
 mod session;
 mod theme;
 mod views;
+mod watch;

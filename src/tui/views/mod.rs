@@ -3,6 +3,7 @@
 
 pub mod error;
 pub mod event_log;
+pub mod gpu;
 pub mod help;
 pub mod leaks;
 pub mod narration;
@@ -11,6 +12,7 @@ pub mod stats;
 pub mod status;
 pub mod timeline;
 pub mod too_small;
+pub mod watch;
 
 use ratatui::widgets::Block;
 use ratatui::Frame;
@@ -52,6 +54,9 @@ pub fn draw(frame: &mut Frame, app: &App) {
     }
     if let Some(l) = a.log {
         event_log::render(frame, l, app, app.active);
+    }
+    if app.gpu.shown {
+        gpu::render(frame, area, app);
     }
     if app.show_help {
         help::render(frame, area, app);

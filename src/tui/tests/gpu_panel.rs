@@ -1,0 +1,135 @@
+//! The run view's GPU memory panel (`v`): simulated terms labelled as such
+//! with NVML's reason for being unavailable, and a CUDA run's reconciliation
+//! from a reading built here.
+
+use std::sync::Arc;
+
+use super::helpers::*;
+use crate::alloc::format_size;
+use crate::device::nvml::{GpuReading, ProcessMemory};
+use crate::device::GpuUnavailable;
+use crate::tui::demo::{self, DemoTags};
+use crate::tui::source::{Source, SourceMsg};
+
+const MIB: u64 = 1 << 20;
+
+fn no_driver() -> flume::Receiver<Result<Vec<GpuReading>, GpuUnavailable>> {
+    let (tx, rx) = flume::unbounded();
+    tx.send(Err(GpuUnavailable::NoNvml(
+        "libnvidia-ml.so.1: cannot open shared object file".into(),
+    )))
+    .expect("send");
+    rx
+}
+
+#[test]
+fn simulated_run_shows_simulated_terms_and_why_nvml_is_unavailable() {
+    let src = demo_source(small_fixed()).with_overhead(64 * MIB);
+    let mut app = app_with(vec![("fixed".into(), src)], &opts());
+    app.gpu.attach(no_driver());
+    keys(&mut app, "G");
+    let before = screen(&mut app, 140, 44);
+    assert!(!before.contains("GPU memory ·"), "hidden until v");
+    keys(&mut app, "v");
+    app.drain_sources();
+    let out = screen(&mut app, 140, 44);
+    let reserved = app.runs[0].map.reserved;
+    assert!(reserved > 0);
+    for want in [
+        "GPU memory · simulated device".to_string(),
+        "simulated capacity  512.00 MiB".to_string(),
+        "simulated context  64.00 MiB (driver/context overhead the scenario sets)".to_string(),
+        format!("allocator reserved  {}", format_size(reserved)),
+        format!(
+            "simulated free  {}",
+            format_size(512 * MIB - 64 * MIB - reserved)
+        ),
+        "simulated run: no real GPU memory is used".to_string(),
+        "NVML unavailable: no NVIDIA driver found".to_string(),
+    ] {
+        assert!(out.contains(&want), "missing {want:?} in\n{out}");
+    }
+    insta::assert_snapshot!("gpu_panel_simulated_140x44", out);
+    // Esc closes it.
+    app.handle_key(code(crossterm::event::KeyCode::Esc));
+    assert!(!app.gpu.shown);
+}
+
+#[test]
+fn help_lists_the_gpu_panel_key() {
+    let mut app = leaky_app();
+    keys(&mut app, "?");
+    let out = screen(&mut app, 140, 44);
+    assert!(
+        out.contains("GPU memory: NVML's reading vs the model"),
+        "{out}"
+    );
+}
+
+#[test]
+fn cuda_run_reconciles_nvml_with_the_model() {
+    let cfg = small_fixed();
+    let (events, _) = demo::generate(cfg);
+    let src = Source::from_messages([
+        SourceMsg::ContextBaseline(Some(500 * MIB)),
+        SourceMsg::Events(events),
+        SourceMsg::Finished,
+    ])
+    .with_capacity(80 << 30)
+    .with_tags(Arc::new(DemoTags))
+    .on_cuda(0);
+    let mut app = app_with(vec![("cuda".into(), src)], &opts());
+    let (tx, rx) = flume::unbounded();
+    app.gpu.attach(rx);
+    let reserved = app.runs[0].timeline.head().reserved;
+    let used = 500 * MIB + reserved + 96 * MIB;
+    tx.send(Ok(vec![GpuReading {
+        name: Some("NVIDIA H100".into()),
+        total: Some(80 << 30),
+        used: Some(used + 1024 * MIB),
+        free: Some((80 << 30) - used - 1024 * MIB),
+        processes: vec![ProcessMemory {
+            pid: std::process::id(),
+            name: None,
+            used: Some(used),
+        }],
+        ..GpuReading::unknown(0)
+    }]))
+    .expect("send");
+    keys(&mut app, "v");
+    app.drain_sources();
+    let out = screen(&mut app, 140, 44);
+    for want in [
+        "GPU memory · cuda:0 · NVML vs model".to_string(),
+        format!("NVML used  {} (this process)", format_size(used)),
+        "CUDA context  500.00 MiB (baseline)".to_string(),
+        format!("model reserved  {}", format_size(reserved)),
+        "other  96.00 MiB (cuBLAS, workspaces, non-PyTorch)".to_string(),
+    ] {
+        assert!(out.contains(&want), "missing {want:?} in\n{out}");
+    }
+    assert!(!out.contains("NVML unavailable"), "{out}");
+}
+
+#[test]
+fn cuda_run_without_a_reading_says_unknown() {
+    let src = Source::from_messages([SourceMsg::Finished]).on_cuda(0);
+    let mut app = app_with(vec![("cuda".into(), src)], &opts());
+    app.gpu.attach(no_driver());
+    keys(&mut app, "v");
+    app.drain_sources();
+    let out = screen(&mut app, 140, 44);
+    assert!(out.contains("NVML used  unknown (this process)"), "{out}");
+    assert!(out.contains("CUDA context  unknown (baseline)"), "{out}");
+    assert!(out.contains("other  unknown"), "{out}");
+    assert!(!out.contains("other  0 bytes"), "{out}");
+}
+
+#[test]
+fn scenario_source_carries_the_simulated_overhead() {
+    let (scenario, built) = crate::scenario::resolve("tour").expect("built-in");
+    let overhead = built.engine.device_overhead;
+    let src =
+        crate::tui::scenario_source::scenario_source(scenario, built, std::time::Duration::ZERO);
+    assert_eq!((src.overhead, src.cuda), (Some(overhead), None));
+}
