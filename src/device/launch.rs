@@ -140,7 +140,7 @@ impl KernelLauncher for RecordingLauncher {
             v.push(*l);
         }
         match self.fail_every {
-            Some(k) if k > 0 && self.seen % k == 0 => Err(LaunchError {
+            Some(k) if k > 0 && self.seen.is_multiple_of(k) => Err(LaunchError {
                 kernel: l.kernel().name(),
                 message: "injected failure".into(),
             }),

@@ -98,6 +98,13 @@ impl Engine {
     }
 
     fn launch(&mut self, l: Launch) {
+        #[cfg(test)]
+        if self.launch_violations.is_some() {
+            let bad = super::tests::launches::violation(self, &l);
+            if let (Some(v), Some(bad)) = (self.launch_violations.as_mut(), bad) {
+                v.push(bad);
+            }
+        }
         let Some(launcher) = self.launcher.as_mut() else {
             return;
         };

@@ -109,6 +109,9 @@ pub struct Engine {
     /// Runs real kernels on the tensors (a CUDA run); None: nothing is launched.
     pub(crate) launcher: Option<AnyLauncher>,
     pub(crate) launch_stats: LaunchStats,
+    /// Tests: every launch checked against the allocator's blocks first.
+    #[cfg(test)]
+    pub(crate) launch_violations: Option<Vec<String>>,
 }
 
 impl Engine {
@@ -157,6 +160,8 @@ impl Engine {
             markers: true,
             launcher: None,
             launch_stats: LaunchStats::default(),
+            #[cfg(test)]
+            launch_violations: None,
         })
     }
 
