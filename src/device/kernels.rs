@@ -142,6 +142,9 @@ impl Kernels {
 /// the matmul kernel are `int`).
 pub const MAX_ELEMS: u64 = i32::MAX as u64;
 
+/// Most rows one matmul launch covers: 16-row tiles along grid y (≤ 65,535 blocks).
+pub const MAX_GEMM_ROWS: u64 = 65_535 * 16;
+
 impl super::launch::KernelLauncher for Kernels {
     fn launch(&mut self, l: &super::launch::Launch) -> Result<(), super::launch::LaunchError> {
         use super::launch::{Launch, LaunchError};
@@ -153,7 +156,7 @@ impl super::launch::KernelLauncher for Kernels {
             | Launch::Sum { n, .. } => n > MAX_ELEMS,
             Launch::Matmul { m, n, k, .. } => {
                 let (m, n, k) = (u64::from(m), u64::from(n), u64::from(k));
-                m * k > MAX_ELEMS || k * n > MAX_ELEMS || m * n > MAX_ELEMS
+                m > MAX_GEMM_ROWS || m * k > MAX_ELEMS || k * n > MAX_ELEMS || m * n > MAX_ELEMS
             }
         };
         if too_big {

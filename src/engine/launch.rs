@@ -16,7 +16,7 @@ use serde::Serialize;
 use super::storage::{DeviceKind, StorageId};
 use super::tensor::TensorId;
 use super::Engine;
-use crate::device::kernels::MAX_ELEMS;
+use crate::device::kernels::{MAX_ELEMS, MAX_GEMM_ROWS};
 use crate::device::{AnyLauncher, Kernel, Launch};
 
 /// `(device address, f32 elements)` an operand offers a kernel.
@@ -44,7 +44,7 @@ impl LaunchStats {
 }
 
 /// `(m, n, k)` for `C[m,n] = A[m,k]·B[k,n]` shrunk until A, B and C fit in
-/// `ca`, `cb` and `cc` elements; None when nothing fits.
+/// `ca`, `cb` and `cc` elements (and m in one launch's grid); None when nothing fits.
 pub(crate) fn fit_gemm(
     m: u64,
     n: u64,
@@ -61,7 +61,7 @@ pub(crate) fn fit_gemm(
     if n == 0 {
         return None;
     }
-    let m = m.min(ca / k).min(cc / n);
+    let m = m.min(ca / k).min(cc / n).min(MAX_GEMM_ROWS);
     if m == 0 {
         return None;
     }
@@ -235,12 +235,14 @@ mod tests {
             (64, 32, 16, 10_000, 7, 10_000),
             (64, 32, 16, 10_000, 10_000, 3),
             (1 << 20, 1 << 20, 1 << 20, 1 << 30, 1 << 30, 1 << 30),
+            (1 << 21, 1, 1, 1 << 30, 1 << 30, 1 << 30),
         ];
         for (m, n, k, ca, cb, cc) in cases {
             let (fm, fn_, fk) = fit_gemm(m, n, k, ca, cb, cc).expect("something fits");
             let (fm, fn_, fk) = (u64::from(fm), u64::from(fn_), u64::from(fk));
             assert!(fm * fk <= ca && fk * fn_ <= cb && fm * fn_ <= cc);
             assert!(fm <= m && fn_ <= n && fk <= k);
+            assert!(fm <= super::MAX_GEMM_ROWS);
         }
         // Nothing shrinks when everything fits.
         assert_eq!(
