@@ -6,6 +6,9 @@
 //! device, a model built from a [`ModelConfig`] preset, and runs a [`Program`]
 //! (a list of [`Step`]s repeated for N iterations). Everything it does is an
 //! [`EngineEvent`]; [`Engine::live_state`] exposes the graph for the leak detector.
+//! On a real GPU an engine may own a [`crate::device::KernelLauncher`]: each
+//! op then launches `kernels/` on its tensors' device addresses (`launch.rs`),
+//! which changes no allocator decision.
 //! [`EngineThread`] runs it on its own thread, driven over `flume` channels.
 
 pub mod amp;
