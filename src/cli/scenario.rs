@@ -3,8 +3,10 @@
 use std::process::ExitCode;
 
 use vramscope::device::cuda::CudaDevice;
+use vramscope::device::kernels::Kernels;
+use vramscope::device::AnyLauncher;
 use vramscope::scenario::{
-    builtins, check, load_file, resolve, run as run_scenario, run_on, RunOptions,
+    builtins, check, load_file, resolve, run as run_scenario, run_launching, RunOptions,
 };
 
 use super::BadInput;
@@ -64,7 +66,21 @@ pub fn run_headless(name: &str, args: RunArgs) -> anyhow::Result<ExitCode> {
     let result = match args.cuda {
         None => run_scenario(&scenario, &built, &opts),
         Some(n) => match CudaDevice::open(n) {
-            Ok(dev) => run_on(&scenario, &built, &opts, Box::new(dev)),
+            Ok(dev) => {
+                // kernels/ compiled for this device; the run still measures
+                // memory without them, and says so.
+                let (launcher, unavailable): (Option<AnyLauncher>, _) =
+                    match Kernels::compile(dev.context().clone()) {
+                        Ok(k) => (Some(Box::new(k)), None),
+                        Err(e) => {
+                            eprintln!("vramscope: --device cuda:{n}: no kernels launched: {e}");
+                            (None, Some(e.to_string()))
+                        }
+                    };
+                let mut r = run_launching(&scenario, &built, &opts, Box::new(dev), launcher);
+                r.kernels_unavailable = unavailable;
+                r
+            }
             Err(e) => {
                 eprintln!("vramscope: --device cuda:{n}: {e}");
                 return Ok(ExitCode::from(super::EXIT_NO_GPU));

@@ -130,7 +130,8 @@ impl Device for CudaDevice {
         })
     }
     fn free(&mut self, addr: u64, _size: u64) {
-        let _ = self.ctx.bind_to_thread();
+        // Kernels launched on this segment (`kernels.rs`) finish first.
+        let _ = self.ctx.synchronize();
         // SAFETY: `addr` came from `malloc` and the allocator frees it once.
         let _ = unsafe { result::free_sync(addr) };
     }
@@ -143,6 +144,7 @@ impl Device for CudaDevice {
         Ok(ptr)
     }
     fn release_reservation(&mut self, addr: u64, size: u64) {
+        let _ = self.ctx.synchronize();
         self.release_chunks(addr, size);
         self.reservations.remove(&addr);
         // SAFETY: the range was reserved by `reserve` and nothing is mapped in it now.
@@ -184,7 +186,8 @@ impl Device for CudaDevice {
         check(unsafe { sys::cuMemSetAccess(addr, size as usize, &access, 1) })
     }
     fn unmap(&mut self, addr: u64, size: u64) {
-        let _ = self.ctx.bind_to_thread();
+        // cuMemUnmap does not wait for kernels still using the pages.
+        let _ = self.ctx.synchronize();
         self.release_chunks(addr, size);
     }
 }

@@ -137,3 +137,51 @@ impl Kernels {
         self.ctx.default_stream().synchronize().map_err(cuda)
     }
 }
+
+/// Largest element count one launch takes (grid sizes are 32-bit, indices in
+/// the matmul kernel are `int`).
+pub const MAX_ELEMS: u64 = i32::MAX as u64;
+
+/// Most rows one matmul launch covers: 16-row tiles along grid y (≤ 65,535 blocks).
+pub const MAX_GEMM_ROWS: u64 = 65_535 * 16;
+
+impl super::launch::KernelLauncher for Kernels {
+    fn launch(&mut self, l: &super::launch::Launch) -> Result<(), super::launch::LaunchError> {
+        use super::launch::{Launch, LaunchError};
+        let kernel = l.kernel().name();
+        let too_big = match *l {
+            Launch::Fill { n, .. }
+            | Launch::Add { n, .. }
+            | Launch::Relu { n, .. }
+            | Launch::Sum { n, .. } => n > MAX_ELEMS,
+            Launch::Matmul { m, n, k, .. } => {
+                let (m, n, k) = (u64::from(m), u64::from(n), u64::from(k));
+                m > MAX_GEMM_ROWS || m * k > MAX_ELEMS || k * n > MAX_ELEMS || m * n > MAX_ELEMS
+            }
+        };
+        if too_big {
+            return Err(LaunchError {
+                kernel,
+                message: format!("more than {MAX_ELEMS} elements"),
+            });
+        }
+        let r = match *l {
+            Launch::Fill { out, value, n } => self.fill(out, value, n),
+            Launch::Add { a, b, out, n } => self.add(a, b, out, n),
+            Launch::Relu { x, out, n } => self.relu(x, out, n),
+            Launch::Matmul { a, b, c, m, n, k } => self.matmul(a, b, c, m, n, k),
+            Launch::Sum { x, out, n } => self.sum(x, out, n),
+        };
+        r.map_err(|e| LaunchError {
+            kernel,
+            message: e.to_string(),
+        })
+    }
+
+    fn synchronize(&mut self) -> Result<(), super::launch::LaunchError> {
+        Kernels::synchronize(self).map_err(|e| super::launch::LaunchError {
+            kernel: "synchronize",
+            message: e.to_string(),
+        })
+    }
+}

@@ -54,6 +54,7 @@ impl Engine {
         // The seed `ones_like(loss)` lives until backward finishes (§2.5, §12 #8/#13).
         let (shape, dtype) = (self.shape(root), self.dtype(root));
         let seed = self.empty(shape, dtype, Category::Gradient)?;
+        self.k_fill(seed, 1.0);
         self.retain(seed);
         // Dependencies: how many edges point at each node reachable from the root.
         let mut seen = FxHashSet::default();
@@ -118,11 +119,13 @@ impl Engine {
                     && o.layout == Layout::Contiguous
                     && self.storages[o.storage.0].tensor_refs == 1;
                 if exclusive {
+                    self.k_binary(old, g, old);
                     self.bump_version(old);
                     self.decref(g);
                 } else {
                     let (shape, dtype) = (o.shape, o.dtype);
                     let sum = self.empty(shape, dtype, Category::Gradient)?;
+                    self.k_binary(old, g, sum);
                     self.keep(sum);
                     self.decref(old);
                     self.decref(g);
@@ -169,6 +172,7 @@ impl Engine {
                     if needs(self, i) {
                         let m = self.nodes[n.0].inputs[i];
                         let t = self.empty(m.shape, m.dtype, Category::Gradient)?;
+                        self.k_grad_from(g0, t);
                         if let BwdKind::Conv { workspace } = kind {
                             let ws = self.transient(workspace, Category::Workspace)?;
                             self.free_transient(ws);
@@ -220,6 +224,7 @@ impl Engine {
                     if needs(self, i) {
                         let m = self.nodes[n.0].inputs[i];
                         let t = self.gemm_grad(m.shape, m.dtype, g0)?;
+                        self.k_gemm_grad(n, i == first, g0, t);
                         outs.push(Out::Ready(i, t));
                     }
                 }
@@ -235,6 +240,7 @@ impl Engine {
                 if needs(self, 0) {
                     let m = self.nodes[n.0].inputs[0];
                     let t = self.empty(m.shape, m.dtype, Category::Gradient)?;
+                    self.k_grad_from(g0, t);
                     outs.push(Out::Ready(0, t));
                 }
             }
@@ -254,6 +260,7 @@ impl Engine {
                     for i in 0..ninputs.min(3) {
                         let m = self.nodes[n.0].inputs[i];
                         let t = self.empty(m.shape, m.dtype, Category::Gradient)?;
+                        self.k_grad_from(g0, t);
                         outs.push(Out::Ready(i, t));
                     }
                     let ws = self.transient(workspace, Category::Workspace)?;
@@ -270,6 +277,7 @@ impl Engine {
                             let m = self.nodes[n.0].inputs[i];
                             let v =
                                 self.wrap_storage(s, m.shape, m.dtype, Layout::Contiguous, true);
+                            self.k_fill(v, 0.0);
                             outs.push(Out::Ready(i, v));
                         }
                     }
@@ -290,6 +298,7 @@ impl Engine {
                     let gs = self.shape(g);
                     if gs.numel() != m.shape.numel() {
                         let s = self.empty(m.shape, self.dtype(g), Category::Gradient)?;
+                        self.k_grad_from(Some(g), s);
                         self.release(g);
                         (i, s)
                     } else {
@@ -300,6 +309,7 @@ impl Engine {
             let m = self.nodes[n.0].inputs[i];
             if self.dtype(t) != m.dtype {
                 let c = self.empty(m.shape, m.dtype, Category::Gradient)?;
+                self.k_unary(t, c);
                 self.release(t);
                 result.push((i, c));
             } else {
@@ -358,12 +368,14 @@ impl Engine {
                     let r = self.empty(pshape, pdtype, Category::Gradient);
                     self.op_end(prev)?;
                     let c = r?;
+                    self.k_unary(g, c);
                     self.keep(c);
                     self.tensors[leaf.0].grad = Some(c);
                     self.decref(g);
                 }
             }
             Some(old) => {
+                self.k_binary(old, g, old);
                 self.bump_version(old);
                 self.decref(g);
             }

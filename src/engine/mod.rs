@@ -6,6 +6,9 @@
 //! device, a model built from a [`ModelConfig`] preset, and runs a [`Program`]
 //! (a list of [`Step`]s repeated for N iterations). Everything it does is an
 //! [`EngineEvent`]; [`Engine::live_state`] exposes the graph for the leak detector.
+//! On a real GPU an engine may own a [`crate::device::KernelLauncher`]: each
+//! op then launches `kernels/` on its tensors' device addresses (`launch.rs`),
+//! which changes no allocator decision.
 //! [`EngineThread`] runs it on its own thread, driven over `flume` channels.
 
 pub mod amp;
@@ -17,6 +20,8 @@ pub mod config;
 pub mod dtype;
 pub mod error;
 pub mod events;
+pub mod launch;
+mod launch_grad;
 pub mod live;
 pub mod modules;
 pub mod ops;
@@ -35,7 +40,7 @@ pub mod thread;
 pub(crate) mod tests;
 
 use crate::alloc::{AllocConfig, CachingAllocator, Tag, TorchVersion};
-use crate::device::{AnyDevice, SimDevice};
+use crate::device::{AnyDevice, AnyLauncher, SimDevice};
 
 pub use amp::GradScalerState;
 pub use autograd::NodeId;
@@ -46,6 +51,7 @@ pub use config::{
 pub use dtype::DType;
 pub use error::{EngineError, ErrorKind, Result, BACKWARD_TWICE};
 pub use events::EngineEvent;
+pub use launch::LaunchStats;
 pub use live::{LiveState, NodeInfo, RootInfo, RootKind, SavedInfo, StorageInfo};
 pub use optim::{OptimizerConfig, OptimizerKind};
 pub use presets::{LossKind, ModelConfig, ModelKind};
@@ -103,6 +109,12 @@ pub struct Engine {
     pub(crate) bindings: Bindings,
     pub(crate) hook: Option<Hook>,
     pub(crate) markers: bool,
+    /// Runs real kernels on the tensors (a CUDA run); None: nothing is launched.
+    pub(crate) launcher: Option<AnyLauncher>,
+    pub(crate) launch_stats: LaunchStats,
+    /// Tests: every launch checked against the allocator's blocks first.
+    #[cfg(test)]
+    pub(crate) launch_violations: Option<Vec<String>>,
 }
 
 impl Engine {
@@ -149,6 +161,10 @@ impl Engine {
             bindings: Bindings::default(),
             hook: None,
             markers: true,
+            launcher: None,
+            launch_stats: LaunchStats::default(),
+            #[cfg(test)]
+            launch_violations: None,
         })
     }
 
@@ -166,7 +182,20 @@ impl Engine {
         optim: &OptimizerConfig,
         dev: AnyDevice,
     ) -> Result<Engine> {
+        Engine::new_launching(cfg, model, optim, dev, None)
+    }
+
+    /// [`Engine::new_on`] that runs kernels on its tensors through `launcher`
+    /// from the first parameter on (`launch.rs`).
+    pub fn new_launching(
+        cfg: EngineConfig,
+        model: &ModelConfig,
+        optim: &OptimizerConfig,
+        dev: AnyDevice,
+        launcher: Option<AnyLauncher>,
+    ) -> Result<Engine> {
         let mut e = Engine::bare_on(cfg, dev)?;
+        e.launcher = launcher;
         e.ctx.phase = Phase::Setup;
         let m = Model::build(&mut e, model)?;
         e.model = Some(Box::new(m));

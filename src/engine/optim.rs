@@ -128,6 +128,7 @@ impl Engine {
                     self.decref(g);
                 }
             } else if let Some(g) = self.grad(p) {
+                self.k_fill(g, 0.0);
                 self.bump_version(g);
             }
         }
@@ -179,6 +180,7 @@ impl Engine {
                         // exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs): +1× until the step ends.
                         let sqrt = self.temp_list(&params)?;
                         for p in &params {
+                            self.k_update(*p);
                             self.bump_version(*p);
                         }
                         self.free_list(sqrt);
@@ -201,6 +203,7 @@ impl Engine {
                             if let Some(old) = prev_denom.replace(d) {
                                 self.release(old);
                             }
+                            self.k_update(*p);
                             self.bump_version(*p);
                         }
                         for t in [prev_denom, prev_grad].into_iter().flatten() {
@@ -209,6 +212,7 @@ impl Engine {
                     }
                     OptimImpl::Fused => {
                         for p in &params {
+                            self.k_update(*p);
                             self.bump_version(*p);
                         }
                     }
@@ -221,6 +225,7 @@ impl Engine {
                     None
                 };
                 for p in &params {
+                    self.k_update(*p);
                     self.bump_version(*p);
                 }
                 if let Some(l) = wd {
@@ -253,6 +258,7 @@ impl Engine {
                         } else {
                             self.empty_cpu(Shape::scalar(), DType::F32, Category::Cpu)
                         };
+                        self.k_fill(step, 0.0);
                         self.keep(step);
                         st.step = Some(step);
                         2 + usize::from(amsgrad)
@@ -260,6 +266,7 @@ impl Engine {
                 };
                 for _ in 0..nbufs {
                     let b = self.empty(shape, dtype, Category::OptimizerState)?;
+                    self.k_fill(b, 0.0);
                     self.keep(b);
                     st.bufs.push(b);
                 }

@@ -127,6 +127,9 @@ impl Engine {
         let out = self.act(Shape::new(&[t, b, h]), dtype)?;
         let hy = self.act(Shape::new(&[m.layers, b, h]), dtype)?;
         let cy = self.act(Shape::new(&[m.layers, b, h]), dtype)?;
+        self.k_unary(x, out);
+        self.k_unary(h0, hy);
+        self.k_unary(c0, cy);
         let ws_bytes = self.cfg.rnn_workspace_bytes;
         let ws = self.transient(ws_bytes, Category::Workspace)?;
         let training = self.ctx.training;
@@ -257,6 +260,8 @@ impl Engine {
             let hy = self.act(cs, dtype)?;
             let cy = self.act(cs, dtype)?;
             let ws = self.aux(self.shape(ig), dtype)?;
+            self.k_binary(ig, hg, hy);
+            self.k_unary(cxc, cy);
             if self.records(&[ig, hg, cxc, bi, bh]) {
                 let node = self.new_node(
                     "ThnnFusedLstmCellBackward0",

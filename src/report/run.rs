@@ -6,6 +6,7 @@ use std::fmt::Write;
 use serde_json::{json, Value};
 
 use crate::alloc::format_size;
+use crate::device::Kernel;
 use crate::scenario::{ExpectationResult, RunResult, Scenario};
 
 pub fn text(s: &Scenario, r: &RunResult, checks: &[ExpectationResult]) -> String {
@@ -53,6 +54,7 @@ pub fn text(s: &Scenario, r: &RunResult, checks: &[ExpectationResult]) -> String
     if let Some(e) = &r.error {
         let _ = writeln!(out, "\nthe run stopped: {e}");
     }
+    kernels_text(&mut out, r);
     let _ = writeln!(out, "\nleaks:");
     if r.findings.is_empty() {
         let _ = writeln!(out, "  none found");
@@ -117,5 +119,45 @@ pub fn json(r: &RunResult, checks: &[ExpectationResult]) -> Value {
         "per_iteration": r.per_iteration,
         "narration": r.narration,
         "expectations": checks,
+        "kernels": kernels_json(r),
     })
+}
+
+/// Kernel launches of a CUDA run, per kernel, and the failures.
+fn kernels_text(out: &mut String, r: &RunResult) {
+    if let Some(why) = &r.kernels_unavailable {
+        let _ = writeln!(out, "\nkernels: none launched: {why}");
+    }
+    let Some(k) = &r.kernels else { return };
+    let per: Vec<String> = Kernel::ALL
+        .iter()
+        .map(|&kernel| format!("{} {}", kernel.name(), k.count(kernel)))
+        .collect();
+    let _ = writeln!(
+        out,
+        "\nkernels: {} launched ({}), {} failed",
+        k.total(),
+        per.join(", "),
+        k.failed
+    );
+    if let Some(e) = &k.first_error {
+        let _ = writeln!(out, "  first failure: {e}");
+    }
+}
+
+fn kernels_json(r: &RunResult) -> Value {
+    match (&r.kernels, &r.kernels_unavailable) {
+        (Some(k), _) => {
+            let launched: serde_json::Map<String, Value> = Kernel::ALL
+                .iter()
+                .map(|&kernel| (kernel.name().to_string(), json!(k.count(kernel))))
+                .collect();
+            json!({
+                "launched": launched, "total": k.total(), "failed": k.failed,
+                "first_error": k.first_error,
+            })
+        }
+        (None, Some(why)) => json!({ "unavailable": why }),
+        (None, None) => Value::Null,
+    }
 }

@@ -24,5 +24,5 @@ pub use format::{
 pub use library::{builtin, builtins, BuiltIn};
 pub use load::{load_file, load_str, resolve, LoadError};
 pub use narration::NarrationTracker;
-pub use run::{run, run_on, RunOptions, RunResult};
+pub use run::{run, run_launching, run_on, RunOptions, RunResult};
 pub use size::Size;

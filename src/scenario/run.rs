@@ -9,8 +9,8 @@ use super::events::to_trace;
 use super::format::Scenario;
 use super::narration::NarrationTracker;
 use crate::alloc::{memory_summary, MemoryStats, SegmentInfo};
-use crate::device::{AnyDevice, SimDevice};
-use crate::engine::{Engine, EngineError, EngineEvent, TagTable};
+use crate::device::{AnyDevice, AnyLauncher, SimDevice};
+use crate::engine::{Engine, EngineError, EngineEvent, LaunchStats, TagTable};
 use crate::leak::Finding;
 use crate::trace::{Event, Marker};
 
@@ -58,6 +58,10 @@ pub struct RunResult {
     pub segments: Vec<SegmentInfo>,
     /// Decodes the tags of the run's events and blocks.
     pub tags: TagTable,
+    /// Kernel launches, when the run had a launcher (a CUDA run).
+    pub kernels: Option<LaunchStats>,
+    /// Why a CUDA run launched no kernels (e.g. NVRTC missing).
+    pub kernels_unavailable: Option<String>,
 }
 
 struct Collector {
@@ -123,6 +127,18 @@ pub fn run_on(
     opts: &RunOptions,
     device: AnyDevice,
 ) -> RunResult {
+    run_launching(scenario, built, opts, device, None)
+}
+
+/// [`run_on`] with kernels launched on the tensors through `launcher`
+/// (`crate::device::kernels::Kernels` on a GPU): same allocator decisions.
+pub fn run_launching(
+    scenario: &Scenario,
+    built: &Built,
+    opts: &RunOptions,
+    device: AnyDevice,
+    launcher: Option<AnyLauncher>,
+) -> RunResult {
     let mut c = Collector {
         record: opts.record_events,
         events: Vec::new(),
@@ -149,9 +165,12 @@ pub fn run_on(
         events: Vec::new(),
         segments: Vec::new(),
         tags: TagTable::default(),
+        kernels: None,
+        kernels_unavailable: None,
     };
+    let cfg = built.engine.clone();
     let mut engine =
-        match Engine::new_on(built.engine.clone(), &built.model, &built.optimizer, device) {
+        match Engine::new_launching(cfg, &built.model, &built.optimizer, device, launcher) {
             Ok(e) => e,
             Err(err) => {
                 record_error(&mut result, err, 0);
@@ -190,6 +209,10 @@ pub fn run_on(
     }
     for n in c.narration.end() {
         c.push(n);
+    }
+    if engine.has_launcher() {
+        engine.sync_launches();
+        result.kernels = Some(engine.launch_stats().clone());
     }
     let stats = engine.allocator().stats().clone();
     result.peak_allocated = stats.peak_allocated_bytes();

@@ -58,6 +58,9 @@ pub(crate) struct Model {
     pub buffers: Vec<(String, TensorId)>,
 }
 
+/// The value a CUDA run fills parameters with (the math is a stand-in).
+const PARAM_INIT: f32 = 0.02;
+
 impl Engine {
     /// Total parameter count (tied weights once).
     pub fn num_params(&self) -> u64 {
@@ -81,6 +84,7 @@ impl Engine {
         self.op_end(op)?;
         let t = r?;
         self.keep(t);
+        self.k_fill(t, PARAM_INIT);
         self.t_mut(t).requires_grad = true;
         params.push(t);
         Ok(t)
@@ -101,6 +105,7 @@ impl Engine {
         self.op_end(op)?;
         let t = r?;
         self.keep(t);
+        self.k_fill(t, 0.0);
         bufs.push((name, t));
         Ok(t)
     }
@@ -251,10 +256,14 @@ impl Model {
             }
         };
         let x = e.factory(Shape::new(&xs), xd, Category::Input)?;
+        e.k_fill(x, 1.0);
         let y = match ys {
             Some((s, d)) => Some(e.factory(Shape::new(&s), d, Category::Input)?),
             None => None,
         };
+        if let Some(y) = y {
+            e.k_fill(y, 0.0);
+        }
         Ok((x, y))
     }
 

@@ -43,6 +43,9 @@ impl Engine {
         let ho = (h + 2 * pad - kh) / stride + 1;
         let wo = (wd + 2 * pad - kw) / stride + 1;
         let out = self.act(Shape::new(&[n, cout, ho, wo]), self.dtype(xc))?;
+        // Implicit GEMM: out[cout, n·ho·wo] = w[cout, cin·kh·kw] · im2col(x).
+        let kdim = ws.numel() / cout.max(1);
+        self.k_matmul(wc, xc, out, cout, n * ho * wo, kdim);
         let ws_bytes = self.cfg.conv_workspace_cap.min(self.nbytes(xc));
         let tmp = self.transient(ws_bytes, Category::Workspace)?;
         self.free_transient(tmp);
@@ -76,6 +79,8 @@ impl Engine {
             let shape = Shape::new(&[xs.dim(0), xs.dim(1), ho, wo]);
             let out = self.act(shape, self.dtype(x))?;
             let idx = self.aux(shape, DType::I64)?;
+            self.k_unary(x, out);
+            self.k_fill(idx, 0.0);
             if self.records(&[x]) {
                 let node =
                     self.new_node("MaxPool2DWithIndicesBackward0", BwdKind::Alloc, &[Some(x)]);
@@ -96,6 +101,7 @@ impl Engine {
         let r = (|| {
             let xs = self.shape(x);
             let out = self.act(Shape::new(&[xs.dim(0), xs.dim(1), 1, 1]), self.dtype(x))?;
+            self.k_sum(x, out);
             if self.records(&[x]) {
                 let node = self.new_node("AdaptiveAvgPool2DBackward0", BwdKind::Alloc, &[Some(x)]);
                 self.save(node, "self", x, false);

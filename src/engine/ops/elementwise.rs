@@ -80,6 +80,7 @@ impl Engine {
         };
         let xc = self.autocast_arg(x, policy)?;
         let out = self.act(self.shape(xc), self.dtype(xc))?;
+        self.k_unary(xc, out);
         if self.records(&[xc]) {
             let node = self.new_node(op.node(), BwdKind::Alloc, &[Some(xc)]);
             self.set_grad_fn(out, node, 0);
@@ -99,6 +100,7 @@ impl Engine {
         let prev = self.op_begin("relu_");
         let r = self.check_inplace(x);
         if r.is_ok() {
+            self.k_unary(x, x);
             self.bump_version(x);
             if self.records(&[x]) {
                 let node = self.new_node("ReluBackward0", BwdKind::Alloc, &[Some(x)]);
@@ -137,6 +139,7 @@ impl Engine {
         let shape = if sa.numel() >= sb.numel() { sa } else { sb };
         let dtype = DType::promote(self.dtype(a), self.dtype(b));
         let out = self.act(shape, dtype)?;
+        self.k_binary(a, b, out);
         if self.records(&[a, b]) {
             let kind = if is_mul {
                 BwdKind::Alloc
@@ -162,6 +165,7 @@ impl Engine {
         let prev = self.op_begin("mul");
         let out = self.act(self.shape(x), self.dtype(x));
         let r = out.inspect(|&out| {
+            self.k_unary(x, out);
             if self.records(&[x]) {
                 let node = self.new_node("MulBackward1", BwdKind::Alloc, &[Some(x)]);
                 self.set_grad_fn(out, node, 0);
@@ -177,6 +181,7 @@ impl Engine {
         let prev = self.op_begin("add_");
         let r = self.check_inplace(a);
         if r.is_ok() {
+            self.k_binary(a, b, a);
             self.bump_version(a);
             if self.records(&[a, b]) {
                 let node = self.new_node("AddBackward0", BwdKind::PassThrough, &[Some(a), Some(b)]);
@@ -203,6 +208,8 @@ impl Engine {
         let shape = self.shape(x);
         let out = self.act(shape, self.dtype(x))?;
         let mask = self.aux(shape, DType::Bool)?;
+        self.k_fill(mask, 1.0);
+        self.k_unary(x, out);
         if self.records(&[x]) {
             let node = self.new_node("NativeDropoutBackward0", BwdKind::Alloc, &[Some(x)]);
             self.save(node, "result1", mask, true);
@@ -233,6 +240,7 @@ impl Engine {
         let prev = self.op_begin(op);
         let out = self.act(Shape::scalar(), self.dtype(x));
         let r = out.inspect(|&out| {
+            self.k_sum(x, out);
             if self.records(&[x]) {
                 let n = self.new_node(node, kind, &[Some(x)]);
                 self.set_grad_fn(out, n, 0);
@@ -250,6 +258,7 @@ impl Engine {
         let prev = self.op_begin("add");
         let out = self.act(self.shape(x), self.dtype(x));
         let r = out.inspect(|&out| {
+            self.k_unary(x, out);
             if self.records(&[x]) {
                 let node = self.new_node("AddBackward1", BwdKind::PassThrough, &[Some(x)]);
                 self.set_grad_fn(out, node, 0);

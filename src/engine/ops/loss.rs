@@ -34,10 +34,12 @@ impl Engine {
             let out = self.act(shape, out_dtype);
             self.free_transient(tmp);
             let out = out?;
+            self.k_unary(x, out);
             self.softmax_node(x, out, log);
             return Ok(out);
         }
         let out = self.act(shape, out_dtype)?;
+        self.k_unary(x, out);
         self.softmax_node(x, out, log);
         Ok(out)
     }
@@ -69,6 +71,8 @@ impl Engine {
         let dtype = self.dtype(lc);
         let out = self.act(Shape::scalar(), dtype)?;
         let total_weight = self.aux(Shape::scalar(), dtype)?;
+        self.k_sum(lc, out);
+        self.k_fill(total_weight, 1.0);
         if self.records(&[lc]) {
             // The gradient is the full zero-filled [N, C] (table 2.2).
             let node = self.new_node("NllLossBackward0", BwdKind::Alloc, &[Some(lc)]);
@@ -113,6 +117,7 @@ impl Engine {
         let out = self.act(Shape::scalar(), dtype);
         self.free_transient(tmp);
         let out = out?;
+        self.k_sum(ac, out);
         if self.records(&[ac, bc]) {
             let node = self.new_node("MseLossBackward0", BwdKind::Alloc, &[Some(ac), Some(bc)]);
             self.save(node, "self", ac, false);

@@ -45,6 +45,10 @@ impl Engine {
         let nout = self.shape(w).dim(0);
         let dtype = self.dtype(x);
         let out = self.act(xs.with_last(nout), dtype)?;
+        self.k_gemm_forward(x, w, out);
+        if let Some(b) = b {
+            self.k_binary(out, b, out);
+        }
         // gemm_and_bias: the Lt workspace is alive for the call (§1.6, §12 #5).
         let lt = if self.cfg.cublaslt_workspace == CublasLtWorkspace::Transient {
             let bytes = self.cfg.cublaslt_workspace_bytes();
@@ -101,6 +105,7 @@ impl Engine {
     ) -> Result<TensorId> {
         let dtype = self.dtype(a);
         let out = self.act(shape, dtype)?;
+        self.k_gemm_forward(a, b, out);
         let ws = self.cublas_workspace()?;
         self.free_transient(ws);
         if self.records(&[a, b]) {

@@ -36,6 +36,8 @@ impl Engine {
         let out = self.act(shape, self.dtype(xc))?;
         let mean = self.aux(m, DType::F32)?;
         let rstd = self.aux(m, DType::F32)?;
+        self.k_sum(xc, mean);
+        self.k_unary(xc, out);
         let mut ins = vec![xc];
         ins.extend(w);
         ins.extend(b);
@@ -99,6 +101,8 @@ impl Engine {
         let out = self.act(shape, self.dtype(x))?;
         let save_mean = self.aux(stat, DType::F32)?;
         let save_invstd = self.aux(stat, DType::F32)?;
+        self.k_sum(x, save_mean);
+        self.k_unary(x, out);
         if self.records(&[x, w, b]) {
             let node = self.new_node(
                 "CudnnBatchNormBackward0",

@@ -36,6 +36,7 @@ impl Engine {
         let prev = self.op_begin("contiguous");
         let out = self.act(self.shape(x), self.dtype(x));
         let r = out.inspect(|&out| {
+            self.k_unary(x, out);
             if self.records(&[x]) {
                 let node = self.new_node("CloneBackward0", BwdKind::PassThrough, &[Some(x)]);
                 self.set_grad_fn(out, node, 0);
@@ -68,6 +69,7 @@ impl Engine {
         };
         let out = self.empty(self.shape(x), dtype, cat);
         let r = out.inspect(|&out| {
+            self.k_unary(x, out);
             if self.records(&[x]) {
                 let node = self.new_node("ToCopyBackward0", BwdKind::Alloc, &[Some(x)]);
                 self.set_grad_fn(out, node, 0);
@@ -104,6 +106,9 @@ impl Engine {
         let dtype = xs.first().map(|t| self.dtype(*t)).unwrap_or(DType::F32);
         let out = self.act(shape, dtype);
         let r = out.inspect(|&out| {
+            for x in xs {
+                self.k_unary(*x, out);
+            }
             if self.records(xs) {
                 let ins: Vec<Option<TensorId>> = xs.iter().map(|t| Some(*t)).collect();
                 let node = self.new_node("CatBackward0", BwdKind::Slice, &ins);
@@ -123,6 +128,7 @@ impl Engine {
         dims.push(ws.last());
         let out = self.act(Shape::new(&dims), self.dtype(w));
         let r = out.inspect(|&out| {
+            self.k_unary(w, out);
             if self.records(&[w]) {
                 let node = self.new_node("EmbeddingBackward0", BwdKind::Alloc, &[Some(w)]);
                 self.save(node, "indices", idx, false);

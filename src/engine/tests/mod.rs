@@ -3,6 +3,7 @@
 
 mod behaviour;
 mod golden;
+pub(crate) mod launches;
 mod presets;
 mod thread;
 
