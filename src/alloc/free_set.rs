@@ -10,10 +10,11 @@ use super::block::BlockId;
 ///
 /// The order is PyTorch's exactly; the layout is for speed. Per stream, blocks
 /// sit in size classes (16 linear steps per power of two of the size, as in
-/// TLSF), each a short sorted vector of `(size, address)`, with a bitmap of
-/// non-empty classes. A lookup finds its class, binary-searches it, and jumps
-/// to the next non-empty class by bitmap: no tree to walk, and inserting or
-/// removing moves a few entries of one small vector.
+/// TLSF), each sorted by `(size, address)` in a fixed slot of one flat array
+/// (or, past 32 entries, a chunked list), with a bitmap of non-empty classes.
+/// A lookup finds its class, binary-searches it, and jumps to the next
+/// non-empty class by bitmap: no tree to walk, and inserting or removing
+/// moves at most a few hundred bytes.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct FreeSet {
     streams: Vec<(u64, Classes)>,
@@ -64,6 +65,7 @@ const CHUNK: usize = 32;
 struct ClassList {
     lasts: Vec<u128>,
     chunks: Vec<Vec<Entry>>,
+    len: usize,
 }
 
 fn key(size: u64, addr: u64) -> u128 {
@@ -75,10 +77,6 @@ fn entry_key(e: &Entry) -> u128 {
 }
 
 impl ClassList {
-    fn is_empty(&self) -> bool {
-        self.lasts.is_empty()
-    }
-
     fn used(&self) -> &[Vec<Entry>] {
         &self.chunks[..self.lasts.len()]
     }
@@ -95,6 +93,11 @@ impl ClassList {
 
     /// Put an empty chunk (a spare if there is one) at position `c`.
     fn open_chunk(&mut self, c: usize, last: u128) {
+        if c == self.lasts.len() && self.chunks.len() > c {
+            // The first spare is already in place.
+            self.lasts.push(last);
+            return;
+        }
         let chunk = if self.chunks.len() > self.lasts.len() {
             self.chunks.pop().unwrap_or_default()
         } else {
@@ -113,6 +116,7 @@ impl ClassList {
         let chunk = &mut self.chunks[c];
         let at = chunk.partition_point(|e| entry_key(e) < k);
         chunk.insert(at, (size, addr, id));
+        self.len += 1;
         if at + 1 == chunk.len() {
             self.lasts[c] = k;
         }
@@ -138,10 +142,14 @@ impl ClassList {
             return None;
         }
         let id = chunk.remove(at).2;
+        self.len -= 1;
         match chunk.last() {
             None => {
-                let spare = self.chunks.remove(c);
-                self.chunks.push(spare);
+                // The emptied chunk becomes a spare; at the end it already is one.
+                if c + 1 < self.lasts.len() {
+                    let spare = self.chunks.remove(c);
+                    self.chunks.push(spare);
+                }
                 self.lasts.remove(c);
             }
             Some(last) => self.lasts[c] = entry_key(last),
@@ -193,41 +201,158 @@ impl ClassList {
         self.used().iter().flatten().copied()
     }
 
-    fn largest(&self) -> Option<u64> {
-        self.lasts.last().map(|l| (l >> 64) as u64)
+    /// Take every entry out, keeping the chunks as spares.
+    fn take_all(&mut self) -> Vec<Entry> {
+        let entries = self.all().collect();
+        self.lasts.clear();
+        self.chunks.iter_mut().for_each(Vec::clear);
+        self.len = 0;
+        entries
     }
 }
 
+/// Entries a class keeps in its own slot of one flat array before it spills
+/// into a [`ClassList`]. Most classes hold a handful of blocks, and a flat
+/// slot is one memory access away, where a list is three (header, chunk
+/// table, chunk).
+const INLINE: usize = 32;
+/// `lens` value of a class whose entries live in `spilled`.
+const SPILLED: u16 = u16::MAX;
+
 #[derive(Debug, Clone)]
 struct Classes {
-    lists: Vec<ClassList>,
+    lens: Vec<u16>,
+    inline: Vec<Entry>,
+    spilled: Vec<ClassList>,
     nonempty: [u64; WORDS],
 }
 
 impl Default for Classes {
     fn default() -> Self {
         Classes {
-            lists: vec![ClassList::default(); CLASSES],
+            lens: vec![0; CLASSES],
+            // Zeroed, so pages of classes never used are never touched.
+            inline: vec![(0, 0, 0); CLASSES * INLINE],
+            spilled: vec![ClassList::default(); CLASSES],
             nonempty: [0; WORDS],
         }
     }
 }
 
+/// One of two iterators over entries.
+enum Either<A, B> {
+    Inline(A),
+    Spilled(B),
+}
+
+impl<A: Iterator<Item = Entry>, B: Iterator<Item = Entry>> Iterator for Either<A, B> {
+    type Item = Entry;
+    fn next(&mut self) -> Option<Entry> {
+        match self {
+            Either::Inline(a) => a.next(),
+            Either::Spilled(b) => b.next(),
+        }
+    }
+}
+
+impl<A, B> DoubleEndedIterator for Either<A, B>
+where
+    A: DoubleEndedIterator<Item = Entry>,
+    B: DoubleEndedIterator<Item = Entry>,
+{
+    fn next_back(&mut self) -> Option<Entry> {
+        match self {
+            Either::Inline(a) => a.next_back(),
+            Either::Spilled(b) => b.next_back(),
+        }
+    }
+}
+
 impl Classes {
+    fn slot(&self, c: usize) -> &[Entry] {
+        &self.inline[c * INLINE..c * INLINE + usize::from(self.lens[c])]
+    }
+
     fn insert(&mut self, size: u64, addr: u64, id: BlockId) {
         let c = class_of(size);
-        self.lists[c].insert(size, addr, id);
+        let n = self.lens[c];
+        if n == SPILLED {
+            self.spilled[c].insert(size, addr, id);
+        } else if usize::from(n) < INLINE {
+            let n = usize::from(n);
+            let base = c * INLINE;
+            let k = key(size, addr);
+            let at = self.inline[base..base + n].partition_point(|e| entry_key(e) < k);
+            self.inline.copy_within(base + at..base + n, base + at + 1);
+            self.inline[base + at] = (size, addr, id);
+            self.lens[c] += 1;
+        } else {
+            let list = &mut self.spilled[c];
+            for &(s, a, i) in &self.inline[c * INLINE..(c + 1) * INLINE] {
+                list.insert(s, a, i);
+            }
+            list.insert(size, addr, id);
+            self.lens[c] = SPILLED;
+        }
         self.nonempty[c / 64] |= 1 << (c % 64);
     }
 
     fn remove(&mut self, size: u64, addr: u64) -> Option<BlockId> {
         let c = class_of(size);
-        let list = &mut self.lists[c];
-        let id = list.remove(size, addr)?;
-        if list.is_empty() {
+        let n = self.lens[c];
+        if n == SPILLED {
+            let list = &mut self.spilled[c];
+            let id = list.remove(size, addr)?;
+            if list.len < INLINE / 2 {
+                let entries = list.take_all();
+                self.inline[c * INLINE..c * INLINE + entries.len()].copy_from_slice(&entries);
+                self.lens[c] = entries.len() as u16;
+            }
+            return Some(id);
+        }
+        let base = c * INLINE;
+        let n = usize::from(n);
+        let k = key(size, addr);
+        let at = self.inline[base..base + n].partition_point(|e| entry_key(e) < k);
+        if at == n || entry_key(&self.inline[base + at]) != k {
+            return None;
+        }
+        let id = self.inline[base + at].2;
+        self.inline.copy_within(base + at + 1..base + n, base + at);
+        self.lens[c] -= 1;
+        if n == 1 {
             self.nonempty[c / 64] &= !(1 << (c % 64));
         }
         Some(id)
+    }
+
+    /// The first entry with size ≥ `size` (best fit before any other rule).
+    fn first_from(&self, size: u64) -> Option<Entry> {
+        let c = class_of(size);
+        let found = if self.lens[c] == SPILLED {
+            self.spilled[c].first_from(size)
+        } else {
+            let slot = self.slot(c);
+            slot.get(slot.partition_point(|e| e.0 < size)).copied()
+        };
+        found.or_else(|| self.first_of(self.next_class(c + 1)?))
+    }
+
+    fn first_of(&self, c: usize) -> Option<Entry> {
+        if self.lens[c] == SPILLED {
+            self.spilled[c].first()
+        } else {
+            self.slot(c).first().copied()
+        }
+    }
+
+    /// Every entry of class `c`, ascending.
+    fn all(&self, c: usize) -> impl DoubleEndedIterator<Item = Entry> + '_ {
+        if self.lens[c] == SPILLED {
+            Either::Spilled(self.spilled[c].all())
+        } else {
+            Either::Inline(self.slot(c).iter().copied())
+        }
     }
 
     /// The first non-empty class at or after `c`.
@@ -263,24 +388,20 @@ impl Classes {
         }
     }
 
-    /// The first entry with size ≥ `size` (best fit before any other rule).
-    fn first_from(&self, size: u64) -> Option<Entry> {
-        let c = class_of(size);
-        if let Some(e) = self.lists[c].first_from(size) {
-            return Some(e);
-        }
-        self.lists[self.next_class(c + 1)?].first()
-    }
-
     /// Entries with size ≥ `size`, ascending.
     fn from(&self, size: u64) -> impl Iterator<Item = Entry> + '_ {
         let c = class_of(size);
-        let head = self.lists[c].from(size);
+        let head = if self.lens[c] == SPILLED {
+            Either::Spilled(self.spilled[c].from(size))
+        } else {
+            let slot = self.slot(c);
+            Either::Inline(slot[slot.partition_point(|e| e.0 < size)..].iter().copied())
+        };
         let mut next = self.next_class(c + 1);
         let rest = std::iter::from_fn(move || {
             let k = next?;
             next = self.next_class(k + 1);
-            Some(self.lists[k].all())
+            Some(self.all(k))
         })
         .flatten();
         head.chain(rest)
@@ -289,20 +410,30 @@ impl Classes {
     /// Entries with size < `size`, descending.
     fn below(&self, size: u64) -> impl Iterator<Item = Entry> + '_ {
         let c = class_of(size);
-        let head = self.lists[c].below(size);
+        let head = if self.lens[c] == SPILLED {
+            Either::Spilled(self.spilled[c].below(size))
+        } else {
+            let slot = self.slot(c);
+            Either::Inline(
+                slot[..slot.partition_point(|e| e.0 < size)]
+                    .iter()
+                    .rev()
+                    .copied(),
+            )
+        };
         let mut prev = self.prev_class(c);
         let rest = std::iter::from_fn(move || {
             let k = prev?;
             prev = self.prev_class(k);
-            Some(self.lists[k].all().rev())
+            Some(self.all(k).rev())
         })
         .flatten();
         head.chain(rest)
     }
 
     fn largest(&self) -> Option<u64> {
-        self.prev_class(CLASSES)
-            .and_then(|c| self.lists[c].largest())
+        let c = self.prev_class(CLASSES)?;
+        self.all(c).next_back().map(|e| e.0)
     }
 }
 
@@ -448,6 +579,16 @@ mod tests {
         assert_eq!(below, model.iter().rev().copied().collect::<Vec<_>>());
         assert!(set.from(0, (2 << 20) + 1).next().is_none());
         assert_eq!(set.remove(0, 2 << 20, 1 << 60), None);
+        // Shrinking moves the class back to its flat slot, still in order.
+        while model.len() > 3 {
+            let a = model.remove(model.len() / 2);
+            assert!(set.remove(0, 2 << 20, a).is_some());
+        }
+        let all: Vec<u64> = set.iter().map(|e| e.addr).collect();
+        assert_eq!(all, model);
+        assert_eq!(set.largest(), 2 << 20);
+        set.insert(0, 4 << 20, 0, 1);
+        assert_eq!(set.largest(), 4 << 20);
     }
 
     #[test]
