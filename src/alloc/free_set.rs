@@ -18,6 +18,8 @@ use super::block::BlockId;
 #[derive(Debug, Clone, Default)]
 pub(crate) struct FreeSet {
     streams: Vec<(u64, Classes)>,
+    /// The block inserted last, not yet placed in its class (see `insert`).
+    pending: Option<FreeEntry>,
     len: usize,
 }
 
@@ -437,6 +439,35 @@ impl Classes {
     }
 }
 
+impl FreeEntry {
+    fn key(&self) -> (u64, u64, u64) {
+        (self.stream, self.size, self.addr)
+    }
+}
+
+/// A sorted iterator with one more entry merged in at its place.
+struct WithPending<I: Iterator<Item = FreeEntry>> {
+    inner: std::iter::Peekable<I>,
+    pending: Option<FreeEntry>,
+    descending: bool,
+}
+
+impl<I: Iterator<Item = FreeEntry>> Iterator for WithPending<I> {
+    type Item = FreeEntry;
+    fn next(&mut self) -> Option<FreeEntry> {
+        let take_pending = match (&self.pending, self.inner.peek()) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(p), Some(e)) => (p.key() < e.key()) != self.descending,
+        };
+        if take_pending {
+            self.pending.take()
+        } else {
+            self.inner.next()
+        }
+    }
+}
+
 impl FreeSet {
     fn stream(&self, stream: u64) -> Option<&Classes> {
         self.streams
@@ -445,71 +476,119 @@ impl FreeSet {
             .map(|(_, m)| m)
     }
 
+    fn with_pending<I: Iterator<Item = FreeEntry>>(
+        &self,
+        inner: I,
+        keep: impl Fn(&FreeEntry) -> bool,
+        descending: bool,
+    ) -> WithPending<I> {
+        WithPending {
+            inner: inner.peekable(),
+            pending: self.pending.filter(keep),
+            descending,
+        }
+    }
+
+    /// Insert a block. It waits in `pending` until the next insert: a
+    /// training loop's frees and mallocs often take back the block they just
+    /// put, and then neither the insert nor the remove touches the classes.
     pub fn insert(&mut self, stream: u64, size: u64, addr: u64, id: BlockId) {
-        let classes = match self.streams.iter().position(|(s, _)| *s == stream) {
-            Some(i) => &mut self.streams[i].1,
-            None => {
-                let at = self.streams.partition_point(|(s, _)| *s < stream);
-                self.streams.insert(at, (stream, Classes::default()));
-                &mut self.streams[at].1
-            }
+        let entry = FreeEntry {
+            stream,
+            size,
+            addr,
+            id,
         };
-        classes.insert(size, addr, id);
+        if let Some(p) = self.pending.replace(entry) {
+            self.place(p);
+        }
         self.len += 1;
     }
 
+    fn place(&mut self, e: FreeEntry) {
+        let classes = match self.streams.iter().position(|(s, _)| *s == e.stream) {
+            Some(i) => &mut self.streams[i].1,
+            None => {
+                let at = self.streams.partition_point(|(s, _)| *s < e.stream);
+                self.streams.insert(at, (e.stream, Classes::default()));
+                &mut self.streams[at].1
+            }
+        };
+        classes.insert(e.size, e.addr, e.id);
+    }
+
     pub fn remove(&mut self, stream: u64, size: u64, addr: u64) -> Option<BlockId> {
-        let (_, classes) = self.streams.iter_mut().find(|(s, _)| *s == stream)?;
-        let id = classes.remove(size, addr)?;
+        let id = match self.pending {
+            Some(p) if p.key() == (stream, size, addr) => {
+                self.pending = None;
+                p.id
+            }
+            _ => {
+                let (_, classes) = self.streams.iter_mut().find(|(s, _)| *s == stream)?;
+                classes.remove(size, addr)?
+            }
+        };
         self.len -= 1;
         Some(id)
     }
 
     /// The first block of `stream` with size ≥ `size`: `from(stream, size).next()`.
     pub fn first_from(&self, stream: u64, size: u64) -> Option<FreeEntry> {
-        let (size, addr, id) = self.stream(stream)?.first_from(size)?;
-        Some(FreeEntry {
-            stream,
-            size,
-            addr,
-            id,
-        })
+        let placed =
+            self.stream(stream)
+                .and_then(|c| c.first_from(size))
+                .map(|(size, addr, id)| FreeEntry {
+                    stream,
+                    size,
+                    addr,
+                    id,
+                });
+        let pending = self
+            .pending
+            .filter(|p| p.stream == stream && p.size >= size);
+        match (placed, pending) {
+            (Some(a), Some(b)) => Some(if b.key() < a.key() { b } else { a }),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Blocks of `stream` in key order, starting at the first with size ≥ `size`.
     pub fn from(&self, stream: u64, size: u64) -> impl Iterator<Item = FreeEntry> + '_ {
-        self.stream(stream).into_iter().flat_map(move |c| {
+        let placed = self.stream(stream).into_iter().flat_map(move |c| {
             c.from(size).map(move |(size, addr, id)| FreeEntry {
                 stream,
                 size,
                 addr,
                 id,
             })
-        })
+        });
+        self.with_pending(placed, |p| p.stream == stream && p.size >= size, false)
     }
 
     /// Blocks of `stream` in descending key order with size < `size`.
     pub fn below(&self, stream: u64, size: u64) -> impl Iterator<Item = FreeEntry> + '_ {
-        self.stream(stream).into_iter().flat_map(move |c| {
+        let placed = self.stream(stream).into_iter().flat_map(move |c| {
             c.below(size).map(move |(size, addr, id)| FreeEntry {
                 stream,
                 size,
                 addr,
                 id,
             })
-        })
+        });
+        self.with_pending(placed, |p| p.stream == stream && p.size < size, true)
     }
 
     /// Every block in `(stream, size, address)` order.
     pub fn iter(&self) -> impl Iterator<Item = FreeEntry> + '_ {
-        self.streams.iter().flat_map(|(stream, c)| {
+        let placed = self.streams.iter().flat_map(|(stream, c)| {
             c.from(0).map(move |(size, addr, id)| FreeEntry {
                 stream: *stream,
                 size,
                 addr,
                 id,
             })
-        })
+        });
+        self.with_pending(placed, |_| true, false)
     }
 
     pub fn len(&self) -> usize {
@@ -521,6 +600,7 @@ impl FreeSet {
         self.streams
             .iter()
             .filter_map(|(_, c)| c.largest())
+            .chain(self.pending.map(|p| p.size))
             .max()
             .unwrap_or(0)
     }
