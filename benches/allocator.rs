@@ -147,7 +147,10 @@ fn bench(c: &mut Criterion) {
     let ops = request_stream();
     eprintln!("allocator bench: {} operations per iteration", ops.len());
     let mut group = c.benchmark_group("allocator");
-    group.sample_size(10);
+    // The machine's speed drifts with its neighbours: more, longer samples
+    // keep one slow spell from moving the median.
+    group.sample_size(20);
+    group.measurement_time(std::time::Duration::from_secs(10));
     group.throughput(Throughput::Elements(ops.len() as u64));
     group.bench_function("mixed_1M_default", |b| b.iter(|| replay("", &ops, false)));
     group.bench_function("mixed_1M_default_traced", |b| {

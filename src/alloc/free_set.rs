@@ -40,6 +40,7 @@ const WORDS: usize = CLASSES / 64;
 
 /// The class of a size: monotonic in the size, so classes in order hold
 /// sizes in order.
+#[inline]
 fn class_of(size: u64) -> usize {
     let units = (size >> 9).max(1);
     let fl = 63 - units.leading_zeros();
@@ -285,8 +286,12 @@ impl Classes {
             let base = c * INLINE;
             let k = key(size, addr);
             let at = self.inline[base..base + n].partition_point(|e| entry_key(e) < k);
-            self.inline.copy_within(base + at..base + n, base + at + 1);
-            self.inline[base + at] = (size, addr, id);
+            // A short shift: a plain loop beats a call to memmove.
+            let slot = &mut self.inline[base..base + n + 1];
+            for i in (at..n).rev() {
+                slot[i + 1] = slot[i];
+            }
+            slot[at] = (size, addr, id);
             self.lens[c] += 1;
         } else {
             let list = &mut self.spilled[c];
@@ -320,7 +325,10 @@ impl Classes {
             return None;
         }
         let id = self.inline[base + at].2;
-        self.inline.copy_within(base + at + 1..base + n, base + at);
+        let slot = &mut self.inline[base..base + n];
+        for i in at..n - 1 {
+            slot[i] = slot[i + 1];
+        }
         self.lens[c] -= 1;
         if n == 1 {
             self.nonempty[c / 64] &= !(1 << (c % 64));

@@ -45,6 +45,7 @@ pub fn division_index(size: u64) -> usize {
 }
 
 /// §2.2 `round_size(R)`.
+#[inline]
 pub fn round_size(size: u64, config: &AllocConfig) -> u64 {
     if size < MIN_BLOCK_SIZE {
         return MIN_BLOCK_SIZE;
