@@ -1,0 +1,232 @@
+//! The ordered sets of free and unmapped blocks of one pool (allocator.md §1.4).
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use super::block::BlockId;
+use size_classes::Classes;
+
+mod class_list;
+mod size_classes;
+#[cfg(test)]
+mod tests;
+
+/// Free, mapped blocks ordered by `(stream, size, address)`: best fit is the
+/// first key at or after `(stream, S, 0)`.
+///
+/// The order is PyTorch's exactly; the layout is for speed. Per stream, blocks
+/// sit in size classes (16 linear steps per power of two of the size, as in
+/// TLSF), each sorted by `(size, address)` in a fixed slot of one flat array
+/// (or, past 32 entries, a chunked list), with a bitmap of non-empty classes.
+/// A lookup finds its class, binary-searches it, and jumps to the next
+/// non-empty class by bitmap: no tree to walk, and inserting or removing
+/// moves at most a few hundred bytes.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FreeSet {
+    streams: Vec<(u64, Classes)>,
+    /// The block inserted last, not yet placed in its class (see `insert`).
+    pending: Option<FreeEntry>,
+    len: usize,
+}
+
+/// One free block as the set orders it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FreeEntry {
+    pub stream: u64,
+    pub size: u64,
+    pub addr: u64,
+    pub id: BlockId,
+}
+
+impl FreeEntry {
+    fn key(&self) -> (u64, u64, u64) {
+        (self.stream, self.size, self.addr)
+    }
+}
+
+/// A sorted iterator with one more entry merged in at its place.
+struct WithPending<I: Iterator<Item = FreeEntry>> {
+    inner: std::iter::Peekable<I>,
+    pending: Option<FreeEntry>,
+    descending: bool,
+}
+
+impl<I: Iterator<Item = FreeEntry>> Iterator for WithPending<I> {
+    type Item = FreeEntry;
+    fn next(&mut self) -> Option<FreeEntry> {
+        let take_pending = match (&self.pending, self.inner.peek()) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(p), Some(e)) => (p.key() < e.key()) != self.descending,
+        };
+        if take_pending {
+            self.pending.take()
+        } else {
+            self.inner.next()
+        }
+    }
+}
+
+impl FreeSet {
+    fn stream(&self, stream: u64) -> Option<&Classes> {
+        self.streams
+            .iter()
+            .find(|(s, _)| *s == stream)
+            .map(|(_, m)| m)
+    }
+
+    fn with_pending<I: Iterator<Item = FreeEntry>>(
+        &self,
+        inner: I,
+        keep: impl Fn(&FreeEntry) -> bool,
+        descending: bool,
+    ) -> WithPending<I> {
+        WithPending {
+            inner: inner.peekable(),
+            pending: self.pending.filter(keep),
+            descending,
+        }
+    }
+
+    /// Insert a block. It waits in `pending` until the next insert: a
+    /// training loop's frees and mallocs often take back the block they just
+    /// put, and then neither the insert nor the remove touches the classes.
+    pub fn insert(&mut self, stream: u64, size: u64, addr: u64, id: BlockId) {
+        let entry = FreeEntry {
+            stream,
+            size,
+            addr,
+            id,
+        };
+        if let Some(p) = self.pending.replace(entry) {
+            self.place(p);
+        }
+        self.len += 1;
+    }
+
+    fn place(&mut self, e: FreeEntry) {
+        let classes = match self.streams.iter().position(|(s, _)| *s == e.stream) {
+            Some(i) => &mut self.streams[i].1,
+            None => {
+                let at = self.streams.partition_point(|(s, _)| *s < e.stream);
+                self.streams.insert(at, (e.stream, Classes::default()));
+                &mut self.streams[at].1
+            }
+        };
+        classes.insert(e.size, e.addr, e.id);
+    }
+
+    pub fn remove(&mut self, stream: u64, size: u64, addr: u64) -> Option<BlockId> {
+        let id = match self.pending {
+            Some(p) if p.key() == (stream, size, addr) => {
+                self.pending = None;
+                p.id
+            }
+            _ => {
+                let (_, classes) = self.streams.iter_mut().find(|(s, _)| *s == stream)?;
+                classes.remove(size, addr)?
+            }
+        };
+        self.len -= 1;
+        Some(id)
+    }
+
+    /// The first block of `stream` with size ≥ `size`: `from(stream, size).next()`.
+    pub fn first_from(&self, stream: u64, size: u64) -> Option<FreeEntry> {
+        let placed =
+            self.stream(stream)
+                .and_then(|c| c.first_from(size))
+                .map(|(size, addr, id)| FreeEntry {
+                    stream,
+                    size,
+                    addr,
+                    id,
+                });
+        let pending = self
+            .pending
+            .filter(|p| p.stream == stream && p.size >= size);
+        match (placed, pending) {
+            (Some(a), Some(b)) => Some(if b.key() < a.key() { b } else { a }),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Blocks of `stream` in key order, starting at the first with size ≥ `size`.
+    pub fn from(&self, stream: u64, size: u64) -> impl Iterator<Item = FreeEntry> + '_ {
+        let placed = self.stream(stream).into_iter().flat_map(move |c| {
+            c.from(size).map(move |(size, addr, id)| FreeEntry {
+                stream,
+                size,
+                addr,
+                id,
+            })
+        });
+        self.with_pending(placed, |p| p.stream == stream && p.size >= size, false)
+    }
+
+    /// Blocks of `stream` in descending key order with size < `size`.
+    pub fn below(&self, stream: u64, size: u64) -> impl Iterator<Item = FreeEntry> + '_ {
+        let placed = self.stream(stream).into_iter().flat_map(move |c| {
+            c.below(size).map(move |(size, addr, id)| FreeEntry {
+                stream,
+                size,
+                addr,
+                id,
+            })
+        });
+        self.with_pending(placed, |p| p.stream == stream && p.size < size, true)
+    }
+
+    /// Every block in `(stream, size, address)` order.
+    pub fn iter(&self) -> impl Iterator<Item = FreeEntry> + '_ {
+        let placed = self.streams.iter().flat_map(|(stream, c)| {
+            c.from(0).map(move |(size, addr, id)| FreeEntry {
+                stream: *stream,
+                size,
+                addr,
+                id,
+            })
+        });
+        self.with_pending(placed, |_| true, false)
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Size of the largest free block of any stream.
+    pub fn largest(&self) -> u64 {
+        self.streams
+            .iter()
+            .filter_map(|(_, c)| c.largest())
+            .chain(self.pending.map(|p| p.size))
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Unmapped blocks of expandable reservations, ordered by `(stream, address)`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct UnmappedSet {
+    map: BTreeMap<(u64, u64), BlockId>,
+}
+
+impl UnmappedSet {
+    pub fn insert(&mut self, stream: u64, addr: u64, id: BlockId) {
+        self.map.insert((stream, addr), id);
+    }
+
+    pub fn remove(&mut self, stream: u64, addr: u64) {
+        self.map.remove(&(stream, addr));
+    }
+
+    /// Unmapped blocks of `stream` in address order.
+    pub fn of_stream(&self, stream: u64) -> impl Iterator<Item = BlockId> + '_ {
+        self.map
+            .range((
+                Bound::Included((stream, 0)),
+                Bound::Included((stream, u64::MAX)),
+            ))
+            .map(|(_, id)| *id)
+    }
+}

@@ -1,0 +1,268 @@
+//! Size classes of one stream's free blocks: a flat slot per class, spilling
+//! into a chunked list when a class grows past `INLINE` entries.
+
+use super::class_list::ClassList;
+use crate::alloc::block::BlockId;
+
+const SUB_BITS: u32 = 4;
+const SUBS: usize = 1 << SUB_BITS;
+/// Sizes are counted in 512-byte units; 56 powers of two cover every u64 size.
+pub(super) const CLASSES: usize = 56 * SUBS;
+const WORDS: usize = CLASSES / 64;
+
+/// The class of a size: monotonic in the size, so classes in order hold
+/// sizes in order.
+#[inline]
+pub(super) fn class_of(size: u64) -> usize {
+    let units = (size >> 9).max(1);
+    let fl = 63 - units.leading_zeros();
+    if fl < SUB_BITS {
+        units as usize
+    } else {
+        let sl = (units >> (fl - SUB_BITS)) as usize & (SUBS - 1);
+        ((fl - SUB_BITS + 1) as usize) * SUBS + sl
+    }
+}
+
+pub(super) type Entry = (u64, u64, BlockId);
+
+pub(super) fn key(size: u64, addr: u64) -> u128 {
+    (u128::from(size) << 64) | u128::from(addr)
+}
+
+pub(super) fn entry_key(e: &Entry) -> u128 {
+    key(e.0, e.1)
+}
+
+/// Entries a class keeps in its own slot of one flat array before it spills
+/// into a [`ClassList`]. Most classes hold a handful of blocks, and a flat
+/// slot is one memory access away, where a list is three (header, chunk
+/// table, chunk).
+const INLINE: usize = 32;
+/// `lens` value of a class whose entries live in `spilled`.
+const SPILLED: u16 = u16::MAX;
+
+#[derive(Debug, Clone)]
+pub(super) struct Classes {
+    lens: Vec<u16>,
+    inline: Vec<Entry>,
+    spilled: Vec<ClassList>,
+    nonempty: [u64; WORDS],
+}
+
+impl Default for Classes {
+    fn default() -> Self {
+        Classes {
+            lens: vec![0; CLASSES],
+            // Zeroed, so pages of classes never used are never touched.
+            inline: vec![(0, 0, 0); CLASSES * INLINE],
+            spilled: vec![ClassList::default(); CLASSES],
+            nonempty: [0; WORDS],
+        }
+    }
+}
+
+/// One of two iterators over entries.
+enum Either<A, B> {
+    Inline(A),
+    Spilled(B),
+}
+
+impl<A: Iterator<Item = Entry>, B: Iterator<Item = Entry>> Iterator for Either<A, B> {
+    type Item = Entry;
+    fn next(&mut self) -> Option<Entry> {
+        match self {
+            Either::Inline(a) => a.next(),
+            Either::Spilled(b) => b.next(),
+        }
+    }
+}
+
+impl<A, B> DoubleEndedIterator for Either<A, B>
+where
+    A: DoubleEndedIterator<Item = Entry>,
+    B: DoubleEndedIterator<Item = Entry>,
+{
+    fn next_back(&mut self) -> Option<Entry> {
+        match self {
+            Either::Inline(a) => a.next_back(),
+            Either::Spilled(b) => b.next_back(),
+        }
+    }
+}
+
+impl Classes {
+    fn slot(&self, c: usize) -> &[Entry] {
+        &self.inline[c * INLINE..c * INLINE + usize::from(self.lens[c])]
+    }
+
+    pub(super) fn insert(&mut self, size: u64, addr: u64, id: BlockId) {
+        let c = class_of(size);
+        let n = self.lens[c];
+        if n == SPILLED {
+            self.spilled[c].insert(size, addr, id);
+        } else if usize::from(n) < INLINE {
+            let n = usize::from(n);
+            let base = c * INLINE;
+            let k = key(size, addr);
+            let at = self.inline[base..base + n].partition_point(|e| entry_key(e) < k);
+            // A short shift: a plain loop beats a call to memmove.
+            let slot = &mut self.inline[base..base + n + 1];
+            for i in (at..n).rev() {
+                slot[i + 1] = slot[i];
+            }
+            slot[at] = (size, addr, id);
+            self.lens[c] += 1;
+        } else {
+            let list = &mut self.spilled[c];
+            for &(s, a, i) in &self.inline[c * INLINE..(c + 1) * INLINE] {
+                list.insert(s, a, i);
+            }
+            list.insert(size, addr, id);
+            self.lens[c] = SPILLED;
+        }
+        self.nonempty[c / 64] |= 1 << (c % 64);
+    }
+
+    pub(super) fn remove(&mut self, size: u64, addr: u64) -> Option<BlockId> {
+        let c = class_of(size);
+        let n = self.lens[c];
+        if n == SPILLED {
+            let list = &mut self.spilled[c];
+            let id = list.remove(size, addr)?;
+            if list.len < INLINE / 2 {
+                let entries = list.take_all();
+                self.inline[c * INLINE..c * INLINE + entries.len()].copy_from_slice(&entries);
+                self.lens[c] = entries.len() as u16;
+            }
+            return Some(id);
+        }
+        let base = c * INLINE;
+        let n = usize::from(n);
+        let k = key(size, addr);
+        let at = self.inline[base..base + n].partition_point(|e| entry_key(e) < k);
+        if at == n || entry_key(&self.inline[base + at]) != k {
+            return None;
+        }
+        let id = self.inline[base + at].2;
+        let slot = &mut self.inline[base..base + n];
+        for i in at..n - 1 {
+            slot[i] = slot[i + 1];
+        }
+        self.lens[c] -= 1;
+        if n == 1 {
+            self.nonempty[c / 64] &= !(1 << (c % 64));
+        }
+        Some(id)
+    }
+
+    /// The first entry with size ≥ `size` (best fit before any other rule).
+    pub(super) fn first_from(&self, size: u64) -> Option<Entry> {
+        let c = class_of(size);
+        let found = if self.lens[c] == SPILLED {
+            self.spilled[c].first_from(size)
+        } else {
+            let slot = self.slot(c);
+            slot.get(slot.partition_point(|e| e.0 < size)).copied()
+        };
+        found.or_else(|| self.first_of(self.next_class(c + 1)?))
+    }
+
+    fn first_of(&self, c: usize) -> Option<Entry> {
+        if self.lens[c] == SPILLED {
+            self.spilled[c].first()
+        } else {
+            self.slot(c).first().copied()
+        }
+    }
+
+    /// Every entry of class `c`, ascending.
+    fn all(&self, c: usize) -> impl DoubleEndedIterator<Item = Entry> + '_ {
+        if self.lens[c] == SPILLED {
+            Either::Spilled(self.spilled[c].all())
+        } else {
+            Either::Inline(self.slot(c).iter().copied())
+        }
+    }
+
+    /// The first non-empty class at or after `c`.
+    fn next_class(&self, c: usize) -> Option<usize> {
+        let mut w = c / 64;
+        let mut bits = self.nonempty.get(w)? & (!0u64 << (c % 64));
+        loop {
+            if bits != 0 {
+                return Some(w * 64 + bits.trailing_zeros() as usize);
+            }
+            w += 1;
+            bits = *self.nonempty.get(w)?;
+        }
+    }
+
+    /// The last non-empty class strictly before `c`.
+    fn prev_class(&self, c: usize) -> Option<usize> {
+        if c == 0 {
+            return None;
+        }
+        let c = c - 1;
+        let mut w = c / 64;
+        let mut bits = self.nonempty[w] & (!0u64 >> (63 - c % 64));
+        loop {
+            if bits != 0 {
+                return Some(w * 64 + 63 - bits.leading_zeros() as usize);
+            }
+            if w == 0 {
+                return None;
+            }
+            w -= 1;
+            bits = self.nonempty[w];
+        }
+    }
+
+    /// Entries with size ≥ `size`, ascending.
+    pub(super) fn from(&self, size: u64) -> impl Iterator<Item = Entry> + '_ {
+        let c = class_of(size);
+        let head = if self.lens[c] == SPILLED {
+            Either::Spilled(self.spilled[c].from(size))
+        } else {
+            let slot = self.slot(c);
+            Either::Inline(slot[slot.partition_point(|e| e.0 < size)..].iter().copied())
+        };
+        let mut next = self.next_class(c + 1);
+        let rest = std::iter::from_fn(move || {
+            let k = next?;
+            next = self.next_class(k + 1);
+            Some(self.all(k))
+        })
+        .flatten();
+        head.chain(rest)
+    }
+
+    /// Entries with size < `size`, descending.
+    pub(super) fn below(&self, size: u64) -> impl Iterator<Item = Entry> + '_ {
+        let c = class_of(size);
+        let head = if self.lens[c] == SPILLED {
+            Either::Spilled(self.spilled[c].below(size))
+        } else {
+            let slot = self.slot(c);
+            Either::Inline(
+                slot[..slot.partition_point(|e| e.0 < size)]
+                    .iter()
+                    .rev()
+                    .copied(),
+            )
+        };
+        let mut prev = self.prev_class(c);
+        let rest = std::iter::from_fn(move || {
+            let k = prev?;
+            prev = self.prev_class(k);
+            Some(self.all(k).rev())
+        })
+        .flatten();
+        head.chain(rest)
+    }
+
+    pub(super) fn largest(&self) -> Option<u64> {
+        let c = self.prev_class(CLASSES)?;
+        self.all(c).next_back().map(|e| e.0)
+    }
+}

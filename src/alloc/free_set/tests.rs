@@ -1,0 +1,119 @@
+//! The free set against a sorted list: order, best fit, spilling and the pending block.
+
+use super::size_classes::{class_of, CLASSES};
+use super::FreeSet;
+
+#[test]
+fn classes_are_monotonic_and_in_range() {
+    let mut sizes: Vec<u64> = (0..64u32)
+        .flat_map(|shift| {
+            (0..64u64).map(move |k| (1u64 << shift).saturating_add(k << shift.saturating_sub(6)))
+        })
+        .collect();
+    sizes.extend((1..5000u64).map(|i| i * 512 * (1 + i % 7)));
+    sizes.push(u64::MAX);
+    sizes.sort_unstable();
+    assert!(sizes.windows(2).all(|w| class_of(w[0]) <= class_of(w[1])));
+    assert!(sizes.iter().all(|s| class_of(*s) < CLASSES));
+}
+
+#[test]
+fn many_blocks_of_one_size_stay_in_address_order() {
+    // Whole free segments share one size: one class, many chunks.
+    let mut set = FreeSet::default();
+    let mut model: Vec<u64> = Vec::new();
+    let mut x: u64 = 99;
+    for i in 0..5000u32 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let addr = (x % 100_000) << 21;
+        if i % 4 == 3 && !model.is_empty() {
+            let a = model.swap_remove((x as usize >> 3) % model.len());
+            assert_eq!(set.remove(0, 2 << 20, a).map(|_| ()), Some(()));
+        } else if !model.contains(&addr) {
+            set.insert(0, 2 << 20, addr, i);
+            model.push(addr);
+        }
+        if i % 500 == 0 {
+            let mut sorted = model.clone();
+            sorted.sort_unstable();
+            assert_eq!(
+                set.first_from(0, 1 << 20).map(|e| e.addr),
+                sorted.first().copied()
+            );
+        }
+    }
+    model.sort_unstable();
+    let all: Vec<u64> = set.iter().map(|e| e.addr).collect();
+    assert_eq!(all, model);
+    let below: Vec<u64> = set.below(0, 3 << 20).map(|e| e.addr).collect();
+    assert_eq!(below, model.iter().rev().copied().collect::<Vec<_>>());
+    assert!(set.from(0, (2 << 20) + 1).next().is_none());
+    assert_eq!(set.remove(0, 2 << 20, 1 << 60), None);
+    // Shrinking moves the class back to its flat slot, still in order.
+    while model.len() > 3 {
+        let a = model.remove(model.len() / 2);
+        assert!(set.remove(0, 2 << 20, a).is_some());
+    }
+    let all: Vec<u64> = set.iter().map(|e| e.addr).collect();
+    assert_eq!(all, model);
+    assert_eq!(set.largest(), 2 << 20);
+    set.insert(0, 4 << 20, 0, 1);
+    assert_eq!(set.largest(), 4 << 20);
+}
+
+#[test]
+fn order_matches_a_sorted_list() {
+    let mut set = FreeSet::default();
+    let mut model: Vec<(u64, u64)> = Vec::new();
+    let mut x: u64 = 12345;
+    for i in 0..3000u32 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let size = 512 * (1 + x % 40_000);
+        let addr = (x >> 20) << 9;
+        if i % 3 == 2 && !model.is_empty() {
+            let (s, a) = model.swap_remove((x as usize) % model.len());
+            assert!(set.remove(0, s, a).is_some());
+        } else if !model.contains(&(size, addr)) {
+            set.insert(0, size, addr, i);
+            model.push((size, addr));
+        }
+    }
+    model.sort_unstable();
+    let all: Vec<(u64, u64)> = set.iter().map(|e| (e.size, e.addr)).collect();
+    assert_eq!(all, model);
+    assert_eq!(set.len(), model.len());
+    for probe in [512, 4096, 1 << 20, 5 << 20, 20 << 20, 1 << 40] {
+        let want: Vec<_> = model
+            .iter()
+            .filter(|e| e.0 >= probe)
+            .take(5)
+            .copied()
+            .collect();
+        let got: Vec<_> = set
+            .from(0, probe)
+            .take(5)
+            .map(|e| (e.size, e.addr))
+            .collect();
+        assert_eq!(got, want, "from {probe}");
+        let first = set.first_from(0, probe).map(|e| (e.size, e.addr));
+        assert_eq!(first, want.first().copied(), "first_from {probe}");
+        let want: Vec<_> = model
+            .iter()
+            .rev()
+            .filter(|e| e.0 < probe)
+            .take(5)
+            .copied()
+            .collect();
+        let got: Vec<_> = set
+            .below(0, probe)
+            .take(5)
+            .map(|e| (e.size, e.addr))
+            .collect();
+        assert_eq!(got, want, "below {probe}");
+    }
+    assert_eq!(set.largest(), model.last().map_or(0, |e| e.0));
+}
