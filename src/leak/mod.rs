@@ -7,10 +7,13 @@
 //!   (allocations that survive iteration boundaries, grouped by call site).
 //! - [`findings_json`] / [`findings_text`]: the report's views.
 
+mod classify;
 mod detector;
 mod finding;
 mod format;
+mod observe;
 mod program;
+mod reach;
 mod render;
 mod snapshot;
 

@@ -1,0 +1,451 @@
+//! Findings for the scenario-run detector: each group's history classified
+//! (retained graph, carried hidden state, stored tensors, …), plus the
+//! device-wide ones (fragmentation, missing `zero_grad`, one-off peak), each
+//! with its evidence, projection and fix.
+
+use super::detector::{
+    Detector, GroupHistory, GroupKind, GroupSample, IterationSample, MIN_GROWTH_STEPS, NONE,
+};
+use super::finding::{Finding, FindingKind, Severity};
+use super::format::{block_bytes, signed_size, size};
+use super::program::Binder;
+use super::reach::{blocks_of, lookup, path_for, Ctx, GroupAcc, CATS, CAT_NAMES};
+use crate::engine::{DeviceKind, KeepWhat, BACKWARD_TWICE};
+
+impl Detector {
+    /// Classify every group of this observation, then the device-wide
+    /// findings; most severe first.
+    pub(super) fn findings_for(&self, ctx: &Ctx, accs: &[GroupAcc]) -> Vec<Finding> {
+        let mut findings = Vec::new();
+        let mut gpu_leak = false;
+        for (g, acc) in accs.iter().enumerate() {
+            if acc.kind == GroupKind::Other {
+                continue;
+            }
+            let Some(h) = self.groups.get(acc.name) else {
+                continue;
+            };
+            if let Some(f) = self.classify(ctx, g as u32, acc, h) {
+                gpu_leak |= f.growth_per_iter > 0 && f.kind != FindingKind::RetainedGraphHost;
+                findings.push(f);
+            }
+        }
+        if let Some(f) = self.fragmentation(gpu_leak) {
+            findings.push(f);
+        }
+        if let Some(f) = self.missing_zero_grad() {
+            findings.push(f);
+        }
+        if findings.iter().all(|f| !f.kind.is_leak()) {
+            if let Some(f) = self.one_off_peak(ctx, accs) {
+                findings.push(f);
+            }
+        }
+        findings.sort_by(|a, b| b.severity.cmp(&a.severity).then(b.bytes.cmp(&a.bytes)));
+        findings
+    }
+
+    fn classify(&self, ctx: &Ctx, g: u32, acc: &GroupAcc, h: &GroupHistory) -> Option<Finding> {
+        let s: Vec<GroupSample> = h.samples.iter().copied().collect();
+        let cur = *s.last()?;
+        let it = cur.iteration;
+        let graph = trend(&s, |x| x.graph_old);
+        let own = trend(&s, |x| x.own_old);
+        let nodes = trend(&s, |x| x.nodes as u64);
+        let chain_span = cur
+            .oldest_node_iteration
+            .map_or(0, |o| it.saturating_sub(o) as usize + 1);
+        let gpu_total = trend(&s, |x| x.own_old + x.graph_old);
+        let name = acc.name;
+
+        let graph_growing = graph.steps >= MIN_GROWTH_STEPS
+            || (chain_span >= MIN_GROWTH_STEPS && graph.steps >= MIN_GROWTH_STEPS - 1);
+        let (kind, per_iter, growth_steps) = if cur.graph > 0 && graph_growing {
+            let kind = if acc.kind == GroupKind::Hidden {
+                FindingKind::CarriedHiddenState
+            } else {
+                FindingKind::RetainedGraphGpu
+            };
+            let per = gpu_total.per_iter.max(graph.per_iter);
+            (kind, per, graph.steps)
+        } else if own.steps >= MIN_GROWTH_STEPS && cur.own > 0 {
+            // A container (or accumulator) gains GPU storages every iteration.
+            let zero_dim = acc.kind == GroupKind::List
+                && cur.elements > 0
+                && cur.own / cur.elements as u64 <= 512;
+            let kind = if zero_dim && nodes.steps >= MIN_GROWTH_STEPS && cur.spent > 0 {
+                FindingKind::RetainedGraphHost
+            } else {
+                FindingKind::StoredTensors
+            };
+            (kind, own.per_iter, own.steps)
+        } else if nodes.steps >= MIN_GROWTH_STEPS && chain_span >= 2 && cur.graph == 0 {
+            (
+                FindingKind::RetainedGraphHost,
+                gpu_total.per_iter.max(0),
+                nodes.steps,
+            )
+        } else if self.error.as_deref().is_some_and(|e| {
+            e.contains(BACKWARD_TWICE)
+                || (acc.kind == GroupKind::Hidden && e.contains("RuntimeError"))
+        }) && chain_span >= 2
+        {
+            // The run stopped: a carried graph reached an already-released one.
+            let kind = if acc.kind == GroupKind::Hidden {
+                FindingKind::CarriedHiddenState
+            } else {
+                FindingKind::RetainedGraphHost
+            };
+            (kind, 0, 0)
+        } else {
+            return None;
+        };
+
+        let mut f = Finding::new(name, kind);
+        f.bytes = cur.gpu();
+        f.growth_per_iter = per_iter;
+        f.iterations = match kind {
+            FindingKind::StoredTensors => cur
+                .oldest_storage_iteration
+                .map_or(1, |o| it.saturating_sub(o) + 1),
+            _ => chain_span.max(1) as u32,
+        };
+        f.by_category = categories(&acc.by_cat);
+        f.blocks = blocks_of(ctx, g);
+        f.path = path_for(ctx, g, acc, kind);
+        f.full_at_iteration = self.projection(it, per_iter, kind);
+        f.fix = self.fix_for(name, kind);
+        let node_growth = nodes.per_iter;
+        f.evidence = match kind {
+            FindingKind::RetainedGraphGpu => format!(
+                "`{name}` reaches {} autograd Nodes created over {} iterations whose saved tensors were never \
+                 released; {} of saved activations are reachable only through it and grew by {} per \
+                 iteration over the last {growth_steps} iterations (engine.md §9.1: S_iter per iteration).",
+                cur.nodes,
+                f.iterations,
+                size(cur.graph),
+                signed_size(graph.per_iter),
+            ),
+            FindingKind::CarriedHiddenState => {
+                if growth_steps == 0 {
+                    format!(
+                        "`{name}` is carried into the next batch without detach(): its graph reaches Nodes of \
+                         iteration {} and the run stopped with \"{}\" (engine.md §8.3).",
+                        cur.oldest_node_iteration.unwrap_or(0),
+                        self.error.as_deref().unwrap_or(""),
+                    )
+                } else {
+                    format!(
+                        "`{name}` carries the graph of every batch since iteration {}: {} Nodes, {} of saved \
+                         tensors (reserve, outputs, log-probs) kept alive, growing by {} per iteration; \
+                         backward also walks the whole history (engine.md §8.3, pitfall 3b).",
+                        cur.oldest_node_iteration.unwrap_or(0),
+                        cur.nodes,
+                        size(cur.graph),
+                        signed_size(graph.per_iter),
+                    )
+                }
+            }
+            FindingKind::StoredTensors => {
+                let mut e = format!(
+                    "`{name}` holds {} GPU tensors ({}) that nothing else references and gains {} per \
+                     iteration over the last {growth_steps} iterations; they carry no un-released graph \
+                     (a growing list, not a retained graph).",
+                    cur.elements,
+                    size(cur.own),
+                    signed_size(own.per_iter),
+                );
+                if cur.nodes > 0 {
+                    e.push_str(&format!(
+                        " They also keep {} spent autograd Nodes on the host.",
+                        cur.nodes
+                    ));
+                }
+                e
+            }
+            FindingKind::RetainedGraphHost => {
+                if growth_steps == 0 {
+                    format!(
+                        "`{name}` links graphs of iterations {}..{it}; the run stopped with \"{}\".",
+                        cur.oldest_node_iteration.unwrap_or(0),
+                        self.error.as_deref().unwrap_or(""),
+                    )
+                } else {
+                    format!(
+                        "`{name}` keeps every iteration's spent graph linked since iteration {}: {} Nodes on \
+                         the host (+{} per iteration), all saved tensors already freed by backward. GPU growth \
+                         is {} per iteration ({} now) — host memory grows, the GPU does not run out \
+                         from this (engine.md §9 pitfalls 1, 2). A later `{name}.backward()` would raise the \
+                         backward-twice error.",
+                        cur.oldest_node_iteration.unwrap_or(0),
+                        cur.nodes,
+                        node_growth.max(0),
+                        signed_size(per_iter),
+                        size(cur.gpu()),
+                    )
+                }
+            }
+            _ => String::new(),
+        };
+        f.severity = match kind {
+            FindingKind::RetainedGraphGpu | FindingKind::CarriedHiddenState => Severity::Critical,
+            FindingKind::StoredTensors => {
+                if f.full_at_iteration.is_some_and(|n| n < it as u64 + 10_000) {
+                    Severity::Critical
+                } else {
+                    Severity::Warning
+                }
+            }
+            _ => Severity::Warning,
+        };
+        Some(f)
+    }
+
+    fn projection(&self, it: u32, per_iter: i64, kind: FindingKind) -> Option<u64> {
+        if per_iter <= 0 || self.capacity == 0 || kind == FindingKind::RetainedGraphHost {
+            return None;
+        }
+        let alloc = self.iterations.back().map_or(0, |s| s.allocated);
+        let free = self.capacity.saturating_sub(alloc);
+        Some(it as u64 + free.div_ceil(per_iter as u64))
+    }
+
+    fn fragmentation(&self, gpu_leak: bool) -> Option<Finding> {
+        if gpu_leak || self.iterations.len() < MIN_GROWTH_STEPS + 1 {
+            return None;
+        }
+        let v: Vec<&IterationSample> = self.iterations.iter().collect();
+        // Skip iteration 1 (and setup): first-iteration state is not drift.
+        let w: Vec<&IterationSample> = v.iter().copied().filter(|s| s.iteration >= 2).collect();
+        if w.len() < MIN_GROWTH_STEPS + 1 {
+            return None;
+        }
+        let ups = w
+            .windows(2)
+            .filter(|p| p[1].reserved > p[0].reserved)
+            .count();
+        let (first, last) = (w[0], w[w.len() - 1]);
+        let r_growth = last.reserved.saturating_sub(first.reserved);
+        let a_min = w.iter().map(|s| s.allocated).min().unwrap_or(0);
+        let a_max = w.iter().map(|s| s.allocated).max().unwrap_or(0);
+        let a_drift = a_max - a_min;
+        let gap_first = first.reserved.saturating_sub(first.allocated);
+        let gap_last = last.reserved.saturating_sub(last.allocated);
+        // Reserved moves in steps (a new largest shape), not every iteration.
+        if ups < 2 || r_growth == 0 || a_drift * 4 > r_growth || gap_last <= gap_first {
+            return None;
+        }
+        let n = (last.iteration - first.iteration).max(1) as i64;
+        let mut f = Finding::new("allocator cache", FindingKind::CacheFragmentation);
+        f.bytes = gap_last;
+        f.growth_per_iter = r_growth as i64 / n;
+        f.iterations = last.iteration - first.iteration + 1;
+        f.path = vec![
+            format!(
+                "reserved {} → {}",
+                size(first.reserved),
+                size(last.reserved)
+            ),
+            format!("allocated {}..{} (flat)", size(a_min), size(a_max)),
+            format!("reserved but unallocated {}", size(gap_last)),
+        ];
+        f.fix = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or pad/bucket shapes, largest first)".into();
+        f.evidence = format!(
+            "Reserved grew in {ups} of {} iterations (+{} in total) while allocated at iteration end stayed \
+             within {}: cached free blocks of the wrong sizes, not a leak — no tensor is retained \
+             (engine.md §9 pitfall 11). empty_cache() would return only fully free segments.",
+            w.len() - 1,
+            size(r_growth),
+            size(a_drift),
+        );
+        f.severity = if self.capacity > 0 && last.reserved * 10 > self.capacity * 9 {
+            Severity::Warning
+        } else {
+            Severity::Info
+        };
+        Some(f)
+    }
+
+    fn missing_zero_grad(&self) -> Option<Finding> {
+        let streak = self.grad_persist_streak as usize;
+        if streak < MIN_GROWTH_STEPS {
+            return None;
+        }
+        let known = self.facts.known;
+        if known && (self.facts.has_zero_grad || !self.facts.has_backward) {
+            return None;
+        }
+        let mut f = Finding::new("gradients", FindingKind::MissingZeroGrad);
+        f.bytes = self.grad_bytes;
+        f.growth_per_iter = 0;
+        f.iterations = streak as u32;
+        f.blocks = self.grad_blocks.clone();
+        f.by_category = vec![("gradient", self.grad_bytes)];
+        f.path = vec![
+            "param.grad".into(),
+            format!("same storages for {streak} iterations"),
+            "AccumulateGrad adds in place".into(),
+        ];
+        f.fix = "optimizer.zero_grad()  # every step, before the forward".into();
+        if known {
+            f.severity = Severity::Warning;
+            f.evidence = format!(
+                "The program calls backward() every iteration but never zero_grad(): the {} of .grad \
+                 storages have persisted for {streak} iterations and every backward adds into them in \
+                 place. Memory stays flat (engine.md §3.1); the gradients are summed over iterations, \
+                 so the values are wrong.",
+                size(self.grad_bytes)
+            );
+        } else {
+            f.severity = Severity::Info;
+            f.evidence = format!(
+                "Every .grad storage ({}) has persisted unchanged for {streak} iterations. Either \
+                 zero_grad() is never called (gradients summed: wrong values, memory flat) or it is \
+                 called with set_to_none=False; the live state alone cannot tell which (the engine does \
+                 not expose when a grad was last zeroed).",
+                size(self.grad_bytes)
+            );
+        }
+        Some(f)
+    }
+
+    fn one_off_peak(&self, ctx: &Ctx, accs: &[GroupAcc]) -> Option<Finding> {
+        if !(self.facts.known && self.facts.eval_with_grad)
+            || self.iterations.len() < MIN_GROWTH_STEPS
+        {
+            return None;
+        }
+        // The graph variables hold at iteration end, shared or not.
+        let ls = ctx.ls;
+        let mut names = Vec::new();
+        let mut bytes = 0;
+        let mut blocks = Vec::new();
+        let mut seen = vec![false; ls.storages.len()];
+        for acc in accs.iter().filter(|a| a.kind == GroupKind::Variable) {
+            let mut any = false;
+            for &ri in &acc.roots {
+                for s in &ls.roots[ri].saved_storages {
+                    let p = lookup(ctx.spos, s.0);
+                    if p == NONE || seen[p as usize] {
+                        continue;
+                    }
+                    let st = &ls.storages[p as usize];
+                    if st.device != DeviceKind::Cuda || st.tensor_refs > 0 || st.engine_held {
+                        continue;
+                    }
+                    seen[p as usize] = true;
+                    any = true;
+                    bytes += block_bytes(st.bytes);
+                    if let Some(a) = st.addr {
+                        blocks.push(a);
+                    }
+                }
+            }
+            if any {
+                names.push(acc.name);
+            }
+        }
+        if bytes == 0 {
+            return None;
+        }
+        let mut f = Finding::new(names.join(", "), FindingKind::OneOffPeak);
+        f.bytes = bytes;
+        f.iterations = 1;
+        f.blocks = blocks;
+        f.by_category = vec![("autograd_saved", bytes)];
+        f.path = names
+            .iter()
+            .map(|n| format!("{n} → graph of iteration {} (saved tensors)", ls.iteration))
+            .collect();
+        f.fix = "with torch.no_grad():  # around evaluation; model.eval() alone still records the graph".into();
+        f.evidence = format!(
+            "Evaluation runs with grad enabled: {} of saved tensors stay alive through `{}` until the next \
+             forward rebinds them, so the peak is about two iterations' activations. Flat across \
+             iterations: a higher peak, not a leak (engine.md §9 pitfall 4).",
+            size(bytes),
+            names.join("`, `"),
+        );
+        f.severity = Severity::Info;
+        Some(f)
+    }
+    fn fix_for(&self, name: &str, kind: FindingKind) -> String {
+        let no_grad = "with torch.no_grad(): ";
+        if let Some((b, eval_grad)) = self.facts.binder(name) {
+            let pre = if eval_grad && kind == FindingKind::RetainedGraphGpu {
+                no_grad
+            } else {
+                ""
+            };
+            let scalar = |from: &str| from.contains("loss");
+            match b {
+                Binder::Accumulate { from, .. } => return format!("{pre}{name} += {from}.item()"),
+                Binder::Append { from, what } => {
+                    return match (what, scalar(from)) {
+                        (_, true) => format!("{pre}{name}.append({from}.item())"),
+                        (KeepWhat::Tensor, false) if kind == FindingKind::RetainedGraphGpu => {
+                            format!("{pre}{name}.append({from}.detach().cpu())")
+                        }
+                        _ => format!(
+                            "{name}.append({from}.detach().cpu())  # or reduce to a metric first"
+                        ),
+                    }
+                }
+                Binder::Keep { from, .. } => return format!("{pre}{name} = {from}.detach()"),
+                _ => {}
+            }
+        }
+        match kind {
+            FindingKind::CarriedHiddenState => {
+                "hidden = tuple(h.detach() for h in hidden)  # repackage_hidden each batch".into()
+            }
+            FindingKind::RetainedGraphGpu => {
+                format!("{name} = {name}.detach()  # or .item(); evaluate under torch.no_grad()")
+            }
+            FindingKind::RetainedGraphHost => {
+                format!("{name} += loss.item()  # keep numbers, not graph-carrying tensors")
+            }
+            FindingKind::StoredTensors => {
+                format!("{name}.append(out.detach().cpu())  # or reduce to a metric on the fly")
+            }
+            _ => String::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Trend {
+    /// Trailing consecutive iteration boundaries with strict growth.
+    steps: usize,
+    /// Mean growth per iteration over that run (at most the last 8 steps).
+    per_iter: i64,
+}
+
+fn trend(s: &[GroupSample], f: impl Fn(&GroupSample) -> u64) -> Trend {
+    let mut steps = 0;
+    for w in s.windows(2).rev() {
+        if w[1].iteration == w[0].iteration + 1 && f(&w[1]) > f(&w[0]) {
+            steps += 1;
+        } else {
+            break;
+        }
+    }
+    let k = steps.min(8);
+    let per_iter = if k == 0 {
+        0
+    } else {
+        let n = s.len();
+        (f(&s[n - 1]) as i64 - f(&s[n - 1 - k]) as i64) / k as i64
+    };
+    Trend { steps, per_iter }
+}
+
+fn categories(by_cat: &[u64; CATS]) -> Vec<(&'static str, u64)> {
+    let mut v: Vec<(&'static str, u64)> = CAT_NAMES
+        .iter()
+        .zip(by_cat.iter())
+        .filter(|(_, b)| **b > 0)
+        .map(|(n, b)| (*n, *b))
+        .collect();
+    v.sort_by_key(|c| std::cmp::Reverse(c.1));
+    v
+}

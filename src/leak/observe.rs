@@ -1,0 +1,192 @@
+//! Ingest for the scenario-run detector: engine events, live states and
+//! errors in; the device and per-group history kept; each observation run
+//! through grouping (`reach.rs`) and classification (`classify.rs`).
+
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
+
+use super::detector::{Detector, GroupHistory, GroupKind, IterationSample, HISTORY, NONE};
+use super::finding::Finding;
+use super::format::block_bytes;
+use super::reach::{
+    assign_owners, charge_bytes, count_nodes, group_roots, index_nodes, index_storages, lookup,
+    Ctx, GroupAcc, Grouping,
+};
+use crate::engine::{EngineError, EngineEvent, LiveState};
+
+impl Detector {
+    /// Feed engine events (from `take_events` or the thread's channel): an
+    /// `IterationEnd` followed by a `LiveState` is one observation.
+    pub fn observe_events(&mut self, events: &[EngineEvent]) {
+        for ev in events {
+            match ev {
+                EngineEvent::IterationEnd {
+                    iter,
+                    allocated,
+                    reserved,
+                    ..
+                } => self.pending_end = Some((*iter, *allocated, *reserved)),
+                EngineEvent::LiveState(ls) => {
+                    let (a, r) = match self.pending_end {
+                        Some((i, a, r)) if i == ls.iteration => (a, r),
+                        _ => (ls.allocated, ls.reserved),
+                    };
+                    self.observe(ls, a, r);
+                }
+                EngineEvent::Error { message, .. } => self.error = Some(message.clone()),
+                _ => {}
+            }
+        }
+    }
+
+    /// Feed one observation. A second observation of the same iteration (an
+    /// on-demand query at a frame) replaces that iteration's sample.
+    pub fn observe(&mut self, ls: &LiveState, allocated: u64, reserved: u64) -> &[Finding] {
+        let it = ls.iteration;
+        push_sample(
+            &mut self.iterations,
+            IterationSample {
+                iteration: it,
+                allocated,
+                reserved,
+                host_graph_nodes: ls.host_graph_nodes,
+            },
+            |s| s.iteration,
+        );
+        self.analyze(ls);
+        &self.findings
+    }
+
+    /// Feed an engine error that stopped the run (e.g. the backward-twice
+    /// error of a hidden state carried without `detach`, §8.3).
+    pub fn observe_error(&mut self, err: &EngineError, ls: &LiveState) -> &[Finding] {
+        self.error = Some(err.to_string());
+        let before = self.findings.clone();
+        let (a, r) = (ls.allocated, ls.reserved);
+        self.observe(ls, a, r);
+        // The failing iteration stopped part-way, so it cannot show growth;
+        // what the complete iterations before it showed still stands.
+        for f in before {
+            if !self.findings.iter().any(|n| n.root == f.root) {
+                self.findings.push(f);
+            }
+        }
+        &self.findings
+    }
+
+    fn analyze(&mut self, ls: &LiveState) {
+        // Index storages and nodes by id.
+        let spos = index_storages(ls, std::mem::take(&mut self.node_pos));
+        let npos = index_nodes(ls);
+
+        // Group the roots.
+        let Grouping {
+            mut accs,
+            index,
+            root_group,
+            grads,
+        } = group_roots(ls);
+
+        // Nodes per group (deduplicated: a hidden pair shares one graph).
+        let mut mark = std::mem::take(&mut self.node_mark);
+        count_nodes(ls, &mut accs, &npos, &mut mark);
+
+        // Who holds each storage.
+        let mut owner = std::mem::take(&mut self.owner);
+        let mut is_own = std::mem::take(&mut self.is_own);
+        assign_owners(ls, &accs, &root_group, &spos, &mut owner, &mut is_own);
+
+        // Bytes per group.
+        charge_bytes(ls, &mut accs, &owner, &is_own);
+
+        // Gradients that persist across iterations (never zeroed with set_to_none).
+        self.track_gradients(ls, &spos, &grads);
+
+        // Record the history and forget groups that are gone.
+        self.record_history(ls.iteration, &accs, &index);
+
+        // Classify.
+        let ctx = Ctx {
+            ls,
+            owner: &owner,
+            is_own: &is_own,
+            spos: &spos,
+            npos: &npos,
+        };
+        self.findings = self.findings_for(&ctx, &accs);
+        self.owner = owner;
+        self.is_own = is_own;
+        self.node_pos = spos;
+        self.node_mark = mark;
+    }
+
+    /// Gradients that persist across iterations (never zeroed with set_to_none).
+    fn track_gradients(&mut self, ls: &LiveState, spos: &[u32], grads: &[usize]) {
+        let it = ls.iteration;
+        let mut grad_bytes = 0;
+        let mut grad_blocks = Vec::new();
+        let mut persisted = !grads.is_empty();
+        let mut grad_storages: Vec<u32> = grads
+            .iter()
+            .map(|&ri| lookup(spos, ls.roots[ri].storage.0))
+            .filter(|p| *p != NONE)
+            .collect();
+        grad_storages.sort_unstable();
+        grad_storages.dedup();
+        for p in grad_storages {
+            let s = &ls.storages[p as usize];
+            persisted &= s.iteration < it;
+            grad_bytes += block_bytes(s.bytes);
+            if let Some(a) = s.addr {
+                grad_blocks.push(a);
+            }
+        }
+        let last_it = self.iterations.iter().rev().nth(1).map(|s| s.iteration);
+        if persisted {
+            if last_it != Some(it) {
+                self.grad_persist_streak += 1;
+            }
+        } else {
+            self.grad_persist_streak = 0;
+        }
+        self.grad_bytes = grad_bytes;
+        self.grad_blocks = grad_blocks;
+    }
+
+    /// Record the history and forget groups that are gone.
+    fn record_history(&mut self, it: u32, accs: &[GroupAcc], index: &FxHashMap<&str, usize>) {
+        for acc in accs {
+            if acc.kind == GroupKind::Other {
+                continue;
+            }
+            match self.groups.get_mut(acc.name) {
+                Some(h) => {
+                    if h.samples.back().is_some_and(|s| s.iteration + 1 < it) {
+                        h.samples.clear();
+                    }
+                    push_sample(&mut h.samples, acc.sample, |s| s.iteration);
+                }
+                None => {
+                    let mut samples = VecDeque::with_capacity(8);
+                    samples.push_back(acc.sample);
+                    self.groups
+                        .insert(acc.name.to_string(), GroupHistory { samples });
+                }
+            }
+        }
+        if self.groups.len() > accs.len() {
+            self.groups.retain(|k, _| index.contains_key(k.as_str()));
+        }
+    }
+}
+
+fn push_sample<T: Copy>(q: &mut VecDeque<T>, s: T, it: impl Fn(&T) -> u32) {
+    if q.back().is_some_and(|b| it(b) == it(&s)) {
+        q.pop_back();
+    }
+    if q.len() == HISTORY {
+        q.pop_front();
+    }
+    q.push_back(s);
+}
