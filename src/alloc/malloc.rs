@@ -114,12 +114,10 @@ impl<D: Device> CachingAllocator<D> {
 
     fn best_fit(&self, req: &Request) -> Option<BlockId> {
         let set = &self.free_sets[req.pool.index()];
-        let first = set.first_from(req.stream, req.size)?.id;
-        if !self.blocks.get(first).expandable {
-            return Some(first);
+        let first = set.first_from(req.stream, req.size)?;
+        if !self.blocks.get(first.id).expandable {
+            return Some(first.id);
         }
-        let mut it = set.from(req.stream, req.size).map(|e| e.id);
-        let mut current = it.next()?;
         if self.config.expandable_segments {
             // §3 step 3: prefer a free block inside a reservation over the tail
             // that borders unmapped space, judged by how far each can reach.
@@ -132,16 +130,19 @@ impl<D: Device> CachingAllocator<D> {
                         .filter(|n| !n.mapped)
                         .map_or(0, |n| n.size)
             };
-            for next in it {
-                if !self.blocks.get(current).expandable || reach(next) >= reach(current) {
+            let mut current = first;
+            while let Some(next) = set.next_after(req.stream, current.size, current.addr) {
+                if !self.blocks.get(current.id).expandable || reach(next.id) >= reach(current.id) {
                     break;
                 }
                 current = next;
             }
-            Some(current)
+            Some(current.id)
         } else {
             // Expandable segments switched off at run time: only plain blocks qualify.
-            it.find(|id| !self.blocks.get(*id).expandable)
+            set.from(req.stream, req.size)
+                .map(|e| e.id)
+                .find(|id| !self.blocks.get(*id).expandable)
         }
     }
 

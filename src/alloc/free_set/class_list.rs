@@ -102,11 +102,11 @@ impl ClassList {
     }
 
     /// The first entry with size ≥ `size`.
-    pub(super) fn first_from(&self, size: u64) -> Option<Entry> {
-        let k = key(size, 0);
+    /// The first entry whose key is ≥ `k` (None past this class's end).
+    pub(super) fn first_at_or_after(&self, k: u128) -> Option<Entry> {
         let c = self.chunk_for(k);
         let chunk = self.used().get(c)?;
-        let at = chunk.partition_point(|e| e.0 < size);
+        let at = chunk.partition_point(|e| entry_key(e) < k);
         chunk.get(at).copied()
     }
 

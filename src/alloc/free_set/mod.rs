@@ -133,18 +133,31 @@ impl FreeSet {
 
     /// The first block of `stream` with size ≥ `size`: `from(stream, size).next()`.
     pub fn first_from(&self, stream: u64, size: u64) -> Option<FreeEntry> {
-        let placed =
-            self.stream(stream)
-                .and_then(|c| c.first_from(size))
-                .map(|(size, addr, id)| FreeEntry {
-                    stream,
-                    size,
-                    addr,
-                    id,
-                });
-        let pending = self
-            .pending
-            .filter(|p| p.stream == stream && p.size >= size);
+        self.first_at_or_after(stream, size, 0)
+    }
+
+    /// The block of `stream` that follows `(size, addr)` in key order:
+    /// stepping through `from` one search at a time, with no iterator to build.
+    pub fn next_after(&self, stream: u64, size: u64, addr: u64) -> Option<FreeEntry> {
+        let (size, addr) = match addr.checked_add(1) {
+            Some(a) => (size, a),
+            None => (size.checked_add(1)?, 0),
+        };
+        self.first_at_or_after(stream, size, addr)
+    }
+
+    fn first_at_or_after(&self, stream: u64, size: u64, addr: u64) -> Option<FreeEntry> {
+        let k = (stream, size, addr);
+        let placed = self
+            .stream(stream)
+            .and_then(|c| c.first_at_or_after(size_classes::key(size, addr)))
+            .map(|(size, addr, id)| FreeEntry {
+                stream,
+                size,
+                addr,
+                id,
+            });
+        let pending = self.pending.filter(|p| p.stream == stream && p.key() >= k);
         match (placed, pending) {
             (Some(a), Some(b)) => Some(if b.key() < a.key() { b } else { a }),
             (a, b) => a.or(b),

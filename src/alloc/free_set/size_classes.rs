@@ -156,14 +156,15 @@ impl Classes {
         Some(id)
     }
 
-    /// The first entry with size ≥ `size` (best fit before any other rule).
-    pub(super) fn first_from(&self, size: u64) -> Option<Entry> {
-        let c = class_of(size);
+    /// The first entry whose `(size, addr)` key is ≥ `k`.
+    pub(super) fn first_at_or_after(&self, k: u128) -> Option<Entry> {
+        let c = class_of((k >> 64) as u64);
         let found = if self.lens[c] == SPILLED {
-            self.spilled[c].first_from(size)
+            self.spilled[c].first_at_or_after(k)
         } else {
             let slot = self.slot(c);
-            slot.get(slot.partition_point(|e| e.0 < size)).copied()
+            slot.get(slot.partition_point(|e| entry_key(e) < k))
+                .copied()
         };
         found.or_else(|| self.first_of(self.next_class(c + 1)?))
     }

@@ -101,6 +101,13 @@ fn order_matches_a_sorted_list() {
         assert_eq!(got, want, "from {probe}");
         let first = set.first_from(0, probe).map(|e| (e.size, e.addr));
         assert_eq!(first, want.first().copied(), "first_from {probe}");
+        let mut stepped = Vec::new();
+        let mut at = set.first_from(0, probe);
+        while let Some(e) = at.filter(|_| stepped.len() < 5) {
+            stepped.push((e.size, e.addr));
+            at = set.next_after(0, e.size, e.addr);
+        }
+        assert_eq!(stepped, want, "next_after from {probe}");
         let want: Vec<_> = model
             .iter()
             .rev()
