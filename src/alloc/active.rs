@@ -45,6 +45,7 @@ impl ActiveTable {
 
     /// Block addresses are multiples of 512; dropping those bits before a
     /// Fibonacci multiply spreads neighbouring blocks over the table.
+    #[inline]
     fn home(&self, addr: u64) -> usize {
         ((addr >> 9)
             .wrapping_add(addr << 55)
@@ -56,6 +57,7 @@ impl ActiveTable {
         self.len
     }
 
+    #[inline]
     pub fn get(&self, addr: u64) -> Option<BlockId> {
         let mask = self.mask();
         let mut i = self.home(addr);
@@ -77,6 +79,7 @@ impl ActiveTable {
 
     /// Insert or replace the block at `addr`. `addr` must not be `u64::MAX`
     /// (no block of at least 512 bytes can start there).
+    #[inline]
     pub fn insert(&mut self, addr: u64, id: BlockId) {
         debug_assert_ne!(addr, EMPTY);
         if (self.len + 1) * 2 > self.slots.len() {
@@ -99,6 +102,7 @@ impl ActiveTable {
         }
     }
 
+    #[inline]
     pub fn remove(&mut self, addr: u64) -> Option<BlockId> {
         let mask = self.mask();
         let mut i = self.home(addr);

@@ -21,11 +21,13 @@ pub(super) struct ClassList {
 }
 
 impl ClassList {
+    #[inline]
     fn used(&self) -> &[Vec<Entry>] {
         &self.chunks[..self.lasts.len()]
     }
 
     /// The chunk that holds (or would hold) `k`.
+    #[inline]
     fn chunk_for(&self, k: u128) -> usize {
         // Most classes hold one chunk: answer without touching `lasts`
         // (callers treat a key past the only chunk's end correctly).
@@ -51,6 +53,7 @@ impl ClassList {
         self.lasts.insert(c, last);
     }
 
+    #[inline]
     pub(super) fn insert(&mut self, size: u64, addr: u64, id: BlockId) {
         let k = key(size, addr);
         if self.lasts.is_empty() {
@@ -74,6 +77,7 @@ impl ClassList {
         }
     }
 
+    #[inline]
     pub(super) fn remove(&mut self, size: u64, addr: u64) -> Option<BlockId> {
         let k = key(size, addr);
         let c = self.chunk_for(k);
@@ -103,6 +107,7 @@ impl ClassList {
 
     /// The first entry with size ≥ `size`.
     /// The first entry whose key is ≥ `k` (None past this class's end).
+    #[inline]
     pub(super) fn first_at_or_after(&self, k: u128) -> Option<Entry> {
         let c = self.chunk_for(k);
         let chunk = self.used().get(c)?;
@@ -110,6 +115,7 @@ impl ClassList {
         chunk.get(at).copied()
     }
 
+    #[inline]
     pub(super) fn first(&self) -> Option<Entry> {
         self.used().first().and_then(|c| c.first()).copied()
     }

@@ -39,6 +39,7 @@ pub(crate) struct FreeEntry {
 }
 
 impl FreeEntry {
+    #[inline]
     fn key(&self) -> (u64, u64, u64) {
         (self.stream, self.size, self.addr)
     }
@@ -68,6 +69,7 @@ impl<I: Iterator<Item = FreeEntry>> Iterator for WithPending<I> {
 }
 
 impl FreeSet {
+    #[inline]
     fn stream(&self, stream: u64) -> Option<&Classes> {
         self.streams
             .iter()
@@ -91,6 +93,7 @@ impl FreeSet {
     /// Insert a block. It waits in `pending` until the next insert: a
     /// training loop's frees and mallocs often take back the block they just
     /// put, and then neither the insert nor the remove touches the classes.
+    #[inline]
     pub fn insert(&mut self, stream: u64, size: u64, addr: u64, id: BlockId) {
         let entry = FreeEntry {
             stream,
@@ -104,6 +107,7 @@ impl FreeSet {
         self.len += 1;
     }
 
+    #[inline]
     fn place(&mut self, e: FreeEntry) {
         let classes = match self.streams.iter().position(|(s, _)| *s == e.stream) {
             Some(i) => &mut self.streams[i].1,
@@ -116,6 +120,7 @@ impl FreeSet {
         classes.insert(e.size, e.addr, e.id);
     }
 
+    #[inline]
     pub fn remove(&mut self, stream: u64, size: u64, addr: u64) -> Option<BlockId> {
         let id = match self.pending {
             Some(p) if p.key() == (stream, size, addr) => {
@@ -132,12 +137,34 @@ impl FreeSet {
     }
 
     /// The first block of `stream` with size ≥ `size`: `from(stream, size).next()`.
+    #[inline]
     pub fn first_from(&self, stream: u64, size: u64) -> Option<FreeEntry> {
-        self.first_at_or_after(stream, size, 0)
+        let placed =
+            self.stream(stream)
+                .and_then(|c| c.first_from(size))
+                .map(|(size, addr, id)| FreeEntry {
+                    stream,
+                    size,
+                    addr,
+                    id,
+                });
+        let pending = self
+            .pending
+            .filter(|p| p.stream == stream && p.size >= size);
+        Self::earlier(placed, pending)
+    }
+
+    #[inline]
+    fn earlier(a: Option<FreeEntry>, b: Option<FreeEntry>) -> Option<FreeEntry> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(if b.key() < a.key() { b } else { a }),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The block of `stream` that follows `(size, addr)` in key order:
     /// stepping through `from` one search at a time, with no iterator to build.
+    #[inline]
     pub fn next_after(&self, stream: u64, size: u64, addr: u64) -> Option<FreeEntry> {
         let (size, addr) = match addr.checked_add(1) {
             Some(a) => (size, a),
@@ -146,6 +173,7 @@ impl FreeSet {
         self.first_at_or_after(stream, size, addr)
     }
 
+    #[inline]
     fn first_at_or_after(&self, stream: u64, size: u64, addr: u64) -> Option<FreeEntry> {
         let k = (stream, size, addr);
         let placed = self
@@ -158,10 +186,7 @@ impl FreeSet {
                 id,
             });
         let pending = self.pending.filter(|p| p.stream == stream && p.key() >= k);
-        match (placed, pending) {
-            (Some(a), Some(b)) => Some(if b.key() < a.key() { b } else { a }),
-            (a, b) => a.or(b),
-        }
+        Self::earlier(placed, pending)
     }
 
     /// Blocks of `stream` in key order, starting at the first with size ≥ `size`.
@@ -225,10 +250,12 @@ pub(crate) struct UnmappedSet {
 }
 
 impl UnmappedSet {
+    #[inline]
     pub fn insert(&mut self, stream: u64, addr: u64, id: BlockId) {
         self.map.insert((stream, addr), id);
     }
 
+    #[inline]
     pub fn remove(&mut self, stream: u64, addr: u64) {
         self.map.remove(&(stream, addr));
     }

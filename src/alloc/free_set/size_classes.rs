@@ -26,10 +26,12 @@ pub(super) fn class_of(size: u64) -> usize {
 
 pub(super) type Entry = (u64, u64, BlockId);
 
+#[inline]
 pub(super) fn key(size: u64, addr: u64) -> u128 {
     (u128::from(size) << 64) | u128::from(addr)
 }
 
+#[inline]
 pub(super) fn entry_key(e: &Entry) -> u128 {
     key(e.0, e.1)
 }
@@ -92,10 +94,12 @@ where
 }
 
 impl Classes {
+    #[inline]
     fn slot(&self, c: usize) -> &[Entry] {
         &self.inline[c * INLINE..c * INLINE + usize::from(self.lens[c])]
     }
 
+    #[inline]
     pub(super) fn insert(&mut self, size: u64, addr: u64, id: BlockId) {
         let c = class_of(size);
         let n = self.lens[c];
@@ -124,6 +128,7 @@ impl Classes {
         self.nonempty[c / 64] |= 1 << (c % 64);
     }
 
+    #[inline]
     pub(super) fn remove(&mut self, size: u64, addr: u64) -> Option<BlockId> {
         let c = class_of(size);
         let n = self.lens[c];
@@ -156,7 +161,21 @@ impl Classes {
         Some(id)
     }
 
+    /// The first entry with size ≥ `size` (best fit before any other rule).
+    #[inline]
+    pub(super) fn first_from(&self, size: u64) -> Option<Entry> {
+        let c = class_of(size);
+        let found = if self.lens[c] == SPILLED {
+            self.spilled[c].first_at_or_after(key(size, 0))
+        } else {
+            let slot = self.slot(c);
+            slot.get(slot.partition_point(|e| e.0 < size)).copied()
+        };
+        found.or_else(|| self.first_of(self.next_class(c + 1)?))
+    }
+
     /// The first entry whose `(size, addr)` key is ≥ `k`.
+    #[inline]
     pub(super) fn first_at_or_after(&self, k: u128) -> Option<Entry> {
         let c = class_of((k >> 64) as u64);
         let found = if self.lens[c] == SPILLED {
@@ -169,6 +188,7 @@ impl Classes {
         found.or_else(|| self.first_of(self.next_class(c + 1)?))
     }
 
+    #[inline]
     fn first_of(&self, c: usize) -> Option<Entry> {
         if self.lens[c] == SPILLED {
             self.spilled[c].first()
