@@ -12,6 +12,30 @@ fn tmux(args: &[&str]) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// A detached `width`×`height` session running `command` in a plain bash;
+/// returns what kills it.
+fn start<'a>(session: &'a str, width: u16, height: u16, command: &str) -> impl Fn() + 'a {
+    let (w, h) = (width.to_string(), height.to_string());
+    tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        session,
+        "-x",
+        &w,
+        "-y",
+        &h,
+        "bash",
+        "--norc",
+        "--noprofile",
+    ])
+    .expect("tmux session");
+    tmux(&["send-keys", "-t", session, command, "Enter"]).expect("send");
+    move || {
+        let _ = tmux(&["kill-session", "-t", session]);
+    }
+}
+
 fn wait_for(session: &str, what: impl Fn(&str) -> bool, limit: Duration) -> Option<String> {
     let start = Instant::now();
     while start.elapsed() < limit {
@@ -34,31 +58,7 @@ fn guided_tour_in_a_real_terminal() {
     }
     let session = format!("vramscope-test-{}", std::process::id());
     let bin = env!("CARGO_BIN_EXE_vramscope");
-    tmux(&[
-        "new-session",
-        "-d",
-        "-s",
-        &session,
-        "-x",
-        "150",
-        "-y",
-        "46",
-        "bash",
-        "--norc",
-        "--noprofile",
-    ])
-    .expect("tmux session");
-    let cleanup = || {
-        let _ = tmux(&["kill-session", "-t", &session]);
-    };
-    tmux(&[
-        "send-keys",
-        "-t",
-        &session,
-        &format!("{bin}; echo EXITED:$?"),
-        "Enter",
-    ])
-    .expect("send");
+    let cleanup = start(&session, 150, 46, &format!("{bin}; echo EXITED:$?"));
     let shown = wait_for(
         &session,
         |s| {
@@ -117,31 +117,7 @@ fn watch_in_a_real_terminal() {
     }
     let session = format!("vramscope-watch-{}", std::process::id());
     let bin = env!("CARGO_BIN_EXE_vramscope");
-    tmux(&[
-        "new-session",
-        "-d",
-        "-s",
-        &session,
-        "-x",
-        "120",
-        "-y",
-        "40",
-        "bash",
-        "--norc",
-        "--noprofile",
-    ])
-    .expect("tmux session");
-    let cleanup = || {
-        let _ = tmux(&["kill-session", "-t", &session]);
-    };
-    tmux(&[
-        "send-keys",
-        "-t",
-        &session,
-        &format!("{bin} watch; echo EXITED:$?"),
-        "Enter",
-    ])
-    .expect("send");
+    let cleanup = start(&session, 120, 40, &format!("{bin} watch; echo EXITED:$?"));
     let nvml = vramscope::device::nvml::available().is_ok();
     if nvml {
         let shown = wait_for(

@@ -139,15 +139,10 @@ impl FreeSet {
     /// The first block of `stream` with size ≥ `size`: `from(stream, size).next()`.
     #[inline]
     pub fn first_from(&self, stream: u64, size: u64) -> Option<FreeEntry> {
-        let placed =
-            self.stream(stream)
-                .and_then(|c| c.first_from(size))
-                .map(|(size, addr, id)| FreeEntry {
-                    stream,
-                    size,
-                    addr,
-                    id,
-                });
+        let placed = self
+            .stream(stream)
+            .and_then(|c| c.first_from(size))
+            .map(|e| FreeEntry::of(stream, e));
         let pending = self
             .pending
             .filter(|p| p.stream == stream && p.size >= size);
@@ -179,52 +174,35 @@ impl FreeSet {
         let placed = self
             .stream(stream)
             .and_then(|c| c.first_at_or_after(size_classes::key(size, addr)))
-            .map(|(size, addr, id)| FreeEntry {
-                stream,
-                size,
-                addr,
-                id,
-            });
+            .map(|e| FreeEntry::of(stream, e));
         let pending = self.pending.filter(|p| p.stream == stream && p.key() >= k);
         Self::earlier(placed, pending)
     }
 
     /// Blocks of `stream` in key order, starting at the first with size ≥ `size`.
     pub fn from(&self, stream: u64, size: u64) -> impl Iterator<Item = FreeEntry> + '_ {
-        let placed = self.stream(stream).into_iter().flat_map(move |c| {
-            c.from(size).map(move |(size, addr, id)| FreeEntry {
-                stream,
-                size,
-                addr,
-                id,
-            })
-        });
+        let placed = self
+            .stream(stream)
+            .into_iter()
+            .flat_map(move |c| c.from(size).map(move |e| FreeEntry::of(stream, e)));
         self.with_pending(placed, |p| p.stream == stream && p.size >= size, false)
     }
 
     /// Blocks of `stream` in descending key order with size < `size`.
     pub fn below(&self, stream: u64, size: u64) -> impl Iterator<Item = FreeEntry> + '_ {
-        let placed = self.stream(stream).into_iter().flat_map(move |c| {
-            c.below(size).map(move |(size, addr, id)| FreeEntry {
-                stream,
-                size,
-                addr,
-                id,
-            })
-        });
+        let placed = self
+            .stream(stream)
+            .into_iter()
+            .flat_map(move |c| c.below(size).map(move |e| FreeEntry::of(stream, e)));
         self.with_pending(placed, |p| p.stream == stream && p.size < size, true)
     }
 
     /// Every block in `(stream, size, address)` order.
     pub fn iter(&self) -> impl Iterator<Item = FreeEntry> + '_ {
-        let placed = self.streams.iter().flat_map(|(stream, c)| {
-            c.from(0).map(move |(size, addr, id)| FreeEntry {
-                stream: *stream,
-                size,
-                addr,
-                id,
-            })
-        });
+        let placed = self
+            .streams
+            .iter()
+            .flat_map(|(stream, c)| c.from(0).map(move |e| FreeEntry::of(*stream, e)));
         self.with_pending(placed, |_| true, false)
     }
 
