@@ -40,6 +40,16 @@ pub(crate) struct FreeEntry {
 
 impl FreeEntry {
     #[inline]
+    fn of(stream: u64, (size, addr, id): size_classes::Entry) -> FreeEntry {
+        FreeEntry {
+            stream,
+            size,
+            addr,
+            id,
+        }
+    }
+
+    #[inline]
     fn key(&self) -> (u64, u64, u64) {
         (self.stream, self.size, self.addr)
     }
