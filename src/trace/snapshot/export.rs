@@ -9,6 +9,7 @@
 
 use rustc_hash::FxHashMap;
 
+use super::segment_header::{self, SegmentHeader};
 use crate::trace::pickle::PickleWriter;
 
 use super::frames::{FrameId, FramesId};
@@ -79,31 +80,20 @@ impl Exporter<'_> {
 
     fn segment(&mut self, s: &Segment) {
         self.dict(|ex| {
-            let w = &mut ex.w;
-            w.str("device");
-            w.int(s.device);
-            w.str("address");
-            w.uint(s.address);
-            w.str("total_size");
-            w.uint(s.total_size);
-            w.str("allocated_size");
-            w.uint(s.allocated_size);
-            w.str("active_size");
-            w.uint(s.active_size);
-            w.str("requested_size");
-            w.uint(s.requested_size);
-            w.str("stream");
-            w.uint(s.stream);
-            w.str("segment_type");
-            w.str(s.segment_type.as_str());
-            w.str("segment_pool_id");
-            w.int(s.pool_id.0);
-            w.int(s.pool_id.1);
-            w.tuple2();
-            w.memoize();
-            w.str("is_expandable");
-            w.bool(s.is_expandable);
-            w.str("frames");
+            let header = SegmentHeader {
+                device: s.device,
+                address: s.address,
+                total_size: s.total_size,
+                allocated_size: s.allocated_size,
+                active_size: s.active_size,
+                requested_size: s.requested_size,
+                stream: s.stream,
+                segment_type: s.segment_type.as_str(),
+                pool_id: s.pool_id,
+                is_expandable: s.is_expandable,
+            };
+            segment_header::write(&mut ex.w, &header);
+            ex.w.str("frames");
             ex.stack(s.frames);
             ex.w.str("blocks");
             ex.list(&s.blocks, Self::block);

@@ -21,6 +21,7 @@ mod field;
 mod frames;
 pub mod from_run;
 mod import;
+mod segment_header;
 pub mod synth;
 mod types;
 

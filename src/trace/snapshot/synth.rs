@@ -20,6 +20,7 @@
 
 use std::io::{self, Write};
 
+use super::segment_header::{self, SegmentHeader};
 use crate::alloc::{AllocConfig, AllocEvent, BlockState, CachingAllocator, Pool, SegmentInfo, Tag};
 use crate::device::SimDevice;
 use crate::trace::pickle::{PickleWriter, BATCH, FRAME_TARGET};
@@ -407,32 +408,22 @@ fn segment(w: &mut PickleWriter, memo: &mut Memo, pool: &FramePool, s: &SegmentI
     w.empty_dict();
     w.memoize();
     w.mark();
-    w.str("device");
-    w.int(0);
-    w.str("address");
-    w.uint(s.address);
-    w.str("total_size");
-    w.uint(s.total_size);
-    w.str("allocated_size");
-    w.uint(s.allocated_size);
-    w.str("active_size");
-    w.uint(s.active_size);
-    w.str("requested_size");
-    w.uint(s.requested_size);
-    w.str("stream");
-    w.uint(s.stream);
-    w.str("segment_type");
-    w.str(match s.pool {
-        Pool::Small => "small",
-        Pool::Large => "large",
-    });
-    w.str("segment_pool_id");
-    w.int(0);
-    w.int(0);
-    w.tuple2();
-    w.memoize();
-    w.str("is_expandable");
-    w.bool(s.is_expandable);
+    let header = SegmentHeader {
+        device: 0,
+        address: s.address,
+        total_size: s.total_size,
+        allocated_size: s.allocated_size,
+        active_size: s.active_size,
+        requested_size: s.requested_size,
+        stream: s.stream,
+        segment_type: match s.pool {
+            Pool::Small => "small",
+            Pool::Large => "large",
+        },
+        pool_id: (0, 0),
+        is_expandable: s.is_expandable,
+    };
+    segment_header::write(w, &header);
     w.str("frames");
     stack(w, memo, pool, s.tag);
     w.str("blocks");
