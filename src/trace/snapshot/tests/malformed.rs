@@ -1,0 +1,162 @@
+//! Malformed and non-snapshot input: errors, never panics.
+
+use super::*;
+
+#[test]
+fn malformed_files_are_errors() {
+    let (_, bytes) = &real_files()[0];
+    for cut in [0, 1, 2, 10, 100, bytes.len() / 2, bytes.len() - 1] {
+        assert!(matches!(
+            import_bytes(&bytes[..cut]),
+            Err(SnapshotError::Pickle(_))
+        ));
+    }
+    let md = std::fs::read(real_dir().join("SCHEMA.md")).expect("SCHEMA.md");
+    assert!(matches!(import_bytes(&md), Err(SnapshotError::Pickle(_))));
+    let missing = real_dir().join("no-such-file.pickle");
+    let err = import_file(&missing)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("no-such-file.pickle"), "{err}");
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// Damaged files either import or fail with an error; never a panic
+    /// (debug builds also check for arithmetic overflow here).
+    #[test]
+    fn damaged_snapshots_never_panic(
+        file in 0usize..12,
+        cut in proptest::prelude::any::<proptest::sample::Index>(),
+        flips in proptest::collection::vec(
+            (proptest::prelude::any::<proptest::sample::Index>(), proptest::prelude::any::<u8>()),
+            0..6,
+        ),
+    ) {
+        let files = real_files();
+        let (_, bytes) = &files[file % files.len()];
+        let mut b = bytes.clone();
+        for (at, val) in flips {
+            let i = at.index(b.len());
+            b[i] = val;
+        }
+        let _ = import_bytes(&b);
+        let _ = import_bytes(&b[..cut.index(b.len())]);
+    }
+}
+
+fn schema_err(bytes: Vec<u8>) -> String {
+    match import_bytes(&bytes) {
+        Err(SnapshotError::Schema(e)) => e.to_string(),
+        other => panic!("expected a schema error, got {other:?}"),
+    }
+}
+
+#[test]
+fn valid_pickles_that_are_not_snapshots() {
+    let mut w = PickleWriter::new();
+    w.int(7);
+    assert_eq!(
+        schema_err(w.finish()),
+        "<root>: expected a dict or a list of segments, got int"
+    );
+
+    let mut w = PickleWriter::new();
+    w.empty_dict();
+    assert_eq!(schema_err(w.finish()), "<root>: missing key \"segments\"");
+
+    // segments[0].blocks[0].size is a str.
+    let mut w = PickleWriter::new();
+    w.empty_dict();
+    w.mark();
+    w.str("segments");
+    w.list(&[()], |w, _| {
+        w.empty_dict();
+        w.mark();
+        for (k, v) in [("address", 4096), ("total_size", 512)] {
+            w.str(k);
+            w.int(v);
+        }
+        w.str("blocks");
+        w.list(&[()], |w, _| {
+            w.empty_dict();
+            w.mark();
+            w.str("size");
+            w.str("512");
+            w.str("state");
+            w.str("inactive");
+            w.setitems();
+        });
+        w.setitems();
+    });
+    w.setitems();
+    assert_eq!(
+        schema_err(w.finish()),
+        "segments[0].blocks[0].size: expected int, got str"
+    );
+}
+
+/// Builds `{"segments": [], "device_traces": [[entry]]}` for one entry dict.
+fn one_entry(entry: &[(&str, Option<i64>, Option<&str>)]) -> Vec<u8> {
+    let mut w = PickleWriter::new();
+    w.empty_dict();
+    w.mark();
+    w.str("segments");
+    w.empty_list();
+    w.str("device_traces");
+    w.list(&[()], |w, _| {
+        w.list(&[()], |w, _| {
+            w.empty_dict();
+            w.mark();
+            for &(k, i, s) in entry {
+                w.str(k);
+                match (i, s) {
+                    (Some(i), _) => w.int(i),
+                    (None, Some(s)) => w.str(s),
+                    (None, None) => w.none(),
+                }
+            }
+            w.setitems();
+        });
+    });
+    w.setitems();
+    w.finish()
+}
+
+#[test]
+fn unknown_actions_and_minimal_entries() {
+    let s = import_bytes(&one_entry(&[
+        ("action", None, Some("teleport")),
+        ("addr", Some(1), None),
+        ("size", Some(2), None),
+    ]))
+    .expect("imports");
+    let e = &s.device_traces[0][0];
+    assert_eq!(e.action, Action::Other);
+    assert_eq!(s.action_name(e), "teleport");
+    assert_eq!((e.addr, e.size, e.stream, e.time_us()), (1, 2, 0, None));
+
+    let err = schema_err(one_entry(&[
+        ("action", None, Some("alloc")),
+        ("size", Some(2), None),
+    ]));
+    assert_eq!(err, "device_traces[0][0]: missing key \"addr\"");
+    let err = schema_err(one_entry(&[
+        ("action", None, Some("alloc")),
+        ("addr", Some(-5), None),
+        ("size", Some(2), None),
+    ]));
+    assert_eq!(
+        err,
+        "device_traces[0][0].addr: expected a non-negative int, got -5"
+    );
+    let err = schema_err(one_entry(&[
+        ("action", None, Some("alloc")),
+        ("addr", Some(5), None),
+        ("size", Some(2), None),
+        ("time_us", None, None),
+    ]));
+    assert_eq!(err, "device_traces[0][0].time_us: expected int, got None");
+}

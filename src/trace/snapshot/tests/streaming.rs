@@ -1,0 +1,107 @@
+//! The streaming import and the synthetic generator.
+
+use super::*;
+
+#[test]
+fn streaming_import_matches_the_plain_one_on_every_real_file() {
+    for (name, bytes) in real_files() {
+        let plain = super::import_document(&crate::trace::pickle::decode(bytes).expect("decodes"))
+            .expect("imports");
+        let streamed = super::import::try_streaming(bytes, None)
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .unwrap_or_else(|| panic!("{name}: streaming gave up"));
+        assert!(streamed == plain, "{name}: streamed import differs");
+    }
+}
+
+#[test]
+fn streaming_gives_up_on_a_reused_entry_dict() {
+    // A valid pickle that refers back to a trace entry through the memo
+    // after its batch: the streaming path drops the dict and must hand over
+    // to the plain path, which reads it fine.
+    let mut w = crate::trace::pickle::PickleWriter::new();
+    w.empty_dict();
+    w.memoize();
+    w.mark();
+    w.str("segments");
+    w.empty_list();
+    w.memoize();
+    w.str("device_traces");
+    w.empty_list();
+    w.memoize();
+    w.mark();
+    w.empty_list();
+    w.memoize();
+    w.mark();
+    w.empty_dict();
+    let entry = w.memoize();
+    w.mark();
+    for (k, v) in [("addr", 1), ("size", 2)] {
+        w.str(k);
+        w.int(v);
+    }
+    w.str("action");
+    w.str("alloc");
+    w.setitems();
+    w.appends();
+    w.empty_list();
+    w.memoize();
+    w.mark();
+    w.get(entry);
+    w.appends();
+    w.appends();
+    w.setitems();
+    let bytes = w.finish();
+    assert!(super::import::try_streaming(&bytes, None)
+        .expect("decodes")
+        .is_none());
+    let s = import_bytes(&bytes).expect("imports");
+    assert_eq!(trace_lens(&s), [1, 1]);
+    assert_eq!(s.device_traces[1][0], s.device_traces[0][0]);
+}
+
+#[test]
+fn synthetic_snapshot_imports_streamed_and_replays_exactly() {
+    let mut bytes = Vec::new();
+    let stats = super::synthetic_snapshot(&mut bytes, 3 << 20, 7).expect("writes");
+    assert_eq!(stats.bytes, bytes.len() as u64);
+    assert!(stats.bytes >= (3u64 << 20) * 9 / 10, "{stats:?}");
+    let mut again = Vec::new();
+    super::synthetic_snapshot(&mut again, 3 << 20, 7).expect("writes");
+    assert!(again == bytes, "same seed, same bytes");
+
+    let s = super::import::try_streaming(&bytes, None)
+        .expect("imports")
+        .expect("streams");
+    let plain = super::import_document(&crate::trace::pickle::decode(&bytes).expect("decodes"))
+        .expect("imports");
+    assert!(s == plain);
+    assert_eq!(s.layout, Layout::CurrentDict);
+    assert_eq!(trace_lens(&s), [stats.entries as usize]);
+    assert_eq!(s.segments.len() as u64, stats.segments);
+    assert!(stats.entries > 10_000, "{stats:?}");
+    let a = actions(&s);
+    assert_eq!(a["alloc"] as u64, stats.allocs);
+    assert_eq!(a["free_requested"], a["free_completed"]);
+    assert!(a["segment_alloc"] > 0);
+    for e in &s.device_traces[0] {
+        assert_eq!(s.extra(e).compile_context.as_deref(), Some("N/A"));
+    }
+    let t: Vec<i64> = s.device_traces[0]
+        .iter()
+        .filter_map(|e| e.time_us())
+        .collect();
+    assert_eq!(t.len(), s.device_traces[0].len());
+    assert!(t.windows(2).all(|w| w[0] < w[1]));
+    // Alloc and its frees share one frames list, hence one id; stacks are
+    // drawn from the pool.
+    assert!(s.frames.stack_count() as u64 <= stats.stacks + 1);
+
+    let replays = crate::trace::replay::from_snapshot::verify(&s).expect("own settings");
+    assert_eq!(replays.len(), 1);
+    let o = &replays[0].outcome;
+    assert_eq!(o.replayable_from, 0, "a closed trace");
+    assert!(o.all_matched(), "{:?}", o.differences);
+    assert_eq!(o.allocs as u64, stats.allocs);
+    assert_eq!(o.final_state_match, Some(true));
+}
