@@ -9,7 +9,7 @@
 
 use rustc_hash::FxHashMap;
 
-use super::segment_header::{self, SegmentHeader};
+use super::dict_keys::{self, SegmentHeader};
 use crate::trace::pickle::PickleWriter;
 
 use super::frames::{FrameId, FramesId};
@@ -92,7 +92,7 @@ impl Exporter<'_> {
                 pool_id: s.pool_id,
                 is_expandable: s.is_expandable,
             };
-            segment_header::write(&mut ex.w, &header);
+            dict_keys::segment(&mut ex.w, &header);
             ex.w.str("frames");
             ex.stack(s.frames);
             ex.w.str("blocks");
@@ -102,16 +102,14 @@ impl Exporter<'_> {
 
     fn block(&mut self, b: &Block) {
         self.dict(|ex| {
-            let w = &mut ex.w;
-            w.str("address");
-            w.uint(b.address);
-            w.str("size");
-            w.uint(b.size);
-            w.str("requested_size");
-            w.uint(b.requested_size);
-            w.str("state");
-            w.str(b.state.as_str());
-            w.str("frames");
+            dict_keys::block(
+                &mut ex.w,
+                b.address,
+                b.size,
+                b.requested_size,
+                b.state.as_str(),
+            );
+            ex.w.str("frames");
             ex.stack(b.frames);
         });
     }

@@ -15,13 +15,13 @@
 //! [`export::export_bytes`] writes the current dict layout back as pickle
 //! protocol 4, readable by Python's `pickle` and MemoryViz.
 
+mod dict_keys;
 mod error;
 pub mod export;
 mod field;
 mod frames;
 pub mod from_run;
 mod import;
-mod segment_header;
 pub mod synth;
 mod types;
 

@@ -20,7 +20,7 @@
 
 use std::io::{self, Write};
 
-use super::segment_header::{self, SegmentHeader};
+use super::dict_keys::{self, SegmentHeader};
 use crate::alloc::{AllocConfig, AllocEvent, BlockState, CachingAllocator, Pool, SegmentInfo, Tag};
 use crate::device::SimDevice;
 use crate::trace::pickle::{PickleWriter, BATCH, FRAME_TARGET};
@@ -423,7 +423,7 @@ fn segment(w: &mut PickleWriter, memo: &mut Memo, pool: &FramePool, s: &SegmentI
         pool_id: (0, 0),
         is_expandable: s.is_expandable,
     };
-    segment_header::write(w, &header);
+    dict_keys::segment(w, &header);
     w.str("frames");
     stack(w, memo, pool, s.tag);
     w.str("blocks");
@@ -434,14 +434,7 @@ fn segment(w: &mut PickleWriter, memo: &mut Memo, pool: &FramePool, s: &SegmentI
         w.empty_dict();
         w.memoize();
         w.mark();
-        w.str("address");
-        w.uint(b.address);
-        w.str("size");
-        w.uint(b.size);
-        w.str("requested_size");
-        w.uint(b.requested_size);
-        w.str("state");
-        w.str(b.state.as_str());
+        dict_keys::block(w, b.address, b.size, b.requested_size, b.state.as_str());
         w.str("frames");
         let tag = if b.state == BlockState::Inactive {
             Tag::NONE

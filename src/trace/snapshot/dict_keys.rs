@@ -1,5 +1,5 @@
-//! The fixed keys of a `_snapshot()` segment dict, written the same way by
-//! the export of a snapshot and by the synthesis of one from a run.
+//! The fixed keys of `_snapshot()` segment and block dicts, written the same
+//! way by the export of a snapshot and by the synthesis of one from a run.
 
 use crate::trace::pickle::PickleWriter;
 
@@ -19,7 +19,7 @@ pub(super) struct SegmentHeader<'a> {
 
 /// Write the header's keys and values into the open dict (up to, not
 /// including, `frames` and `blocks`).
-pub(super) fn write(w: &mut PickleWriter, h: &SegmentHeader) {
+pub(super) fn segment(w: &mut PickleWriter, h: &SegmentHeader) {
     w.str("device");
     w.int(h.device);
     for (key, value) in [
@@ -42,4 +42,17 @@ pub(super) fn write(w: &mut PickleWriter, h: &SegmentHeader) {
     w.memoize();
     w.str("is_expandable");
     w.bool(h.is_expandable);
+}
+
+/// Write a block dict's keys and values into the open dict, up to (not
+/// including) `frames`.
+pub(super) fn block(w: &mut PickleWriter, address: u64, size: u64, requested: u64, state: &str) {
+    w.str("address");
+    w.uint(address);
+    w.str("size");
+    w.uint(size);
+    w.str("requested_size");
+    w.uint(requested);
+    w.str("state");
+    w.str(state);
 }
