@@ -149,22 +149,8 @@ impl FreeSet {
     /// The first block of `stream` with size ≥ `size`: `from(stream, size).next()`.
     #[inline]
     pub fn first_from(&self, stream: u64, size: u64) -> Option<FreeEntry> {
-        let placed = self
-            .stream(stream)
-            .and_then(|c| c.first_from(size))
-            .map(|e| FreeEntry::of(stream, e));
-        let pending = self
-            .pending
-            .filter(|p| p.stream == stream && p.size >= size);
-        Self::earlier(placed, pending)
-    }
-
-    #[inline]
-    fn earlier(a: Option<FreeEntry>, b: Option<FreeEntry>) -> Option<FreeEntry> {
-        match (a, b) {
-            (Some(a), Some(b)) => Some(if b.key() < a.key() { b } else { a }),
-            (a, b) => a.or(b),
-        }
+        let placed = self.stream(stream).and_then(|c| c.first_from(size));
+        self.earlier_with_pending(stream, placed, (stream, size, 0))
     }
 
     /// The block of `stream` that follows `(size, addr)` in key order:
@@ -180,13 +166,27 @@ impl FreeSet {
 
     #[inline]
     fn first_at_or_after(&self, stream: u64, size: u64, addr: u64) -> Option<FreeEntry> {
-        let k = (stream, size, addr);
         let placed = self
             .stream(stream)
-            .and_then(|c| c.first_at_or_after(size_classes::key(size, addr)))
-            .map(|e| FreeEntry::of(stream, e));
+            .and_then(|c| c.first_at_or_after(size_classes::key(size, addr)));
+        self.earlier_with_pending(stream, placed, (stream, size, addr))
+    }
+
+    /// The earlier of `placed` (the classes' answer) and the pending block,
+    /// if that one is at or after `k` in `stream`.
+    #[inline]
+    fn earlier_with_pending(
+        &self,
+        stream: u64,
+        placed: Option<size_classes::Entry>,
+        k: (u64, u64, u64),
+    ) -> Option<FreeEntry> {
+        let placed = placed.map(|e| FreeEntry::of(stream, e));
         let pending = self.pending.filter(|p| p.stream == stream && p.key() >= k);
-        Self::earlier(placed, pending)
+        match (placed, pending) {
+            (Some(a), Some(b)) => Some(if b.key() < a.key() { b } else { a }),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Blocks of `stream` in key order, starting at the first with size ≥ `size`.

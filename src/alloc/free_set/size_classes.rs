@@ -164,26 +164,26 @@ impl Classes {
     /// The first entry with size ≥ `size` (best fit before any other rule).
     #[inline]
     pub(super) fn first_from(&self, size: u64) -> Option<Entry> {
-        let c = class_of(size);
-        let found = if self.lens[c] == SPILLED {
-            self.spilled[c].first_at_or_after(key(size, 0))
-        } else {
-            let slot = self.slot(c);
-            slot.get(slot.partition_point(|e| e.0 < size)).copied()
-        };
-        found.or_else(|| self.first_of(self.next_class(c + 1)?))
+        // Same as `first_at_or_after(key(size, 0))`; comparing sizes alone is
+        // cheaper on the path every malloc takes.
+        self.first_in(class_of(size), key(size, 0), |e| e.0 < size)
     }
 
     /// The first entry whose `(size, addr)` key is ≥ `k`.
     #[inline]
     pub(super) fn first_at_or_after(&self, k: u128) -> Option<Entry> {
-        let c = class_of((k >> 64) as u64);
+        self.first_in(class_of((k >> 64) as u64), k, |e| entry_key(e) < k)
+    }
+
+    /// The first entry at or after `k` starting in class `c`; `before` says
+    /// whether an entry of `c` lies before `k`.
+    #[inline]
+    fn first_in(&self, c: usize, k: u128, before: impl Fn(&Entry) -> bool) -> Option<Entry> {
         let found = if self.lens[c] == SPILLED {
             self.spilled[c].first_at_or_after(k)
         } else {
             let slot = self.slot(c);
-            slot.get(slot.partition_point(|e| entry_key(e) < k))
-                .copied()
+            slot.get(slot.partition_point(before)).copied()
         };
         found.or_else(|| self.first_of(self.next_class(c + 1)?))
     }
