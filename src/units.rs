@@ -32,6 +32,16 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     Ok(bytes.round() as u64)
 }
 
+/// A size NVML (or any reader) may not have given: "unknown", never 0.
+pub fn format_size_or_unknown(v: Option<u64>) -> String {
+    v.map_or_else(|| "unknown".to_string(), crate::alloc::format_size)
+}
+
+/// A percentage that may be missing: "unknown", never 0.
+pub fn format_percent_or_unknown(v: Option<u32>) -> String {
+    v.map_or_else(|| "unknown".to_string(), |p| format!("{p}%"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::parse_size;

@@ -6,19 +6,15 @@ use std::collections::VecDeque;
 use std::io::Write;
 use std::process::ExitCode;
 
-use vramscope::alloc::format_size;
 use vramscope::device::nvml::{self, GpuReading};
 use vramscope::tui::theme::{no_color_from_env, Theme, ThemeName};
 use vramscope::tui::watch_loop::run_watch;
+use vramscope::units::{format_percent_or_unknown, format_size_or_unknown};
 
 use super::EXIT_NO_GPU;
 
 const HISTORY: usize = 40;
 const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
-
-fn opt_size(v: Option<u64>) -> String {
-    v.map_or_else(|| "unknown".to_string(), format_size)
-}
 
 fn sparkline(history: &VecDeque<Option<u64>>, total: Option<u64>) -> String {
     history
@@ -33,23 +29,22 @@ fn sparkline(history: &VecDeque<Option<u64>>, total: Option<u64>) -> String {
 fn render(gpus: &[GpuReading], history: &[VecDeque<Option<u64>>]) -> String {
     let mut out = String::new();
     for (g, h) in gpus.iter().zip(history) {
-        let pct = |v: Option<u32>| v.map_or_else(|| "unknown".to_string(), |p| format!("{p}%"));
         out.push_str(&format!(
             "GPU {} {}: used {} of {} (free {}), utilisation {} / memory {}\n  history {}\n",
             g.index,
             g.name.as_deref().unwrap_or("(name unknown)"),
-            opt_size(g.used),
-            opt_size(g.total),
-            opt_size(g.free),
-            pct(g.utilization_gpu),
-            pct(g.utilization_memory),
+            format_size_or_unknown(g.used),
+            format_size_or_unknown(g.total),
+            format_size_or_unknown(g.free),
+            format_percent_or_unknown(g.utilization_gpu),
+            format_percent_or_unknown(g.utilization_memory),
             sparkline(h, g.total),
         ));
         for p in &g.processes {
             out.push_str(&format!(
                 "  pid {:>7}: {} (CUDA context + caching allocator + other: not known for another process)\n",
                 p.pid,
-                opt_size(p.used)
+                format_size_or_unknown(p.used)
             ));
         }
     }

@@ -11,6 +11,7 @@ use crate::alloc::format_size;
 use crate::device::nvml::{self, GpuReading};
 use crate::device::reconcile::{Reconciliation, SimulatedTerms};
 use crate::device::GpuUnavailable;
+use crate::units::format_size_or_unknown as size;
 
 use super::run_view::RunView;
 
@@ -44,10 +45,6 @@ pub struct GpuPanel {
     rx: Option<NvmlReadings>,
     pub nvml: NvmlState,
     pub frame: GpuPanelFrame,
-}
-
-fn size(v: Option<u64>) -> String {
-    v.map_or_else(|| "unknown".to_string(), format_size)
 }
 
 impl GpuPanel {

@@ -13,20 +13,13 @@ use crate::device::nvml::GpuReading;
 use crate::device::reconcile::DeviceReconciliation;
 use crate::tui::theme::Theme;
 use crate::tui::watch::{GpuHistory, WatchState, WATCH_KEYS};
+use crate::units::{format_percent_or_unknown as pct, format_size_or_unknown as size};
 
 /// Lines of one GPU pane, borders included.
 pub const PANE_HEIGHT: u16 = 6;
 /// Lines kept for processes and reconciliation below the panes.
 const DETAIL_MIN: u16 = 10;
 const RECON_HEIGHT: u16 = 6;
-
-fn size(v: Option<u64>) -> String {
-    v.map_or_else(|| "unknown".to_string(), format_size)
-}
-
-fn pct(v: Option<u32>) -> String {
-    v.map_or_else(|| "unknown".to_string(), |p| format!("{p}%"))
-}
 
 /// The first pane shown so that `selected` is visible with `fit` panes.
 pub fn first_visible(selected: usize, fit: usize) -> usize {
