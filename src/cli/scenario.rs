@@ -3,8 +3,7 @@
 use std::process::ExitCode;
 
 use vramscope::device::cuda::CudaDevice;
-use vramscope::device::kernels::Kernels;
-use vramscope::device::AnyLauncher;
+use vramscope::device::kernels::launcher_for;
 use vramscope::scenario::{
     builtins, check, load_file, resolve, run as run_scenario, run_launching, RunOptions,
 };
@@ -69,14 +68,13 @@ pub fn run_headless(name: &str, args: RunArgs) -> anyhow::Result<ExitCode> {
             Ok(dev) => {
                 // kernels/ compiled for this device; the run still measures
                 // memory without them, and says so.
-                let (launcher, unavailable): (Option<AnyLauncher>, _) =
-                    match Kernels::compile(dev.context().clone()) {
-                        Ok(k) => (Some(Box::new(k)), None),
-                        Err(e) => {
-                            eprintln!("vramscope: --device cuda:{n}: no kernels launched: {e}");
-                            (None, Some(e.to_string()))
-                        }
-                    };
+                let (launcher, unavailable) = match launcher_for(&dev) {
+                    Ok(l) => (Some(l), None),
+                    Err(e) => {
+                        eprintln!("vramscope: --device cuda:{n}: no kernels launched: {e}");
+                        (None, Some(e.to_string()))
+                    }
+                };
                 let mut r = run_launching(&scenario, &built, &opts, Box::new(dev), launcher);
                 r.kernels_unavailable = unavailable;
                 r

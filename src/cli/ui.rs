@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use vramscope::device::cuda::CudaDevice;
+use vramscope::device::kernels::launcher_for;
 use vramscope::device::{AnyDevice, Device};
 use vramscope::scenario::resolve;
 use vramscope::tui::import::snapshot_source;
@@ -68,9 +69,10 @@ pub fn open_cuda(name: &str, ordinal: usize) -> anyhow::Result<ExitCode> {
     let gpu = RealGpu {
         ordinal: index,
         open: Arc::new(move || {
-            CudaDevice::open(ordinal)
-                .map(|d| Box::new(d) as AnyDevice)
-                .map_err(|e| e.to_string())
+            let dev = CudaDevice::open(ordinal).map_err(|e| e.to_string())?;
+            // As headless runs do: kernels when NVRTC can build them.
+            let launcher = launcher_for(&dev).ok();
+            Ok((Box::new(dev) as AnyDevice, launcher))
         }),
     };
     let title = format!("{} · cuda:{ordinal}", scenario.name);

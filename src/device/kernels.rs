@@ -43,6 +43,12 @@ fn cuda(e: impl std::fmt::Debug) -> GpuUnavailable {
     GpuUnavailable::Driver(format!("{e:?}"))
 }
 
+/// `kernels/` compiled for `dev` as the engine's launcher, or why not: a
+/// run on `dev` still measures memory without them.
+pub fn launcher_for(dev: &super::cuda::CudaDevice) -> Result<super::AnyLauncher, GpuUnavailable> {
+    Kernels::compile(dev.context().clone()).map(|k| Box::new(k) as super::AnyLauncher)
+}
+
 impl Kernels {
     pub fn compile(ctx: Arc<CudaContext>) -> Result<Kernels, GpuUnavailable> {
         if !driver_present() {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::source::{EngineCommand, Source, SourceMsg, TagDescription, TagInfo};
 use crate::alloc::Tag;
-use crate::device::{nvml, AnyDevice};
+use crate::device::{nvml, AnyDevice, AnyLauncher};
 use crate::engine::{Engine, TagTable};
 use crate::leak::Detector;
 use crate::scenario::{to_trace, Built, NarrationTracker, Scenario};
@@ -40,9 +40,11 @@ enum Ended {
     UiGone,
 }
 
-/// Opens the real GPU a run allocates on; called once per run (a restart
-/// opens it again), on the engine's thread.
-pub type DeviceOpener = Arc<dyn Fn() -> Result<AnyDevice, String> + Send + Sync>;
+/// Opens the real GPU a run allocates on, with the kernel launcher for it
+/// when there is one; called once per run (a restart opens it again), on the
+/// engine's thread.
+pub type DeviceOpener =
+    Arc<dyn Fn() -> Result<(AnyDevice, Option<AnyLauncher>), String> + Send + Sync>;
 
 /// A real GPU for [`scenario_source_on`]: its CUDA ordinal (also NVML's
 /// index for it) and how to open it.
@@ -121,11 +123,17 @@ fn open_engine(
         return Engine::new(built.engine.clone(), &built.model, &built.optimizer)
             .map_err(|e| e.message());
     };
-    let dev = (gpu.open)()?;
+    let (dev, launcher) = (gpu.open)()?;
     let baseline = nvml::own_process_used(gpu.ordinal).ok().flatten();
     let _ = tx.send(SourceMsg::ContextBaseline(baseline));
-    Engine::new_on(built.engine.clone(), &built.model, &built.optimizer, dev)
-        .map_err(|e| e.message())
+    Engine::new_launching(
+        built.engine.clone(),
+        &built.model,
+        &built.optimizer,
+        dev,
+        launcher,
+    )
+    .map_err(|e| e.message())
 }
 
 fn run_once(
