@@ -26,6 +26,8 @@ pub enum AdoptError {
     Tiling { addr: u64, size: u64, blocks: u64 },
     #[error("segment {addr:#x}: two free blocks side by side at {at:#x}")]
     AdjacentFree { addr: u64, at: u64 },
+    #[error("segment {addr:#x}: a block of 0 bytes at {at:#x}")]
+    EmptyBlock { addr: u64, at: u64 },
     #[error("segment {addr:#x} overlaps memory the allocator already holds")]
     Overlap { addr: u64 },
 }
@@ -47,13 +49,21 @@ impl<D: Device> CachingAllocator<D> {
                 blocks: 0,
             });
         }
-        if self.active.contains(addr)
+        if self.active.contains(addr, &self.blocks)
             || self
                 .snapshot()
                 .iter()
                 .any(|s| addr < s.address + s.total_size && s.address < addr + size)
         {
             return Err(AdoptError::Overlap { addr });
+        }
+        let mut at = addr;
+        for b in blocks {
+            if b.size == 0 {
+                // Two blocks would start at one address.
+                return Err(AdoptError::EmptyBlock { addr, at });
+            }
+            at += b.size;
         }
         let mut at = addr;
         for pair in blocks.windows(2) {

@@ -1,5 +1,6 @@
 //! Free, record_stream and deferred frees (allocator.md §4.3, §6).
 
+use super::active::Found;
 use super::block::{BlockId, NIL};
 use super::caching::CachingAllocator;
 use super::error::AllocError;
@@ -14,7 +15,8 @@ impl<D: Device> CachingAllocator<D> {
     /// `free(ptr)`: give the block back; it becomes free now, or once its
     /// cross-stream uses complete.
     pub fn free(&mut self, addr: u64) -> Result<(), AllocError> {
-        let id = self.allocated_block(addr)?;
+        let found = self.allocated_block(addr)?;
+        let id = found.id;
         let b = self.blocks.get_mut(id);
         b.allocated = false;
         let (size, pool, requested, stream, tag) = (b.size, b.pool, b.requested, b.stream, b.tag);
@@ -40,7 +42,7 @@ impl<D: Device> CachingAllocator<D> {
             tag,
         });
         if uses.is_empty() {
-            self.free_block(id);
+            self.free_found_block(found);
         } else {
             self.blocks.get_mut(id).event_count = uses.len() as u16;
             for s in uses {
@@ -57,7 +59,7 @@ impl<D: Device> CachingAllocator<D> {
     /// `tensor.record_stream(s)`: the block may not be reused until work queued
     /// on `s` at free time has finished (§6.3).
     pub fn record_stream(&mut self, addr: u64, stream: u64) -> Result<(), AllocError> {
-        let id = self.allocated_block(addr)?;
+        let id = self.allocated_block(addr)?.id;
         let b = self.blocks.get_mut(id);
         if stream != b.stream {
             b.has_stream_uses = true;
@@ -90,7 +92,7 @@ impl<D: Device> CachingAllocator<D> {
 
     /// Replay: the `free_completed` of a block freed with [`Self::free_deferred`].
     pub fn complete_deferred(&mut self, addr: u64) -> Result<(), AllocError> {
-        let Some(id) = self.active.get(addr) else {
+        let Some(id) = self.active.get(addr, &self.blocks) else {
             return Err(AllocError::UnknownAddress { addr });
         };
         if self.blocks.get(id).allocated {
@@ -104,9 +106,9 @@ impl<D: Device> CachingAllocator<D> {
         Ok(())
     }
 
-    fn allocated_block(&self, addr: u64) -> Result<BlockId, AllocError> {
-        match self.active.get(addr) {
-            Some(id) if self.blocks.get(id).allocated => Ok(id),
+    fn allocated_block(&self, addr: u64) -> Result<Found, AllocError> {
+        match self.active.find(addr, &self.blocks) {
+            Some(found) if self.blocks.get(found.id).allocated => Ok(found),
             Some(_) => Err(AllocError::PendingFree { addr }),
             None if self.is_free_block_start(addr) => Err(AllocError::DoubleFree { addr }),
             None => Err(AllocError::UnknownAddress { addr }),
@@ -153,8 +155,19 @@ impl<D: Device> CachingAllocator<D> {
         }
     }
 
-    /// §6.2 `free_block`: merge with free neighbours and return to the free set.
+    /// §6.2 `free_block` for a block in the active set.
     pub(crate) fn free_block(&mut self, id: BlockId) {
+        let addr = self.blocks.get(id).addr;
+        match self.active.find(addr, &self.blocks) {
+            Some(found) => self.free_found_block(found),
+            None => debug_assert!(false, "freeing block {id} not in the active set"),
+        }
+    }
+
+    /// §6.2 `free_block`: merge with free neighbours and return to the free
+    /// set; `found` is the block's active-set entry.
+    fn free_found_block(&mut self, found: Found) {
+        let id = found.id;
         let b = self.blocks.get(id);
         let (addr, original_size, requested, pool, stream, expandable, tag, prev, next) = (
             b.addr,
@@ -177,7 +190,7 @@ impl<D: Device> CachingAllocator<D> {
             device_free: 0,
             tag,
         });
-        self.active.remove(addr);
+        self.active.remove_at(found);
         self.blocks.get_mut(id).tag = super::Tag::NONE;
         let mut net_blocks: i64 = 0;
         let mut net_bytes: i64 = 0;
