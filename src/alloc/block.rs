@@ -38,6 +38,7 @@ pub(crate) struct Block {
 }
 
 impl Block {
+    #[inline(always)]
     pub fn new(addr: u64, size: u64, stream: u64, pool: Pool, seg: u32) -> Block {
         Block {
             addr,
@@ -77,6 +78,10 @@ pub(crate) struct Arena {
 }
 
 impl Arena {
+    /// Inlined so the caller's block is written straight into its slot: a
+    /// block built on the stack and copied whole stalls the copy's wide loads
+    /// on the narrow stores that built it.
+    #[inline(always)]
     pub fn insert(&mut self, block: Block) -> BlockId {
         if let Some(id) = self.vacant.pop() {
             self.blocks[id as usize] = block;

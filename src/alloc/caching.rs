@@ -278,6 +278,7 @@ impl<D: Device> CachingAllocator<D> {
         self.fix_head(new);
     }
 
+    #[inline(always)]
     pub(crate) fn new_block(&mut self, block: Block) -> BlockId {
         self.blocks.insert(block)
     }

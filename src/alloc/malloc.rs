@@ -6,6 +6,7 @@ use super::constants::{MAX_REQUEST, MIN_BLOCK_SIZE, SMALL_SIZE};
 use super::error::{AllocError, OomError};
 use super::event::{Action, AllocEvent};
 use super::format::oom_message;
+use super::free_set::Hit;
 use super::rounding::{alloc_size, round_size, Pool};
 use super::stats::Family;
 use super::Tag;
@@ -68,20 +69,22 @@ impl<D: Device> CachingAllocator<D> {
             self.gc_calls[req.pool.index()] += 1;
         }
         let found = self.cached_candidate(req)?;
-        self.remove_free(found);
-        Some(found)
+        let id = found.entry.id;
+        self.free_sets[req.pool.index()].take(found);
+        Some(id)
     }
 
     /// The cached block `get_free_block` would take, without taking it.
-    fn cached_candidate(&self, req: &Request) -> Option<BlockId> {
+    #[inline]
+    fn cached_candidate(&self, req: &Request) -> Option<Hit> {
         let found = self.best_fit(req)?;
-        let b = self.blocks.get(found);
+        let size = found.entry.size;
         let ms = self.config.max_split_size;
-        if req.size < ms && b.size >= ms {
+        if req.size < ms && size >= ms {
             return None;
         }
         if req.size >= ms
-            && b.size
+            && size
                 >= req
                     .size
                     .saturating_add(self.config.max_non_split_rounding_size)
@@ -112,11 +115,12 @@ impl<D: Device> CachingAllocator<D> {
         })
     }
 
-    fn best_fit(&self, req: &Request) -> Option<BlockId> {
+    #[inline]
+    fn best_fit(&self, req: &Request) -> Option<Hit> {
         let set = &self.free_sets[req.pool.index()];
         let first = set.first_from(req.stream, req.size)?;
-        if !self.blocks.get(first.id).expandable {
-            return Some(first.id);
+        if !self.blocks.get(first.entry.id).expandable {
+            return Some(first);
         }
         if self.config.expandable_segments {
             // §3 step 3: prefer a free block inside a reservation over the tail
@@ -131,18 +135,24 @@ impl<D: Device> CachingAllocator<D> {
                         .map_or(0, |n| n.size)
             };
             let mut current = first;
-            while let Some(next) = set.next_after(req.stream, current.size, current.addr) {
-                if !self.blocks.get(current.id).expandable || reach(next.id) >= reach(current.id) {
+            while let Some(next) =
+                set.next_after(req.stream, current.entry.size, current.entry.addr)
+            {
+                if !self.blocks.get(current.entry.id).expandable
+                    || reach(next.entry.id) >= reach(current.entry.id)
+                {
                     break;
                 }
                 current = next;
             }
-            Some(current.id)
+            Some(current)
         } else {
             // Expandable segments switched off at run time: only plain blocks qualify.
-            set.from(req.stream, req.size)
-                .map(|e| e.id)
-                .find(|id| !self.blocks.get(*id).expandable)
+            let mut current = first;
+            while self.blocks.get(current.entry.id).expandable {
+                current = set.next_after(req.stream, current.entry.size, current.entry.addr)?;
+            }
+            Some(current)
         }
     }
 

@@ -77,18 +77,10 @@ impl ClassList {
         }
     }
 
+    /// Remove the entry at position `at` of chunk `c`.
     #[inline]
-    pub(super) fn remove(&mut self, size: u64, addr: u64) -> Option<BlockId> {
-        let k = key(size, addr);
-        let c = self.chunk_for(k);
-        if c >= self.lasts.len() {
-            return None;
-        }
+    pub(super) fn remove_at(&mut self, c: usize, at: usize) -> BlockId {
         let chunk = &mut self.chunks[c];
-        let at = chunk.partition_point(|e| entry_key(e) < k);
-        if !chunk.get(at).is_some_and(|e| e.0 == size && e.1 == addr) {
-            return None;
-        }
         let id = chunk.remove(at).2;
         self.len -= 1;
         match chunk.last() {
@@ -102,17 +94,17 @@ impl ClassList {
             }
             Some(last) => self.lasts[c] = entry_key(last),
         }
-        Some(id)
+        id
     }
 
-    /// The first entry with size ≥ `size`.
-    /// The first entry whose key is ≥ `k` (None past this class's end).
+    /// The first entry whose key is ≥ `k` (None past this class's end),
+    /// with its chunk and position.
     #[inline]
-    pub(super) fn first_at_or_after(&self, k: u128) -> Option<Entry> {
+    pub(super) fn first_at_or_after(&self, k: u128) -> Option<(Entry, usize, usize)> {
         let c = self.chunk_for(k);
         let chunk = self.used().get(c)?;
         let at = chunk.partition_point(|e| entry_key(e) < k);
-        chunk.get(at).copied()
+        chunk.get(at).map(|e| (*e, c, at))
     }
 
     #[inline]

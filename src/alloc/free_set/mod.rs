@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use super::block::BlockId;
-use size_classes::Classes;
+use size_classes::{Classes, Loc};
 
 mod class_list;
 mod size_classes;
@@ -54,6 +54,17 @@ impl FreeEntry {
         (self.stream, self.size, self.addr)
     }
 }
+
+/// A lookup's answer and where it sits, so that taking it needs no second search.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Hit {
+    pub entry: FreeEntry,
+    /// The stream's index in `streams`, or `PENDING`.
+    stream_ix: u32,
+    loc: Loc,
+}
+
+const PENDING: u32 = u32::MAX;
 
 /// A sorted iterator with one more entry merged in at its place.
 struct WithPending<I: Iterator<Item = FreeEntry>> {
@@ -148,28 +159,32 @@ impl FreeSet {
 
     /// The first block of `stream` with size ≥ `size`: `from(stream, size).next()`.
     #[inline]
-    pub fn first_from(&self, stream: u64, size: u64) -> Option<FreeEntry> {
-        let placed = self.stream(stream).and_then(|c| c.first_from(size));
-        self.earlier_with_pending(stream, placed, (stream, size, 0))
+    pub fn first_from(&self, stream: u64, size: u64) -> Option<Hit> {
+        let ix = self.stream_index(stream);
+        let placed = ix.and_then(|i| self.streams[i].1.first_from(size));
+        self.earlier_with_pending(stream, ix, placed, (stream, size, 0))
     }
 
     /// The block of `stream` that follows `(size, addr)` in key order:
     /// stepping through `from` one search at a time, with no iterator to build.
     #[inline]
-    pub fn next_after(&self, stream: u64, size: u64, addr: u64) -> Option<FreeEntry> {
+    pub fn next_after(&self, stream: u64, size: u64, addr: u64) -> Option<Hit> {
         let (size, addr) = match addr.checked_add(1) {
             Some(a) => (size, a),
             None => (size.checked_add(1)?, 0),
         };
-        self.first_at_or_after(stream, size, addr)
+        let ix = self.stream_index(stream);
+        let placed = ix.and_then(|i| {
+            self.streams[i]
+                .1
+                .first_at_or_after(size_classes::key(size, addr))
+        });
+        self.earlier_with_pending(stream, ix, placed, (stream, size, addr))
     }
 
     #[inline]
-    fn first_at_or_after(&self, stream: u64, size: u64, addr: u64) -> Option<FreeEntry> {
-        let placed = self
-            .stream(stream)
-            .and_then(|c| c.first_at_or_after(size_classes::key(size, addr)));
-        self.earlier_with_pending(stream, placed, (stream, size, addr))
+    fn stream_index(&self, stream: u64) -> Option<usize> {
+        self.streams.iter().position(|(s, _)| *s == stream)
     }
 
     /// The earlier of `placed` (the classes' answer) and the pending block,
@@ -178,15 +193,41 @@ impl FreeSet {
     fn earlier_with_pending(
         &self,
         stream: u64,
-        placed: Option<size_classes::Entry>,
+        ix: Option<usize>,
+        placed: Option<(size_classes::Entry, Loc)>,
         k: (u64, u64, u64),
-    ) -> Option<FreeEntry> {
-        let placed = placed.map(|e| FreeEntry::of(stream, e));
-        let pending = self.pending.filter(|p| p.stream == stream && p.key() >= k);
+    ) -> Option<Hit> {
+        let placed = match (ix, placed) {
+            (Some(i), Some((e, loc))) => Some(Hit {
+                entry: FreeEntry::of(stream, e),
+                stream_ix: i as u32,
+                loc,
+            }),
+            _ => None,
+        };
+        let pending = self
+            .pending
+            .filter(|p| p.stream == stream && p.key() >= k)
+            .map(|entry| Hit {
+                entry,
+                stream_ix: PENDING,
+                loc: Loc::NONE,
+            });
         match (placed, pending) {
-            (Some(a), Some(b)) => Some(if b.key() < a.key() { b } else { a }),
+            (Some(a), Some(b)) => Some(if b.entry.key() < a.entry.key() { b } else { a }),
             (a, b) => a.or(b),
         }
+    }
+
+    /// Remove the block a lookup just returned (no change to the set in between).
+    #[inline]
+    pub fn take(&mut self, hit: Hit) {
+        if hit.stream_ix == PENDING {
+            self.pending = None;
+        } else {
+            self.streams[hit.stream_ix as usize].1.remove_at(hit.loc);
+        }
+        self.len -= 1;
     }
 
     /// Blocks of `stream` in key order, starting at the first with size ≥ `size`.

@@ -26,6 +26,46 @@ pub(super) fn class_of(size: u64) -> usize {
 
 pub(super) type Entry = (u64, u64, BlockId);
 
+/// Where an entry sits, as a lookup found it: removing it there needs no
+/// second search. Class, position and (spilled classes) chunk packed in one
+/// word: a lookup's answer is copied around, and a word stays in a register
+/// where a struct of small fields goes through the stack and stalls the
+/// loads that read it back whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Loc(u64);
+
+const SPILLED_BIT: u64 = 1 << 63;
+
+impl Loc {
+    /// No place (the pending block).
+    pub(super) const NONE: Loc = Loc(0);
+
+    #[inline]
+    fn inline(class: usize, at: usize) -> Loc {
+        Loc(class as u64 | (at as u64) << 16)
+    }
+    #[inline]
+    fn spilled(class: usize, chunk: usize, at: usize) -> Loc {
+        Loc(class as u64 | (at as u64) << 16 | (chunk as u64) << 32 | SPILLED_BIT)
+    }
+    #[inline]
+    fn class(self) -> usize {
+        (self.0 & 0xffff) as usize
+    }
+    #[inline]
+    fn at(self) -> usize {
+        ((self.0 >> 16) & 0xffff) as usize
+    }
+    #[inline]
+    fn chunk(self) -> usize {
+        ((self.0 >> 32) & 0x7fff_ffff) as usize
+    }
+    #[inline]
+    fn is_spilled(self) -> bool {
+        self.0 & SPILLED_BIT != 0
+    }
+}
+
 #[inline]
 pub(super) fn key(size: u64, addr: u64) -> u128 {
     (u128::from(size) << 64) | u128::from(addr)
@@ -132,25 +172,43 @@ impl Classes {
     pub(super) fn remove(&mut self, size: u64, addr: u64) -> Option<BlockId> {
         let c = class_of(size);
         let n = self.lens[c];
-        if n == SPILLED {
+        let k = key(size, addr);
+        let loc = if n == SPILLED {
+            let (e, chunk, at) = self.spilled[c].first_at_or_after(k)?;
+            if entry_key(&e) != k {
+                return None;
+            }
+            Loc::spilled(c, chunk, at)
+        } else {
+            let slot = self.slot(c);
+            let at = slot.partition_point(|e| entry_key(e) < k);
+            if slot.get(at).is_none_or(|e| entry_key(e) != k) {
+                return None;
+            }
+            Loc::inline(c, at)
+        };
+        Some(self.remove_at(loc))
+    }
+
+    /// Remove the entry a lookup just found at `loc` (no change in between).
+    #[inline]
+    pub(super) fn remove_at(&mut self, loc: Loc) -> BlockId {
+        let c = loc.class();
+        let at = loc.at();
+        if loc.is_spilled() {
             let list = &mut self.spilled[c];
-            let id = list.remove(size, addr)?;
+            let id = list.remove_at(loc.chunk(), at);
             if list.len < INLINE / 2 {
                 let entries = list.take_all();
                 self.inline[c * INLINE..c * INLINE + entries.len()].copy_from_slice(&entries);
                 self.lens[c] = entries.len() as u16;
             }
-            return Some(id);
+            return id;
         }
         let base = c * INLINE;
-        let n = usize::from(n);
-        let k = key(size, addr);
-        let at = self.inline[base..base + n].partition_point(|e| entry_key(e) < k);
-        if at == n || entry_key(&self.inline[base + at]) != k {
-            return None;
-        }
-        let id = self.inline[base + at].2;
+        let n = usize::from(self.lens[c]);
         let slot = &mut self.inline[base..base + n];
+        let id = slot[at].2;
         for i in at..n - 1 {
             slot[i] = slot[i + 1];
         }
@@ -158,12 +216,12 @@ impl Classes {
         if n == 1 {
             self.nonempty[c / 64] &= !(1 << (c % 64));
         }
-        Some(id)
+        id
     }
 
     /// The first entry with size ≥ `size` (best fit before any other rule).
     #[inline]
-    pub(super) fn first_from(&self, size: u64) -> Option<Entry> {
+    pub(super) fn first_from(&self, size: u64) -> Option<(Entry, Loc)> {
         // Same as `first_at_or_after(key(size, 0))`; comparing sizes alone is
         // cheaper on the path every malloc takes.
         self.first_in(class_of(size), key(size, 0), |e| e.0 < size)
@@ -171,29 +229,32 @@ impl Classes {
 
     /// The first entry whose `(size, addr)` key is ≥ `k`.
     #[inline]
-    pub(super) fn first_at_or_after(&self, k: u128) -> Option<Entry> {
+    pub(super) fn first_at_or_after(&self, k: u128) -> Option<(Entry, Loc)> {
         self.first_in(class_of((k >> 64) as u64), k, |e| entry_key(e) < k)
     }
 
     /// The first entry at or after `k` starting in class `c`; `before` says
     /// whether an entry of `c` lies before `k`.
     #[inline]
-    fn first_in(&self, c: usize, k: u128, before: impl Fn(&Entry) -> bool) -> Option<Entry> {
+    fn first_in(&self, c: usize, k: u128, before: impl Fn(&Entry) -> bool) -> Option<(Entry, Loc)> {
         let found = if self.lens[c] == SPILLED {
-            self.spilled[c].first_at_or_after(k)
+            self.spilled[c]
+                .first_at_or_after(k)
+                .map(|(e, chunk, at)| (e, Loc::spilled(c, chunk, at)))
         } else {
             let slot = self.slot(c);
-            slot.get(slot.partition_point(before)).copied()
+            let at = slot.partition_point(before);
+            slot.get(at).map(|e| (*e, Loc::inline(c, at)))
         };
         found.or_else(|| self.first_of(self.next_class(c + 1)?))
     }
 
     #[inline]
-    fn first_of(&self, c: usize) -> Option<Entry> {
+    fn first_of(&self, c: usize) -> Option<(Entry, Loc)> {
         if self.lens[c] == SPILLED {
-            self.spilled[c].first()
+            Some((self.spilled[c].first()?, Loc::spilled(c, 0, 0)))
         } else {
-            self.slot(c).first().copied()
+            Some((*self.slot(c).first()?, Loc::inline(c, 0)))
         }
     }
 
