@@ -183,10 +183,10 @@ mod tests {
                     table.remove_at(f);
                     blocks.remove(f.id);
                 }
-            } else if !model.contains_key(&addr) {
+            } else if let std::collections::hash_map::Entry::Vacant(slot) = model.entry(addr) {
                 let id = blocks.insert(Block::new(addr, 512, 0, Pool::Small, 0));
                 table.insert(addr, id);
-                model.insert(addr, id);
+                slot.insert(id);
             }
             assert_eq!(table.len(), model.len());
         }

@@ -198,6 +198,7 @@ impl<D: Device> CachingAllocator<D> {
         self.active.len()
     }
 
+    #[inline]
     pub(crate) fn emit(&mut self, event: AllocEvent) {
         if self.record {
             self.events.push(event);
@@ -210,14 +211,28 @@ impl<D: Device> CachingAllocator<D> {
 
     /// Put a free mapped block into its pool's free set, stamping its GC age base.
     pub(crate) fn insert_free(&mut self, id: BlockId) {
-        let pool = self.blocks.get(id).pool;
-        let base = self.gc_calls[pool.index()];
-        let b = self.blocks.get_mut(id);
-        b.gc_count_base = base as u32;
-        let (stream, size, addr) = (b.stream, b.size, b.addr);
+        let b = self.blocks.get(id);
+        let (pool, stream, size, addr) = (b.pool, b.stream, b.size, b.addr);
+        self.insert_free_as(id, pool, stream, size, addr);
+    }
+
+    /// [`Self::insert_free`] for a block whose place and size the caller has
+    /// just written: reading them back from the block could stall on those
+    /// stores.
+    #[inline]
+    pub(crate) fn insert_free_as(
+        &mut self,
+        id: BlockId,
+        pool: Pool,
+        stream: u64,
+        size: u64,
+        addr: u64,
+    ) {
+        self.blocks.get_mut(id).gc_count_base = self.gc_calls[pool.index()] as u32;
         self.free_sets[pool.index()].insert(stream, size, addr, id);
     }
 
+    #[inline]
     pub(crate) fn remove_free(&mut self, id: BlockId) {
         let b = self.blocks.get(id);
         let (pool, stream, size, addr) = (b.pool, b.stream, b.size, b.addr);
@@ -253,6 +268,7 @@ impl<D: Device> CachingAllocator<D> {
 
     /// Keep the segment's head pointer right after a relink that may have
     /// changed which block comes first.
+    #[inline]
     pub(crate) fn fix_head(&mut self, id: BlockId) {
         let b = self.blocks.get(id);
         if b.prev != NIL {
@@ -266,6 +282,7 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     /// Insert `new` between `prev` and `next` in the address list.
+    #[inline]
     pub(crate) fn splice(&mut self, new: BlockId, prev: BlockId, next: BlockId) {
         self.blocks.get_mut(new).prev = prev;
         self.blocks.get_mut(new).next = next;

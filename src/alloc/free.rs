@@ -5,7 +5,6 @@ use super::block::{BlockId, NIL};
 use super::caching::CachingAllocator;
 use super::error::AllocError;
 use super::event::{Action, AllocEvent};
-use super::stats::Family;
 use crate::device::Device;
 
 /// The stream a replay uses to hold a block pending until its `free_completed`.
@@ -25,9 +24,7 @@ impl<D: Device> CachingAllocator<D> {
         } else {
             Vec::new()
         };
-        self.stats.decrease(Family::Allocation, pool, 1);
-        self.stats
-            .decrease(Family::AllocatedBytes, pool, size as i64);
+        self.stats.on_free_requested(pool, size);
         if size >= self.config.max_split_size {
             self.stats.oversize_allocations.decrease(1);
         }
@@ -166,6 +163,7 @@ impl<D: Device> CachingAllocator<D> {
 
     /// §6.2 `free_block`: merge with free neighbours and return to the free
     /// set; `found` is the block's active-set entry.
+    #[inline]
     fn free_found_block(&mut self, found: Found) {
         let id = found.id;
         let b = self.blocks.get(id);
@@ -194,53 +192,59 @@ impl<D: Device> CachingAllocator<D> {
         self.blocks.get_mut(id).tag = super::Tag::NONE;
         let mut net_blocks: i64 = 0;
         let mut net_bytes: i64 = 0;
+        let (mut merged_addr, mut merged_size) = (addr, original_size);
         for neighbour in [prev, next] {
             let absorbed = self.try_merge(id, neighbour);
             if absorbed > 0 {
                 net_blocks -= 1;
                 net_bytes -= absorbed as i64;
+                merged_size += absorbed;
+                if neighbour == prev {
+                    merged_addr -= absorbed;
+                }
             }
         }
-        self.insert_free(id);
-        let merged = self.blocks.get(id);
-        if merged.is_split() {
+        self.insert_free_as(id, pool, stream, merged_size, merged_addr);
+        if self.blocks.get(id).is_split() {
             net_blocks += 1;
-            net_bytes += merged.size as i64;
+            net_bytes += merged_size as i64;
         }
         if !expandable {
-            self.apply_net(Family::InactiveSplit, pool, net_blocks);
-            self.apply_net(Family::InactiveSplitBytes, pool, net_bytes);
+            self.stats
+                .on_inactive_split_change(pool, net_blocks, net_bytes);
         }
-        self.stats.decrease(Family::Active, pool, 1);
-        self.stats
-            .decrease(Family::ActiveBytes, pool, original_size as i64);
-        self.stats
-            .decrease(Family::RequestedBytes, pool, requested as i64);
-    }
-
-    fn apply_net(&mut self, family: Family, pool: super::Pool, net: i64) {
-        if net > 0 {
-            self.stats.increase(family, pool, net);
-        } else if net < 0 {
-            self.stats.decrease(family, pool, -net);
-        }
+        self.stats.on_free_completed(pool, original_size, requested);
     }
 
     /// §4.3 `try_merge_blocks`: `dst` absorbs `src` if it is free and equally
     /// mapped. Returns the absorbed size (0 when nothing merged).
+    #[inline]
     pub(crate) fn try_merge(&mut self, dst: BlockId, src: BlockId) -> u64 {
-        let Some(s) = self.blocks.opt(src) else {
-            return 0;
-        };
-        if !s.is_free() || s.mapped != self.blocks.get(dst).mapped {
+        if !self.can_merge(dst, src) {
             return 0;
         }
-        let (s_addr, s_size, s_prev, s_next, s_mapped) = (s.addr, s.size, s.prev, s.next, s.mapped);
-        if s_mapped {
+        if self.blocks.get(src).mapped {
             self.remove_free(src);
         } else {
             self.remove_unmapped(src);
         }
+        self.absorb(dst, src)
+    }
+
+    /// Whether `src` is a free neighbour `dst` may absorb.
+    #[inline]
+    fn can_merge(&self, dst: BlockId, src: BlockId) -> bool {
+        self.blocks
+            .opt(src)
+            .is_some_and(|s| s.is_free() && s.mapped == self.blocks.get(dst).mapped)
+    }
+
+    /// `dst` takes over the neighbour `src` (already out of its free set):
+    /// the address list skips `src` and its slot is freed. Returns its size.
+    #[inline]
+    fn absorb(&mut self, dst: BlockId, src: BlockId) -> u64 {
+        let s = self.blocks.get(src);
+        let (s_addr, s_size, s_prev, s_next) = (s.addr, s.size, s.prev, s.next);
         let d = self.blocks.get_mut(dst);
         if d.prev == src {
             d.addr = s_addr;

@@ -64,6 +64,7 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     /// §3 `get_free_block`: best fit in `(stream, size, address)` order.
+    #[inline]
     fn get_free_block(&mut self, req: &Request) -> Option<BlockId> {
         if self.gc_enabled() {
             self.gc_calls[req.pool.index()] += 1;
@@ -100,6 +101,7 @@ impl<D: Device> CachingAllocator<D> {
             .is_some_and(|req| self.cached_candidate(&req).is_some())
     }
 
+    #[inline]
     fn request(&self, size: u64, stream: u64, tag: Tag) -> Option<Request> {
         if size == 0 || size >= MAX_REQUEST {
             return None;
@@ -202,6 +204,7 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     /// §4.1 `should_split`.
+    #[inline]
     fn should_split(&self, block: &Block, size: u64) -> bool {
         let remaining = block.size - size;
         if block.pool == Pool::Small || self.config.expandable_segments {
@@ -212,6 +215,7 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     /// §5.3 `alloc_found_block`: split if due, mark allocated, count it.
+    #[inline]
     fn alloc_found_block(&mut self, found: BlockId, req: &Request) -> u64 {
         let b = self.blocks.get(found);
         let split = self.should_split(b, req.size);
@@ -221,22 +225,23 @@ impl<D: Device> CachingAllocator<D> {
         let block = if split {
             // The remainder stays the old block object; the front is a fresh block.
             let (addr, prev, stream, seg) = (b.addr, b.prev, b.stream, b.seg);
+            let (rem_addr, rem_size) = (addr + req.size, b.size - req.size);
             let mut fresh = Block::new(addr, req.size, stream, pool, seg);
             fresh.expandable = expandable;
             let id = self.new_block(fresh);
             {
                 let rem = self.blocks.get_mut(found);
-                rem.addr += req.size;
-                rem.size -= req.size;
+                rem.addr = rem_addr;
+                rem.size = rem_size;
             }
             self.splice(id, prev, found);
-            self.insert_free(found);
+            self.insert_free_as(found, pool, stream, rem_size, rem_addr);
             if !expandable {
                 if already_split {
                     self.stats
                         .decrease(Family::InactiveSplitBytes, pool, req.size as i64);
                 } else {
-                    let rem = self.blocks.get(found).size as i64;
+                    let rem = rem_size as i64;
                     self.stats.increase(Family::InactiveSplitBytes, pool, rem);
                     self.stats.increase(Family::InactiveSplit, pool, 1);
                 }
@@ -266,13 +271,7 @@ impl<D: Device> CachingAllocator<D> {
             device_free: 0,
             tag: req.tag,
         });
-        self.stats.increase(Family::Allocation, pool, 1);
-        self.stats
-            .increase(Family::AllocatedBytes, pool, size as i64);
-        self.stats.increase(Family::Active, pool, 1);
-        self.stats.increase(Family::ActiveBytes, pool, size as i64);
-        self.stats
-            .increase(Family::RequestedBytes, pool, req.requested as i64);
+        self.stats.on_alloc(pool, size, req.requested);
         if size >= self.config.max_split_size {
             self.stats.oversize_allocations.increase(1);
         }

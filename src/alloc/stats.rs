@@ -158,6 +158,48 @@ impl MemoryStats {
         self.families[family as usize][pool.index()].decrease(amount);
     }
 
+    /// A block handed out (`alloc_found_block`): one allocation and one
+    /// active block of `size` bytes, `requested` of them asked for.
+    #[inline]
+    pub(crate) fn on_alloc(&mut self, pool: Pool, size: u64, requested: u64) {
+        let (size, requested) = (size as i64, requested as i64);
+        self.increase(Family::Allocation, pool, 1);
+        self.increase(Family::AllocatedBytes, pool, size);
+        self.increase(Family::Active, pool, 1);
+        self.increase(Family::ActiveBytes, pool, size);
+        self.increase(Family::RequestedBytes, pool, requested);
+    }
+
+    /// `free` called: the allocation ends (the block may stay active).
+    #[inline]
+    pub(crate) fn on_free_requested(&mut self, pool: Pool, size: u64) {
+        self.decrease(Family::Allocation, pool, 1);
+        self.decrease(Family::AllocatedBytes, pool, size as i64);
+    }
+
+    /// The block is free (`free_block`): no longer active.
+    #[inline]
+    pub(crate) fn on_free_completed(&mut self, pool: Pool, size: u64, requested: u64) {
+        self.decrease(Family::Active, pool, 1);
+        self.decrease(Family::ActiveBytes, pool, size as i64);
+        self.decrease(Family::RequestedBytes, pool, requested as i64);
+    }
+
+    /// Net change of the inactive-split families after a free's merges.
+    #[inline]
+    pub(crate) fn on_inactive_split_change(&mut self, pool: Pool, blocks: i64, bytes: i64) {
+        for (family, net) in [
+            (Family::InactiveSplit, blocks),
+            (Family::InactiveSplitBytes, bytes),
+        ] {
+            if net > 0 {
+                self.increase(family, pool, net);
+            } else if net < 0 {
+                self.decrease(family, pool, -net);
+            }
+        }
+    }
+
     pub fn allocated_bytes(&self) -> u64 {
         self.get(Family::AllocatedBytes, Level::All).current as u64
     }

@@ -143,18 +143,30 @@ impl FreeSet {
 
     #[inline]
     pub fn remove(&mut self, stream: u64, size: u64, addr: u64) -> Option<BlockId> {
-        let id = match self.pending {
-            Some(p) if p.key() == (stream, size, addr) => {
-                self.pending = None;
-                p.id
-            }
+        let hit = self.find(stream, size, addr)?;
+        self.take(hit);
+        Some(hit.entry.id)
+    }
+
+    /// The block keyed `(stream, size, addr)`, if it is in the set.
+    #[inline]
+    pub fn find(&self, stream: u64, size: u64, addr: u64) -> Option<Hit> {
+        match self.pending {
+            Some(p) if p.key() == (stream, size, addr) => Some(Hit {
+                entry: p,
+                stream_ix: PENDING,
+                loc: Loc::NONE,
+            }),
             _ => {
-                let (_, classes) = self.streams.iter_mut().find(|(s, _)| *s == stream)?;
-                classes.remove(size, addr)?
+                let ix = self.stream_index(stream)?;
+                let (e, loc) = self.streams[ix].1.find(size, addr)?;
+                Some(Hit {
+                    entry: FreeEntry::of(stream, e),
+                    stream_ix: ix as u32,
+                    loc,
+                })
             }
-        };
-        self.len -= 1;
-        Some(id)
+        }
     }
 
     /// The first block of `stream` with size ≥ `size`: `from(stream, size).next()`.

@@ -168,26 +168,20 @@ impl Classes {
         self.nonempty[c / 64] |= 1 << (c % 64);
     }
 
+    /// The entry keyed `(size, addr)` and where it sits.
     #[inline]
-    pub(super) fn remove(&mut self, size: u64, addr: u64) -> Option<BlockId> {
+    pub(super) fn find(&self, size: u64, addr: u64) -> Option<(Entry, Loc)> {
         let c = class_of(size);
-        let n = self.lens[c];
         let k = key(size, addr);
-        let loc = if n == SPILLED {
+        let (e, loc) = if self.lens[c] == SPILLED {
             let (e, chunk, at) = self.spilled[c].first_at_or_after(k)?;
-            if entry_key(&e) != k {
-                return None;
-            }
-            Loc::spilled(c, chunk, at)
+            (e, Loc::spilled(c, chunk, at))
         } else {
             let slot = self.slot(c);
             let at = slot.partition_point(|e| entry_key(e) < k);
-            if slot.get(at).is_none_or(|e| entry_key(e) != k) {
-                return None;
-            }
-            Loc::inline(c, at)
+            (*slot.get(at)?, Loc::inline(c, at))
         };
-        Some(self.remove_at(loc))
+        (entry_key(&e) == k).then_some((e, loc))
     }
 
     /// Remove the entry a lookup just found at `loc` (no change in between).

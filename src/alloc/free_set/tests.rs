@@ -39,7 +39,7 @@ fn many_blocks_of_one_size_stay_in_address_order() {
             let mut sorted = model.clone();
             sorted.sort_unstable();
             assert_eq!(
-                set.first_from(0, 1 << 20).map(|e| e.addr),
+                set.first_from(0, 1 << 20).map(|h| h.entry.addr),
                 sorted.first().copied()
             );
         }
@@ -99,13 +99,15 @@ fn order_matches_a_sorted_list() {
             .map(|e| (e.size, e.addr))
             .collect();
         assert_eq!(got, want, "from {probe}");
-        let first = set.first_from(0, probe).map(|e| (e.size, e.addr));
+        let first = set
+            .first_from(0, probe)
+            .map(|h| (h.entry.size, h.entry.addr));
         assert_eq!(first, want.first().copied(), "first_from {probe}");
         let mut stepped = Vec::new();
         let mut at = set.first_from(0, probe);
-        while let Some(e) = at.filter(|_| stepped.len() < 5) {
-            stepped.push((e.size, e.addr));
-            at = set.next_after(0, e.size, e.addr);
+        while let Some(h) = at.filter(|_| stepped.len() < 5) {
+            stepped.push((h.entry.size, h.entry.addr));
+            at = set.next_after(0, h.entry.size, h.entry.addr);
         }
         assert_eq!(stepped, want, "next_after from {probe}");
         let want: Vec<_> = model
@@ -123,4 +125,46 @@ fn order_matches_a_sorted_list() {
         assert_eq!(got, want, "below {probe}");
     }
     assert_eq!(set.largest(), model.last().map_or(0, |e| e.0));
+}
+
+/// `take` removes exactly the entry a lookup returned, wherever it sits:
+/// the pending block, a flat slot, or a chunk of a spilled class.
+#[test]
+fn taking_a_lookups_answer_removes_that_entry() {
+    let mut set = FreeSet::default();
+    let mut model: Vec<(u64, u64)> = Vec::new();
+    let mut x: u64 = 777;
+    for i in 0..4000u32 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        // Few sizes, so some classes spill into chunks.
+        let size = 512 * (1 + x % 6) * if x.is_multiple_of(5) { 4096 } else { 1 };
+        let addr = (x >> 24) << 9;
+        if i % 3 == 0 && !model.is_empty() {
+            let probe = model[(x as usize >> 5) % model.len()].0;
+            let hit = set.first_from(0, probe).expect("a block fits");
+            let want = *model
+                .iter()
+                .filter(|e| e.0 >= probe)
+                .min()
+                .expect("model agrees");
+            assert_eq!((hit.entry.size, hit.entry.addr), want);
+            set.take(hit);
+            model.retain(|e| *e != want);
+        } else if i % 7 == 1 && !model.is_empty() {
+            let (s, a) = model.swap_remove((x as usize >> 9) % model.len());
+            let hit = set.find(0, s, a).expect("present");
+            assert_eq!((hit.entry.size, hit.entry.addr), (s, a));
+            set.take(hit);
+            assert!(set.find(0, s, a).is_none());
+        } else if !model.contains(&(size, addr)) {
+            set.insert(0, size, addr, i);
+            model.push((size, addr));
+        }
+        assert_eq!(set.len(), model.len());
+    }
+    model.sort_unstable();
+    let all: Vec<(u64, u64)> = set.iter().map(|e| (e.size, e.addr)).collect();
+    assert_eq!(all, model);
 }
