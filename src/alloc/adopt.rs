@@ -136,3 +136,63 @@ impl<D: Device> CachingAllocator<D> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{AdoptBlock, AdoptError};
+    use crate::alloc::{AllocConfig, BlockState, CachingAllocator, Pool, Tag};
+    use crate::device::SimDevice;
+
+    fn block(size: u64, state: BlockState) -> AdoptBlock {
+        AdoptBlock {
+            size,
+            requested: size,
+            state,
+            tag: Tag::NONE,
+        }
+    }
+
+    fn allocator() -> CachingAllocator<SimDevice> {
+        CachingAllocator::new(SimDevice::new("sim", 1 << 34, 0), AllocConfig::default())
+    }
+
+    #[test]
+    fn a_zero_byte_block_is_refused_and_nothing_is_adopted() {
+        let mut a = allocator();
+        let blocks = [
+            block(1 << 20, BlockState::ActiveAllocated),
+            block(0, BlockState::ActiveAllocated),
+            block(1 << 20, BlockState::Inactive),
+        ];
+        let addr = 0x7000_0000_0000;
+        assert_eq!(
+            a.adopt_segment(addr, Pool::Large, 0, &blocks),
+            Err(AdoptError::EmptyBlock {
+                addr,
+                at: addr + (1 << 20)
+            })
+        );
+        assert!(a.snapshot().is_empty());
+        assert_eq!(a.active_blocks(), 0);
+    }
+
+    #[test]
+    fn adopted_allocations_are_freed_by_address() {
+        let mut a = allocator();
+        let addr = 0x7000_0000_0000;
+        let blocks = [
+            block(1 << 20, BlockState::ActiveAllocated),
+            block(1 << 20, BlockState::Inactive),
+            block(2 << 20, BlockState::ActiveAllocated),
+        ];
+        a.adopt_segment(addr, Pool::Large, 0, &blocks).expect("tiles");
+        assert_eq!(a.active_blocks(), 2);
+        a.free(addr + (2 << 20)).expect("adopted block");
+        a.free(addr).expect("adopted block");
+        assert_eq!(a.active_blocks(), 0);
+        assert_eq!(a.stats().allocated_bytes(), 0);
+        // Freed and merged: the whole segment is one free block again.
+        assert_eq!(a.free_block_count(), 1);
+        assert!(a.free(addr).is_err());
+    }
+}
