@@ -185,7 +185,8 @@ mod tests {
             block(1 << 20, BlockState::Inactive),
             block(2 << 20, BlockState::ActiveAllocated),
         ];
-        a.adopt_segment(addr, Pool::Large, 0, &blocks).expect("tiles");
+        a.adopt_segment(addr, Pool::Large, 0, &blocks)
+            .expect("tiles");
         assert_eq!(a.active_blocks(), 2);
         a.free(addr + (2 << 20)).expect("adopted block");
         a.free(addr).expect("adopted block");

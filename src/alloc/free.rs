@@ -190,12 +190,19 @@ impl<D: Device> CachingAllocator<D> {
         });
         self.active.remove_at(found);
         self.blocks.get_mut(id).tag = super::Tag::NONE;
+        // Both neighbours are judged before either merges (neither merge
+        // changes the other's answer): their two loads, often cache misses,
+        // then overlap instead of waiting on each other.
+        let merge_prev = self.can_merge(id, prev);
+        let merge_next = self.can_merge(id, next);
         let mut net_blocks: i64 = 0;
         let mut net_bytes: i64 = 0;
         let (mut merged_addr, mut merged_size) = (addr, original_size);
-        for neighbour in [prev, next] {
-            let absorbed = self.try_merge(id, neighbour);
-            if absorbed > 0 {
+        for (neighbour, merge) in [(prev, merge_prev), (next, merge_next)] {
+            if merge {
+                // `dst` is mapped (it was allocated), so a mergeable `src` is too.
+                self.remove_free(neighbour);
+                let absorbed = self.absorb(id, neighbour);
                 net_blocks -= 1;
                 net_bytes -= absorbed as i64;
                 merged_size += absorbed;
