@@ -149,11 +149,14 @@ impl Classes {
             let n = usize::from(n);
             let base = c * INLINE;
             let k = key(size, addr);
-            let at = self.inline[base..base + n].partition_point(|e| entry_key(e) < k);
-            // A short shift: a plain loop beats a call to memmove.
+            // Insertion sort's step from the end: finding the place and
+            // making room in one short loop (one hard-to-predict exit, where
+            // a search and then a shift have two).
             let slot = &mut self.inline[base..base + n + 1];
-            for i in (at..n).rev() {
-                slot[i + 1] = slot[i];
+            let mut at = n;
+            while at > 0 && entry_key(&slot[at - 1]) > k {
+                slot[at] = slot[at - 1];
+                at -= 1;
             }
             slot[at] = (size, addr, id);
             self.lens[c] += 1;
