@@ -206,9 +206,7 @@ impl Classes {
         let n = usize::from(self.lens[c]);
         let slot = &mut self.inline[base..base + n];
         let id = slot[at].2;
-        for i in at..n - 1 {
-            slot[i] = slot[i + 1];
-        }
+        slot.copy_within(at + 1.., at);
         self.lens[c] -= 1;
         if n == 1 {
             self.nonempty[c / 64] &= !(1 << (c % 64));
