@@ -17,7 +17,6 @@ use crate::device::Device;
 pub(crate) struct Request {
     pub requested: u64,
     pub size: u64,
-    pub alloc_size: u64,
     pub pool: Pool,
     pub stream: u64,
     pub tag: Tag,
@@ -110,7 +109,6 @@ impl<D: Device> CachingAllocator<D> {
         Some(Request {
             requested: size,
             size: rounded,
-            alloc_size: alloc_size(rounded, self.config.large_segment_size),
             pool: Pool::for_size(rounded),
             stream,
             tag,
@@ -163,16 +161,16 @@ impl<D: Device> CachingAllocator<D> {
         if retry {
             self.stats.num_alloc_retries += 1;
         }
+        let size = alloc_size(req.size, self.config.large_segment_size);
         if let Some(max) = self.allowed_max {
-            if self.reserved_total + req.alloc_size > max {
+            if self.reserved_total + size > max {
                 return None;
             }
         }
         if self.config.expandable_segments {
             return self.try_allocate_expandable(req);
         }
-        let addr = self.device.malloc(req.alloc_size).ok()?;
-        let size = req.alloc_size;
+        let addr = self.device.malloc(size).ok()?;
         let seg = self.add_segment(SegmentSlot::Plain(Segment {
             addr,
             pool: req.pool,
@@ -298,7 +296,7 @@ impl<D: Device> CachingAllocator<D> {
             device: self.device_index,
             requested: req.requested,
             rounded: req.size,
-            alloc_size: req.alloc_size,
+            alloc_size: alloc_size(req.size, self.config.large_segment_size),
             device_free,
             device_total,
             allocated,

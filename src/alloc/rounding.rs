@@ -39,6 +39,7 @@ pub fn ceil_to(x: u64, m: u64) -> u64 {
 }
 
 /// §2.3: interval index = floor(log2(R)) − 20, clamped to [0, 15].
+#[inline]
 pub fn division_index(size: u64) -> usize {
     let log2 = 63 - u64::from(size.max(1).leading_zeros());
     (log2.saturating_sub(20) as usize).min(ROUNDUP_INTERVALS - 1)
