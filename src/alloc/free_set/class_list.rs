@@ -6,7 +6,7 @@ use crate::alloc::block::BlockId;
 /// Entries per chunk of a class: small enough that an insert or remove moves
 /// at most a few hundred bytes however many blocks share one size (whole
 /// free segments all do).
-const CHUNK: usize = 32;
+const CHUNK: usize = 16;
 
 /// One size class: sorted `(size, addr)` entries cut into chunks, with each
 /// chunk's last key beside it so a search touches one small array and then
