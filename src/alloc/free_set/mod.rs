@@ -232,7 +232,7 @@ impl FreeSet {
     }
 
     /// Remove the block a lookup just returned (no change to the set in between).
-    #[inline]
+    #[inline(always)]
     pub fn take(&mut self, hit: Hit) {
         if hit.stream_ix == PENDING {
             self.pending = None;

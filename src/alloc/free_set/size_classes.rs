@@ -244,7 +244,7 @@ impl Classes {
         found.or_else(|| self.first_of(self.next_class(c + 1)?))
     }
 
-    #[inline]
+    #[inline(always)]
     fn first_of(&self, c: usize) -> Option<(Entry, Loc)> {
         if self.lens[c] == SPILLED {
             Some((self.spilled[c].first()?, Loc::spilled(c, 0, 0)))
