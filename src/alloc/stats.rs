@@ -34,6 +34,45 @@ impl Stat {
     }
 }
 
+/// A per-pool stat as the hot path keeps it: `allocated` is not stored but
+/// follows from `current − base + freed` (`base`: `current` when the totals
+/// were last reset), so an increase writes two fields, not three.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Counter {
+    current: i64,
+    peak: i64,
+    freed: i64,
+    base: i64,
+}
+
+impl Counter {
+    #[inline]
+    fn increase(&mut self, amount: i64) {
+        self.current += amount;
+        self.peak = self.peak.max(self.current);
+    }
+    #[inline]
+    fn decrease(&mut self, amount: i64) {
+        self.current -= amount;
+        self.freed += amount;
+    }
+    fn stat(self) -> Stat {
+        Stat {
+            current: self.current,
+            peak: self.peak,
+            allocated: self.current - self.base + self.freed,
+            freed: self.freed,
+        }
+    }
+    fn reset_peak(&mut self) {
+        self.peak = self.current;
+    }
+    fn reset_accumulated(&mut self) {
+        self.freed = 0;
+        self.base = self.current;
+    }
+}
+
 /// The nine per-pool families, in the order `memory_summary()` does not use
 /// (it has its own); names are PyTorch's key prefixes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,7 +146,7 @@ pub struct MemoryStats {
     /// Per family, the `small_pool` and `large_pool` stats. Every update
     /// names a pool, so `all` is their sum except for its peak, which is
     /// kept here: half the writes on the allocator's hottest path.
-    families: [[Stat; 2]; 9],
+    families: [[Counter; 2]; 9],
     all_peaks: [i64; 9],
     pub oversize_allocations: Stat,
     pub oversize_segments: Stat,
@@ -130,7 +169,7 @@ impl MemoryStats {
     }
 
     pub fn get(&self, family: Family, level: Level) -> Stat {
-        let [small, large] = self.families[family as usize];
+        let [small, large] = self.families[family as usize].map(Counter::stat);
         match level {
             Level::Small => small,
             Level::Large => large,
@@ -218,7 +257,7 @@ impl MemoryStats {
         self.families
             .iter_mut()
             .flatten()
-            .for_each(Stat::reset_peak);
+            .for_each(Counter::reset_peak);
         for family in Family::ALL {
             self.all_peaks[family as usize] = self.get(family, Level::All).current;
         }
@@ -231,7 +270,7 @@ impl MemoryStats {
         self.families
             .iter_mut()
             .flatten()
-            .for_each(Stat::reset_accumulated);
+            .for_each(Counter::reset_accumulated);
         self.oversize_allocations.reset_accumulated();
         self.oversize_segments.reset_accumulated();
         self.num_alloc_retries = 0;
@@ -290,5 +329,60 @@ impl MemoryStats {
         }
         map.insert("max_split_size".to_string(), self.max_split_size);
         map
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Family, Level, MemoryStats, Pool, Stat};
+
+    /// The stored form (no `allocated` field) reports what plain `Stat`s
+    /// updated the same way report, across peak and total resets.
+    #[test]
+    fn counters_agree_with_plain_stats_across_resets() {
+        let mut stats = MemoryStats::new(-1);
+        let mut model = [[Stat::default(); 2]; 9];
+        let mut all_peak = [0i64; 9];
+        let mut x: u64 = 0x5eed;
+        for step in 0..20_000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let family = Family::ALL[(x % 9) as usize];
+            let (pool, p) = if x & 16 == 0 {
+                (Pool::Small, 0)
+            } else {
+                (Pool::Large, 1)
+            };
+            let f = family as usize;
+            let amount = ((x >> 8) % 1000) as i64;
+            if x & 32 == 0 || model[f][p].current < amount {
+                stats.increase(family, pool, amount);
+                model[f][p].increase(amount);
+                all_peak[f] = all_peak[f].max(model[f][0].current + model[f][1].current);
+            } else {
+                stats.decrease(family, pool, amount);
+                model[f][p].decrease(amount);
+            }
+            if step % 3001 == 3000 {
+                stats.reset_accumulated();
+                model.iter_mut().flatten().for_each(Stat::reset_accumulated);
+            }
+            if step % 4999 == 4998 {
+                stats.reset_peak();
+                model.iter_mut().flatten().for_each(Stat::reset_peak);
+                for (f, peak) in all_peak.iter_mut().enumerate() {
+                    *peak = model[f][0].current + model[f][1].current;
+                }
+            }
+        }
+        for family in Family::ALL {
+            let f = family as usize;
+            assert_eq!(stats.get(family, Level::Small), model[f][0], "{family:?}");
+            assert_eq!(stats.get(family, Level::Large), model[f][1], "{family:?}");
+            let all = stats.get(family, Level::All);
+            assert_eq!(all.peak, all_peak[f], "{family:?}");
+            assert_eq!(all.allocated, model[f][0].allocated + model[f][1].allocated);
+        }
     }
 }
