@@ -20,7 +20,17 @@ pub(super) fn class_of(size: u64) -> usize {
         units as usize
     } else {
         let sl = (units >> (fl - SUB_BITS)) as usize & (SUBS - 1);
-        ((fl - SUB_BITS + 1) as usize) * SUBS + sl
+        // Never above `CLASSES - 1` for a u64 size; saying so lets the
+        // compiler drop the bounds checks of every class array.
+        (((fl - SUB_BITS + 1) as usize) * SUBS + sl).min(CLASSES - 1)
+    }
+}
+
+/// A boxed slice of exactly `CLASSES` entries as a fixed-size array.
+fn fixed<T, const N: usize>(v: Vec<T>) -> Box<[T; N]> {
+    match v.into_boxed_slice().try_into() {
+        Ok(array) => array,
+        Err(_) => unreachable!("built with exactly N entries"),
     }
 }
 
@@ -50,7 +60,7 @@ impl Loc {
     }
     #[inline]
     fn class(self) -> usize {
-        (self.0 & 0xffff) as usize
+        ((self.0 & 0xffff) as usize).min(CLASSES - 1)
     }
     #[inline]
     fn at(self) -> usize {
@@ -81,24 +91,29 @@ pub(super) fn entry_key(e: &Entry) -> u128 {
 /// slot is one memory access away, where a list is three (header, chunk
 /// table, chunk).
 const INLINE: usize = 32;
+/// A class's flat slot, as two halves: `vec!` zero-allocates arrays of at
+/// most 16 zeroable entries (and arrays of those), not longer ones.
+type InlineSlot = [[Entry; INLINE / 2]; 2];
 /// `lens` value of a class whose entries live in `spilled`.
 const SPILLED: u16 = u16::MAX;
 
 #[derive(Debug, Clone)]
 pub(super) struct Classes {
-    lens: Vec<u16>,
-    inline: Vec<Entry>,
-    spilled: Vec<ClassList>,
+    // Fixed-size arrays indexed by a class known to be below `CLASSES`:
+    // the compiler drops the bounds checks on the hottest lines.
+    lens: Box<[u16; CLASSES]>,
+    inline: Box<[InlineSlot; CLASSES]>,
+    spilled: Box<[ClassList; CLASSES]>,
     nonempty: [u64; WORDS],
 }
 
 impl Default for Classes {
     fn default() -> Self {
         Classes {
-            lens: vec![0; CLASSES],
+            lens: fixed(vec![0; CLASSES]),
             // Zeroed, so pages of classes never used are never touched.
-            inline: vec![(0, 0, 0); CLASSES * INLINE],
-            spilled: vec![ClassList::default(); CLASSES],
+            inline: fixed(vec![[[(0, 0, 0); INLINE / 2]; 2]; CLASSES]),
+            spilled: fixed(vec![ClassList::default(); CLASSES]),
             nonempty: [0; WORDS],
         }
     }
@@ -136,7 +151,7 @@ where
 impl Classes {
     #[inline]
     fn slot(&self, c: usize) -> &[Entry] {
-        &self.inline[c * INLINE..c * INLINE + usize::from(self.lens[c])]
+        &self.inline[c].as_flattened()[..usize::from(self.lens[c]).min(INLINE)]
     }
 
     #[inline]
@@ -147,12 +162,11 @@ impl Classes {
             self.spilled[c].insert(size, addr, id);
         } else if usize::from(n) < INLINE {
             let n = usize::from(n);
-            let base = c * INLINE;
             let k = key(size, addr);
             // Insertion sort's step from the end: finding the place and
             // making room in one short loop (one hard-to-predict exit, where
             // a search and then a shift have two).
-            let slot = &mut self.inline[base..base + n + 1];
+            let slot = &mut self.inline[c].as_flattened_mut()[..n + 1];
             let mut at = n;
             while at > 0 && entry_key(&slot[at - 1]) > k {
                 slot[at] = slot[at - 1];
@@ -162,7 +176,7 @@ impl Classes {
             self.lens[c] += 1;
         } else {
             let list = &mut self.spilled[c];
-            for &(s, a, i) in &self.inline[c * INLINE..(c + 1) * INLINE] {
+            for &(s, a, i) in self.inline[c].as_flattened() {
                 list.insert(s, a, i);
             }
             list.insert(size, addr, id);
@@ -197,14 +211,13 @@ impl Classes {
             let id = list.remove_at(loc.chunk(), at);
             if list.len < INLINE / 2 {
                 let entries = list.take_all();
-                self.inline[c * INLINE..c * INLINE + entries.len()].copy_from_slice(&entries);
+                self.inline[c].as_flattened_mut()[..entries.len()].copy_from_slice(&entries);
                 self.lens[c] = entries.len() as u16;
             }
             return id;
         }
-        let base = c * INLINE;
-        let n = usize::from(self.lens[c]);
-        let slot = &mut self.inline[base..base + n];
+        let n = usize::from(self.lens[c]).min(INLINE);
+        let slot = &mut self.inline[c].as_flattened_mut()[..n];
         let id = slot[at].2;
         slot.copy_within(at + 1.., at);
         self.lens[c] -= 1;
