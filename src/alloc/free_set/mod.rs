@@ -92,10 +92,7 @@ impl<I: Iterator<Item = FreeEntry>> Iterator for WithPending<I> {
 impl FreeSet {
     #[inline]
     fn stream(&self, stream: u64) -> Option<&Classes> {
-        self.streams
-            .iter()
-            .find(|(s, _)| *s == stream)
-            .map(|(_, m)| m)
+        self.stream_index(stream).map(|i| &self.streams[i].1)
     }
 
     fn with_pending<I: Iterator<Item = FreeEntry>>(
@@ -130,7 +127,7 @@ impl FreeSet {
 
     #[inline]
     fn place(&mut self, e: FreeEntry) {
-        let classes = match self.streams.iter().position(|(s, _)| *s == e.stream) {
+        let classes = match self.stream_index(e.stream) {
             Some(i) => &mut self.streams[i].1,
             None => {
                 let at = self.streams.partition_point(|(s, _)| *s < e.stream);
