@@ -1,0 +1,643 @@
+//! Typed records from decoded dicts: segments, blocks, trace entries,
+//! frames and allocator settings, each with the path of a bad field.
+
+use rustc_hash::FxHashMap;
+
+use crate::trace::pickle::{Document, SeqId, Value, ValueRef};
+
+use super::super::field::{Fields, Key, Path, Res};
+use super::super::frames::{Frame, FrameId, FrameTable, FramesId};
+use super::super::types::{
+    Action, AllocatorSettings, Annotation, Block, BlockState, EntryExtra, EntryExtras, ExtraId,
+    Layout, PoolKind, Segment, SettingValue, Snapshot, TraceEntry,
+};
+use super::{Claimed, NOT_SEEN, SMALL_SEGMENT};
+
+pub(super) struct Importer {
+    frames: FrameTable,
+    /// Per pickle container: the `FramesId` of a frames list or the
+    /// `FrameId` of a frame dict already converted, so a list or dict shared
+    /// through the memo is walked once. Indexed directly (no hashing): this
+    /// lookup runs once per frame reference.
+    pub(super) converted: Vec<u32>,
+    scratch: Vec<FrameId>,
+    extras: EntryExtras,
+    /// `(action text, compile_context, user_metadata)` handles → row, for
+    /// entries without `device_free` (strings are interned, so equal text is
+    /// an equal handle).
+    extra_cache: FxHashMap<[u32; 3], ExtraId>,
+    last_extra: Option<([u32; 3], ExtraId)>,
+    /// Per string index: the position in [`ACTIONS`] of the action it
+    /// spells, or `u8::MAX` when not parsed yet.
+    actions: Vec<u8>,
+    /// Streaming: record the containers converted for good in `consumed`.
+    pub(super) track: bool,
+    pub(super) consumed: Vec<SeqId>,
+    /// Streaming: the lists converted while decoding.
+    pub(super) claims: FxHashMap<u32, Claimed>,
+}
+
+/// Every action, for `Importer::actions`.
+const ACTIONS: [Action; 11] = [
+    Action::Alloc,
+    Action::FreeRequested,
+    Action::FreeCompleted,
+    Action::SegmentAlloc,
+    Action::SegmentFree,
+    Action::SegmentMap,
+    Action::SegmentUnmap,
+    Action::Oom,
+    Action::Snapshot,
+    Action::Annotate,
+    Action::Other,
+];
+
+/// The handle of an absent optional string in `extra_cache` keys (no
+/// value has it: misc kind 7 is unused).
+const ABSENT: u32 = u32::MAX;
+
+impl Importer {
+    pub(super) fn new(containers: usize, track: bool) -> Self {
+        Self {
+            frames: FrameTable::new(),
+            converted: vec![NOT_SEEN; containers],
+            scratch: Vec::new(),
+            extras: EntryExtras::new(),
+            extra_cache: FxHashMap::default(),
+            last_extra: None,
+            actions: Vec::new(),
+            track,
+            consumed: Vec::new(),
+            claims: FxHashMap::default(),
+        }
+    }
+
+    pub(super) fn run(mut self, doc: &Document) -> Res<Snapshot> {
+        let f = Fields::new(doc);
+        let root = Path::ROOT;
+        let top = doc.root();
+        let snap = match doc.get(top) {
+            ValueRef::List(_) => Snapshot {
+                segments: self.segments(&f, top, &root)?,
+                device_traces: Vec::new(),
+                allocator_settings: None,
+                external_annotations: Vec::new(),
+                layout: Layout::LegacyList,
+                frames: FrameTable::new(),
+                entry_extras: EntryExtras::new(),
+            },
+            ValueRef::Dict(d) => self.dict_root(&f, d, &root)?,
+            _ => {
+                return Err(root.error(format!(
+                    "expected a dict or a list of segments, got {}",
+                    doc.type_name(top)
+                )))
+            }
+        };
+        Ok(Snapshot {
+            frames: self.frames,
+            entry_extras: self.extras,
+            ..snap
+        })
+    }
+
+    fn dict_root(&mut self, f: &Fields, d: SeqId, path: &Path) -> Res<Snapshot> {
+        let segments = f.req(d, Key::Segments, path)?;
+        let segments = self.segments(f, segments, &path.key("segments"))?;
+        let device_traces = match f.get(d, Key::DeviceTraces) {
+            Some(v) => self.traces(f, v, &path.key("device_traces"))?,
+            None => Vec::new(),
+        };
+        let settings_v = f.get(d, Key::AllocatorSettings);
+        let annotations_v = f.get(d, Key::ExternalAnnotations);
+        let layout = if settings_v.is_some() || annotations_v.is_some() {
+            Layout::CurrentDict
+        } else {
+            Layout::OlderDict
+        };
+        let allocator_settings = match settings_v {
+            Some(v) => Some(settings(f, v, &path.key("allocator_settings"))?),
+            None => None,
+        };
+        let external_annotations = match annotations_v {
+            Some(v) => annotations(f, v, &path.key("external_annotations"))?,
+            None => Vec::new(),
+        };
+        Ok(Snapshot {
+            segments,
+            device_traces,
+            allocator_settings,
+            external_annotations,
+            layout,
+            frames: FrameTable::new(),
+            entry_extras: EntryExtras::new(),
+        })
+    }
+
+    /// A claimed list's converted items, if `v` is one.
+    fn take_claimed(&mut self, v: Value) -> Option<Claimed> {
+        let id = Document::list_id(v)?;
+        let slot = self.claims.get_mut(&id.0)?;
+        Some(std::mem::replace(slot, Claimed::Taken))
+    }
+
+    fn consume(&mut self, id: SeqId) {
+        if self.track {
+            self.consumed.push(id);
+        }
+    }
+
+    fn segments(&mut self, f: &Fields, v: Value, path: &Path) -> Res<Vec<Segment>> {
+        match self.take_claimed(v) {
+            Some(Claimed::Segments(s)) => return Ok(s),
+            Some(Claimed::Taken) => {
+                return Err(path.error("the segments list is used twice"));
+            }
+            _ => {}
+        }
+        let items = f.list(v, path)?;
+        let mut out = Vec::with_capacity(items.len());
+        for (i, &s) in items.iter().enumerate() {
+            out.push(self.segment(f, s, &path.index(i))?);
+        }
+        Ok(out)
+    }
+
+    pub(super) fn segment(&mut self, f: &Fields, v: Value, path: &Path) -> Res<Segment> {
+        let d = f.dict(v, path)?;
+        self.consume(d);
+        let device = f.opt(d, Key::Device, path, Fields::int)?.unwrap_or(0);
+        let address = f.field(d, Key::Address, path, Fields::uint)?;
+        let total_size = f.field(d, Key::TotalSize, path, Fields::uint)?;
+        let stream = f.opt(d, Key::Stream, path, Fields::uint)?.unwrap_or(0);
+        let segment_type = match f.opt(d, Key::SegmentType, path, Fields::str)? {
+            Some(s) => match &*s {
+                "small" => PoolKind::Small,
+                "large" => PoolKind::Large,
+                other => {
+                    return Err(path
+                        .key("segment_type")
+                        .error(format!("expected \"small\" or \"large\", got {other:?}")))
+                }
+            },
+            None if total_size <= SMALL_SEGMENT => PoolKind::Small,
+            None => PoolKind::Large,
+        };
+        if let Some(t) = f
+            .get(d, Key::SegmentPoolId)
+            .and_then(Document::container_id)
+        {
+            self.consume(t);
+        }
+        let pool_id = f
+            .opt(d, Key::SegmentPoolId, path, pool_id)?
+            .unwrap_or((0, 0));
+        let is_expandable = f
+            .opt(d, Key::IsExpandable, path, Fields::bool)?
+            .unwrap_or(false);
+        let allocated = f.opt(d, Key::AllocatedSize, path, Fields::uint)?;
+        let active = f.opt(d, Key::ActiveSize, path, Fields::uint)?;
+        let requested = f.opt(d, Key::RequestedSize, path, Fields::uint)?;
+        let frames = self.opt_frames(f, d, path)?;
+
+        let blocks_path = path.key("blocks");
+        let blocks_v = f.req(d, Key::Blocks, path)?;
+        let items = f.list(blocks_v, &blocks_path)?;
+        if let Some(id) = Document::list_id(blocks_v) {
+            self.consume(id);
+        }
+        let mut blocks = Vec::with_capacity(items.len());
+        let mut next = address;
+        for (i, &b) in items.iter().enumerate() {
+            let block = self.block(f, b, next, &blocks_path.index(i))?;
+            next = block.address.saturating_add(block.size);
+            blocks.push(block);
+        }
+
+        // Older files may lack the sums; they follow from the blocks.
+        // Saturating: sizes come from the file and must not overflow.
+        let sum = |pick: fn(&Block) -> Option<u64>| {
+            blocks
+                .iter()
+                .filter_map(pick)
+                .fold(0u64, u64::saturating_add)
+        };
+        Ok(Segment {
+            device,
+            address,
+            total_size,
+            allocated_size: allocated.unwrap_or_else(|| {
+                sum(|b| (b.state == BlockState::ActiveAllocated).then_some(b.size))
+            }),
+            active_size: active.unwrap_or_else(|| sum(|b| b.state.is_active().then_some(b.size))),
+            requested_size: requested
+                .unwrap_or_else(|| sum(|b| b.state.is_active().then_some(b.requested_size))),
+            stream,
+            segment_type,
+            pool_id,
+            is_expandable,
+            frames,
+            blocks,
+        })
+    }
+
+    /// `computed` is the address the block must have if blocks are
+    /// contiguous: used for legacy blocks, which have no `address`.
+    fn block(&mut self, f: &Fields, v: Value, computed: u64, path: &Path) -> Res<Block> {
+        let d = f.dict(v, path)?;
+        self.consume(d);
+        let size = f.field(d, Key::Size, path, Fields::uint)?;
+        let state = f.field(d, Key::State, path, block_state)?;
+        let address = f
+            .opt(d, Key::Address, path, Fields::uint)?
+            .unwrap_or(computed);
+        let requested = f.opt(d, Key::RequestedSize, path, Fields::uint)?;
+        let mut frames = if f.get(d, Key::Frames).is_some() {
+            Some(self.opt_frames(f, d, path)?)
+        } else {
+            None
+        };
+
+        // Legacy (torch 2.0) blocks: the first history entry stands for
+        // the block, as in MemoryViz.
+        let mut history_requested = None;
+        if let Some(h) = f.get(d, Key::History) {
+            let hpath = path.key("history");
+            let items = f.list(h, &hpath)?;
+            if let Some(first) = Document::list_id(h) {
+                self.consume(first);
+            }
+            if let Some(&first) = items.first() {
+                let p0 = hpath.index(0);
+                let hd = f.dict(first, &p0)?;
+                history_requested = f.opt(hd, Key::RealSize, &p0, Fields::uint)?;
+                if frames.is_none() {
+                    frames = Some(self.opt_frames(f, hd, &p0)?);
+                }
+            }
+            for &x in items {
+                if let Some(id) = Document::dict_id(x) {
+                    self.consume(id);
+                }
+            }
+        }
+        Ok(Block {
+            address,
+            size,
+            requested_size: requested.or(history_requested).unwrap_or(size),
+            state,
+            frames: frames.unwrap_or(FramesId::EMPTY),
+        })
+    }
+
+    fn traces(&mut self, f: &Fields, v: Value, path: &Path) -> Res<Vec<Vec<TraceEntry>>> {
+        let devices = f.list(v, path)?;
+        let mut out: Vec<Vec<TraceEntry>> = Vec::with_capacity(devices.len());
+        // Claimed lists already moved out, by list id → device index.
+        let mut moved: FxHashMap<u32, usize> = FxHashMap::default();
+        for (dev, &t) in devices.iter().enumerate() {
+            let dpath = path.index(dev);
+            match self.take_claimed(t) {
+                Some(Claimed::Trace { entries, .. }) => {
+                    if let Some(id) = Document::list_id(t) {
+                        moved.insert(id.0, dev);
+                    }
+                    out.push(entries);
+                    continue;
+                }
+                Some(Claimed::Taken) => {
+                    let again = Document::list_id(t)
+                        .and_then(|id| moved.get(&id.0))
+                        .and_then(|&i| out.get(i))
+                        .cloned();
+                    match again {
+                        Some(entries) => {
+                            out.push(entries);
+                            continue;
+                        }
+                        None => return Err(dpath.error("a trace list is used twice")),
+                    }
+                }
+                _ => {}
+            }
+            let entries = f.list(t, &dpath)?;
+            let mut trace = Vec::with_capacity(entries.len());
+            for (i, &e) in entries.iter().enumerate() {
+                trace.push(self.entry(f, e, &dpath.index(i))?);
+            }
+            out.push(trace);
+        }
+        Ok(out)
+    }
+
+    pub(super) fn entry(&mut self, f: &Fields, v: Value, path: &Path) -> Res<TraceEntry> {
+        let d = f.dict(v, path)?;
+        self.consume(d);
+        // One pass over the dict instead of a lookup per key; a later
+        // duplicate key wins, as in Python.
+        const N: usize = 9;
+        const KEYS: [Key; N] = [
+            Key::Action,
+            Key::Addr,
+            Key::Size,
+            Key::Stream,
+            Key::DeviceFree,
+            Key::TimeUs,
+            Key::CompileContext,
+            Key::UserMetadata,
+            Key::Frames,
+        ];
+        let wanted = KEYS.map(|k| f.key(k).map_or(ABSENT, Value::raw));
+        let mut got: [Option<Value>; N] = [None; N];
+        for (k, val) in f.doc.pairs(d) {
+            let k = k.raw();
+            if let Some(i) = wanted.iter().position(|&w| w == k) {
+                got[i] = Some(val);
+            }
+        }
+        let [action_v, addr_v, size_v, stream_v, free_v, time_v, cc_v, um_v, frames_v] = got;
+        let typed = |v: Option<Value>, key: Key| -> Res<Option<u64>> {
+            v.map(|v| f.uint(v, &path.key(key.name()))).transpose()
+        };
+        let missing = |key: Key| path.error(format!("missing key {:?}", key.name()));
+
+        let action_v = action_v.ok_or_else(|| missing(Key::Action))?;
+        let action_path = path.key("action");
+        let action_text = match f.doc.get(action_v) {
+            ValueRef::Str(s) => s,
+            _ => return Err(f.expected(action_v, "str", &action_path)),
+        };
+        let action = self.action(action_v, action_text);
+        // `oom` has `device_free` instead of `addr`; `annotate` (2.15) has
+        // no `size`.
+        let addr = match action {
+            Action::Oom => typed(addr_v, Key::Addr)?.unwrap_or(0),
+            _ => typed(addr_v, Key::Addr)?.ok_or_else(|| missing(Key::Addr))?,
+        };
+        let size = match action {
+            Action::Annotate => typed(size_v, Key::Size)?.unwrap_or(0),
+            _ => typed(size_v, Key::Size)?.ok_or_else(|| missing(Key::Size))?,
+        };
+        let stream = typed(stream_v, Key::Stream)?.unwrap_or(0);
+        let device_free = typed(free_v, Key::DeviceFree)?;
+        let time_us = time_v.map(|v| f.int(v, &path.key("time_us"))).transpose()?;
+        let text = |v: Option<Value>, key: Key| -> Res<u32> {
+            match v {
+                None => Ok(ABSENT),
+                Some(v) => match f.doc.get(v) {
+                    ValueRef::Str(_) => Ok(v.raw()),
+                    _ => Err(f.expected(v, "str", &path.key(key.name()))),
+                },
+            }
+        };
+        let cc = text(cc_v, Key::CompileContext)?;
+        let um = text(um_v, Key::UserMetadata)?;
+        let frames = match frames_v {
+            Some(fv) => self.stack(f, fv, &path.key("frames"))?,
+            None => FramesId::EMPTY,
+        };
+        let other = if action == Action::Other {
+            action_v.raw()
+        } else {
+            ABSENT
+        };
+        let extra = self.extra(
+            f,
+            [other, cc, um],
+            [Some(action_v), cc_v, um_v],
+            device_free,
+            path,
+        )?;
+        Ok(TraceEntry::new(action, addr, size, stream, frames)
+            .with_time_us(time_us)
+            .with_extra(extra))
+    }
+
+    /// `Action::parse`, remembered per interned string.
+    fn action(&mut self, v: Value, text: &str) -> Action {
+        const UNSEEN: u8 = u8::MAX;
+        let Some(i) = v.str_index().map(|i| i as usize) else {
+            return Action::parse(text);
+        };
+        if let Some(&a) = self.actions.get(i) {
+            if a != UNSEEN {
+                return ACTIONS[a as usize];
+            }
+        }
+        let action = Action::parse(text);
+        if i >= self.actions.len() {
+            self.actions.resize(i + 1, UNSEEN);
+        }
+        self.actions[i] = ACTIONS.iter().position(|&a| a == action).unwrap_or(0) as u8;
+        action
+    }
+
+    /// The [`ExtraId`] of an entry's rare fields; `key` holds the string
+    /// handles (or [`ABSENT`]) of action text, compile context, user
+    /// metadata, `vals` the values themselves.
+    fn extra(
+        &mut self,
+        f: &Fields,
+        key: [u32; 3],
+        vals: [Option<Value>; 3],
+        device_free: Option<u64>,
+        path: &Path,
+    ) -> Res<ExtraId> {
+        if key == [ABSENT; 3] && device_free.is_none() {
+            return Ok(ExtraId::NONE);
+        }
+        if device_free.is_none() {
+            if let Some((k, id)) = self.last_extra {
+                if k == key {
+                    return Ok(id);
+                }
+            }
+            if let Some(&id) = self.extra_cache.get(&key) {
+                self.last_extra = Some((key, id));
+                return Ok(id);
+            }
+        }
+        let s = |i: usize| -> Option<crate::trace::pickle::SharedStr> {
+            if key[i] == ABSENT {
+                return None;
+            }
+            match f.doc.get(vals[i]?) {
+                ValueRef::Str(s) => Some(s.clone()),
+                _ => None,
+            }
+        };
+        let row = EntryExtra {
+            action: s(0),
+            compile_context: s(1),
+            user_metadata: s(2),
+            device_free,
+        };
+        let id = self.extras.intern(row).ok_or_else(|| {
+            path.error(format!(
+                "more than {} distinct (compile_context, user_metadata, device_free) values",
+                ExtraId::LIMIT - 1
+            ))
+        })?;
+        if device_free.is_none() {
+            self.extra_cache.insert(key, id);
+            self.last_extra = Some((key, id));
+        }
+        Ok(id)
+    }
+
+    /// `d["frames"]` as an interned stack; empty when absent.
+    fn opt_frames(&mut self, f: &Fields, d: SeqId, path: &Path) -> Res<FramesId> {
+        match f.get(d, Key::Frames) {
+            Some(v) => self.stack(f, v, &path.key("frames")),
+            None => Ok(FramesId::EMPTY),
+        }
+    }
+
+    fn stack(&mut self, f: &Fields, v: Value, path: &Path) -> Res<FramesId> {
+        let list = f.list_id(v, path)?;
+        if let Some(&id) = self.converted.get(list.0 as usize) {
+            if id != NOT_SEEN {
+                return Ok(FramesId(id));
+            }
+        }
+        let items = f.doc.items(list);
+        let mut ids = std::mem::take(&mut self.scratch);
+        ids.clear();
+        for (i, &fv) in items.iter().enumerate() {
+            match self.frame(f, fv, &path.index(i)) {
+                Ok(id) => ids.push(id),
+                Err(e) => {
+                    self.scratch = ids;
+                    return Err(e);
+                }
+            }
+        }
+        let id = self.frames.intern_stack(&ids);
+        self.scratch = ids;
+        self.remember(list, id.0);
+        Ok(id)
+    }
+
+    fn frame(&mut self, f: &Fields, v: Value, path: &Path) -> Res<FrameId> {
+        let d = f.dict(v, path)?;
+        if let Some(&id) = self.converted.get(d.0 as usize) {
+            if id != NOT_SEEN {
+                return Ok(FrameId(id));
+            }
+        }
+        let frame = Frame {
+            filename: f.field(d, Key::Filename, path, Fields::str)?,
+            line: f.opt(d, Key::Line, path, Fields::int)?.unwrap_or(0),
+            name: f.field(d, Key::Name, path, Fields::str)?,
+        };
+        let id = self.frames.intern_frame(frame);
+        self.remember(d, id.0);
+        Ok(id)
+    }
+
+    fn remember(&mut self, container: SeqId, id: u32) {
+        let i = container.0 as usize;
+        if i >= self.converted.len() {
+            // Streaming: the arena grows as it decodes.
+            self.converted.resize(i + 1, NOT_SEEN);
+        }
+        self.converted[i] = id;
+    }
+}
+
+fn settings(f: &Fields, v: Value, path: &Path) -> Res<AllocatorSettings> {
+    let d = f.dict(v, path)?;
+    let mut s = AllocatorSettings {
+        conf: String::new(),
+        max_split_size: -1,
+        garbage_collection_threshold: 0.0,
+        expandable_segments: false,
+        roundup_power2_divisions: Vec::new(),
+        other: Vec::new(),
+    };
+    for (k, val) in f.doc.pairs(d) {
+        let key = f.str(k, &path.key("<key>"))?;
+        match &*key {
+            "PYTORCH_CUDA_ALLOC_CONF" => {
+                s.conf = f
+                    .str(val, &path.key("PYTORCH_CUDA_ALLOC_CONF"))?
+                    .to_string()
+            }
+            "max_split_size" => s.max_split_size = f.int(val, &path.key("max_split_size"))?,
+            "garbage_collection_threshold" => {
+                s.garbage_collection_threshold =
+                    f.float(val, &path.key("garbage_collection_threshold"))?
+            }
+            "expandable_segments" => {
+                s.expandable_segments = f.bool(val, &path.key("expandable_segments"))?
+            }
+            "roundup_power2_divisions" => {
+                s.roundup_power2_divisions = roundup(f, val, &path.key("roundup_power2_divisions"))?
+            }
+            _ => s.other.push((key.clone(), setting_value(f, val))),
+        }
+    }
+    Ok(s)
+}
+
+fn annotations(f: &Fields, v: Value, path: &Path) -> Res<Vec<Annotation>> {
+    let items = f.list(v, path)?;
+    let mut out = Vec::with_capacity(items.len());
+    for (i, &a) in items.iter().enumerate() {
+        let p = path.index(i);
+        let d = f.dict(a, &p)?;
+        out.push(Annotation {
+            stage: f.field(d, Key::Stage, &p, Fields::str)?,
+            name: f.field(d, Key::Name, &p, Fields::str)?,
+            device: f.opt(d, Key::Device, &p, Fields::int)?.unwrap_or(0),
+            time_us: f.opt(d, Key::TimeUs, &p, Fields::int)?.unwrap_or(0),
+        });
+    }
+    Ok(out)
+}
+
+fn block_state(f: &Fields, v: Value, path: &Path) -> Res<BlockState> {
+    let s = f.str(v, path)?;
+    match &*s {
+        "active_allocated" => Ok(BlockState::ActiveAllocated),
+        "active_pending_free" | "active_awaiting_free" => Ok(BlockState::ActivePendingFree),
+        "inactive" => Ok(BlockState::Inactive),
+        other => Err(path.error(format!("unknown block state {other:?}"))),
+    }
+}
+
+fn pool_id(f: &Fields, v: Value, path: &Path) -> Res<(i64, i64)> {
+    match f.sequence(v, path)? {
+        &[a, b] => Ok((f.int(a, &path.index(0))?, f.int(b, &path.index(1))?)),
+        other => Err(path.error(format!("expected a pair, got {} items", other.len()))),
+    }
+}
+
+/// `{"1": 0, "2": 0, ..., "32768": 0}` → `[(1, 0), (2, 0), ...]`.
+fn roundup(f: &Fields, v: Value, path: &Path) -> Res<Vec<(u64, u64)>> {
+    let d = f.dict(v, path)?;
+    let mut out = Vec::new();
+    for (k, val) in f.doc.pairs(d) {
+        let key = match f.doc.get(k) {
+            ValueRef::Str(s) => s.trim().parse::<u64>().ok(),
+            ValueRef::Int(i) => u64::try_from(i).ok(),
+            _ => None,
+        };
+        let Some(key) = key else {
+            return Err(path.error(format!("expected a numeric key, got {}", f.repr(k))));
+        };
+        out.push((key, f.uint(val, &path.key("<value>"))?));
+    }
+    Ok(out)
+}
+
+fn setting_value(f: &Fields, v: Value) -> SettingValue {
+    match f.doc.get(v) {
+        ValueRef::None => SettingValue::None,
+        ValueRef::Bool(b) => SettingValue::Bool(b),
+        ValueRef::Int(i) => SettingValue::Int(i),
+        ValueRef::Float(x) => SettingValue::Float(x),
+        ValueRef::Str(s) => SettingValue::Str(s.clone()),
+        _ => SettingValue::Text(f.repr(v)),
+    }
+}
