@@ -16,6 +16,18 @@ pub enum Action {
 }
 
 impl Action {
+    /// Every action the allocator records.
+    pub const ALL: [Action; 8] = [
+        Action::Alloc,
+        Action::FreeRequested,
+        Action::FreeCompleted,
+        Action::SegmentAlloc,
+        Action::SegmentFree,
+        Action::SegmentMap,
+        Action::SegmentUnmap,
+        Action::Oom,
+    ];
+
     /// PyTorch's action string.
     pub fn name(self) -> &'static str {
         match self {

@@ -2,7 +2,7 @@
 //! segments, the allocator config it ran under, and the device size.
 
 use crate::alloc::{Action as AllocAction, AllocConfig, ConfigError, TorchVersion};
-use crate::trace::snapshot::{Action, Snapshot};
+use crate::trace::snapshot::Snapshot;
 
 use super::reconstruct::{initial_state, Reconstruction};
 use super::{Entry, EntryAction, FinalBlock, FinalSegment, ReplayOutcome, Replayer};
@@ -18,16 +18,13 @@ pub fn entries(snap: &Snapshot, device: usize) -> Vec<Entry> {
     trace
         .iter()
         .map(|e| Entry {
-            action: match e.action {
-                Action::Alloc => EntryAction::Alloc,
-                Action::FreeRequested => EntryAction::FreeRequested,
-                Action::FreeCompleted => EntryAction::FreeCompleted,
-                Action::SegmentAlloc => EntryAction::Segment(AllocAction::SegmentAlloc),
-                Action::SegmentFree => EntryAction::Segment(AllocAction::SegmentFree),
-                Action::SegmentMap => EntryAction::Segment(AllocAction::SegmentMap),
-                Action::SegmentUnmap => EntryAction::Segment(AllocAction::SegmentUnmap),
-                Action::Oom => EntryAction::Oom,
-                Action::Snapshot | Action::Annotate | Action::Other => EntryAction::Other,
+            action: match e.action.allocator() {
+                Some(AllocAction::Alloc) => EntryAction::Alloc,
+                Some(AllocAction::FreeRequested) => EntryAction::FreeRequested,
+                Some(AllocAction::FreeCompleted) => EntryAction::FreeCompleted,
+                Some(AllocAction::Oom) => EntryAction::Oom,
+                Some(segment) => EntryAction::Segment(segment),
+                None => EntryAction::Other,
             },
             addr: e.addr,
             size: e.size,

@@ -6,7 +6,7 @@ use std::rc::Rc;
 use crate::alloc::{Action as AllocAction, AllocConfig, AllocEvent, SegmentInfo, Tag};
 
 use super::types::{
-    Action, AllocatorSettings, Block, EntryExtra, EntryExtras, Layout, PoolKind, Segment, Snapshot,
+    AllocatorSettings, Block, EntryExtra, EntryExtras, Layout, PoolKind, Segment, Snapshot,
     TraceEntry,
 };
 use super::{Frame, FrameTable, FramesId};
@@ -85,20 +85,15 @@ pub fn snapshot_of_run(
             .iter()
             .enumerate()
             .map(|(i, e)| {
-                let action = match e.action {
-                    AllocAction::Alloc => Action::Alloc,
-                    AllocAction::FreeRequested => Action::FreeRequested,
-                    AllocAction::FreeCompleted => Action::FreeCompleted,
-                    AllocAction::SegmentAlloc => Action::SegmentAlloc,
-                    AllocAction::SegmentFree => Action::SegmentFree,
-                    AllocAction::SegmentMap => Action::SegmentMap,
-                    AllocAction::SegmentUnmap => Action::SegmentUnmap,
-                    AllocAction::Oom => Action::Oom,
-                };
-                let mut entry =
-                    TraceEntry::new(action, e.addr, e.size, e.stream, stack(device, e.tag))
-                        // A simulated clock: one microsecond per entry.
-                        .with_time_us(Some(i as i64));
+                let mut entry = TraceEntry::new(
+                    e.action.into(),
+                    e.addr,
+                    e.size,
+                    e.stream,
+                    stack(device, e.tag),
+                )
+                // A simulated clock: one microsecond per entry.
+                .with_time_us(Some(i as i64));
                 if e.action == AllocAction::Oom {
                     let row = EntryExtra {
                         device_free: Some(e.device_free),

@@ -3,6 +3,7 @@
 
 use rustc_hash::FxHashMap;
 
+use crate::alloc::Action as AllocAction;
 use crate::trace::pickle::SharedStr;
 
 use super::frames::{Frame, FrameTable, FramesId};
@@ -145,17 +146,12 @@ impl Action {
     /// PyTorch's spelling to the enum; unknown text gives [`Action::Other`].
     pub fn parse(s: &str) -> Action {
         match s {
-            "alloc" => Action::Alloc,
-            "free_requested" => Action::FreeRequested,
-            "free_completed" => Action::FreeCompleted,
-            "segment_alloc" => Action::SegmentAlloc,
-            "segment_free" => Action::SegmentFree,
-            "segment_map" => Action::SegmentMap,
-            "segment_unmap" => Action::SegmentUnmap,
-            "oom" => Action::Oom,
             "snapshot" => Action::Snapshot,
             "annotate" => Action::Annotate,
-            _ => Action::Other,
+            _ => AllocAction::ALL
+                .into_iter()
+                .find(|a| a.name() == s)
+                .map_or(Action::Other, Action::from),
         }
     }
 
@@ -163,17 +159,40 @@ impl Action {
     /// is [`Snapshot::action_name`].
     pub fn as_str(self) -> &'static str {
         match self {
-            Action::Alloc => "alloc",
-            Action::FreeRequested => "free_requested",
-            Action::FreeCompleted => "free_completed",
-            Action::SegmentAlloc => "segment_alloc",
-            Action::SegmentFree => "segment_free",
-            Action::SegmentMap => "segment_map",
-            Action::SegmentUnmap => "segment_unmap",
-            Action::Oom => "oom",
             Action::Snapshot => "snapshot",
             Action::Annotate => "annotate",
-            Action::Other => "other",
+            _ => self.allocator().map_or("other", AllocAction::name),
+        }
+    }
+
+    /// The allocator action this entry records; `None` for `snapshot`,
+    /// `annotate` and unknown actions, which the allocator never makes.
+    pub fn allocator(self) -> Option<AllocAction> {
+        Some(match self {
+            Action::Alloc => AllocAction::Alloc,
+            Action::FreeRequested => AllocAction::FreeRequested,
+            Action::FreeCompleted => AllocAction::FreeCompleted,
+            Action::SegmentAlloc => AllocAction::SegmentAlloc,
+            Action::SegmentFree => AllocAction::SegmentFree,
+            Action::SegmentMap => AllocAction::SegmentMap,
+            Action::SegmentUnmap => AllocAction::SegmentUnmap,
+            Action::Oom => AllocAction::Oom,
+            Action::Snapshot | Action::Annotate | Action::Other => return None,
+        })
+    }
+}
+
+impl From<AllocAction> for Action {
+    fn from(a: AllocAction) -> Action {
+        match a {
+            AllocAction::Alloc => Action::Alloc,
+            AllocAction::FreeRequested => Action::FreeRequested,
+            AllocAction::FreeCompleted => Action::FreeCompleted,
+            AllocAction::SegmentAlloc => Action::SegmentAlloc,
+            AllocAction::SegmentFree => Action::SegmentFree,
+            AllocAction::SegmentMap => Action::SegmentMap,
+            AllocAction::SegmentUnmap => Action::SegmentUnmap,
+            AllocAction::Oom => Action::Oom,
         }
     }
 }
@@ -390,3 +409,42 @@ pub struct Annotation {
 
 // The whole point of the layout above: a 1 GB trace is ~20 M entries.
 const _: () = assert!(std::mem::size_of::<TraceEntry>() == 40);
+
+#[cfg(test)]
+mod tests {
+    use super::{Action, AllocAction};
+
+    #[test]
+    fn actions_spell_as_pytorch_does_and_parse_back() {
+        // The spellings SCHEMA.md lists for `device_traces` entries.
+        let spelled = [
+            ("alloc", Action::Alloc),
+            ("free_requested", Action::FreeRequested),
+            ("free_completed", Action::FreeCompleted),
+            ("segment_alloc", Action::SegmentAlloc),
+            ("segment_free", Action::SegmentFree),
+            ("segment_map", Action::SegmentMap),
+            ("segment_unmap", Action::SegmentUnmap),
+            ("oom", Action::Oom),
+            ("snapshot", Action::Snapshot),
+            ("annotate", Action::Annotate),
+        ];
+        for (text, action) in spelled {
+            assert_eq!(Action::parse(text), action, "{text}");
+            assert_eq!(action.as_str(), text);
+        }
+        assert_eq!(Action::parse("defragment"), Action::Other);
+        assert_eq!(Action::parse(""), Action::Other);
+    }
+
+    #[test]
+    fn allocator_actions_convert_both_ways() {
+        for a in AllocAction::ALL {
+            assert_eq!(Action::from(a).allocator(), Some(a));
+            assert_eq!(Action::from(a).as_str(), a.name());
+        }
+        for other in [Action::Snapshot, Action::Annotate, Action::Other] {
+            assert_eq!(other.allocator(), None);
+        }
+    }
+}
