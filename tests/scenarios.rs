@@ -586,6 +586,44 @@ fn unknown_field_points_at_it() {
 }
 
 #[test]
+fn unknown_field_inside_a_step_points_at_it() {
+    // `create_graph` is a real PyTorch argument this format does not model:
+    // it must be refused, not run as if it were absent.
+    let text = VALID.replace(
+        "Backward(loss: \"loss\", retain_graph: false)",
+        "Backward(loss: \"loss\", retain_graph: false, create_graph: true)", // line 11
+    );
+    let (line, column, message) = at(&text);
+    assert_eq!(line, 11);
+    assert_eq!(column, 65, "just after `create_graph`");
+    assert!(message.contains("create_graph"), "{message}");
+    assert!(
+        message.contains("retain_graph"),
+        "lists the known fields: {message}"
+    );
+}
+
+#[test]
+fn unknown_engine_and_optimizer_fields_are_refused() {
+    for (insert, field) in [
+        ("    engine: (bn_backend: \"native\"),\n", "bn_backend"),
+        (
+            "    optimizer: (kind: AdamW(weight_decay: 0.01, amsgrad: false), \
+             implementation: Foreach, capturable: false, cpu_offload: false, maximize: true),\n",
+            "maximize",
+        ),
+    ] {
+        let text = VALID.replace(
+            "    iterations: 3,\n",
+            &format!("{insert}    iterations: 3,\n"),
+        );
+        let (line, _, message) = at(&text);
+        assert_eq!(line, 14, "{message}");
+        assert!(message.contains(field), "{message}");
+    }
+}
+
+#[test]
 fn unknown_preset_points_at_the_name() {
     let text = VALID.replace("Preset(\"mlp-mnist\")", "Preset(\"gpt-5\")"); // line 5
     let (line, column, message) = at(&text);

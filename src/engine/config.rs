@@ -59,6 +59,7 @@ pub enum SdpaBackend {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 #[serde(default)]
 pub struct EngineConfig {
     /// Simulated device capacity.

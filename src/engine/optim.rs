@@ -13,6 +13,7 @@ use super::tensor::TensorId;
 use super::Engine;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub enum OptimizerKind {
     Sgd {
         momentum: f64,
@@ -31,6 +32,7 @@ pub enum OptimizerKind {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct OptimizerConfig {
     pub kind: OptimizerKind,
     pub implementation: OptimImpl,

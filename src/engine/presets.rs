@@ -18,6 +18,7 @@ pub enum LossKind {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub enum ModelKind {
     /// Linear layers with ReLU between them (§10.1: dims = [784, 1024, 1024, 10]).
     Mlp { dims: Vec<u64>, inplace_relu: bool },
@@ -62,6 +63,7 @@ pub enum ModelKind {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ModelConfig {
     pub kind: ModelKind,
     /// Default batch size (a program's schedule may override it per iteration).

@@ -33,6 +33,7 @@ pub enum GradContext {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub enum Step {
     /// `x, y = next(batches)`: allocate the model's input (and target).
     LoadBatch {
@@ -162,6 +163,7 @@ impl Step {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Program {
     /// Steps run once before the loop (iteration 0).
     #[serde(default)]

@@ -54,6 +54,7 @@ pub struct DeviceSpec {
 
 /// A model preset, a preset with its parameters, or a list of layers.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub enum ModelSpec {
     /// `"mlp-mnist"`, `"gpt2-small"`, `"gpt-tiny"`, `"lstm-lm-ptb"`, `"lstm-lm-medium"`, `"resnet18"`.
     Preset(String),
@@ -158,6 +159,7 @@ pub struct Narration {
 
 /// What a run must show for the scenario to pass.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub enum Expectation {
     /// A leak finding rooted at this variable (optionally of this kind).
     Leak {
