@@ -4,10 +4,11 @@
 use serde::{Deserialize, Serialize};
 
 use super::dtype::DType;
+use super::error::INFERENCE_TENSOR_SAVED;
 use super::shape::Shape;
 use super::storage::StorageId;
 use super::tensor::{Layout, TensorId};
-use super::Engine;
+use super::{Engine, EngineError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct NodeId(pub u32);
@@ -242,6 +243,9 @@ impl Engine {
     /// Inside a checkpointed region the slot is a placeholder (§7.1).
     pub(crate) fn save(&mut self, node: NodeId, name: &'static str, t: TensorId, is_output: bool) {
         let x = &self.tensors[t.0];
+        if x.inference && self.op_error.is_none() {
+            self.op_error = Some(EngineError::Runtime(INFERENCE_TENSOR_SAVED.into()));
+        }
         let (storage, shape, dtype) = (x.storage, x.shape, x.dtype);
         let producer = x.grad_fn.map(|n| (self.nodes[n.0].name, x.output_nr));
         let version = self.storages[storage.0].version;

@@ -5,6 +5,9 @@ use serde::{Deserialize, Serialize};
 
 /// The backward-twice message of current releases (engine.md §2.4).
 pub const BACKWARD_TWICE: &str = "Trying to backward through the graph a second time (or directly access saved tensors after they have already been freed). Saved intermediate values of the graph are freed when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or if you need to access saved tensors after calling backward.";
+/// `SavedVariable`'s check (engine.md §4): a tensor made under `inference_mode`
+/// met an op that records a graph and saves it.
+pub const INFERENCE_TENSOR_SAVED: &str = "Inference tensors cannot be saved for backward. To work around you can make a clone to get a normal tensor and use it in autograd.";
 
 /// Coarse error classes carried by [`crate::engine::EngineEvent::Error`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

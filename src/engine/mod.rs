@@ -108,6 +108,9 @@ pub struct Engine {
     pub(crate) scaler: Option<GradScalerState>,
     pub(crate) bindings: Bindings,
     pub(crate) hook: Option<Hook>,
+    /// An error an op's bookkeeping found mid-way (a save that PyTorch
+    /// refuses); the op returns it when it ends.
+    pub(crate) op_error: Option<EngineError>,
     pub(crate) markers: bool,
     /// Runs real kernels on the tensors (a CUDA run); None: nothing is launched.
     pub(crate) launcher: Option<AnyLauncher>,
@@ -160,6 +163,7 @@ impl Engine {
             scaler: None,
             bindings: Bindings::default(),
             hook: None,
+            op_error: None,
             markers: true,
             launcher: None,
             launch_stats: LaunchStats::default(),
@@ -291,6 +295,9 @@ impl Engine {
         self.ctx.op = prev;
         if self.markers {
             self.events.push(EngineEvent::OpEnd);
+        }
+        if let Some(e) = self.op_error.take() {
+            return Err(e);
         }
         self.safe_point()
     }

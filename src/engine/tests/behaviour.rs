@@ -1,5 +1,6 @@
 //! Autograd, grad modes, optimizers, AMP, checkpointing and pitfalls (engine.md §2–§9).
 
+use super::super::error::INFERENCE_TENSOR_SAVED;
 use super::super::{DType, EngineError, GradContext, KeepWhat, Shape, Step, BACKWARD_TWICE};
 use super::*;
 
@@ -110,6 +111,33 @@ fn inference_mode_saves_nothing() {
     steps.extend(forward_steps());
     run(&mut e, &program(steps, 1));
     assert_eq!(e.saved_storage_bytes(), 0);
+}
+
+#[test]
+fn an_inference_tensor_met_by_a_recording_op_raises_pytorch_text() {
+    // §4: the batch is loaded under inference_mode, the forward runs with
+    // grad enabled; fc1 saves its input for backward, which PyTorch refuses.
+    let mut e = mlp();
+    let mut steps = vec![
+        Step::SetGrad {
+            grad: GradContext::InferenceMode,
+        },
+        Step::LoadBatch {
+            x: s("x"),
+            y: s("y"),
+        },
+        Step::SetGrad {
+            grad: GradContext::Enabled,
+        },
+    ];
+    steps.extend(forward_steps().into_iter().skip(1));
+    let err = e
+        .run_program(&program(steps, 1))
+        .expect_err("saved an inference tensor");
+    assert_eq!(err, EngineError::Runtime(INFERENCE_TENSOR_SAVED.into()));
+    assert!(err
+        .to_string()
+        .contains("Inference tensors cannot be saved for backward"));
 }
 
 #[test]
