@@ -209,10 +209,19 @@ impl Engine {
     }
 
     /// `scaler.step(optimizer)`: unscale if not done, `found_inf.item()` (a host
-    /// read), then `optimizer.step()` unless inf/NaN was found (never, here).
+    /// read), then `optimizer.step()` unless inf/NaN was found: in the
+    /// iterations `grad_overflow_iterations` names. A skipped step creates no
+    /// optimizer state and changes no parameter.
     pub fn scaler_step(&mut self) -> Result<()> {
         if !self.scaler.as_ref().is_some_and(|s| s.unscaled) {
             self.scaler_unscale()?;
+        }
+        if self
+            .cfg
+            .grad_overflow_iterations
+            .contains(&self.ctx.iteration)
+        {
+            return Ok(());
         }
         self.optimizer_step()
     }

@@ -88,6 +88,10 @@ pub struct EngineConfig {
     pub conv_workspace_cap: u64,
     /// Send a `LiveState` event at every iteration end (thread runner).
     pub live_state_each_iteration: bool,
+    /// Iterations (counted from 1) whose scaled gradients overflow: the
+    /// engine computes no values, so the scenario says where GradScaler's
+    /// `found_inf` is set and `scaler.step` skips `optimizer.step()` (§6.3).
+    pub grad_overflow_iterations: Vec<u32>,
 }
 
 impl Default for EngineConfig {
@@ -108,6 +112,7 @@ impl Default for EngineConfig {
             cudnn_dropout_state_bytes: 4 << 20,
             conv_workspace_cap: 64 << 20,
             live_state_each_iteration: false,
+            grad_overflow_iterations: Vec::new(),
         }
     }
 }

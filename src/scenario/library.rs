@@ -46,6 +46,7 @@ static BUILTINS: &[BuiltIn] = builtins![
     "fragmentation-oom-expandable-fixed",
     "amp-fp32",
     "amp-fp16",
+    "amp-fp16-overflow",
     "amp-bf16",
     "checkpoint-none",
     "checkpoint-every-layer",

@@ -339,6 +339,23 @@ fn autocast_halves_matmul_outputs_and_keeps_layer_norm_fp32() {
 #[test]
 fn gpt_amp_training_step_runs() {
     let mut e = engine(ModelConfig::gpt_tiny());
+    run(&mut e, &program(scaled_training_steps(), 2));
+    // Grads of fp32 params are fp32 (§3.1) and the scaler keeps 2 scalars (§6.3).
+    assert!(e
+        .parameters()
+        .iter()
+        .all(|p| e.grad(*p).is_some_and(|g| e.dtype(g) == DType::F32)));
+    let ls = e.live_state();
+    let scal = ls
+        .roots
+        .iter()
+        .filter(|r| matches!(r.kind, super::super::RootKind::ScalerState))
+        .count();
+    assert_eq!(scal, 2);
+}
+
+/// fp16 autocast with GradScaler: zero_grad, forward, scale, backward, step, update.
+fn scaled_training_steps() -> Vec<Step> {
     let mut steps = vec![
         Step::ZeroGrad { set_to_none: None },
         Step::AutocastEnter { dtype: DType::F16 },
@@ -355,19 +372,30 @@ fn gpt_amp_training_step_runs() {
     });
     steps.push(Step::ScalerStep);
     steps.push(Step::ScalerUpdate);
-    run(&mut e, &program(steps, 2));
-    // Grads of fp32 params are fp32 (§3.1) and the scaler keeps 2 scalars (§6.3).
-    assert!(e
-        .parameters()
-        .iter()
-        .all(|p| e.grad(*p).is_some_and(|g| e.dtype(g) == DType::F32)));
-    let ls = e.live_state();
-    let scal = ls
-        .roots
-        .iter()
-        .filter(|r| matches!(r.kind, super::super::RootKind::ScalerState))
-        .count();
-    assert_eq!(scal, 2);
+    steps
+}
+
+#[test]
+fn an_overflowing_iteration_skips_the_step_and_delays_adam_state() {
+    // §6.3: scaler.step skips optimizer.step() when found_inf is set, and
+    // AdamW's state is lazy (§5.1), so it first appears at the first real step.
+    let overflow_at = |iterations: Vec<u32>| {
+        let cfg = EngineConfig {
+            grad_overflow_iterations: iterations,
+            ..EngineConfig::default()
+        };
+        engine_with(ModelConfig::gpt_tiny(), OptimizerConfig::adamw(), cfg)
+    };
+    let mut both = overflow_at(vec![1, 2]);
+    run(&mut both, &program(scaled_training_steps(), 2));
+    assert_eq!(both.optimizer_state_bytes(), 0, "both steps skipped");
+
+    let mut first = overflow_at(vec![1]);
+    run(&mut first, &program(scaled_training_steps(), 2));
+    let mut plain = engine(ModelConfig::gpt_tiny());
+    run(&mut plain, &program(scaled_training_steps(), 1));
+    assert!(plain.optimizer_state_bytes() > 0);
+    assert_eq!(first.optimizer_state_bytes(), plain.optimizer_state_bytes());
 }
 
 #[test]
