@@ -219,6 +219,7 @@ fn engine_bench(c: &mut Criterion) {
         steps,
         iterations: ITERS,
         batch_sizes: Vec::new(),
+        seq_lens: Vec::new(),
     };
     let mut d = Detector::for_engine(&e).with_program(&p);
     for _ in 0..ITERS {

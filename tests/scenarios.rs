@@ -624,6 +624,40 @@ fn unknown_engine_and_optimizer_fields_are_refused() {
 }
 
 #[test]
+fn sequence_schedules_are_checked_against_the_model() {
+    let gpt = VALID.replace(
+        "model: Preset(\"mlp-mnist\"),",
+        "model: Gpt(layers: 1, heads: 2, width: 64, vocab: 128, block_size: 64),\n    \
+         data: (batch: 2, seq_schedule: [16, 32]),",
+    );
+    let (s, built) = load_str(&gpt, "gpt.ron").expect("a schedule within the block size");
+    assert_eq!(s.data.seq_schedule, vec![16, 32]);
+    assert_eq!(built.program.seq_lens, vec![16, 32]);
+
+    let too_long = gpt.replace("[16, 32]", "[16, 128]");
+    let err = load_str(&too_long, "gpt.ron").expect_err("longer than block_size");
+    assert!(err.to_string().contains("block_size 64"), "{err}");
+
+    let zero = gpt.replace("[16, 32]", "[16, 0]");
+    let err = load_str(&zero, "gpt.ron").expect_err("zero length");
+    assert!(
+        err.to_string()
+            .contains("sequence length must be at least 1"),
+        "{err}"
+    );
+
+    let mlp = VALID.replace(
+        "    iterations: 3,\n",
+        "    data: (seq_schedule: [8]),\n    iterations: 3,\n",
+    );
+    let err = load_str(&mlp, "mlp.ron").expect_err("an MLP has no sequence");
+    assert!(
+        err.to_string().contains("GPT and LSTM models only"),
+        "{err}"
+    );
+}
+
+#[test]
 fn unknown_preset_points_at_the_name() {
     let text = VALID.replace("Preset(\"mlp-mnist\")", "Preset(\"gpt-5\")"); // line 5
     let (line, column, message) = at(&text);

@@ -173,6 +173,10 @@ pub struct Program {
     /// Batch size per iteration, cycled; empty = the model's default.
     #[serde(default)]
     pub batch_sizes: Vec<u64>,
+    /// Sequence length per iteration, cycled (a GPT's T, an LSTM's BPTT
+    /// length); empty = the model's own.
+    #[serde(default)]
+    pub seq_lens: Vec<u64>,
 }
 
 impl Program {
@@ -210,6 +214,7 @@ impl Program {
             steps,
             iterations,
             batch_sizes: Vec::new(),
+            seq_lens: Vec::new(),
         }
     }
 }
@@ -281,9 +286,10 @@ impl Engine {
         match s {
             Step::LoadBatch { x, y } => {
                 let b = self.batch_size(p);
+                let seq = scheduled(&p.seq_lens, self.ctx.iteration);
                 let model = self.take_model()?;
                 let prev = self.phase_begin(Phase::User);
-                let r = model.make_batch(self, b);
+                let r = model.make_batch(self, b, seq);
                 self.phase_end(Phase::User, prev);
                 self.model = Some(model);
                 let (xt, yt) = r?;
@@ -427,11 +433,8 @@ impl Engine {
     }
 
     fn batch_size(&self, p: &Program) -> u64 {
-        let it = self.ctx.iteration.saturating_sub(1) as usize;
-        match p.batch_sizes.len() {
-            0 => self.model.as_ref().map(|m| m.cfg.batch).unwrap_or(1),
-            n => p.batch_sizes[it % n],
-        }
+        scheduled(&p.batch_sizes, self.ctx.iteration)
+            .unwrap_or_else(|| self.model.as_ref().map_or(1, |m| m.cfg.batch))
     }
 
     pub(crate) fn set_grad(&mut self, g: GradContext) {
@@ -475,4 +478,11 @@ impl Engine {
         self.release(src);
         Ok(())
     }
+}
+
+/// This iteration's entry of a per-iteration schedule, cycled (iterations
+/// count from 1; the setup, iteration 0, takes the first); None when empty.
+fn scheduled(schedule: &[u64], iteration: u32) -> Option<u64> {
+    let it = iteration.saturating_sub(1) as usize;
+    (!schedule.is_empty()).then(|| schedule[it % schedule.len()])
 }

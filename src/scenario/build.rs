@@ -144,19 +144,24 @@ fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
     if let Some(b) = s.data.batch {
         model.batch = b;
     }
-    if let (
-        Some(seq),
-        ModelKind::Gpt2 {
-            seq: s, block_size, ..
-        },
-    ) = (s.data.seq, &mut model.kind)
-    {
-        if seq > *block_size {
-            return Err(format!(
-                "data.seq {seq} is longer than the model's block_size {block_size}"
-            ));
+    let longest = s.data.seq_schedule.iter().chain(&s.data.seq).max();
+    match (&mut model.kind, longest) {
+        (_, None) => {}
+        (ModelKind::Gpt2 { seq, block_size, .. }, Some(&t)) => {
+            if t > *block_size {
+                return Err(format!(
+                    "data: sequence length {t} is longer than the model's block_size {block_size}"
+                ));
+            }
+            *seq = s.data.seq.unwrap_or(*seq);
         }
-        *s = seq;
+        (ModelKind::LstmLm { bptt, .. }, Some(_)) => *bptt = s.data.seq.unwrap_or(*bptt),
+        (_, Some(_)) => {
+            return Err(
+                "data: seq and seq_schedule apply to GPT and LSTM models only (this model has no sequence length)"
+                    .into(),
+            )
+        }
     }
     Ok(model)
 }
@@ -174,6 +179,7 @@ pub(crate) fn build(s: &Scenario) -> Result<Built, String> {
         steps: s.steps.clone(),
         iterations: s.iterations.saturating_mul(epochs),
         batch_sizes: s.data.batch_schedule.clone(),
+        seq_lens: s.data.seq_schedule.clone(),
     };
     Ok(Built {
         engine,

@@ -130,6 +130,10 @@ pub struct DataSpec {
     /// Batch size per iteration, cycled (variable batch sizes).
     #[serde(default)]
     pub batch_schedule: Vec<u64>,
+    /// Sequence length per iteration, cycled (variable-length batches): a
+    /// GPT's T (at most its block size) or an LSTM's BPTT length.
+    #[serde(default)]
+    pub seq_schedule: Vec<u64>,
 }
 
 /// A moment narration is attached to.

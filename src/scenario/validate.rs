@@ -136,6 +136,9 @@ pub(crate) fn validate(s: &Scenario) -> (Vec<String>, Vec<StepProblem>) {
     if s.data.batch == Some(0) || s.data.batch_schedule.contains(&0) {
         general.push("data: a batch size must be at least 1".to_string());
     }
+    if s.data.seq == Some(0) || s.data.seq_schedule.contains(&0) {
+        general.push("data: a sequence length must be at least 1".to_string());
+    }
     let mut walk = Walk {
         bound: HashSet::from(["hidden"]),
         backward_seen: false,
@@ -145,7 +148,8 @@ pub(crate) fn validate(s: &Scenario) -> (Vec<String>, Vec<StepProblem>) {
     for step in &s.setup {
         walk.step(step, false);
     }
-    // Names bound late in the loop are bound for the next iteration's early steps.
+    // The loop's first pass sees only what setup bound: a name bound late in
+    // the loop is unbound for the steps before it.
     let mut first = Walk {
         problems: Vec::new(),
         counts: walk.counts.clone(),

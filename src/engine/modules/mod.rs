@@ -227,19 +227,20 @@ impl Model {
         &self,
         e: &mut Engine,
         b: u64,
+        seq_len: Option<u64>,
     ) -> Result<(TensorId, Option<TensorId>)> {
         let (xs, xd, ys): (Vec<u64>, DType, Option<Spec>) = match &self.cfg.kind {
             ModelKind::Mlp { dims, .. } => {
                 (vec![b, dims[0]], DType::F32, Some((vec![b], DType::I64)))
             }
             ModelKind::Gpt2 { seq, .. } => {
-                (vec![b, *seq], DType::I64, Some((vec![b, *seq], DType::I64)))
+                let t = seq_len.unwrap_or(*seq);
+                (vec![b, t], DType::I64, Some((vec![b, t], DType::I64)))
             }
-            ModelKind::LstmLm { bptt, .. } => (
-                vec![*bptt, b],
-                DType::I64,
-                Some((vec![*bptt * b], DType::I64)),
-            ),
+            ModelKind::LstmLm { bptt, .. } => {
+                let t = seq_len.unwrap_or(*bptt);
+                (vec![t, b], DType::I64, Some((vec![t * b], DType::I64)))
+            }
             ModelKind::ResNet { image, .. } => (
                 vec![b, 3, *image, *image],
                 DType::F32,

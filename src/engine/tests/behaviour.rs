@@ -399,6 +399,28 @@ fn an_overflowing_iteration_skips_the_step_and_delays_adam_state() {
 }
 
 #[test]
+fn sequence_lengths_follow_the_schedule_and_change_activation_bytes() {
+    // §9 pitfall 11: variable-length batches. Iteration i loads a [B, T_i]
+    // batch, and the saved activations scale with T.
+    let saved_after = |seq_lens: Vec<u64>, iterations: u32| {
+        let mut e = engine(ModelConfig::gpt_tiny());
+        let mut p = program(forward_steps(), iterations);
+        p.seq_lens = seq_lens;
+        run(&mut e, &p);
+        let x = e.binding_tensor("x").expect("x");
+        (e.shape(x).dim(1), e.saved_storage_bytes())
+    };
+    let (t1, short) = saved_after(vec![64, 128], 1);
+    let (t2, long) = saved_after(vec![64, 128], 2);
+    let (t3, again) = saved_after(vec![64, 128], 3);
+    assert_eq!((t1, t2, t3), (64, 128, 64), "cycled per iteration");
+    assert!(long > short, "{long} vs {short}");
+    assert_eq!(again, short, "the same T saves the same bytes");
+    let (t_default, _) = saved_after(Vec::new(), 1);
+    assert_eq!(t_default, 256, "empty schedule: the model's own T");
+}
+
+#[test]
 fn checkpointing_keeps_only_block_inputs() {
     // §10.2: per-block checkpointing keeps each block's input x (4d per B·T row).
     let (b, t, d) = (2u64, 64u64, 256u64);

@@ -63,6 +63,7 @@ pub(crate) fn program(steps: Vec<Step>, iterations: u32) -> Program {
         steps,
         iterations,
         batch_sizes: Vec::new(),
+        seq_lens: Vec::new(),
     }
 }
 

@@ -29,6 +29,7 @@ fn program(steps: Vec<Step>, iterations: u32) -> Program {
         steps,
         iterations,
         batch_sizes: Vec::new(),
+        seq_lens: Vec::new(),
     }
 }
 
