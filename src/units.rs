@@ -5,7 +5,18 @@
 /// "mb" does) or none for bytes.
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
-    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
+    let b = t.as_bytes();
+    // The unit starts at the first letter, except an exponent's `e` (`2e9`).
+    let exponent = |i: usize| {
+        matches!(b[i], b'e' | b'E')
+            && i > 0
+            && b[i - 1].is_ascii_digit()
+            && b.get(i + 1)
+                .is_some_and(|c| c.is_ascii_digit() || *c == b'+' || *c == b'-')
+    };
+    let split = (0..b.len())
+        .find(|&i| b[i].is_ascii_alphabetic() && !exponent(i))
+        .unwrap_or(b.len());
     let (number, unit) = (t[..split].trim(), t[split..].trim());
     let value: f64 = number.parse().map_err(|_| {
         format!("'{text}': expected a number of bytes, optionally with a unit such as GiB")
@@ -52,6 +63,9 @@ mod tests {
         assert_eq!(parse_size("512 MiB"), Ok(512 << 20));
         assert_eq!(parse_size("1.5GB"), Ok(3 << 29));
         assert_eq!(parse_size("1024"), Ok(1024));
+        assert_eq!(parse_size("2e9"), Ok(2_000_000_000));
+        assert_eq!(parse_size("1.5e3 KiB"), Ok(1_536_000));
+        assert!(parse_size("2e").is_err());
         assert!(parse_size("-1GiB").is_err());
         assert!(parse_size("12 parsecs").is_err());
         assert!(parse_size("").is_err());

@@ -658,6 +658,15 @@ fn sequence_schedules_are_checked_against_the_model() {
 }
 
 #[test]
+fn the_spec_name_resnet_basic_is_resnet18() {
+    let (_, by_spec) =
+        load_str(&VALID.replace("mlp-mnist", "resnet-basic"), "a.ron").expect("§10.4 name");
+    let (_, by_torchvision) =
+        load_str(&VALID.replace("mlp-mnist", "resnet18"), "b.ron").expect("preset name");
+    assert_eq!(by_spec.model, by_torchvision.model);
+}
+
+#[test]
 fn unknown_preset_points_at_the_name() {
     let text = VALID.replace("Preset(\"mlp-mnist\")", "Preset(\"gpt-5\")"); // line 5
     let (line, column, message) = at(&text);
@@ -683,6 +692,26 @@ fn unbound_name_points_at_the_step() {
     let (line, column, message) = at(&text);
     assert_eq!((line, column), (9, 9), "at `Forward`");
     assert!(message.contains("`xs`"), "{message}");
+}
+
+#[test]
+fn deleting_an_unbound_name_or_reading_a_deleted_one_points_at_the_step() {
+    // Python: `del nope` before any `nope = ...` raises NameError.
+    let text = VALID.replace(
+        "        ZeroGrad(set_to_none: true),\n",
+        "        ZeroGrad(set_to_none: true),\n        Delete(name: \"nope\"),\n", // line 8
+    );
+    let (line, column, message) = at(&text);
+    assert_eq!((line, column), (8, 9), "at `Delete`");
+    assert!(message.contains("`nope`"), "{message}");
+
+    let text = VALID.replace(
+        "        Loss(output: \"out\", target: \"y\", into: \"loss\"),\n",
+        "        Delete(name: \"out\"),\n        Loss(output: \"out\", target: \"y\", into: \"loss\"),\n",
+    ); // Loss moves to line 11
+    let (line, column, message) = at(&text);
+    assert_eq!((line, column), (11, 9), "at the `Loss` that reads `out`");
+    assert!(message.contains("`out`"), "{message}");
 }
 
 #[test]

@@ -62,13 +62,20 @@ pub enum SdpaBackend {
 #[serde(deny_unknown_fields)]
 #[serde(default)]
 pub struct EngineConfig {
+    // A scenario sets these four through `device`, `alloc_conf` and `torch`;
+    // in its `engine` block they would be overwritten, so there they are
+    // unknown fields (an error), not silently ignored ones.
     /// Simulated device capacity.
+    #[serde(skip_deserializing)]
     pub device_bytes: u64,
     /// Non-PyTorch memory on the device (CUDA context, other processes).
+    #[serde(skip_deserializing)]
     pub device_overhead: u64,
     /// `PYTORCH_CUDA_ALLOC_CONF`.
+    #[serde(skip_deserializing)]
     pub alloc_conf: String,
     /// PyTorch 2.x release (minor number) whose allocator rules apply; None = 2.8.
+    #[serde(skip_deserializing)]
     pub torch_minor: Option<u32>,
     pub gpu_arch: GpuArch,
     pub cublas_workspace_mode: CublasWorkspaceMode,

@@ -380,10 +380,14 @@ impl Engine {
                 }
             }
             Step::Delete { name } => {
-                if let Some(v) = self.bindings.vars.remove(name.as_str()) {
-                    self.bindings.order.retain(|n| n != name);
-                    self.drop_value(v);
-                }
+                // Python's `del` of an unbound name raises NameError.
+                let Some(v) = self.bindings.vars.remove(name.as_str()) else {
+                    return Err(EngineError::Program(format!(
+                        "name '{name}' is not defined"
+                    )));
+                };
+                self.bindings.order.retain(|n| n != name);
+                self.drop_value(v);
             }
             Step::Train => {
                 self.ctx.training = true;

@@ -12,7 +12,8 @@ pub struct Built {
     pub program: Program,
 }
 
-/// The preset names a scenario may use.
+/// The preset names a scenario may use ([`ModelConfig::preset`] also takes
+/// engine.md §10.4's `resnet-basic` for `resnet18`).
 pub const PRESETS: [&str; 6] = [
     "mlp-mnist",
     "gpt2-small",
@@ -21,18 +22,6 @@ pub const PRESETS: [&str; 6] = [
     "lstm-lm-medium",
     "resnet18",
 ];
-
-pub(crate) fn preset(name: &str) -> Option<ModelConfig> {
-    match name {
-        "mlp-mnist" => Some(ModelConfig::mlp_mnist()),
-        "gpt2-small" => Some(ModelConfig::gpt2_small(8, 1024)),
-        "gpt-tiny" => Some(ModelConfig::gpt_tiny()),
-        "lstm-lm-ptb" => Some(ModelConfig::lstm_lm_ptb()),
-        "lstm-lm-medium" => Some(ModelConfig::lstm_lm_medium()),
-        "resnet18" => Some(ModelConfig::resnet18(32)),
-        _ => None,
-    }
-}
 
 /// `Linear(a,b), ReLU, Linear(b,c), …` as MLP widths; `None` if not that shape.
 pub(crate) fn layers_to_dims(layers: &[LayerSpec]) -> Result<Vec<u64>, String> {
@@ -66,7 +55,7 @@ pub(crate) fn layers_to_dims(layers: &[LayerSpec]) -> Result<Vec<u64>, String> {
 
 fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
     let mut model = match &s.model {
-        ModelSpec::Preset(name) => preset(name).ok_or_else(|| {
+        ModelSpec::Preset(name) => ModelConfig::preset(name).ok_or_else(|| {
             format!(
                 "unknown preset \"{name}\"; presets are {}",
                 PRESETS.join(", ")

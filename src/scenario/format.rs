@@ -144,7 +144,7 @@ pub enum At {
     Iteration(u32),
     /// The first time a phase begins in iteration N: `Phase(2, "backward")`.
     Phase(u32, String),
-    /// The first op with this name, e.g. `"addmm"`.
+    /// The first op with this name, e.g. `"linear"` or `"optimizer.step"`.
     Op(String),
     /// When reserved memory first exceeds this.
     ReservedExceeds(super::size::Size),

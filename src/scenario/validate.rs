@@ -105,6 +105,12 @@ impl<'a> Walk<'a> {
             Step::AllocateBuffer { shape, .. } if shape.contains(&0) => {
                 problem(format!("{v} has a zero-sized dimension"))
             }
+            // The guard unbinds the name whether or not it was bound.
+            Step::Delete { name } if !self.bound.remove(name.as_str()) => {
+                problem(format!(
+                    "Delete removes `{name}`, which no earlier step binds"
+                ));
+            }
             Step::Repeat { times, steps } => {
                 if *times == 0 {
                     problem("Repeat needs times ≥ 1".to_string());
