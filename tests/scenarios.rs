@@ -725,6 +725,40 @@ fn optimizer_step_without_backward_points_at_it() {
     assert!(message.contains("needs a Backward"), "{message}");
 }
 
+/// The ```ron blocks of `scenarios/README.md`: complete scenarios must load
+/// as they stand; `// fragment` blocks must load as a loop's steps.
+#[test]
+fn the_format_reference_examples_load() {
+    let doc = std::fs::read_to_string(scenarios_dir().join("README.md")).expect("README.md");
+    let blocks: Vec<&str> = doc
+        .split("```ron\n")
+        .skip(1)
+        .filter_map(|b| b.split_once("```").map(|(code, _)| code))
+        .collect();
+    assert!(blocks.len() >= 3, "found {} ron blocks", blocks.len());
+    let (mut full, mut fragments) = (0, 0);
+    for (i, block) in blocks.iter().enumerate() {
+        let text = if block.trim_start().starts_with("// fragment") {
+            fragments += 1;
+            format!(
+                "Scenario(name: \"f\", description: \"d\", \
+                 device: (name: \"s\", capacity: \"8GiB\"), model: Preset(\"gpt-tiny\"), \
+                 steps: [LoadBatch(x: \"x\", y: \"y\"),\n{block}], iterations: 1)"
+            )
+        } else {
+            full += 1;
+            block.to_string()
+        };
+        if let Err(e) = load_str(&text, &format!("README block {i}")) {
+            panic!("README.md ron block {i} does not load: {e}\n{text}");
+        }
+    }
+    assert!(
+        full >= 2 && fragments >= 1,
+        "{full} complete, {fragments} fragments"
+    );
+}
+
 // ---------------------------------------------------------------- the CLI
 
 #[test]
