@@ -122,6 +122,14 @@ pub enum Step {
         dtype: DType,
     },
     ResetPeakStats,
+    /// `for p in model.<m>.parameters(): p.requires_grad_(requires_grad)` for
+    /// each module path prefix in `modules` (`""`: the whole model). Frozen
+    /// parameters get no grad and no optimizer state, and layers that see no
+    /// grad-requiring input save nothing for backward (engine.md §4).
+    SetRequiresGrad {
+        modules: Vec<String>,
+        requires_grad: bool,
+    },
     /// Micro-batches: the inner steps `times` times.
     Repeat {
         times: u32,
@@ -157,6 +165,7 @@ impl Step {
             Step::ClearCublasWorkspaces => "clear_cublas_workspaces",
             Step::AllocateBuffer { .. } => "allocate_buffer",
             Step::ResetPeakStats => "reset_peak_memory_stats",
+            Step::SetRequiresGrad { .. } => "requires_grad_",
             Step::Repeat { .. } => "repeat",
         }
     }
@@ -419,6 +428,10 @@ impl Engine {
                 self.bind(name, Value::Tensor(t));
             }
             Step::ResetPeakStats => self.alloc.reset_peak_stats(),
+            Step::SetRequiresGrad {
+                modules,
+                requires_grad,
+            } => self.set_requires_grad(modules, *requires_grad)?,
             Step::Repeat { times, steps } => {
                 for _ in 0..*times {
                     for s in steps {

@@ -47,6 +47,7 @@ static BUILTINS: &[BuiltIn] = builtins![
     "amp-fp32",
     "amp-fp16",
     "amp-fp16-overflow",
+    "finetune-frozen-layers",
     "amp-bf16",
     "checkpoint-none",
     "checkpoint-every-layer",

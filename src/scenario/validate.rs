@@ -44,6 +44,7 @@ fn variant(s: &Step) -> &'static str {
         Step::ClearCublasWorkspaces => "ClearCublasWorkspaces",
         Step::AllocateBuffer { .. } => "AllocateBuffer",
         Step::ResetPeakStats => "ResetPeakStats",
+        Step::SetRequiresGrad { .. } => "SetRequiresGrad",
         Step::Repeat { .. } => "Repeat",
     }
 }

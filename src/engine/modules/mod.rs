@@ -7,8 +7,10 @@ pub mod lstm_lm;
 pub mod mlp;
 pub mod resnet;
 
+use std::sync::Arc;
+
 use super::dtype::DType;
-use super::error::Result;
+use super::error::{EngineError, Result};
 use super::presets::{LossKind, ModelConfig, ModelKind};
 use super::shape::Shape;
 use super::tag::Category;
@@ -68,6 +70,44 @@ impl Engine {
             .iter()
             .map(|p| self.shape(*p).numel())
             .sum()
+    }
+
+    /// The module path a parameter was created in (`"transformer.h.0.attn"`).
+    pub fn param_module(&self, p: TensorId) -> Arc<str> {
+        let tag = self.storages[self.tensors[p.0].storage.0].tag;
+        self.tags
+            .info(tag)
+            .map_or_else(|| Arc::from(""), |t| t.module)
+    }
+
+    /// `requires_grad_(value)` on every parameter under each module path in
+    /// `modules` (a path or a prefix of one at a `.`; `""` is the whole model).
+    /// A path that names no parameter is an error, not a silent no-op.
+    pub fn set_requires_grad(&mut self, modules: &[String], value: bool) -> Result<()> {
+        let params = self.parameters();
+        for m in modules {
+            let under = |path: &str| {
+                m.is_empty()
+                    || path == m
+                    || path
+                        .strip_prefix(m.as_str())
+                        .is_some_and(|r| r.starts_with('.'))
+            };
+            let matching: Vec<TensorId> = params
+                .iter()
+                .copied()
+                .filter(|p| under(&self.param_module(*p)))
+                .collect();
+            if matching.is_empty() {
+                return Err(EngineError::Program(format!(
+                    "no parameter under module `{m}`"
+                )));
+            }
+            for p in matching {
+                self.t_mut(p).requires_grad = value;
+            }
+        }
+        Ok(())
     }
 
     /// A parameter: an fp32 leaf that requires grad, owned by the model.

@@ -141,6 +141,60 @@ fn an_inference_tensor_met_by_a_recording_op_raises_pytorch_text() {
 }
 
 #[test]
+fn frozen_layers_get_no_grad_no_state_and_save_nothing_upstream() {
+    // §4: requires_grad_(False) on fc1. Nothing upstream of fc2 requires
+    // grad, so fc1 and relu1 record no nodes and save nothing (§2.2 guards);
+    // fc1 gets no .grad and AdamW no state for it (§5.1: state per param
+    // with a grad).
+    let freeze = |modules: &[&str]| Step::SetRequiresGrad {
+        modules: modules.iter().map(|m| m.to_string()).collect(),
+        requires_grad: false,
+    };
+    let trained = |setup: Vec<Step>| {
+        let mut e = mlp();
+        let mut forward = program(forward_steps(), 1);
+        forward.setup = setup.clone();
+        run(&mut e, &forward);
+        let saved = e.saved_storage_bytes();
+        let mut e = mlp();
+        let mut p = program(train_steps(), 1);
+        p.setup = setup;
+        run(&mut e, &p);
+        (e, saved)
+    };
+    let (full, full_saved) = trained(Vec::new());
+    let (frozen, frozen_saved) = trained(vec![freeze(&["fc1"])]);
+    // fc1 saves x [256, 784] f32 no more, and fc2 its weight [1024, 1024]
+    // f32 (kept only for the grad of its input, which needs none now).
+    assert_eq!(full_saved - frozen_saved, 256 * 784 * 4 + 1024 * 1024 * 4);
+
+    let fc1: Vec<_> = frozen
+        .parameters()
+        .into_iter()
+        .filter(|p| &*frozen.param_module(*p) == "fc1")
+        .collect();
+    assert_eq!(fc1.len(), 2, "fc1.weight and fc1.bias");
+    for p in frozen.parameters() {
+        assert_eq!(frozen.grad(p).is_none(), fc1.contains(&p));
+    }
+    let fc1_numel: u64 = fc1.iter().map(|p| frozen.shape(*p).numel()).sum();
+    assert_eq!(
+        full.optimizer_state_bytes() - frozen.optimizer_state_bytes(),
+        2 * 4 * fc1_numel,
+        "exp_avg and exp_avg_sq of fc1 never created"
+    );
+
+    let mut e = mlp();
+    let mut p = program(train_steps(), 1);
+    p.setup = vec![freeze(&["fc"])];
+    let err = e.run_program(&p).expect_err("`fc` is no module path");
+    assert!(
+        err.to_string().contains("no parameter under module `fc`"),
+        "{err}"
+    );
+}
+
+#[test]
 fn set_to_none_frees_grads_and_zeroing_keeps_them() {
     for set_to_none in [true, false] {
         let mut e = mlp();
