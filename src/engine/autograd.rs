@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::dtype::DType;
-use super::error::INFERENCE_TENSOR_SAVED;
+use super::error::{Result, INFERENCE_TENSOR_SAVED};
 use super::shape::Shape;
 use super::storage::StorageId;
 use super::tensor::{Layout, TensorId};
@@ -162,6 +162,22 @@ impl Engine {
         }));
         self.tensors[leaf.0].grad_acc = Some(id);
         id
+    }
+
+    /// `t.retain_grad()`: a no-op on a leaf, an error on a tensor that does
+    /// not require grad, else its grad is kept at the next backward (§3.3).
+    pub fn retain_grad(&mut self, t: TensorId) -> Result<()> {
+        let x = &mut self.tensors[t.0];
+        if !x.requires_grad {
+            return Err(EngineError::Runtime(
+                "can't retain_grad on Tensor that has requires_grad=False".into(),
+            ));
+        }
+        if x.grad_fn.is_some() && !x.retains_grad {
+            x.retains_grad = true;
+            self.retaining.push(t);
+        }
+        Ok(())
     }
 
     /// Whether an op over `inputs` records a Node (engine.md §2.1).

@@ -77,6 +77,7 @@ impl Engine {
         ready.push((self.nodes[edge.node.0].seq, edge.node.0));
         while let Some((_, id)) = ready.pop() {
             let n = NodeId(id);
+            self.run_retain_grad_hooks(n)?;
             let produced = self.exec_node(n, retain)?;
             for (i, g) in produced {
                 let e = self.nodes[n.0].inputs[i].edge;
@@ -99,6 +100,39 @@ impl Engine {
             }
         }
         self.decref(seed);
+        Ok(())
+    }
+
+    /// `t.retain_grad()` hooks, run as the node's tensor pre-hooks before it
+    /// executes: the first gradient is cloned into `t.grad` (a new block of
+    /// the tensor's size), later ones summed out of place (§3.3).
+    fn run_retain_grad_hooks(&mut self, n: NodeId) -> Result<()> {
+        let hooked: Vec<TensorId> = self
+            .retaining
+            .iter()
+            .copied()
+            .filter(|t| self.tensors[t.0].grad_fn == Some(n))
+            .collect();
+        for t in hooked {
+            let nr = usize::from(self.tensors[t.0].output_nr);
+            let Some(g) = self.nodes[n.0].buf.get(nr).copied().flatten() else {
+                continue;
+            };
+            let (shape, dtype) = (self.shape(g), self.dtype(g));
+            let prev = self.op_begin("retain_grad");
+            let r = self.empty(shape, dtype, Category::Gradient);
+            self.op_end(prev)?;
+            let fresh = r?;
+            match self.tensors[t.0].grad {
+                None => self.k_unary(g, fresh),
+                Some(old) => {
+                    self.k_binary(old, g, fresh);
+                    self.decref(old);
+                }
+            }
+            self.keep(fresh);
+            self.tensors[t.0].grad = Some(fresh);
+        }
         Ok(())
     }
 

@@ -111,6 +111,8 @@ pub struct Engine {
     /// An error an op's bookkeeping found mid-way (a save that PyTorch
     /// refuses); the op returns it when it ends.
     pub(crate) op_error: Option<EngineError>,
+    /// Live non-leaf tensors `retain_grad()` was called on.
+    pub(crate) retaining: Vec<TensorId>,
     pub(crate) markers: bool,
     /// Runs real kernels on the tensors (a CUDA run); None: nothing is launched.
     pub(crate) launcher: Option<AnyLauncher>,
@@ -164,6 +166,7 @@ impl Engine {
             bindings: Bindings::default(),
             hook: None,
             op_error: None,
+            retaining: Vec::new(),
             markers: true,
             launcher: None,
             launch_stats: LaunchStats::default(),

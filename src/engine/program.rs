@@ -122,6 +122,12 @@ pub enum Step {
         dtype: DType,
     },
     ResetPeakStats,
+    /// `name.retain_grad()`: the next backward keeps the gradient of this
+    /// non-leaf tensor in its `.grad` (a copy the size of the tensor), which
+    /// lives as long as the tensor does (engine.md §3.3).
+    RetainGrad {
+        name: String,
+    },
     /// `for p in model.<m>.parameters(): p.requires_grad_(requires_grad)` for
     /// each module path prefix in `modules` (`""`: the whole model). Frozen
     /// parameters get no grad and no optimizer state, and layers that see no
@@ -166,6 +172,7 @@ impl Step {
             Step::AllocateBuffer { .. } => "allocate_buffer",
             Step::ResetPeakStats => "reset_peak_memory_stats",
             Step::SetRequiresGrad { .. } => "requires_grad_",
+            Step::RetainGrad { .. } => "retain_grad",
             Step::Repeat { .. } => "repeat",
         }
     }
@@ -432,6 +439,10 @@ impl Engine {
                 modules,
                 requires_grad,
             } => self.set_requires_grad(modules, *requires_grad)?,
+            Step::RetainGrad { name } => {
+                let t = self.binding_tensor(name)?;
+                self.retain_grad(t)?;
+            }
             Step::Repeat { times, steps } => {
                 for _ in 0..*times {
                     for s in steps {

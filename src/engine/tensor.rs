@@ -43,6 +43,8 @@ pub(crate) struct Tensor {
     pub is_view: bool,
     /// Created under `inference_mode` (engine.md §4).
     pub inference: bool,
+    /// `retain_grad()` was called on this non-leaf (engine.md §3.3).
+    pub retains_grad: bool,
     pub refs: u32,
 }
 
@@ -85,6 +87,7 @@ impl Engine {
             grad_acc: None,
             is_view,
             inference: self.ctx.inference,
+            retains_grad: false,
             refs: 1,
         }));
         self.locals.push(id);
@@ -190,6 +193,9 @@ impl Engine {
             // TensorImpl::release_resources: autograd meta (grad_fn, grad) goes
             // first, then the storage — so a dying output frees its graph's
             // saved tensors before its own block (engine.md §1.4).
+            if x.retains_grad {
+                self.retaining.retain(|r| *r != t);
+            }
             if let Some(n) = x.grad_fn {
                 self.release_node(n);
             }

@@ -45,6 +45,7 @@ fn variant(s: &Step) -> &'static str {
         Step::AllocateBuffer { .. } => "AllocateBuffer",
         Step::ResetPeakStats => "ResetPeakStats",
         Step::SetRequiresGrad { .. } => "SetRequiresGrad",
+        Step::RetainGrad { .. } => "RetainGrad",
         Step::Repeat { .. } => "Repeat",
     }
 }
@@ -66,6 +67,7 @@ fn reads_binds(s: &Step) -> (Vec<&str>, Vec<&str>) {
         Step::AccumulateLoss { from, into, .. } => (vec![from], vec![into]),
         Step::ScalerScale { loss, into } => (vec![loss], vec![into]),
         Step::AllocateBuffer { name, .. } => (vec![], vec![name]),
+        Step::RetainGrad { name } => (vec![name], vec![]),
         _ => (vec![], vec![]),
     }
 }

@@ -195,6 +195,68 @@ fn frozen_layers_get_no_grad_no_state_and_save_nothing_upstream() {
 }
 
 #[test]
+fn retain_grad_keeps_a_copy_of_a_non_leaf_gradient_while_the_tensor_lives() {
+    // §3.3: `out.retain_grad()` stores out's gradient like a leaf grad, at
+    // the cost of out's size ([256, 10] f32 = 10,240 B, one block); without
+    // it, non-leaf grads die inside backward.
+    let after_backward = |retain: bool| {
+        let mut e = mlp();
+        run(&mut e, &program(forward_steps(), 1));
+        let out = e.binding_tensor("out").expect("out");
+        if retain {
+            e.retain_grad(out).expect("out requires grad");
+        }
+        let loss = e.binding_tensor("loss").expect("loss");
+        e.backward(loss, true).expect("backward");
+        (e, out)
+    };
+    let (plain, out) = after_backward(false);
+    assert!(plain.grad(out).is_none());
+    let (kept, out) = after_backward(true);
+    let g = kept.grad(out).expect("retained grad");
+    assert_eq!(kept.shape(g), kept.shape(out));
+    assert_eq!(
+        kept.allocated_bytes() - plain.allocated_bytes(),
+        256 * 10 * 4
+    );
+
+    // A second backward sums into a fresh tensor: still one grad's worth.
+    let (mut plain, mut kept) = (plain, kept);
+    for e in [&mut plain, &mut kept] {
+        let loss = e.binding_tensor("loss").expect("loss");
+        e.backward(loss, false)
+            .expect("second backward (graph retained)");
+    }
+    assert_ne!(kept.grad(out), Some(g), "summed out of place");
+    assert_eq!(
+        kept.allocated_bytes() - plain.allocated_bytes(),
+        256 * 10 * 4
+    );
+    // The grad dies with the tensor: `del out` leaves both runs equal.
+    let params = kept.parameters();
+    for e in [&mut plain, &mut kept] {
+        e.run_program(&program(vec![Step::Delete { name: s("out") }], 1))
+            .expect("del out");
+    }
+    assert_eq!(kept.allocated_bytes(), plain.allocated_bytes());
+    assert!(
+        params.iter().all(|p| kept.grad(*p).is_some()),
+        "leaf grads stay"
+    );
+
+    // On a leaf it is a no-op; on a tensor without grad, PyTorch's error.
+    let mut e = mlp();
+    e.retain_grad(params[0]).expect("leaf: no-op");
+    run(&mut e, &program(forward_steps(), 1));
+    let y = e.binding_tensor("y").expect("y");
+    let err = e.retain_grad(y).expect_err("targets do not require grad");
+    assert_eq!(
+        err,
+        EngineError::Runtime("can't retain_grad on Tensor that has requires_grad=False".into())
+    );
+}
+
+#[test]
 fn set_to_none_frees_grads_and_zeroing_keeps_them() {
     for set_to_none in [true, false] {
         let mut e = mlp();
