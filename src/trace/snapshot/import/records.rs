@@ -27,30 +27,14 @@ pub(super) struct Importer {
     /// an equal handle).
     extra_cache: FxHashMap<[u32; 3], ExtraId>,
     last_extra: Option<([u32; 3], ExtraId)>,
-    /// Per string index: the position in [`ACTIONS`] of the action it
-    /// spells, or `u8::MAX` when not parsed yet.
-    actions: Vec<u8>,
+    /// Per string index: the action it spells, once parsed (one byte each).
+    actions: Vec<Option<Action>>,
     /// Streaming: record the containers converted for good in `consumed`.
     pub(super) track: bool,
     pub(super) consumed: Vec<SeqId>,
     /// Streaming: the lists converted while decoding.
     pub(super) claims: FxHashMap<u32, Claimed>,
 }
-
-/// Every action, for `Importer::actions`.
-const ACTIONS: [Action; 11] = [
-    Action::Alloc,
-    Action::FreeRequested,
-    Action::FreeCompleted,
-    Action::SegmentAlloc,
-    Action::SegmentFree,
-    Action::SegmentMap,
-    Action::SegmentUnmap,
-    Action::Oom,
-    Action::Snapshot,
-    Action::Annotate,
-    Action::Other,
-];
 
 /// The handle of an absent optional string in `extra_cache` keys (no
 /// value has it: misc kind 7 is unused).
@@ -415,20 +399,17 @@ impl Importer {
 
     /// `Action::parse`, remembered per interned string.
     fn action(&mut self, v: Value, text: &str) -> Action {
-        const UNSEEN: u8 = u8::MAX;
         let Some(i) = v.str_index().map(|i| i as usize) else {
             return Action::parse(text);
         };
-        if let Some(&a) = self.actions.get(i) {
-            if a != UNSEEN {
-                return ACTIONS[a as usize];
-            }
+        if let Some(&Some(a)) = self.actions.get(i) {
+            return a;
         }
         let action = Action::parse(text);
         if i >= self.actions.len() {
-            self.actions.resize(i + 1, UNSEEN);
+            self.actions.resize(i + 1, None);
         }
-        self.actions[i] = ACTIONS.iter().position(|&a| a == action).unwrap_or(0) as u8;
+        self.actions[i] = Some(action);
         action
     }
 
