@@ -266,7 +266,7 @@ fn malformed_inputs_are_errors_with_offsets() {
         )
     );
     assert_eq!(
-        err_kind(b"\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x80\x00."),
+        err_kind(b"\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x00\x01."), // 2^64
         (
             0,
             K::IntTooWide {

@@ -15,7 +15,10 @@ pub fn parse_float(line: &[u8]) -> Option<f64> {
 
 /// Little-endian two's complement, as LONG1/LONG4 store it, into an i64.
 /// Wider encodings are accepted when the extra bytes are only sign
-/// extension; anything that does not fit returns `None`.
+/// extension. A value in [2^63, 2^64) is a C++ `uint64_t` that PyTorch
+/// pickled as a Python int (a frame's `line` of -1 becomes 2^64 - 1,
+/// pytorch/pytorch#115234): it keeps its 64 bits, as the C++ that wrote it
+/// reads them. Anything else that does not fit returns `None`.
 pub fn decode_long(bytes: &[u8]) -> Option<i64> {
     let Some(&last) = bytes.last() else {
         return Some(0);
@@ -29,8 +32,9 @@ pub fn decode_long(bytes: &[u8]) -> Option<i64> {
     let mut buf = [fill; 8];
     buf[..low.len()].copy_from_slice(low);
     let v = i64::from_le_bytes(buf);
-    // With extra bytes, the sign must already be right in the low 8.
-    if !high.is_empty() && (v < 0) != negative {
+    // With extra bytes, the sign must already be right in the low 8, except
+    // for the uint64 range above.
+    if !high.is_empty() && negative && v >= 0 {
         return None;
     }
     Some(v)
@@ -114,9 +118,18 @@ mod tests {
             Some(-(1 << 39))
         );
         assert_eq!(decode_long(&[0xff; 12]), Some(-1));
-        // 2^63 needs 9 bytes and does not fit.
-        assert_eq!(decode_long(&[0, 0, 0, 0, 0, 0, 0, 0x80, 0]), None);
+        // [2^63, 2^64) needs 9 bytes: a uint64, kept bit for bit.
+        assert_eq!(decode_long(&[0, 0, 0, 0, 0, 0, 0, 0x80, 0]), Some(i64::MIN));
+        assert_eq!(
+            decode_long(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0]),
+            Some(-1)
+        );
+        // 2^64 + 1 and -2^63 - 1 fit in neither.
         assert_eq!(decode_long(&[1, 0, 0, 0, 0, 0, 0, 0, 1]), None);
+        assert_eq!(
+            decode_long(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0xff]),
+            None
+        );
         assert_eq!(
             decode_long(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0x00]),
             Some(i64::MAX)

@@ -105,3 +105,61 @@ fn synthetic_snapshot_imports_streamed_and_replays_exactly() {
     assert_eq!(o.allocs as u64, stats.allocs);
     assert_eq!(o.final_state_match, Some(true));
 }
+
+#[test]
+fn a_frame_line_pickled_as_uint64_minus_one_imports_as_minus_one() {
+    // pytorch/pytorch#115234: 2.1+ stores a frame's unknown line (-1) in a
+    // uint64 and pickles 2^64 - 1, a 9-byte LONG1. It must not fail the file.
+    const SENTINEL: i64 = 0x7ead_beef;
+    let mut w = crate::trace::pickle::PickleWriter::new();
+    w.empty_dict();
+    w.mark();
+    w.str("segments");
+    w.empty_list();
+    w.str("device_traces");
+    w.empty_list();
+    w.mark();
+    w.empty_list();
+    w.mark();
+    w.empty_dict();
+    w.mark();
+    for (k, v) in [("addr", 4096), ("size", 512), ("stream", 0)] {
+        w.str(k);
+        w.int(v);
+    }
+    w.str("action");
+    w.str("alloc");
+    w.str("frames");
+    w.empty_list();
+    w.mark();
+    w.empty_dict();
+    w.mark();
+    w.str("name");
+    w.str("<module>");
+    w.str("filename");
+    w.str("train.py");
+    w.str("line");
+    w.int(SENTINEL);
+    w.setitems();
+    w.appends();
+    w.setitems();
+    w.appends();
+    w.appends();
+    w.setitems();
+    let mut bytes = w.finish();
+    let mut binint = vec![b'J'];
+    binint.extend_from_slice(&(SENTINEL as i32).to_le_bytes());
+    let at = bytes
+        .windows(binint.len())
+        .position(|win| win == binint.as_slice())
+        .expect("the sentinel is written as BININT");
+    let mut long1 = vec![0x8a, 9];
+    long1.extend_from_slice(&[0xff; 8]);
+    long1.push(0x00);
+    bytes.splice(at..at + binint.len(), long1);
+
+    let s = import_bytes(&bytes).expect("imports");
+    let entry = &s.device_traces[0][0];
+    let frame = s.frames.stack(entry.frames)[0];
+    assert_eq!(s.frames.frame(frame).expect("frame").line, -1);
+}
