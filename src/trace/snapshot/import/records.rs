@@ -78,11 +78,15 @@ impl Importer {
                 )))
             }
         };
-        Ok(Snapshot {
+        let mut snap = Snapshot {
             frames: self.frames,
             entry_extras: self.extras,
             ..snap
-        })
+        };
+        if snap.external_annotations.is_empty() {
+            snap.external_annotations = user_defined_annotations(&snap);
+        }
+        Ok(snap)
     }
 
     fn dict_root(&mut self, f: &Fields, d: SeqId, path: &Path) -> Res<Snapshot> {
@@ -621,4 +625,36 @@ fn setting_value(f: &Fields, v: Value) -> SettingValue {
         ValueRef::Str(s) => SettingValue::Str(s.clone()),
         _ => SettingValue::Text(f.repr(v)),
     }
+}
+
+/// torch 2.4 recorded `record_function` regions as trace entries of action
+/// `user_defined` whose one frame is `{name: "START" | "END", filename:
+/// region name, line: 0}` (`_initRecordAnnotations`); 2.5 moved them to
+/// `external_annotations`. Read as annotations, they mark iterations the same way.
+fn user_defined_annotations(snap: &Snapshot) -> Vec<Annotation> {
+    let mut out = Vec::new();
+    for (device, trace) in snap.device_traces.iter().enumerate() {
+        for e in trace {
+            if e.action != Action::Other || snap.action_name(e) != "user_defined" {
+                continue;
+            }
+            let Some(frame) = snap
+                .frames
+                .stack(e.frames)
+                .first()
+                .and_then(|&id| snap.frames.frame(id))
+            else {
+                continue;
+            };
+            if matches!(&*frame.name, "START" | "END") {
+                out.push(Annotation {
+                    stage: frame.name.clone(),
+                    name: frame.filename.clone(),
+                    device: device as i64,
+                    time_us: e.time_us().unwrap_or(0),
+                });
+            }
+        }
+    }
+    out
 }

@@ -106,11 +106,9 @@ fn synthetic_snapshot_imports_streamed_and_replays_exactly() {
     assert_eq!(o.final_state_match, Some(true));
 }
 
-#[test]
-fn a_frame_line_pickled_as_uint64_minus_one_imports_as_minus_one() {
-    // pytorch/pytorch#115234: 2.1+ stores a frame's unknown line (-1) in a
-    // uint64 and pickles 2^64 - 1, a 9-byte LONG1. It must not fail the file.
-    const SENTINEL: i64 = 0x7ead_beef;
+/// A dict snapshot with no segments and one device trace: one entry per
+/// `(action, frame name, frame filename, frame line)`, at `time_us` 1, 2, …
+fn one_device_trace(entries: &[(&str, &str, &str, i64)]) -> Vec<u8> {
     let mut w = crate::trace::pickle::PickleWriter::new();
     w.empty_dict();
     w.mark();
@@ -121,32 +119,47 @@ fn a_frame_line_pickled_as_uint64_minus_one_imports_as_minus_one() {
     w.mark();
     w.empty_list();
     w.mark();
-    w.empty_dict();
-    w.mark();
-    for (k, v) in [("addr", 4096), ("size", 512), ("stream", 0)] {
-        w.str(k);
-        w.int(v);
+    for (i, (action, name, filename, line)) in entries.iter().enumerate() {
+        w.empty_dict();
+        w.mark();
+        for (k, v) in [
+            ("addr", 0),
+            ("size", 0),
+            ("stream", 0),
+            ("time_us", i as i64 + 1),
+        ] {
+            w.str(k);
+            w.int(v);
+        }
+        w.str("action");
+        w.str(action);
+        w.str("frames");
+        w.empty_list();
+        w.mark();
+        w.empty_dict();
+        w.mark();
+        w.str("name");
+        w.str(name);
+        w.str("filename");
+        w.str(filename);
+        w.str("line");
+        w.int(*line);
+        w.setitems();
+        w.appends();
+        w.setitems();
     }
-    w.str("action");
-    w.str("alloc");
-    w.str("frames");
-    w.empty_list();
-    w.mark();
-    w.empty_dict();
-    w.mark();
-    w.str("name");
-    w.str("<module>");
-    w.str("filename");
-    w.str("train.py");
-    w.str("line");
-    w.int(SENTINEL);
-    w.setitems();
-    w.appends();
-    w.setitems();
     w.appends();
     w.appends();
     w.setitems();
-    let mut bytes = w.finish();
+    w.finish()
+}
+
+#[test]
+fn a_frame_line_pickled_as_uint64_minus_one_imports_as_minus_one() {
+    // pytorch/pytorch#115234: 2.1+ stores a frame's unknown line (-1) in a
+    // uint64 and pickles 2^64 - 1, a 9-byte LONG1. It must not fail the file.
+    const SENTINEL: i64 = 0x7ead_beef;
+    let mut bytes = one_device_trace(&[("alloc", "<module>", "train.py", SENTINEL)]);
     let mut binint = vec![b'J'];
     binint.extend_from_slice(&(SENTINEL as i32).to_le_bytes());
     let at = bytes
@@ -162,4 +175,24 @@ fn a_frame_line_pickled_as_uint64_minus_one_imports_as_minus_one() {
     let entry = &s.device_traces[0][0];
     let frame = s.frames.stack(entry.frames)[0];
     assert_eq!(s.frames.frame(frame).expect("frame").line, -1);
+}
+
+#[test]
+fn torch_2_4_user_defined_entries_become_annotations() {
+    // 2.4's `_initRecordAnnotations`: a record_function region is a trace
+    // entry `user_defined` with the frame {name: START|END, filename: region}.
+    let region = "Optimizer.step#AdamW.step";
+    let bytes = one_device_trace(&[
+        ("user_defined", "START", region, 0),
+        ("alloc", "step", "train.py", 7),
+        ("user_defined", "END", region, 0),
+    ]);
+    let s = import_bytes(&bytes).expect("imports");
+    let got: Vec<(&str, &str, i64, i64)> = s
+        .external_annotations
+        .iter()
+        .map(|a| (&*a.stage, &*a.name, a.device, a.time_us))
+        .collect();
+    assert_eq!(got, [("START", region, 0, 1), ("END", region, 0, 3)]);
+    assert_eq!(s.device_traces[0].len(), 3, "the entries stay in the trace");
 }
