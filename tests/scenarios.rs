@@ -667,6 +667,59 @@ fn the_spec_name_resnet_basic_is_resnet18() {
 }
 
 #[test]
+fn model_and_data_dimensions_are_checked_before_running() {
+    // Each of these used to panic (division by zero heads, u64 overflow in
+    // shape arithmetic) or run a model PyTorch refuses to build.
+    let gpt = |model: &str| {
+        VALID.replace(
+            "model: Preset(\"mlp-mnist\"),",
+            &format!("model: {model},\n    data: (batch: 2, seq: 16),"),
+        )
+    };
+    for (text, expected) in [
+        (
+            gpt("Gpt(layers: 1, heads: 0, width: 64, vocab: 128, block_size: 64)"),
+            "model.heads must be at least 1",
+        ),
+        (
+            gpt("Gpt(layers: 1, heads: 3, width: 64, vocab: 128, block_size: 64)"),
+            "not a multiple of heads 3",
+        ),
+        (
+            gpt("Gpt(layers: 1, heads: 1, width: 9223372036854775807, vocab: 128, block_size: 64)"),
+            "larger than 2097152",
+        ),
+        (
+            gpt("Gpt(layers: 1, heads: 2, width: 64, vocab: 128, block_size: 64, dropout: 1.5)"),
+            "not a probability",
+        ),
+        (
+            VALID.replace("Preset(\"mlp-mnist\")", "ResNet18(image: 16)"),
+            "model.image must be at least 32",
+        ),
+        (
+            VALID.replace("Preset(\"mlp-mnist\")", "Mlp(dims: [784, 0, 10])"),
+            "must be at least 1",
+        ),
+        (
+            VALID.replace(
+                "    iterations: 3,\n",
+                "    data: (batch: 4000000000000),\n    iterations: 3,\n",
+            ),
+            "a batch size of 4000000000000",
+        ),
+    ] {
+        let err = load_str(&text, "dims.ron").expect_err(expected);
+        assert!(err.to_string().contains(expected), "{expected}: {err}");
+    }
+    load_str(
+        &gpt("Gpt(layers: 0, heads: 2, width: 64, vocab: 128, block_size: 64)"),
+        "ok.ron",
+    )
+    .expect("a GPT with no blocks is still a model");
+}
+
+#[test]
 fn unknown_preset_points_at_the_name() {
     let text = VALID.replace("Preset(\"mlp-mnist\")", "Preset(\"gpt-5\")"); // line 5
     let (line, column, message) = at(&text);

@@ -84,7 +84,7 @@ pub(crate) struct SavedSlot {
 
 impl SavedSlot {
     pub fn bytes(&self) -> u64 {
-        self.shape.numel() * self.dtype.size()
+        self.shape.numel().saturating_mul(self.dtype.size())
     }
 }
 

@@ -42,8 +42,10 @@ impl Shape {
     }
 
     /// Product of the dims; a 0-dim tensor has one element (engine.md §1.2).
+    /// Elements; saturates, so an absurd shape asks the allocator for too
+    /// much (a clear error) instead of wrapping to a small size.
     pub fn numel(&self) -> u64 {
-        self.dims().iter().product()
+        self.dims().iter().fold(1, |n: u64, &d| n.saturating_mul(d))
     }
 
     pub fn dim(&self, i: usize) -> u64 {
@@ -115,6 +117,7 @@ mod tests {
         assert_eq!(Shape::scalar().numel(), 1);
         assert_eq!(Shape::new(&[2, 3, 4]).numel(), 24);
         assert_eq!(Shape::new(&[2, 0]).numel(), 0);
+        assert_eq!(Shape::new(&[1 << 40, 1 << 40]).numel(), u64::MAX, "saturates");
         assert_eq!(format!("{}", Shape::new(&[16, 128])), "[16, 128]");
     }
 }

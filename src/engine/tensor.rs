@@ -56,13 +56,13 @@ impl Engine {
         dtype: DType,
         category: Category,
     ) -> Result<TensorId> {
-        let s = self.new_storage(shape.numel() * dtype.size(), category)?;
+        let s = self.new_storage(shape.numel().saturating_mul(dtype.size()), category)?;
         Ok(self.wrap_storage(s, shape, dtype, Layout::Contiguous, false))
     }
 
     /// A host tensor (never touches the GPU allocator).
     pub(crate) fn empty_cpu(&mut self, shape: Shape, dtype: DType, category: Category) -> TensorId {
-        let s = self.new_cpu_storage(shape.numel() * dtype.size(), category);
+        let s = self.new_cpu_storage(shape.numel().saturating_mul(dtype.size()), category);
         self.wrap_storage(s, shape, dtype, Layout::Contiguous, false)
     }
 
@@ -113,7 +113,7 @@ impl Engine {
     /// Bytes of the tensor's own elements (not of its storage).
     pub fn nbytes(&self, t: TensorId) -> u64 {
         let x = &self.tensors[t.0];
-        x.shape.numel() * x.dtype.size()
+        x.shape.numel().saturating_mul(x.dtype.size())
     }
 
     pub fn storage_of(&self, t: TensorId) -> StorageId {

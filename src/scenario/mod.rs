@@ -5,6 +5,7 @@
 //! `run` drives it headless; `library` holds the built-in scenarios.
 
 mod build;
+mod dims;
 mod events;
 mod expect;
 mod format;

@@ -142,12 +142,7 @@ pub(crate) fn validate(s: &Scenario) -> (Vec<String>, Vec<StepProblem>) {
     if s.steps.is_empty() {
         general.push("steps: the loop has no steps".to_string());
     }
-    if s.data.batch == Some(0) || s.data.batch_schedule.contains(&0) {
-        general.push("data: a batch size must be at least 1".to_string());
-    }
-    if s.data.seq == Some(0) || s.data.seq_schedule.contains(&0) {
-        general.push("data: a sequence length must be at least 1".to_string());
-    }
+    general.extend(super::dims::problems(&s.model, &s.data));
     let mut walk = Walk {
         bound: HashSet::from(["hidden"]),
         backward_seen: false,

@@ -279,7 +279,11 @@ impl Model {
             }
             ModelKind::LstmLm { bptt, .. } => {
                 let t = seq_len.unwrap_or(*bptt);
-                (vec![t, b], DType::I64, Some((vec![t * b], DType::I64)))
+                (
+                    vec![t, b],
+                    DType::I64,
+                    Some((vec![t.saturating_mul(b)], DType::I64)),
+                )
             }
             ModelKind::ResNet { image, .. } => (
                 vec![b, 3, *image, *image],

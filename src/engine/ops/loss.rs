@@ -30,7 +30,10 @@ impl Engine {
         let shape = self.shape(x);
         if out_dtype != in_dtype && in_dtype != DType::F16 {
             // bf16 → fp32: `input.to(float)` first, a transient full-size copy (§1.7).
-            let tmp = self.transient(shape.numel() * out_dtype.size(), Category::Temporary)?;
+            let tmp = self.transient(
+                shape.numel().saturating_mul(out_dtype.size()),
+                Category::Temporary,
+            )?;
             let out = self.act(shape, out_dtype);
             self.free_transient(tmp);
             let out = out?;
@@ -113,7 +116,10 @@ impl Engine {
         let ac = self.autocast_arg(a, CastPolicy::Fp32)?;
         let bc = self.autocast_arg(b, CastPolicy::Fp32)?;
         let dtype = self.dtype(ac);
-        let tmp = self.transient(self.shape(ac).numel() * dtype.size(), Category::Temporary)?;
+        let tmp = self.transient(
+            self.shape(ac).numel().saturating_mul(dtype.size()),
+            Category::Temporary,
+        )?;
         let out = self.act(Shape::scalar(), dtype);
         self.free_transient(tmp);
         let out = out?;

@@ -1,0 +1,90 @@
+//! Model and data dimensions a scenario may ask for: positive, consistent
+//! (heads divide the width, as nanoGPT asserts), and small enough that the
+//! engine's shape arithmetic (products of up to three dimensions) fits in u64.
+
+use super::format::{DataSpec, LayerSpec, ModelSpec};
+
+/// 2^21: three such factors multiply to at most 2^63.
+pub const MAX_DIM: u64 = 1 << 21;
+
+/// Problems with the model's and the data's dimensions, one message each.
+pub(crate) fn problems(model: &ModelSpec, data: &DataSpec) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut dim = |field: &str, v: u64, min: u64| {
+        if v < min {
+            out.push(format!("{field} must be at least {min}"));
+        } else if v > MAX_DIM {
+            out.push(format!(
+                "{field} of {v} is larger than {MAX_DIM}, the largest dimension modelled"
+            ));
+        }
+    };
+    let mut dropout = None;
+    match model {
+        ModelSpec::Preset(_) => {}
+        ModelSpec::Mlp { dims, .. } => dims.iter().for_each(|&d| dim("model.dims: a width", d, 1)),
+        ModelSpec::Layers(layers) => {
+            for l in layers {
+                if let LayerSpec::Linear(a, b) = l {
+                    dim("model: a Linear in_features", *a, 1);
+                    dim("model: a Linear out_features", *b, 1);
+                }
+            }
+        }
+        ModelSpec::Gpt {
+            layers,
+            heads,
+            width,
+            vocab,
+            block_size,
+            dropout: p,
+            ..
+        } => {
+            dim("model.layers", *layers, 0);
+            dim("model.heads", *heads, 1);
+            dim("model.width", *width, 1);
+            dim("model.vocab", *vocab, 1);
+            dim("model.block_size", *block_size, 1);
+            dropout = Some(*p);
+        }
+        ModelSpec::LstmLm {
+            vocab,
+            emb,
+            hidden,
+            layers,
+            bptt,
+            dropout: p,
+            ..
+        } => {
+            dim("model.vocab", *vocab, 1);
+            dim("model.emb", *emb, 1);
+            dim("model.hidden", *hidden, 1);
+            dim("model.layers", *layers, 1);
+            dim("model.bptt", *bptt, 1);
+            dropout = Some(*p);
+        }
+        ModelSpec::ResNet18 { classes, image } => {
+            dim("model.classes", *classes, 1);
+            dim("model.image", *image, 32);
+        }
+    }
+    for &b in data.batch.iter().chain(&data.batch_schedule) {
+        dim("data: a batch size", b, 1);
+    }
+    for &t in data.seq.iter().chain(&data.seq_schedule) {
+        dim("data: a sequence length", t, 1);
+    }
+    if let ModelSpec::Gpt { heads, width, .. } = model {
+        if *heads > 0 && width % heads != 0 {
+            out.push(format!(
+                "model: width {width} is not a multiple of heads {heads} (each head gets width / heads)"
+            ));
+        }
+    }
+    if let Some(p) = dropout.filter(|p| !(0.0..=1.0).contains(p)) {
+        out.push(format!(
+            "model.dropout: {p} is not a probability between 0 and 1"
+        ));
+    }
+    out
+}
