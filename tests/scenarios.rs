@@ -720,6 +720,40 @@ fn model_and_data_dimensions_are_checked_before_running() {
 }
 
 #[test]
+fn feeding_a_model_the_wrong_tensor_stops_with_pytorchs_error() {
+    // Any bound tensor may reach `Forward`; a wrong rank or dtype used to
+    // index past a shape's end and panic.
+    for (model, expected) in [
+        (
+            "Preset(\"mlp-mnist\")",
+            "mat1 and mat2 shapes cannot be multiplied (1x3 and 784x1024)",
+        ),
+        (
+            "Gpt(layers: 1, heads: 1, width: 4, vocab: 4, block_size: 4)",
+            "not enough values to unpack (expected 2, got 1)",
+        ),
+        (
+            "LstmLm(vocab: 4, emb: 4, hidden: 4, layers: 1, bptt: 3)",
+            "'indices' to have one of the following scalar types: Long, Int",
+        ),
+        (
+            "ResNet18(classes: 4, image: 32)",
+            "input to conv2d, but got input of size: [3]",
+        ),
+    ] {
+        let text = format!(
+            "Scenario(name: \"t\", description: \"t\", device: (name: \"d\", capacity: \"1GiB\"), \
+             model: {model}, steps: [AllocateBuffer(name: \"x\", shape: [3], dtype: F32), \
+             Forward(input: \"x\", output: \"o\")], iterations: 1)"
+        );
+        let (scenario, built) = load_str(&text, "wrong.ron").expect("loads");
+        let result = run(&scenario, &built, &RunOptions::default());
+        let error = result.error.unwrap_or_default();
+        assert!(error.contains(expected), "{model}: {error}");
+    }
+}
+
+#[test]
 fn unknown_preset_points_at_the_name() {
     let text = VALID.replace("Preset(\"mlp-mnist\")", "Preset(\"gpt-5\")"); // line 5
     let (line, column, message) = at(&text);

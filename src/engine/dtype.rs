@@ -56,6 +56,22 @@ impl DType {
         }
     }
 
+    /// c10's name of the scalar type in error messages (`float`, `long int`).
+    pub fn scalar_name(self) -> &'static str {
+        match self {
+            DType::F64 => "double",
+            DType::F32 => "float",
+            DType::F16 => "c10::Half",
+            DType::BF16 => "c10::BFloat16",
+            DType::F8 => "c10::Float8_e4m3fn",
+            DType::I64 => "long int",
+            DType::I32 => "int",
+            DType::I16 => "short int",
+            DType::U8 => "unsigned char",
+            DType::Bool => "bool",
+        }
+    }
+
     /// Result dtype of a binary elementwise op on two floating tensors: the wider
     /// one (fp16 + fp32 → fp32, engine.md §1.8).
     pub fn promote(a: DType, b: DType) -> DType {

@@ -117,7 +117,11 @@ mod tests {
         assert_eq!(Shape::scalar().numel(), 1);
         assert_eq!(Shape::new(&[2, 3, 4]).numel(), 24);
         assert_eq!(Shape::new(&[2, 0]).numel(), 0);
-        assert_eq!(Shape::new(&[1 << 40, 1 << 40]).numel(), u64::MAX, "saturates");
+        assert_eq!(
+            Shape::new(&[1 << 40, 1 << 40]).numel(),
+            u64::MAX,
+            "saturates"
+        );
         assert_eq!(format!("{}", Shape::new(&[16, 128])), "[16, 128]");
     }
 }

@@ -74,6 +74,11 @@ pub(crate) fn problems(model: &ModelSpec, data: &DataSpec) -> Vec<String> {
     for &t in data.seq.iter().chain(&data.seq_schedule) {
         dim("data: a sequence length", t, 1);
     }
+    if let ModelSpec::Mlp { dims, .. } = model {
+        if dims.len() < 2 {
+            out.push("model.dims needs at least two widths (input and output)".into());
+        }
+    }
     if let ModelSpec::Gpt { heads, width, .. } = model {
         if *heads > 0 && width % heads != 0 {
             out.push(format!(

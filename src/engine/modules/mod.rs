@@ -3,6 +3,7 @@
 //! registration order), which is also `named_parameters()` order.
 
 pub mod gpt2;
+mod input_check;
 pub mod lstm_lm;
 pub mod mlp;
 pub mod resnet;
@@ -319,6 +320,7 @@ impl Model {
         x: TensorId,
         hidden: Option<(TensorId, TensorId)>,
     ) -> Result<(TensorId, Option<(TensorId, TensorId)>)> {
+        self.check_input(e, x)?;
         match &self.net {
             Net::Mlp(m) => Ok((m.forward(e, x)?, None)),
             Net::Gpt2(m) => Ok((m.forward(e, x)?, None)),
