@@ -754,6 +754,38 @@ fn feeding_a_model_the_wrong_tensor_stops_with_pytorchs_error() {
 }
 
 #[test]
+fn a_loss_target_that_does_not_fit_the_output_stops_with_pytorchs_error() {
+    let run_text = |target_step: &str| {
+        let text = VALID.replace(
+            "Loss(output: \"out\", target: \"y\", into: \"loss\")",
+            target_step,
+        );
+        let (scenario, built) = load_str(&text, "loss.ron").expect("loads");
+        run(&scenario, &built, &RunOptions::default())
+            .error
+            .unwrap_or_default()
+    };
+    // mlp-mnist: out [256, 10]; x [256, 784] f32 is neither class indices
+    // nor probabilities shaped like out.
+    let err = run_text("Loss(output: \"out\", target: \"x\", into: \"loss\")");
+    assert!(err.contains("not implemented for 'Float'"), "{err}");
+    // Class indices must be one per row: `out` rows are 256, a [7] buffer is not.
+    let err = run_text(
+        "AllocateBuffer(name: \"t\", shape: [7], dtype: I64), \
+         Loss(output: \"out\", target: \"t\", into: \"loss\")",
+    );
+    assert!(
+        err.contains("Expected input batch_size (256) to match target batch_size (7)"),
+        "{err}"
+    );
+    // Probabilities shaped like the output are a valid cross-entropy target.
+    assert_eq!(
+        run_text("Loss(output: \"out\", target: \"out\", into: \"loss\")"),
+        ""
+    );
+}
+
+#[test]
 fn unknown_preset_points_at_the_name() {
     let text = VALID.replace("Preset(\"mlp-mnist\")", "Preset(\"gpt-5\")"); // line 5
     let (line, column, message) = at(&text);

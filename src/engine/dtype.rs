@@ -72,6 +72,22 @@ impl DType {
         }
     }
 
+    /// The name a CUDA kernel's "not implemented for" error gives (`'Float'`).
+    pub fn kernel_name(self) -> &'static str {
+        match self {
+            DType::F64 => "Double",
+            DType::F32 => "Float",
+            DType::F16 => "Half",
+            DType::BF16 => "BFloat16",
+            DType::F8 => "Float8_e4m3fn",
+            DType::I64 => "Long",
+            DType::I32 => "Int",
+            DType::I16 => "Short",
+            DType::U8 => "Byte",
+            DType::Bool => "Bool",
+        }
+    }
+
     /// Result dtype of a binary elementwise op on two floating tensors: the wider
     /// one (fp16 + fp32 → fp32, engine.md §1.8).
     pub fn promote(a: DType, b: DType) -> DType {

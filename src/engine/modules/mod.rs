@@ -367,6 +367,22 @@ impl Model {
             LossKind::CrossEntropy | LossKind::Nll => {
                 let t = target.ok_or_else(need_target)?;
                 let s = e.shape(out);
+                // Class indices (one per row of the flattened output) or, for
+                // cross-entropy, class probabilities shaped like the output;
+                // anything else goes to nll_loss as indices and fails there.
+                let (rows, n, tdtype) = (s.leading(), e.shape(t).numel(), e.dtype(t));
+                let probabilities = self.cfg.loss == LossKind::CrossEntropy && n == s.numel();
+                if tdtype.is_floating() && !probabilities {
+                    return Err(super::error::EngineError::Runtime(format!(
+                        "\"nll_loss_forward_reduce_cuda_kernel_2d_index\" not implemented for '{}'",
+                        tdtype.kernel_name()
+                    )));
+                }
+                if !tdtype.is_floating() && n != rows {
+                    return Err(super::error::EngineError::Value(format!(
+                        "Expected input batch_size ({rows}) to match target batch_size ({n})."
+                    )));
+                }
                 let flat = e.reshape(out, Shape::new(&[s.leading(), s.last()]))?;
                 let tflat = e.reshape(t, Shape::new(&[e.shape(t).numel()]))?;
                 let r = if self.cfg.loss == LossKind::Nll {
