@@ -701,6 +701,18 @@ fn model_and_data_dimensions_are_checked_before_running() {
             VALID.replace("Preset(\"mlp-mnist\")", "Mlp(dims: [784, 0, 10])"),
             "must be at least 1",
         ),
+        // Each of these two ran for minutes (tens of GB of host memory).
+        (
+            gpt("Gpt(layers: 2097152, heads: 1, width: 8, vocab: 8, block_size: 64)"),
+            "more than 1024",
+        ),
+        (
+            VALID.replace(
+                "Preset(\"mlp-mnist\")",
+                "LstmLm(vocab: 8, emb: 8, hidden: 8, layers: 1, bptt: 262144, cudnn: false)",
+            ),
+            "unfused LSTM",
+        ),
         (
             VALID.replace(
                 "    iterations: 3,\n",

@@ -6,6 +6,12 @@ use super::format::{DataSpec, LayerSpec, ModelSpec};
 
 /// 2^21: three such factors multiply to at most 2^63.
 pub const MAX_DIM: u64 = 1 << 21;
+/// Layer counts: each layer is engine bookkeeping for every op it runs, and
+/// 2^21 layers took minutes and tens of GB of host memory.
+pub const MAX_LAYERS: u64 = 1024;
+/// An unfused LSTM runs one cell per step: past this, a single iteration
+/// takes minutes.
+pub const MAX_UNFUSED_BPTT: u64 = 1 << 16;
 
 /// Problems with the model's and the data's dimensions, one message each.
 pub(crate) fn problems(model: &ModelSpec, data: &DataSpec) -> Vec<String> {
@@ -83,6 +89,31 @@ pub(crate) fn problems(model: &ModelSpec, data: &DataSpec) -> Vec<String> {
         if *heads > 0 && width % heads != 0 {
             out.push(format!(
                 "model: width {width} is not a multiple of heads {heads} (each head gets width / heads)"
+            ));
+        }
+    }
+    let layers = match model {
+        ModelSpec::Gpt { layers, .. } | ModelSpec::LstmLm { layers, .. } => *layers,
+        _ => 0,
+    };
+    if layers > MAX_LAYERS {
+        out.push(format!(
+            "model.layers: {layers} is more than {MAX_LAYERS}, the most modelled"
+        ));
+    }
+    if let ModelSpec::LstmLm {
+        bptt, cudnn: false, ..
+    } = model
+    {
+        let longest = data
+            .seq
+            .iter()
+            .chain(&data.seq_schedule)
+            .chain([bptt])
+            .max();
+        if let Some(&t) = longest.filter(|&&t| t > MAX_UNFUSED_BPTT) {
+            out.push(format!(
+                "model: an unfused LSTM (cudnn: false) steps one cell per token; a sequence of {t} is more than {MAX_UNFUSED_BPTT}, the most modelled"
             ));
         }
     }

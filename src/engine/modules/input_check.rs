@@ -61,10 +61,10 @@ impl Model {
                     return indices();
                 }
                 if dims.len() != 2 {
-                    // The embedding adds a dimension; nn.LSTM wants (T, B, emb).
+                    // The example's batches are (seq_len, batch) token ids; other
+                    // ranks break its hidden state or decoder view.
                     return runtime(format!(
-                        "LSTM: Expected input to be 2D or 3D, got {}D input instead",
-                        dims.len() + 1
+                        "the LSTM language model takes token ids of shape (seq_len, batch), got {shape}"
                     ));
                 }
                 Ok(())
