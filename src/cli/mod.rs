@@ -1,6 +1,7 @@
 //! Subcommands. Each returns the process exit status: 0 success, 1 the run's
 //! own expectations (or a verify) failed, 2 bad input, 3 no GPU driver.
 
+mod compare;
 mod demo;
 mod scenario;
 mod snapshot;
@@ -64,7 +65,16 @@ pub enum Command {
     },
     /// Two runs side by side with the cursor synchronised: scenarios (buggy
     /// vs fixed), snapshots, or one of each.
-    Compare { first: String, second: String },
+    Compare {
+        first: String,
+        second: String,
+        /// Print both reports and a table of their figures instead of opening the terminal UI.
+        #[arg(long)]
+        headless: bool,
+        /// Print both reports and their figures as JSON (implies --headless).
+        #[arg(long)]
+        json: bool,
+    },
     /// Open a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot) and report what it holds.
     Open {
         snapshot: PathBuf,
@@ -136,7 +146,18 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 )
             }
         }
-        Some(Command::Compare { first, second }) => ui::open(&[&first, &second]),
+        Some(Command::Compare {
+            first,
+            second,
+            headless,
+            json,
+        }) => {
+            if headless || json || !ui::have_terminal() {
+                compare::compare(&first, &second, json)
+            } else {
+                ui::open(&[&first, &second])
+            }
+        }
         Some(Command::Demo { conf }) => demo::run(&conf),
         Some(Command::Scenarios) => scenario::list(),
         Some(Command::Check { file }) => scenario::check_file(&file),

@@ -1,0 +1,182 @@
+//! `compare A B` without the terminal UI: each side's figures next to the
+//! other's, then each side's own report.
+
+use std::fmt::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+use vramscope::alloc::format_size;
+use vramscope::report::run as run_report;
+use vramscope::report::snapshot::SnapshotReport;
+use vramscope::scenario::{check, resolve, run as run_scenario, RunOptions};
+
+use super::snapshot::load;
+use super::BadInput;
+
+/// The figures both kinds of input have, for the table.
+#[derive(Debug, Serialize)]
+struct Figures {
+    label: String,
+    kind: &'static str,
+    /// Scenarios only: a snapshot holds the state at its dump.
+    peak_allocated: Option<u64>,
+    peak_reserved: Option<u64>,
+    /// At the end of the run, or at the snapshot's dump.
+    allocated: u64,
+    reserved: u64,
+    ooms: usize,
+    leaks: Vec<String>,
+}
+
+struct Side {
+    figures: Figures,
+    text: String,
+    json: Value,
+}
+
+/// A scenario (built-in name or `.ron` file) or a snapshot, as `compare` takes them.
+fn side(input: &str) -> anyhow::Result<Side> {
+    let path = Path::new(input);
+    if path.is_file() && path.extension().is_none_or(|e| e != "ron") {
+        return snapshot_side(input, path);
+    }
+    let (scenario, built) = resolve(input).map_err(|e| BadInput(e.to_string()))?;
+    let result = run_scenario(
+        &scenario,
+        &built,
+        &RunOptions {
+            iterations: None,
+            record_events: false,
+        },
+    );
+    let checks = check(&scenario.expect, &result);
+    let figures = Figures {
+        label: scenario.name.clone(),
+        kind: "scenario",
+        peak_allocated: Some(result.peak_allocated),
+        peak_reserved: Some(result.peak_reserved),
+        allocated: result.stats.allocated_bytes(),
+        reserved: result.stats.reserved_bytes(),
+        ooms: usize::from(result.oom.is_some()),
+        leaks: result
+            .findings
+            .iter()
+            .map(|f| format!("{} ({})", f.root, f.kind.as_str()))
+            .collect(),
+    };
+    Ok(Side {
+        figures,
+        text: run_report::text(&scenario, &result, &checks),
+        json: run_report::json(&result, &checks),
+    })
+}
+
+fn snapshot_side(input: &str, path: &Path) -> anyhow::Result<Side> {
+    let snap = load(path)?;
+    let report = SnapshotReport::new(input, &snap);
+    let sum = |f: fn(&vramscope::report::snapshot::DeviceReport) -> u64| -> u64 {
+        report.devices.iter().map(f).sum()
+    };
+    let figures = Figures {
+        label: path
+            .file_name()
+            .map_or_else(|| input.to_string(), |n| n.to_string_lossy().into_owned()),
+        kind: "snapshot",
+        peak_allocated: None,
+        peak_reserved: None,
+        allocated: sum(|d| d.allocated),
+        reserved: sum(|d| d.reserved),
+        ooms: report.devices.iter().map(|d| d.ooms.len()).sum(),
+        leaks: report
+            .devices
+            .iter()
+            .filter_map(|d| d.leaks.as_ref())
+            .flat_map(|l| &l.findings)
+            .map(|f| format!("{} ({})", f.root, f.kind.as_str()))
+            .collect(),
+    };
+    Ok(Side {
+        figures,
+        text: report.to_text(),
+        json: serde_json::to_value(&report)?,
+    })
+}
+
+fn size_or_dash(v: Option<u64>) -> String {
+    v.map_or_else(|| "—".to_string(), format_size)
+}
+
+/// `second − first`, signed, in PyTorch's size units.
+fn delta(a: Option<u64>, b: Option<u64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if a == b => "same".to_string(),
+        (Some(a), Some(b)) if b > a => format!("+{}", format_size(b - a)),
+        (Some(a), Some(b)) => format!("-{}", format_size(a - b)),
+        _ => String::new(),
+    }
+}
+
+fn table(a: &Figures, b: &Figures) -> String {
+    let heads = [a, b].map(|f| format!("{} ({})", f.label, f.kind));
+    let w = heads
+        .iter()
+        .map(|h| h.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(12);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<16}  {:>w$}  {:>w$}  {:>14}",
+        "", heads[0], heads[1], "change"
+    );
+    let rows: [(&str, Option<u64>, Option<u64>); 4] = [
+        ("peak allocated", a.peak_allocated, b.peak_allocated),
+        ("peak reserved", a.peak_reserved, b.peak_reserved),
+        ("allocated (end)", Some(a.allocated), Some(b.allocated)),
+        ("reserved (end)", Some(a.reserved), Some(b.reserved)),
+    ];
+    for (name, x, y) in rows {
+        let _ = writeln!(
+            out,
+            "{name:<16}  {:>w$}  {:>w$}  {:>14}",
+            size_or_dash(x),
+            size_or_dash(y),
+            delta(x, y)
+        );
+    }
+    let _ = writeln!(out, "{:<16}  {:>w$}  {:>w$}", "OOMs", a.ooms, b.ooms);
+    let _ = writeln!(
+        out,
+        "{:<16}  {:>w$}  {:>w$}",
+        "leaks flagged",
+        a.leaks.len(),
+        b.leaks.len()
+    );
+    for f in [a, b] {
+        for leak in &f.leaks {
+            let _ = writeln!(out, "  {}: {leak}", f.label);
+        }
+    }
+    out
+}
+
+pub fn compare(first: &str, second: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let a = side(first)?;
+    let b = side(second)?;
+    if json {
+        let out = json!({
+            "first": { "figures": a.figures, "report": a.json },
+            "second": { "figures": b.figures, "report": b.json },
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        print!("{}", table(&a.figures, &b.figures));
+        for (title, s) in [("first", &a), ("second", &b)] {
+            println!("\n── {title}: {} ──\n{}", s.figures.label, s.text);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,121 @@
+//! `compare` and plain output as a script runs them: no terminal, output
+//! piped.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+fn real(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/snapshots/real");
+    let dir = if dir.exists() {
+        dir
+    } else {
+        PathBuf::from("/work/shared/snapshots/real")
+    };
+    dir.join(name)
+}
+
+fn vramscope(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+#[test]
+fn compare_without_a_terminal_prints_both_sides() {
+    let (code, out, err) = vramscope(&[
+        "compare",
+        "accumulate-loss-train-bug",
+        "accumulate-loss-train-fixed",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let table: Vec<&str> = out.lines().take_while(|l| !l.is_empty()).collect();
+    let leaks = table
+        .iter()
+        .find(|l| l.starts_with("leaks flagged"))
+        .expect("a leaks row");
+    assert_eq!(
+        leaks.split_whitespace().skip(2).collect::<Vec<_>>(),
+        ["1", "0"],
+        "{out}"
+    );
+    assert!(
+        table.iter().any(|l| l.contains("total_loss")),
+        "the buggy side's leak is named: {out}"
+    );
+    assert!(
+        out.contains("── first: accumulate-loss-train-bug ──"),
+        "{out}"
+    );
+    assert!(
+        out.contains("── second: accumulate-loss-train-fixed ──"),
+        "{out}"
+    );
+}
+
+#[test]
+fn compare_json_has_each_sides_figures_and_report() {
+    let snapshot = real("adam-step_closed-trace_annotations.pickle");
+    let snapshot = snapshot.to_str().expect("utf-8 path");
+    let (code, out, err) = vramscope(&["compare", "tour", snapshot, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    let (first, second) = (&v["first"]["figures"], &v["second"]["figures"]);
+    assert_eq!(first["kind"], "scenario");
+    assert_eq!(second["kind"], "snapshot");
+    assert!(
+        second["peak_allocated"].is_null(),
+        "a snapshot has no run peak"
+    );
+    // The same snapshot opened on its own says the same.
+    let (_, opened, _) = vramscope(&["open", snapshot, "--json"]);
+    let opened = json(&opened);
+    let allocated: u64 = opened["devices"]
+        .as_array()
+        .expect("devices")
+        .iter()
+        .map(|d| d["allocated"].as_u64().expect("bytes"))
+        .sum();
+    assert_eq!(second["allocated"].as_u64(), Some(allocated));
+    assert_eq!(v["second"]["report"], opened);
+    // The tour ends in its OOM; its own run report says where.
+    assert_eq!(first["ooms"], 1);
+    assert!(v["first"]["report"]["oom"]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("Tried to allocate")));
+}
+
+#[test]
+fn compare_names_the_input_it_cannot_find() {
+    let (code, out, err) = vramscope(&["compare", "tour", "no-such-scenario"]);
+    assert_eq!(code, 2);
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("no-such-scenario"), "{err}");
+}
+
+#[test]
+fn output_to_a_closed_pipe_ends_quietly() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .arg("scenarios")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runs");
+    // The reader is gone before the first line is written, as after `| head -0`.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("ends");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_ne!(out.status.code(), Some(101), "a panic's exit status");
+}
