@@ -119,3 +119,18 @@ fn output_to_a_closed_pipe_ends_quietly() {
     assert!(!err.contains("panicked"), "{err}");
     assert_ne!(out.status.code(), Some(101), "a panic's exit status");
 }
+
+/// A device given where a file belongs: read forever once; now refused at once.
+#[cfg(unix)]
+#[test]
+fn an_endless_device_is_refused_not_read_forever() {
+    let (code, _, err) = vramscope(&["check", "/dev/zero"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("/dev/zero") && err.contains("not a scenario file"),
+        "{err}"
+    );
+    let (code, _, err) = vramscope(&["open", "/dev/zero", "--headless"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("/dev/zero: not a regular file"), "{err}");
+}

@@ -1,6 +1,7 @@
 //! Reading a scenario: RON with its own line:column errors, then our checks,
 //! each error naming the file, the line and column, and what was expected.
 
+use std::io::Read;
 use std::path::Path;
 
 use ron::extensions::Extensions;
@@ -29,12 +30,26 @@ pub enum LoadError {
     NotFound(String),
 }
 
+/// Larger than any scenario a person writes; the cap keeps a wrong path
+/// (`/dev/zero`, a model checkpoint) from reading forever or filling memory.
+pub const MAX_SCENARIO_BYTES: u64 = 16 << 20;
+
 pub fn load_file(path: &Path) -> Result<(Scenario, Built), LoadError> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| LoadError::Io {
+    let io = |reason: String| LoadError::Io {
         file: file.clone(),
-        reason: e.to_string(),
-    })?;
+        reason,
+    };
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_SCENARIO_BYTES + 1).read_to_string(&mut text))
+        .map_err(|e| io(e.to_string()))?;
+    if text.len() as u64 > MAX_SCENARIO_BYTES {
+        return Err(io(format!(
+            "longer than {} MiB: not a scenario file",
+            MAX_SCENARIO_BYTES >> 20
+        )));
+    }
     load_str(&text, &file)
 }
 

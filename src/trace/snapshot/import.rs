@@ -65,7 +65,15 @@ pub fn import_file(path: &FsPath) -> Result<Snapshot, SnapshotError> {
         source,
     };
     let file = std::fs::File::open(path).map_err(io)?;
-    let len = file.metadata().map_err(io)?.len();
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        // A device or a pipe reports length 0 and cannot be mapped.
+        return Err(io(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (a snapshot is a file written by torch.cuda.memory._dump_snapshot)",
+        )));
+    }
+    let len = meta.len();
     let result = if len == 0 {
         import_bytes(&[])
     } else {
