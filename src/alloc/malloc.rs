@@ -235,14 +235,14 @@ impl<D: Device> CachingAllocator<D> {
             self.splice(id, prev, found);
             self.insert_free_as(found, pool, stream, rem_size, rem_addr);
             if !expandable {
-                if already_split {
-                    self.stats
-                        .decrease(Family::InactiveSplitBytes, pool, req.size as i64);
+                // Split before: the inactive piece shrinks by what is handed
+                // out. Whole before: the remainder is a new inactive piece.
+                let (blocks, bytes) = if already_split {
+                    (0, -(req.size as i64))
                 } else {
-                    let rem = rem_size as i64;
-                    self.stats.increase(Family::InactiveSplitBytes, pool, rem);
-                    self.stats.increase(Family::InactiveSplit, pool, 1);
-                }
+                    (1, rem_size as i64)
+                };
+                self.stats.on_inactive_split_change(pool, blocks, bytes);
             }
             id
         } else {

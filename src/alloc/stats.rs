@@ -56,6 +56,15 @@ impl Counter {
         self.current -= amount;
         self.freed += amount;
     }
+    /// `increase(net)` when positive, `decrease(-net)` when negative,
+    /// nothing when zero; with no branch on the sign (a free's net change is
+    /// as random as its neighbours). The peak cannot move on a decrease.
+    #[inline]
+    fn apply(&mut self, net: i64) {
+        self.current += net;
+        self.freed += (-net).max(0);
+        self.peak = self.peak.max(self.current);
+    }
     fn stat(self) -> Stat {
         Stat {
             current: self.current,
@@ -192,6 +201,16 @@ impl MemoryStats {
         self.all_peaks[f] = self.all_peaks[f].max(all);
     }
 
+    /// [`Self::increase`] or [`Self::decrease`] by the sign of `net`.
+    #[inline]
+    pub(crate) fn apply(&mut self, family: Family, pool: Pool, net: i64) {
+        let f = family as usize;
+        let pools = &mut self.families[f];
+        pools[pool.index()].apply(net);
+        let all = pools[0].current + pools[1].current;
+        self.all_peaks[f] = self.all_peaks[f].max(all);
+    }
+
     #[inline]
     pub(crate) fn decrease(&mut self, family: Family, pool: Pool, amount: i64) {
         self.families[family as usize][pool.index()].decrease(amount);
@@ -227,16 +246,8 @@ impl MemoryStats {
     /// Net change of the inactive-split families after a free's merges.
     #[inline]
     pub(crate) fn on_inactive_split_change(&mut self, pool: Pool, blocks: i64, bytes: i64) {
-        for (family, net) in [
-            (Family::InactiveSplit, blocks),
-            (Family::InactiveSplitBytes, bytes),
-        ] {
-            if net > 0 {
-                self.increase(family, pool, net);
-            } else if net < 0 {
-                self.decrease(family, pool, -net);
-            }
-        }
+        self.apply(Family::InactiveSplit, pool, blocks);
+        self.apply(Family::InactiveSplitBytes, pool, bytes);
     }
 
     pub fn allocated_bytes(&self) -> u64 {
