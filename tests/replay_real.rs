@@ -20,7 +20,7 @@ fn real(name: &str) -> PathBuf {
 
 fn replay(name: &str) -> Vec<(usize, ReplayOutcome)> {
     let snap = import_file(&real(name)).expect("imports");
-    let config = from_snapshot::config(&snap).expect("its own settings parse");
+    let config = from_snapshot::config(&snap);
     from_snapshot::traced_devices(&snap)
         .into_iter()
         .map(|device| {
@@ -123,7 +123,7 @@ fn device_size_is_read_from_the_reservation_spacing() {
 fn replay_open(name: &str) -> Vec<(usize, ReplayOutcome)> {
     use vramscope::trace::replay::reconstruct::initial_state;
     let snap = import_file(&real(name)).expect("imports");
-    let config = from_snapshot::config(&snap).expect("its own settings parse");
+    let config = from_snapshot::config(&snap);
     from_snapshot::traced_devices(&snap)
         .into_iter()
         .map(|device| {

@@ -10,6 +10,9 @@ pub struct TorchVersion(pub u32);
 impl TorchVersion {
     /// The simulator's default era (2.6–2.9 behaviour).
     pub const DEFAULT: TorchVersion = TorchVersion(8);
+    /// The releases modelled: 2.4 to 2.15.
+    pub const OLDEST: TorchVersion = TorchVersion(4);
+    pub const NEWEST: TorchVersion = TorchVersion(15);
 
     /// 2.4–2.9 use the classic `CUDAAllocatorConfig` parser; 2.10+ the unified tokenizer.
     pub fn classic_parser(self) -> bool {
@@ -50,7 +53,7 @@ impl FromStr for TorchVersion {
             .and_then(|rest| rest.split('.').next())
             .and_then(|m| m.parse::<u32>().ok())
             .ok_or_else(|| format!("torch version '{s}': expected 2.<minor>, e.g. 2.8"))?;
-        if !(4..=15).contains(&minor) {
+        if !(Self::OLDEST.0..=Self::NEWEST.0).contains(&minor) {
             return Err(format!(
                 "torch version '{s}': only 2.4 to 2.15 are modelled"
             ));

@@ -52,8 +52,7 @@ fn parse_conf(conf: &str, torch: Option<&str>) -> anyhow::Result<AllocConfig> {
 
 pub fn replay(path: &Path, args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let snap = load(path)?;
-    let replays = from_snapshot::verify(&snap)
-        .map_err(|e| BadInput(format!("the snapshot's own allocator_settings: {e}")))?;
+    let replays = from_snapshot::verify(&snap);
     let verify = VerifyReport::new(&replays);
     let mut status = ExitCode::SUCCESS;
     if args.verify || args.confs.is_empty() {
@@ -95,7 +94,7 @@ fn what_if_report(
     replays: &[DeviceReplay],
     args: &ReplayArgs,
 ) -> anyhow::Result<WhatIfReport> {
-    let original = from_snapshot::config(snap)?;
+    let original = from_snapshot::config(snap);
     let mut configs = vec![original];
     for conf in &args.confs {
         configs.push(parse_conf(conf, args.torch.as_deref())?);
@@ -206,7 +205,7 @@ fn scenario_snapshot(input: &Path, conf: Option<&str>) -> anyhow::Result<Snapsho
 
 /// The snapshot's requests replayed under `config`, as a snapshot of its own.
 fn replayed_under(snap: &Snapshot, config: &AllocConfig) -> anyhow::Result<Snapshot> {
-    let replays = from_snapshot::verify(snap)?;
+    let replays = from_snapshot::verify(snap);
     let runs: Vec<_> = replays
         .iter()
         .map(|r| {

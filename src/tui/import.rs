@@ -52,7 +52,7 @@ pub fn snapshot_to_source(snap: &Snapshot, device: Option<usize>) -> Result<Sour
     }
     let entries = from_snapshot::entries(snap, device);
     let capacity = from_snapshot::infer_device_total(&entries, LARGE_BUFFER);
-    let config = from_snapshot::config(snap).unwrap_or_default();
+    let config = from_snapshot::config(snap);
     let mut msgs = Vec::new();
     let mut entry_frames = Vec::new();
     if entries.is_empty() {

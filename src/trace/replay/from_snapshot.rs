@@ -1,8 +1,8 @@
 //! Turn an imported snapshot into replay input: per-device entries, the final
 //! segments, the allocator config it ran under, and the device size.
 
-use crate::alloc::{Action as AllocAction, AllocConfig, ConfigError, TorchVersion};
-use crate::trace::snapshot::Snapshot;
+use crate::alloc::{Action as AllocAction, AllocConfig, TorchVersion};
+use crate::trace::snapshot::{AllocatorSettings, Snapshot};
 
 use super::reconstruct::{initial_state, Reconstruction};
 use super::{Entry, EntryAction, FinalBlock, FinalSegment, ReplayOutcome, Replayer};
@@ -61,15 +61,49 @@ pub fn final_segments(snap: &Snapshot, device: usize) -> Vec<FinalSegment> {
 /// The allocator config the snapshot recorded: its `PYTORCH_CUDA_ALLOC_CONF`
 /// string, read by the era that wrote it (files with `allocator_settings`
 /// come from 2.4 or later; the string is also checked against the recorded
-/// `expandable_segments`).
-pub fn config(snap: &Snapshot) -> Result<AllocConfig, ConfigError> {
+/// `expandable_segments`). A snapshot does not say its release: the default
+/// era is tried first, then the others, newest first, so that a key only a
+/// newer release knows (`large_segment_size_mb`, 2.12) is read as that
+/// release reads it. A string no modelled release accepts (a release after
+/// them) leaves the settings PyTorch recorded beside it, which are the values
+/// it ran with.
+pub fn config(snap: &Snapshot) -> AllocConfig {
     let Some(settings) = &snap.allocator_settings else {
-        return Ok(AllocConfig::default());
+        return AllocConfig::default();
     };
-    let mut config = AllocConfig::parse_for(&settings.conf, TorchVersion::DEFAULT)
-        .or_else(|_| AllocConfig::parse_for(&settings.conf, TorchVersion(10)))?;
-    config.expandable_segments |= settings.expandable_segments;
-    Ok(config)
+    let eras = std::iter::once(TorchVersion::DEFAULT).chain(
+        (TorchVersion::OLDEST.0..=TorchVersion::NEWEST.0)
+            .rev()
+            .map(TorchVersion)
+            .filter(|v| *v != TorchVersion::DEFAULT),
+    );
+    for era in eras {
+        if let Ok(mut config) = AllocConfig::parse_for(&settings.conf, era) {
+            config.expandable_segments |= settings.expandable_segments;
+            return config;
+        }
+    }
+    recorded_config(settings)
+}
+
+/// The settings PyTorch recorded in `allocator_settings`, as a config.
+fn recorded_config(settings: &AllocatorSettings) -> AllocConfig {
+    let mut config = AllocConfig {
+        raw: settings.conf.clone(),
+        max_split_size: u64::try_from(settings.max_split_size).unwrap_or(u64::MAX),
+        garbage_collection_threshold: settings.garbage_collection_threshold,
+        expandable_segments: settings.expandable_segments,
+        ..AllocConfig::default()
+    };
+    for &(start_mib, divisions) in &settings.roundup_power2_divisions {
+        if start_mib.is_power_of_two() {
+            let i = start_mib.trailing_zeros() as usize;
+            if let Some(slot) = config.roundup_power2_divisions.get_mut(i) {
+                *slot = divisions;
+            }
+        }
+    }
+    config
 }
 
 /// Device ordinals with a non-empty trace.
@@ -125,9 +159,9 @@ pub struct DeviceReplay {
 
 /// Replay every traced device of `snap` under its own settings, starting from
 /// the rebuilt state at the first entry (empty for a closed trace).
-pub fn verify(snap: &Snapshot) -> Result<Vec<DeviceReplay>, ConfigError> {
-    let config = config(snap)?;
-    Ok(traced_devices(snap)
+pub fn verify(snap: &Snapshot) -> Vec<DeviceReplay> {
+    let config = config(snap);
+    traced_devices(snap)
         .into_iter()
         .map(|device| {
             let entries = entries(snap, device);
@@ -145,5 +179,63 @@ pub fn verify(snap: &Snapshot) -> Result<Vec<DeviceReplay>, ConfigError> {
                 outcome,
             }
         })
-        .collect())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alloc::constants::MIB;
+    use crate::trace::snapshot::{EntryExtras, FrameTable, Layout};
+
+    fn with_settings(conf: &str, max_split_size: i64, divisions: Vec<(u64, u64)>) -> Snapshot {
+        Snapshot {
+            segments: Vec::new(),
+            device_traces: Vec::new(),
+            allocator_settings: Some(AllocatorSettings {
+                conf: conf.to_string(),
+                max_split_size,
+                garbage_collection_threshold: 0.0,
+                expandable_segments: false,
+                roundup_power2_divisions: divisions,
+                other: Vec::new(),
+            }),
+            external_annotations: Vec::new(),
+            layout: Layout::CurrentDict,
+            frames: FrameTable::default(),
+            entry_extras: EntryExtras::default(),
+        }
+    }
+
+    #[test]
+    fn a_key_of_a_newer_release_is_read_as_that_release_reads_it() {
+        // `large_segment_size_mb` exists from 2.12; the default era (2.8) rejects it.
+        assert!(AllocConfig::parse("large_segment_size_mb:40").is_err());
+        let c = config(&with_settings("large_segment_size_mb:40", -1, Vec::new()));
+        assert_eq!(c.large_segment_size, 40 * MIB);
+        assert!(c.version.has_large_segment_size(), "{}", c.version);
+        let c = config(&with_settings(
+            "max_split_size_mb:200",
+            200 * MIB as i64,
+            Vec::new(),
+        ));
+        assert_eq!(
+            (c.max_split_size, c.version),
+            (200 * MIB, TorchVersion::DEFAULT)
+        );
+    }
+
+    #[test]
+    fn a_string_no_release_accepts_leaves_the_recorded_values() {
+        let c = config(&with_settings(
+            "a_future_key:3,max_split_size_mb:64",
+            64 * MIB as i64,
+            vec![(1, 0), (256, 4), (512, 8)],
+        ));
+        assert_eq!(c.max_split_size, 64 * MIB);
+        assert_eq!(c.roundup_power2_divisions[8], 4);
+        assert_eq!(c.roundup_power2_divisions[9], 8);
+        assert_eq!(c.roundup_power2_divisions[0], 0);
+        assert_eq!(c.raw, "a_future_key:3,max_split_size_mb:64");
+    }
 }

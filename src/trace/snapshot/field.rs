@@ -256,8 +256,15 @@ impl<'d> Fields<'d> {
             .ok_or_else(|| path.error(format!("missing key {:?}", key.name())))
     }
 
-    /// Optional typed field: `None` when absent, an error when present with
-    /// the wrong type.
+    /// `d[key]` unless absent or Python's `None`: how an optional field is
+    /// read (tools that rewrite snapshots write `None` for "not recorded").
+    #[inline]
+    pub fn get_some(&self, d: SeqId, key: Key) -> Option<Value> {
+        self.get(d, key).filter(|&v| v != Value::NONE)
+    }
+
+    /// Optional typed field: `None` when absent or `None`, an error when
+    /// present with the wrong type.
     pub fn opt<T>(
         &self,
         d: SeqId,
@@ -265,7 +272,7 @@ impl<'d> Fields<'d> {
         path: &Path,
         conv: impl FnOnce(&Self, Value, &Path) -> Res<T>,
     ) -> Res<Option<T>> {
-        match self.get(d, key) {
+        match self.get_some(d, key) {
             Some(v) => conv(self, v, &path.key(key.name())).map(Some),
             None => Ok(None),
         }

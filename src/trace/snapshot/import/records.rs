@@ -3,7 +3,7 @@
 
 use rustc_hash::FxHashMap;
 
-use crate::trace::pickle::{Document, SeqId, Value, ValueRef};
+use crate::trace::pickle::{Document, SeqId, SharedStr, Value, ValueRef};
 
 use super::super::field::{Fields, Key, Path, Res};
 use super::super::frames::{Frame, FrameId, FrameTable, FramesId};
@@ -96,8 +96,8 @@ impl Importer {
             Some(v) => self.traces(f, v, &path.key("device_traces"))?,
             None => Vec::new(),
         };
-        let settings_v = f.get(d, Key::AllocatorSettings);
-        let annotations_v = f.get(d, Key::ExternalAnnotations);
+        let settings_v = f.get_some(d, Key::AllocatorSettings);
+        let annotations_v = f.get_some(d, Key::ExternalAnnotations);
         let layout = if settings_v.is_some() || annotations_v.is_some() {
             Layout::CurrentDict
         } else {
@@ -240,7 +240,7 @@ impl Importer {
             .opt(d, Key::Address, path, Fields::uint)?
             .unwrap_or(computed);
         let requested = f.opt(d, Key::RequestedSize, path, Fields::uint)?;
-        let mut frames = if f.get(d, Key::Frames).is_some() {
+        let mut frames = if f.get_some(d, Key::Frames).is_some() {
             Some(self.opt_frames(f, d, path)?)
         } else {
             None
@@ -249,7 +249,7 @@ impl Importer {
         // Legacy (torch 2.0) blocks: the first history entry stands for
         // the block, as in MemoryViz.
         let mut history_requested = None;
-        if let Some(h) = f.get(d, Key::History) {
+        if let Some(h) = f.get_some(d, Key::History) {
             let hpath = path.key("history");
             let items = f.list(h, &hpath)?;
             if let Some(first) = Document::list_id(h) {
@@ -341,6 +341,12 @@ impl Importer {
             let k = k.raw();
             if let Some(i) = wanted.iter().position(|&w| w == k) {
                 got[i] = Some(val);
+            }
+        }
+        // Optional fields written as `None` read as absent.
+        for v in &mut got[3..] {
+            if *v == Some(Value::NONE) {
+                *v = None;
             }
         }
         let [action_v, addr_v, size_v, stream_v, free_v, time_v, cc_v, um_v, frames_v] = got;
@@ -472,7 +478,7 @@ impl Importer {
 
     /// `d["frames"]` as an interned stack; empty when absent.
     fn opt_frames(&mut self, f: &Fields, d: SeqId, path: &Path) -> Res<FramesId> {
-        match f.get(d, Key::Frames) {
+        match f.get_some(d, Key::Frames) {
             Some(v) => self.stack(f, v, &path.key("frames")),
             None => Ok(FramesId::EMPTY),
         }
@@ -510,10 +516,17 @@ impl Importer {
                 return Ok(FrameId(id));
             }
         }
+        // PyTorch writes all three; "??" is its own word for what a frame
+        // could not tell, used here for a frame that leaves one out.
+        let unknown = || SharedStr::from("??");
         let frame = Frame {
-            filename: f.field(d, Key::Filename, path, Fields::str)?,
+            filename: f
+                .opt(d, Key::Filename, path, Fields::str)?
+                .unwrap_or_else(unknown),
             line: f.opt(d, Key::Line, path, Fields::int)?.unwrap_or(0),
-            name: f.field(d, Key::Name, path, Fields::str)?,
+            name: f
+                .opt(d, Key::Name, path, Fields::str)?
+                .unwrap_or_else(unknown),
         };
         let id = self.frames.intern_frame(frame);
         self.remember(d, id.0);
@@ -571,9 +584,17 @@ fn annotations(f: &Fields, v: Value, path: &Path) -> Res<Vec<Annotation>> {
     for (i, &a) in items.iter().enumerate() {
         let p = path.index(i);
         let d = f.dict(a, &p)?;
+        // An annotation without its stage or name marks nothing: left out,
+        // as MemoryViz leaves it, instead of refusing the whole file.
+        let (Some(stage), Some(name)) = (
+            f.opt(d, Key::Stage, &p, Fields::str)?,
+            f.opt(d, Key::Name, &p, Fields::str)?,
+        ) else {
+            continue;
+        };
         out.push(Annotation {
-            stage: f.field(d, Key::Stage, &p, Fields::str)?,
-            name: f.field(d, Key::Name, &p, Fields::str)?,
+            stage,
+            name,
             device: f.opt(d, Key::Device, &p, Fields::int)?.unwrap_or(0),
             time_us: f.opt(d, Key::TimeUs, &p, Fields::int)?.unwrap_or(0),
         });

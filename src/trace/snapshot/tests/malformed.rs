@@ -155,8 +155,150 @@ fn unknown_actions_and_minimal_entries() {
     let err = schema_err(one_entry(&[
         ("action", None, Some("alloc")),
         ("addr", Some(5), None),
-        ("size", Some(2), None),
-        ("time_us", None, None),
+        ("size", None, None),
     ]));
-    assert_eq!(err, "device_traces[0][0].time_us: expected int, got None");
+    assert_eq!(err, "device_traces[0][0].size: expected int, got None");
+}
+
+/// A Python value to write as a pickle.
+enum Py {
+    Int(i64),
+    Str(&'static str),
+    None,
+    List(Vec<Py>),
+    Dict(Vec<(&'static str, Py)>),
+}
+
+fn write_py(w: &mut PickleWriter, v: &Py) {
+    match v {
+        Py::Int(i) => w.int(*i),
+        Py::Str(s) => w.str(s),
+        Py::None => w.none(),
+        Py::List(items) => {
+            w.list(items, write_py);
+        }
+        Py::Dict(pairs) => {
+            w.empty_dict();
+            w.mark();
+            for (k, x) in pairs {
+                w.str(k);
+                write_py(w, x);
+            }
+            w.setitems();
+        }
+    }
+}
+
+fn py_bytes(v: &Py) -> Vec<u8> {
+    let mut w = PickleWriter::new();
+    write_py(&mut w, v);
+    w.finish()
+}
+
+fn alloc_entry(extra: Vec<(&'static str, Py)>) -> Py {
+    let mut pairs = vec![
+        ("action", Py::Str("alloc")),
+        ("addr", Py::Int(4096)),
+        ("size", Py::Int(512)),
+    ];
+    pairs.extend(extra);
+    Py::Dict(pairs)
+}
+
+#[test]
+fn optional_fields_written_as_none_read_as_absent() {
+    let snap = Py::Dict(vec![
+        (
+            "segments",
+            Py::List(vec![Py::Dict(vec![
+                ("address", Py::Int(4096)),
+                ("total_size", Py::Int(2 << 20)),
+                ("stream", Py::None),
+                ("frames", Py::None),
+                ("is_expandable", Py::None),
+                (
+                    "blocks",
+                    Py::List(vec![Py::Dict(vec![
+                        ("size", Py::Int(2 << 20)),
+                        ("state", Py::Str("inactive")),
+                        ("frames", Py::None),
+                        ("requested_size", Py::None),
+                    ])]),
+                ),
+            ])]),
+        ),
+        (
+            "device_traces",
+            Py::List(vec![Py::List(vec![alloc_entry(vec![
+                ("time_us", Py::None),
+                ("stream", Py::None),
+                ("frames", Py::None),
+                ("user_metadata", Py::None),
+                ("compile_context", Py::None),
+            ])])]),
+        ),
+        ("allocator_settings", Py::None),
+        ("external_annotations", Py::None),
+    ]);
+    let s = import_bytes(&py_bytes(&snap)).expect("imports");
+    let e = &s.device_traces[0][0];
+    assert_eq!(
+        (e.addr, e.size, e.stream, e.time_us()),
+        (4096, 512, 0, None)
+    );
+    assert!(s.frames.stack(e.frames).is_empty());
+    assert_eq!(s.segments[0].blocks[0].address, 4096);
+    assert!(s.allocator_settings.is_none());
+    assert!(s.external_annotations.is_empty());
+}
+
+#[test]
+fn partial_frames_and_annotations_are_kept_as_far_as_they_go() {
+    let snap = Py::Dict(vec![
+        ("segments", Py::List(vec![])),
+        (
+            "device_traces",
+            Py::List(vec![Py::List(vec![alloc_entry(vec![(
+                "frames",
+                Py::List(vec![
+                    Py::Dict(vec![("name", Py::Str("forward"))]),
+                    Py::Dict(vec![
+                        ("filename", Py::Str("train.py")),
+                        ("line", Py::Int(7)),
+                    ]),
+                ]),
+            )])])]),
+        ),
+        (
+            "external_annotations",
+            Py::List(vec![
+                Py::Dict(vec![("name", Py::Str("no stage")), ("device", Py::Int(0))]),
+                Py::Dict(vec![
+                    ("stage", Py::Str("START")),
+                    ("name", Py::Str("Optimizer.step#AdamW.step")),
+                    ("device", Py::Int(0)),
+                    ("time_us", Py::Int(5)),
+                ]),
+            ]),
+        ),
+    ]);
+    let s = import_bytes(&py_bytes(&snap)).expect("imports");
+    let stack: Vec<(String, i64, String)> = s
+        .frames
+        .stack(s.device_traces[0][0].frames)
+        .iter()
+        .map(|&id| {
+            let f = s.frames.frame(id).expect("interned");
+            (f.filename.to_string(), f.line, f.name.to_string())
+        })
+        .collect();
+    assert_eq!(
+        stack,
+        [
+            ("??".to_string(), 0, "forward".to_string()),
+            ("train.py".to_string(), 7, "??".to_string())
+        ]
+    );
+    let names: Vec<&str> = s.external_annotations.iter().map(|a| &*a.name).collect();
+    assert_eq!(names, ["Optimizer.step#AdamW.step"]);
 }
