@@ -693,6 +693,19 @@ fn model_and_data_dimensions_are_checked_before_running() {
             gpt("Gpt(layers: 1, heads: 2, width: 64, vocab: 128, block_size: 64, dropout: 1.5)"),
             "not a probability",
         ),
+        // checkpoint_sequential: Python's range() with step 0 past L segments.
+        (
+            gpt("Gpt(layers: 2, heads: 2, width: 64, vocab: 128, block_size: 64, checkpoint_segments: 3)"),
+            "into 1 to 2 segments, not 3",
+        ),
+        (
+            gpt("Gpt(layers: 2, heads: 2, width: 64, vocab: 128, block_size: 64, checkpoint_segments: 0)"),
+            "into 1 to 2 segments, not 0",
+        ),
+        (
+            gpt("Gpt(layers: 2, heads: 2, width: 64, vocab: 128, block_size: 64, checkpoint: true, checkpoint_segments: 2)"),
+            "give one",
+        ),
         (
             VALID.replace("Preset(\"mlp-mnist\")", "ResNet18(image: 16)"),
             "model.image must be at least 32",

@@ -219,9 +219,6 @@ impl Engine {
         let seq = self.next_seq;
         self.next_seq += 1;
         let region = self.ckpt.active_region();
-        if let Some(r) = region {
-            self.ckpt_node_created(r);
-        }
         NodeId(self.nodes.insert(Node {
             name,
             kind,
@@ -287,11 +284,14 @@ impl Engine {
     /// `release_variables()`: drop every saved storage of the node (§2.3.1).
     pub(crate) fn release_variables(&mut self, n: NodeId) {
         let saved = std::mem::take(&mut self.nodes[n.0].saved);
+        let (released_before, region) = (self.nodes[n.0].released, self.nodes[n.0].region);
         let mut kept = Vec::with_capacity(saved.len());
+        let mut packs = 0u32;
         for mut slot in saved {
             if let Some(s) = slot.storage.take() {
                 self.release_storage_slot(s);
             }
+            packs += u32::from(slot.pack.is_some());
             kept.push(slot);
         }
         let node = &mut self.nodes[n.0];
@@ -300,6 +300,9 @@ impl Engine {
         let extra = std::mem::take(&mut node.extra);
         for t in extra {
             self.decref(t);
+        }
+        if let (Some(r), false, 1..) = (region, released_before, packs) {
+            self.ckpt_packs_released(r, packs);
         }
     }
 
@@ -329,9 +332,6 @@ impl Engine {
             }
             for t in node.buf.iter().flatten() {
                 self.decref(*t);
-            }
-            if let Some(r) = node.region {
-                self.ckpt_node_dropped(r);
             }
             if let Some(leaf) = node.leaf {
                 if let Some(x) = self.tensors.get_mut(leaf.0) {

@@ -4,6 +4,8 @@
 //! tensors from the region's buffer. Recomputation stops early once every
 //! tensor the region saved has been produced (`early_stop=True`).
 
+use std::ops::Range;
+
 use rustc_hash::FxHashMap;
 
 use super::autograd::NodeId;
@@ -17,15 +19,19 @@ use super::Engine;
 pub(crate) struct Region {
     /// The region's inputs, kept for recomputation (strong).
     pub inputs: Vec<TensorId>,
-    /// Which model block to re-run.
-    pub block: usize,
+    /// Which model blocks to re-run, in order.
+    pub blocks: Range<usize>,
     pub amp: Option<DType>,
     /// Number of saves the region made in forward.
     pub total: u32,
     pub buffer: Vec<Option<StorageId>>,
     pub recomputed: bool,
-    /// Live Nodes created in the region; the region dies with the last one.
-    pub nodes: u32,
+    /// Saved slots packed in forward and not yet released. PyTorch's frame
+    /// (and with it the inputs and the recomputed tensors) is held only by
+    /// the hooks of those SavedVariables, and `reset_data()` drops them as
+    /// backward releases each Node's variables: the region dies with the last
+    /// one, not with the graph.
+    pub live_packs: u32,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -61,8 +67,8 @@ impl CheckpointState {
 }
 
 impl Engine {
-    /// Open a checkpoint region around block `block` whose input is `x`.
-    pub(crate) fn ckpt_begin(&mut self, block: usize, x: TensorId) {
+    /// Open a checkpoint region around `blocks`, whose input is `x`.
+    pub(crate) fn ckpt_begin(&mut self, blocks: Range<usize>, x: TensorId) {
         self.retain(x);
         let id = self.ckpt.next;
         self.ckpt.next += 1;
@@ -71,19 +77,19 @@ impl Engine {
             id,
             Region {
                 inputs: vec![x],
-                block,
+                blocks,
                 amp,
                 total: 0,
                 buffer: Vec::new(),
                 recomputed: false,
-                nodes: 0,
+                live_packs: 0,
             },
         );
         self.ckpt.active = Some(id);
         self.ckpt.counter = 0;
     }
 
-    /// Close the open region. A region that recorded no Node dies at once.
+    /// Close the open region. A region that saved nothing dies at once.
     pub(crate) fn ckpt_end(&mut self) {
         if let Some(id) = self.ckpt.active.take() {
             let total = self.ckpt.counter;
@@ -91,7 +97,12 @@ impl Engine {
                 r.total = total;
                 r.buffer = vec![None; total as usize];
             }
-            if self.ckpt.regions.get(&id).is_some_and(|r| r.nodes == 0) {
+            if self
+                .ckpt
+                .regions
+                .get(&id)
+                .is_some_and(|r| r.live_packs == 0)
+            {
                 self.ckpt_free(id);
             }
         }
@@ -118,20 +129,19 @@ impl Engine {
         let r = self.ckpt.active?;
         let c = self.ckpt.counter;
         self.ckpt.counter += 1;
+        if let Some(reg) = self.ckpt.regions.get_mut(&r) {
+            reg.live_packs += 1;
+        }
         Some((r, c))
     }
 
-    pub(crate) fn ckpt_node_created(&mut self, region: u32) {
-        if let Some(r) = self.ckpt.regions.get_mut(&region) {
-            r.nodes += 1;
-        }
-    }
-
-    pub(crate) fn ckpt_node_dropped(&mut self, region: u32) {
+    /// `count` of the region's forward packs were released (their Node's
+    /// `release_variables`, in backward or when the Node is deleted).
+    pub(crate) fn ckpt_packs_released(&mut self, region: u32, count: u32) {
         let dead = match self.ckpt.regions.get_mut(&region) {
             Some(r) => {
-                r.nodes = r.nodes.saturating_sub(1);
-                r.nodes == 0 && self.ckpt.active != Some(region)
+                r.live_packs = r.live_packs.saturating_sub(count);
+                r.live_packs == 0 && self.ckpt.active != Some(region)
             }
             None => false,
         };
@@ -197,7 +207,7 @@ impl Engine {
             return Ok(());
         };
         r.recomputed = true;
-        let (inputs, block, amp) = (r.inputs.clone(), r.block, r.amp);
+        let (inputs, blocks, amp) = (r.inputs.clone(), r.blocks.clone(), r.amp);
         let Some(model) = self.model.take() else {
             return Err(EngineError::Program(
                 "checkpoint recompute without a model".into(),
@@ -215,7 +225,7 @@ impl Engine {
         let xd = self.detach(x);
         let rg = self.requires_grad(x);
         self.t_mut(xd).requires_grad = rg;
-        let r = model.run_block(self, block, xd);
+        let r = model.run_blocks(self, blocks, xd);
         self.ckpt.recompute = None;
         let result = match r {
             Ok(out) => {

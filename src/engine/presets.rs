@@ -34,6 +34,11 @@ pub enum ModelKind {
         dropout: f64,
         /// One non-reentrant checkpoint region per block (§7, §10.2).
         checkpoint: bool,
+        /// `checkpoint_sequential(blocks, n, x, use_reentrant=False)`: the
+        /// blocks in `n` segments of `L // n`, every segment but the last one
+        /// a checkpoint region (§7). Exclusive with `checkpoint`.
+        #[serde(default)]
+        checkpoint_segments: Option<u64>,
         /// Force an SDPA backend (None: automatic, §1.7).
         sdpa: Option<SdpaBackend>,
     },
@@ -114,6 +119,7 @@ impl ModelConfig {
                 bias: true,
                 dropout: 0.0,
                 checkpoint: false,
+                checkpoint_segments: None,
                 sdpa: None,
             },
             batch,

@@ -85,17 +85,20 @@ fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
             block_size,
             dropout,
             checkpoint,
+            checkpoint_segments,
         } => {
             let mut m =
                 ModelConfig::gpt(*layers, *heads, *width, *vocab, *block_size, 8, *block_size);
             if let ModelKind::Gpt2 {
                 dropout: d,
                 checkpoint: c,
+                checkpoint_segments: segs,
                 ..
             } = &mut m.kind
             {
                 *d = *dropout;
                 *c = *checkpoint;
+                *segs = *checkpoint_segments;
             }
             m
         }

@@ -92,6 +92,24 @@ pub(crate) fn problems(model: &ModelSpec, data: &DataSpec) -> Vec<String> {
             ));
         }
     }
+    if let ModelSpec::Gpt {
+        layers,
+        checkpoint,
+        checkpoint_segments: Some(n),
+        ..
+    } = model
+    {
+        if *checkpoint {
+            out.push(
+                "model: `checkpoint: true` (every block) and `checkpoint_segments` (checkpoint_sequential) checkpoint the same blocks two ways: give one".into(),
+            );
+        }
+        if *n == 0 || n > layers {
+            out.push(format!(
+                "model.checkpoint_segments: checkpoint_sequential splits the {layers} blocks into 1 to {layers} segments, not {n}"
+            ));
+        }
+    }
     let layers = match model {
         ModelSpec::Gpt { layers, .. } | ModelSpec::LstmLm { layers, .. } => *layers,
         _ => 0,

@@ -76,6 +76,10 @@ pub enum ModelSpec {
         /// Activation checkpointing of every block.
         #[serde(default)]
         checkpoint: bool,
+        /// `checkpoint_sequential(model.transformer.h, n, x)`: n segments,
+        /// all but the last checkpointed (n ≈ √layers is the classic choice).
+        #[serde(default)]
+        checkpoint_segments: Option<u64>,
     },
     LstmLm {
         vocab: u64,

@@ -51,6 +51,7 @@ static BUILTINS: &[BuiltIn] = builtins![
     "amp-bf16",
     "checkpoint-none",
     "checkpoint-every-layer",
+    "checkpoint-sqrt-segments",
     "grad-accum-big-batch-oom",
     "grad-accum-sum-bug",
     "grad-accum-fixed",

@@ -2,6 +2,8 @@
 //! ln_1 → c_attn → SDPA → c_proj (+x), ln_2 → c_fc → GELU → c_proj (+x), ln_f,
 //! lm_head tied to wte.
 
+use std::ops::Range;
+
 use super::super::config::SdpaBackend;
 use super::super::dtype::DType;
 use super::super::error::Result;
@@ -37,8 +39,35 @@ pub(crate) struct Gpt2 {
     pub n_head: u64,
     pub n_embd: u64,
     pub dropout: f64,
-    pub checkpoint: bool,
+    /// The blocks in runs, each run checkpointed (one region) or not.
+    pub plan: Vec<(Range<usize>, bool)>,
     pub sdpa: Option<SdpaBackend>,
+}
+
+/// Which runs of blocks are checkpoint regions: every block alone, or
+/// `torch.utils.checkpoint.checkpoint_sequential`'s split into `segments`
+/// runs of `L // segments` blocks whose last run (with the remainder) is not
+/// checkpointed.
+pub(crate) fn checkpoint_plan(
+    n_layer: usize,
+    each_block: bool,
+    segments: Option<u64>,
+) -> Vec<(Range<usize>, bool)> {
+    if each_block {
+        return (0..n_layer).map(|i| (i..i + 1, true)).collect();
+    }
+    let Some(segments) = segments.and_then(|s| usize::try_from(s).ok()) else {
+        return vec![(0..n_layer, false)];
+    };
+    let size = n_layer / segments.max(1);
+    if size == 0 {
+        return vec![(0..n_layer, false)];
+    }
+    let mut plan: Vec<(Range<usize>, bool)> = (0..segments - 1)
+        .map(|k| (k * size..(k + 1) * size, true))
+        .collect();
+    plan.push(((segments - 1) * size..n_layer, false));
+    plan
 }
 
 impl Gpt2 {
@@ -52,6 +81,7 @@ impl Gpt2 {
             bias,
             dropout,
             checkpoint,
+            checkpoint_segments,
             sdpa,
             ..
         } = kind.clone()
@@ -97,7 +127,7 @@ impl Gpt2 {
             n_head,
             n_embd,
             dropout,
-            checkpoint,
+            plan: checkpoint_plan(n_layer as usize, checkpoint, checkpoint_segments),
             sdpa,
         })
     }
@@ -125,28 +155,53 @@ impl Gpt2 {
         if self.sdpa.is_some() {
             e.cfg.sdpa_backend = self.sdpa;
         }
-        for i in 0..self.blocks.len() {
-            let y = if self.checkpoint {
-                e.ckpt_begin(i, x);
+        for (blocks, checkpointed) in &self.plan {
+            if *checkpointed {
+                e.ckpt_begin(blocks.clone(), x);
+            }
+            let mut result = Ok(());
+            for i in blocks.clone() {
                 let y = self.block(e, i, x);
-                e.ckpt_end();
-                y
-            } else {
-                self.block(e, i, x)
-            };
-            x = match e.rebind(x, y) {
-                Ok(v) => v,
-                Err(err) => {
-                    e.cfg.sdpa_backend = saved_backend;
-                    return Err(err);
+                match e.rebind(x, y) {
+                    Ok(v) => x = v,
+                    Err(err) => {
+                        result = Err(err);
+                        break;
+                    }
                 }
-            };
+            }
+            if *checkpointed {
+                e.ckpt_end();
+            }
+            if let Err(err) = result {
+                e.cfg.sdpa_backend = saved_backend;
+                return Err(err);
+            }
         }
         e.cfg.sdpa_backend = saved_backend;
         let y = e.apply_layer_norm(&self.ln_f, x);
         x = e.rebind(x, y)?;
         let logits = e.in_module(self.lm_head, |e| e.linear(x, self.wte.w, None));
         e.rebind(x, logits)
+    }
+
+    /// Checkpoint recomputation: `blocks` in order from `x` (not released;
+    /// every later intermediate is).
+    pub fn run_blocks(
+        &self,
+        e: &mut Engine,
+        blocks: Range<usize>,
+        x: TensorId,
+    ) -> Result<TensorId> {
+        let mut cur: Option<TensorId> = None;
+        for i in blocks {
+            let y = self.block(e, i, cur.unwrap_or(x));
+            if let Some(prev) = cur {
+                e.release(prev);
+            }
+            cur = Some(y?);
+        }
+        Ok(cur.unwrap_or_else(|| e.local_ref(x)))
     }
 
     /// One block: x + attn(ln_1(x)), then + mlp(ln_2(·)).
@@ -223,5 +278,29 @@ impl Gpt2 {
         let m = e.rebind(g, m)?;
         let r = e.dropout(m, self.dropout);
         e.rebind(m, r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::checkpoint_plan;
+
+    #[test]
+    fn plans_split_blocks_as_checkpoint_sequential_does() {
+        assert_eq!(checkpoint_plan(3, false, None), vec![(0..3, false)]);
+        assert_eq!(
+            checkpoint_plan(3, true, None),
+            vec![(0..1, true), (1..2, true), (2..3, true)]
+        );
+        // 10 blocks, 3 segments: size 10 // 3 = 3; the last segment takes the rest.
+        assert_eq!(
+            checkpoint_plan(10, false, Some(3)),
+            vec![(0..3, true), (3..6, true), (6..10, false)]
+        );
+        assert_eq!(checkpoint_plan(4, false, Some(1)), vec![(0..4, false)]);
+        assert_eq!(
+            checkpoint_plan(4, false, Some(4)),
+            vec![(0..1, true), (1..2, true), (2..3, true), (3..4, false)]
+        );
     }
 }

@@ -333,10 +333,15 @@ impl Model {
         }
     }
 
-    /// Re-run checkpointed block `idx` (engine.md §7.2).
-    pub(crate) fn run_block(&self, e: &mut Engine, idx: usize, x: TensorId) -> Result<TensorId> {
+    /// Re-run checkpointed `blocks` (engine.md §7.2).
+    pub(crate) fn run_blocks(
+        &self,
+        e: &mut Engine,
+        blocks: std::ops::Range<usize>,
+        x: TensorId,
+    ) -> Result<TensorId> {
         match &self.net {
-            Net::Gpt2(m) => m.block(e, idx, x),
+            Net::Gpt2(m) if !blocks.is_empty() => m.run_blocks(e, blocks, x),
             _ => Ok(e.local_ref(x)),
         }
     }

@@ -592,6 +592,76 @@ fn checkpointing_keeps_only_block_inputs() {
     run(&mut e2, &program(steps, 2));
     assert!(e2.parameters().iter().all(|p| e2.grad(*p).is_some()));
     assert_eq!(e2.saved_storage_bytes(), 0);
+    // `out` and `loss` still hold the graph, but backward released every
+    // saved slot, and with them the regions' frames and inputs.
+    assert!(e2.binding_tensor("loss").is_ok());
+    assert_eq!(checkpoint_input_bytes(&e2), 0);
+}
+
+fn checkpoint_input_bytes(e: &Engine) -> u64 {
+    e.live_state()
+        .roots
+        .iter()
+        .filter(|r| matches!(r.kind, super::super::RootKind::CheckpointInput))
+        .map(|r| r.bytes)
+        .sum()
+}
+
+#[test]
+fn checkpoint_sequential_checkpoints_all_segments_but_the_last() {
+    let (b, t, d) = (2u64, 64u64, 256u64);
+    let mut cfg = ModelConfig::gpt(4, 4, d, 8192, 256, b, t);
+    if let super::super::ModelKind::Gpt2 {
+        checkpoint_segments,
+        ..
+    } = &mut cfg.kind
+    {
+        *checkpoint_segments = Some(2);
+    }
+    let mut steps = vec![
+        Step::LoadBatch {
+            x: s("x"),
+            y: s("y"),
+        },
+        Step::Forward {
+            input: s("x"),
+            output: s("out"),
+        },
+    ];
+    let mut e = engine(cfg.clone());
+    run(&mut e, &program(steps.clone(), 1));
+    // Blocks 0–1 are one region (one input kept); blocks 2–3 save as usual.
+    assert_eq!(checkpoint_input_bytes(&e), 4 * d * b * t);
+    let ls = e.live_state();
+    let saved_in = |block: &str| {
+        ls.nodes
+            .iter()
+            .filter(|n| n.module.starts_with(block))
+            .flat_map(|n| n.saved.iter())
+            .filter(|s| s.storage.is_some())
+            .count()
+    };
+    assert_eq!(saved_in("transformer.h.0."), 0);
+    assert_eq!(saved_in("transformer.h.1."), 0);
+    assert!(saved_in("transformer.h.2.") > 0);
+    assert!(saved_in("transformer.h.3.") > 0);
+    steps.extend([
+        Step::Loss {
+            output: s("out"),
+            target: s("y"),
+            into: s("loss"),
+            divide_by: None,
+        },
+        Step::Backward {
+            loss: s("loss"),
+            retain_graph: false,
+        },
+    ]);
+    let mut e = engine(cfg);
+    run(&mut e, &program(steps, 2));
+    assert!(e.parameters().iter().all(|p| e.grad(*p).is_some()));
+    assert_eq!(e.saved_storage_bytes(), 0);
+    assert_eq!(checkpoint_input_bytes(&e), 0);
 }
 
 #[test]
