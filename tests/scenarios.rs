@@ -193,7 +193,7 @@ fn every_builtin_meets_its_expectations() {
 }
 
 /// Each buggy scenario and the scenario that shows its fix.
-const PAIRS: [(&str, &str); 19] = [
+const PAIRS: [(&str, &str); 20] = [
     ("accumulate-loss-train-bug", "accumulate-loss-train-fixed"),
     ("loss-list-train-bug", "accumulate-loss-train-fixed"),
     ("accumulate-loss-eval-bug", "accumulate-loss-eval-fixed"),
@@ -216,6 +216,7 @@ const PAIRS: [(&str, &str); 19] = [
     ),
     ("checkpoint-none", "checkpoint-every-layer"),
     ("amp-fp32", "amp-fp16"),
+    ("amp-half-model-bug", "amp-fp16"),
     ("grad-accum-sum-bug", "grad-accum-fixed"),
     ("adam-first-step-oom-bug", "optimizer-cpu-offload"),
     ("gpt2-small-oom", "gpt2-small-fits"),

@@ -104,6 +104,8 @@ pub struct Engine {
     pub(crate) amp: AmpState,
     pub(crate) ckpt: CheckpointState,
     pub(crate) model: Option<Box<Model>>,
+    /// The model's parameter dtype (F32 unless `model.half()` and the like).
+    pub(crate) param_dtype: DType,
     pub(crate) optimizer: Option<Optimizer>,
     pub(crate) scaler: Option<GradScalerState>,
     pub(crate) bindings: Bindings,
@@ -161,6 +163,7 @@ impl Engine {
             amp: AmpState::default(),
             ckpt: CheckpointState::default(),
             model: None,
+            param_dtype: DType::F32,
             optimizer: None,
             scaler: None,
             bindings: Bindings::default(),

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::config::SdpaBackend;
+use super::dtype::DType;
 
 /// The training criterion applied by `Step::Loss`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,6 +75,14 @@ pub struct ModelConfig {
     /// Default batch size (a program's schedule may override it per iteration).
     pub batch: u64,
     pub loss: LossKind,
+    /// Parameters' and floating buffers' dtype: F32, or what `model.half()`,
+    /// `model.to(torch.bfloat16)` or `model.double()` made them.
+    #[serde(default = "fp32")]
+    pub param_dtype: DType,
+}
+
+fn fp32() -> DType {
+    DType::F32
 }
 
 impl ModelConfig {
@@ -86,6 +95,7 @@ impl ModelConfig {
             },
             batch: 256,
             loss: LossKind::CrossEntropy,
+            param_dtype: DType::F32,
         }
     }
 
@@ -124,6 +134,7 @@ impl ModelConfig {
             },
             batch,
             loss: LossKind::CrossEntropy,
+            param_dtype: DType::F32,
         }
     }
 
@@ -141,6 +152,7 @@ impl ModelConfig {
             },
             batch: 20,
             loss: LossKind::Nll,
+            param_dtype: DType::F32,
         }
     }
 
@@ -158,6 +170,7 @@ impl ModelConfig {
             },
             batch: 20,
             loss: LossKind::Nll,
+            param_dtype: DType::F32,
         }
     }
 
@@ -171,6 +184,7 @@ impl ModelConfig {
             },
             batch,
             loss: LossKind::CrossEntropy,
+            param_dtype: DType::F32,
         }
     }
 
@@ -184,6 +198,7 @@ impl ModelConfig {
             },
             batch,
             loss: LossKind::Sum,
+            param_dtype: DType::F32,
         }
     }
 

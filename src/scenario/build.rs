@@ -136,6 +136,9 @@ fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
     if let Some(b) = s.data.batch {
         model.batch = b;
     }
+    if let Some(dtype) = s.model_dtype {
+        model.param_dtype = dtype;
+    }
     let longest = s.data.seq_schedule.iter().chain(&s.data.seq).max();
     match (&mut model.kind, longest) {
         (_, None) => {}

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::size::Size;
-use crate::engine::{EngineConfig, OptimizerConfig, Step};
+use crate::engine::{DType, EngineConfig, OptimizerConfig, Step};
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -23,6 +23,11 @@ pub struct Scenario {
     #[serde(default)]
     pub engine: Option<EngineConfig>,
     pub model: ModelSpec,
+    /// The model's parameters and floating inputs in this dtype:
+    /// `model.to("cuda", dtype)`, e.g. `model.half()` (F16) or
+    /// `model.to(torch.bfloat16)` (BF16); F32 when absent.
+    #[serde(default)]
+    pub model_dtype: Option<DType>,
     #[serde(default)]
     pub optimizer: Option<OptimizerConfig>,
     #[serde(default)]

@@ -49,6 +49,8 @@ static BUILTINS: &[BuiltIn] = builtins![
     "amp-fp16-overflow",
     "finetune-frozen-layers",
     "amp-bf16",
+    "amp-half-model-bug",
+    "bf16-model",
     "checkpoint-none",
     "checkpoint-every-layer",
     "checkpoint-sqrt-segments",

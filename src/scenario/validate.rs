@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 
 use super::format::Scenario;
-use crate::engine::Step;
+use crate::engine::{DType, Step};
 
 /// A problem with one step: its position among the steps named `label` (0 for
 /// the first `Backward`, 1 for the second, …) lets the loader find it in the text.
@@ -143,6 +143,13 @@ pub(crate) fn validate(s: &Scenario) -> (Vec<String>, Vec<StepProblem>) {
         general.push("steps: the loop has no steps".to_string());
     }
     general.extend(super::dims::problems(&s.model, &s.data));
+    if let Some(d) = s.model_dtype {
+        if !matches!(d, DType::F64 | DType::F32 | DType::F16 | DType::BF16) {
+            general.push(format!(
+                "model_dtype: {d:?} is not a dtype a model trains in here; F32, F16 (model.half()), BF16 (model.to(torch.bfloat16)) or F64 (model.double())"
+            ));
+        }
+    }
     let mut walk = Walk {
         bound: HashSet::from(["hidden"]),
         backward_seen: false,

@@ -22,16 +22,26 @@ impl Model {
             ))
         };
         let integer = matches!(dtype, DType::I64 | DType::I32);
+        // Under autocast the matmul and conv inputs are cast to one dtype first.
+        let weight = self.cfg.param_dtype;
+        let mismatch = e.amp.dtype.is_none() && dtype.is_floating() && dtype != weight;
         match &self.cfg.kind {
             ModelKind::Mlp { dims: widths, .. } => {
                 let (fin, fout) = (widths.first(), widths.get(1));
-                linear_input(dims, dtype, *fin.unwrap_or(&0), *fout.unwrap_or(&0))
+                linear_input(
+                    dims,
+                    dtype,
+                    weight,
+                    mismatch,
+                    *fin.unwrap_or(&0),
+                    *fout.unwrap_or(&0),
+                )
             }
             ModelKind::Linear {
                 in_features,
                 out_features,
                 ..
-            } => linear_input(dims, dtype, *in_features, *out_features),
+            } => linear_input(dims, dtype, weight, mismatch, *in_features, *out_features),
             ModelKind::Gpt2 { block_size, .. } => {
                 // nanoGPT: `b, t = idx.size()`.
                 if dims.len() < 2 {
@@ -75,10 +85,11 @@ impl Model {
                         "Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: {shape}"
                     ));
                 }
-                if !dtype.is_floating() {
+                if !dtype.is_floating() || mismatch {
                     return runtime(format!(
-                        "Input type ({}) and weight type (torch.cuda.FloatTensor) should be the same",
-                        dtype.cuda_type_name()
+                        "Input type ({}) and weight type ({}) should be the same",
+                        dtype.cuda_type_name(),
+                        weight.cuda_type_name()
                     ));
                 }
                 if dims[1] != 3 {
@@ -98,18 +109,27 @@ impl Model {
     }
 }
 
-/// `F.linear(x, W)`: x at least 1-D, floating, last dimension `in_features`.
-fn linear_input(dims: &[u64], dtype: DType, fin: u64, fout: u64) -> Result<()> {
+/// `F.linear(x, W)`: x at least 1-D, of W's dtype (`mismatch`: it is not,
+/// outside autocast), last dimension `in_features`.
+fn linear_input(
+    dims: &[u64],
+    dtype: DType,
+    weight: DType,
+    mismatch: bool,
+    fin: u64,
+    fout: u64,
+) -> Result<()> {
     let runtime = |m: String| Err(EngineError::Runtime(m));
     let Some(&k) = dims.last() else {
         return runtime(
             "both arguments to linear need to be at least 1D, but they are 0D and 2D".into(),
         );
     };
-    if !dtype.is_floating() {
+    if !dtype.is_floating() || mismatch {
         return runtime(format!(
-            "expected m1 and m2 to have the same dtype, but got: {} != float",
-            dtype.scalar_name()
+            "expected m1 and m2 to have the same dtype, but got: {} != {}",
+            dtype.scalar_name(),
+            weight.scalar_name()
         ));
     }
     if k != fin {

@@ -1,7 +1,6 @@
 //! word_language_model's RNNModel (engine.md §10.3): encoder → dropout →
 //! LSTM → dropout → decoder → log_softmax.
 
-use super::super::dtype::DType;
 use super::super::error::{EngineError, Result};
 use super::super::presets::ModelKind;
 use super::super::rnn::Lstm;
@@ -50,8 +49,9 @@ impl LstmLm {
     /// `init_hidden(bsz)`: zero (h0, c0) of [L, B, H].
     pub fn init_hidden(&self, e: &mut Engine, b: u64) -> Result<(TensorId, TensorId)> {
         let s = Shape::new(&[self.rnn.layers, b, self.rnn.hidden]);
-        let h = e.factory(s, DType::F32, Category::Activation)?;
-        let c = e.factory(s, DType::F32, Category::Activation)?;
+        // `weight.new_zeros(...)`: the model's dtype.
+        let h = e.factory(s, e.param_dtype, Category::Activation)?;
+        let c = e.factory(s, e.param_dtype, Category::Activation)?;
         Ok((h, c))
     }
 

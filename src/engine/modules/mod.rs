@@ -111,7 +111,7 @@ impl Engine {
         Ok(())
     }
 
-    /// A parameter: an fp32 leaf that requires grad, owned by the model.
+    /// A parameter: a leaf of the model's dtype that requires grad, owned by the model.
     pub(crate) fn new_param(
         &mut self,
         dims: &[u64],
@@ -120,7 +120,7 @@ impl Engine {
     ) -> Result<TensorId> {
         let prev = self.enter_module(module);
         let op = self.op_begin("param.to(cuda)");
-        let r = self.empty(Shape::new(dims), DType::F32, Category::Parameter);
+        let r = self.empty(Shape::new(dims), self.param_dtype, Category::Parameter);
         self.exit_module(prev);
         self.op_end(op)?;
         let t = r?;
@@ -228,6 +228,7 @@ impl Engine {
 
 impl Model {
     pub(crate) fn build(e: &mut Engine, cfg: &ModelConfig) -> Result<Model> {
+        e.param_dtype = cfg.param_dtype;
         let mut params = Vec::new();
         let mut buffers = Vec::new();
         let net = match &cfg.kind {
@@ -270,10 +271,10 @@ impl Model {
         b: u64,
         seq_len: Option<u64>,
     ) -> Result<(TensorId, Option<TensorId>)> {
+        // Floating inputs arrive in the model's dtype (`x.to(device, dtype)`).
+        let fp = self.cfg.param_dtype;
         let (xs, xd, ys): (Vec<u64>, DType, Option<Spec>) = match &self.cfg.kind {
-            ModelKind::Mlp { dims, .. } => {
-                (vec![b, dims[0]], DType::F32, Some((vec![b], DType::I64)))
-            }
+            ModelKind::Mlp { dims, .. } => (vec![b, dims[0]], fp, Some((vec![b], DType::I64))),
             ModelKind::Gpt2 { seq, .. } => {
                 let t = seq_len.unwrap_or(*seq);
                 (vec![b, t], DType::I64, Some((vec![b, t], DType::I64)))
@@ -286,19 +287,16 @@ impl Model {
                     Some((vec![t.saturating_mul(b)], DType::I64)),
                 )
             }
-            ModelKind::ResNet { image, .. } => (
-                vec![b, 3, *image, *image],
-                DType::F32,
-                Some((vec![b], DType::I64)),
-            ),
+            ModelKind::ResNet { image, .. } => {
+                (vec![b, 3, *image, *image], fp, Some((vec![b], DType::I64)))
+            }
             ModelKind::Linear {
                 in_features,
                 out_features,
                 ..
             } => {
-                let y =
-                    (self.cfg.loss == LossKind::Mse).then(|| (vec![b, *out_features], DType::F32));
-                (vec![b, *in_features], DType::F32, y)
+                let y = (self.cfg.loss == LossKind::Mse).then(|| (vec![b, *out_features], fp));
+                (vec![b, *in_features], fp, y)
             }
         };
         let x = e.factory(Shape::new(&xs), xd, Category::Input)?;

@@ -82,14 +82,14 @@ impl Engine {
         let running_mean = self.new_buffer(
             format!("{path}.running_mean"),
             &[c],
-            DType::F32,
+            self.param_dtype,
             module,
             bufs,
         )?;
         let running_var = self.new_buffer(
             format!("{path}.running_var"),
             &[c],
-            DType::F32,
+            self.param_dtype,
             module,
             bufs,
         )?;

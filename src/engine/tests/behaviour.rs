@@ -691,3 +691,65 @@ fn every_allocation_is_tagged() {
         }
     }
 }
+
+fn half_mlp(dtype: DType) -> Engine {
+    let mut cfg = ModelConfig::mlp_mnist();
+    cfg.param_dtype = dtype;
+    engine(cfg)
+}
+
+#[test]
+fn a_half_model_trains_in_half_and_its_state_follows_the_params() {
+    let fp32 = {
+        let mut e = mlp();
+        run(&mut e, &program(train_steps(), 1));
+        (param_bytes(&e), e.optimizer_state_bytes())
+    };
+    let mut e = half_mlp(DType::BF16);
+    run(&mut e, &program(train_steps(), 1));
+    let params = e.parameters();
+    assert!(params.iter().all(|p| e.dtype(*p) == DType::BF16));
+    assert!(params
+        .iter()
+        .all(|p| e.grad(*p).is_some_and(|g| e.dtype(g) == DType::BF16)));
+    // Parameters and AdamW's exp_avg/exp_avg_sq are half fp32's bytes (the
+    // per-parameter 0-dim `step` counters are fp32 in both).
+    assert_eq!(2 * param_bytes(&e), fp32.0);
+    assert!(
+        e.optimizer_state_bytes() < fp32.1 * 6 / 10,
+        "{}",
+        e.optimizer_state_bytes()
+    );
+}
+
+#[test]
+fn grad_scaler_refuses_fp16_grads_and_linear_refuses_a_mismatched_input() {
+    let mut e = half_mlp(DType::F16);
+    let mut steps = train_steps();
+    steps.pop(); // OptimizerStep
+    steps.push(Step::ScalerStep);
+    let err = e.run_program(&program(steps, 1)).expect_err("fp16 grads");
+    assert_eq!(
+        err,
+        EngineError::Value("Attempting to unscale FP16 gradients.".into())
+    );
+
+    let mut e = half_mlp(DType::F16);
+    let steps = vec![
+        Step::AllocateBuffer {
+            name: s("x"),
+            shape: vec![4, 784],
+            dtype: DType::F32,
+        },
+        Step::Forward {
+            input: s("x"),
+            output: s("out"),
+        },
+    ];
+    let err = e.run_program(&program(steps, 1)).expect_err("fp32 input");
+    assert!(
+        err.to_string()
+            .contains("expected m1 and m2 to have the same dtype, but got: float != c10::Half"),
+        "{err}"
+    );
+}
