@@ -1,35 +1,11 @@
 //! `compare` and plain output as a script runs them: no terminal, output
 //! piped.
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-fn real(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/snapshots/real");
-    let dir = if dir.exists() {
-        dir
-    } else {
-        PathBuf::from("/work/shared/snapshots/real")
-    };
-    dir.join(name)
-}
+mod common;
 
-fn vramscope(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn json(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-}
+use common::{json, real, vramscope};
 
 #[test]
 fn compare_without_a_terminal_prints_both_sides() {

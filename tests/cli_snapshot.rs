@@ -1,33 +1,8 @@
 //! The snapshot commands as a user runs them: open, replay --verify, what-if, export.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
 
-fn real(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/snapshots/real");
-    let dir = if dir.exists() {
-        dir
-    } else {
-        PathBuf::from("/work/shared/snapshots/real")
-    };
-    dir.join(name)
-}
-
-fn vramscope(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
-        .args(args)
-        .output()
-        .expect("runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn json(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-}
+use common::{json, real, vramscope};
 
 #[test]
 fn replay_verify_json_reports_every_device() {

@@ -2,21 +2,13 @@
 //! every segment event and the final segments must be PyTorch's (SOURCES.md
 //! lists these three as closed; allocator.md §17).
 
-use std::path::PathBuf;
-
 use vramscope::alloc::constants::LARGE_BUFFER;
 use vramscope::trace::replay::{from_snapshot, ReplayOutcome, Replayer};
 use vramscope::trace::snapshot::import_file;
 
-fn real(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/snapshots/real");
-    let dir = if dir.exists() {
-        dir
-    } else {
-        PathBuf::from("/work/shared/snapshots/real")
-    };
-    dir.join(name)
-}
+mod common;
+
+use common::real;
 
 fn replay(name: &str) -> Vec<(usize, ReplayOutcome)> {
     let snap = import_file(&real(name)).expect("imports");

@@ -5,13 +5,16 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 use vramscope::scenario::{
     builtins, check, load_str, resolve, run, Expectation, LoadError, RunOptions, RunResult,
     Scenario,
 };
+
+mod common;
+
+use common::vramscope;
 
 const MIB: u64 = 1 << 20;
 
@@ -110,18 +113,6 @@ fn is_detector_expectation(e: &Expectation) -> bool {
     matches!(
         e,
         Expectation::Leak { .. } | Expectation::NoLeak | Expectation::Finding(_)
-    )
-}
-
-fn vramscope(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
-        .args(args)
-        .output()
-        .expect("vramscope runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
 

@@ -545,16 +545,8 @@ fn checkpointing_keeps_only_block_inputs() {
         *checkpoint = true;
     }
     let mut e = engine(cfg);
-    let mut steps = vec![
-        Step::LoadBatch {
-            x: s("x"),
-            y: s("y"),
-        },
-        Step::Forward {
-            input: s("x"),
-            output: s("out"),
-        },
-    ];
+    // x, y = next(batches); out = model(x)
+    let mut steps = forward_steps()[..2].to_vec();
     run(&mut e, &program(steps.clone(), 1));
     let ls = e.live_state();
     let inputs: u64 = ls
@@ -618,16 +610,8 @@ fn checkpoint_sequential_checkpoints_all_segments_but_the_last() {
     {
         *checkpoint_segments = Some(2);
     }
-    let mut steps = vec![
-        Step::LoadBatch {
-            x: s("x"),
-            y: s("y"),
-        },
-        Step::Forward {
-            input: s("x"),
-            output: s("out"),
-        },
-    ];
+    // x, y = next(batches); out = model(x)
+    let mut steps = forward_steps()[..2].to_vec();
     let mut e = engine(cfg.clone());
     run(&mut e, &program(steps.clone(), 1));
     // Blocks 0–1 are one region (one input kept); blocks 2–3 save as usual.
