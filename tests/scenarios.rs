@@ -184,7 +184,7 @@ fn every_builtin_meets_its_expectations() {
 }
 
 /// Each buggy scenario and the scenario that shows its fix.
-const PAIRS: [(&str, &str); 20] = [
+const PAIRS: [(&str, &str); 21] = [
     ("accumulate-loss-train-bug", "accumulate-loss-train-fixed"),
     ("loss-list-train-bug", "accumulate-loss-train-fixed"),
     ("accumulate-loss-eval-bug", "accumulate-loss-eval-fixed"),
@@ -208,6 +208,7 @@ const PAIRS: [(&str, &str); 20] = [
     ("checkpoint-none", "checkpoint-every-layer"),
     ("amp-fp32", "amp-fp16"),
     ("amp-half-model-bug", "amp-fp16"),
+    ("amp-bce-bug", "amp-bce-with-logits-fixed"),
     ("grad-accum-sum-bug", "grad-accum-fixed"),
     ("adam-first-step-oom-bug", "optimizer-cpu-offload"),
     ("gpt2-small-oom", "gpt2-small-fits"),
@@ -697,6 +698,17 @@ fn model_and_data_dimensions_are_checked_before_running() {
         (
             gpt("Gpt(layers: 2, heads: 2, width: 64, vocab: 128, block_size: 64, checkpoint: true, checkpoint_segments: 2)"),
             "give one",
+        ),
+        (
+            gpt("Gpt(layers: 2, heads: 2, width: 64, vocab: 128, block_size: 64),\n    criterion: Bce"),
+            "criterion: applies to classifiers",
+        ),
+        (
+            VALID.replace(
+                "model: Preset(\"mlp-mnist\"),",
+                "model: Preset(\"mlp-mnist\"),\n    model_dtype: F8,",
+            ),
+            "model_dtype: F8 is not a dtype a model trains in",
         ),
         (
             VALID.replace("Preset(\"mlp-mnist\")", "ResNet18(image: 16)"),

@@ -14,6 +14,11 @@ pub enum LossKind {
     Nll,
     /// `F.mse_loss(out, target)`.
     Mse,
+    /// `F.binary_cross_entropy(torch.sigmoid(out), target)` (`nn.BCELoss`
+    /// after a sigmoid): multi-label targets shaped like the output.
+    Bce,
+    /// `F.binary_cross_entropy_with_logits(out, target)` (`nn.BCEWithLogitsLoss`).
+    BceWithLogits,
     /// `out.sum()` (engine.md §12).
     Sum,
 }

@@ -1,8 +1,8 @@
 //! A scenario turned into what the engine runs: its config, model, optimizer
 //! and program.
 
-use super::format::{LayerSpec, ModelSpec, Scenario};
-use crate::engine::{EngineConfig, ModelConfig, ModelKind, OptimizerConfig, Program};
+use super::format::{Criterion, LayerSpec, ModelSpec, Scenario};
+use crate::engine::{EngineConfig, LossKind, ModelConfig, ModelKind, OptimizerConfig, Program};
 
 #[derive(Debug, Clone)]
 pub struct Built {
@@ -138,6 +138,19 @@ fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
     }
     if let Some(dtype) = s.model_dtype {
         model.param_dtype = dtype;
+    }
+    if let Some(c) = s.criterion {
+        if !matches!(model.kind, ModelKind::Mlp { .. } | ModelKind::ResNet { .. }) {
+            return Err(
+                "criterion: applies to classifiers with a [batch, classes] output (MLP, ResNet); this model has its own loss".into(),
+            );
+        }
+        model.loss = match c {
+            Criterion::CrossEntropy => LossKind::CrossEntropy,
+            Criterion::Mse => LossKind::Mse,
+            Criterion::Bce => LossKind::Bce,
+            Criterion::BceWithLogits => LossKind::BceWithLogits,
+        };
     }
     let longest = s.data.seq_schedule.iter().chain(&s.data.seq).max();
     match (&mut model.kind, longest) {

@@ -28,6 +28,10 @@ pub struct Scenario {
     /// `model.to(torch.bfloat16)` (BF16); F32 when absent.
     #[serde(default)]
     pub model_dtype: Option<DType>,
+    /// The loss a classifier (MLP or ResNet) trains with, instead of its
+    /// cross-entropy; targets are shaped to match.
+    #[serde(default)]
+    pub criterion: Option<Criterion>,
     #[serde(default)]
     pub optimizer: Option<OptimizerConfig>,
     #[serde(default)]
@@ -198,4 +202,17 @@ pub enum Expectation {
     AllocatedFlat,
     /// Reserved bytes grow while allocated stays flat.
     ReservedGrowsAllocatedFlat,
+}
+
+/// `criterion = nn.…()` for a classifier's `[batch, classes]` output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+pub enum Criterion {
+    /// `nn.CrossEntropyLoss()` on class indices (the default).
+    CrossEntropy,
+    /// `nn.MSELoss()` against float targets shaped like the output.
+    Mse,
+    /// `nn.BCELoss()` after `torch.sigmoid(out)`: multi-label float targets.
+    Bce,
+    /// `nn.BCEWithLogitsLoss()` on the raw output: multi-label float targets.
+    BceWithLogits,
 }

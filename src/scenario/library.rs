@@ -51,6 +51,8 @@ static BUILTINS: &[BuiltIn] = builtins![
     "amp-bf16",
     "amp-half-model-bug",
     "bf16-model",
+    "amp-bce-bug",
+    "amp-bce-with-logits-fixed",
     "checkpoint-none",
     "checkpoint-every-layer",
     "checkpoint-sqrt-segments",

@@ -20,7 +20,7 @@ pub use build::Built;
 pub use events::to_trace;
 pub use expect::{check, ExpectationResult};
 pub use format::{
-    At, DataSpec, DeviceSpec, Expectation, LayerSpec, ModelSpec, Narration, Scenario,
+    At, Criterion, DataSpec, DeviceSpec, Expectation, LayerSpec, ModelSpec, Narration, Scenario,
 };
 pub use library::{builtin, builtins, BuiltIn};
 pub use load::{load_file, load_str, resolve, LoadError};

@@ -264,6 +264,17 @@ impl Model {
         })
     }
 
+    /// A classifier's target: class indices, or for MSE and the binary
+    /// cross-entropy losses floats shaped like the output.
+    fn class_target(&self, b: u64, classes: u64) -> Spec {
+        match self.cfg.loss {
+            LossKind::Mse | LossKind::Bce | LossKind::BceWithLogits => {
+                (vec![b, classes], self.cfg.param_dtype)
+            }
+            _ => (vec![b], DType::I64),
+        }
+    }
+
     /// The input batch and target for batch size `b`, allocated x then y.
     pub(crate) fn make_batch(
         &self,
@@ -274,7 +285,11 @@ impl Model {
         // Floating inputs arrive in the model's dtype (`x.to(device, dtype)`).
         let fp = self.cfg.param_dtype;
         let (xs, xd, ys): (Vec<u64>, DType, Option<Spec>) = match &self.cfg.kind {
-            ModelKind::Mlp { dims, .. } => (vec![b, dims[0]], fp, Some((vec![b], DType::I64))),
+            ModelKind::Mlp { dims, .. } => (
+                vec![b, dims[0]],
+                fp,
+                Some(self.class_target(b, dims.last().copied().unwrap_or(1))),
+            ),
             ModelKind::Gpt2 { seq, .. } => {
                 let t = seq_len.unwrap_or(*seq);
                 (vec![b, t], DType::I64, Some((vec![b, t], DType::I64)))
@@ -287,9 +302,13 @@ impl Model {
                     Some((vec![t.saturating_mul(b)], DType::I64)),
                 )
             }
-            ModelKind::ResNet { image, .. } => {
-                (vec![b, 3, *image, *image], fp, Some((vec![b], DType::I64)))
-            }
+            ModelKind::ResNet {
+                image, num_classes, ..
+            } => (
+                vec![b, 3, *image, *image],
+                fp,
+                Some(self.class_target(b, *num_classes)),
+            ),
             ModelKind::Linear {
                 in_features,
                 out_features,
@@ -367,6 +386,26 @@ impl Model {
         match self.cfg.loss {
             LossKind::Sum => e.sum(out),
             LossKind::Mse => e.mse_loss(out, target.ok_or_else(need_target)?),
+            LossKind::Bce | LossKind::BceWithLogits => {
+                let t = target.ok_or_else(need_target)?;
+                let (s, ts) = (e.shape(out), e.shape(t));
+                if s != ts {
+                    return Err(super::error::EngineError::Value(
+                        if self.cfg.loss == LossKind::Bce {
+                            format!("Using a target size (torch.Size({ts})) that is different to the input size (torch.Size({s})) is deprecated. Please ensure they have the same size.")
+                        } else {
+                            format!("Target size (torch.Size({ts})) must be the same as input size (torch.Size({s}))")
+                        },
+                    ));
+                }
+                if self.cfg.loss == LossKind::BceWithLogits {
+                    return e.binary_cross_entropy_with_logits(out, t);
+                }
+                let p = e.unary(super::ops::elementwise::Unary::Sigmoid, out)?;
+                let r = e.binary_cross_entropy(p, t);
+                e.release(p);
+                r
+            }
             LossKind::CrossEntropy | LossKind::Nll => {
                 let t = target.ok_or_else(need_target)?;
                 let s = e.shape(out);

@@ -3,7 +3,7 @@
 use super::super::amp::CastPolicy;
 use super::super::autograd::BwdKind;
 use super::super::dtype::DType;
-use super::super::error::Result;
+use super::super::error::{EngineError, Result};
 use super::super::shape::Shape;
 use super::super::tag::Category;
 use super::super::tensor::TensorId;
@@ -113,19 +113,76 @@ impl Engine {
     }
 
     fn mse_inner(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
+        self.pointwise_loss(a, b, 1, "MseLossBackward0")
+    }
+
+    /// `F.binary_cross_entropy(p, target)` (mean) on probabilities: banned
+    /// under autocast (§6.1); otherwise a transient elementwise loss, a 0-dim
+    /// out, and it saves self and target.
+    pub fn binary_cross_entropy(&mut self, p: TensorId, target: TensorId) -> Result<TensorId> {
+        let prev = self.op_begin("binary_cross_entropy");
+        let r = if self.amp.active(self.ctx.inference).is_some() {
+            Err(EngineError::Runtime(BCE_UNSAFE_TO_AUTOCAST.into()))
+        } else {
+            self.pointwise_loss(p, target, 1, "BinaryCrossEntropyBackward0")
+        };
+        self.op_end(prev)?;
+        r
+    }
+
+    /// `F.binary_cross_entropy_with_logits(x, target)` (mean): fp32 under
+    /// autocast (§6.1); `log_sigmoid(x)` and `(1 - target) * x - …` are two
+    /// full-size temporaries before the mean; saves self and target (§2.2).
+    pub fn binary_cross_entropy_with_logits(
+        &mut self,
+        x: TensorId,
+        target: TensorId,
+    ) -> Result<TensorId> {
+        let prev = self.op_begin("binary_cross_entropy_with_logits");
+        let r = self.pointwise_loss(x, target, 2, "BinaryCrossEntropyWithLogitsBackward0");
+        self.op_end(prev)?;
+        r
+    }
+
+    /// A mean-reduced elementwise loss: `temporaries` full-size buffers
+    /// alive together, a 0-dim out, self and target saved.
+    fn pointwise_loss(
+        &mut self,
+        a: TensorId,
+        b: TensorId,
+        temporaries: usize,
+        node_name: &'static str,
+    ) -> Result<TensorId> {
         let ac = self.autocast_arg(a, CastPolicy::Fp32)?;
         let bc = self.autocast_arg(b, CastPolicy::Fp32)?;
         let dtype = self.dtype(ac);
-        let tmp = self.transient(
-            self.shape(ac).numel().saturating_mul(dtype.size()),
-            Category::Temporary,
-        )?;
-        let out = self.act(Shape::scalar(), dtype);
-        self.free_transient(tmp);
-        let out = out?;
+        let bytes = self.shape(ac).numel().saturating_mul(dtype.size());
+        let mut tmps = Vec::with_capacity(temporaries);
+        let mut out = Ok(());
+        for _ in 0..temporaries {
+            match self.transient(bytes, Category::Temporary) {
+                Ok(t) => tmps.push(t),
+                Err(e) => {
+                    out = Err(e);
+                    break;
+                }
+            }
+        }
+        let out = out.and_then(|()| self.act(Shape::scalar(), dtype));
+        for t in tmps.into_iter().rev() {
+            self.free_transient(t);
+        }
+        let out = match out {
+            Ok(o) => o,
+            Err(e) => {
+                self.release(ac);
+                self.release(bc);
+                return Err(e);
+            }
+        };
         self.k_sum(ac, out);
         if self.records(&[ac, bc]) {
-            let node = self.new_node("MseLossBackward0", BwdKind::Alloc, &[Some(ac), Some(bc)]);
+            let node = self.new_node(node_name, BwdKind::Alloc, &[Some(ac), Some(bc)]);
             self.save(node, "self", ac, false);
             self.save(node, "target", bc, false);
             self.set_grad_fn(out, node, 0);
@@ -135,3 +192,11 @@ impl Engine {
         Ok(out)
     }
 }
+
+/// `binary_cross_entropy_banned` in ATen's autocast_mode.cpp, verbatim.
+pub(crate) const BCE_UNSAFE_TO_AUTOCAST: &str =
+    "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.\n\
+Many models use a sigmoid layer right before the binary cross entropy layer.\n\
+In this case, combine the two layers using torch.nn.functional.binary_cross_entropy_with_logits\n\
+or torch.nn.BCEWithLogitsLoss.  binary_cross_entropy_with_logits and BCEWithLogits are\n\
+safe to autocast.";

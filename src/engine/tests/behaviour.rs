@@ -737,3 +737,86 @@ fn grad_scaler_refuses_fp16_grads_and_linear_refuses_a_mismatched_input() {
         "{err}"
     );
 }
+
+fn bce_mlp(loss: super::super::LossKind) -> Engine {
+    let mut cfg = ModelConfig::mlp_mnist();
+    cfg.loss = loss;
+    engine(cfg)
+}
+
+#[test]
+fn binary_cross_entropy_is_banned_under_autocast_and_with_logits_runs_in_fp32() {
+    use super::super::LossKind;
+    let amp_forward = || {
+        let mut v = forward_steps()[..2].to_vec();
+        v.insert(1, Step::AutocastEnter { dtype: DType::F16 });
+        v.push(Step::Loss {
+            output: s("out"),
+            target: s("y"),
+            into: s("loss"),
+            divide_by: None,
+        });
+        v.push(Step::AutocastExit);
+        v
+    };
+    let mut e = bce_mlp(LossKind::Bce);
+    let err = e
+        .run_program(&program(amp_forward(), 1))
+        .expect_err("banned");
+    assert!(
+        err.to_string().starts_with(
+            "RuntimeError: torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast."
+        ),
+        "{err}"
+    );
+    // Outside autocast the same loss runs.
+    let mut e = bce_mlp(LossKind::Bce);
+    run(&mut e, &program(train_steps(), 1));
+
+    let mut e = bce_mlp(LossKind::BceWithLogits);
+    run(&mut e, &program(amp_forward(), 1));
+    let ls = e.live_state();
+    let node = ls
+        .nodes
+        .iter()
+        .find(|n| n.name == "BinaryCrossEntropyWithLogitsBackward0")
+        .expect("the loss's node");
+    // fp16 logits [256, 10] and the fp32 target, both saved as fp32 [256, 10].
+    let saved: Vec<(&str, DType, Vec<u64>)> = node
+        .saved
+        .iter()
+        .map(|x| (x.name, x.dtype, x.shape.clone()))
+        .collect();
+    assert_eq!(
+        saved,
+        [
+            ("self", DType::F32, vec![256, 10]),
+            ("target", DType::F32, vec![256, 10])
+        ]
+    );
+}
+
+#[test]
+fn binary_cross_entropy_needs_a_target_shaped_like_the_output() {
+    use super::super::LossKind;
+    let mut e = bce_mlp(LossKind::BceWithLogits);
+    let mut steps = forward_steps()[..2].to_vec();
+    steps.push(Step::AllocateBuffer {
+        name: s("labels"),
+        shape: vec![256],
+        dtype: DType::F32,
+    });
+    steps.push(Step::Loss {
+        output: s("out"),
+        target: s("labels"),
+        into: s("loss"),
+        divide_by: None,
+    });
+    let err = e.run_program(&program(steps, 1)).expect_err("shape");
+    assert!(
+        err.to_string().contains(
+            "Target size (torch.Size([256])) must be the same as input size (torch.Size([256, 10]))"
+        ),
+        "{err}"
+    );
+}
