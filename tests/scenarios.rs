@@ -184,7 +184,7 @@ fn every_builtin_meets_its_expectations() {
 }
 
 /// Each buggy scenario and the scenario that shows its fix.
-const PAIRS: [(&str, &str); 21] = [
+const PAIRS: [(&str, &str); 22] = [
     ("accumulate-loss-train-bug", "accumulate-loss-train-fixed"),
     ("loss-list-train-bug", "accumulate-loss-train-fixed"),
     ("accumulate-loss-eval-bug", "accumulate-loss-eval-fixed"),
@@ -209,6 +209,10 @@ const PAIRS: [(&str, &str); 21] = [
     ("amp-fp32", "amp-fp16"),
     ("amp-half-model-bug", "amp-fp16"),
     ("amp-bce-bug", "amp-bce-with-logits-fixed"),
+    (
+        "checkpoint-reentrant-frozen-bug",
+        "checkpoint-reentrant-frozen-fixed",
+    ),
     ("grad-accum-sum-bug", "grad-accum-fixed"),
     ("adam-first-step-oom-bug", "optimizer-cpu-offload"),
     ("gpt2-small-oom", "gpt2-small-fits"),

@@ -33,6 +33,14 @@ pub(crate) struct InputMeta {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum BwdKind {
     AccumulateGrad,
+    /// `CheckpointFunctionBackward` (reentrant checkpoint, §7): re-run model
+    /// blocks `start..end` under the forward's autocast and back-propagate
+    /// through them in a nested backward.
+    Reentrant {
+        start: u32,
+        end: u32,
+        amp: Option<DType>,
+    },
     /// One new gradient per input that needs one, in input order.
     Alloc,
     /// The incoming gradient is handed on as a view (add, views, cat); broadcasts

@@ -27,22 +27,25 @@ impl Engine {
         let mut task = Vec::new();
         let r = self.run_backward(root, retain_graph, &mut task);
         if r.is_err() {
-            // The graph task dies: its pending input buffers are dropped and the
-            // temporaries of the failing node unwind.
-            for n in &task {
-                if let Some(node) = self.nodes.get_mut(n.0) {
-                    node.deps = 0;
-                    let buf = std::mem::take(&mut node.buf);
-                    for t in buf.into_iter().flatten() {
-                        self.decref(t);
-                    }
-                }
-            }
+            self.abandon_task(&task);
             self.unwind_locals(mark);
         }
         let end = self.op_end(prev_op);
         self.phase_end(Phase::Backward, prev_phase);
         r.and(end)
+    }
+
+    /// The graph task dies: its pending input buffers are dropped.
+    fn abandon_task(&mut self, task: &[NodeId]) {
+        for n in task {
+            if let Some(node) = self.nodes.get_mut(n.0) {
+                node.deps = 0;
+                let buf = std::mem::take(&mut node.buf);
+                for t in buf.into_iter().flatten() {
+                    self.decref(t);
+                }
+            }
+        }
     }
 
     fn run_backward(&mut self, root: TensorId, retain: bool, task: &mut Vec<NodeId>) -> Result<()> {
@@ -56,6 +59,35 @@ impl Engine {
         let seed = self.empty(shape, dtype, Category::Gradient)?;
         self.k_fill(seed, 1.0);
         self.retain(seed);
+        self.traverse(edge, seed, retain, task)?;
+        self.decref(seed);
+        Ok(())
+    }
+
+    /// A backward from `root` seeded with `grad` (whose reference it takes)
+    /// inside another backward: `torch.autograd.backward(root, grad)` in a
+    /// reentrant checkpoint. The graph it runs is freed as it goes.
+    pub(crate) fn nested_backward(&mut self, root: TensorId, grad: TensorId) -> Result<()> {
+        let Some(edge) = self.edge_of(root) else {
+            self.decref(grad);
+            return Ok(());
+        };
+        let mut task = Vec::new();
+        let r = self.traverse(edge, grad, false, &mut task);
+        if r.is_err() {
+            self.abandon_task(&task);
+        }
+        r
+    }
+
+    /// Run the graph from `edge`, delivering `seed` (its reference is taken).
+    fn traverse(
+        &mut self,
+        edge: Edge,
+        seed: TensorId,
+        retain: bool,
+        task: &mut Vec<NodeId>,
+    ) -> Result<()> {
         // Dependencies: how many edges point at each node reachable from the root.
         let mut seen = FxHashSet::default();
         let mut stack = vec![edge.node];
@@ -99,7 +131,6 @@ impl Engine {
                 self.decref(t);
             }
         }
-        self.decref(seed);
         Ok(())
     }
 
@@ -201,6 +232,12 @@ impl Engine {
         let mut outs: Vec<Out> = Vec::with_capacity(ninputs);
         match kind {
             BwdKind::AccumulateGrad => {}
+            BwdKind::Reentrant { start, end, amp } => {
+                if let (Some(g), true) = (g0, needs(self, 0)) {
+                    let gx = self.reentrant_backward(n, (start, end), amp, g)?;
+                    outs.push(Out::Ready(0, gx));
+                }
+            }
             BwdKind::Alloc | BwdKind::Conv { .. } | BwdKind::Sdpa { .. } => {
                 for i in 0..ninputs {
                     if needs(self, i) {

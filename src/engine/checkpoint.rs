@@ -42,6 +42,8 @@ pub(crate) struct CheckpointState {
     counter: u32,
     /// (region, saves so far) while recomputing.
     recompute: Option<(u32, u32)>,
+    /// Reentrant recomputations in progress (nested backwards).
+    pub reentrant: u32,
 }
 
 impl CheckpointState {
@@ -53,8 +55,9 @@ impl CheckpointState {
         }
     }
 
-    pub fn recomputing(&self) -> bool {
-        self.recompute.is_some()
+    /// Whether activations made now are rebuilt ones (either checkpoint kind).
+    pub fn rebuilding(&self) -> bool {
+        self.recompute.is_some() || self.reentrant > 0
     }
 
     /// Early stop: every tensor the region needs has been rebuilt.

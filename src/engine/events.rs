@@ -38,6 +38,8 @@ pub enum EngineEvent {
     },
     /// Answer to a live-state query, or sent at each iteration end when asked.
     LiveState(Box<LiveState>),
+    /// A Python warning the program would print (`warnings.warn`), once per run.
+    Warning(&'static str),
     /// The program ran to its end.
     Finished,
 }

@@ -28,6 +28,7 @@ pub mod ops;
 pub mod optim;
 pub mod presets;
 pub mod program;
+mod reentrant;
 pub mod rnn;
 pub mod shape;
 mod slab;
@@ -115,6 +116,8 @@ pub struct Engine {
     pub(crate) op_error: Option<EngineError>,
     /// Live non-leaf tensors `retain_grad()` was called on.
     pub(crate) retaining: Vec<TensorId>,
+    /// Warnings already shown this run.
+    pub(crate) warned: Vec<&'static str>,
     pub(crate) markers: bool,
     /// Runs real kernels on the tensors (a CUDA run); None: nothing is launched.
     pub(crate) launcher: Option<AnyLauncher>,
@@ -170,6 +173,7 @@ impl Engine {
             hook: None,
             op_error: None,
             retaining: Vec::new(),
+            warned: Vec::new(),
             markers: true,
             launcher: None,
             launch_stats: LaunchStats::default(),

@@ -45,6 +45,9 @@ pub enum ModelKind {
         /// a checkpoint region (§7). Exclusive with `checkpoint`.
         #[serde(default)]
         checkpoint_segments: Option<u64>,
+        /// `use_reentrant=True` for those regions (§7, §9 pitfall 9).
+        #[serde(default)]
+        checkpoint_reentrant: bool,
         /// Force an SDPA backend (None: automatic, §1.7).
         sdpa: Option<SdpaBackend>,
     },
@@ -135,6 +138,7 @@ impl ModelConfig {
                 dropout: 0.0,
                 checkpoint: false,
                 checkpoint_segments: None,
+                checkpoint_reentrant: false,
                 sdpa: None,
             },
             batch,

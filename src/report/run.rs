@@ -54,6 +54,12 @@ pub fn text(s: &Scenario, r: &RunResult, checks: &[ExpectationResult]) -> String
     if let Some(e) = &r.error {
         let _ = writeln!(out, "\nthe run stopped: {e}");
     }
+    if !r.warnings.is_empty() {
+        let _ = writeln!(out, "\nwarnings:");
+        for w in &r.warnings {
+            let _ = writeln!(out, "  {w}");
+        }
+    }
     kernels_text(&mut out, r);
     let _ = writeln!(out, "\nleaks:");
     if r.findings.is_empty() {
@@ -114,6 +120,7 @@ pub fn json(r: &RunResult, checks: &[ExpectationResult]) -> Value {
         "peak_reserved": r.peak_reserved,
         "oom": r.oom,
         "error": r.error,
+        "warnings": r.warnings,
         "leaks": leaks,
         "stats": r.stats.to_map(false),
         "per_iteration": r.per_iteration,

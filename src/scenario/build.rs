@@ -86,6 +86,7 @@ fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
             dropout,
             checkpoint,
             checkpoint_segments,
+            checkpoint_reentrant,
         } => {
             let mut m =
                 ModelConfig::gpt(*layers, *heads, *width, *vocab, *block_size, 8, *block_size);
@@ -93,12 +94,14 @@ fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
                 dropout: d,
                 checkpoint: c,
                 checkpoint_segments: segs,
+                checkpoint_reentrant: reentrant,
                 ..
             } = &mut m.kind
             {
                 *d = *dropout;
                 *c = *checkpoint;
                 *segs = *checkpoint_segments;
+                *reentrant = *checkpoint_reentrant;
             }
             m
         }

@@ -110,6 +110,17 @@ pub(crate) fn problems(model: &ModelSpec, data: &DataSpec) -> Vec<String> {
             ));
         }
     }
+    if let ModelSpec::Gpt {
+        checkpoint: false,
+        checkpoint_segments: None,
+        checkpoint_reentrant: true,
+        ..
+    } = model
+    {
+        out.push(
+            "model: `checkpoint_reentrant` chooses how blocks are checkpointed; say which with `checkpoint: true` or `checkpoint_segments`".into(),
+        );
+    }
     let layers = match model {
         ModelSpec::Gpt { layers, .. } | ModelSpec::LstmLm { layers, .. } => *layers,
         _ => 0,

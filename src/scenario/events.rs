@@ -32,8 +32,29 @@ pub fn to_trace(e: &EngineEvent) -> Option<Event> {
         EngineEvent::Error { message, .. } => {
             Event::Marker(Marker::Error(Arc::from(message.as_str())))
         }
+        // Shown where the program's own text goes: the UI's callouts and the
+        // report's narration (and its own list of warnings).
+        EngineEvent::Warning(text) => {
+            Event::Marker(Marker::Narration(Arc::from(format!("UserWarning: {text}"))))
+        }
         EngineEvent::StepBegin { .. } | EngineEvent::LiveState(_) | EngineEvent::Finished => {
             return None
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_warning_reaches_the_views_as_a_callout() {
+        let ev = to_trace(&EngineEvent::Warning("Gradients will be None"));
+        assert_eq!(
+            ev,
+            Some(Event::Marker(Marker::Narration(Arc::from(
+                "UserWarning: Gradients will be None"
+            ))))
+        );
+    }
 }

@@ -26,6 +26,7 @@ fn describe(e: &Expectation) -> String {
         Expectation::Oom(None) => "an OOM".into(),
         Expectation::NoOom => "no OOM".into(),
         Expectation::Error(text) => format!("an error containing \"{text}\""),
+        Expectation::Warning(text) => format!("a warning containing \"{text}\""),
         Expectation::PeakReservedUnder(s) => format!("peak reserved under {}", format_size(s.0)),
         Expectation::PeakReservedOver(s) => format!("peak reserved over {}", format_size(s.0)),
         Expectation::PeakAllocatedUnder(s) => format!("peak allocated under {}", format_size(s.0)),
@@ -111,6 +112,14 @@ fn check_one(e: &Expectation, r: &RunResult) -> (bool, String) {
             Some(msg) => (msg.contains(text.as_str()), format!("error: {msg}")),
             None => (false, "no error".into()),
         },
+        Expectation::Warning(text) => (
+            r.warnings.iter().any(|w| w.contains(text.as_str())),
+            if r.warnings.is_empty() {
+                "no warning".into()
+            } else {
+                format!("warnings: {}", r.warnings.join("; "))
+            },
+        ),
         Expectation::PeakReservedUnder(s) => (
             r.peak_reserved < s.0,
             format!("peak reserved {}", format_size(r.peak_reserved)),

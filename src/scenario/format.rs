@@ -89,6 +89,9 @@ pub enum ModelSpec {
         /// all but the last checkpointed (n ≈ √layers is the classic choice).
         #[serde(default)]
         checkpoint_segments: Option<u64>,
+        /// `use_reentrant=True` for the checkpoint regions above.
+        #[serde(default)]
+        checkpoint_reentrant: bool,
     },
     LstmLm {
         vocab: u64,
@@ -192,6 +195,8 @@ pub enum Expectation {
     NoOom,
     /// The run stops with an error whose message contains this text.
     Error(String),
+    /// The program prints a warning (`warnings.warn`) containing this text.
+    Warning(String),
     PeakReservedUnder(super::size::Size),
     PeakReservedOver(super::size::Size),
     PeakAllocatedUnder(super::size::Size),

@@ -56,6 +56,8 @@ static BUILTINS: &[BuiltIn] = builtins![
     "checkpoint-none",
     "checkpoint-every-layer",
     "checkpoint-sqrt-segments",
+    "checkpoint-reentrant-frozen-bug",
+    "checkpoint-reentrant-frozen-fixed",
     "grad-accum-big-batch-oom",
     "grad-accum-sum-bug",
     "grad-accum-fixed",

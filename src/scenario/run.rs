@@ -48,6 +48,8 @@ pub struct RunResult {
     pub oom: Option<OomReport>,
     /// Any other error that stopped the run (e.g. a second backward).
     pub error: Option<String>,
+    /// Python warnings the program printed, each once.
+    pub warnings: Vec<String>,
     pub per_iteration: Vec<IterationPoint>,
     pub findings: Vec<Finding>,
     pub narration: Vec<(u32, String)>,
@@ -69,6 +71,7 @@ struct Collector {
     events: Vec<Event>,
     narration: NarrationTracker,
     said: Vec<(u32, String)>,
+    warnings: Vec<String>,
     iteration: u32,
     per_iteration: Vec<IterationPoint>,
 }
@@ -87,6 +90,14 @@ impl Collector {
         for ev in engine.take_events() {
             match &ev {
                 EngineEvent::IterationBegin(i) => self.iteration = *i,
+                EngineEvent::Warning(text) => {
+                    // Its own list in the report; a callout (in the events) for the UI.
+                    self.warnings.push(format!("UserWarning: {text}"));
+                    if let (true, Some(t)) = (self.record, to_trace(&ev)) {
+                        self.events.push(t);
+                    }
+                    continue;
+                }
                 EngineEvent::IterationEnd {
                     iter,
                     allocated,
@@ -144,6 +155,7 @@ pub fn run_launching(
         events: Vec::new(),
         narration: NarrationTracker::new(&scenario.narration),
         said: Vec::new(),
+        warnings: Vec::new(),
         iteration: 0,
         per_iteration: Vec::new(),
     };
@@ -157,6 +169,7 @@ pub fn run_launching(
         peak_reserved: 0,
         oom: None,
         error: None,
+        warnings: Vec::new(),
         per_iteration: Vec::new(),
         findings: Vec::new(),
         narration: Vec::new(),
@@ -222,6 +235,7 @@ pub fn run_launching(
     result.findings = detector.findings().to_vec();
     result.per_iteration = c.per_iteration;
     result.narration = c.said;
+    result.warnings = c.warnings;
     result.events = c.events;
     result.segments = engine.allocator().snapshot();
     result.tags = engine.tag_table().clone();

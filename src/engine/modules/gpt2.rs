@@ -41,6 +41,8 @@ pub(crate) struct Gpt2 {
     pub dropout: f64,
     /// The blocks in runs, each run checkpointed (one region) or not.
     pub plan: Vec<(Range<usize>, bool)>,
+    /// Checkpoint regions are `use_reentrant=True` ones.
+    pub reentrant: bool,
     pub sdpa: Option<SdpaBackend>,
 }
 
@@ -82,6 +84,7 @@ impl Gpt2 {
             dropout,
             checkpoint,
             checkpoint_segments,
+            checkpoint_reentrant,
             sdpa,
             ..
         } = kind.clone()
@@ -128,6 +131,7 @@ impl Gpt2 {
             n_embd,
             dropout,
             plan: checkpoint_plan(n_layer as usize, checkpoint, checkpoint_segments),
+            reentrant: checkpoint_reentrant,
             sdpa,
         })
     }
@@ -156,6 +160,19 @@ impl Gpt2 {
             e.cfg.sdpa_backend = self.sdpa;
         }
         for (blocks, checkpointed) in &self.plan {
+            if *checkpointed && self.reentrant {
+                let y = e.reentrant_region(blocks.clone(), x, |e, x| {
+                    self.run_blocks(e, blocks.clone(), x)
+                });
+                match e.rebind(x, y) {
+                    Ok(v) => x = v,
+                    Err(err) => {
+                        e.cfg.sdpa_backend = saved_backend;
+                        return Err(err);
+                    }
+                }
+                continue;
+            }
             if *checkpointed {
                 e.ckpt_begin(blocks.clone(), x);
             }

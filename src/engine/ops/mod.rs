@@ -19,7 +19,7 @@ use super::Engine;
 impl Engine {
     /// A new op output.
     pub(crate) fn act(&mut self, shape: Shape, dtype: DType) -> Result<TensorId> {
-        let cat = if self.ckpt.recomputing() {
+        let cat = if self.ckpt.rebuilding() {
             Category::Recompute
         } else {
             Category::Activation
@@ -29,7 +29,7 @@ impl Engine {
 
     /// A tensor an op creates only for autograd (statistics, masks, reserve).
     pub(crate) fn aux(&mut self, shape: Shape, dtype: DType) -> Result<TensorId> {
-        let cat = if self.ckpt.recomputing() {
+        let cat = if self.ckpt.rebuilding() {
             Category::Recompute
         } else {
             Category::AutogradSaved

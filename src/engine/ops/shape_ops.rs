@@ -62,7 +62,7 @@ impl Engine {
             return Ok(self.local_ref(x));
         }
         let prev = self.op_begin("_to_copy");
-        let cat = if category == Category::Activation && self.ckpt.recomputing() {
+        let cat = if category == Category::Activation && self.ckpt.rebuilding() {
             Category::Recompute
         } else {
             category

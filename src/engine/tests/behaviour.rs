@@ -820,3 +820,75 @@ fn binary_cross_entropy_needs_a_target_shaped_like_the_output() {
         "{err}"
     );
 }
+
+fn reentrant_gpt(frozen_embeddings: bool) -> (Engine, Program) {
+    let (b, t, d) = (2u64, 64u64, 256u64);
+    let mut cfg = ModelConfig::gpt(3, 4, d, 8192, 256, b, t);
+    if let super::super::ModelKind::Gpt2 {
+        checkpoint,
+        checkpoint_reentrant,
+        ..
+    } = &mut cfg.kind
+    {
+        *checkpoint = true;
+        *checkpoint_reentrant = true;
+    }
+    let mut p = program(train_steps(), 2);
+    if frozen_embeddings {
+        p.setup.push(Step::SetRequiresGrad {
+            modules: vec![s("transformer.wte"), s("transformer.wpe")],
+            requires_grad: false,
+        });
+    }
+    (engine(cfg), p)
+}
+
+#[test]
+fn reentrant_checkpointing_trains_every_block_through_a_nested_backward() {
+    let (mut e, p) = reentrant_gpt(false);
+    run(&mut e, &p);
+    assert!(e.parameters().iter().all(|p| e.grad(*p).is_some()));
+    assert_eq!(e.saved_storage_bytes(), 0);
+    assert!(e.warned.is_empty());
+    // Forward alone: each block saved only its input (4d per row), via its
+    // CheckpointFunctionBackward node; nothing inside the blocks.
+    let (mut e, _) = reentrant_gpt(false);
+    run(&mut e, &program(forward_steps()[..2].to_vec(), 1));
+    let ls = e.live_state();
+    let ckpt: Vec<_> = ls
+        .nodes
+        .iter()
+        .filter(|n| n.name == "CheckpointFunctionBackward")
+        .collect();
+    assert_eq!(ckpt.len(), 3);
+    assert!(ckpt
+        .iter()
+        .all(|n| n.saved.len() == 1 && n.saved[0].bytes == 4 * 256 * 2 * 64));
+    assert!(!ls
+        .nodes
+        .iter()
+        .any(|n| n.module.starts_with("transformer.h.") && n.name != "CheckpointFunctionBackward"));
+}
+
+#[test]
+fn reentrant_checkpointing_with_frozen_inputs_warns_and_leaves_blocks_without_grads() {
+    let (mut e, p) = reentrant_gpt(true);
+    run(&mut e, &p);
+    assert_eq!(e.warned, [super::super::reentrant::NO_INPUT_REQUIRES_GRAD]);
+    let warnings = e
+        .take_events()
+        .into_iter()
+        .filter(|ev| matches!(ev, super::super::EngineEvent::Warning(_)))
+        .count();
+    assert_eq!(warnings, 1, "a Python warning shows once");
+    let model = e.model.as_ref().expect("model");
+    let trained: Vec<bool> = e
+        .parameters()
+        .iter()
+        .map(|p| e.grad(*p).is_some())
+        .collect();
+    // Only ln_f (the last two parameters) trains.
+    let n = trained.len();
+    assert!(trained[n - 2..].iter().all(|t| *t), "{:?}", model.cfg.kind);
+    assert!(trained[..n - 2].iter().all(|t| !*t));
+}
