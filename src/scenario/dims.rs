@@ -13,27 +13,60 @@ pub const MAX_LAYERS: u64 = 1024;
 /// takes minutes.
 pub const MAX_UNFUSED_BPTT: u64 = 1 << 16;
 
-/// Problems with the model's and the data's dimensions, one message each.
-pub(crate) fn problems(model: &ModelSpec, data: &DataSpec) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut dim = |field: &str, v: u64, min: u64| {
+/// Messages about a scenario's dimensions, in the order they are found.
+#[derive(Default)]
+struct Problems(Vec<String>);
+
+impl Problems {
+    fn push(&mut self, message: impl Into<String>) {
+        self.0.push(message.into());
+    }
+
+    /// A dimension: at least `min`, at most [`MAX_DIM`].
+    fn dim(&mut self, field: &str, v: u64, min: u64) {
         if v < min {
-            out.push(format!("{field} must be at least {min}"));
+            self.push(format!("{field} must be at least {min}"));
         } else if v > MAX_DIM {
-            out.push(format!(
+            self.push(format!(
                 "{field} of {v} is larger than {MAX_DIM}, the largest dimension modelled"
             ));
         }
-    };
-    let mut dropout = None;
+    }
+
+    fn layers(&mut self, layers: u64) {
+        if layers > MAX_LAYERS {
+            self.push(format!(
+                "model.layers: {layers} is more than {MAX_LAYERS}, the most modelled"
+            ));
+        }
+    }
+
+    fn dropout(&mut self, p: f64) {
+        if !(0.0..=1.0).contains(&p) {
+            self.push(format!(
+                "model.dropout: {p} is not a probability between 0 and 1"
+            ));
+        }
+    }
+}
+
+/// Problems with the model's and the data's dimensions, one message each.
+pub(crate) fn problems(model: &ModelSpec, data: &DataSpec) -> Vec<String> {
+    let mut out = Problems::default();
     match model {
         ModelSpec::Preset(_) => {}
-        ModelSpec::Mlp { dims, .. } => dims.iter().for_each(|&d| dim("model.dims: a width", d, 1)),
+        ModelSpec::Mlp { dims, .. } => {
+            dims.iter()
+                .for_each(|&d| out.dim("model.dims: a width", d, 1));
+            if dims.len() < 2 {
+                out.push("model.dims needs at least two widths (input and output)");
+            }
+        }
         ModelSpec::Layers(layers) => {
             for l in layers {
                 if let LayerSpec::Linear(a, b) = l {
-                    dim("model: a Linear in_features", *a, 1);
-                    dim("model: a Linear out_features", *b, 1);
+                    out.dim("model: a Linear in_features", *a, 1);
+                    out.dim("model: a Linear out_features", *b, 1);
                 }
             }
         }
@@ -43,15 +76,35 @@ pub(crate) fn problems(model: &ModelSpec, data: &DataSpec) -> Vec<String> {
             width,
             vocab,
             block_size,
-            dropout: p,
-            ..
+            dropout,
+            checkpoint,
+            checkpoint_segments,
+            checkpoint_reentrant,
         } => {
-            dim("model.layers", *layers, 0);
-            dim("model.heads", *heads, 1);
-            dim("model.width", *width, 1);
-            dim("model.vocab", *vocab, 1);
-            dim("model.block_size", *block_size, 1);
-            dropout = Some(*p);
+            out.dim("model.layers", *layers, 0);
+            out.dim("model.heads", *heads, 1);
+            out.dim("model.width", *width, 1);
+            out.dim("model.vocab", *vocab, 1);
+            out.dim("model.block_size", *block_size, 1);
+            out.dropout(*dropout);
+            if *heads > 0 && width % heads != 0 {
+                out.push(format!(
+                    "model: width {width} is not a multiple of heads {heads} (each head gets width / heads)"
+                ));
+            }
+            match checkpoint_segments {
+                Some(_) if *checkpoint => out.push(
+                    "model: `checkpoint: true` (every block) and `checkpoint_segments` (checkpoint_sequential) checkpoint the same blocks two ways: give one",
+                ),
+                Some(n) if *n == 0 || n > layers => out.push(format!(
+                    "model.checkpoint_segments: checkpoint_sequential splits the {layers} blocks into 1 to {layers} segments, not {n}"
+                )),
+                None if *checkpoint_reentrant && !*checkpoint => out.push(
+                    "model: `checkpoint_reentrant` chooses how blocks are checkpointed; say which with `checkpoint: true` or `checkpoint_segments`",
+                ),
+                _ => {}
+            }
+            out.layers(*layers);
         }
         ModelSpec::LstmLm {
             vocab,
@@ -59,97 +112,38 @@ pub(crate) fn problems(model: &ModelSpec, data: &DataSpec) -> Vec<String> {
             hidden,
             layers,
             bptt,
-            dropout: p,
-            ..
+            dropout,
+            cudnn,
         } => {
-            dim("model.vocab", *vocab, 1);
-            dim("model.emb", *emb, 1);
-            dim("model.hidden", *hidden, 1);
-            dim("model.layers", *layers, 1);
-            dim("model.bptt", *bptt, 1);
-            dropout = Some(*p);
+            out.dim("model.vocab", *vocab, 1);
+            out.dim("model.emb", *emb, 1);
+            out.dim("model.hidden", *hidden, 1);
+            out.dim("model.layers", *layers, 1);
+            out.dim("model.bptt", *bptt, 1);
+            out.dropout(*dropout);
+            out.layers(*layers);
+            let longest = data
+                .seq
+                .iter()
+                .chain(&data.seq_schedule)
+                .chain([bptt])
+                .max();
+            if let (false, Some(&t)) = (*cudnn, longest.filter(|&&t| t > MAX_UNFUSED_BPTT)) {
+                out.push(format!(
+                    "model: an unfused LSTM (cudnn: false) steps one cell per token; a sequence of {t} is more than {MAX_UNFUSED_BPTT}, the most modelled"
+                ));
+            }
         }
         ModelSpec::ResNet18 { classes, image } => {
-            dim("model.classes", *classes, 1);
-            dim("model.image", *image, 32);
+            out.dim("model.classes", *classes, 1);
+            out.dim("model.image", *image, 32);
         }
     }
     for &b in data.batch.iter().chain(&data.batch_schedule) {
-        dim("data: a batch size", b, 1);
+        out.dim("data: a batch size", b, 1);
     }
     for &t in data.seq.iter().chain(&data.seq_schedule) {
-        dim("data: a sequence length", t, 1);
+        out.dim("data: a sequence length", t, 1);
     }
-    if let ModelSpec::Mlp { dims, .. } = model {
-        if dims.len() < 2 {
-            out.push("model.dims needs at least two widths (input and output)".into());
-        }
-    }
-    if let ModelSpec::Gpt { heads, width, .. } = model {
-        if *heads > 0 && width % heads != 0 {
-            out.push(format!(
-                "model: width {width} is not a multiple of heads {heads} (each head gets width / heads)"
-            ));
-        }
-    }
-    if let ModelSpec::Gpt {
-        layers,
-        checkpoint,
-        checkpoint_segments: Some(n),
-        ..
-    } = model
-    {
-        if *checkpoint {
-            out.push(
-                "model: `checkpoint: true` (every block) and `checkpoint_segments` (checkpoint_sequential) checkpoint the same blocks two ways: give one".into(),
-            );
-        }
-        if *n == 0 || n > layers {
-            out.push(format!(
-                "model.checkpoint_segments: checkpoint_sequential splits the {layers} blocks into 1 to {layers} segments, not {n}"
-            ));
-        }
-    }
-    if let ModelSpec::Gpt {
-        checkpoint: false,
-        checkpoint_segments: None,
-        checkpoint_reentrant: true,
-        ..
-    } = model
-    {
-        out.push(
-            "model: `checkpoint_reentrant` chooses how blocks are checkpointed; say which with `checkpoint: true` or `checkpoint_segments`".into(),
-        );
-    }
-    let layers = match model {
-        ModelSpec::Gpt { layers, .. } | ModelSpec::LstmLm { layers, .. } => *layers,
-        _ => 0,
-    };
-    if layers > MAX_LAYERS {
-        out.push(format!(
-            "model.layers: {layers} is more than {MAX_LAYERS}, the most modelled"
-        ));
-    }
-    if let ModelSpec::LstmLm {
-        bptt, cudnn: false, ..
-    } = model
-    {
-        let longest = data
-            .seq
-            .iter()
-            .chain(&data.seq_schedule)
-            .chain([bptt])
-            .max();
-        if let Some(&t) = longest.filter(|&&t| t > MAX_UNFUSED_BPTT) {
-            out.push(format!(
-                "model: an unfused LSTM (cudnn: false) steps one cell per token; a sequence of {t} is more than {MAX_UNFUSED_BPTT}, the most modelled"
-            ));
-        }
-    }
-    if let Some(p) = dropout.filter(|p| !(0.0..=1.0).contains(p)) {
-        out.push(format!(
-            "model.dropout: {p} is not a probability between 0 and 1"
-        ));
-    }
-    out
+    out.0
 }
