@@ -14,12 +14,23 @@ use crate::tui::app::App;
 use crate::tui::layout::Focus;
 use crate::tui::theme::Theme;
 
-fn growth(g: i64) -> String {
+fn growth(g: i64, unit: &str) -> String {
     let sign = if g < 0 { "-" } else { "+" };
-    format!("{sign}{}/iter", format_size(g.unsigned_abs()))
+    format!("{sign}{}/{unit}", format_size(g.unsigned_abs()))
 }
 
-fn summary_line<'a>(th: &Theme, f: &'a Finding, selected: bool) -> Line<'a> {
+/// One finding on one line: single spaces and "/it" when the panel is too
+/// narrow for the roomy form, so the figures do not wrap away from the name.
+fn summary_line<'a>(th: &Theme, f: &'a Finding, selected: bool, width: usize) -> Line<'a> {
+    let roomy = 4
+        + f.root.chars().count()
+        + f.kind.as_str().len()
+        + 4
+        + format_size(f.bytes).len()
+        + 2
+        + growth(f.growth_per_iter, "iter").len()
+        <= width;
+    let (gap, unit) = if roomy { ("  ", "iter") } else { (" ", "it") };
     let p = &th.palette;
     let sev = match f.severity {
         Severity::Critical => th.fg(p.error),
@@ -30,9 +41,12 @@ fn summary_line<'a>(th: &Theme, f: &'a Finding, selected: bool) -> Line<'a> {
         Span::styled(if selected { "▶ " } else { "  " }, th.text()),
         Span::styled(if f.kind.is_leak() { "● " } else { "○ " }, sev),
         Span::styled(f.root.as_str(), th.title()),
-        Span::styled(format!("  {}  ", f.kind.as_str()), th.dim()),
+        Span::styled(format!("{gap}{}{gap}", f.kind.as_str()), th.dim()),
         Span::styled(format_size(f.bytes), th.text()),
-        Span::styled(format!("  {}", growth(f.growth_per_iter)), th.text()),
+        Span::styled(
+            format!("{gap}{}", growth(f.growth_per_iter, unit)),
+            th.text(),
+        ),
     ];
     if selected {
         for s in &mut spans {
@@ -64,7 +78,8 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         ));
     }
     for (i, f) in r.findings.iter().enumerate() {
-        lines.push(summary_line(th, f, r.sel_finding == Some(i)));
+        let width = usize::from(area.width.saturating_sub(2));
+        lines.push(summary_line(th, f, r.sel_finding == Some(i), width));
     }
     if let Some(f) = r.sel_finding.and_then(|i| r.findings.get(i)) {
         lines.push(Line::raw(""));
