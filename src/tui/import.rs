@@ -4,9 +4,9 @@
 //! request (`AllocEvent::block_size` is ours). The map needs it, so it is
 //! rebuilt here from the trace with the allocator's rounding and `should_split`
 //! rule (allocator.md §4.1) against the map as it stands before each entry.
-//! TODO(main): once `trace::replay::Replayer` can hand out the allocator's own
-//! events (e.g. `Replayer::run_recording(&entries) -> (ReplayOutcome,
-//! Vec<AllocEvent>)`), use those instead: they are exact by construction.
+//! The recorded trace is mirrored, not replayed: the views show the addresses
+//! and segments PyTorch recorded, even where a replay of the model would
+//! diverge (`vramscope replay --verify` is where divergences are reported).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -65,9 +65,12 @@ pub fn snapshot_to_source(snap: &Snapshot, device: Option<usize>) -> Result<Sour
             .map(Vec::as_slice)
             .unwrap_or(&[]);
         entry_frames = trace.iter().map(|e| e.frames).collect();
-        // TODO(main): pass `snap.device_free(e)` per entry once the compact
-        // `TraceEntry` (device_free moved to `entry_extras`) has landed.
-        msgs.push(SourceMsg::Events(trace_events(&entries, &[], &config)));
+        let device_free = |i: usize| trace.get(i).and_then(|e| snap.extra(e).device_free);
+        msgs.push(SourceMsg::Events(trace_events(
+            &entries,
+            device_free,
+            &config,
+        )));
     }
     msgs.push(SourceMsg::Finished);
     let tags = SnapshotTags::new(&snap.frames, entry_frames);
@@ -77,22 +80,17 @@ pub fn snapshot_to_source(snap: &Snapshot, device: Option<usize>) -> Result<Sour
 }
 
 /// Events for one device's trace entries; `Tag(i + 1)` names entry `i`.
+/// `device_free(i)`: the free device memory entry `i` recorded (`oom` entries).
 pub fn trace_events(
     entries: &[crate::trace::replay::Entry],
-    device_free: &[u64],
+    device_free: impl Fn(usize) -> Option<u64>,
     config: &AllocConfig,
 ) -> Vec<Event> {
     let mut map = MemoryMap::default();
     let mut out = Vec::with_capacity(entries.len());
     for (i, e) in entries.iter().enumerate() {
         let tag = Tag(i as u64 + 1);
-        let Some(ev) = entry_event(
-            e,
-            &map,
-            config,
-            tag,
-            device_free.get(i).copied().unwrap_or(0),
-        ) else {
+        let Some(ev) = entry_event(e, &map, config, tag, device_free(i).unwrap_or(0)) else {
             continue;
         };
         // The mirror only decides later block sizes; misplaced entries are

@@ -48,6 +48,25 @@ fn expandable_trace_with_oom() {
     let s = screen(&mut app, 140, 44);
     assert!(s.contains("L*"), "expandable rows\n{s}");
     assert!(s.contains("oom"), "{s}");
+    // The OOM carries the free memory the driver reported, as recorded.
+    let snap = crate::trace::snapshot::import_file(&p).expect("imports");
+    let recorded: Vec<u64> = snap.device_traces[1]
+        .iter()
+        .filter_map(|e| snap.extra(e).device_free)
+        .collect();
+    let shown: Vec<u64> = app.runs[0]
+        .timeline
+        .events()
+        .iter()
+        .filter_map(|e| match e {
+            crate::trace::Event::Alloc(a) if a.action == crate::alloc::Action::Oom => {
+                Some(a.device_free)
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(!recorded.is_empty() && recorded.iter().all(|f| *f > 0));
+    assert_eq!(shown, recorded);
 }
 
 #[test]
