@@ -24,6 +24,9 @@ pub enum SnapshotError {
     Pickle(#[from] PickleError),
     #[error("not a memory snapshot: {0}")]
     Schema(#[from] SchemaError),
+    /// The file wraps something else around (or instead of) the pickle.
+    #[error("{0}")]
+    Container(String),
     #[error("{}: {source}", path.display())]
     Io {
         path: PathBuf,

@@ -112,6 +112,14 @@ fn import_streaming(
     bytes: &[u8],
     release: Option<&mut dyn FnMut(usize)>,
 ) -> Result<Snapshot, SnapshotError> {
+    let inner = super::container::pickle_bytes(bytes)?;
+    // Page-release offsets count from the file's start: only for a bare pickle.
+    let release = if inner.len() == bytes.len() {
+        release
+    } else {
+        None
+    };
+    let bytes = inner;
     match try_streaming(bytes, release)? {
         Some(snap) => Ok(snap),
         None => {

@@ -15,6 +15,7 @@
 //! [`export::export_bytes`] writes the current dict layout back as pickle
 //! protocol 4, readable by Python's `pickle` and MemoryViz.
 
+mod container;
 mod dict_keys;
 mod error;
 pub mod export;
