@@ -16,12 +16,12 @@ fn compare_without_a_terminal_prints_both_sides() {
     ]);
     assert_eq!(code, 0, "{err}");
     let table: Vec<&str> = out.lines().take_while(|l| !l.is_empty()).collect();
-    let leaks = table
+    let findings = table
         .iter()
-        .find(|l| l.starts_with("leaks flagged"))
-        .expect("a leaks row");
+        .find(|l| l.starts_with("findings"))
+        .expect("a findings row");
     assert_eq!(
-        leaks.split_whitespace().skip(2).collect::<Vec<_>>(),
+        findings.split_whitespace().skip(1).collect::<Vec<_>>(),
         ["1", "0"],
         "{out}"
     );
@@ -109,4 +109,71 @@ fn an_endless_device_is_refused_not_read_forever() {
     let (code, _, err) = vramscope(&["open", "/dev/zero", "--headless"]);
     assert_eq!(code, 2);
     assert!(err.contains("/dev/zero: not a regular file"), "{err}");
+}
+
+#[test]
+fn compare_one_input_under_another_allocator_config() {
+    let (code, out, err) = vramscope(&[
+        "compare",
+        "var-batch-fragmentation-bug",
+        "--conf",
+        "expandable_segments:True",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    let (a, b) = (&v["first"]["figures"], &v["second"]["figures"]);
+    assert_eq!(a["label"], "var-batch-fragmentation-bug");
+    assert_eq!(
+        b["label"],
+        "var-batch-fragmentation-bug · expandable_segments:True"
+    );
+    // The same requests: what is allocated does not change, what is reserved does.
+    assert_eq!(a["peak_allocated"], b["peak_allocated"]);
+    let reserved = |f: &serde_json::Value| f["peak_reserved"].as_u64().expect("bytes");
+    assert!(reserved(b) < reserved(a), "{a} {b}");
+
+    // A snapshot: both sides replayed, one config against the other.
+    let snapshot = real("code-location_expandable_3gpu_oom.pickle");
+    let snapshot = snapshot.to_str().expect("utf-8 path");
+    let (code, out, err) = vramscope(&[
+        "compare",
+        snapshot,
+        "--conf",
+        "expandable_segments:True",
+        "--conf",
+        "",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    assert!(v["second"]["figures"]["label"]
+        .as_str()
+        .is_some_and(|l| l.ends_with("· default")));
+}
+
+#[test]
+fn compare_says_how_to_call_it() {
+    for (args, expected) in [
+        (vec!["compare", "tour"], "give a second input, or --conf"),
+        (
+            vec![
+                "compare",
+                "tour",
+                "tour",
+                "--conf",
+                "expandable_segments:True",
+            ],
+            "with two inputs leave it out",
+        ),
+        (
+            vec!["compare", "tour", "--conf", "bogus:1"],
+            "--conf: invalid PYTORCH_CUDA_ALLOC_CONF",
+        ),
+    ] {
+        let (code, out, err) = vramscope(&args);
+        assert_eq!(code, 2, "{args:?}");
+        assert!(out.is_empty(), "{out}");
+        assert!(err.contains(expected), "{args:?}: {err}");
+    }
 }

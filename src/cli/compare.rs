@@ -7,10 +7,11 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 use serde_json::{json, Value};
-use vramscope::alloc::format_size;
+use vramscope::alloc::{format_size, AllocConfig, TorchVersion};
 use vramscope::report::run as run_report;
 use vramscope::report::snapshot::SnapshotReport;
 use vramscope::scenario::{check, resolve, run as run_scenario, RunOptions};
+use vramscope::trace::replay::replayed::replayed_snapshot;
 
 use super::snapshot::load;
 use super::BadInput;
@@ -27,7 +28,8 @@ struct Figures {
     allocated: u64,
     reserved: u64,
     ooms: usize,
-    leaks: Vec<String>,
+    /// Leak findings and the others (fragmentation, one-off peaks).
+    findings: Vec<String>,
 }
 
 struct Side {
@@ -36,13 +38,71 @@ struct Side {
     json: Value,
 }
 
-/// A scenario (built-in name or `.ron` file) or a snapshot, as `compare` takes them.
-fn side(input: &str) -> anyhow::Result<Side> {
-    let path = Path::new(input);
-    if path.is_file() && path.extension().is_none_or(|e| e != "ron") {
-        return snapshot_side(input, path);
+/// One side of a comparison: a scenario (built-in name or `.ron` file) or a
+/// snapshot, as it is or under another `PYTORCH_CUDA_ALLOC_CONF`.
+#[derive(Debug, Clone)]
+pub struct CompareSide {
+    pub input: String,
+    pub conf: Option<String>,
+}
+
+/// The two sides from `compare FIRST [SECOND] [--conf C]…`.
+pub fn sides(
+    first: String,
+    second: Option<String>,
+    confs: Vec<String>,
+) -> Result<[CompareSide; 2], BadInput> {
+    let side = |input: &String, conf: Option<&String>| CompareSide {
+        input: input.clone(),
+        conf: conf.cloned(),
+    };
+    match (&second, confs.as_slice()) {
+        (Some(b), []) => Ok([side(&first, None), side(b, None)]),
+        (None, [c]) => Ok([side(&first, None), side(&first, Some(c))]),
+        (None, [c1, c2]) => Ok([side(&first, Some(c1)), side(&first, Some(c2))]),
+        (Some(_), _) => Err(BadInput(
+            "compare: --conf compares one input under allocator configs; with two inputs leave it out"
+                .into(),
+        )),
+        (None, []) => Err(BadInput(
+            "compare: give a second input, or --conf to compare the first under another allocator config"
+                .into(),
+        )),
+        (None, _) => Err(BadInput(
+            "compare: --conf at most twice (one config against the other)".into(),
+        )),
     }
-    let (scenario, built) = resolve(input).map_err(|e| BadInput(e.to_string()))?;
+}
+
+fn side(spec: &CompareSide) -> anyhow::Result<Side> {
+    let input = spec.input.as_str();
+    let conf = spec.conf.as_deref();
+    let path = Path::new(input);
+    let mut side = if path.is_file() && path.extension().is_none_or(|e| e != "ron") {
+        snapshot_side(input, path, conf)?
+    } else {
+        scenario_side(input, conf)?
+    };
+    if let Some(conf) = conf {
+        side.figures.label = format!(
+            "{} · {}",
+            side.figures.label,
+            if conf.is_empty() { "default" } else { conf }
+        );
+    }
+    Ok(side)
+}
+
+fn scenario_side(input: &str, conf: Option<&str>) -> anyhow::Result<Side> {
+    let (scenario, mut built) = resolve(input).map_err(|e| BadInput(e.to_string()))?;
+    if let Some(conf) = conf {
+        let version = built
+            .engine
+            .torch_minor
+            .map_or(TorchVersion::DEFAULT, TorchVersion);
+        AllocConfig::parse_for(conf, version).map_err(|e| BadInput(format!("--conf: {e}")))?;
+        built.engine.alloc_conf = conf.to_string();
+    }
     let result = run_scenario(
         &scenario,
         &built,
@@ -60,7 +120,7 @@ fn side(input: &str) -> anyhow::Result<Side> {
         allocated: result.stats.allocated_bytes(),
         reserved: result.stats.reserved_bytes(),
         ooms: usize::from(result.oom.is_some()),
-        leaks: result
+        findings: result
             .findings
             .iter()
             .map(|f| format!("{} ({})", f.root, f.kind.as_str()))
@@ -73,8 +133,12 @@ fn side(input: &str) -> anyhow::Result<Side> {
     })
 }
 
-fn snapshot_side(input: &str, path: &Path) -> anyhow::Result<Side> {
-    let snap = load(path)?;
+fn snapshot_side(input: &str, path: &Path, conf: Option<&str>) -> anyhow::Result<Side> {
+    let mut snap = load(path)?;
+    if let Some(conf) = conf {
+        let config = AllocConfig::parse(conf).map_err(|e| BadInput(format!("--conf: {e}")))?;
+        snap = replayed_snapshot(&snap, &config);
+    }
     let report = SnapshotReport::new(input, &snap);
     let sum = |f: fn(&vramscope::report::snapshot::DeviceReport) -> u64| -> u64 {
         report.devices.iter().map(f).sum()
@@ -89,7 +153,7 @@ fn snapshot_side(input: &str, path: &Path) -> anyhow::Result<Side> {
         allocated: sum(|d| d.allocated),
         reserved: sum(|d| d.reserved),
         ooms: report.devices.iter().map(|d| d.ooms.len()).sum(),
-        leaks: report
+        findings: report
             .devices
             .iter()
             .filter_map(|d| d.leaks.as_ref())
@@ -151,21 +215,21 @@ fn table(a: &Figures, b: &Figures) -> String {
     let _ = writeln!(
         out,
         "{:<16}  {:>w$}  {:>w$}",
-        "leaks flagged",
-        a.leaks.len(),
-        b.leaks.len()
+        "findings",
+        a.findings.len(),
+        b.findings.len()
     );
     for f in [a, b] {
-        for leak in &f.leaks {
-            let _ = writeln!(out, "  {}: {leak}", f.label);
+        for finding in &f.findings {
+            let _ = writeln!(out, "  {}: {finding}", f.label);
         }
     }
     out
 }
 
-pub fn compare(first: &str, second: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let a = side(first)?;
-    let b = side(second)?;
+pub fn compare(sides: &[CompareSide; 2], json: bool) -> anyhow::Result<ExitCode> {
+    let a = side(&sides[0])?;
+    let b = side(&sides[1])?;
     if json {
         let out = json!({
             "first": { "figures": a.figures, "report": a.json },

@@ -64,10 +64,16 @@ pub enum Command {
         device: String,
     },
     /// Two runs side by side with the cursor synchronised: scenarios (buggy
-    /// vs fixed), snapshots, or one of each.
+    /// vs fixed), snapshots, or one of each; or one of them under another
+    /// allocator config (`--conf`).
     Compare {
         first: String,
-        second: String,
+        /// Leave out to compare FIRST with itself under `--conf`.
+        second: Option<String>,
+        /// With one input: as it is against this PYTORCH_CUDA_ALLOC_CONF (once), or
+        /// one config against the other (twice). A snapshot is replayed under it.
+        #[arg(long = "conf")]
+        confs: Vec<String>,
         /// Print both reports and a table of their figures instead of opening the terminal UI.
         #[arg(long)]
         headless: bool,
@@ -149,13 +155,15 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Compare {
             first,
             second,
+            confs,
             headless,
             json,
         }) => {
+            let sides = compare::sides(first, second, confs)?;
             if headless || json || !ui::have_terminal() {
-                compare::compare(&first, &second, json)
+                compare::compare(&sides, json)
             } else {
-                ui::open(&[&first, &second])
+                ui::open_compare(&sides)
             }
         }
         Some(Command::Demo { conf }) => demo::run(&conf),

@@ -9,6 +9,7 @@ use vramscope::report::replay::{VerifyReport, WhatIfDevice, WhatIfReport};
 use vramscope::report::snapshot::SnapshotReport;
 use vramscope::scenario::{builtin, resolve, run as run_scenario, RunOptions};
 use vramscope::trace::replay::from_snapshot::{self, DeviceReplay};
+use vramscope::trace::replay::replayed;
 use vramscope::trace::replay::whatif::{self, Requests};
 use vramscope::trace::snapshot::from_run::{snapshot_of_run, DeviceRun};
 use vramscope::trace::snapshot::{export_bytes, import_file, Snapshot};
@@ -76,19 +77,6 @@ pub fn replay(path: &Path, args: ReplayArgs) -> anyhow::Result<ExitCode> {
     Ok(status)
 }
 
-fn capacity_for(replay: &DeviceReplay, given: Option<u64>) -> u64 {
-    // The device's size if the user or the trace tells; else the peak it reached.
-    given.or(replay.device_total).unwrap_or_else(|| {
-        let requests = Requests {
-            entries: &replay.entries,
-            empty_cache_at: &replay.outcome.empty_cache_at,
-            start: Some(&replay.start),
-        };
-        let probe = whatif::what_if(&requests, AllocConfig::default(), u64::MAX / 4);
-        probe.peak_reserved.max(1)
-    })
-}
-
 fn what_if_report(
     snap: &Snapshot,
     replays: &[DeviceReplay],
@@ -106,7 +94,7 @@ fn what_if_report(
     let devices = replays
         .iter()
         .map(|r| {
-            let capacity = capacity_for(r, given);
+            let capacity = replayed::device_capacity(r, given);
             let requests = Requests {
                 entries: &r.entries,
                 empty_cache_at: &r.outcome.empty_cache_at,
@@ -137,7 +125,7 @@ pub fn export(input: &Path, output: &PathBuf, conf: Option<&str>) -> anyhow::Res
         let snap = load(input)?;
         match conf {
             None => snap,
-            Some(conf) => replayed_under(&snap, &parse_conf(conf, None)?)?,
+            Some(conf) => replayed::replayed_snapshot(&snap, &parse_conf(conf, None)?),
         }
     };
     let bytes = export_bytes(&out);
@@ -201,43 +189,4 @@ fn scenario_snapshot(input: &Path, conf: Option<&str>) -> anyhow::Result<Snapsho
         events: &events,
     }];
     Ok(snapshot_of_run(&devices, &config, &frames_of))
-}
-
-/// The snapshot's requests replayed under `config`, as a snapshot of its own.
-fn replayed_under(snap: &Snapshot, config: &AllocConfig) -> anyhow::Result<Snapshot> {
-    let replays = from_snapshot::verify(snap);
-    let runs: Vec<_> = replays
-        .iter()
-        .map(|r| {
-            let requests = Requests {
-                entries: &r.entries,
-                empty_cache_at: &r.outcome.empty_cache_at,
-                start: Some(&r.start),
-            };
-            let (_, mut a) = whatif::run(&requests, config.clone(), capacity_for(r, None), true);
-            (a.snapshot(), a.take_events(), r.device)
-        })
-        .collect();
-    let devices: Vec<DeviceRun<'_>> = runs
-        .iter()
-        .map(|(segments, events, device)| DeviceRun {
-            device: *device,
-            segments,
-            events,
-        })
-        .collect();
-    let frames_of = |device: usize, tag: Tag| -> Vec<(String, i64, String)> {
-        // A what-if tag is the index of the trace entry that made the request.
-        snap.device_traces
-            .get(device)
-            .and_then(|t| t.get(tag.0 as usize))
-            .map(|e| {
-                snap.frames
-                    .resolve(e.frames)
-                    .map(|f| (f.filename.to_string(), f.line, f.name.to_string()))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    Ok(snapshot_of_run(&devices, config, &frames_of))
 }

@@ -11,10 +11,11 @@ use vramscope::device::kernels::launcher_for;
 use vramscope::device::{AnyDevice, Device};
 use vramscope::scenario::resolve;
 use vramscope::tui::import::snapshot_source;
-use vramscope::tui::open::open_source;
+use vramscope::tui::open::{open_source, open_source_under};
 use vramscope::tui::scenario_source::{scenario_source_on, RealGpu, ITERATION_PACE};
 use vramscope::tui::{run_tui, TuiOptions};
 
+use super::compare::CompareSide;
 use super::{BadInput, EXIT_NO_GPU};
 
 /// Playback for scenarios: about two iterations of a small model per second,
@@ -32,6 +33,26 @@ pub fn open(inputs: &[&str]) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|i| open_source(i).map_err(BadInput))
         .collect::<Result<Vec<_>, _>>()?;
+    run_tui(
+        sources,
+        TuiOptions {
+            speed: SCENARIO_SPEED,
+            ..TuiOptions::default()
+        },
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `compare`: two sides, each an input as it is or under a config.
+pub fn open_compare(sides: &[CompareSide; 2]) -> anyhow::Result<ExitCode> {
+    let sources = sides
+        .iter()
+        .map(|s| match &s.conf {
+            None => open_source(&s.input),
+            Some(conf) => open_source_under(&s.input, conf),
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(BadInput)?;
     run_tui(
         sources,
         TuiOptions {

@@ -3,10 +3,13 @@
 
 use std::path::Path;
 
-use super::import::snapshot_source;
+use super::import::{snapshot_source, snapshot_to_source};
 use super::scenario_source::{scenario_source, ITERATION_PACE};
 use super::source::Source;
+use crate::alloc::{AllocConfig, TorchVersion};
 use crate::scenario::resolve;
+use crate::trace::replay::replayed::replayed_snapshot;
+use crate::trace::snapshot::import_file;
 
 /// A source for `input`: an existing file that is not `.ron` is a snapshot;
 /// anything else is a scenario name or file. The error says what went wrong.
@@ -22,5 +25,39 @@ pub fn open_source(input: &str) -> Result<(String, Source), String> {
     }
     let (scenario, built) = resolve(input).map_err(|e| e.to_string())?;
     let title = scenario.name.clone();
+    Ok((title, scenario_source(scenario, built, ITERATION_PACE)))
+}
+
+/// `input` under another `PYTORCH_CUDA_ALLOC_CONF`: a scenario runs with it,
+/// a snapshot's requests are replayed through the model with it. The title
+/// names the config.
+pub fn open_source_under(input: &str, conf: &str) -> Result<(String, Source), String> {
+    let input = input.trim();
+    let path = Path::new(input);
+    let label = |name: &str| {
+        format!(
+            "{name} · {}",
+            if conf.is_empty() { "default" } else { conf }
+        )
+    };
+    if path.is_file() && path.extension().is_none_or(|e| e != "ron") {
+        let config = AllocConfig::parse(conf).map_err(|e| format!("--conf: {e}"))?;
+        let snap = import_file(path).map_err(|e| e.to_string())?;
+        let replayed = replayed_snapshot(&snap, &config);
+        let source = snapshot_to_source(&replayed, None).map_err(|e| format!("{input}: {e}"))?;
+        let name = path
+            .file_name()
+            .map_or_else(|| input.to_string(), |n| n.to_string_lossy().into_owned());
+        return Ok((label(&name), source));
+    }
+    let (scenario, mut built) = resolve(input).map_err(|e| e.to_string())?;
+    // Read as the scenario's own PyTorch release reads it.
+    let version = built
+        .engine
+        .torch_minor
+        .map_or(TorchVersion::DEFAULT, TorchVersion);
+    AllocConfig::parse_for(conf, version).map_err(|e| format!("--conf: {e}"))?;
+    built.engine.alloc_conf = conf.to_string();
+    let title = label(&scenario.name);
     Ok((title, scenario_source(scenario, built, ITERATION_PACE)))
 }

@@ -9,6 +9,7 @@
 
 pub mod from_snapshot;
 pub mod reconstruct;
+pub mod replayed;
 mod scripted;
 pub mod whatif;
 

@@ -1,0 +1,65 @@
+//! A snapshot's requests replayed under another `PYTORCH_CUDA_ALLOC_CONF`, as
+//! a snapshot of its own (for export, and for comparing two configs side by
+//! side in the views).
+
+use crate::alloc::{AllocConfig, Tag};
+use crate::trace::snapshot::from_run::{snapshot_of_run, DeviceRun};
+use crate::trace::snapshot::Snapshot;
+
+use super::from_snapshot::{self, DeviceReplay};
+use super::whatif::{self, Requests};
+
+/// The device size a what-if replays on: `given`, else what the trace tells,
+/// else the peak the recorded config reached.
+pub fn device_capacity(replay: &DeviceReplay, given: Option<u64>) -> u64 {
+    given.or(replay.device_total).unwrap_or_else(|| {
+        let requests = Requests {
+            entries: &replay.entries,
+            empty_cache_at: &replay.outcome.empty_cache_at,
+            start: Some(&replay.start),
+        };
+        let probe = whatif::what_if(&requests, AllocConfig::default(), u64::MAX / 4);
+        probe.peak_reserved.max(1)
+    })
+}
+
+/// Every traced device's requests replayed under `config`; frames come from
+/// the trace entries that made the requests.
+pub fn replayed_snapshot(snap: &Snapshot, config: &AllocConfig) -> Snapshot {
+    let replays = from_snapshot::verify(snap);
+    let runs: Vec<_> = replays
+        .iter()
+        .map(|r| {
+            let requests = Requests {
+                entries: &r.entries,
+                empty_cache_at: &r.outcome.empty_cache_at,
+                start: Some(&r.start),
+            };
+            let capacity = device_capacity(r, None);
+            let (_, mut a) = whatif::run(&requests, config.clone(), capacity, true);
+            (a.snapshot(), a.take_events(), r.device)
+        })
+        .collect();
+    let devices: Vec<DeviceRun<'_>> = runs
+        .iter()
+        .map(|(segments, events, device)| DeviceRun {
+            device: *device,
+            segments,
+            events,
+        })
+        .collect();
+    let frames_of = |device: usize, tag: Tag| -> Vec<(String, i64, String)> {
+        // A what-if tag is the index of the trace entry that made the request.
+        snap.device_traces
+            .get(device)
+            .and_then(|t| t.get(tag.0 as usize))
+            .map(|e| {
+                snap.frames
+                    .resolve(e.frames)
+                    .map(|f| (f.filename.to_string(), f.line, f.name.to_string()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    snapshot_of_run(&devices, config, &frames_of)
+}
