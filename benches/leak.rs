@@ -165,6 +165,7 @@ fn synthetic(it: u32) -> LiveState {
         storages,
         allocated,
         reserved: allocated + (64 << 20),
+        peak_allocated: allocated,
     }
 }
 

@@ -1003,3 +1003,23 @@ fn run_json_shape_and_exit_status() {
     assert!(err.contains("bad.ron:3:5:"), "{err}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The leak detector's quality bar: a fixed scenario draws no finding at all,
+/// not even an informational one.
+#[test]
+fn fixed_scenarios_draw_no_finding() {
+    let mut fixed = 0;
+    for (name, ran) in runs() {
+        if name.ends_with("-fixed") {
+            fixed += 1;
+            let kinds: Vec<&str> = ran
+                .result
+                .findings
+                .iter()
+                .map(|f| f.kind.as_str())
+                .collect();
+            assert!(kinds.is_empty(), "{name}: {kinds:?}");
+        }
+    }
+    assert!(fixed >= 10, "{fixed} fixed scenarios");
+}

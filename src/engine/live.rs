@@ -103,6 +103,8 @@ pub struct LiveState {
     pub host_graph_nodes: usize,
     pub allocated: u64,
     pub reserved: u64,
+    /// `max_memory_allocated()`: the allocator's peak since the last reset.
+    pub peak_allocated: u64,
 }
 
 impl LiveState {
@@ -250,6 +252,7 @@ impl Engine {
             host_graph_nodes: self.nodes.len(),
             allocated: self.allocated_bytes(),
             reserved: self.reserved_bytes(),
+            peak_allocated: self.peak_allocated_bytes(),
         }
     }
 

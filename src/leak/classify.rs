@@ -235,6 +235,15 @@ impl Detector {
         if ups < 2 || r_growth == 0 || a_drift * 4 > r_growth || gap_last <= gap_first {
             return None;
         }
+        // Reserved that follows a growing peak is the cache holding what the
+        // largest step needs, not fragmentation: what counts is reserved
+        // beyond the peak ever allocated, and it must account for a good part
+        // of the growth.
+        let waste_first = first.reserved.saturating_sub(first.peak_allocated);
+        let waste_last = last.reserved.saturating_sub(last.peak_allocated);
+        if waste_last.saturating_sub(waste_first) * 4 < r_growth {
+            return None;
+        }
         let n = (last.iteration - first.iteration).max(1) as i64;
         let mut f = Finding::new("allocator cache", FindingKind::CacheFragmentation);
         f.bytes = gap_last;
@@ -247,6 +256,11 @@ impl Detector {
                 size(last.reserved)
             ),
             format!("allocated {}..{} (flat)", size(a_min), size(a_max)),
+            format!(
+                "peak allocated {}: {} reserved beyond it",
+                size(last.peak_allocated),
+                size(waste_last)
+            ),
             format!("reserved but unallocated {}", size(gap_last)),
         ];
         f.fix = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or pad/bucket shapes, largest first)".into();

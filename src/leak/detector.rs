@@ -36,6 +36,8 @@ pub struct IterationSample {
     pub iteration: u32,
     pub allocated: u64,
     pub reserved: u64,
+    /// The largest allocated total seen up to this iteration.
+    pub peak_allocated: u64,
     pub host_graph_nodes: usize,
 }
 

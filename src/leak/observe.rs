@@ -44,12 +44,22 @@ impl Detector {
     /// on-demand query at a frame) replaces that iteration's sample.
     pub fn observe(&mut self, ls: &LiveState, allocated: u64, reserved: u64) -> &[Finding] {
         let it = ls.iteration;
+        // A running maximum: peaks reset by reset_peak_memory_stats() still
+        // count as demand the cache once had to meet.
+        let peak_allocated = self
+            .iterations
+            .iter()
+            .map(|s| s.peak_allocated)
+            .chain([ls.peak_allocated, allocated])
+            .max()
+            .unwrap_or(allocated);
         push_sample(
             &mut self.iterations,
             IterationSample {
                 iteration: it,
                 allocated,
                 reserved,
+                peak_allocated,
                 host_graph_nodes: ls.host_graph_nodes,
             },
             |s| s.iteration,
