@@ -40,6 +40,7 @@ impl Detector {
             if let Some(f) = self.one_off_peak(ctx, accs) {
                 findings.push(f);
             }
+            findings.extend(self.rebound_buffer_peaks(ctx));
         }
         findings.sort_by(|a, b| b.severity.cmp(&a.severity).then(b.bytes.cmp(&a.bytes)));
         findings
@@ -382,6 +383,55 @@ impl Detector {
         f.severity = Severity::Info;
         Some(f)
     }
+    /// §9 pitfall 12: `buf = torch.empty(...)` in the loop while `buf` still
+    /// holds the last one. Python builds the new buffer before the
+    /// assignment drops the old: two are alive at that moment, every
+    /// iteration. A higher peak, not a leak.
+    fn rebound_buffer_peaks(&self, ctx: &Ctx) -> Vec<Finding> {
+        if !self.facts.known || self.iterations.len() < MIN_GROWTH_STEPS {
+            return Vec::new();
+        }
+        let ls = ctx.ls;
+        let mut out = Vec::new();
+        for name in &self.facts.rebound_buffers {
+            let Some(root) = ls
+                .roots
+                .iter()
+                .find(|r| r.name == *name && matches!(r.kind, crate::engine::RootKind::Variable))
+            else {
+                continue;
+            };
+            if root.device != DeviceKind::Cuda {
+                continue;
+            }
+            let bytes = block_bytes(root.bytes);
+            let mut f = Finding::new(name.clone(), FindingKind::OneOffPeak);
+            f.bytes = bytes;
+            f.iterations = 1;
+            let p = lookup(ctx.spos, root.storage.0);
+            if p != NONE {
+                f.blocks.extend(ls.storages[p as usize].addr);
+            }
+            f.by_category = vec![("temporary", bytes)];
+            f.path = vec![
+                format!("{name} = torch.empty(...)  # in the loop"),
+                format!("the previous {name} ({}) still bound", size(bytes)),
+            ];
+            f.fix = format!(
+                "allocate {name} once before the loop, or `del {name}` before re-creating it"
+            );
+            f.evidence = format!(
+                "Each iteration creates a new `{name}` while the last one is still bound: for a \
+                 moment both are alive, {} more at the peak. Flat across iterations: a higher peak, \
+                 not a leak (engine.md §9 pitfall 12).",
+                size(bytes)
+            );
+            f.severity = Severity::Info;
+            out.push(f);
+        }
+        out
+    }
+
     fn fix_for(&self, name: &str, kind: FindingKind) -> String {
         let no_grad = "with torch.no_grad(): ";
         if let Some((b, eval_grad)) = self.facts.binder(name) {

@@ -25,6 +25,9 @@ pub(crate) struct ProgramFacts {
     pub carry_hidden_detach: Option<bool>,
     /// (root, binder, bound while evaluating with grad enabled).
     pub binders: Vec<(String, Binder, bool)>,
+    /// Names the loop allocates a buffer into while they still hold the last
+    /// one (`buf = torch.empty(...)` each iteration, no `del buf` first).
+    pub rebound_buffers: Vec<String>,
 }
 
 impl ProgramFacts {
@@ -37,7 +40,31 @@ impl ProgramFacts {
         for s in p.setup.iter().chain(p.steps.iter()) {
             f.walk(s, &mut state);
         }
+        let mut deleted = Vec::new();
+        for s in &p.steps {
+            f.walk_buffers(s, &mut deleted);
+        }
         f
+    }
+
+    /// The loop's buffer allocations into a name not deleted before them in
+    /// the same iteration: the previous iteration's buffer is still bound.
+    fn walk_buffers(&mut self, s: &Step, deleted: &mut Vec<String>) {
+        match s {
+            Step::Delete { name } => deleted.push(name.clone()),
+            Step::AllocateBuffer { name, .. } => {
+                if !deleted.contains(name) && !self.rebound_buffers.contains(name) {
+                    self.rebound_buffers.push(name.clone());
+                }
+                deleted.retain(|d| d != name);
+            }
+            Step::Repeat { steps, .. } => {
+                for s in steps {
+                    self.walk_buffers(s, deleted);
+                }
+            }
+            _ => {}
+        }
     }
 
     fn walk(&mut self, s: &Step, st: &mut (bool, bool)) {

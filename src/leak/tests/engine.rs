@@ -537,3 +537,29 @@ fn json_and_text_carry_the_fields() {
     assert!(t.contains("device is full at iteration"));
     assert!(findings_text(&[]).contains("no finding"));
 }
+
+#[test]
+fn a_buffer_rebuilt_while_still_bound_is_a_one_off_peak() {
+    // §9 pitfall 12: `buf = torch.empty(...)` each iteration.
+    let buffer = Step::AllocateBuffer {
+        name: s("buf"),
+        shape: vec![4, 1024, 1024],
+        dtype: crate::engine::DType::F32,
+    };
+    let f = analyze_run(&mut mlp(), &program(with(train_steps(), buffer.clone()), 5));
+    let x = only(&f, "buf", FindingKind::OneOffPeak);
+    assert_eq!(x.bytes, 16 << 20);
+    assert!(x.fix.contains("del buf"), "{}", x.fix);
+    assert!(leaks(&f).is_empty(), "{}", findings_text(&f));
+    // `del buf` first, or the buffer made once in setup: nothing to say.
+    let mut steps = vec![Step::Delete { name: s("buf") }];
+    steps.extend(with(train_steps(), buffer.clone()));
+    let mut p = program(steps, 5);
+    p.setup.push(buffer.clone());
+    let f = analyze_run(&mut mlp(), &p);
+    assert!(f.is_empty(), "{}", findings_text(&f));
+    let mut p = program(train_steps(), 5);
+    p.setup.push(buffer);
+    let f = analyze_run(&mut mlp(), &p);
+    assert!(f.is_empty(), "{}", findings_text(&f));
+}
