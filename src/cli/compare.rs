@@ -7,11 +7,14 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 use serde_json::{json, Value};
-use vramscope::alloc::{format_size, AllocConfig, TorchVersion};
+use vramscope::alloc::{format_size, AllocConfig};
 use vramscope::report::run as run_report;
 use vramscope::report::snapshot::SnapshotReport;
-use vramscope::scenario::{check, resolve, run as run_scenario, RunOptions};
+use vramscope::scenario::{
+    check, conf_label, resolve, resolve_under, run as run_scenario, RunOptions,
+};
 use vramscope::trace::replay::replayed::replayed_snapshot;
+use vramscope::tui::open::is_snapshot_path;
 
 use super::snapshot::load;
 use super::BadInput;
@@ -78,31 +81,22 @@ fn side(spec: &CompareSide) -> anyhow::Result<Side> {
     let input = spec.input.as_str();
     let conf = spec.conf.as_deref();
     let path = Path::new(input);
-    let mut side = if path.is_file() && path.extension().is_none_or(|e| e != "ron") {
+    let mut side = if is_snapshot_path(path) {
         snapshot_side(input, path, conf)?
     } else {
         scenario_side(input, conf)?
     };
     if let Some(conf) = conf {
-        side.figures.label = format!(
-            "{} · {}",
-            side.figures.label,
-            if conf.is_empty() { "default" } else { conf }
-        );
+        side.figures.label = format!("{} · {}", side.figures.label, conf_label(conf));
     }
     Ok(side)
 }
 
 fn scenario_side(input: &str, conf: Option<&str>) -> anyhow::Result<Side> {
-    let (scenario, mut built) = resolve(input).map_err(|e| BadInput(e.to_string()))?;
-    if let Some(conf) = conf {
-        let version = built
-            .engine
-            .torch_minor
-            .map_or(TorchVersion::DEFAULT, TorchVersion);
-        AllocConfig::parse_for(conf, version).map_err(|e| BadInput(format!("--conf: {e}")))?;
-        built.engine.alloc_conf = conf.to_string();
-    }
+    let (scenario, built) = match conf {
+        Some(conf) => resolve_under(input, conf).map_err(BadInput)?,
+        None => resolve(input).map_err(|e| BadInput(e.to_string()))?,
+    };
     let result = run_scenario(
         &scenario,
         &built,

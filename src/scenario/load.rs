@@ -168,3 +168,25 @@ fn at_word(
     }
     None
 }
+
+/// [`resolve`], then the run's `PYTORCH_CUDA_ALLOC_CONF` replaced by `conf`,
+/// read as the scenario's own PyTorch release reads it.
+pub fn resolve_under(name_or_path: &str, conf: &str) -> Result<(Scenario, Built), String> {
+    let (scenario, mut built) = resolve(name_or_path).map_err(|e| e.to_string())?;
+    let version = built
+        .engine
+        .torch_minor
+        .map_or(TorchVersion::DEFAULT, TorchVersion);
+    AllocConfig::parse_for(conf, version).map_err(|e| format!("--conf: {e}"))?;
+    built.engine.alloc_conf = conf.to_string();
+    Ok((scenario, built))
+}
+
+/// How a config is named beside a run's title: the empty string is PyTorch's default.
+pub fn conf_label(conf: &str) -> &str {
+    if conf.is_empty() {
+        "default"
+    } else {
+        conf
+    }
+}

@@ -23,7 +23,7 @@ pub use format::{
     At, Criterion, DataSpec, DeviceSpec, Expectation, LayerSpec, ModelSpec, Narration, Scenario,
 };
 pub use library::{builtin, builtins, BuiltIn};
-pub use load::{load_file, load_str, resolve, LoadError};
+pub use load::{conf_label, load_file, load_str, resolve, resolve_under, LoadError};
 pub use narration::NarrationTracker;
 pub use run::{run, run_launching, run_on, RunOptions, RunResult};
 pub use size::Size;

@@ -6,22 +6,30 @@ use std::path::Path;
 use super::import::{snapshot_source, snapshot_to_source};
 use super::scenario_source::{scenario_source, ITERATION_PACE};
 use super::source::Source;
-use crate::alloc::{AllocConfig, TorchVersion};
-use crate::scenario::resolve;
+use crate::alloc::AllocConfig;
+use crate::scenario::{conf_label, resolve, resolve_under};
 use crate::trace::replay::replayed::replayed_snapshot;
 use crate::trace::snapshot::import_file;
 
-/// A source for `input`: an existing file that is not `.ron` is a snapshot;
-/// anything else is a scenario name or file. The error says what went wrong.
+/// Whether `input` names a snapshot: an existing file that is not `.ron`.
+pub fn is_snapshot_path(path: &Path) -> bool {
+    path.is_file() && path.extension().is_none_or(|e| e != "ron")
+}
+
+/// The file name of `path` for a title, or `input` as given.
+fn file_title(path: &Path, input: &str) -> String {
+    path.file_name()
+        .map_or_else(|| input.to_string(), |n| n.to_string_lossy().into_owned())
+}
+
+/// A source for `input`: a snapshot (see [`is_snapshot_path`]), else a
+/// scenario name or file. The error says what went wrong.
 pub fn open_source(input: &str) -> Result<(String, Source), String> {
     let input = input.trim();
     let path = Path::new(input);
-    if path.is_file() && path.extension().is_none_or(|e| e != "ron") {
+    if is_snapshot_path(path) {
         let source = snapshot_source(path, None).map_err(|e| format!("{input}: {e}"))?;
-        let title = path
-            .file_name()
-            .map_or_else(|| input.to_string(), |n| n.to_string_lossy().into_owned());
-        return Ok((title, source));
+        return Ok((file_title(path, input), source));
     }
     let (scenario, built) = resolve(input).map_err(|e| e.to_string())?;
     let title = scenario.name.clone();
@@ -34,30 +42,15 @@ pub fn open_source(input: &str) -> Result<(String, Source), String> {
 pub fn open_source_under(input: &str, conf: &str) -> Result<(String, Source), String> {
     let input = input.trim();
     let path = Path::new(input);
-    let label = |name: &str| {
-        format!(
-            "{name} · {}",
-            if conf.is_empty() { "default" } else { conf }
-        )
-    };
-    if path.is_file() && path.extension().is_none_or(|e| e != "ron") {
+    let label = |name: &str| format!("{name} · {}", conf_label(conf));
+    if is_snapshot_path(path) {
         let config = AllocConfig::parse(conf).map_err(|e| format!("--conf: {e}"))?;
         let snap = import_file(path).map_err(|e| e.to_string())?;
         let replayed = replayed_snapshot(&snap, &config);
         let source = snapshot_to_source(&replayed, None).map_err(|e| format!("{input}: {e}"))?;
-        let name = path
-            .file_name()
-            .map_or_else(|| input.to_string(), |n| n.to_string_lossy().into_owned());
-        return Ok((label(&name), source));
+        return Ok((label(&file_title(path, input)), source));
     }
-    let (scenario, mut built) = resolve(input).map_err(|e| e.to_string())?;
-    // Read as the scenario's own PyTorch release reads it.
-    let version = built
-        .engine
-        .torch_minor
-        .map_or(TorchVersion::DEFAULT, TorchVersion);
-    AllocConfig::parse_for(conf, version).map_err(|e| format!("--conf: {e}"))?;
-    built.engine.alloc_conf = conf.to_string();
+    let (scenario, built) = resolve_under(input, conf)?;
     let title = label(&scenario.name);
     Ok((title, scenario_source(scenario, built, ITERATION_PACE)))
 }
