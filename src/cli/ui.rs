@@ -13,7 +13,7 @@ use vramscope::scenario::resolve;
 use vramscope::tui::import::snapshot_source;
 use vramscope::tui::open::{open_source, open_source_under};
 use vramscope::tui::scenario_source::{scenario_source_on, RealGpu, ITERATION_PACE};
-use vramscope::tui::{run_tui, TuiOptions};
+use vramscope::tui::{run_tui, Source, TuiOptions};
 
 use super::compare::CompareSide;
 use super::{BadInput, EXIT_NO_GPU};
@@ -31,16 +31,9 @@ pub fn have_terminal() -> bool {
 pub fn open(inputs: &[&str]) -> anyhow::Result<ExitCode> {
     let sources = inputs
         .iter()
-        .map(|i| open_source(i).map_err(BadInput))
-        .collect::<Result<Vec<_>, _>>()?;
-    run_tui(
-        sources,
-        TuiOptions {
-            speed: SCENARIO_SPEED,
-            ..TuiOptions::default()
-        },
-    )?;
-    Ok(ExitCode::SUCCESS)
+        .map(|i| open_source(i))
+        .collect::<Result<Vec<_>, _>>();
+    play(sources)
 }
 
 /// `compare`: two sides, each an input as it is or under a config.
@@ -51,10 +44,14 @@ pub fn open_compare(sides: &[CompareSide; 2]) -> anyhow::Result<ExitCode> {
             None => open_source(&s.input),
             Some(conf) => open_source_under(&s.input, conf),
         })
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(BadInput)?;
+        .collect::<Result<Vec<_>, _>>();
+    play(sources)
+}
+
+/// Run the UI on opened sources at scenario pace; an input that did not open is bad input.
+fn play(sources: Result<Vec<(String, Source)>, String>) -> anyhow::Result<ExitCode> {
     run_tui(
-        sources,
+        sources.map_err(BadInput)?,
         TuiOptions {
             speed: SCENARIO_SPEED,
             ..TuiOptions::default()
