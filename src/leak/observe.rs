@@ -48,11 +48,10 @@ impl Detector {
         // count as demand the cache once had to meet.
         let peak_allocated = self
             .iterations
-            .iter()
-            .map(|s| s.peak_allocated)
-            .chain([ls.peak_allocated, allocated])
-            .max()
-            .unwrap_or(allocated);
+            .back()
+            .map_or(0, |s| s.peak_allocated)
+            .max(ls.peak_allocated)
+            .max(allocated);
         push_sample(
             &mut self.iterations,
             IterationSample {
