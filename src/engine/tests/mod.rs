@@ -2,8 +2,10 @@
 //! (engine.md section cited at each), never from the engine's own output.
 
 mod behaviour;
+mod checkpointing;
 mod golden;
 pub(crate) mod launches;
+mod precision;
 mod presets;
 mod thread;
 
@@ -71,4 +73,25 @@ pub(crate) fn run(e: &mut Engine, p: &Program) {
     if let Err(err) = e.run_program(p) {
         panic!("program failed: {err}");
     }
+}
+
+/// zero_grad, the forward and loss, backward, step: one training iteration.
+pub(crate) fn train_steps() -> Vec<Step> {
+    let mut v = vec![Step::ZeroGrad { set_to_none: None }];
+    v.extend(forward_steps());
+    v.push(Step::Backward {
+        loss: s("loss"),
+        retain_graph: false,
+    });
+    v.push(Step::OptimizerStep);
+    v
+}
+
+pub(crate) fn mlp() -> Engine {
+    engine(ModelConfig::mlp_mnist())
+}
+
+/// Bytes of every parameter.
+pub(crate) fn param_bytes(e: &Engine) -> u64 {
+    e.parameters().iter().map(|p| e.nbytes(*p)).sum()
 }

@@ -1,0 +1,251 @@
+//! Dtypes and mixed precision (engine.md §1.1, §6): autocast, GradScaler,
+//! models converted to another dtype, and the losses autocast treats apart.
+
+use super::super::{DType, EngineError, Shape, Step};
+use super::*;
+
+#[test]
+fn autocast_halves_matmul_outputs_and_keeps_layer_norm_fp32() {
+    let mut e = engine(ModelConfig::gpt_tiny());
+    let x = e
+        .factory(
+            Shape::new(&[2, 8, 256]),
+            DType::F32,
+            super::super::Category::Input,
+        )
+        .expect("x");
+    let ps = e.parameters();
+    let (ln_w, ln_b, w, b) = (ps[2], ps[3], ps[4], ps[5]);
+    e.autocast_enter(DType::F16);
+    let y = e.layer_norm(x, Some(ln_w), Some(ln_b)).expect("ln");
+    assert_eq!(
+        e.dtype(y),
+        DType::F32,
+        "layer_norm runs in fp32 under autocast (§6.1)"
+    );
+    let o = e.linear(y, w, Some(b)).expect("linear");
+    assert_eq!(e.dtype(o), DType::F16);
+    assert_eq!(e.nbytes(o), 2 * 8 * 768 * 2, "half the fp32 bytes");
+    // The weight-cast cache holds W and b in fp16 until the outermost exit (§6.2).
+    let cache = e
+        .live_state()
+        .roots
+        .iter()
+        .filter(|r| matches!(r.kind, super::super::RootKind::AmpCache))
+        .map(|r| r.bytes)
+        .sum::<u64>();
+    assert_eq!(cache, (768 * 256 + 768) * 2);
+    e.autocast_exit();
+    assert!(e
+        .live_state()
+        .roots
+        .iter()
+        .all(|r| !matches!(r.kind, super::super::RootKind::AmpCache)));
+}
+
+#[test]
+fn gpt_amp_training_step_runs() {
+    let mut e = engine(ModelConfig::gpt_tiny());
+    run(&mut e, &program(scaled_training_steps(), 2));
+    // Grads of fp32 params are fp32 (§3.1) and the scaler keeps 2 scalars (§6.3).
+    assert!(e
+        .parameters()
+        .iter()
+        .all(|p| e.grad(*p).is_some_and(|g| e.dtype(g) == DType::F32)));
+    let ls = e.live_state();
+    let scal = ls
+        .roots
+        .iter()
+        .filter(|r| matches!(r.kind, super::super::RootKind::ScalerState))
+        .count();
+    assert_eq!(scal, 2);
+}
+
+/// fp16 autocast with GradScaler: zero_grad, forward, scale, backward, step, update.
+fn scaled_training_steps() -> Vec<Step> {
+    let mut steps = vec![
+        Step::ZeroGrad { set_to_none: None },
+        Step::AutocastEnter { dtype: DType::F16 },
+    ];
+    steps.extend(forward_steps());
+    steps.push(Step::AutocastExit);
+    steps.push(Step::ScalerScale {
+        loss: s("loss"),
+        into: s("scaled"),
+    });
+    steps.push(Step::Backward {
+        loss: s("scaled"),
+        retain_graph: false,
+    });
+    steps.push(Step::ScalerStep);
+    steps.push(Step::ScalerUpdate);
+    steps
+}
+
+#[test]
+fn an_overflowing_iteration_skips_the_step_and_delays_adam_state() {
+    // §6.3: scaler.step skips optimizer.step() when found_inf is set, and
+    // AdamW's state is lazy (§5.1), so it first appears at the first real step.
+    let overflow_at = |iterations: Vec<u32>| {
+        let cfg = EngineConfig {
+            grad_overflow_iterations: iterations,
+            ..EngineConfig::default()
+        };
+        engine_with(ModelConfig::gpt_tiny(), OptimizerConfig::adamw(), cfg)
+    };
+    let mut both = overflow_at(vec![1, 2]);
+    run(&mut both, &program(scaled_training_steps(), 2));
+    assert_eq!(both.optimizer_state_bytes(), 0, "both steps skipped");
+
+    let mut first = overflow_at(vec![1]);
+    run(&mut first, &program(scaled_training_steps(), 2));
+    let mut plain = engine(ModelConfig::gpt_tiny());
+    run(&mut plain, &program(scaled_training_steps(), 1));
+    assert!(plain.optimizer_state_bytes() > 0);
+    assert_eq!(first.optimizer_state_bytes(), plain.optimizer_state_bytes());
+}
+
+fn half_mlp(dtype: DType) -> Engine {
+    let mut cfg = ModelConfig::mlp_mnist();
+    cfg.param_dtype = dtype;
+    engine(cfg)
+}
+
+#[test]
+fn a_half_model_trains_in_half_and_its_state_follows_the_params() {
+    let fp32 = {
+        let mut e = mlp();
+        run(&mut e, &program(train_steps(), 1));
+        (param_bytes(&e), e.optimizer_state_bytes())
+    };
+    let mut e = half_mlp(DType::BF16);
+    run(&mut e, &program(train_steps(), 1));
+    let params = e.parameters();
+    assert!(params.iter().all(|p| e.dtype(*p) == DType::BF16));
+    assert!(params
+        .iter()
+        .all(|p| e.grad(*p).is_some_and(|g| e.dtype(g) == DType::BF16)));
+    // Parameters and AdamW's exp_avg/exp_avg_sq are half fp32's bytes (the
+    // per-parameter 0-dim `step` counters are fp32 in both).
+    assert_eq!(2 * param_bytes(&e), fp32.0);
+    assert!(
+        e.optimizer_state_bytes() < fp32.1 * 6 / 10,
+        "{}",
+        e.optimizer_state_bytes()
+    );
+}
+
+#[test]
+fn grad_scaler_refuses_fp16_grads_and_linear_refuses_a_mismatched_input() {
+    let mut e = half_mlp(DType::F16);
+    let mut steps = train_steps();
+    steps.pop(); // OptimizerStep
+    steps.push(Step::ScalerStep);
+    let err = e.run_program(&program(steps, 1)).expect_err("fp16 grads");
+    assert_eq!(
+        err,
+        EngineError::Value("Attempting to unscale FP16 gradients.".into())
+    );
+
+    let mut e = half_mlp(DType::F16);
+    let steps = vec![
+        Step::AllocateBuffer {
+            name: s("x"),
+            shape: vec![4, 784],
+            dtype: DType::F32,
+        },
+        Step::Forward {
+            input: s("x"),
+            output: s("out"),
+        },
+    ];
+    let err = e.run_program(&program(steps, 1)).expect_err("fp32 input");
+    assert!(
+        err.to_string()
+            .contains("expected m1 and m2 to have the same dtype, but got: float != c10::Half"),
+        "{err}"
+    );
+}
+
+fn bce_mlp(loss: super::super::LossKind) -> Engine {
+    let mut cfg = ModelConfig::mlp_mnist();
+    cfg.loss = loss;
+    engine(cfg)
+}
+
+#[test]
+fn binary_cross_entropy_is_banned_under_autocast_and_with_logits_runs_in_fp32() {
+    use super::super::LossKind;
+    let amp_forward = || {
+        let mut v = forward_steps()[..2].to_vec();
+        v.insert(1, Step::AutocastEnter { dtype: DType::F16 });
+        v.push(Step::Loss {
+            output: s("out"),
+            target: s("y"),
+            into: s("loss"),
+            divide_by: None,
+        });
+        v.push(Step::AutocastExit);
+        v
+    };
+    let mut e = bce_mlp(LossKind::Bce);
+    let err = e
+        .run_program(&program(amp_forward(), 1))
+        .expect_err("banned");
+    assert!(
+        err.to_string().starts_with(
+            "RuntimeError: torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast."
+        ),
+        "{err}"
+    );
+    // Outside autocast the same loss runs.
+    let mut e = bce_mlp(LossKind::Bce);
+    run(&mut e, &program(train_steps(), 1));
+
+    let mut e = bce_mlp(LossKind::BceWithLogits);
+    run(&mut e, &program(amp_forward(), 1));
+    let ls = e.live_state();
+    let node = ls
+        .nodes
+        .iter()
+        .find(|n| n.name == "BinaryCrossEntropyWithLogitsBackward0")
+        .expect("the loss's node");
+    // fp16 logits [256, 10] and the fp32 target, both saved as fp32 [256, 10].
+    let saved: Vec<(&str, DType, Vec<u64>)> = node
+        .saved
+        .iter()
+        .map(|x| (x.name, x.dtype, x.shape.clone()))
+        .collect();
+    assert_eq!(
+        saved,
+        [
+            ("self", DType::F32, vec![256, 10]),
+            ("target", DType::F32, vec![256, 10])
+        ]
+    );
+}
+
+#[test]
+fn binary_cross_entropy_needs_a_target_shaped_like_the_output() {
+    use super::super::LossKind;
+    let mut e = bce_mlp(LossKind::BceWithLogits);
+    let mut steps = forward_steps()[..2].to_vec();
+    steps.push(Step::AllocateBuffer {
+        name: s("labels"),
+        shape: vec![256],
+        dtype: DType::F32,
+    });
+    steps.push(Step::Loss {
+        output: s("out"),
+        target: s("labels"),
+        into: s("loss"),
+        divide_by: None,
+    });
+    let err = e.run_program(&program(steps, 1)).expect_err("shape");
+    assert!(
+        err.to_string().contains(
+            "Target size (torch.Size([256])) must be the same as input size (torch.Size([256, 10]))"
+        ),
+        "{err}"
+    );
+}
