@@ -35,3 +35,34 @@ pub fn vramscope(args: &[&str]) -> (i32, String, String) {
 pub fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
+
+/// A fresh directory under the system's temp dir for one test's files.
+pub fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("vramscope-tests-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// A small scenario that loads and runs: tests derive broken ones from it.
+pub const VALID: &str = r#"Scenario(
+    name: "ok",
+    description: "a valid file",
+    device: (name: "sim", capacity: "1GiB", overhead: "100MiB"),
+    model: Preset("mlp-mnist"),
+    steps: [
+        ZeroGrad(set_to_none: true),
+        LoadBatch(x: "x", y: "y"),
+        Forward(input: "x", output: "out"),
+        Loss(output: "out", target: "y", into: "loss"),
+        Backward(loss: "loss", retain_graph: false),
+        OptimizerStep,
+    ],
+    iterations: 3,
+    expect: [AllocatedFlat, NoOom],
+)
+"#;
+
+/// The crate's `scenarios/` folder.
+pub fn scenarios_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios")
+}

@@ -1,0 +1,415 @@
+//! Scenario files as a user writes them: what loads, and for what does not,
+//! the error with its file, line and column, or the field or step at fault
+//! (RON's positions plus our checks), from the library and from `vramscope check`.
+
+use vramscope::scenario::{builtins, load_str, run, LoadError, RunOptions};
+
+mod common;
+
+use common::{scenarios_dir, temp_dir, vramscope, VALID};
+
+// ---------------------------------------------------------------- malformed files
+
+fn at(text: &str) -> (usize, usize, String) {
+    match load_str(text, "bad.ron") {
+        Err(LoadError::At {
+            file,
+            line,
+            column,
+            message,
+        }) => {
+            assert_eq!(file, "bad.ron");
+            (line, column, message)
+        }
+        Err(other) => panic!("not a positioned error: {other:?}"),
+        Ok(_) => panic!("loaded a malformed file:\n{text}"),
+    }
+}
+
+#[test]
+fn valid_file_loads() {
+    let (s, built) = load_str(VALID, "ok.ron").expect("valid");
+    assert_eq!(s.name, "ok");
+    assert_eq!(built.program.iterations, 3);
+}
+
+#[test]
+fn missing_comma_points_at_the_next_field() {
+    let text = VALID.replace(
+        "    name: \"ok\",\n",
+        "    name: \"ok\"\n", // line 2: no comma
+    );
+    let (line, column, _) = at(&text);
+    assert_eq!((line, column), (3, 5), "at `description` on line 3");
+}
+
+#[test]
+fn unknown_field_points_at_it() {
+    let text = VALID.replace(
+        "    iterations: 3,\n",
+        "    iterations: 3,\n    colour: \"red\",\n", // line 15
+    );
+    let (line, column, message) = at(&text);
+    assert_eq!(line, 15);
+    assert_eq!(column, 11, "just after `colour`");
+    assert!(message.contains("colour"), "{message}");
+}
+
+#[test]
+fn unknown_field_inside_a_step_points_at_it() {
+    // `create_graph` is a real PyTorch argument this format does not model:
+    // it must be refused, not run as if it were absent.
+    let text = VALID.replace(
+        "Backward(loss: \"loss\", retain_graph: false)",
+        "Backward(loss: \"loss\", retain_graph: false, create_graph: true)", // line 11
+    );
+    let (line, column, message) = at(&text);
+    assert_eq!(line, 11);
+    assert_eq!(column, 65, "just after `create_graph`");
+    assert!(message.contains("create_graph"), "{message}");
+    assert!(
+        message.contains("retain_graph"),
+        "lists the known fields: {message}"
+    );
+}
+
+#[test]
+fn unknown_engine_and_optimizer_fields_are_refused() {
+    for (insert, field) in [
+        ("    engine: (bn_backend: \"native\"),\n", "bn_backend"),
+        (
+            "    optimizer: (kind: AdamW(weight_decay: 0.01, amsgrad: false), \
+             implementation: Foreach, capturable: false, cpu_offload: false, maximize: true),\n",
+            "maximize",
+        ),
+    ] {
+        let text = VALID.replace(
+            "    iterations: 3,\n",
+            &format!("{insert}    iterations: 3,\n"),
+        );
+        let (line, _, message) = at(&text);
+        assert_eq!(line, 14, "{message}");
+        assert!(message.contains(field), "{message}");
+    }
+}
+
+#[test]
+fn sequence_schedules_are_checked_against_the_model() {
+    let gpt = VALID.replace(
+        "model: Preset(\"mlp-mnist\"),",
+        "model: Gpt(layers: 1, heads: 2, width: 64, vocab: 128, block_size: 64),\n    \
+         data: (batch: 2, seq_schedule: [16, 32]),",
+    );
+    let (s, built) = load_str(&gpt, "gpt.ron").expect("a schedule within the block size");
+    assert_eq!(s.data.seq_schedule, vec![16, 32]);
+    assert_eq!(built.program.seq_lens, vec![16, 32]);
+
+    let too_long = gpt.replace("[16, 32]", "[16, 128]");
+    let err = load_str(&too_long, "gpt.ron").expect_err("longer than block_size");
+    assert!(err.to_string().contains("block_size 64"), "{err}");
+
+    let zero = gpt.replace("[16, 32]", "[16, 0]");
+    let err = load_str(&zero, "gpt.ron").expect_err("zero length");
+    assert!(
+        err.to_string()
+            .contains("sequence length must be at least 1"),
+        "{err}"
+    );
+
+    let mlp = VALID.replace(
+        "    iterations: 3,\n",
+        "    data: (seq_schedule: [8]),\n    iterations: 3,\n",
+    );
+    let err = load_str(&mlp, "mlp.ron").expect_err("an MLP has no sequence");
+    assert!(
+        err.to_string().contains("GPT and LSTM models only"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_spec_name_resnet_basic_is_resnet18() {
+    let (_, by_spec) =
+        load_str(&VALID.replace("mlp-mnist", "resnet-basic"), "a.ron").expect("§10.4 name");
+    let (_, by_torchvision) =
+        load_str(&VALID.replace("mlp-mnist", "resnet18"), "b.ron").expect("preset name");
+    assert_eq!(by_spec.model, by_torchvision.model);
+}
+
+#[test]
+fn model_and_data_dimensions_are_checked_before_running() {
+    // Each of these used to panic (division by zero heads, u64 overflow in
+    // shape arithmetic) or run a model PyTorch refuses to build.
+    let gpt = |model: &str| {
+        VALID.replace(
+            "model: Preset(\"mlp-mnist\"),",
+            &format!("model: {model},\n    data: (batch: 2, seq: 16),"),
+        )
+    };
+    for (text, expected) in [
+        (
+            gpt("Gpt(layers: 1, heads: 0, width: 64, vocab: 128, block_size: 64)"),
+            "model.heads must be at least 1",
+        ),
+        (
+            gpt("Gpt(layers: 1, heads: 3, width: 64, vocab: 128, block_size: 64)"),
+            "not a multiple of heads 3",
+        ),
+        (
+            gpt("Gpt(layers: 1, heads: 1, width: 9223372036854775807, vocab: 128, block_size: 64)"),
+            "larger than 2097152",
+        ),
+        (
+            gpt("Gpt(layers: 1, heads: 2, width: 64, vocab: 128, block_size: 64, dropout: 1.5)"),
+            "not a probability",
+        ),
+        // checkpoint_sequential: Python's range() with step 0 past L segments.
+        (
+            gpt("Gpt(layers: 2, heads: 2, width: 64, vocab: 128, block_size: 64, checkpoint_segments: 3)"),
+            "into 1 to 2 segments, not 3",
+        ),
+        (
+            gpt("Gpt(layers: 2, heads: 2, width: 64, vocab: 128, block_size: 64, checkpoint_segments: 0)"),
+            "into 1 to 2 segments, not 0",
+        ),
+        (
+            gpt("Gpt(layers: 2, heads: 2, width: 64, vocab: 128, block_size: 64, checkpoint: true, checkpoint_segments: 2)"),
+            "give one",
+        ),
+        (
+            gpt("Gpt(layers: 2, heads: 2, width: 64, vocab: 128, block_size: 64),\n    criterion: Bce"),
+            "criterion: applies to classifiers",
+        ),
+        (
+            VALID.replace(
+                "model: Preset(\"mlp-mnist\"),",
+                "model: Preset(\"mlp-mnist\"),\n    model_dtype: F8,",
+            ),
+            "model_dtype: F8 is not a dtype a model trains in",
+        ),
+        (
+            VALID.replace("Preset(\"mlp-mnist\")", "ResNet18(image: 16)"),
+            "model.image must be at least 32",
+        ),
+        (
+            VALID.replace("Preset(\"mlp-mnist\")", "Mlp(dims: [784, 0, 10])"),
+            "must be at least 1",
+        ),
+        // Each of these two ran for minutes (tens of GB of host memory).
+        (
+            gpt("Gpt(layers: 2097152, heads: 1, width: 8, vocab: 8, block_size: 64)"),
+            "more than 1024",
+        ),
+        (
+            VALID.replace(
+                "Preset(\"mlp-mnist\")",
+                "LstmLm(vocab: 8, emb: 8, hidden: 8, layers: 1, bptt: 262144, cudnn: false)",
+            ),
+            "unfused LSTM",
+        ),
+        (
+            VALID.replace(
+                "    iterations: 3,\n",
+                "    data: (batch: 4000000000000),\n    iterations: 3,\n",
+            ),
+            "a batch size of 4000000000000",
+        ),
+    ] {
+        let err = load_str(&text, "dims.ron").expect_err(expected);
+        assert!(err.to_string().contains(expected), "{expected}: {err}");
+    }
+    load_str(
+        &gpt("Gpt(layers: 0, heads: 2, width: 64, vocab: 128, block_size: 64)"),
+        "ok.ron",
+    )
+    .expect("a GPT with no blocks is still a model");
+}
+
+#[test]
+fn feeding_a_model_the_wrong_tensor_stops_with_pytorchs_error() {
+    // Any bound tensor may reach `Forward`; a wrong rank or dtype used to
+    // index past a shape's end and panic.
+    for (model, expected) in [
+        (
+            "Preset(\"mlp-mnist\")",
+            "mat1 and mat2 shapes cannot be multiplied (1x3 and 784x1024)",
+        ),
+        (
+            "Gpt(layers: 1, heads: 1, width: 4, vocab: 4, block_size: 4)",
+            "not enough values to unpack (expected 2, got 1)",
+        ),
+        (
+            "LstmLm(vocab: 4, emb: 4, hidden: 4, layers: 1, bptt: 3)",
+            "'indices' to have one of the following scalar types: Long, Int",
+        ),
+        (
+            "ResNet18(classes: 4, image: 32)",
+            "input to conv2d, but got input of size: [3]",
+        ),
+    ] {
+        let text = format!(
+            "Scenario(name: \"t\", description: \"t\", device: (name: \"d\", capacity: \"1GiB\"), \
+             model: {model}, steps: [AllocateBuffer(name: \"x\", shape: [3], dtype: F32), \
+             Forward(input: \"x\", output: \"o\")], iterations: 1)"
+        );
+        let (scenario, built) = load_str(&text, "wrong.ron").expect("loads");
+        let result = run(&scenario, &built, &RunOptions::default());
+        let error = result.error.unwrap_or_default();
+        assert!(error.contains(expected), "{model}: {error}");
+    }
+}
+
+#[test]
+fn a_loss_target_that_does_not_fit_the_output_stops_with_pytorchs_error() {
+    let run_text = |target_step: &str| {
+        let text = VALID.replace(
+            "Loss(output: \"out\", target: \"y\", into: \"loss\")",
+            target_step,
+        );
+        let (scenario, built) = load_str(&text, "loss.ron").expect("loads");
+        run(&scenario, &built, &RunOptions::default())
+            .error
+            .unwrap_or_default()
+    };
+    // mlp-mnist: out [256, 10]; x [256, 784] f32 is neither class indices
+    // nor probabilities shaped like out.
+    let err = run_text("Loss(output: \"out\", target: \"x\", into: \"loss\")");
+    assert!(err.contains("not implemented for 'Float'"), "{err}");
+    // Class indices must be one per row: `out` rows are 256, a [7] buffer is not.
+    let err = run_text(
+        "AllocateBuffer(name: \"t\", shape: [7], dtype: I64), \
+         Loss(output: \"out\", target: \"t\", into: \"loss\")",
+    );
+    assert!(
+        err.contains("Expected input batch_size (256) to match target batch_size (7)"),
+        "{err}"
+    );
+    // Probabilities shaped like the output are a valid cross-entropy target.
+    assert_eq!(
+        run_text("Loss(output: \"out\", target: \"out\", into: \"loss\")"),
+        ""
+    );
+}
+
+#[test]
+fn unknown_preset_points_at_the_name() {
+    let text = VALID.replace("Preset(\"mlp-mnist\")", "Preset(\"gpt-5\")"); // line 5
+    let (line, column, message) = at(&text);
+    assert_eq!((line, column), (5, 20), "at `gpt-5` inside the quotes");
+    assert!(message.contains("unknown preset"), "{message}");
+}
+
+#[test]
+fn negative_size_is_rejected_where_it_stands() {
+    let text = VALID.replace("capacity: \"1GiB\"", "capacity: -5"); // line 4
+    let (line, column, message) = at(&text);
+    assert_eq!(line, 4);
+    assert_eq!(column, 39, "just after `-5`");
+    assert!(message.contains("negative"), "{message}");
+}
+
+#[test]
+fn unbound_name_points_at_the_step() {
+    let text = VALID.replace(
+        "Forward(input: \"x\", output: \"out\")",
+        "Forward(input: \"xs\", output: \"out\")", // line 9
+    );
+    let (line, column, message) = at(&text);
+    assert_eq!((line, column), (9, 9), "at `Forward`");
+    assert!(message.contains("`xs`"), "{message}");
+}
+
+#[test]
+fn deleting_an_unbound_name_or_reading_a_deleted_one_points_at_the_step() {
+    // Python: `del nope` before any `nope = ...` raises NameError.
+    let text = VALID.replace(
+        "        ZeroGrad(set_to_none: true),\n",
+        "        ZeroGrad(set_to_none: true),\n        Delete(name: \"nope\"),\n", // line 8
+    );
+    let (line, column, message) = at(&text);
+    assert_eq!((line, column), (8, 9), "at `Delete`");
+    assert!(message.contains("`nope`"), "{message}");
+
+    let text = VALID.replace(
+        "        Loss(output: \"out\", target: \"y\", into: \"loss\"),\n",
+        "        Delete(name: \"out\"),\n        Loss(output: \"out\", target: \"y\", into: \"loss\"),\n",
+    ); // Loss moves to line 11
+    let (line, column, message) = at(&text);
+    assert_eq!((line, column), (11, 9), "at the `Loss` that reads `out`");
+    assert!(message.contains("`out`"), "{message}");
+}
+
+#[test]
+fn optimizer_step_without_backward_points_at_it() {
+    let text = VALID.replace(
+        "        Backward(loss: \"loss\", retain_graph: false),\n",
+        "",
+    ); // OptimizerStep moves up to line 11
+    let (line, column, message) = at(&text);
+    assert_eq!((line, column), (11, 9), "at `OptimizerStep`");
+    assert!(message.contains("needs a Backward"), "{message}");
+}
+
+/// The ```ron blocks of `scenarios/README.md`: complete scenarios must load
+/// as they stand; `// fragment` blocks must load as a loop's steps.
+#[test]
+fn the_format_reference_examples_load() {
+    let doc = std::fs::read_to_string(scenarios_dir().join("README.md")).expect("README.md");
+    let blocks: Vec<&str> = doc
+        .split("```ron\n")
+        .skip(1)
+        .filter_map(|b| b.split_once("```").map(|(code, _)| code))
+        .collect();
+    assert!(blocks.len() >= 3, "found {} ron blocks", blocks.len());
+    let (mut full, mut fragments) = (0, 0);
+    for (i, block) in blocks.iter().enumerate() {
+        let text = if block.trim_start().starts_with("// fragment") {
+            fragments += 1;
+            format!(
+                "Scenario(name: \"f\", description: \"d\", \
+                 device: (name: \"s\", capacity: \"8GiB\"), model: Preset(\"gpt-tiny\"), \
+                 steps: [LoadBatch(x: \"x\", y: \"y\"),\n{block}], iterations: 1)"
+            )
+        } else {
+            full += 1;
+            block.to_string()
+        };
+        if let Err(e) = load_str(&text, &format!("README block {i}")) {
+            panic!("README.md ron block {i} does not load: {e}\n{text}");
+        }
+    }
+    assert!(
+        full >= 2 && fragments >= 1,
+        "{full} complete, {fragments} fragments"
+    );
+}
+
+// ---------------------------------------------------------------- the CLI
+
+#[test]
+fn check_exit_status_and_position() {
+    let dir = temp_dir("check");
+    let good = dir.join("good.ron");
+    std::fs::write(&good, VALID).expect("write");
+    let (code, out, err) = vramscope(&["check", good.to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "{out}{err}");
+
+    let bad = dir.join("bad.ron");
+    std::fs::write(
+        &bad,
+        VALID.replace("Preset(\"mlp-mnist\")", "Preset(\"gpt-5\")"),
+    )
+    .expect("write");
+    let bad_s = bad.to_str().expect("utf-8");
+    let (code, _, err) = vramscope(&["check", bad_s]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(&format!("{bad_s}:5:20:")), "{err}");
+
+    // Every built-in file passes `check` too.
+    for b in builtins().iter().take(3) {
+        let path = scenarios_dir().join(format!("{}.ron", b.name));
+        let (code, _, err) = vramscope(&["check", path.to_str().expect("utf-8")]);
+        assert_eq!(code, 0, "{}: {err}", b.name);
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
