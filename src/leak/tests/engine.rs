@@ -2,7 +2,7 @@
 //! is flagged with the right root and kind and bytes within 1% of the §9.1
 //! formula; each fixed pattern gives no finding.
 
-use crate::engine::tests::forward_steps;
+use crate::engine::tests::{forward_steps, train_steps};
 use crate::engine::{
     Engine, EngineConfig, GradContext, KeepWhat, ModelConfig, OptimizerConfig, Program, Step,
 };
@@ -31,17 +31,6 @@ fn program(steps: Vec<Step>, iterations: u32) -> Program {
         batch_sizes: Vec::new(),
         seq_lens: Vec::new(),
     }
-}
-
-fn train_steps() -> Vec<Step> {
-    let mut v = vec![Step::ZeroGrad { set_to_none: None }];
-    v.extend(forward_steps());
-    v.push(Step::Backward {
-        loss: s("loss"),
-        retain_graph: false,
-    });
-    v.push(Step::OptimizerStep);
-    v
 }
 
 fn eval_steps(grad: GradContext) -> Vec<Step> {
