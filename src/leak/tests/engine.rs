@@ -2,36 +2,9 @@
 //! is flagged with the right root and kind and bytes within 1% of the §9.1
 //! formula; each fixed pattern gives no finding.
 
-use crate::engine::tests::{forward_steps, train_steps};
-use crate::engine::{
-    Engine, EngineConfig, GradContext, KeepWhat, ModelConfig, OptimizerConfig, Program, Step,
-};
+use crate::engine::tests::{engine, forward_steps, mlp, program, s, train_steps};
+use crate::engine::{GradContext, KeepWhat, ModelConfig, Step};
 use crate::leak::{analyze_run, findings_json, findings_text, Detector, Finding, FindingKind};
-
-fn s(x: &str) -> String {
-    x.to_string()
-}
-
-fn engine(model: ModelConfig) -> Engine {
-    match Engine::new(EngineConfig::default(), &model, &OptimizerConfig::adamw()) {
-        Ok(e) => e,
-        Err(e) => panic!("engine build failed: {e}"),
-    }
-}
-
-fn mlp() -> Engine {
-    engine(ModelConfig::mlp_mnist())
-}
-
-fn program(steps: Vec<Step>, iterations: u32) -> Program {
-    Program {
-        setup: Vec::new(),
-        steps,
-        iterations,
-        batch_sizes: Vec::new(),
-        seq_lens: Vec::new(),
-    }
-}
 
 fn eval_steps(grad: GradContext) -> Vec<Step> {
     let mut v = vec![Step::Eval { grad }];
