@@ -252,3 +252,20 @@ fn themes_render() {
         assert!(s.contains("Memory map"));
     }
 }
+
+#[test]
+fn a_message_pytorch_breaks_over_lines_reads_as_one_paragraph() {
+    use crate::trace::{Event, Marker};
+    // ATen's autocast BCE ban breaks its text over lines; the callout and the
+    // failure box must not glue "autocast." to "Many".
+    let msg = "RuntimeError: x are unsafe to autocast.\nMany models use a sigmoid layer";
+    let src = Source::from_messages([
+        SourceMsg::Events(vec![Event::Marker(Marker::Error(msg.into()))]),
+        SourceMsg::Failed(msg.into()),
+    ]);
+    let mut app = app_with(vec![("bce".into(), src)], &opts());
+    keys(&mut app, "G");
+    let s = screen(&mut app, 140, 44);
+    assert!(s.contains("unsafe to autocast. Many models"), "{s}");
+    assert!(!s.contains("autocast.Many"), "{s}");
+}

@@ -28,7 +28,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
             th.fg(th.palette.error),
         ));
     let lines = vec![
-        Line::styled(msg.as_str(), th.fg(th.palette.error)),
+        Line::styled(super::one_line(msg), th.fg(th.palette.error)),
         Line::styled(
             format!(
                 "{} events received; everything up to the failure can still be explored.",

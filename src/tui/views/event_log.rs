@@ -102,13 +102,13 @@ pub fn describe(e: &Event) -> (String, LogKind) {
             Marker::PhaseEnd(p) => (format!("─ {} ends", p.name()), LogKind::Marker),
             Marker::OpBegin { name, module } => (format!("op {name} ({module})"), LogKind::Marker),
             Marker::OpEnd => ("op end".to_string(), LogKind::Marker),
-            Marker::Narration(t) => (format!("» {t}"), LogKind::Narration),
+            Marker::Narration(t) => (format!("» {}", super::one_line(t)), LogKind::Narration),
             Marker::Annotation { name, start } => (
                 format!("{} {name}", if *start { "▶" } else { "◀" }),
                 LogKind::Marker,
             ),
             Marker::EmptyCache => ("empty_cache()".to_string(), LogKind::Marker),
-            Marker::Error(t) => (format!("error: {t}"), LogKind::Error),
+            Marker::Error(t) => (format!("error: {}", super::one_line(t)), LogKind::Error),
         },
     }
 }

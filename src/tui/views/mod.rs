@@ -62,3 +62,14 @@ pub fn draw(frame: &mut Frame, app: &App) {
         help::render(frame, area, app);
     }
 }
+
+/// A message as one paragraph: PyTorch breaks some of its messages over
+/// lines (the autocast BCE ban), and a terminal line drops the breaks
+/// without leaving a space.
+pub(crate) fn one_line(text: &str) -> String {
+    text.split('\n')
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -20,7 +20,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
         .borders(Borders::ALL)
         .border_style(th.fg(color))
         .title(Span::styled(label, th.fg(color)));
-    let p = Paragraph::new(Line::styled(text.to_string(), th.fg(color)))
+    let p = Paragraph::new(Line::styled(super::one_line(text), th.fg(color)))
         .wrap(Wrap { trim: true })
         .block(block);
     frame.render_widget(p, area);
