@@ -132,6 +132,13 @@ fn compare_one_input_under_another_allocator_config() {
     assert_eq!(a["peak_allocated"], b["peak_allocated"]);
     let reserved = |f: &serde_json::Value| f["peak_reserved"].as_u64().expect("bytes");
     assert!(reserved(b) < reserved(a), "{a} {b}");
+    // Narration and expectations speak of the scenario's own config only.
+    let report = |side: &str| &v[side]["report"];
+    assert!(report("first")["narration"]
+        .as_array()
+        .is_some_and(|n| !n.is_empty()));
+    assert_eq!(report("second")["narration"], serde_json::json!([]));
+    assert_eq!(report("second")["expectations"], serde_json::json!([]));
 
     // A snapshot: both sides replayed, one config against the other.
     let snapshot = real("code-location_expandable_3gpu_oom.pickle");

@@ -170,9 +170,13 @@ fn at_word(
 }
 
 /// [`resolve`], then the run's `PYTORCH_CUDA_ALLOC_CONF` replaced by `conf`,
-/// read as the scenario's own PyTorch release reads it.
+/// read as the scenario's own PyTorch release reads it. The scenario's
+/// narration and expectations are dropped: they were written for its own
+/// config and may be untrue under another.
 pub fn resolve_under(name_or_path: &str, conf: &str) -> Result<(Scenario, Built), String> {
-    let (scenario, mut built) = resolve(name_or_path).map_err(|e| e.to_string())?;
+    let (mut scenario, mut built) = resolve(name_or_path).map_err(|e| e.to_string())?;
+    scenario.narration.clear();
+    scenario.expect.clear();
     let version = built
         .engine
         .torch_minor
