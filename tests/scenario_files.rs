@@ -181,6 +181,14 @@ fn model_and_data_dimensions_are_checked_before_running() {
             "criterion: applies to classifiers",
         ),
         (
+            VALID.replace("iterations: 3,", "iterations: 1048576,"),
+            "more than 100000, the most a run keeps",
+        ),
+        (
+            VALID.replace("iterations: 3,", "iterations: 50000,\n    epochs: 3,"),
+            "150000 in all (iterations × epochs)",
+        ),
+        (
             VALID.replace(
                 "model: Preset(\"mlp-mnist\"),",
                 "model: Preset(\"mlp-mnist\"),\n    model_dtype: F8,",

@@ -55,8 +55,8 @@ pub enum Command {
         /// Print the report as JSON (implies --headless).
         #[arg(long)]
         json: bool,
-        /// Run this many iterations instead of the scenario's own (at least 1).
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        /// Run this many iterations instead of the scenario's own (1 to 100,000).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(vramscope::scenario::MAX_ITERATIONS)))]
         iterations: Option<u32>,
         /// Where memory comes from: sim (default), or a real GPU: cuda, cuda:N
         /// (the UI's GPU panel, `v`, shows NVML's reading beside the model's).

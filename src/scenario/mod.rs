@@ -27,3 +27,4 @@ pub use load::{conf_label, load_file, load_str, resolve, resolve_under, LoadErro
 pub use narration::NarrationTracker;
 pub use run::{run, run_launching, run_on, RunOptions, RunResult};
 pub use size::Size;
+pub use validate::MAX_ITERATIONS;

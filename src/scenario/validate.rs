@@ -128,6 +128,10 @@ impl<'a> Walk<'a> {
     }
 }
 
+/// Iterations a run may have, epochs included: a typo of 1,048,576 made a
+/// tiny model run for minutes and would fill memory with its events in the UI.
+pub const MAX_ITERATIONS: u32 = 100_000;
+
 pub(crate) fn validate(s: &Scenario) -> (Vec<String>, Vec<StepProblem>) {
     let mut general = Vec::new();
     if s.device.capacity.0 == 0 {
@@ -138,6 +142,12 @@ pub(crate) fn validate(s: &Scenario) -> (Vec<String>, Vec<StepProblem>) {
     }
     if s.iterations == 0 {
         general.push("iterations: must be at least 1".to_string());
+    }
+    let total = u64::from(s.iterations) * u64::from(s.epochs.unwrap_or(1).max(1));
+    if total > u64::from(MAX_ITERATIONS) {
+        general.push(format!(
+            "iterations: {total} in all (iterations × epochs) is more than {MAX_ITERATIONS}, the most a run keeps: the UI holds every event of a run"
+        ));
     }
     if s.steps.is_empty() {
         general.push("steps: the loop has no steps".to_string());
