@@ -252,14 +252,7 @@ fn the_check_catches_a_launch_past_a_block_or_on_a_freed_one() {
 fn a_simulated_run_launches_nothing() {
     let mut e = engine(ModelConfig::mlp_mnist());
     e.launch_violations = Some(Vec::new());
-    let mut steps = vec![Step::ZeroGrad { set_to_none: None }];
-    steps.extend(forward_steps());
-    steps.push(Step::Backward {
-        loss: s("loss"),
-        retain_graph: false,
-    });
-    steps.push(Step::OptimizerStep);
-    run(&mut e, &program(steps, 1));
+    run(&mut e, &Program::training(1));
     assert!(!e.has_launcher());
     assert_eq!(e.launch_stats(), &LaunchStats::default());
 }

@@ -77,14 +77,7 @@ pub(crate) fn run(e: &mut Engine, p: &Program) {
 
 /// zero_grad, the forward and loss, backward, step: one training iteration.
 pub(crate) fn train_steps() -> Vec<Step> {
-    let mut v = vec![Step::ZeroGrad { set_to_none: None }];
-    v.extend(forward_steps());
-    v.push(Step::Backward {
-        loss: s("loss"),
-        retain_graph: false,
-    });
-    v.push(Step::OptimizerStep);
-    v
+    Program::training(1).steps
 }
 
 pub(crate) fn mlp() -> Engine {

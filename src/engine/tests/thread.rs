@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::super::{Command, EngineThread, ErrorKind, Step};
+use super::super::{Command, EngineThread, ErrorKind};
 use super::*;
 
 fn collect_until(
@@ -24,24 +24,13 @@ fn collect_until(
     out
 }
 
-fn train_program(n: u32) -> Program {
-    let mut steps = vec![Step::ZeroGrad { set_to_none: None }];
-    steps.extend(forward_steps());
-    steps.push(Step::Backward {
-        loss: s("loss"),
-        retain_graph: false,
-    });
-    steps.push(Step::OptimizerStep);
-    program(steps, n)
-}
-
 #[test]
 fn step_op_pause_and_run_to_end() {
     let t = EngineThread::spawn(
         EngineConfig::default(),
         ModelConfig::mlp_mnist(),
         OptimizerConfig::adamw(),
-        train_program(2),
+        Program::training(2),
     );
     std::thread::sleep(Duration::from_millis(100));
     assert!(t.try_events().is_empty(), "starts paused");
@@ -84,7 +73,7 @@ fn oom_arrives_as_an_event_and_restart_works() {
         cfg,
         ModelConfig::mlp_mnist(),
         OptimizerConfig::adamw(),
-        train_program(3),
+        Program::training(3),
     );
     t.send(Command::RunToEnd);
     let evs = collect_until(&t, |e| matches!(e, EngineEvent::Error { .. }), 10);
