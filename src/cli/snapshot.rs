@@ -7,7 +7,7 @@ use anyhow::{bail, Context};
 use vramscope::alloc::{AllocConfig, Tag, TorchVersion};
 use vramscope::report::replay::{VerifyReport, WhatIfDevice, WhatIfReport};
 use vramscope::report::snapshot::SnapshotReport;
-use vramscope::scenario::{builtin, resolve, run as run_scenario, RunOptions};
+use vramscope::scenario::{builtin, resolve, resolve_under, run as run_scenario, RunOptions};
 use vramscope::trace::replay::from_snapshot::{self, DeviceReplay};
 use vramscope::trace::replay::replayed;
 use vramscope::trace::replay::whatif::{self, Requests};
@@ -141,11 +141,10 @@ pub fn export(input: &Path, output: &PathBuf, conf: Option<&str>) -> anyhow::Res
 /// A scenario run (under `conf` if given) as a snapshot, frames from the engine's tags.
 fn scenario_snapshot(input: &Path, conf: Option<&str>) -> anyhow::Result<Snapshot> {
     let name = input.to_str().unwrap_or_default();
-    let (scenario, mut built) = resolve(name).map_err(|e| BadInput(e.to_string()))?;
-    if let Some(conf) = conf {
-        parse_conf(conf, None)?;
-        built.engine.alloc_conf = conf.to_string();
-    }
+    let (scenario, built) = match conf {
+        Some(conf) => resolve_under(name, conf).map_err(BadInput)?,
+        None => resolve(name).map_err(|e| BadInput(e.to_string()))?,
+    };
     let result = run_scenario(
         &scenario,
         &built,

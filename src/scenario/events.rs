@@ -15,6 +15,11 @@ fn phase(p: EnginePhase) -> Phase {
     }
 }
 
+/// A warning as Python prints its category before the text.
+pub(crate) fn user_warning(text: &str) -> String {
+    format!("UserWarning: {text}")
+}
+
 /// The trace event for an engine event; `None` for engine-only messages
 /// (live state answers, step markers, the end).
 pub fn to_trace(e: &EngineEvent) -> Option<Event> {
@@ -35,7 +40,7 @@ pub fn to_trace(e: &EngineEvent) -> Option<Event> {
         // Shown where the program's own text goes: the UI's callouts and the
         // report's narration (and its own list of warnings).
         EngineEvent::Warning(text) => {
-            Event::Marker(Marker::Narration(Arc::from(format!("UserWarning: {text}"))))
+            Event::Marker(Marker::Narration(Arc::from(user_warning(text))))
         }
         EngineEvent::StepBegin { .. } | EngineEvent::LiveState(_) | EngineEvent::Finished => {
             return None

@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use super::build::Built;
-use super::events::to_trace;
+use super::events::{to_trace, user_warning};
 use super::format::Scenario;
 use super::narration::NarrationTracker;
 use crate::alloc::{memory_summary, MemoryStats, SegmentInfo};
@@ -92,7 +92,7 @@ impl Collector {
                 EngineEvent::IterationBegin(i) => self.iteration = *i,
                 EngineEvent::Warning(text) => {
                     // Its own list in the report; a callout (in the events) for the UI.
-                    self.warnings.push(format!("UserWarning: {text}"));
+                    self.warnings.push(user_warning(text));
                     if let (true, Some(t)) = (self.record, to_trace(&ev)) {
                         self.events.push(t);
                     }
