@@ -159,47 +159,50 @@ impl Gpt2 {
         if self.sdpa.is_some() {
             e.cfg.sdpa_backend = self.sdpa;
         }
-        for (blocks, checkpointed) in &self.plan {
-            if *checkpointed && self.reentrant {
-                let y = e.reentrant_region(blocks.clone(), x, |e, x| {
-                    self.run_blocks(e, blocks.clone(), x)
-                });
-                match e.rebind(x, y) {
-                    Ok(v) => x = v,
-                    Err(err) => {
-                        e.cfg.sdpa_backend = saved_backend;
-                        return Err(err);
-                    }
-                }
-                continue;
-            }
-            if *checkpointed {
-                e.ckpt_begin(blocks.clone(), x);
-            }
-            let mut result = Ok(());
-            for i in blocks.clone() {
-                let y = self.block(e, i, x);
-                match e.rebind(x, y) {
-                    Ok(v) => x = v,
-                    Err(err) => {
-                        result = Err(err);
-                        break;
-                    }
-                }
-            }
-            if *checkpointed {
-                e.ckpt_end();
-            }
-            if let Err(err) = result {
-                e.cfg.sdpa_backend = saved_backend;
-                return Err(err);
-            }
-        }
+        let blocks = self.run_plan(e, x);
         e.cfg.sdpa_backend = saved_backend;
+        x = blocks?;
         let y = e.apply_layer_norm(&self.ln_f, x);
         x = e.rebind(x, y)?;
         let logits = e.in_module(self.lm_head, |e| e.linear(x, self.wte.w, None));
         e.rebind(x, logits)
+    }
+
+    /// Every block from `x`, run by run as the checkpoint plan says.
+    fn run_plan(&self, e: &mut Engine, mut x: TensorId) -> Result<TensorId> {
+        for (blocks, checkpointed) in &self.plan {
+            x = match (*checkpointed, self.reentrant) {
+                (true, true) => {
+                    let y = e.reentrant_region(blocks.clone(), x, |e, x| {
+                        self.run_blocks(e, blocks.clone(), x)
+                    });
+                    e.rebind(x, y)?
+                }
+                (true, false) => {
+                    e.ckpt_begin(blocks.clone(), x);
+                    let y = self.rebind_through(e, blocks.clone(), x);
+                    e.ckpt_end();
+                    y?
+                }
+                (false, _) => self.rebind_through(e, blocks.clone(), x)?,
+            };
+        }
+        Ok(x)
+    }
+
+    /// `for block in blocks: x = block(x)`: each input dies as soon as the
+    /// next block's output replaces it.
+    fn rebind_through(
+        &self,
+        e: &mut Engine,
+        blocks: Range<usize>,
+        mut x: TensorId,
+    ) -> Result<TensorId> {
+        for i in blocks {
+            let y = self.block(e, i, x);
+            x = e.rebind(x, y)?;
+        }
+        Ok(x)
     }
 
     /// Checkpoint recomputation: `blocks` in order from `x` (not released;
