@@ -40,6 +40,10 @@ pub enum CublasLtWorkspace {
     Transient,
     /// Lt shares the cuBLAS workspace: no extra block.
     Unified,
+    /// One Lt workspace per (handle, stream), taken at the first Lt call and
+    /// kept until `clearCublasWorkspaces()` (`cublaslt_handle_stream_to_workspace`;
+    /// what PyTorch 2.11 did on an H100 in `tests/fixtures/pytorch/captured`).
+    Cached,
 }
 
 /// `optimizer_impl` (engine.md §5.2).

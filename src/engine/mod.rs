@@ -100,6 +100,8 @@ pub struct Engine {
     pub(crate) next_seq: u64,
     /// cuBLAS workspaces per (handle, stream): [main thread, autograd thread] (§1.6).
     pub(crate) workspaces: [Option<StorageId>; 2],
+    /// Cached cuBLASLt workspaces, per thread like `workspaces`.
+    pub(crate) lt_workspaces: [Option<StorageId>; 2],
     pub(crate) cudnn_dropout_state: Option<StorageId>,
     pub(crate) locals: Vec<TensorId>,
     pub(crate) amp: AmpState,
@@ -161,6 +163,7 @@ impl Engine {
             events: Vec::new(),
             next_seq: 0,
             workspaces: [None, None],
+            lt_workspaces: [None, None],
             cudnn_dropout_state: None,
             locals: Vec::new(),
             amp: AmpState::default(),
@@ -363,10 +366,26 @@ impl Engine {
         }
     }
 
-    /// `torch._C._cuda_clearCublasWorkspaces()`.
+    /// The cached cuBLASLt workspace of this thread's handle: taken at its
+    /// first Lt call, after the cuBLAS one (the handle is fetched first).
+    pub(crate) fn cublaslt_workspace(&mut self) -> Result<()> {
+        let thread = usize::from(self.ctx.phase == Phase::Backward);
+        if self.lt_workspaces[thread].is_none() {
+            let bytes = self.cfg.cublaslt_workspace_bytes();
+            let s = self.new_storage(bytes, Category::Workspace)?;
+            self.storages[s.0].engine_refs += 1;
+            self.lt_workspaces[thread] = Some(s);
+        }
+        Ok(())
+    }
+
+    /// `torch._C._cuda_clearCublasWorkspaces()`: the cuBLAS and the cuBLASLt maps.
     pub fn clear_cublas_workspaces(&mut self) {
         for i in 0..2 {
-            if let Some(s) = self.workspaces[i].take() {
+            for s in [self.workspaces[i].take(), self.lt_workspaces[i].take()]
+                .into_iter()
+                .flatten()
+            {
                 self.release_storage_engine(s);
             }
         }

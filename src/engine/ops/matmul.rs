@@ -57,6 +57,9 @@ impl Engine {
             None
         };
         let ws = self.cublas_workspace()?;
+        if self.cfg.cublaslt_workspace == CublasLtWorkspace::Cached {
+            self.cublaslt_workspace()?;
+        }
         self.free_transient(ws);
         self.free_transient(lt);
         if self.records(&[x, w])
