@@ -256,6 +256,10 @@ impl MemoryStats {
     pub fn reserved_bytes(&self) -> u64 {
         self.get(Family::ReservedBytes, Level::All).current as u64
     }
+    /// What the live tensors asked for, before rounding and unsplit tails.
+    pub fn requested_bytes(&self) -> u64 {
+        self.get(Family::RequestedBytes, Level::All).current as u64
+    }
     pub fn peak_allocated_bytes(&self) -> u64 {
         self.get(Family::AllocatedBytes, Level::All).peak as u64
     }

@@ -2,10 +2,14 @@
 
 use std::process::ExitCode;
 
+use vramscope::device::budget::scenario_sized;
 use vramscope::device::cuda::CudaDevice;
 use vramscope::device::kernels::launcher_for;
+use vramscope::device::nvml::{self, Reconciliation};
+use vramscope::device::{Device, GpuUnavailable};
 use vramscope::scenario::{
-    builtins, check, load_file, resolve, run as run_scenario, run_launching, RunOptions,
+    builtins, check, load_file, resolve, run as run_scenario, run_launching_with, Built, GpuRun,
+    RunOptions, RunResult, Scenario,
 };
 
 use super::BadInput;
@@ -56,6 +60,50 @@ pub fn parse_device(text: &str) -> Result<Option<usize>, BadInput> {
     }
 }
 
+/// The scenario on CUDA device `n`: segments from the real device, held to
+/// the scenario's capacity, `kernels/` launched on them when NVRTC can build
+/// them, and NVML read at the end while the memory is still held.
+fn run_on_cuda(
+    scenario: &Scenario,
+    built: &Built,
+    opts: &RunOptions,
+    n: usize,
+) -> Result<RunResult, GpuUnavailable> {
+    let dev = CudaDevice::open(n)?;
+    // The context exists now and no tensor does: NVML's reading for this
+    // process is the context's share (None where NVML lists no processes).
+    let ordinal = u32::try_from(n).ok();
+    let own_used = || ordinal.and_then(|i| nvml::own_process_used(i).ok().flatten());
+    let context = own_used();
+    // The run still measures memory without kernels, and says why.
+    let (launcher, unavailable) = match launcher_for(&dev) {
+        Ok(l) => (Some(l), None),
+        Err(e) => {
+            eprintln!("vramscope: --device cuda:{n}: no kernels launched: {e}");
+            (None, Some(e.to_string()))
+        }
+    };
+    let (name, total) = (dev.name().to_string(), dev.total_memory());
+    let (cap, overhead) = (built.engine.device_bytes, built.engine.device_overhead);
+    let device = scenario_sized(dev, cap, overhead);
+    let mut at_end = None;
+    let mut r = run_launching_with(scenario, built, opts, device, launcher, &mut |engine| {
+        at_end = Some(Reconciliation::own(
+            own_used(),
+            context,
+            engine.reserved_bytes(),
+        ));
+    });
+    r.kernels_unavailable = unavailable;
+    r.gpu = at_end.map(|at_end| GpuRun {
+        device: name,
+        device_total: total,
+        held_to: (cap <= total).then_some(cap),
+        at_end,
+    });
+    Ok(r)
+}
+
 pub fn run_headless(name: &str, args: RunArgs) -> anyhow::Result<ExitCode> {
     let (scenario, built) = resolve(name).map_err(|e| BadInput(e.to_string()))?;
     let opts = RunOptions {
@@ -64,21 +112,8 @@ pub fn run_headless(name: &str, args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let result = match args.cuda {
         None => run_scenario(&scenario, &built, &opts),
-        Some(n) => match CudaDevice::open(n) {
-            Ok(dev) => {
-                // kernels/ compiled for this device; the run still measures
-                // memory without them, and says so.
-                let (launcher, unavailable) = match launcher_for(&dev) {
-                    Ok(l) => (Some(l), None),
-                    Err(e) => {
-                        eprintln!("vramscope: --device cuda:{n}: no kernels launched: {e}");
-                        (None, Some(e.to_string()))
-                    }
-                };
-                let mut r = run_launching(&scenario, &built, &opts, Box::new(dev), launcher);
-                r.kernels_unavailable = unavailable;
-                r
-            }
+        Some(n) => match run_on_cuda(&scenario, &built, &opts, n) {
+            Ok(r) => r,
             Err(e) => {
                 eprintln!("vramscope: --device cuda:{n}: {e}");
                 return Ok(ExitCode::from(super::EXIT_NO_GPU));

@@ -6,9 +6,10 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use vramscope::device::budget::scenario_sized;
 use vramscope::device::cuda::CudaDevice;
 use vramscope::device::kernels::launcher_for;
-use vramscope::device::{AnyDevice, Device};
+use vramscope::device::Device;
 use vramscope::scenario::resolve;
 use vramscope::tui::import::snapshot_source;
 use vramscope::tui::open::{open_source, open_source_under};
@@ -84,18 +85,20 @@ pub fn open_cuda(name: &str, ordinal: usize) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(EXIT_NO_GPU));
         }
     };
+    let (cap, overhead) = (built.engine.device_bytes, built.engine.device_overhead);
     let gpu = RealGpu {
         ordinal: index,
         open: Arc::new(move || {
             let dev = CudaDevice::open(ordinal).map_err(|e| e.to_string())?;
-            // As headless runs do: kernels when NVRTC can build them.
+            // As headless runs do: kernels when NVRTC can build them, and the
+            // allocator held to the scenario's device.
             let launcher = launcher_for(&dev).ok();
-            Ok((Box::new(dev) as AnyDevice, launcher))
+            Ok((scenario_sized(dev, cap, overhead), launcher))
         }),
     };
     let title = format!("{} · cuda:{ordinal}", scenario.name);
-    let source =
-        scenario_source_on(scenario, built, ITERATION_PACE, Some(gpu)).with_capacity(total);
+    let source = scenario_source_on(scenario, built, ITERATION_PACE, Some(gpu))
+        .with_capacity(cap.min(total));
     run_tui(
         vec![(title, source)],
         TuiOptions {

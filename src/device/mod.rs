@@ -3,6 +3,7 @@
 //! calls `cudaMalloc`, `cudaFree` and the virtual-memory API, so switching the
 //! device never changes an allocator decision.
 
+pub mod budget;
 pub mod cuda;
 pub mod gpu;
 pub mod kernels;

@@ -17,6 +17,9 @@ pub enum EngineEvent {
     IterationEnd {
         iter: u32,
         allocated: u64,
+        /// `requested_bytes.all.current`: unlike `allocated`, it does not
+        /// depend on which cached block served a request.
+        requested: u64,
         reserved: u64,
         peak_allocated: u64,
     },

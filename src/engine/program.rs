@@ -261,6 +261,7 @@ impl Engine {
         self.events.push(EngineEvent::IterationEnd {
             iter: it,
             allocated: self.allocated_bytes(),
+            requested: self.alloc.stats().requested_bytes(),
             reserved: self.reserved_bytes(),
             peak_allocated: self.peak_allocated_bytes(),
         });

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use crate::alloc::format_size;
 use crate::device::Kernel;
-use crate::scenario::{ExpectationResult, RunResult, Scenario};
+use crate::scenario::{ExpectationResult, GpuRun, RunResult, Scenario};
 
 pub fn text(s: &Scenario, r: &RunResult, checks: &[ExpectationResult]) -> String {
     let mut out = String::new();
@@ -19,6 +19,9 @@ pub fn text(s: &Scenario, r: &RunResult, checks: &[ExpectationResult]) -> String
         format_size(s.device.capacity.0),
         s.alloc_conf
     );
+    if let Some(g) = &r.gpu {
+        gpu_text(&mut out, g);
+    }
     let _ = writeln!(out, "iterations run: {}", r.iterations_run);
     let _ = writeln!(
         out,
@@ -127,7 +130,35 @@ pub fn json(r: &RunResult, checks: &[ExpectationResult]) -> Value {
         "narration": r.narration,
         "expectations": checks,
         "kernels": kernels_json(r),
+        "gpu": r.gpu,
     })
+}
+
+/// The card a CUDA run ran on, and NVML's reading against the model's.
+fn gpu_text(out: &mut String, g: &GpuRun) {
+    let held = match g.held_to {
+        Some(cap) => format!(
+            "; the allocator is held to the scenario's {} device",
+            format_size(cap)
+        ),
+        None => String::new(),
+    };
+    let _ = writeln!(
+        out,
+        "run on {} ({}){held}",
+        g.device,
+        format_size(g.device_total)
+    );
+    let known = |v: Option<u64>| v.map_or_else(|| "unknown".to_string(), format_size);
+    let a = &g.at_end;
+    let _ = writeln!(
+        out,
+        "NVML at the end: this process uses {} = CUDA context {} + allocator reserved {} + other {}",
+        known(a.nvml_used),
+        known(a.context),
+        known(a.reserved),
+        known(a.other)
+    );
 }
 
 /// Kernel launches of a CUDA run, per kernel, and the failures.

@@ -25,6 +25,6 @@ pub use format::{
 pub use library::{builtin, builtins, BuiltIn};
 pub use load::{conf_label, load_file, load_str, resolve, resolve_under, LoadError};
 pub use narration::NarrationTracker;
-pub use run::{run, run_launching, run_on, RunOptions, RunResult};
+pub use run::{run, run_launching, run_launching_with, run_on, GpuRun, RunOptions, RunResult};
 pub use size::Size;
 pub use validate::MAX_ITERATIONS;

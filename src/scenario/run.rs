@@ -26,6 +26,8 @@ pub struct RunOptions {
 pub struct IterationPoint {
     pub iteration: u32,
     pub allocated: u64,
+    /// Bytes the live tensors asked for (`requested_bytes.all.current`).
+    pub requested: u64,
     pub reserved: u64,
     pub peak_allocated: u64,
 }
@@ -64,6 +66,20 @@ pub struct RunResult {
     pub kernels: Option<LaunchStats>,
     /// Why a CUDA run launched no kernels (e.g. NVRTC missing).
     pub kernels_unavailable: Option<String>,
+    /// A run on a real GPU: the card, and NVML's reading against the model.
+    pub gpu: Option<GpuRun>,
+}
+
+/// What a run on a real GPU adds to the report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GpuRun {
+    /// e.g. `cuda:0 NVIDIA H100 80GB HBM3`.
+    pub device: String,
+    pub device_total: u64,
+    /// The scenario's capacity the allocator was held to (None: the card's own).
+    pub held_to: Option<u64>,
+    /// NVML after the run, before the memory was given back.
+    pub at_end: crate::device::reconcile::Reconciliation,
 }
 
 struct Collector {
@@ -101,11 +117,13 @@ impl Collector {
                 EngineEvent::IterationEnd {
                     iter,
                     allocated,
+                    requested,
                     reserved,
                     peak_allocated,
                 } => self.per_iteration.push(IterationPoint {
                     iteration: *iter,
                     allocated: *allocated,
+                    requested: *requested,
                     reserved: *reserved,
                     peak_allocated: *peak_allocated,
                 }),
@@ -150,6 +168,20 @@ pub fn run_launching(
     device: AnyDevice,
     launcher: Option<AnyLauncher>,
 ) -> RunResult {
+    run_launching_with(scenario, built, opts, device, launcher, &mut |_| {})
+}
+
+/// [`run_launching`], calling `at_end` once the run is over and before the
+/// engine (and the device memory it holds) is dropped: where a real GPU's
+/// reading is taken against the allocator's state.
+pub fn run_launching_with(
+    scenario: &Scenario,
+    built: &Built,
+    opts: &RunOptions,
+    device: AnyDevice,
+    launcher: Option<AnyLauncher>,
+    at_end: &mut dyn FnMut(&Engine),
+) -> RunResult {
     let mut c = Collector {
         record: opts.record_events,
         events: Vec::new(),
@@ -180,6 +212,7 @@ pub fn run_launching(
         tags: TagTable::default(),
         kernels: None,
         kernels_unavailable: None,
+        gpu: None,
     };
     let cfg = built.engine.clone();
     let mut engine =
@@ -227,6 +260,7 @@ pub fn run_launching(
         engine.sync_launches();
         result.kernels = Some(engine.launch_stats().clone());
     }
+    at_end(&engine);
     let stats = engine.allocator().stats().clone();
     result.peak_allocated = stats.peak_allocated_bytes();
     result.peak_reserved = stats.peak_reserved_bytes();

@@ -36,7 +36,9 @@ pub const ITERATION_PACE: Duration = Duration::from_millis(120);
 
 enum Ended {
     Restart,
-    Done,
+    /// The run is over; its engine, if it started, still holds its memory,
+    /// so a real GPU keeps what the map shows until a restart or quit.
+    Done(Option<Box<Engine>>),
     UiGone,
 }
 
@@ -82,14 +84,18 @@ pub fn scenario_source_on(
                 }
             }
             Ended::UiGone => return,
-            Ended::Done => match cmd_rx.recv() {
-                Ok(EngineCommand::Restart) => {
-                    if tx.send(SourceMsg::Restarted).is_err() {
-                        return;
+            Ended::Done(held) => {
+                let command = cmd_rx.recv();
+                drop(held);
+                match command {
+                    Ok(EngineCommand::Restart) => {
+                        if tx.send(SourceMsg::Restarted).is_err() {
+                            return;
+                        }
                     }
+                    Err(_) => return,
                 }
-                Err(_) => return,
-            },
+            }
         }
     });
     let mut source = Source::new(rx, Some(cmd_tx))
@@ -167,7 +173,7 @@ fn run_once(
         Ok(e) => e,
         Err(err) => {
             return if tx.send(SourceMsg::Failed(err)).is_ok() {
-                Ended::Done
+                Ended::Done(None)
             } else {
                 Ended::UiGone
             };
@@ -229,7 +235,7 @@ fn run_once(
         && tx.send(SourceMsg::Stats(stats)).is_ok()
         && tx.send(SourceMsg::Finished).is_ok();
     if sent {
-        Ended::Done
+        Ended::Done(Some(Box::new(engine)))
     } else {
         Ended::UiGone
     }
