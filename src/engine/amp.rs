@@ -75,6 +75,43 @@ impl Engine {
         }
     }
 
+    /// An op's arguments under autocast, cast right to left: the autocast
+    /// wrapper's `redispatch(cached_cast(args)...)` leaves the order to the
+    /// compiler, and GCC (PyTorch's Linux builds) evaluates call arguments
+    /// right to left. On PyTorch 2.11 a Linear casts bias, weight, input
+    /// (tests/fixtures/pytorch/captured/amp_fp16). Local handles, as
+    /// [`Engine::autocast_arg`] returns them.
+    pub(crate) fn autocast_args<const N: usize>(
+        &mut self,
+        args: [Option<TensorId>; N],
+        policy: CastPolicy,
+    ) -> Result<[Option<TensorId>; N]> {
+        let mut out = [None; N];
+        for i in (0..N).rev() {
+            let Some(t) = args[i] else { continue };
+            match self.autocast_arg(t, policy) {
+                Ok(c) => out[i] = Some(c),
+                Err(e) => {
+                    for c in out.into_iter().flatten() {
+                        self.release(c);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`Engine::autocast_args`] when every argument is there.
+    pub(crate) fn autocast_all<const N: usize>(
+        &mut self,
+        args: [TensorId; N],
+        policy: CastPolicy,
+    ) -> Result<[TensorId; N]> {
+        let cast = self.autocast_args(args.map(Some), policy)?;
+        Ok(std::array::from_fn(|i| cast[i].unwrap_or(args[i])))
+    }
+
     /// The argument an op sees under autocast: a local handle that the op
     /// releases when done (the original, the cached cast, or a fresh cast).
     pub(crate) fn autocast_arg(&mut self, t: TensorId, policy: CastPolicy) -> Result<TensorId> {

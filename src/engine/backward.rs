@@ -291,7 +291,15 @@ impl Engine {
             }
             BwdKind::Gemm { has_bias } => {
                 let first = usize::from(has_bias);
-                for i in first..ninputs {
+                // AddmmBackward0 computes mat1's gradient, then mat2's;
+                // MmBackward0 mat2's first. Seen on PyTorch 2.11 (the MLP
+                // and lm_head GEMMs of tests/fixtures/pytorch/captured).
+                let order: Vec<usize> = if has_bias {
+                    (first..ninputs).collect()
+                } else {
+                    (first..ninputs).rev().collect()
+                };
+                for i in order {
                     if needs(self, i) {
                         let m = self.nodes[n.0].inputs[i];
                         let t = self.gemm_grad(m.shape, m.dtype, g0)?;

@@ -32,9 +32,7 @@ impl Engine {
         v: TensorId,
         dropout: f64,
     ) -> Result<TensorId> {
-        let qc = self.autocast_arg(q, CastPolicy::Lower)?;
-        let kc = self.autocast_arg(k, CastPolicy::Lower)?;
-        let vc = self.autocast_arg(v, CastPolicy::Lower)?;
+        let [qc, kc, vc] = self.autocast_all([q, k, v], CastPolicy::Lower)?;
         let dtype = self.dtype(qc);
         let backend = match self.cfg.sdpa_backend {
             // Flash needs fp16/bf16 (§1.7); fall back to memory-efficient.
@@ -55,8 +53,8 @@ impl Engine {
     }
 
     /// Flash / memory-efficient: out laid out [B, T, h, hd] (a [B, h, T, hd] view),
-    /// logsumexp [B, h, T] fp32 (T padded to a multiple of 32 for mem-eff). RNG
-    /// state / philox scalars exist only when dropout is on [unc, see report].
+    /// logsumexp [B, h, T] fp32 (T padded to a multiple of 32 for mem-eff), and
+    /// the RNG state (see below).
     fn sdpa_fused(
         &mut self,
         q: TensorId,
@@ -77,8 +75,17 @@ impl Engine {
             t.div_ceil(32) * 32
         };
         let lse = self.aux(Shape::new(&[b, h, tl]), DType::F32)?;
-        let rng = if p > 0.0 {
+        // Flash (FlashAttention-2 in ATen) always returns its philox state as
+        // a [2] int64 tensor and an `unused` int64 scalar, both saved for
+        // backward; memory-efficient attention only with dropout. Seen on
+        // PyTorch 2.11 (tests/fixtures/pytorch/captured/amp_fp16).
+        let rng = if p > 0.0 || backend == SdpaBackend::Flash {
             Some(self.aux(Shape::new(&[2]), DType::I64)?)
+        } else {
+            None
+        };
+        let unused = if backend == SdpaBackend::Flash {
+            Some(self.aux(Shape::new(&[]), DType::I64)?)
         } else {
             None
         };
@@ -106,11 +113,14 @@ impl Engine {
             if let Some(r) = rng {
                 self.save(node, "rng_state", r, true);
             }
+            if let Some(u) = unused {
+                self.save(node, "unused", u, true);
+            }
             self.set_grad_fn(out, node, 0);
         }
         self.release(lse);
-        if let Some(r) = rng {
-            self.release(r);
+        for t in [rng, unused].into_iter().flatten() {
+            self.release(t);
         }
         Ok(out)
     }

@@ -35,8 +35,7 @@ impl Engine {
         stride: u64,
         pad: u64,
     ) -> Result<TensorId> {
-        let xc = self.autocast_arg(x, CastPolicy::Lower)?;
-        let wc = self.autocast_arg(w, CastPolicy::Lower)?;
+        let [xc, wc] = self.autocast_all([x, w], CastPolicy::Lower)?;
         let (xs, ws) = (self.shape(xc), self.shape(wc));
         let (n, h, wd) = (xs.dim(0), xs.dim(2), xs.dim(3));
         let (cout, kh, kw) = (ws.dim(0), ws.dim(2), ws.dim(3));

@@ -15,14 +15,17 @@ impl Engine {
     /// float output, any other dtype change first makes a full converted copy.
     pub fn softmax(&mut self, x: TensorId, log: bool) -> Result<TensorId> {
         let prev = self.op_begin(if log { "log_softmax" } else { "softmax" });
-        let r = self.softmax_inner(x, log);
+        let r = self.softmax_inner(x, log, false);
         self.op_end(prev)?;
         r
     }
 
-    fn softmax_inner(&mut self, x: TensorId, log: bool) -> Result<TensorId> {
+    /// `softmax(x, dim, dtype)`; autocast's fp32 output applies only when
+    /// `dtype` is not given (its `fp32_set_opt_dtype` policy), and
+    /// `cross_entropy` gives the input's own.
+    fn softmax_inner(&mut self, x: TensorId, log: bool, dtype_given: bool) -> Result<TensorId> {
         let in_dtype = self.dtype(x);
-        let out_dtype = if self.amp.active(self.ctx.inference).is_some() {
+        let out_dtype = if !dtype_given && self.amp.active(self.ctx.inference).is_some() {
             DType::F32
         } else {
             in_dtype
@@ -94,7 +97,14 @@ impl Engine {
     pub fn cross_entropy(&mut self, logits: TensorId, target: TensorId) -> Result<TensorId> {
         let prev = self.op_begin("cross_entropy");
         let r = (|| {
-            let logp = self.softmax(logits, true)?;
+            // `at::log_softmax(self, class_dim, self.scalar_type())` (LossNLL.cpp):
+            // under autocast the log-probs keep the logits' dtype, and
+            // nll_loss (fp32 list) takes an fp32 copy of them. Seen on
+            // PyTorch 2.11 (tests/fixtures/pytorch/captured/amp_fp16).
+            let prev = self.op_begin("log_softmax");
+            let logp = self.softmax_inner(logits, true, true);
+            self.op_end(prev)?;
+            let logp = logp?;
             let loss = self.nll_loss(logp, target);
             self.release(logp);
             loss
@@ -153,8 +163,7 @@ impl Engine {
         temporaries: usize,
         node_name: &'static str,
     ) -> Result<TensorId> {
-        let ac = self.autocast_arg(a, CastPolicy::Fp32)?;
-        let bc = self.autocast_arg(b, CastPolicy::Fp32)?;
+        let [ac, bc] = self.autocast_all([a, b], CastPolicy::Fp32)?;
         let dtype = self.dtype(ac);
         let bytes = self.shape(ac).numel().saturating_mul(dtype.size());
         let mut tmps = Vec::with_capacity(temporaries);

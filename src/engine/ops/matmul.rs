@@ -21,12 +21,8 @@ impl Engine {
     }
 
     fn linear_inner(&mut self, x: TensorId, w: TensorId, b: Option<TensorId>) -> Result<TensorId> {
-        let xc = self.autocast_arg(x, CastPolicy::Lower)?;
-        let wc = self.autocast_arg(w, CastPolicy::Lower)?;
-        let bc = match b {
-            Some(b) => Some(self.autocast_arg(b, CastPolicy::Lower)?),
-            None => None,
-        };
+        let [xc, wc, bc] = self.autocast_args([Some(x), Some(w), b], CastPolicy::Lower)?;
+        let (xc, wc) = (xc.unwrap_or(x), wc.unwrap_or(w));
         let contiguous = self.layout(xc) == Layout::Contiguous;
         let out = if bc.is_some() && contiguous {
             self.addmm_nd(bc, xc, wc)
@@ -147,8 +143,7 @@ impl Engine {
     }
 
     fn mm_inner(&mut self, a: TensorId, b: TensorId, name: &'static str) -> Result<TensorId> {
-        let ac = self.autocast_arg(a, CastPolicy::Lower)?;
-        let bc = self.autocast_arg(b, CastPolicy::Lower)?;
+        let [ac, bc] = self.autocast_all([a, b], CastPolicy::Lower)?;
         let a2 = if self.layout(ac) == Layout::Contiguous {
             self.local_ref(ac)
         } else {

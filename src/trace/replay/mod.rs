@@ -166,6 +166,17 @@ impl Replayer {
         entries: &[Entry],
         final_segments: Option<&[FinalSegment]>,
     ) -> ReplayOutcome {
+        self.replay(entries, final_segments);
+        self.outcome
+    }
+
+    /// [`Replayer::run`], keeping the allocator for what it ends with
+    /// (its `memory_stats()` against the recorded run's).
+    pub fn replay(
+        &mut self,
+        entries: &[Entry],
+        final_segments: Option<&[FinalSegment]>,
+    ) -> &ReplayOutcome {
         self.outcome.entries = entries.len();
         let mut i = 0;
         while i < entries.len() {
@@ -197,7 +208,7 @@ impl Replayer {
             let matched = compare_final(&ours, segments, !self.open, &mut self.outcome);
             self.outcome.final_state_match = Some(matched);
         }
-        self.outcome
+        &self.outcome
     }
 
     fn request(&mut self, i: usize, e: &Entry) {
