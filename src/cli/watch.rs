@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::io::Write;
 use std::process::ExitCode;
 
-use vramscope::device::nvml::{self, GpuReading};
+use vramscope::device::nvml::{self, DeviceReconciliation, GpuReading};
 use vramscope::tui::theme::{no_color_from_env, Theme, ThemeName};
 use vramscope::tui::watch_loop::run_watch;
 use vramscope::units::{format_percent_or_unknown, format_size_or_unknown};
@@ -40,6 +40,13 @@ fn render(gpus: &[GpuReading], history: &[VecDeque<Option<u64>>]) -> String {
             format_percent_or_unknown(g.utilization_memory),
             sparkline(h, g.total),
         ));
+        let kept = DeviceReconciliation::of(g).driver_reserved;
+        if let Some(kept) = kept.filter(|b| *b > 0) {
+            out.push_str(&format!(
+                "  {} of the total the driver keeps back (neither used nor free)\n",
+                vramscope::units::format_size_or_unknown(Some(kept))
+            ));
+        }
         for p in &g.processes {
             out.push_str(&format!(
                 "  pid {:>7}: {} (CUDA context + caching allocator + other: not known for another process)\n",

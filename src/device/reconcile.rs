@@ -73,6 +73,9 @@ pub struct DeviceReconciliation {
     /// `used` that no listed process accounts for (the driver, processes in
     /// other containers); `None` when `used` or the sum is unknown.
     pub unattributed: Option<u64>,
+    /// `total - used - free`: memory the driver keeps back and counts as
+    /// neither (NVML's v2 memory info; ~480 MiB on an 80 GB H100).
+    pub driver_reserved: Option<u64>,
 }
 
 impl DeviceReconciliation {
@@ -92,6 +95,10 @@ impl DeviceReconciliation {
             unknown_processes,
             processes_sum,
             unattributed,
+            driver_reserved: match (g.total, g.used, g.free) {
+                (Some(t), Some(u), Some(f)) => Some(t.saturating_sub(u.saturating_add(f))),
+                _ => None,
+            },
         }
     }
 }

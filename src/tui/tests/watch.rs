@@ -234,3 +234,29 @@ fn the_loop_takes_readings_from_the_channel_and_quits_on_q() {
     let out = text(t.backend().buffer());
     assert!(out.contains("Reconciliation · GPU 1"), "{out}");
 }
+
+#[test]
+fn the_memory_the_driver_keeps_back_is_named_not_lost() {
+    // What NVML read on the H100 the captures ran on: total 79.65 GiB, used
+    // 0, free 79.18 GiB. The 480 MiB between them is the driver's.
+    let idle = GpuReading {
+        name: Some("NVIDIA H100 80GB HBM3".into()),
+        total: Some(85_520_809_984),
+        used: Some(0),
+        free: Some(85_017_493_504),
+        ..GpuReading::unknown(0)
+    };
+    let mut s = state();
+    s.ingest(Ok(vec![idle]));
+    let screen = screen(&s, 130, 44);
+    let line = line_with(&screen, "the driver keeps back");
+    assert!(line.contains("480.00 MiB"), "{line}");
+    // Where used + free is the total, nothing is said.
+    let mut s = state();
+    s.ingest(Ok(vec![a100()]));
+    assert!(!screen_has(&s, "the driver keeps back"));
+}
+
+fn screen_has(s: &WatchState, needle: &str) -> bool {
+    screen(s, 130, 44).contains(needle)
+}

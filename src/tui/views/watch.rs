@@ -239,7 +239,7 @@ fn reconciliation(frame: &mut Frame, r: Rect, th: &Theme, index: u32, d: &Device
             d.unknown_processes, d.processes
         ),
     };
-    let lines = vec![
+    let mut lines = vec![
         Line::from(vec![
             Span::styled("NVML used ", th.dim()),
             Span::styled(size(d.nvml_used), th.text()),
@@ -254,6 +254,16 @@ fn reconciliation(frame: &mut Frame, r: Rect, th: &Theme, index: u32, d: &Device
             th.dim(),
         ),
     ];
+    if let Some(kept) = d.driver_reserved.filter(|b| *b > 0) {
+        lines.push(Line::from(vec![
+            Span::styled("total = used + free + ", th.dim()),
+            Span::styled(format_size(kept), th.text()),
+            Span::styled(
+                " the driver keeps back (no process holds it, never free)",
+                th.dim(),
+            ),
+        ]));
+    }
     frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
 }
 
