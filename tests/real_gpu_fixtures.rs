@@ -383,12 +383,12 @@ fn amp_fp16_matches_the_h100() {
     );
 }
 
-/// Checkpointed GPTs: the tensors are PyTorch's to the byte at the peak and
-/// at every iteration end (`requested`), and so is peak reserved. Which
-/// cached blocks serve the recomputed activations follows the device's
-/// addresses, so allocated bytes are within 1 % of the real peak (2 to 8 MiB
-/// here; the same runs on top-down addresses move them by as much).
-fn checkpointed(real_peak_allocated: u64) -> Layout {
+/// Where the tensors are PyTorch's to the byte at the peak and at every
+/// iteration end (`requested`) but which cached blocks serve them follows the
+/// device's addresses and the order of frees the engine does not model
+/// (README): allocated bytes within 1 % of the real peak. The same runs on
+/// top-down addresses move them by as much.
+fn layout_dependent(real_peak_allocated: u64) -> Layout {
     Layout {
         allocated: real_peak_allocated / 100,
         ends: real_peak_allocated / 100,
@@ -398,13 +398,23 @@ fn checkpointed(real_peak_allocated: u64) -> Layout {
 
 #[test]
 fn checkpoint_every_layer_matches_the_h100() {
-    let layout = checkpointed(904_729_600);
+    let layout = layout_dependent(904_729_600);
     check("checkpoint-every-layer", "checkpoint_every_layer", layout);
 }
 
 #[test]
 fn checkpoint_sqrt_segments_matches_the_h100() {
-    let layout = checkpointed(1_387_904_000);
+    // Iteration 2 carves one more of iteration 1's cached 128 MiB logits
+    // segments for smaller blocks than the H100 did, so LogSoftmaxBackward
+    // needs one more: reserved is one 128 MiB segment over from there on.
+    // (Releasing c_attn's output before c_proj instead of when forward
+    // returns, as the engine did before this capture, happened to land on
+    // the H100's reserved; the trace shows PyTorch holding it.)
+    let layout = Layout {
+        reserved: 128 << 20,
+        ends: 128 << 20,
+        ..layout_dependent(1_387_904_000)
+    };
     check(
         "checkpoint-sqrt-segments",
         "checkpoint_sqrt_segments",
@@ -462,4 +472,32 @@ fn rnn_hidden_fixed_matches_the_h100_but_for_the_cudnn_reserve() {
         .as_u64()
         .expect("requested_bytes.all.peak");
     assert_eq!(ours - real, modelled_reserve - CUDNN_RESERVE);
+}
+
+#[test]
+fn checkpoint_reentrant_frozen_bug_matches_the_h100() {
+    check(
+        "checkpoint-reentrant-frozen-bug",
+        "checkpoint_reentrant_frozen_bug",
+        EXACT,
+    );
+}
+
+#[test]
+fn bf16_model_matches_the_h100() {
+    check("bf16-model", "bf16_model", layout_dependent(845_900_800));
+}
+
+#[test]
+fn grad_accum_fixed_matches_the_h100() {
+    check(
+        "grad-accum-fixed",
+        "grad_accum_fixed",
+        layout_dependent(1_759_482_880),
+    );
+}
+
+#[test]
+fn eval_no_grad_fixed_matches_the_h100() {
+    check("eval-no-grad-fixed", "eval_no_grad_fixed", EXACT);
 }

@@ -142,9 +142,16 @@ impl Gpt2 {
         let pos = e.in_module(self.wpe.module, |e| {
             e.factory(Shape::new(&[t]), DType::I64, Category::Activation)
         })?;
+        let logits = self.forward_from(e, idx, pos);
+        // `pos` is a local of forward(): it lives until forward returns (under
+        // no_grad nothing else holds it; seen on PyTorch 2.11, eval_no_grad_fixed).
+        e.release(pos);
+        logits
+    }
+
+    fn forward_from(&self, e: &mut Engine, idx: TensorId, pos: TensorId) -> Result<TensorId> {
         let tok = e.in_module(self.wte.module, |e| e.embedding(self.wte.w, idx));
         let pe = e.in_module(self.wpe.module, |e| e.embedding(self.wpe.w, pos));
-        e.release(pos);
         let (tok, pe) = match (tok, pe) {
             (Ok(a), Ok(b)) => (a, b),
             (Err(x), _) | (_, Err(x)) => return Err(x),
@@ -260,12 +267,21 @@ impl Gpt2 {
     }
 
     fn attention(&self, e: &mut Engine, b: &Block, h: TensorId) -> Result<TensorId> {
-        let s = e.shape(h);
-        let (bs, t, d) = (s.dim(0), s.dim(1), self.n_embd);
-        let hd = d / self.n_head;
         let qkv = e.apply_linear(&b.c_attn, h)?;
-        let parts = e.split_last(qkv, 3);
+        let r = self.attention_from(e, b, qkv);
+        // q, k, v are locals of forward(), views of c_attn's output: it lives
+        // until forward returns or unwinds, after c_proj (under no_grad
+        // nothing else holds it; seen on PyTorch 2.11, eval_no_grad_fixed).
         e.release(qkv);
+        r
+    }
+
+    /// The rest of `CausalSelfAttention.forward` from c_attn's output.
+    fn attention_from(&self, e: &mut Engine, b: &Block, qkv: TensorId) -> Result<TensorId> {
+        let s = e.shape(qkv);
+        let (bs, t) = (s.dim(0), s.dim(1));
+        let (d, hd) = (self.n_embd, self.n_embd / self.n_head);
+        let parts = e.split_last(qkv, 3);
         // q/k/v.view(B, T, h, hd).transpose(1, 2): views of the split (no copy).
         let mut heads = Vec::with_capacity(3);
         for p in parts {

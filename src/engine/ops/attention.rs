@@ -74,7 +74,14 @@ impl Engine {
         } else {
             t.div_ceil(32) * 32
         };
-        let lse = self.aux(Shape::new(&[b, h, tl]), DType::F32)?;
+        // Memory-efficient attention computes logsumexp only for backward
+        // (`compute_log_sumexp`); flash always does.
+        let recording = self.records(&[q, k, v]);
+        let lse = if recording || backend == SdpaBackend::Flash {
+            Some(self.aux(Shape::new(&[b, h, tl]), DType::F32)?)
+        } else {
+            None
+        };
         // Flash (FlashAttention-2 in ATen) always returns its philox state as
         // a [2] int64 tensor and an `unused` int64 scalar, both saved for
         // backward; memory-efficient attention only with dropout. Seen on
@@ -91,7 +98,7 @@ impl Engine {
         };
         let out = self.view_as(out_base, s, Layout::Strided);
         self.release(out_base);
-        if self.records(&[q, k, v]) {
+        if recording {
             let (name, scratch) = if backend == SdpaBackend::Flash {
                 ("ScaledDotProductFlashAttentionBackward0", b * h * t * 4)
             } else {
@@ -109,7 +116,9 @@ impl Engine {
             self.save(node, "key", k, false);
             self.save(node, "value", v, false);
             self.save(node, "output", out, true);
-            self.save(node, "logsumexp", lse, true);
+            if let Some(l) = lse {
+                self.save(node, "logsumexp", l, true);
+            }
             if let Some(r) = rng {
                 self.save(node, "rng_state", r, true);
             }
@@ -118,8 +127,7 @@ impl Engine {
             }
             self.set_grad_fn(out, node, 0);
         }
-        self.release(lse);
-        for t in [rng, unused].into_iter().flatten() {
+        for t in [lse, rng, unused].into_iter().flatten() {
             self.release(t);
         }
         Ok(out)
