@@ -501,3 +501,23 @@ fn grad_accum_fixed_matches_the_h100() {
 fn eval_no_grad_fixed_matches_the_h100() {
     check("eval-no-grad-fixed", "eval_no_grad_fixed", EXACT);
 }
+
+#[test]
+fn store_outputs_bug_matches_the_h100() {
+    check("store-outputs-bug", "store_outputs_bug", EXACT);
+}
+
+#[test]
+fn loss_list_train_bug_matches_the_h100() {
+    check("loss-list-train-bug", "loss_list_train_bug", EXACT);
+}
+
+#[test]
+fn buffer_in_loop_bug_matches_the_h100() {
+    check("buffer-in-loop-bug", "buffer_in_loop_bug", EXACT);
+}
+
+#[test]
+fn eval_no_grad_bug_matches_the_h100() {
+    check("eval-no-grad-bug", "eval_no_grad_bug", EXACT);
+}
