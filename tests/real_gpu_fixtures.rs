@@ -272,8 +272,8 @@ fn zero_grad_fixed_matches_the_h100() {
 
 #[test]
 fn gpt2_small_fits_matches_the_h100() {
-    // The backward's kernel scratch the engine leaves out (cuBLASLt
-    // bias-gradient workspaces of 48-133 MiB in AddmmBackward0, the
+    // The backward's kernel scratch the engine leaves out (48-133 MiB
+    // bias-gradient reduction buffers in AddmmBackward0, the
     // efficient-attention backward's 25,190,400 B buffer) comes after the
     // peak; it moves the cache's layout, so an iteration ends up to one
     // 2 MiB small segment away.
