@@ -200,3 +200,21 @@ fn open_report_says_what_the_trace_shows_about_leaks() {
         "never claims a training leak without backward: {out}"
     );
 }
+
+#[test]
+fn replay_takes_the_runs_memory_limit_for_garbage_collection() {
+    // An H100 run with garbage_collection_threshold:0.6 under
+    // set_per_process_memory_fraction (tests/fixtures/pytorch/captured).
+    let pickle = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/pytorch/captured/var_batch_gc_threshold.pickle");
+    let path = pickle.to_str().expect("utf-8 path");
+    let (code, _, err) = vramscope(&["replay", path, "--verify"]);
+    assert_eq!(code, 1, "without the limit the GC frees cannot be replayed");
+    assert!(err.contains("--allowed-memory"), "{err}");
+    let (code, out, _) = vramscope(&["replay", path, "--verify", "--allowed-memory", "5153960755"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("segment events 131/131"), "{out}");
+    let (code, _, err) = vramscope(&["replay", path, "--verify", "--allowed-memory", "lots"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--allowed-memory"), "{err}");
+}

@@ -79,7 +79,11 @@ fn replay_checks(stem: &str) -> serde_json::Value {
     let config = from_snapshot::config(&snap);
     let total = from_snapshot::infer_device_total(&entries, config.large_segment_size)
         .unwrap_or(from_snapshot::DEFAULT_DEVICE_TOTAL);
-    let mut replayer = Replayer::new(config, total);
+    // The program held PyTorch to the scenario's budget with
+    // set_per_process_memory_fraction, which the snapshot does not record
+    // (garbage_collection_threshold acts only under it).
+    let allowed = m["allowed_memory_maximum"].as_u64();
+    let mut replayer = Replayer::new(config, total).with_allowed_memory(allowed);
     let o = replayer.replay(&entries, Some(&finals));
     assert_eq!(o.replayable_from, 0, "{stem}: the trace is closed");
     assert_eq!(
@@ -566,4 +570,32 @@ fn adam_first_step_oom_bug_matches_the_h100() {
 #[test]
 fn finetune_frozen_layers_matches_the_h100() {
     check("finetune-frozen-layers", "finetune_frozen_layers", EXACT);
+}
+
+#[test]
+fn var_batch_max_split_matches_the_h100() {
+    check("var-batch-max-split", "var_batch_max_split", EXACT);
+}
+
+#[test]
+fn var_batch_gc_threshold_matches_the_h100() {
+    check("var-batch-gc-threshold", "var_batch_gc_threshold", EXACT);
+}
+
+#[test]
+fn garbage_collection_needs_the_runs_memory_limit_to_replay() {
+    // Without the limit the trace's GC frees look like empty_cache() calls,
+    // which free more than the age-based collection did.
+    let snap = import_file(&captured("var_batch_gc_threshold", "pickle")).expect("imports");
+    let without = from_snapshot::verify(&snap);
+    assert!(!without[0].outcome.all_matched());
+    let allowed = meta("var_batch_gc_threshold")["allowed_memory_maximum"].as_u64();
+    let with = from_snapshot::verify_with(&snap, allowed);
+    let o = &with[0].outcome;
+    assert!(o.all_matched(), "{:?}", o.differences);
+    assert!(
+        o.segment_events > 100,
+        "{} segment events",
+        o.segment_events
+    );
 }

@@ -178,6 +178,14 @@ impl<D: Device> CachingAllocator<D> {
         self.allowed_max = Some((fraction * self.device.total_memory() as f64) as u64);
     }
 
+    /// The limit a recorded run's `set_per_process_memory_fraction` made, in
+    /// bytes: a snapshot does not record the fraction, only its effects.
+    pub fn set_allowed_memory(&mut self, bytes: u64) {
+        let total = self.device.total_memory().max(1);
+        self.fraction = Some(bytes as f64 / total as f64);
+        self.allowed_max = Some(bytes);
+    }
+
     pub fn memory_fraction_limit(&self) -> Option<u64> {
         self.allowed_max
     }

@@ -112,6 +112,11 @@ pub enum Command {
         /// Read --conf as this PyTorch release would (2.4 to 2.15; default 2.8).
         #[arg(long)]
         torch: Option<String>,
+        /// The limit torch.cuda.set_per_process_memory_fraction set in the
+        /// recorded run, e.g. 4.8GiB: snapshots do not record it, and
+        /// garbage_collection_threshold acts only under one.
+        #[arg(long = "allowed-memory")]
+        allowed_memory: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -210,6 +215,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             confs,
             capacity,
             torch,
+            allowed_memory,
             json,
         }) => snapshot::replay(
             &snapshot,
@@ -219,6 +225,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 capacity,
                 json,
                 torch,
+                allowed_memory,
             },
         ),
         Some(Command::Watch { once, json }) => watch::run(once, json),

@@ -39,6 +39,7 @@ pub struct ReplayArgs {
     pub capacity: Option<String>,
     pub json: bool,
     pub torch: Option<String>,
+    pub allowed_memory: Option<String>,
 }
 
 fn parse_conf(conf: &str, torch: Option<&str>) -> anyhow::Result<AllocConfig> {
@@ -53,8 +54,22 @@ fn parse_conf(conf: &str, torch: Option<&str>) -> anyhow::Result<AllocConfig> {
 
 pub fn replay(path: &Path, args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let snap = load(path)?;
-    let replays = from_snapshot::verify(&snap);
+    let allowed = match &args.allowed_memory {
+        Some(s) => Some(parse_size(s).map_err(|e| BadInput(format!("--allowed-memory: {e}")))?),
+        None => None,
+    };
+    let replays = from_snapshot::verify_with(&snap, allowed);
     let verify = VerifyReport::new(&replays);
+    if !verify.ok
+        && allowed.is_none()
+        && from_snapshot::config(&snap).garbage_collection_threshold > 0.0
+    {
+        eprintln!(
+            "note: this run set garbage_collection_threshold, which acts only under a memory \
+             fraction, and snapshots do not record the fraction: pass the run's limit with \
+             --allowed-memory (e.g. --allowed-memory 4.8GiB)"
+        );
+    }
     let mut status = ExitCode::SUCCESS;
     if args.verify || args.confs.is_empty() {
         if args.json && args.confs.is_empty() {

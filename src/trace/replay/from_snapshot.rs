@@ -160,6 +160,12 @@ pub struct DeviceReplay {
 /// Replay every traced device of `snap` under its own settings, starting from
 /// the rebuilt state at the first entry (empty for a closed trace).
 pub fn verify(snap: &Snapshot) -> Vec<DeviceReplay> {
+    verify_with(snap, None)
+}
+
+/// [`verify`] for a run that `set_per_process_memory_fraction` held to
+/// `allowed` bytes.
+pub fn verify_with(snap: &Snapshot, allowed: Option<u64>) -> Vec<DeviceReplay> {
     let config = config(snap);
     traced_devices(snap)
         .into_iter()
@@ -169,8 +175,9 @@ pub fn verify(snap: &Snapshot) -> Vec<DeviceReplay> {
             let start = initial_state(&entries, &finals, &config);
             let device_total = infer_device_total(&entries, config.large_segment_size);
             let total = device_total.unwrap_or(DEFAULT_DEVICE_TOTAL);
-            let outcome =
-                Replayer::seeded(config.clone(), total, &start).run(&entries, Some(&finals));
+            let outcome = Replayer::seeded(config.clone(), total, &start)
+                .with_allowed_memory(allowed)
+                .run(&entries, Some(&finals));
             DeviceReplay {
                 device,
                 entries,

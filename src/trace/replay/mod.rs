@@ -156,6 +156,15 @@ impl Replayer {
         r
     }
 
+    /// The recorded run's memory-fraction limit in bytes (snapshots do not
+    /// record it; `garbage_collection_threshold` acts only under one).
+    pub fn with_allowed_memory(mut self, bytes: Option<u64>) -> Replayer {
+        if let Some(b) = bytes {
+            self.alloc.set_allowed_memory(b);
+        }
+        self
+    }
+
     pub fn allocator(&self) -> &CachingAllocator<ScriptedDevice> {
         &self.alloc
     }
