@@ -29,6 +29,13 @@ pub fn entries(snap: &Snapshot, device: usize) -> Vec<Entry> {
             addr: e.addr,
             size: e.size,
             stream: e.stream,
+            in_empty_cache: matches!(
+                e.action.allocator(),
+                Some(AllocAction::SegmentFree | AllocAction::SegmentUnmap)
+            ) && snap
+                .frames
+                .resolve(e.frames)
+                .any(|f| &*f.name == "empty_cache" || f.name.contains("emptyCache")),
         })
         .collect()
 }

@@ -25,6 +25,10 @@ pub struct Entry {
     pub addr: u64,
     pub size: u64,
     pub stream: u64,
+    /// A segment release whose stack shows `torch.cuda.empty_cache()`: an
+    /// explicit call, not the release an OOM path makes before giving up
+    /// (the two write the same entries otherwise).
+    pub in_empty_cache: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,6 +124,8 @@ pub struct Replayer {
     /// Started from a reconstructed state: stale requested sizes of free
     /// blocks are unknowable, so the final comparison leaves them out.
     open: bool,
+    /// Indices of the segment releases made inside `empty_cache()`.
+    in_empty_cache: Vec<usize>,
 }
 
 impl Replayer {
@@ -133,6 +139,7 @@ impl Replayer {
             deferred: Vec::new(),
             ours: Vec::new(),
             open: false,
+            in_empty_cache: Vec::new(),
         }
     }
 
@@ -194,6 +201,9 @@ impl Replayer {
                 EntryAction::Segment(_) => {
                     self.outcome.segment_events += 1;
                     self.group.extend(expected(&e).map(|x| (i, x)));
+                    if e.in_empty_cache {
+                        self.in_empty_cache.push(i);
+                    }
                 }
                 EntryAction::Alloc | EntryAction::Oom => self.request(i, &e),
                 EntryAction::FreeRequested => {
@@ -223,9 +233,14 @@ impl Replayer {
     fn request(&mut self, i: usize, e: &Entry) {
         let is_oom = e.action == EntryAction::Oom;
         // Releases recorded before a request that the cache serves cannot come
-        // from that request: they are an explicit empty_cache() call.
+        // from that request: they are an explicit empty_cache() call. So are
+        // releases whose stack shows empty_cache(), even before an OOM.
+        let explicit = self
+            .group
+            .first()
+            .is_some_and(|(at, x)| is_release(x) && self.in_empty_cache.contains(at));
         if self.group.first().is_some_and(|(_, x)| is_release(x))
-            && self.alloc.would_reuse_cached(e.size, e.stream)
+            && (explicit || self.alloc.would_reuse_cached(e.size, e.stream))
         {
             let releases = self.group.iter().take_while(|(_, x)| is_release(x)).count();
             let rest = self.group.split_off(releases);
