@@ -622,3 +622,17 @@ fn fragmentation_oom_expandable_fixed_matches_the_h100() {
         EXACT,
     );
 }
+
+#[test]
+fn checkpoint_none_matches_the_h100() {
+    check(
+        "checkpoint-none",
+        "checkpoint_none",
+        layout_dependent(1_662_981_120),
+    );
+}
+
+#[test]
+fn grad_accum_sum_bug_matches_the_h100() {
+    check("grad-accum-sum-bug", "grad_accum_sum_bug", EXACT);
+}
