@@ -636,3 +636,23 @@ fn checkpoint_none_matches_the_h100() {
 fn grad_accum_sum_bug_matches_the_h100() {
     check("grad-accum-sum-bug", "grad_accum_sum_bug", EXACT);
 }
+
+/// cuDNN 9.19's inference workspace for the same LSTM on the H100 (eval mode:
+/// no reserve, no dropout state).
+const CUDNN_INFERENCE_WORKSPACE: u64 = 23_017_632;
+
+#[test]
+fn rnn_hidden_eval_bug_matches_the_h100() {
+    use vramscope::trace::replay::EntryAction as Action;
+    let snap = import_file(&captured("rnn_hidden_eval_bug", "pickle")).expect("imports");
+    let entries = from_snapshot::entries(&snap, 0);
+    assert!(entries
+        .iter()
+        .any(|e| e.action == Action::Alloc && e.size == CUDNN_INFERENCE_WORKSPACE));
+    check_tuned(
+        "rnn-hidden-eval-bug",
+        "rnn_hidden_eval_bug",
+        EXACT,
+        &|cfg: &mut EngineConfig| cfg.rnn_workspace_bytes = CUDNN_INFERENCE_WORKSPACE,
+    );
+}

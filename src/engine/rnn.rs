@@ -118,8 +118,14 @@ impl Engine {
         let (t, b) = (xs.dim(0), xs.dim(1));
         let dtype = self.dtype(x);
         let h = m.hidden;
-        if m.dropout > 0.0 && m.layers > 1 && self.cudnn_dropout_state.is_none() {
-            // Created once per device and cached (§10.3) [unc size].
+        if m.dropout > 0.0
+            && m.layers > 1
+            && self.ctx.training
+            && self.cudnn_dropout_state.is_none()
+        {
+            // Created once per device and cached (§10.3) [unc size], and only
+            // when dropout applies (`get_dropout_state(p, train)`: not in eval;
+            // seen on PyTorch 2.11, rnn_hidden_eval_bug).
             let bytes = self.cfg.cudnn_dropout_state_bytes;
             let s = self.transient(bytes, Category::Workspace)?;
             self.cudnn_dropout_state = s;
