@@ -124,8 +124,6 @@ pub struct Replayer {
     /// Started from a reconstructed state: stale requested sizes of free
     /// blocks are unknowable, so the final comparison leaves them out.
     open: bool,
-    /// Indices of the segment releases made inside `empty_cache()`.
-    in_empty_cache: Vec<usize>,
 }
 
 impl Replayer {
@@ -139,7 +137,6 @@ impl Replayer {
             deferred: Vec::new(),
             ours: Vec::new(),
             open: false,
-            in_empty_cache: Vec::new(),
         }
     }
 
@@ -201,11 +198,8 @@ impl Replayer {
                 EntryAction::Segment(_) => {
                     self.outcome.segment_events += 1;
                     self.group.extend(expected(&e).map(|x| (i, x)));
-                    if e.in_empty_cache {
-                        self.in_empty_cache.push(i);
-                    }
                 }
-                EntryAction::Alloc | EntryAction::Oom => self.request(i, &e),
+                EntryAction::Alloc | EntryAction::Oom => self.request(i, &e, entries),
                 EntryAction::FreeRequested => {
                     self.flush_as_empty_cache();
                     let completes_now = entries.get(i + 1).is_some_and(|n| {
@@ -230,7 +224,7 @@ impl Replayer {
         &self.outcome
     }
 
-    fn request(&mut self, i: usize, e: &Entry) {
+    fn request(&mut self, i: usize, e: &Entry, entries: &[Entry]) {
         let is_oom = e.action == EntryAction::Oom;
         // Releases recorded before a request that the cache serves cannot come
         // from that request: they are an explicit empty_cache() call. So are
@@ -238,7 +232,7 @@ impl Replayer {
         let explicit = self
             .group
             .first()
-            .is_some_and(|(at, x)| is_release(x) && self.in_empty_cache.contains(at));
+            .is_some_and(|(at, x)| is_release(x) && entries[*at].in_empty_cache);
         if self.group.first().is_some_and(|(_, x)| is_release(x))
             && (explicit || self.alloc.would_reuse_cached(e.size, e.stream))
         {
