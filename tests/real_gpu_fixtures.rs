@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use vramscope::engine::{CublasLtWorkspace, EngineConfig};
 use vramscope::scenario::{resolve, run, RunOptions, RunResult};
-use vramscope::trace::replay::{from_snapshot, Replayer};
+use vramscope::trace::replay::from_snapshot;
 use vramscope::trace::snapshot::import_file;
 
 const MIB: f64 = (1u64 << 20) as f64;
@@ -72,19 +72,13 @@ const EXACT: Layout = Layout {
 fn replay_checks(stem: &str) -> serde_json::Value {
     let m = meta(stem);
     let snap = import_file(&captured(stem, "pickle")).expect("imports");
-    let devices = from_snapshot::traced_devices(&snap);
-    assert_eq!(devices, vec![0], "{stem}: one traced device");
-    let entries = from_snapshot::entries(&snap, 0);
-    let finals = from_snapshot::final_segments(&snap, 0);
-    let config = from_snapshot::config(&snap);
-    let total = from_snapshot::infer_device_total(&entries, config.large_segment_size)
-        .unwrap_or(from_snapshot::DEFAULT_DEVICE_TOTAL);
     // The program held PyTorch to the scenario's budget with
     // set_per_process_memory_fraction, which the snapshot does not record
     // (garbage_collection_threshold acts only under it).
     let allowed = m["allowed_memory_maximum"].as_u64();
-    let mut replayer = Replayer::new(config, total).with_allowed_memory(allowed);
-    let o = replayer.replay(&entries, Some(&finals));
+    let replays = from_snapshot::verify_with(&snap, allowed);
+    assert_eq!(replays.len(), 1, "{stem}: one traced device");
+    let o = &replays[0].outcome;
     assert_eq!(o.replayable_from, 0, "{stem}: the trace is closed");
     assert_eq!(
         o.final_state_match,
@@ -110,7 +104,7 @@ fn replay_checks(stem: &str) -> serde_json::Value {
         "{stem}: the recorded OOMs"
     );
 
-    let ours = replayer.allocator().stats().to_map(false);
+    let ours = replays[0].stats.to_map(false);
     let real = m["memory_stats"].as_object().expect("memory_stats");
     let mut off = Vec::new();
     for (key, value) in real {

@@ -1,7 +1,7 @@
 //! Turn an imported snapshot into replay input: per-device entries, the final
 //! segments, the allocator config it ran under, and the device size.
 
-use crate::alloc::{Action as AllocAction, AllocConfig, TorchVersion};
+use crate::alloc::{Action as AllocAction, AllocConfig, MemoryStats, TorchVersion};
 use crate::trace::snapshot::{AllocatorSettings, Snapshot};
 
 use super::reconstruct::{initial_state, Reconstruction};
@@ -162,6 +162,8 @@ pub struct DeviceReplay {
     pub start: Reconstruction,
     pub device_total: Option<u64>,
     pub outcome: ReplayOutcome,
+    /// Our allocator's `memory_stats()` at the end of the replay.
+    pub stats: MemoryStats,
 }
 
 /// Replay every traced device of `snap` under its own settings, starting from
@@ -182,15 +184,17 @@ pub fn verify_with(snap: &Snapshot, allowed: Option<u64>) -> Vec<DeviceReplay> {
             let start = initial_state(&entries, &finals, &config);
             let device_total = infer_device_total(&entries, config.large_segment_size);
             let total = device_total.unwrap_or(DEFAULT_DEVICE_TOTAL);
-            let outcome = Replayer::seeded(config.clone(), total, &start)
-                .with_allowed_memory(allowed)
-                .run(&entries, Some(&finals));
+            let mut replayer =
+                Replayer::seeded(config.clone(), total, &start).with_allowed_memory(allowed);
+            replayer.replay(&entries, Some(&finals));
+            let stats = replayer.allocator().stats().clone();
             DeviceReplay {
                 device,
                 entries,
                 start,
                 device_total,
-                outcome,
+                outcome: replayer.into_outcome(),
+                stats,
             }
         })
         .collect()

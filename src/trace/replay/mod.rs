@@ -183,6 +183,11 @@ impl Replayer {
         self.outcome
     }
 
+    /// What [`Replayer::replay`] found.
+    pub fn into_outcome(self) -> ReplayOutcome {
+        self.outcome
+    }
+
     /// [`Replayer::run`], keeping the allocator for what it ends with
     /// (its `memory_stats()` against the recorded run's).
     pub fn replay(
