@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use vramscope::device::budget::scenario_sized;
+use vramscope::device::budget::{held_to, scenario_sized};
 use vramscope::device::cuda::CudaDevice;
 use vramscope::device::kernels::launcher_for;
 use vramscope::device::nvml::{self, Reconciliation};
@@ -98,7 +98,7 @@ fn run_on_cuda(
     r.gpu = at_end.map(|at_end| GpuRun {
         device: name,
         device_total: total,
-        held_to: (cap <= total).then_some(cap),
+        held_to: held_to(cap, total),
         at_end,
     });
     Ok(r)

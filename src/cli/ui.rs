@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use vramscope::device::budget::scenario_sized;
+use vramscope::device::budget::{held_to, scenario_sized};
 use vramscope::device::cuda::CudaDevice;
 use vramscope::device::kernels::launcher_for;
 use vramscope::device::Device;
@@ -98,7 +98,7 @@ pub fn open_cuda(name: &str, ordinal: usize) -> anyhow::Result<ExitCode> {
     };
     let title = format!("{} · cuda:{ordinal}", scenario.name);
     let source = scenario_source_on(scenario, built, ITERATION_PACE, Some(gpu))
-        .with_capacity(cap.min(total));
+        .with_capacity(held_to(cap, total).unwrap_or(total));
     run_tui(
         vec![(title, source)],
         TuiOptions {

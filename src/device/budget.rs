@@ -89,18 +89,23 @@ impl<D: Device> Device for Budgeted<D> {
     }
 }
 
+/// The capacity a scenario's run on a card of `card_total` bytes is held to:
+/// the scenario's own when the card is larger, none otherwise (then the
+/// driver itself refuses what does not fit).
+pub fn held_to(scenario_total: u64, card_total: u64) -> Option<u64> {
+    (scenario_total <= card_total).then_some(scenario_total)
+}
+
 /// A real device as a scenario's run sees it: held to the scenario's
-/// capacity and overhead when the card is larger, as it is otherwise (then
-/// the driver itself refuses what does not fit).
+/// capacity and overhead when [`held_to`] says so, as it is otherwise.
 pub fn scenario_sized<D: Device + Send + 'static>(
     dev: D,
     total: u64,
     overhead: u64,
 ) -> super::AnyDevice {
-    if total <= dev.total_memory() {
-        Box::new(Budgeted::new(dev, total, overhead))
-    } else {
-        Box::new(dev)
+    match held_to(total, dev.total_memory()) {
+        Some(total) => Box::new(Budgeted::new(dev, total, overhead)),
+        None => Box::new(dev),
     }
 }
 
