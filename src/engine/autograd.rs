@@ -83,6 +83,8 @@ pub(crate) struct SavedSlot {
     pub shape: Shape,
     pub dtype: DType,
     pub version: u32,
+    /// The saved tensor's own counter, if it has one (else the storage's).
+    pub version_cell: Option<u32>,
     pub is_output: bool,
     /// The saved tensor's producer (for the in-place error message).
     pub producer: Option<(&'static str, u8)>,
@@ -269,7 +271,8 @@ impl Engine {
         }
         let (storage, shape, dtype) = (x.storage, x.shape, x.dtype);
         let producer = x.grad_fn.map(|n| (self.nodes[n.0].name, x.output_nr));
-        let version = self.storages[storage.0].version;
+        let version_cell = x.version_cell;
+        let version = self.version_of(self.version_counter(t));
         let pack = self.ckpt_pack(storage);
         let held = if pack.is_some() {
             None
@@ -283,6 +286,7 @@ impl Engine {
             shape,
             dtype,
             version,
+            version_cell,
             is_output,
             producer,
             pack,

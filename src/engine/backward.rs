@@ -482,7 +482,10 @@ impl Engine {
         let node = &self.nodes[n.0];
         for s in &node.saved {
             if let Some(st) = s.storage {
-                let v = self.storages[st.0].version;
+                let v = match s.version_cell {
+                    Some(c) => self.version_cells[c as usize],
+                    None => self.storages[st.0].version,
+                };
                 if v != s.version {
                     let which = match s.producer {
                         Some((name, nr)) => format!(", which is output {nr} of {name},"),

@@ -195,7 +195,10 @@ impl Engine {
                 Some(s) => {
                     let slot = &mut self.nodes[n.0].saved[i];
                     slot.storage = Some(s);
-                    slot.version = self.storages[s.0].version;
+                    slot.version = match slot.version_cell {
+                        Some(c) => self.version_cells[c as usize],
+                        None => self.storages[s.0].version,
+                    };
                 }
                 None => return Err(EngineError::Runtime(super::error::BACKWARD_TWICE.into())),
             }

@@ -93,6 +93,9 @@ pub struct Engine {
     pub(crate) cfg: EngineConfig,
     pub(crate) storages: Slab<storage::Storage>,
     pub(crate) tensors: Slab<tensor::Tensor>,
+    /// Version counters of tensors that share a storage without being views
+    /// of one another (`Tensor::version_cell`).
+    pub(crate) version_cells: Vec<u32>,
     pub(crate) nodes: Slab<autograd::Node>,
     pub(crate) tags: TagTable,
     pub(crate) ctx: Ctx,
@@ -148,6 +151,7 @@ impl Engine {
             cfg,
             storages: Slab::default(),
             tensors: Slab::default(),
+            version_cells: Vec::new(),
             nodes: Slab::default(),
             tags: TagTable::new(),
             ctx: Ctx {

@@ -62,6 +62,9 @@ impl Engine {
             self.op_end(op)?;
             let s = s?;
             // Re-point every parameter at the flat buffer; the old storages die.
+            // `param.set_(view of the flat buffer)`: one in-place op on each
+            // parameter, which keeps its own version counter (its version is
+            // 1 from here; seen in PyTorch's in-place error on an H100).
             self.storages[s.0].engine_refs += 1;
             for p in &params[first..] {
                 let old = self.t(*p).storage;
@@ -69,6 +72,7 @@ impl Engine {
                 let t = self.t_mut(*p);
                 t.storage = s;
                 t.is_view = true;
+                self.own_version_counter(*p, 1);
                 self.release_storage_tensor(old);
             }
             flat = Some(s);

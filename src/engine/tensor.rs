@@ -28,6 +28,13 @@ pub enum Layout {
     Expanded,
 }
 
+/// A version counter: a storage's (shared by all views of it) or a tensor's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum VersionCounter {
+    Storage(StorageId),
+    Cell(u32),
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct Tensor {
     pub storage: StorageId,
@@ -41,6 +48,10 @@ pub(crate) struct Tensor {
     /// Weak: a leaf's AccumulateGrad node while some graph holds it.
     pub grad_acc: Option<NodeId>,
     pub is_view: bool,
+    /// Its own version counter (an index into `Engine::version_cells`)
+    /// instead of its storage's: a tensor `set_` onto another's storage is
+    /// not a view of it, and PyTorch keeps a counter per view family (§1.4.4).
+    pub version_cell: Option<u32>,
     /// Created under `inference_mode` (engine.md §4).
     pub inference: bool,
     /// `retain_grad()` was called on this non-leaf (engine.md §3.3).
@@ -86,6 +97,7 @@ impl Engine {
             grad: None,
             grad_acc: None,
             is_view,
+            version_cell: None,
             inference: self.ctx.inference,
             retains_grad: false,
             refs: 1,
@@ -222,8 +234,34 @@ impl Engine {
         if self.ctx.inference {
             return; // inference mode does no version-counter bumps (§4)
         }
-        let s = self.tensors[t.0].storage;
-        self.storages[s.0].version += 1;
+        match self.version_counter(t) {
+            VersionCounter::Storage(s) => self.storages[s.0].version += 1,
+            VersionCounter::Cell(c) => self.version_cells[c as usize] += 1,
+        }
+    }
+
+    /// The counter `t`'s in-place ops bump.
+    pub(crate) fn version_counter(&self, t: TensorId) -> VersionCounter {
+        let x = &self.tensors[t.0];
+        match x.version_cell {
+            Some(c) => VersionCounter::Cell(c),
+            None => VersionCounter::Storage(x.storage),
+        }
+    }
+
+    /// A counter's value now.
+    pub(crate) fn version_of(&self, counter: VersionCounter) -> u32 {
+        match counter {
+            VersionCounter::Storage(s) => self.storages[s.0].version,
+            VersionCounter::Cell(c) => self.version_cells[c as usize],
+        }
+    }
+
+    /// Give `t` a counter of its own, starting at `version`.
+    pub(crate) fn own_version_counter(&mut self, t: TensorId, version: u32) {
+        self.version_cells.push(version);
+        let cell = (self.version_cells.len() - 1) as u32;
+        self.tensors[t.0].version_cell = Some(cell);
     }
 
     /// Live tensor handles (all owners).
