@@ -30,7 +30,10 @@ impl Engine {
         w: Option<TensorId>,
         b: Option<TensorId>,
     ) -> Result<TensorId> {
-        let xc = self.autocast_arg(x, CastPolicy::Fp32)?;
+        // layer_norm is on autocast's fp32 list: every floating argument is
+        // cast, right to left (an fp16 model's weight and bias included).
+        let [xc, w, b] = self.autocast_args([Some(x), w, b], CastPolicy::Fp32)?;
+        let xc = xc.unwrap_or_else(|| self.local_ref(x));
         let shape = self.shape(xc);
         let m = Shape::new(&[shape.leading()]);
         let out = self.act(shape, self.dtype(xc))?;
@@ -61,6 +64,9 @@ impl Engine {
         self.release(mean);
         self.release(rstd);
         self.release(xc);
+        for cast in [w, b].into_iter().flatten() {
+            self.release(cast);
+        }
         Ok(out)
     }
 
