@@ -861,3 +861,40 @@ fn amp_bce_with_logits_fixed_matches_the_h100() {
         },
     );
 }
+
+#[test]
+fn amp_fp16_overflow_matches_the_h100() {
+    // amp-fp16's loop: the same 128 KiB of unsplit tail at the peak. The
+    // skipped steps of iterations 1 and 2 put AdamW's first state in
+    // iteration 3 and the OOM in iteration 4, on both.
+    check(
+        "amp-fp16-overflow",
+        "amp_fp16_overflow",
+        Layout {
+            allocated: 1 << 20,
+            ends: 2 << 20,
+            ..EXACT
+        },
+    );
+}
+
+#[test]
+fn optimizer_cpu_offload_matches_the_h100() {
+    // On the GPU the same run as adam-first-step-sgd (no optimizer state, no
+    // allocation in the step): the same peaks on the H100, and the same
+    // 24 MiB reduction-buffer segment the engine leaves out.
+    check(
+        "optimizer-cpu-offload",
+        "optimizer_cpu_offload",
+        Layout {
+            reserved: 25_165_824,
+            ends: 25_165_824,
+            ..EXACT
+        },
+    );
+}
+
+#[test]
+fn tour_matches_the_h100() {
+    check("tour", "tour", EXACT);
+}
