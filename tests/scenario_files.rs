@@ -421,3 +421,45 @@ fn check_exit_status_and_position() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `engine: (reduce_device: …)` turns on the reductions' scratch: the bias
+/// gradients of adam-first-step-sgd's [1024, 3072] MLP projections take the
+/// staging buffer and semaphores ATen takes on 132 SMs (25,165,824 B and
+/// 96 B), which a run without it does not allocate.
+#[test]
+fn a_reduce_device_gives_the_bias_gradients_their_scratch() {
+    use vramscope::alloc::Action;
+    use vramscope::trace::Event;
+    let path = scenarios_dir().join("adam-first-step-sgd.ron");
+    let text = std::fs::read_to_string(&path).expect("the library scenario");
+    let with = text.replace(
+        "    data: (batch: 4, seq: 256),\n",
+        "    data: (batch: 4, seq: 256),\n    engine: (reduce_device: Some((sm_count: 132, max_threads_per_sm: 2048))),\n",
+    );
+    assert_ne!(with, text, "the field went in");
+    let sizes = |text: &str| -> Vec<u64> {
+        let (sc, built) = load_str(text, "sgd.ron").expect("loads");
+        let r = run(
+            &sc,
+            &built,
+            &RunOptions {
+                iterations: Some(1),
+                record_events: true,
+            },
+        );
+        assert!(r.error.is_none() && r.oom.is_none(), "{:?}", r.error);
+        r.events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Alloc(a) if a.action == Action::Alloc => Some(a.size),
+                _ => None,
+            })
+            .collect()
+    };
+    let (on, off) = (sizes(&with), sizes(&text));
+    let count = |v: &[u64], size: u64| v.iter().filter(|s| **s == size).count();
+    // Twelve c_fc bias gradients, each with a 96 B semaphore array.
+    assert_eq!(count(&on, 96), 12);
+    assert_eq!(count(&off, 96), 0);
+    assert!(count(&on, 25_165_824) >= count(&off, 25_165_824) + 12);
+}

@@ -54,6 +54,11 @@ pub(crate) enum BwdKind {
     /// gradient, backward-thread cuBLAS workspace). Input 0 of addmm is the bias.
     Gemm {
         has_bias: bool,
+        /// The last input is a Linear's weight, multiplied as `W.t()`: its
+        /// gradient comes back as a transposed view (`mm_mat2_backward`'s
+        /// column-major branch, then TBackward0), and the view keeps its
+        /// base alive.
+        weight_transposed: bool,
     },
     /// convolution: per-input gradients with a transient cuDNN workspace each.
     Conv {

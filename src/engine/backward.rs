@@ -179,9 +179,14 @@ impl Engine {
         match node.buf[e.nr as usize] {
             None => node.buf[e.nr as usize] = Some(g),
             Some(old) => {
+                // InputBuffer::accumulate: in place only into the last
+                // reference to a dense tensor and its storage. A view keeps its
+                // base alive (a Linear weight's gradient: a second gradient
+                // for a tied weight is summed out of place, as on the H100).
                 let o = &self.tensors[old.0];
                 let exclusive = o.refs == 1
                     && o.layout == Layout::Contiguous
+                    && !o.is_view
                     && self.storages[o.storage.0].tensor_refs == 1;
                 if exclusive {
                     self.k_binary(old, g, old);
@@ -289,7 +294,10 @@ impl Engine {
                     }
                 }
             }
-            BwdKind::Gemm { has_bias } => {
+            BwdKind::Gemm {
+                has_bias,
+                weight_transposed,
+            } => {
                 let first = usize::from(has_bias);
                 // AddmmBackward0 computes mat1's gradient, then mat2's;
                 // MmBackward0 mat2's first. Seen on PyTorch 2.11 (the MLP
@@ -304,6 +312,9 @@ impl Engine {
                         let m = self.nodes[n.0].inputs[i];
                         let t = self.gemm_grad(m.shape, m.dtype, g0)?;
                         self.k_gemm_grad(n, i == first, g0, t);
+                        if weight_transposed && i + 1 == ninputs {
+                            self.t_mut(t).is_view = true;
+                        }
                         outs.push(Out::Ready(i, t));
                     }
                 }
@@ -376,7 +387,22 @@ impl Engine {
                     let m = self.nodes[n.0].inputs[i];
                     let gs = self.shape(g);
                     if gs.numel() != m.shape.numel() {
-                        let s = self.empty(m.shape, self.dtype(g), Category::Gradient)?;
+                        let dtype = self.dtype(g);
+                        let s = self.empty(m.shape, dtype, Category::Gradient)?;
+                        // at::sum_to: a reduction kernel, with its scratch.
+                        let reduction = (self.layout(g) != Layout::Expanded)
+                            .then(|| {
+                                super::reduce_scratch::sum_to_shape(
+                                    gs.dims(),
+                                    m.shape.dims(),
+                                    dtype.size(),
+                                )
+                            })
+                            .flatten();
+                        if let Err(e) = self.reduction_scratch(reduction) {
+                            self.release(s);
+                            return Err(e);
+                        }
                         self.k_grad_from(Some(g), s);
                         self.release(g);
                         (i, s)

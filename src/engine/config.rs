@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::reduce_scratch::ReduceDevice;
+
 /// GPU architecture: decides the cuBLAS / cuBLASLt workspace sizes (engine.md §1.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum GpuArch {
@@ -103,6 +105,12 @@ pub struct EngineConfig {
     /// engine computes no values, so the scenario says where GradScaler's
     /// `found_inf` is set and `scaler.step` skips `optimizer.step()` (§6.3).
     pub grad_overflow_iterations: Vec<u32>,
+    /// The GPU's SM count and threads per SM. With them, a reduction that
+    /// ATen splits across thread blocks (bias gradients, a loss's mean) takes
+    /// its staging buffer and semaphores from the allocator, sized as
+    /// `setReduceConfig` sizes them. None (the default, as engine.md has it):
+    /// reductions take no scratch.
+    pub reduce_device: Option<ReduceDevice>,
 }
 
 impl Default for EngineConfig {
@@ -124,6 +132,7 @@ impl Default for EngineConfig {
             conv_workspace_cap: 64 << 20,
             live_state_each_iteration: false,
             grad_overflow_iterations: Vec::new(),
+            reduce_device: None,
         }
     }
 }

@@ -28,6 +28,7 @@ pub mod ops;
 pub mod optim;
 pub mod presets;
 pub mod program;
+mod reduce_scratch;
 mod reentrant;
 pub mod rnn;
 pub mod shape;
@@ -57,6 +58,7 @@ pub use live::{LiveState, NodeInfo, RootInfo, RootKind, SavedInfo, StorageInfo};
 pub use optim::{OptimizerConfig, OptimizerKind};
 pub use presets::{LossKind, ModelConfig, ModelKind};
 pub use program::{GradContext, KeepWhat, Program, Step};
+pub use reduce_scratch::ReduceDevice;
 pub use shape::Shape;
 pub use storage::{DeviceKind, StorageId};
 pub use tag::{AllocTag, Category, Phase, TagTable};
@@ -414,6 +416,43 @@ impl Engine {
         if let Some(s) = s {
             self.release_storage_engine(s);
         }
+    }
+
+    /// A reduction's global-memory scratch (`reduce_scratch`), when the
+    /// engine knows the GPU's SMs: the staging buffer, then the semaphores,
+    /// both freed as the launch returns (semaphores first).
+    pub(crate) fn reduction_scratch(
+        &mut self,
+        shape: Option<reduce_scratch::ReduceShape>,
+    ) -> Result<()> {
+        let Some(device) = self.cfg.reduce_device else {
+            return Ok(());
+        };
+        let Some(s) = shape.and_then(|s| reduce_scratch::reduce_scratch(s, device)) else {
+            return Ok(());
+        };
+        let buffer = self.transient(s.buffer, Category::Workspace)?;
+        let semaphores = match self.transient(s.semaphores, Category::Workspace) {
+            Ok(t) => t,
+            Err(e) => {
+                self.free_transient(buffer);
+                return Err(e);
+            }
+        };
+        self.free_transient(semaphores);
+        self.free_transient(buffer);
+        Ok(())
+    }
+
+    /// `t` summed whole: a full reduction over its elements, unless it is a
+    /// broadcast view (stride 0), whose reduction is not modelled.
+    pub(crate) fn full_reduction(&self, t: TensorId) -> Option<reduce_scratch::ReduceShape> {
+        (self.layout(t) != tensor::Layout::Expanded).then(|| reduce_scratch::ReduceShape {
+            outputs: 1,
+            inputs_per_output: self.shape(t).numel(),
+            contiguous_inputs: true,
+            element_bytes: self.dtype(t).size(),
+        })
     }
 
     /// `torch.cuda.empty_cache()`.

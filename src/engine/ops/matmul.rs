@@ -63,7 +63,10 @@ impl Engine {
         {
             let node = self.new_node(
                 "AddmmBackward0",
-                BwdKind::Gemm { has_bias: true },
+                BwdKind::Gemm {
+                    has_bias: true,
+                    weight_transposed: true,
+                },
                 &[b, Some(x), Some(w)],
             );
             // mat1 is saved only if mat2 requires grad and vice versa (§2.2 guards).
@@ -86,7 +89,13 @@ impl Engine {
         } else {
             self.local_ref(x)
         };
-        let out = self.gemm(x2, w, xs.with_last(self.shape(w).dim(0)), "MmBackward0")?;
+        let out = self.gemm(
+            x2,
+            w,
+            xs.with_last(self.shape(w).dim(0)),
+            "MmBackward0",
+            true,
+        )?;
         self.release(x2);
         if let Some(b) = b {
             self.add_inplace(out, b)?;
@@ -95,12 +104,14 @@ impl Engine {
     }
 
     /// `mm(a, b)`: out of `shape`; saves b if a requires grad and a if b does.
+    /// `b_transposed`: b is a Linear's weight, multiplied as `W.t()`.
     pub(crate) fn gemm(
         &mut self,
         a: TensorId,
         b: TensorId,
         shape: Shape,
         node_name: &'static str,
+        b_transposed: bool,
     ) -> Result<TensorId> {
         let dtype = self.dtype(a);
         let out = self.act(shape, dtype)?;
@@ -110,7 +121,10 @@ impl Engine {
         if self.records(&[a, b]) {
             let node = self.new_node(
                 node_name,
-                BwdKind::Gemm { has_bias: false },
+                BwdKind::Gemm {
+                    has_bias: false,
+                    weight_transposed: b_transposed,
+                },
                 &[Some(a), Some(b)],
             );
             let (sa, sb) = ("self", "mat2");
@@ -156,7 +170,7 @@ impl Engine {
         };
         let (sa, sb) = (self.shape(a2), self.shape(b2));
         let shape = sa.with_last(sb.last());
-        let out = self.gemm(a2, b2, shape, name);
+        let out = self.gemm(a2, b2, shape, name, false);
         for t in [a2, b2, ac, bc] {
             self.release(t);
         }
