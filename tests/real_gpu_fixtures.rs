@@ -445,17 +445,10 @@ fn checkpoint_every_layer_matches_the_h100() {
 
 #[test]
 fn checkpoint_sqrt_segments_matches_the_h100() {
-    // Iteration 2 carves one more of iteration 1's cached 128 MiB logits
-    // segments for smaller blocks than the H100 did, so LogSoftmaxBackward
-    // needs one more: reserved is one 128 MiB segment over from there on.
-    // (Releasing c_attn's output before c_proj instead of when forward
-    // returns, as the engine did before this capture, happened to land on
-    // the H100's reserved; the trace shows PyTorch holding it.)
-    let layout = Layout {
-        reserved: 128 << 20,
-        ends: 128 << 20,
-        ..layout_dependent(1_387_904_000)
-    };
+    // Reserved is the H100's since the engine sums the tied embedding's
+    // gradients out of place and takes the reductions' scratch (before, one
+    // 128 MiB segment over from iteration 2 on).
+    let layout = layout_dependent(1_387_904_000);
     check(
         "checkpoint-sqrt-segments",
         "checkpoint_sqrt_segments",
