@@ -883,3 +883,38 @@ fn optimizer_cpu_offload_matches_the_h100() {
 fn tour_matches_the_h100() {
     check("tour", "tour", EXACT);
 }
+
+/// The real eval-without-no_grad trace, from the snapshot alone: the capture
+/// numbers its iterations (`record_function(f"iteration {it}")`), and those
+/// counted annotations delimit iterations for the leak analysis, which finds
+/// the forward's saved activations piling up at S_iter's sites (engine.md
+/// §9.1: two 1 MiB ReLU outputs and the 784 KiB batch per iteration). The
+/// fixed loop under no_grad shows no growth across the same markers.
+#[test]
+fn numbered_iteration_annotations_delimit_the_real_leak() {
+    use vramscope::leak::{analyze_snapshot, BoundarySource};
+    let bug = import_file(&captured("accumulate_loss_eval_bug", "pickle")).expect("imports");
+    let report = analyze_snapshot(&bug, 0, None);
+    assert_eq!(
+        report.boundary_source,
+        BoundarySource::Annotation("iteration N".into())
+    );
+    assert_eq!(report.boundaries.len(), 36, "iterations 1 to 36 start");
+    let growth = |site: &str| {
+        report
+            .survivors
+            .iter()
+            .find(|s| s.site.contains(site))
+            .map(|s| s.growth_per_iter)
+    };
+    assert_eq!(growth("_mnist_mlp.py:23"), Some(1 << 20));
+    assert_eq!(growth("_mnist_mlp.py:24"), Some(1 << 20));
+    assert_eq!(growth("accumulate_loss_eval_bug.py:81"), Some(802_816));
+    let fixed = import_file(&captured("accumulate_loss_eval_fixed", "pickle")).expect("imports");
+    let report = analyze_snapshot(&fixed, 0, None);
+    assert_eq!(
+        report.boundary_source,
+        BoundarySource::Annotation("iteration N".into())
+    );
+    assert!(report.survivors.is_empty(), "{:?}", report.survivors);
+}

@@ -86,6 +86,7 @@ pub enum Command {
         snapshot: PathBuf,
         /// Iteration boundaries for the leak analysis: a substring of an
         /// annotation name or a frame (default: Optimizer.step annotations,
+        /// numbered ones such as `record_function(f"iteration {i}")`,
         /// snapshot markers, or inferred training cycles).
         #[arg(long)]
         step_marker: Option<String>,

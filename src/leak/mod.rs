@@ -8,6 +8,7 @@
 //! - [`findings_json`] / [`findings_text`]: the report's views.
 
 mod classify;
+mod counted_annotations;
 mod detector;
 mod finding;
 mod format;

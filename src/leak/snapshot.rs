@@ -10,6 +10,7 @@
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
+use super::counted_annotations::counted_annotations;
 use super::finding::{Finding, FindingKind, Severity};
 use super::format::{signed_size, size};
 use crate::trace::snapshot::{Action, FramesId, Snapshot, TraceEntry};
@@ -20,7 +21,8 @@ use crate::trace::snapshot::{Action, FramesId, Snapshot, TraceEntry};
 pub enum BoundarySource {
     /// The user's marker: a substring of an annotation or frame.
     StepMarker(String),
-    /// `external_annotations` such as `Optimizer.step#AdamW.step`.
+    /// `external_annotations` such as `Optimizer.step#AdamW.step`, or the
+    /// user's numbered ones (`iteration N`).
     Annotation(String),
     /// `snapshot` trace entries (`torch.cuda.memory._snapshot()` calls).
     SnapshotMarker,
@@ -187,6 +189,16 @@ fn boundaries(
                 .map(|a| a.name.to_string())
                 .unwrap_or_default();
             return (BoundarySource::Annotation(name), finish(v));
+        }
+    }
+    if let Some((pattern, starts)) = counted_annotations(&snap.external_annotations, device as i64)
+    {
+        let v: Vec<usize> = starts
+            .iter()
+            .filter_map(|t| index_at_time(trace, *t))
+            .collect();
+        if v.len() >= 2 {
+            return (BoundarySource::Annotation(pattern), finish(v));
         }
     }
     let v: Vec<usize> = trace
