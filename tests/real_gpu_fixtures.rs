@@ -907,9 +907,16 @@ fn numbered_iteration_annotations_delimit_the_real_leak() {
             .find(|s| s.site.contains(site))
             .map(|s| s.growth_per_iter)
     };
-    assert_eq!(growth("_mnist_mlp.py:23"), Some(1 << 20));
-    assert_eq!(growth("_mnist_mlp.py:24"), Some(1 << 20));
-    assert_eq!(growth("accumulate_loss_eval_bug.py:81"), Some(802_816));
+    // The two ReLU outputs, the batch and its targets, the log-probs with
+    // nll_loss's 4-byte total_weight: S_iter's tensors, in requested bytes
+    // (S_iter counts total_weight's 512 B block).
+    assert_eq!(growth("_mnist_mlp.py:28 in forward"), Some(1 << 20));
+    assert_eq!(growth("_mnist_mlp.py:30 in forward"), Some(1 << 20));
+    assert_eq!(growth("_mlp_eval.py:39 in evaluate"), Some(802_816));
+    assert_eq!(growth("_mlp_eval.py:40 in evaluate"), Some(2_048));
+    assert_eq!(growth("_mnist_mlp.py:35 in criterion"), Some(10_244));
+    let total: i64 = report.survivors.iter().map(|s| s.growth_per_iter).sum();
+    assert_eq!(total, 2_912_768 - 512 + 4);
     let fixed = import_file(&captured("accumulate_loss_eval_fixed", "pickle")).expect("imports");
     let report = analyze_snapshot(&fixed, 0, None);
     assert_eq!(
