@@ -7,7 +7,7 @@ use rustc_hash::FxHashSet;
 use super::autograd::{BwdKind, Edge, NodeId};
 use super::error::{EngineError, Result, BACKWARD_TWICE};
 use super::tag::{Category, Phase};
-use super::tensor::{Layout, TensorId};
+use super::tensor::{Layout, TensorId, VersionCounter};
 use super::Engine;
 
 /// A gradient a node produced for input `i`, before `validate_outputs`.
@@ -399,10 +399,7 @@ impl Engine {
                                 )
                             })
                             .flatten();
-                        if let Err(e) = self.reduction_scratch(reduction) {
-                            self.release(s);
-                            return Err(e);
-                        }
+                        let s = self.scratch_after(s, reduction)?;
                         self.k_grad_from(Some(g), s);
                         self.release(g);
                         (i, s)
@@ -508,10 +505,10 @@ impl Engine {
         let node = &self.nodes[n.0];
         for s in &node.saved {
             if let Some(st) = s.storage {
-                let v = match s.version_cell {
-                    Some(c) => self.version_cells[c as usize],
-                    None => self.storages[st.0].version,
-                };
+                let v = self.version_of(
+                    s.version_cell
+                        .map_or(VersionCounter::Storage(st), VersionCounter::Cell),
+                );
                 if v != s.version {
                     let which = match s.producer {
                         Some((name, nr)) => format!(", which is output {nr} of {name},"),

@@ -12,7 +12,7 @@ use super::autograd::NodeId;
 use super::dtype::DType;
 use super::error::{EngineError, Result};
 use super::storage::StorageId;
-use super::tensor::TensorId;
+use super::tensor::{TensorId, VersionCounter};
 use super::Engine;
 
 #[derive(Debug, Clone)]
@@ -195,10 +195,11 @@ impl Engine {
                 Some(s) => {
                     let slot = &mut self.nodes[n.0].saved[i];
                     slot.storage = Some(s);
-                    slot.version = match slot.version_cell {
-                        Some(c) => self.version_cells[c as usize],
-                        None => self.storages[s.0].version,
-                    };
+                    let counter = slot
+                        .version_cell
+                        .map_or(VersionCounter::Storage(s), VersionCounter::Cell);
+                    let version = self.version_of(counter);
+                    self.nodes[n.0].saved[i].version = version;
                 }
                 None => return Err(EngineError::Runtime(super::error::BACKWARD_TWICE.into())),
             }

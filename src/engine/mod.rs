@@ -444,6 +444,22 @@ impl Engine {
         Ok(())
     }
 
+    /// [`Self::reduction_scratch`] once the reduction's output `out` exists;
+    /// if the scratch does not fit, `out` goes too.
+    pub(crate) fn scratch_after(
+        &mut self,
+        out: TensorId,
+        shape: Option<reduce_scratch::ReduceShape>,
+    ) -> Result<TensorId> {
+        match self.reduction_scratch(shape) {
+            Ok(()) => Ok(out),
+            Err(e) => {
+                self.release(out);
+                Err(e)
+            }
+        }
+    }
+
     /// `t` summed whole: a full reduction over its elements, unless it is a
     /// broadcast view (stride 0), whose reduction is not modelled.
     pub(crate) fn full_reduction(&self, t: TensorId) -> Option<reduce_scratch::ReduceShape> {

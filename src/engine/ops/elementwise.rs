@@ -239,12 +239,9 @@ impl Engine {
     ) -> Result<TensorId> {
         let prev = self.op_begin(op);
         let out = self.act(Shape::scalar(), self.dtype(x));
-        let out = out.and_then(|out| match self.reduction_scratch(self.full_reduction(x)) {
-            Ok(()) => Ok(out),
-            Err(e) => {
-                self.release(out);
-                Err(e)
-            }
+        let out = out.and_then(|out| {
+            let shape = self.full_reduction(x);
+            self.scratch_after(out, shape)
         });
         let r = out.inspect(|&out| {
             self.k_sum(x, out);

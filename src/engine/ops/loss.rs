@@ -180,12 +180,9 @@ impl Engine {
         let out = out.and_then(|()| self.act(Shape::scalar(), dtype));
         // The mean over the elementwise loss, with its scratch, before the
         // temporaries go.
-        let out = out.and_then(|o| match self.reduction_scratch(self.full_reduction(ac)) {
-            Ok(()) => Ok(o),
-            Err(e) => {
-                self.release(o);
-                Err(e)
-            }
+        let out = out.and_then(|o| {
+            let shape = self.full_reduction(ac);
+            self.scratch_after(o, shape)
         });
         for t in tmps.into_iter().rev() {
             self.free_transient(t);
