@@ -304,19 +304,11 @@ fn zero_grad_fixed_matches_the_h100() {
 
 #[test]
 fn gpt2_small_fits_matches_the_h100() {
-    // The backward's kernel scratch the engine leaves out (48-133 MiB
-    // bias-gradient reduction buffers in AddmmBackward0, the
-    // efficient-attention backward's 25,190,400 B buffer) comes after the
-    // peak; it moves the cache's layout, so an iteration ends up to one
-    // 2 MiB small segment away.
-    check(
-        "gpt2-small-fits",
-        "gpt2_small_fits",
-        Layout {
-            ends: 2 << 20,
-            ..EXACT
-        },
-    );
+    // Exact, iteration ends included, since the engine takes the fp32
+    // memory-efficient attention backward's delta and workspace (25,190,400
+    // B per layer here), the bias gradients' reduction scratch and the tied
+    // embedding's out-of-place sum.
+    check("gpt2-small-fits", "gpt2_small_fits", EXACT);
 }
 
 #[test]
@@ -394,16 +386,12 @@ fn var_batch_fragmentation_bug_matches_the_h100() {
 
 #[test]
 fn var_batch_expandable_fixed_matches_the_h100() {
-    // One 2 MiB page more mapped on the H100: the backward's order and scratch
-    // (README) leave the expandable segment's free pages elsewhere.
+    // Exact since the engine takes the attention backward's workspace: the
+    // expandable segment maps the H100's pages at every iteration end.
     check(
         "var-batch-expandable-fixed",
         "var_batch_expandable_fixed",
-        Layout {
-            reserved: 2 << 20,
-            ends: 2 << 20,
-            ..EXACT
-        },
+        EXACT,
     );
 }
 

@@ -29,6 +29,23 @@ pub(crate) struct InputMeta {
     pub dtype: DType,
 }
 
+/// What an SDPA backward allocates after the q, k, v gradients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SdpaScratch {
+    /// One fp32 buffer of these bytes ([B, h, T]: flash's softmax_d, or the
+    /// delta a half-precision memory-efficient kernel computes itself).
+    Delta(u64),
+    /// Memory-efficient attention in fp32 (`_efficient_attention_backward`):
+    /// ATen computes delta as `(grad_out * out).sum(-1)` (a `product`-byte
+    /// temporary, then `rows` bytes) made contiguous (`rows` bytes), then
+    /// takes the kernel's `workspace`.
+    EfficientF32 {
+        product: u64,
+        rows: u64,
+        workspace: u64,
+    },
+}
+
 /// How a Node's backward allocates (engine.md table 2.2, column "backward allocates").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum BwdKind {
@@ -64,9 +81,10 @@ pub(crate) enum BwdKind {
     Conv {
         workspace: u64,
     },
-    /// SDPA flash / memory-efficient: q, k, v gradients and an fp32 scratch.
+    /// SDPA flash / memory-efficient: q, k, v gradients, then the kernel's
+    /// scratch.
     Sdpa {
-        scratch: u64,
+        scratch: SdpaScratch,
     },
     /// split: one allocation (the cat of the output gradients) of the input's shape.
     Split,

@@ -4,7 +4,7 @@ use std::collections::BinaryHeap;
 
 use rustc_hash::FxHashSet;
 
-use super::autograd::{BwdKind, Edge, NodeId};
+use super::autograd::{BwdKind, Edge, NodeId, SdpaScratch};
 use super::error::{EngineError, Result, BACKWARD_TWICE};
 use super::tag::{Category, Phase};
 use super::tensor::{Layout, TensorId, VersionCounter};
@@ -257,8 +257,7 @@ impl Engine {
                     }
                 }
                 if let BwdKind::Sdpa { scratch } = kind {
-                    let s = self.transient(scratch, Category::Temporary)?;
-                    self.free_transient(s);
+                    self.sdpa_backward_scratch(scratch)?;
                 }
             }
             BwdKind::PassThrough => {
@@ -422,6 +421,41 @@ impl Engine {
             self.release_variables(n);
         }
         Ok(result)
+    }
+
+    /// What an SDPA backward allocates after its q, k, v gradients.
+    fn sdpa_backward_scratch(&mut self, scratch: SdpaScratch) -> Result<()> {
+        match scratch {
+            SdpaScratch::Delta(bytes) => {
+                let s = self.transient(bytes, Category::Temporary)?;
+                self.free_transient(s);
+            }
+            SdpaScratch::EfficientF32 {
+                product,
+                rows,
+                workspace,
+            } => {
+                // (grad_out * out).sum(-1).transpose(-2, -1).contiguous():
+                // the temporaries die at the end of the expression, last
+                // made first; the workspace outlives delta.
+                let mut held = Vec::with_capacity(3);
+                for bytes in [product, rows, rows] {
+                    match self.transient(bytes, Category::Temporary) {
+                        Ok(s) => held.push(s),
+                        Err(e) => {
+                            held.into_iter().rev().for_each(|s| self.free_transient(s));
+                            return Err(e);
+                        }
+                    }
+                }
+                let delta = held.pop().flatten();
+                held.into_iter().rev().for_each(|s| self.free_transient(s));
+                let ws = self.transient(workspace, Category::Workspace);
+                self.free_transient(delta);
+                self.free_transient(ws?);
+            }
+        }
+        Ok(())
     }
 
     /// A gradient computed by a GEMM: the output, a contiguous copy of a

@@ -1,7 +1,7 @@
 //! `scaled_dot_product_attention` (tables 1.7 and 2.2).
 
 use super::super::amp::CastPolicy;
-use super::super::autograd::BwdKind;
+use super::super::autograd::{BwdKind, SdpaScratch};
 use super::super::config::SdpaBackend;
 use super::super::dtype::DType;
 use super::super::error::Result;
@@ -100,11 +100,19 @@ impl Engine {
         self.release(out_base);
         if recording {
             let (name, scratch) = if backend == SdpaBackend::Flash {
-                ("ScaledDotProductFlashAttentionBackward0", b * h * t * 4)
+                (
+                    "ScaledDotProductFlashAttentionBackward0",
+                    SdpaScratch::Delta(b * h * t * 4),
+                )
+            } else if dtype == DType::F32 {
+                (
+                    "ScaledDotProductEfficientAttentionBackward0",
+                    efficient_f32_scratch(b, h, t, hd),
+                )
             } else {
                 (
                     "ScaledDotProductEfficientAttentionBackward0",
-                    b * h * tl * 4,
+                    SdpaScratch::Delta(b * h * tl * 4),
                 )
             };
             let node = self.new_node(
@@ -155,5 +163,21 @@ impl Engine {
         let out = self.matmul(pc, v);
         self.release(pc);
         out
+    }
+}
+
+/// The fp32 memory-efficient backward's scratch for q of [B, h, T, hd]
+/// (`_efficient_attention_backward` on sm80 and later): delta through ATen
+/// ops, then the kernel's workspace, B·h·(T·⌈hd⌉₆₄ + 4·⌈T/64⌉) fp32 (its
+/// gQ accumulator across key splits, and per-block counters). The workspace
+/// formula is read off the kernel's parameters and matches every fp32
+/// attention backward of the H100 captures (T 256 to 1024, hd 64 and 96,
+/// B 2 to 16, h 4 to 12).
+fn efficient_f32_scratch(b: u64, h: u64, t: u64, hd: u64) -> SdpaScratch {
+    let rows = b * t * h * 4;
+    SdpaScratch::EfficientF32 {
+        product: rows * hd,
+        rows,
+        workspace: b * h * (t * hd.div_ceil(64) * 64 + 4 * t.div_ceil(64)) * 4,
     }
 }
