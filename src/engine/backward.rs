@@ -417,6 +417,15 @@ impl Engine {
                 result.push((i, t));
             }
         }
+        // The engine's call_function returns: its incoming gradients go
+        // first; then release_variables() frees the saved slots; the outputs
+        // reach the next input buffers after both (evaluate_function). Seen
+        // in every H100 trace: a Linear's incoming gradient is freed before
+        // its saved input.
+        let buf = std::mem::take(&mut self.nodes[n.0].buf);
+        for t in buf.into_iter().flatten() {
+            self.decref(t);
+        }
         if !retain {
             self.release_variables(n);
         }
