@@ -421,7 +421,7 @@ impl Engine {
         // first; then release_variables() frees the saved slots; the outputs
         // reach the next input buffers after both (evaluate_function). Seen
         // in every H100 trace: a Linear's incoming gradient is freed before
-        // its saved input.
+        // its saved input (engine.md §2.5 has the opposite order).
         let buf = std::mem::take(&mut self.nodes[n.0].buf);
         for t in buf.into_iter().flatten() {
             self.decref(t);
