@@ -913,3 +913,25 @@ fn numbered_iteration_annotations_delimit_the_real_leak() {
     );
     assert!(report.survivors.is_empty(), "{:?}", report.survivors);
 }
+
+/// The real var-batch trace grows its batch 2 → 16 twice: the batch's
+/// blocks at the embedding grow at every step and fall back when the
+/// schedule starts over, which is reuse, not a leak; the stored-outputs bug
+/// keeps one more 8 MiB logits block at every step, which is.
+#[test]
+fn a_batch_schedule_starting_over_is_not_a_leak_but_stored_outputs_are() {
+    use vramscope::leak::analyze_snapshot;
+    let var = import_file(&captured("var_batch_fragmentation_bug", "pickle")).expect("imports");
+    let report = analyze_snapshot(&var, 0, None);
+    assert!(report.boundaries.len() > 20, "{:?}", report.boundary_source);
+    assert!(report.survivors.is_empty(), "{:?}", report.survivors);
+    let stored = import_file(&captured("store_outputs_bug", "pickle")).expect("imports");
+    let report = analyze_snapshot(&stored, 0, None);
+    let logits: Vec<_> = report
+        .survivors
+        .iter()
+        .filter(|s| s.growth_per_iter == 8 << 20)
+        .collect();
+    assert_eq!(logits.len(), 1, "{:?}", report.survivors);
+    assert!(logits[0].allocations >= 50, "one block per stored batch");
+}

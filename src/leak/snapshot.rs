@@ -325,7 +325,16 @@ pub fn analyze_snapshot(
             let ups = v.windows(2).filter(|w| w[1] > w[0]).count();
             let lastv = *v.last().unwrap_or(&0);
             let maxv = v.iter().copied().max().unwrap_or(0);
-            if ups < 3 || lastv <= v[0] || lastv * 10 < maxv * 9 || ups * 2 < intervals {
+            // What accumulates does not fall back on the way: a site whose
+            // survivors drop by more than a tenth between two boundaries
+            // (a batch size schedule starting over) is reused, not leaking.
+            let falls_back = v.windows(2).any(|w| w[1] * 10 < w[0] * 9);
+            if ups < 3
+                || lastv <= v[0]
+                || lastv * 10 < maxv * 9
+                || ups * 2 < intervals
+                || falls_back
+            {
                 continue;
             }
             let growth = (lastv as i64 - v[0] as i64) / intervals as i64;
