@@ -32,9 +32,13 @@ pub(crate) struct InputMeta {
 /// What an SDPA backward allocates after the q, k, v gradients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SdpaScratch {
-    /// One fp32 buffer of these bytes ([B, h, T]: flash's softmax_d, or the
-    /// delta a half-precision memory-efficient kernel computes itself).
+    /// One fp32 buffer of these bytes ([B, h, T]: the delta a
+    /// half-precision memory-efficient kernel computes itself).
     Delta(u64),
+    /// FlashAttention-2's `mha_bwd`: `softmax_d` [B, h, ⌈T⌉₁₂₈] fp32, then,
+    /// when the keys take more than one block, `dq_accum` [B, ⌈T⌉₁₂₈, h,
+    /// ⌈hd⌉] fp32 (0 bytes when not), freed first.
+    Flash { softmax_d: u64, dq_accum: u64 },
     /// Memory-efficient attention in fp32 (`_efficient_attention_backward`):
     /// ATen computes delta as `(grad_out * out).sum(-1)` (a `product`-byte
     /// temporary, then `rows` bytes) made contiguous (`rows` bytes), then

@@ -439,6 +439,18 @@ impl Engine {
                 let s = self.transient(bytes, Category::Temporary)?;
                 self.free_transient(s);
             }
+            SdpaScratch::Flash {
+                softmax_d,
+                dq_accum,
+            } => {
+                let d = self.transient(softmax_d, Category::Temporary)?;
+                let acc = self.transient(dq_accum, Category::Temporary);
+                if let Ok(a) = acc {
+                    self.free_transient(a);
+                }
+                self.free_transient(d);
+                acc?;
+            }
             SdpaScratch::EfficientF32 {
                 product,
                 rows,

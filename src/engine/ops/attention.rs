@@ -102,7 +102,7 @@ impl Engine {
             let (name, scratch) = if backend == SdpaBackend::Flash {
                 (
                     "ScaledDotProductFlashAttentionBackward0",
-                    SdpaScratch::Delta(b * h * t * 4),
+                    flash_scratch(b, h, t, hd),
                 )
             } else if dtype == DType::F32 {
                 (
@@ -179,5 +179,26 @@ fn efficient_f32_scratch(b: u64, h: u64, t: u64, hd: u64) -> SdpaScratch {
         product: rows * hd,
         rows,
         workspace: b * h * (t * hd.div_ceil(64) * 64 + 4 * t.div_ceil(64)) * 4,
+    }
+}
+
+/// FlashAttention-2's backward scratch for q of [B, h, T, hd] (`mha_bwd`):
+/// rows rounded to 128 and the head to 32 (64 past 128); `dq_accum` only
+/// when the keys loop over blocks (T above 256, or 128 past hd 64).
+fn flash_scratch(b: u64, h: u64, t: u64, hd: u64) -> SdpaScratch {
+    let t_rounded = t.div_ceil(128) * 128;
+    let hd_rounded = if hd <= 128 {
+        hd.div_ceil(32) * 32
+    } else {
+        hd.div_ceil(64) * 64
+    };
+    let key_block = if hd > 64 { 128 } else { 256 };
+    SdpaScratch::Flash {
+        softmax_d: b * h * t_rounded * 4,
+        dq_accum: if t > key_block {
+            b * t_rounded * h * hd_rounded * 4
+        } else {
+            0
+        },
     }
 }
