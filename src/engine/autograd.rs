@@ -35,17 +35,18 @@ pub(crate) enum SdpaScratch {
     /// One fp32 buffer of these bytes ([B, h, T]: the delta a
     /// half-precision memory-efficient kernel computes itself).
     Delta(u64),
-    /// FlashAttention-2's `mha_bwd`: `softmax_d` [B, h, ⌈T⌉₁₂₈] fp32, then,
-    /// when the keys take more than one block, `dq_accum` [B, ⌈T⌉₁₂₈, h,
-    /// ⌈hd⌉] fp32 (0 bytes when not), freed first.
+    /// FlashAttention-2's `mha_bwd`: `softmax_d` [B, h, ⌈T⌉₁₂₈] fp32, then
+    /// `dq_accum` [B, ⌈T⌉₁₂₈, h, ⌈hd⌉] fp32, freed first.
     Flash { softmax_d: u64, dq_accum: u64 },
     /// Memory-efficient attention in fp32 (`_efficient_attention_backward`):
     /// ATen computes delta as `(grad_out * out).sum(-1)` (a `product`-byte
-    /// temporary, then `rows` bytes) made contiguous (`rows` bytes), then
-    /// takes the kernel's `workspace`.
+    /// temporary, then `rows` bytes), transposed and made contiguous (another
+    /// `rows` bytes when `copy_delta`: more than one head), then takes the
+    /// kernel's `workspace`.
     EfficientF32 {
         product: u64,
         rows: u64,
+        copy_delta: bool,
         workspace: u64,
     },
 }

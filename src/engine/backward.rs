@@ -454,13 +454,20 @@ impl Engine {
             SdpaScratch::EfficientF32 {
                 product,
                 rows,
+                copy_delta,
                 workspace,
             } => {
                 // (grad_out * out).sum(-1).transpose(-2, -1).contiguous():
                 // the temporaries die at the end of the expression, last
-                // made first; the workspace outlives delta.
+                // made first (with one head the transpose is contiguous and
+                // delta is the sum itself); the workspace outlives delta.
                 let mut held = Vec::with_capacity(3);
-                for bytes in [product, rows, rows] {
+                let made: &[u64] = if copy_delta {
+                    &[product, rows, rows]
+                } else {
+                    &[product, rows]
+                };
+                for &bytes in made {
                     match self.transient(bytes, Category::Temporary) {
                         Ok(s) => held.push(s),
                         Err(e) => {

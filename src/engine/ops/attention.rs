@@ -168,23 +168,26 @@ impl Engine {
 
 /// The fp32 memory-efficient backward's scratch for q of [B, h, T, hd]
 /// (`_efficient_attention_backward` on sm80 and later): delta through ATen
-/// ops, then the kernel's workspace, B·h·(T·⌈hd⌉₆₄ + 4·⌈T/64⌉) fp32 (its
-/// gQ accumulator across key splits, and per-block counters). The workspace
-/// formula is read off the kernel's parameters and matches every fp32
-/// attention backward of the H100 captures (T 256 to 1024, hd 64 and 96,
-/// B 2 to 16, h 4 to 12).
+/// ops, then the kernel's workspace, B·h·(T′·⌈hd⌉₆₄ + 4·T′/64) fp32 with
+/// the queries rounded to the kernel's block, T′ = ⌈T⌉₆₄ up to hd 64 and
+/// ⌈T⌉₁₂₈ past it (its gQ accumulator across key splits and per-block
+/// counters). Matches 324 backwards swept on an H100 (hd 32 to 128) and
+/// every one of the captures (`tests/fixtures/attention/`).
 fn efficient_f32_scratch(b: u64, h: u64, t: u64, hd: u64) -> SdpaScratch {
     let rows = b * t * h * 4;
+    let block = if hd <= 64 { 64 } else { 128 };
+    let queries = t.div_ceil(block) * block;
     SdpaScratch::EfficientF32 {
         product: rows * hd,
         rows,
-        workspace: b * h * (t * hd.div_ceil(64) * 64 + 4 * t.div_ceil(64)) * 4,
+        copy_delta: h > 1 && t > 1,
+        workspace: b * h * (queries * hd.div_ceil(64) * 64 + 4 * (queries / 64)) * 4,
     }
 }
 
 /// FlashAttention-2's backward scratch for q of [B, h, T, hd] (`mha_bwd`):
-/// rows rounded to 128 and the head to 32 (64 past 128); `dq_accum` only
-/// when the keys loop over blocks (T above 256, or 128 past hd 64).
+/// rows rounded to 128 and the head to 32 (64 past 128). Matches 324
+/// backwards swept on an H100 and the AMP captures.
 fn flash_scratch(b: u64, h: u64, t: u64, hd: u64) -> SdpaScratch {
     let t_rounded = t.div_ceil(128) * 128;
     let hd_rounded = if hd <= 128 {
@@ -192,13 +195,69 @@ fn flash_scratch(b: u64, h: u64, t: u64, hd: u64) -> SdpaScratch {
     } else {
         hd.div_ceil(64) * 64
     };
-    let key_block = if hd > 64 { 128 } else { 256 };
     SdpaScratch::Flash {
         softmax_d: b * h * t_rounded * 4,
-        dq_accum: if t > key_block {
-            b * t_rounded * h * hd_rounded * 4
-        } else {
-            0
-        },
+        dq_accum: b * t_rounded * h * hd_rounded * 4,
+    }
+}
+
+/// Every backward of `tests/fixtures/attention/h100_sweep.tsv` (captured on
+/// an H100) against the model: what it allocates after the q, k, v
+/// gradients, in order.
+#[cfg(test)]
+mod h100_sweep {
+    use super::*;
+
+    fn sequence(s: SdpaScratch) -> Vec<u64> {
+        match s {
+            SdpaScratch::Delta(bytes) => vec![bytes],
+            SdpaScratch::Flash {
+                softmax_d,
+                dq_accum,
+            } => vec![softmax_d, dq_accum],
+            SdpaScratch::EfficientF32 {
+                product,
+                rows,
+                copy_delta,
+                workspace,
+            } => {
+                let mut v = vec![product, rows];
+                if copy_delta {
+                    v.push(rows);
+                }
+                v.push(workspace);
+                v
+            }
+        }
+    }
+
+    #[test]
+    fn every_swept_attention_backward_takes_the_modelled_scratch() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/attention/h100_sweep.tsv"
+        );
+        let text = std::fs::read_to_string(path).expect("the sweep fixture");
+        let mut checked = [0usize; 2];
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let f: Vec<&str> = line.split('\t').collect();
+            let dims: Vec<u64> = f[1..5].iter().map(|d| d.parse().expect("a dim")).collect();
+            let (b, h, t, hd) = (dims[0], dims[1], dims[2], dims[3]);
+            let allocs: Vec<u64> = f[5]
+                .split(' ')
+                .map(|a| a.parse().expect("a size"))
+                .collect();
+            let (scratch, k) = match f[0] {
+                "efficient_f32" => (efficient_f32_scratch(b, h, t, hd), 0),
+                "flash_f16" => (flash_scratch(b, h, t, hd), 1),
+                other => panic!("unknown kernel {other}"),
+            };
+            // The q, k, v gradients first (each of q's size), then the scratch.
+            let grad = b * h * t * hd * if k == 0 { 4 } else { 2 };
+            assert_eq!(allocs[..3], [grad; 3], "{line}");
+            assert_eq!(allocs[3..], sequence(scratch)[..], "{line}");
+            checked[k] += 1;
+        }
+        assert_eq!(checked, [324, 324]);
     }
 }
