@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::dtype::DType;
+use super::embedding_scratch::EmbeddingSort;
 use super::error::{Result, INFERENCE_TENSOR_SAVED};
 use super::shape::Shape;
 use super::storage::StorageId;
@@ -93,6 +94,11 @@ pub(crate) enum BwdKind {
     },
     /// split: one allocation (the cat of the output gradients) of the input's shape.
     Split,
+    /// embedding: the weight's gradient, made between the index sort and
+    /// the segment sums when the lookups take the sort path.
+    Embedding {
+        sort: Option<EmbeddingSort>,
+    },
     /// cuDNN RNN: dx, dhx, dcx, workspace, then one flat zero-filled dw whose
     /// per-parameter views become the grads (engine.md §8.2).
     CudnnRnn {
@@ -321,21 +327,26 @@ impl Engine {
         });
     }
 
-    /// `release_variables()`: drop every saved storage of the node (§2.3.1).
+    /// `release_variables()`: drop every saved storage of the node (§2.3.1),
+    /// in the order PyTorch's generated Node resets them: saved inputs by
+    /// name, then saved outputs by name (gen_autograd_functions.py sorts
+    /// both). An attention backward thus frees `logsumexp` before `output`,
+    /// as the H100 traces show.
     pub(crate) fn release_variables(&mut self, n: NodeId) {
-        let saved = std::mem::take(&mut self.nodes[n.0].saved);
+        let mut saved = std::mem::take(&mut self.nodes[n.0].saved);
         let (released_before, region) = (self.nodes[n.0].released, self.nodes[n.0].region);
-        let mut kept = Vec::with_capacity(saved.len());
+        let mut order: Vec<usize> = (0..saved.len()).collect();
+        order.sort_by_key(|&i| (saved[i].is_output, saved[i].name));
         let mut packs = 0u32;
-        for mut slot in saved {
+        for i in order {
+            let slot = &mut saved[i];
             if let Some(s) = slot.storage.take() {
                 self.release_storage_slot(s);
             }
             packs += u32::from(slot.pack.is_some());
-            kept.push(slot);
         }
         let node = &mut self.nodes[n.0];
-        node.saved = kept;
+        node.saved = saved;
         node.released = true;
         let extra = std::mem::take(&mut node.extra);
         for t in extra {

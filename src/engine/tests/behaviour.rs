@@ -443,3 +443,42 @@ fn every_allocation_is_tagged() {
         }
     }
 }
+
+#[test]
+fn a_node_releases_saved_inputs_then_outputs_each_by_name() {
+    // gen_autograd_functions.py resets saved inputs sorted by name, then
+    // saved outputs sorted by name: the memory-efficient attention backward
+    // frees its log_sumexp [B, h, T] before its output [B, h, T, hd].
+    let (b, h, t, hd) = (2u64, 4u64, 64u64, 32u64);
+    let mut e = Engine::bare(EngineConfig::default()).expect("engine");
+    let shape = Shape::new(&[b, h, t, hd]);
+    let qkv: Vec<_> = (0..3)
+        .map(|_| {
+            let x = e
+                .factory(shape, DType::F32, super::super::Category::Parameter)
+                .expect("q, k, v");
+            e.t_mut(x).requires_grad = true;
+            x
+        })
+        .collect();
+    let out = e.sdpa(qkv[0], qkv[1], qkv[2], 0.0).expect("sdpa");
+    let loss = e.sum(out).expect("sum");
+    e.release(out);
+    e.take_events();
+    e.backward(loss, false).expect("backward");
+    let frees: Vec<i64> = requests(&e.take_events())
+        .into_iter()
+        .filter(|r| *r < 0)
+        .map(|r| -r)
+        .collect();
+    // The saved tensors are the last frees of their sizes (scratch of the
+    // same sizes goes earlier, inside the kernel call).
+    let at = |bytes: u64| {
+        frees
+            .iter()
+            .rposition(|f| *f as u64 == bytes)
+            .unwrap_or_else(|| panic!("no free of {bytes} B in {frees:?}"))
+    };
+    let lse = round512(b * h * t.div_ceil(32) * 32 * 4);
+    assert!(at(lse) < at(b * h * t * hd * 4), "frees {frees:?}");
+}
