@@ -131,6 +131,16 @@ fn replay_checks(stem: &str) -> serde_json::Value {
 
 /// The scenario run as the capture's PyTorch release would run it.
 fn simulate(scenario: &str, m: &serde_json::Value, tune: &dyn Fn(&mut EngineConfig)) -> RunResult {
+    simulate_recording(scenario, m, tune, false)
+}
+
+/// [`simulate`], keeping the run's trace events when `record_events`.
+fn simulate_recording(
+    scenario: &str,
+    m: &serde_json::Value,
+    tune: &dyn Fn(&mut EngineConfig),
+    record_events: bool,
+) -> RunResult {
     let (sc, mut built) = resolve(scenario).unwrap_or_else(|e| panic!("{scenario}: {e}"));
     assert_eq!(m["scenario"], scenario);
     let version = m["torch_version"].as_str().expect("torch_version");
@@ -156,7 +166,7 @@ fn simulate(scenario: &str, m: &serde_json::Value, tune: &dyn Fn(&mut EngineConf
         &built,
         &RunOptions {
             iterations,
-            record_events: false,
+            record_events,
         },
     );
     println!("{scenario} against {} / torch {version}", m["gpu_name"]);
@@ -934,4 +944,90 @@ fn a_batch_schedule_starting_over_is_not_a_leak_but_stored_outputs_are() {
         .collect();
     assert_eq!(logits.len(), 1, "{:?}", report.survivors);
     assert!(logits[0].allocations >= 50, "one block per stored batch");
+}
+
+/// Every `alloc` and `free_requested` of a run, as (is_alloc, requested bytes).
+type Requests = Vec<(bool, u64)>;
+
+fn real_requests(stem: &str) -> Requests {
+    use vramscope::trace::replay::EntryAction as Action;
+    let snap = import_file(&captured(stem, "pickle")).expect("imports");
+    from_snapshot::entries(&snap, 0)
+        .iter()
+        .filter_map(|e| match e.action {
+            Action::Alloc => Some((true, e.size)),
+            Action::FreeRequested => Some((false, e.size)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn simulated_requests(scenario: &str, stem: &str) -> Requests {
+    use vramscope::alloc::Action;
+    use vramscope::trace::Event;
+    let sim = simulate_recording(scenario, &meta(stem), &|_| {}, true);
+    sim.events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Alloc(a) if a.action == Action::Alloc => Some((true, a.size)),
+            Event::Alloc(a) if a.action == Action::FreeRequested => Some((false, a.size)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Where `sim` differs from `real`: an event is allowed one place away from
+/// its real position (and no further), none may be missing or extra.
+fn out_of_place(real: &Requests, sim: &Requests) -> Vec<String> {
+    let mut used = vec![false; sim.len()];
+    let mut off = Vec::new();
+    if real.len() != sim.len() {
+        off.push(format!(
+            "{} real requests, {} simulated",
+            real.len(),
+            sim.len()
+        ));
+    }
+    for (i, r) in real.iter().enumerate() {
+        let near =
+            (i.saturating_sub(1)..=i + 1).find(|&j| j < sim.len() && !used[j] && sim[j] == *r);
+        match near {
+            Some(j) => used[j] = true,
+            None => off.push(format!(
+                "real request {i} {r:?}: simulated {:?}",
+                sim.get(i)
+            )),
+        }
+    }
+    off
+}
+
+/// The GPT captures ask the allocator for what the scenario asks, request
+/// for request, in order: the embedding backward's sort and segment buffers
+/// (up to CUB's temporaries) and the order nodes release their saved
+/// tensors included. The one liberty is a place either way, which the
+/// programs' two-statement batch (`x = ...` frees the old `x` before `y`
+/// is made) takes against the scenario's `x, y = batch`.
+#[test]
+fn gpt_requests_are_the_h100_s_in_order() {
+    for (scenario, stem) in [
+        ("gpt2-small-fits", "gpt2_small_fits"),
+        ("amp-fp32", "amp_fp32"),
+        ("bf16-model", "bf16_model"),
+        ("checkpoint-none", "checkpoint_none"),
+        ("eval-no-grad-bug", "eval_no_grad_bug"),
+    ] {
+        let (real, sim) = (real_requests(stem), simulated_requests(scenario, stem));
+        let off = out_of_place(&real, &sim);
+        println!(
+            "{scenario}: {} requests, {} out of place",
+            real.len(),
+            off.len()
+        );
+        assert!(
+            off.is_empty(),
+            "{scenario}:\n{}",
+            off[..off.len().min(20)].join("\n")
+        );
+    }
 }

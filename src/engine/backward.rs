@@ -5,7 +5,9 @@ use std::collections::BinaryHeap;
 use rustc_hash::FxHashSet;
 
 use super::autograd::{BwdKind, Edge, NodeId, SdpaScratch};
+use super::embedding_scratch::EmbeddingSort;
 use super::error::{EngineError, Result, BACKWARD_TWICE};
+use super::storage::StorageId;
 use super::tag::{Category, Phase};
 use super::tensor::{Layout, TensorId, VersionCounter};
 use super::Engine;
@@ -325,6 +327,14 @@ impl Engine {
                     }
                 }
             }
+            BwdKind::Embedding { sort } => {
+                if needs(self, 0) {
+                    let m = self.nodes[n.0].inputs[0];
+                    let t = self.embedding_backward(m.shape, m.dtype, sort)?;
+                    self.k_grad_from(g0, t);
+                    outs.push(Out::Ready(0, t));
+                }
+            }
             BwdKind::Split => {
                 if needs(self, 0) {
                     let m = self.nodes[n.0].inputs[0];
@@ -486,6 +496,69 @@ impl Engine {
         Ok(())
     }
 
+    /// `embedding_dense_backward_cuda`: the zero-filled weight gradient, and
+    /// on the sort path the buffers around it, each freed where its C++
+    /// scope ends (`embedding_scratch`).
+    fn embedding_backward(
+        &mut self,
+        shape: super::shape::Shape,
+        dtype: super::dtype::DType,
+        sort: Option<EmbeddingSort>,
+    ) -> Result<TensorId> {
+        let Some(s) = sort else {
+            return self.empty(shape, dtype, Category::Gradient);
+        };
+        let mut held = Held::default();
+        // sorted_indices and orig_indices live to the end; the arange and
+        // the sort's temporary die with the dispatch lambda.
+        let sorted = (|| {
+            held.take(self, s.per_index, Category::Temporary)?;
+            held.take(self, s.per_index, Category::Temporary)?;
+            held.take(self, s.per_index, Category::Temporary)?;
+            held.take(self, s.sort_temp, Category::Workspace)?;
+            held.drop_last(self, 2);
+            self.empty(shape, dtype, Category::Gradient)
+        })();
+        let grad = match sorted {
+            Ok(t) => t,
+            Err(e) => {
+                held.drop_last(self, held.len());
+                return Err(e);
+            }
+        };
+        let sums = self.embedding_segment_sums(&s, &mut held);
+        // The kernel's locals go before the gradient is handed back (or,
+        // unwinding, before it), then the caller's two index buffers.
+        held.drop_last(self, held.len() - 2);
+        if sums.is_err() {
+            self.release(grad);
+        }
+        held.drop_last(self, held.len());
+        sums.map(|()| grad)
+    }
+
+    /// `embedding_backward_cuda_kernel` after the gradient: segments of equal
+    /// index, their partial segments, and the partial sums. Leaves the
+    /// function-scope buffers (segment offsets, the segment count) in `held`.
+    fn embedding_segment_sums(&mut self, s: &EmbeddingSort, held: &mut Held) -> Result<()> {
+        held.take(self, s.per_index, Category::Temporary)?;
+        held.take(self, s.scalar, Category::Temporary)?;
+        // unique_by_key: its own key output, then CUB's temporary.
+        held.take(self, s.per_index, Category::Temporary)?;
+        held.take(self, s.unique_temp, Category::Workspace)?;
+        held.drop_last(self, 2);
+        let lambda_scope = held.len();
+        held.take(self, s.per_segment, Category::Temporary)?;
+        held.take(self, s.per_segment, Category::Temporary)?;
+        held.take(self, s.scan_temp, Category::Workspace)?;
+        held.drop_last(self, 1);
+        held.take(self, s.scalar, Category::Temporary)?;
+        held.take(self, s.partial_offsets, Category::Temporary)?;
+        held.take(self, s.partial_sums, Category::Temporary)?;
+        held.drop_last(self, held.len() - lambda_scope);
+        Ok(())
+    }
+
     /// A gradient computed by a GEMM: the output, a contiguous copy of a
     /// broadcast incoming gradient (freed right after), the workspace (§12 #9–11).
     fn gemm_grad(
@@ -597,5 +670,29 @@ impl Engine {
     ) -> TensorId {
         let b = self.tensors[base.0].clone();
         self.wrap_storage(b.storage, shape, b.dtype, layout, true)
+    }
+}
+
+/// Transient buffers a kernel wrapper holds, freed last-made first as their
+/// C++ scopes end (an exception unwinds the same way).
+#[derive(Default)]
+struct Held(Vec<Option<StorageId>>);
+
+impl Held {
+    fn take(&mut self, e: &mut Engine, bytes: u64, category: Category) -> Result<()> {
+        self.0.push(e.transient(bytes, category)?);
+        Ok(())
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn drop_last(&mut self, e: &mut Engine, count: usize) {
+        for _ in 0..count {
+            if let Some(s) = self.0.pop() {
+                e.free_transient(s);
+            }
+        }
     }
 }

@@ -18,6 +18,7 @@ pub mod bindings;
 pub mod checkpoint;
 pub mod config;
 pub mod dtype;
+mod embedding_scratch;
 pub mod error;
 pub mod events;
 pub mod launch;

@@ -2,6 +2,7 @@
 
 use super::super::autograd::BwdKind;
 use super::super::dtype::DType;
+use super::super::embedding_scratch::embedding_sort;
 use super::super::error::Result;
 use super::super::shape::Shape;
 use super::super::tag::Category;
@@ -120,7 +121,8 @@ impl Engine {
     }
 
     /// `embedding(weight [V, dim], indices)`: out [..., dim]; saves the indices
-    /// only; backward makes a dense [V, dim] gradient (table 2.2).
+    /// only; backward makes a dense [V, dim] gradient (table 2.2), sorting
+    /// the indices first past 3,072 lookups (`embedding_scratch`).
     pub fn embedding(&mut self, w: TensorId, idx: TensorId) -> Result<TensorId> {
         let prev = self.op_begin("embedding");
         let ws = self.shape(w);
@@ -130,7 +132,18 @@ impl Engine {
         let r = out.inspect(|&out| {
             self.k_unary(w, out);
             if self.records(&[w]) {
-                let node = self.new_node("EmbeddingBackward0", BwdKind::Alloc, &[Some(w)]);
+                let sort = embedding_sort(
+                    self.shape(idx).numel(),
+                    self.dtype(idx).size(),
+                    ws.dims().first().copied().unwrap_or(1),
+                    ws.last(),
+                    self.dtype(w).size(),
+                );
+                let node = self.new_node(
+                    "EmbeddingBackward0",
+                    BwdKind::Embedding { sort },
+                    &[Some(w)],
+                );
                 self.save(node, "indices", idx, false);
                 self.set_grad_fn(out, node, 0);
             }
