@@ -471,23 +471,20 @@ impl Engine {
                 // the temporaries die at the end of the expression, last
                 // made first (with one head the transpose is contiguous and
                 // delta is the sum itself); the workspace outlives delta.
-                let mut held = Vec::with_capacity(3);
+                let mut held = Held::default();
                 let made: &[u64] = if copy_delta {
                     &[product, rows, rows]
                 } else {
                     &[product, rows]
                 };
                 for &bytes in made {
-                    match self.transient(bytes, Category::Temporary) {
-                        Ok(s) => held.push(s),
-                        Err(e) => {
-                            held.into_iter().rev().for_each(|s| self.free_transient(s));
-                            return Err(e);
-                        }
+                    if let Err(e) = held.take(self, bytes, Category::Temporary) {
+                        held.drop_last(self, held.len());
+                        return Err(e);
                     }
                 }
-                let delta = held.pop().flatten();
-                held.into_iter().rev().for_each(|s| self.free_transient(s));
+                let delta = held.0.pop().flatten();
+                held.drop_last(self, held.len());
                 let ws = self.transient(workspace, Category::Workspace);
                 self.free_transient(delta);
                 self.free_transient(ws?);
