@@ -92,6 +92,12 @@ pub(crate) enum BwdKind {
     Sdpa {
         scratch: SdpaScratch,
     },
+    /// layer_norm: dX, dgamma, dbeta as needed; past 65,536 rows (see
+    /// `layer_norm_scratch`) the weight and bias gradients are then remade
+    /// from `partial_rows` rows of partial sums each.
+    LayerNorm {
+        partial_rows: Option<u64>,
+    },
     /// split: one allocation (the cat of the output gradients) of the input's shape.
     Split,
     /// embedding: the weight's gradient, made between the index sort and

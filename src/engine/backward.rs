@@ -7,6 +7,7 @@ use rustc_hash::FxHashSet;
 use super::autograd::{BwdKind, Edge, NodeId, SdpaScratch};
 use super::embedding_scratch::EmbeddingSort;
 use super::error::{EngineError, Result, BACKWARD_TWICE};
+use super::layer_norm_scratch;
 use super::storage::StorageId;
 use super::tag::{Category, Phase};
 use super::tensor::{Layout, TensorId, VersionCounter};
@@ -327,6 +328,26 @@ impl Engine {
                     }
                 }
             }
+            BwdKind::LayerNorm { partial_rows } => {
+                for i in 0..ninputs {
+                    if needs(self, i) {
+                        let m = self.nodes[n.0].inputs[i];
+                        let t = self.empty(m.shape, m.dtype, Category::Gradient)?;
+                        self.k_grad_from(g0, t);
+                        outs.push(Out::Ready(i, t));
+                    }
+                }
+                if let Some(rows) = partial_rows {
+                    if let Err(e) = self.layer_norm_partial_sums(rows, &mut outs) {
+                        for o in outs {
+                            if let Out::Ready(_, t) = o {
+                                self.release(t);
+                            }
+                        }
+                        return Err(e);
+                    }
+                }
+            }
             BwdKind::Embedding { sort } => {
                 if needs(self, 0) {
                     let m = self.nodes[n.0].inputs[0];
@@ -491,6 +512,46 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// The partial-sum path of the layer-norm backward's weight and bias
+    /// gradients (`layer_norm_scratch`): `dgamma_blocks` and `dbeta_blocks`,
+    /// then per gradient `*dgamma = dgamma_blocks.sum(0)` (the sum's output
+    /// and scratch, then the first gradient freed), then the blocks freed,
+    /// last made first.
+    fn layer_norm_partial_sums(&mut self, rows: u64, outs: &mut [Out]) -> Result<()> {
+        let params: Vec<(usize, TensorId)> = outs
+            .iter()
+            .filter_map(|o| match *o {
+                Out::Ready(i, t) if i > 0 => Some((i, t)),
+                _ => None,
+            })
+            .collect();
+        let mut held = Held::default();
+        let r = (|| {
+            for &(_, t) in &params {
+                let bytes = rows * self.nbytes(t);
+                held.take(self, bytes, Category::Temporary)?;
+            }
+            for &(i, old) in &params {
+                let (shape, dtype) = (self.shape(old), self.dtype(old));
+                let reduction =
+                    layer_norm_scratch::partial_sum_reduction(rows, shape.numel(), dtype.size());
+                let sum = self.empty(shape, dtype, Category::Gradient)?;
+                let sum = self.scratch_after(sum, Some(reduction))?;
+                self.k_grad_from(Some(old), sum);
+                self.release(old);
+                if let Some(o) = outs
+                    .iter_mut()
+                    .find(|o| matches!(o, Out::Ready(j, _) if *j == i))
+                {
+                    *o = Out::Ready(i, sum);
+                }
+            }
+            Ok(())
+        })();
+        held.drop_last(self, held.len());
+        r
     }
 
     /// `embedding_dense_backward_cuda`: the zero-filled weight gradient, and

@@ -10,12 +10,13 @@
 //! of `numel / 10 + min(numel, V)` rows. Every size follows from the number
 //! of lookups, the vocabulary, the width and the dtypes; CUB's temporary
 //! sizes are its onesweep and single-pass scan layouts on sm_90, checked
-//! against the H100 captures (tests/fixtures/pytorch/captured).
+//! against the H100 captures (tests/fixtures/pytorch/captured) and a sweep
+//! of int32 and int64 indices, 3,072 to 65,536 lookups, into tables of
+//! 1,000 and 50,304 rows (tests/fixtures/embedding/h100_sweep.tsv). PyTorch
+//! 2.11 sorts even 65,536 lookups into 1,000 rows: no fused
+//! atomic-accumulate kernel for a small vocabulary.
 //!
-//! Not modelled: `scale_grad_by_freq` (a count buffer and two scans by key),
-//! and the fused atomic-accumulate kernel recent ATen takes when the
-//! vocabulary is small next to the lookups (no capture meets its condition,
-//! so whether 2.11 has it is not checked).
+//! Not modelled: `scale_grad_by_freq` (a count buffer and two scans by key).
 
 /// `embedding_dense_backward_cuda` takes the feature kernel up to here.
 const FEATURE_KERNEL_MAX_INDICES: u64 = 3072;
@@ -79,9 +80,8 @@ pub(crate) fn embedding_sort(
 
 /// CUB's temporary-storage arithmetic for the three calls above, as CCCL 3.0
 /// lays it out on sm_90 (the CUDA 13 build of PyTorch 2.11). PyTorch's
-/// `CUB_WRAPPER` asks for exactly these bytes. The int64-index figures are
-/// the H100's for 3,328 to 8,192 lookups; int32 indices follow the same
-/// source with their own tiles and are not measured.
+/// `CUB_WRAPPER` asks for exactly these bytes, for int32 and int64 indices
+/// alike (the H100 sweep).
 mod cub {
     /// `AliasTemporaries` aligns each piece to this and adds `ALIGN - 1`
     /// bytes so that the base can be aligned too.
@@ -173,6 +173,63 @@ mod tests {
         assert_eq!(cub::exclusive_sum_temp(16 * 896 + 1, 8), 1535);
         assert_eq!(cub::unique_by_key_temp(16 * 4480, 8), 1279);
         assert_eq!(cub::unique_by_key_temp(16 * 4480 + 1, 8), 1535);
+    }
+
+    /// The sort path's requests in ATen's order, as the engine makes them
+    /// (`Engine::embedding_backward`): + allocation, - free.
+    fn sort_path_requests(s: &super::EmbeddingSort, grad: u64) -> Vec<i64> {
+        let [i, st, g, sc, ut, seg, sct, po, ps] = [
+            s.per_index,
+            s.sort_temp,
+            grad,
+            s.scalar,
+            s.unique_temp,
+            s.per_segment,
+            s.scan_temp,
+            s.partial_offsets,
+            s.partial_sums,
+        ]
+        .map(|b| b as i64);
+        vec![
+            i, i, i, st, -st, -i, g, i, sc, i, ut, -ut, -i, seg, seg, sct, -sct, sc, po, ps, -ps,
+            -po, -sc, -seg, -seg, -sc, -i, -i, -i,
+        ]
+    }
+
+    /// Every backward of tests/fixtures/embedding/h100_sweep.tsv (an H100,
+    /// fp32 tables): int32 and int64 indices, on both sides of every tile
+    /// boundary the model names.
+    #[test]
+    fn every_swept_embedding_backward_makes_the_modelled_requests() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/embedding/h100_sweep.tsv"
+        );
+        let text = std::fs::read_to_string(path).expect("the sweep fixture");
+        let mut checked = [0usize; 2];
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let f: Vec<u64> = line
+                .split('\t')
+                .take(4)
+                .map(|v| v.parse().expect("a number"))
+                .collect();
+            let (index_bytes, v, d, n) = (f[0], f[1], f[2], f[3]);
+            let real: Vec<i64> = line
+                .rsplit('\t')
+                .next()
+                .expect("requests")
+                .split(' ')
+                .map(|r| r.parse().expect("a request"))
+                .collect();
+            let grad = v * d * 4;
+            let modelled = match embedding_sort(n, index_bytes, v, d, 4) {
+                Some(s) => sort_path_requests(&s, grad),
+                None => vec![grad as i64],
+            };
+            assert_eq!(modelled, real, "{line}");
+            checked[usize::from(index_bytes == 8)] += 1;
+        }
+        assert_eq!(checked, [32, 32]);
     }
 
     /// The amp-fp16 capture's EmbeddingBackward0: 4,096 int64 lookups into

@@ -23,6 +23,7 @@ pub mod error;
 pub mod events;
 pub mod launch;
 mod launch_grad;
+mod layer_norm_scratch;
 pub mod live;
 pub mod modules;
 pub mod ops;

@@ -1,5 +1,6 @@
 //! A long size class: sorted entries in chunks (a two-level B+ tree).
 
+use super::search::lower_bound;
 use super::size_classes::{entry_key, key, Entry};
 use crate::alloc::block::BlockId;
 
@@ -34,7 +35,7 @@ impl ClassList {
         if self.lasts.len() <= 1 {
             return 0;
         }
-        self.lasts.partition_point(|l| *l < k)
+        lower_bound(&self.lasts, |l| *l < k)
     }
 
     /// Put an empty chunk (a spare if there is one) at position `c`.
@@ -61,7 +62,7 @@ impl ClassList {
         }
         let c = self.chunk_for(k).min(self.lasts.len() - 1);
         let chunk = &mut self.chunks[c];
-        let at = chunk.partition_point(|e| entry_key(e) < k);
+        let at = lower_bound(chunk, |e| entry_key(e) < k);
         chunk.insert(at, (size, addr, id));
         self.len += 1;
         if at + 1 == chunk.len() {
@@ -103,7 +104,7 @@ impl ClassList {
     pub(super) fn first_at_or_after(&self, k: u128) -> Option<(Entry, usize, usize)> {
         let c = self.chunk_for(k);
         let chunk = self.used().get(c)?;
-        let at = chunk.partition_point(|e| entry_key(e) < k);
+        let at = lower_bound(chunk, |e| entry_key(e) < k);
         chunk.get(at).map(|e| (*e, c, at))
     }
 

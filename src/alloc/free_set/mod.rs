@@ -7,6 +7,7 @@ use super::block::BlockId;
 use size_classes::{Classes, Loc};
 
 mod class_list;
+mod search;
 mod size_classes;
 #[cfg(test)]
 mod tests;

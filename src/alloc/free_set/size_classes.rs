@@ -2,6 +2,7 @@
 //! into a chunked list when a class grows past `INLINE` entries.
 
 use super::class_list::ClassList;
+use super::search::lower_bound;
 use crate::alloc::block::BlockId;
 
 const SUB_BITS: u32 = 4;
@@ -195,7 +196,7 @@ impl Classes {
             (e, Loc::spilled(c, chunk, at))
         } else {
             let slot = self.slot(c);
-            let at = slot.partition_point(|e| entry_key(e) < k);
+            let at = lower_bound(slot, |e| entry_key(e) < k);
             (*slot.get(at)?, Loc::inline(c, at))
         };
         (entry_key(&e) == k).then_some((e, loc))
@@ -251,7 +252,7 @@ impl Classes {
                 .map(|(e, chunk, at)| (e, Loc::spilled(c, chunk, at)))
         } else {
             let slot = self.slot(c);
-            let at = slot.partition_point(before);
+            let at = lower_bound(slot, before);
             slot.get(at).map(|e| (*e, Loc::inline(c, at)))
         };
         found.or_else(|| self.first_of(self.next_class(c + 1)?))

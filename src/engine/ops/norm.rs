@@ -4,6 +4,7 @@ use super::super::amp::CastPolicy;
 use super::super::autograd::BwdKind;
 use super::super::dtype::DType;
 use super::super::error::Result;
+use super::super::layer_norm_scratch::gamma_beta_partial_rows;
 use super::super::shape::Shape;
 use super::super::tensor::TensorId;
 use super::super::Engine;
@@ -45,9 +46,13 @@ impl Engine {
         ins.extend(w);
         ins.extend(b);
         if self.records(&ins) {
+            let partial_rows = self.cfg.reduce_device.and_then(|d| {
+                let n = shape.dims().last().copied().unwrap_or(1);
+                gamma_beta_partial_rows(shape.leading(), n, d.sm_count)
+            });
             let node = self.new_node(
                 "NativeLayerNormBackward0",
-                BwdKind::Alloc,
+                BwdKind::LayerNorm { partial_rows },
                 &[Some(xc), w, b],
             );
             self.save(node, "input", xc, false);

@@ -249,3 +249,70 @@ fn binary_cross_entropy_needs_a_target_shaped_like_the_output() {
         "{err}"
     );
 }
+
+/// tests/fixtures/layernorm/h100_sweep.tsv, row `f32 65537 256 1`: what the
+/// H100 requested in the backward of layer_norm over [65537, 256].
+fn h100_layer_norm_65537x256() -> Vec<i64> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/layernorm/h100_sweep.tsv"
+    );
+    let text = std::fs::read_to_string(path).expect("the sweep fixture");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("f32\t65537\t256\t1\t"))
+        .expect("the row");
+    let requests = row.rsplit('\t').next().expect("requests");
+    requests
+        .split(' ')
+        .map(|r| r.parse().expect("a request"))
+        .collect()
+}
+
+#[test]
+fn a_layer_norm_over_many_rows_sums_its_weight_gradients_in_parts() {
+    let cfg = EngineConfig {
+        reduce_device: Some(super::super::ReduceDevice {
+            sm_count: 132,
+            max_threads_per_sm: 2048,
+        }),
+        ..EngineConfig::default()
+    };
+    let mut e = engine_with(ModelConfig::gpt_tiny(), OptimizerConfig::adamw(), cfg);
+    let x = e
+        .factory(
+            Shape::new(&[65537, 256]),
+            DType::F32,
+            super::super::Category::Input,
+        )
+        .expect("x");
+    let ps = e.parameters();
+    let (ln_w, ln_b) = (ps[2], ps[3]);
+    let y = e.layer_norm(x, Some(ln_w), Some(ln_b)).expect("ln");
+    // y * y hands the layer norm a contiguous gradient, as the sweep's g is.
+    let z = e.mul(y, y).expect("mul");
+    let loss = e.sum(z).expect("sum");
+    e.take_events();
+    e.backward(loss, false).expect("backward");
+    let evs = e.take_events();
+    let start = evs
+        .iter()
+        .position(|ev| matches!(ev, EngineEvent::OpBegin { name, .. } if *name == "NativeLayerNormBackward0"))
+        .expect("the layer norm's backward");
+    let len = evs[start..]
+        .iter()
+        .position(|ev| matches!(ev, EngineEvent::OpEnd))
+        .expect("its end");
+    let simulated = requests(&evs[start..start + len]);
+    // x needs no gradient here: the H100's first request (dX) is not made.
+    // Between the partial sums and the saved mean and rstd, the engine also
+    // frees the incoming gradient, which the sweep's caller kept.
+    let real = h100_layer_norm_65537x256();
+    let (body, saved) = real[1..].split_at(real.len() - 3);
+    assert_eq!(simulated[..body.len()], *body, "{simulated:?}");
+    assert_eq!(simulated[simulated.len() - 2..], *saved, "{simulated:?}");
+    assert!(
+        body.contains(&(2049 * 256 * 4)),
+        "partial sums of 2,049 rows"
+    );
+}
