@@ -148,6 +148,7 @@ mod cub {
 #[cfg(test)]
 mod tests {
     use super::{cub, embedding_sort};
+    use crate::engine::tests::{signed_requests, sweep_rows};
 
     /// CUB's temporaries as the H100 captures recorded them (int64 indices):
     /// the sort's at 3,328 to 8,192 lookups, the scans' at every size seen.
@@ -201,32 +202,20 @@ mod tests {
     /// boundary the model names.
     #[test]
     fn every_swept_embedding_backward_makes_the_modelled_requests() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/embedding/h100_sweep.tsv"
-        );
-        let text = std::fs::read_to_string(path).expect("the sweep fixture");
         let mut checked = [0usize; 2];
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            let f: Vec<u64> = line
-                .split('\t')
-                .take(4)
+        for f in sweep_rows("embedding/h100_sweep.tsv") {
+            let n: Vec<u64> = f[..4]
+                .iter()
                 .map(|v| v.parse().expect("a number"))
                 .collect();
-            let (index_bytes, v, d, n) = (f[0], f[1], f[2], f[3]);
-            let real: Vec<i64> = line
-                .rsplit('\t')
-                .next()
-                .expect("requests")
-                .split(' ')
-                .map(|r| r.parse().expect("a request"))
-                .collect();
+            let (index_bytes, v, d, n) = (n[0], n[1], n[2], n[3]);
+            let real = signed_requests(&f[4]);
             let grad = v * d * 4;
             let modelled = match embedding_sort(n, index_bytes, v, d, 4) {
                 Some(s) => sort_path_requests(&s, grad),
                 None => vec![grad as i64],
             };
-            assert_eq!(modelled, real, "{line}");
+            assert_eq!(modelled, real, "{f:?}");
             checked[usize::from(index_bytes == 8)] += 1;
         }
         assert_eq!(checked, [32, 32]);

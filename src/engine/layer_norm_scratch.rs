@@ -42,6 +42,7 @@ pub(crate) fn partial_sum_reduction(rows: u64, n: u64, element_bytes: u64) -> Re
 mod h100_sweep {
     use super::*;
     use crate::engine::reduce_scratch::{reduce_scratch, ReduceDevice};
+    use crate::engine::tests::{signed_requests, sweep_rows};
 
     const H100: ReduceDevice = ReduceDevice {
         sm_count: 132,
@@ -73,26 +74,17 @@ mod h100_sweep {
 
     #[test]
     fn every_swept_layer_norm_backward_makes_the_modelled_requests() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/layernorm/h100_sweep.tsv"
-        );
-        let text = std::fs::read_to_string(path).expect("the sweep fixture");
         let (mut checked, mut partial) = (0, 0);
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            let f: Vec<&str> = line.split('\t').collect();
-            let element_bytes = match f[0] {
+        for f in sweep_rows("layernorm/h100_sweep.tsv") {
+            let element_bytes = match f[0].as_str() {
                 "f32" => 4,
                 "f16" | "bf16" => 2,
                 other => panic!("unknown dtype {other}"),
             };
             let (m, n): (u64, u64) = (f[1].parse().expect("M"), f[2].parse().expect("N"));
             let affine = f[3] == "1";
-            let real: Vec<i64> = f[4]
-                .split(' ')
-                .map(|r| r.parse().expect("a request"))
-                .collect();
-            assert_eq!(modelled(m, n, element_bytes, affine), real, "{line}");
+            let real = signed_requests(&f[4]);
+            assert_eq!(modelled(m, n, element_bytes, affine), real, "{f:?}");
             checked += 1;
             partial += usize::from(affine && gamma_beta_partial_rows(m, n, 132).is_some());
         }

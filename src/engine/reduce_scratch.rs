@@ -234,6 +234,7 @@ mod tests {
 #[cfg(test)]
 mod h100_sweep {
     use super::*;
+    use crate::engine::tests::sweep_rows;
 
     fn model(op: &str, shape: &[u64], element_bytes: u64) -> Option<ReduceShape> {
         let numel: u64 = shape.iter().product();
@@ -257,18 +258,12 @@ mod h100_sweep {
 
     #[test]
     fn every_captured_reduction_takes_the_modelled_scratch() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/reduce/h100_sweep.tsv"
-        );
-        let text = std::fs::read_to_string(path).expect("the sweep fixture");
         let h100 = ReduceDevice {
             sm_count: 132,
             max_threads_per_sm: 2048,
         };
         let (mut matched, mut split, mut global) = (0, 0, 0);
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            let f: Vec<&str> = line.split('\t').collect();
+        for f in sweep_rows("reduce/h100_sweep.tsv") {
             let shape: Vec<u64> = f[2].split('x').map(|d| d.parse().expect("a dim")).collect();
             let allocs: Vec<u64> = f[3]
                 .split(' ')
@@ -281,13 +276,13 @@ mod h100_sweep {
                 split += 1;
                 continue;
             }
-            let got = model(f[0], &shape, element_bytes).and_then(|s| reduce_scratch(s, h100));
+            let got = model(&f[0], &shape, element_bytes).and_then(|s| reduce_scratch(s, h100));
             let want = match allocs[1..] {
                 [] => None,
                 [buffer, semaphores] => Some(ReduceScratch { buffer, semaphores }),
-                _ => panic!("{line}: unexpected allocations"),
+                _ => panic!("{f:?}: unexpected allocations"),
             };
-            assert_eq!(got, want, "{line}");
+            assert_eq!(got, want, "{f:?}");
             matched += 1;
             global += usize::from(want.is_some());
         }

@@ -207,6 +207,7 @@ fn flash_scratch(b: u64, h: u64, t: u64, hd: u64) -> SdpaScratch {
 #[cfg(test)]
 mod h100_sweep {
     use super::*;
+    use crate::engine::tests::sweep_rows;
 
     fn sequence(s: SdpaScratch) -> Vec<u64> {
         match s {
@@ -233,29 +234,23 @@ mod h100_sweep {
 
     #[test]
     fn every_swept_attention_backward_takes_the_modelled_scratch() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/attention/h100_sweep.tsv"
-        );
-        let text = std::fs::read_to_string(path).expect("the sweep fixture");
         let mut checked = [0usize; 2];
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            let f: Vec<&str> = line.split('\t').collect();
+        for f in sweep_rows("attention/h100_sweep.tsv") {
             let dims: Vec<u64> = f[1..5].iter().map(|d| d.parse().expect("a dim")).collect();
             let (b, h, t, hd) = (dims[0], dims[1], dims[2], dims[3]);
             let allocs: Vec<u64> = f[5]
                 .split(' ')
                 .map(|a| a.parse().expect("a size"))
                 .collect();
-            let (scratch, k) = match f[0] {
+            let (scratch, k) = match f[0].as_str() {
                 "efficient_f32" => (efficient_f32_scratch(b, h, t, hd), 0),
                 "flash_f16" => (flash_scratch(b, h, t, hd), 1),
                 other => panic!("unknown kernel {other}"),
             };
             // The q, k, v gradients first (each of q's size), then the scratch.
             let grad = b * h * t * hd * if k == 0 { 4 } else { 2 };
-            assert_eq!(allocs[..3], [grad; 3], "{line}");
-            assert_eq!(allocs[3..], sequence(scratch)[..], "{line}");
+            assert_eq!(allocs[..3], [grad; 3], "{f:?}");
+            assert_eq!(allocs[3..], sequence(scratch)[..], "{f:?}");
             checked[k] += 1;
         }
         assert_eq!(checked, [324, 324]);

@@ -40,6 +40,25 @@ pub(crate) fn requests(evs: &[EngineEvent]) -> Vec<i64> {
         .collect()
 }
 
+/// The rows of a GPU sweep's table, `tests/fixtures/<name>` (written by the
+/// sweep program beside it): comment lines skipped, each row split at tabs.
+pub(crate) fn sweep_rows(name: &str) -> Vec<Vec<String>> {
+    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split('\t').map(str::to_string).collect())
+        .collect()
+}
+
+/// A sweep's `+bytes -bytes …` column as signed requests.
+pub(crate) fn signed_requests(field: &str) -> Vec<i64> {
+    field
+        .split(' ')
+        .map(|r| r.parse().unwrap_or_else(|e| panic!("{r:?}: {e}")))
+        .collect()
+}
+
 pub(crate) fn engine(model: ModelConfig) -> Engine {
     engine_with(model, OptimizerConfig::adamw(), EngineConfig::default())
 }

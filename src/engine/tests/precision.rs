@@ -253,20 +253,12 @@ fn binary_cross_entropy_needs_a_target_shaped_like_the_output() {
 /// tests/fixtures/layernorm/h100_sweep.tsv, row `f32 65537 256 1`: what the
 /// H100 requested in the backward of layer_norm over [65537, 256].
 fn h100_layer_norm_65537x256() -> Vec<i64> {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/layernorm/h100_sweep.tsv"
-    );
-    let text = std::fs::read_to_string(path).expect("the sweep fixture");
-    let row = text
-        .lines()
-        .find(|l| l.starts_with("f32\t65537\t256\t1\t"))
+    let rows = sweep_rows("layernorm/h100_sweep.tsv");
+    let row = rows
+        .iter()
+        .find(|f| f[..4] == ["f32", "65537", "256", "1"])
         .expect("the row");
-    let requests = row.rsplit('\t').next().expect("requests");
-    requests
-        .split(' ')
-        .map(|r| r.parse().expect("a request"))
-        .collect()
+    signed_requests(&row[4])
 }
 
 #[test]
