@@ -363,6 +363,25 @@ impl Engine {
         }
     }
 
+    /// The end of a node's `apply()` under non-reentrant checkpointing: a
+    /// recomputed saved tensor is handed to the node by its unpack hook,
+    /// which drops the frame's reference, so the node's local is its only
+    /// owner and it dies as `apply()` returns, before `validate_outputs`
+    /// (the locals go last-unpacked first; the generated code unpacks saved
+    /// inputs by name, then saved outputs by name).
+    pub(crate) fn release_unpacked_recomputed(&mut self, n: NodeId) {
+        let saved = &self.nodes[n.0].saved;
+        let mut order: Vec<usize> = (0..saved.len())
+            .filter(|&i| saved[i].pack.is_some() && saved[i].storage.is_some())
+            .collect();
+        order.sort_by_key(|&i| std::cmp::Reverse((saved[i].is_output, saved[i].name)));
+        for i in order {
+            if let Some(s) = self.nodes[n.0].saved[i].storage.take() {
+                self.release_storage_slot(s);
+            }
+        }
+    }
+
     /// Drop one strong reference to a node. At zero, delete it the way
     /// `deleteNode` does: release its variables, then hand children whose last
     /// reference this was to an explicit stack (no recursion, deepest last).

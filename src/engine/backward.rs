@@ -408,6 +408,9 @@ impl Engine {
                 }
             }
         }
+        if !retain {
+            self.release_unpacked_recomputed(n);
+        }
         // validate_outputs: sum_to for broadcast inputs, cast to the input dtype.
         let mut result = Vec::with_capacity(outs.len());
         for o in outs {

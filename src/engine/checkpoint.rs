@@ -138,6 +138,25 @@ impl Engine {
         Some((r, c))
     }
 
+    /// PyTorch's generated autograd kernels pack an op's saved inputs before
+    /// they run it: when those packs complete a recomputing region, early
+    /// stop raises before the op allocates anything. `input_saves` are the
+    /// tensors the op saves as inputs, in the order it saves them.
+    pub(crate) fn ckpt_stop_before(&mut self, input_saves: &[TensorId]) -> Result<()> {
+        let Some((r, c)) = self.ckpt.recompute else {
+            return Ok(());
+        };
+        let total = self.ckpt.regions.get(&r).map_or(u32::MAX, |reg| reg.total);
+        if input_saves.is_empty() || c.saturating_add(input_saves.len() as u32) < total {
+            return Ok(());
+        }
+        for &t in input_saves {
+            let storage = self.tensors[t.0].storage;
+            self.ckpt_pack(storage);
+        }
+        Err(EngineError::StopRecompute)
+    }
+
     /// `count` of the region's forward packs were released (their Node's
     /// `release_variables`, in backward or when the Node is deleted).
     pub(crate) fn ckpt_packs_released(&mut self, region: u32, count: u32) {

@@ -40,6 +40,11 @@ impl Engine {
         let xs = self.shape(x);
         let nout = self.shape(w).dim(0);
         let dtype = self.dtype(x);
+        let records = self.records(&[x, w])
+            || b.is_some_and(|b| self.requires_grad(b)) && self.ctx.grad_enabled;
+        // mat1 is saved only if mat2 requires grad and vice versa (§2.2 guards).
+        let saves = self.guarded_saves(records, [("mat1", x, w), ("mat2", w, x)]);
+        self.ckpt_stop_before(&saves.iter().map(|s| s.1).collect::<Vec<_>>())?;
         let out = self.act(xs.with_last(nout), dtype)?;
         self.k_gemm_forward(x, w, out);
         if let Some(b) = b {
@@ -58,9 +63,7 @@ impl Engine {
         }
         self.free_transient(ws);
         self.free_transient(lt);
-        if self.records(&[x, w])
-            || b.is_some_and(|b| self.requires_grad(b)) && self.ctx.grad_enabled
-        {
+        if records {
             let node = self.new_node(
                 "AddmmBackward0",
                 BwdKind::Gemm {
@@ -69,12 +72,8 @@ impl Engine {
                 },
                 &[b, Some(x), Some(w)],
             );
-            // mat1 is saved only if mat2 requires grad and vice versa (§2.2 guards).
-            if self.requires_grad(w) {
-                self.save(node, "mat1", x, false);
-            }
-            if self.requires_grad(x) {
-                self.save(node, "mat2", w, false);
+            for (name, t) in saves {
+                self.save(node, name, t, false);
             }
             self.set_grad_fn(out, node, 0);
         }
@@ -114,11 +113,14 @@ impl Engine {
         b_transposed: bool,
     ) -> Result<TensorId> {
         let dtype = self.dtype(a);
+        let records = self.records(&[a, b]);
+        let saves = self.guarded_saves(records, [("self", a, b), ("mat2", b, a)]);
+        self.ckpt_stop_before(&saves.iter().map(|s| s.1).collect::<Vec<_>>())?;
         let out = self.act(shape, dtype)?;
         self.k_gemm_forward(a, b, out);
         let ws = self.cublas_workspace()?;
         self.free_transient(ws);
-        if self.records(&[a, b]) {
+        if records {
             let node = self.new_node(
                 node_name,
                 BwdKind::Gemm {
@@ -127,16 +129,26 @@ impl Engine {
                 },
                 &[Some(a), Some(b)],
             );
-            let (sa, sb) = ("self", "mat2");
-            if self.requires_grad(b) {
-                self.save(node, sa, a, false);
-            }
-            if self.requires_grad(a) {
-                self.save(node, sb, b, false);
+            for (name, t) in saves {
+                self.save(node, name, t, false);
             }
             self.set_grad_fn(out, node, 0);
         }
         Ok(out)
+    }
+
+    /// A product's saved inputs: each `(name, saved, other)` is saved only if
+    /// `other` requires grad (§2.2 guards), and nothing when not recording.
+    fn guarded_saves<const N: usize>(
+        &self,
+        records: bool,
+        candidates: [(&'static str, TensorId, TensorId); N],
+    ) -> Vec<(&'static str, TensorId)> {
+        candidates
+            .into_iter()
+            .filter(|&(_, _, other)| records && self.requires_grad(other))
+            .map(|(name, saved, _)| (name, saved))
+            .collect()
     }
 
     /// `torch.mm(a, b)` for 2-D tensors.
