@@ -374,14 +374,29 @@ impl Engine {
                         "cudnn RNN backward can only be called in training mode".into(),
                     ));
                 }
-                // _cudnn_rnn_backward_input: dx, dhx, dcx (all three whenever
-                // any is needed) and a workspace.
-                if (0..ninputs.min(3)).any(|i| needs(self, i)) {
+                // _cudnn_rnn_backward runs when any gradient is needed: an
+                // undefined incoming gradient (output, hy, cy) becomes zeros;
+                // then dx, dhx, dcx (always, as it mutates the reserve) and a
+                // workspace.
+                let any_needed = (0..ninputs).any(|i| needs(self, i));
+                let zeros = if any_needed {
+                    self.cudnn_rnn_zero_grads(n)?
+                } else {
+                    Vec::new()
+                };
+                // The result tuple's gradients nobody needs die in order as
+                // apply() returns, after the zeros.
+                let mut unneeded = Vec::new();
+                if any_needed {
                     for i in 0..ninputs.min(3) {
                         let m = self.nodes[n.0].inputs[i];
                         let t = self.empty(m.shape, m.dtype, Category::Gradient)?;
                         self.k_grad_from(g0, t);
-                        outs.push(Out::Ready(i, t));
+                        if needs(self, i) {
+                            outs.push(Out::Ready(i, t));
+                        } else {
+                            unneeded.push(t);
+                        }
                     }
                     let ws = self.transient(workspace, Category::Workspace)?;
                     self.free_transient(ws);
@@ -405,6 +420,9 @@ impl Engine {
                         self.storages[s.0].engine_refs += 1;
                         self.release_storage_engine(s);
                     }
+                }
+                for t in zeros.into_iter().rev().chain(unneeded) {
+                    self.release(t);
                 }
             }
         }
@@ -464,6 +482,41 @@ impl Engine {
             self.release_variables(n);
         }
         Ok(result)
+    }
+
+    /// `_cudnn_rnn_backward`'s stand-ins for undefined incoming gradients:
+    /// `zeros_like(output)`, `zeros_like(hx)`, `zeros_like(cx)`, in that
+    /// order, for each of output, hy and cy that received no gradient.
+    fn cudnn_rnn_zero_grads(&mut self, n: NodeId) -> Result<Vec<TensorId>> {
+        let output = self.nodes[n.0]
+            .saved
+            .iter()
+            .find(|s| s.name == "result0")
+            .map(|s| (s.shape, s.dtype));
+        let hidden = |k: usize| {
+            let m = self.nodes[n.0].inputs[k];
+            (m.shape, m.dtype)
+        };
+        let likes = [output, Some(hidden(1)), Some(hidden(2))];
+        let mut zeros = Vec::new();
+        for (k, like) in likes.into_iter().enumerate() {
+            let received = self.nodes[n.0].buf.get(k).copied().flatten().is_some();
+            if let (false, Some((shape, dtype))) = (received, like) {
+                match self.empty(shape, dtype, Category::Temporary) {
+                    Ok(z) => {
+                        self.k_fill(z, 0.0);
+                        zeros.push(z);
+                    }
+                    Err(e) => {
+                        for z in zeros.into_iter().rev() {
+                            self.release(z);
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok(zeros)
     }
 
     /// What an SDPA backward allocates after its q, k, v gradients.

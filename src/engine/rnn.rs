@@ -130,6 +130,10 @@ impl Engine {
             // Created once per device and cached (§10.3) [unc size], and only
             // when dropout applies (`get_dropout_state(p, train)`: not in eval;
             // seen on PyTorch 2.11, rnn_hidden_eval_bug).
+            // `get_dropout_state` draws the state's seed through a 0-dim
+            // int64 CUDA tensor first (seen on PyTorch 2.11, rnn_hidden_fixed).
+            let seed = self.transient(8, Category::Temporary)?;
+            self.free_transient(seed);
             let bytes = self.cfg.cudnn_dropout_state_bytes;
             let s = self.transient(bytes, Category::Workspace)?;
             self.cudnn_dropout_state = s;

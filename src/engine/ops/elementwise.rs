@@ -206,8 +206,15 @@ impl Engine {
 
     fn dropout_inner(&mut self, x: TensorId) -> Result<TensorId> {
         let shape = self.shape(x);
-        let out = self.act(shape, self.dtype(x))?;
+        // dropout_cuda makes the mask first, then the output.
         let mask = self.aux(shape, DType::Bool)?;
+        let out = match self.act(shape, self.dtype(x)) {
+            Ok(out) => out,
+            Err(e) => {
+                self.release(mask);
+                return Err(e);
+            }
+        };
         self.k_fill(mask, 1.0);
         self.k_unary(x, out);
         if self.records(&[x]) {
