@@ -192,7 +192,8 @@ impl Engine {
 
     /// `scaler.unscale_(optimizer)` (§6.3): inv_scale via a float64 intermediate
     /// (3 transient 512 B blocks, one kept), found_inf, per-device copies of both;
-    /// grads multiplied in place. FP16 grads raise.
+    /// grads multiplied in place. FP16 grads raise once inv_scale and
+    /// found_inf exist.
     pub fn scaler_unscale(&mut self) -> Result<()> {
         let prev = self.op_begin("scaler.unscale_");
         let r = self.unscale_inner();
@@ -208,14 +209,6 @@ impl Engine {
             ));
         }
         let params = self.parameters();
-        if params
-            .iter()
-            .any(|p| self.grad(*p).is_some_and(|g| self.dtype(g) == DType::F16))
-        {
-            return Err(EngineError::Value(
-                "Attempting to unscale FP16 gradients.".into(),
-            ));
-        }
         let sc = Shape::scalar();
         let a = self.empty(sc, DType::F64, Category::Scaler)?; // _scale.double()
         let b = self.empty(sc, DType::F64, Category::Scaler)?; // .reciprocal()
@@ -223,6 +216,18 @@ impl Engine {
         let inv = self.empty(sc, DType::F32, Category::Scaler)?; // .float()
         self.release(b);
         let found = self.empty(sc, DType::F32, Category::Scaler)?;
+        // _unscale_grads_ raises before it replicates either scalar; the
+        // frame's locals go in order as the exception leaves unscale_.
+        if params
+            .iter()
+            .any(|p| self.grad(*p).is_some_and(|g| self.dtype(g) == DType::F16))
+        {
+            self.release(inv);
+            self.release(found);
+            return Err(EngineError::Value(
+                "Attempting to unscale FP16 gradients.".into(),
+            ));
+        }
         // _MultiDeviceReplicator.get(): `.to(device, copy=True)` of each.
         let found_copy = self.empty(sc, DType::F32, Category::Scaler)?;
         let inv_copy = self.empty(sc, DType::F32, Category::Scaler)?;

@@ -287,6 +287,13 @@ impl Engine {
         self.unwind_locals(mark);
         if r.is_ok() {
             self.safe_point()?;
+        } else {
+            // The exception leaves every open `with torch.autocast(...)`
+            // block: each `__exit__` runs, and the outermost clears the
+            // cast cache (amp_bce_bug on the H100).
+            while self.amp.depth > 0 {
+                self.autocast_exit();
+            }
         }
         r
     }
