@@ -96,12 +96,19 @@ impl Arena {
         self.vacant.push(id);
     }
 
+    #[inline(always)]
     pub fn get(&self, id: BlockId) -> &Block {
-        &self.blocks[id as usize]
+        debug_assert!((id as usize) < self.blocks.len());
+        // SAFETY: ids come only from `insert`, which returns an index of
+        // `blocks`, and `blocks` never shrinks.
+        unsafe { self.blocks.get_unchecked(id as usize) }
     }
 
+    #[inline(always)]
     pub fn get_mut(&mut self, id: BlockId) -> &mut Block {
-        &mut self.blocks[id as usize]
+        debug_assert!((id as usize) < self.blocks.len());
+        // SAFETY: as in `get`.
+        unsafe { self.blocks.get_unchecked_mut(id as usize) }
     }
 
     /// `Some(block)` for a real neighbour, `None` for `NIL`.
