@@ -104,7 +104,16 @@ impl Engine {
         } else {
             shape.numel()
         };
-        let stat = if self.ctx.training {
+        // `_batch_norm_impl_index` takes cuDNN unless the input is bfloat16
+        // or half with a half weight; ATen's own kernel returns [C] fp32
+        // statistics in eval too, which die at once (a .half() model on the
+        // H100), where cuDNN's are empty.
+        let native = match self.dtype(x) {
+            DType::BF16 => true,
+            DType::F16 => self.dtype(w) != DType::F32,
+            _ => false,
+        };
+        let stat = if self.ctx.training || native {
             Shape::new(&[c])
         } else {
             Shape::new(&[0])
@@ -115,11 +124,12 @@ impl Engine {
         self.k_sum(x, save_mean);
         self.k_unary(x, out);
         if self.records(&[x, w, b]) {
-            let node = self.new_node(
-                "CudnnBatchNormBackward0",
-                BwdKind::Alloc,
-                &[Some(x), Some(w), Some(b)],
-            );
+            let name = if native {
+                "NativeBatchNormBackward0"
+            } else {
+                "CudnnBatchNormBackward0"
+            };
+            let node = self.new_node(name, BwdKind::Alloc, &[Some(x), Some(w), Some(b)]);
             self.save(node, "input", x, false);
             self.save(node, "weight", w, false);
             self.save(node, "running_mean", running.0, false);

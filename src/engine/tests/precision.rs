@@ -308,3 +308,82 @@ fn a_layer_norm_over_many_rows_sums_its_weight_gradients_in_parts() {
         "partial sums of 2,049 rows"
     );
 }
+
+/// Every row of tests/fixtures/batchnorm/h100_sweep.tsv (an H100, PyTorch
+/// 2.11) against the engine: the training forward, the backward (inside its
+/// node; the engine also frees the incoming gradient there, which the
+/// sweep's caller kept, before the saved statistics) and the eval forward
+/// under no_grad. A half module takes ATen's own kernel, whose [C] fp32
+/// statistics exist (and die at once) in eval too; an fp32 one takes cuDNN.
+#[test]
+fn batch_norm_requests_are_the_h100_s() {
+    let rows = sweep_rows("batchnorm/h100_sweep.tsv");
+    let mut checked = 0;
+    for chunk in rows.chunks(3) {
+        let dtype = match chunk[0][0].as_str() {
+            "f32" => DType::F32,
+            "f16" => DType::F16,
+            other => panic!("unknown dtype {other}"),
+        };
+        let dims: Vec<u64> = chunk[0][1..5]
+            .iter()
+            .map(|d| d.parse().expect("dim"))
+            .collect();
+        let real = |phase: &str| {
+            let row = chunk.iter().find(|r| r[5] == phase).expect("phase row");
+            signed_requests(&row[6])
+        };
+        let mut e = Engine::bare(EngineConfig::default()).expect("engine");
+        let mut make = |dims: &[u64], grad: bool| {
+            let t = e
+                .factory(Shape::new(dims), dtype, super::super::Category::Parameter)
+                .expect("tensor");
+            e.t_mut(t).requires_grad = grad;
+            t
+        };
+        let x = make(&dims, true);
+        let c = dims[1];
+        let (w, b) = (make(&[c], true), make(&[c], true));
+        let running = (make(&[c], false), make(&[c], false));
+        e.ctx.training = true;
+        e.take_events();
+        let y = e.batch_norm(x, w, b, running).expect("bn");
+        assert_eq!(
+            requests(&e.take_events()),
+            real("train_forward"),
+            "{:?}",
+            chunk[0]
+        );
+        // y * y hands the node a contiguous gradient, as the sweep's g is.
+        let z = e.mul(y, y).expect("mul");
+        let loss = e.sum(z).expect("sum");
+        e.take_events();
+        e.backward(loss, false).expect("backward");
+        let evs = e.take_events();
+        let start = evs
+            .iter()
+            .position(|ev| matches!(ev, EngineEvent::OpBegin { name, .. } if name.ends_with("BatchNormBackward0")))
+            .expect("the batch norm's backward");
+        let len = evs[start..]
+            .iter()
+            .position(|ev| matches!(ev, EngineEvent::OpEnd))
+            .expect("its end");
+        let simulated = requests(&evs[start..start + len]);
+        let backward = real("train_backward");
+        let (grads, stats) = backward.split_at(backward.len() - 2);
+        assert_eq!(simulated[..grads.len()], *grads, "{:?}", chunk[0]);
+        assert_eq!(simulated[simulated.len() - 2..], *stats, "{:?}", chunk[0]);
+        e.ctx.training = false;
+        e.ctx.grad_enabled = false;
+        let y = e.batch_norm(x, w, b, running).expect("bn");
+        assert_eq!(
+            requests(&e.take_events()),
+            real("eval_forward"),
+            "{:?}",
+            chunk[0]
+        );
+        e.release(y);
+        checked += 1;
+    }
+    assert_eq!(checked, 10);
+}
