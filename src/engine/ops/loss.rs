@@ -6,7 +6,7 @@ use super::super::dtype::DType;
 use super::super::error::{EngineError, Result};
 use super::super::shape::Shape;
 use super::super::tag::Category;
-use super::super::tensor::TensorId;
+use super::super::tensor::{Layout, TensorId};
 use super::super::Engine;
 
 impl Engine {
@@ -123,7 +123,7 @@ impl Engine {
     }
 
     fn mse_inner(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
-        self.pointwise_loss(a, b, 1, "MseLossBackward0")
+        self.pointwise_loss(a, b, 1, "MseLossBackward0", true)
     }
 
     /// `F.binary_cross_entropy(p, target)` (mean) on probabilities: banned
@@ -134,7 +134,7 @@ impl Engine {
         let r = if self.amp.active(self.ctx.inference).is_some() {
             Err(EngineError::Runtime(BCE_UNSAFE_TO_AUTOCAST.into()))
         } else {
-            self.pointwise_loss(p, target, 1, "BinaryCrossEntropyBackward0")
+            self.pointwise_loss(p, target, 1, "BinaryCrossEntropyBackward0", false)
         };
         self.op_end(prev)?;
         r
@@ -149,19 +149,23 @@ impl Engine {
         target: TensorId,
     ) -> Result<TensorId> {
         let prev = self.op_begin("binary_cross_entropy_with_logits");
-        let r = self.pointwise_loss(x, target, 2, "BinaryCrossEntropyWithLogitsBackward0");
+        let r = self.pointwise_loss(x, target, 2, "BinaryCrossEntropyWithLogitsBackward0", false);
         self.op_end(prev)?;
         r
     }
 
     /// A mean-reduced elementwise loss: `temporaries` full-size buffers
-    /// alive together, a 0-dim out, self and target saved.
+    /// alive together, a 0-dim out, self and target saved. With
+    /// `full_size_out` the 0-dim out lies in a buffer of the input's size, as
+    /// `mse_loss`'s does on PyTorch 2.11 (`loss.untyped_storage().nbytes()`
+    /// is N·C elements on the H100): a kept loss keeps all of it.
     fn pointwise_loss(
         &mut self,
         a: TensorId,
         b: TensorId,
         temporaries: usize,
         node_name: &'static str,
+        full_size_out: bool,
     ) -> Result<TensorId> {
         let [ac, bc] = self.autocast_all([a, b], CastPolicy::Fp32)?;
         let dtype = self.dtype(ac);
@@ -177,7 +181,19 @@ impl Engine {
                 }
             }
         }
-        let out = out.and_then(|()| self.act(Shape::scalar(), dtype));
+        let out = out.and_then(|()| {
+            if full_size_out {
+                let category = if self.ckpt.rebuilding() {
+                    Category::Recompute
+                } else {
+                    Category::Activation
+                };
+                let s = self.new_storage(bytes, category)?;
+                Ok(self.wrap_storage(s, Shape::scalar(), dtype, Layout::Contiguous, false))
+            } else {
+                self.act(Shape::scalar(), dtype)
+            }
+        });
         // The mean over the elementwise loss, with its scratch, before the
         // temporaries go.
         let out = out.and_then(|o| {

@@ -387,3 +387,73 @@ fn batch_norm_requests_are_the_h100_s() {
     }
     assert_eq!(checked, 10);
 }
+
+/// Every loss of tests/fixtures/loss/h100_sweep.tsv (an H100, PyTorch 2.11)
+/// against the engine, with the H100's SMs for the means' reduction
+/// scratch: cross-entropy, MSE (whose 0-dim mean lies in a full-size
+/// buffer) and BCE with logits over [N, C], fp32 and fp16, forward and
+/// `loss.backward()`.
+#[test]
+fn loss_requests_are_the_h100_s() {
+    let rows = sweep_rows("loss/h100_sweep.tsv");
+    let mut checked = 0;
+    for pair in rows.chunks(2) {
+        let (name, dtype) = (pair[0][0].as_str(), pair[0][1].as_str());
+        let dtype = if dtype == "f32" {
+            DType::F32
+        } else {
+            DType::F16
+        };
+        let (n, c): (u64, u64) = (
+            pair[0][2].parse().expect("N"),
+            pair[0][3].parse().expect("C"),
+        );
+        let cfg = EngineConfig {
+            reduce_device: Some(super::super::ReduceDevice {
+                sm_count: 132,
+                max_threads_per_sm: 2048,
+            }),
+            ..EngineConfig::default()
+        };
+        let mut e = Engine::bare(cfg).expect("engine");
+        let x = e
+            .factory(
+                Shape::new(&[n, c]),
+                dtype,
+                super::super::Category::Parameter,
+            )
+            .expect("x");
+        e.t_mut(x).requires_grad = true;
+        let (target_shape, target_dtype) = if name == "cross_entropy" {
+            (Shape::new(&[n]), DType::I64)
+        } else {
+            (Shape::new(&[n, c]), dtype)
+        };
+        let t = e
+            .factory(target_shape, target_dtype, super::super::Category::Input)
+            .expect("target");
+        e.take_events();
+        let loss = match name {
+            "cross_entropy" => e.cross_entropy(x, t),
+            "mse" => e.mse_loss(x, t),
+            "bce_with_logits" => e.binary_cross_entropy_with_logits(x, t),
+            other => panic!("unknown loss {other}"),
+        }
+        .expect("loss");
+        assert_eq!(
+            requests(&e.take_events()),
+            signed_requests(&pair[0][5]),
+            "{:?}",
+            pair[0]
+        );
+        e.backward(loss, false).expect("backward");
+        assert_eq!(
+            requests(&e.take_events()),
+            signed_requests(&pair[1][5]),
+            "{:?}",
+            pair[1]
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 30);
+}
