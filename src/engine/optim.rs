@@ -220,6 +220,46 @@ impl Engine {
                     }
                 }
             }
+            OptimizerKind::Sgd {
+                weight_decay,
+                momentum,
+            } if imp == OptimImpl::ForLoop => {
+                // _single_tensor_sgd, per parameter: `grad.add(param, alpha=wd)`,
+                // on the first step the momentum buffer cloned from it, then
+                // the decayed grad dropped as `grad = buf` (or the next
+                // `grad = grads[i]`) rebinds (the H100 optimizer sweep).
+                for p in &params {
+                    let decayed = if weight_decay != 0.0 {
+                        Some(self.temp_like(*p)?)
+                    } else {
+                        None
+                    };
+                    let fresh = opt.state.get(p).is_some_and(|s| s.bufs.is_empty());
+                    if momentum != 0.0 && fresh {
+                        let b =
+                            self.empty(self.shape(*p), self.dtype(*p), Category::OptimizerState);
+                        let b = match b {
+                            Ok(b) => b,
+                            Err(e) => {
+                                if let Some(t) = decayed {
+                                    self.release(t);
+                                }
+                                return Err(e);
+                            }
+                        };
+                        self.k_fill(b, 0.0);
+                        self.keep(b);
+                        if let Some(st) = opt.state.get_mut(p) {
+                            st.bufs.push(b);
+                        }
+                    }
+                    self.k_update(*p);
+                    self.bump_version(*p);
+                    if let Some(t) = decayed {
+                        self.release(t);
+                    }
+                }
+            }
             OptimizerKind::Sgd { weight_decay, .. } => {
                 let wd = if weight_decay != 0.0 && imp == OptimImpl::Foreach {
                     Some(self.temp_list(&params)?)
@@ -251,6 +291,8 @@ impl Engine {
                 let (shape, dtype) = (self.shape(*p), self.dtype(*p));
                 let mut st = ParamState::default();
                 let nbufs = match opt.cfg.kind {
+                    // The for-loop SGD makes its buffer inside the update loop.
+                    OptimizerKind::Sgd { .. } if opt.cfg.implementation == OptimImpl::ForLoop => 0,
                     OptimizerKind::Sgd { momentum, .. } => usize::from(momentum != 0.0),
                     OptimizerKind::Adam { amsgrad, .. } | OptimizerKind::AdamW { amsgrad, .. } => {
                         let gpu_step =

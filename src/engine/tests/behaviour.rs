@@ -482,3 +482,75 @@ fn a_node_releases_saved_inputs_then_outputs_each_by_name() {
     let lse = round512(b * h * t.div_ceil(32) * 32 * 4);
     assert!(at(lse) < at(b * h * t * hd * 4), "frees {frees:?}");
 }
+
+/// Every optimizer step of tests/fixtures/optimizer/h100_sweep.tsv (an
+/// H100, PyTorch 2.11): SGD (plain, momentum, momentum with decay), Adam
+/// (with and without decay) and AdamW (with and without amsgrad), each
+/// foreach, for-loop and fused, over the MLP's parameters; the first step
+/// (lazy state) and the second.
+#[test]
+fn optimizer_steps_request_what_the_h100_s_did() {
+    use super::super::config::OptimImpl;
+    use super::super::optim::OptimizerKind;
+    let rows = sweep_rows("optimizer/h100_sweep.tsv");
+    let mut checked = 0;
+    for pair in rows.chunks(2) {
+        let kind = match pair[0][0].as_str() {
+            "sgd" => OptimizerKind::Sgd {
+                momentum: 0.0,
+                weight_decay: 0.0,
+            },
+            "sgd_momentum" => OptimizerKind::Sgd {
+                momentum: 0.9,
+                weight_decay: 0.0,
+            },
+            "sgd_momentum_wd" => OptimizerKind::Sgd {
+                momentum: 0.9,
+                weight_decay: 0.01,
+            },
+            "adam" => OptimizerKind::Adam {
+                weight_decay: 0.0,
+                amsgrad: false,
+            },
+            "adam_wd" => OptimizerKind::Adam {
+                weight_decay: 0.01,
+                amsgrad: false,
+            },
+            "adamw" => OptimizerKind::AdamW {
+                weight_decay: 0.01,
+                amsgrad: false,
+            },
+            "adamw_amsgrad" => OptimizerKind::AdamW {
+                weight_decay: 0.01,
+                amsgrad: true,
+            },
+            other => panic!("unknown optimizer {other}"),
+        };
+        let implementation = match pair[0][1].as_str() {
+            "foreach" => OptimImpl::Foreach,
+            "forloop" => OptimImpl::ForLoop,
+            "fused" => OptimImpl::Fused,
+            other => panic!("unknown implementation {other}"),
+        };
+        let opt = OptimizerConfig {
+            kind,
+            implementation,
+            ..OptimizerConfig::default()
+        };
+        let mut e = engine_with(ModelConfig::mlp_mnist(), opt, EngineConfig::default());
+        run(&mut e, &program(forward_steps(), 1));
+        let loss = e.binding_tensor("loss").expect("loss");
+        e.backward(loss, false).expect("backward");
+        for row in pair {
+            e.take_events();
+            e.optimizer_step().expect("step");
+            assert_eq!(
+                requests(&e.take_events()),
+                signed_requests(&row[3]),
+                "{row:?}"
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 42);
+}

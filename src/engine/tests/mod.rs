@@ -55,6 +55,7 @@ pub(crate) fn sweep_rows(name: &str) -> Vec<Vec<String>> {
 pub(crate) fn signed_requests(field: &str) -> Vec<i64> {
     field
         .split(' ')
+        .filter(|r| !r.is_empty())
         .map(|r| r.parse().unwrap_or_else(|e| panic!("{r:?}: {e}")))
         .collect()
 }
