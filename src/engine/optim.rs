@@ -12,6 +12,9 @@ use super::tag::{Category, Phase};
 use super::tensor::TensorId;
 use super::Engine;
 
+/// Elements per chunk of ATen's multi-tensor-apply kernels (`kChunkSize`).
+const FOREACH_CHUNK: u64 = 65_536;
+
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub enum OptimizerKind {
@@ -369,9 +372,15 @@ impl Engine {
         }
     }
 
-    /// `clip_grad_norm_(params, max_norm)` (foreach, §5.2): a 0-dim norm per
-    /// grad, a stacked vector, the total norm and the clip coefficient;
-    /// scaling is in place. Returns the total norm (a local).
+    /// `clip_grad_norm_(params, max_norm)` (foreach, §5.2), as PyTorch 2.11
+    /// runs it on the H100 (tests/fixtures/clip): `_foreach_norm` per dtype
+    /// group (a zeroed partials buffer of one fp32 per 65,536-element chunk
+    /// of the largest grad per tensor, the 0-dim norms, the buffer freed);
+    /// `vector_norm(stack(norms))` (the stack dies with the expression, the
+    /// norms as `_get_total_norm` returns); then `max_norm / (total + 1e-6)`
+    /// through a reciprocal, the clamped coefficient, and both freed as
+    /// `_clip_grads_with_norm_` returns. Scaling is in place. Returns the
+    /// total norm (a local).
     pub fn clip_grad_norm(&mut self) -> Result<TensorId> {
         let prev = self.op_begin("clip_grad_norm_");
         let r = (|| {
@@ -381,25 +390,52 @@ impl Engine {
                 .filter_map(|p| self.grad(p))
                 .collect();
             let sc = Shape::scalar();
-            let mut norms = Vec::with_capacity(grads.len());
-            for _ in &grads {
-                norms.push(self.empty(sc, DType::F32, Category::Temporary)?);
+            let mut groups: Vec<(DType, Vec<TensorId>)> = Vec::new();
+            for g in &grads {
+                let dtype = self.dtype(*g);
+                match groups.iter_mut().find(|(d, _)| *d == dtype) {
+                    Some((_, v)) => v.push(*g),
+                    None => groups.push((dtype, vec![*g])),
+                }
             }
+            let mut norms = Vec::with_capacity(grads.len());
+            for (dtype, group) in &groups {
+                let chunks = group
+                    .iter()
+                    .map(|g| self.shape(*g).numel().div_ceil(FOREACH_CHUNK))
+                    .max()
+                    .unwrap_or(0);
+                let partials = self.empty(
+                    Shape::new(&[group.len() as u64 * chunks]),
+                    DType::F32,
+                    Category::Temporary,
+                )?;
+                for _ in group {
+                    let n = self.empty(sc, *dtype, Category::Temporary)?;
+                    norms.push(n);
+                }
+                self.release(partials);
+            }
+            let dtype = groups.first().map_or(DType::F32, |g| g.0);
             let stacked = self.empty(
-                Shape::new(&[grads.len() as u64]),
-                DType::F32,
+                Shape::new(&[norms.len() as u64]),
+                dtype,
                 Category::Temporary,
             )?;
-            let total = self.empty(sc, DType::F32, Category::Temporary)?;
+            let total = self.empty(sc, dtype, Category::Temporary)?;
             self.release(stacked);
-            let tmp = self.empty(sc, DType::F32, Category::Temporary)?;
-            let coef = self.empty(sc, DType::F32, Category::Temporary)?;
-            self.release(tmp);
-            let clamped = self.empty(sc, DType::F32, Category::Temporary)?;
+            for n in norms.into_iter().rev() {
+                self.release(n);
+            }
+            let shifted = self.empty(sc, dtype, Category::Temporary)?;
+            let recip = self.empty(sc, dtype, Category::Temporary)?;
+            let coef = self.empty(sc, dtype, Category::Temporary)?;
+            self.release(recip);
+            self.release(shifted);
+            let clamped = self.empty(sc, dtype, Category::Temporary)?;
             for g in &grads {
                 self.bump_version(*g);
             }
-            self.free_list(norms);
             self.release(coef);
             self.release(clamped);
             Ok(total)
