@@ -60,6 +60,30 @@ pub(crate) fn signed_requests(field: &str) -> Vec<i64> {
         .collect()
 }
 
+/// The requests a backward of `y * y`'s sum makes inside the first node
+/// whose name ends with `node` (`y * y` hands that node a contiguous
+/// gradient, as the GPU sweeps' `y.backward(g)` does).
+pub(crate) fn node_requests_in_backward(
+    e: &mut Engine,
+    y: super::TensorId,
+    node: &str,
+) -> Vec<i64> {
+    let z = e.mul(y, y).expect("mul");
+    let loss = e.sum(z).expect("sum");
+    e.take_events();
+    e.backward(loss, false).expect("backward");
+    let evs = e.take_events();
+    let start = evs
+        .iter()
+        .position(|ev| matches!(ev, EngineEvent::OpBegin { name, .. } if name.ends_with(node)))
+        .unwrap_or_else(|| panic!("no {node} ran"));
+    let len = evs[start..]
+        .iter()
+        .position(|ev| matches!(ev, EngineEvent::OpEnd))
+        .expect("its end");
+    requests(&evs[start..start + len])
+}
+
 pub(crate) fn engine(model: ModelConfig) -> Engine {
     engine_with(model, OptimizerConfig::adamw(), EngineConfig::default())
 }

@@ -281,21 +281,7 @@ fn a_layer_norm_over_many_rows_sums_its_weight_gradients_in_parts() {
     let ps = e.parameters();
     let (ln_w, ln_b) = (ps[2], ps[3]);
     let y = e.layer_norm(x, Some(ln_w), Some(ln_b)).expect("ln");
-    // y * y hands the layer norm a contiguous gradient, as the sweep's g is.
-    let z = e.mul(y, y).expect("mul");
-    let loss = e.sum(z).expect("sum");
-    e.take_events();
-    e.backward(loss, false).expect("backward");
-    let evs = e.take_events();
-    let start = evs
-        .iter()
-        .position(|ev| matches!(ev, EngineEvent::OpBegin { name, .. } if *name == "NativeLayerNormBackward0"))
-        .expect("the layer norm's backward");
-    let len = evs[start..]
-        .iter()
-        .position(|ev| matches!(ev, EngineEvent::OpEnd))
-        .expect("its end");
-    let simulated = requests(&evs[start..start + len]);
+    let simulated = node_requests_in_backward(&mut e, y, "NativeLayerNormBackward0");
     // x needs no gradient here: the H100's first request (dX) is not made.
     // Between the partial sums and the saved mean and rstd, the engine also
     // frees the incoming gradient, which the sweep's caller kept.
@@ -354,21 +340,7 @@ fn batch_norm_requests_are_the_h100_s() {
             "{:?}",
             chunk[0]
         );
-        // y * y hands the node a contiguous gradient, as the sweep's g is.
-        let z = e.mul(y, y).expect("mul");
-        let loss = e.sum(z).expect("sum");
-        e.take_events();
-        e.backward(loss, false).expect("backward");
-        let evs = e.take_events();
-        let start = evs
-            .iter()
-            .position(|ev| matches!(ev, EngineEvent::OpBegin { name, .. } if name.ends_with("BatchNormBackward0")))
-            .expect("the batch norm's backward");
-        let len = evs[start..]
-            .iter()
-            .position(|ev| matches!(ev, EngineEvent::OpEnd))
-            .expect("its end");
-        let simulated = requests(&evs[start..start + len]);
+        let simulated = node_requests_in_backward(&mut e, y, "BatchNormBackward0");
         let backward = real("train_backward");
         let (grads, stats) = backward.split_at(backward.len() - 2);
         assert_eq!(simulated[..grads.len()], *grads, "{:?}", chunk[0]);
