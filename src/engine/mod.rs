@@ -14,6 +14,7 @@
 pub mod amp;
 pub mod autograd;
 mod backward;
+mod backward_scratch;
 pub mod bindings;
 pub mod checkpoint;
 pub mod config;

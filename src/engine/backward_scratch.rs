@@ -1,0 +1,229 @@
+//! Kernel scratch of the backward functions that allocate more than their
+//! gradients: the cuDNN RNN's stand-in zeros, SDPA's scratch, the layer
+//! norm's partial sums and the embedding's sort path, each buffer freed
+//! where its C++ scope ends.
+
+use super::autograd::{NodeId, SdpaScratch};
+use super::backward::Out;
+use super::embedding_scratch::EmbeddingSort;
+use super::error::Result;
+use super::layer_norm_scratch;
+use super::storage::StorageId;
+use super::tag::Category;
+use super::tensor::TensorId;
+use super::Engine;
+
+impl Engine {
+    /// `_cudnn_rnn_backward`'s stand-ins for undefined incoming gradients:
+    /// `zeros_like(output)`, `zeros_like(hx)`, `zeros_like(cx)`, in that
+    /// order, for each of output, hy and cy that received no gradient.
+    pub(super) fn cudnn_rnn_zero_grads(&mut self, n: NodeId) -> Result<Vec<TensorId>> {
+        let output = self.nodes[n.0]
+            .saved
+            .iter()
+            .find(|s| s.name == "result0")
+            .map(|s| (s.shape, s.dtype));
+        let hidden = |k: usize| {
+            let m = self.nodes[n.0].inputs[k];
+            (m.shape, m.dtype)
+        };
+        let likes = [output, Some(hidden(1)), Some(hidden(2))];
+        let mut zeros = Vec::new();
+        for (k, like) in likes.into_iter().enumerate() {
+            let received = self.nodes[n.0].buf.get(k).copied().flatten().is_some();
+            if let (false, Some((shape, dtype))) = (received, like) {
+                match self.empty(shape, dtype, Category::Temporary) {
+                    Ok(z) => {
+                        self.k_fill(z, 0.0);
+                        zeros.push(z);
+                    }
+                    Err(e) => {
+                        for z in zeros.into_iter().rev() {
+                            self.release(z);
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok(zeros)
+    }
+
+    /// What an SDPA backward allocates after its q, k, v gradients.
+    pub(super) fn sdpa_backward_scratch(&mut self, scratch: SdpaScratch) -> Result<()> {
+        match scratch {
+            SdpaScratch::Delta(bytes) => {
+                let s = self.transient(bytes, Category::Temporary)?;
+                self.free_transient(s);
+            }
+            SdpaScratch::Flash {
+                softmax_d,
+                dq_accum,
+            } => {
+                let d = self.transient(softmax_d, Category::Temporary)?;
+                let acc = self.transient(dq_accum, Category::Temporary);
+                if let Ok(a) = acc {
+                    self.free_transient(a);
+                }
+                self.free_transient(d);
+                acc?;
+            }
+            SdpaScratch::EfficientF32 {
+                product,
+                rows,
+                copy_delta,
+                workspace,
+            } => {
+                // (grad_out * out).sum(-1).transpose(-2, -1).contiguous():
+                // the temporaries die at the end of the expression, last
+                // made first (with one head the transpose is contiguous and
+                // delta is the sum itself); the workspace outlives delta.
+                let mut held = Held::default();
+                let made: &[u64] = if copy_delta {
+                    &[product, rows, rows]
+                } else {
+                    &[product, rows]
+                };
+                for &bytes in made {
+                    if let Err(e) = held.take(self, bytes, Category::Temporary) {
+                        held.drop_last(self, held.len());
+                        return Err(e);
+                    }
+                }
+                let delta = held.0.pop().flatten();
+                held.drop_last(self, held.len());
+                let ws = self.transient(workspace, Category::Workspace);
+                self.free_transient(delta);
+                self.free_transient(ws?);
+            }
+        }
+        Ok(())
+    }
+
+    /// The partial-sum path of the layer-norm backward's weight and bias
+    /// gradients (`layer_norm_scratch`): `dgamma_blocks` and `dbeta_blocks`,
+    /// then per gradient `*dgamma = dgamma_blocks.sum(0)` (the sum's output
+    /// and scratch, then the first gradient freed), then the blocks freed,
+    /// last made first.
+    pub(super) fn layer_norm_partial_sums(&mut self, rows: u64, outs: &mut [Out]) -> Result<()> {
+        let params: Vec<(usize, TensorId)> = outs
+            .iter()
+            .filter_map(|o| match *o {
+                Out::Ready(i, t) if i > 0 => Some((i, t)),
+                _ => None,
+            })
+            .collect();
+        let mut held = Held::default();
+        let r = (|| {
+            for &(_, t) in &params {
+                let bytes = rows * self.nbytes(t);
+                held.take(self, bytes, Category::Temporary)?;
+            }
+            for &(i, old) in &params {
+                let (shape, dtype) = (self.shape(old), self.dtype(old));
+                let reduction =
+                    layer_norm_scratch::partial_sum_reduction(rows, shape.numel(), dtype.size());
+                let sum = self.empty(shape, dtype, Category::Gradient)?;
+                let sum = self.scratch_after(sum, Some(reduction))?;
+                self.k_grad_from(Some(old), sum);
+                self.release(old);
+                if let Some(o) = outs
+                    .iter_mut()
+                    .find(|o| matches!(o, Out::Ready(j, _) if *j == i))
+                {
+                    *o = Out::Ready(i, sum);
+                }
+            }
+            Ok(())
+        })();
+        held.drop_last(self, held.len());
+        r
+    }
+
+    /// `embedding_dense_backward_cuda`: the zero-filled weight gradient, and
+    /// on the sort path the buffers around it, each freed where its C++
+    /// scope ends (`embedding_scratch`).
+    pub(super) fn embedding_backward(
+        &mut self,
+        shape: super::shape::Shape,
+        dtype: super::dtype::DType,
+        sort: Option<EmbeddingSort>,
+    ) -> Result<TensorId> {
+        let Some(s) = sort else {
+            return self.empty(shape, dtype, Category::Gradient);
+        };
+        let mut held = Held::default();
+        // sorted_indices and orig_indices live to the end; the arange and
+        // the sort's temporary die with the dispatch lambda.
+        let sorted = (|| {
+            held.take(self, s.per_index, Category::Temporary)?;
+            held.take(self, s.per_index, Category::Temporary)?;
+            held.take(self, s.per_index, Category::Temporary)?;
+            held.take(self, s.sort_temp, Category::Workspace)?;
+            held.drop_last(self, 2);
+            self.empty(shape, dtype, Category::Gradient)
+        })();
+        let grad = match sorted {
+            Ok(t) => t,
+            Err(e) => {
+                held.drop_last(self, held.len());
+                return Err(e);
+            }
+        };
+        let sums = self.embedding_segment_sums(&s, &mut held);
+        // The kernel's locals go before the gradient is handed back (or,
+        // unwinding, before it), then the caller's two index buffers.
+        held.drop_last(self, held.len() - 2);
+        if sums.is_err() {
+            self.release(grad);
+        }
+        held.drop_last(self, held.len());
+        sums.map(|()| grad)
+    }
+
+    /// `embedding_backward_cuda_kernel` after the gradient: segments of equal
+    /// index, their partial segments, and the partial sums. Leaves the
+    /// function-scope buffers (segment offsets, the segment count) in `held`.
+    fn embedding_segment_sums(&mut self, s: &EmbeddingSort, held: &mut Held) -> Result<()> {
+        held.take(self, s.per_index, Category::Temporary)?;
+        held.take(self, s.scalar, Category::Temporary)?;
+        // unique_by_key: its own key output, then CUB's temporary.
+        held.take(self, s.per_index, Category::Temporary)?;
+        held.take(self, s.unique_temp, Category::Workspace)?;
+        held.drop_last(self, 2);
+        let lambda_scope = held.len();
+        held.take(self, s.per_segment, Category::Temporary)?;
+        held.take(self, s.per_segment, Category::Temporary)?;
+        held.take(self, s.scan_temp, Category::Workspace)?;
+        held.drop_last(self, 1);
+        held.take(self, s.scalar, Category::Temporary)?;
+        held.take(self, s.partial_offsets, Category::Temporary)?;
+        held.take(self, s.partial_sums, Category::Temporary)?;
+        held.drop_last(self, held.len() - lambda_scope);
+        Ok(())
+    }
+}
+
+/// Transient buffers a kernel wrapper holds, freed last-made first as their
+/// C++ scopes end (an exception unwinds the same way).
+#[derive(Default)]
+struct Held(Vec<Option<StorageId>>);
+
+impl Held {
+    fn take(&mut self, e: &mut Engine, bytes: u64, category: Category) -> Result<()> {
+        self.0.push(e.transient(bytes, category)?);
+        Ok(())
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn drop_last(&mut self, e: &mut Engine, count: usize) {
+        for _ in 0..count {
+            if let Some(s) = self.0.pop() {
+                e.free_transient(s);
+            }
+        }
+    }
+}
