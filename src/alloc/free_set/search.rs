@@ -2,8 +2,8 @@
 //!
 //! `slice::partition_point` with a `u128` key compiles to a conditional jump
 //! per step; on a random request stream half of those jumps are mispredicted.
-//! Here each step adds `half` under a mask, so the only branch is the loop
-//! itself, whose trip count depends on the length alone.
+//! Here each step picks the next base with a conditional move, so the only
+//! branch is the loop itself, whose trip count depends on the length alone.
 
 /// The index of the first element for which `before` is false, in a slice
 /// where every such element follows every element for which it is true.
