@@ -1065,6 +1065,7 @@ fn captured_requests_are_the_h100_s_in_order() {
         ("loss-list-train-bug", "loss_list_train_bug"),
         ("optimizer-cpu-offload", "optimizer_cpu_offload"),
         ("store-outputs-fixed", "store_outputs_fixed"),
+        ("tour", "tour"),
         ("var-batch-expandable-fixed", "var_batch_expandable_fixed"),
         ("var-batch-fragmentation-bug", "var_batch_fragmentation_bug"),
         ("var-batch-gc-threshold", "var_batch_gc_threshold"),

@@ -59,9 +59,12 @@ impl Engine {
         let seed = self.empty(shape, dtype, Category::Gradient)?;
         self.k_fill(seed, 1.0);
         self.retain(seed);
-        self.traverse(edge, seed, retain, task)?;
+        let r = self.traverse(edge, seed, retain, task);
+        // On an error too: the seed then dies with the Python frames, after
+        // the graph task's buffers (the local handle goes last, as the
+        // caller unwinds). tour on the H100 frees it after the OOM.
         self.decref(seed);
-        Ok(())
+        r
     }
 
     /// A backward from `root` seeded with `grad` (whose reference it takes)
