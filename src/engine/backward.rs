@@ -25,9 +25,15 @@ impl Engine {
         let prev_op = self.op_begin("backward");
         let mark = self.locals.len();
         let mut task = Vec::new();
-        let r = self.run_backward(root, retain_graph, &mut task);
+        let mut seed = None;
+        let r = self.run_backward(root, retain_graph, &mut task, &mut seed);
         if r.is_err() {
             self.abandon_task(&task);
+            // The seed is Python's `grad_tensors_`: it dies with the frames,
+            // after the graph task (tour's OOM on the H100).
+            if let Some(s) = seed {
+                self.decref(s);
+            }
             self.unwind_locals(mark);
         }
         let end = self.op_end(prev_op);
@@ -48,7 +54,13 @@ impl Engine {
         }
     }
 
-    fn run_backward(&mut self, root: TensorId, retain: bool, task: &mut Vec<NodeId>) -> Result<()> {
+    fn run_backward(
+        &mut self,
+        root: TensorId,
+        retain: bool,
+        task: &mut Vec<NodeId>,
+        seed_held: &mut Option<TensorId>,
+    ) -> Result<()> {
         let Some(edge) = self.edge_of(root) else {
             return Err(EngineError::Runtime(
                 "element 0 of tensors does not require grad and does not have a grad_fn".into(),
@@ -59,12 +71,11 @@ impl Engine {
         let seed = self.empty(shape, dtype, Category::Gradient)?;
         self.k_fill(seed, 1.0);
         self.retain(seed);
-        let r = self.traverse(edge, seed, retain, task);
-        // On an error too: the seed then dies with the Python frames, after
-        // the graph task's buffers (the local handle goes last, as the
-        // caller unwinds). tour on the H100 frees it after the OOM.
+        *seed_held = Some(seed);
+        self.traverse(edge, seed, retain, task)?;
+        *seed_held = None;
         self.decref(seed);
-        r
+        Ok(())
     }
 
     /// A backward from `root` seeded with `grad` (whose reference it takes)
@@ -220,6 +231,14 @@ impl Engine {
         let prev_module = self.enter_module(self.nodes[n.0].module);
         let prev_op = self.op_begin(name);
         let r = self.exec_node_inner(n, kind, retain);
+        if r.is_err() {
+            // call_function's inputs die as the exception leaves it, before
+            // the graph task's other buffers (tour's OOM on the H100).
+            let buf = std::mem::take(&mut self.nodes[n.0].buf);
+            for t in buf.into_iter().flatten() {
+                self.decref(t);
+            }
+        }
         self.exit_module(prev_module);
         let end = self.op_end(prev_op);
         let out = r?;
