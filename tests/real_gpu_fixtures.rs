@@ -1060,6 +1060,7 @@ fn captured_requests_are_the_h100_s_in_order() {
         ),
         ("gpt2-small-fits", "gpt2_small_fits"),
         ("gpt2-small-oom", "gpt2_small_oom"),
+        ("grad-accum-big-batch-oom", "grad_accum_big_batch_oom"),
         ("grad-accum-fixed", "grad_accum_fixed"),
         ("grad-accum-sum-bug", "grad_accum_sum_bug"),
         ("loss-list-train-bug", "loss_list_train_bug"),

@@ -79,7 +79,15 @@ impl Engine {
             super::super::amp::CastPolicy::None
         };
         let xc = self.autocast_arg(x, policy)?;
-        let out = self.act(self.shape(xc), self.dtype(xc))?;
+        let out = match self.act(self.shape(xc), self.dtype(xc)) {
+            Ok(out) => out,
+            Err(e) => {
+                // The op's own handle goes as the error leaves it; the input
+                // then lives only as long as the caller's (Python's) frames.
+                self.release(xc);
+                return Err(e);
+            }
+        };
         self.k_unary(xc, out);
         if self.records(&[xc]) {
             let node = self.new_node(op.node(), BwdKind::Alloc, &[Some(xc)]);
