@@ -1065,6 +1065,8 @@ fn captured_requests_are_the_h100_s_in_order() {
         ("grad-accum-sum-bug", "grad_accum_sum_bug"),
         ("loss-list-train-bug", "loss_list_train_bug"),
         ("optimizer-cpu-offload", "optimizer_cpu_offload"),
+        ("store-outputs-bug", "store_outputs_bug"),
+        ("store-outputs-detach-bug", "store_outputs_detach_bug"),
         ("store-outputs-fixed", "store_outputs_fixed"),
         ("tour", "tour"),
         ("var-batch-expandable-fixed", "var_batch_expandable_fixed"),

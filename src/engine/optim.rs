@@ -357,10 +357,22 @@ impl Engine {
         self.empty(shape, dtype, Category::Temporary)
     }
 
+    /// A foreach op's result list, one temporary per parameter. If one does
+    /// not fit, the C++ vector under construction dies first element first
+    /// (store_outputs_bug's OOM in `_foreach_sqrt` on the H100), not last
+    /// first as a finished Python list does.
     fn temp_list(&mut self, params: &[TensorId]) -> Result<Vec<TensorId>> {
         let mut v = Vec::with_capacity(params.len());
         for p in params {
-            v.push(self.temp_like(*p)?);
+            match self.temp_like(*p) {
+                Ok(t) => v.push(t),
+                Err(e) => {
+                    for t in v {
+                        self.release(t);
+                    }
+                    return Err(e);
+                }
+            }
         }
         Ok(v)
     }
