@@ -66,6 +66,13 @@ pub(crate) enum BwdKind {
     },
     /// One new gradient per input that needs one, in input order.
     Alloc,
+    /// As `Alloc`, with one temporary of the gradient's size made and freed
+    /// beside it, before the gradient (`temp_first`: sqrt's
+    /// `grad / (2 * result)`) or after it (softmax's backward), as the
+    /// H100 sweep shows (tests/fixtures/elementwise).
+    AllocWithTemp {
+        temp_first: bool,
+    },
     /// The incoming gradient is handed on as a view (add, views, cat); broadcasts
     /// and dtype changes are fixed up by `validate_outputs` (sum_to / cast).
     PassThrough,

@@ -265,11 +265,35 @@ impl Engine {
                     outs.push(Out::Ready(0, gx));
                 }
             }
-            BwdKind::Alloc | BwdKind::Conv { .. } | BwdKind::Sdpa { .. } => {
+            BwdKind::Alloc
+            | BwdKind::AllocWithTemp { .. }
+            | BwdKind::Conv { .. }
+            | BwdKind::Sdpa { .. } => {
                 for i in 0..ninputs {
                     if needs(self, i) {
                         let m = self.nodes[n.0].inputs[i];
+                        let bytes = m.shape.numel() * m.dtype.size();
+                        let temp_first =
+                            matches!(kind, BwdKind::AllocWithTemp { temp_first: true });
+                        if temp_first {
+                            let tmp = self.transient(bytes, Category::Temporary)?;
+                            let t = self.empty(m.shape, m.dtype, Category::Gradient);
+                            self.free_transient(tmp);
+                            let t = t?;
+                            self.k_grad_from(g0, t);
+                            outs.push(Out::Ready(i, t));
+                            continue;
+                        }
                         let t = self.empty(m.shape, m.dtype, Category::Gradient)?;
+                        if let BwdKind::AllocWithTemp { .. } = kind {
+                            let tmp = self.transient(bytes, Category::Temporary);
+                            if let Ok(tmp) = tmp {
+                                self.free_transient(tmp);
+                            } else {
+                                self.release(t);
+                                tmp?;
+                            }
+                        }
                         self.k_grad_from(g0, t);
                         if let BwdKind::Conv { workspace } = kind {
                             let ws = self.transient(workspace, Category::Workspace)?;

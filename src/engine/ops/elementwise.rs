@@ -36,7 +36,7 @@ impl Unary {
         }
     }
 
-    fn node(self) -> &'static str {
+    pub(crate) fn node(self) -> &'static str {
         match self {
             Unary::Relu => "ReluBackward0",
             Unary::Gelu => "GeluBackward0",
@@ -90,7 +90,14 @@ impl Engine {
         };
         self.k_unary(xc, out);
         if self.records(&[xc]) {
-            let node = self.new_node(op.node(), BwdKind::Alloc, &[Some(xc)]);
+            // sqrt's backward is `grad / (2 * result)`: the doubled result
+            // first, then the gradient (the H100 sweep).
+            let kind = if op == Unary::Sqrt {
+                BwdKind::AllocWithTemp { temp_first: true }
+            } else {
+                BwdKind::Alloc
+            };
+            let node = self.new_node(op.node(), kind, &[Some(xc)]);
             self.set_grad_fn(out, node, 0);
             if op.saves_result() {
                 self.save(node, "result", out, true);

@@ -57,7 +57,14 @@ impl Engine {
             } else {
                 "SoftmaxBackward0"
             };
-            let node = self.new_node(name, BwdKind::Alloc, &[Some(x)]);
+            // SoftmaxBackward0 takes a temporary of the gradient's size
+            // after it (the H100 sweep); LogSoftmaxBackward0 does not.
+            let kind = if log {
+                BwdKind::Alloc
+            } else {
+                BwdKind::AllocWithTemp { temp_first: false }
+            };
+            let node = self.new_node(name, kind, &[Some(x)]);
             self.set_grad_fn(out, node, 0);
             self.save(node, "result", out, true);
         }

@@ -60,9 +60,10 @@ pub(crate) fn signed_requests(field: &str) -> Vec<i64> {
         .collect()
 }
 
-/// The requests a backward of `y * y`'s sum makes inside the first node
-/// whose name ends with `node` (`y * y` hands that node a contiguous
-/// gradient, as the GPU sweeps' `y.backward(g)` does).
+/// The requests a backward of `y * y`'s sum makes inside the last node to
+/// run whose name ends with `node` (`y * y` hands that node a contiguous
+/// gradient, as the GPU sweeps' `y.backward(g)` does; the product's own
+/// MulBackward0 runs first).
 pub(crate) fn node_requests_in_backward(
     e: &mut Engine,
     y: super::TensorId,
@@ -75,7 +76,7 @@ pub(crate) fn node_requests_in_backward(
     let evs = e.take_events();
     let start = evs
         .iter()
-        .position(|ev| matches!(ev, EngineEvent::OpBegin { name, .. } if name.ends_with(node)))
+        .rposition(|ev| matches!(ev, EngineEvent::OpBegin { name, .. } if name.ends_with(node)))
         .unwrap_or_else(|| panic!("no {node} ran"));
     let len = evs[start..]
         .iter()

@@ -429,3 +429,82 @@ fn loss_requests_are_the_h100_s() {
     }
     assert_eq!(checked, 30);
 }
+
+/// The elementwise rows of tests/fixtures/elementwise/h100_sweep.tsv (an
+/// H100, PyTorch 2.11) whose backward node computes something: the forward
+/// exactly, and inside the node the sweep's requests (the engine then also
+/// frees the incoming gradient, which the sweep's caller kept). sqrt and
+/// softmax take a temporary of the gradient's size; the others one
+/// gradient per input.
+#[test]
+fn elementwise_requests_are_the_h100_s() {
+    use super::super::ops::elementwise::Unary;
+    let rows = sweep_rows("elementwise/h100_sweep.tsv");
+    let mut checked = 0;
+    for pair in rows.chunks(2) {
+        let (op, n, c) = (
+            pair[0][0].as_str(),
+            pair[0][1].parse::<u64>().expect("N"),
+            pair[0][2].parse::<u64>().expect("C"),
+        );
+        let unary = match op {
+            "relu" => Some(Unary::Relu),
+            "gelu" => Some(Unary::Gelu),
+            "silu" => Some(Unary::Silu),
+            "sigmoid" => Some(Unary::Sigmoid),
+            "tanh" => Some(Unary::Tanh),
+            "exp" => Some(Unary::Exp),
+            "log" => Some(Unary::Log),
+            "sqrt" => Some(Unary::Sqrt),
+            _ => None,
+        };
+        let node = match (op, unary) {
+            (_, Some(u)) => u.node(),
+            ("mul", _) => "MulBackward0",
+            ("mul_scalar", _) => "MulBackward1",
+            ("softmax", _) => "SoftmaxBackward0",
+            ("log_softmax", _) => "LogSoftmaxBackward0",
+            // add, add_scalar and cat hand the gradient on; the sweep's
+            // allocations there are AccumulateGrad's copies of a gradient
+            // the caller still holds.
+            _ => continue,
+        };
+        let mut e = Engine::bare(EngineConfig::default()).expect("engine");
+        let mut leaf = || {
+            let t = e
+                .factory(
+                    Shape::new(&[n, c]),
+                    DType::F32,
+                    super::super::Category::Parameter,
+                )
+                .expect("leaf");
+            e.t_mut(t).requires_grad = true;
+            t
+        };
+        let (a, b) = (leaf(), leaf());
+        e.take_events();
+        let y = match (op, unary) {
+            (_, Some(u)) => e.unary(u, a),
+            ("mul", _) => e.mul(a, b),
+            ("mul_scalar", _) => e.mul_scalar(a),
+            ("softmax", _) => e.softmax(a, false),
+            _ => e.softmax(a, true),
+        }
+        .expect("op");
+        assert_eq!(
+            requests(&e.take_events()),
+            signed_requests(&pair[0][4]),
+            "{:?}",
+            pair[0]
+        );
+        let simulated = node_requests_in_backward(&mut e, y, node);
+        let real = signed_requests(&pair[1][4]);
+        assert_eq!(simulated[..real.len()], real[..], "{:?}", pair[1]);
+        assert!(
+            simulated[real.len()..].iter().all(|r| *r < 0),
+            "{simulated:?}"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 24);
+}
