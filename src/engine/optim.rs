@@ -182,11 +182,43 @@ impl Engine {
                             let tmp = self.temp_list(&params)?;
                             self.free_list(tmp);
                         }
+                        // capturable: bias_correction1 and 2 as _foreach_pow lists
+                        // of 0-dim fp32 tensors, one per parameter, before the sqrt
+                        // list; they go first as the function returns (the H100
+                        // optimizer sweep).
+                        let corrections = if opt.cfg.capturable {
+                            let scalars = vec![Shape::scalar(); params.len()];
+                            let bc1 = self.scalar_list(&scalars)?;
+                            let bc2 = self.scalar_list(&scalars);
+                            match bc2 {
+                                Ok(bc2) => Some((bc1, bc2)),
+                                Err(e) => {
+                                    self.free_list(bc1);
+                                    return Err(e);
+                                }
+                            }
+                        } else {
+                            None
+                        };
                         // exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs): +1× until the step ends.
-                        let sqrt = self.temp_list(&params)?;
+                        let sqrt = self.temp_list(&params);
+                        let sqrt = match sqrt {
+                            Ok(l) => l,
+                            Err(e) => {
+                                if let Some((bc1, bc2)) = corrections {
+                                    self.free_list(bc1);
+                                    self.free_list(bc2);
+                                }
+                                return Err(e);
+                            }
+                        };
                         for p in &params {
                             self.k_update(*p);
                             self.bump_version(*p);
+                        }
+                        if let Some((bc1, bc2)) = corrections {
+                            self.free_list(bc1);
+                            self.free_list(bc2);
                         }
                         self.free_list(sqrt);
                     }
@@ -365,6 +397,23 @@ impl Engine {
         let mut v = Vec::with_capacity(params.len());
         for p in params {
             match self.temp_like(*p) {
+                Ok(t) => v.push(t),
+                Err(e) => {
+                    for t in v {
+                        self.release(t);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(v)
+    }
+
+    /// A list of 0-dim fp32 temporaries, one per entry of `shapes`.
+    fn scalar_list(&mut self, shapes: &[Shape]) -> Result<Vec<TensorId>> {
+        let mut v = Vec::with_capacity(shapes.len());
+        for s in shapes {
+            match self.empty(*s, DType::F32, Category::Temporary) {
                 Ok(t) => v.push(t),
                 Err(e) => {
                     for t in v {

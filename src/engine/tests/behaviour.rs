@@ -486,8 +486,9 @@ fn a_node_releases_saved_inputs_then_outputs_each_by_name() {
 /// Every optimizer step of tests/fixtures/optimizer/h100_sweep.tsv (an
 /// H100, PyTorch 2.11): SGD (plain, momentum, momentum with decay), Adam
 /// (with and without decay) and AdamW (with and without amsgrad), each
-/// foreach, for-loop and fused, over the MLP's parameters; the first step
-/// (lazy state) and the second.
+/// foreach, for-loop and fused, and Adam and AdamW capturable (foreach and
+/// fused), over the MLP's parameters; the first step (lazy state) and the
+/// second.
 #[test]
 fn optimizer_steps_request_what_the_h100_s_did() {
     use super::super::config::OptimImpl;
@@ -524,6 +525,14 @@ fn optimizer_steps_request_what_the_h100_s_did() {
                 weight_decay: 0.01,
                 amsgrad: true,
             },
+            "adam_capturable" => OptimizerKind::Adam {
+                weight_decay: 0.0,
+                amsgrad: false,
+            },
+            "adamw_capturable" => OptimizerKind::AdamW {
+                weight_decay: 0.01,
+                amsgrad: false,
+            },
             other => panic!("unknown optimizer {other}"),
         };
         let implementation = match pair[0][1].as_str() {
@@ -535,12 +544,18 @@ fn optimizer_steps_request_what_the_h100_s_did() {
         let opt = OptimizerConfig {
             kind,
             implementation,
+            capturable: pair[0][0].ends_with("_capturable"),
             ..OptimizerConfig::default()
         };
         let mut e = engine_with(ModelConfig::mlp_mnist(), opt, EngineConfig::default());
         run(&mut e, &program(forward_steps(), 1));
         let loss = e.binding_tensor("loss").expect("loss");
         e.backward(loss, false).expect("backward");
+        if pair[0][0].ends_with("_capturable") && implementation == OptimImpl::ForLoop {
+            // The for-loop capturable step's per-parameter scalars (a float64
+            // power among them) are not modelled.
+            continue;
+        }
         for row in pair {
             e.take_events();
             e.optimizer_step().expect("step");
@@ -552,7 +567,7 @@ fn optimizer_steps_request_what_the_h100_s_did() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 42);
+    assert_eq!(checked, 50);
 }
 
 /// `clip_grad_norm_(params, 1.0)` (foreach) over the MLP's gradients, as
