@@ -222,6 +222,9 @@ impl Engine {
                         }
                         self.free_list(sqrt);
                     }
+                    OptimImpl::ForLoop if opt.cfg.capturable => {
+                        self.adam_step_capturable_forloop(&params, l2)?;
+                    }
                     OptimImpl::ForLoop => {
                         let mut prev_denom: Option<TensorId> = None;
                         let mut prev_grad: Option<TensorId> = None;
@@ -407,6 +410,70 @@ impl Engine {
             }
         }
         Ok(v)
+    }
+
+    /// `_single_tensor_adam` with `capturable=True`, per parameter (the H100
+    /// optimizer sweep): `bias_correction1 = 1 - beta1 ** step` (the power
+    /// through a float64 wrapped scalar) and the same for beta2; `step_size
+    /// = lr / bias_correction1` (a reciprocal and a product); its negation;
+    /// `bias_correction2.sqrt()`; `denom = (exp_avg_sq.sqrt() /
+    /// (bias_correction2_sqrt * step_size_neg)).add_(eps / step_size_neg)`.
+    /// Each local's rebinding frees the previous parameter's; at return the
+    /// six go in the order they were first assigned.
+    fn adam_step_capturable_forloop(&mut self, params: &[TensorId], l2: bool) -> Result<()> {
+        let sc = Shape::scalar();
+        // bias_correction1, bias_correction2, step_size, step_size_neg,
+        // bias_correction2_sqrt, denom
+        let mut locals: [Option<TensorId>; 6] = [None; 6];
+        let mut prev_grad: Option<TensorId> = None;
+        let r = (|| {
+            for p in params {
+                if let Some(g) = prev_grad.take() {
+                    self.release(g);
+                }
+                if l2 {
+                    prev_grad = Some(self.temp_like(*p)?);
+                }
+                let mut rebind = |e: &mut Engine, k: usize, t: TensorId| {
+                    if let Some(old) = locals[k].replace(t) {
+                        e.release(old);
+                    }
+                };
+                for k in 0..2 {
+                    let pow = self.empty(sc, DType::F32, Category::Temporary)?;
+                    let wrapped = self.transient(8, Category::Temporary)?;
+                    self.free_transient(wrapped);
+                    let correction = self.empty(sc, DType::F32, Category::Temporary)?;
+                    self.release(pow);
+                    rebind(self, k, correction);
+                }
+                let recip = self.empty(sc, DType::F32, Category::Temporary)?;
+                let step_size = self.empty(sc, DType::F32, Category::Temporary)?;
+                self.release(recip);
+                rebind(self, 2, step_size);
+                let neg = self.empty(sc, DType::F32, Category::Temporary)?;
+                rebind(self, 3, neg);
+                let sqrt = self.empty(sc, DType::F32, Category::Temporary)?;
+                rebind(self, 4, sqrt);
+                let avg_sqrt = self.temp_like(*p)?;
+                let product = self.empty(sc, DType::F32, Category::Temporary)?;
+                let denom = self.temp_like(*p)?;
+                self.release(avg_sqrt);
+                self.release(product);
+                let recip = self.empty(sc, DType::F32, Category::Temporary)?;
+                let eps_term = self.empty(sc, DType::F32, Category::Temporary)?;
+                self.release(recip);
+                self.release(eps_term);
+                rebind(self, 5, denom);
+                self.k_update(*p);
+                self.bump_version(*p);
+            }
+            Ok(())
+        })();
+        for t in prev_grad.into_iter().chain(locals.into_iter().flatten()) {
+            self.release(t);
+        }
+        r
     }
 
     /// A list of 0-dim fp32 temporaries, one per entry of `shapes`.
