@@ -272,28 +272,12 @@ impl Engine {
                 for i in 0..ninputs {
                     if needs(self, i) {
                         let m = self.nodes[n.0].inputs[i];
-                        let bytes = m.shape.numel() * m.dtype.size();
-                        let temp_first =
-                            matches!(kind, BwdKind::AllocWithTemp { temp_first: true });
-                        if temp_first {
-                            let tmp = self.transient(bytes, Category::Temporary)?;
-                            let t = self.empty(m.shape, m.dtype, Category::Gradient);
-                            self.free_transient(tmp);
-                            let t = t?;
-                            self.k_grad_from(g0, t);
-                            outs.push(Out::Ready(i, t));
-                            continue;
-                        }
-                        let t = self.empty(m.shape, m.dtype, Category::Gradient)?;
-                        if let BwdKind::AllocWithTemp { .. } = kind {
-                            let tmp = self.transient(bytes, Category::Temporary);
-                            if let Ok(tmp) = tmp {
-                                self.free_transient(tmp);
-                            } else {
-                                self.release(t);
-                                tmp?;
+                        let t = match kind {
+                            BwdKind::AllocWithTemp { temp_first } => {
+                                self.grad_with_temp(m.shape, m.dtype, temp_first)?
                             }
-                        }
+                            _ => self.empty(m.shape, m.dtype, Category::Gradient)?,
+                        };
                         self.k_grad_from(g0, t);
                         if let BwdKind::Conv { workspace } = kind {
                             let ws = self.transient(workspace, Category::Workspace)?;

@@ -5,15 +5,45 @@
 
 use super::autograd::{NodeId, SdpaScratch};
 use super::backward::Out;
+use super::dtype::DType;
 use super::embedding_scratch::EmbeddingSort;
 use super::error::Result;
 use super::layer_norm_scratch;
+use super::shape::Shape;
 use super::storage::StorageId;
 use super::tag::Category;
 use super::tensor::TensorId;
 use super::Engine;
 
 impl Engine {
+    /// A gradient with a temporary of its size made and freed beside it:
+    /// before it (`temp_first`) or after it (`BwdKind::AllocWithTemp`).
+    pub(super) fn grad_with_temp(
+        &mut self,
+        shape: Shape,
+        dtype: DType,
+        temp_first: bool,
+    ) -> Result<TensorId> {
+        let bytes = shape.numel() * dtype.size();
+        if temp_first {
+            let tmp = self.transient(bytes, Category::Temporary)?;
+            let t = self.empty(shape, dtype, Category::Gradient);
+            self.free_transient(tmp);
+            return t;
+        }
+        let t = self.empty(shape, dtype, Category::Gradient)?;
+        match self.transient(bytes, Category::Temporary) {
+            Ok(tmp) => {
+                self.free_transient(tmp);
+                Ok(t)
+            }
+            Err(e) => {
+                self.release(t);
+                Err(e)
+            }
+        }
+    }
+
     /// `_cudnn_rnn_backward`'s stand-ins for undefined incoming gradients:
     /// `zeros_like(output)`, `zeros_like(hx)`, `zeros_like(cx)`, in that
     /// order, for each of output, hy and cy that received no gradient.

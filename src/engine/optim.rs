@@ -187,9 +187,8 @@ impl Engine {
                         // list; they go first as the function returns (the H100
                         // optimizer sweep).
                         let corrections = if opt.cfg.capturable {
-                            let scalars = vec![Shape::scalar(); params.len()];
-                            let bc1 = self.scalar_list(&scalars)?;
-                            let bc2 = self.scalar_list(&scalars);
+                            let bc1 = self.scalar_list(params.len())?;
+                            let bc2 = self.scalar_list(params.len());
                             match bc2 {
                                 Ok(bc2) => Some((bc1, bc2)),
                                 Err(e) => {
@@ -392,14 +391,30 @@ impl Engine {
         self.empty(shape, dtype, Category::Temporary)
     }
 
-    /// A foreach op's result list, one temporary per parameter. If one does
-    /// not fit, the C++ vector under construction dies first element first
-    /// (store_outputs_bug's OOM in `_foreach_sqrt` on the H100), not last
-    /// first as a finished Python list does.
+    /// A foreach op's result list, one temporary per parameter.
     fn temp_list(&mut self, params: &[TensorId]) -> Result<Vec<TensorId>> {
-        let mut v = Vec::with_capacity(params.len());
-        for p in params {
-            match self.temp_like(*p) {
+        self.foreach_list(params.len(), |e, i| e.temp_like(params[i]))
+    }
+
+    /// A foreach op's result list of `n` 0-dim fp32 tensors.
+    fn scalar_list(&mut self, n: usize) -> Result<Vec<TensorId>> {
+        self.foreach_list(n, |e, _| {
+            e.empty(Shape::scalar(), DType::F32, Category::Temporary)
+        })
+    }
+
+    /// `n` results made in order. If one does not fit, the C++ vector under
+    /// construction dies first element first (store_outputs_bug's OOM in
+    /// `_foreach_sqrt` on the H100), not last first as a finished Python
+    /// list does.
+    fn foreach_list(
+        &mut self,
+        n: usize,
+        mut make: impl FnMut(&mut Engine, usize) -> Result<TensorId>,
+    ) -> Result<Vec<TensorId>> {
+        let mut v = Vec::with_capacity(n);
+        for i in 0..n {
+            match make(self, i) {
                 Ok(t) => v.push(t),
                 Err(e) => {
                     for t in v {
@@ -474,23 +489,6 @@ impl Engine {
             self.release(t);
         }
         r
-    }
-
-    /// A list of 0-dim fp32 temporaries, one per entry of `shapes`.
-    fn scalar_list(&mut self, shapes: &[Shape]) -> Result<Vec<TensorId>> {
-        let mut v = Vec::with_capacity(shapes.len());
-        for s in shapes {
-            match self.empty(*s, DType::F32, Category::Temporary) {
-                Ok(t) => v.push(t),
-                Err(e) => {
-                    for t in v {
-                        self.release(t);
-                    }
-                    return Err(e);
-                }
-            }
-        }
-        Ok(v)
     }
 
     /// A Python list dies last element first (CPython `list_dealloc`).
