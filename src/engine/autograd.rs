@@ -76,8 +76,16 @@ pub(crate) enum BwdKind {
     /// The incoming gradient is handed on as a view (add, views, cat); broadcasts
     /// and dtype changes are fixed up by `validate_outputs` (sum_to / cast).
     PassThrough,
-    /// `cat`: slices (views) of the incoming gradient, one per input.
+    /// `cat`: slices (views) of the incoming gradient, one per input; also
+    /// `contiguous()` of a transposed view, whose TransposeBackward0 hands
+    /// the gradient on transposed.
     Slice,
+    /// `_unsafe_view` of a batched matmul's [B·h, M, N] result as
+    /// [B, h, M, N]: backward reshapes the incoming gradient, a copy when it
+    /// is strided and `merge_fails` (B, h and M all above 1), else a view.
+    UnsafeView {
+        merge_fails: bool,
+    },
     /// `sum`: an expanded (broadcast) view of the incoming 0-dim gradient.
     Expand,
     /// mm / addmm / bmm: gradients come from GEMMs (copy of a broadcast incoming

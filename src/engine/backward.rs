@@ -301,6 +301,20 @@ impl Engine {
                     }
                 }
             }
+            BwdKind::UnsafeView { merge_fails } => {
+                if let (Some(g), true) = (g0, needs(self, 0)) {
+                    if merge_fails && self.layout(g) == Layout::Strided {
+                        let m = self.nodes[n.0].inputs[0];
+                        let t = self.empty(m.shape, m.dtype, Category::Gradient)?;
+                        self.k_grad_from(g0, t);
+                        outs.push(Out::Ready(0, t));
+                    } else {
+                        self.retain(g);
+                        self.locals.push(g);
+                        outs.push(Out::Forward(0, g));
+                    }
+                }
+            }
             BwdKind::Slice => {
                 if let Some(g) = g0 {
                     for i in 0..ninputs {
@@ -545,11 +559,16 @@ impl Engine {
         };
         let p = &self.tensors[leaf.0];
         let (pshape, pdtype, existing) = (p.shape, p.dtype, p.grad);
+        let leaf_dense = p.layout == Layout::Contiguous;
         match existing {
             None => {
+                // The gradient layout contract: a leaf laid out otherwise
+                // (a transposed view made a leaf) gets a copy in its strides.
                 let gt = &self.tensors[g.0];
-                let stealable =
-                    gt.refs == 1 && gt.layout == Layout::Contiguous && gt.dtype == pdtype;
+                let stealable = gt.refs == 1
+                    && gt.layout == Layout::Contiguous
+                    && leaf_dense
+                    && gt.dtype == pdtype;
                 if stealable {
                     self.tensors[leaf.0].grad = Some(g);
                 } else {

@@ -56,6 +56,7 @@ static BUILTINS: &[BuiltIn] = builtins![
     "checkpoint-none",
     "checkpoint-every-layer",
     "checkpoint-sqrt-segments",
+    "attention-math-fallback",
     "checkpoint-reentrant-frozen-bug",
     "checkpoint-reentrant-frozen-fixed",
     "grad-accum-big-batch-oom",

@@ -4,6 +4,7 @@
 
 use std::ops::Range;
 
+use super::super::autograd::BwdKind;
 use super::super::config::SdpaBackend;
 use super::super::dtype::DType;
 use super::super::error::Result;
@@ -283,22 +284,44 @@ impl Gpt2 {
         let (d, hd) = (self.n_embd, self.n_embd / self.n_head);
         let parts = e.split_last(qkv, 3);
         // q/k/v.view(B, T, h, hd).transpose(1, 2): views of the split (no copy).
+        // The math backend hands q's and v's gradients back laid out
+        // [B, h, T, hd] (k's as kᵀ's), so view()'s backward must copy them
+        // to reshape them to [B, T, d] unless h or T is 1.
+        let math = e.cfg.sdpa_backend == Some(SdpaBackend::Math);
+        let shape = Shape::new(&[bs, t, self.n_head, hd]);
         let mut heads = Vec::with_capacity(3);
-        for p in parts {
-            let v = e.view_as(p, Shape::new(&[bs, t, self.n_head, hd]), Layout::Strided);
+        for (i, p) in parts.into_iter().enumerate() {
+            let v = if math && i != 1 && self.n_head > 1 && t > 1 {
+                e.view_with_node(p, shape, Layout::Strided, "ViewBackward0", BwdKind::Alloc)
+            } else {
+                e.view_as(p, shape, Layout::Strided)
+            };
             e.release(p);
             heads.push(e.transpose(v, 1, 2));
             e.release(v);
         }
-        let y = e.sdpa(heads[0], heads[1], heads[2], self.dropout);
+        let y = e.sdpa(heads[0], heads[1], heads[2], self.dropout, true);
         for hh in heads {
             e.release(hh);
         }
         let y = y?;
-        // y.transpose(1, 2).contiguous().view(B, T, d): the SDPA output is laid
-        // out [B, T, h, hd] already, so contiguous() does not copy (§10.2 row 5).
-        let yv = e.view_as(y, Shape::new(&[bs, t, d]), Layout::Contiguous);
+        // y.transpose(1, 2).contiguous().view(B, T, d): the fused kernels lay
+        // their output out [B, T, h, hd] already, so contiguous() does not
+        // copy (§10.2 row 5); the math backend's [B, h, T, hd] output is
+        // copied unless h or T is 1.
+        let copies = e.layout(y) == Layout::Contiguous && self.n_head > 1 && t > 1;
+        let yt = if copies {
+            let tv = e.transpose(y, 1, 2);
+            let c = e.contiguous(tv);
+            e.release(tv);
+            c
+        } else {
+            Ok(e.view_as(y, Shape::new(&[bs, t, self.n_head, hd]), Layout::Contiguous))
+        };
         e.release(y);
+        let yt = yt?;
+        let yv = e.view_as(yt, Shape::new(&[bs, t, d]), Layout::Contiguous);
+        e.release(yt);
         let o = e.apply_linear(&b.attn_proj, yv);
         e.release(yv);
         let o = o?;

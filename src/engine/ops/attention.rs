@@ -10,17 +10,19 @@ use super::super::tensor::{Layout, TensorId};
 use super::super::Engine;
 
 impl Engine {
-    /// SDPA on q, k, v of shape [B, h, T, hd]. The backend is the configured
-    /// one, or automatic: flash for fp16/bf16, memory-efficient for fp32.
+    /// SDPA on q, k, v of shape [B, h, T, hd] (`is_causal` as given). The
+    /// backend is the configured one, or automatic: flash for fp16/bf16,
+    /// memory-efficient for fp32.
     pub fn sdpa(
         &mut self,
         q: TensorId,
         k: TensorId,
         v: TensorId,
         dropout: f64,
+        causal: bool,
     ) -> Result<TensorId> {
         let prev = self.op_begin("scaled_dot_product_attention");
-        let r = self.sdpa_inner(q, k, v, dropout);
+        let r = self.sdpa_inner(q, k, v, dropout, causal);
         self.op_end(prev)?;
         r
     }
@@ -31,6 +33,7 @@ impl Engine {
         k: TensorId,
         v: TensorId,
         dropout: f64,
+        causal: bool,
     ) -> Result<TensorId> {
         let [qc, kc, vc] = self.autocast_all([q, k, v], CastPolicy::Lower)?;
         let dtype = self.dtype(qc);
@@ -43,7 +46,7 @@ impl Engine {
         };
         let p = if self.ctx.training { dropout } else { 0.0 };
         let out = match backend {
-            SdpaBackend::Math => self.sdpa_math(qc, kc, vc, p),
+            SdpaBackend::Math => self.sdpa_math(qc, kc, vc, p, causal),
             _ => self.sdpa_fused(qc, kc, vc, p, backend),
         };
         for t in [qc, kc, vc] {
@@ -139,30 +142,6 @@ impl Engine {
             self.release(t);
         }
         Ok(out)
-    }
-
-    /// Math fallback: scores = q @ kᵀ (copies of head-split q and k), softmax
-    /// probs (saved, fp32 under autocast), optional dropout mask, out = probs @ v.
-    fn sdpa_math(&mut self, q: TensorId, k: TensorId, v: TensorId, p: f64) -> Result<TensorId> {
-        let kt = self.transpose(k, 2, 3);
-        let scores = self.matmul(q, kt);
-        self.release(kt);
-        let scores = scores?;
-        let probs = self.softmax(scores, false);
-        self.release(scores);
-        let probs = probs?;
-        let dropped = self.dropout(probs, p);
-        self.release(probs);
-        let dropped = dropped?;
-        let pc = if self.amp.active(self.ctx.inference).is_some() {
-            self.to_dtype(dropped, self.dtype(v))?
-        } else {
-            self.local_ref(dropped)
-        };
-        self.release(dropped);
-        let out = self.matmul(pc, v);
-        self.release(pc);
-        out
     }
 }
 

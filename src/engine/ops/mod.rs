@@ -2,6 +2,7 @@
 //! (table 2.2) rules. Every op returns *local* handles (see `tensor.rs`).
 
 pub mod attention;
+mod attention_math;
 pub mod conv;
 pub mod elementwise;
 pub mod loss;

@@ -22,6 +22,27 @@ impl Engine {
         Ok(v)
     }
 
+    /// A view of `x` with a backward node of its own (`name`, `kind`) where
+    /// its gradient needs more than handing on: a reshape that must copy.
+    pub(crate) fn view_with_node(
+        &mut self,
+        x: TensorId,
+        shape: Shape,
+        layout: Layout,
+        name: &'static str,
+        kind: BwdKind,
+    ) -> TensorId {
+        if !self.records(&[x]) {
+            return self.view_as(x, shape, layout);
+        }
+        let b = self.tensors[x.0].clone();
+        let v = self.wrap_storage(b.storage, shape, b.dtype, layout, true);
+        self.t_mut(v).inference = b.inference;
+        let node = self.new_node(name, kind, &[Some(x)]);
+        self.set_grad_fn(v, node, 0);
+        v
+    }
+
     /// `transpose(a, b)`: a strided view.
     pub fn transpose(&mut self, x: TensorId, a: usize, b: usize) -> TensorId {
         let s = self.shape(x).swapped(a, b);
@@ -29,9 +50,13 @@ impl Engine {
     }
 
     /// `contiguous()`: the same tensor if already contiguous, else a copy
-    /// (CloneBackward0 saves nothing).
+    /// (CloneBackward0 saves nothing). The gradient of a strided input
+    /// reaches its producer strided (its view's backward, e.g.
+    /// TransposeBackward0, undoes the permutation); a broadcast input's is
+    /// summed by `validate_outputs`.
     pub fn contiguous(&mut self, x: TensorId) -> Result<TensorId> {
-        if self.layout(x) == Layout::Contiguous {
+        let layout = self.layout(x);
+        if layout == Layout::Contiguous {
             return Ok(self.local_ref(x));
         }
         let prev = self.op_begin("contiguous");
@@ -39,7 +64,12 @@ impl Engine {
         let r = out.inspect(|&out| {
             self.k_unary(x, out);
             if self.records(&[x]) {
-                let node = self.new_node("CloneBackward0", BwdKind::PassThrough, &[Some(x)]);
+                let kind = if layout == Layout::Strided {
+                    BwdKind::Slice
+                } else {
+                    BwdKind::PassThrough
+                };
+                let node = self.new_node("CloneBackward0", kind, &[Some(x)]);
                 self.set_grad_fn(out, node, 0);
             }
         });

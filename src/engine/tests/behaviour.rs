@@ -461,7 +461,7 @@ fn a_node_releases_saved_inputs_then_outputs_each_by_name() {
             x
         })
         .collect();
-    let out = e.sdpa(qkv[0], qkv[1], qkv[2], 0.0).expect("sdpa");
+    let out = e.sdpa(qkv[0], qkv[1], qkv[2], 0.0, false).expect("sdpa");
     let loss = e.sum(out).expect("sum");
     e.release(out);
     e.take_events();
