@@ -142,7 +142,7 @@ fn simulate_recording(
     record_events: bool,
 ) -> RunResult {
     let (sc, mut built) = resolve(scenario).unwrap_or_else(|e| panic!("{scenario}: {e}"));
-    assert_eq!(m["scenario"], scenario);
+    assert_eq!(m["scenario"], sc.name.as_str(), "{scenario}");
     let version = m["torch_version"].as_str().expect("torch_version");
     let minor: u32 = version
         .split('.')
@@ -852,6 +852,23 @@ fn attention_math_fallback_matches_the_h100() {
 }
 
 #[test]
+fn attention_math_bf16_matches_the_h100() {
+    // The math backend on a bf16 model (a test scenario, not a built-in):
+    // fp32 copies of q, k and v, the results cast back, and in backward the
+    // casts' gradients laid out like the incoming ones. Every request in
+    // order and the peaks exact; iteration 1 ends with one block carrying a
+    // 2 MiB larger tail in the simulation.
+    check(
+        "tests/fixtures/pytorch/attention-math-bf16.ron",
+        "attention_math_bf16",
+        Layout {
+            ends: 2 << 20,
+            ..EXACT
+        },
+    );
+}
+
+#[test]
 fn amp_bce_bug_matches_the_h100() {
     check("amp-bce-bug", "amp_bce_bug", EXACT);
 }
@@ -1051,6 +1068,10 @@ fn captured_requests_are_the_h100_s_in_order() {
         ("amp-fp32", "amp_fp32"),
         ("amp-half-model-bug", "amp_half_model_bug"),
         ("attention-math-fallback", "attention_math_fallback"),
+        (
+            "tests/fixtures/pytorch/attention-math-bf16.ron",
+            "attention_math_bf16",
+        ),
         ("bf16-model", "bf16_model"),
         ("buffer-in-loop-bug", "buffer_in_loop_bug"),
         ("buffer-preallocated-fixed", "buffer_preallocated_fixed"),

@@ -66,6 +66,9 @@ pub(crate) enum BwdKind {
     },
     /// One new gradient per input that needs one, in input order.
     Alloc,
+    /// `.to(dtype)`'s backward: the gradient cast back to the input's dtype,
+    /// laid out like the incoming one (`to()` preserves strides).
+    Cast,
     /// As `Alloc`, with one temporary of the gradient's size made and freed
     /// beside it, before the gradient (`temp_first`: sqrt's
     /// `grad / (2 * result)`) or after it (softmax's backward), as the

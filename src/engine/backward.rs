@@ -301,6 +301,17 @@ impl Engine {
                     }
                 }
             }
+            BwdKind::Cast => {
+                if needs(self, 0) {
+                    let m = self.nodes[n.0].inputs[0];
+                    let t = self.empty(m.shape, m.dtype, Category::Gradient)?;
+                    self.k_grad_from(g0, t);
+                    if g0.is_some_and(|g| self.layout(g) == Layout::Strided) {
+                        self.t_mut(t).layout = Layout::Strided;
+                    }
+                    outs.push(Out::Ready(0, t));
+                }
+            }
             BwdKind::UnsafeView { merge_fails } => {
                 if let (Some(g), true) = (g0, needs(self, 0)) {
                     if merge_fails && self.layout(g) == Layout::Strided {

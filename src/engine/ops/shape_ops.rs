@@ -102,7 +102,7 @@ impl Engine {
         let r = out.inspect(|&out| {
             self.k_unary(x, out);
             if self.records(&[x]) {
-                let node = self.new_node("ToCopyBackward0", BwdKind::Alloc, &[Some(x)]);
+                let node = self.new_node("ToCopyBackward0", BwdKind::Cast, &[Some(x)]);
                 self.set_grad_fn(out, node, 0);
             }
         });
