@@ -39,7 +39,7 @@ impl Engine {
         causal: bool,
     ) -> Result<TensorId> {
         let mut frame = Frame::default();
-        let r = self.sdpa_math_body(q, k, v, p, causal, &mut frame);
+        let r = self.sdpa_math_body([q, k, v], p, causal, &mut frame);
         for t in [frame.attn, frame.query, frame.mask].into_iter().flatten() {
             self.release(t);
         }
@@ -54,19 +54,19 @@ impl Engine {
         Ok(out)
     }
 
+    /// The body, with its locals in `frame`; returns the output and, for
+    /// half inputs, the second result (the attention weights cast back).
     fn sdpa_math_body(
         &mut self,
-        q: TensorId,
-        k: TensorId,
-        v: TensorId,
+        qkv: [TensorId; 3],
         p: f64,
         causal: bool,
         frame: &mut Frame,
     ) -> Result<(TensorId, Option<TensorId>)> {
-        let origin = self.dtype(q);
+        let origin = self.dtype(qkv[0]);
         // allowFP16BF16ReductionMathSDP is off by default.
         let upcast = origin.is_half();
-        let mut acc = [q, k, v];
+        let mut acc = qkv;
         if upcast {
             for x in &mut acc {
                 let c = self.to_dtype(*x, DType::F32)?;
