@@ -269,16 +269,28 @@ impl Gpt2 {
 
     fn attention(&self, e: &mut Engine, b: &Block, h: TensorId) -> Result<TensorId> {
         let qkv = e.apply_linear(&b.c_attn, h)?;
-        let r = self.attention_from(e, b, qkv);
+        let mut y = None;
+        let r = self.attention_from(e, b, qkv, &mut y);
         // q, k, v are locals of forward(), views of c_attn's output: it lives
         // until forward returns or unwinds, after c_proj (under no_grad
         // nothing else holds it; seen on PyTorch 2.11, eval_no_grad_fixed).
+        // The frame drops its locals in co_varnames order: q, k, v, then y.
         e.release(qkv);
+        if let Some(y) = y {
+            e.release(y);
+        }
         r
     }
 
-    /// The rest of `CausalSelfAttention.forward` from c_attn's output.
-    fn attention_from(&self, e: &mut Engine, b: &Block, qkv: TensorId) -> Result<TensorId> {
+    /// The rest of `CausalSelfAttention.forward` from c_attn's output; the
+    /// local `y` (c_proj's input) is left in `y_local` for the frame to drop.
+    fn attention_from(
+        &self,
+        e: &mut Engine,
+        b: &Block,
+        qkv: TensorId,
+        y_local: &mut Option<TensorId>,
+    ) -> Result<TensorId> {
         let s = e.shape(qkv);
         let (bs, t) = (s.dim(0), s.dim(1));
         let (d, hd) = (self.n_embd, self.n_embd / self.n_head);
@@ -322,9 +334,8 @@ impl Gpt2 {
         let yt = yt?;
         let yv = e.view_as(yt, Shape::new(&[bs, t, d]), Layout::Contiguous);
         e.release(yt);
-        let o = e.apply_linear(&b.attn_proj, yv);
-        e.release(yv);
-        let o = o?;
+        *y_local = Some(yv);
+        let o = e.apply_linear(&b.attn_proj, yv)?;
         let r = e.dropout(o, self.dropout);
         e.rebind(o, r)
     }

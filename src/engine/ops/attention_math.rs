@@ -48,21 +48,19 @@ impl Engine {
         }
         // The second result (`attn.to(origin_dtype)`) dies in the caller.
         let (out, weights) = r?;
-        if let Some(w) = weights {
-            self.release(w);
-        }
+        self.release(weights);
         Ok(out)
     }
 
-    /// The body, with its locals in `frame`; returns the output and, for
-    /// half inputs, the second result (the attention weights cast back).
+    /// The body, with its locals in `frame`; returns the output and the
+    /// second result (the attention weights, cast back for half inputs).
     fn sdpa_math_body(
         &mut self,
         qkv: [TensorId; 3],
         p: f64,
         causal: bool,
         frame: &mut Frame,
-    ) -> Result<(TensorId, Option<TensorId>)> {
+    ) -> Result<(TensorId, TensorId)> {
         let origin = self.dtype(qkv[0]);
         // allowFP16BF16ReductionMathSDP is off by default.
         let upcast = origin.is_half();
@@ -106,11 +104,12 @@ impl Engine {
             probs
         };
         // `make_tuple(matmul(attn, v).to(origin), attn.to(origin))`: GCC
-        // evaluates the arguments right to left.
+        // evaluates the arguments right to left. The second result is a
+        // cast copy, or `attn` itself: either way it outlives the frame.
         let weights = if upcast {
-            Some(self.to_dtype(attn, origin)?)
+            self.to_dtype(attn, origin)?
         } else {
-            None
+            self.local_ref(attn)
         };
         let out = match self.bmm_4d(attn, attn, va, va) {
             Ok(out) if upcast => {
@@ -123,9 +122,7 @@ impl Engine {
         match out {
             Ok(out) => Ok((out, weights)),
             Err(e) => {
-                if let Some(w) = weights {
-                    self.release(w);
-                }
+                self.release(weights);
                 Err(e)
             }
         }
