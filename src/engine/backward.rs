@@ -431,6 +431,17 @@ impl Engine {
                 // then dx, dhx, dcx (always, as it mutates the reserve) and a
                 // workspace.
                 let any_needed = (0..ninputs).any(|i| needs(self, i));
+                // `retain_variables ? result3.clone() : result3`: a kept
+                // graph's reserve is copied before the call (which mutates
+                // what it is given) and the copy dies as the call returns.
+                let reserve_copy = match self.nodes[n.0].saved.iter().find(|s| s.name == "result3")
+                {
+                    Some(r) if any_needed && retain => {
+                        let (shape, dtype) = (r.shape, r.dtype);
+                        Some(self.empty(shape, dtype, Category::Temporary)?)
+                    }
+                    _ => None,
+                };
                 let zeros = if any_needed {
                     self.cudnn_rnn_zero_grads(n)?
                 } else {
@@ -473,7 +484,7 @@ impl Engine {
                         self.release_storage_engine(s);
                     }
                 }
-                for t in zeros.into_iter().rev().chain(unneeded) {
+                for t in zeros.into_iter().rev().chain(reserve_copy).chain(unneeded) {
                     self.release(t);
                 }
             }

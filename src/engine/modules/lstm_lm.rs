@@ -61,27 +61,71 @@ impl LstmLm {
         input: TensorId,
         hidden: Option<(TensorId, TensorId)>,
     ) -> Result<(TensorId, (TensorId, TensorId))> {
-        let (h0, c0) = match hidden {
+        let hidden = match hidden {
             Some((h, c)) => (e.local_ref(h), e.local_ref(c)),
             None => self.init_hidden(e, e.shape(input).dim(1))?,
         };
+        let mut frame = Frame {
+            hidden: Some(hidden),
+            ..Frame::default()
+        };
+        let r = self.forward_in(e, input, &mut frame);
+        // The frame drops its locals in co_varnames order as forward()
+        // returns or raises: hidden (unless returned), emb, output, decoded.
+        if let Some((h, c)) = frame.hidden {
+            e.release(h);
+            e.release(c);
+        }
+        for t in [frame.emb, frame.output, frame.decoded]
+            .into_iter()
+            .flatten()
+        {
+            e.release(t);
+        }
+        r
+    }
+
+    /// forward()'s body; each rebinding of a local frees what it held.
+    fn forward_in(
+        &self,
+        e: &mut Engine,
+        input: TensorId,
+        f: &mut Frame,
+    ) -> Result<(TensorId, (TensorId, TensorId))> {
         let emb = e.in_module(self.encoder.module, |e| e.embedding(self.encoder.w, input))?;
-        let d = e.in_module(self.drop_module, |e| e.dropout(emb, self.dropout));
-        let emb = e.rebind(emb, d)?;
-        let r = e.lstm(&self.rnn, emb, h0, c0);
+        f.emb = Some(emb);
+        let d = e.in_module(self.drop_module, |e| e.dropout(emb, self.dropout))?;
+        f.emb = Some(d);
         e.release(emb);
+        let Some((h0, c0)) = f.hidden else {
+            return Err(EngineError::Program("forward without hidden state".into()));
+        };
+        // `output, hidden = self.rnn(emb, hidden)`
+        let (out, hn, cn) = e.lstm(&self.rnn, d, h0, c0)?;
+        f.output = Some(out);
+        f.hidden = Some((hn, cn));
         e.release(h0);
         e.release(c0);
-        let (out, hn, cn) = r?;
-        let d = e.in_module(self.drop_module, |e| e.dropout(out, self.dropout));
-        let out = e.rebind(out, d)?;
-        let dec = e.apply_linear(&self.decoder, out);
-        let dec = e.rebind(out, dec)?;
+        let d = e.in_module(self.drop_module, |e| e.dropout(out, self.dropout))?;
+        f.output = Some(d);
+        e.release(out);
+        let dec = e.apply_linear(&self.decoder, d)?;
+        f.decoded = Some(dec);
         let s = e.shape(dec);
-        let flat = e.reshape(dec, Shape::new(&[s.leading(), s.last()]));
-        let flat = e.rebind(dec, flat)?;
-        let logp = e.in_module(self.decoder.module, |e| e.softmax(flat, true));
-        let logp = e.rebind(flat, logp)?;
-        Ok((logp, (hn, cn)))
+        let flat = e.reshape(dec, Shape::new(&[s.leading(), s.last()]))?;
+        f.decoded = Some(flat);
+        e.release(dec);
+        let logp = e.in_module(self.decoder.module, |e| e.softmax(flat, true))?;
+        let hidden = f.hidden.take().unwrap_or((hn, cn));
+        Ok((logp, hidden))
     }
+}
+
+/// forward()'s locals that hold tensors.
+#[derive(Default)]
+struct Frame {
+    hidden: Option<(TensorId, TensorId)>,
+    emb: Option<TensorId>,
+    output: Option<TensorId>,
+    decoded: Option<TensorId>,
 }
