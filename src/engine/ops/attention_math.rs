@@ -186,43 +186,35 @@ impl Engine {
         b_origin: TensorId,
     ) -> Result<TensorId> {
         let prev = self.op_begin("matmul");
-        let r = self.bmm_4d_inner(a, a_origin, b, b_origin);
+        let r = (|| {
+            let a2 = self.bmm_operand(a, a_origin)?;
+            let b2 = match self.bmm_operand(b, b_origin) {
+                Ok(b2) => b2,
+                Err(e) => {
+                    self.release(a2);
+                    return Err(e);
+                }
+            };
+            let shape = self.shape(a).with_last(self.shape(b).last());
+            let out = self.gemm(a2, b2, shape, "BmmBackward0", false);
+            self.release(a2);
+            self.release(b2);
+            let out = out?;
+            // `_unsafe_view(bmm(…), [B, h, M, N])`: its backward reshapes a
+            // strided gradient with a copy unless B, h or M is 1.
+            let merge_fails = shape.dim(0) > 1 && shape.dim(1) > 1 && shape.dim(2) > 1;
+            let view = self.view_with_node(
+                out,
+                shape,
+                Layout::Contiguous,
+                "UnsafeViewBackward0",
+                BwdKind::UnsafeView { merge_fails },
+            );
+            self.release(out);
+            Ok(view)
+        })();
         self.op_end(prev)?;
         r
-    }
-
-    fn bmm_4d_inner(
-        &mut self,
-        a: TensorId,
-        a_origin: TensorId,
-        b: TensorId,
-        b_origin: TensorId,
-    ) -> Result<TensorId> {
-        let a2 = self.bmm_operand(a, a_origin)?;
-        let b2 = match self.bmm_operand(b, b_origin) {
-            Ok(b2) => b2,
-            Err(e) => {
-                self.release(a2);
-                return Err(e);
-            }
-        };
-        let shape = self.shape(a).with_last(self.shape(b).last());
-        let out = self.gemm(a2, b2, shape, "BmmBackward0", false);
-        self.release(a2);
-        self.release(b2);
-        let out = out?;
-        // `_unsafe_view(bmm(…), [B, h, M, N])`: its backward reshapes a
-        // strided gradient with a copy unless B, h or M is 1.
-        let merge_fails = shape.dim(0) > 1 && shape.dim(1) > 1 && shape.dim(2) > 1;
-        let view = self.view_with_node(
-            out,
-            shape,
-            Layout::Contiguous,
-            "UnsafeViewBackward0",
-            BwdKind::UnsafeView { merge_fails },
-        );
-        self.release(out);
-        Ok(view)
     }
 
     fn bmm_operand(&mut self, x: TensorId, origin: TensorId) -> Result<TensorId> {
