@@ -266,6 +266,7 @@ impl Engine {
                 }
             }
             BwdKind::Alloc
+            | BwdKind::Cast
             | BwdKind::AllocWithTemp { .. }
             | BwdKind::Conv { .. }
             | BwdKind::Sdpa { .. } => {
@@ -279,6 +280,11 @@ impl Engine {
                             _ => self.empty(m.shape, m.dtype, Category::Gradient)?,
                         };
                         self.k_grad_from(g0, t);
+                        if kind == BwdKind::Cast
+                            && g0.is_some_and(|g| self.layout(g) == Layout::Strided)
+                        {
+                            self.t_mut(t).layout = Layout::Strided;
+                        }
                         if let BwdKind::Conv { workspace } = kind {
                             let ws = self.transient(workspace, Category::Workspace)?;
                             self.free_transient(ws);
@@ -299,17 +305,6 @@ impl Engine {
                             outs.push(Out::Forward(i, g));
                         }
                     }
-                }
-            }
-            BwdKind::Cast => {
-                if needs(self, 0) {
-                    let m = self.nodes[n.0].inputs[0];
-                    let t = self.empty(m.shape, m.dtype, Category::Gradient)?;
-                    self.k_grad_from(g0, t);
-                    if g0.is_some_and(|g| self.layout(g) == Layout::Strided) {
-                        self.t_mut(t).layout = Layout::Strided;
-                    }
-                    outs.push(Out::Ready(0, t));
                 }
             }
             BwdKind::UnsafeView { merge_fails } => {

@@ -300,10 +300,11 @@ impl Gpt2 {
         // [B, h, T, hd] (k's as kᵀ's), so view()'s backward must copy them
         // to reshape them to [B, T, d] unless h or T is 1.
         let math = e.cfg.sdpa_backend == Some(SdpaBackend::Math);
+        let relayout = math && self.n_head > 1 && t > 1;
         let shape = Shape::new(&[bs, t, self.n_head, hd]);
         let mut heads = Vec::with_capacity(3);
         for (i, p) in parts.into_iter().enumerate() {
-            let v = if math && i != 1 && self.n_head > 1 && t > 1 {
+            let v = if relayout && i != 1 {
                 e.view_with_node(p, shape, Layout::Strided, "ViewBackward0", BwdKind::Alloc)
             } else {
                 e.view_as(p, shape, Layout::Strided)
@@ -321,8 +322,7 @@ impl Gpt2 {
         // their output out [B, T, h, hd] already, so contiguous() does not
         // copy (§10.2 row 5); the math backend's [B, h, T, hd] output is
         // copied unless h or T is 1.
-        let copies = e.layout(y) == Layout::Contiguous && self.n_head > 1 && t > 1;
-        let yt = if copies {
+        let yt = if relayout {
             let tv = e.transpose(y, 1, 2);
             let c = e.contiguous(tv);
             e.release(tv);
