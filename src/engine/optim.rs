@@ -498,16 +498,18 @@ impl Engine {
         }
     }
 
-    /// `clip_grad_norm_(params, max_norm)` (foreach, §5.2), as PyTorch 2.11
-    /// runs it on the H100 (tests/fixtures/clip): `_foreach_norm` per dtype
-    /// group (a zeroed partials buffer of one fp32 per 65,536-element chunk
-    /// of the largest grad per tensor, the 0-dim norms, the buffer freed);
-    /// `vector_norm(stack(norms))` (the stack dies with the expression, the
-    /// norms as `_get_total_norm` returns); then `max_norm / (total + 1e-6)`
-    /// through a reciprocal, the clamped coefficient, and both freed as
-    /// `_clip_grads_with_norm_` returns. Scaling is in place. Returns the
-    /// total norm (a local).
-    pub fn clip_grad_norm(&mut self) -> Result<TensorId> {
+    /// `clip_grad_norm_(params, max_norm, foreach=foreach)` (§5.2), as
+    /// PyTorch 2.11 runs it on the H100 (tests/fixtures/clip). The norms,
+    /// per dtype group: with `foreach`, `_foreach_norm` (a zeroed partials
+    /// buffer of one fp32 per 65,536-element chunk of the largest grad per
+    /// tensor, the 0-dim norms, the buffer freed); without, one
+    /// `vector_norm` per grad (its 0-dim result, then the reduction's
+    /// scratch for a large grad). Then `vector_norm(stack(norms))` (the
+    /// stack dies with the expression, the norms as `_get_total_norm`
+    /// returns); then `max_norm / (total + 1e-6)` through a reciprocal, the
+    /// clamped coefficient, and both freed as `_clip_grads_with_norm_`
+    /// returns. Scaling is in place. Returns the total norm (a local).
+    pub fn clip_grad_norm(&mut self, foreach: bool) -> Result<TensorId> {
         let prev = self.op_begin("clip_grad_norm_");
         let r = (|| {
             let grads: Vec<TensorId> = self
@@ -526,33 +528,32 @@ impl Engine {
             }
             let mut norms = Vec::with_capacity(grads.len());
             for (dtype, group) in &groups {
-                let chunks = group
-                    .iter()
-                    .map(|g| self.shape(*g).numel().div_ceil(FOREACH_CHUNK))
-                    .max()
-                    .unwrap_or(0);
-                let partials = self.empty(
-                    Shape::new(&[group.len() as u64 * chunks]),
-                    DType::F32,
-                    Category::Temporary,
-                )?;
-                for _ in group {
-                    let n = self.empty(sc, *dtype, Category::Temporary)?;
-                    norms.push(n);
+                let made = if foreach {
+                    self.foreach_norms(*dtype, group, &mut norms)
+                } else {
+                    self.vector_norms(*dtype, group, &mut norms)
+                };
+                if let Err(e) = made {
+                    self.free_list(norms);
+                    return Err(e);
                 }
-                self.release(partials);
             }
             let dtype = groups.first().map_or(DType::F32, |g| g.0);
-            let stacked = self.empty(
+            let stacked = match self.empty(
                 Shape::new(&[norms.len() as u64]),
                 dtype,
                 Category::Temporary,
-            )?;
-            let total = self.empty(sc, dtype, Category::Temporary)?;
+            ) {
+                Ok(t) => t,
+                Err(e) => {
+                    self.free_list(norms);
+                    return Err(e);
+                }
+            };
+            let total = self.empty(sc, dtype, Category::Temporary);
             self.release(stacked);
-            for n in norms.into_iter().rev() {
-                self.release(n);
-            }
+            self.free_list(norms);
+            let total = total?;
             let shifted = self.empty(sc, dtype, Category::Temporary)?;
             let recip = self.empty(sc, dtype, Category::Temporary)?;
             let coef = self.empty(sc, dtype, Category::Temporary)?;
@@ -568,6 +569,53 @@ impl Engine {
         })();
         self.op_end(prev)?;
         r
+    }
+
+    /// `torch._foreach_norm(group)`: the partials buffer, then one 0-dim
+    /// norm per tensor (pushed onto `norms`), then the buffer freed.
+    fn foreach_norms(
+        &mut self,
+        dtype: DType,
+        group: &[TensorId],
+        norms: &mut Vec<TensorId>,
+    ) -> Result<()> {
+        let chunks = group
+            .iter()
+            .map(|g| self.shape(*g).numel().div_ceil(FOREACH_CHUNK))
+            .max()
+            .unwrap_or(0);
+        let partials = self.empty(
+            Shape::new(&[group.len() as u64 * chunks]),
+            DType::F32,
+            Category::Temporary,
+        )?;
+        for _ in group {
+            match self.empty(Shape::scalar(), dtype, Category::Temporary) {
+                Ok(n) => norms.push(n),
+                Err(e) => {
+                    self.release(partials);
+                    return Err(e);
+                }
+            }
+        }
+        self.release(partials);
+        Ok(())
+    }
+
+    /// `[torch.linalg.vector_norm(g) for g in group]`: each 0-dim norm
+    /// (pushed onto `norms`), then its full reduction's scratch.
+    fn vector_norms(
+        &mut self,
+        dtype: DType,
+        group: &[TensorId],
+        norms: &mut Vec<TensorId>,
+    ) -> Result<()> {
+        for g in group {
+            let n = self.empty(Shape::scalar(), dtype, Category::Temporary)?;
+            let reduction = self.full_reduction(*g);
+            norms.push(self.scratch_after(n, reduction)?);
+        }
+        Ok(())
     }
 
     /// Optimizer-state bytes on the GPU.

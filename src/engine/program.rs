@@ -110,8 +110,11 @@ pub enum Step {
     ScalerUnscale,
     ScalerStep,
     ScalerUpdate,
-    /// `torch.nn.utils.clip_grad_norm_(model.parameters(), …)`.
+    /// `torch.nn.utils.clip_grad_norm_(model.parameters(), …)`: foreach,
+    /// PyTorch's default on CUDA.
     ClipGradNorm,
+    /// The same with `foreach=False`: one `vector_norm` per gradient.
+    ClipGradNormNoForeach,
     EmptyCache,
     /// `torch._C._cuda_clearCublasWorkspaces()`.
     ClearCublasWorkspaces,
@@ -166,7 +169,7 @@ impl Step {
             Step::ScalerUnscale => "scaler.unscale_",
             Step::ScalerStep => "scaler.step",
             Step::ScalerUpdate => "scaler.update",
-            Step::ClipGradNorm => "clip_grad_norm_",
+            Step::ClipGradNorm | Step::ClipGradNormNoForeach => "clip_grad_norm_",
             Step::EmptyCache => "empty_cache",
             Step::ClearCublasWorkspaces => "clear_cublas_workspaces",
             Step::AllocateBuffer { .. } => "allocate_buffer",
@@ -432,8 +435,9 @@ impl Engine {
             Step::ScalerUnscale => self.scaler_unscale()?,
             Step::ScalerStep => self.scaler_step()?,
             Step::ScalerUpdate => self.scaler_update(),
-            Step::ClipGradNorm => {
-                let t = self.clip_grad_norm()?;
+            Step::ClipGradNorm | Step::ClipGradNormNoForeach => {
+                let foreach = matches!(s, Step::ClipGradNorm);
+                let t = self.clip_grad_norm(foreach)?;
                 self.release(t);
             }
             Step::EmptyCache => self.empty_cache(),

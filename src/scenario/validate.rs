@@ -40,6 +40,7 @@ fn variant(s: &Step) -> &'static str {
         Step::ScalerStep => "ScalerStep",
         Step::ScalerUpdate => "ScalerUpdate",
         Step::ClipGradNorm => "ClipGradNorm",
+        Step::ClipGradNormNoForeach => "ClipGradNormNoForeach",
         Step::EmptyCache => "EmptyCache",
         Step::ClearCublasWorkspaces => "ClearCublasWorkspaces",
         Step::AllocateBuffer { .. } => "AllocateBuffer",
@@ -99,7 +100,11 @@ impl<'a> Walk<'a> {
             }
         }
         match s {
-            Step::OptimizerStep | Step::ScalerStep | Step::ScalerUnscale | Step::ClipGradNorm
+            Step::OptimizerStep
+            | Step::ScalerStep
+            | Step::ScalerUnscale
+            | Step::ClipGradNorm
+            | Step::ClipGradNormNoForeach
                 if in_loop && !self.backward_seen =>
             {
                 problem(format!("{v} needs a Backward before it in the loop: without one there are no gradients"));

@@ -565,20 +565,35 @@ fn optimizer_steps_request_what_the_h100_s_did() {
     assert_eq!(checked, 54);
 }
 
-/// `clip_grad_norm_(params, 1.0)` (foreach) over the MLP's gradients, as
-/// tests/fixtures/clip/h100_sweep.tsv has it (an H100, PyTorch 2.11): the
-/// foreach norm's partials buffer, the norms, the stack and total, the
-/// coefficient through a reciprocal, the clamp.
+/// `clip_grad_norm_(params, 1.0)` over the MLP's gradients, foreach and
+/// not, as tests/fixtures/clip/h100_sweep.tsv has it (an H100, PyTorch
+/// 2.11): the foreach norm's partials buffer, or one `vector_norm` per grad
+/// with the two large weights' reduction scratch; then the norms, the stack
+/// and total, the coefficient through a reciprocal, the clamp.
 #[test]
 fn clip_grad_norm_requests_what_the_h100_did() {
     let rows = sweep_rows("clip/h100_sweep.tsv");
-    let row = rows.iter().find(|r| r[0] == "1").expect("the foreach row");
-    let mut e = mlp();
-    run(&mut e, &program(forward_steps(), 1));
-    let loss = e.binding_tensor("loss").expect("loss");
-    e.backward(loss, false).expect("backward");
-    e.take_events();
-    let total = e.clip_grad_norm().expect("clip");
-    assert_eq!(requests(&e.take_events()), signed_requests(&row[2]));
-    e.release(total);
+    for foreach in [true, false] {
+        let flag = if foreach { "1" } else { "0" };
+        let row = rows.iter().find(|r| r[0] == flag).expect("the row");
+        let cfg = EngineConfig {
+            reduce_device: Some(super::super::ReduceDevice {
+                sm_count: 132,
+                max_threads_per_sm: 2048,
+            }),
+            ..EngineConfig::default()
+        };
+        let mut e = engine_with(ModelConfig::mlp_mnist(), OptimizerConfig::adamw(), cfg);
+        run(&mut e, &program(forward_steps(), 1));
+        let loss = e.binding_tensor("loss").expect("loss");
+        e.backward(loss, false).expect("backward");
+        e.take_events();
+        let total = e.clip_grad_norm(foreach).expect("clip");
+        assert_eq!(
+            requests(&e.take_events()),
+            signed_requests(&row[2]),
+            "foreach {foreach}"
+        );
+        e.release(total);
+    }
 }
