@@ -571,8 +571,10 @@ impl Engine {
         r
     }
 
-    /// `torch._foreach_norm(group)`: the partials buffer, then one 0-dim
-    /// norm per tensor (pushed onto `norms`), then the buffer freed.
+    /// `norms.extend(torch._foreach_norm(group))`: the partials buffer,
+    /// then one 0-dim norm per tensor, then the buffer freed. On an OOM the
+    /// C++ unwinding frees the norms made so far, first to last, then the
+    /// buffer; none reach `norms`.
     fn foreach_norms(
         &mut self,
         dtype: DType,
@@ -589,21 +591,25 @@ impl Engine {
             DType::F32,
             Category::Temporary,
         )?;
+        let mut made = Vec::with_capacity(group.len());
         for _ in group {
             match self.empty(Shape::scalar(), dtype, Category::Temporary) {
-                Ok(n) => norms.push(n),
+                Ok(n) => made.push(n),
                 Err(e) => {
+                    made.into_iter().for_each(|n| self.release(n));
                     self.release(partials);
                     return Err(e);
                 }
             }
         }
         self.release(partials);
+        norms.extend(made);
         Ok(())
     }
 
-    /// `[torch.linalg.vector_norm(g) for g in group]`: each 0-dim norm
-    /// (pushed onto `norms`), then its full reduction's scratch.
+    /// `norms.extend([torch.linalg.vector_norm(g) for g in group])`: each
+    /// 0-dim norm, then its full reduction's scratch. On an OOM the norms
+    /// made so far are in `norms`, for the caller to free as Python does.
     fn vector_norms(
         &mut self,
         dtype: DType,
