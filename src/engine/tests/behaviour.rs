@@ -580,13 +580,7 @@ fn clip_grad_norm_requests_what_the_h100_did() {
         (Step::ClipGradNormNoForeach, "0"),
     ] {
         let row = rows.iter().find(|r| r[0] == flag).expect("the row");
-        let cfg = EngineConfig {
-            reduce_device: Some(super::super::ReduceDevice {
-                sm_count: 132,
-                max_threads_per_sm: 2048,
-            }),
-            ..EngineConfig::default()
-        };
+        let cfg = h100_reductions();
         let mut e = engine_with(ModelConfig::mlp_mnist(), OptimizerConfig::adamw(), cfg);
         let p = program(forward_steps(), 1);
         run(&mut e, &p);

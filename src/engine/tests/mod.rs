@@ -96,6 +96,18 @@ pub(crate) fn engine_with(model: ModelConfig, opt: OptimizerConfig, cfg: EngineC
     }
 }
 
+/// An engine config whose reductions take the H100's scratch (132 SMs,
+/// 2,048 threads each), as the sweeps under tests/fixtures were run.
+pub(crate) fn h100_reductions() -> EngineConfig {
+    EngineConfig {
+        reduce_device: Some(super::ReduceDevice {
+            sm_count: 132,
+            max_threads_per_sm: 2048,
+        }),
+        ..EngineConfig::default()
+    }
+}
+
 pub(crate) fn s(x: &str) -> String {
     x.to_string()
 }

@@ -263,13 +263,7 @@ fn h100_layer_norm_65537x256() -> Vec<i64> {
 
 #[test]
 fn a_layer_norm_over_many_rows_sums_its_weight_gradients_in_parts() {
-    let cfg = EngineConfig {
-        reduce_device: Some(super::super::ReduceDevice {
-            sm_count: 132,
-            max_threads_per_sm: 2048,
-        }),
-        ..EngineConfig::default()
-    };
+    let cfg = h100_reductions();
     let mut e = engine_with(ModelConfig::gpt_tiny(), OptimizerConfig::adamw(), cfg);
     let x = e
         .factory(
@@ -380,13 +374,7 @@ fn loss_requests_are_the_h100_s() {
             pair[0][2].parse().expect("N"),
             pair[0][3].parse().expect("C"),
         );
-        let cfg = EngineConfig {
-            reduce_device: Some(super::super::ReduceDevice {
-                sm_count: 132,
-                max_threads_per_sm: 2048,
-            }),
-            ..EngineConfig::default()
-        };
+        let cfg = h100_reductions();
         let mut e = Engine::bare(cfg).expect("engine");
         let x = e
             .factory(
