@@ -32,6 +32,7 @@ pub mod optim;
 pub mod presets;
 pub mod program;
 mod reduce_scratch;
+mod reduce_split;
 mod reentrant;
 pub mod rnn;
 pub mod shape;
@@ -421,9 +422,11 @@ impl Engine {
         }
     }
 
-    /// A reduction's global-memory scratch (`reduce_scratch`), when the
-    /// engine knows the GPU's SMs: the staging buffer, then the semaphores,
-    /// both freed as the launch returns (semaphores first).
+    /// A reduction's global-memory scratch (`reduce_plan`), when the engine
+    /// knows the GPU's SMs: per launch, the staging buffer, then the
+    /// semaphores, both freed as the launch returns (semaphores first); for
+    /// a reduction split into 32-bit pieces with a half-precision output,
+    /// the fp32 accumulation buffer around all of them.
     pub(crate) fn reduction_scratch(
         &mut self,
         shape: Option<reduce_scratch::ReduceShape>,
@@ -431,9 +434,25 @@ impl Engine {
         let Some(device) = self.cfg.reduce_device else {
             return Ok(());
         };
-        let Some(s) = shape.and_then(|s| reduce_scratch::reduce_scratch(s, device)) else {
+        let Some(plan) = shape.map(|s| reduce_split::reduce_plan(s, device)) else {
             return Ok(());
         };
+        let accumulation = match plan.accumulation {
+            Some(bytes) => self.transient(bytes, Category::Workspace)?,
+            None => None,
+        };
+        for s in &plan.launches {
+            if let Err(e) = self.launch_scratch(s) {
+                self.free_transient(accumulation);
+                return Err(e);
+            }
+        }
+        self.free_transient(accumulation);
+        Ok(())
+    }
+
+    /// One reduction launch's staging buffer and semaphores, taken and freed.
+    fn launch_scratch(&mut self, s: &reduce_scratch::ReduceScratch) -> Result<()> {
         let buffer = self.transient(s.buffer, Category::Workspace)?;
         let semaphores = match self.transient(s.semaphores, Category::Workspace) {
             Ok(t) => t,

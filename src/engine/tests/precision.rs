@@ -496,3 +496,29 @@ fn elementwise_requests_are_the_h100_s() {
     }
     assert_eq!(checked, 24);
 }
+
+/// `x.sum()` of a [65536, 50257] fp16 tensor on the H100
+/// (tests/fixtures/reduce/h100_sweep.tsv: `2 4 25132 4 25132 4 25132 4
+/// 25132 4`): too large for 32-bit indexing, so four launches over quarters
+/// of it, each with its staging buffer and semaphores, around an fp32
+/// accumulation buffer that outlives them.
+#[test]
+fn a_half_sum_too_large_for_32_bit_indexing_accumulates_in_fp32() {
+    let mut e = Engine::bare(h100_reductions()).expect("engine");
+    let x = e
+        .factory(
+            Shape::new(&[65_536, 50_257]),
+            DType::F16,
+            super::super::Category::Input,
+        )
+        .expect("x");
+    e.take_events();
+    let s = e.sum(x).expect("sum");
+    let mut want = vec![2, 4];
+    for _ in 0..4 {
+        want.extend([25_132, 4, -4, -25_132]);
+    }
+    want.push(-4);
+    assert_eq!(requests(&e.take_events()), want);
+    e.release(s);
+}
