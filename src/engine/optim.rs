@@ -528,32 +528,21 @@ impl Engine {
             }
             let mut norms = Vec::with_capacity(grads.len());
             for (dtype, group) in &groups {
-                let made = if foreach {
-                    self.foreach_norms(*dtype, group, &mut norms)
+                if foreach {
+                    self.foreach_norms(*dtype, group, &mut norms)?;
                 } else {
-                    self.vector_norms(*dtype, group, &mut norms)
-                };
-                if let Err(e) = made {
-                    self.free_list(norms);
-                    return Err(e);
+                    self.vector_norms(*dtype, group, &mut norms)?;
                 }
             }
             let dtype = groups.first().map_or(DType::F32, |g| g.0);
-            let stacked = match self.empty(
+            let stacked = self.empty(
                 Shape::new(&[norms.len() as u64]),
                 dtype,
                 Category::Temporary,
-            ) {
-                Ok(t) => t,
-                Err(e) => {
-                    self.free_list(norms);
-                    return Err(e);
-                }
-            };
-            let total = self.empty(sc, dtype, Category::Temporary);
+            )?;
+            let total = self.empty(sc, dtype, Category::Temporary)?;
             self.release(stacked);
             self.free_list(norms);
-            let total = total?;
             let shifted = self.empty(sc, dtype, Category::Temporary)?;
             let recip = self.empty(sc, dtype, Category::Temporary)?;
             let coef = self.empty(sc, dtype, Category::Temporary)?;
@@ -573,8 +562,9 @@ impl Engine {
 
     /// `norms.extend(torch._foreach_norm(group))`: the partials buffer,
     /// then one 0-dim norm per tensor, then the buffer freed. On an OOM the
-    /// C++ unwinding frees the norms made so far, first to last, then the
-    /// buffer; none reach `norms`.
+    /// C++ unwinding frees the norms made so far first to last (a
+    /// `std::vector`'s order, where a step's locals unwind last first), then
+    /// the buffer.
     fn foreach_norms(
         &mut self,
         dtype: DType,
@@ -608,8 +598,7 @@ impl Engine {
     }
 
     /// `norms.extend([torch.linalg.vector_norm(g) for g in group])`: each
-    /// 0-dim norm, then its full reduction's scratch. On an OOM the norms
-    /// made so far are in `norms`, for the caller to free as Python does.
+    /// 0-dim norm, then its full reduction's scratch.
     fn vector_norms(
         &mut self,
         dtype: DType,

@@ -597,3 +597,78 @@ fn clip_grad_norm_requests_what_the_h100_did() {
         assert_eq!(e.allocated_bytes(), allocated, "{step:?} leaves nothing");
     }
 }
+
+/// The MLP after one backward, with the small pool full except for `free`
+/// blocks of 512 B and no room for another segment: the `free + 1`-th
+/// 512 B block the next step asks for is refused.
+fn mlp_with_room_for(free: usize) -> (Engine, Program) {
+    let mut e = engine_with(
+        ModelConfig::mlp_mnist(),
+        OptimizerConfig::adamw(),
+        h100_reductions(),
+    );
+    let p = program(forward_steps(), 1);
+    run(&mut e, &p);
+    let loss = e.binding_tensor("loss").expect("loss");
+    e.backward(loss, false).expect("backward");
+    e.alloc.empty_cache();
+    let mut fillers = Vec::new();
+    while e.alloc.would_reuse_cached(512, 0) {
+        fillers.push(
+            e.alloc
+                .malloc(512, 0, crate::alloc::Tag::NONE)
+                .expect("cached"),
+        );
+    }
+    let reserved = e.alloc.reserved_total();
+    e.alloc.set_allowed_memory(reserved);
+    for addr in fillers.drain(fillers.len().saturating_sub(free)..) {
+        e.alloc.free(addr).expect("a filler");
+    }
+    e.pull_alloc_events();
+    e.take_events();
+    (e, p)
+}
+
+/// An OOM anywhere inside `clip_grad_norm_` leaves nothing behind: every
+/// norm, buffer and coefficient made so far dies with the exception, for
+/// every point of refusal until the clip fits.
+#[test]
+fn an_oom_inside_clip_grad_norm_frees_what_it_made() {
+    for step in [Step::ClipGradNorm, Step::ClipGradNormNoForeach] {
+        let mut refusals = 0;
+        for free in 0.. {
+            let (mut e, p) = mlp_with_room_for(free);
+            let before = e.allocated_bytes();
+            let r = e.run_step(&step, 0, &p);
+            assert_eq!(e.allocated_bytes(), before, "{step:?} with room for {free}");
+            if r.is_ok() {
+                break;
+            }
+            refusals += 1;
+        }
+        assert!(refusals >= 3, "{step:?}: {refusals} refusals");
+    }
+}
+
+/// `_foreach_norm` refused its third norm: the C++ unwinding frees the two
+/// norms it made in the order it made them (a `std::vector`), then the
+/// partials buffer.
+#[test]
+fn an_oom_inside_foreach_norm_frees_its_norms_first_to_last() {
+    let (mut e, p) = mlp_with_room_for(3);
+    assert!(e.run_step(&Step::ClipGradNorm, 0, &p).is_err());
+    let evs = e.take_events();
+    let allocs: Vec<u64> = alloc_events(&evs)
+        .iter()
+        .filter(|a| a.action == crate::alloc::Action::Alloc)
+        .map(|a| a.addr)
+        .collect();
+    let frees: Vec<u64> = alloc_events(&evs)
+        .iter()
+        .filter(|a| a.action == crate::alloc::Action::FreeRequested)
+        .map(|a| a.addr)
+        .collect();
+    assert_eq!(allocs.len(), 3, "partials and two norms");
+    assert_eq!(frees, vec![allocs[1], allocs[2], allocs[0]]);
+}
