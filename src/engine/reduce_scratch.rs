@@ -51,7 +51,9 @@ const MAX_VALUES_PER_THREAD: u64 = 256;
 /// `vt0` and `input_vec_size` of the sum and mean kernels.
 const INPUT_VEC_SIZE: u64 = 4;
 /// `sizeof(arg_t)`: float accumulation for fp32, fp16 and bf16 inputs.
-const ACC_BYTES: u64 = 4;
+pub(super) const ACC_BYTES: u64 = 4;
+/// The largest element count and byte offset a 32-bit-indexed launch takes.
+pub(super) const INDEX_LIMIT: u64 = i32::MAX as u64;
 
 fn last_pow2(n: u64) -> u64 {
     if n == 0 {
@@ -64,7 +66,7 @@ fn last_pow2(n: u64) -> u64 {
 /// `TensorIterator::can_use_32bit_indexing` for a contiguous input: the
 /// element count and the last element's byte offset fit an int32.
 fn indexes_in_32_bits(numel: u64, element_bytes: u64) -> bool {
-    let limit = i32::MAX as u64;
+    let limit = INDEX_LIMIT;
     numel <= limit
         && numel
             .saturating_mul(element_bytes)

@@ -8,11 +8,9 @@
 //! in an `AccumulationBuffer` of fp32, one per output element, taken before
 //! the first launch and freed after the last.
 
-use super::reduce_scratch::{reduce_scratch, ReduceDevice, ReduceScratch, ReduceShape};
-
-/// `sizeof(arg_t)`: the kernels accumulate in fp32.
-const ACC_BYTES: u64 = 4;
-const INDEX_LIMIT: u64 = i32::MAX as u64;
+use super::reduce_scratch::{
+    reduce_scratch, ReduceDevice, ReduceScratch, ReduceShape, ACC_BYTES, INDEX_LIMIT,
+};
 
 /// What one reduction takes from the allocator besides its output.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -580,12 +580,7 @@ fn clip_grad_norm_requests_what_the_h100_did() {
         (Step::ClipGradNormNoForeach, "0"),
     ] {
         let row = rows.iter().find(|r| r[0] == flag).expect("the row");
-        let cfg = h100_reductions();
-        let mut e = engine_with(ModelConfig::mlp_mnist(), OptimizerConfig::adamw(), cfg);
-        let p = program(forward_steps(), 1);
-        run(&mut e, &p);
-        let loss = e.binding_tensor("loss").expect("loss");
-        e.backward(loss, false).expect("backward");
+        let (mut e, p) = mlp_after_backward();
         let allocated = e.allocated_bytes();
         e.take_events();
         e.run_step(&step, 0, &p).expect("clip");
@@ -598,10 +593,9 @@ fn clip_grad_norm_requests_what_the_h100_did() {
     }
 }
 
-/// The MLP after one backward, with the small pool full except for `free`
-/// blocks of 512 B and no room for another segment: the `free + 1`-th
-/// 512 B block the next step asks for is refused.
-fn mlp_with_room_for(free: usize) -> (Engine, Program) {
+/// The MLP (AdamW, the H100's reduction scratch) after one forward and
+/// backward, with the program that ran them.
+fn mlp_after_backward() -> (Engine, Program) {
     let mut e = engine_with(
         ModelConfig::mlp_mnist(),
         OptimizerConfig::adamw(),
@@ -611,6 +605,14 @@ fn mlp_with_room_for(free: usize) -> (Engine, Program) {
     run(&mut e, &p);
     let loss = e.binding_tensor("loss").expect("loss");
     e.backward(loss, false).expect("backward");
+    (e, p)
+}
+
+/// [`mlp_after_backward`] with the small pool full except for `free`
+/// blocks of 512 B and no room for another segment: the `free + 1`-th
+/// 512 B block the next step asks for is refused.
+fn mlp_with_room_for(free: usize) -> (Engine, Program) {
+    let (mut e, p) = mlp_after_backward();
     e.alloc.empty_cache();
     let mut fillers = Vec::new();
     while e.alloc.would_reuse_cached(512, 0) {
