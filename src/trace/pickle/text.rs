@@ -29,9 +29,15 @@ pub fn decode_long(bytes: &[u8]) -> Option<i64> {
     if high.iter().any(|&b| b != fill) {
         return None;
     }
-    let mut buf = [fill; 8];
-    buf[..low.len()].copy_from_slice(low);
-    let v = i64::from_le_bytes(buf);
+    // Assembled in a register: a byte copy into a stack buffer read back as
+    // one word stalls on store forwarding (every address in a trace is one).
+    let raw = low
+        .iter()
+        .rev()
+        .fold(0u64, |acc, &b| (acc << 8) | u64::from(b));
+    let unused = 64 - 8 * low.len() as u32;
+    // Sign-extend from the top byte given (a full 8 bytes need nothing).
+    let v = ((raw << unused) as i64) >> unused;
     // With extra bytes, the sign must already be right in the low 8, except
     // for the uint64 range above.
     if !high.is_empty() && negative && v >= 0 {
@@ -136,6 +142,32 @@ mod tests {
         );
         assert_eq!(decode_long(&[0, 0, 0, 0, 0, 0, 0, 0x80]), Some(i64::MIN));
         assert_eq!(decode_long(&[0, 0, 0, 0, 0, 0, 0, 0x7f, 0xff]), None);
+    }
+
+    /// Python's reading of 1 to 8 LONG1 bytes: little-endian two's
+    /// complement, i.e. the unsigned value minus 2^(8n) when the top bit is set.
+    fn python_long(bytes: &[u8]) -> i128 {
+        let unsigned = bytes
+            .iter()
+            .enumerate()
+            .fold(0i128, |acc, (i, &b)| acc | (i128::from(b) << (8 * i)));
+        if bytes.last().is_some_and(|b| b & 0x80 != 0) {
+            unsigned - (1i128 << (8 * bytes.len()))
+        } else {
+            unsigned
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn longs_of_up_to_8_bytes_read_as_python_reads_them(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 1..=8)
+        ) {
+            proptest::prop_assert_eq!(
+                decode_long(&bytes).map(i128::from),
+                Some(python_long(&bytes))
+            );
+        }
     }
 
     #[test]

@@ -178,6 +178,12 @@ impl<'d> Fields<'d> {
         self.keys[key as usize]
     }
 
+    #[cold]
+    fn negative(i: i64, path: &Path) -> SchemaError {
+        path.error(format!("expected a non-negative int, got {i}"))
+    }
+
+    #[cold]
     pub fn expected(&self, v: Value, what: &str, path: &Path) -> SchemaError {
         path.error(format!("expected {what}, got {}", self.doc.type_name(v)))
     }
@@ -209,6 +215,10 @@ impl<'d> Fields<'d> {
         }
     }
 
+    // Inlined, with the errors out of line: a `Res` returned from a call goes
+    // through the stack, and reading it back whole stalls on the callee's
+    // narrower stores (once per field of every trace entry).
+    #[inline]
     pub fn int(&self, v: Value, path: &Path) -> Res<i64> {
         match self.doc.get(v) {
             ValueRef::Int(i) => Ok(i),
@@ -216,9 +226,10 @@ impl<'d> Fields<'d> {
         }
     }
 
+    #[inline]
     pub fn uint(&self, v: Value, path: &Path) -> Res<u64> {
         let i = self.int(v, path)?;
-        u64::try_from(i).map_err(|_| path.error(format!("expected a non-negative int, got {i}")))
+        u64::try_from(i).map_err(|_| Self::negative(i, path))
     }
 
     pub fn float(&self, v: Value, path: &Path) -> Res<f64> {
