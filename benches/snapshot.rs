@@ -1,6 +1,7 @@
 //! Snapshot importer figures (issue: a ≥1 GB synthetic snapshot with
 //! PyTorch's memo sharing imports at ≥ 200 MB/s with peak RSS ≤ 2× the file;
-//! replay ≥ 5 M entries/s; what-if with 4 configs on a 1 M-entry trace ≤ 1 s).
+//! replay ≥ 5 M entries/s; what-if with 4 configs on a 1 M-entry trace ≤ 1 s),
+//! and the leak analysis `open` runs on the same trace.
 //!
 //! Run: `cargo bench --bench snapshot`. The 1 GB file is generated once into
 //! `std::env::temp_dir()` (`vramscope-synth-*.pickle`, reused while its size
@@ -14,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use vramscope::alloc::AllocConfig;
+use vramscope::leak::analyze_snapshot;
 use vramscope::trace::replay::from_snapshot;
 use vramscope::trace::replay::whatif::{self, Requests};
 use vramscope::trace::snapshot::{import_bytes, import_file, synthetic_snapshot, Snapshot};
@@ -147,6 +149,12 @@ fn bench(c: &mut Criterion) {
             |cs| whatif::what_if_all(&requests, cs, capacity),
             BatchSize::LargeInput,
         )
+    });
+
+    // What `vramscope open` runs after the import: the trace's leak analysis
+    // (boundaries inferred from the stacks, per-site survivors).
+    g.bench_function("leak_analysis", |b| {
+        b.iter_with_large_drop(|| analyze_snapshot(&snap, 0, None))
     });
     g.finish();
 }

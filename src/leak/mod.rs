@@ -16,6 +16,7 @@ mod observe;
 mod program;
 mod reach;
 mod render;
+mod site_series;
 mod snapshot;
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use serde::Serialize;
 use super::counted_annotations::counted_annotations;
 use super::finding::{Finding, FindingKind, Severity};
 use super::format::{signed_size, size};
+use super::site_series::SiteSeries;
 use crate::trace::snapshot::{Action, FramesId, Snapshot, TraceEntry};
 
 /// Where the iteration boundaries came from.
@@ -118,6 +119,42 @@ fn phase_of(snap: &Snapshot, frames: FramesId) -> Phase {
     ph
 }
 
+/// `phase_of` and `frame_matches` asked once per distinct stack: a trace of
+/// millions of entries repeats a few thousand stacks, and each answer scans
+/// every frame's strings.
+struct StackFacts<'s> {
+    snap: &'s Snapshot,
+    phases: FxHashMap<FramesId, Phase>,
+    marker_hits: FxHashMap<FramesId, bool>,
+}
+
+impl<'s> StackFacts<'s> {
+    fn new(snap: &'s Snapshot) -> Self {
+        StackFacts {
+            snap,
+            phases: FxHashMap::default(),
+            marker_hits: FxHashMap::default(),
+        }
+    }
+
+    fn phase(&mut self, frames: FramesId) -> Phase {
+        let snap = self.snap;
+        *self
+            .phases
+            .entry(frames)
+            .or_insert_with(|| phase_of(snap, frames))
+    }
+
+    /// The same `marker` on every call.
+    fn matches(&mut self, frames: FramesId, marker: &str) -> bool {
+        let snap = self.snap;
+        *self
+            .marker_hits
+            .entry(frames)
+            .or_insert_with(|| frame_matches(snap, frames, marker))
+    }
+}
+
 fn frame_matches(snap: &Snapshot, frames: FramesId, marker: &str) -> bool {
     snap.frames
         .resolve(frames)
@@ -140,23 +177,27 @@ fn site_of(snap: &Snapshot, frames: FramesId) -> String {
     }
 }
 
-fn index_at_time(trace: &[TraceEntry], t: i64) -> Option<usize> {
+/// The first entry at or after time `t`; `timed`: some entry has a time.
+fn index_at_time(trace: &[TraceEntry], timed: bool, t: i64) -> Option<usize> {
     let i = trace.partition_point(|e| e.time_us().is_some_and(|x| x < t));
-    (i < trace.len() && trace.iter().any(|e| e.time_us().is_some())).then_some(i)
+    (timed && i < trace.len()).then_some(i)
 }
 
 /// Boundaries as entry indices, deduplicated and sorted.
 fn boundaries(
     snap: &Snapshot,
+    facts: &mut StackFacts,
     trace: &[TraceEntry],
     device: usize,
     marker: Option<&str>,
 ) -> (BoundarySource, Vec<usize>) {
+    // Asked once here, not once per annotation: a trace can be millions long.
+    let timed = trace.iter().any(|e| e.time_us().is_some());
     let anns = |pred: &dyn Fn(&str) -> bool| -> Vec<usize> {
         snap.external_annotations
             .iter()
             .filter(|a| a.device == device as i64 && &*a.stage == "START" && pred(&a.name))
-            .filter_map(|a| index_at_time(trace, a.time_us))
+            .filter_map(|a| index_at_time(trace, timed, a.time_us))
             .collect()
     };
     let finish = |mut v: Vec<usize>| {
@@ -171,7 +212,7 @@ fn boundaries(
             if e.action != Action::Alloc {
                 continue;
             }
-            let hit = frame_matches(snap, e.frames, m);
+            let hit = facts.matches(e.frames, m);
             if hit && !prev_match {
                 v.push(i);
             }
@@ -195,7 +236,7 @@ fn boundaries(
     {
         let v: Vec<usize> = starts
             .iter()
-            .filter_map(|t| index_at_time(trace, *t))
+            .filter_map(|t| index_at_time(trace, timed, *t))
             .collect();
         if v.len() >= 2 {
             return (BoundarySource::Annotation(pattern), finish(v));
@@ -217,7 +258,7 @@ fn boundaries(
         if e.action != Action::Alloc {
             continue;
         }
-        match phase_of(snap, e.frames) {
+        match facts.phase(e.frames) {
             Phase::Backward | Phase::Optimizer => after_bwd = true,
             Phase::Forward => {
                 if after_bwd {
@@ -264,7 +305,8 @@ pub fn analyze_snapshot(
         );
         return report;
     }
-    let (source, bounds) = boundaries(snap, trace, device, step_marker);
+    let mut facts = StackFacts::new(snap);
+    let (source, bounds) = boundaries(snap, &mut facts, trace, device, step_marker);
     report.boundary_source = source.clone();
     report.boundaries = bounds.clone();
     let intervals = bounds.len().saturating_sub(1);
@@ -280,13 +322,13 @@ pub fn analyze_snapshot(
     let mut live: FxHashMap<u64, (u64, u32, bool)> = FxHashMap::default(); // addr → (size, site, tracked)
     let mut total_live: u64 = 0;
     let mut site_live: Vec<u64> = Vec::new();
-    let mut series: Vec<Vec<u64>> = Vec::with_capacity(bounds.len());
+    let mut series = SiteSeries::default();
     let mut next_b = 0;
     let first = bounds.first().copied().unwrap_or(usize::MAX);
     let last = bounds.last().copied().unwrap_or(0);
     for (i, e) in trace.iter().enumerate() {
         while next_b < bounds.len() && bounds[next_b] == i {
-            series.push(site_live.clone());
+            series.boundary(&site_live);
             report.live_at_boundary.push(total_live);
             next_b += 1;
         }
@@ -294,13 +336,15 @@ pub fn analyze_snapshot(
             let site = *site_ids.entry(e.frames).or_insert_with(|| {
                 sites.push(site_of(snap, e.frames));
                 site_live.push(0);
+                series.add_site();
                 (sites.len() - 1) as u32
             });
             let tracked = i >= first;
             if tracked {
                 site_live[site as usize] += e.size;
+                series.touch(site);
                 if i < last && !report.backward_seen {
-                    report.backward_seen = phase_of(snap, e.frames) != Phase::Forward;
+                    report.backward_seen = facts.phase(e.frames) != Phase::Forward;
                 }
             }
             total_live += e.size;
@@ -310,6 +354,7 @@ pub fn analyze_snapshot(
                 total_live -= sz;
                 if tracked {
                     site_live[site as usize] -= sz;
+                    series.touch(site);
                 }
             }
         }
@@ -317,27 +362,24 @@ pub fn analyze_snapshot(
 
     let base = source.confidence();
     if intervals >= 3 {
-        for (s, name) in sites.iter().enumerate() {
-            let v: Vec<u64> = series
-                .iter()
-                .map(|x| x.get(s).copied().unwrap_or(0))
-                .collect();
-            let ups = v.windows(2).filter(|w| w[1] > w[0]).count();
-            let lastv = *v.last().unwrap_or(&0);
-            let maxv = v.iter().copied().max().unwrap_or(0);
+        for (s, name) in sites.iter().enumerate().take(series.sites()) {
+            let Some(shape) = series.shape(s) else {
+                continue;
+            };
+            let ups = shape.ups;
             // What accumulates does not fall back on the way: a site whose
             // survivors drop by more than a tenth between two boundaries
             // (a batch size schedule starting over) is reused, not leaking.
-            let falls_back = v.windows(2).any(|w| w[1] * 10 < w[0] * 9);
             if ups < 3
-                || lastv <= v[0]
-                || lastv * 10 < maxv * 9
+                || shape.last <= shape.first
+                || shape.last * 10 < shape.max * 9
                 || ups * 2 < intervals
-                || falls_back
+                || shape.falls_back
             {
                 continue;
             }
-            let growth = (lastv as i64 - v[0] as i64) / intervals as i64;
+            let v = series.values(s);
+            let growth = (shape.last as i64 - shape.first as i64) / intervals as i64;
             let confidence = (base * ups as f64 / intervals as f64 * 100.0).round() / 100.0;
             report.survivors.push(SurvivorGroup {
                 site: name.clone(),
