@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use vramscope::alloc::format_size;
 use vramscope::device::budget::{held_to, scenario_sized};
 use vramscope::device::cuda::CudaDevice;
 use vramscope::device::kernels::launcher_for;
@@ -23,6 +24,23 @@ use super::{BadInput, EXIT_NO_GPU};
 /// so memory moves at once and a leak is flagged within seconds.
 const SCENARIO_SPEED: f64 = 2000.0;
 
+/// Files from which the UI takes more than a moment to build (a 1 GB trace
+/// takes tens of seconds) say so first, rather than leave the screen blank.
+const ANNOUNCE_BYTES: u64 = 64 << 20;
+
+fn announce_large(path: &Path) {
+    let Ok(meta) = std::fs::metadata(path) else {
+        return;
+    };
+    if meta.is_file() && meta.len() >= ANNOUNCE_BYTES && std::io::stderr().is_terminal() {
+        eprintln!(
+            "vramscope: reading {} ({}) and rebuilding its timeline…",
+            path.display(),
+            format_size(meta.len())
+        );
+    }
+}
+
 /// Whether a full-screen UI can run here.
 pub fn have_terminal() -> bool {
     std::io::stdout().is_terminal() && std::io::stdin().is_terminal()
@@ -32,7 +50,10 @@ pub fn have_terminal() -> bool {
 pub fn open(inputs: &[&str]) -> anyhow::Result<ExitCode> {
     let sources = inputs
         .iter()
-        .map(|i| open_source(i))
+        .map(|i| {
+            announce_large(Path::new(i));
+            open_source(i)
+        })
         .collect::<Result<Vec<_>, _>>();
     play(sources)
 }
@@ -62,6 +83,7 @@ fn play(sources: Result<Vec<(String, Source)>, String>) -> anyhow::Result<ExitCo
 }
 
 pub fn open_snapshot(path: &Path) -> anyhow::Result<ExitCode> {
+    announce_large(path);
     let source =
         snapshot_source(path, None).map_err(|e| BadInput(format!("{}: {e}", path.display())))?;
     let title = path.file_name().map_or_else(
