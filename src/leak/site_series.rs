@@ -59,10 +59,6 @@ impl SiteSeries {
         self.boundaries += 1;
     }
 
-    pub fn sites(&self) -> usize {
-        self.changes.len()
-    }
-
     /// The values' summary; `None` with no boundary at all.
     pub fn shape(&self, site: usize) -> Option<SeriesShape> {
         if self.boundaries == 0 {

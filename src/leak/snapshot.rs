@@ -362,7 +362,7 @@ pub fn analyze_snapshot(
 
     let base = source.confidence();
     if intervals >= 3 {
-        for (s, name) in sites.iter().enumerate().take(series.sites()) {
+        for (s, name) in sites.iter().enumerate() {
             let Some(shape) = series.shape(s) else {
                 continue;
             };
