@@ -24,8 +24,8 @@ use super::{BadInput, EXIT_NO_GPU};
 /// so memory moves at once and a leak is flagged within seconds.
 const SCENARIO_SPEED: f64 = 2000.0;
 
-/// Files from which the UI takes more than a moment to build (a 1 GB trace
-/// takes tens of seconds) say so first, rather than leave the screen blank.
+/// Files that take more than a moment to read (a 1 GB snapshot, a few
+/// seconds) say so first, rather than leave the screen blank.
 const ANNOUNCE_BYTES: u64 = 64 << 20;
 
 fn announce_large(path: &Path) {
@@ -34,7 +34,7 @@ fn announce_large(path: &Path) {
     };
     if meta.is_file() && meta.len() >= ANNOUNCE_BYTES && std::io::stderr().is_terminal() {
         eprintln!(
-            "vramscope: reading {} ({}) and rebuilding its timeline…",
+            "vramscope: reading {} ({}); its timeline fills in once the UI opens…",
             path.display(),
             format_size(meta.len())
         );

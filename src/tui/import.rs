@@ -25,6 +25,11 @@ use super::source::{Source, SourceMsg, TagDescription, TagInfo};
 /// Frames shown per block in the detail pane.
 const MAX_FRAMES: usize = 12;
 
+/// Events per message while a trace is rebuilt in the background: the UI
+/// opens on the first ones while the rest are still being placed (a 1 GB
+/// trace takes seconds to rebuild).
+const EVENTS_PER_MESSAGE: usize = 1 << 16;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
     #[error(transparent)]
@@ -53,11 +58,13 @@ pub fn snapshot_to_source(snap: &Snapshot, device: Option<usize>) -> Result<Sour
     let entries = from_snapshot::entries(snap, device);
     let capacity = from_snapshot::infer_device_total(&entries, LARGE_BUFFER);
     let config = from_snapshot::config(snap);
-    let mut msgs = Vec::new();
     let mut entry_frames = Vec::new();
-    if entries.is_empty() {
+    let mut source = if entries.is_empty() {
         // State-only file: the map is the recorded final state.
-        msgs.push(SourceMsg::Start(Box::new(final_map(snap, device))));
+        Source::from_messages([
+            SourceMsg::Start(Box::new(final_map(snap, device))),
+            SourceMsg::Finished,
+        ])
     } else {
         let trace = snap
             .device_traces
@@ -65,18 +72,59 @@ pub fn snapshot_to_source(snap: &Snapshot, device: Option<usize>) -> Result<Sour
             .map(Vec::as_slice)
             .unwrap_or(&[]);
         entry_frames = trace.iter().map(|e| e.frames).collect();
-        let device_free = |i: usize| trace.get(i).and_then(|e| snap.extra(e).device_free);
-        msgs.push(SourceMsg::Events(trace_events(
-            &entries,
-            device_free,
-            &config,
-        )));
-    }
-    msgs.push(SourceMsg::Finished);
+        // Only `oom` entries record it: a short list, searched by entry index.
+        let device_free: Vec<(usize, u64)> = trace
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| snap.extra(e).device_free.map(|f| (i, f)))
+            .collect();
+        stream_trace_events(entries, device_free, config)
+    };
     let tags = SnapshotTags::new(&snap.frames, entry_frames);
-    let mut source = Source::from_messages(msgs).with_tags(Arc::new(tags));
+    source = source.with_tags(Arc::new(tags));
     source.capacity = capacity;
     Ok(source)
+}
+
+/// A source whose events a worker thread rebuilds from `entries` and sends
+/// in chunks, then `Finished`. The snapshot itself stays on this thread (its
+/// strings are not `Send`); the worker gets only the plain entries.
+fn stream_trace_events(
+    entries: Vec<crate::trace::replay::Entry>,
+    device_free: Vec<(usize, u64)>,
+    config: AllocConfig,
+) -> Source {
+    let (tx, rx) = flume::unbounded();
+    let spawned = std::thread::Builder::new()
+        .name("vramscope-snapshot-events".into())
+        .spawn(move || {
+            let free_at = |i: usize| {
+                device_free
+                    .binary_search_by_key(&i, |(at, _)| *at)
+                    .ok()
+                    .map(|k| device_free[k].1)
+            };
+            let mut mirror = TraceMirror::new(&config);
+            for (k, chunk) in entries.chunks(EVENTS_PER_MESSAGE).enumerate() {
+                let first = k * EVENTS_PER_MESSAGE;
+                let events = chunk
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(j, e)| mirror.event(first + j, e, free_at(first + j)))
+                    .collect();
+                // A failed send: the UI has gone, and nobody needs the rest.
+                if tx.send(SourceMsg::Events(events)).is_err() {
+                    return;
+                }
+            }
+            let _ = tx.send(SourceMsg::Finished);
+        });
+    match spawned {
+        Ok(_) => Source::new(rx, None),
+        Err(e) => Source::from_messages([SourceMsg::Failed(format!(
+            "could not start the thread that rebuilds the trace: {e}"
+        ))]),
+    }
 }
 
 /// Events for one device's trace entries; `Tag(i + 1)` names entry `i`.
@@ -86,19 +134,44 @@ pub fn trace_events(
     device_free: impl Fn(usize) -> Option<u64>,
     config: &AllocConfig,
 ) -> Vec<Event> {
-    let mut map = MemoryMap::default();
-    let mut out = Vec::with_capacity(entries.len());
-    for (i, e) in entries.iter().enumerate() {
+    let mut mirror = TraceMirror::new(config);
+    entries
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| mirror.event(i, e, device_free(i)))
+        .collect()
+}
+
+/// The map as the trace has built it so far, which decides the block each
+/// later entry got.
+struct TraceMirror<'a> {
+    map: MemoryMap,
+    config: &'a AllocConfig,
+}
+
+impl<'a> TraceMirror<'a> {
+    fn new(config: &'a AllocConfig) -> Self {
+        TraceMirror {
+            map: MemoryMap::default(),
+            config,
+        }
+    }
+
+    /// The event for entry `i`, applied to the map; `None` for entries the
+    /// views do not show.
+    fn event(
+        &mut self,
+        i: usize,
+        e: &crate::trace::replay::Entry,
+        device_free: Option<u64>,
+    ) -> Option<Event> {
         let tag = Tag(i as u64 + 1);
-        let Some(ev) = entry_event(e, &map, config, tag, device_free(i).unwrap_or(0)) else {
-            continue;
-        };
+        let ev = entry_event(e, &self.map, self.config, tag, device_free.unwrap_or(0))?;
         // The mirror only decides later block sizes; misplaced entries are
         // reported by the timeline's own gaps.
-        let _ = map.apply(&ev);
-        out.push(Event::Alloc(ev));
+        let _ = self.map.apply(&ev);
+        Some(Event::Alloc(ev))
     }
-    out
 }
 
 fn entry_event(

@@ -14,6 +14,10 @@ use std::sync::Arc;
 
 /// Messages taken from one source per drain, so a flood cannot stall a frame.
 const DRAIN_BUDGET: usize = 4096;
+/// Events taken per drain, so that a source far ahead of the UI (a large
+/// snapshot rebuilt in the background) is taken in steps of ~0.1 s, with
+/// frames drawn in between.
+const DRAIN_EVENTS: usize = 1 << 18;
 
 /// Data the views draw for one run, rebuilt by `App::prepare`.
 #[derive(Debug, Clone, Default)]
@@ -154,10 +158,17 @@ impl RunView {
     /// Take what the source has; true when anything arrived.
     pub(super) fn drain(&mut self) -> bool {
         let mut changed = false;
+        let mut events = 0;
         for _ in 0..DRAIN_BUDGET {
+            if events >= DRAIN_EVENTS {
+                break;
+            }
             let Some(src) = &self.source else { break };
             match src.poll() {
                 Polled::Msg(m) => {
+                    if let SourceMsg::Events(e) = &m {
+                        events += e.len();
+                    }
                     self.receive(m);
                     changed = true;
                 }

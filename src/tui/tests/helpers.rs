@@ -58,6 +58,23 @@ pub fn app_with(sources: Vec<(String, Source)>, opts: &TuiOptions) -> App {
     app
 }
 
+/// [`app_with`] for sources that produce on a thread of their own (a
+/// snapshot's rebuilt trace): drains until every run has finished.
+pub fn app_finished(sources: Vec<(String, Source)>, opts: &TuiOptions) -> App {
+    let mut app = App::new(sources, opts).expect("built-in theme parses");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while app.runs.iter().any(|r| r.is_live()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "sources never finished"
+        );
+        if !app.drain_sources() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+    app
+}
+
 pub fn leaky_app() -> App {
     app_with(vec![("leaky".into(), demo_source(small_leaky()))], &opts())
 }

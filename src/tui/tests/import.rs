@@ -21,7 +21,7 @@ fn closed_trace_places_every_entry() {
         return;
     };
     let src = snapshot_source(&p, None).expect("imports");
-    let mut app = app_with(vec![("adam".into(), src)], &opts());
+    let mut app = app_finished(vec![("adam".into(), src)], &opts());
     let r = &app.runs[0];
     assert_eq!(r.len(), 35);
     assert!(r.timeline.gaps().is_empty(), "{:?}", r.timeline.gaps());
@@ -37,7 +37,7 @@ fn expandable_trace_with_oom() {
         return;
     };
     let src = snapshot_source(&p, Some(1)).expect("imports");
-    let mut app = app_with(vec![("code-location".into(), src)], &opts());
+    let mut app = app_finished(vec![("code-location".into(), src)], &opts());
     assert_eq!(app.runs[0].len(), 596);
     assert!(
         app.runs[0].timeline.gaps().is_empty(),
@@ -75,9 +75,55 @@ fn state_only_snapshot_shows_its_map() {
         return;
     };
     let src = snapshot_source(&p, None).expect("imports");
-    let mut app = app_with(vec![("verl".into(), src)], &opts());
+    let mut app = app_finished(vec![("verl".into(), src)], &opts());
     assert_eq!(app.runs[0].len(), 0);
     let s = screen(&mut app, 140, 44);
     assert!(s.contains("large pool"), "{s}");
     assert!(!app.runs[0].map.segments.is_empty());
+}
+
+#[test]
+fn a_long_trace_streams_in_chunks_that_add_up_to_the_whole_trace() {
+    use crate::trace::replay::from_snapshot;
+    use crate::trace::snapshot::{import_bytes, synthetic_snapshot};
+    use crate::tui::import::{snapshot_to_source, trace_events};
+    use crate::tui::source::Polled;
+    use crate::tui::SourceMsg;
+
+    let mut bytes = Vec::new();
+    synthetic_snapshot(&mut bytes, 12_000_000, 7).expect("generates");
+    let snap = import_bytes(&bytes).expect("imports");
+    let src = snapshot_to_source(&snap, None).expect("device 0 is traced");
+    let (mut streamed, mut messages) = (Vec::new(), 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        assert!(std::time::Instant::now() < deadline, "never finished");
+        match src.poll() {
+            Polled::Msg(SourceMsg::Events(e)) => {
+                messages += 1;
+                streamed.extend(e);
+            }
+            Polled::Msg(SourceMsg::Finished) => break,
+            Polled::Msg(other) => panic!("unexpected message {other:?}"),
+            Polled::Empty => std::thread::sleep(std::time::Duration::from_millis(1)),
+            Polled::Closed => panic!("closed before Finished"),
+        }
+    }
+    let entries = from_snapshot::entries(&snap, 0);
+    let whole = trace_events(
+        &entries,
+        |i| {
+            snap.device_traces[0]
+                .get(i)
+                .and_then(|e| snap.extra(e).device_free)
+        },
+        &from_snapshot::config(&snap),
+    );
+    assert!(entries.len() > 100_000, "{} entries", entries.len());
+    assert!(messages > 1, "one message for {} events", whole.len());
+    assert_eq!(streamed.len(), whole.len());
+    assert!(
+        streamed == whole,
+        "the chunks differ from the whole trace's events"
+    );
 }

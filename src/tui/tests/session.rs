@@ -374,3 +374,36 @@ fn colon_prompt_opens_another_run() {
     app.handle_key(crossterm::event::KeyEvent::from(KeyCode::Esc));
     assert!(app.prompt.is_none(), "Esc cancels");
 }
+
+#[test]
+fn a_source_far_ahead_of_the_ui_is_taken_a_few_chunks_per_drain() {
+    use crate::alloc::{AllocConfig, CachingAllocator, Tag};
+    use crate::device::SimDevice;
+    use crate::tui::{App, Source, SourceMsg};
+
+    let mut a = CachingAllocator::new(SimDevice::new("sim", 1 << 34, 0), AllocConfig::default());
+    for _ in 0..150_000 {
+        let p = a.malloc(512, 0, Tag::NONE).expect("fits");
+        a.free(p).expect("live");
+    }
+    let events: Vec<Event> = a.take_events().into_iter().map(Event::Alloc).collect();
+    let chunk = 1 << 16;
+    let mut msgs: Vec<SourceMsg> = events
+        .chunks(chunk)
+        .map(|c| SourceMsg::Events(c.to_vec()))
+        .collect();
+    let n = msgs.len();
+    assert!(n >= 3, "{n} chunks");
+    msgs.push(SourceMsg::Finished);
+    let mut app = App::new(vec![("big".into(), Source::from_messages(msgs))], &opts())
+        .expect("built-in theme parses");
+    let mut drains = 0;
+    while !app.runs[0].finished {
+        assert!(app.drain_sources(), "a drain took nothing");
+        drains += 1;
+        // Each drain stops once it has taken its share, so frames keep coming.
+        assert!(app.runs[0].len() <= drains * 4 * chunk, "drain {drains}");
+    }
+    assert_eq!(app.runs[0].len(), events.len());
+    assert!(drains > 1, "all {} events in one drain", events.len());
+}
