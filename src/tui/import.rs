@@ -107,11 +107,13 @@ fn stream_trace_events(
             let mut mirror = TraceMirror::new(&config);
             for (k, chunk) in entries.chunks(EVENTS_PER_MESSAGE).enumerate() {
                 let first = k * EVENTS_PER_MESSAGE;
-                let events = chunk
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(j, e)| mirror.event(first + j, e, free_at(first + j)))
-                    .collect();
+                let mut events = Vec::with_capacity(chunk.len());
+                events.extend(
+                    chunk
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(j, e)| mirror.event(first + j, e, free_at(first + j))),
+                );
                 // A failed send: the UI has gone, and nobody needs the rest.
                 if tx.send(SourceMsg::Events(events)).is_err() {
                     return;
@@ -135,11 +137,14 @@ pub fn trace_events(
     config: &AllocConfig,
 ) -> Vec<Event> {
     let mut mirror = TraceMirror::new(config);
-    entries
-        .iter()
-        .enumerate()
-        .filter_map(|(i, e)| mirror.event(i, e, device_free(i)))
-        .collect()
+    let mut out = Vec::with_capacity(entries.len());
+    out.extend(
+        entries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| mirror.event(i, e, device_free(i))),
+    );
+    out
 }
 
 /// The map as the trace has built it so far, which decides the block each
