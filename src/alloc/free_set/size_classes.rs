@@ -95,8 +95,9 @@ const INLINE: usize = 32;
 /// A class's flat slot, as two halves: `vec!` zero-allocates arrays of at
 /// most 16 zeroable entries (and arrays of those), not longer ones.
 type InlineSlot = [[Entry; INLINE / 2]; 2];
-/// `lens` value of a class whose entries live in `spilled`.
-const SPILLED: u16 = u16::MAX;
+/// `lens` values from here up name a class whose entries live in
+/// `spilled[lens - SPILL_BASE]`.
+const SPILL_BASE: u16 = 1 << 15;
 
 #[derive(Debug, Clone)]
 pub(super) struct Classes {
@@ -104,7 +105,12 @@ pub(super) struct Classes {
     // the compiler drops the bounds checks on the hottest lines.
     lens: Box<[u16; CLASSES]>,
     inline: Box<[InlineSlot; CLASSES]>,
-    spilled: Box<[ClassList; CLASSES]>,
+    /// The lists of spilled classes, packed: a few dozen classes spill, and
+    /// their headers side by side stay in cache, where a header per class
+    /// (most of them never used) was one more miss on every spilled lookup.
+    spilled: Vec<ClassList>,
+    /// Lists of classes that went back to their flat slot, kept for reuse.
+    vacant_lists: Vec<u16>,
     nonempty: [u64; WORDS],
 }
 
@@ -114,7 +120,8 @@ impl Default for Classes {
             lens: fixed(vec![0; CLASSES]),
             // Zeroed, so pages of classes never used are never touched.
             inline: fixed(vec![[[(0, 0, 0); INLINE / 2]; 2]; CLASSES]),
-            spilled: fixed(vec![ClassList::default(); CLASSES]),
+            spilled: Vec::new(),
+            vacant_lists: Vec::new(),
             nonempty: [0; WORDS],
         }
     }
@@ -150,6 +157,13 @@ where
 }
 
 impl Classes {
+    /// The index in `spilled` of class `c`'s list, if it has spilled.
+    #[inline]
+    fn list_ix(&self, c: usize) -> Option<usize> {
+        let n = self.lens[c];
+        (n >= SPILL_BASE).then(|| usize::from(n - SPILL_BASE))
+    }
+
     #[inline]
     fn slot(&self, c: usize) -> &[Entry] {
         &self.inline[c].as_flattened()[..usize::from(self.lens[c]).min(INLINE)]
@@ -159,8 +173,8 @@ impl Classes {
     pub(super) fn insert(&mut self, size: u64, addr: u64, id: BlockId) {
         let c = class_of(size);
         let n = self.lens[c];
-        if n == SPILLED {
-            self.spilled[c].insert(size, addr, id);
+        if let Some(ix) = self.list_ix(c) {
+            self.spilled[ix].insert(size, addr, id);
         } else if usize::from(n) < INLINE {
             let n = usize::from(n);
             let k = key(size, addr);
@@ -176,12 +190,20 @@ impl Classes {
             slot[at] = (size, addr, id);
             self.lens[c] += 1;
         } else {
-            let list = &mut self.spilled[c];
+            let ix = match self.vacant_lists.pop() {
+                Some(ix) => usize::from(ix),
+                None => {
+                    self.spilled.push(ClassList::default());
+                    self.spilled.len() - 1
+                }
+            };
+            let list = &mut self.spilled[ix];
             for &(s, a, i) in self.inline[c].as_flattened() {
                 list.insert(s, a, i);
             }
             list.insert(size, addr, id);
-            self.lens[c] = SPILLED;
+            // At most `CLASSES` lists: the index fits below the base's bit.
+            self.lens[c] = SPILL_BASE + ix as u16;
         }
         self.nonempty[c / 64] |= 1 << (c % 64);
     }
@@ -191,8 +213,8 @@ impl Classes {
     pub(super) fn find(&self, size: u64, addr: u64) -> Option<(Entry, Loc)> {
         let c = class_of(size);
         let k = key(size, addr);
-        let (e, loc) = if self.lens[c] == SPILLED {
-            let (e, chunk, at) = self.spilled[c].first_at_or_after(k)?;
+        let (e, loc) = if let Some(ix) = self.list_ix(c) {
+            let (e, chunk, at) = self.spilled[ix].first_at_or_after(k)?;
             (e, Loc::spilled(c, chunk, at))
         } else {
             let slot = self.slot(c);
@@ -208,12 +230,14 @@ impl Classes {
         let c = loc.class();
         let at = loc.at();
         if loc.is_spilled() {
-            let list = &mut self.spilled[c];
+            let ix = usize::from(self.lens[c].wrapping_sub(SPILL_BASE));
+            let list = &mut self.spilled[ix];
             let id = list.remove_at(loc.chunk(), at);
             if list.len < INLINE / 2 {
                 let entries = list.take_all();
                 self.inline[c].as_flattened_mut()[..entries.len()].copy_from_slice(&entries);
                 self.lens[c] = entries.len() as u16;
+                self.vacant_lists.push(ix as u16);
             }
             return id;
         }
@@ -246,8 +270,8 @@ impl Classes {
     /// whether an entry of `c` lies before `k`.
     #[inline]
     fn first_in(&self, c: usize, k: u128, before: impl Fn(&Entry) -> bool) -> Option<(Entry, Loc)> {
-        let found = if self.lens[c] == SPILLED {
-            self.spilled[c]
+        let found = if let Some(ix) = self.list_ix(c) {
+            self.spilled[ix]
                 .first_at_or_after(k)
                 .map(|(e, chunk, at)| (e, Loc::spilled(c, chunk, at)))
         } else {
@@ -260,8 +284,8 @@ impl Classes {
 
     #[inline(always)]
     fn first_of(&self, c: usize) -> Option<(Entry, Loc)> {
-        if self.lens[c] == SPILLED {
-            Some((self.spilled[c].first()?, Loc::spilled(c, 0, 0)))
+        if let Some(ix) = self.list_ix(c) {
+            Some((self.spilled[ix].first()?, Loc::spilled(c, 0, 0)))
         } else {
             Some((*self.slot(c).first()?, Loc::inline(c, 0)))
         }
@@ -269,8 +293,8 @@ impl Classes {
 
     /// Every entry of class `c`, ascending.
     fn all(&self, c: usize) -> impl DoubleEndedIterator<Item = Entry> + '_ {
-        if self.lens[c] == SPILLED {
-            Either::Spilled(self.spilled[c].all())
+        if let Some(ix) = self.list_ix(c) {
+            Either::Spilled(self.spilled[ix].all())
         } else {
             Either::Inline(self.slot(c).iter().copied())
         }
@@ -312,8 +336,8 @@ impl Classes {
     /// Entries with size ≥ `size`, ascending.
     pub(super) fn from(&self, size: u64) -> impl Iterator<Item = Entry> + '_ {
         let c = class_of(size);
-        let head = if self.lens[c] == SPILLED {
-            Either::Spilled(self.spilled[c].from(size))
+        let head = if let Some(ix) = self.list_ix(c) {
+            Either::Spilled(self.spilled[ix].from(size))
         } else {
             let slot = self.slot(c);
             Either::Inline(slot[slot.partition_point(|e| e.0 < size)..].iter().copied())
@@ -331,8 +355,8 @@ impl Classes {
     /// Entries with size < `size`, descending.
     pub(super) fn below(&self, size: u64) -> impl Iterator<Item = Entry> + '_ {
         let c = class_of(size);
-        let head = if self.lens[c] == SPILLED {
-            Either::Spilled(self.spilled[c].below(size))
+        let head = if let Some(ix) = self.list_ix(c) {
+            Either::Spilled(self.spilled[ix].below(size))
         } else {
             let slot = self.slot(c);
             Either::Inline(

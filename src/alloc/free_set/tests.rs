@@ -168,3 +168,52 @@ fn taking_a_lookups_answer_removes_that_entry() {
     let all: Vec<(u64, u64)> = set.iter().map(|e| (e.size, e.addr)).collect();
     assert_eq!(all, model);
 }
+
+/// Classes spill into lists, go back to their flat slots, and spill again
+/// into lists another class left: each keeps only its own blocks, in order.
+#[test]
+fn spilled_lists_are_reused_across_classes() {
+    let mut set = FreeSet::default();
+    let mut model: Vec<(u64, u64)> = Vec::new();
+    let mut next_addr = 0u64;
+    let mut fill = |set: &mut FreeSet, model: &mut Vec<(u64, u64)>, size: u64, n: usize| {
+        for _ in 0..n {
+            // Addresses interleave across sizes, as fragments of one segment do.
+            next_addr += 7 << 9;
+            set.insert(0, size, next_addr, model.len() as u32);
+            model.push((size, next_addr));
+        }
+    };
+    let drain = |set: &mut FreeSet, model: &mut Vec<(u64, u64)>, size: u64, keep: usize| {
+        while model.iter().filter(|e| e.0 == size).count() > keep {
+            let i = model.iter().position(|e| e.0 == size).expect("one left");
+            let (s, a) = model.remove(i);
+            assert!(set.remove(0, s, a).is_some());
+        }
+    };
+    let check = |set: &FreeSet, model: &[(u64, u64)], phase: &str| {
+        let mut want = model.to_vec();
+        want.sort_unstable();
+        let got: Vec<(u64, u64)> = set.iter().map(|e| (e.size, e.addr)).collect();
+        assert_eq!(got, want, "{phase}");
+    };
+    let (a, b, c) = (512, 1024, 1536);
+    fill(&mut set, &mut model, a, 40);
+    fill(&mut set, &mut model, b, 40);
+    check(&set, &model, "a and b spilled");
+    drain(&mut set, &mut model, a, 5);
+    check(&set, &model, "a back in its slot");
+    fill(&mut set, &mut model, c, 40);
+    check(&set, &model, "c spilled into a's old list");
+    fill(&mut set, &mut model, a, 40);
+    drain(&mut set, &mut model, b, 0);
+    check(&set, &model, "a spilled again, b emptied");
+    for size in [a, c] {
+        let first = model.iter().filter(|e| e.0 == size).min().copied();
+        assert_eq!(
+            set.first_from(0, size)
+                .map(|h| (h.entry.size, h.entry.addr)),
+            first
+        );
+    }
+}
