@@ -47,6 +47,9 @@ pub(crate) struct ActiveTable {
     overflowed_count: usize,
     len: usize,
     bits: u32,
+    /// `insert` rebuilds the table first once `len` reaches this: the load
+    /// limit, or at once when too many buckets carry overflow marks.
+    rebuild_at: usize,
 }
 
 impl Default for ActiveTable {
@@ -105,6 +108,7 @@ impl ActiveTable {
             overflowed_count: 0,
             len: 0,
             bits,
+            rebuild_at: (1usize << bits) * WAYS / LOAD_DEN,
         }
     }
 
@@ -165,11 +169,10 @@ impl ActiveTable {
     /// may start there: an address is active at most once.
     #[inline]
     pub fn insert(&mut self, addr: u64, id: BlockId) {
-        if (self.len + 1) * LOAD_DEN > self.buckets.len() * WAYS {
-            self.rebuild(self.bits + 1);
-        } else if self.overflowed_count * 8 > self.buckets.len() {
+        if self.len >= self.rebuild_at {
+            let full = (self.len + 1) * LOAD_DEN > self.buckets.len() * WAYS;
             // Marks only accumulate; rebuilding at the same size drops them.
-            self.rebuild(self.bits);
+            self.rebuild(self.bits + u32::from(full));
         }
         self.place(fingerprint(addr), id);
         self.len += 1;
@@ -190,6 +193,9 @@ impl ActiveTable {
             if !self.is_overflowed(b) {
                 self.overflowed[b / 64] |= 1 << (b % 64);
                 self.overflowed_count += 1;
+                if self.overflowed_count * 8 > self.buckets.len() {
+                    self.rebuild_at = 0;
+                }
             }
             b = (b + 1) & self.mask();
         }
@@ -214,6 +220,9 @@ impl ActiveTable {
                 }
             }
         }
+        // Buckets that overflow even freshly placed do not call for another
+        // rebuild; only marks added from here on do.
+        self.rebuild_at = self.buckets.len() * WAYS / LOAD_DEN;
     }
 }
 
@@ -293,5 +302,46 @@ mod tests {
         assert_eq!(table.get(home0[WAYS + 1], &blocks), Some(id));
         assert_eq!(table.get(home0[WAYS + 2], &blocks), None, "never inserted");
         assert_eq!(table.len(), WAYS + 1);
+    }
+
+    #[test]
+    fn stale_overflow_marks_are_dropped_by_a_rebuild() {
+        use super::{fingerprint, WAYS};
+        let mut table = ActiveTable::default();
+        let mut blocks = Arena::default();
+        let home = |b: u32| {
+            (1u64..)
+                .map(|k| k << 9)
+                .filter(move |a| fingerprint(*a) >> 29 == b)
+        };
+        let mut live = Vec::new();
+        let add = |table: &mut ActiveTable, blocks: &mut Arena, a: u64| {
+            let id = blocks.insert(Block::new(a, 512, 0, Pool::Small, 0));
+            table.insert(a, id);
+            (a, id)
+        };
+        for a in home(0).take(WAYS + 1) {
+            live.push(add(&mut table, &mut blocks, a));
+        }
+        // Bucket 0 empties again, but its mark stays.
+        for (a, _) in live.drain(..5) {
+            let f = table.find(a, &blocks).expect("present");
+            table.remove_at(f);
+        }
+        assert!(table.is_overflowed(0));
+        // A second mark passes the limit (1/8 of 8 buckets): the next insert
+        // rebuilds, and only the bucket that still overflows stays marked.
+        for a in home(2).take(WAYS + 1) {
+            live.push(add(&mut table, &mut blocks, a));
+        }
+        assert_eq!(table.overflowed_count, 2);
+        live.push(add(&mut table, &mut blocks, home(5).next().expect("some")));
+        assert_eq!(table.buckets.len(), 8, "same size");
+        assert!(!table.is_overflowed(0) && table.is_overflowed(2));
+        assert_eq!(table.overflowed_count, 1);
+        for (a, id) in &live {
+            assert_eq!(table.get(*a, &blocks), Some(*id), "{a:#x}");
+        }
+        assert_eq!(table.len(), live.len());
     }
 }
