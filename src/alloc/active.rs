@@ -71,6 +71,11 @@ fn fingerprint(addr: u64) -> u32 {
 
 /// Bit `w` set where `fps[w] == fp`: two vector compares and a mask, not a
 /// loop of branches.
+/// Entries a table of `buckets` buckets holds before it grows.
+fn load_limit(buckets: usize) -> usize {
+    buckets * WAYS / LOAD_DEN
+}
+
 #[inline(always)]
 fn matches(fps: &[u32; WAYS], fp: u32) -> u32 {
     #[cfg(target_arch = "x86_64")]
@@ -108,7 +113,7 @@ impl ActiveTable {
             overflowed_count: 0,
             len: 0,
             bits,
-            rebuild_at: (1usize << bits) * WAYS / LOAD_DEN,
+            rebuild_at: load_limit(1 << bits),
         }
     }
 
@@ -170,7 +175,7 @@ impl ActiveTable {
     #[inline]
     pub fn insert(&mut self, addr: u64, id: BlockId) {
         if self.len >= self.rebuild_at {
-            let full = (self.len + 1) * LOAD_DEN > self.buckets.len() * WAYS;
+            let full = self.len >= load_limit(self.buckets.len());
             // Marks only accumulate; rebuilding at the same size drops them.
             self.rebuild(self.bits + u32::from(full));
         }
@@ -222,7 +227,7 @@ impl ActiveTable {
         }
         // Buckets that overflow even freshly placed do not call for another
         // rebuild; only marks added from here on do.
-        self.rebuild_at = self.buckets.len() * WAYS / LOAD_DEN;
+        self.rebuild_at = load_limit(self.buckets.len());
     }
 }
 
@@ -269,17 +274,19 @@ mod tests {
         }
     }
 
+    /// Block addresses whose home is `bucket` of the initial 8-bucket table.
+    fn homed_at(bucket: u32) -> impl Iterator<Item = u64> {
+        (1u64..)
+            .map(|k| k << 9)
+            .filter(move |a| super::fingerprint(*a) >> 29 == bucket)
+    }
+
     #[test]
     fn a_full_bucket_spills_into_the_next_and_lookups_follow_it() {
-        use super::{fingerprint, WAYS};
+        use super::WAYS;
         let mut table = ActiveTable::default();
         let mut blocks = Arena::default();
-        // Addresses whose home is bucket 0 of the initial 8-bucket table.
-        let home0: Vec<u64> = (1u64..)
-            .map(|k| k << 9)
-            .filter(|a| fingerprint(*a) >> 29 == 0)
-            .take(WAYS + 3)
-            .collect();
+        let home0: Vec<u64> = homed_at(0).take(WAYS + 3).collect();
         let mut ids = Vec::new();
         for &a in &home0[..WAYS + 1] {
             let id = blocks.insert(Block::new(a, 512, 0, Pool::Small, 0));
@@ -306,21 +313,16 @@ mod tests {
 
     #[test]
     fn stale_overflow_marks_are_dropped_by_a_rebuild() {
-        use super::{fingerprint, WAYS};
+        use super::WAYS;
         let mut table = ActiveTable::default();
         let mut blocks = Arena::default();
-        let home = |b: u32| {
-            (1u64..)
-                .map(|k| k << 9)
-                .filter(move |a| fingerprint(*a) >> 29 == b)
-        };
         let mut live = Vec::new();
         let add = |table: &mut ActiveTable, blocks: &mut Arena, a: u64| {
             let id = blocks.insert(Block::new(a, 512, 0, Pool::Small, 0));
             table.insert(a, id);
             (a, id)
         };
-        for a in home(0).take(WAYS + 1) {
+        for a in homed_at(0).take(WAYS + 1) {
             live.push(add(&mut table, &mut blocks, a));
         }
         // Bucket 0 empties again, but its mark stays.
@@ -331,11 +333,15 @@ mod tests {
         assert!(table.is_overflowed(0));
         // A second mark passes the limit (1/8 of 8 buckets): the next insert
         // rebuilds, and only the bucket that still overflows stays marked.
-        for a in home(2).take(WAYS + 1) {
+        for a in homed_at(2).take(WAYS + 1) {
             live.push(add(&mut table, &mut blocks, a));
         }
         assert_eq!(table.overflowed_count, 2);
-        live.push(add(&mut table, &mut blocks, home(5).next().expect("some")));
+        live.push(add(
+            &mut table,
+            &mut blocks,
+            homed_at(5).next().expect("some"),
+        ));
         assert_eq!(table.buckets.len(), 8, "same size");
         assert!(!table.is_overflowed(0) && table.is_overflowed(2));
         assert_eq!(table.overflowed_count, 1);

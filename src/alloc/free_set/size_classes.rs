@@ -230,7 +230,9 @@ impl Classes {
         let c = loc.class();
         let at = loc.at();
         if loc.is_spilled() {
-            let ix = usize::from(self.lens[c].wrapping_sub(SPILL_BASE));
+            let Some(ix) = self.list_ix(c) else {
+                unreachable!("a spilled location in a class that has not spilled")
+            };
             let list = &mut self.spilled[ix];
             let id = list.remove_at(loc.chunk(), at);
             if list.len < INLINE / 2 {
