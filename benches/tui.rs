@@ -1,4 +1,5 @@
-//! The UI with a 1,000,000-event timeline: one 200×60 frame (prepare + draw on
+//! The UI with a 1,000,000-event timeline (GPT-2 small's training loop run
+//! for as many iterations as that takes): one 200×60 frame (prepare + draw on
 //! `TestBackend`), a seek to an arbitrary event, and memory per event.
 
 use std::hint::black_box;
@@ -8,15 +9,37 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use ratatui::backend::TestBackend;
 use ratatui::layout::Rect;
 use ratatui::Terminal;
+use vramscope::leak::Finding;
+use vramscope::producers::Source;
+use vramscope::scenario::{resolve, run, RunOptions};
+use vramscope::trace::Event;
 use vramscope::tui::app::{App, TuiOptions};
-use vramscope::tui::demo;
-use vramscope::tui::source::Source;
 
 const EVENTS: usize = 1_000_000;
+const SCENARIO: &str = "gpt2-small-fits";
+
+/// The scenario's events over enough iterations for `at_least` of them.
+fn scenario_events(at_least: usize) -> (Vec<Event>, Vec<Finding>) {
+    let (scenario, built) = match resolve(SCENARIO) {
+        Ok(s) => s,
+        Err(e) => panic!("{e}"),
+    };
+    let recorded = |iterations: u32| {
+        let opts = RunOptions {
+            iterations: Some(iterations),
+            record_events: true,
+        };
+        run(&scenario, &built, &opts)
+    };
+    let per_iteration = recorded(2).events.len() / 2;
+    let iterations = at_least.div_ceil(per_iteration.max(1)) as u32 + 1;
+    let r = recorded(iterations);
+    (r.events, r.findings)
+}
 
 fn loaded_app() -> App {
     let t = Instant::now();
-    let (events, findings) = demo::generate_at_least(EVENTS);
+    let (events, findings) = scenario_events(EVENTS);
     let n = events.len();
     let gen = t.elapsed();
     let opts = TuiOptions {

@@ -3,13 +3,15 @@
 //! Data flows one way (see DESIGN.md): scenarios drive the `engine`, which asks
 //! `alloc` (a model of PyTorch's CUDA caching allocator) for memory on a
 //! `device`; everything that happens is a `trace` of events that the `leak`
-//! detector, the `tui` and the headless `report` read.
+//! detector, the headless `report` and, through the `producers` layer, the
+//! `tui` read.
 #![deny(clippy::unwrap_used)]
 
 pub mod alloc;
 pub mod device;
 pub mod engine;
 pub mod leak;
+pub mod producers;
 pub mod report;
 pub mod scenario;
 pub mod trace;

@@ -2,6 +2,7 @@
 
 use super::block::{Block, BlockId, NIL};
 use super::caching::{CachingAllocator, Segment, SegmentSlot};
+use super::config::AllocConfig;
 use super::constants::{MAX_REQUEST, MIN_BLOCK_SIZE, SMALL_SIZE};
 use super::error::{AllocError, OomError};
 use super::event::{Action, AllocEvent};
@@ -20,6 +21,24 @@ pub(crate) struct Request {
     pub pool: Pool,
     pub stream: u64,
     pub tag: Tag,
+}
+
+/// §4.1 `should_split`: whether a free block that serves a request of `size`
+/// keeps `remaining` bytes as a block of its own. `expandable`: the block is
+/// in an expandable segment.
+#[inline]
+pub fn should_split(
+    pool: Pool,
+    expandable: bool,
+    remaining: u64,
+    size: u64,
+    config: &AllocConfig,
+) -> bool {
+    if pool == Pool::Small || expandable {
+        remaining >= MIN_BLOCK_SIZE
+    } else {
+        size < config.max_split_size && remaining > SMALL_SIZE
+    }
 }
 
 impl<D: Device> CachingAllocator<D> {
@@ -201,15 +220,15 @@ impl<D: Device> CachingAllocator<D> {
         Some(id)
     }
 
-    /// §4.1 `should_split`.
     #[inline]
     fn should_split(&self, block: &Block, size: u64) -> bool {
-        let remaining = block.size - size;
-        if block.pool == Pool::Small || self.config.expandable_segments {
-            remaining >= MIN_BLOCK_SIZE
-        } else {
-            size < self.config.max_split_size && remaining > SMALL_SIZE
-        }
+        should_split(
+            block.pool,
+            self.config.expandable_segments,
+            block.size - size,
+            size,
+            &self.config,
+        )
     }
 
     /// §5.3 `alloc_found_block`: split if due, mark allocated, count it.

@@ -29,6 +29,7 @@ pub use config::{AllocConfig, Backend, ConfigError};
 pub use error::{AllocError, OomError};
 pub use event::{Action, AllocEvent};
 pub use format::{format_size, oom_message};
+pub use malloc::should_split;
 pub use rounding::{alloc_size, round_size, Pool};
 pub use snapshot::{BlockInfo, BlockState, SegmentInfo};
 pub use stats::{Family, Level, MemoryStats, Stat};

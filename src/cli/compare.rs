@@ -8,13 +8,13 @@ use std::process::ExitCode;
 use serde::Serialize;
 use serde_json::{json, Value};
 use vramscope::alloc::{format_size, AllocConfig};
+use vramscope::producers::is_snapshot_path;
 use vramscope::report::run as run_report;
 use vramscope::report::snapshot::SnapshotReport;
 use vramscope::scenario::{
     check, conf_label, resolve, resolve_under, run as run_scenario, RunOptions,
 };
 use vramscope::trace::replay::replayed::replayed_snapshot;
-use vramscope::tui::open::is_snapshot_path;
 
 use super::snapshot::load;
 use super::BadInput;

@@ -11,11 +11,12 @@ use vramscope::device::budget::{held_to, scenario_sized};
 use vramscope::device::cuda::CudaDevice;
 use vramscope::device::kernels::launcher_for;
 use vramscope::device::Device;
+use vramscope::producers::{
+    open_source, open_source_under, scenario_source_on, snapshot_source, RealGpu, Source,
+    ITERATION_PACE,
+};
 use vramscope::scenario::resolve;
-use vramscope::tui::import::snapshot_source;
-use vramscope::tui::open::{open_source, open_source_under};
-use vramscope::tui::scenario_source::{scenario_source_on, RealGpu, ITERATION_PACE};
-use vramscope::tui::{run_tui, Source, TuiOptions};
+use vramscope::tui::{run_tui, TuiOptions};
 
 use super::compare::CompareSide;
 use super::{BadInput, EXIT_NO_GPU};

@@ -6,7 +6,9 @@ use std::collections::VecDeque;
 use std::io::Write;
 use std::process::ExitCode;
 
-use vramscope::device::nvml::{self, DeviceReconciliation, GpuReading};
+use vramscope::device::nvml::{DeviceReconciliation, GpuReading};
+use vramscope::device::GpuUnavailable;
+use vramscope::producers::{nvml_source, Source, SourceMsg};
 use vramscope::tui::theme::{no_color_from_env, Theme, ThemeName};
 use vramscope::tui::watch_loop::run_watch;
 use vramscope::units::{format_percent_or_unknown, format_size_or_unknown};
@@ -58,17 +60,25 @@ fn render(gpus: &[GpuReading], history: &[VecDeque<Option<u64>>]) -> String {
     out
 }
 
+/// The poller's next reading (blocking); `None` once it has stopped.
+fn next_reading(rx: &Source) -> Option<Result<Vec<GpuReading>, GpuUnavailable>> {
+    std::iter::from_fn(|| rx.recv()).find_map(|m| match m {
+        SourceMsg::Gpus(reading) => Some(reading),
+        _ => None,
+    })
+}
+
 pub fn run(once: bool, json: bool) -> anyhow::Result<ExitCode> {
     // NVML is only ever called on the poller's thread; its first message says
     // whether it works here (no driver: a plain message and exit 3).
-    let rx = nvml::spawn_poller();
-    let first = match rx.recv() {
-        Ok(Ok(gpus)) => gpus,
-        Ok(Err(e)) => {
+    let rx = nvml_source();
+    let first = match next_reading(&rx) {
+        Some(Ok(gpus)) => gpus,
+        Some(Err(e)) => {
             eprintln!("vramscope watch: {e}");
             return Ok(ExitCode::from(EXIT_NO_GPU));
         }
-        Err(_) => {
+        None => {
             eprintln!("vramscope watch: the NVML thread stopped before its first reading");
             return Ok(ExitCode::from(EXIT_NO_GPU));
         }
@@ -84,7 +94,7 @@ pub fn run(once: bool, json: bool) -> anyhow::Result<ExitCode> {
     }
     let mut history: Vec<VecDeque<Option<u64>>> = Vec::new();
     let mut stdout = std::io::stdout();
-    for reading in std::iter::once(Ok(first)).chain(rx.iter()) {
+    for reading in std::iter::once(Ok(first)).chain(std::iter::from_fn(|| next_reading(&rx))) {
         let gpus = match reading {
             Ok(g) => g,
             Err(e) => {

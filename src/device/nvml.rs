@@ -1,10 +1,9 @@
 //! Live readings from NVML (`nvml-wrapper`): each GPU's memory, utilisation and
-//! processes, polled on a thread of its own (memory at 2–4 Hz, processes at
-//! most once a second), never from the render thread. Values NVML cannot give
+//! processes, read on a thread of its own (`producers::nvml`'s poller), never
+//! from the render thread. Values NVML cannot give
 //! (WDDM, unsupported queries) are `None`, shown as unknown, never as zero.
 
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
 
 use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
 use nvml_wrapper::enums::device::UsedGpuMemory;
@@ -120,54 +119,6 @@ impl GpuReading {
     }
 }
 
-/// How often the poller reads memory and the process list.
-pub const MEMORY_PERIOD: Duration = Duration::from_millis(333);
-pub const PROCESS_PERIOD: Duration = Duration::from_millis(1000);
-
-/// Poll NVML on a thread of its own until the receiver is dropped. The first
-/// message says whether NVML works here.
-pub fn spawn_poller() -> flume::Receiver<Result<Vec<GpuReading>, GpuUnavailable>> {
-    let (tx, rx) = flume::bounded(4);
-    let spawned = std::thread::Builder::new()
-        .name("nvml-poller".into())
-        .spawn(move || {
-            let mut last_processes: Option<Instant> = None;
-            let mut processes: Vec<Vec<ProcessMemory>> = Vec::new();
-            loop {
-                let started = Instant::now();
-                let due = last_processes.is_none_or(|t| t.elapsed() >= PROCESS_PERIOD);
-                let reading = read_all(due).map(|mut gpus| {
-                    if due {
-                        processes = gpus.iter().map(|g| g.processes.clone()).collect();
-                        last_processes = Some(Instant::now());
-                    } else {
-                        for (g, p) in gpus.iter_mut().zip(&processes) {
-                            g.processes = p.clone();
-                        }
-                    }
-                    gpus
-                });
-                let failed = reading.is_err();
-                // Never block on the receiver: a slow UI just misses a reading.
-                match tx.try_send(reading) {
-                    Err(flume::TrySendError::Disconnected(_)) => return,
-                    _ if failed => return,
-                    _ => {}
-                }
-                // The period includes the reading itself, so memory stays at ~3 Hz.
-                std::thread::sleep(MEMORY_PERIOD.saturating_sub(started.elapsed()));
-            }
-        });
-    if spawned.is_err() {
-        let (tx2, rx2) = flume::bounded(1);
-        let _ = tx2.send(Err(GpuUnavailable::Driver(
-            "could not start the NVML thread".into(),
-        )));
-        return rx2;
-    }
-    rx
-}
-
 /// What NVML says this very process holds on GPU `index` (its CUDA context
 /// right after the device was opened). Reads NVML: never call it from the
 /// render thread.
@@ -182,14 +133,6 @@ pub fn own_process_used(index: u32) -> Result<Option<u64>, GpuUnavailable> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn poller_rates_are_within_the_issue_bounds() {
-        // Memory at 2–4 Hz, the process list at most once a second.
-        assert!(MEMORY_PERIOD >= Duration::from_millis(250));
-        assert!(MEMORY_PERIOD <= Duration::from_millis(500));
-        assert!(PROCESS_PERIOD >= Duration::from_secs(1));
-    }
 
     #[test]
     fn process_used_is_unknown_for_an_unlisted_or_unreported_process() {

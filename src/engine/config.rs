@@ -99,8 +99,6 @@ pub struct EngineConfig {
     pub cudnn_dropout_state_bytes: u64,
     /// Cap on the cuDNN conv workspace: min(cap, input bytes) (engine.md §1.6) [unc].
     pub conv_workspace_cap: u64,
-    /// Send a `LiveState` event at every iteration end (thread runner).
-    pub live_state_each_iteration: bool,
     /// Iterations (counted from 1) whose scaled gradients overflow: the
     /// engine computes no values, so the scenario says where GradScaler's
     /// `found_inf` is set and `scaler.step` skips `optimizer.step()` (§6.3).
@@ -130,7 +128,6 @@ impl Default for EngineConfig {
             rnn_workspace_bytes: 16 << 20,
             cudnn_dropout_state_bytes: 4 << 20,
             conv_workspace_cap: 64 << 20,
-            live_state_each_iteration: false,
             grad_overflow_iterations: Vec::new(),
             reduce_device: None,
         }

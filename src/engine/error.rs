@@ -42,9 +42,6 @@ pub enum EngineError {
     /// (engine.md §7.2 early stop). Never escapes the engine.
     #[error("checkpoint recomputation stopped early")]
     StopRecompute,
-    /// The driving thread asked the engine to stop (restart or shutdown).
-    #[error("interrupted")]
-    Interrupted,
 }
 
 impl EngineError {
@@ -54,9 +51,7 @@ impl EngineError {
             EngineError::Runtime(_) => ErrorKind::Runtime,
             EngineError::Value(_) => ErrorKind::Value,
             EngineError::Program(_) => ErrorKind::Program,
-            EngineError::Alloc(_) | EngineError::StopRecompute | EngineError::Interrupted => {
-                ErrorKind::Internal
-            }
+            EngineError::Alloc(_) | EngineError::StopRecompute => ErrorKind::Internal,
         }
     }
 

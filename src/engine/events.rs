@@ -6,7 +6,6 @@ use std::sync::Arc;
 use crate::alloc::AllocEvent;
 
 use super::error::ErrorKind;
-use super::live::LiveState;
 use super::tag::Phase;
 
 #[derive(Debug, Clone)]
@@ -39,12 +38,8 @@ pub enum EngineEvent {
         kind: ErrorKind,
         message: String,
     },
-    /// Answer to a live-state query, or sent at each iteration end when asked.
-    LiveState(Box<LiveState>),
     /// A Python warning the program would print (`warnings.warn`), once per run.
     Warning(&'static str),
-    /// The program ran to its end.
-    Finished,
 }
 
 impl EngineEvent {

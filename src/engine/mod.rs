@@ -9,7 +9,6 @@
 //! On a real GPU an engine may own a [`crate::device::KernelLauncher`]: each
 //! op then launches `kernels/` on its tensors' device addresses (`launch.rs`),
 //! which changes no allocator decision.
-//! [`EngineThread`] runs it on its own thread, driven over `flume` channels.
 
 pub mod amp;
 pub mod autograd;
@@ -40,7 +39,6 @@ mod slab;
 pub mod storage;
 pub mod tag;
 pub mod tensor;
-pub mod thread;
 
 #[cfg(test)]
 pub(crate) mod tests;
@@ -67,7 +65,6 @@ pub use shape::Shape;
 pub use storage::{DeviceKind, StorageId};
 pub use tag::{AllocTag, Category, Phase, TagTable};
 pub use tensor::TensorId;
-pub use thread::{Command, EngineThread};
 
 use amp::AmpState;
 use bindings::Bindings;
@@ -75,9 +72,6 @@ use checkpoint::CheckpointState;
 use modules::Model;
 use optim::Optimizer;
 use slab::Slab;
-
-/// Why a driver hook stopped the engine.
-pub type Hook = Box<dyn FnMut(&mut Engine) -> Result<()> + Send>;
 
 /// Ambient state PyTorch keeps in thread-locals and module flags.
 #[derive(Debug, Clone)]
@@ -121,7 +115,6 @@ pub struct Engine {
     pub(crate) optimizer: Option<Optimizer>,
     pub(crate) scaler: Option<GradScalerState>,
     pub(crate) bindings: Bindings,
-    pub(crate) hook: Option<Hook>,
     /// An error an op's bookkeeping found mid-way (a save that PyTorch
     /// refuses); the op returns it when it ends.
     pub(crate) op_error: Option<EngineError>,
@@ -183,7 +176,6 @@ impl Engine {
             optimizer: None,
             scaler: None,
             bindings: Bindings::default(),
-            hook: None,
             op_error: None,
             retaining: Vec::new(),
             warned: Vec::new(),
@@ -257,10 +249,6 @@ impl Engine {
         self.markers = on;
     }
 
-    pub fn set_hook(&mut self, hook: Option<Hook>) {
-        self.hook = hook;
-    }
-
     pub fn iteration(&self) -> u32 {
         self.ctx.iteration
     }
@@ -293,17 +281,6 @@ impl Engine {
         self.tags.tag(op, module, step, category, phase, it)
     }
 
-    /// Give the driver a chance to forward events, pause, or stop us.
-    pub(crate) fn safe_point(&mut self) -> Result<()> {
-        if let Some(mut h) = self.hook.take() {
-            let r = h(self);
-            self.hook = Some(h);
-            r
-        } else {
-            Ok(())
-        }
-    }
-
     /// Enter an op: set the tag's op name and emit a marker. Returns the outer op.
     pub(crate) fn op_begin(&mut self, name: &'static str) -> &'static str {
         let prev = std::mem::replace(&mut self.ctx.op, name);
@@ -319,10 +296,10 @@ impl Engine {
         if self.markers {
             self.events.push(EngineEvent::OpEnd);
         }
-        if let Some(e) = self.op_error.take() {
-            return Err(e);
+        match self.op_error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
-        self.safe_point()
     }
 
     /// Enter a module scope; returns the outer module id.

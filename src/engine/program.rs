@@ -239,20 +239,6 @@ impl Program {
 }
 
 impl Engine {
-    /// Run a whole program: setup, then `iterations` times the steps, with
-    /// iteration markers.
-    pub fn run_program(&mut self, p: &Program) -> Result<()> {
-        self.ctx.iteration = 0;
-        for (i, s) in p.setup.iter().enumerate() {
-            self.run_step(s, i as u32, p)?;
-        }
-        for _ in 0..p.iterations {
-            self.run_iteration(p)?;
-        }
-        self.events.push(EngineEvent::Finished);
-        self.safe_point()
-    }
-
     /// One iteration of the program's steps (iterations count from 1).
     pub fn run_iteration(&mut self, p: &Program) -> Result<()> {
         self.ctx.iteration += 1;
@@ -268,11 +254,7 @@ impl Engine {
             reserved: self.reserved_bytes(),
             peak_allocated: self.peak_allocated_bytes(),
         });
-        if self.cfg.live_state_each_iteration {
-            let ls = self.live_state();
-            self.events.push(EngineEvent::LiveState(Box::new(ls)));
-        }
-        self.safe_point()
+        Ok(())
     }
 
     /// Run one step. On failure, the temporaries it created unwind (Python's
@@ -288,9 +270,7 @@ impl Engine {
         }
         let r = self.step_inner(s, index, p);
         self.unwind_locals(mark);
-        if r.is_ok() {
-            self.safe_point()?;
-        } else {
+        if r.is_err() {
             // The exception leaves every open `with torch.autocast(...)`
             // block: each `__exit__` runs, and the outermost clears the
             // cast cache (amp_bce_bug on the H100).

@@ -73,9 +73,6 @@ impl Engine {
             category,
             iteration: self.ctx.iteration,
         });
-        if addr.is_some() {
-            self.safe_point()?;
-        }
         Ok(StorageId(id))
     }
 

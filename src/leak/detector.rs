@@ -97,7 +97,6 @@ pub struct Detector {
     pub(super) grad_blocks: Vec<u64>,
     pub(super) findings: Vec<Finding>,
     pub(super) error: Option<String>,
-    pub(super) pending_end: Option<(u32, u64, u64)>,
     // Scratch buffers reused between observations.
     pub(super) owner: Vec<u32>,
     pub(super) is_own: Vec<bool>,
@@ -148,35 +147,4 @@ impl Detector {
     pub fn findings(&self) -> &[Finding] {
         &self.findings
     }
-}
-
-/// Run `program` on `engine` iteration by iteration (its setup first if the
-/// engine has not started), feeding the detector after each one, and return
-/// the findings. An engine error stops the run and is part of the evidence.
-/// Events stay buffered in the engine for the caller.
-pub fn analyze_run(engine: &mut Engine, program: &Program) -> Vec<Finding> {
-    let mut d = Detector::for_engine(engine).with_program(program);
-    if engine.iteration() == 0 {
-        for (i, s) in program.setup.iter().enumerate() {
-            if let Err(e) = engine.run_step(s, i as u32, program) {
-                let ls = engine.live_state();
-                return d.observe_error(&e, &ls).to_vec();
-            }
-        }
-    }
-    for _ in 0..program.iterations {
-        match engine.run_iteration(program) {
-            Ok(()) => {
-                let ls = engine.live_state();
-                let (a, r) = (engine.allocated_bytes(), engine.reserved_bytes());
-                d.observe(&ls, a, r);
-            }
-            Err(e) => {
-                let ls = engine.live_state();
-                d.observe_error(&e, &ls);
-                break;
-            }
-        }
-    }
-    d.findings().to_vec()
 }

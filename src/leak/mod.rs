@@ -1,8 +1,9 @@
 //! The leak detector: which root keeps which memory alive, how fast it grows,
 //! and what to change (engine.md §9, §9.1, §11.2).
 //!
-//! - [`Detector`] / [`analyze_run`]: scenario runs, from the engine's
-//!   [`crate::engine::LiveState`] after every iteration.
+//! - [`Detector`]: scenario runs, from the engine's
+//!   [`crate::engine::LiveState`] after every iteration (`scenario::ScenarioRun`
+//!   feeds it).
 //! - [`analyze_snapshot`]: imported PyTorch snapshots, from the trace alone
 //!   (allocations that survive iteration boundaries, grouped by call site).
 //! - [`findings_json`] / [`findings_text`]: the report's views.
@@ -22,7 +23,7 @@ mod snapshot;
 #[cfg(test)]
 mod tests;
 
-pub use detector::{analyze_run, Detector, GroupSample, IterationSample, MIN_GROWTH_STEPS};
+pub use detector::{Detector, GroupSample, IterationSample, MIN_GROWTH_STEPS};
 pub use finding::{Finding, FindingKind, Severity};
 pub use format::size as format_size;
 pub use render::{findings_json, findings_text};

@@ -1,5 +1,4 @@
-//! Ingest for the scenario-run detector: engine events, live states and
-//! errors in; the device and per-group history kept; each observation run
+//! Ingest for the scenario-run detector: live states and errors in; the device and per-group history kept; each observation run
 //! through grouping (`reach.rs`) and classification (`classify.rs`).
 
 use std::collections::VecDeque;
@@ -13,33 +12,9 @@ use super::reach::{
     assign_owners, charge_bytes, count_nodes, group_roots, index_nodes, index_storages, lookup,
     Ctx, GroupAcc, Grouping,
 };
-use crate::engine::{EngineError, EngineEvent, LiveState};
+use crate::engine::{EngineError, LiveState};
 
 impl Detector {
-    /// Feed engine events (from `take_events` or the thread's channel): an
-    /// `IterationEnd` followed by a `LiveState` is one observation.
-    pub fn observe_events(&mut self, events: &[EngineEvent]) {
-        for ev in events {
-            match ev {
-                EngineEvent::IterationEnd {
-                    iter,
-                    allocated,
-                    reserved,
-                    ..
-                } => self.pending_end = Some((*iter, *allocated, *reserved)),
-                EngineEvent::LiveState(ls) => {
-                    let (a, r) = match self.pending_end {
-                        Some((i, a, r)) if i == ls.iteration => (a, r),
-                        _ => (ls.allocated, ls.reserved),
-                    };
-                    self.observe(ls, a, r);
-                }
-                EngineEvent::Error { message, .. } => self.error = Some(message.clone()),
-                _ => {}
-            }
-        }
-    }
-
     /// Feed one observation. A second observation of the same iteration (an
     /// on-demand query at a frame) replaces that iteration's sample.
     pub fn observe(&mut self, ls: &LiveState, allocated: u64, reserved: u64) -> &[Finding] {

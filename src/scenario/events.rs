@@ -21,7 +21,7 @@ pub(crate) fn user_warning(text: &str) -> String {
 }
 
 /// The trace event for an engine event; `None` for engine-only messages
-/// (live state answers, step markers, the end).
+/// (step markers).
 pub fn to_trace(e: &EngineEvent) -> Option<Event> {
     Some(match e {
         EngineEvent::Alloc(a) => Event::Alloc(*a),
@@ -42,9 +42,7 @@ pub fn to_trace(e: &EngineEvent) -> Option<Event> {
         EngineEvent::Warning(text) => {
             Event::Marker(Marker::Narration(Arc::from(user_warning(text))))
         }
-        EngineEvent::StepBegin { .. } | EngineEvent::LiveState(_) | EngineEvent::Finished => {
-            return None
-        }
+        EngineEvent::StepBegin { .. } => return None,
     })
 }
 

@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use super::format::Expectation;
-use super::run::RunResult;
+use super::headless::RunResult;
 use crate::alloc::format_size;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

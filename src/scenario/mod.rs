@@ -2,13 +2,16 @@
 //! training loop written as steps that read like the PyTorch code they stand
 //! for, with narration and expectations. `load` parses and validates with
 //! line:column errors; `build` turns a scenario into what the engine runs;
-//! `run` drives it headless; `library` holds the built-in scenarios.
+//! `run` is the one loop that steps it (engine, narration, leak detector),
+//! which `headless` drives to its end for the report and the UI's producer
+//! drives live; `library` holds the built-in scenarios.
 
 mod build;
 mod dims;
 mod events;
 mod expect;
 mod format;
+mod headless;
 mod library;
 mod load;
 mod narration;
@@ -22,9 +25,12 @@ pub use expect::{check, ExpectationResult};
 pub use format::{
     At, Criterion, DataSpec, DeviceSpec, Expectation, LayerSpec, ModelSpec, Narration, Scenario,
 };
+pub use headless::{
+    run, run_launching, run_launching_with, GpuRun, OomReport, RunOptions, RunResult,
+};
 pub use library::{builtin, builtins, BuiltIn};
 pub use load::{conf_label, load_file, load_str, resolve, resolve_under, LoadError};
 pub use narration::NarrationTracker;
-pub use run::{run, run_launching, run_launching_with, run_on, GpuRun, RunOptions, RunResult};
+pub use run::{Advanced, IterationPoint, ScenarioRun, Unit};
 pub use size::Size;
 pub use validate::MAX_ITERATIONS;

@@ -1,27 +1,22 @@
-//! Running a scenario headless: the engine on this thread, every event into the
-//! one event model, narration where it is due, the leak detector after each
-//! iteration, and the figures the report and the expectations read.
+//! One scenario run, stepped: the engine, the narration tracker and the leak
+//! detector together. Each [`ScenarioRun::advance`] runs one unit of the
+//! program (the setup, one iteration, then the end) and hands back the events
+//! it made in the one event model, with narration where it is due. The
+//! headless report (`headless.rs`) and the UI's producer thread
+//! (`producers::scenario`) both drive this loop, so a failure, a warning or a
+//! finding means the same thing in both.
 
 use serde::Serialize;
 
-use super::build::Built;
 use super::events::{to_trace, user_warning};
-use super::format::Scenario;
+use super::format::Narration;
 use super::narration::NarrationTracker;
-use crate::alloc::{memory_summary, MemoryStats, SegmentInfo};
-use crate::device::{AnyDevice, AnyLauncher, SimDevice};
-use crate::engine::{Engine, EngineError, EngineEvent, LaunchStats, TagTable};
-use crate::leak::Finding;
+use crate::alloc::MemoryStats;
+use crate::engine::{Engine, EngineError, EngineEvent, Program};
+use crate::leak::{Detector, Finding};
 use crate::trace::{Event, Marker};
 
-#[derive(Debug, Clone, Default)]
-pub struct RunOptions {
-    /// Run this many iterations instead of the scenario's.
-    pub iterations: Option<u32>,
-    /// Keep every event (for the TUI or an export); off for plain reports.
-    pub record_events: bool,
-}
-
+/// Device figures at the end of one iteration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct IterationPoint {
     pub iteration: u32,
@@ -32,88 +27,177 @@ pub struct IterationPoint {
     pub peak_allocated: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct OomReport {
-    /// The iteration it happened in (0 = setup).
-    pub iteration: u32,
-    pub requested: u64,
-    /// PyTorch's message.
-    pub message: String,
+/// The part of the program an [`Advanced`] ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    /// Building the model was part of it; then the setup steps.
+    Setup,
+    /// Iterations count from 1.
+    Iteration(u32),
+    /// The failure (if any) and the closing narration.
+    End,
 }
 
+/// What one [`ScenarioRun::advance`] did.
 #[derive(Debug, Clone)]
-pub struct RunResult {
-    pub scenario: String,
-    pub iterations_run: u32,
-    pub peak_allocated: u64,
-    pub peak_reserved: u64,
-    pub oom: Option<OomReport>,
-    /// Any other error that stopped the run (e.g. a second backward).
-    pub error: Option<String>,
-    /// Python warnings the program printed, each once.
-    pub warnings: Vec<String>,
-    pub per_iteration: Vec<IterationPoint>,
-    pub findings: Vec<Finding>,
-    pub narration: Vec<(u32, String)>,
-    pub stats: MemoryStats,
-    pub summary: String,
+pub struct Advanced {
+    pub unit: Unit,
     pub events: Vec<Event>,
-    /// The allocator's segments at the end.
-    pub segments: Vec<SegmentInfo>,
-    /// Decodes the tags of the run's events and blocks.
-    pub tags: TagTable,
-    /// Kernel launches, when the run had a launcher (a CUDA run).
-    pub kernels: Option<LaunchStats>,
-    /// Why a CUDA run launched no kernels (e.g. NVRTC missing).
-    pub kernels_unavailable: Option<String>,
-    /// A run on a real GPU: the card, and NVML's reading against the model.
-    pub gpu: Option<GpuRun>,
 }
 
-/// What a run on a real GPU adds to the report.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct GpuRun {
-    /// e.g. `cuda:0 NVIDIA H100 80GB HBM3`.
-    pub device: String,
-    pub device_total: u64,
-    /// The scenario's capacity the allocator was held to (None: the card's own).
-    pub held_to: Option<u64>,
-    /// NVML after the run, before the memory was given back.
-    pub at_end: crate::device::reconcile::Reconciliation,
-}
-
-struct Collector {
-    record: bool,
-    events: Vec<Event>,
+/// A scenario's program running on an engine. See the module docs.
+pub struct ScenarioRun<'a> {
+    program: &'a Program,
+    /// `None` when the model could not be built (its error is the failure).
+    engine: Option<Engine>,
     narration: NarrationTracker,
+    detector: Detector,
+    next: Option<Unit>,
+    iterations: u32,
+    iterations_run: u32,
+    /// The iteration of the latest event (narration and failures are dated by it).
+    iteration: u32,
+    failure: Option<EngineError>,
     said: Vec<(u32, String)>,
     warnings: Vec<String>,
-    iteration: u32,
     per_iteration: Vec<IterationPoint>,
 }
 
-impl Collector {
-    fn push(&mut self, e: Event) {
-        if let Event::Marker(Marker::Narration(text)) = &e {
-            self.said.push((self.iteration, text.to_string()));
-        }
-        if self.record {
-            self.events.push(e);
+impl<'a> ScenarioRun<'a> {
+    /// A run of `iterations` iterations of `program` on `engine` (the
+    /// result of building it: a model that does not fit is the run's failure).
+    pub fn new(
+        engine: Result<Engine, EngineError>,
+        program: &'a Program,
+        narration: &[Narration],
+        iterations: u32,
+    ) -> ScenarioRun<'a> {
+        let (engine, failure) = match engine {
+            Ok(e) => (Some(e), None),
+            Err(err) => (None, Some(err)),
+        };
+        let detector = engine.as_ref().map_or_else(Detector::default, |e| {
+            Detector::for_engine(e).with_program(program)
+        });
+        ScenarioRun {
+            program,
+            engine,
+            narration: NarrationTracker::new(narration),
+            detector,
+            next: Some(Unit::Setup),
+            iterations,
+            iterations_run: 0,
+            iteration: 0,
+            failure,
+            said: Vec::new(),
+            warnings: Vec::new(),
+            per_iteration: Vec::new(),
         }
     }
 
-    fn take(&mut self, engine: &mut Engine) {
+    /// Run the next unit; `None` once the end has been handed out.
+    pub fn advance(&mut self) -> Option<Advanced> {
+        let unit = self.next?;
+        let mut events = Vec::new();
+        self.next = match unit {
+            Unit::Setup => {
+                let start = self.narration.start();
+                self.record_narration(&start);
+                events.extend(start);
+                self.run_setup(&mut events);
+                self.after_setup()
+            }
+            Unit::Iteration(k) => {
+                self.run_iteration(&mut events);
+                match self.failure {
+                    Some(_) => Some(Unit::End),
+                    None if k < self.iterations => Some(Unit::Iteration(k + 1)),
+                    None => Some(Unit::End),
+                }
+            }
+            Unit::End => {
+                if let Some(err) = &self.failure {
+                    // A failure inside the scenario (an OOM, a second
+                    // backward) is part of the story, drawn where it happened.
+                    events.push(Event::Marker(Marker::Error(err.message().into())));
+                }
+                let end = self.narration.end();
+                self.record_narration(&end);
+                events.extend(end);
+                None
+            }
+        };
+        Some(Advanced { unit, events })
+    }
+
+    fn after_setup(&self) -> Option<Unit> {
+        if self.failure.is_some() || self.iterations == 0 {
+            Some(Unit::End)
+        } else {
+            Some(Unit::Iteration(1))
+        }
+    }
+
+    fn run_setup(&mut self, events: &mut Vec<Event>) {
+        let Some(engine) = self.engine.as_mut() else {
+            return;
+        };
+        for (i, step) in self.program.setup.iter().enumerate() {
+            if let Err(err) = engine.run_step(step, i as u32, self.program) {
+                self.failure = Some(err);
+                break;
+            }
+        }
+        self.collect(events);
+        self.observe();
+    }
+
+    fn run_iteration(&mut self, events: &mut Vec<Event>) {
+        let Some(engine) = self.engine.as_mut() else {
+            return;
+        };
+        let result = engine.run_iteration(self.program);
+        self.collect(events);
+        match result {
+            Ok(()) => {
+                self.iterations_run += 1;
+                self.observe();
+            }
+            Err(err) => {
+                self.failure = Some(err);
+                self.observe();
+            }
+        }
+    }
+
+    /// The detector's look at the engine after a unit: a completed iteration
+    /// is an observation, a failure is evidence (a setup that completed is
+    /// not an iteration boundary).
+    fn observe(&mut self) {
+        let Some(engine) = &self.engine else { return };
+        match &self.failure {
+            Some(err) => {
+                self.detector.observe_error(err, &engine.live_state());
+            }
+            None if engine.iteration() > 0 => {
+                let (allocated, reserved) = (engine.allocated_bytes(), engine.reserved_bytes());
+                self.detector
+                    .observe(&engine.live_state(), allocated, reserved);
+            }
+            None => {}
+        }
+    }
+
+    /// The engine's events since the last unit, in the one event model, with
+    /// the narration they make due after each.
+    fn collect(&mut self, out: &mut Vec<Event>) {
+        let Some(engine) = self.engine.as_mut() else {
+            return;
+        };
         for ev in engine.take_events() {
             match &ev {
                 EngineEvent::IterationBegin(i) => self.iteration = *i,
-                EngineEvent::Warning(text) => {
-                    // Its own list in the report; a callout (in the events) for the UI.
-                    self.warnings.push(user_warning(text));
-                    if let (true, Some(t)) = (self.record, to_trace(&ev)) {
-                        self.events.push(t);
-                    }
-                    continue;
-                }
+                EngineEvent::Warning(text) => self.warnings.push(user_warning(text)),
                 EngineEvent::IterationEnd {
                     iter,
                     allocated,
@@ -131,160 +215,85 @@ impl Collector {
             }
             if let Some(t) = to_trace(&ev) {
                 let due = self.narration.after(&t);
-                self.push(t);
-                for n in due {
-                    self.push(n);
-                }
+                out.push(t);
+                self.record_narration(&due);
+                out.extend(due);
             }
         }
     }
-}
 
-pub fn run(scenario: &Scenario, built: &Built, opts: &RunOptions) -> RunResult {
-    let device = Box::new(SimDevice::new(
-        &scenario.device.name,
-        built.engine.device_bytes,
-        built.engine.device_overhead,
-    ));
-    run_on(scenario, built, opts, device)
-}
-
-/// [`run`] with memory from `device` (e.g. a real GPU via `crate::device::cuda`).
-pub fn run_on(
-    scenario: &Scenario,
-    built: &Built,
-    opts: &RunOptions,
-    device: AnyDevice,
-) -> RunResult {
-    run_launching(scenario, built, opts, device, None)
-}
-
-/// [`run_on`] with kernels launched on the tensors through `launcher`
-/// (`crate::device::kernels::Kernels` on a GPU): same allocator decisions.
-pub fn run_launching(
-    scenario: &Scenario,
-    built: &Built,
-    opts: &RunOptions,
-    device: AnyDevice,
-    launcher: Option<AnyLauncher>,
-) -> RunResult {
-    run_launching_with(scenario, built, opts, device, launcher, &mut |_| {})
-}
-
-/// [`run_launching`], calling `at_end` once the run is over and before the
-/// engine (and the device memory it holds) is dropped: where a real GPU's
-/// reading is taken against the allocator's state.
-pub fn run_launching_with(
-    scenario: &Scenario,
-    built: &Built,
-    opts: &RunOptions,
-    device: AnyDevice,
-    launcher: Option<AnyLauncher>,
-    at_end: &mut dyn FnMut(&Engine),
-) -> RunResult {
-    let mut c = Collector {
-        record: opts.record_events,
-        events: Vec::new(),
-        narration: NarrationTracker::new(&scenario.narration),
-        said: Vec::new(),
-        warnings: Vec::new(),
-        iteration: 0,
-        per_iteration: Vec::new(),
-    };
-    for n in c.narration.start() {
-        c.push(n);
-    }
-    let mut result = RunResult {
-        scenario: scenario.name.clone(),
-        iterations_run: 0,
-        peak_allocated: 0,
-        peak_reserved: 0,
-        oom: None,
-        error: None,
-        warnings: Vec::new(),
-        per_iteration: Vec::new(),
-        findings: Vec::new(),
-        narration: Vec::new(),
-        stats: MemoryStats::default(),
-        summary: String::new(),
-        events: Vec::new(),
-        segments: Vec::new(),
-        tags: TagTable::default(),
-        kernels: None,
-        kernels_unavailable: None,
-        gpu: None,
-    };
-    let cfg = built.engine.clone();
-    let mut engine =
-        match Engine::new_launching(cfg, &built.model, &built.optimizer, device, launcher) {
-            Ok(e) => e,
-            Err(err) => {
-                record_error(&mut result, err, 0);
-                return result;
+    fn record_narration(&mut self, events: &[Event]) {
+        for e in events {
+            if let Event::Marker(Marker::Narration(text)) = e {
+                self.said.push((self.iteration, text.to_string()));
             }
-        };
-    let program = &built.program;
-    let iterations = opts.iterations.unwrap_or(program.iterations);
-    let mut detector = crate::leak::Detector::for_engine(&engine).with_program(program);
-    let mut failed = None;
-    for (i, step) in program.setup.iter().enumerate() {
-        if let Err(err) = engine.run_step(step, i as u32, program) {
-            failed = Some(err);
-            break;
         }
     }
-    c.take(&mut engine);
-    if failed.is_none() {
-        for _ in 0..iterations {
-            let r = engine.run_iteration(program);
-            c.take(&mut engine);
-            if let Err(err) = r {
-                detector.observe_error(&err, &engine.live_state());
-                failed = Some(err);
-                break;
-            }
-            result.iterations_run += 1;
-            let (allocated, reserved) = (engine.allocated_bytes(), engine.reserved_bytes());
-            detector.observe(&engine.live_state(), allocated, reserved);
-        }
-    }
-    if let Some(err) = failed {
-        let message = err.message();
-        c.push(Event::Marker(Marker::Error(message.as_str().into())));
-        record_error(&mut result, err, c.iteration);
-    }
-    for n in c.narration.end() {
-        c.push(n);
-    }
-    if engine.has_launcher() {
-        engine.sync_launches();
-        result.kernels = Some(engine.launch_stats().clone());
-    }
-    at_end(&engine);
-    let stats = engine.allocator().stats().clone();
-    result.peak_allocated = stats.peak_allocated_bytes();
-    result.peak_reserved = stats.peak_reserved_bytes();
-    result.summary = memory_summary(&stats, 0, false);
-    result.stats = stats;
-    result.findings = detector.findings().to_vec();
-    result.per_iteration = c.per_iteration;
-    result.narration = c.said;
-    result.warnings = c.warnings;
-    result.events = c.events;
-    result.segments = engine.allocator().snapshot();
-    result.tags = engine.tag_table().clone();
-    result
-}
 
-fn record_error(result: &mut RunResult, err: EngineError, iteration: u32) {
-    match err {
-        EngineError::OutOfMemory { message, requested } => {
-            result.oom = Some(OomReport {
-                iteration,
-                requested,
-                message,
-            })
+    /// The engine, unless the model could not be built.
+    pub fn engine(&self) -> Option<&Engine> {
+        self.engine.as_ref()
+    }
+
+    pub fn engine_mut(&mut self) -> Option<&mut Engine> {
+        self.engine.as_mut()
+    }
+
+    /// The engine, which still holds its memory (a real GPU's too).
+    pub fn into_engine(self) -> Option<Engine> {
+        self.engine
+    }
+
+    /// `memory_stats()` now (empty when the model could not be built).
+    pub fn stats(&self) -> MemoryStats {
+        self.engine
+            .as_ref()
+            .map(|e| e.allocator().stats().clone())
+            .unwrap_or_default()
+    }
+
+    /// The leak detector's findings as of the last unit.
+    pub fn findings(&self) -> &[Finding] {
+        self.detector.findings()
+    }
+
+    /// What stopped the run, if anything did.
+    pub fn failure(&self) -> Option<&EngineError> {
+        self.failure.as_ref()
+    }
+
+    /// The iteration the latest event belongs to (0: setup).
+    pub fn iteration(&self) -> u32 {
+        self.iteration
+    }
+
+    pub fn iterations_run(&self) -> u32 {
+        self.iterations_run
+    }
+
+    /// Narration said so far, with the iteration it was said in.
+    pub fn said(&self) -> &[(u32, String)] {
+        &self.said
+    }
+
+    /// Python warnings the program printed, each once.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    pub fn per_iteration(&self) -> &[IterationPoint] {
+        &self.per_iteration
+    }
+
+    /// Run every remaining unit; the events, if `keep` (the report's own
+    /// figures do not need them).
+    pub fn run_to_end(&mut self, keep: bool) -> Vec<Event> {
+        let mut events = Vec::new();
+        while let Some(a) = self.advance() {
+            if keep {
+                events.extend(a.events);
+            }
         }
-        other => result.error = Some(other.message()),
+        events
     }
 }

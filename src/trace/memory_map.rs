@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::alloc::{Action, AllocEvent, BlockState, Pool, Tag};
+use crate::alloc::{Action, AllocEvent, BlockState, Pool, SegmentInfo, Tag};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MapSegment {
@@ -49,6 +49,38 @@ pub struct MapError {
 }
 
 impl MemoryMap {
+    /// The map of an allocator's `snapshot()`.
+    pub fn from_segments(segments: &[SegmentInfo]) -> MemoryMap {
+        let mut map = MemoryMap::default();
+        for s in segments {
+            map.segments.insert(
+                s.address,
+                MapSegment {
+                    size: s.total_size,
+                    pool: s.pool,
+                    stream: s.stream,
+                    expandable: s.is_expandable,
+                    tag: s.tag,
+                },
+            );
+            map.reserved += s.total_size;
+            map.allocated += s.allocated_size;
+            map.active += s.active_size;
+            for b in &s.blocks {
+                map.blocks.insert(
+                    b.address,
+                    MapBlock {
+                        size: b.size,
+                        requested: b.requested_size,
+                        state: b.state,
+                        tag: b.tag,
+                    },
+                );
+            }
+        }
+        map
+    }
+
     /// The segment containing `addr`.
     pub fn segment_at(&self, addr: u64) -> Option<(u64, &MapSegment)> {
         self.segments

@@ -2,10 +2,12 @@
 //!
 //! `pickle` decodes Python pickles (the opcodes `_dump_snapshot` writes) with
 //! interned strings and shared frames; `snapshot` turns the decoded value into
-//! typed segments, blocks and trace entries.
+//! typed segments, blocks and trace entries; `mirror` turns a recorded trace
+//! into events; `replay` runs its requests through the allocator model.
 
 pub mod event;
 pub mod memory_map;
+pub mod mirror;
 pub mod pickle;
 pub mod replay;
 pub mod snapshot;

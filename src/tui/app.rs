@@ -16,9 +16,9 @@ use super::input::{self, Action};
 use super::layout::{self, Areas, Focus};
 use super::run_view::{collect_categories, prepare_markers};
 pub use super::run_view::{RunFrame, RunView};
-use super::source::{EngineCommand, Source};
 use super::theme::{Theme, ThemeError, ThemeName};
 use super::views::{event_log, segment_map, stats, timeline};
+use crate::producers::{open_source, EngineCommand, Source};
 
 mod mouse;
 
@@ -263,7 +263,7 @@ impl App {
 
     /// Replace the active run with a scenario or snapshot by name or path.
     pub fn open(&mut self, input: &str) {
-        match super::open::open_source(input) {
+        match open_source(input) {
             Ok((title, source)) => {
                 self.notice = Some(format!("opened {title}"));
                 let run = RunView::new(title, source);

@@ -3,20 +3,17 @@
 //! context / reserved / other; for a simulated run, the simulated device's
 //! terms, labelled as such, and why NVML is not read (or what it reads).
 //!
-//! NVML is read only by the poller thread (`device::nvml::spawn_poller`);
+//! NVML is read only by the poller thread (`producers::nvml_source`);
 //! this state drains its channel without blocking. The numbers come from
 //! `device::reconcile`; `prepare` only picks and formats them.
 
 use crate::alloc::format_size;
-use crate::device::nvml::{self, GpuReading};
+use crate::device::nvml::GpuReading;
 use crate::device::reconcile::{Reconciliation, SimulatedTerms};
-use crate::device::GpuUnavailable;
+use crate::producers::{nvml_source, Polled, Source, SourceMsg};
 use crate::units::format_size_or_unknown as size;
 
 use super::run_view::RunView;
-
-/// The poller's channel.
-pub type NvmlReadings = flume::Receiver<Result<Vec<GpuReading>, GpuUnavailable>>;
 
 /// What is known about NVML in this process.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -42,14 +39,14 @@ pub struct GpuPanelFrame {
 #[derive(Debug, Default)]
 pub struct GpuPanel {
     pub shown: bool,
-    rx: Option<NvmlReadings>,
+    rx: Option<Source>,
     pub nvml: NvmlState,
     pub frame: GpuPanelFrame,
 }
 
 impl GpuPanel {
-    /// Read NVML through `rx` (the poller's channel, or a test's).
-    pub fn attach(&mut self, rx: NvmlReadings) {
+    /// Read NVML through `rx` (the poller, or a test's source).
+    pub fn attach(&mut self, rx: Source) {
         self.rx = Some(rx);
         self.nvml = NvmlState::Waiting;
     }
@@ -57,7 +54,7 @@ impl GpuPanel {
     /// Start the poller thread unless one already feeds this panel.
     pub fn start(&mut self) {
         if self.nvml == NvmlState::NotStarted {
-            self.attach(nvml::spawn_poller());
+            self.attach(nvml_source());
         }
     }
 
@@ -74,11 +71,14 @@ impl GpuPanel {
         let Some(rx) = &self.rx else { return false };
         let mut changed = false;
         loop {
-            match rx.try_recv() {
-                Ok(Ok(gpus)) => self.nvml = NvmlState::Read(gpus),
-                Ok(Err(e)) => self.nvml = NvmlState::Unavailable(e.to_string()),
-                Err(flume::TryRecvError::Empty) => break,
-                Err(flume::TryRecvError::Disconnected) => {
+            match rx.poll() {
+                Polled::Msg(SourceMsg::Gpus(Ok(gpus))) => self.nvml = NvmlState::Read(gpus),
+                Polled::Msg(SourceMsg::Gpus(Err(e))) => {
+                    self.nvml = NvmlState::Unavailable(e.to_string())
+                }
+                Polled::Msg(_) => continue,
+                Polled::Empty => break,
+                Polled::Closed => {
                     self.rx = None;
                     if self.nvml == NvmlState::Waiting {
                         self.nvml =

@@ -1,29 +1,23 @@
 //! The terminal UI (DESIGN.md `tui`): app state, input, layout, the views and
-//! themes. It draws what `trace`, `alloc` and `leak` computed and computes no
-//! memory facts itself.
+//! themes. It draws what the `producers` send, as `trace`, `alloc` and `leak`
+//! computed it, and computes no memory facts itself.
 //!
 //! - `app`: the one state (runs, cursor, playback, selection) and `prepare`,
 //!   which builds the per-frame data the views draw;
+//! - `run_view`: one run as the UI holds it (its source, timeline, cursor);
 //! - `input`: keys → actions, and the key table the help overlay shows;
-//! - `source`: the channel a run arrives on, and tag attribution;
-//! - `import`: a PyTorch snapshot as a source; `demo`: a test/demo producer;
 //! - `layout`, `theme`, `marks`; `views/*`: one pure render function per panel;
 //! - `run`: terminal setup/restore, panic hook, the loop (`run_tui`);
 //! - `gpu_panel`: the run view's NVML/simulated reconciliation panel (`v`);
 //! - `watch`, `watch_loop`, `views::watch`: `vramscope watch`'s live view.
 
 pub mod app;
-pub mod demo;
 pub mod gpu_panel;
-pub mod import;
 pub mod input;
 pub mod layout;
 pub mod marks;
-pub mod open;
 pub mod run;
 pub mod run_view;
-pub mod scenario_source;
-pub mod source;
 pub mod theme;
 pub mod views;
 pub mod watch;
@@ -34,5 +28,3 @@ mod tests;
 
 pub use app::{App, ColorMode, RunView, SyncMode, TuiOptions};
 pub use run::{run_app, run_tui};
-pub use scenario_source::scenario_source;
-pub use source::{EngineCommand, Source, SourceMsg, TagDescription, TagInfo};

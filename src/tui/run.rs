@@ -20,7 +20,7 @@ use ratatui::layout::Rect;
 use ratatui::Terminal;
 
 use super::app::{App, TuiOptions};
-use super::source::Source;
+use crate::producers::Source;
 
 /// Terminal events, from the real terminal or a script.
 pub trait InputSource {

@@ -3,10 +3,10 @@
 
 use super::input::{Dir, Step};
 use super::marks::MarkIndex;
-use super::source::{Polled, Source, SourceMsg, TagInfo};
 use super::views::{event_log, segment_map, stats, timeline};
 use crate::alloc::{Action as AllocAction, MemoryStats, Tag};
 use crate::leak::Finding;
+use crate::producers::{Polled, Source, SourceMsg, TagInfo};
 use crate::trace::timeline::KEYFRAME_EVERY;
 use crate::trace::{Event, MarkKind, Marker, MemoryMap, Timeline};
 use std::collections::HashMap;
@@ -224,6 +224,8 @@ impl RunView {
             SourceMsg::Restarted => self.reset(),
             SourceMsg::Finished => self.finished = true,
             SourceMsg::Failed(msg) => self.failure = Some(msg),
+            // NVML readings go to the GPU panel's own source.
+            SourceMsg::Gpus(_) => {}
         }
     }
 
@@ -449,7 +451,7 @@ impl RunView {
         *self.cat_cache.entry(tag).or_insert_with(|| {
             tags.and_then(|t| t.describe(tag))
                 .and_then(|d| d.category)
-                .and_then(|c| super::theme::category_index(&c))
+                .and_then(super::theme::category_index)
         })
     }
 

@@ -9,6 +9,8 @@ use std::str::FromStr;
 use ratatui::style::{Color, Modifier, Style};
 use serde::Deserialize;
 
+use crate::engine::Category;
+
 const DARK: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/assets/themes/dark.ron"
@@ -22,18 +24,19 @@ const HIGH_CONTRAST: &str = include_str!(concat!(
     "/assets/themes/high_contrast.ron"
 ));
 
-/// Tensor categories the engine attributes blocks to, in legend order. The
-/// index into this list is what the map caches per block.
-pub const CATEGORIES: [&str; 9] = [
-    "parameter",
-    "gradient",
-    "optimizer_state",
-    "activation",
-    "autograd_saved",
-    "temporary",
-    "input",
-    "workspace",
-    "amp_cache",
+/// The tensor categories the map colours, in legend order (the theme files
+/// name them by [`Category::name`]); the others draw neutral. The index into
+/// this list is what the map caches per block.
+pub const CATEGORIES: [Category; 9] = [
+    Category::Parameter,
+    Category::Gradient,
+    Category::OptimizerState,
+    Category::Activation,
+    Category::AutogradSaved,
+    Category::Temporary,
+    Category::Input,
+    Category::Workspace,
+    Category::AmpCache,
 ];
 
 /// The built-in themes.
@@ -176,8 +179,9 @@ impl Theme {
         let f: ThemeFile = ron::from_str(text)?;
         let mut categories = [Color::Reset; 9];
         let neutral = color("neutral", &f.neutral)?;
-        for (i, name) in CATEGORIES.iter().enumerate() {
-            categories[i] = match f.categories.get(*name) {
+        for (i, c) in CATEGORIES.iter().enumerate() {
+            let name = c.name();
+            categories[i] = match f.categories.get(name) {
                 Some(v) => color(name, v)?,
                 None => neutral,
             };
@@ -276,11 +280,11 @@ impl Theme {
     }
 }
 
-/// The index of a category name in [`CATEGORIES`].
-pub fn category_index(name: &str) -> Option<u8> {
+/// The index of a category in [`CATEGORIES`].
+pub fn category_index(category: Category) -> Option<u8> {
     CATEGORIES
         .iter()
-        .position(|c| *c == name)
+        .position(|c| *c == category)
         .and_then(|i| u8::try_from(i).ok())
 }
 

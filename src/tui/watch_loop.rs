@@ -9,12 +9,12 @@ use crossterm::event::{Event as CEvent, KeyEventKind};
 use ratatui::backend::Backend;
 use ratatui::Terminal;
 
-use super::gpu_panel::NvmlReadings;
 use super::run::{install_panic_hook, setup_terminal, CrosstermInput, InputSource, RestoreGuard};
 use super::theme::Theme;
 use super::views;
 use super::watch::WatchState;
 use crate::device::nvml::GpuReading;
+use crate::producers::{Polled, Source, SourceMsg};
 
 /// Longest wait for a key before the channel is looked at again.
 const FRAME: Duration = Duration::from_millis(50);
@@ -22,11 +22,7 @@ const FRAME: Duration = Duration::from_millis(50);
 /// Full-screen `watch` on the real terminal until `q`, starting from the
 /// poller's `first` reading. The final state says whether NVML failed on the
 /// way (`error`).
-pub fn run_watch(
-    first: Vec<GpuReading>,
-    rx: NvmlReadings,
-    theme: Theme,
-) -> anyhow::Result<WatchState> {
+pub fn run_watch(first: Vec<GpuReading>, rx: Source, theme: Theme) -> anyhow::Result<WatchState> {
     let mut state = WatchState::new(theme);
     state.ingest(Ok(first));
     install_panic_hook();
@@ -39,7 +35,7 @@ pub fn run_watch(
 pub fn watch_loop<B, I>(
     terminal: &mut Terminal<B>,
     state: &mut WatchState,
-    rx: &NvmlReadings,
+    rx: &Source,
     input: &mut I,
 ) -> anyhow::Result<()>
 where
@@ -49,13 +45,22 @@ where
 {
     let mut dirty = true;
     loop {
-        for reading in rx.try_iter() {
-            state.ingest(reading);
-            dirty = true;
-        }
-        if rx.is_disconnected() && rx.is_empty() && state.error.is_none() {
-            state.error = Some("the NVML thread stopped".into());
-            dirty = true;
+        loop {
+            match rx.poll() {
+                Polled::Msg(SourceMsg::Gpus(reading)) => {
+                    state.ingest(reading);
+                    dirty = true;
+                }
+                Polled::Msg(_) => {}
+                Polled::Empty => break,
+                Polled::Closed => {
+                    if state.error.is_none() {
+                        state.error = Some("the NVML thread stopped".into());
+                        dirty = true;
+                    }
+                    break;
+                }
+            }
         }
         if dirty {
             terminal.draw(|f| views::watch::render(f, state))?;

@@ -112,9 +112,7 @@ fn an_inference_tensor_met_by_a_recording_op_raises_pytorch_text() {
         },
     ];
     steps.extend(forward_steps().into_iter().skip(1));
-    let err = e
-        .run_program(&program(steps, 1))
-        .expect_err("saved an inference tensor");
+    let err = run_program(&mut e, &program(steps, 1)).expect_err("saved an inference tensor");
     assert_eq!(err, EngineError::Runtime(INFERENCE_TENSOR_SAVED.into()));
     assert!(err
         .to_string()
@@ -168,7 +166,7 @@ fn frozen_layers_get_no_grad_no_state_and_save_nothing_upstream() {
     let mut e = mlp();
     let mut p = program(train_steps(), 1);
     p.setup = vec![freeze(&["fc"])];
-    let err = e.run_program(&p).expect_err("`fc` is no module path");
+    let err = run_program(&mut e, &p).expect_err("`fc` is no module path");
     assert!(
         err.to_string().contains("no parameter under module `fc`"),
         "{err}"
@@ -216,8 +214,7 @@ fn retain_grad_keeps_a_copy_of_a_non_leaf_gradient_while_the_tensor_lives() {
     // The grad dies with the tensor: `del out` leaves both runs equal.
     let params = kept.parameters();
     for e in [&mut plain, &mut kept] {
-        e.run_program(&program(vec![Step::Delete { name: s("out") }], 1))
-            .expect("del out");
+        run_program(e, &program(vec![Step::Delete { name: s("out") }], 1)).expect("del out");
     }
     assert_eq!(kept.allocated_bytes(), plain.allocated_bytes());
     assert!(

@@ -7,7 +7,6 @@ mod golden;
 pub(crate) mod launches;
 mod precision;
 mod presets;
-mod thread;
 
 use crate::alloc::{Action, AllocEvent};
 
@@ -126,8 +125,20 @@ pub(crate) fn program(steps: Vec<Step>, iterations: u32) -> Program {
     }
 }
 
+/// The program's setup, then its iterations, stopping at the first error.
+pub(crate) fn run_program(e: &mut Engine, p: &Program) -> crate::engine::Result<()> {
+    e.ctx.iteration = 0;
+    for (i, s) in p.setup.iter().enumerate() {
+        e.run_step(s, i as u32, p)?;
+    }
+    for _ in 0..p.iterations {
+        e.run_iteration(p)?;
+    }
+    Ok(())
+}
+
 pub(crate) fn run(e: &mut Engine, p: &Program) {
-    if let Err(err) = e.run_program(p) {
+    if let Err(err) = run_program(e, p) {
         panic!("program failed: {err}");
     }
 }

@@ -141,7 +141,7 @@ fn grad_scaler_refuses_fp16_grads_and_linear_refuses_a_mismatched_input() {
     let mut steps = train_steps();
     steps.pop(); // OptimizerStep
     steps.push(Step::ScalerStep);
-    let err = e.run_program(&program(steps, 1)).expect_err("fp16 grads");
+    let err = run_program(&mut e, &program(steps, 1)).expect_err("fp16 grads");
     assert_eq!(
         err,
         EngineError::Value("Attempting to unscale FP16 gradients.".into())
@@ -159,7 +159,7 @@ fn grad_scaler_refuses_fp16_grads_and_linear_refuses_a_mismatched_input() {
             output: s("out"),
         },
     ];
-    let err = e.run_program(&program(steps, 1)).expect_err("fp32 input");
+    let err = run_program(&mut e, &program(steps, 1)).expect_err("fp32 input");
     assert!(
         err.to_string()
             .contains("expected m1 and m2 to have the same dtype, but got: float != c10::Half"),
@@ -189,9 +189,7 @@ fn binary_cross_entropy_is_banned_under_autocast_and_with_logits_runs_in_fp32() 
         v
     };
     let mut e = bce_mlp(LossKind::Bce);
-    let err = e
-        .run_program(&program(amp_forward(), 1))
-        .expect_err("banned");
+    let err = run_program(&mut e, &program(amp_forward(), 1)).expect_err("banned");
     assert!(
         err.to_string().starts_with(
             "RuntimeError: torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast."
@@ -241,7 +239,7 @@ fn binary_cross_entropy_needs_a_target_shaped_like_the_output() {
         into: s("loss"),
         divide_by: None,
     });
-    let err = e.run_program(&program(steps, 1)).expect_err("shape");
+    let err = run_program(&mut e, &program(steps, 1)).expect_err("shape");
     assert!(
         err.to_string().contains(
             "Target size (torch.Size([256])) must be the same as input size (torch.Size([256, 10]))"

@@ -3,8 +3,23 @@
 //! formula; each fixed pattern gives no finding.
 
 use crate::engine::tests::{engine, forward_steps, mlp, program, s, train_steps};
-use crate::engine::{GradContext, KeepWhat, ModelConfig, Step};
-use crate::leak::{analyze_run, findings_json, findings_text, Detector, Finding, FindingKind};
+use crate::engine::{Engine, GradContext, KeepWhat, ModelConfig, Program, Step};
+use crate::leak::{findings_json, findings_text, Detector, Finding, FindingKind};
+use crate::scenario::ScenarioRun;
+
+/// `p` through the one scenario loop (the detector after every iteration, an
+/// error as evidence); its findings at the end, and the engine.
+fn run_detected(engine: Engine, p: &Program) -> (Vec<Finding>, Engine) {
+    let mut run = ScenarioRun::new(Ok(engine), p, &[], p.iterations);
+    run.run_to_end(false);
+    let findings = run.findings().to_vec();
+    let engine = run.into_engine().expect("the engine was built");
+    (findings, engine)
+}
+
+fn analyze_run(engine: Engine, p: &Program) -> Vec<Finding> {
+    run_detected(engine, p).0
+}
 
 fn eval_steps(grad: GradContext) -> Vec<Step> {
     let mut v = vec![Step::Eval { grad }];
@@ -68,8 +83,8 @@ fn eval_total_loss_tensor_is_a_gpu_retained_graph_growing_by_s_iter() {
             what: KeepWhat::Tensor,
         },
     );
-    let mut e = mlp();
-    let f = analyze_run(&mut e, &program(steps, n));
+    let e = mlp();
+    let f = analyze_run(e, &program(steps, n));
     let x = only(&f, "total_loss", FindingKind::RetainedGraphGpu);
     let s_iter = mlp_s_iter();
     assert!(
@@ -113,9 +128,8 @@ fn projection_names_the_iteration_the_device_fills() {
             what: KeepWhat::Tensor,
         },
     );
-    let mut e = mlp();
     let p = program(steps, 5);
-    let f = analyze_run(&mut e, &p);
+    let (f, e) = run_detected(mlp(), &p);
     let x = only(&f, "total_loss", FindingKind::RetainedGraphGpu);
     let cap = 16u64 << 30;
     let free = cap - e.allocated_bytes();
@@ -139,7 +153,7 @@ fn eval_total_loss_item_or_no_grad_is_not_a_leak() {
                 what,
             },
         );
-        let f = analyze_run(&mut mlp(), &program(steps, 6));
+        let f = analyze_run(mlp(), &program(steps, 6));
         assert!(
             leaks(&f).is_empty(),
             "{grad:?}/{what:?}:\n{}",
@@ -154,7 +168,7 @@ fn eval_total_loss_item_or_no_grad_is_not_a_leak() {
 #[test]
 fn eval_without_no_grad_is_at_most_a_one_off_peak() {
     // §9 pitfall 4: outputs discarded; the previous out/loss keep one graph.
-    let f = analyze_run(&mut mlp(), &program(eval_steps(GradContext::Enabled), 6));
+    let f = analyze_run(mlp(), &program(eval_steps(GradContext::Enabled), 6));
     assert!(leaks(&f).is_empty(), "{}", findings_text(&f));
     assert_eq!(f.len(), 1, "{}", findings_text(&f));
     let x = &f[0];
@@ -171,7 +185,7 @@ fn eval_without_no_grad_is_at_most_a_one_off_peak() {
     );
     assert!(x.fix.contains("torch.no_grad()"));
     // With no_grad: nothing at all.
-    let f = analyze_run(&mut mlp(), &program(eval_steps(GradContext::NoGrad), 6));
+    let f = analyze_run(mlp(), &program(eval_steps(GradContext::NoGrad), 6));
     assert!(f.is_empty(), "{}", findings_text(&f));
 }
 
@@ -186,7 +200,7 @@ fn train_total_loss_tensor_grows_the_host_graph_not_the_gpu() {
             what: KeepWhat::Tensor,
         },
     );
-    let f = analyze_run(&mut mlp(), &program(steps, 6));
+    let f = analyze_run(mlp(), &program(steps, 6));
     let x = only(&f, "total_loss", FindingKind::RetainedGraphHost);
     assert_eq!(x.growth_per_iter, 0, "GPU flat");
     assert_eq!(x.bytes, 512, "only the 0-dim accumulator's block");
@@ -209,7 +223,7 @@ fn train_total_loss_tensor_grows_the_host_graph_not_the_gpu() {
                 what,
             },
         );
-        let f = analyze_run(&mut mlp(), &program(steps, 6));
+        let f = analyze_run(mlp(), &program(steps, 6));
         assert!(f.is_empty(), "{what:?}:\n{}", findings_text(&f));
     }
 }
@@ -226,14 +240,14 @@ fn losses_append_loss_keeps_graphs_on_host_and_512_bytes_per_entry() {
             what: KeepWhat::Tensor,
         },
     );
-    let f = analyze_run(&mut mlp(), &program(steps, n));
+    let f = analyze_run(mlp(), &program(steps, n));
     let x = only(&f, "losses", FindingKind::RetainedGraphHost);
     assert_eq!(x.growth_per_iter, 512, "+512 B GPU per entry (small pool)");
     // The current loss is shared with `loss`; the others are the list's alone.
     assert_eq!(x.bytes, (n as u64 - 1) * 512);
     assert_eq!(x.fix, "losses.append(loss.item())");
     let f = analyze_run(
-        &mut mlp(),
+        mlp(),
         &program(
             with(
                 train_steps(),
@@ -263,7 +277,7 @@ fn stored_outputs_detach_on_gpu_item_and_cpu_hold_nothing() {
                 what,
             },
         );
-        let f = analyze_run(&mut mlp(), &program(steps, n));
+        let f = analyze_run(mlp(), &program(steps, n));
         let x = only(&f, "preds", FindingKind::StoredTensors);
         assert_eq!(x.growth_per_iter as u64, a_out, "{what:?}");
         assert!(x.path[0].starts_with("preds"));
@@ -284,7 +298,7 @@ fn stored_outputs_detach_on_gpu_item_and_cpu_hold_nothing() {
                 what,
             },
         );
-        let f = analyze_run(&mut mlp(), &program(steps, n));
+        let f = analyze_run(mlp(), &program(steps, n));
         assert!(f.is_empty(), "{what:?}:\n{}", findings_text(&f));
     }
 }
@@ -298,7 +312,7 @@ fn missing_zero_grad_is_flagged_without_calling_it_a_leak() {
         retain_graph: false,
     });
     steps.push(Step::OptimizerStep);
-    let f = analyze_run(&mut mlp(), &program(steps, 5));
+    let f = analyze_run(mlp(), &program(steps, 5));
     assert!(leaks(&f).is_empty(), "{}", findings_text(&f));
     let x = only(&f, "gradients", FindingKind::MissingZeroGrad);
     assert_eq!(x.growth_per_iter, 0);
@@ -313,7 +327,7 @@ fn missing_zero_grad_is_flagged_without_calling_it_a_leak() {
     for set_to_none in [None, Some(false)] {
         let mut steps = train_steps();
         steps[0] = Step::ZeroGrad { set_to_none };
-        let f = analyze_run(&mut mlp(), &program(steps, 5));
+        let f = analyze_run(mlp(), &program(steps, 5));
         assert!(f.is_empty(), "{set_to_none:?}:\n{}", findings_text(&f));
     }
 }
@@ -362,8 +376,8 @@ fn lstm_hidden_carried_with_retain_graph_chains_iterations() {
     // (Without optimizer.step(): with it, the in-place update of weights that
     // earlier graphs saved stops the run at iteration 2 — see below.)
     let n = 5;
-    let mut e = engine(ModelConfig::lstm_lm_ptb());
-    let f = analyze_run(&mut e, &program(lstm_steps(false, true, false), n));
+    let e = engine(ModelConfig::lstm_lm_ptb());
+    let f = analyze_run(e, &program(lstm_steps(false, true, false), n));
     let x = only(&f, "hidden", FindingKind::CarriedHiddenState);
     let s_iter = lstm_retained_per_batch();
     assert!(
@@ -381,8 +395,8 @@ fn lstm_hidden_carried_with_retain_graph_chains_iterations() {
     );
     // With optimizer.step() the run stops at iteration 2 (saved weights were
     // modified in place); the carried hidden state is still named.
-    let mut e = engine(ModelConfig::lstm_lm_ptb());
-    let f = analyze_run(&mut e, &program(lstm_steps(false, true, true), n));
+    let e = engine(ModelConfig::lstm_lm_ptb());
+    let f = analyze_run(e, &program(lstm_steps(false, true, true), n));
     let x = only(&f, "hidden", FindingKind::CarriedHiddenState);
     assert!(x.evidence.contains("inplace operation"), "{}", x.evidence);
 }
@@ -390,13 +404,13 @@ fn lstm_hidden_carried_with_retain_graph_chains_iterations() {
 #[test]
 fn lstm_hidden_not_detached_stops_at_iteration_2_and_is_named() {
     // §8.3: plain backward → backward-twice error at iteration 2.
-    let mut e = engine(ModelConfig::lstm_lm_ptb());
-    let f = analyze_run(&mut e, &program(lstm_steps(false, false, true), 4));
+    let e = engine(ModelConfig::lstm_lm_ptb());
+    let f = analyze_run(e, &program(lstm_steps(false, false, true), 4));
     let x = only(&f, "hidden", FindingKind::CarriedHiddenState);
     assert!(x.evidence.contains("second time"), "{}", x.evidence);
     // Detached: nothing.
-    let mut e = engine(ModelConfig::lstm_lm_ptb());
-    let f = analyze_run(&mut e, &program(lstm_steps(true, false, true), 5));
+    let e = engine(ModelConfig::lstm_lm_ptb());
+    let f = analyze_run(e, &program(lstm_steps(true, false, true), 5));
     assert!(f.is_empty(), "{}", findings_text(&f));
 }
 
@@ -405,20 +419,20 @@ fn variable_batch_sizes_grow_the_cache_not_a_leak() {
     // §9 pitfall 11: reserved grows while allocated stays flat.
     let mut p = program(train_steps(), 10);
     p.batch_sizes = vec![64, 96, 160, 224, 288, 352, 416, 480, 544, 608];
-    let mut e = mlp();
-    let f = analyze_run(&mut e, &p);
+    let e = mlp();
+    let f = analyze_run(e, &p);
     assert!(leaks(&f).is_empty(), "{}", findings_text(&f));
     let x = only(&f, "allocator cache", FindingKind::CacheFragmentation);
     assert!(x.fix.contains("expandable_segments:True"));
     assert!(x.growth_per_iter > 0);
     // Fixed shapes: nothing.
-    let f = analyze_run(&mut mlp(), &program(train_steps(), 10));
+    let f = analyze_run(mlp(), &program(train_steps(), 10));
     assert!(f.is_empty(), "{}", findings_text(&f));
 }
 
 #[test]
 fn a_flat_loss_held_to_the_next_iteration_is_never_reported() {
-    let f = analyze_run(&mut mlp(), &program(train_steps(), 8));
+    let f = analyze_run(mlp(), &program(train_steps(), 8));
     assert!(f.is_empty(), "{}", findings_text(&f));
 }
 
@@ -432,7 +446,7 @@ fn too_few_iterations_are_not_enough_evidence() {
             what: KeepWhat::Tensor,
         },
     );
-    let f = analyze_run(&mut mlp(), &program(steps, 2));
+    let f = analyze_run(mlp(), &program(steps, 2));
     assert!(leaks(&f).is_empty(), "{}", findings_text(&f));
 }
 
@@ -474,7 +488,7 @@ fn json_and_text_carry_the_fields() {
             what: KeepWhat::Tensor,
         },
     );
-    let f = analyze_run(&mut mlp(), &program(steps, 5));
+    let f = analyze_run(mlp(), &program(steps, 5));
     let j = findings_json(&f);
     let a = j.as_array().expect("array");
     let x = &a[0];
@@ -508,7 +522,7 @@ fn a_buffer_rebuilt_while_still_bound_is_a_one_off_peak() {
         shape: vec![4, 1024, 1024],
         dtype: crate::engine::DType::F32,
     };
-    let f = analyze_run(&mut mlp(), &program(with(train_steps(), buffer.clone()), 5));
+    let f = analyze_run(mlp(), &program(with(train_steps(), buffer.clone()), 5));
     let x = only(&f, "buf", FindingKind::OneOffPeak);
     assert_eq!(x.bytes, 16 << 20);
     assert!(x.fix.contains("del buf"), "{}", x.fix);
@@ -518,10 +532,10 @@ fn a_buffer_rebuilt_while_still_bound_is_a_one_off_peak() {
     steps.extend(with(train_steps(), buffer.clone()));
     let mut p = program(steps, 5);
     p.setup.push(buffer.clone());
-    let f = analyze_run(&mut mlp(), &p);
+    let f = analyze_run(mlp(), &p);
     assert!(f.is_empty(), "{}", findings_text(&f));
     let mut p = program(train_steps(), 5);
     p.setup.push(buffer);
-    let f = analyze_run(&mut mlp(), &p);
+    let f = analyze_run(mlp(), &p);
     assert!(f.is_empty(), "{}", findings_text(&f));
 }

@@ -175,29 +175,34 @@ pub fn verify(snap: &Snapshot) -> Vec<DeviceReplay> {
 /// [`verify`] for a run that `set_per_process_memory_fraction` held to
 /// `allowed` bytes.
 pub fn verify_with(snap: &Snapshot, allowed: Option<u64>) -> Vec<DeviceReplay> {
-    let config = config(snap);
     traced_devices(snap)
         .into_iter()
-        .map(|device| {
-            let entries = entries(snap, device);
-            let finals = final_segments(snap, device);
-            let start = initial_state(&entries, &finals, &config);
-            let device_total = infer_device_total(&entries, config.large_segment_size);
-            let total = device_total.unwrap_or(DEFAULT_DEVICE_TOTAL);
-            let mut replayer =
-                Replayer::seeded(config.clone(), total, &start).with_allowed_memory(allowed);
-            replayer.replay(&entries, Some(&finals));
-            let stats = replayer.allocator().stats().clone();
-            DeviceReplay {
-                device,
-                entries,
-                start,
-                device_total,
-                outcome: replayer.into_outcome(),
-                stats,
-            }
-        })
+        .filter_map(|device| verify_device(snap, device, allowed))
         .collect()
+}
+
+/// [`verify_with`] for one device; `None` when it has no trace.
+pub fn verify_device(snap: &Snapshot, device: usize, allowed: Option<u64>) -> Option<DeviceReplay> {
+    let entries = entries(snap, device);
+    if entries.is_empty() {
+        return None;
+    }
+    let config = config(snap);
+    let finals = final_segments(snap, device);
+    let start = initial_state(&entries, &finals, &config);
+    let device_total = infer_device_total(&entries, config.large_segment_size);
+    let total = device_total.unwrap_or(DEFAULT_DEVICE_TOTAL);
+    let mut replayer = Replayer::seeded(config, total, &start).with_allowed_memory(allowed);
+    replayer.replay(&entries, Some(&finals));
+    let stats = replayer.allocator().stats().clone();
+    Some(DeviceReplay {
+        device,
+        entries,
+        start,
+        device_total,
+        outcome: replayer.into_outcome(),
+        stats,
+    })
 }
 
 #[cfg(test)]

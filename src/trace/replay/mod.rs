@@ -18,6 +18,17 @@ pub use scripted::{Expected, ScriptedDevice};
 use crate::alloc::{Action, AllocConfig, BlockState, CachingAllocator, SegmentInfo, Tag};
 use reconstruct::Reconstruction;
 
+/// The tag of the request trace entry `i` made (never [`Tag::NONE`]): how
+/// the views and exports find a replayed or mirrored block's frames.
+pub fn entry_tag(i: usize) -> Tag {
+    Tag(i as u64 + 1)
+}
+
+/// The trace entry behind a tag made by [`entry_tag`].
+pub fn tag_entry(tag: Tag) -> Option<usize> {
+    usize::try_from(tag.0).ok()?.checked_sub(1)
+}
+
 /// The parts of a trace entry a replay reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {

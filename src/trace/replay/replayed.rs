@@ -7,6 +7,7 @@ use crate::trace::snapshot::from_run::{snapshot_of_run, DeviceRun};
 use crate::trace::snapshot::Snapshot;
 
 use super::from_snapshot::{self, DeviceReplay};
+use super::tag_entry;
 use super::whatif::{self, Requests};
 
 /// The device size a what-if replays on: `given`, else what the trace tells,
@@ -36,7 +37,8 @@ pub fn replayed_snapshot(snap: &Snapshot, config: &AllocConfig) -> Snapshot {
                 start: Some(&r.start),
             };
             let capacity = device_capacity(r, None);
-            let (_, mut a) = whatif::run(&requests, config.clone(), capacity, true);
+            let mut run = whatif::run(&requests, config.clone(), capacity, true);
+            let a = &mut run.allocator;
             (a.snapshot(), a.take_events(), r.device)
         })
         .collect();
@@ -49,10 +51,10 @@ pub fn replayed_snapshot(snap: &Snapshot, config: &AllocConfig) -> Snapshot {
         })
         .collect();
     let frames_of = |device: usize, tag: Tag| -> Vec<(String, i64, String)> {
-        // A what-if tag is the index of the trace entry that made the request.
         snap.device_traces
             .get(device)
-            .and_then(|t| t.get(tag.0 as usize))
+            .zip(tag_entry(tag))
+            .and_then(|(t, i)| t.get(i))
             .map(|e| {
                 snap.frames
                     .resolve(e.frames)

@@ -6,11 +6,11 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::alloc::{AllocConfig, CachingAllocator, Tag};
+use crate::alloc::{AllocConfig, CachingAllocator, SegmentInfo};
 use crate::device::SimDevice;
 
 use super::reconstruct::Reconstruction;
-use super::{Entry, EntryAction};
+use super::{entry_tag, Entry, EntryAction};
 
 /// A request that did not fit under a config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -47,20 +47,24 @@ pub struct Requests<'a> {
 }
 
 pub fn what_if(requests: &Requests<'_>, config: AllocConfig, capacity: u64) -> WhatIfResult {
-    run(requests, config, capacity, false).0
+    run(requests, config, capacity, false).result
 }
 
-/// Replay the requests; with `record`, the allocator keeps its trace (tags
-/// are entry indices) for export.
-pub fn run(
-    requests: &Requests<'_>,
-    config: AllocConfig,
-    capacity: u64,
-    record: bool,
-) -> (WhatIfResult, CachingAllocator<SimDevice>) {
+/// A what-if replay and the allocator it ran on.
+pub struct WhatIfRun {
+    pub result: WhatIfResult,
+    /// With `record`, its trace holds every decision (tags from
+    /// [`entry_tag`]): what the views and an export show.
+    pub allocator: CachingAllocator<SimDevice>,
+    /// With `record`, the segments adopted before the first entry (an open
+    /// trace's rebuilt start), which the trace does not show being made.
+    pub start: Vec<SegmentInfo>,
+}
+
+/// Replay the requests; with `record`, the allocator keeps its trace.
+pub fn run(requests: &Requests<'_>, config: AllocConfig, capacity: u64, record: bool) -> WhatIfRun {
     let conf = config.raw.clone();
     let mut a = CachingAllocator::new(SimDevice::new("what-if", capacity, 0), config);
-    a.set_recording(record);
     let mut ours: HashMap<u64, u64> = HashMap::new();
     if let Some(start) = requests.start {
         for seg in &start.segments {
@@ -79,6 +83,8 @@ pub fn run(
             }
         }
     }
+    let start = if record { a.snapshot() } else { Vec::new() };
+    a.set_recording(record);
     let mut result = WhatIfResult {
         conf,
         peak_reserved: 0,
@@ -97,7 +103,7 @@ pub fn run(
             a.empty_cache();
         }
         match e.action {
-            EntryAction::Alloc => match a.malloc(e.size, e.stream, Tag(i as u64)) {
+            EntryAction::Alloc => match a.malloc(e.size, e.stream, entry_tag(i)) {
                 Ok(addr) => {
                     ours.insert(e.addr, addr);
                 }
@@ -106,7 +112,7 @@ pub fn run(
                     size: e.size,
                 }),
             },
-            EntryAction::Oom => match a.malloc(e.size, e.stream, Tag(i as u64)) {
+            EntryAction::Oom => match a.malloc(e.size, e.stream, entry_tag(i)) {
                 // The recorded run failed here and never used the memory.
                 Ok(addr) => {
                     let _ = a.free(addr);
@@ -137,7 +143,11 @@ pub fn run(
     result.reserved_end = s.reserved_bytes();
     result.num_alloc_retries = s.num_alloc_retries;
     result.segments = a.snapshot().len();
-    (result, a)
+    WhatIfRun {
+        result,
+        allocator: a,
+        start,
+    }
 }
 
 /// Every config at once, the first being the original; spread over threads.

@@ -2,30 +2,26 @@
 //! with NVML's reason for being unavailable, and a CUDA run's reconciliation
 //! from a reading built here.
 
-use std::sync::Arc;
-
 use super::helpers::*;
 use crate::alloc::format_size;
 use crate::device::nvml::{GpuReading, ProcessMemory};
 use crate::device::GpuUnavailable;
-use crate::tui::demo::{self, DemoTags};
-use crate::tui::source::{Source, SourceMsg};
+use crate::producers::{Source, SourceMsg};
 
 const MIB: u64 = 1 << 20;
 
-fn no_driver() -> flume::Receiver<Result<Vec<GpuReading>, GpuUnavailable>> {
-    let (tx, rx) = flume::unbounded();
-    tx.send(Err(GpuUnavailable::NoNvml(
+fn no_driver() -> Source {
+    Source::from_messages([SourceMsg::Gpus(Err(GpuUnavailable::NoNvml(
         "libnvidia-ml.so.1: cannot open shared object file".into(),
-    )))
-    .expect("send");
-    rx
+    )))])
 }
 
 #[test]
 fn simulated_run_shows_simulated_terms_and_why_nvml_is_unavailable() {
-    let src = demo_source(small_fixed()).with_overhead(64 * MIB);
-    let mut app = app_with(vec![("fixed".into(), src)], &opts());
+    let (_, built) = crate::scenario::resolve(FIXED).expect("built-in");
+    let (capacity, overhead) = (built.engine.device_bytes, built.engine.device_overhead);
+    assert!(overhead > 0, "{FIXED} sets a context overhead");
+    let mut app = app_finished(vec![(FIXED.into(), scenario(FIXED))], &opts());
     app.gpu.attach(no_driver());
     keys(&mut app, "G");
     let before = screen(&mut app, 140, 44);
@@ -37,12 +33,15 @@ fn simulated_run_shows_simulated_terms_and_why_nvml_is_unavailable() {
     assert!(reserved > 0);
     for want in [
         "GPU memory · simulated device".to_string(),
-        "simulated capacity  512.00 MiB".to_string(),
-        "simulated context  64.00 MiB (driver/context overhead the scenario sets)".to_string(),
+        format!("simulated capacity  {}", format_size(capacity)),
+        format!(
+            "simulated context  {} (driver/context overhead the scenario sets)",
+            format_size(overhead)
+        ),
         format!("allocator reserved  {}", format_size(reserved)),
         format!(
             "simulated free  {}",
-            format_size(512 * MIB - 64 * MIB - reserved)
+            format_size(capacity - overhead - reserved)
         ),
         "simulated run: no real GPU memory is used".to_string(),
         "NVML unavailable: no NVIDIA driver found".to_string(),
@@ -68,22 +67,20 @@ fn help_lists_the_gpu_panel_key() {
 
 #[test]
 fn cuda_run_reconciles_nvml_with_the_model() {
-    let cfg = small_fixed();
-    let (events, _) = demo::generate(cfg);
+    let events = recorded_events(FIXED);
     let src = Source::from_messages([
         SourceMsg::ContextBaseline(Some(500 * MIB)),
         SourceMsg::Events(events),
         SourceMsg::Finished,
     ])
     .with_capacity(80 << 30)
-    .with_tags(Arc::new(DemoTags))
     .on_cuda(0);
     let mut app = app_with(vec![("cuda".into(), src)], &opts());
     let (tx, rx) = flume::unbounded();
-    app.gpu.attach(rx);
+    app.gpu.attach(Source::new(rx, None));
     let reserved = app.runs[0].timeline.head().reserved;
     let used = 500 * MIB + reserved + 96 * MIB;
-    tx.send(Ok(vec![GpuReading {
+    tx.send(SourceMsg::Gpus(Ok(vec![GpuReading {
         name: Some("NVIDIA H100".into()),
         total: Some(80 << 30),
         used: Some(used + 1024 * MIB),
@@ -94,7 +91,7 @@ fn cuda_run_reconciles_nvml_with_the_model() {
             used: Some(used),
         }],
         ..GpuReading::unknown(0)
-    }]))
+    }])))
     .expect("send");
     keys(&mut app, "v");
     app.drain_sources();
@@ -129,7 +126,6 @@ fn cuda_run_without_a_reading_says_unknown() {
 fn scenario_source_carries_the_simulated_overhead() {
     let (scenario, built) = crate::scenario::resolve("tour").expect("built-in");
     let overhead = built.engine.device_overhead;
-    let src =
-        crate::tui::scenario_source::scenario_source(scenario, built, std::time::Duration::ZERO);
+    let src = crate::producers::scenario_source(scenario, built, std::time::Duration::ZERO);
     assert_eq!((src.overhead, src.cuda), (Some(overhead), None));
 }

@@ -1,47 +1,41 @@
-//! Shared test fixtures: demo runs as finished sources, a renderer to
-//! `TestBackend`, screen text with addresses masked, key helpers.
+//! Shared test fixtures: built-in scenarios through the real producer, a
+//! renderer to `TestBackend`, screen text with addresses masked, key helpers.
 
-use std::sync::Arc;
+use std::time::Duration;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::backend::TestBackend;
 use ratatui::buffer::Buffer;
 use ratatui::Terminal;
 
+use crate::producers::{scenario_source, Source};
+use crate::scenario::{resolve, run, RunOptions};
+use crate::trace::Event;
 use crate::tui::app::{App, TuiOptions};
-use crate::tui::demo::{self, DemoConfig, DemoTags};
 use crate::tui::run;
-use crate::tui::source::Source;
 
-/// A small leaky demo run: OOMs after a dozen iterations on a 512 MiB device.
-pub fn small_leaky() -> DemoConfig {
-    DemoConfig {
-        iterations: 40,
-        layers: 4,
-        weight_bytes: 8 << 20,
-        activation_bytes: 4 << 20,
-        leak_bytes: 24 << 20,
-        device_total: 512 << 20,
-        device_overhead: 64 << 20,
-        batch_sleep: std::time::Duration::ZERO,
-    }
+/// The guided tour: validation without no_grad keeps `val_total` graphs
+/// alive until it runs out of memory (a leak, an OOM, narration).
+pub const LEAKY: &str = "tour";
+/// A buggy/fixed pair: validation that keeps every batch's graph in
+/// `val_total` to an OOM, and the same loop done right.
+pub const BUGGY: &str = "accumulate-loss-eval-bug";
+pub const FIXED: &str = "accumulate-loss-eval-fixed";
+
+/// A built-in scenario through the producer the UI runs it with, unpaced.
+pub fn scenario(name: &str) -> Source {
+    let (s, b) = resolve(name).expect("a built-in scenario");
+    scenario_source(s, b, Duration::ZERO)
 }
 
-pub fn small_fixed() -> DemoConfig {
-    DemoConfig {
-        leak_bytes: 0,
-        iterations: 12,
-        ..small_leaky()
-    }
-}
-
-/// A demo run delivered at once, as a finished source.
-pub fn demo_source(cfg: DemoConfig) -> Source {
-    let cap = cfg.device_total;
-    let (events, findings) = demo::generate(cfg);
-    Source::from_events(events, findings)
-        .with_capacity(cap)
-        .with_tags(Arc::new(DemoTags))
+/// A built-in scenario's events, as the headless run records them.
+pub fn recorded_events(name: &str) -> Vec<Event> {
+    let (s, b) = resolve(name).expect("a built-in scenario");
+    let opts = RunOptions {
+        iterations: None,
+        record_events: true,
+    };
+    run(&s, &b, &opts).events
 }
 
 pub fn opts() -> TuiOptions {
@@ -75,8 +69,13 @@ pub fn app_finished(sources: Vec<(String, Source)>, opts: &TuiOptions) -> App {
     app
 }
 
+/// [`LEAKY`] in the UI, all of its events received.
 pub fn leaky_app() -> App {
-    app_with(vec![("leaky".into(), demo_source(small_leaky()))], &opts())
+    leaky_app_with(&opts())
+}
+
+pub fn leaky_app_with(opts: &TuiOptions) -> App {
+    app_finished(vec![(LEAKY.into(), scenario(LEAKY))], opts)
 }
 
 pub fn terminal(w: u16, h: u16) -> Terminal<TestBackend> {

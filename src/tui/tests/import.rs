@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use super::helpers::*;
-use crate::tui::import::snapshot_source;
+use crate::producers::snapshot::snapshot_source;
 
 fn real(name: &str) -> Option<PathBuf> {
     let p = PathBuf::from("/work/shared/snapshots/real").join(name);
@@ -84,11 +84,12 @@ fn state_only_snapshot_shows_its_map() {
 
 #[test]
 fn a_long_trace_streams_in_chunks_that_add_up_to_the_whole_trace() {
+    use crate::producers::snapshot::snapshot_to_source;
+    use crate::producers::Polled;
+    use crate::producers::SourceMsg;
+    use crate::trace::mirror::trace_events;
     use crate::trace::replay::from_snapshot;
     use crate::trace::snapshot::{import_bytes, synthetic_snapshot};
-    use crate::tui::import::{snapshot_to_source, trace_events};
-    use crate::tui::source::Polled;
-    use crate::tui::SourceMsg;
 
     let mut bytes = Vec::new();
     synthetic_snapshot(&mut bytes, 12_000_000, 7).expect("generates");

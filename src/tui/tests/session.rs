@@ -11,7 +11,6 @@ use crossterm::event::{
 
 use super::helpers::*;
 use crate::tui::app::SyncMode;
-use crate::tui::demo::{self, DemoConfig};
 use crate::tui::run::{run_app, InputSource};
 
 #[test]
@@ -69,7 +68,7 @@ fn step_forward_kinds_land_on_marks() {
     let c = r.cursor().expect("moved");
     assert!(matches!(
         r.timeline.events()[c],
-        Event::Marker(Marker::IterationBegin(0))
+        Event::Marker(Marker::IterationBegin(1))
     ));
     keys(&mut app, "p");
     let r = &app.runs[0];
@@ -100,12 +99,18 @@ fn step_forward_kinds_land_on_marks() {
 #[test]
 fn leak_jump_goes_to_a_held_allocation() {
     let mut app = leaky_app();
-    keys(&mut app, "f");
+    // At the end the detector has found the leak; `F` goes back to where
+    // the newest block it holds was allocated.
+    keys(&mut app, "G");
+    screen(&mut app, 140, 44);
+    let held = app.runs[0].findings[0].blocks.clone();
+    assert!(!held.is_empty());
+    keys(&mut app, "F");
     let r = &app.runs[0];
     let Event::Alloc(a) = &r.timeline.events()[r.cursor().unwrap_or(0)] else {
         panic!("not an alloc")
     };
-    assert!(r.findings[0].blocks.contains(&a.addr));
+    assert!(held.contains(&a.addr));
 }
 
 #[test]
@@ -184,10 +189,10 @@ fn zoom_and_pan_map() {
 
 #[test]
 fn compare_two_runs_synchronised() {
-    let mut app = app_with(
+    let mut app = app_finished(
         vec![
-            ("leaky".into(), demo_source(small_leaky())),
-            ("fixed".into(), demo_source(small_fixed())),
+            ("leaky".into(), scenario(BUGGY)),
+            ("fixed".into(), scenario(FIXED)),
         ],
         &opts(),
     );
@@ -211,7 +216,7 @@ fn compare_two_runs_synchronised() {
     screen(&mut app, 160, 44);
     // Both cursors sit at the start of the same iteration.
     assert_eq!(app.runs[0].frame.iteration, app.runs[1].frame.iteration);
-    assert_eq!(app.runs[0].frame.iteration, Some(4));
+    assert_eq!(app.runs[0].frame.iteration, Some(5));
     insta::assert_snapshot!("compare_160x44", screen(&mut app, 160, 44));
     keys(&mut app, "w");
     assert_eq!(app.active, 1);
@@ -250,13 +255,8 @@ fn real_loop_on_test_backend() {
 }
 
 #[test]
-fn live_demo_thread_and_restart() {
-    let cfg = DemoConfig {
-        iterations: 3,
-        ..small_fixed()
-    };
-    let src = demo::spawn(cfg);
-    let mut app = app_with(vec![("live".into(), src)], &opts());
+fn live_scenario_thread_and_restart() {
+    let mut app = app_with(vec![("live".into(), scenario(FIXED))], &opts());
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while !app.runs[0].finished && std::time::Instant::now() < deadline {
         app.drain_sources();
@@ -284,18 +284,18 @@ fn live_demo_thread_and_restart() {
 fn follows_live_events_at_the_end() {
     let (tx, rx) = flume::unbounded();
     let mut app = app_with(
-        vec![("live".into(), crate::tui::source::Source::new(rx, None))],
+        vec![("live".into(), crate::producers::Source::new(rx, None))],
         &opts(),
     );
     keys(&mut app, " ");
-    let (events, _) = demo::generate(small_fixed());
+    let events = recorded_events(FIXED);
     let (a, b) = events.split_at(200);
-    tx.send(crate::tui::source::SourceMsg::Events(a.to_vec()))
+    tx.send(crate::producers::SourceMsg::Events(a.to_vec()))
         .expect("send");
     app.drain_sources();
     app.on_tick(Duration::from_secs(10));
     assert_eq!(app.runs[0].pos, 200);
-    tx.send(crate::tui::source::SourceMsg::Events(b[..100].to_vec()))
+    tx.send(crate::producers::SourceMsg::Events(b[..100].to_vec()))
         .expect("send");
     app.drain_sources();
     app.on_tick(Duration::from_secs(1));
@@ -307,11 +307,11 @@ fn follows_live_events_at_the_end() {
 #[test]
 fn live_findings_follow_the_cursor() {
     use crate::leak::{Finding, FindingKind};
-    use crate::tui::source::SourceMsg;
-    let (first, _) = crate::tui::demo::generate(crate::tui::tests::helpers::small_fixed());
+    use crate::producers::SourceMsg;
+    let first = recorded_events(FIXED);
     let half = first.len() / 2;
     let found = Finding::new("total_loss", FindingKind::RetainedGraphGpu);
-    let source = crate::tui::source::Source::from_messages([
+    let source = crate::producers::Source::from_messages([
         SourceMsg::Events(first[..half].to_vec()),
         SourceMsg::FindingsNow(Vec::new()),
         SourceMsg::Events(first[half..].to_vec()),
@@ -379,7 +379,8 @@ fn colon_prompt_opens_another_run() {
 fn a_source_far_ahead_of_the_ui_is_taken_a_few_chunks_per_drain() {
     use crate::alloc::{AllocConfig, CachingAllocator, Tag};
     use crate::device::SimDevice;
-    use crate::tui::{App, Source, SourceMsg};
+    use crate::producers::{Source, SourceMsg};
+    use crate::tui::App;
 
     let mut a = CachingAllocator::new(SimDevice::new("sim", 1 << 34, 0), AllocConfig::default());
     for _ in 0..150_000 {

@@ -12,6 +12,7 @@ use ratatui::Terminal;
 use super::helpers::{code, key, text};
 use crate::device::nvml::{GpuReading, ProcessMemory};
 use crate::device::GpuUnavailable;
+use crate::producers::{Source, SourceMsg};
 use crate::tui::run::InputSource;
 use crate::tui::theme::{Theme, ThemeName};
 use crate::tui::views::watch::render;
@@ -216,10 +217,11 @@ impl InputSource for Script {
 #[test]
 fn the_loop_takes_readings_from_the_channel_and_quits_on_q() {
     let (tx, rx) = flume::unbounded();
-    tx.send(Ok(vec![h100(20 * GIB, false), a100()]))
-        .expect("send");
-    tx.send(Ok(vec![h100(30 * GIB, false), a100()]))
-        .expect("send");
+    for used in [20 * GIB, 30 * GIB] {
+        tx.send(SourceMsg::Gpus(Ok(vec![h100(used, false), a100()])))
+            .expect("send");
+    }
+    let rx = Source::new(rx, None);
     let mut s = state();
     let mut t = Terminal::new(TestBackend::new(120, 40)).expect("test backend");
     let mut input = Script(

@@ -435,8 +435,8 @@ fn detail_lines(r: &RunView) -> Vec<String> {
     match desc {
         Some(d) => {
             let mut parts = Vec::new();
-            if let Some(c) = &d.category {
-                parts.push(c.clone());
+            if let Some(c) = d.category {
+                parts.push(c.name().to_string());
             }
             if let Some(op) = &d.op {
                 parts.push(format!("op {op}"));
@@ -576,9 +576,9 @@ fn legend(th: &Theme, mode: ColorMode) -> Line<'static> {
             }
         }
         ColorMode::Category => {
-            for (i, name) in CATEGORIES.iter().enumerate() {
+            for (i, c) in CATEGORIES.iter().enumerate() {
                 spans.push(Span::styled("█", th.fg(p.categories[i])));
-                spans.push(Span::styled(format!("{name} "), th.dim()));
+                spans.push(Span::styled(format!("{} ", c.name()), th.dim()));
             }
         }
     }

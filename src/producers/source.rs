@@ -1,20 +1,23 @@
-//! Where a run's events come from. The UI only ever drains a channel without
-//! blocking (DESIGN.md "The engine runs on its own thread"): a live engine, a
-//! test producer and an imported snapshot all look the same from here, the
-//! last one simply delivering everything at once.
+//! The one message type every producer sends and the receiving end the UI
+//! holds. The UI only ever drains a channel without blocking (DESIGN.md "The
+//! engine runs on its own thread"): a live scenario, a snapshot rebuilt in
+//! the background, a what-if replay and the NVML poller all look the same
+//! from here.
 
 use std::sync::Arc;
 
 use crate::alloc::{MemoryStats, Tag};
+use crate::device::nvml::GpuReading;
+use crate::device::GpuUnavailable;
+use crate::engine::Category;
 use crate::leak::Finding;
 use crate::trace::{Event, MemoryMap};
 
 /// What the attribution behind a [`Tag`] says, as far as it is known.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TagDescription {
-    /// parameter, gradient, optimizer_state, activation, autograd_saved,
-    /// temporary, input, workspace, amp_cache; selects the category colour.
-    pub category: Option<String>,
+    /// What the block holds (scenario runs); selects the category colour.
+    pub category: Option<Category>,
     pub op: Option<String>,
     pub module: Option<String>,
     pub iteration: Option<u32>,
@@ -28,7 +31,7 @@ pub trait TagInfo: Send + Sync {
     fn describe(&self, tag: Tag) -> Option<TagDescription>;
 }
 
-/// One message from a run to the UI.
+/// One message from a producer to the UI.
 #[derive(Debug, Clone)]
 pub enum SourceMsg {
     /// The state before the first event, for traces that start mid-run (an
@@ -51,6 +54,8 @@ pub enum SourceMsg {
     Restarted,
     Finished,
     Failed(String),
+    /// NVML's reading of every GPU (the NVML poller), or why there is none.
+    Gpus(Result<Vec<GpuReading>, GpuUnavailable>),
 }
 
 /// Control going back to a live producer.
@@ -59,8 +64,8 @@ pub enum EngineCommand {
     Restart,
 }
 
-/// A run as the UI sees it: a receiving end, an optional command channel, and
-/// what is known up front about the device and the tags.
+/// A producer as the UI sees it: a receiving end, an optional command
+/// channel, and what is known up front about the device and the tags.
 pub struct Source {
     rx: flume::Receiver<SourceMsg>,
     cmd: Option<flume::Sender<EngineCommand>>,
@@ -155,6 +160,12 @@ impl Source {
             Err(flume::TryRecvError::Empty) => Polled::Empty,
             Err(flume::TryRecvError::Disconnected) => Polled::Closed,
         }
+    }
+
+    /// Block until the next message; `None` once the producer is gone.
+    /// For the CLI's plain loops only: the UI never waits on a producer.
+    pub fn recv(&self) -> Option<SourceMsg> {
+        self.rx.recv().ok()
     }
 
     pub fn can_restart(&self) -> bool {

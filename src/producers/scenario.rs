@@ -1,6 +1,7 @@
-//! A scenario running live for the UI: the engine on a thread of its own,
-//! events sent in batches as steps complete, the leak detector's findings and
-//! `memory_stats()` after every iteration, and a restart on request. The
+//! A scenario running live for the UI: [`ScenarioRun`], the loop the
+//! headless report also drives, stepped on a thread of its own. Events go out
+//! as each unit (the setup, an iteration, the end) completes, followed by the
+//! leak detector's findings and `memory_stats()`; a restart starts over. The
 //! thread never blocks on the UI; the UI never blocks on it.
 
 use std::sync::{Arc, RwLock};
@@ -9,9 +10,8 @@ use std::time::Duration;
 use super::source::{EngineCommand, Source, SourceMsg, TagDescription, TagInfo};
 use crate::alloc::Tag;
 use crate::device::{nvml, AnyDevice, AnyLauncher};
-use crate::engine::{Engine, TagTable};
-use crate::leak::Detector;
-use crate::scenario::{to_trace, Built, NarrationTracker, Scenario};
+use crate::engine::{Engine, EngineError, TagTable};
+use crate::scenario::{Built, Scenario, ScenarioRun, Unit};
 
 /// The engine's tag table, shared with the UI and refreshed by the run.
 struct EngineTags(RwLock<TagTable>);
@@ -21,7 +21,7 @@ impl TagInfo for EngineTags {
         let table = self.0.read().ok()?;
         let t = table.info(tag)?;
         Some(TagDescription {
-            category: Some(t.category.name().to_string()),
+            category: Some(t.category),
             op: Some(t.op.to_string()),
             module: (!t.module.is_empty()).then(|| t.module.to_string()),
             iteration: Some(t.iteration),
@@ -119,27 +119,31 @@ fn restart_requested(cmd: &flume::Receiver<EngineCommand>) -> bool {
 
 /// The engine for one run: on the simulated device, or on a freshly opened
 /// GPU after telling the UI what NVML reads for this process before the
-/// first allocation (the context baseline of the reconciliation panel).
+/// first allocation (the context baseline of the reconciliation panel). The
+/// outer error is a GPU that would not open; the inner one a model that could
+/// not be built, which is the run's own failure.
 fn open_engine(
     built: &Built,
     gpu: Option<&RealGpu>,
     tx: &flume::Sender<SourceMsg>,
-) -> Result<Engine, String> {
+) -> Result<Result<Engine, EngineError>, String> {
     let Some(gpu) = gpu else {
-        return Engine::new(built.engine.clone(), &built.model, &built.optimizer)
-            .map_err(|e| e.message());
+        return Ok(Engine::new(
+            built.engine.clone(),
+            &built.model,
+            &built.optimizer,
+        ));
     };
     let (dev, launcher) = (gpu.open)()?;
     let baseline = nvml::own_process_used(gpu.ordinal).ok().flatten();
     let _ = tx.send(SourceMsg::ContextBaseline(baseline));
-    Engine::new_launching(
+    Ok(Engine::new_launching(
         built.engine.clone(),
         &built.model,
         &built.optimizer,
         dev,
         launcher,
-    )
-    .map_err(|e| e.message())
+    ))
 }
 
 fn run_once(
@@ -151,25 +155,7 @@ fn run_once(
     tags: &EngineTags,
     pace: Duration,
 ) -> Ended {
-    let mut narration = NarrationTracker::new(&scenario.narration);
-    let send_events = |engine: &mut Engine, narration: &mut NarrationTracker| {
-        let mut batch = Vec::new();
-        for ev in engine.take_events() {
-            if let Some(t) = to_trace(&ev) {
-                let due = narration.after(&t);
-                batch.push(t);
-                batch.extend(due);
-            }
-        }
-        if let Ok(mut table) = tags.0.write() {
-            table.clone_from(engine.tag_table());
-        }
-        batch.is_empty() || tx.send(SourceMsg::Events(batch)).is_ok()
-    };
-    if tx.send(SourceMsg::Events(narration.start())).is_err() {
-        return Ended::UiGone;
-    }
-    let mut engine = match open_engine(built, gpu, tx) {
+    let engine = match open_engine(built, gpu, tx) {
         Ok(e) => e,
         Err(err) => {
             return if tx.send(SourceMsg::Failed(err)).is_ok() {
@@ -180,63 +166,30 @@ fn run_once(
         }
     };
     let program = &built.program;
-    let mut detector = Detector::for_engine(&engine).with_program(program);
-    let mut failure = None;
-    for (i, step) in program.setup.iter().enumerate() {
-        if let Err(err) = engine.run_step(step, i as u32, program) {
-            failure = Some(err.message());
-            break;
+    let mut run = ScenarioRun::new(engine, program, &scenario.narration, program.iterations);
+    while let Some(step) = run.advance() {
+        if let (Some(engine), Ok(mut table)) = (run.engine(), tags.0.write()) {
+            table.clone_from(engine.tag_table());
         }
-    }
-    if !send_events(&mut engine, &mut narration) {
-        return Ended::UiGone;
-    }
-    if failure.is_none() {
-        for _ in 0..program.iterations {
-            let result = engine.run_iteration(program);
-            if !send_events(&mut engine, &mut narration) {
-                return Ended::UiGone;
-            }
-            if let Err(err) = result {
-                detector.observe_error(&err, &engine.live_state());
-                failure = Some(err.message());
-                break;
-            }
-            let (allocated, reserved) = (engine.allocated_bytes(), engine.reserved_bytes());
-            detector.observe(&engine.live_state(), allocated, reserved);
-            let stats = Box::new(engine.allocator().stats().clone());
-            if tx
-                .send(SourceMsg::FindingsNow(detector.findings().to_vec()))
-                .is_err()
-                || tx.send(SourceMsg::Stats(stats)).is_err()
-            {
-                return Ended::UiGone;
-            }
+        let sent = tx.send(SourceMsg::Events(step.events)).is_ok()
+            && tx
+                .send(SourceMsg::FindingsNow(run.findings().to_vec()))
+                .is_ok()
+            && tx.send(SourceMsg::Stats(Box::new(run.stats()))).is_ok();
+        if !sent {
+            return Ended::UiGone;
+        }
+        if let Unit::Iteration(_) = step.unit {
             if restart_requested(cmd) {
                 return Ended::Restart;
             }
-            std::thread::sleep(pace);
+            if run.failure().is_none() {
+                std::thread::sleep(pace);
+            }
         }
     }
-    let mut tail = narration.end();
-    if let Some(message) = &failure {
-        // A failure inside the scenario (an OOM, a second backward) is part of
-        // the story: it is drawn, and the run counts as finished.
-        tail.insert(
-            0,
-            crate::trace::Event::Marker(crate::trace::Marker::Error(message.as_str().into())),
-        );
+    if tx.send(SourceMsg::Finished).is_err() {
+        return Ended::UiGone;
     }
-    let stats = Box::new(engine.allocator().stats().clone());
-    let sent = tx.send(SourceMsg::Events(tail)).is_ok()
-        && tx
-            .send(SourceMsg::FindingsNow(detector.findings().to_vec()))
-            .is_ok()
-        && tx.send(SourceMsg::Stats(stats)).is_ok()
-        && tx.send(SourceMsg::Finished).is_ok();
-    if sent {
-        Ended::Done(Some(Box::new(engine)))
-    } else {
-        Ended::UiGone
-    }
+    Ended::Done(run.into_engine().map(Box::new))
 }

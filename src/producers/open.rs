@@ -1,14 +1,14 @@
-//! Opening a run by name from inside the UI: a built-in scenario, a scenario
-//! file, or a PyTorch snapshot, typed at the `:` prompt.
+//! The producer for an input as a user names it (on the command line or at
+//! the UI's `:` prompt): a built-in scenario, a scenario file, or a PyTorch
+//! snapshot, as it is or under another `PYTORCH_CUDA_ALLOC_CONF`.
 
 use std::path::Path;
 
-use super::import::{snapshot_source, snapshot_to_source};
-use super::scenario_source::{scenario_source, ITERATION_PACE};
+use super::scenario::{scenario_source, ITERATION_PACE};
+use super::snapshot::{snapshot_source, what_if_source};
 use super::source::Source;
 use crate::alloc::AllocConfig;
 use crate::scenario::{conf_label, resolve, resolve_under};
-use crate::trace::replay::replayed::replayed_snapshot;
 use crate::trace::snapshot::import_file;
 
 /// Whether `input` names a snapshot: an existing file that is not `.ron`.
@@ -46,8 +46,7 @@ pub fn open_source_under(input: &str, conf: &str) -> Result<(String, Source), St
     if is_snapshot_path(path) {
         let config = AllocConfig::parse(conf).map_err(|e| format!("--conf: {e}"))?;
         let snap = import_file(path).map_err(|e| e.to_string())?;
-        let replayed = replayed_snapshot(&snap, &config);
-        let source = snapshot_to_source(&replayed, None).map_err(|e| format!("{input}: {e}"))?;
+        let source = what_if_source(&snap, None, config).map_err(|e| format!("{input}: {e}"))?;
         return Ok((label(&file_title(path, input)), source));
     }
     let (scenario, built) = resolve_under(input, conf)?;

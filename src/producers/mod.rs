@@ -1,0 +1,27 @@
+//! Producers: everything that feeds the UI, each on a thread of its own, all
+//! over one message type ([`SourceMsg`]) to one receiving end ([`Source`])
+//! that the UI drains without blocking (DESIGN.md "producers"; bottom's
+//! collection thread, gitui's async jobs). A new producer plugs in here
+//! without touching the views.
+//!
+//! - `scenario`: a scenario stepped live ([`crate::scenario::ScenarioRun`],
+//!   the loop the headless report drives too), with restart;
+//! - `snapshot`: a PyTorch snapshot's trace mirrored into events, or its
+//!   requests replayed under another allocator config;
+//! - `nvml`: the NVML poller (the GPU panel and `watch`);
+//! - `open`: the producer for an input as a user names it.
+//!
+//! They draw nothing and compute no allocator rule of their own: facts come
+//! from `alloc`, `trace`, `scenario` and `leak`.
+
+pub mod nvml;
+pub mod open;
+pub mod scenario;
+pub mod snapshot;
+pub mod source;
+
+pub use nvml::nvml_source;
+pub use open::{is_snapshot_path, open_source, open_source_under};
+pub use scenario::{scenario_source, scenario_source_on, RealGpu, ITERATION_PACE};
+pub use snapshot::{snapshot_source, snapshot_to_source, what_if_source, ImportError};
+pub use source::{EngineCommand, Polled, Source, SourceMsg, TagDescription, TagInfo};

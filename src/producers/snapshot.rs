@@ -1,0 +1,242 @@
+//! A PyTorch snapshot as a [`Source`]: its recorded trace mirrored into
+//! events (`trace::mirror`), or its requests replayed under another
+//! `PYTORCH_CUDA_ALLOC_CONF` (`trace::replay::whatif`), whose allocator's own
+//! events are what the views show. Either way a worker thread makes the
+//! events and sends them in chunks, so a large trace opens at once.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::alloc::constants::LARGE_BUFFER;
+use crate::alloc::{AllocConfig, Tag};
+use crate::trace::mirror::{final_map, TraceMirror};
+use crate::trace::replay::from_snapshot::{self, DeviceReplay};
+use crate::trace::replay::replayed::device_capacity;
+use crate::trace::replay::whatif::{self, Requests};
+use crate::trace::replay::{tag_entry, Entry};
+use crate::trace::snapshot::{import_file, FrameTable, FramesId, Snapshot, SnapshotError};
+use crate::trace::{Event, MemoryMap};
+
+use super::source::{Source, SourceMsg, TagDescription, TagInfo};
+
+/// Frames shown per block in the detail pane.
+const MAX_FRAMES: usize = 12;
+
+/// Events per message while a trace is rebuilt in the background: the UI
+/// opens on the first ones while the rest are still being placed (a 1 GB
+/// trace takes seconds to rebuild).
+const EVENTS_PER_MESSAGE: usize = 1 << 16;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+    #[error("the snapshot has no device {0}")]
+    NoDevice(usize),
+}
+
+/// Open `path` and turn the trace of `device` (the first traced device when
+/// `None`) into a finished source.
+pub fn snapshot_source(path: &Path, device: Option<usize>) -> Result<Source, ImportError> {
+    let snap = import_file(path)?;
+    snapshot_to_source(&snap, device)
+}
+
+/// The device a source shows: `device`, else the first traced one.
+fn pick_device(snap: &Snapshot, device: Option<usize>) -> Result<usize, ImportError> {
+    let traced = from_snapshot::traced_devices(snap);
+    let device = device.unwrap_or_else(|| traced.first().copied().unwrap_or(0));
+    let has_segments = snap.segments.iter().any(|s| s.device == device as i64);
+    if traced.contains(&device) || has_segments {
+        Ok(device)
+    } else {
+        Err(ImportError::NoDevice(device))
+    }
+}
+
+/// The frames of every trace entry of `device`, for tags from `entry_tag`.
+fn entry_tags(snap: &Snapshot, device: usize) -> Arc<SnapshotTags> {
+    let trace = snap
+        .device_traces
+        .get(device)
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    let entry_frames = trace.iter().map(|e| e.frames).collect();
+    Arc::new(SnapshotTags::new(&snap.frames, entry_frames))
+}
+
+pub fn snapshot_to_source(snap: &Snapshot, device: Option<usize>) -> Result<Source, ImportError> {
+    let device = pick_device(snap, device)?;
+    let entries = from_snapshot::entries(snap, device);
+    let capacity = from_snapshot::infer_device_total(&entries, LARGE_BUFFER);
+    let config = from_snapshot::config(snap);
+    let mut source = if entries.is_empty() {
+        // State-only file: the map is the recorded final state.
+        Source::from_messages([
+            SourceMsg::Start(Box::new(final_map(snap, device))),
+            SourceMsg::Finished,
+        ])
+    } else {
+        // Only `oom` entries record it: a short list, searched by entry index.
+        let device_free: Vec<(usize, u64)> = snap.device_traces[device]
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| snap.extra(e).device_free.map(|f| (i, f)))
+            .collect();
+        stream_events("vramscope-snapshot-events", move |send| {
+            mirror_events(&entries, &device_free, &config, send)
+        })
+    };
+    source = source.with_tags(entry_tags(snap, device));
+    source.capacity = capacity;
+    Ok(source)
+}
+
+/// The recorded entries as events, a chunk at a time; false once the UI has gone.
+fn mirror_events(
+    entries: &[Entry],
+    device_free: &[(usize, u64)],
+    config: &AllocConfig,
+    send: &mut dyn FnMut(SourceMsg) -> bool,
+) -> bool {
+    let free_at = |i: usize| {
+        device_free
+            .binary_search_by_key(&i, |(at, _)| *at)
+            .ok()
+            .map(|k| device_free[k].1)
+    };
+    let mut mirror = TraceMirror::new(config);
+    for (k, chunk) in entries.chunks(EVENTS_PER_MESSAGE).enumerate() {
+        let first = k * EVENTS_PER_MESSAGE;
+        let mut events = Vec::with_capacity(chunk.len());
+        events.extend(
+            chunk
+                .iter()
+                .enumerate()
+                .filter_map(|(j, e)| mirror.event(first + j, e, free_at(first + j))),
+        );
+        if !send(SourceMsg::Events(events)) {
+            return false;
+        }
+    }
+    true
+}
+
+/// `device`'s requests of `snap` replayed under `config`: the what-if
+/// allocator's own events (its blocks, its segments), from the state the
+/// trace started in (an open trace's rebuilt start), on the device size the
+/// trace tells or else the recorded run's peak.
+pub fn what_if_source(
+    snap: &Snapshot,
+    device: Option<usize>,
+    config: AllocConfig,
+) -> Result<Source, ImportError> {
+    let device = pick_device(snap, device)?;
+    let Some(replay) = from_snapshot::verify_device(snap, device, None) else {
+        // Nothing was traced: no request to replay, the recorded state stands.
+        return snapshot_to_source(snap, Some(device));
+    };
+    let capacity = device_capacity(&replay, None);
+    let mut source = stream_events("vramscope-what-if", move |send| {
+        replayed_events(&replay, config, capacity, send)
+    });
+    source = source.with_tags(entry_tags(snap, device));
+    source.capacity = Some(capacity);
+    Ok(source)
+}
+
+fn replayed_events(
+    replay: &DeviceReplay,
+    config: AllocConfig,
+    capacity: u64,
+    send: &mut dyn FnMut(SourceMsg) -> bool,
+) -> bool {
+    let requests = Requests {
+        entries: &replay.entries,
+        empty_cache_at: &replay.outcome.empty_cache_at,
+        start: Some(&replay.start),
+    };
+    let mut run = whatif::run(&requests, config, capacity, true);
+    if !run.start.is_empty()
+        && !send(SourceMsg::Start(Box::new(MemoryMap::from_segments(
+            &run.start,
+        ))))
+    {
+        return false;
+    }
+    let events = run.allocator.take_events();
+    events.chunks(EVENTS_PER_MESSAGE).all(|chunk| {
+        send(SourceMsg::Events(
+            chunk.iter().copied().map(Event::Alloc).collect(),
+        ))
+    })
+}
+
+/// A source fed by `produce` on a worker thread of its own, then
+/// `Finished`. The snapshot itself stays on the caller's thread (its strings
+/// are not `Send`); `produce` gets only plain data. Its `send` returns false
+/// once the UI has gone, and nobody needs the rest.
+fn stream_events(
+    name: &str,
+    produce: impl FnOnce(&mut dyn FnMut(SourceMsg) -> bool) -> bool + Send + 'static,
+) -> Source {
+    let (tx, rx) = flume::unbounded();
+    let spawned = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let mut send = |m: SourceMsg| tx.send(m).is_ok();
+            if produce(&mut send) {
+                send(SourceMsg::Finished);
+            }
+        });
+    match spawned {
+        Ok(_) => Source::new(rx, None),
+        Err(e) => Source::from_messages([SourceMsg::Failed(format!(
+            "could not start the thread that makes the events: {e}"
+        ))]),
+    }
+}
+
+/// Frames of the trace entry behind each tag, resolved to text up front
+/// (the snapshot's strings are not shareable across threads).
+struct SnapshotTags {
+    /// Per distinct stack: the first user frame's name, and the frames.
+    stacks: HashMap<FramesId, (Option<String>, Vec<String>)>,
+    entry_frames: Vec<FramesId>,
+}
+
+impl SnapshotTags {
+    fn new(table: &FrameTable, entry_frames: Vec<FramesId>) -> SnapshotTags {
+        let mut stacks = HashMap::new();
+        for id in &entry_frames {
+            stacks.entry(*id).or_insert_with(|| {
+                let frames = table
+                    .resolve(*id)
+                    .take(MAX_FRAMES)
+                    .map(|f| format!("{}:{} {}", f.filename, f.line, f.name))
+                    .collect();
+                (
+                    table.first_user_frame(*id).map(|f| f.name.to_string()),
+                    frames,
+                )
+            });
+        }
+        SnapshotTags {
+            stacks,
+            entry_frames,
+        }
+    }
+}
+
+impl TagInfo for SnapshotTags {
+    fn describe(&self, tag: Tag) -> Option<TagDescription> {
+        let id = self.entry_frames.get(tag_entry(tag)?)?;
+        let (op, frames) = self.stacks.get(id)?;
+        Some(TagDescription {
+            op: op.clone(),
+            frames: frames.clone(),
+            ..TagDescription::default()
+        })
+    }
+}
