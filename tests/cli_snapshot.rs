@@ -86,6 +86,34 @@ fn what_if_puts_the_original_config_first() {
 }
 
 #[test]
+fn a_what_if_config_equal_to_the_files_own_is_listed_once() {
+    // sqattn ran with the default config, which "" is.
+    let file = real("sqattn_segment-churn.pickle");
+    let (code, out, err) = vramscope(&[
+        "replay",
+        file.to_str().expect("utf8"),
+        "--conf",
+        "",
+        "--conf",
+        "expandable_segments:True",
+        "--conf",
+        "expandable_segments:True",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    let confs: Vec<&str> = v["devices"][0]["configs"]
+        .as_array()
+        .expect("configs")
+        .iter()
+        .map(|c| c["conf"].as_str().expect("conf"))
+        .collect();
+    assert_eq!(confs, vec!["", "expandable_segments:True"]);
+    assert!(err.contains("is the snapshot's own config"), "{err}");
+    assert!(err.contains("repeats an earlier --conf"), "{err}");
+}
+
+#[test]
 fn what_if_reports_ooms_instead_of_crashing() {
     let file = real("adam-step_closed-trace_annotations.pickle");
     let (code, out, err) = vramscope(&[

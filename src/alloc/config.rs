@@ -36,6 +36,18 @@ pub struct AllocConfig {
     pub throw_on_cudamalloc_oom: bool,
 }
 
+impl AllocConfig {
+    /// The same rules, however the strings that set them were written
+    /// (`expandable_segments:True` and `expandable_segments:true,` alike).
+    pub fn same_rules(&self, other: &AllocConfig) -> bool {
+        let unwritten = |c: &AllocConfig| AllocConfig {
+            raw: String::new(),
+            ..c.clone()
+        };
+        unwritten(self) == unwritten(other)
+    }
+}
+
 impl Default for AllocConfig {
     fn default() -> Self {
         AllocConfig {

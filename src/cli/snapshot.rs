@@ -100,7 +100,15 @@ fn what_if_report(
     let original = from_snapshot::config(snap);
     let mut configs = vec![original];
     for conf in &args.confs {
-        configs.push(parse_conf(conf, args.torch.as_deref())?);
+        let config = parse_conf(conf, args.torch.as_deref())?;
+        // A config already in the table would only repeat its column.
+        match configs.iter().position(|c| c.same_rules(&config)) {
+            Some(0) => eprintln!(
+                "note: --conf {conf:?} is the snapshot's own config: its column is the recorded run's"
+            ),
+            Some(_) => eprintln!("note: --conf {conf:?} repeats an earlier --conf"),
+            None => configs.push(config),
+        }
     }
     let given = match &args.capacity {
         Some(c) => Some(parse_size(c).map_err(|e| BadInput(format!("--capacity: {e}")))?),

@@ -39,6 +39,33 @@ pub struct MemoryMap {
     pub active: u64,
 }
 
+/// The figures of one map state the Stats panel shows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MapStats {
+    pub allocated: u64,
+    pub reserved: u64,
+    pub active: u64,
+    /// Free blocks in segments that hold other blocks too (split, not whole).
+    pub inactive_split_blocks: usize,
+    pub inactive_split_bytes: u64,
+    /// Every free block's bytes.
+    pub cached_free: u64,
+    pub largest_free: u64,
+    pub large_segments: usize,
+    pub small_segments: usize,
+}
+
+impl MapStats {
+    /// Cached free bytes as a share of reserved (0 with nothing reserved).
+    pub fn fragmentation(&self) -> f64 {
+        if self.reserved == 0 {
+            0.0
+        } else {
+            self.cached_free as f64 / self.reserved as f64
+        }
+    }
+}
+
 /// Something in the entries that the map cannot place (an open trace, a gap).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{action} at {addr:#x}: {reason}")]
@@ -113,14 +140,44 @@ impl MemoryMap {
         self.reserved - self.active
     }
 
-    /// The largest free block.
-    pub fn largest_free(&self) -> u64 {
-        self.blocks
+    /// [`MapStats`] in one walk over segments and blocks together (both
+    /// sorted by address): a free block is split when its segment holds more
+    /// than that block.
+    pub fn stats(&self) -> MapStats {
+        let (mut split_n, mut split_bytes, mut largest) = (0usize, 0u64, 0u64);
+        let mut segs = self.segments.iter().peekable();
+        let mut seg: Option<(u64, u64)> = None;
+        for (a, b) in &self.blocks {
+            while seg.is_none_or(|(s, size)| *a >= s + size) {
+                match segs.peek() {
+                    Some((s, _)) if **s <= *a => seg = segs.next().map(|(s, g)| (*s, g.size)),
+                    _ => break,
+                }
+            }
+            if b.state == BlockState::Inactive {
+                largest = largest.max(b.size);
+                if seg.is_some_and(|(s, size)| *a >= s && *a < s + size && b.size < size) {
+                    split_n += 1;
+                    split_bytes += b.size;
+                }
+            }
+        }
+        let large = self
+            .segments
             .values()
-            .filter(|b| b.state == BlockState::Inactive)
-            .map(|b| b.size)
-            .max()
-            .unwrap_or(0)
+            .filter(|s| s.pool == Pool::Large)
+            .count();
+        MapStats {
+            allocated: self.allocated,
+            reserved: self.reserved,
+            active: self.active,
+            inactive_split_blocks: split_n,
+            inactive_split_bytes: split_bytes,
+            cached_free: self.cached_free(),
+            largest_free: largest,
+            large_segments: large,
+            small_segments: self.segments.len() - large,
+        }
     }
 
     pub fn apply(&mut self, e: &AllocEvent) -> Result<(), MapError> {
@@ -378,5 +435,51 @@ fn free_block(size: u64, requested: u64) -> MapBlock {
         requested,
         state: BlockState::Inactive,
         tag: Tag::NONE,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alloc::{AllocConfig, CachingAllocator, Family, Level};
+    use crate::device::SimDevice;
+
+    #[test]
+    fn stats_of_a_map_are_the_allocators_own() {
+        let mut a =
+            CachingAllocator::new(SimDevice::new("sim", 1 << 30, 0), AllocConfig::default());
+        a.set_recording(true);
+        let mut live = Vec::new();
+        // Mixed sizes in both pools, every third block freed: split segments.
+        for i in 0..90u64 {
+            let size = [700, 3 << 20, 300_000, 12 << 20, 1 << 10][(i % 5) as usize] + i;
+            live.push(a.malloc(size, 0, Tag::NONE).expect("fits"));
+        }
+        for (i, p) in live.iter().enumerate() {
+            if i % 3 == 0 {
+                a.free(*p).expect("live");
+            }
+        }
+        let mut map = MemoryMap::default();
+        for e in a.take_events() {
+            map.apply(&e).expect("placeable");
+        }
+        let m = map.stats();
+        let st = a.stats();
+        let current = |f| st.get(f, Level::All).current as u64;
+        assert!(m.inactive_split_blocks > 0, "{m:?}");
+        assert_eq!(
+            m.inactive_split_blocks as u64,
+            current(Family::InactiveSplit)
+        );
+        assert_eq!(m.inactive_split_bytes, current(Family::InactiveSplitBytes));
+        assert_eq!(m.allocated, st.allocated_bytes());
+        assert_eq!(m.reserved, st.reserved_bytes());
+        assert_eq!(m.active, current(Family::ActiveBytes));
+        assert_eq!(m.largest_free, a.largest_free_block());
+        let segments = |l| st.get(Family::Segment, l).current as usize;
+        assert_eq!(m.large_segments, segments(Level::Large));
+        assert_eq!(m.small_segments, segments(Level::Small));
+        assert_eq!(m.cached_free, m.reserved - m.active);
     }
 }

@@ -14,5 +14,5 @@ pub mod snapshot;
 pub mod timeline;
 
 pub use event::{Event, Marker, Phase};
-pub use memory_map::{MapBlock, MapSegment, MemoryMap};
+pub use memory_map::{MapBlock, MapSegment, MapStats, MemoryMap};
 pub use timeline::{MarkKind, Timeline};

@@ -1,8 +1,8 @@
-//! Numbers at the cursor: allocated/reserved with peaks, active, inactive
-//! split (free blocks in segments that hold other blocks), cached free and
-//! fragmentation, largest free block, retries and OOMs.
+//! Numbers at the cursor, as the map at the cursor states them
+//! (`MemoryMap::stats`): allocated/reserved with peaks, active, inactive
+//! split, cached free and fragmentation, largest free block, retries and OOMs.
 
-use crate::alloc::{format_size, BlockState, Pool};
+use crate::alloc::format_size;
 use ratatui::layout::{Constraint, Rect};
 use ratatui::text::Span;
 use ratatui::widgets::{Block, Borders, Cell, Row, Table};
@@ -17,39 +17,7 @@ pub struct StatsFrame {
 }
 
 pub fn prepare(r: &RunView) -> StatsFrame {
-    let m = &r.map;
-    // One walk over segments and blocks together (both sorted by address):
-    // a free block is split when its segment holds more than that block.
-    let (mut split_n, mut split_bytes, mut largest) = (0usize, 0u64, 0u64);
-    let mut segs = m.segments.iter().peekable();
-    let mut seg: Option<(u64, u64)> = None;
-    for (a, b) in &m.blocks {
-        while seg.is_none_or(|(s, size)| *a >= s + size) {
-            match segs.peek() {
-                Some((s, _)) if **s <= *a => seg = segs.next().map(|(s, g)| (*s, g.size)),
-                _ => break,
-            }
-        }
-        if b.state == BlockState::Inactive {
-            largest = largest.max(b.size);
-            if seg.is_some_and(|(s, size)| *a >= s && *a < s + size && b.size < size) {
-                split_n += 1;
-                split_bytes += b.size;
-            }
-        }
-    }
-    let large = m
-        .segments
-        .values()
-        .filter(|s| s.pool == Pool::Large)
-        .count();
-    let small = m.segments.len() - large;
-    let cached = m.cached_free();
-    let frag = if m.reserved == 0 {
-        0.0
-    } else {
-        cached as f64 * 100.0 / m.reserved as f64
-    };
+    let m = r.map.stats();
     // The engine's own counters when it sent them, else what the trace shows.
     let (retries, ooms) = match &r.stats {
         Some(s) => (s.num_alloc_retries.to_string(), s.num_ooms.to_string()),
@@ -75,16 +43,29 @@ pub fn prepare(r: &RunView) -> StatsFrame {
         ("active", format_size(m.active)),
         (
             "inactive split",
-            format!("{split_n} blocks · {}", format_size(split_bytes)),
+            format!(
+                "{} blocks · {}",
+                m.inactive_split_blocks,
+                format_size(m.inactive_split_bytes)
+            ),
         ),
         (
             "cached free",
-            format!("{}  ({frag:.1}% of reserved)", format_size(cached)),
+            format!(
+                "{}  ({:.1}% of reserved)",
+                format_size(m.cached_free),
+                m.fragmentation() * 100.0
+            ),
         ),
-        ("largest free", format_size(largest)),
+        ("largest free", format_size(m.largest_free)),
         (
             "segments",
-            format!("{} ({large} large, {small} small)", m.segments.len()),
+            format!(
+                "{} ({} large, {} small)",
+                m.large_segments + m.small_segments,
+                m.large_segments,
+                m.small_segments
+            ),
         ),
         ("retries / OOMs", format!("{retries} / {ooms}")),
         ("event", format!("{} of {}", r.pos, r.len())),
