@@ -356,7 +356,7 @@ fn accumulate_loss_train_bug_matches_the_h100() {
 /// Linear's forward right after the cuBLAS workspace, and never freed.
 #[test]
 fn the_lt_workspace_is_cached_in_this_release() {
-    use vramscope::trace::replay::EntryAction as Action;
+    use vramscope::alloc::Action;
     let snap = import_file(&captured("gpt2_small_fits", "pickle")).expect("imports");
     let entries = from_snapshot::entries(&snap, 0);
     let lt: Vec<usize> = entries
@@ -495,7 +495,7 @@ fn cudnn_reserve_layout(graphs: u64) -> Layout {
 
 #[test]
 fn rnn_hidden_fixed_matches_the_h100_but_for_the_cudnn_reserve() {
-    use vramscope::trace::replay::EntryAction as Action;
+    use vramscope::alloc::Action;
     let snap = import_file(&captured("rnn_hidden_fixed", "pickle")).expect("imports");
     let entries = from_snapshot::entries(&snap, 0);
     let sizes: Vec<u64> = entries
@@ -681,7 +681,7 @@ const CUDNN_INFERENCE_WORKSPACE: u64 = 23_017_632;
 
 #[test]
 fn rnn_hidden_eval_bug_matches_the_h100() {
-    use vramscope::trace::replay::EntryAction as Action;
+    use vramscope::alloc::Action;
     let snap = import_file(&captured("rnn_hidden_eval_bug", "pickle")).expect("imports");
     let entries = from_snapshot::entries(&snap, 0);
     assert!(entries
@@ -1011,7 +1011,7 @@ fn a_batch_schedule_starting_over_is_not_a_leak_but_stored_outputs_are() {
 type Requests = Vec<(bool, u64)>;
 
 fn real_requests(stem: &str) -> Requests {
-    use vramscope::trace::replay::EntryAction as Action;
+    use vramscope::alloc::Action;
     let snap = import_file(&captured(stem, "pickle")).expect("imports");
     from_snapshot::entries(&snap, 0)
         .iter()

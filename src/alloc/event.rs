@@ -3,7 +3,12 @@
 use super::rounding::Pool;
 use super::Tag;
 
+/// `action` of a trace entry (PyTorch's `TraceEntry::Action`). The
+/// allocator makes the first eight; a snapshot's trace may also hold
+/// `snapshot` and `annotate` entries, and actions of releases this model does
+/// not know, kept as [`Action::Other`] (their text stays with the entry).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
 pub enum Action {
     Alloc,
     FreeRequested,
@@ -13,6 +18,9 @@ pub enum Action {
     SegmentMap,
     SegmentUnmap,
     Oom,
+    Snapshot,
+    Annotate,
+    Other,
 }
 
 impl Action {
@@ -28,7 +36,25 @@ impl Action {
         Action::Oom,
     ];
 
-    /// PyTorch's action string.
+    /// PyTorch's spelling to the enum; unknown text gives [`Action::Other`].
+    pub fn parse(s: &str) -> Action {
+        match s {
+            "snapshot" => Action::Snapshot,
+            "annotate" => Action::Annotate,
+            _ => Action::ALL
+                .into_iter()
+                .find(|a| a.name() == s)
+                .unwrap_or(Action::Other),
+        }
+    }
+
+    /// Whether the allocator makes this entry (all but `snapshot`,
+    /// `annotate` and unknown actions).
+    pub fn is_allocator(self) -> bool {
+        !matches!(self, Action::Snapshot | Action::Annotate | Action::Other)
+    }
+
+    /// PyTorch's action string; `"other"` for [`Action::Other`].
     pub fn name(self) -> &'static str {
         match self {
             Action::Alloc => "alloc",
@@ -39,6 +65,9 @@ impl Action {
             Action::SegmentMap => "segment_map",
             Action::SegmentUnmap => "segment_unmap",
             Action::Oom => "oom",
+            Action::Snapshot => "snapshot",
+            Action::Annotate => "annotate",
+            Action::Other => "other",
         }
     }
 

@@ -6,9 +6,10 @@ use rustc_hash::FxHashSet;
 
 use super::autograd::{BwdKind, Edge, NodeId};
 use super::error::{EngineError, Result, BACKWARD_TWICE};
-use super::tag::{Category, Phase};
+use super::tag::Category;
 use super::tensor::{Layout, TensorId, VersionCounter};
 use super::Engine;
+use crate::trace::Phase;
 
 /// A gradient a node produced for input `i`, before `validate_outputs`.
 pub(super) enum Out {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::alloc::AllocEvent;
 
 use super::error::ErrorKind;
-use super::tag::Phase;
+use crate::trace::Phase;
 
 #[derive(Debug, Clone)]
 pub enum EngineEvent {

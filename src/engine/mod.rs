@@ -45,6 +45,7 @@ pub(crate) mod tests;
 
 use crate::alloc::{AllocConfig, CachingAllocator, Tag, TorchVersion};
 use crate::device::{AnyDevice, AnyLauncher, SimDevice};
+use crate::trace::Phase;
 
 pub use amp::GradScalerState;
 pub use autograd::NodeId;
@@ -63,7 +64,7 @@ pub use program::{GradContext, KeepWhat, Program, Step};
 pub use reduce_scratch::ReduceDevice;
 pub use shape::Shape;
 pub use storage::{DeviceKind, StorageId};
-pub use tag::{AllocTag, Category, Phase, TagTable};
+pub use tag::{AllocTag, Category, TagTable};
 pub use tensor::TensorId;
 
 use amp::AmpState;

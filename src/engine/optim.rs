@@ -8,9 +8,10 @@ use super::config::OptimImpl;
 use super::dtype::DType;
 use super::error::Result;
 use super::shape::Shape;
-use super::tag::{Category, Phase};
+use super::tag::Category;
 use super::tensor::TensorId;
 use super::Engine;
+use crate::trace::Phase;
 
 /// Elements per chunk of ATen's multi-tensor-apply kernels (`kChunkSize`).
 const FOREACH_CHUNK: u64 = 65_536;

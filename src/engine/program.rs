@@ -8,8 +8,9 @@ use super::dtype::DType;
 use super::error::{EngineError, Result};
 use super::events::EngineEvent;
 use super::shape::Shape;
-use super::tag::{Category, Phase};
+use super::tag::Category;
 use super::Engine;
+use crate::trace::Phase;
 
 /// What a `Keep`/`Append`/`AccumulateLoss` stores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use crate::alloc::Tag;
+use crate::trace::Phase;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
@@ -74,46 +75,6 @@ impl Category {
 
     fn index(self) -> u64 {
         Category::ALL.iter().position(|c| *c == self).unwrap_or(0) as u64
-    }
-}
-
-/// Where in the training step a request happens (engine.md §11.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Phase {
-    /// Model construction and other one-time work before the loop.
-    Setup,
-    Forward,
-    Backward,
-    Optimizer,
-    /// A forward run with the model in eval mode or with grad disabled.
-    Eval,
-    /// Scenario-level work outside the model (bookkeeping, buffers, `empty_cache`).
-    User,
-}
-
-impl Phase {
-    const ALL: [Phase; 6] = [
-        Phase::Setup,
-        Phase::Forward,
-        Phase::Backward,
-        Phase::Optimizer,
-        Phase::Eval,
-        Phase::User,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Phase::Setup => "setup",
-            Phase::Forward => "forward",
-            Phase::Backward => "backward",
-            Phase::Optimizer => "optimizer",
-            Phase::Eval => "eval",
-            Phase::User => "user",
-        }
-    }
-
-    fn index(self) -> u64 {
-        Phase::ALL.iter().position(|p| *p == self).unwrap_or(0) as u64
     }
 }
 
@@ -211,7 +172,7 @@ impl TagTable {
         };
         Tag(u64::from(site) & ((1 << SITE_BITS) - 1)
             | category.index() << CAT_SHIFT
-            | phase.index() << PHASE_SHIFT
+            | phase_index(phase) << PHASE_SHIFT
             | u64::from(iteration) << ITER_SHIFT)
     }
 
@@ -233,6 +194,10 @@ impl TagTable {
             frames: s.frames.clone(),
         })
     }
+}
+
+fn phase_index(phase: Phase) -> u64 {
+    Phase::ALL.iter().position(|p| *p == phase).unwrap_or(0) as u64
 }
 
 /// PyTorch-like frames, innermost first: the library call, the model code, the

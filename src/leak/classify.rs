@@ -7,9 +7,10 @@ use super::detector::{
     Detector, GroupHistory, GroupKind, GroupSample, IterationSample, MIN_GROWTH_STEPS, NONE,
 };
 use super::finding::{Finding, FindingKind, Severity};
-use super::format::{block_bytes, signed_size, size};
+use super::format::{block_bytes, signed_size};
 use super::program::Binder;
 use super::reach::{blocks_of, lookup, path_for, Ctx, GroupAcc, CATS, CAT_NAMES};
+use crate::alloc::format_size;
 use crate::engine::{DeviceKind, KeepWhat, BACKWARD_TWICE};
 
 impl Detector {
@@ -124,7 +125,7 @@ impl Detector {
                  iteration over the last {growth_steps} iterations (engine.md §9.1: S_iter per iteration).",
                 cur.nodes,
                 f.iterations,
-                size(cur.graph),
+                format_size(cur.graph),
                 signed_size(graph.per_iter),
             ),
             FindingKind::CarriedHiddenState => {
@@ -142,7 +143,7 @@ impl Detector {
                          backward also walks the whole history (engine.md §8.3, pitfall 3b).",
                         cur.oldest_node_iteration.unwrap_or(0),
                         cur.nodes,
-                        size(cur.graph),
+                        format_size(cur.graph),
                         signed_size(graph.per_iter),
                     )
                 }
@@ -153,7 +154,7 @@ impl Detector {
                      iteration over the last {growth_steps} iterations; they carry no un-released graph \
                      (a growing list, not a retained graph).",
                     cur.elements,
-                    size(cur.own),
+                    format_size(cur.own),
                     signed_size(own.per_iter),
                 );
                 if cur.nodes > 0 {
@@ -182,7 +183,7 @@ impl Detector {
                         cur.nodes,
                         node_growth.max(0),
                         signed_size(per_iter),
-                        size(cur.gpu()),
+                        format_size(cur.gpu()),
                     )
                 }
             }
@@ -253,16 +254,20 @@ impl Detector {
         f.path = vec![
             format!(
                 "reserved {} → {}",
-                size(first.reserved),
-                size(last.reserved)
+                format_size(first.reserved),
+                format_size(last.reserved)
             ),
-            format!("allocated {}..{} (flat)", size(a_min), size(a_max)),
+            format!(
+                "allocated {}..{} (flat)",
+                format_size(a_min),
+                format_size(a_max)
+            ),
             format!(
                 "peak allocated {}: {} reserved beyond it",
-                size(last.peak_allocated),
-                size(waste_last)
+                format_size(last.peak_allocated),
+                format_size(waste_last)
             ),
-            format!("reserved but unallocated {}", size(gap_last)),
+            format!("reserved but unallocated {}", format_size(gap_last)),
         ];
         f.fix = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or pad/bucket shapes, largest first)".into();
         f.evidence = format!(
@@ -270,8 +275,8 @@ impl Detector {
              within {}: cached free blocks of the wrong sizes, not a leak — no tensor is retained \
              (engine.md §9 pitfall 11). empty_cache() would return only fully free segments.",
             w.len() - 1,
-            size(r_growth),
-            size(a_drift),
+            format_size(r_growth),
+            format_size(a_drift),
         );
         f.severity = if self.capacity > 0 && last.reserved * 10 > self.capacity * 9 {
             Severity::Warning
@@ -309,7 +314,7 @@ impl Detector {
                  storages have persisted for {streak} iterations and every backward adds into them in \
                  place. Memory stays flat (engine.md §3.1); the gradients are summed over iterations, \
                  so the values are wrong.",
-                size(self.grad_bytes)
+                format_size(self.grad_bytes)
             );
         } else {
             f.severity = Severity::Info;
@@ -318,7 +323,7 @@ impl Detector {
                  zero_grad() is never called (gradients summed: wrong values, memory flat) or it is \
                  called with set_to_none=False; the live state alone cannot tell which (the engine does \
                  not expose when a grad was last zeroed).",
-                size(self.grad_bytes)
+                format_size(self.grad_bytes)
             );
         }
         Some(f)
@@ -377,7 +382,7 @@ impl Detector {
             "Evaluation runs with grad enabled: {} of saved tensors stay alive through `{}` until the next \
              forward rebinds them, so the peak is about two iterations' activations. Flat across \
              iterations: a higher peak, not a leak (engine.md §9 pitfall 4).",
-            size(bytes),
+            format_size(bytes),
             names.join("`, `"),
         );
         f.severity = Severity::Info;
@@ -415,7 +420,7 @@ impl Detector {
             f.by_category = vec![("temporary", bytes)];
             f.path = vec![
                 format!("{name} = torch.empty(...)  # in the loop"),
-                format!("the previous {name} ({}) still bound", size(bytes)),
+                format!("the previous {name} ({}) still bound", format_size(bytes)),
             ];
             f.fix = format!(
                 "allocate {name} once before the loop, or `del {name}` before re-creating it"
@@ -424,7 +429,7 @@ impl Detector {
                 "Each iteration creates a new `{name}` while the last one is still bound: for a \
                  moment both are alive, {} more at the peak. Flat across iterations: a higher peak, \
                  not a leak (engine.md §9 pitfall 12).",
-                size(bytes)
+                format_size(bytes)
             );
             f.severity = Severity::Info;
             out.push(f);

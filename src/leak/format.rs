@@ -1,28 +1,14 @@
 //! Small text helpers shared by the analyses and the renderers.
 
+use crate::alloc::format_size;
 use crate::engine::DType;
 
-/// `1.0 MiB`, `512 B`, `3.2 GiB`.
-pub fn size(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    format!("{v:.1} {}", UNITS[u])
-}
-
-/// Signed size, e.g. `+2.1 MiB`.
+/// Signed size, e.g. `+2.10 MiB`.
 pub fn signed_size(bytes: i64) -> String {
     if bytes < 0 {
-        format!("-{}", size(bytes.unsigned_abs()))
+        format!("-{}", format_size(bytes.unsigned_abs()))
     } else {
-        format!("+{}", size(bytes as u64))
+        format!("+{}", format_size(bytes as u64))
     }
 }
 

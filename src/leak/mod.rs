@@ -25,6 +25,5 @@ mod tests;
 
 pub use detector::{Detector, GroupSample, IterationSample, MIN_GROWTH_STEPS};
 pub use finding::{Finding, FindingKind, Severity};
-pub use format::size as format_size;
 pub use render::{findings_json, findings_text};
 pub use snapshot::{analyze_snapshot, BoundarySource, SnapshotLeakReport, SurvivorGroup};

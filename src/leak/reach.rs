@@ -9,7 +9,8 @@ use rustc_hash::FxHashMap;
 
 use super::detector::{GroupKind, GroupSample, NONE, SHARED};
 use super::finding::FindingKind;
-use super::format::{block_bytes, dtype, shape, size};
+use super::format::{block_bytes, dtype, shape};
+use crate::alloc::format_size;
 use crate::engine::{Category, DeviceKind, LiveState, RootKind};
 
 /// Per-observation scratch for one group.
@@ -328,7 +329,7 @@ pub(super) fn path_for(ctx: &Ctx, g: u32, acc: &GroupAcc, kind: FindingKind) -> 
                 let s = &ls.storages[p as usize];
                 format!(
                     " [{}, {}, iter {}]",
-                    size(s.bytes),
+                    format_size(s.bytes),
                     s.category.name(),
                     s.iteration
                 )
@@ -424,7 +425,7 @@ pub(super) fn path_for(ctx: &Ctx, g: u32, acc: &GroupAcc, kind: FindingKind) -> 
                 s.name,
                 shape(&s.shape),
                 dtype(s.dtype),
-                size(s.bytes)
+                format_size(s.bytes)
             ));
         }
         None => out.push(format!(

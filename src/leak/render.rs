@@ -3,7 +3,8 @@
 use serde_json::{json, Value};
 
 use super::finding::{Finding, FindingKind};
-use super::format::{signed_size, size};
+use super::format::signed_size;
+use crate::alloc::format_size;
 
 /// `[{"root","kind","bytes","growth_per_iter","iterations","path":[…],"fix","severity", …}, …]`.
 pub fn findings_json(findings: &[Finding]) -> Value {
@@ -75,7 +76,7 @@ pub fn findings_text(findings: &[Finding]) -> String {
             f.root,
             headline(f.kind)
         ));
-        let mut line = format!("  holds {}", size(f.bytes));
+        let mut line = format!("  holds {}", format_size(f.bytes));
         if f.growth_per_iter != 0 {
             line.push_str(&format!(
                 ", {} per iteration",
@@ -99,7 +100,7 @@ pub fn findings_text(findings: &[Finding]) -> String {
             let cats: Vec<String> = f
                 .by_category
                 .iter()
-                .map(|(k, v)| format!("{k} {}", size(*v)))
+                .map(|(k, v)| format!("{k} {}", format_size(*v)))
                 .collect();
             out.push_str(&format!("  by category: {}\n", cats.join(", ")));
         }

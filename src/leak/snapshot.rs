@@ -12,9 +12,11 @@ use serde::Serialize;
 
 use super::counted_annotations::counted_annotations;
 use super::finding::{Finding, FindingKind, Severity};
-use super::format::{signed_size, size};
+use super::format::signed_size;
 use super::site_series::SiteSeries;
+use crate::alloc::format_size;
 use crate::trace::snapshot::{Action, FramesId, Snapshot, TraceEntry};
+use crate::trace::Phase;
 
 /// Where the iteration boundaries came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -91,13 +93,7 @@ pub struct SnapshotLeakReport {
 const CAVEAT: &str = "A trace records allocations and their stacks, not tensor references: it \
 cannot show which variable, container or autograd graph keeps these blocks alive.";
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    Forward,
-    Backward,
-    Optimizer,
-}
-
+/// Forward, backward or optimizer, as far as a stack tells.
 fn phase_of(snap: &Snapshot, frames: FramesId) -> Phase {
     let mut ph = Phase::Forward;
     for f in snap.frames.resolve(frames) {
@@ -266,6 +262,8 @@ fn boundaries(
                 }
                 after_bwd = false;
             }
+            // A stack tells forward, backward and optimizer apart, no more.
+            Phase::Setup | Phase::Eval | Phase::User => {}
         }
     }
     if v.len() >= 2 {
@@ -435,7 +433,7 @@ pub fn analyze_snapshot(
         f.path = vec![
             g.site.clone(),
             format!("{} allocations alive at the last boundary", g.allocations),
-            format!("{} born since the first boundary", size(f.bytes)),
+            format!("{} born since the first boundary", format_size(f.bytes)),
         ];
         f.fix = if forward_only {
             "if these are activations of one forward pass, run it under torch.no_grad() when no backward follows".into()
@@ -484,8 +482,8 @@ pub fn analyze_snapshot(
             "Across {intervals} iterations delimited by {described}, no call site's surviving allocations \
              accumulate: live memory at the boundaries went {} → {}. No GPU leak is visible in this \
              trace (host-side growth, such as spent autograd graphs, never shows in a GPU trace).",
-            size(a),
-            size(b),
+            format_size(a),
+            format_size(b),
         )
     } else {
         let total: i64 = report.survivors.iter().map(|g| g.growth_per_iter).sum();

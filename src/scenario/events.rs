@@ -2,18 +2,8 @@
 
 use std::sync::Arc;
 
-use crate::engine::{EngineEvent, Phase as EnginePhase};
-use crate::trace::{Event, Marker, Phase};
-
-fn phase(p: EnginePhase) -> Phase {
-    match p {
-        EnginePhase::Forward => Phase::Forward,
-        EnginePhase::Backward => Phase::Backward,
-        EnginePhase::Optimizer => Phase::Optimizer,
-        EnginePhase::Eval => Phase::Eval,
-        EnginePhase::Setup | EnginePhase::User => Phase::Other,
-    }
-}
+use crate::engine::EngineEvent;
+use crate::trace::{Event, Marker};
 
 /// A warning as Python prints its category before the text.
 pub(crate) fn user_warning(text: &str) -> String {
@@ -27,8 +17,8 @@ pub fn to_trace(e: &EngineEvent) -> Option<Event> {
         EngineEvent::Alloc(a) => Event::Alloc(*a),
         EngineEvent::IterationBegin(i) => Event::Marker(Marker::IterationBegin(*i)),
         EngineEvent::IterationEnd { iter, .. } => Event::Marker(Marker::IterationEnd(*iter)),
-        EngineEvent::PhaseBegin(p) => Event::Marker(Marker::PhaseBegin(phase(*p))),
-        EngineEvent::PhaseEnd(p) => Event::Marker(Marker::PhaseEnd(phase(*p))),
+        EngineEvent::PhaseBegin(p) => Event::Marker(Marker::PhaseBegin(*p)),
+        EngineEvent::PhaseEnd(p) => Event::Marker(Marker::PhaseEnd(*p)),
         EngineEvent::OpBegin { name, module } => Event::Marker(Marker::OpBegin {
             name: Arc::from(*name),
             module: module.clone(),

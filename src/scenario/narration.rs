@@ -55,7 +55,7 @@ impl NarrationTracker {
                     self.reserved = self.reserved.saturating_sub(a.size)
                 }
                 Action::Oom => oom = true,
-                Action::FreeCompleted => {}
+                Action::FreeCompleted | Action::Snapshot | Action::Annotate | Action::Other => {}
             },
             Event::Marker(Marker::IterationBegin(i)) => self.iteration = *i,
             Event::Marker(Marker::OpBegin { name, .. }) => op = Some(name.clone()),

@@ -9,25 +9,40 @@ use serde::{Deserialize, Serialize};
 
 use crate::alloc::AllocEvent;
 
-/// Where in a training step an event happens.
+/// Where in the training step an event happens (engine.md §11.1): the
+/// engine tags every request with it, and phase markers carry it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
+    /// Model construction and other one-time work before the loop.
+    Setup,
     Forward,
     Backward,
     Optimizer,
+    /// A forward run with the model in eval mode or with grad disabled.
     Eval,
-    Other,
+    /// Scenario-level work outside the model (bookkeeping, buffers, `empty_cache`).
+    User,
 }
 
 impl Phase {
+    pub const ALL: [Phase; 6] = [
+        Phase::Setup,
+        Phase::Forward,
+        Phase::Backward,
+        Phase::Optimizer,
+        Phase::Eval,
+        Phase::User,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
+            Phase::Setup => "setup",
             Phase::Forward => "forward",
             Phase::Backward => "backward",
             Phase::Optimizer => "optimizer",
             Phase::Eval => "eval",
-            Phase::Other => "other",
+            Phase::User => "user",
         }
     }
 }

@@ -235,7 +235,7 @@ impl MemoryMap {
             Action::FreeCompleted => self
                 .free_completed(e.addr)
                 .ok_or_else(|| err("no pending block"))?,
-            Action::Oom => {}
+            Action::Oom | Action::Snapshot | Action::Annotate | Action::Other => {}
         }
         Ok(())
     }

@@ -11,7 +11,7 @@ use crate::alloc::constants::{LARGE_BUFFER, SMALL_BUFFER};
 use crate::alloc::{
     round_size, should_split, Action, AllocConfig, AllocEvent, BlockState, Pool, Tag,
 };
-use crate::trace::replay::{entry_tag, Entry, EntryAction};
+use crate::trace::replay::{entry_tag, Entry};
 use crate::trace::snapshot::{PoolKind, Snapshot};
 use crate::trace::{Event, MapBlock, MapSegment, MemoryMap};
 
@@ -67,8 +67,11 @@ fn entry_event(
     tag: Tag,
     device_free: u64,
 ) -> Option<AllocEvent> {
+    if !e.action.is_allocator() {
+        return None;
+    }
     let mut ev = AllocEvent {
-        action: Action::Oom,
+        action: e.action,
         addr: e.addr,
         size: e.size,
         block_size: e.size,
@@ -78,8 +81,7 @@ fn entry_event(
         tag,
     };
     match e.action {
-        EntryAction::Alloc => {
-            ev.action = Action::Alloc;
+        Action::Alloc => {
             let rounded = round_size(e.size, config);
             ev.pool = Pool::for_size(rounded);
             ev.block_size = rounded;
@@ -97,27 +99,18 @@ fn entry_event(
                 }
             }
         }
-        EntryAction::FreeRequested | EntryAction::FreeCompleted => {
-            ev.action = if e.action == EntryAction::FreeRequested {
-                Action::FreeRequested
-            } else {
-                Action::FreeCompleted
-            };
+        Action::FreeRequested | Action::FreeCompleted => {
             if let Some(b) = map.blocks.get(&e.addr) {
                 ev.block_size = b.size;
             }
             ev.pool = map.segment_at(e.addr).map_or(Pool::Large, |(_, s)| s.pool);
             ev.tag = map.blocks.get(&e.addr).map_or(tag, |b| b.tag);
         }
-        EntryAction::Segment(action) => {
-            ev.action = action;
-            ev.pool = segment_pool(action, e.size, map, e.addr);
-        }
-        EntryAction::Oom => {
+        Action::Oom => {
             ev.addr = 0;
             ev.device_free = device_free;
         }
-        EntryAction::Other => return None,
+        segment => ev.pool = segment_pool(segment, e.size, map, e.addr),
     }
     Some(ev)
 }

@@ -6,13 +6,13 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::alloc::Action as AllocAction;
+use crate::alloc::Action;
 use crate::trace::Event;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::layout::Rect;
 
 use super::gpu_panel::GpuPanel;
-use super::input::{self, Action};
+use super::input::{self, UiAction};
 use super::layout::{self, Areas, Focus};
 use super::run_view::{collect_categories, prepare_markers};
 pub use super::run_view::{RunFrame, RunView};
@@ -294,11 +294,11 @@ impl App {
     }
 
     /// Apply one action; true when the screen must be redrawn.
-    pub fn apply(&mut self, a: Action) -> bool {
+    pub fn apply(&mut self, a: UiAction) -> bool {
         match a {
-            Action::Quit => self.quit = true,
-            Action::ToggleHelp => self.show_help = !self.show_help,
-            Action::Escape => {
+            UiAction::Quit => self.quit = true,
+            UiAction::ToggleHelp => self.show_help = !self.show_help,
+            UiAction::Escape => {
                 if self.show_help {
                     self.show_help = false;
                 } else if self.gpu.shown {
@@ -308,7 +308,7 @@ impl App {
                     r.sel_finding = None;
                 }
             }
-            Action::TogglePlay => {
+            UiAction::TogglePlay => {
                 self.playing = !self.playing;
                 self.play_acc = 0.0;
                 // Play at the end of a finished run starts it over.
@@ -322,7 +322,7 @@ impl App {
                     }
                 }
             }
-            Action::Step(step, dir) => {
+            UiAction::Step(step, dir) => {
                 self.playing = false;
                 let moved = self.active_mut().is_some_and(|r| r.step(step, dir));
                 if moved {
@@ -330,23 +330,23 @@ impl App {
                 }
                 return moved;
             }
-            Action::Start => {
+            UiAction::Start => {
                 self.playing = false;
                 self.set_active_pos(0);
             }
-            Action::End => {
+            UiAction::End => {
                 let len = self.active_run().map_or(0, RunView::len);
                 self.set_active_pos(len);
             }
-            Action::Faster => self.speed = (self.speed * 2.0).min(MAX_SPEED),
-            Action::Slower => self.speed = (self.speed / 2.0).max(MIN_SPEED),
-            Action::ToggleColor => {
+            UiAction::Faster => self.speed = (self.speed * 2.0).min(MAX_SPEED),
+            UiAction::Slower => self.speed = (self.speed / 2.0).max(MIN_SPEED),
+            UiAction::ToggleColor => {
                 self.color_mode = match self.color_mode {
                     ColorMode::State => ColorMode::Category,
                     ColorMode::Category => ColorMode::State,
                 }
             }
-            Action::CycleTheme => {
+            UiAction::CycleTheme => {
                 // Built-in themes are tested to parse; keep the current one if not.
                 let next = self.theme_name.next();
                 if let Ok(t) = Theme::builtin(next, self.theme.no_color) {
@@ -354,31 +354,31 @@ impl App {
                     self.theme_name = next;
                 }
             }
-            Action::FocusNext => self.focus = self.focus.next(),
-            Action::FocusPrev => self.focus = self.focus.prev(),
-            Action::Restart => self.restart(),
-            Action::ToggleGpu => self.gpu.toggle(),
-            Action::ToggleSync => {
+            UiAction::FocusNext => self.focus = self.focus.next(),
+            UiAction::FocusPrev => self.focus = self.focus.prev(),
+            UiAction::Restart => self.restart(),
+            UiAction::ToggleGpu => self.gpu.toggle(),
+            UiAction::ToggleSync => {
                 self.sync = match self.sync {
                     SyncMode::Fraction => SyncMode::Iteration,
                     SyncMode::Iteration => SyncMode::Fraction,
                 };
                 self.sync_others();
             }
-            Action::SwitchRun => {
+            UiAction::SwitchRun => {
                 if !self.runs.is_empty() {
                     self.active = (self.active + 1) % self.runs.len();
                 }
             }
-            Action::Down => return self.select(1),
-            Action::Up => return self.select(-1),
-            Action::PageDown => return self.page(1),
-            Action::PageUp => return self.page(-1),
-            Action::Enter => return self.enter(),
-            Action::ZoomIn => return self.zoom(true),
-            Action::ZoomOut => return self.zoom(false),
-            Action::PanLeft => return self.pan(-1),
-            Action::PanRight => return self.pan(1),
+            UiAction::Down => return self.select(1),
+            UiAction::Up => return self.select(-1),
+            UiAction::PageDown => return self.page(1),
+            UiAction::PageUp => return self.page(-1),
+            UiAction::Enter => return self.enter(),
+            UiAction::ZoomIn => return self.zoom(true),
+            UiAction::ZoomOut => return self.zoom(false),
+            UiAction::PanLeft => return self.pan(-1),
+            UiAction::PanRight => return self.pan(1),
         }
         true
     }
@@ -494,9 +494,9 @@ impl App {
                     return false;
                 };
                 let upto = r.pos.min(r.len());
-                let found = r.timeline.events()[..upto]
-                    .iter()
-                    .rposition(|e| matches!(e, Event::Alloc(a) if a.action == AllocAction::Alloc && a.addr == addr));
+                let found = r.timeline.events()[..upto].iter().rposition(
+                    |e| matches!(e, Event::Alloc(a) if a.action == Action::Alloc && a.addr == addr),
+                );
                 match found {
                     Some(i) => {
                         self.playing = false;

@@ -30,7 +30,7 @@ pub enum Step {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub enum UiAction {
     Quit,
     ToggleHelp,
     /// Close the help overlay, or clear the selection.
@@ -113,33 +113,33 @@ pub const KEYS: &[(&str, &str)] = &[
 ];
 
 /// The action for `key`, given the focused panel and whether help is open.
-pub fn key_action(key: KeyEvent, focus: Focus, help: bool) -> Option<Action> {
+pub fn key_action(key: KeyEvent, focus: Focus, help: bool) -> Option<UiAction> {
     if key.kind == KeyEventKind::Release {
         return None;
     }
     let shift = key.modifiers.contains(KeyModifiers::SHIFT);
     if key.modifiers.contains(KeyModifiers::CONTROL) {
-        return matches!(key.code, KeyCode::Char('c')).then_some(Action::Quit);
+        return matches!(key.code, KeyCode::Char('c')).then_some(UiAction::Quit);
     }
     if help {
         // The overlay swallows keys except those that close it or quit.
         return match key.code {
-            KeyCode::Char('?') | KeyCode::Esc => Some(Action::ToggleHelp),
-            KeyCode::Char('q') => Some(Action::Quit),
+            KeyCode::Char('?') | KeyCode::Esc => Some(UiAction::ToggleHelp),
+            KeyCode::Char('q') => Some(UiAction::Quit),
             _ => None,
         };
     }
-    let fwd = |s| Some(Action::Step(s, Dir::Fwd));
-    let back = |s| Some(Action::Step(s, Dir::Back));
+    let fwd = |s| Some(UiAction::Step(s, Dir::Fwd));
+    let back = |s| Some(UiAction::Step(s, Dir::Back));
     match key.code {
-        KeyCode::Char('q') => Some(Action::Quit),
-        KeyCode::Char('?') => Some(Action::ToggleHelp),
-        KeyCode::Esc => Some(Action::Escape),
-        KeyCode::Char(' ') => Some(Action::TogglePlay),
-        KeyCode::Char('+' | '=' | ']') => Some(Action::Faster),
-        KeyCode::Char('-' | '[') => Some(Action::Slower),
-        KeyCode::Right if shift => Some(Action::PanRight),
-        KeyCode::Left if shift => Some(Action::PanLeft),
+        KeyCode::Char('q') => Some(UiAction::Quit),
+        KeyCode::Char('?') => Some(UiAction::ToggleHelp),
+        KeyCode::Esc => Some(UiAction::Escape),
+        KeyCode::Char(' ') => Some(UiAction::TogglePlay),
+        KeyCode::Char('+' | '=' | ']') => Some(UiAction::Faster),
+        KeyCode::Char('-' | '[') => Some(UiAction::Slower),
+        KeyCode::Right if shift => Some(UiAction::PanRight),
+        KeyCode::Left if shift => Some(UiAction::PanLeft),
         KeyCode::Char('l') | KeyCode::Right => fwd(Step::Event),
         KeyCode::Char('h') | KeyCode::Left => back(Step::Event),
         KeyCode::Char('o') => fwd(Step::Op),
@@ -154,25 +154,25 @@ pub fn key_action(key: KeyEvent, focus: Focus, help: bool) -> Option<Action> {
         KeyCode::Char('X') => back(Step::Oom),
         KeyCode::Char('f') => fwd(Step::Leak),
         KeyCode::Char('F') => back(Step::Leak),
-        KeyCode::Char('g') | KeyCode::Home => Some(Action::Start),
-        KeyCode::Char('G') | KeyCode::End => Some(Action::End),
-        KeyCode::Char('j') | KeyCode::Down => Some(Action::Down),
-        KeyCode::Char('k') | KeyCode::Up => Some(Action::Up),
-        KeyCode::PageDown => Some(Action::PageDown),
-        KeyCode::PageUp => Some(Action::PageUp),
-        KeyCode::Enter => Some(Action::Enter),
-        KeyCode::Char('z') => Some(Action::ZoomIn),
-        KeyCode::Char('Z') => Some(Action::ZoomOut),
-        KeyCode::Char('>') => Some(Action::PanRight),
-        KeyCode::Char('<') => Some(Action::PanLeft),
-        KeyCode::Tab => Some(Action::FocusNext),
-        KeyCode::BackTab => Some(Action::FocusPrev),
-        KeyCode::Char('c') => Some(Action::ToggleColor),
-        KeyCode::Char('t') => Some(Action::CycleTheme),
-        KeyCode::Char('w') => Some(Action::SwitchRun),
-        KeyCode::Char('s') => Some(Action::ToggleSync),
-        KeyCode::Char('r') => Some(Action::Restart),
-        KeyCode::Char('v') => Some(Action::ToggleGpu),
+        KeyCode::Char('g') | KeyCode::Home => Some(UiAction::Start),
+        KeyCode::Char('G') | KeyCode::End => Some(UiAction::End),
+        KeyCode::Char('j') | KeyCode::Down => Some(UiAction::Down),
+        KeyCode::Char('k') | KeyCode::Up => Some(UiAction::Up),
+        KeyCode::PageDown => Some(UiAction::PageDown),
+        KeyCode::PageUp => Some(UiAction::PageUp),
+        KeyCode::Enter => Some(UiAction::Enter),
+        KeyCode::Char('z') => Some(UiAction::ZoomIn),
+        KeyCode::Char('Z') => Some(UiAction::ZoomOut),
+        KeyCode::Char('>') => Some(UiAction::PanRight),
+        KeyCode::Char('<') => Some(UiAction::PanLeft),
+        KeyCode::Tab => Some(UiAction::FocusNext),
+        KeyCode::BackTab => Some(UiAction::FocusPrev),
+        KeyCode::Char('c') => Some(UiAction::ToggleColor),
+        KeyCode::Char('t') => Some(UiAction::CycleTheme),
+        KeyCode::Char('w') => Some(UiAction::SwitchRun),
+        KeyCode::Char('s') => Some(UiAction::ToggleSync),
+        KeyCode::Char('r') => Some(UiAction::Restart),
+        KeyCode::Char('v') => Some(UiAction::ToggleGpu),
         _ => {
             let _ = focus;
             None

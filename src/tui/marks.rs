@@ -26,7 +26,7 @@ impl Glyph {
             Glyph::Phase(Phase::Backward) => "b",
             Glyph::Phase(Phase::Optimizer) => "o",
             Glyph::Phase(Phase::Eval) => "e",
-            Glyph::Phase(Phase::Other) => "·",
+            Glyph::Phase(Phase::Setup | Phase::User) => "·",
         }
     }
 }

@@ -4,7 +4,7 @@
 use super::input::{Dir, Step};
 use super::marks::MarkIndex;
 use super::views::{event_log, segment_map, stats, timeline};
-use crate::alloc::{Action as AllocAction, MemoryStats, Tag};
+use crate::alloc::{Action, MemoryStats, Tag};
 use crate::leak::Finding;
 use crate::producers::{Polled, Source, SourceMsg, TagInfo};
 use crate::trace::timeline::KEYFRAME_EVERY;
@@ -204,7 +204,7 @@ impl RunView {
             SourceMsg::Events(events) => {
                 self.ooms += events
                     .iter()
-                    .filter(|e| matches!(e, Event::Alloc(a) if a.action == AllocAction::Oom))
+                    .filter(|e| matches!(e, Event::Alloc(a) if a.action == Action::Oom))
                     .count();
                 self.timeline.extend(events);
                 self.marks.update(&self.timeline);
@@ -389,7 +389,7 @@ impl RunView {
             return false;
         }
         held.sort_unstable();
-        let is_held = |e: &Event| matches!(e, Event::Alloc(a) if a.action == AllocAction::Alloc && held.binary_search(&a.addr).is_ok());
+        let is_held = |e: &Event| matches!(e, Event::Alloc(a) if a.action == Action::Alloc && held.binary_search(&a.addr).is_ok());
         let events = self.timeline.events();
         let found = match dir {
             Dir::Fwd => events

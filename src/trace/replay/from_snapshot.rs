@@ -1,11 +1,11 @@
 //! Turn an imported snapshot into replay input: per-device entries, the final
 //! segments, the allocator config it ran under, and the device size.
 
-use crate::alloc::{Action as AllocAction, AllocConfig, MemoryStats, TorchVersion};
+use crate::alloc::{Action, AllocConfig, MemoryStats, TorchVersion};
 use crate::trace::snapshot::{AllocatorSettings, Snapshot};
 
 use super::reconstruct::{initial_state, Reconstruction};
-use super::{Entry, EntryAction, FinalBlock, FinalSegment, ReplayOutcome, Replayer};
+use super::{Entry, FinalBlock, FinalSegment, ReplayOutcome, Replayer};
 
 /// Device size when neither the user nor the trace tells (an 80 GB-class card).
 pub const DEFAULT_DEVICE_TOTAL: u64 = 80 << 30;
@@ -18,24 +18,15 @@ pub fn entries(snap: &Snapshot, device: usize) -> Vec<Entry> {
     trace
         .iter()
         .map(|e| Entry {
-            action: match e.action.allocator() {
-                Some(AllocAction::Alloc) => EntryAction::Alloc,
-                Some(AllocAction::FreeRequested) => EntryAction::FreeRequested,
-                Some(AllocAction::FreeCompleted) => EntryAction::FreeCompleted,
-                Some(AllocAction::Oom) => EntryAction::Oom,
-                Some(segment) => EntryAction::Segment(segment),
-                None => EntryAction::Other,
-            },
+            action: e.action,
             addr: e.addr,
             size: e.size,
             stream: e.stream,
-            in_empty_cache: matches!(
-                e.action.allocator(),
-                Some(AllocAction::SegmentFree | AllocAction::SegmentUnmap)
-            ) && snap
-                .frames
-                .resolve(e.frames)
-                .any(|f| &*f.name == "empty_cache" || f.name.contains("emptyCache")),
+            in_empty_cache: matches!(e.action, Action::SegmentFree | Action::SegmentUnmap)
+                && snap
+                    .frames
+                    .resolve(e.frames)
+                    .any(|f| &*f.name == "empty_cache" || f.name.contains("emptyCache")),
         })
         .collect()
 }
@@ -124,9 +115,7 @@ pub fn traced_devices(snap: &Snapshot) -> Vec<usize> {
 /// small-pool reservation starts right after the large one, whose size is
 /// `ceil(9/8 · T / page)` pages (allocator.md §8.1).
 pub fn infer_device_total(entries: &[Entry], large_page: u64) -> Option<u64> {
-    let maps = entries
-        .iter()
-        .filter(|e| e.action == EntryAction::Segment(AllocAction::SegmentMap));
+    let maps = entries.iter().filter(|e| e.action == Action::SegmentMap);
     let large_base = maps
         .clone()
         .filter(|e| e.size % large_page == 0)

@@ -32,7 +32,7 @@ pub fn tag_entry(tag: Tag) -> Option<usize> {
 /// The parts of a trace entry a replay reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {
-    pub action: EntryAction,
+    pub action: Action,
     pub addr: u64,
     pub size: u64,
     pub stream: u64,
@@ -40,17 +40,6 @@ pub struct Entry {
     /// explicit call, not the release an OOM path makes before giving up
     /// (the two write the same entries otherwise).
     pub in_empty_cache: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EntryAction {
-    Alloc,
-    FreeRequested,
-    FreeCompleted,
-    Segment(Action),
-    Oom,
-    /// `snapshot`, `annotate` and unknown actions: no allocator call.
-    Other,
 }
 
 /// A block of the recorded final state.
@@ -110,7 +99,7 @@ impl ReplayOutcome {
 
 fn expected(e: &Entry) -> Option<Expected> {
     match e.action {
-        EntryAction::Segment(action) => Some(Expected {
+        action if action.is_segment() => Some(Expected {
             action,
             addr: e.addr,
             size: e.size,
@@ -211,23 +200,24 @@ impl Replayer {
         while i < entries.len() {
             let e = entries[i];
             match e.action {
-                EntryAction::Segment(_) => {
+                a if a.is_segment() => {
                     self.outcome.segment_events += 1;
                     self.group.extend(expected(&e).map(|x| (i, x)));
                 }
-                EntryAction::Alloc | EntryAction::Oom => self.request(i, &e, entries),
-                EntryAction::FreeRequested => {
+                Action::Alloc | Action::Oom => self.request(i, &e, entries),
+                Action::FreeRequested => {
                     self.flush_as_empty_cache();
-                    let completes_now = entries.get(i + 1).is_some_and(|n| {
-                        n.action == EntryAction::FreeCompleted && n.addr == e.addr
-                    });
+                    let completes_now = entries
+                        .get(i + 1)
+                        .is_some_and(|n| n.action == Action::FreeCompleted && n.addr == e.addr);
                     self.free(i, &e, completes_now);
                     if completes_now {
                         i += 1;
                     }
                 }
-                EntryAction::FreeCompleted => self.complete(i, &e),
-                EntryAction::Other => {}
+                Action::FreeCompleted => self.complete(i, &e),
+                // `snapshot`, `annotate` and unknown actions: no allocator call.
+                _ => {}
             }
             i += 1;
         }
@@ -241,7 +231,7 @@ impl Replayer {
     }
 
     fn request(&mut self, i: usize, e: &Entry, entries: &[Entry]) {
-        let is_oom = e.action == EntryAction::Oom;
+        let is_oom = e.action == Action::Oom;
         // Releases recorded before a request that the cache serves cannot come
         // from that request: they are an explicit empty_cache() call. So are
         // releases whose stack shows empty_cache(), even before an OOM.

@@ -14,7 +14,7 @@ use rustc_hash::FxHashMap;
 use crate::alloc::constants::{MIN_BLOCK_SIZE, SMALL_BUFFER, SMALL_SIZE};
 use crate::alloc::{round_size, Action, AdoptBlock, AllocConfig, BlockState, Pool, Tag};
 
-use super::{Entry, EntryAction, FinalSegment};
+use super::{Entry, FinalSegment};
 
 /// A segment to adopt before replaying.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,12 +56,9 @@ pub fn initial_state(
 ) -> Reconstruction {
     let mut out = Reconstruction::default();
     if finals.iter().any(|s| s.is_expandable)
-        || entries.iter().any(|e| {
-            matches!(
-                e.action,
-                EntryAction::Segment(Action::SegmentMap | Action::SegmentUnmap)
-            )
-        })
+        || entries
+            .iter()
+            .any(|e| matches!(e.action, Action::SegmentMap | Action::SegmentUnmap))
     {
         out.expandable = true;
     }
@@ -88,16 +85,16 @@ pub fn initial_state(
         .collect();
     for e in entries.iter().rev() {
         match e.action {
-            EntryAction::Segment(Action::SegmentAlloc) => {
+            Action::SegmentAlloc => {
                 segs.remove(&e.addr);
             }
-            EntryAction::Segment(Action::SegmentFree) => {
+            Action::SegmentFree => {
                 segs.insert(e.addr, (e.size, e.stream));
             }
-            EntryAction::Alloc => {
+            Action::Alloc => {
                 live.remove(&e.addr);
             }
-            EntryAction::FreeCompleted => {
+            Action::FreeCompleted => {
                 live.insert(
                     e.addr,
                     Live {
@@ -107,7 +104,7 @@ pub fn initial_state(
                     },
                 );
             }
-            EntryAction::FreeRequested => {
+            Action::FreeRequested => {
                 live.entry(e.addr)
                     .and_modify(|l| l.state = BlockState::ActiveAllocated)
                     .or_insert(Live {

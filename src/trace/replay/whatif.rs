@@ -6,11 +6,11 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::alloc::{AllocConfig, CachingAllocator, SegmentInfo};
+use crate::alloc::{Action, AllocConfig, CachingAllocator, SegmentInfo};
 use crate::device::SimDevice;
 
 use super::reconstruct::Reconstruction;
-use super::{entry_tag, Entry, EntryAction};
+use super::{entry_tag, Entry};
 
 /// A request that did not fit under a config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -103,7 +103,7 @@ pub fn run(requests: &Requests<'_>, config: AllocConfig, capacity: u64, record: 
             a.empty_cache();
         }
         match e.action {
-            EntryAction::Alloc => match a.malloc(e.size, e.stream, entry_tag(i)) {
+            Action::Alloc => match a.malloc(e.size, e.stream, entry_tag(i)) {
                 Ok(addr) => {
                     ours.insert(e.addr, addr);
                 }
@@ -112,7 +112,7 @@ pub fn run(requests: &Requests<'_>, config: AllocConfig, capacity: u64, record: 
                     size: e.size,
                 }),
             },
-            EntryAction::Oom => match a.malloc(e.size, e.stream, entry_tag(i)) {
+            Action::Oom => match a.malloc(e.size, e.stream, entry_tag(i)) {
                 // The recorded run failed here and never used the memory.
                 Ok(addr) => {
                     let _ = a.free(addr);
@@ -122,7 +122,7 @@ pub fn run(requests: &Requests<'_>, config: AllocConfig, capacity: u64, record: 
                     size: e.size,
                 }),
             },
-            EntryAction::FreeRequested => {
+            Action::FreeRequested => {
                 if let Some(addr) = ours.remove(&e.addr) {
                     let _ = a.free(addr);
                 }

@@ -3,7 +3,7 @@
 
 use std::rc::Rc;
 
-use crate::alloc::{Action as AllocAction, AllocConfig, AllocEvent, SegmentInfo, Tag};
+use crate::alloc::{Action, AllocConfig, AllocEvent, SegmentInfo, Tag};
 
 use super::types::{
     AllocatorSettings, Block, EntryExtra, EntryExtras, Layout, PoolKind, Segment, Snapshot,
@@ -94,7 +94,7 @@ pub fn snapshot_of_run(
                 )
                 // A simulated clock: one microsecond per entry.
                 .with_time_us(Some(i as i64));
-                if e.action == AllocAction::Oom {
+                if e.action == Action::Oom {
                     let row = EntryExtra {
                         device_free: Some(e.device_free),
                         ..EntryExtra::default()

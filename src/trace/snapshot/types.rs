@@ -3,7 +3,6 @@
 
 use rustc_hash::FxHashMap;
 
-use crate::alloc::Action as AllocAction;
 use crate::trace::pickle::SharedStr;
 
 use super::frames::{Frame, FrameTable, FramesId};
@@ -43,7 +42,7 @@ impl Snapshot {
     pub fn action_name<'a>(&'a self, e: &TraceEntry) -> &'a str {
         match (e.action, &self.extra(e).action) {
             (Action::Other, Some(name)) => name,
-            (a, _) => a.as_str(),
+            (a, _) => a.name(),
         }
     }
 
@@ -122,80 +121,10 @@ pub struct Block {
 /// `state` of a block: the allocator's own type, shared by imports and simulations.
 pub use crate::alloc::BlockState;
 
-/// `action` of a trace entry. One byte: the name of an [`Action::Other`]
-/// lives in the entry's [`EntryExtra`] (see [`Snapshot::action_name`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum Action {
-    Alloc,
-    FreeRequested,
-    FreeCompleted,
-    SegmentAlloc,
-    SegmentFree,
-    SegmentMap,
-    SegmentUnmap,
-    Oom,
-    Snapshot,
-    Annotate,
-    /// An action this version does not know; kept, not rejected. Its text
-    /// is [`EntryExtra::action`].
-    Other,
-}
-
-impl Action {
-    /// PyTorch's spelling to the enum; unknown text gives [`Action::Other`].
-    pub fn parse(s: &str) -> Action {
-        match s {
-            "snapshot" => Action::Snapshot,
-            "annotate" => Action::Annotate,
-            _ => AllocAction::ALL
-                .into_iter()
-                .find(|a| a.name() == s)
-                .map_or(Action::Other, Action::from),
-        }
-    }
-
-    /// PyTorch's spelling; `"other"` for [`Action::Other`], whose real text
-    /// is [`Snapshot::action_name`].
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Action::Snapshot => "snapshot",
-            Action::Annotate => "annotate",
-            _ => self.allocator().map_or("other", AllocAction::name),
-        }
-    }
-
-    /// The allocator action this entry records; `None` for `snapshot`,
-    /// `annotate` and unknown actions, which the allocator never makes.
-    pub fn allocator(self) -> Option<AllocAction> {
-        Some(match self {
-            Action::Alloc => AllocAction::Alloc,
-            Action::FreeRequested => AllocAction::FreeRequested,
-            Action::FreeCompleted => AllocAction::FreeCompleted,
-            Action::SegmentAlloc => AllocAction::SegmentAlloc,
-            Action::SegmentFree => AllocAction::SegmentFree,
-            Action::SegmentMap => AllocAction::SegmentMap,
-            Action::SegmentUnmap => AllocAction::SegmentUnmap,
-            Action::Oom => AllocAction::Oom,
-            Action::Snapshot | Action::Annotate | Action::Other => return None,
-        })
-    }
-}
-
-impl From<AllocAction> for Action {
-    fn from(a: AllocAction) -> Action {
-        match a {
-            AllocAction::Alloc => Action::Alloc,
-            AllocAction::FreeRequested => Action::FreeRequested,
-            AllocAction::FreeCompleted => Action::FreeCompleted,
-            AllocAction::SegmentAlloc => Action::SegmentAlloc,
-            AllocAction::SegmentFree => Action::SegmentFree,
-            AllocAction::SegmentMap => Action::SegmentMap,
-            AllocAction::SegmentUnmap => Action::SegmentUnmap,
-            AllocAction::Oom => Action::Oom,
-        }
-    }
-}
+/// `action` of a trace entry: the allocator's own type. One byte: the name
+/// of an [`Action::Other`] lives in the entry's [`EntryExtra`] (see
+/// [`Snapshot::action_name`]).
+pub use crate::alloc::Action;
 
 /// One `device_traces[d][i]` entry, 40 bytes.
 ///
@@ -412,7 +341,7 @@ const _: () = assert!(std::mem::size_of::<TraceEntry>() == 40);
 
 #[cfg(test)]
 mod tests {
-    use super::{Action, AllocAction};
+    use super::Action;
 
     #[test]
     fn actions_spell_as_pytorch_does_and_parse_back() {
@@ -431,20 +360,19 @@ mod tests {
         ];
         for (text, action) in spelled {
             assert_eq!(Action::parse(text), action, "{text}");
-            assert_eq!(action.as_str(), text);
+            assert_eq!(action.name(), text);
         }
         assert_eq!(Action::parse("defragment"), Action::Other);
         assert_eq!(Action::parse(""), Action::Other);
     }
 
     #[test]
-    fn allocator_actions_convert_both_ways() {
-        for a in AllocAction::ALL {
-            assert_eq!(Action::from(a).allocator(), Some(a));
-            assert_eq!(Action::from(a).as_str(), a.name());
+    fn the_allocator_makes_every_action_but_snapshot_annotate_and_unknown_ones() {
+        for a in Action::ALL {
+            assert!(a.is_allocator(), "{a:?}");
         }
         for other in [Action::Snapshot, Action::Annotate, Action::Other] {
-            assert_eq!(other.allocator(), None);
+            assert!(!other.is_allocator(), "{other:?}");
         }
     }
 }
