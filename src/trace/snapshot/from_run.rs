@@ -86,7 +86,7 @@ pub fn snapshot_of_run(
             .enumerate()
             .map(|(i, e)| {
                 let mut entry = TraceEntry::new(
-                    e.action.into(),
+                    e.action,
                     e.addr,
                     e.size,
                     e.stream,
