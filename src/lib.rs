@@ -17,3 +17,7 @@ pub mod scenario;
 pub mod trace;
 pub mod tui;
 pub mod units;
+
+#[cfg(test)]
+#[path = "../tests/common/real_snapshots.rs"]
+pub(crate) mod real_snapshots;

@@ -7,16 +7,9 @@
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-/// A file of `../shared/snapshots/real`.
-pub fn real(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/snapshots/real");
-    let dir = if dir.exists() {
-        dir
-    } else {
-        PathBuf::from("/work/shared/snapshots/real")
-    };
-    dir.join(name)
-}
+mod real_snapshots;
+#[allow(unused_imports)] // each test crate uses a part of it
+pub use real_snapshots::{real, real_dir};
 
 /// `vramscope ARGS` with no terminal: (exit status, stdout, stderr).
 pub fn vramscope(args: &[&str]) -> (i32, String, String) {

@@ -1,19 +1,12 @@
 //! Real snapshots (shared/snapshots/real, see SOURCES.md). Assertions are
 //! about the data's real properties, checked beforehand with Python's pickle.
 
-use std::path::PathBuf;
-
 use crate::leak::{analyze_snapshot, BoundarySource, FindingKind};
+use crate::real_snapshots::real;
 use crate::trace::snapshot::{import_file, Snapshot};
 
 fn load(name: &str) -> Snapshot {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/snapshots/real");
-    let dir = if dir.exists() {
-        dir
-    } else {
-        PathBuf::from("/work/shared/snapshots/real")
-    };
-    match import_file(&dir.join(name)) {
+    match import_file(&real(name)) {
         Ok(s) => s,
         Err(e) => panic!("{name}: {e}"),
     }

@@ -1,22 +1,11 @@
 //! Reader tests: hand-written opcode streams, malformed input, the real
 //! snapshot files, and a fuzz-style proptest.
 
-use std::path::PathBuf;
-
 use proptest::prelude::*;
 
 use super::{decode, Document, PickleErrorKind as K, Value, ValueRef};
 
-/// The folder of real snapshot pickles. One function so the path is easy to
-/// change when the code moves.
-pub(crate) fn real_dir() -> PathBuf {
-    let rel = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/snapshots/real");
-    if rel.exists() {
-        rel
-    } else {
-        PathBuf::from("/work/shared/snapshots/real")
-    }
-}
+pub(crate) use crate::real_snapshots::real_dir;
 
 /// Every `*.pickle` in [`real_dir`], sorted by name, with its bytes; read
 /// once per test process.

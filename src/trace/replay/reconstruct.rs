@@ -11,8 +11,10 @@ use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap;
 
-use crate::alloc::constants::{MIN_BLOCK_SIZE, SMALL_BUFFER, SMALL_SIZE};
-use crate::alloc::{round_size, Action, AdoptBlock, AllocConfig, BlockState, Pool, Tag};
+use crate::alloc::constants::{SMALL_BUFFER, SMALL_SIZE};
+use crate::alloc::{
+    round_size, should_split, Action, AdoptBlock, AllocConfig, BlockState, Pool, Tag,
+};
 
 use super::{Entry, FinalSegment};
 
@@ -195,14 +197,10 @@ fn tile(
 fn estimate(requested: u64, room: u64, pool: Pool, config: &AllocConfig) -> u64 {
     let rounded = round_size(requested, config);
     let remainder = room.saturating_sub(rounded);
-    let keeps_remainder = match pool {
-        Pool::Small => remainder < MIN_BLOCK_SIZE,
-        Pool::Large => remainder <= SMALL_SIZE || rounded >= config.max_split_size,
-    };
-    if keeps_remainder {
-        room
-    } else {
+    if should_split(pool, false, remainder, rounded, config) {
         rounded
+    } else {
+        room
     }
 }
 

@@ -85,15 +85,10 @@ pub fn snapshot_of_run(
             .iter()
             .enumerate()
             .map(|(i, e)| {
-                let mut entry = TraceEntry::new(
-                    e.action,
-                    e.addr,
-                    e.size,
-                    e.stream,
-                    stack(device, e.tag),
-                )
-                // A simulated clock: one microsecond per entry.
-                .with_time_us(Some(i as i64));
+                let mut entry =
+                    TraceEntry::new(e.action, e.addr, e.size, e.stream, stack(device, e.tag))
+                        // A simulated clock: one microsecond per entry.
+                        .with_time_us(Some(i as i64));
                 if e.action == Action::Oom {
                     let row = EntryExtra {
                         device_free: Some(e.device_free),

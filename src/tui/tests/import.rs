@@ -1,25 +1,12 @@
 //! Real PyTorch snapshots as sources.
 
-use std::path::PathBuf;
-
 use super::helpers::*;
 use crate::producers::snapshot::snapshot_source;
-
-fn real(name: &str) -> Option<PathBuf> {
-    let p = PathBuf::from("/work/shared/snapshots/real").join(name);
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!("note: {} missing, test skipped", p.display());
-        None
-    }
-}
+use crate::real_snapshots::real;
 
 #[test]
 fn closed_trace_places_every_entry() {
-    let Some(p) = real("adam-step_closed-trace_annotations.pickle") else {
-        return;
-    };
+    let p = real("adam-step_closed-trace_annotations.pickle");
     let src = snapshot_source(&p, None).expect("imports");
     let mut app = app_finished(vec![("adam".into(), src)], &opts());
     let r = &app.runs[0];
@@ -33,9 +20,7 @@ fn closed_trace_places_every_entry() {
 
 #[test]
 fn expandable_trace_with_oom() {
-    let Some(p) = real("code-location_expandable_3gpu_oom.pickle") else {
-        return;
-    };
+    let p = real("code-location_expandable_3gpu_oom.pickle");
     let src = snapshot_source(&p, Some(1)).expect("imports");
     let mut app = app_finished(vec![("code-location".into(), src)], &opts());
     assert_eq!(app.runs[0].len(), 596);
@@ -71,9 +56,7 @@ fn expandable_trace_with_oom() {
 
 #[test]
 fn state_only_snapshot_shows_its_map() {
-    let Some(p) = real("verl_private-pools_pending-free_state-only.pickle") else {
-        return;
-    };
+    let p = real("verl_private-pools_pending-free_state-only.pickle");
     let src = snapshot_source(&p, None).expect("imports");
     let mut app = app_finished(vec![("verl".into(), src)], &opts());
     assert_eq!(app.runs[0].len(), 0);
