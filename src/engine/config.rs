@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::reduce_scratch::ReduceDevice;
+use crate::engine::scratch::reduce::ReduceDevice;
 
 /// GPU architecture: decides the cuBLAS / cuBLASLt workspace sizes (engine.md §1.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

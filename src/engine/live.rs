@@ -7,13 +7,13 @@ use std::sync::Arc;
 use crate::alloc::Tag;
 use rustc_hash::FxHashSet;
 
-use super::autograd::NodeId;
 use super::bindings::Value;
 use super::dtype::DType;
 use super::storage::{DeviceKind, StorageId};
 use super::tag::Category;
 use super::tensor::TensorId;
 use super::Engine;
+use crate::engine::autograd::NodeId;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RootKind {

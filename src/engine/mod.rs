@@ -7,33 +7,31 @@
 //! (a list of [`Step`]s repeated for N iterations). Everything it does is an
 //! [`EngineEvent`]; [`Engine::live_state`] exposes the graph for the leak detector.
 //! On a real GPU an engine may own a [`crate::device::KernelLauncher`]: each
-//! op then launches `kernels/` on its tensors' device addresses (`launch.rs`),
+//! op then launches `kernels/` on its tensors' device addresses (`launch/`),
 //! which changes no allocator decision.
+//!
+//! By concern: `ops/` (each op's saved tensors, outputs and temporaries),
+//! `modules/` (the presets' layers), `autograd/` (the graph, backward,
+//! checkpointing), `optim.rs` and `amp.rs`, `scratch/` (what ATen's kernels
+//! take for themselves), `launch/` (real kernels); tensors, storages and
+//! bindings at the top.
 
 pub mod amp;
 pub mod autograd;
-mod backward;
-mod backward_scratch;
 pub mod bindings;
-pub mod checkpoint;
 pub mod config;
 pub mod dtype;
-mod embedding_scratch;
 pub mod error;
 pub mod events;
 pub mod launch;
-mod launch_grad;
-mod layer_norm_scratch;
 pub mod live;
 pub mod modules;
 pub mod ops;
 pub mod optim;
 pub mod presets;
 pub mod program;
-mod reduce_scratch;
-mod reduce_split;
-mod reentrant;
 pub mod rnn;
+mod scratch;
 pub mod shape;
 mod slab;
 pub mod storage;
@@ -61,15 +59,15 @@ pub use live::{LiveState, NodeInfo, RootInfo, RootKind, SavedInfo, StorageInfo};
 pub use optim::{OptimizerConfig, OptimizerKind};
 pub use presets::{LossKind, ModelConfig, ModelKind};
 pub use program::{GradContext, KeepWhat, Program, Step};
-pub use reduce_scratch::ReduceDevice;
+pub use scratch::reduce::ReduceDevice;
 pub use shape::Shape;
 pub use storage::{DeviceKind, StorageId};
 pub use tag::{AllocTag, Category, TagTable};
 pub use tensor::TensorId;
 
 use amp::AmpState;
+use autograd::checkpoint::CheckpointState;
 use bindings::Bindings;
-use checkpoint::CheckpointState;
 use modules::Model;
 use optim::Optimizer;
 use slab::Slab;
@@ -407,12 +405,12 @@ impl Engine {
     /// the fp32 accumulation buffer around all of them.
     pub(crate) fn reduction_scratch(
         &mut self,
-        shape: Option<reduce_scratch::ReduceShape>,
+        shape: Option<scratch::reduce::ReduceShape>,
     ) -> Result<()> {
         let Some(device) = self.cfg.reduce_device else {
             return Ok(());
         };
-        let Some(plan) = shape.map(|s| reduce_split::reduce_plan(s, device)) else {
+        let Some(plan) = shape.map(|s| scratch::reduce_split::reduce_plan(s, device)) else {
             return Ok(());
         };
         let accumulation = match plan.accumulation {
@@ -430,7 +428,7 @@ impl Engine {
     }
 
     /// One reduction launch's staging buffer and semaphores, taken and freed.
-    fn launch_scratch(&mut self, s: &reduce_scratch::ReduceScratch) -> Result<()> {
+    fn launch_scratch(&mut self, s: &scratch::reduce::ReduceScratch) -> Result<()> {
         let buffer = self.transient(s.buffer, Category::Workspace)?;
         let semaphores = match self.transient(s.semaphores, Category::Workspace) {
             Ok(t) => t,
@@ -449,7 +447,7 @@ impl Engine {
     pub(crate) fn scratch_after(
         &mut self,
         out: TensorId,
-        shape: Option<reduce_scratch::ReduceShape>,
+        shape: Option<scratch::reduce::ReduceShape>,
     ) -> Result<TensorId> {
         match self.reduction_scratch(shape) {
             Ok(()) => Ok(out),
@@ -462,8 +460,8 @@ impl Engine {
 
     /// `t` summed whole: a full reduction over its elements, unless it is a
     /// broadcast view (stride 0), whose reduction is not modelled.
-    pub(crate) fn full_reduction(&self, t: TensorId) -> Option<reduce_scratch::ReduceShape> {
-        (self.layout(t) != tensor::Layout::Expanded).then(|| reduce_scratch::ReduceShape {
+    pub(crate) fn full_reduction(&self, t: TensorId) -> Option<scratch::reduce::ReduceShape> {
+        (self.layout(t) != tensor::Layout::Expanded).then(|| scratch::reduce::ReduceShape {
             outputs: 1,
             inputs_per_output: self.shape(t).numel(),
             contiguous_inputs: true,

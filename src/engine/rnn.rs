@@ -2,7 +2,6 @@
 //! and an opaque reserve, and the unfused LSTMCell loop (§8.4).
 
 use super::amp::CastPolicy;
-use super::autograd::BwdKind;
 use super::dtype::DType;
 use super::error::Result;
 use super::shape::Shape;
@@ -10,6 +9,7 @@ use super::storage::StorageId;
 use super::tag::Category;
 use super::tensor::{Layout, TensorId};
 use super::Engine;
+use crate::engine::autograd::BwdKind;
 
 /// `nn.LSTM` parameters: per layer (w_ih [4H, I_l], w_hh [4H, H], b_ih, b_hh).
 #[derive(Debug, Clone)]

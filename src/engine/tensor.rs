@@ -7,13 +7,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::autograd::NodeId;
 use super::dtype::DType;
 use super::error::Result;
 use super::shape::Shape;
 use super::storage::{DeviceKind, StorageId};
 use super::tag::Category;
 use super::Engine;
+use crate::engine::autograd::NodeId;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct TensorId(pub u32);

@@ -4,7 +4,6 @@
 
 use std::ops::Range;
 
-use super::super::autograd::BwdKind;
 use super::super::config::SdpaBackend;
 use super::super::dtype::DType;
 use super::super::error::Result;
@@ -15,6 +14,7 @@ use super::super::tag::Category;
 use super::super::tensor::{Layout, TensorId};
 use super::super::Engine;
 use super::{Embedding, LayerNorm, Linear};
+use crate::engine::autograd::BwdKind;
 
 #[derive(Debug)]
 pub(crate) struct Block {

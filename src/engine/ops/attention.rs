@@ -1,13 +1,13 @@
 //! `scaled_dot_product_attention` (tables 1.7 and 2.2).
 
 use super::super::amp::CastPolicy;
-use super::super::autograd::{BwdKind, SdpaScratch};
 use super::super::config::SdpaBackend;
 use super::super::dtype::DType;
 use super::super::error::Result;
 use super::super::shape::Shape;
 use super::super::tensor::{Layout, TensorId};
 use super::super::Engine;
+use crate::engine::autograd::{BwdKind, SdpaScratch};
 
 impl Engine {
     /// SDPA on q, k, v of shape [B, h, T, hd] (`is_causal` as given). The

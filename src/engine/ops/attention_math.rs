@@ -9,13 +9,13 @@
 //! additive mask; `_safe_softmax` takes a bool `== -inf` mask and its
 //! per-row `all` besides the softmax; half results are cast back.
 
-use super::super::autograd::BwdKind;
 use super::super::dtype::DType;
 use super::super::error::Result;
 use super::super::shape::Shape;
 use super::super::tag::Category;
 use super::super::tensor::{Layout, TensorId};
 use super::super::Engine;
+use crate::engine::autograd::BwdKind;
 
 /// The function's C++ locals that own memory, destroyed in reverse
 /// declaration order as it returns or unwinds: `attn`, `query`,

@@ -1,13 +1,13 @@
 //! conv2d and pooling (tables 1.7 and 2.2).
 
 use super::super::amp::CastPolicy;
-use super::super::autograd::BwdKind;
 use super::super::dtype::DType;
 use super::super::error::Result;
 use super::super::shape::Shape;
 use super::super::tag::Category;
 use super::super::tensor::TensorId;
 use super::super::Engine;
+use crate::engine::autograd::BwdKind;
 
 impl Engine {
     /// `conv2d(x [N,C,H,W], w [Cout,C,kh,kw], b)`: out [N,Cout,Hout,Wout] and a

@@ -2,12 +2,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::super::autograd::BwdKind;
 use super::super::dtype::DType;
 use super::super::error::Result;
 use super::super::shape::Shape;
 use super::super::tensor::TensorId;
 use super::super::Engine;
+use crate::engine::autograd::BwdKind;
 
 /// Unary ops and what their backward saves (table 2.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

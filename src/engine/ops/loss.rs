@@ -1,13 +1,13 @@
 //! softmax / log_softmax and the losses (tables 1.7 and 2.2, autocast §6.1).
 
 use super::super::amp::CastPolicy;
-use super::super::autograd::BwdKind;
 use super::super::dtype::DType;
 use super::super::error::{EngineError, Result};
 use super::super::shape::Shape;
 use super::super::tag::Category;
 use super::super::tensor::{Layout, TensorId};
 use super::super::Engine;
+use crate::engine::autograd::BwdKind;
 
 impl Engine {
     /// `softmax(x, dim, dtype=…)`: saves its result. Under autocast the output is

@@ -1,13 +1,13 @@
 //! linear / addmm / mm / bmm / matmul (tables 1.7 and 2.2, workspaces §1.6).
 
 use super::super::amp::CastPolicy;
-use super::super::autograd::BwdKind;
 use super::super::config::CublasLtWorkspace;
 use super::super::error::Result;
 use super::super::shape::Shape;
 use super::super::tag::Category;
 use super::super::tensor::{Layout, TensorId};
 use super::super::Engine;
+use crate::engine::autograd::BwdKind;
 
 impl Engine {
     /// `F.linear(x, W, b)` (W is [out, in]). With a bias and a contiguous input it

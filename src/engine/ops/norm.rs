@@ -1,13 +1,13 @@
 //! layer_norm and batch_norm (tables 1.7 and 2.2).
 
 use super::super::amp::CastPolicy;
-use super::super::autograd::BwdKind;
 use super::super::dtype::DType;
 use super::super::error::Result;
-use super::super::layer_norm_scratch::gamma_beta_partial_rows;
 use super::super::shape::Shape;
 use super::super::tensor::TensorId;
 use super::super::Engine;
+use crate::engine::autograd::BwdKind;
+use crate::engine::scratch::layer_norm::gamma_beta_partial_rows;
 
 impl Engine {
     /// `native_layer_norm`: out (input dtype), mean [M] and rstd [M] fp32, with

@@ -1,13 +1,13 @@
 //! Views (never allocate), copies, casts, cat/split and embedding (§1.3, table 1.7).
 
-use super::super::autograd::BwdKind;
 use super::super::dtype::DType;
-use super::super::embedding_scratch::embedding_sort;
 use super::super::error::Result;
 use super::super::shape::Shape;
 use super::super::tag::Category;
 use super::super::tensor::{Layout, TensorId};
 use super::super::Engine;
+use crate::engine::autograd::BwdKind;
+use crate::engine::scratch::embedding::embedding_sort;
 
 impl Engine {
     /// `view`/`reshape` on a contiguous tensor, `unsqueeze`, `flatten`…: a view.
@@ -152,7 +152,7 @@ impl Engine {
 
     /// `embedding(weight [V, dim], indices)`: out [..., dim]; saves the indices
     /// only; backward makes a dense [V, dim] gradient (table 2.2), sorting
-    /// the indices first past 3,072 lookups (`embedding_scratch`).
+    /// the indices first past 3,072 lookups (`scratch::embedding`).
     pub fn embedding(&mut self, w: TensorId, idx: TensorId) -> Result<TensorId> {
         let prev = self.op_begin("embedding");
         let ws = self.shape(w);

@@ -169,7 +169,10 @@ fn reentrant_checkpointing_trains_every_block_through_a_nested_backward() {
 fn reentrant_checkpointing_with_frozen_inputs_warns_and_leaves_blocks_without_grads() {
     let (mut e, p) = reentrant_gpt(true);
     run(&mut e, &p);
-    assert_eq!(e.warned, [super::super::reentrant::NO_INPUT_REQUIRES_GRAD]);
+    assert_eq!(
+        e.warned,
+        [crate::engine::autograd::reentrant::NO_INPUT_REQUIRES_GRAD]
+    );
     let warnings = e
         .take_events()
         .into_iter()

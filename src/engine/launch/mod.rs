@@ -9,15 +9,17 @@
 //! the storage's own bytes (and the allocator's block is at least that big).
 //! CPU tensors, 0-byte tensors and tensors under 4 bytes get no launch.
 
+mod grad;
+
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::storage::{DeviceKind, StorageId};
-use super::tensor::TensorId;
-use super::Engine;
 use crate::device::kernels::{MAX_ELEMS, MAX_GEMM_ROWS};
 use crate::device::{AnyLauncher, Kernel, Launch};
+use crate::engine::storage::{DeviceKind, StorageId};
+use crate::engine::tensor::TensorId;
+use crate::engine::Engine;
 
 /// `(device address, f32 elements)` an operand offers a kernel.
 pub(crate) type Span = (u64, u64);

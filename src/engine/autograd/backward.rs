@@ -4,15 +4,15 @@ use std::collections::BinaryHeap;
 
 use rustc_hash::FxHashSet;
 
-use super::autograd::{BwdKind, Edge, NodeId};
-use super::error::{EngineError, Result, BACKWARD_TWICE};
-use super::tag::Category;
-use super::tensor::{Layout, TensorId, VersionCounter};
-use super::Engine;
+use crate::engine::autograd::{BwdKind, Edge, NodeId};
+use crate::engine::error::{EngineError, Result, BACKWARD_TWICE};
+use crate::engine::tag::Category;
+use crate::engine::tensor::{Layout, TensorId, VersionCounter};
+use crate::engine::Engine;
 use crate::trace::Phase;
 
 /// A gradient a node produced for input `i`, before `validate_outputs`.
-pub(super) enum Out {
+pub(in crate::engine) enum Out {
     /// A new tensor already shaped like the input.
     Ready(usize, TensorId),
     /// The incoming gradient handed on; fixed up by sum_to / cast if needed.
@@ -502,7 +502,7 @@ impl Engine {
                         // at::sum_to: a reduction kernel, with its scratch.
                         let reduction = (self.layout(g) != Layout::Expanded)
                             .then(|| {
-                                super::reduce_scratch::sum_to_shape(
+                                crate::engine::scratch::reduce::sum_to_shape(
                                     gs.dims(),
                                     m.shape.dims(),
                                     dtype.size(),
@@ -547,8 +547,8 @@ impl Engine {
     /// broadcast incoming gradient (freed right after), the workspace (§12 #9–11).
     fn gemm_grad(
         &mut self,
-        shape: super::shape::Shape,
-        dtype: super::dtype::DType,
+        shape: crate::engine::shape::Shape,
+        dtype: crate::engine::dtype::DType,
         g: Option<TensorId>,
     ) -> Result<TensorId> {
         let out = self.empty(shape, dtype, Category::Gradient)?;
@@ -654,7 +654,7 @@ impl Engine {
     pub(crate) fn view_as_plain(
         &mut self,
         base: TensorId,
-        shape: super::shape::Shape,
+        shape: crate::engine::shape::Shape,
         layout: Layout,
     ) -> TensorId {
         let b = self.tensors[base.0].clone();

@@ -8,7 +8,7 @@
 //! in an `AccumulationBuffer` of fp32, one per output element, taken before
 //! the first launch and freed after the last.
 
-use super::reduce_scratch::{
+use crate::engine::scratch::reduce::{
     reduce_scratch, ReduceDevice, ReduceScratch, ReduceShape, ACC_BYTES, INDEX_LIMIT,
 };
 

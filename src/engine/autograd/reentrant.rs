@@ -7,10 +7,10 @@
 
 use std::ops::Range;
 
-use super::autograd::{BwdKind, NodeId};
-use super::error::{EngineError, Result};
-use super::tensor::TensorId;
-use super::Engine;
+use crate::engine::autograd::{BwdKind, NodeId};
+use crate::engine::error::{EngineError, Result};
+use crate::engine::tensor::TensorId;
+use crate::engine::Engine;
 
 /// `check_backward_validity` in torch/utils/checkpoint.py.
 pub(crate) const NO_INPUT_REQUIRES_GRAD: &str =
@@ -54,11 +54,13 @@ impl Engine {
         &mut self,
         n: NodeId,
         (start, end): (u32, u32),
-        amp: Option<super::dtype::DType>,
+        amp: Option<crate::engine::dtype::DType>,
         grad: TensorId,
     ) -> Result<TensorId> {
         let Some(&x) = self.nodes[n.0].extra.first() else {
-            return Err(EngineError::Runtime(super::error::BACKWARD_TWICE.into()));
+            return Err(EngineError::Runtime(
+                crate::engine::error::BACKWARD_TWICE.into(),
+            ));
         };
         let Some(model) = self.model.take() else {
             return Err(EngineError::Program(
@@ -98,7 +100,8 @@ impl Engine {
     pub(crate) fn warn(&mut self, text: &'static str) {
         if !self.warned.contains(&text) {
             self.warned.push(text);
-            self.events.push(super::events::EngineEvent::Warning(text));
+            self.events
+                .push(crate::engine::events::EngineEvent::Warning(text));
         }
     }
 }

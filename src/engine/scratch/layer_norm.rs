@@ -7,7 +7,7 @@
 //! input's dtype), and `dgamma_blocks.sum(0)` makes the gradient that
 //! replaces the one allocated first.
 
-use super::reduce_scratch::ReduceShape;
+use crate::engine::scratch::reduce::ReduceShape;
 
 const BLOCK_DIM_X: u64 = 32;
 const ROWS_PER_BLOCK_Y: u64 = 32;
@@ -41,7 +41,7 @@ pub(crate) fn partial_sum_reduction(rows: u64, n: u64, element_bytes: u64) -> Re
 #[cfg(test)]
 mod h100_sweep {
     use super::*;
-    use crate::engine::reduce_scratch::{reduce_scratch, ReduceDevice};
+    use crate::engine::scratch::reduce::{reduce_scratch, ReduceDevice};
     use crate::engine::tests::{signed_requests, sweep_rows};
 
     const H100: ReduceDevice = ReduceDevice {

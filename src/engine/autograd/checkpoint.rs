@@ -8,12 +8,12 @@ use std::ops::Range;
 
 use rustc_hash::FxHashMap;
 
-use super::autograd::NodeId;
-use super::dtype::DType;
-use super::error::{EngineError, Result};
-use super::storage::StorageId;
-use super::tensor::{TensorId, VersionCounter};
-use super::Engine;
+use crate::engine::autograd::NodeId;
+use crate::engine::dtype::DType;
+use crate::engine::error::{EngineError, Result};
+use crate::engine::storage::StorageId;
+use crate::engine::tensor::{TensorId, VersionCounter};
+use crate::engine::Engine;
 
 #[derive(Debug, Clone)]
 pub(crate) struct Region {
@@ -220,7 +220,11 @@ impl Engine {
                     let version = self.version_of(counter);
                     self.nodes[n.0].saved[i].version = version;
                 }
-                None => return Err(EngineError::Runtime(super::error::BACKWARD_TWICE.into())),
+                None => {
+                    return Err(EngineError::Runtime(
+                        crate::engine::error::BACKWARD_TWICE.into(),
+                    ))
+                }
             }
         }
         Ok(())

@@ -98,7 +98,7 @@ mod cub {
     /// with values as wide: one tile needs 1 byte; past it, onesweep takes
     /// per-pass digit histograms (64-bit offsets), one 32-bit look-back row
     /// per tile, alternate key and value buffers and per-pass counters.
-    pub(super) fn radix_sort_pairs_temp(n: u64, key_bytes: u64) -> u64 {
+    pub(in crate::engine) fn radix_sort_pairs_temp(n: u64, key_bytes: u64) -> u64 {
         // (SingleTilePolicy 256 threads x items, onesweep 384 x items).
         let (single_tile, onesweep_tile) = if key_bytes == 8 {
             (256 * 9, 384 * 12)
@@ -129,14 +129,14 @@ mod cub {
     /// `DeviceSelect::UniqueByKey` with an `int` counting iterator for
     /// values: 64-bit offsets (16-byte status words); tiles of 640 x 7 items
     /// for int64 keys, 512 x 14 for int32.
-    pub(super) fn unique_by_key_temp(n: u64, key_bytes: u64) -> u64 {
+    pub(in crate::engine) fn unique_by_key_temp(n: u64, key_bytes: u64) -> u64 {
         let tile = if key_bytes == 8 { 640 * 7 } else { 512 * 14 };
         tile_state_temp(n, tile, 16)
     }
 
     /// `DeviceScan::ExclusiveScan` with PyTorch's own sum functor (the
     /// default policy, 128 threads, 15 four-byte items scaled by width).
-    pub(super) fn exclusive_sum_temp(n: u64, index_bytes: u64) -> u64 {
+    pub(in crate::engine) fn exclusive_sum_temp(n: u64, index_bytes: u64) -> u64 {
         if index_bytes == 8 {
             tile_state_temp(n, 128 * 7, 16)
         } else {

@@ -2,9 +2,9 @@
 //! gradients computed from the incoming gradient, GEMM gradients from the
 //! incoming gradient and the saved other operand, parameter updates.
 
-use super::autograd::NodeId;
-use super::tensor::TensorId;
-use super::Engine;
+use crate::engine::autograd::NodeId;
+use crate::engine::tensor::TensorId;
+use crate::engine::Engine;
 
 impl Engine {
     /// A gradient `t` computed elementwise from the incoming gradient `g`

@@ -51,9 +51,9 @@ const MAX_VALUES_PER_THREAD: u64 = 256;
 /// `vt0` and `input_vec_size` of the sum and mean kernels.
 const INPUT_VEC_SIZE: u64 = 4;
 /// `sizeof(arg_t)`: float accumulation for fp32, fp16 and bf16 inputs.
-pub(super) const ACC_BYTES: u64 = 4;
+pub(in crate::engine) const ACC_BYTES: u64 = 4;
 /// The largest element count and byte offset a 32-bit-indexed launch takes.
-pub(super) const INDEX_LIMIT: u64 = i32::MAX as u64;
+pub(in crate::engine) const INDEX_LIMIT: u64 = i32::MAX as u64;
 
 fn last_pow2(n: u64) -> u64 {
     if n == 0 {
@@ -278,7 +278,7 @@ mod h100_sweep {
             let element_bytes = if f[1] == "f32" { 4 } else { 2 };
             let numel: u64 = shape.iter().product();
             let plan = model(&f[0], &shape, element_bytes)
-                .map(|s| crate::engine::reduce_split::reduce_plan(s, h100))
+                .map(|s| crate::engine::scratch::reduce_split::reduce_plan(s, h100))
                 .unwrap_or_default();
             let mut got: Vec<u64> = plan.accumulation.into_iter().collect();
             for s in &plan.launches {

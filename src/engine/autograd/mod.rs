@@ -1,15 +1,19 @@
 //! Autograd graph objects (engine.md §0.3, §2): Nodes with SavedSlots and
 //! next-edges, AccumulateGrad, and their lifetimes.
 
+pub(crate) mod backward;
+pub mod checkpoint;
+pub(crate) mod reentrant;
+
 use serde::{Deserialize, Serialize};
 
-use super::dtype::DType;
-use super::embedding_scratch::EmbeddingSort;
-use super::error::{Result, INFERENCE_TENSOR_SAVED};
-use super::shape::Shape;
-use super::storage::StorageId;
-use super::tensor::{Layout, TensorId};
-use super::{Engine, EngineError};
+use crate::engine::dtype::DType;
+use crate::engine::error::{Result, INFERENCE_TENSOR_SAVED};
+use crate::engine::scratch::embedding::EmbeddingSort;
+use crate::engine::shape::Shape;
+use crate::engine::storage::StorageId;
+use crate::engine::tensor::{Layout, TensorId};
+use crate::engine::{Engine, EngineError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct NodeId(pub u32);
@@ -111,7 +115,7 @@ pub(crate) enum BwdKind {
         scratch: SdpaScratch,
     },
     /// layer_norm: dX, dgamma, dbeta as needed; past 65,536 rows (see
-    /// `layer_norm_scratch`) the weight and bias gradients are then remade
+    /// `scratch::layer_norm`) the weight and bias gradients are then remade
     /// from `partial_rows` rows of partial sums each.
     LayerNorm {
         partial_rows: Option<u64>,

@@ -3,22 +3,22 @@
 //! norm's partial sums and the embedding's sort path, each buffer freed
 //! where its C++ scope ends.
 
-use super::autograd::{NodeId, SdpaScratch};
-use super::backward::Out;
-use super::dtype::DType;
-use super::embedding_scratch::EmbeddingSort;
-use super::error::Result;
-use super::layer_norm_scratch;
-use super::shape::Shape;
-use super::storage::StorageId;
-use super::tag::Category;
-use super::tensor::TensorId;
-use super::Engine;
+use crate::engine::autograd::backward::Out;
+use crate::engine::autograd::{NodeId, SdpaScratch};
+use crate::engine::dtype::DType;
+use crate::engine::error::Result;
+use crate::engine::scratch::embedding::EmbeddingSort;
+use crate::engine::scratch::layer_norm;
+use crate::engine::shape::Shape;
+use crate::engine::storage::StorageId;
+use crate::engine::tag::Category;
+use crate::engine::tensor::TensorId;
+use crate::engine::Engine;
 
 impl Engine {
     /// A gradient with a temporary of its size made and freed beside it:
     /// before it (`temp_first`) or after it (`BwdKind::AllocWithTemp`).
-    pub(super) fn grad_with_temp(
+    pub(in crate::engine) fn grad_with_temp(
         &mut self,
         shape: Shape,
         dtype: DType,
@@ -47,7 +47,7 @@ impl Engine {
     /// `_cudnn_rnn_backward`'s stand-ins for undefined incoming gradients:
     /// `zeros_like(output)`, `zeros_like(hx)`, `zeros_like(cx)`, in that
     /// order, for each of output, hy and cy that received no gradient.
-    pub(super) fn cudnn_rnn_zero_grads(&mut self, n: NodeId) -> Result<Vec<TensorId>> {
+    pub(in crate::engine) fn cudnn_rnn_zero_grads(&mut self, n: NodeId) -> Result<Vec<TensorId>> {
         let output = self.nodes[n.0]
             .saved
             .iter()
@@ -80,7 +80,7 @@ impl Engine {
     }
 
     /// What an SDPA backward allocates after its q, k, v gradients.
-    pub(super) fn sdpa_backward_scratch(&mut self, scratch: SdpaScratch) -> Result<()> {
+    pub(in crate::engine) fn sdpa_backward_scratch(&mut self, scratch: SdpaScratch) -> Result<()> {
         match scratch {
             SdpaScratch::Delta(bytes) => {
                 let s = self.transient(bytes, Category::Temporary)?;
@@ -135,7 +135,11 @@ impl Engine {
     /// then per gradient `*dgamma = dgamma_blocks.sum(0)` (the sum's output
     /// and scratch, then the first gradient freed), then the blocks freed,
     /// last made first.
-    pub(super) fn layer_norm_partial_sums(&mut self, rows: u64, outs: &mut [Out]) -> Result<()> {
+    pub(in crate::engine) fn layer_norm_partial_sums(
+        &mut self,
+        rows: u64,
+        outs: &mut [Out],
+    ) -> Result<()> {
         let params: Vec<(usize, TensorId)> = outs
             .iter()
             .filter_map(|o| match *o {
@@ -152,7 +156,7 @@ impl Engine {
             for &(i, old) in &params {
                 let (shape, dtype) = (self.shape(old), self.dtype(old));
                 let reduction =
-                    layer_norm_scratch::partial_sum_reduction(rows, shape.numel(), dtype.size());
+                    layer_norm::partial_sum_reduction(rows, shape.numel(), dtype.size());
                 let sum = self.empty(shape, dtype, Category::Gradient)?;
                 let sum = self.scratch_after(sum, Some(reduction))?;
                 self.k_grad_from(Some(old), sum);
@@ -173,10 +177,10 @@ impl Engine {
     /// `embedding_dense_backward_cuda`: the zero-filled weight gradient, and
     /// on the sort path the buffers around it, each freed where its C++
     /// scope ends (`embedding_scratch`).
-    pub(super) fn embedding_backward(
+    pub(in crate::engine) fn embedding_backward(
         &mut self,
-        shape: super::shape::Shape,
-        dtype: super::dtype::DType,
+        shape: crate::engine::shape::Shape,
+        dtype: crate::engine::dtype::DType,
         sort: Option<EmbeddingSort>,
     ) -> Result<TensorId> {
         let Some(s) = sort else {
