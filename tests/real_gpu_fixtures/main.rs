@@ -1,0 +1,13 @@
+//! Real snapshots captured on an H100 by `tests/fixtures/pytorch/*.py`
+//! (issue 7): each PyTorch program is the loop of a library scenario. Its
+//! trace replays address for address through our allocator and ends with
+//! PyTorch's own `memory_stats()`, every counter; and the scenario, simulated,
+//! reaches the real peaks byte for byte.
+//!
+//! `harness`: the shared checks; `scenarios`: each library scenario against
+//! its capture; `traces`: what the captured traces show beyond the figures
+//! (leaks between annotated iterations, the order of requests).
+
+mod harness;
+mod scenarios;
+mod traces;
