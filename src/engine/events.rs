@@ -41,9 +41,3 @@ pub enum EngineEvent {
     /// A Python warning the program would print (`warnings.warn`), once per run.
     Warning(&'static str),
 }
-
-impl EngineEvent {
-    pub fn is_alloc(&self) -> bool {
-        matches!(self, EngineEvent::Alloc(_))
-    }
-}

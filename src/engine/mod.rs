@@ -121,7 +121,6 @@ pub struct Engine {
     pub(crate) retaining: Vec<TensorId>,
     /// Warnings already shown this run.
     pub(crate) warned: Vec<&'static str>,
-    pub(crate) markers: bool,
     /// Runs real kernels on the tensors (a CUDA run); None: nothing is launched.
     pub(crate) launcher: Option<AnyLauncher>,
     pub(crate) launch_stats: LaunchStats,
@@ -178,7 +177,6 @@ impl Engine {
             op_error: None,
             retaining: Vec::new(),
             warned: Vec::new(),
-            markers: true,
             launcher: None,
             launch_stats: LaunchStats::default(),
             #[cfg(test)]
@@ -243,11 +241,6 @@ impl Engine {
         self.events.clear();
     }
 
-    /// Turn op/phase markers off (the allocator entries stay).
-    pub fn set_markers(&mut self, on: bool) {
-        self.markers = on;
-    }
-
     pub fn iteration(&self) -> u32 {
         self.ctx.iteration
     }
@@ -283,18 +276,14 @@ impl Engine {
     /// Enter an op: set the tag's op name and emit a marker. Returns the outer op.
     pub(crate) fn op_begin(&mut self, name: &'static str) -> &'static str {
         let prev = std::mem::replace(&mut self.ctx.op, name);
-        if self.markers {
-            let module = self.tags.module_path(self.ctx.module);
-            self.events.push(EngineEvent::OpBegin { name, module });
-        }
+        let module = self.tags.module_path(self.ctx.module);
+        self.events.push(EngineEvent::OpBegin { name, module });
         prev
     }
 
     pub(crate) fn op_end(&mut self, prev: &'static str) -> Result<()> {
         self.ctx.op = prev;
-        if self.markers {
-            self.events.push(EngineEvent::OpEnd);
-        }
+        self.events.push(EngineEvent::OpEnd);
         match self.op_error.take() {
             Some(e) => Err(e),
             None => Ok(()),
@@ -312,16 +301,12 @@ impl Engine {
 
     pub(crate) fn phase_begin(&mut self, p: Phase) -> Phase {
         let prev = std::mem::replace(&mut self.ctx.phase, p);
-        if self.markers {
-            self.events.push(EngineEvent::PhaseBegin(p));
-        }
+        self.events.push(EngineEvent::PhaseBegin(p));
         prev
     }
 
     pub(crate) fn phase_end(&mut self, p: Phase, prev: Phase) {
-        if self.markers {
-            self.events.push(EngineEvent::PhaseEnd(p));
-        }
+        self.events.push(EngineEvent::PhaseEnd(p));
         self.ctx.phase = prev;
     }
 

@@ -263,12 +263,10 @@ impl Engine {
     pub fn run_step(&mut self, s: &Step, index: u32, p: &Program) -> Result<()> {
         let mark = self.locals.len();
         self.ctx.step = index;
-        if self.markers {
-            self.events.push(EngineEvent::StepBegin {
-                index,
-                label: s.label(),
-            });
-        }
+        self.events.push(EngineEvent::StepBegin {
+            index,
+            label: s.label(),
+        });
         let r = self.step_inner(s, index, p);
         self.unwind_locals(mark);
         if r.is_err() {
