@@ -80,32 +80,46 @@ impl MemoryMap {
     pub fn from_segments(segments: &[SegmentInfo]) -> MemoryMap {
         let mut map = MemoryMap::default();
         for s in segments {
-            map.segments.insert(
-                s.address,
-                MapSegment {
-                    size: s.total_size,
-                    pool: s.pool,
-                    stream: s.stream,
-                    expandable: s.is_expandable,
-                    tag: s.tag,
-                },
-            );
-            map.reserved += s.total_size;
-            map.allocated += s.allocated_size;
-            map.active += s.active_size;
-            for b in &s.blocks {
-                map.blocks.insert(
-                    b.address,
-                    MapBlock {
-                        size: b.size,
-                        requested: b.requested_size,
-                        state: b.state,
-                        tag: b.tag,
-                    },
-                );
-            }
+            let segment = MapSegment {
+                size: s.total_size,
+                pool: s.pool,
+                stream: s.stream,
+                expandable: s.is_expandable,
+                tag: s.tag,
+            };
+            let blocks = s.blocks.iter().map(|b| {
+                let block = MapBlock {
+                    size: b.size,
+                    requested: b.requested_size,
+                    state: b.state,
+                    tag: b.tag,
+                };
+                (b.address, block)
+            });
+            map.insert_segment(s.address, segment, blocks);
         }
         map
+    }
+
+    /// Add a whole segment at `addr` with its blocks (which tile it), and
+    /// count it in the totals.
+    pub fn insert_segment(
+        &mut self,
+        addr: u64,
+        segment: MapSegment,
+        blocks: impl IntoIterator<Item = (u64, MapBlock)>,
+    ) {
+        self.reserved += segment.size;
+        self.segments.insert(addr, segment);
+        for (at, b) in blocks {
+            if b.state == BlockState::ActiveAllocated {
+                self.allocated += b.size;
+            }
+            if b.state.is_active() {
+                self.active += b.size;
+            }
+            self.blocks.insert(at, b);
+        }
     }
 
     /// The segment containing `addr`.

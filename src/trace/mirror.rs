@@ -138,34 +138,23 @@ pub fn final_map(snap: &Snapshot, device: usize) -> MemoryMap {
             PoolKind::Small => Pool::Small,
             PoolKind::Large => Pool::Large,
         };
-        map.segments.insert(
-            s.address,
-            MapSegment {
-                size: s.total_size,
-                pool,
-                stream: s.stream,
-                expandable: s.is_expandable,
+        let segment = MapSegment {
+            size: s.total_size,
+            pool,
+            stream: s.stream,
+            expandable: s.is_expandable,
+            tag: Tag::NONE,
+        };
+        let blocks = s.blocks.iter().map(|b| {
+            let block = MapBlock {
+                size: b.size,
+                requested: b.requested_size,
+                state: b.state,
                 tag: Tag::NONE,
-            },
-        );
-        map.reserved += s.total_size;
-        for b in &s.blocks {
-            map.blocks.insert(
-                b.address,
-                MapBlock {
-                    size: b.size,
-                    requested: b.requested_size,
-                    state: b.state,
-                    tag: Tag::NONE,
-                },
-            );
-            if b.state == BlockState::ActiveAllocated {
-                map.allocated += b.size;
-            }
-            if b.state != BlockState::Inactive {
-                map.active += b.size;
-            }
-        }
+            };
+            (b.address, block)
+        });
+        map.insert_segment(s.address, segment, blocks);
     }
     map
 }
