@@ -31,9 +31,13 @@ fn scenario_events(at_least: usize) -> (Vec<Event>, Vec<Finding>) {
         };
         run(&scenario, &built, &opts)
     };
-    let per_iteration = recorded(2).events.len() / 2;
-    let iterations = at_least.div_ceil(per_iteration.max(1)) as u32 + 1;
+    // Events beyond the setup grow by the same count each iteration.
+    let (two, three) = (recorded(2).events.len(), recorded(3).events.len());
+    let per_iteration = (three - two).max(1);
+    let setup = two.saturating_sub(2 * per_iteration);
+    let iterations = at_least.saturating_sub(setup).div_ceil(per_iteration) as u32;
     let r = recorded(iterations);
+    assert!(r.events.len() >= at_least, "{} events", r.events.len());
     (r.events, r.findings)
 }
 
