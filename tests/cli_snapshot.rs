@@ -246,3 +246,21 @@ fn replay_takes_the_runs_memory_limit_for_garbage_collection() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--allowed-memory"), "{err}");
 }
+
+#[test]
+fn a_what_if_device_of_zero_bytes_is_refused() {
+    let file = real("sqattn_segment-churn.pickle");
+    let (code, out, err) = vramscope(&[
+        "replay",
+        file.to_str().expect("utf8"),
+        "--conf",
+        "expandable_segments:True",
+        "--capacity",
+        "0",
+    ]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        err.contains("--capacity 0: a device needs more than 0 bytes"),
+        "{err}"
+    );
+}

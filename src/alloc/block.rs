@@ -96,19 +96,17 @@ impl Arena {
         self.vacant.push(id);
     }
 
+    /// The block `id`. Ids come from `insert` and `blocks` never shrinks,
+    /// so a bad id (`NIL` where a neighbour was expected) is a bug: it
+    /// panics here, in release builds too, rather than read past the arena.
     #[inline(always)]
     pub fn get(&self, id: BlockId) -> &Block {
-        debug_assert!((id as usize) < self.blocks.len());
-        // SAFETY: ids come only from `insert`, which returns an index of
-        // `blocks`, and `blocks` never shrinks.
-        unsafe { self.blocks.get_unchecked(id as usize) }
+        &self.blocks[id as usize]
     }
 
     #[inline(always)]
     pub fn get_mut(&mut self, id: BlockId) -> &mut Block {
-        debug_assert!((id as usize) < self.blocks.len());
-        // SAFETY: as in `get`.
-        unsafe { self.blocks.get_unchecked_mut(id as usize) }
+        &mut self.blocks[id as usize]
     }
 
     /// `Some(block)` for a real neighbour, `None` for `NIL`.

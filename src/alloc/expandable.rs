@@ -30,7 +30,8 @@ impl<D: Device> CachingAllocator<D> {
             let c = self.blocks.get(candidate);
             let remaining = req.size - c.size;
             let next = c.next;
-            let len = remaining.min(self.blocks.get(next).size);
+            // `has_room` saw the room; past the reservation's end there is none.
+            let len = remaining.min(self.blocks.opt(next)?.size);
             candidate = self.map_block(next, len)?;
         }
         self.remove_free(candidate);
@@ -60,6 +61,11 @@ impl<D: Device> CachingAllocator<D> {
         let total = self.device.total_memory();
         let page = self.page_size(req.pool);
         let size = (total + total / 8).div_ceil(page) * page;
+        if size < req.size {
+            // A reservation the request cannot fit in (a device of 0 bytes):
+            // nothing to map, an OOM.
+            return None;
+        }
         let base = self.device.reserve(size).ok()?;
         let seg = self.add_segment(SegmentSlot::Expandable(Reservation {
             base,

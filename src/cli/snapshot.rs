@@ -111,7 +111,12 @@ fn what_if_report(
         }
     }
     let given = match &args.capacity {
-        Some(c) => Some(parse_size(c).map_err(|e| BadInput(format!("--capacity: {e}")))?),
+        Some(c) => match parse_size(c).map_err(|e| BadInput(format!("--capacity: {e}")))? {
+            0 => bail!(BadInput(format!(
+                "--capacity {c}: a device needs more than 0 bytes"
+            ))),
+            bytes => Some(bytes),
+        },
         None => None,
     };
     let devices = replays

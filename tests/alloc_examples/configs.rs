@@ -424,3 +424,17 @@ fn e20_fraction_limit_in_oom_message() {
         (1, 1, 1)
     );
 }
+
+/// A device too small for even one page: the reservation cannot hold the
+/// request, and the answer is an OOM, not a read past the block arena
+/// (`replay --conf expandable_segments:True --capacity 0` once crashed here).
+#[test]
+fn expandable_on_a_device_without_room_is_an_oom() {
+    for total in [0, 1 << 20] {
+        let mut a = alloc_with(total, "expandable_segments:True");
+        for size in [512, 5 * MIB, 3 * GIB] {
+            assert!(a.malloc(size, 0, Tag::NONE).is_err(), "{size} on {total}");
+        }
+        assert_eq!(cur(&a, Family::ReservedBytes), 0);
+    }
+}
