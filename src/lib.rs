@@ -6,6 +6,7 @@
 //! detector, the headless `report` and, through the `producers` layer, the
 //! `tui` read.
 #![deny(clippy::unwrap_used)]
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod alloc;
 pub mod device;

@@ -1,4 +1,6 @@
 //! The `vramscope` command line: parses arguments and hands over to the library.
+#![deny(clippy::unwrap_used)]
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 mod cli;
 
