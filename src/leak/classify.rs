@@ -397,13 +397,16 @@ impl Detector {
             return Vec::new();
         }
         let ls = ctx.ls;
+        let variables: rustc_hash::FxHashMap<&str, &crate::engine::RootInfo> = ls
+            .roots
+            .iter()
+            .filter(|r| matches!(r.kind, crate::engine::RootKind::Variable))
+            .map(|r| (r.name.as_str(), r))
+            .rev() // the first root of a name wins, as a search from the front found it
+            .collect();
         let mut out = Vec::new();
         for name in &self.facts.rebound_buffers {
-            let Some(root) = ls
-                .roots
-                .iter()
-                .find(|r| r.name == *name && matches!(r.kind, crate::engine::RootKind::Variable))
-            else {
+            let Some(root) = variables.get(name.as_str()) else {
                 continue;
             };
             if root.device != DeviceKind::Cuda {

@@ -1,6 +1,8 @@
 //! What the detector reads from a [`Program`]: which step binds each root,
 //! whether `zero_grad` is called, whether evaluation runs with grad enabled.
 
+use rustc_hash::{FxHashMap, FxHashSet};
+
 use crate::engine::{GradContext, KeepWhat, Program, Step};
 
 /// How a root gets its value in the program.
@@ -23,11 +25,15 @@ pub(crate) struct ProgramFacts {
     pub eval_with_grad: bool,
     /// `CarryHidden { detach }` if the program has one.
     pub carry_hidden_detach: Option<bool>,
-    /// (root, binder, bound while evaluating with grad enabled).
-    pub binders: Vec<(String, Binder, bool)>,
+    /// Per root, its binders (each once) and whether each binds while
+    /// evaluating with grad enabled. Looked up by name: a program may bind
+    /// thousands of names.
+    pub binders: FxHashMap<String, Vec<(Binder, bool)>>,
     /// Names the loop allocates a buffer into while they still hold the last
-    /// one (`buf = torch.empty(...)` each iteration, no `del buf` first).
+    /// one (`buf = torch.empty(...)` each iteration, no `del buf` first), in
+    /// program order.
     pub rebound_buffers: Vec<String>,
+    rebound: FxHashSet<String>,
 }
 
 impl ProgramFacts {
@@ -40,7 +46,7 @@ impl ProgramFacts {
         for s in p.setup.iter().chain(p.steps.iter()) {
             f.walk(s, &mut state);
         }
-        let mut deleted = Vec::new();
+        let mut deleted = FxHashSet::default();
         for s in &p.steps {
             f.walk_buffers(s, &mut deleted);
         }
@@ -49,14 +55,15 @@ impl ProgramFacts {
 
     /// The loop's buffer allocations into a name not deleted before them in
     /// the same iteration: the previous iteration's buffer is still bound.
-    fn walk_buffers(&mut self, s: &Step, deleted: &mut Vec<String>) {
+    fn walk_buffers(&mut self, s: &Step, deleted: &mut FxHashSet<String>) {
         match s {
-            Step::Delete { name } => deleted.push(name.clone()),
+            Step::Delete { name } => {
+                deleted.insert(name.clone());
+            }
             Step::AllocateBuffer { name, .. } => {
-                if !deleted.contains(name) && !self.rebound_buffers.contains(name) {
+                if !deleted.remove(name) && self.rebound.insert(name.clone()) {
                     self.rebound_buffers.push(name.clone());
                 }
-                deleted.retain(|d| d != name);
             }
             Step::Repeat { steps, .. } => {
                 for s in steps {
@@ -122,21 +129,22 @@ impl ProgramFacts {
     }
 
     fn bind(&mut self, root: &str, b: Binder, eval_grad: bool) {
-        if !self.binders.iter().any(|(r, x, _)| r == root && *x == b) {
-            self.binders.push((root.to_string(), b, eval_grad));
+        let binders = self.binders.entry(root.to_string()).or_default();
+        if !binders.iter().any(|(x, _)| *x == b) {
+            binders.push((b, eval_grad));
         }
     }
 
     pub fn binder(&self, root: &str) -> Option<(&Binder, bool)> {
         // The container/accumulator binding is the telling one; fall back to any.
         self.binders
+            .get(root)?
             .iter()
-            .filter(|(r, _, _)| r == root)
-            .min_by_key(|(_, b, _)| match b {
+            .min_by_key(|(b, _)| match b {
                 Binder::Accumulate { .. } | Binder::Append { .. } => 0,
                 Binder::Keep { .. } => 1,
                 _ => 2,
             })
-            .map(|(_, b, e)| (b, *e))
+            .map(|(b, e)| (b, *e))
     }
 }
