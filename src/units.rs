@@ -43,6 +43,19 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     Ok(bytes.round() as u64)
 }
 
+/// A count as people read it: `1,000,000`.
+pub fn format_count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// A size NVML (or any reader) may not have given: "unknown", never 0.
 pub fn format_size_or_unknown(v: Option<u64>) -> String {
     v.map_or_else(|| "unknown".to_string(), crate::alloc::format_size)
@@ -55,7 +68,16 @@ pub fn format_percent_or_unknown(v: Option<u32>) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use super::{format_count, parse_size};
+
+    #[test]
+    fn counts() {
+        assert_eq!(format_count(0), "0");
+        assert_eq!(format_count(999), "999");
+        assert_eq!(format_count(1000), "1,000");
+        assert_eq!(format_count(1_000_000_000), "1,000,000,000");
+        assert_eq!(format_count(u64::MAX), "18,446,744,073,709,551,615");
+    }
 
     #[test]
     fn sizes() {

@@ -8,9 +8,10 @@ use vramscope::device::kernels::launcher_for;
 use vramscope::device::nvml::{self, Reconciliation};
 use vramscope::device::{Device, GpuUnavailable};
 use vramscope::scenario::{
-    builtins, check, load_file, resolve, run as run_scenario, run_launching_with, Built, GpuRun,
-    RunOptions, RunResult, Scenario,
+    builtins, check, load_file, resolve, run as run_scenario, run_launching_with, steps_executed,
+    Built, GpuRun, RunOptions, RunResult, Scenario, MAX_STEPS,
 };
+use vramscope::units::format_count;
 
 use super::BadInput;
 
@@ -106,6 +107,17 @@ fn run_on_cuda(
 
 pub fn run_headless(name: &str, args: RunArgs) -> anyhow::Result<ExitCode> {
     let (scenario, built) = resolve(name).map_err(|e| BadInput(e.to_string()))?;
+    if let Some(n) = args.iterations {
+        let steps = steps_executed(&scenario, u64::from(n));
+        if steps > MAX_STEPS {
+            return Err(BadInput(format!(
+                "--iterations {n}: the run would execute {} steps, more than the {} a run may",
+                format_count(steps),
+                format_count(MAX_STEPS)
+            ))
+            .into());
+        }
+    }
     let opts = RunOptions {
         iterations: args.iterations,
         record_events: false,

@@ -58,7 +58,7 @@ pub use launch::LaunchStats;
 pub use live::{LiveState, NodeInfo, RootInfo, RootKind, SavedInfo, StorageInfo};
 pub use optim::{OptimizerConfig, OptimizerKind};
 pub use presets::{LossKind, ModelConfig, ModelKind};
-pub use program::{GradContext, KeepWhat, Program, Step};
+pub use program::{GradContext, KeepWhat, Program, Step, MAX_RUN_EVENTS};
 pub use scratch::reduce::ReduceDevice;
 pub use shape::Shape;
 pub use storage::{DeviceKind, StorageId};
@@ -100,6 +100,8 @@ pub struct Engine {
     pub(crate) ctx: Ctx,
     pub(crate) events: Vec<EngineEvent>,
     pub(crate) next_seq: u64,
+    /// Events handed out (or dropped) so far, for [`MAX_RUN_EVENTS`].
+    pub(crate) events_out: u64,
     /// cuBLAS workspaces per (handle, stream): [main thread, autograd thread] (§1.6).
     pub(crate) workspaces: [Option<StorageId>; 2],
     /// Cached cuBLASLt workspaces, per thread like `workspaces`.
@@ -163,6 +165,7 @@ impl Engine {
             },
             events: Vec::new(),
             next_seq: 0,
+            events_out: 0,
             workspaces: [None, None],
             lt_workspaces: [None, None],
             cudnn_dropout_state: None,
@@ -233,11 +236,18 @@ impl Engine {
 
     /// Events produced since the last call.
     pub fn take_events(&mut self) -> Vec<EngineEvent> {
+        self.events_out += self.events.len() as u64;
         std::mem::take(&mut self.events)
+    }
+
+    /// Events this engine has made so far.
+    pub fn events_made(&self) -> u64 {
+        self.events_out + self.events.len() as u64
     }
 
     /// Drop buffered events without handing them out (benchmarks).
     pub fn clear_events(&mut self) {
+        self.events_out += self.events.len() as u64;
         self.events.clear();
     }
 

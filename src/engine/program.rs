@@ -239,6 +239,10 @@ impl Program {
     }
 }
 
+/// Events one run may make. The UI keeps every event (~90 B each), so this
+/// bounds its memory near 450 MB; a GPT-2 small iteration makes ~2,300.
+pub const MAX_RUN_EVENTS: u64 = 5_000_000;
+
 impl Engine {
     /// One iteration of the program's steps (iterations count from 1).
     pub fn run_iteration(&mut self, p: &Program) -> Result<()> {
@@ -261,6 +265,14 @@ impl Engine {
     /// Run one step. On failure, the temporaries it created unwind (Python's
     /// exception propagation) and the error is returned.
     pub fn run_step(&mut self, s: &Step, index: u32, p: &Program) -> Result<()> {
+        if self.events_made() > MAX_RUN_EVENTS {
+            return Err(EngineError::Program(format!(
+                "{} events made, more than the {} one run may make (the UI keeps every event \
+                 of a run): run fewer iterations or fewer steps",
+                crate::units::format_count(self.events_made()),
+                crate::units::format_count(MAX_RUN_EVENTS)
+            )));
+        }
         let mark = self.locals.len();
         self.ctx.step = index;
         self.events.push(EngineEvent::StepBegin {

@@ -33,4 +33,4 @@ pub use load::{conf_label, load_file, load_str, resolve, resolve_under, LoadErro
 pub use narration::NarrationTracker;
 pub use run::{Advanced, IterationPoint, ScenarioRun, Unit};
 pub use size::Size;
-pub use validate::MAX_ITERATIONS;
+pub use validate::{steps_executed, MAX_ITERATIONS, MAX_STEPS};

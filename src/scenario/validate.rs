@@ -6,6 +6,7 @@ use std::collections::HashSet;
 
 use super::format::Scenario;
 use crate::engine::{DType, Step};
+use crate::units::format_count;
 
 /// A problem with one step: its position among the steps named `label` (0 for
 /// the first `Backward`, 1 for the second, …) lets the loader find it in the text.
@@ -137,6 +138,73 @@ impl<'a> Walk<'a> {
 /// tiny model run for minutes and would fill memory with its events in the UI.
 pub const MAX_ITERATIONS: u32 = 100_000;
 
+/// Steps a run may execute, every `Repeat` and iteration counted: a
+/// `Repeat(times: 1000000000, …)` asked for a billion and filled memory.
+pub const MAX_STEPS: u64 = 1_000_000;
+
+/// Steps a run of `s` executes with `iterations` iterations (epochs included).
+pub fn steps_executed(s: &Scenario, iterations: u64) -> u64 {
+    executed(&s.setup).saturating_add(iterations.saturating_mul(executed(&s.steps)))
+}
+
+/// Steps `steps` execute once through, each `Repeat` as often as it says.
+fn executed(steps: &[Step]) -> u64 {
+    steps
+        .iter()
+        .map(|s| match s {
+            Step::Repeat { times, steps } => u64::from(*times).saturating_mul(executed(steps)),
+            _ => 1,
+        })
+        .fold(0, u64::saturating_add)
+}
+
+/// The outermost `Repeat` that executes the most steps, as (its occurrence
+/// among the file's `Repeat`s, the steps it executes once through).
+fn largest_repeat(setup: &[Step], steps: &[Step]) -> Option<(usize, u64)> {
+    fn visit(steps: &[Step], seen: &mut usize, best: &mut Option<(usize, u64)>, outer: bool) {
+        for s in steps {
+            if let Step::Repeat { steps: inner, .. } = s {
+                let here = *seen;
+                *seen += 1;
+                let n = executed(std::slice::from_ref(s));
+                if outer && best.is_none_or(|(_, m)| n > m) {
+                    *best = Some((here, n));
+                }
+                visit(inner, seen, best, false);
+            }
+        }
+    }
+    let (mut seen, mut best) = (0, None);
+    visit(setup, &mut seen, &mut best, true);
+    visit(steps, &mut seen, &mut best, true);
+    best
+}
+
+/// More steps in the run than [`MAX_STEPS`]: the problem, at the `Repeat`
+/// that asks for the most, or at `iterations`.
+fn too_many_steps(s: &Scenario, iterations: u64) -> Option<Result<StepProblem, String>> {
+    let total = steps_executed(s, iterations);
+    if total <= MAX_STEPS {
+        return None;
+    }
+    let most = format!(
+        "a run may execute at most {} steps (every Repeat and iteration counted); this one asks for {}",
+        format_count(MAX_STEPS),
+        format_count(total)
+    );
+    Some(match largest_repeat(&s.setup, &s.steps) {
+        Some((occurrence, n)) => Ok(StepProblem {
+            variant: "Repeat",
+            occurrence,
+            message: format!(
+                "Repeat runs {} steps each time through: {most}",
+                format_count(n)
+            ),
+        }),
+        None => Err(format!("iterations: {most}")),
+    })
+}
+
 pub(crate) fn validate(s: &Scenario) -> (Vec<String>, Vec<StepProblem>) {
     let mut general = Vec::new();
     if s.device.capacity.0 == 0 {
@@ -156,6 +224,12 @@ pub(crate) fn validate(s: &Scenario) -> (Vec<String>, Vec<StepProblem>) {
     }
     if s.steps.is_empty() {
         general.push("steps: the loop has no steps".to_string());
+    }
+    let mut work = Vec::new();
+    match too_many_steps(s, total) {
+        Some(Ok(p)) => work.push(p),
+        Some(Err(m)) => general.push(m),
+        None => {}
     }
     general.extend(super::dims::problems(&s.model, &s.data));
     if let Some(d) = s.model_dtype {
@@ -184,5 +258,6 @@ pub(crate) fn validate(s: &Scenario) -> (Vec<String>, Vec<StepProblem>) {
     for step in &s.steps {
         first.step(step, true);
     }
-    (general, first.problems)
+    work.extend(first.problems);
+    (general, work)
 }

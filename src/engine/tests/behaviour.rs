@@ -671,3 +671,26 @@ fn an_oom_inside_foreach_norm_frees_its_norms_first_to_last() {
     assert_eq!(allocs.len(), 3, "partials and two norms");
     assert_eq!(frees, vec![allocs[1], allocs[2], allocs[0]]);
 }
+
+#[test]
+fn a_run_past_its_event_budget_stops_with_a_clear_error() {
+    let mut e = mlp();
+    let p = program(train_steps(), 1);
+    e.events_out = crate::engine::MAX_RUN_EVENTS - 1;
+    // Within the budget a step runs (and makes events)...
+    let err = run_program(&mut e, &p).expect_err("the budget runs out mid-iteration");
+    assert!(e.events_made() > crate::engine::MAX_RUN_EVENTS);
+    assert!(
+        err.to_string()
+            .contains("more than the 5,000,000 one run may make"),
+        "{err}"
+    );
+    // ...past it, none does.
+    let made = e.events_made();
+    assert!(run_program(&mut e, &p).is_err());
+    assert_eq!(
+        e.events_made(),
+        made + 1,
+        "only the iteration's begin marker"
+    );
+}
