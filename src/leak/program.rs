@@ -60,10 +60,10 @@ impl ProgramFacts {
             Step::Delete { name } => {
                 deleted.insert(name.clone());
             }
-            Step::AllocateBuffer { name, .. } => {
-                if !deleted.remove(name) && self.rebound.insert(name.clone()) {
-                    self.rebound_buffers.push(name.clone());
-                }
+            Step::AllocateBuffer { name, .. }
+                if !deleted.remove(name) && self.rebound.insert(name.clone()) =>
+            {
+                self.rebound_buffers.push(name.clone());
             }
             Step::Repeat { steps, .. } => {
                 for s in steps {
