@@ -11,6 +11,7 @@
 pub mod alloc;
 pub mod device;
 pub mod engine;
+pub mod files;
 pub mod leak;
 pub mod producers;
 pub mod report;

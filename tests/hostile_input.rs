@@ -78,3 +78,108 @@ fn more_iterations_than_the_step_bound_are_refused_before_running() {
         "{err}"
     );
 }
+
+#[cfg(unix)]
+fn mkfifo(path: &std::path::Path) {
+    let status = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("mkfifo runs");
+    assert!(status.success());
+}
+
+/// A named pipe given where a file belongs was opened, and waited for a
+/// writer forever.
+#[cfg(unix)]
+#[test]
+fn a_named_pipe_is_refused_not_waited_on() {
+    let dir = temp_dir("fifo");
+    let pipe = dir.join("snapshot.pickle");
+    mkfifo(&pipe);
+    let pipe = pipe.to_str().expect("utf-8");
+    let out = dir.join("out.pickle");
+    let out = out.to_str().expect("utf-8");
+    for args in [
+        vec!["open", pipe, "--headless"],
+        vec!["replay", pipe, "--verify"],
+        vec!["check", pipe],
+        vec!["run", pipe, "--headless"],
+        vec!["export", pipe, "-o", out],
+        vec!["compare", pipe, "tour", "--headless"],
+    ] {
+        let (code, _, err) = vramscope(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains("a named pipe"), "{args:?}: {err}");
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn export_never_replaces_the_input_however_it_is_named() {
+    let dir = temp_dir("export-self");
+    let input = dir.join("in.pickle");
+    let (code, _, err) = vramscope(&["export", "tour", "-o", input.to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "{err}");
+    let before = std::fs::read(&input).expect("written");
+    let link = dir.join("link.pickle");
+    std::os::unix::fs::symlink(&input, &link).expect("symlink");
+    let dotted = dir.join(".").join("in.pickle");
+    for (from, to) in [(&input, &dotted), (&dotted, &input), (&input, &link)] {
+        let (code, _, err) = vramscope(&[
+            "export",
+            from.to_str().expect("utf-8"),
+            "-o",
+            to.to_str().expect("utf-8"),
+        ]);
+        assert_eq!(code, 2, "{from:?} -> {to:?}: {err}");
+        assert!(err.contains("refusing to overwrite the input"), "{err}");
+    }
+    assert_eq!(std::fs::read(&input).expect("still there"), before);
+    assert!(std::fs::symlink_metadata(&link)
+        .expect("link kept")
+        .file_type()
+        .is_symlink());
+}
+
+#[cfg(unix)]
+#[test]
+fn export_writes_only_over_a_plain_file_and_leaves_no_temporary_file() {
+    let dir = temp_dir("export-targets");
+    let target = dir.join("keep.txt");
+    std::fs::write(&target, b"keep").expect("write");
+    let link = dir.join("link.pickle");
+    std::os::unix::fs::symlink(&target, &link).expect("symlink");
+    let pipe = dir.join("pipe.pickle");
+    mkfifo(&pipe);
+    for (out, why) in [
+        (&link, "symbolic link"),
+        (&pipe, "a named pipe"),
+        (&dir, "a directory"),
+    ] {
+        let (code, _, err) = vramscope(&["export", "tour", "-o", out.to_str().expect("utf-8")]);
+        assert_eq!(code, 2, "{out:?}: {err}");
+        assert!(err.contains(why), "{out:?}: {err}");
+    }
+    assert_eq!(std::fs::read(&target).expect("read"), b"keep");
+    assert!(std::fs::symlink_metadata(&link)
+        .expect("kept")
+        .file_type()
+        .is_symlink());
+    let (code, _, err) = vramscope(&[
+        "export",
+        "tour",
+        "-o",
+        dir.join("no-such-dir")
+            .join("x.pickle")
+            .to_str()
+            .expect("utf-8"),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    let left: Vec<String> = std::fs::read_dir(&dir)
+        .expect("read dir")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("vramscope-tmp"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -1,10 +1,11 @@
 //! `open`, `replay` and `export` of real PyTorch snapshots.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use vramscope::alloc::{AllocConfig, Tag, TorchVersion};
+use vramscope::files::{check_replaceable, same_file, write_replacing};
 use vramscope::report::replay::{VerifyReport, WhatIfDevice, WhatIfReport};
 use vramscope::report::snapshot::SnapshotReport;
 use vramscope::scenario::{builtin, resolve, resolve_under, run as run_scenario, RunOptions};
@@ -138,13 +139,15 @@ fn what_if_report(
     Ok(WhatIfReport { devices })
 }
 
-pub fn export(input: &Path, output: &PathBuf, conf: Option<&str>) -> anyhow::Result<ExitCode> {
-    if input == output.as_path() {
+pub fn export(input: &Path, output: &Path, conf: Option<&str>) -> anyhow::Result<ExitCode> {
+    // The same file however it is named (`./x`, an absolute path, a link).
+    if input == output || same_file(input, output) {
         bail!(BadInput(format!(
             "refusing to overwrite the input {}: choose another -o",
             input.display()
         )));
     }
+    check_replaceable(output).map_err(|e| BadInput(format!("-o {}: {e}", output.display())))?;
     let is_scenario = input.extension().is_some_and(|e| e == "ron")
         || (!input.exists() && input.to_str().and_then(builtin).is_some());
     let out = if is_scenario {
@@ -157,11 +160,7 @@ pub fn export(input: &Path, output: &PathBuf, conf: Option<&str>) -> anyhow::Res
         }
     };
     let bytes = export_bytes(&out);
-    // Write beside the target first so a failure never leaves half a file.
-    let tmp = output.with_extension("vramscope-tmp");
-    std::fs::write(&tmp, &bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, output)
-        .with_context(|| format!("moving {} to {}", tmp.display(), output.display()))?;
+    write_replacing(output, &bytes).map_err(|e| BadInput(format!("{}: {e}", output.display())))?;
     eprintln!("wrote {} ({} bytes)", output.display(), bytes.len());
     Ok(ExitCode::SUCCESS)
 }

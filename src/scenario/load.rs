@@ -41,9 +41,12 @@ pub fn load_file(path: &Path) -> Result<(Scenario, Built), LoadError> {
         reason,
     };
     let mut text = String::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_SCENARIO_BYTES + 1).read_to_string(&mut text))
-        .map_err(|e| io(e.to_string()))?;
+    crate::files::open_regular(path)
+        .and_then(|(f, _)| f.take(MAX_SCENARIO_BYTES + 1).read_to_string(&mut text))
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidInput => io(format!("{e}: not a scenario file")),
+            _ => io(e.to_string()),
+        })?;
     if text.len() as u64 > MAX_SCENARIO_BYTES {
         return Err(io(format!(
             "longer than {} MiB: not a scenario file",

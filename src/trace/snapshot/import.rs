@@ -64,15 +64,14 @@ pub fn import_file(path: &FsPath) -> Result<Snapshot, SnapshotError> {
         path: path.to_path_buf(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(io)?;
-    let meta = file.metadata().map_err(io)?;
-    if !meta.is_file() {
-        // A device or a pipe reports length 0 and cannot be mapped.
-        return Err(io(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a regular file (a snapshot is a file written by torch.cuda.memory._dump_snapshot)",
-        )));
-    }
+    // A pipe or a device is refused before it is opened (reading one would
+    // wait for a writer, or never end).
+    let (file, meta) = crate::files::open_regular(path).map_err(|e| {
+        io(std::io::Error::new(
+            e.kind(),
+            format!("{e}; a snapshot is a file written by torch.cuda.memory._dump_snapshot"),
+        ))
+    })?;
     let len = meta.len();
     let result = if len == 0 {
         import_bytes(&[])

@@ -408,3 +408,21 @@ fn a_source_far_ahead_of_the_ui_is_taken_a_few_chunks_per_drain() {
     assert_eq!(app.runs[0].len(), events.len());
     assert!(drains > 1, "all {} events in one drain", events.len());
 }
+
+/// A named pipe typed at the `:` prompt froze the UI waiting for a writer.
+#[cfg(unix)]
+#[test]
+fn a_named_pipe_at_the_prompt_is_refused_at_once() {
+    let dir = std::env::temp_dir().join(format!("vramscope-prompt-fifo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let pipe = dir.join("pipe.pickle");
+    let _ = std::fs::remove_file(&pipe);
+    let c = std::ffi::CString::new(pipe.to_str().expect("utf-8")).expect("no nul");
+    // SAFETY: a valid NUL-terminated path; mkfifo only creates a node.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let mut app = leaky_app();
+    app.open(pipe.to_str().expect("utf-8"));
+    let notice = app.notice.clone().unwrap_or_default();
+    assert!(notice.contains("a named pipe"), "{notice}");
+    assert_eq!(app.runs[0].title, LEAKY, "the run stays");
+}
