@@ -183,3 +183,110 @@ fn export_writes_only_over_a_plain_file_and_leaves_no_temporary_file() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// A snapshot whose trace is one `oom` entry dict, written once and then
+/// referred to `n` times (2 bytes each): cheap input that used to make
+/// millions of report lines and a file many times its size.
+fn shared_entry_bomb(n: usize) -> Vec<u8> {
+    use vramscope::trace::pickle::{PickleWriter, BATCH};
+    let mut w = PickleWriter::new();
+    w.empty_dict();
+    w.memoize();
+    w.mark();
+    w.str("segments");
+    w.empty_list();
+    w.memoize();
+    w.str("device_traces");
+    w.empty_list();
+    w.memoize();
+    w.mark();
+    w.empty_list();
+    w.memoize();
+    let mut entry = None;
+    let mut left = n;
+    while left > 0 {
+        w.mark();
+        for _ in 0..left.min(BATCH) {
+            match entry {
+                Some(memo) => w.get(memo),
+                None => {
+                    w.empty_dict();
+                    entry = Some(w.memoize());
+                    w.mark();
+                    for (k, v) in [
+                        ("action", None),
+                        ("size", Some(1 << 20)),
+                        ("stream", Some(0)),
+                    ] {
+                        w.str(k);
+                        match v {
+                            Some(v) => w.uint(v),
+                            None => w.str("oom"),
+                        }
+                    }
+                    w.str("device_free");
+                    w.uint(0);
+                    w.str("frames");
+                    w.empty_list();
+                    w.setitems();
+                }
+            }
+        }
+        w.appends();
+        left -= left.min(BATCH);
+    }
+    w.appends();
+    w.setitems();
+    w.finish()
+}
+
+#[test]
+fn millions_of_references_to_one_record_are_refused() {
+    let dir = temp_dir("bomb-refused");
+    let file = dir.join("bomb.pickle");
+    let bytes = shared_entry_bomb(3_000_000);
+    assert!(bytes.len() < 7 << 20, "{} bytes", bytes.len());
+    std::fs::write(&file, &bytes).expect("write");
+    let file = file.to_str().expect("utf-8");
+    let out = dir.join("out.pickle");
+    for args in [
+        vec!["open", file, "--headless"],
+        vec!["export", file, "-o", out.to_str().expect("utf-8")],
+    ] {
+        let (code, out, err) = vramscope(&args);
+        assert_eq!(code, 2, "{args:?}: {out}");
+        assert!(err.contains("refers to the same records"), "{err}");
+        assert!(out.len() < 1024, "{}", out.len());
+    }
+}
+
+#[test]
+fn a_repeated_record_is_summarised_in_reports_and_shared_in_exports() {
+    let dir = temp_dir("bomb-summarised");
+    let file = dir.join("bomb.pickle");
+    let n = 300_000;
+    let bytes = shared_entry_bomb(n);
+    std::fs::write(&file, &bytes).expect("write");
+    let file = file.to_str().expect("utf-8");
+    let (code, out, err) = vramscope(&["open", file, "--headless"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.lines().count() < 60, "{out}");
+    assert!(
+        out.contains("… and 299,990 more OOM entries (300,000 OOMs in all"),
+        "{out}"
+    );
+    let (code, out, err) = vramscope(&["open", file, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v = common::json(&out);
+    assert_eq!(v["devices"][0]["oom_count"], n);
+    assert_eq!(v["devices"][0]["ooms"].as_array().map(Vec::len), Some(100));
+    // The export refers to the one record too: about the input's size.
+    let exported = dir.join("out.pickle");
+    let (code, _, err) = vramscope(&["export", file, "-o", exported.to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "{err}");
+    let size = std::fs::metadata(&exported).expect("written").len();
+    assert!(size < 2 * bytes.len() as u64, "{size} from {}", bytes.len());
+    let (code, out, _) = vramscope(&["open", exported.to_str().expect("utf-8"), "--json"]);
+    assert_eq!(code, 0);
+    assert_eq!(common::json(&out)["devices"][0]["oom_count"], n);
+}

@@ -146,7 +146,7 @@ fn snapshot_side(input: &str, path: &Path, conf: Option<&str>) -> anyhow::Result
         peak_reserved: None,
         allocated: sum(|d| d.allocated),
         reserved: sum(|d| d.reserved),
-        ooms: report.devices.iter().map(|d| d.ooms.len()).sum(),
+        ooms: report.devices.iter().map(|d| d.oom_count).sum(),
         findings: report
             .devices
             .iter()

@@ -437,7 +437,7 @@ impl Detector {
             f.severity = Severity::Info;
             out.push(f);
         }
-        out
+        merge_beyond(out, LISTED_REBOUND)
     }
 
     fn fix_for(&self, name: &str, kind: FindingKind) -> String {
@@ -520,4 +520,42 @@ fn categories(by_cat: &[u64; CATS]) -> Vec<(&'static str, u64)> {
         .collect();
     v.sort_by_key(|c| std::cmp::Reverse(c.1));
     v
+}
+
+/// Rebound buffers named one finding each; past this many, the rest are one
+/// finding together (a program can rebind thousands of names).
+const LISTED_REBOUND: usize = 20;
+
+/// `findings` with everything from the `keep`-th on merged into its last
+/// one: the bytes summed, the roots counted, the blocks kept.
+fn merge_beyond(mut findings: Vec<Finding>, keep: usize) -> Vec<Finding> {
+    if findings.len() <= keep {
+        return findings;
+    }
+    let rest = findings.split_off(keep - 1);
+    let first = rest[0].root.clone();
+    let mut merged = rest[0].clone();
+    merged.root = format!(
+        "{first} and {} more",
+        crate::units::format_count(rest.len() as u64 - 1)
+    );
+    merged.bytes = rest.iter().map(|f| f.bytes).sum();
+    merged.blocks = rest.iter().flat_map(|f| f.blocks.iter().copied()).collect();
+    merged.by_category = vec![("temporary", merged.bytes)];
+    merged.path = vec![format!(
+        "{} names each rebound every iteration while still bound: {first}, {}, …",
+        crate::units::format_count(rest.len() as u64),
+        rest[1].root
+    )];
+    merged.fix =
+        "allocate each buffer once before the loop, or `del` it before re-creating it".to_string();
+    merged.evidence = format!(
+        "{} buffers are each created anew every iteration while the last one is still \
+         bound: {} more at the peak in all. Flat across iterations: a higher peak, not a leak \
+         (engine.md §9 pitfall 12).",
+        crate::units::format_count(rest.len() as u64),
+        format_size(merged.bytes)
+    );
+    findings.push(merged);
+    findings
 }

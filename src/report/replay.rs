@@ -157,7 +157,7 @@ impl WhatIfReport {
                     format!("{:.1}%", c.fragmentation_at_worst * 100.0)
                 }),
                 ("cudaMalloc retries", |c| c.num_alloc_retries.to_string()),
-                ("OOMs", |c| c.ooms.len().to_string()),
+                ("OOMs", |c| c.oom_count.to_string()),
                 ("segments at end", |c| c.segments.to_string()),
             ];
             for (name, cell) in rows {

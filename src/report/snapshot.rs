@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::alloc::{format_size, BlockState};
 use crate::leak::{analyze_snapshot, SnapshotLeakReport};
 use crate::trace::snapshot::{Action, PoolKind, Snapshot};
+use crate::units::format_count;
 
 /// Live bytes grouped by the first user frame of their allocation stack.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -50,6 +51,9 @@ pub struct DeviceReport {
     pub fragmentation: f64,
     pub trace_entries: usize,
     pub top_allocations: Vec<CallSite>,
+    /// OOM entries of the trace: all of them counted, the first
+    /// [`LISTED`] listed (a crafted file can repeat one millions of times).
+    pub oom_count: usize,
     pub ooms: Vec<OomEntry>,
     /// What the trace says about memory surviving iterations (devices with a trace).
     pub leaks: Option<SnapshotLeakReport>,
@@ -64,6 +68,10 @@ pub struct SnapshotReport {
 }
 
 const TOP: usize = 10;
+/// Entries a report lists of a kind that a file can repeat without bound.
+pub const LISTED: usize = 100;
+/// Of those, the lines the text shows.
+const TEXT_LISTED: usize = 10;
 
 impl SnapshotReport {
     pub fn new(file: &str, snap: &Snapshot) -> SnapshotReport {
@@ -166,7 +174,7 @@ impl SnapshotReport {
                 }
                 let _ = writeln!(out, "  {}", l.conclusion);
             }
-            for o in &d.ooms {
+            for o in d.ooms.iter().take(TEXT_LISTED) {
                 let free = o.device_free.map_or("unknown".to_string(), format_size);
                 let _ = writeln!(
                     out,
@@ -174,6 +182,14 @@ impl SnapshotReport {
                     o.entry,
                     format_size(o.size),
                     free
+                );
+            }
+            if d.oom_count > TEXT_LISTED {
+                let _ = writeln!(
+                    out,
+                    "… and {} more OOM entries ({} OOMs in all; the JSON report lists the first {LISTED})",
+                    format_count((d.oom_count - TEXT_LISTED) as u64),
+                    format_count(d.oom_count as u64)
                 );
             }
         }
@@ -210,6 +226,7 @@ fn device_report(snap: &Snapshot, device: i64, step_marker: Option<&str>) -> Dev
         fragmentation: 0.0,
         trace_entries: 0,
         top_allocations: Vec::new(),
+        oom_count: 0,
         ooms: Vec::new(),
         leaks: None,
     };
@@ -256,16 +273,20 @@ fn device_report(snap: &Snapshot, device: i64, step_marker: Option<&str>) -> Dev
         if !trace.is_empty() {
             r.leaks = Some(analyze_snapshot(snap, d, step_marker));
         }
-        r.ooms = trace
+        let mut ooms = trace
             .iter()
             .enumerate()
-            .filter(|(_, e)| e.action == Action::Oom)
+            .filter(|(_, e)| e.action == Action::Oom);
+        r.ooms = ooms
+            .by_ref()
+            .take(LISTED)
             .map(|(entry, e)| OomEntry {
                 entry,
                 size: e.size,
                 device_free: snap.device_free(e),
             })
             .collect();
+        r.oom_count = r.ooms.len() + ooms.count();
     }
     r
 }

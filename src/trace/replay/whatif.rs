@@ -12,6 +12,15 @@ use crate::device::SimDevice;
 use super::reconstruct::Reconstruction;
 use super::{entry_tag, Entry};
 
+impl WhatIfResult {
+    fn oom(&mut self, entry: usize, size: u64) {
+        self.oom_count += 1;
+        if self.ooms.len() < LISTED_OOMS {
+            self.ooms.push(WhatIfOom { entry, size });
+        }
+    }
+}
+
 /// A request that did not fit under a config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct WhatIfOom {
@@ -32,10 +41,15 @@ pub struct WhatIfResult {
     /// Cached free / reserved when reserved memory peaked.
     pub fragmentation_at_worst: f64,
     pub num_alloc_retries: u64,
+    /// Requests that did not fit: all counted, the first [`LISTED_OOMS`] listed.
+    pub oom_count: usize,
     pub ooms: Vec<WhatIfOom>,
     /// Segments at the end (mapped runs for expandable segments).
     pub segments: usize,
 }
+
+/// OOMs a result lists (a crafted trace can repeat one request millions of times).
+pub const LISTED_OOMS: usize = 100;
 
 /// The trace's requests in the form a what-if replay reads.
 #[derive(Debug, Clone, Default)]
@@ -93,6 +107,7 @@ pub fn run(requests: &Requests<'_>, config: AllocConfig, capacity: u64, record: 
         largest_free_at_worst: 0,
         fragmentation_at_worst: 0.0,
         num_alloc_retries: 0,
+        oom_count: 0,
         ooms: Vec::new(),
         segments: 0,
     };
@@ -107,20 +122,14 @@ pub fn run(requests: &Requests<'_>, config: AllocConfig, capacity: u64, record: 
                 Ok(addr) => {
                     ours.insert(e.addr, addr);
                 }
-                Err(_) => result.ooms.push(WhatIfOom {
-                    entry: i,
-                    size: e.size,
-                }),
+                Err(_) => result.oom(i, e.size),
             },
             Action::Oom => match a.malloc(e.size, e.stream, entry_tag(i)) {
                 // The recorded run failed here and never used the memory.
                 Ok(addr) => {
                     let _ = a.free(addr);
                 }
-                Err(_) => result.ooms.push(WhatIfOom {
-                    entry: i,
-                    size: e.size,
-                }),
+                Err(_) => result.oom(i, e.size),
             },
             Action::FreeRequested => {
                 if let Some(addr) = ours.remove(&e.addr) {

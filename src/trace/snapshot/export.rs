@@ -3,11 +3,17 @@
 //! lists are memoised once and referenced with `BINGET`, as PyTorch's files
 //! do, so exports stay about the size of the originals.
 //!
+//! A record equal to one written shortly before (a trace entry or block a
+//! crafted file refers to millions of times) is referenced too, so the
+//! output stays proportional to the input's distinct content.
+//!
 //! Legacy inputs come out modernised: blocks get `address` and `frames`
 //! instead of `history`, segments get all 12 keys. `allocator_settings` is
 //! written only when the snapshot has it, so a re-import keeps `None`.
 
-use rustc_hash::FxHashMap;
+use std::hash::{BuildHasher, Hash};
+
+use rustc_hash::{FxBuildHasher, FxHashMap};
 
 use super::dict_keys::{self, SegmentHeader};
 use crate::trace::pickle::PickleWriter;
@@ -24,6 +30,8 @@ pub fn export_bytes(snap: &Snapshot) -> Vec<u8> {
         snap,
         stacks: FxHashMap::default(),
         frames: FxHashMap::default(),
+        entries: RecentRecords::new(),
+        blocks: RecentRecords::new(),
     };
     ex.root();
     ex.w.finish()
@@ -36,16 +44,51 @@ struct Exporter<'s> {
     stacks: FxHashMap<FramesId, u32>,
     /// Memo index of each frame dict already written.
     frames: FxHashMap<FrameId, u32>,
+    entries: RecentRecords<TraceEntry>,
+    blocks: RecentRecords<Block>,
+}
+
+/// Memo indices of records written recently, in a fixed table (a record
+/// seen again while still in it is referenced, not written again): bounded
+/// memory, whatever the file's size.
+struct RecentRecords<T> {
+    slots: Vec<Option<(T, u32)>>,
+}
+
+impl<T: Hash + Eq + Clone> RecentRecords<T> {
+    const SLOTS: usize = 4096;
+
+    fn new() -> Self {
+        RecentRecords {
+            slots: vec![None; Self::SLOTS],
+        }
+    }
+
+    fn slot(r: &T) -> usize {
+        FxBuildHasher.hash_one(r) as usize % Self::SLOTS
+    }
+
+    fn get(&self, r: &T) -> Option<u32> {
+        match &self.slots[Self::slot(r)] {
+            Some((seen, memo)) if seen == r => Some(*memo),
+            _ => None,
+        }
+    }
+
+    fn put(&mut self, r: &T, memo: u32) {
+        self.slots[Self::slot(r)] = Some((r.clone(), memo));
+    }
 }
 
 impl Exporter<'_> {
-    /// `EMPTY_DICT MEMOIZE MARK <body> SETITEMS`.
-    fn dict(&mut self, body: impl FnOnce(&mut Self)) {
+    /// `EMPTY_DICT MEMOIZE MARK <body> SETITEMS`; returns the dict's memo index.
+    fn dict(&mut self, body: impl FnOnce(&mut Self)) -> u32 {
         self.w.empty_dict();
-        self.w.memoize();
+        let memo = self.w.memoize();
         self.w.mark();
         body(self);
         self.w.setitems();
+        memo
     }
 
     fn root(&mut self) {
@@ -101,7 +144,11 @@ impl Exporter<'_> {
     }
 
     fn block(&mut self, b: &Block) {
-        self.dict(|ex| {
+        if let Some(memo) = self.blocks.get(b) {
+            self.w.get(memo);
+            return;
+        }
+        let memo = self.dict(|ex| {
             dict_keys::block(
                 &mut ex.w,
                 b.address,
@@ -112,12 +159,17 @@ impl Exporter<'_> {
             ex.w.str("frames");
             ex.stack(b.frames);
         });
+        self.blocks.put(b, memo);
     }
 
     fn entry(&mut self, e: &TraceEntry) {
+        if let Some(memo) = self.entries.get(e) {
+            self.w.get(memo);
+            return;
+        }
         let snap = self.snap;
         let extra = snap.extra(e);
-        self.dict(|ex| {
+        let memo = self.dict(|ex| {
             let w = &mut ex.w;
             w.str("action");
             w.str(snap.action_name(e));
@@ -152,6 +204,7 @@ impl Exporter<'_> {
                 ex.stack(e.frames);
             }
         });
+        self.entries.put(e, memo);
     }
 
     fn settings(&mut self, s: &AllocatorSettings) {

@@ -123,7 +123,8 @@ fn import_streaming(
         Some(snap) => Ok(snap),
         None => {
             let doc = pickle::decode(bytes)?;
-            Ok(import_document(&doc)?)
+            let budget = records::record_budget(bytes.len());
+            Ok(Importer::new(doc.container_count(), false, budget).run(&doc)?)
         }
     }
 }
@@ -134,7 +135,7 @@ pub(super) fn try_streaming(
     release: Option<&mut dyn FnMut(usize)>,
 ) -> Result<Option<Snapshot>, SnapshotError> {
     let mut stream = Stream {
-        im: Importer::new(0, true),
+        im: Importer::new(0, true, records::record_budget(bytes.len())),
         keys: [None; Key::COUNT],
         keys_at: usize::MAX,
         claims: FxHashMap::default(),
@@ -156,9 +157,10 @@ pub(super) fn try_streaming(
     }
 }
 
-/// Import an already decoded document.
+/// Import an already decoded document (its records unbounded: the caller
+/// decoded it already).
 pub fn import_document(doc: &Document) -> Result<Snapshot, SchemaError> {
-    Importer::new(doc.container_count(), false).run(doc)
+    Importer::new(doc.container_count(), false, u64::MAX).run(doc)
 }
 
 /// What a claimed list holds, converted.

@@ -106,7 +106,7 @@ pub struct Segment {
 }
 
 /// A block inside a segment.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Block {
     /// From the file, or for legacy blocks the segment address plus the
     /// sizes of the blocks before it.

@@ -34,6 +34,20 @@ pub(super) struct Importer {
     pub(super) consumed: Vec<SeqId>,
     /// Streaming: the lists converted while decoding.
     pub(super) claims: FxHashMap<u32, Claimed>,
+    /// Trace entries and blocks converted so far, and how many the file may
+    /// hold ([`record_budget`]).
+    records: u64,
+    budget: u64,
+}
+
+/// Trace entries and blocks a file of `bytes` may hold. PyTorch writes each
+/// as a record of its own, at least ~70 bytes (95 in the real files, 74 in a
+/// 1 GB synthetic trace); a pickle can instead refer to one record millions
+/// of times, 2 bytes each, and would fill memory. Every such file is refused.
+pub(crate) fn record_budget(bytes: usize) -> u64 {
+    const MIN_RECORD_BYTES: u64 = 16;
+    const FLOOR: u64 = 1_000_000;
+    (bytes as u64 / MIN_RECORD_BYTES).max(FLOOR)
 }
 
 /// The handle of an absent optional string in `extra_cache` keys (no
@@ -41,8 +55,10 @@ pub(super) struct Importer {
 const ABSENT: u32 = u32::MAX;
 
 impl Importer {
-    pub(super) fn new(containers: usize, track: bool) -> Self {
+    pub(super) fn new(containers: usize, track: bool, budget: u64) -> Self {
         Self {
+            records: 0,
+            budget,
             frames: FrameTable::new(),
             converted: vec![NOT_SEEN; containers],
             scratch: Vec::new(),
@@ -232,6 +248,7 @@ impl Importer {
     /// `computed` is the address the block must have if blocks are
     /// contiguous: used for legacy blocks, which have no `address`.
     fn block(&mut self, f: &Fields, v: Value, computed: u64, path: &Path) -> Res<Block> {
+        self.count(1, path)?;
         let d = f.dict(v, path)?;
         self.consume(d);
         let size = f.field(d, Key::Size, path, Fields::uint)?;
@@ -300,6 +317,7 @@ impl Importer {
                         .cloned();
                     match again {
                         Some(entries) => {
+                            self.count(entries.len() as u64, &dpath)?;
                             out.push(entries);
                             continue;
                         }
@@ -318,7 +336,21 @@ impl Importer {
         Ok(out)
     }
 
+    /// Count `n` more records against the budget.
+    fn count(&mut self, n: u64, path: &Path) -> Res<()> {
+        self.records = self.records.saturating_add(n);
+        if self.records > self.budget {
+            return Err(path.error(format!(
+                "more than {} trace entries and blocks: the file refers to the same records over \
+                 and over (a file PyTorch writes holds each one once)",
+                crate::units::format_count(self.budget)
+            )));
+        }
+        Ok(())
+    }
+
     pub(super) fn entry(&mut self, f: &Fields, v: Value, path: &Path) -> Res<TraceEntry> {
+        self.count(1, path)?;
         let d = f.dict(v, path)?;
         self.consume(d);
         // One pass over the dict instead of a lookup per key; a later
