@@ -2,6 +2,40 @@
 #![deny(clippy::unwrap_used)]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+/// `print!` for text that may hold an input's bytes (a frame name, a file
+/// name, a scenario's narration): control characters are shown escaped,
+/// never sent to the terminal (`units::escape_controls`).
+macro_rules! say {
+    ($($arg:tt)*) => {
+        print!("{}", vramscope::units::escape_controls(&format!($($arg)*)))
+    };
+}
+
+/// [`say!`] with a newline.
+macro_rules! sayln {
+    ($($arg:tt)*) => {
+        println!("{}", vramscope::units::escape_controls(&format!($($arg)*)))
+    };
+}
+
+/// A value as pretty JSON on stdout, every control character escaped (serde
+/// leaves DEL and C1 raw).
+macro_rules! sayjson {
+    ($value:expr) => {
+        println!(
+            "{}",
+            vramscope::units::escape_json_controls(serde_json::to_string_pretty($value)?)
+        )
+    };
+}
+
+/// `eprintln!` with control characters escaped, as [`say!`].
+macro_rules! warn {
+    ($($arg:tt)*) => {
+        eprintln!("{}", vramscope::units::escape_controls(&format!($($arg)*)))
+    };
+}
+
 mod cli;
 
 use std::process::ExitCode;
@@ -14,7 +48,7 @@ fn main() -> ExitCode {
     match cli::run(args) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("vramscope: {err:#}");
+            warn!("vramscope: {err:#}");
             ExitCode::from(cli::EXIT_BAD_INPUT)
         }
     }

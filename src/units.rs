@@ -43,6 +43,61 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     Ok(bytes.round() as u64)
 }
 
+/// `text` with every control character but newline and tab written as an
+/// escape (`\u{1b}`), so that bytes from an input file (a frame name, an
+/// annotation) can never drive the terminal that shows them.
+pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    let bad = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.contains(bad) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if bad(c) {
+            out.push_str(&c.escape_unicode().to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// JSON text with the control characters serde_json leaves raw (DEL and
+/// the C1 range; it escapes C0 itself) written as `\u` escapes. They can
+/// only stand inside strings, where the escape means the same character.
+pub fn escape_json_controls(json: String) -> String {
+    if !json.contains(char::is_control) {
+        return json;
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if c.is_control() && c != '\n' {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// [`escape_controls`] for one line: a newline or tab is escaped too.
+pub fn escape_line(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    std::borrow::Cow::Owned(
+        text.chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_unicode().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect(),
+    )
+}
+
 /// A count as people read it: `1,000,000`.
 pub fn format_count(n: u64) -> String {
     let digits = n.to_string();
@@ -68,7 +123,26 @@ pub fn format_percent_or_unknown(v: Option<u32>) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{format_count, parse_size};
+    use super::{escape_controls, escape_json_controls, escape_line, format_count, parse_size};
+
+    #[test]
+    fn control_characters_are_shown_not_sent() {
+        assert_eq!(escape_controls("plain\ttext\n"), "plain\ttext\n");
+        assert_eq!(
+            escape_controls("\x1b]0;title\x07x\r\u{9b}2J"),
+            "\\u{1b}]0;title\\u{7}x\\u{d}\\u{9b}2J"
+        );
+        assert_eq!(escape_line("a\nb\tc"), "a\\u{a}b\\u{9}c");
+        assert!(!escape_controls("\x1b[2J").contains('\x1b'));
+        let json = serde_json::to_string_pretty(&["\x1b[\u{9b}\u{7f}"]).expect("json");
+        let safe = escape_json_controls(json);
+        assert!(
+            !safe.contains(|c: char| c.is_control() && c != '\n'),
+            "{safe}"
+        );
+        let back: Vec<String> = serde_json::from_str(&safe).expect("still JSON");
+        assert_eq!(back, ["\x1b[\u{9b}\u{7f}"]);
+    }
 
     #[test]
     fn counts() {

@@ -290,3 +290,62 @@ fn a_repeated_record_is_summarised_in_reports_and_shared_in_exports() {
     assert_eq!(code, 0);
     assert_eq!(common::json(&out)["devices"][0]["oom_count"], n);
 }
+
+/// `tests/fixtures/hostile/`: inputs that once crashed, hung or spoke to the
+/// terminal (`make.py` writes the pickles).
+fn fixture(name: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/hostile")
+        .join(name);
+    path.to_str().expect("utf-8").to_string()
+}
+
+/// No byte that drives a terminal: control characters other than newline
+/// and tab (C0, DEL and C1).
+fn assert_no_controls(what: &str, text: &str) {
+    let bad: Vec<char> = text
+        .chars()
+        .filter(|c| c.is_control() && *c != '\n' && *c != '\t')
+        .collect();
+    assert!(bad.is_empty(), "{what}: {bad:?} in\n{text}");
+}
+
+#[test]
+fn control_sequences_in_a_snapshot_never_reach_the_terminal() {
+    let dir = temp_dir("escapes");
+    let file = fixture("escapes.pickle");
+    let file = file.as_str();
+    let (code, out, err) = vramscope(&["open", file, "--headless"]);
+    assert_eq!(code, 0, "{err}");
+    assert_no_controls("open", &out);
+    assert!(out.contains("\\u{1b}]0;pwned\\u{7}evil.py"), "{out}");
+    for args in [
+        vec!["replay", file, "--verify"],
+        vec!["replay", file, "--conf", "expandable_segments:True"],
+        vec!["compare", file, "tour", "--headless"],
+        vec!["open", file, "--json"],
+    ] {
+        let (_, out, err) = vramscope(&args);
+        assert_no_controls(&format!("{args:?} stdout"), &out);
+        assert_no_controls(&format!("{args:?} stderr"), &err);
+    }
+    // A scenario file's own text, and a file name, likewise.
+    let evil_ron = VALID
+        .replace("name: \"ok\"", "name: \"ok\\u{1b}[2J\"")
+        .replace(
+            "    iterations: 3,\n",
+            "    iterations: 3,\n    narration: [(at: Start, text: \"\\u{1b}]0;t\\u{7}hello\")],\n",
+        );
+    let ron = dir.join("evil\x1b[2J.ron");
+    std::fs::write(&ron, evil_ron).expect("write");
+    let ron = ron.to_str().expect("utf-8");
+    for args in [vec!["run", ron, "--headless"], vec!["check", ron]] {
+        let (code, out, err) = vramscope(&args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        assert_no_controls(&format!("{args:?}"), &out);
+        assert_no_controls(&format!("{args:?}"), &err);
+    }
+    let (code, _, err) = vramscope(&["check", &format!("{ron}.missing")]);
+    assert_eq!(code, 2);
+    assert_no_controls("a missing file's name", &err);
+}

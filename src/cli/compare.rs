@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use serde::Serialize;
 use serde_json::{json, Value};
 use vramscope::alloc::{format_size, AllocConfig};
-use vramscope::producers::is_snapshot_path;
+use vramscope::producers::{file_title, is_snapshot_path};
 use vramscope::report::run as run_report;
 use vramscope::report::snapshot::SnapshotReport;
 use vramscope::scenario::{
@@ -138,9 +138,7 @@ fn snapshot_side(input: &str, path: &Path, conf: Option<&str>) -> anyhow::Result
         report.devices.iter().map(f).sum()
     };
     let figures = Figures {
-        label: path
-            .file_name()
-            .map_or_else(|| input.to_string(), |n| n.to_string_lossy().into_owned()),
+        label: file_title(path, input),
         kind: "snapshot",
         peak_allocated: None,
         peak_reserved: None,
@@ -229,11 +227,11 @@ pub fn compare(sides: &[CompareSide; 2], json: bool) -> anyhow::Result<ExitCode>
             "first": { "figures": a.figures, "report": a.json },
             "second": { "figures": b.figures, "report": b.json },
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        sayjson!(&out);
     } else {
-        print!("{}", table(&a.figures, &b.figures));
+        say!("{}", table(&a.figures, &b.figures));
         for (title, s) in [("first", &a), ("second", &b)] {
-            println!("\n── {title}: {} ──\n{}", s.figures.label, s.text);
+            sayln!("\n── {title}: {} ──\n{}", s.figures.label, s.text);
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -13,14 +13,14 @@ pub fn run(conf: &str) -> anyhow::Result<ExitCode> {
     let mut a = CachingAllocator::new(SimDevice::new("sim: 100 MiB", 100 * MIB, 0), config);
     let say = |a: &CachingAllocator<SimDevice>, what: &str| {
         let s = a.stats();
-        println!(
+        sayln!(
             "{what:<26} allocated {:>10}  reserved {:>10}  largest free block {:>10}",
             format_size(s.allocated_bytes()),
             format_size(s.reserved_bytes()),
             format_size(a.largest_free_block())
         );
     };
-    println!("vramscope allocator walkthrough (PYTORCH_CUDA_ALLOC_CONF=\"{conf}\") on a simulated 100 MiB GPU\n");
+    sayln!("vramscope allocator walkthrough (PYTORCH_CUDA_ALLOC_CONF=\"{conf}\") on a simulated 100 MiB GPU\n");
     let mut blocks = Vec::new();
     for i in 0..10 {
         blocks.push(a.malloc(8 * MIB, 0, Tag(i)).context("malloc")?);
@@ -32,7 +32,7 @@ pub fn run(conf: &str) -> anyhow::Result<ExitCode> {
     say(&a, "free every second tensor");
     match a.malloc(16 * MIB, 0, Tag(10)) {
         Ok(_) => say(&a, "malloc(16 MiB) fits"),
-        Err(err) => println!("\nmalloc(16 MiB) fails:\n  torch.OutOfMemoryError: {err}\n"),
+        Err(err) => sayln!("\nmalloc(16 MiB) fails:\n  torch.OutOfMemoryError: {err}\n"),
     }
     a.empty_cache();
     say(&a, "empty_cache()");
@@ -42,7 +42,7 @@ pub fn run(conf: &str) -> anyhow::Result<ExitCode> {
     say(&a, "free the other tensors");
     a.empty_cache();
     say(&a, "empty_cache()");
-    println!("\n{}", memory_summary(a.stats(), 0, false));
-    println!("Try: vramscope demo --conf expandable_segments:True");
+    sayln!("\n{}", memory_summary(a.stats(), 0, false));
+    sayln!("Try: vramscope demo --conf expandable_segments:True");
     Ok(ExitCode::SUCCESS)
 }

@@ -147,7 +147,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if ui::have_terminal() {
                 ui::open(&["tour"])
             } else {
-                eprintln!("vramscope: no terminal to draw on; printing the guided tour's headless report instead");
+                warn!("vramscope: no terminal to draw on; printing the guided tour's headless report instead");
                 scenario::run_headless(
                     "tour",
                     scenario::RunArgs {

@@ -20,7 +20,7 @@ pub fn list() -> anyhow::Result<ExitCode> {
         let description = resolve(b.name)
             .map(|(s, _)| s.description)
             .unwrap_or_else(|e| format!("(invalid: {e})"));
-        println!("{:<34} {description}", b.name);
+        sayln!("{:<34} {description}", b.name);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -28,7 +28,7 @@ pub fn list() -> anyhow::Result<ExitCode> {
 pub fn check_file(path: &std::path::Path) -> anyhow::Result<ExitCode> {
     match load_file(path) {
         Ok((s, built)) => {
-            println!(
+            sayln!(
                 "{}: valid scenario \"{}\" ({} steps, {} iterations)",
                 path.display(),
                 s.name,
@@ -80,7 +80,7 @@ fn run_on_cuda(
     let (launcher, unavailable) = match launcher_for(&dev) {
         Ok(l) => (Some(l), None),
         Err(e) => {
-            eprintln!("vramscope: --device cuda:{n}: no kernels launched: {e}");
+            warn!("vramscope: --device cuda:{n}: no kernels launched: {e}");
             (None, Some(e.to_string()))
         }
     };
@@ -127,7 +127,7 @@ pub fn run_headless(name: &str, args: RunArgs) -> anyhow::Result<ExitCode> {
         Some(n) => match run_on_cuda(&scenario, &built, &opts, n) {
             Ok(r) => r,
             Err(e) => {
-                eprintln!("vramscope: --device cuda:{n}: {e}");
+                warn!("vramscope: --device cuda:{n}: {e}");
                 return Ok(ExitCode::from(super::EXIT_NO_GPU));
             }
         },
@@ -135,12 +135,9 @@ pub fn run_headless(name: &str, args: RunArgs) -> anyhow::Result<ExitCode> {
     let checks = check(&scenario.expect, &result);
     let ok = checks.iter().all(|c| c.passed);
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&vramscope::report::run::json(&result, &checks))?
-        );
+        sayjson!(&vramscope::report::run::json(&result, &checks));
     } else {
-        print!(
+        say!(
             "{}",
             vramscope::report::run::text(&scenario, &result, &checks)
         );

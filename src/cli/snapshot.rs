@@ -27,9 +27,9 @@ pub fn open(path: &Path, json: bool, step_marker: Option<&str>) -> anyhow::Resul
     let snap = load(path)?;
     let report = SnapshotReport::with_step_marker(&path.display().to_string(), &snap, step_marker);
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        sayjson!(&report);
     } else {
-        print!("{}", report.to_text());
+        say!("{}", report.to_text());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -65,7 +65,7 @@ pub fn replay(path: &Path, args: ReplayArgs) -> anyhow::Result<ExitCode> {
         && allowed.is_none()
         && from_snapshot::config(&snap).garbage_collection_threshold > 0.0
     {
-        eprintln!(
+        warn!(
             "note: this run set garbage_collection_threshold, which acts only under a memory \
              fraction, and snapshots do not record the fraction: pass the run's limit with \
              --allowed-memory (e.g. --allowed-memory 4.8GiB)"
@@ -74,9 +74,9 @@ pub fn replay(path: &Path, args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let mut status = ExitCode::SUCCESS;
     if args.verify || args.confs.is_empty() {
         if args.json && args.confs.is_empty() {
-            println!("{}", serde_json::to_string_pretty(&verify)?);
+            sayjson!(&verify);
         } else {
-            print!("{}", verify.to_text());
+            say!("{}", verify.to_text());
         }
         if !verify.ok {
             status = ExitCode::from(1);
@@ -85,9 +85,9 @@ pub fn replay(path: &Path, args: ReplayArgs) -> anyhow::Result<ExitCode> {
     if !args.confs.is_empty() {
         let report = what_if_report(&snap, &replays, &args)?;
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&report)?);
+            sayjson!(&report);
         } else {
-            print!("{}", report.to_text());
+            say!("{}", report.to_text());
         }
     }
     Ok(status)
@@ -104,10 +104,10 @@ fn what_if_report(
         let config = parse_conf(conf, args.torch.as_deref())?;
         // A config already in the table would only repeat its column.
         match configs.iter().position(|c| c.same_rules(&config)) {
-            Some(0) => eprintln!(
+            Some(0) => warn!(
                 "note: --conf {conf:?} is the snapshot's own config: its column is the recorded run's"
             ),
-            Some(_) => eprintln!("note: --conf {conf:?} repeats an earlier --conf"),
+            Some(_) => warn!("note: --conf {conf:?} repeats an earlier --conf"),
             None => configs.push(config),
         }
     }
@@ -161,7 +161,7 @@ pub fn export(input: &Path, output: &Path, conf: Option<&str>) -> anyhow::Result
     };
     let bytes = export_bytes(&out);
     write_replacing(output, &bytes).map_err(|e| BadInput(format!("{}: {e}", output.display())))?;
-    eprintln!("wrote {} ({} bytes)", output.display(), bytes.len());
+    warn!("wrote {} ({} bytes)", output.display(), bytes.len());
     Ok(ExitCode::SUCCESS)
 }
 

@@ -12,8 +12,8 @@ use vramscope::device::cuda::CudaDevice;
 use vramscope::device::kernels::launcher_for;
 use vramscope::device::Device;
 use vramscope::producers::{
-    open_source, open_source_under, scenario_source_on, snapshot_source, RealGpu, Source,
-    ITERATION_PACE,
+    file_title, open_source, open_source_under, scenario_source_on, snapshot_source, RealGpu,
+    Source, ITERATION_PACE,
 };
 use vramscope::scenario::resolve;
 use vramscope::tui::{run_tui, TuiOptions};
@@ -34,7 +34,7 @@ fn announce_large(path: &Path) {
         return;
     };
     if meta.is_file() && meta.len() >= ANNOUNCE_BYTES && std::io::stderr().is_terminal() {
-        eprintln!(
+        warn!(
             "vramscope: reading {} ({}); its timeline fills in once the UI opens…",
             path.display(),
             format_size(meta.len())
@@ -87,10 +87,7 @@ pub fn open_snapshot(path: &Path) -> anyhow::Result<ExitCode> {
     announce_large(path);
     let source =
         snapshot_source(path, None).map_err(|e| BadInput(format!("{}: {e}", path.display())))?;
-    let title = path.file_name().map_or_else(
-        || path.display().to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    );
+    let title = file_title(path, &path.display().to_string());
     run_tui(vec![(title, source)], TuiOptions::default())?;
     Ok(ExitCode::SUCCESS)
 }
@@ -104,7 +101,7 @@ pub fn open_cuda(name: &str, ordinal: usize) -> anyhow::Result<ExitCode> {
     let total = match CudaDevice::open(ordinal) {
         Ok(dev) => dev.total_memory(),
         Err(e) => {
-            eprintln!("vramscope: --device cuda:{ordinal}: {e}");
+            warn!("vramscope: --device cuda:{ordinal}: {e}");
             return Ok(ExitCode::from(EXIT_NO_GPU));
         }
     };

@@ -11,7 +11,9 @@ use vramscope::device::GpuUnavailable;
 use vramscope::producers::{nvml_source, Source, SourceMsg};
 use vramscope::tui::theme::{no_color_from_env, Theme, ThemeName};
 use vramscope::tui::watch_loop::run_watch;
-use vramscope::units::{format_percent_or_unknown, format_size_or_unknown};
+use vramscope::units::{
+    escape_controls, escape_json_controls, format_percent_or_unknown, format_size_or_unknown,
+};
 
 use super::EXIT_NO_GPU;
 
@@ -75,11 +77,11 @@ pub fn run(once: bool, json: bool) -> anyhow::Result<ExitCode> {
     let first = match next_reading(&rx) {
         Some(Ok(gpus)) => gpus,
         Some(Err(e)) => {
-            eprintln!("vramscope watch: {e}");
+            warn!("vramscope watch: {e}");
             return Ok(ExitCode::from(EXIT_NO_GPU));
         }
         None => {
-            eprintln!("vramscope watch: the NVML thread stopped before its first reading");
+            warn!("vramscope watch: the NVML thread stopped before its first reading");
             return Ok(ExitCode::from(EXIT_NO_GPU));
         }
     };
@@ -87,7 +89,7 @@ pub fn run(once: bool, json: bool) -> anyhow::Result<ExitCode> {
         let theme = Theme::builtin(ThemeName::Dark, no_color_from_env())?;
         let state = run_watch(first, rx, theme)?;
         if let Some(e) = state.error {
-            eprintln!("vramscope watch: {e}");
+            warn!("vramscope watch: {e}");
             return Ok(ExitCode::from(EXIT_NO_GPU));
         }
         return Ok(ExitCode::SUCCESS);
@@ -98,7 +100,7 @@ pub fn run(once: bool, json: bool) -> anyhow::Result<ExitCode> {
         let gpus = match reading {
             Ok(g) => g,
             Err(e) => {
-                eprintln!("vramscope watch: {e}");
+                warn!("vramscope watch: {e}");
                 return Ok(ExitCode::from(EXIT_NO_GPU));
             }
         };
@@ -110,9 +112,12 @@ pub fn run(once: bool, json: bool) -> anyhow::Result<ExitCode> {
             }
         }
         if json {
-            writeln!(stdout, "{}", serde_json::to_string(&gpus)?)?;
+            let line = escape_json_controls(serde_json::to_string(&gpus)?);
+            writeln!(stdout, "{line}")?;
         } else {
-            write!(stdout, "\x1b[2J\x1b[H{}", render(&gpus, &history))?;
+            // Our own clear-screen, then NVML's text (names, too) escaped.
+            let text = render(&gpus, &history);
+            write!(stdout, "\x1b[2J\x1b[H{}", escape_controls(&text))?;
         }
         stdout.flush()?;
         if once {

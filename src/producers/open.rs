@@ -10,16 +10,20 @@ use super::source::Source;
 use crate::alloc::AllocConfig;
 use crate::scenario::{conf_label, resolve, resolve_under};
 use crate::trace::snapshot::import_file;
+use crate::units::escape_line;
 
 /// Whether `input` names a snapshot: an existing file that is not `.ron`.
 pub fn is_snapshot_path(path: &Path) -> bool {
     path.is_file() && path.extension().is_none_or(|e| e != "ron")
 }
 
-/// The file name of `path` for a title, or `input` as given.
-fn file_title(path: &Path, input: &str) -> String {
-    path.file_name()
-        .map_or_else(|| input.to_string(), |n| n.to_string_lossy().into_owned())
+/// The file name of `path` for a title, or `input` as given, control
+/// characters escaped.
+pub fn file_title(path: &Path, input: &str) -> String {
+    let name = path
+        .file_name()
+        .map_or_else(|| input.to_string(), |n| n.to_string_lossy().into_owned());
+    escape_line(&name).into_owned()
 }
 
 /// A source for `input`: a snapshot (see [`is_snapshot_path`]), else a
@@ -32,7 +36,7 @@ pub fn open_source(input: &str) -> Result<(String, Source), String> {
         return Ok((file_title(path, input), source));
     }
     let (scenario, built) = resolve(input).map_err(|e| e.to_string())?;
-    let title = scenario.name.clone();
+    let title = escape_line(&scenario.name).into_owned();
     Ok((title, scenario_source(scenario, built, ITERATION_PACE)))
 }
 
@@ -50,6 +54,6 @@ pub fn open_source_under(input: &str, conf: &str) -> Result<(String, Source), St
         return Ok((label(&file_title(path, input)), source));
     }
     let (scenario, built) = resolve_under(input, conf)?;
-    let title = label(&scenario.name);
+    let title = label(&escape_line(&scenario.name));
     Ok((title, scenario_source(scenario, built, ITERATION_PACE)))
 }

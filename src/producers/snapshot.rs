@@ -19,6 +19,7 @@ use crate::trace::snapshot::{import_file, FrameTable, FramesId, Snapshot, Snapsh
 use crate::trace::{Event, MemoryMap};
 
 use super::source::{Source, SourceMsg, TagDescription, TagInfo};
+use crate::units::escape_line;
 
 /// Frames shown per block in the detail pane.
 const MAX_FRAMES: usize = 12;
@@ -214,10 +215,12 @@ impl SnapshotTags {
                 let frames = table
                     .resolve(*id)
                     .take(MAX_FRAMES)
-                    .map(|f| format!("{}:{} {}", f.filename, f.line, f.name))
+                    .map(|f| escape_line(&format!("{}:{} {}", f.filename, f.line, f.name)).into())
                     .collect();
                 (
-                    table.first_user_frame(*id).map(|f| f.name.to_string()),
+                    table
+                        .first_user_frame(*id)
+                        .map(|f| escape_line(&f.name).into_owned()),
                     frames,
                 )
             });

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::format::{At, Narration};
 use crate::alloc::Action;
 use crate::trace::{Event, Marker};
+use crate::units::escape_controls;
 
 /// Watches the events of a run and says which narration is due.
 #[derive(Debug, Clone)]
@@ -21,7 +22,8 @@ impl NarrationTracker {
         NarrationTracker {
             pending: narration
                 .iter()
-                .map(|n| (n.at.clone(), Arc::from(n.text.as_str())))
+                // A scenario file's text is shown, never sent to the terminal.
+                .map(|n| (n.at.clone(), Arc::from(escape_controls(&n.text).as_ref())))
                 .collect(),
             iteration: 0,
             allocated: 0,

@@ -111,3 +111,23 @@ fn a_long_trace_streams_in_chunks_that_add_up_to_the_whole_trace() {
         "the chunks differ from the whole trace's events"
     );
 }
+
+/// Frame names that would set the terminal's title or clear it are shown
+/// escaped in the block detail (and nothing raw reaches a cell).
+#[test]
+fn control_sequences_in_frames_are_shown_escaped() {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/hostile/escapes.pickle");
+    let src = snapshot_source(&p, None).expect("imports");
+    let mut app = app_finished(vec![("evil".into(), src)], &opts());
+    keys(&mut app, "G");
+    app.handle_key(code(crossterm::event::KeyCode::Down));
+    let mut t = terminal(140, 44);
+    let buf = draw(&mut app, &mut t);
+    assert!(buf
+        .content()
+        .iter()
+        .all(|c| !c.symbol().contains(char::is_control)));
+    let s = text(&buf);
+    assert!(s.contains("\\u{1b}]0;pwned\\u{7}evil.py:7"), "{s}");
+}
