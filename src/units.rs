@@ -98,6 +98,33 @@ pub fn escape_line(text: &str) -> std::borrow::Cow<'_, str> {
     )
 }
 
+/// `text` quoted for a message: escaped as Rust's `{:?}` does, and cut after
+/// 60 characters with its length said, so a 64 MB string from a file costs
+/// a line, not the terminal.
+pub fn quote_excerpt(text: &str) -> String {
+    const SHOWN: usize = 60;
+    match text.char_indices().nth(SHOWN) {
+        None => format!("{text:?}"),
+        Some((cut, _)) => format!(
+            "{:?}… ({} bytes)",
+            &text[..cut],
+            format_count(text.len() as u64)
+        ),
+    }
+}
+
+/// [`quote_excerpt`] of raw bytes (shown as text where they are UTF-8),
+/// their own length said.
+pub fn quote_bytes_excerpt(bytes: &[u8]) -> String {
+    const SHOWN: usize = 60;
+    let shown = String::from_utf8_lossy(&bytes[..bytes.len().min(SHOWN)]);
+    if bytes.len() <= SHOWN {
+        format!("{shown:?}")
+    } else {
+        format!("{shown:?}… ({} bytes)", format_count(bytes.len() as u64))
+    }
+}
+
 /// A count as people read it: `1,000,000`.
 pub fn format_count(n: u64) -> String {
     let digits = n.to_string();
@@ -123,7 +150,19 @@ pub fn format_percent_or_unknown(v: Option<u32>) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{escape_controls, escape_json_controls, escape_line, format_count, parse_size};
+    use super::{
+        escape_controls, escape_json_controls, escape_line, format_count, parse_size, quote_excerpt,
+    };
+
+    #[test]
+    fn long_text_in_a_message_is_cut() {
+        assert_eq!(quote_excerpt("small"), "\"small\"");
+        let long = "x".repeat(64 << 20);
+        let q = quote_excerpt(&long);
+        assert!(q.len() < 100, "{q}");
+        assert!(q.ends_with("… (67,108,864 bytes)"), "{q}");
+        assert_eq!(quote_excerpt("\x1b[2J"), "\"\\u{1b}[2J\"");
+    }
 
     #[test]
     fn control_characters_are_shown_not_sent() {

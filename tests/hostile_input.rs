@@ -349,3 +349,92 @@ fn control_sequences_in_a_snapshot_never_reach_the_terminal() {
     assert_eq!(code, 2);
     assert_no_controls("a missing file's name", &err);
 }
+
+/// Every hostile scenario fixture is refused with its file, line and column.
+#[test]
+fn hostile_scenarios_are_refused_where_they_go_wrong() {
+    for (name, says) in [
+        ("repeat-bomb.ron", "at most 1,000,000 steps"),
+        ("nested-too-deep.ron", "nested too deeply"),
+        ("not-utf8.ron", "is not UTF-8 text"),
+        ("keep-hidden.ron", "Keep uses `hidden`"),
+        (
+            "autocast-exit-alone.ron",
+            "AutocastExit closes no AutocastEnter",
+        ),
+        ("gpt-heads-zero.ron", "model.heads must be at least 1"),
+        ("gpt-huge-layers.ron", "model.layers of 4000000000"),
+        ("empty-preset.ron", "unknown preset \"\""),
+    ] {
+        let file = fixture(name);
+        let (code, out, err) = vramscope(&["check", &file]);
+        assert_eq!(code, 2, "{name}: {out}");
+        assert!(err.contains(says), "{name}: {err}");
+        assert!(!err.contains("ron::Options"), "{name}: {err}");
+        // `FILE:LINE:COLUMN: message`.
+        let rest = err
+            .split_once(&format!("{file}:"))
+            .map(|(_, r)| r)
+            .unwrap_or_default();
+        let mut parts = rest.splitn(3, ':');
+        let line = parts.next().and_then(|l| l.parse::<usize>().ok());
+        let column = parts.next().and_then(|c| c.parse::<usize>().ok());
+        assert!(
+            line.is_some() && column.is_some(),
+            "{name}: no line:column in {err}"
+        );
+    }
+}
+
+#[test]
+fn a_bad_pickle_is_described_in_a_line_not_echoed() {
+    let (code, _, err) = vramscope(&["open", &fixture("bad-text-opcode.pickle"), "--headless"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("INT: malformed text argument"), "{err}");
+    assert!(err.contains("… (5,865 bytes)"), "{err}");
+    assert!(err.len() < 400, "{} bytes: {err}", err.len());
+    assert_no_controls("bad text", &err);
+
+    let (code, _, err) = vramscope(&["open", &fixture("address-above-2-63.pickle"), "--headless"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("got -4096 (read as an unsigned 64-bit number: 18446744073709547520)"),
+        "{err}"
+    );
+
+    // A 16 MB string where a segment type belongs is named, not printed.
+    use vramscope::trace::pickle::PickleWriter;
+    let mut w = PickleWriter::new();
+    w.empty_dict();
+    w.memoize();
+    w.mark();
+    w.str("segments");
+    w.empty_list();
+    w.memoize();
+    w.mark();
+    w.empty_dict();
+    w.memoize();
+    w.mark();
+    for (k, v) in [("device", 0), ("address", 1 << 40), ("total_size", 2 << 20)] {
+        w.str(k);
+        w.uint(v);
+    }
+    w.str("segment_type");
+    w.str(&"x".repeat(16 << 20));
+    w.str("blocks");
+    w.empty_list();
+    w.setitems();
+    w.appends();
+    w.setitems();
+    let dir = temp_dir("long-string");
+    let file = dir.join("long.pickle");
+    std::fs::write(&file, w.finish()).expect("write");
+    let (code, _, err) = vramscope(&["open", file.to_str().expect("utf-8"), "--headless"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("… (16,777,216 bytes)"),
+        "{}",
+        &err[..err.len().min(400)]
+    );
+    assert!(err.len() < 400, "{} bytes", err.len());
+}

@@ -40,20 +40,39 @@ pub fn load_file(path: &Path) -> Result<(Scenario, Built), LoadError> {
         file: file.clone(),
         reason,
     };
-    let mut text = String::new();
+    let mut bytes = Vec::new();
     crate::files::open_regular(path)
-        .and_then(|(f, _)| f.take(MAX_SCENARIO_BYTES + 1).read_to_string(&mut text))
+        .and_then(|(f, _)| f.take(MAX_SCENARIO_BYTES + 1).read_to_end(&mut bytes))
         .map_err(|e| match e.kind() {
             std::io::ErrorKind::InvalidInput => io(format!("{e}: not a scenario file")),
             _ => io(e.to_string()),
         })?;
-    if text.len() as u64 > MAX_SCENARIO_BYTES {
+    if bytes.len() as u64 > MAX_SCENARIO_BYTES {
         return Err(io(format!(
             "longer than {} MiB: not a scenario file",
             MAX_SCENARIO_BYTES >> 20
         )));
     }
-    load_str(&text, &file)
+    let text = std::str::from_utf8(&bytes).map_err(|e| not_utf8(&bytes, &e, &file))?;
+    load_str(text, &file)
+}
+
+/// Where a file stops being UTF-8 text, as a positioned error.
+fn not_utf8(bytes: &[u8], e: &std::str::Utf8Error, file: &str) -> LoadError {
+    let good = &bytes[..e.valid_up_to()];
+    let line = good.iter().filter(|&&b| b == b'\n').count() + 1;
+    let line_start = good.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    // Valid UTF-8 up to here: count characters, not bytes.
+    let column = std::str::from_utf8(&good[line_start..]).map_or(0, |s| s.chars().count()) + 1;
+    LoadError::At {
+        file: file.to_string(),
+        line,
+        column,
+        message: format!(
+            "byte 0x{:02x} is not UTF-8 text: a scenario file is UTF-8",
+            bytes[e.valid_up_to()]
+        ),
+    }
 }
 
 /// A built-in scenario's name, or a path to a file.
@@ -78,12 +97,21 @@ pub fn load_str(text: &str, file: &str) -> Result<(Scenario, Built), LoadError> 
         file: file.to_string(),
         line: e.position.line,
         column: e.position.col,
-        message: e.code.to_string(),
+        message: match e.code {
+            // RON's own advice names its API; a reader needs the reason.
+            ron::Error::ExceededRecursionLimit => {
+                "nested too deeply (more than 128 levels): not a scenario a person writes"
+                    .to_string()
+            }
+            code => code.to_string(),
+        },
     })?;
     let (general, steps) = validate(&scenario);
     if let Some(message) = general.into_iter().next() {
+        // `model.heads must…`, `device.capacity: must…`: the field is the
+        // last name of the path the message starts with.
         let field = message
-            .split(':')
+            .split([':', ' '])
             .next()
             .unwrap_or("")
             .split('.')
@@ -116,7 +144,8 @@ pub fn load_str(text: &str, file: &str) -> Result<(Scenario, Built), LoadError> 
         .map_err(|e| field_error(text, file, "alloc_conf", e.to_string()))?;
     let mut built = build(&scenario).map_err(|m| {
         let word = match &scenario.model {
-            ModelSpec::Preset(name) => name.as_str(),
+            ModelSpec::Preset(name) if !name.is_empty() => name.as_str(),
+            ModelSpec::Preset(_) => "Preset",
             _ => "model",
         };
         field_error(text, file, word, format!("model: {m}"))

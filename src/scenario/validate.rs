@@ -74,14 +74,34 @@ fn reads_binds(s: &Step) -> (Vec<&str>, Vec<&str>) {
     }
 }
 
+/// The name the engine keeps an RNN's carried state under.
+const HIDDEN: &str = "hidden";
+
 struct Walk<'a> {
     bound: HashSet<&'a str>,
     backward_seen: bool,
+    /// `with torch.autocast(...)` blocks open, and which AutocastEnter
+    /// opened the innermost (its occurrence).
+    autocast: Vec<usize>,
     counts: std::collections::HashMap<&'static str, usize>,
     problems: Vec<StepProblem>,
 }
 
 impl<'a> Walk<'a> {
+    /// Every autocast block opened in this part (setup, or one pass of the
+    /// loop) is closed in it, as a `with` block is.
+    fn autocast_closed(&mut self) {
+        for occurrence in std::mem::take(&mut self.autocast) {
+            self.problems.push(StepProblem {
+                variant: "AutocastEnter",
+                occurrence,
+                message: "AutocastEnter is never closed: end the `with torch.autocast(...)` block \
+                          with AutocastExit in the same loop"
+                    .to_string(),
+            });
+        }
+    }
+
     fn step(&mut self, s: &'a Step, in_loop: bool) {
         let v = variant(s);
         let occurrence = *self.counts.entry(v).and_modify(|c| *c += 1).or_insert(0);
@@ -93,6 +113,12 @@ impl<'a> Walk<'a> {
             })
         };
         let (reads, binds) = reads_binds(s);
+        if reads.iter().chain(&binds).any(|n| *n == HIDDEN) {
+            problem(format!(
+                "{v} uses `{HIDDEN}`, the RNN's carried (h, c) state: no step reads or binds it by \
+                 name (CarryHidden carries it; Forward uses it)"
+            ));
+        }
         for name in reads {
             // The target of a loss may be absent for models that have none.
             let optional = matches!(s, Step::Loss { target, .. } if target == name);
@@ -111,6 +137,12 @@ impl<'a> Walk<'a> {
                 problem(format!("{v} needs a Backward before it in the loop: without one there are no gradients"));
             }
             Step::Backward { .. } => self.backward_seen = true,
+            Step::AutocastEnter { .. } => self.autocast.push(occurrence),
+            Step::AutocastExit if self.autocast.pop().is_none() => problem(
+                "AutocastExit closes no AutocastEnter: a `with torch.autocast(...)` block opens \
+                 with AutocastEnter before it"
+                    .to_string(),
+            ),
             Step::AllocateBuffer { shape, .. } if shape.contains(&0) => {
                 problem(format!("{v} has a zero-sized dimension"))
             }
@@ -240,14 +272,16 @@ pub(crate) fn validate(s: &Scenario) -> (Vec<String>, Vec<StepProblem>) {
         }
     }
     let mut walk = Walk {
-        bound: HashSet::from(["hidden"]),
+        bound: HashSet::from([HIDDEN]),
         backward_seen: false,
+        autocast: Vec::new(),
         counts: Default::default(),
         problems: Vec::new(),
     };
     for step in &s.setup {
         walk.step(step, false);
     }
+    walk.autocast_closed();
     // The loop's first pass sees only what setup bound: a name bound late in
     // the loop is unbound for the steps before it.
     let mut first = Walk {
@@ -258,6 +292,7 @@ pub(crate) fn validate(s: &Scenario) -> (Vec<String>, Vec<StepProblem>) {
     for step in &s.steps {
         first.step(step, true);
     }
+    first.autocast_closed();
     work.extend(first.problems);
     (general, work)
 }

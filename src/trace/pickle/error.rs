@@ -72,7 +72,8 @@ pub enum PickleErrorKind {
     OddItems { op: &'static str, count: usize },
     #[error("{op}: integer wider than 64 bits ({bytes} bytes)")]
     IntTooWide { op: &'static str, bytes: u64 },
-    #[error("{op}: malformed text argument {text:?}")]
+    /// `text`: a short quoted excerpt of the argument.
+    #[error("{op}: malformed text argument {text}")]
     BadText { op: &'static str, text: String },
     /// A streaming import dropped this memoised value after converting it,
     /// and the pickle refers to it again; the importer then decodes the

@@ -438,7 +438,7 @@ impl<'a, 's, S: Sink> Reader<'a, 's, S> {
     fn bad_text(&self, line: &[u8]) -> PickleError {
         self.err(K::BadText {
             op: name(self.op),
-            text: String::from_utf8_lossy(line).into_owned(),
+            text: crate::units::quote_bytes_excerpt(line),
         })
     }
 

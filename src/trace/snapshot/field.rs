@@ -180,7 +180,13 @@ impl<'d> Fields<'d> {
 
     #[cold]
     fn negative(i: i64, path: &Path) -> SchemaError {
-        path.error(format!("expected a non-negative int, got {i}"))
+        // The reader keeps a uint64 in [2^63, 2^64) bit for bit (text.rs):
+        // the same bits may be meant either way.
+        path.error(format!(
+            "expected a non-negative int below 2^63, got {i} (read as an unsigned 64-bit \
+             number: {})",
+            i as u64
+        ))
     }
 
     #[cold]
@@ -340,11 +346,10 @@ impl<'d> Fields<'d> {
             ValueRef::Float(f) => {
                 let _ = write!(out, "{f:?}");
             }
-            ValueRef::Str(s) => {
-                let _ = write!(out, "{:?}", &**s);
-            }
+            ValueRef::Str(s) => out.push_str(&crate::units::quote_excerpt(s)),
             ValueRef::Bytes(b) => {
-                let _ = write!(out, "b{:?}", String::from_utf8_lossy(b));
+                out.push('b');
+                out.push_str(&crate::units::quote_bytes_excerpt(b));
             }
             ValueRef::List(id) => seq(doc.items(id), "[", "]", out, budget),
             ValueRef::Tuple(id) => seq(doc.items(id), "(", ")", out, budget),

@@ -1,6 +1,7 @@
 //! Typed records from decoded dicts: segments, blocks, trace entries,
 //! frames and allocator settings, each with the path of a bad field.
 
+use crate::units::quote_excerpt;
 use rustc_hash::FxHashMap;
 
 use crate::trace::pickle::{Document, SeqId, SharedStr, Value, ValueRef};
@@ -179,9 +180,10 @@ impl Importer {
                 "small" => PoolKind::Small,
                 "large" => PoolKind::Large,
                 other => {
-                    return Err(path
-                        .key("segment_type")
-                        .error(format!("expected \"small\" or \"large\", got {other:?}")))
+                    return Err(path.key("segment_type").error(format!(
+                        "expected \"small\" or \"large\", got {}",
+                        quote_excerpt(other)
+                    )))
                 }
             },
             None if total_size <= SMALL_SEGMENT => PoolKind::Small,
@@ -640,7 +642,7 @@ fn block_state(f: &Fields, v: Value, path: &Path) -> Res<BlockState> {
         "active_allocated" => Ok(BlockState::ActiveAllocated),
         "active_pending_free" | "active_awaiting_free" => Ok(BlockState::ActivePendingFree),
         "inactive" => Ok(BlockState::Inactive),
-        other => Err(path.error(format!("unknown block state {other:?}"))),
+        other => Err(path.error(format!("unknown block state {}", quote_excerpt(other)))),
     }
 }
 
