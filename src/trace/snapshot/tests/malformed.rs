@@ -150,7 +150,8 @@ fn unknown_actions_and_minimal_entries() {
     ]));
     assert_eq!(
         err,
-        "device_traces[0][0].addr: expected a non-negative int, got -5"
+        "device_traces[0][0].addr: expected a non-negative int below 2^63, got -5 (read as an \
+         unsigned 64-bit number: 18446744073709551611)"
     );
     let err = schema_err(one_entry(&[
         ("action", None, Some("alloc")),
