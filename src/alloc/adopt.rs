@@ -4,6 +4,7 @@
 
 use super::block::{Block, NIL};
 use super::caching::{CachingAllocator, Segment, SegmentSlot};
+use super::constants::MAX_REQUEST;
 use super::free::REPLAY_PENDING_STREAM;
 use super::rounding::Pool;
 use super::snapshot::BlockState;
@@ -30,6 +31,10 @@ pub enum AdoptError {
     EmptyBlock { addr: u64, at: u64 },
     #[error("segment {addr:#x} overlaps memory the allocator already holds")]
     Overlap { addr: u64 },
+    #[error("segment {addr:#x}: the block at {at:#x} asked for more than it holds")]
+    Requested { addr: u64, at: u64 },
+    #[error("segment {addr:#x}: larger than any segment, or past the end of the address space")]
+    TooLarge { addr: u64 },
 }
 
 impl<D: Device> CachingAllocator<D> {
@@ -41,7 +46,16 @@ impl<D: Device> CachingAllocator<D> {
         stream: u64,
         blocks: &[AdoptBlock],
     ) -> Result<(), AdoptError> {
-        let size: u64 = blocks.iter().map(|b| b.size).sum();
+        // Sizes come from a file: no device holds more than a request may
+        // be (the stats are i64), and no segment ends past the address space.
+        let size = blocks
+            .iter()
+            .try_fold(0u64, |sum, b| sum.checked_add(b.size))
+            .filter(|s| {
+                self.reserved_total.saturating_add(*s) <= MAX_REQUEST
+                    && addr.checked_add(*s).is_some()
+            })
+            .ok_or(AdoptError::TooLarge { addr })?;
         if blocks.is_empty() || size == 0 {
             return Err(AdoptError::Tiling {
                 addr,
@@ -62,6 +76,9 @@ impl<D: Device> CachingAllocator<D> {
             if b.size == 0 {
                 // Two blocks would start at one address.
                 return Err(AdoptError::EmptyBlock { addr, at });
+            }
+            if b.state.is_active() && b.requested > b.size {
+                return Err(AdoptError::Requested { addr, at });
             }
             at += b.size;
         }

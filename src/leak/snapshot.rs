@@ -338,20 +338,24 @@ pub fn analyze_snapshot(
                 (sites.len() - 1) as u32
             });
             let tracked = i >= first;
+            // Saturating throughout: sizes and addresses come from the file,
+            // which may repeat an address or claim any size.
             if tracked {
-                site_live[site as usize] += e.size;
+                let live_here = &mut site_live[site as usize];
+                *live_here = live_here.saturating_add(e.size);
                 series.touch(site);
                 if i < last && !report.backward_seen {
                     report.backward_seen = facts.phase(e.frames) != Phase::Forward;
                 }
             }
-            total_live += e.size;
+            total_live = total_live.saturating_add(e.size);
             live.insert(e.addr, (e.size, site, tracked));
         } else if e.action == free_action {
             if let Some((sz, site, tracked)) = live.remove(&e.addr) {
-                total_live -= sz;
+                total_live = total_live.saturating_sub(sz);
                 if tracked {
-                    site_live[site as usize] -= sz;
+                    let live_here = &mut site_live[site as usize];
+                    *live_here = live_here.saturating_sub(sz);
                     series.touch(site);
                 }
             }

@@ -197,6 +197,10 @@ impl SnapshotReport {
     }
 }
 
+fn saturating_sum(values: impl Iterator<Item = u64>) -> u64 {
+    values.fold(0, u64::saturating_add)
+}
+
 fn device_report(snap: &Snapshot, device: i64, step_marker: Option<&str>) -> DeviceReport {
     let segs: Vec<_> = snap
         .segments
@@ -205,9 +209,10 @@ fn device_report(snap: &Snapshot, device: i64, step_marker: Option<&str>) -> Dev
         .collect();
     let mut r = DeviceReport {
         device,
-        reserved: segs.iter().map(|s| s.total_size).sum(),
-        allocated: segs.iter().map(|s| s.allocated_size).sum(),
-        active: segs.iter().map(|s| s.active_size).sum(),
+        // Saturating: sizes come from the file.
+        reserved: saturating_sum(segs.iter().map(|s| s.total_size)),
+        allocated: saturating_sum(segs.iter().map(|s| s.allocated_size)),
+        active: saturating_sum(segs.iter().map(|s| s.active_size)),
         segments: segs.len(),
         large_segments: segs
             .iter()
@@ -238,7 +243,7 @@ fn device_report(snap: &Snapshot, device: i64, step_marker: Option<&str>) -> Dev
             BlockState::Inactive => &mut r.inactive,
         };
         count.blocks += 1;
-        count.bytes += b.size;
+        count.bytes = count.bytes.saturating_add(b.size);
         if b.state == BlockState::Inactive {
             r.largest_free_block = r.largest_free_block.max(b.size);
         } else {
@@ -247,7 +252,7 @@ fn device_report(snap: &Snapshot, device: i64, step_marker: Option<&str>) -> Dev
                 |f| format!("{}:{} in {}", f.filename, f.line, f.name),
             );
             let e = sites.entry(site).or_default();
-            e.0 += b.size;
+            e.0 = e.0.saturating_add(b.size);
             e.1 += 1;
         }
     }

@@ -201,6 +201,9 @@ impl MemoryMap {
             reason,
         };
         match e.action {
+            Action::SegmentAlloc | Action::SegmentMap if !self.is_vacant(e.addr, e.size) => {
+                return Err(err("overlaps memory already reserved"));
+            }
             Action::SegmentAlloc => {
                 let seg = MapSegment {
                     size: e.size,
@@ -252,6 +255,18 @@ impl MemoryMap {
             Action::Oom | Action::Snapshot | Action::Annotate | Action::Other => {}
         }
         Ok(())
+    }
+
+    /// Whether `[addr, addr + size)` is a range no segment covers (a
+    /// recorded trace may claim anything: a map that takes it stays whole).
+    fn is_vacant(&self, addr: u64, size: u64) -> bool {
+        let Some(end) = addr.checked_add(size).filter(|_| size > 0) else {
+            return false;
+        };
+        self.segments
+            .range(..end)
+            .next_back()
+            .is_none_or(|(start, s)| start + s.size <= addr)
     }
 
     fn alloc(&mut self, e: &AllocEvent) -> Option<()> {
