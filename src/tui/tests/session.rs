@@ -363,6 +363,12 @@ fn colon_prompt_opens_another_run() {
         app.runs[0].title, "no-such-scenario",
         "a failed open keeps the run"
     );
+    let narrow = screen(&mut app, 80, 24);
+    let status = narrow.lines().next().unwrap_or_default();
+    assert!(
+        status.contains("no built-in scenario"),
+        "seen at 80 columns: {status}"
+    );
     keys(&mut app, ":");
     for c in "zero-grad-fixed".chars() {
         keys(&mut app, &c.to_string());

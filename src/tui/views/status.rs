@@ -34,10 +34,12 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     } else {
         ""
     };
-    let mut parts = vec![
-        format!(" vramscope  {play} {:.0} ev/s", app.speed),
-        format!("event {}/{}{live}", r.pos, r.len()),
-    ];
+    let mut parts = vec![format!(" vramscope  {play} {:.0} ev/s", app.speed)];
+    // What was opened, or why not: first, where even 80 columns show it.
+    if let Some(notice) = &app.notice {
+        parts.push(notice.clone());
+    }
+    parts.push(format!("event {}/{}{live}", r.pos, r.len()));
     if let Some(k) = r.frame.iteration {
         parts.push(format!(
             "iter {k}{}",
@@ -59,9 +61,6 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         ));
     }
     parts.push(format!("theme {}", app.theme.name));
-    if let Some(notice) = &app.notice {
-        parts.push(notice.clone());
-    }
     parts.push("? help".into());
     let text = parts.join(" │ ");
     frame.render_widget(
