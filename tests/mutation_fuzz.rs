@@ -129,17 +129,8 @@ fn mutate_snapshot(snap: &mut Snapshot, rng: &mut Rng) {
             rng.next() >> 16,
         ][rng.below(8)]
     };
-    let actions = [
-        Action::Alloc,
-        Action::FreeRequested,
-        Action::FreeCompleted,
-        Action::SegmentAlloc,
-        Action::SegmentFree,
-        Action::SegmentMap,
-        Action::SegmentUnmap,
-        Action::Oom,
-        Action::Snapshot,
-    ];
+    // Every action the allocator makes, and a `snapshot` marker.
+    let actions: Vec<Action> = Action::ALL.into_iter().chain([Action::Snapshot]).collect();
     if let Some(trace) = snap.device_traces.iter_mut().find(|t| !t.is_empty()) {
         let i = rng.below(trace.len());
         match rng.below(6) {
