@@ -208,16 +208,25 @@ fn invalid_forms_carry_pytorch_messages() {
 
 #[test]
 fn error_names_key_and_value() {
+    // The classic parser (2.4–2.9) says "> 20"; the unified one (2.10+) ">= 20".
+    for (version, says) in [
+        (TorchVersion(8), "must be > 20"),
+        (TorchVersion(11), "must be >= 20"),
+    ] {
+        let err = AllocConfig::parse_for("max_split_size_mb:5", version).expect_err("too small");
+        assert_eq!(
+            (err.key.as_str(), err.value.as_str()),
+            ("max_split_size_mb", "5")
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("max_split_size_mb:5") && text.contains(says),
+            "{version}: {text}"
+        );
+    }
+    // The default release is 2.11.
     let err = AllocConfig::parse("max_split_size_mb:5").expect_err("too small");
-    assert_eq!(
-        (err.key.as_str(), err.value.as_str()),
-        ("max_split_size_mb", "5")
-    );
-    let text = err.to_string();
-    assert!(
-        text.contains("max_split_size_mb:5") && text.contains("must be > 20"),
-        "{text}"
-    );
+    assert!(err.to_string().contains("must be >= 20"), "{err}");
 }
 
 #[test]

@@ -19,7 +19,7 @@ fn load(name: &str) -> (Scenario, vramscope::scenario::Built) {
 fn launching(name: &str, launcher: RecordingLauncher) -> RunResult {
     let (s, b) = load(name);
     let dev = Box::new(SimDevice::new(
-        &s.device.name,
+        &b.conditions.device_name,
         b.engine.device_bytes,
         b.engine.device_overhead,
     ));

@@ -422,21 +422,18 @@ fn check_exit_status_and_position() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// `engine: (reduce_device: …)` turns on the reductions' scratch: the bias
-/// gradients of adam-first-step-sgd's [1024, 3072] MLP projections take the
-/// staging buffer and semaphores ATen takes on 132 SMs (25,165,824 B and
-/// 96 B), which a run without it does not allocate.
+/// The GPU profile turns on the reductions' scratch: the bias gradients of
+/// adam-first-step-sgd's [1024, 3072] MLP projections take the staging buffer
+/// and semaphores ATen takes on the H100's 132 SMs (25,165,824 B and 96 B),
+/// which a run on a device with no profile does not allocate.
 #[test]
-fn a_reduce_device_gives_the_bias_gradients_their_scratch() {
+fn a_gpu_profile_gives_the_bias_gradients_their_scratch() {
     use vramscope::alloc::Action;
     use vramscope::trace::Event;
     let path = scenarios_dir().join("adam-first-step-sgd.ron");
-    let text = std::fs::read_to_string(&path).expect("the library scenario");
-    let with = text.replace(
-        "    data: (batch: 4, seq: 256),\n",
-        "    data: (batch: 4, seq: 256),\n    engine: (reduce_device: Some((sm_count: 132, max_threads_per_sm: 2048))),\n",
-    );
-    assert_ne!(with, text, "the field went in");
+    let with = std::fs::read_to_string(&path).expect("the library scenario");
+    let text = with.replace("gpu: \"H100-SXM-80GB\", ", "");
+    assert_ne!(with, text, "the profile came out");
     let sizes = |text: &str| -> Vec<u64> {
         let (sc, built) = load_str(text, "sgd.ron").expect("loads");
         let r = run(

@@ -47,7 +47,9 @@ pub fn oom_message(info: &OomError, version: TorchVersion, this_process: Option<
         .allowed_max
         .map(|max| format!("{} allowed; ", format_size(max)))
         .unwrap_or_default();
-    let (env, link) = if version.0 >= 12 {
+    // 2.11 as 2.12 (its real OOM text in the H100 captures); 2.10 named the
+    // new variable.
+    let (env, link) = if version.0 >= 11 {
         (
             "PYTORCH_CUDA_ALLOC_CONF",
             "https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf",

@@ -26,7 +26,7 @@ pub struct BadInput(pub String);
     name = "vramscope",
     version,
     about = "Where GPU memory goes in a PyTorch training loop, and who leaks it",
-    after_help = "With no command, vramscope opens the guided tour in the terminal UI (a headless report without a terminal)."
+    after_help = "With no command, vramscope opens the guided tour in the terminal UI (a headless report without a terminal).\n\nScenarios follow PyTorch 2.11's rules (the default release, verified against H100 captures) unless their `torch:` field names another (2.4 to 2.15)."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -47,6 +47,9 @@ pub enum Command {
     /// Validate a scenario file without running it (exit 0 valid, 2 invalid).
     Check { file: PathBuf },
     /// Run a built-in scenario (by name) or a scenario file.
+    #[command(
+        after_help = "The run follows the release the scenario's `torch:` field names (2.4 to 2.15; default 2.11) on the GPU its `device.gpu` names; the report's first lines say which, and whether the test suite checks this scenario against a capture."
+    )]
     Run {
         scenario: String,
         /// Print a report instead of opening the terminal UI.
@@ -110,7 +113,7 @@ pub enum Command {
         /// Device size for what-if replays, e.g. 16GiB (default: what the snapshot tells, else its peak).
         #[arg(long)]
         capacity: Option<String>,
-        /// Read --conf as this PyTorch release would (2.4 to 2.15; default 2.8).
+        /// Read --conf as this PyTorch release would (2.4 to 2.15; default 2.11).
         #[arg(long)]
         torch: Option<String>,
         /// The limit torch.cuda.set_per_process_memory_fraction set in the

@@ -9,11 +9,13 @@ pub mod gpu;
 pub mod kernels;
 pub mod launch;
 pub mod nvml;
+pub mod profiles;
 pub mod reconcile;
 mod sim;
 
 pub use gpu::GpuUnavailable;
 pub use launch::{AnyLauncher, Kernel, KernelLauncher, Launch, LaunchError, RecordingLauncher};
+pub use profiles::{profile, GpuArch, GpuProfile};
 pub use sim::SimDevice;
 
 /// A device call that failed, in the driver's terms.

@@ -2,29 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::device::GpuArch;
 use crate::engine::scratch::reduce::ReduceDevice;
-
-/// GPU architecture: decides the cuBLAS / cuBLASLt workspace sizes (engine.md §1.6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum GpuArch {
-    Sm75,
-    Sm80,
-    Sm86,
-    Sm89,
-    Sm90,
-    Sm100,
-}
-
-impl GpuArch {
-    pub fn major(self) -> u32 {
-        match self {
-            GpuArch::Sm75 => 7,
-            GpuArch::Sm80 | GpuArch::Sm86 | GpuArch::Sm89 => 8,
-            GpuArch::Sm90 => 9,
-            GpuArch::Sm100 => 10,
-        }
-    }
-}
 
 /// `cublas_workspace_mode` (engine.md §1.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,19 +59,29 @@ pub struct EngineConfig {
     /// `PYTORCH_CUDA_ALLOC_CONF`.
     #[serde(skip_deserializing)]
     pub alloc_conf: String,
-    /// PyTorch 2.x release (minor number) whose allocator rules apply; None = 2.8.
+    /// PyTorch 2.x release (minor number) whose allocator rules apply; None =
+    /// [`TorchVersion::DEFAULT`](crate::alloc::TorchVersion::DEFAULT).
     #[serde(skip_deserializing)]
     pub torch_minor: Option<u32>,
-    pub gpu_arch: GpuArch,
+    /// None: `Sm80` (engine.md's default); a scenario's `device.gpu` sets it.
+    pub gpu_arch: Option<GpuArch>,
     pub cublas_workspace_mode: CublasWorkspaceMode,
     /// `CUBLAS_WORKSPACE_CONFIG` (`:SIZE_KiB:COUNT` pairs); None = the default.
     pub cublas_workspace_config: Option<String>,
-    pub cublaslt_workspace: CublasLtWorkspace,
+    /// None: `Transient` (engine.md's default); a scenario fills in its
+    /// release's rule (`scenario::build`).
+    pub cublaslt_workspace: Option<CublasLtWorkspace>,
+    /// `CUBLASLT_WORKSPACE_SIZE` (which PyTorch reads in KiB), as bytes; None =
+    /// the architecture's default.
+    pub cublaslt_workspace_size: Option<u64>,
     pub zero_grad_default_set_to_none: bool,
     /// None = automatic choice (flash for fp16/bf16, memory-efficient for fp32).
     pub sdpa_backend: Option<SdpaBackend>,
     /// `lstm_reserve_factor` k (engine.md §8.2) [unc].
     pub lstm_reserve_factor: u64,
+    /// cuDNN's training reserve per LSTM call, where measured for the
+    /// scenario's GPU and shape; None = `L·T·B·H·k` elements.
+    pub rnn_reserve_bytes: Option<u64>,
     /// cuDNN RNN workspace per call (engine.md §1.6: ≈13–18 MB) [unc].
     pub rnn_workspace_bytes: u64,
     /// cuDNN dropout state, created once per device (engine.md §10.3) [unc].
@@ -118,13 +107,15 @@ impl Default for EngineConfig {
             device_overhead: 0,
             alloc_conf: String::new(),
             torch_minor: None,
-            gpu_arch: GpuArch::Sm80,
+            gpu_arch: None,
             cublas_workspace_mode: CublasWorkspaceMode::Cached,
             cublas_workspace_config: None,
-            cublaslt_workspace: CublasLtWorkspace::Transient,
+            cublaslt_workspace: None,
+            cublaslt_workspace_size: None,
             zero_grad_default_set_to_none: true,
             sdpa_backend: None,
             lstm_reserve_factor: 6,
+            rnn_reserve_bytes: None,
             rnn_workspace_bytes: 16 << 20,
             cudnn_dropout_state_bytes: 4 << 20,
             conv_workspace_cap: 64 << 20,
@@ -135,34 +126,48 @@ impl Default for EngineConfig {
 }
 
 impl EngineConfig {
-    /// cuBLAS workspace bytes (engine.md §1.6): `:4096:2:16:8` = 8,519,680 B before
-    /// Hopper, 32 MiB on sm90 and Blackwell; `CUBLAS_WORKSPACE_CONFIG` overrides.
+    pub fn arch(&self) -> GpuArch {
+        self.gpu_arch.unwrap_or(GpuArch::Sm80)
+    }
+
+    /// How addmm-with-bias gets its cuBLASLt workspace.
+    pub fn lt_workspace(&self) -> CublasLtWorkspace {
+        self.cublaslt_workspace
+            .unwrap_or(CublasLtWorkspace::Transient)
+    }
+
+    /// cuBLAS workspace bytes (`parseChosenWorkspaceSize`,
+    /// aten/src/ATen/cuda/CublasHandlePool.cpp): `:4096:2:16:8` = 8,519,680 B,
+    /// 32 MiB on compute capability 9.x; `CUBLAS_WORKSPACE_CONFIG` overrides.
+    /// (Blackwell's 32 MiB came and went in 2026, PRs #175344 and #182669;
+    /// no profile here is Blackwell.)
     pub fn cublas_workspace_bytes(&self) -> u64 {
         if let Some(conf) = &self.cublas_workspace_config {
             if let Some(bytes) = parse_workspace_config(conf) {
                 return bytes;
             }
         }
-        if self.gpu_arch.major() >= 9 {
+        if self.arch().major() == 9 {
             32 << 20
         } else {
             2 * 4096 * 1024 + 8 * 16 * 1024
         }
     }
 
-    /// Transient cuBLASLt workspace (engine.md §1.6, PR #120925): 1 MiB, 4 MiB on
-    /// compute capability 8.x with ≥ 24 GiB, 32 MiB on Hopper and later.
+    /// cuBLASLt workspace bytes (`getCUDABlasLtWorkspaceSize`): 1 MiB on every
+    /// architecture (PR #120925's 4 MiB / 32 MiB was reverted), or
+    /// `CUBLASLT_WORKSPACE_SIZE`; never more than the cuBLAS workspace (the
+    /// unified-size rule, on unless `TORCH_CUBLASLT_UNIFIED_WORKSPACE=0`).
     pub fn cublaslt_workspace_bytes(&self) -> u64 {
-        match self.gpu_arch.major() {
-            m if m >= 9 => 32 << 20,
-            8 if self.device_bytes >= 24 << 30 => 4 << 20,
-            _ => 1 << 20,
-        }
+        self.cublaslt_workspace_size
+            .unwrap_or(1 << 20)
+            .min(self.cublas_workspace_bytes())
     }
 }
 
 /// `:SIZE_KiB:COUNT` pairs → bytes; `:0:0` gives 0 (workspace disabled).
-fn parse_workspace_config(conf: &str) -> Option<u64> {
+/// None for text that is not such pairs, or whose total passes 2^64 bytes.
+pub fn parse_workspace_config(conf: &str) -> Option<u64> {
     let nums: Vec<u64> = conf
         .split(':')
         .filter(|s| !s.is_empty())
@@ -172,7 +177,11 @@ fn parse_workspace_config(conf: &str) -> Option<u64> {
     if nums.is_empty() || !nums.len().is_multiple_of(2) {
         return None;
     }
-    Some(nums.chunks(2).map(|p| p[0] * 1024 * p[1]).sum())
+    nums.chunks(2).try_fold(0u64, |sum, p| {
+        p[0].checked_mul(1024)?
+            .checked_mul(p[1])
+            .and_then(|b| sum.checked_add(b))
+    })
 }
 
 #[cfg(test)]
@@ -184,14 +193,22 @@ mod tests {
         let mut c = EngineConfig::default();
         assert_eq!(c.cublas_workspace_bytes(), 8_519_680);
         assert_eq!(c.cublaslt_workspace_bytes(), 1_048_576);
-        c.gpu_arch = GpuArch::Sm90;
+        c.gpu_arch = Some(GpuArch::Sm90);
         assert_eq!(c.cublas_workspace_bytes(), 33_554_432);
         c.cublas_workspace_config = Some(":0:0".into());
         assert_eq!(c.cublas_workspace_bytes(), 0);
         c.cublas_workspace_config = Some(":4096:8".into());
         assert_eq!(c.cublas_workspace_bytes(), 4096 * 1024 * 8);
-        c.gpu_arch = GpuArch::Sm80;
+        c.gpu_arch = Some(GpuArch::Sm80);
         c.device_bytes = 40 << 30;
-        assert_eq!(c.cublaslt_workspace_bytes(), 4 << 20);
+        assert_eq!(c.cublaslt_workspace_bytes(), 1 << 20);
+        c.cublas_workspace_config = None;
+        assert_eq!(c.cublas_workspace_bytes(), 8_519_680);
+        c.cublaslt_workspace_size = Some(16 << 20);
+        assert_eq!(
+            c.cublaslt_workspace_bytes(),
+            8_519_680,
+            "capped at the cuBLAS workspace"
+        );
     }
 }

@@ -148,7 +148,9 @@ impl Engine {
         let ws = self.transient(ws_bytes, Category::Workspace)?;
         let training = self.ctx.training;
         let reserve = if training {
-            let bytes = m.layers * t * b * h * self.cfg.lstm_reserve_factor * dtype.size();
+            let bytes = self.cfg.rnn_reserve_bytes.unwrap_or_else(|| {
+                m.layers * t * b * h * self.cfg.lstm_reserve_factor * dtype.size()
+            });
             Some(self.aux(Shape::new(&[bytes]), DType::U8)?)
         } else {
             None

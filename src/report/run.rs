@@ -7,18 +7,12 @@ use serde_json::{json, Value};
 
 use crate::alloc::format_size;
 use crate::device::Kernel;
-use crate::scenario::{ExpectationResult, GpuRun, RunResult, Scenario};
+use crate::scenario::{Conditions, ExpectationResult, GpuRun, RunResult, Scenario};
 
 pub fn text(s: &Scenario, r: &RunResult, checks: &[ExpectationResult]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "scenario {}: {}", s.name, s.description);
-    let _ = writeln!(
-        out,
-        "device {} ({}), PYTORCH_CUDA_ALLOC_CONF=\"{}\"",
-        s.device.name,
-        format_size(s.device.capacity.0),
-        s.alloc_conf
-    );
+    conditions_text(&mut out, &r.conditions, &s.alloc_conf);
     if let Some(g) = &r.gpu {
         gpu_text(&mut out, g);
     }
@@ -131,7 +125,71 @@ pub fn json(r: &RunResult, checks: &[ExpectationResult]) -> Value {
         "expectations": checks,
         "kernels": kernels_json(r),
         "gpu": r.gpu,
+        "conditions": r.conditions,
     })
+}
+
+/// What the run was under: the device and its GPU profile, the release's
+/// rules, the environment, and the capture it is checked against.
+fn conditions_text(out: &mut String, c: &Conditions, alloc_conf: &str) {
+    let held = if c.overhead > 0 {
+        format!(
+            "{}, {} of it not the allocator's",
+            format_size(c.capacity),
+            format_size(c.overhead)
+        )
+    } else {
+        format_size(c.capacity)
+    };
+    let _ = writeln!(out, "device {} ({held})", c.device_name);
+    match &c.gpu {
+        Some(g) => {
+            let _ = writeln!(
+                out,
+                "GPU profile {}: {}, {} SMs × {} threads; {} memory",
+                g.name,
+                g.arch.name(),
+                g.sm_count,
+                g.max_threads_per_sm,
+                if g.memory_measured {
+                    "measured"
+                } else {
+                    "nominal (vendor)"
+                }
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "no GPU profile: sm_80 rules, reductions take no scratch"
+            );
+        }
+    }
+    let env: Vec<String> = c.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let _ = writeln!(
+        out,
+        "PyTorch {} rules; PYTORCH_CUDA_ALLOC_CONF=\"{alloc_conf}\"{}",
+        c.torch,
+        if env.is_empty() {
+            String::new()
+        } else {
+            format!("; {}", env.join(" "))
+        }
+    );
+    match &c.capture {
+        Some(stem) => {
+            let _ = writeln!(
+                out,
+                "checked as shipped against the capture tests/fixtures/pytorch/captured/{stem}.pickle by the test suite"
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "not checked against a capture: the figures are the model's"
+            );
+        }
+    }
 }
 
 /// The card a CUDA run ran on, and NVML's reading against the model's.

@@ -1,11 +1,14 @@
 //! A scenario turned into what the engine runs: its config, model, optimizer
 //! and program.
 
+use super::conditions::Conditions;
 use super::format::{Criterion, LayerSpec, ModelSpec, Scenario};
 use crate::engine::{EngineConfig, LossKind, ModelConfig, ModelKind, OptimizerConfig, Program};
 
 #[derive(Debug, Clone)]
 pub struct Built {
+    /// What the run is under: the GPU, its memory, the release, the environment.
+    pub conditions: Conditions,
     pub engine: EngineConfig,
     pub model: ModelConfig,
     pub optimizer: OptimizerConfig,
@@ -177,10 +180,14 @@ fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
     Ok(model)
 }
 
-pub(crate) fn build(s: &Scenario) -> Result<Built, String> {
-    let mut engine = s.engine.clone().unwrap_or_default();
-    engine.device_bytes = s.device.capacity.0;
-    engine.device_overhead = s.device.overhead.0;
+/// What the engine runs for `s` under `conditions`, whose settings `engine`
+/// already holds.
+pub(crate) fn build(
+    s: &Scenario,
+    conditions: Conditions,
+    engine: EngineConfig,
+) -> Result<Built, String> {
+    let mut engine = engine;
     engine.alloc_conf = s.alloc_conf.clone();
     let model = model_config(s)?;
     let optimizer = s.optimizer.clone().unwrap_or_default();
@@ -193,6 +200,7 @@ pub(crate) fn build(s: &Scenario) -> Result<Built, String> {
         seq_lens: s.data.seq_schedule.clone(),
     };
     Ok(Built {
+        conditions,
         engine,
         model,
         optimizer,

@@ -36,6 +36,9 @@ fn describe(e: &Expectation) -> String {
             format_size(s.0)
         ),
         Expectation::AllocatedFlat => "allocated flat across iterations".into(),
+        Expectation::RequestedFlat => {
+            "the same tensors live at every iteration end (requested bytes flat)".into()
+        }
         Expectation::ReservedGrowsAllocatedFlat => {
             "reserved grows while allocated stays flat".into()
         }
@@ -52,36 +55,51 @@ fn steady(r: &RunResult) -> Vec<u64> {
         .collect()
 }
 
-/// Whether the same tensors are live at every steady iteration end. Judged on
-/// requested bytes: allocated bytes also count the unsplit tail of whichever
-/// cached block served a request, and on a real GPU that choice follows the
-/// addresses the driver returned, so it can move by a fraction of a MiB
-/// between iterations that hold exactly the same tensors.
-fn flat(r: &RunResult) -> bool {
-    let requested: Vec<u64> = r
-        .per_iteration
+fn all_equal(v: &[u64]) -> bool {
+    v.len() > 1 && v.iter().all(|x| *x == v[0])
+}
+
+/// Requested bytes at iteration end, from the second iteration on.
+fn steady_requested(r: &RunResult) -> Vec<u64> {
+    r.per_iteration
         .iter()
         .skip(1)
         .map(|p| p.requested)
-        .collect();
-    requested.len() > 1 && requested.iter().all(|x| *x == requested[0])
+        .collect()
 }
 
-/// The allocated figures, and the requested ones where only those are flat.
-fn flat_observed(r: &RunResult) -> String {
-    let sizes = |v: &[u64]| {
-        v.iter()
-            .map(|x| format_size(*x))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+fn sizes(v: &[u64]) -> String {
+    v.iter()
+        .map(|x| format_size(*x))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The allocated figures; where they move but the requested ones do not,
+/// why (allocated bytes also count the unsplit tail of whichever cached
+/// block served a request, and on a real GPU that choice follows the
+/// addresses the driver returned).
+fn allocated_observed(r: &RunResult) -> String {
     let allocated = steady(r);
+    let requested = steady_requested(r);
     let mut text = format!("allocated at iteration end: {}", sizes(&allocated));
-    if allocated.iter().any(|x| *x != allocated[0]) && flat(r) {
-        let requested = r.per_iteration.get(1).map_or(0, |p| p.requested);
+    if !all_equal(&allocated) && all_equal(&requested) {
         text.push_str(&format!(
-            " (requested {} at every end: the difference is unsplit block tails)",
-            format_size(requested)
+            " (requested {} at every end: the same tensors, in blocks with different unsplit tails)",
+            format_size(requested[0])
+        ));
+    }
+    text
+}
+
+fn requested_observed(r: &RunResult) -> String {
+    let allocated = steady(r);
+    let requested = steady_requested(r);
+    let mut text = format!("requested at iteration end: {}", sizes(&requested));
+    if all_equal(&requested) && !all_equal(&allocated) {
+        text.push_str(&format!(
+            " (allocated {}: unsplit block tails)",
+            sizes(&allocated)
         ));
     }
     text
@@ -181,12 +199,13 @@ fn check_one(e: &Expectation, r: &RunResult) -> (bool, String) {
                 ),
             )
         }
-        Expectation::AllocatedFlat => (flat(r), flat_observed(r)),
+        Expectation::AllocatedFlat => (all_equal(&steady(r)), allocated_observed(r)),
+        Expectation::RequestedFlat => (all_equal(&steady_requested(r)), requested_observed(r)),
         Expectation::ReservedGrowsAllocatedFlat => {
             let reserved: Vec<u64> = r.per_iteration.iter().skip(1).map(|p| p.reserved).collect();
             let grows = reserved.last() > reserved.first();
             (
-                flat(r) && grows,
+                all_equal(&steady(r)) && grows,
                 format!(
                     "reserved {} → {}",
                     format_size(reserved.first().copied().unwrap_or(0)),

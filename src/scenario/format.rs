@@ -16,9 +16,16 @@ pub struct Scenario {
     /// `PYTORCH_CUDA_ALLOC_CONF`.
     #[serde(default)]
     pub alloc_conf: String,
-    /// PyTorch release whose rules apply (2.4 … 2.15); default 2.8.
+    /// PyTorch release whose rules apply (2.4 … 2.15); default 2.11.
     #[serde(default)]
     pub torch: Option<String>,
+    /// Environment variables the run had (`CUBLAS_WORKSPACE_CONFIG`, …).
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// The H100 capture the test suite checks this scenario against, as
+    /// shipped (a stem under `tests/fixtures/pytorch/captured/`).
+    #[serde(default)]
+    pub capture: Option<String>,
     /// Engine switches (engine.md §0.4): any subset of the engine's config.
     #[serde(default)]
     pub engine: Option<EngineConfig>,
@@ -54,11 +61,20 @@ pub struct Scenario {
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeviceSpec {
-    pub name: String,
-    pub capacity: Size,
-    /// CUDA context and other processes: never available to the allocator.
+    /// Shown in reports; default: the GPU's name, or "sim".
     #[serde(default)]
-    pub overhead: Size,
+    pub name: Option<String>,
+    /// A known GPU (`H100-SXM-80GB`, …): its architecture, SMs and memory.
+    #[serde(default)]
+    pub gpu: Option<String>,
+    /// Memory the run may use, the overhead included: on a larger card, what
+    /// `set_per_process_memory_fraction` holds it to. Default: the GPU's memory.
+    #[serde(default)]
+    pub capacity: Option<Size>,
+    /// CUDA context and other processes: never available to the allocator.
+    /// Default: the GPU's measured context, else 0.
+    #[serde(default)]
+    pub overhead: Option<Size>,
 }
 
 /// A model preset, a preset with its parameters, or a list of layers.
@@ -205,6 +221,10 @@ pub enum Expectation {
     AllocatedGrowsAtLeast(super::size::Size),
     /// Allocated bytes at iteration end stay the same from the second iteration on.
     AllocatedFlat,
+    /// Requested bytes at iteration end stay the same from the second
+    /// iteration on: the same tensors are live, though allocated bytes may
+    /// move with the unsplit tails of whichever cached blocks served them.
+    RequestedFlat,
     /// Reserved bytes grow while allocated stays flat.
     ReservedGrowsAllocatedFlat,
 }

@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use super::build::Built;
+use super::conditions::Conditions;
 use super::format::Scenario;
 use super::run::{IterationPoint, ScenarioRun};
 use crate::alloc::{memory_summary, MemoryStats, SegmentInfo};
@@ -32,6 +33,8 @@ pub struct OomReport {
 #[derive(Debug, Clone)]
 pub struct RunResult {
     pub scenario: String,
+    /// What it ran under.
+    pub conditions: Conditions,
     pub iterations_run: u32,
     pub peak_allocated: u64,
     pub peak_reserved: u64,
@@ -72,7 +75,7 @@ pub struct GpuRun {
 
 pub fn run(scenario: &Scenario, built: &Built, opts: &RunOptions) -> RunResult {
     let device = Box::new(SimDevice::new(
-        &scenario.device.name,
+        &built.conditions.device_name,
         built.engine.device_bytes,
         built.engine.device_overhead,
     ));
@@ -116,6 +119,7 @@ pub fn run_launching_with(
     let events = run.run_to_end(opts.record_events);
     let mut result = RunResult {
         scenario: scenario.name.clone(),
+        conditions: built.conditions.clone(),
         iterations_run: run.iterations_run(),
         peak_allocated: 0,
         peak_reserved: 0,

@@ -8,6 +8,7 @@ use ron::extensions::Extensions;
 use ron::Options;
 
 use super::build::{build, Built};
+use super::conditions::{apply, conditions};
 use super::format::{ModelSpec, Scenario};
 use super::library::builtin;
 use super::validate::validate;
@@ -142,7 +143,11 @@ pub fn load_str(text: &str, file: &str) -> Result<(Scenario, Built), LoadError> 
     };
     AllocConfig::parse_for(&scenario.alloc_conf, version)
         .map_err(|e| field_error(text, file, "alloc_conf", e.to_string()))?;
-    let mut built = build(&scenario).map_err(|m| {
+    let at_problem = |(word, message): (String, String)| field_error(text, file, &word, message);
+    let conditions = conditions(&scenario, version).map_err(at_problem)?;
+    let mut engine = scenario.engine.clone().unwrap_or_default();
+    apply(&conditions, version, &mut engine).map_err(at_problem)?;
+    let mut built = build(&scenario, conditions, engine).map_err(|m| {
         let word = match &scenario.model {
             ModelSpec::Preset(name) if !name.is_empty() => name.as_str(),
             ModelSpec::Preset(_) => "Preset",

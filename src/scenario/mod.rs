@@ -7,6 +7,7 @@
 //! drives live; `library` holds the built-in scenarios.
 
 mod build;
+mod conditions;
 mod dims;
 mod events;
 mod expect;
@@ -20,6 +21,7 @@ mod size;
 mod validate;
 
 pub use build::Built;
+pub use conditions::{lt_rule, Conditions, ENV_KEYS};
 pub use events::to_trace;
 pub use expect::{check, ExpectationResult};
 pub use format::{

@@ -239,12 +239,6 @@ fn too_many_steps(s: &Scenario, iterations: u64) -> Option<Result<StepProblem, S
 
 pub(crate) fn validate(s: &Scenario) -> (Vec<String>, Vec<StepProblem>) {
     let mut general = Vec::new();
-    if s.device.capacity.0 == 0 {
-        general.push("device.capacity: must be more than 0 bytes".to_string());
-    }
-    if s.device.overhead.0 >= s.device.capacity.0 && s.device.capacity.0 > 0 {
-        general.push("device.overhead: must be less than the capacity".to_string());
-    }
     if s.iterations == 0 {
         general.push("iterations: must be at least 1".to_string());
     }

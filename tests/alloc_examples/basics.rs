@@ -241,6 +241,12 @@ fn e9_fragmentation_oom_message_and_counters() {
         oom.message,
         "CUDA out of memory. Tried to allocate 16.00 MiB. GPU 0 has a total capacity of 100.00 MiB of which 0 bytes is free. Of the allocated memory 40.00 MiB is allocated by PyTorch, and 60.00 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
     );
+    // PyTorch 2.11 (the H100 captures' release) words the hint as 2.12 does.
+    let (_, err) = e9_state_in(TorchVersion(11));
+    assert!(
+        err.oom().expect("an OOM").message.ends_with("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)"),
+        "{err}"
+    );
     let last = *a.take_events().last().expect("events");
     assert_eq!(
         (last.action, last.device_free, last.size),

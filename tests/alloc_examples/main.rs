@@ -7,7 +7,7 @@
 
 use vramscope::alloc::{
     memory_summary, Action, AllocConfig, AllocEvent, BlockState, CachingAllocator, Family, Level,
-    SegmentInfo, Tag,
+    SegmentInfo, Tag, TorchVersion,
 };
 use vramscope::device::SimDevice;
 
@@ -56,8 +56,19 @@ pub(crate) fn actions(events: &[AllocEvent]) -> Vec<(Action, u64, u64)> {
 }
 
 /// E9's state: 100 MiB device, ten 8 MiB blocks, every second one freed, then 16 MiB.
+/// E9 in the spec's era (2.8: its OOM text is the spec's).
 pub(crate) fn e9_state() -> (CachingAllocator<SimDevice>, vramscope::alloc::AllocError) {
-    let mut a = alloc_with(100 * MIB, "");
+    e9_state_in(TorchVersion(8))
+}
+
+pub(crate) fn e9_state_in(
+    version: TorchVersion,
+) -> (CachingAllocator<SimDevice>, vramscope::alloc::AllocError) {
+    let mut a = CachingAllocator::new(
+        SimDevice::new("sim", 100 * MIB, 0),
+        AllocConfig::parse_for("", version).expect("valid conf"),
+    );
+    a.set_oom_process_info(false);
     let ptrs: Vec<u64> = (0..10).map(|_| m(&mut a, 8 * MIB)).collect();
     assert_eq!(a.snapshot().len(), 5);
     for p in ptrs.iter().skip(1).step_by(2) {

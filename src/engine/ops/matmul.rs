@@ -51,14 +51,14 @@ impl Engine {
             self.k_binary(out, b, out);
         }
         // gemm_and_bias: the Lt workspace is alive for the call (§1.6, §12 #5).
-        let lt = if self.cfg.cublaslt_workspace == CublasLtWorkspace::Transient {
+        let lt = if self.cfg.lt_workspace() == CublasLtWorkspace::Transient {
             let bytes = self.cfg.cublaslt_workspace_bytes();
             self.transient(bytes, Category::Workspace)?
         } else {
             None
         };
         let ws = self.cublas_workspace()?;
-        if self.cfg.cublaslt_workspace == CublasLtWorkspace::Cached {
+        if self.cfg.lt_workspace() == CublasLtWorkspace::Cached {
             self.cublaslt_workspace()?;
         }
         self.free_transient(ws);

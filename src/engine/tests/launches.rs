@@ -43,12 +43,12 @@ struct Run {
 /// A library scenario's engine with a checked recording launcher from the
 /// first parameter on (what `Engine::new_launching` does, plus the check).
 fn scenario_engine(name: &str) -> Run {
-    let (scenario, built) = match resolve(name) {
+    let (_, built) = match resolve(name) {
         Ok(x) => x,
         Err(e) => panic!("{name}: {e}"),
     };
     let dev = Box::new(SimDevice::new(
-        &scenario.device.name,
+        &built.conditions.device_name,
         built.engine.device_bytes,
         built.engine.device_overhead,
     ));
