@@ -74,6 +74,7 @@ pub fn scenario_source_on(
     let shared = tags.clone();
     let capacity = built.engine.device_bytes;
     let overhead = built.engine.device_overhead;
+    let conditions = built.conditions.clone();
     let ordinal = gpu.as_ref().map(|g| g.ordinal);
     let name = format!("scenario {}", scenario.name);
     let spawned = std::thread::Builder::new().name(name).spawn(move || loop {
@@ -100,7 +101,8 @@ pub fn scenario_source_on(
     });
     let mut source = Source::new(rx, Some(cmd_tx))
         .with_capacity(capacity)
-        .with_tags(tags);
+        .with_tags(tags)
+        .with_conditions(conditions);
     source = match ordinal {
         Some(n) => source.on_cuda(n),
         None => source.with_overhead(overhead),

@@ -11,6 +11,7 @@ use crate::device::nvml::GpuReading;
 use crate::device::GpuUnavailable;
 use crate::engine::Category;
 use crate::leak::Finding;
+use crate::scenario::Conditions;
 use crate::trace::{Event, MemoryMap};
 
 /// What the attribution behind a [`Tag`] says, as far as it is known.
@@ -76,6 +77,8 @@ pub struct Source {
     /// The CUDA ordinal when the run's memory comes from a real GPU.
     pub cuda: Option<u32>,
     pub tags: Option<Arc<dyn TagInfo>>,
+    /// What a scenario run is under (its GPU profile, release, environment).
+    pub conditions: Option<Conditions>,
 }
 
 impl std::fmt::Debug for Source {
@@ -109,6 +112,7 @@ impl Source {
             overhead: None,
             cuda: None,
             tags: None,
+            conditions: None,
         }
     }
 
@@ -119,6 +123,11 @@ impl Source {
 
     pub fn with_overhead(mut self, bytes: u64) -> Source {
         self.overhead = Some(bytes);
+        self
+    }
+
+    pub fn with_conditions(mut self, conditions: Conditions) -> Source {
+        self.conditions = Some(conditions);
         self
     }
 

@@ -11,6 +11,7 @@ use crate::alloc::format_size;
 use crate::device::nvml::GpuReading;
 use crate::device::reconcile::{Reconciliation, SimulatedTerms};
 use crate::producers::{nvml_source, Polled, Source, SourceMsg};
+use crate::scenario::Conditions;
 use crate::units::format_size_or_unknown as size;
 
 use super::run_view::RunView;
@@ -175,7 +176,7 @@ impl GpuPanel {
                 rows.push((
                     "simulated context",
                     format!(
-                        "{} (driver/context overhead the scenario sets)",
+                        "{} (CUDA context and other memory outside the allocator)",
                         size(t.overhead)
                     ),
                 ));
@@ -195,7 +196,20 @@ impl GpuPanel {
                 rows.push(("allocator reserved", format_size(m.reserved)));
             }
         }
+        if let Some(c) = &r.conditions {
+            rows.push(("GPU profile", gpu_profile_text(c)));
+            rows.push(("PyTorch rules", c.torch.clone()));
+        }
         let mut notes = vec!["simulated run: no real GPU memory is used".to_string()];
+        if let Some(c) = &r.conditions {
+            notes.push(match &c.capture {
+                Some(stem) => format!(
+                    "as shipped, the test suite checks it against the capture {}",
+                    crate::units::escape_controls(stem)
+                ),
+                None => "not checked against a capture: the figures are the model's".to_string(),
+            });
+        }
         match &self.nvml {
             NvmlState::Read(gpus) => notes.extend(gpus.iter().map(|g| {
                 format!(
@@ -213,5 +227,22 @@ impl GpuPanel {
             rows,
             notes,
         }
+    }
+}
+
+fn gpu_profile_text(c: &Conditions) -> String {
+    match &c.gpu {
+        Some(g) => format!(
+            "{} ({}, {} SMs; {} memory)",
+            g.name,
+            g.arch.name(),
+            g.sm_count,
+            if g.memory_measured {
+                "measured"
+            } else {
+                "nominal"
+            }
+        ),
+        None => "none (sm_80 workspace rules, no reduction scratch)".to_string(),
     }
 }

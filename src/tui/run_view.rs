@@ -7,6 +7,7 @@ use super::views::{event_log, segment_map, stats, timeline};
 use crate::alloc::{Action, MemoryStats, Tag};
 use crate::leak::Finding;
 use crate::producers::{Polled, Source, SourceMsg, TagInfo};
+use crate::scenario::Conditions;
 use crate::trace::timeline::KEYFRAME_EVERY;
 use crate::trace::{Event, MarkKind, Marker, MemoryMap, Timeline};
 use std::collections::HashMap;
@@ -47,6 +48,8 @@ pub struct RunView {
     /// NVML's reading of this process right after the GPU was opened.
     pub context_baseline: Option<u64>,
     pub tags: Option<Arc<dyn TagInfo>>,
+    /// What a scenario run is under, as its file says.
+    pub conditions: Option<Conditions>,
     pub timeline: Timeline,
     pub findings: Vec<Finding>,
     /// Findings of a live run by the number of events received when they came.
@@ -108,6 +111,7 @@ impl RunView {
             cuda: source.cuda,
             context_baseline: None,
             tags: source.tags.clone(),
+            conditions: source.conditions.clone(),
             source: Some(source),
             timeline: Timeline::new(),
             findings: Vec::new(),

@@ -21,6 +21,8 @@ fn simulated_run_shows_simulated_terms_and_why_nvml_is_unavailable() {
     let (_, built) = crate::scenario::resolve(FIXED).expect("built-in");
     let (capacity, overhead) = (built.engine.device_bytes, built.engine.device_overhead);
     assert!(overhead > 0, "{FIXED} sets a context overhead");
+    let gpu = built.conditions.gpu.expect("{FIXED} names its GPU");
+    let capture = built.conditions.capture.clone().expect("and its capture");
     let mut app = app_finished(vec![(FIXED.into(), scenario(FIXED))], &opts());
     app.gpu.attach(no_driver());
     keys(&mut app, "G");
@@ -35,9 +37,12 @@ fn simulated_run_shows_simulated_terms_and_why_nvml_is_unavailable() {
         "GPU memory · simulated device".to_string(),
         format!("simulated capacity  {}", format_size(capacity)),
         format!(
-            "simulated context  {} (driver/context overhead the scenario sets)",
+            "simulated context  {} (CUDA context and other memory outside the allocator)",
             format_size(overhead)
         ),
+        format!("GPU profile  {} ({}, {} SMs", gpu.name, gpu.arch.name(), gpu.sm_count),
+        format!("PyTorch rules  {}", built.conditions.torch),
+        format!("the test suite checks it against the capture {capture}"),
         format!("allocator reserved  {}", format_size(reserved)),
         format!(
             "simulated free  {}",
