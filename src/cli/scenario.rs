@@ -73,8 +73,8 @@ fn run_on_cuda(
     let dev = CudaDevice::open(n)?;
     // The context exists now and no tensor does: NVML's reading for this
     // process is the context's share (None where NVML lists no processes).
-    let ordinal = u32::try_from(n).ok();
-    let own_used = || ordinal.and_then(|i| nvml::own_process_used(i).ok().flatten());
+    let pci = dev.pci();
+    let own_used = || nvml::own_process_used(pci).ok().flatten();
     let context = own_used();
     // The run still measures memory without kernels, and says why.
     let (launcher, unavailable) = match launcher_for(&dev) {

@@ -98,8 +98,8 @@ pub fn open_cuda(name: &str, ordinal: usize) -> anyhow::Result<ExitCode> {
     let (scenario, built) = resolve(name).map_err(|e| BadInput(e.to_string()))?;
     let index = u32::try_from(ordinal)
         .map_err(|_| BadInput(format!("--device cuda:{ordinal}: no such device")))?;
-    let total = match CudaDevice::open(ordinal) {
-        Ok(dev) => dev.total_memory(),
+    let (total, pci) = match CudaDevice::open(ordinal) {
+        Ok(dev) => (dev.total_memory(), dev.pci()),
         Err(e) => {
             warn!("vramscope: --device cuda:{ordinal}: {e}");
             return Ok(ExitCode::from(EXIT_NO_GPU));
@@ -108,6 +108,7 @@ pub fn open_cuda(name: &str, ordinal: usize) -> anyhow::Result<ExitCode> {
     let (cap, overhead) = (built.engine.device_bytes, built.engine.device_overhead);
     let gpu = RealGpu {
         ordinal: index,
+        pci,
         open: Arc::new(move || {
             let dev = CudaDevice::open(ordinal).map_err(|e| e.to_string())?;
             // As headless runs do: kernels when NVRTC can build them, and the

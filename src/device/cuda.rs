@@ -10,6 +10,7 @@ use std::sync::Arc;
 use cudarc::driver::{result, sys, CudaContext};
 
 use super::gpu::{driver_present, GpuUnavailable};
+use super::pci::PciAddress;
 use super::{Device, DeviceError};
 
 /// Granularity of physical chunks behind expandable pages (every allocator page is a multiple).
@@ -18,6 +19,7 @@ const CHUNK: u64 = 2 << 20;
 pub struct CudaDevice {
     ctx: Arc<CudaContext>,
     ordinal: usize,
+    pci: Option<PciAddress>,
     name: String,
     total: u64,
     /// Physical chunks mapped into reservations, by address.
@@ -59,9 +61,23 @@ impl CudaDevice {
         let total = ctx
             .total_mem()
             .map_err(|e| GpuUnavailable::Driver(format!("{e:?}")))? as u64;
+        let attribute = |a| ctx.attribute(a).ok().and_then(|v| u32::try_from(v).ok());
+        let pci = match (
+            attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID),
+            attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID),
+            attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID),
+        ) {
+            (Some(domain), Some(bus), Some(device)) => Some(PciAddress {
+                domain,
+                bus,
+                device,
+            }),
+            _ => None,
+        };
         Ok(CudaDevice {
             ctx,
             ordinal,
+            pci,
             name: format!("cuda:{ordinal} {name}"),
             total,
             chunks: BTreeMap::new(),
@@ -75,6 +91,11 @@ impl CudaDevice {
 
     pub fn ordinal(&self) -> usize {
         self.ordinal
+    }
+
+    /// Where the device sits on the PCI bus: how NVML's reading of it is found.
+    pub fn pci(&self) -> Option<PciAddress> {
+        self.pci
     }
 
     fn prop(&self) -> sys::CUmemAllocationProp {

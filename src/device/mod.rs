@@ -9,12 +9,14 @@ pub mod gpu;
 pub mod kernels;
 pub mod launch;
 pub mod nvml;
+pub mod pci;
 pub mod profiles;
 pub mod reconcile;
 mod sim;
 
 pub use gpu::GpuUnavailable;
 pub use launch::{AnyLauncher, Kernel, KernelLauncher, Launch, LaunchError, RecordingLauncher};
+pub use pci::PciAddress;
 pub use profiles::{profile, GpuArch, GpuProfile};
 pub use sim::SimDevice;
 

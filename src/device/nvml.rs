@@ -11,6 +11,7 @@ use nvml_wrapper::Nvml;
 use serde::Serialize;
 
 use super::gpu::GpuUnavailable;
+use super::pci::PciAddress;
 pub use super::reconcile::{DeviceReconciliation, Reconciliation};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -25,6 +26,8 @@ pub struct ProcessMemory {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GpuReading {
     pub index: u32,
+    /// How a CUDA device is matched to this reading.
+    pub pci: Option<PciAddress>,
     pub name: Option<String>,
     pub total: Option<u64>,
     pub used: Option<u64>,
@@ -64,6 +67,11 @@ pub fn read_all(processes: bool) -> Result<Vec<GpuReading>, GpuUnavailable> {
             let util = d.utilization_rates().ok();
             GpuReading {
                 index,
+                pci: d.pci_info().ok().map(|p| PciAddress {
+                    domain: p.domain,
+                    bus: p.bus,
+                    device: p.device,
+                }),
                 name: d.name().ok(),
                 total: mem.as_ref().map(|m| m.total),
                 used: mem.as_ref().map(|m| m.used),
@@ -107,6 +115,7 @@ impl GpuReading {
     pub fn unknown(index: u32) -> GpuReading {
         GpuReading {
             index,
+            pci: None,
             name: None,
             total: None,
             used: None,
@@ -119,15 +128,19 @@ impl GpuReading {
     }
 }
 
-/// What NVML says this very process holds on GPU `index` (its CUDA context
-/// right after the device was opened). Reads NVML: never call it from the
-/// render thread.
-pub fn own_process_used(index: u32) -> Result<Option<u64>, GpuUnavailable> {
+/// The reading of the GPU at `pci`: `None` when the address is unknown or
+/// NVML does not list it (never a guess by index: see [`PciAddress`]).
+pub fn reading_at(gpus: &[GpuReading], pci: Option<PciAddress>) -> Option<&GpuReading> {
+    let pci = pci?;
+    gpus.iter().find(|g| g.pci == Some(pci))
+}
+
+/// What NVML says this very process holds on the GPU at `pci` (its CUDA
+/// context right after the device was opened). Reads NVML: never call it
+/// from the render thread.
+pub fn own_process_used(pci: Option<PciAddress>) -> Result<Option<u64>, GpuUnavailable> {
     let gpus = read_all(true)?;
-    Ok(gpus
-        .iter()
-        .find(|g| g.index == index)
-        .and_then(|g| g.process_used(std::process::id())))
+    Ok(reading_at(&gpus, pci).and_then(|g| g.process_used(std::process::id())))
 }
 
 #[cfg(test)]
@@ -154,5 +167,28 @@ mod tests {
         assert_eq!(g.process_used(1), Some(7));
         assert_eq!(g.process_used(2), None);
         assert_eq!(g.process_used(3), None);
+    }
+
+    #[test]
+    fn a_cuda_device_finds_its_reading_by_pci_address_not_by_number() {
+        let at = |bus| PciAddress {
+            domain: 0,
+            bus,
+            device: 0,
+        };
+        // CUDA_VISIBLE_DEVICES=1: cuda:0 is NVML's GPU 1.
+        let gpus = [
+            GpuReading {
+                pci: Some(at(0x1b)),
+                ..GpuReading::unknown(0)
+            },
+            GpuReading {
+                pci: Some(at(0x3b)),
+                ..GpuReading::unknown(1)
+            },
+        ];
+        assert_eq!(reading_at(&gpus, Some(at(0x3b))).map(|g| g.index), Some(1));
+        assert_eq!(reading_at(&gpus, Some(at(0x5e))), None, "not listed");
+        assert_eq!(reading_at(&gpus, None), None, "unknown address: no guess");
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::source::{EngineCommand, Source, SourceMsg, TagDescription, TagInfo};
 use crate::alloc::Tag;
-use crate::device::{nvml, AnyDevice, AnyLauncher};
+use crate::device::{nvml, AnyDevice, AnyLauncher, PciAddress};
 use crate::engine::{Engine, EngineError, TagTable};
 use crate::scenario::{Built, Scenario, ScenarioRun, Unit};
 
@@ -53,6 +53,8 @@ pub type DeviceOpener =
 #[derive(Clone)]
 pub struct RealGpu {
     pub ordinal: u32,
+    /// Where it sits on the PCI bus: how NVML's reading of it is found.
+    pub pci: Option<PciAddress>,
     pub open: DeviceOpener,
 }
 
@@ -75,7 +77,7 @@ pub fn scenario_source_on(
     let capacity = built.engine.device_bytes;
     let overhead = built.engine.device_overhead;
     let conditions = built.conditions.clone();
-    let ordinal = gpu.as_ref().map(|g| g.ordinal);
+    let on = gpu.as_ref().map(|g| (g.ordinal, g.pci));
     let name = format!("scenario {}", scenario.name);
     let spawned = std::thread::Builder::new().name(name).spawn(move || loop {
         match run_once(&scenario, &built, gpu.as_ref(), &tx, &cmd_rx, &shared, pace) {
@@ -103,8 +105,8 @@ pub fn scenario_source_on(
         .with_capacity(capacity)
         .with_tags(tags)
         .with_conditions(conditions);
-    source = match ordinal {
-        Some(n) => source.on_cuda(n),
+    source = match on {
+        Some((n, pci)) => source.on_cuda(n, pci),
         None => source.with_overhead(overhead),
     };
     if let Err(e) = spawned {
@@ -137,7 +139,7 @@ fn open_engine(
         ));
     };
     let (dev, launcher) = (gpu.open)()?;
-    let baseline = nvml::own_process_used(gpu.ordinal).ok().flatten();
+    let baseline = nvml::own_process_used(gpu.pci).ok().flatten();
     let _ = tx.send(SourceMsg::ContextBaseline(baseline));
     Ok(Engine::new_launching(
         built.engine.clone(),

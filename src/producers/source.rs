@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::alloc::{MemoryStats, Tag};
 use crate::device::nvml::GpuReading;
-use crate::device::GpuUnavailable;
+use crate::device::{GpuUnavailable, PciAddress};
 use crate::engine::Category;
 use crate::leak::Finding;
 use crate::scenario::Conditions;
@@ -76,6 +76,8 @@ pub struct Source {
     pub overhead: Option<u64>,
     /// The CUDA ordinal when the run's memory comes from a real GPU.
     pub cuda: Option<u32>,
+    /// That GPU's PCI address, when CUDA gave it.
+    pub cuda_pci: Option<PciAddress>,
     pub tags: Option<Arc<dyn TagInfo>>,
     /// What a scenario run is under (its GPU profile, release, environment).
     pub conditions: Option<Conditions>,
@@ -111,6 +113,7 @@ impl Source {
             capacity: None,
             overhead: None,
             cuda: None,
+            cuda_pci: None,
             tags: None,
             conditions: None,
         }
@@ -131,8 +134,9 @@ impl Source {
         self
     }
 
-    pub fn on_cuda(mut self, ordinal: u32) -> Source {
+    pub fn on_cuda(mut self, ordinal: u32, pci: Option<PciAddress>) -> Source {
         self.cuda = Some(ordinal);
+        self.cuda_pci = pci;
         self
     }
 

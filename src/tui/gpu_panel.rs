@@ -8,8 +8,9 @@
 //! `device::reconcile`; `prepare` only picks and formats them.
 
 use crate::alloc::format_size;
-use crate::device::nvml::GpuReading;
+use crate::device::nvml::{reading_at, GpuReading};
 use crate::device::reconcile::{Reconciliation, SimulatedTerms};
+use crate::device::PciAddress;
 use crate::producers::{nvml_source, Polled, Source, SourceMsg};
 use crate::scenario::Conditions;
 use crate::units::format_size_or_unknown as size;
@@ -105,9 +106,9 @@ impl GpuPanel {
         };
     }
 
-    fn reading(&self, index: u32) -> Option<&GpuReading> {
+    fn reading(&self, pci: Option<PciAddress>) -> Option<&GpuReading> {
         match &self.nvml {
-            NvmlState::Read(gpus) => gpus.iter().find(|g| g.index == index),
+            NvmlState::Read(gpus) => reading_at(gpus, pci),
             _ => None,
         }
     }
@@ -125,7 +126,7 @@ impl GpuPanel {
     fn cuda_frame(&self, r: &RunView, ordinal: u32) -> GpuPanelFrame {
         // NVML reads the device now: compare with the model at the live edge.
         let head = r.timeline.head();
-        let gpu = self.reading(ordinal);
+        let gpu = self.reading(r.cuda_pci);
         let used = gpu.and_then(|g| g.process_used(std::process::id()));
         let rec = Reconciliation::own(used, r.context_baseline, head.reserved);
         let mut notes: Vec<String> = self.nvml_note().into_iter().collect();

@@ -5,6 +5,7 @@ use super::input::{Dir, Step};
 use super::marks::MarkIndex;
 use super::views::{event_log, segment_map, stats, timeline};
 use crate::alloc::{Action, MemoryStats, Tag};
+use crate::device::PciAddress;
 use crate::leak::Finding;
 use crate::producers::{Polled, Source, SourceMsg, TagInfo};
 use crate::scenario::Conditions;
@@ -45,6 +46,8 @@ pub struct RunView {
     pub overhead: Option<u64>,
     /// The CUDA ordinal of a run on a real GPU (`None`: simulated).
     pub cuda: Option<u32>,
+    /// That GPU's PCI address: how the GPU panel finds NVML's reading of it.
+    pub cuda_pci: Option<PciAddress>,
     /// NVML's reading of this process right after the GPU was opened.
     pub context_baseline: Option<u64>,
     pub tags: Option<Arc<dyn TagInfo>>,
@@ -109,6 +112,7 @@ impl RunView {
             capacity: source.capacity,
             overhead: source.overhead,
             cuda: source.cuda,
+            cuda_pci: source.cuda_pci,
             context_baseline: None,
             tags: source.tags.clone(),
             conditions: source.conditions.clone(),

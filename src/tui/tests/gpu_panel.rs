@@ -5,7 +5,7 @@
 use super::helpers::*;
 use crate::alloc::format_size;
 use crate::device::nvml::{GpuReading, ProcessMemory};
-use crate::device::GpuUnavailable;
+use crate::device::{GpuUnavailable, PciAddress};
 use crate::producers::{Source, SourceMsg};
 
 const MIB: u64 = 1 << 20;
@@ -40,7 +40,12 @@ fn simulated_run_shows_simulated_terms_and_why_nvml_is_unavailable() {
             "simulated context  {} (CUDA context and other memory outside the allocator)",
             format_size(overhead)
         ),
-        format!("GPU profile  {} ({}, {} SMs", gpu.name, gpu.arch.name(), gpu.sm_count),
+        format!(
+            "GPU profile  {} ({}, {} SMs",
+            gpu.name,
+            gpu.arch.name(),
+            gpu.sm_count
+        ),
         format!("PyTorch rules  {}", built.conditions.torch),
         format!("the test suite checks it against the capture {capture}"),
         format!("allocator reserved  {}", format_size(reserved)),
@@ -70,33 +75,52 @@ fn help_lists_the_gpu_panel_key() {
     );
 }
 
+/// Under `CUDA_VISIBLE_DEVICES=1`, `cuda:0` is NVML's GPU 1: the panel finds
+/// the reading by PCI address, not by number.
 #[test]
 fn cuda_run_reconciles_nvml_with_the_model() {
     let events = recorded_events(FIXED);
+    let bus = |bus| PciAddress {
+        domain: 0,
+        bus,
+        device: 0,
+    };
     let src = Source::from_messages([
         SourceMsg::ContextBaseline(Some(500 * MIB)),
         SourceMsg::Events(events),
         SourceMsg::Finished,
     ])
     .with_capacity(80 << 30)
-    .on_cuda(0);
+    .on_cuda(0, Some(bus(0x3b)));
     let mut app = app_with(vec![("cuda".into(), src)], &opts());
     let (tx, rx) = flume::unbounded();
     app.gpu.attach(Source::new(rx, None));
     let reserved = app.runs[0].timeline.head().reserved;
     let used = 500 * MIB + reserved + 96 * MIB;
-    tx.send(SourceMsg::Gpus(Ok(vec![GpuReading {
-        name: Some("NVIDIA H100".into()),
-        total: Some(80 << 30),
-        used: Some(used + 1024 * MIB),
-        free: Some((80 << 30) - used - 1024 * MIB),
-        processes: vec![ProcessMemory {
-            pid: std::process::id(),
-            name: None,
-            used: Some(used),
-        }],
+    let another = GpuReading {
+        pci: Some(bus(0x1b)),
+        name: Some("NVIDIA A100".into()),
+        total: Some(40 << 30),
+        used: Some(3 << 30),
+        free: Some(37 << 30),
         ..GpuReading::unknown(0)
-    }])))
+    };
+    tx.send(SourceMsg::Gpus(Ok(vec![
+        another,
+        GpuReading {
+            pci: Some(bus(0x3b)),
+            name: Some("NVIDIA H100".into()),
+            total: Some(80 << 30),
+            used: Some(used + 1024 * MIB),
+            free: Some((80 << 30) - used - 1024 * MIB),
+            processes: vec![ProcessMemory {
+                pid: std::process::id(),
+                name: None,
+                used: Some(used),
+            }],
+            ..GpuReading::unknown(1)
+        },
+    ])))
     .expect("send");
     keys(&mut app, "v");
     app.drain_sources();
@@ -115,7 +139,7 @@ fn cuda_run_reconciles_nvml_with_the_model() {
 
 #[test]
 fn cuda_run_without_a_reading_says_unknown() {
-    let src = Source::from_messages([SourceMsg::Finished]).on_cuda(0);
+    let src = Source::from_messages([SourceMsg::Finished]).on_cuda(0, None);
     let mut app = app_with(vec![("cuda".into(), src)], &opts());
     app.gpu.attach(no_driver());
     keys(&mut app, "v");

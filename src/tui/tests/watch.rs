@@ -24,6 +24,7 @@ const GIB: u64 = 1 << 30;
 fn h100(used: u64, unknown_process: bool) -> GpuReading {
     GpuReading {
         index: 0,
+        pci: None,
         name: Some("NVIDIA H100 80GB HBM3".into()),
         total: Some(80 * GIB),
         used: Some(used),
