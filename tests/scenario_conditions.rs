@@ -116,10 +116,7 @@ fn env_sets_the_workspaces_and_their_caching() {
     let (_, built) = load_str(&text, "c.ron").expect("loads");
     assert_eq!(built.engine.cublas_workspace_bytes(), 8_519_680);
     assert_eq!(built.engine.cublaslt_workspace_bytes(), 2 << 20);
-    assert_eq!(
-        built.engine.cublas_workspace_mode,
-        CublasWorkspaceMode::Eager
-    );
+    assert_eq!(built.engine.workspace_mode(), CublasWorkspaceMode::Eager);
     assert_eq!(
         built
             .conditions
@@ -240,4 +237,31 @@ fn help_states_the_default_release() {
     let (code, out, _) = vramscope(&["run", "--help"]);
     assert_eq!(code, 0);
     assert!(out.contains("default 2.11"), "{out}");
+}
+
+#[test]
+fn only_the_shipped_text_is_reported_as_checked_against_its_capture() {
+    let shipped = vramscope::scenario::builtin("zero-grad-fixed").expect("built-in");
+    let (_, built) = load_str(shipped.source, "zero-grad-fixed.ron").expect("loads");
+    assert!(built.conditions.as_shipped);
+    assert!(
+        built
+            .conditions
+            .verification()
+            .starts_with("checked as shipped against the capture"),
+        "{}",
+        built.conditions.verification()
+    );
+    let edited = shipped.source.replace("iterations: 10", "iterations: 11");
+    assert_ne!(edited, shipped.source);
+    let (_, built) = load_str(&edited, "mine.ron").expect("loads");
+    assert!(!built.conditions.as_shipped);
+    assert!(
+        built
+            .conditions
+            .verification()
+            .contains("is not the shipped file the test suite checks"),
+        "{}",
+        built.conditions.verification()
+    );
 }

@@ -65,7 +65,8 @@ pub struct EngineConfig {
     pub torch_minor: Option<u32>,
     /// None: `Sm80` (engine.md's default); a scenario's `device.gpu` sets it.
     pub gpu_arch: Option<GpuArch>,
-    pub cublas_workspace_mode: CublasWorkspaceMode,
+    /// None: cached (one workspace per handle and stream, kept).
+    pub cublas_workspace_mode: Option<CublasWorkspaceMode>,
     /// `CUBLAS_WORKSPACE_CONFIG` (`:SIZE_KiB:COUNT` pairs); None = the default.
     pub cublas_workspace_config: Option<String>,
     /// None: `Transient` (engine.md's default); a scenario fills in its
@@ -108,7 +109,7 @@ impl Default for EngineConfig {
             alloc_conf: String::new(),
             torch_minor: None,
             gpu_arch: None,
-            cublas_workspace_mode: CublasWorkspaceMode::Cached,
+            cublas_workspace_mode: None,
             cublas_workspace_config: None,
             cublaslt_workspace: None,
             cublaslt_workspace_size: None,
@@ -131,6 +132,11 @@ impl EngineConfig {
     }
 
     /// How addmm-with-bias gets its cuBLASLt workspace.
+    pub fn workspace_mode(&self) -> CublasWorkspaceMode {
+        self.cublas_workspace_mode
+            .unwrap_or(CublasWorkspaceMode::Cached)
+    }
+
     pub fn lt_workspace(&self) -> CublasLtWorkspace {
         self.cublaslt_workspace
             .unwrap_or(CublasLtWorkspace::Transient)

@@ -329,7 +329,7 @@ impl Engine {
         if bytes == 0 {
             return Ok(None);
         }
-        match self.cfg.cublas_workspace_mode {
+        match self.cfg.workspace_mode() {
             CublasWorkspaceMode::Cached => {
                 let thread = usize::from(self.ctx.phase == Phase::Backward);
                 if self.workspaces[thread].is_none() {

@@ -176,20 +176,7 @@ fn conditions_text(out: &mut String, c: &Conditions, alloc_conf: &str) {
             format!("; {}", env.join(" "))
         }
     );
-    match &c.capture {
-        Some(stem) => {
-            let _ = writeln!(
-                out,
-                "checked as shipped against the capture tests/fixtures/pytorch/captured/{stem}.pickle by the test suite"
-            );
-        }
-        None => {
-            let _ = writeln!(
-                out,
-                "not checked against a capture: the figures are the model's"
-            );
-        }
-    }
+    let _ = writeln!(out, "{}", c.verification());
 }
 
 /// The card a CUDA run ran on, and NVML's reading against the model's.

@@ -40,6 +40,26 @@ pub struct Conditions {
     /// The capture under `tests/fixtures/pytorch/captured/` the test suite
     /// checks this scenario against, as shipped.
     pub capture: Option<String>,
+    /// The file is a built-in scenario, byte for byte: what the test suite
+    /// checked is what runs.
+    pub as_shipped: bool,
+}
+
+impl Conditions {
+    /// Whether these figures are the ones the test suite checked against a
+    /// real GPU's, in a sentence.
+    pub fn verification(&self) -> String {
+        match (&self.capture, self.as_shipped) {
+            (Some(stem), true) => format!(
+                "checked as shipped against the capture tests/fixtures/pytorch/captured/{stem}.pickle by the test suite"
+            ),
+            (Some(stem), false) => format!(
+                "names the capture {}, but is not the shipped file the test suite checks against it: the figures are the model's",
+                crate::units::escape_controls(stem)
+            ),
+            (None, _) => "not checked against a capture: the figures are the model's".to_string(),
+        }
+    }
 }
 
 /// Why the conditions do not resolve: the field at fault (a word to find in
@@ -123,6 +143,7 @@ pub(crate) fn conditions(s: &Scenario, torch: TorchVersion) -> Result<Conditions
         torch: torch.to_string(),
         env: s.env.clone(),
         capture: s.capture.clone(),
+        as_shipped: false,
     })
 }
 
@@ -194,9 +215,12 @@ pub(crate) fn apply(
                 engine.cublaslt_workspace_size = Some(bytes);
             }
             "TORCH_CUBLAS_WORKSPACE_CACHE" => {
+                if engine.cublas_workspace_mode.is_some() {
+                    return Err(clash("cublas_workspace_mode"));
+                }
                 engine.cublas_workspace_mode = match value.trim() {
-                    "1" => CublasWorkspaceMode::Cached,
-                    "0" => CublasWorkspaceMode::Eager,
+                    "1" => Some(CublasWorkspaceMode::Cached),
+                    "0" => Some(CublasWorkspaceMode::Eager),
                     _ => {
                         return Err(problem(
                             key,

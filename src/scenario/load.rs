@@ -144,7 +144,9 @@ pub fn load_str(text: &str, file: &str) -> Result<(Scenario, Built), LoadError> 
     AllocConfig::parse_for(&scenario.alloc_conf, version)
         .map_err(|e| field_error(text, file, "alloc_conf", e.to_string()))?;
     let at_problem = |(word, message): (String, String)| field_error(text, file, &word, message);
-    let conditions = conditions(&scenario, version).map_err(at_problem)?;
+    let mut conditions = conditions(&scenario, version).map_err(at_problem)?;
+    conditions.as_shipped =
+        super::library::builtin(&scenario.name).is_some_and(|b| b.source == text);
     let mut engine = scenario.engine.clone().unwrap_or_default();
     apply(&conditions, version, &mut engine).map_err(at_problem)?;
     let mut built = build(&scenario, conditions, engine).map_err(|m| {

@@ -203,13 +203,7 @@ impl GpuPanel {
         }
         let mut notes = vec!["simulated run: no real GPU memory is used".to_string()];
         if let Some(c) = &r.conditions {
-            notes.push(match &c.capture {
-                Some(stem) => format!(
-                    "as shipped, the test suite checks it against the capture {}",
-                    crate::units::escape_controls(stem)
-                ),
-                None => "not checked against a capture: the figures are the model's".to_string(),
-            });
+            notes.push(c.verification());
         }
         match &self.nvml {
             NvmlState::Read(gpus) => notes.extend(gpus.iter().map(|g| {

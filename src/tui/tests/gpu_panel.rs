@@ -47,7 +47,8 @@ fn simulated_run_shows_simulated_terms_and_why_nvml_is_unavailable() {
             gpu.sm_count
         ),
         format!("PyTorch rules  {}", built.conditions.torch),
-        format!("the test suite checks it against the capture {capture}"),
+        "checked as shipped against the capture".to_string(),
+        format!("{capture}.pickle"),
         format!("allocator reserved  {}", format_size(reserved)),
         format!(
             "simulated free  {}",
