@@ -10,8 +10,9 @@ use std::sync::Arc;
 
 use crate::alloc::constants::LARGE_BUFFER;
 use crate::alloc::{AllocConfig, Tag};
-use crate::trace::mirror::{final_map, TraceMirror};
+use crate::trace::mirror::{final_map, start_map, TraceMirror};
 use crate::trace::replay::from_snapshot::{self, DeviceReplay};
+use crate::trace::replay::reconstruct;
 use crate::trace::replay::replayed::device_capacity;
 use crate::trace::replay::whatif::{self, Requests};
 use crate::trace::replay::{tag_entry, Entry};
@@ -85,8 +86,10 @@ pub fn snapshot_to_source(snap: &Snapshot, device: Option<usize>) -> Result<Sour
             .enumerate()
             .filter_map(|(i, e)| snap.extra(e).device_free.map(|f| (i, f)))
             .collect();
+        let finals = from_snapshot::final_segments(snap, device);
+        let start = start_map(&reconstruct::initial_state(&entries, &finals, &config));
         stream_events("vramscope-snapshot-events", move |send| {
-            mirror_events(&entries, &device_free, &config, send)
+            mirror_events(start, &entries, &device_free, &config, send)
         })
     };
     source = source.with_tags(entry_tags(snap, device));
@@ -94,8 +97,10 @@ pub fn snapshot_to_source(snap: &Snapshot, device: Option<usize>) -> Result<Sour
     Ok(source)
 }
 
-/// The recorded entries as events, a chunk at a time; false once the UI has gone.
+/// The state the trace began in, then the recorded entries as events, a
+/// chunk at a time; false once the UI has gone.
 fn mirror_events(
+    start: MemoryMap,
     entries: &[Entry],
     device_free: &[(usize, u64)],
     config: &AllocConfig,
@@ -107,7 +112,10 @@ fn mirror_events(
             .ok()
             .map(|k| device_free[k].1)
     };
-    let mut mirror = TraceMirror::new(config);
+    if !start.segments.is_empty() && !send(SourceMsg::Start(Box::new(start.clone()))) {
+        return false;
+    }
+    let mut mirror = TraceMirror::starting_from(start, config);
     for (k, chunk) in entries.chunks(EVENTS_PER_MESSAGE).enumerate() {
         let first = k * EVENTS_PER_MESSAGE;
         let mut events = Vec::with_capacity(chunk.len());

@@ -11,6 +11,7 @@ use crate::alloc::constants::{LARGE_BUFFER, SMALL_BUFFER};
 use crate::alloc::{
     round_size, should_split, Action, AllocConfig, AllocEvent, BlockState, Pool, Tag,
 };
+use crate::trace::replay::reconstruct::Reconstruction;
 use crate::trace::replay::{entry_tag, Entry};
 use crate::trace::snapshot::{PoolKind, Snapshot};
 use crate::trace::{Event, MapBlock, MapSegment, MemoryMap};
@@ -42,10 +43,13 @@ pub struct TraceMirror<'a> {
 
 impl<'a> TraceMirror<'a> {
     pub fn new(config: &'a AllocConfig) -> Self {
-        TraceMirror {
-            map: MemoryMap::default(),
-            config,
-        }
+        Self::starting_from(MemoryMap::default(), config)
+    }
+
+    /// A mirror of a trace that began with `map` already in place (an open
+    /// trace: see [`start_map`]).
+    pub fn starting_from(map: MemoryMap, config: &'a AllocConfig) -> Self {
+        TraceMirror { map, config }
     }
 
     /// The event for entry `i`, applied to the map; `None` for entries the
@@ -128,6 +132,36 @@ fn segment_pool(action: Action, size: u64, map: &MemoryMap, addr: u64) -> Pool {
         Action::SegmentAlloc | Action::SegmentFree if size == SMALL_BUFFER => Pool::Small,
         _ => Pool::Large,
     }
+}
+
+/// The state an open trace's first entry found (recording started late, or
+/// the ring buffer wrapped), as `trace::replay::reconstruct` rebuilds it: the map a view
+/// of the trace starts from.
+pub fn start_map(r: &Reconstruction) -> MemoryMap {
+    let mut map = MemoryMap::default();
+    for s in &r.segments {
+        let segment = MapSegment {
+            size: s.blocks.iter().map(|b| b.size).sum(),
+            pool: s.pool,
+            stream: s.stream,
+            expandable: false,
+            tag: Tag::NONE,
+        };
+        let mut at = s.addr;
+        let blocks = s.blocks.iter().map(|b| {
+            let block = MapBlock {
+                size: b.size,
+                requested: b.requested,
+                state: b.state,
+                tag: b.tag,
+            };
+            let addr = at;
+            at += b.size;
+            (addr, block)
+        });
+        map.insert_segment(s.addr, segment, blocks);
+    }
+    map
 }
 
 /// The recorded final state of `device` as a map (state-only snapshots).
