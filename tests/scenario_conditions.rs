@@ -260,7 +260,7 @@ fn only_the_shipped_text_is_reported_as_checked_against_its_capture() {
         built
             .conditions
             .verification()
-            .contains("is not the shipped file the test suite checks"),
+            .contains("is not a built-in scenario as shipped"),
         "{}",
         built.conditions.verification()
     );

@@ -34,8 +34,19 @@ const EVENTS_PER_MESSAGE: usize = 1 << 16;
 pub enum ImportError {
     #[error(transparent)]
     Snapshot(#[from] SnapshotError),
-    #[error("the snapshot has no device {0}")]
-    NoDevice(usize),
+    #[error("the snapshot has no device {device}; it holds {}", device_list(.holds))]
+    NoDevice { device: usize, holds: Vec<usize> },
+}
+
+fn device_list(devices: &[usize]) -> String {
+    match devices {
+        [] => "none".to_string(),
+        _ => devices
+            .iter()
+            .map(|d| format!("device {d}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
 }
 
 /// Open `path` and turn the trace of `device` (the first traced device when
@@ -45,15 +56,29 @@ pub fn snapshot_source(path: &Path, device: Option<usize>) -> Result<Source, Imp
     snapshot_to_source(&snap, device)
 }
 
-/// The device a source shows: `device`, else the first traced one.
+/// The devices a snapshot holds memory or a trace for, in order.
+pub fn snapshot_devices(snap: &Snapshot) -> Vec<usize> {
+    let mut devices: Vec<usize> = from_snapshot::traced_devices(snap);
+    devices.extend(
+        snap.segments
+            .iter()
+            .filter_map(|s| usize::try_from(s.device).ok()),
+    );
+    devices.sort_unstable();
+    devices.dedup();
+    devices
+}
+
+/// The device a source shows: `device`, else the first the snapshot holds.
 fn pick_device(snap: &Snapshot, device: Option<usize>) -> Result<usize, ImportError> {
-    let traced = from_snapshot::traced_devices(snap);
-    let device = device.unwrap_or_else(|| traced.first().copied().unwrap_or(0));
-    let has_segments = snap.segments.iter().any(|s| s.device == device as i64);
-    if traced.contains(&device) || has_segments {
-        Ok(device)
-    } else {
-        Err(ImportError::NoDevice(device))
+    let devices = snapshot_devices(snap);
+    match device {
+        Some(d) if devices.contains(&d) => Ok(d),
+        Some(d) => Err(ImportError::NoDevice {
+            device: d,
+            holds: devices,
+        }),
+        None => Ok(devices.first().copied().unwrap_or(0)),
     }
 }
 

@@ -54,7 +54,7 @@ impl Conditions {
                 "checked as shipped against the capture tests/fixtures/pytorch/captured/{stem}.pickle by the test suite"
             ),
             (Some(stem), false) => format!(
-                "names the capture {}, but is not the shipped file the test suite checks against it: the figures are the model's",
+                "names the capture {}, but is not a built-in scenario as shipped: this build cannot say these figures were checked",
                 crate::units::escape_controls(stem)
             ),
             (None, _) => "not checked against a capture: the figures are the model's".to_string(),

@@ -35,7 +35,7 @@ fn a_batch_schedule_starting_over_is_not_a_leak_but_stored_outputs_are() {
 /// the programs' two-statement batch (`x = ...` frees the old `x` before
 /// `y` is made) takes against the scenario's `x, y = batch`. Not listed:
 /// the mixed-precision runs (the autocast cache empties in hash-map order),
-/// the LSTM runs (cuDNN's reserve; see the next test) and
+/// the LSTM runs (the next test) and
 /// `adam_first_step_oom_bug`, whose OOM falls where the H100's addresses
 /// put it (11.8 MB later in the simulation).
 #[test]
@@ -122,8 +122,8 @@ fn captured_requests_are_the_h100_s_in_order() {
 }
 
 /// The LSTM training program asks for what its scenario asks, in order, with
-/// cuDNN's measured workspace and dropout state and the engine's reserve
-/// standing for cuDNN's (the one size it cannot know): the dropout mask
+/// cuDNN's measured workspace, dropout state and reserve, which the LSTM
+/// scenarios carry: the dropout mask
 /// before its output, the dropout state's 8-byte seed, and in the cuDNN
 /// backward the zeros for the hidden states' missing gradients, freed with
 /// the unneeded dhx and dcx before the incoming gradient. `rnn_hidden_bug`
