@@ -264,3 +264,24 @@ fn a_what_if_device_of_zero_bytes_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn open_device_reports_that_device_alone_or_says_which_there_are() {
+    let file = real("code-location_expandable_3gpu_oom.pickle");
+    let path = file.to_str().expect("utf-8 path");
+    let (code, out, err) = vramscope(&["open", path, "--headless", "--device", "1"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("== device 1 =="), "{out}");
+    assert!(
+        !out.contains("== device 0 ==") && !out.contains("== device 2 =="),
+        "{out}"
+    );
+    let (code, _, err) = vramscope(&["open", path, "--headless", "--device", "5"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains(
+            "--device 5: the snapshot has no device 5; it holds device 0, device 1, device 2"
+        ),
+        "{err}"
+    );
+}

@@ -99,6 +99,10 @@ pub enum Command {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// The CUDA device to show (default: the first the file holds; the
+        /// report: every device). In the UI, d / D switch devices.
+        #[arg(long)]
+        device: Option<usize>,
     },
     /// Replay a snapshot's trace through the allocator model: verify it
     /// decision by decision, or compare other PYTORCH_CUDA_ALLOC_CONF settings.
@@ -206,11 +210,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
             headless,
             step_marker,
+            device,
         }) => {
             if headless || json || !ui::have_terminal() {
-                snapshot::open(&snapshot, json, step_marker.as_deref())
+                snapshot::open(&snapshot, json, step_marker.as_deref(), device)
             } else {
-                ui::open_snapshot(&snapshot)
+                ui::open_snapshot(&snapshot, device)
             }
         }
         Some(Command::Replay {

@@ -23,9 +23,35 @@ pub fn load(path: &Path) -> anyhow::Result<Snapshot> {
     import_file(path).map_err(|e| BadInput(e.to_string()).into())
 }
 
-pub fn open(path: &Path, json: bool, step_marker: Option<&str>) -> anyhow::Result<ExitCode> {
+pub fn open(
+    path: &Path,
+    json: bool,
+    step_marker: Option<&str>,
+    device: Option<usize>,
+) -> anyhow::Result<ExitCode> {
     let snap = load(path)?;
-    let report = SnapshotReport::with_step_marker(&path.display().to_string(), &snap, step_marker);
+    let mut report =
+        SnapshotReport::with_step_marker(&path.display().to_string(), &snap, step_marker);
+    if let Some(d) = device {
+        let holds: Vec<String> = report
+            .devices
+            .iter()
+            .map(|r| format!("device {}", r.device))
+            .collect();
+        report.devices.retain(|r| r.device == d as i64);
+        if report.devices.is_empty() {
+            return Err(BadInput(format!(
+                "{}: --device {d}: the snapshot has no device {d}; it holds {}",
+                path.display(),
+                if holds.is_empty() {
+                    "none".to_string()
+                } else {
+                    holds.join(", ")
+                }
+            ))
+            .into());
+        }
+    }
     if json {
         sayjson!(&report);
     } else {

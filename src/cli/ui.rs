@@ -83,10 +83,10 @@ fn play(sources: Result<Vec<(String, Source)>, String>) -> anyhow::Result<ExitCo
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn open_snapshot(path: &Path) -> anyhow::Result<ExitCode> {
+pub fn open_snapshot(path: &Path, device: Option<usize>) -> anyhow::Result<ExitCode> {
     announce_large(path);
     let source =
-        snapshot_source(path, None).map_err(|e| BadInput(format!("{}: {e}", path.display())))?;
+        snapshot_source(path, device).map_err(|e| BadInput(format!("{}: {e}", path.display())))?;
     let title = file_title(path, &path.display().to_string());
     run_tui(vec![(title, source)], TuiOptions::default())?;
     Ok(ExitCode::SUCCESS)

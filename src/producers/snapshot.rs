@@ -5,7 +5,7 @@
 //! events and sends them in chunks, so a large trace opens at once.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::alloc::constants::LARGE_BUFFER;
@@ -49,11 +49,70 @@ fn device_list(devices: &[usize]) -> String {
     }
 }
 
-/// Open `path` and turn the trace of `device` (the first traced device when
-/// `None`) into a finished source.
+/// Open `path` and turn the trace of `device` (the first device it holds
+/// when `None`) into a source, which can reopen the file on another device.
 pub fn snapshot_source(path: &Path, device: Option<usize>) -> Result<Source, ImportError> {
     let snap = import_file(path)?;
-    snapshot_to_source(&snap, device)
+    let mut source = snapshot_to_source(&snap, device)?;
+    if let Some(d) = source.devices.as_mut() {
+        d.path = Some(path.to_path_buf());
+    }
+    Ok(source)
+}
+
+/// The devices a snapshot holds, which one a view shows, and where its
+/// trace has OOMs: what a view needs to switch devices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotDevices {
+    /// The file, to reopen on another device (None: not reopenable).
+    pub path: Option<PathBuf>,
+    pub devices: Vec<usize>,
+    pub current: usize,
+    /// Devices whose trace records an OOM.
+    pub with_oom: Vec<usize>,
+}
+
+impl SnapshotDevices {
+    /// The device `step` places from the current one, wrapping around.
+    pub fn step(&self, step: isize) -> Option<usize> {
+        let n = self.devices.len() as isize;
+        let at = self.devices.iter().position(|d| *d == self.current)? as isize;
+        (n > 1).then(|| self.devices[(at + step).rem_euclid(n) as usize])
+    }
+
+    /// The next device after the current one (wrapping) whose trace has an OOM.
+    pub fn next_with_oom(&self) -> Option<usize> {
+        let after = self
+            .with_oom
+            .iter()
+            .find(|d| **d > self.current)
+            .or_else(|| self.with_oom.first())?;
+        (*after != self.current).then_some(*after)
+    }
+
+    /// `device 1 of 3`.
+    pub fn label(&self) -> String {
+        let at = self
+            .devices
+            .iter()
+            .position(|d| *d == self.current)
+            .map_or(0, |i| i + 1);
+        if self.devices.len() > 1 {
+            format!("device {} ({at} of {})", self.current, self.devices.len())
+        } else {
+            format!("device {}", self.current)
+        }
+    }
+}
+
+fn devices_with_oom(snap: &Snapshot) -> Vec<usize> {
+    (0..snap.device_traces.len())
+        .filter(|d| {
+            snap.device_traces[*d]
+                .iter()
+                .any(|e| e.action == crate::alloc::Action::Oom)
+        })
+        .collect()
 }
 
 /// The devices a snapshot holds memory or a trace for, in order.
@@ -119,6 +178,12 @@ pub fn snapshot_to_source(snap: &Snapshot, device: Option<usize>) -> Result<Sour
     };
     source = source.with_tags(entry_tags(snap, device));
     source.capacity = capacity;
+    source.devices = Some(SnapshotDevices {
+        path: None,
+        devices: snapshot_devices(snap),
+        current: device,
+        with_oom: devices_with_oom(snap),
+    });
     Ok(source)
 }
 

@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use super::snapshot::SnapshotDevices;
 use crate::alloc::{MemoryStats, Tag};
 use crate::device::nvml::GpuReading;
 use crate::device::{GpuUnavailable, PciAddress};
@@ -81,6 +82,8 @@ pub struct Source {
     pub tags: Option<Arc<dyn TagInfo>>,
     /// What a scenario run is under (its GPU profile, release, environment).
     pub conditions: Option<Conditions>,
+    /// A snapshot's devices, for a view that switches between them.
+    pub devices: Option<SnapshotDevices>,
 }
 
 impl std::fmt::Debug for Source {
@@ -116,6 +119,7 @@ impl Source {
             cuda_pci: None,
             tags: None,
             conditions: None,
+            devices: None,
         }
     }
 

@@ -13,12 +13,13 @@ use ratatui::layout::Rect;
 
 use super::gpu_panel::GpuPanel;
 use super::input::{self, UiAction};
+use super::input::{Dir, Step};
 use super::layout::{self, Areas, Focus};
 use super::run_view::{collect_categories, prepare_markers};
 pub use super::run_view::{RunFrame, RunView};
 use super::theme::{Theme, ThemeError, ThemeName};
 use super::views::{event_log, segment_map, stats, timeline};
-use crate::producers::{open_source, EngineCommand, Source};
+use crate::producers::{open_source, snapshot_source, EngineCommand, Source};
 
 mod mouse;
 
@@ -154,6 +155,15 @@ impl App {
         let mut changed = false;
         for r in &mut self.runs {
             changed |= r.drain();
+            if r.pending_oom {
+                if let Some(&at) = r.marks.oom.first() {
+                    r.pending_oom = false;
+                    r.seek_to_event(at);
+                    changed = true;
+                } else if !r.is_live() {
+                    r.pending_oom = false;
+                }
+            }
         }
         changed |= self.gpu.drain();
         changed
@@ -277,6 +287,49 @@ impl App {
         }
     }
 
+    fn step_device(&mut self, step: isize) -> bool {
+        let target = self
+            .active_run()
+            .and_then(|r| r.devices.as_ref())
+            .map(|d| d.step(step));
+        match target {
+            Some(Some(device)) => self.switch_device(device, false),
+            Some(None) => {
+                self.notice = Some("this snapshot holds one device".into());
+                true
+            }
+            None => {
+                self.notice = Some("devices: only a snapshot has several".into());
+                true
+            }
+        }
+    }
+
+    /// Show `device` of the active snapshot in place of the current one; with
+    /// `then_oom`, at its first OOM once the events hold it.
+    fn switch_device(&mut self, device: usize, then_oom: bool) -> bool {
+        let Some(r) = self.runs.get(self.active) else {
+            return false;
+        };
+        let Some(path) = r.devices.as_ref().and_then(|d| d.path.clone()) else {
+            self.notice = Some("this view cannot reopen its snapshot on another device".into());
+            return true;
+        };
+        let title = r.title.clone();
+        match snapshot_source(&path, Some(device)) {
+            Ok(source) => {
+                let mut run = RunView::new(title, source);
+                run.pending_oom = then_oom;
+                self.notice = then_oom.then(|| format!("the next OOM is on device {device}"));
+                self.playing = false;
+                self.runs[self.active] = run;
+                self.drain_sources();
+            }
+            Err(e) => self.notice = Some(format!("{}: {e}", path.display())),
+        }
+        true
+    }
+
     fn zoom_timeline(&mut self, run: usize, zoom_in: bool) -> bool {
         let Some(r) = self.runs.get_mut(run) else {
             return false;
@@ -327,9 +380,20 @@ impl App {
                 let moved = self.active_mut().is_some_and(|r| r.step(step, dir));
                 if moved {
                     self.sync_others();
+                } else if step == Step::Oom && dir == Dir::Fwd {
+                    // None left here: the next device whose trace has one.
+                    let next = self
+                        .active_run()
+                        .and_then(|r| r.devices.as_ref())
+                        .and_then(|d| d.next_with_oom());
+                    if let Some(device) = next {
+                        return self.switch_device(device, true);
+                    }
                 }
                 return moved;
             }
+            UiAction::NextDevice => return self.step_device(1),
+            UiAction::PrevDevice => return self.step_device(-1),
             UiAction::Start => {
                 self.playing = false;
                 self.set_active_pos(0);

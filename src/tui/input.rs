@@ -58,6 +58,9 @@ pub enum UiAction {
     ZoomOut,
     PanLeft,
     PanRight,
+    /// A snapshot's next / previous device.
+    NextDevice,
+    PrevDevice,
 }
 
 /// Every binding, as the help overlay lists it.
@@ -73,7 +76,11 @@ pub const KEYS: &[(&str, &str)] = &[
     ("p / P", "next / previous phase"),
     ("i / I", "next / previous iteration"),
     ("n / N", "next / previous narration"),
-    ("x / X", "next / previous OOM or error"),
+    (
+        "x / X",
+        "next / previous OOM or error (a snapshot's other devices too)",
+    ),
+    ("d / D", "snapshot: next / previous device"),
     ("f / F", "next / previous allocation held by a leak finding"),
     (
         "g Home / G End",
@@ -173,6 +180,8 @@ pub fn key_action(key: KeyEvent, focus: Focus, help: bool) -> Option<UiAction> {
         KeyCode::Char('s') => Some(UiAction::ToggleSync),
         KeyCode::Char('r') => Some(UiAction::Restart),
         KeyCode::Char('v') => Some(UiAction::ToggleGpu),
+        KeyCode::Char('d') => Some(UiAction::NextDevice),
+        KeyCode::Char('D') => Some(UiAction::PrevDevice),
         _ => {
             let _ = focus;
             None

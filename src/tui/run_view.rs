@@ -7,7 +7,7 @@ use super::views::{event_log, segment_map, stats, timeline};
 use crate::alloc::{Action, MemoryStats, Tag};
 use crate::device::PciAddress;
 use crate::leak::Finding;
-use crate::producers::{Polled, Source, SourceMsg, TagInfo};
+use crate::producers::{Polled, SnapshotDevices, Source, SourceMsg, TagInfo};
 use crate::scenario::Conditions;
 use crate::trace::timeline::KEYFRAME_EVERY;
 use crate::trace::{Event, MarkKind, Marker, MemoryMap, Timeline};
@@ -53,6 +53,11 @@ pub struct RunView {
     pub tags: Option<Arc<dyn TagInfo>>,
     /// What a scenario run is under, as its file says.
     pub conditions: Option<Conditions>,
+    /// A snapshot's devices, and the one this view shows.
+    pub devices: Option<SnapshotDevices>,
+    /// Go to the first OOM as soon as the events hold one (after a device
+    /// switch that `x` made).
+    pub pending_oom: bool,
     pub timeline: Timeline,
     pub findings: Vec<Finding>,
     /// Findings of a live run by the number of events received when they came.
@@ -116,6 +121,8 @@ impl RunView {
             context_baseline: None,
             tags: source.tags.clone(),
             conditions: source.conditions.clone(),
+            devices: source.devices.clone(),
+            pending_oom: false,
             source: Some(source),
             timeline: Timeline::new(),
             findings: Vec::new(),

@@ -131,3 +131,69 @@ fn control_sequences_in_frames_are_shown_escaped() {
     let s = text(&buf);
     assert!(s.contains("\\u{1b}]0;pwned\\u{7}evil.py:7"), "{s}");
 }
+
+/// Drain until every source has finished (after a device switch).
+fn finish(app: &mut crate::tui::app::App) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while app.runs.iter().any(|r| r.is_live()) {
+        assert!(std::time::Instant::now() < deadline, "never finished");
+        if !app.drain_sources() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}
+
+#[test]
+fn x_goes_on_to_the_oom_of_another_device_and_d_switches_devices() {
+    let p = real("code-location_expandable_3gpu_oom.pickle");
+    let snap = crate::trace::snapshot::import_file(&p).expect("imports");
+    let ooms: Vec<usize> = (0..snap.device_traces.len())
+        .filter(|d| {
+            snap.device_traces[*d]
+                .iter()
+                .any(|e| e.action == crate::alloc::Action::Oom)
+        })
+        .collect();
+    assert_eq!(ooms, [1], "the file's one OOM is on device 1");
+    let src = snapshot_source(&p, None).expect("imports");
+    let mut app = app_finished(vec![("code-location".into(), src)], &opts());
+    let s = screen(&mut app, 200, 60);
+    assert!(s.contains("device 0 (1 of 3)"), "{s}");
+    keys(&mut app, "x");
+    finish(&mut app);
+    let r = &app.runs[0];
+    assert_eq!(r.devices.as_ref().map(|d| d.current), Some(1));
+    // The cursor stands on device 1's OOM: the event just applied is it.
+    let at = r.pos.checked_sub(1).expect("moved");
+    assert!(
+        matches!(&r.timeline.events()[at], crate::trace::Event::Alloc(a) if a.action == crate::alloc::Action::Oom),
+        "cursor at {at}"
+    );
+    let s = screen(&mut app, 200, 60);
+    assert!(s.contains("device 1 (2 of 3)"), "{s}");
+    assert!(s.contains("the next OOM is on device 1"), "{s}");
+    keys(&mut app, "d");
+    finish(&mut app);
+    assert_eq!(app.runs[0].devices.as_ref().map(|d| d.current), Some(2));
+    keys(&mut app, "D");
+    keys(&mut app, "D");
+    finish(&mut app);
+    assert_eq!(app.runs[0].devices.as_ref().map(|d| d.current), Some(0));
+}
+
+#[test]
+fn a_file_of_device_1_alone_opens_on_device_1() {
+    let p = real("layout-editing_legacy-segment-list_device1.pickle");
+    let src = snapshot_source(&p, None).expect("opens");
+    let mut app = app_finished(vec![("layout".into(), src)], &opts());
+    let r = &app.runs[0];
+    assert_eq!(r.devices.as_ref().map(|d| d.current), Some(1));
+    assert!(r.map.stats().reserved > 0);
+    let s = screen(&mut app, 140, 44);
+    assert!(s.contains("device 1"), "{s}");
+    let err = snapshot_source(&p, Some(0)).expect_err("no device 0");
+    assert_eq!(
+        err.to_string(),
+        "the snapshot has no device 0; it holds device 1"
+    );
+}

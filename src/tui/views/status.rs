@@ -39,6 +39,13 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     if let Some(notice) = &app.notice {
         parts.push(notice.clone());
     }
+    if let Some(d) = r
+        .devices
+        .as_ref()
+        .filter(|d| d.devices.len() > 1 || d.current != 0)
+    {
+        parts.push(d.label());
+    }
     parts.push(format!("event {}/{}{live}", r.pos, r.len()));
     if let Some(k) = r.frame.iteration {
         parts.push(format!(
