@@ -50,7 +50,11 @@ pub fn open_source_under(input: &str, conf: &str) -> Result<(String, Source), St
     if is_snapshot_path(path) {
         let config = AllocConfig::parse(conf).map_err(|e| format!("--conf: {e}"))?;
         let snap = import_file(path).map_err(|e| e.to_string())?;
-        let source = what_if_source(&snap, None, config).map_err(|e| format!("{input}: {e}"))?;
+        let mut source =
+            what_if_source(&snap, None, config).map_err(|e| format!("{input}: {e}"))?;
+        if let Some(d) = source.devices.as_mut() {
+            d.path = Some(path.to_path_buf());
+        }
         return Ok((label(&file_title(path, input)), source));
     }
     let (scenario, built) = resolve_under(input, conf)?;

@@ -62,7 +62,7 @@ pub fn snapshot_source(path: &Path, device: Option<usize>) -> Result<Source, Imp
 
 /// The devices a snapshot holds, which one a view shows, and where its
 /// trace has OOMs: what a view needs to switch devices.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SnapshotDevices {
     /// The file, to reopen on another device (None: not reopenable).
     pub path: Option<PathBuf>,
@@ -70,6 +70,8 @@ pub struct SnapshotDevices {
     pub current: usize,
     /// Devices whose trace records an OOM.
     pub with_oom: Vec<usize>,
+    /// The config a what-if view replays the requests under.
+    pub under: Option<AllocConfig>,
 }
 
 impl SnapshotDevices {
@@ -183,6 +185,7 @@ pub fn snapshot_to_source(snap: &Snapshot, device: Option<usize>) -> Result<Sour
         devices: snapshot_devices(snap),
         current: device,
         with_oom: devices_with_oom(snap),
+        under: None,
     });
     Ok(source)
 }
@@ -237,11 +240,40 @@ pub fn what_if_source(
         return snapshot_to_source(snap, Some(device));
     };
     let capacity = device_capacity(&replay, None);
+    let devices = SnapshotDevices {
+        path: None,
+        devices: snapshot_devices(snap),
+        current: device,
+        with_oom: devices_with_oom(snap),
+        under: Some(config.clone()),
+    };
     let mut source = stream_events("vramscope-what-if", move |send| {
         replayed_events(&replay, config, capacity, send)
     });
     source = source.with_tags(entry_tags(snap, device));
     source.capacity = Some(capacity);
+    source.devices = Some(devices);
+    Ok(source)
+}
+
+/// The same view of the same file on `device`: the recorded trace, or the
+/// what-if replay under the same config.
+pub fn reopen_on(d: &SnapshotDevices, device: usize) -> Result<Source, String> {
+    let path = d
+        .path
+        .as_ref()
+        .ok_or("this view cannot reopen its snapshot on another device")?;
+    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let mut source = match &d.under {
+        None => snapshot_source(path, Some(device)).map_err(|e| at(&e))?,
+        Some(config) => {
+            let snap = import_file(path).map_err(|e| at(&e))?;
+            what_if_source(&snap, Some(device), config.clone()).map_err(|e| at(&e))?
+        }
+    };
+    if let Some(new) = source.devices.as_mut() {
+        new.path = Some(path.clone());
+    }
     Ok(source)
 }
 

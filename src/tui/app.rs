@@ -19,7 +19,7 @@ use super::run_view::{collect_categories, prepare_markers};
 pub use super::run_view::{RunFrame, RunView};
 use super::theme::{Theme, ThemeError, ThemeName};
 use super::views::{event_log, segment_map, stats, timeline};
-use crate::producers::{open_source, snapshot_source, EngineCommand, Source};
+use crate::producers::{open_source, reopen_on, EngineCommand, Source};
 
 mod mouse;
 
@@ -305,28 +305,44 @@ impl App {
         }
     }
 
-    /// Show `device` of the active snapshot in place of the current one; with
-    /// `then_oom`, at its first OOM once the events hold it.
+    /// Show `device` of the active snapshot in place of the current one, and
+    /// in every other view of the same file (compare: as recorded against a
+    /// what-if); with `then_oom`, at its first OOM once the events hold it.
     fn switch_device(&mut self, device: usize, then_oom: bool) -> bool {
-        let Some(r) = self.runs.get(self.active) else {
+        let Some(path) = self
+            .active_run()
+            .and_then(|r| r.devices.as_ref())
+            .map(|d| d.path.clone())
+        else {
             return false;
         };
-        let Some(path) = r.devices.as_ref().and_then(|d| d.path.clone()) else {
-            self.notice = Some("this view cannot reopen its snapshot on another device".into());
-            return true;
+        let same_file = |r: &RunView| {
+            r.devices
+                .as_ref()
+                .is_some_and(|d| d.path.is_some() && d.path == path && d.devices.contains(&device))
         };
-        let title = r.title.clone();
-        match snapshot_source(&path, Some(device)) {
-            Ok(source) => {
-                let mut run = RunView::new(title, source);
-                run.pending_oom = then_oom;
-                self.notice = then_oom.then(|| format!("the next OOM is on device {device}"));
-                self.playing = false;
-                self.runs[self.active] = run;
-                self.drain_sources();
+        let targets: Vec<usize> = (0..self.runs.len())
+            .filter(|i| *i == self.active || same_file(&self.runs[*i]))
+            .collect();
+        for i in targets {
+            let Some(devices) = self.runs[i].devices.clone() else {
+                continue;
+            };
+            match reopen_on(&devices, device) {
+                Ok(source) => {
+                    let mut run = RunView::new(self.runs[i].title.clone(), source);
+                    run.pending_oom = then_oom;
+                    self.runs[i] = run;
+                    self.notice = then_oom.then(|| format!("the next OOM is on device {device}"));
+                }
+                Err(e) => {
+                    self.notice = Some(e);
+                    return true;
+                }
             }
-            Err(e) => self.notice = Some(format!("{}: {e}", path.display())),
         }
+        self.playing = false;
+        self.drain_sources();
         true
     }
 

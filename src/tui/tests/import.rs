@@ -197,3 +197,33 @@ fn a_file_of_device_1_alone_opens_on_device_1() {
         "the snapshot has no device 0; it holds device 1"
     );
 }
+
+#[test]
+fn in_compare_d_moves_both_views_of_the_same_file() {
+    use crate::producers::{open_source, open_source_under};
+    let p = real("code-location_expandable_3gpu_oom.pickle");
+    let input = p.to_str().expect("utf-8 path");
+    let recorded = open_source(input).expect("opens");
+    let what_if = open_source_under(input, "expandable_segments:False").expect("opens");
+    let mut app = app_finished(vec![recorded, what_if], &opts());
+    let on = |app: &crate::tui::app::App| -> Vec<Option<usize>> {
+        app.runs
+            .iter()
+            .map(|r| r.devices.as_ref().map(|d| d.current))
+            .collect()
+    };
+    assert_eq!(on(&app), [Some(0), Some(0)]);
+    keys(&mut app, "d");
+    finish(&mut app);
+    assert_eq!(on(&app), [Some(1), Some(1)]);
+    // The what-if side is still a replay under its config.
+    assert!(
+        app.runs[1].title.contains("expandable_segments:False"),
+        "{}",
+        app.runs[1].title
+    );
+    assert!(app.runs[1]
+        .devices
+        .as_ref()
+        .is_some_and(|d| d.under.is_some()));
+}
