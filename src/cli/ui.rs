@@ -6,7 +6,6 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use vramscope::alloc::format_size;
 use vramscope::device::budget::{held_to, scenario_sized};
 use vramscope::device::cuda::CudaDevice;
 use vramscope::device::kernels::launcher_for;
@@ -25,23 +24,6 @@ use super::{BadInput, EXIT_NO_GPU};
 /// so memory moves at once and a leak is flagged within seconds.
 const SCENARIO_SPEED: f64 = 2000.0;
 
-/// Files that take more than a moment to read (a 1 GB snapshot, a few
-/// seconds) say so first, rather than leave the screen blank.
-const ANNOUNCE_BYTES: u64 = 64 << 20;
-
-fn announce_large(path: &Path) {
-    let Ok(meta) = std::fs::metadata(path) else {
-        return;
-    };
-    if meta.is_file() && meta.len() >= ANNOUNCE_BYTES && std::io::stderr().is_terminal() {
-        warn!(
-            "vramscope: reading {} ({}); its timeline fills in once the UI opens…",
-            path.display(),
-            format_size(meta.len())
-        );
-    }
-}
-
 /// Whether a full-screen UI can run here.
 pub fn have_terminal() -> bool {
     std::io::stdout().is_terminal() && std::io::stdin().is_terminal()
@@ -51,10 +33,7 @@ pub fn have_terminal() -> bool {
 pub fn open(inputs: &[&str]) -> anyhow::Result<ExitCode> {
     let sources = inputs
         .iter()
-        .map(|i| {
-            announce_large(Path::new(i));
-            open_source(i)
-        })
+        .map(|i| open_source(i))
         .collect::<Result<Vec<_>, _>>();
     play(sources)
 }
@@ -71,25 +50,36 @@ pub fn open_compare(sides: &[CompareSide; 2]) -> anyhow::Result<ExitCode> {
     play(sources)
 }
 
-/// Run the UI on opened sources at scenario pace; an input that did not open is bad input.
+/// Run the UI on opened sources at scenario pace; an input that did not
+/// open, or a file that fails before its first event, is bad input.
 fn play(sources: Result<Vec<(String, Source)>, String>) -> anyhow::Result<ExitCode> {
-    run_tui(
+    let failed = run_tui(
         sources.map_err(BadInput)?,
         TuiOptions {
             speed: SCENARIO_SPEED,
+            stop_on_load_failure: true,
             ..TuiOptions::default()
         },
     )?;
-    Ok(ExitCode::SUCCESS)
+    match failed {
+        Some(why) => Err(BadInput(why).into()),
+        None => Ok(ExitCode::SUCCESS),
+    }
 }
 
+/// The UI opens at once and shows the file being read; a file that does not
+/// open ends it, and the error goes to the shell (exit 2).
 pub fn open_snapshot(path: &Path, device: Option<usize>) -> anyhow::Result<ExitCode> {
-    announce_large(path);
-    let source =
-        snapshot_source(path, device).map_err(|e| BadInput(format!("{}: {e}", path.display())))?;
+    let source = snapshot_source(path, device);
     let title = file_title(path, &path.display().to_string());
-    run_tui(vec![(title, source)], TuiOptions::default())?;
-    Ok(ExitCode::SUCCESS)
+    let opts = TuiOptions {
+        stop_on_load_failure: true,
+        ..TuiOptions::default()
+    };
+    match run_tui(vec![(title, source)], opts)? {
+        Some(why) => Err(BadInput(why).into()),
+        None => Ok(ExitCode::SUCCESS),
+    }
 }
 
 /// A scenario on a real GPU in the UI: the device is checked here (no

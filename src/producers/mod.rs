@@ -7,24 +7,29 @@
 //! - `scenario`: a scenario stepped live ([`crate::scenario::ScenarioRun`],
 //!   the loop the headless report drives too), with restart;
 //! - `snapshot`: a PyTorch snapshot's trace mirrored into events, or its
-//!   requests replayed under another allocator config;
+//!   requests replayed under another allocator config (`devices`: which of
+//!   its devices a view shows);
 //! - `nvml`: the NVML poller (the GPU panel and `watch`);
 //! - `open`: the producer for an input as a user names it.
 //!
 //! They draw nothing and compute no allocator rule of their own: facts come
 //! from `alloc`, `trace`, `scenario` and `leak`.
 
+pub mod devices;
 pub mod nvml;
 pub mod open;
 pub mod scenario;
 pub mod snapshot;
 pub mod source;
 
+pub use devices::{snapshot_devices, SnapshotDevices};
 pub use nvml::nvml_source;
 pub use open::{file_title, is_snapshot_path, open_source, open_source_under};
 pub use scenario::{scenario_source, scenario_source_on, RealGpu, ITERATION_PACE};
 pub use snapshot::{
-    reopen_on, snapshot_devices, snapshot_source, snapshot_to_source, what_if_source, ImportError,
-    SnapshotDevices,
+    reopen_on, snapshot_source, snapshot_to_source, what_if_file_source, what_if_source,
+    ImportError,
 };
-pub use source::{EngineCommand, Polled, Source, SourceMsg, TagDescription, TagInfo};
+pub use source::{
+    EngineCommand, LoadProgress, Opened, Polled, Source, SourceMsg, TagDescription, TagInfo,
+};

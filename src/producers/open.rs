@@ -5,11 +5,10 @@
 use std::path::Path;
 
 use super::scenario::{scenario_source, ITERATION_PACE};
-use super::snapshot::{snapshot_source, what_if_source};
+use super::snapshot::{snapshot_source, what_if_file_source};
 use super::source::Source;
 use crate::alloc::AllocConfig;
 use crate::scenario::{conf_label, resolve, resolve_under};
-use crate::trace::snapshot::import_file;
 use crate::units::escape_line;
 
 /// Whether `input` names a snapshot: an existing file that is not `.ron`.
@@ -32,8 +31,7 @@ pub fn open_source(input: &str) -> Result<(String, Source), String> {
     let input = input.trim();
     let path = Path::new(input);
     if is_snapshot_path(path) {
-        let source = snapshot_source(path, None).map_err(|e| format!("{input}: {e}"))?;
-        return Ok((file_title(path, input), source));
+        return Ok((file_title(path, input), snapshot_source(path, None)));
     }
     let (scenario, built) = resolve(input).map_err(|e| e.to_string())?;
     let title = escape_line(&scenario.name).into_owned();
@@ -49,12 +47,7 @@ pub fn open_source_under(input: &str, conf: &str) -> Result<(String, Source), St
     let label = |name: &str| format!("{name} · {}", conf_label(conf));
     if is_snapshot_path(path) {
         let config = AllocConfig::parse(conf).map_err(|e| format!("--conf: {e}"))?;
-        let snap = import_file(path).map_err(|e| e.to_string())?;
-        let mut source =
-            what_if_source(&snap, None, config).map_err(|e| format!("{input}: {e}"))?;
-        if let Some(d) = source.devices.as_mut() {
-            d.path = Some(path.to_path_buf());
-        }
+        let source = what_if_file_source(path, None, config);
         return Ok((label(&file_title(path, input)), source));
     }
     let (scenario, built) = resolve_under(input, conf)?;

@@ -1,8 +1,9 @@
 //! A PyTorch snapshot as a [`Source`]: its recorded trace mirrored into
 //! events (`trace::mirror`), or its requests replayed under another
 //! `PYTORCH_CUDA_ALLOC_CONF` (`trace::replay::whatif`), whose allocator's own
-//! events are what the views show. Either way a worker thread makes the
-//! events and sends them in chunks, so a large trace opens at once.
+//! events are what the views show. A worker thread reads the file (saying
+//! how far it has got), then makes the events and sends them in chunks, so
+//! the UI is drawn from the first moment and a large trace opens at once.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -16,10 +17,13 @@ use crate::trace::replay::reconstruct;
 use crate::trace::replay::replayed::device_capacity;
 use crate::trace::replay::whatif::{self, Requests};
 use crate::trace::replay::{tag_entry, Entry};
-use crate::trace::snapshot::{import_file, FrameTable, FramesId, Snapshot, SnapshotError};
+use crate::trace::snapshot::{
+    import_file_reporting, FrameTable, FramesId, Snapshot, SnapshotError,
+};
 use crate::trace::{Event, MemoryMap};
 
-use super::source::{Source, SourceMsg, TagDescription, TagInfo};
+use super::devices::{devices_with_oom, snapshot_devices, SnapshotDevices};
+use super::source::{LoadProgress, Opened, Source, SourceMsg, TagDescription, TagInfo};
 use crate::units::escape_line;
 
 /// Frames shown per block in the detail pane.
@@ -49,85 +53,199 @@ fn device_list(devices: &[usize]) -> String {
     }
 }
 
-/// Open `path` and turn the trace of `device` (the first device it holds
-/// when `None`) into a source, which can reopen the file on another device.
-pub fn snapshot_source(path: &Path, device: Option<usize>) -> Result<Source, ImportError> {
-    let snap = import_file(path)?;
-    let mut source = snapshot_to_source(&snap, device)?;
-    if let Some(d) = source.devices.as_mut() {
-        d.path = Some(path.to_path_buf());
-    }
-    Ok(source)
+/// The view of `path` on `device` (the first device it holds when `None`):
+/// a source at once, fed by a worker that reads the file and then makes the
+/// events. What goes wrong arrives as [`SourceMsg::Failed`], naming the file.
+pub fn snapshot_source(path: &Path, device: Option<usize>) -> Source {
+    file_source(path.to_path_buf(), device, None)
 }
 
-/// The devices a snapshot holds, which one a view shows, and where its
-/// trace has OOMs: what a view needs to switch devices.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SnapshotDevices {
-    /// The file, to reopen on another device (None: not reopenable).
-    pub path: Option<PathBuf>,
-    pub devices: Vec<usize>,
-    pub current: usize,
-    /// Devices whose trace records an OOM.
-    pub with_oom: Vec<usize>,
-    /// The config a what-if view replays the requests under.
-    pub under: Option<AllocConfig>,
+/// [`snapshot_source`] with the requests replayed under `config`.
+pub fn what_if_file_source(path: &Path, device: Option<usize>, config: AllocConfig) -> Source {
+    file_source(path.to_path_buf(), device, Some(config))
 }
 
-impl SnapshotDevices {
-    /// The device `step` places from the current one, wrapping around.
-    pub fn step(&self, step: isize) -> Option<usize> {
-        let n = self.devices.len() as isize;
-        let at = self.devices.iter().position(|d| *d == self.current)? as isize;
-        (n > 1).then(|| self.devices[(at + step).rem_euclid(n) as usize])
-    }
+/// The same view of the same file on `device`: the recorded trace, or the
+/// what-if replay under the same config.
+pub fn reopen_on(d: &SnapshotDevices, device: usize) -> Result<Source, String> {
+    let path = d
+        .path
+        .as_ref()
+        .ok_or("this view cannot reopen its snapshot on another device")?;
+    Ok(file_source(path.clone(), Some(device), d.under.clone()))
+}
 
-    /// The next device after the current one (wrapping) whose trace has an OOM.
-    pub fn next_with_oom(&self) -> Option<usize> {
-        let after = self
-            .with_oom
-            .iter()
-            .find(|d| **d > self.current)
-            .or_else(|| self.with_oom.first())?;
-        (*after != self.current).then_some(*after)
-    }
+/// Progress messages while reading: one per this share of the file at most.
+const PROGRESS_STEPS: u64 = 200;
 
-    /// `device 1 of 3`.
-    pub fn label(&self) -> String {
-        let at = self
-            .devices
-            .iter()
-            .position(|d| *d == self.current)
-            .map_or(0, |i| i + 1);
-        if self.devices.len() > 1 {
-            format!("device {} ({at} of {})", self.current, self.devices.len())
-        } else {
-            format!("device {}", self.current)
+fn file_source(path: PathBuf, device: Option<usize>, under: Option<AllocConfig>) -> Source {
+    stream_events("vramscope-snapshot", move |send| {
+        let total = std::fs::metadata(&path).map_or(0, |m| m.len());
+        let reading = |done| SourceMsg::Loading(LoadProgress::Reading { done, total });
+        if !send(reading(0)) {
+            return false;
+        }
+        let step = (total / PROGRESS_STEPS).max(1);
+        let mut told = 0;
+        let mut gone = false;
+        let snap = import_file_reporting(&path, &mut |done| {
+            if done >= told + step && !gone {
+                told = done;
+                gone = !send(reading(done));
+            }
+        });
+        let snap = match snap {
+            Ok(snap) => snap,
+            Err(e) => {
+                send(SourceMsg::Failed(e.to_string()));
+                return false;
+            }
+        };
+        let planned = plan(&snap, device, under);
+        drop(snap);
+        match planned {
+            Ok((mut opened, work)) => {
+                opened.devices.path = Some(path);
+                send(SourceMsg::Opened(Box::new(opened))) && work.run(send)
+            }
+            Err(e) => {
+                send(SourceMsg::Failed(format!("{}: {e}", path.display())));
+                false
+            }
+        }
+    })
+}
+
+/// The view of an imported snapshot's `device`: the recorded trace.
+pub fn snapshot_to_source(snap: &Snapshot, device: Option<usize>) -> Result<Source, ImportError> {
+    planned_source(snap, device, None)
+}
+
+/// The view of an imported snapshot's `device`: its requests replayed under
+/// `config`, from the state the trace started in (an open trace's rebuilt
+/// start), on the device size the trace tells or else the recorded run's peak.
+pub fn what_if_source(
+    snap: &Snapshot,
+    device: Option<usize>,
+    config: AllocConfig,
+) -> Result<Source, ImportError> {
+    planned_source(snap, device, Some(config))
+}
+
+fn planned_source(
+    snap: &Snapshot,
+    device: Option<usize>,
+    under: Option<AllocConfig>,
+) -> Result<Source, ImportError> {
+    let (opened, work) = plan(snap, device, under)?;
+    Ok(stream_events("vramscope-snapshot-events", move |send| {
+        send(SourceMsg::Opened(Box::new(opened))) && work.run(send)
+    }))
+}
+
+/// What a view's worker does once the file is read.
+enum Work {
+    /// A state-only snapshot (or a device without a trace): its recorded state.
+    State(MemoryMap),
+    /// The recorded trace, from the state its first entry found.
+    Mirror {
+        start: MemoryMap,
+        entries: Vec<Entry>,
+        device_free: Vec<(usize, u64)>,
+        config: AllocConfig,
+    },
+    /// The requests replayed under another config.
+    WhatIf {
+        replay: Box<DeviceReplay>,
+        config: AllocConfig,
+        capacity: u64,
+    },
+}
+
+impl Work {
+    fn run(self, send: &mut dyn FnMut(SourceMsg) -> bool) -> bool {
+        match self {
+            Work::State(map) => send(SourceMsg::Start(Box::new(map))),
+            Work::Mirror {
+                start,
+                entries,
+                device_free,
+                config,
+            } => mirror_events(start, &entries, &device_free, &config, send),
+            Work::WhatIf {
+                replay,
+                config,
+                capacity,
+            } => replayed_events(&replay, config, capacity, send),
         }
     }
 }
 
-fn devices_with_oom(snap: &Snapshot) -> Vec<usize> {
-    (0..snap.device_traces.len())
-        .filter(|d| {
-            snap.device_traces[*d]
-                .iter()
-                .any(|e| e.action == crate::alloc::Action::Oom)
-        })
-        .collect()
-}
-
-/// The devices a snapshot holds memory or a trace for, in order.
-pub fn snapshot_devices(snap: &Snapshot) -> Vec<usize> {
-    let mut devices: Vec<usize> = from_snapshot::traced_devices(snap);
-    devices.extend(
-        snap.segments
-            .iter()
-            .filter_map(|s| usize::try_from(s.device).ok()),
-    );
-    devices.sort_unstable();
-    devices.dedup();
-    devices
+/// Everything the view of `device` needs from the snapshot, so that the
+/// snapshot can go before the events are made.
+fn plan(
+    snap: &Snapshot,
+    device: Option<usize>,
+    under: Option<AllocConfig>,
+) -> Result<(Opened, Work), ImportError> {
+    let device = pick_device(snap, device)?;
+    let devices = SnapshotDevices {
+        path: None,
+        devices: snapshot_devices(snap),
+        current: device,
+        with_oom: devices_with_oom(snap),
+        under: under.clone(),
+    };
+    let tags: Arc<dyn TagInfo> = entry_tags(snap, device);
+    let replay = match &under {
+        Some(_) => from_snapshot::verify_device(snap, device, None),
+        None => None,
+    };
+    let (work, capacity, events) = match (under, replay) {
+        (Some(config), Some(replay)) => {
+            let capacity = device_capacity(&replay, None);
+            let work = Work::WhatIf {
+                replay: Box::new(replay),
+                config,
+                capacity,
+            };
+            (work, Some(capacity), None)
+        }
+        // Nothing was traced: no request to replay, the recorded state stands.
+        (Some(_), None) => (Work::State(final_map(snap, device)), None, Some(0)),
+        (None, _) => {
+            let entries = from_snapshot::entries(snap, device);
+            let capacity = from_snapshot::infer_device_total(&entries, LARGE_BUFFER);
+            if entries.is_empty() {
+                (Work::State(final_map(snap, device)), capacity, Some(0))
+            } else {
+                let config = from_snapshot::config(snap);
+                // Only `oom` entries record it: a short list, searched by entry index.
+                let device_free: Vec<(usize, u64)> = snap.device_traces[device]
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, e)| snap.extra(e).device_free.map(|f| (i, f)))
+                    .collect();
+                let finals = from_snapshot::final_segments(snap, device);
+                let start = start_map(&reconstruct::initial_state(&entries, &finals, &config));
+                let events = entries.iter().filter(|e| e.action.is_allocator()).count();
+                let work = Work::Mirror {
+                    start,
+                    entries,
+                    device_free,
+                    config,
+                };
+                (work, capacity, Some(events))
+            }
+        }
+    };
+    let opened = Opened {
+        tags: Some(tags),
+        capacity,
+        devices,
+        events,
+    };
+    Ok((opened, work))
 }
 
 /// The device a source shows: `device`, else the first the snapshot holds.
@@ -152,42 +270,6 @@ fn entry_tags(snap: &Snapshot, device: usize) -> Arc<SnapshotTags> {
         .unwrap_or(&[]);
     let entry_frames = trace.iter().map(|e| e.frames).collect();
     Arc::new(SnapshotTags::new(&snap.frames, entry_frames))
-}
-
-pub fn snapshot_to_source(snap: &Snapshot, device: Option<usize>) -> Result<Source, ImportError> {
-    let device = pick_device(snap, device)?;
-    let entries = from_snapshot::entries(snap, device);
-    let capacity = from_snapshot::infer_device_total(&entries, LARGE_BUFFER);
-    let config = from_snapshot::config(snap);
-    let mut source = if entries.is_empty() {
-        // State-only file: the map is the recorded final state.
-        Source::from_messages([
-            SourceMsg::Start(Box::new(final_map(snap, device))),
-            SourceMsg::Finished,
-        ])
-    } else {
-        // Only `oom` entries record it: a short list, searched by entry index.
-        let device_free: Vec<(usize, u64)> = snap.device_traces[device]
-            .iter()
-            .enumerate()
-            .filter_map(|(i, e)| snap.extra(e).device_free.map(|f| (i, f)))
-            .collect();
-        let finals = from_snapshot::final_segments(snap, device);
-        let start = start_map(&reconstruct::initial_state(&entries, &finals, &config));
-        stream_events("vramscope-snapshot-events", move |send| {
-            mirror_events(start, &entries, &device_free, &config, send)
-        })
-    };
-    source = source.with_tags(entry_tags(snap, device));
-    source.capacity = capacity;
-    source.devices = Some(SnapshotDevices {
-        path: None,
-        devices: snapshot_devices(snap),
-        current: device,
-        with_oom: devices_with_oom(snap),
-        under: None,
-    });
-    Ok(source)
 }
 
 /// The state the trace began in, then the recorded entries as events, a
@@ -225,58 +307,6 @@ fn mirror_events(
     true
 }
 
-/// `device`'s requests of `snap` replayed under `config`: the what-if
-/// allocator's own events (its blocks, its segments), from the state the
-/// trace started in (an open trace's rebuilt start), on the device size the
-/// trace tells or else the recorded run's peak.
-pub fn what_if_source(
-    snap: &Snapshot,
-    device: Option<usize>,
-    config: AllocConfig,
-) -> Result<Source, ImportError> {
-    let device = pick_device(snap, device)?;
-    let Some(replay) = from_snapshot::verify_device(snap, device, None) else {
-        // Nothing was traced: no request to replay, the recorded state stands.
-        return snapshot_to_source(snap, Some(device));
-    };
-    let capacity = device_capacity(&replay, None);
-    let devices = SnapshotDevices {
-        path: None,
-        devices: snapshot_devices(snap),
-        current: device,
-        with_oom: devices_with_oom(snap),
-        under: Some(config.clone()),
-    };
-    let mut source = stream_events("vramscope-what-if", move |send| {
-        replayed_events(&replay, config, capacity, send)
-    });
-    source = source.with_tags(entry_tags(snap, device));
-    source.capacity = Some(capacity);
-    source.devices = Some(devices);
-    Ok(source)
-}
-
-/// The same view of the same file on `device`: the recorded trace, or the
-/// what-if replay under the same config.
-pub fn reopen_on(d: &SnapshotDevices, device: usize) -> Result<Source, String> {
-    let path = d
-        .path
-        .as_ref()
-        .ok_or("this view cannot reopen its snapshot on another device")?;
-    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
-    let mut source = match &d.under {
-        None => snapshot_source(path, Some(device)).map_err(|e| at(&e))?,
-        Some(config) => {
-            let snap = import_file(path).map_err(|e| at(&e))?;
-            what_if_source(&snap, Some(device), config.clone()).map_err(|e| at(&e))?
-        }
-    };
-    if let Some(new) = source.devices.as_mut() {
-        new.path = Some(path.clone());
-    }
-    Ok(source)
-}
-
 fn replayed_events(
     replay: &DeviceReplay,
     config: AllocConfig,
@@ -305,8 +335,7 @@ fn replayed_events(
 }
 
 /// A source fed by `produce` on a worker thread of its own, then
-/// `Finished`. The snapshot itself stays on the caller's thread (its strings
-/// are not `Send`); `produce` gets only plain data. Its `send` returns false
+/// `Finished` (unless `produce` says it stopped). Its `send` returns false
 /// once the UI has gone, and nobody needs the rest.
 fn stream_events(
     name: &str,

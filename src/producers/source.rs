@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use super::snapshot::SnapshotDevices;
+use super::devices::SnapshotDevices;
 use crate::alloc::{MemoryStats, Tag};
 use crate::device::nvml::GpuReading;
 use crate::device::{GpuUnavailable, PciAddress};
@@ -58,6 +58,39 @@ pub enum SourceMsg {
     Failed(String),
     /// NVML's reading of every GPU (the NVML poller), or why there is none.
     Gpus(Result<Vec<GpuReading>, GpuUnavailable>),
+    /// How far a producer has got before its events (reading a file).
+    Loading(LoadProgress),
+    /// What a view of a file knows once the file is read: sent before its
+    /// first event, in place of what other sources say up front.
+    Opened(Box<Opened>),
+}
+
+/// How far the reading of a file has got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadProgress {
+    /// `done` of `total` bytes decoded (`total` 0: unknown).
+    Reading { done: u64, total: u64 },
+}
+
+/// See [`SourceMsg::Opened`].
+#[derive(Clone)]
+pub struct Opened {
+    pub tags: Option<Arc<dyn TagInfo>>,
+    /// `totalGlobalMem` where the trace tells it.
+    pub capacity: Option<u64>,
+    pub devices: SnapshotDevices,
+    /// The events the view will hold, where known before they are made.
+    pub events: Option<usize>,
+}
+
+impl std::fmt::Debug for Opened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Opened")
+            .field("capacity", &self.capacity)
+            .field("devices", &self.devices)
+            .field("events", &self.events)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Control going back to a live producer.

@@ -19,7 +19,7 @@ use super::run_view::{collect_categories, prepare_markers};
 pub use super::run_view::{RunFrame, RunView};
 use super::theme::{Theme, ThemeError, ThemeName};
 use super::views::{event_log, segment_map, stats, timeline};
-use crate::producers::{open_source, reopen_on, EngineCommand, Source};
+use crate::producers::{open_source, reopen_on, EngineCommand, SnapshotDevices, Source};
 
 mod mouse;
 
@@ -57,6 +57,9 @@ pub struct TuiOptions {
     pub sync: SyncMode,
     /// Longest wait for input before the loop looks at the sources again.
     pub frame: Duration,
+    /// Leave the UI when a source fails before its first event (a file given
+    /// on the command line that does not open: the error goes to the shell).
+    pub stop_on_load_failure: bool,
 }
 
 impl Default for TuiOptions {
@@ -68,6 +71,7 @@ impl Default for TuiOptions {
             start_paused: false,
             sync: SyncMode::Fraction,
             frame: Duration::from_millis(25),
+            stop_on_load_failure: false,
         }
     }
 }
@@ -103,6 +107,9 @@ pub struct App {
     pub notice: Option<String>,
     /// The GPU memory panel and its NVML readings (from the poller thread).
     pub gpu: GpuPanel,
+    stop_on_load_failure: bool,
+    /// Why a source failed before its first event, when that ended the UI.
+    pub load_failure: Option<String>,
 }
 
 impl App {
@@ -139,6 +146,8 @@ impl App {
             prompt: None,
             notice: None,
             gpu,
+            stop_on_load_failure: opts.stop_on_load_failure,
+            load_failure: None,
         })
     }
 
@@ -155,6 +164,16 @@ impl App {
         let mut changed = false;
         for r in &mut self.runs {
             changed |= r.drain();
+            if self.stop_on_load_failure
+                && r.reads_file
+                && r.is_empty()
+                && r.map.segments.is_empty()
+            {
+                if let Some(why) = &r.failure {
+                    self.load_failure = Some(why.clone());
+                    self.quit = true;
+                }
+            }
             if r.pending_oom {
                 if let Some(&at) = r.marks.oom.first() {
                     r.pending_oom = false;
@@ -332,6 +351,12 @@ impl App {
                 Ok(source) => {
                     let mut run = RunView::new(self.runs[i].title.clone(), source);
                     run.pending_oom = then_oom;
+                    // What the file holds is known already: a second d
+                    // before the file is read again goes on from here.
+                    run.devices = Some(SnapshotDevices {
+                        current: device,
+                        ..devices
+                    });
                     self.runs[i] = run;
                     self.notice = then_oom.then(|| format!("the next OOM is on device {device}"));
                 }

@@ -41,14 +41,17 @@ impl InputSource for CrosstermInput {
     }
 }
 
-/// The entry point the binary calls: one run, or two to compare.
-pub fn run_tui(sources: Vec<(String, Source)>, opts: TuiOptions) -> anyhow::Result<()> {
+/// The entry point the binary calls: one run, or two to compare. Returns
+/// why a source failed before its first event, when
+/// [`TuiOptions::stop_on_load_failure`] ended the UI for it.
+pub fn run_tui(sources: Vec<(String, Source)>, opts: TuiOptions) -> anyhow::Result<Option<String>> {
     let mut app = App::new(sources, &opts)?;
     install_panic_hook();
     let mut terminal = setup_terminal()?;
     // Restores on every way out of this function, errors included.
     let _restore = RestoreGuard;
-    run_app(&mut terminal, &mut app, &mut CrosstermInput)
+    run_app(&mut terminal, &mut app, &mut CrosstermInput)?;
+    Ok(app.load_failure)
 }
 
 /// The loop, until the app asks to quit or the input fails.

@@ -7,7 +7,7 @@ use super::views::{event_log, segment_map, stats, timeline};
 use crate::alloc::{Action, MemoryStats, Tag};
 use crate::device::PciAddress;
 use crate::leak::Finding;
-use crate::producers::{Polled, SnapshotDevices, Source, SourceMsg, TagInfo};
+use crate::producers::{LoadProgress, Polled, SnapshotDevices, Source, SourceMsg, TagInfo};
 use crate::scenario::Conditions;
 use crate::trace::timeline::KEYFRAME_EVERY;
 use crate::trace::{Event, MarkKind, Marker, MemoryMap, Timeline};
@@ -58,6 +58,12 @@ pub struct RunView {
     /// Go to the first OOM as soon as the events hold one (after a device
     /// switch that `x` made).
     pub pending_oom: bool,
+    /// How far the producer has got reading its file, until it is read.
+    pub loading: Option<LoadProgress>,
+    /// The producer reads a file (it said how far it had got).
+    pub reads_file: bool,
+    /// The events the run will hold, where the producer knows it up front.
+    pub expected_events: Option<usize>,
     pub timeline: Timeline,
     pub findings: Vec<Finding>,
     /// Findings of a live run by the number of events received when they came.
@@ -123,6 +129,9 @@ impl RunView {
             conditions: source.conditions.clone(),
             devices: source.devices.clone(),
             pending_oom: false,
+            loading: None,
+            reads_file: false,
+            expected_events: None,
             source: Some(source),
             timeline: Timeline::new(),
             findings: Vec::new(),
@@ -237,10 +246,27 @@ impl RunView {
             SourceMsg::Stats(s) => self.stats = Some(*s),
             SourceMsg::ContextBaseline(b) => self.context_baseline = b,
             SourceMsg::Restarted => self.reset(),
-            SourceMsg::Finished => self.finished = true,
-            SourceMsg::Failed(msg) => self.failure = Some(msg),
+            SourceMsg::Finished => {
+                self.finished = true;
+                self.loading = None;
+            }
+            SourceMsg::Failed(msg) => {
+                self.failure = Some(msg);
+                self.loading = None;
+            }
             // NVML readings go to the GPU panel's own source.
             SourceMsg::Gpus(_) => {}
+            SourceMsg::Loading(p) => {
+                self.loading = Some(p);
+                self.reads_file = true;
+            }
+            SourceMsg::Opened(o) => {
+                self.loading = None;
+                self.tags = o.tags;
+                self.capacity = o.capacity;
+                self.devices = Some(o.devices);
+                self.expected_events = o.events;
+            }
         }
     }
 

@@ -60,6 +60,15 @@ pub fn import_bytes(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
 /// Read, decode and import a snapshot file; errors name the file. The file
 /// is memory-mapped, not copied.
 pub fn import_file(path: &FsPath) -> Result<Snapshot, SnapshotError> {
+    import_file_reporting(path, &mut |_| {})
+}
+
+/// [`import_file`], telling `progress` how many bytes of the file have been
+/// decoded as it goes (a bare pickle only: a zip container reports nothing).
+pub fn import_file_reporting(
+    path: &FsPath,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Snapshot, SnapshotError> {
     let io = |source| SnapshotError::Io {
         path: path.to_path_buf(),
         source,
@@ -83,6 +92,7 @@ pub fn import_file(path: &FsPath) -> Result<Snapshot, SnapshotError> {
         let _ = map.advise(memmap2::Advice::Sequential);
         let mut released = 0usize;
         let mut release = |pos: usize| {
+            progress(pos as u64);
             let upto = pos / RELEASE_STEP * RELEASE_STEP;
             if upto > released {
                 // SAFETY: DONTNEED on a read-only shared file mapping only

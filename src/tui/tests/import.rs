@@ -7,7 +7,7 @@ use crate::real_snapshots::real;
 #[test]
 fn closed_trace_places_every_entry() {
     let p = real("adam-step_closed-trace_annotations.pickle");
-    let src = snapshot_source(&p, None).expect("imports");
+    let src = snapshot_source(&p, None);
     let mut app = app_finished(vec![("adam".into(), src)], &opts());
     let r = &app.runs[0];
     assert_eq!(r.len(), 35);
@@ -21,7 +21,7 @@ fn closed_trace_places_every_entry() {
 #[test]
 fn expandable_trace_with_oom() {
     let p = real("code-location_expandable_3gpu_oom.pickle");
-    let src = snapshot_source(&p, Some(1)).expect("imports");
+    let src = snapshot_source(&p, Some(1));
     let mut app = app_finished(vec![("code-location".into(), src)], &opts());
     assert_eq!(app.runs[0].len(), 596);
     assert!(
@@ -57,7 +57,7 @@ fn expandable_trace_with_oom() {
 #[test]
 fn state_only_snapshot_shows_its_map() {
     let p = real("verl_private-pools_pending-free_state-only.pickle");
-    let src = snapshot_source(&p, None).expect("imports");
+    let src = snapshot_source(&p, None);
     let mut app = app_finished(vec![("verl".into(), src)], &opts());
     assert_eq!(app.runs[0].len(), 0);
     let s = screen(&mut app, 140, 44);
@@ -78,7 +78,7 @@ fn a_long_trace_streams_in_chunks_that_add_up_to_the_whole_trace() {
     synthetic_snapshot(&mut bytes, 12_000_000, 7).expect("generates");
     let snap = import_bytes(&bytes).expect("imports");
     let src = snapshot_to_source(&snap, None).expect("device 0 is traced");
-    let (mut streamed, mut messages) = (Vec::new(), 0);
+    let (mut streamed, mut messages, mut announced) = (Vec::new(), 0, None);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
         assert!(std::time::Instant::now() < deadline, "never finished");
@@ -88,6 +88,10 @@ fn a_long_trace_streams_in_chunks_that_add_up_to_the_whole_trace() {
                 streamed.extend(e);
             }
             Polled::Msg(SourceMsg::Finished) => break,
+            Polled::Msg(SourceMsg::Opened(o)) => {
+                assert!(streamed.is_empty(), "opened before the first event");
+                announced = o.events;
+            }
             Polled::Msg(other) => panic!("unexpected message {other:?}"),
             Polled::Empty => std::thread::sleep(std::time::Duration::from_millis(1)),
             Polled::Closed => panic!("closed before Finished"),
@@ -106,6 +110,7 @@ fn a_long_trace_streams_in_chunks_that_add_up_to_the_whole_trace() {
     assert!(entries.len() > 100_000, "{} entries", entries.len());
     assert!(messages > 1, "one message for {} events", whole.len());
     assert_eq!(streamed.len(), whole.len());
+    assert_eq!(announced, Some(whole.len()), "the count said up front");
     assert!(
         streamed == whole,
         "the chunks differ from the whole trace's events"
@@ -118,7 +123,7 @@ fn a_long_trace_streams_in_chunks_that_add_up_to_the_whole_trace() {
 fn control_sequences_in_frames_are_shown_escaped() {
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/hostile/escapes.pickle");
-    let src = snapshot_source(&p, None).expect("imports");
+    let src = snapshot_source(&p, None);
     let mut app = app_finished(vec![("evil".into(), src)], &opts());
     keys(&mut app, "G");
     app.handle_key(code(crossterm::event::KeyCode::Down));
@@ -155,7 +160,7 @@ fn x_goes_on_to_the_oom_of_another_device_and_d_switches_devices() {
         })
         .collect();
     assert_eq!(ooms, [1], "the file's one OOM is on device 1");
-    let src = snapshot_source(&p, None).expect("imports");
+    let src = snapshot_source(&p, None);
     let mut app = app_finished(vec![("code-location".into(), src)], &opts());
     let s = screen(&mut app, 200, 60);
     assert!(s.contains("device 0 (1 of 3)"), "{s}");
@@ -184,17 +189,26 @@ fn x_goes_on_to_the_oom_of_another_device_and_d_switches_devices() {
 #[test]
 fn a_file_of_device_1_alone_opens_on_device_1() {
     let p = real("layout-editing_legacy-segment-list_device1.pickle");
-    let src = snapshot_source(&p, None).expect("opens");
+    let src = snapshot_source(&p, None);
     let mut app = app_finished(vec![("layout".into(), src)], &opts());
     let r = &app.runs[0];
     assert_eq!(r.devices.as_ref().map(|d| d.current), Some(1));
     assert!(r.map.stats().reserved > 0);
     let s = screen(&mut app, 140, 44);
     assert!(s.contains("device 1"), "{s}");
-    let err = snapshot_source(&p, Some(0)).expect_err("no device 0");
+    let app = app_finished(
+        vec![("layout".into(), snapshot_source(&p, Some(0)))],
+        &opts(),
+    );
     assert_eq!(
-        err.to_string(),
-        "the snapshot has no device 0; it holds device 1"
+        app.runs[0].failure.as_deref(),
+        Some(
+            format!(
+                "{}: the snapshot has no device 0; it holds device 1",
+                p.display()
+            )
+            .as_str()
+        )
     );
 }
 

@@ -488,7 +488,9 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
     let inner = block.inner(area);
     frame.render_widget(block, area);
     if m.total_rows == 0 {
-        let msg = if r.is_empty() && r.is_live() {
+        let msg = if r.loading.is_some() {
+            "reading the file… (the status line says how far)"
+        } else if r.is_empty() && r.is_live() {
             "waiting for events…"
         } else {
             "no segments at this event"

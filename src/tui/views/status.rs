@@ -6,6 +6,8 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
+use crate::alloc::format_size;
+use crate::producers::LoadProgress;
 use crate::tui::app::{App, ColorMode, SyncMode};
 use crate::tui::input;
 
@@ -46,7 +48,27 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     {
         parts.push(d.label());
     }
-    parts.push(format!("event {}/{}{live}", r.pos, r.len()));
+    match (r.loading, r.expected_events) {
+        (Some(LoadProgress::Reading { done, total }), _) => parts.push(if total > 0 {
+            format!(
+                "reading {} of {} {}",
+                format_size(done),
+                format_size(total),
+                bar(done, total)
+            )
+        } else {
+            format!("reading {}…", format_size(done))
+        }),
+        (None, Some(expected)) if r.len() < expected && r.is_live() => parts.push(format!(
+            "event {}/{} · placing {} of {} events {}",
+            r.pos,
+            r.len(),
+            r.len(),
+            expected,
+            bar(r.len() as u64, expected as u64)
+        )),
+        _ => parts.push(format!("event {}/{}{live}", r.pos, r.len())),
+    }
     if let Some(k) = r.frame.iteration {
         parts.push(format!(
             "iter {k}{}",
@@ -74,6 +96,23 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         Paragraph::new(Line::from(Span::styled(text, th.status()))).style(th.status()),
         area,
     );
+}
+
+/// `▕████▌    ▏ 56%`: `done` of `total` in ten cells.
+fn bar(done: u64, total: u64) -> String {
+    const CELLS: u64 = 10;
+    let eighths =
+        (done.min(total) as u128 * u128::from(CELLS) * 8 / u128::from(total.max(1))) as u64;
+    let full = (eighths / 8) as usize;
+    let part = ["", "▏", "▎", "▍", "▌", "▋", "▊", "▉"][(eighths % 8) as usize];
+    let used = full + usize::from(!part.is_empty());
+    format!(
+        "▕{}{}{}▏ {}%",
+        "█".repeat(full),
+        part,
+        " ".repeat(CELLS as usize - used.min(CELLS as usize)),
+        done.min(total) * 100 / total.max(1)
+    )
 }
 
 pub fn render_hints(frame: &mut Frame, area: Rect, app: &App) {
