@@ -5,6 +5,8 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+mod common;
+
 fn tmux(args: &[&str]) -> Option<String> {
     let out = Command::new("tmux").args(args).output().ok()?;
     out.status
@@ -142,4 +144,72 @@ fn watch_in_a_real_terminal() {
     if !nvml {
         assert!(screen.contains("no NVIDIA driver found"), "{screen}");
     }
+}
+
+/// Every real snapshot, every device it holds, opened in a real terminal:
+/// at its last event the Stats panel shows the reserved bytes and the
+/// segment count that `open --json` reports for that device.
+#[test]
+fn every_real_snapshot_ends_in_the_terminal_where_the_report_says() {
+    if tmux(&["-V"]).is_none() {
+        eprintln!("note: tmux is not installed; the terminal test is skipped");
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_vramscope");
+    let mut files: Vec<_> = std::fs::read_dir(common::real_dir())
+        .expect("the real snapshots")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "pickle"))
+        .collect();
+    files.sort();
+    let mut wrong = Vec::new();
+    for (n, file) in files.iter().enumerate() {
+        let path = file.to_str().expect("utf-8 path");
+        let (code, out, err) = common::vramscope(&["open", path, "--json"]);
+        assert_eq!(code, 0, "{path}: {err}");
+        let report = common::json(&out);
+        for d in report["devices"].as_array().expect("devices") {
+            let device = d["device"].as_u64().expect("device");
+            let reserved = vramscope::alloc::format_size(d["reserved"].as_u64().expect("reserved"));
+            let segments = d["segments"].as_u64().expect("segments");
+            let session = format!("vramscope-real-{}-{n}-{device}", std::process::id());
+            let cleanup = start(
+                &session,
+                200,
+                60,
+                &format!("{bin} open '{path}' --device {device}; echo EXITED:$?"),
+            );
+            let done = wait_for(&session, |s| s.contains(" done "), Duration::from_secs(60));
+            tmux(&["send-keys", "-t", &session, " "]).expect("pause");
+            tmux(&["send-keys", "-t", &session, "G"]).expect("end");
+            let want_reserved = format!("reserved {reserved}");
+            let want_segments = format!("segments {segments} (");
+            let flat = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+            let shown = wait_for(
+                &session,
+                |s| {
+                    let s = flat(s);
+                    s.contains(&want_reserved) && s.contains(&want_segments)
+                },
+                Duration::from_secs(10),
+            );
+            let last = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();
+            tmux(&["send-keys", "-t", &session, "q"]).expect("quit");
+            let quit = wait_for(
+                &session,
+                |s| s.contains("EXITED:0"),
+                Duration::from_secs(15),
+            );
+            cleanup();
+            let name = file.file_name().unwrap_or_default().to_string_lossy();
+            if done.is_none() || shown.is_none() || quit.is_none() {
+                wrong.push(format!(
+                    "{name} device {device}: want {want_reserved:?} and {want_segments:?}; loaded {}, quit {}:\n{last}",
+                    done.is_some(),
+                    quit.is_some()
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
 }
