@@ -1,6 +1,7 @@
 //! The UI with a 1,000,000-event timeline (GPT-2 small's training loop run
 //! for as many iterations as that takes): one 200×60 frame (prepare + draw on
-//! `TestBackend`), a seek to an arbitrary event, and memory per event.
+//! `TestBackend`), a seek to an arbitrary event, the figures so far at a
+//! cursor (`Timeline::peak_until`, `ooms_until`), and memory per event.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -152,6 +153,14 @@ fn benches(c: &mut Criterion) {
             r.set_pos(p);
             r.sync_map();
             black_box(r.map.allocated);
+        })
+    });
+    // The Stats panel's figures so far at a cursor anywhere in the run.
+    c.bench_function("peak_and_ooms_until_random_event", |b| {
+        b.iter(|| {
+            let p = next_pos();
+            let t = &app.runs[0].timeline;
+            black_box((t.peak_until(p), t.ooms_until(p)));
         })
     });
     c.bench_function("seek_random_event_then_frame", |b| {

@@ -68,11 +68,11 @@ pub struct RunView {
     pub findings: Vec<Finding>,
     /// Findings of a live run by the number of events received when they came.
     pub(super) findings_at: Vec<(usize, Vec<Finding>)>,
+    /// The engine's `memory_stats()` counters, sent at the end: whole-run
+    /// figures (the stats panel says so where it shows one).
     pub stats: Option<MemoryStats>,
     pub finished: bool,
     pub failure: Option<String>,
-    /// OOM entries received (counted on arrival, for the stats panel).
-    pub ooms: usize,
     /// Where the drawn marks are (kept as events arrive).
     pub marks: MarkIndex,
     /// Events applied: the map shows the state after `pos` events.
@@ -139,7 +139,6 @@ impl RunView {
             stats: None,
             finished: false,
             failure: None,
-            ooms: 0,
             marks: MarkIndex::default(),
             pos: 0,
             map: MemoryMap::default(),
@@ -226,10 +225,6 @@ impl RunView {
                 }
             }
             SourceMsg::Events(events) => {
-                self.ooms += events
-                    .iter()
-                    .filter(|e| matches!(e, Event::Alloc(a) if a.action == Action::Oom))
-                    .count();
                 self.timeline.extend(events);
                 self.marks.update(&self.timeline);
             }
@@ -243,7 +238,11 @@ impl RunView {
                 self.findings_at.push((self.timeline.len(), f));
                 self.show_findings_at_cursor();
             }
-            SourceMsg::Stats(s) => self.stats = Some(*s),
+            SourceMsg::Stats(s) => {
+                self.stats = Some(*s);
+                // The stats panel shows the run's retry count from these.
+                self.stats_key = None;
+            }
             SourceMsg::ContextBaseline(b) => self.context_baseline = b,
             SourceMsg::Restarted => self.reset(),
             SourceMsg::Finished => {
@@ -292,7 +291,6 @@ impl RunView {
         self.stats = None;
         self.finished = false;
         self.failure = None;
-        self.ooms = 0;
         self.marks = MarkIndex::default();
         self.pos = 0;
         self.map = MemoryMap::default();

@@ -5,6 +5,7 @@ use ratatui::style::Color;
 
 use super::helpers::*;
 use crate::producers::{Source, SourceMsg};
+use crate::tui::app::{App, RunView};
 
 #[test]
 fn full_screen_shows_every_panel() {
@@ -117,7 +118,7 @@ fn stats_panel_numbers() {
         "inactive split",
         "cached free",
         "largest free",
-        "retries / OOMs",
+        "OOMs so far",
     ] {
         assert!(s.contains(want), "missing {want}\n{s}");
     }
@@ -297,4 +298,169 @@ fn a_message_pytorch_breaks_over_lines_reads_as_one_paragraph() {
     let s = screen(&mut app, 140, 44);
     assert!(s.contains("unsafe to autocast. Many models"), "{s}");
     assert!(!s.contains("autocast.Many"), "{s}");
+}
+
+/// The Stats panel of `run` as drawn (its area cut from the screen).
+fn stats_panel(app: &mut App, run: usize) -> String {
+    let mut t = terminal(140, 44);
+    let buf = draw(app, &mut t);
+    let a = app.areas.stats[run];
+    let mut out = String::new();
+    for y in a.y..a.y + a.height {
+        for x in a.x..a.x + a.width {
+            out.push_str(buf[(x, y)].symbol());
+        }
+        out.push('\n');
+    }
+    mask_hex(&out)
+}
+
+/// The OOM entries among `events`, counted here rather than asked of the
+/// timeline.
+fn oom_entries(events: &[crate::trace::Event]) -> Vec<usize> {
+    events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| {
+            matches!(e, crate::trace::Event::Alloc(a) if a.action == crate::alloc::Action::Oom)
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// The largest allocated and reserved bytes over the start state and the
+/// first `pos` events' samples.
+fn peak_by_hand(r: &RunView, pos: usize) -> (u64, u64) {
+    let start = r.timeline.state_at(None);
+    r.timeline.samples()[..pos]
+        .iter()
+        .fold((start.allocated, start.reserved), |(a, res), s| {
+            (a.max(s.allocated), res.max(s.reserved))
+        })
+}
+
+/// Draws a frame and checks that the Stats rows and the timeline title give
+/// the figures at the cursor, worked out here from the events and samples;
+/// the Stats panel drawn.
+fn assert_stats_at_cursor(app: &mut App, what: &str) -> String {
+    use crate::alloc::format_size;
+    let panel = stats_panel(app, 0);
+    let r = &app.runs[0];
+    let (pa, pr) = peak_by_hand(r, r.pos);
+    let ooms = oom_entries(r.timeline.events());
+    let so_far = ooms.iter().filter(|i| **i < r.pos).count();
+    let retries = r.stats.as_ref().map(|s| s.num_alloc_retries);
+    let plural = |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    let run = match retries {
+        Some(n) => format!(
+            "{}, {}",
+            plural(ooms.len() as u64, "OOM", "OOMs"),
+            plural(n, "retry", "retries")
+        ),
+        None => plural(ooms.len() as u64, "OOM", "OOMs"),
+    };
+    for want in [
+        format!(
+            "allocated       {}  (peak {})",
+            format_size(r.map.allocated),
+            format_size(pa)
+        ),
+        format!(
+            "reserved        {}  (peak {})",
+            format_size(r.map.reserved),
+            format_size(pr)
+        ),
+        format!("OOMs so far     {so_far}  (run: {run})"),
+        format!("event           {} of {}", r.pos, r.len()),
+    ] {
+        assert!(
+            panel.contains(&want),
+            "{what}: missing {want:?} in\n{panel}"
+        );
+    }
+    let title = &r.frame.timeline.title;
+    assert!(
+        title.contains(&format!(
+            "alloc {} · reserved {} · peak {} ",
+            format_size(r.map.allocated),
+            format_size(r.map.reserved),
+            format_size(pa)
+        )),
+        "{what}: {title}"
+    );
+    panel
+}
+
+#[test]
+fn stats_panel_is_at_the_cursor() {
+    use crate::alloc::format_size;
+    let mut app = app_finished(vec![(BUGGY.into(), scenario(BUGGY))], &opts());
+    let ooms = oom_entries(app.runs[0].timeline.events());
+    assert!(!ooms.is_empty(), "{BUGGY} runs out of memory");
+    let run_peak = format_size(peak_by_hand(&app.runs[0], app.runs[0].len()).0);
+
+    keys(&mut app, "g");
+    assert_eq!(app.runs[0].pos, 0);
+    let start = assert_stats_at_cursor(&mut app, "event 0");
+    // Nothing has happened yet: no peak of the run's, no OOM.
+    assert!(start.contains("(peak 0 bytes)"), "{start}");
+    assert!(!start.contains(&run_peak), "{start}");
+    assert!(start.contains("OOMs so far     0  (run: "), "{start}");
+    assert!(
+        !app.runs[0].frame.timeline.title.contains(&run_peak),
+        "{}",
+        app.runs[0].frame.timeline.title
+    );
+    insta::assert_snapshot!("stats_at_event_0", start);
+
+    // Either side of the first OOM entry.
+    app.runs[0].set_pos(ooms[0]);
+    assert_stats_at_cursor(&mut app, "before the OOM");
+    app.runs[0].seek_to_event(ooms[0]);
+    let at = assert_stats_at_cursor(&mut app, "at the OOM");
+    assert!(at.contains("OOMs so far     1  (run: "), "{at}");
+
+    keys(&mut app, "G");
+    assert_eq!(app.runs[0].pos, app.runs[0].len());
+    let end = assert_stats_at_cursor(&mut app, "the end");
+    assert!(end.contains(&format!("(peak {run_peak})")), "{end}");
+    assert!(
+        end.contains(&format!("OOMs so far     {}  (run: ", ooms.len())),
+        "{end}"
+    );
+    insta::assert_snapshot!("stats_at_end", end);
+}
+
+#[test]
+fn stats_of_real_snapshots_are_at_the_cursor() {
+    use crate::alloc::format_size;
+    use crate::producers::snapshot::snapshot_source;
+    let (mut opened_on_memory, mut oomed) = (false, false);
+    for (file, device) in [
+        // A trace with an OOM entry.
+        ("code-location_expandable_3gpu_oom.pickle", Some(1)),
+        // An open trace: its view starts from the state its first entry found.
+        ("cs336-magma_windows_user-metadata.pickle", None),
+    ] {
+        let p = crate::real_snapshots::real(file);
+        let src = snapshot_source(&p, device);
+        let mut app = app_finished(vec![(file.into(), src)], &opts());
+        let start = app.runs[0].timeline.state_at(None);
+        let ooms = oom_entries(app.runs[0].timeline.events()).len();
+        opened_on_memory |= start.allocated > 0;
+        oomed |= ooms > 0;
+        keys(&mut app, "g");
+        let panel = assert_stats_at_cursor(&mut app, file);
+        assert!(
+            panel.contains("OOMs so far     0  (run: "),
+            "{file}\n{panel}"
+        );
+        let peak = format!("(peak {})", format_size(start.allocated));
+        assert!(panel.contains(&peak), "{file}: the start state\n{panel}");
+        keys(&mut app, "G");
+        let panel = assert_stats_at_cursor(&mut app, file);
+        let want = format!("OOMs so far     {ooms}  (run: ");
+        assert!(panel.contains(&want), "{file}\n{panel}");
+    }
+    assert!(opened_on_memory && oomed);
 }

@@ -1,6 +1,9 @@
 //! Numbers at the cursor, as the map at the cursor states them
-//! (`MemoryMap::stats`): allocated/reserved with peaks, active, inactive
-//! split, cached free and fragmentation, largest free block, retries and OOMs.
+//! (`MemoryMap::stats`) and the timeline up to it (`Timeline::peak_until`,
+//! `ooms_until`, `gaps_until`): allocated/reserved with their peaks so far,
+//! active, inactive split, cached free and fragmentation, largest free block,
+//! OOMs so far. A whole-run figure (the run's OOMs, the engine's retry count,
+//! which no trace entry records) is said to be one, in words.
 
 use crate::alloc::format_size;
 use ratatui::layout::{Constraint, Rect};
@@ -18,18 +21,14 @@ pub struct StatsFrame {
 
 pub fn prepare(r: &RunView) -> StatsFrame {
     let m = r.map.stats();
-    // The engine's own counters when it sent them, else what the trace shows.
-    let (retries, ooms) = match &r.stats {
-        Some(s) => (s.num_alloc_retries.to_string(), s.num_ooms.to_string()),
-        None => ("—".to_string(), r.ooms.to_string()),
-    };
+    let peak = r.timeline.peak_until(r.pos);
     let mut rows = vec![
         (
             "allocated",
             format!(
                 "{}  (peak {})",
                 format_size(m.allocated),
-                format_size(r.timeline.peak_allocated())
+                format_size(peak.allocated)
             ),
         ),
         (
@@ -37,7 +36,7 @@ pub fn prepare(r: &RunView) -> StatsFrame {
             format!(
                 "{}  (peak {})",
                 format_size(m.reserved),
-                format_size(r.timeline.peak_reserved())
+                format_size(peak.reserved)
             ),
         ),
         ("active", format_size(m.active)),
@@ -67,19 +66,36 @@ pub fn prepare(r: &RunView) -> StatsFrame {
                 m.small_segments
             ),
         ),
-        ("retries / OOMs", format!("{retries} / {ooms}")),
+        ("OOMs so far", ooms(r)),
         ("event", format!("{} of {}", r.pos, r.len())),
     ];
-    if !r.timeline.gaps().is_empty() {
+    let gaps = r.timeline.gaps().len();
+    if gaps > 0 {
         rows.push((
             "trace gaps",
             format!(
-                "{} entries not placeable (open trace)",
-                r.timeline.gaps().len()
+                "{} so far  (whole trace: {gaps} entries not placeable)",
+                r.timeline.gaps_until(r.pos)
             ),
         ));
     }
     StatsFrame { rows }
+}
+
+/// OOM entries up to the cursor, then the whole run's: its OOM entries and,
+/// when the engine sent its counters, its cudaMalloc retries (no trace entry
+/// records a retry, so there is no count of them at the cursor).
+fn ooms(r: &RunView) -> String {
+    let plural = |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    let run_ooms = plural(r.timeline.ooms_until(r.len()) as u64, "OOM", "OOMs");
+    let run = match &r.stats {
+        Some(s) => format!(
+            "{run_ooms}, {}",
+            plural(s.num_alloc_retries, "retry", "retries")
+        ),
+        None => run_ooms,
+    };
+    format!("{}  (run: {run})", r.timeline.ooms_until(r.pos))
 }
 
 pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {

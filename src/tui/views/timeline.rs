@@ -1,6 +1,8 @@
 //! Allocated and reserved bytes over event index, downsampled per column with
-//! `Timeline::range_summary` (min/max buckets), with peak and device capacity
-//! lines, iteration/phase/OOM/narration marks on the bottom row and the cursor.
+//! `Timeline::range_summary` (min/max buckets), with the peak so far at the
+//! cursor (`Timeline::peak_until`) and device capacity lines,
+//! iteration/phase/OOM/narration marks on the bottom row and the cursor. The
+//! title's figures are the cursor's.
 
 use crate::alloc::format_size;
 use crate::trace::timeline::BUCKET;
@@ -90,7 +92,7 @@ pub fn prepare(r: &mut RunView, area: Rect) -> TimelineFrame {
         .filter(|c| *c >= from && *c < to && span > 0)
         .map(|c| ((c - from) * w / span) as u16);
     let cap_lvl = r.capacity.filter(|c| *c <= ymax).map(lvl);
-    let peak = r.timeline.peak_allocated();
+    let peak = r.timeline.peak_until(r.pos).allocated;
     let title = format!(
         " Timeline · alloc {} · reserved {} · peak {}{} · ev {}–{}/{}{} ",
         format_size(r.map.allocated),
