@@ -8,8 +8,12 @@ use super::event::{Event, Marker};
 use super::memory_map::{MapError, MemoryMap};
 use crate::alloc::Action;
 
-/// A full map every this many events: seeking replays at most this many.
+/// A full map at least every this many events; a map of more than
+/// `KEYFRAME_EVERY / 16` blocks and segments is kept every 16 events per
+/// entry instead (≤ 4 bytes per event for the copies), up to
+/// `MAX_KEYFRAME_GAP`: seeking replays at most that many events.
 pub const KEYFRAME_EVERY: usize = 8192;
+pub const MAX_KEYFRAME_GAP: usize = 16384;
 /// Events per min/max bucket of the memory curve.
 pub const BUCKET: usize = 256;
 
@@ -83,6 +87,8 @@ pub struct Timeline {
     samples: Vec<Sample>,
     buckets: Vec<Bucket>,
     keyframes: Vec<MemoryMap>,
+    /// The event index each keyframe is the state before.
+    keyframe_at: Vec<usize>,
     /// The running peak at each keyframe: `[k]` is the peak over the start
     /// state and the states after each of the first `k * KEYFRAME_EVERY`
     /// events (16 bytes per keyframe, not per event).
@@ -114,9 +120,14 @@ impl Timeline {
 
     pub fn push(&mut self, event: Event) {
         let index = self.events.len();
-        if index.is_multiple_of(KEYFRAME_EVERY) {
+        if self
+            .keyframe_at
+            .last()
+            .is_none_or(|k| index >= k + self.keyframe_gap())
+        {
             self.keyframes.push(self.head.clone());
             self.keyframe_peaks.push(self.peak());
+            self.keyframe_at.push(index);
         }
         match &event {
             Event::Alloc(e) => {
@@ -213,16 +224,29 @@ impl Timeline {
         if pos >= self.samples.len() {
             return self.peak();
         }
-        // `pos < len`: event `k * KEYFRAME_EVERY <= pos` made keyframe `k`.
-        let k = pos / KEYFRAME_EVERY;
+        let k = self.keyframe_before(pos);
         let before = self.keyframe_peaks[k];
-        match self.range_summary(k * KEYFRAME_EVERY, pos) {
+        match self.range_summary(self.keyframe_at[k], pos) {
             Some(b) => before.merge(Peak {
                 allocated: b.max_allocated,
                 reserved: b.max_reserved,
             }),
             None => before,
         }
+    }
+
+    /// Events between keyframes for a map the size of the head's.
+    fn keyframe_gap(&self) -> usize {
+        (16 * (self.head.blocks.len() + self.head.segments.len()))
+            .clamp(KEYFRAME_EVERY, MAX_KEYFRAME_GAP)
+    }
+
+    /// The last keyframe at or before event `index` (one exists: the first
+    /// event made keyframe 0).
+    fn keyframe_before(&self, index: usize) -> usize {
+        self.keyframe_at
+            .partition_point(|at| *at <= index)
+            .saturating_sub(1)
     }
 
     /// OOM entries among the first `pos` events.
@@ -254,9 +278,9 @@ impl Timeline {
         if self.events.is_empty() {
             return self.head.clone();
         }
-        let k = index / KEYFRAME_EVERY;
+        let k = self.keyframe_before(index);
         let mut map = self.keyframes[k].clone();
-        for e in &self.events[k * KEYFRAME_EVERY..=index] {
+        for e in &self.events[self.keyframe_at[k]..=index] {
             if let Event::Alloc(a) = e {
                 let _ = map.apply(a);
             }
@@ -313,6 +337,7 @@ impl Timeline {
             + self.samples.capacity() * std::mem::size_of::<Sample>()
             + self.buckets.capacity() * std::mem::size_of::<Bucket>()
             + self.keyframe_peaks.capacity() * std::mem::size_of::<Peak>()
+            + self.keyframe_at.capacity() * std::mem::size_of::<usize>()
             + self.marks.capacity() * std::mem::size_of::<(usize, MarkKind)>()
             + self
                 .by_kind
