@@ -24,4 +24,7 @@ pub use nvml::nvml_source;
 pub use open::{file_title, is_snapshot_path, open_source, open_source_under};
 pub use scenario::{scenario_source, scenario_source_on, RealGpu, ITERATION_PACE};
 pub use snapshot::{snapshot_source, snapshot_to_source, what_if_source, ImportError};
-pub use source::{EngineCommand, Polled, Source, SourceMsg, TagDescription, TagInfo};
+pub use source::{
+    BlockStack, EngineCommand, EntryDetail, Polled, SiteKind, Source, SourceMsg, StackOrigin,
+    TagDescription, TagInfo,
+};
