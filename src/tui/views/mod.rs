@@ -1,12 +1,14 @@
 //! One file per panel, each a pure `render(frame, area, app, …)` reading the
 //! data `App::prepare` built. `draw` places them by the layout.
 
+pub mod by_line;
 pub mod error;
 pub mod event_log;
 pub mod gpu;
 pub mod help;
 pub mod leaks;
 pub mod narration;
+pub mod popup;
 pub mod segment_map;
 pub mod stats;
 pub mod status;
@@ -38,6 +40,9 @@ pub fn draw(frame: &mut Frame, app: &App) {
         if let Some(m) = ra.map {
             segment_map::render(frame, m, app, i);
         }
+        if let Some(b) = ra.by_line {
+            by_line::render(frame, b, app, i);
+        }
         if let Some(n) = ra.narration {
             narration::render(frame, n, app, i);
         }
@@ -58,6 +63,9 @@ pub fn draw(frame: &mut Frame, app: &App) {
     if app.gpu.shown {
         gpu::render(frame, area, app);
     }
+    if app.popup.is_some() {
+        popup::render(frame, app);
+    }
     if app.show_help {
         help::render(frame, area, app);
     }
@@ -72,4 +80,15 @@ pub(crate) fn one_line(text: &str) -> String {
         .filter(|l| !l.is_empty())
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// The end of `text` in `width` characters, `…` where it was cut: a call
+/// site's file name and line are at its end (the stack popup shows it whole).
+pub(crate) fn fit_tail(text: &str, width: usize) -> String {
+    let n = text.chars().count();
+    if n <= width || width < 2 {
+        return text.to_string();
+    }
+    let keep: String = text.chars().skip(n - (width - 1)).collect();
+    format!("…{keep}")
 }
