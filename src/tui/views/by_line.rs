@@ -47,7 +47,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
                         "{:>BYTES_W$} {:>BLOCKS_W$} {}",
                         row.bytes,
                         row.blocks,
-                        super::fit_tail(&row.site, site_w)
+                        super::fit_site(&row.site, site_w)
                     ),
                     style,
                 ),

@@ -14,7 +14,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph};
 use ratatui::Frame;
 
-use super::fit_tail;
+use super::fit_site;
 use crate::producers::{BlockStack, StackOrigin};
 use crate::tui::app::{App, ColorMode, RunView};
 use crate::tui::layout;
@@ -479,7 +479,7 @@ fn detail_lines(r: &RunView, width: usize) -> Vec<String> {
 fn stack_summary(bs: &BlockStack, no_trace: bool, width: usize) -> Vec<String> {
     let stack = bs.stack.as_deref().filter(|s| !s.is_empty());
     let first = match stack.map(|s| &s.site) {
-        Some(Some(site)) => format!("your code: {}", fit_tail(site, width.saturating_sub(11))),
+        Some(Some(site)) => format!("your code: {}", fit_site(site, width.saturating_sub(11))),
         Some(None) => "no frame of your own code in its stack".to_string(),
         None => "no stack recorded".to_string(),
     };
