@@ -138,6 +138,35 @@ pub fn format_count(n: u64) -> String {
     out
 }
 
+/// A trace entry's `time_us` (µs since the Unix epoch) as a UTC date and
+/// time: `2023-11-14 22:13:20.000000 UTC`.
+pub fn format_epoch_us(us: i64) -> String {
+    let secs = us.div_euclid(1_000_000);
+    let micros = us.rem_euclid(1_000_000);
+    let (days, sod) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{micros:06} UTC",
+        sod / 3600,
+        sod % 3600 / 60,
+        sod % 60
+    )
+}
+
+/// Year, month, day of a day count from 1970-01-01 (proleptic Gregorian;
+/// Howard Hinnant's `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
 /// A size NVML (or any reader) may not have given: "unknown", never 0.
 pub fn format_size_or_unknown(v: Option<u64>) -> String {
     v.map_or_else(|| "unknown".to_string(), crate::alloc::format_size)
@@ -151,8 +180,26 @@ pub fn format_percent_or_unknown(v: Option<u32>) -> String {
 #[cfg(test)]
 mod tests {
     use super::{
-        escape_controls, escape_json_controls, escape_line, format_count, parse_size, quote_excerpt,
+        escape_controls, escape_json_controls, escape_line, format_count, format_epoch_us,
+        parse_size, quote_excerpt,
     };
+
+    #[test]
+    fn epoch_microseconds_read_as_utc() {
+        assert_eq!(format_epoch_us(0), "1970-01-01 00:00:00.000000 UTC");
+        assert_eq!(
+            format_epoch_us(1_700_000_000_123_456),
+            "2023-11-14 22:13:20.123456 UTC"
+        );
+        assert_eq!(format_epoch_us(-1), "1969-12-31 23:59:59.999999 UTC");
+        assert_eq!(
+            format_epoch_us(951_782_400_000_000),
+            "2000-02-29 00:00:00.000000 UTC"
+        );
+        // Any i64 from a file formats without overflow.
+        assert!(format_epoch_us(i64::MIN).ends_with("UTC"));
+        assert!(format_epoch_us(i64::MAX).ends_with("UTC"));
+    }
 
     #[test]
     fn long_text_in_a_message_is_cut() {

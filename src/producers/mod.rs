@@ -31,5 +31,6 @@ pub use snapshot::{
     ImportError,
 };
 pub use source::{
-    EngineCommand, LoadProgress, Opened, Polled, Source, SourceMsg, TagDescription, TagInfo,
+    BlockStack, EngineCommand, EntryDetail, LoadProgress, Opened, Polled, SiteKind, Source,
+    SourceMsg, StackOrigin, TagDescription, TagInfo,
 };

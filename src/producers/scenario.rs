@@ -7,7 +7,7 @@
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use super::source::{EngineCommand, Source, SourceMsg, TagDescription, TagInfo};
+use super::source::{EngineCommand, SiteKind, Source, SourceMsg, TagDescription, TagInfo};
 use crate::alloc::Tag;
 use crate::device::{nvml, AnyDevice, AnyLauncher, PciAddress};
 use crate::engine::{Engine, EngineError, TagTable};
@@ -27,6 +27,22 @@ impl TagInfo for EngineTags {
             iteration: Some(t.iteration),
             frames: t.frames.to_vec(),
         })
+    }
+
+    /// The engine's op and module: a simulated run has no Python stack to
+    /// take a line from (its frames are the engine's sketch, not a record).
+    fn site(&self, tag: Tag, _addr: u64) -> Option<Arc<str>> {
+        let table = self.0.read().ok()?;
+        let t = table.info(tag)?;
+        Some(if t.module.is_empty() {
+            Arc::from(t.op)
+        } else {
+            Arc::from(format!("{} in {}", t.op, t.module))
+        })
+    }
+
+    fn site_kind(&self) -> SiteKind {
+        SiteKind::EngineOp
     }
 }
 

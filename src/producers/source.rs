@@ -7,12 +7,13 @@
 use std::sync::Arc;
 
 use super::devices::SnapshotDevices;
-use crate::alloc::{MemoryStats, Tag};
+use crate::alloc::{Action, MemoryStats, Tag};
 use crate::device::nvml::GpuReading;
 use crate::device::{GpuUnavailable, PciAddress};
 use crate::engine::Category;
 use crate::leak::Finding;
 use crate::scenario::Conditions;
+use crate::trace::stack::Stack;
 use crate::trace::{Event, MemoryMap};
 
 /// What the attribution behind a [`Tag`] says, as far as it is known.
@@ -27,10 +28,84 @@ pub struct TagDescription {
     pub frames: Vec<String>,
 }
 
+/// Where the stack of a block's allocation comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StackOrigin {
+    /// The trace entry that allocated the block.
+    Entry(usize),
+    /// The file's final state (`segments[].blocks[]`, or a legacy block's
+    /// `history`): a block allocated before the trace began and live at its
+    /// end, or any block of a file without a trace.
+    FinalState,
+    /// Allocated before the trace began and freed within it: neither the
+    /// trace nor the final state holds its stack.
+    BeforeTrace,
+}
+
+/// The recorded stack of a block's allocation, if any, and its origin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockStack {
+    /// `None`: the origin recorded no frames.
+    pub stack: Option<Arc<Stack>>,
+    pub origin: StackOrigin,
+}
+
+/// The recorded trace entry behind one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryDetail {
+    /// Index in the device's trace.
+    pub entry: usize,
+    pub action: Action,
+    /// µs since the Unix epoch, when the file records it.
+    pub time_us: Option<i64>,
+    /// The earliest time of the trace, for "how far into it".
+    pub first_time_us: Option<i64>,
+    /// The entry's own stack (for a free: where the free was asked for).
+    pub stack: Option<Arc<Stack>>,
+}
+
+/// What the sites of a source's blocks are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SiteKind {
+    /// The first user frame of a recorded stack.
+    PythonLine,
+    /// A simulated run's op and module (it records no Python stack).
+    EngineOp,
+}
+
 /// Resolves tags to their attribution. The engine owns the table (it grows
 /// while the run goes on), so implementations synchronise internally.
 pub trait TagInfo: Send + Sync {
     fn describe(&self, tag: Tag) -> Option<TagDescription>;
+
+    /// The stack a block's allocation recorded. A block without a tag (live
+    /// before an open trace began, or any block of a state-only file) is
+    /// found by `addr` in the file's final state. `None`: the source records
+    /// no stacks (a simulated run).
+    fn stack(&self, _tag: Tag, _addr: u64) -> Option<BlockStack> {
+        None
+    }
+
+    /// The site a block's live bytes are grouped under; `None`: none recorded.
+    fn site(&self, tag: Tag, addr: u64) -> Option<Arc<str>> {
+        self.stack(tag, addr)?.stack?.site.clone()
+    }
+
+    fn site_kind(&self) -> SiteKind {
+        SiteKind::PythonLine
+    }
+
+    /// The trace entry behind event `index` of the run, for sources whose
+    /// events mirror a recorded trace one for one.
+    fn event_entry(&self, _index: usize) -> Option<EntryDetail> {
+        None
+    }
+
+    /// The time of trace entry `entry` (µs since the Unix epoch), when the
+    /// file records it.
+    fn entry_time(&self, _entry: usize) -> Option<i64> {
+        None
+    }
 }
 
 /// One message from a producer to the UI.

@@ -1,12 +1,13 @@
 //! `vramscope open --headless`: what an imported snapshot holds, per device.
 
-use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::sync::Arc;
 
 use serde::Serialize;
 
 use crate::alloc::{format_size, BlockState};
 use crate::leak::{analyze_snapshot, SnapshotLeakReport};
+use crate::trace::sites::{group_by_site, NO_STACK};
 use crate::trace::snapshot::{Action, PoolKind, Snapshot};
 use crate::units::format_count;
 
@@ -235,7 +236,7 @@ fn device_report(snap: &Snapshot, device: i64, step_marker: Option<&str>) -> Dev
         ooms: Vec::new(),
         leaks: None,
     };
-    let mut sites: BTreeMap<String, (u64, usize)> = BTreeMap::new();
+    let mut live = Vec::new();
     for b in segs.iter().flat_map(|s| s.blocks.iter()) {
         let count = match b.state {
             BlockState::ActiveAllocated => &mut r.active_allocated,
@@ -247,29 +248,24 @@ fn device_report(snap: &Snapshot, device: i64, step_marker: Option<&str>) -> Dev
         if b.state == BlockState::Inactive {
             r.largest_free_block = r.largest_free_block.max(b.size);
         } else {
-            let site = snap.first_user_frame(b.frames).map_or_else(
-                || "(no stack recorded)".to_string(),
-                |f| format!("{}:{} in {}", f.filename, f.line, f.name),
-            );
-            let e = sites.entry(site).or_default();
-            e.0 = e.0.saturating_add(b.size);
-            e.1 += 1;
+            let site = snap
+                .first_user_frame(b.frames)
+                .map(|f| Arc::from(format!("{}:{} in {}", f.filename, f.line, f.name)));
+            live.push((b.address, b.size, site));
         }
     }
     if r.reserved > 0 {
         r.fragmentation = r.inactive.bytes as f64 / r.reserved as f64;
     }
-    let mut top: Vec<CallSite> = sites
+    r.top_allocations = group_by_site(live, NO_STACK)
         .into_iter()
-        .map(|(site, (bytes, blocks))| CallSite {
-            site,
-            bytes,
-            blocks,
+        .take(TOP)
+        .map(|g| CallSite {
+            site: g.site.to_string(),
+            bytes: g.bytes,
+            blocks: g.blocks.len(),
         })
         .collect();
-    top.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
-    top.truncate(TOP);
-    r.top_allocations = top;
     if let Some((d, trace)) = usize::try_from(device)
         .ok()
         .and_then(|d| snap.device_traces.get(d).map(|t| (d, t)))

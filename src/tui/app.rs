@@ -11,17 +11,20 @@ use crate::trace::Event;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::layout::Rect;
 
+use super::by_line;
 use super::gpu_panel::GpuPanel;
 use super::input::{self, UiAction};
 use super::input::{Dir, Step};
 use super::layout::{self, Areas, Focus};
+use super::popup::Popup;
 use super::run_view::{collect_categories, prepare_markers};
 pub use super::run_view::{RunFrame, RunView};
 use super::theme::{Theme, ThemeError, ThemeName};
-use super::views::{event_log, segment_map, stats, timeline};
+use super::views::{event_log, help, segment_map, stats, timeline};
 use crate::producers::{open_source, reopen_on, EngineCommand, SnapshotDevices, Source};
 
 mod mouse;
+mod popups;
 
 /// Playback speed bounds and default, in events per second.
 pub const MIN_SPEED: f64 = 1.0;
@@ -110,6 +113,11 @@ pub struct App {
     stop_on_load_failure: bool,
     /// Why a source failed before its first event, when that ended the UI.
     pub load_failure: Option<String>,
+    /// A block's stack, an event's details or a message, over everything;
+    /// it takes the keys while open.
+    pub popup: Option<Popup>,
+    /// First line of the help overlay in view.
+    pub help_scroll: usize,
 }
 
 impl App {
@@ -148,6 +156,8 @@ impl App {
             gpu,
             stop_on_load_failure: opts.stop_on_load_failure,
             load_failure: None,
+            popup: None,
+            help_scroll: 0,
         })
     }
 
@@ -254,6 +264,9 @@ impl App {
     pub fn handle_key(&mut self, key: KeyEvent) -> bool {
         if self.prompt.is_some() {
             return self.prompt_key(key);
+        }
+        if self.popup.is_some() {
+            return self.popup_key(key);
         }
         if key.code == KeyCode::Char(':') && !self.show_help {
             self.prompt = Some(String::new());
@@ -397,6 +410,8 @@ impl App {
                     self.show_help = false;
                 } else if self.gpu.shown {
                     self.gpu.shown = false;
+                } else if let Some(r) = self.active_mut().filter(|r| r.by_line.is_some()) {
+                    r.by_line = None;
                 } else if let Some(r) = self.active_mut() {
                     r.sel_block = None;
                     r.sel_finding = None;
@@ -475,6 +490,17 @@ impl App {
                     self.active = (self.active + 1) % self.runs.len();
                 }
             }
+            UiAction::Down | UiAction::Up | UiAction::PageDown | UiAction::PageUp
+                if self.show_help =>
+            {
+                let by = match a {
+                    UiAction::Down => 1,
+                    UiAction::Up => -1,
+                    UiAction::PageDown => 10,
+                    _ => -10,
+                };
+                self.help_scroll = self.help_scroll.saturating_add_signed(by);
+            }
             UiAction::Down => return self.select(1),
             UiAction::Up => return self.select(-1),
             UiAction::PageDown => return self.page(1),
@@ -484,6 +510,9 @@ impl App {
             UiAction::ZoomOut => return self.zoom(false),
             UiAction::PanLeft => return self.pan(-1),
             UiAction::PanRight => return self.pan(1),
+            UiAction::ShowStack => return self.show_stack(),
+            UiAction::ToggleByLine => return self.toggle_by_line(),
+            UiAction::ShowMessage => return self.show_message(),
         }
         true
     }
@@ -511,6 +540,9 @@ impl App {
         // Keys act on the state at the cursor, which may have moved since the last frame.
         r.sync_map();
         match focus {
+            Focus::Map | Focus::Timeline | Focus::Stats if r.by_line.is_some() => {
+                return r.move_site(delta);
+            }
             Focus::Map | Focus::Timeline | Focus::Stats => {
                 let spans = r.row_spans().to_vec();
                 let order = segment_map::block_order(&r.map, &spans);
@@ -535,7 +567,7 @@ impl App {
                     None => 0,
                 });
             }
-            Focus::Log => r.log_offset += delta,
+            Focus::Log => r.scroll_log(delta),
         }
         true
     }
@@ -548,7 +580,11 @@ impl App {
         // Keys act on the state at the cursor, which may have moved since the last frame.
         r.sync_map();
         match focus {
-            Focus::Log => r.log_offset += delta * 10,
+            Focus::Log => r.scroll_log(delta * 10),
+            _ if r.by_line.is_some() => {
+                let page = r.frame.by_line.rows.len().max(1) as isize;
+                return r.move_site(delta * page);
+            }
             _ => {
                 // Next/previous segment's first block.
                 let order = segment_map::segment_order(r.row_spans());
@@ -579,6 +615,9 @@ impl App {
     /// on the leak panel, select (or deselect) the finding for highlighting.
     fn enter(&mut self) -> bool {
         let focus = self.focus;
+        if focus == Focus::Log {
+            return self.show_event();
+        }
         let Some(r) = self.active_mut() else {
             return false;
         };
@@ -687,17 +726,34 @@ impl App {
         if self.areas.too_small {
             return;
         }
+        for (r, ra) in self.runs.iter().zip(self.areas.runs.iter_mut()) {
+            if let Some(m) = ra.map.filter(|_| r.by_line.is_some()) {
+                let (map, pane) = by_line::split(m);
+                if pane.height >= 3 {
+                    ra.map = Some(map);
+                    ra.by_line = Some(pane);
+                }
+            }
+        }
         let mode = self.color_mode;
         for (i, r) in self.runs.iter_mut().enumerate() {
             let ra = self.areas.runs.get(i).copied().unwrap_or_default();
-            let highlighted = r.highlighted();
             let cats = if mode == ColorMode::Category {
                 collect_categories(r)
             } else {
                 HashMap::new()
             };
+            // Before `highlighted`: it brings the by-line groups up to date.
+            r.frame.by_line = match ra.by_line {
+                Some(p) => by_line::prepare(r, usize::from(p.height.saturating_sub(2))),
+                None => by_line::ByLineFrame::default(),
+            };
+            let highlighted = r.highlighted();
             r.frame.map = segment_map::prepare(r, ra.map, &highlighted, mode, &cats);
             r.frame.timeline = timeline::prepare(r, ra.timeline);
+            let t = &r.frame.timeline;
+            let (from, to, w) = (t.from, t.to, t.inner.width);
+            r.frame.timeline.site_marks = by_line::timeline_marks(r, from, to, w);
             let key = Some((r.map_gen, r.len()));
             if r.stats_key != key {
                 r.frame.stats = stats::prepare(r);
@@ -708,6 +764,12 @@ impl App {
         }
         if self.gpu.shown {
             self.gpu.prepare(self.runs.get(self.active));
+        }
+        if let Some(p) = self.popup.as_mut() {
+            p.prepare(size);
+        }
+        if self.show_help {
+            self.help_scroll = self.help_scroll.min(help::max_scroll(size));
         }
     }
 

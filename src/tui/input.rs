@@ -4,6 +4,8 @@
 //! Scheme: lowercase moves forward, the same letter in uppercase moves back
 //! (`o`/`O` op, `p`/`P` phase, `i`/`I` iteration, `n`/`N` narration,
 //! `x`/`X` OOM or error, `f`/`F` leak); `l`/`h` and →/← step one event.
+//! A popup (a stack, an event's details, a message) takes the keys while it
+//! is open ([`popup_action`]).
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
@@ -61,6 +63,27 @@ pub enum UiAction {
     /// A snapshot's next / previous device.
     NextDevice,
     PrevDevice,
+    /// The selected block's allocation stack, in a popup.
+    ShowStack,
+    /// The "by Python line" pane of the active run.
+    ToggleByLine,
+    /// The error / OOM message or narration at the cursor, in full.
+    ShowMessage,
+}
+
+/// What a key does while a popup is open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PopupAction {
+    Close,
+    Quit,
+    /// Scroll by lines (positive: down).
+    Scroll(isize),
+    /// Scroll by pages.
+    Page(isize),
+    Top,
+    Bottom,
+    /// Fold or unfold the C++/PyTorch frames of the stack shown.
+    ToggleFold,
 }
 
 /// Every binding, as the help overlay lists it.
@@ -93,7 +116,23 @@ pub const KEYS: &[(&str, &str)] = &[
     ("PgDn / PgUp", "next / previous segment (map), page (log)"),
     (
         "Enter",
-        "map: go to the selected block's allocation; leaks: toggle highlight",
+        "map: block's allocation event · leaks: highlight · log: event details",
+    ),
+    (
+        "b",
+        "the selected block's allocation stack, your first line highlighted",
+    ),
+    (
+        "u",
+        "live bytes by Python line at the cursor; j/k pick one, ▚ on the map",
+    ),
+    (
+        "e",
+        "the error / OOM message or narration at the cursor, in full",
+    ),
+    (
+        "in a popup",
+        "j/k g/G scroll · Enter folds/unfolds C++/PyTorch frames · Esc closes",
     ),
     ("z / Z", "zoom in / out (map or timeline, by focus)"),
     ("> / <  (shift →/←)", "pan right / left"),
@@ -110,7 +149,10 @@ pub const KEYS: &[(&str, &str)] = &[
         "r",
         "restart the run (replay from start if it cannot rerun)",
     ),
-    ("Esc", "close help or the GPU panel / clear selection"),
+    (
+        "Esc",
+        "close help, the GPU panel or the by-line pane / clear selection",
+    ),
     ("?", "this help"),
     ("q  ctrl-c", "quit"),
     (
@@ -129,10 +171,14 @@ pub fn key_action(key: KeyEvent, focus: Focus, help: bool) -> Option<UiAction> {
         return matches!(key.code, KeyCode::Char('c')).then_some(UiAction::Quit);
     }
     if help {
-        // The overlay swallows keys except those that close it or quit.
+        // The overlay swallows keys except those that close, scroll or quit.
         return match key.code {
             KeyCode::Char('?') | KeyCode::Esc => Some(UiAction::ToggleHelp),
             KeyCode::Char('q') => Some(UiAction::Quit),
+            KeyCode::Char('j') | KeyCode::Down => Some(UiAction::Down),
+            KeyCode::Char('k') | KeyCode::Up => Some(UiAction::Up),
+            KeyCode::PageDown => Some(UiAction::PageDown),
+            KeyCode::PageUp => Some(UiAction::PageUp),
             _ => None,
         };
     }
@@ -182,6 +228,9 @@ pub fn key_action(key: KeyEvent, focus: Focus, help: bool) -> Option<UiAction> {
         KeyCode::Char('v') => Some(UiAction::ToggleGpu),
         KeyCode::Char('d') => Some(UiAction::NextDevice),
         KeyCode::Char('D') => Some(UiAction::PrevDevice),
+        KeyCode::Char('b') => Some(UiAction::ShowStack),
+        KeyCode::Char('u') => Some(UiAction::ToggleByLine),
+        KeyCode::Char('e') => Some(UiAction::ShowMessage),
         _ => {
             let _ = focus;
             None
@@ -189,15 +238,37 @@ pub fn key_action(key: KeyEvent, focus: Focus, help: bool) -> Option<UiAction> {
     }
 }
 
+/// The action for `key` while a popup is open: it takes every key.
+pub fn popup_action(key: KeyEvent) -> Option<PopupAction> {
+    if key.kind == KeyEventKind::Release {
+        return None;
+    }
+    if key.modifiers.contains(KeyModifiers::CONTROL) {
+        return matches!(key.code, KeyCode::Char('c')).then_some(PopupAction::Quit);
+    }
+    match key.code {
+        KeyCode::Esc | KeyCode::Char('b' | 'e') => Some(PopupAction::Close),
+        KeyCode::Char('q') => Some(PopupAction::Quit),
+        KeyCode::Char('j') | KeyCode::Down => Some(PopupAction::Scroll(1)),
+        KeyCode::Char('k') | KeyCode::Up => Some(PopupAction::Scroll(-1)),
+        KeyCode::PageDown | KeyCode::Char(' ') => Some(PopupAction::Page(1)),
+        KeyCode::PageUp => Some(PopupAction::Page(-1)),
+        KeyCode::Char('g') | KeyCode::Home => Some(PopupAction::Top),
+        KeyCode::Char('G') | KeyCode::End => Some(PopupAction::Bottom),
+        KeyCode::Enter => Some(PopupAction::ToggleFold),
+        _ => None,
+    }
+}
+
 /// Short hints for the bottom bar, by focus.
 pub fn hints(focus: Focus) -> &'static str {
     match focus {
         Focus::Map => {
-            "j/k block  PgDn/PgUp segment  Enter alloc event  z/Z zoom  </> pan  c colour"
+            "j/k block  b stack  u by line  Enter alloc event  PgDn/PgUp segment  z/Z zoom  c colour"
         }
         Focus::Timeline => "click/drag seek  z/Z zoom  </> pan  o/p/i step  x OOM  n narration",
         Focus::Leaks => "j/k finding  Enter highlight  f/F allocation held",
         Focus::Stats => "Tab next panel",
-        Focus::Log => "j/k scroll  PgDn/PgUp page",
+        Focus::Log => "j/k line  Enter event details  PgDn/PgUp page",
     }
 }

@@ -63,6 +63,8 @@ impl Focus {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RunAreas {
     pub map: Option<Rect>,
+    /// The "by Python line" pane, taken from the bottom of the map's area.
+    pub by_line: Option<Rect>,
     pub narration: Option<Rect>,
     pub timeline: Rect,
 }
@@ -122,6 +124,7 @@ fn column(col: Rect, with_map: bool, narration: bool, timeline_h: u16) -> RunAre
         let [n, t] = Layout::vertical([Constraint::Length(narr_h), Constraint::Min(3)]).areas(col);
         return RunAreas {
             map: None,
+            by_line: None,
             narration: narration.then_some(n),
             timeline: t,
         };
@@ -134,6 +137,7 @@ fn column(col: Rect, with_map: bool, narration: bool, timeline_h: u16) -> RunAre
     .areas(col);
     RunAreas {
         map: Some(m),
+        by_line: None,
         narration: narration.then_some(n),
         timeline: t,
     }

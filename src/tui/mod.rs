@@ -9,13 +9,18 @@
 //! - `layout`, `theme`, `marks`; `views/*`: one pure render function per panel;
 //! - `run`: terminal setup/restore, panic hook, the loop (`run_tui`);
 //! - `gpu_panel`: the run view's NVML/simulated reconciliation panel (`v`);
+//! - `by_line`: the "by Python line" pane (`u`); `popup` and `details`: the
+//!   scrollable popups (a block's stack `b`, an event's details, a message `e`);
 //! - `watch`, `watch_loop`, `views::watch`: `vramscope watch`'s live view.
 
 pub mod app;
+pub mod by_line;
+pub mod details;
 pub mod gpu_panel;
 pub mod input;
 pub mod layout;
 pub mod marks;
+pub mod popup;
 pub mod run;
 pub mod run_view;
 pub mod theme;

@@ -1,6 +1,7 @@
 //! One run as the UI holds it: its source, everything received, the cursor,
 //! and the per-frame data (`RunFrame`) the views draw.
 
+use super::by_line;
 use super::input::{Dir, Step};
 use super::marks::MarkIndex;
 use super::views::{event_log, segment_map, stats, timeline};
@@ -32,6 +33,8 @@ pub struct RunFrame {
     pub narration: Option<Arc<str>>,
     /// The latest `Marker::Error` at or before the cursor.
     pub error_marker: Option<Arc<str>>,
+    /// The "by Python line" pane, when open.
+    pub by_line: by_line::ByLineFrame,
     pub iteration: Option<u32>,
     pub phase: Option<&'static str>,
 }
@@ -100,6 +103,10 @@ pub struct RunView {
     pub tl_anchor: usize,
     /// Category index per tag, so describing a tag happens once.
     pub(crate) cat_cache: HashMap<Tag, Option<u8>>,
+    /// The "by Python line" pane, when open.
+    pub by_line: Option<by_line::ByLine>,
+    pub(crate) site_cache: by_line::SiteCache,
+    pub(crate) site_events: by_line::SiteEvents,
     pub frame: RunFrame,
 }
 
@@ -156,6 +163,9 @@ impl RunView {
             tl_zoom: 1,
             tl_anchor: 0,
             cat_cache: HashMap::new(),
+            by_line: None,
+            site_cache: by_line::SiteCache::default(),
+            site_events: by_line::SiteEvents::default(),
             frame: RunFrame::default(),
         }
     }
@@ -176,6 +186,21 @@ impl RunView {
     /// Index of the last applied event (the cursor event), if any.
     pub fn cursor(&self) -> Option<usize> {
         self.pos.checked_sub(1)
+    }
+
+    /// The event of the log's selected line: the cursor's, moved by the
+    /// log's scroll.
+    pub fn log_selected(&self) -> Option<usize> {
+        let last = self.len().checked_sub(1)? as isize;
+        let at = self.cursor().unwrap_or(0) as isize + self.log_offset;
+        Some(at.clamp(0, last) as usize)
+    }
+
+    /// Move the log's selected line by `delta`, within the events.
+    pub(super) fn scroll_log(&mut self, delta: isize) {
+        let c = self.cursor().unwrap_or(0) as isize;
+        let last = self.len().saturating_sub(1) as isize;
+        self.log_offset = (c + self.log_offset + delta).clamp(0, last) - c;
     }
 
     /// Take what the source has; true when anything arrived.
@@ -300,6 +325,7 @@ impl RunView {
         self.sel_block = None;
         self.sel_finding = None;
         self.cat_cache.clear();
+        self.site_events = by_line::SiteEvents::default();
     }
 
     /// Bring `map` to the state after `pos` events: forward by replaying the
@@ -494,8 +520,12 @@ impl RunView {
         })
     }
 
-    /// Blocks to highlight: those of the selected finding.
+    /// Blocks to highlight: those of the selected "by Python line" line,
+    /// else those of the selected finding.
     pub fn highlighted(&self) -> Vec<u64> {
+        if let Some(v) = self.site_highlight() {
+            return v;
+        }
         let mut v = self
             .sel_finding
             .and_then(|i| self.findings.get(i))

@@ -14,20 +14,45 @@ pub struct Frame {
     pub name: SharedStr,
 }
 
+/// What a frame is, for reading a stack: the user's own code, or one of the
+/// layers that run under (and around) it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FrameKind {
+    /// The user's own Python code: the line a person can change.
+    User,
+    /// C++ or CUDA (`??`, `""`, `*.cpp`, `*.cu`, `*.h`, ...).
+    Native,
+    /// torch's own Python (`.../torch/...`).
+    Torch,
+    /// Interpreter pseudo-files such as `<frozen runpy>` or `<eval_with_key>`.
+    Interpreter,
+}
+
 impl Frame {
+    /// Which layer the frame belongs to, by its file name alone.
+    pub fn kind(&self) -> FrameKind {
+        let f = &*self.filename;
+        if f.is_empty() || f == "??" {
+            return FrameKind::Native;
+        }
+        if f.starts_with('<') {
+            return FrameKind::Interpreter;
+        }
+        const NATIVE: [&str; 7] = [".cpp", ".cc", ".cu", ".cuh", ".h", ".hpp", ".c"];
+        if NATIVE.iter().any(|ext| f.ends_with(ext)) {
+            return FrameKind::Native;
+        }
+        if f.contains("/torch/") || f.contains("\\torch\\") || f.contains("site-packages/torch") {
+            return FrameKind::Torch;
+        }
+        FrameKind::User
+    }
+
     /// True for the user's own Python code: not C++ (`??`, `""`, `*.cpp`,
     /// `*.cu`, `*.h`), not torch itself, not interpreter pseudo-files such as
     /// `<frozen runpy>` or `<eval_with_key>`.
     pub fn is_user_code(&self) -> bool {
-        let f = &*self.filename;
-        if f.is_empty() || f == "??" || f.starts_with('<') {
-            return false;
-        }
-        const NATIVE: [&str; 7] = [".cpp", ".cc", ".cu", ".cuh", ".h", ".hpp", ".c"];
-        if NATIVE.iter().any(|ext| f.ends_with(ext)) {
-            return false;
-        }
-        !(f.contains("/torch/") || f.contains("\\torch\\") || f.contains("site-packages/torch"))
+        self.kind() == FrameKind::User
     }
 }
 
@@ -184,6 +209,21 @@ mod tests {
         .map(|f| t.intern_frame(f))
         .collect();
         let s = t.intern_stack(&ids);
+        let kinds: Vec<FrameKind> = t.resolve(s).map(Frame::kind).collect();
+        use FrameKind::*;
+        assert_eq!(
+            kinds,
+            [
+                Native,
+                Native,
+                Native,
+                Torch,
+                Torch,
+                Interpreter,
+                User,
+                User
+            ]
+        );
         let user = t.first_user_frame(s).map(|f| (&*f.filename, f.line));
         assert_eq!(user, Some(("/home/me/train.py", 42)));
         assert_eq!(t.first_user_frame(FramesId::EMPTY), None);

@@ -28,7 +28,7 @@ mod types;
 
 pub use error::{SchemaError, SnapshotError};
 pub use export::export_bytes;
-pub use frames::{Frame, FrameId, FrameTable, FramesId};
+pub use frames::{Frame, FrameId, FrameKind, FrameTable, FramesId};
 pub use import::{import_bytes, import_document, import_file, import_file_reporting};
 pub use synth::{synthetic_snapshot, SynthStats};
 pub use types::{

@@ -4,6 +4,7 @@
 use crossterm::event::{MouseButton, MouseEvent, MouseEventKind};
 
 use super::{App, Drag};
+use crate::tui::input::PopupAction;
 use crate::tui::layout::{self, Focus};
 
 impl App {
@@ -12,6 +13,16 @@ impl App {
             return false;
         }
         let (x, y) = (ev.column, ev.row);
+        if let Some(p) = self.popup.as_mut() {
+            // A popup is modal: the wheel scrolls it, the rest waits.
+            let by = match ev.kind {
+                MouseEventKind::ScrollDown => 3,
+                MouseEventKind::ScrollUp => -3,
+                _ => return false,
+            };
+            p.key(PopupAction::Scroll(by));
+            return true;
+        }
         match ev.kind {
             MouseEventKind::Down(MouseButton::Left) => self.click(x, y),
             MouseEventKind::Drag(MouseButton::Left) => self.drag_to(x, y),
@@ -33,6 +44,20 @@ impl App {
                 self.focus = Focus::Timeline;
                 self.drag = Some(Drag::Timeline(i));
                 return self.seek_timeline_column(i, x);
+            }
+            if let Some(pane) = ra.by_line.filter(|p| layout::contains(*p, x, y)) {
+                self.active = i;
+                self.focus = Focus::Map;
+                let row = usize::from(y.saturating_sub(pane.y + 1));
+                let Some(r) = self.runs.get_mut(i) else {
+                    return false;
+                };
+                let first = r.by_line.as_ref().map_or(0, |p| p.scroll);
+                return row < r.frame.by_line.rows.len() && r.select_site(first + row);
+            }
+            if ra.narration.is_some_and(|n| layout::contains(n, x, y)) {
+                self.active = i;
+                return self.show_message();
             }
             if ra.map.is_some_and(|m| layout::contains(m, x, y)) {
                 self.active = i;
@@ -120,7 +145,7 @@ impl App {
         }
         if self.areas.log.is_some_and(|l| layout::contains(l, x, y)) {
             if let Some(r) = self.active_mut() {
-                r.log_offset += dir as isize * 3;
+                r.scroll_log(dir as isize * 3);
             }
             return true;
         }

@@ -15,7 +15,10 @@ fn closed_trace_places_every_entry() {
     keys(&mut app, "Gj");
     let s = screen(&mut app, 140, 44);
     assert!(s.contains("large pool") && s.contains("small pool"), "{s}");
-    assert!(s.contains("frames:"), "frames of the selected block\n{s}");
+    assert!(
+        s.contains("your code: ") && s.contains("b: all "),
+        "the selected block's first user frame and its stack's length\n{s}"
+    );
 }
 
 #[test]

@@ -5,6 +5,7 @@ mod gpu_panel;
 mod helpers;
 mod import;
 mod session;
+mod stack;
 mod theme;
 mod views;
 mod watch;

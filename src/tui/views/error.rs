@@ -26,7 +26,8 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
         .title(Span::styled(
             format!(" {} failed ", r.title),
             th.fg(th.palette.error),
-        ));
+        ))
+        .title_bottom(Span::styled(" e: the message in full ", th.dim()));
     let lines = vec![
         Line::styled(super::one_line(msg), th.fg(th.palette.error)),
         Line::styled(

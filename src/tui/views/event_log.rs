@@ -28,6 +28,8 @@ pub struct LogLine {
     pub text: String,
     pub kind: LogKind,
     pub cursor: bool,
+    /// The line Enter opens (marked while the log has focus).
+    pub selected: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -40,6 +42,7 @@ pub fn prepare(r: &RunView, height: usize) -> LogFrame {
         return LogFrame::default();
     }
     let cursor = r.cursor();
+    let selected = r.log_selected();
     let centre = cursor.unwrap_or(0) as isize + r.log_offset;
     let len = r.len() as isize;
     let start = (centre - height as isize / 2).clamp(0, (len - height as isize).max(0)) as usize;
@@ -54,6 +57,7 @@ pub fn prepare(r: &RunView, height: usize) -> LogFrame {
                 text,
                 kind,
                 cursor: Some(index) == cursor,
+                selected: Some(index) == selected,
             }
         })
         .collect();
@@ -136,11 +140,17 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
             if l.cursor {
                 style = style.add_modifier(Modifier::REVERSED);
             }
+            let selected = focused && l.selected;
+            if selected {
+                style = style.add_modifier(Modifier::BOLD | Modifier::UNDERLINED);
+            }
+            let mark = match (l.cursor, selected) {
+                (true, _) => "▶",
+                (false, true) => "›",
+                _ => " ",
+            };
             Line::from(vec![
-                Span::styled(
-                    format!("{}{:>8} ", if l.cursor { "▶" } else { " " }, l.index),
-                    th.dim(),
-                ),
+                Span::styled(format!("{mark}{:>8} ", l.index), th.dim()),
                 Span::styled(l.text.as_str(), style),
             ])
         })

@@ -1,12 +1,14 @@
 //! One file per panel, each a pure `render(frame, area, app, …)` reading the
 //! data `App::prepare` built. `draw` places them by the layout.
 
+pub mod by_line;
 pub mod error;
 pub mod event_log;
 pub mod gpu;
 pub mod help;
 pub mod leaks;
 pub mod narration;
+pub mod popup;
 pub mod segment_map;
 pub mod stats;
 pub mod status;
@@ -38,6 +40,9 @@ pub fn draw(frame: &mut Frame, app: &App) {
         if let Some(m) = ra.map {
             segment_map::render(frame, m, app, i);
         }
+        if let Some(b) = ra.by_line {
+            by_line::render(frame, b, app, i);
+        }
         if let Some(n) = ra.narration {
             narration::render(frame, n, app, i);
         }
@@ -58,6 +63,9 @@ pub fn draw(frame: &mut Frame, app: &App) {
     if app.gpu.shown {
         gpu::render(frame, area, app);
     }
+    if app.popup.is_some() {
+        popup::render(frame, app);
+    }
     if app.show_help {
         help::render(frame, area, app);
     }
@@ -72,4 +80,51 @@ pub(crate) fn one_line(text: &str) -> String {
         .filter(|l| !l.is_empty())
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// The end of `text` in `width` characters, `…` where it was cut.
+pub(crate) fn fit_tail(text: &str, width: usize) -> String {
+    let n = text.chars().count();
+    if n <= width || width < 2 {
+        return text.to_string();
+    }
+    let keep: String = text.chars().skip(n - (width - 1)).collect();
+    format!("…{keep}")
+}
+
+/// A call site (`path:line in name`) in `width` characters: whole where it
+/// fits, else without as many leading folders as it takes (file, line and
+/// function are what a reader looks for; the stack popup shows it whole),
+/// else its end.
+pub(crate) fn fit_site(site: &str, width: usize) -> String {
+    if site.chars().count() <= width {
+        return site.to_string();
+    }
+    let loc_end = site.find(" in ").unwrap_or(site.len());
+    let cuts = site[..loc_end].match_indices(['/', '\\']).map(|(i, _)| i);
+    let mut last = None;
+    for cut in cuts {
+        let short = format!("…{}", &site[cut..]);
+        if short.chars().count() <= width {
+            return short;
+        }
+        last = Some(short);
+    }
+    fit_tail(last.as_deref().unwrap_or(site), width)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fit_site;
+
+    #[test]
+    fn a_long_site_keeps_its_file_line_and_function() {
+        let site = "/home/u/project/src/model.py:42 in forward";
+        assert_eq!(fit_site(site, 60), site);
+        assert_eq!(fit_site(site, 27), "…/model.py:42 in forward");
+        assert_eq!(fit_site(site, 28), "…/src/model.py:42 in forward");
+        assert!(fit_site(site, 12).ends_with(" in forward"));
+        assert_eq!(fit_site(site, 12).chars().count(), 12);
+        assert_eq!(fit_site("(no stack recorded)", 10).chars().count(), 10);
+    }
 }

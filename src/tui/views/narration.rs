@@ -1,5 +1,6 @@
 //! The callout above a run's timeline: the latest narration at or before the
-//! cursor, or an error marker the run reported (errors win).
+//! cursor, or an error marker the run reported (errors win). `e` (or a
+//! click) opens it in full.
 
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
@@ -19,7 +20,8 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
     let block = Block::default()
         .borders(Borders::ALL)
         .border_style(th.fg(color))
-        .title(Span::styled(label, th.fg(color)));
+        .title(Span::styled(label, th.fg(color)))
+        .title(Span::styled(" e: in full ", th.dim()).into_right_aligned_line());
     let p = Paragraph::new(Line::styled(super::one_line(text), th.fg(color)))
         .wrap(Wrap { trim: true })
         .block(block);

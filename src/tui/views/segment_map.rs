@@ -14,6 +14,8 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph};
 use ratatui::Frame;
 
+use super::fit_site;
+use crate::producers::{BlockStack, StackOrigin};
 use crate::tui::app::{App, ColorMode, RunView};
 use crate::tui::layout;
 use crate::tui::theme::{Theme, CATEGORIES};
@@ -241,7 +243,8 @@ pub fn prepare(
         return MapFrame::default();
     };
     let inner = layout::inner(area);
-    let detail_h = if r.sel_block.is_some() && inner.height > DETAIL_H + 2 {
+    // The "by Python line" pane below says what the selection is.
+    let detail_h = if r.sel_block.is_some() && r.by_line.is_none() && inner.height > DETAIL_H + 2 {
         DETAIL_H
     } else {
         0
@@ -313,7 +316,7 @@ pub fn prepare(
         bar_width,
         rows_y: inner.y,
         detail: if detail_h > 0 {
-            detail_lines(r)
+            detail_lines(r, usize::from(inner.width))
         } else {
             Vec::new()
         },
@@ -401,7 +404,7 @@ impl CellCtx<'_> {
     }
 }
 
-fn detail_lines(r: &RunView) -> Vec<String> {
+fn detail_lines(r: &RunView, width: usize) -> Vec<String> {
     let Some(addr) = r.sel_block else {
         return Vec::new();
     };
@@ -428,6 +431,15 @@ fn detail_lines(r: &RunView) -> Vec<String> {
             s.stream,
             if s.expandable { "  expandable" } else { "" }
         ));
+    }
+    let recorded = b
+        .state
+        .is_active()
+        .then(|| r.tags.as_ref().and_then(|t| t.stack(b.tag, a)))
+        .flatten();
+    if let Some(bs) = recorded {
+        lines.extend(stack_summary(&bs, r.is_empty(), width));
+        return lines;
     }
     let desc = (b.tag != Tag::NONE)
         .then(|| r.tags.as_ref().and_then(|t| t.describe(b.tag)))
@@ -462,6 +474,36 @@ fn detail_lines(r: &RunView) -> Vec<String> {
     lines
 }
 
+/// A block's recorded stack in two lines: the user's line (its end kept
+/// where the width cuts it), then where the stack comes from.
+fn stack_summary(bs: &BlockStack, no_trace: bool, width: usize) -> Vec<String> {
+    let stack = bs.stack.as_deref().filter(|s| !s.is_empty());
+    let first = match stack.map(|s| &s.site) {
+        Some(Some(site)) => format!("your code: {}", fit_site(site, width.saturating_sub(11))),
+        Some(None) => "no frame of your own code in its stack".to_string(),
+        None => "no stack recorded".to_string(),
+    };
+    let origin = match (bs.origin, stack.is_some()) {
+        (StackOrigin::Entry(e), _) => format!("allocated by trace entry {e}"),
+        (StackOrigin::FinalState, true) if no_trace => "stack from the file's final state".into(),
+        (StackOrigin::FinalState, false) if no_trace => {
+            "the file's final state records none".into()
+        }
+        (StackOrigin::FinalState, true) => {
+            "allocated before the trace; stack from the file's final state".into()
+        }
+        (StackOrigin::FinalState, false) => {
+            "allocated before the trace; the file's final state records none".into()
+        }
+        (StackOrigin::BeforeTrace, _) => "allocated before the trace began, freed within it".into(),
+    };
+    let more = match stack {
+        Some(s) => format!("b: all {} frames · ", s.frames.len()),
+        None => String::new(),
+    };
+    vec![first, format!("{more}{origin}")]
+}
+
 pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
     let Some(r) = app.runs.get(run) else { return };
     let th = &app.theme;
@@ -484,7 +526,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
         .borders(Borders::ALL)
         .border_style(th.border(focused))
         .title(Span::styled(title, th.title()))
-        .title_bottom(legend(th, app.color_mode));
+        .title_bottom(legend(th, app.color_mode, r.by_line.is_some()));
     let inner = block.inner(area);
     frame.render_widget(block, area);
     if m.total_rows == 0 {
@@ -561,7 +603,7 @@ fn cell_look(th: &Theme, mode: ColorMode, c: &MapCell) -> (&'static str, Style) 
     (glyph, style)
 }
 
-fn legend(th: &Theme, mode: ColorMode) -> Line<'static> {
+fn legend(th: &Theme, mode: ColorMode, by_line: bool) -> Line<'static> {
     let p = &th.palette;
     let mut spans = Vec::new();
     match mode {
@@ -585,6 +627,9 @@ fn legend(th: &Theme, mode: ColorMode) -> Line<'static> {
         }
     }
     spans.push(Span::styled(HIGHLIGHT_GLYPH, th.fg(p.highlight)));
-    spans.push(Span::styled("leak ", th.dim()));
+    spans.push(Span::styled(
+        if by_line { "selected line " } else { "leak " },
+        th.dim(),
+    ));
     Line::from(spans)
 }

@@ -16,6 +16,7 @@ use crate::tui::app::{App, RunView};
 use crate::tui::layout::{self, Focus};
 use crate::tui::marks::Glyph;
 use crate::tui::theme::Theme;
+use crate::tui::views::segment_map::HIGHLIGHT_GLYPH;
 
 const EIGHTHS: [&str; 9] = [" ", "▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"];
 
@@ -42,6 +43,8 @@ pub struct TimelineFrame {
     pub cap_lvl: Option<u32>,
     pub graph_h: u16,
     pub title: String,
+    /// Columns holding an allocation of the "by Python line" selection.
+    pub site_marks: Vec<bool>,
 }
 
 impl TimelineFrame {
@@ -121,6 +124,7 @@ pub fn prepare(r: &mut RunView, area: Rect) -> TimelineFrame {
         cap_lvl,
         graph_h,
         title,
+        site_marks: Vec::new(),
     }
 }
 
@@ -228,6 +232,8 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
             let y = inner.y + t.graph_h;
             let (glyph, style) = if is_cursor {
                 ("▲", th.fg(p.cursor))
+            } else if t.site_marks.get(c).copied().unwrap_or(false) {
+                (HIGHLIGHT_GLYPH, th.fg(p.highlight))
             } else {
                 match t.marks.get(c).copied().flatten() {
                     Some(g) => (g.symbol(), mark_style(th, g)),

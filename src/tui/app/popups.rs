@@ -1,0 +1,94 @@
+//! Opening the popups (a block's stack, an event's details, a message in
+//! full) and the "by Python line" pane, and the keys while a popup is open.
+
+use crossterm::event::KeyEvent;
+
+use super::App;
+use crate::alloc::Action;
+use crate::trace::Event;
+use crate::tui::details;
+use crate::tui::input::{self, PopupAction};
+
+impl App {
+    /// A popup takes every key: scroll, fold, close, quit.
+    pub(super) fn popup_key(&mut self, key: KeyEvent) -> bool {
+        let Some(a) = input::popup_action(key) else {
+            return false;
+        };
+        match a {
+            PopupAction::Close => self.popup = None,
+            PopupAction::Quit => self.quit = true,
+            _ => {
+                if let Some(p) = self.popup.as_mut() {
+                    p.key(a);
+                }
+            }
+        }
+        true
+    }
+
+    /// `b`: the selected block's stack.
+    pub(super) fn show_stack(&mut self) -> bool {
+        let Some(r) = self.active_mut() else {
+            return false;
+        };
+        r.sync_map();
+        let Some(addr) = r.sel_block else {
+            self.notice = Some("b: select a block first (j/k or click)".into());
+            return true;
+        };
+        match details::stack_popup(r, addr) {
+            Some(p) => self.popup = Some(p),
+            None => {
+                self.notice = Some(format!(
+                    "b: block {addr:#x} is not in the map at this event"
+                ));
+            }
+        }
+        true
+    }
+
+    /// `e`: the error / OOM message or narration at the cursor in full; at
+    /// an OOM entry of a snapshot (which has no message), its details.
+    pub(super) fn show_message(&mut self) -> bool {
+        let Some(r) = self.runs.get(self.active) else {
+            return false;
+        };
+        if let Some(p) = details::message_popup(r) {
+            self.popup = Some(p);
+            return true;
+        }
+        let oom = r.cursor().filter(|c| {
+            matches!(r.timeline.events().get(*c), Some(Event::Alloc(a)) if a.action == Action::Oom)
+        });
+        match oom.and_then(|c| details::event_popup(r, c)) {
+            Some(p) => self.popup = Some(p),
+            None => {
+                self.notice = Some("e: no error, OOM or narration at the cursor".into());
+            }
+        }
+        true
+    }
+
+    /// Enter on the event log: the details of its selected line.
+    pub(super) fn show_event(&mut self) -> bool {
+        let Some(r) = self.runs.get(self.active) else {
+            return false;
+        };
+        let Some(p) = r.log_selected().and_then(|i| details::event_popup(r, i)) else {
+            return false;
+        };
+        self.popup = Some(p);
+        true
+    }
+
+    /// `u`: open or close the active run's "by Python line" pane.
+    pub(super) fn toggle_by_line(&mut self) -> bool {
+        let Some(r) = self.active_mut() else {
+            return false;
+        };
+        r.sync_map();
+        r.toggle_by_line();
+        true
+    }
+}

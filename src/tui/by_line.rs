@@ -1,0 +1,270 @@
+//! The "by Python line" pane (`u`): the live bytes at the cursor grouped by
+//! the first user frame of their allocation (`trace::sites`, the headless
+//! report's rule; a simulated run's op and module), the most first. The
+//! selected line's blocks are highlighted on the map and its allocations
+//! marked on the timeline.
+
+use std::sync::Arc;
+
+use ratatui::layout::Rect;
+
+use super::run_view::RunView;
+use crate::alloc::{format_size, Action};
+use crate::producers::SiteKind;
+use crate::trace::sites::{group_by_site, SiteBytes, NO_STACK};
+use crate::trace::Event;
+use crate::units::format_count;
+
+/// The pane's state: which line is selected (by its site, so it stays
+/// selected as the cursor moves and the order changes).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ByLine {
+    pub site: Option<Arc<str>>,
+    pub scroll: usize,
+}
+
+/// Site groups of one map state.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SiteCache {
+    map_gen: u64,
+    groups: Arc<Vec<SiteBytes>>,
+}
+
+/// The events that allocated for the selected site, found incrementally as
+/// events arrive.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SiteEvents {
+    site: Option<Arc<str>>,
+    scanned: usize,
+    at: Vec<usize>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ByLineRow {
+    pub bytes: String,
+    pub blocks: String,
+    pub site: String,
+    pub selected: bool,
+    pub unknown: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ByLineFrame {
+    pub title: String,
+    pub rows: Vec<ByLineRow>,
+    pub footer: String,
+    /// Nothing live at the cursor.
+    pub empty: bool,
+}
+
+/// What the sites of `r` are called.
+fn site_kind(r: &RunView) -> SiteKind {
+    r.tags
+        .as_ref()
+        .map_or(SiteKind::PythonLine, |t| t.site_kind())
+}
+
+fn unknown_label(kind: SiteKind) -> &'static str {
+    match kind {
+        SiteKind::PythonLine => NO_STACK,
+        SiteKind::EngineOp => "(no op recorded)",
+    }
+}
+
+impl RunView {
+    /// Live bytes at the cursor by site (cached per map state).
+    pub fn site_groups(&mut self) -> Arc<Vec<SiteBytes>> {
+        if self.site_cache.map_gen == self.map_gen {
+            return self.site_cache.groups.clone();
+        }
+        let tags = self.tags.clone();
+        let live = self
+            .map
+            .blocks
+            .iter()
+            .filter(|(_, b)| b.state.is_active())
+            .map(|(a, b)| (*a, b.size, tags.as_ref().and_then(|t| t.site(b.tag, *a))));
+        let groups = Arc::new(group_by_site(live, unknown_label(site_kind(self))));
+        self.site_cache = SiteCache {
+            map_gen: self.map_gen,
+            groups: groups.clone(),
+        };
+        groups
+    }
+
+    /// The blocks of the selected line, when the pane is open (ascending).
+    pub(crate) fn site_highlight(&self) -> Option<Vec<u64>> {
+        let site = self.by_line.as_ref()?.site.as_ref()?;
+        if self.site_cache.map_gen != self.map_gen {
+            return None;
+        }
+        let g = self.site_cache.groups.iter().find(|g| g.site == *site)?;
+        Some(g.blocks.clone())
+    }
+
+    /// Move the selection by `delta` lines; select the line's largest block
+    /// on the map, so `b` shows its stack.
+    pub(crate) fn move_site(&mut self, delta: isize) -> bool {
+        self.sync_map();
+        let groups = self.site_groups();
+        let Some(pane) = self.by_line.as_mut() else {
+            return false;
+        };
+        if groups.is_empty() {
+            return false;
+        }
+        let cur = pane
+            .site
+            .as_ref()
+            .and_then(|s| groups.iter().position(|g| g.site == *s));
+        let last = groups.len() as isize - 1;
+        let next = match cur {
+            Some(i) => (i as isize + delta).clamp(0, last) as usize,
+            None if delta >= 0 => 0,
+            None => last as usize,
+        };
+        self.select_site(next)
+    }
+
+    /// Select line `index` of the list at the cursor (a click).
+    pub(crate) fn select_site(&mut self, index: usize) -> bool {
+        let groups = self.site_groups();
+        let (Some(pane), Some(g)) = (self.by_line.as_mut(), groups.get(index)) else {
+            return false;
+        };
+        pane.site = Some(g.site.clone());
+        let map = &self.map;
+        self.sel_block = g
+            .blocks
+            .iter()
+            .max_by_key(|a| {
+                (
+                    map.blocks.get(a).map_or(0, |b| b.size),
+                    std::cmp::Reverse(**a),
+                )
+            })
+            .copied();
+        true
+    }
+
+    /// Open the pane on its top line, or close it.
+    pub(crate) fn toggle_by_line(&mut self) {
+        if self.by_line.take().is_none() {
+            self.by_line = Some(ByLine::default());
+            self.move_site(0);
+        }
+    }
+
+    /// Event indices that allocated for the selected line (ascending).
+    pub(crate) fn site_events(&mut self) -> &[usize] {
+        let site = self.by_line.as_ref().and_then(|p| p.site.clone());
+        if self.site_events.site != site {
+            self.site_events = SiteEvents {
+                site,
+                ..SiteEvents::default()
+            };
+        }
+        let len = self.timeline.len();
+        if let (Some(site), Some(tags)) = (&self.site_events.site, &self.tags) {
+            let from = self.site_events.scanned.min(len);
+            for (i, e) in self.timeline.events()[from..].iter().enumerate() {
+                if let Event::Alloc(a) = e {
+                    if a.action == Action::Alloc
+                        && tags.site(a.tag, a.addr).is_some_and(|s| s == *site)
+                    {
+                        self.site_events.at.push(from + i);
+                    }
+                }
+            }
+        }
+        self.site_events.scanned = len;
+        &self.site_events.at
+    }
+}
+
+/// The pane's rows for `height` lines inside its border.
+pub fn prepare(r: &mut RunView, height: usize) -> ByLineFrame {
+    let groups = r.site_groups();
+    let kind = site_kind(r);
+    let Some(pane) = r.by_line.as_mut() else {
+        return ByLineFrame::default();
+    };
+    let sel = pane
+        .site
+        .as_ref()
+        .and_then(|s| groups.iter().position(|g| g.site == *s));
+    let height = height.max(1);
+    if let Some(i) = sel {
+        if i < pane.scroll {
+            pane.scroll = i;
+        } else if i >= pane.scroll + height {
+            pane.scroll = i + 1 - height;
+        }
+    }
+    pane.scroll = pane.scroll.min(groups.len().saturating_sub(height));
+    let total: u64 = groups.iter().map(|g| g.bytes).fold(0, u64::saturating_add);
+    let blocks: usize = groups.iter().map(|g| g.blocks.len()).sum();
+    let (what, note) = match kind {
+        SiteKind::PythonLine => ("Python line", ""),
+        SiteKind::EngineOp => ("op", " · a simulated run has no Python lines"),
+    };
+    let title = format!(
+        " Live by {what} · {} · {} blocks · {} line{}{note} ",
+        format_size(total),
+        format_count(blocks as u64),
+        format_count(groups.len() as u64),
+        if groups.len() == 1 { "" } else { "s" }
+    );
+    let rows = groups
+        .iter()
+        .enumerate()
+        .skip(pane.scroll)
+        .take(height)
+        .map(|(i, g)| ByLineRow {
+            bytes: format_size(g.bytes),
+            blocks: format_count(g.blocks.len() as u64),
+            site: g.site.to_string(),
+            selected: Some(i) == sel,
+            unknown: g.unknown,
+        })
+        .collect();
+    ByLineFrame {
+        title,
+        rows,
+        footer: " j/k line · b its stack · u/Esc close ".into(),
+        empty: groups.is_empty(),
+    }
+}
+
+/// Timeline columns holding an allocation of the selected line.
+pub fn timeline_marks(r: &mut RunView, from: usize, to: usize, width: u16) -> Vec<bool> {
+    let w = usize::from(width);
+    let mut cols = vec![false; w];
+    if r.by_line.is_none() || to <= from || w == 0 {
+        return cols;
+    }
+    let span = to - from;
+    let at = r.site_events();
+    let start = at.partition_point(|i| *i < from);
+    for i in at[start..].iter().take_while(|i| **i < to) {
+        cols[((i - from) * w / span).min(w - 1)] = true;
+    }
+    cols
+}
+
+/// The pane's place: the bottom of the map's area.
+pub fn split(map: Rect) -> (Rect, Rect) {
+    let h = (map.height * 2 / 5)
+        .clamp(5, 18)
+        .min(map.height.saturating_sub(5));
+    let top = Rect {
+        height: map.height - h,
+        ..map
+    };
+    let pane = Rect {
+        y: map.y + top.height,
+        height: h,
+        ..map
+    };
+    (top, pane)
+}
