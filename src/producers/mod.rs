@@ -20,6 +20,7 @@ pub mod nvml;
 pub mod open;
 pub mod scenario;
 pub mod snapshot;
+mod snapshot_tags;
 pub mod source;
 
 pub use devices::{snapshot_devices, SnapshotDevices};

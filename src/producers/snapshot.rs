@@ -5,27 +5,23 @@
 //! how far it has got), then makes the events and sends them in chunks, so
 //! the UI is drawn from the first moment and a large trace opens at once.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::alloc::constants::LARGE_BUFFER;
-use crate::alloc::{AllocConfig, Tag};
+use crate::alloc::AllocConfig;
 use crate::trace::mirror::{final_map, start_map, TraceMirror};
 use crate::trace::replay::from_snapshot::{self, DeviceReplay};
 use crate::trace::replay::reconstruct;
 use crate::trace::replay::replayed::device_capacity;
 use crate::trace::replay::whatif::{self, Requests};
-use crate::trace::replay::{tag_entry, Entry};
-use crate::trace::snapshot::{import_file_reporting, Action, FramesId, Snapshot, SnapshotError};
-use crate::trace::stack::{Stack, StackFrame};
+use crate::trace::replay::Entry;
+use crate::trace::snapshot::{import_file_reporting, Snapshot, SnapshotError};
 use crate::trace::{Event, MemoryMap};
 
 use super::devices::{devices_with_oom, snapshot_devices, SnapshotDevices};
-use super::source::{
-    BlockStack, EntryDetail, LoadProgress, Opened, Source, SourceMsg, StackOrigin, TagDescription,
-    TagInfo,
-};
+use super::snapshot_tags::SnapshotTags;
+use super::source::{LoadProgress, Opened, Source, SourceMsg, TagInfo};
 
 /// Events per message while a trace is rebuilt in the background: the UI
 /// opens on the first ones while the rest are still being placed (a 1 GB
@@ -351,186 +347,5 @@ fn stream_events(
         Err(e) => Source::from_messages([SourceMsg::Failed(format!(
             "could not start the thread that makes the events: {e}"
         ))]),
-    }
-}
-
-/// What the views ask of a snapshot's tags, resolved to text up front (the
-/// snapshot's strings are not shareable across threads).
-struct SnapshotTags {
-    /// Every distinct non-empty stack of the trace and of the final blocks.
-    stacks: HashMap<FramesId, Arc<Stack>>,
-    /// Per trace entry: its stack and its action.
-    entry_frames: Vec<FramesId>,
-    entry_actions: Vec<Action>,
-    /// Per trace entry: µs since the epoch ([`NO_TIME`] where absent);
-    /// `None` when no entry records a time.
-    entry_times: Option<Vec<i64>>,
-    first_time: Option<i64>,
-    /// Final-state stacks, by address, of the live blocks the views show
-    /// without a tag: allocated before the trace began and never freed in it
-    /// (every live block of a file without a trace).
-    untagged: HashMap<u64, FramesId>,
-    /// The trace has entries: an untagged block missing from `untagged` was
-    /// freed within it.
-    traced: bool,
-    /// For a mirrored trace (one event per allocator entry): the entries
-    /// that make no event, ascending. `None` for a what-if replay, whose
-    /// events are its allocator's own.
-    skipped: Option<Vec<usize>>,
-}
-
-/// [`SnapshotTags::entry_times`] of an entry without a time.
-const NO_TIME: i64 = i64::MIN;
-
-impl SnapshotTags {
-    fn new(snap: &Snapshot, device: usize, mirrored: bool) -> SnapshotTags {
-        let trace = snap
-            .device_traces
-            .get(device)
-            .map(Vec::as_slice)
-            .unwrap_or(&[]);
-        let entry_frames: Vec<FramesId> = trace.iter().map(|e| e.frames).collect();
-        let entry_actions = trace.iter().map(|e| e.action).collect();
-        let timed = trace.iter().any(|e| e.time_us().is_some());
-        let entry_times = timed.then(|| {
-            trace
-                .iter()
-                .map(|e| e.time_us().unwrap_or(NO_TIME))
-                .collect::<Vec<_>>()
-        });
-        let first_time = entry_times
-            .as_ref()
-            .and_then(|t| t.iter().copied().filter(|t| *t != NO_TIME).min());
-        let mut untagged: HashMap<u64, FramesId> = snap
-            .segments
-            .iter()
-            .filter(|s| s.device == device as i64)
-            .flat_map(|s| s.blocks.iter())
-            .filter(|b| b.state.is_active())
-            .map(|b| (b.address, b.frames))
-            .collect();
-        for e in trace {
-            // A block allocated in the trace carries that entry's tag; one
-            // freed in it is not the block the final state holds there.
-            if matches!(
-                e.action,
-                Action::Alloc | Action::FreeRequested | Action::FreeCompleted
-            ) {
-                untagged.remove(&e.addr);
-            }
-        }
-        let mut resolved = HashMap::new();
-        let mut stacks = HashMap::new();
-        for id in entry_frames.iter().chain(untagged.values()) {
-            if *id == FramesId::EMPTY || stacks.contains_key(id) {
-                continue;
-            }
-            let frames = snap
-                .frames
-                .stack(*id)
-                .iter()
-                .filter_map(|f| {
-                    let frame = snap.frames.frame(*f)?;
-                    Some(
-                        resolved
-                            .entry(*f)
-                            .or_insert_with(|| Arc::new(StackFrame::from_frame(frame)))
-                            .clone(),
-                    )
-                })
-                .collect();
-            stacks.insert(*id, Arc::new(Stack::new(frames)));
-        }
-        let skipped = mirrored.then(|| {
-            trace
-                .iter()
-                .enumerate()
-                .filter(|(_, e)| !e.action.is_allocator())
-                .map(|(i, _)| i)
-                .collect()
-        });
-        SnapshotTags {
-            stacks,
-            entry_frames,
-            entry_actions,
-            entry_times,
-            first_time,
-            untagged,
-            traced: !trace.is_empty(),
-            skipped,
-        }
-    }
-
-    fn time(&self, entry: usize) -> Option<i64> {
-        self.entry_times
-            .as_ref()
-            .and_then(|t| t.get(entry))
-            .copied()
-            .filter(|t| *t != NO_TIME)
-    }
-
-    fn entry_stack(&self, entry: usize) -> Option<Arc<Stack>> {
-        self.stacks.get(self.entry_frames.get(entry)?).cloned()
-    }
-}
-
-impl TagInfo for SnapshotTags {
-    fn describe(&self, tag: Tag) -> Option<TagDescription> {
-        let entry = tag_entry(tag)?;
-        self.entry_frames.get(entry)?;
-        let stack = self.entry_stack(entry);
-        let stack = stack.as_deref();
-        Some(TagDescription {
-            op: stack.and_then(|s| Some(s.frames[s.first_user?].name.to_string())),
-            frames: stack
-                .map(|s| s.frames.iter().map(|f| f.location()).collect())
-                .unwrap_or_default(),
-            ..TagDescription::default()
-        })
-    }
-
-    fn stack(&self, tag: Tag, addr: u64) -> Option<BlockStack> {
-        if tag == Tag::NONE {
-            return Some(match self.untagged.get(&addr) {
-                Some(id) => BlockStack {
-                    stack: self.stacks.get(id).cloned(),
-                    origin: StackOrigin::FinalState,
-                },
-                None => BlockStack {
-                    stack: None,
-                    origin: if self.traced {
-                        StackOrigin::BeforeTrace
-                    } else {
-                        StackOrigin::FinalState
-                    },
-                },
-            });
-        }
-        let entry = tag_entry(tag).filter(|e| *e < self.entry_frames.len())?;
-        Some(BlockStack {
-            stack: self.entry_stack(entry),
-            origin: StackOrigin::Entry(entry),
-        })
-    }
-
-    fn event_entry(&self, index: usize) -> Option<EntryDetail> {
-        let mut entry = index;
-        for s in self.skipped.as_ref()? {
-            if *s > entry {
-                break;
-            }
-            entry += 1;
-        }
-        Some(EntryDetail {
-            entry,
-            action: *self.entry_actions.get(entry)?,
-            time_us: self.time(entry),
-            first_time_us: self.first_time,
-            stack: self.entry_stack(entry),
-        })
-    }
-
-    fn entry_time(&self, entry: usize) -> Option<i64> {
-        self.time(entry)
     }
 }
