@@ -244,3 +244,34 @@ fn in_compare_d_moves_both_views_of_the_same_file() {
         .as_ref()
         .is_some_and(|d| d.under.is_some()));
 }
+
+/// A file named on the command line that does not open ends the UI, and the
+/// error goes back to the shell (`open` exits 2 with it); a source that
+/// fails without reading a file (a scenario's error) stays on screen.
+#[test]
+fn a_file_that_fails_to_open_ends_the_ui_with_its_error() {
+    let bad = std::env::temp_dir().join(format!("vramscope-bad-{}.pickle", std::process::id()));
+    std::fs::write(&bad, b"\xf8 not a pickle").expect("temp file");
+    let stop = crate::tui::app::TuiOptions {
+        stop_on_load_failure: true,
+        ..opts()
+    };
+    let mut app =
+        crate::tui::app::App::new(vec![("bad".into(), snapshot_source(&bad, None))], &stop)
+            .expect("theme");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !app.quit {
+        assert!(std::time::Instant::now() < deadline, "the UI did not stop");
+        app.drain_sources();
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let why = app.load_failure.clone().expect("the error");
+    assert!(why.contains("not a valid pickle"), "{why}");
+    let _ = std::fs::remove_file(&bad);
+
+    let failed = crate::producers::Source::from_messages([crate::producers::SourceMsg::Failed(
+        "the model does not build".into(),
+    )]);
+    let app = app_finished(vec![("scenario".into(), failed)], &stop);
+    assert!(!app.quit && app.load_failure.is_none());
+}
