@@ -12,24 +12,39 @@ mod common;
 use common::real_dir;
 
 /// The map a view of `device` shows at its last event, and how many events
-/// did not fit the map as it stood.
+/// did not fit the map as it stood. The producer places each event once and
+/// sends the map it ends with; applying its events again to its start state
+/// must give the same map, the same curve and the same misfits.
 fn last_map(snap: &vramscope::trace::snapshot::Snapshot, device: usize) -> (MemoryMap, usize) {
     let source = snapshot_to_source(snap, Some(device)).expect("opens");
     let mut map = MemoryMap::default();
-    let mut misfits = 0;
+    let (mut misfits, mut gaps, mut head) = (0, 0, None);
     while let Some(msg) = source.recv() {
         match msg {
             SourceMsg::Start(m) => map = *m,
-            SourceMsg::Events(events) => {
-                for e in &events {
+            SourceMsg::Part(part) => {
+                for (e, sample) in part.events.iter().zip(&part.samples) {
                     if let Event::Alloc(a) = e {
                         misfits += usize::from(map.apply(a).is_err());
                     }
+                    assert_eq!(
+                        (sample.allocated, sample.reserved),
+                        (map.allocated, map.reserved)
+                    );
                 }
+                gaps += part.gaps.len();
+                head = part.head.or(head);
             }
             SourceMsg::Failed(why) => panic!("{why}"),
             _ => {}
         }
+    }
+    assert_eq!(gaps, misfits, "the producer's misfits are the map's own");
+    if let Some(head) = head {
+        assert!(
+            *head == map,
+            "the producer's map differs from its events applied again"
+        );
     }
     (map, misfits)
 }

@@ -17,6 +17,7 @@ use crate::trace::replay::replayed::device_capacity;
 use crate::trace::replay::whatif::{self, Requests};
 use crate::trace::replay::Entry;
 use crate::trace::snapshot::{import_file_reporting, Snapshot, SnapshotError};
+use crate::trace::timeline::TimelinePart;
 use crate::trace::{Event, MemoryMap};
 
 use super::devices::{devices_with_oom, snapshot_devices, SnapshotDevices};
@@ -284,19 +285,16 @@ fn mirror_events(
     }
     let mut mirror = TraceMirror::starting_from(start, config);
     for (k, chunk) in entries.chunks(EVENTS_PER_MESSAGE).enumerate() {
-        let first = k * EVENTS_PER_MESSAGE;
-        let mut events = Vec::with_capacity(chunk.len());
-        events.extend(
-            chunk
-                .iter()
-                .enumerate()
-                .filter_map(|(j, e)| mirror.event(first + j, e, free_at(first + j))),
-        );
-        if !send(SourceMsg::Events(events)) {
+        let part = mirror.part(k * EVENTS_PER_MESSAGE, chunk, free_at);
+        if !send(SourceMsg::Part(part)) {
             return false;
         }
     }
-    true
+    let last = TimelinePart {
+        head: Some(Box::new(mirror.into_map())),
+        ..TimelinePart::default()
+    };
+    send(SourceMsg::Part(last))
 }
 
 fn replayed_events(

@@ -14,6 +14,7 @@ use crate::engine::Category;
 use crate::leak::Finding;
 use crate::scenario::Conditions;
 use crate::trace::stack::Stack;
+use crate::trace::timeline::TimelinePart;
 use crate::trace::{Event, MemoryMap};
 
 /// What the attribution behind a [`Tag`] says, as far as it is known.
@@ -115,6 +116,9 @@ pub enum SourceMsg {
     /// open snapshot trace, a state-only snapshot). Only meaningful first.
     Start(Box<MemoryMap>),
     Events(Vec<Event>),
+    /// Events already placed on the map by their producer (a recorded
+    /// trace), with what placing them gave.
+    Part(TimelinePart),
     /// The detector's current findings: replaces the previous list.
     Findings(Vec<Finding>),
     /// The detector's findings as of the events received so far (a live run):

@@ -3,7 +3,7 @@
 //! the allocator's rules for which block survives a split or merge, so it equals
 //! the allocator's own snapshot after the same entries.
 
-use std::collections::BTreeMap;
+use std::collections::{btree_map, BTreeMap};
 
 use crate::alloc::{Action, AllocEvent, BlockState, Pool, SegmentInfo, Tag};
 
@@ -65,6 +65,9 @@ impl MapStats {
         }
     }
 }
+
+/// Why an `alloc` entry could not be placed.
+pub const NO_FREE_BLOCK: &str = "no free block starts here";
 
 /// Something in the entries that the map cannot place (an open trace, a gap).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -236,22 +239,11 @@ impl MemoryMap {
                 .unmap_range(e)
                 .ok_or_else(|| err("not inside a free mapped block"))?,
             Action::Alloc => self
-                .alloc(e)
-                .ok_or_else(|| err("no free block starts here"))?,
-            Action::FreeRequested => {
-                let b = self
-                    .blocks
-                    .get_mut(&e.addr)
-                    .ok_or_else(|| err("no such block"))?;
-                if b.state != BlockState::ActiveAllocated {
-                    return Err(err("block is not allocated"));
-                }
-                b.state = BlockState::ActivePendingFree;
-                self.allocated -= b.size;
-            }
-            Action::FreeCompleted => self
-                .free_completed(e.addr)
-                .ok_or_else(|| err("no pending block"))?,
+                .alloc_at(e.addr, e.size, e.tag, |_| e.block_size)
+                .map(|_| ())
+                .ok_or_else(|| err(NO_FREE_BLOCK))?,
+            Action::FreeRequested => self.request_free(e.addr).1.map_err(err)?,
+            Action::FreeCompleted => self.complete_free(e.addr).1.map_err(err)?,
             Action::Oom | Action::Snapshot | Action::Annotate | Action::Other => {}
         }
         Ok(())
@@ -269,62 +261,92 @@ impl MemoryMap {
             .is_none_or(|(start, s)| start + s.size <= addr)
     }
 
-    fn alloc(&mut self, e: &AllocEvent) -> Option<()> {
-        let b = *self.blocks.get(&e.addr)?;
-        if b.state != BlockState::Inactive || b.size < e.block_size {
+    /// Take the free block at `addr` for a request of `size` bytes: `choose`
+    /// sees the block and says how many of its bytes the request gets (the
+    /// rest stays free, the old block object keeping its requested size).
+    /// The bytes taken, or `None` when no free block that large starts there.
+    pub fn alloc_at(
+        &mut self,
+        addr: u64,
+        size: u64,
+        tag: Tag,
+        choose: impl FnOnce(&MapBlock) -> u64,
+    ) -> Option<u64> {
+        let b = self.blocks.get_mut(&addr)?;
+        if b.state != BlockState::Inactive {
             return None;
         }
-        if b.size > e.block_size {
-            // The remainder is the old block object: it keeps its requested size.
+        let block_size = choose(b);
+        if b.size < block_size {
+            return None;
+        }
+        let old = *b;
+        *b = MapBlock {
+            size: block_size,
+            requested: size,
+            state: BlockState::ActiveAllocated,
+            tag,
+        };
+        if old.size > block_size {
             self.blocks.insert(
-                e.addr + e.block_size,
-                free_block(b.size - e.block_size, b.requested),
+                addr + block_size,
+                free_block(old.size - block_size, old.requested),
             );
         }
-        self.blocks.insert(
-            e.addr,
-            MapBlock {
-                size: e.block_size,
-                requested: e.size,
-                state: BlockState::ActiveAllocated,
-                tag: e.tag,
-            },
-        );
-        self.allocated += e.block_size;
-        self.active += e.block_size;
-        Some(())
+        self.allocated += block_size;
+        self.active += block_size;
+        Some(block_size)
     }
 
-    fn free_completed(&mut self, addr: u64) -> Option<()> {
-        let b = *self.blocks.get(&addr)?;
+    /// Mark the allocated block at `addr` pending free. Returns the block as
+    /// it was (what the free entry reports), and why it could not be marked.
+    pub fn request_free(&mut self, addr: u64) -> (Option<MapBlock>, Result<(), &'static str>) {
+        let Some(b) = self.blocks.get_mut(&addr) else {
+            return (None, Err("no such block"));
+        };
+        let found = *b;
+        if b.state != BlockState::ActiveAllocated {
+            return (Some(found), Err("block is not allocated"));
+        }
+        b.state = BlockState::ActivePendingFree;
+        self.allocated -= b.size;
+        (Some(found), Ok(()))
+    }
+
+    /// Free the pending block at `addr`, merged with free neighbours in its
+    /// segment. Returns the block as it was, and why it could not be freed.
+    pub fn complete_free(&mut self, addr: u64) -> (Option<MapBlock>, Result<(), &'static str>) {
+        const NO_PENDING: &str = "no pending block";
+        let Some(b) = self.blocks.get(&addr).copied() else {
+            return (None, Err(NO_PENDING));
+        };
         if b.state != BlockState::ActivePendingFree {
-            return None;
+            return (Some(b), Err(NO_PENDING));
         }
         self.active -= b.size;
-        let mut start = addr;
+        let Some((seg_start, seg_end)) = self.segment_at(addr).map(|(a, s)| (a, a + s.size)) else {
+            return (Some(b), Err(NO_PENDING));
+        };
         let mut size = b.size;
-        let (seg_start, seg_end) = self.segment_at(addr).map(|(a, s)| (a, a + s.size))?;
-        if let Some((pa, p)) = self
-            .blocks
-            .range(seg_start..addr)
-            .next_back()
-            .map(|(a, p)| (*a, *p))
-        {
-            if p.state == BlockState::Inactive && pa + p.size == addr {
-                self.blocks.remove(&pa);
-                start = pa;
-                size += p.size;
+        let next = addr + b.size;
+        if next < seg_end {
+            if let btree_map::Entry::Occupied(n) = self.blocks.entry(next) {
+                if n.get().state == BlockState::Inactive {
+                    size += n.remove().size;
+                }
             }
         }
-        if let Some(n) = self.blocks.get(&(addr + b.size)).copied() {
-            if n.state == BlockState::Inactive && addr + b.size < seg_end {
-                self.blocks.remove(&(addr + b.size));
-                size += n.size;
+        if let Some((pa, p)) = self.blocks.range_mut(seg_start..addr).next_back() {
+            if p.state == BlockState::Inactive && *pa + p.size == addr {
+                *p = free_block(p.size + size, b.requested);
+                self.blocks.remove(&addr);
+                return (Some(b), Ok(()));
             }
         }
-        self.blocks.remove(&addr);
-        self.blocks.insert(start, free_block(size, b.requested));
-        Some(())
+        if let Some(freed) = self.blocks.get_mut(&addr) {
+            *freed = free_block(size, b.requested);
+        }
+        (Some(b), Ok(()))
     }
 
     /// Expandable growth: a new free mapped range that joins the mapped run

@@ -8,12 +8,12 @@
 //! (`vramscope replay --verify` is where divergences are reported).
 
 use crate::alloc::constants::{LARGE_BUFFER, SMALL_BUFFER};
-use crate::alloc::{
-    round_size, should_split, Action, AllocConfig, AllocEvent, BlockState, Pool, Tag,
-};
+use crate::alloc::{round_size, should_split, Action, AllocConfig, AllocEvent, Pool, Tag};
+use crate::trace::memory_map::{MapError, NO_FREE_BLOCK};
 use crate::trace::replay::reconstruct::Reconstruction;
 use crate::trace::replay::{entry_tag, Entry};
 use crate::trace::snapshot::{PoolKind, Snapshot};
+use crate::trace::timeline::{keyframe_due, Sample, TimelinePart};
 use crate::trace::{Event, MapBlock, MapSegment, MemoryMap};
 
 /// Events for one device's trace entries, tagged with [`entry_tag`].
@@ -35,10 +35,14 @@ pub fn trace_events(
 }
 
 /// The map as the trace has built it so far, which decides the block each
-/// later entry got.
+/// later entry got. Each entry is placed once: deciding its block and
+/// applying it are one pass over the map.
 pub struct TraceMirror<'a> {
     map: MemoryMap,
     config: &'a AllocConfig,
+    /// Events placed so far, and the index of the last keyframe.
+    placed: usize,
+    last_keyframe: Option<usize>,
 }
 
 impl<'a> TraceMirror<'a> {
@@ -49,74 +53,134 @@ impl<'a> TraceMirror<'a> {
     /// A mirror of a trace that began with `map` already in place (an open
     /// trace: see [`start_map`]).
     pub fn starting_from(map: MemoryMap, config: &'a AllocConfig) -> Self {
-        TraceMirror { map, config }
+        TraceMirror {
+            map,
+            config,
+            placed: 0,
+            last_keyframe: None,
+        }
     }
 
     /// The event for entry `i`, applied to the map; `None` for entries the
     /// views do not show.
     pub fn event(&mut self, i: usize, e: &Entry, device_free: Option<u64>) -> Option<Event> {
-        let tag = entry_tag(i);
-        let ev = entry_event(e, &self.map, self.config, tag, device_free.unwrap_or(0))?;
-        // The mirror only decides later block sizes; misplaced entries are
-        // reported by the timeline's own gaps.
-        let _ = self.map.apply(&ev);
-        Some(Event::Alloc(ev))
+        self.place(i, e, device_free)
+            .map(|(ev, _)| Event::Alloc(ev))
     }
-}
 
-fn entry_event(
-    e: &Entry,
-    map: &MemoryMap,
-    config: &AllocConfig,
-    tag: Tag,
-    device_free: u64,
-) -> Option<AllocEvent> {
-    if !e.action.is_allocator() {
-        return None;
+    /// Entries `first..first + entries.len()` of the trace as the next part
+    /// of its timeline: each placed once, with the curve after it, what the
+    /// map could not place, and the keyframes due.
+    pub fn part(
+        &mut self,
+        first: usize,
+        entries: &[Entry],
+        device_free: impl Fn(usize) -> Option<u64>,
+    ) -> TimelinePart {
+        let mut part = TimelinePart::with_capacity(entries.len());
+        for (j, e) in entries.iter().enumerate() {
+            if !e.action.is_allocator() {
+                continue;
+            }
+            if keyframe_due(self.last_keyframe, self.placed, &self.map) {
+                part.keyframes.push((self.placed, self.map.clone()));
+                self.last_keyframe = Some(self.placed);
+            }
+            let i = first + j;
+            let Some((ev, placed)) = self.place(i, e, device_free(i)) else {
+                continue;
+            };
+            if let Err(gap) = placed {
+                part.gaps.push((self.placed, gap));
+            }
+            part.samples.push(Sample {
+                allocated: self.map.allocated,
+                reserved: self.map.reserved,
+            });
+            part.events.push(Event::Alloc(ev));
+            self.placed += 1;
+        }
+        part
     }
-    let mut ev = AllocEvent {
-        action: e.action,
-        addr: e.addr,
-        size: e.size,
-        block_size: e.size,
-        stream: e.stream,
-        pool: Pool::Large,
-        device_free: 0,
-        tag,
-    };
-    match e.action {
-        Action::Alloc => {
-            let rounded = round_size(e.size, config);
-            ev.pool = Pool::for_size(rounded);
-            ev.block_size = rounded;
-            if let Some(b) = map
-                .blocks
-                .get(&e.addr)
-                .filter(|b| b.state == BlockState::Inactive)
-            {
-                let expandable = map.segment_at(e.addr).is_some_and(|(_, s)| s.expandable);
-                ev.pool = map.segment_at(e.addr).map_or(ev.pool, |(_, s)| s.pool);
-                if b.size >= rounded
-                    && !should_split(ev.pool, expandable, b.size - rounded, rounded, config)
-                {
+
+    /// The map after every entry placed so far.
+    pub fn into_map(self) -> MemoryMap {
+        self.map
+    }
+
+    /// Entry `i` as an event, decided against the map as it stands and
+    /// applied to it; `Err` says why the map could not place it (the event
+    /// is shown all the same: a gap in an open trace).
+    fn place(
+        &mut self,
+        i: usize,
+        e: &Entry,
+        device_free: Option<u64>,
+    ) -> Option<(AllocEvent, Result<(), MapError>)> {
+        if !e.action.is_allocator() {
+            return None;
+        }
+        let tag = entry_tag(i);
+        let mut ev = AllocEvent {
+            action: e.action,
+            addr: e.addr,
+            size: e.size,
+            block_size: e.size,
+            stream: e.stream,
+            pool: Pool::Large,
+            device_free: 0,
+            tag,
+        };
+        let err = |reason| MapError {
+            action: e.action.name(),
+            addr: e.addr,
+            reason,
+        };
+        let map = &mut self.map;
+        let placed = match e.action {
+            Action::Alloc => {
+                let config = self.config;
+                let rounded = round_size(e.size, config);
+                ev.pool = Pool::for_size(rounded);
+                ev.block_size = rounded;
+                let segment = map.segment_at(e.addr).map(|(_, s)| (s.pool, s.expandable));
+                let taken = map.alloc_at(e.addr, e.size, tag, |b| {
+                    let (pool, expandable) = segment.unwrap_or((ev.pool, false));
+                    ev.pool = pool;
+                    if b.size >= rounded
+                        && !should_split(pool, expandable, b.size - rounded, rounded, config)
+                    {
+                        ev.block_size = b.size;
+                    }
+                    ev.block_size
+                });
+                taken.map(|_| ()).ok_or_else(|| err(NO_FREE_BLOCK))
+            }
+            Action::FreeRequested | Action::FreeCompleted => {
+                ev.pool = map.segment_at(e.addr).map_or(Pool::Large, |(_, s)| s.pool);
+                let (found, freed) = if e.action == Action::FreeRequested {
+                    map.request_free(e.addr)
+                } else {
+                    map.complete_free(e.addr)
+                };
+                if let Some(b) = found {
                     ev.block_size = b.size;
+                    ev.tag = b.tag;
                 }
+                freed.map_err(err)
             }
-        }
-        Action::FreeRequested | Action::FreeCompleted => {
-            if let Some(b) = map.blocks.get(&e.addr) {
-                ev.block_size = b.size;
+            Action::Oom => {
+                ev.addr = 0;
+                ev.device_free = device_free.unwrap_or(0);
+                Ok(())
             }
-            ev.pool = map.segment_at(e.addr).map_or(Pool::Large, |(_, s)| s.pool);
-            ev.tag = map.blocks.get(&e.addr).map_or(tag, |b| b.tag);
-        }
-        Action::Oom => {
-            ev.addr = 0;
-            ev.device_free = device_free;
-        }
-        segment => ev.pool = segment_pool(segment, e.size, map, e.addr),
+            segment => {
+                ev.pool = segment_pool(segment, e.size, map, e.addr);
+                map.apply(&ev)
+            }
+        };
+        Some((ev, placed))
     }
-    Some(ev)
 }
 
 /// Trace entries carry no pool: small-pool segments are exactly one small

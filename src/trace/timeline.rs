@@ -17,6 +17,42 @@ pub const MAX_KEYFRAME_GAP: usize = 16384;
 /// Events per min/max bucket of the memory curve.
 pub const BUCKET: usize = 256;
 
+/// Whether the state before event `index` is kept as a keyframe, the last
+/// one being before event `last`: the first event's always, then one per
+/// 16 events per block or segment of `map`, between `KEYFRAME_EVERY` and
+/// `MAX_KEYFRAME_GAP` events apart.
+pub fn keyframe_due(last: Option<usize>, index: usize, map: &MemoryMap) -> bool {
+    let gap =
+        (16 * (map.blocks.len() + map.segments.len())).clamp(KEYFRAME_EVERY, MAX_KEYFRAME_GAP);
+    last.is_none_or(|k| index >= k + gap)
+}
+
+/// The next events of a timeline, placed on the map where they were made
+/// (a recorded trace's worker), with what placing them gave: the timeline
+/// records them without applying the map a second time.
+#[derive(Debug, Clone, Default)]
+pub struct TimelinePart {
+    pub events: Vec<Event>,
+    /// The curve right after each event.
+    pub samples: Vec<Sample>,
+    /// What the map could not place, by event index in the whole timeline.
+    pub gaps: Vec<(usize, MapError)>,
+    /// The map before the event at each index, where a keyframe is due.
+    pub keyframes: Vec<(usize, MemoryMap)>,
+    /// The map after the last event, sent with the last part.
+    pub head: Option<Box<MemoryMap>>,
+}
+
+impl TimelinePart {
+    pub fn with_capacity(n: usize) -> TimelinePart {
+        TimelinePart {
+            events: Vec::with_capacity(n),
+            samples: Vec::with_capacity(n),
+            ..TimelinePart::default()
+        }
+    }
+}
+
 /// Allocated and reserved bytes right after an event.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Sample {
@@ -118,22 +154,52 @@ impl Timeline {
         }
     }
 
+    /// Add an event, applying it to the map.
     pub fn push(&mut self, event: Event) {
         let index = self.events.len();
-        if self
-            .keyframe_at
-            .last()
-            .is_none_or(|k| index >= k + self.keyframe_gap())
-        {
-            self.keyframes.push(self.head.clone());
-            self.keyframe_peaks.push(self.peak());
-            self.keyframe_at.push(index);
+        if keyframe_due(self.keyframe_at.last().copied(), index, &self.head) {
+            self.keep_keyframe(index, self.head.clone());
         }
+        if let Event::Alloc(e) = &event {
+            if let Err(err) = self.head.apply(e) {
+                self.gaps.push((index, err));
+            }
+        }
+        let sample = Sample {
+            allocated: self.head.allocated,
+            reserved: self.head.reserved,
+        };
+        self.record(event, sample);
+    }
+
+    /// Add events already placed on the map where they were made (the map
+    /// is not applied again here).
+    pub fn extend_part(&mut self, part: TimelinePart) {
+        let mut keyframes = part.keyframes.into_iter().peekable();
+        for (event, sample) in part.events.into_iter().zip(part.samples) {
+            let index = self.events.len();
+            if let Some((_, map)) = keyframes.next_if(|(at, _)| *at == index) {
+                self.keep_keyframe(index, map);
+            }
+            self.record(event, sample);
+        }
+        self.gaps.extend(part.gaps);
+        if let Some(head) = part.head {
+            self.head = *head;
+        }
+    }
+
+    fn keep_keyframe(&mut self, index: usize, map: MemoryMap) {
+        self.keyframes.push(map);
+        self.keyframe_peaks.push(self.peak());
+        self.keyframe_at.push(index);
+    }
+
+    /// Everything but the map: marks, the curve, peaks, the event itself.
+    fn record(&mut self, event: Event, sample: Sample) {
+        let index = self.events.len();
         match &event {
             Event::Alloc(e) => {
-                if let Err(err) = self.head.apply(e) {
-                    self.gaps.push((index, err));
-                }
                 if e.action == Action::Oom {
                     self.mark(index, MarkKind::Oom);
                 }
@@ -155,10 +221,6 @@ impl Timeline {
                 }
             }
         }
-        let sample = Sample {
-            allocated: self.head.allocated,
-            reserved: self.head.reserved,
-        };
         self.peak_allocated = self.peak_allocated.max(sample.allocated);
         self.peak_reserved = self.peak_reserved.max(sample.reserved);
         if index.is_multiple_of(BUCKET) {
@@ -233,12 +295,6 @@ impl Timeline {
             }),
             None => before,
         }
-    }
-
-    /// Events between keyframes for a map the size of the head's.
-    fn keyframe_gap(&self) -> usize {
-        (16 * (self.head.blocks.len() + self.head.segments.len()))
-            .clamp(KEYFRAME_EVERY, MAX_KEYFRAME_GAP)
     }
 
     /// The last keyframe at or before event `index` (one exists: the first

@@ -214,8 +214,10 @@ impl RunView {
             let Some(src) = &self.source else { break };
             match src.poll() {
                 Polled::Msg(m) => {
-                    if let SourceMsg::Events(e) = &m {
-                        events += e.len();
+                    match &m {
+                        SourceMsg::Events(e) => events += e.len(),
+                        SourceMsg::Part(p) => events += p.events.len(),
+                        _ => {}
                     }
                     self.receive(m);
                     changed = true;
@@ -251,6 +253,10 @@ impl RunView {
             }
             SourceMsg::Events(events) => {
                 self.timeline.extend(events);
+                self.marks.update(&self.timeline);
+            }
+            SourceMsg::Part(part) => {
+                self.timeline.extend_part(part);
                 self.marks.update(&self.timeline);
             }
             SourceMsg::Findings(f) => {

@@ -86,9 +86,10 @@ fn a_long_trace_streams_in_chunks_that_add_up_to_the_whole_trace() {
     loop {
         assert!(std::time::Instant::now() < deadline, "never finished");
         match src.poll() {
-            Polled::Msg(SourceMsg::Events(e)) => {
+            Polled::Msg(SourceMsg::Part(p)) => {
                 messages += 1;
-                streamed.extend(e);
+                assert_eq!(p.events.len(), p.samples.len(), "a sample per event");
+                streamed.extend(p.events);
             }
             Polled::Msg(SourceMsg::Finished) => break,
             Polled::Msg(SourceMsg::Opened(o)) => {
