@@ -17,7 +17,7 @@ fn replay(name: &str) -> Vec<(usize, ReplayOutcome)> {
         .into_iter()
         .map(|device| {
             let entries = from_snapshot::entries(&snap, device);
-            let total = from_snapshot::infer_device_total(&entries, LARGE_BUFFER)
+            let total = from_snapshot::infer_device_total(entries.iter().copied(), LARGE_BUFFER)
                 .unwrap_or(from_snapshot::DEFAULT_DEVICE_TOTAL);
             let finals = from_snapshot::final_segments(&snap, device);
             (
@@ -96,7 +96,7 @@ fn device_size_is_read_from_the_reservation_spacing() {
     let snap = import_file(&real("code-location_expandable_3gpu_oom.pickle")).expect("imports");
     for device in 0..3 {
         let total =
-            from_snapshot::infer_device_total(&from_snapshot::entries(&snap, device), LARGE_BUFFER)
+            from_snapshot::infer_device_total(from_snapshot::entries(&snap, device), LARGE_BUFFER)
                 .expect("two reservations");
         // allocator.md §17: totalGlobalMem of about 85.0 GB, a reservation of 4,560 pages of 20 MiB.
         assert_eq!(
@@ -121,7 +121,7 @@ fn replay_open(name: &str) -> Vec<(usize, ReplayOutcome)> {
         .map(|device| {
             let entries = from_snapshot::entries(&snap, device);
             let finals = from_snapshot::final_segments(&snap, device);
-            let start = initial_state(&entries, &finals, &config);
+            let start = initial_state(entries.iter().copied(), &finals, &config);
             (
                 device,
                 Replayer::seeded(config.clone(), from_snapshot::DEFAULT_DEVICE_TOTAL, &start)

@@ -11,12 +11,13 @@ use std::sync::Arc;
 use crate::alloc::constants::LARGE_BUFFER;
 use crate::alloc::AllocConfig;
 use crate::trace::mirror::{final_map, start_map, TraceMirror};
+use crate::trace::replay::from_snapshot::EntryReader;
 use crate::trace::replay::from_snapshot::{self, DeviceReplay};
 use crate::trace::replay::reconstruct;
 use crate::trace::replay::replayed::device_capacity;
 use crate::trace::replay::whatif::{self, Requests};
 use crate::trace::replay::Entry;
-use crate::trace::snapshot::{import_file_reporting, Snapshot, SnapshotError};
+use crate::trace::snapshot::{import_file_reporting, Snapshot, SnapshotError, TraceEntry};
 use crate::trace::timeline::TimelinePart;
 use crate::trace::{Event, MemoryMap};
 
@@ -96,9 +97,7 @@ fn file_source(path: PathBuf, device: Option<usize>, under: Option<AllocConfig>)
                 return false;
             }
         };
-        let planned = plan(&snap, device, under);
-        drop(snap);
-        match planned {
+        match plan(Snap::Owned(Box::new(snap)), device, under) {
             Ok((mut opened, work)) => {
                 opened.devices.path = Some(path);
                 send(SourceMsg::Opened(Box::new(opened))) && work.run(send)
@@ -132,7 +131,7 @@ fn planned_source(
     device: Option<usize>,
     under: Option<AllocConfig>,
 ) -> Result<Source, ImportError> {
-    let (opened, work) = plan(snap, device, under)?;
+    let (opened, work) = plan(Snap::Borrowed(snap), device, under)?;
     Ok(stream_events("vramscope-snapshot-events", move |send| {
         send(SourceMsg::Opened(Box::new(opened))) && work.run(send)
     }))
@@ -145,7 +144,8 @@ enum Work {
     /// The recorded trace, from the state its first entry found.
     Mirror {
         start: MemoryMap,
-        entries: Vec<Entry>,
+        trace: Vec<TraceEntry>,
+        reader: EntryReader,
         device_free: Vec<(usize, u64)>,
         config: AllocConfig,
     },
@@ -163,10 +163,14 @@ impl Work {
             Work::State(map) => send(SourceMsg::Start(Box::new(map))),
             Work::Mirror {
                 start,
-                entries,
+                trace,
+                reader,
                 device_free,
                 config,
-            } => mirror_events(start, &entries, &device_free, &config, send),
+            } => {
+                let chunks = reader.into_chunks(trace, EVENTS_PER_MESSAGE);
+                mirror_events(start, chunks, &device_free, &config, send)
+            }
             Work::WhatIf {
                 replay,
                 config,
@@ -176,13 +180,24 @@ impl Work {
     }
 }
 
+/// A snapshot a view is planned from: one the view may take apart (its
+/// trace is kept, the rest let go), or one it must copy from.
+enum Snap<'a> {
+    Owned(Box<Snapshot>),
+    Borrowed(&'a Snapshot),
+}
+
 /// Everything the view of `device` needs from the snapshot, so that the
 /// snapshot can go before the events are made.
 fn plan(
-    snap: &Snapshot,
+    from: Snap<'_>,
     device: Option<usize>,
     under: Option<AllocConfig>,
 ) -> Result<(Opened, Work), ImportError> {
+    let snap = match &from {
+        Snap::Owned(s) => s,
+        Snap::Borrowed(s) => *s,
+    };
     let device = pick_device(snap, device)?;
     let devices = SnapshotDevices {
         path: None,
@@ -208,9 +223,14 @@ fn plan(
         // Nothing was traced: no request to replay, the recorded state stands.
         (Some(_), None) => (Work::State(final_map(snap, device)), None, Some(0)),
         (None, _) => {
-            let entries = from_snapshot::entries(snap, device);
-            let capacity = from_snapshot::infer_device_total(&entries, LARGE_BUFFER);
-            if entries.is_empty() {
+            let trace = snap
+                .device_traces
+                .get(device)
+                .map_or(&[][..], Vec::as_slice);
+            let reader = EntryReader::new(snap, trace);
+            let entries = trace.iter().map(|e| reader.entry(e));
+            let capacity = from_snapshot::infer_device_total(entries.clone(), LARGE_BUFFER);
+            if trace.is_empty() {
                 (Work::State(final_map(snap, device)), capacity, Some(0))
             } else {
                 let config = from_snapshot::config(snap);
@@ -221,11 +241,12 @@ fn plan(
                     .filter_map(|(i, e)| snap.extra(e).device_free.map(|f| (i, f)))
                     .collect();
                 let finals = from_snapshot::final_segments(snap, device);
-                let start = start_map(&reconstruct::initial_state(&entries, &finals, &config));
-                let events = entries.iter().filter(|e| e.action.is_allocator()).count();
+                let start = start_map(&reconstruct::initial_state(entries, &finals, &config));
+                let events = trace.iter().filter(|e| e.action.is_allocator()).count();
                 let work = Work::Mirror {
                     start,
-                    entries,
+                    trace: Vec::new(),
+                    reader,
                     device_free,
                     config,
                 };
@@ -241,6 +262,28 @@ fn plan(
         capacity,
         devices,
         events,
+    };
+    let work = match work {
+        Work::Mirror {
+            start,
+            reader,
+            device_free,
+            config,
+            ..
+        } => {
+            let trace = match from {
+                Snap::Owned(mut s) => std::mem::take(&mut s.device_traces[device]),
+                Snap::Borrowed(s) => s.device_traces[device].clone(),
+            };
+            Work::Mirror {
+                start,
+                trace,
+                reader,
+                device_free,
+                config,
+            }
+        }
+        other => other,
     };
     Ok((opened, work))
 }
@@ -269,7 +312,7 @@ fn entry_tags(snap: &Snapshot, device: usize, mirrored: bool) -> Arc<SnapshotTag
 /// chunk at a time; false once the UI has gone.
 fn mirror_events(
     start: MemoryMap,
-    entries: &[Entry],
+    chunks: Vec<Vec<Entry>>,
     device_free: &[(usize, u64)],
     config: &AllocConfig,
     send: &mut dyn FnMut(SourceMsg) -> bool,
@@ -284,8 +327,11 @@ fn mirror_events(
         return false;
     }
     let mut mirror = TraceMirror::starting_from(start, config);
-    for (k, chunk) in entries.chunks(EVENTS_PER_MESSAGE).enumerate() {
-        let part = mirror.part(k * EVENTS_PER_MESSAGE, chunk, free_at);
+    let mut first = 0;
+    for chunk in chunks {
+        // Each chunk goes as soon as it is placed.
+        let part = mirror.part(first, &chunk, free_at);
+        first += chunk.len();
         if !send(SourceMsg::Part(part)) {
             return false;
         }

@@ -8,6 +8,7 @@
 //! groups live bytes by the first user frame.
 
 pub mod event;
+pub mod event_store;
 pub mod memory_map;
 pub mod mirror;
 pub mod pickle;

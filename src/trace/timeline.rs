@@ -5,6 +5,7 @@
 //! far" at any cursor (peaks, OOMs, gaps) as cheaply as a seek.
 
 use super::event::{Event, Marker};
+use super::event_store::EventStore;
 use super::memory_map::{MapError, MemoryMap};
 use crate::alloc::Action;
 
@@ -119,7 +120,7 @@ pub enum MarkKind {
 
 #[derive(Debug, Clone, Default)]
 pub struct Timeline {
-    events: Vec<Event>,
+    events: EventStore,
     samples: Vec<Sample>,
     buckets: Vec<Bucket>,
     keyframes: Vec<MemoryMap>,
@@ -246,8 +247,13 @@ impl Timeline {
         self.events.is_empty()
     }
 
-    pub fn events(&self) -> &[Event] {
+    pub fn events(&self) -> &EventStore {
         &self.events
+    }
+
+    /// Event `i`.
+    pub fn event(&self, i: usize) -> Option<Event> {
+        self.events.get(i)
     }
 
     pub fn samples(&self) -> &[Sample] {
@@ -336,9 +342,9 @@ impl Timeline {
         }
         let k = self.keyframe_before(index);
         let mut map = self.keyframes[k].clone();
-        for e in &self.events[self.keyframe_at[k]..=index] {
+        for e in self.events.range(self.keyframe_at[k]..index + 1) {
             if let Event::Alloc(a) = e {
-                let _ = map.apply(a);
+                let _ = map.apply(&a);
             }
         }
         map
@@ -389,7 +395,7 @@ impl Timeline {
     /// Approximate heap bytes held, for the memory-per-event figure.
     pub fn heap_bytes(&self) -> usize {
         let map_bytes = |m: &MemoryMap| (m.blocks.len() + m.segments.len()) * 64;
-        self.events.capacity() * std::mem::size_of::<Event>()
+        self.events.heap_bytes()
             + self.samples.capacity() * std::mem::size_of::<Sample>()
             + self.buckets.capacity() * std::mem::size_of::<Bucket>()
             + self.keyframe_peaks.capacity() * std::mem::size_of::<Peak>()

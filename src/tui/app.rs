@@ -199,6 +199,11 @@ impl App {
         changed
     }
 
+    /// Whether a source has more waiting than the last drain took.
+    pub fn has_backlog(&self) -> bool {
+        self.runs.iter().any(|r| r.backlog)
+    }
+
     /// Advance playback by `dt`; true when the cursor moved.
     pub fn on_tick(&mut self, dt: Duration) -> bool {
         if !self.playing {
@@ -574,7 +579,7 @@ impl App {
                     return false;
                 };
                 let upto = r.pos.min(r.len());
-                let found = r.timeline.events()[..upto].iter().rposition(
+                let found = r.timeline.events().range(0..upto).rposition(
                     |e| matches!(e, Event::Alloc(a) if a.action == Action::Alloc && a.addr == addr),
                 );
                 match found {

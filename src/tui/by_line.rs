@@ -167,7 +167,7 @@ impl RunView {
         let len = self.timeline.len();
         if let (Some(site), Some(tags)) = (&self.site_events.site, &self.tags) {
             let from = self.site_events.scanned.min(len);
-            for (i, e) in self.timeline.events()[from..].iter().enumerate() {
+            for (i, e) in self.timeline.events().range(from..len).enumerate() {
                 if let Event::Alloc(a) = e {
                     if a.action == Action::Alloc
                         && tags.site(a.tag, a.addr).is_some_and(|s| s == *site)

@@ -168,8 +168,8 @@ pub fn event_popup(r: &RunView, index: usize) -> Option<Popup> {
     let e = r.timeline.events().get(index)?;
     let title = format!(" Event {index} of {} · {} ", r.len(), r.title);
     match e {
-        Event::Alloc(a) => Some(alloc_event_popup(r, index, a, title)),
-        Event::Marker(m) => Some(Popup::new(title, marker_lines(m), None)),
+        Event::Alloc(a) => Some(alloc_event_popup(r, index, &a, title)),
+        Event::Marker(m) => Some(Popup::new(title, marker_lines(&m), None)),
     }
 }
 

@@ -46,14 +46,15 @@ pub struct MarkIndex {
 impl MarkIndex {
     /// Index the events that arrived since the last call.
     pub fn update(&mut self, tl: &Timeline) {
-        for (i, e) in tl.events().iter().enumerate().skip(self.seen) {
+        for (i, e) in tl.events().range(self.seen..tl.len()).enumerate() {
+            let i = self.seen + i;
             match e {
                 Event::Alloc(a) if a.action == Action::Oom => self.oom.push(i),
                 Event::Alloc(_) => {}
                 Event::Marker(Marker::Error(_)) => self.error.push(i),
                 Event::Marker(Marker::Narration(_)) => self.narration.push(i),
-                Event::Marker(Marker::IterationBegin(k)) => self.iteration.push((i, *k)),
-                Event::Marker(Marker::PhaseBegin(p)) => self.phase.push((i, *p)),
+                Event::Marker(Marker::IterationBegin(k)) => self.iteration.push((i, k)),
+                Event::Marker(Marker::PhaseBegin(p)) => self.phase.push((i, p)),
                 Event::Marker(_) => {}
             }
         }

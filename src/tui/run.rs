@@ -72,7 +72,14 @@ where
         if app.quit {
             return Ok(());
         }
-        if let Some(ev) = input.next(app.frame_wait)? {
+        // More is waiting in a source: take it after a look at the keys,
+        // not after a frame's wait (the source would pile up meanwhile).
+        let wait = if app.has_backlog() {
+            Duration::ZERO
+        } else {
+            app.frame_wait
+        };
+        if let Some(ev) = input.next(wait)? {
             dirty |= handle_event(app, ev);
             while !app.quit {
                 match input.next(Duration::ZERO)? {

@@ -62,6 +62,8 @@ pub struct RunView {
     /// switch that `x` made).
     pub pending_oom: bool,
     /// How far the producer has got reading its file, until it is read.
+    /// The last drain left messages in the source (it took its budget).
+    pub(super) backlog: bool,
     pub loading: Option<LoadProgress>,
     /// The producer reads a file (it said how far it had got).
     pub reads_file: bool,
@@ -137,6 +139,7 @@ impl RunView {
             devices: source.devices.clone(),
             pending_oom: false,
             loading: None,
+            backlog: false,
             reads_file: false,
             expected_events: None,
             source: Some(source),
@@ -207,9 +210,10 @@ impl RunView {
     pub(super) fn drain(&mut self) -> bool {
         let mut changed = false;
         let mut events = 0;
+        self.backlog = true;
         for _ in 0..DRAIN_BUDGET {
             if events >= DRAIN_EVENTS {
-                break;
+                return changed;
             }
             let Some(src) = &self.source else { break };
             match src.poll() {
@@ -222,7 +226,10 @@ impl RunView {
                     self.receive(m);
                     changed = true;
                 }
-                Polled::Empty => break,
+                Polled::Empty => {
+                    self.backlog = false;
+                    break;
+                }
                 Polled::Closed => {
                     if self.is_live() {
                         // A producer that vanishes without saying why is a
@@ -233,6 +240,7 @@ impl RunView {
                     if !self.can_restart {
                         self.source = None;
                     }
+                    self.backlog = false;
                     changed = true;
                     break;
                 }
@@ -343,9 +351,9 @@ impl RunView {
             return;
         }
         if self.pos > self.map_pos && self.pos - self.map_pos <= KEYFRAME_EVERY {
-            for e in &self.timeline.events()[self.map_pos..self.pos] {
+            for e in self.timeline.events().range(self.map_pos..self.pos) {
                 if let Event::Alloc(a) = e {
-                    let _ = self.map.apply(a);
+                    let _ = self.map.apply(&a);
                 }
             }
         } else {
@@ -464,14 +472,12 @@ impl RunView {
         let events = self.timeline.events();
         let found = match dir {
             Dir::Fwd => events
-                .iter()
-                .enumerate()
-                .skip(self.pos)
-                .find(|(_, e)| is_held(e))
-                .map(|(i, _)| i),
-            Dir::Back => events[..self.cursor().unwrap_or(0)]
-                .iter()
-                .rposition(is_held),
+                .range(self.pos..events.len())
+                .position(|e| is_held(&e))
+                .map(|i| self.pos + i),
+            Dir::Back => events
+                .range(0..self.cursor().unwrap_or(0))
+                .rposition(|e| is_held(&e)),
         };
         found.is_some_and(|i| {
             self.seek_to_event(i);
@@ -502,7 +508,7 @@ impl RunView {
             .next_mark(begin, MarkKind::Iteration)
             .unwrap_or(events.len());
         let span = (end - begin).max(1) as f64;
-        Some((*k, (c - begin) as f64 / span))
+        Some((k, (c - begin) as f64 / span))
     }
 
     pub(super) fn iteration_bounds(&self, k: u32) -> Option<(usize, usize)> {

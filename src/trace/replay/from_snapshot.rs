@@ -2,7 +2,9 @@
 //! segments, the allocator config it ran under, and the device size.
 
 use crate::alloc::{Action, AllocConfig, MemoryStats, TorchVersion};
-use crate::trace::snapshot::{AllocatorSettings, Snapshot};
+use std::collections::HashSet;
+
+use crate::trace::snapshot::{AllocatorSettings, FramesId, Snapshot, TraceEntry};
 
 use super::reconstruct::{initial_state, Reconstruction};
 use super::{Entry, FinalBlock, FinalSegment, ReplayOutcome, Replayer};
@@ -15,20 +17,64 @@ pub fn entries(snap: &Snapshot, device: usize) -> Vec<Entry> {
     let Some(trace) = snap.device_traces.get(device) else {
         return Vec::new();
     };
-    trace
-        .iter()
-        .map(|e| Entry {
+    let reader = EntryReader::new(snap, trace);
+    trace.iter().map(|e| reader.entry(e)).collect()
+}
+
+/// Reads a device's trace entries as replay entries, without the snapshot
+/// (which a large trace's view lets go before reading them).
+#[derive(Debug, Clone, Default)]
+pub struct EntryReader {
+    /// The stacks of segment releases that show `torch.cuda.empty_cache()`.
+    empty_cache: HashSet<FramesId>,
+}
+
+impl EntryReader {
+    pub fn new(snap: &Snapshot, trace: &[TraceEntry]) -> EntryReader {
+        let empty_cache = trace
+            .iter()
+            .filter(|e| releases_segment(e.action))
+            .map(|e| e.frames)
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .filter(|id| {
+                snap.frames
+                    .resolve(*id)
+                    .any(|f| &*f.name == "empty_cache" || f.name.contains("emptyCache"))
+            })
+            .collect();
+        EntryReader { empty_cache }
+    }
+
+    pub fn entry(&self, e: &TraceEntry) -> Entry {
+        Entry {
             action: e.action,
             addr: e.addr,
             size: e.size,
             stream: e.stream,
-            in_empty_cache: matches!(e.action, Action::SegmentFree | Action::SegmentUnmap)
-                && snap
-                    .frames
-                    .resolve(e.frames)
-                    .any(|f| &*f.name == "empty_cache" || f.name.contains("emptyCache")),
-        })
-        .collect()
+            in_empty_cache: releases_segment(e.action) && self.empty_cache.contains(&e.frames),
+        }
+    }
+
+    /// `trace` as entries, `per_chunk` to a chunk, in order. The trace's
+    /// memory is given back as it is read (from its end): the two are never
+    /// held whole at once.
+    pub fn into_chunks(&self, mut trace: Vec<TraceEntry>, per_chunk: usize) -> Vec<Vec<Entry>> {
+        let per_chunk = per_chunk.max(1);
+        let mut chunks = Vec::with_capacity(trace.len().div_ceil(per_chunk));
+        while !trace.is_empty() {
+            let from = (trace.len() - 1) / per_chunk * per_chunk;
+            chunks.push(trace[from..].iter().map(|e| self.entry(e)).collect());
+            trace.truncate(from);
+            trace.shrink_to_fit();
+        }
+        chunks.reverse();
+        chunks
+    }
+}
+
+fn releases_segment(action: Action) -> bool {
+    matches!(action, Action::SegmentFree | Action::SegmentUnmap)
 }
 
 /// The recorded end state of `device` (default pool only: private pools are
@@ -114,8 +160,13 @@ pub fn traced_devices(snap: &Snapshot) -> Vec<usize> {
 /// `totalGlobalMem` as the trace reveals it: with expandable segments the
 /// small-pool reservation starts right after the large one, whose size is
 /// `ceil(9/8 · T / page)` pages (allocator.md §8.1).
-pub fn infer_device_total(entries: &[Entry], large_page: u64) -> Option<u64> {
-    let maps = entries.iter().filter(|e| e.action == Action::SegmentMap);
+pub fn infer_device_total(
+    entries: impl IntoIterator<Item = Entry, IntoIter: Clone>,
+    large_page: u64,
+) -> Option<u64> {
+    let maps = entries
+        .into_iter()
+        .filter(|e| e.action == Action::SegmentMap);
     let large_base = maps
         .clone()
         .filter(|e| e.size % large_page == 0)
@@ -178,8 +229,8 @@ pub fn verify_device(snap: &Snapshot, device: usize, allowed: Option<u64>) -> Op
     }
     let config = config(snap);
     let finals = final_segments(snap, device);
-    let start = initial_state(&entries, &finals, &config);
-    let device_total = infer_device_total(&entries, config.large_segment_size);
+    let start = initial_state(entries.iter().copied(), &finals, &config);
+    let device_total = infer_device_total(entries.iter().copied(), config.large_segment_size);
     let total = device_total.unwrap_or(DEFAULT_DEVICE_TOTAL);
     let mut replayer = Replayer::seeded(config, total, &start).with_allowed_memory(allowed);
     replayer.replay(&entries, Some(&finals));

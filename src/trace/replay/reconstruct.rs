@@ -52,14 +52,15 @@ struct Live {
 }
 
 pub fn initial_state(
-    entries: &[Entry],
+    entries: impl IntoIterator<Item = Entry, IntoIter: DoubleEndedIterator + Clone>,
     finals: &[FinalSegment],
     config: &AllocConfig,
 ) -> Reconstruction {
+    let entries = entries.into_iter();
     let mut out = Reconstruction::default();
     if finals.iter().any(|s| s.is_expandable)
         || entries
-            .iter()
+            .clone()
             .any(|e| matches!(e.action, Action::SegmentMap | Action::SegmentUnmap))
     {
         out.expandable = true;
@@ -85,7 +86,7 @@ pub fn initial_state(
             )
         })
         .collect();
-    for e in entries.iter().rev() {
+    for e in entries.rev() {
         match e.action {
             Action::SegmentAlloc => {
                 segs.remove(&e.addr);

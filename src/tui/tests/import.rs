@@ -175,7 +175,7 @@ fn x_goes_on_to_the_oom_of_another_device_and_d_switches_devices() {
     // The cursor stands on device 1's OOM: the event just applied is it.
     let at = r.pos.checked_sub(1).expect("moved");
     assert!(
-        matches!(&r.timeline.events()[at], crate::trace::Event::Alloc(a) if a.action == crate::alloc::Action::Oom),
+        matches!(&r.timeline.event(at).expect("an event there"), crate::trace::Event::Alloc(a) if a.action == crate::alloc::Action::Oom),
         "cursor at {at}"
     );
     let s = screen(&mut app, 200, 60);

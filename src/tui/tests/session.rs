@@ -67,19 +67,23 @@ fn step_forward_kinds_land_on_marks() {
     let r = &app.runs[0];
     let c = r.cursor().expect("moved");
     assert!(matches!(
-        r.timeline.events()[c],
+        r.timeline.event(c).expect("an event there"),
         Event::Marker(Marker::IterationBegin(1))
     ));
     keys(&mut app, "p");
     let r = &app.runs[0];
     assert!(matches!(
-        r.timeline.events()[r.cursor().unwrap_or(0)],
+        r.timeline
+            .event(r.cursor().unwrap_or(0))
+            .expect("an event there"),
         Event::Marker(Marker::PhaseBegin(_) | Marker::PhaseEnd(_))
     ));
     keys(&mut app, "o");
     let r = &app.runs[0];
     assert!(matches!(
-        r.timeline.events()[r.cursor().unwrap_or(0)],
+        r.timeline
+            .event(r.cursor().unwrap_or(0))
+            .expect("an event there"),
         Event::Marker(Marker::OpBegin { .. })
     ));
     let before = app.runs[0].cursor();
@@ -88,7 +92,10 @@ fn step_forward_kinds_land_on_marks() {
     assert!(c < app.runs[0].cursor().unwrap_or(0));
     keys(&mut app, "x");
     let r = &app.runs[0];
-    let at = &r.timeline.events()[r.cursor().unwrap_or(0)];
+    let at = &r
+        .timeline
+        .event(r.cursor().unwrap_or(0))
+        .expect("an event there");
     assert!(
         matches!(at, Event::Alloc(a) if a.action == crate::alloc::Action::Oom)
             || matches!(at, Event::Marker(Marker::Error(_))),
@@ -107,7 +114,11 @@ fn leak_jump_goes_to_a_held_allocation() {
     assert!(!held.is_empty());
     keys(&mut app, "F");
     let r = &app.runs[0];
-    let Event::Alloc(a) = &r.timeline.events()[r.cursor().unwrap_or(0)] else {
+    let Event::Alloc(a) = &r
+        .timeline
+        .event(r.cursor().unwrap_or(0))
+        .expect("an event there")
+    else {
         panic!("not an alloc")
     };
     assert!(held.contains(&a.addr));
@@ -121,7 +132,11 @@ fn select_block_then_enter_jumps_to_its_allocation() {
     let sel = app.runs[0].sel_block.expect("selected");
     app.handle_key(code(KeyCode::Enter));
     let r = &app.runs[0];
-    let Event::Alloc(a) = &r.timeline.events()[r.cursor().unwrap_or(0)] else {
+    let Event::Alloc(a) = &r
+        .timeline
+        .event(r.cursor().unwrap_or(0))
+        .expect("an event there")
+    else {
         panic!("not an alloc")
     };
     assert_eq!(a.addr, sel);

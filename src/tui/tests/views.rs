@@ -132,7 +132,7 @@ fn event_log_marks_cursor_line() {
     assert!(s.contains("▶"), "{s}");
     let r = &app.runs[0];
     let Some(crate::trace::Event::Marker(crate::trace::Marker::OpBegin { name, .. })) =
-        r.cursor().map(|c| &r.timeline.events()[c])
+        r.cursor().and_then(|c| r.timeline.event(c))
     else {
         panic!("`o` lands on an op")
     };
@@ -317,7 +317,7 @@ fn stats_panel(app: &mut App, run: usize) -> String {
 
 /// The OOM entries among `events`, counted here rather than asked of the
 /// timeline.
-fn oom_entries(events: &[crate::trace::Event]) -> Vec<usize> {
+fn oom_entries(events: &crate::trace::event_store::EventStore) -> Vec<usize> {
     events
         .iter()
         .enumerate()

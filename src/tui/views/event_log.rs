@@ -46,12 +46,14 @@ pub fn prepare(r: &RunView, height: usize) -> LogFrame {
     let centre = cursor.unwrap_or(0) as isize + r.log_offset;
     let len = r.len() as isize;
     let start = (centre - height as isize / 2).clamp(0, (len - height as isize).max(0)) as usize;
-    let lines = r.timeline.events()[start..(start + height).min(r.len())]
-        .iter()
+    let lines = r
+        .timeline
+        .events()
+        .range(start..start + height)
         .enumerate()
         .map(|(k, e)| {
             let index = start + k;
-            let (text, kind) = describe(e);
+            let (text, kind) = describe(&e);
             LogLine {
                 index,
                 text,

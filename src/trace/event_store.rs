@@ -1,0 +1,265 @@
+//! The timeline's events, packed: 32 bytes per allocator event instead of
+//! the 56 of an [`Event`] (a 1 GB snapshot holds 14 M of them, and the views
+//! keep every one), markers kept aside. Fields too wide for their packed
+//! place (an OOM's free device memory, a block far larger than its request,
+//! the 65,536th stream) are kept aside too, by event index.
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+use super::event::{Event, Marker};
+use crate::alloc::{Action, AllocEvent, Pool, Tag};
+
+/// Every [`Action`], by its `repr(u8)` value.
+const ACTIONS: [Action; 11] = [
+    Action::Alloc,
+    Action::FreeRequested,
+    Action::FreeCompleted,
+    Action::SegmentAlloc,
+    Action::SegmentFree,
+    Action::SegmentMap,
+    Action::SegmentUnmap,
+    Action::Oom,
+    Action::Snapshot,
+    Action::Annotate,
+    Action::Other,
+];
+
+/// `kind` of a marker: its `addr` is the index in `markers`.
+const MARKER: u8 = u8::MAX;
+/// `flags`: the block is in the small pool.
+const SMALL: u8 = 1;
+/// `flags`: the event's block size, stream or free device memory is in `wide`.
+const WIDE: u8 = 2;
+
+#[derive(Debug, Clone, Copy)]
+struct Packed {
+    addr: u64,
+    size: u64,
+    tag: u64,
+    /// Block size minus requested size.
+    extra: u32,
+    /// Index in `streams`.
+    stream: u16,
+    /// The action's `repr(u8)`, or [`MARKER`].
+    kind: u8,
+    flags: u8,
+}
+
+/// What did not fit an event's packed fields.
+#[derive(Debug, Clone, Copy)]
+struct Wide {
+    block_size: u64,
+    stream: u64,
+    device_free: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct EventStore {
+    packed: Vec<Packed>,
+    markers: Vec<Marker>,
+    streams: Vec<u64>,
+    stream_index: HashMap<u64, u16>,
+    wide: HashMap<usize, Wide>,
+}
+
+impl EventStore {
+    pub fn len(&self) -> usize {
+        self.packed.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.packed.is_empty()
+    }
+
+    pub fn push(&mut self, event: Event) {
+        let packed = match event {
+            Event::Marker(m) => {
+                self.markers.push(m);
+                Packed {
+                    addr: (self.markers.len() - 1) as u64,
+                    size: 0,
+                    tag: 0,
+                    extra: 0,
+                    stream: 0,
+                    kind: MARKER,
+                    flags: 0,
+                }
+            }
+            Event::Alloc(e) => self.pack(&e),
+        };
+        self.packed.push(packed);
+    }
+
+    fn pack(&mut self, e: &AllocEvent) -> Packed {
+        let extra = e
+            .block_size
+            .checked_sub(e.size)
+            .and_then(|x| u32::try_from(x).ok());
+        let stream = self.stream_slot(e.stream);
+        let wide = extra.is_none() || stream.is_none() || e.device_free != 0;
+        if wide {
+            let w = Wide {
+                block_size: e.block_size,
+                stream: e.stream,
+                device_free: e.device_free,
+            };
+            self.wide.insert(self.packed.len(), w);
+        }
+        Packed {
+            addr: e.addr,
+            size: e.size,
+            tag: e.tag.0,
+            extra: extra.unwrap_or(0),
+            stream: stream.unwrap_or(0),
+            kind: e.action as u8,
+            flags: if e.pool == Pool::Small { SMALL } else { 0 } | if wide { WIDE } else { 0 },
+        }
+    }
+
+    /// The packed index of `stream`, `None` once 65,536 streams are known.
+    fn stream_slot(&mut self, stream: u64) -> Option<u16> {
+        if let Some(k) = self.stream_index.get(&stream) {
+            return Some(*k);
+        }
+        let k = u16::try_from(self.streams.len()).ok()?;
+        self.streams.push(stream);
+        self.stream_index.insert(stream, k);
+        Some(k)
+    }
+
+    /// Event `i`.
+    pub fn get(&self, i: usize) -> Option<Event> {
+        let p = self.packed.get(i)?;
+        if p.kind == MARKER {
+            return self
+                .markers
+                .get(p.addr as usize)
+                .cloned()
+                .map(Event::Marker);
+        }
+        let mut e = AllocEvent {
+            action: ACTIONS.get(usize::from(p.kind)).copied()?,
+            addr: p.addr,
+            size: p.size,
+            block_size: p.size + u64::from(p.extra),
+            stream: self
+                .streams
+                .get(usize::from(p.stream))
+                .copied()
+                .unwrap_or(0),
+            pool: if p.flags & SMALL != 0 {
+                Pool::Small
+            } else {
+                Pool::Large
+            },
+            device_free: 0,
+            tag: Tag(p.tag),
+        };
+        if p.flags & WIDE != 0 {
+            if let Some(w) = self.wide.get(&i) {
+                e.block_size = w.block_size;
+                e.stream = w.stream;
+                e.device_free = w.device_free;
+            }
+        }
+        Some(Event::Alloc(e))
+    }
+
+    /// Events `range` (clipped to the store), in order.
+    pub fn range(
+        &self,
+        range: Range<usize>,
+    ) -> impl DoubleEndedIterator<Item = Event> + ExactSizeIterator + '_ {
+        let end = range.end.min(self.len());
+        (range.start.min(end)..end).map(|i| self.get(i).expect("inside the store"))
+    }
+
+    /// Every event, in order.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = Event> + ExactSizeIterator + '_ {
+        self.range(0..self.len())
+    }
+
+    /// Approximate heap bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        self.packed.capacity() * std::mem::size_of::<Packed>()
+            + self.markers.capacity() * std::mem::size_of::<Marker>()
+            + self.wide.capacity() * (std::mem::size_of::<(usize, Wide)>() + 1)
+            + self.streams.capacity() * 8
+    }
+
+    /// Whether event `i` is an allocator event with this action, without
+    /// unpacking it.
+    pub fn is_action(&self, i: usize, action: Action) -> bool {
+        self.packed.get(i).is_some_and(|p| p.kind == action as u8)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::Phase;
+
+    fn alloc(action: Action, size: u64, block_size: u64) -> AllocEvent {
+        AllocEvent {
+            action,
+            addr: 0x7f00_0000_0000,
+            size,
+            block_size,
+            stream: 0,
+            pool: Pool::Large,
+            device_free: 0,
+            tag: Tag(42),
+        }
+    }
+
+    #[test]
+    fn every_event_comes_back_as_it_went_in() {
+        let mut events: Vec<Event> = vec![
+            alloc(Action::Alloc, 1000, 1024).into(),
+            Marker::PhaseBegin(Phase::Backward).into(),
+            alloc(Action::SegmentAlloc, 2 << 20, 2 << 20).into(),
+            AllocEvent {
+                pool: Pool::Small,
+                stream: 0xdead_beef,
+                ..alloc(Action::FreeRequested, 512, 512)
+            }
+            .into(),
+            // A block far larger than its request, and one smaller.
+            alloc(Action::FreeCompleted, 1, 1 << 40).into(),
+            alloc(Action::FreeCompleted, 1 << 20, 512).into(),
+            AllocEvent {
+                addr: 0,
+                device_free: 3 << 30,
+                ..alloc(Action::Oom, 80 << 30, 80 << 30)
+            }
+            .into(),
+            alloc(Action::Other, u64::MAX, u64::MAX).into(),
+            Marker::Narration("why".into()).into(),
+        ];
+        // More streams than the packed index holds.
+        for s in 0..70_000u64 {
+            events.push(
+                AllocEvent {
+                    stream: s * 7,
+                    ..alloc(Action::Alloc, s, s + 512)
+                }
+                .into(),
+            );
+        }
+        let mut store = EventStore::default();
+        for e in &events {
+            store.push(e.clone());
+        }
+        assert_eq!(store.len(), events.len());
+        let back: Vec<Event> = store.iter().collect();
+        assert!(back == events, "an event changed in the store");
+        assert_eq!(store.get(events.len()), None);
+        let (from, to) = (7, 3);
+        assert_eq!(store.range(from..to).count(), 0);
+        assert_eq!(store.range(events.len() - 1..events.len() + 5).count(), 1);
+        assert_eq!(store.range(1..2).next(), Some(events[1].clone()));
+        assert!(store.is_action(6, Action::Oom) && !store.is_action(1, Action::Oom));
+        assert_eq!(std::mem::size_of::<Packed>(), 32);
+    }
+}
