@@ -23,6 +23,11 @@ pub struct MapBlock {
     pub requested: u64,
     pub state: BlockState,
     pub tag: Tag,
+    /// The pool and kind of the block's segment, kept on the block (as
+    /// PyTorch's `Block` keeps its pool) so that placing an entry needs no
+    /// segment lookup.
+    pub pool: Pool,
+    pub expandable: bool,
 }
 
 /// Segments and blocks by address, plus running totals.
@@ -96,6 +101,8 @@ impl MemoryMap {
                     requested: b.requested_size,
                     state: b.state,
                     tag: b.tag,
+                    pool: s.pool,
+                    expandable: s.is_expandable,
                 };
                 (b.address, block)
             });
@@ -104,8 +111,8 @@ impl MemoryMap {
         map
     }
 
-    /// Add a whole segment at `addr` with its blocks (which tile it), and
-    /// count it in the totals.
+    /// Add a whole segment at `addr` with its blocks (which tile it, and
+    /// take the segment's pool and kind), and count it in the totals.
     pub fn insert_segment(
         &mut self,
         addr: u64,
@@ -113,8 +120,14 @@ impl MemoryMap {
         blocks: impl IntoIterator<Item = (u64, MapBlock)>,
     ) {
         self.reserved += segment.size;
+        let (pool, expandable) = (segment.pool, segment.expandable);
         self.segments.insert(addr, segment);
         for (at, b) in blocks {
+            let b = MapBlock {
+                pool,
+                expandable,
+                ..b
+            };
             if b.state == BlockState::ActiveAllocated {
                 self.allocated += b.size;
             }
@@ -216,7 +229,8 @@ impl MemoryMap {
                     tag: e.tag,
                 };
                 self.segments.insert(e.addr, seg);
-                self.blocks.insert(e.addr, free_block(e.size, 0));
+                self.blocks
+                    .insert(e.addr, free_block(e.size, 0, e.pool, false));
                 self.reserved += e.size;
             }
             Action::SegmentFree => {
@@ -286,12 +300,14 @@ impl MemoryMap {
             requested: size,
             state: BlockState::ActiveAllocated,
             tag,
+            ..old
         };
         if old.size > block_size {
-            self.blocks.insert(
-                addr + block_size,
-                free_block(old.size - block_size, old.requested),
-            );
+            let rest = MapBlock {
+                size: old.size - block_size,
+                ..free_like(&old)
+            };
+            self.blocks.insert(addr + block_size, rest);
         }
         self.allocated += block_size;
         self.active += block_size;
@@ -338,13 +354,19 @@ impl MemoryMap {
         }
         if let Some((pa, p)) = self.blocks.range_mut(seg_start..addr).next_back() {
             if p.state == BlockState::Inactive && *pa + p.size == addr {
-                *p = free_block(p.size + size, b.requested);
+                *p = MapBlock {
+                    size: p.size + size,
+                    ..free_like(&b)
+                };
                 self.blocks.remove(&addr);
                 return (Some(b), Ok(()));
             }
         }
         if let Some(freed) = self.blocks.get_mut(&addr) {
-            *freed = free_block(size, b.requested);
+            *freed = MapBlock {
+                size,
+                ..free_like(&b)
+            };
         }
         (Some(b), Ok(()))
     }
@@ -417,7 +439,8 @@ impl MemoryMap {
                 size += n.size;
             }
         }
-        self.blocks.insert(start, free_block(size, requested));
+        self.blocks
+            .insert(start, free_block(size, requested, e.pool, true));
     }
 
     /// Expandable shrink: cut `[addr, addr+size)` out of a free block and out
@@ -430,11 +453,13 @@ impl MemoryMap {
         let (sa, s) = self.segment_at(e.addr).map(|(a, s)| (a, s.clone()))?;
         self.blocks.remove(&ba);
         if e.addr > ba {
-            self.blocks.insert(ba, free_block(e.addr - ba, 0));
+            self.blocks
+                .insert(ba, free_block(e.addr - ba, 0, b.pool, b.expandable));
         }
         let end = e.addr + e.size;
         if ba + b.size > end {
-            self.blocks.insert(end, free_block(ba + b.size - end, 0));
+            let rest = free_block(ba + b.size - end, 0, b.pool, b.expandable);
+            self.blocks.insert(end, rest);
         }
         self.segments.remove(&sa);
         if e.addr > sa {
@@ -480,13 +505,20 @@ impl MemoryMap {
     }
 }
 
-fn free_block(size: u64, requested: u64) -> MapBlock {
+fn free_block(size: u64, requested: u64, pool: Pool, expandable: bool) -> MapBlock {
     MapBlock {
         size,
         requested,
         state: BlockState::Inactive,
         tag: Tag::NONE,
+        pool,
+        expandable,
     }
+}
+
+/// A free block in `b`'s place: its requested size, pool and kind.
+fn free_like(b: &MapBlock) -> MapBlock {
+    free_block(b.size, b.requested, b.pool, b.expandable)
 }
 
 #[cfg(test)]

@@ -143,12 +143,10 @@ impl<'a> TraceMirror<'a> {
                 let rounded = round_size(e.size, config);
                 ev.pool = Pool::for_size(rounded);
                 ev.block_size = rounded;
-                let segment = map.segment_at(e.addr).map(|(_, s)| (s.pool, s.expandable));
                 let taken = map.alloc_at(e.addr, e.size, tag, |b| {
-                    let (pool, expandable) = segment.unwrap_or((ev.pool, false));
-                    ev.pool = pool;
+                    ev.pool = b.pool;
                     if b.size >= rounded
-                        && !should_split(pool, expandable, b.size - rounded, rounded, config)
+                        && !should_split(b.pool, b.expandable, b.size - rounded, rounded, config)
                     {
                         ev.block_size = b.size;
                     }
@@ -157,15 +155,20 @@ impl<'a> TraceMirror<'a> {
                 taken.map(|_| ()).ok_or_else(|| err(NO_FREE_BLOCK))
             }
             Action::FreeRequested | Action::FreeCompleted => {
-                ev.pool = map.segment_at(e.addr).map_or(Pool::Large, |(_, s)| s.pool);
                 let (found, freed) = if e.action == Action::FreeRequested {
                     map.request_free(e.addr)
                 } else {
                     map.complete_free(e.addr)
                 };
-                if let Some(b) = found {
-                    ev.block_size = b.size;
-                    ev.tag = b.tag;
+                match found {
+                    Some(b) => {
+                        ev.block_size = b.size;
+                        ev.tag = b.tag;
+                        ev.pool = b.pool;
+                    }
+                    None => {
+                        ev.pool = map.segment_at(e.addr).map_or(Pool::Large, |(_, s)| s.pool);
+                    }
                 }
                 freed.map_err(err)
             }
@@ -218,6 +221,8 @@ pub fn start_map(r: &Reconstruction) -> MemoryMap {
                 requested: b.requested,
                 state: b.state,
                 tag: b.tag,
+                pool: s.pool,
+                expandable: false,
             };
             let addr = at;
             at += b.size;
@@ -249,6 +254,8 @@ pub fn final_map(snap: &Snapshot, device: usize) -> MemoryMap {
                 requested: b.requested_size,
                 state: b.state,
                 tag: Tag::NONE,
+                pool,
+                expandable: s.is_expandable,
             };
             (b.address, block)
         });
