@@ -60,12 +60,14 @@ fn stepping_back_matches_a_fresh_replay() {
     assert!(app.runs[0].map.segments.is_empty());
 }
 
+/// A step lands on its mark, and on the narration said right after it (the
+/// moment's own): `moment_start` is the mark.
 #[test]
 fn step_forward_kinds_land_on_marks() {
     let mut app = leaky_app();
     keys(&mut app, "i");
     let r = &app.runs[0];
-    let c = r.cursor().expect("moved");
+    let c = r.moment_start().expect("moved");
     assert!(matches!(
         r.timeline.events()[c],
         Event::Marker(Marker::IterationBegin(1))
@@ -73,13 +75,13 @@ fn step_forward_kinds_land_on_marks() {
     keys(&mut app, "p");
     let r = &app.runs[0];
     assert!(matches!(
-        r.timeline.events()[r.cursor().unwrap_or(0)],
+        r.timeline.events()[r.moment_start().unwrap_or(0)],
         Event::Marker(Marker::PhaseBegin(_) | Marker::PhaseEnd(_))
     ));
     keys(&mut app, "o");
     let r = &app.runs[0];
     assert!(matches!(
-        r.timeline.events()[r.cursor().unwrap_or(0)],
+        r.timeline.events()[r.moment_start().unwrap_or(0)],
         Event::Marker(Marker::OpBegin { .. })
     ));
     let before = app.runs[0].cursor();
@@ -88,7 +90,7 @@ fn step_forward_kinds_land_on_marks() {
     assert!(c < app.runs[0].cursor().unwrap_or(0));
     keys(&mut app, "x");
     let r = &app.runs[0];
-    let at = &r.timeline.events()[r.cursor().unwrap_or(0)];
+    let at = &r.timeline.events()[r.moment_start().unwrap_or(0)];
     assert!(
         matches!(at, Event::Alloc(a) if a.action == crate::alloc::Action::Oom)
             || matches!(at, Event::Marker(Marker::Error(_))),
