@@ -113,6 +113,9 @@ pub struct App {
     pub auto_pause: bool,
     /// Where auto-pause last stopped (the status asks for space there).
     auto_paused_at: Option<usize>,
+    /// Playback has held on (or gone on from) the narration said at the
+    /// start since the cursor was last away from it.
+    held_start: bool,
     play_acc: f64,
     pub color_mode: ColorMode,
     pub theme_name: ThemeName,
@@ -165,6 +168,7 @@ impl App {
             play_unit: opts.play_by,
             auto_pause: opts.auto_pause,
             auto_paused_at: None,
+            held_start: false,
             play_acc: 0.0,
             color_mode: ColorMode::State,
             theme_name: opts.theme,

@@ -44,6 +44,15 @@ impl App {
             return false;
         };
         let (pos, len) = (run.pos, run.len());
+        if pos > 0 {
+            self.held_start = false;
+        } else if self.auto_pause && !self.held_start && run.said_upto() > 0 {
+            // What is said before any event is a moment too: hold on it.
+            self.held_start = true;
+            self.playing = false;
+            self.auto_paused_at = Some(0);
+            return true;
+        }
         if pos >= len {
             // At the live edge: do not bank time, or the cursor would jump
             // ahead when the next batch arrives.
@@ -93,6 +102,8 @@ impl App {
     pub(super) fn toggle_play(&mut self) {
         self.playing = !self.playing;
         self.play_acc = 0.0;
+        // Play from the start goes on from what is said there.
+        self.held_start |= self.playing && self.active_pos() == Some(0);
         if self.playing
             && self
                 .active_run()

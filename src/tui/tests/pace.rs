@@ -141,9 +141,16 @@ fn auto_pause_stops_at_every_narration_until_space() {
         auto_pause: true,
         ..opts()
     });
-    // The premise is said before any event: shown from the start, never
-    // stopped at again.
+    // The premise is said before any event: shown from the start, and
+    // playback holds there first.
     assert_eq!(app.runs[0].said_upto(), 1);
+    app.on_tick(Duration::from_secs(1));
+    assert_eq!(app.runs[0].pos, 0);
+    assert!(!app.playing);
+    let s = screen(&mut app, 80, 24);
+    assert!(s.contains("narration: space goes on"), "{s}");
+    assert!(s.contains("premise"), "{s}");
+    keys(&mut app, " ");
     app.on_tick(Duration::from_secs(1));
     assert_eq!(app.runs[0].pos, 3, "stopped on 'iteration one'");
     assert!(!app.playing);

@@ -52,7 +52,7 @@ fn parts(app: &App, r: &RunView) -> Vec<Part> {
     let play = if app.is_done() {
         "■ done".to_string()
     } else if app.held_at_narration() {
-        "⏸ narration: space goes on".to_string()
+        format!("⏸ narration: space goes on · {}", app.rate_label())
     } else if app.playing {
         format!("▶ playing {}", app.rate_label())
     } else {
