@@ -50,6 +50,20 @@ fn wait_for(session: &str, what: impl Fn(&str) -> bool, limit: Duration) -> Opti
     None
 }
 
+/// The status line says every event is in: the count has no `+` (more to
+/// come), and nothing is being read, placed or followed live.
+fn all_read(screen: &str) -> bool {
+    let status = screen.lines().next().unwrap_or_default();
+    let count = status
+        .split("event ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next());
+    count.is_some_and(|c| !c.ends_with('+'))
+        && !["reading", "placing", "LIVE"]
+            .iter()
+            .any(|w| status.contains(w))
+}
+
 #[test]
 fn guided_tour_in_a_real_terminal() {
     if tmux(&["-V"]).is_none() {
@@ -61,9 +75,13 @@ fn guided_tour_in_a_real_terminal() {
     let session = format!("vramscope-test-{}", std::process::id());
     let bin = env!("CARGO_BIN_EXE_vramscope");
     let cleanup = start(&session, 150, 46, &format!("{bin}; echo EXITED:$?"));
+    // The tour stops at each narration: space goes on, as a teacher would.
     let shown = wait_for(
         &session,
         |s| {
+            if s.contains("narration: space goes on") {
+                let _ = tmux(&["send-keys", "-t", &session, " "]);
+            }
             s.contains("Memory map")
                 && s.contains("Timeline")
                 && s.contains("val_total")
@@ -179,7 +197,7 @@ fn every_real_snapshot_ends_in_the_terminal_where_the_report_says() {
                 60,
                 &format!("{bin} open '{path}' --device {device}; echo EXITED:$?"),
             );
-            let done = wait_for(&session, |s| s.contains(" done "), Duration::from_secs(60));
+            let done = wait_for(&session, all_read, Duration::from_secs(60));
             tmux(&["send-keys", "-t", &session, " "]).expect("pause");
             tmux(&["send-keys", "-t", &session, "G"]).expect("end");
             let want_reserved = format!("reserved {reserved}");
@@ -212,4 +230,62 @@ fn every_real_snapshot_ends_in_the_terminal_where_the_report_says() {
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
+}
+
+/// A teacher opens the tour paused at 80×24: seconds later the cursor is
+/// still at the start with the premise on screen; space starts it, and
+/// auto-pause (on for the tour) holds it at the next narration.
+#[test]
+fn paused_tour_waits_for_space() {
+    if tmux(&["-V"]).is_none() {
+        eprintln!("note: tmux is not installed; the terminal test is skipped");
+        return;
+    }
+    let (tour, _) = vramscope::scenario::resolve("tour").expect("the tour");
+    let words = |k: usize| -> String { tour.narration[k].text.chars().take(24).collect() };
+    let session = format!("vramscope-paused-{}", std::process::id());
+    let bin = env!("CARGO_BIN_EXE_vramscope");
+    let cleanup = start(&session, 80, 24, &format!("{bin} --paused; echo EXITED:$?"));
+    let premise = words(0);
+    let opened = wait_for(
+        &session,
+        |s| s.contains("⏸ paused") && s.contains(&premise) && all_read(s),
+        Duration::from_secs(60),
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let later = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();
+    let status = later.lines().next().unwrap_or_default().to_string();
+    tmux(&["send-keys", "-t", &session, " "]).expect("space");
+    let next = words(1);
+    let held = wait_for(
+        &session,
+        |s| s.contains(&next) && s.contains("narration: space goes on"),
+        Duration::from_secs(20),
+    );
+    let last = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();
+    tmux(&["send-keys", "-t", &session, "q"]).expect("quit");
+    let quit = wait_for(
+        &session,
+        |s| s.contains("EXITED:0"),
+        Duration::from_secs(15),
+    );
+    cleanup();
+    assert!(opened.is_some(), "the paused tour did not open:\n{last}");
+    assert!(
+        status.contains("⏸ paused") && status.contains("event 0/") && status.contains("? help"),
+        "moved while paused: {status}"
+    );
+    assert!(
+        later.contains(&premise),
+        "the premise left the screen:\n{later}"
+    );
+    assert!(
+        held.is_some(),
+        "space did not play to the next narration:\n{last}"
+    );
+    assert!(
+        !last.lines().next().unwrap_or_default().contains("event 0/"),
+        "{last}"
+    );
+    assert!(quit.is_some(), "q did not quit");
 }

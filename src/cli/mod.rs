@@ -3,6 +3,7 @@
 
 mod compare;
 mod demo;
+mod pace;
 mod scenario;
 mod snapshot;
 mod ui;
@@ -12,6 +13,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use pace::PaceArgs;
 
 pub const EXIT_BAD_INPUT: u8 = 2;
 pub const EXIT_NO_GPU: u8 = 3;
@@ -26,11 +28,15 @@ pub struct BadInput(pub String);
     name = "vramscope",
     version,
     about = "Where GPU memory goes in a PyTorch training loop, and who leaks it",
-    after_help = "With no command, vramscope opens the guided tour in the terminal UI (a headless report without a terminal).\n\nScenarios follow PyTorch 2.11's rules (the default release, verified against H100 captures) unless their `torch:` field names another (2.4 to 2.15)."
+    args_conflicts_with_subcommands = true,
+    after_help = "With no command, vramscope opens the guided tour in the terminal UI (a headless report without a terminal), paused at each narration until space (--no-auto-pause plays through).\n\nScenarios follow PyTorch 2.11's rules (the default release, verified against H100 captures) unless their `torch:` field names another (2.4 to 2.15)."
 )]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
+    /// The guided tour's pace, with no command.
+    #[command(flatten)]
+    pub pace: PaceArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -65,6 +71,8 @@ pub enum Command {
         /// (the UI's GPU panel, `v`, shows NVML's reading beside the model's).
         #[arg(long, default_value = "sim")]
         device: String,
+        #[command(flatten)]
+        pace: PaceArgs,
     },
     /// Two runs side by side with the cursor synchronised: scenarios (buggy
     /// vs fixed), snapshots, or one of each; or one of them under another
@@ -83,6 +91,8 @@ pub enum Command {
         /// Print both reports and their figures as JSON (implies --headless).
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        pace: PaceArgs,
     },
     /// Open a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot) and report what it holds.
     Open {
@@ -103,6 +113,8 @@ pub enum Command {
         /// report: every device). In the UI, d / D switch devices.
         #[arg(long)]
         device: Option<usize>,
+        #[command(flatten)]
+        pace: PaceArgs,
     },
     /// Replay a snapshot's trace through the allocator model: verify it
     /// decision by decision, or compare other PYTORCH_CUDA_ALLOC_CONF settings.
@@ -152,7 +164,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         None => {
             if ui::have_terminal() {
-                ui::open(&["tour"])
+                ui::open(&["tour"], &cli.pace)
             } else {
                 warn!("vramscope: no terminal to draw on; printing the guided tour's headless report instead");
                 scenario::run_headless(
@@ -171,12 +183,13 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             confs,
             headless,
             json,
+            pace,
         }) => {
             let sides = compare::sides(first, second, confs)?;
             if headless || json || !ui::have_terminal() {
                 compare::compare(&sides, json)
             } else {
-                ui::open_compare(&sides)
+                ui::open_compare(&sides, &pace)
             }
         }
         Some(Command::Demo { conf }) => demo::run(&conf),
@@ -188,6 +201,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             iterations,
             headless,
             device,
+            pace,
         }) => {
             let cuda = scenario::parse_device(&device)?;
             if headless || json || !ui::have_terminal() {
@@ -200,9 +214,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     },
                 )
             } else if let Some(n) = cuda {
-                ui::open_cuda(&scenario, n)
+                ui::open_cuda(&scenario, n, &pace)
             } else {
-                ui::open(&[&scenario])
+                ui::open(&[&scenario], &pace)
             }
         }
         Some(Command::Open {
@@ -211,11 +225,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             headless,
             step_marker,
             device,
+            pace,
         }) => {
             if headless || json || !ui::have_terminal() {
                 snapshot::open(&snapshot, json, step_marker.as_deref(), device)
             } else {
-                ui::open_snapshot(&snapshot, device)
+                ui::open_snapshot(&snapshot, device, &pace)
             }
         }
         Some(Command::Replay {

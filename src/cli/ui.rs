@@ -18,6 +18,7 @@ use vramscope::scenario::resolve;
 use vramscope::tui::{run_tui, TuiOptions};
 
 use super::compare::CompareSide;
+use super::pace::PaceArgs;
 use super::{BadInput, EXIT_NO_GPU};
 
 /// Playback for scenarios: about two iterations of a small model per second,
@@ -30,16 +31,16 @@ pub fn have_terminal() -> bool {
 }
 
 /// Scenarios (names or files) and snapshots, side by side when more than one.
-pub fn open(inputs: &[&str]) -> anyhow::Result<ExitCode> {
+pub fn open(inputs: &[&str], pace: &PaceArgs) -> anyhow::Result<ExitCode> {
     let sources = inputs
         .iter()
         .map(|i| open_source(i))
         .collect::<Result<Vec<_>, _>>();
-    play(sources)
+    play(sources, pace)
 }
 
 /// `compare`: two sides, each an input as it is or under a config.
-pub fn open_compare(sides: &[CompareSide; 2]) -> anyhow::Result<ExitCode> {
+pub fn open_compare(sides: &[CompareSide; 2], pace: &PaceArgs) -> anyhow::Result<ExitCode> {
     let sources = sides
         .iter()
         .map(|s| match &s.conf {
@@ -47,20 +48,27 @@ pub fn open_compare(sides: &[CompareSide; 2]) -> anyhow::Result<ExitCode> {
             Some(conf) => open_source_under(&s.input, conf),
         })
         .collect::<Result<Vec<_>, _>>();
-    play(sources)
+    play(sources, pace)
 }
 
-/// Run the UI on opened sources at scenario pace; an input that did not
-/// open, or a file that fails before its first event, is bad input.
-fn play(sources: Result<Vec<(String, Source)>, String>) -> anyhow::Result<ExitCode> {
-    let failed = run_tui(
-        sources.map_err(BadInput)?,
+/// Run the UI on opened sources at scenario pace (unless `pace` says
+/// otherwise); an input that did not open, or a file that fails before its
+/// first event, is bad input.
+fn play(
+    sources: Result<Vec<(String, Source)>, String>,
+    pace: &PaceArgs,
+) -> anyhow::Result<ExitCode> {
+    let sources = sources.map_err(BadInput)?;
+    let titles: Vec<&str> = sources.iter().map(|(t, _)| t.as_str()).collect();
+    let opts = pace.apply(
         TuiOptions {
             speed: SCENARIO_SPEED,
             stop_on_load_failure: true,
             ..TuiOptions::default()
         },
-    )?;
+        &titles,
+    );
+    let failed = run_tui(sources, opts)?;
     match failed {
         Some(why) => Err(BadInput(why).into()),
         None => Ok(ExitCode::SUCCESS),
@@ -69,13 +77,20 @@ fn play(sources: Result<Vec<(String, Source)>, String>) -> anyhow::Result<ExitCo
 
 /// The UI opens at once and shows the file being read; a file that does not
 /// open ends it, and the error goes to the shell (exit 2).
-pub fn open_snapshot(path: &Path, device: Option<usize>) -> anyhow::Result<ExitCode> {
+pub fn open_snapshot(
+    path: &Path,
+    device: Option<usize>,
+    pace: &PaceArgs,
+) -> anyhow::Result<ExitCode> {
     let source = snapshot_source(path, device);
     let title = file_title(path, &path.display().to_string());
-    let opts = TuiOptions {
-        stop_on_load_failure: true,
-        ..TuiOptions::default()
-    };
+    let opts = pace.apply(
+        TuiOptions {
+            stop_on_load_failure: true,
+            ..TuiOptions::default()
+        },
+        &[title.as_str()],
+    );
     match run_tui(vec![(title, source)], opts)? {
         Some(why) => Err(BadInput(why).into()),
         None => Ok(ExitCode::SUCCESS),
@@ -84,7 +99,7 @@ pub fn open_snapshot(path: &Path, device: Option<usize>) -> anyhow::Result<ExitC
 
 /// A scenario on a real GPU in the UI: the device is checked here (no
 /// driver: a plain message, exit 3), then opened afresh by each run.
-pub fn open_cuda(name: &str, ordinal: usize) -> anyhow::Result<ExitCode> {
+pub fn open_cuda(name: &str, ordinal: usize, pace: &PaceArgs) -> anyhow::Result<ExitCode> {
     let (scenario, built) = resolve(name).map_err(|e| BadInput(e.to_string()))?;
     let index = u32::try_from(ordinal)
         .map_err(|_| BadInput(format!("--device cuda:{ordinal}: no such device")))?;
@@ -108,14 +123,16 @@ pub fn open_cuda(name: &str, ordinal: usize) -> anyhow::Result<ExitCode> {
         }),
     };
     let title = format!("{} · cuda:{ordinal}", scenario.name);
+    let name = scenario.name.clone();
     let source = scenario_source_on(scenario, built, ITERATION_PACE, Some(gpu))
         .with_capacity(held_to(cap, total).unwrap_or(total));
-    run_tui(
-        vec![(title, source)],
+    let opts = pace.apply(
         TuiOptions {
             speed: SCENARIO_SPEED,
             ..TuiOptions::default()
         },
-    )?;
+        &[name.as_str()],
+    );
+    run_tui(vec![(title, source)], opts)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -16,6 +16,7 @@ use super::gpu_panel::GpuPanel;
 use super::input::{self, UiAction};
 use super::input::{Dir, Step};
 use super::layout::{self, Areas, Focus};
+use super::playback::{PlayUnit, DEFAULT_UNIT_RATE, MAX_UNIT_RATE, MIN_UNIT_RATE};
 use super::popup::Popup;
 use super::run_view::{collect_categories, prepare_markers};
 pub use super::run_view::{RunFrame, RunView};
@@ -25,7 +26,9 @@ use crate::producers::{open_source, EngineCommand, Source};
 
 mod devices;
 mod mouse;
+mod play;
 mod popups;
+mod zoom;
 
 /// Playback speed bounds and default, in events per second.
 pub const MIN_SPEED: f64 = 1.0;
@@ -56,7 +59,13 @@ pub struct TuiOptions {
     pub theme: ThemeName,
     /// `None`: from the `NO_COLOR` environment variable.
     pub no_color: Option<bool>,
+    /// Events per second when playing by event.
     pub speed: f64,
+    /// Steps per second when playing by op, phase or iteration.
+    pub unit_rate: f64,
+    pub play_by: PlayUnit,
+    /// Stop at every narration until space.
+    pub auto_pause: bool,
     pub start_paused: bool,
     pub sync: SyncMode,
     /// Longest wait for input before the loop looks at the sources again.
@@ -72,6 +81,9 @@ impl Default for TuiOptions {
             theme: ThemeName::Dark,
             no_color: None,
             speed: DEFAULT_SPEED,
+            unit_rate: DEFAULT_UNIT_RATE,
+            play_by: PlayUnit::Event,
+            auto_pause: false,
             start_paused: false,
             sync: SyncMode::Fraction,
             frame: Duration::from_millis(25),
@@ -93,7 +105,17 @@ pub struct App {
     pub active: usize,
     pub focus: Focus,
     pub playing: bool,
+    /// Events per second when playing by event.
     pub speed: f64,
+    /// Steps per second when playing by op, phase or iteration.
+    pub unit_rate: f64,
+    pub play_unit: PlayUnit,
+    pub auto_pause: bool,
+    /// Where auto-pause last stopped (the status asks for space there).
+    auto_paused_at: Option<usize>,
+    /// Playback has held on (or gone on from) the narration said at the
+    /// start since the cursor was last away from it.
+    held_start: bool,
     play_acc: f64,
     pub color_mode: ColorMode,
     pub theme_name: ThemeName,
@@ -142,6 +164,11 @@ impl App {
             focus: Focus::Map,
             playing: !opts.start_paused,
             speed: opts.speed.clamp(MIN_SPEED, MAX_SPEED),
+            unit_rate: opts.unit_rate.clamp(MIN_UNIT_RATE, MAX_UNIT_RATE),
+            play_unit: opts.play_by,
+            auto_pause: opts.auto_pause,
+            auto_paused_at: None,
+            held_start: false,
             play_acc: 0.0,
             color_mode: ColorMode::State,
             theme_name: opts.theme,
@@ -204,32 +231,6 @@ impl App {
         self.runs.iter().any(|r| r.backlog)
     }
 
-    /// Advance playback by `dt`; true when the cursor moved.
-    pub fn on_tick(&mut self, dt: Duration) -> bool {
-        if !self.playing {
-            return false;
-        }
-        let Some(run) = self.runs.get(self.active) else {
-            return false;
-        };
-        let len = run.len();
-        if run.pos >= len {
-            // At the live edge: do not bank time, or the cursor would jump
-            // ahead when the next batch arrives.
-            self.play_acc = 0.0;
-            return false;
-        }
-        self.play_acc += self.speed * dt.as_secs_f64();
-        let steps = self.play_acc.floor();
-        if steps < 1.0 {
-            return false;
-        }
-        self.play_acc -= steps;
-        let pos = (run.pos as f64 + steps).min(len as f64) as usize;
-        self.set_active_pos(pos);
-        true
-    }
-
     fn set_active_pos(&mut self, pos: usize) {
         if let Some(r) = self.active_mut() {
             r.set_pos(pos);
@@ -268,6 +269,12 @@ impl App {
     }
 
     pub fn handle_key(&mut self, key: KeyEvent) -> bool {
+        // A notice answers the last key; the next one clears it.
+        let had_notice = self.notice.take().is_some();
+        self.key(key) || had_notice
+    }
+
+    fn key(&mut self, key: KeyEvent) -> bool {
         if self.prompt.is_some() {
             return self.prompt_key(key);
         }
@@ -276,7 +283,6 @@ impl App {
         }
         if key.code == KeyCode::Char(':') && !self.show_help {
             self.prompt = Some(String::new());
-            self.notice = None;
             return true;
         }
         match input::key_action(key, self.focus, self.show_help) {
@@ -325,22 +331,6 @@ impl App {
         }
     }
 
-    fn zoom_timeline(&mut self, run: usize, zoom_in: bool) -> bool {
-        let Some(r) = self.runs.get_mut(run) else {
-            return false;
-        };
-        let before = r.tl_zoom;
-        r.tl_zoom = if zoom_in {
-            (r.tl_zoom * 2).min(1 << 20)
-        } else {
-            (r.tl_zoom / 2).max(1)
-        };
-        if before == 1 && zoom_in && r.tl_anchor == 0 {
-            r.tl_anchor = r.pos;
-        }
-        r.tl_zoom != before
-    }
-
     /// Apply one action; true when the screen must be redrawn.
     pub fn apply(&mut self, a: UiAction) -> bool {
         match a {
@@ -358,20 +348,10 @@ impl App {
                     r.sel_finding = None;
                 }
             }
-            UiAction::TogglePlay => {
-                self.playing = !self.playing;
-                self.play_acc = 0.0;
-                // Play at the end of a finished run starts it over.
-                if self.playing {
-                    if let Some(r) = self
-                        .active_run()
-                        .filter(|r| !r.is_live() && r.pos >= r.len())
-                    {
-                        let _ = r;
-                        self.set_active_pos(0);
-                    }
-                }
-            }
+            UiAction::TogglePlay => self.toggle_play(),
+            UiAction::CyclePlayUnit => self.cycle_play_unit(),
+            UiAction::ToggleAutoPause => self.toggle_auto_pause(),
+            UiAction::ShowNarrationHistory => return self.show_narration_history(),
             UiAction::Step(step, dir) => {
                 self.playing = false;
                 let moved = self.active_mut().is_some_and(|r| r.step(step, dir));
@@ -391,6 +371,8 @@ impl App {
             }
             UiAction::NextDevice => return self.step_device(1),
             UiAction::PrevDevice => return self.step_device(-1),
+            UiAction::Start if self.show_help => self.help_scroll = 0,
+            UiAction::End if self.show_help => self.help_scroll = usize::MAX,
             UiAction::Start => {
                 self.playing = false;
                 self.set_active_pos(0);
@@ -399,8 +381,8 @@ impl App {
                 let len = self.active_run().map_or(0, RunView::len);
                 self.set_active_pos(len);
             }
-            UiAction::Faster => self.speed = (self.speed * 2.0).min(MAX_SPEED),
-            UiAction::Slower => self.speed = (self.speed / 2.0).max(MIN_SPEED),
+            UiAction::Faster => self.change_speed(true),
+            UiAction::Slower => self.change_speed(false),
             UiAction::ToggleColor => {
                 self.color_mode = match self.color_mode {
                     ColorMode::State => ColorMode::Category,
@@ -594,63 +576,6 @@ impl App {
         }
     }
 
-    fn zoom(&mut self, zoom_in: bool) -> bool {
-        let active = self.active;
-        match self.focus {
-            Focus::Timeline => {
-                if let Some(r) = self.runs.get_mut(active) {
-                    r.tl_anchor = r.pos;
-                }
-                self.zoom_timeline(active, zoom_in)
-            }
-            _ => {
-                let Some(r) = self.active_mut() else {
-                    return false;
-                };
-                let before = r.map_zoom;
-                r.map_zoom = if zoom_in {
-                    (r.map_zoom * 2).min(MAX_MAP_ZOOM)
-                } else {
-                    (r.map_zoom / 2).max(1)
-                };
-                // Keep the same part in view.
-                r.map_scroll_x = if zoom_in {
-                    r.map_scroll_x * 2
-                } else {
-                    r.map_scroll_x / 2
-                };
-                r.map_zoom != before
-            }
-        }
-    }
-
-    fn pan(&mut self, dir: isize) -> bool {
-        let focus = self.focus;
-        let Some(r) = self.active_mut() else {
-            return false;
-        };
-        match focus {
-            Focus::Timeline => {
-                let (a, b) = r.timeline_range();
-                let step = ((b - a) / 4).max(1);
-                r.tl_anchor = if dir > 0 {
-                    (r.tl_anchor.max(a + (b - a) / 2) + step).min(r.len())
-                } else {
-                    r.tl_anchor.min(a + (b - a) / 2).saturating_sub(step)
-                };
-            }
-            _ => {
-                let w = r.frame.map.bar_width.max(4);
-                r.map_scroll_x = if dir > 0 {
-                    r.map_scroll_x + w / 2
-                } else {
-                    r.map_scroll_x.saturating_sub(w / 2)
-                };
-            }
-        }
-        true
-    }
-
     /// Build everything the views draw for a terminal of `size`. Called by
     /// the loop after input and new events, before `draw`.
     pub fn prepare(&mut self, size: Rect) {
@@ -658,12 +583,15 @@ impl App {
             r.sync_map();
             prepare_markers(r);
         }
-        let narr: Vec<bool> = self
+        let said: Vec<layout::Callouts> = self
             .runs
             .iter()
-            .map(|r| r.frame.narration.is_some() || r.frame.error_marker.is_some())
+            .map(|r| layout::Callouts {
+                narration: &r.frame.narration,
+                error: r.frame.error_marker.as_deref(),
+            })
             .collect();
-        self.areas = layout::compute(size, self.focus, &narr);
+        self.areas = layout::compute(size, self.focus, &said);
         if self.areas.too_small {
             return;
         }

@@ -348,7 +348,7 @@ pub fn message_popup(r: &RunView) -> Option<Popup> {
     if let Some(e) = &r.frame.error_marker {
         section("error at the cursor", LineStyle::Error, e);
     }
-    if let Some(n) = &r.frame.narration {
+    for n in &r.frame.narration {
         section("narration at the cursor", LineStyle::Heading, n);
     }
     (!head.is_empty()).then(|| Popup::new(format!(" Message · {} ", r.title), head, None))

@@ -69,6 +69,12 @@ pub enum UiAction {
     ToggleByLine,
     /// The error / OOM message or narration at the cursor, in full.
     ShowMessage,
+    /// Every narration up to the cursor, in a popup.
+    ShowNarrationHistory,
+    /// Play by event, op, phase, iteration (the next one).
+    CyclePlayUnit,
+    /// Stop at each narration until space, or not.
+    ToggleAutoPause,
 }
 
 /// What a key does while a popup is open.
@@ -88,12 +94,26 @@ pub enum PopupAction {
 
 /// Every binding, as the help overlay lists it.
 pub const KEYS: &[(&str, &str)] = &[
-    ("space", "play / pause (cursor advances at the speed shown)"),
+    (
+        "space",
+        "play / pause (the cursor advances at the pace the status line shows)",
+    ),
+    (
+        "m",
+        "play by event / op / phase / iteration (the status line shows which)",
+    ),
+    (
+        "a",
+        "auto-pause at each narration on / off (space goes on from one)",
+    ),
     (
         ":",
         "open another scenario (name or .ron) or snapshot in this panel",
     ),
-    ("+ = ]  /  - [", "faster / slower (events per second, x2)"),
+    (
+        "+ = ]  /  - [",
+        "faster / slower, x2 (events per second, or ops, phases, iterations)",
+    ),
     ("l →  /  h ←", "step one event forward / back"),
     ("o / O", "next / previous op"),
     ("p / P", "next / previous phase"),
@@ -130,9 +150,10 @@ pub const KEYS: &[(&str, &str)] = &[
         "e",
         "the error / OOM message or narration at the cursor, in full",
     ),
+    ("E", "every narration so far, newest last (j/k scroll)"),
     (
         "in a popup",
-        "j/k g/G scroll · Enter folds/unfolds C++/PyTorch frames · Esc closes",
+        "j/k PgDn g/G scroll · Enter folds/unfolds C++/PyTorch frames · Esc closes",
     ),
     ("z / Z", "zoom in / out (map or timeline, by focus)"),
     ("> / <  (shift →/←)", "pan right / left"),
@@ -177,8 +198,10 @@ pub fn key_action(key: KeyEvent, focus: Focus, help: bool) -> Option<UiAction> {
             KeyCode::Char('q') => Some(UiAction::Quit),
             KeyCode::Char('j') | KeyCode::Down => Some(UiAction::Down),
             KeyCode::Char('k') | KeyCode::Up => Some(UiAction::Up),
-            KeyCode::PageDown => Some(UiAction::PageDown),
+            KeyCode::PageDown | KeyCode::Char(' ') => Some(UiAction::PageDown),
             KeyCode::PageUp => Some(UiAction::PageUp),
+            KeyCode::Char('g') | KeyCode::Home => Some(UiAction::Start),
+            KeyCode::Char('G') | KeyCode::End => Some(UiAction::End),
             _ => None,
         };
     }
@@ -231,6 +254,9 @@ pub fn key_action(key: KeyEvent, focus: Focus, help: bool) -> Option<UiAction> {
         KeyCode::Char('b') => Some(UiAction::ShowStack),
         KeyCode::Char('u') => Some(UiAction::ToggleByLine),
         KeyCode::Char('e') => Some(UiAction::ShowMessage),
+        KeyCode::Char('E') => Some(UiAction::ShowNarrationHistory),
+        KeyCode::Char('m') => Some(UiAction::CyclePlayUnit),
+        KeyCode::Char('a') => Some(UiAction::ToggleAutoPause),
         _ => {
             let _ = focus;
             None
@@ -247,7 +273,7 @@ pub fn popup_action(key: KeyEvent) -> Option<PopupAction> {
         return matches!(key.code, KeyCode::Char('c')).then_some(PopupAction::Quit);
     }
     match key.code {
-        KeyCode::Esc | KeyCode::Char('b' | 'e') => Some(PopupAction::Close),
+        KeyCode::Esc | KeyCode::Char('b' | 'e' | 'E') => Some(PopupAction::Close),
         KeyCode::Char('q') => Some(PopupAction::Quit),
         KeyCode::Char('j') | KeyCode::Down => Some(PopupAction::Scroll(1)),
         KeyCode::Char('k') | KeyCode::Up => Some(PopupAction::Scroll(-1)),

@@ -9,15 +9,19 @@
 //! - compare: left/right halves with map + timeline each, and a shared row
 //!   below for both runs' stats (or the focused leaks/log of the active run).
 
+use std::sync::Arc;
+
 use ratatui::layout::{Constraint, Direction, Layout, Rect};
+
+use super::callout;
 
 /// Below this the UI says so instead of drawing a broken layout.
 pub const MIN_WIDTH: u16 = 60;
 pub const MIN_HEIGHT: u16 = 16;
 const WIDE_WIDTH: u16 = 110;
 const WIDE_HEIGHT: u16 = 30;
-/// Lines of a narration callout, borders included.
-pub const NARRATION_HEIGHT: u16 = 4;
+/// Rows the map keeps, borders included, however much a callout says.
+const MAP_MIN: u16 = 5;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Focus {
@@ -66,7 +70,22 @@ pub struct RunAreas {
     /// The "by Python line" pane, taken from the bottom of the map's area.
     pub by_line: Option<Rect>,
     pub narration: Option<Rect>,
+    /// An error the run reported, below its narration.
+    pub error: Option<Rect>,
     pub timeline: Rect,
+}
+
+/// What a run has to say above its timeline, for sizing the callouts.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Callouts<'a> {
+    pub narration: &'a [Arc<str>],
+    pub error: Option<&'a str>,
+}
+
+impl Callouts<'_> {
+    fn heights(&self, width: u16, room: u16) -> (u16, u16) {
+        callout::heights(self.narration, self.error, width, room)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -83,8 +102,8 @@ pub struct Areas {
     pub log: Option<Rect>,
 }
 
-/// The layout for `area`; `narration[i]` says whether run `i` has a callout to show.
-pub fn compute(area: Rect, focus: Focus, narration: &[bool]) -> Areas {
+/// The layout for `area`; `said[i]` is what run `i` has to say above its timeline.
+pub fn compute(area: Rect, focus: Focus, said: &[Callouts]) -> Areas {
     let mut a = Areas {
         full: area,
         ..Areas::default()
@@ -101,53 +120,55 @@ pub fn compute(area: Rect, focus: Focus, narration: &[bool]) -> Areas {
     .areas(area);
     a.status = status;
     a.hints = hints;
-    let runs = narration.len().max(1);
-    if runs >= 2 {
-        compare(&mut a, body, focus, narration);
+    let first = said.first().copied().unwrap_or_default();
+    if said.len() >= 2 {
+        compare(&mut a, body, focus, said);
     } else if area.width >= WIDE_WIDTH && area.height >= WIDE_HEIGHT {
-        wide(&mut a, body, narration.first().copied().unwrap_or(false));
+        wide(&mut a, body, first);
     } else {
-        compact(
-            &mut a,
-            body,
-            focus,
-            narration.first().copied().unwrap_or(false),
-        );
+        compact(&mut a, body, focus, first);
     }
     a
 }
 
-/// Map (optional), narration (optional) and timeline stacked in `col`.
-fn column(col: Rect, with_map: bool, narration: bool, timeline_h: u16) -> RunAreas {
-    let narr_h = if narration { NARRATION_HEIGHT } else { 0 };
-    if !with_map {
-        let [n, t] = Layout::vertical([Constraint::Length(narr_h), Constraint::Min(3)]).areas(col);
-        return RunAreas {
-            map: None,
-            by_line: None,
-            narration: narration.then_some(n),
-            timeline: t,
-        };
-    }
-    let [m, n, t] = Layout::vertical([
-        Constraint::Min(3),
-        Constraint::Length(narr_h),
-        Constraint::Length(timeline_h),
-    ])
-    .areas(col);
+/// Map (optional), narration and error (where there is one) and timeline
+/// stacked in `col`.
+fn column(col: Rect, with_map: bool, said: Callouts, timeline_h: u16) -> RunAreas {
+    let map_min = if with_map { MAP_MIN } else { 0 };
+    let room = col.height.saturating_sub(timeline_h + map_min);
+    let (narr_h, err_h) = said.heights(col.width, room);
+    let (map, n, e, t) = if with_map {
+        let [m, n, e, t] = Layout::vertical([
+            Constraint::Min(3),
+            Constraint::Length(narr_h),
+            Constraint::Length(err_h),
+            Constraint::Length(timeline_h),
+        ])
+        .areas(col);
+        (Some(m), n, e, t)
+    } else {
+        let [n, e, t] = Layout::vertical([
+            Constraint::Length(narr_h),
+            Constraint::Length(err_h),
+            Constraint::Min(3),
+        ])
+        .areas(col);
+        (None, n, e, t)
+    };
     RunAreas {
-        map: Some(m),
+        map,
         by_line: None,
-        narration: narration.then_some(n),
+        narration: (narr_h > 0).then_some(n),
+        error: (err_h > 0).then_some(e),
         timeline: t,
     }
 }
 
-fn wide(a: &mut Areas, body: Rect, narration: bool) {
+fn wide(a: &mut Areas, body: Rect, said: Callouts) {
     let [left, right] =
         Layout::horizontal([Constraint::Percentage(62), Constraint::Percentage(38)]).areas(body);
     let tl_h = (body.height / 3).clamp(8, 14);
-    a.runs.push(column(left, true, narration, tl_h));
+    a.runs.push(column(left, true, said, tl_h));
     let log_h = (body.height * 35 / 100).max(6);
     let [stats, leaks, log] = Layout::vertical([
         Constraint::Length(11),
@@ -160,26 +181,29 @@ fn wide(a: &mut Areas, body: Rect, narration: bool) {
     a.log = Some(log);
 }
 
-fn compact(a: &mut Areas, body: Rect, focus: Focus, narration: bool) {
+fn compact(a: &mut Areas, body: Rect, focus: Focus, said: Callouts) {
     let tl_h = (body.height / 3).clamp(6, 10);
-    let narr_h = if narration { NARRATION_HEIGHT } else { 0 };
     match focus {
         Focus::Leaks | Focus::Stats | Focus::Log => {
-            let [main, rest] =
-                Layout::vertical([Constraint::Min(3), Constraint::Length(tl_h + narr_h)])
-                    .areas(body);
-            a.runs.push(column(rest, false, narration, tl_h));
+            let room = body.height.saturating_sub(tl_h + MAP_MIN);
+            let (narr_h, err_h) = said.heights(body.width, room);
+            let [main, rest] = Layout::vertical([
+                Constraint::Min(3),
+                Constraint::Length(tl_h + narr_h + err_h),
+            ])
+            .areas(body);
+            a.runs.push(column(rest, false, said, tl_h));
             match focus {
                 Focus::Leaks => a.leaks = Some(main),
                 Focus::Stats => a.stats.push(main),
                 _ => a.log = Some(main),
             }
         }
-        Focus::Map | Focus::Timeline => a.runs.push(column(body, true, narration, tl_h)),
+        Focus::Map | Focus::Timeline => a.runs.push(column(body, true, said, tl_h)),
     }
 }
 
-fn compare(a: &mut Areas, body: Rect, focus: Focus, narration: &[bool]) {
+fn compare(a: &mut Areas, body: Rect, focus: Focus, said: &[Callouts]) {
     let bottom_h = match focus {
         Focus::Leaks | Focus::Log => body.height / 3,
         Focus::Stats => 9.min(body.height / 2),
@@ -197,7 +221,7 @@ fn compare(a: &mut Areas, body: Rect, focus: Focus, narration: &[bool]) {
         a.runs.push(column(
             *half,
             true,
-            narration.get(i).copied().unwrap_or(false),
+            said.get(i).copied().unwrap_or_default(),
             tl_h,
         ));
     }

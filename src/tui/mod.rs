@@ -11,15 +11,21 @@
 //! - `gpu_panel`: the run view's NVML/simulated reconciliation panel (`v`);
 //! - `by_line`: the "by Python line" pane (`u`); `popup` and `details`: the
 //!   scrollable popups (a block's stack `b`, an event's details, a message `e`);
+//! - `playback`: the play unit (`m`) and where a step lands; `narration` and
+//!   `callout`: what was said at the cursor, its history (`E`), and the
+//!   narration and error boxes above the timeline;
 //! - `watch`, `watch_loop`, `views::watch`: `vramscope watch`'s live view.
 
 pub mod app;
 pub mod by_line;
+pub mod callout;
 pub mod details;
 pub mod gpu_panel;
 pub mod input;
 pub mod layout;
 pub mod marks;
+pub mod narration;
+pub mod playback;
 pub mod popup;
 pub mod run;
 pub mod run_view;
@@ -32,4 +38,5 @@ pub mod watch_loop;
 mod tests;
 
 pub use app::{App, ColorMode, RunView, SyncMode, TuiOptions};
+pub use playback::PlayUnit;
 pub use run::{run_app, run_tui};

@@ -29,8 +29,9 @@ pub struct RunFrame {
     pub timeline: timeline::TimelineFrame,
     pub stats: stats::StatsFrame,
     pub log: event_log::LogFrame,
-    /// The latest narration at or before the cursor.
-    pub narration: Option<Arc<str>>,
+    /// The latest narration at or before the cursor, with any said
+    /// together with it.
+    pub narration: Vec<Arc<str>>,
     /// The latest `Marker::Error` at or before the cursor.
     pub error_marker: Option<Arc<str>>,
     /// The "by Python line" pane, when open.
@@ -402,7 +403,10 @@ impl RunView {
                 return self.step_in(&begins, dir);
             }
             Step::Narration => {
-                let at = self.marks.narration.clone();
+                // What is said before any event is said at the start (`g`).
+                let lead = self.with_moment(0);
+                let n = &self.marks.narration;
+                let at = n[n.partition_point(|i| *i < lead)..].to_vec();
                 return self.step_in(&at, dir);
             }
             Step::Oom => {
@@ -419,25 +423,31 @@ impl RunView {
             }
             Step::Op => MarkKind::Op,
         };
-        let target = self.mark_from_cursor(kind, dir);
-        if let Some(i) = target {
-            self.seek_to_event(i);
+        if let Some(i) = self.mark_from_cursor(kind, dir) {
+            self.land_on(i);
         }
         self.pos != before
     }
 
-    /// Move to the next/previous index of `sorted` relative to the cursor.
+    /// Move to the next/previous index of `sorted` relative to the cursor
+    /// (back: relative to the moment the cursor's narration belongs to).
     pub(super) fn step_in(&mut self, sorted: &[usize], dir: Dir) -> bool {
         let target = match (dir, self.cursor()) {
             (Dir::Fwd, None) => sorted.first().copied(),
             (Dir::Fwd, Some(c)) => sorted.get(sorted.partition_point(|i| *i <= c)).copied(),
-            (Dir::Back, None) => None,
-            (Dir::Back, Some(c)) => sorted[..sorted.partition_point(|i| *i < c)].last().copied(),
+            (Dir::Back, _) => self
+                .moment_start()
+                .and_then(|c| sorted[..sorted.partition_point(|i| *i < c)].last().copied()),
         };
         target.is_some_and(|i| {
-            self.seek_to_event(i);
+            self.land_on(i);
             true
         })
+    }
+
+    /// The cursor on event `index` and the narration said with it.
+    fn land_on(&mut self, index: usize) {
+        self.pos = self.with_moment(index + 1);
     }
 
     pub(super) fn mark_from_cursor(&self, kind: MarkKind, dir: Dir) -> Option<usize> {
@@ -449,8 +459,9 @@ impl RunView {
                 .find(|(_, k)| *k == kind)
                 .map(|(i, _)| *i),
             (Dir::Fwd, Some(c)) => self.timeline.next_mark(c, kind),
-            (Dir::Back, None) => None,
-            (Dir::Back, Some(c)) => self.timeline.prev_mark(c, kind),
+            (Dir::Back, _) => self
+                .moment_start()
+                .and_then(|c| self.timeline.prev_mark(c, kind)),
         }
     }
 
@@ -567,10 +578,13 @@ pub(super) fn prepare_markers(r: &mut RunView) {
     let events = r.timeline.events();
     let upto = r.pos;
     let last = |v: &[usize]| v[..v.partition_point(|i| *i < upto)].last().copied();
-    r.frame.narration = last(&r.marks.narration).and_then(|i| match events.get(i) {
-        Some(Event::Marker(Marker::Narration(t))) => Some(t.clone()),
-        _ => None,
-    });
+    let said = r.said_upto();
+    let n = &r.marks.narration;
+    r.frame.narration = n[..n.partition_point(|i| *i < said)]
+        .last()
+        .copied()
+        .map(|i| super::narration::moment(events, i))
+        .unwrap_or_default();
     r.frame.error_marker = last(&r.marks.error).and_then(|i| match events.get(i) {
         Some(Event::Marker(Marker::Error(t))) => Some(t.clone()),
         _ => None,

@@ -55,7 +55,12 @@ impl App {
                 let first = r.by_line.as_ref().map_or(0, |p| p.scroll);
                 return row < r.frame.by_line.rows.len() && r.select_site(first + row);
             }
-            if ra.narration.is_some_and(|n| layout::contains(n, x, y)) {
+            let callouts = [ra.narration, ra.error];
+            if callouts
+                .iter()
+                .flatten()
+                .any(|c| layout::contains(*c, x, y))
+            {
                 self.active = i;
                 return self.show_message();
             }

@@ -6,8 +6,8 @@ use crossterm::event::KeyEvent;
 use super::App;
 use crate::alloc::Action;
 use crate::trace::Event;
-use crate::tui::details;
 use crate::tui::input::{self, PopupAction};
+use crate::tui::{details, narration};
 
 impl App {
     /// A popup takes every key: scroll, fold, close, quit.
@@ -67,6 +67,15 @@ impl App {
                 self.notice = Some("e: no error, OOM or narration at the cursor".into());
             }
         }
+        true
+    }
+
+    /// `E`: every narration up to the cursor, newest last.
+    pub(super) fn show_narration_history(&mut self) -> bool {
+        let Some(r) = self.runs.get(self.active) else {
+            return false;
+        };
+        self.popup = Some(narration::history_popup(r));
         true
     }
 

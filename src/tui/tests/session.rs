@@ -60,12 +60,14 @@ fn stepping_back_matches_a_fresh_replay() {
     assert!(app.runs[0].map.segments.is_empty());
 }
 
+/// A step lands on its mark, and on the narration said right after it (the
+/// moment's own): `moment_start` is the mark.
 #[test]
 fn step_forward_kinds_land_on_marks() {
     let mut app = leaky_app();
     keys(&mut app, "i");
     let r = &app.runs[0];
-    let c = r.cursor().expect("moved");
+    let c = r.moment_start().expect("moved");
     assert!(matches!(
         r.timeline.event(c).expect("an event there"),
         Event::Marker(Marker::IterationBegin(1))
@@ -74,7 +76,7 @@ fn step_forward_kinds_land_on_marks() {
     let r = &app.runs[0];
     assert!(matches!(
         r.timeline
-            .event(r.cursor().unwrap_or(0))
+            .event(r.moment_start().unwrap_or(0))
             .expect("an event there"),
         Event::Marker(Marker::PhaseBegin(_) | Marker::PhaseEnd(_))
     ));
@@ -82,7 +84,7 @@ fn step_forward_kinds_land_on_marks() {
     let r = &app.runs[0];
     assert!(matches!(
         r.timeline
-            .event(r.cursor().unwrap_or(0))
+            .event(r.moment_start().unwrap_or(0))
             .expect("an event there"),
         Event::Marker(Marker::OpBegin { .. })
     ));
@@ -94,7 +96,7 @@ fn step_forward_kinds_land_on_marks() {
     let r = &app.runs[0];
     let at = &r
         .timeline
-        .event(r.cursor().unwrap_or(0))
+        .event(r.moment_start().unwrap_or(0))
         .expect("an event there");
     assert!(
         matches!(at, Event::Alloc(a) if a.action == crate::alloc::Action::Oom)

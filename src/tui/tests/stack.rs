@@ -550,7 +550,7 @@ fn help_scrolls_to_every_key_at_80x24() {
         let start: String = d.chars().take(20).collect();
         assert!(seen.contains(&start), "help at 80×24 never shows {start}");
     }
-    assert!(seen.contains("j/k PgDn/PgUp scroll"));
+    assert!(seen.contains("j/k PgDn/PgUp g/G scroll"));
 }
 
 /// Screens pinned from a real file: flexgen's largest live block (from

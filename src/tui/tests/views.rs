@@ -151,13 +151,16 @@ fn narration_callout_follows_cursor() {
             .join(" ")
     };
     let mut app = leaky_app();
-    keys(&mut app, "n");
+    // The premise is said before any event: on screen from the start.
     let s = screen(&mut app, 140, 44);
     assert!(s.contains("narration"), "{s}");
     assert!(s.contains(&opening(0)), "{s}");
     keys(&mut app, "n");
     let s = screen(&mut app, 140, 44);
     assert!(s.contains(&opening(1)), "{s}");
+    keys(&mut app, "n");
+    let s = screen(&mut app, 140, 44);
+    assert!(s.contains(&opening(2)), "{s}");
 }
 
 #[test]

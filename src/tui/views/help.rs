@@ -75,7 +75,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         let shown = usize::from(r.height.saturating_sub(2));
         block = block.title_bottom(Span::styled(
             format!(
-                " lines {}–{} of {total} · j/k PgDn/PgUp scroll ",
+                " lines {}–{} of {total} · j/k PgDn/PgUp g/G scroll · q quits ",
                 scroll + 1,
                 (scroll + shown).min(total),
             ),

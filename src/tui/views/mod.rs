@@ -3,6 +3,7 @@
 
 pub mod by_line;
 pub mod error;
+pub mod error_marker;
 pub mod event_log;
 pub mod gpu;
 pub mod help;
@@ -45,6 +46,9 @@ pub fn draw(frame: &mut Frame, app: &App) {
         }
         if let Some(n) = ra.narration {
             narration::render(frame, n, app, i);
+        }
+        if let Some(e) = ra.error {
+            error_marker::render(frame, e, app, i);
         }
         timeline::render(frame, ra.timeline, app, i);
         let fail_area = ra.map.unwrap_or(ra.timeline);

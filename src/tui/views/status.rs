@@ -8,7 +8,7 @@ use ratatui::Frame;
 
 use crate::alloc::format_size;
 use crate::producers::LoadProgress;
-use crate::tui::app::{App, ColorMode, SyncMode};
+use crate::tui::app::{App, ColorMode, RunView, SyncMode};
 use crate::tui::input;
 
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {
@@ -22,80 +22,166 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         return;
     }
     let Some(r) = app.active_run() else { return };
-    let play = if app.playing {
-        "▶ playing"
+    let text = fit(parts(app, r), usize::from(area.width));
+    frame.render_widget(
+        Paragraph::new(Line::from(Span::styled(text, th.status()))).style(th.status()),
+        area,
+    );
+}
+
+/// One part of the status line; where the line is too narrow, the parts
+/// with the lowest `keep` go first.
+struct Part {
+    text: String,
+    keep: u8,
+}
+
+fn part(text: impl Into<String>, keep: u8) -> Part {
+    Part {
+        text: text.into(),
+        keep,
+    }
+}
+
+const SEP: &str = " │ ";
+const HELP: &str = "? help";
+const NAME: &str = "vramscope";
+
+fn parts(app: &App, r: &RunView) -> Vec<Part> {
+    let mut parts = vec![part(NAME, 2)];
+    let play = if app.is_done() {
+        "■ done".to_string()
+    } else if app.held_at_narration() {
+        format!("⏸ narration: space goes on · {}", app.rate_label())
+    } else if app.playing {
+        format!("▶ playing {}", app.rate_label())
     } else {
-        "⏸ paused"
+        format!("⏸ paused {}", app.rate_label())
     };
-    let live = if r.is_live() && r.pos >= r.len() {
-        " LIVE"
-    } else if r.failure.is_some() {
-        " FAILED"
-    } else if r.finished {
-        " done"
-    } else {
-        ""
-    };
-    let mut parts = vec![format!(" vramscope  {play} {:.0} ev/s", app.speed)];
-    // What was opened, or why not: first, where even 80 columns show it.
+    parts.push(part(play, 9));
+    if app.auto_pause {
+        parts.push(part("auto-pause", 6));
+    }
+    // What was opened, or why not (until the next key): early, and cut
+    // rather than left out, so even 80 columns show it.
     if let Some(notice) = &app.notice {
-        parts.push(notice.clone());
+        parts.push(part(notice.clone(), 9));
     }
     if let Some(d) = r
         .devices
         .as_ref()
         .filter(|d| d.devices.len() > 1 || d.current != 0)
     {
-        parts.push(d.label());
+        parts.push(part(d.label(), 7));
     }
-    match (r.loading, r.expected_events) {
-        (Some(LoadProgress::Reading { done, total }), _) => parts.push(if total > 0 {
+    parts.push(part(progress(r), 8));
+    if let Some(k) = r.frame.iteration {
+        parts.push(part(
             format!(
-                "reading {} of {} {}",
-                format_size(done),
-                format_size(total),
-                bar(done, total)
-            )
-        } else {
-            format!("reading {}…", format_size(done))
-        }),
-        (None, Some(expected)) if r.len() < expected && r.is_live() => parts.push(format!(
+                "iter {k}{}",
+                r.frame.phase.map(|p| format!(" {p}")).unwrap_or_default()
+            ),
+            5,
+        ));
+    }
+    parts.push(part(
+        match app.color_mode {
+            ColorMode::State => "colour: state",
+            ColorMode::Category => "colour: category",
+        },
+        1,
+    ));
+    if app.runs.len() > 1 {
+        parts.push(part(
+            format!(
+                "keys → {} · sync {}",
+                r.title,
+                match app.sync {
+                    SyncMode::Fraction => "fraction",
+                    SyncMode::Iteration => "iteration",
+                }
+            ),
+            3,
+        ));
+    }
+    parts.push(part(format!("theme {}", app.theme.name), 0));
+    parts
+}
+
+/// Where the cursor is among the events, and how far the source has got:
+/// `+` while it may send more, LIVE at its edge.
+fn progress(r: &RunView) -> String {
+    match (r.loading, r.expected_events) {
+        (Some(LoadProgress::Reading { done, total }), _) => {
+            if total > 0 {
+                format!(
+                    "reading {} of {} {}",
+                    format_size(done),
+                    format_size(total),
+                    bar(done, total)
+                )
+            } else {
+                format!("reading {}…", format_size(done))
+            }
+        }
+        (None, Some(expected)) if r.len() < expected && r.is_live() => format!(
             "event {}/{} · placing {} of {} events {}",
             r.pos,
             r.len(),
             r.len(),
             expected,
             bar(r.len() as u64, expected as u64)
-        )),
-        _ => parts.push(format!("event {}/{}{live}", r.pos, r.len())),
+        ),
+        _ => {
+            let state = if r.failure.is_some() {
+                " FAILED"
+            } else if r.is_live() && r.pos >= r.len() {
+                " LIVE"
+            } else if r.is_live() {
+                "+"
+            } else {
+                ""
+            };
+            format!("event {}/{}{state}", r.pos, r.len())
+        }
     }
-    if let Some(k) = r.frame.iteration {
-        parts.push(format!(
-            "iter {k}{}",
-            r.frame.phase.map(|p| format!(" {p}")).unwrap_or_default()
-        ));
-    }
-    parts.push(match app.color_mode {
-        ColorMode::State => "colour: state".into(),
-        ColorMode::Category => "colour: category".into(),
-    });
-    if app.runs.len() > 1 {
-        parts.push(format!(
-            "keys → {} · sync {}",
-            r.title,
-            match app.sync {
-                SyncMode::Fraction => "fraction",
-                SyncMode::Iteration => "iteration",
+}
+
+/// The parts that fit in `width` columns, `? help` always last: the least
+/// kept parts are left out first, then the rest is cut.
+fn fit(mut parts: Vec<Part>, width: usize) -> String {
+    let line = |parts: &[Part]| {
+        let mut out = String::from(" ");
+        for (i, p) in parts.iter().enumerate() {
+            if i > 0 {
+                out.push_str(if parts[i - 1].text == NAME { "  " } else { SEP });
             }
-        ));
+            out.push_str(&p.text);
+        }
+        out
+    };
+    let room = width.saturating_sub(SEP.chars().count() + HELP.chars().count());
+    while line(&parts).chars().count() > room {
+        let Some(least) = parts
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.keep < 9)
+            .min_by_key(|(_, p)| p.keep)
+            .map(|(i, _)| i)
+        else {
+            break;
+        };
+        parts.remove(least);
     }
-    parts.push(format!("theme {}", app.theme.name));
-    parts.push("? help".into());
-    let text = parts.join(" │ ");
-    frame.render_widget(
-        Paragraph::new(Line::from(Span::styled(text, th.status()))).style(th.status()),
-        area,
-    );
+    let mut text = line(&parts);
+    if text.chars().count() > room {
+        text = text
+            .chars()
+            .take(room.saturating_sub(1))
+            .collect::<String>()
+            + "…";
+    }
+    format!("{text}{SEP}{HELP}")
 }
 
 /// `▕████▌    ▏ 56%`: `done` of `total` in ten cells.
@@ -117,10 +203,16 @@ fn bar(done: u64, total: u64) -> String {
 
 pub fn render_hints(frame: &mut Frame, area: Rect, app: &App) {
     let th = &app.theme;
-    let text = format!(
-        " [{}] {}  │ space play  h/l step  Tab panel  q quit",
-        app.focus.name(),
-        input::hints(app.focus)
-    );
+    const GLOBAL: &str = "  │ space play  Tab panel  E narration  ? help  q quit";
+    let room = usize::from(area.width).saturating_sub(GLOBAL.chars().count());
+    let mut local = format!(" [{}] {}", app.focus.name(), input::hints(app.focus));
+    if local.chars().count() > room {
+        local = local
+            .chars()
+            .take(room.saturating_sub(1))
+            .collect::<String>()
+            + "…";
+    }
+    let text = format!("{local:<room$}{GLOBAL}");
     frame.render_widget(Paragraph::new(Span::styled(text, th.dim())), area);
 }
