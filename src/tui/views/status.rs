@@ -139,6 +139,9 @@ fn progress(r: &RunView) -> String {
                 " LIVE"
             } else if r.is_live() {
                 "+"
+            } else if r.reads_file {
+                // A large file takes seconds to place: say when it all is.
+                " · all read"
             } else {
                 ""
             };
