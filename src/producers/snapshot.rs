@@ -17,7 +17,9 @@ use crate::trace::replay::reconstruct;
 use crate::trace::replay::replayed::device_capacity;
 use crate::trace::replay::whatif::{self, Requests};
 use crate::trace::replay::Entry;
-use crate::trace::snapshot::{import_file_reporting, Snapshot, SnapshotError, TraceEntry};
+use crate::trace::snapshot::{
+    import_file_reporting, ConsumedTrace, Snapshot, SnapshotError, TraceEntry,
+};
 use crate::trace::timeline::TimelinePart;
 use crate::trace::{Event, MemoryMap};
 
@@ -167,10 +169,14 @@ impl Work {
                 reader,
                 device_free,
                 config,
-            } => {
-                let chunks = reader.into_chunks(trace, EVENTS_PER_MESSAGE);
-                mirror_events(start, chunks, &device_free, &config, send)
-            }
+            } => mirror_events(
+                start,
+                ConsumedTrace::new(trace),
+                &reader,
+                &device_free,
+                &config,
+                send,
+            ),
             Work::WhatIf {
                 replay,
                 config,
@@ -312,7 +318,8 @@ fn entry_tags(snap: &Snapshot, device: usize, mirrored: bool) -> Arc<SnapshotTag
 /// chunk at a time; false once the UI has gone.
 fn mirror_events(
     start: MemoryMap,
-    chunks: Vec<Vec<Entry>>,
+    mut trace: ConsumedTrace,
+    reader: &EntryReader,
     device_free: &[(usize, u64)],
     config: &AllocConfig,
     send: &mut dyn FnMut(SourceMsg) -> bool,
@@ -327,12 +334,16 @@ fn mirror_events(
         return false;
     }
     let mut mirror = TraceMirror::starting_from(start, config);
-    let mut first = 0;
-    for chunk in chunks {
+    let mut entries: Vec<Entry> = Vec::with_capacity(EVENTS_PER_MESSAGE);
+    loop {
+        let first = trace.position();
+        let Some(chunk) = trace.next_chunk(EVENTS_PER_MESSAGE) else {
+            break;
+        };
+        entries.clear();
+        entries.extend(chunk.iter().map(|e| reader.entry(e)));
         // Each chunk goes as soon as it is placed.
-        let part = mirror.part(first, &chunk, free_at);
-        first += chunk.len();
-        if !send(SourceMsg::Part(part)) {
+        if !send(SourceMsg::Part(mirror.part(first, &entries, free_at))) {
             return false;
         }
     }

@@ -55,22 +55,6 @@ impl EntryReader {
             in_empty_cache: releases_segment(e.action) && self.empty_cache.contains(&e.frames),
         }
     }
-
-    /// `trace` as entries, `per_chunk` to a chunk, in order. The trace's
-    /// memory is given back as it is read (from its end): the two are never
-    /// held whole at once.
-    pub fn into_chunks(&self, mut trace: Vec<TraceEntry>, per_chunk: usize) -> Vec<Vec<Entry>> {
-        let per_chunk = per_chunk.max(1);
-        let mut chunks = Vec::with_capacity(trace.len().div_ceil(per_chunk));
-        while !trace.is_empty() {
-            let from = (trace.len() - 1) / per_chunk * per_chunk;
-            chunks.push(trace[from..].iter().map(|e| self.entry(e)).collect());
-            trace.truncate(from);
-            trace.shrink_to_fit();
-        }
-        chunks.reverse();
-        chunks
-    }
 }
 
 fn releases_segment(action: Action) -> bool {

@@ -15,6 +15,7 @@
 //! [`export::export_bytes`] writes the current dict layout back as pickle
 //! protocol 4, readable by Python's `pickle` and MemoryViz.
 
+mod consumed;
 mod container;
 mod dict_keys;
 mod error;
@@ -26,6 +27,7 @@ mod import;
 pub mod synth;
 mod types;
 
+pub use consumed::ConsumedTrace;
 pub use error::{SchemaError, SnapshotError};
 pub use export::export_bytes;
 pub use frames::{Frame, FrameId, FrameKind, FrameTable, FramesId};
