@@ -216,7 +216,13 @@ fn plan(
         Some(_) => from_snapshot::verify_device(snap, device, None),
         None => None,
     };
-    let (work, capacity, events) = match (under, replay) {
+    // A mirrored trace's events are its own, one per allocator entry.
+    let trace = snap
+        .device_traces
+        .get(device)
+        .map_or(&[][..], Vec::as_slice);
+    let mirrored = under.is_none() && !trace.is_empty();
+    let (work, capacity, events, tags) = match (under, replay) {
         (Some(config), Some(replay)) => {
             let capacity = device_capacity(&replay, None);
             let work = Work::WhatIf {
@@ -224,45 +230,65 @@ fn plan(
                 config,
                 capacity,
             };
-            (work, Some(capacity), None)
+            (
+                work,
+                Some(capacity),
+                None,
+                entry_tags(snap, device, mirrored),
+            )
         }
         // Nothing was traced: no request to replay, the recorded state stands.
-        (Some(_), None) => (Work::State(final_map(snap, device)), None, Some(0)),
+        (Some(_), None) => (
+            Work::State(final_map(snap, device)),
+            None,
+            Some(0),
+            entry_tags(snap, device, mirrored),
+        ),
+        (None, _) if trace.is_empty() => (
+            Work::State(final_map(snap, device)),
+            None,
+            Some(0),
+            entry_tags(snap, device, mirrored),
+        ),
         (None, _) => {
-            let trace = snap
-                .device_traces
-                .get(device)
-                .map_or(&[][..], Vec::as_slice);
             let reader = EntryReader::new(snap, trace);
-            let entries = trace.iter().map(|e| reader.entry(e));
-            let capacity = from_snapshot::infer_device_total(entries.clone(), LARGE_BUFFER);
-            if trace.is_empty() {
-                (Work::State(final_map(snap, device)), capacity, Some(0))
-            } else {
-                let config = from_snapshot::config(snap);
+            let config = from_snapshot::config(snap);
+            let finals = from_snapshot::final_segments(snap, device);
+            // The start state and the device size read the whole trace: on
+            // a thread of their own while the stacks and times are gathered
+            // here (the snapshot itself cannot cross threads).
+            let (start, capacity, events, device_free, tags) = std::thread::scope(|s| {
+                let rebuilt = s.spawn(|| {
+                    let entries = trace.iter().map(|e| reader.entry(e));
+                    let capacity = from_snapshot::infer_device_total(entries.clone(), LARGE_BUFFER);
+                    let start = start_map(&reconstruct::initial_state(entries, &finals, &config));
+                    let events = trace.iter().filter(|e| e.action.is_allocator()).count();
+                    (start, capacity, events)
+                });
                 // Only `oom` entries record it: a short list, searched by entry index.
-                let device_free: Vec<(usize, u64)> = snap.device_traces[device]
+                let device_free: Vec<(usize, u64)> = trace
                     .iter()
                     .enumerate()
                     .filter_map(|(i, e)| snap.extra(e).device_free.map(|f| (i, f)))
                     .collect();
-                let finals = from_snapshot::final_segments(snap, device);
-                let start = start_map(&reconstruct::initial_state(entries, &finals, &config));
-                let events = trace.iter().filter(|e| e.action.is_allocator()).count();
-                let work = Work::Mirror {
-                    start,
-                    trace: Vec::new(),
-                    reader,
-                    device_free,
-                    config,
+                let tags = entry_tags(snap, device, mirrored);
+                let (start, capacity, events) = match rebuilt.join() {
+                    Ok(rebuilt) => rebuilt,
+                    Err(panic) => std::panic::resume_unwind(panic),
                 };
-                (work, capacity, Some(events))
-            }
+                (start, capacity, events, device_free, tags)
+            });
+            let work = Work::Mirror {
+                start,
+                trace: Vec::new(),
+                reader,
+                device_free,
+                config,
+            };
+            (work, capacity, Some(events), tags)
         }
     };
-    // A mirrored trace's events are its own, one per allocator entry.
-    let mirrored = matches!(work, Work::Mirror { .. });
-    let tags: Arc<dyn TagInfo> = entry_tags(snap, device, mirrored);
+    let tags: Arc<dyn TagInfo> = tags;
     let opened = Opened {
         tags: Some(tags),
         capacity,

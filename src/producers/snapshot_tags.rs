@@ -2,6 +2,8 @@
 //! ([`TagInfo`]), resolved to text up front on the producer's thread.
 
 use std::collections::HashMap;
+
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 use crate::alloc::Tag;
@@ -15,7 +17,8 @@ use super::source::{BlockStack, EntryDetail, StackOrigin, TagDescription, TagInf
 /// snapshot's strings are not shareable across threads).
 pub(super) struct SnapshotTags {
     /// Every distinct non-empty stack of the trace and of the final blocks.
-    stacks: HashMap<FramesId, Arc<Stack>>,
+    /// By `FramesId` (the snapshot's stacks are numbered densely).
+    stacks: Vec<Option<Arc<Stack>>>,
     /// Per trace entry: its stack and its action.
     entry_frames: Vec<FramesId>,
     entry_actions: Vec<Action>,
@@ -26,7 +29,7 @@ pub(super) struct SnapshotTags {
     /// Final-state stacks, by address, of the live blocks the views show
     /// without a tag: allocated before the trace began and never freed in it
     /// (every live block of a file without a trace).
-    untagged: HashMap<u64, FramesId>,
+    untagged: FxHashMap<u64, FramesId>,
     /// The trace has entries: an untagged block missing from `untagged` was
     /// freed within it.
     traced: bool,
@@ -58,7 +61,7 @@ impl SnapshotTags {
         let first_time = entry_times
             .as_ref()
             .and_then(|t| t.iter().copied().filter(|t| *t != NO_TIME).min());
-        let mut untagged: HashMap<u64, FramesId> = snap
+        let mut untagged: FxHashMap<u64, FramesId> = snap
             .segments
             .iter()
             .filter(|s| s.device == device as i64)
@@ -67,6 +70,9 @@ impl SnapshotTags {
             .map(|b| (b.address, b.frames))
             .collect();
         for e in trace {
+            if untagged.is_empty() {
+                break;
+            }
             // A block allocated in the trace carries that entry's tag; one
             // freed in it is not the block the final state holds there.
             if matches!(
@@ -77,10 +83,14 @@ impl SnapshotTags {
             }
         }
         let mut resolved = HashMap::new();
-        let mut stacks = HashMap::new();
+        let mut stacks: Vec<Option<Arc<Stack>>> = Vec::new();
         for id in entry_frames.iter().chain(untagged.values()) {
-            if *id == FramesId::EMPTY || stacks.contains_key(id) {
+            let k = id.0 as usize;
+            if *id == FramesId::EMPTY || stacks.get(k).is_some_and(Option::is_some) {
                 continue;
+            }
+            if stacks.len() <= k {
+                stacks.resize(k + 1, None);
             }
             let frames = snap
                 .frames
@@ -96,7 +106,7 @@ impl SnapshotTags {
                     )
                 })
                 .collect();
-            stacks.insert(*id, Arc::new(Stack::new(frames)));
+            stacks[k] = Some(Arc::new(Stack::new(frames)));
         }
         let skipped = mirrored.then(|| {
             trace
@@ -127,7 +137,11 @@ impl SnapshotTags {
     }
 
     fn entry_stack(&self, entry: usize) -> Option<Arc<Stack>> {
-        self.stacks.get(self.entry_frames.get(entry)?).cloned()
+        self.stack_of(*self.entry_frames.get(entry)?)
+    }
+
+    fn stack_of(&self, id: FramesId) -> Option<Arc<Stack>> {
+        self.stacks.get(id.0 as usize)?.clone()
     }
 }
 
@@ -150,7 +164,7 @@ impl TagInfo for SnapshotTags {
         if tag == Tag::NONE {
             return Some(match self.untagged.get(&addr) {
                 Some(id) => BlockStack {
-                    stack: self.stacks.get(id).cloned(),
+                    stack: self.stack_of(*id),
                     origin: StackOrigin::FinalState,
                 },
                 None => BlockStack {
