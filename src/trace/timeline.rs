@@ -121,7 +121,11 @@ pub enum MarkKind {
 #[derive(Debug, Clone, Default)]
 pub struct Timeline {
     events: EventStore,
-    samples: Vec<Sample>,
+    /// The curve: allocated bytes after each event, and reserved bytes as
+    /// the event index from which each value holds (it changes only with
+    /// segments: 8 bytes per event instead of 16).
+    allocated: Vec<u64>,
+    reserved: Vec<(usize, u64)>,
     buckets: Vec<Bucket>,
     keyframes: Vec<MemoryMap>,
     /// The event index each keyframe is the state before.
@@ -229,7 +233,10 @@ impl Timeline {
         } else if let Some(b) = self.buckets.last_mut() {
             *b = b.merge(Bucket::of(sample));
         }
-        self.samples.push(sample);
+        if self.reserved.last().map(|r| r.1) != Some(sample.reserved) {
+            self.reserved.push((index, sample.reserved));
+        }
+        self.allocated.push(sample.allocated);
         self.events.push(event);
     }
 
@@ -256,8 +263,34 @@ impl Timeline {
         self.events.get(i)
     }
 
-    pub fn samples(&self) -> &[Sample] {
-        &self.samples
+    /// The curve right after each event.
+    pub fn samples(&self) -> impl Iterator<Item = Sample> + '_ {
+        self.samples_in(0, self.allocated.len())
+    }
+
+    /// The curve right after event `i`.
+    pub fn sample(&self, i: usize) -> Option<Sample> {
+        self.samples_in(i, i + 1).next()
+    }
+
+    /// The curve after events `[from, to)`: one search for the reserved
+    /// value at `from`, then a walk.
+    fn samples_in(&self, from: usize, to: usize) -> impl Iterator<Item = Sample> + '_ {
+        let to = to.min(self.allocated.len());
+        let from = from.min(to);
+        let mut step = self
+            .reserved
+            .partition_point(|(at, _)| *at <= from)
+            .saturating_sub(1);
+        (from..to).map(move |i| {
+            while self.reserved.get(step + 1).is_some_and(|(at, _)| *at <= i) {
+                step += 1;
+            }
+            Sample {
+                allocated: self.allocated[i],
+                reserved: self.reserved.get(step).map_or(0, |r| r.1),
+            }
+        })
     }
 
     pub fn marks(&self) -> &[(usize, MarkKind)] {
@@ -289,7 +322,7 @@ impl Timeline {
     /// states after each of the first `pos` events. The keyframe's running
     /// peak plus at most `KEYFRAME_EVERY` samples, merged a bucket at a time.
     pub fn peak_until(&self, pos: usize) -> Peak {
-        if pos >= self.samples.len() {
+        if pos >= self.allocated.len() {
             return self.peak();
         }
         let k = self.keyframe_before(pos);
@@ -353,22 +386,22 @@ impl Timeline {
     /// Min/max of the curve over events `[from, to)`, using whole buckets
     /// where possible.
     pub fn range_summary(&self, from: usize, to: usize) -> Option<Bucket> {
-        let to = to.min(self.samples.len());
+        let to = to.min(self.allocated.len());
         if from >= to {
             return None;
         }
         let mut acc: Option<Bucket> = None;
-        let mut i = from;
         let mut add = |b: Bucket| acc = Some(acc.map_or(b, |a| a.merge(b)));
-        while i < to {
-            if i.is_multiple_of(BUCKET) && i + BUCKET <= to {
-                add(self.buckets[i / BUCKET]);
-                i += BUCKET;
-            } else {
-                add(Bucket::of(self.samples[i]));
-                i += 1;
-            }
+        // A partial bucket at each end, whole buckets between.
+        let head_end = from.next_multiple_of(BUCKET).min(to);
+        let tail_start = (to / BUCKET * BUCKET).max(head_end);
+        self.samples_in(from, head_end)
+            .for_each(|s| add(Bucket::of(s)));
+        for b in head_end / BUCKET..tail_start / BUCKET {
+            add(self.buckets[b]);
         }
+        self.samples_in(tail_start, to)
+            .for_each(|s| add(Bucket::of(s)));
         acc
     }
 
@@ -396,7 +429,8 @@ impl Timeline {
     pub fn heap_bytes(&self) -> usize {
         let map_bytes = |m: &MemoryMap| (m.blocks.len() + m.segments.len()) * 64;
         self.events.heap_bytes()
-            + self.samples.capacity() * std::mem::size_of::<Sample>()
+            + self.allocated.capacity() * 8
+            + self.reserved.capacity() * std::mem::size_of::<(usize, u64)>()
             + self.buckets.capacity() * std::mem::size_of::<Bucket>()
             + self.keyframe_peaks.capacity() * std::mem::size_of::<Peak>()
             + self.keyframe_at.capacity() * std::mem::size_of::<usize>()
@@ -457,6 +491,46 @@ mod tests {
             out.push(run);
         }
         out
+    }
+
+    #[test]
+    fn the_curve_is_the_maps_own_after_every_event() {
+        // Segments come and go between spikes, so reserved steps up and down.
+        let mut events = Vec::new();
+        for k in 0..2000u64 {
+            let seg = 0x1_0000_0000 + (k % 7) * (64 << 20);
+            events.push(entry(Action::SegmentAlloc, seg, 20 << 20));
+            events.extend(spike(seg, ((k % 13) + 1) << 20));
+            if k % 3 != 0 {
+                events.push(entry(Action::SegmentFree, seg, 20 << 20));
+            }
+        }
+        let mut t = Timeline::new();
+        let mut map = MemoryMap::default();
+        let mut want = Vec::new();
+        for e in &events {
+            t.push(e.clone());
+            if let Event::Alloc(a) = e {
+                let _ = map.apply(a);
+            }
+            want.push(Sample {
+                allocated: map.allocated,
+                reserved: map.reserved,
+            });
+        }
+        assert!(t.samples().eq(want.iter().copied()));
+        assert!(want.windows(2).any(|w| w[0].reserved > w[1].reserved));
+        for (i, w) in want.iter().enumerate().step_by(97) {
+            assert_eq!(t.sample(i), Some(*w), "event {i}");
+            for to in [i + 1, i + 300, i + 1000] {
+                let by_hand = want[i..to.min(want.len())]
+                    .iter()
+                    .map(|s| Bucket::of(*s))
+                    .reduce(Bucket::merge);
+                assert_eq!(t.range_summary(i, to), by_hand, "[{i}, {to})");
+            }
+        }
+        assert_eq!(t.sample(want.len()), None);
     }
 
     #[test]
@@ -570,7 +644,7 @@ mod tests {
         for len in [3 * K, 3 * K + 1, 3 * K - 1, 4 * K, events.len()] {
             let mut t = Timeline::new();
             t.extend(events[..len].iter().cloned());
-            let want = walked(Peak::default(), t.samples());
+            let want = walked(Peak::default(), &t.samples().collect::<Vec<_>>());
             for (pos, w) in want.iter().enumerate() {
                 assert_eq!(t.peak_until(pos), *w, "len {len} pos {pos}");
             }

@@ -335,8 +335,9 @@ fn oom_entries(events: &crate::trace::event_store::EventStore) -> Vec<usize> {
 /// first `pos` events' samples.
 fn peak_by_hand(r: &RunView, pos: usize) -> (u64, u64) {
     let start = r.timeline.state_at(None);
-    r.timeline.samples()[..pos]
-        .iter()
+    r.timeline
+        .samples()
+        .take(pos)
         .fold((start.allocated, start.reserved), |(a, res), s| {
             (a.max(s.allocated), res.max(s.reserved))
         })
