@@ -586,3 +586,70 @@ fn fixed_scenarios_draw_no_finding() {
     }
     assert!(fixed >= 10, "{fixed} fixed scenarios");
 }
+
+/// Words a newcomer cannot follow: the spec's section signs, its file names,
+/// its symbols.
+const INTERNAL: [&str; 4] = ["§", ".md", "S_iter", "engine.md"];
+
+fn internal_word(text: &str) -> Option<&'static str> {
+    INTERNAL.into_iter().find(|w| text.contains(w))
+}
+
+#[test]
+fn no_narration_or_finding_cites_an_internal_document() {
+    for (name, ran) in runs() {
+        let said = ran.scenario.narration.iter().map(|n| n.text.as_str());
+        let told = ran.result.narration.iter().map(|(_, t)| t.as_str());
+        let findings = ran.result.findings.iter().flat_map(|f| {
+            [f.root.as_str(), f.fix.as_str(), f.evidence.as_str()]
+                .into_iter()
+                .chain(f.path.iter().map(String::as_str))
+        });
+        for text in said
+            .chain(told)
+            .chain(findings)
+            .chain([ran.scenario.description.as_str()])
+        {
+            if let Some(w) = internal_word(text) {
+                panic!("{name}: `{w}` in {text:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn leaks_come_first_and_nothing_calls_a_leaks_bytes_flat() {
+    for (name, ran) in runs() {
+        let f = &ran.result.findings;
+        let first_other = f.iter().position(|f| !f.kind.is_leak()).unwrap_or(f.len());
+        assert!(
+            f[first_other..].iter().all(|f| !f.kind.is_leak()),
+            "{name}: a leak after a finding that is not one"
+        );
+        if first_other > 0 {
+            assert!(
+                f.iter().all(|f| f.kind.as_str() != "one_off_peak"),
+                "{name}: a one-off peak beside a leak"
+            );
+        }
+    }
+    let tour: Vec<&str> = get("tour").findings.iter().map(|f| f.root.as_str()).collect();
+    assert_eq!(tour, ["val_total"]);
+}
+
+/// `out` and `loss` are rebound every batch; the chain into older batches
+/// is the hidden state's, so the detector names `hidden` alone, and as the
+/// cause of the error that stopped the run.
+#[test]
+fn a_carried_hidden_state_is_the_one_root_and_the_cause() {
+    for name in ["rnn-hidden-bug", "rnn-hidden-eval-bug", "rnn-hidden-retain-graph-bug"] {
+        let r = get(name);
+        let roots: Vec<&str> = r.findings.iter().map(|f| f.root.as_str()).collect();
+        assert_eq!(roots, ["hidden"], "{name}");
+        if r.error.is_some() {
+            assert!(r.findings[0].evidence.contains("`hidden` is the cause"), "{name}");
+        }
+    }
+    let retain = &get("rnn-hidden-retain-graph-bug").findings[0];
+    assert!(!retain.evidence.contains("freed every saved tensor"));
+}
