@@ -633,7 +633,11 @@ fn leaks_come_first_and_nothing_calls_a_leaks_bytes_flat() {
             );
         }
     }
-    let tour: Vec<&str> = get("tour").findings.iter().map(|f| f.root.as_str()).collect();
+    let tour: Vec<&str> = get("tour")
+        .findings
+        .iter()
+        .map(|f| f.root.as_str())
+        .collect();
     assert_eq!(tour, ["val_total"]);
 }
 
@@ -642,12 +646,19 @@ fn leaks_come_first_and_nothing_calls_a_leaks_bytes_flat() {
 /// cause of the error that stopped the run.
 #[test]
 fn a_carried_hidden_state_is_the_one_root_and_the_cause() {
-    for name in ["rnn-hidden-bug", "rnn-hidden-eval-bug", "rnn-hidden-retain-graph-bug"] {
+    for name in [
+        "rnn-hidden-bug",
+        "rnn-hidden-eval-bug",
+        "rnn-hidden-retain-graph-bug",
+    ] {
         let r = get(name);
         let roots: Vec<&str> = r.findings.iter().map(|f| f.root.as_str()).collect();
         assert_eq!(roots, ["hidden"], "{name}");
         if r.error.is_some() {
-            assert!(r.findings[0].evidence.contains("`hidden` is the cause"), "{name}");
+            assert!(
+                r.findings[0].evidence.contains("`hidden` is the cause"),
+                "{name}"
+            );
         }
     }
     let retain = &get("rnn-hidden-retain-graph-bug").findings[0];
