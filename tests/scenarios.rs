@@ -249,6 +249,32 @@ fn scenarios_command_lists_every_file() {
     }
 }
 
+/// `check` takes a built-in's name as `run` does.
+#[test]
+fn check_accepts_a_builtin_name() {
+    let (code, out, err) = vramscope(&["check", "tour"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("tour: valid scenario \"tour\""), "{out}");
+    let (code, _, err) = vramscope(&["check", "no-such-scenario"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no built-in scenario or file named"), "{err}");
+}
+
+/// The report keeps small growth visible and never says "0 iterations run"
+/// beside an OOM in iteration 1.
+#[test]
+fn report_shows_small_growth_and_where_the_run_stopped() {
+    let (_, out, err) = vramscope(&["run", "loss-list-train-bug", "--headless"]);
+    assert!(out.contains("allocated change"), "{err}");
+    assert!(
+        out.contains("   +512 B"),
+        "512 B an iteration shown:\n{out}"
+    );
+    let (_, out, _) = vramscope(&["run", "adam-first-step-oom-bug", "--headless"]);
+    assert!(!out.contains("iterations run: 0"), "{out}");
+    assert!(out.contains("iterations completed: 0; the OOM stopped the run in iteration 1"));
+}
+
 // ---------------------------------------------------------------- pairs
 
 /// §9 pitfalls 1b, 2, 5 and §8.3: the buggy loop grows by the §9.1 figure
