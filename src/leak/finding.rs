@@ -141,7 +141,7 @@ pub fn settle(findings: &mut Vec<Finding>) {
             f.kind.is_leak()
                 || !(f.kind == FindingKind::OneOffPeak
                     || (f.kind == FindingKind::CacheFragmentation && gpu_growth)
-                    || roots.iter().any(|r| *r == f.root)
+                    || roots.contains(&f.root)
                     || f.blocks.iter().any(|b| held.binary_search(b).is_ok()))
         });
     }
