@@ -145,7 +145,7 @@ pub fn json(r: &RunResult, checks: &[ExpectationResult]) -> Value {
         .iter()
         .map(|f| {
             json!({
-                "root": f.root, "kind": f.kind.as_str(), "bytes": f.bytes, "growth_per_iter": f.growth_per_iter,
+                "root": f.root, "kind": f.kind.as_str(), "is_leak": f.kind.is_leak(), "bytes": f.bytes, "growth_per_iter": f.growth_per_iter,
                 "iterations": f.iterations, "path": f.path, "fix": f.fix, "severity": f.severity,
                 "evidence": f.evidence, "full_at_iteration": f.full_at_iteration,
             })

@@ -195,7 +195,17 @@ fn tokens(text: &str) -> Vec<Token<'_>> {
 /// where the file does not have the shape the scanner expects.
 fn positions(text: &str) -> Option<Vec<(usize, usize)>> {
     let t = tokens(text);
-    let open = t.iter().position(|x| x.kind == Kind::Open)?;
+    // The scenario's own `(`: the first one outside any `#![enable(...)]`.
+    let mut depth = 0usize;
+    let open = t.iter().position(|x| {
+        let top = depth == 0 && x.text == "(";
+        match x.kind {
+            Kind::Open => depth += 1,
+            Kind::Close => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        top
+    })?;
     let mut out = Vec::new();
     for field in ["setup", "steps"] {
         if let Some(list) = field_list(&t, open, field) {
@@ -264,7 +274,7 @@ fn elements(t: &[Token], open: usize, out: &mut Vec<(usize, usize)>) -> Option<(
 mod tests {
     use super::*;
 
-    const TEXT: &str = r#"// a comment with steps: [Forward]
+    const TEXT: &str = r#"#![enable(implicit_some)] // a comment with steps: [Forward]
 Scenario(
     name: "x", // "steps" in a comment
     description: "steps: [Train] in a string, (unbalanced",
