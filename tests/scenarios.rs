@@ -249,6 +249,32 @@ fn scenarios_command_lists_every_file() {
     }
 }
 
+/// `check` takes a built-in's name as `run` does.
+#[test]
+fn check_accepts_a_builtin_name() {
+    let (code, out, err) = vramscope(&["check", "tour"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("tour: valid scenario \"tour\""), "{out}");
+    let (code, _, err) = vramscope(&["check", "no-such-scenario"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no built-in scenario or file named"), "{err}");
+}
+
+/// The report keeps small growth visible and never says "0 iterations run"
+/// beside an OOM in iteration 1.
+#[test]
+fn report_shows_small_growth_and_where_the_run_stopped() {
+    let (_, out, err) = vramscope(&["run", "loss-list-train-bug", "--headless"]);
+    assert!(out.contains("allocated change"), "{err}");
+    assert!(
+        out.contains("   +512 B"),
+        "512 B an iteration shown:\n{out}"
+    );
+    let (_, out, _) = vramscope(&["run", "adam-first-step-oom-bug", "--headless"]);
+    assert!(!out.contains("iterations run: 0"), "{out}");
+    assert!(out.contains("iterations completed: 0; the OOM stopped the run in iteration 1"));
+}
+
 // ---------------------------------------------------------------- pairs
 
 /// §9 pitfalls 1b, 2, 5 and §8.3: the buggy loop grows by the §9.1 figure
@@ -585,4 +611,82 @@ fn fixed_scenarios_draw_no_finding() {
         }
     }
     assert!(fixed >= 10, "{fixed} fixed scenarios");
+}
+
+/// Words a newcomer cannot follow: the spec's section signs, its file names,
+/// its symbols.
+const INTERNAL: [&str; 4] = ["§", ".md", "S_iter", "engine.md"];
+
+fn internal_word(text: &str) -> Option<&'static str> {
+    INTERNAL.into_iter().find(|w| text.contains(w))
+}
+
+#[test]
+fn no_narration_or_finding_cites_an_internal_document() {
+    for (name, ran) in runs() {
+        let said = ran.scenario.narration.iter().map(|n| n.text.as_str());
+        let told = ran.result.narration.iter().map(|(_, t)| t.as_str());
+        let findings = ran.result.findings.iter().flat_map(|f| {
+            [f.root.as_str(), f.fix.as_str(), f.evidence.as_str()]
+                .into_iter()
+                .chain(f.path.iter().map(String::as_str))
+        });
+        for text in said
+            .chain(told)
+            .chain(findings)
+            .chain([ran.scenario.description.as_str()])
+        {
+            if let Some(w) = internal_word(text) {
+                panic!("{name}: `{w}` in {text:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn leaks_come_first_and_nothing_calls_a_leaks_bytes_flat() {
+    for (name, ran) in runs() {
+        let f = &ran.result.findings;
+        let first_other = f.iter().position(|f| !f.kind.is_leak()).unwrap_or(f.len());
+        assert!(
+            f[first_other..].iter().all(|f| !f.kind.is_leak()),
+            "{name}: a leak after a finding that is not one"
+        );
+        if first_other > 0 {
+            assert!(
+                f.iter().all(|f| f.kind.as_str() != "one_off_peak"),
+                "{name}: a one-off peak beside a leak"
+            );
+        }
+    }
+    let tour: Vec<&str> = get("tour")
+        .findings
+        .iter()
+        .map(|f| f.root.as_str())
+        .collect();
+    assert_eq!(tour, ["val_total"]);
+}
+
+/// `out` and `loss` are rebound every batch; the chain into older batches
+/// is the hidden state's, so the detector names `hidden` alone, and as the
+/// cause of the error that stopped the run.
+#[test]
+fn a_carried_hidden_state_is_the_one_root_and_the_cause() {
+    for name in [
+        "rnn-hidden-bug",
+        "rnn-hidden-eval-bug",
+        "rnn-hidden-retain-graph-bug",
+    ] {
+        let r = get(name);
+        let roots: Vec<&str> = r.findings.iter().map(|f| f.root.as_str()).collect();
+        assert_eq!(roots, ["hidden"], "{name}");
+        if r.error.is_some() {
+            assert!(
+                r.findings[0].evidence.contains("`hidden` is the cause"),
+                "{name}"
+            );
+        }
+    }
+    let retain = &get("rnn-hidden-retain-graph-bug").findings[0];
+    assert!(!retain.evidence.contains("freed every saved tensor"));
 }

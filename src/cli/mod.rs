@@ -50,8 +50,9 @@ pub enum Command {
     },
     /// List the built-in scenarios: name, then what each shows.
     Scenarios,
-    /// Validate a scenario file without running it (exit 0 valid, 2 invalid).
-    Check { file: PathBuf },
+    /// Validate a built-in scenario (by name) or a scenario file without
+    /// running it (exit 0 valid, 2 invalid).
+    Check { scenario: String },
     /// Run a built-in scenario (by name) or a scenario file.
     #[command(
         after_help = "The run follows the release the scenario's `torch:` field names (2.4 to 2.15; default 2.11) on the GPU its `device.gpu` names; the report's first lines say which, and whether the test suite checks this scenario against a capture."
@@ -194,7 +195,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Some(Command::Demo { conf }) => demo::run(&conf),
         Some(Command::Scenarios) => scenario::list(),
-        Some(Command::Check { file }) => scenario::check_file(&file),
+        Some(Command::Check { scenario }) => scenario::check_scenario(&scenario),
         Some(Command::Run {
             scenario,
             json,

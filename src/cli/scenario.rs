@@ -8,8 +8,8 @@ use vramscope::device::kernels::launcher_for;
 use vramscope::device::nvml::{self, Reconciliation};
 use vramscope::device::{Device, GpuUnavailable};
 use vramscope::scenario::{
-    builtins, check, load_file, resolve, run as run_scenario, run_launching_with, steps_executed,
-    Built, GpuRun, RunOptions, RunResult, Scenario, MAX_STEPS,
+    builtins, check, resolve, run as run_scenario, run_launching_with, steps_executed, Built,
+    GpuRun, RunOptions, RunResult, Scenario, MAX_STEPS,
 };
 use vramscope::units::format_count;
 
@@ -25,12 +25,13 @@ pub fn list() -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn check_file(path: &std::path::Path) -> anyhow::Result<ExitCode> {
-    match load_file(path) {
+/// `check NAME|FILE`: a built-in by name, as `run` takes it, or a file.
+pub fn check_scenario(name_or_path: &str) -> anyhow::Result<ExitCode> {
+    match resolve(name_or_path) {
         Ok((s, built)) => {
             sayln!(
                 "{}: valid scenario \"{}\" ({} steps, {} iterations)",
-                path.display(),
+                vramscope::units::escape_controls(name_or_path),
                 s.name,
                 s.steps.len(),
                 built.program.iterations

@@ -191,7 +191,8 @@ pub fn export(input: &Path, output: &Path, conf: Option<&str>) -> anyhow::Result
     Ok(ExitCode::SUCCESS)
 }
 
-/// A scenario run (under `conf` if given) as a snapshot, frames from the engine's tags.
+/// A scenario run (under `conf` if given) as a snapshot, each block's frame
+/// the scenario step that made it.
 fn scenario_snapshot(input: &Path, conf: Option<&str>) -> anyhow::Result<Snapshot> {
     let name = input.to_str().unwrap_or_default();
     let (scenario, built) = match conf {
@@ -216,24 +217,22 @@ fn scenario_snapshot(input: &Path, conf: Option<&str>) -> anyhow::Result<Snapsho
         .collect();
     let config = parse_conf(&built.engine.alloc_conf, None)?;
     let tags = &result.tags;
+    // One frame, all of it true: the step's line in the scenario file, named
+    // by the statement it stands for and the engine's op and module.
     let frames_of = |_: usize, tag: Tag| -> Vec<(String, i64, String)> {
-        tags.info(tag)
-            .map(|t| {
-                t.frames
-                    .iter()
-                    .map(|f| {
-                        // "file:line function" as the engine writes frames.
-                        let (place, name) = f.split_once(' ').unwrap_or((f.as_str(), ""));
-                        let (file, line) = place.rsplit_once(':').unwrap_or((place, "0"));
-                        (
-                            file.to_string(),
-                            line.parse().unwrap_or(0),
-                            name.to_string(),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
+        let Some(t) = tags.info(tag) else {
+            return Vec::new();
+        };
+        let op = if t.module.is_empty() {
+            t.op.to_string()
+        } else {
+            format!("{} in {}", t.op, t.module)
+        };
+        let (line, what) = match built.steps.get(t.step) {
+            Some(site) => (site.line as i64, format!("{} ({op})", site.statement)),
+            None => (0, format!("building the model ({op})")),
+        };
+        vec![(built.steps.file.to_string(), line, what)]
     };
     let devices = [DeviceRun {
         device: 0,

@@ -58,11 +58,11 @@ pub use launch::LaunchStats;
 pub use live::{LiveState, NodeInfo, RootInfo, RootKind, SavedInfo, StorageInfo};
 pub use optim::{OptimizerConfig, OptimizerKind};
 pub use presets::{LossKind, ModelConfig, ModelKind};
-pub use program::{GradContext, KeepWhat, Program, Step, MAX_RUN_EVENTS};
+pub use program::{numbered, preorder_len, GradContext, KeepWhat, Program, Step, MAX_RUN_EVENTS};
 pub use scratch::reduce::ReduceDevice;
 pub use shape::Shape;
 pub use storage::{DeviceKind, StorageId};
-pub use tag::{AllocTag, Category, TagTable};
+pub use tag::{AllocTag, Category, TagTable, NO_STEP};
 pub use tensor::TensorId;
 
 use amp::AmpState;
@@ -157,7 +157,7 @@ impl Engine {
                 iteration: 0,
                 phase: Phase::Setup,
                 module: 0,
-                step: 0,
+                step: tag::NO_STEP,
                 op: "",
                 grad_enabled: true,
                 inference: false,

@@ -239,6 +239,30 @@ impl Program {
     }
 }
 
+/// How many numbers `steps` take in the program's step numbering: one per
+/// step, a `Repeat`'s own steps numbered after it.
+pub fn preorder_len(steps: &[Step]) -> u32 {
+    steps
+        .iter()
+        .map(|s| match s {
+            Step::Repeat { steps, .. } => 1 + preorder_len(steps),
+            _ => 1,
+        })
+        .sum()
+}
+
+/// `steps` with their numbers, the first numbered `first`: the setup's steps
+/// from 0, the loop's after every setup step, a `Repeat`'s after it. The
+/// number tags every allocation a step makes, so it leads back to the step
+/// in the scenario file.
+pub fn numbered(steps: &[Step], first: u32) -> impl Iterator<Item = (u32, &Step)> {
+    steps.iter().scan(first, |next, s| {
+        let index = *next;
+        *next += preorder_len(std::slice::from_ref(s));
+        Some((index, s))
+    })
+}
+
 /// Events one run may make. The UI keeps every event (~90 B each), so this
 /// bounds its memory near 450 MB; a GPT-2 small iteration makes ~2,300.
 pub const MAX_RUN_EVENTS: u64 = 5_000_000;
@@ -249,8 +273,8 @@ impl Engine {
         self.ctx.iteration += 1;
         let it = self.ctx.iteration;
         self.events.push(EngineEvent::IterationBegin(it));
-        for (i, s) in p.steps.iter().enumerate() {
-            self.run_step(s, (p.setup.len() + i) as u32, p)?;
+        for (index, s) in numbered(&p.steps, preorder_len(&p.setup)) {
+            self.run_step(s, index, p)?;
         }
         self.events.push(EngineEvent::IterationEnd {
             iter: it,
@@ -448,8 +472,8 @@ impl Engine {
             }
             Step::Repeat { times, steps } => {
                 for _ in 0..*times {
-                    for s in steps {
-                        self.run_step(s, index, p)?;
+                    for (inner, s) in numbered(steps, index + 1) {
+                        self.run_step(s, inner, p)?;
                     }
                 }
             }

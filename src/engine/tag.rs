@@ -1,9 +1,10 @@
 //! Attribution of every allocator request (engine.md §11.1): op, module path,
-//! tensor category, iteration, phase and PyTorch-style frames.
+//! tensor category, iteration, phase and the program step that made it.
 //!
 //! The allocator only carries an opaque `Tag(u64)`. To keep tagging free of
 //! per-request heap work, the tag packs the category, phase and iteration and an
-//! interned *site* (op, module, program step) whose frames are built once.
+//! interned *site* (op, module, program step). A simulated run has no Python
+//! stack: the step number is what leads back to the scenario's own line.
 
 use std::sync::Arc;
 
@@ -86,15 +87,19 @@ pub struct AllocTag {
     pub category: Category,
     pub iteration: u32,
     pub phase: Phase,
-    /// Innermost first, like PyTorch snapshot frames ("file:line function").
-    pub frames: Arc<[String]>,
+    /// The program step that made the request ([`crate::engine::numbered`]),
+    /// or [`NO_STEP`] while the model and optimizer are built.
+    pub step: u32,
 }
+
+/// The step number of requests made before the first step runs.
+pub const NO_STEP: u32 = u32::MAX;
 
 #[derive(Debug, Clone)]
 struct Site {
     op: &'static str,
     module: Arc<str>,
-    frames: Arc<[String]>,
+    step: u32,
 }
 
 // Bit layout of a packed tag: site (24 bits) | category (4) | phase (4) | iteration (32).
@@ -120,7 +125,7 @@ impl TagTable {
         t.sites.push(Site {
             op: "",
             module: Arc::from(""),
-            frames: Arc::from(Vec::new()),
+            step: NO_STEP,
         });
         t
     }
@@ -160,11 +165,10 @@ impl TagTable {
             None => {
                 let id = self.sites.len() as u32;
                 let module_path = self.module_path(module);
-                let frames = frames_for(op, &module_path, step);
                 self.sites.push(Site {
                     op,
                     module: module_path,
-                    frames,
+                    step,
                 });
                 self.index.insert(key, id);
                 id
@@ -191,46 +195,13 @@ impl TagTable {
             category,
             iteration: (tag.0 >> ITER_SHIFT) as u32,
             phase,
-            frames: s.frames.clone(),
+            step: s.step,
         })
     }
 }
 
 fn phase_index(phase: Phase) -> u64 {
     Phase::ALL.iter().position(|p| *p == phase).unwrap_or(0) as u64
-}
-
-/// PyTorch-like frames, innermost first: the library call, the model code, the
-/// training script line of the program step.
-fn frames_for(op: &'static str, module: &str, step: u32) -> Arc<[String]> {
-    let lib = match op {
-        "linear" | "addmm" | "mm" => "torch/nn/modules/linear.py:125 forward",
-        "layer_norm" => "torch/nn/modules/normalization.py:217 forward",
-        "embedding" => "torch/nn/modules/sparse.py:190 forward",
-        "conv2d" => "torch/nn/modules/conv.py:549 _conv_forward",
-        "batch_norm" => "torch/nn/modules/batchnorm.py:193 forward",
-        "lstm" => "torch/nn/modules/rnn.py:1124 forward",
-        "dropout" => "torch/nn/functional.py:1425 dropout",
-        "cross_entropy" | "nll_loss" | "log_softmax" => "torch/nn/functional.py:3494 cross_entropy",
-        "backward" => "torch/autograd/__init__.py:347 backward",
-        "optimizer.step" | "zero_grad" => "torch/optim/optimizer.py:487 wrapper",
-        _ => "",
-    };
-    let mut v = Vec::with_capacity(3);
-    if !lib.is_empty() {
-        v.push(lib.to_string());
-    }
-    if !module.is_empty() {
-        // A stable pseudo line per module path, so equal sites compare equal.
-        let line = 10
-            + module
-                .bytes()
-                .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)))
-                % 190;
-        v.push(format!("model.py:{line} forward"));
-    }
-    v.push(format!("train.py:{} <module>", 20 + step));
-    Arc::from(v)
 }
 
 #[cfg(test)]
@@ -249,10 +220,7 @@ mod tests {
         assert_eq!(info.category, Category::Activation);
         assert_eq!(info.phase, Phase::Forward);
         assert_eq!(info.iteration, 7);
-        assert_eq!(
-            info.frames.last().map(String::as_str),
-            Some("train.py:23 <module>")
-        );
+        assert_eq!(info.step, 3);
         assert_eq!(
             t.tag("addmm", m, 3, Category::Gradient, Phase::Backward, 1)
                 .0

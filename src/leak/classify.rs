@@ -6,12 +6,12 @@
 use super::detector::{
     Detector, GroupHistory, GroupKind, GroupSample, IterationSample, MIN_GROWTH_STEPS, NONE,
 };
-use super::finding::{Finding, FindingKind, Severity};
+use super::finding::{settle, Finding, FindingKind, Severity};
+use super::fix;
 use super::format::{block_bytes, signed_size};
-use super::program::Binder;
 use super::reach::{blocks_of, lookup, path_for, Ctx, GroupAcc, CATS, CAT_NAMES};
 use crate::alloc::format_size;
-use crate::engine::{DeviceKind, KeepWhat, BACKWARD_TWICE};
+use crate::engine::{DeviceKind, BACKWARD_TWICE};
 
 impl Detector {
     /// Classify every group of this observation, then the device-wide
@@ -26,6 +26,9 @@ impl Detector {
             let Some(h) = self.groups.get(acc.name) else {
                 continue;
             };
+            if self.history_is_anothers(acc) {
+                continue;
+            }
             if let Some(f) = self.classify(ctx, g as u32, acc, h) {
                 gpu_leak |= f.growth_per_iter > 0 && f.kind != FindingKind::RetainedGraphHost;
                 findings.push(f);
@@ -43,8 +46,18 @@ impl Detector {
             }
             findings.extend(self.rebound_buffer_peaks(ctx));
         }
-        findings.sort_by(|a, b| b.severity.cmp(&a.severity).then(b.bytes.cmp(&a.bytes)));
+        settle(&mut findings);
         findings
+    }
+
+    /// A name the loop rebinds every iteration (`out = model(x)`, `loss =
+    /// criterion(...)`) that reaches older graphs only through Nodes another
+    /// root reaches too (an LSTM's output through the carried hidden state):
+    /// the history is that root's, not this name's.
+    fn history_is_anothers(&self, acc: &GroupAcc) -> bool {
+        acc.kind == GroupKind::Variable
+            && self.facts.rebound_each_iteration(acc.name)
+            && acc.alone_span.is_none_or(|(lo, hi)| lo == hi)
     }
 
     fn classify(&self, ctx: &Ctx, g: u32, acc: &GroupAcc, h: &GroupHistory) -> Option<Finding> {
@@ -116,13 +129,13 @@ impl Detector {
         f.blocks = blocks_of(ctx, g);
         f.path = path_for(ctx, g, acc, kind);
         f.full_at_iteration = self.projection(it, per_iter, kind);
-        f.fix = self.fix_for(name, kind);
-        let node_growth = nodes.per_iter;
+        f.fix = fix::fix_for(&self.facts, name, acc.kind, kind);
         f.evidence = match kind {
             FindingKind::RetainedGraphGpu => format!(
                 "`{name}` reaches {} autograd Nodes created over {} iterations whose saved tensors were never \
                  released; {} of saved activations are reachable only through it and grew by {} per \
-                 iteration over the last {growth_steps} iterations (engine.md §9.1: S_iter per iteration).",
+                 iteration over the last {growth_steps} iterations: each iteration adds the activations \
+                 its forward saved for backward.",
                 cur.nodes,
                 f.iterations,
                 format_size(cur.graph),
@@ -132,15 +145,16 @@ impl Detector {
                 if growth_steps == 0 {
                     format!(
                         "`{name}` is carried into the next batch without detach(): its graph reaches Nodes of \
-                         iteration {} and the run stopped with \"{}\" (engine.md §8.3).",
+                         iteration {}, so the next backward ran on into that older graph and the run stopped \
+                         with \"{}\". `{name}` is the cause.",
                         cur.oldest_node_iteration.unwrap_or(0),
-                        self.error.as_deref().unwrap_or(""),
+                        first_sentence(self.error.as_deref().unwrap_or("")),
                     )
                 } else {
                     format!(
                         "`{name}` carries the graph of every batch since iteration {}: {} Nodes, {} of saved \
                          tensors (reserve, outputs, log-probs) kept alive, growing by {} per iteration; \
-                         backward also walks the whole history (engine.md §8.3, pitfall 3b).",
+                         backward also walks the whole history.",
                         cur.oldest_node_iteration.unwrap_or(0),
                         cur.nodes,
                         format_size(cur.graph),
@@ -165,28 +179,7 @@ impl Detector {
                 }
                 e
             }
-            FindingKind::RetainedGraphHost => {
-                if growth_steps == 0 {
-                    format!(
-                        "`{name}` links graphs of iterations {}..{it}; the run stopped with \"{}\".",
-                        cur.oldest_node_iteration.unwrap_or(0),
-                        self.error.as_deref().unwrap_or(""),
-                    )
-                } else {
-                    format!(
-                        "`{name}` keeps every iteration's spent graph linked since iteration {}: {} Nodes on \
-                         the host (+{} per iteration), all saved tensors already freed by backward. GPU growth \
-                         is {} per iteration ({} now) — host memory grows, the GPU does not run out \
-                         from this (engine.md §9 pitfalls 1, 2). A later `{name}.backward()` would raise the \
-                         backward-twice error.",
-                        cur.oldest_node_iteration.unwrap_or(0),
-                        cur.nodes,
-                        node_growth.max(0),
-                        signed_size(per_iter),
-                        format_size(cur.gpu()),
-                    )
-                }
-            }
+            FindingKind::RetainedGraphHost => self.host_graph_evidence(acc, &cur, growth_steps, per_iter),
             _ => String::new(),
         };
         f.severity = match kind {
@@ -201,6 +194,49 @@ impl Detector {
             _ => Severity::Warning,
         };
         Some(f)
+    }
+
+    /// Graphs kept on the host. Whether backward freed their saved tensors
+    /// is said only where it did: with `retain_graph=True` it kept them, and
+    /// they are held here through other roots.
+    fn host_graph_evidence(
+        &self,
+        acc: &GroupAcc,
+        cur: &GroupSample,
+        growth_steps: usize,
+        per_iter: i64,
+    ) -> String {
+        let name = acc.name;
+        let since = cur.oldest_node_iteration.unwrap_or(0);
+        if growth_steps == 0 {
+            return format!(
+                "`{name}` links graphs of iterations {since}..{}; the run stopped with \"{}\".",
+                cur.iteration,
+                first_sentence(self.error.as_deref().unwrap_or("")),
+            );
+        }
+        let saved = if cur.spent == cur.nodes && !self.facts.retain_graph {
+            "backward already freed every saved tensor they had"
+        } else {
+            "none of the saved tensors they reach is held by it alone"
+        };
+        let again = match acc.kind {
+            GroupKind::List => format!(
+                "A later backward through any element of `{name}` would fail: those graphs were \
+                 already backpropagated."
+            ),
+            _ => format!(
+                "A later `{name}.backward()` would fail: those graphs were already backpropagated."
+            ),
+        };
+        format!(
+            "`{name}` keeps every iteration's spent graph linked since iteration {since}: {} Nodes on \
+             the host, and {saved}. GPU growth is {} per iteration ({} now): host memory grows, the \
+             GPU does not run out from this. {again}",
+            cur.nodes,
+            signed_size(per_iter),
+            format_size(cur.gpu()),
+        )
     }
 
     fn projection(&self, it: u32, per_iter: i64, kind: FindingKind) -> Option<u64> {
@@ -269,11 +305,11 @@ impl Detector {
             ),
             format!("reserved but unallocated {}", format_size(gap_last)),
         ];
-        f.fix = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or pad/bucket shapes, largest first)".into();
+        f.fix = fix::EXPANDABLE.into();
         f.evidence = format!(
-            "Reserved grew in {ups} of {} iterations (+{} in total) while allocated at iteration end stayed \
-             within {}: cached free blocks of the wrong sizes, not a leak — no tensor is retained \
-             (engine.md §9 pitfall 11). empty_cache() would return only fully free segments.",
+            "Reserved grew in {ups} of {} iterations (+{} in total) while allocated at iteration end moved \
+             by at most {}: cached free blocks of the wrong sizes, not a leak — no tensor is retained. \
+             empty_cache() would return only fully free segments.",
             w.len() - 1,
             format_size(r_growth),
             format_size(a_drift),
@@ -302,18 +338,17 @@ impl Detector {
         f.blocks = self.grad_blocks.clone();
         f.by_category = vec![("gradient", self.grad_bytes)];
         f.path = vec![
-            "param.grad".into(),
-            format!("same storages for {streak} iterations"),
-            "AccumulateGrad adds in place".into(),
+            format!("every param.grad is the same storage for {streak} iterations"),
+            "each backward adds into it in place".into(),
         ];
-        f.fix = "optimizer.zero_grad()  # every step, before the forward".into();
         if known {
+            f.fix = fix::ZERO_GRAD.into();
             f.severity = Severity::Warning;
             f.evidence = format!(
                 "The program calls backward() every iteration but never zero_grad(): the {} of .grad \
                  storages have persisted for {streak} iterations and every backward adds into them in \
-                 place. Memory stays flat (engine.md §3.1); the gradients are summed over iterations, \
-                 so the values are wrong.",
+                 place. Memory stays flat; the gradients are summed over iterations, so the values \
+                 are wrong.",
                 format_size(self.grad_bytes)
             );
         } else {
@@ -375,20 +410,25 @@ impl Detector {
         f.by_category = vec![("autograd_saved", bytes)];
         f.path = names
             .iter()
-            .map(|n| format!("{n} → graph of iteration {} (saved tensors)", ls.iteration))
+            .map(|n| {
+                format!(
+                    "`{n}` holds the saved tensors of iteration {}",
+                    ls.iteration
+                )
+            })
             .collect();
-        f.fix = "with torch.no_grad():  # around evaluation; model.eval() alone still records the graph".into();
+        f.fix = fix::no_grad_eval(&self.facts);
         f.evidence = format!(
             "Evaluation runs with grad enabled: {} of saved tensors stay alive through `{}` until the next \
              forward rebinds them, so the peak is about two iterations' activations. Flat across \
-             iterations: a higher peak, not a leak (engine.md §9 pitfall 4).",
+             iterations: a higher peak, not a leak (model.eval() alone still records the graph).",
             format_size(bytes),
             names.join("`, `"),
         );
         f.severity = Severity::Info;
         Some(f)
     }
-    /// §9 pitfall 12: `buf = torch.empty(...)` in the loop while `buf` still
+    /// `buf = torch.empty(...)` in the loop while `buf` still
     /// holds the last one. Python builds the new buffer before the
     /// assignment drops the old: two are alive at that moment, every
     /// iteration. A higher peak, not a leak.
@@ -425,62 +465,17 @@ impl Detector {
                 format!("{name} = torch.empty(...)  # in the loop"),
                 format!("the previous {name} ({}) still bound", format_size(bytes)),
             ];
-            f.fix = format!(
-                "allocate {name} once before the loop, or `del {name}` before re-creating it"
-            );
+            f.fix = fix::rebound_buffer(name);
             f.evidence = format!(
                 "Each iteration creates a new `{name}` while the last one is still bound: for a \
                  moment both are alive, {} more at the peak. Flat across iterations: a higher peak, \
-                 not a leak (engine.md §9 pitfall 12).",
+                 not a leak (or allocate it once before the loop).",
                 format_size(bytes)
             );
             f.severity = Severity::Info;
             out.push(f);
         }
         merge_beyond(out, LISTED_REBOUND)
-    }
-
-    fn fix_for(&self, name: &str, kind: FindingKind) -> String {
-        let no_grad = "with torch.no_grad(): ";
-        if let Some((b, eval_grad)) = self.facts.binder(name) {
-            let pre = if eval_grad && kind == FindingKind::RetainedGraphGpu {
-                no_grad
-            } else {
-                ""
-            };
-            let scalar = |from: &str| from.contains("loss");
-            match b {
-                Binder::Accumulate { from, .. } => return format!("{pre}{name} += {from}.item()"),
-                Binder::Append { from, what } => {
-                    return match (what, scalar(from)) {
-                        (_, true) => format!("{pre}{name}.append({from}.item())"),
-                        (KeepWhat::Tensor, false) if kind == FindingKind::RetainedGraphGpu => {
-                            format!("{pre}{name}.append({from}.detach().cpu())")
-                        }
-                        _ => format!(
-                            "{name}.append({from}.detach().cpu())  # or reduce to a metric first"
-                        ),
-                    }
-                }
-                Binder::Keep { from, .. } => return format!("{pre}{name} = {from}.detach()"),
-                _ => {}
-            }
-        }
-        match kind {
-            FindingKind::CarriedHiddenState => {
-                "hidden = tuple(h.detach() for h in hidden)  # repackage_hidden each batch".into()
-            }
-            FindingKind::RetainedGraphGpu => {
-                format!("{name} = {name}.detach()  # or .item(); evaluate under torch.no_grad()")
-            }
-            FindingKind::RetainedGraphHost => {
-                format!("{name} += loss.item()  # keep numbers, not graph-carrying tensors")
-            }
-            FindingKind::StoredTensors => {
-                format!("{name}.append(out.detach().cpu())  # or reduce to a metric on the fly")
-            }
-            _ => String::new(),
-        }
     }
 }
 
@@ -548,14 +543,20 @@ fn merge_beyond(mut findings: Vec<Finding>, keep: usize) -> Vec<Finding> {
         rest[1].root
     )];
     merged.fix =
-        "allocate each buffer once before the loop, or `del` it before re-creating it".to_string();
+        format!("del {first}  # and each of the others, before re-creating it in the loop");
     merged.evidence = format!(
         "{} buffers are each created anew every iteration while the last one is still \
-         bound: {} more at the peak in all. Flat across iterations: a higher peak, not a leak \
-         (engine.md §9 pitfall 12).",
+         bound: {} more at the peak in all. Flat across iterations: a higher peak, not a leak.",
         crate::units::format_count(rest.len() as u64),
         format_size(merged.bytes)
     );
     findings.push(merged);
     findings
+}
+
+/// An error message's first sentence, without its full stop (PyTorch's
+/// go on with advice).
+fn first_sentence(message: &str) -> &str {
+    let first = message.find(". ").map_or(message, |i| &message[..i]);
+    first.trim_end_matches('.')
 }

@@ -120,3 +120,32 @@ impl Finding {
         }
     }
 }
+
+/// The findings as a reader should meet them: leaks first, the most severe
+/// and largest first. A finding that is not a leak (a one-off peak, the
+/// cache's growth) is dropped where a leak holds the same memory: "flat, not
+/// a leak" must never sit beside the leak that holds those bytes.
+pub fn settle(findings: &mut Vec<Finding>) {
+    let leaks: Vec<&Finding> = findings.iter().filter(|f| f.kind.is_leak()).collect();
+    if !leaks.is_empty() {
+        let mut held: Vec<u64> = leaks
+            .iter()
+            .flat_map(|f| f.blocks.iter().copied())
+            .collect();
+        held.sort_unstable();
+        let gpu_growth = leaks
+            .iter()
+            .any(|f| f.growth_per_iter > 0 && f.kind != FindingKind::RetainedGraphHost);
+        let roots: Vec<String> = leaks.iter().map(|f| f.root.clone()).collect();
+        findings.retain(|f| {
+            f.kind.is_leak()
+                || !(f.kind == FindingKind::OneOffPeak
+                    || (f.kind == FindingKind::CacheFragmentation && gpu_growth)
+                    || roots.contains(&f.root)
+                    || f.blocks.iter().any(|b| held.binary_search(b).is_ok()))
+        });
+    }
+    findings.sort_by(|a, b| {
+        (b.kind.is_leak(), b.severity, b.bytes).cmp(&(a.kind.is_leak(), a.severity, a.bytes))
+    });
+}

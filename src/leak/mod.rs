@@ -12,6 +12,7 @@ mod classify;
 mod counted_annotations;
 mod detector;
 mod finding;
+mod fix;
 mod format;
 mod observe;
 mod program;

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use rustc_hash::FxHashMap;
 
 use super::detector::{Detector, GroupHistory, GroupKind, IterationSample, HISTORY, NONE};
-use super::finding::Finding;
+use super::finding::{settle, Finding};
 use super::format::block_bytes;
 use super::reach::{
     assign_owners, charge_bytes, count_nodes, group_roots, index_nodes, index_storages, lookup,
@@ -56,6 +56,7 @@ impl Detector {
                 self.findings.push(f);
             }
         }
+        settle(&mut self.findings);
         &self.findings
     }
 

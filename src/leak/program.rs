@@ -34,6 +34,9 @@ pub(crate) struct ProgramFacts {
     /// program order.
     pub rebound_buffers: Vec<String>,
     rebound: FxHashSet<String>,
+    /// The first forward that runs in eval mode with grad enabled, as
+    /// (input, output): what a `torch.no_grad()` fix wraps.
+    pub eval_forward: Option<(String, String)>,
 }
 
 impl ProgramFacts {
@@ -116,7 +119,12 @@ impl ProgramFacts {
                 },
                 eval_grad,
             ),
-            Step::Forward { output, .. } => self.bind(output, Binder::Forward, eval_grad),
+            Step::Forward { input, output } => {
+                if eval_grad && self.eval_forward.is_none() {
+                    self.eval_forward = Some((input.clone(), output.clone()));
+                }
+                self.bind(output, Binder::Forward, eval_grad)
+            }
             Step::Loss { into, .. } => self.bind(into, Binder::Loss, eval_grad),
             Step::ScalerScale { into, .. } => self.bind(into, Binder::Loss, eval_grad),
             Step::Repeat { steps, .. } => {
@@ -146,5 +154,22 @@ impl ProgramFacts {
                 _ => 2,
             })
             .map(|(b, e)| (b, *e))
+    }
+
+    /// Whether `name` holds a loss (a 0-dim tensor: `.item()` applies).
+    pub fn is_loss(&self, name: &str) -> bool {
+        self.binders
+            .get(name)
+            .is_some_and(|b| b.iter().any(|(b, _)| *b == Binder::Loss))
+    }
+
+    /// Whether every step that binds `name` makes a new value from this
+    /// iteration's forward (`out = model(x)`, `loss = criterion(...)`): the
+    /// name is rebound every iteration and holds no history of its own.
+    pub fn rebound_each_iteration(&self, name: &str) -> bool {
+        self.binders.get(name).is_some_and(|b| {
+            b.iter()
+                .all(|(b, _)| matches!(b, Binder::Forward | Binder::Loss))
+        })
     }
 }

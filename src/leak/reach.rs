@@ -21,6 +21,9 @@ pub(super) struct GroupAcc<'a> {
     pub(super) roots: Vec<usize>,
     pub(super) sample: GroupSample,
     pub(super) by_cat: [u64; CATS],
+    /// Oldest and newest iteration among the Nodes this group alone
+    /// reaches; `None` when every Node it reaches another group reaches too.
+    pub(super) alone_span: Option<(u32, u32)>,
 }
 
 pub(super) const CATS: usize = 14;
@@ -158,6 +161,7 @@ pub(super) fn group_roots(ls: &LiveState) -> Grouping<'_> {
                     ..GroupSample::default()
                 },
                 by_cat: [0; CATS],
+                alone_span: None,
             });
             accs.len() - 1
         });
@@ -172,8 +176,9 @@ pub(super) fn group_roots(ls: &LiveState) -> Grouping<'_> {
     }
 }
 
-/// Nodes per group (deduplicated: a hidden pair shares one graph); `mark` is
-/// a reused buffer.
+/// Nodes per group (deduplicated: a hidden pair shares one graph), and
+/// the iterations of the Nodes each group alone reaches; `mark` is a reused
+/// buffer.
 pub(super) fn count_nodes(
     ls: &LiveState,
     accs: &mut [GroupAcc],
@@ -183,6 +188,8 @@ pub(super) fn count_nodes(
     let max_nid = npos.len();
     mark.clear();
     mark.resize(max_nid, NONE);
+    // Per node: the one group that reaches it, or SHARED.
+    let mut reached_by = vec![NONE; max_nid];
     for (g, acc) in accs.iter_mut().enumerate() {
         if acc.kind == GroupKind::Other {
             continue;
@@ -200,6 +207,11 @@ pub(super) fn count_nodes(
                     continue;
                 }
                 mark[i] = g as u32;
+                reached_by[i] = if reached_by[i] == NONE {
+                    g as u32
+                } else {
+                    SHARED
+                };
                 acc.sample.nodes += 1;
                 let p = npos[i];
                 if p != NONE && ls.nodes[p as usize].released {
@@ -207,6 +219,20 @@ pub(super) fn count_nodes(
                 }
             }
         }
+    }
+    for (i, &g) in reached_by.iter().enumerate() {
+        let p = npos[i];
+        if g == NONE || g == SHARED || p == NONE {
+            continue;
+        }
+        let node = &ls.nodes[p as usize];
+        // A parameter's AccumulateGrad lives as long as the model, not a graph.
+        if node.name == "AccumulateGrad" {
+            continue;
+        }
+        let it = node.iteration;
+        let span = &mut accs[g as usize].alone_span;
+        *span = Some(span.map_or((it, it), |(lo, hi)| (lo.min(it), hi.max(it))));
     }
 }
 
@@ -429,7 +455,7 @@ pub(super) fn path_for(ctx: &Ctx, g: u32, acc: &GroupAcc, kind: FindingKind) -> 
             ));
         }
         None => out.push(format!(
-            "(all saved tensors released; {} Nodes on the host)",
+            "(no saved tensor of its own left on the GPU; {} Nodes on the host)",
             r.nodes.len()
         )),
     }

@@ -93,8 +93,10 @@ pub fn findings_text(findings: &[Finding]) -> String {
         }
         out.push_str(&line);
         out.push('\n');
-        if !f.path.is_empty() {
+        if !f.path.is_empty() && f.kind.is_leak() {
             out.push_str(&format!("  path: {}\n", f.path.join(" → ")));
+        } else if !f.path.is_empty() {
+            out.push_str(&format!("  seen: {}\n", f.path.join("; ")));
         }
         if !f.by_category.is_empty() {
             let cats: Vec<String> = f

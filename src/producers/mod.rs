@@ -32,6 +32,6 @@ pub use snapshot::{
     ImportError,
 };
 pub use source::{
-    BlockStack, EngineCommand, EntryDetail, LoadProgress, Opened, Polled, SiteKind, Source,
-    SourceMsg, StackOrigin, TagDescription, TagInfo,
+    BlockStack, EngineCommand, EntryDetail, LoadProgress, Opened, Polled, ScenarioStep, SiteKind,
+    Source, SourceMsg, StackOrigin, TagDescription, TagInfo,
 };

@@ -7,32 +7,55 @@
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use super::source::{EngineCommand, SiteKind, Source, SourceMsg, TagDescription, TagInfo};
+use super::source::{
+    EngineCommand, ScenarioStep, SiteKind, Source, SourceMsg, TagDescription, TagInfo,
+};
 use crate::alloc::Tag;
 use crate::device::{nvml, AnyDevice, AnyLauncher, PciAddress};
 use crate::engine::{Engine, EngineError, TagTable};
-use crate::scenario::{Built, Scenario, ScenarioRun, Unit};
+use crate::scenario::{Built, Scenario, ScenarioRun, StepSites, Unit};
 
-/// The engine's tag table, shared with the UI and refreshed by the run.
-struct EngineTags(RwLock<TagTable>);
+/// The engine's tag table, shared with the UI and refreshed by the run, and
+/// where the scenario's steps are written.
+struct EngineTags {
+    table: RwLock<TagTable>,
+    steps: Arc<StepSites>,
+}
+
+impl EngineTags {
+    fn step(&self, index: u32) -> ScenarioStep {
+        match self.steps.get(index) {
+            Some(site) => ScenarioStep {
+                location: self.steps.location(site),
+                statement: site.statement.clone(),
+            },
+            None => ScenarioStep {
+                location: self.steps.file.to_string(),
+                statement: "made while the model and optimizer were built, before the first step"
+                    .into(),
+            },
+        }
+    }
+}
 
 impl TagInfo for EngineTags {
     fn describe(&self, tag: Tag) -> Option<TagDescription> {
-        let table = self.0.read().ok()?;
+        let table = self.table.read().ok()?;
         let t = table.info(tag)?;
         Some(TagDescription {
             category: Some(t.category),
             op: Some(t.op.to_string()),
             module: (!t.module.is_empty()).then(|| t.module.to_string()),
             iteration: Some(t.iteration),
-            frames: t.frames.to_vec(),
+            frames: Vec::new(),
+            step: Some(self.step(t.step)),
         })
     }
 
     /// The engine's op and module: a simulated run has no Python stack to
-    /// take a line from (its frames are the engine's sketch, not a record).
+    /// take a line from.
     fn site(&self, tag: Tag, _addr: u64) -> Option<Arc<str>> {
-        let table = self.0.read().ok()?;
+        let table = self.table.read().ok()?;
         let t = table.info(tag)?;
         Some(if t.module.is_empty() {
             Arc::from(t.op)
@@ -88,7 +111,10 @@ pub fn scenario_source_on(
 ) -> Source {
     let (tx, rx) = flume::unbounded();
     let (cmd_tx, cmd_rx) = flume::unbounded();
-    let tags = Arc::new(EngineTags(RwLock::new(TagTable::new())));
+    let tags = Arc::new(EngineTags {
+        table: RwLock::new(TagTable::new()),
+        steps: built.steps.clone(),
+    });
     let shared = tags.clone();
     let capacity = built.engine.device_bytes;
     let overhead = built.engine.device_overhead;
@@ -188,7 +214,7 @@ fn run_once(
     let program = &built.program;
     let mut run = ScenarioRun::new(engine, program, &scenario.narration, program.iterations);
     while let Some(step) = run.advance() {
-        if let (Some(engine), Ok(mut table)) = (run.engine(), tags.0.write()) {
+        if let (Some(engine), Ok(mut table)) = (run.engine(), tags.table.write()) {
             table.clone_from(engine.tag_table());
         }
         let sent = tx.send(SourceMsg::Events(step.events)).is_ok()

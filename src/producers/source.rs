@@ -25,8 +25,21 @@ pub struct TagDescription {
     pub op: Option<String>,
     pub module: Option<String>,
     pub iteration: Option<u32>,
-    /// Innermost first, one line each (`file:line name`).
+    /// A recorded stack, innermost first, one line each (`file:line name`).
     pub frames: Vec<String>,
+    /// A simulated run's step that made it (it has no Python stack).
+    pub step: Option<ScenarioStep>,
+}
+
+/// The scenario step behind a simulated allocation: where the step is
+/// written and the PyTorch statement it stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScenarioStep {
+    /// `scenarios/tour.ron:41:9` (the file alone where the line is unknown).
+    pub location: String,
+    /// `val_total += vloss`; for what the model's construction allocates,
+    /// what happened instead of a statement.
+    pub statement: String,
 }
 
 /// Where the stack of a block's allocation comes from.

@@ -16,7 +16,7 @@ pub fn text(s: &Scenario, r: &RunResult, checks: &[ExpectationResult]) -> String
     if let Some(g) = &r.gpu {
         gpu_text(&mut out, g);
     }
-    let _ = writeln!(out, "iterations run: {}", r.iterations_run);
+    let _ = writeln!(out, "{}", iterations_line(r));
     let _ = writeln!(
         out,
         "peak allocated {}, peak reserved {}",
@@ -24,11 +24,18 @@ pub fn text(s: &Scenario, r: &RunResult, checks: &[ExpectationResult]) -> String
         format_size(r.peak_reserved)
     );
     if !r.per_iteration.is_empty() {
-        let _ = writeln!(out, "\n iter   allocated    reserved");
+        // The change column keeps small growth visible: 512 B an iteration
+        // does not move a figure printed to 0.01 MiB.
+        let _ = writeln!(out, "\n iter   allocated    reserved   allocated change");
+        let mut last = None;
         for p in &r.per_iteration {
+            let change = last.map_or(String::new(), |l: u64| {
+                signed_bytes(p.allocated as i64 - l as i64)
+            });
+            last = Some(p.allocated);
             let _ = writeln!(
                 out,
-                "{:>5} {:>11} {:>11}",
+                "{:>5} {:>11} {:>11}   {change}",
                 p.iteration,
                 format_size(p.allocated),
                 format_size(p.reserved)
@@ -76,10 +83,19 @@ pub fn text(s: &Scenario, r: &RunResult, checks: &[ExpectationResult]) -> String
                 .map(|i| format!("; at this rate the device is full at iteration {i}"))
                 .unwrap_or_default()
         );
-        if !f.path.is_empty() {
-            let _ = writeln!(out, "      path: {}", f.path.join(" → "));
+        // Only a leak's path is a chain, each step reaching the next.
+        match (f.path.is_empty(), f.kind.is_leak()) {
+            (true, _) => {}
+            (false, true) => {
+                let _ = writeln!(out, "      path: {}", f.path.join(" → "));
+            }
+            (false, false) => {
+                let _ = writeln!(out, "      seen: {}", f.path.join("; "));
+            }
         }
-        let _ = writeln!(out, "      fix: {}", f.fix);
+        if !f.fix.is_empty() {
+            let _ = writeln!(out, "      fix: {}", f.fix);
+        }
         if !f.evidence.is_empty() {
             let _ = writeln!(out, "      evidence: {}", f.evidence);
         }
@@ -98,13 +114,38 @@ pub fn text(s: &Scenario, r: &RunResult, checks: &[ExpectationResult]) -> String
     out
 }
 
+/// How far the run got: an OOM or error stops it part-way through an
+/// iteration, which is not counted as run.
+fn iterations_line(r: &RunResult) -> String {
+    let done = r.iterations_run;
+    match (&r.oom, &r.error) {
+        (Some(o), _) => format!(
+            "iterations completed: {done}; the OOM stopped the run in iteration {}",
+            o.iteration
+        ),
+        (None, Some(_)) => format!("iterations completed: {done}; then the run stopped (below)"),
+        (None, None) => format!("iterations run: {done}"),
+    }
+}
+
+/// A signed byte count, exact below 1 MiB (`+512 B`), else as `format_size`.
+fn signed_bytes(delta: i64) -> String {
+    let sign = if delta < 0 { "-" } else { "+" };
+    let n = delta.unsigned_abs();
+    if n < 1 << 20 {
+        format!("{sign}{} B", crate::units::format_count(n))
+    } else {
+        format!("{sign}{}", format_size(n))
+    }
+}
+
 pub fn json(r: &RunResult, checks: &[ExpectationResult]) -> Value {
     let leaks: Vec<Value> = r
         .findings
         .iter()
         .map(|f| {
             json!({
-                "root": f.root, "kind": f.kind.as_str(), "bytes": f.bytes, "growth_per_iter": f.growth_per_iter,
+                "root": f.root, "kind": f.kind.as_str(), "is_leak": f.kind.is_leak(), "bytes": f.bytes, "growth_per_iter": f.growth_per_iter,
                 "iterations": f.iterations, "path": f.path, "fix": f.fix, "severity": f.severity,
                 "evidence": f.evidence, "full_at_iteration": f.full_at_iteration,
             })

@@ -1,8 +1,11 @@
 //! A scenario turned into what the engine runs: its config, model, optimizer
 //! and program.
 
+use std::sync::Arc;
+
 use super::conditions::Conditions;
 use super::format::{Criterion, LayerSpec, ModelSpec, Scenario};
+use super::steps::StepSites;
 use crate::engine::{EngineConfig, LossKind, ModelConfig, ModelKind, OptimizerConfig, Program};
 
 #[derive(Debug, Clone)]
@@ -13,6 +16,9 @@ pub struct Built {
     pub model: ModelConfig,
     pub optimizer: OptimizerConfig,
     pub program: Program,
+    /// Where each step is written and what it stands for (empty until
+    /// the loader, which has the text, fills it in).
+    pub steps: Arc<StepSites>,
 }
 
 /// The preset names a scenario may use ([`ModelConfig::preset`] also takes
@@ -205,5 +211,6 @@ pub(crate) fn build(
         model,
         optimizer,
         program,
+        steps: Arc::default(),
     })
 }

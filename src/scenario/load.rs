@@ -3,6 +3,7 @@
 
 use std::io::Read;
 use std::path::Path;
+use std::sync::Arc;
 
 use ron::extensions::Extensions;
 use ron::Options;
@@ -11,6 +12,7 @@ use super::build::{build, Built};
 use super::conditions::{apply, conditions};
 use super::format::{ModelSpec, Scenario};
 use super::library::builtin;
+use super::steps::StepSites;
 use super::validate::validate;
 use crate::alloc::{AllocConfig, TorchVersion};
 
@@ -158,6 +160,12 @@ pub fn load_str(text: &str, file: &str) -> Result<(Scenario, Built), LoadError> 
         field_error(text, file, word, format!("model: {m}"))
     })?;
     built.engine.torch_minor = Some(version.0);
+    built.steps = Arc::new(StepSites::new(
+        file,
+        text,
+        &built.program.setup,
+        &built.program.steps,
+    ));
     Ok((scenario, built))
 }
 

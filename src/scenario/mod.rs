@@ -18,6 +18,8 @@ mod load;
 mod narration;
 mod run;
 mod size;
+mod statement;
+mod steps;
 mod validate;
 
 pub use build::Built;
@@ -35,4 +37,6 @@ pub use load::{conf_label, load_file, load_str, resolve, resolve_under, LoadErro
 pub use narration::NarrationTracker;
 pub use run::{Advanced, IterationPoint, ScenarioRun, Unit};
 pub use size::Size;
+pub use statement::statement;
+pub use steps::{StepSite, StepSites};
 pub use validate::{steps_executed, MAX_ITERATIONS, MAX_STEPS};

@@ -142,8 +142,8 @@ impl<'a> ScenarioRun<'a> {
         let Some(engine) = self.engine.as_mut() else {
             return;
         };
-        for (i, step) in self.program.setup.iter().enumerate() {
-            if let Err(err) = engine.run_step(step, i as u32, self.program) {
+        for (index, step) in crate::engine::numbered(&self.program.setup, 0) {
+            if let Err(err) = engine.run_step(step, index, self.program) {
                 self.failure = Some(err);
                 break;
             }

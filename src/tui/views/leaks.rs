@@ -103,16 +103,25 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                 th.text(),
             ));
         }
+        // The fix before the path: on a small screen it is what must show.
+        if !f.fix.is_empty() {
+            lines.push(Line::from(vec![
+                Span::styled("fix: ", th.title()),
+                Span::styled(f.fix.as_str(), th.fg(th.palette.narration)),
+            ]));
+        }
+        // Only a leak's path is a chain; other findings list what was seen.
+        let (head, then) = if f.kind.is_leak() {
+            ("path: ", "  → ")
+        } else {
+            ("seen: ", "  · ")
+        };
         for (k, step) in f.path.iter().enumerate() {
             lines.push(Line::styled(
-                format!("{}{step}", if k == 0 { "path: " } else { "  → " }),
+                format!("{}{step}", if k == 0 { head } else { then }),
                 th.text(),
             ));
         }
-        lines.push(Line::from(vec![
-            Span::styled("fix: ", th.title()),
-            Span::styled(f.fix.as_str(), th.fg(th.palette.narration)),
-        ]));
         if let Some(n) = f.full_at_iteration {
             lines.push(Line::styled(
                 format!("at this rate the device is full at iteration {n}"),

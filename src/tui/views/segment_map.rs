@@ -464,7 +464,9 @@ fn detail_lines(r: &RunView, width: usize) -> Vec<String> {
             } else {
                 parts.join(" · ")
             });
-            if !d.frames.is_empty() {
+            if let Some(step) = &d.step {
+                lines.push(format!("step {}  {}", step.location, step.statement));
+            } else if !d.frames.is_empty() {
                 lines.push(format!("frames: {}", d.frames.join(" ← ")));
             }
         }

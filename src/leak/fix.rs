@@ -1,0 +1,75 @@
+//! The one-line fix each finding suggests: valid Python for that root, built
+//! from the statement that binds it (`val_total += vloss` → `val_total +=
+//! vloss.item()`), never a guess at names the program does not have.
+
+use super::detector::GroupKind;
+use super::finding::FindingKind;
+use super::program::{Binder, ProgramFacts};
+
+const NO_GRAD: &str = "with torch.no_grad(): ";
+
+/// The hidden state detached at the top of each batch (`repackage_hidden`).
+pub(super) const DETACH_HIDDEN: &str =
+    "hidden = tuple(h.detach() for h in hidden)  # at the top of each batch";
+
+pub(super) const ZERO_GRAD: &str = "optimizer.zero_grad()  # every iteration, before backward";
+
+pub(super) const EXPANDABLE: &str = "os.environ[\"PYTORCH_CUDA_ALLOC_CONF\"] = \
+     \"expandable_segments:True\"  # before the first CUDA allocation";
+
+/// Evaluation under `no_grad`: the program's own eval forward when known.
+pub(super) fn no_grad_eval(facts: &ProgramFacts) -> String {
+    match &facts.eval_forward {
+        Some((input, output)) => format!("{NO_GRAD}{output} = model({input})"),
+        None => "torch.set_grad_enabled(False)  # while evaluating".into(),
+    }
+}
+
+/// A buffer re-created in the loop while the last one is still bound.
+pub(super) fn rebound_buffer(name: &str) -> String {
+    format!("del {name}  # before {name} = torch.empty(...) in the loop")
+}
+
+/// The fix for a root of `group` kind found to be `kind`.
+pub(super) fn fix_for(
+    facts: &ProgramFacts,
+    name: &str,
+    group: GroupKind,
+    kind: FindingKind,
+) -> String {
+    if group == GroupKind::Hidden || kind == FindingKind::CarriedHiddenState {
+        return DETACH_HIDDEN.into();
+    }
+    if let Some((b, eval_grad)) = facts.binder(name) {
+        let pre = if eval_grad && kind == FindingKind::RetainedGraphGpu {
+            NO_GRAD
+        } else {
+            ""
+        };
+        // `.item()` only on a loss: a 0-dim tensor; anything else detaches.
+        let plain = |from: &str| {
+            if facts.is_loss(from) {
+                format!("{from}.item()")
+            } else {
+                format!("{from}.detach()")
+            }
+        };
+        match b {
+            Binder::Accumulate { from, .. } => return format!("{pre}{name} += {}", plain(from)),
+            Binder::Append { from, .. } => {
+                // A detached GPU tensor still holds its memory: keep a host copy.
+                let kept = match facts.is_loss(from) {
+                    true => format!("{from}.item()"),
+                    false => format!("{from}.detach().cpu()"),
+                };
+                return format!("{pre}{name}.append({kept})");
+            }
+            Binder::Keep { from, .. } => return format!("{pre}{name} = {}", plain(from)),
+            Binder::Forward | Binder::Loss => {}
+        }
+    }
+    match group {
+        GroupKind::List => format!("{name} = [t.detach() for t in {name}]"),
+        _ => format!("{name} = {name}.detach()"),
+    }
+}

@@ -1,0 +1,147 @@
+//! The PyTorch statement each scenario step stands for (the step table of
+//! `scenarios/README.md`), written out with the step's own names, so a block
+//! made by a step can say which line of a training loop it is.
+
+use crate::engine::{DType, GradContext, KeepWhat, Step};
+
+fn kept(from: &str, what: KeepWhat) -> String {
+    match what {
+        KeepWhat::Tensor => from.to_string(),
+        KeepWhat::Item => format!("{from}.item()"),
+        KeepWhat::Detach => format!("{from}.detach()"),
+        KeepWhat::Cpu => format!("{from}.detach().cpu()"),
+    }
+}
+
+fn grad_context(g: GradContext) -> &'static str {
+    match g {
+        GradContext::Enabled => "torch.set_grad_enabled(True)",
+        GradContext::NoGrad => "torch.no_grad()",
+        GradContext::InferenceMode => "torch.inference_mode()",
+    }
+}
+
+fn dtype(d: DType) -> &'static str {
+    match d {
+        DType::F64 => "torch.float64",
+        DType::F32 => "torch.float32",
+        DType::F16 => "torch.float16",
+        DType::BF16 => "torch.bfloat16",
+        DType::F8 => "torch.float8_e4m3fn",
+        DType::I64 => "torch.int64",
+        DType::I32 => "torch.int32",
+        DType::I16 => "torch.int16",
+        DType::U8 => "torch.uint8",
+        DType::Bool => "torch.bool",
+    }
+}
+
+/// The statement `step` stands for, e.g. `out = model(x)`.
+pub fn statement(step: &Step) -> String {
+    match step {
+        Step::LoadBatch { x, y } => format!("{x}, {y} = next(batches)"),
+        Step::Forward { input, output } => format!("{output} = model({input})"),
+        Step::Loss {
+            output,
+            target,
+            into,
+            divide_by,
+        } => match divide_by {
+            Some(d) => format!("{into} = criterion({output}, {target}) / {d}"),
+            None => format!("{into} = criterion({output}, {target})"),
+        },
+        Step::Backward { loss, retain_graph } => match retain_graph {
+            true => format!("{loss}.backward(retain_graph=True)"),
+            false => format!("{loss}.backward()"),
+        },
+        Step::OptimizerStep => "optimizer.step()".into(),
+        Step::ZeroGrad { set_to_none } => match set_to_none {
+            Some(true) => "optimizer.zero_grad(set_to_none=True)".into(),
+            Some(false) => "optimizer.zero_grad(set_to_none=False)".into(),
+            None => "optimizer.zero_grad()".into(),
+        },
+        Step::Keep { from, into, what } => format!("{into} = {}", kept(from, *what)),
+        Step::Append { from, list, what } => format!("{list}.append({})", kept(from, *what)),
+        Step::AccumulateLoss { from, into, what } => format!("{into} += {}", kept(from, *what)),
+        Step::CarryHidden { detach: true } => "hidden = repackage_hidden(hidden)".into(),
+        Step::CarryHidden { detach: false } => "hidden carried as it is (no detach)".into(),
+        Step::Delete { name } => format!("del {name}"),
+        Step::Train => "model.train()".into(),
+        Step::Eval { grad } => match grad {
+            GradContext::Enabled => "model.eval()".into(),
+            g => format!("model.eval(); with {}:", grad_context(*g)),
+        },
+        Step::SetGrad { grad } => format!("with {}:", grad_context(*grad)),
+        Step::AutocastEnter { dtype: d } => {
+            format!("with torch.autocast(\"cuda\", dtype={}):", dtype(*d))
+        }
+        Step::AutocastExit => "the end of the `with torch.autocast(...)` block".into(),
+        Step::ScalerScale { loss, into } => format!("{into} = scaler.scale({loss})"),
+        Step::ScalerUnscale => "scaler.unscale_(optimizer)".into(),
+        Step::ScalerStep => "scaler.step(optimizer)".into(),
+        Step::ScalerUpdate => "scaler.update()".into(),
+        Step::ClipGradNorm => "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)".into(),
+        Step::ClipGradNormNoForeach => {
+            "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm, foreach=False)".into()
+        }
+        Step::EmptyCache => "torch.cuda.empty_cache()".into(),
+        Step::ClearCublasWorkspaces => "torch._C._cuda_clearCublasWorkspaces()".into(),
+        Step::AllocateBuffer {
+            name,
+            shape,
+            dtype: d,
+        } => {
+            let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
+            format!(
+                "{name} = torch.empty({}, dtype={}, device=\"cuda\")",
+                dims.join(", "),
+                dtype(*d)
+            )
+        }
+        Step::ResetPeakStats => "torch.cuda.reset_peak_memory_stats()".into(),
+        Step::RetainGrad { name } => format!("{name}.retain_grad()"),
+        Step::SetRequiresGrad {
+            modules,
+            requires_grad,
+        } => {
+            let value = if *requires_grad { "True" } else { "False" };
+            let paths: Vec<String> = modules
+                .iter()
+                .map(|m| match m.as_str() {
+                    "" => "model".to_string(),
+                    m => format!("model.{}", m.trim_end_matches('.')),
+                })
+                .collect();
+            format!(
+                "for p in {}.parameters(): p.requires_grad_({value})",
+                paths.join(", ")
+            )
+        }
+        Step::Repeat { times, .. } => format!("for _ in range({times}):"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_use_the_steps_own_names() {
+        let s = Step::AccumulateLoss {
+            from: "vloss".into(),
+            into: "val_total".into(),
+            what: KeepWhat::Tensor,
+        };
+        assert_eq!(statement(&s), "val_total += vloss");
+        let s = Step::Forward {
+            input: "vx".into(),
+            output: "vout".into(),
+        };
+        assert_eq!(statement(&s), "vout = model(vx)");
+        let s = Step::Backward {
+            loss: "loss".into(),
+            retain_graph: true,
+        };
+        assert_eq!(statement(&s), "loss.backward(retain_graph=True)");
+    }
+}
