@@ -9,6 +9,7 @@
 
 use crate::alloc::constants::{LARGE_BUFFER, SMALL_BUFFER};
 use crate::alloc::{round_size, should_split, Action, AllocConfig, AllocEvent, Pool, Tag};
+use crate::trace::frozen_map::FrozenMap;
 use crate::trace::memory_map::{MapError, NO_FREE_BLOCK};
 use crate::trace::replay::reconstruct::Reconstruction;
 use crate::trace::replay::{entry_tag, Entry};
@@ -83,7 +84,8 @@ impl<'a> TraceMirror<'a> {
                 continue;
             }
             if keyframe_due(self.last_keyframe, self.placed, &self.map) {
-                part.keyframes.push((self.placed, self.map.clone()));
+                part.keyframes
+                    .push((self.placed, FrozenMap::freeze(&self.map)));
                 self.last_keyframe = Some(self.placed);
             }
             let i = first + j;

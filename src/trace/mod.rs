@@ -9,6 +9,7 @@
 
 pub mod event;
 pub mod event_store;
+pub mod frozen_map;
 pub mod memory_map;
 pub mod mirror;
 pub mod pickle;

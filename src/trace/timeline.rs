@@ -6,6 +6,7 @@
 
 use super::event::{Event, Marker};
 use super::event_store::EventStore;
+use super::frozen_map::FrozenMap;
 use super::memory_map::{MapError, MemoryMap};
 use crate::alloc::Action;
 
@@ -39,7 +40,7 @@ pub struct TimelinePart {
     /// What the map could not place, by event index in the whole timeline.
     pub gaps: Vec<(usize, MapError)>,
     /// The map before the event at each index, where a keyframe is due.
-    pub keyframes: Vec<(usize, MemoryMap)>,
+    pub keyframes: Vec<(usize, FrozenMap)>,
     /// The map after the last event, sent with the last part.
     pub head: Option<Box<MemoryMap>>,
 }
@@ -127,7 +128,7 @@ pub struct Timeline {
     allocated: Vec<u64>,
     reserved: Vec<(usize, u64)>,
     buckets: Vec<Bucket>,
-    keyframes: Vec<MemoryMap>,
+    keyframes: Vec<FrozenMap>,
     /// The event index each keyframe is the state before.
     keyframe_at: Vec<usize>,
     /// The running peak at each keyframe: `[k]` is the peak over the start
@@ -163,7 +164,7 @@ impl Timeline {
     pub fn push(&mut self, event: Event) {
         let index = self.events.len();
         if keyframe_due(self.keyframe_at.last().copied(), index, &self.head) {
-            self.keep_keyframe(index, self.head.clone());
+            self.keep_keyframe(index, FrozenMap::freeze(&self.head));
         }
         if let Event::Alloc(e) = &event {
             if let Err(err) = self.head.apply(e) {
@@ -194,7 +195,7 @@ impl Timeline {
         }
     }
 
-    fn keep_keyframe(&mut self, index: usize, map: MemoryMap) {
+    fn keep_keyframe(&mut self, index: usize, map: FrozenMap) {
         self.keyframes.push(map);
         self.keyframe_peaks.push(self.peak());
         self.keyframe_at.push(index);
@@ -367,14 +368,13 @@ impl Timeline {
             return self
                 .keyframes
                 .first()
-                .cloned()
-                .unwrap_or_else(|| self.head.clone());
+                .map_or_else(|| self.head.clone(), FrozenMap::thaw);
         };
         if self.events.is_empty() {
             return self.head.clone();
         }
         let k = self.keyframe_before(index);
-        let mut map = self.keyframes[k].clone();
+        let mut map = self.keyframes[k].thaw();
         for e in self.events.range(self.keyframe_at[k]..index + 1) {
             if let Event::Alloc(a) = e {
                 let _ = map.apply(&a);
@@ -440,7 +440,11 @@ impl Timeline {
                 .values()
                 .map(|v| v.capacity() * std::mem::size_of::<usize>())
                 .sum::<usize>()
-            + self.keyframes.iter().map(map_bytes).sum::<usize>()
+            + self
+                .keyframes
+                .iter()
+                .map(FrozenMap::heap_bytes)
+                .sum::<usize>()
             + map_bytes(&self.head)
     }
 }
