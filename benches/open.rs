@@ -13,11 +13,13 @@
 //! reports the worst seek. `benches/open_in_tmux.sh` measures the same
 //! files through the real binary in a terminal (first frame, fully loaded).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+#[path = "common/synth_file.rs"]
+mod synth_file;
+
 use vramscope::producers::{snapshot_source, SourceMsg};
-use vramscope::trace::snapshot::synthetic_snapshot;
 use vramscope::trace::timeline::Timeline;
 
 const SIZES: [u64; 2] = [82_000_000, 1_050_000_000];
@@ -35,7 +37,7 @@ fn main() {
         .unwrap_or_else(|| SIZES.to_vec());
     let me = std::env::current_exe().expect("this bench's path");
     for size in sizes {
-        let path = generated(size);
+        let (path, _) = synth_file::generated(size, SEED);
         let status = std::process::Command::new(&me)
             .arg("--open")
             .arg(&path)
@@ -43,26 +45,6 @@ fn main() {
             .expect("runs");
         assert!(status.success(), "opening {} failed", path.display());
     }
-}
-
-fn generated(target: u64) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("vramscope-synth-{target}-{SEED}.pickle"));
-    let stats = path.with_extension("stats");
-    let recorded: Option<u64> = std::fs::read_to_string(&stats)
-        .ok()
-        .and_then(|s| s.trim().parse().ok());
-    let len = std::fs::metadata(&path).map(|m| m.len()).ok();
-    if recorded.is_none() || recorded != len {
-        let file = std::fs::File::create(&path).expect("temp file");
-        let s = synthetic_snapshot(
-            std::io::BufWriter::with_capacity(1 << 20, file),
-            target,
-            SEED,
-        )
-        .expect("generates");
-        std::fs::write(&stats, s.bytes.to_string()).expect("stats file");
-    }
-    path
 }
 
 fn open(path: &Path) {

@@ -13,6 +13,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+#[path = "common/synth_file.rs"]
+mod synth_file;
+
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use vramscope::alloc::AllocConfig;
 use vramscope::leak::analyze_snapshot;
@@ -30,32 +33,7 @@ fn big_file() -> (PathBuf, u64) {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(BIG);
-    let path = std::env::temp_dir().join(format!("vramscope-synth-{target}-{SEED}.pickle"));
-    let stats = path.with_extension("stats");
-    let recorded: Option<u64> = std::fs::read_to_string(&stats)
-        .ok()
-        .and_then(|s| s.trim().parse().ok());
-    let len = std::fs::metadata(&path).map(|m| m.len()).ok();
-    if recorded.is_none() || recorded != len {
-        let t = Instant::now();
-        let file = std::fs::File::create(&path).expect("temp file");
-        let s = synthetic_snapshot(
-            std::io::BufWriter::with_capacity(1 << 20, file),
-            target,
-            SEED,
-        )
-        .expect("generates");
-        std::fs::write(&stats, s.bytes.to_string()).expect("stats file");
-        eprintln!(
-            "generated {} ({:.0} MB, {} entries) in {:.1} s",
-            path.display(),
-            s.bytes as f64 / 1e6,
-            s.entries,
-            t.elapsed().as_secs_f64()
-        );
-    }
-    let len = std::fs::metadata(&path).expect("generated").len();
-    (path, len)
+    synth_file::generated(target, SEED)
 }
 
 fn status_kb(key: &str) -> u64 {

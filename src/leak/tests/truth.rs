@@ -105,27 +105,8 @@ fn facts(steps: Vec<Step>) -> ProgramFacts {
     })
 }
 
-fn forward_loss() -> Vec<Step> {
-    vec![
-        Step::LoadBatch {
-            x: "x".into(),
-            y: "y".into(),
-        },
-        Step::Forward {
-            input: "x".into(),
-            output: "out".into(),
-        },
-        Step::Loss {
-            output: "out".into(),
-            target: "y".into(),
-            into: "loss".into(),
-            divide_by: None,
-        },
-    ]
-}
-
 fn with(extra: Step) -> ProgramFacts {
-    let mut steps = forward_loss();
+    let mut steps = Program::forward_steps();
     steps.push(extra);
     facts(steps)
 }
@@ -202,21 +183,21 @@ fn each_fix_fits_its_root() {
         ),
         // No binder the detector knows: the root's own name, never `loss`.
         (
-            facts(forward_loss()),
+            facts(Program::forward_steps()),
             "out",
             Variable,
             RetainedGraphHost,
             "out = out.detach()",
         ),
         (
-            facts(forward_loss()),
+            facts(Program::forward_steps()),
             "outs",
             List,
             RetainedGraphHost,
             "outs = [t.detach() for t in outs]",
         ),
         (
-            facts(forward_loss()),
+            facts(Program::forward_steps()),
             "hidden",
             Hidden,
             CarriedHiddenState,
@@ -234,7 +215,7 @@ fn each_fix_fits_its_root() {
 
 #[test]
 fn eval_with_grad_fixes_name_the_programs_own_forward() {
-    let mut steps = forward_loss();
+    let mut steps = Program::forward_steps();
     steps.push(Step::Eval {
         grad: GradContext::Enabled,
     });
@@ -280,7 +261,7 @@ fn fixes_parse_as_python() {
         fix::ZERO_GRAD.to_string(),
         fix::EXPANDABLE.to_string(),
         fix::rebound_buffer("buf"),
-        fix::no_grad_eval(&facts(forward_loss())),
+        fix::no_grad_eval(&facts(Program::forward_steps())),
         "total += loss.item()".into(),
         "with torch.no_grad(): vout = model(vx)".into(),
         "outs = [t.detach() for t in outs]".into(),
