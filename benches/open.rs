@@ -61,9 +61,10 @@ fn open(path: &Path) {
                 kept = Some(o);
             }
             SourceMsg::Start(map) => timeline = Timeline::starting_from(*map),
-            SourceMsg::Part(part) => {
+            SourceMsg::Part(mut part) => {
                 first.get_or_insert(t.elapsed());
-                timeline.extend_part(part);
+                timeline.extend_part(&mut part);
+                source.give_back(part);
             }
             SourceMsg::Events(events) => timeline.extend(events),
             SourceMsg::Failed(why) => panic!("{why}"),

@@ -27,10 +27,13 @@ use super::devices::{devices_with_oom, snapshot_devices, SnapshotDevices};
 use super::snapshot_tags::SnapshotTags;
 use super::source::{LoadProgress, Opened, Source, SourceMsg, TagInfo};
 
+/// Parts the UI has recorded, back for the worker to fill again.
+type Spent = flume::Receiver<TimelinePart>;
+
 /// Events per message while a trace is rebuilt in the background: the UI
 /// opens on the first ones while the rest are still being placed (a 1 GB
 /// trace takes seconds to rebuild).
-const EVENTS_PER_MESSAGE: usize = 1 << 16;
+const EVENTS_PER_MESSAGE: usize = 1 << 14;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
@@ -78,7 +81,7 @@ const PROGRESS_STEPS: u64 = 200;
 
 fn file_source(path: PathBuf, device: Option<usize>, under: Option<AllocConfig>) -> Source {
     large_blocks_from_the_system();
-    stream_events("vramscope-snapshot", move |send| {
+    stream_events("vramscope-snapshot", move |send, spent| {
         let total = std::fs::metadata(&path).map_or(0, |m| m.len());
         let reading = |done| SourceMsg::Loading(LoadProgress::Reading { done, total });
         if !send(reading(0)) {
@@ -103,7 +106,7 @@ fn file_source(path: PathBuf, device: Option<usize>, under: Option<AllocConfig>)
         match plan(Snap::Owned(Box::new(snap)), device, under) {
             Ok((mut opened, work)) => {
                 opened.devices.path = Some(path);
-                send(SourceMsg::Opened(Box::new(opened))) && work.run(send)
+                send(SourceMsg::Opened(Box::new(opened))) && work.run(send, spent)
             }
             Err(e) => {
                 send(SourceMsg::Failed(format!("{}: {e}", path.display())));
@@ -149,9 +152,10 @@ fn planned_source(
     under: Option<AllocConfig>,
 ) -> Result<Source, ImportError> {
     let (opened, work) = plan(Snap::Borrowed(snap), device, under)?;
-    Ok(stream_events("vramscope-snapshot-events", move |send| {
-        send(SourceMsg::Opened(Box::new(opened))) && work.run(send)
-    }))
+    Ok(stream_events(
+        "vramscope-snapshot-events",
+        move |send, spent| send(SourceMsg::Opened(Box::new(opened))) && work.run(send, spent),
+    ))
 }
 
 /// What a view's worker does once the file is read.
@@ -175,7 +179,7 @@ enum Work {
 }
 
 impl Work {
-    fn run(self, send: &mut dyn FnMut(SourceMsg) -> bool) -> bool {
+    fn run(self, send: &mut dyn FnMut(SourceMsg) -> bool, spent: &Spent) -> bool {
         match self {
             Work::State(map) => send(SourceMsg::Start(Box::new(map))),
             Work::Mirror {
@@ -191,6 +195,7 @@ impl Work {
                 &device_free,
                 &config,
                 send,
+                spent,
             ),
             Work::WhatIf {
                 replay,
@@ -364,6 +369,7 @@ fn mirror_events(
     device_free: &[(usize, u64)],
     config: &AllocConfig,
     send: &mut dyn FnMut(SourceMsg) -> bool,
+    spent: &Spent,
 ) -> bool {
     let free_at = |i: usize| {
         device_free
@@ -383,8 +389,13 @@ fn mirror_events(
         };
         entries.clear();
         entries.extend(chunk.iter().map(|e| reader.entry(e)));
-        // Each chunk goes as soon as it is placed.
-        if !send(SourceMsg::Part(mirror.part(first, &entries, free_at))) {
+        // Each chunk goes as soon as it is placed, in a part the UI has
+        // given back where there is one.
+        let mut part = spent
+            .try_recv()
+            .unwrap_or_else(|_| TimelinePart::with_capacity(EVENTS_PER_MESSAGE));
+        mirror.fill_part(first, &entries, free_at, &mut part);
+        if !send(SourceMsg::Part(part)) {
             return false;
         }
     }
@@ -427,19 +438,21 @@ fn replayed_events(
 /// once the UI has gone, and nobody needs the rest.
 fn stream_events(
     name: &str,
-    produce: impl FnOnce(&mut dyn FnMut(SourceMsg) -> bool) -> bool + Send + 'static,
+    produce: impl FnOnce(&mut dyn FnMut(SourceMsg) -> bool, &Spent) -> bool + Send + 'static,
 ) -> Source {
     let (tx, rx) = flume::unbounded();
+    // One part waiting to be refilled is enough: the UI records each at once.
+    let (spent_tx, spent) = flume::bounded(1);
     let spawned = std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {
             let mut send = |m: SourceMsg| tx.send(m).is_ok();
-            if produce(&mut send) {
+            if produce(&mut send, &spent) {
                 send(SourceMsg::Finished);
             }
         });
     match spawned {
-        Ok(_) => Source::new(rx, None),
+        Ok(_) => Source::new(rx, None).reusing_parts(spent_tx),
         Err(e) => Source::from_messages([SourceMsg::Failed(format!(
             "could not start the thread that makes the events: {e}"
         ))]),

@@ -196,6 +196,8 @@ pub enum EngineCommand {
 pub struct Source {
     rx: flume::Receiver<SourceMsg>,
     cmd: Option<flume::Sender<EngineCommand>>,
+    /// Where parts go back once recorded, for their producer to fill again.
+    spent_parts: Option<flume::Sender<TimelinePart>>,
     /// `totalGlobalMem` of the device, when known (drawn as the capacity line).
     pub capacity: Option<u64>,
     /// A simulated device's driver/context overhead, when the run sets one.
@@ -238,6 +240,7 @@ impl Source {
         Source {
             rx,
             cmd,
+            spent_parts: None,
             capacity: None,
             overhead: None,
             cuda: None,
@@ -308,6 +311,21 @@ impl Source {
     /// For the CLI's plain loops only: the UI never waits on a producer.
     pub fn recv(&self) -> Option<SourceMsg> {
         self.rx.recv().ok()
+    }
+
+    /// A source whose producer takes its recorded parts back.
+    pub fn reusing_parts(mut self, spent: flume::Sender<TimelinePart>) -> Source {
+        self.spent_parts = Some(spent);
+        self
+    }
+
+    /// Hand a recorded (emptied) part back to the producer: its buffers are
+    /// megabytes, and reusing them spares asking the system for fresh,
+    /// zeroed memory per chunk (or keeping freed chunks in the heap).
+    pub fn give_back(&self, part: TimelinePart) {
+        if let Some(spent) = &self.spent_parts {
+            let _ = spent.try_send(part);
+        }
     }
 
     pub fn can_restart(&self) -> bool {

@@ -79,6 +79,19 @@ impl<'a> TraceMirror<'a> {
         device_free: impl Fn(usize) -> Option<u64>,
     ) -> TimelinePart {
         let mut part = TimelinePart::with_capacity(entries.len());
+        self.fill_part(first, entries, device_free, &mut part);
+        part
+    }
+
+    /// [`TraceMirror::part`] into a part whose buffers are reused.
+    pub fn fill_part(
+        &mut self,
+        first: usize,
+        entries: &[Entry],
+        device_free: impl Fn(usize) -> Option<u64>,
+        part: &mut TimelinePart,
+    ) {
+        part.clear();
         for (j, e) in entries.iter().enumerate() {
             if !e.action.is_allocator() {
                 continue;
@@ -102,7 +115,6 @@ impl<'a> TraceMirror<'a> {
             part.events.push(Event::Alloc(ev));
             self.placed += 1;
         }
-        part
     }
 
     /// The map after every entry placed so far.

@@ -53,6 +53,14 @@ impl TimelinePart {
             ..TimelinePart::default()
         }
     }
+
+    pub fn clear(&mut self) {
+        self.events.clear();
+        self.samples.clear();
+        self.gaps.clear();
+        self.keyframes.clear();
+        self.head = None;
+    }
 }
 
 /// Allocated and reserved bytes right after an event.
@@ -179,18 +187,20 @@ impl Timeline {
     }
 
     /// Add events already placed on the map where they were made (the map
-    /// is not applied again here).
-    pub fn extend_part(&mut self, part: TimelinePart) {
-        let mut keyframes = part.keyframes.into_iter().peekable();
-        for (event, sample) in part.events.into_iter().zip(part.samples) {
+    /// is not applied again here). The part is left empty, its buffers kept
+    /// for reuse.
+    pub fn extend_part(&mut self, part: &mut TimelinePart) {
+        let mut keyframes = part.keyframes.drain(..).peekable();
+        for (event, sample) in part.events.drain(..).zip(part.samples.drain(..)) {
             let index = self.events.len();
             if let Some((_, map)) = keyframes.next_if(|(at, _)| *at == index) {
                 self.keep_keyframe(index, map);
             }
             self.record(event, sample);
         }
-        self.gaps.extend(part.gaps);
-        if let Some(head) = part.head {
+        drop(keyframes);
+        self.gaps.append(&mut part.gaps);
+        if let Some(head) = part.head.take() {
             self.head = *head;
         }
     }

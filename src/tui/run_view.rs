@@ -264,9 +264,12 @@ impl RunView {
                 self.timeline.extend(events);
                 self.marks.update(&self.timeline);
             }
-            SourceMsg::Part(part) => {
-                self.timeline.extend_part(part);
+            SourceMsg::Part(mut part) => {
+                self.timeline.extend_part(&mut part);
                 self.marks.update(&self.timeline);
+                if let Some(source) = &self.source {
+                    source.give_back(part);
+                }
             }
             SourceMsg::Findings(f) => {
                 self.findings = f;
