@@ -31,7 +31,9 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
         );
         return;
     }
-    let site_w = usize::from(inner.width).saturating_sub(BYTES_W + BLOCKS_W + 3);
+    // The marker, then a space: a size as wide as its column ("1001.43 MiB")
+    // never touches it.
+    let site_w = usize::from(inner.width).saturating_sub(BYTES_W + BLOCKS_W + 4);
     let lines: Vec<Line> = f
         .rows
         .iter()
@@ -41,7 +43,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
                 style = style.add_modifier(Modifier::REVERSED);
             }
             Line::from(vec![
-                Span::styled(if row.selected { "▶" } else { " " }, th.dim()),
+                Span::styled(if row.selected { "▶ " } else { "  " }, th.dim()),
                 Span::styled(
                     format!(
                         "{:>BYTES_W$} {:>BLOCKS_W$} {}",
