@@ -108,6 +108,7 @@ pub fn describe(e: &Event) -> (String, LogKind) {
             Marker::PhaseEnd(p) => (format!("─ {} ends", p.name()), LogKind::Marker),
             Marker::OpBegin { name, module } => (format!("op {name} ({module})"), LogKind::Marker),
             Marker::OpEnd => ("op end".to_string(), LogKind::Marker),
+            Marker::Step(k) => (format!("step {k}"), LogKind::Marker),
             Marker::Narration(t) => (format!("» {}", super::one_line(t)), LogKind::Narration),
             Marker::Annotation { name, start } => (
                 format!("{} {name}", if *start { "▶" } else { "◀" }),
