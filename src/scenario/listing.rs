@@ -100,7 +100,7 @@ impl Writer {
                         self.open.push(Block::Grad);
                     }
                     None if closed => {
-                        let text = "# the `with` block ends: grad enabled again".into();
+                        let text = "# end of the with block".into();
                         self.push(self.depth(base), text, at, true);
                     }
                     None => self.push(self.depth(base), statement(s), at, false),
@@ -112,7 +112,7 @@ impl Writer {
             }
             Step::AutocastExit => {
                 self.close(Block::Autocast);
-                let text = "# the `with torch.autocast(...)` block ends".into();
+                let text = "# end of the autocast block".into();
                 self.push(self.depth(base), text, at, true);
             }
             Step::Repeat { steps, .. } => {
@@ -238,9 +238,26 @@ mod tests {
                 "1         for _ in range(2):",
                 "2             with torch.autocast(\"cuda\", dtype=torch.float16):",
                 "3                 out = model(x)",
-                "4             # the `with torch.autocast(...)` block ends",
+                "4             # end of the autocast block",
                 "5         optimizer.step()",
             ]
         );
+    }
+
+    #[test]
+    fn every_shipped_step_has_a_line() {
+        for b in crate::scenario::builtins() {
+            let file = format!("scenarios/{}.ron", b.name);
+            let (_, built) = crate::scenario::load_str(b.source, &file).expect("ships valid");
+            let p = &built.program;
+            let l = Listing::new(p, built.steps.clone());
+            for step in 0..preorder_len(&p.setup) + preorder_len(&p.steps) {
+                assert!(l.line_of(step).is_some(), "{file}: step {step} has no line");
+                assert!(
+                    l.location(step).is_some(),
+                    "{file}: step {step} not located"
+                );
+            }
+        }
     }
 }
