@@ -289,3 +289,67 @@ fn paused_tour_waits_for_space() {
     );
     assert!(quit.is_some(), "q did not quit");
 }
+
+/// A teacher's walk: the tour in the presenter layout, opened paused, stepped
+/// by phase (`p`) to the first backward; the code pane marks
+/// `loss.backward()` with `▶` and draws it in reverse video.
+#[test]
+fn presenter_steps_by_phase_to_loss_backward() {
+    if tmux(&["-V"]).is_none() {
+        eprintln!("note: tmux is not installed; the terminal test is skipped");
+        return;
+    }
+    let session = format!("vramscope-presenter-{}", std::process::id());
+    let bin = env!("CARGO_BIN_EXE_vramscope");
+    let command = format!("{bin} --layout presenter --paused; echo EXITED:$?");
+    let cleanup = start(&session, 100, 30, &command);
+    let opened = wait_for(
+        &session,
+        |s| s.contains("┌ code") && all_read(s),
+        Duration::from_secs(60),
+    );
+    let mut backward = None;
+    for _ in 0..12 {
+        tmux(&["send-keys", "-t", &session, "p"]).expect("p");
+        let at_backward = |s: &str| s.lines().next().is_some_and(|l| l.contains(" backward"));
+        backward = wait_for(&session, at_backward, Duration::from_millis(600));
+        if backward.is_some() {
+            break;
+        }
+    }
+    let styled = tmux(&["capture-pane", "-p", "-e", "-t", &session]).unwrap_or_default();
+    let last = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();
+    tmux(&["send-keys", "-t", &session, "q"]).expect("quit");
+    let quit = wait_for(
+        &session,
+        |s| s.contains("EXITED:0"),
+        Duration::from_secs(15),
+    );
+    cleanup();
+    assert!(
+        opened.is_some(),
+        "the presenter layout has no code pane:\n{last}"
+    );
+    let Some(screen) = backward else {
+        panic!("p never reached the backward phase:\n{last}");
+    };
+    assert!(
+        !screen.contains("Stats ·") && !screen.contains("Events ·"),
+        "the presenter shows no stats or event log:\n{screen}"
+    );
+    let lit = screen
+        .lines()
+        .find(|l| l.contains("│▶"))
+        .unwrap_or_default();
+    assert!(lit.contains("loss.backward()"), "{screen}");
+    let reversed = styled
+        .lines()
+        .find(|l| l.contains("loss.backward()"))
+        .and_then(|l| l.split_once("loss.backward()"))
+        .is_some_and(|(before, _)| before.contains("\u{1b}[7m"));
+    assert!(
+        reversed,
+        "loss.backward() is not in reverse video:\n{styled}"
+    );
+    assert!(quit.is_some(), "q did not quit");
+}

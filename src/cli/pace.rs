@@ -1,7 +1,9 @@
 //! The flags that set the UI's pace for a room: start paused, the speed,
-//! what one step of playback covers, and whether it stops at narration.
+//! what one step of playback covers, whether it stops at narration, and the
+//! presenter layout for a projector.
 
 use clap::{Args, ValueEnum};
+use vramscope::tui::layout::LayoutMode;
 use vramscope::tui::{PlayUnit, TuiOptions};
 
 /// The scenario whose narration is a lesson: auto-pause is on for it unless
@@ -28,6 +30,22 @@ impl From<PlayBy> for PlayUnit {
     }
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum LayoutArg {
+    #[default]
+    Normal,
+    Presenter,
+}
+
+impl From<LayoutArg> for LayoutMode {
+    fn from(l: LayoutArg) -> LayoutMode {
+        match l {
+            LayoutArg::Normal => LayoutMode::Normal,
+            LayoutArg::Presenter => LayoutMode::Presenter,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, Args)]
 #[command(next_help_heading = "Pace (terminal UI)")]
 pub struct PaceArgs {
@@ -49,6 +67,10 @@ pub struct PaceArgs {
     /// Play through narration without stopping (the default but for the tour).
     #[arg(long, overrides_with = "auto_pause")]
     pub no_auto_pause: bool,
+    /// `presenter`: for a projector, the code, the map, a large narration and
+    /// leak box and the timeline (no stats or event log); `L` toggles it.
+    #[arg(long, value_enum, value_name = "LAYOUT", default_value_t = LayoutArg::Normal)]
+    pub layout: LayoutArg,
 }
 
 fn parse_speed(s: &str) -> Result<f64, String> {
@@ -65,6 +87,7 @@ impl PaceArgs {
         let unit = PlayUnit::from(self.play_by);
         opts.start_paused = self.paused;
         opts.play_by = unit;
+        opts.layout = LayoutMode::from(self.layout);
         match (self.speed, unit) {
             (Some(s), PlayUnit::Event) => opts.speed = s,
             (Some(s), _) => opts.unit_rate = s,
@@ -114,6 +137,14 @@ mod tests {
             assert!(opts(&["--speed", bad], &["x"]).is_err(), "{bad}");
         }
         assert!(opts(&["--play-by", "epoch"], &["x"]).is_err());
+    }
+
+    #[test]
+    fn layout_is_normal_unless_presenter_is_asked_for() {
+        let o = opts(&["--layout", "presenter"], &["x"]).expect("ok");
+        assert_eq!(o.layout, LayoutMode::Presenter);
+        assert_eq!(opts(&[], &["x"]).expect("ok").layout, LayoutMode::Normal);
+        assert!(opts(&["--layout", "huge"], &["x"]).is_err());
     }
 
     #[test]

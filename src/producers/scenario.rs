@@ -13,7 +13,7 @@ use super::source::{
 use crate::alloc::Tag;
 use crate::device::{nvml, AnyDevice, AnyLauncher, PciAddress};
 use crate::engine::{Engine, EngineError, TagTable};
-use crate::scenario::{Built, Scenario, ScenarioRun, StepSites, Unit};
+use crate::scenario::{Built, Listing, Scenario, ScenarioRun, StepSites, Unit};
 
 /// The engine's tag table, shared with the UI and refreshed by the run, and
 /// where the scenario's steps are written.
@@ -119,6 +119,7 @@ pub fn scenario_source_on(
     let capacity = built.engine.device_bytes;
     let overhead = built.engine.device_overhead;
     let conditions = built.conditions.clone();
+    let listing = Arc::new(Listing::new(&built.program, built.steps.clone()));
     let on = gpu.as_ref().map(|g| (g.ordinal, g.pci));
     let name = format!("scenario {}", scenario.name);
     let spawned = std::thread::Builder::new().name(name).spawn(move || loop {
@@ -146,7 +147,8 @@ pub fn scenario_source_on(
     let mut source = Source::new(rx, Some(cmd_tx))
         .with_capacity(capacity)
         .with_tags(tags)
-        .with_conditions(conditions);
+        .with_conditions(conditions)
+        .with_listing(listing);
     source = match on {
         Some((n, pci)) => source.on_cuda(n, pci),
         None => source.with_overhead(overhead),

@@ -12,7 +12,7 @@ use crate::device::nvml::GpuReading;
 use crate::device::{GpuUnavailable, PciAddress};
 use crate::engine::Category;
 use crate::leak::Finding;
-use crate::scenario::Conditions;
+use crate::scenario::{Conditions, Listing};
 use crate::trace::stack::Stack;
 use crate::trace::timeline::TimelinePart;
 use crate::trace::{Event, MemoryMap};
@@ -211,6 +211,8 @@ pub struct Source {
     pub conditions: Option<Conditions>,
     /// A snapshot's devices, for a view that switches between them.
     pub devices: Option<SnapshotDevices>,
+    /// A scenario's program as code (the code pane); `None` for a trace.
+    pub listing: Option<Arc<Listing>>,
 }
 
 impl std::fmt::Debug for Source {
@@ -248,6 +250,7 @@ impl Source {
             tags: None,
             conditions: None,
             devices: None,
+            listing: None,
         }
     }
 
@@ -263,6 +266,11 @@ impl Source {
 
     pub fn with_conditions(mut self, conditions: Conditions) -> Source {
         self.conditions = Some(conditions);
+        self
+    }
+
+    pub fn with_listing(mut self, listing: Arc<Listing>) -> Source {
+        self.listing = Some(listing);
         self
     }
 

@@ -10,8 +10,7 @@ pub(crate) fn user_warning(text: &str) -> String {
     format!("UserWarning: {text}")
 }
 
-/// The trace event for an engine event; `None` for engine-only messages
-/// (step markers).
+/// The trace event for an engine event.
 pub fn to_trace(e: &EngineEvent) -> Option<Event> {
     Some(match e {
         EngineEvent::Alloc(a) => Event::Alloc(*a),
@@ -32,7 +31,7 @@ pub fn to_trace(e: &EngineEvent) -> Option<Event> {
         EngineEvent::Warning(text) => {
             Event::Marker(Marker::Narration(Arc::from(user_warning(text))))
         }
-        EngineEvent::StepBegin { .. } => return None,
+        EngineEvent::StepBegin { index, .. } => Event::Marker(Marker::Step(*index)),
     })
 }
 

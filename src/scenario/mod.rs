@@ -4,7 +4,8 @@
 //! line:column errors; `build` turns a scenario into what the engine runs;
 //! `run` is the one loop that steps it (engine, narration, leak detector),
 //! which `headless` drives to its end for the report and the UI's producer
-//! drives live; `library` holds the built-in scenarios.
+//! drives live; `library` holds the built-in scenarios; `listing` writes a
+//! program out as the PyTorch code it stands for.
 
 mod build;
 mod conditions;
@@ -14,6 +15,7 @@ mod expect;
 mod format;
 mod headless;
 mod library;
+mod listing;
 mod load;
 mod narration;
 mod run;
@@ -33,6 +35,7 @@ pub use headless::{
     run, run_launching, run_launching_with, GpuRun, OomReport, RunOptions, RunResult,
 };
 pub use library::{builtin, builtins, BuiltIn};
+pub use listing::{CodeLine, Listing};
 pub use load::{conf_label, load_file, load_str, resolve, resolve_under, LoadError};
 pub use narration::NarrationTracker;
 pub use run::{Advanced, IterationPoint, ScenarioRun, Unit};

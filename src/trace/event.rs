@@ -59,6 +59,9 @@ pub enum Marker {
         module: Arc<str>,
     },
     OpEnd,
+    /// A scenario step starts: its number ([`crate::engine::numbered`]),
+    /// which the code pane highlights.
+    Step(u32),
     Narration(Arc<str>),
     /// A `record_function` region of an imported snapshot (`external_annotations`).
     Annotation {

@@ -230,7 +230,7 @@ impl Timeline {
                     Marker::Narration(_) => Some(MarkKind::Narration),
                     Marker::Error(_) => Some(MarkKind::Error),
                     Marker::Annotation { .. } => Some(MarkKind::Annotation),
-                    Marker::OpEnd | Marker::EmptyCache => None,
+                    Marker::OpEnd | Marker::EmptyCache | Marker::Step(_) => None,
                 };
                 if let Some(kind) = kind {
                     self.mark(index, kind);

@@ -12,10 +12,11 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::layout::Rect;
 
 use super::by_line;
+use super::code::CodeWish;
 use super::gpu_panel::GpuPanel;
 use super::input::{self, UiAction};
 use super::input::{Dir, Step};
-use super::layout::{self, Areas, Focus};
+use super::layout::{self, Areas, Focus, LayoutMode};
 use super::playback::{PlayUnit, DEFAULT_UNIT_RATE, MAX_UNIT_RATE, MIN_UNIT_RATE};
 use super::popup::Popup;
 use super::run_view::{collect_categories, prepare_markers};
@@ -73,6 +74,8 @@ pub struct TuiOptions {
     /// Leave the UI when a source fails before its first event (a file given
     /// on the command line that does not open: the error goes to the shell).
     pub stop_on_load_failure: bool,
+    /// `--layout`: normal, or presenter for a projector.
+    pub layout: LayoutMode,
 }
 
 impl Default for TuiOptions {
@@ -88,6 +91,7 @@ impl Default for TuiOptions {
             sync: SyncMode::Fraction,
             frame: Duration::from_millis(25),
             stop_on_load_failure: false,
+            layout: LayoutMode::Normal,
         }
     }
 }
@@ -141,6 +145,9 @@ pub struct App {
     pub popup: Option<Popup>,
     /// First line of the help overlay in view.
     pub help_scroll: usize,
+    pub layout_mode: LayoutMode,
+    /// Whether the code pane is shown (`C`).
+    pub code: CodeWish,
 }
 
 impl App {
@@ -186,6 +193,8 @@ impl App {
             load_failure: None,
             popup: None,
             help_scroll: 0,
+            layout_mode: opts.layout,
+            code: CodeWish::Auto,
         })
     }
 
@@ -410,6 +419,8 @@ impl App {
             UiAction::FocusPrev => self.focus = self.focus.prev(),
             UiAction::Restart => self.restart(),
             UiAction::ToggleGpu => self.gpu.toggle(),
+            UiAction::ToggleCode => self.toggle_code(),
+            UiAction::ToggleLayout => self.toggle_layout(),
             UiAction::ToggleSync => {
                 self.sync = match self.sync {
                     SyncMode::Fraction => SyncMode::Iteration,
@@ -600,7 +611,8 @@ impl App {
                 error: r.frame.error_marker.as_deref(),
             })
             .collect();
-        self.areas = layout::compute(size, self.focus, &said);
+        let shape = self.shape(size.width);
+        self.areas = layout::compute(size, self.focus, &said, shape);
         if self.areas.too_small {
             return;
         }
@@ -639,6 +651,7 @@ impl App {
             }
             let log_h = self.areas.log.map_or(0, |l| l.height.saturating_sub(2));
             r.frame.log = event_log::prepare(r, log_h as usize);
+            r.frame.code = super::code::prepare(r);
         }
         if self.gpu.shown {
             self.gpu.prepare(self.runs.get(self.active));

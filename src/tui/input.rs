@@ -75,6 +75,10 @@ pub enum UiAction {
     CyclePlayUnit,
     /// Stop at each narration until space, or not.
     ToggleAutoPause,
+    /// The code pane: the scenario's program, the statement at the cursor lit.
+    ToggleCode,
+    /// The presenter layout, or the normal one.
+    ToggleLayout,
 }
 
 /// What a key does while a popup is open.
@@ -158,6 +162,14 @@ pub const KEYS: &[(&str, &str)] = &[
     ("z / Z", "zoom in / out (map or timeline, by focus)"),
     ("> / <  (shift →/←)", "pan right / left"),
     ("Tab / shift-Tab", "next / previous panel"),
+    (
+        "C",
+        "code pane: the scenario as PyTorch code, ▶ the statement at the cursor",
+    ),
+    (
+        "L",
+        "presenter layout (code, map, large narration, timeline) / normal",
+    ),
     ("c", "colour blocks by state / by category"),
     ("t", "next theme (dark, light, high contrast)"),
     (
@@ -257,6 +269,8 @@ pub fn key_action(key: KeyEvent, focus: Focus, help: bool) -> Option<UiAction> {
         KeyCode::Char('E') => Some(UiAction::ShowNarrationHistory),
         KeyCode::Char('m') => Some(UiAction::CyclePlayUnit),
         KeyCode::Char('a') => Some(UiAction::ToggleAutoPause),
+        KeyCode::Char('C') => Some(UiAction::ToggleCode),
+        KeyCode::Char('L') => Some(UiAction::ToggleLayout),
         _ => {
             let _ = focus;
             None

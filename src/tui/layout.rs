@@ -7,7 +7,12 @@
 //! - compact single run: the focused panel (map unless leaks/stats/log has
 //!   focus) above the timeline; the others are one Tab away;
 //! - compare: left/right halves with map + timeline each, and a shared row
-//!   below for both runs' stats (or the focused leaks/log of the active run).
+//!   below for both runs' stats (or the focused leaks/log of the active run);
+//! - presenter (single run, for a projector): code and map on top, a large
+//!   narration box (and the leak panel beside it where wide enough), the
+//!   timeline; no stats or event log unless Tab focuses them.
+//!
+//! A single run's code pane, where asked for, takes the left of the map's area.
 
 use std::sync::Arc;
 
@@ -22,6 +27,36 @@ const WIDE_WIDTH: u16 = 110;
 const WIDE_HEIGHT: u16 = 30;
 /// Rows the map keeps, borders included, however much a callout says.
 const MAP_MIN: u16 = 5;
+/// The code pane is on by default from this width: beside a map still wide
+/// enough to read, with the stats and leak panels in their places.
+pub const CODE_AUTO_WIDTH: u16 = 160;
+/// Columns the map keeps beside the code pane.
+const MAP_MIN_WIDTH: u16 = 30;
+/// Narrower than this, the code pane is left out.
+const CODE_MIN_WIDTH: u16 = 24;
+/// Presenter: rows the narration box takes at least, borders included.
+const PRESENTER_NARRATION: u16 = 7;
+/// Presenter: from this width the leak panel stands beside the narration.
+const PRESENTER_LEAKS_WIDTH: u16 = 120;
+/// Presenter: columns of space either side of the narration's text.
+pub const PRESENTER_PAD: u16 = 2;
+
+/// How the screen is arranged (`--layout`, `L`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LayoutMode {
+    #[default]
+    Normal,
+    Presenter,
+}
+
+/// What the layout is asked for besides the panels every run has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Shape {
+    pub mode: LayoutMode,
+    /// Show the code pane (a single run with a program), where it fits, as
+    /// wide as this asks, borders included.
+    pub code: Option<u16>,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Focus {
@@ -66,6 +101,8 @@ impl Focus {
 /// One run's column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RunAreas {
+    /// The code pane, left of the map.
+    pub code: Option<Rect>,
     pub map: Option<Rect>,
     /// The "by Python line" pane, taken from the bottom of the map's area.
     pub by_line: Option<Rect>,
@@ -103,7 +140,7 @@ pub struct Areas {
 }
 
 /// The layout for `area`; `said[i]` is what run `i` has to say above its timeline.
-pub fn compute(area: Rect, focus: Focus, said: &[Callouts]) -> Areas {
+pub fn compute(area: Rect, focus: Focus, said: &[Callouts], shape: Shape) -> Areas {
     let mut a = Areas {
         full: area,
         ..Areas::default()
@@ -123,12 +160,104 @@ pub fn compute(area: Rect, focus: Focus, said: &[Callouts]) -> Areas {
     let first = said.first().copied().unwrap_or_default();
     if said.len() >= 2 {
         compare(&mut a, body, focus, said);
+        return a;
+    }
+    if shape.mode == LayoutMode::Presenter {
+        presenter(&mut a, body, focus, first);
     } else if area.width >= WIDE_WIDTH && area.height >= WIDE_HEIGHT {
         wide(&mut a, body, first);
     } else {
         compact(&mut a, body, focus, first);
     }
+    if let (Some(want), Some(run)) = (shape.code, a.runs.first_mut()) {
+        split_code(run, want);
+    }
     a
+}
+
+/// The code pane from the left of the map's area: as wide as it asks, up
+/// to a little over half, where the map keeps room.
+fn split_code(run: &mut RunAreas, want: u16) {
+    let Some(m) = run.map else { return };
+    let w = want
+        .min(m.width * 55 / 100)
+        .min(m.width.saturating_sub(MAP_MIN_WIDTH));
+    if w < CODE_MIN_WIDTH {
+        return;
+    }
+    let [code, map] =
+        Layout::horizontal([Constraint::Length(w), Constraint::Min(MAP_MIN_WIDTH)]).areas(m);
+    run.code = Some(code);
+    run.map = Some(map);
+}
+
+/// Code and map (or the focused stats, log or leaks) on top, a large
+/// narration box with the leak panel beside it, the timeline at the bottom.
+fn presenter(a: &mut Areas, body: Rect, focus: Focus, said: Callouts) {
+    let tl_h = (body.height / 4).clamp(5, 12);
+    let beside = body.width >= PRESENTER_LEAKS_WIDTH;
+    let talk_w = if beside {
+        body.width * 3 / 5
+    } else {
+        body.width
+    };
+    let text_w = talk_w.saturating_sub(2 * PRESENTER_PAD);
+    let room = body.height.saturating_sub(tl_h + MAP_MIN);
+    let (narr_h, err_h) = said.heights(text_w, room);
+    let least = PRESENTER_NARRATION.min(body.height / 4);
+    let narr_h = if narr_h > 0 {
+        narr_h.max(least).min(room.saturating_sub(err_h))
+    } else {
+        0
+    };
+    let talk_h = if beside {
+        (narr_h + err_h).max(least.min(room))
+    } else {
+        narr_h + err_h
+    };
+    let [top, talk, timeline] = Layout::vertical([
+        Constraint::Min(3),
+        Constraint::Length(talk_h),
+        Constraint::Length(tl_h),
+    ])
+    .areas(body);
+    let (talk, leaks) = if beside {
+        let [t, l] =
+            Layout::horizontal([Constraint::Length(talk_w), Constraint::Min(1)]).areas(talk);
+        (t, Some(l))
+    } else {
+        (talk, None)
+    };
+    let [n, e] =
+        Layout::vertical([Constraint::Length(narr_h), Constraint::Length(err_h)]).areas(talk);
+    let mut run = RunAreas {
+        code: None,
+        map: Some(top),
+        by_line: None,
+        narration: (narr_h > 0).then_some(n),
+        error: (err_h > 0).then_some(e),
+        timeline,
+    };
+    a.leaks = leaks.filter(|l| l.height >= 3);
+    let took_top = match focus {
+        Focus::Stats => {
+            a.stats.push(top);
+            true
+        }
+        Focus::Log => {
+            a.log = Some(top);
+            true
+        }
+        Focus::Leaks if a.leaks.is_none() => {
+            a.leaks = Some(top);
+            true
+        }
+        _ => false,
+    };
+    if took_top {
+        run.map = None;
+    }
+    a.runs.push(run);
 }
 
 /// Map (optional), narration and error (where there is one) and timeline
@@ -156,6 +285,7 @@ fn column(col: Rect, with_map: bool, said: Callouts, timeline_h: u16) -> RunArea
         (None, n, e, t)
     };
     RunAreas {
+        code: None,
         map,
         by_line: None,
         narration: (narr_h > 0).then_some(n),

@@ -39,6 +39,8 @@ pub struct MarkIndex {
     /// `IterationBegin` events with their iteration number.
     pub iteration: Vec<(usize, u32)>,
     pub phase: Vec<(usize, Phase)>,
+    /// `Step` markers with the scenario step's number (the code pane's line).
+    pub step: Vec<(usize, u32)>,
     /// Events indexed so far.
     pub seen: usize,
 }
@@ -55,6 +57,7 @@ impl MarkIndex {
                 Event::Marker(Marker::Narration(_)) => self.narration.push(i),
                 Event::Marker(Marker::IterationBegin(k)) => self.iteration.push((i, k)),
                 Event::Marker(Marker::PhaseBegin(p)) => self.phase.push((i, p)),
+                Event::Marker(Marker::Step(k)) => self.step.push((i, k)),
                 Event::Marker(_) => {}
             }
         }
@@ -85,6 +88,13 @@ impl MarkIndex {
             .get(i)
             .filter(|x| x.0 < b)
             .map(|x| Glyph::Phase(x.1))
+    }
+
+    /// The scenario step running after the first `pos` events: the last
+    /// `Step` marker among them.
+    pub fn step_at(&self, pos: usize) -> Option<u32> {
+        let k = self.step.partition_point(|x| x.0 < pos);
+        k.checked_sub(1).map(|k| self.step[k].1)
     }
 
     /// Event range of iteration `k`: its begin up to the next iteration mark.

@@ -8,6 +8,7 @@
 //! - `input`: keys → actions, and the key table the help overlay shows;
 //! - `layout`, `theme`, `marks`; `views/*`: one pure render function per panel;
 //! - `run`: terminal setup/restore, panic hook, the loop (`run_tui`);
+//! - `code`: the code pane (`C`) and the presenter layout (`L`);
 //! - `gpu_panel`: the run view's NVML/simulated reconciliation panel (`v`);
 //! - `by_line`: the "by Python line" pane (`u`); `popup` and `details`: the
 //!   scrollable popups (a block's stack `b`, an event's details, a message `e`);
@@ -19,6 +20,7 @@
 pub mod app;
 pub mod by_line;
 pub mod callout;
+pub mod code;
 pub mod details;
 pub mod gpu_panel;
 pub mod input;

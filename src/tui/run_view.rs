@@ -9,7 +9,7 @@ use crate::alloc::{MemoryStats, Tag};
 use crate::device::PciAddress;
 use crate::leak::Finding;
 use crate::producers::{LoadProgress, Polled, SnapshotDevices, Source, SourceMsg, TagInfo};
-use crate::scenario::Conditions;
+use crate::scenario::{Conditions, Listing};
 use crate::trace::timeline::KEYFRAME_EVERY;
 use crate::trace::{Event, MarkKind, Marker, MemoryMap, Timeline};
 use std::collections::HashMap;
@@ -38,6 +38,8 @@ pub struct RunFrame {
     pub by_line: by_line::ByLineFrame,
     pub iteration: Option<u32>,
     pub phase: Option<&'static str>,
+    /// The code pane's step at the cursor.
+    pub code: super::code::CodeFrame,
 }
 
 /// One run: its source, everything received, and where the cursor is.
@@ -57,6 +59,8 @@ pub struct RunView {
     pub tags: Option<Arc<dyn TagInfo>>,
     /// What a scenario run is under, as its file says.
     pub conditions: Option<Conditions>,
+    /// A scenario's program as code, for the code pane.
+    pub listing: Option<Arc<Listing>>,
     /// A snapshot's devices, and the one this view shows.
     pub devices: Option<SnapshotDevices>,
     /// Go to the first OOM as soon as the events hold one (after a device
@@ -137,6 +141,7 @@ impl RunView {
             context_baseline: None,
             tags: source.tags.clone(),
             conditions: source.conditions.clone(),
+            listing: source.listing.clone(),
             devices: source.devices.clone(),
             pending_oom: false,
             loading: None,

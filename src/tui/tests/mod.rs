@@ -1,6 +1,7 @@
 //! Tests of the terminal UI: every view on `TestBackend`, scripted sessions,
 //! snapshot import, themes, and the real binary in tmux.
 
+mod code;
 mod gpu_panel;
 mod helpers;
 mod import;

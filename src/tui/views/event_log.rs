@@ -1,7 +1,9 @@
 //! The events around the cursor, one line each.
 
 use crate::alloc::{format_size, Action, AllocEvent};
+use crate::scenario::Listing;
 use crate::trace::{Event, Marker};
+use crate::units::escape_controls;
 use ratatui::layout::Rect;
 use ratatui::style::Modifier;
 use ratatui::text::{Line, Span};
@@ -53,7 +55,10 @@ pub fn prepare(r: &RunView, height: usize) -> LogFrame {
         .enumerate()
         .map(|(k, e)| {
             let index = start + k;
-            let (text, kind) = describe(&e);
+            let (text, kind) = match (&e, &r.listing) {
+                (Event::Marker(Marker::Step(n)), Some(l)) => (step_line(l, *n), LogKind::Marker),
+                _ => describe(&e),
+            };
             LogLine {
                 index,
                 text,
@@ -64,6 +69,14 @@ pub fn prepare(r: &RunView, height: usize) -> LogFrame {
         })
         .collect();
     LogFrame { lines }
+}
+
+/// A step marker with the statement it stands for.
+fn step_line(listing: &Listing, step: u32) -> String {
+    match listing.line_of(step).and_then(|i| listing.lines.get(i)) {
+        Some(l) => format!("step {step}: {}", escape_controls(&l.text)),
+        None => format!("step {step}"),
+    }
 }
 
 fn alloc_line(a: &AllocEvent) -> (String, LogKind) {
@@ -108,6 +121,7 @@ pub fn describe(e: &Event) -> (String, LogKind) {
             Marker::PhaseEnd(p) => (format!("─ {} ends", p.name()), LogKind::Marker),
             Marker::OpBegin { name, module } => (format!("op {name} ({module})"), LogKind::Marker),
             Marker::OpEnd => ("op end".to_string(), LogKind::Marker),
+            Marker::Step(k) => (format!("step {k}"), LogKind::Marker),
             Marker::Narration(t) => (format!("» {}", super::one_line(t)), LogKind::Narration),
             Marker::Annotation { name, start } => (
                 format!("{} {name}", if *start { "▶" } else { "◀" }),

@@ -2,6 +2,7 @@
 //! data `App::prepare` built. `draw` places them by the layout.
 
 pub mod by_line;
+pub mod code;
 pub mod error;
 pub mod error_marker;
 pub mod event_log;
@@ -38,6 +39,9 @@ pub fn draw(frame: &mut Frame, app: &App) {
     status::render(frame, a.status, app);
     status::render_hints(frame, a.hints, app);
     for (i, ra) in a.runs.iter().enumerate() {
+        if let Some(c) = ra.code {
+            code::render(frame, c, app, i);
+        }
         if let Some(m) = ra.map {
             segment_map::render(frame, m, app, i);
         }

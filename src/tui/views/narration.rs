@@ -6,11 +6,12 @@
 
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Paragraph};
+use ratatui::widgets::{Block, Borders, Padding, Paragraph};
 use ratatui::Frame;
 
 use crate::tui::app::App;
 use crate::tui::callout::{cut_with_ellipsis, narration_rows, BORDERS};
+use crate::tui::layout::{LayoutMode, PRESENTER_PAD};
 
 pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
     let Some(r) = app.runs.get(run) else { return };
@@ -19,7 +20,12 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
     }
     let th = &app.theme;
     let color = th.palette.narration;
-    let width = usize::from(area.width.saturating_sub(BORDERS));
+    // The presenter layout sized the box for its text with a margin.
+    let pad = match app.layout_mode {
+        LayoutMode::Presenter if app.runs.len() == 1 => PRESENTER_PAD,
+        _ => 0,
+    };
+    let width = usize::from(area.width.saturating_sub(BORDERS + 2 * pad));
     let room = usize::from(area.height.saturating_sub(BORDERS));
     let mut rows = narration_rows(&r.frame.narration, width);
     let cut = rows.len() > room;
@@ -36,6 +42,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
     };
     let block = Block::default()
         .borders(Borders::ALL)
+        .padding(Padding::horizontal(pad))
         .border_style(th.fg(color))
         .title(Span::styled(" narration ", th.fg(color)))
         .title(Span::styled(hint, th.dim()).into_right_aligned_line());
