@@ -216,10 +216,12 @@ impl RunView {
     pub(super) fn drain(&mut self) -> bool {
         let mut changed = false;
         let mut events = 0;
-        self.backlog = true;
-        for _ in 0..DRAIN_BUDGET {
-            if events >= DRAIN_EVENTS {
-                return changed;
+        // Only a drain that stops at its budget leaves messages waiting.
+        self.backlog = false;
+        for taken in 0.. {
+            if events >= DRAIN_EVENTS || taken >= DRAIN_BUDGET {
+                self.backlog = true;
+                break;
             }
             let Some(src) = &self.source else { break };
             match src.poll() {
@@ -232,10 +234,7 @@ impl RunView {
                     self.receive(m);
                     changed = true;
                 }
-                Polled::Empty => {
-                    self.backlog = false;
-                    break;
-                }
+                Polled::Empty => break,
                 Polled::Closed => {
                     if self.is_live() {
                         // A producer that vanishes without saying why is a
@@ -246,7 +245,6 @@ impl RunView {
                     if !self.can_restart {
                         self.source = None;
                     }
-                    self.backlog = false;
                     changed = true;
                     break;
                 }

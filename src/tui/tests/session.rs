@@ -428,3 +428,31 @@ fn a_named_pipe_at_the_prompt_is_refused_at_once() {
     assert!(notice.contains("a named pipe"), "{notice}");
     assert_eq!(app.runs[0].title, LEAKY, "the run stays");
 }
+
+/// The loop waits for keys between frames unless a source has more than
+/// one drain takes: a source that piled up is taken at once, and once it
+/// has finished (or gone) the loop waits again instead of spinning.
+#[test]
+fn a_backlog_skips_the_frame_wait_until_the_source_is_drained() {
+    use crate::producers::{Source, SourceMsg};
+    let marker = || Event::Marker(Marker::Narration("step".into()));
+    // More messages than one drain takes, then the end.
+    let msgs = (0..5000)
+        .map(|_| SourceMsg::Events(vec![marker()]))
+        .chain([SourceMsg::Finished]);
+    let mut app =
+        crate::tui::app::App::new(vec![("piled".into(), Source::from_messages(msgs))], &opts())
+            .expect("built-in theme parses");
+    app.drain_sources();
+    assert!(app.has_backlog(), "5,000 messages are more than one drain");
+    for _ in 0..10 {
+        app.drain_sources();
+    }
+    assert_eq!(app.runs[0].len(), 5000);
+    assert!(
+        !app.has_backlog(),
+        "a finished source leaves nothing waiting"
+    );
+    app.drain_sources();
+    assert!(!app.has_backlog(), "nor does a source that is gone");
+}
