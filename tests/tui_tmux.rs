@@ -353,3 +353,50 @@ fn presenter_steps_by_phase_to_loss_backward() {
     );
     assert!(quit.is_some(), "q did not quit");
 }
+
+/// CPU seconds (user + system) the process `pid` has used so far.
+#[cfg(target_os = "linux")]
+fn cpu_seconds(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command's closing parenthesis; utime and stime
+    // are the 14th and 15th of the line, in clock ticks (100 a second).
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// Once a file is read and playback has reached its end, the UI waits for
+/// keys: it does not spin.
+#[cfg(target_os = "linux")]
+#[test]
+fn an_opened_file_leaves_the_cpu_idle() {
+    if tmux(&["-V"]).is_none() {
+        eprintln!("note: tmux is not installed; the terminal test is skipped");
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_vramscope");
+    let file = common::real_dir().join("code-location_expandable_3gpu_oom.pickle");
+    let path = file.to_str().expect("utf-8 path");
+    let session = format!("vramscope-idle-{}", std::process::id());
+    let cleanup = start(&session, 120, 40, &format!("exec {bin} open '{path}'"));
+    let loaded = wait_for(&session, all_read, Duration::from_secs(60));
+    tmux(&["send-keys", "-t", &session, "G"]).expect("end");
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = tmux(&["display-message", "-p", "-t", &session, "#{pane_pid}"])
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    let before = cpu_seconds(&pid);
+    std::thread::sleep(Duration::from_secs(2));
+    let after = cpu_seconds(&pid);
+    cleanup();
+    assert!(loaded.is_some(), "never read the whole file");
+    let (Some(before), Some(after)) = (before, after) else {
+        panic!("no process {pid:?} to measure");
+    };
+    assert!(
+        after - before < 0.3,
+        "{:.2} CPU seconds in 2 s of waiting for keys",
+        after - before
+    );
+}
