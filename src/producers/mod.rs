@@ -16,6 +16,7 @@
 //! from `alloc`, `trace`, `scenario` and `leak`.
 
 pub mod devices;
+mod entry_times;
 pub mod nvml;
 pub mod open;
 pub mod scenario;

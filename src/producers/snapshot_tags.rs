@@ -11,6 +11,7 @@ use crate::trace::replay::tag_entry;
 use crate::trace::snapshot::{Action, FramesId, Snapshot};
 use crate::trace::stack::{Stack, StackFrame};
 
+use super::entry_times::EntryTimes;
 use super::source::{BlockStack, EntryDetail, StackOrigin, TagDescription, TagInfo};
 
 /// What the views ask of a snapshot's tags, resolved to text up front (the
@@ -22,9 +23,9 @@ pub(super) struct SnapshotTags {
     /// Per trace entry: its stack and its action.
     entry_frames: Vec<FramesId>,
     entry_actions: Vec<Action>,
-    /// Per trace entry: µs since the epoch ([`NO_TIME`] where absent);
-    /// `None` when no entry records a time.
-    entry_times: Option<Vec<i64>>,
+    /// Per trace entry: µs since the epoch; `None` when no entry records a
+    /// time.
+    entry_times: Option<EntryTimes>,
     first_time: Option<i64>,
     /// Final-state stacks, by address, of the live blocks the views show
     /// without a tag: allocated before the trace began and never freed in it
@@ -39,9 +40,6 @@ pub(super) struct SnapshotTags {
     skipped: Option<Vec<usize>>,
 }
 
-/// [`SnapshotTags::entry_times`] of an entry without a time.
-const NO_TIME: i64 = i64::MIN;
-
 impl SnapshotTags {
     pub(super) fn new(snap: &Snapshot, device: usize, mirrored: bool) -> SnapshotTags {
         let trace = snap
@@ -51,16 +49,8 @@ impl SnapshotTags {
             .unwrap_or(&[]);
         let entry_frames: Vec<FramesId> = trace.iter().map(|e| e.frames).collect();
         let entry_actions = trace.iter().map(|e| e.action).collect();
-        let timed = trace.iter().any(|e| e.time_us().is_some());
-        let entry_times = timed.then(|| {
-            trace
-                .iter()
-                .map(|e| e.time_us().unwrap_or(NO_TIME))
-                .collect::<Vec<_>>()
-        });
-        let first_time = entry_times
-            .as_ref()
-            .and_then(|t| t.iter().copied().filter(|t| *t != NO_TIME).min());
+        let first_time = trace.iter().filter_map(|e| e.time_us()).min();
+        let entry_times = first_time.map(|_| EntryTimes::new(trace.iter().map(|e| e.time_us())));
         let mut untagged: FxHashMap<u64, FramesId> = snap
             .segments
             .iter()
@@ -129,11 +119,7 @@ impl SnapshotTags {
     }
 
     fn time(&self, entry: usize) -> Option<i64> {
-        self.entry_times
-            .as_ref()
-            .and_then(|t| t.get(entry))
-            .copied()
-            .filter(|t| *t != NO_TIME)
+        self.entry_times.as_ref()?.get(entry)
     }
 
     fn entry_stack(&self, entry: usize) -> Option<Arc<Stack>> {
