@@ -35,6 +35,6 @@ for f in "${files[@]}"; do
     tmux kill-session -t "$session"
     size=$(stat -c %s "$f")
     echo "$(basename "$f"): first frame ${first} ms, first segments ${seg} ms, all read ${done} ms," \
-      "cpu ${cpu} s, peak RSS $((hwm / 1024)) MB = $(awk "BEGIN {printf \"%.2f\", $hwm * 1024 / $size}")x the file"
+      "cpu ${cpu} s, peak RSS $((hwm / 1024)) MiB = $(awk "BEGIN {printf \"%.2f\", $hwm * 1024 / $size}")x the file"
   done
 done
