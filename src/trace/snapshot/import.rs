@@ -39,6 +39,7 @@ use super::field::{key_table, Fields, Key, KeyTable, Path};
 use super::types::{Segment, Snapshot, TraceEntry};
 
 mod records;
+mod values;
 
 use records::Importer;
 
