@@ -36,6 +36,24 @@ impl Action {
         Action::Oom,
     ];
 
+    /// The action whose `repr(u8)` value is `value`.
+    pub fn from_repr(value: u8) -> Option<Action> {
+        Some(match value {
+            0 => Action::Alloc,
+            1 => Action::FreeRequested,
+            2 => Action::FreeCompleted,
+            3 => Action::SegmentAlloc,
+            4 => Action::SegmentFree,
+            5 => Action::SegmentMap,
+            6 => Action::SegmentUnmap,
+            7 => Action::Oom,
+            8 => Action::Snapshot,
+            9 => Action::Annotate,
+            10 => Action::Other,
+            _ => return None,
+        })
+    }
+
     /// PyTorch's spelling to the enum; unknown text gives [`Action::Other`].
     pub fn parse(s: &str) -> Action {
         match s {

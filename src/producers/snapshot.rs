@@ -242,7 +242,7 @@ fn plan(
         .get(device)
         .map_or(&[][..], Vec::as_slice);
     let mirrored = under.is_none() && !trace.is_empty();
-    let (work, capacity, events, tags) = match (under, replay) {
+    let (mut work, capacity, events, tags) = match (under, replay) {
         (Some(config), Some(replay)) => {
             let capacity = device_capacity(&replay, None);
             let work = Work::WhatIf {
@@ -315,28 +315,13 @@ fn plan(
         devices,
         events,
     };
-    let work = match work {
-        Work::Mirror {
-            start,
-            reader,
-            device_free,
-            config,
-            ..
-        } => {
-            let trace = match from {
-                Snap::Owned(mut s) => std::mem::take(&mut s.device_traces[device]),
-                Snap::Borrowed(s) => s.device_traces[device].clone(),
-            };
-            Work::Mirror {
-                start,
-                trace,
-                reader,
-                device_free,
-                config,
-            }
-        }
-        other => other,
-    };
+    // The trace itself goes last, once nothing reads the snapshot any more.
+    if let Work::Mirror { trace, .. } = &mut work {
+        *trace = match from {
+            Snap::Owned(mut s) => std::mem::take(&mut s.device_traces[device]),
+            Snap::Borrowed(s) => s.device_traces[device].clone(),
+        };
+    }
     Ok((opened, work))
 }
 

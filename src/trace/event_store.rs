@@ -10,21 +10,6 @@ use std::ops::Range;
 use super::event::{Event, Marker};
 use crate::alloc::{Action, AllocEvent, Pool, Tag};
 
-/// Every [`Action`], by its `repr(u8)` value.
-const ACTIONS: [Action; 11] = [
-    Action::Alloc,
-    Action::FreeRequested,
-    Action::FreeCompleted,
-    Action::SegmentAlloc,
-    Action::SegmentFree,
-    Action::SegmentMap,
-    Action::SegmentUnmap,
-    Action::Oom,
-    Action::Snapshot,
-    Action::Annotate,
-    Action::Other,
-];
-
 /// `kind` of a marker: its `addr` is the index in `markers`.
 const MARKER: u8 = u8::MAX;
 /// `flags`: the block is in the small pool.
@@ -139,7 +124,7 @@ impl EventStore {
                 .map(Event::Marker);
         }
         let mut e = AllocEvent {
-            action: ACTIONS.get(usize::from(p.kind)).copied()?,
+            action: Action::from_repr(p.kind)?,
             addr: p.addr,
             size: p.size,
             block_size: p.size + u64::from(p.extra),
@@ -261,5 +246,16 @@ mod tests {
         assert_eq!(store.range(1..2).next(), Some(events[1].clone()));
         assert!(store.is_action(6, Action::Oom) && !store.is_action(1, Action::Oom));
         assert_eq!(std::mem::size_of::<Packed>(), 32);
+        // Every action, the three a trace may add to the allocator's included.
+        let every =
+            Action::ALL
+                .into_iter()
+                .chain([Action::Snapshot, Action::Annotate, Action::Other]);
+        for a in every {
+            let mut store = EventStore::default();
+            store.push(alloc(a, 1, 1).into());
+            assert!(store.is_action(0, a));
+            assert_eq!(store.get(0), Some(alloc(a, 1, 1).into()), "{a:?}");
+        }
     }
 }
