@@ -4,6 +4,7 @@
 
 use clap::{Args, ValueEnum};
 use vramscope::tui::layout::LayoutMode;
+use vramscope::tui::theme::ThemeName;
 use vramscope::tui::{PlayUnit, TuiOptions};
 
 /// The scenario whose narration is a lesson: auto-pause is on for it unless
@@ -35,6 +36,24 @@ pub enum LayoutArg {
     #[default]
     Normal,
     Presenter,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum ThemeArg {
+    #[default]
+    Dark,
+    Light,
+    HighContrast,
+}
+
+impl From<ThemeArg> for ThemeName {
+    fn from(t: ThemeArg) -> ThemeName {
+        match t {
+            ThemeArg::Dark => ThemeName::Dark,
+            ThemeArg::Light => ThemeName::Light,
+            ThemeArg::HighContrast => ThemeName::HighContrast,
+        }
+    }
 }
 
 impl From<LayoutArg> for LayoutMode {
@@ -71,6 +90,11 @@ pub struct PaceArgs {
     /// leak box and the timeline (no stats or event log); `L` toggles it.
     #[arg(long, value_enum, value_name = "LAYOUT", default_value_t = LayoutArg::Normal)]
     pub layout: LayoutArg,
+    /// Colours: `light` for a light terminal or a bright projector (it sets
+    /// its own background), `high-contrast`; `t` cycles them in the UI.
+    /// NO_COLOR turns colour off whatever the theme.
+    #[arg(long, value_enum, value_name = "THEME", default_value_t = ThemeArg::Dark)]
+    pub theme: ThemeArg,
 }
 
 fn parse_speed(s: &str) -> Result<f64, String> {
@@ -88,6 +112,7 @@ impl PaceArgs {
         opts.start_paused = self.paused;
         opts.play_by = unit;
         opts.layout = LayoutMode::from(self.layout);
+        opts.theme = ThemeName::from(self.theme);
         match (self.speed, unit) {
             (Some(s), PlayUnit::Event) => opts.speed = s,
             (Some(s), _) => opts.unit_rate = s,
@@ -137,6 +162,16 @@ mod tests {
             assert!(opts(&["--speed", bad], &["x"]).is_err(), "{bad}");
         }
         assert!(opts(&["--play-by", "epoch"], &["x"]).is_err());
+    }
+
+    #[test]
+    fn theme_is_dark_unless_another_is_asked_for() {
+        assert_eq!(opts(&[], &["x"]).expect("ok").theme, ThemeName::Dark);
+        let o = opts(&["--theme", "light"], &["x"]).expect("ok");
+        assert_eq!(o.theme, ThemeName::Light);
+        let o = opts(&["--theme", "high-contrast"], &["x"]).expect("ok");
+        assert_eq!(o.theme, ThemeName::HighContrast);
+        assert!(opts(&["--theme", "solarized"], &["x"]).is_err());
     }
 
     #[test]

@@ -30,3 +30,29 @@ fn bad_ron_is_an_error() {
         Err(ThemeError::Ron(_))
     ));
 }
+
+/// The light theme paints its own background on every cell, popups
+/// included: dark text stays readable on a dark terminal and a projector.
+#[test]
+fn the_light_theme_sets_the_background_of_every_cell() {
+    use super::helpers::{draw, keys, leaky_app_with, opts, terminal};
+    use ratatui::style::Color;
+    let mut o = opts();
+    o.theme = ThemeName::Light;
+    let mut app = leaky_app_with(&o);
+    keys(&mut app, "G");
+    for popup in ["", "?"] {
+        keys(&mut app, popup);
+        let mut t = terminal(120, 40);
+        let buf = draw(&mut app, &mut t);
+        let unset = buf
+            .content()
+            .iter()
+            .filter(|c| c.bg == Color::Reset)
+            .count();
+        assert_eq!(
+            unset, 0,
+            "{unset} cells on the terminal's own background ({popup:?})"
+        );
+    }
+}
