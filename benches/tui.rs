@@ -113,9 +113,11 @@ fn benches(c: &mut Criterion) {
         let st = t.elapsed() / 50;
         let t = Instant::now();
         for _ in 0..50 {
+            let ymax = vramscope::tui::views::timeline::scale_max(r);
             black_box(vramscope::tui::views::timeline::prepare(
                 r,
                 Rect::new(0, 0, 124, 14),
+                ymax,
             ));
         }
         let tl = t.elapsed() / 50;

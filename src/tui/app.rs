@@ -49,9 +49,10 @@ pub enum ColorMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SyncMode {
     /// Same fraction of each run's events.
-    #[default]
     Fraction,
-    /// Same iteration, same fraction within it (fraction where absent).
+    /// Same iteration, same fraction within it (fraction where absent):
+    /// the default, so compared runs stand at the same point of training.
+    #[default]
     Iteration,
 }
 
@@ -88,7 +89,7 @@ impl Default for TuiOptions {
             play_by: PlayUnit::Event,
             auto_pause: false,
             start_paused: false,
-            sync: SyncMode::Fraction,
+            sync: SyncMode::Iteration,
             frame: Duration::from_millis(25),
             stop_on_load_failure: false,
             layout: LayoutMode::Normal,
@@ -626,6 +627,8 @@ impl App {
             }
         }
         let mode = self.color_mode;
+        // Runs compared side by side share one y scale, so heights compare.
+        let ymax = self.runs.iter().map(timeline::scale_max).max().unwrap_or(1);
         for (i, r) in self.runs.iter_mut().enumerate() {
             let ra = self.areas.runs.get(i).copied().unwrap_or_default();
             let cats = if mode == ColorMode::Category {
@@ -640,7 +643,7 @@ impl App {
             };
             let highlighted = r.highlighted();
             r.frame.map = segment_map::prepare(r, ra.map, &highlighted, mode, &cats);
-            r.frame.timeline = timeline::prepare(r, ra.timeline);
+            r.frame.timeline = timeline::prepare(r, ra.timeline, ymax);
             let t = &r.frame.timeline;
             let (from, to, w) = (t.from, t.to, t.inner.width);
             r.frame.timeline.site_marks = by_line::timeline_marks(r, from, to, w);

@@ -177,7 +177,10 @@ pub const KEYS: &[(&str, &str)] = &[
         "GPU memory: NVML's reading vs the model (simulated terms for sim runs)",
     ),
     ("w", "compare: switch which run the keys drive"),
-    ("s", "compare: sync by event fraction / by iteration"),
+    (
+        "s",
+        "compare: sync by iteration (default) / by event fraction",
+    ),
     (
         "r",
         "restart the run (replay from start if it cannot rerun)",

@@ -202,18 +202,29 @@ fn compare_two_runs_synchronised() {
         s.contains("Stats · leaky") && s.contains("Stats · fixed"),
         "{s}"
     );
+    // By iteration unless told: both cursors at the start of the same one.
+    assert_eq!(app.sync, SyncMode::Iteration);
+    assert_eq!(app.runs[0].frame.iteration, app.runs[1].frame.iteration);
+    keys(&mut app, "i");
+    screen(&mut app, 160, 44);
+    assert_eq!(app.runs[0].frame.iteration, app.runs[1].frame.iteration);
+    assert_eq!(app.runs[0].frame.iteration, Some(5));
+    // One y scale: the same bytes stand at the same height on both sides.
+    let (ta, tb) = (&app.runs[0].frame.timeline, &app.runs[1].frame.timeline);
+    assert_eq!(ta.ymax, tb.ymax);
+    assert_eq!(
+        ta.ymax,
+        crate::tui::views::timeline::scale_max(&app.runs[0])
+            .max(crate::tui::views::timeline::scale_max(&app.runs[1]))
+    );
+    insta::assert_snapshot!("compare_160x44", screen(&mut app, 160, 44));
+    keys(&mut app, "s");
+    assert_eq!(app.sync, SyncMode::Fraction);
+    keys(&mut app, "i");
     let (a, b) = (&app.runs[0], &app.runs[1]);
     let fa = a.pos as f64 / a.len() as f64;
     let fb = b.pos as f64 / b.len() as f64;
     assert!((fa - fb).abs() < 0.01, "fraction sync {fa} {fb}");
-    keys(&mut app, "s");
-    assert_eq!(app.sync, SyncMode::Iteration);
-    keys(&mut app, "i");
-    screen(&mut app, 160, 44);
-    // Both cursors sit at the start of the same iteration.
-    assert_eq!(app.runs[0].frame.iteration, app.runs[1].frame.iteration);
-    assert_eq!(app.runs[0].frame.iteration, Some(5));
-    insta::assert_snapshot!("compare_160x44", screen(&mut app, 160, 44));
     keys(&mut app, "w");
     assert_eq!(app.active, 1);
     let s = screen(&mut app, 80, 24);

@@ -42,6 +42,8 @@ pub struct TimelineFrame {
     pub peak_lvl: Option<u32>,
     pub cap_lvl: Option<u32>,
     pub graph_h: u16,
+    /// The bytes at the top of the graph.
+    pub ymax: u64,
     pub title: String,
     /// Columns holding an allocation of the "by Python line" selection.
     pub site_marks: Vec<bool>,
@@ -59,7 +61,9 @@ impl TimelineFrame {
     }
 }
 
-pub fn prepare(r: &mut RunView, area: Rect) -> TimelineFrame {
+/// The timeline of `r` in `area`, drawn up to `ymax` bytes ([`scale_max`]
+/// of the run, or the largest of the runs compared).
+pub fn prepare(r: &mut RunView, area: Rect, ymax: u64) -> TimelineFrame {
     let inner = layout::inner(area);
     let len = r.timeline.len();
     // Keep the cursor in a zoomed view (playback, steps).
@@ -74,7 +78,7 @@ pub fn prepare(r: &mut RunView, area: Rect) -> TimelineFrame {
     } else {
         inner.height
     };
-    let ymax = scale_max(r);
+    let ymax = ymax.max(1);
     let lvl = |bytes: u64| (u128::from(bytes) * u128::from(graph_h) * 8 / u128::from(ymax)) as u32;
     let span = to - from;
     let key = (from, to, len, w, graph_h, ymax);
@@ -123,6 +127,7 @@ pub fn prepare(r: &mut RunView, area: Rect) -> TimelineFrame {
         peak_lvl: (peak > 0).then(|| lvl(peak)),
         cap_lvl,
         graph_h,
+        ymax,
         title,
         site_marks: Vec::new(),
     }
@@ -171,7 +176,7 @@ fn columns(
 
 /// The top of the y axis: the device when usage is near it (so "how close to
 /// OOM" is visible), otherwise a little above the reserved peak.
-fn scale_max(r: &RunView) -> u64 {
+pub fn scale_max(r: &RunView) -> u64 {
     let peak = r
         .timeline
         .peak_reserved()
