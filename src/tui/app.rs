@@ -614,6 +614,9 @@ impl App {
             .collect();
         let shape = self.shape(size.width);
         self.areas = layout::compute(size, self.focus, &said, shape);
+        if let Some(l) = self.areas.leak_panels.get(self.active) {
+            self.areas.leaks = Some(*l);
+        }
         if self.areas.too_small {
             return;
         }

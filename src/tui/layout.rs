@@ -136,6 +136,8 @@ pub struct Areas {
     pub stats: Vec<Rect>,
     /// Leak panel and event log of the active run, where shown.
     pub leaks: Option<Rect>,
+    /// Compare: every run's leak panel, by run (the active one is `leaks`).
+    pub leak_panels: Vec<Rect>,
     pub log: Option<Rect>,
 }
 
@@ -358,14 +360,13 @@ fn compare(a: &mut Areas, body: Rect, focus: Focus, said: &[Callouts]) {
     if bottom_h == 0 {
         return;
     }
+    let [l, r] =
+        Layout::horizontal([Constraint::Ratio(1, 2), Constraint::Ratio(1, 2)]).areas(bottom);
     match focus {
-        Focus::Leaks => a.leaks = Some(bottom),
+        // Both runs' findings side by side: what leaks in one and not the other.
+        Focus::Leaks => a.leak_panels = vec![l, r],
         Focus::Log => a.log = Some(bottom),
-        _ => {
-            let [l, r] = Layout::horizontal([Constraint::Ratio(1, 2), Constraint::Ratio(1, 2)])
-                .areas(bottom);
-            a.stats = vec![l, r];
-        }
+        _ => a.stats = vec![l, r],
     }
 }
 

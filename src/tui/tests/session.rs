@@ -225,6 +225,23 @@ fn compare_two_runs_synchronised() {
     let fa = a.pos as f64 / a.len() as f64;
     let fb = b.pos as f64 / b.len() as f64;
     assert!((fa - fb).abs() < 0.01, "fraction sync {fa} {fb}");
+    // Both runs' findings side by side; the keys drive the active one's.
+    keys(&mut app, "G");
+    app.focus = crate::tui::layout::Focus::Leaks;
+    let s = screen(&mut app, 160, 44);
+    let title =
+        |r: &crate::tui::run_view::RunView| format!("Leaks · {} · {}", r.title, r.findings.len());
+    let (leaky, fixed) = (title(&app.runs[0]), title(&app.runs[1]));
+    assert!(s.contains(&leaky) && s.contains(&fixed), "{s}");
+    assert!(
+        !app.runs[0].findings.is_empty(),
+        "the leaky run has findings"
+    );
+    assert_eq!(
+        app.areas.leaks,
+        app.areas.leak_panels.get(app.active).copied()
+    );
+    app.focus = crate::tui::layout::Focus::Map;
     keys(&mut app, "w");
     assert_eq!(app.active, 1);
     let s = screen(&mut app, 80, 24);

@@ -57,11 +57,16 @@ fn summary_line<'a>(th: &Theme, f: &'a Finding, selected: bool, width: usize) ->
 }
 
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {
-    let Some(r) = app.active_run() else { return };
+    render_run(frame, area, app, app.active);
+}
+
+/// The leak panel of run `run` (compare shows one per run).
+pub fn render_run(frame: &mut Frame, area: Rect, app: &App, run: usize) {
+    let Some(r) = app.runs.get(run) else { return };
     let th = &app.theme;
     let block = Block::default()
         .borders(Borders::ALL)
-        .border_style(th.border(app.focus == Focus::Leaks))
+        .border_style(th.border(app.focus == Focus::Leaks && run == app.active))
         .title(Span::styled(
             format!(" Leaks · {} · {} ", r.title, r.findings.len()),
             th.title(),

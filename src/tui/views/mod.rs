@@ -62,8 +62,13 @@ pub fn draw(frame: &mut Frame, app: &App) {
         let run = if a.stats.len() > 1 { i } else { app.active };
         stats::render(frame, *s, app, run);
     }
-    if let Some(l) = a.leaks {
-        leaks::render(frame, l, app);
+    if a.leak_panels.is_empty() {
+        if let Some(l) = a.leaks {
+            leaks::render(frame, l, app);
+        }
+    }
+    for (i, l) in a.leak_panels.iter().enumerate() {
+        leaks::render_run(frame, *l, app, i);
     }
     if let Some(l) = a.log {
         event_log::render(frame, l, app, app.active);
