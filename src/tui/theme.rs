@@ -39,6 +39,15 @@ pub const CATEGORIES: [Category; 9] = [
     Category::AmpCache,
 ];
 
+/// Without colour, a category's cells are its letter (lowercase while the
+/// block is pending free), so the categories stay apart.
+pub const CATEGORY_LETTERS: [&str; 9] = ["P", "G", "O", "A", "S", "T", "I", "W", "C"];
+pub const CATEGORY_LETTERS_PENDING: [&str; 9] = ["p", "g", "o", "a", "s", "t", "i", "w", "c"];
+/// Names for a narrow legend.
+pub const CATEGORY_SHORT: [&str; 9] = [
+    "param", "grad", "optim", "act", "saved", "temp", "input", "wksp", "amp",
+];
+
 /// The built-in themes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ThemeName {

@@ -249,7 +249,9 @@ fn category_mode_uses_category_colours() {
     let buf = draw(&mut app, &mut t);
     let s = text(&buf);
     assert!(s.contains("by category"), "{s}");
-    assert!(s.contains("optimizer_state"), "legend\n{s}");
+    // The whole legend, the last category too: short names where the full
+    // ones do not fit.
+    assert!(s.contains("█optim") && s.contains("█amp "), "legend\n{s}");
     let param = app.theme.palette.categories[0];
     assert!(
         buf.content()
@@ -467,4 +469,39 @@ fn stats_of_real_snapshots_are_at_the_cursor() {
         assert!(panel.contains(&want), "{file}\n{panel}");
     }
     assert!(opened_on_memory && oomed);
+}
+
+/// Without colour, the category view tells categories apart by letter
+/// (uppercase allocated, lowercase pending free), and its legend says which.
+#[test]
+fn without_colour_categories_are_letters_on_the_map() {
+    use crate::tui::theme::{CATEGORY_LETTERS, CATEGORY_LETTERS_PENDING};
+    let mut o = opts();
+    o.no_color = Some(true);
+    let mut app = leaky_app_with(&o);
+    keys(&mut app, "iiic");
+    let mut t = terminal(140, 44);
+    let buf = draw(&mut app, &mut t);
+    let map = app.areas.runs[0].map.expect("a map");
+    let mut seen = std::collections::HashSet::new();
+    for y in map.y + 2..map.y + map.height - 1 {
+        for x in map.x + 10..map.x + map.width - 1 {
+            let s = buf[(x, y)].symbol().to_string();
+            if CATEGORY_LETTERS.contains(&s.as_str())
+                || CATEGORY_LETTERS_PENDING.contains(&s.as_str())
+            {
+                seen.insert(s);
+            }
+        }
+    }
+    assert!(
+        seen.len() >= 3,
+        "categories by letter on the map: {seen:?}\n{}",
+        text(&buf)
+    );
+    let s = text(&buf);
+    assert!(
+        s.contains("Pparam") && s.contains("Ooptim") && s.contains("Camp"),
+        "{s}"
+    );
 }

@@ -15,10 +15,11 @@ use ratatui::widgets::{Block, Borders, Paragraph};
 use ratatui::Frame;
 
 use super::fit_site;
+use super::map_legend;
 use crate::producers::{BlockStack, StackOrigin};
 use crate::tui::app::{App, ColorMode, RunView};
 use crate::tui::layout;
-use crate::tui::theme::{Theme, CATEGORIES};
+use crate::tui::theme::{Theme, CATEGORY_LETTERS, CATEGORY_LETTERS_PENDING};
 
 /// Width of the per-row label (`L* 20.0M `).
 const LABEL_W: u16 = 10;
@@ -528,7 +529,12 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
         .borders(Borders::ALL)
         .border_style(th.border(focused))
         .title(Span::styled(title, th.title()))
-        .title_bottom(legend(th, app.color_mode, r.by_line.is_some()));
+        .title_bottom(map_legend::legend(
+            th,
+            app.color_mode,
+            r.by_line.is_some(),
+            area.width.saturating_sub(2),
+        ));
     let inner = block.inner(area);
     frame.render_widget(block, area);
     if m.total_rows == 0 {
@@ -582,6 +588,23 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
     }
 }
 
+/// A cell's glyph: its state's, or without colour in the category view,
+/// its category's letter.
+fn glyph_of(th: &Theme, mode: ColorMode, c: &MapCell) -> &'static str {
+    let letters = match c.kind {
+        CellKind::Allocated => &CATEGORY_LETTERS,
+        CellKind::Pending => &CATEGORY_LETTERS_PENDING,
+        _ => return c.kind.glyph(c.alt),
+    };
+    match (th.no_color, mode, c.cat) {
+        (true, ColorMode::Category, Some(i)) => letters
+            .get(usize::from(i))
+            .copied()
+            .unwrap_or_else(|| c.kind.glyph(c.alt)),
+        _ => c.kind.glyph(c.alt),
+    }
+}
+
 fn cell_look(th: &Theme, mode: ColorMode, c: &MapCell) -> (&'static str, Style) {
     let p = &th.palette;
     let color = match (c.kind, mode) {
@@ -596,42 +619,11 @@ fn cell_look(th: &Theme, mode: ColorMode, c: &MapCell) -> (&'static str, Style) 
     let (glyph, mut style) = if c.highlighted {
         (HIGHLIGHT_GLYPH, th.fg(p.highlight))
     } else {
-        (c.kind.glyph(c.alt), th.fg(color))
+        (glyph_of(th, mode, c), th.fg(color))
     };
     if c.selected {
         // Reverse video works without colour too.
         style = style.add_modifier(Modifier::REVERSED);
     }
     (glyph, style)
-}
-
-fn legend(th: &Theme, mode: ColorMode, by_line: bool) -> Line<'static> {
-    let p = &th.palette;
-    let mut spans = Vec::new();
-    match mode {
-        ColorMode::State => {
-            for (kind, name, color) in [
-                (CellKind::Allocated, "alloc", p.allocated),
-                (CellKind::Pending, "pending", p.pending),
-                (CellKind::InactiveSplit, "split-free", p.inactive_split),
-                (CellKind::CachedFree, "cached", p.cached_free),
-                (CellKind::Unmapped, "unmapped", p.unmapped),
-            ] {
-                spans.push(Span::styled(kind.glyph(false), th.fg(color)));
-                spans.push(Span::styled(format!("{name} "), th.dim()));
-            }
-        }
-        ColorMode::Category => {
-            for (i, c) in CATEGORIES.iter().enumerate() {
-                spans.push(Span::styled("█", th.fg(p.categories[i])));
-                spans.push(Span::styled(format!("{} ", c.name()), th.dim()));
-            }
-        }
-    }
-    spans.push(Span::styled(HIGHLIGHT_GLYPH, th.fg(p.highlight)));
-    spans.push(Span::styled(
-        if by_line { "selected line " } else { "leak " },
-        th.dim(),
-    ));
-    Line::from(spans)
 }
