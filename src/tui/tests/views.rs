@@ -501,7 +501,7 @@ fn without_colour_categories_are_letters_on_the_map() {
     );
     let s = text(&buf);
     assert!(
-        s.contains("Pparam") && s.contains("Ooptim") && s.contains("Camp"),
+        s.contains("P param") && s.contains("O optim") && s.contains("C amp"),
         "{s}"
     );
 }

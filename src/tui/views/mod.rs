@@ -9,7 +9,7 @@ pub mod event_log;
 pub mod gpu;
 pub mod help;
 pub mod leaks;
-mod map_legend;
+mod legend;
 pub mod narration;
 pub mod popup;
 pub mod segment_map;

@@ -15,7 +15,7 @@ use ratatui::widgets::{Block, Borders, Paragraph};
 use ratatui::Frame;
 
 use super::fit_site;
-use super::map_legend;
+use super::legend;
 use crate::producers::{BlockStack, StackOrigin};
 use crate::tui::app::{App, ColorMode, RunView};
 use crate::tui::layout;
@@ -529,7 +529,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
         .borders(Borders::ALL)
         .border_style(th.border(focused))
         .title(Span::styled(title, th.title()))
-        .title_bottom(map_legend::legend(
+        .title_bottom(legend::map(
             th,
             app.color_mode,
             r.by_line.is_some(),

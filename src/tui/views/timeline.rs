@@ -196,7 +196,8 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
     let block = Block::default()
         .borders(Borders::ALL)
         .border_style(th.border(focused))
-        .title(Span::styled(t.title.as_str(), th.title()));
+        .title(Span::styled(t.title.as_str(), th.title()))
+        .title_bottom(super::legend::timeline(th, area.width.saturating_sub(2)));
     frame.render_widget(block, area);
     let inner = t.inner;
     if inner.width == 0 || inner.height == 0 || inner != layout::inner(area) {
@@ -250,7 +251,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
     }
 }
 
-fn mark_style(th: &Theme, g: Glyph) -> Style {
+pub(super) fn mark_style(th: &Theme, g: Glyph) -> Style {
     let p = &th.palette;
     match g {
         Glyph::Oom | Glyph::Error => th.fg(p.oom),

@@ -1,12 +1,15 @@
-//! The map's legend: a glyph and a name for everything the map draws, as
-//! wide as the panel allows (full names, then short ones, then the glyphs
-//! alone), so it is never cut. Without colour, categories are letters.
+//! Legends of the map and the timeline: a glyph and a name for everything
+//! they draw, as wide as the panel allows (full names, then short ones, then
+//! the first items named and the rest as glyphs), so a legend is never cut.
+//! Without colour, the map's categories are letters.
 
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 
 use super::segment_map::{CellKind, HIGHLIGHT_GLYPH};
+use crate::trace::Phase;
 use crate::tui::app::ColorMode;
+use crate::tui::marks::Glyph;
 use crate::tui::theme::{Theme, CATEGORIES, CATEGORY_LETTERS, CATEGORY_SHORT};
 
 struct Item {
@@ -16,13 +19,55 @@ struct Item {
     short: &'static str,
 }
 
-/// The legend for the map's `mode`, in at most `width` columns.
-pub fn legend(th: &Theme, mode: ColorMode, by_line: bool, width: u16) -> Line<'static> {
-    let items = items(th, mode, by_line);
+/// The map's legend for its colour `mode`, in at most `width` columns.
+pub fn map(th: &Theme, mode: ColorMode, by_line: bool, width: u16) -> Line<'static> {
+    fit(th, &map_items(th, mode, by_line), width)
+}
+
+/// The timeline's legend: its curves and lines, then the marks under it.
+pub fn timeline(th: &Theme, width: u16) -> Line<'static> {
+    let p = &th.palette;
+    let item = |glyph, color, name, short| Item {
+        glyph,
+        style: th.fg(color),
+        name,
+        short,
+    };
+    let mark = |g: Glyph, name, short| Item {
+        glyph: g.symbol(),
+        style: super::timeline::mark_style(th, g),
+        name,
+        short,
+    };
+    let items = [
+        item("█", p.allocated_line, "allocated", "alloc"),
+        item("░", p.reserved_line, "reserved", "resv"),
+        item("┄", p.peak, "peak so far", "peak"),
+        item("━", p.capacity, "capacity", "cap"),
+        item("▲", p.cursor, "cursor", "cur"),
+        mark(Glyph::Iteration, "iteration", "iter"),
+        mark(Glyph::Phase(Phase::Forward), "forward", "fwd"),
+        mark(Glyph::Phase(Phase::Backward), "backward", "bwd"),
+        mark(Glyph::Phase(Phase::Optimizer), "optimizer", "opt"),
+        mark(Glyph::Phase(Phase::Eval), "eval", "eval"),
+        mark(Glyph::Narration, "narration", "note"),
+        mark(Glyph::Oom, "OOM", "OOM"),
+        mark(Glyph::Error, "error", "err"),
+    ];
+    fit(th, &items, width)
+}
+
+/// A name after a glyph that is a letter or a sign ("X OOM") stands apart
+/// from it; after a block or a line ("█alloc") it needs no space.
+fn gap(i: &Item) -> usize {
+    usize::from(i.glyph.is_ascii())
+}
+
+fn fit(th: &Theme, items: &[Item], width: u16) -> Line<'static> {
     let fits = |name: fn(&Item) -> &'static str| {
         let w: usize = items
             .iter()
-            .map(|i| i.glyph.chars().count() + name(i).chars().count() + 1)
+            .map(|i| i.glyph.chars().count() + gap(i) + name(i).chars().count() + 1)
             .sum();
         w <= usize::from(width)
     };
@@ -36,24 +81,26 @@ pub fn legend(th: &Theme, mode: ColorMode, by_line: bool, width: u16) -> Line<'s
     let glyphs: usize = items.iter().map(|i| i.glyph.chars().count() + 1).sum();
     let mut room = usize::from(width).saturating_sub(glyphs);
     let mut spans = Vec::new();
-    for i in &items {
+    for i in items {
         let n = name(i);
-        let named = n.chars().count() <= room;
+        let named = n.chars().count() + gap(i) <= room;
         if named {
-            room -= n.chars().count();
+            room -= n.chars().count() + gap(i);
         } else {
             room = 0;
         }
         spans.push(Span::styled(i.glyph, i.style));
-        spans.push(Span::styled(
-            format!("{} ", if named { n } else { "" }),
-            th.dim(),
-        ));
+        let text = match (named, gap(i)) {
+            (false, _) => " ".to_string(),
+            (true, 0) => format!("{n} "),
+            (true, _) => format!(" {n} "),
+        };
+        spans.push(Span::styled(text, th.dim()));
     }
     Line::from(spans)
 }
 
-fn items(th: &Theme, mode: ColorMode, by_line: bool) -> Vec<Item> {
+fn map_items(th: &Theme, mode: ColorMode, by_line: bool) -> Vec<Item> {
     let p = &th.palette;
     let mut items: Vec<Item> = match mode {
         ColorMode::State => [
@@ -114,25 +161,25 @@ mod tests {
         let th = Theme::builtin(ThemeName::Dark, false).expect("parses");
         for mode in [ColorMode::State, ColorMode::Category] {
             for width in [20u16, 40, 60, 78, 120, 200] {
-                let t = text(&legend(&th, mode, false, width));
+                let t = text(&map(&th, mode, false, width));
                 assert!(
                     t.chars().count() <= usize::from(width),
                     "{mode:?} {width}: {t}"
                 );
             }
         }
-        let wide = text(&legend(&th, ColorMode::Category, false, 200));
+        let wide = text(&map(&th, ColorMode::Category, false, 200));
         assert!(
             wide.contains("optimizer_state") && wide.contains("amp_cache"),
             "{wide}"
         );
-        let narrow = text(&legend(&th, ColorMode::Category, false, 78));
+        let narrow = text(&map(&th, ColorMode::Category, false, 78));
         assert!(
             narrow.contains("optim") && narrow.contains("wksp"),
             "{narrow}"
         );
         // Too narrow for every name: the first ones keep theirs.
-        let tight = text(&legend(&th, ColorMode::State, false, 34));
+        let tight = text(&map(&th, ColorMode::State, false, 34));
         assert!(tight.starts_with("█alloc ▒pend"), "{tight}");
         assert!(tight.contains('╌') && tight.contains('▚'), "{tight}");
     }
@@ -140,11 +187,35 @@ mod tests {
     #[test]
     fn without_colour_categories_are_letters() {
         let th = Theme::builtin(ThemeName::Dark, true).expect("parses");
-        let t = text(&legend(&th, ColorMode::Category, false, 200));
+        let t = text(&map(&th, ColorMode::Category, false, 200));
         for (letter, c) in CATEGORY_LETTERS.iter().zip(CATEGORIES) {
-            assert!(t.contains(&format!("{letter}{}", c.name())), "{t}");
+            assert!(t.contains(&format!("{letter} {}", c.name())), "{t}");
         }
         let distinct: std::collections::HashSet<_> = CATEGORY_LETTERS.iter().collect();
         assert_eq!(distinct.len(), CATEGORY_LETTERS.len());
+    }
+
+    #[test]
+    fn the_timeline_legend_names_every_mark_it_can_and_is_never_cut() {
+        let th = Theme::builtin(ThemeName::Dark, false).expect("parses");
+        let wide = text(&timeline(&th, 200));
+        for name in [
+            "allocated",
+            "reserved",
+            "peak so far",
+            "capacity",
+            "OOM",
+            "narration",
+        ] {
+            assert!(wide.contains(name), "{name}: {wide}");
+        }
+        for width in [30u16, 60, 78, 120] {
+            let t = text(&timeline(&th, width));
+            assert!(t.chars().count() <= usize::from(width), "{width}: {t}");
+            assert!(
+                t.contains('X') && t.contains('E'),
+                "every glyph at {width}: {t}"
+            );
+        }
     }
 }
