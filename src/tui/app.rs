@@ -510,6 +510,7 @@ impl App {
                     Some(i) => (i as isize + delta).clamp(0, n - 1) as usize,
                     None => 0,
                 });
+                r.leak_scroll = 0;
             }
             Focus::Log => r.scroll_log(delta),
         }
@@ -525,6 +526,8 @@ impl App {
         r.sync_map();
         match focus {
             Focus::Log => r.scroll_log(delta * 10),
+            // A finding's path and evidence can outgrow a small panel.
+            Focus::Leaks => r.leak_scroll = r.leak_scroll.saturating_add_signed(delta as i16 * 5),
             _ if r.by_line.is_some() => {
                 let page = r.frame.by_line.rows.len().max(1) as isize;
                 return r.move_site(delta * page);

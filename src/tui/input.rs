@@ -137,7 +137,10 @@ pub const KEYS: &[(&str, &str)] = &[
         "j ↓ / k ↑",
         "select next / previous (block, finding, log line)",
     ),
-    ("PgDn / PgUp", "next / previous segment (map), page (log)"),
+    (
+        "PgDn / PgUp",
+        "next / previous segment (map), page (log), scroll (leaks)",
+    ),
     (
         "Enter",
         "map: block's allocation event · leaks: highlight · log: event details",
@@ -310,7 +313,7 @@ pub fn hints(focus: Focus) -> &'static str {
             "j/k block  b stack  u by line  Enter alloc event  PgDn/PgUp segment  z/Z zoom  c colour"
         }
         Focus::Timeline => "click/drag seek  z/Z zoom  </> pan  o/p/i step  x OOM  n narration",
-        Focus::Leaks => "j/k finding  Enter highlight  f/F leaked block",
+        Focus::Leaks => "j/k finding  PgDn/PgUp scroll  Enter highlight  f/F leaked block",
         Focus::Stats => "Tab next panel",
         Focus::Log => "j/k line  Enter event details  PgDn/PgUp page",
     }

@@ -68,6 +68,8 @@ pub struct RunView {
     pub pending_oom: bool,
     /// How far the producer has got reading its file, until it is read.
     /// The last drain left messages in the source (it took its budget).
+    /// Lines the leak panel is scrolled down by.
+    pub(super) leak_scroll: u16,
     pub(super) backlog: bool,
     pub loading: Option<LoadProgress>,
     /// The producer reads a file (it said how far it had got).
@@ -146,6 +148,7 @@ impl RunView {
             pending_oom: false,
             loading: None,
             backlog: false,
+            leak_scroll: 0,
             reads_file: false,
             expected_events: None,
             source: Some(source),

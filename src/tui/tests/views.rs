@@ -274,6 +274,21 @@ fn compact_layout_at_80x24() {
     let s = screen(&mut app, 80, 24);
     assert!(s.contains(" Leaks "), "leaks behind Tab\n{s}");
     insta::assert_snapshot!("compact_80x24_leaks", s);
+    // A selected finding's path and evidence scroll into view.
+    keys(&mut app, "j");
+    let evidence = {
+        let r = &app.runs[0];
+        let f = &r.findings[r.sel_finding.expect("selected")];
+        f.evidence.chars().take(30).collect::<String>()
+    };
+    let mut s = screen(&mut app, 80, 24);
+    let mut pages = 0;
+    while !s.contains(&evidence) && pages < 10 {
+        app.handle_key(code(KeyCode::PageDown));
+        s = screen(&mut app, 80, 24);
+        pages += 1;
+    }
+    assert!(s.contains(&evidence), "evidence never in view\n{s}");
 }
 
 #[test]

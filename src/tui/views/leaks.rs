@@ -137,9 +137,11 @@ pub fn render_run(frame: &mut Frame, area: Rect, app: &App, run: usize) {
     } else if !r.findings.is_empty() {
         lines.push(Line::styled("j/k select · Enter highlight", th.dim()));
     }
+    let scroll = r.leak_scroll.min(lines.len().saturating_sub(1) as u16);
     frame.render_widget(
         Paragraph::new(lines)
             .wrap(Wrap { trim: false })
+            .scroll((scroll, 0))
             .block(block),
         area,
     );
