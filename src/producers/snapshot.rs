@@ -236,12 +236,14 @@ fn plan(
         Some(_) => from_snapshot::verify_device(snap, device, None),
         None => None,
     };
-    // A mirrored trace's events are its own, one per allocator entry.
     let trace = snap
         .device_traces
         .get(device)
         .map_or(&[][..], Vec::as_slice);
+    // A mirrored trace's events are its own, one per allocator entry.
     let mirrored = under.is_none() && !trace.is_empty();
+    // The stacks and times are gathered beside the rebuild where there is
+    // one (below), here otherwise.
     let (mut work, capacity, events, tags) = match (under, replay) {
         (Some(config), Some(replay)) => {
             let capacity = device_capacity(&replay, None);
@@ -250,26 +252,13 @@ fn plan(
                 config,
                 capacity,
             };
-            (
-                work,
-                Some(capacity),
-                None,
-                entry_tags(snap, device, mirrored),
-            )
+            (work, Some(capacity), None, None)
         }
         // Nothing was traced: no request to replay, the recorded state stands.
-        (Some(_), None) => (
-            Work::State(final_map(snap, device)),
-            None,
-            Some(0),
-            entry_tags(snap, device, mirrored),
-        ),
-        (None, _) if trace.is_empty() => (
-            Work::State(final_map(snap, device)),
-            None,
-            Some(0),
-            entry_tags(snap, device, mirrored),
-        ),
+        (Some(_), None) => (Work::State(final_map(snap, device)), None, Some(0), None),
+        (None, _) if trace.is_empty() => {
+            (Work::State(final_map(snap, device)), None, Some(0), None)
+        }
         (None, _) => {
             let reader = EntryReader::new(snap, trace);
             let config = from_snapshot::config(snap);
@@ -305,10 +294,10 @@ fn plan(
                 device_free,
                 config,
             };
-            (work, capacity, Some(events), tags)
+            (work, capacity, Some(events), Some(tags))
         }
     };
-    let tags: Arc<dyn TagInfo> = tags;
+    let tags: Arc<dyn TagInfo> = tags.unwrap_or_else(|| entry_tags(snap, device, mirrored));
     let opened = Opened {
         tags: Some(tags),
         capacity,

@@ -69,21 +69,9 @@ impl<'a> TraceMirror<'a> {
             .map(|(ev, _)| Event::Alloc(ev))
     }
 
-    /// Entries `first..first + entries.len()` of the trace as the next part
-    /// of its timeline: each placed once, with the curve after it, what the
-    /// map could not place, and the keyframes due.
-    pub fn part(
-        &mut self,
-        first: usize,
-        entries: &[Entry],
-        device_free: impl Fn(usize) -> Option<u64>,
-    ) -> TimelinePart {
-        let mut part = TimelinePart::with_capacity(entries.len());
-        self.fill_part(first, entries, device_free, &mut part);
-        part
-    }
-
-    /// [`TraceMirror::part`] into a part whose buffers are reused.
+    /// Entries `first..first + entries.len()` of the trace into `part` (its
+    /// buffers reused), the next part of its timeline: each placed once, with
+    /// the curve after it, what the map could not place, and the keyframes due.
     pub fn fill_part(
         &mut self,
         first: usize,

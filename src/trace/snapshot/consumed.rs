@@ -22,14 +22,6 @@ impl ConsumedTrace {
         }
     }
 
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
     /// The index of the first entry the next chunk holds.
     pub fn position(&self) -> usize {
         self.read

@@ -5,7 +5,6 @@ use crossterm::event::KeyEvent;
 
 use super::App;
 use crate::alloc::Action;
-use crate::trace::Event;
 use crate::tui::input::{self, PopupAction};
 use crate::tui::{details, narration};
 
@@ -58,9 +57,9 @@ impl App {
             self.popup = Some(p);
             return true;
         }
-        let oom = r.cursor().filter(|c| {
-            matches!(r.timeline.events().get(*c), Some(Event::Alloc(a)) if a.action == Action::Oom)
-        });
+        let oom = r
+            .cursor()
+            .filter(|c| r.timeline.events().is_action(*c, Action::Oom));
         match oom.and_then(|c| details::event_popup(r, c)) {
             Some(p) => self.popup = Some(p),
             None => {
