@@ -50,6 +50,13 @@ fn wait_for(session: &str, what: impl Fn(&str) -> bool, limit: Duration) -> Opti
     None
 }
 
+/// Press `q` and wait for the shell after vramscope to say it exited 0;
+/// the screen then, or `None`.
+fn quit_cleanly(session: &str) -> Option<String> {
+    tmux(&["send-keys", "-t", session, "q"]).expect("quit");
+    wait_for(session, |s| s.contains("EXITED:0"), Duration::from_secs(15))
+}
+
 /// The status line says every event is in: the count has no `+` (more to
 /// come), and nothing is being read, placed or followed live.
 fn all_read(screen: &str) -> bool {
@@ -75,11 +82,16 @@ fn guided_tour_in_a_real_terminal() {
     let session = format!("vramscope-test-{}", std::process::id());
     let bin = env!("CARGO_BIN_EXE_vramscope");
     let cleanup = start(&session, 150, 46, &format!("{bin}; echo EXITED:$?"));
-    // The tour stops at each narration: space goes on, as a teacher would.
+    // The tour stops at each narration: space goes on, as a teacher would,
+    // once per stop (a screen not yet redrawn after the first press would
+    // take a second one as "pause").
+    let pressed_at = std::cell::RefCell::new(String::new());
     let shown = wait_for(
         &session,
         |s| {
-            if s.contains("narration: space goes on") {
+            let status = s.lines().next().unwrap_or_default();
+            if s.contains("narration: space goes on") && *pressed_at.borrow() != status {
+                *pressed_at.borrow_mut() = status.to_string();
                 let _ = tmux(&["send-keys", "-t", &session, " "]);
             }
             s.contains("Memory map")
@@ -105,12 +117,7 @@ fn guided_tour_in_a_real_terminal() {
         Some("1"),
         "the UI runs on the alternate screen"
     );
-    tmux(&["send-keys", "-t", &session, "q"]).expect("send q");
-    let back = wait_for(
-        &session,
-        |s| s.contains("EXITED:0"),
-        Duration::from_secs(15),
-    );
+    let back = quit_cleanly(&session);
     let alternate = tmux(&["display", "-p", "-t", &session, "#{alternate_on}"]);
     let last = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();
     cleanup();
@@ -212,12 +219,7 @@ fn every_real_snapshot_ends_in_the_terminal_where_the_report_says() {
                 Duration::from_secs(10),
             );
             let last = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();
-            tmux(&["send-keys", "-t", &session, "q"]).expect("quit");
-            let quit = wait_for(
-                &session,
-                |s| s.contains("EXITED:0"),
-                Duration::from_secs(15),
-            );
+            let quit = quit_cleanly(&session);
             cleanup();
             let name = file.file_name().unwrap_or_default().to_string_lossy();
             if done.is_none() || shown.is_none() || quit.is_none() {
@@ -263,12 +265,7 @@ fn paused_tour_waits_for_space() {
         Duration::from_secs(20),
     );
     let last = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();
-    tmux(&["send-keys", "-t", &session, "q"]).expect("quit");
-    let quit = wait_for(
-        &session,
-        |s| s.contains("EXITED:0"),
-        Duration::from_secs(15),
-    );
+    let quit = quit_cleanly(&session);
     cleanup();
     assert!(opened.is_some(), "the paused tour did not open:\n{last}");
     assert!(
@@ -319,12 +316,7 @@ fn presenter_steps_by_phase_to_loss_backward() {
     }
     let styled = tmux(&["capture-pane", "-p", "-e", "-t", &session]).unwrap_or_default();
     let last = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();
-    tmux(&["send-keys", "-t", &session, "q"]).expect("quit");
-    let quit = wait_for(
-        &session,
-        |s| s.contains("EXITED:0"),
-        Duration::from_secs(15),
-    );
+    let quit = quit_cleanly(&session);
     cleanup();
     assert!(
         opened.is_some(),
