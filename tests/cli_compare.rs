@@ -184,3 +184,40 @@ fn compare_says_how_to_call_it() {
         assert!(err.contains(expected), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn checkpointing_shows_its_recompute_cost_beside_its_memory_saving() {
+    let (code, out, err) = vramscope(&["compare", "checkpoint-none", "checkpoint-every-layer"]);
+    assert_eq!(code, 0, "{err}");
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("compute (est.)"))
+        .unwrap_or_else(|| panic!("a compute row: {out}"));
+    assert!(row.contains("% recompute"), "{row}");
+    let change = row.split_whitespace().last().unwrap_or_default();
+    assert!(change.starts_with('+'), "checkpointing costs time: {row}");
+    assert!(
+        out.contains("not measured"),
+        "labelled as an estimate: {out}"
+    );
+    // The report's JSON splits the same estimate by part.
+    let (code, out, err) = vramscope(&["run", "checkpoint-every-layer", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    let est = &v["compute_estimate"]["estimate"];
+    assert!(est["label"]
+        .as_str()
+        .is_some_and(|l| l.contains("estimate")));
+    let parts: Vec<&str> = est["parts"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|p| p["part"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(
+        parts.contains(&"recompute") && parts.contains(&"backward"),
+        "{est}"
+    );
+    let (_, plain, _) = vramscope(&["run", "checkpoint-none", "--json"]);
+    let plain = json(&plain);
+    let flops = |v: &serde_json::Value| v["compute_estimate"]["estimate"]["flops"].as_u64();
+    assert!(flops(&v) > flops(&plain), "recompute adds FLOPs");
+}

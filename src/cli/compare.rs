@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use serde::Serialize;
 use serde_json::{json, Value};
 use vramscope::alloc::{format_size, AllocConfig};
+use vramscope::device::estimate::format_ms;
 use vramscope::producers::{file_title, is_snapshot_path};
 use vramscope::report::run as run_report;
 use vramscope::report::snapshot::SnapshotReport;
@@ -33,6 +34,10 @@ struct Figures {
     ooms: usize,
     /// Leak findings and the others (fragmentation, one-off peaks).
     findings: Vec<String>,
+    /// Scenarios on a named GPU: the last iteration's estimated compute
+    /// time (ms) and the share of its FLOPs that recompute checkpoints.
+    compute_estimate_ms: Option<f64>,
+    recompute_share: Option<f64>,
 }
 
 struct Side {
@@ -106,6 +111,7 @@ fn scenario_side(input: &str, conf: Option<&str>) -> anyhow::Result<Side> {
         },
     );
     let checks = check(&scenario.expect, &result);
+    let estimate = result.compute_estimate().map(|(_, e)| e);
     let figures = Figures {
         label: scenario.name.clone(),
         kind: "scenario",
@@ -119,6 +125,8 @@ fn scenario_side(input: &str, conf: Option<&str>) -> anyhow::Result<Side> {
             .iter()
             .map(|f| format!("{} ({})", f.root, f.kind.as_str()))
             .collect(),
+        compute_estimate_ms: estimate.as_ref().map(|e| e.milliseconds),
+        recompute_share: estimate.as_ref().map(|e| e.recompute_share),
     };
     Ok(Side {
         figures,
@@ -152,6 +160,8 @@ fn snapshot_side(input: &str, path: &Path, conf: Option<&str>) -> anyhow::Result
             .flat_map(|l| &l.findings)
             .map(|f| format!("{} ({})", f.root, f.kind.as_str()))
             .collect(),
+        compute_estimate_ms: None,
+        recompute_share: None,
     };
     Ok(Side {
         figures,
@@ -203,6 +213,27 @@ fn table(a: &Figures, b: &Figures) -> String {
             delta(x, y)
         );
     }
+    if a.compute_estimate_ms.is_some() || b.compute_estimate_ms.is_some() {
+        let cell = |f: &Figures| match (f.compute_estimate_ms, f.recompute_share) {
+            (Some(ms), Some(r)) if r > 0.0 => {
+                format!("~{} ({:.0}% recompute)", format_ms(ms), r * 100.0)
+            }
+            (Some(ms), _) => format!("~{}", format_ms(ms)),
+            _ => "—".to_string(),
+        };
+        let change = match (a.compute_estimate_ms, b.compute_estimate_ms) {
+            (Some(x), Some(y)) if x > 0.0 => format!("{:+.0}%", (y / x - 1.0) * 100.0),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "{:<16}  {:>w$}  {:>w$}  {:>14}",
+            "compute (est.)",
+            cell(a),
+            cell(b),
+            change
+        );
+    }
     let _ = writeln!(out, "{:<16}  {:>w$}  {:>w$}", "OOMs", a.ooms, b.ooms);
     let _ = writeln!(
         out,
@@ -215,6 +246,13 @@ fn table(a: &Figures, b: &Figures) -> String {
         for finding in &f.findings {
             let _ = writeln!(out, "  {}: {finding}", f.label);
         }
+    }
+    if a.compute_estimate_ms.is_some() || b.compute_estimate_ms.is_some() {
+        let _ = writeln!(
+            out,
+            "compute (est.): the last iteration's kernels, {}",
+            vramscope::device::estimate::ESTIMATE_LABEL
+        );
     }
     out
 }

@@ -5,6 +5,7 @@
 
 pub mod budget;
 pub mod cuda;
+pub mod estimate;
 pub mod gpu;
 pub mod kernels;
 pub mod launch;

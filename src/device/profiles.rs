@@ -69,6 +69,13 @@ pub struct GpuProfile {
     pub peak_tflops: f64,
     /// Vendor peak memory bandwidth, GB/s.
     pub bandwidth_gb_s: f64,
+    /// Vendor peak FP32 on CUDA cores, TFLOP/s.
+    pub fp32_tflops: f64,
+    /// Vendor peak dense TF32 tensor throughput, TFLOP/s (the FP32 figure
+    /// on cards without TF32).
+    pub tf32_tflops: f64,
+    /// Vendor peak FP64 (tensor cores where the card has them), TFLOP/s.
+    pub fp64_tflops: f64,
 }
 
 const GIB: u64 = 1 << 30;
@@ -88,6 +95,9 @@ pub const PROFILES: [GpuProfile; 9] = [
         context_bytes: Some(552_402_944),
         peak_tflops: 989.4,
         bandwidth_gb_s: 3352.0,
+        fp32_tflops: 66.9,
+        tf32_tflops: 494.7,
+        fp64_tflops: 66.9,
     },
     GpuProfile {
         name: "A100-SXM-80GB",
@@ -100,6 +110,9 @@ pub const PROFILES: [GpuProfile; 9] = [
         context_bytes: None,
         peak_tflops: 312.0,
         bandwidth_gb_s: 2039.0,
+        fp32_tflops: 19.5,
+        tf32_tflops: 156.0,
+        fp64_tflops: 19.5,
     },
     GpuProfile {
         name: "A100-SXM-40GB",
@@ -112,6 +125,9 @@ pub const PROFILES: [GpuProfile; 9] = [
         context_bytes: None,
         peak_tflops: 312.0,
         bandwidth_gb_s: 1555.0,
+        fp32_tflops: 19.5,
+        tf32_tflops: 156.0,
+        fp64_tflops: 19.5,
     },
     GpuProfile {
         name: "L4",
@@ -124,6 +140,9 @@ pub const PROFILES: [GpuProfile; 9] = [
         context_bytes: None,
         peak_tflops: 121.0,
         bandwidth_gb_s: 300.0,
+        fp32_tflops: 30.3,
+        tf32_tflops: 60.0,
+        fp64_tflops: 0.49,
     },
     GpuProfile {
         name: "RTX-4090",
@@ -136,6 +155,9 @@ pub const PROFILES: [GpuProfile; 9] = [
         context_bytes: None,
         peak_tflops: 165.2,
         bandwidth_gb_s: 1008.0,
+        fp32_tflops: 82.6,
+        tf32_tflops: 82.6,
+        fp64_tflops: 1.29,
     },
     GpuProfile {
         name: "RTX-3090",
@@ -148,6 +170,9 @@ pub const PROFILES: [GpuProfile; 9] = [
         context_bytes: None,
         peak_tflops: 71.0,
         bandwidth_gb_s: 936.0,
+        fp32_tflops: 35.6,
+        tf32_tflops: 35.6,
+        fp64_tflops: 0.56,
     },
     GpuProfile {
         name: "T4",
@@ -161,6 +186,9 @@ pub const PROFILES: [GpuProfile; 9] = [
         // FP16: Turing has no BF16.
         peak_tflops: 65.0,
         bandwidth_gb_s: 320.0,
+        fp32_tflops: 8.1,
+        tf32_tflops: 8.1,
+        fp64_tflops: 0.25,
     },
     GpuProfile {
         name: "V100-SXM2-32GB",
@@ -174,6 +202,9 @@ pub const PROFILES: [GpuProfile; 9] = [
         // FP16: Volta has no BF16.
         peak_tflops: 125.0,
         bandwidth_gb_s: 900.0,
+        fp32_tflops: 15.7,
+        tf32_tflops: 15.7,
+        fp64_tflops: 7.8,
     },
     GpuProfile {
         name: "V100-SXM2-16GB",
@@ -186,6 +217,9 @@ pub const PROFILES: [GpuProfile; 9] = [
         context_bytes: None,
         peak_tflops: 125.0,
         bandwidth_gb_s: 900.0,
+        fp32_tflops: 15.7,
+        tf32_tflops: 15.7,
+        fp64_tflops: 7.8,
     },
 ];
 

@@ -21,6 +21,8 @@ pub enum EngineEvent {
         requested: u64,
         reserved: u64,
         peak_allocated: u64,
+        /// The kernels' arithmetic and traffic in this iteration.
+        work: crate::engine::work::WorkTally,
     },
     PhaseBegin(Phase),
     PhaseEnd(Phase),

@@ -37,6 +37,7 @@ mod slab;
 pub mod storage;
 pub mod tag;
 pub mod tensor;
+pub mod work;
 
 #[cfg(test)]
 pub(crate) mod tests;
@@ -126,6 +127,8 @@ pub struct Engine {
     /// Runs real kernels on the tensors (a CUDA run); None: nothing is launched.
     pub(crate) launcher: Option<AnyLauncher>,
     pub(crate) launch_stats: LaunchStats,
+    /// The kernels' arithmetic and traffic so far, for time estimates.
+    pub(crate) work: work::WorkTally,
     /// Tests: every launch checked against the allocator's blocks first.
     #[cfg(test)]
     pub(crate) launch_violations: Option<Vec<String>>,
@@ -182,6 +185,7 @@ impl Engine {
             warned: Vec::new(),
             launcher: None,
             launch_stats: LaunchStats::default(),
+            work: work::WorkTally::default(),
             #[cfg(test)]
             launch_violations: None,
         })

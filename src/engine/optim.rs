@@ -153,12 +153,32 @@ impl Engine {
         let r = self.optim_step_inner(&mut opt);
         if r.is_err() {
             self.unwind_locals(mark);
+        } else if !opt.cfg.cpu_offload {
+            self.count_update_traffic(&opt);
         }
         opt.steps += 1;
         self.optimizer = Some(opt);
         let end = self.op_end(prev);
         self.phase_end(Phase::Optimizer, prev_phase);
         r.and(end)
+    }
+
+    /// An update reads each parameter, its gradient and its state and writes
+    /// the parameter and the state back: memory-bound whatever the optimizer.
+    fn count_update_traffic(&mut self, opt: &Optimizer) {
+        let mut bytes = 0u64;
+        for p in self.parameters() {
+            let Some(g) = self.grad(p) else { continue };
+            let state: u64 = opt
+                .state
+                .get(&p)
+                .map_or(0, |st| st.bufs.iter().map(|b| self.gpu_bytes(*b)).sum());
+            bytes = bytes
+                .saturating_add(2 * self.gpu_bytes(p))
+                .saturating_add(self.gpu_bytes(g))
+                .saturating_add(2 * state);
+        }
+        self.count_bytes(bytes);
     }
 
     fn optim_step_inner(&mut self, opt: &mut Optimizer) -> Result<()> {

@@ -272,6 +272,7 @@ impl Engine {
     pub fn run_iteration(&mut self, p: &Program) -> Result<()> {
         self.ctx.iteration += 1;
         let it = self.ctx.iteration;
+        let work_before = self.work;
         self.events.push(EngineEvent::IterationBegin(it));
         for (index, s) in numbered(&p.steps, preorder_len(&p.setup)) {
             self.run_step(s, index, p)?;
@@ -282,6 +283,7 @@ impl Engine {
             requested: self.alloc.stats().requested_bytes(),
             reserved: self.reserved_bytes(),
             peak_allocated: self.peak_allocated_bytes(),
+            work: self.work.since(&work_before),
         });
         Ok(())
     }

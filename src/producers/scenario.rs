@@ -194,6 +194,21 @@ fn open_engine(
     ))
 }
 
+/// The latest iteration's work as a time on the scenario's GPU, if it names one.
+fn iteration_estimate(
+    run: &ScenarioRun,
+    built: &Built,
+) -> Option<(u32, crate::device::estimate::ComputeEstimate)> {
+    let gpu = built.conditions.gpu.as_ref()?;
+    let last = run.per_iteration().last()?;
+    (!last.work.is_empty()).then(|| {
+        (
+            last.iteration,
+            crate::device::estimate::estimate(&last.work, gpu),
+        )
+    })
+}
+
 fn run_once(
     scenario: &Scenario,
     built: &Built,
@@ -228,6 +243,11 @@ fn run_once(
             return Ended::UiGone;
         }
         if let Unit::Iteration(_) = step.unit {
+            if let Some(e) = iteration_estimate(&run, built) {
+                if tx.send(SourceMsg::Compute(Box::new(e))).is_err() {
+                    return Ended::UiGone;
+                }
+            }
             if restart_requested(cmd) {
                 return Ended::Restart;
             }

@@ -139,6 +139,9 @@ pub enum SourceMsg {
     FindingsNow(Vec<Finding>),
     /// `memory_stats()` of the run's allocator (boxed: it is large).
     Stats(Box<MemoryStats>),
+    /// The estimated compute time of the iteration that just ended (its
+    /// number), on the scenario's GPU.
+    Compute(Box<(u32, crate::device::estimate::ComputeEstimate)>),
     /// A run on a real GPU: what NVML said this process held right after the
     /// device was opened, before the first allocation (the CUDA context).
     /// `None` when NVML could not say.

@@ -6,6 +6,7 @@ use std::fmt::Write;
 use serde_json::{json, Value};
 
 use crate::alloc::format_size;
+use crate::device::estimate::{format_flops, format_ms};
 use crate::device::Kernel;
 use crate::scenario::{Conditions, ExpectationResult, GpuRun, RunResult, Scenario};
 
@@ -23,6 +24,9 @@ pub fn text(s: &Scenario, r: &RunResult, checks: &[ExpectationResult]) -> String
         format_size(r.peak_allocated),
         format_size(r.peak_reserved)
     );
+    if let Some(line) = compute_text(r) {
+        let _ = writeln!(out, "{line}");
+    }
     if !r.per_iteration.is_empty() {
         // The change column keeps small growth visible: 512 B an iteration
         // does not move a figure printed to 0.01 MiB.
@@ -114,6 +118,34 @@ pub fn text(s: &Scenario, r: &RunResult, checks: &[ExpectationResult]) -> String
     out
 }
 
+/// The estimated compute time of the last iteration, part by part.
+pub fn compute_text(r: &RunResult) -> Option<String> {
+    let (iteration, e) = r.compute_estimate()?;
+    let parts: Vec<String> = e
+        .parts
+        .iter()
+        .filter(|p| p.milliseconds >= 0.001)
+        .map(|p| format!("{} {}", p.part, format_ms(p.milliseconds)))
+        .collect();
+    let recompute = if e.recompute_share > 0.0 {
+        format!(
+            "; recomputing checkpointed layers is {:.0}% of the FLOPs",
+            e.recompute_share * 100.0
+        )
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "compute time, iteration {iteration}: ~{} on {} ({}: {}, {} moved{recompute}) — {}",
+        format_ms(e.milliseconds),
+        e.gpu,
+        parts.join(", "),
+        format_flops(e.flops),
+        format_size(e.bytes),
+        e.label
+    ))
+}
+
 /// How far the run got: an OOM or error stops it part-way through an
 /// iteration, which is not counted as run.
 fn iterations_line(r: &RunResult) -> String {
@@ -167,6 +199,7 @@ pub fn json(r: &RunResult, checks: &[ExpectationResult]) -> Value {
         "kernels": kernels_json(r),
         "gpu": r.gpu,
         "conditions": r.conditions,
+        "compute_estimate": r.compute_estimate().map(|(iteration, e)| json!({"iteration": iteration, "estimate": e})),
     })
 }
 

@@ -61,6 +61,21 @@ pub struct RunResult {
     pub gpu: Option<GpuRun>,
 }
 
+impl RunResult {
+    /// The last completed iteration's work as a time on the scenario's GPU
+    /// (None without iterations or without a named GPU).
+    pub fn compute_estimate(&self) -> Option<(u32, crate::device::estimate::ComputeEstimate)> {
+        let gpu = self.conditions.gpu.as_ref()?;
+        let last = self.per_iteration.last()?;
+        (!last.work.is_empty()).then(|| {
+            (
+                last.iteration,
+                crate::device::estimate::estimate(&last.work, gpu),
+            )
+        })
+    }
+}
+
 /// What a run on a real GPU adds to the report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GpuRun {

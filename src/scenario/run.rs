@@ -25,6 +25,9 @@ pub struct IterationPoint {
     pub requested: u64,
     pub reserved: u64,
     pub peak_allocated: u64,
+    /// The kernels' arithmetic and traffic (the report shows it as a time estimate).
+    #[serde(skip)]
+    pub work: crate::engine::work::WorkTally,
 }
 
 /// The part of the program an [`Advanced`] ran.
@@ -204,12 +207,14 @@ impl<'a> ScenarioRun<'a> {
                     requested,
                     reserved,
                     peak_allocated,
+                    work,
                 } => self.per_iteration.push(IterationPoint {
                     iteration: *iter,
                     allocated: *allocated,
                     requested: *requested,
                     reserved: *reserved,
                     peak_allocated: *peak_allocated,
+                    work: *work,
                 }),
                 _ => {}
             }

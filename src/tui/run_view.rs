@@ -6,6 +6,7 @@ use super::input::{Dir, Step};
 use super::marks::MarkIndex;
 use super::views::{event_log, segment_map, stats, timeline};
 use crate::alloc::{MemoryStats, Tag};
+use crate::device::estimate::ComputeEstimate;
 use crate::device::PciAddress;
 use crate::leak::Finding;
 use crate::producers::{LoadProgress, Polled, SnapshotDevices, Source, SourceMsg, TagInfo};
@@ -80,6 +81,8 @@ pub struct RunView {
     pub findings: Vec<Finding>,
     /// Findings of a live run by the number of events received when they came.
     pub(super) findings_at: Vec<(usize, Vec<Finding>)>,
+    /// Each iteration's estimated compute time, from the event count at its end.
+    pub compute_at: Vec<(usize, (u32, ComputeEstimate))>,
     /// The engine's `memory_stats()` counters, sent at the end: whole-run
     /// figures (the stats panel says so where it shows one).
     pub stats: Option<MemoryStats>,
@@ -155,6 +158,7 @@ impl RunView {
             timeline: Timeline::new(),
             findings: Vec::new(),
             findings_at: Vec::new(),
+            compute_at: Vec::new(),
             stats: None,
             finished: false,
             failure: None,
@@ -287,6 +291,7 @@ impl RunView {
                 self.findings_at.push((self.timeline.len(), f));
                 self.show_findings_at_cursor();
             }
+            SourceMsg::Compute(c) => self.compute_at.push((self.timeline.len(), *c)),
             SourceMsg::Stats(s) => {
                 self.stats = Some(*s);
                 // The stats panel shows the run's retry count from these.
@@ -319,6 +324,12 @@ impl RunView {
     }
 
     /// A live run's leak panel shows what the detector knew at the cursor.
+    /// The estimate of the last iteration that ended at or before the cursor.
+    pub fn compute_at_cursor(&self) -> Option<&(u32, ComputeEstimate)> {
+        let k = self.compute_at.partition_point(|(at, _)| *at <= self.pos);
+        k.checked_sub(1).map(|k| &self.compute_at[k].1)
+    }
+
     pub(super) fn show_findings_at_cursor(&mut self) {
         if self.findings_at.is_empty() {
             return;
@@ -337,6 +348,7 @@ impl RunView {
         self.timeline = Timeline::new();
         self.findings.clear();
         self.findings_at.clear();
+        self.compute_at.clear();
         self.stats = None;
         self.finished = false;
         self.failure = None;

@@ -281,6 +281,7 @@ impl Engine {
                             _ => self.empty(m.shape, m.dtype, Category::Gradient)?,
                         };
                         self.k_grad_from(g0, t);
+                        self.count_grad_work(n, kind, i, g0);
                         if kind == BwdKind::Cast
                             && g0.is_some_and(|g| self.layout(g) == Layout::Strided)
                         {
@@ -293,7 +294,7 @@ impl Engine {
                         outs.push(Out::Ready(i, t));
                     }
                 }
-                if let BwdKind::Sdpa { scratch } = kind {
+                if let BwdKind::Sdpa { scratch, .. } = kind {
                     self.sdpa_backward_scratch(scratch)?;
                 }
             }

@@ -113,6 +113,8 @@ pub(crate) enum BwdKind {
     /// scratch.
     Sdpa {
         scratch: SdpaScratch,
+        /// The causal mask: fused kernels skip the masked half of the work.
+        causal: bool,
     },
     /// layer_norm: dX, dgamma, dbeta as needed; past 65,536 rows (see
     /// `scratch::layer_norm`) the weight and bias gradients are then remade

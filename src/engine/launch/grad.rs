@@ -4,6 +4,7 @@
 
 use crate::engine::autograd::NodeId;
 use crate::engine::tensor::TensorId;
+use crate::engine::work::FlopKind;
 use crate::engine::Engine;
 
 impl Engine {
@@ -11,13 +12,15 @@ impl Engine {
     /// (relu/gelu/softmax/… backward), or zero-filled when `g` does not cover it
     /// (a 0-dim loss gradient spread over the input).
     pub(crate) fn k_grad_from(&mut self, g: Option<TensorId>, t: TensorId) {
+        let read = g.map_or(0, |g| self.gpu_bytes(g).min(self.gpu_bytes(t)));
+        self.count_bytes(read.saturating_add(self.gpu_bytes(t)));
         if self.launcher.is_none() {
             return;
         }
         let (gs, ts) = (g.and_then(|g| self.span(g)), self.span(t));
         match (g, gs, ts) {
-            (Some(g), Some((_, ng)), Some((_, nt))) if ng >= nt => self.k_unary(g, t),
-            _ => self.k_fill(t, 0.0),
+            (Some(g), Some((_, ng)), Some((_, nt))) if ng >= nt => self.launch_unary(g, t),
+            _ => self.launch_fill(t, 0.0),
         }
     }
 
@@ -32,10 +35,18 @@ impl Engine {
         g: Option<TensorId>,
         out: TensorId,
     ) {
+        let Some(g) = g else { return };
+        let (shape_g, shape_out) = (self.shape(g), self.shape(out));
+        let glast = shape_g.last().max(1);
+        let inner = if first {
+            glast
+        } else {
+            shape_g.numel() / glast
+        };
+        self.count_gemm(FlopKind::Matmul, g, shape_out.numel(), inner);
         if self.launcher.is_none() {
             return;
         }
-        let Some(g) = g else { return };
         let want: &[&str] = if first { &["mat2"] } else { &["self", "mat1"] };
         let other = self.nodes[n.0]
             .saved
@@ -50,26 +61,20 @@ impl Engine {
         ) else {
             return;
         };
-        let (shape_g, shape_out) = (self.shape(g), self.shape(out));
         let cols = shape_out.last().max(1);
         let rows = shape_out.numel() / cols;
-        let glast = shape_g.last().max(1);
-        let inner = if first {
-            glast
-        } else {
-            shape_g.numel() / glast
-        };
         self.k_matmul_spans(gs, os, cs, (rows, cols, inner));
     }
 
     /// The optimizer's update of one parameter from its gradient (`p += g`
-    /// stands in for the SGD/Adam arithmetic).
+    /// stands in for the SGD/Adam arithmetic; its traffic is counted by the
+    /// step, which knows the state it reads and writes).
     pub(crate) fn k_update(&mut self, p: TensorId) {
         if self.launcher.is_none() {
             return;
         }
         if let Some(g) = self.grad(p) {
-            self.k_binary(p, g, p);
+            self.launch_binary(p, g, p);
         }
     }
 }

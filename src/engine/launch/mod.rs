@@ -19,6 +19,7 @@ use crate::device::kernels::{MAX_ELEMS, MAX_GEMM_ROWS};
 use crate::device::{AnyLauncher, Kernel, Launch};
 use crate::engine::storage::{DeviceKind, StorageId};
 use crate::engine::tensor::TensorId;
+use crate::engine::work::FlopKind;
 use crate::engine::Engine;
 
 /// `(device address, f32 elements)` an operand offers a kernel.
@@ -134,6 +135,11 @@ impl Engine {
 
     /// `fill_f32` over a fresh tensor (parameter init, inputs, zeros, seeds).
     pub(crate) fn k_fill(&mut self, t: TensorId, value: f32) {
+        self.count_bytes(self.gpu_bytes(t));
+        self.launch_fill(t, value);
+    }
+
+    fn launch_fill(&mut self, t: TensorId, value: f32) {
         if self.launcher.is_none() {
             return;
         }
@@ -144,6 +150,11 @@ impl Engine {
 
     /// A one-input elementwise op `out = f(x)` (`relu_f32` stands in for any f).
     pub(crate) fn k_unary(&mut self, x: TensorId, out: TensorId) {
+        self.count_bytes(self.gpu_bytes(x).saturating_add(self.gpu_bytes(out)));
+        self.launch_unary(x, out);
+    }
+
+    fn launch_unary(&mut self, x: TensorId, out: TensorId) {
         if self.launcher.is_none() {
             return;
         }
@@ -159,6 +170,12 @@ impl Engine {
     /// A two-input elementwise op `out = a ⊕ b` (`add_f32`): adds, muls,
     /// gradient accumulation, optimizer updates.
     pub(crate) fn k_binary(&mut self, a: TensorId, b: TensorId, out: TensorId) {
+        let bytes = [a, b, out].map(|t| self.gpu_bytes(t));
+        self.count_bytes(bytes.iter().fold(0u64, |s, b| s.saturating_add(*b)));
+        self.launch_binary(a, b, out);
+    }
+
+    fn launch_binary(&mut self, a: TensorId, b: TensorId, out: TensorId) {
         if self.launcher.is_none() {
             return;
         }
@@ -172,6 +189,7 @@ impl Engine {
 
     /// A reduction into a 0-dim `out`: zero it, then `sum_f32` (atomic adds).
     pub(crate) fn k_sum(&mut self, x: TensorId, out: TensorId) {
+        self.count_bytes(self.gpu_bytes(x));
         if self.launcher.is_none() {
             return;
         }
@@ -216,10 +234,11 @@ impl Engine {
     /// The forward GEMM `out[.., N] = a[.., K] · b`: N is out's last dim, K
     /// a's, and the rows are out's other dims.
     pub(crate) fn k_gemm_forward(&mut self, a: TensorId, b: TensorId, out: TensorId) {
+        let (sa, so) = (self.shape(a), self.shape(out));
+        self.count_gemm(FlopKind::Matmul, a, so.numel(), sa.last());
         if self.launcher.is_none() {
             return;
         }
-        let (sa, so) = (self.shape(a), self.shape(out));
         let n = so.last().max(1);
         self.k_matmul(a, b, out, so.numel() / n, n, sa.last());
     }

@@ -47,7 +47,10 @@ impl Engine {
         let p = if self.ctx.training { dropout } else { 0.0 };
         let out = match backend {
             SdpaBackend::Math => self.sdpa_math(qc, kc, vc, p, causal),
-            _ => self.sdpa_fused(qc, kc, vc, p, backend),
+            _ => {
+                self.count_attention(qc, kc, causal);
+                self.sdpa_fused(qc, kc, vc, p, backend, causal)
+            }
         };
         for t in [qc, kc, vc] {
             self.release(t);
@@ -65,6 +68,7 @@ impl Engine {
         v: TensorId,
         p: f64,
         backend: SdpaBackend,
+        causal: bool,
     ) -> Result<TensorId> {
         let s = self.shape(q);
         let (b, h, t, hd) = (s.dim(0), s.dim(1), s.dim(2), s.dim(3));
@@ -120,7 +124,7 @@ impl Engine {
             };
             let node = self.new_node(
                 name,
-                BwdKind::Sdpa { scratch },
+                BwdKind::Sdpa { scratch, causal },
                 &[Some(q), Some(k), Some(v)],
             );
             self.save(node, "query", q, false);

@@ -6,6 +6,7 @@ use super::super::error::Result;
 use super::super::shape::Shape;
 use super::super::tag::Category;
 use super::super::tensor::TensorId;
+use super::super::work::FlopKind;
 use super::super::Engine;
 use crate::engine::autograd::BwdKind;
 
@@ -44,6 +45,7 @@ impl Engine {
         let out = self.act(Shape::new(&[n, cout, ho, wo]), self.dtype(xc))?;
         // Implicit GEMM: out[cout, n·ho·wo] = w[cout, cin·kh·kw] · im2col(x).
         let kdim = ws.numel() / cout.max(1);
+        self.count_gemm(FlopKind::Convolution, xc, n * cout * ho * wo, kdim);
         self.k_matmul(wc, xc, out, cout, n * ho * wo, kdim);
         let ws_bytes = self.cfg.conv_workspace_cap.min(self.nbytes(xc));
         let tmp = self.transient(ws_bytes, Category::Workspace)?;

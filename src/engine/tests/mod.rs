@@ -7,6 +7,7 @@ mod golden;
 pub(crate) mod launches;
 mod precision;
 mod presets;
+mod work;
 
 use crate::alloc::{Action, AllocEvent};
 

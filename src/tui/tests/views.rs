@@ -392,7 +392,15 @@ fn assert_stats_at_cursor(app: &mut App, what: &str) -> String {
             format_size(pr)
         ),
         format!("OOMs so far     {so_far}  (run: {run})"),
-        format!("event           {} of {}", r.pos, r.len()),
+        // A run on a named GPU shows its compute estimate where the event
+        // count (also on the status line) otherwise is.
+        match r.compute_at_cursor() {
+            Some((iteration, e)) => format!(
+                "compute (est.)  ~{} iter {iteration}",
+                crate::device::estimate::format_ms(e.milliseconds)
+            ),
+            None => format!("event           {} of {}", r.pos, r.len()),
+        },
     ] {
         assert!(
             panel.contains(&want),

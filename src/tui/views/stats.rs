@@ -6,6 +6,7 @@
 //! which no trace entry records) is said to be one, in words.
 
 use crate::alloc::format_size;
+use crate::device::estimate::format_ms;
 use ratatui::layout::{Constraint, Rect};
 use ratatui::text::Span;
 use ratatui::widgets::{Block, Borders, Cell, Row, Table};
@@ -69,6 +70,23 @@ pub fn prepare(r: &RunView) -> StatsFrame {
         ("OOMs so far", ooms(r)),
         ("event", format!("{} of {}", r.pos, r.len())),
     ];
+    if let Some((iteration, e)) = r.compute_at_cursor() {
+        let recompute = if e.recompute_share > 0.0 {
+            format!(", {:.0}% recompute", e.recompute_share * 100.0)
+        } else {
+            String::new()
+        };
+        // In place of the event count, which the status line also shows:
+        // the wide layout gives this panel nine rows.
+        rows.pop();
+        rows.push((
+            "compute (est.)",
+            format!(
+                "~{} iter {iteration}{recompute} (peak-rate floor)",
+                format_ms(e.milliseconds)
+            ),
+        ));
+    }
     let gaps = r.timeline.gaps().len();
     if gaps > 0 {
         rows.push((
