@@ -571,3 +571,21 @@ fn a_checkpointed_bottleneck_keeps_its_input() {
     assert!(t.parameters().iter().all(|p| t.grad(*p).is_some()));
     assert_eq!(t.saved_storage_bytes(), 0);
 }
+
+#[test]
+fn absurd_dimensions_saturate_the_count() {
+    // 2^21 in, out and kernel: 2^84 weights, more than u64 holds.
+    let big = 1u64 << 21;
+    let m = Module::Repeat {
+        n: 3,
+        block: Box::new(Module::Conv2d {
+            input: big,
+            out: big,
+            kernel: big,
+            stride: 1,
+            padding: 0,
+            bias: true,
+        }),
+    };
+    assert_eq!(count(&m).parameters, u64::MAX);
+}
