@@ -6,7 +6,11 @@ use std::sync::Arc;
 use super::conditions::Conditions;
 use super::format::{Criterion, LayerSpec, ModelSpec, Scenario};
 use super::steps::StepSites;
-use crate::engine::{EngineConfig, LossKind, ModelConfig, ModelKind, OptimizerConfig, Program};
+use crate::engine::model_lang::{LangModel, ModelInput};
+use crate::engine::{
+    Engine, EngineConfig, LossKind, ModelConfig, ModelKind, OptimizerConfig, Program,
+    PRESET_CATALOGUE,
+};
 
 #[derive(Debug, Clone)]
 pub struct Built {
@@ -20,17 +24,6 @@ pub struct Built {
     /// the loader, which has the text, fills it in).
     pub steps: Arc<StepSites>,
 }
-
-/// The preset names a scenario may use ([`ModelConfig::preset`] also takes
-/// engine.md §10.4's `resnet-basic` for `resnet18`).
-pub const PRESETS: [&str; 6] = [
-    "mlp-mnist",
-    "gpt2-small",
-    "gpt-tiny",
-    "lstm-lm-ptb",
-    "lstm-lm-medium",
-    "resnet18",
-];
 
 /// `Linear(a,b), ReLU, Linear(b,c), …` as MLP widths; `None` if not that shape.
 pub(crate) fn layers_to_dims(layers: &[LayerSpec]) -> Result<Vec<u64>, String> {
@@ -65,9 +58,10 @@ pub(crate) fn layers_to_dims(layers: &[LayerSpec]) -> Result<Vec<u64>, String> {
 fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
     let mut model = match &s.model {
         ModelSpec::Preset(name) => ModelConfig::preset(name).ok_or_else(|| {
+            let names: Vec<&str> = PRESET_CATALOGUE.iter().map(|p| p.name).collect();
             format!(
                 "unknown preset \"{name}\"; presets are {}",
-                PRESETS.join(", ")
+                names.join(", ")
             )
         })?,
         ModelSpec::Mlp { dims, inplace_relu } => {
@@ -135,6 +129,14 @@ fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
             };
             m
         }
+        ModelSpec::Modules { input, net, freeze } => ModelConfig::modules(
+            LangModel {
+                input: input.clone(),
+                net: net.clone(),
+                freeze: freeze.clone(),
+            },
+            32,
+        ),
         ModelSpec::ResNet18 { classes, image } => {
             let mut m = ModelConfig::resnet18(32);
             m.kind = ModelKind::ResNet {
@@ -152,9 +154,12 @@ fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
         model.param_dtype = dtype;
     }
     if let Some(c) = s.criterion {
-        if !matches!(model.kind, ModelKind::Mlp { .. } | ModelKind::ResNet { .. }) {
+        if !matches!(
+            model.kind,
+            ModelKind::Mlp { .. } | ModelKind::ResNet { .. } | ModelKind::Modules(_)
+        ) {
             return Err(
-                "criterion: applies to classifiers with a [batch, classes] output (MLP, ResNet); this model has its own loss".into(),
+                "criterion: applies to classifiers with a [batch, classes] output (MLP, ResNet) and to Modules models; this model has its own loss".into(),
             );
         }
         model.loss = match c {
@@ -162,6 +167,7 @@ fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
             Criterion::Mse => LossKind::Mse,
             Criterion::Bce => LossKind::Bce,
             Criterion::BceWithLogits => LossKind::BceWithLogits,
+            Criterion::Sum => LossKind::Sum,
         };
     }
     let longest = s.data.seq_schedule.iter().chain(&s.data.seq).max();
@@ -176,11 +182,35 @@ fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
             *seq = s.data.seq.unwrap_or(*seq);
         }
         (ModelKind::LstmLm { bptt, .. }, Some(_)) => *bptt = s.data.seq.unwrap_or(*bptt),
+        (
+            ModelKind::Modules(LangModel {
+                input: ModelInput::Tokens { seq },
+                ..
+            }),
+            Some(_),
+        ) => *seq = s.data.seq.unwrap_or(*seq),
         (_, Some(_)) => {
             return Err(
-                "data: seq and seq_schedule apply to GPT and LSTM models only (this model has no sequence length)"
+                "data: seq and seq_schedule apply to GPT and LSTM models only, and to Modules models with a Tokens input (this model has no sequence length)"
                     .into(),
             )
+        }
+    }
+    if let ModelKind::Modules(m) = &model.kind {
+        if !m.freeze.is_empty() {
+            // Each freeze path must name parameters: build the model to see.
+            let room = EngineConfig {
+                device_bytes: 1 << 50,
+                ..EngineConfig::default()
+            };
+            Engine::new(room, &model, &OptimizerConfig::default()).map_err(|e| e.to_string())?;
+        }
+        // Every batch size and length the run will use must fit the modules.
+        let batches = s.data.batch_schedule.iter().chain([&model.batch]);
+        for &b in batches {
+            for seq in s.data.seq_schedule.iter().map(|t| Some(*t)).chain([None]) {
+                m.output(b, seq)?;
+            }
         }
     }
     Ok(model)
