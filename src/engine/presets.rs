@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::config::SdpaBackend;
 use super::dtype::DType;
+use super::presets_hf::{BertSpec, DecoderLm};
 
 /// The training criterion applied by `Step::Loss`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -21,6 +22,9 @@ pub enum LossKind {
     BceWithLogits,
     /// `out.sum()` (engine.md §12).
     Sum,
+    /// Hugging Face's `ForCausalLMLoss` on [B, T, V] logits and [B, T]
+    /// labels (models.md §5.2).
+    HfCausalLm,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -68,6 +72,10 @@ pub enum ModelKind {
         num_classes: u64,
         image: u64,
     },
+    /// A Llama-family causal LM (models.md §1–§6).
+    Decoder(DecoderLm),
+    /// BERT with a sequence-classification head (models.md §8).
+    Bert(BertSpec),
     /// One `nn.Linear` (the §12 golden trace).
     Linear {
         in_features: u64,
@@ -220,7 +228,21 @@ impl ModelConfig {
             "lstm-lm-ptb" => ModelConfig::lstm_lm_ptb(),
             "lstm-lm-medium" => ModelConfig::lstm_lm_medium(),
             "resnet18" | "resnet-basic" => ModelConfig::resnet18(32),
-            _ => return None,
+            "bert-base" => ModelConfig {
+                kind: ModelKind::Bert(super::presets_hf::bert_base()),
+                batch: 32,
+                loss: LossKind::CrossEntropy,
+                param_dtype: DType::F32,
+            },
+            _ => {
+                let lm = super::presets_hf::decoder_preset(name)?;
+                ModelConfig {
+                    kind: ModelKind::Decoder(lm),
+                    batch: 1,
+                    loss: LossKind::HfCausalLm,
+                    param_dtype: DType::F32,
+                }
+            }
         })
     }
 }

@@ -23,13 +23,20 @@ pub struct Built {
 
 /// The preset names a scenario may use ([`ModelConfig::preset`] also takes
 /// engine.md §10.4's `resnet-basic` for `resnet18`).
-pub const PRESETS: [&str; 6] = [
+pub const PRESETS: [&str; 13] = [
     "mlp-mnist",
     "gpt2-small",
     "gpt-tiny",
     "lstm-lm-ptb",
     "lstm-lm-medium",
     "resnet18",
+    "tinyllama-1.1b",
+    "llama-3.2-1b",
+    "llama-3-8b",
+    "mistral-7b",
+    "qwen2.5-0.5b",
+    "qwen2.5-0.5b-lora",
+    "bert-base",
 ];
 
 /// `Linear(a,b), ReLU, Linear(b,c), …` as MLP widths; `None` if not that shape.
@@ -176,9 +183,19 @@ fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
             *seq = s.data.seq.unwrap_or(*seq);
         }
         (ModelKind::LstmLm { bptt, .. }, Some(_)) => *bptt = s.data.seq.unwrap_or(*bptt),
+        (ModelKind::Decoder(lm), Some(_)) => lm.seq = s.data.seq.unwrap_or(lm.seq),
+        (ModelKind::Bert(b), Some(&t)) => {
+            if t > b.max_positions {
+                return Err(format!(
+                    "data: sequence length {t} is longer than the model's {} positions",
+                    b.max_positions
+                ));
+            }
+            b.seq = s.data.seq.unwrap_or(b.seq);
+        }
         (_, Some(_)) => {
             return Err(
-                "data: seq and seq_schedule apply to GPT and LSTM models only (this model has no sequence length)"
+                "data: seq and seq_schedule apply to sequence models only (GPT, LSTM, the Hugging Face presets); this model has no sequence length"
                     .into(),
             )
         }

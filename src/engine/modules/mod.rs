@@ -2,8 +2,12 @@
 //! at build time in the order `.to("cuda")` visits them (children first,
 //! registration order), which is also `named_parameters()` order.
 
+pub mod bert;
+pub mod decoder;
 pub mod gpt2;
 mod input_check;
+pub mod llama;
+pub mod lora;
 pub mod lstm_lm;
 pub mod mlp;
 pub mod resnet;
@@ -49,6 +53,8 @@ pub(crate) enum Net {
     LstmLm(lstm_lm::LstmLm),
     ResNet(resnet::ResNet),
     Linear(Linear),
+    Decoder(llama::DecoderModel),
+    Bert(bert::Bert),
 }
 
 #[derive(Debug)]
@@ -255,6 +261,15 @@ impl Model {
                 out_features,
                 bias,
             } => Net::Linear(e.new_linear("", *in_features, *out_features, *bias, &mut params)?),
+            ModelKind::Decoder(spec) => Net::Decoder(llama::DecoderModel::build(
+                e,
+                spec,
+                &mut params,
+                &mut buffers,
+            )?),
+            ModelKind::Bert(spec) => {
+                Net::Bert(bert::Bert::build(e, spec, &mut params, &mut buffers)?)
+            }
         };
         Ok(Model {
             cfg: cfg.clone(),
@@ -317,6 +332,14 @@ impl Model {
                 let y = (self.cfg.loss == LossKind::Mse).then(|| (vec![b, *out_features], fp));
                 (vec![b, *in_features], fp, y)
             }
+            ModelKind::Decoder(spec) => {
+                let t = seq_len.unwrap_or(spec.seq);
+                (vec![b, t], DType::I64, Some((vec![b, t], DType::I64)))
+            }
+            ModelKind::Bert(spec) => {
+                let t = seq_len.unwrap_or(spec.seq);
+                (vec![b, t], DType::I64, Some((vec![b], DType::I64)))
+            }
         };
         let x = e.factory(Shape::new(&xs), xd, Category::Input)?;
         e.k_fill(x, 1.0);
@@ -343,6 +366,8 @@ impl Model {
             Net::Gpt2(m) => Ok((m.forward(e, x)?, None)),
             Net::ResNet(m) => Ok((m.forward(e, x)?, None)),
             Net::Linear(l) => Ok((e.apply_linear(l, x)?, None)),
+            Net::Decoder(m) => Ok((m.forward(e, x)?, None)),
+            Net::Bert(m) => Ok((m.forward(e, x)?, None)),
             Net::LstmLm(m) => {
                 let (out, h) = m.forward(e, x, hidden)?;
                 Ok((out, Some(h)))
@@ -385,6 +410,7 @@ impl Model {
         let need_target = || super::error::EngineError::Program("this loss needs a target".into());
         match self.cfg.loss {
             LossKind::Sum => e.sum(out),
+            LossKind::HfCausalLm => e.hf_causal_lm_loss(out, target.ok_or_else(need_target)?),
             LossKind::Mse => e.mse_loss(out, target.ok_or_else(need_target)?),
             LossKind::Bce | LossKind::BceWithLogits => {
                 let t = target.ok_or_else(need_target)?;

@@ -1,0 +1,189 @@
+//! Hugging Face model shapes (models.md): decoder LMs of the Llama family
+//! (Llama, Mistral, Qwen2, SmolLM2) and BERT encoders, with PEFT LoRA.
+
+use serde::{Deserialize, Serialize};
+
+/// A Llama-family causal LM (`LlamaForCausalLM` and its copies).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecoderLm {
+    pub hidden: u64,
+    pub intermediate: u64,
+    pub layers: u64,
+    pub heads: u64,
+    pub kv_heads: u64,
+    /// None: hidden / heads.
+    #[serde(default)]
+    pub head_dim: Option<u64>,
+    pub vocab: u64,
+    /// `tie_word_embeddings`: lm_head.weight is embed_tokens.weight.
+    pub tied: bool,
+    /// q/k/v projections with biases (Qwen2).
+    #[serde(default)]
+    pub qkv_bias: bool,
+    /// Training sequence length T.
+    pub seq: u64,
+    /// `get_peft_model(model, LoraConfig(...))`.
+    #[serde(default)]
+    pub lora: Option<LoraSpec>,
+}
+
+impl DecoderLm {
+    pub fn head_dim(&self) -> u64 {
+        self.head_dim.unwrap_or(self.hidden / self.heads.max(1))
+    }
+
+    /// Parameters of the model as built (adapters included, tied once).
+    pub fn param_count(&self) -> u64 {
+        let (h, i, d) = (self.hidden, self.intermediate, self.head_dim());
+        let (q, kv) = (self.heads * d, self.kv_heads * d);
+        let bias = if self.qkv_bias { q + 2 * kv } else { 0 };
+        let layer = 2 * h + h * q + 2 * h * kv + q * h + bias + 3 * h * i;
+        let head = if self.tied { 0 } else { self.vocab * h };
+        let adapters = self
+            .lora
+            .as_ref()
+            .map_or(0, |l| self.layers * l.per_layer_params(h, i, q, kv));
+        self.vocab * h + self.layers * layer + h + head + adapters
+    }
+}
+
+/// PEFT `LoraConfig` (models.md §6.1): rank, alpha, dropout, targets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoraSpec {
+    pub r: u64,
+    pub alpha: f64,
+    #[serde(default)]
+    pub dropout: f64,
+    /// Module names as PEFT matches them: `q_proj`, `k_proj`, `v_proj`,
+    /// `o_proj`, `gate_proj`, `up_proj`, `down_proj`.
+    pub target_modules: Vec<String>,
+}
+
+/// The projections LoRA can target in a decoder layer.
+pub const LORA_TARGETS: [&str; 7] = [
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+];
+
+impl LoraSpec {
+    pub fn targets(&self, name: &str) -> bool {
+        self.target_modules.iter().any(|t| t == name)
+    }
+
+    /// r·(in + out) for each targeted projection of one layer.
+    fn per_layer_params(&self, h: u64, i: u64, q: u64, kv: u64) -> u64 {
+        let shapes = [(h, q), (h, kv), (h, kv), (q, h), (h, i), (h, i), (i, h)];
+        LORA_TARGETS
+            .iter()
+            .zip(shapes)
+            .filter(|(n, _)| self.targets(n))
+            .map(|(_, (fin, fout))| self.r * (fin + fout))
+            .sum()
+    }
+
+    /// `lora_alpha / r`.
+    pub fn scaling(&self) -> f64 {
+        self.alpha / self.r.max(1) as f64
+    }
+
+    /// A target name PEFT would not find in a decoder layer.
+    pub fn unknown_target(&self) -> Option<&str> {
+        self.target_modules
+            .iter()
+            .map(String::as_str)
+            .find(|t| !LORA_TARGETS.contains(t))
+    }
+}
+
+/// `BertForSequenceClassification` (models.md §8): BertModel with pooler,
+/// dropout and a `num_labels` classifier.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BertSpec {
+    pub hidden: u64,
+    pub intermediate: u64,
+    pub layers: u64,
+    pub heads: u64,
+    pub vocab: u64,
+    pub max_positions: u64,
+    pub type_vocab: u64,
+    /// `hidden_dropout_prob` = `attention_probs_dropout_prob`.
+    pub dropout: f64,
+    pub num_labels: u64,
+    pub seq: u64,
+}
+
+impl BertSpec {
+    /// BertModel (with pooler) plus the classifier.
+    pub fn param_count(&self) -> u64 {
+        let (h, i) = (self.hidden, self.intermediate);
+        let embeddings = (self.vocab + self.max_positions + self.type_vocab) * h + 2 * h;
+        let layer = 4 * (h * h + h) + 2 * h + (h * i + i) + (i * h + h) + 2 * h;
+        let pooler = h * h + h;
+        let classifier = h * self.num_labels + self.num_labels;
+        embeddings + self.layers * layer + pooler + classifier
+    }
+}
+
+/// Hugging Face presets (models.md §0.3 shapes, from each model's published
+/// `config.json`): batch and sequence are the preset's training defaults.
+pub(crate) fn decoder_preset(name: &str) -> Option<DecoderLm> {
+    let lm = |hidden, intermediate, layers, heads, kv_heads, vocab, tied| DecoderLm {
+        hidden,
+        intermediate,
+        layers,
+        heads,
+        kv_heads,
+        head_dim: None,
+        vocab,
+        tied,
+        qkv_bias: false,
+        seq: 2048,
+        lora: None,
+    };
+    Some(match name {
+        "tinyllama-1.1b" => lm(2048, 5632, 22, 32, 4, 32_000, false),
+        "llama-3.2-1b" => lm(2048, 8192, 16, 32, 8, 128_256, true),
+        "llama-3-8b" => lm(4096, 14_336, 32, 32, 8, 128_256, false),
+        "mistral-7b" => lm(4096, 14_336, 32, 32, 8, 32_000, false),
+        "qwen2.5-0.5b" | "qwen2.5-0.5b-lora" => {
+            let mut m = lm(896, 4864, 24, 14, 2, 151_936, true);
+            m.qkv_bias = true;
+            m.seq = 1024;
+            if name.ends_with("-lora") {
+                // models.md §6.4's example: r = 16 on all seven projections.
+                m.lora = Some(LoraSpec {
+                    r: 16,
+                    alpha: 32.0,
+                    dropout: 0.05,
+                    target_modules: LORA_TARGETS.iter().map(|t| t.to_string()).collect(),
+                });
+            }
+            m
+        }
+        _ => return None,
+    })
+}
+
+/// `bert-base-uncased` with a 2-label classification head, T = 128.
+pub(crate) fn bert_base() -> BertSpec {
+    BertSpec {
+        hidden: 768,
+        intermediate: 3072,
+        layers: 12,
+        heads: 12,
+        vocab: 30_522,
+        max_positions: 512,
+        type_vocab: 2,
+        dropout: 0.1,
+        num_labels: 2,
+        seq: 128,
+    }
+}
