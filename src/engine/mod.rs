@@ -26,6 +26,7 @@ pub mod error;
 pub mod events;
 pub mod launch;
 pub mod live;
+pub mod model_lang;
 pub mod modules;
 pub mod ops;
 pub mod optim;

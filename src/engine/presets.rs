@@ -76,6 +76,8 @@ pub enum ModelKind {
     Decoder(DecoderLm),
     /// BERT with a sequence-classification head (models.md §8).
     Bert(BertSpec),
+    /// A model written in the language (`model_lang`).
+    Modules(crate::engine::model_lang::LangModel),
     /// One `nn.Linear` (the §12 golden trace).
     Linear {
         in_features: u64,
@@ -219,9 +221,25 @@ impl ModelConfig {
         }
     }
 
+    /// A model written in the language, trained with cross-entropy.
+    pub fn modules(model: crate::engine::model_lang::LangModel, batch: u64) -> ModelConfig {
+        ModelConfig {
+            kind: ModelKind::Modules(model),
+            batch,
+            loss: LossKind::CrossEntropy,
+            param_dtype: DType::F32,
+        }
+    }
+
     /// A preset by its spec name.
     pub fn preset(name: &str) -> Option<ModelConfig> {
+        use crate::engine::model_lang::presets;
         Some(match name {
+            "resnet50" => ModelConfig::modules(presets::resnet50(), 32),
+            "deep-mlp" => ModelConfig {
+                loss: LossKind::Sum,
+                ..ModelConfig::modules(presets::deep_mlp(false), 64)
+            },
             "mlp-mnist" => ModelConfig::mlp_mnist(),
             "gpt2-small" => ModelConfig::gpt2_small(8, 1024),
             "gpt-tiny" => ModelConfig::gpt_tiny(),

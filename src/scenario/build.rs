@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::conditions::Conditions;
 use super::format::{Criterion, LayerSpec, ModelSpec, Scenario};
 use super::steps::StepSites;
+use crate::engine::model_lang::{LangModel, ModelInput};
 use crate::engine::{EngineConfig, LossKind, ModelConfig, ModelKind, OptimizerConfig, Program};
 
 #[derive(Debug, Clone)]
@@ -23,13 +24,15 @@ pub struct Built {
 
 /// The preset names a scenario may use ([`ModelConfig::preset`] also takes
 /// engine.md §10.4's `resnet-basic` for `resnet18`).
-pub const PRESETS: [&str; 13] = [
+pub const PRESETS: [&str; 15] = [
     "mlp-mnist",
     "gpt2-small",
     "gpt-tiny",
     "lstm-lm-ptb",
     "lstm-lm-medium",
     "resnet18",
+    "resnet50",
+    "deep-mlp",
     "tinyllama-1.1b",
     "llama-3.2-1b",
     "llama-3-8b",
@@ -142,6 +145,14 @@ fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
             };
             m
         }
+        ModelSpec::Modules { input, net, freeze } => ModelConfig::modules(
+            LangModel {
+                input: input.clone(),
+                net: net.clone(),
+                freeze: freeze.clone(),
+            },
+            32,
+        ),
         ModelSpec::ResNet18 { classes, image } => {
             let mut m = ModelConfig::resnet18(32);
             m.kind = ModelKind::ResNet {
@@ -159,9 +170,12 @@ fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
         model.param_dtype = dtype;
     }
     if let Some(c) = s.criterion {
-        if !matches!(model.kind, ModelKind::Mlp { .. } | ModelKind::ResNet { .. }) {
+        if !matches!(
+            model.kind,
+            ModelKind::Mlp { .. } | ModelKind::ResNet { .. } | ModelKind::Modules(_)
+        ) {
             return Err(
-                "criterion: applies to classifiers with a [batch, classes] output (MLP, ResNet); this model has its own loss".into(),
+                "criterion: applies to classifiers with a [batch, classes] output (MLP, ResNet) and to Modules models; this model has its own loss".into(),
             );
         }
         model.loss = match c {
@@ -169,6 +183,7 @@ fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
             Criterion::Mse => LossKind::Mse,
             Criterion::Bce => LossKind::Bce,
             Criterion::BceWithLogits => LossKind::BceWithLogits,
+            Criterion::Sum => LossKind::Sum,
         };
     }
     let longest = s.data.seq_schedule.iter().chain(&s.data.seq).max();
@@ -193,11 +208,27 @@ fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
             }
             b.seq = s.data.seq.unwrap_or(b.seq);
         }
+        (
+            ModelKind::Modules(LangModel {
+                input: ModelInput::Tokens { seq },
+                ..
+            }),
+            Some(_),
+        ) => *seq = s.data.seq.unwrap_or(*seq),
         (_, Some(_)) => {
             return Err(
-                "data: seq and seq_schedule apply to sequence models only (GPT, LSTM, the Hugging Face presets); this model has no sequence length"
+                "data: seq and seq_schedule apply to sequence models only (GPT, LSTM, the Hugging Face presets, token-input Modules models); this model has no sequence length"
                     .into(),
             )
+        }
+    }
+    if let ModelKind::Modules(m) = &model.kind {
+        // Every batch size and length the run will use must fit the modules.
+        let batches = s.data.batch_schedule.iter().chain([&model.batch]);
+        for &b in batches {
+            for seq in s.data.seq_schedule.iter().map(|t| Some(*t)).chain([None]) {
+                m.output(b, seq).map_err(|e| format!("model: {e}"))?;
+            }
         }
     }
     Ok(model)
