@@ -25,6 +25,8 @@ pub(crate) struct BertLayer {
     pub gelu: u32,
     pub output: Linear,
     pub ln2: LayerNorm,
+    pub heads: u64,
+    pub dropout: f64,
 }
 
 #[derive(Debug)]
@@ -41,6 +43,48 @@ pub(crate) struct Bert {
     pub pooler: Linear,
     pub pooler_act: u32,
     pub classifier: Linear,
+}
+
+impl BertLayer {
+    /// `BertLayer(config)` at `path`: attention.self (query, key, value),
+    /// attention.output (dense, LayerNorm), intermediate.dense, output
+    /// (dense, LayerNorm).
+    pub(crate) fn build(
+        e: &mut Engine,
+        l: &str,
+        [h, i, heads]: [u64; 3],
+        dropout: f64,
+        params: &mut Vec<TensorId>,
+    ) -> Result<BertLayer> {
+        let lin = |e: &mut Engine, name: &str, fin, fout, ps: &mut Vec<TensorId>| {
+            e.new_linear(&format!("{l}.{name}"), fin, fout, true, ps)
+        };
+        let query = lin(e, "attention.self.query", h, h, params)?;
+        let key = lin(e, "attention.self.key", h, h, params)?;
+        let value = lin(e, "attention.self.value", h, h, params)?;
+        let attn_dense = lin(e, "attention.output.dense", h, h, params)?;
+        let ln1 = e.new_layer_norm(&format!("{l}.attention.output.LayerNorm"), h, true, params)?;
+        let intermediate = lin(e, "intermediate.dense", h, i, params)?;
+        let output = lin(e, "output.dense", i, h, params)?;
+        let ln2 = e.new_layer_norm(&format!("{l}.output.LayerNorm"), h, true, params)?;
+        Ok(BertLayer {
+            module: e.tags.module(l),
+            attn_module: e.tags.module(&format!("{l}.attention")),
+            query,
+            key,
+            value,
+            attn_dense,
+            ln1,
+            intermediate,
+            gelu: e
+                .tags
+                .module(&format!("{l}.intermediate.intermediate_act_fn")),
+            output,
+            ln2,
+            heads,
+            dropout,
+        })
+    }
 }
 
 impl Bert {
@@ -87,34 +131,9 @@ impl Bert {
         )?;
         let mut layers = Vec::new();
         for n in 0..spec.layers {
-            let l = format!("bert.encoder.layer.{n}");
-            let lin = |e: &mut Engine, name: &str, fin, fout, ps: &mut Vec<TensorId>| {
-                e.new_linear(&format!("{l}.{name}"), fin, fout, true, ps)
-            };
-            let query = lin(e, "attention.self.query", h, h, params)?;
-            let key = lin(e, "attention.self.key", h, h, params)?;
-            let value = lin(e, "attention.self.value", h, h, params)?;
-            let attn_dense = lin(e, "attention.output.dense", h, h, params)?;
-            let ln1 =
-                e.new_layer_norm(&format!("{l}.attention.output.LayerNorm"), h, true, params)?;
-            let intermediate = lin(e, "intermediate.dense", h, i, params)?;
-            let output = lin(e, "output.dense", i, h, params)?;
-            let ln2 = e.new_layer_norm(&format!("{l}.output.LayerNorm"), h, true, params)?;
-            layers.push(BertLayer {
-                module: e.tags.module(&l),
-                attn_module: e.tags.module(&format!("{l}.attention")),
-                query,
-                key,
-                value,
-                attn_dense,
-                ln1,
-                intermediate,
-                gelu: e
-                    .tags
-                    .module(&format!("{l}.intermediate.intermediate_act_fn")),
-                output,
-                ln2,
-            });
+            let path = format!("bert.encoder.layer.{n}");
+            let dims = [h, i, spec.heads];
+            layers.push(BertLayer::build(e, &path, dims, spec.dropout, params)?);
         }
         let pooler = e.new_linear("bert.pooler.dense", h, h, true, params)?;
         let classifier = e.new_linear("classifier", h, spec.num_labels, true, params)?;
@@ -147,7 +166,7 @@ impl Bert {
     fn forward_body(&self, e: &mut Engine, ids: TensorId) -> Result<TensorId> {
         let mut x = e.in_module(self.module, |e| self.embeddings(e, ids))?;
         for l in &self.layers {
-            let y = e.in_module(l.module, |e| self.layer(e, l, x));
+            let y = e.in_module(l.module, |e| e.bert_layer(l, x));
             x = e.rebind(x, y)?;
         }
         // Pooler: `hidden_states[:, 0]`, a 2-D view (addmm takes it as it is
@@ -195,66 +214,68 @@ impl Bert {
         }
         Ok(x)
     }
+}
 
+impl Engine {
     /// `BertLayer.forward` (models.md §8.2), post-LN.
-    fn layer(&self, e: &mut Engine, l: &BertLayer, x: TensorId) -> Result<TensorId> {
-        let ctx = e.in_module(l.attn_module, |e| self.self_attention(e, l, x))?;
-        let d = e.apply_linear(&l.attn_dense, ctx);
-        let d = e.rebind(ctx, d)?;
-        let dd = e.dropout(d, self.spec.dropout);
-        let dd = e.rebind(d, dd)?;
-        let res = e.add(dd, x);
-        e.release(dd);
+    pub(crate) fn bert_layer(&mut self, l: &BertLayer, x: TensorId) -> Result<TensorId> {
+        let ctx = self.in_module(l.attn_module, |e| e.bert_self_attention(l, x))?;
+        let d = self.apply_linear(&l.attn_dense, ctx);
+        let d = self.rebind(ctx, d)?;
+        let dd = self.dropout(d, l.dropout);
+        let dd = self.rebind(d, dd)?;
+        let res = self.add(dd, x);
+        self.release(dd);
         let res = res?;
-        let ln1 = e.apply_layer_norm(&l.ln1, res);
-        let ln1 = e.rebind(res, ln1)?;
-        let inter = e.apply_linear(&l.intermediate, ln1)?;
-        let g = e.in_module(l.gelu, |e| e.unary(Unary::Gelu, inter));
-        let g = e.rebind(inter, g)?;
-        let o = e.apply_linear(&l.output, g);
-        let o = e.rebind(g, o)?;
-        let od = e.dropout(o, self.spec.dropout);
-        let od = e.rebind(o, od)?;
-        let res2 = e.add(od, ln1);
-        e.release(od);
-        e.release(ln1);
+        let ln1 = self.apply_layer_norm(&l.ln1, res);
+        let ln1 = self.rebind(res, ln1)?;
+        let inter = self.apply_linear(&l.intermediate, ln1)?;
+        let g = self.in_module(l.gelu, |e| e.unary(Unary::Gelu, inter));
+        let g = self.rebind(inter, g)?;
+        let o = self.apply_linear(&l.output, g);
+        let o = self.rebind(g, o)?;
+        let od = self.dropout(o, l.dropout);
+        let od = self.rebind(o, od)?;
+        let res2 = self.add(od, ln1);
+        self.release(od);
+        self.release(ln1);
         let res2 = res2?;
-        let out = e.apply_layer_norm(&l.ln2, res2);
-        e.rebind(res2, out)
+        let out = self.apply_layer_norm(&l.ln2, res2);
+        self.rebind(res2, out)
     }
 
     /// q, k, v projections viewed [B, h, T, d], SDPA (no mask, not causal,
     /// dropout p in training), output viewed back [B, T, H].
-    fn self_attention(&self, e: &mut Engine, l: &BertLayer, x: TensorId) -> Result<TensorId> {
-        let s = e.shape(x);
+    fn bert_self_attention(&mut self, l: &BertLayer, x: TensorId) -> Result<TensorId> {
+        let s = self.shape(x);
         let (b, t, h) = (s.dim(0), s.dim(1), s.dim(2));
-        let heads = self.spec.heads;
+        let heads = l.heads;
         let d = h / heads.max(1);
         let mut qkv = Vec::with_capacity(3);
         for lin in [&l.query, &l.key, &l.value] {
-            let y = e.apply_linear(lin, x)?;
-            let v = e.view_as(y, Shape::new(&[b, t, heads, d]), Layout::Contiguous);
-            e.release(y);
-            qkv.push(e.transpose(v, 1, 2));
-            e.release(v);
+            let y = self.apply_linear(lin, x)?;
+            let v = self.view_as(y, Shape::new(&[b, t, heads, d]), Layout::Contiguous);
+            self.release(y);
+            qkv.push(self.transpose(v, 1, 2));
+            self.release(v);
         }
-        let out = e.sdpa_hf(qkv[0], qkv[1], qkv[2], self.spec.dropout, false);
+        let out = self.sdpa_hf(qkv[0], qkv[1], qkv[2], l.dropout, false);
         for t in qkv {
-            e.release(t);
+            self.release(t);
         }
         let out = out?;
         let bthd = Shape::new(&[b, t, heads, d]);
-        let c = if e.layout(out) == Layout::Strided {
-            e.view_as(out, bthd, Layout::Contiguous)
+        let c = if self.layout(out) == Layout::Strided {
+            self.view_as(out, bthd, Layout::Contiguous)
         } else {
-            let tv = e.transpose(out, 1, 2);
-            let c = e.contiguous(tv);
-            e.release(tv);
+            let tv = self.transpose(out, 1, 2);
+            let c = self.contiguous(tv);
+            self.release(tv);
             c?
         };
-        e.release(out);
-        let flat = e.view_as(c, Shape::new(&[b, t, h]), Layout::Contiguous);
-        e.release(c);
+        self.release(out);
+        let flat = self.view_as(c, Shape::new(&[b, t, h]), Layout::Contiguous);
+        self.release(c);
         Ok(flat)
     }
 }

@@ -5,9 +5,11 @@
 use super::super::dtype::DType;
 use super::super::error::Result;
 use super::super::ops::elementwise::Unary;
+use super::super::presets_hf::DecoderLm;
 use super::super::shape::Shape;
 use super::super::tensor::{Layout, TensorId};
 use super::super::Engine;
+use super::llama::new_rms_norm;
 use super::lora::Proj;
 
 /// An RMSNorm's weight [H] and its module.
@@ -58,6 +60,53 @@ pub(crate) struct DecoderLayer {
     pub attn: Attention,
     pub post_norm: RmsNorm,
     pub mlp: SwiGlu,
+}
+
+impl DecoderLayer {
+    /// `LlamaDecoderLayer(config)` at `path`: self_attn (q, k, v, o), mlp
+    /// (gate, up, down), input_layernorm, post_attention_layernorm, in
+    /// registration order.
+    pub(crate) fn build(
+        e: &mut Engine,
+        path: &str,
+        spec: &DecoderLm,
+        params: &mut Vec<TensorId>,
+    ) -> Result<DecoderLayer> {
+        let (h, i, d) = (spec.hidden, spec.intermediate, spec.head_dim());
+        let (q, kv) = (spec.heads * d, spec.kv_heads * d);
+        let lin = |e: &mut Engine, name: &str, fin, fout, bias, ps: &mut Vec<TensorId>| {
+            e.new_linear(&format!("{path}.{name}"), fin, fout, bias, ps)
+                .map(Proj::plain)
+        };
+        let b = spec.qkv_bias;
+        let attn = Attention {
+            module: e.tags.module(&format!("{path}.self_attn")),
+            rotary_module: e.tags.module(&format!("{path}.self_attn.rotary_emb")),
+            q: lin(e, "self_attn.q_proj", h, q, b, params)?,
+            k: lin(e, "self_attn.k_proj", h, kv, b, params)?,
+            v: lin(e, "self_attn.v_proj", h, kv, b, params)?,
+            o: lin(e, "self_attn.o_proj", q, h, false, params)?,
+            heads: spec.heads,
+            kv_heads: spec.kv_heads,
+            head_dim: d,
+        };
+        let mlp = SwiGlu {
+            module: e.tags.module(&format!("{path}.mlp")),
+            act: e.tags.module(&format!("{path}.mlp.act_fn")),
+            gate: lin(e, "mlp.gate_proj", h, i, false, params)?,
+            up: lin(e, "mlp.up_proj", h, i, false, params)?,
+            down: lin(e, "mlp.down_proj", i, h, false, params)?,
+        };
+        let input_norm = new_rms_norm(e, &format!("{path}.input_layernorm"), h, params)?;
+        let post_norm = new_rms_norm(e, &format!("{path}.post_attention_layernorm"), h, params)?;
+        Ok(DecoderLayer {
+            module: e.tags.module(path),
+            input_norm,
+            attn,
+            post_norm,
+            mlp,
+        })
+    }
 }
 
 impl Engine {

@@ -10,7 +10,7 @@ use super::super::shape::Shape;
 use super::super::tag::Category;
 use super::super::tensor::{Layout, TensorId};
 use super::super::Engine;
-use super::decoder::{Attention, DecoderLayer, RmsNorm, Rope, SwiGlu};
+use super::decoder::{DecoderLayer, RmsNorm, Rope};
 use super::lora::Proj;
 use super::{Embedding, Linear};
 
@@ -39,44 +39,16 @@ impl DecoderModel {
         buffers: &mut Vec<(String, TensorId)>,
     ) -> Result<DecoderModel> {
         check_spec(spec)?;
-        let (h, i, d) = (spec.hidden, spec.intermediate, spec.head_dim());
-        let (q, kv) = (spec.heads * d, spec.kv_heads * d);
+        let (h, d) = (spec.hidden, spec.head_dim());
         let embed = e.new_embedding("model.embed_tokens", spec.vocab, h, params)?;
         let mut layers = Vec::new();
         for n in 0..spec.layers {
-            let p = format!("model.layers.{n}");
-            let lin = |e: &mut Engine, name: &str, fin, fout, bias, ps: &mut Vec<TensorId>| {
-                e.new_linear(&format!("{p}.{name}"), fin, fout, bias, ps)
-                    .map(Proj::plain)
-            };
-            let b = spec.qkv_bias;
-            let attn = Attention {
-                module: e.tags.module(&format!("{p}.self_attn")),
-                rotary_module: e.tags.module(&format!("{p}.self_attn.rotary_emb")),
-                q: lin(e, "self_attn.q_proj", h, q, b, params)?,
-                k: lin(e, "self_attn.k_proj", h, kv, b, params)?,
-                v: lin(e, "self_attn.v_proj", h, kv, b, params)?,
-                o: lin(e, "self_attn.o_proj", q, h, false, params)?,
-                heads: spec.heads,
-                kv_heads: spec.kv_heads,
-                head_dim: d,
-            };
-            let mlp = SwiGlu {
-                module: e.tags.module(&format!("{p}.mlp")),
-                act: e.tags.module(&format!("{p}.mlp.act_fn")),
-                gate: lin(e, "mlp.gate_proj", h, i, false, params)?,
-                up: lin(e, "mlp.up_proj", h, i, false, params)?,
-                down: lin(e, "mlp.down_proj", i, h, false, params)?,
-            };
-            let input_norm = new_rms_norm(e, &format!("{p}.input_layernorm"), h, params)?;
-            let post_norm = new_rms_norm(e, &format!("{p}.post_attention_layernorm"), h, params)?;
-            layers.push(DecoderLayer {
-                module: e.tags.module(&p),
-                input_norm,
-                attn,
-                post_norm,
-                mlp,
-            });
+            layers.push(DecoderLayer::build(
+                e,
+                &format!("model.layers.{n}"),
+                spec,
+                params,
+            )?);
         }
         let norm = new_rms_norm(e, "model.norm", h, params)?;
         let rotary_module = e.tags.module("model.rotary_emb");
@@ -189,13 +161,18 @@ impl DecoderModel {
     }
 }
 
-fn new_rms_norm(e: &mut Engine, path: &str, h: u64, params: &mut Vec<TensorId>) -> Result<RmsNorm> {
+pub(crate) fn new_rms_norm(
+    e: &mut Engine,
+    path: &str,
+    h: u64,
+    params: &mut Vec<TensorId>,
+) -> Result<RmsNorm> {
     let module = e.tags.module(path);
     let w = e.new_param(&[h], module, params)?;
     Ok(RmsNorm { w, module })
 }
 
-fn check_spec(spec: &DecoderLm) -> Result<()> {
+pub(crate) fn check_spec(spec: &DecoderLm) -> Result<()> {
     let bad = |m: String| Err(EngineError::Program(m));
     if spec.heads == 0 || spec.kv_heads == 0 || !spec.heads.is_multiple_of(spec.kv_heads) {
         return bad(format!(

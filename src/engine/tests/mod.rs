@@ -8,6 +8,7 @@ mod lang;
 pub(crate) mod launches;
 mod precision;
 mod presets;
+mod transformer;
 
 use crate::alloc::{Action, AllocEvent};
 
