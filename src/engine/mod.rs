@@ -38,6 +38,7 @@ mod scratch;
 pub mod shape;
 mod slab;
 pub mod storage;
+pub mod summary;
 pub mod tag;
 pub mod tensor;
 
@@ -60,7 +61,7 @@ pub use events::EngineEvent;
 pub use launch::LaunchStats;
 pub use live::{LiveState, NodeInfo, RootInfo, RootKind, SavedInfo, StorageInfo};
 pub use optim::{OptimizerConfig, OptimizerKind};
-pub use presets::{LossKind, ModelConfig, ModelKind};
+pub use presets::{Evidence, LossKind, ModelConfig, ModelKind, PresetInfo, PRESET_CATALOGUE};
 pub use program::{numbered, preorder_len, GradContext, KeepWhat, Program, Step, MAX_RUN_EVENTS};
 pub use scratch::reduce::ReduceDevice;
 pub use shape::Shape;

@@ -264,3 +264,116 @@ impl ModelConfig {
         })
     }
 }
+
+/// How a preset's figures have been checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Evidence {
+    /// A scenario on this preset matches an H100 capture request for request
+    /// (the capture's stem under `tests/fixtures/pytorch/captured/`).
+    Hardware { capture: &'static str },
+    /// Written from PyTorch's, torchvision's and the specs' source; no GPU
+    /// capture checks it yet.
+    SourceOnly,
+}
+
+impl Evidence {
+    pub fn label(self) -> &'static str {
+        match self {
+            Evidence::Hardware { .. } => "verified on hardware",
+            Evidence::SourceOnly => "from source only",
+        }
+    }
+}
+
+/// A preset as `vramscope model --list` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PresetInfo {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub evidence: Evidence,
+}
+
+/// Every preset, in the order they are listed.
+pub const PRESET_CATALOGUE: [PresetInfo; 15] = [
+    PresetInfo {
+        name: "mlp-mnist",
+        about: "784 → 1024 → 1024 → 10 MLP, ReLU, cross-entropy, batch 256",
+        evidence: Evidence::Hardware {
+            capture: "accumulate_loss_train_fixed",
+        },
+    },
+    PresetInfo {
+        name: "gpt2-small",
+        about: "nanoGPT GPT-2 small (12 × 768, 12 heads, V = 50,257, tied), batch 8 × 1,024",
+        evidence: Evidence::Hardware {
+            capture: "gpt2_small_fits",
+        },
+    },
+    PresetInfo {
+        name: "gpt-tiny",
+        about: "nanoGPT 4 × 256, 4 heads, V = 8,192, batch 8 × 256",
+        evidence: Evidence::Hardware { capture: "tour" },
+    },
+    PresetInfo {
+        name: "lstm-lm-ptb",
+        about: "word_language_model LSTM 200/200, 2 layers, BPTT 35, batch 20",
+        evidence: Evidence::Hardware {
+            capture: "rnn_hidden_fixed",
+        },
+    },
+    PresetInfo {
+        name: "lstm-lm-medium",
+        about: "word_language_model LSTM 650/650, 2 layers, dropout 0.5 (capture awaiting)",
+        evidence: Evidence::SourceOnly,
+    },
+    PresetInfo {
+        name: "resnet18",
+        about: "torchvision ResNet-18 (BasicBlocks), 224², batch 32 (capture awaiting)",
+        evidence: Evidence::SourceOnly,
+    },
+    PresetInfo {
+        name: "resnet50",
+        about: "torchvision ResNet-50 v1.5 (Bottlenecks), 224², batch 32, in the model language",
+        evidence: Evidence::SourceOnly,
+    },
+    PresetInfo {
+        name: "deep-mlp",
+        about: "the course's 20 × Linear(4096, 4096) + ReLU, no head, model(x).sum(), batch 64",
+        evidence: Evidence::SourceOnly,
+    },
+    PresetInfo {
+        name: "tinyllama-1.1b",
+        about: "TinyLlama 1.1B (22 × 2048, 32/4 heads, I 5632, V 32,000, untied), batch 1 × 2,048",
+        evidence: Evidence::SourceOnly,
+    },
+    PresetInfo {
+        name: "llama-3.2-1b",
+        about: "Llama 3.2 1B (16 × 2048, 32/8 heads, I 8192, V 128,256, tied), batch 1 × 2,048",
+        evidence: Evidence::SourceOnly,
+    },
+    PresetInfo {
+        name: "llama-3-8b",
+        about: "Llama 3 8B (32 × 4096, 32/8 heads, I 14,336, V 128,256, untied), batch 1 × 2,048",
+        evidence: Evidence::SourceOnly,
+    },
+    PresetInfo {
+        name: "mistral-7b",
+        about: "Mistral 7B v0.1 (32 × 4096, 32/8 heads, I 14,336, V 32,000), batch 1 × 2,048",
+        evidence: Evidence::SourceOnly,
+    },
+    PresetInfo {
+        name: "qwen2.5-0.5b",
+        about: "Qwen2.5 0.5B (24 × 896, 14/2 heads, q/k/v bias, V 151,936, tied), batch 1 × 1,024",
+        evidence: Evidence::SourceOnly,
+    },
+    PresetInfo {
+        name: "qwen2.5-0.5b-lora",
+        about: "qwen2.5-0.5b with PEFT LoRA r 16, alpha 32, dropout 0.05 on all seven projections",
+        evidence: Evidence::SourceOnly,
+    },
+    PresetInfo {
+        name: "bert-base",
+        about: "bert-base-uncased + 2-label classifier (12 × 768, 12 heads, dropout 0.1), batch 32 × 128",
+        evidence: Evidence::SourceOnly,
+    },
+];

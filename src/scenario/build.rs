@@ -7,7 +7,9 @@ use super::conditions::Conditions;
 use super::format::{Criterion, LayerSpec, ModelSpec, Scenario};
 use super::steps::StepSites;
 use crate::engine::model_lang::{LangModel, ModelInput};
-use crate::engine::{EngineConfig, LossKind, ModelConfig, ModelKind, OptimizerConfig, Program};
+use crate::engine::{
+    EngineConfig, LossKind, ModelConfig, ModelKind, OptimizerConfig, Program, PRESET_CATALOGUE,
+};
 
 #[derive(Debug, Clone)]
 pub struct Built {
@@ -21,26 +23,6 @@ pub struct Built {
     /// the loader, which has the text, fills it in).
     pub steps: Arc<StepSites>,
 }
-
-/// The preset names a scenario may use ([`ModelConfig::preset`] also takes
-/// engine.md §10.4's `resnet-basic` for `resnet18`).
-pub const PRESETS: [&str; 15] = [
-    "mlp-mnist",
-    "gpt2-small",
-    "gpt-tiny",
-    "lstm-lm-ptb",
-    "lstm-lm-medium",
-    "resnet18",
-    "resnet50",
-    "deep-mlp",
-    "tinyllama-1.1b",
-    "llama-3.2-1b",
-    "llama-3-8b",
-    "mistral-7b",
-    "qwen2.5-0.5b",
-    "qwen2.5-0.5b-lora",
-    "bert-base",
-];
 
 /// `Linear(a,b), ReLU, Linear(b,c), …` as MLP widths; `None` if not that shape.
 pub(crate) fn layers_to_dims(layers: &[LayerSpec]) -> Result<Vec<u64>, String> {
@@ -75,9 +57,10 @@ pub(crate) fn layers_to_dims(layers: &[LayerSpec]) -> Result<Vec<u64>, String> {
 fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
     let mut model = match &s.model {
         ModelSpec::Preset(name) => ModelConfig::preset(name).ok_or_else(|| {
+            let names: Vec<&str> = PRESET_CATALOGUE.iter().map(|p| p.name).collect();
             format!(
                 "unknown preset \"{name}\"; presets are {}",
-                PRESETS.join(", ")
+                names.join(", ")
             )
         })?,
         ModelSpec::Mlp { dims, inplace_relu } => {
