@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::config::SdpaBackend;
 use super::dtype::DType;
-use super::presets_hf::{BertSpec, DecoderLm};
+use super::presets_hf::DecoderLm;
 
 /// The training criterion applied by `Step::Loss`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,10 +72,6 @@ pub enum ModelKind {
         num_classes: u64,
         image: u64,
     },
-    /// A Llama-family causal LM (models.md §1–§6).
-    Decoder(DecoderLm),
-    /// BERT with a sequence-classification head (models.md §8).
-    Bert(BertSpec),
     /// A model written in the language (`model_lang`).
     Modules(crate::engine::model_lang::LangModel),
     /// One `nn.Linear` (the §12 golden trace).
@@ -231,6 +227,15 @@ impl ModelConfig {
         }
     }
 
+    /// A Hugging Face causal LM in the language, trained with
+    /// `ForCausalLMLoss` at batch 1.
+    pub fn causal_lm(lm: &DecoderLm) -> ModelConfig {
+        ModelConfig {
+            loss: LossKind::HfCausalLm,
+            ..ModelConfig::modules(lm.to_lang(), 1)
+        }
+    }
+
     /// A preset by its spec name.
     pub fn preset(name: &str) -> Option<ModelConfig> {
         use crate::engine::model_lang::presets;
@@ -246,21 +251,8 @@ impl ModelConfig {
             "lstm-lm-ptb" => ModelConfig::lstm_lm_ptb(),
             "lstm-lm-medium" => ModelConfig::lstm_lm_medium(),
             "resnet18" | "resnet-basic" => ModelConfig::resnet18(32),
-            "bert-base" => ModelConfig {
-                kind: ModelKind::Bert(super::presets_hf::bert_base()),
-                batch: 32,
-                loss: LossKind::CrossEntropy,
-                param_dtype: DType::F32,
-            },
-            _ => {
-                let lm = super::presets_hf::decoder_preset(name)?;
-                ModelConfig {
-                    kind: ModelKind::Decoder(lm),
-                    batch: 1,
-                    loss: LossKind::HfCausalLm,
-                    param_dtype: DType::F32,
-                }
-            }
+            "bert-base" => ModelConfig::modules(super::presets_hf::bert_base().to_lang(), 32),
+            _ => ModelConfig::causal_lm(&super::presets_hf::decoder_preset(name)?),
         })
     }
 }

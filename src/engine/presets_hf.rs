@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::model_lang::{LangModel, ModelInput, Module};
+
 /// A Llama-family causal LM (`LlamaForCausalLM` and its copies).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -185,5 +187,122 @@ pub(crate) fn bert_base() -> BertSpec {
         dropout: 0.1,
         num_labels: 2,
         seq: 128,
+    }
+}
+
+fn named(name: &str, m: Module) -> (String, Module) {
+    (name.to_string(), m)
+}
+
+impl DecoderLm {
+    /// The model in the language, with `LlamaForCausalLM`'s module names:
+    /// `model.embed_tokens`, `model.layers.N`, `model.norm`,
+    /// `model.rotary_emb`, `lm_head`.
+    pub fn to_lang(&self) -> LangModel {
+        let layer = Module::DecoderLayer {
+            hidden: self.hidden,
+            intermediate: self.intermediate,
+            heads: self.heads,
+            kv_heads: Some(self.kv_heads),
+            head_dim: self.head_dim,
+            qkv_bias: self.qkv_bias,
+        };
+        let model = Module::Sequential(vec![
+            named(
+                "embed_tokens",
+                Module::Embedding {
+                    num: self.vocab,
+                    dim: self.hidden,
+                },
+            ),
+            named(
+                "layers",
+                Module::Repeat {
+                    n: self.layers,
+                    block: Box::new(layer),
+                },
+            ),
+            named("norm", Module::RMSNorm { dim: self.hidden }),
+            named(
+                "rotary_emb",
+                Module::RotaryEmbedding {
+                    head_dim: self.head_dim(),
+                },
+            ),
+        ]);
+        LangModel {
+            input: ModelInput::Tokens { seq: self.seq },
+            net: Module::Sequential(vec![
+                named("model", model),
+                named(
+                    "lm_head",
+                    Module::LmHead {
+                        hidden: self.hidden,
+                        vocab: self.vocab,
+                        tied: self.tied,
+                    },
+                ),
+            ]),
+            freeze: Vec::new(),
+            lora: self.lora.clone(),
+        }
+    }
+}
+
+impl BertSpec {
+    /// `BertForSequenceClassification` in the language: `bert.embeddings`,
+    /// `bert.encoder.layer.N`, `bert.pooler`, `dropout`, `classifier`.
+    pub fn to_lang(&self) -> LangModel {
+        let layer = Module::BertLayer {
+            hidden: self.hidden,
+            intermediate: self.intermediate,
+            heads: self.heads,
+            dropout: self.dropout,
+        };
+        let bert = Module::Sequential(vec![
+            named(
+                "embeddings",
+                Module::BertEmbeddings {
+                    vocab: self.vocab,
+                    hidden: self.hidden,
+                    max_positions: self.max_positions,
+                    type_vocab: self.type_vocab,
+                    dropout: self.dropout,
+                },
+            ),
+            named(
+                "encoder",
+                Module::Sequential(vec![named(
+                    "layer",
+                    Module::Repeat {
+                        n: self.layers,
+                        block: Box::new(layer),
+                    },
+                )]),
+            ),
+            named(
+                "pooler",
+                Module::BertPooler {
+                    hidden: self.hidden,
+                },
+            ),
+        ]);
+        LangModel {
+            input: ModelInput::Tokens { seq: self.seq },
+            net: Module::Sequential(vec![
+                named("bert", bert),
+                named("dropout", Module::Dropout(self.dropout)),
+                named(
+                    "classifier",
+                    Module::Linear {
+                        input: self.hidden,
+                        out: self.num_labels,
+                        bias: true,
+                    },
+                ),
+            ]),
+            freeze: Vec::new(),
+            lora: None,
+        }
     }
 }

@@ -128,11 +128,17 @@ fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
             };
             m
         }
-        ModelSpec::Modules { input, net, freeze } => ModelConfig::modules(
+        ModelSpec::Modules {
+            input,
+            net,
+            freeze,
+            lora,
+        } => ModelConfig::modules(
             LangModel {
                 input: input.clone(),
                 net: net.clone(),
                 freeze: freeze.clone(),
+                lora: lora.clone(),
             },
             32,
         ),
@@ -181,16 +187,6 @@ fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
             *seq = s.data.seq.unwrap_or(*seq);
         }
         (ModelKind::LstmLm { bptt, .. }, Some(_)) => *bptt = s.data.seq.unwrap_or(*bptt),
-        (ModelKind::Decoder(lm), Some(_)) => lm.seq = s.data.seq.unwrap_or(lm.seq),
-        (ModelKind::Bert(b), Some(&t)) => {
-            if t > b.max_positions {
-                return Err(format!(
-                    "data: sequence length {t} is longer than the model's {} positions",
-                    b.max_positions
-                ));
-            }
-            b.seq = s.data.seq.unwrap_or(b.seq);
-        }
         (
             ModelKind::Modules(LangModel {
                 input: ModelInput::Tokens { seq },
@@ -200,7 +196,7 @@ fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
         ) => *seq = s.data.seq.unwrap_or(*seq),
         (_, Some(_)) => {
             return Err(
-                "data: seq and seq_schedule apply to sequence models only (GPT, LSTM, the Hugging Face presets, token-input Modules models); this model has no sequence length"
+                "data: seq and seq_schedule apply to GPT, LSTM and token-input Modules models only (this model has no sequence length)"
                     .into(),
             )
         }

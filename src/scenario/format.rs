@@ -139,6 +139,9 @@ pub enum ModelSpec {
         net: Module,
         #[serde(default)]
         freeze: Vec<String>,
+        /// PEFT LoRA on the projections named in `target_modules`.
+        #[serde(default)]
+        lora: Option<crate::engine::presets_hf::LoraSpec>,
     },
 }
 

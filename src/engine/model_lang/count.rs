@@ -70,6 +70,15 @@ pub fn count(m: &Module) -> Counts {
         Module::Embedding { num, dim } => params(num * dim),
         Module::LayerNorm { dim, bias } => params(if *bias { 2 * dim } else { *dim }),
         Module::Residual(inner) | Module::Checkpoint { module: inner, .. } => count(inner),
+        Module::RMSNorm { .. }
+        | Module::RotaryEmbedding { .. }
+        | Module::Attention { .. }
+        | Module::Mlp { .. }
+        | Module::DecoderLayer { .. }
+        | Module::LmHead { .. }
+        | Module::BertEmbeddings { .. }
+        | Module::BertLayer { .. }
+        | Module::BertPooler { .. } => super::xfmr::count(m),
         Module::Conv2d {
             input,
             out,

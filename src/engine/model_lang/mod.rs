@@ -11,6 +11,7 @@ pub mod forward;
 pub mod presets;
 pub mod shape;
 pub mod spec;
+pub mod xfmr;
 
 pub use count::{count, Counts};
 pub use shape::{out_shape, Sig};

@@ -1,11 +1,9 @@
-//! `BertForSequenceClassification` (models.md §8): embeddings with token
-//! types and learned positions, post-LN encoder layers with SDPA, pooler,
-//! dropout and classifier.
+//! BERT's pieces (models.md §8): embeddings with token types and learned
+//! positions, and the post-LN encoder layer with SDPA.
 
 use super::super::dtype::DType;
 use super::super::error::Result;
 use super::super::ops::elementwise::Unary;
-use super::super::presets_hf::BertSpec;
 use super::super::shape::Shape;
 use super::super::tag::Category;
 use super::super::tensor::{Layout, TensorId};
@@ -27,22 +25,6 @@ pub(crate) struct BertLayer {
     pub ln2: LayerNorm,
     pub heads: u64,
     pub dropout: f64,
-}
-
-#[derive(Debug)]
-pub(crate) struct Bert {
-    pub spec: BertSpec,
-    pub module: u32,
-    pub word: Embedding,
-    pub position: Embedding,
-    pub token_type: Embedding,
-    pub emb_ln: LayerNorm,
-    pub position_ids: TensorId,
-    pub token_type_ids: TensorId,
-    pub layers: Vec<BertLayer>,
-    pub pooler: Linear,
-    pub pooler_act: u32,
-    pub classifier: Linear,
 }
 
 impl BertLayer {
@@ -84,135 +66,6 @@ impl BertLayer {
             heads,
             dropout,
         })
-    }
-}
-
-impl Bert {
-    /// Parameters in `.to("cuda")` order; the embeddings' `position_ids`
-    /// and `token_type_ids` [1, max_positions] int64 buffers after their
-    /// module's parameters.
-    pub fn build(
-        e: &mut Engine,
-        spec: &BertSpec,
-        params: &mut Vec<TensorId>,
-        buffers: &mut Vec<(String, TensorId)>,
-    ) -> Result<Bert> {
-        let (h, i) = (spec.hidden, spec.intermediate);
-        let p = "bert.embeddings";
-        let word = e.new_embedding(&format!("{p}.word_embeddings"), spec.vocab, h, params)?;
-        let position = e.new_embedding(
-            &format!("{p}.position_embeddings"),
-            spec.max_positions,
-            h,
-            params,
-        )?;
-        let token_type = e.new_embedding(
-            &format!("{p}.token_type_embeddings"),
-            spec.type_vocab,
-            h,
-            params,
-        )?;
-        let emb_ln = e.new_layer_norm(&format!("{p}.LayerNorm"), h, true, params)?;
-        let emb_module = e.tags.module(p);
-        let pos_shape = [1, spec.max_positions];
-        let position_ids = e.new_buffer(
-            format!("{p}.position_ids"),
-            &pos_shape,
-            DType::I64,
-            emb_module,
-            buffers,
-        )?;
-        let token_type_ids = e.new_buffer(
-            format!("{p}.token_type_ids"),
-            &pos_shape,
-            DType::I64,
-            emb_module,
-            buffers,
-        )?;
-        let mut layers = Vec::new();
-        for n in 0..spec.layers {
-            let path = format!("bert.encoder.layer.{n}");
-            let dims = [h, i, spec.heads];
-            layers.push(BertLayer::build(e, &path, dims, spec.dropout, params)?);
-        }
-        let pooler = e.new_linear("bert.pooler.dense", h, h, true, params)?;
-        let classifier = e.new_linear("classifier", h, spec.num_labels, true, params)?;
-        Ok(Bert {
-            spec: spec.clone(),
-            module: emb_module,
-            word,
-            position,
-            token_type,
-            emb_ln,
-            position_ids,
-            token_type_ids,
-            layers,
-            pooler,
-            pooler_act: e.tags.module("bert.pooler.activation"),
-            classifier,
-        })
-    }
-
-    /// `model(input_ids)` → logits [B, num_labels].
-    pub fn forward(&self, e: &mut Engine, ids: TensorId) -> Result<TensorId> {
-        let mark = e.locals.len();
-        let r = self.forward_body(e, ids);
-        if r.is_err() {
-            e.unwind_locals(mark);
-        }
-        r
-    }
-
-    fn forward_body(&self, e: &mut Engine, ids: TensorId) -> Result<TensorId> {
-        let mut x = e.in_module(self.module, |e| self.embeddings(e, ids))?;
-        for l in &self.layers {
-            let y = e.in_module(l.module, |e| e.bert_layer(l, x));
-            x = e.rebind(x, y)?;
-        }
-        // Pooler: `hidden_states[:, 0]`, a 2-D view (addmm takes it as it is
-        // and saves it, keeping the whole last output alive), then tanh.
-        let s = e.shape(x);
-        let first = e.view_as(x, Shape::new(&[s.dim(0), s.dim(2)]), Layout::Contiguous);
-        let pooled = e.apply_linear(&self.pooler, first);
-        e.release(first);
-        let pooled = pooled?;
-        let act = e.in_module(self.pooler_act, |e| e.unary(Unary::Tanh, pooled));
-        let act = e.rebind(pooled, act)?;
-        e.release(x);
-        let dropped = e.dropout(act, self.spec.dropout);
-        let dropped = e.rebind(act, dropped)?;
-        let logits = e.apply_linear(&self.classifier, dropped);
-        e.rebind(dropped, logits)
-    }
-
-    /// `BertEmbeddings.forward` (models.md §8.1): token types gathered from
-    /// the buffer, word + token type, + position, LayerNorm, dropout. The
-    /// summands are locals until the function returns.
-    fn embeddings(&self, e: &mut Engine, ids: TensorId) -> Result<TensorId> {
-        let s = e.shape(ids);
-        let (b, t) = (s.dim(0), s.dim(1));
-        let gathered = e.factory(Shape::new(&[1, t]), DType::I64, Category::Activation)?;
-        e.k_unary(self.token_type_ids, gathered);
-        let tt_ids = e.view_as(gathered, Shape::new(&[b, t]), Layout::Expanded);
-        let position_ids = e.view_as(self.position_ids, Shape::new(&[1, t]), Layout::Strided);
-        let words = e.in_module(self.word.module, |e| e.embedding(self.word.w, ids))?;
-        let types = e.in_module(self.token_type.module, |e| {
-            e.embedding(self.token_type.w, tt_ids)
-        })?;
-        let sum = e.add(words, types)?;
-        let pos = e.in_module(self.position.module, |e| {
-            e.embedding(self.position.w, position_ids)
-        })?;
-        let sum2 = e.add(sum, pos);
-        let x = e.rebind(sum, sum2)?;
-        let y = e.apply_layer_norm(&self.emb_ln, x);
-        let x = e.rebind(x, y)?;
-        let y = e.dropout(x, self.spec.dropout);
-        let x = e.rebind(x, y)?;
-        for local in [words, types, pos, tt_ids, gathered, position_ids] {
-            e.release(local);
-        }
-        Ok(x)
     }
 }
 
@@ -278,4 +131,48 @@ impl Engine {
         self.release(c);
         Ok(flat)
     }
+}
+
+/// What `BertEmbeddings.forward` uses.
+#[derive(Clone, Copy)]
+pub(crate) struct EmbeddingParts<'a> {
+    pub word: &'a Embedding,
+    pub position: &'a Embedding,
+    pub token_type: &'a Embedding,
+    pub ln: &'a LayerNorm,
+    pub position_ids: TensorId,
+    pub token_type_ids: TensorId,
+    pub dropout: f64,
+}
+
+/// `BertEmbeddings.forward` (models.md §8.1): token types gathered from
+/// the buffer, word + token type, + position, LayerNorm, dropout. The
+/// summands are locals until the function returns.
+pub(crate) fn embeddings_forward(
+    e: &mut Engine,
+    b: EmbeddingParts,
+    ids: TensorId,
+) -> Result<TensorId> {
+    let s = e.shape(ids);
+    let (bs, t) = (s.dim(0), s.dim(1));
+    let gathered = e.factory(Shape::new(&[1, t]), DType::I64, Category::Activation)?;
+    e.k_unary(b.token_type_ids, gathered);
+    let tt_ids = e.view_as(gathered, Shape::new(&[bs, t]), Layout::Expanded);
+    let position_ids = e.view_as(b.position_ids, Shape::new(&[1, t]), Layout::Strided);
+    let words = e.in_module(b.word.module, |e| e.embedding(b.word.w, ids))?;
+    let types = e.in_module(b.token_type.module, |e| e.embedding(b.token_type.w, tt_ids))?;
+    let sum = e.add(words, types)?;
+    let pos = e.in_module(b.position.module, |e| {
+        e.embedding(b.position.w, position_ids)
+    })?;
+    let sum2 = e.add(sum, pos);
+    let x = e.rebind(sum, sum2)?;
+    let y = e.apply_layer_norm(b.ln, x);
+    let x = e.rebind(x, y)?;
+    let y = e.dropout(x, b.dropout);
+    let x = e.rebind(x, y)?;
+    for local in [words, types, pos, tt_ids, gathered, position_ids] {
+        e.release(local);
+    }
+    Ok(x)
 }

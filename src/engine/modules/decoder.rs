@@ -3,13 +3,12 @@
 //! MLP → residual, as `LlamaDecoderLayer.forward` runs them.
 
 use super::super::dtype::DType;
-use super::super::error::Result;
+use super::super::error::{EngineError, Result};
 use super::super::ops::elementwise::Unary;
 use super::super::presets_hf::DecoderLm;
 use super::super::shape::Shape;
 use super::super::tensor::{Layout, TensorId};
 use super::super::Engine;
-use super::llama::new_rms_norm;
 use super::lora::Proj;
 
 /// An RMSNorm's weight [H] and its module.
@@ -42,6 +41,9 @@ pub(crate) struct Attention {
     pub heads: u64,
     pub kv_heads: u64,
     pub head_dim: u64,
+    pub causal: bool,
+    /// `attention_dropout` (0.0 in Llama, Mistral, Qwen2 configs).
+    pub dropout: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -89,6 +91,8 @@ impl DecoderLayer {
             heads: spec.heads,
             kv_heads: spec.kv_heads,
             head_dim: d,
+            causal: true,
+            dropout: 0.0,
         };
         let mlp = SwiGlu {
             module: e.tags.module(&format!("{path}.mlp")),
@@ -124,7 +128,7 @@ impl Engine {
     ) -> Result<TensorId> {
         self.in_module(l.module, |e| {
             let h = e.apply_rms_norm(&l.input_norm, x)?;
-            let a = e.in_module(l.attn.module, |e| e.hf_attention(&l.attn, h, rope));
+            let a = e.in_module(l.attn.module, |e| e.hf_attention(&l.attn, h, Some(rope)));
             let a = e.rebind(h, a)?;
             let mid = e.add(x, a);
             e.release(a);
@@ -166,7 +170,13 @@ impl Engine {
 
     /// `LlamaAttention.forward` with `sdpa_attention_forward` (models.md
     /// §4.1): no padding mask, so k and v keep their heads (`enable_gqa`).
-    fn hf_attention(&mut self, a: &Attention, x: TensorId, rope: Rope) -> Result<TensorId> {
+    /// `rope`: None for attention without rotary positions.
+    pub(crate) fn hf_attention(
+        &mut self,
+        a: &Attention,
+        x: TensorId,
+        rope: Option<Rope>,
+    ) -> Result<TensorId> {
         let mark = self.locals.len();
         let r = self.hf_attention_body(a, x, rope);
         if r.is_err() {
@@ -175,28 +185,41 @@ impl Engine {
         r
     }
 
-    fn hf_attention_body(&mut self, a: &Attention, x: TensorId, rope: Rope) -> Result<TensorId> {
+    fn hf_attention_body(
+        &mut self,
+        a: &Attention,
+        x: TensorId,
+        rope: Option<Rope>,
+    ) -> Result<TensorId> {
         let s = self.shape(x);
         let (b, t) = (s.dim(0), s.dim(1));
         let q = self.heads_view(&a.q, x, a.heads, a.head_dim)?;
         let k = self.heads_view(&a.k, x, a.kv_heads, a.head_dim)?;
         let v = self.heads_view(&a.v, x, a.kv_heads, a.head_dim)?;
-        let (cos, sin) = match rope {
-            Rope::Shared { cos, sin } => (self.local_ref(cos), self.local_ref(sin)),
-            Rope::PerLayer {
+        let tables = match rope {
+            None => None,
+            Some(Rope::Shared { cos, sin }) => Some((self.local_ref(cos), self.local_ref(sin))),
+            Some(Rope::PerLayer {
                 inv_freq,
                 position_ids,
-            } => {
+            }) => {
                 let dtype = self.dtype(x);
-                self.in_module(a.rotary_module, |e| {
+                Some(self.in_module(a.rotary_module, |e| {
                     e.rotary_cos_sin(inv_freq, position_ids, dtype)
-                })?
+                })?)
             }
         };
-        let (qr, kr) = self.apply_rotary(q, k, cos, sin)?;
-        self.release(q);
-        self.release(k);
-        let out = self.sdpa_hf(qr, kr, v, 0.0, true)?;
+        let (qr, kr) = match tables {
+            Some((cos, sin)) => {
+                let r = self.apply_rotary(q, k, cos, sin)?;
+                self.release(q);
+                self.release(k);
+                r
+            }
+            None => (q, k),
+        };
+        let p = if self.ctx.training { a.dropout } else { 0.0 };
+        let out = self.sdpa_hf(qr, kr, v, p, a.causal)?;
         // `attn_output.transpose(1, 2).contiguous()`: the fused backends lay
         // their output out [B, T, h, d] already; math's is copied.
         let bthd = Shape::new(&[b, t, a.heads, a.head_dim]);
@@ -217,8 +240,12 @@ impl Engine {
         self.release(c);
         let o = self.apply_proj(&a.o, flat);
         // The frame's locals at return: q_rot, k_rot, v, the flat output, cos/sin.
-        for local in [qr, kr, v, flat, cos, sin] {
+        for local in [qr, kr, v, flat] {
             self.release(local);
+        }
+        if let Some((cos, sin)) = tables {
+            self.release(cos);
+            self.release(sin);
         }
         o
     }
@@ -254,4 +281,41 @@ impl Engine {
         };
         self.new_buffer(name.into(), &[head_dim / 2], dtype, module, buffers)
     }
+}
+
+pub(crate) fn new_rms_norm(
+    e: &mut Engine,
+    path: &str,
+    h: u64,
+    params: &mut Vec<TensorId>,
+) -> Result<RmsNorm> {
+    let module = e.tags.module(path);
+    let w = e.new_param(&[h], module, params)?;
+    Ok(RmsNorm { w, module })
+}
+
+pub(crate) fn check_spec(spec: &DecoderLm) -> Result<()> {
+    let bad = |m: String| Err(EngineError::Program(m));
+    if spec.heads == 0 || spec.kv_heads == 0 || !spec.heads.is_multiple_of(spec.kv_heads) {
+        return bad(format!(
+            "heads ({}) must be a multiple of kv_heads ({})",
+            spec.heads, spec.kv_heads
+        ));
+    }
+    if !spec.head_dim().is_multiple_of(2) || spec.head_dim() == 0 {
+        return bad(format!(
+            "head_dim ({}) must be even for rotary embeddings",
+            spec.head_dim()
+        ));
+    }
+    if let Some(t) = spec.lora.as_ref().and_then(|l| l.unknown_target()) {
+        return bad(format!(
+            "lora target_modules: `{t}` is not a projection of a decoder layer (one of {})",
+            super::super::presets_hf::LORA_TARGETS.join(", ")
+        ));
+    }
+    if spec.lora.as_ref().is_some_and(|l| l.r == 0) {
+        return bad("lora r must be at least 1".into());
+    }
+    Ok(())
 }

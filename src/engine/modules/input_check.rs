@@ -66,17 +66,6 @@ impl Model {
                 }
                 Ok(())
             }
-            ModelKind::Decoder(_) | ModelKind::Bert(_) => {
-                if !integer {
-                    return indices();
-                }
-                if dims.len() != 2 {
-                    return runtime(format!(
-                        "the model takes token ids of shape (batch, seq_len), got {shape}"
-                    ));
-                }
-                Ok(())
-            }
             ModelKind::LstmLm { .. } => {
                 if !integer {
                     return indices();

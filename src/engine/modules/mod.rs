@@ -7,7 +7,6 @@ pub mod bottleneck;
 pub mod decoder;
 pub mod gpt2;
 mod input_check;
-pub mod llama;
 pub mod lora;
 pub mod lstm_lm;
 pub mod mlp;
@@ -54,8 +53,6 @@ pub(crate) enum Net {
     LstmLm(lstm_lm::LstmLm),
     ResNet(resnet::ResNet),
     Linear(Linear),
-    Decoder(llama::DecoderModel),
-    Bert(bert::Bert),
     Lang(crate::engine::model_lang::build::LangNet),
 }
 
@@ -287,22 +284,16 @@ impl Model {
                 out_features,
                 bias,
             } => Net::Linear(e.new_linear("", *in_features, *out_features, *bias, &mut params)?),
-            ModelKind::Decoder(spec) => Net::Decoder(llama::DecoderModel::build(
-                e,
-                spec,
-                &mut params,
-                &mut buffers,
-            )?),
-            ModelKind::Bert(spec) => {
-                Net::Bert(bert::Bert::build(e, spec, &mut params, &mut buffers)?)
-            }
             ModelKind::Modules(m) => {
-                let net = crate::engine::model_lang::build::LangNet::build(
+                let mut net = crate::engine::model_lang::build::LangNet::build(
                     e,
                     &m.net,
                     &mut params,
                     &mut buffers,
                 )?;
+                if let Some(lora) = &m.lora {
+                    net.add_lora(e, lora, &mut params)?;
+                }
                 Net::Lang(net)
             }
         };
@@ -373,14 +364,6 @@ impl Model {
                 let y = (self.cfg.loss == LossKind::Mse).then(|| (vec![b, *out_features], fp));
                 (vec![b, *in_features], fp, y)
             }
-            ModelKind::Decoder(spec) => {
-                let t = seq_len.unwrap_or(spec.seq);
-                (vec![b, t], DType::I64, Some((vec![b, t], DType::I64)))
-            }
-            ModelKind::Bert(spec) => {
-                let t = seq_len.unwrap_or(spec.seq);
-                (vec![b, t], DType::I64, Some((vec![b], DType::I64)))
-            }
             ModelKind::Modules(m) => {
                 let x = m.input.sig(b, seq_len);
                 let out = m.output(b, seq_len).map_err(EngineError::Program)?;
@@ -420,8 +403,6 @@ impl Model {
             Net::Gpt2(m) => Ok((m.forward(e, x)?, None)),
             Net::ResNet(m) => Ok((m.forward(e, x)?, None)),
             Net::Linear(l) => Ok((e.apply_linear(l, x)?, None)),
-            Net::Decoder(m) => Ok((m.forward(e, x)?, None)),
-            Net::Bert(m) => Ok((m.forward(e, x)?, None)),
             Net::Lang(m) => Ok((m.forward(e, x)?, None)),
             Net::LstmLm(m) => {
                 let (out, h) = m.forward(e, x, hidden)?;

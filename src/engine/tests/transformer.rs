@@ -3,6 +3,7 @@
 //! and the presets' parameter counts (from the published configs, by hand).
 
 use super::super::config::{HfRmsNorm, SdpaBackend};
+use super::super::model_lang::{count as count_params, ModelInput};
 use super::super::modules::bert::BertLayer;
 use super::super::modules::decoder::{DecoderLayer, Rope};
 use super::super::presets_hf::{DecoderLm, LoraSpec};
@@ -283,8 +284,8 @@ fn lora_freezes_the_base_and_counts_adapters_as_6_4() {
     let base = ModelConfig::preset("qwen2.5-0.5b").expect("preset");
     let lora = ModelConfig::preset("qwen2.5-0.5b-lora").expect("preset");
     let small = |mut m: ModelConfig| {
-        if let super::super::ModelKind::Decoder(lm) = &mut m.kind {
-            lm.seq = 16;
+        if let super::super::ModelKind::Modules(lm) = &mut m.kind {
+            lm.input = ModelInput::Tokens { seq: 16 };
         }
         m
     };
@@ -340,10 +341,22 @@ fn presets_have_the_published_parameter_counts() {
     assert_eq!(rows[4].1, 7_241_732_096);
     for (name, n) in rows {
         let m = ModelConfig::preset(name).expect(name);
-        let super::super::ModelKind::Decoder(lm) = &m.kind else {
-            panic!("{name} is not a decoder");
+        let super::super::ModelKind::Modules(lm) = &m.kind else {
+            panic!("{name} is not written in the language");
         };
-        assert_eq!(lm.param_count(), n, "{name}");
+        assert_eq!(count_params(&lm.net).parameters, n, "{name}");
+    }
+    // The language builds them with those counts too (the small ones).
+    for name in ["qwen2.5-0.5b", "tinyllama-1.1b"] {
+        let mut m = ModelConfig::preset(name).expect(name);
+        if let super::super::ModelKind::Modules(lm) = &mut m.kind {
+            lm.input = ModelInput::Tokens { seq: 8 };
+        }
+        let n = rows.iter().find(|r| r.0 == name).map(|r| r.1);
+        assert_eq!(
+            Some(engine_with(m, OptimizerConfig::adamw(), h100()).num_params()),
+            n
+        );
     }
     // BERT-base (§8): 109,482,240 with the pooler, + 1,538 for 2 labels.
     let bert = engine(ModelConfig::preset("bert-base").expect("bert"));
@@ -363,10 +376,9 @@ fn a_small_llama_trains_end_to_end_and_frees_its_graph() {
         target_modules: vec!["q_proj".into(), "v_proj".into()],
     });
     let m = ModelConfig {
-        kind: super::super::ModelKind::Decoder(lm),
         batch: 2,
-        loss: super::super::LossKind::HfCausalLm,
         param_dtype: DType::BF16,
+        ..ModelConfig::causal_lm(&lm)
     };
     let mut e = engine_with(m, OptimizerConfig::adamw(), h100());
     run(&mut e, &program(train_steps(), 2));
