@@ -67,6 +67,9 @@ static BUILTINS: &[BuiltIn] = builtins![
     "optimizer-cpu-offload",
     "gpt2-small-fits",
     "gpt2-small-oom",
+    "deep-mlp-no-checkpoint",
+    "deep-mlp-checkpoint",
+    "deep-mlp-checkpoint-segments",
 ];
 
 pub fn builtins() -> &'static [BuiltIn] {
