@@ -24,6 +24,7 @@ pub mod config_hf;
 pub mod dtype;
 pub mod error;
 pub mod events;
+pub mod hf_config;
 pub mod launch;
 pub mod live;
 pub mod model_lang;

@@ -142,6 +142,9 @@ fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
             },
             32,
         ),
+        ModelSpec::HfConfig(path) => {
+            crate::engine::hf_config::read(std::path::Path::new(path)).map_err(|e| e.to_string())?
+        }
         ModelSpec::ResNet18 { classes, image } => {
             let mut m = ModelConfig::resnet18(32);
             m.kind = ModelKind::ResNet {

@@ -172,7 +172,7 @@ fn modules(out: &mut Problems, at: &str, m: &Module) -> u64 {
 pub(crate) fn problems(model: &ModelSpec, data: &DataSpec) -> Vec<String> {
     let mut out = Problems::default();
     match model {
-        ModelSpec::Preset(_) => {}
+        ModelSpec::Preset(_) | ModelSpec::HfConfig(_) => {}
         ModelSpec::Mlp { dims, .. } => {
             dims.iter()
                 .for_each(|&d| out.dim("model.dims: a width", d, 1));

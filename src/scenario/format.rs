@@ -143,6 +143,9 @@ pub enum ModelSpec {
         #[serde(default)]
         lora: Option<crate::engine::presets_hf::LoraSpec>,
     },
+    /// A Hugging Face `config.json` (model_type llama, mistral, qwen2,
+    /// gpt2), relative to the scenario's folder or the working directory.
+    HfConfig(String),
 }
 
 fn gpt2_vocab() -> u64 {

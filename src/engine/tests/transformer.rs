@@ -402,3 +402,29 @@ fn forcing_sdpa_math_still_runs_a_decoder_layer() {
     let (_, saved) = decoder_layer_saved(cfg, &smollm2(), 32, true);
     assert!(saved > 0);
 }
+
+#[test]
+fn hf_config_fixtures_build_with_the_published_counts() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/hf");
+    let read = |name: &str| {
+        let path = std::path::PathBuf::from(format!("{dir}/{name}/config.json"));
+        super::super::hf_config::read(&path).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let params = |m: &ModelConfig| match &m.kind {
+        super::super::ModelKind::Modules(lm) => count_params(&lm.net).parameters,
+        _ => engine(m.clone()).num_params(),
+    };
+    // The same figures as the presets (Llama-3-8B and Qwen2.5-0.5B as the
+    // brief gives them; the others from their configs by the §0.3 formula).
+    assert_eq!(params(&read("llama-3-8b")), 8_030_261_248);
+    assert_eq!(params(&read("qwen2.5-0.5b")), 494_032_768);
+    assert_eq!(params(&read("mistral-7b")), 7_241_732_096);
+    assert_eq!(params(&read("tinyllama-1.1b")), 1_100_048_384);
+    // GPT-2 small: 12 blocks of 12d² + 13d, wte, wpe, ln_f (engine.md §10.2).
+    assert_eq!(params(&read("gpt2")), 124_439_808);
+    // The training sequence: max_position_embeddings, at most 2,048.
+    let super::super::ModelKind::Modules(lm) = read("qwen2.5-0.5b").kind else {
+        panic!("qwen2 is a language model");
+    };
+    assert_eq!(lm.input, ModelInput::Tokens { seq: 2048 });
+}
