@@ -176,6 +176,7 @@ fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
             Criterion::Bce => LossKind::Bce,
             Criterion::BceWithLogits => LossKind::BceWithLogits,
             Criterion::Sum => LossKind::Sum,
+            Criterion::CausalLm => LossKind::HfCausalLm,
         };
     }
     let longest = s.data.seq_schedule.iter().chain(&s.data.seq).max();

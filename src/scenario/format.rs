@@ -259,4 +259,7 @@ pub enum Criterion {
     BceWithLogits,
     /// `model(x).sum()`: no target (the course's `.sum().backward()`).
     Sum,
+    /// Hugging Face's `ForCausalLMLoss` on [B, T, V] logits and [B, T]
+    /// labels (models.md §5.2).
+    CausalLm,
 }
