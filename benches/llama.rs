@@ -16,7 +16,10 @@ fn training_program() -> Program {
         Step::ZeroGrad {
             set_to_none: Some(true),
         },
-        Step::LoadBatch { x: s("x"), y: s("y") },
+        Step::LoadBatch {
+            x: s("x"),
+            y: s("y"),
+        },
         Step::AutocastEnter { dtype: DType::BF16 },
         Step::Forward {
             input: s("x"),

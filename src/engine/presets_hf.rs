@@ -34,20 +34,6 @@ impl DecoderLm {
     pub fn head_dim(&self) -> u64 {
         self.head_dim.unwrap_or(self.hidden / self.heads.max(1))
     }
-
-    /// Parameters of the model as built (adapters included, tied once).
-    pub fn param_count(&self) -> u64 {
-        let (h, i, d) = (self.hidden, self.intermediate, self.head_dim());
-        let (q, kv) = (self.heads * d, self.kv_heads * d);
-        let bias = if self.qkv_bias { q + 2 * kv } else { 0 };
-        let layer = 2 * h + h * q + 2 * h * kv + q * h + bias + 3 * h * i;
-        let head = if self.tied { 0 } else { self.vocab * h };
-        let adapters = self
-            .lora
-            .as_ref()
-            .map_or(0, |l| self.layers * l.per_layer_params(h, i, q, kv));
-        self.vocab * h + self.layers * layer + h + head + adapters
-    }
 }
 
 /// PEFT `LoraConfig` (models.md §6.1): rank, alpha, dropout, targets.
@@ -78,30 +64,6 @@ impl LoraSpec {
     pub fn targets(&self, name: &str) -> bool {
         self.target_modules.iter().any(|t| t == name)
     }
-
-    /// r·(in + out) for each targeted projection of one layer.
-    fn per_layer_params(&self, h: u64, i: u64, q: u64, kv: u64) -> u64 {
-        let shapes = [(h, q), (h, kv), (h, kv), (q, h), (h, i), (h, i), (i, h)];
-        LORA_TARGETS
-            .iter()
-            .zip(shapes)
-            .filter(|(n, _)| self.targets(n))
-            .map(|(_, (fin, fout))| self.r * (fin + fout))
-            .sum()
-    }
-
-    /// `lora_alpha / r`.
-    pub fn scaling(&self) -> f64 {
-        self.alpha / self.r.max(1) as f64
-    }
-
-    /// A target name PEFT would not find in a decoder layer.
-    pub fn unknown_target(&self) -> Option<&str> {
-        self.target_modules
-            .iter()
-            .map(String::as_str)
-            .find(|t| !LORA_TARGETS.contains(t))
-    }
 }
 
 /// `BertForSequenceClassification` (models.md §8): BertModel with pooler,
@@ -120,18 +82,6 @@ pub struct BertSpec {
     pub dropout: f64,
     pub num_labels: u64,
     pub seq: u64,
-}
-
-impl BertSpec {
-    /// BertModel (with pooler) plus the classifier.
-    pub fn param_count(&self) -> u64 {
-        let (h, i) = (self.hidden, self.intermediate);
-        let embeddings = (self.vocab + self.max_positions + self.type_vocab) * h + 2 * h;
-        let layer = 4 * (h * h + h) + 2 * h + (h * i + i) + (i * h + h) + 2 * h;
-        let pooler = h * h + h;
-        let classifier = h * self.num_labels + self.num_labels;
-        embeddings + self.layers * layer + pooler + classifier
-    }
 }
 
 /// Hugging Face presets (models.md §0.3 shapes, from each model's published
