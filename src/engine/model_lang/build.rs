@@ -56,7 +56,7 @@ pub(crate) enum Node {
         reentrant: bool,
     },
     /// A transformer module (`xfmr.rs`).
-    Xfmr(super::xfmr::XNode),
+    Xfmr(Box<super::xfmr::XNode>),
 }
 
 /// The built model: an arena of nodes, the root, and every checkpoint
@@ -161,14 +161,14 @@ impl Builder<'_> {
             | Module::LmHead { .. }
             | Module::BertEmbeddings { .. }
             | Module::BertLayer { .. }
-            | Module::BertPooler { .. } => Node::Xfmr(super::xfmr::build(
+            | Module::BertPooler { .. } => Node::Xfmr(Box::new(super::xfmr::build(
                 e,
                 path,
                 m,
                 &mut self.x,
                 self.params,
                 self.bufs,
-            )?),
+            )?)),
             Module::LayerNorm { dim, bias } => {
                 Node::LayerNorm(e.new_layer_norm(path, *dim, *bias, self.params)?)
             }

@@ -440,7 +440,7 @@ impl LangNet {
             if let Node::Linear(l) = &self.nodes[i] {
                 let name = e.tags.module_path(l.module);
                 if lora.targets(name.rsplit('.').next().unwrap_or(&name)) {
-                    self.nodes[i] = Node::Xfmr(XNode::Proj(Proj::plain(l.clone())));
+                    self.nodes[i] = Node::Xfmr(Box::new(XNode::Proj(Proj::plain(l.clone()))));
                 }
             }
             let Node::Xfmr(x) = &mut self.nodes[i] else {
