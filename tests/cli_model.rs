@@ -169,7 +169,11 @@ fn bad_models_are_refused_with_the_module_named() {
     let file = lm_file("lm-shape", &wrong);
     let (code, _, err) = vramscope(&["check", &file]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("block.fc2: Linear(in: 128)"), "{err}");
+    // At the `Modules(` line, naming the module and what it was given.
+    assert!(
+        err.contains("tiny-lm.ron:5:12: model: block.fc2: Linear(in: 128)"),
+        "{err}"
+    );
     assert!(err.contains("[4, 64, 256]"), "{err}");
 
     let unknown = LM.replace("(\"act\", GELU)", "(\"act\", Swish)");
@@ -181,9 +185,11 @@ fn bad_models_are_refused_with_the_module_named() {
 
     let frozen = LM.replace("freeze: [\"emb\"]", "freeze: [\"encoder\"]");
     let file = lm_file("lm-freeze", &frozen);
-    let (code, _, err) = vramscope(&["model", &file]);
-    assert_eq!(code, 2, "{err}");
-    assert!(err.contains("no parameter under module `encoder`"), "{err}");
+    for command in ["check", "model"] {
+        let (code, _, err) = vramscope(&[command, &file]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("no parameter under module `encoder`"), "{err}");
+    }
 
     let (code, _, err) = vramscope(&["model", "resnet-500"]);
     assert_eq!(code, 2);

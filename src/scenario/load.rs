@@ -163,6 +163,7 @@ pub fn load_str(text: &str, file: &str) -> Result<(Scenario, Built), LoadError> 
             ModelSpec::Preset(name) if !name.is_empty() => name.as_str(),
             ModelSpec::Preset(_) => "Preset",
             ModelSpec::HfConfig(_) => "HfConfig",
+            ModelSpec::Modules { .. } => "Modules",
             _ => "model",
         };
         field_error(text, file, word, format!("model: {m}"))

@@ -428,3 +428,67 @@ fn residual_norm_activation_dropout_request_sequence() {
     ];
     assert_eq!(requests(&e.take_events()), want);
 }
+
+#[test]
+fn global_average_pool_saves_nothing() {
+    // A 1×1 adaptive_avg_pool2d is `x.mean((-1, -2), keepdim=True)` in ATen
+    // (MeanBackward1 keeps only sizes): a conv output pooled straight away
+    // is saved by nothing and dies when the pool's output replaces it.
+    let net = Module::Sequential(vec![
+        named(
+            "conv",
+            Module::Conv2d {
+                input: 3,
+                out: 8,
+                kernel: 3,
+                stride: 1,
+                padding: 1,
+                bias: false,
+            },
+        ),
+        named("pool", Module::AdaptiveAvgPool2d),
+        named("flat", Module::Flatten),
+    ]);
+    let input = ModelInput::Images {
+        channels: 3,
+        height: 16,
+        width: 16,
+    };
+    let mut e = engine(lang(net, input, 2, LossKind::Sum));
+    e.take_events();
+    run(&mut e, &program(forward_steps(), 1));
+    let x = 2 * 3 * 16 * 16 * 4;
+    let conv = 2 * 8 * 16 * 16 * 4;
+    // x; conv out, its workspace (min(64 MiB, input bytes)); the pooled
+    // [2, 8, 1, 1]; the conv output freed; out.sum().
+    let want = vec![x, conv, x, -x, 2 * 8 * 4, -conv, 4];
+    assert_eq!(requests(&e.take_events()), want);
+    // Saved: only the input, by the conv.
+    assert_eq!(saved_activation_bytes(&e), x as u64);
+    // Backward still reaches the conv's weight.
+    let mut t = engine(lang(
+        Module::Sequential(vec![
+            named(
+                "conv",
+                Module::Conv2d {
+                    input: 3,
+                    out: 8,
+                    kernel: 3,
+                    stride: 1,
+                    padding: 1,
+                    bias: true,
+                },
+            ),
+            named("pool", Module::AdaptiveAvgPool2d),
+        ]),
+        ModelInput::Images {
+            channels: 3,
+            height: 16,
+            width: 16,
+        },
+        2,
+        LossKind::Sum,
+    ));
+    run(&mut t, &Program::training(1));
+    assert!(t.parameters().iter().all(|p| t.grad(*p).is_some()));
+}
