@@ -428,3 +428,37 @@ fn hf_config_fixtures_build_with_the_published_counts() {
     };
     assert_eq!(lm.input, ModelInput::Tokens { seq: 2048 });
 }
+
+#[test]
+fn a_two_layer_llama_in_the_language_saves_11_1_per_layer_plus_the_head() {
+    // SmolLM2's layer shape, 2 layers, V = 1,000, tied; autocast bf16 on
+    // fp32 weights (regime A), T = 256, on the H100 (cuDNN attention).
+    let mut lm = smollm2();
+    lm.layers = 2;
+    lm.vocab = 1000;
+    lm.seq = 256;
+    let (h, i, d, t, v) = (lm.hidden, lm.intermediate, lm.head_dim(), 256u64, 1000u64);
+    let mut e = engine_with(
+        ModelConfig::causal_lm(&lm),
+        OptimizerConfig::adamw(),
+        h100(),
+    );
+    let ids = e
+        .factory(Shape::new(&[1, t]), DType::I64, Category::Input)
+        .expect("ids");
+    e.autocast_enter(DType::BF16);
+    let model = e.model.take().expect("model");
+    let out = model.forward(&mut e, ids, None).expect("forward");
+    e.model = Some(model);
+    assert_eq!(e.shape(out.0).dims(), &[1, t, v]);
+    let layer = 26 * h + 4 * 9 * d + 4 * 3 * d + 8 * i + 4 * 9 + 8;
+    // §11.1's head: the final norm's X, x̂ and rstd, and lm_head's bf16 cast.
+    let head = 10 * h + 4;
+    let per_token = 8 + 2 * layer + head;
+    let constants = 2 * t * d * 4 // the shared fp32 cos/sin (2.1)
+        + 2 * 2 * 8 // cuDNN seed and offset per layer
+        + 2 * (2 * 4 * h + 2 * linear_weights(&lm)) // norm weights, weight casts
+        + 4 * h // the final norm's weight
+        + 2 * v * h; // the tied head's cached bf16 [V, H] (10.2)
+    assert_eq!(e.saved_storage_bytes(), t * per_token + constants);
+}
