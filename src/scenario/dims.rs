@@ -81,7 +81,7 @@ fn modules(out: &mut Problems, at: &str, m: &Module) -> u64 {
         | Module::BertEmbeddings { .. }
         | Module::BertLayer { .. }
         | Module::BertPooler { .. } => {
-            let (dims, dropout) = crate::engine::model_lang::xfmr::dims(m);
+            let (dims, dropout) = crate::engine::model_lang::xfmr_check::dims(m);
             for (name, v) in dims {
                 out.dim(&field(name), v, 1);
             }

@@ -78,7 +78,7 @@ pub fn count(m: &Module) -> Counts {
         | Module::LmHead { .. }
         | Module::BertEmbeddings { .. }
         | Module::BertLayer { .. }
-        | Module::BertPooler { .. } => super::xfmr::count(m),
+        | Module::BertPooler { .. } => super::xfmr_check::count(m),
         Module::Conv2d {
             input,
             out,

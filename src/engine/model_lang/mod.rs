@@ -12,6 +12,7 @@ pub mod presets;
 pub mod shape;
 pub mod spec;
 pub mod xfmr;
+pub mod xfmr_check;
 
 pub use count::{count, Counts};
 pub use shape::{out_shape, Sig};

@@ -151,7 +151,7 @@ pub fn out_shape(path: &str, m: &Module, x: &Sig) -> R {
         | Module::LmHead { .. }
         | Module::BertEmbeddings { .. }
         | Module::BertLayer { .. }
-        | Module::BertPooler { .. } => super::xfmr::out_shape(path, m, x),
+        | Module::BertPooler { .. } => super::xfmr_check::out_shape(path, m, x),
         Module::Conv2d {
             input,
             out,
