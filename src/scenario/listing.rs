@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use super::statement::statement;
+use super::statement::statement_in;
 use super::steps::StepSites;
 use crate::engine::{numbered, preorder_len, GradContext, Program, Step};
 
@@ -41,6 +41,8 @@ enum Block {
 struct Writer {
     lines: Vec<CodeLine>,
     open: Vec<Block>,
+    /// `criterion: Sum`: no target (see `statement_in`).
+    targetless: bool,
 }
 
 impl Writer {
@@ -82,7 +84,12 @@ impl Writer {
         match s {
             Step::Train => {
                 self.close(Block::Grad);
-                self.push(self.depth(base), statement(s), at, false);
+                self.push(
+                    self.depth(base),
+                    statement_in(s, self.targetless),
+                    at,
+                    false,
+                );
             }
             Step::Eval { grad } => {
                 self.close(Block::Grad);
@@ -103,11 +110,21 @@ impl Writer {
                         let text = "# end of the with block".into();
                         self.push(self.depth(base), text, at, true);
                     }
-                    None => self.push(self.depth(base), statement(s), at, false),
+                    None => self.push(
+                        self.depth(base),
+                        statement_in(s, self.targetless),
+                        at,
+                        false,
+                    ),
                 }
             }
             Step::AutocastEnter { .. } => {
-                self.push(self.depth(base), statement(s), at, false);
+                self.push(
+                    self.depth(base),
+                    statement_in(s, self.targetless),
+                    at,
+                    false,
+                );
                 self.open.push(Block::Autocast);
             }
             Step::AutocastExit => {
@@ -116,13 +133,23 @@ impl Writer {
                 self.push(self.depth(base), text, at, true);
             }
             Step::Repeat { steps, .. } => {
-                self.push(self.depth(base), statement(s), at, false);
+                self.push(
+                    self.depth(base),
+                    statement_in(s, self.targetless),
+                    at,
+                    false,
+                );
                 let depth = self.depth(base) + 1;
                 let outer = std::mem::take(&mut self.open);
                 self.steps(steps, index + 1, depth);
                 self.open = outer;
             }
-            _ => self.push(self.depth(base), statement(s), at, false),
+            _ => self.push(
+                self.depth(base),
+                statement_in(s, self.targetless),
+                at,
+                false,
+            ),
         }
     }
 }
@@ -142,6 +169,7 @@ impl Listing {
         let mut w = Writer {
             lines: Vec::new(),
             open: Vec::new(),
+            targetless: sites.targetless,
         };
         for (index, s) in numbered(&program.setup, 0) {
             w.step(s, index, 0);
@@ -259,5 +287,19 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_sum_loss_takes_no_target() {
+        // deep-mlp-checkpoint trains with `criterion: Sum`: the batch has
+        // no target and the loss is `out.sum()`.
+        let b = crate::scenario::builtin("deep-mlp-checkpoint").expect("built in");
+        let (_, built) = crate::scenario::load_str(b.source, "d.ron").expect("valid");
+        let l = Listing::new(&built.program, built.steps.clone());
+        let text: Vec<&str> = l.lines.iter().map(|l| l.text.as_str()).collect();
+        assert!(text.contains(&"x = next(batches)"), "{text:?}");
+        assert!(text.contains(&"loss = out.sum()"), "{text:?}");
+        let loss = built.steps.get(3).map(|s| s.statement.as_str());
+        assert_eq!(loss, Some("loss = out.sum()"));
     }
 }

@@ -15,6 +15,7 @@ use super::library::builtin;
 use super::steps::StepSites;
 use super::validate::validate;
 use crate::alloc::{AllocConfig, TorchVersion};
+use crate::engine::LossKind;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LoadError {
@@ -169,11 +170,12 @@ pub fn load_str(text: &str, file: &str) -> Result<(Scenario, Built), LoadError> 
         field_error(text, file, word, format!("model: {m}"))
     })?;
     built.engine.torch_minor = Some(version.0);
-    built.steps = Arc::new(StepSites::new(
+    built.steps = Arc::new(StepSites::for_loop(
         file,
         text,
         &built.program.setup,
         &built.program.steps,
+        built.model.loss == LossKind::Sum,
     ));
     Ok((scenario, built))
 }

@@ -36,6 +36,25 @@ fn dtype(d: DType) -> &'static str {
     }
 }
 
+/// The statement of `step` in a loop whose model takes no target
+/// (`criterion: Sum`): `x = next(batches)` and `loss = out.sum()`; every
+/// other step as [`statement`] writes it.
+pub fn statement_in(step: &Step, targetless: bool) -> String {
+    match step {
+        Step::LoadBatch { x, .. } if targetless => format!("{x} = next(batches)"),
+        Step::Loss {
+            output,
+            into,
+            divide_by,
+            ..
+        } if targetless => match divide_by {
+            Some(d) => format!("{into} = {output}.sum() / {d}"),
+            None => format!("{into} = {output}.sum()"),
+        },
+        _ => statement(step),
+    }
+}
+
 /// The statement `step` stands for, e.g. `out = model(x)`.
 pub fn statement(step: &Step) -> String {
     match step {

@@ -17,9 +17,9 @@ impl std::ops::Add for Counts {
     type Output = Counts;
     fn add(self, o: Counts) -> Counts {
         Counts {
-            parameters: self.parameters + o.parameters,
-            buffer_elements: self.buffer_elements + o.buffer_elements,
-            buffers: self.buffers + o.buffers,
+            parameters: self.parameters.saturating_add(o.parameters),
+            buffer_elements: self.buffer_elements.saturating_add(o.buffer_elements),
+            buffers: self.buffers.saturating_add(o.buffers),
         }
     }
 }
@@ -34,14 +34,16 @@ fn params(n: u64) -> Counts {
 /// BatchNorm2d(c): weight and bias; running_mean, running_var, num_batches_tracked.
 fn batch_norm(c: u64) -> Counts {
     Counts {
-        parameters: 2 * c,
-        buffer_elements: 2 * c,
+        parameters: c.saturating_mul(2),
+        buffer_elements: c.saturating_mul(2),
         buffers: 3,
     }
 }
 
+/// Saturating: a file may ask for dimensions whose product overflows u64.
 fn conv(cin: u64, cout: u64, k: u64, bias: bool) -> Counts {
-    params(cout * cin * k * k + if bias { cout } else { 0 })
+    let w = [cin, k, k].iter().fold(cout, |n, d| n.saturating_mul(*d));
+    params(w.saturating_add(if bias { cout } else { 0 }))
 }
 
 pub fn count(m: &Module) -> Counts {
@@ -52,12 +54,16 @@ pub fn count(m: &Module) -> Counts {
         Module::Repeat { n, block } => {
             let c = count(block);
             Counts {
-                parameters: n * c.parameters,
-                buffer_elements: n * c.buffer_elements,
-                buffers: n * c.buffers,
+                parameters: n.saturating_mul(c.parameters),
+                buffer_elements: n.saturating_mul(c.buffer_elements),
+                buffers: n.saturating_mul(c.buffers),
             }
         }
-        Module::Linear { input, out, bias } => params(input * out + if *bias { *out } else { 0 }),
+        Module::Linear { input, out, bias } => params(
+            input
+                .saturating_mul(*out)
+                .saturating_add(if *bias { *out } else { 0 }),
+        ),
         Module::ReLU
         | Module::InplaceReLU
         | Module::GELU
@@ -67,8 +73,8 @@ pub fn count(m: &Module) -> Counts {
         | Module::MaxPool2d { .. }
         | Module::AdaptiveAvgPool2d
         | Module::Flatten => Counts::default(),
-        Module::Embedding { num, dim } => params(num * dim),
-        Module::LayerNorm { dim, bias } => params(if *bias { 2 * dim } else { *dim }),
+        Module::Embedding { num, dim } => params(num.saturating_mul(*dim)),
+        Module::LayerNorm { dim, bias } => params(if *bias { dim.saturating_mul(2) } else { *dim }),
         Module::Residual(inner) | Module::Checkpoint { module: inner, .. } => count(inner),
         Module::RMSNorm { .. }
         | Module::RotaryEmbedding { .. }
@@ -105,7 +111,11 @@ pub fn count(m: &Module) -> Counts {
             planes,
             stride,
         } => {
-            let (i, w, o) = (*inplanes, *planes, planes * BOTTLENECK_EXPANSION);
+            let (i, w, o) = (
+                *inplanes,
+                *planes,
+                planes.saturating_mul(BOTTLENECK_EXPANSION),
+            );
             let body = conv(i, w, 1, false)
                 + batch_norm(w)
                 + conv(w, w, 3, false)
