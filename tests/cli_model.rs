@@ -70,7 +70,14 @@ fn list_names_every_preset_and_how_it_is_checked() {
             "lstm-lm-medium",
             "resnet18",
             "resnet50",
-            "deep-mlp"
+            "deep-mlp",
+            "tinyllama-1.1b",
+            "llama-3.2-1b",
+            "llama-3-8b",
+            "mistral-7b",
+            "qwen2.5-0.5b",
+            "qwen2.5-0.5b-lora",
+            "bert-base"
         ]
     );
     let row = |n: &str| rows.iter().find(|l| l.starts_with(n)).expect(n).to_string();
@@ -187,4 +194,37 @@ fn bad_models_are_refused_with_the_module_named() {
     let (code, _, err) = vramscope(&["model", "resnet-500"]);
     assert_eq!(code, 2);
     assert!(err.contains("resnet-500"), "{err}");
+}
+
+#[test]
+fn hugging_face_config_json_files_are_models() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/hf");
+    let (code, out, err) = vramscope(&[
+        "model",
+        &format!("{dir}/qwen2.5-0.5b/config.json"),
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    // Qwen2.5-0.5B: tied embeddings, q/k/v biases (the brief's figure).
+    assert_eq!(v["parameters"], 494_032_768u64);
+    let json_file = |tag: &str, text: &str| {
+        let path = temp_dir(tag).join("config.json");
+        std::fs::write(&path, text).expect("write");
+        path.to_str().expect("utf-8").to_string()
+    };
+    let bad = json_file(
+        "hf-bad",
+        r#"{"model_type": "mistral", "hidden_size": 64, "num_attention_heads": 4}"#,
+    );
+    let (code, _, err) = vramscope(&["model", &bad]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains(&bad) && err.contains("`intermediate_size`"),
+        "{err}"
+    );
+    let t5 = json_file("hf-t5", r#"{"model_type": "t5"}"#);
+    let (code, _, err) = vramscope(&["model", &t5]);
+    assert_ne!(code, 0);
+    assert!(err.contains("model_type \"t5\" is not supported"), "{err}");
 }

@@ -49,6 +49,11 @@ fn model_of(spec: &str) -> Result<(ModelConfig, String), BadInput> {
     if let Some(cfg) = ModelConfig::preset(spec) {
         return Ok((cfg, said(evidence_of(spec))));
     }
+    if spec.ends_with(".json") {
+        let cfg = vramscope::engine::hf_config::read(std::path::Path::new(spec))
+            .map_err(|e| BadInput(e.to_string()))?;
+        return Ok((cfg, said(Evidence::SourceOnly)));
+    }
     let (scenario, built) = resolve(spec).map_err(|e| {
         BadInput(format!(
             "{e}\n(SPEC is a preset — `vramscope model --list` — or a scenario)"

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 pub use crate::device::GpuArch;
+pub use crate::engine::config_hf::{HfCausalLoss, HfRmsNorm, RopeScope, SdpaPriority};
 use crate::engine::scratch::reduce::ReduceDevice;
 
 /// `cublas_workspace_mode` (engine.md §1.6).
@@ -41,6 +42,8 @@ pub enum SdpaBackend {
     Flash,
     Efficient,
     Math,
+    /// cuDNN attention (models.md §4.4–4.5): fp16/bf16 only.
+    Cudnn,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -99,6 +102,15 @@ pub struct EngineConfig {
     /// `setReduceConfig` sizes them. None (the default, as engine.md has it):
     /// reductions take no scratch.
     pub reduce_device: Option<ReduceDevice>,
+    /// models.md §0.4 switches for the Hugging Face blocks.
+    pub hf_rmsnorm: HfRmsNorm,
+    pub hf_rope_scope: RopeScope,
+    pub hf_causal_loss: HfCausalLoss,
+    /// PEFT `autocast_adapter_dtype`: fp16/bf16 adapters upcast to fp32 (§6.1).
+    pub peft_upcast_adapters: bool,
+    /// None: derived as models.md §4.4 says (cuDNN first from 2.11 on sm90
+    /// and later, with the default cu130 wheel's cuDNN 9.17).
+    pub sdpa_priority: Option<SdpaPriority>,
 }
 
 impl Default for EngineConfig {
@@ -122,6 +134,11 @@ impl Default for EngineConfig {
             conv_workspace_cap: 64 << 20,
             grad_overflow_iterations: Vec::new(),
             reduce_device: None,
+            hf_rmsnorm: HfRmsNorm::default(),
+            hf_rope_scope: RopeScope::default(),
+            hf_causal_loss: HfCausalLoss::default(),
+            peft_upcast_adapters: true,
+            sdpa_priority: None,
         }
     }
 }
@@ -129,6 +146,21 @@ impl Default for EngineConfig {
 impl EngineConfig {
     pub fn arch(&self) -> GpuArch {
         self.gpu_arch.unwrap_or(GpuArch::Sm80)
+    }
+
+    /// The SDPA backend order (models.md §4.4): cuDNN first when the release
+    /// is 2.11 or later and the GPU is sm90 or newer, unless set.
+    pub fn sdpa_priority(&self) -> SdpaPriority {
+        self.sdpa_priority.unwrap_or_else(|| {
+            let minor = self
+                .torch_minor
+                .unwrap_or(crate::alloc::TorchVersion::DEFAULT.0);
+            if minor >= 11 && self.arch().major() >= 9 {
+                SdpaPriority::CudnnFirst
+            } else {
+                SdpaPriority::FlashFirst
+            }
+        })
     }
 
     /// How addmm-with-bias gets its cuBLASLt workspace.

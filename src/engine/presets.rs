@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::config::SdpaBackend;
 use super::dtype::DType;
+use super::presets_hf::DecoderLm;
 
 /// The training criterion applied by `Step::Loss`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -21,6 +22,9 @@ pub enum LossKind {
     BceWithLogits,
     /// `out.sum()` (engine.md §12).
     Sum,
+    /// Hugging Face's `ForCausalLMLoss` on [B, T, V] logits and [B, T]
+    /// labels (models.md §5.2).
+    HfCausalLm,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -223,6 +227,15 @@ impl ModelConfig {
         }
     }
 
+    /// A Hugging Face causal LM in the language, trained with
+    /// `ForCausalLMLoss` at batch 1.
+    pub fn causal_lm(lm: &DecoderLm) -> ModelConfig {
+        ModelConfig {
+            loss: LossKind::HfCausalLm,
+            ..ModelConfig::modules(lm.to_lang(), 1)
+        }
+    }
+
     /// A preset by its spec name.
     pub fn preset(name: &str) -> Option<ModelConfig> {
         use crate::engine::model_lang::presets;
@@ -238,7 +251,8 @@ impl ModelConfig {
             "lstm-lm-ptb" => ModelConfig::lstm_lm_ptb(),
             "lstm-lm-medium" => ModelConfig::lstm_lm_medium(),
             "resnet18" | "resnet-basic" => ModelConfig::resnet18(32),
-            _ => return None,
+            "bert-base" => ModelConfig::modules(super::presets_hf::bert_base().to_lang(), 32),
+            _ => ModelConfig::causal_lm(&super::presets_hf::decoder_preset(name)?),
         })
     }
 }
@@ -272,7 +286,7 @@ pub struct PresetInfo {
 }
 
 /// Every preset, in the order they are listed.
-pub const PRESET_CATALOGUE: [PresetInfo; 8] = [
+pub const PRESET_CATALOGUE: [PresetInfo; 15] = [
     PresetInfo {
         name: "mlp-mnist",
         about: "784 → 1024 → 1024 → 10 MLP, ReLU, cross-entropy, batch 256",
@@ -317,6 +331,41 @@ pub const PRESET_CATALOGUE: [PresetInfo; 8] = [
     PresetInfo {
         name: "deep-mlp",
         about: "the course's 20 × Linear(4096, 4096) + ReLU, no head, model(x).sum(), batch 64",
+        evidence: Evidence::SourceOnly,
+    },
+    PresetInfo {
+        name: "tinyllama-1.1b",
+        about: "TinyLlama 1.1B (22 × 2048, 32/4 heads, I 5632, V 32,000, untied), batch 1 × 2,048",
+        evidence: Evidence::SourceOnly,
+    },
+    PresetInfo {
+        name: "llama-3.2-1b",
+        about: "Llama 3.2 1B (16 × 2048, 32/8 heads, I 8192, V 128,256, tied), batch 1 × 2,048",
+        evidence: Evidence::SourceOnly,
+    },
+    PresetInfo {
+        name: "llama-3-8b",
+        about: "Llama 3 8B (32 × 4096, 32/8 heads, I 14,336, V 128,256, untied), batch 1 × 2,048",
+        evidence: Evidence::SourceOnly,
+    },
+    PresetInfo {
+        name: "mistral-7b",
+        about: "Mistral 7B v0.1 (32 × 4096, 32/8 heads, I 14,336, V 32,000), batch 1 × 2,048",
+        evidence: Evidence::SourceOnly,
+    },
+    PresetInfo {
+        name: "qwen2.5-0.5b",
+        about: "Qwen2.5 0.5B (24 × 896, 14/2 heads, q/k/v bias, V 151,936, tied), batch 1 × 1,024",
+        evidence: Evidence::SourceOnly,
+    },
+    PresetInfo {
+        name: "qwen2.5-0.5b-lora",
+        about: "qwen2.5-0.5b with PEFT LoRA r 16, alpha 32, dropout 0.05 on all seven projections",
+        evidence: Evidence::SourceOnly,
+    },
+    PresetInfo {
+        name: "bert-base",
+        about: "bert-base-uncased + 2-label classifier (12 × 768, 12 heads, dropout 0.1), batch 32 × 128",
         evidence: Evidence::SourceOnly,
     },
 ];

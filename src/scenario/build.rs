@@ -129,14 +129,23 @@ fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
             };
             m
         }
-        ModelSpec::Modules { input, net, freeze } => ModelConfig::modules(
+        ModelSpec::Modules {
+            input,
+            net,
+            freeze,
+            lora,
+        } => ModelConfig::modules(
             LangModel {
                 input: input.clone(),
                 net: net.clone(),
                 freeze: freeze.clone(),
+                lora: lora.clone(),
             },
             32,
         ),
+        ModelSpec::HfConfig(path) => {
+            crate::engine::hf_config::read(std::path::Path::new(path)).map_err(|e| e.to_string())?
+        }
         ModelSpec::ResNet18 { classes, image } => {
             let mut m = ModelConfig::resnet18(32);
             m.kind = ModelKind::ResNet {
@@ -168,6 +177,7 @@ fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
             Criterion::Bce => LossKind::Bce,
             Criterion::BceWithLogits => LossKind::BceWithLogits,
             Criterion::Sum => LossKind::Sum,
+            Criterion::CausalLm => LossKind::HfCausalLm,
         };
     }
     let longest = s.data.seq_schedule.iter().chain(&s.data.seq).max();

@@ -72,6 +72,26 @@ fn modules(out: &mut Problems, at: &str, m: &Module) -> u64 {
         Module::Residual(inner) | Module::Checkpoint { module: inner, .. } => {
             modules(out, at, inner).saturating_add(1)
         }
+        Module::RMSNorm { .. }
+        | Module::RotaryEmbedding { .. }
+        | Module::Attention { .. }
+        | Module::Mlp { .. }
+        | Module::DecoderLayer { .. }
+        | Module::LmHead { .. }
+        | Module::BertEmbeddings { .. }
+        | Module::BertLayer { .. }
+        | Module::BertPooler { .. } => {
+            let (dims, dropout) = crate::engine::model_lang::xfmr_check::dims(m);
+            for (name, v) in dims {
+                out.dim(&field(name), v, 1);
+            }
+            if let Some(p) = dropout.filter(|p| !(0.0..=1.0).contains(p)) {
+                out.push(format!(
+                    "{at}: dropout {p} is not a probability between 0 and 1"
+                ));
+            }
+            1
+        }
         Module::Linear { input, out: o, .. } => {
             out.dim(&field("Linear in"), *input, 1);
             out.dim(&field("Linear out"), *o, 1);
@@ -152,7 +172,7 @@ fn modules(out: &mut Problems, at: &str, m: &Module) -> u64 {
 pub(crate) fn problems(model: &ModelSpec, data: &DataSpec) -> Vec<String> {
     let mut out = Problems::default();
     match model {
-        ModelSpec::Preset(_) => {}
+        ModelSpec::Preset(_) | ModelSpec::HfConfig(_) => {}
         ModelSpec::Mlp { dims, .. } => {
             dims.iter()
                 .for_each(|&d| out.dim("model.dims: a width", d, 1));

@@ -139,7 +139,13 @@ pub enum ModelSpec {
         net: Module,
         #[serde(default)]
         freeze: Vec<String>,
+        /// PEFT LoRA on the projections named in `target_modules`.
+        #[serde(default)]
+        lora: Option<crate::engine::presets_hf::LoraSpec>,
     },
+    /// A Hugging Face `config.json` (model_type llama, mistral, qwen2,
+    /// gpt2), relative to the scenario's folder or the working directory.
+    HfConfig(String),
 }
 
 fn gpt2_vocab() -> u64 {
@@ -253,4 +259,7 @@ pub enum Criterion {
     BceWithLogits,
     /// `model(x).sum()`: no target (the course's `.sum().backward()`).
     Sum,
+    /// Hugging Face's `ForCausalLMLoss` on [B, T, V] logits and [B, T]
+    /// labels (models.md §5.2).
+    CausalLm,
 }

@@ -70,6 +70,7 @@ static BUILTINS: &[BuiltIn] = builtins![
     "deep-mlp-no-checkpoint",
     "deep-mlp-checkpoint",
     "deep-mlp-checkpoint-segments",
+    "llama-lora-finetune",
 ];
 
 pub fn builtins() -> &'static [BuiltIn] {

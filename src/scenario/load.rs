@@ -97,7 +97,7 @@ fn options() -> Options {
 }
 
 pub fn load_str(text: &str, file: &str) -> Result<(Scenario, Built), LoadError> {
-    let scenario: Scenario = options().from_str(text).map_err(|e| LoadError::At {
+    let mut scenario: Scenario = options().from_str(text).map_err(|e| LoadError::At {
         file: file.to_string(),
         line: e.position.line,
         column: e.position.col,
@@ -110,6 +110,13 @@ pub fn load_str(text: &str, file: &str) -> Result<(Scenario, Built), LoadError> 
             code => code.to_string(),
         },
     })?;
+    if let ModelSpec::HfConfig(path) = &mut scenario.model {
+        // A relative config.json is looked for beside the scenario first.
+        let beside = Path::new(file).parent().map(|d| d.join(&*path));
+        if let Some(p) = beside.filter(|p| Path::new(path.as_str()).is_relative() && p.is_file()) {
+            *path = p.display().to_string();
+        }
+    }
     let (general, steps) = validate(&scenario);
     if let Some(message) = general.into_iter().next() {
         // `model.heads must…`, `device.capacity: must…`: the field is the
@@ -156,6 +163,7 @@ pub fn load_str(text: &str, file: &str) -> Result<(Scenario, Built), LoadError> 
         let word = match &scenario.model {
             ModelSpec::Preset(name) if !name.is_empty() => name.as_str(),
             ModelSpec::Preset(_) => "Preset",
+            ModelSpec::HfConfig(_) => "HfConfig",
             ModelSpec::Modules { .. } => "Modules",
             _ => "model",
         };

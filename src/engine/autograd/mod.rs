@@ -43,6 +43,16 @@ pub(crate) enum SdpaScratch {
     /// FlashAttention-2's `mha_bwd`: `softmax_d` [B, h, ⌈T⌉₁₂₈] fp32, then
     /// `dq_accum` [B, ⌈T⌉₁₂₈, h, ⌈hd⌉] fp32, freed first.
     Flash { softmax_d: u64, dq_accum: u64 },
+    /// `mha_bwd` with fewer key/value heads: `dk_expanded` and
+    /// `dv_expanded` (`expanded` bytes each) before `softmax_d` and
+    /// `dq_accum`; all four go when the call returns, newest first.
+    FlashGqa {
+        expanded: u64,
+        softmax_d: u64,
+        dq_accum: u64,
+    },
+    /// cuDNN attention's backward workspace (models.md §4.5 [unc]).
+    Cudnn { workspace: u64 },
     /// Memory-efficient attention in fp32 (`_efficient_attention_backward`):
     /// ATen computes delta as `(grad_out * out).sum(-1)` (a `product`-byte
     /// temporary, then `rows` bytes), transposed and made contiguous (another

@@ -55,6 +55,8 @@ pub(crate) enum Node {
         inner: usize,
         reentrant: bool,
     },
+    /// A transformer module (`xfmr.rs`).
+    Xfmr(Box<super::xfmr::XNode>),
 }
 
 /// The built model: an arena of nodes, the root, and every checkpoint
@@ -64,6 +66,9 @@ pub(crate) struct LangNet {
     pub nodes: Vec<Node>,
     pub root: usize,
     pub sites: Vec<usize>,
+    /// The RotaryEmbedding's buffer, when the model has one.
+    pub inv_freq: Option<TensorId>,
+    pub run_state: super::xfmr::XRun,
 }
 
 pub(crate) struct Builder<'a> {
@@ -73,6 +78,7 @@ pub(crate) struct Builder<'a> {
     sites: Vec<usize>,
     /// Inside a checkpoint region (regions do not nest).
     in_region: bool,
+    x: super::xfmr::XState,
 }
 
 impl LangNet {
@@ -88,12 +94,20 @@ impl LangNet {
             nodes: Vec::new(),
             sites: Vec::new(),
             in_region: false,
+            x: super::xfmr::XState::default(),
         };
         let root = b.node(e, "", net)?;
+        if let (Some(user), None) = (b.x.rotary_users.first(), b.x.inv_freq) {
+            return Err(EngineError::Program(format!(
+                "{user}: rotary positions need a RotaryEmbedding module in the model"
+            )));
+        }
         Ok(LangNet {
             nodes: b.nodes,
             root,
             sites: b.sites,
+            inv_freq: b.x.inv_freq,
+            run_state: super::xfmr::XRun::default(),
         })
     }
 }
@@ -135,8 +149,26 @@ impl Builder<'_> {
                 module: e.tags.module(path),
             },
             Module::Embedding { num, dim } => {
-                Node::Embedding(e.new_embedding(path, *num, *dim, self.params)?)
+                let emb = e.new_embedding(path, *num, *dim, self.params)?;
+                self.x.tie.get_or_insert(emb.w);
+                Node::Embedding(emb)
             }
+            Module::RMSNorm { .. }
+            | Module::RotaryEmbedding { .. }
+            | Module::Attention { .. }
+            | Module::Mlp { .. }
+            | Module::DecoderLayer { .. }
+            | Module::LmHead { .. }
+            | Module::BertEmbeddings { .. }
+            | Module::BertLayer { .. }
+            | Module::BertPooler { .. } => Node::Xfmr(Box::new(super::xfmr::build(
+                e,
+                path,
+                m,
+                &mut self.x,
+                self.params,
+                self.bufs,
+            )?)),
             Module::LayerNorm { dim, bias } => {
                 Node::LayerNorm(e.new_layer_norm(path, *dim, *bias, self.params)?)
             }

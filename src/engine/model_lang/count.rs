@@ -76,6 +76,15 @@ pub fn count(m: &Module) -> Counts {
         Module::Embedding { num, dim } => params(num.saturating_mul(*dim)),
         Module::LayerNorm { dim, bias } => params(if *bias { dim.saturating_mul(2) } else { *dim }),
         Module::Residual(inner) | Module::Checkpoint { module: inner, .. } => count(inner),
+        Module::RMSNorm { .. }
+        | Module::RotaryEmbedding { .. }
+        | Module::Attention { .. }
+        | Module::Mlp { .. }
+        | Module::DecoderLayer { .. }
+        | Module::LmHead { .. }
+        | Module::BertEmbeddings { .. }
+        | Module::BertLayer { .. }
+        | Module::BertPooler { .. } => super::xfmr_check::count(m),
         Module::Conv2d {
             input,
             out,

@@ -13,12 +13,25 @@ use crate::engine::Engine;
 impl LangNet {
     /// `model(x)`: a new handle; `x` stays the caller's.
     pub(crate) fn forward(&self, e: &mut Engine, x: TensorId) -> Result<TensorId> {
-        self.run(e, self.root, x)
+        let y = self.run(e, self.root, x);
+        self.end_rope(e);
+        y
     }
 
     /// Checkpoint recomputation (engine.md §7.2): the regions numbered
     /// `sites`, in order, from `x` (not released; every later intermediate is).
     pub(crate) fn run_sites(
+        &self,
+        e: &mut Engine,
+        sites: Range<usize>,
+        x: TensorId,
+    ) -> Result<TensorId> {
+        let r = self.run_sites_inner(e, sites, x);
+        self.end_rope(e);
+        r
+    }
+
+    fn run_sites_inner(
         &self,
         e: &mut Engine,
         sites: Range<usize>,
@@ -84,6 +97,7 @@ impl LangNet {
                 inner,
                 reentrant,
             } => self.checkpoint(e, *site, *inner, *reentrant, x),
+            Node::Xfmr(n) => self.run_x(e, n, x),
         }
     }
 

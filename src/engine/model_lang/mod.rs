@@ -11,6 +11,8 @@ pub mod forward;
 pub mod presets;
 pub mod shape;
 pub mod spec;
+pub mod xfmr;
+pub mod xfmr_check;
 
 pub use count::{count, Counts};
 pub use shape::{out_shape, Sig};

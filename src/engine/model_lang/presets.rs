@@ -85,6 +85,7 @@ pub fn resnet(layers: [u64; 4], bottleneck: bool, classes: u64, image: u64) -> L
         },
         net: Module::Sequential(net),
         freeze: Vec::new(),
+        lora: None,
     }
 }
 
@@ -131,5 +132,6 @@ pub fn deep_mlp(checkpoint: bool) -> LangModel {
             },
         )]),
         freeze: Vec::new(),
+        lora: None,
     }
 }

@@ -143,6 +143,15 @@ pub fn out_shape(path: &str, m: &Module, x: &Sig) -> R {
             Ok(y)
         }
         Module::Checkpoint { module, .. } => out_shape(path, module, x),
+        Module::RMSNorm { .. }
+        | Module::RotaryEmbedding { .. }
+        | Module::Attention { .. }
+        | Module::Mlp { .. }
+        | Module::DecoderLayer { .. }
+        | Module::LmHead { .. }
+        | Module::BertEmbeddings { .. }
+        | Module::BertLayer { .. }
+        | Module::BertPooler { .. } => super::xfmr_check::out_shape(path, m, x),
         Module::Conv2d {
             input,
             out,

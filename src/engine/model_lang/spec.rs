@@ -109,6 +109,85 @@ pub enum Module {
         module: Box<Module>,
         reentrant: bool,
     },
+    /// Hugging Face `LlamaRMSNorm(dim)` (models.md §1; the engine switch
+    /// `hf_rmsnorm` picks HF's composite, `nn.RMSNorm`'s fused kernel or
+    /// ATen's composite).
+    RMSNorm { dim: u64 },
+    /// `LlamaRotaryEmbedding`: the model's `inv_freq` buffer [head_dim / 2].
+    /// Every `Attention` / `DecoderLayer` with rotary positions uses it; its
+    /// cos/sin are computed once per forward before the first of them
+    /// (`hf_rope_scope: Layer`: by each). Its forward is the identity.
+    RotaryEmbedding { head_dim: u64 },
+    /// `LlamaAttention` with `sdpa_attention_forward` (models.md §4):
+    /// `q_proj`, `k_proj`, `v_proj` (`kv_heads` heads: GQA, MQA at 1),
+    /// `o_proj`; rotary positions or none; SDPA as PyTorch 2.11 picks it
+    /// unless `sdpa` forces a backend.
+    Attention {
+        hidden: u64,
+        heads: u64,
+        /// None: `heads` (plain multi-head attention).
+        #[serde(default)]
+        kv_heads: Option<u64>,
+        /// None: hidden / heads.
+        #[serde(default)]
+        head_dim: Option<u64>,
+        #[serde(default = "yes")]
+        causal: bool,
+        #[serde(default = "yes")]
+        rotary: bool,
+        /// Biases on q, k, v (Qwen2); o_proj has none.
+        #[serde(default)]
+        bias: bool,
+        #[serde(default)]
+        dropout: f64,
+        #[serde(default)]
+        sdpa: Option<crate::engine::config::SdpaBackend>,
+    },
+    /// An MLP: gated SwiGLU `down_proj(silu(gate_proj(x)) * up_proj(x))`
+    /// (models.md §3) or `c_proj(gelu(c_fc(x)))`.
+    Mlp {
+        hidden: u64,
+        intermediate: u64,
+        #[serde(default = "yes")]
+        gated: bool,
+        #[serde(default)]
+        bias: bool,
+    },
+    /// `LlamaDecoderLayer`: input_layernorm, self_attn, residual,
+    /// post_attention_layernorm, mlp (SwiGLU), residual.
+    DecoderLayer {
+        hidden: u64,
+        intermediate: u64,
+        heads: u64,
+        #[serde(default)]
+        kv_heads: Option<u64>,
+        #[serde(default)]
+        head_dim: Option<u64>,
+        #[serde(default)]
+        qkv_bias: bool,
+    },
+    /// `lm_head = Linear(hidden, vocab, bias=False)`; `tied`: its weight is
+    /// the model's first `Embedding` (`tie_word_embeddings`).
+    LmHead { hidden: u64, vocab: u64, tied: bool },
+    /// `BertEmbeddings` (models.md §8.1): word, position and token-type
+    /// tables, LayerNorm, dropout.
+    BertEmbeddings {
+        vocab: u64,
+        hidden: u64,
+        max_positions: u64,
+        type_vocab: u64,
+        dropout: f64,
+    },
+    /// `BertLayer` (models.md §8.2): self-attention (not causal), output
+    /// dense + dropout + post-LN, intermediate GELU, output + post-LN.
+    BertLayer {
+        hidden: u64,
+        intermediate: u64,
+        heads: u64,
+        dropout: f64,
+    },
+    /// `BertPooler`: dense + tanh on the first token.
+    BertPooler { hidden: u64 },
 }
 
 /// What `next(batches)` yields as the model's input `x`.
@@ -137,6 +216,10 @@ pub struct LangModel {
     /// (a path, or a prefix of one at a `.`), right after the model is built.
     #[serde(default)]
     pub freeze: Vec<String>,
+    /// PEFT `get_peft_model(model, LoraConfig(...))` (models.md §6): every
+    /// parameter frozen, adapters on the projections whose name is a target.
+    #[serde(default)]
+    pub lora: Option<crate::engine::presets_hf::LoraSpec>,
 }
 
 /// The bottleneck's channel expansion (torchvision `Bottleneck.expansion`).

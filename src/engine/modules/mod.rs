@@ -2,9 +2,12 @@
 //! at build time in the order `.to("cuda")` visits them (children first,
 //! registration order), which is also `named_parameters()` order.
 
+pub mod bert;
 pub mod bottleneck;
+pub mod decoder;
 pub mod gpt2;
 mod input_check;
+pub mod lora;
 pub mod lstm_lm;
 pub mod mlp;
 pub mod resnet;
@@ -282,12 +285,15 @@ impl Model {
                 bias,
             } => Net::Linear(e.new_linear("", *in_features, *out_features, *bias, &mut params)?),
             ModelKind::Modules(m) => {
-                let net = crate::engine::model_lang::build::LangNet::build(
+                let mut net = crate::engine::model_lang::build::LangNet::build(
                     e,
                     &m.net,
                     &mut params,
                     &mut buffers,
                 )?;
+                if let Some(lora) = &m.lora {
+                    net.add_lora(e, lora, &mut params)?;
+                }
                 Net::Lang(net)
             }
         };
@@ -364,7 +370,7 @@ impl Model {
                 let y = match self.cfg.loss {
                     LossKind::Sum => None,
                     LossKind::Mse | LossKind::Bce | LossKind::BceWithLogits => Some((out.dims, fp)),
-                    LossKind::CrossEntropy | LossKind::Nll => {
+                    LossKind::CrossEntropy | LossKind::Nll | LossKind::HfCausalLm => {
                         let rows = out.dims.split_last().map_or(&[][..], |(_, r)| r);
                         Some((rows.to_vec(), DType::I64))
                     }
@@ -441,6 +447,7 @@ impl Model {
         let need_target = || super::error::EngineError::Program("this loss needs a target".into());
         match self.cfg.loss {
             LossKind::Sum => e.sum(out),
+            LossKind::HfCausalLm => e.hf_causal_lm_loss(out, target.ok_or_else(need_target)?),
             LossKind::Mse => e.mse_loss(out, target.ok_or_else(need_target)?),
             LossKind::Bce | LossKind::BceWithLogits => {
                 let t = target.ok_or_else(need_target)?;

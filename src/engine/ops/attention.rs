@@ -7,6 +7,7 @@ use super::super::error::Result;
 use super::super::shape::Shape;
 use super::super::tensor::{Layout, TensorId};
 use super::super::Engine;
+use super::sdpa_select::SdpaCall;
 use crate::engine::autograd::{BwdKind, SdpaScratch};
 
 impl Engine {
@@ -35,17 +36,58 @@ impl Engine {
         dropout: f64,
         causal: bool,
     ) -> Result<TensorId> {
+        self.sdpa_dispatch(q, k, v, dropout, causal, false)
+    }
+
+    /// SDPA as Hugging Face calls it (models.md §4.1): k and v may carry
+    /// fewer heads (`enable_gqa=True`), and the backend is the one PyTorch
+    /// 2.11's dispatcher picks (§4.4) unless `sdpa_backend` forces one.
+    pub fn sdpa_hf(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        dropout: f64,
+        causal: bool,
+    ) -> Result<TensorId> {
+        let prev = self.op_begin("scaled_dot_product_attention");
+        let r = self.sdpa_dispatch(q, k, v, dropout, causal, true);
+        self.op_end(prev)?;
+        r
+    }
+
+    fn sdpa_dispatch(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        dropout: f64,
+        causal: bool,
+        dispatcher: bool,
+    ) -> Result<TensorId> {
         let [qc, kc, vc] = self.autocast_all([q, k, v], CastPolicy::Lower)?;
         let dtype = self.dtype(qc);
+        let p = if self.ctx.training { dropout } else { 0.0 };
+        let gqa = self.shape(kc).dim(1) != self.shape(qc).dim(1);
         let backend = match self.cfg.sdpa_backend {
-            // Flash needs fp16/bf16 (§1.7); fall back to memory-efficient.
-            Some(SdpaBackend::Flash) if !dtype.is_half() => SdpaBackend::Efficient,
+            // Flash and cuDNN need fp16/bf16 (§1.7); fall back to memory-efficient.
+            Some(SdpaBackend::Flash | SdpaBackend::Cudnn) if !dtype.is_half() => {
+                SdpaBackend::Efficient
+            }
             Some(b) => b,
+            None if dispatcher => SdpaCall {
+                dtype,
+                mask: false,
+                dropout: p,
+                head_dim: self.shape(qc).last(),
+                gqa,
+            }
+            .backend(self.cfg.sdpa_priority()),
             None if dtype.is_half() => SdpaBackend::Flash,
             None => SdpaBackend::Efficient,
         };
-        let p = if self.ctx.training { dropout } else { 0.0 };
         let out = match backend {
+            SdpaBackend::Math if gqa => self.sdpa_math_gqa(qc, kc, vc, p, causal),
             SdpaBackend::Math => self.sdpa_math(qc, kc, vc, p, causal),
             _ => {
                 self.count_attention(qc, kc, causal);
@@ -55,6 +97,31 @@ impl Engine {
         for t in [qc, kc, vc] {
             self.release(t);
         }
+        out
+    }
+
+    /// The math backend with `enable_gqa`: k and v repeated to q's heads
+    /// (`repeat_interleave`, copies) before the composite runs.
+    fn sdpa_math_gqa(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        p: f64,
+        causal: bool,
+    ) -> Result<TensorId> {
+        let heads = self.shape(q).dim(1);
+        let kr = self.repeat_kv(k, heads)?;
+        let vr = match self.repeat_kv(v, heads) {
+            Ok(v) => v,
+            Err(e) => {
+                self.release(kr);
+                return Err(e);
+            }
+        };
+        let out = self.sdpa_math(q, kr, vr, p, causal);
+        self.release(kr);
+        self.release(vr);
         out
     }
 
@@ -76,15 +143,17 @@ impl Engine {
         let out_base = self.act(Shape::new(&[b, t, h, hd]), dtype)?;
         // Fused attention as one GEMM stand-in: out[rows, hd] = q[rows, hd] · v[hd, hd].
         self.k_matmul(q, v, out_base, b * h * t, hd, hd);
-        let tl = if backend == SdpaBackend::Flash {
+        let tl = if matches!(backend, SdpaBackend::Flash | SdpaBackend::Cudnn) {
             t
         } else {
             t.div_ceil(32) * 32
         };
         // Memory-efficient attention computes logsumexp only for backward
         // (`compute_log_sumexp`); flash always does.
+        let flash = backend == SdpaBackend::Flash;
+        let cudnn = backend == SdpaBackend::Cudnn;
         let recording = self.records(&[q, k, v]);
-        let lse = if recording || backend == SdpaBackend::Flash {
+        let lse = if recording || flash {
             Some(self.aux(Shape::new(&[b, h, tl]), DType::F32)?)
         } else {
             None
@@ -92,35 +161,47 @@ impl Engine {
         // Flash (FlashAttention-2 in ATen) always returns its philox state as
         // a [2] int64 tensor and an `unused` int64 scalar, both saved for
         // backward; memory-efficient attention only with dropout. Seen on
-        // PyTorch 2.11 (tests/fixtures/pytorch/captured/amp_fp16).
-        let rng = if p > 0.0 || backend == SdpaBackend::Flash {
-            Some(self.aux(Shape::new(&[2]), DType::I64)?)
+        // PyTorch 2.11 (tests/fixtures/pytorch/captured/amp_fp16). cuDNN's
+        // seed and offset: two one-element int64 tensors (models.md §4.5 [unc]).
+        let rng = if p > 0.0 || flash || cudnn {
+            let shape = if cudnn { [1] } else { [2] };
+            Some(self.aux(Shape::new(&shape), DType::I64)?)
         } else {
             None
         };
-        let unused = if backend == SdpaBackend::Flash {
-            Some(self.aux(Shape::new(&[]), DType::I64)?)
+        let unused = if flash || cudnn {
+            let shape = if cudnn {
+                Shape::new(&[1])
+            } else {
+                Shape::scalar()
+            };
+            Some(self.aux(shape, DType::I64)?)
         } else {
             None
         };
         let out = self.view_as(out_base, s, Layout::Strided);
         self.release(out_base);
         if recording {
-            let (name, scratch) = if backend == SdpaBackend::Flash {
-                (
+            let kv_heads = self.shape(k).dim(1);
+            let (name, scratch) = match backend {
+                SdpaBackend::Flash => (
                     "ScaledDotProductFlashAttentionBackward0",
-                    flash_scratch(b, h, t, hd),
-                )
-            } else if dtype == DType::F32 {
-                (
+                    flash_scratch(b, h, t, hd, kv_heads, dtype.size()),
+                ),
+                SdpaBackend::Cudnn => (
+                    "ScaledDotProductCudnnAttentionBackward0",
+                    SdpaScratch::Cudnn {
+                        workspace: cudnn_backward_workspace(b, h, t, hd),
+                    },
+                ),
+                _ if dtype == DType::F32 => (
                     "ScaledDotProductEfficientAttentionBackward0",
                     efficient_f32_scratch(b, h, t, hd),
-                )
-            } else {
-                (
+                ),
+                _ => (
                     "ScaledDotProductEfficientAttentionBackward0",
                     SdpaScratch::Delta(b * h * tl * 4),
-                )
+                ),
             };
             let node = self.new_node(
                 name,
@@ -134,11 +215,16 @@ impl Engine {
             if let Some(l) = lse {
                 self.save(node, "logsumexp", l, true);
             }
+            let (rng_name, unused_name) = if cudnn {
+                ("philox_seed", "philox_offset")
+            } else {
+                ("rng_state", "unused")
+            };
             if let Some(r) = rng {
-                self.save(node, "rng_state", r, true);
+                self.save(node, rng_name, r, true);
             }
             if let Some(u) = unused {
-                self.save(node, "unused", u, true);
+                self.save(node, unused_name, u, true);
             }
             self.set_grad_fn(out, node, 0);
         }
@@ -168,10 +254,36 @@ fn efficient_f32_scratch(b: u64, h: u64, t: u64, hd: u64) -> SdpaScratch {
     }
 }
 
+/// cuDNN attention's backward workspace, `sdpa_cudnn_workspace` of
+/// models.md §0.4: 4·B·h·T·d + 4·B·h·T bytes [unc: cuDNN picks it].
+fn cudnn_backward_workspace(b: u64, h: u64, t: u64, hd: u64) -> u64 {
+    4 * b * h * t * hd + 4 * b * h * t
+}
+
+/// FlashAttention-2's backward scratch for q of [B, h, T, hd] and k, v of
+/// `kv_heads` heads (`mha_bwd`); see [`flash_scratch_mha`]. With fewer
+/// key/value heads (GQA) `dk_expanded` and `dv_expanded` [B, T, h, hd] in
+/// the inputs' dtype come first, summed into dk and dv at the end
+/// (models.md §4.5).
+fn flash_scratch(b: u64, h: u64, t: u64, hd: u64, kv_heads: u64, elem: u64) -> SdpaScratch {
+    let mha = flash_scratch_mha(b, h, t, hd);
+    match mha {
+        SdpaScratch::Flash {
+            softmax_d,
+            dq_accum,
+        } if kv_heads != h => SdpaScratch::FlashGqa {
+            expanded: b * t * h * hd * elem,
+            softmax_d,
+            dq_accum,
+        },
+        other => other,
+    }
+}
+
 /// FlashAttention-2's backward scratch for q of [B, h, T, hd] (`mha_bwd`):
 /// rows rounded to 128 and the head to 32 (64 past 128). Matches 324
 /// backwards swept on an H100 and the AMP captures.
-fn flash_scratch(b: u64, h: u64, t: u64, hd: u64) -> SdpaScratch {
+fn flash_scratch_mha(b: u64, h: u64, t: u64, hd: u64) -> SdpaScratch {
     let t_rounded = t.div_ceil(128) * 128;
     let hd_rounded = if hd <= 128 {
         hd.div_ceil(32) * 32
@@ -195,6 +307,12 @@ mod h100_sweep {
     fn sequence(s: SdpaScratch) -> Vec<u64> {
         match s {
             SdpaScratch::Delta(bytes) => vec![bytes],
+            SdpaScratch::Cudnn { workspace } => vec![workspace],
+            SdpaScratch::FlashGqa {
+                expanded,
+                softmax_d,
+                dq_accum,
+            } => vec![expanded, expanded, softmax_d, dq_accum],
             SdpaScratch::Flash {
                 softmax_d,
                 dq_accum,
@@ -227,7 +345,7 @@ mod h100_sweep {
                 .collect();
             let (scratch, k) = match f[0].as_str() {
                 "efficient_f32" => (efficient_f32_scratch(b, h, t, hd), 0),
-                "flash_f16" => (flash_scratch(b, h, t, hd), 1),
+                "flash_f16" => (flash_scratch_mha(b, h, t, hd), 1),
                 other => panic!("unknown kernel {other}"),
             };
             // The q, k, v gradients first (each of q's size), then the scratch.

@@ -5,9 +5,15 @@ pub mod attention;
 mod attention_math;
 pub mod conv;
 pub mod elementwise;
+pub mod hf_loss;
 pub mod loss;
 pub mod matmul;
 pub mod norm;
+pub mod pointwise_hf;
+pub mod repeat_kv;
+pub mod rms_norm;
+pub mod rotary;
+pub mod sdpa_select;
 pub mod shape_ops;
 
 use super::dtype::DType;

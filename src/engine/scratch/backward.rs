@@ -98,6 +98,24 @@ impl Engine {
                 self.free_transient(d);
                 acc?;
             }
+            SdpaScratch::Cudnn { workspace } => {
+                let ws = self.transient(workspace, Category::Workspace)?;
+                self.free_transient(ws);
+            }
+            SdpaScratch::FlashGqa {
+                expanded,
+                softmax_d,
+                dq_accum,
+            } => {
+                let mut held = Held::default();
+                for bytes in [expanded, expanded, softmax_d, dq_accum] {
+                    if let Err(e) = held.take(self, bytes, Category::Temporary) {
+                        held.drop_last(self, held.len());
+                        return Err(e);
+                    }
+                }
+                held.drop_last(self, held.len());
+            }
             SdpaScratch::EfficientF32 {
                 product,
                 rows,

@@ -30,6 +30,7 @@ fn lang(net: Module, input: ModelInput, batch: u64, loss: LossKind) -> ModelConf
                 input,
                 net,
                 freeze: Vec::new(),
+                lora: None,
             },
             batch,
         )
@@ -373,6 +374,7 @@ fn shape_errors_name_the_module() {
         input: ModelInput::Features(8),
         net: Module::Sequential(vec![named("fc1", lin(8, 16)), named("fc2", lin(32, 4))]),
         freeze: Vec::new(),
+        lora: None,
     };
     let err = m.output(2, None).expect_err("mismatch");
     assert!(err.starts_with("fc2: Linear(in: 32)"), "{err}");

@@ -8,6 +8,7 @@ mod lang;
 pub(crate) mod launches;
 mod precision;
 mod presets;
+mod transformer;
 mod work;
 
 use crate::alloc::{Action, AllocEvent};

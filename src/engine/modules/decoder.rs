@@ -1,0 +1,312 @@
+//! A Llama-family decoder layer (models.md §1–§4): RMSNorm → attention with
+//! rotary embeddings and grouped-query heads → residual, RMSNorm → SwiGLU
+//! MLP → residual, as `LlamaDecoderLayer.forward` runs them.
+
+use super::super::dtype::DType;
+use super::super::error::{EngineError, Result};
+use super::super::ops::elementwise::Unary;
+use super::super::presets_hf::DecoderLm;
+use super::super::shape::Shape;
+use super::super::tensor::{Layout, TensorId};
+use super::super::Engine;
+use super::lora::Proj;
+
+/// An RMSNorm's weight [H] and its module.
+#[derive(Debug, Clone)]
+pub(crate) struct RmsNorm {
+    pub w: TensorId,
+    pub module: u32,
+}
+
+/// Where an attention layer gets cos/sin (models.md §2.1, `hf_rope_scope`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Rope {
+    /// One pair computed by the model's forward, shared by every layer.
+    Shared { cos: TensorId, sin: TensorId },
+    /// Each layer runs the rotary module on its own input.
+    PerLayer {
+        inv_freq: TensorId,
+        position_ids: TensorId,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Attention {
+    pub module: u32,
+    pub rotary_module: u32,
+    pub q: Proj,
+    pub k: Proj,
+    pub v: Proj,
+    pub o: Proj,
+    pub heads: u64,
+    pub kv_heads: u64,
+    pub head_dim: u64,
+    pub causal: bool,
+    /// `attention_dropout` (0.0 in Llama, Mistral, Qwen2 configs).
+    pub dropout: f64,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct SwiGlu {
+    pub module: u32,
+    pub act: u32,
+    pub gate: Proj,
+    pub up: Proj,
+    pub down: Proj,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct DecoderLayer {
+    pub module: u32,
+    pub input_norm: RmsNorm,
+    pub attn: Attention,
+    pub post_norm: RmsNorm,
+    pub mlp: SwiGlu,
+}
+
+impl DecoderLayer {
+    /// `LlamaDecoderLayer(config)` at `path`: self_attn (q, k, v, o), mlp
+    /// (gate, up, down), input_layernorm, post_attention_layernorm, in
+    /// registration order.
+    pub(crate) fn build(
+        e: &mut Engine,
+        path: &str,
+        spec: &DecoderLm,
+        params: &mut Vec<TensorId>,
+    ) -> Result<DecoderLayer> {
+        let (h, i, d) = (spec.hidden, spec.intermediate, spec.head_dim());
+        let (q, kv) = (spec.heads * d, spec.kv_heads * d);
+        let lin = |e: &mut Engine, name: &str, fin, fout, bias, ps: &mut Vec<TensorId>| {
+            e.new_linear(&format!("{path}.{name}"), fin, fout, bias, ps)
+                .map(Proj::plain)
+        };
+        let b = spec.qkv_bias;
+        let attn = Attention {
+            module: e.tags.module(&format!("{path}.self_attn")),
+            rotary_module: e.tags.module(&format!("{path}.self_attn.rotary_emb")),
+            q: lin(e, "self_attn.q_proj", h, q, b, params)?,
+            k: lin(e, "self_attn.k_proj", h, kv, b, params)?,
+            v: lin(e, "self_attn.v_proj", h, kv, b, params)?,
+            o: lin(e, "self_attn.o_proj", q, h, false, params)?,
+            heads: spec.heads,
+            kv_heads: spec.kv_heads,
+            head_dim: d,
+            causal: true,
+            dropout: 0.0,
+        };
+        let mlp = SwiGlu {
+            module: e.tags.module(&format!("{path}.mlp")),
+            act: e.tags.module(&format!("{path}.mlp.act_fn")),
+            gate: lin(e, "mlp.gate_proj", h, i, false, params)?,
+            up: lin(e, "mlp.up_proj", h, i, false, params)?,
+            down: lin(e, "mlp.down_proj", i, h, false, params)?,
+        };
+        let input_norm = new_rms_norm(e, &format!("{path}.input_layernorm"), h, params)?;
+        let post_norm = new_rms_norm(e, &format!("{path}.post_attention_layernorm"), h, params)?;
+        Ok(DecoderLayer {
+            module: e.tags.module(path),
+            input_norm,
+            attn,
+            post_norm,
+            mlp,
+        })
+    }
+}
+
+impl Engine {
+    pub(crate) fn apply_rms_norm(&mut self, n: &RmsNorm, x: TensorId) -> Result<TensorId> {
+        self.in_module(n.module, |e| e.rms_norm(x, n.w))
+    }
+
+    /// `residual = x; x = input_layernorm(x); x = self_attn(x) ; x = residual + x;
+    /// residual = x; x = post_attention_layernorm(x); x = mlp(x); x = residual + x`.
+    pub(crate) fn decoder_layer(
+        &mut self,
+        l: &DecoderLayer,
+        x: TensorId,
+        rope: Rope,
+    ) -> Result<TensorId> {
+        self.in_module(l.module, |e| {
+            let h = e.apply_rms_norm(&l.input_norm, x)?;
+            let a = e.in_module(l.attn.module, |e| e.hf_attention(&l.attn, h, Some(rope)));
+            let a = e.rebind(h, a)?;
+            let mid = e.add(x, a);
+            e.release(a);
+            let mid = mid?;
+            let out = e.mlp_half(l, mid);
+            e.release(mid);
+            out
+        })
+    }
+
+    fn mlp_half(&mut self, l: &DecoderLayer, mid: TensorId) -> Result<TensorId> {
+        let h = self.apply_rms_norm(&l.post_norm, mid)?;
+        let m = self.in_module(l.mlp.module, |e| e.swiglu(&l.mlp, h));
+        let m = self.rebind(h, m)?;
+        let out = self.add(mid, m);
+        self.release(m);
+        out
+    }
+
+    /// `down_proj(act_fn(gate_proj(x)) * up_proj(x))` (models.md §3).
+    pub(crate) fn swiglu(&mut self, m: &SwiGlu, x: TensorId) -> Result<TensorId> {
+        let g = self.apply_proj(&m.gate, x)?;
+        let s = self.in_module(m.act, |e| e.unary(Unary::Silu, g));
+        let s = self.rebind(g, s)?;
+        let u = match self.apply_proj(&m.up, x) {
+            Ok(u) => u,
+            Err(err) => {
+                self.release(s);
+                return Err(err);
+            }
+        };
+        let p = self.mul(s, u);
+        self.release(s);
+        self.release(u);
+        let p = p?;
+        let o = self.apply_proj(&m.down, p);
+        self.rebind(p, o)
+    }
+
+    /// `LlamaAttention.forward` with `sdpa_attention_forward` (models.md
+    /// §4.1): no padding mask, so k and v keep their heads (`enable_gqa`).
+    /// `rope`: None for attention without rotary positions.
+    pub(crate) fn hf_attention(
+        &mut self,
+        a: &Attention,
+        x: TensorId,
+        rope: Option<Rope>,
+    ) -> Result<TensorId> {
+        let mark = self.locals.len();
+        let r = self.hf_attention_body(a, x, rope);
+        if r.is_err() {
+            self.unwind_locals(mark);
+        }
+        r
+    }
+
+    fn hf_attention_body(
+        &mut self,
+        a: &Attention,
+        x: TensorId,
+        rope: Option<Rope>,
+    ) -> Result<TensorId> {
+        let s = self.shape(x);
+        let (b, t) = (s.dim(0), s.dim(1));
+        let q = self.heads_view(&a.q, x, a.heads, a.head_dim)?;
+        let k = self.heads_view(&a.k, x, a.kv_heads, a.head_dim)?;
+        let v = self.heads_view(&a.v, x, a.kv_heads, a.head_dim)?;
+        let tables = match rope {
+            None => None,
+            Some(Rope::Shared { cos, sin }) => Some((self.local_ref(cos), self.local_ref(sin))),
+            Some(Rope::PerLayer {
+                inv_freq,
+                position_ids,
+            }) => {
+                let dtype = self.dtype(x);
+                Some(self.in_module(a.rotary_module, |e| {
+                    e.rotary_cos_sin(inv_freq, position_ids, dtype)
+                })?)
+            }
+        };
+        let (qr, kr) = match tables {
+            Some((cos, sin)) => {
+                let r = self.apply_rotary(q, k, cos, sin)?;
+                self.release(q);
+                self.release(k);
+                r
+            }
+            None => (q, k),
+        };
+        let p = if self.ctx.training { a.dropout } else { 0.0 };
+        let out = self.sdpa_hf(qr, kr, v, p, a.causal)?;
+        // `attn_output.transpose(1, 2).contiguous()`: the fused backends lay
+        // their output out [B, T, h, d] already; math's is copied.
+        let bthd = Shape::new(&[b, t, a.heads, a.head_dim]);
+        let c = if self.layout(out) == Layout::Strided {
+            self.view_as(out, bthd, Layout::Contiguous)
+        } else {
+            let tv = self.transpose(out, 1, 2);
+            let c = self.contiguous(tv);
+            self.release(tv);
+            c?
+        };
+        self.release(out);
+        let flat = self.view_as(
+            c,
+            Shape::new(&[b, t, a.heads * a.head_dim]),
+            Layout::Contiguous,
+        );
+        self.release(c);
+        let o = self.apply_proj(&a.o, flat);
+        // The frame's locals at return: q_rot, k_rot, v, the flat output, cos/sin.
+        for local in [qr, kr, v, flat] {
+            self.release(local);
+        }
+        if let Some((cos, sin)) = tables {
+            self.release(cos);
+            self.release(sin);
+        }
+        o
+    }
+
+    /// `proj(x).view(B, T, -1, d).transpose(1, 2)`: views of the projection.
+    fn heads_view(&mut self, p: &Proj, x: TensorId, heads: u64, d: u64) -> Result<TensorId> {
+        let y = self.apply_proj(p, x)?;
+        let s = self.shape(y);
+        let v = self.view_as(
+            y,
+            Shape::new(&[s.dim(0), s.dim(1), heads, d]),
+            Layout::Contiguous,
+        );
+        self.release(y);
+        let t = self.transpose(v, 1, 2);
+        self.release(v);
+        Ok(t)
+    }
+
+    /// The rotary module's `inv_freq` buffer [d/2] fp32 (cast with the
+    /// model's floating buffers).
+    pub(crate) fn new_inv_freq(
+        &mut self,
+        module: u32,
+        head_dim: u64,
+        buffers: &mut Vec<(String, TensorId)>,
+        name: &str,
+    ) -> Result<TensorId> {
+        let dtype = if self.param_dtype.is_floating() {
+            self.param_dtype
+        } else {
+            DType::F32
+        };
+        self.new_buffer(name.into(), &[head_dim / 2], dtype, module, buffers)
+    }
+}
+
+pub(crate) fn new_rms_norm(
+    e: &mut Engine,
+    path: &str,
+    h: u64,
+    params: &mut Vec<TensorId>,
+) -> Result<RmsNorm> {
+    let module = e.tags.module(path);
+    let w = e.new_param(&[h], module, params)?;
+    Ok(RmsNorm { w, module })
+}
+
+pub(crate) fn check_spec(spec: &DecoderLm) -> Result<()> {
+    let bad = |m: String| Err(EngineError::Program(m));
+    if spec.heads == 0 || spec.kv_heads == 0 || !spec.heads.is_multiple_of(spec.kv_heads) {
+        return bad(format!(
+            "heads ({}) must be a multiple of kv_heads ({})",
+            spec.heads, spec.kv_heads
+        ));
+    }
+    if !spec.head_dim().is_multiple_of(2) || spec.head_dim() == 0 {
+        return bad(format!(
+            "head_dim ({}) must be even for rotary embeddings",
+            spec.head_dim()
+        ));
+    }
+    Ok(())
+}

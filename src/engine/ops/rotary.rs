@@ -1,0 +1,151 @@
+//! Rotary position embeddings as Hugging Face computes and applies them
+//! (models.md §2): `LlamaRotaryEmbedding.forward` under `no_grad`, then
+//! `apply_rotary_pos_emb` with `rotate_half`'s copies.
+
+use super::super::dtype::DType;
+use super::super::error::Result;
+use super::super::shape::Shape;
+use super::super::tensor::{Layout, TensorId};
+use super::super::Engine;
+use crate::engine::autograd::BwdKind;
+
+impl Engine {
+    /// `LlamaRotaryEmbedding.forward(x, position_ids)` (models.md §2.1):
+    /// `position_ids` [Bp, T] int64, `inv_freq` the [d/2] buffer; returns
+    /// (cos, sin) [Bp, T, d] in `x_dtype`. No Node is recorded.
+    pub fn rotary_cos_sin(
+        &mut self,
+        inv_freq: TensorId,
+        position_ids: TensorId,
+        x_dtype: DType,
+    ) -> Result<(TensorId, TensorId)> {
+        let prev = self.op_begin("LlamaRotaryEmbedding");
+        let grad = std::mem::replace(&mut self.ctx.grad_enabled, false);
+        let mark = self.locals.len();
+        let r = self.rotary_inner(inv_freq, position_ids, x_dtype);
+        if r.is_err() {
+            self.unwind_locals(mark);
+        }
+        self.ctx.grad_enabled = grad;
+        self.op_end(prev)?;
+        r
+    }
+
+    fn rotary_inner(
+        &mut self,
+        inv_freq: TensorId,
+        position_ids: TensorId,
+        x_dtype: DType,
+    ) -> Result<(TensorId, TensorId)> {
+        let half = self.shape(inv_freq).numel();
+        let ps = self.shape(position_ids);
+        let (bp, t) = (ps.dim(0), ps.last());
+        // `inv_freq[None, :, None].float().expand(...)`: a view unless the
+        // model was cast to half precision with its buffers.
+        let inv = self.to_dtype(inv_freq, DType::F32)?;
+        let pos = self.to_dtype(position_ids, DType::F32)?;
+        // `autocast(enabled=False)`: the product stays fp32.
+        let freqs = self.act(Shape::new(&[bp, half, t]), DType::F32)?;
+        self.k_binary(inv, pos, freqs);
+        let emb = self.act(Shape::new(&[bp, t, 2 * half]), DType::F32)?;
+        self.k_unary(freqs, emb);
+        // `emb.cos() * attention_scaling`: the scale is a Python float, the
+        // product still a new tensor, and the unscaled one a temporary.
+        let mut tables = [emb; 2];
+        for table in &mut tables {
+            let raw = self.act(self.shape(emb), DType::F32)?;
+            self.k_unary(emb, raw);
+            let scaled = self.act(self.shape(emb), DType::F32);
+            self.release(raw);
+            *table = scaled?;
+            self.k_unary(emb, *table);
+        }
+        let [cos32, sin32] = tables;
+        let cos = self.to_dtype(cos32, x_dtype)?;
+        let sin = self.to_dtype(sin32, x_dtype)?;
+        // The frame's locals in co_varnames order.
+        for local in [inv, pos, freqs, emb, cos32, sin32] {
+            self.release(local);
+        }
+        Ok((cos, sin))
+    }
+
+    /// `apply_rotary_pos_emb(q, k, cos, sin)` (models.md §2.2): q [B, h, T, d]
+    /// and k [B, g, T, d] against cos/sin [Bp, T, d]. Each embedded output is
+    /// `(x * cos) + (rotate_half(x) * sin)`, where `rotate_half` is
+    /// `cat((-x2, x1), -1)` of the two half-width slices.
+    pub fn apply_rotary(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        cos: TensorId,
+        sin: TensorId,
+    ) -> Result<(TensorId, TensorId)> {
+        let prev = self.op_begin("apply_rotary_pos_emb");
+        let mark = self.locals.len();
+        let r = (|| {
+            let (cu, su) = (self.unsqueeze_heads(cos), self.unsqueeze_heads(sin));
+            let q_embed = self.rotate_one(q, cu, su)?;
+            let k_embed = self.rotate_one(k, cu, su)?;
+            self.release(cu);
+            self.release(su);
+            Ok((q_embed, k_embed))
+        })();
+        if r.is_err() {
+            self.unwind_locals(mark);
+        }
+        self.op_end(prev)?;
+        r
+    }
+
+    /// `cos.unsqueeze(1)`: [Bp, 1, T, d], a view.
+    fn unsqueeze_heads(&mut self, t: TensorId) -> TensorId {
+        let s = self.shape(t);
+        let shape = Shape::new(&[s.dim(0), 1, s.dim(1), s.dim(2)]);
+        self.view_as(t, shape, Layout::Contiguous)
+    }
+
+    fn rotate_one(&mut self, x: TensorId, cos: TensorId, sin: TensorId) -> Result<TensorId> {
+        let t1 = self.mul(x, cos)?;
+        let rot = match self.rotate_half(x) {
+            Ok(r) => r,
+            Err(e) => {
+                self.release(t1);
+                return Err(e);
+            }
+        };
+        let t2 = self.mul(rot, sin);
+        self.release(rot);
+        let t2 = match t2 {
+            Ok(t) => t,
+            Err(e) => {
+                self.release(t1);
+                return Err(e);
+            }
+        };
+        let out = self.add(t1, t2);
+        self.release(t1);
+        self.release(t2);
+        out
+    }
+
+    /// `rotate_half(x)`: two slice views (each SliceBackward0 makes a
+    /// zero-filled gradient of x's full size), `-x2`, then `cat`.
+    fn rotate_half(&mut self, x: TensorId) -> Result<TensorId> {
+        let s = self.shape(x);
+        let half = s.with_last(s.last() / 2);
+        let mut slice =
+            || self.view_with_node(x, half, Layout::Strided, "SliceBackward0", BwdKind::Alloc);
+        let x1 = slice();
+        let x2 = slice();
+        let neg = self.neg(x2);
+        let rot = neg.and_then(|n| {
+            let r = self.cat(&[n, x1], s);
+            self.release(n);
+            r
+        });
+        self.release(x1);
+        self.release(x2);
+        rot
+    }
+}
