@@ -6,6 +6,7 @@ mod demo;
 mod pace;
 mod scenario;
 mod snapshot;
+mod sweep;
 mod ui;
 mod watch;
 
@@ -90,6 +91,32 @@ pub enum Command {
         #[arg(long)]
         headless: bool,
         /// Print both reports and their figures as JSON (implies --headless).
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        pace: PaceArgs,
+    },
+    /// Run a scenario (built-in name or file) at several batch sizes: peak
+    /// allocated and reserved at each, a line fitted through them and
+    /// explained, and the largest batch that fits.
+    #[command(
+        after_help = "Each point is the whole scenario run with data.batch (and data.seq) set, on a fresh simulated device; points run in parallel. With no --batch the scenario's own `sweep:` section gives the points."
+    )]
+    Sweep {
+        scenario: String,
+        /// Batch sizes, comma-separated, e.g. 1,2,4,8.
+        #[arg(long)]
+        batch: Option<String>,
+        /// Sequence lengths for GPT and LSTM models, e.g. 512,1024: every batch at each.
+        #[arg(long)]
+        seq: Option<String>,
+        /// Search the largest batch that fits: doubling from 1, then bisection.
+        #[arg(long)]
+        find_max_batch: bool,
+        /// Print a report instead of opening the terminal UI's chart.
+        #[arg(long)]
+        headless: bool,
+        /// Print the sweep as JSON (implies --headless).
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -219,6 +246,23 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             } else {
                 ui::open(&[&scenario], &pace)
             }
+        }
+        Some(Command::Sweep {
+            scenario,
+            batch,
+            seq,
+            find_max_batch,
+            headless,
+            json,
+            pace: _,
+        }) => {
+            let args = sweep::SweepArgs {
+                batch,
+                seq,
+                find_max_batch,
+            };
+            let _ = headless;
+            sweep::headless(&scenario, &args, json)
         }
         Some(Command::Open {
             snapshot,

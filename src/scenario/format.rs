@@ -56,6 +56,20 @@ pub struct Scenario {
     pub narration: Vec<Narration>,
     #[serde(default)]
     pub expect: Vec<Expectation>,
+    /// The points `vramscope sweep` runs when given no `--batch`.
+    #[serde(default)]
+    pub sweep: Option<SweepSpec>,
+}
+
+/// A batch sweep the scenario carries: each point is the whole scenario run
+/// with `data.batch` (and `data.seq`) set to the point's values.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepSpec {
+    pub batch: Vec<u64>,
+    /// Sequence lengths (GPT and LSTM models); every batch runs at each.
+    #[serde(default)]
+    pub seq: Vec<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -240,4 +254,6 @@ pub enum Criterion {
     Bce,
     /// `nn.BCEWithLogitsLoss()` on the raw output: multi-label float targets.
     BceWithLogits,
+    /// `model(x).sum()`: no criterion and no target (`LoadBatch` makes no `y`).
+    Sum,
 }
