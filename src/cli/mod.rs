@@ -254,15 +254,18 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             find_max_batch,
             headless,
             json,
-            pace: _,
+            pace,
         }) => {
             let args = sweep::SweepArgs {
                 batch,
                 seq,
                 find_max_batch,
             };
-            let _ = headless;
-            sweep::headless(&scenario, &args, json)
+            if headless || json || !ui::have_terminal() {
+                sweep::headless(&scenario, &args, json)
+            } else {
+                ui::open_sweep(&scenario, &args, &pace)
+            }
         }
         Some(Command::Open {
             snapshot,
