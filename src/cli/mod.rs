@@ -3,6 +3,7 @@
 
 mod compare;
 mod demo;
+mod model;
 mod pace;
 mod scenario;
 mod snapshot;
@@ -49,8 +50,25 @@ pub enum Command {
         #[arg(long, default_value = "")]
         conf: String,
     },
-    /// List the built-in scenarios: name, then what each shows.
+    /// List the built-in scenarios: name, then what each shows (the model
+    /// presets: `vramscope model --list`).
     Scenarios,
+    /// A model's parameters (total, trainable, per module), buffers, bytes
+    /// per dtype, and the activation bytes autograd saves per sample.
+    #[command(
+        after_help = "SPEC is a preset (`--list` shows them, each marked \"verified on hardware\" when a scenario on it matches an H100 capture, else \"from source only\"), a built-in scenario or a scenario file (its model: a preset, a Gpt/Mlp/..., or a Modules tree). Saved bytes per sample come from one forward pass at batch 1 through the engine."
+    )]
+    Model {
+        /// A preset name, a built-in scenario or a scenario file.
+        #[arg(required_unless_present = "list")]
+        spec: Option<String>,
+        /// Print JSON (keys include `parameters` and `trainable_parameters`).
+        #[arg(long)]
+        json: bool,
+        /// List the presets.
+        #[arg(long)]
+        list: bool,
+    },
     /// Validate a built-in scenario (by name) or a scenario file without
     /// running it (exit 0 valid, 2 invalid).
     Check { scenario: String },
@@ -107,7 +125,7 @@ pub enum Command {
         /// Batch sizes, comma-separated, e.g. 1,2,4,8.
         #[arg(long)]
         batch: Option<String>,
-        /// Sequence lengths for GPT and LSTM models, e.g. 512,1024: every batch at each.
+        /// Sequence lengths (GPT, LSTM, token-input Modules models), e.g. 512,1024: every batch at each.
         #[arg(long)]
         seq: Option<String>,
         /// Search the largest batch that fits: doubling from 1, then bisection.
@@ -222,6 +240,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Some(Command::Demo { conf }) => demo::run(&conf),
         Some(Command::Scenarios) => scenario::list(),
+        Some(Command::Model { spec, json, list }) => match spec {
+            Some(spec) if !list => model::show(&spec, json),
+            _ => model::list(json),
+        },
         Some(Command::Check { scenario }) => scenario::check_scenario(&scenario),
         Some(Command::Run {
             scenario,

@@ -40,6 +40,22 @@ impl DType {
         matches!(self, DType::F16 | DType::BF16)
     }
 
+    /// The `torch.<name>` of the dtype (`float32`, `int64`).
+    pub fn torch_name(self) -> &'static str {
+        match self {
+            DType::F64 => "float64",
+            DType::F32 => "float32",
+            DType::F16 => "float16",
+            DType::BF16 => "bfloat16",
+            DType::F8 => "float8_e4m3fn",
+            DType::I64 => "int64",
+            DType::I32 => "int32",
+            DType::I16 => "int16",
+            DType::U8 => "uint8",
+            DType::Bool => "bool",
+        }
+    }
+
     /// PyTorch's tensor type name as used in error messages (`torch.cuda.FloatTensor`).
     pub fn cuda_type_name(self) -> &'static str {
         match self {

@@ -68,6 +68,8 @@ pub enum ModelKind {
         num_classes: u64,
         image: u64,
     },
+    /// A model written in the language (`model_lang`).
+    Modules(crate::engine::model_lang::LangModel),
     /// One `nn.Linear` (the §12 golden trace).
     Linear {
         in_features: u64,
@@ -211,9 +213,25 @@ impl ModelConfig {
         }
     }
 
+    /// A model written in the language, trained with cross-entropy.
+    pub fn modules(model: crate::engine::model_lang::LangModel, batch: u64) -> ModelConfig {
+        ModelConfig {
+            kind: ModelKind::Modules(model),
+            batch,
+            loss: LossKind::CrossEntropy,
+            param_dtype: DType::F32,
+        }
+    }
+
     /// A preset by its spec name.
     pub fn preset(name: &str) -> Option<ModelConfig> {
+        use crate::engine::model_lang::presets;
         Some(match name {
+            "resnet50" => ModelConfig::modules(presets::resnet50(), 32),
+            "deep-mlp" => ModelConfig {
+                loss: LossKind::Sum,
+                ..ModelConfig::modules(presets::deep_mlp(false), 64)
+            },
             "mlp-mnist" => ModelConfig::mlp_mnist(),
             "gpt2-small" => ModelConfig::gpt2_small(8, 1024),
             "gpt-tiny" => ModelConfig::gpt_tiny(),
@@ -224,3 +242,81 @@ impl ModelConfig {
         })
     }
 }
+
+/// How a preset's figures have been checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Evidence {
+    /// A scenario on this preset matches an H100 capture request for request
+    /// (the capture's stem under `tests/fixtures/pytorch/captured/`).
+    Hardware { capture: &'static str },
+    /// Written from PyTorch's, torchvision's and the specs' source; no GPU
+    /// capture checks it yet.
+    SourceOnly,
+}
+
+impl Evidence {
+    pub fn label(self) -> &'static str {
+        match self {
+            Evidence::Hardware { .. } => "verified on hardware",
+            Evidence::SourceOnly => "from source only",
+        }
+    }
+}
+
+/// A preset as `vramscope model --list` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PresetInfo {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub evidence: Evidence,
+}
+
+/// Every preset, in the order they are listed.
+pub const PRESET_CATALOGUE: [PresetInfo; 8] = [
+    PresetInfo {
+        name: "mlp-mnist",
+        about: "784 → 1024 → 1024 → 10 MLP, ReLU, cross-entropy, batch 256",
+        evidence: Evidence::Hardware {
+            capture: "accumulate_loss_train_fixed",
+        },
+    },
+    PresetInfo {
+        name: "gpt2-small",
+        about: "nanoGPT GPT-2 small (12 × 768, 12 heads, V = 50,257, tied), batch 8 × 1,024",
+        evidence: Evidence::Hardware {
+            capture: "gpt2_small_fits",
+        },
+    },
+    PresetInfo {
+        name: "gpt-tiny",
+        about: "nanoGPT 4 × 256, 4 heads, V = 8,192, batch 8 × 256",
+        evidence: Evidence::Hardware { capture: "tour" },
+    },
+    PresetInfo {
+        name: "lstm-lm-ptb",
+        about: "word_language_model LSTM 200/200, 2 layers, BPTT 35, batch 20",
+        evidence: Evidence::Hardware {
+            capture: "rnn_hidden_fixed",
+        },
+    },
+    PresetInfo {
+        name: "lstm-lm-medium",
+        about: "word_language_model LSTM 650/650, 2 layers, dropout 0.5 (capture awaiting)",
+        evidence: Evidence::SourceOnly,
+    },
+    PresetInfo {
+        name: "resnet18",
+        about: "torchvision ResNet-18 (BasicBlocks), 224², batch 32 (capture awaiting)",
+        evidence: Evidence::SourceOnly,
+    },
+    PresetInfo {
+        name: "resnet50",
+        about: "torchvision ResNet-50 v1.5 (Bottlenecks), 224², batch 32, in the model language",
+        evidence: Evidence::SourceOnly,
+    },
+    PresetInfo {
+        name: "deep-mlp",
+        about: "the course's 20 × Linear(4096, 4096) + ReLU, no head, model(x).sum(), batch 64",
+        evidence: Evidence::SourceOnly,
+    },
+];

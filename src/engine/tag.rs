@@ -142,6 +142,11 @@ impl TagTable {
         id
     }
 
+    /// The id of a module path already interned.
+    pub fn module_id(&self, path: &str) -> Option<u32> {
+        self.module_index.get(path).copied()
+    }
+
     pub fn module_path(&self, id: u32) -> Arc<str> {
         self.modules
             .get(id as usize)

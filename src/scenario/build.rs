@@ -6,7 +6,10 @@ use std::sync::Arc;
 use super::conditions::Conditions;
 use super::format::{Criterion, LayerSpec, ModelSpec, Scenario};
 use super::steps::StepSites;
-use crate::engine::{EngineConfig, LossKind, ModelConfig, ModelKind, OptimizerConfig, Program};
+use crate::engine::model_lang::{LangModel, ModelInput};
+use crate::engine::{
+    EngineConfig, LossKind, ModelConfig, ModelKind, OptimizerConfig, Program, PRESET_CATALOGUE,
+};
 
 #[derive(Debug, Clone)]
 pub struct Built {
@@ -20,17 +23,6 @@ pub struct Built {
     /// the loader, which has the text, fills it in).
     pub steps: Arc<StepSites>,
 }
-
-/// The preset names a scenario may use ([`ModelConfig::preset`] also takes
-/// engine.md §10.4's `resnet-basic` for `resnet18`).
-pub const PRESETS: [&str; 6] = [
-    "mlp-mnist",
-    "gpt2-small",
-    "gpt-tiny",
-    "lstm-lm-ptb",
-    "lstm-lm-medium",
-    "resnet18",
-];
 
 /// `Linear(a,b), ReLU, Linear(b,c), …` as MLP widths; `None` if not that shape.
 pub(crate) fn layers_to_dims(layers: &[LayerSpec]) -> Result<Vec<u64>, String> {
@@ -65,9 +57,10 @@ pub(crate) fn layers_to_dims(layers: &[LayerSpec]) -> Result<Vec<u64>, String> {
 fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
     let mut model = match &s.model {
         ModelSpec::Preset(name) => ModelConfig::preset(name).ok_or_else(|| {
+            let names: Vec<&str> = PRESET_CATALOGUE.iter().map(|p| p.name).collect();
             format!(
                 "unknown preset \"{name}\"; presets are {}",
-                PRESETS.join(", ")
+                names.join(", ")
             )
         })?,
         ModelSpec::Mlp { dims, inplace_relu } => {
@@ -135,6 +128,14 @@ fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
             };
             m
         }
+        ModelSpec::Modules { input, net, freeze } => ModelConfig::modules(
+            LangModel {
+                input: input.clone(),
+                net: net.clone(),
+                freeze: freeze.clone(),
+            },
+            32,
+        ),
         ModelSpec::ResNet18 { classes, image } => {
             let mut m = ModelConfig::resnet18(32);
             m.kind = ModelKind::ResNet {
@@ -152,9 +153,12 @@ fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
         model.param_dtype = dtype;
     }
     if let Some(c) = s.criterion {
-        if !matches!(model.kind, ModelKind::Mlp { .. } | ModelKind::ResNet { .. }) {
+        if !matches!(
+            model.kind,
+            ModelKind::Mlp { .. } | ModelKind::ResNet { .. } | ModelKind::Modules(_)
+        ) {
             return Err(
-                "criterion: applies to classifiers with a [batch, classes] output (MLP, ResNet); this model has its own loss".into(),
+                "criterion: applies to classifiers with a [batch, classes] output (MLP, ResNet) and to Modules models; this model has its own loss".into(),
             );
         }
         model.loss = match c {
@@ -177,11 +181,27 @@ fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
             *seq = s.data.seq.unwrap_or(*seq);
         }
         (ModelKind::LstmLm { bptt, .. }, Some(_)) => *bptt = s.data.seq.unwrap_or(*bptt),
+        (
+            ModelKind::Modules(LangModel {
+                input: ModelInput::Tokens { seq },
+                ..
+            }),
+            Some(_),
+        ) => *seq = s.data.seq.unwrap_or(*seq),
         (_, Some(_)) => {
             return Err(
-                "data: seq and seq_schedule apply to GPT and LSTM models only (this model has no sequence length)"
+                "data: seq and seq_schedule apply to GPT, LSTM and token-input Modules models only (this model has no sequence length)"
                     .into(),
             )
+        }
+    }
+    if let ModelKind::Modules(m) = &model.kind {
+        // Every batch size and length the run will use must fit the modules.
+        let batches = s.data.batch_schedule.iter().chain([&model.batch]);
+        for &b in batches {
+            for seq in s.data.seq_schedule.iter().map(|t| Some(*t)).chain([None]) {
+                m.output(b, seq).map_err(|e| format!("model: {e}"))?;
+            }
         }
     }
     Ok(model)
@@ -248,10 +268,15 @@ pub fn at_point(
 }
 
 /// Whether the model has a sequence length a sweep may set (GPT's T, an
-/// LSTM's BPTT length).
+/// LSTM's BPTT length, a token-input Modules model's length).
 pub fn has_seq(built: &Built) -> bool {
     matches!(
         built.model.kind,
-        ModelKind::Gpt2 { .. } | ModelKind::LstmLm { .. }
+        ModelKind::Gpt2 { .. }
+            | ModelKind::LstmLm { .. }
+            | ModelKind::Modules(LangModel {
+                input: ModelInput::Tokens { .. },
+                ..
+            })
     )
 }

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::size::Size;
+use crate::engine::model_lang::{ModelInput, Module};
 use crate::engine::{DType, EngineConfig, OptimizerConfig, Step};
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -35,8 +36,9 @@ pub struct Scenario {
     /// `model.to(torch.bfloat16)` (BF16); F32 when absent.
     #[serde(default)]
     pub model_dtype: Option<DType>,
-    /// The loss a classifier (MLP or ResNet) trains with, instead of its
-    /// cross-entropy; targets are shaped to match.
+    /// The loss a classifier (MLP, ResNet or a `Modules` model) trains
+    /// with, instead of its cross-entropy (or a preset's own); targets are
+    /// shaped to match, and `Sum` has none.
     #[serde(default)]
     pub criterion: Option<Criterion>,
     #[serde(default)]
@@ -95,7 +97,8 @@ pub struct DeviceSpec {
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub enum ModelSpec {
-    /// `"mlp-mnist"`, `"gpt2-small"`, `"gpt-tiny"`, `"lstm-lm-ptb"`, `"lstm-lm-medium"`, `"resnet18"`.
+    /// `"mlp-mnist"`, `"gpt2-small"`, `"gpt-tiny"`, `"lstm-lm-ptb"`,
+    /// `"lstm-lm-medium"`, `"resnet18"`, `"resnet50"`, `"deep-mlp"`.
     Preset(String),
     Mlp {
         dims: Vec<u64>,
@@ -143,6 +146,14 @@ pub enum ModelSpec {
     },
     /// `nn.Sequential(...)`: Linear and ReLU layers.
     Layers(Vec<LayerSpec>),
+    /// A model written in the module language (scenarios/README.md):
+    /// its input, its module tree, and module paths to freeze.
+    Modules {
+        input: ModelInput,
+        net: Module,
+        #[serde(default)]
+        freeze: Vec<String>,
+    },
 }
 
 fn gpt2_vocab() -> u64 {
@@ -254,6 +265,6 @@ pub enum Criterion {
     Bce,
     /// `nn.BCEWithLogitsLoss()` on the raw output: multi-label float targets.
     BceWithLogits,
-    /// `model(x).sum()`: no criterion and no target (`LoadBatch` makes no `y`).
+    /// `model(x).sum()`: no target (the course's `.sum().backward()`).
     Sum,
 }

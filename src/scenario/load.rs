@@ -165,7 +165,7 @@ pub fn load_str(text: &str, file: &str) -> Result<(Scenario, Built), LoadError> 
             text,
             file,
             "sweep",
-            "sweep.seq: this model has no sequence length; sweep.seq applies to GPT and LSTM models".into(),
+            "sweep.seq: this model has no sequence length; sweep.seq applies to GPT, LSTM and token-input Modules models".into(),
         ));
     }
     built.engine.torch_minor = Some(version.0);

@@ -14,7 +14,7 @@ pub enum SweepError {
         text: String,
         reason: String,
     },
-    #[error("--seq: {model} has no sequence length; --seq applies to GPT and LSTM models")]
+    #[error("--seq: {model} has no sequence length; --seq applies to GPT, LSTM and token-input Modules models")]
     NoSeq { model: String },
     #[error("sweep: no batch sizes: give --batch (e.g. --batch 1,2,4,8) or --find-max-batch; scenario \"{0}\" carries no `sweep:` section")]
     NoPoints(String),

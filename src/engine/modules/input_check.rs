@@ -79,6 +79,22 @@ impl Model {
                 }
                 Ok(())
             }
+            ModelKind::Modules(m) => {
+                let x = crate::engine::model_lang::Sig {
+                    dims: dims.to_vec(),
+                    ids: !dtype.is_floating(),
+                };
+                if mismatch {
+                    return runtime(format!(
+                        "the model's input is {} but its weights are {}",
+                        dtype.cuda_type_name(),
+                        weight.cuda_type_name()
+                    ));
+                }
+                crate::engine::model_lang::out_shape("", &m.net, &x)
+                    .map(|_| ())
+                    .map_err(EngineError::Runtime)
+            }
             ModelKind::ResNet { .. } => {
                 if dims.len() != 4 {
                     return runtime(format!(

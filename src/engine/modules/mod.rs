@@ -2,6 +2,7 @@
 //! at build time in the order `.to("cuda")` visits them (children first,
 //! registration order), which is also `named_parameters()` order.
 
+pub mod bottleneck;
 pub mod gpt2;
 mod input_check;
 pub mod lstm_lm;
@@ -49,6 +50,7 @@ pub(crate) enum Net {
     LstmLm(lstm_lm::LstmLm),
     ResNet(resnet::ResNet),
     Linear(Linear),
+    Lang(crate::engine::model_lang::build::LangNet),
 }
 
 #[derive(Debug)]
@@ -59,6 +61,15 @@ pub(crate) struct Model {
     pub params: Vec<TensorId>,
     /// Module buffers (batch-norm running stats and counters).
     pub buffers: Vec<(String, TensorId)>,
+}
+
+/// Whether module `path` is `prefix` or lies under it (at a `.`); `""` is the whole model.
+fn under_path(prefix: &str, path: &str) -> bool {
+    prefix.is_empty()
+        || path == prefix
+        || path
+            .strip_prefix(prefix)
+            .is_some_and(|r| r.starts_with('.'))
 }
 
 /// The value a CUDA run fills parameters with (the math is a stand-in).
@@ -87,17 +98,10 @@ impl Engine {
     pub fn set_requires_grad(&mut self, modules: &[String], value: bool) -> Result<()> {
         let params = self.parameters();
         for m in modules {
-            let under = |path: &str| {
-                m.is_empty()
-                    || path == m
-                    || path
-                        .strip_prefix(m.as_str())
-                        .is_some_and(|r| r.starts_with('.'))
-            };
             let matching: Vec<TensorId> = params
                 .iter()
                 .copied()
-                .filter(|p| under(&self.param_module(*p)))
+                .filter(|p| under_path(m, &self.param_module(*p)))
                 .collect();
             if matching.is_empty() {
                 return Err(EngineError::Program(format!(
@@ -106,6 +110,28 @@ impl Engine {
             }
             for p in matching {
                 self.t_mut(p).requires_grad = value;
+            }
+        }
+        Ok(())
+    }
+
+    /// `requires_grad_(False)` under each path of a language model's
+    /// `freeze` list, on the parameters just built (the engine's own list
+    /// is not set until the model is).
+    fn model_params_for_freeze(&mut self, params: &[TensorId], freeze: &[String]) -> Result<()> {
+        for m in freeze {
+            let matching: Vec<TensorId> = params
+                .iter()
+                .copied()
+                .filter(|p| under_path(m, &self.param_module(*p)))
+                .collect();
+            if matching.is_empty() {
+                return Err(EngineError::Program(format!(
+                    "freeze: no parameter under module `{m}`"
+                )));
+            }
+            for p in matching {
+                self.t_mut(p).requires_grad = false;
             }
         }
         Ok(())
@@ -255,13 +281,28 @@ impl Model {
                 out_features,
                 bias,
             } => Net::Linear(e.new_linear("", *in_features, *out_features, *bias, &mut params)?),
+            ModelKind::Modules(m) => {
+                let net = crate::engine::model_lang::build::LangNet::build(
+                    e,
+                    &m.net,
+                    &mut params,
+                    &mut buffers,
+                )?;
+                Net::Lang(net)
+            }
         };
-        Ok(Model {
+        let model = Model {
             cfg: cfg.clone(),
             net,
             params,
             buffers,
-        })
+        };
+        if let ModelKind::Modules(m) = &cfg.kind {
+            if !m.freeze.is_empty() {
+                e.model_params_for_freeze(&model.params, &m.freeze)?;
+            }
+        }
+        Ok(model)
     }
 
     /// A classifier's target: class indices, or for MSE and the binary
@@ -319,6 +360,19 @@ impl Model {
                 let y = (self.cfg.loss == LossKind::Mse).then(|| (vec![b, *out_features], fp));
                 (vec![b, *in_features], fp, y)
             }
+            ModelKind::Modules(m) => {
+                let x = m.input.sig(b, seq_len);
+                let out = m.output(b, seq_len).map_err(EngineError::Program)?;
+                let y = match self.cfg.loss {
+                    LossKind::Sum => None,
+                    LossKind::Mse | LossKind::Bce | LossKind::BceWithLogits => Some((out.dims, fp)),
+                    LossKind::CrossEntropy | LossKind::Nll => {
+                        let rows = out.dims.split_last().map_or(&[][..], |(_, r)| r);
+                        Some((rows.to_vec(), DType::I64))
+                    }
+                };
+                (x.dims, if x.ids { DType::I64 } else { fp }, y)
+            }
         };
         let x = e.factory(Shape::new(&xs), xd, Category::Input)?;
         e.k_fill(x, 1.0);
@@ -345,6 +399,7 @@ impl Model {
             Net::Gpt2(m) => Ok((m.forward(e, x)?, None)),
             Net::ResNet(m) => Ok((m.forward(e, x)?, None)),
             Net::Linear(l) => Ok((e.apply_linear(l, x)?, None)),
+            Net::Lang(m) => Ok((m.forward(e, x)?, None)),
             Net::LstmLm(m) => {
                 let (out, h) = m.forward(e, x, hidden)?;
                 Ok((out, Some(h)))
@@ -361,6 +416,7 @@ impl Model {
     ) -> Result<TensorId> {
         match &self.net {
             Net::Gpt2(m) if !blocks.is_empty() => m.run_blocks(e, blocks, x),
+            Net::Lang(m) if !blocks.is_empty() => m.run_sites(e, blocks, x),
             _ => Ok(e.local_ref(x)),
         }
     }

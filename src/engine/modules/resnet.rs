@@ -10,6 +10,7 @@ use super::Linear;
 #[derive(Debug)]
 pub(crate) struct Conv {
     pub w: TensorId,
+    pub b: Option<TensorId>,
     pub stride: u64,
     pub pad: u64,
     pub module: u32,
@@ -43,9 +44,10 @@ pub(crate) struct ResNet {
     pub pool_module: u32,
 }
 
-type Bufs = Vec<(String, TensorId)>;
+pub(crate) type Bufs = Vec<(String, TensorId)>;
 
 impl Engine {
+    /// torchvision's bias-free conv.
     #[allow(clippy::too_many_arguments)] // mirrors nn.Conv2d's signature
     fn new_conv(
         &mut self,
@@ -57,10 +59,27 @@ impl Engine {
         pad: u64,
         params: &mut Vec<TensorId>,
     ) -> Result<Conv> {
+        self.new_conv2d(path, [cin, cout, k, stride, pad], false, params)
+    }
+
+    /// `nn.Conv2d(cin, cout, k, stride, pad, bias)`: weight, then bias.
+    pub(crate) fn new_conv2d(
+        &mut self,
+        path: &str,
+        [cin, cout, k, stride, pad]: [u64; 5],
+        bias: bool,
+        params: &mut Vec<TensorId>,
+    ) -> Result<Conv> {
         let module = self.tags.module(path);
         let w = self.new_param(&[cout, cin, k, k], module, params)?;
+        let b = if bias {
+            Some(self.new_param(&[cout], module, params)?)
+        } else {
+            None
+        };
         Ok(Conv {
             w,
+            b,
             stride,
             pad,
             module,
@@ -69,7 +88,7 @@ impl Engine {
 
     /// BatchNorm2d: weight, bias, then buffers running_mean, running_var and
     /// num_batches_tracked (int64 0-dim) — `_apply` order.
-    fn new_bn(
+    pub(crate) fn new_bn(
         &mut self,
         path: &str,
         c: u64,
@@ -109,11 +128,11 @@ impl Engine {
         })
     }
 
-    fn apply_conv(&mut self, c: &Conv, x: TensorId) -> Result<TensorId> {
-        self.in_module(c.module, |e| e.conv2d(x, c.w, None, c.stride, c.pad))
+    pub(crate) fn apply_conv(&mut self, c: &Conv, x: TensorId) -> Result<TensorId> {
+        self.in_module(c.module, |e| e.conv2d(x, c.w, c.b, c.stride, c.pad))
     }
 
-    fn apply_bn(&mut self, n: &BatchNorm, x: TensorId) -> Result<TensorId> {
+    pub(crate) fn apply_bn(&mut self, n: &BatchNorm, x: TensorId) -> Result<TensorId> {
         self.in_module(n.module, |e| {
             e.batch_norm(x, n.w, n.b, (n.running_mean, n.running_var))
         })
@@ -137,41 +156,13 @@ impl ResNet {
             for bi in 0..*n {
                 let stride = if li > 0 && bi == 0 { 2 } else { 1 };
                 let p = format!("layer{}.{bi}", li + 1);
-                let conv1 = e.new_conv(
-                    &format!("{p}.conv1"),
-                    inplanes,
-                    planes,
-                    3,
-                    stride,
-                    1,
+                all.push(BasicBlock::build(
+                    e,
+                    &p,
+                    [inplanes, planes, stride],
                     params,
-                )?;
-                let bn1 = e.new_bn(&format!("{p}.bn1"), planes, params, bufs)?;
-                let conv2 = e.new_conv(&format!("{p}.conv2"), planes, planes, 3, 1, 1, params)?;
-                let bn2 = e.new_bn(&format!("{p}.bn2"), planes, params, bufs)?;
-                let downsample = if stride != 1 || inplanes != planes {
-                    let c = e.new_conv(
-                        &format!("{p}.downsample.0"),
-                        inplanes,
-                        planes,
-                        1,
-                        stride,
-                        0,
-                        params,
-                    )?;
-                    let b = e.new_bn(&format!("{p}.downsample.1"), planes, params, bufs)?;
-                    Some((c, b))
-                } else {
-                    None
-                };
-                all.push(BasicBlock {
-                    conv1,
-                    bn1,
-                    conv2,
-                    bn2,
-                    downsample,
-                    module: e.tags.module(&p),
-                });
+                    bufs,
+                )?);
                 inplanes = planes;
             }
         }
@@ -190,7 +181,7 @@ impl ResNet {
         let h = self.conv1_stem(e, x)?;
         let mut h = h;
         for b in &self.blocks {
-            let y = e.in_module(b.module, |e| Self::block(e, b, h));
+            let y = e.in_module(b.module, |e| b.forward(e, h));
             h = e.rebind(h, y)?;
         }
         let p = e.in_module(self.pool_module, |e| e.adaptive_avg_pool2d(h));
@@ -210,18 +201,66 @@ impl ResNet {
         let m = e.max_pool2d(b, 3, 2, 1);
         e.rebind(b, m)
     }
+}
+
+impl BasicBlock {
+    /// `BasicBlock(inplanes, planes, stride)` at `path`, with torchvision's
+    /// downsample (1×1 conv + BN) when the stride or the width changes.
+    pub(crate) fn build(
+        e: &mut Engine,
+        p: &str,
+        [inplanes, planes, stride]: [u64; 3],
+        params: &mut Vec<TensorId>,
+        bufs: &mut Bufs,
+    ) -> Result<BasicBlock> {
+        let conv1 = e.new_conv(
+            &format!("{p}.conv1"),
+            inplanes,
+            planes,
+            3,
+            stride,
+            1,
+            params,
+        )?;
+        let bn1 = e.new_bn(&format!("{p}.bn1"), planes, params, bufs)?;
+        let conv2 = e.new_conv(&format!("{p}.conv2"), planes, planes, 3, 1, 1, params)?;
+        let bn2 = e.new_bn(&format!("{p}.bn2"), planes, params, bufs)?;
+        let downsample = if stride != 1 || inplanes != planes {
+            let c = e.new_conv(
+                &format!("{p}.downsample.0"),
+                inplanes,
+                planes,
+                1,
+                stride,
+                0,
+                params,
+            )?;
+            let b = e.new_bn(&format!("{p}.downsample.1"), planes, params, bufs)?;
+            Some((c, b))
+        } else {
+            None
+        };
+        Ok(BasicBlock {
+            conv1,
+            bn1,
+            conv2,
+            bn2,
+            downsample,
+            module: e.tags.module(p),
+        })
+    }
 
     /// conv1 → bn1 → relu_ → conv2 → bn2 → (+= identity) → relu_ (§10.4).
-    fn block(e: &mut Engine, b: &BasicBlock, x: TensorId) -> Result<TensorId> {
-        let o1 = e.apply_conv(&b.conv1, x)?;
-        let o2 = e.apply_bn(&b.bn1, o1);
+    pub(crate) fn forward(&self, e: &mut Engine, x: TensorId) -> Result<TensorId> {
+        let o1 = e.apply_conv(&self.conv1, x)?;
+        let o2 = e.apply_bn(&self.bn1, o1);
         let o2 = e.rebind(o1, o2)?;
         e.relu_(o2)?;
-        let o3 = e.apply_conv(&b.conv2, o2);
+        let o3 = e.apply_conv(&self.conv2, o2);
         let o3 = e.rebind(o2, o3)?;
-        let o4 = e.apply_bn(&b.bn2, o3);
+        let o4 = e.apply_bn(&self.bn2, o3);
         let o4 = e.rebind(o3, o4)?;
-        let identity = match &b.downsample {
+        let identity = match &self.downsample {
             Some((c, n)) => {
                 let d = e.apply_conv(c, x)?;
                 let i = e.apply_bn(n, d);

@@ -1,0 +1,130 @@
+//! `vramscope model SPEC`: a model's parameters, buffers and the activation
+//! bytes autograd saves per sample, per module; `--list`: the presets.
+
+use std::process::ExitCode;
+
+use serde_json::json;
+use vramscope::alloc::format_size;
+use vramscope::engine::summary::ModelSummary;
+use vramscope::engine::{Evidence, ModelConfig, PRESET_CATALOGUE};
+use vramscope::scenario::{builtin, resolve, ModelSpec};
+use vramscope::units::format_count;
+
+use super::BadInput;
+
+/// How the per-sample column is obtained, said wherever it is shown.
+const SAVED_HOW: &str = "saved/sample: bytes of the storages autograd saves for backward after one forward pass at batch 1 through the engine (`out = model(x)`, no loss), each under the module whose op allocated it";
+
+pub fn list(json_out: bool) -> anyhow::Result<ExitCode> {
+    if json_out {
+        let presets: Vec<_> = PRESET_CATALOGUE
+            .iter()
+            .map(|p| json!({"name": p.name, "about": p.about, "evidence": p.evidence.label()}))
+            .collect();
+        sayjson!(&json!({ "presets": presets }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    for p in PRESET_CATALOGUE {
+        sayln!("{:<16} {:<22} {}", p.name, p.evidence.label(), p.about);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The model SPEC names and what checks its figures.
+fn model_of(spec: &str) -> Result<(ModelConfig, String), BadInput> {
+    let evidence_of = |name: &str| {
+        PRESET_CATALOGUE
+            .iter()
+            .find(|p| p.name == name)
+            .map_or(Evidence::SourceOnly, |p| p.evidence)
+    };
+    let hardware = |capture: &str| {
+        let label = Evidence::Hardware { capture: "" }.label();
+        format!("{label} (H100 capture `{capture}`)")
+    };
+    let said = |e: Evidence| match e {
+        Evidence::Hardware { capture } => hardware(capture),
+        Evidence::SourceOnly => format!("{} (no GPU capture checks it yet)", e.label()),
+    };
+    if let Some(cfg) = ModelConfig::preset(spec) {
+        return Ok((cfg, said(evidence_of(spec))));
+    }
+    let (scenario, built) = resolve(spec).map_err(|e| {
+        BadInput(format!(
+            "{e}\n(SPEC is a preset — `vramscope model --list` — or a scenario)"
+        ))
+    })?;
+    let evidence = match (&scenario.model, builtin(spec), &built.conditions.capture) {
+        (ModelSpec::Preset(name), _, _) => said(evidence_of(name)),
+        (_, Some(_), Some(capture)) => hardware(capture),
+        _ => said(Evidence::SourceOnly),
+    };
+    Ok((built.model, evidence))
+}
+
+pub fn show(spec: &str, json_out: bool) -> anyhow::Result<ExitCode> {
+    let (cfg, evidence) = model_of(spec)?;
+    let s = ModelSummary::measure(&cfg).map_err(|e| BadInput(format!("{spec}: {e}")))?;
+    if json_out {
+        let mut v = serde_json::to_value(&s)?;
+        v["model"] = json!(spec);
+        v["evidence"] = json!(evidence);
+        v["saved_bytes_how"] = json!(SAVED_HOW);
+        sayjson!(&v);
+        return Ok(ExitCode::SUCCESS);
+    }
+    sayln!("{spec}: {evidence}");
+    sayln!(
+        "parameters            {} ({} trainable) in {} tensors",
+        format_count(s.parameters),
+        format_count(s.trainable_parameters),
+        s.parameter_tensors
+    );
+    sayln!(
+        "buffers               {} tensors, {}",
+        s.buffers,
+        format_size(s.buffer_bytes)
+    );
+    let dtypes: Vec<String> = s
+        .bytes_by_dtype
+        .iter()
+        .map(|(d, b)| format!("{d} {}", format_size(*b)))
+        .collect();
+    sayln!("parameters + buffers  {}", dtypes.join(", "));
+    sayln!(
+        "saved activations     {} per sample (input {:?})",
+        format_size(s.saved_bytes_per_sample),
+        s.sample_input
+    );
+    if s.checkpoint_input_bytes > 0 {
+        sayln!(
+            "checkpoint inputs     {} per sample kept by checkpoint regions to recompute from",
+            format_size(s.checkpoint_input_bytes)
+        );
+    }
+    println!();
+    sayln!(
+        "{:<36} {:>14} {:>14} {:>14}",
+        "module",
+        "parameters",
+        "trainable",
+        "saved/sample"
+    );
+    for r in &s.modules {
+        let saved = if r.saved_bytes_per_sample == 0 {
+            "-".to_string()
+        } else {
+            format_size(r.saved_bytes_per_sample)
+        };
+        sayln!(
+            "{:<36} {:>14} {:>14} {:>14}",
+            r.module,
+            format_count(r.parameters),
+            format_count(r.trainable_parameters),
+            saved
+        );
+    }
+    println!();
+    sayln!("{SAVED_HOW}.");
+    Ok(ExitCode::SUCCESS)
+}

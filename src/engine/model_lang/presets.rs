@@ -1,0 +1,135 @@
+//! Presets written in the language. None of these has been captured on a
+//! GPU yet: they follow PyTorch's and torchvision's source only.
+
+use super::spec::{LangModel, ModelInput, Module, BOTTLENECK_EXPANSION};
+
+fn named(name: &str, m: Module) -> (String, Module) {
+    (name.to_string(), m)
+}
+
+/// torchvision `resnet50()` (v1.5, models.md §7.1): 25,557,032 parameters.
+pub fn resnet50() -> LangModel {
+    resnet([3, 4, 6, 3], true, 1000, 224)
+}
+
+/// torchvision's `ResNet(block, layers, num_classes)` on `image`² RGB
+/// images: the stem, four stages (the first block of stages 2–4 has stride
+/// 2), average pool, flatten and the classifier, with torchvision's names.
+pub fn resnet(layers: [u64; 4], bottleneck: bool, classes: u64, image: u64) -> LangModel {
+    let expansion = if bottleneck { BOTTLENECK_EXPANSION } else { 1 };
+    let mut inplanes = 64;
+    let mut net = vec![
+        named(
+            "conv1",
+            Module::Conv2d {
+                input: 3,
+                out: 64,
+                kernel: 7,
+                stride: 2,
+                padding: 3,
+                bias: false,
+            },
+        ),
+        named("bn1", Module::BatchNorm2d(64)),
+        named("relu", Module::InplaceReLU),
+        named(
+            "maxpool",
+            Module::MaxPool2d {
+                kernel: 3,
+                stride: 2,
+                padding: 1,
+            },
+        ),
+    ];
+    for (li, n) in layers.iter().enumerate() {
+        let planes = 64u64 << li;
+        let mut blocks = Vec::new();
+        for bi in 0..*n {
+            let stride = if li > 0 && bi == 0 { 2 } else { 1 };
+            let block = if bottleneck {
+                Module::Bottleneck {
+                    inplanes,
+                    planes,
+                    stride,
+                }
+            } else {
+                Module::BasicBlock {
+                    inplanes,
+                    planes,
+                    stride,
+                }
+            };
+            blocks.push(named(&bi.to_string(), block));
+            inplanes = planes * expansion;
+        }
+        net.push(named(
+            &format!("layer{}", li + 1),
+            Module::Sequential(blocks),
+        ));
+    }
+    net.push(named("avgpool", Module::AdaptiveAvgPool2d));
+    net.push(named("flatten", Module::Flatten));
+    net.push(named(
+        "fc",
+        Module::Linear {
+            input: inplanes,
+            out: classes,
+            bias: true,
+        },
+    ));
+    LangModel {
+        input: ModelInput::Images {
+            channels: 3,
+            height: image,
+            width: image,
+        },
+        net: Module::Sequential(net),
+        freeze: Vec::new(),
+    }
+}
+
+/// The width of the course's deep MLP.
+pub const DEEP_MLP_WIDTH: u64 = 4096;
+/// Its depth.
+pub const DEEP_MLP_LAYERS: u64 = 20;
+
+/// One layer of the deep MLP: `Sequential(fc: Linear(w, w), relu: ReLU())`.
+pub fn deep_mlp_layer() -> Module {
+    Module::Sequential(vec![
+        named(
+            "fc",
+            Module::Linear {
+                input: DEEP_MLP_WIDTH,
+                out: DEEP_MLP_WIDTH,
+                bias: true,
+            },
+        ),
+        named("relu", Module::ReLU),
+    ])
+}
+
+/// The caching-allocator course's exercise model: 20 layers of
+/// Linear(4096, 4096) and ReLU under `layers`, on [B, 4096] float inputs,
+/// no head (the exercise trains it with `model(x).sum().backward()`). With
+/// `checkpoint`, every layer is its own non-reentrant checkpoint region.
+pub fn deep_mlp(checkpoint: bool) -> LangModel {
+    let layer = if checkpoint {
+        Module::Checkpoint {
+            module: Box::new(deep_mlp_layer()),
+            reentrant: false,
+        }
+    } else {
+        deep_mlp_layer()
+    };
+    LangModel {
+        input: ModelInput::Features(DEEP_MLP_WIDTH),
+        net: Module::Sequential(vec![named(
+            "layers",
+            Module::Repeat {
+                n: DEEP_MLP_LAYERS,
+                block: Box::new(layer),
+            },
+        )]),
+        freeze: Vec::new(),
+    }
+}

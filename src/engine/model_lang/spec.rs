@@ -1,0 +1,155 @@
+//! The model language's syntax tree: `nn.Module`s as RON values.
+//!
+//! A model is a tree of [`Module`]s; each child of a [`Module::Sequential`]
+//! has a name, which becomes a segment of its parameters' module path
+//! (`layers.3.mlp.gate_proj`), and [`Module::Repeat`] names its copies
+//! `0`, `1`, …, as `nn.ModuleList` does. Wrappers that are code in a
+//! `forward` rather than modules (`Residual`, `Checkpoint`) add no segment.
+//!
+//! Adding a module takes one arm in each concern, each a single `match`:
+//! 1. a variant here (field names as PyTorch's constructor has them);
+//! 2. `build.rs` `Builder::node`: allocate its parameters in
+//!    `named_parameters()` order (which is `.to("cuda")` order) and return a
+//!    [`super::build::Node`] (add a `Node` variant if it needs one);
+//! 3. `forward.rs` `LangNet::run`: its forward on the engine's ops;
+//! 4. `count.rs` `count`: its parameters and buffers;
+//! 5. `shape.rs` `out_shape`: the shape it returns, or the error PyTorch
+//!    raises for the input it was given.
+
+use serde::{Deserialize, Serialize};
+
+/// One `nn.Module` (or a structural wrapper around one).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub enum Module {
+    /// `nn.Sequential(OrderedDict(...))`: named children run in order, each
+    /// output replacing the last (`x = child(x)`).
+    Sequential(Vec<(String, Module)>),
+    /// `n` copies of `block`, named `0` … `n-1` (an `nn.ModuleList` run in a loop).
+    Repeat { n: u64, block: Box<Module> },
+    /// `nn.Linear(in, out, bias)`.
+    Linear {
+        #[serde(rename = "in")]
+        input: u64,
+        out: u64,
+        #[serde(default = "yes")]
+        bias: bool,
+    },
+    /// `nn.ReLU()`.
+    ReLU,
+    /// `nn.ReLU(inplace=True)`.
+    InplaceReLU,
+    /// `nn.GELU()`.
+    GELU,
+    /// `nn.GELU(approximate="tanh")`.
+    GELUTanh,
+    /// `nn.SiLU()`.
+    SiLU,
+    /// `nn.Dropout(p)`.
+    Dropout(f64),
+    /// `nn.Embedding(num, dim)`: token ids in, vectors out.
+    Embedding { num: u64, dim: u64 },
+    /// `nn.LayerNorm(dim, bias)` over the last dimension.
+    LayerNorm {
+        dim: u64,
+        #[serde(default = "yes")]
+        bias: bool,
+    },
+    /// `x + f(x)` (a residual connection written in a `forward`).
+    Residual(Box<Module>),
+    /// `nn.Conv2d(in, out, kernel, stride, padding, bias)`, square kernels.
+    Conv2d {
+        #[serde(rename = "in")]
+        input: u64,
+        out: u64,
+        kernel: u64,
+        #[serde(default = "one")]
+        stride: u64,
+        #[serde(default)]
+        padding: u64,
+        #[serde(default = "yes")]
+        bias: bool,
+    },
+    /// `nn.BatchNorm2d(features)` (affine, tracking running stats).
+    BatchNorm2d(u64),
+    /// `nn.MaxPool2d(kernel, stride, padding)`.
+    MaxPool2d {
+        kernel: u64,
+        stride: u64,
+        #[serde(default)]
+        padding: u64,
+    },
+    /// `nn.AdaptiveAvgPool2d((1, 1))`.
+    AdaptiveAvgPool2d,
+    /// `torch.flatten(x, 1)` (a view).
+    Flatten,
+    /// torchvision's `BasicBlock(inplanes, planes, stride)` (ResNet-18/34),
+    /// with the 1×1 downsample when the shape changes.
+    BasicBlock {
+        inplanes: u64,
+        planes: u64,
+        #[serde(default = "one")]
+        stride: u64,
+    },
+    /// torchvision's `Bottleneck(inplanes, planes, stride)` (ResNet-50 v1.5:
+    /// the stride on the 3×3 conv), output `4 × planes` channels.
+    Bottleneck {
+        inplanes: u64,
+        planes: u64,
+        #[serde(default = "one")]
+        stride: u64,
+    },
+    /// `torch.utils.checkpoint.checkpoint(module, x, use_reentrant=...)`.
+    Checkpoint {
+        module: Box<Module>,
+        reentrant: bool,
+    },
+}
+
+/// What `next(batches)` yields as the model's input `x`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub enum ModelInput {
+    /// Floats `[B, features]` in the model's dtype.
+    Features(u64),
+    /// Images `[B, channels, height, width]` in the model's dtype.
+    Images {
+        channels: u64,
+        height: u64,
+        width: u64,
+    },
+    /// Token ids `[B, seq]`, int64 (the data's `seq` overrides `seq`).
+    Tokens { seq: u64 },
+}
+
+/// A model written in the language: its input and its module tree.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LangModel {
+    pub input: ModelInput,
+    pub net: Module,
+    /// `requires_grad_(False)` on every parameter under these module paths
+    /// (a path, or a prefix of one at a `.`), right after the model is built.
+    #[serde(default)]
+    pub freeze: Vec<String>,
+}
+
+/// The bottleneck's channel expansion (torchvision `Bottleneck.expansion`).
+pub const BOTTLENECK_EXPANSION: u64 = 4;
+
+fn yes() -> bool {
+    true
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// `parent.child`, or `child` at the root.
+pub(crate) fn join(parent: &str, child: &str) -> String {
+    if parent.is_empty() {
+        child.to_string()
+    } else {
+        format!("{parent}.{child}")
+    }
+}

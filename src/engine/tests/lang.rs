@@ -1,0 +1,382 @@
+//! The model language (issue 28): parameter counts from the constructors'
+//! formulas, the language's forward against the hand-written presets (same
+//! requests, byte for byte), the Bottleneck's request sequence and saved
+//! bytes (models.md §7.5), checkpointing and freezing by path.
+
+use rustc_hash::FxHashSet;
+
+use super::super::model_lang::presets::{deep_mlp, resnet, resnet50};
+use super::super::model_lang::{count, LangModel, ModelInput, Module};
+use super::super::{Category, LossKind, ModelKind, StorageId};
+use super::*;
+
+fn lin(i: u64, o: u64) -> Module {
+    Module::Linear {
+        input: i,
+        out: o,
+        bias: true,
+    }
+}
+
+fn named(n: &str, m: Module) -> (String, Module) {
+    (n.to_string(), m)
+}
+
+fn lang(net: Module, input: ModelInput, batch: u64, loss: LossKind) -> ModelConfig {
+    ModelConfig {
+        loss,
+        ..ModelConfig::modules(
+            LangModel {
+                input,
+                net,
+                freeze: Vec::new(),
+            },
+            batch,
+        )
+    }
+}
+
+/// The requests of `iterations` training iterations of `model`.
+fn trained_requests(model: ModelConfig, iterations: u32) -> Vec<i64> {
+    let mut e = engine(model);
+    let mut evs = e.take_events();
+    run(&mut e, &Program::training(iterations));
+    evs.extend(e.take_events());
+    requests(&evs)
+}
+
+/// Bytes of live storages that autograd saves, of the given categories.
+fn saved_activation_bytes(e: &Engine) -> u64 {
+    let ls = e.live_state();
+    let ids: FxHashSet<StorageId> = ls
+        .nodes
+        .iter()
+        .flat_map(|n| n.saved.iter().filter_map(|s| s.storage))
+        .collect();
+    ids.iter()
+        .filter_map(|id| ls.storage(*id))
+        .filter(|s| {
+            matches!(
+                s.category,
+                Category::Activation | Category::AutogradSaved | Category::Input
+            )
+        })
+        .map(|s| s.bytes)
+        .sum()
+}
+
+#[test]
+fn resnet50_has_torchvisions_parameter_count() {
+    // models.md §7.1: torchvision resnet50() has 25,557,032 parameters and
+    // 53 BatchNorm2d layers, each with three buffers.
+    let m = resnet50();
+    let c = count(&m.net);
+    assert_eq!(c.parameters, 25_557_032);
+    assert_eq!(c.buffers, 53 * 3);
+    let e = engine(ModelConfig::preset("resnet50").expect("preset"));
+    assert_eq!(e.num_params(), 25_557_032);
+    // conv + bn weight + bn bias per conv/BN pair (53), and fc's two.
+    assert_eq!(e.parameters().len(), 53 * 3 + 2);
+}
+
+#[test]
+fn deep_mlp_has_twenty_4096_layers() {
+    // 20 × (4096·4096 weights + 4096 biases), no head.
+    let want = 20 * (4096 * 4096 + 4096);
+    assert_eq!(want, 335_626_240);
+    assert_eq!(count(&deep_mlp(false).net).parameters, want);
+    assert_eq!(count(&deep_mlp(true).net).parameters, want);
+    let e = engine(ModelConfig::preset("deep-mlp").expect("preset"));
+    assert_eq!(e.num_params(), want);
+    assert_eq!(e.param_module(e.parameters()[2]).as_ref(), "layers.1.fc");
+}
+
+#[test]
+fn counts_follow_the_constructors() {
+    // nn.Embedding(100, 8) + nn.LayerNorm(8) + nn.Linear(8, 3, bias=False).
+    let m = Module::Sequential(vec![
+        named("emb", Module::Embedding { num: 100, dim: 8 }),
+        named("ln", Module::LayerNorm { dim: 8, bias: true }),
+        named(
+            "head",
+            Module::Linear {
+                input: 8,
+                out: 3,
+                bias: false,
+            },
+        ),
+    ]);
+    assert_eq!(count(&m).parameters, 800 + 16 + 24);
+    let e = engine(lang(
+        m,
+        ModelInput::Tokens { seq: 4 },
+        2,
+        LossKind::CrossEntropy,
+    ));
+    assert_eq!(e.num_params(), 840);
+    // Parameters in named_parameters() order, with their module paths.
+    let paths: Vec<String> = e
+        .parameters()
+        .iter()
+        .map(|p| e.param_module(*p).to_string())
+        .collect();
+    assert_eq!(paths, ["emb", "ln", "ln", "head"]);
+}
+
+#[test]
+fn language_mlp_makes_the_presets_requests() {
+    // mlp-mnist (engine.md §10.1) written as nn.Sequential: the same
+    // parameters, activations and frees, request for request.
+    let net = Module::Sequential(vec![
+        named("fc1", lin(784, 1024)),
+        named("relu1", Module::ReLU),
+        named("fc2", lin(1024, 1024)),
+        named("relu2", Module::ReLU),
+        named("fc3", lin(1024, 10)),
+    ]);
+    let written = lang(net, ModelInput::Features(784), 256, LossKind::CrossEntropy);
+    let reqs = trained_requests(written, 2);
+    assert!(reqs.len() > 20);
+    assert_eq!(reqs, trained_requests(ModelConfig::mlp_mnist(), 2));
+}
+
+#[test]
+fn language_resnet18_makes_the_presets_requests() {
+    // ResNet-18 (engine.md §10.4) from BasicBlocks in the language against
+    // the hand-written preset, at a small image so the test stays quick.
+    let mut preset = ModelConfig::resnet18(2);
+    preset.kind = ModelKind::ResNet {
+        blocks: [2, 2, 2, 2],
+        num_classes: 10,
+        image: 64,
+    };
+    let written = ModelConfig::modules(resnet([2, 2, 2, 2], false, 10, 64), 2);
+    assert_eq!(
+        count(&resnet([2, 2, 2, 2], false, 1000, 224).net).parameters,
+        11_689_512
+    );
+    let reqs = trained_requests(written, 2);
+    assert_eq!(reqs, trained_requests(preset, 2));
+}
+
+#[test]
+fn bottleneck_request_sequence() {
+    // models.md §7.5 at N = 2, 256 × 8 × 8 in, planes 64 (no downsample):
+    // each conv allocates its output, then its cuDNN workspace
+    // (min(64 MiB, input bytes), engine.md §1.6) freed at once; each BN its
+    // output and save_mean / save_invstd [C] fp32; relu_ and `+=` nothing.
+    let (n, hw) = (2i64, 64i64);
+    let net = Module::Bottleneck {
+        inplanes: 256,
+        planes: 64,
+        stride: 1,
+    };
+    let input = ModelInput::Images {
+        channels: 256,
+        height: 8,
+        width: 8,
+    };
+    let mut e = engine(lang(net, input, 2, LossKind::Sum));
+    e.take_events();
+    run(&mut e, &program(forward_steps(), 1));
+    let f = 4; // fp32
+    let x = n * 256 * hw * f;
+    let w = n * 64 * hw * f;
+    let o = n * 256 * hw * f;
+    let conv = |out: i64, input: i64| [out, input, -input];
+    let bn = |out: i64, c: i64| [out, c * f, c * f];
+    let mut want = vec![x];
+    want.extend(conv(w, x));
+    want.extend(bn(w, 64));
+    want.extend(conv(w, w));
+    want.extend(bn(w, 64));
+    want.extend(conv(o, w));
+    want.extend(bn(o, 256));
+    want.push(4); // out.sum(): a 0-dim fp32
+    assert_eq!(requests(&e.take_events()), want);
+    // Saved: the input, conv1/conv2/conv3 outputs (by their BNs), bn1/bn2
+    // outputs (relu_ results, conv inputs), the block output (relu_), and
+    // the six statistics.
+    assert_eq!(
+        saved_activation_bytes(&e) as i64,
+        x + 4 * w + 2 * o + 2 * (64 + 64 + 256) * f
+    );
+}
+
+#[test]
+fn resnet50_saves_the_section_7_5_bytes_per_image() {
+    // models.md §7.5: 85,909,504 B per 224² image (input, stem, pool, four
+    // stages, pooled features) — plus what the table leaves out: each BN's
+    // save_mean / save_invstd, 2·C fp32 over C summed across the 53 BNs
+    // (stem 64; per Bottleneck w + w + 4w, + 4w for a downsample).
+    let stage = |blocks: u64, w: u64| blocks * 6 * w + 4 * w;
+    let bn_c = 64 + stage(3, 64) + stage(4, 128) + stage(6, 256) + stage(3, 512);
+    assert_eq!(bn_c, 26_560);
+    let batch = 2;
+    let mut cfg = ModelConfig::preset("resnet50").expect("preset");
+    cfg.batch = batch;
+    cfg.loss = LossKind::Sum;
+    let mut e = engine(cfg);
+    run(&mut e, &program(forward_steps(), 1));
+    assert_eq!(
+        saved_activation_bytes(&e),
+        batch * 85_909_504 + bn_c * 2 * 4
+    );
+}
+
+#[test]
+fn checkpointing_an_mlp_layer_keeps_its_input_only() {
+    // engine.md §7.1: inside a region every save is a placeholder; kept is
+    // the region's input. 4 layers of Linear(64, 64) + GELU (GELU saves its
+    // input, the Linear output, so each layer adds two saved [B, 64] tensors).
+    let layer = Module::Sequential(vec![named("fc", lin(64, 64)), named("act", Module::GELU)]);
+    let rows = 8u64;
+    let t = rows * 64 * 4;
+    let model = |ckpt: bool| {
+        let block = if ckpt {
+            Module::Checkpoint {
+                module: Box::new(layer.clone()),
+                reentrant: false,
+            }
+        } else {
+            layer.clone()
+        };
+        let net = Module::Repeat {
+            n: 4,
+            block: Box::new(block),
+        };
+        lang(net, ModelInput::Features(64), rows, LossKind::Sum)
+    };
+    let mut plain = engine(model(false));
+    run(&mut plain, &program(forward_steps(), 1));
+    // Each Linear saves its input (x, then the first three GELU outputs)
+    // and each GELU its input (the four Linear outputs).
+    assert_eq!(saved_activation_bytes(&plain), 4 * t + 4 * t);
+    let mut ck = engine(model(true));
+    run(&mut ck, &program(forward_steps(), 1));
+    assert_eq!(saved_activation_bytes(&ck), 0);
+    let kept: u64 = ck
+        .live_state()
+        .roots
+        .iter()
+        .filter(|r| matches!(r.kind, super::super::RootKind::CheckpointInput))
+        .map(|r| r.bytes)
+        .sum();
+    // Each region keeps its input: x and the first three layers' outputs.
+    assert_eq!(kept, 4 * t);
+    // Backward recomputes each region and every parameter gets its grad.
+    let mut train = engine(model(true));
+    run(&mut train, &Program::training(2));
+    assert!(train.parameters().iter().all(|p| train.grad(*p).is_some()));
+    assert_eq!(train.saved_storage_bytes(), 0);
+}
+
+#[test]
+fn reentrant_checkpoint_of_a_module_trains_it() {
+    // §7.3 reentrant: the region runs under no_grad and keeps its input;
+    // backward recomputes it. The region's input (the first layer's output)
+    // requires grad, so its parameters train.
+    let net = Module::Sequential(vec![
+        named("fc1", lin(32, 32)),
+        named(
+            "body",
+            Module::Checkpoint {
+                module: Box::new(Module::Sequential(vec![
+                    named("fc2", lin(32, 32)),
+                    named("relu", Module::ReLU),
+                ])),
+                reentrant: true,
+            },
+        ),
+    ]);
+    let mut e = engine(lang(net, ModelInput::Features(32), 4, LossKind::Sum));
+    run(&mut e, &Program::training(2));
+    assert!(e.parameters().iter().all(|p| e.grad(*p).is_some()));
+}
+
+#[test]
+fn freezing_by_language_path() {
+    // Freeze `layers.0` of a Repeat: its Linear gets no grad, the rest do.
+    let net = Module::Sequential(vec![named(
+        "layers",
+        Module::Repeat {
+            n: 3,
+            block: Box::new(Module::Sequential(vec![
+                named("fc", lin(16, 16)),
+                named("relu", Module::ReLU),
+            ])),
+        },
+    )]);
+    let mut cfg = lang(net, ModelInput::Features(16), 4, LossKind::Sum);
+    if let ModelKind::Modules(m) = &mut cfg.kind {
+        m.freeze = vec!["layers.0".into()];
+    }
+    let mut e = engine(cfg.clone());
+    run(&mut e, &Program::training(1));
+    let trained: Vec<bool> = e
+        .parameters()
+        .iter()
+        .map(|p| e.grad(*p).is_some())
+        .collect();
+    assert_eq!(trained, [false, false, true, true, true, true]);
+    // The SetRequiresGrad step takes the same paths.
+    if let ModelKind::Modules(m) = &mut cfg.kind {
+        m.freeze.clear();
+    }
+    let mut e = engine(cfg);
+    let mut p = Program::training(1);
+    p.setup.push(Step::SetRequiresGrad {
+        modules: vec!["layers.2.fc".into()],
+        requires_grad: false,
+    });
+    run(&mut e, &p);
+    let trained: Vec<bool> = e
+        .parameters()
+        .iter()
+        .map(|p| e.grad(*p).is_some())
+        .collect();
+    assert_eq!(trained, [true, true, true, true, false, false]);
+}
+
+#[test]
+fn freezing_a_path_that_names_nothing_is_an_error() {
+    let mut cfg = lang(lin(4, 4), ModelInput::Features(4), 2, LossKind::Sum);
+    if let ModelKind::Modules(m) = &mut cfg.kind {
+        m.freeze = vec!["encoder".into()];
+    }
+    let err = Engine::new(EngineConfig::default(), &cfg, &OptimizerConfig::adamw())
+        .err()
+        .expect("an error");
+    assert!(err.to_string().contains("encoder"), "{err}");
+}
+
+#[test]
+fn nested_checkpoints_are_refused() {
+    let inner = Module::Checkpoint {
+        module: Box::new(lin(4, 4)),
+        reentrant: false,
+    };
+    let net = Module::Checkpoint {
+        module: Box::new(Module::Sequential(vec![named("a", inner)])),
+        reentrant: false,
+    };
+    let cfg = lang(net, ModelInput::Features(4), 2, LossKind::Sum);
+    let err = Engine::new(EngineConfig::default(), &cfg, &OptimizerConfig::adamw())
+        .err()
+        .expect("an error");
+    assert!(err.to_string().contains("a: a Checkpoint inside"), "{err}");
+}
+
+#[test]
+fn shape_errors_name_the_module() {
+    let m = LangModel {
+        input: ModelInput::Features(8),
+        net: Module::Sequential(vec![named("fc1", lin(8, 16)), named("fc2", lin(32, 4))]),
+        freeze: Vec::new(),
+    };
+    let err = m.output(2, None).expect_err("mismatch");
+    assert!(err.starts_with("fc2: Linear(in: 32)"), "{err}");
+    assert!(err.contains("[2, 16]"), "{err}");
+    let out = resnet50().output(3, None).expect("resnet50");
+    assert_eq!(out.dims, [3, 1000]);
+}
