@@ -56,6 +56,12 @@ pub fn text(s: &Sweep) -> String {
     for line in &s.explanation {
         let _ = writeln!(out, "{line}");
     }
+    if !s.narration.is_empty() {
+        let _ = writeln!(out, "\nthe scenario says:");
+        for line in &s.narration {
+            let _ = writeln!(out, "  {line}");
+        }
+    }
     out
 }
 

@@ -72,6 +72,10 @@ pub struct SweepSpec {
     /// Sequence lengths (GPT and LSTM models); every batch runs at each.
     #[serde(default)]
     pub seq: Vec<u64>,
+    /// What the sweep shows, said after its fit: a built-in's figures here
+    /// are checked against the sweep by the test suite.
+    #[serde(default)]
+    pub narration: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]

@@ -42,6 +42,8 @@ pub struct Sweep {
     pub notes: Vec<String>,
     /// The fit and the points in words.
     pub explanation: Vec<String>,
+    /// What the scenario's `sweep:` section says the sweep shows.
+    pub narration: Vec<String>,
 }
 
 impl Sweep {
@@ -75,6 +77,11 @@ impl Sweep {
             max_batch,
             notes,
             explanation: Vec::new(),
+            narration: scenario
+                .sweep
+                .as_ref()
+                .map(|s| s.narration.clone())
+                .unwrap_or_default(),
         };
         sweep.explanation = explain(&sweep);
         sweep

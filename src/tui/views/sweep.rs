@@ -111,20 +111,8 @@ fn render_chart(frame: &mut Frame, area: Rect, s: &SweepState) {
         Some(Ok(q)) => vec![(q.batch as f64, q.peak_allocated as f64)],
         _ => Vec::new(),
     };
-    let mut datasets = vec![
-        Dataset::default()
-            .name("reserved")
-            .marker(Marker::Braille)
-            .graph_type(GraphType::Line)
-            .style(th.fg(p.reserved_line))
-            .data(&reserved),
-        Dataset::default()
-            .name("allocated")
-            .marker(Marker::Braille)
-            .graph_type(GraphType::Line)
-            .style(th.fg(p.allocated_line))
-            .data(&allocated),
-    ];
+    // Drawn in order: the fitted line first, so the measured points cover it.
+    let mut datasets = Vec::new();
     if !fit_line.is_empty() {
         datasets.push(
             Dataset::default()
@@ -135,6 +123,22 @@ fn render_chart(frame: &mut Frame, area: Rect, s: &SweepState) {
                 .data(&fit_line),
         );
     }
+    datasets.push(
+        Dataset::default()
+            .name("reserved")
+            .marker(Marker::Braille)
+            .graph_type(GraphType::Line)
+            .style(th.fg(p.reserved_line))
+            .data(&reserved),
+    );
+    datasets.push(
+        Dataset::default()
+            .name("allocated")
+            .marker(Marker::Braille)
+            .graph_type(GraphType::Line)
+            .style(th.fg(p.allocated_line))
+            .data(&allocated),
+    );
     if capacity_drawn {
         datasets.push(
             Dataset::default()
@@ -299,6 +303,12 @@ fn render_words(frame: &mut Frame, area: Rect, s: &SweepState) {
             .iter()
             .map(|n| Line::styled(format!("note: {n}"), th.dim()))
             .chain(sweep.explanation.iter().map(|l| Line::raw(l.clone())))
+            .chain(
+                sweep
+                    .narration
+                    .iter()
+                    .map(|l| Line::styled(format!("the scenario says: {l}"), th.fg(th.palette.narration))),
+            )
             .collect(),
         (None, None) => vec![Line::styled(
             format!(
