@@ -190,7 +190,7 @@ fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
         ) => *seq = s.data.seq.unwrap_or(*seq),
         (_, Some(_)) => {
             return Err(
-                "data: seq and seq_schedule apply to GPT, LSTM and token-input Modules models only (this model has no sequence length)"
+                "data: seq and seq_schedule apply to GPT and LSTM models only, and to Modules models with a Tokens input (this model has no sequence length)"
                     .into(),
             )
         }

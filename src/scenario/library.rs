@@ -68,6 +68,9 @@ static BUILTINS: &[BuiltIn] = builtins![
     "gpt2-small-fits",
     "gpt2-small-oom",
     "resnet50-batch-sweep",
+    "deep-mlp-no-checkpoint",
+    "deep-mlp-checkpoint",
+    "deep-mlp-checkpoint-segments",
 ];
 
 pub fn builtins() -> &'static [BuiltIn] {
