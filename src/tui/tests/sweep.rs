@@ -64,7 +64,7 @@ fn the_resnet50_sweep_is_a_chart_with_its_points_and_fit() {
     assert!(s.quit);
     assert!(s.sweep.is_some(), "the fit arrived");
     for want in [
-        "vramscope sweep │ resnet50-batch-sweep │ 7 of 7 points",
+        "vramscope sweep │ resnet50-batch-sweep │ 7 of 7 points │ capacity 78.66 GiB",
         "capacity 78.66 GiB is above the chart",
         "batch 64 │ peak allocated 5.36 GiB │ peak reserved 6.12 GiB │ fits",
         "Peak allocated ≈ 224.34 MiB + 82.09 MiB × batch",

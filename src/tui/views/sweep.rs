@@ -7,9 +7,7 @@ use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::Modifier;
 use ratatui::symbols::Marker;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{
-    Axis, Block, Borders, Chart, Dataset, GraphType, LegendPosition, Paragraph, Wrap,
-};
+use ratatui::widgets::{Axis, Block, Borders, Chart, Dataset, GraphType, Paragraph, Wrap};
 use ratatui::Frame;
 
 use crate::alloc::format_size;
@@ -20,8 +18,9 @@ use crate::tui::theme::Theme;
 /// The capacity line is drawn when it is at most this many times the
 /// highest peak: above that it would flatten every point onto the axis.
 const CAPACITY_IN_REACH: f64 = 4.0;
-/// Lines of the selected point's box, borders included.
-const DETAIL_HEIGHT: u16 = 6;
+/// Lines of the selected point's box, borders included: its figures, what
+/// the peak holds (two lines at 80 columns) and its distance from the line.
+const DETAIL_HEIGHT: u16 = 7;
 
 pub fn render(frame: &mut Frame, s: &SweepState) {
     let area = frame.area();
@@ -36,7 +35,7 @@ pub fn render(frame: &mut Frame, s: &SweepState) {
     ])
     .areas(area);
     let status_text = format!(
-        " vramscope sweep │ {} │ {} of {} points{} │ the allocator may use {}",
+        " vramscope sweep │ {} │ {} of {} points{} │ capacity {}",
         s.title,
         s.done(),
         s.planned.len(),
@@ -186,11 +185,11 @@ fn render_chart(frame: &mut Frame, area: Rect, s: &SweepState) {
             Block::default()
                 .borders(Borders::ALL)
                 .border_style(th.border(true))
-                .title(Span::styled(title, th.title())),
+                .title(Span::styled(title, th.title()))
+                .title_bottom(legend(th, capacity_drawn, !oom.is_empty())),
         )
         .style(th.text())
-        .legend_position(Some(LegendPosition::TopLeft))
-        .hidden_legend_constraints((Constraint::Percentage(60), Constraint::Percentage(60)))
+        .legend_position(None)
         .x_axis(
             Axis::default()
                 .title("batch")
@@ -205,6 +204,30 @@ fn render_chart(frame: &mut Frame, area: Rect, s: &SweepState) {
                 .labels(y_labels),
         );
     frame.render_widget(chart, area);
+}
+
+/// What each line and mark is, in its colour, along the chart's foot: it
+/// never covers a point, and it fits at 80 columns.
+fn legend(th: &Theme, capacity: bool, oom: bool) -> Line<'static> {
+    let p = &th.palette;
+    let mut items = vec![
+        ("━ allocated", p.allocated_line),
+        ("━ reserved", p.reserved_line),
+        ("• fitted line", p.dim),
+    ];
+    if capacity {
+        items.push(("━ capacity", p.capacity));
+    }
+    if oom {
+        items.push(("█ OOM", p.oom));
+    }
+    items.push(("█ selected", p.cursor));
+    let mut spans = vec![Span::raw(" ")];
+    for (text, color) in items {
+        spans.push(Span::styled(text, th.fg(color)));
+        spans.push(Span::raw("  "));
+    }
+    Line::from(spans)
 }
 
 fn point_lines(s: &SweepState, th: &Theme) -> Vec<Line<'static>> {
@@ -262,7 +285,7 @@ fn point_lines(s: &SweepState, th: &Theme) -> Vec<Line<'static>> {
     if let Some(f) = s.fit() {
         match f.residuals.iter().find(|r| r.batch == q.batch) {
             Some(r) => lines.push(Line::raw(format!(
-                "the line says {}; this point is {} {} it ({:.2} % of its peak)",
+                "the line: {}; this point {} {} ({:.2} % of its peak)",
                 format_size(f.allocated.at(q.batch as f64).max(0.0).round() as u64),
                 format_size(r.bytes.abs().round() as u64),
                 if r.bytes >= 0.0 { "above" } else { "below" },
