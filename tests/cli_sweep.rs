@@ -217,8 +217,21 @@ fn resnet50_batch_sweep_narration_tells_the_truth() {
         )
     };
     assert!(moment(1).0.starts_with("layer3."), "{:?}", moment(1));
+    let grads = |b: u64| {
+        let p = points
+            .iter()
+            .find(|p| p["batch"].as_u64() == Some(b))
+            .expect("point");
+        p["at_peak"]["by_category"]["gradient"]
+            .as_u64()
+            .unwrap_or(0)
+    };
     for b in [32, 64] {
         assert_eq!(moment(b), ("layer4.2".into(), "ReluBackward0".into()));
+        assert!(
+            grads(1) > grads(b),
+            "more gradients written at batch 1's peak"
+        );
     }
     // 25,557,032 parameters (torchvision's ResNet-50) × 4 B = 97.5 MiB, in
     // 161 tensors each rounded up to 512 B.
@@ -230,6 +243,20 @@ fn resnet50_batch_sweep_narration_tells_the_truth() {
         "{params}"
     );
     assert!(said.contains(&format!("{:.1} MiB of weights", 102_228_128.0 / MIB)));
+    // engine.md §1.6: on Hopper each cuBLAS handle keeps a 33,554,432 B
+    // workspace (forward's thread and the autograd thread each have one),
+    // and from 2.11 a 1 MiB cuBLASLt one is kept for addmm with bias.
+    for p in points {
+        let ws = p["at_peak"]["by_category"]["workspace"]
+            .as_u64()
+            .unwrap_or(0);
+        assert!(
+            ws >= 2 * 33_554_432 + 1_048_576,
+            "batch {}: {ws}",
+            p["batch"]
+        );
+    }
+    assert!(said.contains("cuBLAS's 32 MiB per handle"), "{said}");
 }
 
 #[test]
