@@ -11,7 +11,7 @@ use crate::sweep::{Fit, Sweep, SweepPoint};
 
 /// The keys the chart understands, for its hint line.
 pub const SWEEP_KEYS: &str =
-    "←/→ h/l point  g/G first/last  Enter open the point's run  ↑/↓ j/k scroll text  q Esc quit";
+    "←/→ h/l point  g/G first/last  Enter open its run  x log₂/linear batch  ↑/↓ j/k scroll  q quit";
 
 pub struct SweepState {
     pub title: String,
@@ -28,6 +28,8 @@ pub struct SweepState {
     pub selected: usize,
     /// Lines the explanation is scrolled by.
     pub scroll: u16,
+    /// Batch on a log₂ axis instead of a linear one (`x`).
+    pub log_x: bool,
     /// The producer failed (or stopped before the sweep was done).
     pub failure: Option<String>,
     /// A point whose full run the user asked to open (Enter).
@@ -54,6 +56,7 @@ impl SweepState {
             searching,
             selected: 0,
             scroll: 0,
+            log_x: false,
             failure: None,
             open: None,
             theme,
@@ -125,6 +128,7 @@ impl SweepState {
             KeyCode::Right | KeyCode::Char('l') => self.selected = (self.selected + 1).min(last),
             KeyCode::Home | KeyCode::Char('g') => self.selected = 0,
             KeyCode::End | KeyCode::Char('G') => self.selected = last,
+            KeyCode::Char('x') => self.log_x = !self.log_x,
             KeyCode::Up | KeyCode::Char('k') => self.scroll = self.scroll.saturating_sub(1),
             KeyCode::Down | KeyCode::Char('j') => self.scroll = self.scroll.saturating_add(1),
             KeyCode::Enter | KeyCode::Char('o') => {

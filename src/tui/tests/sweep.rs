@@ -127,3 +127,28 @@ fn an_oom_point_is_marked_and_left_out_of_the_line_with_the_capacity_drawn() {
     }
     assert!(!out.contains("above the chart"), "{out}");
 }
+
+#[test]
+fn x_puts_batch_on_a_log_axis_and_back() {
+    let (mut s, rx) = swept(None, None);
+    let out = run_keys(
+        &mut s,
+        &rx,
+        vec![CEvent::Key(key('x')), CEvent::Key(key('q'))],
+    );
+    assert!(s.log_x);
+    assert!(out.contains("batch (log₂)"), "{out}");
+    // log₂ 1 … log₂ 64: the middle of the axis is batch 8 (linear: 32).
+    let axis = out
+        .lines()
+        .find(|l| l.trim_start_matches('│').trim_start().starts_with("1 "))
+        .expect("the x labels");
+    assert!(axis.contains(" 8 ") && axis.contains("64"), "{axis}");
+    s.quit = false;
+    let out = run_keys(
+        &mut s,
+        &rx,
+        vec![CEvent::Key(key('x')), CEvent::Key(key('q'))],
+    );
+    assert!(!s.log_x && !out.contains("log₂)"), "{out}");
+}

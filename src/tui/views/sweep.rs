@@ -63,16 +63,46 @@ fn y_label(v: f64) -> String {
     format_size(v.max(0.0).round() as u64)
 }
 
+/// Where a batch lies on the x axis: itself, or its log₂ (`x`), which
+/// spreads 1, 2, 4 … 64 evenly and bends the fitted line.
+#[derive(Clone, Copy)]
+struct BatchAxis {
+    log: bool,
+}
+
+impl BatchAxis {
+    fn x(self, batch: f64) -> f64 {
+        if self.log {
+            batch.max(1.0).log2()
+        } else {
+            batch
+        }
+    }
+
+    fn batch(self, x: f64) -> f64 {
+        if self.log {
+            x.exp2()
+        } else {
+            x
+        }
+    }
+}
+
+/// Samples along the fitted line: two ends on a linear axis, enough on a
+/// log axis for the curve it becomes there.
+const FIT_SAMPLES: usize = 48;
+
 fn render_chart(frame: &mut Frame, area: Rect, s: &SweepState) {
     let th = &s.theme;
     let p = &th.palette;
+    let axis = BatchAxis { log: s.log_x };
     let seq = s.selected_seq();
     let series = s.series(seq);
     let fitting: Vec<&&SweepPoint> = series.iter().filter(|q| q.fits()).collect();
     let xy = |f: fn(&SweepPoint) -> u64| -> Vec<(f64, f64)> {
         fitting
             .iter()
-            .map(|q| (q.batch as f64, f(q) as f64))
+            .map(|q| (axis.x(q.batch as f64), f(q) as f64))
             .collect()
     };
     let allocated = xy(|q| q.peak_allocated);
@@ -80,7 +110,7 @@ fn render_chart(frame: &mut Frame, area: Rect, s: &SweepState) {
     let oom: Vec<(f64, f64)> = series
         .iter()
         .filter(|q| !q.fits())
-        .map(|q| (q.batch as f64, q.peak_allocated as f64))
+        .map(|q| (axis.x(q.batch as f64), q.peak_allocated as f64))
         .collect();
     let planned: Vec<u64> = s
         .planned
@@ -88,8 +118,10 @@ fn render_chart(frame: &mut Frame, area: Rect, s: &SweepState) {
         .filter(|q| q.1 == seq)
         .map(|q| q.0)
         .collect();
-    let x_min = planned.iter().copied().min().unwrap_or(1) as f64;
-    let x_max = (planned.iter().copied().max().unwrap_or(1) as f64).max(x_min + 1.0);
+    let x_min = axis.x(planned.iter().copied().min().unwrap_or(1) as f64);
+    let x_max = axis
+        .x(planned.iter().copied().max().unwrap_or(1) as f64)
+        .max(x_min + 1.0);
     let highest = series
         .iter()
         .map(|q| q.peak_reserved.max(q.peak_allocated))
@@ -102,12 +134,21 @@ fn render_chart(frame: &mut Frame, area: Rect, s: &SweepState) {
     let fit_line: Vec<(f64, f64)> = s
         .fit()
         .map(|f| {
-            let (a, b) = (f.batches[0] as f64, f.batches[f.batches.len() - 1] as f64);
-            vec![(a, f.allocated.at(a)), (b, f.allocated.at(b))]
+            let (a, b) = (
+                axis.x(f.batches[0] as f64),
+                axis.x(f.batches[f.batches.len() - 1] as f64),
+            );
+            let n = if s.log_x { FIT_SAMPLES } else { 1 };
+            (0..=n)
+                .map(|i| {
+                    let x = a + (b - a) * i as f64 / n as f64;
+                    (x, f.allocated.at(axis.batch(x)))
+                })
+                .collect()
         })
         .unwrap_or_default();
     let selected: Vec<(f64, f64)> = match s.selected_point() {
-        Some(Ok(q)) => vec![(q.batch as f64, q.peak_allocated as f64)],
+        Some(Ok(q)) => vec![(axis.x(q.batch as f64), q.peak_allocated as f64)],
         _ => Vec::new(),
     };
     // Drawn in order: the fitted line first, so the measured points cover it.
@@ -178,7 +219,8 @@ fn render_chart(frame: &mut Frame, area: Rect, s: &SweepState) {
             format_size(s.capacity)
         ),
     };
-    let x_labels = [x_min, (x_min + x_max) / 2.0, x_max].map(|v| Span::raw(format!("{v:.0}")));
+    let x_labels =
+        [x_min, (x_min + x_max) / 2.0, x_max].map(|v| Span::raw(format!("{:.0}", axis.batch(v))));
     let y_labels = [0.0, y_max / 2.0, y_max].map(|v| Span::raw(y_label(v)));
     let chart = Chart::new(datasets)
         .block(
@@ -192,7 +234,7 @@ fn render_chart(frame: &mut Frame, area: Rect, s: &SweepState) {
         .legend_position(None)
         .x_axis(
             Axis::default()
-                .title("batch")
+                .title(if s.log_x { "batch (log₂)" } else { "batch" })
                 .style(th.dim())
                 .bounds([x_min, x_max])
                 .labels(x_labels),
