@@ -65,6 +65,8 @@ pub fn least_squares(points: &[(f64, f64)]) -> Option<Line> {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Residual {
     pub batch: u64,
+    /// What the line gives at this batch.
+    pub predicted: f64,
     /// Measured minus the line, in bytes.
     pub bytes: f64,
     /// `bytes` as a fraction of the point's peak.
@@ -134,9 +136,11 @@ fn fit_one(seq: Option<u64>, at: &[&SweepPoint]) -> Option<Fit> {
     let residuals = used
         .iter()
         .map(|p| {
-            let bytes = p.peak_allocated as f64 - allocated.at(p.batch as f64);
+            let predicted = allocated.at(p.batch as f64);
+            let bytes = p.peak_allocated as f64 - predicted;
             Residual {
                 batch: p.batch,
+                predicted,
                 bytes,
                 relative: bytes / (p.peak_allocated.max(1) as f64),
             }

@@ -328,7 +328,7 @@ fn point_lines(s: &SweepState, th: &Theme) -> Vec<Line<'static>> {
         match f.residuals.iter().find(|r| r.batch == q.batch) {
             Some(r) => lines.push(Line::raw(format!(
                 "the line: {}; this point {} {} ({:.2} % of its peak)",
-                format_size(f.allocated.at(q.batch as f64).max(0.0).round() as u64),
+                format_size(r.predicted.max(0.0).round() as u64),
                 format_size(r.bytes.abs().round() as u64),
                 if r.bytes >= 0.0 { "above" } else { "below" },
                 r.relative.abs() * 100.0
