@@ -8,7 +8,8 @@ use super::format::{Criterion, LayerSpec, ModelSpec, Scenario};
 use super::steps::StepSites;
 use crate::engine::model_lang::{LangModel, ModelInput};
 use crate::engine::{
-    EngineConfig, LossKind, ModelConfig, ModelKind, OptimizerConfig, Program, PRESET_CATALOGUE,
+    Engine, EngineConfig, LossKind, ModelConfig, ModelKind, OptimizerConfig, Program,
+    PRESET_CATALOGUE,
 };
 
 #[derive(Debug, Clone)]
@@ -196,11 +197,19 @@ fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
         }
     }
     if let ModelKind::Modules(m) = &model.kind {
+        if !m.freeze.is_empty() {
+            // Each freeze path must name parameters: build the model to see.
+            let room = EngineConfig {
+                device_bytes: 1 << 50,
+                ..EngineConfig::default()
+            };
+            Engine::new(room, &model, &OptimizerConfig::default()).map_err(|e| e.to_string())?;
+        }
         // Every batch size and length the run will use must fit the modules.
         let batches = s.data.batch_schedule.iter().chain([&model.batch]);
         for &b in batches {
             for seq in s.data.seq_schedule.iter().map(|t| Some(*t)).chain([None]) {
-                m.output(b, seq).map_err(|e| format!("model: {e}"))?;
+                m.output(b, seq)?;
             }
         }
     }

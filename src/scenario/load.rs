@@ -155,6 +155,7 @@ pub fn load_str(text: &str, file: &str) -> Result<(Scenario, Built), LoadError> 
         let word = match &scenario.model {
             ModelSpec::Preset(name) if !name.is_empty() => name.as_str(),
             ModelSpec::Preset(_) => "Preset",
+            ModelSpec::Modules { .. } => "Modules",
             _ => "model",
         };
         field_error(text, file, word, format!("model: {m}"))

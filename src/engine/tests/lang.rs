@@ -380,3 +380,49 @@ fn shape_errors_name_the_module() {
     let out = resnet50().output(3, None).expect("resnet50");
     assert_eq!(out.dims, [3, 1000]);
 }
+
+#[test]
+fn residual_norm_activation_dropout_request_sequence() {
+    // engine.md §1.7 at B = 2, T = 8, d = 16 (fp32 [2, 8, 16] = 1,024 B):
+    // embedding: out; layer_norm: out, mean [16] and rstd [16] fp32; gelu:
+    // out (saves its input, the LN output); dropout (train, 0 < p < 1): the
+    // bool mask first, then out. `x = child(x)` frees the GELU output (nothing
+    // saved it) once dropout's exists; the residual add makes its out, then
+    // the branch's output dies; out.sum() is a 0-dim fp32.
+    let net = Module::Sequential(vec![
+        named("emb", Module::Embedding { num: 100, dim: 16 }),
+        named(
+            "block",
+            Module::Residual(Box::new(Module::Sequential(vec![
+                named(
+                    "ln",
+                    Module::LayerNorm {
+                        dim: 16,
+                        bias: true,
+                    },
+                ),
+                named("act", Module::GELU),
+                named("drop", Module::Dropout(0.5)),
+            ]))),
+        ),
+    ]);
+    let mut e = engine(lang(net, ModelInput::Tokens { seq: 8 }, 2, LossKind::Sum));
+    e.take_events();
+    run(&mut e, &program(forward_steps(), 1));
+    let t = 2 * 8 * 16;
+    let want = vec![
+        2 * 8 * 8, // token ids, int64
+        t * 4,     // embedding
+        t * 4,     // layer_norm out
+        16 * 4,    // mean
+        16 * 4,    // rstd
+        t * 4,     // gelu
+        t,         // dropout mask (bool)
+        t * 4,     // dropout out
+        -(t * 4),  // the gelu output, replaced
+        t * 4,     // x + block(x)
+        -(t * 4),  // the branch's output
+        4,         // out.sum()
+    ];
+    assert_eq!(requests(&e.take_events()), want);
+}

@@ -1,0 +1,190 @@
+//! `vramscope model` and a scenario written in the module language, run as
+//! a script runs them. Expected figures come from the constructors'
+//! parameter formulas and models.md's tables, not from the program.
+
+mod common;
+
+use common::{json, temp_dir, vramscope};
+
+/// A small language model in the module language: token ids → embedding →
+/// a residual MLP block → an untied head, trained with cross-entropy.
+const LM: &str = r#"Scenario(
+    name: "tiny-lm",
+    description: "a language model written as modules",
+    device: (name: "sim", capacity: "1GiB"),
+    model: Modules(
+        input: Tokens(seq: 64),
+        net: Sequential([
+            ("emb", Embedding(num: 1000, dim: 64)),
+            ("block", Residual(Sequential([
+                ("ln", LayerNorm(dim: 64)),
+                ("fc1", Linear(in: 64, out: 256)),
+                ("act", GELU),
+                ("fc2", Linear(in: 256, out: 64)),
+            ]))),
+            ("head", Linear(in: 64, out: 1000, bias: false)),
+        ]),
+        freeze: ["emb"],
+    ),
+    data: (batch: 4),
+    steps: [
+        ZeroGrad(set_to_none: true),
+        LoadBatch(x: "x", y: "y"),
+        Forward(input: "x", output: "out"),
+        Loss(output: "out", target: "y", into: "loss"),
+        Backward(loss: "loss", retain_graph: false),
+        OptimizerStep,
+    ],
+    iterations: 3,
+    expect: [AllocatedFlat, NoOom],
+)
+"#;
+
+/// nn.Embedding(1000, 64), nn.LayerNorm(64), nn.Linear(64, 256),
+/// nn.Linear(256, 64), nn.Linear(64, 1000, bias=False).
+const LM_EMB: u64 = 1000 * 64;
+const LM_PARAMS: u64 = LM_EMB + 2 * 64 + (64 * 256 + 256) + (256 * 64 + 64) + 64 * 1000;
+
+fn lm_file(tag: &str, text: &str) -> String {
+    let path = temp_dir(tag).join("tiny-lm.ron");
+    std::fs::write(&path, text).expect("write");
+    path.to_str().expect("utf-8").to_string()
+}
+
+#[test]
+fn list_names_every_preset_and_how_it_is_checked() {
+    let (code, out, err) = vramscope(&["model", "--list"]);
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<&str> = out.lines().collect();
+    let names: Vec<&str> = rows
+        .iter()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "mlp-mnist",
+            "gpt2-small",
+            "gpt-tiny",
+            "lstm-lm-ptb",
+            "lstm-lm-medium",
+            "resnet18",
+            "resnet50",
+            "deep-mlp"
+        ]
+    );
+    let row = |n: &str| rows.iter().find(|l| l.starts_with(n)).expect(n).to_string();
+    assert!(row("gpt2-small").contains("verified on hardware"));
+    assert!(row("resnet50").contains("from source only"));
+    assert!(row("deep-mlp").contains("from source only"));
+}
+
+#[test]
+fn gpt2_small_and_resnet50_parameter_counts() {
+    let (code, out, err) = vramscope(&["model", "gpt2-small", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    // engine.md §10.2: 12 (12d² + 13d) + V·d + 1024·d + 2d at d = 768.
+    assert_eq!(v["parameters"], 124_439_808u64);
+    assert_eq!(v["trainable_parameters"], 124_439_808u64);
+    assert!(v["evidence"]
+        .as_str()
+        .is_some_and(|e| e.starts_with("verified on hardware")));
+
+    let (code, out, err) = vramscope(&["model", "resnet50", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    assert_eq!(v["parameters"], 25_557_032u64);
+    // 53 BatchNorm2d layers, three buffers each.
+    assert_eq!(v["buffers"], 159u64);
+    // models.md §7.5: 85,909,504 B per image, plus each BN's save_mean and
+    // save_invstd (2 × 26,560 channels × 4 B) that the table leaves out.
+    assert_eq!(v["saved_bytes_per_sample"], 85_909_504u64 + 212_480);
+    assert_eq!(v["sample_input"], serde_json::json!([1, 3, 224, 224]));
+    let rows = v["modules"].as_array().expect("modules");
+    let conv = rows
+        .iter()
+        .find(|r| r["module"] == "layer1.0.conv1")
+        .expect("layer1.0.conv1");
+    // Conv2d(64, 64, 1) without bias; its output [64, 56, 56] fp32 is saved by bn1.
+    assert_eq!(conv["parameters"], 64 * 64u64);
+    assert_eq!(conv["saved_bytes_per_sample"], 64 * 56 * 56 * 4u64);
+    let input = rows
+        .iter()
+        .find(|r| r["module"] == "(input)")
+        .expect("(input)");
+    assert_eq!(input["saved_bytes_per_sample"], 3 * 224 * 224 * 4u64);
+    assert!(v["evidence"]
+        .as_str()
+        .is_some_and(|e| e.starts_with("from source only")));
+}
+
+#[test]
+fn text_report_says_how_saved_bytes_were_measured() {
+    let (code, out, err) = vramscope(&["model", "deep-mlp"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("deep-mlp: from source only"), "{out}");
+    // 20 × (4096² + 4096).
+    assert!(out.contains("335,626,240 (335,626,240 trainable)"), "{out}");
+    assert!(out.contains("one forward pass at batch 1"), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("layers.19.fc ")), "{out}");
+}
+
+#[test]
+fn a_scenario_file_in_the_module_language() {
+    let file = lm_file("lm", LM);
+    let (code, out, err) = vramscope(&["model", &file, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    assert_eq!(v["parameters"], LM_PARAMS);
+    assert_eq!(v["trainable_parameters"], LM_PARAMS - LM_EMB);
+
+    // It runs end to end and meets its expectations.
+    let (code, out, err) = vramscope(&["run", &file, "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v = json(&out);
+    assert_eq!(v["iterations_run"], 3);
+    assert!(v["error"].is_null(), "{}", v["error"]);
+    let expectations = v["expectations"].as_array().expect("expectations");
+    assert_eq!(expectations.len(), 2);
+    // The weights, the head's grads and AdamW's state are at least there:
+    // 4 B per parameter, 3 × 4 B per trainable one.
+    let floor = 4 * LM_PARAMS + 12 * (LM_PARAMS - LM_EMB);
+    assert!(v["peak_allocated"].as_u64().is_some_and(|p| p > floor));
+}
+
+#[test]
+fn bad_models_are_refused_with_the_module_named() {
+    let wrong = LM.replace(
+        "(\"fc2\", Linear(in: 256, out: 64))",
+        "(\"fc2\", Linear(in: 128, out: 64))",
+    );
+    let file = lm_file("lm-shape", &wrong);
+    let (code, _, err) = vramscope(&["check", &file]);
+    assert_eq!(code, 2, "{err}");
+    // At the `Modules(` line, naming the module and what it was given.
+    assert!(
+        err.contains("tiny-lm.ron:5:12: model: block.fc2: Linear(in: 128)"),
+        "{err}"
+    );
+    assert!(err.contains("[4, 64, 256]"), "{err}");
+
+    let unknown = LM.replace("(\"act\", GELU)", "(\"act\", Swish)");
+    let file = lm_file("lm-variant", &unknown);
+    let (code, _, err) = vramscope(&["check", &file]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("tiny-lm.ron:"), "{err}");
+    assert!(err.contains("Swish"), "{err}");
+
+    let frozen = LM.replace("freeze: [\"emb\"]", "freeze: [\"encoder\"]");
+    let file = lm_file("lm-freeze", &frozen);
+    for command in ["check", "model"] {
+        let (code, _, err) = vramscope(&[command, &file]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("no parameter under module `encoder`"), "{err}");
+    }
+
+    let (code, _, err) = vramscope(&["model", "resnet-500"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("resnet-500"), "{err}");
+}
