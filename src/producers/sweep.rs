@@ -19,17 +19,23 @@ pub fn sweep_source(
     let name = format!("sweep {}", scenario.name);
     let spawned = std::thread::Builder::new().name(name).spawn(move || {
         let wanted = plan.points();
-        let done = std::sync::Mutex::new(Vec::new());
+        let done = std::sync::Mutex::new((Vec::new(), Vec::new()));
         run_points(&scenario, &built, &wanted, threads, &|index, r| {
-            if let Ok(p) = &r {
-                if let Ok(mut d) = done.lock() {
-                    d.push(p.clone());
+            let r = r.map_err(|e| e.to_string());
+            if let Ok(mut d) = done.lock() {
+                match &r {
+                    Ok(p) => d.0.push(p.clone()),
+                    Err(e) => d.1.push(e.clone()),
                 }
             }
-            let point = Box::new(r.map_err(|e| e.to_string()));
-            let _ = tx.send(SourceMsg::SweepPoint { index, point });
+            let _ = tx.send(SourceMsg::SweepPoint {
+                index,
+                point: Box::new(r),
+            });
         });
-        let points = done.into_inner().unwrap_or_else(|e| e.into_inner());
+        let (points, failed) = done.into_inner().unwrap_or_else(|e| e.into_inner());
+        let mut notes = plan.notes.clone();
+        notes.extend(failed.into_iter().map(|e| format!("left out: {e}")));
         let max_batch = if find_max {
             let seq = plan.seqs.first().copied().flatten();
             match find_max_batch(&scenario, &built, seq, &points) {
@@ -42,7 +48,7 @@ pub fn sweep_source(
         } else {
             None
         };
-        let sweep = Sweep::from_points(&scenario, &built, plan.notes.clone(), points, max_batch);
+        let sweep = Sweep::from_points(&scenario, &built, notes, points, max_batch);
         let _ = tx.send(SourceMsg::Swept(Box::new(sweep)));
         let _ = tx.send(SourceMsg::Finished);
     });

@@ -2,7 +2,7 @@
 //! scenario's own `sweep:` section.
 
 use super::error::SweepError;
-use crate::scenario::{has_seq, Built, Scenario, MAX_DIM};
+use crate::scenario::{at_point, has_seq, Built, Scenario, MAX_DIM};
 
 /// The batches and sequence lengths to run, every batch at every length.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,11 +98,21 @@ impl SweepPlan {
         } else {
             seq_values.into_iter().map(Some).collect()
         };
-        Ok(SweepPlan {
+        let plan = SweepPlan {
             batches,
             seqs,
             notes,
-        })
+        };
+        // Every point builds before any runs: a bad one is refused up front,
+        // the same in the report and in the chart.
+        for (batch, seq) in plan.points() {
+            at_point(scenario, built, batch, seq).map_err(|message| SweepError::Point {
+                batch,
+                seq,
+                message,
+            })?;
+        }
+        Ok(plan)
     }
 
     /// Every (batch, seq) pair, batches inner.

@@ -275,3 +275,15 @@ fn a_bad_sweep_section_is_a_load_error_naming_the_field() {
         );
     }
 }
+
+#[test]
+fn a_point_the_scenario_cannot_run_at_is_refused_before_any_runs() {
+    let (s, b) = crate::scenario::resolve("checkpoint-none").expect("built-in");
+    let err = SweepPlan::new(&s, &b, Some("1,2"), Some("256,1024"), false).expect_err("seq 1024");
+    assert!(
+        err.to_string()
+            .starts_with("sweep point batch 1, seq 1024:")
+            && err.to_string().contains("block_size 512"),
+        "{err}"
+    );
+}
