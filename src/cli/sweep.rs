@@ -1,4 +1,5 @@
-//! `sweep SCENARIO --batch …`: the scenario at several batch sizes, headless.
+//! `sweep SCENARIO --batch …`: the points to run, and the headless report
+//! (the chart is `ui::open_sweep`).
 
 use std::process::ExitCode;
 

@@ -1,5 +1,5 @@
-//! Opening the terminal UI on scenarios and snapshots (and a plain fallback
-//! when there is no terminal).
+//! Opening the terminal UI on scenarios, snapshots and sweeps (and a plain
+//! fallback when there is no terminal).
 
 use std::io::IsTerminal;
 use std::path::Path;
@@ -10,11 +10,9 @@ use vramscope::device::budget::{held_to, scenario_sized};
 use vramscope::device::cuda::CudaDevice;
 use vramscope::device::kernels::launcher_for;
 use vramscope::device::Device;
-use vramscope::producers::scenario_source;
-use vramscope::producers::sweep_source;
 use vramscope::producers::{
-    file_title, open_source, open_source_under, scenario_source_on, snapshot_source, RealGpu,
-    Source, ITERATION_PACE,
+    file_title, open_source, open_source_under, scenario_source, scenario_source_on,
+    snapshot_source, sweep_source, RealGpu, Source, ITERATION_PACE,
 };
 use vramscope::scenario::{at_point, resolve};
 use vramscope::sweep::{capacity, default_threads};
