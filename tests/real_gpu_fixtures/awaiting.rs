@@ -17,7 +17,7 @@ use vramscope::scenario::{check as check_expectations, resolve, run, RunOptions}
 use crate::harness::{captured, check, EXACT};
 
 /// (scenario file, capture stem).
-const AWAITING: [(&str, &str); 9] = [
+const AWAITING: [(&str, &str); 11] = [
     (
         "tests/fixtures/pytorch/default-workspaces.ron",
         "default_workspaces",
@@ -42,6 +42,11 @@ const AWAITING: [(&str, &str); 9] = [
     ),
     ("tests/fixtures/pytorch/lstm-medium.ron", "lstm_medium"),
     ("tests/fixtures/pytorch/gpt-dropout.ron", "gpt_dropout"),
+    ("tests/fixtures/pytorch/resnet50-sum.ron", "resnet50_sum"),
+    (
+        "tests/fixtures/pytorch/deep-mlp-checkpoint-train.ron",
+        "deep_mlp_checkpoint_train",
+    ),
 ];
 
 /// The workspace variables `_capture.set_env(alloc_conf)` sets (its

@@ -94,7 +94,10 @@ impl Engine {
         r
     }
 
-    /// `adaptive_avg_pool2d(x, 1)`: out [N, C, 1, 1]; saves the input.
+    /// `adaptive_avg_pool2d(x, 1)`: out [N, C, 1, 1]. For a 1×1 output ATen
+    /// computes `x.mean((-1, -2), keepdim=True)` (AdaptiveAveragePooling.cpp),
+    /// so the Node is MeanBackward1, which saves no tensor (only sizes);
+    /// its backward makes a new grad of x's shape (expand, then divide).
     pub fn adaptive_avg_pool2d(&mut self, x: TensorId) -> Result<TensorId> {
         let prev = self.op_begin("adaptive_avg_pool2d");
         let r = (|| {
@@ -102,8 +105,7 @@ impl Engine {
             let out = self.act(Shape::new(&[xs.dim(0), xs.dim(1), 1, 1]), self.dtype(x))?;
             self.k_sum(x, out);
             if self.records(&[x]) {
-                let node = self.new_node("AdaptiveAvgPool2DBackward0", BwdKind::Alloc, &[Some(x)]);
-                self.save(node, "self", x, false);
+                let node = self.new_node("MeanBackward1", BwdKind::Alloc, &[Some(x)]);
                 self.set_grad_fn(out, node, 0);
             }
             Ok(out)

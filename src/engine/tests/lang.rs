@@ -426,3 +426,148 @@ fn residual_norm_activation_dropout_request_sequence() {
     ];
     assert_eq!(requests(&e.take_events()), want);
 }
+
+#[test]
+fn global_average_pool_saves_nothing() {
+    // A 1×1 adaptive_avg_pool2d is `x.mean((-1, -2), keepdim=True)` in ATen
+    // (MeanBackward1 keeps only sizes): a conv output pooled straight away
+    // is saved by nothing and dies when the pool's output replaces it.
+    let net = Module::Sequential(vec![
+        named(
+            "conv",
+            Module::Conv2d {
+                input: 3,
+                out: 8,
+                kernel: 3,
+                stride: 1,
+                padding: 1,
+                bias: false,
+            },
+        ),
+        named("pool", Module::AdaptiveAvgPool2d),
+        named("flat", Module::Flatten),
+    ]);
+    let input = ModelInput::Images {
+        channels: 3,
+        height: 16,
+        width: 16,
+    };
+    let mut e = engine(lang(net, input, 2, LossKind::Sum));
+    e.take_events();
+    run(&mut e, &program(forward_steps(), 1));
+    let x = 2 * 3 * 16 * 16 * 4;
+    let conv = 2 * 8 * 16 * 16 * 4;
+    // x; conv out, its workspace (min(64 MiB, input bytes)); the pooled
+    // [2, 8, 1, 1]; the conv output freed; out.sum().
+    let want = vec![x, conv, x, -x, 2 * 8 * 4, -conv, 4];
+    assert_eq!(requests(&e.take_events()), want);
+    // Saved: only the input, by the conv.
+    assert_eq!(saved_activation_bytes(&e), x as u64);
+    // Backward still reaches the conv's weight.
+    let mut t = engine(lang(
+        Module::Sequential(vec![
+            named(
+                "conv",
+                Module::Conv2d {
+                    input: 3,
+                    out: 8,
+                    kernel: 3,
+                    stride: 1,
+                    padding: 1,
+                    bias: true,
+                },
+            ),
+            named("pool", Module::AdaptiveAvgPool2d),
+        ]),
+        ModelInput::Images {
+            channels: 3,
+            height: 16,
+            width: 16,
+        },
+        2,
+        LossKind::Sum,
+    ));
+    run(&mut t, &Program::training(1));
+    assert!(t.parameters().iter().all(|p| t.grad(*p).is_some()));
+}
+
+#[test]
+fn resnet50_sum_backward_leaves_only_model_state_and_the_loop_names() {
+    // models.md §7.6: after `model(x).sum().backward()` every saved storage
+    // is released; what stays is the weights, BN buffers, grads, and what
+    // the loop's names hold (x, out, loss) — no activation of the forward.
+    let batch = 2u64;
+    let mut cfg = ModelConfig::preset("resnet50").expect("preset");
+    cfg.batch = batch;
+    cfg.loss = LossKind::Sum;
+    let mut e = engine_with(cfg, OptimizerConfig::sgd(0.0), EngineConfig::default());
+    let mut p = Program::training(2);
+    p.steps.pop(); // no optimizer step: grads stay as backward made them
+    run(&mut e, &p);
+    assert_eq!(e.saved_storage_bytes(), 0);
+    let ls = e.live_state();
+    let bytes = |c: Category| -> u64 {
+        ls.storages
+            .iter()
+            .filter(|s| s.category == c)
+            .map(|s| s.bytes)
+            .sum()
+    };
+    let params = 25_557_032 * 4;
+    assert_eq!(bytes(Category::Parameter), params);
+    assert_eq!(bytes(Category::Gradient), params);
+    // running_mean/var over 26,560 channels, 53 int64 counters.
+    assert_eq!(bytes(Category::Buffer), 2 * 26_560 * 4 + 53 * 8);
+    // x [2, 3, 224, 224], out [2, 1000] and the 0-dim loss.
+    let loop_names = batch * 3 * 224 * 224 * 4 + batch * 1000 * 4 + 4;
+    assert_eq!(
+        bytes(Category::Input) + bytes(Category::Activation),
+        loop_names
+    );
+}
+
+#[test]
+fn a_checkpointed_bottleneck_keeps_its_input() {
+    // models.md §9.1: a user-checkpointed Bottleneck keeps only the block
+    // input; backward rebuilds the block and trains every parameter in it.
+    let stem = Module::Conv2d {
+        input: 3,
+        out: 64,
+        kernel: 3,
+        stride: 1,
+        padding: 1,
+        bias: false,
+    };
+    let block = Module::Checkpoint {
+        module: Box::new(Module::Bottleneck {
+            inplanes: 64,
+            planes: 16,
+            stride: 1,
+        }),
+        reentrant: false,
+    };
+    let net = Module::Sequential(vec![named("stem", stem), named("block", block)]);
+    let input = ModelInput::Images {
+        channels: 3,
+        height: 8,
+        width: 8,
+    };
+    let cfg = lang(net, input, 2, LossKind::Sum);
+    let mut e = engine(cfg.clone());
+    run(&mut e, &program(forward_steps(), 1));
+    // Saved: only x, by the stem conv (the block saves placeholders).
+    assert_eq!(saved_activation_bytes(&e), 2 * 3 * 64 * 4);
+    let kept: u64 = e
+        .live_state()
+        .roots
+        .iter()
+        .filter(|r| matches!(r.kind, super::super::RootKind::CheckpointInput))
+        .map(|r| r.bytes)
+        .sum();
+    // The block input: the stem's output [2, 64, 8, 8] fp32.
+    assert_eq!(kept, 2 * 64 * 64 * 4);
+    let mut t = engine(cfg);
+    run(&mut t, &Program::training(2));
+    assert!(t.parameters().iter().all(|p| t.grad(*p).is_some()));
+    assert_eq!(t.saved_storage_bytes(), 0);
+}
