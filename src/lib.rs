@@ -16,6 +16,7 @@ pub mod leak;
 pub mod producers;
 pub mod report;
 pub mod scenario;
+pub mod sweep;
 pub mod trace;
 pub mod tui;
 pub mod units;

@@ -392,3 +392,47 @@ fn an_opened_file_leaves_the_cpu_idle() {
         after - before
     );
 }
+
+/// `vramscope sweep` in a terminal: the chart of the scenario's own points
+/// appears with the fit, → selects the next point, Enter opens that point's
+/// run in the run view, q comes back to the chart and q again leaves.
+#[test]
+fn sweep_chart_in_a_real_terminal() {
+    if tmux(&["-V"]).is_none() {
+        eprintln!("note: tmux is not installed; the terminal test is skipped");
+        return;
+    }
+    let session = format!("vramscope-sweep-{}", std::process::id());
+    let bin = env!("CARGO_BIN_EXE_vramscope");
+    let cleanup = start(
+        &session,
+        140,
+        44,
+        &format!("{bin} sweep resnet50-batch-sweep; echo EXITED:$?"),
+    );
+    let chart = wait_for(
+        &session,
+        |s| s.contains("7 of 7 points") && s.contains("Peak allocated ≈"),
+        Duration::from_secs(30),
+    );
+    let step = |keys: &[&str], what: &dyn Fn(&str) -> bool| {
+        for k in keys {
+            tmux(&["send-keys", "-t", &session, k]).expect("keys");
+        }
+        wait_for(&session, what, Duration::from_secs(30))
+    };
+    let second = chart.and_then(|_| step(&["Right"], &|s| s.contains("batch 2 │ peak allocated")));
+    let run = second.and_then(|_| {
+        step(&["Enter"], &|s| {
+            s.contains("resnet50-batch-sweep · batch 2") && s.contains("Memory map")
+        })
+    });
+    let back = run.and_then(|_| step(&["q"], &|s| s.contains("batch 2 │ peak allocated")));
+    let last = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();
+    let quit = back.and_then(|_| quit_cleanly(&session));
+    cleanup();
+    assert!(
+        quit.is_some(),
+        "chart → point → run → chart → quit broke here:\n{last}"
+    );
+}

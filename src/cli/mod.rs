@@ -7,6 +7,7 @@ mod model;
 mod pace;
 mod scenario;
 mod snapshot;
+mod sweep;
 mod ui;
 mod watch;
 
@@ -108,6 +109,32 @@ pub enum Command {
         #[arg(long)]
         headless: bool,
         /// Print both reports and their figures as JSON (implies --headless).
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        pace: PaceArgs,
+    },
+    /// Run a scenario (built-in name or file) at several batch sizes: peak
+    /// allocated and reserved at each, a line fitted through them and
+    /// explained, and the largest batch that fits.
+    #[command(
+        after_help = "Each point is the whole scenario run with data.batch (and data.seq) set, on a fresh simulated device; points run in parallel. With no --batch the scenario's own `sweep:` section gives the points."
+    )]
+    Sweep {
+        scenario: String,
+        /// Batch sizes, comma-separated, e.g. 1,2,4,8.
+        #[arg(long)]
+        batch: Option<String>,
+        /// Sequence lengths (GPT, LSTM, token-input Modules models), e.g. 512,1024: every batch at each.
+        #[arg(long)]
+        seq: Option<String>,
+        /// Search the largest batch that fits: doubling from 1, then bisection.
+        #[arg(long)]
+        find_max_batch: bool,
+        /// Print a report instead of opening the terminal UI's chart.
+        #[arg(long)]
+        headless: bool,
+        /// Print the sweep as JSON (implies --headless).
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -240,6 +267,26 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ui::open_cuda(&scenario, n, &pace)
             } else {
                 ui::open(&[&scenario], &pace)
+            }
+        }
+        Some(Command::Sweep {
+            scenario,
+            batch,
+            seq,
+            find_max_batch,
+            headless,
+            json,
+            pace,
+        }) => {
+            let args = sweep::SweepArgs {
+                batch,
+                seq,
+                find_max_batch,
+            };
+            if headless || json || !ui::have_terminal() {
+                sweep::headless(&scenario, &args, json)
+            } else {
+                ui::open_sweep(&scenario, &args, &pace)
             }
         }
         Some(Command::Open {

@@ -1,5 +1,5 @@
-//! Opening the terminal UI on scenarios and snapshots (and a plain fallback
-//! when there is no terminal).
+//! Opening the terminal UI on scenarios, snapshots and sweeps (and a plain
+//! fallback when there is no terminal).
 
 use std::io::IsTerminal;
 use std::path::Path;
@@ -11,14 +11,20 @@ use vramscope::device::cuda::CudaDevice;
 use vramscope::device::kernels::launcher_for;
 use vramscope::device::Device;
 use vramscope::producers::{
-    file_title, open_source, open_source_under, scenario_source_on, snapshot_source, RealGpu,
-    Source, ITERATION_PACE,
+    file_title, open_source, open_source_under, scenario_source, scenario_source_on,
+    snapshot_source, sweep_source, RealGpu, Source, ITERATION_PACE,
 };
-use vramscope::scenario::resolve;
+use vramscope::scenario::{at_point, resolve};
+use vramscope::sweep::{capacity, default_threads};
+use vramscope::tui::sweep::SweepState;
+use vramscope::tui::sweep_loop::run_sweep;
+use vramscope::tui::theme::{no_color_from_env, Theme, ThemeName};
 use vramscope::tui::{run_tui, TuiOptions};
+use vramscope::units::escape_line;
 
 use super::compare::CompareSide;
 use super::pace::PaceArgs;
+use super::sweep::{plan, SweepArgs};
 use super::{BadInput, EXIT_NO_GPU};
 
 /// Playback for scenarios: about two iterations of a small model per second,
@@ -135,4 +141,51 @@ pub fn open_cuda(name: &str, ordinal: usize, pace: &PaceArgs) -> anyhow::Result<
     );
     run_tui(vec![(title, source)], opts)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `sweep` in the terminal: the chart fills in as the points finish; Enter
+/// on a point opens its full run in the run view, and quitting that comes
+/// back to the chart.
+pub fn open_sweep(name: &str, args: &SweepArgs, pace: &PaceArgs) -> anyhow::Result<ExitCode> {
+    let (scenario, built, plan) = plan(name, args)?;
+    let theme = Theme::builtin(ThemeName::from(pace.theme), no_color_from_env())?;
+    let title = escape_line(&scenario.name).into_owned();
+    let mut state = SweepState::new(
+        title.clone(),
+        capacity(&built),
+        plan.points(),
+        args.find_max_batch,
+        theme,
+    );
+    let source = sweep_source(
+        scenario.clone(),
+        built.clone(),
+        plan,
+        args.find_max_batch,
+        default_threads(),
+    );
+    loop {
+        run_sweep(&mut state, &source)?;
+        let Some((batch, seq)) = state
+            .open
+            .take()
+            .and_then(|i| state.planned.get(i).copied())
+        else {
+            return Ok(ExitCode::SUCCESS);
+        };
+        let (point, point_built) = at_point(&scenario, &built, batch, seq).map_err(BadInput)?;
+        let run_title = match seq {
+            Some(t) => format!("{title} · batch {batch} · seq {t}"),
+            None => format!("{title} · batch {batch}"),
+        };
+        let opts = pace.apply(
+            TuiOptions {
+                speed: SCENARIO_SPEED,
+                ..TuiOptions::default()
+            },
+            &[run_title.as_str()],
+        );
+        let run = scenario_source(point, point_built, ITERATION_PACE);
+        run_tui(vec![(run_title, run)], opts)?;
+    }
 }

@@ -40,7 +40,7 @@ pub enum Category {
 }
 
 impl Category {
-    const ALL: [Category; 13] = [
+    pub const ALL: [Category; 13] = [
         Category::Parameter,
         Category::Gradient,
         Category::OptimizerState,
@@ -183,6 +183,17 @@ impl TagTable {
             | category.index() << CAT_SHIFT
             | phase_index(phase) << PHASE_SHIFT
             | u64::from(iteration) << ITER_SHIFT)
+    }
+
+    /// The category a tag packs, without the table (`None` for an untagged
+    /// request): cheap enough to read on every event of a run.
+    pub fn category_of(tag: Tag) -> Option<Category> {
+        if tag.0 & ((1 << SITE_BITS) - 1) == 0 {
+            return None;
+        }
+        Category::ALL
+            .get(((tag.0 >> CAT_SHIFT) & 0xf) as usize)
+            .copied()
     }
 
     /// Decode a tag produced by [`TagTable::tag`].

@@ -10,7 +10,8 @@
 //!   requests replayed under another allocator config (`devices`: which of
 //!   its devices a view shows);
 //! - `nvml`: the NVML poller (the GPU panel and `watch`);
-//! - `open`: the producer for an input as a user names it.
+//! - `open`: the producer for an input as a user names it;
+//! - `sweep`: a batch sweep's points as they finish, then its fit.
 //!
 //! They draw nothing and compute no allocator rule of their own: facts come
 //! from `alloc`, `trace`, `scenario` and `leak`.
@@ -23,6 +24,7 @@ pub mod scenario;
 pub mod snapshot;
 mod snapshot_tags;
 pub mod source;
+pub mod sweep;
 
 pub use devices::{snapshot_devices, SnapshotDevices};
 pub use nvml::nvml_source;
@@ -36,3 +38,4 @@ pub use source::{
     BlockStack, EngineCommand, EntryDetail, LoadProgress, Opened, Polled, ScenarioStep, SiteKind,
     Source, SourceMsg, StackOrigin, TagDescription, TagInfo,
 };
+pub use sweep::sweep_source;

@@ -13,6 +13,7 @@ use crate::device::{GpuUnavailable, PciAddress};
 use crate::engine::Category;
 use crate::leak::Finding;
 use crate::scenario::{Conditions, Listing};
+use crate::sweep::{Sweep, SweepPoint};
 use crate::trace::stack::Stack;
 use crate::trace::timeline::TimelinePart;
 use crate::trace::{Event, MemoryMap};
@@ -158,6 +159,14 @@ pub enum SourceMsg {
     /// What a view of a file knows once the file is read: sent before its
     /// first event, in place of what other sources say up front.
     Opened(Box<Opened>),
+    /// One point of a batch sweep, by its index in the plan, or why it
+    /// could not run.
+    SweepPoint {
+        index: usize,
+        point: Box<Result<SweepPoint, String>>,
+    },
+    /// The whole sweep once every point (and the search) has run.
+    Swept(Box<Sweep>),
 }
 
 /// How far the reading of a file has got.

@@ -3,3 +3,4 @@
 pub mod replay;
 pub mod run;
 pub mod snapshot;
+pub mod sweep;

@@ -254,3 +254,48 @@ pub(crate) fn build(
         steps: Arc::default(),
     })
 }
+
+/// `s` at one point of a batch sweep: `data.batch` set to `batch` (and
+/// `data.seq` to `seq` when given), built under `built`'s conditions and
+/// engine settings. Schedules give way to the point's fixed values, and the
+/// narration and expectations are dropped: they were written for the
+/// scenario's own batch.
+pub fn at_point(
+    s: &Scenario,
+    built: &Built,
+    batch: u64,
+    seq: Option<u64>,
+) -> Result<(Scenario, Built), String> {
+    let mut point = s.clone();
+    point.data.batch = Some(batch);
+    point.data.batch_schedule.clear();
+    if seq.is_some() {
+        point.data.seq = seq;
+        point.data.seq_schedule.clear();
+    }
+    point.narration.clear();
+    point.expect.clear();
+    if let Some(problem) = super::dims::problems(&point.model, &point.data)
+        .into_iter()
+        .next()
+    {
+        return Err(problem);
+    }
+    let mut rebuilt = build(&point, built.conditions.clone(), built.engine.clone())?;
+    rebuilt.steps = built.steps.clone();
+    Ok((point, rebuilt))
+}
+
+/// Whether the model has a sequence length a sweep may set (GPT's T, an
+/// LSTM's BPTT length, a token-input Modules model's length).
+pub fn has_seq(built: &Built) -> bool {
+    matches!(
+        built.model.kind,
+        ModelKind::Gpt2 { .. }
+            | ModelKind::LstmLm { .. }
+            | ModelKind::Modules(LangModel {
+                input: ModelInput::Tokens { .. },
+                ..
+            })
+    )
+}

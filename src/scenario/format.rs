@@ -58,6 +58,24 @@ pub struct Scenario {
     pub narration: Vec<Narration>,
     #[serde(default)]
     pub expect: Vec<Expectation>,
+    /// The points `vramscope sweep` runs when given no `--batch`.
+    #[serde(default)]
+    pub sweep: Option<SweepSpec>,
+}
+
+/// A batch sweep the scenario carries: each point is the whole scenario run
+/// with `data.batch` (and `data.seq`) set to the point's values.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepSpec {
+    pub batch: Vec<u64>,
+    /// Sequence lengths (GPT and LSTM models); every batch runs at each.
+    #[serde(default)]
+    pub seq: Vec<u64>,
+    /// What the sweep shows, said after its fit: a built-in's figures here
+    /// are checked against the sweep by the test suite.
+    #[serde(default)]
+    pub narration: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]

@@ -122,6 +122,34 @@ pub fn run_launching_with(
     launcher: Option<AnyLauncher>,
     at_end: &mut dyn FnMut(&Engine),
 ) -> RunResult {
+    run_inner(scenario, built, opts, device, launcher, at_end, &mut |_| {})
+}
+
+/// [`run`], handing `observe` each unit's events as they are made, whether
+/// or not the result keeps them (a sweep reads the peak's make-up from them).
+pub fn run_observed(
+    scenario: &Scenario,
+    built: &Built,
+    opts: &RunOptions,
+    observe: &mut dyn FnMut(&[Event]),
+) -> RunResult {
+    let device = Box::new(SimDevice::new(
+        &built.conditions.device_name,
+        built.engine.device_bytes,
+        built.engine.device_overhead,
+    ));
+    run_inner(scenario, built, opts, device, None, &mut |_| {}, observe)
+}
+
+fn run_inner(
+    scenario: &Scenario,
+    built: &Built,
+    opts: &RunOptions,
+    device: AnyDevice,
+    launcher: Option<AnyLauncher>,
+    at_end: &mut dyn FnMut(&Engine),
+    observe: &mut dyn FnMut(&[Event]),
+) -> RunResult {
     let engine = Engine::new_launching(
         built.engine.clone(),
         &built.model,
@@ -131,7 +159,13 @@ pub fn run_launching_with(
     );
     let iterations = opts.iterations.unwrap_or(built.program.iterations);
     let mut run = ScenarioRun::new(engine, &built.program, &scenario.narration, iterations);
-    let events = run.run_to_end(opts.record_events);
+    let mut events = Vec::new();
+    while let Some(unit) = run.advance() {
+        observe(&unit.events);
+        if opts.record_events {
+            events.extend(unit.events);
+        }
+    }
     let mut result = RunResult {
         scenario: scenario.name.clone(),
         conditions: built.conditions.clone(),

@@ -67,6 +67,7 @@ static BUILTINS: &[BuiltIn] = builtins![
     "optimizer-cpu-offload",
     "gpt2-small-fits",
     "gpt2-small-oom",
+    "resnet50-batch-sweep",
     "deep-mlp-no-checkpoint",
     "deep-mlp-checkpoint",
     "deep-mlp-checkpoint-segments",

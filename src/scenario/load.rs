@@ -169,6 +169,15 @@ pub fn load_str(text: &str, file: &str) -> Result<(Scenario, Built), LoadError> 
         };
         field_error(text, file, word, format!("model: {m}"))
     })?;
+    if scenario.sweep.as_ref().is_some_and(|w| !w.seq.is_empty()) && !super::build::has_seq(&built)
+    {
+        return Err(field_error(
+            text,
+            file,
+            "sweep",
+            "sweep.seq: this model has no sequence length; sweep.seq applies to GPT, LSTM and token-input Modules models".into(),
+        ));
+    }
     built.engine.torch_minor = Some(version.0);
     built.steps = Arc::new(StepSites::for_loop(
         file,

@@ -24,15 +24,17 @@ mod statement;
 mod steps;
 mod validate;
 
-pub use build::Built;
+pub use build::{at_point, has_seq, Built};
 pub use conditions::{lt_rule, Conditions, ENV_KEYS};
+pub use dims::MAX_DIM;
 pub use events::to_trace;
 pub use expect::{check, ExpectationResult};
 pub use format::{
     At, Criterion, DataSpec, DeviceSpec, Expectation, LayerSpec, ModelSpec, Narration, Scenario,
+    SweepSpec,
 };
 pub use headless::{
-    run, run_launching, run_launching_with, GpuRun, OomReport, RunOptions, RunResult,
+    run, run_launching, run_launching_with, run_observed, GpuRun, OomReport, RunOptions, RunResult,
 };
 pub use library::{builtin, builtins, BuiltIn};
 pub use listing::{CodeLine, Listing};

@@ -258,6 +258,9 @@ pub(crate) fn validate(s: &Scenario) -> (Vec<String>, Vec<StepProblem>) {
         None => {}
     }
     general.extend(super::dims::problems(&s.model, &s.data));
+    if let Some(sweep) = &s.sweep {
+        general.extend(sweep_problems(sweep));
+    }
     if let Some(d) = s.model_dtype {
         if !matches!(d, DType::F64 | DType::F32 | DType::F16 | DType::BF16) {
             general.push(format!(
@@ -289,4 +292,28 @@ pub(crate) fn validate(s: &Scenario) -> (Vec<String>, Vec<StepProblem>) {
     first.autocast_closed();
     work.extend(first.problems);
     (general, work)
+}
+
+/// The `sweep:` section's lists: batch sizes to run, and lengths that make sense.
+fn sweep_problems(sweep: &super::format::SweepSpec) -> Vec<String> {
+    use super::dims::MAX_DIM;
+    let mut out = Vec::new();
+    if sweep.batch.is_empty() {
+        out.push(
+            "sweep.batch: the list is empty: give the batch sizes to run, e.g. [1, 2, 4, 8]"
+                .to_string(),
+        );
+    }
+    for (field, values) in [("sweep.batch", &sweep.batch), ("sweep.seq", &sweep.seq)] {
+        for &v in values {
+            if v == 0 {
+                out.push(format!("{field}: 0 is not a size: each must be at least 1"));
+            } else if v > MAX_DIM {
+                out.push(format!(
+                    "{field}: {v} is larger than {MAX_DIM}, the largest dimension modelled"
+                ));
+            }
+        }
+    }
+    out
 }

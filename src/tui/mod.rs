@@ -15,7 +15,8 @@
 //! - `playback`: the play unit (`m`) and where a step lands; `narration` and
 //!   `callout`: what was said at the cursor, its history (`E`), and the
 //!   narration and error boxes above the timeline;
-//! - `watch`, `watch_loop`, `views::watch`: `vramscope watch`'s live view.
+//! - `watch`, `watch_loop`, `views::watch`: `vramscope watch`'s live view;
+//! - `sweep`, `sweep_loop`, `views::sweep`: `vramscope sweep`'s chart.
 
 pub mod app;
 pub mod by_line;
@@ -31,6 +32,8 @@ pub mod playback;
 pub mod popup;
 pub mod run;
 pub mod run_view;
+pub mod sweep;
+pub mod sweep_loop;
 pub mod theme;
 pub mod views;
 pub mod watch;

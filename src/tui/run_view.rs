@@ -307,8 +307,9 @@ impl RunView {
                 self.failure = Some(msg);
                 self.loading = None;
             }
-            // NVML readings go to the GPU panel's own source.
-            SourceMsg::Gpus(_) => {}
+            // NVML readings go to the GPU panel's own source, a sweep's
+            // points to the sweep chart.
+            SourceMsg::Gpus(_) | SourceMsg::SweepPoint { .. } | SourceMsg::Swept(_) => {}
             SourceMsg::Loading(p) => {
                 self.loading = Some(p);
                 self.reads_file = true;

@@ -312,13 +312,15 @@ impl Model {
     }
 
     /// A classifier's target: class indices, or for MSE and the binary
-    /// cross-entropy losses floats shaped like the output.
-    fn class_target(&self, b: u64, classes: u64) -> Spec {
+    /// cross-entropy losses floats shaped like the output; none for
+    /// `out.sum()`, which needs no target.
+    fn class_target(&self, b: u64, classes: u64) -> Option<Spec> {
         match self.cfg.loss {
             LossKind::Mse | LossKind::Bce | LossKind::BceWithLogits => {
-                (vec![b, classes], self.cfg.param_dtype)
+                Some((vec![b, classes], self.cfg.param_dtype))
             }
-            _ => (vec![b], DType::I64),
+            LossKind::Sum => None,
+            _ => Some((vec![b], DType::I64)),
         }
     }
 
@@ -335,7 +337,7 @@ impl Model {
             ModelKind::Mlp { dims, .. } => (
                 vec![b, dims[0]],
                 fp,
-                Some(self.class_target(b, dims.last().copied().unwrap_or(1))),
+                self.class_target(b, dims.last().copied().unwrap_or(1)),
             ),
             ModelKind::Gpt2 { seq, .. } => {
                 let t = seq_len.unwrap_or(*seq);
@@ -354,7 +356,7 @@ impl Model {
             } => (
                 vec![b, 3, *image, *image],
                 fp,
-                Some(self.class_target(b, *num_classes)),
+                self.class_target(b, *num_classes),
             ),
             ModelKind::Linear {
                 in_features,

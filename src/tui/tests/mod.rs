@@ -9,6 +9,7 @@ mod leak_blocks;
 mod pace;
 mod session;
 mod stack;
+mod sweep;
 mod theme;
 mod views;
 mod watch;

@@ -15,6 +15,7 @@ pub mod popup;
 pub mod segment_map;
 pub mod stats;
 pub mod status;
+pub mod sweep;
 pub mod timeline;
 pub mod too_small;
 pub mod watch;

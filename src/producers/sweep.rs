@@ -1,0 +1,62 @@
+//! A batch sweep on a thread of its own: each point as it finishes
+//! ([`SourceMsg::SweepPoint`]), then the search for the largest batch, then
+//! the whole sweep with its fit ([`SourceMsg::Swept`]). The UI draws the
+//! chart as the points arrive and never waits on them.
+
+use super::source::{Source, SourceMsg};
+use crate::scenario::{Built, Scenario};
+use crate::sweep::{find_max_batch, run_points, Sweep, SweepPlan};
+
+pub fn sweep_source(
+    scenario: Scenario,
+    built: Built,
+    plan: SweepPlan,
+    find_max: bool,
+    threads: usize,
+) -> Source {
+    let (tx, rx) = flume::unbounded();
+    let capacity = crate::sweep::capacity(&built);
+    let name = format!("sweep {}", scenario.name);
+    let spawned = std::thread::Builder::new().name(name).spawn(move || {
+        let wanted = plan.points();
+        let done = std::sync::Mutex::new((Vec::new(), Vec::new()));
+        run_points(&scenario, &built, &wanted, threads, &|index, r| {
+            let r = r.map_err(|e| e.to_string());
+            if let Ok(mut d) = done.lock() {
+                match &r {
+                    Ok(p) => d.0.push(p.clone()),
+                    Err(e) => d.1.push(e.clone()),
+                }
+            }
+            let _ = tx.send(SourceMsg::SweepPoint {
+                index,
+                point: Box::new(r),
+            });
+        });
+        let (points, failed) = done.into_inner().unwrap_or_else(|e| e.into_inner());
+        let mut notes = plan.notes.clone();
+        notes.extend(failed.into_iter().map(|e| format!("left out: {e}")));
+        let max_batch = if find_max {
+            let seq = plan.seqs.first().copied().flatten();
+            match find_max_batch(&scenario, &built, seq, &points) {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    let _ = tx.send(SourceMsg::Failed(e.to_string()));
+                    return;
+                }
+            }
+        } else {
+            None
+        };
+        let sweep = Sweep::from_points(&scenario, &built, notes, points, max_batch);
+        let _ = tx.send(SourceMsg::Swept(Box::new(sweep)));
+        let _ = tx.send(SourceMsg::Finished);
+    });
+    let source = match spawned {
+        Ok(_) => Source::new(rx, None),
+        Err(e) => Source::from_messages([SourceMsg::Failed(format!(
+            "could not start the sweep's thread: {e}"
+        ))]),
+    };
+    source.with_capacity(capacity)
+}

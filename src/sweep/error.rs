@@ -1,0 +1,29 @@
+//! What can go wrong before a sweep's points run, each naming the flag or
+//! field to change.
+
+use crate::scenario::LoadError;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SweepError {
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// `--batch 1,x`, `--batch 0`, an empty list.
+    #[error("{flag} {text}: {reason}")]
+    List {
+        flag: &'static str,
+        text: String,
+        reason: String,
+    },
+    #[error("--seq: {model} has no sequence length; --seq applies to GPT, LSTM and token-input Modules models")]
+    NoSeq { model: String },
+    #[error("sweep: no batch sizes: give --batch (e.g. --batch 1,2,4,8) or --find-max-batch; scenario \"{0}\" carries no `sweep:` section")]
+    NoPoints(String),
+    /// A point the scenario cannot run at (e.g. a sequence longer than the
+    /// model's block size).
+    #[error("sweep point batch {batch}{}: {message}", seq.map_or(String::new(), |t| format!(", seq {t}")))]
+    Point {
+        batch: u64,
+        seq: Option<u64>,
+        message: String,
+    },
+}

@@ -1,0 +1,142 @@
+//! Which points a sweep runs: `--batch`/`--seq` when given, else the
+//! scenario's own `sweep:` section.
+
+use super::error::SweepError;
+use crate::scenario::{at_point, has_seq, Built, Scenario, MAX_DIM};
+
+/// The batches and sequence lengths to run, every batch at every length.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SweepPlan {
+    /// Ascending, each once.
+    pub batches: Vec<u64>,
+    /// `[None]` when the sweep leaves the sequence length as the scenario has it.
+    pub seqs: Vec<Option<u64>>,
+    /// What the sweep overrides in the scenario, said in the report.
+    pub notes: Vec<String>,
+}
+
+/// `1,2,4,8` → `[1, 2, 4, 8]`, ascending and each once; every value a
+/// whole number from 1 to [`MAX_DIM`]. `flag` names the list in errors.
+pub fn parse_list(flag: &'static str, text: &str) -> Result<Vec<u64>, SweepError> {
+    let bad = |reason: String| SweepError::List {
+        flag,
+        text: text.to_string(),
+        reason,
+    };
+    let mut values = Vec::new();
+    for item in text.split(',').map(str::trim) {
+        if item.is_empty() {
+            return Err(bad(
+                "an empty entry: write the sizes separated by commas, e.g. 1,2,4,8".into(),
+            ));
+        }
+        let v: u64 = item
+            .parse()
+            .map_err(|_| bad(format!("`{item}` is not a whole number")))?;
+        check_range(v).map_err(bad)?;
+        values.push(v);
+    }
+    values.sort_unstable();
+    values.dedup();
+    Ok(values)
+}
+
+fn check_range(v: u64) -> Result<(), String> {
+    if v == 0 {
+        Err("0 is not a size: each must be at least 1".into())
+    } else if v > MAX_DIM {
+        Err(format!(
+            "{v} is larger than {MAX_DIM}, the largest dimension modelled"
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+impl SweepPlan {
+    /// The plan for `scenario` from the flags' text (`None`: not given).
+    /// With `find_max` a plan may have no batches: the search is the sweep.
+    pub fn new(
+        scenario: &Scenario,
+        built: &Built,
+        batch: Option<&str>,
+        seq: Option<&str>,
+        find_max: bool,
+    ) -> Result<SweepPlan, SweepError> {
+        let carried = scenario.sweep.as_ref();
+        let batches = match batch {
+            Some(text) => parse_list("--batch", text)?,
+            None => sorted(carried.map(|s| s.batch.clone()).unwrap_or_default()),
+        };
+        if batches.is_empty() && !find_max {
+            return Err(SweepError::NoPoints(scenario.name.clone()));
+        }
+        let seq_values = match seq {
+            Some(text) => parse_list("--seq", text)?,
+            None => sorted(carried.map(|s| s.seq.clone()).unwrap_or_default()),
+        };
+        if !seq_values.is_empty() && !has_seq(built) {
+            return Err(SweepError::NoSeq {
+                model: model_name(built),
+            });
+        }
+        let mut notes = Vec::new();
+        if !scenario.data.batch_schedule.is_empty() {
+            notes.push(format!(
+                "the scenario's data.batch_schedule {:?} is overridden: each point runs every iteration at its own batch",
+                scenario.data.batch_schedule
+            ));
+        }
+        if !seq_values.is_empty() && !scenario.data.seq_schedule.is_empty() {
+            notes.push(format!(
+                "the scenario's data.seq_schedule {:?} is overridden: each point runs every iteration at its own sequence length",
+                scenario.data.seq_schedule
+            ));
+        }
+        let seqs = if seq_values.is_empty() {
+            vec![None]
+        } else {
+            seq_values.into_iter().map(Some).collect()
+        };
+        let plan = SweepPlan {
+            batches,
+            seqs,
+            notes,
+        };
+        // Every point builds before any runs: a bad one is refused up front,
+        // the same in the report and in the chart.
+        for (batch, seq) in plan.points() {
+            at_point(scenario, built, batch, seq).map_err(|message| SweepError::Point {
+                batch,
+                seq,
+                message,
+            })?;
+        }
+        Ok(plan)
+    }
+
+    /// Every (batch, seq) pair, batches inner.
+    pub fn points(&self) -> Vec<(u64, Option<u64>)> {
+        self.seqs
+            .iter()
+            .flat_map(|&t| self.batches.iter().map(move |&b| (b, t)))
+            .collect()
+    }
+}
+
+fn sorted(mut v: Vec<u64>) -> Vec<u64> {
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+fn model_name(built: &Built) -> String {
+    use crate::engine::ModelKind;
+    match built.model.kind {
+        ModelKind::Mlp { .. } => "this MLP",
+        ModelKind::ResNet { .. } => "this ResNet",
+        ModelKind::Linear { .. } => "this Linear model",
+        _ => "this model",
+    }
+    .to_string()
+}
