@@ -25,6 +25,7 @@ pub mod error;
 pub mod events;
 pub mod launch;
 pub mod live;
+mod loop_steps;
 pub mod modules;
 pub mod ops;
 pub mod optim;
@@ -58,7 +59,9 @@ pub use launch::LaunchStats;
 pub use live::{LiveState, NodeInfo, RootInfo, RootKind, SavedInfo, StorageInfo};
 pub use optim::{OptimizerConfig, OptimizerKind};
 pub use presets::{LossKind, ModelConfig, ModelKind};
-pub use program::{numbered, preorder_len, GradContext, KeepWhat, Program, Step, MAX_RUN_EVENTS};
+pub use program::{
+    numbered, preorder_len, DictKey, EveryUnit, GradContext, KeepWhat, Program, Step, MAX_RUN_EVENTS,
+};
 pub use scratch::reduce::ReduceDevice;
 pub use shape::Shape;
 pub use storage::{DeviceKind, StorageId};

@@ -3,13 +3,19 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::engine::{GradContext, KeepWhat, Program, Step};
+use crate::engine::{DictKey, GradContext, KeepWhat, Program, Step};
 
 /// How a root gets its value in the program.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Binder {
     Accumulate { from: String, what: KeepWhat },
     Append { from: String, what: KeepWhat },
+    /// `dict[key] = from …`, the key as the statement writes it.
+    SetItem {
+        from: String,
+        what: KeepWhat,
+        key: String,
+    },
     Keep { from: String, what: KeepWhat },
     Forward,
     Loss,
@@ -68,8 +74,8 @@ impl ProgramFacts {
             {
                 self.rebound_buffers.push(name.clone());
             }
-            Step::Repeat { steps, .. } => {
-                for s in steps {
+            _ if s.children().is_some() => {
+                for s in s.children().unwrap_or_default() {
                     self.walk_buffers(s, deleted);
                 }
             }
@@ -127,8 +133,25 @@ impl ProgramFacts {
             }
             Step::Loss { into, .. } => self.bind(into, Binder::Loss, eval_grad),
             Step::ScalerScale { into, .. } => self.bind(into, Binder::Loss, eval_grad),
-            Step::Repeat { steps, .. } => {
-                for s in steps {
+            Step::SetItem {
+                dict,
+                from,
+                what,
+                key,
+            } => self.bind(
+                dict,
+                Binder::SetItem {
+                    from: from.clone(),
+                    what: *what,
+                    key: match key {
+                        DictKey::Iteration => "it".to_string(),
+                        DictKey::Name(k) => format!("{k:?}"),
+                    },
+                },
+                eval_grad,
+            ),
+            _ if s.children().is_some() => {
+                for s in s.children().unwrap_or_default() {
                     self.walk(s, st);
                 }
             }
@@ -149,7 +172,7 @@ impl ProgramFacts {
             .get(root)?
             .iter()
             .min_by_key(|(b, _)| match b {
-                Binder::Accumulate { .. } | Binder::Append { .. } => 0,
+                Binder::Accumulate { .. } | Binder::Append { .. } | Binder::SetItem { .. } => 0,
                 Binder::Keep { .. } => 1,
                 _ => 2,
             })

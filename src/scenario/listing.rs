@@ -115,7 +115,7 @@ impl Writer {
                 let text = "# end of the autocast block".into();
                 self.push(self.depth(base), text, at, true);
             }
-            Step::Repeat { steps, .. } => {
+            Step::Repeat { steps, .. } | Step::Every { steps, .. } => {
                 self.push(self.depth(base), statement(s), at, false);
                 let depth = self.depth(base) + 1;
                 let outer = std::mem::take(&mut self.open);
@@ -190,6 +190,7 @@ mod tests {
             iterations: 3,
             batch_sizes: Vec::new(),
             seq_lens: Vec::new(),
+            epoch_len: 0,
         };
         let l = Listing::new(&program, Arc::default());
         l.lines

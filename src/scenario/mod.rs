@@ -23,6 +23,7 @@ mod size;
 mod statement;
 mod steps;
 mod validate;
+mod value_kinds;
 
 pub use build::Built;
 pub use conditions::{lt_rule, Conditions, ENV_KEYS};

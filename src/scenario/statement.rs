@@ -2,9 +2,17 @@
 //! `scenarios/README.md`), written out with the step's own names, so a block
 //! made by a step can say which line of a training loop it is.
 
-use crate::engine::{DType, GradContext, KeepWhat, Step};
+use crate::engine::{DType, DictKey, EveryUnit, GradContext, KeepWhat, Step};
 
 fn kept(from: &str, what: KeepWhat) -> String {
+    // The RNN's carried state is a tuple (h, c): detached element-wise.
+    if from == "hidden" {
+        match what {
+            KeepWhat::Detach => return format!("tuple(h.detach() for h in {from})"),
+            KeepWhat::Cpu => return format!("tuple(h.detach().cpu() for h in {from})"),
+            _ => {}
+        }
+    }
     match what {
         KeepWhat::Tensor => from.to_string(),
         KeepWhat::Item => format!("{from}.item()"),
@@ -34,6 +42,16 @@ fn dtype(d: DType) -> &'static str {
         DType::U8 => "torch.uint8",
         DType::Bool => "torch.bool",
     }
+}
+
+/// `torch.empty(dims, dtype=…, device="cuda")`.
+fn empty(shape: &[u64], d: DType) -> String {
+    let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
+    format!(
+        "torch.empty({}, dtype={}, device=\"cuda\")",
+        dims.join(", "),
+        dtype(d)
+    )
 }
 
 /// The statement `step` stands for, e.g. `out = model(x)`.
@@ -90,13 +108,54 @@ pub fn statement(step: &Step) -> String {
             name,
             shape,
             dtype: d,
+        } => format!("{name} = {}", empty(shape, *d)),
+        Step::AllocateBuffers {
+            list,
+            count,
+            shape,
+            dtype: d,
+        } => format!("{list} = [{} for _ in range({count})]", empty(shape, *d)),
+        Step::DeleteEvery { list, step, offset } => {
+            let start = if *offset == 0 {
+                String::new()
+            } else {
+                offset.to_string()
+            };
+            format!("del {list}[{start}::{step}]")
+        }
+        Step::Every {
+            n, offset, unit, ..
+        } => match unit {
+            EveryUnit::Iteration => format!("if it % {n} == {offset}:"),
+            EveryUnit::Epoch => {
+                format!("if epoch % {n} == {offset}:  # after the epoch's last batch")
+            }
+        },
+        Step::Assign { name, value } => format!("{name} = {value}"),
+        Step::CountCorrect {
+            output,
+            target,
+            into,
+            what,
         } => {
-            let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
-            format!(
-                "{name} = torch.empty({}, dtype={}, device=\"cuda\")",
-                dims.join(", "),
-                dtype(*d)
-            )
+            let item = if *what == KeepWhat::Item { ".item()" } else { "" };
+            format!("{into} += ({output}.argmax(1) == {target}).sum(){item}")
+        }
+        Step::NewDict { name } => format!("{name} = {{}}"),
+        Step::NewDeque { name, maxlen } => {
+            format!("{name} = collections.deque(maxlen={maxlen})")
+        }
+        Step::SetItem {
+            dict,
+            key,
+            from,
+            what,
+        } => {
+            let key = match key {
+                DictKey::Iteration => "it".to_string(),
+                DictKey::Name(k) => format!("{k:?}"),
+            };
+            format!("{dict}[{key}] = {}", kept(from, *what))
         }
         Step::ResetPeakStats => "torch.cuda.reset_peak_memory_stats()".into(),
         Step::RetainGrad { name } => format!("{name}.retain_grad()"),

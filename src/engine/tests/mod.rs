@@ -122,6 +122,7 @@ pub(crate) fn program(steps: Vec<Step>, iterations: u32) -> Program {
         iterations,
         batch_sizes: Vec::new(),
         seq_lens: Vec::new(),
+        epoch_len: 0,
     }
 }
 
