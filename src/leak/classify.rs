@@ -166,10 +166,11 @@ impl Detector {
                 let mut e = format!(
                     "`{name}` holds {} GPU tensors ({}) that nothing else references and gains {} per \
                      iteration over the last {growth_steps} iterations; they carry no un-released graph \
-                     (a growing list, not a retained graph).",
+                     (a growing {}, not a retained graph).",
                     cur.elements,
                     format_size(cur.own),
                     signed_size(own.per_iter),
+                    self.facts.container_noun(name),
                 );
                 if cur.nodes > 0 {
                     e.push_str(&format!(

@@ -179,6 +179,20 @@ impl ProgramFacts {
             .map(|(b, e)| (b, *e))
     }
 
+    /// What `name` is, as a container: "dict" when a `SetItem` fills it,
+    /// else "list".
+    pub fn container_noun(&self, name: &str) -> &'static str {
+        let dict = self
+            .binders
+            .get(name)
+            .is_some_and(|b| b.iter().any(|(b, _)| matches!(b, Binder::SetItem { .. })));
+        if dict {
+            "dict"
+        } else {
+            "list"
+        }
+    }
+
     /// Whether `name` holds a loss (a 0-dim tensor: `.item()` applies).
     pub fn is_loss(&self, name: &str) -> bool {
         self.binders

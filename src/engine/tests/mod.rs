@@ -4,6 +4,7 @@
 mod behaviour;
 mod checkpointing;
 mod golden;
+mod loop_language;
 pub(crate) mod launches;
 mod precision;
 mod presets;
