@@ -399,6 +399,7 @@ pub(crate) fn validate(s: &Scenario) -> (Vec<String>, Vec<StepProblem>) {
         walk.step(step, false);
     }
     walk.autocast_closed();
+    work.append(&mut walk.problems);
     // The loop's first pass sees only what setup bound: a name bound late in
     // the loop is unbound for the steps before it.
     let mut first = Walk {
