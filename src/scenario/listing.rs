@@ -246,6 +246,32 @@ mod tests {
     }
 
     #[test]
+    fn a_schedule_nests_its_steps_and_their_blocks() {
+        let got = listing(
+            "[NewDeque(name: \"recent\", maxlen: 5)]",
+            r#"[Every(n: 5, offset: 4, unit: Epoch, steps: [Eval(grad: NoGrad), Assign(name: "correct", value: 0),
+                   Repeat(times: 2, steps: [CountCorrect(output: "vout", target: "vy", into: "correct", what: Item)]),
+                   Train]),
+                Append(from: "loss", list: "recent", what: Tensor)]"#,
+        );
+        assert_eq!(
+            got,
+            [
+                "0 recent = collections.deque(maxlen=5)",
+                "- for it in range(3):",
+                "1     if epoch % 5 == 4:  # at the epoch's last batch",
+                "2         model.eval()",
+                "2         with torch.no_grad():",
+                "3             correct = 0",
+                "4             for _ in range(2):",
+                "5                 correct += (vout.argmax(1) == vy).sum().item()",
+                "6         model.train()",
+                "7     recent.append(loss)",
+            ]
+        );
+    }
+
+    #[test]
     fn every_shipped_step_has_a_line() {
         for b in crate::scenario::builtins() {
             let file = format!("scenarios/{}.ron", b.name);

@@ -128,7 +128,7 @@ pub fn statement(step: &Step) -> String {
         } => match unit {
             EveryUnit::Iteration => format!("if it % {n} == {offset}:"),
             EveryUnit::Epoch => {
-                format!("if epoch % {n} == {offset}:  # after the epoch's last batch")
+                format!("if epoch % {n} == {offset}:  # at the epoch's last batch")
             }
         },
         Step::Assign { name, value } => format!("{name} = {value}"),
@@ -202,5 +202,58 @@ mod tests {
             retain_graph: true,
         };
         assert_eq!(statement(&s), "loss.backward(retain_graph=True)");
+    }
+
+    #[test]
+    fn loop_statements_read_as_python() {
+        let cases = [
+            (
+                "DeleteEvery(list: \"xs\", step: 2)",
+                "del xs[::2]",
+            ),
+            (
+                "DeleteEvery(list: \"xs\", step: 3, offset: 1)",
+                "del xs[1::3]",
+            ),
+            (
+                "Every(n: 5, offset: 4, unit: Epoch, steps: [])",
+                "if epoch % 5 == 4:  # at the epoch's last batch",
+            ),
+            ("Every(n: 2, steps: [])", "if it % 2 == 0:"),
+            (
+                "CountCorrect(output: \"vout\", target: \"vy\", into: \"correct\", what: Tensor)",
+                "correct += (vout.argmax(1) == vy).sum()",
+            ),
+            (
+                "CountCorrect(output: \"o\", target: \"y\", into: \"n\", what: Item)",
+                "n += (o.argmax(1) == y).sum().item()",
+            ),
+            ("Assign(name: \"correct\", value: 0)", "correct = 0"),
+            ("NewDict(name: \"history\")", "history = {}"),
+            (
+                "NewDeque(name: \"recent\", maxlen: 5)",
+                "recent = collections.deque(maxlen=5)",
+            ),
+            (
+                "SetItem(dict: \"history\", key: Iteration, from: \"out\", what: Detach)",
+                "history[it] = out.detach()",
+            ),
+            (
+                "SetItem(dict: \"best\", key: Name(\"loss\"), from: \"loss\", what: Item)",
+                "best[\"loss\"] = loss.item()",
+            ),
+            (
+                "AllocateBuffers(list: \"xs\", count: 100, shape: [1000, 1000], dtype: F32)",
+                "xs = [torch.empty(1000, 1000, dtype=torch.float32, device=\"cuda\") for _ in range(100)]",
+            ),
+            (
+                "Keep(from: \"hidden\", into: \"h0\", what: Detach)",
+                "h0 = tuple(h.detach() for h in hidden)",
+            ),
+        ];
+        for (ron_text, python) in cases {
+            let step: Step = ron::from_str(ron_text).expect(ron_text);
+            assert_eq!(statement(&step), python);
+        }
     }
 }
