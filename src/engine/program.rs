@@ -81,9 +81,12 @@ pub enum Step {
         into: String,
         what: KeepWhat,
     },
-    /// Before the forward: `hidden = repackage_hidden(hidden)` when `detach`.
+    /// Before the forward: `hidden = repackage_hidden(hidden)` when `detach`
+    /// (`part` H or C: only that element, `hidden = (h.detach(), c)`).
     CarryHidden {
         detach: bool,
+        #[serde(default)]
+        part: HiddenPart,
     },
     /// `del name`.
     Delete {
@@ -200,6 +203,17 @@ pub enum Step {
         #[serde(default)]
         offset: u32,
     },
+}
+
+/// Which elements of the hidden state `(h, c)` a `CarryHidden` detaches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HiddenPart {
+    #[default]
+    Both,
+    /// `hidden = (hidden[0].detach(), hidden[1])`.
+    H,
+    /// `hidden = (hidden[0], hidden[1].detach())`.
+    C,
 }
 
 /// What an `Every` counts.
@@ -496,11 +510,20 @@ impl Engine {
                 self.append_value(list, v)?;
             }
             Step::AccumulateLoss { from, into, what } => self.accumulate(from, into, *what)?,
-            Step::CarryHidden { detach } => {
+            Step::CarryHidden { detach, part } => {
                 if *detach {
                     if let Some(Value::Pair(h, c)) = self.bindings.vars.get("hidden").cloned() {
-                        let hd = self.detach(h);
-                        let cd = self.detach(c);
+                        // The tuple is new; an element kept as it is gets
+                        // one more reference, as the tuple holds it.
+                        let mut element = |t, detached: bool| {
+                            if detached {
+                                self.detach(t)
+                            } else {
+                                self.local_ref(t)
+                            }
+                        };
+                        let hd = element(h, *part != HiddenPart::C);
+                        let cd = element(c, *part != HiddenPart::H);
                         self.bind("hidden", Value::Pair(hd, cd));
                     }
                 }

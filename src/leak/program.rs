@@ -3,7 +3,7 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::engine::{DictKey, GradContext, KeepWhat, Program, Step};
+use crate::engine::{DictKey, GradContext, HiddenPart, KeepWhat, Program, Step};
 
 /// How a root gets its value in the program.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,7 +100,10 @@ impl ProgramFacts {
                 st.1 = *grad == GradContext::Enabled;
                 self.eval_with_grad |= !st.0 && st.1;
             }
-            Step::CarryHidden { detach } => self.carry_hidden_detach = Some(*detach),
+            // Detaching one of (h, c) still carries the other's graph.
+            Step::CarryHidden { detach, part } => {
+                self.carry_hidden_detach = Some(*detach && *part == HiddenPart::Both)
+            }
             Step::AccumulateLoss { from, into, what } => self.bind(
                 into,
                 Binder::Accumulate {

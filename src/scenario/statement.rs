@@ -2,7 +2,7 @@
 //! `scenarios/README.md`), written out with the step's own names, so a block
 //! made by a step can say which line of a training loop it is.
 
-use crate::engine::{DType, DictKey, EveryUnit, GradContext, KeepWhat, Step};
+use crate::engine::{DType, DictKey, EveryUnit, GradContext, HiddenPart, KeepWhat, Step};
 
 fn kept(from: &str, what: KeepWhat) -> String {
     // The RNN's carried state is a tuple (h, c): detached element-wise.
@@ -81,8 +81,12 @@ pub fn statement(step: &Step) -> String {
         Step::Keep { from, into, what } => format!("{into} = {}", kept(from, *what)),
         Step::Append { from, list, what } => format!("{list}.append({})", kept(from, *what)),
         Step::AccumulateLoss { from, into, what } => format!("{into} += {}", kept(from, *what)),
-        Step::CarryHidden { detach: true } => "hidden = repackage_hidden(hidden)".into(),
-        Step::CarryHidden { detach: false } => "hidden carried as it is (no detach)".into(),
+        Step::CarryHidden { detach: false, .. } => "hidden carried as it is (no detach)".into(),
+        Step::CarryHidden { part, .. } => match part {
+            HiddenPart::Both => "hidden = repackage_hidden(hidden)".into(),
+            HiddenPart::H => "hidden = (hidden[0].detach(), hidden[1])".into(),
+            HiddenPart::C => "hidden = (hidden[0], hidden[1].detach())".into(),
+        },
         Step::Delete { name } => format!("del {name}"),
         Step::Train => "model.train()".into(),
         Step::Eval { grad } => match grad {
@@ -245,6 +249,10 @@ mod tests {
             (
                 "AllocateBuffers(list: \"xs\", count: 100, shape: [1000, 1000], dtype: F32)",
                 "xs = [torch.empty(1000, 1000, dtype=torch.float32, device=\"cuda\") for _ in range(100)]",
+            ),
+            (
+                "CarryHidden(detach: true, part: H)",
+                "hidden = (hidden[0].detach(), hidden[1])",
             ),
             (
                 "Keep(from: \"hidden\", into: \"h0\", what: Detach)",

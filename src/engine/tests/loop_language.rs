@@ -272,7 +272,10 @@ fn a_hundred_4mb_tensors_fill_twenty_segments_and_every_other_one_frees_200_mib(
 #[test]
 fn the_hidden_state_can_be_kept_detached_and_appended() {
     let mut e = engine(ModelConfig::lstm_lm_ptb());
-    let mut steps = vec![Step::CarryHidden { detach: true }];
+    let mut steps = vec![Step::CarryHidden {
+        detach: true,
+        part: Default::default(),
+    }];
     steps.extend(train_steps());
     steps.push(Step::Append {
         from: s("hidden"),
@@ -303,4 +306,24 @@ fn train_steps() -> Vec<Step> {
     });
     v.push(Step::OptimizerStep);
     v
+}
+
+#[test]
+fn detaching_half_of_the_hidden_state_still_reaches_the_last_graph() {
+    // hidden = (h.detach(), c): c's grad_fn is the last batch's LSTM, whose
+    // saved tensors the last backward freed (§8.3), so the second backward
+    // raises, as with no detach at all. Likewise with c detached and h not.
+    for part in [crate::engine::HiddenPart::H, crate::engine::HiddenPart::C] {
+        let mut e = engine(ModelConfig::lstm_lm_ptb());
+        let mut steps = vec![Step::CarryHidden { detach: true, part }];
+        steps.extend(train_steps());
+        let p = program(steps, 2);
+        e.run_iteration(&p).expect("iteration 1");
+        let err = e.run_iteration(&p).expect_err("iteration 2");
+        assert_eq!(
+            err,
+            crate::engine::EngineError::Runtime(crate::engine::BACKWARD_TWICE.into()),
+            "{part:?}"
+        );
+    }
 }
