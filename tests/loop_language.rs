@@ -74,7 +74,12 @@ fn refused(text: &str) -> (usize, usize, String) {
 fn runs(text: &str) -> RunResult {
     let (s, built) = load_str(text, "loop.ron").unwrap_or_else(|e| panic!("{e}\n{text}"));
     let r = run(&s, &built, &RunOptions::default());
-    assert!(r.error.is_none() && r.oom.is_none(), "{:?} {:?}", r.error, r.oom);
+    assert!(
+        r.error.is_none() && r.oom.is_none(),
+        "{:?} {:?}",
+        r.error,
+        r.oom
+    );
     r
 }
 
@@ -100,8 +105,9 @@ fn the_hidden_state_is_a_name_a_loop_can_keep_log_and_detach() {
 #[test]
 fn what_python_refuses_about_the_hidden_state_is_refused_at_the_step() {
     // A tuple has no .item().
-    let (line, column, m) =
-        refused(&lstm("        Keep(from: \"hidden\", into: \"h\", what: Item),"));
+    let (line, column, m) = refused(&lstm(
+        "        Keep(from: \"hidden\", into: \"h\", what: Item),",
+    ));
     assert_eq!((line, column), (14, 9), "{m}");
     assert!(m.contains("tuple (h, c)") && m.contains(".item()"), "{m}");
     // The LSTM's Forward reads `hidden` as (h, c): binding a tensor there
@@ -198,7 +204,9 @@ fn a_name_bound_on_a_schedule_that_skips_the_first_iteration_is_unbound_after_it
     assert_eq!(line, 17, "at the Append after the block: {m}");
     assert!(m.contains("`last`, which no earlier step binds"), "{m}");
     // offset 0 runs at it = 0: bound from the first iteration on.
-    let early = late.replace("offset: 1", "offset: 0").replace("what: Tensor", "what: Detach");
+    let early = late
+        .replace("offset: 1", "offset: 0")
+        .replace("what: Tensor", "what: Detach");
     let (line, _, m) = refused(&mlp("", &early));
     assert_eq!(line, 17);
     assert!(m.contains("a Python number"), "kept as .item(): {m}");
@@ -241,7 +249,11 @@ fn the_fragmentation_experiment_gets_a_new_segment_on_a_large_device() {
     // segment takes the unsplit rest), and the two 512 B blocks of the Linear.
     assert_eq!(r.peak_allocated, 400 * MIB + 1024);
     let end = r.per_iteration.last().expect("one iteration");
-    assert_eq!(end.allocated, 200 * MIB + 1024, "big deleted, 50 tensors left");
+    assert_eq!(
+        end.allocated,
+        200 * MIB + 1024,
+        "big deleted, 50 tensors left"
+    );
 }
 
 #[test]
@@ -276,8 +288,8 @@ fn the_realistic_loop_leaks_through_its_dict_not_its_deque() {
     let a: Vec<u64> = r.per_iteration.iter().map(|p| p.allocated).collect();
     let out = 256 * 10 * 4; // out [256, 10] fp32, kept detached each step
     let loss = 512; // a 0-dim fp32 loss's block
-    // Iterations 2–5: an output and a loss more (the deque fills); then an
-    // output only: the deque drops a loss for each it takes.
+                    // Iterations 2–5: an output and a loss more (the deque fills); then an
+                    // output only: the deque drops a loss for each it takes.
     for i in 1..5 {
         assert_eq!(a[i] - a[i - 1], out + loss, "iteration {}", i + 1);
     }

@@ -158,9 +158,7 @@ impl Engine {
                     roots.push(self.root_info(RootKind::HiddenState, format!("{name}[1]"), *c));
                 }
                 Value::List(l) => self.element_roots(name, l.iter(), &mut roots),
-                Value::Deque { items, .. } => {
-                    self.element_roots(name, items.iter(), &mut roots)
-                }
+                Value::Deque { items, .. } => self.element_roots(name, items.iter(), &mut roots),
                 Value::Dict(d) => {
                     for (i, (key, x)) in d.iter().enumerate() {
                         self.element_root(format!("{name}[{key}]"), i, x, &mut roots);

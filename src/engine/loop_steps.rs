@@ -262,8 +262,16 @@ fn broadcast(a: &Shape, b: &Shape) -> Result<Shape> {
     let n = a.len().max(b.len());
     let mut out = vec![0; n];
     for i in 0..n {
-        let x = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
-        let y = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        let x = if i + a.len() >= n {
+            a[i + a.len() - n]
+        } else {
+            1
+        };
+        let y = if i + b.len() >= n {
+            b[i + b.len() - n]
+        } else {
+            1
+        };
         out[i] = match (x, y) {
             (x, y) if x == y => x,
             (1, y) => y,

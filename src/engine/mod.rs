@@ -60,7 +60,8 @@ pub use live::{LiveState, NodeInfo, RootInfo, RootKind, SavedInfo, StorageInfo};
 pub use optim::{OptimizerConfig, OptimizerKind};
 pub use presets::{LossKind, ModelConfig, ModelKind};
 pub use program::{
-    numbered, preorder_len, DictKey, EveryUnit, GradContext, HiddenPart, KeepWhat, Program, Step, MAX_RUN_EVENTS,
+    numbered, preorder_len, DictKey, EveryUnit, GradContext, HiddenPart, KeepWhat, Program, Step,
+    MAX_RUN_EVENTS,
 };
 pub use scratch::reduce::ReduceDevice;
 pub use shape::Shape;

@@ -622,9 +622,7 @@ impl Engine {
                 shape,
                 dtype,
             } => self.allocate_buffers(list, *count, shape, *dtype)?,
-            Step::DeleteEvery { list, step, offset } => {
-                self.delete_every(list, *step, *offset)?
-            }
+            Step::DeleteEvery { list, step, offset } => self.delete_every(list, *step, *offset)?,
         }
         Ok(())
     }

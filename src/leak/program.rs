@@ -8,15 +8,24 @@ use crate::engine::{DictKey, GradContext, HiddenPart, KeepWhat, Program, Step};
 /// How a root gets its value in the program.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Binder {
-    Accumulate { from: String, what: KeepWhat },
-    Append { from: String, what: KeepWhat },
+    Accumulate {
+        from: String,
+        what: KeepWhat,
+    },
+    Append {
+        from: String,
+        what: KeepWhat,
+    },
     /// `dict[key] = from …`, the key as the statement writes it.
     SetItem {
         from: String,
         what: KeepWhat,
         key: String,
     },
-    Keep { from: String, what: KeepWhat },
+    Keep {
+        from: String,
+        what: KeepWhat,
+    },
     Forward,
     Loss,
 }

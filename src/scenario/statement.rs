@@ -142,7 +142,11 @@ pub fn statement(step: &Step) -> String {
             into,
             what,
         } => {
-            let item = if *what == KeepWhat::Item { ".item()" } else { "" };
+            let item = if *what == KeepWhat::Item {
+                ".item()"
+            } else {
+                ""
+            };
             format!("{into} += ({output}.argmax(1) == {target}).sum(){item}")
         }
         Step::NewDict { name } => format!("{name} = {{}}"),

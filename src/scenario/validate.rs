@@ -193,10 +193,12 @@ impl<'a> Walk<'a> {
             Step::AllocateBuffers { count: 0, .. } => {
                 problem("AllocateBuffers needs count ≥ 1".to_string())
             }
-            Step::DeleteEvery { step: 0, .. } => {
-                problem("DeleteEvery needs step ≥ 1: Python's slice step cannot be zero".to_string())
-            }
-            Step::CountCorrect { what, .. } if !matches!(what, KeepWhat::Tensor | KeepWhat::Item) => {
+            Step::DeleteEvery { step: 0, .. } => problem(
+                "DeleteEvery needs step ≥ 1: Python's slice step cannot be zero".to_string(),
+            ),
+            Step::CountCorrect { what, .. }
+                if !matches!(what, KeepWhat::Tensor | KeepWhat::Item) =>
+            {
                 problem(format!(
                     "CountCorrect keeps a count as Tensor or Item, not {what:?}"
                 ))

@@ -93,7 +93,10 @@ pub(crate) fn binds<'a>(
     match s {
         Step::LoadBatch { x, y } => vec![(x, Kind::Tensor), (y, Kind::Tensor)],
         Step::Forward { output, .. } if recurrent => {
-            vec![(output, Kind::Tensor), (super::validate::HIDDEN, Kind::Pair)]
+            vec![
+                (output, Kind::Tensor),
+                (super::validate::HIDDEN, Kind::Pair),
+            ]
         }
         Step::Forward { output, .. } => vec![(output, Kind::Tensor)],
         Step::Loss { into, .. } | Step::ScalerScale { into, .. } => vec![(into, Kind::Tensor)],

@@ -149,7 +149,12 @@ fn a_full_deque_drops_its_oldest_after_the_append() {
     assert_eq!(held, [kib4, 2 * kib4, 2 * kib4, 2 * kib4]);
     // Iteration 3: the new buffer first, then the oldest leaves the deque.
     assert_eq!(per_iteration[2], [kib4 as i64, -(kib4 as i64)]);
-    let names: Vec<String> = e.live_state().roots.iter().map(|r| r.name.clone()).collect();
+    let names: Vec<String> = e
+        .live_state()
+        .roots
+        .iter()
+        .map(|r| r.name.clone())
+        .collect();
     assert!(names.contains(&s("recent[0]")) && names.contains(&s("recent[1]")));
     assert!(!names.contains(&s("recent[2]")), "{names:?}");
 }
@@ -169,22 +174,32 @@ fn a_dict_keyed_by_the_step_grows_and_a_fixed_key_is_replaced() {
             },
         ];
         let p = Program {
-            setup: vec![Step::NewDict {
-                name: s("history"),
-            }],
+            setup: vec![Step::NewDict { name: s("history") }],
             ..program(steps, 3)
         };
         run_program(&mut e, &p).expect("runs");
-        let names: Vec<String> = e.live_state().roots.iter().map(|r| r.name.clone()).collect();
+        let names: Vec<String> = e
+            .live_state()
+            .roots
+            .iter()
+            .map(|r| r.name.clone())
+            .collect();
         (e.allocated_bytes(), names)
     };
     let (grown, names) = run(DictKey::Iteration);
-    assert_eq!(grown, 3 * kib4, "one output per step (the last also bound to out)");
+    assert_eq!(
+        grown,
+        3 * kib4,
+        "one output per step (the last also bound to out)"
+    );
     for k in ["history[0]", "history[1]", "history[2]"] {
         assert!(names.contains(&s(k)), "{k} in {names:?}");
     }
     let (flat, names) = run(DictKey::Name(s("last")));
-    assert_eq!(flat, kib4, "the entry is replaced: only the newest output lives");
+    assert_eq!(
+        flat, kib4,
+        "the entry is replaced: only the newest output lives"
+    );
     assert!(names.contains(&s("history['last']")), "{names:?}");
 }
 
@@ -231,8 +246,8 @@ fn a_hundred_4mb_tensors_fill_twenty_segments_and_every_other_one_frees_200_mib(
     let t = round512(4_000_000);
     assert_eq!(t, 4_000_256);
     let segment = 20 * MIB; // kLargeBuffer: a request of 1–10 MiB
-    // Four splits leave 20 MiB − 4 t; a fifth leaves 970,240 B ≤ 1 MiB,
-    // which the large pool does not split off: the fifth takes it all.
+                            // Four splits leave 20 MiB − 4 t; a fifth leaves 970,240 B ≤ 1 MiB,
+                            // which the large pool does not split off: the fifth takes it all.
     let fifth = segment - 4 * t;
     assert!(segment - 5 * t <= MIB);
     let mut e = bare();
@@ -265,7 +280,8 @@ fn a_hundred_4mb_tensors_fill_twenty_segments_and_every_other_one_frees_200_mib(
     assert_eq!(40 * t + 10 * fifth, 200 * MIB);
     assert!(matches!(e.binding("tensors"), Some(Value::List(l)) if l.len() == 50));
     // 100,000,000 B: over 10 MiB, so a segment rounded up to 2 MiB, 96 MiB.
-    e.run_iteration(&p).expect("the big tensor fits on a large device");
+    e.run_iteration(&p)
+        .expect("the big tensor fits on a large device");
     assert_eq!(e.reserved_bytes(), 20 * segment + 48 * 2 * MIB);
 }
 
@@ -289,7 +305,12 @@ fn the_hidden_state_can_be_kept_detached_and_appended() {
     });
     run_program(&mut e, &program(steps, 3)).expect("trains");
     assert!(matches!(e.binding("h_last"), Some(Value::Pair(..))));
-    let names: Vec<String> = e.live_state().roots.iter().map(|r| r.name.clone()).collect();
+    let names: Vec<String> = e
+        .live_state()
+        .roots
+        .iter()
+        .map(|r| r.name.clone())
+        .collect();
     for n in ["hs[0][0]", "hs[0][1]", "hs[2][1]"] {
         assert!(names.contains(&s(n)), "{n} in {names:?}");
     }

@@ -4,8 +4,8 @@
 mod behaviour;
 mod checkpointing;
 mod golden;
-mod loop_language;
 pub(crate) mod launches;
+mod loop_language;
 mod precision;
 mod presets;
 
