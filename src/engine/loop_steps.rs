@@ -30,7 +30,7 @@ impl Engine {
                     0 => p.iterations.max(1),
                     l => l,
                 };
-                (it + 1) % len == 0 && (it / len) % n == offset
+                (it + 1).is_multiple_of(len) && (it / len) % n == offset
             }
         }
     }
@@ -151,7 +151,7 @@ impl Engine {
                 let mut kept = Vec::with_capacity(l.len());
                 let mut removed = Vec::new();
                 for (i, x) in std::mem::take(l).into_iter().enumerate() {
-                    if i >= offset as usize && (i - offset as usize) % step == 0 {
+                    if i >= offset as usize && (i - offset as usize).is_multiple_of(step) {
                         removed.push(x);
                     } else {
                         kept.push(x);

@@ -80,11 +80,11 @@ fn kept_from(from: &str, what: KeepWhat) -> (&str, &'static [Kind], &'static str
 
 /// The kind a name holds after `s` binds it; `current` says what a name
 /// holds before, `recurrent` whether `Forward` carries `hidden`.
-pub(crate) fn binds<'a>(
-    s: &'a Step,
+pub(crate) fn binds(
+    s: &Step,
     current: impl Fn(&str) -> Option<Kind>,
     recurrent: bool,
-) -> Vec<(&'a str, Kind)> {
+) -> Vec<(&str, Kind)> {
     let kept = |from: &str, what: KeepWhat| match what {
         KeepWhat::Item => Kind::Number,
         _ if current(from) == Some(Kind::Pair) => Kind::Pair,
