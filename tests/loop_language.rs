@@ -305,3 +305,19 @@ fn the_realistic_loop_leaks_through_its_dict_not_its_deque() {
         assert_eq!(a[i] - a[i - 1], out + validation, "iteration {}", i + 1);
     }
 }
+
+#[test]
+fn a_deque_still_filling_is_bounded_and_a_list_is_not() {
+    // recent = deque(maxlen=100) vs recent = []; recent.append(out.detach())
+    // for 20 iterations: both grow by one output per step so far, but the
+    // deque stops at 100 by itself.
+    let keep = "        Append(from: \"out\", list: \"recent\", what: Detach),";
+    let deque = mlp("        NewDeque(name: \"recent\", maxlen: 100),", keep)
+        .replace("iterations: 4", "iterations: 20");
+    let list = mlp("", keep).replace("iterations: 4", "iterations: 20");
+    let roots = |text: &str| -> Vec<String> {
+        runs(text).findings.iter().map(|f| f.root.clone()).collect()
+    };
+    assert_eq!(roots(&list), ["recent"], "a list keeps every output");
+    assert!(roots(&deque).is_empty(), "{:?}", roots(&deque));
+}

@@ -49,6 +49,9 @@ pub(crate) struct ProgramFacts {
     /// program order.
     pub rebound_buffers: Vec<String>,
     rebound: FxHashSet<String>,
+    /// Names bound to a `deque(maxlen=…)`: whatever they hold, they hold at
+    /// most `maxlen` of it, so their growth stops by itself.
+    pub bounded: FxHashSet<String>,
     /// The first forward that runs in eval mode with grad enabled, as
     /// (input, output): what a `torch.no_grad()` fix wraps.
     pub eval_forward: Option<(String, String)>,
@@ -110,6 +113,9 @@ impl ProgramFacts {
                 self.eval_with_grad |= !st.0 && st.1;
             }
             // Detaching one of (h, c) still carries the other's graph.
+            Step::NewDeque { name, .. } => {
+                self.bounded.insert(name.clone());
+            }
             Step::CarryHidden { detach, part } => {
                 self.carry_hidden_detach = Some(*detach && *part == HiddenPart::Both)
             }
