@@ -147,7 +147,14 @@ impl Listing {
             w.step(s, index, 0);
         }
         let depth = w.depth(0);
-        let header = format!("for it in range({}):", program.iterations);
+        let header = match program.epoch_len {
+            // Several epochs: say what `epoch` (an Every's) counts.
+            n if n > 0 && n < program.iterations => format!(
+                "for it in range({}):  # epoch = it // {n}",
+                program.iterations
+            ),
+            _ => format!("for it in range({}):", program.iterations),
+        };
         w.push(depth, header, None, false);
         let blocks = std::mem::take(&mut w.open);
         w.steps(&program.steps, preorder_len(&program.setup), depth + 1);
@@ -268,6 +275,24 @@ mod tests {
                 "6         model.train()",
                 "7     recent.append(loss)",
             ]
+        );
+    }
+
+    #[test]
+    fn epochs_say_what_epoch_counts() {
+        let program = Program {
+            epoch_len: 10,
+            ..Program::training(100)
+        };
+        let l = Listing::new(&program, Arc::default());
+        assert_eq!(l.lines[0].text, "for it in range(100):  # epoch = it // 10");
+        let one = Program {
+            epoch_len: 100,
+            ..Program::training(100)
+        };
+        assert_eq!(
+            Listing::new(&one, Arc::default()).lines[0].text,
+            "for it in range(100):"
         );
     }
 
