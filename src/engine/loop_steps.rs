@@ -7,14 +7,47 @@
 
 use std::collections::VecDeque;
 
+use serde::{Deserialize, Serialize};
+
 use super::bindings::Value;
 use super::dtype::DType;
 use super::error::{EngineError, Result};
-use super::program::{DictKey, EveryUnit, KeepWhat, Program};
+use super::program::{KeepWhat, Program};
 use super::scratch::reduce::ReduceShape;
 use super::shape::Shape;
 use super::tag::Category;
 use super::Engine;
+
+/// Which elements of the hidden state `(h, c)` a `CarryHidden` detaches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HiddenPart {
+    #[default]
+    Both,
+    /// `hidden = (hidden[0].detach(), hidden[1])`.
+    H,
+    /// `hidden = (hidden[0], hidden[1].detach())`.
+    C,
+}
+
+/// What an `Every` counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EveryUnit {
+    /// Loop iterations (batches), counted from 0 over the whole run.
+    #[default]
+    Iteration,
+    /// Epochs, counted from 0; the steps run after the epoch's last batch's
+    /// earlier steps (`Every` at the end of `steps` = after the epoch).
+    Epoch,
+}
+
+/// A dict key in `SetItem`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DictKey {
+    /// The loop counter `it`: a new key every iteration.
+    Iteration,
+    /// A fixed string key: the entry is replaced each time.
+    Name(String),
+}
 
 impl Engine {
     /// Whether an `Every(n, offset, unit)` runs in this iteration: `it % n ==
@@ -33,11 +66,6 @@ impl Engine {
                 (it + 1).is_multiple_of(len) && (it / len) % n == offset
             }
         }
-    }
-
-    /// `name = {}` / `name = deque(maxlen=k)`.
-    pub(crate) fn new_container(&mut self, name: &str, v: Value) {
-        self.bind(name, v);
     }
 
     /// `list.append(v)` on a list or a deque; the list is created at the

@@ -57,12 +57,10 @@ pub use error::{EngineError, ErrorKind, Result, BACKWARD_TWICE};
 pub use events::EngineEvent;
 pub use launch::LaunchStats;
 pub use live::{LiveState, NodeInfo, RootInfo, RootKind, SavedInfo, StorageInfo};
+pub use loop_steps::{DictKey, EveryUnit, HiddenPart};
 pub use optim::{OptimizerConfig, OptimizerKind};
 pub use presets::{LossKind, ModelConfig, ModelKind};
-pub use program::{
-    numbered, preorder_len, DictKey, EveryUnit, GradContext, HiddenPart, KeepWhat, Program, Step,
-    MAX_RUN_EVENTS,
-};
+pub use program::{numbered, preorder_len, GradContext, KeepWhat, Program, Step, MAX_RUN_EVENTS};
 pub use scratch::reduce::ReduceDevice;
 pub use shape::Shape;
 pub use storage::{DeviceKind, StorageId};

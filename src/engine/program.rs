@@ -7,6 +7,7 @@ use super::bindings::Value;
 use super::dtype::DType;
 use super::error::{EngineError, Result};
 use super::events::EngineEvent;
+use super::loop_steps::{DictKey, EveryUnit, HiddenPart};
 use super::shape::Shape;
 use super::tag::Category;
 use super::Engine;
@@ -203,37 +204,6 @@ pub enum Step {
         #[serde(default)]
         offset: u32,
     },
-}
-
-/// Which elements of the hidden state `(h, c)` a `CarryHidden` detaches.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum HiddenPart {
-    #[default]
-    Both,
-    /// `hidden = (hidden[0].detach(), hidden[1])`.
-    H,
-    /// `hidden = (hidden[0], hidden[1].detach())`.
-    C,
-}
-
-/// What an `Every` counts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum EveryUnit {
-    /// Loop iterations (batches), counted from 0 over the whole run.
-    #[default]
-    Iteration,
-    /// Epochs, counted from 0; the steps run after the epoch's last batch's
-    /// earlier steps (`Every` at the end of `steps` = after the epoch).
-    Epoch,
-}
-
-/// A dict key in `SetItem`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum DictKey {
-    /// The loop counter `it`: a new key every iteration.
-    Iteration,
-    /// A fixed string key: the entry is replaced each time.
-    Name(String),
 }
 
 impl Step {
@@ -603,9 +573,9 @@ impl Engine {
                 into,
                 what,
             } => self.count_correct(output, target, into, *what)?,
-            Step::NewDict { name } => self.new_container(name, Value::Dict(Vec::new())),
+            Step::NewDict { name } => self.bind(name, Value::Dict(Vec::new())),
             Step::NewDeque { name, maxlen } => {
-                self.new_container(name, super::loop_steps::new_deque(*maxlen))
+                self.bind(name, super::loop_steps::new_deque(*maxlen))
             }
             Step::SetItem {
                 dict,

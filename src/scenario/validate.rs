@@ -97,7 +97,6 @@ fn reads_binds(s: &Step) -> (Vec<&str>, Vec<&str>) {
 /// The name the engine keeps an RNN's carried state under.
 pub(crate) const HIDDEN: &str = "hidden";
 
-#[derive(Clone)]
 struct Walk<'a> {
     bound: HashMap<&'a str, Kind>,
     /// The model carries `hidden` through `Forward` (an LSTM).
