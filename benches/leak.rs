@@ -221,6 +221,7 @@ fn engine_bench(c: &mut Criterion) {
         iterations: ITERS,
         batch_sizes: Vec::new(),
         seq_lens: Vec::new(),
+        epoch_len: 0,
     };
     let mut d = Detector::for_engine(&e).with_program(&p);
     for _ in 0..ITERS {

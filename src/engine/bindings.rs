@@ -1,5 +1,7 @@
 //! Scenario variables (engine.md §0.3: bindings are strong references).
 
+use std::collections::VecDeque;
+
 use rustc_hash::FxHashMap;
 
 use super::error::{EngineError, Result};
@@ -14,6 +16,13 @@ pub enum Value {
     List(Vec<Value>),
     /// An RNN hidden state (h, c).
     Pair(TensorId, TensorId),
+    /// A dict, in insertion order; keys as Python prints them (`3`, `'last'`).
+    Dict(Vec<(String, Value)>),
+    /// A `collections.deque(maxlen=…)`.
+    Deque {
+        maxlen: u32,
+        items: VecDeque<Value>,
+    },
 }
 
 #[derive(Debug, Clone, Default)]
@@ -48,6 +57,8 @@ impl Engine {
                 self.keep(*b);
             }
             Value::List(l) => l.iter().for_each(|x| self.keep_value(x)),
+            Value::Dict(d) => d.iter().for_each(|(_, x)| self.keep_value(x)),
+            Value::Deque { items, .. } => items.iter().for_each(|x| self.keep_value(x)),
             Value::Float(_) => {}
         }
     }
@@ -59,7 +70,11 @@ impl Engine {
                 self.decref(a);
                 self.decref(b);
             }
+            // CPython's list_dealloc releases from the end; free_keys_object
+            // (a dict) and deque_clear from the start.
             Value::List(l) => l.into_iter().rev().for_each(|x| self.drop_value(x)),
+            Value::Dict(d) => d.into_iter().for_each(|(_, x)| self.drop_value(x)),
+            Value::Deque { items, .. } => items.into_iter().for_each(|x| self.drop_value(x)),
             Value::Float(_) => {}
         }
     }

@@ -118,6 +118,31 @@ impl LiveState {
 }
 
 impl Engine {
+    /// The roots of a list's or deque's elements, `name[i]`.
+    fn element_roots<'a>(
+        &self,
+        name: &str,
+        items: impl Iterator<Item = &'a Value>,
+        roots: &mut Vec<RootInfo>,
+    ) {
+        for (i, x) in items.enumerate() {
+            self.element_root(format!("{name}[{i}]"), i, x, roots);
+        }
+    }
+
+    /// One container element: a tensor, or a kept hidden state's two.
+    fn element_root(&self, name: String, index: usize, x: &Value, roots: &mut Vec<RootInfo>) {
+        let kind = RootKind::ListElement { index };
+        match x {
+            Value::Tensor(t) => roots.push(self.root_info(kind, name, *t)),
+            Value::Pair(h, c) => {
+                roots.push(self.root_info(kind.clone(), format!("{name}[0]"), *h));
+                roots.push(self.root_info(kind, format!("{name}[1]"), *c));
+            }
+            _ => {}
+        }
+    }
+
     pub fn live_state(&self) -> LiveState {
         let mut roots = Vec::new();
         for name in &self.bindings.order {
@@ -132,15 +157,11 @@ impl Engine {
                     roots.push(self.root_info(RootKind::HiddenState, format!("{name}[0]"), *h));
                     roots.push(self.root_info(RootKind::HiddenState, format!("{name}[1]"), *c));
                 }
-                Value::List(l) => {
-                    for (i, x) in l.iter().enumerate() {
-                        if let Value::Tensor(t) = x {
-                            roots.push(self.root_info(
-                                RootKind::ListElement { index: i },
-                                format!("{name}[{i}]"),
-                                *t,
-                            ));
-                        }
+                Value::List(l) => self.element_roots(name, l.iter(), &mut roots),
+                Value::Deque { items, .. } => self.element_roots(name, items.iter(), &mut roots),
+                Value::Dict(d) => {
+                    for (i, (key, x)) in d.iter().enumerate() {
+                        self.element_root(format!("{name}[{key}]"), i, x, &mut roots);
                     }
                 }
                 Value::Float(_) => {}

@@ -7,6 +7,7 @@ use super::bindings::Value;
 use super::dtype::DType;
 use super::error::{EngineError, Result};
 use super::events::EngineEvent;
+use super::loop_steps::{DictKey, EveryUnit, HiddenPart};
 use super::shape::Shape;
 use super::tag::Category;
 use super::Engine;
@@ -81,9 +82,12 @@ pub enum Step {
         into: String,
         what: KeepWhat,
     },
-    /// Before the forward: `hidden = repackage_hidden(hidden)` when `detach`.
+    /// Before the forward: `hidden = repackage_hidden(hidden)` when `detach`
+    /// (`part` H or C: only that element, `hidden = (h.detach(), c)`).
     CarryHidden {
         detach: bool,
+        #[serde(default)]
+        part: HiddenPart,
     },
     /// `del name`.
     Delete {
@@ -145,6 +149,61 @@ pub enum Step {
         times: u32,
         steps: Vec<Step>,
     },
+    /// `if it % n == offset:` (or, per epoch, `if epoch % n == offset:` at
+    /// the epoch's last batch): the inner steps on a schedule.
+    Every {
+        n: u32,
+        #[serde(default)]
+        offset: u32,
+        #[serde(default)]
+        unit: EveryUnit,
+        steps: Vec<Step>,
+    },
+    /// `name = 0`: a Python number (a metric reset).
+    Assign {
+        name: String,
+        value: i64,
+    },
+    /// `into += (output.argmax(1) == target).sum()` (`.item()` with `Item`):
+    /// an int64 [B] argmax, a bool [B] comparison, an int64 0-dim sum, none
+    /// of them differentiable.
+    CountCorrect {
+        output: String,
+        target: String,
+        into: String,
+        what: KeepWhat,
+    },
+    /// `name = {}`.
+    NewDict {
+        name: String,
+    },
+    /// `name = collections.deque(maxlen=maxlen)`: `Append` to it drops the
+    /// oldest element once it holds `maxlen`.
+    NewDeque {
+        name: String,
+        maxlen: u32,
+    },
+    /// `dict[key] = from …`.
+    SetItem {
+        dict: String,
+        key: DictKey,
+        from: String,
+        what: KeepWhat,
+    },
+    /// `list = [torch.empty(shape, dtype) for _ in range(count)]`.
+    AllocateBuffers {
+        list: String,
+        count: u32,
+        shape: Vec<u64>,
+        dtype: DType,
+    },
+    /// `del list[offset::step]`: every `step`-th element from `offset`.
+    DeleteEvery {
+        list: String,
+        step: u32,
+        #[serde(default)]
+        offset: u32,
+    },
 }
 
 impl Step {
@@ -178,6 +237,22 @@ impl Step {
             Step::SetRequiresGrad { .. } => "requires_grad_",
             Step::RetainGrad { .. } => "retain_grad",
             Step::Repeat { .. } => "repeat",
+            Step::Every { .. } => "every",
+            Step::Assign { .. } => "assign",
+            Step::CountCorrect { .. } => "count_correct",
+            Step::NewDict { .. } => "dict",
+            Step::NewDeque { .. } => "deque",
+            Step::SetItem { .. } => "setitem",
+            Step::AllocateBuffers { .. } => "allocate_buffers",
+            Step::DeleteEvery { .. } => "del_slice",
+        }
+    }
+
+    /// The steps nested in this one (`Repeat`'s and `Every`'s).
+    pub fn children(&self) -> Option<&[Step]> {
+        match self {
+            Step::Repeat { steps, .. } | Step::Every { steps, .. } => Some(steps),
+            _ => None,
         }
     }
 }
@@ -197,6 +272,10 @@ pub struct Program {
     /// length); empty = the model's own.
     #[serde(default)]
     pub seq_lens: Vec<u64>,
+    /// Iterations per epoch (an `Every` counting epochs); 0 = the whole
+    /// run is one epoch.
+    #[serde(default)]
+    pub epoch_len: u32,
 }
 
 impl Program {
@@ -235,6 +314,7 @@ impl Program {
             iterations,
             batch_sizes: Vec::new(),
             seq_lens: Vec::new(),
+            epoch_len: 0,
         }
     }
 }
@@ -244,10 +324,7 @@ impl Program {
 pub fn preorder_len(steps: &[Step]) -> u32 {
     steps
         .iter()
-        .map(|s| match s {
-            Step::Repeat { steps, .. } => 1 + preorder_len(steps),
-            _ => 1,
-        })
+        .map(|s| 1 + s.children().map_or(0, preorder_len))
         .sum()
 }
 
@@ -402,23 +479,23 @@ impl Engine {
             }
             Step::Append { from, list, what } => {
                 let v = self.derive(from, *what)?;
-                self.keep_value(&v);
-                match self.bindings.vars.get_mut(list.as_str()) {
-                    Some(Value::List(l)) => l.push(v),
-                    _ => {
-                        self.bind(list, Value::List(Vec::new()));
-                        if let Some(Value::List(l)) = self.bindings.vars.get_mut(list.as_str()) {
-                            l.push(v);
-                        }
-                    }
-                }
+                self.append_value(list, v)?;
             }
             Step::AccumulateLoss { from, into, what } => self.accumulate(from, into, *what)?,
-            Step::CarryHidden { detach } => {
+            Step::CarryHidden { detach, part } => {
                 if *detach {
                     if let Some(Value::Pair(h, c)) = self.bindings.vars.get("hidden").cloned() {
-                        let hd = self.detach(h);
-                        let cd = self.detach(c);
+                        // The tuple is new; an element kept as it is gets
+                        // one more reference, as the tuple holds it.
+                        let mut element = |t, detached: bool| {
+                            if detached {
+                                self.detach(t)
+                            } else {
+                                self.local_ref(t)
+                            }
+                        };
+                        let hd = element(h, *part != HiddenPart::C);
+                        let cd = element(c, *part != HiddenPart::H);
                         self.bind("hidden", Value::Pair(hd, cd));
                     }
                 }
@@ -479,6 +556,45 @@ impl Engine {
                     }
                 }
             }
+            Step::Every {
+                n,
+                offset,
+                unit,
+                steps,
+            } => {
+                if self.every_due(p, *n, *offset, *unit) {
+                    for (inner, s) in numbered(steps, index + 1) {
+                        self.run_step(s, inner, p)?;
+                    }
+                }
+            }
+            Step::Assign { name, value } => self.bind(name, Value::Float(*value as f64)),
+            Step::CountCorrect {
+                output,
+                target,
+                into,
+                what,
+            } => self.count_correct(output, target, into, *what)?,
+            Step::NewDict { name } => self.bind(name, Value::Dict(Vec::new())),
+            Step::NewDeque { name, maxlen } => {
+                self.bind(name, super::loop_steps::new_deque(*maxlen))
+            }
+            Step::SetItem {
+                dict,
+                key,
+                from,
+                what,
+            } => {
+                let v = self.derive(from, *what)?;
+                self.set_item(dict, key, v)?;
+            }
+            Step::AllocateBuffers {
+                list,
+                count,
+                shape,
+                dtype,
+            } => self.allocate_buffers(list, *count, shape, *dtype)?,
+            Step::DeleteEvery { list, step, offset } => self.delete_every(list, *step, *offset)?,
         }
         Ok(())
     }
@@ -499,7 +615,19 @@ impl Engine {
         self.ctx.inference = g == GradContext::InferenceMode;
     }
 
+    /// `from` as `what` keeps it; a hidden state `(h, c)` is kept, detached
+    /// (`repackage_hidden`) or copied to the host element by element.
     fn derive(&mut self, from: &str, what: KeepWhat) -> Result<Value> {
+        if let Some(Value::Pair(h, c)) = self.bindings.vars.get(from).cloned() {
+            return match what {
+                KeepWhat::Tensor => Ok(Value::Pair(self.local_ref(h), self.local_ref(c))),
+                KeepWhat::Detach => Ok(Value::Pair(self.detach(h), self.detach(c))),
+                KeepWhat::Cpu => Ok(Value::Pair(self.cpu(h), self.cpu(c))),
+                KeepWhat::Item => Err(EngineError::Program(format!(
+                    "`{from}` is a tuple (h, c): it has no .item()"
+                ))),
+            };
+        }
         let t = self.binding_tensor(from)?;
         Ok(match what {
             KeepWhat::Tensor => Value::Tensor(self.local_ref(t)),

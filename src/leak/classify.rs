@@ -26,7 +26,8 @@ impl Detector {
             let Some(h) = self.groups.get(acc.name) else {
                 continue;
             };
-            if self.history_is_anothers(acc) {
+            // A deque(maxlen=k) grows only until it holds k: bounded, not a leak.
+            if self.history_is_anothers(acc) || self.facts.bounded.contains(acc.name) {
                 continue;
             }
             if let Some(f) = self.classify(ctx, g as u32, acc, h) {
@@ -166,10 +167,11 @@ impl Detector {
                 let mut e = format!(
                     "`{name}` holds {} GPU tensors ({}) that nothing else references and gains {} per \
                      iteration over the last {growth_steps} iterations; they carry no un-released graph \
-                     (a growing list, not a retained graph).",
+                     (a growing {}, not a retained graph).",
                     cur.elements,
                     format_size(cur.own),
                     signed_size(own.per_iter),
+                    self.facts.container_noun(name),
                 );
                 if cur.nodes > 0 {
                     e.push_str(&format!(

@@ -54,15 +54,16 @@ pub(super) fn fix_for(
                 format!("{from}.detach()")
             }
         };
+        // A detached GPU tensor still holds its memory: keep a host copy.
+        let host = |from: &str| match facts.is_loss(from) {
+            true => format!("{from}.item()"),
+            false => format!("{from}.detach().cpu()"),
+        };
         match b {
             Binder::Accumulate { from, .. } => return format!("{pre}{name} += {}", plain(from)),
-            Binder::Append { from, .. } => {
-                // A detached GPU tensor still holds its memory: keep a host copy.
-                let kept = match facts.is_loss(from) {
-                    true => format!("{from}.item()"),
-                    false => format!("{from}.detach().cpu()"),
-                };
-                return format!("{pre}{name}.append({kept})");
+            Binder::Append { from, .. } => return format!("{pre}{name}.append({})", host(from)),
+            Binder::SetItem { from, key, .. } => {
+                return format!("{pre}{name}[{key}] = {}", host(from))
             }
             Binder::Keep { from, .. } => return format!("{pre}{name} = {}", plain(from)),
             Binder::Forward | Binder::Loss => {}

@@ -3,14 +3,29 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::engine::{GradContext, KeepWhat, Program, Step};
+use crate::engine::{DictKey, GradContext, HiddenPart, KeepWhat, Program, Step};
 
 /// How a root gets its value in the program.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Binder {
-    Accumulate { from: String, what: KeepWhat },
-    Append { from: String, what: KeepWhat },
-    Keep { from: String, what: KeepWhat },
+    Accumulate {
+        from: String,
+        what: KeepWhat,
+    },
+    Append {
+        from: String,
+        what: KeepWhat,
+    },
+    /// `dict[key] = from …`, the key as the statement writes it.
+    SetItem {
+        from: String,
+        what: KeepWhat,
+        key: String,
+    },
+    Keep {
+        from: String,
+        what: KeepWhat,
+    },
     Forward,
     Loss,
 }
@@ -34,6 +49,9 @@ pub(crate) struct ProgramFacts {
     /// program order.
     pub rebound_buffers: Vec<String>,
     rebound: FxHashSet<String>,
+    /// Names bound to a `deque(maxlen=…)`: whatever they hold, they hold at
+    /// most `maxlen` of it, so their growth stops by itself.
+    pub bounded: FxHashSet<String>,
     /// The first forward that runs in eval mode with grad enabled, as
     /// (input, output): what a `torch.no_grad()` fix wraps.
     pub eval_forward: Option<(String, String)>,
@@ -68,8 +86,8 @@ impl ProgramFacts {
             {
                 self.rebound_buffers.push(name.clone());
             }
-            Step::Repeat { steps, .. } => {
-                for s in steps {
+            _ if s.children().is_some() => {
+                for s in s.children().unwrap_or_default() {
                     self.walk_buffers(s, deleted);
                 }
             }
@@ -94,7 +112,13 @@ impl ProgramFacts {
                 st.1 = *grad == GradContext::Enabled;
                 self.eval_with_grad |= !st.0 && st.1;
             }
-            Step::CarryHidden { detach } => self.carry_hidden_detach = Some(*detach),
+            // Detaching one of (h, c) still carries the other's graph.
+            Step::NewDeque { name, .. } => {
+                self.bounded.insert(name.clone());
+            }
+            Step::CarryHidden { detach, part } => {
+                self.carry_hidden_detach = Some(*detach && *part == HiddenPart::Both)
+            }
             Step::AccumulateLoss { from, into, what } => self.bind(
                 into,
                 Binder::Accumulate {
@@ -127,8 +151,25 @@ impl ProgramFacts {
             }
             Step::Loss { into, .. } => self.bind(into, Binder::Loss, eval_grad),
             Step::ScalerScale { into, .. } => self.bind(into, Binder::Loss, eval_grad),
-            Step::Repeat { steps, .. } => {
-                for s in steps {
+            Step::SetItem {
+                dict,
+                from,
+                what,
+                key,
+            } => self.bind(
+                dict,
+                Binder::SetItem {
+                    from: from.clone(),
+                    what: *what,
+                    key: match key {
+                        DictKey::Iteration => "it".to_string(),
+                        DictKey::Name(k) => format!("{k:?}"),
+                    },
+                },
+                eval_grad,
+            ),
+            _ if s.children().is_some() => {
+                for s in s.children().unwrap_or_default() {
                     self.walk(s, st);
                 }
             }
@@ -149,11 +190,25 @@ impl ProgramFacts {
             .get(root)?
             .iter()
             .min_by_key(|(b, _)| match b {
-                Binder::Accumulate { .. } | Binder::Append { .. } => 0,
+                Binder::Accumulate { .. } | Binder::Append { .. } | Binder::SetItem { .. } => 0,
                 Binder::Keep { .. } => 1,
                 _ => 2,
             })
             .map(|(b, e)| (b, *e))
+    }
+
+    /// What `name` is, as a container: "dict" when a `SetItem` fills it,
+    /// else "list".
+    pub fn container_noun(&self, name: &str) -> &'static str {
+        let dict = self
+            .binders
+            .get(name)
+            .is_some_and(|b| b.iter().any(|(b, _)| matches!(b, Binder::SetItem { .. })));
+        if dict {
+            "dict"
+        } else {
+            "list"
+        }
     }
 
     /// Whether `name` holds a loss (a 0-dim tensor: `.item()` applies).

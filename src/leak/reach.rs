@@ -79,8 +79,9 @@ pub(super) fn lookup(pos: &[u32], id: u32) -> u32 {
 }
 
 fn strip_index(name: &str) -> &str {
-    match name.rfind('[') {
-        Some(i) if name.ends_with(']') => &name[..i],
+    // `hist[3][0]` (a kept hidden state in a list) belongs to `hist`.
+    match name.find('[') {
+        Some(i) if i > 0 && name.ends_with(']') => &name[..i],
         _ => name,
     }
 }

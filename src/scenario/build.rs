@@ -55,7 +55,7 @@ pub(crate) fn layers_to_dims(layers: &[LayerSpec]) -> Result<Vec<u64>, String> {
     Ok(dims)
 }
 
-fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
+pub(crate) fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
     let mut model = match &s.model {
         ModelSpec::Preset(name) => ModelConfig::preset(name).ok_or_else(|| {
             let names: Vec<&str> = PRESET_CATALOGUE.iter().map(|p| p.name).collect();
@@ -244,6 +244,7 @@ pub(crate) fn build(
         iterations: s.iterations.saturating_mul(epochs),
         batch_sizes: s.data.batch_schedule.clone(),
         seq_lens: s.data.seq_schedule.clone(),
+        epoch_len: s.iterations,
     };
     Ok(Built {
         conditions,

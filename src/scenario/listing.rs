@@ -132,7 +132,7 @@ impl Writer {
                 let text = "# end of the autocast block".into();
                 self.push(self.depth(base), text, at, true);
             }
-            Step::Repeat { steps, .. } => {
+            Step::Repeat { steps, .. } | Step::Every { steps, .. } => {
                 self.push(
                     self.depth(base),
                     statement_in(s, self.targetless),
@@ -175,7 +175,14 @@ impl Listing {
             w.step(s, index, 0);
         }
         let depth = w.depth(0);
-        let header = format!("for it in range({}):", program.iterations);
+        let header = match program.epoch_len {
+            // Several epochs: say what `epoch` (an Every's) counts.
+            n if n > 0 && n < program.iterations => format!(
+                "for it in range({}):  # epoch = it // {n}",
+                program.iterations
+            ),
+            _ => format!("for it in range({}):", program.iterations),
+        };
         w.push(depth, header, None, false);
         let blocks = std::mem::take(&mut w.open);
         w.steps(&program.steps, preorder_len(&program.setup), depth + 1);
@@ -218,6 +225,7 @@ mod tests {
             iterations: 3,
             batch_sizes: Vec::new(),
             seq_lens: Vec::new(),
+            epoch_len: 0,
         };
         let l = Listing::new(&program, Arc::default());
         l.lines
@@ -269,6 +277,50 @@ mod tests {
                 "4             # end of the autocast block",
                 "5         optimizer.step()",
             ]
+        );
+    }
+
+    #[test]
+    fn a_schedule_nests_its_steps_and_their_blocks() {
+        let got = listing(
+            "[NewDeque(name: \"recent\", maxlen: 5)]",
+            r#"[Every(n: 5, offset: 4, unit: Epoch, steps: [Eval(grad: NoGrad), Assign(name: "correct", value: 0),
+                   Repeat(times: 2, steps: [CountCorrect(output: "vout", target: "vy", into: "correct", what: Item)]),
+                   Train]),
+                Append(from: "loss", list: "recent", what: Tensor)]"#,
+        );
+        assert_eq!(
+            got,
+            [
+                "0 recent = collections.deque(maxlen=5)",
+                "- for it in range(3):",
+                "1     if epoch % 5 == 4:  # at the epoch's last batch",
+                "2         model.eval()",
+                "2         with torch.no_grad():",
+                "3             correct = 0",
+                "4             for _ in range(2):",
+                "5                 correct += (vout.argmax(1) == vy).sum().item()",
+                "6         model.train()",
+                "7     recent.append(loss)",
+            ]
+        );
+    }
+
+    #[test]
+    fn epochs_say_what_epoch_counts() {
+        let program = Program {
+            epoch_len: 10,
+            ..Program::training(100)
+        };
+        let l = Listing::new(&program, Arc::default());
+        assert_eq!(l.lines[0].text, "for it in range(100):  # epoch = it // 10");
+        let one = Program {
+            epoch_len: 100,
+            ..Program::training(100)
+        };
+        assert_eq!(
+            Listing::new(&one, Arc::default()).lines[0].text,
+            "for it in range(100):"
         );
     }
 

@@ -23,6 +23,7 @@ mod size;
 mod statement;
 mod steps;
 mod validate;
+mod value_kinds;
 
 pub use build::{at_point, has_seq, Built};
 pub use conditions::{lt_rule, Conditions, ENV_KEYS};

@@ -2,9 +2,17 @@
 //! `scenarios/README.md`), written out with the step's own names, so a block
 //! made by a step can say which line of a training loop it is.
 
-use crate::engine::{DType, GradContext, KeepWhat, Step};
+use crate::engine::{DType, DictKey, EveryUnit, GradContext, HiddenPart, KeepWhat, Step};
 
 fn kept(from: &str, what: KeepWhat) -> String {
+    // The RNN's carried state is a tuple (h, c): detached element-wise.
+    if from == "hidden" {
+        match what {
+            KeepWhat::Detach => return format!("tuple(h.detach() for h in {from})"),
+            KeepWhat::Cpu => return format!("tuple(h.detach().cpu() for h in {from})"),
+            _ => {}
+        }
+    }
     match what {
         KeepWhat::Tensor => from.to_string(),
         KeepWhat::Item => format!("{from}.item()"),
@@ -55,6 +63,16 @@ pub fn statement_in(step: &Step, targetless: bool) -> String {
     }
 }
 
+/// `torch.empty(dims, dtype=…, device="cuda")`.
+fn empty(shape: &[u64], d: DType) -> String {
+    let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
+    format!(
+        "torch.empty({}, dtype={}, device=\"cuda\")",
+        dims.join(", "),
+        dtype(d)
+    )
+}
+
 /// The statement `step` stands for, e.g. `out = model(x)`.
 pub fn statement(step: &Step) -> String {
     match step {
@@ -82,8 +100,12 @@ pub fn statement(step: &Step) -> String {
         Step::Keep { from, into, what } => format!("{into} = {}", kept(from, *what)),
         Step::Append { from, list, what } => format!("{list}.append({})", kept(from, *what)),
         Step::AccumulateLoss { from, into, what } => format!("{into} += {}", kept(from, *what)),
-        Step::CarryHidden { detach: true } => "hidden = repackage_hidden(hidden)".into(),
-        Step::CarryHidden { detach: false } => "hidden carried as it is (no detach)".into(),
+        Step::CarryHidden { detach: false, .. } => "hidden carried as it is (no detach)".into(),
+        Step::CarryHidden { part, .. } => match part {
+            HiddenPart::Both => "hidden = repackage_hidden(hidden)".into(),
+            HiddenPart::H => "hidden = (hidden[0].detach(), hidden[1])".into(),
+            HiddenPart::C => "hidden = (hidden[0], hidden[1].detach())".into(),
+        },
         Step::Delete { name } => format!("del {name}"),
         Step::Train => "model.train()".into(),
         Step::Eval { grad } => match grad {
@@ -109,13 +131,58 @@ pub fn statement(step: &Step) -> String {
             name,
             shape,
             dtype: d,
+        } => format!("{name} = {}", empty(shape, *d)),
+        Step::AllocateBuffers {
+            list,
+            count,
+            shape,
+            dtype: d,
+        } => format!("{list} = [{} for _ in range({count})]", empty(shape, *d)),
+        Step::DeleteEvery { list, step, offset } => {
+            let start = if *offset == 0 {
+                String::new()
+            } else {
+                offset.to_string()
+            };
+            format!("del {list}[{start}::{step}]")
+        }
+        Step::Every {
+            n, offset, unit, ..
+        } => match unit {
+            EveryUnit::Iteration => format!("if it % {n} == {offset}:"),
+            EveryUnit::Epoch => {
+                format!("if epoch % {n} == {offset}:  # at the epoch's last batch")
+            }
+        },
+        Step::Assign { name, value } => format!("{name} = {value}"),
+        Step::CountCorrect {
+            output,
+            target,
+            into,
+            what,
         } => {
-            let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
-            format!(
-                "{name} = torch.empty({}, dtype={}, device=\"cuda\")",
-                dims.join(", "),
-                dtype(*d)
-            )
+            let item = if *what == KeepWhat::Item {
+                ".item()"
+            } else {
+                ""
+            };
+            format!("{into} += ({output}.argmax(1) == {target}).sum(){item}")
+        }
+        Step::NewDict { name } => format!("{name} = {{}}"),
+        Step::NewDeque { name, maxlen } => {
+            format!("{name} = collections.deque(maxlen={maxlen})")
+        }
+        Step::SetItem {
+            dict,
+            key,
+            from,
+            what,
+        } => {
+            let key = match key {
+                DictKey::Iteration => "it".to_string(),
+                DictKey::Name(k) => format!("{k:?}"),
+            };
+            format!("{dict}[{key}] = {}", kept(from, *what))
         }
         Step::ResetPeakStats => "torch.cuda.reset_peak_memory_stats()".into(),
         Step::RetainGrad { name } => format!("{name}.retain_grad()"),
@@ -162,5 +229,62 @@ mod tests {
             retain_graph: true,
         };
         assert_eq!(statement(&s), "loss.backward(retain_graph=True)");
+    }
+
+    #[test]
+    fn loop_statements_read_as_python() {
+        let cases = [
+            (
+                "DeleteEvery(list: \"xs\", step: 2)",
+                "del xs[::2]",
+            ),
+            (
+                "DeleteEvery(list: \"xs\", step: 3, offset: 1)",
+                "del xs[1::3]",
+            ),
+            (
+                "Every(n: 5, offset: 4, unit: Epoch, steps: [])",
+                "if epoch % 5 == 4:  # at the epoch's last batch",
+            ),
+            ("Every(n: 2, steps: [])", "if it % 2 == 0:"),
+            (
+                "CountCorrect(output: \"vout\", target: \"vy\", into: \"correct\", what: Tensor)",
+                "correct += (vout.argmax(1) == vy).sum()",
+            ),
+            (
+                "CountCorrect(output: \"o\", target: \"y\", into: \"n\", what: Item)",
+                "n += (o.argmax(1) == y).sum().item()",
+            ),
+            ("Assign(name: \"correct\", value: 0)", "correct = 0"),
+            ("NewDict(name: \"history\")", "history = {}"),
+            (
+                "NewDeque(name: \"recent\", maxlen: 5)",
+                "recent = collections.deque(maxlen=5)",
+            ),
+            (
+                "SetItem(dict: \"history\", key: Iteration, from: \"out\", what: Detach)",
+                "history[it] = out.detach()",
+            ),
+            (
+                "SetItem(dict: \"best\", key: Name(\"loss\"), from: \"loss\", what: Item)",
+                "best[\"loss\"] = loss.item()",
+            ),
+            (
+                "AllocateBuffers(list: \"xs\", count: 100, shape: [1000, 1000], dtype: F32)",
+                "xs = [torch.empty(1000, 1000, dtype=torch.float32, device=\"cuda\") for _ in range(100)]",
+            ),
+            (
+                "CarryHidden(detach: true, part: H)",
+                "hidden = (hidden[0].detach(), hidden[1])",
+            ),
+            (
+                "Keep(from: \"hidden\", into: \"h0\", what: Detach)",
+                "h0 = tuple(h.detach() for h in hidden)",
+            ),
+        ];
+        for (ron_text, python) in cases {
+            let step: Step = ron::from_str(ron_text).expect(ron_text);
+            assert_eq!(statement(&step), python);
+        }
     }
 }

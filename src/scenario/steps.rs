@@ -91,7 +91,7 @@ impl StepSites {
 fn collect(steps: &[Step], first: u32, targetless: bool, out: &mut Vec<String>) {
     for (index, s) in numbered(steps, first) {
         out.push(statement_in(s, targetless));
-        if let Step::Repeat { steps, .. } = s {
+        if let Some(steps) = s.children() {
             collect(steps, index + 1, targetless, out);
         }
     }
@@ -253,7 +253,7 @@ fn field_list(t: &[Token], open: usize, name: &str) -> Option<usize> {
 }
 
 /// The positions of the elements of the list opened at `open`, each
-/// `Repeat`'s own steps right after it.
+/// `Repeat`'s (or `Every`'s) own steps right after it.
 fn elements(t: &[Token], open: usize, out: &mut Vec<(usize, usize)>) -> Option<()> {
     let mut depth = 0usize;
     let mut at_start = true;
@@ -269,7 +269,8 @@ fn elements(t: &[Token], open: usize, out: &mut Vec<(usize, usize)>) -> Option<(
                 _ if at_start => {
                     at_start = false;
                     out.push((tok.line, tok.column));
-                    if tok.text == "Repeat" && t.get(i + 1).is_some_and(|x| x.text == "(") {
+                    let nests = matches!(tok.text, "Repeat" | "Every");
+                    if nests && t.get(i + 1).is_some_and(|x| x.text == "(") {
                         let inner = field_list(t, i + 1, "steps")?;
                         elements(t, inner, out)?;
                     }

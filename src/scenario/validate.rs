@@ -2,10 +2,11 @@
 //! need a backward first, sizes that make no sense. Each error points at the
 //! step in the file.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 
 use super::format::Scenario;
-use crate::engine::{DType, Step};
+use super::value_kinds::{self, Kind};
+use crate::engine::{DType, DictKey, EveryUnit, KeepWhat, Step};
 use crate::units::format_count;
 
 /// A problem with one step: its position among the steps named `label` (0 for
@@ -49,6 +50,14 @@ fn variant(s: &Step) -> &'static str {
         Step::SetRequiresGrad { .. } => "SetRequiresGrad",
         Step::RetainGrad { .. } => "RetainGrad",
         Step::Repeat { .. } => "Repeat",
+        Step::Every { .. } => "Every",
+        Step::Assign { .. } => "Assign",
+        Step::CountCorrect { .. } => "CountCorrect",
+        Step::NewDict { .. } => "NewDict",
+        Step::NewDeque { .. } => "NewDeque",
+        Step::SetItem { .. } => "SetItem",
+        Step::AllocateBuffers { .. } => "AllocateBuffers",
+        Step::DeleteEvery { .. } => "DeleteEvery",
     }
 }
 
@@ -70,15 +79,28 @@ fn reads_binds(s: &Step) -> (Vec<&str>, Vec<&str>) {
         Step::ScalerScale { loss, into } => (vec![loss], vec![into]),
         Step::AllocateBuffer { name, .. } => (vec![], vec![name]),
         Step::RetainGrad { name } => (vec![name], vec![]),
+        Step::Assign { name, .. } => (vec![], vec![name]),
+        Step::CountCorrect {
+            output,
+            target,
+            into,
+            ..
+        } => (vec![output, target], vec![into]),
+        Step::NewDict { name } | Step::NewDeque { name, .. } => (vec![], vec![name]),
+        Step::SetItem { dict, from, .. } => (vec![from, dict], vec![]),
+        Step::AllocateBuffers { list, .. } => (vec![], vec![list]),
+        Step::DeleteEvery { list, .. } => (vec![list], vec![]),
         _ => (vec![], vec![]),
     }
 }
 
 /// The name the engine keeps an RNN's carried state under.
-const HIDDEN: &str = "hidden";
+pub(crate) const HIDDEN: &str = "hidden";
 
 struct Walk<'a> {
-    bound: HashSet<&'a str>,
+    bound: HashMap<&'a str, Kind>,
+    /// The model carries `hidden` through `Forward` (an LSTM).
+    recurrent: bool,
     backward_seen: bool,
     /// `with torch.autocast(...)` blocks open, and which AutocastEnter
     /// opened the innermost (its occurrence).
@@ -105,25 +127,44 @@ impl<'a> Walk<'a> {
     fn step(&mut self, s: &'a Step, in_loop: bool) {
         let v = variant(s);
         let occurrence = *self.counts.entry(v).and_modify(|c| *c += 1).or_insert(0);
-        let mut problem = |message: String| {
-            self.problems.push(StepProblem {
-                variant: v,
-                occurrence,
-                message,
-            })
-        };
-        let (reads, binds) = reads_binds(s);
-        if reads.iter().chain(&binds).any(|n| *n == HIDDEN) {
-            problem(format!(
-                "{v} uses `{HIDDEN}`, the RNN's carried (h, c) state: no step reads or binds it by \
-                 name (CarryHidden carries it; Forward uses it)"
-            ));
-        }
+        let mut problems = Vec::new();
+        let mut problem = |message: String| problems.push(message);
+        let (reads, _) = reads_binds(s);
         for name in reads {
             // The target of a loss may be absent for models that have none.
             let optional = matches!(s, Step::Loss { target, .. } if target == name);
-            if !optional && !self.bound.contains(name) {
+            if !optional && !self.bound.contains_key(name) {
                 problem(format!("{v} uses `{name}`, which no earlier step binds"));
+            }
+        }
+        for (name, allowed, why) in value_kinds::needs(s) {
+            if let Some(k) = self.bound.get(name) {
+                if !allowed.contains(k) {
+                    problem(format!("{v} uses `{name}`, which is {}: {why}", k.noun()));
+                }
+            }
+        }
+        if let Step::Append { list, .. } = s {
+            if let Some(k) = self.bound.get(list.as_str()) {
+                if !matches!(k, Kind::List | Kind::Deque) {
+                    problem(format!(
+                        "Append adds to `{list}`, which is {}: only a list or a deque has .append()",
+                        k.noun()
+                    ));
+                }
+            }
+        }
+        let bound = &self.bound;
+        let binds = value_kinds::binds(s, |n| bound.get(n).copied(), self.recurrent);
+        if self.recurrent {
+            for (name, kind) in &binds {
+                if *name == HIDDEN && *kind != Kind::Pair {
+                    problem(format!(
+                        "{v} binds `{HIDDEN}` to {}: the LSTM's Forward reads `{HIDDEN}` as its \
+                         (h, c) state",
+                        kind.noun()
+                    ));
+                }
             }
         }
         match s {
@@ -143,26 +184,102 @@ impl<'a> Walk<'a> {
                  with AutocastEnter before it"
                     .to_string(),
             ),
-            Step::AllocateBuffer { shape, .. } if shape.contains(&0) => {
+            Step::AllocateBuffer { shape, .. } | Step::AllocateBuffers { shape, .. }
+                if shape.contains(&0) =>
+            {
                 problem(format!("{v} has a zero-sized dimension"))
             }
+            Step::AllocateBuffers { count: 0, .. } => {
+                problem("AllocateBuffers needs count ≥ 1".to_string())
+            }
+            Step::DeleteEvery { step: 0, .. } => problem(
+                "DeleteEvery needs step ≥ 1: Python's slice step cannot be zero".to_string(),
+            ),
+            Step::CountCorrect { what, .. }
+                if !matches!(what, KeepWhat::Tensor | KeepWhat::Item) =>
+            {
+                problem(format!(
+                    "CountCorrect keeps a count as Tensor or Item, not {what:?}"
+                ))
+            }
+            Step::SetItem {
+                key: DictKey::Name(k),
+                ..
+            } if k.is_empty() || k.contains(['[', ']', '\'', '"', '\\']) => problem(format!(
+                "SetItem's key {k:?} must be a plain word (no brackets or quotes)"
+            )),
             // The guard unbinds the name whether or not it was bound.
-            Step::Delete { name } if !self.bound.remove(name.as_str()) => {
+            Step::Delete { name } if self.bound.remove(name.as_str()).is_none() => {
                 problem(format!(
                     "Delete removes `{name}`, which no earlier step binds"
                 ));
             }
+            _ => {}
+        }
+        for message in problems {
+            self.problems.push(StepProblem {
+                variant: v,
+                occurrence,
+                message,
+            });
+        }
+        match s {
             Step::Repeat { times, steps } => {
                 if *times == 0 {
-                    problem("Repeat needs times ≥ 1".to_string());
+                    self.problem(v, occurrence, "Repeat needs times ≥ 1".to_string());
                 }
                 for inner in steps {
                     self.step(inner, in_loop);
                 }
             }
+            Step::Every {
+                n,
+                offset,
+                unit,
+                steps,
+            } => self.every(occurrence, (*n, *offset, *unit), steps, in_loop),
             _ => {}
         }
         self.bound.extend(binds);
+    }
+
+    fn problem(&mut self, variant: &'static str, occurrence: usize, message: String) {
+        self.problems.push(StepProblem {
+            variant,
+            occurrence,
+            message,
+        });
+    }
+
+    /// An `Every`: its steps see what is bound before it; after it, a name
+    /// bound inside counts as bound only if the block runs in the first
+    /// iteration (`it % n == 0`), else a later read could fail with NameError.
+    fn every(
+        &mut self,
+        occurrence: usize,
+        (n, offset, unit): (u32, u32, EveryUnit),
+        steps: &'a [Step],
+        in_loop: bool,
+    ) {
+        let v = "Every";
+        if !in_loop {
+            let m = "Every belongs in the loop's steps: setup runs once".to_string();
+            self.problem(v, occurrence, m);
+        }
+        if n == 0 {
+            self.problem(v, occurrence, "Every needs n ≥ 1".to_string());
+        } else if offset >= n {
+            let m = format!("Every's offset {offset} is never reached: `% {n}` is below {n}");
+            self.problem(v, occurrence, m);
+        }
+        let before = self.bound.clone();
+        for inner in steps {
+            self.step(inner, in_loop);
+        }
+        let runs_first = unit == EveryUnit::Iteration && offset == 0;
+        if !runs_first {
+            self.bound.retain(|name, _| before.contains_key(name));
+        }
     }
 }
 
@@ -185,6 +302,8 @@ fn executed(steps: &[Step]) -> u64 {
         .iter()
         .map(|s| match s {
             Step::Repeat { times, steps } => u64::from(*times).saturating_mul(executed(steps)),
+            // At most once an iteration.
+            Step::Every { steps, .. } => 1 + executed(steps),
             _ => 1,
         })
         .fold(0, u64::saturating_add)
@@ -203,6 +322,8 @@ fn largest_repeat(setup: &[Step], steps: &[Step]) -> Option<(usize, u64)> {
                     *best = Some((here, n));
                 }
                 visit(inner, seen, best, false);
+            } else if let Some(inner) = s.children() {
+                visit(inner, seen, best, outer);
             }
         }
     }
@@ -268,8 +389,11 @@ pub(crate) fn validate(s: &Scenario) -> (Vec<String>, Vec<StepProblem>) {
             ));
         }
     }
+    let recurrent = super::build::model_config(s)
+        .is_ok_and(|m| matches!(m.kind, crate::engine::ModelKind::LstmLm { .. }));
     let mut walk = Walk {
-        bound: HashSet::from([HIDDEN]),
+        bound: HashMap::new(),
+        recurrent,
         backward_seen: false,
         autocast: Vec::new(),
         counts: Default::default(),
@@ -279,6 +403,7 @@ pub(crate) fn validate(s: &Scenario) -> (Vec<String>, Vec<StepProblem>) {
         walk.step(step, false);
     }
     walk.autocast_closed();
+    work.append(&mut walk.problems);
     // The loop's first pass sees only what setup bound: a name bound late in
     // the loop is unbound for the steps before it.
     let mut first = Walk {

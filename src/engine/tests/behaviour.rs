@@ -423,7 +423,10 @@ fn rnn_hidden_not_detached_raises_at_iteration_2() {
     assert_eq!(err, EngineError::Runtime(BACKWARD_TWICE.into()));
     // With detach it trains.
     let mut e = engine(ModelConfig::lstm_lm_ptb());
-    let mut steps = vec![Step::CarryHidden { detach: true }];
+    let mut steps = vec![Step::CarryHidden {
+        detach: true,
+        part: Default::default(),
+    }];
     steps.extend(train_steps());
     run(&mut e, &program(steps, 3));
 }

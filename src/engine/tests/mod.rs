@@ -6,6 +6,7 @@ mod checkpointing;
 mod golden;
 mod lang;
 pub(crate) mod launches;
+mod loop_language;
 mod precision;
 mod presets;
 mod transformer;
@@ -125,6 +126,7 @@ pub(crate) fn program(steps: Vec<Step>, iterations: u32) -> Program {
         iterations,
         batch_sizes: Vec::new(),
         seq_lens: Vec::new(),
+        epoch_len: 0,
     }
 }
 

@@ -333,7 +333,10 @@ fn missing_zero_grad_is_flagged_without_calling_it_a_leak() {
 }
 
 fn lstm_steps(detach: bool, retain_graph: bool, step: bool) -> Vec<Step> {
-    let mut v = vec![Step::CarryHidden { detach }];
+    let mut v = vec![Step::CarryHidden {
+        detach,
+        part: Default::default(),
+    }];
     v.push(Step::ZeroGrad { set_to_none: None });
     v.extend(forward_steps());
     v.push(Step::Backward {

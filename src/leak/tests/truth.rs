@@ -102,6 +102,7 @@ fn facts(steps: Vec<Step>) -> ProgramFacts {
         iterations: 1,
         batch_sizes: Vec::new(),
         seq_lens: Vec::new(),
+        epoch_len: 0,
     })
 }
 

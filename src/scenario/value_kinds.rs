@@ -1,0 +1,122 @@
+//! What each name holds at check time (a tensor, the RNN's `(h, c)` tuple, a
+//! list, a dict, a deque, a Python number), so `check` refuses what Python
+//! would refuse at run time: `hidden.item()`, `history.append(…)` on a dict,
+//! `del xs[::2]` on a tensor.
+
+use crate::engine::{KeepWhat, Step};
+
+/// What a name holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Tensor,
+    /// The RNN's carried `(h, c)`, or a copy of it.
+    Pair,
+    List,
+    Dict,
+    Deque,
+    Number,
+}
+
+impl Kind {
+    pub(crate) fn noun(self) -> &'static str {
+        match self {
+            Kind::Tensor => "a tensor",
+            Kind::Pair => "a tuple (h, c)",
+            Kind::List => "a list",
+            Kind::Dict => "a dict",
+            Kind::Deque => "a deque",
+            Kind::Number => "a Python number",
+        }
+    }
+}
+
+/// The kinds a step needs of the names it reads, as (name, allowed kinds,
+/// what Python would say).
+pub(crate) fn needs(s: &Step) -> Vec<(&str, &'static [Kind], &'static str)> {
+    const TENSOR: &[Kind] = &[Kind::Tensor];
+    match s {
+        Step::Forward { input, .. } => vec![(input, TENSOR, "model() takes a tensor")],
+        Step::Loss { output, target, .. } => vec![
+            (output, TENSOR, "the criterion takes tensors"),
+            (target, TENSOR, "the criterion takes tensors"),
+        ],
+        Step::Backward { loss, .. } => vec![(loss, TENSOR, "only a tensor has .backward()")],
+        Step::ScalerScale { loss, .. } => vec![(loss, TENSOR, "scaler.scale takes a tensor")],
+        Step::RetainGrad { name } => vec![(name, TENSOR, "only a tensor has .retain_grad()")],
+        Step::CountCorrect { output, target, .. } => vec![
+            (output, TENSOR, "only a tensor has .argmax()"),
+            (target, TENSOR, "the comparison needs a tensor"),
+        ],
+        Step::SetItem {
+            dict, from, what, ..
+        } => vec![
+            kept_from(from, *what),
+            (dict, &[Kind::Dict], "item assignment here needs a dict"),
+        ],
+        Step::Keep { from, what, .. } | Step::Append { from, what, .. } => {
+            vec![kept_from(from, *what)]
+        }
+        Step::AccumulateLoss { from, .. } => {
+            vec![(from, TENSOR, "`+=` here adds a tensor")]
+        }
+        Step::DeleteEvery { list, .. } => {
+            vec![(list, &[Kind::List], "`del x[::n]` needs a list")]
+        }
+        _ => vec![],
+    }
+}
+
+/// What a `Keep`-like step needs of the name it keeps.
+fn kept_from(from: &str, what: KeepWhat) -> (&str, &'static [Kind], &'static str) {
+    match what {
+        KeepWhat::Item => (from, &[Kind::Tensor], "only a tensor has .item()"),
+        _ => (
+            from,
+            &[Kind::Tensor, Kind::Pair],
+            "only a tensor or the hidden state can be kept",
+        ),
+    }
+}
+
+/// The kind a name holds after `s` binds it; `current` says what a name
+/// holds before, `recurrent` whether `Forward` carries `hidden`.
+pub(crate) fn binds(
+    s: &Step,
+    current: impl Fn(&str) -> Option<Kind>,
+    recurrent: bool,
+) -> Vec<(&str, Kind)> {
+    let kept = |from: &str, what: KeepWhat| match what {
+        KeepWhat::Item => Kind::Number,
+        _ if current(from) == Some(Kind::Pair) => Kind::Pair,
+        _ => Kind::Tensor,
+    };
+    match s {
+        Step::LoadBatch { x, y } => vec![(x, Kind::Tensor), (y, Kind::Tensor)],
+        Step::Forward { output, .. } if recurrent => {
+            vec![
+                (output, Kind::Tensor),
+                (super::validate::HIDDEN, Kind::Pair),
+            ]
+        }
+        Step::Forward { output, .. } => vec![(output, Kind::Tensor)],
+        Step::Loss { into, .. } | Step::ScalerScale { into, .. } => vec![(into, Kind::Tensor)],
+        Step::Keep { from, into, what } => vec![(into, kept(from, *what))],
+        Step::Append { list, .. } => match current(list) {
+            Some(Kind::Deque) => vec![(list, Kind::Deque)],
+            _ => vec![(list, Kind::List)],
+        },
+        Step::AccumulateLoss { into, what, .. } | Step::CountCorrect { into, what, .. } => {
+            match (what, current(into)) {
+                (KeepWhat::Item, Some(Kind::Tensor)) => vec![(into, Kind::Tensor)],
+                (KeepWhat::Item, _) => vec![(into, Kind::Number)],
+                _ => vec![(into, Kind::Tensor)],
+            }
+        }
+        Step::AllocateBuffer { name, .. } => vec![(name, Kind::Tensor)],
+        Step::AllocateBuffers { list, .. } => vec![(list, Kind::List)],
+        Step::Assign { name, .. } => vec![(name, Kind::Number)],
+        Step::NewDict { name } => vec![(name, Kind::Dict)],
+        Step::NewDeque { name, .. } => vec![(name, Kind::Deque)],
+        _ => vec![],
+    }
+}
