@@ -221,3 +221,27 @@ fn checkpointing_shows_its_recompute_cost_beside_its_memory_saving() {
     let flops = |v: &serde_json::Value| v["compute_estimate"]["estimate"]["flops"].as_u64();
     assert!(flops(&v) > flops(&plain), "recompute adds FLOPs");
 }
+
+/// The deep-MLP scenarios' narration quotes the compute estimate: it must be
+/// the one their runs make (≈ 249 ms without, ≈ 334 ms with, ≈ 33 % more FLOPs).
+#[test]
+fn deep_mlp_narration_quotes_the_runs_own_compute_estimate() {
+    let estimate = |name: &str| {
+        let (code, out, err) = vramscope(&["run", name, "--json"]);
+        assert_eq!(code, 0, "{err}");
+        let v = json(&out);
+        let e = &v["compute_estimate"]["estimate"];
+        (
+            e["milliseconds"].as_f64().unwrap_or(0.0),
+            e["flops"].as_u64().unwrap_or(0) as f64,
+        )
+    };
+    let (plain_ms, plain_flops) = estimate("deep-mlp-no-checkpoint");
+    for name in ["deep-mlp-checkpoint", "deep-mlp-checkpoint-segments"] {
+        let (ms, flops) = estimate(name);
+        assert_eq!(plain_ms.round(), 249.0, "{name}");
+        assert_eq!(ms.round(), 334.0, "{name}");
+        let more = flops / plain_flops - 1.0;
+        assert!((0.30..0.37).contains(&more), "{name}: {more}");
+    }
+}
