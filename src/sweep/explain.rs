@@ -85,6 +85,12 @@ fn fit_words(sweep: &Sweep, fit: &Fit, out: &mut Vec<String>) {
             signed_size(a.intercept),
             shares(&fit.by_category, a.intercept, |l| l.line.intercept)
         ));
+        if fit.by_category.iter().any(|l| l.line.intercept < 0.0) {
+            out.push(
+                "A negative share is the straight line's, not memory: that category's own line through the points would reach zero at a batch above 0."
+                    .to_string(),
+            );
+        }
         let constant: Vec<String> = fit
             .by_category
             .iter()

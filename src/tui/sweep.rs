@@ -9,9 +9,10 @@ use super::theme::Theme;
 use crate::producers::SourceMsg;
 use crate::sweep::{Fit, Sweep, SweepPoint};
 
-/// The keys the chart understands, for its hint line.
+/// The keys the chart understands, for its hint line: quitting first, so
+/// that 80 columns keep it.
 pub const SWEEP_KEYS: &str =
-    "←/→ h/l point  g/G first/last  Enter open its run  x log₂/linear batch  ↑/↓ j/k scroll  q quit";
+    "q quit  ←/→ point  Enter its run  ↑/↓ scroll  x log₂/linear  g/G first/last  h/l j/k too";
 
 pub struct SweepState {
     pub title: String,
