@@ -196,8 +196,8 @@ impl Engine {
     }
 
     /// The arithmetic of a backward node's gradient for input `i` beyond
-    /// the bytes its kernel moves: a convolution's data and weight gradients
-    /// each cost the forward's GEMM; a fused attention backward 2.5 times its
+    /// the bytes its kernel moves: a GEMM operand's or a convolution's data
+    /// and weight gradients each cost the forward's GEMM; a fused attention backward 2.5 times its
     /// forward (it recomputes the scores; FlashAttention-2's count), counted
     /// with the first gradient it makes.
     pub(crate) fn count_grad_work(
@@ -215,6 +215,26 @@ impl Engine {
                 let kdim = w.numel() / w.dim(0).max(1);
                 let flops = self.shape(g).numel().saturating_mul(kdim).saturating_mul(2);
                 self.count_flops(FlopKind::Convolution, self.dtype(g), flops);
+            }
+            // Each operand's gradient is a GEMM as large as the forward's:
+            // 2·numel(a)·N, N the output's columns (a Linear's weight is
+            // [out, in], used transposed).
+            BwdKind::Gemm {
+                has_bias,
+                weight_transposed,
+            } => {
+                let first = usize::from(has_bias);
+                if i < first || inputs.len() < first + 2 {
+                    return;
+                }
+                let (a, b) = (inputs[first].shape, inputs[first + 1].shape);
+                let n = if weight_transposed {
+                    b.dim(0)
+                } else {
+                    b.last()
+                };
+                let flops = a.numel().saturating_mul(n).saturating_mul(2);
+                self.count_flops(FlopKind::Matmul, inputs[first].dtype, flops);
             }
             BwdKind::Sdpa { causal, .. } if inputs.len() > 1 => {
                 if (0..i).any(|j| inputs[j].edge.is_some()) {

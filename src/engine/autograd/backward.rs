@@ -362,6 +362,7 @@ impl Engine {
                     if needs(self, i) {
                         let m = self.nodes[n.0].inputs[i];
                         let t = self.gemm_grad(m.shape, m.dtype, g0)?;
+                        self.count_grad_work(n, kind, i, g0);
                         self.k_gemm_grad(n, i == first, g0, t);
                         if weight_transposed && i + 1 == ninputs {
                             self.t_mut(t).is_view = true;

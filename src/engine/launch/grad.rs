@@ -4,7 +4,6 @@
 
 use crate::engine::autograd::NodeId;
 use crate::engine::tensor::TensorId;
-use crate::engine::work::FlopKind;
 use crate::engine::Engine;
 
 impl Engine {
@@ -35,18 +34,10 @@ impl Engine {
         g: Option<TensorId>,
         out: TensorId,
     ) {
-        let Some(g) = g else { return };
-        let (shape_g, shape_out) = (self.shape(g), self.shape(out));
-        let glast = shape_g.last().max(1);
-        let inner = if first {
-            glast
-        } else {
-            shape_g.numel() / glast
-        };
-        self.count_gemm(FlopKind::Matmul, g, shape_out.numel(), inner);
         if self.launcher.is_none() {
             return;
         }
+        let Some(g) = g else { return };
         let want: &[&str] = if first { &["mat2"] } else { &["self", "mat1"] };
         let other = self.nodes[n.0]
             .saved
@@ -61,8 +52,15 @@ impl Engine {
         ) else {
             return;
         };
+        let (shape_g, shape_out) = (self.shape(g), self.shape(out));
         let cols = shape_out.last().max(1);
         let rows = shape_out.numel() / cols;
+        let glast = shape_g.last().max(1);
+        let inner = if first {
+            glast
+        } else {
+            shape_g.numel() / glast
+        };
         self.k_matmul_spans(gs, os, cs, (rows, cols, inner));
     }
 

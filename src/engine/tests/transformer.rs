@@ -462,3 +462,30 @@ fn a_two_layer_llama_in_the_language_saves_11_1_per_layer_plus_the_head() {
         + 2 * v * h; // the tied head's cached bf16 [V, H] (10.2)
     assert_eq!(e.saved_storage_bytes(), t * per_token + constants);
 }
+
+#[test]
+fn every_gemm_gradient_costs_its_forward_even_through_head_views() {
+    // fp32 with GQA takes the math backend (§4.4): attention is bmm GEMMs.
+    // The embedding trains, so every GEMM operand needs its gradient, and
+    // backward's GEMMs are exactly twice the forward's, although the q/k/v
+    // projections' gradients arrive shaped [B, h, T, d].
+    let mut lm = smollm2();
+    lm.layers = 2;
+    lm.vocab = 1000;
+    lm.seq = 64;
+    let m = ModelConfig {
+        batch: 2,
+        ..ModelConfig::causal_lm(&lm)
+    };
+    let mut e = engine_with(m, OptimizerConfig::adamw(), h100());
+    run(&mut e, &program(train_steps(), 1));
+    let w = e.work();
+    use super::super::work::{MathUnit, WorkPart};
+    let forward = w.flops(WorkPart::Forward, MathUnit::Fp32);
+    // Per layer and token: q, o 2·H², k, v 2·H·(H/3), gate, up, down 3·H·I;
+    // the head V·H; attention's two bmm T·H each.
+    let (h, i, v, t, tokens) = (576u64, 1536u64, 1000u64, 64u64, 128u64);
+    let per_token = 2 * (2 * h * h + 2 * h * h / 3 + 3 * h * i + 2 * t * h) + v * h;
+    assert_eq!(forward, 2 * tokens * per_token);
+    assert_eq!(w.flops(WorkPart::Backward, MathUnit::Fp32), 2 * forward);
+}
