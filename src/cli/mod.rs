@@ -195,6 +195,15 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// What is alive in snapshot B and was not in snapshot A (e.g. two dumps
+    /// 100 steps apart), grouped by the first user frame that allocated it.
+    Diff {
+        a: PathBuf,
+        b: PathBuf,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Write a snapshot PyTorch's viewer loads (pytorch.org/memory_viz).
     Export {
         input: PathBuf,
@@ -323,6 +332,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             },
         ),
         Some(Command::Watch { once, json }) => watch::run(once, json),
+        Some(Command::Diff { a, b, json }) => snapshot::diff(&a, &b, json),
         Some(Command::Export {
             input,
             output,

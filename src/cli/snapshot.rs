@@ -23,6 +23,24 @@ pub fn load(path: &Path) -> anyhow::Result<Snapshot> {
     import_file(path).map_err(|e| BadInput(e.to_string()).into())
 }
 
+/// `diff A B`: A is read, reduced to its live blocks' keys and dropped
+/// before B is read, so two large files never sit in memory together.
+pub fn diff(a: &Path, b: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let baseline = vramscope::report::diff::Baseline::of(&load(a)?);
+    let report = vramscope::report::diff::diff(
+        &a.display().to_string(),
+        &baseline,
+        &b.display().to_string(),
+        &load(b)?,
+    );
+    if json {
+        sayjson!(&report);
+    } else {
+        say!("{}", report.to_text());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn open(
     path: &Path,
     json: bool,

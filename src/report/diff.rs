@@ -1,0 +1,354 @@
+//! `vramscope diff A B`: what is alive in snapshot B and was not in A,
+//! grouped by first user frame: the leak hunter's question for a job that
+//! cannot be re-run as a scenario.
+//!
+//! A block of B is "the same" as one of A when both sit on the same device
+//! at the same address with the same size and the same recorded stack:
+//! snapshots carry no tensor identity, so a tensor freed and allocated
+//! again at that address by the same line is indistinguishable from one
+//! that stayed, and the report says so.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use rustc_hash::FxHasher;
+use serde::Serialize;
+
+use crate::alloc::{format_size, Action, BlockState};
+use crate::trace::sites::NO_STACK;
+use crate::trace::snapshot::{FramesId, Snapshot};
+
+/// What identifies a live block across two snapshots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct BlockKey {
+    device: i64,
+    address: u64,
+    size: u64,
+    stack: u64,
+}
+
+/// The live blocks of snapshot A, kept as keys so that A itself can be
+/// dropped before B is read (two large files need not fit at once).
+pub struct Baseline {
+    keys: HashSet<BlockKey>,
+    /// Live bytes and blocks per device.
+    totals: HashMap<i64, (u64, usize)>,
+    /// Live bytes and blocks per device and first user frame.
+    sites: HashMap<(i64, Arc<str>), (u64, usize)>,
+}
+
+fn site_of(snap: &Snapshot, frames: FramesId) -> Arc<str> {
+    snap.first_user_frame(frames).map_or_else(
+        || Arc::from(NO_STACK),
+        |f| Arc::from(format!("{}:{} in {}", f.filename, f.line, f.name)),
+    )
+}
+
+fn stack_hash(snap: &Snapshot, frames: FramesId) -> u64 {
+    let mut h = FxHasher::default();
+    for f in snap.frames.resolve(frames) {
+        f.filename.hash(&mut h);
+        f.line.hash(&mut h);
+        f.name.hash(&mut h);
+    }
+    h.finish()
+}
+
+fn live_blocks(snap: &Snapshot) -> impl Iterator<Item = (i64, &crate::trace::snapshot::Block)> {
+    snap.segments.iter().flat_map(|s| {
+        s.blocks
+            .iter()
+            .filter(|b| b.state != BlockState::Inactive)
+            .map(move |b| (s.device, b))
+    })
+}
+
+impl Baseline {
+    pub fn of(snap: &Snapshot) -> Baseline {
+        let mut keys = HashSet::new();
+        let mut totals: HashMap<i64, (u64, usize)> = HashMap::new();
+        let mut sites: HashMap<(i64, Arc<str>), (u64, usize)> = HashMap::new();
+        for (device, b) in live_blocks(snap) {
+            let s = sites.entry((device, site_of(snap, b.frames))).or_default();
+            s.0 = s.0.saturating_add(b.size);
+            s.1 += 1;
+            keys.insert(BlockKey {
+                device,
+                address: b.address,
+                size: b.size,
+                stack: stack_hash(snap, b.frames),
+            });
+            let t = totals.entry(device).or_default();
+            t.0 = t.0.saturating_add(b.size);
+            t.1 += 1;
+        }
+        Baseline {
+            keys,
+            totals,
+            sites,
+        }
+    }
+}
+
+/// The change in live bytes of one first user frame from A to B.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SiteChange {
+    pub site: String,
+    pub a_bytes: u64,
+    pub b_bytes: u64,
+    pub a_blocks: usize,
+    pub b_blocks: usize,
+}
+
+impl SiteChange {
+    pub fn change(&self) -> i128 {
+        i128::from(self.b_bytes) - i128::from(self.a_bytes)
+    }
+}
+
+/// New live bytes of one first user frame.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NewSite {
+    pub site: String,
+    pub bytes: u64,
+    pub blocks: usize,
+    /// The trace time of the newest of these blocks' allocations, where B's
+    /// trace still holds it.
+    pub newest_time_us: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeviceDiff {
+    pub device: i64,
+    /// Live (active and pending-free) bytes and blocks in each snapshot.
+    pub a_live_bytes: u64,
+    pub a_live_blocks: usize,
+    pub b_live_bytes: u64,
+    pub b_live_blocks: usize,
+    /// Alive in B and not in A.
+    pub new_bytes: u64,
+    pub new_blocks: usize,
+    /// Alive in A and no longer in B.
+    pub gone_bytes: u64,
+    pub gone_blocks: usize,
+    /// `new` by first user frame, newest first (largest first without times).
+    pub sites: Vec<NewSite>,
+    /// Every first user frame whose live bytes changed, most growth first:
+    /// a block freed and allocated again elsewhere is new, but its line's
+    /// live bytes do not grow; a leak's do.
+    pub changes: Vec<SiteChange>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SnapshotDiff {
+    pub a: String,
+    pub b: String,
+    pub identity: &'static str,
+    pub devices: Vec<DeviceDiff>,
+}
+
+const IDENTITY: &str = "a block counts as the same in both when its device, address, size and recorded stack match (snapshots carry no tensor identity)";
+
+/// The newest allocation time of each address in B's traces.
+fn alloc_times(snap: &Snapshot) -> HashMap<(i64, u64), i64> {
+    let mut times = HashMap::new();
+    for (d, trace) in snap.device_traces.iter().enumerate() {
+        let Ok(device) = i64::try_from(d) else {
+            continue;
+        };
+        for e in trace.iter().filter(|e| e.action == Action::Alloc) {
+            if let Some(t) = e.time_us() {
+                times.insert((device, e.addr), t);
+            }
+        }
+    }
+    times
+}
+
+fn change(site: &Arc<str>) -> SiteChange {
+    SiteChange {
+        site: site.to_string(),
+        a_bytes: 0,
+        b_bytes: 0,
+        a_blocks: 0,
+        b_blocks: 0,
+    }
+}
+
+pub fn diff(a_name: &str, a: &Baseline, b_name: &str, b: &Snapshot) -> SnapshotDiff {
+    let times = alloc_times(b);
+    let mut devices: Vec<i64> = a.totals.keys().copied().collect();
+    devices.extend(live_blocks(b).map(|(d, _)| d));
+    devices.sort_unstable();
+    devices.dedup();
+    let mut out = Vec::new();
+    for device in devices {
+        let (a_bytes, a_blocks) = a.totals.get(&device).copied().unwrap_or_default();
+        let mut d = DeviceDiff {
+            device,
+            a_live_bytes: a_bytes,
+            a_live_blocks: a_blocks,
+            b_live_bytes: 0,
+            b_live_blocks: 0,
+            new_bytes: 0,
+            new_blocks: 0,
+            gone_bytes: 0,
+            gone_blocks: 0,
+            sites: Vec::new(),
+            changes: Vec::new(),
+        };
+        let mut by_site: HashMap<Arc<str>, SiteChange> = HashMap::new();
+        for ((dev, site), (bytes, blocks)) in &a.sites {
+            if *dev == device {
+                let c = by_site.entry(site.clone()).or_insert_with(|| change(site));
+                c.a_bytes = *bytes;
+                c.a_blocks = *blocks;
+            }
+        }
+        let mut kept_bytes = 0u64;
+        let mut kept_blocks = 0usize;
+        let mut sites: HashMap<Arc<str>, NewSite> = HashMap::new();
+        for (_, blk) in live_blocks(b).filter(|(dev, _)| *dev == device) {
+            d.b_live_bytes = d.b_live_bytes.saturating_add(blk.size);
+            d.b_live_blocks += 1;
+            let site = site_of(b, blk.frames);
+            let c = by_site.entry(site.clone()).or_insert_with(|| change(&site));
+            c.b_bytes = c.b_bytes.saturating_add(blk.size);
+            c.b_blocks += 1;
+            let key = BlockKey {
+                device,
+                address: blk.address,
+                size: blk.size,
+                stack: stack_hash(b, blk.frames),
+            };
+            if a.keys.contains(&key) {
+                kept_bytes = kept_bytes.saturating_add(blk.size);
+                kept_blocks += 1;
+                continue;
+            }
+            d.new_bytes = d.new_bytes.saturating_add(blk.size);
+            d.new_blocks += 1;
+            let time = times.get(&(device, blk.address)).copied();
+            let s = sites.entry(site.clone()).or_insert_with(|| NewSite {
+                site: site.to_string(),
+                bytes: 0,
+                blocks: 0,
+                newest_time_us: None,
+            });
+            s.bytes = s.bytes.saturating_add(blk.size);
+            s.blocks += 1;
+            s.newest_time_us = s.newest_time_us.max(time);
+        }
+        d.gone_bytes = a_bytes.saturating_sub(kept_bytes);
+        d.gone_blocks = a_blocks.saturating_sub(kept_blocks);
+        let mut sites: Vec<NewSite> = sites.into_values().collect();
+        sites.sort_by(|x, y| {
+            y.newest_time_us
+                .cmp(&x.newest_time_us)
+                .then(y.bytes.cmp(&x.bytes))
+                .then_with(|| x.site.cmp(&y.site))
+        });
+        d.sites = sites;
+        let mut changes: Vec<SiteChange> = by_site
+            .into_values()
+            .filter(|c| c.a_bytes != c.b_bytes)
+            .collect();
+        changes.sort_by(|x, y| {
+            y.change()
+                .cmp(&x.change())
+                .then_with(|| x.site.cmp(&y.site))
+        });
+        d.changes = changes;
+        out.push(d);
+    }
+    SnapshotDiff {
+        a: a_name.to_string(),
+        b: b_name.to_string(),
+        identity: IDENTITY,
+        devices: out,
+    }
+}
+
+/// Sites listed per device in the text report.
+const LISTED: usize = 20;
+
+impl SnapshotDiff {
+    pub fn to_text(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let _ = writeln!(out, "diff {} → {}", self.a, self.b);
+        let _ = writeln!(out, "({})", self.identity);
+        if self.devices.is_empty() {
+            let _ = writeln!(out, "\nneither snapshot holds a live block");
+        }
+        for d in &self.devices {
+            let _ = writeln!(
+                out,
+                "\ndevice {}: live {} in {} blocks → {} in {} blocks",
+                d.device,
+                format_size(d.a_live_bytes),
+                d.a_live_blocks,
+                format_size(d.b_live_bytes),
+                d.b_live_blocks
+            );
+            let _ = writeln!(
+                out,
+                "  alive in B and not in A: {} in {} blocks; alive in A and gone from B: {} in {} blocks",
+                format_size(d.new_bytes),
+                d.new_blocks,
+                format_size(d.gone_bytes),
+                d.gone_blocks
+            );
+            let grew: Vec<&SiteChange> = d.changes.iter().filter(|c| c.change() > 0).collect();
+            if grew.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "  no first user frame holds more live bytes in B than in A"
+                );
+            } else {
+                let _ = writeln!(out, "  live bytes grew, by first user frame (most first):");
+                for c in grew.iter().take(LISTED) {
+                    let _ = writeln!(
+                        out,
+                        "  {:>12}  {} → {} blocks  {}",
+                        format!("+{}", format_size(c.b_bytes.saturating_sub(c.a_bytes))),
+                        c.a_blocks,
+                        c.b_blocks,
+                        c.site
+                    );
+                }
+                if grew.len() > LISTED {
+                    let _ = writeln!(out, "  … and {} more sites", grew.len() - LISTED);
+                }
+            }
+            if d.sites.is_empty() {
+                continue;
+            }
+            let timed = d.sites.iter().any(|s| s.newest_time_us.is_some());
+            let _ = writeln!(
+                out,
+                "  blocks new in B (an address, size or stack A did not have) by first user frame, {}:",
+                if timed {
+                    "newest allocation first (B's trace times)"
+                } else {
+                    "largest first (B's trace holds no times for them)"
+                }
+            );
+            for s in d.sites.iter().take(LISTED) {
+                let _ = writeln!(
+                    out,
+                    "  {:>12}  {:>6} block{}  {}",
+                    format!("+{}", format_size(s.bytes)),
+                    s.blocks,
+                    if s.blocks == 1 { " " } else { "s" },
+                    s.site
+                );
+            }
+            if d.sites.len() > LISTED {
+                let _ = writeln!(out, "  … and {} more sites", d.sites.len() - LISTED);
+            }
+        }
+        out
+    }
+}
