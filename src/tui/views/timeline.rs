@@ -100,23 +100,31 @@ pub fn prepare(r: &mut RunView, area: Rect, ymax: u64) -> TimelineFrame {
         .map(|c| ((c - from) * w / span) as u16);
     let cap_lvl = r.capacity.filter(|c| *c <= ymax).map(lvl);
     let peak = r.timeline.peak_until(r.pos).allocated;
-    let title = format!(
-        " Timeline · alloc {} · reserved {} · peak {}{} · ev {}–{}/{}{} ",
+    let figures = format!(
+        "alloc {} · reserved {} · peak {}{}",
         format_size(r.map.allocated),
         format_size(r.map.reserved),
         format_size(peak),
         r.capacity
             .map(|c| format!(" · cap {}", format_size(c)))
             .unwrap_or_default(),
-        from,
-        to,
-        len,
-        if r.tl_zoom > 1 {
-            format!(" · ×{}", r.tl_zoom)
-        } else {
-            String::new()
-        },
     );
+    let zoom = if r.tl_zoom > 1 {
+        format!(" · ×{}", r.tl_zoom)
+    } else {
+        String::new()
+    };
+    // The figures are what the title is for: on a narrow panel the event
+    // range and then the panel's name give way to them.
+    let room = usize::from(area.width.saturating_sub(2));
+    let title = [
+        format!(" Timeline · {figures} · ev {from}–{to}/{len}{zoom} "),
+        format!(" Timeline · {figures}{zoom} "),
+        format!(" {figures}{zoom} "),
+    ]
+    .into_iter()
+    .find(|t| t.chars().count() <= room)
+    .unwrap_or_else(|| format!(" {figures}{zoom} "));
     TimelineFrame {
         inner,
         from,
