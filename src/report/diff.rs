@@ -270,6 +270,10 @@ pub fn diff(a_name: &str, a: &Baseline, b_name: &str, b: &Snapshot) -> SnapshotD
     }
 }
 
+fn blocks(n: usize) -> String {
+    format!("{n} block{}", if n == 1 { "" } else { "s" })
+}
+
 /// Sites listed per device in the text report.
 const LISTED: usize = 20;
 
@@ -285,20 +289,20 @@ impl SnapshotDiff {
         for d in &self.devices {
             let _ = writeln!(
                 out,
-                "\ndevice {}: live {} in {} blocks → {} in {} blocks",
+                "\ndevice {}: live {} in {} → {} in {}",
                 d.device,
                 format_size(d.a_live_bytes),
-                d.a_live_blocks,
+                blocks(d.a_live_blocks),
                 format_size(d.b_live_bytes),
-                d.b_live_blocks
+                blocks(d.b_live_blocks)
             );
             let _ = writeln!(
                 out,
-                "  alive in B and not in A: {} in {} blocks; alive in A and gone from B: {} in {} blocks",
+                "  alive in B and not in A: {} in {}; alive in A and gone from B: {} in {}",
                 format_size(d.new_bytes),
-                d.new_blocks,
+                blocks(d.new_blocks),
                 format_size(d.gone_bytes),
-                d.gone_blocks
+                blocks(d.gone_blocks)
             );
             let grew: Vec<&SiteChange> = d.changes.iter().filter(|c| c.change() > 0).collect();
             if grew.is_empty() {
