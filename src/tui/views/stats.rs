@@ -18,6 +18,42 @@ use crate::tui::layout::Focus;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StatsFrame {
     pub rows: Vec<(&'static str, String)>,
+    /// Allocated when the cursor's iteration began, and the change from
+    /// the iteration before: the per-iteration readout a leak shows in.
+    pub iteration: Option<String>,
+}
+
+/// Allocated right before iteration `k`'s first event (its begin marker is
+/// an event of its own, so the sample after it is the state it began in).
+fn allocated_at_begin(r: &RunView, k: u32) -> Option<u64> {
+    let i = r.marks.iteration_begin(k)?;
+    r.timeline.sample(i).map(|s| s.allocated)
+}
+
+fn iteration_readout(r: &RunView) -> Option<String> {
+    let k = r
+        .marks
+        .iteration
+        .iter()
+        .take_while(|(i, _)| *i <= r.pos)
+        .last()
+        .map(|(_, k)| *k)?;
+    let now = allocated_at_begin(r, k)?;
+    let change = k
+        .checked_sub(1)
+        .filter(|p| *p > 0)
+        .and_then(|p| allocated_at_begin(r, p))
+        .map(|before| match now.cmp(&before) {
+            std::cmp::Ordering::Equal => format!(", as iter {} did", k - 1),
+            std::cmp::Ordering::Greater => {
+                format!(", +{} since iter {}", format_size(now - before), k - 1)
+            }
+            std::cmp::Ordering::Less => {
+                format!(", -{} since iter {}", format_size(before - now), k - 1)
+            }
+        })
+        .unwrap_or_default();
+    Some(format!("iter {k} began at {}{change}", format_size(now)))
 }
 
 pub fn prepare(r: &RunView) -> StatsFrame {
@@ -97,7 +133,10 @@ pub fn prepare(r: &RunView) -> StatsFrame {
             ),
         ));
     }
-    StatsFrame { rows }
+    StatsFrame {
+        rows,
+        iteration: iteration_readout(r),
+    }
 }
 
 /// OOM entries up to the cursor, then the whole run's: its OOM entries and,
@@ -116,6 +155,23 @@ fn ooms(r: &RunView) -> String {
     format!("{}  (run: {run})", r.timeline.ooms_until(r.pos))
 }
 
+/// The panel's title with the iteration readout where it fits: beside the
+/// run's name, or in its place on a narrow panel.
+fn title(r: &RunView, width: u16) -> String {
+    let plain = format!(" Stats · {} ", r.title);
+    let Some(it) = &r.frame.stats.iteration else {
+        return plain;
+    };
+    let room = usize::from(width.saturating_sub(2));
+    [
+        format!(" Stats · {} · {it} ", r.title),
+        format!(" Stats · {it} "),
+    ]
+    .into_iter()
+    .find(|t| t.chars().count() <= room)
+    .unwrap_or(plain)
+}
+
 pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
     let Some(r) = app.runs.get(run) else { return };
     let th = &app.theme;
@@ -130,7 +186,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
         Block::default()
             .borders(Borders::ALL)
             .border_style(th.border(focused))
-            .title(Span::styled(format!(" Stats · {} ", r.title), th.title())),
+            .title(Span::styled(title(r, area.width), th.title())),
     );
     frame.render_widget(table, area);
 }
