@@ -206,8 +206,17 @@ fn bar(done: u64, total: u64) -> String {
 
 pub fn render_hints(frame: &mut Frame, area: Rect, app: &App) {
     let th = &app.theme;
-    const GLOBAL: &str = "  │ space play  Tab panel  E narration  ? help  q quit";
-    let room = usize::from(area.width).saturating_sub(GLOBAL.chars().count());
+    // Only a scenario narrates: a snapshot's hint line leaves `E` out.
+    let narrated = app
+        .runs
+        .iter()
+        .any(|r| r.conditions.is_some() || !r.marks.narration.is_empty());
+    let global = if narrated {
+        "  │ space play  Tab panel  E narration  ? help  q quit"
+    } else {
+        "  │ space play  Tab panel  ? help  q quit"
+    };
+    let room = usize::from(area.width).saturating_sub(global.chars().count());
     let mut local = format!(" [{}] {}", app.focus.name(), input::hints(app.focus));
     if local.chars().count() > room {
         local = local
@@ -216,6 +225,6 @@ pub fn render_hints(frame: &mut Frame, area: Rect, app: &App) {
             .collect::<String>()
             + "…";
     }
-    let text = format!("{local:<room$}{GLOBAL}");
+    let text = format!("{local:<room$}{global}");
     frame.render_widget(Paragraph::new(Span::styled(text, th.dim())), area);
 }
