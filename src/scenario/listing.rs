@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use super::statement::statement_in;
+use super::statement::{statement_in, LoopShape};
 use super::steps::StepSites;
 use crate::engine::{numbered, preorder_len, GradContext, Program, Step};
 
@@ -41,8 +41,8 @@ enum Block {
 struct Writer {
     lines: Vec<CodeLine>,
     open: Vec<Block>,
-    /// `criterion: Sum`: no target (see `statement_in`).
-    targetless: bool,
+    /// How the model makes the statements read (see `statement_in`).
+    shape: LoopShape,
 }
 
 impl Writer {
@@ -84,12 +84,7 @@ impl Writer {
         match s {
             Step::Train => {
                 self.close(Block::Grad);
-                self.push(
-                    self.depth(base),
-                    statement_in(s, self.targetless),
-                    at,
-                    false,
-                );
+                self.push(self.depth(base), statement_in(s, self.shape), at, false);
             }
             Step::Eval { grad } => {
                 self.close(Block::Grad);
@@ -110,21 +105,11 @@ impl Writer {
                         let text = "# end of the with block".into();
                         self.push(self.depth(base), text, at, true);
                     }
-                    None => self.push(
-                        self.depth(base),
-                        statement_in(s, self.targetless),
-                        at,
-                        false,
-                    ),
+                    None => self.push(self.depth(base), statement_in(s, self.shape), at, false),
                 }
             }
             Step::AutocastEnter { .. } => {
-                self.push(
-                    self.depth(base),
-                    statement_in(s, self.targetless),
-                    at,
-                    false,
-                );
+                self.push(self.depth(base), statement_in(s, self.shape), at, false);
                 self.open.push(Block::Autocast);
             }
             Step::AutocastExit => {
@@ -133,23 +118,13 @@ impl Writer {
                 self.push(self.depth(base), text, at, true);
             }
             Step::Repeat { steps, .. } | Step::Every { steps, .. } => {
-                self.push(
-                    self.depth(base),
-                    statement_in(s, self.targetless),
-                    at,
-                    false,
-                );
+                self.push(self.depth(base), statement_in(s, self.shape), at, false);
                 let depth = self.depth(base) + 1;
                 let outer = std::mem::take(&mut self.open);
                 self.steps(steps, index + 1, depth);
                 self.open = outer;
             }
-            _ => self.push(
-                self.depth(base),
-                statement_in(s, self.targetless),
-                at,
-                false,
-            ),
+            _ => self.push(self.depth(base), statement_in(s, self.shape), at, false),
         }
     }
 }
@@ -169,7 +144,7 @@ impl Listing {
         let mut w = Writer {
             lines: Vec::new(),
             open: Vec::new(),
-            targetless: sites.targetless,
+            shape: sites.shape,
         };
         for (index, s) in numbered(&program.setup, 0) {
             w.step(s, index, 0);
@@ -353,5 +328,17 @@ mod tests {
         assert!(text.contains(&"loss = out.sum()"), "{text:?}");
         let loss = built.steps.get(3).map(|s| s.statement.as_str());
         assert_eq!(loss, Some("loss = out.sum()"));
+    }
+
+    #[test]
+    fn an_lstm_forward_takes_and_returns_the_hidden_state() {
+        // The LSTM language model's loop is `out, hidden = model(x, hidden)`:
+        // blocks of the hidden state name that line, not `out = model(x)`.
+        let b = crate::scenario::builtin("rnn-hidden-bug").expect("built in");
+        let (_, built) = crate::scenario::load_str(b.source, "r.ron").expect("valid");
+        let l = Listing::new(&built.program, built.steps.clone());
+        let text: Vec<&str> = l.lines.iter().map(|l| l.text.as_str()).collect();
+        assert!(text.contains(&"out, hidden = model(x, hidden)"), "{text:?}");
+        assert!(!text.contains(&"out = model(x)"), "{text:?}");
     }
 }

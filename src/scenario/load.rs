@@ -12,10 +12,11 @@ use super::build::{build, Built};
 use super::conditions::{apply, conditions};
 use super::format::{ModelSpec, Scenario};
 use super::library::builtin;
+use super::statement::LoopShape;
 use super::steps::StepSites;
 use super::validate::validate;
 use crate::alloc::{AllocConfig, TorchVersion};
-use crate::engine::LossKind;
+use crate::engine::{LossKind, ModelKind};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LoadError {
@@ -184,7 +185,10 @@ pub fn load_str(text: &str, file: &str) -> Result<(Scenario, Built), LoadError> 
         text,
         &built.program.setup,
         &built.program.steps,
-        built.model.loss == LossKind::Sum,
+        LoopShape {
+            targetless: built.model.loss == LossKind::Sum,
+            recurrent: matches!(built.model.kind, ModelKind::LstmLm { .. }),
+        },
     ));
     Ok((scenario, built))
 }

@@ -43,6 +43,6 @@ pub use load::{conf_label, load_file, load_str, resolve, resolve_under, LoadErro
 pub use narration::NarrationTracker;
 pub use run::{Advanced, IterationPoint, ScenarioRun, Unit};
 pub use size::Size;
-pub use statement::statement;
+pub use statement::{statement, statement_in, LoopShape};
 pub use steps::{StepSite, StepSites};
 pub use validate::{steps_executed, MAX_ITERATIONS, MAX_STEPS};

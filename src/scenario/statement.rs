@@ -44,21 +44,34 @@ fn dtype(d: DType) -> &'static str {
     }
 }
 
-/// The statement of `step` in a loop whose model takes no target
-/// (`criterion: Sum`): `x = next(batches)` and `loss = out.sum()`; every
-/// other step as [`statement`] writes it.
-pub fn statement_in(step: &Step, targetless: bool) -> String {
+/// What of the model changes how the loop's statements read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoopShape {
+    /// The model takes no target (`criterion: Sum`): `x = next(batches)`
+    /// and `loss = out.sum()`.
+    pub targetless: bool,
+    /// The model carries a hidden state (an LSTM): `out, hidden =
+    /// model(x, hidden)`.
+    pub recurrent: bool,
+}
+
+/// The statement of `step` in a loop of this `shape`; every other step as
+/// [`statement`] writes it.
+pub fn statement_in(step: &Step, shape: LoopShape) -> String {
     match step {
-        Step::LoadBatch { x, .. } if targetless => format!("{x} = next(batches)"),
+        Step::LoadBatch { x, .. } if shape.targetless => format!("{x} = next(batches)"),
         Step::Loss {
             output,
             into,
             divide_by,
             ..
-        } if targetless => match divide_by {
+        } if shape.targetless => match divide_by {
             Some(d) => format!("{into} = {output}.sum() / {d}"),
             None => format!("{into} = {output}.sum()"),
         },
+        Step::Forward { input, output } if shape.recurrent => {
+            format!("{output}, hidden = model({input}, hidden)")
+        }
         _ => statement(step),
     }
 }

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use super::statement::statement_in;
+use super::statement::{statement_in, LoopShape};
 use crate::engine::{numbered, preorder_len, Step, NO_STEP};
 
 /// One step as written.
@@ -27,36 +27,34 @@ pub struct StepSite {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StepSites {
     pub file: Arc<str>,
-    /// The model takes no target (`criterion: Sum`): statements say
-    /// `x = next(batches)` and `loss = out.sum()`.
-    pub targetless: bool,
+    /// How the model makes the statements read (`statement_in`).
+    pub shape: LoopShape,
     sites: Vec<StepSite>,
 }
 
 impl StepSites {
     /// The sites of `setup` and `steps` as written in `text` (read from `file`).
     pub fn new(file: &str, text: &str, setup: &[Step], steps: &[Step]) -> StepSites {
-        StepSites::for_loop(file, text, setup, steps, false)
+        StepSites::for_loop(file, text, setup, steps, LoopShape::default())
     }
 
-    /// [`StepSites::new`] for a loop whose model takes no target when
-    /// `targetless`.
+    /// [`StepSites::new`] for a loop of this `shape`.
     pub fn for_loop(
         file: &str,
         text: &str,
         setup: &[Step],
         steps: &[Step],
-        targetless: bool,
+        shape: LoopShape,
     ) -> StepSites {
         let mut statements = Vec::new();
-        collect(setup, 0, targetless, &mut statements);
-        collect(steps, preorder_len(setup), targetless, &mut statements);
+        collect(setup, 0, shape, &mut statements);
+        collect(steps, preorder_len(setup), shape, &mut statements);
         let positions = positions(text)
             .filter(|p| p.len() == statements.len())
             .unwrap_or_else(|| vec![(0, 0); statements.len()]);
         StepSites {
             file: Arc::from(file),
-            targetless,
+            shape,
             sites: statements
                 .into_iter()
                 .zip(positions)
@@ -88,11 +86,11 @@ impl StepSites {
 }
 
 /// Statements in step-number order.
-fn collect(steps: &[Step], first: u32, targetless: bool, out: &mut Vec<String>) {
+fn collect(steps: &[Step], first: u32, shape: LoopShape, out: &mut Vec<String>) {
     for (index, s) in numbered(steps, first) {
-        out.push(statement_in(s, targetless));
+        out.push(statement_in(s, shape));
         if let Some(steps) = s.children() {
-            collect(steps, index + 1, targetless, out);
+            collect(steps, index + 1, shape, out);
         }
     }
 }
