@@ -1,5 +1,6 @@
 //! Headless output: reports as text (in the style of `memory_summary()`) and JSON.
 
+pub mod lesson;
 pub mod replay;
 pub mod run;
 pub mod snapshot;

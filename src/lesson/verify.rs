@@ -1,0 +1,88 @@
+//! Each part's answer checked against its scenario's run: the part's
+//! expectations on the run, and its comparisons against other scenarios'
+//! runs. A lesson whose answer its scenario does not show fails here.
+
+use super::format::{Comparison, Part};
+use super::load::LoadedLesson;
+use crate::alloc::format_size;
+use crate::scenario::{check, run, ExpectationResult, LoadError, RunOptions, RunResult};
+
+/// One part's run and what its checks found.
+#[derive(Debug, Clone)]
+pub struct PartVerdict {
+    pub run: RunResult,
+    /// The part's `check` and `compare` entries, each with whether it held.
+    pub checks: Vec<ExpectationResult>,
+}
+
+impl PartVerdict {
+    pub fn holds(&self) -> bool {
+        self.checks.iter().all(|c| c.passed)
+    }
+}
+
+fn run_named(lesson: &LoadedLesson, name: &str) -> Result<RunResult, LoadError> {
+    let (scenario, built) = lesson.scenario(name)?;
+    Ok(run(&scenario, &built, &RunOptions::default()))
+}
+
+fn compare_one(c: &Comparison, mine: &RunResult, other: &RunResult) -> ExpectationResult {
+    let (what, a, b, above) = match c {
+        Comparison::PeakAllocatedAbove(_) => (
+            "peak allocated",
+            mine.peak_allocated,
+            other.peak_allocated,
+            true,
+        ),
+        Comparison::PeakAllocatedBelow(_) => (
+            "peak allocated",
+            mine.peak_allocated,
+            other.peak_allocated,
+            false,
+        ),
+        Comparison::PeakReservedAbove(_) => (
+            "peak reserved",
+            mine.peak_reserved,
+            other.peak_reserved,
+            true,
+        ),
+        Comparison::PeakReservedBelow(_) => (
+            "peak reserved",
+            mine.peak_reserved,
+            other.peak_reserved,
+            false,
+        ),
+    };
+    let relation = if above { "above" } else { "below" };
+    ExpectationResult {
+        expectation: format!("{what} {relation} {}'s", c.other()),
+        passed: if above { a > b } else { a < b },
+        observed: format!(
+            "{what} {} here, {} in {}",
+            format_size(a),
+            format_size(b),
+            c.other()
+        ),
+    }
+}
+
+/// Run one part's scenario (and any it compares with) and check its answer.
+pub fn verify_part(lesson: &LoadedLesson, part: &Part) -> Result<PartVerdict, LoadError> {
+    let mine = run_named(lesson, &part.scenario)?;
+    let mut checks = check(&part.check, &mine);
+    for c in &part.compare {
+        let other = run_named(lesson, c.other())?;
+        checks.push(compare_one(c, &mine, &other));
+    }
+    Ok(PartVerdict { run: mine, checks })
+}
+
+/// Every part, in order.
+pub fn verify(lesson: &LoadedLesson) -> Result<Vec<PartVerdict>, LoadError> {
+    lesson
+        .lesson
+        .parts
+        .iter()
+        .map(|p| verify_part(lesson, p))
+        .collect()
+}
