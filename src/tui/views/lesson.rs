@@ -3,7 +3,7 @@
 //! summary with the learner's score. A pure function of `LessonState`: the
 //! text is the lesson's own.
 
-use ratatui::layout::{Constraint, Layout};
+use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::Modifier;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
@@ -12,6 +12,9 @@ use ratatui::Frame;
 use crate::lesson::{Part, LETTERS};
 use crate::tui::lesson::{LessonState, Screen};
 use crate::tui::theme::Theme;
+
+/// The widest the lesson's text box grows.
+const READABLE: u16 = 100;
 
 pub fn render(frame: &mut Frame, s: &LessonState) {
     let area = frame.area();
@@ -23,6 +26,16 @@ pub fn render(frame: &mut Frame, s: &LessonState) {
         Constraint::Length(1),
     ])
     .areas(area);
+    // Prose reads badly across a wide screen: at most READABLE columns, centred.
+    let body = if body.width > READABLE {
+        Rect {
+            x: body.x + (body.width - READABLE) / 2,
+            width: READABLE,
+            ..body
+        }
+    } else {
+        body
+    };
     let n = s.lesson.parts.len();
     let (place, title) = match s.screen {
         Screen::Intro => ("introduction".to_string(), s.lesson.title.clone()),
@@ -34,7 +47,7 @@ pub fn render(frame: &mut Frame, s: &LessonState) {
     };
     let answered = s.answers.iter().filter(|a| a.is_some()).count();
     let status_text = format!(
-        " vramscope lesson │ {} │ {place} │ {} of {answered} right",
+        " vramscope lesson │ {} │ {place} │ answered {answered} of {n}, {} right",
         s.lesson.name,
         s.score()
     );
@@ -48,7 +61,12 @@ pub fn render(frame: &mut Frame, s: &LessonState) {
     );
     let lines = match s.screen {
         Screen::Intro => intro(s, th),
-        Screen::Part(i) => part(&s.lesson.parts[i], s.answers[i], th),
+        Screen::Part(i) => part(
+            &s.lesson.parts[i],
+            s.answers[i],
+            th,
+            body.width.saturating_sub(2),
+        ),
         Screen::Summary => summary(s, th),
     };
     let block = Block::default()
@@ -91,7 +109,27 @@ fn intro<'a>(s: &'a LessonState, th: &Theme) -> Vec<Line<'a>> {
     lines
 }
 
-fn part<'a>(p: &'a Part, given: Option<char>, th: &Theme) -> Vec<Line<'a>> {
+/// `text` in lines of at most `width` columns, broken at spaces, the
+/// first after `first`, the rest indented by as many columns.
+fn hanging(text: &str, width: usize, first: usize) -> Vec<String> {
+    let room = width.saturating_sub(first).max(10);
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in text.split(' ') {
+        let used = line.chars().count();
+        if used > 0 && used + 1 + word.chars().count() > room {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    lines.push(line);
+    lines
+}
+
+fn part<'a>(p: &'a Part, given: Option<char>, th: &Theme, width: u16) -> Vec<Line<'a>> {
     let mut lines = Vec::new();
     paragraphs(&mut lines, &p.setup, th);
     lines.push(Line::styled(
@@ -105,11 +143,23 @@ fn part<'a>(p: &'a Part, given: Option<char>, th: &Theme) -> Vec<Line<'a>> {
             Some(g) if g == *letter => ("✗ ", th.fg(th.palette.error)),
             _ => ("  ", th.text()),
         };
-        lines.push(Line::from(vec![
-            Span::styled(mark.0, mark.1),
-            Span::styled(format!("{letter}) "), th.title()),
-            Span::styled(choice.as_str(), th.text()),
-        ]));
+        // Marks and letters take 5 columns; wrapped lines start under the text.
+        for (j, text) in hanging(choice, usize::from(width), 5)
+            .into_iter()
+            .enumerate()
+        {
+            let lead = if j == 0 {
+                vec![
+                    Span::styled(mark.0, mark.1),
+                    Span::styled(format!("{letter}) "), th.title()),
+                ]
+            } else {
+                vec![Span::raw("     ")]
+            };
+            let mut spans = lead;
+            spans.push(Span::styled(text, th.text()));
+            lines.push(Line::from(spans));
+        }
     }
     lines.push(Line::raw(""));
     match given {
