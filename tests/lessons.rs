@@ -206,3 +206,21 @@ fn bad_lesson_files_name_the_file_and_where() {
         "{err}"
     );
 }
+
+/// The example in scenarios/lessons/README.md loads and its answer holds.
+#[test]
+fn the_format_reference_example_is_a_working_lesson() {
+    let readme = std::fs::read_to_string(common::scenarios_dir().join("lessons/README.md"))
+        .expect("the format reference");
+    let example = readme
+        .split("```ron\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("a ```ron block");
+    let (code, out, err, _) = lesson_file("readme", example);
+    assert_eq!(code, 0, "{err}{out}");
+    assert!(
+        out.contains("[ok] peak reserved above fragmentation-experiment-oom's"),
+        "{out}"
+    );
+}
