@@ -75,6 +75,8 @@ static BUILTINS: &[BuiltIn] = builtins![
     "deep-mlp-checkpoint",
     "deep-mlp-checkpoint-segments",
     "llama-lora-finetune",
+    "peak-inside-step",
+    "cuda-context",
 ];
 
 pub fn builtins() -> &'static [BuiltIn] {
