@@ -18,7 +18,7 @@ fn every_built_in_lesson_is_true_to_its_runs() {
         let verdicts = verify(&loaded).unwrap_or_else(|e| panic!("{}: {e}", b.name));
         for (i, (part, v)) in loaded.lesson.parts.iter().zip(&verdicts).enumerate() {
             assert!(
-                !part.check.is_empty() || !part.compare.is_empty(),
+                !part.check.is_empty() || !part.compare.is_empty() || !part.figures.is_empty(),
                 "{} part {i}: an answer nothing checks",
                 b.name
             );
@@ -221,6 +221,27 @@ fn the_format_reference_example_is_a_working_lesson() {
     assert_eq!(code, 0, "{err}{out}");
     assert!(
         out.contains("[ok] peak reserved above fragmentation-experiment-oom's"),
+        "{out}"
+    );
+}
+
+/// `figures:` fail where the run does not show them: the valid scenario's
+/// device sets aside 100 MiB (`overhead: "100MiB"`), and allocated at its
+/// iteration ends is far from 1 GiB.
+#[test]
+fn figures_the_run_does_not_show_fail() {
+    let text = LESSON
+        .replace("SCENARIO", "ok.ron")
+        .replace("check: [NoOom],", "figures: [ContextOver(\"200MiB\"), ContextUnder(\"101MiB\"), BetweenStepsAllocatedOver(\"1GiB\")],");
+    let (code, out, _, _) = lesson_file("figures", &text);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("[FAILED] the context over 200.00 MiB — 100.00 MiB not the allocator's"),
+        "{out}"
+    );
+    assert!(out.contains("[ok] the context under 101.00 MiB"), "{out}");
+    assert!(
+        out.contains("[FAILED] allocated at every iteration end over 1024.00 MiB — allocated at iteration ends 47.28 MiB..47.28 MiB"),
         "{out}"
     );
 }

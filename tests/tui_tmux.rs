@@ -476,7 +476,7 @@ fn lesson_in_a_real_terminal() {
     });
     let next = run.and_then(|_| {
         step(&["q"], &|s| {
-            s.contains("part 2 of 9") && s.contains("answered 1 of 9, 1 right")
+            s.contains("part 2 of 9") && s.contains("answered 1/9 · 1 right")
         })
     });
     let last = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::scenario::Expectation;
+use crate::scenario::{Expectation, Size};
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -46,6 +46,22 @@ pub struct Part {
     /// The run's figures against another scenario's run.
     #[serde(default)]
     pub compare: Vec<Comparison>,
+    /// Figures of the run no scenario expectation states.
+    #[serde(default)]
+    pub figures: Vec<Figure>,
+}
+
+/// A figure of the part's run against a size.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub enum Figure {
+    /// Allocated at every iteration's end (where a between-steps
+    /// `memory_allocated()` reads it) is under this size.
+    BetweenStepsAllocatedUnder(Size),
+    BetweenStepsAllocatedOver(Size),
+    /// The device memory never the allocator's (the CUDA context and other
+    /// processes: what nvidia-smi adds to reserved) is over this size.
+    ContextOver(Size),
+    ContextUnder(Size),
 }
 
 /// This part's run against another scenario's (a built-in's name or a file

@@ -11,7 +11,7 @@ mod library;
 mod load;
 mod verify;
 
-pub use format::{Comparison, Lesson, Part};
+pub use format::{Comparison, Figure, Lesson, Part};
 pub use library::{builtin_lesson, builtin_lessons, BuiltInLesson};
 pub use load::{load_lesson_file, load_lesson_str, resolve_lesson, LessonError, LoadedLesson};
 pub use verify::{verify, verify_part, PartVerdict};

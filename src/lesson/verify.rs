@@ -2,7 +2,7 @@
 //! expectations on the run, and its comparisons against other scenarios'
 //! runs. A lesson whose answer its scenario does not show fails here.
 
-use super::format::{Comparison, Part};
+use super::format::{Comparison, Figure, Part};
 use super::load::LoadedLesson;
 use crate::alloc::format_size;
 use crate::scenario::{check, run, ExpectationResult, LoadError, RunOptions, RunResult};
@@ -66,10 +66,58 @@ fn compare_one(c: &Comparison, mine: &RunResult, other: &RunResult) -> Expectati
     }
 }
 
+fn figure_one(f: &Figure, r: &RunResult) -> ExpectationResult {
+    let ends: Vec<u64> = r.per_iteration.iter().map(|p| p.allocated).collect();
+    let (low, high) = (
+        ends.iter().copied().min().unwrap_or(0),
+        ends.iter().copied().max().unwrap_or(0),
+    );
+    let between = || {
+        format!(
+            "allocated at iteration ends {}..{}",
+            format_size(low),
+            format_size(high)
+        )
+    };
+    let context = || format!("{} not the allocator's", format_size(r.conditions.overhead));
+    let (what, size, passed, observed) = match f {
+        Figure::BetweenStepsAllocatedUnder(s) => (
+            "allocated at every iteration end under",
+            s.0,
+            !ends.is_empty() && high < s.0,
+            between(),
+        ),
+        Figure::BetweenStepsAllocatedOver(s) => (
+            "allocated at every iteration end over",
+            s.0,
+            !ends.is_empty() && low > s.0,
+            between(),
+        ),
+        Figure::ContextOver(s) => (
+            "the context over",
+            s.0,
+            r.conditions.overhead > s.0,
+            context(),
+        ),
+        Figure::ContextUnder(s) => (
+            "the context under",
+            s.0,
+            r.conditions.overhead < s.0,
+            context(),
+        ),
+    };
+    ExpectationResult {
+        expectation: format!("{what} {}", format_size(size)),
+        passed,
+        observed,
+    }
+}
+
 /// Run one part's scenario (and any it compares with) and check its answer.
 pub fn verify_part(lesson: &LoadedLesson, part: &Part) -> Result<PartVerdict, LoadError> {
     let mine = run_named(lesson, &part.scenario)?;
     let mut checks = check(&part.check, &mine);
+    checks.extend(part.figures.iter().map(|f| figure_one(f, &mine)));
     for c in &part.compare {
         let other = run_named(lesson, c.other())?;
         checks.push(compare_one(c, &mine, &other));

@@ -47,7 +47,7 @@ pub fn render(frame: &mut Frame, s: &LessonState) {
     };
     let answered = s.answers.iter().filter(|a| a.is_some()).count();
     let status_text = format!(
-        " vramscope lesson │ {} │ {place} │ answered {answered} of {n}, {} right",
+        " vramscope lesson │ {} │ {place} │ answered {answered}/{n} · {} right",
         s.lesson.name,
         s.score()
     );
