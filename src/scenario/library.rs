@@ -77,6 +77,8 @@ static BUILTINS: &[BuiltIn] = builtins![
     "llama-lora-finetune",
     "peak-inside-step",
     "cuda-context",
+    "batch-moves-peak-small",
+    "batch-moves-peak-large",
 ];
 
 pub fn builtins() -> &'static [BuiltIn] {
