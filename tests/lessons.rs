@@ -189,6 +189,13 @@ fn bad_lesson_files_name_the_file_and_where() {
             "lesson.ron: parts[0].compare: no built-in scenario or file named \"nope.ron\"",
         ),
         (
+            "phase",
+            LESSON
+                .replace("SCENARIO", "ok.ron")
+                .replace("check: [NoOom],", "figures: [PeakIn(\"fwd\")],"),
+            "lesson.ron:13:13: parts[0].figures: PeakIn(\"fwd\"): a phase is one of setup, forward",
+        ),
+        (
             "field",
             LESSON.replace("SCENARIO", "ok.ron").replace("title:", "titel:"),
             "lesson.ron:3:10: Unexpected field named `titel`",
@@ -232,7 +239,7 @@ fn the_format_reference_example_is_a_working_lesson() {
 fn figures_the_run_does_not_show_fail() {
     let text = LESSON
         .replace("SCENARIO", "ok.ron")
-        .replace("check: [NoOom],", "figures: [ContextOver(\"200MiB\"), ContextUnder(\"101MiB\"), BetweenStepsAllocatedOver(\"1GiB\")],");
+        .replace("check: [NoOom],", "figures: [ContextOver(\"200MiB\"), ContextUnder(\"101MiB\"), BetweenStepsAllocatedOver(\"1GiB\"), PeakIn(\"forward\")],");
     let (code, out, _, _) = lesson_file("figures", &text);
     assert_eq!(code, 1, "{out}");
     assert!(
@@ -240,6 +247,15 @@ fn figures_the_run_does_not_show_fail() {
         "{out}"
     );
     assert!(out.contains("[ok] the context under 101.00 MiB"), "{out}");
+    // mlp-mnist (784·1024+1024 + 1024·1024+1024 + 1024·10+10 = 1,863,690
+    // parameters, 7.1 MiB in fp32) at batch 256 saves a few MiB of
+    // activations ([256, 1024] fp32 is 1 MiB), while AdamW's first step adds
+    // 14.2 MiB of state and a parameter-sized foreach temporary: the peak is
+    // not in forward.
+    assert!(
+        out.contains("[FAILED] the peak in the forward phase"),
+        "{out}"
+    );
     assert!(
         out.contains("[FAILED] allocated at every iteration end over 1024.00 MiB — allocated at iteration ends 47.28 MiB..47.28 MiB"),
         "{out}"

@@ -40,7 +40,10 @@ fn said(s: &Scenario, at: &str) -> String {
 }
 
 fn assert_quotes(text: &str, figure: &str) {
-    assert!(text.contains(figure), "narration does not say {figure}: {text}");
+    assert!(
+        text.contains(figure),
+        "narration does not say {figure}: {text}"
+    );
 }
 
 /// The highest allocated inside one phase of one iteration.
@@ -92,10 +95,13 @@ fn peak_moment(r: &RunResult) -> (u32, Option<Phase>, String) {
             _ => {}
         }
     }
-    assert_eq!(peak, r.peak_allocated, "{}: the entries add up to the peak", r.scenario);
+    assert_eq!(
+        peak, r.peak_allocated,
+        "{}: the entries add up to the peak",
+        r.scenario
+    );
     at
 }
-
 
 /// The parameter tensors of Mlp(dims: [1024, 4096, 4096, 10]), in elements.
 const MLP_TENSORS: [u64; 6] = [1024 * 4096, 4096, 4096 * 4096, 4096, 4096 * 10, 10];
@@ -104,7 +110,10 @@ const MLP_PARAMS: u64 = 21_020_682;
 /// One tensor like each parameter at `bytes` per element, as the allocator
 /// holds them: each request rounded up to 512 B (engine.md §1.2).
 fn per_param_blocks(bytes: u64) -> u64 {
-    MLP_TENSORS.iter().map(|n| (n * bytes).div_ceil(512) * 512).sum()
+    MLP_TENSORS
+        .iter()
+        .map(|n| (n * bytes).div_ceil(512) * 512)
+        .sum()
 }
 
 #[test]
@@ -125,7 +134,10 @@ fn peak_inside_step_quotes_both_readings() {
     assert_quotes(&second, &mib(first));
     assert_quotes(&second, &mib(moments));
     // Saved ReLU outputs: [8192, 4096] fp32.
-    assert_quotes(&said(&s, "Phase(1, \"backward\")"), &format!("{} MiB", 8192 * 4096 * 4 >> 20));
+    assert_quotes(
+        &said(&s, "Phase(1, \"backward\")"),
+        &format!("{} MiB", 8192 * 4096 * 4 >> 20),
+    );
     let (it, phase, _) = peak_moment(&r);
     assert_eq!((it, phase), (2, Some(Phase::Backward)));
     // Nothing of the step's peak is left between steps: more than the saved
@@ -150,7 +162,10 @@ fn cuda_context_names_allocated_reserved_and_nvidia_smi() {
     let after_one = said(&s, "Iteration(2)");
     assert_quotes(&after_one, &mib(first.allocated));
     assert_quotes(&after_one, &mib(first.reserved));
-    assert!(context > last.reserved, "the narration calls the context the largest");
+    assert!(
+        context > last.reserved,
+        "the narration calls the context the largest"
+    );
 }
 
 #[test]
@@ -165,11 +180,18 @@ fn the_batch_moves_the_peak_between_optimizer_and_backward() {
     assert_eq!((it, phase), (1, Some(Phase::Optimizer)));
     assert!(op.starts_with("optimizer.step"), "{op}");
     let between = small.per_iteration.last().expect("iterations").allocated;
-    assert_eq!(small.peak_allocated - between, sqrt_list, "the peak is state + the sqrt list");
+    assert_eq!(
+        small.peak_allocated - between,
+        sqrt_list,
+        "the peak is state + the sqrt list"
+    );
     for text in [said(&small_s, "Start"), said(&large_s, "Start")] {
         assert_quotes(&text, &mib(state));
     }
-    assert_quotes(&said(&small_s, "Start"), &format!("{} MiB", 64 * 4096 * 4 >> 20));
+    assert_quotes(
+        &said(&small_s, "Start"),
+        &format!("{} MiB", 64 * 4096 * 4 >> 20),
+    );
     let step = said(&small_s, "Op(\"optimizer.step\")");
     assert_quotes(&step, &mib(moments));
     assert_quotes(&step, &mib(sqrt_list));
@@ -187,5 +209,8 @@ fn the_batch_moves_the_peak_between_optimizer_and_backward() {
     assert_quotes(&end, &mib(step_peak));
     assert_quotes(&end, &mib(between));
     assert_quotes(&end, &mib(sqrt_list));
-    assert_quotes(&said(&large_s, "Start"), &format!("{} MiB", 8192 * 4096 * 4 >> 20));
+    assert_quotes(
+        &said(&large_s, "Start"),
+        &format!("{} MiB", 8192 * 4096 * 4 >> 20),
+    );
 }

@@ -62,6 +62,9 @@ pub enum Figure {
     /// processes: what nvidia-smi adds to reserved) is over this size.
     ContextOver(Size),
     ContextUnder(Size),
+    /// Allocated first reaches the run's peak in this phase: "forward",
+    /// "backward", "optimizer", "eval", "setup" or "user".
+    PeakIn(String),
 }
 
 /// This part's run against another scenario's (a built-in's name or a file

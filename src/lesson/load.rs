@@ -188,6 +188,18 @@ fn problem(l: &Lesson) -> Option<(&'static str, usize, String)> {
             let m = format!("'{}' is not one of the choices, 'a' to '{last}'", p.answer);
             return Some(("answer", i, at("answer", m)));
         }
+        let phases = crate::trace::event::Phase::ALL.map(|ph| ph.name());
+        for f in &p.figures {
+            if let super::format::Figure::PeakIn(name) = f {
+                if !phases.contains(&name.as_str()) {
+                    let m = format!(
+                        "PeakIn(\"{name}\"): a phase is one of {}",
+                        phases.join(", ")
+                    );
+                    return Some(("figures", i, at("figures", m)));
+                }
+            }
+        }
         if p.explanation.is_empty() {
             let m = "at least one paragraph: why the answer is right".to_string();
             return Some(("explanation", i, at("explanation", m)));

@@ -4,8 +4,9 @@
 
 use super::format::{Comparison, Figure, Part};
 use super::load::LoadedLesson;
-use crate::alloc::format_size;
-use crate::scenario::{check, run, ExpectationResult, LoadError, RunOptions, RunResult};
+use crate::alloc::{format_size, Action};
+use crate::scenario::{check, run, ExpectationResult, LoadError, RunOptions, RunResult, Size};
+use crate::trace::event::{Event, Marker, Phase};
 
 /// One part's run and what its checks found.
 #[derive(Debug, Clone)]
@@ -21,9 +22,38 @@ impl PartVerdict {
     }
 }
 
-fn run_named(lesson: &LoadedLesson, name: &str) -> Result<RunResult, LoadError> {
+fn run_named(lesson: &LoadedLesson, name: &str, events: bool) -> Result<RunResult, LoadError> {
     let (scenario, built) = lesson.scenario(name)?;
-    Ok(run(&scenario, &built, &RunOptions::default()))
+    let opts = RunOptions {
+        iterations: None,
+        record_events: events,
+    };
+    Ok(run(&scenario, &built, &opts))
+}
+
+/// The phase allocated is in when it first reaches the run's peak, summing
+/// the allocator's entries (alloc +, free_completed −) between the markers.
+fn peak_phase(r: &RunResult) -> Option<Phase> {
+    let (mut allocated, mut peak) = (0u64, 0u64);
+    let (mut phase, mut at) = (None, None);
+    for e in &r.events {
+        match e {
+            Event::Marker(Marker::PhaseBegin(p)) => phase = Some(*p),
+            Event::Marker(Marker::PhaseEnd(_)) => phase = None,
+            Event::Alloc(a) if a.action == Action::Alloc => {
+                allocated += a.block_size;
+                if allocated > peak {
+                    peak = allocated;
+                    at = phase;
+                }
+            }
+            Event::Alloc(a) if a.action == Action::FreeCompleted => {
+                allocated = allocated.saturating_sub(a.block_size)
+            }
+            _ => {}
+        }
+    }
+    at
 }
 
 fn compare_one(c: &Comparison, mine: &RunResult, other: &RunResult) -> ExpectationResult {
@@ -72,42 +102,48 @@ fn figure_one(f: &Figure, r: &RunResult) -> ExpectationResult {
         ends.iter().copied().min().unwrap_or(0),
         ends.iter().copied().max().unwrap_or(0),
     );
-    let between = || {
-        format!(
-            "allocated at iteration ends {}..{}",
-            format_size(low),
-            format_size(high)
-        )
-    };
-    let context = || format!("{} not the allocator's", format_size(r.conditions.overhead));
-    let (what, size, passed, observed) = match f {
+    let between = format!(
+        "allocated at iteration ends {}..{}",
+        format_size(low),
+        format_size(high)
+    );
+    let context = format!("{} not the allocator's", format_size(r.conditions.overhead));
+    let sized = |what: &str, s: &Size| format!("{what} {}", format_size(s.0));
+    let (expectation, passed, observed) = match f {
         Figure::BetweenStepsAllocatedUnder(s) => (
-            "allocated at every iteration end under",
-            s.0,
+            sized("allocated at every iteration end under", s),
             !ends.is_empty() && high < s.0,
-            between(),
+            between,
         ),
         Figure::BetweenStepsAllocatedOver(s) => (
-            "allocated at every iteration end over",
-            s.0,
+            sized("allocated at every iteration end over", s),
             !ends.is_empty() && low > s.0,
-            between(),
+            between,
         ),
         Figure::ContextOver(s) => (
-            "the context over",
-            s.0,
+            sized("the context over", s),
             r.conditions.overhead > s.0,
-            context(),
+            context,
         ),
         Figure::ContextUnder(s) => (
-            "the context under",
-            s.0,
+            sized("the context under", s),
             r.conditions.overhead < s.0,
-            context(),
+            context,
         ),
+        Figure::PeakIn(want) => {
+            let name = peak_phase(r).map_or("no phase", |p| p.name());
+            (
+                format!("the peak in the {want} phase"),
+                name == want,
+                format!(
+                    "peak allocated {} reached in {name}",
+                    format_size(r.peak_allocated)
+                ),
+            )
+        }
     };
     ExpectationResult {
-        expectation: format!("{what} {}", format_size(size)),
+        expectation,
         passed,
         observed,
     }
@@ -115,11 +151,12 @@ fn figure_one(f: &Figure, r: &RunResult) -> ExpectationResult {
 
 /// Run one part's scenario (and any it compares with) and check its answer.
 pub fn verify_part(lesson: &LoadedLesson, part: &Part) -> Result<PartVerdict, LoadError> {
-    let mine = run_named(lesson, &part.scenario)?;
+    let events = part.figures.iter().any(|f| matches!(f, Figure::PeakIn(_)));
+    let mine = run_named(lesson, &part.scenario, events)?;
     let mut checks = check(&part.check, &mine);
     checks.extend(part.figures.iter().map(|f| figure_one(f, &mine)));
     for c in &part.compare {
-        let other = run_named(lesson, c.other())?;
+        let other = run_named(lesson, c.other(), false)?;
         checks.push(compare_one(c, &mine, &other));
     }
     Ok(PartVerdict { run: mine, checks })
