@@ -79,6 +79,8 @@ static BUILTINS: &[BuiltIn] = builtins![
     "cuda-context",
     "batch-moves-peak-small",
     "batch-moves-peak-large",
+    "amp-raises-peak",
+    "amp-raises-peak-fp32",
 ];
 
 pub fn builtins() -> &'static [BuiltIn] {
