@@ -215,7 +215,6 @@ fn the_batch_moves_the_peak_between_optimizer_and_backward() {
     );
 }
 
-
 /// The parameter tensors of Mlp(dims: [4096, 8192, 8192, 10]), in elements.
 const WIDE_TENSORS: [u64; 6] = [4096 * 8192, 8192, 8192 * 8192, 8192, 8192 * 10, 10];
 
@@ -224,13 +223,26 @@ fn autocast_raises_the_peak_of_a_weight_heavy_model() {
     let (amp_s, amp) = run_named("amp-raises-peak", true);
     let (fp32_s, fp32) = run_named("amp-raises-peak-fp32", true);
     let params: u64 = WIDE_TENSORS.iter().sum();
-    let blocks = |bytes: u64| -> u64 { WIDE_TENSORS.iter().map(|n| (n * bytes).div_ceil(512) * 512).sum() };
+    let blocks = |bytes: u64| -> u64 {
+        WIDE_TENSORS
+            .iter()
+            .map(|n| (n * bytes).div_ceil(512) * 512)
+            .sum()
+    };
     assert!(amp.peak_allocated > fp32.peak_allocated);
     for (s, r) in [(&amp_s, &amp), (&fp32_s, &fp32)] {
         let (it, phase, _) = peak_moment(r);
         assert_eq!((it, phase), (2, Some(Phase::Backward)), "{}", s.name);
         let start = said(s, "Start");
-        assert_quotes(&start, &format!("{},{:03},{:03}", params / 1_000_000, params / 1000 % 1000, params % 1000));
+        assert_quotes(
+            &start,
+            &format!(
+                "{},{:03},{:03}",
+                params / 1_000_000,
+                params / 1000 % 1000,
+                params % 1000
+            ),
+        );
         assert_quotes(&start, &mib(4 * params));
         let end = said(s, "End");
         assert_quotes(&end, &mib(r.peak_allocated));
@@ -238,7 +250,10 @@ fn autocast_raises_the_peak_of_a_weight_heavy_model() {
         assert_quotes(&end, &mib(amp.peak_allocated - fp32.peak_allocated));
     }
     assert_quotes(&said(&amp_s, "End"), &mib(fp32.peak_allocated));
-    assert_quotes(&said(&amp_s, "End"), &mib(phase_peak(&fp32, 2, Phase::Forward)));
+    assert_quotes(
+        &said(&amp_s, "End"),
+        &mib(phase_peak(&fp32, 2, Phase::Forward)),
+    );
     assert!(phase_peak(&amp, 2, Phase::Forward) > phase_peak(&fp32, 2, Phase::Forward));
     // The cast cache: one fp16 copy of every weight and bias.
     assert_quotes(&said(&amp_s, "Phase(2, \"forward\")"), &mib(blocks(2)));
@@ -248,5 +263,8 @@ fn autocast_raises_the_peak_of_a_weight_heavy_model() {
     // momentum, the last batch.
     let end_amp = amp.per_iteration.last().expect("iterations").allocated;
     let end_fp32 = fp32.per_iteration.last().expect("iterations").allocated;
-    assert!(end_amp.abs_diff(end_fp32) < 1 << 20, "{end_amp} vs {end_fp32}");
+    assert!(
+        end_amp.abs_diff(end_fp32) < 1 << 20,
+        "{end_amp} vs {end_fp32}"
+    );
 }
