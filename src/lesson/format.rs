@@ -62,6 +62,13 @@ pub enum Figure {
     /// processes: what nvidia-smi adds to reserved) is over this size.
     ContextOver(Size),
     ContextUnder(Size),
+    /// At the run's end, `memory_stats()`'s active bytes equal its allocated
+    /// bytes (no freed block waits on another stream).
+    ActiveEqualsAllocated,
+    /// At the run's end, inactive split bytes (memory_summary's
+    /// "Non-releasable memory": free blocks in segments that also hold live
+    /// ones) are over this size.
+    InactiveSplitOver(Size),
     /// Allocated first reaches the run's peak in this phase: "forward",
     /// "backward", "optimizer", "eval", "setup" or "user".
     PeakIn(String),

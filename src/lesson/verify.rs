@@ -4,7 +4,7 @@
 
 use super::format::{Comparison, Figure, Part};
 use super::load::LoadedLesson;
-use crate::alloc::{format_size, Action};
+use crate::alloc::{format_size, Action, Family, Level};
 use crate::scenario::{check, run, ExpectationResult, LoadError, RunOptions, RunResult, Size};
 use crate::trace::event::{Event, Marker, Phase};
 
@@ -130,6 +130,27 @@ fn figure_one(f: &Figure, r: &RunResult) -> ExpectationResult {
             r.conditions.overhead < s.0,
             context,
         ),
+        Figure::ActiveEqualsAllocated => {
+            let active = r.stats.get(Family::ActiveBytes, Level::All).current as u64;
+            let allocated = r.stats.allocated_bytes();
+            (
+                "active bytes equal to allocated bytes at the end".to_string(),
+                active == allocated,
+                format!(
+                    "active {}, allocated {}",
+                    format_size(active),
+                    format_size(allocated)
+                ),
+            )
+        }
+        Figure::InactiveSplitOver(s) => {
+            let split = r.stats.get(Family::InactiveSplitBytes, Level::All).current as u64;
+            (
+                sized("inactive split bytes at the end over", s),
+                split > s.0,
+                format!("inactive split {}", format_size(split)),
+            )
+        }
         Figure::PeakIn(want) => {
             let name = peak_phase(r).map_or("no phase", |p| p.name());
             (
