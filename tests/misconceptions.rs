@@ -40,7 +40,10 @@ fn said(s: &Scenario, at: &str) -> String {
 }
 
 fn assert_quotes(text: &str, figure: &str) {
-    assert!(text.contains(figure), "narration does not say {figure}: {text}");
+    assert!(
+        text.contains(figure),
+        "narration does not say {figure}: {text}"
+    );
 }
 
 /// The highest allocated inside one phase of one iteration.
@@ -92,10 +95,13 @@ fn peak_moment(r: &RunResult) -> (u32, Option<Phase>, String) {
             _ => {}
         }
     }
-    assert_eq!(peak, r.peak_allocated, "{}: the entries add up to the peak", r.scenario);
+    assert_eq!(
+        peak, r.peak_allocated,
+        "{}: the entries add up to the peak",
+        r.scenario
+    );
     at
 }
-
 
 /// The parameter tensors of Mlp(dims: [1024, 4096, 4096, 10]), in elements.
 const MLP_TENSORS: [u64; 6] = [1024 * 4096, 4096, 4096 * 4096, 4096, 4096 * 10, 10];
@@ -104,7 +110,10 @@ const MLP_PARAMS: u64 = 21_020_682;
 /// One tensor like each parameter at `bytes` per element, as the allocator
 /// holds them: each request rounded up to 512 B (engine.md §1.2).
 fn per_param_blocks(bytes: u64) -> u64 {
-    MLP_TENSORS.iter().map(|n| (n * bytes).div_ceil(512) * 512).sum()
+    MLP_TENSORS
+        .iter()
+        .map(|n| (n * bytes).div_ceil(512) * 512)
+        .sum()
 }
 
 #[test]
@@ -125,7 +134,10 @@ fn peak_inside_step_quotes_both_readings() {
     assert_quotes(&second, &mib(first));
     assert_quotes(&second, &mib(moments));
     // Saved ReLU outputs: [8192, 4096] fp32.
-    assert_quotes(&said(&s, "Phase(1, \"backward\")"), &format!("{} MiB", 8192 * 4096 * 4 >> 20));
+    assert_quotes(
+        &said(&s, "Phase(1, \"backward\")"),
+        &format!("{} MiB", 8192 * 4096 * 4 >> 20),
+    );
     let (it, phase, _) = peak_moment(&r);
     assert_eq!((it, phase), (2, Some(Phase::Backward)));
     // Nothing of the step's peak is left between steps: more than the saved
@@ -150,7 +162,10 @@ fn cuda_context_names_allocated_reserved_and_nvidia_smi() {
     let after_one = said(&s, "Iteration(2)");
     assert_quotes(&after_one, &mib(first.allocated));
     assert_quotes(&after_one, &mib(first.reserved));
-    assert!(context > last.reserved, "the narration calls the context the largest");
+    assert!(
+        context > last.reserved,
+        "the narration calls the context the largest"
+    );
 }
 
 #[test]
@@ -165,11 +180,18 @@ fn the_batch_moves_the_peak_between_optimizer_and_backward() {
     assert_eq!((it, phase), (1, Some(Phase::Optimizer)));
     assert!(op.starts_with("optimizer.step"), "{op}");
     let between = small.per_iteration.last().expect("iterations").allocated;
-    assert_eq!(small.peak_allocated - between, sqrt_list, "the peak is state + the sqrt list");
+    assert_eq!(
+        small.peak_allocated - between,
+        sqrt_list,
+        "the peak is state + the sqrt list"
+    );
     for text in [said(&small_s, "Start"), said(&large_s, "Start")] {
         assert_quotes(&text, &mib(state));
     }
-    assert_quotes(&said(&small_s, "Start"), &format!("{} MiB", 64 * 4096 * 4 >> 20));
+    assert_quotes(
+        &said(&small_s, "Start"),
+        &format!("{} MiB", 64 * 4096 * 4 >> 20),
+    );
     let step = said(&small_s, "Op(\"optimizer.step\")");
     assert_quotes(&step, &mib(moments));
     assert_quotes(&step, &mib(sqrt_list));
@@ -187,9 +209,11 @@ fn the_batch_moves_the_peak_between_optimizer_and_backward() {
     assert_quotes(&end, &mib(step_peak));
     assert_quotes(&end, &mib(between));
     assert_quotes(&end, &mib(sqrt_list));
-    assert_quotes(&said(&large_s, "Start"), &format!("{} MiB", 8192 * 4096 * 4 >> 20));
+    assert_quotes(
+        &said(&large_s, "Start"),
+        &format!("{} MiB", 8192 * 4096 * 4 >> 20),
+    );
 }
-
 
 /// The parameter tensors of Mlp(dims: [4096, 8192, 8192, 10]), in elements.
 const WIDE_TENSORS: [u64; 6] = [4096 * 8192, 8192, 8192 * 8192, 8192, 8192 * 10, 10];
@@ -199,13 +223,26 @@ fn autocast_raises_the_peak_of_a_weight_heavy_model() {
     let (amp_s, amp) = run_named("amp-raises-peak", true);
     let (fp32_s, fp32) = run_named("amp-raises-peak-fp32", true);
     let params: u64 = WIDE_TENSORS.iter().sum();
-    let blocks = |bytes: u64| -> u64 { WIDE_TENSORS.iter().map(|n| (n * bytes).div_ceil(512) * 512).sum() };
+    let blocks = |bytes: u64| -> u64 {
+        WIDE_TENSORS
+            .iter()
+            .map(|n| (n * bytes).div_ceil(512) * 512)
+            .sum()
+    };
     assert!(amp.peak_allocated > fp32.peak_allocated);
     for (s, r) in [(&amp_s, &amp), (&fp32_s, &fp32)] {
         let (it, phase, _) = peak_moment(r);
         assert_eq!((it, phase), (2, Some(Phase::Backward)), "{}", s.name);
         let start = said(s, "Start");
-        assert_quotes(&start, &format!("{},{:03},{:03}", params / 1_000_000, params / 1000 % 1000, params % 1000));
+        assert_quotes(
+            &start,
+            &format!(
+                "{},{:03},{:03}",
+                params / 1_000_000,
+                params / 1000 % 1000,
+                params % 1000
+            ),
+        );
         assert_quotes(&start, &mib(4 * params));
         let end = said(s, "End");
         assert_quotes(&end, &mib(r.peak_allocated));
@@ -213,7 +250,10 @@ fn autocast_raises_the_peak_of_a_weight_heavy_model() {
         assert_quotes(&end, &mib(amp.peak_allocated - fp32.peak_allocated));
     }
     assert_quotes(&said(&amp_s, "End"), &mib(fp32.peak_allocated));
-    assert_quotes(&said(&amp_s, "End"), &mib(phase_peak(&fp32, 2, Phase::Forward)));
+    assert_quotes(
+        &said(&amp_s, "End"),
+        &mib(phase_peak(&fp32, 2, Phase::Forward)),
+    );
     assert!(phase_peak(&amp, 2, Phase::Forward) > phase_peak(&fp32, 2, Phase::Forward));
     // The cast cache: one fp16 copy of every weight and bias.
     assert_quotes(&said(&amp_s, "Phase(2, \"forward\")"), &mib(blocks(2)));
@@ -223,9 +263,11 @@ fn autocast_raises_the_peak_of_a_weight_heavy_model() {
     // momentum, the last batch.
     let end_amp = amp.per_iteration.last().expect("iterations").allocated;
     let end_fp32 = fp32.per_iteration.last().expect("iterations").allocated;
-    assert!(end_amp.abs_diff(end_fp32) < 1 << 20, "{end_amp} vs {end_fp32}");
+    assert!(
+        end_amp.abs_diff(end_fp32) < 1 << 20,
+        "{end_amp} vs {end_fp32}"
+    );
 }
-
 
 #[test]
 fn inplace_relu_lowers_the_forward_not_the_training_peak() {
@@ -236,8 +278,15 @@ fn inplace_relu_lowers_the_forward_not_the_training_peak() {
     // One [8192, 4096] fp32 activation, within the 512 B rounding of small tensors.
     let activation: u64 = 8192 * 4096 * 4;
     assert!(oop_fwd > ip_fwd);
-    assert!((oop_fwd - ip_fwd).abs_diff(activation) < activation / 100, "{}", oop_fwd - ip_fwd);
-    assert_eq!(ip.peak_allocated, oop.peak_allocated, "the saved tensors are the same");
+    assert!(
+        (oop_fwd - ip_fwd).abs_diff(activation) < activation / 100,
+        "{}",
+        oop_fwd - ip_fwd
+    );
+    assert_eq!(
+        ip.peak_allocated, oop.peak_allocated,
+        "the saved tensors are the same"
+    );
     for (s, r) in [(&ip_s, &ip), (&oop_s, &oop)] {
         assert_eq!(peak_moment(r).1, Some(Phase::Backward), "{}", s.name);
         let end = said(s, "End");
@@ -251,9 +300,19 @@ fn inplace_relu_lowers_the_forward_not_the_training_peak() {
 
 #[test]
 fn inplace_after_a_saved_output_raises_pytorch_s_error_in_backward() {
-    let path = format!("{}/scenarios/inplace-ops-error.ron", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/scenarios/inplace-ops-error.ron",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let (s, built) = resolve(&path).expect("loads");
-    let r = run(&s, &built, &RunOptions { iterations: None, record_events: false });
+    let r = run(
+        &s,
+        &built,
+        &RunOptions {
+            iterations: None,
+            record_events: false,
+        },
+    );
     // PyTorch's message (torch/csrc/autograd/saved_variable.cpp), for the
     // first ReLU's output [8192, 4096] that relu_ took from version 0 to 1.
     let error = r.error.as_deref().expect("the run stops with an error");
@@ -267,5 +326,9 @@ fn inplace_after_a_saved_output_raises_pytorch_s_error_in_backward() {
     );
     assert_eq!(r.iterations_run, 0, "iteration 1 never finished");
     assert!(r.oom.is_none());
-    assert_eq!(r.narration.len(), s.narration.len(), "every item said, the backward one included");
+    assert_eq!(
+        r.narration.len(),
+        s.narration.len(),
+        "every item said, the backward one included"
+    );
 }
