@@ -268,3 +268,67 @@ fn autocast_raises_the_peak_of_a_weight_heavy_model() {
         "{end_amp} vs {end_fp32}"
     );
 }
+
+#[test]
+fn inplace_relu_lowers_the_forward_not_the_training_peak() {
+    let (ip_s, ip) = run_named("inplace-ops", true);
+    let (oop_s, oop) = run_named("inplace-ops-out-of-place", true);
+    let ip_fwd = phase_peak(&ip, 2, Phase::Forward);
+    let oop_fwd = phase_peak(&oop, 2, Phase::Forward);
+    // One [8192, 4096] fp32 activation, within the 512 B rounding of small tensors.
+    let activation: u64 = 8192 * 4096 * 4;
+    assert!(oop_fwd > ip_fwd);
+    assert!(
+        (oop_fwd - ip_fwd).abs_diff(activation) < activation / 100,
+        "{}",
+        oop_fwd - ip_fwd
+    );
+    assert_eq!(
+        ip.peak_allocated, oop.peak_allocated,
+        "the saved tensors are the same"
+    );
+    for (s, r) in [(&ip_s, &ip), (&oop_s, &oop)] {
+        assert_eq!(peak_moment(r).1, Some(Phase::Backward), "{}", s.name);
+        let end = said(s, "End");
+        assert_quotes(&end, &mib(ip_fwd));
+        assert_quotes(&end, &mib(oop_fwd));
+        assert_quotes(&end, &mib(r.peak_allocated));
+        assert_quotes(&said(s, "Start"), &format!("{} MiB", activation >> 20));
+    }
+    assert_quotes(&said(&ip_s, "End"), &mib(oop_fwd - ip_fwd));
+}
+
+#[test]
+fn inplace_after_a_saved_output_raises_pytorch_s_error_in_backward() {
+    let path = format!(
+        "{}/scenarios/inplace-ops-error.ron",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let (s, built) = resolve(&path).expect("loads");
+    let r = run(
+        &s,
+        &built,
+        &RunOptions {
+            iterations: None,
+            record_events: false,
+        },
+    );
+    // PyTorch's message (torch/csrc/autograd/saved_variable.cpp), for the
+    // first ReLU's output [8192, 4096] that relu_ took from version 0 to 1.
+    let error = r.error.as_deref().expect("the run stops with an error");
+    assert!(
+        error.starts_with(
+            "RuntimeError: one of the variables needed for gradient computation has been \
+             modified by an inplace operation: [torch.cuda.FloatTensor [8192, 4096]], which is \
+             output 0 of ReluBackward0, is at version 1; expected version 0 instead."
+        ),
+        "{error}"
+    );
+    assert_eq!(r.iterations_run, 0, "iteration 1 never finished");
+    assert!(r.oom.is_none());
+    assert_eq!(
+        r.narration.len(),
+        s.narration.len(),
+        "every item said, the backward one included"
+    );
+}

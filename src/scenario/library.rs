@@ -81,6 +81,9 @@ static BUILTINS: &[BuiltIn] = builtins![
     "batch-moves-peak-large",
     "amp-raises-peak",
     "amp-raises-peak-fp32",
+    "inplace-ops",
+    "inplace-ops-out-of-place",
+    "inplace-ops-error",
 ];
 
 pub fn builtins() -> &'static [BuiltIn] {
