@@ -80,6 +80,8 @@ pub enum Figure {
 pub enum Comparison {
     PeakAllocatedAbove(String),
     PeakAllocatedBelow(String),
+    /// The same peak allocated, to the byte.
+    PeakAllocatedSame(String),
     PeakReservedAbove(String),
     PeakReservedBelow(String),
 }
@@ -89,6 +91,7 @@ impl Comparison {
         match self {
             Comparison::PeakAllocatedAbove(s)
             | Comparison::PeakAllocatedBelow(s)
+            | Comparison::PeakAllocatedSame(s)
             | Comparison::PeakReservedAbove(s)
             | Comparison::PeakReservedBelow(s) => s,
         }

@@ -57,36 +57,47 @@ fn peak_phase(r: &RunResult) -> Option<Phase> {
 }
 
 fn compare_one(c: &Comparison, mine: &RunResult, other: &RunResult) -> ExpectationResult {
-    let (what, a, b, above) = match c {
+    use std::cmp::Ordering::{Equal, Greater, Less};
+    let (what, a, b, want) = match c {
         Comparison::PeakAllocatedAbove(_) => (
             "peak allocated",
             mine.peak_allocated,
             other.peak_allocated,
-            true,
+            Greater,
         ),
         Comparison::PeakAllocatedBelow(_) => (
             "peak allocated",
             mine.peak_allocated,
             other.peak_allocated,
-            false,
+            Less,
+        ),
+        Comparison::PeakAllocatedSame(_) => (
+            "peak allocated",
+            mine.peak_allocated,
+            other.peak_allocated,
+            Equal,
         ),
         Comparison::PeakReservedAbove(_) => (
             "peak reserved",
             mine.peak_reserved,
             other.peak_reserved,
-            true,
+            Greater,
         ),
         Comparison::PeakReservedBelow(_) => (
             "peak reserved",
             mine.peak_reserved,
             other.peak_reserved,
-            false,
+            Less,
         ),
     };
-    let relation = if above { "above" } else { "below" };
+    let relation = match want {
+        Greater => "above",
+        Less => "below",
+        Equal => "the same as",
+    };
     ExpectationResult {
         expectation: format!("{what} {relation} {}'s", c.other()),
-        passed: if above { a > b } else { a < b },
+        passed: a.cmp(&b) == want,
         observed: format!(
             "{what} {} here, {} in {}",
             format_size(a),
