@@ -261,3 +261,52 @@ fn figures_the_run_does_not_show_fail() {
         "{out}"
     );
 }
+
+/// A directory, a device or an empty file named as a lesson is bad input
+/// naming the path, never a hang or a panic.
+#[test]
+fn a_lesson_path_that_is_not_a_lesson_file_is_refused() {
+    let dir = temp_dir("notafile");
+    let empty = dir.join("empty.ron");
+    std::fs::write(&empty, "").expect("write");
+    for (path, wanted) in [
+        (
+            dir.display().to_string(),
+            "cannot read: not a regular file (a directory)",
+        ),
+        (
+            "/dev/null".to_string(),
+            "cannot read: not a regular file (a device)",
+        ),
+        (empty.display().to_string(), "empty.ron:1:1: "),
+    ] {
+        let (code, _, err) = vramscope(&["lesson", &path]);
+        assert_eq!(code, 2, "{path}: {err}");
+        assert!(err.contains(wanted), "{path}: wanted {wanted:?} in {err}");
+    }
+}
+
+/// Every prefix of a built-in lesson, and the lesson with each line
+/// dropped, loads or fails with an error; none panics.
+#[test]
+fn mangled_lessons_fail_cleanly() {
+    use vramscope::lesson::load_lesson_str;
+    let text = vramscope::lesson::builtin_lesson("leaks")
+        .expect("built-in")
+        .source;
+    let mut cuts: Vec<usize> = (0..text.len()).step_by(97).collect();
+    cuts.retain(|i| text.is_char_boundary(*i));
+    for cut in cuts {
+        let _ = load_lesson_str(&text[..cut], "cut.ron", None);
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    for skip in 0..lines.len() {
+        let mangled: Vec<&str> = lines
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != skip)
+            .map(|(_, l)| *l)
+            .collect();
+        let _ = load_lesson_str(&mangled.join("\n"), "mangled.ron", None);
+    }
+}
