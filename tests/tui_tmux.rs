@@ -471,7 +471,10 @@ fn lesson_in_a_real_terminal() {
     let answered = question.and_then(|_| step(&["c"], &|s| s.contains("Right: c.")));
     let run = answered.and_then(|_| {
         step(&["Enter"], &|s| {
-            s.contains("accumulate-loss-train-bug") && s.contains("Memory map")
+            // Taught like the tour: the run stops at its first narration.
+            s.contains("accumulate-loss-train-bug")
+                && s.contains("Memory map")
+                && s.contains("narration: space goes on")
         })
     });
     let next = run.and_then(|_| {

@@ -70,13 +70,15 @@ pub fn open(name: &str, pace: &PaceArgs) -> anyhow::Result<ExitCode> {
             .scenario(&part.scenario)
             .map_err(|e| BadInput(e.to_string()))?;
         let title = escape_line(&scenario.name).into_owned();
-        let opts = pace.apply(
+        let mut opts = pace.apply(
             TuiOptions {
                 speed: SCENARIO_SPEED,
                 ..TuiOptions::default()
             },
             &[title.as_str()],
         );
+        // A lesson is taught like the tour: each narration waits for space.
+        opts.auto_pause = !pace.no_auto_pause;
         run_tui(
             vec![(title, scenario_source(scenario, built, ITERATION_PACE))],
             opts,

@@ -60,7 +60,7 @@ pub enum Command {
     /// before each scenario answered with a key (a–d), the answer and why,
     /// the scenario in the run view, and a summary.
     #[command(
-        after_help = "Without a terminal (or with --headless) the lesson prints as text: each question, its answer and explanation, and the figures of the scenario's run that the answer is checked against (exit 1 if a run does not show its answer). Lesson files: scenarios/lessons/README.md."
+        after_help = "Without a terminal (or with --headless) the lesson prints as text: each question, its answer and explanation, and the figures of the scenario's run that the answer is checked against (exit 1 if a run does not show its answer). In the run view each narration waits for space, as in the tour (--no-auto-pause plays through). Lesson files: scenarios/lessons/README.md."
     )]
     Lesson {
         lesson: String,
