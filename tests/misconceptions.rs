@@ -332,3 +332,50 @@ fn inplace_after_a_saved_output_raises_pytorch_s_error_in_backward() {
         "every item said, the backward one included"
     );
 }
+
+#[test]
+fn reference_cycles_hold_each_output_until_the_collector_runs() {
+    let (gc_s, gc) = run_named("reference-cycle-gc", true);
+    let (bug_s, bug) = run_named("reference-cycle-bug", false);
+    // out = [2048, 4096] fp32.
+    let out: u64 = 2048 * 4096 * 4;
+    let ends: Vec<u64> = gc.per_iteration.iter().map(|p| p.allocated).collect();
+    assert_eq!(ends.len(), 8);
+    let base = ends[0];
+    // gc.collect() every 4th iteration: 1, 2, 3 records waiting, then none.
+    let waiting = [0, 1, 2, 0, 1, 2, 3, 0];
+    for (i, w) in waiting.iter().enumerate() {
+        assert_eq!(ends[i], base + w * out, "iteration {}", i + 1);
+    }
+    assert_quotes(&said(&gc_s, "Start"), &format!("{} MiB", out >> 20));
+    let third = said(&gc_s, "Iteration(3)");
+    assert_quotes(&third, &mib(ends[1]));
+    assert_quotes(&third, &mib(out));
+    assert_quotes(&said(&gc_s, "Iteration(5)"), &mib(ends[3]));
+    let end = said(&gc_s, "End");
+    assert_quotes(&end, &mib(ends[6]));
+    assert_quotes(&end, &mib(ends[7]));
+    assert_quotes(&end, &mib(gc.peak_allocated));
+    assert!(
+        gc.findings.iter().all(|f| f.root != "rec"),
+        "bounded: no leak"
+    );
+
+    // Without the collector every record stays.
+    let ends: Vec<u64> = bug.per_iteration.iter().map(|p| p.allocated).collect();
+    for (i, a) in ends.iter().enumerate() {
+        assert_eq!(*a, base + i as u64 * out, "iteration {}", i + 1);
+    }
+    let end = said(&bug_s, "End");
+    assert_quotes(&end, &mib(out));
+    assert_quotes(&end, &mib(ends[7]));
+    let f = bug
+        .findings
+        .iter()
+        .find(|f| f.root == "rec")
+        .expect("a finding for rec");
+    assert_eq!(f.growth_per_iter, out as i64);
+    assert!(f.fix.starts_with("del rec[\"self\"]"), "{}", f.fix);
+    assert!(f.evidence.contains("rebound 7 times"), "{}", f.evidence);
+    assert_quotes(&end, "7 unreachable records");
+}

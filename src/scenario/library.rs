@@ -84,6 +84,8 @@ static BUILTINS: &[BuiltIn] = builtins![
     "inplace-ops",
     "inplace-ops-out-of-place",
     "inplace-ops-error",
+    "reference-cycle-bug",
+    "reference-cycle-gc",
 ];
 
 pub fn builtins() -> &'static [BuiltIn] {

@@ -169,6 +169,13 @@ pub fn statement(step: &Step) -> String {
             format!("{into} += ({output}.argmax(1) == {target}).sum(){item}")
         }
         Step::NewDict { name } => format!("{name} = {{}}"),
+        Step::MakeCycle { from, into, what } => {
+            format!(
+                "{into} = {{{from:?}: {}}}; {into}[\"self\"] = {into}",
+                kept(from, *what)
+            )
+        }
+        Step::GcCollect => "gc.collect()".into(),
         Step::NewDeque { name, maxlen } => {
             format!("{name} = collections.deque(maxlen={maxlen})")
         }
