@@ -98,7 +98,7 @@ fn a_lesson_without_a_terminal_prints_as_text() {
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("lesson leaks: "), "{out}");
     assert!(
-        out.contains("── part 1 of 9 · scenario accumulate-loss-train-bug"),
+        out.contains("── part 1 of 11 · scenario accumulate-loss-train-bug"),
         "{out}"
     );
     assert!(out.contains("\n  a) "), "choices are listed");

@@ -464,7 +464,7 @@ fn lesson_in_a_real_terminal() {
     );
     let question = intro.and_then(|_| {
         step(&["Enter"], &|s| {
-            s.contains("part 1 of 9") && s.contains("Your answer?")
+            s.contains("part 1 of 11") && s.contains("Your answer?")
         })
     });
     // The answer is revealed only after the key.
@@ -479,7 +479,7 @@ fn lesson_in_a_real_terminal() {
     });
     let next = run.and_then(|_| {
         step(&["q"], &|s| {
-            s.contains("part 2 of 9") && s.contains("answered 1/9 · 1 right")
+            s.contains("part 2 of 11") && s.contains("answered 1/11 · 1 right")
         })
     });
     let last = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();

@@ -78,7 +78,7 @@ fn a_question_hides_its_answer_until_a_key_and_then_says_why() {
         let mut s = state("leaks");
         let before = run_keys(&mut s, &[c(KeyCode::Enter)], w, h);
         assert_eq!(s.screen, Screen::Part(0));
-        assert!(before.contains("part 1 of 9"), "{before}");
+        assert!(before.contains("part 1 of 11"), "{before}");
         assert!(before.contains("a) It grows by one batch"), "{before}");
         assert!(before.contains("Your answer?"), "{before}");
         assert!(
@@ -98,7 +98,7 @@ fn a_question_hides_its_answer_until_a_key_and_then_says_why() {
         );
         assert!(after.contains("✗ a)") && after.contains("✓ c)"), "{after}");
         assert!(after.contains("Enter run the scenario"), "{after}");
-        assert!(after.contains("answered 1/9 · 0 right"), "{after}");
+        assert!(after.contains("answered 1/11 · 0 right"), "{after}");
         insta::assert_snapshot!(format!("lesson_answered_{w}x{h}"), after);
     }
 }
