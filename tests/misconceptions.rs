@@ -13,6 +13,11 @@ fn mib(bytes: u64) -> String {
     format!("{:.2} MiB", bytes as f64 / MIB)
 }
 
+/// A size narration states in whole MiB (`128 MiB`).
+fn whole_mib(bytes: u64) -> String {
+    format!("{} MiB", bytes >> 20)
+}
+
 fn run_named(name: &str, events: bool) -> (Scenario, RunResult) {
     let path = format!("{}/scenarios/{name}.ron", env!("CARGO_MANIFEST_DIR"));
     let (scenario, built) = resolve(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -136,13 +141,13 @@ fn peak_inside_step_quotes_both_readings() {
     // Saved ReLU outputs: [8192, 4096] fp32.
     assert_quotes(
         &said(&s, "Phase(1, \"backward\")"),
-        &format!("{} MiB", 8192 * 4096 * 4 >> 20),
+        &whole_mib(8192 * 4096 * 4),
     );
     let (it, phase, _) = peak_moment(&r);
     assert_eq!((it, phase), (2, Some(Phase::Backward)));
     // Nothing of the step's peak is left between steps: more than the saved
     // activations (2 × 128 MiB) separate the two readings.
-    assert!(r.peak_allocated - between > 2 * 128 << 20);
+    assert!(r.peak_allocated - between > (2 * 128) << 20);
 }
 
 #[test]
@@ -188,10 +193,7 @@ fn the_batch_moves_the_peak_between_optimizer_and_backward() {
     for text in [said(&small_s, "Start"), said(&large_s, "Start")] {
         assert_quotes(&text, &mib(state));
     }
-    assert_quotes(
-        &said(&small_s, "Start"),
-        &format!("{} MiB", 64 * 4096 * 4 >> 20),
-    );
+    assert_quotes(&said(&small_s, "Start"), &whole_mib(64 * 4096 * 4));
     let step = said(&small_s, "Op(\"optimizer.step\")");
     assert_quotes(&step, &mib(moments));
     assert_quotes(&step, &mib(sqrt_list));
@@ -209,10 +211,7 @@ fn the_batch_moves_the_peak_between_optimizer_and_backward() {
     assert_quotes(&end, &mib(step_peak));
     assert_quotes(&end, &mib(between));
     assert_quotes(&end, &mib(sqrt_list));
-    assert_quotes(
-        &said(&large_s, "Start"),
-        &format!("{} MiB", 8192 * 4096 * 4 >> 20),
-    );
+    assert_quotes(&said(&large_s, "Start"), &whole_mib(8192 * 4096 * 4));
 }
 
 /// The parameter tensors of Mlp(dims: [4096, 8192, 8192, 10]), in elements.
@@ -293,7 +292,7 @@ fn inplace_relu_lowers_the_forward_not_the_training_peak() {
         assert_quotes(&end, &mib(ip_fwd));
         assert_quotes(&end, &mib(oop_fwd));
         assert_quotes(&end, &mib(r.peak_allocated));
-        assert_quotes(&said(s, "Start"), &format!("{} MiB", activation >> 20));
+        assert_quotes(&said(s, "Start"), &whole_mib(activation));
     }
     assert_quotes(&said(&ip_s, "End"), &mib(oop_fwd - ip_fwd));
 }
@@ -347,7 +346,7 @@ fn reference_cycles_hold_each_output_until_the_collector_runs() {
     for (i, w) in waiting.iter().enumerate() {
         assert_eq!(ends[i], base + w * out, "iteration {}", i + 1);
     }
-    assert_quotes(&said(&gc_s, "Start"), &format!("{} MiB", out >> 20));
+    assert_quotes(&said(&gc_s, "Start"), &whole_mib(out));
     let third = said(&gc_s, "Iteration(3)");
     assert_quotes(&third, &mib(ends[1]));
     assert_quotes(&third, &mib(out));

@@ -288,6 +288,15 @@ mod tests {
                 "Keep(from: \"hidden\", into: \"h0\", what: Detach)",
                 "h0 = tuple(h.detach() for h in hidden)",
             ),
+            (
+                "MakeCycle(from: \"out\", into: \"rec\", what: Tensor)",
+                "rec = {\"out\": out}; rec[\"self\"] = rec",
+            ),
+            (
+                "MakeCycle(from: \"out\", into: \"rec\", what: Detach)",
+                "rec = {\"out\": out.detach()}; rec[\"self\"] = rec",
+            ),
+            ("GcCollect", "gc.collect()"),
         ];
         for (ron_text, python) in cases {
             let step: Step = ron::from_str(ron_text).expect(ron_text);
