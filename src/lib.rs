@@ -13,6 +13,7 @@ pub mod device;
 pub mod engine;
 pub mod files;
 pub mod leak;
+pub mod lesson;
 pub mod producers;
 pub mod report;
 pub mod scenario;

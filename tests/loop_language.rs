@@ -184,6 +184,19 @@ fn containers_are_refused_where_python_would_raise() {
             "        CountCorrect(output: \"out\", target: \"y\", into: \"c\", what: Detach),",
             16,
             "Tensor or Item",
+        ),        // a cycle of a name never bound: NameError
+        (
+            "",
+            "        MakeCycle(from: \"preds\", into: \"rec\", what: Tensor),",
+            16,
+            "`preds`, which no earlier step binds",
+        ),
+        // the record is a dict, not a tensor: it has no .backward()
+        (
+            "        AllocateBuffer(name: \"b\", shape: [4], dtype: F32), MakeCycle(from: \"b\", into: \"rec\", what: Tensor),",
+            "        Backward(loss: \"rec\", retain_graph: false),",
+            16,
+            "a dict that holds itself",
         ),
     ];
     for (setup, extra, line, text) in cases {

@@ -171,7 +171,8 @@ fn every_builtin_meets_its_expectations() {
 }
 
 /// Each buggy scenario and the scenario that shows its fix.
-const PAIRS: [(&str, &str); 22] = [
+const PAIRS: [(&str, &str); 23] = [
+    ("reference-cycle-bug", "reference-cycle-gc"),
     ("accumulate-loss-train-bug", "accumulate-loss-train-fixed"),
     ("loss-list-train-bug", "accumulate-loss-train-fixed"),
     ("accumulate-loss-eval-bug", "accumulate-loss-eval-fixed"),

@@ -436,3 +436,57 @@ fn sweep_chart_in_a_real_terminal() {
         "chart → point → run → chart → quit broke here:\n{last}"
     );
 }
+
+#[test]
+fn lesson_in_a_real_terminal() {
+    if tmux(&["-V"]).is_none() {
+        eprintln!("note: tmux is not installed; the terminal test is skipped");
+        return;
+    }
+    let session = format!("vramscope-lesson-{}", std::process::id());
+    let bin = env!("CARGO_BIN_EXE_vramscope");
+    let cleanup = start(
+        &session,
+        100,
+        30,
+        &format!("{bin} lesson leaks; echo EXITED:$?"),
+    );
+    let step = |keys: &[&str], what: &dyn Fn(&str) -> bool| {
+        for k in keys {
+            tmux(&["send-keys", "-t", &session, k]).expect("keys");
+        }
+        wait_for(&session, what, Duration::from_secs(30))
+    };
+    let intro = wait_for(
+        &session,
+        |s| s.contains("leaks │ introduction"),
+        Duration::from_secs(30),
+    );
+    let question = intro.and_then(|_| {
+        step(&["Enter"], &|s| {
+            s.contains("part 1 of 11") && s.contains("Your answer?")
+        })
+    });
+    // The answer is revealed only after the key.
+    let answered = question.and_then(|_| step(&["c"], &|s| s.contains("Right: c.")));
+    let run = answered.and_then(|_| {
+        step(&["Enter"], &|s| {
+            // Taught like the tour: the run stops at its first narration.
+            s.contains("accumulate-loss-train-bug")
+                && s.contains("Memory map")
+                && s.contains("narration: space goes on")
+        })
+    });
+    let next = run.and_then(|_| {
+        step(&["q"], &|s| {
+            s.contains("part 2 of 11") && s.contains("answered 1/11 · 1 right")
+        })
+    });
+    let last = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();
+    let quit = next.and_then(|_| quit_cleanly(&session));
+    cleanup();
+    assert!(
+        quit.is_some(),
+        "intro → question → answer → run → next part → quit broke here:\n{last}"
+    );
+}

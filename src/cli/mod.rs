@@ -3,6 +3,7 @@
 
 mod compare;
 mod demo;
+mod lesson;
 mod model;
 mod pace;
 mod scenario;
@@ -53,6 +54,22 @@ pub enum Command {
     /// List the built-in scenarios: name, then what each shows (the model
     /// presets: `vramscope model --list`).
     Scenarios,
+    /// List the built-in lessons: name, what each teaches, how long.
+    Lessons,
+    /// A lesson (built-in name or lesson file): an introduction, a question
+    /// before each scenario answered with a key (a–d), the answer and why,
+    /// the scenario in the run view, and a summary.
+    #[command(
+        after_help = "Without a terminal (or with --headless) the lesson prints as text: each question, its answer and explanation, and the figures of the scenario's run that the answer is checked against (exit 1 if a run does not show its answer). In the run view each narration waits for space, as in the tour (--no-auto-pause plays through). Lesson files: scenarios/lessons/README.md."
+    )]
+    Lesson {
+        lesson: String,
+        /// Print the lesson as text instead of opening the terminal UI.
+        #[arg(long)]
+        headless: bool,
+        #[command(flatten)]
+        pace: PaceArgs,
+    },
     /// A model's parameters (total, trainable, per module), buffers, bytes
     /// per dtype, and the activation bytes autograd saves per sample.
     #[command(
@@ -249,6 +266,18 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Some(Command::Demo { conf }) => demo::run(&conf),
         Some(Command::Scenarios) => scenario::list(),
+        Some(Command::Lessons) => lesson::list(),
+        Some(Command::Lesson {
+            lesson,
+            headless,
+            pace,
+        }) => {
+            if headless || !ui::have_terminal() {
+                lesson::headless(&lesson)
+            } else {
+                lesson::open(&lesson, &pace)
+            }
+        }
         Some(Command::Model { spec, json, list }) => match spec {
             Some(spec) if !list => model::show(&spec, json),
             _ => model::list(json),

@@ -23,6 +23,12 @@ pub enum Value {
         maxlen: u32,
         items: VecDeque<Value>,
     },
+    /// `{key: value, "self": itself}`: an object in a reference cycle
+    /// (`MakeCycle`). Unbound, it is not freed but left for the collector.
+    Cycle {
+        key: String,
+        value: Box<Value>,
+    },
 }
 
 #[derive(Debug, Clone, Default)]
@@ -30,6 +36,10 @@ pub(crate) struct Bindings {
     pub vars: FxHashMap<String, Value>,
     /// Names in first-binding order (stable live-state output).
     pub order: Vec<String>,
+    /// Unreachable reference cycles, oldest first, each with the name it
+    /// was bound to: alive until `gc.collect()` (CPython's reference
+    /// counting never reaches zero inside a cycle).
+    pub garbage: Vec<(String, Value)>,
 }
 
 impl Engine {
@@ -45,7 +55,25 @@ impl Engine {
             }
         };
         if let Some(old) = old {
-            self.drop_value(old);
+            self.drop_binding(name, old);
+        }
+    }
+
+    /// A name's old value, unbound: a reference cycle waits for the
+    /// collector, anything else goes now.
+    pub(crate) fn drop_binding(&mut self, name: &str, v: Value) {
+        match v {
+            Value::Cycle { .. } => self.bindings.garbage.push((name.to_string(), v)),
+            v => self.drop_value(v),
+        }
+    }
+
+    /// `gc.collect()`: every unreachable cycle is cleared, oldest first
+    /// (the collector's generation list is in creation order).
+    pub(crate) fn gc_collect(&mut self) {
+        let garbage = std::mem::take(&mut self.bindings.garbage);
+        for (_, v) in garbage {
+            self.drop_value(v);
         }
     }
 
@@ -59,6 +87,7 @@ impl Engine {
             Value::List(l) => l.iter().for_each(|x| self.keep_value(x)),
             Value::Dict(d) => d.iter().for_each(|(_, x)| self.keep_value(x)),
             Value::Deque { items, .. } => items.iter().for_each(|x| self.keep_value(x)),
+            Value::Cycle { value, .. } => self.keep_value(value),
             Value::Float(_) => {}
         }
     }
@@ -75,6 +104,7 @@ impl Engine {
             Value::List(l) => l.into_iter().rev().for_each(|x| self.drop_value(x)),
             Value::Dict(d) => d.into_iter().for_each(|(_, x)| self.drop_value(x)),
             Value::Deque { items, .. } => items.into_iter().for_each(|x| self.drop_value(x)),
+            Value::Cycle { value, .. } => self.drop_value(*value),
             Value::Float(_) => {}
         }
     }

@@ -18,7 +18,9 @@ use crate::engine::autograd::NodeId;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RootKind {
     Variable,
-    ListElement { index: usize },
+    ListElement {
+        index: usize,
+    },
     HiddenState,
     ModuleBuffer,
     Parameter,
@@ -27,6 +29,12 @@ pub enum RootKind {
     OptimizerState,
     ScalerState,
     CheckpointInput,
+    /// What an object in a reference cycle holds (`MakeCycle`): `index` 0
+    /// while its name is still bound, then 1, 2, … for the unreachable
+    /// cycles it left, newest first, until `gc.collect()`.
+    Cycle {
+        index: usize,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -164,7 +172,22 @@ impl Engine {
                         self.element_root(format!("{name}[{key}]"), i, x, &mut roots);
                     }
                 }
+                Value::Cycle { key, value } => {
+                    if let Value::Tensor(t) = **value {
+                        let kind = RootKind::Cycle { index: 0 };
+                        roots.push(self.root_info(kind, format!("{name}[{key:?}]"), t));
+                    }
+                }
                 Value::Float(_) => {}
+            }
+        }
+        for (i, (name, v)) in self.bindings.garbage.iter().rev().enumerate() {
+            if let Value::Cycle { key, value } = v {
+                if let Value::Tensor(t) = **value {
+                    let kind = RootKind::Cycle { index: i + 1 };
+                    let what = format!("{name}[{key:?}] (unreachable cycle {})", i + 1);
+                    roots.push(self.root_info(kind, what, t));
+                }
             }
         }
         if let Some(m) = &self.model {

@@ -204,6 +204,17 @@ pub enum Step {
         #[serde(default)]
         offset: u32,
     },
+    /// `into = {"from": from …}; into["self"] = into`: an object in a
+    /// reference cycle. Once `into` is rebound or deleted, CPython's
+    /// reference counting cannot free it: what it holds stays alive until
+    /// the cyclic collector runs (`GcCollect`).
+    MakeCycle {
+        from: String,
+        into: String,
+        what: KeepWhat,
+    },
+    /// `gc.collect()`: frees every unreachable reference cycle.
+    GcCollect,
 }
 
 impl Step {
@@ -245,6 +256,8 @@ impl Step {
             Step::SetItem { .. } => "setitem",
             Step::AllocateBuffers { .. } => "allocate_buffers",
             Step::DeleteEvery { .. } => "del_slice",
+            Step::MakeCycle { .. } => "make_cycle",
+            Step::GcCollect => "gc.collect",
         }
     }
 
@@ -508,7 +521,7 @@ impl Engine {
                     )));
                 };
                 self.bindings.order.retain(|n| n != name);
-                self.drop_value(v);
+                self.drop_binding(name, v);
             }
             Step::Train => {
                 self.ctx.training = true;
@@ -595,6 +608,17 @@ impl Engine {
                 dtype,
             } => self.allocate_buffers(list, *count, shape, *dtype)?,
             Step::DeleteEvery { list, step, offset } => self.delete_every(list, *step, *offset)?,
+            Step::MakeCycle { from, into, what } => {
+                let v = self.derive(from, *what)?;
+                self.bind(
+                    into,
+                    Value::Cycle {
+                        key: from.clone(),
+                        value: Box::new(v),
+                    },
+                );
+            }
+            Step::GcCollect => self.gc_collect(),
         }
         Ok(())
     }

@@ -163,6 +163,15 @@ impl Detector {
                     )
                 }
             }
+            FindingKind::StoredTensors if acc.kind == GroupKind::Cycle => format!(
+                "`{name}` refers to itself and was rebound {} times: each old value is an unreachable \
+                 reference cycle, which reference counting never frees. Together they hold {} of GPU \
+                 tensors, {} per iteration over the last {growth_steps} iterations, until the cyclic \
+                 collector runs (gc.collect(), or CPython's own collection when its thresholds trip).",
+                cur.elements.saturating_sub(1),
+                format_size(cur.own),
+                signed_size(own.per_iter),
+            ),
             FindingKind::StoredTensors => {
                 let mut e = format!(
                     "`{name}` holds {} GPU tensors ({}) that nothing else references and gains {} per \

@@ -75,6 +75,9 @@ pub(super) enum GroupKind {
     Variable,
     List,
     Hidden,
+    /// Objects in reference cycles bound to one name, reachable or left
+    /// for the collector.
+    Cycle,
     Other,
 }
 

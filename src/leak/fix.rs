@@ -71,6 +71,15 @@ pub(super) fn fix_for(
     }
     match group {
         GroupKind::List => format!("{name} = [t.detach() for t in {name}]"),
+        GroupKind::Cycle => cycle_fix(name),
         _ => format!("{name} = {name}.detach()"),
     }
+}
+
+/// An object in a reference cycle: break the cycle before the name is
+/// rebound, so reference counting frees it at once.
+pub(super) fn cycle_fix(name: &str) -> String {
+    format!(
+        "del {name}[\"self\"]  # before {name} is rebound (or a weakref back-reference, or gc.collect())"
+    )
 }

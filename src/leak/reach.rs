@@ -151,6 +151,11 @@ pub(super) fn group_roots(ls: &LiveState) -> Grouping<'_> {
             RootKind::OptimizerState => ("optimizer state", GroupKind::Other),
             RootKind::ScalerState => ("grad scaler", GroupKind::Other),
             RootKind::CheckpointInput => ("checkpoint inputs", GroupKind::Other),
+            // `rec["out"]`, `rec["out"] (unreachable cycle 2)` → `rec`.
+            RootKind::Cycle { .. } => (
+                r.name.split('[').next().unwrap_or(&r.name),
+                GroupKind::Cycle,
+            ),
         };
         let g = *index.entry(name).or_insert_with(|| {
             accs.push(GroupAcc {

@@ -1,6 +1,7 @@
 //! Headless output: reports as text (in the style of `memory_summary()`) and JSON.
 
 pub mod diff;
+pub mod lesson;
 pub mod replay;
 pub mod run;
 pub mod snapshot;

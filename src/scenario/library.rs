@@ -75,6 +75,17 @@ static BUILTINS: &[BuiltIn] = builtins![
     "deep-mlp-checkpoint",
     "deep-mlp-checkpoint-segments",
     "llama-lora-finetune",
+    "peak-inside-step",
+    "cuda-context",
+    "batch-moves-peak-small",
+    "batch-moves-peak-large",
+    "amp-raises-peak",
+    "amp-raises-peak-fp32",
+    "inplace-ops",
+    "inplace-ops-out-of-place",
+    "inplace-ops-error",
+    "reference-cycle-bug",
+    "reference-cycle-gc",
 ];
 
 pub fn builtins() -> &'static [BuiltIn] {

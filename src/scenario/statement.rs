@@ -182,6 +182,13 @@ pub fn statement(step: &Step) -> String {
             format!("{into} += ({output}.argmax(1) == {target}).sum(){item}")
         }
         Step::NewDict { name } => format!("{name} = {{}}"),
+        Step::MakeCycle { from, into, what } => {
+            format!(
+                "{into} = {{{from:?}: {}}}; {into}[\"self\"] = {into}",
+                kept(from, *what)
+            )
+        }
+        Step::GcCollect => "gc.collect()".into(),
         Step::NewDeque { name, maxlen } => {
             format!("{name} = collections.deque(maxlen={maxlen})")
         }
@@ -294,6 +301,15 @@ mod tests {
                 "Keep(from: \"hidden\", into: \"h0\", what: Detach)",
                 "h0 = tuple(h.detach() for h in hidden)",
             ),
+            (
+                "MakeCycle(from: \"out\", into: \"rec\", what: Tensor)",
+                "rec = {\"out\": out}; rec[\"self\"] = rec",
+            ),
+            (
+                "MakeCycle(from: \"out\", into: \"rec\", what: Detach)",
+                "rec = {\"out\": out.detach()}; rec[\"self\"] = rec",
+            ),
+            ("GcCollect", "gc.collect()"),
         ];
         for (ron_text, python) in cases {
             let step: Step = ron::from_str(ron_text).expect(ron_text);

@@ -58,6 +58,8 @@ fn variant(s: &Step) -> &'static str {
         Step::SetItem { .. } => "SetItem",
         Step::AllocateBuffers { .. } => "AllocateBuffers",
         Step::DeleteEvery { .. } => "DeleteEvery",
+        Step::MakeCycle { .. } => "MakeCycle",
+        Step::GcCollect => "GcCollect",
     }
 }
 
@@ -90,6 +92,7 @@ fn reads_binds(s: &Step) -> (Vec<&str>, Vec<&str>) {
         Step::SetItem { dict, from, .. } => (vec![from, dict], vec![]),
         Step::AllocateBuffers { list, .. } => (vec![], vec![list]),
         Step::DeleteEvery { list, .. } => (vec![list], vec![]),
+        Step::MakeCycle { from, into, .. } => (vec![from], vec![into]),
         _ => (vec![], vec![]),
     }
 }

@@ -15,6 +15,8 @@ pub(crate) enum Kind {
     Dict,
     Deque,
     Number,
+    /// An object in a reference cycle (`MakeCycle`).
+    Cycle,
 }
 
 impl Kind {
@@ -26,6 +28,7 @@ impl Kind {
             Kind::Dict => "a dict",
             Kind::Deque => "a deque",
             Kind::Number => "a Python number",
+            Kind::Cycle => "a dict that holds itself",
         }
     }
 }
@@ -53,7 +56,9 @@ pub(crate) fn needs(s: &Step) -> Vec<(&str, &'static [Kind], &'static str)> {
             kept_from(from, *what),
             (dict, &[Kind::Dict], "item assignment here needs a dict"),
         ],
-        Step::Keep { from, what, .. } | Step::Append { from, what, .. } => {
+        Step::Keep { from, what, .. }
+        | Step::Append { from, what, .. }
+        | Step::MakeCycle { from, what, .. } => {
             vec![kept_from(from, *what)]
         }
         Step::AccumulateLoss { from, .. } => {
@@ -117,6 +122,7 @@ pub(crate) fn binds(
         Step::Assign { name, .. } => vec![(name, Kind::Number)],
         Step::NewDict { name } => vec![(name, Kind::Dict)],
         Step::NewDeque { name, .. } => vec![(name, Kind::Deque)],
+        Step::MakeCycle { into, .. } => vec![(into, Kind::Cycle)],
         _ => vec![],
     }
 }

@@ -26,6 +26,8 @@ pub mod details;
 pub mod gpu_panel;
 pub mod input;
 pub mod layout;
+pub mod lesson;
+pub mod lesson_loop;
 pub mod marks;
 pub mod narration;
 pub mod playback;

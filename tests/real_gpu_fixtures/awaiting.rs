@@ -174,12 +174,23 @@ fn awaiting_captures_are_ready_to_capture_and_check() {
 /// Built-in scenarios whose PyTorch program is written but not yet captured:
 /// (built-in name, capture stem). Until `captured/<stem>.json` exists they
 /// name no `capture:`, so their reports say "not checked against a capture".
-const AWAITING_BUILTINS: [(&str, &str); 2] = [
+const AWAITING_BUILTINS: [(&str, &str); 13] = [
     ("fragmentation-experiment", "fragmentation_experiment"),
     (
         "fragmentation-experiment-oom",
         "fragmentation_experiment_oom",
     ),
+    ("peak-inside-step", "peak_inside_step"),
+    ("cuda-context", "cuda_context"),
+    ("batch-moves-peak-small", "batch_moves_peak_small"),
+    ("batch-moves-peak-large", "batch_moves_peak_large"),
+    ("amp-raises-peak", "amp_raises_peak"),
+    ("amp-raises-peak-fp32", "amp_raises_peak_fp32"),
+    ("inplace-ops", "inplace_ops"),
+    ("inplace-ops-out-of-place", "inplace_ops_out_of_place"),
+    ("inplace-ops-error", "inplace_ops_error"),
+    ("reference-cycle-gc", "reference_cycle_gc"),
+    ("reference-cycle-bug", "reference_cycle_bug"),
 ];
 
 #[test]

@@ -9,6 +9,7 @@ pub(crate) mod launches;
 mod loop_language;
 mod precision;
 mod presets;
+mod reference_cycles;
 mod transformer;
 mod work;
 

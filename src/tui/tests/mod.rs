@@ -6,6 +6,7 @@ mod gpu_panel;
 mod helpers;
 mod import;
 mod leak_blocks;
+mod lesson;
 mod pace;
 mod session;
 mod stack;

@@ -10,6 +10,7 @@ pub mod gpu;
 pub mod help;
 pub mod leaks;
 mod legend;
+pub mod lesson;
 pub mod narration;
 pub mod popup;
 pub mod segment_map;

@@ -1,0 +1,99 @@
+//! The lesson file format (RON), documented for teachers in
+//! `scenarios/lessons/README.md`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::scenario::{Expectation, Size};
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Lesson {
+    /// What `vramscope lesson NAME` takes (a built-in's file stem).
+    pub name: String,
+    pub title: String,
+    /// One line for `vramscope lessons`.
+    pub description: String,
+    /// About how long the lesson takes in a workshop.
+    #[serde(default)]
+    pub minutes: Option<u32>,
+    /// Paragraphs shown before the first question.
+    pub intro: Vec<String>,
+    pub parts: Vec<Part>,
+    /// Paragraphs shown after the last part.
+    pub summary: Vec<String>,
+}
+
+/// One question, answered before its scenario runs.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Part {
+    /// A built-in scenario's name, or a scenario file relative to the lesson file.
+    pub scenario: String,
+    /// What to watch for, shown above the question.
+    #[serde(default)]
+    pub setup: Vec<String>,
+    pub question: String,
+    /// Two to four choices, answered with the keys a, b, c, d.
+    pub choices: Vec<String>,
+    /// The right choice's letter, e.g. 'b'.
+    pub answer: char,
+    /// Paragraphs shown once the learner has answered.
+    pub explanation: Vec<String>,
+    /// What the scenario's run must show for the answer to be true (any
+    /// scenario expectation: `PeakReservedOver("4GiB")`, `AllocatedFlat`, …).
+    #[serde(default)]
+    pub check: Vec<Expectation>,
+    /// The run's figures against another scenario's run.
+    #[serde(default)]
+    pub compare: Vec<Comparison>,
+    /// Figures of the run no scenario expectation states.
+    #[serde(default)]
+    pub figures: Vec<Figure>,
+}
+
+/// A figure of the part's run against a size.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub enum Figure {
+    /// Allocated at every iteration's end (where a between-steps
+    /// `memory_allocated()` reads it) is under this size.
+    BetweenStepsAllocatedUnder(Size),
+    BetweenStepsAllocatedOver(Size),
+    /// The device memory never the allocator's (the CUDA context and other
+    /// processes: what nvidia-smi adds to reserved) is over this size.
+    ContextOver(Size),
+    ContextUnder(Size),
+    /// At the run's end, `memory_stats()`'s active bytes equal its allocated
+    /// bytes (no freed block waits on another stream).
+    ActiveEqualsAllocated,
+    /// At the run's end, inactive split bytes (memory_summary's
+    /// "Non-releasable memory": free blocks in segments that also hold live
+    /// ones) are over this size.
+    InactiveSplitOver(Size),
+    /// Allocated first reaches the run's peak in this phase: "forward",
+    /// "backward", "optimizer", "eval", "setup" or "user".
+    PeakIn(String),
+}
+
+/// This part's run against another scenario's (a built-in's name or a file
+/// relative to the lesson file).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub enum Comparison {
+    PeakAllocatedAbove(String),
+    PeakAllocatedBelow(String),
+    /// The same peak allocated, to the byte.
+    PeakAllocatedSame(String),
+    PeakReservedAbove(String),
+    PeakReservedBelow(String),
+}
+
+impl Comparison {
+    pub fn other(&self) -> &str {
+        match self {
+            Comparison::PeakAllocatedAbove(s)
+            | Comparison::PeakAllocatedBelow(s)
+            | Comparison::PeakAllocatedSame(s)
+            | Comparison::PeakReservedAbove(s)
+            | Comparison::PeakReservedBelow(s) => s,
+        }
+    }
+}

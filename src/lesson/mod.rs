@@ -1,0 +1,20 @@
+//! Lessons: an ordered set of built-in (or teacher-written) scenarios with an
+//! introduction, a multiple-choice question before each scenario, the answer
+//! with its explanation, and a summary. `load` parses and validates a lesson
+//! file (RON) and checks every scenario it names exists; `library` holds the
+//! built-in lessons; `verify` runs each part's scenario and checks the
+//! lesson's stated answer against the run, so a lesson never teaches what its
+//! scenario does not show.
+
+mod format;
+mod library;
+mod load;
+mod verify;
+
+pub use format::{Comparison, Figure, Lesson, Part};
+pub use library::{builtin_lesson, builtin_lessons, BuiltInLesson};
+pub use load::{load_lesson_file, load_lesson_str, resolve_lesson, LessonError, LoadedLesson};
+pub use verify::{verify, verify_part, PartVerdict};
+
+/// The letters a learner answers with, in order.
+pub const LETTERS: [char; 4] = ['a', 'b', 'c', 'd'];

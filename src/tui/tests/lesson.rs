@@ -1,0 +1,160 @@
+//! `vramscope lesson`'s screens on `TestBackend`, driven by the real loop
+//! with scripted keys: each built-in lesson's first screen, a question
+//! before and after it is answered, going back, the summary, quitting.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crossterm::event::{Event as CEvent, KeyCode};
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+
+use super::helpers::{code, key, text};
+use crate::lesson::resolve_lesson;
+use crate::tui::lesson::{LessonState, Screen};
+use crate::tui::lesson_loop::lesson_loop;
+use crate::tui::run::InputSource;
+use crate::tui::theme::{Theme, ThemeName};
+use crate::tui::views::lesson::render;
+
+struct Script(VecDeque<CEvent>);
+
+impl InputSource for Script {
+    fn next(&mut self, _timeout: Duration) -> anyhow::Result<Option<CEvent>> {
+        // A script that has run out quits, as a learner would.
+        Ok(Some(self.0.pop_front().unwrap_or(CEvent::Key(key('q')))))
+    }
+}
+
+fn state(name: &str) -> LessonState {
+    let lesson = resolve_lesson(name).expect("a built-in lesson").lesson;
+    LessonState::new(
+        lesson,
+        Theme::builtin(ThemeName::Dark, false).expect("theme"),
+    )
+}
+
+/// Run the loop on `keys` (then `q` unless it stopped to open a run), and
+/// the screen as it was last drawn.
+fn run_keys(s: &mut LessonState, keys: &[CEvent], w: u16, h: u16) -> String {
+    let mut t = Terminal::new(TestBackend::new(w, h)).expect("test backend");
+    lesson_loop(&mut t, s, &mut Script(keys.iter().cloned().collect())).expect("runs");
+    t.draw(|f| render(f, s)).expect("draws");
+    text(t.backend().buffer())
+}
+
+fn k(c: char) -> CEvent {
+    CEvent::Key(key(c))
+}
+
+fn c(code_: KeyCode) -> CEvent {
+    CEvent::Key(code(code_))
+}
+
+#[test]
+fn each_lesson_opens_on_its_introduction() {
+    for (name, first) in [
+        ("caching-allocator", "PyTorch does not call cudaMalloc"),
+        ("leaks", "A tensor's GPU block goes back"),
+        ("efficient-training", "A training step's memory has two"),
+    ] {
+        let mut s = state(name);
+        let out = run_keys(&mut s, &[], 80, 24);
+        assert!(s.quit, "q quits");
+        assert_eq!(s.screen, Screen::Intro);
+        assert!(
+            out.contains(&format!("vramscope lesson │ {name} │ introduction")),
+            "{out}"
+        );
+        assert!(out.contains(first), "{out}");
+        assert!(out.contains("Enter/→ start"), "keys on screen:\n{out}");
+        insta::assert_snapshot!(format!("lesson_intro_{name}_80x24"), out);
+    }
+}
+
+#[test]
+fn a_question_hides_its_answer_until_a_key_and_then_says_why() {
+    for (w, h) in [(80, 24), (200, 60)] {
+        let mut s = state("leaks");
+        let before = run_keys(&mut s, &[c(KeyCode::Enter)], w, h);
+        assert_eq!(s.screen, Screen::Part(0));
+        assert!(before.contains("part 1 of 11"), "{before}");
+        assert!(before.contains("a) It grows by one batch"), "{before}");
+        assert!(before.contains("Your answer?"), "{before}");
+        assert!(
+            !before.contains("backward() frees every tensor"),
+            "explanation hidden:\n{before}"
+        );
+        assert!(before.contains("a–c answer"), "{before}");
+        insta::assert_snapshot!(format!("lesson_question_{w}x{h}"), before);
+
+        let mut s = state("leaks");
+        // 'a' is the folklore answer; the lesson's is 'c'.
+        let after = run_keys(&mut s, &[c(KeyCode::Enter), k('a')], w, h);
+        assert_eq!(s.answers[0], Some('a'));
+        assert!(
+            after.contains("Not quite: you said a, the answer is c."),
+            "{after}"
+        );
+        assert!(after.contains("✗ a)") && after.contains("✓ c)"), "{after}");
+        assert!(after.contains("Enter run the scenario"), "{after}");
+        assert!(after.contains("answered 1/11 · 0 right"), "{after}");
+        insta::assert_snapshot!(format!("lesson_answered_{w}x{h}"), after);
+    }
+}
+
+#[test]
+fn a_right_answer_stands_and_enter_asks_for_the_part_s_run() {
+    let mut s = state("leaks");
+    // 'd' is not a choice of a three-choice question; Enter before an answer does nothing.
+    let keys = [
+        c(KeyCode::Enter),
+        k('d'),
+        c(KeyCode::Enter),
+        k('c'),
+        k('a'),
+        c(KeyCode::Enter),
+    ];
+    let out = run_keys(&mut s, &keys, 120, 40);
+    assert_eq!(s.answers[0], Some('c'), "the first answer stands");
+    assert_eq!(
+        s.open,
+        Some(0),
+        "Enter after answering opens the part's scenario"
+    );
+    assert!(!s.quit);
+    assert!(out.contains("Right: c."), "{out}");
+    s.after_run();
+    assert_eq!(
+        s.screen,
+        Screen::Part(1),
+        "back from the run: the next part"
+    );
+}
+
+#[test]
+fn back_returns_to_an_answered_part_and_the_summary_scores() {
+    let mut s = state("efficient-training");
+    let n = s.lesson.parts.len();
+    let mut keys = vec![c(KeyCode::Enter)];
+    for p in s.lesson.parts.clone() {
+        keys.push(k(p.answer));
+        keys.push(c(KeyCode::Right));
+    }
+    let summary = run_keys(&mut s, &keys, 100, 40);
+    assert_eq!(s.screen, Screen::Summary);
+    assert!(
+        summary.contains(&format!("You answered {n} of {n} questions right.")),
+        "{summary}"
+    );
+    s.quit = false;
+    let back = run_keys(&mut s, &[c(KeyCode::Left)], 100, 40);
+    assert_eq!(s.screen, Screen::Part(n - 1));
+    assert!(
+        back.contains("Right: b."),
+        "the answer is still shown:\n{back}"
+    );
+    s.quit = false;
+    let first = run_keys(&mut s, &vec![k('p'); n + 2], 100, 40);
+    assert_eq!(s.screen, Screen::Intro, "{first}");
+}
