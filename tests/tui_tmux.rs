@@ -490,3 +490,73 @@ fn lesson_in_a_real_terminal() {
         "intro → question → answer → run → next part → quit broke here:\n{last}"
     );
 }
+
+/// The scale labels (`140.80 MiB┤`) at the top left of each timeline.
+fn scale_labels(screen: &str) -> Vec<String> {
+    screen
+        .lines()
+        .flat_map(|l| l.split('│'))
+        .filter_map(|cell| {
+            cell.split_once('┤')
+                .map(|(label, _)| label.trim().to_string())
+        })
+        .filter(|label| label.ends_with("B"))
+        .collect()
+}
+
+/// Compare in a real terminal: both timelines on one y scale (the same
+/// label on each), then `?` at 80×24 scrolls down to the quit key, and `q`
+/// quits.
+#[test]
+fn compare_shares_one_scale_and_help_reaches_quit_at_80x24() {
+    if tmux(&["-V"]).is_none() {
+        eprintln!("note: tmux is not installed; the terminal test is skipped");
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_vramscope");
+    let session = format!("vramscope-compare-{}", std::process::id());
+    let cleanup = start(
+        &session,
+        160,
+        44,
+        &format!(
+            "{bin} compare accumulate-loss-eval-bug accumulate-loss-eval-fixed --speed 1000000; echo EXITED:$?"
+        ),
+    );
+    let shown = wait_for(
+        &session,
+        |s| all_read(s) && scale_labels(s).len() == 2,
+        Duration::from_secs(60),
+    );
+    let last = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();
+    let quit = quit_cleanly(&session);
+    cleanup();
+    let screen = shown.unwrap_or_else(|| panic!("two timelines with scales:\n{last}"));
+    let labels = scale_labels(&screen);
+    assert_eq!(labels[0], labels[1], "one scale for both runs:\n{screen}");
+    assert!(quit.is_some(), "q did not quit compare");
+
+    let session = format!("vramscope-help-{}", std::process::id());
+    let cleanup = start(&session, 80, 24, &format!("{bin} --paused; echo EXITED:$?"));
+    let opened = wait_for(&session, |s| s.contains("? help"), Duration::from_secs(60));
+    tmux(&["send-keys", "-t", &session, "?"]).expect("help");
+    let help = wait_for(&session, |s| s.contains("help"), Duration::from_secs(10));
+    let mut reached = false;
+    for _ in 0..40 {
+        let s = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();
+        // The key's own entry, not the box's footer or the hint line.
+        if s.lines().any(|l| l.contains("q  ctrl-c  quit")) {
+            reached = true;
+            break;
+        }
+        tmux(&["send-keys", "-t", &session, "j"]).expect("scroll");
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    let last = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();
+    tmux(&["send-keys", "-t", &session, "Escape"]).expect("close help");
+    let quit = quit_cleanly(&session);
+    cleanup();
+    assert!(opened.is_some() && help.is_some(), "{last}");
+    assert!(reached, "help never showed the quit key:\n{last}");
+    assert!(quit.is_some(), "q did not quit after help:\n{last}");
+}

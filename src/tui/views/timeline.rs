@@ -257,6 +257,13 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
             buf[(x, y)].set_symbol(glyph).set_style(style);
         }
     }
+    // The top of the scale, at the top left where a run starts low: compared
+    // runs share it, and this says so.
+    let label = format!("{}┤", format_size(t.ymax));
+    let len = label.chars().count() as u16;
+    if t.graph_h >= 3 && inner.width >= len.saturating_mul(3) {
+        buf.set_string(inner.x, inner.y, label, th.dim());
+    }
 }
 
 pub(super) fn mark_style(th: &Theme, g: Glyph) -> Style {
