@@ -151,6 +151,18 @@ impl Engine {
         }
     }
 
+    /// What a reference cycle holds: a tensor, or a kept hidden state's two.
+    fn cycle_roots(&self, kind: RootKind, name: String, v: &Value, roots: &mut Vec<RootInfo>) {
+        match v {
+            Value::Tensor(t) => roots.push(self.root_info(kind, name, *t)),
+            Value::Pair(h, c) => {
+                roots.push(self.root_info(kind.clone(), format!("{name}[0]"), *h));
+                roots.push(self.root_info(kind, format!("{name}[1]"), *c));
+            }
+            _ => {}
+        }
+    }
+
     pub fn live_state(&self) -> LiveState {
         let mut roots = Vec::new();
         for name in &self.bindings.order {
@@ -173,21 +185,17 @@ impl Engine {
                     }
                 }
                 Value::Cycle { key, value } => {
-                    if let Value::Tensor(t) = **value {
-                        let kind = RootKind::Cycle { index: 0 };
-                        roots.push(self.root_info(kind, format!("{name}[{key:?}]"), t));
-                    }
+                    let kind = RootKind::Cycle { index: 0 };
+                    self.cycle_roots(kind, format!("{name}[{key:?}]"), value, &mut roots);
                 }
                 Value::Float(_) => {}
             }
         }
         for (i, (name, v)) in self.bindings.garbage.iter().rev().enumerate() {
             if let Value::Cycle { key, value } = v {
-                if let Value::Tensor(t) = **value {
-                    let kind = RootKind::Cycle { index: i + 1 };
-                    let what = format!("{name}[{key:?}] (unreachable cycle {})", i + 1);
-                    roots.push(self.root_info(kind, what, t));
-                }
+                let kind = RootKind::Cycle { index: i + 1 };
+                let what = format!("{name}[{key:?}] (unreachable cycle {})", i + 1);
+                self.cycle_roots(kind, what, value, &mut roots);
             }
         }
         if let Some(m) = &self.model {

@@ -122,3 +122,28 @@ fn a_collected_cycle_leaves_the_live_binding_alone() {
         "{roots:?}"
     );
 }
+
+#[test]
+fn a_cycle_holding_the_hidden_state_roots_both_tensors() {
+    // rec = {"hidden": hidden}; rec["self"] = rec, after an LSTM forward.
+    let mut e = engine(crate::engine::ModelConfig::lstm_lm_ptb());
+    let p = program(
+        vec![
+            Step::LoadBatch {
+                x: s("x"),
+                y: s("y"),
+            },
+            Step::Forward {
+                input: s("x"),
+                output: s("out"),
+            },
+            cycle("hidden"),
+        ],
+        1,
+    );
+    run_program(&mut e, &p).expect("runs");
+    let roots: Vec<String> = e.live_state().roots.into_iter().map(|r| r.name).collect();
+    for want in ["rec[\"hidden\"][0]", "rec[\"hidden\"][1]"] {
+        assert!(roots.iter().any(|n| n == want), "{want} in {roots:?}");
+    }
+}
