@@ -13,7 +13,9 @@ use super::source::{
 use crate::alloc::Tag;
 use crate::device::{nvml, AnyDevice, AnyLauncher, PciAddress};
 use crate::engine::{Engine, EngineError, TagTable};
-use crate::scenario::{Built, Listing, Scenario, ScenarioRun, StepSites, Unit};
+use crate::scenario::{
+    last_iteration_estimate, Built, Listing, Scenario, ScenarioRun, StepSites, Unit,
+};
 
 /// The engine's tag table, shared with the UI and refreshed by the run, and
 /// where the scenario's steps are written.
@@ -194,21 +196,6 @@ fn open_engine(
     ))
 }
 
-/// The latest iteration's work as a time on the scenario's GPU, if it names one.
-fn iteration_estimate(
-    run: &ScenarioRun,
-    built: &Built,
-) -> Option<(u32, crate::device::estimate::ComputeEstimate)> {
-    let gpu = built.conditions.gpu.as_ref()?;
-    let last = run.per_iteration().last()?;
-    (!last.work.is_empty()).then(|| {
-        (
-            last.iteration,
-            crate::device::estimate::estimate(&last.work, gpu),
-        )
-    })
-}
-
 fn run_once(
     scenario: &Scenario,
     built: &Built,
@@ -243,7 +230,7 @@ fn run_once(
             return Ended::UiGone;
         }
         if let Unit::Iteration(_) = step.unit {
-            if let Some(e) = iteration_estimate(&run, built) {
+            if let Some(e) = last_iteration_estimate(run.per_iteration(), &built.conditions) {
                 if tx.send(SourceMsg::Compute(Box::new(e))).is_err() {
                     return Ended::UiGone;
                 }

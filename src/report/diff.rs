@@ -39,10 +39,8 @@ pub struct Baseline {
 }
 
 fn site_of(snap: &Snapshot, frames: FramesId) -> Arc<str> {
-    snap.first_user_frame(frames).map_or_else(
-        || Arc::from(NO_STACK),
-        |f| Arc::from(format!("{}:{} in {}", f.filename, f.line, f.name)),
-    )
+    snap.user_site(frames)
+        .map_or_else(|| Arc::from(NO_STACK), Arc::from)
 }
 
 fn stack_hash(snap: &Snapshot, frames: FramesId) -> u64 {

@@ -248,9 +248,7 @@ fn device_report(snap: &Snapshot, device: i64, step_marker: Option<&str>) -> Dev
         if b.state == BlockState::Inactive {
             r.largest_free_block = r.largest_free_block.max(b.size);
         } else {
-            let site = snap
-                .first_user_frame(b.frames)
-                .map(|f| Arc::from(format!("{}:{} in {}", f.filename, f.line, f.name)));
+            let site = snap.user_site(b.frames).map(Arc::from);
             live.push((b.address, b.size, site));
         }
     }

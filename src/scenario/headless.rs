@@ -8,6 +8,7 @@ use super::conditions::Conditions;
 use super::format::Scenario;
 use super::run::{IterationPoint, ScenarioRun};
 use crate::alloc::{memory_summary, MemoryStats, SegmentInfo};
+use crate::device::estimate::{estimate, ComputeEstimate};
 use crate::device::{AnyDevice, AnyLauncher, SimDevice};
 use crate::engine::{Engine, EngineError, LaunchStats, TagTable};
 use crate::leak::Finding;
@@ -64,16 +65,20 @@ pub struct RunResult {
 impl RunResult {
     /// The last completed iteration's work as a time on the scenario's GPU
     /// (None without iterations or without a named GPU).
-    pub fn compute_estimate(&self) -> Option<(u32, crate::device::estimate::ComputeEstimate)> {
-        let gpu = self.conditions.gpu.as_ref()?;
-        let last = self.per_iteration.last()?;
-        (!last.work.is_empty()).then(|| {
-            (
-                last.iteration,
-                crate::device::estimate::estimate(&last.work, gpu),
-            )
-        })
+    pub fn compute_estimate(&self) -> Option<(u32, ComputeEstimate)> {
+        last_iteration_estimate(&self.per_iteration, &self.conditions)
     }
+}
+
+/// The estimate of the last of `points` on the GPU `conditions` name: one
+/// rule for the report and for the live run's Stats panel.
+pub fn last_iteration_estimate(
+    points: &[IterationPoint],
+    conditions: &Conditions,
+) -> Option<(u32, ComputeEstimate)> {
+    let gpu = conditions.gpu.as_ref()?;
+    let last = points.last()?;
+    (!last.work.is_empty()).then(|| (last.iteration, estimate(&last.work, gpu)))
 }
 
 /// What a run on a real GPU adds to the report.

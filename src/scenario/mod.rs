@@ -35,7 +35,8 @@ pub use format::{
     SweepSpec,
 };
 pub use headless::{
-    run, run_launching, run_launching_with, run_observed, GpuRun, OomReport, RunOptions, RunResult,
+    last_iteration_estimate, run, run_launching, run_launching_with, run_observed, GpuRun,
+    OomReport, RunOptions, RunResult,
 };
 pub use library::{builtin, builtins, BuiltIn};
 pub use listing::{CodeLine, Listing};

@@ -33,6 +33,13 @@ impl Snapshot {
         self.frames.first_user_frame(stack)
     }
 
+    /// `file:line in name` of [`Snapshot::first_user_frame`]: the call
+    /// site the reports group live bytes by.
+    pub fn user_site(&self, stack: FramesId) -> Option<String> {
+        self.first_user_frame(stack)
+            .map(|f| format!("{}:{} in {}", f.filename, f.line, f.name))
+    }
+
     /// The rare fields of `e` (compile context, user metadata, ...).
     pub fn extra(&self, e: &TraceEntry) -> &EntryExtra {
         self.entry_extras.get(e.extra())

@@ -30,14 +30,9 @@ fn allocated_at_begin(r: &RunView, k: u32) -> Option<u64> {
     r.timeline.sample(i).map(|s| s.allocated)
 }
 
+/// The cursor's iteration as the status line names it (`prepare_markers`).
 fn iteration_readout(r: &RunView) -> Option<String> {
-    let k = r
-        .marks
-        .iteration
-        .iter()
-        .take_while(|(i, _)| *i <= r.pos)
-        .last()
-        .map(|(_, k)| *k)?;
+    let k = r.frame.iteration?;
     let now = allocated_at_begin(r, k)?;
     let change = k
         .checked_sub(1)
