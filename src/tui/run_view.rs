@@ -291,7 +291,12 @@ impl RunView {
                 self.findings_at.push((self.timeline.len(), f));
                 self.show_findings_at_cursor();
             }
-            SourceMsg::Compute(c) => self.compute_at.push((self.timeline.len(), *c)),
+            SourceMsg::Compute(c) => {
+                self.compute_at.push((self.timeline.len(), *c));
+                // The Stats panel shows it: no new event or cursor move
+                // need come with it to redraw the panel.
+                self.stats_key = None;
+            }
             SourceMsg::Stats(s) => {
                 self.stats = Some(*s);
                 // The stats panel shows the run's retry count from these.

@@ -484,3 +484,44 @@ fn a_backlog_skips_the_frame_wait_until_the_source_is_drained() {
     app.drain_sources();
     assert!(!app.has_backlog(), "nor does a source that is gone");
 }
+
+#[test]
+fn a_compute_estimate_arriving_after_its_events_reaches_the_stats_panel() {
+    use crate::producers::SourceMsg;
+    let (tx, rx) = flume::unbounded();
+    let mut app = app_with(
+        vec![("live".into(), crate::producers::Source::new(rx, None))],
+        &opts(),
+    );
+    let events = recorded_events(FIXED);
+    tx.send(SourceMsg::Events(events)).expect("send");
+    app.drain_sources();
+    keys(&mut app, "G");
+    screen(&mut app, 160, 44);
+    let row = |app: &crate::tui::App| {
+        app.runs[0]
+            .frame
+            .stats
+            .rows
+            .iter()
+            .any(|(k, _)| *k == "compute (est.)")
+    };
+    assert!(!row(&app), "no estimate yet");
+    // The producer sends an iteration's estimate after its events: no new
+    // event and no cursor move, yet the panel must show it.
+    let mut work = crate::engine::work::WorkTally::default();
+    work.add_flops(
+        crate::engine::work::WorkPart::Forward,
+        crate::engine::work::MathUnit::Half,
+        1_000_000_000,
+    );
+    let gpu = crate::device::profile("H100-SXM-80GB").expect("known");
+    tx.send(SourceMsg::Compute(Box::new((
+        1,
+        crate::device::estimate::estimate(&work, gpu),
+    ))))
+    .expect("send");
+    app.drain_sources();
+    screen(&mut app, 160, 44);
+    assert!(row(&app), "{:?}", app.runs[0].frame.stats.rows);
+}
