@@ -263,24 +263,9 @@ impl Engine {
         if what != KeepWhat::Tensor {
             // `.item()`: a host sync; the sum dies, `into` stays a number.
             self.release(sum);
-            if !matches!(self.bindings.vars.get(into), Some(Value::Tensor(_))) {
-                self.bind(into, Value::Float(0.0));
-            }
-            return Ok(());
+            return self.add_into(into, None);
         }
-        match self.bindings.vars.get(into) {
-            Some(Value::Tensor(acc)) => {
-                let acc = *acc;
-                self.add_inplace(acc, sum)?;
-            }
-            // `0 + t`: int.__add__ gives way to Tensor.__radd__, a new tensor.
-            _ => {
-                let t = self.add_scalar(sum)?;
-                self.bind(into, Value::Tensor(t));
-            }
-        }
-        self.release(sum);
-        Ok(())
+        self.add_into(into, Some(sum))
     }
 }
 

@@ -10,6 +10,7 @@ use super::events::EngineEvent;
 use super::loop_steps::{DictKey, EveryUnit, HiddenPart};
 use super::shape::Shape;
 use super::tag::Category;
+use super::tensor::TensorId;
 use super::Engine;
 use crate::trace::Phase;
 
@@ -666,13 +667,23 @@ impl Engine {
     /// history rebased each time (so it chains every iteration's graph).
     fn accumulate(&mut self, from: &str, into: &str, what: KeepWhat) -> Result<()> {
         let src = match self.derive(from, what)? {
-            Value::Tensor(t) => t,
-            _ => {
-                if !matches!(self.bindings.vars.get(into), Some(Value::Tensor(_))) {
-                    self.bind(into, Value::Float(0.0));
-                }
-                return Ok(());
+            Value::Tensor(t) => Some(t),
+            _ => None,
+        };
+        self.add_into(into, src)
+    }
+
+    /// `into += src`, Python's way: a number (`None`) leaves `into` as it is
+    /// if it holds a tensor (an in-place add of a scalar) and makes it a
+    /// number otherwise; a tensor adds in place into a tensor accumulator,
+    /// or makes one as `0 + t` (int.__add__ gives way to Tensor.__radd__, a
+    /// new tensor). `src` is released.
+    pub(crate) fn add_into(&mut self, into: &str, src: Option<TensorId>) -> Result<()> {
+        let Some(src) = src else {
+            if !matches!(self.bindings.vars.get(into), Some(Value::Tensor(_))) {
+                self.bind(into, Value::Float(0.0));
             }
+            return Ok(());
         };
         match self.bindings.vars.get(into) {
             Some(Value::Tensor(acc)) => {
