@@ -60,6 +60,29 @@ pub fn open_regular(path: &Path) -> io::Result<(File, Metadata)> {
     Ok((file, meta))
 }
 
+/// Why [`read_bounded`] read nothing.
+#[derive(Debug)]
+pub enum BoundedReadError {
+    Io(io::Error),
+    /// The file holds more than the cap.
+    TooLong,
+}
+
+/// A regular file's bytes ([`open_regular`]), at most `max` of them: a
+/// wrong path (`/dev/zero`, a `/proc` file that reports no size, a model
+/// checkpoint) never reads forever or fills memory.
+pub fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, BoundedReadError> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    open_regular(path)
+        .and_then(|(f, _)| f.take(max.saturating_add(1)).read_to_end(&mut bytes))
+        .map_err(BoundedReadError::Io)?;
+    if bytes.len() as u64 > max {
+        return Err(BoundedReadError::TooLong);
+    }
+    Ok(bytes)
+}
+
 /// Whether two paths name the same file (device and inode, after every
 /// symlink), whatever their spelling: `./a`, `/abs/a` and a link to `a` all do.
 pub fn same_file(a: &Path, b: &Path) -> bool {
@@ -175,6 +198,22 @@ mod tests {
         let file = d.join("f");
         std::fs::write(&file, b"x").expect("write");
         assert!(open_regular(&file).is_ok());
+    }
+
+    #[test]
+    fn a_bounded_read_stops_past_its_cap() {
+        let d = dir("bounded");
+        let file = d.join("f");
+        std::fs::write(&file, b"12345").expect("write");
+        assert_eq!(read_bounded(&file, 5).expect("fits"), b"12345");
+        assert!(matches!(
+            read_bounded(&file, 4),
+            Err(BoundedReadError::TooLong)
+        ));
+        assert!(matches!(
+            read_bounded(&d, 4),
+            Err(BoundedReadError::Io(e)) if e.kind() == io::ErrorKind::InvalidInput
+        ));
     }
 
     #[test]

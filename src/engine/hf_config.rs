@@ -50,11 +50,19 @@ pub fn read(path: &Path) -> Result<ModelConfig, HfConfigError> {
         file: file.clone(),
         reason,
     };
-    let meta = std::fs::metadata(path).map_err(|e| io(e.to_string()))?;
-    if !meta.is_file() || meta.len() > MAX_CONFIG_BYTES {
-        return Err(io("not a config.json file".into()));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| io(e.to_string()))?;
+    let bytes = crate::files::read_bounded(path, MAX_CONFIG_BYTES).map_err(|e| match e {
+        crate::files::BoundedReadError::Io(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+            io("not a config.json file".into())
+        }
+        crate::files::BoundedReadError::Io(e) => io(e.to_string()),
+        crate::files::BoundedReadError::TooLong => io("not a config.json file".into()),
+    })?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        io(format!(
+            "not UTF-8 text at byte {}",
+            e.utf8_error().valid_up_to()
+        ))
+    })?;
     parse(&text, &file)
 }
 

@@ -3,7 +3,6 @@
 //! found), then every scenario the lesson names is loaded, so a lesson that
 //! names a missing or broken scenario fails before it starts.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use ron::extensions::Extensions;
@@ -12,6 +11,7 @@ use ron::Options;
 use super::format::Lesson;
 use super::library::builtin_lesson;
 use super::LETTERS;
+use crate::files::{read_bounded, BoundedReadError};
 use crate::scenario::{builtin, load_file, load_str, Built, LoadError, Scenario};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -82,16 +82,13 @@ pub fn load_lesson_file(path: &Path) -> Result<LoadedLesson, LessonError> {
         file: file.clone(),
         reason,
     };
-    let mut bytes = Vec::new();
-    crate::files::open_regular(path)
-        .and_then(|(f, _)| f.take(MAX_LESSON_BYTES + 1).read_to_end(&mut bytes))
-        .map_err(|e| io(e.to_string()))?;
-    if bytes.len() as u64 > MAX_LESSON_BYTES {
-        return Err(io(format!(
+    let bytes = read_bounded(path, MAX_LESSON_BYTES).map_err(|e| match e {
+        BoundedReadError::Io(e) => io(e.to_string()),
+        BoundedReadError::TooLong => io(format!(
             "longer than {} MiB: not a lesson file",
             MAX_LESSON_BYTES >> 20
-        )));
-    }
+        )),
+    })?;
     let text = std::str::from_utf8(&bytes)
         .map_err(|e| io(format!("not UTF-8 text at byte {}", e.valid_up_to())))?;
     let base = path

@@ -1,7 +1,7 @@
 //! Reading a scenario: RON with its own line:column errors, then our checks,
 //! each error naming the file, the line and column, and what was expected.
 
-use std::io::Read;
+use crate::files::{read_bounded, BoundedReadError};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -45,19 +45,16 @@ pub fn load_file(path: &Path) -> Result<(Scenario, Built), LoadError> {
         file: file.clone(),
         reason,
     };
-    let mut bytes = Vec::new();
-    crate::files::open_regular(path)
-        .and_then(|(f, _)| f.take(MAX_SCENARIO_BYTES + 1).read_to_end(&mut bytes))
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::InvalidInput => io(format!("{e}: not a scenario file")),
-            _ => io(e.to_string()),
-        })?;
-    if bytes.len() as u64 > MAX_SCENARIO_BYTES {
-        return Err(io(format!(
+    let bytes = read_bounded(path, MAX_SCENARIO_BYTES).map_err(|e| match e {
+        BoundedReadError::Io(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+            io(format!("{e}: not a scenario file"))
+        }
+        BoundedReadError::Io(e) => io(e.to_string()),
+        BoundedReadError::TooLong => io(format!(
             "longer than {} MiB: not a scenario file",
             MAX_SCENARIO_BYTES >> 20
-        )));
-    }
+        )),
+    })?;
     let text = std::str::from_utf8(&bytes).map_err(|e| not_utf8(&bytes, &e, &file))?;
     load_str(text, &file)
 }
