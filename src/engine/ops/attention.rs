@@ -22,21 +22,7 @@ impl Engine {
         dropout: f64,
         causal: bool,
     ) -> Result<TensorId> {
-        let prev = self.op_begin("scaled_dot_product_attention");
-        let r = self.sdpa_inner(q, k, v, dropout, causal);
-        self.op_end(prev)?;
-        r
-    }
-
-    fn sdpa_inner(
-        &mut self,
-        q: TensorId,
-        k: TensorId,
-        v: TensorId,
-        dropout: f64,
-        causal: bool,
-    ) -> Result<TensorId> {
-        self.sdpa_dispatch(q, k, v, dropout, causal, false)
+        self.sdpa_op(q, k, v, dropout, causal, false)
     }
 
     /// SDPA as Hugging Face calls it (models.md §4.1): k and v may carry
@@ -50,8 +36,22 @@ impl Engine {
         dropout: f64,
         causal: bool,
     ) -> Result<TensorId> {
+        self.sdpa_op(q, k, v, dropout, causal, true)
+    }
+
+    /// The op around [`Engine::sdpa_dispatch`]; `dispatcher`: choose the
+    /// backend as PyTorch's dispatcher does rather than the engine's default.
+    fn sdpa_op(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        dropout: f64,
+        causal: bool,
+        dispatcher: bool,
+    ) -> Result<TensorId> {
         let prev = self.op_begin("scaled_dot_product_attention");
-        let r = self.sdpa_dispatch(q, k, v, dropout, causal, true);
+        let r = self.sdpa_dispatch(q, k, v, dropout, causal, dispatcher);
         self.op_end(prev)?;
         r
     }
