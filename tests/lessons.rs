@@ -111,6 +111,44 @@ fn a_lesson_without_a_terminal_prints_as_text() {
     assert_eq!((code, again), (0, out));
 }
 
+/// `lesson --json` carries each part's question and answer and the figures
+/// of its run, the same figures `run --json` reports for that scenario.
+#[test]
+fn a_lesson_as_json_carries_each_part_s_run_and_checks() {
+    let (code, out, err) = vramscope(&["lesson", "leaks", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(v["name"], "leaks");
+    assert_eq!(v["holds"], true);
+    let parts = v["parts"].as_array().expect("parts");
+    assert_eq!(parts.len(), 11);
+    let first = &parts[0];
+    assert_eq!(first["scenario"], "accumulate-loss-train-bug");
+    assert_eq!(first["answer"], "c");
+    assert!(first["checks"].as_array().is_some_and(|c| !c.is_empty()));
+    let (code, run, err) = vramscope(&["run", "accumulate-loss-train-bug", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let run: serde_json::Value = serde_json::from_str(&run).expect("run JSON");
+    for key in ["peak_allocated", "peak_reserved"] {
+        assert!(run[key].as_u64().is_some_and(|b| b > 0), "{key}: {run}");
+        assert_eq!(first["run"][key], run[key], "{key}");
+    }
+    assert_eq!(first["run"]["iterations"], run["iterations_run"]);
+}
+
+#[test]
+fn a_lesson_whose_run_does_not_show_its_answer_says_so_in_json() {
+    let dir = temp_dir("json-wrong");
+    let path = dir.join("lesson.ron");
+    std::fs::write(&path, LESSON.replace("SCENARIO", "store-outputs-bug")).expect("write");
+    let (code, out, _) = vramscope(&["lesson", &path.display().to_string(), "--json"]);
+    assert_eq!(code, 1, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(v["holds"], false);
+    assert_eq!(v["parts"][0]["run"]["oom_iteration"], 52);
+    assert_eq!(v["parts"][0]["checks"][0]["passed"], false);
+}
+
 const LESSON: &str = r#"Lesson(
     name: "mine",
     title: "A teacher's lesson",

@@ -39,14 +39,18 @@ fn load(name: &str) -> anyhow::Result<LoadedLesson> {
     resolve_lesson(name).map_err(|e| BadInput(e.to_string()).into())
 }
 
-/// The lesson as text; exit 1 when a part's run does not show its answer.
-pub fn headless(name: &str) -> anyhow::Result<ExitCode> {
+/// The lesson as text or JSON; exit 1 when a part's run does not show its answer.
+pub fn headless(name: &str, json: bool) -> anyhow::Result<ExitCode> {
     let loaded = load(name)?;
     let verdicts = verify(&loaded).map_err(|e| BadInput(e.to_string()))?;
-    say!(
-        "{}",
-        vramscope::report::lesson::text(&loaded.lesson, &verdicts)
-    );
+    if json {
+        sayjson!(&vramscope::report::lesson::json(&loaded.lesson, &verdicts));
+    } else {
+        say!(
+            "{}",
+            vramscope::report::lesson::text(&loaded.lesson, &verdicts)
+        );
+    }
     Ok(if verdicts.iter().all(|v| v.holds()) {
         ExitCode::SUCCESS
     } else {

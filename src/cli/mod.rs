@@ -67,6 +67,9 @@ pub enum Command {
         /// Print the lesson as text instead of opening the terminal UI.
         #[arg(long)]
         headless: bool,
+        /// Print the lesson, each part's run figures and checks as JSON (implies --headless).
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         pace: PaceArgs,
     },
@@ -270,10 +273,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Lesson {
             lesson,
             headless,
+            json,
             pace,
         }) => {
-            if headless || !ui::have_terminal() {
-                lesson::headless(&lesson)
+            if headless || json || !ui::have_terminal() {
+                lesson::headless(&lesson, json)
             } else {
                 lesson::open(&lesson, &pace)
             }

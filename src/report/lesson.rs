@@ -4,8 +4,11 @@
 
 use std::fmt::Write;
 
+use serde::Serialize;
+
 use crate::alloc::format_size;
 use crate::lesson::{Lesson, PartVerdict, LETTERS};
+use crate::scenario::ExpectationResult;
 
 pub fn text(lesson: &Lesson, verdicts: &[PartVerdict]) -> String {
     let mut out = String::new();
@@ -63,5 +66,76 @@ pub fn text(lesson: &Lesson, verdicts: &[PartVerdict]) -> String {
 fn paragraphs(out: &mut String, ps: &[String], indent: &str) {
     for p in ps {
         let _ = writeln!(out, "{indent}{p}\n");
+    }
+}
+
+/// A lesson as JSON (`lesson --json`): what a workshop's own tooling needs
+/// to check its lessons or print handouts.
+#[derive(Debug, Serialize)]
+pub struct LessonJson<'a> {
+    pub name: &'a str,
+    pub title: &'a str,
+    pub minutes: Option<u32>,
+    pub intro: &'a [String],
+    pub parts: Vec<PartJson<'a>>,
+    pub summary: &'a [String],
+    /// Every part's run shows its answer.
+    pub holds: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PartJson<'a> {
+    pub scenario: &'a str,
+    pub question: &'a str,
+    pub choices: &'a [String],
+    pub answer: char,
+    pub explanation: &'a [String],
+    pub run: RunJson<'a>,
+    pub checks: &'a [ExpectationResult],
+    pub holds: bool,
+}
+
+/// The figures of a part's run the answer is checked against.
+#[derive(Debug, Serialize)]
+pub struct RunJson<'a> {
+    pub iterations: u32,
+    pub peak_allocated: u64,
+    pub peak_reserved: u64,
+    /// The iteration an OOM stopped the run in.
+    pub oom_iteration: Option<u32>,
+    /// Why the run stopped early otherwise.
+    pub error: Option<&'a str>,
+}
+
+pub fn json<'a>(lesson: &'a Lesson, verdicts: &'a [PartVerdict]) -> LessonJson<'a> {
+    let parts: Vec<PartJson> = lesson
+        .parts
+        .iter()
+        .zip(verdicts)
+        .map(|(part, v)| PartJson {
+            scenario: &part.scenario,
+            question: &part.question,
+            choices: &part.choices,
+            answer: part.answer,
+            explanation: &part.explanation,
+            run: RunJson {
+                iterations: v.run.iterations_run,
+                peak_allocated: v.run.peak_allocated,
+                peak_reserved: v.run.peak_reserved,
+                oom_iteration: v.run.oom.as_ref().map(|o| o.iteration),
+                error: v.run.error.as_deref(),
+            },
+            checks: &v.checks,
+            holds: v.holds(),
+        })
+        .collect();
+    LessonJson {
+        name: &lesson.name,
+        title: &lesson.title,
+        minutes: lesson.minutes,
+        intro: &lesson.intro,
+        holds: parts.iter().all(|p| p.holds),
+        parts,
+        summary: &lesson.summary,
     }
 }
