@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crossterm::event::{Event as CEvent, KeyEventKind};
 use ratatui::backend::Backend;
+use ratatui::layout::Rect;
 use ratatui::Terminal;
 
 use super::lesson::LessonState;
@@ -48,5 +49,9 @@ where
             Some(CEvent::Resize(_, _)) => dirty = true,
             _ => {}
         }
+        // Scrolling stops at the text's end, so ↑ answers at once after it.
+        let size = terminal.size()?;
+        let most = views::lesson::max_scroll(Rect::new(0, 0, size.width, size.height), state);
+        state.scroll = state.scroll.min(most);
     }
 }

@@ -103,6 +103,48 @@ fn a_question_hides_its_answer_until_a_key_and_then_says_why() {
     }
 }
 
+/// Text past the box says "more" below; scrolled to its end, the last
+/// paragraph shows, the marker moves up, and scrolling stops there.
+#[test]
+fn text_longer_than_the_box_says_more_and_scrolls_to_its_end() {
+    let mut s = state("leaks");
+    let answered = run_keys(&mut s, &[c(KeyCode::Enter), k('a')], 80, 24);
+    assert!(answered.contains("↓ more (↓/j)"), "{answered}");
+    assert!(!answered.contains("↑ more"), "{answered}");
+    let last = s.lesson.parts[0]
+        .explanation
+        .last()
+        .and_then(|p| p.split(' ').next_back())
+        .expect("an explanation");
+    assert!(!answered.contains(last), "the last word is below the box");
+
+    let mut s = state("leaks");
+    let mut keys = vec![c(KeyCode::Enter), k('a')];
+    keys.extend(std::iter::repeat_n(k('j'), 60));
+    let bottom = run_keys(&mut s, &keys, 80, 24);
+    assert!(bottom.contains(last), "{bottom}");
+    assert!(
+        bottom.contains("↑ more") && !bottom.contains("↓ more"),
+        "{bottom}"
+    );
+    let at_end = s.scroll;
+    assert!(
+        at_end > 0 && at_end < 60,
+        "scrolling stops at the end: {at_end}"
+    );
+    keys.push(k('k'));
+    let mut s = state("leaks");
+    run_keys(&mut s, &keys, 80, 24);
+    assert_eq!(s.scroll, at_end - 1, "one ↑ moves up at once");
+
+    let mut s = state("leaks");
+    let wide = run_keys(&mut s, &[c(KeyCode::Enter), k('a')], 200, 60);
+    assert!(
+        !wide.contains("↓ more"),
+        "all of it fits at 200×60:\n{wide}"
+    );
+}
+
 #[test]
 fn a_right_answer_stands_and_enter_asks_for_the_part_s_run() {
     let mut s = state("leaks");

@@ -16,10 +16,8 @@ use crate::tui::theme::Theme;
 /// The widest the lesson's text box grows.
 const READABLE: u16 = 100;
 
-pub fn render(frame: &mut Frame, s: &LessonState) {
-    let area = frame.area();
-    let th = &s.theme;
-    frame.render_widget(Block::default().style(th.text()), area);
+/// The screen's status line, text box and key hints.
+fn areas(area: Rect) -> [Rect; 3] {
     let [status, body, hints] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Min(3),
@@ -36,6 +34,39 @@ pub fn render(frame: &mut Frame, s: &LessonState) {
     } else {
         body
     };
+    [status, body, hints]
+}
+
+fn body_lines(s: &LessonState, width: u16) -> Vec<Line<'_>> {
+    let th = &s.theme;
+    match s.screen {
+        Screen::Intro => intro(s, th),
+        Screen::Part(i) => part(
+            &s.lesson.parts[i],
+            s.answers[i],
+            th,
+            width.saturating_sub(2),
+        ),
+        Screen::Summary => summary(s, th),
+    }
+}
+
+/// How far the current screen's text scrolls on a terminal of `area`: the
+/// wrapped lines that do not fit in the text box.
+pub fn max_scroll(area: Rect, s: &LessonState) -> u16 {
+    let [_, body, _] = areas(area);
+    let wrapped = Paragraph::new(body_lines(s, body.width))
+        .wrap(Wrap { trim: false })
+        .line_count(body.width.saturating_sub(2));
+    let room = usize::from(body.height.saturating_sub(2));
+    u16::try_from(wrapped.saturating_sub(room)).unwrap_or(u16::MAX)
+}
+
+pub fn render(frame: &mut Frame, s: &LessonState) {
+    let area = frame.area();
+    let th = &s.theme;
+    frame.render_widget(Block::default().style(th.text()), area);
+    let [status, body, hints] = areas(area);
     let n = s.lesson.parts.len();
     let (place, title) = match s.screen {
         Screen::Intro => ("introduction".to_string(), s.lesson.title.clone()),
@@ -59,25 +90,24 @@ pub fn render(frame: &mut Frame, s: &LessonState) {
         Paragraph::new(Span::styled(format!(" {}", s.hints()), th.dim())),
         hints,
     );
-    let lines = match s.screen {
-        Screen::Intro => intro(s, th),
-        Screen::Part(i) => part(
-            &s.lesson.parts[i],
-            s.answers[i],
-            th,
-            body.width.saturating_sub(2),
-        ),
-        Screen::Summary => summary(s, th),
-    };
-    let block = Block::default()
+    let most = max_scroll(area, s);
+    let scroll = s.scroll.min(most);
+    let mut block = Block::default()
         .borders(Borders::ALL)
         .border_style(th.border(true))
         .title(Span::styled(format!(" {title} "), th.title()));
+    // Text that runs past the box says so, or a learner never reads it.
+    if scroll > 0 {
+        block = block.title_top(Line::styled(" ↑ more ", th.dim()).right_aligned());
+    }
+    if scroll < most {
+        block = block.title_bottom(Line::styled(" ↓ more (↓/j) ", th.dim()).right_aligned());
+    }
     frame.render_widget(
-        Paragraph::new(lines)
+        Paragraph::new(body_lines(s, body.width))
             .block(block)
             .wrap(Wrap { trim: false })
-            .scroll((s.scroll, 0)),
+            .scroll((scroll, 0)),
         body,
     );
 }
