@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::alloc::constants::LARGE_BUFFER;
 use crate::alloc::AllocConfig;
+use crate::report::series::SnapshotSummary;
 use crate::trace::mirror::{final_map, start_map, TraceMirror};
 use crate::trace::replay::from_snapshot::EntryReader;
 use crate::trace::replay::from_snapshot::{self, DeviceReplay};
@@ -103,6 +104,9 @@ fn file_source(path: PathBuf, device: Option<usize>, under: Option<AllocConfig>)
                 return false;
             }
         };
+        if !send(SourceMsg::Summary(Arc::new(SnapshotSummary::of(&snap)))) {
+            return false;
+        }
         match plan(Snap::Owned(Box::new(snap)), device, under) {
             Ok((mut opened, work)) => {
                 opened.devices.path = Some(path);
