@@ -229,7 +229,12 @@ impl SeriesTable {
             let rank = rank_of(f.file);
             let name = match rank {
                 Some(r) => format!("rank {r}"),
-                None => f.file.rsplit(['/', '\\']).next().unwrap_or(f.file).to_string(),
+                None => f
+                    .file
+                    .rsplit(['/', '\\'])
+                    .next()
+                    .unwrap_or(f.file)
+                    .to_string(),
             };
             let row = |label, figures, error| SeriesRow {
                 label,
@@ -242,10 +247,10 @@ impl SeriesTable {
                 Err(why) => rows.push(row(name, None, Some(why.to_string()))),
                 Ok([]) => rows.push(row(name, None, Some("no device in the file".into()))),
                 Ok([one]) => rows.push(row(name, Some(one.clone()), None)),
-                Ok(many) => rows.extend(
-                    many.iter()
-                        .map(|d| row(format!("{name} · cuda:{}", d.device), Some(d.clone()), None)),
-                ),
+                Ok(many) => rows
+                    .extend(many.iter().map(|d| {
+                        row(format!("{name} · cuda:{}", d.device), Some(d.clone()), None)
+                    })),
             }
         }
         SeriesTable {
@@ -333,11 +338,19 @@ mod tests {
 
     #[test]
     fn rank_sorting_is_numeric_and_only_when_every_name_has_one() {
-        let mut names = vec!["oom_rank-10.pickle", "oom_rank-2.pickle", "oom_rank-0.pickle"];
+        let mut names = vec![
+            "oom_rank-10.pickle",
+            "oom_rank-2.pickle",
+            "oom_rank-0.pickle",
+        ];
         assert!(sort_by_rank(&mut names, |n| n));
         assert_eq!(
             names,
-            ["oom_rank-0.pickle", "oom_rank-2.pickle", "oom_rank-10.pickle"]
+            [
+                "oom_rank-0.pickle",
+                "oom_rank-2.pickle",
+                "oom_rank-10.pickle"
+            ]
         );
         let mut mixed = vec!["b_rank-1.pickle", "a.pickle"];
         assert!(!sort_by_rank(&mut mixed, |n| n));
@@ -351,7 +364,12 @@ mod tests {
             figures: Err("x_rank-2.pickle: not a pickle"),
         }]);
         assert_eq!(t.rows[0].label, "rank 2");
-        assert_eq!(t.rows[0].error.as_deref(), Some("x_rank-2.pickle: not a pickle"));
-        assert!(t.to_text().contains("rank 2  x_rank-2.pickle: not a pickle"));
+        assert_eq!(
+            t.rows[0].error.as_deref(),
+            Some("x_rank-2.pickle: not a pickle")
+        );
+        assert!(t
+            .to_text()
+            .contains("rank 2  x_rank-2.pickle: not a pickle"));
     }
 }

@@ -253,7 +253,12 @@ impl App {
             }
         }
         changed |= self.drain_parked();
-        if changed && self.tabs.as_ref().is_some_and(|t| t.view == Some(TabView::Diff)) {
+        if changed
+            && self
+                .tabs
+                .as_ref()
+                .is_some_and(|t| t.view == Some(TabView::Diff))
+        {
             self.refresh_diff();
         }
         changed |= self.gpu.drain();

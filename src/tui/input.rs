@@ -179,7 +179,22 @@ pub const KEYS: &[(&str, &str)] = &[
         "v",
         "GPU memory: NVML's reading vs the model (simulated terms for sim runs)",
     ),
-    ("w", "compare: switch which run the keys drive"),
+    (
+        "w / W  1–9",
+        "compare: switch which run the keys drive · tabs (open a b …): next / previous tab, tab N (or click it)",
+    ),
+    (
+        "T",
+        "tabs: the table across files: reserved, allocated, peak, OOM, largest free block, fragmentation",
+    ),
+    (
+        "A",
+        "tabs: what is alive in this tab and not in the baseline tab, by first user frame, newest first",
+    ),
+    (
+        "B",
+        "tabs: make this tab the diff's baseline (default: the tab before; B on it again restores that)",
+    ),
     (
         "s",
         "compare: sync by iteration (default) / by event fraction",

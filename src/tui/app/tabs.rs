@@ -245,7 +245,10 @@ impl App {
         let Some(t) = self.tabs.as_mut() else {
             return false;
         };
-        let title = self.runs.first().map_or_else(String::new, |r| r.title.clone());
+        let title = self
+            .runs
+            .first()
+            .map_or_else(String::new, |r| r.title.clone());
         if t.baseline == Some(t.active) {
             t.baseline = None;
             self.notice = Some("diff baseline: the tab before the shown one".into());
@@ -386,7 +389,8 @@ fn not_ready(r: &RunView) -> Option<String> {
         return None;
     }
     Some(match (&r.failure, r.is_live()) {
-        (Some(why), _) => format!("{}: {why}", r.title),
+        // A producer's failure names its file.
+        (Some(why), _) => why.clone(),
         (None, true) => format!("{}: still reading", r.title),
         (None, false) => format!("{}: no snapshot figures (not a file)", r.title),
     })

@@ -7,6 +7,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 use ratatui::Frame;
 
+use crate::report::series::DEFINITIONS;
 use crate::tui::app::App;
 use crate::tui::input::KEYS;
 use crate::tui::popup::wrap;
@@ -36,6 +37,17 @@ fn lines(w: u16) -> Vec<(&'static str, String)> {
     for (k, d) in KEYS {
         for (i, row) in wrap(d, text_w).into_iter().enumerate() {
             out.push((if i == 0 { *k } else { "" }, row));
+        }
+    }
+    for (k, d) in [
+        ("", "the table across files (T) counts:"),
+        ("peak", DEFINITIONS.peak),
+        ("lgst free", DEFINITIONS.largest_free_block),
+        ("free", DEFINITIONS.cached_free_share),
+        ("frag", DEFINITIONS.fragmentation),
+    ] {
+        for (i, row) in wrap(d, text_w).into_iter().enumerate() {
+            out.push((if i == 0 { k } else { "" }, row));
         }
     }
     out.push(("", CLOSING.to_string()));

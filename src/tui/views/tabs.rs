@@ -4,7 +4,7 @@
 //! what `report::series` and `report::diff` computed.
 
 use ratatui::layout::Rect;
-use ratatui::style::Modifier;
+use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 use ratatui::Frame;
@@ -14,6 +14,7 @@ use crate::alloc::format_size;
 use crate::report::diff::{DeviceDiff, SnapshotDiff};
 use crate::report::series::{oom_cell, SeriesRow, SeriesTable, DEFINITIONS};
 use crate::tui::app::{DiffState, TabLabel};
+use crate::tui::popup::wrap;
 use crate::tui::theme::Theme;
 
 /// The bar: every tab's number and file, the shown one reversed, an OOM
@@ -74,12 +75,20 @@ const COLUMNS: &[Column] = &[
     Column {
         head: "reserved",
         width: 10,
-        cell: |r| r.figures.as_ref().map_or_else(String::new, |f| format_size(f.reserved)),
+        cell: |r| {
+            r.figures
+                .as_ref()
+                .map_or_else(String::new, |f| format_size(f.reserved))
+        },
     },
     Column {
         head: "allocated",
         width: 10,
-        cell: |r| r.figures.as_ref().map_or_else(String::new, |f| format_size(f.allocated)),
+        cell: |r| {
+            r.figures
+                .as_ref()
+                .map_or_else(String::new, |f| format_size(f.allocated))
+        },
     },
     Column {
         head: "OOM",
@@ -126,9 +135,9 @@ const COLUMNS: &[Column] = &[
         head: "free",
         width: 6,
         cell: |r| {
-            r.figures
-                .as_ref()
-                .map_or_else(String::new, |f| format!("{:.1}%", f.cached_free_share * 100.0))
+            r.figures.as_ref().map_or_else(String::new, |f| {
+                format!("{:.1}%", f.cached_free_share * 100.0)
+            })
         },
     },
 ];
@@ -138,10 +147,22 @@ const LABEL_MIN: usize = 14;
 
 fn fit(text: &str, width: usize) -> String {
     if text.chars().count() <= width {
-        format!("{text:<width$}")
-    } else {
-        let cut: String = text.chars().take(width.saturating_sub(1)).collect();
-        format!("{cut}…")
+        return format!("{text:<width$}");
+    }
+    // A row's device (` · cuda:N`) stays; the file name gives way.
+    let (name, device) = match text.rfind(" · ") {
+        Some(at) => text.split_at(at),
+        None => (text, ""),
+    };
+    let keep = width.saturating_sub(device.chars().count() + 1);
+    let cut: String = name.chars().take(keep).collect();
+    format!("{cut}…{device}")
+}
+
+/// `text` wrapped to `width`, each row a line in `style`.
+fn wrapped(lines: &mut Vec<Line<'static>>, text: &str, width: usize, style: Style) {
+    for row in wrap(text, width.max(16)) {
+        lines.push(Line::styled(row, style));
     }
 }
 
@@ -163,13 +184,22 @@ pub fn render_table(
     );
     let width = usize::from(inner.width);
     let mut cols = COLUMNS.len();
-    while cols > 1 && width < LABEL_MIN + 2 + COLUMNS[..cols].iter().map(|c| c.width + 1).sum::<usize>() {
+    while cols > 1
+        && width < LABEL_MIN + 2 + COLUMNS[..cols].iter().map(|c| c.width + 1).sum::<usize>()
+    {
         cols -= 1;
     }
     let cols = &COLUMNS[..cols];
+    let longest = table
+        .rows
+        .iter()
+        .filter(|r| r.error.is_none())
+        .map(|r| r.label.chars().count())
+        .max()
+        .unwrap_or(4);
     let label_w = width
         .saturating_sub(2 + cols.iter().map(|c| c.width + 1).sum::<usize>())
-        .max(4);
+        .clamp(4, longest.max(4));
     let mut head = format!("  {}", fit("file", label_w));
     for c in cols {
         head.push_str(&format!(" {:>w$}", c.head, w = c.width));
@@ -178,7 +208,10 @@ pub fn render_table(
     for r in &table.rows {
         let mark = if r.file == shown_file { "▶ " } else { "  " };
         let mut text = format!("{mark}{}", fit(&r.label, label_w));
-        let style = match (&r.error, r.figures.as_ref().is_some_and(|f| f.oom_count > 0)) {
+        let style = match (
+            &r.error,
+            r.figures.as_ref().is_some_and(|f| f.oom_count > 0),
+        ) {
             (Some(_), _) | (None, true) => th.fg(th.palette.error),
             _ => th.text(),
         };
@@ -195,10 +228,11 @@ pub fn render_table(
     lines.push(Line::raw(""));
     if cols.len() < COLUMNS.len() {
         let left: Vec<&str> = COLUMNS[cols.len()..].iter().map(|c| c.head).collect();
-        lines.push(Line::styled(
-            format!("(a wider terminal shows {} too; --json has every figure)", left.join(", ")),
-            th.dim(),
-        ));
+        let text = format!(
+            "(a wider terminal shows {} too; --headless and --json have every figure)",
+            left.join(", ")
+        );
+        wrapped(&mut lines, &text, width, th.dim());
     }
     for (name, def) in [
         ("peak", DEFINITIONS.peak),
@@ -206,7 +240,7 @@ pub fn render_table(
         ("free", DEFINITIONS.cached_free_share),
         ("frag", DEFINITIONS.fragmentation),
     ] {
-        lines.push(Line::styled(format!("{name}: {def}"), th.dim()));
+        wrapped(&mut lines, &format!("{name}: {def}"), width, th.dim());
     }
     scrolled(frame, inner, lines, scroll);
 }
@@ -249,10 +283,9 @@ fn time_of_day(us: i64) -> String {
 }
 
 fn diff_lines(d: &SnapshotDiff, width: usize, th: &Theme) -> Vec<Line<'static>> {
-    let mut lines = vec![
-        Line::styled(format!("{} → {}", d.a, d.b), th.title()),
-        Line::styled(format!("({})", d.identity), th.dim()),
-    ];
+    let mut lines = Vec::new();
+    wrapped(&mut lines, &format!("{} → {}", d.a, d.b), width, th.title());
+    wrapped(&mut lines, &format!("({})", d.identity), width, th.dim());
     if d.devices.is_empty() {
         lines.push(Line::raw("neither snapshot holds a live block"));
     }
@@ -264,8 +297,9 @@ fn diff_lines(d: &SnapshotDiff, width: usize, th: &Theme) -> Vec<Line<'static>> 
 
 fn device_lines(lines: &mut Vec<Line<'static>>, d: &DeviceDiff, width: usize, th: &Theme) {
     lines.push(Line::raw(""));
-    lines.push(Line::styled(
-        format!(
+    wrapped(
+        lines,
+        &format!(
             "device {}: live {} in {} → {} in {}",
             d.device,
             format_size(d.a_live_bytes),
@@ -273,27 +307,27 @@ fn device_lines(lines: &mut Vec<Line<'static>>, d: &DeviceDiff, width: usize, th
             format_size(d.b_live_bytes),
             blocks(d.b_live_blocks)
         ),
+        width,
         th.title(),
-    ));
-    lines.push(Line::raw(format!(
+    );
+    let text = format!(
         "new here: {} in {} · gone since the baseline: {} in {}",
         format_size(d.new_bytes),
         blocks(d.new_blocks),
         format_size(d.gone_bytes),
         blocks(d.gone_blocks)
-    )));
+    );
+    wrapped(lines, &text, width, th.text());
     if d.sites.is_empty() {
         lines.push(Line::styled("no block is new here", th.dim()));
     } else {
         let timed = d.sites.iter().any(|s| s.newest_time_us.is_some());
-        lines.push(Line::styled(
-            if timed {
-                "new blocks by first user frame, newest allocation first (UTC, this tab's trace):"
-            } else {
-                "new blocks by first user frame, largest first (the trace holds no times for them):"
-            },
-            th.dim(),
-        ));
+        let text = if timed {
+            "new blocks by first user frame, newest allocation first (UTC, this tab's trace):"
+        } else {
+            "new blocks by first user frame, largest first (the trace holds no times for them):"
+        };
+        wrapped(lines, text, width, th.dim());
         for s in &d.sites {
             let when = s.newest_time_us.map_or_else(|| "".to_string(), time_of_day);
             let head = format!(
@@ -308,10 +342,8 @@ fn device_lines(lines: &mut Vec<Line<'static>>, d: &DeviceDiff, width: usize, th
     }
     let grew: Vec<_> = d.changes.iter().filter(|c| c.change() > 0).collect();
     if !grew.is_empty() {
-        lines.push(Line::styled(
-            "live bytes grew, by first user frame (most first; blocks before → after):",
-            th.dim(),
-        ));
+        let text = "live bytes grew, by first user frame (most first; blocks before → after):";
+        wrapped(lines, text, width, th.dim());
         for c in grew {
             let head = format!(
                 "{:>11} {:>6} → {:<6} ",
