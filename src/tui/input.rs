@@ -181,19 +181,11 @@ pub const KEYS: &[(&str, &str)] = &[
     ),
     (
         "w / W  1–9",
-        "compare: switch which run the keys drive · tabs (open a b …): next / previous tab, tab N (or click it)",
+        "compare: switch run · tabs (open a b …): next / previous tab, tab N",
     ),
     (
-        "T",
-        "tabs: the table across files: reserved, allocated, peak, OOM, largest free block, fragmentation",
-    ),
-    (
-        "A",
-        "tabs: what is alive in this tab and not in the baseline tab, by first user frame, newest first",
-    ),
-    (
-        "B",
-        "tabs: make this tab the diff's baseline (default: the tab before; B on it again restores that)",
+        "T / A / B",
+        "tabs: table across files / alive here, not in baseline / baseline := this",
     ),
     (
         "s",

@@ -7,13 +7,13 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 use ratatui::Frame;
 
-use crate::report::series::DEFINITIONS;
 use crate::tui::app::App;
 use crate::tui::input::KEYS;
 use crate::tui::popup::wrap;
 
 /// Width of the key column, its two spaces included.
 const KEY_W: usize = 22;
+const TABLE_TERMS: &str = "free: inactive/reserved · frag: 1 − largest free block/inactive bytes";
 const CLOSING: &str = "? or Esc closes this help";
 
 fn rect(area: Rect) -> Rect {
@@ -39,16 +39,9 @@ fn lines(w: u16) -> Vec<(&'static str, String)> {
             out.push((if i == 0 { *k } else { "" }, row));
         }
     }
-    for (k, d) in [
-        ("", "the table across files (T) counts:"),
-        ("peak", DEFINITIONS.peak),
-        ("lgst free", DEFINITIONS.largest_free_block),
-        ("free", DEFINITIONS.cached_free_share),
-        ("frag", DEFINITIONS.fragmentation),
-    ] {
-        for (i, row) in wrap(d, text_w).into_iter().enumerate() {
-            out.push((if i == 0 { k } else { "" }, row));
-        }
+    // The table's own definitions (it shows them in full, and so does the JSON).
+    for (i, row) in wrap(TABLE_TERMS, text_w).into_iter().enumerate() {
+        out.push((if i == 0 { "T: free / frag" } else { "" }, row));
     }
     out.push(("", CLOSING.to_string()));
     out
