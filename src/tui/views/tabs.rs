@@ -37,7 +37,7 @@ pub fn render_bar(frame: &mut Frame, area: Rect, bar: &[TabLabel], shown: usize,
 }
 
 /// The box a view across tabs is drawn in, cleared.
-fn panel<'a>(frame: &mut Frame, area: Rect, title: String, bottom: &'a str, th: &Theme) -> Rect {
+fn panel(frame: &mut Frame, area: Rect, title: String, bottom: &str, th: &Theme) -> Rect {
     frame.render_widget(Clear, area);
     let block = Block::default()
         .borders(Borders::ALL)
