@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use serde::Serialize;
-use vramscope::producers::{file_title, snapshot_source};
+use vramscope::producers::{file_title, snapshot_tab_source};
 use vramscope::report::series::{figures, sort_by_rank, DeviceFigures, SeriesFile, SeriesTable};
 use vramscope::report::snapshot::SnapshotReport;
 use vramscope::tui::{run_tui, TuiOptions};
@@ -122,7 +122,7 @@ pub fn open(paths: &[PathBuf], device: Option<usize>, pace: &PaceArgs) -> anyhow
         .iter()
         .map(|p| {
             let title = file_title(p, &p.display().to_string());
-            (title, snapshot_source(p, device))
+            (title, snapshot_tab_source(p, device))
         })
         .collect();
     let titles: Vec<&str> = tabs.iter().map(|(t, _)| t.as_str()).collect();

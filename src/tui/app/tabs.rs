@@ -13,7 +13,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use super::{App, RunView};
 use crate::report::diff::{diff, SnapshotDiff};
-use crate::report::series::{SeriesFile, SeriesTable};
+use crate::report::series::{rank_of, SeriesFile, SeriesTable};
 
 /// A view across tabs, over the run view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -329,27 +329,38 @@ impl App {
         if n == 0 {
             return;
         }
-        // Each label gets an equal share where they do not all fit.
-        let share = usize::from(width) / n;
+        // Each label gets an equal share (less its separator) where they do
+        // not all fit.
+        let share = (usize::from(width) / n).saturating_sub(1);
         let mut x = 0u16;
         let mut bar = Vec::with_capacity(n);
         for i in 0..n {
             let Some(r) = self.tab_run(i) else { continue };
             let oom = r.summary.as_ref().is_some_and(|s| s.oom_count() > 0)
                 || r.devices.as_ref().is_some_and(|d| !d.with_oom.is_empty());
-            let mark = match (&r.failure, oom, r.is_live() && r.summary.is_none()) {
-                (Some(_), _, _) => " ✗",
-                (None, true, _) => " OOM",
-                (None, false, true) => " …",
-                _ => "",
+            let (mark, short) = match (&r.failure, oom, r.is_live() && r.summary.is_none()) {
+                (Some(_), _, _) => (" ✗", "✗"),
+                (None, true, _) => (" OOM", "!"),
+                (None, false, true) => (" …", "…"),
+                _ => ("", ""),
             };
-            let full = format!(" {} {}{mark} ", i + 1, r.title);
-            let text = if full.chars().count() > share && share > mark.len() + 6 {
-                let keep = share - mark.chars().count() - 5 - (i + 1).to_string().len();
-                let title: String = r.title.chars().take(keep).collect();
-                format!(" {} {title}…{mark} ", i + 1)
-            } else {
-                full
+            let n = i + 1;
+            let mut labels = vec![format!(" {n} {}{mark} ", r.title)];
+            match rank_of(&r.title) {
+                // Rank files differ in their rank alone.
+                Some(rank) => {
+                    labels.push(format!(" {n} rank {rank}{mark} "));
+                    labels.push(format!(" {n}:r{rank}{short} "));
+                }
+                None => {
+                    let room = share.saturating_sub(mark.chars().count() + 4);
+                    labels.push(format!(" {n} {}{mark} ", cut_title(&r.title, room.max(6))));
+                }
+            }
+            let fits = |l: &String| l.chars().count() <= share;
+            let text = match labels.iter().position(fits) {
+                Some(k) => labels.swap_remove(k),
+                None => labels.pop().unwrap_or_default(),
             };
             let w = u16::try_from(text.chars().count()).unwrap_or(u16::MAX);
             bar.push(TabLabel {
@@ -381,6 +392,15 @@ impl App {
         });
         hit.is_some_and(|i| self.switch_tab(i))
     }
+}
+
+/// `title` in `room` characters: its start and `…`.
+fn cut_title(title: &str, room: usize) -> String {
+    if title.chars().count() <= room {
+        return title.to_string();
+    }
+    let kept: String = title.chars().take(room.saturating_sub(1)).collect();
+    format!("{kept}…")
 }
 
 /// Why a tab has no summary yet: still reading, failed, or not a file.

@@ -7,7 +7,7 @@ use crossterm::event::{KeyCode, MouseButton, MouseEvent, MouseEventKind};
 
 use super::helpers::{code, keys, opts, screen};
 use crate::alloc::format_size;
-use crate::producers::snapshot_source;
+use crate::producers::{snapshot_source, snapshot_tab_source};
 use crate::real_snapshots::real;
 use crate::report::snapshot::SnapshotReport;
 use crate::trace::snapshot::import_file;
@@ -21,7 +21,7 @@ const OOM3: &str = "code-location_expandable_3gpu_oom.pickle";
 fn tabs_app(files: &[&str]) -> App {
     let sources = files
         .iter()
-        .map(|f| (f.to_string(), snapshot_source(&real(f), None)))
+        .map(|f| (f.to_string(), snapshot_tab_source(&real(f), None)))
         .collect();
     let o = TuiOptions {
         tabs: true,
@@ -227,6 +227,46 @@ fn a_file_against_itself_has_nothing_new() {
         d.devices.iter().map(|x| x.b_live_bytes).sum::<u64>(),
         live_bytes(OOM3)
     );
+    // Another device of the shown file: its figures (the whole file's) stay.
+    keys(&mut app, "d");
+    assert!(app.runs[0].summary.is_some());
+    assert!(matches!(
+        app.tabs.as_ref().and_then(|t| t.diff.clone()),
+        Some(DiffState::Ready(0, 1, _))
+    ));
+}
+
+#[test]
+fn eight_rank_tabs_fit_80_columns_by_rank() {
+    let dir = std::env::temp_dir().join(format!("vramscope-rank-tabs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let sources = (0..8)
+        .map(|r| {
+            let p = dir.join(format!("oom_snapshot_rank-{r}.pickle"));
+            std::fs::copy(real(ADAM), &p).expect("copy");
+            (
+                format!("oom_snapshot_rank-{r}.pickle"),
+                snapshot_tab_source(&p, None),
+            )
+        })
+        .collect();
+    let o = TuiOptions {
+        tabs: true,
+        ..opts()
+    };
+    let mut app = App::new(sources, &o).expect("theme");
+    let s = screen(&mut app, 80, 24);
+    let top = s.lines().next().unwrap_or_default();
+    for r in 0..8 {
+        assert!(top.contains(&format!(" {}:r{r}", r + 1)), "{top}");
+    }
+    assert!(top.chars().count() <= 80);
+    let s = screen(&mut app, 200, 60);
+    let top = s.lines().next().unwrap_or_default();
+    for r in 0..8 {
+        assert!(top.contains(&format!(" {} rank {r} ", r + 1)), "{top}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
