@@ -560,3 +560,66 @@ fn compare_shares_one_scale_and_help_reaches_quit_at_80x24() {
     assert!(reached, "help never showed the quit key:\n{last}");
     assert!(quit.is_some(), "q did not quit after help:\n{last}");
 }
+
+/// `open a b c`: one tab per file on the top line; `w` shows the next, `T`
+/// the table across them, `A` the diff against the tab before, and `q`
+/// leaves from there.
+#[test]
+fn several_files_open_as_tabs_in_a_real_terminal() {
+    if tmux(&["-V"]).is_none() {
+        eprintln!("note: tmux is not installed; the terminal test is skipped");
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_vramscope");
+    let dir = common::real_dir();
+    let files: Vec<String> = [
+        "adam-step_closed-trace_annotations.pickle",
+        "code-location_expandable_3gpu_oom.pickle",
+        "no-such-file.pickle",
+    ]
+    .iter()
+    .map(|f| dir.join(f).display().to_string())
+    .collect();
+    let session = format!("vramscope-tabs-{}", std::process::id());
+    let cleanup = start(
+        &session,
+        160,
+        44,
+        &format!(
+            "{bin} open '{}' '{}' '{}'; echo EXITED:$?",
+            files[0], files[1], files[2]
+        ),
+    );
+    let bar = |s: &str| {
+        s.lines().next().is_some_and(|l| {
+            l.contains("1 adam-step") && l.contains("OOM") && l.contains("3 no-such-file.pickle ✗")
+        })
+    };
+    let opened = wait_for(&session, bar, Duration::from_secs(30));
+    tmux(&["send-keys", "-t", &session, "w"]).expect("next tab");
+    let second = wait_for(
+        &session,
+        |s| s.contains("Memory map · code-location"),
+        Duration::from_secs(10),
+    );
+    tmux(&["send-keys", "-t", &session, "T"]).expect("table");
+    let table = wait_for(
+        &session,
+        |s| s.contains("Across files") && s.contains("yes @421") && s.contains("No such file"),
+        Duration::from_secs(10),
+    );
+    tmux(&["send-keys", "-t", &session, "A"]).expect("diff");
+    let diff = wait_for(
+        &session,
+        |s| s.contains("Alive in tab 2 and not in tab 1"),
+        Duration::from_secs(10),
+    );
+    let last = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();
+    let quit = quit_cleanly(&session);
+    cleanup();
+    assert!(opened.is_some(), "the tab bar\n{last}");
+    assert!(second.is_some(), "w: the second tab\n{last}");
+    assert!(table.is_some(), "T: the table\n{last}");
+    assert!(diff.is_some(), "A: the diff\n{last}");
+    assert!(quit.is_some(), "q leaves with status 0\n{last}");
+}

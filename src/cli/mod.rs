@@ -5,6 +5,7 @@ mod compare;
 mod demo;
 mod lesson;
 mod model;
+mod open_many;
 mod pace;
 mod scenario;
 mod snapshot;
@@ -160,9 +161,15 @@ pub enum Command {
         #[command(flatten)]
         pace: PaceArgs,
     },
-    /// Open a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot) and report what it holds.
+    /// Open a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot) and
+    /// report what it holds; several (a series of dumps, one per rank) open
+    /// one tab each, with a table across them (T) and a diff view (A).
+    #[command(
+        after_help = "With several files: the tabs (and the table's rows) follow the files' ranks where every name says one (oom_rank-0.pickle, snapshot_rank_3.pickle), else the order given. Headless, each file's report comes first, then the table across files (JSON: {\"files\": [...], \"table\": {...}}); a file that does not open is said in its place (exit 2 after the others)."
+    )]
     Open {
-        snapshot: PathBuf,
+        #[arg(required = true, value_name = "SNAPSHOT")]
+        snapshots: Vec<PathBuf>,
         /// Iteration boundaries for the leak analysis: a substring of an
         /// annotation name or a frame (default: Optimizer.step annotations,
         /// numbered ones such as `record_function(f"iteration {i}")`,
@@ -332,13 +339,24 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Some(Command::Open {
-            snapshot,
+            snapshots,
             json,
             headless,
             step_marker,
             device,
             pace,
         }) => {
+            let snapshot = match <[PathBuf; 1]>::try_from(snapshots) {
+                Ok([one]) => one,
+                Err(many) => {
+                    let many = open_many::ordered(many);
+                    return if headless || json || !ui::have_terminal() {
+                        open_many::headless(&many, json, step_marker.as_deref(), device)
+                    } else {
+                        open_many::open(&many, device, &pace)
+                    };
+                }
+            };
             if headless || json || !ui::have_terminal() {
                 snapshot::open(&snapshot, json, step_marker.as_deref(), device)
             } else {

@@ -23,15 +23,17 @@ pub fn load(path: &Path) -> anyhow::Result<Snapshot> {
     import_file(path).map_err(|e| BadInput(e.to_string()).into())
 }
 
-/// `diff A B`: A is read, reduced to its live blocks' keys and dropped
-/// before B is read, so two large files never sit in memory together.
+/// `diff A B`: each file is read, reduced to its live blocks and dropped
+/// before the next is read, so two large files never sit in memory together.
 pub fn diff(a: &Path, b: &Path, json: bool) -> anyhow::Result<ExitCode> {
-    let baseline = vramscope::report::diff::Baseline::of(&load(a)?);
+    use vramscope::report::diff::LiveSet;
+    let baseline = LiveSet::of(&load(a)?);
+    let live = LiveSet::of(&load(b)?);
     let report = vramscope::report::diff::diff(
         &a.display().to_string(),
         &baseline,
         &b.display().to_string(),
-        &load(b)?,
+        &live,
     );
     if json {
         sayjson!(&report);

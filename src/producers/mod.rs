@@ -31,8 +31,8 @@ pub use nvml::nvml_source;
 pub use open::{file_title, is_snapshot_path, open_source, open_source_under};
 pub use scenario::{scenario_source, scenario_source_on, RealGpu, ITERATION_PACE};
 pub use snapshot::{
-    reopen_on, snapshot_source, snapshot_to_source, what_if_file_source, what_if_source,
-    ImportError,
+    reopen_on, snapshot_source, snapshot_tab_source, snapshot_to_source, what_if_file_source,
+    what_if_source, ImportError,
 };
 pub use source::{
     BlockStack, EngineCommand, EntryDetail, LoadProgress, Opened, Polled, ScenarioStep, SiteKind,

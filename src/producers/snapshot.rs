@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::alloc::constants::LARGE_BUFFER;
 use crate::alloc::AllocConfig;
+use crate::report::series::SnapshotSummary;
 use crate::trace::mirror::{final_map, start_map, TraceMirror};
 use crate::trace::replay::from_snapshot::EntryReader;
 use crate::trace::replay::from_snapshot::{self, DeviceReplay};
@@ -58,12 +59,21 @@ fn device_list(devices: &[usize]) -> String {
 /// a source at once, fed by a worker that reads the file and then makes the
 /// events. What goes wrong arrives as [`SourceMsg::Failed`], naming the file.
 pub fn snapshot_source(path: &Path, device: Option<usize>) -> Source {
-    file_source(path.to_path_buf(), device, None)
+    file_source(path.to_path_buf(), device, None, false)
+}
+
+/// [`snapshot_source`] for a view among several files (a tab): it also
+/// sends the file's [`SnapshotSummary`] (figures and live blocks) for the
+/// views across files, made once the file is read and before its events
+/// (it rebuilds the trace once more for the peaks: a view of one file
+/// spares that).
+pub fn snapshot_tab_source(path: &Path, device: Option<usize>) -> Source {
+    file_source(path.to_path_buf(), device, None, true)
 }
 
 /// [`snapshot_source`] with the requests replayed under `config`.
 pub fn what_if_file_source(path: &Path, device: Option<usize>, config: AllocConfig) -> Source {
-    file_source(path.to_path_buf(), device, Some(config))
+    file_source(path.to_path_buf(), device, Some(config), false)
 }
 
 /// The same view of the same file on `device`: the recorded trace, or the
@@ -73,13 +83,23 @@ pub fn reopen_on(d: &SnapshotDevices, device: usize) -> Result<Source, String> {
         .path
         .as_ref()
         .ok_or("this view cannot reopen its snapshot on another device")?;
-    Ok(file_source(path.clone(), Some(device), d.under.clone()))
+    Ok(file_source(
+        path.clone(),
+        Some(device),
+        d.under.clone(),
+        false,
+    ))
 }
 
 /// Progress messages while reading: one per this share of the file at most.
 const PROGRESS_STEPS: u64 = 200;
 
-fn file_source(path: PathBuf, device: Option<usize>, under: Option<AllocConfig>) -> Source {
+fn file_source(
+    path: PathBuf,
+    device: Option<usize>,
+    under: Option<AllocConfig>,
+    summary: bool,
+) -> Source {
     large_blocks_from_the_system();
     stream_events("vramscope-snapshot", move |send, spent| {
         let total = std::fs::metadata(&path).map_or(0, |m| m.len());
@@ -103,6 +123,9 @@ fn file_source(path: PathBuf, device: Option<usize>, under: Option<AllocConfig>)
                 return false;
             }
         };
+        if summary && !send(SourceMsg::Summary(Arc::new(SnapshotSummary::of(&snap)))) {
+            return false;
+        }
         match plan(Snap::Owned(Box::new(snap)), device, under) {
             Ok((mut opened, work)) => {
                 opened.devices.path = Some(path);

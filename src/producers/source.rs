@@ -159,6 +159,10 @@ pub enum SourceMsg {
     /// What a view of a file knows once the file is read: sent before its
     /// first event, in place of what other sources say up front.
     Opened(Box<Opened>),
+    /// A snapshot's figures and live blocks, for the views across files
+    /// (the table, the diff against another tab): sent by a view of a file
+    /// once the file is read.
+    Summary(Arc<crate::report::series::SnapshotSummary>),
     /// One point of a batch sweep, by its index in the plan, or why it
     /// could not run.
     SweepPoint {

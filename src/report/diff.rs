@@ -28,19 +28,21 @@ struct BlockKey {
     stack: u64,
 }
 
-/// The live blocks of snapshot A, kept as keys so that A itself can be
-/// dropped before B is read (two large files need not fit at once).
-pub struct Baseline {
-    keys: HashSet<BlockKey>,
-    /// Live bytes and blocks per device.
-    totals: HashMap<i64, (u64, usize)>,
-    /// Live bytes and blocks per device and first user frame.
-    sites: HashMap<(i64, Arc<str>), (u64, usize)>,
+/// One live (active or pending-free) block, as a diff needs it.
+#[derive(Debug, Clone)]
+struct LiveBlock {
+    key: BlockKey,
+    site: Arc<str>,
+    /// The newest `alloc` of its address in the file's trace, if any.
+    time_us: Option<i64>,
 }
 
-fn site_of(snap: &Snapshot, frames: FramesId) -> Arc<str> {
-    snap.user_site(frames)
-        .map_or_else(|| Arc::from(NO_STACK), Arc::from)
+/// The live blocks of one snapshot, reduced to what a diff needs, so that
+/// the snapshot itself can be dropped (two large files need not fit at
+/// once, and a view that holds many files keeps only these).
+#[derive(Debug, Clone, Default)]
+pub struct LiveSet {
+    blocks: Vec<LiveBlock>,
 }
 
 fn stack_hash(snap: &Snapshot, frames: FramesId) -> u64 {
@@ -62,30 +64,51 @@ fn live_blocks(snap: &Snapshot) -> impl Iterator<Item = (i64, &crate::trace::sna
     })
 }
 
-impl Baseline {
-    pub fn of(snap: &Snapshot) -> Baseline {
-        let mut keys = HashSet::new();
-        let mut totals: HashMap<i64, (u64, usize)> = HashMap::new();
-        let mut sites: HashMap<(i64, Arc<str>), (u64, usize)> = HashMap::new();
-        for (device, b) in live_blocks(snap) {
-            let s = sites.entry((device, site_of(snap, b.frames))).or_default();
-            s.0 = s.0.saturating_add(b.size);
-            s.1 += 1;
-            keys.insert(BlockKey {
-                device,
-                address: b.address,
-                size: b.size,
-                stack: stack_hash(snap, b.frames),
-            });
-            let t = totals.entry(device).or_default();
-            t.0 = t.0.saturating_add(b.size);
-            t.1 += 1;
-        }
-        Baseline {
-            keys,
-            totals,
-            sites,
-        }
+impl LiveSet {
+    pub fn of(snap: &Snapshot) -> LiveSet {
+        let times = alloc_times(snap);
+        // Blocks of one stack share its site and hash.
+        let mut by_stack: HashMap<FramesId, (Arc<str>, u64)> = HashMap::new();
+        let blocks = live_blocks(snap)
+            .map(|(device, b)| {
+                let (site, stack) = by_stack
+                    .entry(b.frames)
+                    .or_insert_with(|| {
+                        let site = snap
+                            .user_site(b.frames)
+                            .map_or_else(|| Arc::from(NO_STACK), Arc::from);
+                        (site, stack_hash(snap, b.frames))
+                    })
+                    .clone();
+                LiveBlock {
+                    key: BlockKey {
+                        device,
+                        address: b.address,
+                        size: b.size,
+                        stack,
+                    },
+                    site,
+                    time_us: times.get(&(device, b.address)).copied(),
+                }
+            })
+            .collect();
+        LiveSet { blocks }
+    }
+
+    pub fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
+    fn devices(&self) -> impl Iterator<Item = i64> + '_ {
+        self.blocks.iter().map(|b| b.key.device)
+    }
+
+    fn on(&self, device: i64) -> impl Iterator<Item = &LiveBlock> {
+        self.blocks.iter().filter(move |b| b.key.device == device)
     }
 }
 
@@ -174,98 +197,96 @@ fn change(site: &Arc<str>) -> SiteChange {
     }
 }
 
-pub fn diff(a_name: &str, a: &Baseline, b_name: &str, b: &Snapshot) -> SnapshotDiff {
-    let times = alloc_times(b);
-    let mut devices: Vec<i64> = a.totals.keys().copied().collect();
-    devices.extend(live_blocks(b).map(|(d, _)| d));
+pub fn diff(a_name: &str, a: &LiveSet, b_name: &str, b: &LiveSet) -> SnapshotDiff {
+    let a_keys: HashSet<BlockKey> = a.blocks.iter().map(|x| x.key).collect();
+    let mut devices: Vec<i64> = a.devices().chain(b.devices()).collect();
     devices.sort_unstable();
     devices.dedup();
-    let mut out = Vec::new();
-    for device in devices {
-        let (a_bytes, a_blocks) = a.totals.get(&device).copied().unwrap_or_default();
-        let mut d = DeviceDiff {
-            device,
-            a_live_bytes: a_bytes,
-            a_live_blocks: a_blocks,
-            b_live_bytes: 0,
-            b_live_blocks: 0,
-            new_bytes: 0,
-            new_blocks: 0,
-            gone_bytes: 0,
-            gone_blocks: 0,
-            sites: Vec::new(),
-            changes: Vec::new(),
-        };
-        let mut by_site: HashMap<Arc<str>, SiteChange> = HashMap::new();
-        for ((dev, site), (bytes, blocks)) in &a.sites {
-            if *dev == device {
-                let c = by_site.entry(site.clone()).or_insert_with(|| change(site));
-                c.a_bytes = *bytes;
-                c.a_blocks = *blocks;
-            }
-        }
-        let mut kept_bytes = 0u64;
-        let mut kept_blocks = 0usize;
-        let mut sites: HashMap<Arc<str>, NewSite> = HashMap::new();
-        for (_, blk) in live_blocks(b).filter(|(dev, _)| *dev == device) {
-            d.b_live_bytes = d.b_live_bytes.saturating_add(blk.size);
-            d.b_live_blocks += 1;
-            let site = site_of(b, blk.frames);
-            let c = by_site.entry(site.clone()).or_insert_with(|| change(&site));
-            c.b_bytes = c.b_bytes.saturating_add(blk.size);
-            c.b_blocks += 1;
-            let key = BlockKey {
-                device,
-                address: blk.address,
-                size: blk.size,
-                stack: stack_hash(b, blk.frames),
-            };
-            if a.keys.contains(&key) {
-                kept_bytes = kept_bytes.saturating_add(blk.size);
-                kept_blocks += 1;
-                continue;
-            }
-            d.new_bytes = d.new_bytes.saturating_add(blk.size);
-            d.new_blocks += 1;
-            let time = times.get(&(device, blk.address)).copied();
-            let s = sites.entry(site.clone()).or_insert_with(|| NewSite {
-                site: site.to_string(),
-                bytes: 0,
-                blocks: 0,
-                newest_time_us: None,
-            });
-            s.bytes = s.bytes.saturating_add(blk.size);
-            s.blocks += 1;
-            s.newest_time_us = s.newest_time_us.max(time);
-        }
-        d.gone_bytes = a_bytes.saturating_sub(kept_bytes);
-        d.gone_blocks = a_blocks.saturating_sub(kept_blocks);
-        let mut sites: Vec<NewSite> = sites.into_values().collect();
-        sites.sort_by(|x, y| {
-            y.newest_time_us
-                .cmp(&x.newest_time_us)
-                .then(y.bytes.cmp(&x.bytes))
-                .then_with(|| x.site.cmp(&y.site))
-        });
-        d.sites = sites;
-        let mut changes: Vec<SiteChange> = by_site
-            .into_values()
-            .filter(|c| c.a_bytes != c.b_bytes)
-            .collect();
-        changes.sort_by(|x, y| {
-            y.change()
-                .cmp(&x.change())
-                .then_with(|| x.site.cmp(&y.site))
-        });
-        d.changes = changes;
-        out.push(d);
-    }
+    let devices = devices
+        .into_iter()
+        .map(|device| device_diff(device, a, &a_keys, b))
+        .collect();
     SnapshotDiff {
         a: a_name.to_string(),
         b: b_name.to_string(),
         identity: IDENTITY,
-        devices: out,
+        devices,
     }
+}
+
+fn device_diff(device: i64, a: &LiveSet, a_keys: &HashSet<BlockKey>, b: &LiveSet) -> DeviceDiff {
+    let mut d = DeviceDiff {
+        device,
+        a_live_bytes: 0,
+        a_live_blocks: 0,
+        b_live_bytes: 0,
+        b_live_blocks: 0,
+        new_bytes: 0,
+        new_blocks: 0,
+        gone_bytes: 0,
+        gone_blocks: 0,
+        sites: Vec::new(),
+        changes: Vec::new(),
+    };
+    let mut by_site: HashMap<Arc<str>, SiteChange> = HashMap::new();
+    for blk in a.on(device) {
+        d.a_live_bytes = d.a_live_bytes.saturating_add(blk.key.size);
+        d.a_live_blocks += 1;
+        let c = by_site
+            .entry(blk.site.clone())
+            .or_insert_with(|| change(&blk.site));
+        c.a_bytes = c.a_bytes.saturating_add(blk.key.size);
+        c.a_blocks += 1;
+    }
+    let mut kept_bytes = 0u64;
+    let mut kept_blocks = 0usize;
+    let mut sites: HashMap<Arc<str>, NewSite> = HashMap::new();
+    for blk in b.on(device) {
+        d.b_live_bytes = d.b_live_bytes.saturating_add(blk.key.size);
+        d.b_live_blocks += 1;
+        let c = by_site
+            .entry(blk.site.clone())
+            .or_insert_with(|| change(&blk.site));
+        c.b_bytes = c.b_bytes.saturating_add(blk.key.size);
+        c.b_blocks += 1;
+        if a_keys.contains(&blk.key) {
+            kept_bytes = kept_bytes.saturating_add(blk.key.size);
+            kept_blocks += 1;
+            continue;
+        }
+        d.new_bytes = d.new_bytes.saturating_add(blk.key.size);
+        d.new_blocks += 1;
+        let s = sites.entry(blk.site.clone()).or_insert_with(|| NewSite {
+            site: blk.site.to_string(),
+            bytes: 0,
+            blocks: 0,
+            newest_time_us: None,
+        });
+        s.bytes = s.bytes.saturating_add(blk.key.size);
+        s.blocks += 1;
+        s.newest_time_us = s.newest_time_us.max(blk.time_us);
+    }
+    d.gone_bytes = d.a_live_bytes.saturating_sub(kept_bytes);
+    d.gone_blocks = d.a_live_blocks.saturating_sub(kept_blocks);
+    let mut sites: Vec<NewSite> = sites.into_values().collect();
+    sites.sort_by(|x, y| {
+        y.newest_time_us
+            .cmp(&x.newest_time_us)
+            .then(y.bytes.cmp(&x.bytes))
+            .then_with(|| x.site.cmp(&y.site))
+    });
+    d.sites = sites;
+    let mut changes: Vec<SiteChange> = by_site
+        .into_values()
+        .filter(|c| c.a_bytes != c.b_bytes)
+        .collect();
+    changes.sort_by(|x, y| {
+        y.change()
+            .cmp(&x.change())
+            .then_with(|| x.site.cmp(&y.site))
+    });
+    d.changes = changes;
+    d
 }
 
 fn blocks(n: usize) -> String {

@@ -4,5 +4,6 @@ pub mod diff;
 pub mod lesson;
 pub mod replay;
 pub mod run;
+pub mod series;
 pub mod snapshot;
 pub mod sweep;

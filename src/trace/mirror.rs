@@ -105,6 +105,11 @@ impl<'a> TraceMirror<'a> {
         }
     }
 
+    /// The map as the entries placed so far left it.
+    pub fn map(&self) -> &MemoryMap {
+        &self.map
+    }
+
     /// The map after every entry placed so far.
     pub fn into_map(self) -> MemoryMap {
         self.map

@@ -29,7 +29,10 @@ mod devices;
 mod mouse;
 mod play;
 mod popups;
+mod tabs;
 mod zoom;
+
+pub use tabs::{DiffState, TabLabel, TabView, Tabs};
 
 /// Playback speed bounds and default, in events per second.
 pub const MIN_SPEED: f64 = 1.0;
@@ -77,6 +80,9 @@ pub struct TuiOptions {
     pub stop_on_load_failure: bool,
     /// `--layout`: normal, or presenter for a projector.
     pub layout: LayoutMode,
+    /// Several sources as tabs, one shown at a time (`open a b …`), rather
+    /// than side by side.
+    pub tabs: bool,
 }
 
 impl Default for TuiOptions {
@@ -93,6 +99,7 @@ impl Default for TuiOptions {
             frame: Duration::from_millis(25),
             stop_on_load_failure: false,
             layout: LayoutMode::Normal,
+            tabs: false,
         }
     }
 }
@@ -149,6 +156,8 @@ pub struct App {
     pub layout_mode: LayoutMode,
     /// Whether the code pane is shown (`C`).
     pub code: CodeWish,
+    /// Tabs, when the sources were opened as tabs.
+    pub tabs: Option<Tabs>,
 }
 
 impl App {
@@ -163,11 +172,21 @@ impl App {
             // has a reading whenever it is opened.
             gpu.start();
         }
+        let mut runs: Vec<RunView> = sources
+            .into_iter()
+            .map(|(t, s)| RunView::new(t, s))
+            .collect();
+        let mut tabs = None;
+        if opts.tabs && runs.len() > 1 {
+            if let Some((first, t)) = Tabs::new(runs) {
+                runs = vec![first];
+                tabs = Some(t);
+            } else {
+                runs = Vec::new();
+            }
+        }
         Ok(App {
-            runs: sources
-                .into_iter()
-                .map(|(t, s)| RunView::new(t, s))
-                .collect(),
+            runs,
             active: 0,
             focus: Focus::Map,
             playing: !opts.start_paused,
@@ -196,6 +215,7 @@ impl App {
             help_scroll: 0,
             layout_mode: opts.layout,
             code: CodeWish::Auto,
+            tabs,
         })
     }
 
@@ -232,13 +252,22 @@ impl App {
                 }
             }
         }
+        changed |= self.drain_parked();
+        if changed
+            && self
+                .tabs
+                .as_ref()
+                .is_some_and(|t| t.view == Some(TabView::Diff))
+        {
+            self.refresh_diff();
+        }
         changed |= self.gpu.drain();
         changed
     }
 
     /// Whether a source has more waiting than the last drain took.
     pub fn has_backlog(&self) -> bool {
-        self.runs.iter().any(|r| r.backlog)
+        self.runs.iter().any(|r| r.backlog) || self.parked_backlog()
     }
 
     fn set_active_pos(&mut self, pos: usize) {
@@ -290,6 +319,9 @@ impl App {
         }
         if self.popup.is_some() {
             return self.popup_key(key);
+        }
+        if let Some(redraw) = self.tab_key(key) {
+            return redraw;
         }
         if key.code == KeyCode::Char(':') && !self.show_help {
             self.prompt = Some(String::new());
@@ -616,7 +648,22 @@ impl App {
             })
             .collect();
         let shape = self.shape(size.width);
-        self.areas = layout::compute(size, self.focus, &said, shape);
+        // Tabs: their bar on the top line, the run view below it.
+        let (bar, body) = match self.tabs {
+            Some(_) if size.height > 1 => (
+                Some(Rect { height: 1, ..size }),
+                Rect {
+                    y: size.y + 1,
+                    height: size.height - 1,
+                    ..size
+                },
+            ),
+            _ => (None, size),
+        };
+        self.areas = layout::compute(body, self.focus, &said, shape);
+        self.areas.full = size;
+        self.areas.tab_bar = bar;
+        self.prepare_tabs(size.width);
         if let Some(l) = self.areas.leak_panels.get(self.active) {
             self.areas.leaks = Some(*l);
         }

@@ -179,7 +179,14 @@ pub const KEYS: &[(&str, &str)] = &[
         "v",
         "GPU memory: NVML's reading vs the model (simulated terms for sim runs)",
     ),
-    ("w", "compare: switch which run the keys drive"),
+    (
+        "w / W  1–9",
+        "compare: switch run · tabs (open a b …): next / previous tab, tab N",
+    ),
+    (
+        "T / A / B",
+        "tabs: table across files / alive here, not in baseline / baseline := this",
+    ),
     (
         "s",
         "compare: sync by iteration (default) / by event fraction",

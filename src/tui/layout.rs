@@ -139,6 +139,8 @@ pub struct Areas {
     /// Compare: every run's leak panel, by run (the active one is `leaks`).
     pub leak_panels: Vec<Rect>,
     pub log: Option<Rect>,
+    /// The tab bar, when several files are open as tabs.
+    pub tab_bar: Option<Rect>,
 }
 
 /// The layout for `area`; `said[i]` is what run `i` has to say above its timeline.

@@ -64,6 +64,8 @@ pub struct RunView {
     pub listing: Option<Arc<Listing>>,
     /// A snapshot's devices, and the one this view shows.
     pub devices: Option<SnapshotDevices>,
+    /// A snapshot's figures and live blocks (the table and diff across tabs).
+    pub summary: Option<Arc<crate::report::series::SnapshotSummary>>,
     /// Go to the first OOM as soon as the events hold one (after a device
     /// switch that `x` made).
     pub pending_oom: bool,
@@ -148,6 +150,7 @@ impl RunView {
             conditions: source.conditions.clone(),
             listing: source.listing.clone(),
             devices: source.devices.clone(),
+            summary: None,
             pending_oom: false,
             loading: None,
             backlog: false,
@@ -319,6 +322,7 @@ impl RunView {
                 self.loading = Some(p);
                 self.reads_file = true;
             }
+            SourceMsg::Summary(s) => self.summary = Some(s),
             SourceMsg::Opened(o) => {
                 self.loading = None;
                 self.tags = o.tags;

@@ -51,6 +51,8 @@ impl App {
                 Ok(source) => {
                     let mut run = RunView::new(self.runs[i].title.clone(), source);
                     run.pending_oom = then_oom;
+                    // The file's figures cover all its devices.
+                    run.summary = self.runs[i].summary.clone();
                     // What the file holds is known already: a second d
                     // before the file is read again goes on from here.
                     run.devices = Some(SnapshotDevices {

@@ -37,6 +37,13 @@ impl App {
     }
 
     fn click(&mut self, x: u16, y: u16) -> bool {
+        if self
+            .areas
+            .tab_bar
+            .is_some_and(|b| layout::contains(b, x, y))
+        {
+            return self.click_tab(x);
+        }
         for i in 0..self.areas.runs.len() {
             let ra = self.areas.runs[i];
             if layout::contains(ra.timeline, x, y) {

@@ -11,6 +11,7 @@ mod pace;
 mod session;
 mod stack;
 mod sweep;
+mod tabs;
 mod theme;
 mod views;
 mod watch;

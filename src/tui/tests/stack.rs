@@ -541,7 +541,8 @@ fn help_scrolls_to_every_key_at_80x24() {
     let mut app = open_real(FLEXGEN);
     keys(&mut app, "?");
     let mut seen = String::new();
-    for _ in 0..KEYS.len() {
+    // Descriptions wrap at 80 columns: more lines than keys to scroll through.
+    for _ in 0..KEYS.len() * 2 {
         seen.push_str(&screen(&mut app, 80, 24));
         keys(&mut app, "j");
     }

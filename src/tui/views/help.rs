@@ -13,6 +13,7 @@ use crate::tui::popup::wrap;
 
 /// Width of the key column, its two spaces included.
 const KEY_W: usize = 22;
+const TABLE_TERMS: &str = "free: inactive/reserved · frag: 1 − largest free block/inactive bytes";
 const CLOSING: &str = "? or Esc closes this help";
 
 fn rect(area: Rect) -> Rect {
@@ -37,6 +38,10 @@ fn lines(w: u16) -> Vec<(&'static str, String)> {
         for (i, row) in wrap(d, text_w).into_iter().enumerate() {
             out.push((if i == 0 { *k } else { "" }, row));
         }
+    }
+    // The table's own definitions (it shows them in full, and so does the JSON).
+    for (i, row) in wrap(TABLE_TERMS, text_w).into_iter().enumerate() {
+        out.push((if i == 0 { "T: free / frag" } else { "" }, row));
     }
     out.push(("", CLOSING.to_string()));
     out

@@ -17,14 +17,16 @@ pub mod segment_map;
 pub mod stats;
 pub mod status;
 pub mod sweep;
+pub mod tabs;
 pub mod timeline;
 pub mod too_small;
 pub mod watch;
 
+use ratatui::layout::Rect;
 use ratatui::widgets::Block;
 use ratatui::Frame;
 
-use super::app::App;
+use super::app::{App, TabView};
 
 pub fn draw(frame: &mut Frame, app: &App) {
     let area = frame.area();
@@ -75,6 +77,28 @@ pub fn draw(frame: &mut Frame, app: &App) {
     }
     if let Some(l) = a.log {
         event_log::render(frame, l, app, app.active);
+    }
+    if let Some(t) = &app.tabs {
+        if let Some(bar) = a.tab_bar {
+            tabs::render_bar(frame, bar, &t.bar, t.active, &app.theme);
+        }
+        let below = a.status.y.saturating_add(1);
+        let over = Rect {
+            x: area.x,
+            y: below,
+            width: area.width,
+            height: a.hints.y.saturating_sub(below),
+        };
+        let shown = app.runs.first().map_or("", |r| r.title.as_str());
+        match (t.view, &t.table, &t.diff) {
+            (Some(TabView::Table), Some(table), _) => {
+                tabs::render_table(frame, over, table, shown, t.scroll, &app.theme);
+            }
+            (Some(TabView::Diff), _, Some(d)) => {
+                tabs::render_diff(frame, over, d, t.scroll, &app.theme);
+            }
+            _ => {}
+        }
     }
     if app.gpu.shown {
         gpu::render(frame, area, app);

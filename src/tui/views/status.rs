@@ -211,7 +211,9 @@ pub fn render_hints(frame: &mut Frame, area: Rect, app: &App) {
         .runs
         .iter()
         .any(|r| r.conditions.is_some() || !r.marks.narration.is_empty());
-    let global = if narrated {
+    let global = if app.tabs.is_some() {
+        "  │ w/W tab  T table  A diff  space play  ? help  q quit"
+    } else if narrated {
         "  │ space play  Tab panel  E narration  ? help  q quit"
     } else {
         "  │ space play  Tab panel  ? help  q quit"
