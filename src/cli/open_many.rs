@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 use vramscope::producers::{file_title, snapshot_tab_source};
-use vramscope::report::series::{figures, sort_by_rank, DeviceFigures, SeriesFile, SeriesTable};
+use vramscope::report::series::{figures, sort_series, DeviceFigures, SeriesFile, SeriesTable};
 use vramscope::report::snapshot::SnapshotReport;
 use vramscope::tui::{run_tui, TuiOptions};
 
@@ -16,9 +16,10 @@ use super::snapshot::load;
 use super::EXIT_BAD_INPUT;
 
 /// The files in the order their tabs and rows take: by rank where every
-/// name says one (`oom_rank-0.pickle` …), else as given.
+/// name says one (`oom_rank-0.pickle` …), else by step where every name
+/// says one (`memory_at_step100.pickle` …), else as given.
 pub fn ordered(mut paths: Vec<PathBuf>) -> Vec<PathBuf> {
-    sort_by_rank(&mut paths, |p| p.to_str().unwrap_or_default());
+    sort_series(&mut paths, |p| p.to_str().unwrap_or_default());
     paths
 }
 

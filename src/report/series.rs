@@ -152,15 +152,14 @@ fn trace_peak(snap: &Snapshot, device: usize) -> (u64, u64) {
     peak
 }
 
-/// The rank a file name says it holds (`oom_rank-3.pickle`,
-/// `snapshot_rank_12.pickle`, `rank3.pickle`), as Megatron-style jobs name
-/// their dumps.
-pub fn rank_of(name: &str) -> Option<u32> {
+/// The number a file name gives after `word` (`rank-3`, `rank_12`,
+/// `step200`), the last such in the name; directories are not read.
+fn number_after(name: &str, word: &str) -> Option<u64> {
     let file = name.rsplit(['/', '\\']).next().unwrap_or(name);
     let lower = file.to_ascii_lowercase();
     let mut found = None;
-    for (at, _) in lower.match_indices("rank") {
-        let rest = &lower[at + 4..];
+    for (at, _) in lower.match_indices(word) {
+        let rest = &lower[at + word.len()..];
         let rest = rest.strip_prefix(['-', '_']).unwrap_or(rest);
         let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
         if let Ok(n) = digits.parse() {
@@ -168,6 +167,19 @@ pub fn rank_of(name: &str) -> Option<u32> {
         }
     }
     found
+}
+
+/// The rank a file name says it holds (`oom_rank-3.pickle`,
+/// `snapshot_rank_12.pickle`, `rank3.pickle`), as Megatron-style jobs name
+/// their dumps.
+pub fn rank_of(name: &str) -> Option<u32> {
+    number_after(name, "rank").and_then(|n| u32::try_from(n).ok())
+}
+
+/// The training step a file name says it was dumped at
+/// (`memory_at_step100.pickle`, `snapshot_step-2000.pickle`).
+pub fn step_of(name: &str) -> Option<u64> {
+    number_after(name, "step")
 }
 
 /// Put `names` in rank order when every one of them names a rank; else
@@ -178,6 +190,18 @@ pub fn sort_by_rank<T>(items: &mut [T], name: impl Fn(&T) -> &str) -> bool {
     }
     items.sort_by_key(|i| rank_of(name(i)));
     true
+}
+
+/// Rank order where every name says a rank, else step order where every
+/// name says a step (a shell's glob puts `step1000` before `step200`), else
+/// as given.
+pub fn sort_series<T>(items: &mut [T], name: impl Fn(&T) -> &str) {
+    if sort_by_rank(items, &name) {
+        return;
+    }
+    if items.len() > 1 && items.iter().all(|i| step_of(name(i)).is_some()) {
+        items.sort_by_key(|i| step_of(name(i)));
+    }
 }
 
 /// One row of the table: a file's device, or why the file gave none.
@@ -334,6 +358,31 @@ mod tests {
         assert_eq!(rank_of("memory_at_step100.pickle"), None);
         // The folder's name does not count, only the file's.
         assert_eq!(rank_of("rank-1/memory.pickle"), None);
+    }
+
+    #[test]
+    fn steps_order_a_series_when_every_name_has_one_and_no_rank() {
+        let mut names = vec![
+            "memory_at_step1000.pickle",
+            "memory_at_step200.pickle",
+            "memory_at_step100.pickle",
+        ];
+        sort_series(&mut names, |n| n);
+        assert_eq!(
+            names,
+            [
+                "memory_at_step100.pickle",
+                "memory_at_step200.pickle",
+                "memory_at_step1000.pickle"
+            ]
+        );
+        let mut mixed = vec!["step300_rank-1.pickle", "step100_rank-0.pickle"];
+        sort_series(&mut mixed, |n| n);
+        assert_eq!(mixed, ["step100_rank-0.pickle", "step300_rank-1.pickle"]);
+        let mut some = vec!["b_step3.pickle", "a.pickle"];
+        sort_series(&mut some, |n| n);
+        assert_eq!(some, ["b_step3.pickle", "a.pickle"], "as given");
+        assert_eq!(step_of("/runs/step100/final.pickle"), None);
     }
 
     #[test]
