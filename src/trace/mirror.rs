@@ -13,7 +13,7 @@ use crate::trace::frozen_map::FrozenMap;
 use crate::trace::memory_map::{MapError, NO_FREE_BLOCK};
 use crate::trace::replay::reconstruct::Reconstruction;
 use crate::trace::replay::{entry_tag, Entry};
-use crate::trace::snapshot::{PoolKind, Snapshot};
+use crate::trace::snapshot::{PoolKind, Segment, Snapshot};
 use crate::trace::timeline::{keyframe_due, Sample, TimelinePart};
 use crate::trace::{Event, MapBlock, MapSegment, MemoryMap};
 
@@ -237,8 +237,13 @@ pub fn start_map(r: &Reconstruction) -> MemoryMap {
 
 /// The recorded final state of `device` as a map (state-only snapshots).
 pub fn final_map(snap: &Snapshot, device: usize) -> MemoryMap {
+    segments_map(snap.segments.iter().filter(|s| s.device == device as i64))
+}
+
+/// Recorded segments (one device's) as a map, every block untagged.
+pub fn segments_map<'s>(segments: impl Iterator<Item = &'s Segment>) -> MemoryMap {
     let mut map = MemoryMap::default();
-    for s in snap.segments.iter().filter(|s| s.device == device as i64) {
+    for s in segments {
         let pool = match s.segment_type {
             PoolKind::Small => Pool::Small,
             PoolKind::Large => Pool::Large,
