@@ -579,12 +579,14 @@ impl Fields<'_> {
             "active_allocated" => BlockState::ActiveAllocated,
             "active_pending_free" => BlockState::ActivePendingFree,
             "inactive" => BlockState::Inactive,
-            other => return Err(self.err(
-                &join(path, "state"),
-                format!(
+            other => {
+                return Err(self.err(
+                    &join(path, "state"),
+                    format!(
                     "expected active_allocated, active_pending_free or inactive, found {other:?}"
                 ),
-            )),
+                ))
+            }
         };
         let size = self.u64(o, path, "size")?;
         Ok(WireBlock {

@@ -19,6 +19,7 @@ pub mod frame;
 pub mod message;
 pub mod recording;
 pub mod session;
+pub mod synth;
 
 pub use address::{expand_ranks, Address};
 pub use connect::{check_owner, connect, Connection, TOKEN_ENV};

@@ -152,6 +152,10 @@ pub enum SourceMsg {
     Restarted,
     Finished,
     Failed(String),
+    /// What the user should know about the source that is neither an event
+    /// nor a failure: a live job's view started over (and why), or the job
+    /// disconnected. Replaces the previous note; the view stays.
+    Note(String),
     /// NVML's reading of every GPU (the NVML poller), or why there is none.
     Gpus(Result<Vec<GpuReading>, GpuUnavailable>),
     /// How far a producer has got before its events (reading a file).

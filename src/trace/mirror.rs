@@ -62,6 +62,27 @@ impl<'a> TraceMirror<'a> {
         }
     }
 
+    /// A mirror that goes on where another stopped: `progress` is what
+    /// [`TraceMirror::progress`] said of it, so that keyframes stay where a
+    /// timeline expects them.
+    pub fn resume(
+        map: MemoryMap,
+        config: &'a AllocConfig,
+        progress: (usize, Option<usize>),
+    ) -> Self {
+        TraceMirror {
+            map,
+            config,
+            placed: progress.0,
+            last_keyframe: progress.1,
+        }
+    }
+
+    /// Events placed so far, and the event index of the last keyframe.
+    pub fn progress(&self) -> (usize, Option<usize>) {
+        (self.placed, self.last_keyframe)
+    }
+
     /// The event for entry `i`, applied to the map; `None` for entries the
     /// views do not show.
     pub fn event(&mut self, i: usize, e: &Entry, device_free: Option<u64>) -> Option<Event> {

@@ -88,6 +88,9 @@ pub struct RunView {
     pub stats: Option<MemoryStats>,
     pub finished: bool,
     pub failure: Option<String>,
+    /// The source's latest [`SourceMsg::Note`] (a live job started over,
+    /// or went away); kept across a restart, which it explains.
+    pub note: Option<String>,
     /// Where the drawn marks are (kept as events arrive).
     pub marks: MarkIndex,
     /// Events applied: the map shows the state after `pos` events.
@@ -162,6 +165,7 @@ impl RunView {
             stats: None,
             finished: false,
             failure: None,
+            note: None,
             marks: MarkIndex::default(),
             pos: 0,
             map: MemoryMap::default(),
@@ -312,6 +316,7 @@ impl RunView {
                 self.failure = Some(msg);
                 self.loading = None;
             }
+            SourceMsg::Note(n) => self.note = Some(n),
             // NVML readings go to the GPU panel's own source, a sweep's
             // points to the sweep chart.
             SourceMsg::Gpus(_) | SourceMsg::SweepPoint { .. } | SourceMsg::Swept(_) => {}
