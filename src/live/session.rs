@@ -683,10 +683,17 @@ impl Session {
 
     /// `open --json`'s report of the job as it stands, with what only a
     /// live job tells.
-    pub fn report(&mut self, name: &str) -> LiveReport {
+    /// `step_marker`: take iterations from a frame name or `file:line`
+    /// (as `open --step-marker` does) instead of the job's step markers.
+    pub fn report(&mut self, name: &str, step_marker: Option<&str>) -> LiveReport {
         self.snapshot();
         let snap = &self.snap;
-        let report = SnapshotReport::with_boundaries(name, snap, &|d| self.boundaries(d));
+        let report = SnapshotReport::with_boundaries(name, snap, &|d| match step_marker {
+            Some(m) => Boundaries::Find {
+                step_marker: Some(m),
+            },
+            None => self.boundaries(d),
+        });
         let growth = report
             .devices
             .iter()
