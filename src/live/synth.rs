@@ -159,3 +159,54 @@ fn step_entries(snap: &Snapshot, devices: &[usize]) -> HashSet<(usize, usize)> {
     }
     out
 }
+
+/// Where [`training_job`] puts its one segment.
+pub const JOB_BASE: u64 = 0x7f00_0000_0000;
+
+/// A training job's stream (no magic): one 4 GiB segment, then `steps`
+/// steps each allocating and freeing `temps` temporaries of 4 MiB from
+/// `/home/u/model.py:12 in forward` and keeping `leak` bytes from
+/// `/home/u/train.py:41 in train_step`, a step marker after each; then one
+/// more step's entries (the job is mid-step) and `bye`.
+pub fn training_job(steps: u64, leak: u64, temps: usize) -> StreamWriter {
+    const TEMP: u64 = 4 << 20;
+    let mut w = StreamWriter::stream();
+    w.send(hello(7, &[(0, 80 << 30)], ""));
+    w.send(json!({"t": "state", "seq": 0, "reason": "start", "chunks": 0}));
+    w.send(json!({"t": "stack", "id": 1,
+        "frames": [["/home/u/train.py", 41, "train_step"], ["/home/u/train.py", 90, "<module>"]]}));
+    w.send(json!({"t": "stack", "id": 2, "frames": [["/home/u/model.py", 12, "forward"]]}));
+    let segment = 4u64 << 30;
+    let temp_base = JOB_BASE + segment / 2;
+    w.send(json!({"t": "entries", "first": 0,
+        "entries": [["segment_alloc", 0, JOB_BASE, segment, 0, 0, null]]}));
+    let mut seq = 1u64;
+    let mut kept = 0u64;
+    for k in 0..=steps {
+        let mut entries = Vec::with_capacity(temps * 3 + 1);
+        for t in 0..temps as u64 {
+            let a = temp_base + t * TEMP;
+            let time = (seq + t) as i64;
+            entries.push(json!(["alloc", 0, a, TEMP, 0, time, 2]));
+        }
+        for t in 0..temps as u64 {
+            let a = temp_base + t * TEMP;
+            entries.push(json!(["free_requested", 0, a, TEMP, 0, null, 2]));
+            entries.push(json!(["free_completed", 0, a, TEMP, 0, null, 2]));
+        }
+        if leak > 0 && kept + leak <= segment / 2 {
+            entries.push(json!(["alloc", 0, JOB_BASE + kept, leak, 0, null, 1]));
+            kept += leak;
+        }
+        for chunk in entries.chunks(ENTRIES_PER_MESSAGE) {
+            w.send(json!({"t": "entries", "first": seq, "entries": chunk}));
+            seq += chunk.len() as u64;
+        }
+        if k < steps {
+            w.send(json!({"t": "step", "step": k, "seq": seq, "time_us": null,
+                          "source": "Optimizer.step"}));
+        }
+    }
+    w.send(json!({"t": "bye", "reason": "the process is exiting"}));
+    w
+}

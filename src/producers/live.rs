@@ -24,7 +24,7 @@ use crate::live::{decode, Applied, FrameReader, ServerHello, Session};
 use crate::trace::mirror::TraceMirror;
 use crate::trace::replay::Entry;
 use crate::trace::timeline::TimelinePart;
-use crate::trace::MemoryMap;
+use crate::trace::{Marker, MemoryMap};
 
 /// The least time between two leak analyses while the job runs.
 pub const ANALYSIS_EVERY: Duration = Duration::from_secs(1);
@@ -142,7 +142,7 @@ impl Reader {
             let alive = match applied {
                 Applied::Started { why } => self.start(why, send),
                 Applied::Entries => self.entries(send),
-                Applied::Step => self.analyse(send, false),
+                Applied::Step => self.step(send) && self.analyse(send, false),
                 Applied::Ended(_) => return Ok(true),
                 _ => true,
             };
@@ -180,6 +180,7 @@ impl Reader {
                     under: None,
                 },
                 events: None,
+                since_step: true,
             };
             if !send(SourceMsg::Opened(Box::new(opened))) {
                 return false;
@@ -243,6 +244,30 @@ impl Reader {
         view.progress = mirror.progress();
         view.map = Some(mirror.into_map());
         view.done = trace.len();
+        send(SourceMsg::Part(part))
+    }
+
+    /// A step ended: its boundary on the timeline, where the entries so far end.
+    fn step(&mut self, send: &mut Sender) -> bool {
+        let (Some(session), Some(view)) = (self.session.as_ref(), self.view.as_mut()) else {
+            return true;
+        };
+        let Some(step) = session.steps().last() else {
+            return true;
+        };
+        let k = u32::try_from(step.step).unwrap_or(u32::MAX);
+        let mut part = self
+            .spent
+            .try_recv()
+            .unwrap_or_else(|_| TimelinePart::with_capacity(2));
+        part.clear();
+        let map = view.map.take().unwrap_or_default();
+        let mut mirror = TraceMirror::resume(map, &view.config, view.progress);
+        mirror.push_marker(Marker::IterationEnd(k), &mut part);
+        mirror.push_marker(Marker::IterationBegin(k.saturating_add(1)), &mut part);
+        view.progress = mirror.progress();
+        view.map = Some(mirror.into_map());
+        self.tags.markers(2);
         send(SourceMsg::Part(part))
     }
 

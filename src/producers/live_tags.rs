@@ -72,6 +72,19 @@ impl LiveTags {
     }
 }
 
+impl LiveTags {
+    /// `n` marker events (step boundaries) placed in the timeline: they
+    /// come from no entry.
+    pub(super) fn markers(&self, n: usize) {
+        if let Ok(mut t) = self.table.write() {
+            t.event_entries.extend(std::iter::repeat_n(NOT_AN_ENTRY, n));
+        }
+    }
+}
+
+/// An event index that names no entry (`entry_actions` is never this long).
+const NOT_AN_ENTRY: u32 = u32::MAX;
+
 fn resolve(stacks: &mut Vec<Option<Arc<Stack>>>, snap: &Snapshot, id: FramesId) {
     let k = id.0 as usize;
     if id == FramesId::EMPTY || stacks.get(k).is_some_and(Option::is_some) {

@@ -189,6 +189,9 @@ pub struct Opened {
     pub devices: SnapshotDevices,
     /// The events the view will hold, where known before they are made.
     pub events: Option<usize>,
+    /// Open the by-line pane on what grew since the last step (a live job:
+    /// the question people ask of one that runs).
+    pub since_step: bool,
 }
 
 impl std::fmt::Debug for Opened {

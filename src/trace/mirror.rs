@@ -15,7 +15,7 @@ use crate::trace::replay::reconstruct::Reconstruction;
 use crate::trace::replay::{entry_tag, Entry};
 use crate::trace::snapshot::{PoolKind, Segment, Snapshot};
 use crate::trace::timeline::{keyframe_due, Sample, TimelinePart};
-use crate::trace::{Event, MapBlock, MapSegment, MemoryMap};
+use crate::trace::{Event, MapBlock, MapSegment, Marker, MemoryMap};
 
 /// Events for one device's trace entries, tagged with [`entry_tag`].
 /// `device_free(i)`: the free device memory entry `i` recorded (`oom` entries).
@@ -124,6 +124,17 @@ impl<'a> TraceMirror<'a> {
             part.events.push(Event::Alloc(ev));
             self.placed += 1;
         }
+    }
+
+    /// A marker (a live job's step boundary) into `part` after what is
+    /// there: an event of the timeline like the entries, with the curve as it stands.
+    pub fn push_marker(&mut self, marker: Marker, part: &mut TimelinePart) {
+        part.samples.push(Sample {
+            allocated: self.map.allocated,
+            reserved: self.map.reserved,
+        });
+        part.events.push(Event::Marker(marker));
+        self.placed += 1;
     }
 
     /// The map after every entry placed so far.

@@ -330,6 +330,12 @@ impl RunView {
                 self.capacity = o.capacity;
                 self.devices = Some(o.devices);
                 self.expected_events = o.events;
+                if o.since_step && self.by_line.is_none() {
+                    self.by_line = Some(by_line::ByLine {
+                        since_step: true,
+                        ..by_line::ByLine::default()
+                    });
+                }
             }
         }
     }
