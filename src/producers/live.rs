@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use super::devices::SnapshotDevices;
 use super::live_tags::LiveTags;
 use super::source::{Opened, Source, SourceMsg};
-use crate::alloc::AllocConfig;
+use crate::alloc::{AllocConfig, MemoryStats};
 use crate::leak::analyze_snapshot_with;
 use crate::live::message::Message;
 use crate::live::{decode, Applied, FrameReader, ServerHello, Session};
@@ -143,6 +143,7 @@ impl Reader {
                 Applied::Started { why } => self.start(why, send),
                 Applied::Entries => self.entries(send),
                 Applied::Step => self.step(send) && self.analyse(send, false),
+                Applied::Stats(d) => self.stats(d, send),
                 Applied::Ended(_) => return Ok(true),
                 _ => true,
             };
@@ -245,6 +246,21 @@ impl Reader {
         view.map = Some(mirror.into_map());
         view.done = trace.len();
         send(SourceMsg::Part(part))
+    }
+
+    /// The job's own `memory_stats()` of the shown device, for the stats panel.
+    fn stats(&self, device: u8, send: &mut Sender) -> bool {
+        let (Some(session), Some(view)) = (self.session.as_ref(), self.view.as_ref()) else {
+            return true;
+        };
+        if usize::from(device) != view.device {
+            return true;
+        }
+        let Some(s) = session.stats().iter().find(|s| s.device == device) else {
+            return true;
+        };
+        let stats = MemoryStats::from_map(|k| s.get(k));
+        send(SourceMsg::Stats(Box::new(stats)))
     }
 
     /// A step ended: its boundary on the timeline, where the entries so far end.
