@@ -24,6 +24,9 @@ pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a blocked read looks at the stop flag.
 const POLL: Duration = Duration::from_millis(200);
 
+/// A connection's writing and reading ends.
+type Halves = (Box<dyn Write + Send>, Box<dyn Read + Send>);
+
 /// An attached helper: its hello (frame 0), and the frames after it.
 pub struct Connection {
     pub hello: ServerHello,
@@ -51,7 +54,7 @@ pub fn connect(
     stop: Arc<AtomicBool>,
 ) -> Result<Connection, LiveError> {
     let at = addr.to_string();
-    let (mut w, r): (Box<dyn Write + Send>, Box<dyn Read + Send>) = match addr {
+    let (mut w, r): Halves = match addr {
         Address::Unix(path) => unix(path, &at, &stop)?,
         Address::Tcp { host, port } => {
             if token.is_none() {
@@ -93,11 +96,7 @@ pub fn connect(
 }
 
 #[cfg(unix)]
-fn unix(
-    path: &Path,
-    at: &str,
-    stop: &Arc<AtomicBool>,
-) -> Result<(Box<dyn Write + Send>, Box<dyn Read + Send>), LiveError> {
+fn unix(path: &Path, at: &str, stop: &Arc<AtomicBool>) -> Result<Halves, LiveError> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     use std::os::unix::net::UnixStream;
 
@@ -139,11 +138,7 @@ fn unix(
 }
 
 #[cfg(not(unix))]
-fn unix(
-    _: &Path,
-    at: &str,
-    _: &Arc<AtomicBool>,
-) -> Result<(Box<dyn Write + Send>, Box<dyn Read + Send>), LiveError> {
+fn unix(_: &Path, at: &str, _: &Arc<AtomicBool>) -> Result<Halves, LiveError> {
     Err(LiveError::Connect {
         at: at.to_string(),
         why: "unix sockets need a unix system; use HOST:PORT".into(),
@@ -156,12 +151,7 @@ fn my_uid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-fn tcp(
-    host: &str,
-    port: u16,
-    at: &str,
-    stop: &Arc<AtomicBool>,
-) -> Result<(Box<dyn Write + Send>, Box<dyn Read + Send>), LiveError> {
+fn tcp(host: &str, port: u16, at: &str, stop: &Arc<AtomicBool>) -> Result<Halves, LiveError> {
     let dead = |why: String| LiveError::Connect {
         at: at.to_string(),
         why,

@@ -248,8 +248,11 @@ pub fn decode(at: &str, index: u64, bytes: &[u8]) -> Result<Option<Message>, Liv
 struct FastEntries {
     t: String,
     first: u64,
-    entries: Vec<(String, u64, u64, u64, u64, Option<i64>, Option<u64>)>,
+    entries: Vec<RawEntry>,
 }
+
+/// `[action, device, addr, size, stream, time_us, stack]` as it comes.
+type RawEntry = (String, u64, u64, u64, u64, Option<i64>, Option<u64>);
 
 impl FastEntries {
     /// `None` when a value is out of bounds: the slow path says which.
