@@ -19,6 +19,7 @@ use vramscope::live::{connect, Address, LiveError};
 use vramscope::producers::{live_source, SourceMsg};
 
 const BASE: u64 = 0x7f00_0000_0000;
+const FIXTURE: &str = "tests/fixtures/live/adam-step.vslive";
 
 fn temp_dir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("vramscope-attach-{tag}-{}", std::process::id()));
@@ -236,6 +237,14 @@ fn dead_addresses_exit_2_at_once() {
         (
             vec!["attach", "--replay", missing.to_str().expect("utf-8")],
             "cannot connect",
+        ),
+        (
+            vec!["attach", "/tmp/job-{rank}.sock", "--json"],
+            "replace {rank}",
+        ),
+        (
+            vec!["attach", "--replay", FIXTURE, "--json", "--device", "3"],
+            "no device 3; it has device 0",
         ),
     ] {
         let t = std::time::Instant::now();

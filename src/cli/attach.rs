@@ -57,6 +57,11 @@ fn open_input(
         return Ok((title, open_recording(path)?, None));
     }
     let text = args.address.as_deref().unwrap_or_default();
+    if text.contains(vramscope::live::address::RANK) {
+        return Err(LiveError::Address(format!(
+            "address {text:?}: one address per attach for now; replace {{rank}} with the rank to watch"
+        )));
+    }
     let addr = Address::parse(text)?;
     let token = args
         .token
@@ -121,8 +126,25 @@ fn headless(
     }
     let mut report = session.report(&name, args.step_marker.as_deref());
     if let Some(d) = args.device {
+        let holds: Vec<String> = report
+            .report
+            .devices
+            .iter()
+            .map(|r| format!("device {}", r.device))
+            .collect();
         report.report.devices.retain(|r| r.device == d as i64);
         report.live.growth.retain(|g| g.device == d as i64);
+        if report.report.devices.is_empty() {
+            return Err(BadInput(format!(
+                "{name}: --device {d}: the job has no device {d}; it has {}",
+                if holds.is_empty() {
+                    "none".to_string()
+                } else {
+                    holds.join(", ")
+                }
+            ))
+            .into());
+        }
     }
     if args.json {
         sayjson!(&report);
