@@ -117,6 +117,8 @@ fn headless(
         match read {
             Ok(_) if session.ended().is_some() => break,
             Ok(_) => {}
+            // Ctrl-C can cut a frame in half: that is the stop, not a fault.
+            Err(_) if INTERRUPTED.load(Ordering::Relaxed) => {}
             Err(e) => {
                 fault = Some(e.to_string());
                 session.disconnected(&format!("stopped reading: {e}"));

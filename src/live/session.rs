@@ -697,13 +697,21 @@ impl Session {
         let growth = report
             .devices
             .iter()
-            .map(|d| DeviceGrowth {
-                device: d.device,
-                live_at_step: d
+            .map(|d| {
+                let live_at_step = d
                     .leaks
                     .as_ref()
                     .map(|l| l.live_at_boundary.clone())
-                    .unwrap_or_default(),
+                    .unwrap_or_default();
+                let growth_per_step = live_at_step
+                    .windows(2)
+                    .map(|w| w[1] as i64 - w[0] as i64)
+                    .collect();
+                DeviceGrowth {
+                    device: d.device,
+                    live_at_step,
+                    growth_per_step,
+                }
             })
             .collect();
         let h = self.hello.clone().unwrap_or_default();
@@ -772,7 +780,10 @@ pub struct LiveFacts {
 #[derive(Debug, Clone, Serialize)]
 pub struct DeviceGrowth {
     pub device: i64,
+    /// Bytes of the trace's allocations live at each step boundary.
     pub live_at_step: Vec<u64>,
+    /// The change from one boundary to the next.
+    pub growth_per_step: Vec<i64>,
 }
 
 fn kind_name(m: &Message) -> &'static str {

@@ -88,6 +88,9 @@ fn a_leak_of_2_mib_per_step_is_flagged_within_20_steps_and_a_clean_loop_is_not()
     // Three iterations of growth need four boundaries before anything is claimed.
     assert!((4..=20).contains(&at), "flagged after {at} steps");
     let r = analyze_snapshot_with(s.snap(), 0, s.boundaries(0));
+    let growth = &s.report("t", None).live.growth[0].growth_per_step;
+    assert_eq!(growth.len(), 19);
+    assert!(growth.iter().all(|g| *g == 2 * MIB as i64), "{growth:?}");
     assert_eq!(
         r.boundary_source,
         BoundarySource::LiveSteps {
