@@ -138,13 +138,22 @@ fn per_frame_at_50k_per_s() {
     let mut app = app_on(&addr);
     let mut term = terminal();
     let mut times = Vec::new();
+    let (mut drain, mut prepare, mut draw) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
     let t = Instant::now();
     while app.runs[0].is_live() && t.elapsed() < Duration::from_secs(10) {
         let f = Instant::now();
-        frame(&mut app, &mut term);
+        app.drain_sources();
+        let d = f.elapsed();
+        app.prepare(Rect::new(0, 0, 200, 60));
+        let p = f.elapsed();
+        let _ = term.draw(|f| app.draw(f));
         times.push(f.elapsed());
+        drain = drain.max(d);
+        prepare = prepare.max(p - d);
+        draw = draw.max(f.elapsed() - p);
         std::thread::sleep(Duration::from_millis(16));
     }
+    eprintln!("slowest parts: drain {drain:.2?}, prepare {prepare:.2?}, draw {draw:.2?}");
     times.sort_unstable();
     let mean = times.iter().sum::<Duration>() / times.len().max(1) as u32;
     let p99 = times
