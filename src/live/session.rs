@@ -11,21 +11,19 @@
 //! the current map becomes the new start, so memory stays bounded.
 
 use rustc_hash::FxHashMap;
-use serde::Serialize;
 
 use super::error::LiveError;
+use super::map_diff::map_difference;
 use super::message::{
     DeviceStats, LostMark, Message, OomMark, ServerHello, StateHeader, StateReason, StepMark,
     WireEntry, WireSegment,
 };
-use crate::alloc::{Action, AllocConfig, BlockState, Pool};
-use crate::leak::{Boundaries, BoundarySource};
-use crate::report::snapshot::SnapshotReport;
+use crate::alloc::{Action, AllocConfig, BlockState};
 use crate::trace::mirror::{segments_map, TraceMirror};
-use crate::trace::replay::{tag_entry, Entry};
+use crate::trace::replay::Entry;
 use crate::trace::snapshot::{
-    Block, EntryExtra, EntryExtras, Frame, FrameTable, FramesId, Layout, PoolKind, Segment,
-    Snapshot, TraceEntry,
+    Block, EntryExtra, EntryExtras, Frame, FrameTable, FramesId, Layout, Segment, Snapshot,
+    TraceEntry,
 };
 use crate::trace::MemoryMap;
 
@@ -602,188 +600,6 @@ impl Session {
         }
         None
     }
-
-    /// Every device's map now, as snapshot segments.
-    fn current_segments(&self) -> Vec<Segment> {
-        (0..self.maps.len())
-            .flat_map(|d| self.device_segments(d))
-            .collect()
-    }
-
-    fn device_segments(&self, d: usize) -> Vec<Segment> {
-        let map = &self.maps[d];
-        let trace = self.trace(d);
-        let dev = d as u8;
-        map.segments
-            .iter()
-            .map(|(&addr, seg)| {
-                let blocks: Vec<Block> = map
-                    .blocks_of(addr)
-                    .map(|(a, b)| Block {
-                        address: a,
-                        size: b.size,
-                        requested_size: b.requested,
-                        state: b.state,
-                        frames: match tag_entry(b.tag).and_then(|i| trace.get(i)) {
-                            Some(e) => e.frames,
-                            None => self
-                                .base_frames
-                                .get(&(dev, a))
-                                .copied()
-                                .unwrap_or(FramesId::EMPTY),
-                        },
-                    })
-                    .collect();
-                let sum = |f: &dyn Fn(&Block) -> bool, size: &dyn Fn(&Block) -> u64| {
-                    blocks
-                        .iter()
-                        .filter(|b| f(b))
-                        .map(size)
-                        .fold(0u64, u64::saturating_add)
-                };
-                Segment {
-                    device: d as i64,
-                    address: addr,
-                    total_size: seg.size,
-                    allocated_size: sum(&|b| b.state == BlockState::ActiveAllocated, &|b| b.size),
-                    active_size: sum(&|b| b.state.is_active(), &|b| b.size),
-                    requested_size: sum(&|b| b.state.is_active(), &|b| b.requested_size),
-                    stream: seg.stream,
-                    segment_type: match seg.pool {
-                        Pool::Small => PoolKind::Small,
-                        Pool::Large => PoolKind::Large,
-                    },
-                    pool_id: self.base_pools.get(&(dev, addr)).copied().unwrap_or((0, 0)),
-                    is_expandable: seg.expandable,
-                    frames: FramesId::EMPTY,
-                    blocks,
-                }
-            })
-            .collect()
-    }
-
-    /// The job as a snapshot: the traces since the last start-over and the
-    /// segments of the map now.
-    pub fn snapshot(&mut self) -> &Snapshot {
-        self.snap.segments = self.current_segments();
-        &self.snap
-    }
-
-    /// Iteration boundaries of device `d` from the job's own step markers.
-    pub fn boundaries(&self, device: usize) -> Boundaries<'static> {
-        let source = self
-            .steps
-            .first()
-            .map_or_else(|| "none yet".to_string(), |s| s.source.clone());
-        Boundaries::Given {
-            source: BoundarySource::LiveSteps { source },
-            entries: self.step_positions(device),
-        }
-    }
-
-    /// `open --json`'s report of the job as it stands, with what only a
-    /// live job tells.
-    /// `step_marker`: take iterations from a frame name or `file:line`
-    /// (as `open --step-marker` does) instead of the job's step markers.
-    pub fn report(&mut self, name: &str, step_marker: Option<&str>) -> LiveReport {
-        self.snapshot();
-        let snap = &self.snap;
-        let report = SnapshotReport::with_boundaries(name, snap, &|d| match step_marker {
-            Some(m) => Boundaries::Find {
-                step_marker: Some(m),
-            },
-            None => self.boundaries(d),
-        });
-        let growth = report
-            .devices
-            .iter()
-            .map(|d| {
-                let live_at_step = d
-                    .leaks
-                    .as_ref()
-                    .map(|l| l.live_at_boundary.clone())
-                    .unwrap_or_default();
-                let growth_per_step = live_at_step
-                    .windows(2)
-                    .map(|w| w[1] as i64 - w[0] as i64)
-                    .collect();
-                DeviceGrowth {
-                    device: d.device,
-                    live_at_step,
-                    growth_per_step,
-                }
-            })
-            .collect();
-        let h = self.hello.clone().unwrap_or_default();
-        LiveReport {
-            report,
-            live: LiveFacts {
-                address: self.at.clone(),
-                pid: self.hello.as_ref().map(|h| h.pid),
-                rank: h.rank,
-                world_size: h.world_size,
-                hostname: h.hostname,
-                argv: h.argv,
-                torch: h.torch,
-                mode: self.hello.as_ref().map(|h| h.mode.clone()),
-                stacks: self.hello.as_ref().map(|h| h.stacks),
-                steps_seen: self.steps_seen,
-                steps_kept: self.steps.len(),
-                step_source: self.steps.first().map(|s| s.source.clone()),
-                growth,
-                ooms: self.ooms.clone(),
-                lost: self.lost.clone(),
-                started_over: self.start_overs.clone(),
-                ended: self.ended.clone(),
-            },
-        }
-    }
-}
-
-/// `open --json`'s report with a `live` section.
-#[derive(Debug, Clone, Serialize)]
-pub struct LiveReport {
-    #[serde(flatten)]
-    pub report: SnapshotReport,
-    pub live: LiveFacts,
-}
-
-/// What only a live job tells.
-#[derive(Debug, Clone, Serialize)]
-pub struct LiveFacts {
-    /// The address or recording read.
-    pub address: String,
-    pub pid: Option<u64>,
-    pub rank: Option<u64>,
-    pub world_size: Option<u64>,
-    pub hostname: Option<String>,
-    pub argv: Vec<String>,
-    pub torch: Option<String>,
-    /// `agent` or `poll`; `None` before the hello.
-    pub mode: Option<String>,
-    pub stacks: Option<bool>,
-    /// Every step marker received; `steps_kept`: since the last start-over.
-    pub steps_seen: u64,
-    pub steps_kept: usize,
-    pub step_source: Option<String>,
-    pub growth: Vec<DeviceGrowth>,
-    pub ooms: Vec<OomMark>,
-    pub lost: Vec<LostMark>,
-    /// Each time the view started over, and why.
-    pub started_over: Vec<String>,
-    /// Why the stream ended (`bye`'s reason, or the disconnect); `None`
-    /// while it goes on (a Ctrl-C report).
-    pub ended: Option<String>,
-}
-
-/// Live bytes of one device at each step boundary since the last start-over.
-#[derive(Debug, Clone, Serialize)]
-pub struct DeviceGrowth {
-    pub device: i64,
-    /// Bytes of the trace's allocations live at each step boundary.
-    pub live_at_step: Vec<u64>,
-    /// The change from one boundary to the next.
-    pub growth_per_step: Vec<i64>,
 }
 
 fn kind_name(m: &Message) -> &'static str {
@@ -802,45 +618,7 @@ fn kind_name(m: &Message) -> &'static str {
     }
 }
 
-/// The first segment or block where two maps differ (address, size, state).
-fn map_difference(ours: &MemoryMap, theirs: &MemoryMap) -> Option<String> {
-    let segs = |m: &MemoryMap| -> Vec<(u64, u64)> {
-        m.segments.iter().map(|(a, s)| (*a, s.size)).collect()
-    };
-    let (a, b) = (segs(ours), segs(theirs));
-    if a != b {
-        let at = a.iter().zip(&b).find(|(x, y)| x != y);
-        return Some(match at {
-            Some((x, y)) => format!(
-                "segment {:#x} ({} bytes) here, {:#x} ({} bytes) in the job",
-                x.0, x.1, y.0, y.1
-            ),
-            None => format!("{} segments here, {} in the job", a.len(), b.len()),
-        });
-    }
-    let blocks = |m: &MemoryMap| -> Vec<(u64, u64, BlockState)> {
-        m.blocks
-            .iter()
-            .map(|(a, b)| (*a, b.size, b.state))
-            .collect()
-    };
-    let (a, b) = (blocks(ours), blocks(theirs));
-    if a == b {
-        return None;
-    }
-    Some(match a.iter().zip(&b).find(|(x, y)| x != y) {
-        Some((x, y)) => format!(
-            "block {:#x}: {} bytes {} here, {:#x}: {} bytes {} in the job",
-            x.0,
-            x.1,
-            x.2.as_str(),
-            y.0,
-            y.1,
-            y.2.as_str()
-        ),
-        None => format!("{} blocks here, {} in the job", a.len(), b.len()),
-    })
-}
+mod as_snapshot;
 
 #[cfg(test)]
 mod tests;

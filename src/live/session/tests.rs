@@ -1,7 +1,7 @@
 use serde_json::{json, Value};
 
 use super::*;
-use crate::leak::analyze_snapshot_with;
+use crate::leak::{analyze_snapshot_with, BoundarySource};
 use crate::live::message::decode;
 use crate::live::synth::hello;
 
