@@ -14,6 +14,7 @@ pub mod engine;
 pub mod files;
 pub mod leak;
 pub mod lesson;
+pub mod live;
 pub mod producers;
 pub mod report;
 pub mod scenario;

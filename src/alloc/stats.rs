@@ -345,11 +345,62 @@ impl MemoryStats {
         map.insert("max_split_size".to_string(), self.max_split_size);
         map
     }
+
+    /// The stats a real `torch.cuda.memory_stats()` reported (a live job),
+    /// keyed as [`MemoryStats::to_map`] writes them; a key it lacks reads 0.
+    pub fn from_map(get: impl Fn(&str) -> Option<i64>) -> MemoryStats {
+        let metric = |prefix: &str| Stat {
+            current: get(&format!("{prefix}.current")).unwrap_or(0),
+            peak: get(&format!("{prefix}.peak")).unwrap_or(0),
+            allocated: get(&format!("{prefix}.allocated")).unwrap_or(0),
+            freed: get(&format!("{prefix}.freed")).unwrap_or(0),
+        };
+        let count = |k: &str| get(k).map_or(0, |v| v.max(0) as u64);
+        let mut out = MemoryStats::new(get("max_split_size").unwrap_or(-1));
+        for family in Family::ALL {
+            let f = family as usize;
+            for (i, level) in [Level::Small, Level::Large].into_iter().enumerate() {
+                let s = metric(&format!("{}.{}", family.key(), level.key()));
+                out.families[f][i] = Counter {
+                    current: s.current,
+                    peak: s.peak,
+                    freed: s.freed,
+                    base: s.current - s.allocated + s.freed,
+                };
+            }
+            out.all_peaks[f] = metric(&format!("{}.{}", family.key(), Level::All.key())).peak;
+        }
+        out.oversize_allocations = metric("oversize_allocations");
+        out.oversize_segments = metric("oversize_segments");
+        out.num_alloc_retries = count("num_alloc_retries");
+        out.num_ooms = count("num_ooms");
+        out.num_sync_all_streams = count("num_sync_all_streams");
+        out.num_device_alloc = count("num_device_alloc");
+        out.num_device_free = count("num_device_free");
+        out.num_oom_rejections = count("num_oom_rejections");
+        out
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::{Family, Level, MemoryStats, Pool, Stat};
+
+    #[test]
+    fn a_reported_dict_reads_back_as_the_same_stats() {
+        let mut stats = MemoryStats::new(64 << 20);
+        stats.on_alloc(Pool::Large, 4 << 20, 3 << 20);
+        stats.on_alloc(Pool::Small, 512, 400);
+        stats.on_free_requested(Pool::Large, 4 << 20);
+        stats.on_free_completed(Pool::Large, 4 << 20, 3 << 20);
+        stats.num_ooms = 2;
+        stats.reset_accumulated();
+        stats.on_alloc(Pool::Large, 2 << 20, 2 << 20);
+        let map = stats.to_map(true);
+        let back = MemoryStats::from_map(|k| map.get(k).copied());
+        assert_eq!(back.to_map(true), map);
+        assert_eq!(back.allocated_bytes(), (2 << 20) + 512);
+    }
 
     /// The stored form (no `allocated` field) reports what plain `Stat`s
     /// updated the same way report, across peak and total resets.

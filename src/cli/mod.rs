@@ -1,6 +1,7 @@
 //! Subcommands. Each returns the process exit status: 0 success, 1 the run's
 //! own expectations (or a verify) failed, 2 bad input, 3 no GPU driver.
 
+mod attach;
 mod compare;
 mod demo;
 mod lesson;
@@ -224,6 +225,28 @@ pub enum Command {
     },
     /// What is alive in snapshot B and was not in snapshot A (e.g. two dumps
     /// 100 steps apart), grouped by the first user frame that allocated it.
+    #[command(
+        after_help = "ADDRESS: a unix socket (`/path/x.sock`, `unix:/path`), or HOST:PORT (`tcp:HOST:PORT`) with the token the helper printed (--token or VRAMSCOPE_TOKEN). `python/vramscope_live.py` serves it; `python/PROTOCOL.md` says what it sends. --headless/--json read until the job ends or Ctrl-C, then print `open --json`'s report with a `live` section."
+    )]
+    Attach {
+        #[arg(required_unless_present = "replay", conflicts_with = "replay")]
+        address: Option<String>,
+        /// Play a recording (`vramscope_live.start(..., record_to=FILE)`).
+        #[arg(long)]
+        replay: Option<PathBuf>,
+        #[arg(long)]
+        token: Option<String>,
+        #[arg(long)]
+        headless: bool,
+        #[arg(long)]
+        json: bool,
+        #[arg(long)]
+        step_marker: Option<String>,
+        #[arg(long)]
+        device: Option<usize>,
+        #[command(flatten)]
+        pace: PaceArgs,
+    },
     Diff {
         a: PathBuf,
         b: PathBuf,
@@ -383,6 +406,27 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             },
         ),
         Some(Command::Watch { once, json }) => watch::run(once, json),
+        Some(Command::Attach {
+            address,
+            replay,
+            token,
+            headless,
+            json,
+            step_marker,
+            device,
+            pace,
+        }) => {
+            let tui = !(headless || json || !ui::have_terminal());
+            let args = attach::AttachArgs {
+                address,
+                replay,
+                token,
+                json,
+                step_marker,
+                device,
+            };
+            attach::run(args, tui, &pace)
+        }
         Some(Command::Diff { a, b, json }) => snapshot::diff(&a, &b, json),
         Some(Command::Export {
             input,

@@ -27,4 +27,7 @@ mod tests;
 pub use detector::{Detector, GroupSample, IterationSample, MIN_GROWTH_STEPS};
 pub use finding::{Finding, FindingKind, Severity};
 pub use render::{findings_json, findings_text};
-pub use snapshot::{analyze_snapshot, BoundarySource, SnapshotLeakReport, SurvivorGroup};
+pub use snapshot::{
+    analyze_snapshot, analyze_snapshot_with, Boundaries, BoundarySource, SnapshotLeakReport,
+    SurvivorGroup,
+};

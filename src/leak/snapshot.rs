@@ -31,6 +31,11 @@ pub enum BoundarySource {
     SnapshotMarker,
     /// Inferred forward → backward → optimizer cycles from the stacks.
     TrainingCycle,
+    /// A live job's step markers (`Optimizer.step`, `mark_step`, a named
+    /// `record_function`): exact entry positions, sent by the job itself.
+    LiveSteps {
+        source: String,
+    },
     None,
 }
 
@@ -43,6 +48,9 @@ impl BoundarySource {
             BoundarySource::TrainingCycle => {
                 "inferred forward/backward/optimizer cycles in the stacks".into()
             }
+            BoundarySource::LiveSteps { source } => {
+                format!("the job's own step markers ({source})")
+            }
             BoundarySource::None => "nothing".into(),
         }
     }
@@ -52,6 +60,9 @@ impl BoundarySource {
             BoundarySource::StepMarker(_) | BoundarySource::Annotation(_) => 0.9,
             BoundarySource::SnapshotMarker => 0.8,
             BoundarySource::TrainingCycle => 0.6,
+            // Exact positions, but a marker placed at the wrong point of the
+            // loop still delimits something else than iterations.
+            BoundarySource::LiveSteps { .. } => 0.95,
             BoundarySource::None => 0.0,
         }
     }
@@ -272,6 +283,19 @@ fn boundaries(
     (BoundarySource::None, Vec::new())
 }
 
+/// Where [`analyze_snapshot_with`] takes iteration boundaries from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Boundaries<'a> {
+    /// Found in the trace: from `step_marker` when given (see
+    /// [`analyze_snapshot`]), else annotations, markers or cycles.
+    Find { step_marker: Option<&'a str> },
+    /// Given: entry indices into the device's trace, and where they came from.
+    Given {
+        source: BoundarySource,
+        entries: Vec<usize>,
+    },
+}
+
 /// Analyse device `device`'s trace. `step_marker`: a substring of an
 /// annotation name, of a frame's function name, or of `file:line`, that marks
 /// each iteration.
@@ -279,6 +303,15 @@ pub fn analyze_snapshot(
     snap: &Snapshot,
     device: usize,
     step_marker: Option<&str>,
+) -> SnapshotLeakReport {
+    analyze_snapshot_with(snap, device, Boundaries::Find { step_marker })
+}
+
+/// [`analyze_snapshot`] with the boundaries found or given.
+pub fn analyze_snapshot_with(
+    snap: &Snapshot,
+    device: usize,
+    given: Boundaries,
 ) -> SnapshotLeakReport {
     let empty: &[TraceEntry] = &[];
     let trace = snap
@@ -304,7 +337,21 @@ pub fn analyze_snapshot(
         return report;
     }
     let mut facts = StackFacts::new(snap);
-    let (source, bounds) = boundaries(snap, &mut facts, trace, device, step_marker);
+    let (source, bounds) = match given {
+        Boundaries::Find { step_marker } => {
+            boundaries(snap, &mut facts, trace, device, step_marker)
+        }
+        Boundaries::Given {
+            source,
+            mut entries,
+        } => {
+            // A step that ended after the last entry so far is a boundary too.
+            entries.retain(|i| *i <= trace.len());
+            entries.sort_unstable();
+            entries.dedup();
+            (source, entries)
+        }
+    };
     report.boundary_source = source.clone();
     report.boundaries = bounds.clone();
     let intervals = bounds.len().saturating_sub(1);
@@ -360,6 +407,12 @@ pub fn analyze_snapshot(
                 }
             }
         }
+    }
+
+    while next_b < bounds.len() && bounds[next_b] == trace.len() {
+        series.boundary(&site_live);
+        report.live_at_boundary.push(total_live);
+        next_b += 1;
     }
 
     let base = source.confidence();

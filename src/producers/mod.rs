@@ -9,6 +9,8 @@
 //! - `snapshot`: a PyTorch snapshot's trace mirrored into events, or its
 //!   requests replayed under another allocator config (`devices`: which of
 //!   its devices a view shows);
+//! - `live`: a running PyTorch job attached over `crate::live` (or a
+//!   recording of one), growing as it runs;
 //! - `nvml`: the NVML poller (the GPU panel and `watch`);
 //! - `open`: the producer for an input as a user names it;
 //! - `sweep`: a batch sweep's points as they finish, then its fit.
@@ -18,6 +20,8 @@
 
 pub mod devices;
 mod entry_times;
+pub mod live;
+mod live_tags;
 pub mod nvml;
 pub mod open;
 pub mod scenario;
@@ -27,6 +31,7 @@ pub mod source;
 pub mod sweep;
 
 pub use devices::{snapshot_devices, SnapshotDevices};
+pub use live::live_source;
 pub use nvml::nvml_source;
 pub use open::{file_title, is_snapshot_path, open_source, open_source_under};
 pub use scenario::{scenario_source, scenario_source_on, RealGpu, ITERATION_PACE};

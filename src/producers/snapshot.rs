@@ -326,6 +326,7 @@ fn plan(
         capacity,
         devices,
         events,
+        since_step: false,
     };
     // The trace itself goes last, once nothing reads the snapshot any more.
     if let Work::Mirror { trace, .. } = &mut work {

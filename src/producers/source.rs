@@ -152,6 +152,10 @@ pub enum SourceMsg {
     Restarted,
     Finished,
     Failed(String),
+    /// What the user should know about the source that is neither an event
+    /// nor a failure: a live job's view started over (and why), or the job
+    /// disconnected. Replaces the previous note; the view stays.
+    Note(String),
     /// NVML's reading of every GPU (the NVML poller), or why there is none.
     Gpus(Result<Vec<GpuReading>, GpuUnavailable>),
     /// How far a producer has got before its events (reading a file).
@@ -189,6 +193,9 @@ pub struct Opened {
     pub devices: SnapshotDevices,
     /// The events the view will hold, where known before they are made.
     pub events: Option<usize>,
+    /// Open the by-line pane on what grew since the last step (a live job:
+    /// the question people ask of one that runs).
+    pub since_step: bool,
 }
 
 impl std::fmt::Debug for Opened {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::alloc::{format_size, BlockState};
-use crate::leak::{analyze_snapshot, SnapshotLeakReport};
+use crate::leak::{analyze_snapshot_with, Boundaries, SnapshotLeakReport};
 use crate::trace::sites::{group_by_site, NO_STACK};
 use crate::trace::snapshot::{Action, PoolKind, Snapshot};
 use crate::units::format_count;
@@ -86,6 +86,16 @@ impl SnapshotReport {
         snap: &Snapshot,
         step_marker: Option<&str>,
     ) -> SnapshotReport {
+        Self::with_boundaries(file, snap, &|_| Boundaries::Find { step_marker })
+    }
+
+    /// The report, with each device's iteration boundaries from
+    /// `boundaries(device)` (a live job's exact steps).
+    pub fn with_boundaries<'m>(
+        file: &str,
+        snap: &Snapshot,
+        boundaries: &dyn Fn(usize) -> Boundaries<'m>,
+    ) -> SnapshotReport {
         let mut devices: Vec<i64> = snap.segments.iter().map(|s| s.device).collect();
         devices.extend(
             (0..snap.device_traces.len())
@@ -100,7 +110,7 @@ impl SnapshotReport {
             alloc_conf: snap.allocator_settings.as_ref().map(|s| s.conf.clone()),
             devices: devices
                 .into_iter()
-                .map(|d| device_report(snap, d, step_marker))
+                .map(|d| device_report(snap, d, boundaries))
                 .collect(),
         }
     }
@@ -202,7 +212,11 @@ fn saturating_sum(values: impl Iterator<Item = u64>) -> u64 {
     values.fold(0, u64::saturating_add)
 }
 
-fn device_report(snap: &Snapshot, device: i64, step_marker: Option<&str>) -> DeviceReport {
+fn device_report<'m>(
+    snap: &Snapshot,
+    device: i64,
+    boundaries: &dyn Fn(usize) -> Boundaries<'m>,
+) -> DeviceReport {
     let segs: Vec<_> = snap
         .segments
         .iter()
@@ -270,7 +284,7 @@ fn device_report(snap: &Snapshot, device: i64, step_marker: Option<&str>) -> Dev
     {
         r.trace_entries = trace.len();
         if !trace.is_empty() {
-            r.leaks = Some(analyze_snapshot(snap, d, step_marker));
+            r.leaks = Some(analyze_snapshot_with(snap, d, boundaries(d)));
         }
         let mut ooms = trace
             .iter()

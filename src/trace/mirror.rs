@@ -13,9 +13,9 @@ use crate::trace::frozen_map::FrozenMap;
 use crate::trace::memory_map::{MapError, NO_FREE_BLOCK};
 use crate::trace::replay::reconstruct::Reconstruction;
 use crate::trace::replay::{entry_tag, Entry};
-use crate::trace::snapshot::{PoolKind, Snapshot};
+use crate::trace::snapshot::{PoolKind, Segment, Snapshot};
 use crate::trace::timeline::{keyframe_due, Sample, TimelinePart};
-use crate::trace::{Event, MapBlock, MapSegment, MemoryMap};
+use crate::trace::{Event, MapBlock, MapSegment, Marker, MemoryMap};
 
 /// Events for one device's trace entries, tagged with [`entry_tag`].
 /// `device_free(i)`: the free device memory entry `i` recorded (`oom` entries).
@@ -60,6 +60,27 @@ impl<'a> TraceMirror<'a> {
             placed: 0,
             last_keyframe: None,
         }
+    }
+
+    /// A mirror that goes on where another stopped: `progress` is what
+    /// [`TraceMirror::progress`] said of it, so that keyframes stay where a
+    /// timeline expects them.
+    pub fn resume(
+        map: MemoryMap,
+        config: &'a AllocConfig,
+        progress: (usize, Option<usize>),
+    ) -> Self {
+        TraceMirror {
+            map,
+            config,
+            placed: progress.0,
+            last_keyframe: progress.1,
+        }
+    }
+
+    /// Events placed so far, and the event index of the last keyframe.
+    pub fn progress(&self) -> (usize, Option<usize>) {
+        (self.placed, self.last_keyframe)
     }
 
     /// The event for entry `i`, applied to the map; `None` for entries the
@@ -108,6 +129,17 @@ impl<'a> TraceMirror<'a> {
     /// The map as the entries placed so far left it.
     pub fn map(&self) -> &MemoryMap {
         &self.map
+    }
+
+    /// A marker (a live job's step boundary) into `part` after what is
+    /// there: an event of the timeline like the entries, with the curve as it stands.
+    pub fn push_marker(&mut self, marker: Marker, part: &mut TimelinePart) {
+        part.samples.push(Sample {
+            allocated: self.map.allocated,
+            reserved: self.map.reserved,
+        });
+        part.events.push(Event::Marker(marker));
+        self.placed += 1;
     }
 
     /// The map after every entry placed so far.
@@ -242,8 +274,13 @@ pub fn start_map(r: &Reconstruction) -> MemoryMap {
 
 /// The recorded final state of `device` as a map (state-only snapshots).
 pub fn final_map(snap: &Snapshot, device: usize) -> MemoryMap {
+    segments_map(snap.segments.iter().filter(|s| s.device == device as i64))
+}
+
+/// Recorded segments (one device's) as a map, every block untagged.
+pub fn segments_map<'s>(segments: impl Iterator<Item = &'s Segment>) -> MemoryMap {
     let mut map = MemoryMap::default();
-    for s in snap.segments.iter().filter(|s| s.device == device as i64) {
+    for s in segments {
         let pool = match s.segment_type {
             PoolKind::Small => Pool::Small,
             PoolKind::Large => Pool::Large,

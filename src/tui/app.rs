@@ -488,6 +488,7 @@ impl App {
             UiAction::PanRight => return self.pan(1),
             UiAction::ShowStack => return self.show_stack(),
             UiAction::ToggleByLine => return self.toggle_by_line(),
+            UiAction::ToggleSinceStep => return self.toggle_since_step(),
             UiAction::ShowMessage => return self.show_message(),
         }
         true

@@ -11,7 +11,9 @@ use ratatui::layout::Rect;
 use super::run_view::RunView;
 use crate::alloc::{format_size, Action};
 use crate::producers::SiteKind;
+use crate::trace::replay::tag_entry;
 use crate::trace::sites::{group_by_site, SiteBytes, NO_STACK};
+use crate::trace::timeline::MarkKind;
 use crate::trace::Event;
 use crate::units::format_count;
 
@@ -21,12 +23,17 @@ use crate::units::format_count;
 pub struct ByLine {
     pub site: Option<Arc<str>>,
     pub scroll: usize,
+    /// Only the blocks born since the last step boundary before the cursor
+    /// (and live at it): what grew in this step, and which line made it.
+    pub since_step: bool,
 }
 
 /// Site groups of one map state.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct SiteCache {
     map_gen: u64,
+    /// The first event of the step the groups count from, when they do.
+    since: Option<usize>,
     groups: Arc<Vec<SiteBytes>>,
 }
 
@@ -55,6 +62,8 @@ pub struct ByLineFrame {
     pub footer: String,
     /// Nothing live at the cursor.
     pub empty: bool,
+    /// The rows count from the last step.
+    pub since_step: bool,
 }
 
 /// What the sites of `r` are called.
@@ -72,30 +81,80 @@ fn unknown_label(kind: SiteKind) -> &'static str {
 }
 
 impl RunView {
-    /// Live bytes at the cursor by site (cached per map state).
+    /// The event where the step at the cursor began (the last iteration
+    /// mark at or before it), when the pane counts from there.
+    pub fn step_start(&self) -> Option<usize> {
+        if !self.by_line.as_ref().is_some_and(|p| p.since_step) {
+            return None;
+        }
+        let marks = self.timeline.marks();
+        let k = marks.partition_point(|(at, _)| *at <= self.pos);
+        marks[..k]
+            .iter()
+            .rev()
+            .find(|(_, kind)| *kind == MarkKind::Iteration)
+            .map(|(at, _)| *at)
+    }
+
+    /// Live bytes at the cursor by site (cached per map state); with the
+    /// pane counting from a step, only the blocks born since it began.
     pub fn site_groups(&mut self) -> Arc<Vec<SiteBytes>> {
-        if self.site_cache.map_gen == self.map_gen {
+        let since = self.step_start();
+        if self.site_cache.map_gen == self.map_gen && self.site_cache.since == since {
             return self.site_cache.groups.clone();
         }
         let tags = self.tags.clone();
+        let born_from = since.map(|at| self.first_entry_from(at));
         let live = self
             .map
             .blocks
             .iter()
             .filter(|(_, b)| b.state.is_active())
+            .filter(|(_, b)| match born_from {
+                None => true,
+                // A block from before the step (or the start state) has an
+                // older entry, or none.
+                Some(first) => tag_entry(b.tag).is_some_and(|e| e >= first),
+            })
             .map(|(a, b)| (*a, b.size, tags.as_ref().and_then(|t| t.site(b.tag, *a))));
         let groups = Arc::new(group_by_site(live, unknown_label(site_kind(self))));
         self.site_cache = SiteCache {
             map_gen: self.map_gen,
+            since,
             groups: groups.clone(),
         };
         groups
     }
 
+    /// The trace entry of the first recorded event at or after `at`
+    /// (`usize::MAX` when none has come yet: nothing is born since).
+    fn first_entry_from(&self, at: usize) -> usize {
+        let Some(tags) = &self.tags else {
+            return usize::MAX;
+        };
+        (at..self.timeline.len())
+            .find_map(|i| tags.event_entry(i))
+            .map_or(usize::MAX, |d| d.entry)
+    }
+
+    /// `S`: count from the last step, or show all live bytes; opens the pane.
+    pub(crate) fn toggle_since_step(&mut self) {
+        match self.by_line.as_mut() {
+            Some(p) => p.since_step = !p.since_step,
+            None => {
+                self.by_line = Some(ByLine {
+                    since_step: true,
+                    ..ByLine::default()
+                });
+            }
+        }
+        self.move_site(0);
+    }
+
     /// The blocks of the selected line, when the pane is open (ascending).
     pub(crate) fn site_highlight(&self) -> Option<Vec<u64>> {
         let site = self.by_line.as_ref()?.site.as_ref()?;
-        if self.site_cache.map_gen != self.map_gen {
+        if self.site_cache.map_gen != self.map_gen || self.site_cache.since != self.step_start() {
             return None;
         }
         let g = self.site_cache.groups.iter().find(|g| g.site == *site)?;
@@ -185,6 +244,8 @@ impl RunView {
 /// The pane's rows for `height` lines inside its border.
 pub fn prepare(r: &mut RunView, height: usize) -> ByLineFrame {
     let groups = r.site_groups();
+    let since = r.step_start();
+    let counting = r.by_line.as_ref().is_some_and(|p| p.since_step);
     let kind = site_kind(r);
     let Some(pane) = r.by_line.as_mut() else {
         return ByLineFrame::default();
@@ -208,8 +269,13 @@ pub fn prepare(r: &mut RunView, height: usize) -> ByLineFrame {
         SiteKind::PythonLine => ("Python line", ""),
         SiteKind::EngineOp => ("op", " · a simulated run has no Python lines"),
     };
+    let scope = match (counting, since) {
+        (false, _) => "Live".to_string(),
+        (true, Some(at)) => format!("Grown since the step at event {}", format_count(at as u64)),
+        (true, None) => "Live (no step yet)".to_string(),
+    };
     let title = format!(
-        " Live by {what} · {} · {} blocks · {} line{}{note} ",
+        " {scope} by {what} · {} · {} blocks · {} line{}{note} ",
         format_size(total),
         format_count(blocks as u64),
         format_count(groups.len() as u64),
@@ -231,8 +297,13 @@ pub fn prepare(r: &mut RunView, height: usize) -> ByLineFrame {
     ByLineFrame {
         title,
         rows,
-        footer: " j/k line · b its stack · u/Esc close ".into(),
+        footer: if counting {
+            " j/k line · b its stack · S all live · u/Esc close ".into()
+        } else {
+            " j/k line · b its stack · S since the step · u/Esc close ".into()
+        },
         empty: groups.is_empty(),
+        since_step: counting,
     }
 }
 

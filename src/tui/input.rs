@@ -67,6 +67,8 @@ pub enum UiAction {
     ShowStack,
     /// The "by Python line" pane of the active run.
     ToggleByLine,
+    /// That pane: what grew since the last step, or everything live.
+    ToggleSinceStep,
     /// The error / OOM message or narration at the cursor, in full.
     ShowMessage,
     /// Every narration up to the cursor, in a popup.
@@ -152,6 +154,10 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "u",
         "live bytes by Python line at the cursor; j/k pick one, ▚ on the map",
+    ),
+    (
+        "S",
+        "that pane: only what was born since the last step and is still live",
     ),
     (
         "e",
@@ -278,6 +284,7 @@ pub fn key_action(key: KeyEvent, focus: Focus, help: bool) -> Option<UiAction> {
         KeyCode::Char('D') => Some(UiAction::PrevDevice),
         KeyCode::Char('b') => Some(UiAction::ShowStack),
         KeyCode::Char('u') => Some(UiAction::ToggleByLine),
+        KeyCode::Char('S') => Some(UiAction::ToggleSinceStep),
         KeyCode::Char('e') => Some(UiAction::ShowMessage),
         KeyCode::Char('E') => Some(UiAction::ShowNarrationHistory),
         KeyCode::Char('m') => Some(UiAction::CyclePlayUnit),

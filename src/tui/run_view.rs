@@ -90,6 +90,9 @@ pub struct RunView {
     pub stats: Option<MemoryStats>,
     pub finished: bool,
     pub failure: Option<String>,
+    /// The source's latest [`SourceMsg::Note`] (a live job started over,
+    /// or went away); kept across a restart, which it explains.
+    pub note: Option<String>,
     /// Where the drawn marks are (kept as events arrive).
     pub marks: MarkIndex,
     /// Events applied: the map shows the state after `pos` events.
@@ -165,6 +168,7 @@ impl RunView {
             stats: None,
             finished: false,
             failure: None,
+            note: None,
             marks: MarkIndex::default(),
             pos: 0,
             map: MemoryMap::default(),
@@ -315,6 +319,7 @@ impl RunView {
                 self.failure = Some(msg);
                 self.loading = None;
             }
+            SourceMsg::Note(n) => self.note = Some(n),
             // NVML readings go to the GPU panel's own source, a sweep's
             // points to the sweep chart.
             SourceMsg::Gpus(_) | SourceMsg::SweepPoint { .. } | SourceMsg::Swept(_) => {}
@@ -329,6 +334,12 @@ impl RunView {
                 self.capacity = o.capacity;
                 self.devices = Some(o.devices);
                 self.expected_events = o.events;
+                if o.since_step && self.by_line.is_none() {
+                    self.by_line = Some(by_line::ByLine {
+                        since_step: true,
+                        ..by_line::ByLine::default()
+                    });
+                }
             }
         }
     }

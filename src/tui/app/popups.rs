@@ -99,4 +99,14 @@ impl App {
         r.toggle_by_line();
         true
     }
+
+    /// `S`: the pane shows what grew since the last step, or all live bytes.
+    pub(super) fn toggle_since_step(&mut self) -> bool {
+        let Some(r) = self.active_mut() else {
+            return false;
+        };
+        r.sync_map();
+        r.toggle_since_step();
+        true
+    }
 }

@@ -7,6 +7,7 @@ mod helpers;
 mod import;
 mod leak_blocks;
 mod lesson;
+mod live;
 mod pace;
 mod session;
 mod stack;

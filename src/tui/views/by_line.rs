@@ -26,7 +26,12 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
     frame.render_widget(block, area);
     if f.empty {
         frame.render_widget(
-            Paragraph::new("nothing is allocated at this event").style(th.dim()),
+            Paragraph::new(if f.since_step {
+                "nothing born since the step began is live at this event"
+            } else {
+                "nothing is allocated at this event"
+            })
+            .style(th.dim()),
             inner,
         );
         return;

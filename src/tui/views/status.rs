@@ -67,6 +67,9 @@ fn parts(app: &App, r: &RunView) -> Vec<Part> {
     if let Some(notice) = &app.notice {
         parts.push(part(notice.clone(), 9));
     }
+    if let Some(note) = &r.note {
+        parts.push(part(note.clone(), 8));
+    }
     if let Some(d) = r
         .devices
         .as_ref()

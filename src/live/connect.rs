@@ -1,0 +1,264 @@
+//! Connecting to a helper (PROTOCOL.md "Roles and transport", "Handshake").
+//! A unix socket must be the user's own (its permissions are the lock, so a
+//! socket or directory someone else owns is refused); TCP needs the token
+//! the helper printed. A dead address fails at once, not after a wait.
+
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::address::Address;
+use super::error::LiveError;
+use super::frame::{write_value, FrameReader};
+use super::message::{decode, Message, ServerHello, PROTOCOL};
+
+/// Where `attach` looks for the token when `--token` is not given.
+pub const TOKEN_ENV: &str = "VRAMSCOPE_TOKEN";
+/// How long a TCP connect may take before the address counts as dead.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the helper has to answer the client hello.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a blocked read looks at the stop flag.
+const POLL: Duration = Duration::from_millis(200);
+
+/// A connection's writing and reading ends.
+type Halves = (Box<dyn Write + Send>, Box<dyn Read + Send>);
+
+/// An attached helper: its hello (frame 0), and the frames after it.
+pub struct Connection {
+    pub hello: ServerHello,
+    pub frames: FrameReader<Box<dyn Read + Send>>,
+}
+
+/// Refuse a socket or directory that another user owns: whoever owns it
+/// could be anyone serving anything, and the stream carries this user's
+/// code paths. A pure function of the two uids, so it can be tested.
+pub fn check_owner(owner: u32, me: u32, what: &str) -> Result<(), String> {
+    if owner == me {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} is owned by uid {owner}, not by you (uid {me}): refusing to attach to another user's socket"
+        ))
+    }
+}
+
+/// Connect to `addr`, say hello with `token`, and read the helper's hello.
+/// `stop`: once set, reads end (Ctrl-C, or nobody reading any more).
+pub fn connect(
+    addr: &Address,
+    token: Option<&str>,
+    stop: Arc<AtomicBool>,
+) -> Result<Connection, LiveError> {
+    let at = addr.to_string();
+    let (mut w, r): Halves = match addr {
+        Address::Unix(path) => unix(path, &at, &stop)?,
+        Address::Tcp { host, port } => {
+            if token.is_none() {
+                return Err(LiveError::NoToken { at });
+            }
+            tcp(host, *port, &at, &stop)?
+        }
+    };
+    let hello = serde_json::json!({
+        "t": "hello",
+        "protocol": PROTOCOL,
+        "token": token,
+        "client": concat!("vramscope ", env!("CARGO_PKG_VERSION")),
+    });
+    write_value(&mut w, &hello)
+        .and_then(|()| w.flush())
+        .map_err(|e| LiveError::Connect {
+            at: at.clone(),
+            why: format!("sending the hello: {e}"),
+        })?;
+    let mut frames = FrameReader::new(r, at.clone());
+    let first = frames.next_frame()?;
+    let Some((index, bytes)) = first else {
+        return Err(LiveError::Connect {
+            at,
+            why: "the helper closed the connection before saying hello".into(),
+        });
+    };
+    match decode(&at, index, bytes)? {
+        Some(Message::Hello(h)) => Ok(Connection { hello: *h, frames }),
+        Some(Message::Refused { reason }) => Err(LiveError::Refused { at, reason }),
+        _ => Err(LiveError::protocol(
+            &at,
+            index,
+            "?",
+            "the first message is not the helper's hello".into(),
+        )),
+    }
+}
+
+#[cfg(unix)]
+fn unix(path: &Path, at: &str, stop: &Arc<AtomicBool>) -> Result<Halves, LiveError> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    use std::os::unix::net::UnixStream;
+
+    let dead = |why: String| LiveError::Connect {
+        at: at.to_string(),
+        why,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| dead(format!("no socket there ({e})")))?;
+    if !meta.file_type().is_socket() {
+        return Err(dead("not a unix socket".into()));
+    }
+    let me = my_uid();
+    let not_mine = |why| LiveError::NotMine {
+        at: at.to_string(),
+        why,
+    };
+    check_owner(meta.uid(), me, "the socket").map_err(not_mine)?;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if let Ok(d) = std::fs::metadata(dir) {
+        // A shared directory such as /tmp (sticky, world-writable) is
+        // fine: the socket's own owner was checked above.
+        let sticky = d.mode() & 0o1000 != 0;
+        if !sticky {
+            check_owner(d.uid(), me, &format!("its directory {}", dir.display()))
+                .map_err(not_mine)?;
+        }
+    }
+    let stream =
+        UnixStream::connect(path).map_err(|e| dead(format!("nothing is listening ({e})")))?;
+    let _ = stream.set_read_timeout(Some(POLL));
+    let reader = stream.try_clone().map_err(|e| dead(e.to_string()))?;
+    Ok((
+        Box::new(stream),
+        Box::new(Stoppable::new(reader, stop.clone())),
+    ))
+}
+
+#[cfg(not(unix))]
+fn unix(_: &Path, at: &str, _: &Arc<AtomicBool>) -> Result<Halves, LiveError> {
+    Err(LiveError::Connect {
+        at: at.to_string(),
+        why: "unix sockets need a unix system; use HOST:PORT".into(),
+    })
+}
+
+#[cfg(unix)]
+fn my_uid() -> u32 {
+    // SAFETY: geteuid takes no argument, cannot fail and touches no memory of ours.
+    unsafe { libc::geteuid() }
+}
+
+fn tcp(host: &str, port: u16, at: &str, stop: &Arc<AtomicBool>) -> Result<Halves, LiveError> {
+    let dead = |why: String| LiveError::Connect {
+        at: at.to_string(),
+        why,
+    };
+    let addrs: Vec<_> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| dead(format!("cannot resolve {host}: {e}")))?
+        .collect();
+    let mut last = format!("{host} resolves to no address");
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, CONNECT_TIMEOUT) {
+            Ok(stream) => {
+                let _ = stream.set_nodelay(true);
+                let _ = stream.set_read_timeout(Some(POLL));
+                let reader = stream.try_clone().map_err(|e| dead(e.to_string()))?;
+                return Ok((
+                    Box::new(stream),
+                    Box::new(Stoppable::new(reader, stop.clone())),
+                ));
+            }
+            Err(e) => last = format!("nothing is listening at {a} ({e})"),
+        }
+    }
+    Err(dead(last))
+}
+
+/// A socket read with a timeout that retries until data comes, the peer
+/// closes, or `stop` is set (then it reads as the end of the stream). The
+/// helper must say hello within [`HELLO_TIMEOUT`].
+struct Stoppable<R> {
+    inner: R,
+    stop: Arc<AtomicBool>,
+    hello_waited: Option<Duration>,
+}
+
+impl<R> Stoppable<R> {
+    fn new(inner: R, stop: Arc<AtomicBool>) -> Self {
+        Stoppable {
+            inner,
+            stop,
+            hello_waited: Some(Duration::ZERO),
+        }
+    }
+}
+
+impl<R: Read> Read for Stoppable<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return Ok(0);
+            }
+            match self.inner.read(buf) {
+                Ok(n) => {
+                    self.hello_waited = None;
+                    return Ok(n);
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock
+                            | std::io::ErrorKind::TimedOut
+                            | std::io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    if let Some(w) = &mut self.hello_waited {
+                        *w += POLL;
+                        if *w >= HELLO_TIMEOUT {
+                            return Err(std::io::Error::new(
+                                std::io::ErrorKind::TimedOut,
+                                "the helper did not answer the hello within 10 s",
+                            ));
+                        }
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_my_own_socket_is_accepted() {
+        assert!(check_owner(1000, 1000, "the socket").is_ok());
+        let err = check_owner(0, 1000, "the socket").expect_err("root's");
+        assert!(err.contains("uid 0") && err.contains("uid 1000"), "{err}");
+    }
+
+    #[test]
+    fn tcp_without_a_token_fails_before_connecting() {
+        // Port 9 of a TEST-NET address: were it tried, it would time out.
+        let addr = Address::parse("192.0.2.1:9").expect("addr");
+        let t = std::time::Instant::now();
+        let err = connect(&addr, None, Arc::default())
+            .err()
+            .expect("no token");
+        assert!(matches!(err, LiveError::NoToken { .. }), "{err}");
+        assert!(t.elapsed() < Duration::from_millis(500));
+    }
+
+    #[test]
+    fn a_missing_socket_fails_at_once() {
+        let addr = Address::parse("/nonexistent/vramscope-test.sock").expect("addr");
+        let err = connect(&addr, None, Arc::default()).err().expect("dead");
+        assert!(err.to_string().contains("no socket there"), "{err}");
+    }
+}

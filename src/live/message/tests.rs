@@ -1,0 +1,109 @@
+use proptest::prelude::*;
+
+use super::*;
+use crate::live::frame::FrameReader;
+
+fn one(json: &str) -> Result<Option<Message>, LiveError> {
+    decode("sock", 3, json.as_bytes())
+}
+
+fn err(json: &str) -> String {
+    one(json).expect_err(json).to_string()
+}
+
+#[test]
+fn unknown_types_are_skipped() {
+    assert_eq!(one(r#"{"t":"telemetry","x":[1,2]}"#).expect("skip"), None);
+}
+
+#[test]
+fn bad_json_says_where() {
+    let e = err("{\"t\":\"step\",\n \"seq\": }");
+    assert!(e.contains("frame 3") && e.contains("line 2"), "{e}");
+    let e = err("[1,2]");
+    assert!(e.contains("an array, not an object"), "{e}");
+}
+
+#[test]
+fn missing_and_mistyped_fields_are_named() {
+    let e = err(r#"{"t":"step","step":1,"source":"mark_step"}"#);
+    assert!(
+        e.contains("message 3 (\"step\"): field `seq`: missing"),
+        "{e}"
+    );
+    let e = err(r#"{"t":"step","step":1,"seq":"9","source":"x"}"#);
+    assert!(
+        e.contains("`seq`") && e.contains("found a string \"9\""),
+        "{e}"
+    );
+    let e = err(
+        r#"{"t":"entries","first":0,"entries":[["alloc",0,1,2,0,null,null],["alloc",0,-1,2,0,null,null]]}"#,
+    );
+    assert!(e.contains("entries[1][2] (addr)"), "{e}");
+    let e = err(
+        r#"{"t":"segments","segments":[{"device":0,"address":1,"total_size":2,"stream":0,
+        "segment_type":"large","is_expandable":false,"blocks":[{"address":1,"size":2,"state":"busy"}]}]}"#,
+    );
+    assert!(
+        e.contains("segments[0].blocks[0].state") && e.contains("\"busy\""),
+        "{e}"
+    );
+}
+
+#[test]
+fn bounds_are_kept() {
+    let e = err(r#"{"t":"entries","first":0,"entries":[["alloc",256,1,2,0,null,null]]}"#);
+    assert!(e.contains("device 256 is outside 0..=255"), "{e}");
+    let e = err(r#"{"t":"stack","id":16777216,"frames":[]}"#);
+    assert!(e.contains("not below 2^24"), "{e}");
+    let frames = vec![r#"["a.py",1,"f"]"#; MAX_STACK_FRAMES + 1].join(",");
+    let e = err(&format!(r#"{{"t":"stack","id":1,"frames":[{frames}]}}"#));
+    assert!(e.contains("1025 frames"), "{e}");
+    let long = "x".repeat(MAX_STRING + 1);
+    let e = err(&format!(r#"{{"t":"bye","reason":"{long}"}}"#));
+    assert!(e.contains("64 KiB"), "{e}");
+    let e = err(r#"{"t":"hello","protocol":2,"pid":1,"mode":"agent","devices":[]}"#);
+    assert!(e.contains("protocol 2 is not supported"), "{e}");
+}
+
+#[test]
+fn the_fast_and_the_careful_entry_paths_agree() {
+    let text = r#"{"t":"entries","first":7,"entries":[["alloc",1,10,20,3,99,5],["defragment",0,0,0,0,null,null]]}"#;
+    let fast = one(text).expect("ok").expect("known");
+    let v: Value = serde_json::from_str(text).expect("json");
+    let careful = Fields {
+        at: "x",
+        index: 0,
+        kind: "entries",
+    }
+    .message(v.as_object().expect("object"))
+    .expect("ok")
+    .expect("known");
+    assert_eq!(fast, careful);
+    let Message::Entries { entries, .. } = fast else {
+        panic!("entries")
+    };
+    assert_eq!(entries[1].other.as_deref(), Some("defragment"));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Any bytes at all: frames and messages come out or an error does, and
+    /// nothing panics or allocates past the bound.
+    #[test]
+    fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let mut r = FrameReader::new(bytes.as_slice(), "fuzz");
+        while let Ok(Some((i, b))) = r.next_frame() {
+            let _ = decode("fuzz", i, b);
+        }
+    }
+
+    /// Well-framed but arbitrary JSON-ish text.
+    #[test]
+    fn random_messages_never_panic(t in "(hello|state|segments|stack|entries|step|stats|oom|lost|bye)",
+                                   body in "[\\[\\]{}\",:0-9a-z -]{0,80}") {
+        let text = format!(r#"{{"t":"{t}",{body}}}"#);
+        let _ = decode("fuzz", 0, text.as_bytes());
+    }
+}

@@ -1,0 +1,35 @@
+//! Live attach (issue 29): a running PyTorch job's allocator trace, as
+//! `python/vramscope_live.py` serves it (`python/PROTOCOL.md`), or a
+//! recording of one.
+//!
+//! - `address`: ADDRESS parsing and `{rank}` expansion;
+//! - `frame`: the length-prefixed JSON framing, bounded before allocating;
+//! - `message`: the typed messages, with errors naming message and field;
+//! - `connect`: the unix socket (owner checked) or TCP (token) handshake;
+//! - `recording`: `VSLIVE1\n` files; `synth`: recordings made from snapshots
+//!   and synthetic jobs (tests, benches, `tests/fixtures/live/`);
+//! - `session`: the job as received, as a [`crate::trace::snapshot::Snapshot`]
+//!   the reports and the leak analysis read unchanged (`report`: what
+//!   `attach --json` adds; `map_diff`: a job's state against the mirrored map).
+//!
+//! The producer that feeds the views is `crate::producers::live`.
+
+pub mod address;
+pub mod connect;
+mod error;
+pub mod frame;
+mod map_diff;
+pub mod message;
+pub mod recording;
+pub mod report;
+pub mod session;
+pub mod synth;
+
+pub use address::{expand_ranks, Address};
+pub use connect::{check_owner, connect, Connection, TOKEN_ENV};
+pub use error::LiveError;
+pub use frame::{write_frame, write_value, FrameReader, MAX_FRAME};
+pub use message::{decode, Message, ServerHello};
+pub use recording::{open_recording, read_recording, MAGIC};
+pub use report::{DeviceGrowth, LiveFacts, LiveReport};
+pub use session::{Applied, Session, ENTRY_CAP};

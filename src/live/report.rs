@@ -1,0 +1,53 @@
+//! What `attach --headless`/`--json` prints: `open --json`'s report of the
+//! job as it stands, with what only a live job tells.
+
+use serde::Serialize;
+
+use super::message::{LostMark, OomMark};
+use crate::report::snapshot::SnapshotReport;
+
+/// `open --json`'s report with a `live` section.
+#[derive(Debug, Clone, Serialize)]
+pub struct LiveReport {
+    #[serde(flatten)]
+    pub report: SnapshotReport,
+    pub live: LiveFacts,
+}
+
+/// What only a live job tells.
+#[derive(Debug, Clone, Serialize)]
+pub struct LiveFacts {
+    /// The address or recording read.
+    pub address: String,
+    pub pid: Option<u64>,
+    pub rank: Option<u64>,
+    pub world_size: Option<u64>,
+    pub hostname: Option<String>,
+    pub argv: Vec<String>,
+    pub torch: Option<String>,
+    /// `agent` or `poll`; `None` before the hello.
+    pub mode: Option<String>,
+    pub stacks: Option<bool>,
+    /// Every step marker received; `steps_kept`: since the last start-over.
+    pub steps_seen: u64,
+    pub steps_kept: usize,
+    pub step_source: Option<String>,
+    pub growth: Vec<DeviceGrowth>,
+    pub ooms: Vec<OomMark>,
+    pub lost: Vec<LostMark>,
+    /// Each time the view started over, and why.
+    pub started_over: Vec<String>,
+    /// Why the stream ended (`bye`'s reason, or the disconnect); `None`
+    /// while it goes on (a Ctrl-C report).
+    pub ended: Option<String>,
+}
+
+/// Live bytes of one device at each step boundary since the last start-over.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceGrowth {
+    pub device: i64,
+    /// Bytes of the trace's allocations live at each step boundary.
+    pub live_at_step: Vec<u64>,
+    /// The change from one boundary to the next.
+    pub growth_per_step: Vec<i64>,
+}

@@ -1,0 +1,624 @@
+//! A live job as received (PROTOCOL.md "The log"): the server hello, the
+//! stacks, the state the log starts from, every entry since, the steps, the
+//! stats and the OOMs. It keeps the job as a [`Snapshot`] whose traces are
+//! the entries since the last start-over and whose segments are the current
+//! map (the start state with every entry mirrored onto it), so the reports
+//! and the leak analysis of `open` work on it unchanged.
+//!
+//! A `lost` starts over from the `state` that follows; a `rebase`, `resync`
+//! or `oom` state is checked against the mirrored map and starts over only
+//! where they differ. Past [`ENTRY_CAP`] entries the history is dropped and
+//! the current map becomes the new start, so memory stays bounded.
+
+use rustc_hash::FxHashMap;
+
+use super::error::LiveError;
+use super::map_diff::map_difference;
+use super::message::{
+    DeviceStats, LostMark, Message, OomMark, ServerHello, StateHeader, StateReason, StepMark,
+    WireEntry, WireSegment,
+};
+use crate::alloc::{Action, AllocConfig, BlockState};
+use crate::trace::mirror::{segments_map, TraceMirror};
+use crate::trace::replay::Entry;
+use crate::trace::snapshot::{
+    Block, EntryExtra, EntryExtras, Frame, FrameTable, FramesId, Layout, Segment, Snapshot,
+    TraceEntry,
+};
+use crate::trace::MemoryMap;
+
+/// Entries kept before the history is dropped: about what a 1 GB snapshot
+/// file holds (40 bytes each, plus 8 for its `seq`).
+pub const ENTRY_CAP: usize = 20_000_000;
+/// PROTOCOL.md: "stacks defined ≤ 4 M".
+pub const MAX_STACKS: usize = 4 << 20;
+
+/// What one message changed, for a producer to act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    Nothing,
+    Hello,
+    /// A state became the start of the log: the first one, or a start-over
+    /// (`why` says why: entries lost, the job's map differs, the cap).
+    Started {
+        why: Option<String>,
+    },
+    /// A state matched the mirrored map.
+    Checkpoint,
+    Entries,
+    Step,
+    Stats(u8),
+    Oom,
+    Ended(String),
+}
+
+/// A `state` whose `segments` messages are still coming.
+struct PendingState {
+    header: StateHeader,
+    segments: Vec<Segment>,
+}
+
+/// The job, as far as the stream has told it.
+pub struct Session {
+    at: String,
+    hello: Option<ServerHello>,
+    config: AllocConfig,
+    /// Traces since the last start-over; `segments` filled on demand.
+    snap: Snapshot,
+    /// The wire's stack ids, as interned in `snap.frames`.
+    stack_ids: FxHashMap<u32, FramesId>,
+    pending: Option<PendingState>,
+    /// The state the traces start from (blocks' stacks and pool ids).
+    base: Vec<Segment>,
+    base_frames: FxHashMap<(u8, u64), FramesId>,
+    base_pools: FxHashMap<(u8, u64), (i64, i64)>,
+    /// Per device: the map now, and each trace entry's `seq`.
+    maps: Vec<MemoryMap>,
+    seqs: Vec<Vec<u64>>,
+    next_seq: Option<u64>,
+    steps: Vec<StepMark>,
+    steps_seen: u64,
+    stats: Vec<DeviceStats>,
+    ooms: Vec<OomMark>,
+    lost: Vec<LostMark>,
+    start_overs: Vec<String>,
+    ended: Option<String>,
+    cap: usize,
+}
+
+impl Session {
+    /// A session reading from `at` (an address or a file, for errors).
+    pub fn new(at: impl Into<String>) -> Session {
+        Session::with_cap(at, ENTRY_CAP)
+    }
+
+    /// With another entry cap (tests).
+    pub fn with_cap(at: impl Into<String>, cap: usize) -> Session {
+        Session {
+            at: at.into(),
+            hello: None,
+            config: AllocConfig::default(),
+            snap: Snapshot {
+                segments: Vec::new(),
+                device_traces: Vec::new(),
+                allocator_settings: None,
+                external_annotations: Vec::new(),
+                layout: Layout::CurrentDict,
+                frames: FrameTable::new(),
+                entry_extras: EntryExtras::new(),
+            },
+            stack_ids: FxHashMap::default(),
+            pending: None,
+            base: Vec::new(),
+            base_frames: FxHashMap::default(),
+            base_pools: FxHashMap::default(),
+            maps: Vec::new(),
+            seqs: Vec::new(),
+            next_seq: None,
+            steps: Vec::new(),
+            steps_seen: 0,
+            stats: Vec::new(),
+            ooms: Vec::new(),
+            lost: Vec::new(),
+            start_overs: Vec::new(),
+            ended: None,
+            cap: cap.max(1),
+        }
+    }
+
+    pub fn hello(&self) -> Option<&ServerHello> {
+        self.hello.as_ref()
+    }
+
+    /// The allocator config the mirror rounds with (the job's
+    /// `PYTORCH_CUDA_ALLOC_CONF` when it said and it parses).
+    pub fn config(&self) -> &AllocConfig {
+        &self.config
+    }
+
+    /// Whether a state has arrived: there is a map to show.
+    pub fn started(&self) -> bool {
+        self.next_seq.is_some()
+    }
+
+    /// Device `d`'s entries since the last start-over.
+    pub fn trace(&self, device: usize) -> &[TraceEntry] {
+        self.snap
+            .device_traces
+            .get(device)
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// The snapshot the traces belong to (its stacks and extras; its
+    /// segments are those of the last [`Session::snapshot`]).
+    pub fn snap(&self) -> &Snapshot {
+        &self.snap
+    }
+
+    /// Device `d`'s map as the state and the entries since built it.
+    pub fn map(&self, device: usize) -> Option<&MemoryMap> {
+        self.maps.get(device)
+    }
+
+    /// The state the current traces start from, as a map of `device`.
+    pub fn start_map(&self, device: usize) -> MemoryMap {
+        segments_map(self.base.iter().filter(|s| s.device == device as i64))
+    }
+
+    /// The stack a block of the start state recorded.
+    pub fn start_frames(&self, device: usize, addr: u64) -> Option<FramesId> {
+        let d = u8::try_from(device).ok()?;
+        self.base_frames.get(&(d, addr)).copied()
+    }
+
+    /// Devices the job has: its hello's, and any a state or entry named.
+    pub fn devices(&self) -> Vec<usize> {
+        let mut d: Vec<usize> = self
+            .hello
+            .iter()
+            .flat_map(|h| h.devices.iter().map(|d| usize::from(d.device)))
+            .chain(self.base.iter().map(|s| s.device as usize))
+            .chain((0..self.snap.device_traces.len()).filter(|d| !self.trace(*d).is_empty()))
+            .collect();
+        d.sort_unstable();
+        d.dedup();
+        d
+    }
+
+    /// Steps since the last start-over.
+    pub fn steps(&self) -> &[StepMark] {
+        &self.steps
+    }
+
+    /// Entry positions in device `d`'s trace where the steps since the last
+    /// start-over ended: entries before the position belong to the step.
+    pub fn step_positions(&self, device: usize) -> Vec<usize> {
+        let seqs = self.seqs.get(device).map_or(&[][..], Vec::as_slice);
+        let mut v: Vec<usize> = self
+            .steps
+            .iter()
+            .map(|s| seqs.partition_point(|q| *q < s.seq))
+            .collect();
+        v.dedup();
+        v
+    }
+
+    /// The latest `memory_stats()` of each device that sent them.
+    pub fn stats(&self) -> &[DeviceStats] {
+        &self.stats
+    }
+
+    /// Why the stream ended, once it has (`bye`'s reason, or a disconnect).
+    pub fn ended(&self) -> Option<&str> {
+        self.ended.as_deref()
+    }
+
+    /// The stream stopped without `bye`.
+    pub fn disconnected(&mut self, why: &str) {
+        if self.ended.is_none() {
+            self.ended = Some(why.to_string());
+        }
+    }
+
+    /// Apply message `index`.
+    pub fn apply(&mut self, index: u64, msg: Message) -> Result<Applied, LiveError> {
+        if self.pending.is_some() && !matches!(msg, Message::Segments(_)) {
+            let want = self.pending.as_ref().map_or(0, |p| p.header.chunks);
+            return Err(self.err(
+                index,
+                kind_name(&msg),
+                format!("the state still awaits its segments ({want} chunks were announced)"),
+            ));
+        }
+        match msg {
+            Message::Hello(h) => {
+                if let Some(conf) = h.alloc_conf() {
+                    if let Ok(c) = AllocConfig::parse(conf) {
+                        self.config = c;
+                    }
+                }
+                self.hello = Some(*h);
+                Ok(Applied::Hello)
+            }
+            Message::Refused { reason } => Err(LiveError::Refused {
+                at: self.at.clone(),
+                reason,
+            }),
+            Message::State(header) => {
+                self.pending = Some(PendingState {
+                    header,
+                    segments: Vec::new(),
+                });
+                self.state_if_complete(index)
+            }
+            Message::Segments(segs) => {
+                if self.pending.is_none() {
+                    return Err(self.err(index, "segments", "segments without a state".into()));
+                }
+                let mut out = Vec::with_capacity(segs.len());
+                for (i, s) in segs.into_iter().enumerate() {
+                    out.push(self.segment(index, i, s)?);
+                }
+                if let Some(p) = self.pending.as_mut() {
+                    p.segments.extend(out);
+                    p.header.chunks = p.header.chunks.saturating_sub(1);
+                }
+                self.state_if_complete(index)
+            }
+            Message::Stack { id, frames } => {
+                if self.stack_ids.contains_key(&id) {
+                    return Err(self.err(index, "stack", format!("stack {id} is defined twice")));
+                }
+                if self.stack_ids.len() >= MAX_STACKS {
+                    return Err(self.err(
+                        index,
+                        "stack",
+                        format!("more than {MAX_STACKS} stacks defined (the bound)"),
+                    ));
+                }
+                let ids: Vec<_> = frames
+                    .into_iter()
+                    .map(|f| {
+                        self.snap.frames.intern_frame(Frame {
+                            filename: f.filename.as_str().into(),
+                            line: f.line,
+                            name: f.name.as_str().into(),
+                        })
+                    })
+                    .collect();
+                let stack = self.snap.frames.intern_stack(&ids);
+                self.stack_ids.insert(id, stack);
+                Ok(Applied::Nothing)
+            }
+            Message::Entries { first, entries } => self.entries(index, first, entries),
+            Message::Step(s) => {
+                self.steps_seen += 1;
+                self.steps.push(s);
+                Ok(Applied::Step)
+            }
+            Message::Stats(s) => {
+                let d = s.device;
+                match self.stats.iter_mut().find(|x| x.device == d) {
+                    Some(x) => *x = s,
+                    None => self.stats.push(s),
+                }
+                Ok(Applied::Stats(d))
+            }
+            Message::Oom(o) => {
+                if let Some(free) = o.device_free {
+                    self.note_oom_free(o.device, o.seq, free);
+                }
+                // Bounded: a stream can repeat OOMs without end.
+                if self.ooms.len() < 100 {
+                    self.ooms.push(o);
+                }
+                Ok(Applied::Oom)
+            }
+            Message::Lost(l) => {
+                if self.lost.len() < 100 {
+                    self.lost.push(l);
+                }
+                Ok(Applied::Nothing)
+            }
+            Message::Bye { reason } => {
+                let why = reason.unwrap_or_else(|| "the job said bye".into());
+                self.ended = Some(why.clone());
+                Ok(Applied::Ended(why))
+            }
+        }
+    }
+
+    fn err(&self, index: u64, kind: &str, problem: String) -> LiveError {
+        LiveError::protocol(&self.at, index, kind, problem)
+    }
+
+    fn stack_of(
+        &self,
+        index: u64,
+        kind: &str,
+        field: &str,
+        id: Option<u32>,
+    ) -> Result<FramesId, LiveError> {
+        match id {
+            None => Ok(FramesId::EMPTY),
+            Some(id) => self.stack_ids.get(&id).copied().ok_or_else(|| {
+                LiveError::field(
+                    &self.at,
+                    index,
+                    kind,
+                    field,
+                    format!("stack {id} is used before it is defined"),
+                )
+            }),
+        }
+    }
+
+    fn segment(&self, index: u64, i: usize, s: WireSegment) -> Result<Segment, LiveError> {
+        let mut blocks = Vec::with_capacity(s.blocks.len());
+        let (mut allocated, mut active, mut requested) = (0u64, 0u64, 0u64);
+        for (j, b) in s.blocks.into_iter().enumerate() {
+            let field = format!("segments[{i}].blocks[{j}].stack");
+            let frames = self.stack_of(index, "segments", &field, b.stack)?;
+            if b.state == BlockState::ActiveAllocated {
+                allocated = allocated.saturating_add(b.size);
+            }
+            if b.state.is_active() {
+                active = active.saturating_add(b.size);
+                requested = requested.saturating_add(b.requested_size);
+            }
+            blocks.push(Block {
+                address: b.address,
+                size: b.size,
+                requested_size: b.requested_size,
+                state: b.state,
+                frames,
+            });
+        }
+        Ok(Segment {
+            device: i64::from(s.device),
+            address: s.address,
+            total_size: s.total_size,
+            allocated_size: allocated,
+            active_size: active,
+            requested_size: requested,
+            stream: s.stream,
+            segment_type: s.segment_type,
+            pool_id: s.pool_id,
+            is_expandable: s.is_expandable,
+            frames: FramesId::EMPTY,
+            blocks,
+        })
+    }
+
+    fn state_if_complete(&mut self, index: u64) -> Result<Applied, LiveError> {
+        if self.pending.as_ref().is_some_and(|p| p.header.chunks > 0) {
+            return Ok(Applied::Nothing);
+        }
+        let Some(PendingState { header, segments }) = self.pending.take() else {
+            return Ok(Applied::Nothing);
+        };
+        let Some(next) = self.next_seq else {
+            self.start_from(header.seq, segments);
+            return Ok(Applied::Started { why: None });
+        };
+        if header.reason == StateReason::Lost || header.reason == StateReason::Start {
+            let lost = self.lost.last().filter(|l| l.seq >= next.min(header.seq));
+            let why = match (&header.reason, lost) {
+                (StateReason::Lost, Some(l)) => format!(
+                    "the job lost {} entries from seq {} ({}): started over from its state at seq {}",
+                    l.count.map_or("some".to_string(), |c| c.to_string()),
+                    l.seq,
+                    l.why,
+                    header.seq
+                ),
+                (StateReason::Lost, None) => format!(
+                    "the job lost entries: started over from its state at seq {}",
+                    header.seq
+                ),
+                _ => format!("the job started its log again at seq {}", header.seq),
+            };
+            self.start_from(header.seq, segments);
+            self.start_overs.push(why.clone());
+            return Ok(Applied::Started { why: Some(why) });
+        }
+        if header.seq != next {
+            return Err(self.err(
+                index,
+                "state",
+                format!(
+                    "a {} state at seq {} where the next entry is seq {next}",
+                    header.reason.as_str(),
+                    header.seq
+                ),
+            ));
+        }
+        match self.first_difference(&segments) {
+            None => Ok(Applied::Checkpoint),
+            Some(diff) => {
+                let why = format!(
+                    "the job's {} state at seq {} differs from the map its entries built ({diff}): started over from it",
+                    header.reason.as_str(),
+                    header.seq
+                );
+                self.start_from(header.seq, segments);
+                self.start_overs.push(why.clone());
+                Ok(Applied::Started { why: Some(why) })
+            }
+        }
+    }
+
+    /// Forget the traces and start from `segments` at `seq`.
+    fn start_from(&mut self, seq: u64, segments: Vec<Segment>) {
+        self.base_frames.clear();
+        self.base_pools.clear();
+        for s in &segments {
+            let d = s.device as u8;
+            self.base_pools.insert((d, s.address), s.pool_id);
+            for b in &s.blocks {
+                if b.frames != FramesId::EMPTY {
+                    self.base_frames.insert((d, b.address), b.frames);
+                }
+            }
+        }
+        self.base = segments;
+        let devices = self
+            .base
+            .iter()
+            .map(|s| s.device as usize + 1)
+            .max()
+            .unwrap_or(0)
+            .max(self.maps.len());
+        self.maps = (0..devices).map(|d| self.start_map(d)).collect();
+        self.seqs = vec![Vec::new(); devices];
+        self.snap.device_traces = vec![Vec::new(); devices];
+        self.steps.clear();
+        self.next_seq = Some(seq);
+    }
+
+    fn ensure_device(&mut self, d: usize) {
+        if self.maps.len() <= d {
+            self.maps.resize_with(d + 1, MemoryMap::default);
+            self.seqs.resize_with(d + 1, Vec::new);
+            self.snap.device_traces.resize_with(d + 1, Vec::new);
+        }
+    }
+
+    fn entries(
+        &mut self,
+        index: u64,
+        first: u64,
+        entries: Vec<WireEntry>,
+    ) -> Result<Applied, LiveError> {
+        let Some(next) = self.next_seq else {
+            return Err(self.err(index, "entries", "entries before any state".into()));
+        };
+        if first != next {
+            return Err(LiveError::field(
+                &self.at,
+                index,
+                "entries",
+                "first",
+                format!(
+                    "{first}, where the next entry is seq {next} (a gap or a repeat in the log)"
+                ),
+            ));
+        }
+        // Decode every entry before applying any: a bad one leaves the session as it was.
+        let mut typed = Vec::with_capacity(entries.len());
+        for (i, e) in entries.iter().enumerate() {
+            let frames = self.stack_of(index, "entries", &format!("entries[{i}][6]"), e.stack)?;
+            let mut t =
+                TraceEntry::new(e.action, e.addr, e.size, e.stream, frames).with_time_us(e.time_us);
+            if let Some(name) = &e.other {
+                let row = EntryExtra {
+                    action: Some(name.as_str().into()),
+                    ..EntryExtra::default()
+                };
+                if let Some(id) = self.snap.entry_extras.intern(row) {
+                    t = t.with_extra(id);
+                }
+            }
+            if e.action == Action::Oom {
+                // The C++ tracker's OOM entry holds the driver's free bytes in `addr`.
+                t.addr = 0;
+                let row = EntryExtra {
+                    device_free: Some(e.addr),
+                    ..EntryExtra::default()
+                };
+                if let Some(id) = self.snap.entry_extras.intern(row) {
+                    t = t.with_extra(id);
+                }
+            }
+            typed.push((usize::from(e.device), t));
+        }
+        let mut seq = next;
+        for (d, t) in typed {
+            self.ensure_device(d);
+            let i = self.snap.device_traces[d].len();
+            let entry = Entry {
+                action: t.action,
+                addr: t.addr,
+                size: t.size,
+                stream: t.stream,
+                in_empty_cache: false,
+            };
+            // One entry at a time keeps the borrow of the config apart from the map.
+            let map = std::mem::take(&mut self.maps[d]);
+            let mut mirror = TraceMirror::starting_from(map, &self.config);
+            mirror.event(i, &entry, None);
+            self.maps[d] = mirror.into_map();
+            self.snap.device_traces[d].push(t);
+            self.seqs[d].push(seq);
+            seq += 1;
+        }
+        self.next_seq = Some(seq);
+        let kept: usize = self.seqs.iter().map(Vec::len).sum();
+        if kept > self.cap {
+            let why = format!(
+                "kept {kept} entries, over the bound of {}: dropped the history and started over from the current map",
+                self.cap
+            );
+            let segments = self.current_segments();
+            self.start_from(seq, segments);
+            self.start_overs.push(why.clone());
+            return Ok(Applied::Started { why: Some(why) });
+        }
+        Ok(Applied::Entries)
+    }
+
+    fn note_oom_free(&mut self, device: u8, seq: u64, free: u64) {
+        let d = usize::from(device);
+        let Some(seqs) = self.seqs.get(d) else { return };
+        let Some(k) = seqs.iter().rposition(|s| *s < seq.saturating_add(1)) else {
+            return;
+        };
+        let e = self.snap.device_traces[d][k];
+        if e.action != Action::Oom || self.snap.extra(&e).device_free.is_some() {
+            return;
+        }
+        let row = EntryExtra {
+            device_free: Some(free),
+            ..self.snap.extra(&e).clone()
+        };
+        if let Some(id) = self.snap.entry_extras.intern(row) {
+            self.snap.device_traces[d][k] = e.with_extra(id);
+        }
+    }
+
+    /// Where the job's `segments` differ from the mirrored maps, in words.
+    fn first_difference(&self, segments: &[Segment]) -> Option<String> {
+        let mut devices: Vec<usize> = segments.iter().map(|s| s.device as usize).collect();
+        devices.extend((0..self.maps.len()).filter(|d| !self.maps[*d].segments.is_empty()));
+        devices.sort_unstable();
+        devices.dedup();
+        for d in devices {
+            let theirs = segments_map(segments.iter().filter(|s| s.device == d as i64));
+            let ours = self.maps.get(d).cloned().unwrap_or_default();
+            if let Some(diff) = map_difference(&ours, &theirs) {
+                return Some(format!("device {d}: {diff}"));
+            }
+        }
+        None
+    }
+}
+
+fn kind_name(m: &Message) -> &'static str {
+    match m {
+        Message::Hello(_) => "hello",
+        Message::Refused { .. } => "refused",
+        Message::State(_) => "state",
+        Message::Segments(_) => "segments",
+        Message::Stack { .. } => "stack",
+        Message::Entries { .. } => "entries",
+        Message::Step(_) => "step",
+        Message::Stats(_) => "stats",
+        Message::Oom(_) => "oom",
+        Message::Lost(_) => "lost",
+        Message::Bye { .. } => "bye",
+    }
+}
+
+mod as_snapshot;
+
+#[cfg(test)]
+mod tests;

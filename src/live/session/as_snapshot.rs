@@ -1,0 +1,149 @@
+//! The session as a [`Snapshot`]: the mirrored maps as segments (each
+//! block's stack from the entry that allocated it, or the start state), the
+//! job's steps as boundaries, and the report `attach --json` prints.
+
+use super::Session;
+use crate::alloc::{BlockState, Pool};
+use crate::leak::{Boundaries, BoundarySource};
+use crate::live::report::{DeviceGrowth, LiveFacts, LiveReport};
+use crate::report::snapshot::SnapshotReport;
+use crate::trace::replay::tag_entry;
+use crate::trace::snapshot::{Block, FramesId, PoolKind, Segment, Snapshot};
+
+impl Session {
+    /// Every device's map now, as snapshot segments.
+    pub(super) fn current_segments(&self) -> Vec<Segment> {
+        (0..self.maps.len())
+            .flat_map(|d| self.device_segments(d))
+            .collect()
+    }
+
+    fn device_segments(&self, d: usize) -> Vec<Segment> {
+        let map = &self.maps[d];
+        let trace = self.trace(d);
+        let dev = d as u8;
+        map.segments
+            .iter()
+            .map(|(&addr, seg)| {
+                let blocks: Vec<Block> = map
+                    .blocks_of(addr)
+                    .map(|(a, b)| Block {
+                        address: a,
+                        size: b.size,
+                        requested_size: b.requested,
+                        state: b.state,
+                        frames: match tag_entry(b.tag).and_then(|i| trace.get(i)) {
+                            Some(e) => e.frames,
+                            None => self
+                                .base_frames
+                                .get(&(dev, a))
+                                .copied()
+                                .unwrap_or(FramesId::EMPTY),
+                        },
+                    })
+                    .collect();
+                let sum = |f: &dyn Fn(&Block) -> bool, size: &dyn Fn(&Block) -> u64| {
+                    blocks
+                        .iter()
+                        .filter(|b| f(b))
+                        .map(size)
+                        .fold(0u64, u64::saturating_add)
+                };
+                Segment {
+                    device: d as i64,
+                    address: addr,
+                    total_size: seg.size,
+                    allocated_size: sum(&|b| b.state == BlockState::ActiveAllocated, &|b| b.size),
+                    active_size: sum(&|b| b.state.is_active(), &|b| b.size),
+                    requested_size: sum(&|b| b.state.is_active(), &|b| b.requested_size),
+                    stream: seg.stream,
+                    segment_type: match seg.pool {
+                        Pool::Small => PoolKind::Small,
+                        Pool::Large => PoolKind::Large,
+                    },
+                    pool_id: self.base_pools.get(&(dev, addr)).copied().unwrap_or((0, 0)),
+                    is_expandable: seg.expandable,
+                    frames: FramesId::EMPTY,
+                    blocks,
+                }
+            })
+            .collect()
+    }
+
+    /// The job as a snapshot: the traces since the last start-over and the
+    /// segments of the map now.
+    pub fn snapshot(&mut self) -> &Snapshot {
+        self.snap.segments = self.current_segments();
+        &self.snap
+    }
+
+    /// Iteration boundaries of device `d` from the job's own step markers.
+    pub fn boundaries(&self, device: usize) -> Boundaries<'static> {
+        let source = self
+            .steps
+            .first()
+            .map_or_else(|| "none yet".to_string(), |s| s.source.clone());
+        Boundaries::Given {
+            source: BoundarySource::LiveSteps { source },
+            entries: self.step_positions(device),
+        }
+    }
+
+    /// `open --json`'s report of the job as it stands, with what only a
+    /// live job tells.
+    /// `step_marker`: take iterations from a frame name or `file:line`
+    /// (as `open --step-marker` does) instead of the job's step markers.
+    pub fn report(&mut self, name: &str, step_marker: Option<&str>) -> LiveReport {
+        self.snapshot();
+        let snap = &self.snap;
+        let report = SnapshotReport::with_boundaries(name, snap, &|d| match step_marker {
+            Some(m) => Boundaries::Find {
+                step_marker: Some(m),
+            },
+            None => self.boundaries(d),
+        });
+        let growth = report
+            .devices
+            .iter()
+            .map(|d| {
+                let live_at_step = d
+                    .leaks
+                    .as_ref()
+                    .map(|l| l.live_at_boundary.clone())
+                    .unwrap_or_default();
+                let growth_per_step = live_at_step
+                    .windows(2)
+                    .map(|w| w[1] as i64 - w[0] as i64)
+                    .collect();
+                DeviceGrowth {
+                    device: d.device,
+                    live_at_step,
+                    growth_per_step,
+                }
+            })
+            .collect();
+        let h = self.hello.clone().unwrap_or_default();
+        LiveReport {
+            report,
+            live: LiveFacts {
+                address: self.at.clone(),
+                pid: self.hello.as_ref().map(|h| h.pid),
+                rank: h.rank,
+                world_size: h.world_size,
+                hostname: h.hostname,
+                argv: h.argv,
+                torch: h.torch,
+                mode: self.hello.as_ref().map(|h| h.mode.clone()),
+                stacks: self.hello.as_ref().map(|h| h.stacks),
+                steps_seen: self.steps_seen,
+                steps_kept: self.steps.len(),
+                step_source: self.steps.first().map(|s| s.source.clone()),
+                growth,
+                ooms: self.ooms.clone(),
+                lost: self.lost.clone(),
+                started_over: self.start_overs.clone(),
+                ended: self.ended.clone(),
+            },
+        }
+    }
+}

@@ -1,0 +1,250 @@
+use serde_json::{json, Value};
+
+use super::*;
+use crate::leak::{analyze_snapshot_with, BoundarySource};
+use crate::live::message::decode;
+use crate::live::synth::hello;
+
+const BASE: u64 = 0x7f00_0000_0000;
+const MIB: u64 = 1 << 20;
+
+fn feed(s: &mut Session, msgs: &[Value]) -> Result<Vec<Applied>, LiveError> {
+    msgs.iter()
+        .enumerate()
+        .filter_map(|(i, m)| {
+            let bytes = serde_json::to_vec(m).expect("json");
+            match decode("test", i as u64, &bytes) {
+                Ok(Some(msg)) => Some(s.apply(i as u64, msg)),
+                Ok(None) => None,
+                Err(e) => Some(Err(e)),
+            }
+        })
+        .collect()
+}
+
+fn start(seq: u64) -> Vec<Value> {
+    vec![
+        hello(7, &[(0, 80 << 30)], ""),
+        json!({"t":"state","seq":seq,"reason":"start","chunks":0}),
+        json!({"t":"stack","id":1,"frames":[["/home/u/train.py",41,"train_step"],["/home/u/train.py",90,"<module>"]]}),
+        json!({"t":"stack","id":2,"frames":[["/home/u/model.py",12,"forward"]]}),
+    ]
+}
+
+fn e(action: &str, addr: u64, size: u64, stack: Option<u32>) -> Value {
+    json!([action, 0, addr, size, 0, 1_000, stack])
+}
+
+/// One training step: a temporary of 8 MiB made and freed, and (when
+/// `leak`) 2 MiB kept for good at the next free address.
+fn step_entries(k: u64, leak: bool) -> Vec<Value> {
+    let tmp = BASE + 512 * MIB;
+    let mut v = vec![
+        e("alloc", tmp, 8 * MIB, Some(2)),
+        e("free_requested", tmp, 8 * MIB, Some(2)),
+        e("free_completed", tmp, 8 * MIB, Some(2)),
+    ];
+    if leak {
+        v.push(e("alloc", BASE + k * 2 * MIB, 2 * MIB, Some(1)));
+    }
+    v
+}
+
+/// A job of `steps` steps leaking 2 MiB per step when `leak`.
+fn job(steps: u64, leak: bool) -> Vec<Value> {
+    let mut msgs = start(0);
+    msgs.push(json!({"t":"entries","first":0,"entries":[e("segment_alloc", BASE, 1 << 30, None)]}));
+    let mut seq = 1;
+    for k in 0..steps {
+        let entries = step_entries(k, leak);
+        let n = entries.len() as u64;
+        msgs.push(json!({"t":"entries","first":seq,"entries":entries}));
+        seq += n;
+        msgs.push(json!({"t":"step","step":k,"seq":seq,"time_us":null,"source":"Optimizer.step"}));
+    }
+    msgs
+}
+
+#[test]
+fn a_leak_of_2_mib_per_step_is_flagged_within_20_steps_and_a_clean_loop_is_not() {
+    let msgs = job(20, true);
+    let mut s = Session::new("test");
+    let mut flagged_at = None;
+    for (i, m) in msgs.iter().enumerate() {
+        let bytes = serde_json::to_vec(m).expect("json");
+        let msg = decode("test", i as u64, &bytes)
+            .expect("decode")
+            .expect("known");
+        if s.apply(i as u64, msg).expect("apply") == Applied::Step && flagged_at.is_none() {
+            let r = analyze_snapshot_with(s.snap(), 0, s.boundaries(0));
+            let hit = r.findings.iter().find(|f| f.root.contains("train.py:41"));
+            if let Some(f) = hit {
+                assert_eq!(f.growth_per_iter, 2 * MIB as i64);
+                flagged_at = Some(s.steps().len());
+            }
+        }
+    }
+    let at = flagged_at.expect("the leak is flagged");
+    // Three iterations of growth need four boundaries before anything is claimed.
+    assert!((4..=20).contains(&at), "flagged after {at} steps");
+    let r = analyze_snapshot_with(s.snap(), 0, s.boundaries(0));
+    let growth = &s.report("t", None).live.growth[0].growth_per_step;
+    assert_eq!(growth.len(), 19);
+    assert!(growth.iter().all(|g| *g == 2 * MIB as i64), "{growth:?}");
+    assert_eq!(
+        r.boundary_source,
+        BoundarySource::LiveSteps {
+            source: "Optimizer.step".into()
+        }
+    );
+    assert!(r.findings.iter().all(|f| !f.root.contains("model.py")));
+
+    let mut clean = Session::new("test");
+    feed(&mut clean, &job(20, false)).expect("clean job");
+    let r = analyze_snapshot_with(clean.snap(), 0, clean.boundaries(0));
+    assert!(r.findings.is_empty(), "{:?}", r.findings);
+    assert_eq!(r.boundaries.len(), 20);
+}
+
+#[test]
+fn the_current_map_becomes_the_snapshots_segments_with_stacks() {
+    let mut s = Session::new("test");
+    feed(&mut s, &job(3, true)).expect("job");
+    let snap = s.snapshot();
+    assert_eq!(snap.segments.len(), 1);
+    let seg = &snap.segments[0];
+    assert_eq!(seg.total_size, 1 << 30);
+    assert_eq!(seg.allocated_size, 6 * MIB);
+    let live: Vec<_> = seg.blocks.iter().filter(|b| b.state.is_active()).collect();
+    assert_eq!(live.len(), 3);
+    for b in live {
+        assert_eq!(
+            snap.user_site(b.frames).as_deref(),
+            Some("/home/u/train.py:41 in train_step")
+        );
+    }
+}
+
+#[test]
+fn a_gap_in_seq_is_an_error_naming_the_message_and_field() {
+    let mut msgs = start(0);
+    msgs.push(json!({"t":"entries","first":5,"entries":[e("segment_alloc", BASE, 1 << 30, None)]}));
+    let err = feed(&mut Session::new("sock"), &msgs).expect_err("gap");
+    let text = err.to_string();
+    assert!(
+        text.contains("message 4") && text.contains("`first`"),
+        "{text}"
+    );
+    assert!(text.contains("5, where the next entry is seq 0"), "{text}");
+}
+
+#[test]
+fn an_unknown_stack_id_is_an_error_naming_the_entry() {
+    let mut msgs = start(0);
+    msgs.push(json!({"t":"entries","first":0,"entries":[
+        e("segment_alloc", BASE, 1 << 30, None), e("alloc", BASE, 512, Some(99))]}));
+    let err = feed(&mut Session::new("sock"), &msgs).expect_err("unknown stack");
+    let text = err.to_string();
+    assert!(
+        text.contains("entries[1][6]") && text.contains("stack 99"),
+        "{text}"
+    );
+}
+
+#[test]
+fn entries_before_a_state_and_a_stack_defined_twice_are_errors() {
+    let msgs = vec![
+        hello(1, &[(0, 0)], ""),
+        json!({"t":"entries","first":0,"entries":[]}),
+    ];
+    let err = feed(&mut Session::new("s"), &msgs).expect_err("no state");
+    assert!(err.to_string().contains("before any state"), "{err}");
+    let mut msgs = start(0);
+    msgs.push(json!({"t":"stack","id":1,"frames":[]}));
+    let err = feed(&mut Session::new("s"), &msgs).expect_err("twice");
+    assert!(
+        err.to_string().contains("stack 1 is defined twice"),
+        "{err}"
+    );
+}
+
+fn state(seq: u64, reason: &str, blocks: Value) -> Vec<Value> {
+    vec![
+        json!({"t":"state","seq":seq,"reason":reason,"chunks":1}),
+        json!({"t":"segments","segments":[{"device":0,"address":BASE,"total_size":1u64<<30,
+            "stream":0,"segment_type":"large","segment_pool_id":[0,0],"is_expandable":false,
+            "blocks":blocks}]}),
+    ]
+}
+
+#[test]
+fn a_resync_that_matches_is_a_checkpoint_and_one_that_differs_starts_over() {
+    let mut msgs = start(0);
+    msgs.push(json!({"t":"entries","first":0,"entries":[
+        e("segment_alloc", BASE, 1 << 30, None), e("alloc", BASE, 2 * MIB, Some(1))]}));
+    let same = json!([
+        {"address":BASE,"size":2*MIB,"requested_size":2*MIB,"state":"active_allocated","stack":1},
+        {"address":BASE+2*MIB,"size":(1u64<<30)-2*MIB,"requested_size":0,"state":"inactive","stack":null}]);
+    msgs.extend(state(2, "resync", same));
+    let mut s = Session::new("s");
+    let applied = feed(&mut s, &msgs).expect("resync");
+    assert_eq!(applied.last(), Some(&Applied::Checkpoint));
+    assert_eq!(s.trace(0).len(), 2, "a checkpoint keeps the history");
+
+    let differs = json!([{"address":BASE,"size":1u64<<30,"requested_size":0,"state":"inactive","stack":null}]);
+    let applied = feed(&mut s, &state(2, "rebase", differs)).expect("rebase");
+    let Some(Applied::Started { why: Some(why) }) = applied.last() else {
+        panic!("{applied:?}");
+    };
+    assert!(why.contains("rebase state at seq 2 differs"), "{why}");
+    assert!(s.trace(0).is_empty());
+    assert_eq!(s.map(0).map(|m| m.allocated), Some(0));
+}
+
+#[test]
+fn lost_entries_start_over_from_the_state_that_follows() {
+    let mut msgs = start(0);
+    msgs.push(json!({"t":"entries","first":0,"entries":[e("segment_alloc", BASE, 1 << 30, None)]}));
+    msgs.push(json!({"t":"lost","seq":1,"count":1532,"why":"the native ring overflowed"}));
+    let blocks = json!([{"address":BASE,"size":1u64<<30,"requested_size":0,"state":"inactive","stack":null}]);
+    msgs.extend(state(1533, "lost", blocks));
+    msgs.push(json!({"t":"entries","first":1533,"entries":[e("alloc", BASE, 512, Some(2))]}));
+    let mut s = Session::new("s");
+    let applied = feed(&mut s, &msgs).expect("lost");
+    let why = applied.iter().find_map(|a| match a {
+        Applied::Started { why: Some(w) } => Some(w.clone()),
+        _ => None,
+    });
+    let why = why.expect("started over");
+    assert!(why.contains("lost 1532 entries from seq 1"), "{why}");
+    assert_eq!(s.trace(0).len(), 1);
+    let r = s.report("s", None);
+    assert_eq!(r.live.lost.len(), 1);
+    assert_eq!(r.live.started_over, vec![why]);
+}
+
+#[test]
+fn past_the_cap_the_history_is_dropped_and_the_map_kept() {
+    let mut s = Session::with_cap("s", 10);
+    feed(&mut s, &job(5, true)).expect("job");
+    assert!(s.trace(0).len() <= 10);
+    let snap = s.snapshot();
+    let allocated: u64 = snap.segments.iter().map(|g| g.allocated_size).sum();
+    assert_eq!(allocated, 10 * MIB, "the map survives the drop");
+    let r = s.report("s", None);
+    assert!(r
+        .live
+        .started_over
+        .iter()
+        .any(|w| w.contains("over the bound of 10")));
+}
+
+#[test]
+fn bye_ends_the_session_with_its_reason() {
+    let mut msgs = start(0);
+    msgs.push(json!({"t":"bye","reason":"the process is exiting"}));
+    msgs.push(json!({"t":"some_future_message","x":1}));
+    let mut s = Session::new("s");
+    feed(&mut s, &msgs).expect("bye");
+    assert_eq!(s.ended(), Some("the process is exiting"));
+}

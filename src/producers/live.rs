@@ -1,0 +1,307 @@
+//! A live job (or a recording of one) as a [`Source`]: a thread reads the
+//! frames into a [`Session`], sends `Opened` and `Start` once the job's state
+//! is known, then each batch of entries mirrored onto the map as a timeline
+//! part (as `snapshot` streams a file's trace), and the leak findings when
+//! steps end — at most about once a second, and less often when an analysis
+//! takes long, so a large job never spends its reading time analysing.
+//!
+//! When the job loses entries, or its map differs from the one its entries
+//! built, the view starts over (`Restarted`, a `Note` saying why, a new
+//! `Start`). When the stream ends the view stays, and a `Note` says how.
+
+use std::io::Read;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::devices::SnapshotDevices;
+use super::live_tags::LiveTags;
+use super::source::{Opened, Source, SourceMsg};
+use crate::alloc::{AllocConfig, MemoryStats};
+use crate::leak::analyze_snapshot_with;
+use crate::live::message::Message;
+use crate::live::{decode, Applied, FrameReader, ServerHello, Session};
+use crate::trace::mirror::TraceMirror;
+use crate::trace::replay::Entry;
+use crate::trace::timeline::TimelinePart;
+use crate::trace::{Marker, MemoryMap};
+
+/// The least time between two leak analyses while the job runs.
+pub const ANALYSIS_EVERY: Duration = Duration::from_secs(1);
+
+/// A source fed from `frames` (a connection after its hello, or a
+/// recording). `device`: the CUDA device the view shows (default: the
+/// first the job has). `stop` is set once nobody reads any more.
+pub fn live_source(
+    frames: FrameReader<Box<dyn Read + Send>>,
+    hello: Option<ServerHello>,
+    device: Option<usize>,
+    stop: Arc<AtomicBool>,
+) -> Source {
+    let (tx, rx) = flume::unbounded();
+    let (spent_tx, spent) = flume::bounded(1);
+    let spawned = std::thread::Builder::new()
+        .name("live job".into())
+        .spawn(move || {
+            let mut send = |m: SourceMsg| {
+                let ok = tx.send(m).is_ok();
+                if !ok {
+                    stop.store(true, Ordering::Relaxed);
+                }
+                ok
+            };
+            let mut reader = Reader {
+                frames,
+                session: None,
+                hello,
+                device,
+                tags: Arc::new(LiveTags::default()),
+                view: None,
+                spent,
+                last_analysis: None,
+                analysis_took: Duration::ZERO,
+            };
+            reader.run(&mut send);
+        });
+    match spawned {
+        Ok(_) => Source::new(rx, None).reusing_parts(spent_tx),
+        Err(e) => Source::from_messages([SourceMsg::Failed(format!(
+            "could not start the thread that reads the job: {e}"
+        ))]),
+    }
+}
+
+/// What the view has been sent of the shown device.
+struct View {
+    device: usize,
+    config: AllocConfig,
+    map: Option<MemoryMap>,
+    progress: (usize, Option<usize>),
+    /// Entries of the device's trace mirrored so far.
+    done: usize,
+}
+
+struct Reader {
+    frames: FrameReader<Box<dyn Read + Send>>,
+    session: Option<Session>,
+    hello: Option<ServerHello>,
+    device: Option<usize>,
+    tags: Arc<LiveTags>,
+    view: Option<View>,
+    spent: flume::Receiver<TimelinePart>,
+    last_analysis: Option<Instant>,
+    analysis_took: Duration,
+}
+
+type Sender<'a> = dyn FnMut(SourceMsg) -> bool + 'a;
+
+impl Reader {
+    fn run(&mut self, send: &mut Sender) {
+        // The session holds `Rc` strings: it is made on this thread.
+        let mut session = Session::new(self.frames.at());
+        if let Some(h) = self.hello.take() {
+            let _ = session.apply(0, Message::Hello(Box::new(h)));
+        }
+        self.session = Some(session);
+        let outcome = self.read_all(send);
+        let Some(session) = self.session.as_mut() else {
+            return;
+        };
+        let msg = match outcome {
+            Ok(true) => {
+                let why = session.ended().unwrap_or("the job said bye").to_string();
+                SourceMsg::Note(format!("the job ended: {why}"))
+            }
+            Ok(false) => {
+                session.disconnected("the job disconnected");
+                SourceMsg::Note("the job disconnected (the stream ended without bye)".into())
+            }
+            Err(e) => SourceMsg::Failed(format!("{e} (the view keeps what it had)")),
+        };
+        if !send(msg) {
+            return;
+        }
+        self.analyse(send, true);
+        send(SourceMsg::Finished);
+    }
+
+    /// Ok(true): the job said bye; Ok(false): the stream ended.
+    fn read_all(&mut self, send: &mut Sender) -> Result<bool, crate::live::LiveError> {
+        let at = self.frames.at().to_string();
+        loop {
+            let Some((index, bytes)) = self.frames.next_frame()? else {
+                return Ok(false);
+            };
+            let Some(msg) = decode(&at, index, bytes)? else {
+                continue;
+            };
+            let Some(session) = self.session.as_mut() else {
+                return Ok(false);
+            };
+            let applied = session.apply(index, msg)?;
+            let alive = match applied {
+                Applied::Started { why } => self.start(why, send),
+                Applied::Entries => self.entries(send),
+                Applied::Step => self.step(send) && self.analyse(send, false),
+                Applied::Stats(d) => self.stats(d, send),
+                Applied::Ended(_) => return Ok(true),
+                _ => true,
+            };
+            if !alive {
+                return Ok(false);
+            }
+        }
+    }
+
+    fn start(&mut self, why: Option<String>, send: &mut Sender) -> bool {
+        let Some(session) = self.session.as_ref() else {
+            return false;
+        };
+        let devices = session.devices();
+        let device = self
+            .device
+            .or_else(|| devices.first().copied())
+            .unwrap_or(0);
+        let first = self.view.is_none();
+        if first {
+            let capacity = session.hello().and_then(|h| {
+                h.devices
+                    .iter()
+                    .find(|d| usize::from(d.device) == device)
+                    .and_then(|d| d.total_memory)
+            });
+            let opened = Opened {
+                tags: Some(self.tags.clone()),
+                capacity,
+                devices: SnapshotDevices {
+                    path: None,
+                    devices: devices.clone(),
+                    current: device,
+                    with_oom: Vec::new(),
+                    under: None,
+                },
+                events: None,
+                since_step: true,
+            };
+            if !send(SourceMsg::Opened(Box::new(opened))) {
+                return false;
+            }
+        } else {
+            if !send(SourceMsg::Restarted) {
+                return false;
+            }
+            if let Some(why) = why {
+                if !send(SourceMsg::Note(why)) {
+                    return false;
+                }
+            }
+        }
+        let map = session.start_map(device);
+        let untagged = map
+            .blocks
+            .keys()
+            .filter_map(|a| Some((*a, session.start_frames(device, *a)?)))
+            .collect();
+        self.tags.restart(session.snap(), untagged);
+        self.view = Some(View {
+            device,
+            config: session.config().clone(),
+            map: Some(map.clone()),
+            progress: (0, None),
+            done: 0,
+        });
+        send(SourceMsg::Start(Box::new(map)))
+    }
+
+    fn entries(&mut self, send: &mut Sender) -> bool {
+        let (Some(session), Some(view)) = (self.session.as_ref(), self.view.as_mut()) else {
+            return true;
+        };
+        let trace = session.trace(view.device);
+        let new = trace.get(view.done..).unwrap_or(&[]);
+        if new.is_empty() {
+            return true;
+        }
+        self.tags.extend(session.snap(), new);
+        let entries: Vec<Entry> = new
+            .iter()
+            .map(|e| Entry {
+                action: e.action,
+                addr: e.addr,
+                size: e.size,
+                stream: e.stream,
+                in_empty_cache: false,
+            })
+            .collect();
+        let snap = session.snap();
+        let free_at = |i: usize| trace.get(i).and_then(|e| snap.extra(e).device_free);
+        let mut part = self
+            .spent
+            .try_recv()
+            .unwrap_or_else(|_| TimelinePart::with_capacity(entries.len()));
+        let map = view.map.take().unwrap_or_default();
+        let mut mirror = TraceMirror::resume(map, &view.config, view.progress);
+        mirror.fill_part(view.done, &entries, free_at, &mut part);
+        view.progress = mirror.progress();
+        view.map = Some(mirror.into_map());
+        view.done = trace.len();
+        send(SourceMsg::Part(part))
+    }
+
+    /// The job's own `memory_stats()` of the shown device, for the stats panel.
+    fn stats(&self, device: u8, send: &mut Sender) -> bool {
+        let (Some(session), Some(view)) = (self.session.as_ref(), self.view.as_ref()) else {
+            return true;
+        };
+        if usize::from(device) != view.device {
+            return true;
+        }
+        let Some(s) = session.stats().iter().find(|s| s.device == device) else {
+            return true;
+        };
+        let stats = MemoryStats::from_map(|k| s.get(k));
+        send(SourceMsg::Stats(Box::new(stats)))
+    }
+
+    /// A step ended: its boundary on the timeline, where the entries so far end.
+    fn step(&mut self, send: &mut Sender) -> bool {
+        let (Some(session), Some(view)) = (self.session.as_ref(), self.view.as_mut()) else {
+            return true;
+        };
+        let Some(step) = session.steps().last() else {
+            return true;
+        };
+        let k = u32::try_from(step.step).unwrap_or(u32::MAX);
+        let mut part = self
+            .spent
+            .try_recv()
+            .unwrap_or_else(|_| TimelinePart::with_capacity(2));
+        part.clear();
+        let map = view.map.take().unwrap_or_default();
+        let mut mirror = TraceMirror::resume(map, &view.config, view.progress);
+        mirror.push_marker(Marker::IterationEnd(k), &mut part);
+        mirror.push_marker(Marker::IterationBegin(k.saturating_add(1)), &mut part);
+        view.progress = mirror.progress();
+        view.map = Some(mirror.into_map());
+        self.tags.markers(2);
+        send(SourceMsg::Part(part))
+    }
+
+    /// The leak findings from the steps so far, when one is due (`now`: at
+    /// the end, whatever the time).
+    fn analyse(&mut self, send: &mut Sender, now: bool) -> bool {
+        let (Some(session), Some(view)) = (self.session.as_ref(), self.view.as_ref()) else {
+            return true;
+        };
+        let wait = ANALYSIS_EVERY.max(self.analysis_took * 4);
+        if !now && self.last_analysis.is_some_and(|t| t.elapsed() < wait) {
+            return true;
+        }
+        let t = Instant::now();
+        let report =
+            analyze_snapshot_with(session.snap(), view.device, session.boundaries(view.device));
+        self.analysis_took = t.elapsed();
+        self.last_analysis = Some(Instant::now());
+        send(SourceMsg::FindingsNow(report.findings))
+    }
+}

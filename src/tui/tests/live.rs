@@ -1,0 +1,62 @@
+//! A live job in the UI: a synthetic job leaking 2 MiB per step, through the
+//! live producer, drawn on `TestBackend`. The by-line pane opens on what
+//! grew since the last step.
+
+use std::io::Cursor;
+use std::sync::Arc;
+
+use super::helpers::{app_finished, keys, opts, screen};
+use crate::live::read_recording;
+use crate::live::synth::training_job;
+use crate::producers::live_source;
+
+fn job_app(steps: u64, leak: u64) -> crate::tui::app::App {
+    let bytes = training_job(steps, leak, 3).bytes;
+    let frames = read_recording(
+        Box::new(Cursor::new([&crate::live::MAGIC[..], &bytes].concat())),
+        "job.vslive".into(),
+    )
+    .expect("a recording");
+    let src = live_source(frames, None, None, Arc::default());
+    app_finished(vec![("pid 7".into(), src)], &opts())
+}
+
+#[test]
+fn the_default_view_shows_what_grew_since_the_last_step_and_which_line() {
+    let mut app = job_app(12, 2 << 20);
+    keys(&mut app, "G");
+    let s = screen(&mut app, 140, 44);
+    if std::env::var_os("SHOW_SCREEN").is_some() {
+        eprintln!("{s}");
+    }
+    assert!(s.contains("Grown since the step at event"), "{s}");
+    // Since the step: this step's 2 MiB from train.py:41, nothing from
+    // model.py (its temporaries were freed), nothing of earlier steps.
+    assert!(s.contains("2.00 MiB"), "{s}");
+    assert!(s.contains("train.py:41"), "{s}");
+    assert!(!s.contains("model.py:12"), "{s}");
+    assert!(s.contains("the job ended: the process is exiting"), "{s}");
+    // The leak panel names the line too.
+    assert!(!app.runs[0].findings.is_empty(), "{s}");
+    assert!(app.runs[0]
+        .findings
+        .iter()
+        .any(|f| f.root.contains("train.py:41")));
+
+    // S: everything live, the earlier steps' 24 MiB included.
+    keys(&mut app, "S");
+    let s = screen(&mut app, 140, 44);
+    assert!(s.contains(" Live by Python line · 26.00 MiB"), "{s}");
+}
+
+#[test]
+fn a_clean_job_grows_nothing_since_the_step() {
+    let mut app = job_app(6, 0);
+    keys(&mut app, "G");
+    let s = screen(&mut app, 140, 44);
+    assert!(
+        s.contains("nothing born since the step began is live"),
+        "{s}"
+    );
+    assert!(app.runs[0].findings.is_empty());
+}

@@ -1,0 +1,291 @@
+//! `attach` against a helper stand-in speaking PROTOCOL.md over a real unix
+//! socket or TCP port: the handshake (token, refusal), a stream that loses
+//! entries and sends a fresh state, a disconnect, and dead addresses.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use serde_json::{json, Value};
+use vramscope::live::frame::FrameReader;
+use vramscope::live::synth::{hello, StreamWriter};
+use vramscope::live::{connect, Address, LiveError};
+use vramscope::producers::{live_source, SourceMsg};
+
+const BASE: u64 = 0x7f00_0000_0000;
+const FIXTURE: &str = "tests/fixtures/live/adam-step.vslive";
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("vramscope-attach-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("tmp");
+    d
+}
+
+/// A job's stream: hello, a state, a segment and one allocation; then
+/// `lost` and a fresh state when `lose`; no `bye` (it disconnects).
+fn script(lose: bool) -> Vec<u8> {
+    let mut w = StreamWriter::stream();
+    w.send(hello(4242, &[(0, 80 << 30)], ""));
+    w.send(json!({"t":"state","seq":0,"reason":"start","chunks":0}));
+    w.send(json!({"t":"stack","id":1,"frames":[["/home/u/train.py",41,"train_step"]]}));
+    w.send(json!({"t":"entries","first":0,"entries":[
+        ["segment_alloc",0,BASE,1u64<<30,0,1,null],["alloc",0,BASE,4096,0,2,1]]}));
+    if lose {
+        w.send(json!({"t":"lost","seq":2,"count":10,"why":"the native ring overflowed"}));
+        w.send(json!({"t":"state","seq":12,"reason":"lost","chunks":1}));
+        w.send(json!({"t":"segments","segments":[{"device":0,"address":BASE,"total_size":1u64<<30,
+            "stream":0,"segment_type":"large","segment_pool_id":[0,0],"is_expandable":false,
+            "blocks":[{"address":BASE,"size":1u64<<30,"requested_size":0,"state":"inactive","stack":null}]}]}));
+        w.send(json!({"t":"entries","first":12,"entries":[["alloc",0,BASE,8192,0,3,1]]}));
+    }
+    w.bytes
+}
+
+/// Serve one client: read its hello, answer `refused` when the token is
+/// not `token`, else send `stream` and close. The client's hello comes back.
+fn serve<S: Read + Write + Send + 'static>(
+    accept: impl FnOnce() -> S + Send + 'static,
+    token: Option<&'static str>,
+    stream: Vec<u8>,
+) -> JoinHandle<Value> {
+    std::thread::spawn(move || {
+        let mut s = accept();
+        let mut frames = FrameReader::new(&mut s, "server");
+        let (_, bytes) = frames.next_frame().expect("read").expect("client hello");
+        let client: Value = serde_json::from_slice(bytes).expect("json");
+        if token.is_some() && client["token"].as_str() != token {
+            let mut w = StreamWriter::stream();
+            w.send(json!({"t":"refused","reason":"wrong token"}));
+            s.write_all(&w.bytes).expect("write");
+        } else {
+            s.write_all(&stream).expect("write");
+        }
+        client
+    })
+}
+
+fn unix_server(tag: &str, stream: Vec<u8>) -> (PathBuf, JoinHandle<Value>) {
+    let path = temp_dir(tag).join("job.sock");
+    let l = UnixListener::bind(&path).expect("bind");
+    let h = serve(move || l.accept().expect("accept").0, None, stream);
+    (path, h)
+}
+
+fn drain(source: vramscope::producers::Source) -> Vec<SourceMsg> {
+    let mut out = Vec::new();
+    while let Some(m) = source.recv() {
+        let end = matches!(m, SourceMsg::Finished);
+        out.push(m);
+        if end {
+            break;
+        }
+    }
+    out
+}
+
+#[test]
+fn a_unix_socket_job_that_loses_entries_starts_over_and_then_disconnects() {
+    let (path, server) = unix_server("lost", script(true));
+    let addr = Address::parse(path.to_str().expect("utf-8")).expect("addr");
+    let c = connect(&addr, None, Arc::default()).expect("connects");
+    assert_eq!(c.hello.pid, 4242);
+    let msgs = drain(live_source(
+        c.frames,
+        Some(c.hello),
+        None,
+        Arc::new(AtomicBool::new(false)),
+    ));
+    let client = server.join().expect("server");
+    assert_eq!(client["protocol"], 1);
+    assert_eq!(client["token"], Value::Null);
+
+    let names: Vec<&str> = msgs
+        .iter()
+        .map(|m| match m {
+            SourceMsg::Opened(_) => "opened",
+            SourceMsg::Start(_) => "start",
+            SourceMsg::Part(_) => "part",
+            SourceMsg::Restarted => "restarted",
+            SourceMsg::Note(_) => "note",
+            SourceMsg::FindingsNow(_) => "findings",
+            SourceMsg::Finished => "finished",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "opened",
+            "start",
+            "part",
+            "restarted",
+            "note",
+            "start",
+            "part",
+            "note",
+            "findings",
+            "finished"
+        ]
+    );
+    let notes: Vec<&String> = msgs
+        .iter()
+        .filter_map(|m| match m {
+            SourceMsg::Note(n) => Some(n),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        notes[0].contains("lost 10 entries from seq 2"),
+        "{}",
+        notes[0]
+    );
+    assert!(notes[1].contains("disconnected"), "{}", notes[1]);
+    // The second start is the job's fresh state: one free segment.
+    let starts: Vec<_> = msgs
+        .iter()
+        .filter_map(|m| match m {
+            SourceMsg::Start(map) => Some(map),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(starts[1].reserved, 1 << 30);
+    assert_eq!(starts[1].allocated, 0);
+}
+
+#[test]
+fn tcp_needs_the_right_token() {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    let server = serve(
+        move || l.accept().expect("accept").0,
+        Some("s3cret"),
+        script(false),
+    );
+    let addr = Address::parse(&format!("127.0.0.1:{port}")).expect("addr");
+    let err = connect(&addr, Some("wrong"), Arc::default())
+        .err()
+        .expect("refused");
+    assert!(matches!(err, LiveError::Refused { .. }), "{err}");
+    assert!(err.to_string().contains("wrong token"), "{err}");
+    assert_eq!(server.join().expect("server")["token"], "wrong");
+
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    let server = serve(
+        move || l.accept().expect("accept").0,
+        Some("s3cret"),
+        script(false),
+    );
+    let addr = Address::parse(&format!("tcp:127.0.0.1:{port}")).expect("addr");
+    let c = connect(&addr, Some("s3cret"), Arc::default()).expect("accepted");
+    assert_eq!(c.hello.mode, "agent");
+    server.join().expect("server");
+}
+
+#[test]
+fn headless_attach_reports_the_job_and_says_it_disconnected() {
+    let (path, server) = unix_server("headless", script(false));
+    let (code, out, err) = common::vramscope(&["attach", path.to_str().expect("utf-8"), "--json"]);
+    server.join().expect("server");
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["live"]["pid"], 4242);
+    assert_eq!(v["devices"][0]["allocated"], 4096);
+    assert_eq!(
+        v["devices"][0]["top_allocations"][0]["site"],
+        "/home/u/train.py:41 in train_step"
+    );
+    assert!(v["live"]["ended"]
+        .as_str()
+        .expect("ended")
+        .contains("disconnected"));
+}
+
+#[test]
+fn dead_addresses_exit_2_at_once() {
+    let dir = temp_dir("dead");
+    let missing = dir.join("nobody.sock");
+    // A socket file nobody listens on any more.
+    let stale = dir.join("stale.sock");
+    drop(UnixListener::bind(&stale).expect("bind"));
+    let closed = {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").port()
+    };
+    let tcp = format!("127.0.0.1:{closed}");
+    for (args, says) in [
+        (
+            vec!["attach", missing.to_str().expect("utf-8"), "--json"],
+            "no socket there",
+        ),
+        (
+            vec!["attach", stale.to_str().expect("utf-8"), "--json"],
+            "nothing is listening",
+        ),
+        (
+            vec!["attach", &tcp, "--token", "t", "--json"],
+            "nothing is listening",
+        ),
+        (vec!["attach", &tcp, "--json"], "TCP needs a token"),
+        (
+            vec!["attach", "--replay", missing.to_str().expect("utf-8")],
+            "cannot connect",
+        ),
+        (
+            vec!["attach", "/tmp/job-{rank}.sock", "--json"],
+            "replace {rank}",
+        ),
+        (
+            vec!["attach", "--replay", FIXTURE, "--json", "--device", "3"],
+            "no device 3; it has device 0",
+        ),
+    ] {
+        let t = std::time::Instant::now();
+        let (code, _, err) = common::vramscope(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(3),
+            "{args:?} took {:?}",
+            t.elapsed()
+        );
+    }
+}
+
+#[test]
+fn a_hostile_recording_is_a_clear_error_with_exit_2() {
+    let dir = temp_dir("hostile");
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (
+            b"not a recording".to_vec(),
+            "not a vramscope live recording",
+        ),
+        (
+            [&b"VSLIVE1\n"[..], &u32::MAX.to_le_bytes()].concat(),
+            "over the 64 MiB bound",
+        ),
+        (
+            [&b"VSLIVE1\n"[..], &5u32.to_le_bytes(), b"{\"t\":"].concat(),
+            "not a JSON object",
+        ),
+    ];
+    for (i, (bytes, says)) in cases.into_iter().enumerate() {
+        let path = dir.join(format!("{i}.vslive"));
+        std::fs::write(&path, bytes).expect("write");
+        let (code, _, err) = common::vramscope(&[
+            "attach",
+            "--replay",
+            path.to_str().expect("utf-8"),
+            "--json",
+        ]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains(says), "{says}: {err}");
+    }
+}
