@@ -19,7 +19,7 @@ use vramscope::live::{connect, Address, LiveError};
 use vramscope::producers::{live_source, SourceMsg};
 
 const BASE: u64 = 0x7f00_0000_0000;
-const FIXTURE: &str = "tests/fixtures/live/adam-step.vslive";
+const FIXTURE: &str = "tests/fixtures/live/adam-step-synth.vslive";
 
 fn temp_dir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("vramscope-attach-{tag}-{}", std::process::id()));

@@ -12,7 +12,7 @@ use vramscope::trace::snapshot::import_file;
 
 use common::real;
 
-const FIXTURE: &str = "tests/fixtures/live/adam-step.vslive";
+const FIXTURE: &str = "tests/fixtures/live/adam-step-synth.vslive";
 const FIXTURE_SOURCE: &str = "adam-step_closed-trace_annotations.pickle";
 
 fn bin() -> Command {
