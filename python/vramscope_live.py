@@ -754,6 +754,7 @@ class _Agent:
         self.stop_event = threading.Event()
         self.thread = None
         self.interval_s = None
+        self.drain_lock = threading.Lock()  # one consumer of the ring at a time
 
     def _token(self):
         with self.token_lock:
@@ -795,6 +796,10 @@ class _Agent:
                 _say(f"drain failed: {e!r}")
 
     def drain(self):
+        with self.drain_lock:
+            self._drain()
+
+    def _drain(self):
         retry = []
         while True:
             records, lost = self.ext.drain(ENTRIES_PER_FRAME * 4)

@@ -32,6 +32,7 @@ TINY = os.path.join(SNAPSHOTS, "cs336-silmont_tiny-closed-trace_cpp-frames.pickl
 sys.path.insert(0, os.path.join(HERE, "fake_torch"))
 sys.path.insert(0, PYTHON_DIR)
 
+import fake_agent  # noqa: E402
 import fake_torch  # noqa: E402
 import vramscope_live  # noqa: E402
 
@@ -488,6 +489,142 @@ class RecordingTests(LiveTestCase):
         view = View().feed(frames[1:])
         self.assertEqual([s for s, _ in view.entries], list(range(31)))
         self.assertEqual(blocks_of(view.last_state("resync")[1]), blocks_of(self.job.segments_now()))
+
+
+class AgentTests(LiveTestCase):
+    """Agent mode's Python side, over fake_agent (the C++ is checked for syntax only)."""
+
+    slots = 1 << 18
+
+    def setUp(self):
+        super().setUp()
+        self.built = vramscope_live._build_agent
+        vramscope_live._build_agent = lambda torch: fake_agent.FakeAgent(self.slots)
+
+    def tearDown(self):
+        super().tearDown()
+        vramscope_live._build_agent = self.built
+
+    def test_every_entry_once_exact_steps_and_end_state(self):
+        trace, annotations = file_entries(ADAM)
+        end_us = [a["time_us"] for a in annotations if a["stage"] == "END"][0]
+        address = self.start(before=5, mode="agent")
+        client = self.connect(address)
+        self.assertEqual(client.first["mode"], "agent")
+        self.assertIsNone(client.first["poll_interval_s"])
+        self.job.advance(4)
+        vramscope_live.mark_step()
+        for n in (3, 7, None):
+            self.job.advance(n)
+            vramscope_live._poll_now()
+        view = self.finish(client)
+        self.assertEqual((view.states[0][0]["reason"], view.states[0][0]["seq"]), ("start", 0))
+        got = [(seq, row[0], row[2], row[3]) for seq, row in view.entries]
+        self.assertEqual(got, [(i, e["action"], e["addr"], e["size"]) for i, e in enumerate(trace[5:])])
+        for (_, row), e in zip(view.entries, trace[5:]):
+            self.assertEqual(row[6], [(f["filename"], f["line"], f["name"]) for f in e["frames"]])
+        before_end = sum(1 for e in trace if e["time_us"] < end_us)
+        self.assertEqual(
+            [(s["seq"], s["source"]) for s in view.steps], [(4, "mark_step"), (before_end - 5, "Optimizer.step")]
+        )
+        self.assertEqual(blocks_of(view.last_state("resync")[1]), blocks_of(self.job.file["segments"]))
+
+    def test_record_function_marker_is_exact(self):
+        trace, annotations = file_entries(ADAM)
+        start_us = [a["time_us"] for a in annotations if a["stage"] == "START"][0]
+        address = self.start(mode="agent", step_marker="Optimizer.step")
+        client = self.connect(address)
+        self.job.advance(None)
+        view = self.finish(client)
+        before_start = sum(1 for e in trace if e["time_us"] < start_us)
+        self.assertIn((before_start, "record_function:Optimizer.step"), [(s["seq"], s["source"]) for s in view.steps])
+
+    def test_oom_sends_message_and_state(self):
+        address = self.start(mode="agent")
+        client = self.connect(address)
+        self.job.advance(12)
+        fake_torch.inject_oom(3 * 1024**3)
+        vramscope_live._poll_now()
+        view = read_state(client, "oom")
+        self.assertEqual([(o["seq"], o["alloc_size"]) for o in view.ooms], [(13, 3 * 1024**3)])
+        self.assertEqual(view.entries[-1][1][:4], ["oom", 0, 0, 3 * 1024**3])
+        self.assertEqual(blocks_of(view.last_state("oom")[1]), blocks_of(self.job.segments_now()))
+
+
+class AgentOverflowTests(AgentTests):
+    slots = 4
+
+    # the inherited tests need a bigger ring than 4
+    test_every_entry_once_exact_steps_and_end_state = None
+    test_record_function_marker_is_exact = None
+    test_oom_sends_message_and_state = None
+
+    def test_overflow_sends_lost_and_a_fresh_state(self):
+        trace, _ = file_entries(ADAM)
+        address = self.start(mode="agent")
+        vramscope_live._poll_now()  # places the start state
+        client = self.connect(address)
+        self.job.advance(2)
+        vramscope_live._poll_now()
+        first = client.read_until(lambda f: f["t"] == "entries" and f["first"] + len(f["entries"]) == 2)
+        self.job.advance(10)  # 10 entries into a ring of 4
+        vramscope_live._poll_now()  # sees the loss, asks for a state
+        vramscope_live._poll_now()  # places it
+        after_lost = blocks_of(self.job.segments_now())
+        self.job.advance(2)
+        vramscope_live._poll_now()
+        done = lambda f: f["t"] == "entries" and f["first"] + len(f["entries"]) == 4  # noqa: E731
+        view = View().feed(first + client.read_until(done))
+        self.assertEqual([(x["seq"], x["count"]) for x in view.lost], [(2, None)])
+        msg, segs = view.last_state("lost")
+        self.assertEqual(msg["seq"], 2)
+        self.assertEqual(blocks_of(segs), after_lost)
+        got = [(seq, row[0], row[2]) for seq, row in view.entries]
+        self.assertEqual(got, [(seq, e["action"], e["addr"]) for seq, e in zip(range(4), trace[0:2] + trace[12:14])])
+
+
+class AgentSourceTests(unittest.TestCase):
+    def test_agent_source_compiles_against_stub_headers(self):
+        import shutil
+
+        gxx = shutil.which("g++")
+        if gxx is None:
+            self.skipTest("no g++ here")
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(tmp, "agent.cpp")
+            with open(src, "w") as f:
+                f.write(vramscope_live.AGENT_SOURCE)
+            stubs = os.path.join(HERE, "agent_stubs")
+            out = subprocess.run(
+                [gxx, "-std=c++17", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", "-I", stubs, src],
+                capture_output=True, text=True, timeout=120, check=False,
+            )
+        self.assertEqual(out.returncode, 0, out.stderr)
+
+
+class FixtureTests(unittest.TestCase):
+    def test_committed_recording_matches_its_snapshot(self):
+        path = os.path.join(REPO, "tests", "fixtures", "live", "adam-step.vslive")
+        with open(path, "rb") as f:
+            data = f.read()
+        self.assertTrue(data.startswith(b"VSLIVE1\n"))
+        frames, pos = [], 8
+        while pos < len(data):
+            (n,) = struct.unpack("<I", data[pos : pos + 4])
+            frames.append(json.loads(data[pos + 4 : pos + 4 + n]))
+            pos += 4 + n
+        self.assertEqual(pos, len(data))
+        self.assertEqual((frames[0]["t"], frames[-1]["t"]), ("hello", "bye"))
+        view = View().feed(frames[1:])
+        trace, _ = file_entries(ADAM)
+        self.assertEqual(
+            [(seq, row[0], row[2], row[3]) for seq, row in view.entries],
+            [(i, e["action"], e["addr"], e["size"]) for i, e in enumerate(trace[3:])],
+        )
+        with open(ADAM, "rb") as f:
+            final = pickle.load(f)["segments"]
+        self.assertEqual(blocks_of(view.last_state("resync")[1]), blocks_of(final))
+        self.assertEqual([s["source"] for s in view.steps], ["mark_step", "Optimizer.step"])
 
 
 class WithoutTorchTests(unittest.TestCase):

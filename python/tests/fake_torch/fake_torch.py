@@ -52,6 +52,8 @@ class _Job:
         self.num_ooms = [0] * self.n_devices
         self.peak = {}
         self.snapshot_calls = 0
+        self.trace_trackers = []  # attachAllocatorTraceTracker: every entry, recording or not
+        self.annotation_trackers = []  # a RecordFunction callback's view of the annotations
         self.include_traces_supported = True
         # the allocator's lock: the helper's poll thread reads while a test advances
         self.lock = threading.RLock()
@@ -91,6 +93,8 @@ class _Job:
 
     def _annotate(self, a):
         t = self.tick()
+        for tracker in self.annotation_trackers:
+            tracker(a)
         if self.recording:
             rec = dict(a)
             rec["time_us"] = t
@@ -117,13 +121,13 @@ class _Job:
         elif action == "free_completed":
             self._free(device, e["addr"])
         self._update_peaks(device)
+        rec = {k: v for k, v in e.items() if k != "frames"}
+        rec["frames"] = frames
+        rec["time_us"] = self.tick()
+        for tracker in self.trace_trackers:
+            tracker(device, rec, rec["time_us"])
         if self.recording:
-            rec = {k: v for k, v in e.items() if k != "frames"}
-            rec["frames"] = frames
-            rec["time_us"] = self.tick()
             self._push(self.rings[device], rec)
-        else:
-            self.tick()
 
     def _segment_alloc(self, device, addr, size, stream, frames):
         self.segments[(device, addr)] = {
@@ -241,9 +245,11 @@ class _Job:
         with self.lock:
             free = max(0, self.total_memory - self._sums(device)["reserved_bytes"])
             self.num_ooms[device] += 1
+            rec = {"action": "oom", "size": size, "stream": 0, "device_free": free,
+                   "frames": [], "time_us": self.tick()}
+            for tracker in self.trace_trackers:
+                tracker(device, rec, rec["time_us"])
             if self.recording:
-                rec = {"action": "oom", "size": size, "stream": 0, "device_free": free,
-                       "frames": [], "time_us": self.tick()}
                 self._push(self.rings[device], rec)
             allocated = self._sums(device)["allocated_bytes"]
         # PyTorch calls the observers after releasing its lock
