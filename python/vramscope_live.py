@@ -220,10 +220,8 @@ def _is_loopback(host):
 
 
 def _frame(f):
-    """(filename, line, name) from a _snapshot() frame dict or the agent's tuple."""
-    if isinstance(f, dict):
-        f = (f.get("filename", ""), f.get("line", 0), f.get("name", ""))
-    return (_clean(f[0]), int(f[1] or 0), _clean(f[2]))
+    """(filename, line, name) with strings any JSON reader takes."""
+    return (_clean(f[0] or ""), int(f[1] or 0), _clean(f[2] or ""))
 
 
 class _Behind(Exception):
@@ -254,12 +252,17 @@ class _Log:
     def intern(self, frames):
         if not frames:
             return None
-        key = tuple(_frame(f) for f in frames[:MAX_STACK_FRAMES])
-        sid = self.stack_ids.get(key)
-        if sid is None:
+        frames = frames[:MAX_STACK_FRAMES]
+        if isinstance(frames[0], dict):
+            raw = tuple((f.get("filename"), f.get("line"), f.get("name")) for f in frames)
+        else:
+            raw = tuple(tuple(f) for f in frames)
+        sid = self.stack_ids.get(raw)
+        if sid is None:  # cleaned only once per distinct stack
             sid = len(self.stack_frames)
-            self.stack_ids[key] = sid
-            self.stack_frames.append(encode_frame({"t": "stack", "id": sid, "frames": [list(f) for f in key]}))
+            self.stack_ids[raw] = sid
+            clean = [list(_frame(f)) for f in raw]
+            self.stack_frames.append(encode_frame({"t": "stack", "id": sid, "frames": clean}))
         return sid
 
     def append(self, obj, stacks=(), weight=1):
