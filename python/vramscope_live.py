@@ -87,6 +87,7 @@ MAGIC = b"VSLIVE1\n"
 MAX_FRAME = 64 * 1024 * 1024  # PROTOCOL.md "Framing"
 MAX_STRING = 64 * 1024  # PROTOCOL.md "Bounds a reader keeps"
 MAX_STACK_FRAMES = 1024
+MAX_STACKS = 1_000_000  # distinct stacks kept by the helper (a reader accepts 4 M)
 MAX_HELLO = 64 * 1024
 HANDSHAKE_TIMEOUT_S = 10.0
 SEND_TIMEOUT_S = 30.0
@@ -245,6 +246,7 @@ class _Log:
         self.step = 0
         self.stack_ids = {}
         self.stack_frames = []
+        self.stacks_full = False
         self.recorder = recorder
         self.closed = False
 
@@ -258,6 +260,11 @@ class _Log:
         else:
             raw = tuple(tuple(f) for f in frames)
         sid = self.stack_ids.get(raw)
+        if sid is None and len(self.stack_frames) >= MAX_STACKS:
+            if not self.stacks_full:
+                self.stacks_full = True
+                _say(f"{MAX_STACKS} distinct stacks seen: new ones are sent without a stack from now on")
+            return None
         if sid is None:  # cleaned only once per distinct stack
             sid = len(self.stack_frames)
             self.stack_ids[raw] = sid
