@@ -95,6 +95,7 @@ STATS_MIN_INTERVAL_S = 0.1  # stats at most 10 per second
 MIN_POLL_INTERVAL_S = 0.5
 POLL_COST_FACTOR = 20
 ENTRIES_PER_FRAME = 4096
+SEND_BATCH_ITEMS = 64  # frames joined into one send: a late client's replay is not copied whole
 BLOCKS_PER_FRAME = 20000
 SEGMENTS_PER_FRAME = 256
 TAIL = 8  # entries remembered to find the last one sent in a new ring
@@ -352,8 +353,8 @@ class _Log:
                 self.recorder.close()
             self.cond.notify_all()
 
-    def read(self, cursor, timeout):
-        """Items from absolute index `cursor` on, waiting up to `timeout`."""
+    def read(self, cursor, timeout, max_items=SEND_BATCH_ITEMS):
+        """Up to max_items items from absolute index `cursor` on, waiting up to `timeout`."""
         if cursor < self.base:
             raise _Behind()
         end = self.base + len(self.items)
@@ -362,6 +363,7 @@ class _Log:
             if cursor < self.base:
                 raise _Behind()
             end = self.base + len(self.items)
+        end = min(end, cursor + max_items)
         return self.items[cursor - self.base : end - self.base], end
 
 
@@ -739,6 +741,13 @@ class _Poller:
                 self.s.log.append_state("resync", snap.get("segments", []))
 
 
+def _segments_snapshot(memory):
+    try:
+        return memory._snapshot(include_traces=False)
+    except TypeError:  # torch before include_traces; agent mode keeps PyTorch's ring at 1 entry
+        return memory._snapshot()
+
+
 class _Agent:
     """Agent mode: the C++ trace tracker's ring, drained by a Python thread
     that calls into the extension (which symbolises stacks with the GIL)."""
@@ -778,11 +787,7 @@ class _Agent:
         self.thread.start()
 
     def _segments(self):
-        memory = self.torch.cuda.memory
-        try:
-            return memory._snapshot(include_traces=False).get("segments", [])
-        except TypeError:  # torch before include_traces: the ring is 1 entry here, so cheap
-            return memory._snapshot().get("segments", [])
+        return _segments_snapshot(self.torch.cuda.memory).get("segments", [])
 
     def request_state(self, reason, before=()):
         """A state placed where no entry happened while it was read (else retried)."""
@@ -1049,20 +1054,28 @@ def start(
             memory._record_memory_history(enabled="all", context="all", stacks="python", max_entries=ring)
         else:
             memory._record_memory_history(enabled="all", context=None, max_entries=ring)
+        recorder = None
         try:
             s.producer = _Agent(s, ext) if ext is not None else _Poller(s)
-            if ext is None and poll_interval_s is None:
-                s.producer._snapshot()  # measure the cost once before the hello says the interval
-            recorder = None
+            # the settings for the hello; in poll mode this also measures one poll's cost
+            first = s.producer._snapshot() if ext is None else _segments_snapshot(memory)
+            if isinstance(first.get("allocator_settings"), dict):
+                s.allocator_settings = first["allocator_settings"]
             if record_to is not None:
                 path = str(record_to).replace("{rank}", str(_rank()))
                 recorder = _Recorder(path, s.hello())
             s.log = _Log(int(max_entries), recorder)
-            s.producer.start()
             token_needed = token if kind == "unix" else (token or secrets.token_hex(16))
             s.server = _Server(kind, where[0] if kind == "unix" else tuple(where), token_needed, s.log, s.hello)
+            try:
+                s.producer.start()
+            except BaseException:
+                s.server.close()
+                raise
         except BaseException:
             memory._record_memory_history(enabled=None)
+            if recorder is not None:
+                recorder.close()
             raise
         try:
             s.hooks.append(torch.optim.optimizer.register_optimizer_step_post_hook(lambda *_: s.mark("Optimizer.step")))

@@ -290,6 +290,42 @@ class HandshakeTests(LiveTestCase):
         self.assertEqual(c.first["t"], "hello")
 
 
+class AddressTests(LiveTestCase):
+    def test_address_forms(self):
+        parse = vramscope_live._parse_address
+        self.assertEqual(parse("unix:/run/x.sock"), ("unix", "/run/x.sock"))
+        self.assertEqual(parse("./x.sock"), ("unix", "./x.sock"))
+        self.assertEqual(parse("127.0.0.1:7878"), ("tcp", "127.0.0.1", 7878))
+        self.assertEqual(parse("tcp:[::1]:9"), ("tcp", "::1", 9))
+        for bad in ("host:http", "127.0.0.1:70000", ":80"):
+            with self.assertRaises(vramscope_live.LiveError) as e:
+                parse(bad)
+            self.assertIn(bad, str(e.exception))
+        self.assertTrue(vramscope_live._is_loopback("localhost"))
+        self.assertFalse(vramscope_live._is_loopback("10.0.0.7"))
+
+    def test_a_failed_start_leaves_nothing_running(self):
+        taken = os.path.join(self.tmp.name, "not-a-socket")
+        with open(taken, "w") as f:
+            f.write("mine")
+        with self.assertRaises(vramscope_live.LiveError) as e:
+            self.start(address=taken)
+        self.assertIn(taken, str(e.exception))
+        self.assertFalse(self.job.recording, "memory history is turned off again")
+        with open(taken) as f:
+            self.assertEqual(f.read(), "mine")
+        self.connect(self.start())  # and a new start works
+
+    def test_default_directory_of_another_user_is_refused(self):
+        if os.getuid() != 0:
+            self.skipTest("needs root to make a directory owned by someone else")
+        os.mkdir(os.path.join(self.tmp.name, "vramscope"), 0o700)
+        os.chown(os.path.join(self.tmp.name, "vramscope"), 12345, 12345)
+        with self.assertRaises(vramscope_live.LiveError) as e:
+            self.start()
+        self.assertIn("belongs to uid 12345", str(e.exception))
+
+
 class LogTests(LiveTestCase):
     def test_every_entry_once_in_order_and_the_end_state(self):
         trace, _ = file_entries(ADAM)
