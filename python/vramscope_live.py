@@ -58,7 +58,11 @@ the helper sends `lost` plus a fresh state. To lower the cost: a smaller
 entry into a lock-free ring inside the allocator's lock (well under 1 us,
 no GIL, no PyTorch call) and a drain thread symbolises the stacks in batches
 with the GIL; with stacks on, PyTorch's own stack capture (about 2 us per
-entry) dominates. With `step_marker` set in agent mode a global
+entry) dominates. A state (at start, after a loss, every `max_entries`) is read
+with `_snapshot(include_traces=False)` between two markers in the same ring and
+placed exactly by the `snapshot` entries PyTorch records while reading it; on a
+PyTorch that records none, only when no allocation happened meanwhile (else it
+is read again 10 ms later). With `step_marker` set in agent mode a global
 RecordFunction callback (user scope) watches for the name: each op then pays a
 scope check.
 
@@ -750,13 +754,22 @@ def _segments_snapshot(memory):
 
 class _Agent:
     """Agent mode: the C++ trace tracker's ring, drained by a Python thread
-    that calls into the extension (which symbolises stacks with the GIL)."""
+    that calls into the extension (which symbolises stacks with the GIL).
+
+    A state is read between two barrier markers pushed into the same ring. Where
+    PyTorch records a `snapshot` trace entry for each device while it reads that
+    device's segments (under the allocator's lock), those entries split the
+    entries between the barriers exactly into "in the state" and "after it";
+    otherwise the state is used only if no entry happened between the barriers,
+    and is asked for again at the next drain.
+    """
 
     mode = "agent"
     MARK_CODES = {"mark_step": 1, "Optimizer.step": 2}
     MARK_RECORD_FUNCTION = 3
     BARRIER_OPEN = 4
     BARRIER_CLOSE = 5
+    WARN_AFTER_RETRIES = 50
 
     def __init__(self, session, ext):
         self.s = session
@@ -764,16 +777,17 @@ class _Agent:
         self.ext = ext
         self.tokens = 0
         self.token_lock = threading.Lock()
+        self.request_lock = threading.Lock()  # one barrier window in the ring at a time
+        self.drain_lock = threading.Lock()  # one consumer of the ring at a time
         self.stats = {}  # marker token -> stats read when the marker was set
         self.states = {}  # barrier token -> (reason, segments, messages before the state)
-        self.open_barriers = {}  # token -> entries seen since it opened
+        self.window = None  # records between an open barrier and its close
         self.have_state = False
-        self.lost_since_state = 0
         self.rebase_pending = False
+        self.retries = 0
         self.stop_event = threading.Event()
         self.thread = None
         self.interval_s = None
-        self.drain_lock = threading.Lock()  # one consumer of the ring at a time
 
     def _token(self):
         with self.token_lock:
@@ -786,16 +800,16 @@ class _Agent:
         self.thread = threading.Thread(target=self._run, name="vramscope-live-drain", daemon=True)
         self.thread.start()
 
-    def _segments(self):
-        return _segments_snapshot(self.torch.cuda.memory).get("segments", [])
+    def _snapshot(self):
+        return _segments_snapshot(self.torch.cuda.memory)
 
     def request_state(self, reason, before=()):
-        """A state placed where no entry happened while it was read (else retried)."""
         token = self._token()
-        self.ext.mark(self.BARRIER_OPEN, token)
-        segments = self._segments()
-        self.states[token] = (reason, segments, list(before))
-        self.ext.mark(self.BARRIER_CLOSE, token)
+        with self.request_lock:
+            self.ext.mark(self.BARRIER_OPEN, token)
+            segments = self._snapshot().get("segments", [])
+            self.states[token] = (reason, segments, list(before))
+            self.ext.mark(self.BARRIER_CLOSE, token)
 
     def mark(self, source, stats):
         token = self._token()
@@ -812,65 +826,92 @@ class _Agent:
 
     def drain(self):
         with self.drain_lock:
-            self._drain()
+            retry = []
+            while True:
+                records, lost = self.ext.drain(ENTRIES_PER_FRAME * 4)
+                with self.s.log.cond:
+                    if lost:
+                        self._lost(retry)
+                    self._process(records, retry)
+                if len(records) < ENTRIES_PER_FRAME * 4:
+                    break
+            for reason, before in retry:
+                self.request_state(reason, before)
 
-    def _drain(self):
-        retry = []
-        while True:
-            records, lost = self.ext.drain(ENTRIES_PER_FRAME * 4)
-            with self.s.log.cond:
-                if lost:
-                    self._lost(lost, retry)
-                self._process(records, retry)
-            if len(records) < ENTRIES_PER_FRAME * 4:
-                break
-        for reason, before in retry:
-            self.request_state(reason, before)
-
-    def _lost(self, count, retry):
+    def _lost(self, retry):
+        self.window = None  # a barrier may be among what was dropped
         if self.have_state:
-            # null count: entries keep being dropped until a clean state is read
+            # null count: entries keep being dropped until a state is read
             lost = {"t": "lost", "count": None, "why": "the native ring overflowed"}
             self.have_state = False
             retry.append(("lost", [lost]))
-        self.lost_since_state += count
 
     def _process(self, records, retry):
-        log = self.s.log
         rows = []
-        for action, device, addr, size, stream, time_us, frames in records:
-            if action:
-                for token in self.open_barriers:
-                    self.open_barriers[token] += 1
-                if self.have_state:
-                    rows.append([action, device, addr, size, stream, time_us, log.intern(frames)])
-                continue
-            if addr == self.BARRIER_OPEN:
-                self.open_barriers[size] = 0
-                continue
-            log.append_entries(rows)
-            rows = []
-            if addr == self.BARRIER_CLOSE:
-                self._place_state(size, retry)
-            elif self.have_state:
-                source = f"record_function:{self.s.step_marker}" if addr == self.MARK_RECORD_FUNCTION else None
-                source = source or {v: k for k, v in self.MARK_CODES.items()}.get(addr, "mark_step")
-                log.append_step(source, time_us)
-                stats = self.stats.pop(size, None)
-                if stats:
-                    log.append_stats(stats)
-        log.append_entries(rows)
-        if self.have_state and log.needs_rebase() and not self.rebase_pending:
+        for rec in records:
+            action, _, code, token, _, _, _ = rec
+            if self.window is not None and (action or code != self.BARRIER_CLOSE):
+                self.window.append(rec)
+            elif not action and code == self.BARRIER_OPEN:
+                self.window = []
+            elif not action and code == self.BARRIER_CLOSE:
+                self._flush(rows)
+                self._close_window(token, retry)
+            else:
+                self._one(rec, rows)
+        self._flush(rows)
+        if self.have_state and self.s.log.needs_rebase() and not self.rebase_pending:
             self.rebase_pending = True
             retry.append(("rebase", ()))
 
-    def _place_state(self, token, retry):
-        log = self.s.log
-        dirty = self.open_barriers.pop(token, 1)
+    def _flush(self, rows):
+        self.s.log.append_entries(rows)
+        rows.clear()
+
+    def _one(self, rec, rows):
+        """An entry or a step marker, outside any barrier window."""
+        action, device, code, token, stream, time_us, frames = rec
+        if action:
+            if self.have_state:
+                rows.append([action, device, code, token, stream, time_us, self.s.log.intern(frames)])
+            return
+        stats = self.stats.pop(token, None)
+        if not self.have_state or code not in (1, 2, self.MARK_RECORD_FUNCTION):
+            return
+        self._flush(rows)
+        if code == self.MARK_RECORD_FUNCTION:
+            source = f"record_function:{self.s.step_marker}"
+        else:
+            source = "mark_step" if code == 1 else "Optimizer.step"
+        self.s.log.append_step(source, time_us)
+        if stats:
+            self.s.log.append_stats(stats)
+
+    def _close_window(self, token, retry):
+        window, self.window = self.window or [], None
         reason, segments, before = self.states.pop(token, ("resync", [], []))
-        if dirty:
+        split = _split_window(window)
+        rows = []
+        if split is None:
+            for rec in window:
+                self._one(rec, rows)
+            self._flush(rows)
+            self.retries += 1
+            if self.retries == self.WARN_AFTER_RETRIES:
+                _say(f"{self.retries} tries to read a {reason} state failed: the allocator was never quiet")
             retry.append((reason, before))
             return
+        in_state, after = split
+        for rec in in_state:
+            self._one(rec, rows)
+        self._flush(rows)
+        self._place_state(reason, segments, before)
+        for rec in after:
+            self._one(rec, rows)
+        self._flush(rows)
+
+    def _place_state(self, reason, segments, before):
+        log = self.s.log
         before = [dict(msg, seq=log.next_seq) for msg in before]
         if reason in ("lost", "rebase"):
             log.rebase(reason, segments, before)
@@ -880,21 +921,48 @@ class _Agent:
                 log.append(msg)
             log.append_state(reason, segments)
         self.have_state = True
-        self.lost_since_state = 0
+        self.retries = 0
 
     def oom(self, message_fields):
-        self.request_state("oom", [dict(message_fields, t="oom")])
+        stats = [{"t": "stats", "device": d, "stats": v} for d, v in self.s.read_stats()]
+        self.request_state("oom", [dict(message_fields, t="oom")] + stats)
 
     def stop(self):
         self.stop_event.set()
         if self.thread is not None:
             self.thread.join(timeout=10)
-        for _ in range(5):  # a quiet moment for the last state
+        for _ in range(5):
             self.request_state("resync")
             self.drain()
             if not self.states:
                 break
         self.ext.stop()
+
+
+def _split_window(window):
+    """(in the state, after it) for the records read between two barriers, or None.
+
+    Devices are separate allocators, so each device's entries split at its own
+    `snapshot` entry; a marker goes before the state only if it came before
+    every `snapshot` entry."""
+    snaps, busy = {}, set()
+    for i, (action, device, *_rest) in enumerate(window):
+        if action == "snapshot":
+            if device in snaps:
+                return None  # someone else's _snapshot() too: which one is ours?
+            snaps[device] = i
+        elif action:
+            busy.add(device)
+    if not busy:
+        return window, []
+    if not busy <= set(snaps):
+        return None
+    first = min(snaps.values())
+    in_state, after = [], []
+    for i, rec in enumerate(window):
+        cut = snaps[rec[1]] if rec[0] else first - 1
+        (in_state if i <= cut else after).append(rec)
+    return in_state, after
 
 
 # ---------------------------------------------------------------- the session

@@ -172,7 +172,9 @@ def blocks_of(segments):
             frames = b.get("stack")
             if frames is None and b.get("frames"):
                 frames = [(f["filename"], f["line"], f["name"]) for f in b["frames"]]
-            blocks.append((b["address"], b["size"], b["requested_size"], b["state"], frames or None))
+            # an inactive block's requested_size is a leftover (SCHEMA.md §4): not compared
+            requested = b["requested_size"] if b["state"] != "inactive" else None
+            blocks.append((b["address"], b["size"], requested, b["state"], frames or None))
         out.append((s["device"], s["address"], s["total_size"], s["segment_type"], blocks))
     return out
 
@@ -555,7 +557,8 @@ class AgentTests(LiveTestCase):
             vramscope_live._poll_now()
         view = self.finish(client)
         self.assertEqual((view.states[0][0]["reason"], view.states[0][0]["seq"]), ("start", 0))
-        got = [(seq, row[0], row[2], row[3]) for seq, row in view.entries]
+        self.assertEqual([row[0] for _, row in view.entries[-1:]], ["snapshot"], "the resync's own entry")
+        got = [(seq, row[0], row[2], row[3]) for seq, row in view.entries[:-1]]
         self.assertEqual(got, [(i, e["action"], e["addr"], e["size"]) for i, e in enumerate(trace[5:])])
         for (_, row), e in zip(view.entries, trace[5:]):
             self.assertEqual(row[6], [(f["filename"], f["line"], f["name"]) for f in e["frames"]])
@@ -582,9 +585,59 @@ class AgentTests(LiveTestCase):
         fake_torch.inject_oom(3 * 1024**3)
         vramscope_live._poll_now()
         view = read_state(client, "oom")
-        self.assertEqual([(o["seq"], o["alloc_size"]) for o in view.ooms], [(13, 3 * 1024**3)])
-        self.assertEqual(view.entries[-1][1][:4], ["oom", 0, 0, 3 * 1024**3])
-        self.assertEqual(blocks_of(view.last_state("oom")[1]), blocks_of(self.job.segments_now()))
+        msg, segs = view.last_state("oom")
+        # the state's own `snapshot` entry comes after the oom entry
+        self.assertEqual([row[0] for _, row in view.entries[-2:]], ["oom", "snapshot"])
+        self.assertEqual(view.entries[-2][1][:4], ["oom", 0, 0, 3 * 1024**3])
+        self.assertEqual([(o["seq"], o["alloc_size"]) for o in view.ooms], [(msg["seq"], 3 * 1024**3)])
+        self.assertEqual(msg["seq"], 14)
+        self.assertTrue(any(s["seq"] == 14 for s in view.stats))
+        self.assertEqual(blocks_of(segs), blocks_of(self.job.segments_now()))
+
+
+    def test_state_is_exact_while_the_allocator_is_busy(self):
+        trace, _ = file_entries(ADAM)
+        reference = fake_torch.load(ADAM)
+        reference.advance(4 + 2)
+        at_snapshot = blocks_of(reference.segments_now())
+        self.job = fake_torch.load(ADAM)
+        self.job.advance(4)
+        # start() reads the settings first; then the state: 2 entries before its segments, 3 after
+        self.job.during_snapshot = [(0, 0), (2, 3)]
+        vramscope_live._build_agent = lambda torch: fake_agent.FakeAgent(self.slots)
+        with contextlib.redirect_stderr(io.StringIO()):
+            address = vramscope_live.start(mode="agent", poll_interval_s=NEVER)
+        vramscope_live._poll_now()
+        client = self.connect(address)
+        self.job.advance(None)
+        view = self.finish(client)
+        msg, segs = view.states[0]
+        self.assertEqual((msg["reason"], msg["seq"]), ("start", 0))
+        self.assertEqual(blocks_of(segs), at_snapshot)
+        got = [(row[0], row[2], row[3]) for _, row in view.entries if row[0] != "snapshot"]
+        self.assertEqual(got, [(e["action"], e["addr"], e["size"]) for e in trace[6:]])
+
+    def test_without_snapshot_entries_a_busy_state_is_read_again(self):
+        self.job = fake_torch.load(TINY)
+        self.job.snapshot_entries = False
+        self.job.advance(10)
+        self.job.during_snapshot = [(0, 0), (1, 2)]  # (the settings,) a busy try, then a quiet one
+        vramscope_live._build_agent = lambda torch: fake_agent.FakeAgent(self.slots)
+        with contextlib.redirect_stderr(io.StringIO()):
+            address = vramscope_live.start(mode="agent", poll_interval_s=NEVER)
+        vramscope_live._poll_now()  # sees the busy window and asks again
+        at_retry = blocks_of(self.job.segments_now())
+        vramscope_live._poll_now()  # places the second state
+        client = self.connect(address)
+        while self.job.advance(7):
+            vramscope_live._poll_now()
+        view = self.finish(client)
+        self.assertEqual(self.job.snapshot_calls, 4, "settings, start, its retry, the resync at stop")
+        self.assertEqual(blocks_of(view.states[0][1]), at_retry)
+        trace, _ = file_entries(TINY)
+        got = [(row[0], row[2], row[3]) for _, row in view.entries]
+        self.assertEqual(got, [(e["action"], e["addr"], e["size"]) for e in trace[13:]])
+        self.assertEqual(blocks_of(view.last_state("resync")[1]), blocks_of(self.job.file["segments"]))
 
 
 class AgentOverflowTests(AgentTests):
@@ -594,6 +647,8 @@ class AgentOverflowTests(AgentTests):
     test_every_entry_once_exact_steps_and_end_state = None
     test_record_function_marker_is_exact = None
     test_oom_sends_message_and_state = None
+    test_state_is_exact_while_the_allocator_is_busy = None
+    test_without_snapshot_entries_a_busy_state_is_read_again = None
 
     def test_overflow_sends_lost_and_a_fresh_state(self):
         trace, _ = file_entries(ADAM)
