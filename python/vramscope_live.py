@@ -274,7 +274,12 @@ class _Log:
             sid = len(self.stack_frames)
             self.stack_ids[raw] = sid
             clean = [list(_frame(f)) for f in raw]
-            self.stack_frames.append(encode_frame({"t": "stack", "id": sid, "frames": clean}))
+            while True:  # a stack of huge names: keep its innermost frames that fit a frame
+                try:
+                    self.stack_frames.append(encode_frame({"t": "stack", "id": sid, "frames": clean}))
+                    break
+                except LiveError:
+                    clean = clean[: len(clean) // 2]
         return sid
 
     def append(self, obj, stacks=(), weight=1):

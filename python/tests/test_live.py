@@ -273,6 +273,27 @@ class HandshakeTests(LiveTestCase):
         self.assertEqual(c.first["t"], "refused")
         self.assertIn("protocol 2 is not supported", c.first["reason"])
 
+    def test_hostile_hellos_are_refused_with_a_reason(self):
+        address = self.start()
+        for raw, said in (
+            (struct.pack("<I", 0xFFFFFFF0), "over the limit"),
+            (struct.pack("<I", 5) + b"\xff\xfe{}x", "bad hello"),
+            (struct.pack("<I", 2) + b"[]", "not an object"),
+            (struct.pack("<I", 13) + b'{"t":"stack"}', "expected hello"),
+        ):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(5)
+            sock.connect(address)
+            sock.sendall(raw)
+            c = Client.__new__(Client)
+            c.sock = sock
+            self.clients.append(c)
+            reply = c.read()
+            self.assertEqual(reply["t"], "refused")
+            self.assertIn(said, reply["reason"])
+            self.assertIsNone(c.read())
+        self.connect(address)  # and the helper still serves
+
     def test_second_client_refused_then_reconnect_works(self):
         address = self.start()
         first = self.connect(address)
