@@ -246,6 +246,21 @@ class HandshakeTests(LiveTestCase):
         self.assertTrue(hello["stacks"])
         self.assertEqual(hello["poll_interval_s"], NEVER)
 
+    def test_poll_interval_adapts_and_the_fallback_is_explained(self):
+        hello = self.connect(self.start(poll_interval_s=None)).first
+        self.assertEqual(hello["poll_interval_s"], 0.5, "20x a sub-millisecond poll is under the 0.5 s floor")
+        self.assertIn("polling _snapshot() instead", self.stderr)
+
+    def test_other_interfaces_are_served_with_a_warning(self):
+        class Served:
+            address = "10.1.2.3:7878"
+
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            vramscope_live._announce("tcp", Served, "abc")
+        self.assertIn("other machines may reach", err.getvalue())
+        self.assertIn("\nvramscope attach 10.1.2.3:7878 --token abc\n", err.getvalue())
+
     def test_rank_in_the_address(self):
         os.environ["RANK"] = "3"
         try:
