@@ -58,7 +58,13 @@ the helper sends `lost` plus a fresh state. To lower the cost: a smaller
 entry into a lock-free ring inside the allocator's lock (well under 1 us,
 no GIL, no PyTorch call) and a drain thread symbolises the stacks in batches
 with the GIL; with stacks on, PyTorch's own stack capture (about 2 us per
-entry) dominates. A state (at start, after a loss, every `max_entries`) is read
+entry) costs the job's thread most. The drain's Python side (stack interning,
+JSON) measured 2-3 us per entry on a 2-core CI machine, on a thread that
+shares the GIL with the job: at 50,000 entries per step that is 0.1-0.15 s of
+GIL time per step, which the issue's 1 % target does not allow; moving the
+encoding and interning into the extension is the next step. In poll mode the
+same Python work runs on the poll thread (about 2.5 us per entry, plus
+finding the last entry sent: 0.15 us per new entry), besides `_snapshot()`. A state (at start, after a loss, every `max_entries`) is read
 with `_snapshot(include_traces=False)` between two markers in the same ring and
 placed exactly by the `snapshot` entries PyTorch records while reading it; on a
 PyTorch that records none, only when no allocation happened meanwhile (else it
