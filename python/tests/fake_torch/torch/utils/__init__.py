@@ -1,0 +1,1 @@
+# No cpp_extension here: the helper's "auto" mode must fall back to polling.

@@ -1,0 +1,29 @@
+//! The Python helper (`python/vramscope_live.py`) is tested by its own unittest
+//! suite against a stand-in torch (`python/tests`); this runs that suite so
+//! `cargo test` fails when the helper does.
+
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn python_helper_tests_pass() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let run = Command::new("python3")
+        .args(["-m", "unittest", "discover", "-s", "python/tests", "-v"])
+        .current_dir(root)
+        .output();
+    let out = match run {
+        Ok(out) => out,
+        Err(e) => panic!(
+            "python3 could not be run ({e}): the live helper's tests (python/tests) need \
+             python3 on PATH; install it to run them"
+        ),
+    };
+    assert!(
+        out.status.success(),
+        "python/tests failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
