@@ -481,6 +481,7 @@ class _Server:
                     conn.sendall(encode_frame({"t": "refused", "reason": "another vramscope is attached"}))
                     return
                 self.attached = attached = True
+            _say("vramscope attached")
             conn.settimeout(SEND_TIMEOUT_S)
             conn.sendall(encode_frame(self.hello_fn()))
             self._stream(conn)
@@ -494,6 +495,7 @@ class _Server:
             if attached:
                 with self.lock:
                     self.attached = False
+                _say("vramscope detached")
             conn.close()
 
     def _handshake(self, conn):

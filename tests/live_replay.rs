@@ -14,6 +14,9 @@ use common::real;
 
 const FIXTURE: &str = "tests/fixtures/live/adam-step-synth.vslive";
 const FIXTURE_SOURCE: &str = "adam-step_closed-trace_annotations.pickle";
+/// The same job as recorded by `python/vramscope_live.py` itself (poll
+/// mode, the stand-in torch replaying the snapshot: python/tests/make_recording.py).
+const HELPER_FIXTURE: &str = "tests/fixtures/live/adam-step.vslive";
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_vramscope"))
@@ -51,6 +54,8 @@ fn comparable(report: &Value) -> Vec<Value> {
                 "conclusion",
                 "boundaries",
                 "live_at_boundary",
+                // Whether a backward ran between the first and last boundary.
+                "backward_seen",
             ] {
                 l.remove(k);
             }
@@ -59,17 +64,41 @@ fn comparable(report: &Value) -> Vec<Value> {
     devices
 }
 
-fn assert_same(name: &str, rec: &Path) {
+/// `rec` reports what `open` reports on snapshot `name`, but for the
+/// entries the job made before the recording began (part of its start state).
+fn assert_same(name: &str, rec: &Path, before_start: u64) -> Value {
     let file = real(name);
-    let open = json_of(&["open", "--json", file.to_str().expect("utf-8")]);
+    let mut open = json_of(&["open", "--json", file.to_str().expect("utf-8")]);
     let live = json_of(&["attach", "--replay", rec.to_str().expect("utf-8"), "--json"]);
+    for d in open["devices"].as_array_mut().expect("devices") {
+        let n = d["trace_entries"].as_u64().expect("trace_entries");
+        d["trace_entries"] = (n - before_start).into();
+    }
     assert_eq!(comparable(&live), comparable(&open), "{name}");
-    assert_eq!(live["live"]["ended"], "the recording ends");
+    live
 }
 
 #[test]
 fn replaying_the_committed_fixture_reports_what_open_reports() {
-    assert_same(FIXTURE_SOURCE, Path::new(FIXTURE));
+    let live = assert_same(FIXTURE_SOURCE, Path::new(FIXTURE), 0);
+    assert_eq!(live["live"]["ended"], "the recording ends");
+}
+
+/// The Python helper's own recording of the job (its log, its steps, its
+/// closing resync state and `bye`) reads back to the snapshot's report: the
+/// two sides of the protocol agree.
+#[test]
+fn the_python_helper_s_recording_reports_what_open_reports() {
+    // Three entries came before start() (tests/fixtures/live/README.md).
+    let live = assert_same(FIXTURE_SOURCE, Path::new(HELPER_FIXTURE), 3);
+    let facts = &live["live"];
+    assert_eq!(facts["mode"], "poll");
+    assert_eq!(facts["stacks"], true);
+    assert_eq!(facts["ended"], "the job finished");
+    assert_eq!(facts["lost"], serde_json::json!([]));
+    assert_eq!(facts["started_over"], serde_json::json!([]));
+    // tests/fixtures/live/README.md: a mark_step at seq 14, an Optimizer.step at seq 32.
+    assert_eq!(facts["steps_seen"], 2);
 }
 
 #[test]
@@ -94,6 +123,7 @@ fn closed_real_traces_replay_to_the_same_report() {
         "cs336-silmont_tiny-closed-trace_cpp-frames.pickle",
         "code-location_expandable_3gpu_oom.pickle",
     ] {
-        assert_same(name, &recording_for(name));
+        let live = assert_same(name, &recording_for(name), 0);
+        assert_eq!(live["live"]["ended"], "the recording ends");
     }
 }

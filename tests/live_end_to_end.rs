@@ -1,0 +1,194 @@
+//! `vramscope attach` against the Python helper serving a job, as a user runs
+//! them: `python/tests/live_job.py` (the helper in poll mode over the
+//! stand-in torch, replaying a real snapshot) prints the attach command;
+//! the binary connects and, once the job stops, reports what `open` reports
+//! for the snapshot.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use common::{real, temp_dir};
+
+const SNAPSHOT: &str = "adam-step_closed-trace_annotations.pickle";
+
+fn vramscope() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_vramscope"))
+}
+
+/// The job, and its stderr lines as they come.
+fn start_job(address: &str, token: Option<&str>) -> (Child, mpsc::Receiver<String>) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let snapshot = real(SNAPSHOT);
+    let mut cmd = Command::new("python3");
+    cmd.arg("python/tests/live_job.py")
+        .arg(&snapshot)
+        .arg(address)
+        .current_dir(root)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    if let Some(t) = token {
+        cmd.args(["--token", t]);
+    }
+    let mut job = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("python3 could not be run ({e}): these tests need python3"));
+    let stderr = job.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    (job, rx)
+}
+
+/// The next stderr line of the job that contains `what` (20 s at most).
+fn wait_for(lines: &mpsc::Receiver<String>, what: &str) -> String {
+    loop {
+        match lines.recv_timeout(Duration::from_secs(20)) {
+            Ok(line) if line.contains(what) => return line,
+            Ok(_) => {}
+            Err(e) => panic!("the job never said {what:?}: {e}"),
+        }
+    }
+}
+
+fn devices_without_boundaries(report: &Value) -> Vec<Value> {
+    let mut devices = report["devices"].as_array().expect("devices").clone();
+    for d in &mut devices {
+        if let Some(l) = d.get_mut("leaks").and_then(Value::as_object_mut) {
+            for k in [
+                "boundary_source",
+                "conclusion",
+                "boundaries",
+                "live_at_boundary",
+                "backward_seen",
+            ] {
+                l.remove(k);
+            }
+        }
+    }
+    devices
+}
+
+#[test]
+fn attach_to_a_running_job_reports_what_its_snapshot_holds() {
+    let dir = temp_dir("live-e2e");
+    let socket = dir.join("job.sock");
+    let (mut job, lines) = start_job(socket.to_str().expect("utf-8"), None);
+    let told = wait_for(&lines, "vramscope attach ");
+    let address = told
+        .trim()
+        .trim_start_matches("vramscope attach ")
+        .to_string();
+    assert_eq!(
+        Path::new(&address),
+        socket,
+        "the helper prints the command to run"
+    );
+    let attach = vramscope()
+        .args(["attach", &address, "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("attach");
+    wait_for(&lines, "vramscope attached");
+    job.stdin
+        .as_mut()
+        .expect("stdin")
+        .write_all(b"go\n")
+        .expect("go");
+    let out = attach.wait_with_output().expect("attach ends with the job");
+    assert!(job.wait().expect("job").success());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let live: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let (code, open, err) =
+        common::vramscope(&["open", "--json", real(SNAPSHOT).to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "{err}");
+    let mut open = common::json(&open);
+    // Three entries were made before start(): they are in its start state.
+    for d in open["devices"].as_array_mut().expect("devices") {
+        let n = d["trace_entries"].as_u64().expect("entries");
+        d["trace_entries"] = (n - 3).into();
+    }
+    assert_eq!(
+        devices_without_boundaries(&live),
+        devices_without_boundaries(&open)
+    );
+    let facts = &live["live"];
+    assert_eq!(facts["mode"], "poll");
+    assert_eq!(facts["ended"], "the job finished");
+    assert_eq!(
+        facts["steps_seen"], 2,
+        "mark_step and the file's Optimizer.step"
+    );
+    assert_eq!(facts["lost"], serde_json::json!([]));
+}
+
+#[test]
+fn tcp_needs_the_token_the_job_printed() {
+    let (mut job, lines) = start_job("127.0.0.1:0", Some("s3cret-token"));
+    let told = wait_for(&lines, "--token");
+    // vramscope attach 127.0.0.1:PORT --token s3cret-token
+    let words: Vec<&str> = told.split_whitespace().collect();
+    assert_eq!(words[..2], ["vramscope", "attach"], "{told}");
+    let address = words[2].to_string();
+    assert_eq!(words[3..], ["--token", "s3cret-token"], "{told}");
+
+    let wrong = vramscope()
+        .args(["attach", &address, "--token", "guess", "--json"])
+        .output()
+        .expect("attach");
+    assert_eq!(wrong.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&wrong.stderr);
+    assert!(err.contains("wrong token"), "{err}");
+
+    let none = vramscope()
+        .args(["attach", &address, "--json"])
+        .env_remove("VRAMSCOPE_TOKEN")
+        .output()
+        .expect("attach");
+    assert_eq!(none.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&none.stderr).contains("token"),
+        "{}",
+        String::from_utf8_lossy(&none.stderr)
+    );
+
+    let right = vramscope()
+        .args(["attach", &address, "--json"])
+        .env("VRAMSCOPE_TOKEN", "s3cret-token")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("attach");
+    wait_for(&lines, "vramscope attached");
+    job.stdin
+        .as_mut()
+        .expect("stdin")
+        .write_all(b"go\n")
+        .expect("go");
+    let out = right.wait_with_output().expect("attach");
+    assert!(job.wait().expect("job").success());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let live: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(live["live"]["ended"], "the job finished");
+}
