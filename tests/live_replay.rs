@@ -99,6 +99,24 @@ fn the_python_helper_s_recording_reports_what_open_reports() {
     assert_eq!(facts["started_over"], serde_json::json!([]));
     // tests/fixtures/live/README.md: a mark_step at seq 14, an Optimizer.step at seq 32.
     assert_eq!(facts["steps_seen"], 2);
+    assert_eq!(live["layout"], "Live");
+    let conclusion = live["devices"][0]["leaks"]["conclusion"]
+        .as_str()
+        .expect("conclusion");
+    assert!(
+        conclusion.contains("not run enough steps yet")
+            && !conclusion.contains("Pass a step marker"),
+        "a live job is not told to add markers it already sends: {conclusion}"
+    );
+    let text = bin()
+        .args(["attach", "--replay", HELPER_FIXTURE, "--headless"])
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.starts_with(&format!("{HELPER_FIXTURE} (a live job's stream)")),
+        "{text}"
+    );
 }
 
 #[test]

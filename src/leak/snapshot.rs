@@ -522,10 +522,19 @@ pub fn analyze_snapshot_with(
     }
 
     report.conclusion = if bounds.len() < 4 {
+        // A live job's steps are its own: more come as it runs.
+        let advice = match source {
+            BoundarySource::LiveSteps { .. } => {
+                "The job has not run enough steps yet: more come as it trains."
+            }
+            _ => {
+                "Pass a step marker (an annotation or a function called once per step) to \
+                 delimit iterations."
+            }
+        };
         format!(
             "Found {} iteration boundar{} on device {device} ({}); at least 4 are needed to see growth \
-             over 3 iterations, so no leak is claimed. Pass a step marker (an annotation or a function \
-             called once per step) to delimit iterations. {CAVEAT}",
+             over 3 iterations, so no leak is claimed. {advice} {CAVEAT}",
             bounds.len(),
             if bounds.len() == 1 { "y" } else { "ies" },
             described,

@@ -60,6 +60,10 @@ pub struct DeviceReport {
     pub leaks: Option<SnapshotLeakReport>,
 }
 
+/// [`SnapshotReport::layout`] of a live job's report (`attach`): it came
+/// from a stream, not a file of some layout.
+pub const LIVE_LAYOUT: &str = "Live";
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SnapshotReport {
     pub file: String,
@@ -117,7 +121,11 @@ impl SnapshotReport {
 
     pub fn to_text(&self) -> String {
         let mut out = String::new();
-        let _ = writeln!(out, "{} ({} layout)", self.file, self.layout);
+        if self.layout == LIVE_LAYOUT {
+            let _ = writeln!(out, "{} (a live job's stream)", self.file);
+        } else {
+            let _ = writeln!(out, "{} ({} layout)", self.file, self.layout);
+        }
         if let Some(conf) = &self.alloc_conf {
             let _ = writeln!(out, "PYTORCH_CUDA_ALLOC_CONF=\"{conf}\"");
         }

@@ -271,7 +271,7 @@ pub fn prepare(r: &mut RunView, height: usize) -> ByLineFrame {
     };
     let scope = match (counting, since) {
         (false, _) => "Live".to_string(),
-        (true, Some(at)) => format!("Grown since the step at event {}", format_count(at as u64)),
+        (true, Some(at)) => format!("Grown since step (event {})", format_count(at as u64)),
         (true, None) => "Live (no step yet)".to_string(),
     };
     let title = format!(

@@ -6,7 +6,7 @@ use super::Session;
 use crate::alloc::{BlockState, Pool};
 use crate::leak::{Boundaries, BoundarySource};
 use crate::live::report::{DeviceGrowth, LiveFacts, LiveReport};
-use crate::report::snapshot::SnapshotReport;
+use crate::report::snapshot::{SnapshotReport, LIVE_LAYOUT};
 use crate::trace::replay::tag_entry;
 use crate::trace::snapshot::{Block, FramesId, PoolKind, Segment, Snapshot};
 
@@ -96,12 +96,13 @@ impl Session {
     pub fn report(&mut self, name: &str, step_marker: Option<&str>) -> LiveReport {
         self.snapshot();
         let snap = &self.snap;
-        let report = SnapshotReport::with_boundaries(name, snap, &|d| match step_marker {
+        let mut report = SnapshotReport::with_boundaries(name, snap, &|d| match step_marker {
             Some(m) => Boundaries::Find {
                 step_marker: Some(m),
             },
             None => self.boundaries(d),
         });
+        report.layout = LIVE_LAYOUT.to_string();
         let growth = report
             .devices
             .iter()

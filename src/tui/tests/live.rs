@@ -29,7 +29,7 @@ fn the_default_view_shows_what_grew_since_the_last_step_and_which_line() {
     if std::env::var_os("SHOW_SCREEN").is_some() {
         eprintln!("{s}");
     }
-    assert!(s.contains("Grown since the step at event"), "{s}");
+    assert!(s.contains("Grown since step (event "), "{s}");
     // Since the step: this step's 2 MiB from train.py:41, nothing from
     // model.py (its temporaries were freed), nothing of earlier steps.
     assert!(s.contains("2.00 MiB"), "{s}");
