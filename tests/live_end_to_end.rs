@@ -24,6 +24,11 @@ fn vramscope() -> Command {
 
 /// The job, and its stderr lines as they come.
 fn start_job(address: &str, token: Option<&str>) -> (Child, mpsc::Receiver<String>) {
+    start_rank(address, token, 0)
+}
+
+/// The job as rank `rank` of a multi-process run (`RANK` in its environment).
+fn start_rank(address: &str, token: Option<&str>, rank: u32) -> (Child, mpsc::Receiver<String>) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let snapshot = real(SNAPSHOT);
     let mut cmd = Command::new("python3");
@@ -31,6 +36,7 @@ fn start_job(address: &str, token: Option<&str>) -> (Child, mpsc::Receiver<Strin
         .arg(&snapshot)
         .arg(address)
         .current_dir(root)
+        .env("RANK", rank.to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
@@ -191,4 +197,82 @@ fn tcp_needs_the_token_the_job_printed() {
     );
     let live: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(live["live"]["ended"], "the job finished");
+}
+
+/// Two ranks serving `job-{rank}.sock`: one attach finds both sockets, reads
+/// both jobs and reports each rank, then a table across ranks.
+#[test]
+fn a_rank_pattern_attaches_to_every_rank_and_tables_them() {
+    let dir = temp_dir("live-ranks");
+    let pattern = dir.join("job-{rank}.sock").display().to_string();
+    let (mut jobs, mut lines) = (Vec::new(), Vec::new());
+    for rank in 0..2 {
+        let (job, l) = start_rank(&pattern, None, rank);
+        let told = wait_for(&l, "vramscope attach ");
+        assert!(told.ends_with(&format!("job-{rank}.sock")), "{told}");
+        jobs.push(job);
+        lines.push(l);
+    }
+    let attach = vramscope()
+        .args(["attach", &pattern, "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("attach");
+    for (job, l) in jobs.iter_mut().zip(&lines) {
+        wait_for(l, "vramscope attached");
+        job.stdin
+            .as_mut()
+            .expect("stdin")
+            .write_all(b"go\n")
+            .expect("go");
+    }
+    let out = attach.wait_with_output().expect("attach");
+    for job in &mut jobs {
+        assert!(job.wait().expect("job").success());
+    }
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let ranks = v["ranks"].as_array().expect("ranks");
+    assert_eq!(ranks.len(), 2);
+    let (_, open, _) =
+        common::vramscope(&["open", "--json", real(SNAPSHOT).to_str().expect("utf-8")]);
+    let open = common::json(&open);
+    for (rank, r) in ranks.iter().enumerate() {
+        assert_eq!(r["live"]["rank"], rank, "rank order");
+        assert_eq!(r["live"]["ended"], "the job finished");
+        assert_eq!(r["devices"][0]["reserved"], open["devices"][0]["reserved"]);
+    }
+    let rows = v["table"]["rows"].as_array().expect("rows");
+    let labels: Vec<&str> = rows.iter().filter_map(|r| r["label"].as_str()).collect();
+    assert_eq!(labels, ["rank 0", "rank 1"], "{}", v["table"]);
+    for row in rows {
+        let reserved = &row["reserved"];
+        assert!(reserved.as_u64().is_some_and(|b| b > 0), "{row}");
+        assert_eq!(reserved, &open["devices"][0]["reserved"], "{row}");
+    }
+}
+
+#[test]
+fn a_rank_pattern_with_no_socket_or_over_tcp_without_ranks_is_refused() {
+    let dir = temp_dir("live-no-ranks");
+    let pattern = dir.join("job-{rank}.sock").display().to_string();
+    let out = vramscope()
+        .args(["attach", &pattern, "--json"])
+        .output()
+        .expect("attach");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("job-0.sock does not exist"), "{err}");
+    let out = vramscope()
+        .args(["attach", "127.0.0.1:70{rank}", "--json", "--token", "t"])
+        .output()
+        .expect("attach");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--ranks N"), "{err}");
 }

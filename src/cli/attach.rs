@@ -9,11 +9,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use vramscope::live::address::{expand_ranks, RANK};
 use vramscope::live::{
-    connect, decode, open_recording, Address, FrameReader, LiveError, Message, ServerHello,
-    Session, TOKEN_ENV,
+    connect, decode, open_recording, Address, FrameReader, LiveError, LiveReport, Message,
+    ServerHello, Session, TOKEN_ENV,
 };
-use vramscope::producers::{file_title, live_source};
+use vramscope::producers::{file_title, live_source, live_tab_source};
+use vramscope::report::series::{figures, DeviceFigures, SeriesFile, SeriesTable};
 use vramscope::tui::{run_tui, TuiOptions};
 use vramscope::units::format_count;
 
@@ -21,7 +23,10 @@ use super::pace::PaceArgs;
 use super::BadInput;
 
 pub struct AttachArgs {
-    pub address: Option<String>,
+    /// One per rank; an address with `{rank}` stands for several.
+    pub addresses: Vec<String>,
+    /// How many ranks a `{rank}` address names.
+    pub ranks: Option<u32>,
     pub replay: Option<PathBuf>,
     pub token: Option<String>,
     pub json: bool,
@@ -37,8 +42,18 @@ static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 pub fn run(args: AttachArgs, tui: bool, pace: &PaceArgs) -> anyhow::Result<ExitCode> {
     let stop = Arc::new(AtomicBool::new(false));
     // A dead address or a refusal ends here, before any screen is drawn.
-    let (title, frames, hello) =
-        open_input(&args, stop.clone()).map_err(|e| BadInput(e.to_string()))?;
+    let mut inputs = open_inputs(&args, &stop).map_err(|e| BadInput(e.to_string()))?;
+    if inputs.len() > 1 {
+        return ranks(args, inputs, tui, pace, stop);
+    }
+    let Some(Input {
+        title,
+        frames,
+        hello,
+    }) = inputs.pop()
+    else {
+        return Err(BadInput("attach: no address".into()).into());
+    };
     if tui {
         let source = live_source(frames, hello, args.device, stop);
         let opts = pace.apply(TuiOptions::default(), &[title.as_str()]);
@@ -48,38 +63,194 @@ pub fn run(args: AttachArgs, tui: bool, pace: &PaceArgs) -> anyhow::Result<ExitC
     headless(&args, &title, frames, hello, stop)
 }
 
-fn open_input(
-    args: &AttachArgs,
-    stop: Arc<AtomicBool>,
-) -> Result<(String, Frames, Option<ServerHello>), LiveError> {
+/// One connected job (or a recording), before its first frame is read.
+struct Input {
+    title: String,
+    frames: Frames,
+    hello: Option<ServerHello>,
+}
+
+/// The recording, or every address connected: all of them, or an error
+/// naming the one that failed.
+fn open_inputs(args: &AttachArgs, stop: &Arc<AtomicBool>) -> Result<Vec<Input>, LiveError> {
     if let Some(path) = &args.replay {
         let title = file_title(path, &path.display().to_string());
-        return Ok((title, open_recording(path)?, None));
+        return Ok(vec![Input {
+            title,
+            frames: open_recording(path)?,
+            hello: None,
+        }]);
     }
-    let text = args.address.as_deref().unwrap_or_default();
-    if text.contains(vramscope::live::address::RANK) {
-        return Err(LiveError::Address(format!(
-            "address {text:?}: one address per attach for now; replace {{rank}} with the rank to watch"
-        )));
-    }
-    let addr = Address::parse(text)?;
     let token = args
         .token
         .clone()
         .or_else(|| std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty()));
-    let c = connect(&addr, token.as_deref(), stop)?;
-    let mut title = format!("pid {}", c.hello.pid);
-    if let Some(rank) = c.hello.rank {
-        title.push_str(&format!(" · rank {rank}"));
+    let mut inputs = Vec::new();
+    for text in expand(&args.addresses, args.ranks)? {
+        let addr = Address::parse(&text)?;
+        let c = connect(&addr, token.as_deref(), stop.clone())?;
+        let mut title = format!("pid {}", c.hello.pid);
+        if let Some(rank) = c.hello.rank {
+            title.push_str(&format!(" · rank {rank}"));
+        }
+        title.push_str(&format!(" · {addr}"));
+        inputs.push(Input {
+            title,
+            frames: c.frames,
+            hello: Some(c.hello),
+        });
     }
-    title.push_str(&format!(" · {addr}"));
-    Ok((title, c.frames, Some(c.hello)))
+    // Tabs and rows in rank order, as the job numbers them.
+    inputs.sort_by_key(|i| i.hello.as_ref().and_then(|h| h.rank));
+    Ok(inputs)
+}
+
+/// The most ranks a `{rank}` address is looked up for without `--ranks`.
+const MAX_PROBED_RANKS: u32 = 4096;
+
+/// Each address, a `{rank}` one as one address per rank: 0 to `ranks` − 1,
+/// or, for a unix socket, every rank from 0 whose socket exists.
+fn expand(addresses: &[String], ranks: Option<u32>) -> Result<Vec<String>, LiveError> {
+    let mut out = Vec::new();
+    for text in addresses {
+        if !text.contains(RANK) {
+            out.push(text.clone());
+            continue;
+        }
+        let listed: Vec<u32> = match ranks {
+            Some(0) => {
+                return Err(LiveError::Address("--ranks 0: at least one rank".into()));
+            }
+            Some(n) => (0..n).collect(),
+            None => {
+                let Address::Unix(_) = Address::parse(&text.replace(RANK, "0"))? else {
+                    return Err(LiveError::Address(format!(
+                        "address {text:?}: say how many ranks with --ranks N (a TCP address cannot be looked up)"
+                    )));
+                };
+                let exists = |r: &u32| match Address::parse(&text.replace(RANK, &r.to_string())) {
+                    Ok(Address::Unix(p)) => std::fs::symlink_metadata(p).is_ok(),
+                    _ => false,
+                };
+                let found: Vec<u32> = (0..MAX_PROBED_RANKS).take_while(|r| exists(r)).collect();
+                if found.is_empty() {
+                    return Err(LiveError::Address(format!(
+                        "address {text:?}: no socket for rank 0 ({} does not exist); is the job running, \
+                         and did it call vramscope_live.start() with this address?",
+                        text.replace(RANK, "0")
+                    )));
+                }
+                found
+            }
+        };
+        out.extend(expand_ranks(text, &listed));
+    }
+    Ok(out)
+}
+
+/// Several ranks: one tab each with the table across them, or (headless)
+/// each rank's report and the table once every job has ended.
+fn ranks(
+    args: AttachArgs,
+    inputs: Vec<Input>,
+    tui: bool,
+    pace: &PaceArgs,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<ExitCode> {
+    if tui {
+        let tabs: Vec<(String, _)> = inputs
+            .into_iter()
+            .map(|i| {
+                let source = live_tab_source(i.frames, i.hello, args.device, stop.clone());
+                (i.title, source)
+            })
+            .collect();
+        let titles: Vec<&str> = tabs.iter().map(|(t, _)| t.as_str()).collect();
+        let opts = pace.apply(
+            TuiOptions {
+                tabs: true,
+                ..TuiOptions::default()
+            },
+            &titles,
+        );
+        run_tui(tabs, opts)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    on_interrupt(stop);
+    let step_marker = args.step_marker.clone();
+    let readers: Vec<_> = inputs
+        .into_iter()
+        .map(|i| {
+            let marker = step_marker.clone();
+            std::thread::spawn(move || {
+                // The session holds `Rc` strings: it is made, read and
+                // reported on this thread.
+                let name = i.frames.at().to_string();
+                let (mut session, fault) = read_session(i.frames, i.hello);
+                let rank = session.hello().and_then(|h| h.rank);
+                let report = session.report(&name, marker.as_deref());
+                let figures = figures(session.snapshot());
+                RankOutcome {
+                    name: match rank {
+                        Some(r) => format!("{name} (rank-{r})"),
+                        None => name,
+                    },
+                    report,
+                    figures,
+                    fault,
+                }
+            })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for r in readers {
+        match r.join() {
+            Ok(o) => outcomes.push(o),
+            Err(_) => return Err(anyhow::anyhow!("a rank's reader stopped unexpectedly")),
+        }
+    }
+    let rows: Vec<SeriesFile<'_>> = outcomes
+        .iter()
+        .map(|o| SeriesFile {
+            file: &o.name,
+            figures: Ok(&o.figures),
+        })
+        .collect();
+    let table = SeriesTable::new(&rows);
+    let faults: Vec<&String> = outcomes.iter().filter_map(|o| o.fault.as_ref()).collect();
+    if args.json {
+        let reports: Vec<&LiveReport> = outcomes.iter().map(|o| &o.report).collect();
+        sayjson!(&serde_json::json!({ "ranks": reports, "table": table }));
+    } else {
+        for o in &outcomes {
+            say!("{}", o.report.report.to_text());
+            print_live(&o.report, &o.name);
+            sayln!("");
+        }
+        say!("== across ranks ==\n{}", table.to_text());
+    }
+    for why in &faults {
+        warn!("vramscope attach: {why}");
+    }
+    Ok(if faults.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(super::EXIT_BAD_INPUT)
+    })
+}
+
+struct RankOutcome {
+    /// The address, with the rank the job gave (the table's label).
+    name: String,
+    report: LiveReport,
+    figures: Vec<DeviceFigures>,
+    fault: Option<String>,
 }
 
 fn headless(
     args: &AttachArgs,
     title: &str,
-    mut frames: Frames,
+    frames: Frames,
     hello: Option<ServerHello>,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<ExitCode> {
@@ -88,44 +259,7 @@ fn headless(
         || frames.at().to_string(),
         |p: &Path| p.display().to_string(),
     );
-    let mut session = Session::new(frames.at());
-    if let Some(h) = hello {
-        session.apply(0, Message::Hello(Box::new(h)))?;
-    }
-    let mut fault = None;
-    let at = frames.at().to_string();
-    loop {
-        if INTERRUPTED.load(Ordering::Relaxed) {
-            session.disconnected("stopped by Ctrl-C while the job ran");
-            break;
-        }
-        let next = frames.next_frame();
-        let read = match next {
-            Ok(None) => {
-                if INTERRUPTED.load(Ordering::Relaxed) {
-                    continue;
-                }
-                session.disconnected("the job disconnected (the stream ended without bye)");
-                break;
-            }
-            Ok(Some((index, bytes))) => decode(&at, index, bytes).and_then(|m| match m {
-                Some(m) => session.apply(index, m).map(Some),
-                None => Ok(None),
-            }),
-            Err(e) => Err(e),
-        };
-        match read {
-            Ok(_) if session.ended().is_some() => break,
-            Ok(_) => {}
-            // Ctrl-C can cut a frame in half: that is the stop, not a fault.
-            Err(_) if INTERRUPTED.load(Ordering::Relaxed) => {}
-            Err(e) => {
-                fault = Some(e.to_string());
-                session.disconnected(&format!("stopped reading: {e}"));
-                break;
-            }
-        }
-    }
+    let (mut session, fault) = read_session(frames, hello);
     let mut report = session.report(&name, args.step_marker.as_deref());
     if let Some(d) = args.device {
         let holds: Vec<String> = report
@@ -152,28 +286,7 @@ fn headless(
         sayjson!(&report);
     } else {
         say!("{}", report.report.to_text());
-        let l = &report.live;
-        sayln!("\n== live: {title} ==");
-        if let Some(mode) = &l.mode {
-            sayln!(
-                "pid {}  rank {}  mode {mode}  stacks {}",
-                l.pid.map_or("?".into(), |p| p.to_string()),
-                l.rank.map_or("?".into(), |r| r.to_string()),
-                l.stacks.map_or("?", |s| if s { "yes" } else { "no" })
-            );
-        }
-        sayln!(
-            "steps seen {} ({} since the last start-over; marker {})",
-            format_count(l.steps_seen),
-            l.steps_kept,
-            l.step_source.as_deref().unwrap_or("none")
-        );
-        for why in &l.started_over {
-            sayln!("started over: {why}");
-        }
-        if let Some(e) = &l.ended {
-            sayln!("ended: {e}");
-        }
+        print_live(&report, title);
     }
     match fault {
         Some(why) => {
@@ -181,6 +294,73 @@ fn headless(
             Ok(ExitCode::from(super::EXIT_BAD_INPUT))
         }
         None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// Read `frames` into a session until the job ends, the stream ends, a
+/// fault, or Ctrl-C; the fault, if one stopped it.
+fn read_session(mut frames: Frames, hello: Option<ServerHello>) -> (Session, Option<String>) {
+    let mut session = Session::new(frames.at());
+    if let Some(h) = hello {
+        // A hello is always taken: nothing came before it.
+        let _ = session.apply(0, Message::Hello(Box::new(h)));
+    }
+    let at = frames.at().to_string();
+    loop {
+        if INTERRUPTED.load(Ordering::Relaxed) {
+            session.disconnected("stopped by Ctrl-C while the job ran");
+            return (session, None);
+        }
+        let read = match frames.next_frame() {
+            Ok(None) => {
+                if INTERRUPTED.load(Ordering::Relaxed) {
+                    continue;
+                }
+                session.disconnected("the job disconnected (the stream ended without bye)");
+                return (session, None);
+            }
+            Ok(Some((index, bytes))) => decode(&at, index, bytes).and_then(|m| match m {
+                Some(m) => session.apply(index, m).map(Some),
+                None => Ok(None),
+            }),
+            Err(e) => Err(e),
+        };
+        match read {
+            Ok(_) if session.ended().is_some() => return (session, None),
+            Ok(_) => {}
+            // Ctrl-C can cut a frame in half: that is the stop, not a fault.
+            Err(_) if INTERRUPTED.load(Ordering::Relaxed) => {}
+            Err(e) => {
+                session.disconnected(&format!("stopped reading: {e}"));
+                return (session, Some(e.to_string()));
+            }
+        }
+    }
+}
+
+/// The live facts after a job's report, as text.
+fn print_live(report: &LiveReport, title: &str) {
+    let l = &report.live;
+    sayln!("\n== live: {title} ==");
+    if let Some(mode) = &l.mode {
+        sayln!(
+            "pid {}  rank {}  mode {mode}  stacks {}",
+            l.pid.map_or("?".into(), |p| p.to_string()),
+            l.rank.map_or("?".into(), |r| r.to_string()),
+            l.stacks.map_or("?", |s| if s { "yes" } else { "no" })
+        );
+    }
+    sayln!(
+        "steps seen {} ({} since the last start-over; marker {})",
+        format_count(l.steps_seen),
+        l.steps_kept,
+        l.step_source.as_deref().unwrap_or("none")
+    );
+    for why in &l.started_over {
+        sayln!("started over: {why}");
+    }
+    if let Some(e) = &l.ended {
+        sayln!("ended: {e}");
     }
 }
 

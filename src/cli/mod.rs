@@ -223,30 +223,40 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// What is alive in snapshot B and was not in snapshot A (e.g. two dumps
-    /// 100 steps apart), grouped by the first user frame that allocated it.
+    /// Watch a running PyTorch job's allocator live (it imports
+    /// python/vramscope_live.py and calls start()), or play a recording of one.
     #[command(
-        after_help = "ADDRESS: a unix socket (`/path/x.sock`, `unix:/path`), or HOST:PORT (`tcp:HOST:PORT`) with the token the helper printed (--token or VRAMSCOPE_TOKEN). `python/vramscope_live.py` serves it; `python/PROTOCOL.md` says what it sends. --headless/--json read until the job ends or Ctrl-C, then print `open --json`'s report with a `live` section."
+        after_help = "ADDRESS: a unix socket (`/path/x.sock`, `unix:/path`), or HOST:PORT (`tcp:HOST:PORT`) with the token the helper printed (--token or VRAMSCOPE_TOKEN). Several addresses, or one with {rank} in it (`/tmp/job-{rank}.sock`; --ranks N says how many, else every rank whose socket exists, from 0), open one tab per rank with a table across them (T) and a diff view (A). `python/vramscope_live.py` serves it; `python/PROTOCOL.md` says what it sends. --headless/--json read until the job ends or Ctrl-C, then print `open --json`'s report with a `live` section (several ranks: {\"ranks\":[…],\"table\":{…}})."
     )]
     Attach {
         #[arg(required_unless_present = "replay", conflicts_with = "replay")]
-        address: Option<String>,
+        address: Vec<String>,
         /// Play a recording (`vramscope_live.start(..., record_to=FILE)`).
         #[arg(long)]
         replay: Option<PathBuf>,
+        /// The token the helper printed for a TCP address (else VRAMSCOPE_TOKEN).
         #[arg(long)]
         token: Option<String>,
+        /// How many ranks a {rank} address names (0 to N-1).
+        #[arg(long)]
+        ranks: Option<u32>,
+        /// Print the report when the job ends (or on Ctrl-C) instead of opening the terminal UI.
         #[arg(long)]
         headless: bool,
+        /// Print the report as JSON (implies --headless).
         #[arg(long)]
         json: bool,
+        /// Iterations from a frame name or file:line instead of the job's own steps (--headless).
         #[arg(long)]
         step_marker: Option<String>,
+        /// The CUDA device to show (default: the job's first).
         #[arg(long)]
         device: Option<usize>,
         #[command(flatten)]
         pace: PaceArgs,
     },
+    /// What is alive in snapshot B and was not in snapshot A (e.g. two dumps
+    /// 100 steps apart), grouped by the first user frame that allocated it.
     Diff {
         a: PathBuf,
         b: PathBuf,
@@ -410,6 +420,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             address,
             replay,
             token,
+            ranks,
             headless,
             json,
             step_marker,
@@ -418,7 +429,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }) => {
             let tui = !(headless || json || !ui::have_terminal());
             let args = attach::AttachArgs {
-                address,
+                addresses: address,
+                ranks,
                 replay,
                 token,
                 json,

@@ -21,6 +21,7 @@ use crate::alloc::{AllocConfig, MemoryStats};
 use crate::leak::analyze_snapshot_with;
 use crate::live::message::Message;
 use crate::live::{decode, Applied, FrameReader, ServerHello, Session};
+use crate::report::series::SnapshotSummary;
 use crate::trace::mirror::TraceMirror;
 use crate::trace::replay::Entry;
 use crate::trace::timeline::TimelinePart;
@@ -37,6 +38,28 @@ pub fn live_source(
     hello: Option<ServerHello>,
     device: Option<usize>,
     stop: Arc<AtomicBool>,
+) -> Source {
+    reading_source(frames, hello, device, stop, false)
+}
+
+/// [`live_source`] for a tab among several (one per rank): it also sends
+/// the job's [`SnapshotSummary`] as steps end, for the table across tabs
+/// and the diff between them.
+pub fn live_tab_source(
+    frames: FrameReader<Box<dyn Read + Send>>,
+    hello: Option<ServerHello>,
+    device: Option<usize>,
+    stop: Arc<AtomicBool>,
+) -> Source {
+    reading_source(frames, hello, device, stop, true)
+}
+
+fn reading_source(
+    frames: FrameReader<Box<dyn Read + Send>>,
+    hello: Option<ServerHello>,
+    device: Option<usize>,
+    stop: Arc<AtomicBool>,
+    summaries: bool,
 ) -> Source {
     let (tx, rx) = flume::unbounded();
     let (spent_tx, spent) = flume::bounded(1);
@@ -60,6 +83,7 @@ pub fn live_source(
                 spent,
                 last_analysis: None,
                 analysis_took: Duration::ZERO,
+                summaries,
             };
             reader.run(&mut send);
         });
@@ -91,6 +115,8 @@ struct Reader {
     spent: flume::Receiver<TimelinePart>,
     last_analysis: Option<Instant>,
     analysis_took: Duration,
+    /// Send the job's summary with each analysis (a tab among several).
+    summaries: bool,
 }
 
 type Sender<'a> = dyn FnMut(SourceMsg) -> bool + 'a;
@@ -140,7 +166,10 @@ impl Reader {
             };
             let applied = session.apply(index, msg)?;
             let alive = match applied {
-                Applied::Started { why } => self.start(why, send),
+                // A tab's figures are in the table from the job's first state.
+                Applied::Started { why } => {
+                    self.start(why, send) && (!self.summaries || self.analyse(send, true))
+                }
                 Applied::Entries => self.entries(send),
                 Applied::Step => self.step(send) && self.analyse(send, false),
                 Applied::Stats(d) => self.stats(d, send),
@@ -290,7 +319,7 @@ impl Reader {
     /// The leak findings from the steps so far, when one is due (`now`: at
     /// the end, whatever the time).
     fn analyse(&mut self, send: &mut Sender, now: bool) -> bool {
-        let (Some(session), Some(view)) = (self.session.as_ref(), self.view.as_ref()) else {
+        let (Some(session), Some(view)) = (self.session.as_mut(), self.view.as_ref()) else {
             return true;
         };
         let wait = ANALYSIS_EVERY.max(self.analysis_took * 4);
@@ -300,8 +329,16 @@ impl Reader {
         let t = Instant::now();
         let report =
             analyze_snapshot_with(session.snap(), view.device, session.boundaries(view.device));
+        let summary = self
+            .summaries
+            .then(|| Arc::new(SnapshotSummary::of(session.snapshot())));
         self.analysis_took = t.elapsed();
         self.last_analysis = Some(Instant::now());
+        if let Some(s) = summary {
+            if !send(SourceMsg::Summary(s)) {
+                return false;
+            }
+        }
         send(SourceMsg::FindingsNow(report.findings))
     }
 }

@@ -41,6 +41,9 @@ pub struct Tabs {
     /// First line of the view across tabs in sight.
     pub scroll: usize,
     pub diff: Option<DiffState>,
+    /// The summaries the ready diff was made from (a live tab sends new
+    /// ones as its job runs: then the diff is made again).
+    diff_from: (usize, usize),
     /// The tab bar as last prepared (also what a click hits).
     pub bar: Vec<TabLabel>,
     /// The table as last prepared, while `T` shows it.
@@ -74,6 +77,7 @@ impl Tabs {
             view: None,
             scroll: 0,
             diff: None,
+            diff_from: (0, 0),
             bar: Vec::new(),
             table: None,
         };
@@ -107,6 +111,13 @@ impl App {
         } else {
             t.parked.get(i)?.as_ref()
         }
+    }
+
+    /// Which summary tab `i` holds (its allocation's address): it changes
+    /// when the tab's producer sends a new one.
+    fn tab_summary_id(&self, i: usize) -> Option<usize> {
+        let s = self.tab_run(i)?.summary.as_ref()?;
+        Some(std::sync::Arc::as_ptr(s) as usize)
     }
 
     pub fn tab_count(&self) -> usize {
@@ -276,10 +287,17 @@ impl App {
                 shown + 1
             )),
             Some(base) => {
+                let from = (
+                    self.tab_summary_id(base).unwrap_or(0),
+                    self.tab_summary_id(shown).unwrap_or(0),
+                );
                 if let Some(DiffState::Ready(b, s, _)) = &t.diff {
-                    if (*b, *s) == (base, shown) {
+                    if (*b, *s) == (base, shown) && t.diff_from == from {
                         return;
                     }
+                }
+                if let Some(t) = self.tabs.as_mut() {
+                    t.diff_from = from;
                 }
                 match (self.tab_run(base), self.tab_run(shown)) {
                     (Some(a), Some(b)) => match (&a.summary, &b.summary) {
