@@ -605,7 +605,7 @@ fn several_files_open_as_tabs_in_a_real_terminal() {
     tmux(&["send-keys", "-t", &session, "T"]).expect("table");
     let table = wait_for(
         &session,
-        |s| s.contains("Across files") && s.contains("yes @421") && s.contains("No such file"),
+        |s| s.contains("Across tabs") && s.contains("yes @421") && s.contains("No such file"),
         Duration::from_secs(10),
     );
     tmux(&["send-keys", "-t", &session, "A"]).expect("diff");

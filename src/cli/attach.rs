@@ -86,14 +86,18 @@ fn open_inputs(args: &AttachArgs, stop: &Arc<AtomicBool>) -> Result<Vec<Input>, 
         .clone()
         .or_else(|| std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty()));
     let mut inputs = Vec::new();
-    for text in expand(&args.addresses, args.ranks)? {
+    let addresses = expand(&args.addresses, args.ranks)?;
+    let several = addresses.len() > 1;
+    for text in addresses {
         let addr = Address::parse(&text)?;
         let c = connect(&addr, token.as_deref(), stop.clone())?;
-        let mut title = format!("pid {}", c.hello.pid);
-        if let Some(rank) = c.hello.rank {
-            title.push_str(&format!(" · rank {rank}"));
-        }
-        title.push_str(&format!(" · {addr}"));
+        // Several ranks' tabs are told apart by rank first; the address
+        // is what the user typed.
+        let title = match c.hello.rank {
+            Some(rank) if several => format!("rank {rank} · pid {}", c.hello.pid),
+            Some(rank) => format!("pid {} · rank {rank} · {addr}", c.hello.pid),
+            None => format!("pid {} · {addr}", c.hello.pid),
+        };
         inputs.push(Input {
             title,
             frames: c.frames,

@@ -160,7 +160,7 @@ fn number_after(name: &str, word: &str) -> Option<u64> {
     let mut found = None;
     for (at, _) in lower.match_indices(word) {
         let rest = &lower[at + word.len()..];
-        let rest = rest.strip_prefix(['-', '_']).unwrap_or(rest);
+        let rest = rest.strip_prefix(['-', '_', ' ']).unwrap_or(rest);
         let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
         if let Ok(n) = digits.parse() {
             found = Some(n);
@@ -354,6 +354,11 @@ mod tests {
         assert_eq!(rank_of("oom_rank-3.pickle"), Some(3));
         assert_eq!(rank_of("/runs/step100/snapshot_rank_12.pickle"), Some(12));
         assert_eq!(rank_of("Rank7.pickle"), Some(7));
+        assert_eq!(
+            rank_of("rank 5 · pid 4242"),
+            Some(5),
+            "a live rank tab's title"
+        );
         assert_eq!(rank_of("frank.pickle"), None);
         assert_eq!(rank_of("memory_at_step100.pickle"), None);
         // The folder's name does not count, only the file's.

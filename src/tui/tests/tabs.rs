@@ -164,7 +164,7 @@ fn the_table_shows_each_files_figures_as_its_report_says() {
     );
     insta::assert_snapshot!("tabs_table_200x60", s);
     let s = screen(&mut app, 80, 24);
-    assert!(s.contains("Across files"), "{s}");
+    assert!(s.contains("Across tabs"), "{s}");
     assert!(
         s.contains("a wider terminal shows"),
         "narrow: columns go, and it says so\n{s}"

@@ -178,7 +178,7 @@ pub fn render_table(
     let inner = panel(
         frame,
         area,
-        " Across files ".into(),
+        " Across tabs ".into(),
         " T / Esc close · j/k scroll · w/W or 1–9 tab · A diff ",
         th,
     );
