@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
+use super::chunked::ChunkedVec;
 use super::event::{Event, Marker};
 use crate::alloc::{Action, AllocEvent, Pool, Tag};
 
@@ -41,7 +42,7 @@ struct Wide {
 
 #[derive(Debug, Clone, Default)]
 pub struct EventStore {
-    packed: Vec<Packed>,
+    packed: ChunkedVec<Packed>,
     markers: Vec<Marker>,
     streams: Vec<u64>,
     stream_index: HashMap<u64, u16>,

@@ -4,6 +4,7 @@
 //! restoring the nearest keyframe and replaying forward, and the figures "so
 //! far" at any cursor (peaks, OOMs, gaps) as cheaply as a seek.
 
+use super::chunked::ChunkedVec;
 use super::event::{Event, Marker};
 use super::event_store::EventStore;
 use super::frozen_map::FrozenMap;
@@ -135,7 +136,7 @@ pub struct Timeline {
     /// The curve: allocated bytes after each event, and reserved bytes as
     /// the event index from which each value holds (it changes only with
     /// segments: 8 bytes per event instead of 16).
-    allocated: Vec<u64>,
+    allocated: ChunkedVec<u64>,
     reserved: Vec<(usize, u64)>,
     buckets: Vec<Bucket>,
     keyframes: Vec<FrozenMap>,
