@@ -623,3 +623,73 @@ fn several_files_open_as_tabs_in_a_real_terminal() {
     assert!(diff.is_some(), "A: the diff\n{last}");
     assert!(quit.is_some(), "q leaves with status 0\n{last}");
 }
+
+/// `attach` in a real 80×24 terminal to a job the Python helper serves
+/// (python/tests/live_job.py: the stand-in torch replaying a real
+/// snapshot): the view grows live, the by-line pane shows what grew since
+/// the last step, the status says when the job ended, and `q` leaves.
+#[test]
+fn attach_to_a_running_job_in_a_real_terminal() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    if tmux(&["-V"]).is_none() {
+        eprintln!("note: tmux is not installed; the terminal test is skipped");
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_vramscope");
+    let dir = common::temp_dir("tmux-attach");
+    let socket = dir.join("job.sock").display().to_string();
+    let snapshot = common::real("adam-step_closed-trace_annotations.pickle");
+    let mut job = Command::new("python3")
+        .arg("python/tests/live_job.py")
+        .arg(&snapshot)
+        .arg(&socket)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 runs the stand-in job");
+    let mut lines = BufReader::new(job.stderr.take().expect("stderr")).lines();
+    let mut said = |what: &str| {
+        lines
+            .by_ref()
+            .map_while(Result::ok)
+            .any(|l| l.contains(what))
+    };
+    assert!(said("vramscope attach "), "the job prints the command");
+    let session = format!("vramscope-attach-{}", std::process::id());
+    let cleanup = start(
+        &session,
+        80,
+        24,
+        &format!("{bin} attach '{socket}'; echo EXITED:$?"),
+    );
+    let attached = said("vramscope attached");
+    let _ = job.stdin.as_mut().map(|s| s.write_all(b"go\n"));
+    let ended = wait_for(
+        &session,
+        |s| s.contains("the job ended: the job finished"),
+        Duration::from_secs(30),
+    );
+    // The job's last step ended after its last entry: nothing has grown
+    // since it; S shows everything live, by the line that allocated it.
+    tmux(&["send-keys", "-t", &session, "S"]).expect("S");
+    let all_live = wait_for(
+        &session,
+        |s| s.contains("Live by Python line") && s.contains("iadam.py:30 in <module>"),
+        Duration::from_secs(10),
+    );
+    let last = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();
+    let quit = quit_cleanly(&session);
+    cleanup();
+    let _ = job.wait();
+    assert!(attached, "the job says vramscope attached\n{last}");
+    let Some(screen) = ended else {
+        panic!("the status says the job ended\n{last}");
+    };
+    assert!(screen.contains("Memory map · pid "), "{screen}");
+    assert!(screen.contains("Grown since step (event "), "{screen}");
+    assert!(all_live.is_some(), "S: every live block by line\n{last}");
+    assert!(quit.is_some(), "q leaves with status 0\n{last}");
+}
