@@ -677,7 +677,7 @@ fn attach_to_a_running_job_in_a_real_terminal() {
     tmux(&["send-keys", "-t", &session, "S"]).expect("S");
     let all_live = wait_for(
         &session,
-        |s| s.contains("Live by Python line") && s.contains("iadam.py:30 in <module>"),
+        |s| s.contains("Live by Python line") && s.contains("iiiandadam.py:30 in <module>"),
         Duration::from_secs(10),
     );
     let last = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();
