@@ -145,3 +145,56 @@ fn closed_real_traces_replay_to_the_same_report() {
         assert_eq!(live["live"]["ended"], "the recording ends");
     }
 }
+
+/// A job keeping 2 MiB more at every step: `attach --replay --json` flags
+/// the line that keeps it, with its growth per step, within 20 steps; the
+/// same job without the leak gets no finding.
+#[test]
+fn a_job_leaking_2_mib_a_step_is_flagged_by_the_line_that_keeps_it() {
+    let dir = std::env::temp_dir().join(format!("vramscope-live-leak-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp");
+    let write = |name: &str, leak: u64| {
+        let path = dir.join(name);
+        let job = vramscope::live::synth::training_job(20, leak, 3).bytes;
+        let mut rec = vramscope::live::MAGIC.to_vec();
+        rec.extend_from_slice(&job);
+        std::fs::write(&path, rec).expect("write");
+        path
+    };
+    let leaking = write("leak.vslive", 2 << 20);
+    let v = json_of(&[
+        "attach",
+        "--replay",
+        leaking.to_str().expect("utf-8"),
+        "--json",
+    ]);
+    let leaks = &v["devices"][0]["leaks"];
+    let findings = leaks["findings"].as_array().expect("findings");
+    let growth = |f: &Value| f["growth_per_iter"].as_u64();
+    let kept = findings.iter().find(|f| {
+        f["root"]
+            .as_str()
+            .is_some_and(|s| s.contains("train.py:41"))
+    });
+    let Some(kept) = kept else {
+        panic!("train.py:41 is flagged: {leaks}");
+    };
+    assert_eq!(growth(kept), Some(2 << 20), "{kept}");
+    // The job's own steps are training iterations: a warning, not the
+    // "may be layers of one forward pass" caveat of found boundaries.
+    assert_eq!(kept["severity"], "warning", "{kept}");
+    assert!(
+        !findings.iter().any(|f| f["root"]
+            .as_str()
+            .is_some_and(|s| s.contains("model.py:12"))),
+        "the freed temporaries are no leak: {leaks}"
+    );
+    let clean = write("clean.vslive", 0);
+    let v = json_of(&[
+        "attach",
+        "--replay",
+        clean.to_str().expect("utf-8"),
+        "--json",
+    ]);
+    assert_eq!(v["devices"][0]["leaks"]["findings"], serde_json::json!([]));
+}

@@ -479,7 +479,9 @@ pub fn analyze_snapshot_with(
     }
 
     let described = source.describe();
-    let forward_only = !report.backward_seen;
+    // A live job's steps are its own optimizer steps or markers: they
+    // delimit training iterations whatever its stacks show.
+    let forward_only = !report.backward_seen && !matches!(source, BoundarySource::LiveSteps { .. });
     for g in &report.survivors {
         let mut f = Finding::new(g.site.clone(), FindingKind::SurvivingAllocations);
         f.bytes = *g.bytes_at_boundary.last().unwrap_or(&0);
