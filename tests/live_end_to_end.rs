@@ -276,3 +276,42 @@ fn a_rank_pattern_with_no_socket_or_over_tcp_without_ranks_is_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--ranks N"), "{err}");
 }
+
+/// Ctrl-C during a headless attach prints the report of what came so far
+/// (the log up to the moment) and exits 0; the job goes on.
+#[test]
+fn ctrl_c_prints_the_report_so_far() {
+    let dir = temp_dir("live-ctrl-c");
+    let socket = dir.join("job.sock");
+    let (mut job, lines) = start_job(socket.to_str().expect("utf-8"), None);
+    wait_for(&lines, "vramscope attach ");
+    let attach = vramscope()
+        .args(["attach", socket.to_str().expect("utf-8"), "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("attach");
+    wait_for(&lines, "vramscope attached");
+    // The job waits for "go": attach has the log so far and nothing more.
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = libc::pid_t::try_from(attach.id()).expect("pid");
+    // SAFETY: kill only sends a signal to the child this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let out = attach.wait_with_output().expect("attach");
+    job.stdin
+        .as_mut()
+        .expect("stdin")
+        .write_all(b"go\n")
+        .expect("go");
+    assert!(job.wait().expect("job").success(), "the job goes on");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["live"]["ended"], "stopped by Ctrl-C while the job ran");
+    // The three entries made before start() are the start state; none since.
+    assert_eq!(v["devices"][0]["trace_entries"], 0, "{}", v["devices"][0]);
+    assert!(v["devices"][0]["reserved"].as_u64().is_some_and(|b| b > 0));
+}
