@@ -1069,6 +1069,7 @@ class _Session:
 
 _SESSION = None
 _LOCK = threading.Lock()
+_EXCEPTHOOK_INSTALLED = False
 _OOM_OBSERVER_ATTACHED = False
 
 
@@ -1171,6 +1172,10 @@ def start(
                 _OOM_OBSERVER_ATTACHED = True
             except Exception as e:
                 _say(f"no OOM observer ({e!r}); OOMs show only as trace entries")
+        global _EXCEPTHOOK_INSTALLED
+        if not _EXCEPTHOOK_INSTALLED:
+            _install_excepthook()
+            _EXCEPTHOOK_INSTALLED = True
         _SESSION = s
         _announce(kind, s.server, token_needed)
         return s.server.address
@@ -1201,6 +1206,62 @@ def mark_step():
     s = _SESSION
     if s is not None:
         s.mark("mark_step")
+
+
+def report_oom(exc):
+    """Send PyTorch's own message for the last OOM (the observer that
+    records an OOM runs before PyTorch builds its message). Call it where a
+    loop catches ``torch.cuda.OutOfMemoryError``; one that reaches the top
+    of the program is reported by itself. A no-op when not started."""
+    s = _SESSION
+    if s is None or not s.active:
+        return
+    text = str(exc)[:MAX_OOM_MESSAGE]
+    device = _device_of_oom(text)
+    with s.log.cond:
+        s.log.append({"t": "oom_message", "seq": s.log.next_seq, "device": device, "message": text})
+
+
+MAX_OOM_MESSAGE = 16 * 1024
+
+
+def _device_of_oom(text):
+    """The device PyTorch's OOM message names ("GPU 0 has a total capacity"), or None."""
+    marker = "GPU "
+    at = text.find(marker)
+    if at < 0:
+        return None
+    digits = ""
+    for ch in text[at + len(marker):]:
+        if not ch.isdigit():
+            break
+        digits += ch
+    return int(digits) if digits else None
+
+
+def _is_cuda_oom(exc):
+    name = type(exc).__name__
+    return name == "OutOfMemoryError" or (isinstance(exc, RuntimeError) and "CUDA out of memory" in str(exc))
+
+
+def _install_excepthook():
+    """An OOM that ends the program (or a thread) is sent with PyTorch's own
+    message before the process exits; the previous hooks still run."""
+    previous = sys.excepthook
+    previous_thread = threading.excepthook
+
+    def hook(kind, exc, tb):
+        if _is_cuda_oom(exc):
+            report_oom(exc)
+        previous(kind, exc, tb)
+
+    def thread_hook(args):
+        if args.exc_value is not None and _is_cuda_oom(args.exc_value):
+            report_oom(args.exc_value)
+        previous_thread(args)
+
+    sys.excepthook = hook
+    threading.excepthook = thread_hook
 
 
 def _poll_now():

@@ -539,6 +539,45 @@ class OomTests(LiveTestCase):
         self.assertEqual(blocks_of(segs), blocks_of(self.job.segments_now()))
         self.assertTrue(any(s["seq"] == 13 for s in view.stats))
 
+    def test_report_oom_sends_pytorch_s_own_message_after_the_oom(self):
+        address = self.start()
+        client = self.connect(address)
+        self.job.advance(12)
+        fake_torch.inject_oom(2 * 1024**3)
+        oom = read_state(client, "oom").ooms[0]
+        text = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+                "80.00 GiB of which 1.00 GiB is free.")
+        vramscope_live.report_oom(_OutOfMemoryError(text))
+        msg = client.read_until(lambda f: f["t"] == "oom_message")[-1]
+        self.assertEqual(msg["message"], text)
+        self.assertEqual(msg["device"], 0)
+        self.assertEqual(msg["seq"], oom["seq"], "no entry came between them")
+
+    def test_an_oom_nobody_catches_is_sent_and_the_previous_hook_still_runs(self):
+        import contextlib
+        import io
+        import sys as _sys
+        address = self.start()
+        client = self.connect(address)
+        self.job.advance(5)
+        vramscope_live._poll_now()
+        text = "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 3 has a total capacity of 8 GiB"
+        printed = io.StringIO()
+        with contextlib.redirect_stderr(printed):
+            _sys.excepthook(_OutOfMemoryError, _OutOfMemoryError(text), None)
+            _sys.excepthook(ValueError, ValueError("not an OOM"), None)
+        msg = client.read_until(lambda f: f["t"] == "oom_message")[-1]
+        self.assertEqual((msg["message"], msg["device"]), (text, 3))
+        self.assertIn("_OutOfMemoryError", printed.getvalue(), "Python's own hook printed it")
+        self.assertIn("not an OOM", printed.getvalue())
+
+
+class _OutOfMemoryError(RuntimeError):
+    """Named as torch.cuda.OutOfMemoryError is."""
+
+
+_OutOfMemoryError.__name__ = "OutOfMemoryError"
+
 
 class RecordingTests(LiveTestCase):
     def test_recording_is_framed_and_complete(self):

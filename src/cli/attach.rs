@@ -360,6 +360,14 @@ fn print_live(report: &LiveReport, title: &str) {
         l.steps_kept,
         l.step_source.as_deref().unwrap_or("none")
     );
+    for o in &l.ooms {
+        sayln!(
+            "OOM on device {} at entry {}: {}",
+            o.device,
+            o.seq,
+            o.pytorch_message.as_deref().unwrap_or(&o.message)
+        );
+    }
     for why in &l.started_over {
         sayln!("started over: {why}");
     }

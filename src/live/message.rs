@@ -24,16 +24,32 @@ pub const MAX_DEVICE: u64 = 255;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message {
     Hello(Box<ServerHello>),
-    Refused { reason: String },
+    Refused {
+        reason: String,
+    },
     State(StateHeader),
     Segments(Vec<WireSegment>),
-    Stack { id: u32, frames: Vec<WireFrame> },
-    Entries { first: u64, entries: Vec<WireEntry> },
+    Stack {
+        id: u32,
+        frames: Vec<WireFrame>,
+    },
+    Entries {
+        first: u64,
+        entries: Vec<WireEntry>,
+    },
     Step(StepMark),
     Stats(DeviceStats),
     Oom(OomMark),
+    /// PyTorch's own message for the latest OOM (`oom_message`).
+    OomMessage {
+        seq: u64,
+        device: Option<u8>,
+        message: String,
+    },
     Lost(LostMark),
-    Bye { reason: Option<String> },
+    Bye {
+        reason: Option<String>,
+    },
 }
 
 /// The server hello: who the job is.
@@ -186,6 +202,8 @@ pub struct OomMark {
     pub device_free: Option<u64>,
     pub device_total: Option<u64>,
     pub alloc_size: Option<u64>,
+    /// What PyTorch raised, when the job sent it (`oom_message`).
+    pub pytorch_message: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

@@ -49,6 +49,8 @@ pub enum Applied {
     Step,
     Stats(u8),
     Oom,
+    /// PyTorch's message for the latest OOM came.
+    OomMessage,
     Ended(String),
 }
 
@@ -209,6 +211,11 @@ impl Session {
     }
 
     /// Why the stream ended, once it has (`bye`'s reason, or a disconnect).
+    /// The OOMs the job reported (the first 100).
+    pub fn ooms(&self) -> &[OomMark] {
+        &self.ooms
+    }
+
     pub fn ended(&self) -> Option<&str> {
         self.ended.as_deref()
     }
@@ -313,6 +320,27 @@ impl Session {
                     self.ooms.push(o);
                 }
                 Ok(Applied::Oom)
+            }
+            Message::OomMessage {
+                seq,
+                device,
+                message,
+            } => {
+                match self.ooms.last_mut() {
+                    Some(last) => last.pytorch_message = Some(message),
+                    // No observer record came (the observer could not be
+                    // attached): the message is the OOM's only trace.
+                    None => self.ooms.push(OomMark {
+                        device: device.unwrap_or(0),
+                        seq,
+                        message: message.clone(),
+                        device_free: None,
+                        device_total: None,
+                        alloc_size: None,
+                        pytorch_message: Some(message),
+                    }),
+                }
+                Ok(Applied::OomMessage)
             }
             Message::Lost(l) => {
                 if self.lost.len() < 100 {
@@ -613,6 +641,7 @@ fn kind_name(m: &Message) -> &'static str {
         Message::Step(_) => "step",
         Message::Stats(_) => "stats",
         Message::Oom(_) => "oom",
+        Message::OomMessage { .. } => "oom_message",
         Message::Lost(_) => "lost",
         Message::Bye { .. } => "bye",
     }

@@ -173,6 +173,7 @@ impl Reader {
                 Applied::Entries => self.entries(send),
                 Applied::Step => self.step(send) && self.analyse(send, false),
                 Applied::Stats(d) => self.stats(d, send),
+                Applied::Oom | Applied::OomMessage => self.oom(send),
                 Applied::Ended(_) => return Ok(true),
                 _ => true,
             };
@@ -275,6 +276,20 @@ impl Reader {
         view.map = Some(mirror.into_map());
         view.done = trace.len();
         send(SourceMsg::Part(part))
+    }
+
+    /// An OOM, in the status: PyTorch's own first line once the job sent
+    /// it, else what the OOM observer saw.
+    fn oom(&self, send: &mut Sender) -> bool {
+        let Some(o) = self.session.as_ref().and_then(|s| s.ooms().last()) else {
+            return true;
+        };
+        let text = o.pytorch_message.as_deref().unwrap_or(&o.message);
+        let first = text.lines().next().unwrap_or_default();
+        send(SourceMsg::Note(format!(
+            "OOM on device {}: {first}",
+            o.device
+        )))
     }
 
     /// The job's own `memory_stats()` of the shown device, for the stats panel.

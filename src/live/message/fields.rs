@@ -167,7 +167,16 @@ impl Fields<'_> {
                 device_free: self.opt(o, "", "device_free", |p, v| self.u64_of(p, v))?,
                 device_total: self.opt(o, "", "device_total", |p, v| self.u64_of(p, v))?,
                 alloc_size: self.opt(o, "", "alloc_size", |p, v| self.u64_of(p, v))?,
+                pytorch_message: None,
             }),
+            "oom_message" => Message::OomMessage {
+                seq: self.u64(o, "", "seq")?,
+                device: match o.get("device") {
+                    None | Some(Value::Null) => None,
+                    Some(_) => Some(self.device(o, "", "device")?),
+                },
+                message: self.str(o, "", "message")?,
+            },
             "lost" => Message::Lost(LostMark {
                 seq: self.u64(o, "", "seq")?,
                 count: self.opt(o, "", "count", |p, v| self.u64_of(p, v))?,

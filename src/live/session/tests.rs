@@ -248,3 +248,40 @@ fn bye_ends_the_session_with_its_reason() {
     feed(&mut s, &msgs).expect("bye");
     assert_eq!(s.ended(), Some("the process is exiting"));
 }
+
+#[test]
+fn pytorch_s_oom_message_joins_the_oom_the_observer_sent() {
+    let mut s = Session::new("test");
+    let mut msgs = job(1, false);
+    msgs.push(json!({"t":"entries","first":4,"entries":[e("oom", 3 << 30, 40 << 30, None)]}));
+    msgs.push(json!({"t":"oom","device":0,"seq":5,"message":"observer: tried 40 GiB","device_free":3221225472u64,"device_total":null,"alloc_size":42949672960u64}));
+    msgs.push(json!({"t":"oom_message","seq":5,"device":0,"message":"CUDA out of memory. Tried to allocate 40.00 GiB. GPU 0 has a total capacity of 80.00 GiB"}));
+    let applied = feed(&mut s, &msgs).expect("applies");
+    assert!(
+        matches!(applied.last(), Some(Applied::OomMessage)),
+        "{applied:?}"
+    );
+    let ooms = s.ooms().to_vec();
+    assert_eq!(ooms.len(), 1);
+    assert_eq!(ooms[0].message, "observer: tried 40 GiB");
+    assert_eq!(
+        ooms[0].pytorch_message.as_deref(),
+        Some("CUDA out of memory. Tried to allocate 40.00 GiB. GPU 0 has a total capacity of 80.00 GiB")
+    );
+    let report = serde_json::to_value(s.report("test", None)).expect("json");
+    assert_eq!(
+        report["live"]["ooms"][0]["pytorch_message"],
+        ooms[0].pytorch_message.as_deref().unwrap_or_default()
+    );
+
+    // Without the observer's record, the message alone stands for the OOM.
+    let mut alone = Session::new("test");
+    let mut msgs = job(1, false);
+    msgs.push(json!({"t":"oom_message","seq":4,"device":null,"message":"CUDA out of memory."}));
+    feed(&mut alone, &msgs).expect("applies");
+    assert_eq!(alone.ooms().len(), 1);
+    assert_eq!(
+        alone.ooms()[0].pytorch_message.as_deref(),
+        Some("CUDA out of memory.")
+    );
+}
