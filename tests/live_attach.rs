@@ -239,8 +239,8 @@ fn dead_addresses_exit_2_at_once() {
             "cannot connect",
         ),
         (
-            vec!["attach", "/tmp/job-{rank}.sock", "--json"],
-            "replace {rank}",
+            vec!["attach", "/nonexistent-dir/job-{rank}.sock", "--json"],
+            "no socket for rank 0 (/nonexistent-dir/job-0.sock does not exist)",
         ),
         (
             vec!["attach", "--replay", FIXTURE, "--json", "--device", "3"],
