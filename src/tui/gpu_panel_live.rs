@@ -109,8 +109,13 @@ fn device_rows(
     }
     if r.difference.is_some_and(|x| x < 0) {
         notes.push(format!(
-            "cuda:{}: negative: NVML's reading is older than the allocator's latest growth",
-            d.device
+            "cuda:{}: negative: NVML's process reading (once a second) is older than the stream's reserved bytes{}",
+            d.device,
+            if r.matched_by == MatchedBy::Ordinal {
+                format!(", or NVML's GPU {} is not the job's cuda:{}", r.gpu, d.device)
+            } else {
+                String::new()
+            }
         ));
     }
 }
