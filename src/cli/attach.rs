@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use vramscope::live::address::{expand_ranks, RANK};
+use vramscope::live::nvml_match::{read_once, JobPlace, LiveJob};
 use vramscope::live::{
     connect, decode, open_recording, Address, FrameReader, LiveError, LiveReport, Message,
     ServerHello, Session, TOKEN_ENV,
 };
-use vramscope::live::nvml_match::{read_once, JobPlace, LiveJob};
 use vramscope::producers::{file_title, live_source, live_tab_source};
 use vramscope::report::series::{figures, DeviceFigures, SeriesFile, SeriesTable};
 use vramscope::tui::{run_tui, TuiOptions};
@@ -177,8 +177,8 @@ fn ranks(
         let tabs: Vec<(String, _)> = inputs
             .into_iter()
             .map(|i| {
-                let source = live_tab_source(i.frames, i.hello, args.device, stop.clone())
-                    .job_at(i.place);
+                let source =
+                    live_tab_source(i.frames, i.hello, args.device, stop.clone()).job_at(i.place);
                 (i.title, source)
             })
             .collect();
@@ -265,11 +265,7 @@ struct RankOutcome {
     fault: Option<String>,
 }
 
-fn headless(
-    args: &AttachArgs,
-    input: Input,
-    stop: Arc<AtomicBool>,
-) -> anyhow::Result<ExitCode> {
+fn headless(args: &AttachArgs, input: Input, stop: Arc<AtomicBool>) -> anyhow::Result<ExitCode> {
     let Input {
         title,
         frames,

@@ -61,7 +61,14 @@ mod tests {
         assert_eq!(PciAddress::parse("0000:3b:00.0"), Some(a));
         assert_eq!(PciAddress::parse("00000000:3B:00.0"), Some(a));
         assert_eq!(PciAddress::parse("0000:3b:00"), Some(a));
-        for bad in ["", "3b:00.0", "0000:3b", "0000:3b:00:0", "0000:zz:00.0", "0000:3b:100.0"] {
+        for bad in [
+            "",
+            "3b:00.0",
+            "0000:3b",
+            "0000:3b:00:0",
+            "0000:zz:00.0",
+            "0000:3b:100.0",
+        ] {
             assert_eq!(PciAddress::parse(bad), None, "{bad:?}");
         }
     }

@@ -16,8 +16,8 @@ use serde::Serialize;
 
 use super::address::Address;
 use super::session::Session;
-use crate::device::nvml::GpuReading;
 use crate::alloc::format_size;
+use crate::device::nvml::GpuReading;
 use crate::device::PciAddress;
 use crate::units::format_size_or_unknown as size;
 
@@ -51,7 +51,8 @@ impl JobPlace {
 }
 
 fn is_loopback(host: &str) -> bool {
-    host.eq_ignore_ascii_case("localhost") || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    host.eq_ignore_ascii_case("localhost")
+        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// What the job's stream says of one of its devices.
@@ -139,10 +140,11 @@ impl MatchedBy {
 pub fn find_gpu<'a>(d: &JobDevice, gpus: &'a [GpuReading]) -> Option<(&'a GpuReading, MatchedBy)> {
     if let Some(u) = &d.uuid {
         let want = bare_uuid(u);
-        if let Some(g) = gpus
-            .iter()
-            .find(|g| g.uuid.as_deref().is_some_and(|x| bare_uuid(x).eq_ignore_ascii_case(want)))
-        {
+        if let Some(g) = gpus.iter().find(|g| {
+            g.uuid
+                .as_deref()
+                .is_some_and(|x| bare_uuid(x).eq_ignore_ascii_case(want))
+        }) {
             return Some((g, MatchedBy::Uuid));
         }
     }
@@ -178,14 +180,30 @@ pub enum NvmlNow<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Unavailable {
     Recording,
-    Remote { host: String, hostname: Option<String> },
+    Remote {
+        host: String,
+        hostname: Option<String>,
+    },
     Waiting,
     NoNvml(String),
     NoPid,
-    NoSuchGpu { device: u8, by: String, listed: usize },
-    NoProcesses { gpu: u32 },
-    PidNotListed { pid: u32, gpu: u32, listed: usize },
-    MemoryNotReported { pid: u32, gpu: u32 },
+    NoSuchGpu {
+        device: u8,
+        by: String,
+        listed: usize,
+    },
+    NoProcesses {
+        gpu: u32,
+    },
+    PidNotListed {
+        pid: u32,
+        gpu: u32,
+        listed: usize,
+    },
+    MemoryNotReported {
+        pid: u32,
+        gpu: u32,
+    },
 }
 
 impl std::fmt::Display for Unavailable {
@@ -304,7 +322,9 @@ fn read_device(
             listed: gpu.processes.len(),
         });
     };
-    let used = p.used.ok_or(Unavailable::MemoryNotReported { pid, gpu: at })?;
+    let used = p
+        .used
+        .ok_or(Unavailable::MemoryNotReported { pid, gpu: at })?;
     let difference = d
         .reserved
         .or(d.stats_reserved)
@@ -403,7 +423,10 @@ pub fn read_once(job: &LiveJob, place: &JobPlace) -> Vec<NvmlEntry> {
         // Not read: `reconcile` says why from `place` before looking.
         None | Some(Err(_)) => NvmlNow::Unavailable(&why),
     };
-    reconcile(job, place, now).iter().map(NvmlEntry::from).collect()
+    reconcile(job, place, now)
+        .iter()
+        .map(NvmlEntry::from)
+        .collect()
 }
 
 #[cfg(test)]

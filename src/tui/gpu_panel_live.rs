@@ -86,7 +86,10 @@ fn device_rows(
     };
     rows.push((
         "device",
-        format!("cuda:{} · {name} · NVML GPU {}, matched {by}", d.device, r.gpu),
+        format!(
+            "cuda:{} · {name} · NVML GPU {}, matched {by}",
+            d.device, r.gpu
+        ),
     ));
     rows.push((
         "NVML used",
@@ -100,12 +103,19 @@ fn device_rows(
     rows.push((
         "difference",
         match r.difference {
-            Some(x) => format!("{} (context, workspaces, outside the caching allocator)", signed_size(x)),
+            Some(x) => format!(
+                "{} (context, workspaces, outside the caching allocator)",
+                signed_size(x)
+            ),
             None => "unknown (no reserved bytes yet)".into(),
         },
     ));
     if r.matched_by == MatchedBy::Ordinal {
-        notes.push(format!("cuda:{}: {}", d.device, MatchedBy::Ordinal.describe()));
+        notes.push(format!(
+            "cuda:{}: {}",
+            d.device,
+            MatchedBy::Ordinal.describe()
+        ));
     }
     if r.difference.is_some_and(|x| x < 0) {
         notes.push(format!(

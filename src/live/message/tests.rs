@@ -127,7 +127,10 @@ fn a_hello_device_may_say_where_it_sits_and_an_old_one_need_not() {
     };
     assert_eq!(h.devices[0].pci_bus_id, Some(bus));
     assert_eq!(h.devices[0].uuid.as_deref(), Some("GPU-8e3c"));
-    assert_eq!((h.devices[1].pci_bus_id, h.devices[1].uuid.clone()), (None, None));
+    assert_eq!(
+        (h.devices[1].pci_bus_id, h.devices[1].uuid.clone()),
+        (None, None)
+    );
     let e = hello(r#"{"device":0,"pci_bus_id":"bus 3b"}"#)
         .expect_err("not a bus id")
         .to_string();

@@ -85,11 +85,17 @@ fn the_difference_is_nvml_used_minus_the_streams_reserved() {
     // A reading older than the allocator's growth: negative, not hidden.
     d.reserved = Some(used + MIB);
     let out = reconcile(&job(vec![d.clone()]), &JobPlace::Here, NvmlNow::Read(&gpus));
-    assert_eq!(out[0].reading.as_ref().expect("read").difference, Some(-(MIB as i64)));
+    assert_eq!(
+        out[0].reading.as_ref().expect("read").difference,
+        Some(-(MIB as i64))
+    );
     // No state yet: against memory_stats()' reserved; neither: unknown.
     d.reserved = None;
     let out = reconcile(&job(vec![d.clone()]), &JobPlace::Here, NvmlNow::Read(&gpus));
-    assert_eq!(out[0].reading.as_ref().expect("read").difference, Some(565 * MIB as i64));
+    assert_eq!(
+        out[0].reading.as_ref().expect("read").difference,
+        Some(565 * MIB as i64)
+    );
     d.stats_reserved = None;
     let out = reconcile(&job(vec![d]), &JobPlace::Here, NvmlNow::Read(&gpus));
     assert_eq!(out[0].reading.as_ref().expect("read").difference, None);
@@ -97,7 +103,11 @@ fn the_difference_is_nvml_used_minus_the_streams_reserved() {
 
 fn why(place: JobPlace, nvml: NvmlNow<'_>, d: JobDevice) -> String {
     let out = reconcile(&job(vec![d]), &place, nvml);
-    out[0].reading.as_ref().expect_err("unavailable").to_string()
+    out[0]
+        .reading
+        .as_ref()
+        .expect_err("unavailable")
+        .to_string()
 }
 
 #[test]
@@ -106,26 +116,48 @@ fn each_reason_for_no_reading_is_said() {
     let d = || dev(0, Some(0x3b), None);
     let gpus = two_gpus(Some(MIB));
     let w = why(JobPlace::Recording, NvmlNow::Read(&gpus), d());
-    assert!(w.contains("a recording: the job is not running here"), "{w}");
+    assert!(
+        w.contains("a recording: the job is not running here"),
+        "{w}"
+    );
     let remote = JobPlace::Remote {
         host: "10.0.0.7".into(),
     };
     let w = why(remote, NvmlNow::Read(&gpus), d());
-    assert!(w.contains("another host (node7, reached over TCP at 10.0.0.7"), "{w}");
-    let w = why(here.clone(), NvmlNow::Unavailable("no NVIDIA driver found"), d());
+    assert!(
+        w.contains("another host (node7, reached over TCP at 10.0.0.7"),
+        "{w}"
+    );
+    let w = why(
+        here.clone(),
+        NvmlNow::Unavailable("no NVIDIA driver found"),
+        d(),
+    );
     assert_eq!(w, "NVML unavailable here: no NVIDIA driver found");
     assert!(why(here.clone(), NvmlNow::Waiting, d()).contains("waiting"));
-    let w = why(here.clone(), NvmlNow::Read(&gpus), dev(0, Some(0x5e), Some("GPU-zz")));
+    let w = why(
+        here.clone(),
+        NvmlNow::Read(&gpus),
+        dev(0, Some(0x5e), Some("GPU-zz")),
+    );
     assert!(
-        w.contains("no GPU with the job's UUID GPU-zz or PCI bus id 0000:5e:00 for cuda:0 (2 GPUs listed"),
+        w.contains(
+            "no GPU with the job's UUID GPU-zz or PCI bus id 0000:5e:00 for cuda:0 (2 GPUs listed"
+        ),
         "{w}"
     );
     let empty = vec![gpu(1, 0x3b, "GPU-bbbb", &[])];
     let w = why(here.clone(), NvmlNow::Read(&empty), d());
-    assert!(w.contains("no process on GPU 1") && w.contains("container"), "{w}");
+    assert!(
+        w.contains("no process on GPU 1") && w.contains("container"),
+        "{w}"
+    );
     let other = vec![gpu(1, 0x3b, "GPU-bbbb", &[(7, Some(1))])];
     let w = why(here.clone(), NvmlNow::Read(&other), d());
-    assert!(w.contains("pid 4242 is not among the 1 process NVML lists on GPU 1"), "{w}");
+    assert!(
+        w.contains("pid 4242 is not among the 1 process NVML lists on GPU 1"),
+        "{w}"
+    );
     let w = why(here.clone(), NvmlNow::Read(&two_gpus(None)), d());
     assert!(w.contains("does not report its memory"), "{w}");
     let mut nameless = job(vec![d()]);
@@ -149,7 +181,10 @@ fn a_tcp_job_is_here_only_on_loopback() {
             host: "10.0.0.7".into()
         }
     );
-    assert_eq!(JobPlace::of(&Address::Unix("/tmp/s".into())), JobPlace::Here);
+    assert_eq!(
+        JobPlace::of(&Address::Unix("/tmp/s".into())),
+        JobPlace::Here
+    );
 }
 
 #[test]
@@ -160,8 +195,8 @@ fn the_json_entry_has_the_reading_or_why_not() {
         &JobPlace::Here,
         NvmlNow::Read(&gpus),
     );
-    let v = serde_json::to_value(out.iter().map(NvmlEntry::from).collect::<Vec<_>>())
-        .expect("json");
+    let v =
+        serde_json::to_value(out.iter().map(NvmlEntry::from).collect::<Vec<_>>()).expect("json");
     assert_eq!(v[0]["used_by_process"], 3000 * MIB);
     assert_eq!(v[0]["reserved"], 2048 * MIB);
     assert_eq!(v[0]["difference"], 952 * MIB);

@@ -35,8 +35,10 @@ fn bus(b: u32) -> PciAddress {
 /// segment holding a 512 MiB block, its stats, then `bye`.
 fn job(device: serde_json::Value, place: JobPlace) -> App {
     let mut w = StreamWriter::recording();
-    w.send(json!({"t": "hello", "protocol": 1, "pid": PID, "hostname": "node7",
-        "mode": "agent", "stacks": false, "devices": [device]}));
+    w.send(
+        json!({"t": "hello", "protocol": 1, "pid": PID, "hostname": "node7",
+        "mode": "agent", "stacks": false, "devices": [device]}),
+    );
     w.send(json!({"t": "state", "seq": 0, "reason": "start", "chunks": 0}));
     let base = 0x7f00_0000_0000u64;
     w.send(json!({"t": "entries", "first": 0, "entries": [
@@ -45,8 +47,8 @@ fn job(device: serde_json::Value, place: JobPlace) -> App {
     w.send(json!({"t": "stats", "device": 0, "seq": 2,
         "stats": {"reserved_bytes.all.current": SEGMENT, "allocated_bytes.all.current": 512 * MIB}}));
     w.send(json!({"t": "bye", "reason": "the process is exiting"}));
-    let frames = read_recording(Box::new(Cursor::new(w.bytes)), "job.vslive".into())
-        .expect("a recording");
+    let frames =
+        read_recording(Box::new(Cursor::new(w.bytes)), "job.vslive".into()).expect("a recording");
     let src = live_source(frames, None, None, Arc::default()).job_at(place);
     app_finished(vec![("pid 4242".into(), src)], &opts())
 }
@@ -146,14 +148,19 @@ fn a_job_that_gave_no_ids_is_matched_by_ordinal_and_says_so() {
     show(&mut app, Ok(readings(the_job(Some(SEGMENT)))));
     let p = panel(&mut app);
     // NVML's GPU 0 is taken for cuda:0: its 1 MiB, and the note why.
-    assert!(p.contains("NVML GPU 0, matched by CUDA ordinal only"), "{p}");
+    assert!(
+        p.contains("NVML GPU 0, matched by CUDA ordinal only"),
+        "{p}"
+    );
     let used = format!("NVML used: {} (pid 4242", format_size(MIB));
     assert!(p.contains(&used), "{p}");
     let difference = format!("difference: -{} (", format_size(SEGMENT - MIB));
     assert!(p.contains(&difference), "{p}");
     assert!(p.contains("CUDA_VISIBLE_DEVICES can renumber"), "{p}");
     assert!(
-        p.contains("is older than the stream's reserved bytes, or NVML's GPU 0 is not the job's cuda:0"),
+        p.contains(
+            "is older than the stream's reserved bytes, or NVML's GPU 0 is not the job's cuda:0"
+        ),
         "{p}"
     );
 }
@@ -163,7 +170,10 @@ fn a_pid_nvml_does_not_see_is_said_not_guessed() {
     let mut app = job(h100_device(), JobPlace::Here);
     show(&mut app, Ok(readings(Vec::new())));
     let p = panel(&mut app);
-    assert!(p.contains("NVML: no reading: NVML lists no process on GPU 1"), "{p}");
+    assert!(
+        p.contains("NVML: no reading: NVML lists no process on GPU 1"),
+        "{p}"
+    );
     assert!(p.contains("job reserved: 2.00 GiB"), "{p}");
     assert!(!p.contains("difference"), "{p}");
 
@@ -219,7 +229,10 @@ fn without_nvml_here_the_panel_says_so() {
     let mut app = job(h100_device(), JobPlace::Here);
     keys(&mut app, "v");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !matches!(app.gpu.nvml, crate::tui::gpu_panel::NvmlState::Unavailable(_)) {
+    while !matches!(
+        app.gpu.nvml,
+        crate::tui::gpu_panel::NvmlState::Unavailable(_)
+    ) {
         assert!(std::time::Instant::now() < deadline, "no answer from NVML");
         app.drain_sources();
         std::thread::sleep(std::time::Duration::from_millis(5));
