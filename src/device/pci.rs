@@ -33,12 +33,13 @@ impl PciAddress {
         if parts.next().is_some() {
             return None;
         }
-        let device = rest.split_once('.').map_or(rest, |(d, _)| d);
+        let (device, function) = rest.split_once('.').unwrap_or((rest, "0"));
         let hex = |s: &str, most: usize| {
             (!s.is_empty() && s.len() <= most)
                 .then(|| u32::from_str_radix(s, 16).ok())
                 .flatten()
         };
+        hex(function, 1)?;
         Some(PciAddress {
             domain: hex(domain, 8)?,
             bus: hex(bus, 2)?,

@@ -134,7 +134,11 @@ impl Reader {
         if let Some(h) = self.hello.take() {
             let _ = session.apply(0, Message::Hello(Box::new(h)));
         }
+        let said_hello = session.hello().is_some();
         self.session = Some(session);
+        if said_hello && !self.job(send, true) {
+            return;
+        }
         let outcome = self.read_all(send);
         let Some(session) = self.session.as_mut() else {
             return;
@@ -183,6 +187,7 @@ impl Reader {
                     self.step(send) && self.job(send, true) && self.analyse(send, false)
                 }
                 Applied::Stats(d) => self.stats(d, send) && self.job(send, false),
+                Applied::Hello => self.job(send, true),
                 Applied::Ended(_) => return Ok(true),
                 _ => true,
             };
