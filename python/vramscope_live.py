@@ -156,6 +156,25 @@ def read_frame(sock, limit=MAX_FRAME):
     return obj
 
 
+def _pci_bus_id(props):
+    """`0000:3b:00.0` from torch's PCI ids (torch ≥ 2.x has them; older: None)."""
+    ids = [getattr(props, k, None) for k in ("pci_domain_id", "pci_bus_id", "pci_device_id")]
+    if not all(type(v) is int and v >= 0 for v in ids):
+        return None
+    return "%04x:%02x:%02x.0" % tuple(ids)
+
+
+def _uuid(props):
+    """The device's UUID as NVML writes it (`GPU-…`; torch writes it bare); None where torch has none."""
+    u = getattr(props, "uuid", None)
+    if u is None:
+        return None
+    s = _clean(u)
+    if not s:
+        return None
+    return s if s.startswith(("GPU-", "MIG-")) else "GPU-" + s
+
+
 def _clean(s):
     """A string any JSON reader takes: no lone surrogates, at most 64 KiB."""
     s = str(s)
@@ -1000,7 +1019,8 @@ class _Session:
         self.devices = []
         for d in range(n):
             props = torch.cuda.get_device_properties(d)
-            self.devices.append({"device": d, "name": _clean(props.name), "total_memory": int(props.total_memory)})
+            self.devices.append({"device": d, "name": _clean(props.name), "total_memory": int(props.total_memory),
+                                 "pci_bus_id": _pci_bus_id(props), "uuid": _uuid(props)})
         self.producer = None
         self.log = None
         self.server = None

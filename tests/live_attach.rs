@@ -106,8 +106,22 @@ fn a_unix_socket_job_that_loses_entries_starts_over_and_then_disconnects() {
     assert_eq!(client["protocol"], 1);
     assert_eq!(client["token"], Value::Null);
 
+    // The GPU panel's last word on the job: its pid, and its 1 GiB segment reserved.
+    let job = msgs
+        .iter()
+        .rev()
+        .find_map(|m| match m {
+            SourceMsg::Job(j) => Some(j),
+            _ => None,
+        })
+        .expect("the job's pid and devices");
+    assert_eq!(job.pid, Some(4242));
+    assert_eq!(job.devices.len(), 1);
+    assert_eq!(job.devices[0].reserved, Some(1 << 30));
     let names: Vec<&str> = msgs
         .iter()
+        // The job's pid and devices for the GPU panel come beside the view's messages.
+        .filter(|m| !matches!(m, SourceMsg::Job(_)))
         .map(|m| match m {
             SourceMsg::Opened(_) => "opened",
             SourceMsg::Start(_) => "start",

@@ -242,9 +242,38 @@ class HandshakeTests(LiveTestCase):
         self.assertEqual(hello["protocol"], 1)
         self.assertEqual(hello["mode"], "poll")  # the fake has no cpp_extension
         self.assertEqual(hello["pid"], os.getpid())
-        self.assertEqual(hello["devices"], [{"device": 0, "name": "Fake GPU 0", "total_memory": 80 * 1024**3}])
+        self.assertEqual(
+            hello["devices"],
+            [
+                {
+                    "device": 0,
+                    "name": "Fake GPU 0",
+                    "total_memory": 80 * 1024**3,
+                    # torch's ids as NVML writes them: bus 0x3b, UUID with GPU-
+                    "pci_bus_id": "0000:3b:00.0",
+                    "uuid": "GPU-8e3c0f7a-0000-4000-8000-000000000000",
+                }
+            ],
+        )
         self.assertTrue(hello["stacks"])
         self.assertEqual(hello["poll_interval_s"], NEVER)
+
+    def test_a_torch_without_device_ids_says_null(self):
+        import torch
+
+        class OldProps:  # torch before pci_*_id and uuid
+            name = "Old GPU"
+            total_memory = 1 << 30
+
+        real = torch.cuda.get_device_properties
+        torch.cuda.get_device_properties = lambda d: OldProps()
+        try:
+            hello = self.connect(self.start()).first
+        finally:
+            torch.cuda.get_device_properties = real
+        self.assertEqual(hello["devices"][0]["pci_bus_id"], None)
+        self.assertEqual(hello["devices"][0]["uuid"], None)
+        self.assertEqual(hello["devices"][0]["name"], "Old GPU")
 
     def test_poll_interval_adapts_and_the_fallback_is_explained(self):
         hello = self.connect(self.start(poll_interval_s=None)).first

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use vramscope::live::address::{expand_ranks, RANK};
+use vramscope::live::nvml_match::{read_once, JobPlace, LiveJob};
 use vramscope::live::{
     connect, decode, open_recording, Address, FrameReader, LiveError, LiveReport, Message,
     ServerHello, Session, TOKEN_ENV,
@@ -50,17 +51,24 @@ pub fn run(args: AttachArgs, tui: bool, pace: &PaceArgs) -> anyhow::Result<ExitC
         title,
         frames,
         hello,
+        place,
     }) = inputs.pop()
     else {
         return Err(BadInput("attach: no address".into()).into());
     };
     if tui {
-        let source = live_source(frames, hello, args.device, stop);
+        let source = live_source(frames, hello, args.device, stop).job_at(place);
         let opts = pace.apply(TuiOptions::default(), &[title.as_str()]);
         run_tui(vec![(title, source)], opts)?;
         return Ok(ExitCode::SUCCESS);
     }
-    headless(&args, &title, frames, hello, stop)
+    let input = Input {
+        title,
+        frames,
+        hello,
+        place,
+    };
+    headless(&args, input, stop)
 }
 
 /// One connected job (or a recording), before its first frame is read.
@@ -68,6 +76,8 @@ struct Input {
     title: String,
     frames: Frames,
     hello: Option<ServerHello>,
+    /// Whether NVML here can see the job.
+    place: JobPlace,
 }
 
 /// The recording, or every address connected: all of them, or an error
@@ -79,6 +89,7 @@ fn open_inputs(args: &AttachArgs, stop: &Arc<AtomicBool>) -> Result<Vec<Input>, 
             title,
             frames: open_recording(path)?,
             hello: None,
+            place: JobPlace::Recording,
         }]);
     }
     let token = args
@@ -102,6 +113,7 @@ fn open_inputs(args: &AttachArgs, stop: &Arc<AtomicBool>) -> Result<Vec<Input>, 
             title,
             frames: c.frames,
             hello: Some(c.hello),
+            place: JobPlace::of(&addr),
         });
     }
     // Tabs and rows in rank order, as the job numbers them.
@@ -165,7 +177,8 @@ fn ranks(
         let tabs: Vec<(String, _)> = inputs
             .into_iter()
             .map(|i| {
-                let source = live_tab_source(i.frames, i.hello, args.device, stop.clone());
+                let source =
+                    live_tab_source(i.frames, i.hello, args.device, stop.clone()).job_at(i.place);
                 (i.title, source)
             })
             .collect();
@@ -192,7 +205,8 @@ fn ranks(
                 let name = i.frames.at().to_string();
                 let (mut session, fault) = read_session(i.frames, i.hello);
                 let rank = session.hello().and_then(|h| h.rank);
-                let report = session.report(&name, marker.as_deref());
+                let mut report = session.report(&name, marker.as_deref());
+                report.live.nvml = read_once(&LiveJob::of_session(&session), &i.place);
                 let figures = figures(session.snapshot());
                 RankOutcome {
                     name: match rank {
@@ -251,13 +265,13 @@ struct RankOutcome {
     fault: Option<String>,
 }
 
-fn headless(
-    args: &AttachArgs,
-    title: &str,
-    frames: Frames,
-    hello: Option<ServerHello>,
-    stop: Arc<AtomicBool>,
-) -> anyhow::Result<ExitCode> {
+fn headless(args: &AttachArgs, input: Input, stop: Arc<AtomicBool>) -> anyhow::Result<ExitCode> {
+    let Input {
+        title,
+        frames,
+        hello,
+        place,
+    } = input;
     on_interrupt(stop);
     let name = args.replay.as_deref().map_or_else(
         || frames.at().to_string(),
@@ -265,6 +279,8 @@ fn headless(
     );
     let (mut session, fault) = read_session(frames, hello);
     let mut report = session.report(&name, args.step_marker.as_deref());
+    // NVML once, at the end: what the job's process holds beside its reserved.
+    report.live.nvml = read_once(&LiveJob::of_session(&session), &place);
     if let Some(d) = args.device {
         let holds: Vec<String> = report
             .report
@@ -274,6 +290,7 @@ fn headless(
             .collect();
         report.report.devices.retain(|r| r.device == d as i64);
         report.live.growth.retain(|g| g.device == d as i64);
+        report.live.nvml.retain(|n| usize::from(n.device) == d);
         if report.report.devices.is_empty() {
             return Err(BadInput(format!(
                 "{name}: --device {d}: the job has no device {d}; it has {}",
@@ -290,7 +307,7 @@ fn headless(
         sayjson!(&report);
     } else {
         say!("{}", report.report.to_text());
-        print_live(&report, title);
+        print_live(&report, &title);
     }
     match fault {
         Some(why) => {
@@ -370,6 +387,9 @@ fn print_live(report: &LiveReport, title: &str) {
     }
     for why in &l.started_over {
         sayln!("started over: {why}");
+    }
+    for n in &l.nvml {
+        sayln!("{}", n.text_line(l.pid));
     }
     if let Some(e) = &l.ended {
         sayln!("ended: {e}");

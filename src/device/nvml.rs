@@ -28,6 +28,8 @@ pub struct GpuReading {
     pub index: u32,
     /// How a CUDA device is matched to this reading.
     pub pci: Option<PciAddress>,
+    /// `GPU-…`: the other name CUDA and NVML share.
+    pub uuid: Option<String>,
     pub name: Option<String>,
     pub total: Option<u64>,
     pub used: Option<u64>,
@@ -72,6 +74,7 @@ pub fn read_all(processes: bool) -> Result<Vec<GpuReading>, GpuUnavailable> {
                     bus: p.bus,
                     device: p.device,
                 }),
+                uuid: d.uuid().ok(),
                 name: d.name().ok(),
                 total: mem.as_ref().map(|m| m.total),
                 used: mem.as_ref().map(|m| m.used),
@@ -116,6 +119,7 @@ impl GpuReading {
         GpuReading {
             index,
             pci: None,
+            uuid: None,
             name: None,
             total: None,
             used: None,

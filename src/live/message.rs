@@ -86,6 +86,11 @@ pub struct HelloDevice {
     pub device: u8,
     pub name: Option<String>,
     pub total_memory: Option<u64>,
+    /// Where the device sits on the PCI bus, as torch tells it: how NVML's
+    /// reading of it is found (an ordinal differs under `CUDA_VISIBLE_DEVICES`).
+    pub pci_bus_id: Option<crate::device::PciAddress>,
+    /// The device's UUID (`GPU-…`), as NVML writes it.
+    pub uuid: Option<String>,
 }
 
 /// Why a `state` was sent.

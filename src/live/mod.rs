@@ -10,7 +10,8 @@
 //!   and synthetic jobs (tests, benches, `tests/fixtures/live/`);
 //! - `session`: the job as received, as a [`crate::trace::snapshot::Snapshot`]
 //!   the reports and the leak analysis read unchanged (`report`: what
-//!   `attach --json` adds; `map_diff`: a job's state against the mirrored map).
+//!   `attach --json` adds; `map_diff`: a job's state against the mirrored map);
+//! - `nvml_match`: the job's devices against NVML's reading of its process.
 //!
 //! The producer that feeds the views is `crate::producers::live`.
 
@@ -20,6 +21,7 @@ mod error;
 pub mod frame;
 mod map_diff;
 pub mod message;
+pub mod nvml_match;
 pub mod recording;
 pub mod report;
 pub mod session;

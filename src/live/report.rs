@@ -37,6 +37,9 @@ pub struct LiveFacts {
     pub lost: Vec<LostMark>,
     /// Each time the view started over, and why.
     pub started_over: Vec<String>,
+    /// Each device against NVML's reading of the job's process, read once
+    /// at the end (`attach --headless`/`--json`; empty elsewhere).
+    pub nvml: Vec<super::nvml_match::NvmlEntry>,
     /// Why the stream ended (`bye`'s reason, or the disconnect); `None`
     /// while it goes on (a Ctrl-C report).
     pub ended: Option<String>,

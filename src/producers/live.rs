@@ -20,6 +20,7 @@ use super::source::{Opened, Source, SourceMsg};
 use crate::alloc::{AllocConfig, MemoryStats};
 use crate::leak::analyze_snapshot_with;
 use crate::live::message::Message;
+use crate::live::nvml_match::LiveJob;
 use crate::live::{decode, Applied, FrameReader, ServerHello, Session};
 use crate::report::series::SnapshotSummary;
 use crate::trace::mirror::TraceMirror;
@@ -29,6 +30,9 @@ use crate::trace::{Marker, MemoryMap};
 
 /// The least time between two leak analyses while the job runs.
 pub const ANALYSIS_EVERY: Duration = Duration::from_secs(1);
+/// The least time between two [`SourceMsg::Job`]s as entries come: NVML's
+/// process reading behind the GPU panel comes once a second.
+pub const JOB_EVERY: Duration = Duration::from_millis(250);
 
 /// A source fed from `frames` (a connection after its hello, or a
 /// recording). `device`: the CUDA device the view shows (default: the
@@ -83,6 +87,7 @@ fn reading_source(
                 spent,
                 last_analysis: None,
                 analysis_took: Duration::ZERO,
+                last_job: None,
                 summaries,
             };
             reader.run(&mut send);
@@ -115,6 +120,7 @@ struct Reader {
     spent: flume::Receiver<TimelinePart>,
     last_analysis: Option<Instant>,
     analysis_took: Duration,
+    last_job: Option<Instant>,
     /// Send the job's summary with each analysis (a tab among several).
     summaries: bool,
 }
@@ -128,7 +134,11 @@ impl Reader {
         if let Some(h) = self.hello.take() {
             let _ = session.apply(0, Message::Hello(Box::new(h)));
         }
+        let said_hello = session.hello().is_some();
         self.session = Some(session);
+        if said_hello && !self.job(send, true) {
+            return;
+        }
         let outcome = self.read_all(send);
         let Some(session) = self.session.as_mut() else {
             return;
@@ -144,7 +154,7 @@ impl Reader {
             }
             Err(e) => SourceMsg::Failed(format!("{e} (the view keeps what it had)")),
         };
-        if !send(msg) {
+        if !send(msg) || !self.job(send, true) {
             return;
         }
         self.analyse(send, true);
@@ -168,11 +178,16 @@ impl Reader {
             let alive = match applied {
                 // A tab's figures are in the table from the job's first state.
                 Applied::Started { why } => {
-                    self.start(why, send) && (!self.summaries || self.analyse(send, true))
+                    self.start(why, send)
+                        && self.job(send, true)
+                        && (!self.summaries || self.analyse(send, true))
                 }
-                Applied::Entries => self.entries(send),
-                Applied::Step => self.step(send) && self.analyse(send, false),
-                Applied::Stats(d) => self.stats(d, send),
+                Applied::Entries => self.entries(send) && self.job(send, false),
+                Applied::Step => {
+                    self.step(send) && self.job(send, true) && self.analyse(send, false)
+                }
+                Applied::Stats(d) => self.stats(d, send) && self.job(send, false),
+                Applied::Hello => self.job(send, true),
                 Applied::Oom | Applied::OomMessage => self.oom(send),
                 Applied::Ended(_) => return Ok(true),
                 _ => true,
@@ -290,6 +305,18 @@ impl Reader {
             "OOM on device {}: {first}",
             o.device
         )))
+    }
+
+    /// The job's pid and devices for the GPU panel, when due (`now`: whatever the time).
+    fn job(&mut self, send: &mut Sender, now: bool) -> bool {
+        let Some(session) = self.session.as_ref() else {
+            return true;
+        };
+        if !now && self.last_job.is_some_and(|t| t.elapsed() < JOB_EVERY) {
+            return true;
+        }
+        self.last_job = Some(Instant::now());
+        send(SourceMsg::Job(Box::new(LiveJob::of_session(session))))
     }
 
     /// The job's own `memory_stats()` of the shown device, for the stats panel.

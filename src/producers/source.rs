@@ -12,6 +12,7 @@ use crate::device::nvml::GpuReading;
 use crate::device::{GpuUnavailable, PciAddress};
 use crate::engine::Category;
 use crate::leak::Finding;
+use crate::live::nvml_match::{JobPlace, LiveJob};
 use crate::scenario::{Conditions, Listing};
 use crate::sweep::{Sweep, SweepPoint};
 use crate::trace::stack::Stack;
@@ -175,6 +176,9 @@ pub enum SourceMsg {
     },
     /// The whole sweep once every point (and the search) has run.
     Swept(Box<Sweep>),
+    /// A live job's pid and devices (ids, reserved bytes), for the GPU
+    /// panel's NVML reconciliation: replaces the previous one.
+    Job(Box<LiveJob>),
 }
 
 /// How far the reading of a file has got.
@@ -236,6 +240,8 @@ pub struct Source {
     pub devices: Option<SnapshotDevices>,
     /// A scenario's program as code (the code pane); `None` for a trace.
     pub listing: Option<Arc<Listing>>,
+    /// Where a live job runs (`None`: not a live job).
+    pub job_place: Option<JobPlace>,
 }
 
 impl std::fmt::Debug for Source {
@@ -274,6 +280,7 @@ impl Source {
             conditions: None,
             devices: None,
             listing: None,
+            job_place: None,
         }
     }
 
@@ -300,6 +307,12 @@ impl Source {
     pub fn on_cuda(mut self, ordinal: u32, pci: Option<PciAddress>) -> Source {
         self.cuda = Some(ordinal);
         self.cuda_pci = pci;
+        self
+    }
+
+    /// A live job's source, and where the job runs.
+    pub fn job_at(mut self, place: JobPlace) -> Source {
+        self.job_place = Some(place);
         self
     }
 

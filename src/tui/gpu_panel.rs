@@ -1,7 +1,8 @@
 //! The run view's GPU memory panel (`v`): for a run on a real GPU, NVML's
 //! reading of this process next to the model's reserved bytes, split into
 //! context / reserved / other; for a simulated run, the simulated device's
-//! terms, labelled as such, and why NVML is not read (or what it reads).
+//! terms, labelled as such, and why NVML is not read (or what it reads);
+//! for a live job, its process on its GPUs (`gpu_panel_live`).
 //!
 //! NVML is read only by the poller thread (`producers::nvml_source`);
 //! this state drains its channel without blocking. The numbers come from
@@ -99,6 +100,9 @@ impl GpuPanel {
     pub fn prepare(&mut self, run: Option<&RunView>) {
         self.frame = match run {
             None => GpuPanelFrame::default(),
+            Some(r) if r.job_place.is_some() || r.job.is_some() => {
+                super::gpu_panel_live::live_frame(&self.nvml, r)
+            }
             Some(r) => match r.cuda {
                 Some(ordinal) => self.cuda_frame(r, ordinal),
                 None => self.simulated_frame(r),

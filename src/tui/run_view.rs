@@ -9,6 +9,7 @@ use crate::alloc::{MemoryStats, Tag};
 use crate::device::estimate::ComputeEstimate;
 use crate::device::PciAddress;
 use crate::leak::Finding;
+use crate::live::nvml_match::{JobPlace, LiveJob};
 use crate::producers::{LoadProgress, Polled, SnapshotDevices, Source, SourceMsg, TagInfo};
 use crate::scenario::{Conditions, Listing};
 use crate::trace::timeline::KEYFRAME_EVERY;
@@ -57,6 +58,10 @@ pub struct RunView {
     pub cuda_pci: Option<PciAddress>,
     /// NVML's reading of this process right after the GPU was opened.
     pub context_baseline: Option<u64>,
+    /// Where a live job runs (`None`: not a live job).
+    pub job_place: Option<JobPlace>,
+    /// A live job's pid and devices, as its producer last sent them.
+    pub job: Option<LiveJob>,
     pub tags: Option<Arc<dyn TagInfo>>,
     /// What a scenario run is under, as its file says.
     pub conditions: Option<Conditions>,
@@ -149,6 +154,8 @@ impl RunView {
             cuda: source.cuda,
             cuda_pci: source.cuda_pci,
             context_baseline: None,
+            job_place: source.job_place.clone(),
+            job: None,
             tags: source.tags.clone(),
             conditions: source.conditions.clone(),
             listing: source.listing.clone(),
@@ -328,6 +335,7 @@ impl RunView {
                 self.reads_file = true;
             }
             SourceMsg::Summary(s) => self.summary = Some(s),
+            SourceMsg::Job(j) => self.job = Some(*j),
             SourceMsg::Opened(o) => {
                 self.loading = None;
                 self.tags = o.tags;

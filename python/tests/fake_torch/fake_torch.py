@@ -28,6 +28,8 @@ class _Job:
             snap = pickle.load(f)
         self.file = snap
         self.total_memory = total_memory
+        # Where device 0 sits on the PCI bus (device d: the next buses).
+        self.pci_bus = 0x3B
         self.allocator_settings = snap.get("allocator_settings", {})
         # (time, order, kind, payload): entries and annotations in file order
         events = []

@@ -9,6 +9,7 @@ use super::{
     MAX_STACK_FRAMES, MAX_STRING, PROTOCOL, STACK_ID_LIMIT,
 };
 use crate::alloc::{Action, BlockState};
+use crate::device::PciAddress;
 use crate::live::error::LiveError;
 use crate::trace::snapshot::PoolKind;
 
@@ -220,6 +221,16 @@ impl Fields<'_> {
                     device: self.device(d, &p, "device")?,
                     name: self.opt(d, &p, "name", |p, v| self.str_of(p, v))?,
                     total_memory: self.opt(d, &p, "total_memory", |p, v| self.u64_of(p, v))?,
+                    pci_bus_id: self.opt(d, &p, "pci_bus_id", |p, v| {
+                        let text = self.str_of(p, v)?;
+                        PciAddress::parse(&text).ok_or_else(|| {
+                            self.err(
+                                p,
+                                format!("{text:?} is not a PCI bus id (DOMAIN:BUS:DEVICE.FUNCTION in hex)"),
+                            )
+                        })
+                    })?,
+                    uuid: self.opt(d, &p, "uuid", |p, v| self.str_of(p, v))?,
                 })
             })
             .collect::<Res<_>>()?;

@@ -107,3 +107,35 @@ proptest! {
         let _ = decode("fuzz", 0, text.as_bytes());
     }
 }
+
+#[test]
+fn a_hello_device_may_say_where_it_sits_and_an_old_one_need_not() {
+    let hello = |devices: &str| {
+        one(&format!(
+            r#"{{"t":"hello","protocol":1,"pid":7,"mode":"agent","devices":[{devices}]}}"#
+        ))
+    };
+    let Ok(Some(Message::Hello(h))) = hello(
+        r#"{"device":0,"pci_bus_id":"0000:3b:00.0","uuid":"GPU-8e3c"},{"device":1,"pci_bus_id":null}"#,
+    ) else {
+        panic!("a hello");
+    };
+    let bus = crate::device::PciAddress {
+        domain: 0,
+        bus: 0x3b,
+        device: 0,
+    };
+    assert_eq!(h.devices[0].pci_bus_id, Some(bus));
+    assert_eq!(h.devices[0].uuid.as_deref(), Some("GPU-8e3c"));
+    assert_eq!(
+        (h.devices[1].pci_bus_id, h.devices[1].uuid.clone()),
+        (None, None)
+    );
+    let e = hello(r#"{"device":0,"pci_bus_id":"bus 3b"}"#)
+        .expect_err("not a bus id")
+        .to_string();
+    assert!(
+        e.contains("devices[0].pci_bus_id") && e.contains("\"bus 3b\" is not a PCI bus id"),
+        "{e}"
+    );
+}

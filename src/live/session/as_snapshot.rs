@@ -143,6 +143,7 @@ impl Session {
                 ooms: self.ooms.clone(),
                 lost: self.lost.clone(),
                 started_over: self.start_overs.clone(),
+                nvml: Vec::new(),
                 ended: self.ended.clone(),
             },
         }

@@ -2,6 +2,7 @@
 //! snapshot import, themes, and the real binary in tmux.
 
 mod code;
+mod gpu_live;
 mod gpu_panel;
 mod helpers;
 mod import;

@@ -25,6 +25,7 @@ fn h100(used: u64, unknown_process: bool) -> GpuReading {
     GpuReading {
         index: 0,
         pci: None,
+        uuid: None,
         name: Some("NVIDIA H100 80GB HBM3".into()),
         total: Some(80 * GIB),
         used: Some(used),

@@ -8,13 +8,26 @@ use ratatui::Frame;
 
 use crate::tui::app::App;
 
+/// A row's key column: 19 characters and two spaces.
+const KEY_WIDTH: usize = 21;
+
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let th = &app.theme;
     let f = &app.gpu.frame;
     let w = area.width.saturating_sub(4).min(100);
-    // Notes may wrap: give each two lines at most.
-    let want = (f.rows.len() + 2 * f.notes.len() + 2) as u16;
-    let h = want.min(area.height.saturating_sub(2));
+    // Rows and notes wrap: as many lines as each takes at this width.
+    let inner = usize::from(w.saturating_sub(2)).max(1);
+    let wrapped = |chars: usize| chars.div_ceil(inner).max(1);
+    let want = f
+        .rows
+        .iter()
+        .map(|(_, v)| wrapped(KEY_WIDTH + v.chars().count()))
+        .chain(f.notes.iter().map(|n| wrapped(n.chars().count())))
+        .sum::<usize>()
+        + 2;
+    let h = u16::try_from(want)
+        .unwrap_or(u16::MAX)
+        .min(area.height.saturating_sub(2));
     let r = Rect {
         x: area.x + (area.width.saturating_sub(w)) / 2,
         y: area.y + area.height.saturating_sub(h + 1),

@@ -4,7 +4,17 @@ import fake_torch
 
 from . import memory  # noqa: F401
 
-_Props = collections.namedtuple("_Props", "name total_memory")
+_Props = collections.namedtuple("_Props", "name total_memory pci_domain_id pci_bus_id pci_device_id uuid")
+
+
+class _Uuid:
+    """torch's `_CUuuid`: written bare, without NVML's `GPU-`."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def __str__(self):
+        return self.text
 
 
 def is_available():
@@ -16,7 +26,9 @@ def device_count():
 
 
 def get_device_properties(device):
-    return _Props(f"Fake GPU {device}", fake_torch.job().total_memory)
+    job = fake_torch.job()
+    return _Props(f"Fake GPU {device}", job.total_memory, 0, job.pci_bus + device, 0,
+                  _Uuid("8e3c0f7a-0000-4000-8000-%012x" % device))
 
 
 def memory_stats(device=None):
