@@ -8,32 +8,10 @@ use ratatui::Frame;
 
 use crate::tui::app::App;
 
-/// A row's key column: 19 characters and two spaces.
-const KEY_WIDTH: usize = 21;
-
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let th = &app.theme;
     let f = &app.gpu.frame;
     let w = area.width.saturating_sub(4).min(100);
-    // Rows and notes wrap: as many lines as each takes at this width.
-    let inner = usize::from(w.saturating_sub(2)).max(1);
-    let wrapped = |chars: usize| chars.div_ceil(inner).max(1);
-    let want = f
-        .rows
-        .iter()
-        .map(|(_, v)| wrapped(KEY_WIDTH + v.chars().count()))
-        .chain(f.notes.iter().map(|n| wrapped(n.chars().count())))
-        .sum::<usize>()
-        + 2;
-    let h = u16::try_from(want)
-        .unwrap_or(u16::MAX)
-        .min(area.height.saturating_sub(2));
-    let r = Rect {
-        x: area.x + (area.width.saturating_sub(w)) / 2,
-        y: area.y + area.height.saturating_sub(h + 1),
-        width: w,
-        height: h,
-    };
     let mut lines: Vec<Line> = f
         .rows
         .iter()
@@ -45,16 +23,25 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         })
         .collect();
     lines.extend(f.notes.iter().map(|n| Line::styled(n.as_str(), th.dim())));
+    let paragraph = Paragraph::new(lines)
+        .style(th.text())
+        .wrap(Wrap { trim: false });
+    // As tall as its text wraps to at this width (words do not break), up
+    // to the screen.
+    let want = paragraph.line_count(w.saturating_sub(2)) + 2;
+    let h = u16::try_from(want)
+        .unwrap_or(u16::MAX)
+        .min(area.height.saturating_sub(2));
+    let r = Rect {
+        x: area.x + (area.width.saturating_sub(w)) / 2,
+        y: area.y + area.height.saturating_sub(h + 1),
+        width: w,
+        height: h,
+    };
     frame.render_widget(Clear, r);
     let block = Block::default()
         .borders(Borders::ALL)
         .border_style(th.border(true))
         .title(Span::styled(f.title.as_str(), th.title()));
-    frame.render_widget(
-        Paragraph::new(lines)
-            .style(th.text())
-            .wrap(Wrap { trim: false })
-            .block(block),
-        r,
-    );
+    frame.render_widget(paragraph.block(block), r);
 }
