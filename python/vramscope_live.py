@@ -52,21 +52,42 @@ polls every `poll_interval_s` (default: 20x the measured cost of one call,
 at least 0.5 s). Entries arrive in batches; a step marker is placed by time
 (within a few microseconds of it an entry may count in the neighbouring step);
 if more than `max_entries` entries happen between two polls the ring wraps and
-the helper sends `lost` plus a fresh state. To lower the cost: a smaller
-`max_entries` (a cheaper `_snapshot()`, but an earlier wrap), a longer
-`poll_interval_s`, `stacks=False`, or agent mode. Agent mode copies each
-entry into a lock-free ring inside the allocator's lock (well under 1 us,
-no GIL, no PyTorch call) and a drain thread symbolises the stacks in batches
-with the GIL; with stacks on, PyTorch's own stack capture (about 2 us per
-entry) costs the job's thread most. The drain's Python side (stack interning,
-JSON) measured 2-3 us per entry on a 2-core CI machine, on a thread that
-shares the GIL with the job: at 50,000 entries per step that is 0.1-0.15 s of
-GIL time per step, which the issue's 1 % target does not allow; moving the
-encoding and interning into the extension is the next step. In poll mode the
-same Python work runs on the poll thread (about 2.5 us per entry, plus
-finding the last entry sent: 0.15 us per new entry), besides `_snapshot()`. A state (at start, after a loss, every `max_entries`) is read
-with `_snapshot(include_traces=False)` between two markers in the same ring and
-placed exactly by the `snapshot` entries PyTorch records while reading it; on a
+the helper sends `lost` plus a fresh state. Besides `_snapshot()`, the poll
+thread encodes the new entries in Python, with the GIL: about 2.5 us per
+entry, plus 0.15 us per new entry to find the last one sent. To lower the
+cost: a smaller `max_entries` (a cheaper `_snapshot()`, but an earlier wrap),
+a longer `poll_interval_s`, `stacks=False`, or agent mode.
+
+Agent mode, per trace entry. Measured on the standalone build of the
+extension's core (g++ -O2 with python/tests/agent_core/driver.cpp, `driver
+bench`, on a shared 2-core CI machine), not in a job; no PyTorch was there:
+- In the allocator's lock (the tracker callback: copy the entry and its stack
+  pointer, read the clock, push into the lock-free ring): about 30 ns. No GIL,
+  no PyTorch call.
+- On the drain thread, without the GIL: pop, intern the stack, encode the
+  `entries` frames: about 110 ns per entry without stacks, 155 ns with them
+  (24-frame stacks, 256 distinct; torch::symbolize not counted).
+- With the GIL, without stacks: nothing per entry. Every 10 ms the drain
+  thread holds it for about 6 us per batch of up to 16,384 entries (placing
+  markers and states, handing the frames to the log; measured with a stand-in
+  extension), plus copying the frame bytes into Python (1.4 ns per entry).
+  With stacks: one torch::symbolize call per batch (PyTorch resolves each
+  distinct frame; not measured here) and dropping the entries' stack objects.
+- With stacks on, PyTorch's own capture of a Python stack for every entry
+  (about 2 us, in the job's thread, inside the allocation) costs the job most;
+  it is PyTorch's cost whether or not anything drains.
+At 50,000 entries per step that is about 1.5 ms of callback time and 5-8 ms of
+drain CPU (on another core, without the GIL) per step, and about 0.2 ms of
+GIL per step without stacks; with stacks PyTorch's capture adds about 0.1 s
+(the 1 % target then holds only for steps over 10 s). To lower it:
+`stacks=False` (no capture, no symbolize: the by-line and leak views then
+have no lines), or fewer allocator events (fewer, larger tensors; a step that
+reuses its buffers). The ring holds 262,144 records; a job that outruns the
+drain for longer than that loses entries and the helper starts over from a
+fresh state (`lost`). A state (at start, after a loss, every `max_entries`
+entries) costs a `_snapshot(include_traces=False)` (about 0.2 ms) and Python
+work per block; it is read between two markers in the same ring and placed
+exactly by the `snapshot` entries PyTorch records while reading it; on a
 PyTorch that records none, only when no allocation happened meanwhile (else it
 is read again 10 ms later). With `step_marker` set in agent mode a global
 RecordFunction callback (user scope) watches for the name: each op then pays a
