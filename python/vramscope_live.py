@@ -71,8 +71,9 @@ bench`, on a shared 2-core CI machine), not in a job; no PyTorch was there:
   thread holds it for about 6 us per batch of up to 16,384 entries (placing
   markers and states, handing the frames to the log; measured with a stand-in
   extension), plus copying the frame bytes into Python (1.4 ns per entry).
-  With stacks: one torch::symbolize call per batch (PyTorch resolves each
-  distinct frame; not measured here) and dropping the entries' stack objects.
+  With stacks: torch::symbolize's Python part, once per batch (PyTorch
+  resolves each frame with the GIL; not measured here), and dropping the
+  entries' stack objects.
 - With stacks on, PyTorch's own capture of a Python stack for every entry
   (about 2 us, in the job's thread, inside the allocation) costs the job most;
   it is PyTorch's cost whether or not anything drains.
@@ -1339,8 +1340,10 @@ atexit.register(lambda: stop("the process is exiting"))
 # NOT COMPILED against real PyTorch (no torch or GPU where it was written): the
 # torch part is only checked with g++ -fsyntax-only against the stub headers in
 # python/tests/agent_stubs/, which declare that API as described above; so the
-# signatures above, that symbolize takes the GIL-holding caller's batch, and the
-# pybind11 conversions are unverified against a real build. If the build fails,
+# signatures above, that torch::symbolize may be called without the GIL (its
+# Python part, appendSymbolized in torch/csrc/profiler/python/
+# combined_traceback.cpp, takes it itself), and the pybind11 conversions are
+# unverified against a real build. If the build fails,
 # "auto" mode polls instead and prints why.
 AGENT_CORE_SOURCE = r"""
 // ---- the agent's core: standard C++17 only (no torch), so a test compiles it alone
@@ -1888,38 +1891,37 @@ py::list bytes_list(const std::vector<std::string>& items) {
   return out;
 }
 
-// Pops up to max_records into the batch, which replaces the last one. Stacks
-// are symbolised with the GIL (one torch::symbolize for the batch, none when
-// no entry has one); everything else runs without it. Returns (records in
-// the batch, entries lost since the last drain, markers as (index, code,
-// token, time_us), `stack` frames of the stacks first seen, ids in order).
+// Pops up to max_records into the batch, which replaces the last one, and
+// returns (records in the batch, entries lost since the last drain, markers
+// as (index, code, token, time_us), `stack` frames of the stacks first seen,
+// ids in order). All of it runs without the GIL but torch::symbolize's Python
+// part (one call per batch, none when no entry has a stack: PyTorch's
+// appendSymbolized takes the GIL itself) and the Python results.
 py::tuple drain(int64_t max_records) {
   std::vector<va::Rec<Ctx>> recs;
   uint64_t lost = 0;
-  {
-    py::gil_scoped_release nogil;
-    std::lock_guard<std::mutex> guard(g_drain_mutex);
-    va::Ring<Ctx>* ring = g_ring.load(std::memory_order_acquire);
-    if (ring != nullptr && g_drainer && max_records > 0)
-      va::Drainer<Ctx>::pop(*ring, static_cast<size_t>(max_records), recs);
-    lost = g_lost.exchange(0);  // after the pops: a loss among them is counted now
-  }
-  std::vector<torch::CapturedTraceback*> tracebacks;
-  std::vector<int64_t> which(recs.size(), -1);
-  for (size_t i = 0; i < recs.size(); ++i) {
-    auto* tb = dynamic_cast<torch::CapturedTraceback*>(recs[i].ctx.get());
-    if (tb != nullptr) {
-      which[i] = static_cast<int64_t>(tracebacks.size());
-      tracebacks.push_back(tb);
-    }
-  }
-  torch::SymbolizedTracebacks sym;
-  if (!tracebacks.empty()) sym = torch::symbolize(tracebacks);
   std::vector<std::string> defs;
   std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> marks;
-  size_t n = recs.size();
   {
     py::gil_scoped_release nogil;
+    {
+      std::lock_guard<std::mutex> guard(g_drain_mutex);
+      va::Ring<Ctx>* ring = g_ring.load(std::memory_order_acquire);
+      if (ring != nullptr && g_drainer && max_records > 0)
+        va::Drainer<Ctx>::pop(*ring, static_cast<size_t>(max_records), recs);
+      lost = g_lost.exchange(0);  // after the pops: a loss among them is counted now
+    }
+    std::vector<torch::CapturedTraceback*> tracebacks;
+    std::vector<int64_t> which(recs.size(), -1);
+    for (size_t i = 0; i < recs.size(); ++i) {
+      auto* tb = dynamic_cast<torch::CapturedTraceback*>(recs[i].ctx.get());
+      if (tb != nullptr) {
+        which[i] = static_cast<int64_t>(tracebacks.size());
+        tracebacks.push_back(tb);
+      }
+    }
+    torch::SymbolizedTracebacks sym;
+    if (!tracebacks.empty()) sym = torch::symbolize(tracebacks);
     std::lock_guard<std::mutex> guard(g_drain_mutex);
     if (g_drainer) {
       std::vector<int64_t> ids = va::intern_tracebacks(g_drainer->interner(), sym.all_frames, sym.tracebacks, defs);
@@ -1933,7 +1935,8 @@ py::tuple drain(int64_t max_records) {
         marks.emplace_back(static_cast<int64_t>(i), static_cast<int64_t>(recs[i].addr),
                            static_cast<int64_t>(recs[i].size), recs[i].time_us);
   }
-  recs.clear();  // drops the tracebacks with the GIL held
+  size_t n = recs.size();
+  recs.clear();  // drops the tracebacks with the GIL held: safe whether PyTorch frees their frames now or later
   py::list py_marks;
   for (const auto& m : marks)
     py_marks.append(py::make_tuple(std::get<0>(m), std::get<1>(m), std::get<2>(m), std::get<3>(m)));
