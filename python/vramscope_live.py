@@ -830,9 +830,10 @@ def _segments_snapshot(memory):
 class _Agent:
     """Agent mode: the C++ trace tracker's ring, drained by a Python thread
     that calls into the extension. The extension pops a batch, symbolises its
-    stacks (one torch::symbolize per batch, with the GIL), interns them and
-    encodes `entries` and `stack` frames without the GIL; this side only places
-    markers and states between the batch's runs of entries and forwards bytes.
+    stacks (one torch::symbolize per batch; only its Python part takes the
+    GIL), interns them and encodes `entries` and `stack` frames without the
+    GIL; this side only places markers and states between the batch's runs of
+    entries and forwards bytes.
 
     A state is read between two barrier markers pushed into the same ring. Where
     PyTorch records a `snapshot` trace entry for each device while it reads that
@@ -1166,7 +1167,7 @@ def _build_agent(torch):
     import torch.utils.cpp_extension as ext_mod  # ImportError -> poll
 
     return ext_mod.load_inline(
-        name="vramscope_live_agent_v1",
+        name="vramscope_live_agent_v2",  # v2: drain() returns encoded frames
         cpp_sources=[AGENT_SOURCE],
         with_cuda=True,
         extra_cflags=["-O2"],
