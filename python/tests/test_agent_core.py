@@ -146,6 +146,18 @@ class AgentCoreTests(unittest.TestCase):
         self.assertEqual(out.marks(), [(100, 2, 7, 1764120000000123)], "the marker's index in the first batch")
         self.assertEqual(out.lost(), [])
 
+    def test_frames_are_the_bytes_the_python_encoder_writes(self):
+        # one wire format whichever side encodes (poll mode and states are encoded in Python)
+        frames = [("train.py", 41, "forward"), ("caf\u00e9 \"q\"\n.py", 88, "step")]
+        raw = [(f.encode(), line, n.encode()) for f, line, n in frames]
+        out = subprocess.run(
+            [self.driver, "run", "16", "10"], input=(entry_line(1, 0, 4096, 512, 7, 99, raw) + "\nD 10\n").encode(),
+            capture_output=True, timeout=60, check=False,
+        ).stdout
+        expected = vramscope_live.encode_frame({"t": "stack", "id": 0, "frames": [list(f) for f in frames]})
+        expected += vramscope_live.encode_frame({"t": "entries", "first": 0, "entries": [["alloc", 0, 4096, 512, 7, 99, 0]]})
+        self.assertEqual(out, expected)
+
     def test_an_action_the_agent_does_not_know_is_sent_as_unknown(self):
         out = self.run_driver([entry_line(10, 0, 1, 2, 0, 3), entry_line(77, 0, 1, 2, 0, 3), "D 10"])
         self.assertEqual([row[0] for _, row in out.entries], ["unknown", "unknown"])
