@@ -634,7 +634,8 @@ class RecordingTests(LiveTestCase):
 
 
 class AgentTests(LiveTestCase):
-    """Agent mode's Python side, over fake_agent (the C++ is checked for syntax only)."""
+    """Agent mode's Python side, over fake_agent (the C++ core runs in
+    test_agent_core.py; the torch part is checked for syntax only)."""
 
     slots = 1 << 18
 
@@ -671,6 +672,9 @@ class AgentTests(LiveTestCase):
             [(s["seq"], s["source"]) for s in view.steps], [(4, "mark_step"), (before_end - 5, "Optimizer.step")]
         )
         self.assertEqual(blocks_of(view.last_state("resync")[1]), blocks_of(self.job.file["segments"]))
+        # the state's blocks and the entries share one stack table: no stack under two ids
+        self.assertEqual(len({tuple(v) for v in view.stacks.values()}), len(view.stacks))
+        self.assertTrue(any(b[4] for s in blocks_of(view.last_state("resync")[1]) for b in s[4]))
 
     def test_record_function_marker_is_exact(self):
         trace, annotations = file_entries(ADAM)

@@ -1,4 +1,5 @@
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -10,9 +11,26 @@ struct object {
   _object* p = nullptr;
 };
 struct none : object {};
-struct tuple : object {};
+struct int_ : object {
+  explicit int_(int64_t) {}
+};
+struct bytes : object {
+  bytes(const char*, size_t) {}
+};
 struct list : object {
   template <class T> void append(T&&) {}
+};
+struct tuple : object {
+  tuple() = default;
+  explicit tuple(const object&) {}
+};
+struct gil_scoped_release {
+  gil_scoped_release() {}
+  ~gil_scoped_release() {}
+};
+struct gil_scoped_acquire {
+  gil_scoped_acquire() {}
+  ~gil_scoped_acquire() {}
 };
 template <class... A> tuple make_tuple(A&&...) { return {}; }
 struct module_ {
