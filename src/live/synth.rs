@@ -167,7 +167,10 @@ pub const JOB_BASE: u64 = 0x7f00_0000_0000;
 /// steps each allocating and freeing `temps` temporaries of 4 MiB from
 /// `/home/u/model.py:12 in forward` and keeping `leak` bytes from
 /// `/home/u/train.py:41 in train_step`, a step marker after each; then one
-/// more step's entries (the job is mid-step) and `bye`.
+/// more step's entries (the job is mid-step) and `bye`. Addresses are the
+/// caching allocator's: each request splits the segment's one free block
+/// from its start, and freed temporaries merge back into it, so the views
+/// place every entry (no gaps).
 pub fn training_job(steps: u64, leak: u64, temps: usize) -> StreamWriter {
     const TEMP: u64 = 4 << 20;
     let mut w = StreamWriter::stream();
@@ -177,24 +180,25 @@ pub fn training_job(steps: u64, leak: u64, temps: usize) -> StreamWriter {
         "frames": [["/home/u/train.py", 41, "train_step"], ["/home/u/train.py", 90, "<module>"]]}));
     w.send(json!({"t": "stack", "id": 2, "frames": [["/home/u/model.py", 12, "forward"]]}));
     let segment = 4u64 << 30;
-    let temp_base = JOB_BASE + segment / 2;
     w.send(json!({"t": "entries", "first": 0,
         "entries": [["segment_alloc", 0, JOB_BASE, segment, 0, 0, null]]}));
     let mut seq = 1u64;
     let mut kept = 0u64;
     for k in 0..=steps {
         let mut entries = Vec::with_capacity(temps * 3 + 1);
+        // The free block starts after what is kept.
+        let free_from = JOB_BASE + kept;
         for t in 0..temps as u64 {
-            let a = temp_base + t * TEMP;
+            let a = free_from + t * TEMP;
             let time = (seq + t) as i64;
             entries.push(json!(["alloc", 0, a, TEMP, 0, time, 2]));
         }
         for t in 0..temps as u64 {
-            let a = temp_base + t * TEMP;
+            let a = free_from + t * TEMP;
             entries.push(json!(["free_requested", 0, a, TEMP, 0, null, 2]));
             entries.push(json!(["free_completed", 0, a, TEMP, 0, null, 2]));
         }
-        if leak > 0 && kept + leak <= segment / 2 {
+        if leak > 0 && kept + leak + temps as u64 * TEMP <= segment {
             entries.push(json!(["alloc", 0, JOB_BASE + kept, leak, 0, null, 1]));
             kept += leak;
         }
@@ -209,4 +213,48 @@ pub fn training_job(steps: u64, leak: u64, temps: usize) -> StreamWriter {
     }
     w.send(json!({"t": "bye", "reason": "the process is exiting"}));
     w
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alloc::AllocConfig;
+    use crate::live::frame::FrameReader;
+    use crate::live::{decode, Session};
+    use crate::trace::mirror::TraceMirror;
+    use crate::trace::replay::Entry;
+    use crate::trace::timeline::TimelinePart;
+
+    /// Every entry of the synthetic job lands where the caching allocator
+    /// would have put it: mirrored onto the map, none is a gap.
+    #[test]
+    fn a_training_job_is_one_the_allocator_could_have_made() {
+        let job = training_job(30, 2 << 20, 5);
+        let mut frames = FrameReader::new(job.bytes.as_slice(), "job");
+        let mut session = Session::new("job");
+        while let Ok(Some((i, bytes))) = frames.next_frame() {
+            if let Ok(Some(m)) = decode("job", i, bytes) {
+                session.apply(i, m).expect("applies");
+            }
+        }
+        let entries: Vec<Entry> = session
+            .trace(0)
+            .iter()
+            .map(|e| Entry {
+                action: e.action,
+                addr: e.addr,
+                size: e.size,
+                stream: e.stream,
+                in_empty_cache: false,
+            })
+            .collect();
+        assert!(entries.len() > 30 * 16, "{}", entries.len());
+        let config = AllocConfig::default();
+        let mut mirror = TraceMirror::new(&config);
+        let mut part = TimelinePart::with_capacity(entries.len());
+        mirror.fill_part(0, &entries, |_| None, &mut part);
+        assert_eq!(part.gaps, Vec::new());
+        // 31 steps' worth of 2 MiB is what stays allocated.
+        assert_eq!(mirror.into_map().allocated, 31 * (2 << 20));
+    }
 }
