@@ -229,6 +229,7 @@ pub enum Command {
         after_help = "ADDRESS: a unix socket (`/path/x.sock`, `unix:/path`), or HOST:PORT (`tcp:HOST:PORT`) with the token the helper printed (--token or VRAMSCOPE_TOKEN). Several addresses, or one with {rank} in it (`/tmp/job-{rank}.sock`; --ranks N says how many, else every rank whose socket exists, from 0), open one tab per rank with a table across them (T) and a diff view (A). `python/vramscope_live.py` serves it; `python/PROTOCOL.md` says what it sends. --headless/--json read until the job ends or Ctrl-C, then print `open --json`'s report with a `live` section (several ranks: {\"ranks\":[…],\"table\":{…}})."
     )]
     Attach {
+        /// Where the job serves: a unix socket path, HOST:PORT, or a pattern with {rank}.
         #[arg(required_unless_present = "replay", conflicts_with = "replay")]
         address: Vec<String>,
         /// Play a recording (`vramscope_live.start(..., record_to=FILE)`).
