@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use common::{real, temp_dir};
+use common::{devices_without_boundaries, real, temp_dir};
 
 const SNAPSHOT: &str = "adam-step_closed-trace_annotations.pickle";
 
@@ -69,22 +69,34 @@ fn wait_for(lines: &mpsc::Receiver<String>, what: &str) -> String {
     }
 }
 
-fn devices_without_boundaries(report: &Value) -> Vec<Value> {
-    let mut devices = report["devices"].as_array().expect("devices").clone();
-    for d in &mut devices {
-        if let Some(l) = d.get_mut("leaks").and_then(Value::as_object_mut) {
-            for k in [
-                "boundary_source",
-                "conclusion",
-                "boundaries",
-                "live_at_boundary",
-                "backward_seen",
-            ] {
-                l.remove(k);
-            }
-        }
+/// Tell the waiting job to go on, and the JSON `attach` printed once the
+/// job ended (both must succeed).
+fn go_and_report(job: &mut Child, attach: Child) -> Value {
+    job.stdin
+        .as_mut()
+        .expect("stdin")
+        .write_all(b"go\n")
+        .expect("go");
+    let out = attach.wait_with_output().expect("attach ends with the job");
+    assert!(job.wait().expect("job").success());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+/// `vramscope attach ADDRESS --json` started, its output piped.
+fn attach_json(address: &str, env: &[(&str, &str)]) -> Child {
+    let mut cmd = vramscope();
+    cmd.args(["attach", address, "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
     }
-    devices
+    cmd.spawn().expect("attach")
 }
 
 #[test]
@@ -102,26 +114,9 @@ fn attach_to_a_running_job_reports_what_its_snapshot_holds() {
         socket,
         "the helper prints the command to run"
     );
-    let attach = vramscope()
-        .args(["attach", &address, "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("attach");
+    let attach = attach_json(&address, &[]);
     wait_for(&lines, "vramscope attached");
-    job.stdin
-        .as_mut()
-        .expect("stdin")
-        .write_all(b"go\n")
-        .expect("go");
-    let out = attach.wait_with_output().expect("attach ends with the job");
-    assert!(job.wait().expect("job").success());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let live: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let live = go_and_report(&mut job, attach);
     let (code, open, err) =
         common::vramscope(&["open", "--json", real(SNAPSHOT).to_str().expect("utf-8")]);
     assert_eq!(code, 0, "{err}");
@@ -175,27 +170,9 @@ fn tcp_needs_the_token_the_job_printed() {
         String::from_utf8_lossy(&none.stderr)
     );
 
-    let right = vramscope()
-        .args(["attach", &address, "--json"])
-        .env("VRAMSCOPE_TOKEN", "s3cret-token")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("attach");
+    let right = attach_json(&address, &[("VRAMSCOPE_TOKEN", "s3cret-token")]);
     wait_for(&lines, "vramscope attached");
-    job.stdin
-        .as_mut()
-        .expect("stdin")
-        .write_all(b"go\n")
-        .expect("go");
-    let out = right.wait_with_output().expect("attach");
-    assert!(job.wait().expect("job").success());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let live: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let live = go_and_report(&mut job, right);
     assert_eq!(live["live"]["ended"], "the job finished");
 }
 

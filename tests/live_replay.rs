@@ -10,7 +10,7 @@ use std::process::Command;
 use serde_json::Value;
 use vramscope::trace::snapshot::import_file;
 
-use common::real;
+use common::{devices_without_boundaries, real};
 
 const FIXTURE: &str = "tests/fixtures/live/adam-step-synth.vslive";
 const FIXTURE_SOURCE: &str = "adam-step_closed-trace_annotations.pickle";
@@ -42,28 +42,6 @@ fn recording_for(name: &str) -> PathBuf {
     path
 }
 
-/// Each device's report with the fields that legitimately differ taken out:
-/// where the boundaries come from (annotations found by time in the file,
-/// the job's own markers live) and the words built from them.
-fn comparable(report: &Value) -> Vec<Value> {
-    let mut devices = report["devices"].as_array().expect("devices").clone();
-    for d in &mut devices {
-        if let Some(l) = d.get_mut("leaks").and_then(Value::as_object_mut) {
-            for k in [
-                "boundary_source",
-                "conclusion",
-                "boundaries",
-                "live_at_boundary",
-                // Whether a backward ran between the first and last boundary.
-                "backward_seen",
-            ] {
-                l.remove(k);
-            }
-        }
-    }
-    devices
-}
-
 /// `rec` reports what `open` reports on snapshot `name`, but for the
 /// entries the job made before the recording began (part of its start state).
 fn assert_same(name: &str, rec: &Path, before_start: u64) -> Value {
@@ -74,7 +52,11 @@ fn assert_same(name: &str, rec: &Path, before_start: u64) -> Value {
         let n = d["trace_entries"].as_u64().expect("trace_entries");
         d["trace_entries"] = (n - before_start).into();
     }
-    assert_eq!(comparable(&live), comparable(&open), "{name}");
+    assert_eq!(
+        devices_without_boundaries(&live),
+        devices_without_boundaries(&open),
+        "{name}"
+    );
     live
 }
 

@@ -182,16 +182,7 @@ fn ranks(
                 (i.title, source)
             })
             .collect();
-        let titles: Vec<&str> = tabs.iter().map(|(t, _)| t.as_str()).collect();
-        let opts = pace.apply(
-            TuiOptions {
-                tabs: true,
-                ..TuiOptions::default()
-            },
-            &titles,
-        );
-        run_tui(tabs, opts)?;
-        return Ok(ExitCode::SUCCESS);
+        return super::ui::open_tabs(tabs, pace);
     }
     on_interrupt(stop);
     let step_marker = args.step_marker.clone();

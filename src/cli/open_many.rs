@@ -9,7 +9,6 @@ use serde::Serialize;
 use vramscope::producers::{file_title, snapshot_tab_source};
 use vramscope::report::series::{figures, sort_series, DeviceFigures, SeriesFile, SeriesTable};
 use vramscope::report::snapshot::SnapshotReport;
-use vramscope::tui::{run_tui, TuiOptions};
 
 use super::pace::PaceArgs;
 use super::snapshot::load;
@@ -126,14 +125,5 @@ pub fn open(paths: &[PathBuf], device: Option<usize>, pace: &PaceArgs) -> anyhow
             (title, snapshot_tab_source(p, device))
         })
         .collect();
-    let titles: Vec<&str> = tabs.iter().map(|(t, _)| t.as_str()).collect();
-    let opts = pace.apply(
-        TuiOptions {
-            tabs: true,
-            ..TuiOptions::default()
-        },
-        &titles,
-    );
-    run_tui(tabs, opts)?;
-    Ok(ExitCode::SUCCESS)
+    super::ui::open_tabs(tabs, pace)
 }

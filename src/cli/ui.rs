@@ -81,6 +81,20 @@ fn play(
     }
 }
 
+/// Several sources as tabs (files, or a job's ranks), the first one shown.
+pub fn open_tabs(tabs: Vec<(String, Source)>, pace: &PaceArgs) -> anyhow::Result<ExitCode> {
+    let titles: Vec<&str> = tabs.iter().map(|(t, _)| t.as_str()).collect();
+    let opts = pace.apply(
+        TuiOptions {
+            tabs: true,
+            ..TuiOptions::default()
+        },
+        &titles,
+    );
+    run_tui(tabs, opts)?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// The UI opens at once and shows the file being read; a file that does not
 /// open ends it, and the error goes to the shell (exit 2).
 pub fn open_snapshot(

@@ -563,13 +563,7 @@ impl Session {
         for (d, t) in typed {
             self.ensure_device(d);
             let i = self.snap.device_traces[d].len();
-            let entry = Entry {
-                action: t.action,
-                addr: t.addr,
-                size: t.size,
-                stream: t.stream,
-                in_empty_cache: false,
-            };
+            let entry = Entry::recorded(&t);
             // One entry at a time keeps the borrow of the config apart from the map.
             let map = std::mem::take(&mut self.maps[d]);
             let mut mirror = TraceMirror::starting_from(map, &self.config);

@@ -237,17 +237,7 @@ mod tests {
                 session.apply(i, m).expect("applies");
             }
         }
-        let entries: Vec<Entry> = session
-            .trace(0)
-            .iter()
-            .map(|e| Entry {
-                action: e.action,
-                addr: e.addr,
-                size: e.size,
-                stream: e.stream,
-                in_empty_cache: false,
-            })
-            .collect();
+        let entries: Vec<Entry> = session.trace(0).iter().map(Entry::recorded).collect();
         assert!(entries.len() > 30 * 16, "{}", entries.len());
         let config = AllocConfig::default();
         let mut mirror = TraceMirror::new(&config);

@@ -268,16 +268,7 @@ impl Reader {
             return true;
         }
         self.tags.extend(session.snap(), new);
-        let entries: Vec<Entry> = new
-            .iter()
-            .map(|e| Entry {
-                action: e.action,
-                addr: e.addr,
-                size: e.size,
-                stream: e.stream,
-                in_empty_cache: false,
-            })
-            .collect();
+        let entries: Vec<Entry> = new.iter().map(Entry::recorded).collect();
         let snap = session.snap();
         let free_at = |i: usize| trace.get(i).and_then(|e| snap.extra(e).device_free);
         let mut part = self

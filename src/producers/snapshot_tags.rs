@@ -136,14 +136,7 @@ impl TagInfo for SnapshotTags {
         let entry = tag_entry(tag)?;
         self.entry_frames.get(entry)?;
         let stack = self.entry_stack(entry);
-        let stack = stack.as_deref();
-        Some(TagDescription {
-            op: stack.and_then(|s| Some(s.frames[s.first_user?].name.to_string())),
-            frames: stack
-                .map(|s| s.frames.iter().map(|f| f.location()).collect())
-                .unwrap_or_default(),
-            ..TagDescription::default()
-        })
+        Some(TagDescription::of_stack(stack.as_deref()))
     }
 
     fn stack(&self, tag: Tag, addr: u64) -> Option<BlockStack> {

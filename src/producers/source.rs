@@ -33,6 +33,20 @@ pub struct TagDescription {
     pub step: Option<ScenarioStep>,
 }
 
+impl TagDescription {
+    /// What a recorded stack says of a block: its first user frame's
+    /// function as the op, and every frame (`None`: no stack recorded).
+    pub fn of_stack(stack: Option<&Stack>) -> TagDescription {
+        TagDescription {
+            op: stack.and_then(|s| Some(s.frames[s.first_user?].name.to_string())),
+            frames: stack
+                .map(|s| s.frames.iter().map(|f| f.location()).collect())
+                .unwrap_or_default(),
+            ..TagDescription::default()
+        }
+    }
+}
+
 /// The scenario step behind a simulated allocation: where the step is
 /// written and the PyTorch statement it stands for.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -59,3 +59,29 @@ pub const VALID: &str = r#"Scenario(
 pub fn scenarios_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios")
 }
+
+/// A live report's devices beside `open --json`'s: with the fields that
+/// legitimately differ taken out (where the iteration boundaries come from:
+/// annotations found by time in a file, the job's own step markers live,
+/// and what is derived from them).
+pub fn devices_without_boundaries(report: &serde_json::Value) -> Vec<serde_json::Value> {
+    let mut devices = report["devices"].as_array().cloned().unwrap_or_default();
+    for d in &mut devices {
+        if let Some(l) = d
+            .get_mut("leaks")
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            for k in [
+                "boundary_source",
+                "conclusion",
+                "boundaries",
+                "live_at_boundary",
+                // Whether a backward ran between the first and last boundary.
+                "backward_seen",
+            ] {
+                l.remove(k);
+            }
+        }
+    }
+    devices
+}

@@ -42,6 +42,21 @@ pub struct Entry {
     pub in_empty_cache: bool,
 }
 
+impl Entry {
+    /// Trace entry `e` as the mirror reads it: it places what the trace
+    /// recorded, so it need not tell an explicit `empty_cache()` from the
+    /// release an OOM path makes.
+    pub fn recorded(e: &crate::trace::snapshot::TraceEntry) -> Entry {
+        Entry {
+            action: e.action,
+            addr: e.addr,
+            size: e.size,
+            stream: e.stream,
+            in_empty_cache: false,
+        }
+    }
+}
+
 /// A block of the recorded final state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FinalBlock {
