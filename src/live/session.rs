@@ -461,7 +461,15 @@ impl Session {
             ));
         }
         match self.first_difference(&segments) {
-            None => Ok(Applied::Checkpoint),
+            None => {
+                // The trace does not say which pool a segment made since
+                // the start belongs to; a state does.
+                for seg in &segments {
+                    self.base_pools
+                        .insert((seg.device as u8, seg.address), seg.pool_id);
+                }
+                Ok(Applied::Checkpoint)
+            }
             Some(diff) => {
                 let why = format!(
                     "the job's {} state at seq {} differs from the map its entries built ({diff}): started over from it",

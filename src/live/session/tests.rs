@@ -285,3 +285,27 @@ fn pytorch_s_oom_message_joins_the_oom_the_observer_sent() {
         Some("CUDA out of memory.")
     );
 }
+
+/// A segment made after the start (a private pool's, say, under a CUDA
+/// graph) takes its pool from the next state that matches the map.
+#[test]
+fn a_checkpoint_tells_the_pool_of_a_segment_made_since_the_start() {
+    let mut msgs = start(0);
+    msgs.push(json!({"t":"entries","first":0,"entries":[
+        e("segment_alloc", BASE, 1 << 30, None), e("alloc", BASE, 2 * MIB, Some(1))]}));
+    let mut s = Session::new("s");
+    feed(&mut s, &msgs).expect("entries");
+    assert_eq!(
+        s.snapshot().segments[0].pool_id,
+        (0, 0),
+        "unknown until a state says"
+    );
+    let blocks = json!([
+        {"address":BASE,"size":2*MIB,"requested_size":2*MIB,"state":"active_allocated","stack":1},
+        {"address":BASE+2*MIB,"size":(1u64<<30)-2*MIB,"requested_size":0,"state":"inactive","stack":null}]);
+    let mut resync = state(2, "resync", blocks);
+    resync[1]["segments"][0]["segment_pool_id"] = json!([1, 3]);
+    let applied = feed(&mut s, &resync).expect("resync");
+    assert_eq!(applied.last(), Some(&Applied::Checkpoint));
+    assert_eq!(s.snapshot().segments[0].pool_id, (1, 3));
+}
