@@ -29,12 +29,23 @@ fn start_job(address: &str, token: Option<&str>) -> (Child, mpsc::Receiver<Strin
 
 /// The job as rank `rank` of a multi-process run (`RANK` in its environment).
 fn start_rank(address: &str, token: Option<&str>, rank: u32) -> (Child, mpsc::Receiver<String>) {
+    start_playing(&real(SNAPSHOT), address, token, rank, &[])
+}
+
+/// The stand-in job playing `snapshot`, with live_job.py's `extra` options.
+fn start_playing(
+    snapshot: &Path,
+    address: &str,
+    token: Option<&str>,
+    rank: u32,
+    extra: &[&str],
+) -> (Child, mpsc::Receiver<String>) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let snapshot = real(SNAPSHOT);
     let mut cmd = Command::new("python3");
     cmd.arg("python/tests/live_job.py")
-        .arg(&snapshot)
+        .arg(snapshot)
         .arg(address)
+        .args(extra)
         .current_dir(root)
         .env("RANK", rank.to_string())
         .stdin(Stdio::piped())
@@ -291,4 +302,53 @@ fn ctrl_c_prints_the_report_so_far() {
     // The three entries made before start() are the start state; none since.
     assert_eq!(v["devices"][0]["trace_entries"], 0, "{}", v["devices"][0]);
     assert!(v["devices"][0]["reserved"].as_u64().is_some_and(|b| b > 0));
+}
+
+/// A loop captured on an H100 that keeps every step's output (8 MiB a step,
+/// `vramscope open` flags `_mnist_mlp.py:25 in forward`), played live: the
+/// job's own Optimizer.step hook delimits the steps, and attach flags the
+/// same line with the same growth; the fixed loop gets no finding.
+#[test]
+fn a_captured_leak_played_live_is_flagged_as_open_flags_it() {
+    let captured = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pytorch/captured");
+    let mut flagged = Vec::new();
+    for name in ["store_outputs_bug", "store_outputs_fixed"] {
+        let file = captured.join(format!("{name}.pickle"));
+        let dir = temp_dir(&format!("live-{name}"));
+        let socket = dir.join("job.sock").display().to_string();
+        let (mut job, lines) =
+            start_playing(&file, &socket, None, 0, &["--no-mark-step", "--poll", "50"]);
+        wait_for(&lines, "vramscope attach ");
+        let attach = attach_json(&socket, &[]);
+        wait_for(&lines, "vramscope attached");
+        let live = go_and_report(&mut job, attach);
+        let (code, open, err) =
+            common::vramscope(&["open", "--json", file.to_str().expect("utf-8")]);
+        assert_eq!(code, 0, "{err}");
+        let open = common::json(&open);
+        let leaks = |r: &Value| -> Vec<(String, i64)> {
+            r["devices"][0]["leaks"]["findings"]
+                .as_array()
+                .map(|f| {
+                    f.iter()
+                        .map(|f| {
+                            (
+                                f["root"].as_str().unwrap_or_default().to_string(),
+                                f["growth_per_iter"].as_i64().unwrap_or_default(),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        assert_eq!(leaks(&live), leaks(&open), "{name}");
+        assert_eq!(live["live"]["step_source"], "Optimizer.step", "{name}");
+        flagged.push(leaks(&live));
+    }
+    assert_eq!(
+        flagged[0],
+        [("_mnist_mlp.py:25 in forward".to_string(), 8 << 20)],
+        "the bug's leak"
+    );
+    assert!(flagged[1].is_empty(), "the fixed loop: {:?}", flagged[1]);
 }

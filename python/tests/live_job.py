@@ -2,12 +2,14 @@
 helper (poll mode) serves a job the stand-in torch plays from a real
 snapshot, the way a user's job would run it.
 
-    python3 python/tests/live_job.py SNAPSHOT ADDRESS [--token T]
+    python3 python/tests/live_job.py SNAPSHOT ADDRESS [--token T] [--no-mark-step] [--poll N]
 
 It plays 3 entries, calls start(ADDRESS), then waits for a line on stdin
 (the test sends one once `vramscope attached` is on stderr), plays the rest
-of the trace in polls of 5 entries with a mark_step() after the first two
-polls, and stops with "the job finished".
+of the trace in polls of N entries (5) with a mark_step() after the first two
+polls (unless --no-mark-step: then the steps are the file's own
+Optimizer.step annotations, through the step hook), and stops with "the job
+finished".
 """
 
 import os
@@ -22,17 +24,25 @@ import vramscope_live  # noqa: E402
 
 
 def main():
-    snapshot, address = sys.argv[1], sys.argv[2]
-    token = sys.argv[4] if len(sys.argv) > 4 and sys.argv[3] == "--token" else None
-    job = fake_torch.load(snapshot)
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("snapshot")
+    ap.add_argument("address")
+    ap.add_argument("--token")
+    ap.add_argument("--no-mark-step", action="store_true")
+    ap.add_argument("--poll", type=int, default=5)
+    args = ap.parse_args()
+    job = fake_torch.load(args.snapshot)
     job.advance(3)
-    vramscope_live.start(address, token=token, poll_interval_s=3600.0)
+    vramscope_live.start(args.address, token=args.token, poll_interval_s=3600.0)
     sys.stdin.readline()
     for _ in range(2):
-        job.advance(5)
+        job.advance(args.poll)
         vramscope_live._poll_now()
-    vramscope_live.mark_step()
-    while job.advance(5):
+    if not args.no_mark_step:
+        vramscope_live.mark_step()
+    while job.advance(args.poll):
         vramscope_live._poll_now()
     vramscope_live.stop("the job finished")
 
