@@ -363,7 +363,7 @@ fn print_live(report: &LiveReport, title: &str) {
         );
     }
     sayln!(
-        "steps seen {} ({} since the last start-over; marker {})",
+        "steps seen {} ({} since the last start-over; from {})",
         format_count(l.steps_seen),
         l.steps_kept,
         l.step_source.as_deref().unwrap_or("none")

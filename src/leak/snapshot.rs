@@ -49,7 +49,7 @@ impl BoundarySource {
                 "inferred forward/backward/optimizer cycles in the stacks".into()
             }
             BoundarySource::LiveSteps { source } => {
-                format!("the job's own step markers ({source})")
+                format!("the job's own steps, from {source}")
             }
             BoundarySource::None => "nothing".into(),
         }
@@ -527,7 +527,7 @@ pub fn analyze_snapshot_with(
         // A live job's steps are its own: more come as it runs.
         let advice = match source {
             BoundarySource::LiveSteps { .. } => {
-                "The job has not run enough steps yet: more come as it trains."
+                "The job sent too few steps for that: a longer run shows more."
             }
             _ => {
                 "Pass a step marker (an annotation or a function called once per step) to \

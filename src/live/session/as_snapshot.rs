@@ -77,12 +77,23 @@ impl Session {
         &self.snap
     }
 
+    /// Where the job's steps came from, each once in the order first seen
+    /// (`mark_step, Optimizer.step`); `None` before the first step.
+    fn step_sources(&self) -> Option<String> {
+        let mut seen: Vec<&str> = Vec::new();
+        for s in &self.steps {
+            if !seen.contains(&s.source.as_str()) {
+                seen.push(&s.source);
+            }
+        }
+        (!seen.is_empty()).then(|| seen.join(", "))
+    }
+
     /// Iteration boundaries of device `d` from the job's own step markers.
     pub fn boundaries(&self, device: usize) -> Boundaries<'static> {
         let source = self
-            .steps
-            .first()
-            .map_or_else(|| "none yet".to_string(), |s| s.source.clone());
+            .step_sources()
+            .unwrap_or_else(|| "none yet".to_string());
         Boundaries::Given {
             source: BoundarySource::LiveSteps { source },
             entries: self.step_positions(device),
@@ -138,7 +149,7 @@ impl Session {
                 stacks: self.hello.as_ref().map(|h| h.stacks),
                 steps_seen: self.steps_seen,
                 steps_kept: self.steps.len(),
-                step_source: self.steps.first().map(|s| s.source.clone()),
+                step_source: self.step_sources(),
                 growth,
                 ooms: self.ooms.clone(),
                 lost: self.lost.clone(),
