@@ -179,3 +179,44 @@ fn a_job_leaking_2_mib_a_step_is_flagged_by_the_line_that_keeps_it() {
     ]);
     assert_eq!(v["devices"][0]["leaks"]["findings"], serde_json::json!([]));
 }
+
+/// Past `--keep-entries` the view drops its history and starts over from
+/// the job's map, and says so; the map stays right (the same reserved and
+/// allocated as when everything is kept).
+#[test]
+fn past_the_entries_kept_the_history_starts_over_and_says_so() {
+    let dir = std::env::temp_dir().join(format!("vramscope-live-keep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp");
+    let path = dir.join("long.vslive");
+    let mut rec = vramscope::live::MAGIC.to_vec();
+    // 100 steps of 3 × 100 temporaries and 1 kept block: about 30,000 entries.
+    rec.extend_from_slice(&vramscope::live::synth::training_job(100, 1 << 20, 100).bytes);
+    std::fs::write(&path, rec).expect("write");
+    let path = path.to_str().expect("utf-8");
+    let all = json_of(&["attach", "--replay", path, "--json"]);
+    let kept = json_of(&[
+        "attach",
+        "--replay",
+        path,
+        "--json",
+        "--keep-entries",
+        "10000",
+    ]);
+    assert_eq!(all["live"]["started_over"], serde_json::json!([]));
+    let overs = kept["live"]["started_over"]
+        .as_array()
+        .expect("started_over");
+    assert!((2..=3).contains(&overs.len()), "{overs:?}");
+    assert!(
+        overs[0]
+            .as_str()
+            .is_some_and(|w| w.contains("over the 10000 kept (attach --keep-entries)")),
+        "{overs:?}"
+    );
+    for key in ["reserved", "allocated"] {
+        assert_eq!(kept["devices"][0][key], all["devices"][0][key], "{key}");
+    }
+    assert!(
+        kept["devices"][0]["trace_entries"].as_u64() < all["devices"][0]["trace_entries"].as_u64()
+    );
+}

@@ -15,13 +15,23 @@ use vramscope::live::{
     connect, decode, open_recording, Address, FrameReader, LiveError, LiveReport, Message,
     ServerHello, Session, TOKEN_ENV,
 };
-use vramscope::producers::{file_title, live_source, live_tab_source};
+use vramscope::producers::{file_title, live_source_with, LiveOptions};
 use vramscope::report::series::{figures, DeviceFigures, SeriesFile, SeriesTable};
 use vramscope::tui::{run_tui, TuiOptions};
 use vramscope::units::format_count;
 
 use super::pace::PaceArgs;
 use super::BadInput;
+
+impl AttachArgs {
+    fn live_options(&self, tab: bool) -> LiveOptions {
+        LiveOptions {
+            device: self.device,
+            keep_entries: self.keep_entries,
+            tab,
+        }
+    }
+}
 
 pub struct AttachArgs {
     /// One per rank; an address with `{rank}` stands for several.
@@ -33,6 +43,8 @@ pub struct AttachArgs {
     pub json: bool,
     pub step_marker: Option<String>,
     pub device: Option<usize>,
+    /// Trace entries kept (`--keep-entries`).
+    pub keep_entries: usize,
 }
 
 type Frames = FrameReader<Box<dyn std::io::Read + Send>>;
@@ -57,7 +69,7 @@ pub fn run(args: AttachArgs, tui: bool, pace: &PaceArgs) -> anyhow::Result<ExitC
         return Err(BadInput("attach: no address".into()).into());
     };
     if tui {
-        let source = live_source(frames, hello, args.device, stop).job_at(place);
+        let source = live_source_with(frames, hello, stop, args.live_options(false)).job_at(place);
         let opts = pace.apply(TuiOptions::default(), &[title.as_str()]);
         run_tui(vec![(title, source)], opts)?;
         return Ok(ExitCode::SUCCESS);
@@ -178,7 +190,8 @@ fn ranks(
             .into_iter()
             .map(|i| {
                 let source =
-                    live_tab_source(i.frames, i.hello, args.device, stop.clone()).job_at(i.place);
+                    live_source_with(i.frames, i.hello, stop.clone(), args.live_options(true))
+                        .job_at(i.place);
                 (i.title, source)
             })
             .collect();
@@ -186,6 +199,7 @@ fn ranks(
     }
     on_interrupt(stop);
     let step_marker = args.step_marker.clone();
+    let keep = args.keep_entries;
     let readers: Vec<_> = inputs
         .into_iter()
         .map(|i| {
@@ -194,7 +208,7 @@ fn ranks(
                 // The session holds `Rc` strings: it is made, read and
                 // reported on this thread.
                 let name = i.frames.at().to_string();
-                let (mut session, fault) = read_session(i.frames, i.hello);
+                let (mut session, fault) = read_session(i.frames, i.hello, keep);
                 let rank = session.hello().and_then(|h| h.rank);
                 let mut report = session.report(&name, marker.as_deref());
                 report.live.nvml = read_once(&LiveJob::of_session(&session), &i.place);
@@ -268,7 +282,7 @@ fn headless(args: &AttachArgs, input: Input, stop: Arc<AtomicBool>) -> anyhow::R
         || frames.at().to_string(),
         |p: &Path| p.display().to_string(),
     );
-    let (mut session, fault) = read_session(frames, hello);
+    let (mut session, fault) = read_session(frames, hello, args.keep_entries);
     let mut report = session.report(&name, args.step_marker.as_deref());
     // NVML once, at the end: what the job's process holds beside its reserved.
     report.live.nvml = read_once(&LiveJob::of_session(&session), &place);
@@ -311,8 +325,12 @@ fn headless(args: &AttachArgs, input: Input, stop: Arc<AtomicBool>) -> anyhow::R
 
 /// Read `frames` into a session until the job ends, the stream ends, a
 /// fault, or Ctrl-C; the fault, if one stopped it.
-fn read_session(mut frames: Frames, hello: Option<ServerHello>) -> (Session, Option<String>) {
-    let mut session = Session::new(frames.at());
+fn read_session(
+    mut frames: Frames,
+    hello: Option<ServerHello>,
+    keep_entries: usize,
+) -> (Session, Option<String>) {
+    let mut session = Session::with_cap(frames.at(), keep_entries);
     if let Some(h) = hello {
         // A hello is always taken: nothing came before it.
         let _ = session.apply(0, Message::Hello(Box::new(h)));

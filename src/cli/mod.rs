@@ -253,6 +253,10 @@ pub enum Command {
         /// The CUDA device to show (default: the job's first).
         #[arg(long)]
         device: Option<usize>,
+        /// Trace entries kept for the timeline and the leak analysis (about
+        /// 110 bytes each); past it the view starts over from the job's map.
+        #[arg(long, default_value_t = vramscope::live::ENTRY_CAP as u64, value_parser = clap::value_parser!(u64).range(10_000..))]
+        keep_entries: u64,
         #[command(flatten)]
         pace: PaceArgs,
     },
@@ -422,6 +426,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             replay,
             token,
             ranks,
+            keep_entries,
             headless,
             json,
             step_marker,
@@ -437,6 +442,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 json,
                 step_marker,
                 device,
+                keep_entries: usize::try_from(keep_entries).unwrap_or(usize::MAX),
             };
             attach::run(args, tui, &pace)
         }

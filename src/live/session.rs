@@ -27,9 +27,10 @@ use crate::trace::snapshot::{
 };
 use crate::trace::MemoryMap;
 
-/// Entries kept before the history is dropped: about what a 1 GB snapshot
-/// file holds (40 bytes each, plus 8 for its `seq`).
-pub const ENTRY_CAP: usize = 20_000_000;
+/// Entries kept before the history is dropped, by default: with what the
+/// views keep of each (about 110 bytes in all: 48 here, the timeline's 40,
+/// the stack table's 25), about 1.1 GB; `attach --keep-entries` sets it.
+pub const ENTRY_CAP: usize = 10_000_000;
 /// PROTOCOL.md: "stacks defined ≤ 4 M".
 pub const MAX_STACKS: usize = 4 << 20;
 
@@ -585,7 +586,7 @@ impl Session {
         let kept: usize = self.seqs.iter().map(Vec::len).sum();
         if kept > self.cap {
             let why = format!(
-                "kept {kept} entries, over the bound of {}: dropped the history and started over from the current map",
+                "kept {kept} entries, over the {} kept (attach --keep-entries): dropped the history and started over from the current map",
                 self.cap
             );
             let segments = self.current_segments();

@@ -21,7 +21,7 @@ use crate::alloc::{AllocConfig, MemoryStats};
 use crate::leak::analyze_snapshot_with;
 use crate::live::message::Message;
 use crate::live::nvml_match::LiveJob;
-use crate::live::{decode, Applied, FrameReader, ServerHello, Session};
+use crate::live::{decode, Applied, FrameReader, ServerHello, Session, ENTRY_CAP};
 use crate::report::series::SnapshotSummary;
 use crate::trace::mirror::TraceMirror;
 use crate::trace::replay::Entry;
@@ -34,36 +34,52 @@ pub const ANALYSIS_EVERY: Duration = Duration::from_secs(1);
 /// process reading behind the GPU panel comes once a second.
 pub const JOB_EVERY: Duration = Duration::from_millis(250);
 
+/// How a live source reads its job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LiveOptions {
+    /// The CUDA device the view shows (default: the first the job has).
+    pub device: Option<usize>,
+    /// Trace entries kept for the timeline and the leak analysis; past it
+    /// the view starts over from the job's map (and says so).
+    pub keep_entries: usize,
+    /// A tab among several (one per rank): it also sends the job's
+    /// [`SnapshotSummary`] as steps end, for the table across tabs and the
+    /// diff between them.
+    pub tab: bool,
+}
+
+impl Default for LiveOptions {
+    fn default() -> Self {
+        LiveOptions {
+            device: None,
+            keep_entries: ENTRY_CAP,
+            tab: false,
+        }
+    }
+}
+
 /// A source fed from `frames` (a connection after its hello, or a
-/// recording). `device`: the CUDA device the view shows (default: the
-/// first the job has). `stop` is set once nobody reads any more.
+/// recording), on the job's first device. `stop` is set once nobody reads
+/// any more.
 pub fn live_source(
     frames: FrameReader<Box<dyn Read + Send>>,
     hello: Option<ServerHello>,
     device: Option<usize>,
     stop: Arc<AtomicBool>,
 ) -> Source {
-    reading_source(frames, hello, device, stop, false)
+    let opts = LiveOptions {
+        device,
+        ..LiveOptions::default()
+    };
+    live_source_with(frames, hello, stop, opts)
 }
 
-/// [`live_source`] for a tab among several (one per rank): it also sends
-/// the job's [`SnapshotSummary`] as steps end, for the table across tabs
-/// and the diff between them.
-pub fn live_tab_source(
+/// [`live_source`] as `opts` say.
+pub fn live_source_with(
     frames: FrameReader<Box<dyn Read + Send>>,
     hello: Option<ServerHello>,
-    device: Option<usize>,
     stop: Arc<AtomicBool>,
-) -> Source {
-    reading_source(frames, hello, device, stop, true)
-}
-
-fn reading_source(
-    frames: FrameReader<Box<dyn Read + Send>>,
-    hello: Option<ServerHello>,
-    device: Option<usize>,
-    stop: Arc<AtomicBool>,
-    summaries: bool,
+    opts: LiveOptions,
 ) -> Source {
     let (tx, rx) = flume::unbounded();
     let (spent_tx, spent) = flume::bounded(1);
@@ -81,14 +97,15 @@ fn reading_source(
                 frames,
                 session: None,
                 hello,
-                device,
+                device: opts.device,
+                keep_entries: opts.keep_entries,
                 tags: Arc::new(LiveTags::default()),
                 view: None,
                 spent,
                 last_analysis: None,
                 analysis_took: Duration::ZERO,
                 last_job: None,
-                summaries,
+                summaries: opts.tab,
             };
             reader.run(&mut send);
         });
@@ -115,6 +132,7 @@ struct Reader {
     session: Option<Session>,
     hello: Option<ServerHello>,
     device: Option<usize>,
+    keep_entries: usize,
     tags: Arc<LiveTags>,
     view: Option<View>,
     spent: flume::Receiver<TimelinePart>,
@@ -130,7 +148,7 @@ type Sender<'a> = dyn FnMut(SourceMsg) -> bool + 'a;
 impl Reader {
     fn run(&mut self, send: &mut Sender) {
         // The session holds `Rc` strings: it is made on this thread.
-        let mut session = Session::new(self.frames.at());
+        let mut session = Session::with_cap(self.frames.at(), self.keep_entries);
         if let Some(h) = self.hello.take() {
             let _ = session.apply(0, Message::Hello(Box::new(h)));
         }

@@ -31,7 +31,7 @@ pub mod source;
 pub mod sweep;
 
 pub use devices::{snapshot_devices, SnapshotDevices};
-pub use live::{live_source, live_tab_source};
+pub use live::{live_source, live_source_with, LiveOptions};
 pub use nvml::nvml_source;
 pub use open::{file_title, is_snapshot_path, open_source, open_source_under};
 pub use scenario::{scenario_source, scenario_source_on, RealGpu, ITERATION_PACE};
