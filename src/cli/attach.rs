@@ -29,6 +29,7 @@ impl AttachArgs {
             device: self.device,
             keep_entries: self.keep_entries,
             tab,
+            step_marker: self.step_marker.clone(),
         }
     }
 }

@@ -247,7 +247,7 @@ pub enum Command {
         /// Print the report as JSON (implies --headless).
         #[arg(long)]
         json: bool,
-        /// Iterations from a frame name or file:line instead of the job's own steps (--headless).
+        /// Iterations for the leak analysis from a frame name or file:line instead of the job's own steps.
         #[arg(long)]
         step_marker: Option<String>,
         /// The CUDA device to show (default: the job's first).

@@ -18,7 +18,7 @@ use super::devices::SnapshotDevices;
 use super::live_tags::LiveTags;
 use super::source::{Opened, Source, SourceMsg};
 use crate::alloc::{AllocConfig, MemoryStats};
-use crate::leak::analyze_snapshot_with;
+use crate::leak::{analyze_snapshot_with, Boundaries};
 use crate::live::message::Message;
 use crate::live::nvml_match::LiveJob;
 use crate::live::{decode, Applied, FrameReader, ServerHello, Session, ENTRY_CAP};
@@ -35,7 +35,7 @@ pub const ANALYSIS_EVERY: Duration = Duration::from_secs(1);
 pub const JOB_EVERY: Duration = Duration::from_millis(250);
 
 /// How a live source reads its job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveOptions {
     /// The CUDA device the view shows (default: the first the job has).
     pub device: Option<usize>,
@@ -46,6 +46,9 @@ pub struct LiveOptions {
     /// [`SnapshotSummary`] as steps end, for the table across tabs and the
     /// diff between them.
     pub tab: bool,
+    /// Iterations for the leak analysis from a frame name or `file:line`
+    /// (as `open --step-marker`), instead of the job's own steps.
+    pub step_marker: Option<String>,
 }
 
 impl Default for LiveOptions {
@@ -54,6 +57,7 @@ impl Default for LiveOptions {
             device: None,
             keep_entries: ENTRY_CAP,
             tab: false,
+            step_marker: None,
         }
     }
 }
@@ -106,6 +110,7 @@ pub fn live_source_with(
                 analysis_took: Duration::ZERO,
                 last_job: None,
                 summaries: opts.tab,
+                step_marker: opts.step_marker,
             };
             reader.run(&mut send);
         });
@@ -141,6 +146,7 @@ struct Reader {
     last_job: Option<Instant>,
     /// Send the job's summary with each analysis (a tab among several).
     summaries: bool,
+    step_marker: Option<String>,
 }
 
 type Sender<'a> = dyn FnMut(SourceMsg) -> bool + 'a;
@@ -378,8 +384,13 @@ impl Reader {
             return true;
         }
         let t = Instant::now();
-        let report =
-            analyze_snapshot_with(session.snap(), view.device, session.boundaries(view.device));
+        let boundaries = match &self.step_marker {
+            Some(m) => Boundaries::Find {
+                step_marker: Some(m),
+            },
+            None => session.boundaries(view.device),
+        };
+        let report = analyze_snapshot_with(session.snap(), view.device, boundaries);
         let summary = self
             .summaries
             .then(|| Arc::new(SnapshotSummary::of(session.snapshot())));

@@ -60,3 +60,32 @@ fn a_clean_job_grows_nothing_since_the_step() {
     );
     assert!(app.runs[0].findings.is_empty());
 }
+
+/// `attach --step-marker`: the leak panel's iterations come from the named
+/// frame, not the job's own steps, and its evidence says which.
+#[test]
+fn a_step_marker_sets_the_live_leak_analysis_iterations() {
+    use crate::producers::{live_source_with, LiveOptions};
+    let bytes = training_job(12, 2 << 20, 3).bytes;
+    let frames = read_recording(
+        Box::new(Cursor::new([&crate::live::MAGIC[..], &bytes].concat())),
+        "job.vslive".into(),
+    )
+    .expect("a recording");
+    let live = LiveOptions {
+        step_marker: Some("train_step".into()),
+        ..LiveOptions::default()
+    };
+    let src = live_source_with(frames, None, Arc::default(), live);
+    let mut app = app_finished(vec![("pid 7".into(), src)], &opts());
+    keys(&mut app, "G");
+    let s = screen(&mut app, 140, 44);
+    let f = &app.runs[0].findings;
+    assert!(!f.is_empty(), "{s}");
+    assert!(
+        f.iter()
+            .all(|f| f.evidence.contains("the step marker \"train_step\"")),
+        "{:?}",
+        f.iter().map(|f| &f.evidence).collect::<Vec<_>>()
+    );
+}
