@@ -167,6 +167,16 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
     (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
+/// A byte change with its sign, e.g. `+2.10 MiB`, `-512 bytes`.
+pub fn signed_size(bytes: i64) -> String {
+    let size = crate::alloc::format_size(bytes.unsigned_abs());
+    if bytes < 0 {
+        format!("-{size}")
+    } else {
+        format!("+{size}")
+    }
+}
+
 /// A size NVML (or any reader) may not have given: "unknown", never 0.
 pub fn format_size_or_unknown(v: Option<u64>) -> String {
     v.map_or_else(|| "unknown".to_string(), crate::alloc::format_size)

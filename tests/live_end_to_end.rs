@@ -343,6 +343,16 @@ fn a_captured_leak_played_live_is_flagged_as_open_flags_it() {
         };
         assert_eq!(leaks(&live), leaks(&open), "{name}");
         assert_eq!(live["live"]["step_source"], "Optimizer.step", "{name}");
+        // The job's own memory_stats() after its steps (at most 10 a
+        // second) tell the same creep, whatever the trace kept.
+        let trend = &live["live"]["memory_per_step"][0];
+        assert!(trend["readings"].as_u64() >= Some(2), "{name}: {trend}");
+        let slope = trend["allocated_per_step"].as_i64().expect("a slope");
+        let expected: i64 = if name.ends_with("bug") { 8 << 20 } else { 0 };
+        assert!(
+            (slope - expected).abs() < 1 << 20,
+            "{name}: {slope} bytes a step, {expected} expected: {trend}"
+        );
         flagged.push(leaks(&live));
     }
     assert_eq!(

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use vramscope::alloc::format_size;
 use vramscope::live::address::{expand_ranks, RANK};
 use vramscope::live::nvml_match::{read_once, JobPlace, LiveJob};
 use vramscope::live::{
@@ -18,7 +19,7 @@ use vramscope::live::{
 use vramscope::producers::{file_title, live_source_with, LiveOptions};
 use vramscope::report::series::{figures, DeviceFigures, SeriesFile, SeriesTable};
 use vramscope::tui::{run_tui, TuiOptions};
-use vramscope::units::format_count;
+use vramscope::units::{format_count, signed_size};
 
 use super::pace::PaceArgs;
 use super::BadInput;
@@ -387,6 +388,24 @@ fn print_live(report: &LiveReport, title: &str) {
         l.steps_kept,
         l.step_source.as_deref().unwrap_or("none")
     );
+    for t in &l.memory_per_step {
+        let per_step = |slope: Option<i64>| {
+            slope.map_or(String::new(), |b| format!(" ({}/step)", signed_size(b)))
+        };
+        sayln!(
+            "cuda:{} memory at steps {}–{} (the job's memory_stats(), {} readings): allocated {} → {}{}, reserved {} → {}{}",
+            t.device,
+            t.first_step,
+            t.last_step,
+            t.readings,
+            format_size(t.allocated_first),
+            format_size(t.allocated_last),
+            per_step(t.allocated_per_step),
+            format_size(t.reserved_first),
+            format_size(t.reserved_last),
+            per_step(t.reserved_per_step),
+        );
+    }
     for o in &l.ooms {
         sayln!(
             "OOM on device {} at entry {}: {}",

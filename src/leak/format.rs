@@ -1,16 +1,8 @@
 //! Small text helpers shared by the analyses and the renderers.
 
-use crate::alloc::format_size;
 use crate::engine::DType;
 
-/// Signed size, e.g. `+2.10 MiB`.
-pub fn signed_size(bytes: i64) -> String {
-    if bytes < 0 {
-        format!("-{}", format_size(bytes.unsigned_abs()))
-    } else {
-        format!("+{}", format_size(bytes as u64))
-    }
-}
+pub use crate::units::signed_size;
 
 /// PyTorch-ish short dtype names (`fp32`, `int64`).
 pub fn dtype(d: DType) -> &'static str {

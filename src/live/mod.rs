@@ -11,12 +11,14 @@
 //! - `session`: the job as received, as a [`crate::trace::snapshot::Snapshot`]
 //!   the reports and the leak analysis read unchanged (`report`: what
 //!   `attach --json` adds; `map_diff`: a job's state against the mirrored map);
-//! - `nvml_match`: the job's devices against NVML's reading of its process.
+//! - `nvml_match`: the job's devices against NVML's reading of its process;
+//! - `creep`: the job's own memory at each step over the whole attach.
 //!
 //! The producer that feeds the views is `crate::producers::live`.
 
 pub mod address;
 pub mod connect;
+pub mod creep;
 mod error;
 pub mod frame;
 mod map_diff;

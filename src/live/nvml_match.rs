@@ -338,15 +338,7 @@ fn read_device(
     })
 }
 
-/// A byte difference with its sign (`-1.00 MiB`).
-pub fn signed_size(v: i64) -> String {
-    let size = format_size(v.unsigned_abs());
-    if v < 0 {
-        format!("-{size}")
-    } else {
-        size
-    }
-}
+pub use crate::units::signed_size;
 
 /// `attach --json`'s `live.nvml` entry for one device.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

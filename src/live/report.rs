@@ -33,6 +33,9 @@ pub struct LiveFacts {
     pub steps_kept: usize,
     pub step_source: Option<String>,
     pub growth: Vec<DeviceGrowth>,
+    /// The job's own `memory_stats()` at each step over the whole attach
+    /// (across start-overs): the creep a long run shows.
+    pub memory_per_step: Vec<super::creep::StepTrend>,
     pub ooms: Vec<OomMark>,
     pub lost: Vec<LostMark>,
     /// Each time the view started over, and why.

@@ -12,6 +12,7 @@
 
 use rustc_hash::FxHashMap;
 
+use super::creep::{StepSeries, StepTrend};
 use super::error::LiveError;
 use super::map_diff::map_difference;
 use super::message::{
@@ -83,6 +84,8 @@ pub struct Session {
     steps_seen: u64,
     stats: Vec<DeviceStats>,
     ooms: Vec<OomMark>,
+    /// The job's memory at each step, kept across start-overs.
+    step_series: StepSeries,
     lost: Vec<LostMark>,
     start_overs: Vec<String>,
     ended: Option<String>,
@@ -122,6 +125,7 @@ impl Session {
             steps_seen: 0,
             stats: Vec::new(),
             ooms: Vec::new(),
+            step_series: StepSeries::default(),
             lost: Vec::new(),
             start_overs: Vec::new(),
             ended: None,
@@ -212,6 +216,11 @@ impl Session {
     }
 
     /// Why the stream ended, once it has (`bye`'s reason, or a disconnect).
+    /// The job's memory at each step over the whole attach.
+    pub fn step_trends(&self) -> Vec<StepTrend> {
+        self.step_series.summaries()
+    }
+
     /// The OOMs the job reported (the first 100).
     pub fn ooms(&self) -> &[OomMark] {
         &self.ooms
@@ -305,6 +314,7 @@ impl Session {
                 Ok(Applied::Step)
             }
             Message::Stats(s) => {
+                self.step_series.push(self.steps_seen, &s);
                 let d = s.device;
                 match self.stats.iter_mut().find(|x| x.device == d) {
                     Some(x) => *x = s,

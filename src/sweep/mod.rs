@@ -9,7 +9,7 @@
 
 mod error;
 mod explain;
-mod fit;
+pub mod fit;
 mod plan;
 mod point;
 mod runner;

@@ -151,6 +151,7 @@ impl Session {
                 steps_kept: self.steps.len(),
                 step_source: self.step_sources(),
                 growth,
+                memory_per_step: self.step_trends(),
                 ooms: self.ooms.clone(),
                 lost: self.lost.clone(),
                 started_over: self.start_overs.clone(),

@@ -236,7 +236,7 @@ fn past_the_cap_the_history_is_dropped_and_the_map_kept() {
         .live
         .started_over
         .iter()
-        .any(|w| w.contains("over the bound of 10")));
+        .any(|w| w.contains("over the 10 kept (attach --keep-entries)")));
 }
 
 #[test]

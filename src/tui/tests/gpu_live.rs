@@ -125,7 +125,7 @@ fn a_live_job_is_reconciled_with_nvml_by_bus_id_at_80x24_and_200x60() {
         "device: cuda:0 · NVIDIA H100 80GB HBM3 · NVML GPU 1, matched by PCI bus id",
         "NVML used: 2.50 GiB (pid 4242 on this GPU)",
         "job reserved: 2.00 GiB (from its stream; memory_stats() 2.00 GiB)",
-        "difference: 517.00 MiB (context, workspaces, outside the caching allocator)",
+        "difference: +517.00 MiB (context, workspaces, outside the caching allocator)",
         "CUDA context, cuBLAS/cuDNN workspaces, memory outside the caching allocator",
     ] {
         assert!(p.contains(want), "missing {want:?} in\n{p}");
