@@ -347,6 +347,7 @@ impl Reader {
         };
         let stats = MemoryStats::from_map(|k| s.get(k));
         send(SourceMsg::Stats(Box::new(stats)))
+            && send(SourceMsg::StepTrends(session.step_trends()))
     }
 
     /// A step ended: its boundary on the timeline, where the entries so far end.

@@ -190,6 +190,9 @@ pub enum SourceMsg {
     },
     /// The whole sweep once every point (and the search) has run.
     Swept(Box<Sweep>),
+    /// A live job's memory at each step over the whole attach (its own
+    /// `memory_stats()`): replaces the previous one.
+    StepTrends(Vec<crate::live::creep::StepTrend>),
     /// A live job's pid and devices (ids, reserved bytes), for the GPU
     /// panel's NVML reconciliation: replaces the previous one.
     Job(Box<LiveJob>),

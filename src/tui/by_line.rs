@@ -82,18 +82,31 @@ fn unknown_label(kind: SiteKind) -> &'static str {
 
 impl RunView {
     /// The event where the step at the cursor began (the last iteration
-    /// mark at or before it), when the pane counts from there.
+    /// mark at or before it), when the pane counts from there. At a step's
+    /// very end (no allocator event since the mark: a live job between two
+    /// steps) it is the step that just ended, not the empty one after it.
     pub fn step_start(&self) -> Option<usize> {
         if !self.by_line.as_ref().is_some_and(|p| p.since_step) {
             return None;
         }
         let marks = self.timeline.marks();
         let k = marks.partition_point(|(at, _)| *at <= self.pos);
-        marks[..k]
+        let mut starts = marks[..k]
             .iter()
             .rev()
-            .find(|(_, kind)| *kind == MarkKind::Iteration)
-            .map(|(at, _)| *at)
+            .filter(|(_, kind)| *kind == MarkKind::Iteration)
+            .map(|(at, _)| *at);
+        let latest = starts.next()?;
+        let has_events = |from: usize| {
+            self.timeline
+                .events()
+                .range(from..self.pos)
+                .any(|e| matches!(e, Event::Alloc(_)))
+        };
+        if has_events(latest) {
+            return Some(latest);
+        }
+        Some(starts.find(|at| has_events(*at)).unwrap_or(latest))
     }
 
     /// Live bytes at the cursor by site (cached per map state); with the

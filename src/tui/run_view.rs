@@ -71,6 +71,8 @@ pub struct RunView {
     pub devices: Option<SnapshotDevices>,
     /// A snapshot's figures and live blocks (the table and diff across tabs).
     pub summary: Option<Arc<crate::report::series::SnapshotSummary>>,
+    /// A live job's memory at each step over the whole attach.
+    pub step_trends: Vec<crate::live::creep::StepTrend>,
     /// Go to the first OOM as soon as the events hold one (after a device
     /// switch that `x` made).
     pub pending_oom: bool,
@@ -161,6 +163,7 @@ impl RunView {
             listing: source.listing.clone(),
             devices: source.devices.clone(),
             summary: None,
+            step_trends: Vec::new(),
             pending_oom: false,
             loading: None,
             backlog: false,
@@ -335,6 +338,10 @@ impl RunView {
                 self.reads_file = true;
             }
             SourceMsg::Summary(s) => self.summary = Some(s),
+            SourceMsg::StepTrends(t) => {
+                self.step_trends = t;
+                self.stats_key = None;
+            }
             SourceMsg::Job(j) => self.job = Some(*j),
             SourceMsg::Opened(o) => {
                 self.loading = None;

@@ -7,6 +7,7 @@
 
 use crate::alloc::format_size;
 use crate::device::estimate::format_ms;
+use crate::units::signed_size;
 use ratatui::layout::{Constraint, Rect};
 use ratatui::text::Span;
 use ratatui::widgets::{Block, Borders, Cell, Row, Table};
@@ -117,6 +118,24 @@ pub fn prepare(r: &RunView) -> StatsFrame {
                 format_ms(e.milliseconds)
             ),
         ));
+    }
+    // A live job's creep over the whole attach (its own memory_stats()),
+    // for the device shown: what the timeline cannot keep over hours.
+    let device = r.devices.as_ref().map_or(0, |d| d.current) as i64;
+    if let Some(t) = r.step_trends.iter().find(|t| t.device == device) {
+        if let Some(slope) = t.allocated_per_step {
+            // In place of the event count, as the compute estimate does.
+            rows.retain(|(k, _)| *k != "event");
+            rows.push((
+                "per step",
+                format!(
+                    "{}/step allocated over steps {}–{} (memory_stats)",
+                    signed_size(slope),
+                    t.first_step,
+                    t.last_step
+                ),
+            ));
+        }
     }
     let gaps = r.timeline.gaps().len();
     if gaps > 0 {
