@@ -37,7 +37,11 @@ max_entries=1_000_000, step_marker=None, mode="auto", poll_interval_s=None)`:
 
 `mark_step()` ends a step explicitly (a no-op when not started). `stop()` sends
 a last state and `bye`, closes the socket and the recording, and turns
-PyTorch's memory history off again.
+PyTorch's memory history off again. An OOM is sent as it happens with the
+allocator's state; PyTorch's own message follows when the
+`torch.cuda.OutOfMemoryError` ends the program (or a thread), or when your
+loop calls `report_oom(e)` where it catches one. The job's stderr says when
+vramscope attaches and detaches.
 
 Security. The stream carries your file paths, function names and memory
 layout. By default the helper serves a unix socket in a directory made `0700`
@@ -113,7 +117,7 @@ import sys
 import threading
 import time
 
-__all__ = ["start", "stop", "mark_step", "LiveError"]
+__all__ = ["start", "stop", "mark_step", "report_oom", "LiveError"]
 
 PROTOCOL = 1
 MAGIC = b"VSLIVE1\n"
