@@ -44,8 +44,13 @@ pub struct Tabs {
     /// The summaries the ready diff was made from (a live tab sends new
     /// ones as its job runs: then the diff is made again).
     diff_from: (usize, usize),
-    /// The tab bar as last prepared (also what a click hits).
+    /// The tab bar as last prepared (also what a click hits): the tabs
+    /// from `bar_first` on that fit the width around the shown one.
     pub bar: Vec<TabLabel>,
+    pub bar_first: usize,
+    /// Tabs are left out before / after the bar's (it shows `‹` / `›`).
+    pub more_left: bool,
+    pub more_right: bool,
     /// The table as last prepared, while `T` shows it.
     pub table: Option<SeriesTable>,
 }
@@ -79,6 +84,9 @@ impl Tabs {
             diff: None,
             diff_from: (0, 0),
             bar: Vec::new(),
+            bar_first: 0,
+            more_left: false,
+            more_right: false,
             table: None,
         };
         Some((first, tabs))
@@ -348,8 +356,9 @@ impl App {
             return;
         }
         // Each label gets an equal share (less its separator) where they do
-        // not all fit.
-        let share = (usize::from(width) / n).saturating_sub(1);
+        // not all fit, but not below a readable few columns: past that the
+        // bar scrolls to the shown tab instead.
+        let share = (usize::from(width) / n).saturating_sub(1).max(MIN_LABEL);
         let mut x = 0u16;
         let mut bar = Vec::with_capacity(n);
         for i in 0..n {
@@ -390,6 +399,15 @@ impl App {
             });
             x = x.saturating_add(w).saturating_add(1);
         }
+        let active = self.tabs.as_ref().map_or(0, |t| t.active);
+        let (first, last) = window_around(&bar, active, width);
+        let (more_left, more_right) = (first > 0, last < bar.len());
+        let mut x = if more_left { MORE.0 } else { 0 };
+        let mut bar: Vec<TabLabel> = bar.drain(first..last).collect();
+        for l in &mut bar {
+            l.x = x;
+            x = x.saturating_add(l.width).saturating_add(1);
+        }
         let table = self
             .tabs
             .as_ref()
@@ -397,6 +415,9 @@ impl App {
             .then(|| self.series_table());
         if let Some(t) = self.tabs.as_mut() {
             t.bar = bar;
+            t.bar_first = first;
+            t.more_left = more_left;
+            t.more_right = more_right;
             t.table = table;
         }
     }
@@ -407,8 +428,45 @@ impl App {
             t.bar
                 .iter()
                 .position(|l| x >= l.x && x < l.x.saturating_add(l.width))
+                .map(|i| i + t.bar_first)
         });
         hit.is_some_and(|i| self.switch_tab(i))
+    }
+}
+
+/// The narrowest a label is cut to (a rank tab's `12:r11!` fits).
+const MIN_LABEL: usize = 8;
+
+/// Columns the `‹ ` and ` ›` marks of left-out tabs take.
+pub const MORE: (u16, u16) = (2, 2);
+
+/// The labels `first..last` that fit in `width` with the shown one among
+/// them: all when they fit, else as many around it as fit beside the marks.
+fn window_around(bar: &[TabLabel], active: usize, width: u16) -> (usize, usize) {
+    let cost = |l: &TabLabel| u32::from(l.width) + 1;
+    let total: u32 = bar.iter().map(cost).sum();
+    if total <= u32::from(width) || bar.is_empty() {
+        return (0, bar.len());
+    }
+    let active = active.min(bar.len() - 1);
+    let room = u32::from(width).saturating_sub(u32::from(MORE.0 + MORE.1));
+    let (mut first, mut last) = (active, active + 1);
+    let mut used = cost(&bar[active]);
+    loop {
+        let mut grew = false;
+        if last < bar.len() && used + cost(&bar[last]) <= room {
+            used += cost(&bar[last]);
+            last += 1;
+            grew = true;
+        }
+        if first > 0 && used + cost(&bar[first - 1]) <= room {
+            first -= 1;
+            used += cost(&bar[first]);
+            grew = true;
+        }
+        if !grew {
+            return (first, last);
+        }
     }
 }
 

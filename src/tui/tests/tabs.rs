@@ -280,3 +280,52 @@ fn without_tabs_the_tab_keys_say_what_they_need() {
         .as_deref()
         .is_some_and(|n| n.contains("several files")));
 }
+
+/// More tabs than 80 columns hold: the bar scrolls to the shown tab, marks
+/// the tabs left out on each side, and a click still shows the tab under it.
+#[test]
+fn a_bar_of_twenty_tabs_scrolls_to_the_shown_one() {
+    let files: Vec<&str> = std::iter::repeat_n(TINY, 20).collect();
+    let mut app = tabs_app(&files);
+    let top = |app: &mut App| {
+        let s = screen(app, 80, 24);
+        s.lines().next().unwrap_or_default().to_string()
+    };
+    let first = top(&mut app);
+    assert!(first.starts_with(" 1 "), "{first}");
+    assert!(
+        first.trim_end().ends_with('›') && !first.contains('‹'),
+        "{first}"
+    );
+    for _ in 0..14 {
+        keys(&mut app, "w");
+    }
+    assert_eq!(shown(&app).0, 14);
+    let mid = top(&mut app);
+    assert!(mid.contains(" 15 "), "the shown tab is on the bar: {mid}");
+    assert!(
+        mid.starts_with('‹') && mid.trim_end().ends_with('›'),
+        "{mid}"
+    );
+    assert!(!mid.contains(" 1 "), "{mid}");
+    assert!(mid.chars().count() <= 80);
+    // The bar's labels carry where they are drawn: a click on the first
+    // one drawn shows that tab.
+    let (x, tab) = app
+        .tabs
+        .as_ref()
+        .map(|t| (t.bar[0].x + 1, t.bar_first))
+        .expect("a bar");
+    let click = MouseEvent {
+        kind: MouseEventKind::Down(MouseButton::Left),
+        column: x,
+        row: 0,
+        modifiers: KeyModifiers::NONE,
+    };
+    assert!(app.handle_mouse(click));
+    assert_eq!(shown(&app).0, tab);
+    keys(&mut app, "W");
+    keys(&mut app, "W");
+    let last = top(&mut app);
+    assert!(last.contains(&format!(" {} ", tab - 1)), "{last}");
+}

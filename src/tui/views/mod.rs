@@ -80,7 +80,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
     }
     if let Some(t) = &app.tabs {
         if let Some(bar) = a.tab_bar {
-            tabs::render_bar(frame, bar, &t.bar, t.active, &app.theme);
+            tabs::render_bar(frame, bar, t, &app.theme);
         }
         let below = a.status.y.saturating_add(1);
         let over = Rect {

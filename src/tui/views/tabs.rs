@@ -13,14 +13,20 @@ use super::fit_site;
 use crate::alloc::format_size;
 use crate::report::diff::{DeviceDiff, SnapshotDiff};
 use crate::report::series::{oom_cell, SeriesRow, SeriesTable, DEFINITIONS};
-use crate::tui::app::{DiffState, TabLabel};
+use crate::tui::app::{DiffState, Tabs};
 use crate::tui::popup::wrap;
 use crate::tui::theme::Theme;
 
 /// The bar: every tab's number and file, the shown one reversed, an OOM
 /// or a failure marked.
-pub fn render_bar(frame: &mut Frame, area: Rect, bar: &[TabLabel], shown: usize, th: &Theme) {
-    let mut spans = Vec::with_capacity(bar.len() * 2);
+pub fn render_bar(frame: &mut Frame, area: Rect, tabs: &Tabs, th: &Theme) {
+    let bar = &tabs.bar;
+    let shown = tabs.active.wrapping_sub(tabs.bar_first);
+    let mut spans = Vec::with_capacity(bar.len() * 2 + 2);
+    // Tabs left out of a narrow bar: marks where they are.
+    if tabs.more_left {
+        spans.push(Span::styled("‹ ", th.dim()));
+    }
     for (i, l) in bar.iter().enumerate() {
         let mut style = if l.failed || l.oom {
             th.fg(th.palette.error)
@@ -32,6 +38,9 @@ pub fn render_bar(frame: &mut Frame, area: Rect, bar: &[TabLabel], shown: usize,
         }
         spans.push(Span::styled(l.text.clone(), style));
         spans.push(Span::styled("│", th.dim()));
+    }
+    if tabs.more_right {
+        spans.push(Span::styled(" ›", th.dim()));
     }
     frame.render_widget(Paragraph::new(Line::from(spans)), area);
 }
