@@ -206,7 +206,14 @@ impl Reader {
                         && self.job(send, true)
                         && (!self.summaries || self.analyse(send, true))
                 }
-                Applied::Entries => self.entries(send) && self.job(send, false),
+                // Without step markers the analysis finds its iterations in
+                // the trace, so it runs as entries come (debounced).
+                Applied::Entries => {
+                    let stepless = self.session.as_ref().is_some_and(|s| s.steps().is_empty());
+                    self.entries(send)
+                        && self.job(send, false)
+                        && (!stepless || self.analyse(send, false))
+                }
                 Applied::Step => {
                     self.step(send) && self.job(send, true) && self.analyse(send, false)
                 }
