@@ -38,7 +38,7 @@ pub fn render(frame: &mut Frame, s: &SweepState) {
     let searching = match s.seq_count() {
         _ if !(s.searching && s.sweep.is_none() && s.done() == s.planned.len()) => String::new(),
         0 | 1 => " · searching the largest batch".to_string(),
-        n => format!(" · searching the largest batch at each of {n} sequence lengths"),
+        n => format!(" · searching the largest batch at {n} lengths"),
     };
     let status_text = format!(
         " vramscope sweep │ {} │ {} of {} points{searching} │ capacity {}",
