@@ -245,3 +245,46 @@ fn deep_mlp_narration_quotes_the_runs_own_compute_estimate() {
         assert!((0.30..0.37).contains(&more), "{name}: {more}");
     }
 }
+
+/// The LSTM scenario's estimate counts cuDNN's LSTM: its gate GEMMs, a pass
+/// forward and two backward (data, weights), from the scenario's own sizes.
+#[test]
+fn the_lstm_scenario_s_estimate_counts_the_lstm() {
+    use vramscope::engine::ModelKind;
+    let (scenario, built) = vramscope::scenario::resolve("rnn-hidden-fixed").expect("built-in");
+    let ModelKind::LstmLm {
+        emb,
+        hidden,
+        layers,
+        bptt,
+        cudnn,
+        ..
+    } = built.model.kind
+    else {
+        panic!("an LSTM model: {:?}", built.model.kind)
+    };
+    assert!(cudnn, "the cuDNN path");
+    let batch = scenario.data.batch.unwrap_or(built.model.batch);
+    let seq = scenario.data.seq.unwrap_or(bptt);
+    let pass: u64 = (0..layers)
+        .map(|l| {
+            let input = if l == 0 { emb } else { hidden };
+            2 * 4 * hidden * (input + hidden) * batch * seq
+        })
+        .sum();
+    let (code, out, err) = vramscope(&["run", "rnn-hidden-fixed", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let est = &json(&out)["compute_estimate"]["estimate"];
+    let lstm = est["kinds"]
+        .as_array()
+        .and_then(|k| k.iter().find(|k| k["kind"] == "cuDNN LSTM"))
+        .unwrap_or_else(|| panic!("no cuDNN LSTM in {est}"));
+    assert_eq!(lstm["flops"].as_u64(), Some(3 * pass), "{est}");
+    let kinds_total: u64 = est["kinds"]
+        .as_array()
+        .map(|k| k.iter().filter_map(|k| k["flops"].as_u64()).sum())
+        .unwrap_or(0);
+    assert_eq!(est["flops"].as_u64(), Some(kinds_total), "the kinds add up");
+    let (_, text, _) = vramscope(&["run", "rnn-hidden-fixed"]);
+    assert!(text.contains("cuDNN LSTM "), "the text names it: {text}");
+}

@@ -275,3 +275,80 @@ fn the_text_report_has_a_table_and_the_fit_in_words() {
     assert!(out.contains("Peak allocated ≈ "), "{out}");
     assert!(out.contains("the scenario says:"), "{out}");
 }
+
+/// The scenario `text` run as `vramscope run` runs it, its `data_line`
+/// replaced by `batch` × `seq` (in its own text, not through the sweep's
+/// code): whether it ran out of memory.
+fn runs_out_of_memory(text: &str, data_line: &str, batch: u64, seq: u64) -> bool {
+    let with_data = format!("    data: (batch: {batch}, seq: {seq}),");
+    let variant = text.replace(data_line, &with_data);
+    assert_ne!(variant, text, "the scenario has no {data_line:?}");
+    let (scenario, built) = vramscope::scenario::load_str(&variant, "variant.ron").expect("loads");
+    assert_eq!(scenario.data.batch, Some(batch));
+    let r = vramscope::scenario::run(
+        &scenario,
+        &built,
+        &vramscope::scenario::RunOptions::default(),
+    );
+    assert!(r.error.is_none(), "batch {batch}, seq {seq}: {:?}", r.error);
+    r.oom.is_some()
+}
+
+/// `--find-max-batch` with several `--seq`: a search at each length, each
+/// result true of a plain run at that batch and length, and a longer
+/// sequence never fitting a larger batch.
+#[test]
+fn the_largest_batch_is_searched_at_every_sequence_length() {
+    // The LSTM scenario runs at the preset's own data (B 20, BPTT 35): the
+    // same written out, so that the variants below can replace it.
+    let model = "    model: Preset(\"lstm-lm-ptb\"),";
+    let lstm_data = "    data: (batch: 20, seq: 35),";
+    let lstm = include_str!("../scenarios/rnn-hidden-fixed.ron")
+        .replace(model, &format!("{model}\n{lstm_data}"));
+    let gpt = include_str!("../scenarios/checkpoint-none.ron").to_string();
+    let gpt_data = "    data: (batch: 8, seq: 512),";
+    for (name, text, data_line, seqs) in [
+        ("rnn-hidden-fixed", lstm, lstm_data, [35u64, 70, 140]),
+        ("checkpoint-none", gpt, gpt_data, [128, 256, 512]),
+    ] {
+        let list = seqs.map(|t| t.to_string()).join(",");
+        let v = sweep_json(&[name, "--seq", &list, "--find-max-batch"]);
+        let found = v["max_batch_by_seq"].as_array().expect("max_batch_by_seq");
+        assert_eq!(found.len(), seqs.len(), "{name}: {v}");
+        assert_eq!(v["max_batch"], found[0], "max_batch is the first length's");
+        let mut previous = u64::MAX;
+        for (m, seq) in found.iter().zip(seqs) {
+            assert_eq!(m["seq"].as_u64(), Some(seq), "{name}: in --seq's order");
+            assert!(m["error"].is_null(), "{name}: {m}");
+            let best = m["batch"].as_u64().expect("a batch fits");
+            assert_eq!(m["first_oom"].as_u64(), Some(best + 1), "{name}: {m}");
+            assert!(m["runs"].as_u64() > Some(0), "{name}: searched, {m}");
+            assert!(
+                best <= previous,
+                "{name}: seq {seq} fits batch {best}, more than a shorter one ({previous})"
+            );
+            previous = best;
+            let oom = |b: u64| runs_out_of_memory(&text, data_line, b, seq);
+            assert!(!oom(best), "{name}: batch {best} at seq {seq} fits");
+            assert!(
+                oom(best + 1),
+                "{name}: batch {} at seq {seq} runs out",
+                best + 1
+            );
+        }
+        let (code, out, err) = vramscope(&["sweep", name, "--seq", &list, "--find-max-batch"]);
+        assert_eq!(code, 0, "{err}");
+        for (m, seq) in found.iter().zip(seqs) {
+            let best = m["batch"].as_u64().unwrap_or(0);
+            let said = format!(
+                "Largest batch that fits at sequence length {seq}: {best} (batch {} runs out of memory)",
+                best + 1
+            );
+            assert!(out.contains(&said), "{name}: no {said:?} in\n{out}");
+        }
+        assert!(
+            out.contains("Largest batch that fits by sequence length: "),
+            "{out}"
+        );
+    }
+}

@@ -150,7 +150,7 @@ pub enum Command {
         /// Sequence lengths (GPT, LSTM, token-input Modules models), e.g. 512,1024: every batch at each.
         #[arg(long)]
         seq: Option<String>,
-        /// Search the largest batch that fits: doubling from 1, then bisection.
+        /// Search the largest batch that fits at each --seq: doubling from 1, then bisection.
         #[arg(long)]
         find_max_batch: bool,
         /// Print a report instead of opening the terminal UI's chart.

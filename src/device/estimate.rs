@@ -9,7 +9,7 @@
 use serde::Serialize;
 
 use super::GpuProfile;
-use crate::engine::work::{MathUnit, WorkPart, WorkTally};
+use crate::engine::work::{FlopKind, MathUnit, WorkPart, WorkTally};
 
 /// What every view and report says of these figures.
 pub const ESTIMATE_LABEL: &str =
@@ -23,6 +23,15 @@ pub struct PartEstimate {
     pub milliseconds: f64,
 }
 
+/// One kind of floating-point kernel's FLOPs over every part.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KindEstimate {
+    /// `matmul`, `convolution`, `attention`, `cuDNN LSTM`.
+    pub kind: &'static str,
+    pub flops: u64,
+    pub milliseconds: f64,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ComputeEstimate {
     pub label: &'static str,
@@ -33,6 +42,9 @@ pub struct ComputeEstimate {
     pub milliseconds: f64,
     /// Forward, recompute, backward, optimizer, other: the parts with work.
     pub parts: Vec<PartEstimate>,
+    /// The FLOPs by kind of kernel (the kinds with work): the same FLOPs as
+    /// `parts`, split the other way.
+    pub kinds: Vec<KindEstimate>,
     /// Recomputed forward work as a share of all FLOPs (checkpointing's cost).
     pub recompute_share: f64,
 }
@@ -41,6 +53,41 @@ impl ComputeEstimate {
     pub fn part(&self, part: WorkPart) -> Option<&PartEstimate> {
         self.parts.iter().find(|p| p.part == part.name())
     }
+
+    pub fn kind(&self, kind: FlopKind) -> Option<&KindEstimate> {
+        self.kinds.iter().find(|k| k.kind == kind.name())
+    }
+}
+
+/// Seconds for `flops` on `unit` at its peak (none where the profile has no peak).
+fn flop_seconds(gpu: &GpuProfile, unit: MathUnit, flops: u64) -> f64 {
+    let peak = peak_tflops(gpu, unit);
+    if flops > 0 && peak > 0.0 {
+        flops as f64 / (peak * 1e12)
+    } else {
+        0.0
+    }
+}
+
+fn kinds(work: &WorkTally, gpu: &GpuProfile) -> Vec<KindEstimate> {
+    FlopKind::ALL
+        .iter()
+        .filter_map(|&kind| {
+            let (mut flops, mut seconds) = (0u64, 0.0);
+            for part in WorkPart::ALL {
+                for unit in MathUnit::ALL {
+                    let f = work.kind_flops(part, kind, unit);
+                    flops = flops.saturating_add(f);
+                    seconds += flop_seconds(gpu, unit, f);
+                }
+            }
+            (flops > 0).then(|| KindEstimate {
+                kind: kind.name(),
+                flops,
+                milliseconds: seconds * 1e3,
+            })
+        })
+        .collect()
 }
 
 fn peak_tflops(gpu: &GpuProfile, unit: MathUnit) -> f64 {
@@ -60,10 +107,7 @@ pub fn estimate(work: &WorkTally, gpu: &GpuProfile) -> ComputeEstimate {
         for unit in MathUnit::ALL {
             let f = work.flops(part, unit);
             flops = flops.saturating_add(f);
-            let peak = peak_tflops(gpu, unit);
-            if f > 0 && peak > 0.0 {
-                seconds += f as f64 / (peak * 1e12);
-            }
+            seconds += flop_seconds(gpu, unit, f);
         }
         let bytes = work.bytes(part);
         if gpu.bandwidth_gb_s > 0.0 {
@@ -90,6 +134,7 @@ pub fn estimate(work: &WorkTally, gpu: &GpuProfile) -> ComputeEstimate {
         bytes: parts.iter().map(|p| p.bytes).sum(),
         milliseconds: parts.iter().map(|p| p.milliseconds).sum(),
         parts,
+        kinds: kinds(work, gpu),
         recompute_share: if flops == 0 {
             0.0
         } else {
@@ -131,8 +176,18 @@ mod tests {
         let h100 = profile("H100-SXM-80GB").expect("known");
         let mut w = WorkTally::default();
         // One second of each at the H100's vendor peaks.
-        w.add_flops(WorkPart::Forward, MathUnit::Half, 989_400_000_000_000);
-        w.add_flops(WorkPart::Recompute, MathUnit::Fp32, 66_900_000_000_000);
+        w.add_flops(
+            WorkPart::Forward,
+            FlopKind::Matmul,
+            MathUnit::Half,
+            989_400_000_000_000,
+        );
+        w.add_flops(
+            WorkPart::Recompute,
+            FlopKind::Rnn,
+            MathUnit::Fp32,
+            66_900_000_000_000,
+        );
         w.add_bytes(WorkPart::Backward, 3_352_000_000_000);
         let e = estimate(&w, h100);
         let ms = |p| e.part(p).map(|p| p.milliseconds.round() as u64);
@@ -141,12 +196,22 @@ mod tests {
         assert_eq!(ms(WorkPart::Backward), Some(1000));
         assert_eq!(ms(WorkPart::Optimizer), None);
         assert_eq!(e.milliseconds.round() as u64, 3000);
+        // The same seconds split by kind of kernel.
+        let kind_ms = |k| e.kind(k).map(|k| k.milliseconds.round() as u64);
+        assert_eq!(kind_ms(FlopKind::Matmul), Some(1000));
+        assert_eq!(kind_ms(FlopKind::Rnn), Some(1000));
+        assert_eq!(e.kind(FlopKind::Attention), None);
         let share = 66.9 / (989.4 + 66.9);
         assert!((e.recompute_share - share).abs() < 1e-9);
         // TF32 (cuDNN's fp32 convolutions) at its own rate.
         let a100 = profile("A100-SXM-80GB").expect("known");
         let mut c = WorkTally::default();
-        c.add_flops(WorkPart::Forward, MathUnit::Tf32, 156_000_000_000_000);
+        c.add_flops(
+            WorkPart::Forward,
+            FlopKind::Convolution,
+            MathUnit::Tf32,
+            156_000_000_000_000,
+        );
         assert_eq!(estimate(&c, a100).milliseconds.round() as u64, 1000);
     }
 }

@@ -21,8 +21,9 @@ pub enum EngineEvent {
         requested: u64,
         reserved: u64,
         peak_allocated: u64,
-        /// The kernels' arithmetic and traffic in this iteration.
-        work: crate::engine::work::WorkTally,
+        /// The kernels' arithmetic and traffic in this iteration (boxed: it
+        /// is larger than every other event).
+        work: Box<crate::engine::work::WorkTally>,
     },
     PhaseBegin(Phase),
     PhaseEnd(Phase),

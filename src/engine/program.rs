@@ -374,7 +374,7 @@ impl Engine {
             requested: self.alloc.stats().requested_bytes(),
             reserved: self.reserved_bytes(),
             peak_allocated: self.peak_allocated_bytes(),
-            work: self.work.since(&work_before),
+            work: Box::new(self.work.since(&work_before)),
         });
         Ok(())
     }

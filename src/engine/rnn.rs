@@ -144,6 +144,8 @@ impl Engine {
         self.k_unary(x, out);
         self.k_unary(h0, hy);
         self.k_unary(c0, cy);
+        let weights: Vec<Shape> = m.params.iter().flatten().map(|p| self.shape(*p)).collect();
+        self.count_rnn(xs, dtype, &weights);
         let ws_bytes = self.cfg.rnn_workspace_bytes;
         let ws = self.transient(ws_bytes, Category::Workspace)?;
         let training = self.ctx.training;

@@ -3,9 +3,9 @@
 //! peak throughput (`crate::device::estimate`). Counting happens whether or
 //! not kernels are really launched, and never touches the allocator.
 //!
-//! GEMMs, convolutions and attention are counted in floating-point
-//! operations (2 per multiply-add) by the math unit they run on; every other
-//! kernel in bytes read and written.
+//! GEMMs, convolutions, attention and cuDNN's LSTM are counted in
+//! floating-point operations (2 per multiply-add) by the math unit they run
+//! on; every other kernel in bytes read and written.
 
 use serde::Serialize;
 
@@ -81,16 +81,57 @@ impl WorkPart {
     }
 }
 
-/// Work counted over some stretch of a run, by part.
+/// What kind of floating-point kernel: decides the math unit for fp32, and
+/// names a share of the estimate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum FlopKind {
+    Matmul,
+    Convolution,
+    Attention,
+    /// cuDNN's RNN kernels (`_cudnn_rnn`): their gate GEMMs.
+    Rnn,
+}
+
+impl FlopKind {
+    pub const ALL: [FlopKind; 4] = [
+        FlopKind::Matmul,
+        FlopKind::Convolution,
+        FlopKind::Attention,
+        FlopKind::Rnn,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FlopKind::Matmul => "matmul",
+            FlopKind::Convolution => "convolution",
+            FlopKind::Attention => "attention",
+            FlopKind::Rnn => "cuDNN LSTM",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Work counted over some stretch of a run, by part (and FLOPs by kind of
+/// kernel and math unit).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WorkTally {
-    flops: [[u64; 4]; 5],
+    flops: [[[u64; 4]; 4]; 5],
     bytes: [u64; 5],
 }
 
 impl WorkTally {
     pub fn flops(&self, part: WorkPart, unit: MathUnit) -> u64 {
-        self.flops[part.index()][unit.index()]
+        FlopKind::ALL
+            .iter()
+            .map(|k| self.kind_flops(part, *k, unit))
+            .sum()
+    }
+
+    pub fn kind_flops(&self, part: WorkPart, kind: FlopKind, unit: MathUnit) -> u64 {
+        self.flops[part.index()][kind.index()][unit.index()]
     }
 
     pub fn bytes(&self, part: WorkPart) -> u64 {
@@ -98,7 +139,7 @@ impl WorkTally {
     }
 
     pub fn total_flops(&self) -> u64 {
-        self.flops.iter().flatten().sum()
+        self.flops.iter().flatten().flatten().sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -109,16 +150,18 @@ impl WorkTally {
     pub fn since(&self, earlier: &WorkTally) -> WorkTally {
         let mut d = WorkTally::default();
         for p in 0..5 {
-            for u in 0..4 {
-                d.flops[p][u] = self.flops[p][u].saturating_sub(earlier.flops[p][u]);
+            for k in 0..4 {
+                for u in 0..4 {
+                    d.flops[p][k][u] = self.flops[p][k][u].saturating_sub(earlier.flops[p][k][u]);
+                }
             }
             d.bytes[p] = self.bytes[p].saturating_sub(earlier.bytes[p]);
         }
         d
     }
 
-    pub(crate) fn add_flops(&mut self, part: WorkPart, unit: MathUnit, flops: u64) {
-        let f = &mut self.flops[part.index()][unit.index()];
+    pub(crate) fn add_flops(&mut self, part: WorkPart, kind: FlopKind, unit: MathUnit, flops: u64) {
+        let f = &mut self.flops[part.index()][kind.index()][unit.index()];
         *f = f.saturating_add(flops);
     }
 
@@ -126,14 +169,6 @@ impl WorkTally {
         let b = &mut self.bytes[part.index()];
         *b = b.saturating_add(bytes);
     }
-}
-
-/// What kind of floating-point kernel: decides the math unit for fp32.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum FlopKind {
-    Matmul,
-    Convolution,
-    Attention,
 }
 
 impl Engine {
@@ -159,12 +194,19 @@ impl Engine {
         let unit = match dtype {
             DType::F16 | DType::BF16 | DType::F8 => MathUnit::Half,
             DType::F64 => MathUnit::Fp64,
-            // cuDNN's TF32 needs Ampere's tensor cores.
-            _ if kind == FlopKind::Convolution && self.cfg.arch().major() >= 8 => MathUnit::Tf32,
+            // cuDNN's TF32 needs Ampere's tensor cores. PyTorch gives fp32
+            // RNNs CUDNN_DEFAULT_MATH (TF32 allowed) under the same default
+            // `torch.backends.cudnn.allow_tf32 = True` as convolutions
+            // (aten/src/ATen/cudnn/Descriptors.h, RNNDescriptor::set).
+            _ if matches!(kind, FlopKind::Convolution | FlopKind::Rnn)
+                && self.cfg.arch().major() >= 8 =>
+            {
+                MathUnit::Tf32
+            }
             _ => MathUnit::Fp32,
         };
         let part = self.work_part();
-        self.work.add_flops(part, unit, flops);
+        self.work.add_flops(part, kind, unit, flops);
     }
 
     /// The bytes a GPU kernel moves for tensor `t` (none for a CPU tensor).
@@ -193,6 +235,28 @@ impl Engine {
     pub(crate) fn count_attention(&mut self, q: TensorId, k: TensorId, causal: bool) {
         let flops = attention_flops(self.shape(q), self.shape(k), causal);
         self.count_flops(FlopKind::Attention, self.dtype(q), flops);
+    }
+
+    /// One pass of a cuDNN LSTM over x [T, B, ·] computing in `dtype`: per
+    /// layer the four gates' input and hidden GEMMs, 2·4H·(I_l + H)·B·T =
+    /// 2·B·T·(numel(w_ih) + numel(w_hh)), `weights` the rank-2 parameters.
+    /// The forward is one pass; backward one for dx, dhx, dcx and one for the
+    /// weights' gradients. The gate nonlinearities and bias adds (about 10·H
+    /// per step and sample against the GEMMs' 8·H·(I + H)) are fused into
+    /// cuDNN's kernels and not counted.
+    pub(crate) fn count_rnn(&mut self, x: Shape, dtype: DType, weights: &[Shape]) {
+        let flops = rnn_flops(x, weights);
+        self.count_flops(FlopKind::Rnn, dtype, flops);
+    }
+
+    /// One backward pass (data, or weights) of cuDNN LSTM node `n`: as much
+    /// as its forward. Its inputs are x, hx, cx, then the parameters.
+    pub(crate) fn count_rnn_backward(&mut self, n: NodeId) {
+        let inputs = &self.nodes[n.0].inputs;
+        let Some(x) = inputs.first() else { return };
+        let (shape, dtype) = (x.shape, x.dtype);
+        let weights: Vec<Shape> = inputs.iter().skip(3).map(|m| m.shape).collect();
+        self.count_rnn(shape, dtype, &weights);
     }
 
     /// The arithmetic of a backward node's gradient for input `i` beyond
@@ -249,6 +313,19 @@ impl Engine {
     }
 }
 
+fn rnn_flops(x: Shape, weights: &[Shape]) -> u64 {
+    if x.rank() < 2 {
+        return 0;
+    }
+    let rows = x.dim(0).saturating_mul(x.dim(1));
+    weights
+        .iter()
+        .filter(|w| w.rank() == 2)
+        .fold(0u64, |sum, w| {
+            sum.saturating_add(w.numel().saturating_mul(rows).saturating_mul(2))
+        })
+}
+
 fn attention_flops(q: Shape, k: Shape, causal: bool) -> u64 {
     if q.rank() < 2 || k.rank() < 2 {
         return 0;
@@ -273,15 +350,23 @@ mod tests {
     #[test]
     fn since_subtracts_part_by_part() {
         let mut a = WorkTally::default();
-        a.add_flops(WorkPart::Forward, MathUnit::Half, 10);
+        a.add_flops(WorkPart::Forward, FlopKind::Matmul, MathUnit::Half, 10);
         a.add_bytes(WorkPart::Backward, 7);
         let mut b = a;
-        b.add_flops(WorkPart::Forward, MathUnit::Half, 5);
-        b.add_flops(WorkPart::Recompute, MathUnit::Fp32, 3);
+        b.add_flops(WorkPart::Forward, FlopKind::Matmul, MathUnit::Half, 5);
+        b.add_flops(WorkPart::Recompute, FlopKind::Rnn, MathUnit::Fp32, 3);
         b.add_bytes(WorkPart::Backward, 1);
         let d = b.since(&a);
         assert_eq!(d.flops(WorkPart::Forward, MathUnit::Half), 5);
         assert_eq!(d.flops(WorkPart::Recompute, MathUnit::Fp32), 3);
+        assert_eq!(
+            d.kind_flops(WorkPart::Recompute, FlopKind::Rnn, MathUnit::Fp32),
+            3
+        );
+        assert_eq!(
+            d.kind_flops(WorkPart::Recompute, FlopKind::Matmul, MathUnit::Fp32),
+            0
+        );
         assert_eq!(d.bytes(WorkPart::Backward), 1);
         assert_eq!(d.total_flops(), 8);
     }

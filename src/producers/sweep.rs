@@ -1,11 +1,12 @@
 //! A batch sweep on a thread of its own: each point as it finishes
-//! ([`SourceMsg::SweepPoint`]), then the search for the largest batch, then
-//! the whole sweep with its fit ([`SourceMsg::Swept`]). The UI draws the
-//! chart as the points arrive and never waits on them.
+//! ([`SourceMsg::SweepPoint`]), then the search for the largest batch at
+//! each sequence length, then the whole sweep with its fit
+//! ([`SourceMsg::Swept`]). The UI draws the chart as the points arrive and
+//! never waits on them.
 
 use super::source::{Source, SourceMsg};
 use crate::scenario::{Built, Scenario};
-use crate::sweep::{find_max_batch, run_points, Sweep, SweepPlan};
+use crate::sweep::{find_max_batches, run_points, Sweep, SweepPlan};
 
 pub fn sweep_source(
     scenario: Scenario,
@@ -36,19 +37,18 @@ pub fn sweep_source(
         let (points, failed) = done.into_inner().unwrap_or_else(|e| e.into_inner());
         let mut notes = plan.notes.clone();
         notes.extend(failed.into_iter().map(|e| format!("left out: {e}")));
-        let max_batch = if find_max {
-            let seq = plan.seqs.first().copied().flatten();
-            match find_max_batch(&scenario, &built, seq, &points) {
-                Ok(m) => Some(m),
+        let max_batches = if find_max {
+            match find_max_batches(&scenario, &built, &plan.seqs, &points, threads) {
+                Ok(m) => m,
                 Err(e) => {
                     let _ = tx.send(SourceMsg::Failed(e.to_string()));
                     return;
                 }
             }
         } else {
-            None
+            Vec::new()
         };
-        let sweep = Sweep::from_points(&scenario, &built, notes, points, max_batch);
+        let sweep = Sweep::from_points(&scenario, &built, notes, points, max_batches);
         let _ = tx.send(SourceMsg::Swept(Box::new(sweep)));
         let _ = tx.send(SourceMsg::Finished);
     });

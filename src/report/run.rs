@@ -135,8 +135,18 @@ pub fn compute_text(r: &RunResult) -> Option<String> {
     } else {
         String::new()
     };
+    let kinds = match e.kinds.as_slice() {
+        [] | [_] => String::new(),
+        many => format!(
+            " ({})",
+            many.iter()
+                .map(|k| format!("{} {}", k.kind, format_flops(k.flops)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
     Some(format!(
-        "compute time, iteration {iteration}: ~{} on {} ({}: {}, {} moved{recompute}) — {}",
+        "compute time, iteration {iteration}: ~{} on {} ({}: {}{kinds}, {} moved{recompute}) — {}",
         format_ms(e.milliseconds),
         e.gpu,
         parts.join(", "),

@@ -214,7 +214,7 @@ impl<'a> ScenarioRun<'a> {
                     requested: *requested,
                     reserved: *reserved,
                     peak_allocated: *peak_allocated,
-                    work: *work,
+                    work: **work,
                 }),
                 _ => {}
             }

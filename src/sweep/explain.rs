@@ -58,11 +58,38 @@ pub fn explain(sweep: &Sweep) -> Vec<String> {
         );
     }
     left_out_words(sweep, &mut out);
-    match &sweep.max_batch {
-        Some(m) => out.push(max_batch_words(m)),
-        None => out.extend(largest_point_words(sweep)),
+    if sweep.max_batch_by_seq.is_empty() {
+        out.extend(largest_point_words(sweep));
+    } else {
+        out.extend(sweep.max_batch_by_seq.iter().map(max_batch_words));
+        out.extend(max_batch_table_words(&sweep.max_batch_by_seq));
     }
     out
+}
+
+/// With several sequence lengths searched, their largest batches side by
+/// side: how the batch that fits shrinks as the sequence grows.
+fn max_batch_table_words(found: &[MaxBatch]) -> Option<String> {
+    if found.len() < 2 {
+        return None;
+    }
+    let each: Vec<String> = found
+        .iter()
+        .map(|m| {
+            let seq = m.seq.map_or("—".to_string(), |t| t.to_string());
+            let batch = match (&m.error, m.batch) {
+                (Some(_), _) => "search stopped".to_string(),
+                (None, Some(b)) => b.to_string(),
+                (None, None) => "none".to_string(),
+            };
+            format!("seq {seq} → {batch}")
+        })
+        .collect();
+    let runs: u32 = found.iter().map(|m| m.runs).sum();
+    Some(format!(
+        "Largest batch that fits by sequence length: {} ({runs} runs in all).",
+        each.join(", ")
+    ))
 }
 
 fn seq_words(seq: Option<u64>) -> String {

@@ -19,7 +19,9 @@ pub use explain::explain;
 pub use fit::{fits, CategoryLine, Fit, Line, Residual, LINEAR_WITHIN};
 pub use plan::{parse_list, SweepPlan};
 pub use point::{run_point, PeakMoment, SweepPoint};
-pub use runner::{default_threads, find_max_batch, run_points, MaxBatch, MAX_SEARCH_BATCH};
+pub use runner::{
+    default_threads, find_max_batch, find_max_batches, run_points, MaxBatch, MAX_SEARCH_BATCH,
+};
 
 use std::sync::Mutex;
 
@@ -36,8 +38,13 @@ pub struct Sweep {
     pub points: Vec<SweepPoint>,
     /// One fit per sequence length (one in all for a model without one).
     pub fits: Vec<Fit>,
-    /// The largest batch that fits: searched with `--find-max-batch`.
+    /// The largest batch that fits at the first sequence length: searched
+    /// with `--find-max-batch` (kept for readers of the JSON before
+    /// `max_batch_by_seq`).
     pub max_batch: Option<MaxBatch>,
+    /// The search's result at every sequence length, in the plan's order
+    /// (empty without `--find-max-batch`).
+    pub max_batch_by_seq: Vec<MaxBatch>,
     /// What the sweep changed in the scenario to run its points.
     pub notes: Vec<String>,
     /// The fit and the points in words.
@@ -60,13 +67,13 @@ impl Sweep {
 
 impl Sweep {
     /// The sweep's figures from its points (in any order) and the search's
-    /// result: the fits and the words.
+    /// results, one per sequence length: the fits and the words.
     pub fn from_points(
         scenario: &Scenario,
         built: &Built,
         notes: Vec<String>,
         mut points: Vec<SweepPoint>,
-        max_batch: Option<MaxBatch>,
+        max_batch_by_seq: Vec<MaxBatch>,
     ) -> Sweep {
         points.sort_by_key(|p| (p.seq, p.batch));
         let mut sweep = Sweep {
@@ -74,7 +81,8 @@ impl Sweep {
             capacity: capacity(built),
             fits: fits(&points),
             points,
-            max_batch,
+            max_batch: max_batch_by_seq.first().cloned(),
+            max_batch_by_seq,
             notes,
             explanation: Vec::new(),
             narration: scenario
@@ -97,7 +105,7 @@ pub fn capacity(built: &Built) -> u64 {
 }
 
 /// The plan's points run on `threads` threads, then the search for the
-/// largest batch when `find_max` (at the plan's first sequence length).
+/// largest batch when `find_max`, at each of the plan's sequence lengths.
 pub fn run(
     scenario: &Scenario,
     built: &Built,
@@ -118,18 +126,17 @@ pub fn run(
         .into_iter()
         .flatten()
         .collect::<Result<Vec<_>, _>>()?;
-    let max_batch = if find_max {
-        let seq = plan.seqs.first().copied().flatten();
-        Some(find_max_batch(scenario, built, seq, &points)?)
+    let max_batches = if find_max {
+        find_max_batches(scenario, built, &plan.seqs, &points, threads)?
     } else {
-        None
+        Vec::new()
     };
     Ok(Sweep::from_points(
         scenario,
         built,
         plan.notes.clone(),
         points,
-        max_batch,
+        max_batches,
     ))
 }
 

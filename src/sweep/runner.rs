@@ -2,6 +2,7 @@
 //! batch that fits.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use serde::Serialize;
 
@@ -59,6 +60,41 @@ pub struct MaxBatch {
     pub tried: Vec<(u64, bool)>,
     /// A failure other than an OOM that stopped the search.
     pub error: Option<String>,
+}
+
+/// The largest batch that fits at each of `seqs`, in their order: one
+/// [`find_max_batch`] per length, the lengths side by side on up to
+/// `threads` threads (each search is a chain of runs, one after another).
+/// The first failure, in `seqs`' order, is the result's.
+pub fn find_max_batches(
+    scenario: &Scenario,
+    built: &Built,
+    seqs: &[Option<u64>],
+    known: &[SweepPoint],
+    threads: usize,
+) -> Result<Vec<MaxBatch>, SweepError> {
+    let next = AtomicUsize::new(0);
+    let found: Mutex<Vec<Option<Result<MaxBatch, SweepError>>>> =
+        Mutex::new(vec![None; seqs.len()]);
+    let workers = threads.clamp(1, seqs.len().max(1));
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&seq) = seqs.get(i) else { break };
+                let r = find_max_batch(scenario, built, seq, known);
+                if let Ok(mut f) = found.lock() {
+                    f[i] = Some(r);
+                }
+            });
+        }
+    });
+    found
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .into_iter()
+        .flatten()
+        .collect()
 }
 
 /// The largest batch that fits at `seq`: batch 1, 2, 4, … until one runs out

@@ -223,7 +223,7 @@ fn points_on_a_line_are_called_linear_and_a_bent_one_is_named() {
     let f = fits(&bent);
     assert!(!f[0].linear);
     let (s, b) = mlp();
-    let sweep = Sweep::from_points(&s, &b, Vec::new(), bent, None);
+    let sweep = Sweep::from_points(&s, &b, Vec::new(), bent, Vec::new());
     assert!(
         sweep
             .explanation
@@ -245,7 +245,7 @@ fn an_oom_point_is_left_out_of_the_line_and_said() {
     assert_eq!(f[0].batches, vec![1, 2, 4]);
     assert_eq!(f[0].left_out, vec![8]);
     let (s, b) = mlp();
-    let sweep = Sweep::from_points(&s, &b, Vec::new(), points, None);
+    let sweep = Sweep::from_points(&s, &b, Vec::new(), points, Vec::new());
     assert!(
         sweep
             .explanation

@@ -7,7 +7,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use super::theme::Theme;
 use crate::producers::SourceMsg;
-use crate::sweep::{Fit, Sweep, SweepPoint};
+use crate::sweep::{Fit, MaxBatch, Sweep, SweepPoint};
 
 /// The keys the chart understands, for its hint line: quitting first, so
 /// that 80 columns keep it.
@@ -118,6 +118,25 @@ impl SweepState {
     pub fn fit(&self) -> Option<&Fit> {
         let seq = self.selected_seq();
         self.sweep.as_ref()?.fits.iter().find(|f| f.seq == seq)
+    }
+
+    /// The search's result at the selected point's sequence length, once
+    /// the sweep is done (with `--find-max-batch`).
+    pub fn max_batch(&self) -> Option<&MaxBatch> {
+        let seq = self.selected_seq();
+        self.sweep
+            .as_ref()?
+            .max_batch_by_seq
+            .iter()
+            .find(|m| m.seq == seq)
+    }
+
+    /// The sequence lengths the plan runs, each once.
+    pub fn seq_count(&self) -> usize {
+        let mut seqs: Vec<Option<u64>> = self.planned.iter().map(|p| p.1).collect();
+        seqs.sort_unstable();
+        seqs.dedup();
+        seqs.len()
     }
 
     pub fn handle_key(&mut self, k: KeyEvent) -> bool {

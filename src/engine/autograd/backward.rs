@@ -461,6 +461,7 @@ impl Engine {
                     }
                     let ws = self.transient(workspace, Category::Workspace)?;
                     self.free_transient(ws);
+                    self.count_rnn_backward(n);
                 }
                 // _cudnn_rnn_backward_weight: one zero-filled flat dw; the
                 // per-parameter grads are views into it (§3.1, §8.2).
@@ -468,6 +469,7 @@ impl Engine {
                     let s = self.new_storage(flat_bytes, Category::Gradient)?;
                     let ws = self.transient(workspace, Category::Workspace)?;
                     self.free_transient(ws);
+                    self.count_rnn_backward(n);
                     for i in 3..ninputs {
                         if needs(self, i) {
                             let m = self.nodes[n.0].inputs[i];

@@ -69,3 +69,82 @@ fn checkpointing_recomputes_the_blocks_forward_and_changes_nothing_else() {
     let attention = rows * 2 * t * d;
     assert_eq!(flops(&ckpt, WorkPart::Recompute), 4 * (gemm + attention));
 }
+
+/// Σ over layers of 2·4H·(I_l + H)·B·T: the LSTM's gate GEMMs in one pass.
+fn lstm_pass_flops(cfg: &ModelConfig) -> u64 {
+    let super::super::ModelKind::LstmLm {
+        emb,
+        hidden,
+        layers,
+        bptt,
+        ..
+    } = cfg.kind
+    else {
+        panic!("not an LSTM")
+    };
+    (0..layers)
+        .map(|l| {
+            let input = if l == 0 { emb } else { hidden };
+            2 * 4 * hidden * (input + hidden) * cfg.batch * bptt
+        })
+        .sum()
+}
+
+/// The second of two training iterations (the hidden state detached
+/// between them) of `cfg`.
+fn lstm_iteration_work(cfg: &ModelConfig) -> super::super::work::WorkTally {
+    let mut e = engine(cfg.clone());
+    let mut steps = vec![Step::CarryHidden {
+        detach: true,
+        part: Default::default(),
+    }];
+    steps.extend(train_steps());
+    let p = program(steps, 1);
+    run(&mut e, &p);
+    let first = e.work();
+    run(&mut e, &p);
+    e.work().since(&first)
+}
+
+#[test]
+fn the_cudnn_lstm_counts_its_gate_gemms_forward_and_twice_backward() {
+    use super::super::work::FlopKind;
+    let cfg = ModelConfig::lstm_lm_ptb();
+    let w = lstm_iteration_work(&cfg);
+    let pass = lstm_pass_flops(&cfg);
+    // 2 layers of 200/200 at B 20, T 35: 2 · 448,000,000.
+    assert_eq!(pass, 896_000_000);
+    // fp32 on cuDNN's default math: TF32 tensor cores (the engine's sm80).
+    let rnn = |p| w.kind_flops(p, FlopKind::Rnn, MathUnit::Tf32);
+    assert_eq!(rnn(WorkPart::Forward), pass);
+    // dx, dhx, dcx, then the weights' gradients: a pass each.
+    assert_eq!(rnn(WorkPart::Backward), 2 * pass);
+    for part in WorkPart::ALL {
+        assert_eq!(w.kind_flops(part, FlopKind::Rnn, MathUnit::Fp32), 0);
+    }
+    // The decoder's GEMM is the only matmul: 200 → 10,000 on B·T rows; the
+    // LSTM is not counted there as well.
+    let rows = 20 * 35;
+    assert_eq!(
+        w.kind_flops(WorkPart::Forward, FlopKind::Matmul, MathUnit::Fp32),
+        2 * rows * 200 * 10_000
+    );
+}
+
+#[test]
+fn the_unfused_lstm_counts_the_same_forward_flops_as_cudnn() {
+    let cudnn = ModelConfig::lstm_lm_ptb();
+    let mut unfused = cudnn.clone();
+    if let super::super::ModelKind::LstmLm { cudnn: c, .. } = &mut unfused.kind {
+        *c = false;
+    }
+    let total = |w: &super::super::work::WorkTally| -> u64 {
+        MathUnit::ALL
+            .iter()
+            .map(|u| w.flops(WorkPart::Forward, *u))
+            .sum()
+    };
+    let (a, b) = (lstm_iteration_work(&cudnn), lstm_iteration_work(&unfused));
+    assert_eq!(total(&a), total(&b));
+    assert!(total(&a) > lstm_pass_flops(&cudnn));
+}

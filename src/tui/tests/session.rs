@@ -512,6 +512,7 @@ fn a_compute_estimate_arriving_after_its_events_reaches_the_stats_panel() {
     let mut work = crate::engine::work::WorkTally::default();
     work.add_flops(
         crate::engine::work::WorkPart::Forward,
+        crate::engine::work::FlopKind::Matmul,
         crate::engine::work::MathUnit::Half,
         1_000_000_000,
     );

@@ -152,3 +152,48 @@ fn x_puts_batch_on_a_log_axis_and_back() {
     );
     assert!(!s.log_x && !out.contains("log₂)"), "{out}");
 }
+
+#[test]
+fn the_largest_batch_at_the_selected_point_s_sequence_length_is_shown() {
+    let (scenario, built) = resolve("checkpoint-none").expect("the built-in loads");
+    let plan = SweepPlan::new(&scenario, &built, Some("1,2"), Some("128,256"), true).expect("plan");
+    let mut s = SweepState::new(
+        scenario.name.clone(),
+        crate::sweep::capacity(&built),
+        plan.points(),
+        true,
+        Theme::builtin(ThemeName::Dark, false).expect("theme"),
+    );
+    let live = sweep_source(scenario, built, plan, true, 2);
+    let rx = Source::from_messages(std::iter::from_fn(|| live.recv()).collect::<Vec<_>>());
+    // The last point is at seq 256: its search's result is the one shown.
+    let out = run_keys(
+        &mut s,
+        &rx,
+        vec![CEvent::Key(key('G')), CEvent::Key(key('q'))],
+    );
+    let found = &s.sweep.as_ref().expect("finished").max_batch_by_seq;
+    assert_eq!(
+        found.iter().map(|m| m.seq).collect::<Vec<_>>(),
+        vec![Some(128), Some(256)],
+        "one search per length"
+    );
+    let at_256 = &found[1];
+    let best = at_256.batch.expect("a batch fits");
+    let want = format!(
+        "largest batch that fits at seq 256: {best}; {} runs out of memory ({} runs)",
+        best + 1,
+        at_256.runs
+    );
+    assert!(out.contains(&want), "missing {want:?} in\n{out}");
+    // The words (scrolled to with ↓) hold both searches side by side.
+    let words = &s.sweep.as_ref().expect("finished").explanation;
+    let side_by_side = format!(
+        "Largest batch that fits by sequence length: seq 128 → {}, seq 256 → {best}",
+        found[0].batch.expect("a batch fits at 128")
+    );
+    assert!(
+        words.iter().any(|l| l.starts_with(&side_by_side)),
+        "{words:#?}"
+    );
+}

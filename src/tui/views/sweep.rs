@@ -11,7 +11,7 @@ use ratatui::widgets::{Axis, Block, Borders, Chart, Dataset, GraphType, Paragrap
 use ratatui::Frame;
 
 use crate::alloc::format_size;
-use crate::sweep::SweepPoint;
+use crate::sweep::{MaxBatch, SweepPoint};
 use crate::tui::sweep::{SweepState, SWEEP_KEYS};
 use crate::tui::theme::Theme;
 
@@ -19,7 +19,8 @@ use crate::tui::theme::Theme;
 /// highest peak: above that it would flatten every point onto the axis.
 const CAPACITY_IN_REACH: f64 = 4.0;
 /// Lines of the selected point's box, borders included: its figures, what
-/// the peak holds (two lines at 80 columns) and its distance from the line.
+/// the peak holds (two lines at 80 columns), the largest batch at its
+/// sequence length (with `--find-max-batch`) and its distance from the line.
 const DETAIL_HEIGHT: u16 = 7;
 
 pub fn render(frame: &mut Frame, s: &SweepState) {
@@ -34,16 +35,16 @@ pub fn render(frame: &mut Frame, s: &SweepState) {
         Constraint::Length(1),
     ])
     .areas(area);
+    let searching = match s.seq_count() {
+        _ if !(s.searching && s.sweep.is_none() && s.done() == s.planned.len()) => String::new(),
+        0 | 1 => " · searching the largest batch".to_string(),
+        n => format!(" · searching the largest batch at {n} lengths"),
+    };
     let status_text = format!(
-        " vramscope sweep │ {} │ {} of {} points{} │ capacity {}",
+        " vramscope sweep │ {} │ {} of {} points{searching} │ capacity {}",
         s.title,
         s.done(),
         s.planned.len(),
-        if s.searching && s.sweep.is_none() && s.done() == s.planned.len() {
-            " · searching the largest batch"
-        } else {
-            ""
-        },
         format_size(s.capacity)
     );
     frame.render_widget(
@@ -324,6 +325,9 @@ fn point_lines(s: &SweepState, th: &Theme) -> Vec<Line<'static>> {
             list.join(" · ")
         )));
     }
+    if let Some(m) = s.max_batch() {
+        lines.push(Line::raw(max_batch_line(m)));
+    }
     if let Some(f) = s.fit() {
         match f.residuals.iter().find(|r| r.batch == q.batch) {
             Some(r) => lines.push(Line::raw(format!(
@@ -339,6 +343,23 @@ fn point_lines(s: &SweepState, th: &Theme) -> Vec<Line<'static>> {
         }
     }
     lines
+}
+
+/// The search's result at the selected point's sequence length, short.
+fn max_batch_line(m: &MaxBatch) -> String {
+    let at = m.seq.map_or(String::new(), |t| format!(" at seq {t}"));
+    match (&m.error, m.batch, m.first_oom) {
+        (Some(e), _, _) => format!("the search for the largest batch{at} stopped: {e}"),
+        (None, None, _) => format!("largest batch that fits{at}: none, batch 1 runs out of memory"),
+        (None, Some(b), Some(f)) => format!(
+            "largest batch that fits{at}: {b}; {f} runs out of memory ({} runs)",
+            m.runs
+        ),
+        (None, Some(b), None) => format!(
+            "largest batch that fits{at}: every one searched, up to {b} ({} runs)",
+            m.runs
+        ),
+    }
 }
 
 fn render_detail(frame: &mut Frame, area: Rect, s: &SweepState) {
