@@ -25,6 +25,7 @@ pub mod dtype;
 pub mod error;
 pub mod events;
 pub mod hf_config;
+mod keep;
 pub mod launch;
 pub mod live;
 mod loop_steps;
