@@ -693,3 +693,81 @@ fn attach_to_a_running_job_in_a_real_terminal() {
     assert!(all_live.is_some(), "S: every live block by line\n{last}");
     assert!(quit.is_some(), "q leaves with status 0\n{last}");
 }
+
+/// `attach` to a two-rank job through a `{rank}` address in a real 80×24
+/// terminal: one tab per rank, `T` the table across ranks labelled by rank.
+#[test]
+fn attach_to_every_rank_in_a_real_terminal() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    if tmux(&["-V"]).is_none() {
+        eprintln!("note: tmux is not installed; the terminal test is skipped");
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_vramscope");
+    let dir = common::temp_dir("tmux-ranks");
+    let pattern = dir.join("job-{rank}.sock").display().to_string();
+    let snapshot = common::real("adam-step_closed-trace_annotations.pickle");
+    let mut jobs = Vec::new();
+    for rank in 0..2 {
+        let mut job = Command::new("python3")
+            .arg("python/tests/live_job.py")
+            .arg(&snapshot)
+            .arg(&pattern)
+            .env("RANK", rank.to_string())
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("python3 runs the stand-in job");
+        let lines = BufReader::new(job.stderr.take().expect("stderr")).lines();
+        jobs.push((job, lines));
+    }
+    for (_, lines) in &mut jobs {
+        assert!(lines
+            .by_ref()
+            .map_while(Result::ok)
+            .any(|l| l.contains("vramscope attach ")));
+    }
+    let session = format!("vramscope-ranks-{}", std::process::id());
+    let cleanup = start(
+        &session,
+        80,
+        24,
+        &format!("{bin} attach '{pattern}'; echo EXITED:$?"),
+    );
+    for (job, lines) in &mut jobs {
+        let attached = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .any(|l| l.contains("vramscope attached"));
+        assert!(attached, "each rank says vramscope attached");
+        let _ = job.stdin.as_mut().map(|s| s.write_all(b"go\n"));
+    }
+    let bar = wait_for(
+        &session,
+        |s| {
+            s.lines()
+                .next()
+                .is_some_and(|l| l.contains("1 rank 0 · pid") && l.contains("2 rank 1 · pid"))
+                && s.contains("the job ended")
+        },
+        Duration::from_secs(30),
+    );
+    tmux(&["send-keys", "-t", &session, "T"]).expect("table");
+    let table = wait_for(
+        &session,
+        |s| s.contains("Across tabs") && s.contains("▶ rank 0") && s.contains("  rank 1"),
+        Duration::from_secs(10),
+    );
+    let last = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();
+    let quit = quit_cleanly(&session);
+    cleanup();
+    for (job, _) in &mut jobs {
+        let _ = job.wait();
+    }
+    assert!(bar.is_some(), "a tab per rank\n{last}");
+    assert!(table.is_some(), "T: the table by rank\n{last}");
+    assert!(quit.is_some(), "q leaves with status 0\n{last}");
+}
