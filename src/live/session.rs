@@ -34,6 +34,11 @@ use crate::trace::MemoryMap;
 pub const ENTRY_CAP: usize = 10_000_000;
 /// PROTOCOL.md: "stacks defined ≤ 4 M".
 pub const MAX_STACKS: usize = 4 << 20;
+/// Text of the distinct frames a stream defines (file names and function
+/// names): a real job's few hundred thousand frames take tens of MB.
+pub const MAX_FRAME_TEXT: usize = 256 << 20;
+/// Frames over every distinct stack a stream defines.
+pub const MAX_STACK_FRAMES: usize = 64 << 20;
 
 /// What one message changed, for a producer to act on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +67,24 @@ struct PendingState {
     segments: Vec<Segment>,
 }
 
+/// How much the stack table may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StackBounds {
+    /// Bytes of the distinct frames' file and function names.
+    pub text: usize,
+    /// Frames over every distinct stack.
+    pub frames: usize,
+}
+
+impl Default for StackBounds {
+    fn default() -> Self {
+        StackBounds {
+            text: MAX_FRAME_TEXT,
+            frames: MAX_STACK_FRAMES,
+        }
+    }
+}
+
 /// The job, as far as the stream has told it.
 pub struct Session {
     at: String,
@@ -71,6 +94,11 @@ pub struct Session {
     snap: Snapshot,
     /// The wire's stack ids, as interned in `snap.frames`.
     stack_ids: FxHashMap<u32, FramesId>,
+    /// What the stack table holds, against [`MAX_FRAME_TEXT`] and
+    /// [`MAX_STACK_FRAMES`]: a hostile stream cannot grow it without bound.
+    frame_text: usize,
+    stack_frames: usize,
+    bounds: StackBounds,
     pending: Option<PendingState>,
     /// The state the traces start from (blocks' stacks and pool ids).
     base: Vec<Segment>,
@@ -114,6 +142,9 @@ impl Session {
                 entry_extras: EntryExtras::new(),
             },
             stack_ids: FxHashMap::default(),
+            frame_text: 0,
+            stack_frames: 0,
+            bounds: StackBounds::default(),
             pending: None,
             base: Vec::new(),
             base_frames: FxHashMap::default(),
@@ -131,6 +162,12 @@ impl Session {
             ended: None,
             cap: cap.max(1),
         }
+    }
+
+    /// The same session with other stack-table bounds (tests).
+    pub fn with_stack_bounds(mut self, bounds: StackBounds) -> Session {
+        self.bounds = bounds;
+        self
     }
 
     pub fn hello(&self) -> Option<&ServerHello> {
@@ -293,16 +330,35 @@ impl Session {
                         format!("more than {MAX_STACKS} stacks defined (the bound)"),
                     ));
                 }
-                let ids: Vec<_> = frames
-                    .into_iter()
-                    .map(|f| {
-                        self.snap.frames.intern_frame(Frame {
-                            filename: f.filename.as_str().into(),
-                            line: f.line,
-                            name: f.name.as_str().into(),
-                        })
-                    })
-                    .collect();
+                self.stack_frames += frames.len();
+                if self.stack_frames > self.bounds.frames {
+                    let bound = self.bounds.frames;
+                    return Err(self.err(
+                        index,
+                        "stack",
+                        format!("more than {bound} frames over its stacks (the bound)"),
+                    ));
+                }
+                let mut ids = Vec::with_capacity(frames.len());
+                for f in frames {
+                    let known = self.snap.frames.frame_count();
+                    ids.push(self.snap.frames.intern_frame(Frame {
+                        filename: f.filename.as_str().into(),
+                        line: f.line,
+                        name: f.name.as_str().into(),
+                    }));
+                    if self.snap.frames.frame_count() > known {
+                        self.frame_text += f.filename.len() + f.name.len();
+                    }
+                }
+                if self.frame_text > self.bounds.text {
+                    let bound = crate::alloc::format_size(self.bounds.text as u64);
+                    return Err(self.err(
+                        index,
+                        "stack",
+                        format!("its distinct frames' names take more than {bound} (the bound)"),
+                    ));
+                }
                 let stack = self.snap.frames.intern_stack(&ids);
                 self.stack_ids.insert(id, stack);
                 Ok(Applied::Nothing)

@@ -309,3 +309,48 @@ fn a_checkpoint_tells_the_pool_of_a_segment_made_since_the_start() {
     assert_eq!(applied.last(), Some(&Applied::Checkpoint));
     assert_eq!(s.snapshot().segments[0].pool_id, (1, 3));
 }
+
+/// A stream that defines ever more distinct frames, or ever longer stacks,
+/// is stopped at the stack table's bounds with an error naming the message.
+#[test]
+fn the_stack_table_has_bounds_a_stream_cannot_pass() {
+    let bounds = StackBounds {
+        text: 1_000,
+        frames: 50,
+    };
+    let stack = |id: u32, frames: Vec<Value>| json!({"t":"stack","id":id,"frames":frames});
+    // Distinct names: 40 bytes of text each, so the 26th frame passes 1,000.
+    let mut s = Session::new("s").with_stack_bounds(bounds);
+    let mut msgs = vec![hello(7, &[(0, 80 << 30)], "")];
+    for i in 0..30u32 {
+        msgs.push(stack(
+            i,
+            vec![json!([
+                format!("/very/long/file/name/{i:08}.py"),
+                1,
+                format!("f{i:09}")
+            ])],
+        ));
+    }
+    let e = feed(&mut s, &msgs).expect_err("over the text bound");
+    assert!(
+        e.to_string()
+            .contains("distinct frames' names take more than"),
+        "{e}"
+    );
+    // The same frame again and again costs no text, but frames over stacks count.
+    let mut s = Session::new("s").with_stack_bounds(bounds);
+    let mut msgs = vec![hello(7, &[(0, 80 << 30)], "")];
+    for i in 0..6u32 {
+        msgs.push(stack(i, vec![json!(["train.py", 1, "step"]); 10]));
+    }
+    let e = feed(&mut s, &msgs).expect_err("over the frames bound");
+    assert!(
+        e.to_string()
+            .contains("more than 50 frames over its stacks"),
+        "{e}"
+    );
+    // Under both, all is well.
+    let mut s = Session::new("s").with_stack_bounds(bounds);
+    feed(&mut s, &msgs[..5]).expect("under the bounds");
+}
