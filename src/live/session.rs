@@ -164,6 +164,19 @@ impl Session {
         }
     }
 
+    /// Keep why the view started over: the first 100 reasons, then how
+    /// many more (a stream can start over without end).
+    fn note_start_over(&mut self, why: &str) {
+        const KEPT: usize = 100;
+        match self.start_overs.len() {
+            n if n < KEPT => self.start_overs.push(why.to_string()),
+            KEPT => self
+                .start_overs
+                .push("… and more start-overs after these".to_string()),
+            _ => {}
+        }
+    }
+
     /// The same session with other stack-table bounds (tests).
     pub fn with_stack_bounds(mut self, bounds: StackBounds) -> Session {
         self.bounds = bounds;
@@ -513,7 +526,7 @@ impl Session {
                 _ => format!("the job started its log again at seq {}", header.seq),
             };
             self.start_from(header.seq, segments);
-            self.start_overs.push(why.clone());
+            self.note_start_over(&why);
             return Ok(Applied::Started { why: Some(why) });
         }
         if header.seq != next {
@@ -544,7 +557,7 @@ impl Session {
                     header.seq
                 );
                 self.start_from(header.seq, segments);
-                self.start_overs.push(why.clone());
+                self.note_start_over(&why);
                 Ok(Applied::Started { why: Some(why) })
             }
         }
@@ -657,7 +670,7 @@ impl Session {
             );
             let segments = self.current_segments();
             self.start_from(seq, segments);
-            self.start_overs.push(why.clone());
+            self.note_start_over(&why);
             return Ok(Applied::Started { why: Some(why) });
         }
         Ok(Applied::Entries)

@@ -354,3 +354,20 @@ fn the_stack_table_has_bounds_a_stream_cannot_pass() {
     let mut s = Session::new("s").with_stack_bounds(bounds);
     feed(&mut s, &msgs[..5]).expect("under the bounds");
 }
+
+/// A stream that starts over without end keeps the first reasons and says
+/// there were more, rather than a list that grows for ever.
+#[test]
+fn endless_start_overs_keep_a_bounded_list_of_reasons() {
+    let mut s = Session::new("s");
+    let mut msgs = start(0);
+    for k in 0..150u64 {
+        msgs.push(json!({"t":"lost","seq":0,"count":1,"why":format!("test {k}")}));
+        msgs.push(json!({"t":"state","seq":0,"reason":"lost","chunks":0}));
+    }
+    feed(&mut s, &msgs).expect("applies");
+    let overs = s.report("s", None).live.started_over;
+    assert_eq!(overs.len(), 101);
+    assert!(overs[0].contains("lost"), "{}", overs[0]);
+    assert_eq!(overs[100], "… and more start-overs after these");
+}
