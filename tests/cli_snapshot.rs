@@ -285,3 +285,20 @@ fn open_device_reports_that_device_alone_or_says_which_there_are() {
         "{err}"
     );
 }
+
+/// `open` on one of vramscope's other inputs says what it is and how to
+/// open it, rather than only that it is no pickle.
+#[test]
+fn open_on_a_recording_or_a_scenario_says_how_to_open_it() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let recording = root.join("tests/fixtures/live/adam-step.vslive");
+    let scenario = root.join("scenarios/tour.ron");
+    for (file, says) in [
+        (&recording, "a vramscope live recording, not a PyTorch snapshot: play it with `vramscope attach --replay "),
+        (&scenario, "a RON file, not a PyTorch snapshot: a scenario runs with `vramscope run "),
+    ] {
+        let (code, _, err) = vramscope(&["open", file.to_str().expect("utf-8"), "--headless"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains(says), "{err}");
+    }
+}

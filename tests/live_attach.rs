@@ -237,6 +237,9 @@ fn dead_addresses_exit_2_at_once() {
         l.local_addr().expect("addr").port()
     };
     let tcp = format!("127.0.0.1:{closed}");
+    let snapshot = common::real("adam-step_closed-trace_annotations.pickle")
+        .display()
+        .to_string();
     for (args, says) in [
         (
             vec!["attach", missing.to_str().expect("utf-8"), "--json"],
@@ -262,6 +265,10 @@ fn dead_addresses_exit_2_at_once() {
         (
             vec!["attach", "--replay", FIXTURE, "--json", "--device", "3"],
             "no device 3; it has device 0",
+        ),
+        (
+            vec!["attach", "--replay", &snapshot, "--json"],
+            "it is a pickle: a PyTorch snapshot opens with `vramscope open ",
         ),
     ] {
         let t = std::time::Instant::now();

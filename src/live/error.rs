@@ -57,8 +57,8 @@ pub enum LiveError {
         kind: String,
         problem: String,
     },
-    #[error("{at}: not a vramscope live recording (it does not start with \"VSLIVE1\\n\")")]
-    NotARecording { at: String },
+    #[error("{at}: not a vramscope live recording (it does not start with \"VSLIVE1\\n\"){hint}")]
+    NotARecording { at: String, hint: String },
 }
 
 impl LiveError {

@@ -44,7 +44,13 @@ pub fn read_recording(
         }
     }
     if got < magic.len() || &magic != MAGIC {
-        return Err(LiveError::NotARecording { at });
+        // A pickle starts with PROTO (0x80): most likely a snapshot.
+        let hint = if got > 0 && magic[0] == 0x80 {
+            format!("; it is a pickle: a PyTorch snapshot opens with `vramscope open {at}`")
+        } else {
+            String::new()
+        };
+        return Err(LiveError::NotARecording { at, hint });
     }
     Ok(FrameReader::new(r, at))
 }

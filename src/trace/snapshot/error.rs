@@ -27,6 +27,10 @@ pub enum SnapshotError {
     /// The file wraps something else around (or instead of) the pickle.
     #[error("{0}")]
     Container(String),
+    /// The file is another of vramscope's inputs: what it is and how to
+    /// open it.
+    #[error("{0}")]
+    OtherInput(String),
     #[error("{}: {source}", path.display())]
     Io {
         path: PathBuf,

@@ -113,8 +113,33 @@ pub fn import_file_reporting(
     };
     result.map_err(|e| SnapshotError::File {
         path: path.to_path_buf(),
-        source: Box::new(e),
+        source: Box::new(match (&e, other_input(path)) {
+            (SnapshotError::Pickle(_), Some(what)) => SnapshotError::OtherInput(what),
+            _ => e,
+        }),
     })
+}
+
+/// What a file that is no pickle is instead, when it is one of vramscope's
+/// other inputs, and how to open it.
+fn other_input(path: &FsPath) -> Option<String> {
+    use std::io::Read;
+    let mut head = [0u8; 8];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .unwrap_or(0);
+    let shown = path.display();
+    if head[..n] == crate::live::MAGIC[..] {
+        return Some(format!(
+            "a vramscope live recording, not a PyTorch snapshot: play it with `vramscope attach --replay {shown}`"
+        ));
+    }
+    if path.extension().is_some_and(|e| e == "ron") {
+        return Some(format!(
+            "a RON file, not a PyTorch snapshot: a scenario runs with `vramscope run {shown}`, a lesson with `vramscope lesson {shown}`"
+        ));
+    }
+    None
 }
 
 /// The streaming import (module doc), falling back to the plain one.
