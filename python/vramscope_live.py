@@ -56,7 +56,12 @@ polls every `poll_interval_s` (default: 20x the measured cost of one call,
 at least 0.5 s). Entries arrive in batches; a step marker is placed by time
 (within a few microseconds of it an entry may count in the neighbouring step);
 if more than `max_entries` entries happen between two polls the ring wraps and
-the helper sends `lost` plus a fresh state. Besides `_snapshot()`, the poll
+the helper sends `lost` plus a fresh state. Since a call costs about 7 us
+per ring entry and the default interval is 20 calls' worth, poll mode keeps
+up with about 1 / (20 x 7 us), some 7,000 allocator events a second, whatever
+`max_entries` is; a busier job loses entries between polls (the view starts
+over each time, and says so): use agent mode there, or a shorter
+`poll_interval_s` at a higher cost. Besides `_snapshot()`, the poll
 thread encodes the new entries in Python, with the GIL: about 2.5 us per
 entry, plus 0.15 us per new entry to find the last one sent. To lower the
 cost: a smaller `max_entries` (a cheaper `_snapshot()`, but an earlier wrap),
