@@ -59,9 +59,11 @@ if more than `max_entries` entries happen between two polls the ring wraps and
 the helper sends `lost` plus a fresh state. Since a call costs about 7 us
 per ring entry and the default interval is 20 calls' worth, poll mode keeps
 up with about 1 / (20 x 7 us), some 7,000 allocator events a second, whatever
-`max_entries` is; a busier job loses entries between polls (the view starts
-over each time, and says so): use agent mode there, or a shorter
-`poll_interval_s` at a higher cost. Besides `_snapshot()`, the poll
+`max_entries` is. When entries are lost between two polls, the helper polls
+more often (the factor halves each time, down to 4x: up to a fifth of the
+time in `_snapshot()`, keeping up with some 35,000 events a second); past
+that a job loses entries between polls (the view starts over each time, and
+says so): use agent mode there. Besides `_snapshot()`, the poll
 thread encodes the new entries in Python, with the GIL: about 2.5 us per
 entry, plus 0.15 us per new entry to find the last one sent. To lower the
 cost: a smaller `max_entries` (a cheaper `_snapshot()`, but an earlier wrap),
@@ -136,6 +138,9 @@ SEND_TIMEOUT_S = 30.0
 STATS_MIN_INTERVAL_S = 0.1  # stats at most 10 per second
 MIN_POLL_INTERVAL_S = 0.5
 POLL_COST_FACTOR = 20
+# After entries are lost between polls the factor halves, down to this: the
+# poll thread then spends up to a fifth of the time in _snapshot().
+MIN_POLL_COST_FACTOR = 4
 ENTRIES_PER_FRAME = 4096
 SEND_BATCH_ITEMS = 64  # frames joined into one send: a late client's replay is not copied whole
 BLOCKS_PER_FRAME = 20000
@@ -686,6 +691,7 @@ class _Poller:
         self.pending = []  # (time_us, order, source, stats or None)
         self.order = 0
         self.cost_s = 0.0
+        self.cost_factor = POLL_COST_FACTOR
         self.interval_s = session.poll_interval_s or MIN_POLL_INTERVAL_S
         self.stop_event = threading.Event()
         self.thread = None
@@ -705,8 +711,20 @@ class _Poller:
         snap = self.torch.cuda.memory._snapshot()
         self.cost_s = time.perf_counter() - t0
         if self.s.poll_interval_s is None:
-            self.interval_s = max(MIN_POLL_INTERVAL_S, POLL_COST_FACTOR * self.cost_s)
+            self.interval_s = max(MIN_POLL_INTERVAL_S, self.cost_factor * self.cost_s)
         return snap
+
+    def _poll_sooner(self):
+        """Entries were lost between two polls: poll more often (the default
+        interval only), down to MIN_POLL_COST_FACTOR times a call's cost."""
+        if self.s.poll_interval_s is not None or self.cost_factor <= MIN_POLL_COST_FACTOR:
+            return
+        self.cost_factor = max(MIN_POLL_COST_FACTOR, self.cost_factor // 2)
+        self.interval_s = max(MIN_POLL_INTERVAL_S, self.cost_factor * self.cost_s)
+        _say(
+            f"entries were lost between two polls: polling every {self.interval_s:.2f} s now "
+            f"({self.cost_factor}x the cost of one _snapshot() call)"
+        )
 
     @staticmethod
     def _tail(trace):
@@ -743,6 +761,7 @@ class _Poller:
         with log.cond:
             if lost:
                 self._lost(snap)
+                self._poll_sooner()
                 return snap
             new.sort(key=lambda x: (x[0], x[1], x[2]))
             steps_without_stats = self._emit(new, started_us)

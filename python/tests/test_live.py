@@ -280,6 +280,36 @@ class HandshakeTests(LiveTestCase):
         self.assertEqual(hello["poll_interval_s"], 0.5, "20x a sub-millisecond poll is under the 0.5 s floor")
         self.assertIn("polling _snapshot() instead", self.stderr)
 
+    def test_entries_lost_between_polls_make_it_poll_sooner_down_to_4x(self):
+        self.start(poll_interval_s=None)
+        poller = vramscope_live._SESSION.producer
+        poller.cost_s = 1.0  # as a large ring would cost
+        intervals = []
+        said = io.StringIO()
+        with contextlib.redirect_stderr(said):
+            for _ in range(4):
+                poller._poll_sooner()
+                intervals.append(poller.interval_s)
+        self.assertEqual(intervals, [10.0, 5.0, 4.0, 4.0])
+        self.assertIn("entries were lost between two polls: polling every 10.00 s now", said.getvalue())
+
+    def test_a_loss_between_polls_lowers_the_default_interval(self):
+        address = self.start(max_entries=4, poll_interval_s=None)
+        poller = vramscope_live._SESSION.producer
+        self.connect(address)
+        self.job.advance(10)  # more than the ring of 4 before the next poll
+        vramscope_live._poll_now()
+        self.assertLess(poller.cost_factor, vramscope_live.POLL_COST_FACTOR)
+
+    def test_a_poll_interval_the_user_set_is_kept_after_a_loss(self):
+        address = self.start(max_entries=4, poll_interval_s=NEVER)
+        poller = vramscope_live._SESSION.producer
+        self.connect(address)
+        self.job.advance(10)  # more than the ring of 4 before the first poll
+        vramscope_live._poll_now()
+        self.assertEqual(poller.interval_s, NEVER)
+        self.assertEqual(poller.cost_factor, vramscope_live.POLL_COST_FACTOR)
+
     def test_other_interfaces_are_served_with_a_warning(self):
         class Served:
             address = "10.1.2.3:7878"
