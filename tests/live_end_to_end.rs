@@ -316,8 +316,13 @@ fn a_captured_leak_played_live_is_flagged_as_open_flags_it() {
         let file = captured.join(format!("{name}.pickle"));
         let dir = temp_dir(&format!("live-{name}"));
         let socket = dir.join("job.sock").display().to_string();
-        let (mut job, lines) =
-            start_playing(&file, &socket, None, 0, &["--no-mark-step", "--poll", "50"]);
+        let (mut job, lines) = start_playing(
+            &file,
+            &socket,
+            None,
+            0,
+            &["--no-mark-step", "--poll", "50", "--pause-ms", "5"],
+        );
         wait_for(&lines, "vramscope attach ");
         let attach = attach_json(&socket, &[]);
         wait_for(&lines, "vramscope attached");

@@ -2,7 +2,7 @@
 helper (poll mode) serves a job the stand-in torch plays from a real
 snapshot, the way a user's job would run it.
 
-    python3 python/tests/live_job.py SNAPSHOT ADDRESS [--token T] [--no-mark-step] [--poll N]
+    python3 python/tests/live_job.py SNAPSHOT ADDRESS [--token T] [--no-mark-step] [--poll N] [--pause-ms MS]
 
 It plays 3 entries, calls start(ADDRESS), then waits for a line on stdin
 (the test sends one once `vramscope attached` is on stderr), plays the rest
@@ -14,6 +14,7 @@ finished".
 
 import os
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "fake_torch"))
@@ -32,6 +33,9 @@ def main():
     ap.add_argument("--token")
     ap.add_argument("--no-mark-step", action="store_true")
     ap.add_argument("--poll", type=int, default=5)
+    # A pause after each poll, so a fast machine still spans several of the
+    # helper's stats readings (at most 10 a second).
+    ap.add_argument("--pause-ms", type=float, default=0.0)
     args = ap.parse_args()
     job = fake_torch.load(args.snapshot)
     job.advance(3)
@@ -44,6 +48,8 @@ def main():
         vramscope_live.mark_step()
     while job.advance(args.poll):
         vramscope_live._poll_now()
+        if args.pause_ms:
+            time.sleep(args.pause_ms / 1000)
     vramscope_live.stop("the job finished")
 
 
