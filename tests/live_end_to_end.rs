@@ -6,14 +6,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::Value;
 
+use common::live_job::Job;
 use common::{devices_without_boundaries, real, temp_dir};
 
 const SNAPSHOT: &str = "adam-step_closed-trace_annotations.pickle";
@@ -22,74 +21,18 @@ fn vramscope() -> Command {
     Command::new(env!("CARGO_BIN_EXE_vramscope"))
 }
 
-/// The job, and its stderr lines as they come.
-fn start_job(address: &str, token: Option<&str>) -> (Child, mpsc::Receiver<String>) {
-    start_rank(address, token, 0)
-}
-
-/// The job as rank `rank` of a multi-process run (`RANK` in its environment).
-fn start_rank(address: &str, token: Option<&str>, rank: u32) -> (Child, mpsc::Receiver<String>) {
-    start_playing(&real(SNAPSHOT), address, token, rank, &[])
-}
-
-/// The stand-in job playing `snapshot`, with live_job.py's `extra` options.
-fn start_playing(
-    snapshot: &Path,
-    address: &str,
-    token: Option<&str>,
-    rank: u32,
-    extra: &[&str],
-) -> (Child, mpsc::Receiver<String>) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut cmd = Command::new("python3");
-    cmd.arg("python/tests/live_job.py")
-        .arg(snapshot)
-        .arg(address)
-        .args(extra)
-        .current_dir(root)
-        .env("RANK", rank.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    if let Some(t) = token {
-        cmd.args(["--token", t]);
-    }
-    let mut job = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("python3 could not be run ({e}): these tests need python3"));
-    let stderr = job.stderr.take().expect("stderr");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    (job, rx)
-}
-
-/// The next stderr line of the job that contains `what` (20 s at most).
-fn wait_for(lines: &mpsc::Receiver<String>, what: &str) -> String {
-    loop {
-        match lines.recv_timeout(Duration::from_secs(20)) {
-            Ok(line) if line.contains(what) => return line,
-            Ok(_) => {}
-            Err(e) => panic!("the job never said {what:?}: {e}"),
-        }
-    }
+/// The job playing adam-step as rank `rank`, with a token if given.
+fn start_rank(address: &str, token: Option<&str>, rank: u32) -> Job {
+    let extra: Vec<&str> = token.map_or_else(Vec::new, |t| vec!["--token", t]);
+    Job::start(&real(SNAPSHOT), address, rank, &extra)
 }
 
 /// Tell the waiting job to go on, and the JSON `attach` printed once the
 /// job ended (both must succeed).
-fn go_and_report(job: &mut Child, attach: Child) -> Value {
-    job.stdin
-        .as_mut()
-        .expect("stdin")
-        .write_all(b"go\n")
-        .expect("go");
+fn go_and_report(job: &mut Job, attach: Child) -> Value {
+    job.go();
     let out = attach.wait_with_output().expect("attach ends with the job");
-    assert!(job.wait().expect("job").success());
+    assert!(job.child.wait().expect("job").success());
     assert!(
         out.status.success(),
         "{}",
@@ -114,8 +57,8 @@ fn attach_json(address: &str, env: &[(&str, &str)]) -> Child {
 fn attach_to_a_running_job_reports_what_its_snapshot_holds() {
     let dir = temp_dir("live-e2e");
     let socket = dir.join("job.sock");
-    let (mut job, lines) = start_job(socket.to_str().expect("utf-8"), None);
-    let told = wait_for(&lines, "vramscope attach ");
+    let mut job = start_rank(socket.to_str().expect("utf-8"), None, 0);
+    let told = job.wait_for("vramscope attach ");
     let address = told
         .trim()
         .trim_start_matches("vramscope attach ")
@@ -126,7 +69,7 @@ fn attach_to_a_running_job_reports_what_its_snapshot_holds() {
         "the helper prints the command to run"
     );
     let attach = attach_json(&address, &[]);
-    wait_for(&lines, "vramscope attached");
+    job.wait_for("vramscope attached");
     let live = go_and_report(&mut job, attach);
     let (code, open, err) =
         common::vramscope(&["open", "--json", real(SNAPSHOT).to_str().expect("utf-8")]);
@@ -153,8 +96,8 @@ fn attach_to_a_running_job_reports_what_its_snapshot_holds() {
 
 #[test]
 fn tcp_needs_the_token_the_job_printed() {
-    let (mut job, lines) = start_job("127.0.0.1:0", Some("s3cret-token"));
-    let told = wait_for(&lines, "--token");
+    let mut job = start_rank("127.0.0.1:0", Some("s3cret-token"), 0);
+    let told = job.wait_for("--token");
     // vramscope attach 127.0.0.1:PORT --token s3cret-token
     let words: Vec<&str> = told.split_whitespace().collect();
     assert_eq!(words[..2], ["vramscope", "attach"], "{told}");
@@ -182,7 +125,7 @@ fn tcp_needs_the_token_the_job_printed() {
     );
 
     let right = attach_json(&address, &[("VRAMSCOPE_TOKEN", "s3cret-token")]);
-    wait_for(&lines, "vramscope attached");
+    job.wait_for("vramscope attached");
     let live = go_and_report(&mut job, right);
     assert_eq!(live["live"]["ended"], "the job finished");
 }
@@ -193,13 +136,12 @@ fn tcp_needs_the_token_the_job_printed() {
 fn a_rank_pattern_attaches_to_every_rank_and_tables_them() {
     let dir = temp_dir("live-ranks");
     let pattern = dir.join("job-{rank}.sock").display().to_string();
-    let (mut jobs, mut lines) = (Vec::new(), Vec::new());
+    let mut jobs = Vec::new();
     for rank in 0..2 {
-        let (job, l) = start_rank(&pattern, None, rank);
-        let told = wait_for(&l, "vramscope attach ");
+        let job = start_rank(&pattern, None, rank);
+        let told = job.wait_for("vramscope attach ");
         assert!(told.ends_with(&format!("job-{rank}.sock")), "{told}");
         jobs.push(job);
-        lines.push(l);
     }
     let attach = vramscope()
         .args(["attach", &pattern, "--json"])
@@ -207,17 +149,13 @@ fn a_rank_pattern_attaches_to_every_rank_and_tables_them() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("attach");
-    for (job, l) in jobs.iter_mut().zip(&lines) {
-        wait_for(l, "vramscope attached");
-        job.stdin
-            .as_mut()
-            .expect("stdin")
-            .write_all(b"go\n")
-            .expect("go");
+    for job in &mut jobs {
+        job.wait_for("vramscope attached");
+        job.go();
     }
     let out = attach.wait_with_output().expect("attach");
     for job in &mut jobs {
-        assert!(job.wait().expect("job").success());
+        assert!(job.child.wait().expect("job").success());
     }
     assert!(
         out.status.success(),
@@ -271,27 +209,23 @@ fn a_rank_pattern_with_no_socket_or_over_tcp_without_ranks_is_refused() {
 fn ctrl_c_prints_the_report_so_far() {
     let dir = temp_dir("live-ctrl-c");
     let socket = dir.join("job.sock");
-    let (mut job, lines) = start_job(socket.to_str().expect("utf-8"), None);
-    wait_for(&lines, "vramscope attach ");
+    let mut job = start_rank(socket.to_str().expect("utf-8"), None, 0);
+    job.wait_for("vramscope attach ");
     let attach = vramscope()
         .args(["attach", socket.to_str().expect("utf-8"), "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("attach");
-    wait_for(&lines, "vramscope attached");
+    job.wait_for("vramscope attached");
     // The job waits for "go": attach has the log so far and nothing more.
     std::thread::sleep(Duration::from_millis(500));
     let pid = libc::pid_t::try_from(attach.id()).expect("pid");
     // SAFETY: kill only sends a signal to the child this test started.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
     let out = attach.wait_with_output().expect("attach");
-    job.stdin
-        .as_mut()
-        .expect("stdin")
-        .write_all(b"go\n")
-        .expect("go");
-    assert!(job.wait().expect("job").success(), "the job goes on");
+    job.go();
+    assert!(job.child.wait().expect("job").success(), "the job goes on");
     assert!(
         out.status.success(),
         "{}",
@@ -316,16 +250,15 @@ fn a_captured_leak_played_live_is_flagged_as_open_flags_it() {
         let file = captured.join(format!("{name}.pickle"));
         let dir = temp_dir(&format!("live-{name}"));
         let socket = dir.join("job.sock").display().to_string();
-        let (mut job, lines) = start_playing(
+        let mut job = Job::start(
             &file,
             &socket,
-            None,
             0,
             &["--no-mark-step", "--poll", "50", "--pause-ms", "5"],
         );
-        wait_for(&lines, "vramscope attach ");
+        job.wait_for("vramscope attach ");
         let attach = attach_json(&socket, &[]);
-        wait_for(&lines, "vramscope attached");
+        job.wait_for("vramscope attached");
         let live = go_and_report(&mut job, attach);
         let (code, open, err) =
             common::vramscope(&["open", "--json", file.to_str().expect("utf-8")]);

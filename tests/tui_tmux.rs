@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 mod common;
 
+use common::live_job::Job;
+
 fn tmux(args: &[&str]) -> Option<String> {
     let out = Command::new("tmux").args(args).output().ok()?;
     out.status
@@ -630,8 +632,6 @@ fn several_files_open_as_tabs_in_a_real_terminal() {
 /// the last step, the status says when the job ended, and `q` leaves.
 #[test]
 fn attach_to_a_running_job_in_a_real_terminal() {
-    use std::io::{BufRead, BufReader, Write};
-    use std::process::Stdio;
     if tmux(&["-V"]).is_none() {
         eprintln!("note: tmux is not installed; the terminal test is skipped");
         return;
@@ -640,24 +640,8 @@ fn attach_to_a_running_job_in_a_real_terminal() {
     let dir = common::temp_dir("tmux-attach");
     let socket = dir.join("job.sock").display().to_string();
     let snapshot = common::real("adam-step_closed-trace_annotations.pickle");
-    let mut job = Command::new("python3")
-        .arg("python/tests/live_job.py")
-        .arg(&snapshot)
-        .arg(&socket)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3 runs the stand-in job");
-    let mut lines = BufReader::new(job.stderr.take().expect("stderr")).lines();
-    let mut said = |what: &str| {
-        lines
-            .by_ref()
-            .map_while(Result::ok)
-            .any(|l| l.contains(what))
-    };
-    assert!(said("vramscope attach "), "the job prints the command");
+    let mut job = Job::start(&snapshot, &socket, 0, &[]);
+    job.wait_for("vramscope attach ");
     let session = format!("vramscope-attach-{}", std::process::id());
     let cleanup = start(
         &session,
@@ -665,8 +649,8 @@ fn attach_to_a_running_job_in_a_real_terminal() {
         24,
         &format!("{bin} attach '{socket}'; echo EXITED:$?"),
     );
-    let attached = said("vramscope attached");
-    let _ = job.stdin.as_mut().map(|s| s.write_all(b"go\n"));
+    job.wait_for("vramscope attached");
+    job.go();
     let ended = wait_for(
         &session,
         |s| s.contains("the job ended: the job finished"),
@@ -683,8 +667,7 @@ fn attach_to_a_running_job_in_a_real_terminal() {
     let last = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();
     let quit = quit_cleanly(&session);
     cleanup();
-    let _ = job.wait();
-    assert!(attached, "the job says vramscope attached\n{last}");
+    let _ = job.child.wait();
     let Some(screen) = ended else {
         panic!("the status says the job ended\n{last}");
     };
@@ -698,8 +681,6 @@ fn attach_to_a_running_job_in_a_real_terminal() {
 /// terminal: one tab per rank, `T` the table across ranks labelled by rank.
 #[test]
 fn attach_to_every_rank_in_a_real_terminal() {
-    use std::io::{BufRead, BufReader, Write};
-    use std::process::Stdio;
     if tmux(&["-V"]).is_none() {
         eprintln!("note: tmux is not installed; the terminal test is skipped");
         return;
@@ -708,27 +689,11 @@ fn attach_to_every_rank_in_a_real_terminal() {
     let dir = common::temp_dir("tmux-ranks");
     let pattern = dir.join("job-{rank}.sock").display().to_string();
     let snapshot = common::real("adam-step_closed-trace_annotations.pickle");
-    let mut jobs = Vec::new();
-    for rank in 0..2 {
-        let mut job = Command::new("python3")
-            .arg("python/tests/live_job.py")
-            .arg(&snapshot)
-            .arg(&pattern)
-            .env("RANK", rank.to_string())
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("python3 runs the stand-in job");
-        let lines = BufReader::new(job.stderr.take().expect("stderr")).lines();
-        jobs.push((job, lines));
-    }
-    for (_, lines) in &mut jobs {
-        assert!(lines
-            .by_ref()
-            .map_while(Result::ok)
-            .any(|l| l.contains("vramscope attach ")));
+    let mut jobs: Vec<Job> = (0..2)
+        .map(|rank| Job::start(&snapshot, &pattern, rank, &[]))
+        .collect();
+    for job in &jobs {
+        job.wait_for("vramscope attach ");
     }
     let session = format!("vramscope-ranks-{}", std::process::id());
     let cleanup = start(
@@ -737,13 +702,9 @@ fn attach_to_every_rank_in_a_real_terminal() {
         24,
         &format!("{bin} attach '{pattern}'; echo EXITED:$?"),
     );
-    for (job, lines) in &mut jobs {
-        let attached = lines
-            .by_ref()
-            .map_while(Result::ok)
-            .any(|l| l.contains("vramscope attached"));
-        assert!(attached, "each rank says vramscope attached");
-        let _ = job.stdin.as_mut().map(|s| s.write_all(b"go\n"));
+    for job in &mut jobs {
+        job.wait_for("vramscope attached");
+        job.go();
     }
     let bar = wait_for(
         &session,
@@ -764,8 +725,8 @@ fn attach_to_every_rank_in_a_real_terminal() {
     let last = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();
     let quit = quit_cleanly(&session);
     cleanup();
-    for (job, _) in &mut jobs {
-        let _ = job.wait();
+    for job in &mut jobs {
+        let _ = job.child.wait();
     }
     assert!(bar.is_some(), "a tab per rank\n{last}");
     assert!(table.is_some(), "T: the table by rank\n{last}");

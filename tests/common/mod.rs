@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+pub mod live_job;
 mod real_snapshots;
 #[allow(unused_imports)] // each test crate uses a part of it
 pub use real_snapshots::{real, real_dir};
