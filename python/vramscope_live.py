@@ -112,6 +112,7 @@ needs only the standard library until `start()` imports torch.
 
 import atexit
 import hmac
+import importlib
 import ipaddress
 import json
 import os
@@ -1212,6 +1213,23 @@ def _import_torch():
     return torch
 
 
+def _import_inductor():
+    """Import torch._inductor in the thread that calls start().
+
+    PyTorch's symbolisation of Python stack frames (in ``_snapshot()`` and the
+    agent's drain, both run in the helper's threads) begins with
+    ``hasattr(torch, "_inductor")``, which imports torch._inductor on first use.
+    That import, in a helper thread, can meet the job's own first import of
+    torch._dynamo (the first optimizer's constructor does it), and Python's
+    import-deadlock detection then hands the job a partially initialised
+    module: an ImportError in the job (seen on PyTorch 2.11). Imported here,
+    it leaves the helper's threads nothing to import."""
+    try:
+        importlib.import_module("torch._inductor")
+    except Exception as e:  # a build without inductor: then symbolisation skips it too
+        _say(f"torch._inductor did not import ({e.__class__.__name__}: {e}); going on without it")
+
+
 def _build_agent(torch):
     import torch.utils.cpp_extension as ext_mod  # ImportError -> poll
 
@@ -1246,6 +1264,8 @@ def start(
             raise LiveError("vramscope_live is already started in this process; call stop() first")
         kind, *where = _parse_address(address)
         torch = _import_torch()
+        if stacks:
+            _import_inductor()
         s = _Session(
             torch,
             {"stacks": stacks, "max_entries": max_entries, "step_marker": step_marker, "poll_interval_s": poll_interval_s},
@@ -1289,7 +1309,9 @@ def start(
                 recorder.close()
             raise
         try:
-            s.hooks.append(torch.optim.optimizer.register_optimizer_step_post_hook(lambda *_: s.mark("Optimizer.step")))
+            # torch/optim/__init__.py deletes its `optimizer` attribute: import the module by name
+            optimizer = importlib.import_module("torch.optim.optimizer")
+            s.hooks.append(optimizer.register_optimizer_step_post_hook(lambda *_: s.mark("Optimizer.step")))
         except Exception as e:
             _say(f"no Optimizer.step hook ({e!r}); use mark_step() or step_marker=")
         if not _OOM_OBSERVER_ATTACHED:  # an observer cannot be detached: it calls the live session

@@ -1,7 +1,7 @@
 """The GPU check of `vramscope attach` (issue 29), for a machine with CUDA,
 torch and a built vramscope binary:
 
-    python3 python/gpu/live_check.py path/to/vramscope OUT_DIR [--mode agent|poll] [--steps 30]
+    python3 python/gpu/live_check.py path/to/vramscope OUT_DIR [--mode agent|poll] [--steps 30] [--no-stacks]
 
 A GPT-2-small training loop (12 layers, width 768, 12 heads, 1,024 tokens,
 batch 4, AdamW, PyTorch's defaults otherwise):
@@ -14,6 +14,10 @@ batch 4, AdamW, PyTorch's defaults otherwise):
    the stream and compares it with every state the job sent, block for
    block: ``started_over`` must be empty (a difference starts the view over
    and says why), and ``lost`` too.
+
+4. a loop that only allocates and frees (cached 1 KiB blocks, 2 events an
+   iteration, the GPU idle) with and without the helper: what the helper
+   adds to each allocator event on the CPU.
 
 It prints one JSON object with the figures and exits 1 when a check fails.
 """
@@ -91,6 +95,18 @@ def steps(torch, model, opt, batches, n):
     return times
 
 
+def per_event_s(torch, n):
+    """Seconds per allocator event of a CPU-bound loop: n cached 1 KiB
+    allocations and frees (2 n events), the GPU idle."""
+    dev = torch.device("cuda")
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        x = torch.empty(256, device=dev)
+        del x
+    return (time.perf_counter() - t0) / (2 * n)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("vramscope")
@@ -98,6 +114,7 @@ def main():
     ap.add_argument("--mode", default="agent", choices=["agent", "poll"])
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--no-stacks", action="store_true", help="start(stacks=False): no Python stacks per entry")
     args = ap.parse_args()
     import torch
 
@@ -114,15 +131,26 @@ def main():
     steps(torch, model, opt, batches, 5)  # warm up: Adam's state, cuBLAS, the caching allocator
     plain = steps(torch, model, opt, batches, args.steps)
 
-    rec = os.path.join(args.out, f"gpt2-{args.mode}.vslive")
+    label = args.mode + ("-nostacks" if args.no_stacks else "")
+    rec = os.path.join(args.out, f"gpt2-{label}.vslive")
     sock = os.path.join(args.out, "job.sock")
     t0 = time.perf_counter()
-    vramscope_live.start(sock, mode=args.mode, record_to=rec)
+    vramscope_live.start(sock, mode=args.mode, record_to=rec, stacks=not args.no_stacks)
     started_s = time.perf_counter() - t0
     live = steps(torch, model, opt, batches, args.steps)
     t0 = time.perf_counter()
     vramscope_live.stop("the check is done")
     stopped_s = time.perf_counter() - t0
+
+    # The callback's cost alone: a loop that does nothing but allocate and
+    # free (cached blocks, no kernels), with and without the helper.
+    n = 100_000 if args.mode == "agent" else 20_000  # poll: every poll re-reads the whole ring
+    per_event_s(torch, 1000)
+    bare = min(per_event_s(torch, n) for _ in range(3))
+    vramscope_live.start(os.path.join(args.out, "bench.sock"), mode=args.mode, stacks=not args.no_stacks,
+                         record_to=os.path.join(args.out, f"bench-{label}.vslive"))
+    helped = min(per_event_s(torch, n) for _ in range(3))
+    vramscope_live.stop("the micro-benchmark is done")
 
     out = subprocess.run([args.vramscope, "attach", "--replay", rec, "--json"], capture_output=True, text=True)
     report = json.loads(out.stdout) if out.returncode == 0 else None
@@ -132,12 +160,21 @@ def main():
         "device": torch.cuda.get_device_name(dev),
         "torch": torch.__version__,
         "mode": facts.get("mode"),
+        "mode_asked": args.mode,
+        "stacks": facts.get("stacks"),
         "steps": args.steps,
         "median_step_s_without": statistics.median(plain),
         "median_step_s_with": statistics.median(live),
         "overhead": statistics.median(live) / statistics.median(plain) - 1,
+        "overhead_per_entry_us": (
+            (statistics.median(live) - statistics.median(plain)) * 1e6 * max(1, facts.get("steps_seen", 0)) / entries
+            if entries else None
+        ),
         "entries": entries,
         "entries_per_step": entries / max(1, facts.get("steps_seen", 0)) if entries else None,
+        "alloc_free_loop_us_per_event_without": bare * 1e6,
+        "alloc_free_loop_us_per_event_with": helped * 1e6,
+        "helper_us_per_event": (helped - bare) * 1e6,
         "start_s": started_s,
         "stop_s": stopped_s,
         "recording_bytes": os.path.getsize(rec),

@@ -580,6 +580,23 @@ class MarkerTests(LiveTestCase):
         self.assertEqual([s for s, _ in View().feed(frames).entries], list(range(35)))
 
 
+class LazyImportTests(LiveTestCase):
+    """PyTorch symbolises Python frames with hasattr(torch, "_inductor"), an
+    import on first use: the helper's threads must not be the ones to do it
+    (it can deadlock with the job's own first import of torch._dynamo)."""
+
+    def test_start_imports_torch_inductor_so_no_helper_thread_does(self):
+        import torch
+
+        sys.modules.pop("torch._inductor", None)
+        torch.__dict__.pop("_inductor", None)
+        address = self.start(poll_interval_s=0.02)  # the ring is empty: start() symbolises nothing
+        client = self.connect(address)
+        self.job.advance(None)
+        client.read_until(lambda f: f["t"] == "entries")
+        self.assertEqual(sys.modules["torch._inductor"].IMPORTED_BY, "MainThread")
+
+
 class OomTests(LiveTestCase):
     def test_oom_sends_message_stats_and_state(self):
         address = self.start()

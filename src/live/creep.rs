@@ -26,8 +26,19 @@ pub struct StepSeries {
 }
 
 impl StepSeries {
-    /// `stats` arrived after `steps` steps had ended.
+    /// `stats` arrived after `steps` steps had ended. A step's reading is
+    /// the first after it (read at its marker); later ones in the same step
+    /// were read mid-step and are not kept.
     pub fn push(&mut self, steps: u64, s: &DeviceStats) {
+        let same_step = self
+            .readings
+            .iter()
+            .rev()
+            .find(|r| r.device == s.device)
+            .is_some_and(|r| r.steps == steps);
+        if same_step {
+            return;
+        }
         let figure = |k: &str| s.get(k).and_then(|v| u64::try_from(v).ok());
         let (Some(allocated), Some(reserved)) = (
             figure("allocated_bytes.all.current"),
@@ -149,6 +160,20 @@ mod tests {
         s.push(3, &stats(0, 10, 20));
         s.push(3, &stats(0, 30, 20));
         assert_eq!(s.summaries()[0].allocated_per_step, None);
+    }
+
+    #[test]
+    fn a_step_keeps_its_first_reading_per_device() {
+        let mut s = StepSeries::default();
+        for k in 0..5u64 {
+            s.push(k, &stats(0, (k as i64) << 20, 0));
+            s.push(k, &stats(1, 0, 0));
+            s.push(k, &stats(0, 900 << 20, 0)); // read mid-step: not this step's
+        }
+        let t = s.summaries();
+        assert_eq!(t[0].readings, 5);
+        assert_eq!(t[0].allocated_per_step, Some(1 << 20));
+        assert_eq!(t[1].readings, 5);
     }
 
     #[test]

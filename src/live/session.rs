@@ -111,6 +111,9 @@ pub struct Session {
     ooms: Vec<OomMark>,
     /// The job's memory at each step, kept across start-overs.
     step_series: StepSeries,
+    /// An OOM came since the last step: the stats that follow it were read
+    /// mid-step, at the OOM, and are no step's figures.
+    oom_since_step: bool,
     lost: Vec<LostMark>,
     start_overs: Vec<String>,
     ended: Option<String>,
@@ -154,6 +157,7 @@ impl Session {
             stats: Vec::new(),
             ooms: Vec::new(),
             step_series: StepSeries::default(),
+            oom_since_step: false,
             lost: Vec::new(),
             start_overs: Vec::new(),
             ended: None,
@@ -376,11 +380,14 @@ impl Session {
             Message::Entries { first, entries } => self.entries(index, first, entries),
             Message::Step(s) => {
                 self.steps_seen += 1;
+                self.oom_since_step = false;
                 self.steps.push(s);
                 Ok(Applied::Step)
             }
             Message::Stats(s) => {
-                self.step_series.push(self.steps_seen, &s);
+                if !self.oom_since_step {
+                    self.step_series.push(self.steps_seen, &s);
+                }
                 let d = s.device;
                 match self.stats.iter_mut().find(|x| x.device == d) {
                     Some(x) => *x = s,
@@ -389,6 +396,7 @@ impl Session {
                 Ok(Applied::Stats(d))
             }
             Message::Oom(o) => {
+                self.oom_since_step = true;
                 if let Some(free) = o.device_free {
                     self.note_oom_free(o.device, o.seq, free);
                 }

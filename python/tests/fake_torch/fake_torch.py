@@ -17,6 +17,15 @@ import pickle
 import threading
 import time
 
+
+def symbolize_python_frames():
+    """What PyTorch's symbolisation of Python frames does first
+    (torch/csrc/profiler/python/combined_traceback.cpp): `hasattr(torch,
+    "_inductor")`, which imports torch._inductor lazily, in the calling thread."""
+    import torch
+
+    hasattr(torch, "_inductor")
+
 _SMALL_SEGMENT = 2 * 1024 * 1024
 _MIN_BLOCK = 512
 _SMALL_SIZE = 1024 * 1024  # kSmallSize: a large-pool block splits only above this
@@ -237,6 +246,8 @@ class _Job:
         self._advance(busy_after)  # ... and after it let the lock go
         if include_traces:
             snap["device_traces"] = [copy.deepcopy(list(r)) for r in self.rings]
+            if any(e.get("frames") for r in self.rings for e in r):
+                symbolize_python_frames()
         else:
             snap["device_traces"] = [[] for _ in self.rings]
         snap["allocator_settings"] = copy.deepcopy(self.allocator_settings)

@@ -371,3 +371,30 @@ fn endless_start_overs_keep_a_bounded_list_of_reasons() {
     assert!(overs[0].contains("lost"), "{}", overs[0]);
     assert_eq!(overs[100], "… and more start-overs after these");
 }
+
+#[test]
+fn stats_read_at_an_oom_are_no_step_and_leave_the_per_step_trend_alone() {
+    let stats = |seq: u64, allocated: u64| {
+        json!({"t":"stats","device":0,"seq":seq,"stats":{
+            "allocated_bytes.all.current": allocated, "reserved_bytes.all.current": 1u64 << 30}})
+    };
+    let mut msgs = Vec::new();
+    for m in job(6, true) {
+        let step = (m["t"] == "step").then(|| (m["step"].as_u64(), m["seq"].as_u64()));
+        msgs.push(m);
+        if let Some((Some(k), Some(seq))) = step {
+            msgs.push(stats(seq, 100 * MIB + k * 2 * MIB));
+        }
+    }
+    // The loop then hoards memory to an OOM: the helper sends the OOM and
+    // the stats read at that moment, mid-step.
+    msgs.push(json!({"t":"oom","device":0,"seq":30,"message":"observer","device_free":0,"device_total":null,"alloc_size":MIB}));
+    msgs.push(stats(30, 989 * MIB));
+    let mut s = Session::new("test");
+    feed(&mut s, &msgs).expect("apply");
+    let t = s.step_trends();
+    assert_eq!(t.len(), 1);
+    assert_eq!(t[0].allocated_per_step, Some(2 * MIB as i64));
+    assert_eq!(t[0].allocated_last, 110 * MIB);
+    assert_eq!(t[0].readings, 6);
+}
