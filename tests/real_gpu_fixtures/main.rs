@@ -14,3 +14,4 @@ mod awaiting;
 mod harness;
 mod scenarios;
 mod traces;
+mod survey;
