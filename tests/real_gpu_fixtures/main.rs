@@ -7,11 +7,13 @@
 //!
 //! `harness`: the shared checks; `scenarios`: each library scenario against
 //! its capture; `traces`: what the captured traces show beyond the figures
-//! (leaks between annotated iterations, the order of requests); `awaiting`:
-//! programs and test scenarios written before their capture.
+//! (leaks between annotated iterations, the order of requests); `course`:
+//! the course's misconceptions and exercises; `inventory`: every program
+//! captured, every capture checked.
 
-mod awaiting;
+mod course;
 mod harness;
+mod inventory;
 mod scenarios;
-mod traces;
 mod survey;
+mod traces;

@@ -1,0 +1,97 @@
+//! The course's misconceptions and exercises (`peak-inside-step`,
+//! `cuda-context`, `batch-moves-peak-*`, `amp-raises-peak*`, `inplace-ops*`,
+//! `reference-cycle-*`, `fragmentation-experiment*`) and the deep-MLP
+//! checkpointing test scenario, each against its H100 capture (2026-11-26):
+//! exact, every figure.
+
+use crate::harness::{check, EXACT};
+
+#[test]
+fn peak_inside_step_matches_the_h100() {
+    check("peak-inside-step", "peak_inside_step", EXACT);
+}
+
+#[test]
+fn cuda_context_matches_the_h100() {
+    check("cuda-context", "cuda_context", EXACT);
+}
+
+#[test]
+fn batch_moves_peak_small_matches_the_h100() {
+    check("batch-moves-peak-small", "batch_moves_peak_small", EXACT);
+}
+
+#[test]
+fn batch_moves_peak_large_matches_the_h100() {
+    check("batch-moves-peak-large", "batch_moves_peak_large", EXACT);
+}
+
+#[test]
+fn amp_raises_peak_matches_the_h100() {
+    check("amp-raises-peak", "amp_raises_peak", EXACT);
+}
+
+#[test]
+fn amp_raises_peak_fp32_matches_the_h100() {
+    check("amp-raises-peak-fp32", "amp_raises_peak_fp32", EXACT);
+}
+
+#[test]
+fn inplace_ops_matches_the_h100() {
+    check("inplace-ops", "inplace_ops", EXACT);
+}
+
+#[test]
+fn inplace_ops_out_of_place_matches_the_h100() {
+    check(
+        "inplace-ops-out-of-place",
+        "inplace_ops_out_of_place",
+        EXACT,
+    );
+}
+
+/// Backward's RuntimeError ends both runs, with PyTorch's first sentence.
+#[test]
+fn inplace_ops_error_matches_the_h100() {
+    let (sim, _) = check("inplace-ops-error", "inplace_ops_error", EXACT);
+    assert!(sim.error.is_some(), "the simulated run raises too");
+}
+
+#[test]
+fn reference_cycle_gc_matches_the_h100() {
+    check("reference-cycle-gc", "reference_cycle_gc", EXACT);
+}
+
+#[test]
+fn reference_cycle_bug_matches_the_h100() {
+    check("reference-cycle-bug", "reference_cycle_bug", EXACT);
+}
+
+#[test]
+fn fragmentation_experiment_matches_the_h100() {
+    check(
+        "fragmentation-experiment",
+        "fragmentation_experiment",
+        EXACT,
+    );
+}
+
+/// Held to 450 MiB, the exercise's last request fails in both.
+#[test]
+fn fragmentation_experiment_oom_matches_the_h100() {
+    let (sim, _) = check(
+        "fragmentation-experiment-oom",
+        "fragmentation_experiment_oom",
+        EXACT,
+    );
+    assert!(sim.oom.is_some(), "the simulated run ends in the OOM too");
+}
+
+#[test]
+fn deep_mlp_checkpoint_train_matches_the_h100() {
+    check(
+        "tests/fixtures/pytorch/deep-mlp-checkpoint-train.ron",
+        "deep_mlp_checkpoint_train",
+        EXACT,
+    );
+}
