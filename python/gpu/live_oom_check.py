@@ -1,7 +1,7 @@
 """The GPU checks of `vramscope attach` that need a real job (issue 29), for a
 machine with CUDA, torch and a built vramscope binary:
 
-    python3 python/gpu/live_oom_check.py path/to/vramscope OUT_DIR [--mode auto|agent|poll]
+    python3 python/gpu/live_oom_check.py path/to/vramscope OUT_DIR [--mode auto|agent|poll] [--record FILE]
 
 1. Whether ``torch.cuda.memory._snapshot(include_traces=False)`` (and a full
    ``_snapshot()``) leaves a ``snapshot`` entry in the trace: the agent places
@@ -56,7 +56,7 @@ def snapshot_entries():
     }
 
 
-def job(sock, mode, go):
+def job(sock, mode, go, record=None):
     # Registered before vramscope_live's own atexit stop, so it runs after it:
     # the process says bye and then lives on a moment, holding its memory,
     # while attach reads NVML.
@@ -67,7 +67,7 @@ def job(sock, mode, go):
 
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction((1 << 30) / total)
-    vramscope_live.start(sock, mode=mode)
+    vramscope_live.start(sock, mode=mode, record_to=record)
     deadline = time.time() + 60
     while not os.path.exists(go) and time.time() < deadline:
         time.sleep(0.01)
@@ -93,9 +93,10 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--mode", default="auto", choices=["auto", "agent", "poll"])
     ap.add_argument("--job", nargs=2, metavar=("SOCKET", "GO_FILE"))
+    ap.add_argument("--record", metavar="FILE", help="the job also records its stream (record_to=FILE)")
     args = ap.parse_args()
     if args.job:
-        job(args.job[0], args.mode, args.job[1])
+        job(args.job[0], args.mode, args.job[1], args.record)
         return
     os.makedirs(args.out, exist_ok=True)
     found = {"include_traces": snapshot_entries()}
@@ -107,7 +108,8 @@ def main():
             os.remove(p)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), args.vramscope, args.out, "--mode", args.mode, "--job", sock, go],
+        [sys.executable, os.path.abspath(__file__), args.vramscope, args.out, "--mode", args.mode, "--job", sock, go]
+        + (["--record", args.record] if args.record else []),
         stderr=subprocess.PIPE, text=True, env=env,
     )
     job_err = []
