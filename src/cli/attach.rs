@@ -407,10 +407,11 @@ fn print_live(report: &LiveReport, title: &str) {
         );
     }
     for o in &l.ooms {
+        // The device's section above places it in the trace ("OOM at entry
+        // N"); `seq` counts the stream's steps and stats too, so it is not shown.
         sayln!(
-            "OOM on device {} at entry {}: {}",
+            "OOM on device {}: {}",
             o.device,
-            o.seq,
             o.pytorch_message.as_deref().unwrap_or(&o.message)
         );
     }
