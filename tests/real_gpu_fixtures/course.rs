@@ -1,8 +1,9 @@
 //! The course's misconceptions and exercises (`peak-inside-step`,
 //! `cuda-context`, `batch-moves-peak-*`, `amp-raises-peak*`, `inplace-ops*`,
-//! `reference-cycle-*`, `fragmentation-experiment*`) and the deep-MLP
-//! checkpointing test scenario, each against its H100 capture (2026-11-26):
-//! exact, every figure.
+//! `reference-cycle-*`, `fragmentation-experiment*`), its 20-layer MLP with
+//! and without checkpointing (`deep-mlp-*`, and the test scenario
+//! `deep-mlp-checkpoint-train`, the same loop), each against its H100
+//! capture (2026-11-26): exact, every figure.
 
 use crate::harness::{check, EXACT};
 
@@ -93,5 +94,29 @@ fn deep_mlp_checkpoint_train_matches_the_h100() {
         "tests/fixtures/pytorch/deep-mlp-checkpoint-train.ron",
         "deep_mlp_checkpoint_train",
         EXACT,
+    );
+}
+
+/// Checkpointing every Linear + ReLU keeps what no checkpointing keeps: the
+/// same peak requests, byte for byte, on the H100 too.
+#[test]
+fn deep_mlp_checkpoint_matches_the_h100() {
+    let (ckpt, _) = check("deep-mlp-checkpoint", "deep_mlp_checkpoint", EXACT);
+    let (none, _) = check("deep-mlp-no-checkpoint", "deep_mlp_no_checkpoint", EXACT);
+    let gap = ckpt.peak_allocated.abs_diff(none.peak_allocated);
+    assert!(gap <= 1 << 20, "within a MiB of each other: {gap} B apart");
+}
+
+#[test]
+fn deep_mlp_checkpoint_segments_matches_the_h100() {
+    let (seg, _) = check(
+        "deep-mlp-checkpoint-segments",
+        "deep_mlp_checkpoint_segments",
+        EXACT,
+    );
+    let (none, _) = check("deep-mlp-no-checkpoint", "deep_mlp_no_checkpoint", EXACT);
+    assert!(
+        none.peak_allocated - seg.peak_allocated > 1 << 30,
+        "5 segments keep over 1 GiB less at the peak"
     );
 }

@@ -1,7 +1,7 @@
 //! TEMPORARY: each new capture against its scenario, first failure only.
 use crate::harness::{check, EXACT};
 
-const PAIRS: [(&str, &str); 25] = [
+const PAIRS: [(&str, &str); 30] = [
     (
         "tests/fixtures/pytorch/default-workspaces.ron",
         "default_workspaces",
@@ -48,6 +48,14 @@ const PAIRS: [(&str, &str); 25] = [
     ("reference-cycle-gc", "reference_cycle_gc"),
     ("reference-cycle-bug", "reference_cycle_bug"),
     ("loop-schedule-metrics", "loop_schedule_metrics"),
+    ("deep-mlp-checkpoint", "deep_mlp_checkpoint"),
+    (
+        "deep-mlp-checkpoint-segments",
+        "deep_mlp_checkpoint_segments",
+    ),
+    ("deep-mlp-no-checkpoint", "deep_mlp_no_checkpoint"),
+    ("resnet50-batch-sweep", "resnet50_batch_sweep"),
+    ("llama-lora-finetune", "llama_lora_finetune"),
 ];
 
 #[test]
