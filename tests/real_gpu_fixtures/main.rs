@@ -15,3 +15,4 @@ mod harness;
 mod scenarios;
 mod traces;
 mod survey;
+mod lstm_loop;
