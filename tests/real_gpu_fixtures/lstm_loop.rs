@@ -30,8 +30,8 @@ fn lstm_medium_matches_the_h100() {
     }
     // cuDNN's sizes are closed code's choice for this GPU and shape: the
     // scenario carries the measured ones as its conditions.
-    let (_, built) = vramscope::scenario::resolve("tests/fixtures/pytorch/lstm-medium.ron")
-        .expect("resolves");
+    let (_, built) =
+        vramscope::scenario::resolve("tests/fixtures/pytorch/lstm-medium.ron").expect("resolves");
     let cfg = &built.engine;
     assert_eq!(
         (

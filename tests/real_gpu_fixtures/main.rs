@@ -12,7 +12,7 @@
 
 mod awaiting;
 mod harness;
-mod scenarios;
-mod traces;
-mod survey;
 mod lstm_loop;
+mod scenarios;
+mod survey;
+mod traces;

@@ -74,9 +74,9 @@ fn count_correct_allocates_argmax_comparison_and_sum_then_adds() {
     let argmax = (b * 8) as i64; // int64 [B]
     let eq = b as i64; // bool [B]
     let scalar = 8; // int64 0-dim
-    // `.sum()` of the bool comparison into int64 reads `eq.to(int64)`, made
-    // after the output and freed as the kernel returns (ReduceOpsUtils.h
-    // `make_reduction`; the H100 capture loop_schedule_metrics shows it).
+                    // `.sum()` of the bool comparison into int64 reads `eq.to(int64)`, made
+                    // after the output and freed as the kernel returns (ReduceOpsUtils.h
+                    // `make_reduction`; the H100 capture loop_schedule_metrics shows it).
     let cast = (b * 8) as i64;
     let mut e = engine(ModelConfig::mlp_mnist());
     let mut before = eval_batch();
