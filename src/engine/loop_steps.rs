@@ -207,9 +207,10 @@ impl Engine {
 
     /// `into += (output.argmax(1) == target).sum()` (`.item()` with `Item`).
     /// `argmax` makes int64 [output without dim 1], `==` a bool of the
-    /// broadcast shape, `.sum()` an int64 0-dim; none records a graph (argmax
-    /// is not differentiable). Each temporary dies as CPython drops it: the
-    /// argmax after the comparison, the comparison after the sum.
+    /// broadcast shape, `.sum()` an int64 0-dim, reading the comparison as
+    /// an int64 copy while it runs (`reduce_whole_into`); none records a
+    /// graph (argmax is not differentiable). Each temporary dies as CPython
+    /// drops it: the argmax after the comparison, the comparison after the sum.
     pub(crate) fn count_correct(
         &mut self,
         output: &str,
@@ -252,10 +253,9 @@ impl Engine {
         self.release(argmax);
 
         let prev = self.op_begin("sum");
-        let r = self.act(Shape::scalar(), DType::I64).and_then(|s| {
-            let reduce = self.full_reduction(eq);
-            self.scratch_after(s, reduce)
-        });
+        let r = self
+            .act(Shape::scalar(), DType::I64)
+            .and_then(|s| self.reduce_whole_into(eq, s));
         self.op_end(prev)?;
         let sum = r?;
         self.release(eq);

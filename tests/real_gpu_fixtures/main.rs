@@ -14,6 +14,7 @@
 mod course;
 mod harness;
 mod inventory;
+mod lstm_loop;
 mod scenarios;
 mod survey;
 mod traces;

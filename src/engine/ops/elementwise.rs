@@ -261,10 +261,7 @@ impl Engine {
     ) -> Result<TensorId> {
         let prev = self.op_begin(op);
         let out = self.act(Shape::scalar(), self.dtype(x));
-        let out = out.and_then(|out| {
-            let shape = self.full_reduction(x);
-            self.scratch_after(out, shape)
-        });
+        let out = out.and_then(|out| self.reduce_whole_into(x, out));
         let r = out.inspect(|&out| {
             self.k_sum(x, out);
             if self.records(&[x]) {

@@ -74,6 +74,10 @@ fn count_correct_allocates_argmax_comparison_and_sum_then_adds() {
     let argmax = (b * 8) as i64; // int64 [B]
     let eq = b as i64; // bool [B]
     let scalar = 8; // int64 0-dim
+                    // `.sum()` of the bool comparison into int64 reads `eq.to(int64)`, made
+                    // after the output and freed as the kernel returns (ReduceOpsUtils.h
+                    // `make_reduction`; the H100 capture loop_schedule_metrics shows it).
+    let cast = (b * 8) as i64;
     let mut e = engine(ModelConfig::mlp_mnist());
     let mut before = eval_batch();
     before.push(Step::Assign {
@@ -85,22 +89,25 @@ fn count_correct_allocates_argmax_comparison_and_sum_then_adds() {
     let first = requests_of(&mut e, before, count_correct(KeepWhat::Tensor));
     assert_eq!(
         first,
-        [argmax, eq, -argmax, scalar, -eq, scalar, -scalar],
-        "argmax, ==, argmax freed, sum, == freed, 0 + sum, sum freed"
+        [argmax, eq, -argmax, scalar, cast, -cast, -eq, scalar, -scalar],
+        "argmax, ==, argmax freed, sum (and its int64 copy of ==), == freed, 0 + sum, sum freed"
     );
     assert!(matches!(e.binding("correct"), Some(Value::Tensor(_))));
     // Now `correct` is a tensor: `+=` is add_, in place.
     let second = requests_of(&mut e, eval_batch(), count_correct(KeepWhat::Tensor));
-    assert_eq!(second, [argmax, eq, -argmax, scalar, -eq, -scalar]);
+    assert_eq!(
+        second,
+        [argmax, eq, -argmax, scalar, cast, -cast, -eq, -scalar]
+    );
 }
 
 #[test]
 fn count_correct_with_item_keeps_a_number() {
     let b = 256u64;
-    let (argmax, eq, scalar) = ((b * 8) as i64, b as i64, 8);
+    let (argmax, eq, scalar, cast) = ((b * 8) as i64, b as i64, 8, (b * 8) as i64);
     let mut e = engine(ModelConfig::mlp_mnist());
     let r = requests_of(&mut e, eval_batch(), count_correct(KeepWhat::Item));
-    assert_eq!(r, [argmax, eq, -argmax, scalar, -eq, -scalar]);
+    assert_eq!(r, [argmax, eq, -argmax, scalar, cast, -cast, -eq, -scalar]);
     assert!(matches!(e.binding("correct"), Some(Value::Float(_))));
 }
 
