@@ -11,7 +11,8 @@
 //! programs and test scenarios written before their capture.
 
 mod awaiting;
+mod gpt_defaults;
 mod harness;
 mod scenarios;
-mod traces;
 mod survey;
+mod traces;
