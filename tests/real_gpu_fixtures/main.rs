@@ -12,6 +12,7 @@
 //! captured, every capture checked.
 
 mod course;
+mod gpt_defaults;
 mod harness;
 mod inventory;
 mod lstm_loop;

@@ -91,7 +91,7 @@ impl Engine {
             SdpaBackend::Math => self.sdpa_math(qc, kc, vc, p, causal),
             _ => {
                 self.count_attention(qc, kc, causal);
-                self.sdpa_fused(qc, kc, vc, p, backend, causal)
+                self.sdpa_fused(qc, kc, vc, backend, causal)
             }
         };
         for t in [qc, kc, vc] {
@@ -133,7 +133,6 @@ impl Engine {
         q: TensorId,
         k: TensorId,
         v: TensorId,
-        p: f64,
         backend: SdpaBackend,
         causal: bool,
     ) -> Result<TensorId> {
@@ -160,10 +159,13 @@ impl Engine {
         };
         // Flash (FlashAttention-2 in ATen) always returns its philox state as
         // a [2] int64 tensor and an `unused` int64 scalar, both saved for
-        // backward; memory-efficient attention only with dropout. Seen on
-        // PyTorch 2.11 (tests/fixtures/pytorch/captured/amp_fp16). cuDNN's
-        // seed and offset: two one-element int64 tensors (models.md §4.5 [unc]).
-        let rng = if p > 0.0 || flash || cudnn {
+        // backward. Seen on PyTorch 2.11 (tests/fixtures/pytorch/captured/
+        // amp_fp16). Memory-efficient attention's seed and offset are CPU
+        // scalars outside CUDA graph capture, dropout or not
+        // (`_efficient_attention_forward`, "Note [Seed and Offset Device]";
+        // captured/gpt_dropout). cuDNN's seed and offset: two one-element
+        // int64 tensors (models.md §4.5 [unc]).
+        let rng = if flash || cudnn {
             let shape = if cudnn { [1] } else { [2] };
             Some(self.aux(Shape::new(&shape), DType::I64)?)
         } else {

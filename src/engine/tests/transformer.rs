@@ -183,9 +183,11 @@ fn bert_layer_saves_11_2_regime_f() {
     let per_token = 34 * h + 8 * i + 4 * heads + 16;
     assert_eq!(per_token, 50_752);
     // Beside the activations: every weight (addmm saves mat2; LayerNorm its
-    // weight and bias) and efficient attention's [2] int64 philox state.
+    // weight and bias). Efficient attention's philox seed and offset are CPU
+    // scalars outside graph capture (`_efficient_attention_forward`; the
+    // H100's gpt_dropout trace holds none).
     let weights = 4 * (4 * h * h + 2 * h * i + 4 * h);
-    assert_eq!(e.saved_storage_bytes(), b * t * per_token + weights + 16);
+    assert_eq!(e.saved_storage_bytes(), b * t * per_token + weights);
 }
 
 #[test]
