@@ -24,8 +24,13 @@ pub fn list(json_out: bool) -> anyhow::Result<ExitCode> {
         sayjson!(&json!({ "presets": presets }));
         return Ok(ExitCode::SUCCESS);
     }
+    let width = PRESET_CATALOGUE
+        .iter()
+        .map(|p| p.name.len())
+        .max()
+        .unwrap_or(0);
     for p in PRESET_CATALOGUE {
-        sayln!("{:<16} {:<22} {}", p.name, p.evidence.label(), p.about);
+        sayln!("{:<width$} {:<22} {}", p.name, p.evidence.label(), p.about);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -315,8 +315,10 @@ pub const PRESET_CATALOGUE: [PresetInfo; 15] = [
     },
     PresetInfo {
         name: "lstm-lm-medium",
-        about: "word_language_model LSTM 650/650, 2 layers, dropout 0.5 (capture awaiting)",
-        evidence: Evidence::SourceOnly,
+        about: "word_language_model LSTM 650/650, 2 layers, dropout 0.5",
+        evidence: Evidence::Hardware {
+            capture: "lstm_medium",
+        },
     },
     PresetInfo {
         name: "resnet18",
@@ -331,7 +333,9 @@ pub const PRESET_CATALOGUE: [PresetInfo; 15] = [
     PresetInfo {
         name: "deep-mlp",
         about: "the course's 20 × Linear(4096, 4096) + ReLU, no head, model(x).sum(), batch 64",
-        evidence: Evidence::SourceOnly,
+        evidence: Evidence::Hardware {
+            capture: "deep_mlp_no_checkpoint",
+        },
     },
     PresetInfo {
         name: "tinyllama-1.1b",

@@ -83,3 +83,25 @@ fn every_built_in_names_a_capture_that_exists() {
         );
     }
 }
+
+/// `vramscope model --list` marks a preset "verified on hardware" by the
+/// capture it names: that capture exists and a test checks it.
+#[test]
+fn presets_verified_on_hardware_name_a_checked_capture() {
+    use vramscope::engine::{Evidence, PRESET_CATALOGUE};
+    let tests = checked_stems();
+    for p in PRESET_CATALOGUE {
+        if let Evidence::Hardware { capture } = p.evidence {
+            assert!(
+                captured(capture, "json").exists(),
+                "{}: {capture} is not in captured/",
+                p.name
+            );
+            assert!(
+                tests.contains(&format!("\"{capture}\"")),
+                "{}: no test checks {capture}",
+                p.name
+            );
+        }
+    }
+}
