@@ -142,7 +142,10 @@ fn gpt2_small_and_resnet50_parameter_counts() {
 fn text_report_says_how_saved_bytes_were_measured() {
     let (code, out, err) = vramscope(&["model", "deep-mlp"]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.starts_with("deep-mlp: from source only"), "{out}");
+    assert!(
+        out.starts_with("deep-mlp: verified on hardware (H100 capture `deep_mlp_no_checkpoint`)"),
+        "{out}"
+    );
     // 20 × (4096² + 4096).
     assert!(out.contains("335,626,240 (335,626,240 trainable)"), "{out}");
     assert!(out.contains("one forward pass at batch 1"), "{out}");
