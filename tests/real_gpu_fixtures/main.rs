@@ -13,5 +13,6 @@
 mod awaiting;
 mod harness;
 mod scenarios;
+mod convnets;
 mod traces;
 mod survey;
