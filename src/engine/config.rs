@@ -4,8 +4,8 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::device::GpuArch;
 pub use crate::engine::config_hf::{HfCausalLoss, HfRmsNorm, RopeScope, SdpaPriority};
-use crate::engine::scratch::reduce::ReduceDevice;
 pub use crate::engine::conv_workspace::ConvWorkspace;
+use crate::engine::scratch::reduce::ReduceDevice;
 
 /// `cublas_workspace_mode` (engine.md §1.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

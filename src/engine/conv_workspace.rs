@@ -85,3 +85,42 @@ pub(crate) fn conv_workspaces(
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry() -> ConvWorkspace {
+        ConvWorkspace {
+            input: [32, 64, 56, 56],
+            weight: [128, 64, 1, 1],
+            stride: 2,
+            pad: 0,
+            dtype: DType::F32,
+            forward: Some(0),
+            grad_input: None,
+            grad_weight: Some(41_484_432),
+        }
+    }
+
+    #[test]
+    fn a_measured_shape_takes_its_sizes_and_the_estimate_where_unmeasured() {
+        let key = (&[32, 64, 56, 56], &[128, 64, 1, 1], 2, 0, DType::F32);
+        let got = conv_workspaces(&[entry()], key, 7);
+        assert_eq!(got.forward, 0);
+        assert_eq!(got.backward, [7, 41_484_432, 0]);
+    }
+
+    #[test]
+    fn another_stride_dtype_or_batch_is_another_shape() {
+        let table = [entry()];
+        for key in [
+            (&[32, 64, 56, 56], &[128, 64, 1, 1], 1, 0, DType::F32),
+            (&[32, 64, 56, 56], &[128, 64, 1, 1], 2, 0, DType::F16),
+            (&[16, 64, 56, 56], &[128, 64, 1, 1], 2, 0, DType::F32),
+        ] {
+            let got = conv_workspaces(&table, key, 7);
+            assert_eq!((got.forward, got.backward), (7, [7; 3]), "{key:?}");
+        }
+    }
+}

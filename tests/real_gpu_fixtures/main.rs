@@ -11,8 +11,8 @@
 //! programs and test scenarios written before their capture.
 
 mod awaiting;
+mod convnets;
 mod harness;
 mod scenarios;
-mod convnets;
-mod traces;
 mod survey;
+mod traces;
