@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::device::GpuArch;
 pub use crate::engine::config_hf::{HfCausalLoss, HfRmsNorm, RopeScope, SdpaPriority};
+pub use crate::engine::conv_workspace::ConvWorkspace;
 use crate::engine::scratch::reduce::ReduceDevice;
 
 /// `cublas_workspace_mode` (engine.md §1.6).
@@ -92,6 +93,9 @@ pub struct EngineConfig {
     pub cudnn_dropout_state_bytes: u64,
     /// Cap on the cuDNN conv workspace: min(cap, input bytes) (engine.md §1.6) [unc].
     pub conv_workspace_cap: u64,
+    /// cuDNN's conv workspaces per shape, as measured on the scenario's GPU;
+    /// shapes not listed take the estimate above.
+    pub conv_workspaces: Vec<ConvWorkspace>,
     /// Iterations (counted from 1) whose scaled gradients overflow: the
     /// engine computes no values, so the scenario says where GradScaler's
     /// `found_inf` is set and `scaler.step` skips `optimizer.step()` (§6.3).
@@ -132,6 +136,7 @@ impl Default for EngineConfig {
             rnn_workspace_bytes: 16 << 20,
             cudnn_dropout_state_bytes: 4 << 20,
             conv_workspace_cap: 64 << 20,
+            conv_workspaces: Vec::new(),
             grad_overflow_iterations: Vec::new(),
             reduce_device: None,
             hf_rmsnorm: HfRmsNorm::default(),

@@ -21,6 +21,7 @@ pub mod autograd;
 pub mod bindings;
 pub mod config;
 pub mod config_hf;
+pub mod conv_workspace;
 pub mod dtype;
 pub mod error;
 pub mod events;

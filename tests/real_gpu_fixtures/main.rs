@@ -11,6 +11,7 @@
 //! the course's misconceptions and exercises; `inventory`: every program
 //! captured, every capture checked.
 
+mod convnets;
 mod course;
 mod gpt_defaults;
 mod harness;

@@ -288,7 +288,7 @@ impl Engine {
                             self.t_mut(t).layout = Layout::Strided;
                         }
                         if let BwdKind::Conv { workspace } = kind {
-                            let ws = self.transient(workspace, Category::Workspace)?;
+                            let ws = self.transient(workspace[i], Category::Workspace)?;
                             self.free_transient(ws);
                         }
                         outs.push(Out::Ready(i, t));

@@ -115,9 +115,10 @@ pub(crate) enum BwdKind {
         /// base alive.
         weight_transposed: bool,
     },
-    /// convolution: per-input gradients with a transient cuDNN workspace each.
+    /// convolution: per-input gradients (x, w, bias), each with its
+    /// transient cuDNN workspace (0: none).
     Conv {
-        workspace: u64,
+        workspace: [u64; 3],
     },
     /// SDPA flash / memory-efficient: q, k, v gradients, then the kernel's
     /// scratch.

@@ -1,6 +1,7 @@
 //! conv2d and pooling (tables 1.7 and 2.2).
 
 use super::super::amp::CastPolicy;
+use super::super::conv_workspace::conv_workspaces;
 use super::super::dtype::DType;
 use super::super::error::Result;
 use super::super::shape::Shape;
@@ -12,7 +13,8 @@ use crate::engine::autograd::BwdKind;
 
 impl Engine {
     /// `conv2d(x [N,C,H,W], w [Cout,C,kh,kw], b)`: out [N,Cout,Hout,Wout] and a
-    /// transient cuDNN workspace of min(cap, input bytes) [unc]. Saves input and
+    /// transient cuDNN workspace, measured per shape where the scenario
+    /// carries it, else min(cap, input bytes) [unc]. Saves input and
     /// weight always; bias only by size.
     pub fn conv2d(
         &mut self,
@@ -47,8 +49,11 @@ impl Engine {
         let kdim = ws.numel() / cout.max(1);
         self.count_gemm(FlopKind::Convolution, xc, n * cout * ho * wo, kdim);
         self.k_matmul(wc, xc, out, cout, n * ho * wo, kdim);
-        let ws_bytes = self.cfg.conv_workspace_cap.min(self.nbytes(xc));
-        let tmp = self.transient(ws_bytes, Category::Workspace)?;
+        let dims = |s: &Shape| [s.dim(0), s.dim(1), s.dim(2), s.dim(3)];
+        let estimate = self.cfg.conv_workspace_cap.min(self.nbytes(xc));
+        let key = (&dims(&xs), &dims(&ws), stride, pad, self.dtype(xc));
+        let spaces = conv_workspaces(&self.cfg.conv_workspaces, key, estimate);
+        let tmp = self.transient(spaces.forward, Category::Workspace)?;
         self.free_transient(tmp);
         let mut ins = vec![xc, wc];
         ins.extend(b);
@@ -56,7 +61,7 @@ impl Engine {
             let node = self.new_node(
                 "ConvolutionBackward0",
                 BwdKind::Conv {
-                    workspace: ws_bytes,
+                    workspace: spaces.backward,
                 },
                 &[Some(xc), Some(wc), b],
             );
