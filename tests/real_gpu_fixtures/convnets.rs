@@ -14,7 +14,7 @@ const RESNET50: &str = "tests/fixtures/pytorch/resnet50-sum.ron";
 
 /// The scenario carries a measured workspace for every convolution shape
 /// its model runs, and nothing else of cuDNN's.
-fn carries_conv_workspaces_as_measured(scenario: &str, shapes: usize) {
+pub(crate) fn carries_conv_workspaces_as_measured(scenario: &str, shapes: usize) {
     let (_, built) = resolve(scenario).unwrap_or_else(|e| panic!("{scenario}: {e}"));
     let table = &built.engine.conv_workspaces;
     assert_eq!(table.len(), shapes, "{scenario}: measured shapes");
@@ -128,7 +128,7 @@ fn simulated_blocks(scenario: &str, stem: &str) -> (Vec<(u64, u64)>, u64) {
 /// reach its peak, so the simulation's run differs from the H100's only in
 /// the segments' addresses (the driver put later segments below earlier
 /// ones; equal-sized free blocks are chosen by address).
-fn only_the_addresses_differ(scenario: &str, stem: &str) {
+pub(crate) fn only_the_addresses_differ(scenario: &str, stem: &str) {
     let (real, real_peak) = real_requests_on_the_sim_device(stem);
     let (sim, sim_peak) = simulated_blocks(scenario, stem);
     assert_eq!(real.len(), sim.len(), "{stem}: requests");

@@ -17,6 +17,7 @@ mod gpt_defaults;
 mod harness;
 mod inventory;
 mod lstm_loop;
+mod resnet50_sweep;
 mod scenarios;
 mod survey;
 mod traces;
