@@ -66,8 +66,8 @@ fn the_resnet50_sweep_is_a_chart_with_its_points_and_fit() {
     for want in [
         "vramscope sweep │ resnet50-batch-sweep │ 7 of 7 points │ capacity 78.66 GiB",
         "capacity 78.66 GiB is above the chart",
-        "batch 64 │ peak allocated 5.36 GiB │ peak reserved 6.12 GiB │ fits",
-        "Peak allocated ≈ 224.34 MiB + 82.09 MiB × batch",
+        "batch 64 │ peak allocated 5.35 GiB │ peak reserved 6.53 GiB │ fits",
+        "Peak allocated ≈ 225.36 MiB + 81.96 MiB × batch",
     ] {
         assert!(out.contains(want), "missing {want:?} in\n{out}");
     }
