@@ -6,7 +6,7 @@
 //! `getWorkspaceSize()` (Conv_v8.cpp `run_conv_plan`), a size decided inside
 //! cuDNN. Everything else is the engine's own.
 
-use crate::harness::{check, out_of_place, real_requests, simulated_requests, Layout, EXACT};
+use crate::harness::{check, requests_in_place, Layout, EXACT};
 use vramscope::scenario::resolve;
 
 const RESNET18: &str = "tests/fixtures/pytorch/resnet18-train.ron";
@@ -51,9 +51,7 @@ fn resnet18_train_matches_the_h100() {
 
 #[test]
 fn resnet18_train_requests_in_place() {
-    let stem = "resnet18_train";
-    let off = out_of_place(&real_requests(stem), &simulated_requests(RESNET18, stem));
-    assert!(off.is_empty(), "{}", off.join("\n"));
+    requests_in_place(RESNET18, "resnet18_train");
 }
 
 #[test]
@@ -64,9 +62,7 @@ fn resnet50_sum_matches_the_h100() {
 
 #[test]
 fn resnet50_sum_requests_in_place() {
-    let stem = "resnet50_sum";
-    let off = out_of_place(&real_requests(stem), &simulated_requests(RESNET50, stem));
-    assert!(off.is_empty(), "{}", off.join("\n"));
+    requests_in_place(RESNET50, "resnet50_sum");
 }
 
 /// The real run's requests and frees, in its order, through our allocator on

@@ -462,6 +462,20 @@ pub(crate) fn simulated_requests(scenario: &str, stem: &str) -> Requests {
         .collect()
 }
 
+/// Every request and free of `scenario`'s run where the capture has it
+/// (the liberties [`out_of_place`] names aside).
+pub(crate) fn requests_in_place(scenario: &str, stem: &str) {
+    let real = real_requests(stem);
+    let off = out_of_place(&real, &simulated_requests(scenario, stem));
+    assert!(
+        off.is_empty(),
+        "{scenario}: {} of {} out of place:\n{}",
+        off.len(),
+        real.len(),
+        off[..off.len().min(20)].join("\n")
+    );
+}
+
 /// Where `sim` differs from `real`: every request and free in the same
 /// place, none missing or extra — but for one liberty, which the capture
 /// programs take: they load a batch in two statements (`x = …` frees the
