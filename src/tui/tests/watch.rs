@@ -264,3 +264,17 @@ fn the_memory_the_driver_keeps_back_is_named_not_lost() {
 fn screen_has(s: &WatchState, needle: &str) -> bool {
     screen(s, 130, 44).contains(needle)
 }
+
+#[test]
+fn at_80_columns_the_process_title_is_whole_not_cut() {
+    let s = watched(true);
+    let out = screen(&s, 80, 24);
+    let title = line_with(&out, "Processes · GPU 0");
+    assert!(title.contains("listed ─"), "{title:?}");
+    assert!(!title.contains("invisible"), "cut mid-sentence: {title:?}");
+    // The reconciliation pane says what the columns cannot know.
+    assert!(
+        out.contains("per process: context + reserved + other unknown"),
+        "{out}"
+    );
+}

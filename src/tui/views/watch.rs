@@ -170,6 +170,12 @@ fn spark_row(
     let data: Vec<Option<u64>> = values.iter().skip(skip).copied().collect();
     let mut spark = Sparkline::default()
         .data(data)
+        // A baseline under every reading: a small value (1.5 GiB of 80) is
+        // under the lowest eighth and would leave the row blank.
+        .bar_set(ratatui::symbols::bar::Set {
+            empty: ratatui::symbols::bar::ONE_EIGHTH,
+            ..ratatui::symbols::bar::NINE_LEVELS
+        })
         .style(th.title())
         .absent_value_symbol("?")
         .absent_value_style(th.dim());
@@ -195,11 +201,21 @@ fn process_table(frame: &mut Frame, r: Rect, th: &Theme, g: &GpuReading) {
             Cell::from("unknown"),
         ])
     });
-    let title = format!(
-        " Processes · GPU {} · {} listed (context / reserved / other: another process's allocator is invisible to us) ",
+    let short = format!(
+        " Processes · GPU {} · {} listed ",
         g.index,
         g.processes.len()
     );
+    let long = format!(
+        "{}(context / reserved / other: another process's allocator is invisible to us) ",
+        short
+    );
+    // A title cut mid-word reads as a bug: the long form only where it fits.
+    let title = if long.chars().count() + 2 <= usize::from(r.width) {
+        long
+    } else {
+        short
+    };
     let table = Table::new(
         rows,
         [
