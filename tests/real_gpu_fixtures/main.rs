@@ -12,6 +12,7 @@
 //! captured, every capture checked.
 
 mod course;
+mod cudnn_attention;
 mod gpt_defaults;
 mod harness;
 mod inventory;
