@@ -108,6 +108,12 @@ pub struct EngineConfig {
     pub hf_causal_loss: HfCausalLoss,
     /// PEFT `autocast_adapter_dtype`: fp16/bf16 adapters upcast to fp32 (§6.1).
     pub peft_upcast_adapters: bool,
+    /// transformers' `use_cache=True` in training (its default outside
+    /// gradient checkpointing): each Hugging Face attention layer passes k
+    /// and v through `DynamicCache.update`, a `torch.cat` onto an empty
+    /// tensor, so SDPA gets (and saves) copies. The cache's own hold on them
+    /// after the layer, until the output goes, is not modelled.
+    pub hf_use_cache: bool,
     /// None: derived as models.md §4.4 says (cuDNN first from 2.11 on sm90
     /// and later, with the default cu130 wheel's cuDNN 9.17).
     pub sdpa_priority: Option<SdpaPriority>,
@@ -138,6 +144,7 @@ impl Default for EngineConfig {
             hf_rope_scope: RopeScope::default(),
             hf_causal_loss: HfCausalLoss::default(),
             peft_upcast_adapters: true,
+            hf_use_cache: false,
             sdpa_priority: None,
         }
     }
