@@ -42,13 +42,6 @@ pub(crate) fn figures_of(sim: &RunResult) -> Figures {
 /// addresses instead of the driver's. Iterations end where the program's
 /// next `iteration N` annotation starts, the last one with the trace.
 pub(crate) fn on_simulated_addresses(scenario: &str, stem: &str) -> Figures {
-    on_simulated_addresses_marked(scenario, stem, "iteration ")
-}
-
-/// [`on_simulated_addresses`] where each iteration starts at an annotation
-/// whose name starts with `mark` (a program without `iteration N` ranges:
-/// its optimizer's `zero_grad`, say).
-pub(crate) fn on_simulated_addresses_marked(scenario: &str, stem: &str, mark: &str) -> Figures {
     let (_, built) = resolve(scenario).unwrap_or_else(|e| panic!("{scenario}: {e}"));
     let snap = import_file(&captured(stem, "pickle")).expect("imports");
     let entries = from_snapshot::entries(&snap, 0);
@@ -61,7 +54,7 @@ pub(crate) fn on_simulated_addresses_marked(scenario: &str, stem: &str, mark: &s
     let starts: Vec<i64> = snap
         .external_annotations
         .iter()
-        .filter(|a| &*a.stage == "START" && a.name.starts_with(mark))
+        .filter(|a| &*a.stage == "START" && a.name.starts_with("iteration "))
         .map(|a| a.time_us)
         .collect();
     let device = SimDevice::new(
