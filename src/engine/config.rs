@@ -79,7 +79,7 @@ pub struct EngineConfig {
     /// the architecture's default.
     pub cublaslt_workspace_size: Option<u64>,
     pub zero_grad_default_set_to_none: bool,
-    /// None = automatic choice (flash for fp16/bf16, memory-efficient for fp32).
+    /// None = the one PyTorch's dispatcher picks (`sdpa_priority`, models.md §4.4).
     pub sdpa_backend: Option<SdpaBackend>,
     /// `lstm_reserve_factor` k (engine.md §8.2) [unc].
     pub lstm_reserve_factor: u64,

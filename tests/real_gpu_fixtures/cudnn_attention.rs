@@ -57,7 +57,6 @@ fn sdpa_default_fp16_matches_the_h100() {
     );
 }
 
-
 #[test]
 fn llama_lora_finetune_matches_the_h100() {
     // Exact: the requests at the peaks and every iteration end are the
@@ -70,6 +69,9 @@ fn llama_lora_finetune_matches_the_h100() {
     let sc = "llama-lora-finetune";
     let (_, built) = vramscope::scenario::resolve(sc).expect("resolves");
     assert_eq!(built.engine.sdpa_backend, None, "{sc}: PyTorch's choice");
-    assert!(built.engine.hf_use_cache, "{sc}: the program's use_cache=True");
+    assert!(
+        built.engine.hf_use_cache,
+        "{sc}: the program's use_cache=True"
+    );
     check(sc, "llama_lora_finetune", EXACT);
 }

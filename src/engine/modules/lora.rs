@@ -4,8 +4,8 @@
 
 use super::super::dtype::DType;
 use super::super::error::Result;
-use super::super::tag::Category;
 use super::super::presets_hf::LoraSpec;
+use super::super::tag::Category;
 use super::super::tensor::TensorId;
 use super::super::Engine;
 use super::Linear;

@@ -5,11 +5,11 @@ use super::super::config::SdpaBackend;
 use super::super::dtype::DType;
 use super::super::error::Result;
 use super::super::shape::Shape;
+use super::super::tag::Category;
 use super::super::tensor::{Layout, TensorId};
 use super::super::Engine;
 use super::sdpa_select::SdpaCall;
 use crate::engine::autograd::{BwdKind, SdpaScratch};
-use super::super::tag::Category;
 
 impl Engine {
     /// SDPA on q, k, v of shape [B, h, T, hd] (`is_causal` as given), as
