@@ -80,7 +80,7 @@ pub struct EngineConfig {
     /// the architecture's default.
     pub cublaslt_workspace_size: Option<u64>,
     pub zero_grad_default_set_to_none: bool,
-    /// None = automatic choice (flash for fp16/bf16, memory-efficient for fp32).
+    /// None = the one PyTorch's dispatcher picks (`sdpa_priority`, models.md §4.4).
     pub sdpa_backend: Option<SdpaBackend>,
     /// `lstm_reserve_factor` k (engine.md §8.2) [unc].
     pub lstm_reserve_factor: u64,
@@ -112,6 +112,12 @@ pub struct EngineConfig {
     pub hf_causal_loss: HfCausalLoss,
     /// PEFT `autocast_adapter_dtype`: fp16/bf16 adapters upcast to fp32 (§6.1).
     pub peft_upcast_adapters: bool,
+    /// transformers' `use_cache=True` in training (its default outside
+    /// gradient checkpointing): each Hugging Face attention layer passes k
+    /// and v through `DynamicCache.update`, a `torch.cat` onto an empty
+    /// tensor, so SDPA gets (and saves) copies. The cache's own hold on them
+    /// after the layer, until the output goes, is not modelled.
+    pub hf_use_cache: bool,
     /// None: derived as models.md §4.4 says (cuDNN first from 2.11 on sm90
     /// and later, with the default cu130 wheel's cuDNN 9.17).
     pub sdpa_priority: Option<SdpaPriority>,
@@ -143,6 +149,7 @@ impl Default for EngineConfig {
             hf_rope_scope: RopeScope::default(),
             hf_causal_loss: HfCausalLoss::default(),
             peft_upcast_adapters: true,
+            hf_use_cache: false,
             sdpa_priority: None,
         }
     }

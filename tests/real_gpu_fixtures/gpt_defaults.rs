@@ -19,13 +19,13 @@ use crate::harness::*;
 /// What a run's allocator reports: the peaks, and allocated / reserved /
 /// the running peak at each iteration's end.
 #[derive(Debug, PartialEq)]
-struct Figures {
+pub(crate) struct Figures {
     peak_allocated: u64,
     peak_reserved: u64,
     ends: Vec<(u64, u64, u64)>,
 }
 
-fn figures_of(sim: &RunResult) -> Figures {
+pub(crate) fn figures_of(sim: &RunResult) -> Figures {
     Figures {
         peak_allocated: sim.peak_allocated,
         peak_reserved: sim.peak_reserved,
@@ -41,7 +41,7 @@ fn figures_of(sim: &RunResult) -> Figures {
 /// scenario's simulated device: PyTorch's decisions with the simulation's
 /// addresses instead of the driver's. Iterations end where the program's
 /// next `iteration N` annotation starts, the last one with the trace.
-fn on_simulated_addresses(scenario: &str, stem: &str) -> Figures {
+pub(crate) fn on_simulated_addresses(scenario: &str, stem: &str) -> Figures {
     let (_, built) = resolve(scenario).unwrap_or_else(|e| panic!("{scenario}: {e}"));
     let snap = import_file(&captured(stem, "pickle")).expect("imports");
     let entries = from_snapshot::entries(&snap, 0);

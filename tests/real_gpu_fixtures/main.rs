@@ -13,6 +13,7 @@
 
 mod convnets;
 mod course;
+mod cudnn_attention;
 mod gpt_defaults;
 mod harness;
 mod inventory;

@@ -269,14 +269,28 @@ impl Engine {
             BwdKind::Alloc
             | BwdKind::Cast
             | BwdKind::AllocWithTemp { .. }
+            | BwdKind::AllocAfterTemps { .. }
+            | BwdKind::Mul
             | BwdKind::Conv { .. }
             | BwdKind::Sdpa { .. } => {
                 for i in 0..ninputs {
                     if needs(self, i) {
                         let m = self.nodes[n.0].inputs[i];
+                        let broadcast = g0
+                            .filter(|_| kind == BwdKind::Mul)
+                            .filter(|&g| self.shape(g).numel() > m.shape.numel());
+                        if let Some(g) = broadcast {
+                            let t = self.empty(self.shape(g), m.dtype, Category::Gradient)?;
+                            self.k_grad_from(g0, t);
+                            outs.push(Out::Forward(i, t));
+                            continue;
+                        }
                         let t = match kind {
                             BwdKind::AllocWithTemp { temp_first } => {
                                 self.grad_with_temp(m.shape, m.dtype, temp_first)?
+                            }
+                            BwdKind::AllocAfterTemps { temps } => {
+                                self.grad_after_temps(m.shape, m.dtype, temps)?
                             }
                             _ => self.empty(m.shape, m.dtype, Category::Gradient)?,
                         };

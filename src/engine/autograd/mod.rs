@@ -90,6 +90,17 @@ pub(crate) enum BwdKind {
     AllocWithTemp {
         temp_first: bool,
     },
+    /// As `Alloc`, after `temps` temporaries of the gradient's size that the
+    /// formula's C++ expression builds first and destroys, newest first,
+    /// once the gradient exists: PowBackward0's `grad * (2 * self.pow(1))`,
+    /// RsqrtBackward0's `-0.5 * grad * result.pow(3)` (derivatives.yaml).
+    AllocAfterTemps {
+        temps: u8,
+    },
+    /// MulBackward0: each gradient is `grad * other` (or `* self`) at the
+    /// output's shape; an input broadcast to it gets that product reduced by
+    /// `validate_outputs`' `sum_to` afterwards, the product then freed.
+    Mul,
     /// The incoming gradient is handed on as a view (add, views, cat); broadcasts
     /// and dtype changes are fixed up by `validate_outputs` (sum_to / cast).
     PassThrough,

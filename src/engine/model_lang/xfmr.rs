@@ -137,6 +137,10 @@ pub(crate) fn build(
         Module::RotaryEmbedding { head_dim } => {
             let module = e.tags.module(path);
             let buf = e.new_inv_freq(module, *head_dim, bufs, &at("inv_freq"))?;
+            // transformers registers `original_inv_freq` as a buffer of its
+            // own (`inv_freq.clone()`, `LlamaRotaryEmbedding.__init__`), moved
+            // and cast with the model: two 64 B blocks in the Qwen2.5 capture.
+            e.new_inv_freq(module, *head_dim, bufs, &at("original_inv_freq"))?;
             st.inv_freq = Some(buf);
             XNode::Rotary
         }
@@ -433,7 +437,7 @@ impl LangNet {
         for p in params.iter() {
             e.t_mut(*p).requires_grad = false;
         }
-        let mut adapted = 0;
+        let mut adapters = Vec::new();
         for i in 0..self.nodes.len() {
             if let Node::Linear(l) = &self.nodes[i] {
                 let name = e.tags.module_path(l.module);
@@ -450,11 +454,17 @@ impl LangNet {
                     continue;
                 }
                 let ws = e.shape(proj.base.w);
-                proj.adapter = Some(e.new_adapter(&path, ws.dim(1), ws.dim(0), lora, params)?);
-                adapted += 1;
+                let adapter = e.new_adapter(&path, ws.dim(1), ws.dim(0), lora, params)?;
+                adapters.push(adapter.clone());
+                proj.adapter = Some(adapter);
             }
         }
-        if adapted == 0 {
+        if e.upcasts_adapters() {
+            for a in &adapters {
+                e.upcast_adapter(a)?;
+            }
+        }
+        if adapters.is_empty() {
             return Err(EngineError::Program(format!(
                 "lora: no projection is named {} (target_modules match the last part of a module path, e.g. q_proj)",
                 lora.target_modules.join(", ")

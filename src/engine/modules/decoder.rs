@@ -218,6 +218,17 @@ impl Engine {
             }
             None => (q, k),
         };
+        // `key_states, value_states = past_key_values.update(...)`: the
+        // cache's copies, then the old bindings go.
+        let (kr, v) = if self.cfg.hf_use_cache {
+            let kc = self.cat(&[kr], self.shape(kr))?;
+            let vc = self.cat(&[v], self.shape(v))?;
+            self.release(kr);
+            self.release(v);
+            (kc, vc)
+        } else {
+            (kr, v)
+        };
         let p = if self.ctx.training { a.dropout } else { 0.0 };
         let out = self.sdpa_hf(qr, kr, v, p, a.causal)?;
         // `attn_output.transpose(1, 2).contiguous()`: the fused backends lay

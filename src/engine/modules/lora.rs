@@ -5,6 +5,7 @@
 use super::super::dtype::DType;
 use super::super::error::Result;
 use super::super::presets_hf::LoraSpec;
+use super::super::tag::Category;
 use super::super::tensor::TensorId;
 use super::super::Engine;
 use super::Linear;
@@ -34,8 +35,9 @@ impl Proj {
 }
 
 impl Engine {
-    /// `update_layer`: lora_A [r, in] and lora_B [out, r], no bias, in the
-    /// adapter dtype (fp32 when a half-precision base is upcast, §6.1).
+    /// `update_layer`: lora_A [r, in] and lora_B [out, r], no bias, moved to
+    /// the base layer's device and dtype (`_move_adapter_to_device_of_base_layer`);
+    /// [`Engine::upcast_adapter`] makes them fp32 afterwards where PEFT does.
     pub(crate) fn new_adapter(
         &mut self,
         path: &str,
@@ -44,22 +46,42 @@ impl Engine {
         spec: &LoraSpec,
         params: &mut Vec<TensorId>,
     ) -> Result<Adapter> {
-        let base_dtype = self.param_dtype;
-        if self.cfg.peft_upcast_adapters && base_dtype.is_half() {
-            self.param_dtype = DType::F32;
-        }
-        let a = self.new_linear(&format!("{path}.lora_A"), fin, spec.r, false, params);
-        let b = a.and_then(|a| {
-            self.new_linear(&format!("{path}.lora_B"), spec.r, fout, false, params)
-                .map(|b| (a, b))
-        });
-        self.param_dtype = base_dtype;
-        let (a, b) = b?;
+        let a = self.new_linear(&format!("{path}.lora_A"), fin, spec.r, false, params)?;
+        let b = self.new_linear(&format!("{path}.lora_B"), spec.r, fout, false, params)?;
         Ok(Adapter {
             a,
             b,
             dropout: spec.dropout,
         })
+    }
+
+    /// Whether PEFT upcasts the adapters of a model in this parameter dtype
+    /// (`autocast_adapter_dtype=True` and a half-precision base, §6.1).
+    pub(crate) fn upcasts_adapters(&self) -> bool {
+        self.cfg.peft_upcast_adapters && self.param_dtype.is_half()
+    }
+
+    /// `get_peft_model`'s `_cast_adapter_dtype`, once every adapter exists:
+    /// `param.data = param.data.to(torch.float32)` for lora_A's and lora_B's
+    /// weight in turn, the fp32 copy made before the half one goes (seen in
+    /// captured/llama_lora_finetune, `tuners_utils.py` `cast_adapter_dtype`).
+    pub(crate) fn upcast_adapter(&mut self, ad: &Adapter) -> Result<()> {
+        for l in [&ad.a, &ad.b] {
+            let prev = self.enter_module(l.module);
+            let op = self.op_begin("param.to(float32)");
+            let bytes = self.shape(l.w).numel() * DType::F32.size();
+            let r = self.new_storage(bytes, Category::Parameter);
+            self.exit_module(prev);
+            self.op_end(op)?;
+            let s = r?;
+            self.storages[s.0].tensor_refs += 1;
+            let t = self.t_mut(l.w);
+            let old = std::mem::replace(&mut t.storage, s);
+            t.dtype = DType::F32;
+            self.release_storage_tensor(old);
+            self.k_fill(l.w, super::PARAM_INIT);
+        }
+        Ok(())
     }
 
     /// The projection's forward: the Linear, or PEFT's `lora.Linear.forward`.

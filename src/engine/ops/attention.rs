@@ -5,15 +5,17 @@ use super::super::config::SdpaBackend;
 use super::super::dtype::DType;
 use super::super::error::Result;
 use super::super::shape::Shape;
+use super::super::tag::Category;
 use super::super::tensor::{Layout, TensorId};
 use super::super::Engine;
 use super::sdpa_select::SdpaCall;
 use crate::engine::autograd::{BwdKind, SdpaScratch};
 
 impl Engine {
-    /// SDPA on q, k, v of shape [B, h, T, hd] (`is_causal` as given). The
-    /// backend is the configured one, or automatic: flash for fp16/bf16,
-    /// memory-efficient for fp32.
+    /// SDPA on q, k, v of shape [B, h, T, hd] (`is_causal` as given), as
+    /// `F.scaled_dot_product_attention` with no mask: the backend is the one
+    /// `sdpa_backend` forces, or the one PyTorch's dispatcher picks
+    /// (`select_sdp_backend`, models.md §4.4; [`SdpaCall`]).
     pub fn sdpa(
         &mut self,
         q: TensorId,
@@ -22,12 +24,14 @@ impl Engine {
         dropout: f64,
         causal: bool,
     ) -> Result<TensorId> {
-        self.sdpa_op(q, k, v, dropout, causal, false)
+        let prev = self.op_begin("scaled_dot_product_attention");
+        let r = self.sdpa_dispatch(q, k, v, dropout, causal);
+        self.op_end(prev)?;
+        r
     }
 
     /// SDPA as Hugging Face calls it (models.md §4.1): k and v may carry
-    /// fewer heads (`enable_gqa=True`), and the backend is the one PyTorch
-    /// 2.11's dispatcher picks (§4.4) unless `sdpa_backend` forces one.
+    /// fewer heads (`enable_gqa=True`); otherwise [`Engine::sdpa`].
     pub fn sdpa_hf(
         &mut self,
         q: TensorId,
@@ -36,24 +40,7 @@ impl Engine {
         dropout: f64,
         causal: bool,
     ) -> Result<TensorId> {
-        self.sdpa_op(q, k, v, dropout, causal, true)
-    }
-
-    /// The op around [`Engine::sdpa_dispatch`]; `dispatcher`: choose the
-    /// backend as PyTorch's dispatcher does rather than the engine's default.
-    fn sdpa_op(
-        &mut self,
-        q: TensorId,
-        k: TensorId,
-        v: TensorId,
-        dropout: f64,
-        causal: bool,
-        dispatcher: bool,
-    ) -> Result<TensorId> {
-        let prev = self.op_begin("scaled_dot_product_attention");
-        let r = self.sdpa_dispatch(q, k, v, dropout, causal, dispatcher);
-        self.op_end(prev)?;
-        r
+        self.sdpa(q, k, v, dropout, causal)
     }
 
     fn sdpa_dispatch(
@@ -63,7 +50,6 @@ impl Engine {
         v: TensorId,
         dropout: f64,
         causal: bool,
-        dispatcher: bool,
     ) -> Result<TensorId> {
         let [qc, kc, vc] = self.autocast_all([q, k, v], CastPolicy::Lower)?;
         let dtype = self.dtype(qc);
@@ -75,7 +61,7 @@ impl Engine {
                 SdpaBackend::Efficient
             }
             Some(b) => b,
-            None if dispatcher => SdpaCall {
+            None => SdpaCall {
                 dtype,
                 mask: false,
                 dropout: p,
@@ -83,8 +69,6 @@ impl Engine {
                 gqa,
             }
             .backend(self.cfg.sdpa_priority()),
-            None if dtype.is_half() => SdpaBackend::Flash,
-            None => SdpaBackend::Efficient,
         };
         let out = match backend {
             SdpaBackend::Math if gqa => self.sdpa_math_gqa(qc, kc, vc, p, causal),
@@ -125,9 +109,9 @@ impl Engine {
         out
     }
 
-    /// Flash / memory-efficient: out laid out [B, T, h, hd] (a [B, h, T, hd] view),
-    /// logsumexp [B, h, T] fp32 (T padded to a multiple of 32 for mem-eff), and
-    /// the RNG state (see below).
+    /// Flash / memory-efficient / cuDNN: out laid out [B, T, h, hd] (a
+    /// [B, h, T, hd] view), logsumexp [B, h, T] fp32 (T padded to a multiple
+    /// of 32 for mem-eff), and the RNG state (see below).
     fn sdpa_fused(
         &mut self,
         q: TensorId,
@@ -139,47 +123,66 @@ impl Engine {
         let s = self.shape(q);
         let (b, h, t, hd) = (s.dim(0), s.dim(1), s.dim(2), s.dim(3));
         let dtype = self.dtype(q);
-        let out_base = self.act(Shape::new(&[b, t, h, hd]), dtype)?;
+        let flash = backend == SdpaBackend::Flash;
+        let cudnn = backend == SdpaBackend::Cudnn;
+        // cuDNN (`_cudnn_attention_forward`, attention.cu): the dropout seed
+        // and offset, `at::zeros({1}, kLong)` each, before
+        // `run_cudnn_SDP_fprop` makes the output and the stats.
+        let (seed, offset) = if cudnn {
+            let seed = self.aux(Shape::new(&[1]), DType::I64)?;
+            match self.aux(Shape::new(&[1]), DType::I64) {
+                Ok(o) => (Some(seed), Some(o)),
+                Err(e) => {
+                    self.release(seed);
+                    return Err(e);
+                }
+            }
+        } else {
+            (None, None)
+        };
+        let out_base = match self.act(Shape::new(&[b, t, h, hd]), dtype) {
+            Ok(o) => o,
+            Err(e) => {
+                for t in [seed, offset].into_iter().flatten() {
+                    self.release(t);
+                }
+                return Err(e);
+            }
+        };
         // Fused attention as one GEMM stand-in: out[rows, hd] = q[rows, hd] · v[hd, hd].
         self.k_matmul(q, v, out_base, b * h * t, hd, hd);
-        let tl = if matches!(backend, SdpaBackend::Flash | SdpaBackend::Cudnn) {
+        let tl = if flash || cudnn {
             t
         } else {
             t.div_ceil(32) * 32
         };
         // Memory-efficient attention computes logsumexp only for backward
-        // (`compute_log_sumexp`); flash always does.
-        let flash = backend == SdpaBackend::Flash;
-        let cudnn = backend == SdpaBackend::Cudnn;
+        // (`compute_log_sumexp`), cuDNN its stats only in training; flash
+        // always does.
         let recording = self.records(&[q, k, v]);
         let lse = if recording || flash {
             Some(self.aux(Shape::new(&[b, h, tl]), DType::F32)?)
         } else {
             None
         };
+        if cudnn {
+            // The plan's workspace from the caching allocator, freed when
+            // `run_cudnn_SDP_fprop` returns (MHA.cpp).
+            let ws = self.transient(CUDNN_PLAN_WORKSPACE, Category::Workspace)?;
+            self.free_transient(ws);
+        }
         // Flash (FlashAttention-2 in ATen) always returns its philox state as
         // a [2] int64 tensor and an `unused` int64 scalar, both saved for
         // backward. Seen on PyTorch 2.11 (tests/fixtures/pytorch/captured/
         // amp_fp16). Memory-efficient attention's seed and offset are CPU
         // scalars outside CUDA graph capture, dropout or not
         // (`_efficient_attention_forward`, "Note [Seed and Offset Device]";
-        // captured/gpt_dropout). cuDNN's seed and offset: two one-element
-        // int64 tensors (models.md §4.5 [unc]).
-        let rng = if flash || cudnn {
-            let shape = if cudnn { [1] } else { [2] };
-            Some(self.aux(Shape::new(&shape), DType::I64)?)
+        // captured/gpt_dropout).
+        let (rng, unused) = if flash {
+            let rng = self.aux(Shape::new(&[2]), DType::I64)?;
+            (Some(rng), Some(self.aux(Shape::scalar(), DType::I64)?))
         } else {
-            None
-        };
-        let unused = if flash || cudnn {
-            let shape = if cudnn {
-                Shape::new(&[1])
-            } else {
-                Shape::scalar()
-            };
-            Some(self.aux(shape, DType::I64)?)
-        } else {
-            None
+            (seed, offset)
         };
         let out = self.view_as(out_base, s, Layout::Strided);
         self.release(out_base);
@@ -193,7 +196,7 @@ impl Engine {
                 SdpaBackend::Cudnn => (
                     "ScaledDotProductCudnnAttentionBackward0",
                     SdpaScratch::Cudnn {
-                        workspace: cudnn_backward_workspace(b, h, t, hd),
+                        workspace: cudnn_backward_workspace(b, h, t, hd, kv_heads, dtype.size()),
                     },
                 ),
                 _ if dtype == DType::F32 => (
@@ -256,10 +259,31 @@ fn efficient_f32_scratch(b: u64, h: u64, t: u64, hd: u64) -> SdpaScratch {
     }
 }
 
-/// cuDNN attention's backward workspace, `sdpa_cudnn_workspace` of
-/// models.md §0.4: 4·B·h·T·d + 4·B·h·T bytes [unc: cuDNN picks it].
-fn cudnn_backward_workspace(b: u64, h: u64, t: u64, hd: u64) -> u64 {
-    4 * b * h * t * hd + 4 * b * h * t
+/// What cuDNN's attention plans take from the caching allocator beyond
+/// the frontend's own buffers, forward and backward: 256 B on the H100 with
+/// PyTorch 2.11's cuDNN, for every shape captured (GPT d 64, B 8, h 8,
+/// T 512; Qwen2.5 d 64, h 14, GQA; `tests/fixtures/pytorch/captured/
+/// sdpa_default_fp16`, `llama_lora_finetune`). cuDNN's engine sizes it:
+/// measured, not derived.
+const CUDNN_PLAN_WORKSPACE: u64 = 256;
+
+/// cuDNN attention's backward workspace for q of [B, h, T, hd] and k, v of
+/// `kv_heads` heads (`run_cudnn_SDP_bprop` takes the graph's
+/// `get_workspace_size()` from the caching allocator): the cuDNN frontend's
+/// non-virtual tensors (`CompositeSDPABackwardNode::get_fe_workspace_size_node`:
+/// `dQ_accum` [B, h, T, hd] fp32 and `softmax_sum` [B, h, T] fp32), then the
+/// plan's. With fewer key/value heads the plan also holds the full-head dK
+/// and dV [B, h, T, hd] in q's dtype that the graph reduces to `kv_heads`
+/// (`dK_fullhead`, `dV_fullhead`, virtual in the frontend's graph) [inf:
+/// the Qwen2.5 capture's 2·B·h·T·hd·2 bytes more].
+fn cudnn_backward_workspace(b: u64, h: u64, t: u64, hd: u64, kv_heads: u64, elem: u64) -> u64 {
+    let frontend = 4 * b * h * t * hd + 4 * b * h * t;
+    let full_heads = if kv_heads != h {
+        2 * b * h * t * hd * elem
+    } else {
+        0
+    };
+    frontend + full_heads + CUDNN_PLAN_WORKSPACE
 }
 
 /// FlashAttention-2's backward scratch for q of [B, h, T, hd] and k, v of

@@ -157,7 +157,7 @@ impl Engine {
         self.k_binary(a, b, out);
         if self.records(&[a, b]) {
             let kind = if is_mul {
-                BwdKind::Alloc
+                BwdKind::Mul
             } else {
                 BwdKind::PassThrough
             };

@@ -17,12 +17,15 @@ enum Keeps {
 }
 
 impl Engine {
-    /// `pow(x, 2)`: PowBackward0 saves self; on autocast's fp32 list.
+    /// `pow(x, 2)`: PowBackward0 saves self; on autocast's fp32 list. Its
+    /// backward, `grad * (2 * self.pow(1))`, makes two temporaries first.
     pub fn pow2(&mut self, x: TensorId) -> Result<TensorId> {
         self.pointwise("pow", "PowBackward0", x, Keeps::Input, CastPolicy::Fp32)
     }
 
     /// `rsqrt(x)`: RsqrtBackward0 saves its result; on autocast's fp32 list.
+    /// Its backward, `-0.5 * grad * result.pow(3)`, makes two temporaries
+    /// first.
     pub fn rsqrt(&mut self, x: TensorId) -> Result<TensorId> {
         self.pointwise(
             "rsqrt",
@@ -76,7 +79,11 @@ impl Engine {
             };
             self.k_unary(xc, out);
             if self.records(&[xc]) {
-                let node = self.new_node(node_name, BwdKind::Alloc, &[Some(xc)]);
+                let kind = match keeps {
+                    Keeps::Nothing => BwdKind::Alloc,
+                    Keeps::Input | Keeps::Result => BwdKind::AllocAfterTemps { temps: 2 },
+                };
+                let node = self.new_node(node_name, kind, &[Some(xc)]);
                 self.set_grad_fn(out, node, 0);
                 match keeps {
                     Keeps::Input => self.save(node, "self", xc, false),

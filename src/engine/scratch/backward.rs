@@ -44,6 +44,33 @@ impl Engine {
         }
     }
 
+    /// A gradient made after `temps` temporaries of its size, which go once
+    /// it exists, newest first ([`BwdKind::AllocAfterTemps`]).
+    pub(in crate::engine) fn grad_after_temps(
+        &mut self,
+        shape: Shape,
+        dtype: DType,
+        temps: u8,
+    ) -> Result<TensorId> {
+        let bytes = shape.numel() * dtype.size();
+        let mut held = Vec::with_capacity(usize::from(temps));
+        let mut made = Ok(());
+        for _ in 0..temps {
+            match self.transient(bytes, Category::Temporary) {
+                Ok(s) => held.push(s),
+                Err(e) => {
+                    made = Err(e);
+                    break;
+                }
+            }
+        }
+        let t = made.and_then(|()| self.empty(shape, dtype, Category::Gradient));
+        for s in held.into_iter().rev() {
+            self.free_transient(s);
+        }
+        t
+    }
+
     /// `_cudnn_rnn_backward`'s stand-ins for undefined incoming gradients:
     /// `zeros_like(output)`, `zeros_like(hx)`, `zeros_like(cx)`, in that
     /// order, for each of output, hy and cy that received no gradient.

@@ -233,18 +233,22 @@ fn bf16_gqa_takes_cudnn_with_g_head_gradients() {
     let v = input(&mut e, &[1, 2, t, d], DType::BF16);
     e.take_events();
     let o = e.sdpa_hf(q, k, v, 0.0, true).expect("sdpa");
-    // out [1, T, 8, d] bf16, stats [1, 8, T] fp32, seed, offset (§4.5).
+    // `_cudnn_attention_forward`: seed and offset first, then out
+    // [1, T, 8, d] bf16, stats [1, 8, T] fp32 and the plan's 256 B
+    // workspace, as the H100 captures show (captured/llama_lora_finetune).
     let out = (8 * t * d * 2) as i64;
     assert_eq!(
         requests(&e.take_events()),
-        vec![out, (8 * t * 4) as i64, 8, 8]
+        vec![8, 8, out, (8 * t * 4) as i64, 256, -256]
     );
     let loss = e.sum(o).expect("sum");
     e.take_events();
     e.backward(loss, false).expect("backward");
     let r = requests(&e.take_events());
     let (dq, dkv) = (out, (2 * t * d * 2) as i64);
-    let ws = (4 * 8 * t * d + 4 * 8 * t) as i64;
+    // The frontend's dQ accumulator and softmax sum (fp32), GQA's full-head
+    // dK and dV (bf16), the plan's 256 B.
+    let ws = (4 * 8 * t * d + 4 * 8 * t + 2 * 8 * t * d * 2 + 256) as i64;
     let at = r
         .windows(5)
         .position(|w| w == [dq, dkv, dkv, ws, -ws])
