@@ -260,6 +260,13 @@ fn conditions_text(out: &mut String, c: &Conditions, alloc_conf: &str) {
             format!("; {}", env.join(" "))
         }
     );
+    if !c.stated_engine.is_empty() {
+        let _ = writeln!(
+            out,
+            "engine settings the scenario states: {}",
+            c.stated_engine.join("; ")
+        );
+    }
     let _ = writeln!(out, "{}", c.verification());
 }
 

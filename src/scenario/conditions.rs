@@ -43,6 +43,10 @@ pub struct Conditions {
     /// The file is a built-in scenario, byte for byte: what the test suite
     /// checked is what runs.
     pub as_shipped: bool,
+    /// The settings its `engine` block makes (`sdpa_backend Flash`,
+    /// `conv_workspaces 23 entries`): conditions a capture ran under (a
+    /// forced kernel, cuDNN's measured sizes) that the report names.
+    pub stated_engine: Vec<String>,
 }
 
 impl Conditions {
@@ -144,7 +148,28 @@ pub(crate) fn conditions(s: &Scenario, torch: TorchVersion) -> Result<Conditions
         env: s.env.clone(),
         capture: s.capture.clone(),
         as_shipped: false,
+        stated_engine: s.engine.as_ref().map(stated_settings).unwrap_or_default(),
     })
+}
+
+/// The fields of a scenario's `engine` block that differ from the engine's
+/// defaults, as `name value` (a list as its length).
+fn stated_settings(e: &EngineConfig) -> Vec<String> {
+    let (Ok(serde_json::Value::Object(ours)), Ok(serde_json::Value::Object(default))) = (
+        serde_json::to_value(e),
+        serde_json::to_value(EngineConfig::default()),
+    ) else {
+        return Vec::new();
+    };
+    ours.into_iter()
+        .filter(|(k, v)| default.get(k) != Some(v))
+        .map(|(k, v)| match v {
+            serde_json::Value::Array(a) => format!("{k} {} entries", a.len()),
+            serde_json::Value::String(s) => format!("{k} {s}"),
+            serde_json::Value::Object(_) => k,
+            other => format!("{k} {other}"),
+        })
+        .collect()
 }
 
 fn problem(word: &str, message: String) -> Problem {
