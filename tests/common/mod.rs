@@ -33,6 +33,8 @@ pub fn json(text: &str) -> serde_json::Value {
 /// A fresh directory under the system's temp dir for one test's files.
 pub fn temp_dir(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("vramscope-tests-{tag}-{}", std::process::id()));
+    // A run whose process had this id before left its files here.
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
 }
