@@ -58,6 +58,9 @@ pub struct ByLineRow {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ByLineFrame {
     pub title: String,
+    /// The title without the step's event and the block count, for a pane
+    /// too narrow for `title` (a title cut mid-word reads as a bug).
+    pub title_short: String,
     pub rows: Vec<ByLineRow>,
     pub footer: String,
     /// Nothing live at the cursor.
@@ -288,9 +291,21 @@ pub fn prepare(r: &mut RunView, height: usize) -> ByLineFrame {
         (true, None) => "Live (no step yet)".to_string(),
     };
     let title = format!(
-        " {scope} by {what} · {} · {} blocks · {} line{}{note} ",
+        " {scope} by {what} · {} · {} block{} · {} line{}{note} ",
         format_size(total),
         format_count(blocks as u64),
+        if blocks == 1 { "" } else { "s" },
+        format_count(groups.len() as u64),
+        if groups.len() == 1 { "" } else { "s" }
+    );
+    let short_scope = match (counting, since) {
+        (false, _) => "Live",
+        (true, Some(_)) => "Grown since step",
+        (true, None) => "Live (no step yet)",
+    };
+    let title_short = format!(
+        " {short_scope} by {what} · {} · {} line{} ",
+        format_size(total),
         format_count(groups.len() as u64),
         if groups.len() == 1 { "" } else { "s" }
     );
@@ -309,6 +324,7 @@ pub fn prepare(r: &mut RunView, height: usize) -> ByLineFrame {
         .collect();
     ByLineFrame {
         title,
+        title_short,
         rows,
         footer: if counting {
             " j/k line · b its stack · S all live · u/Esc close ".into()

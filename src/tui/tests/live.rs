@@ -49,6 +49,26 @@ fn the_default_view_shows_what_grew_since_the_last_step_and_which_line() {
     assert!(s.contains(" Live by Python line · 26.00 MiB"), "{s}");
 }
 
+/// A pane too narrow for the whole title keeps a whole short one, not the
+/// long one cut mid-word; one block is "1 block".
+#[test]
+fn a_narrow_by_line_pane_keeps_a_whole_title() {
+    let mut app = job_app(12, 2 << 20);
+    keys(&mut app, "G");
+    let s = screen(&mut app, 80, 24);
+    assert!(s.contains("2.00 MiB · 1 block · 1 line ─"), "{s}");
+    let s = screen(&mut app, 72, 24);
+    let title = s
+        .lines()
+        .find(|l| l.contains("by Python line"))
+        .unwrap_or_else(|| panic!("no by-line pane:\n{s}"));
+    assert!(
+        title.contains("Grown since step by Python line · 2.00 MiB · 1 line ─"),
+        "{title:?}"
+    );
+    assert!(!title.contains("(event"), "{title:?}");
+}
+
 #[test]
 fn a_clean_job_grows_nothing_since_the_step() {
     let mut app = job_app(6, 0);

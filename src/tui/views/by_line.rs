@@ -17,10 +17,15 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
     let Some(r) = app.runs.get(run) else { return };
     let th = &app.theme;
     let f = &r.frame.by_line;
+    let title = if f.title.chars().count() + 2 <= usize::from(area.width) {
+        &f.title
+    } else {
+        &f.title_short
+    };
     let block = Block::default()
         .borders(Borders::ALL)
         .border_style(th.border(app.active == run))
-        .title(Span::styled(f.title.as_str(), th.title()))
+        .title(Span::styled(title.as_str(), th.title()))
         .title_bottom(Span::styled(f.footer.as_str(), th.dim()));
     let inner = block.inner(area);
     frame.render_widget(block, area);
