@@ -171,9 +171,10 @@ impl SnapshotReport {
                 for c in &d.top_allocations {
                     let _ = writeln!(
                         out,
-                        "  {:>12} in {:>5} blocks  {}",
+                        "  {:>12} in {:>5} block{}  {}",
                         format_size(c.bytes),
                         c.blocks,
+                        if c.blocks == 1 { " " } else { "s" },
                         c.site
                     );
                 }

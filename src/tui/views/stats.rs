@@ -76,8 +76,13 @@ pub fn prepare(r: &RunView) -> StatsFrame {
         (
             "inactive split",
             format!(
-                "{} blocks · {}",
+                "{} block{} · {}",
                 m.inactive_split_blocks,
+                if m.inactive_split_blocks == 1 {
+                    ""
+                } else {
+                    "s"
+                },
                 format_size(m.inactive_split_bytes)
             ),
         ),
