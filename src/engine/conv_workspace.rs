@@ -53,8 +53,8 @@ pub(crate) struct ConvWorkspaces {
 }
 
 /// The convolution's workspaces: measured ones where the table has this
-/// shape, else the estimate min(cap, input bytes) for every direction
-/// (engine.md §1.6). With a measured entry the bias gradient takes none:
+/// shape, else the estimate min(cap, input bytes) for each cuDNN direction
+/// (engine.md §1.6). The bias gradient takes none either way:
 /// `convolution_backward` sums `grad_output` for it outside cuDNN
 /// (aten/src/ATen/native/Convolution.cpp).
 pub(crate) fn conv_workspaces(
@@ -81,7 +81,7 @@ pub(crate) fn conv_workspaces(
         },
         None => ConvWorkspaces {
             forward: estimate,
-            backward: [estimate; 3],
+            backward: [estimate, estimate, 0],
         },
     }
 }
@@ -120,7 +120,7 @@ mod tests {
             (&[16, 64, 56, 56], &[128, 64, 1, 1], 2, 0, DType::F32),
         ] {
             let got = conv_workspaces(&table, key, 7);
-            assert_eq!((got.forward, got.backward), (7, [7; 3]), "{key:?}");
+            assert_eq!((got.forward, got.backward), (7, [7, 7, 0]), "{key:?}");
         }
     }
 }
