@@ -6,6 +6,7 @@
 //! `getWorkspaceSize()` (Conv_v8.cpp `run_conv_plan`), a size decided inside
 //! cuDNN. Everything else is the engine's own.
 
+use crate::addresses::blocks_are_the_simulations;
 use crate::harness::{check, requests_in_place, Layout, EXACT};
 use vramscope::scenario::resolve;
 
@@ -65,80 +66,12 @@ fn resnet50_sum_requests_in_place() {
     requests_in_place(RESNET50, "resnet50_sum");
 }
 
-/// The real run's requests and frees, in its order, through our allocator on
-/// the simulation's device: the block serving each request, as (request,
-/// block) bytes, and the peak allocated. The capture's own addresses replay
-/// to PyTorch's figures exactly (`replay_checks`), so what this changes is
-/// only where the driver put each segment.
-fn real_requests_on_the_sim_device(stem: &str) -> (Vec<(u64, u64)>, u64) {
-    use std::collections::HashMap;
-    use vramscope::alloc::{Action, CachingAllocator, Tag};
-    use vramscope::device::SimDevice;
-    use vramscope::trace::replay::from_snapshot;
-    use vramscope::trace::snapshot::import_file;
-    let snap = import_file(&crate::harness::captured(stem, "pickle")).expect("imports");
-    let mut alloc = CachingAllocator::new(
-        SimDevice::new("sim", 80 << 30, 0),
-        from_snapshot::config(&snap),
-    );
-    let mut ours: HashMap<u64, u64> = HashMap::new();
-    let mut blocks = Vec::new();
-    for e in from_snapshot::entries(&snap, 0) {
-        match e.action {
-            Action::Alloc => {
-                let addr = alloc.malloc(e.size, e.stream, Tag(0)).expect("fits");
-                ours.insert(e.addr, addr);
-                blocks.push((
-                    e.size,
-                    alloc.take_events().last().expect("alloc").block_size,
-                ));
-            }
-            Action::FreeRequested => {
-                let addr = ours.remove(&e.addr).expect("a live block");
-                alloc.free(addr).expect("frees");
-            }
-            _ => {}
-        }
-    }
-    (blocks, alloc.stats().peak_allocated_bytes())
-}
-
-/// The simulation's blocks, as (request, block) bytes.
-fn simulated_blocks(scenario: &str, stem: &str) -> (Vec<(u64, u64)>, u64) {
-    use vramscope::alloc::Action;
-    use vramscope::trace::Event;
-    let sim = crate::harness::simulate_recording(scenario, &crate::harness::meta(stem), true);
-    let blocks = sim
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Alloc(a) if a.action == Action::Alloc => Some((a.size, a.block_size)),
-            _ => None,
-        })
-        .collect();
-    (blocks, sim.peak_allocated)
-}
-
-/// What the layout allowance stands for: the capture's requests and frees
-/// on the simulation's device take exactly the simulation's blocks and
-/// reach its peak, so the simulation's run differs from the H100's only in
-/// the segments' addresses (the driver put later segments below earlier
-/// ones; equal-sized free blocks are chosen by address).
-pub(crate) fn only_the_addresses_differ(scenario: &str, stem: &str) {
-    let (real, real_peak) = real_requests_on_the_sim_device(stem);
-    let (sim, sim_peak) = simulated_blocks(scenario, stem);
-    assert_eq!(real.len(), sim.len(), "{stem}: requests");
-    let first = real.iter().zip(&sim).position(|(r, s)| r != s);
-    assert_eq!(first, None, "{stem}: the first block that differs");
-    assert_eq!(real_peak, sim_peak, "{stem}: peak allocated");
-}
-
 #[test]
 fn resnet18_train_differs_from_the_h100_only_in_addresses() {
-    only_the_addresses_differ(RESNET18, "resnet18_train");
+    blocks_are_the_simulations(RESNET18, "resnet18_train");
 }
 
 #[test]
 fn resnet50_sum_differs_from_the_h100_only_in_addresses() {
-    only_the_addresses_differ(RESNET50, "resnet50_sum");
+    blocks_are_the_simulations(RESNET50, "resnet50_sum");
 }

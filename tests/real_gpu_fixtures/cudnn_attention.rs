@@ -7,7 +7,7 @@
 //! stats, the plan's 256 B workspace; in backward dQ, dK, dV, then one
 //! workspace (`cudnn_backward_workspace` in src/engine/ops/attention.rs).
 
-use crate::gpt_defaults::{figures_of, on_simulated_addresses};
+use crate::addresses::figures_are_the_simulations;
 use crate::harness::*;
 
 /// `requests` with every run of consecutive frees in size order. Leaving
@@ -50,11 +50,7 @@ fn sdpa_default_fp16_matches_the_h100() {
     let simulated = frees_sorted(&simulated_requests(sc, stem));
     let off = out_of_place(&real, &simulated);
     assert!(off.is_empty(), "{stem}: {}", off.join("\n"));
-    assert_eq!(
-        on_simulated_addresses(sc, stem),
-        figures_of(&sim),
-        "{stem}: the H100's requests on the simulated device"
-    );
+    figures_are_the_simulations(sc, stem, &sim);
 }
 
 #[test]

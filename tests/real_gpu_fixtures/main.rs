@@ -14,6 +14,7 @@
 //! to be the driver's addresses); `inventory`: every program captured, every
 //! capture checked.
 
+mod addresses;
 mod convnets;
 mod course;
 mod cudnn_attention;

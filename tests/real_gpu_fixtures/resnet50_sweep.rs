@@ -4,7 +4,8 @@
 //! (`engine.conv_workspaces`: sizes cuDNN's heuristics decide, see
 //! `convnets.rs`); everything else is the engine's.
 
-use crate::convnets::{carries_conv_workspaces_as_measured, only_the_addresses_differ};
+use crate::addresses::blocks_are_the_simulations;
+use crate::convnets::carries_conv_workspaces_as_measured;
 use crate::harness::{check, requests_in_place, Layout, EXACT};
 
 const SWEEP: &str = "resnet50-batch-sweep";
@@ -33,5 +34,5 @@ fn resnet50_batch_sweep_requests_in_place() {
 
 #[test]
 fn resnet50_batch_sweep_differs_from_the_h100_only_in_addresses() {
-    only_the_addresses_differ(SWEEP, STEM);
+    blocks_are_the_simulations(SWEEP, STEM);
 }
