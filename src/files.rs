@@ -172,11 +172,8 @@ fn write_new(path: &Path, bytes: &[u8]) -> io::Result<()> {
 mod tests {
     use super::*;
 
-    fn dir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("vramscope-files-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("temp dir");
-        d
+    fn dir(tag: &str) -> crate::scratch::Scratch {
+        crate::scratch::temp_dir(&format!("files-{tag}"))
     }
 
     fn fifo(path: &Path) {

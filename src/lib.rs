@@ -26,3 +26,6 @@ pub mod units;
 #[cfg(test)]
 #[path = "../tests/common/real_snapshots.rs"]
 pub(crate) mod real_snapshots;
+#[cfg(test)]
+#[path = "../tests/common/scratch.rs"]
+pub(crate) mod scratch;

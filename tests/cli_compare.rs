@@ -40,6 +40,7 @@ fn compare_without_a_terminal_prints_both_sides() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn compare_json_has_each_sides_figures_and_report() {
     let snapshot = real("adam-step_closed-trace_annotations.pickle");
     let snapshot = snapshot.to_str().expect("utf-8 path");
@@ -112,6 +113,7 @@ fn an_endless_device_is_refused_not_read_forever() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn compare_one_input_under_another_allocator_config() {
     let (code, out, err) = vramscope(&[
         "compare",

@@ -45,10 +45,14 @@ const LM: &str = r#"Scenario(
 const LM_EMB: u64 = 1000 * 64;
 const LM_PARAMS: u64 = LM_EMB + 2 * 64 + (64 * 256 + 256) + (256 * 64 + 64) + 64 * 1000;
 
-fn lm_file(tag: &str, text: &str) -> String {
-    let path = temp_dir(tag).join("tiny-lm.ron");
+/// The scenario `text` written to a scratch file: the scratch directory
+/// (removed when dropped) and the file's path.
+fn lm_file(tag: &str, text: &str) -> (common::Scratch, String) {
+    let dir = temp_dir(tag);
+    let path = dir.join("tiny-lm.ron");
     std::fs::write(&path, text).expect("write");
-    path.to_str().expect("utf-8").to_string()
+    let path = path.to_str().expect("utf-8").to_string();
+    (dir, path)
 }
 
 #[test]
@@ -154,7 +158,7 @@ fn text_report_says_how_saved_bytes_were_measured() {
 
 #[test]
 fn a_scenario_file_in_the_module_language() {
-    let file = lm_file("lm", LM);
+    let (_dir, file) = lm_file("lm", LM);
     let (code, out, err) = vramscope(&["model", &file, "--json"]);
     assert_eq!(code, 0, "{err}");
     let v = json(&out);
@@ -181,7 +185,7 @@ fn bad_models_are_refused_with_the_module_named() {
         "(\"fc2\", Linear(in: 256, out: 64))",
         "(\"fc2\", Linear(in: 128, out: 64))",
     );
-    let file = lm_file("lm-shape", &wrong);
+    let (_dir, file) = lm_file("lm-shape", &wrong);
     let (code, _, err) = vramscope(&["check", &file]);
     assert_eq!(code, 2, "{err}");
     // At the `Modules(` line, naming the module and what it was given.
@@ -192,14 +196,14 @@ fn bad_models_are_refused_with_the_module_named() {
     assert!(err.contains("[4, 64, 256]"), "{err}");
 
     let unknown = LM.replace("(\"act\", GELU)", "(\"act\", Swish)");
-    let file = lm_file("lm-variant", &unknown);
+    let (_dir, file) = lm_file("lm-variant", &unknown);
     let (code, _, err) = vramscope(&["check", &file]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("tiny-lm.ron:"), "{err}");
     assert!(err.contains("Swish"), "{err}");
 
     let frozen = LM.replace("freeze: [\"emb\"]", "freeze: [\"encoder\"]");
-    let file = lm_file("lm-freeze", &frozen);
+    let (_dir, file) = lm_file("lm-freeze", &frozen);
     for command in ["check", "model"] {
         let (code, _, err) = vramscope(&[command, &file]);
         assert_eq!(code, 2, "{err}");
@@ -223,8 +227,11 @@ fn hugging_face_config_json_files_are_models() {
     let v: serde_json::Value = serde_json::from_str(&out).expect("json");
     // Qwen2.5-0.5B: tied embeddings, q/k/v biases (the brief's figure).
     assert_eq!(v["parameters"], 494_032_768u64);
+    let scratch = temp_dir("hf-configs");
     let json_file = |tag: &str, text: &str| {
-        let path = temp_dir(tag).join("config.json");
+        let dir = scratch.join(tag);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("config.json");
         std::fs::write(&path, text).expect("write");
         path.to_str().expect("utf-8").to_string()
     };

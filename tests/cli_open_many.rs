@@ -31,6 +31,7 @@ fn u(v: &Value) -> u64 {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn each_files_report_is_its_own_and_the_table_agrees_with_it() {
     let files = [path(OOM3), path(STATE_ONLY), path(ADAM)];
     let (code, many) = open_json(&files);
@@ -93,6 +94,7 @@ fn each_files_report_is_its_own_and_the_table_agrees_with_it() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn rank_files_come_in_rank_order_labelled_by_rank() {
     let dir = temp_dir("open-many-ranks");
     let mut given = Vec::new();
@@ -133,6 +135,7 @@ fn rank_files_come_in_rank_order_labelled_by_rank() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn a_file_that_does_not_open_is_said_in_its_place_and_the_others_reported() {
     let missing = "/nonexistent/oom_snapshot.pickle".to_string();
     let (code, many) = open_json(&[path(ADAM), missing.clone(), path(TINY)]);
@@ -153,6 +156,7 @@ fn a_file_that_does_not_open_is_said_in_its_place_and_the_others_reported() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn one_file_is_reported_as_before() {
     let (code, single) = open_json(&[path(ADAM)]);
     assert_eq!(code, 0);

@@ -5,6 +5,7 @@ mod common;
 use common::{json, real, vramscope};
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn replay_verify_json_reports_every_device() {
     let file = real("code-location_expandable_3gpu_oom.pickle");
     let (code, out, err) =
@@ -33,6 +34,7 @@ fn replay_verify_json_reports_every_device() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn what_if_puts_the_original_config_first() {
     let file = real("sqattn_segment-churn.pickle");
     let (code, out, err) = vramscope(&[
@@ -86,6 +88,7 @@ fn what_if_puts_the_original_config_first() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn a_what_if_config_equal_to_the_files_own_is_listed_once() {
     // sqattn ran with the default config, which "" is.
     let file = real("sqattn_segment-churn.pickle");
@@ -114,6 +117,7 @@ fn a_what_if_config_equal_to_the_files_own_is_listed_once() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn what_if_reports_ooms_instead_of_crashing() {
     let file = real("adam-step_closed-trace_annotations.pickle");
     let (code, out, err) = vramscope(&[
@@ -134,8 +138,7 @@ fn what_if_reports_ooms_instead_of_crashing() {
 
 #[test]
 fn not_a_snapshot_is_exit_2_with_the_error() {
-    let dir = std::env::temp_dir().join(format!("vramscope-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("tmp");
+    let dir = common::temp_dir("bad-snapshot");
     let bad = dir.join("notes.txt");
     std::fs::write(&bad, "hello, this is not a pickle").expect("write");
     for cmd in ["open", "replay"] {
@@ -145,7 +148,7 @@ fn not_a_snapshot_is_exit_2_with_the_error() {
         assert!(err.contains("byte"), "names the byte offset: {err}");
     }
     let truncated = dir.join("cut.pickle");
-    let bytes = std::fs::read(real("adam-step_closed-trace_annotations.pickle")).expect("read");
+    let bytes = std::fs::read(common::capture("peak_inside_step")).expect("read");
     std::fs::write(&truncated, &bytes[..bytes.len() / 2]).expect("write");
     let (code, _, err) = vramscope(&["open", truncated.to_str().expect("utf8")]);
     assert_eq!(code, 2, "{err}");
@@ -155,9 +158,8 @@ fn not_a_snapshot_is_exit_2_with_the_error() {
 
 #[test]
 fn export_round_trip_and_never_overwrites_the_input() {
-    let dir = std::env::temp_dir().join(format!("vramscope-export-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("tmp");
-    let input = real("adam-step_closed-trace_annotations.pickle");
+    let dir = common::temp_dir("export");
+    let input = common::capture("peak_inside_step");
     let out = dir.join("whatif.pickle");
     let (code, _, err) = vramscope(&[
         "export",
@@ -200,6 +202,7 @@ fn export_round_trip_and_never_overwrites_the_input() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn open_report_says_what_the_trace_shows_about_leaks() {
     let file = real("eor-nn_snapshot-actions.pickle");
     let (code, out, err) = vramscope(&["open", file.to_str().expect("utf8"), "--json"]);
@@ -248,6 +251,7 @@ fn replay_takes_the_runs_memory_limit_for_garbage_collection() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn a_what_if_device_of_zero_bytes_is_refused() {
     let file = real("sqattn_segment-churn.pickle");
     let (code, out, err) = vramscope(&[
@@ -266,6 +270,7 @@ fn a_what_if_device_of_zero_bytes_is_refused() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn open_device_reports_that_device_alone_or_says_which_there_are() {
     let file = real("code-location_expandable_3gpu_oom.pickle");
     let path = file.to_str().expect("utf-8 path");
@@ -291,7 +296,7 @@ fn open_device_reports_that_device_alone_or_says_which_there_are() {
 #[test]
 fn open_on_a_recording_or_a_scenario_says_how_to_open_it() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let recording = root.join("tests/fixtures/live/adam-step.vslive");
+    let recording = root.join("tests/fixtures/live/peak-inside-step.vslive");
     let scenario = root.join("scenarios/tour.ron");
     for (file, says) in [
         (&recording, "a vramscope live recording, not a PyTorch snapshot: play it with `vramscope attach --replay "),

@@ -152,9 +152,9 @@ fn export_writes_only_over_a_plain_file_and_leaves_no_temporary_file() {
     let pipe = dir.join("pipe.pickle");
     mkfifo(&pipe);
     for (out, why) in [
-        (&link, "symbolic link"),
-        (&pipe, "a named pipe"),
-        (&dir, "a directory"),
+        (link.as_path(), "symbolic link"),
+        (pipe.as_path(), "a named pipe"),
+        (&*dir, "a directory"),
     ] {
         let (code, _, err) = vramscope(&["export", "tour", "-o", out.to_str().expect("utf-8")]);
         assert_eq!(code, 2, "{out:?}: {err}");

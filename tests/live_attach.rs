@@ -19,14 +19,9 @@ use vramscope::live::{connect, Address, LiveError};
 use vramscope::producers::{live_source, SourceMsg};
 
 const BASE: u64 = 0x7f00_0000_0000;
-const FIXTURE: &str = "tests/fixtures/live/adam-step-synth.vslive";
+const FIXTURE: &str = "tests/fixtures/live/peak-inside-step-synth.vslive";
 
-fn temp_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("vramscope-attach-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("tmp");
-    d
-}
+use common::temp_dir;
 
 /// A job's stream: hello, a state, a segment and one allocation; then
 /// `lost` and a fresh state when `lose`; no `bye` (it disconnects).
@@ -71,11 +66,14 @@ fn serve<S: Read + Write + Send + 'static>(
     })
 }
 
-fn unix_server(tag: &str, stream: Vec<u8>) -> (PathBuf, JoinHandle<Value>) {
-    let path = temp_dir(tag).join("job.sock");
+/// A job served on a unix socket in a scratch directory (kept while the
+/// returned `Scratch` lives).
+fn unix_server(tag: &str, stream: Vec<u8>) -> (common::Scratch, PathBuf, JoinHandle<Value>) {
+    let dir = temp_dir(tag);
+    let path = dir.join("job.sock");
     let l = UnixListener::bind(&path).expect("bind");
     let h = serve(move || l.accept().expect("accept").0, None, stream);
-    (path, h)
+    (dir, path, h)
 }
 
 fn drain(source: vramscope::producers::Source) -> Vec<SourceMsg> {
@@ -92,7 +90,7 @@ fn drain(source: vramscope::producers::Source) -> Vec<SourceMsg> {
 
 #[test]
 fn a_unix_socket_job_that_loses_entries_starts_over_and_then_disconnects() {
-    let (path, server) = unix_server("lost", script(true));
+    let (_dir, path, server) = unix_server("lost", script(true));
     let addr = Address::parse(path.to_str().expect("utf-8")).expect("addr");
     let c = connect(&addr, None, Arc::default()).expect("connects");
     assert_eq!(c.hello.pid, 4242);
@@ -210,7 +208,7 @@ fn tcp_needs_the_right_token() {
 
 #[test]
 fn headless_attach_reports_the_job_and_says_it_disconnected() {
-    let (path, server) = unix_server("headless", script(false));
+    let (_dir, path, server) = unix_server("headless", script(false));
     let (code, out, err) = common::vramscope(&["attach", path.to_str().expect("utf-8"), "--json"]);
     server.join().expect("server");
     assert_eq!(code, 0, "{err}");
@@ -239,9 +237,7 @@ fn dead_addresses_exit_2_at_once() {
         l.local_addr().expect("addr").port()
     };
     let tcp = format!("127.0.0.1:{closed}");
-    let snapshot = common::real("adam-step_closed-trace_annotations.pickle")
-        .display()
-        .to_string();
+    let snapshot = common::capture("peak_inside_step").display().to_string();
     for (args, says) in [
         (
             vec!["attach", missing.to_str().expect("utf-8"), "--json"],

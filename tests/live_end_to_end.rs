@@ -1,6 +1,6 @@
 //! `vramscope attach` against the Python helper serving a job, as a user runs
 //! them: `python/tests/live_job.py` (the helper in poll mode over the
-//! stand-in torch, replaying a real snapshot) prints the attach command;
+//! stand-in torch, replaying one of the project's H100 captures) prints the attach command;
 //! the binary connects and, once the job stops, reports what `open` reports
 //! for the snapshot.
 
@@ -13,18 +13,19 @@ use std::time::Duration;
 use serde_json::Value;
 
 use common::live_job::Job;
-use common::{devices_without_boundaries, real, temp_dir};
+use common::{capture, devices_without_boundaries, temp_dir};
 
-const SNAPSHOT: &str = "adam-step_closed-trace_annotations.pickle";
+/// The job: three AdamW steps of a small MLP, captured on an H100.
+const SNAPSHOT: &str = "peak_inside_step";
 
 fn vramscope() -> Command {
     Command::new(env!("CARGO_BIN_EXE_vramscope"))
 }
 
-/// The job playing adam-step as rank `rank`, with a token if given.
+/// The job playing the capture as rank `rank`, with a token if given.
 fn start_rank(address: &str, token: Option<&str>, rank: u32) -> Job {
     let extra: Vec<&str> = token.map_or_else(Vec::new, |t| vec!["--token", t]);
-    Job::start(&real(SNAPSHOT), address, rank, &extra)
+    Job::start(&capture(SNAPSHOT), address, rank, &extra)
 }
 
 /// Tell the waiting job to go on, and the JSON `attach` printed once the
@@ -72,13 +73,15 @@ fn attach_to_a_running_job_reports_what_its_snapshot_holds() {
     job.wait_for("vramscope attached");
     let live = go_and_report(&mut job, attach);
     let (code, open, err) =
-        common::vramscope(&["open", "--json", real(SNAPSHOT).to_str().expect("utf-8")]);
+        common::vramscope(&["open", "--json", capture(SNAPSHOT).to_str().expect("utf-8")]);
     assert_eq!(code, 0, "{err}");
     let mut open = common::json(&open);
-    // Three entries were made before start(): they are in its start state.
+    // Three entries were made before start(): they are in its start state;
+    // the capture's own `snapshot` marks are not replayed.
+    let unseen = 3 + common::snapshot_marks(&capture(SNAPSHOT));
     for d in open["devices"].as_array_mut().expect("devices") {
         let n = d["trace_entries"].as_u64().expect("entries");
-        d["trace_entries"] = (n - 3).into();
+        d["trace_entries"] = (n - unseen).into();
     }
     assert_eq!(
         devices_without_boundaries(&live),
@@ -88,8 +91,8 @@ fn attach_to_a_running_job_reports_what_its_snapshot_holds() {
     assert_eq!(facts["mode"], "poll");
     assert_eq!(facts["ended"], "the job finished");
     assert_eq!(
-        facts["steps_seen"], 2,
-        "mark_step and the file's Optimizer.step"
+        facts["steps_seen"], 4,
+        "mark_step and the file's three Optimizer.steps"
     );
     assert_eq!(facts["lost"], serde_json::json!([]));
 }
@@ -166,7 +169,7 @@ fn a_rank_pattern_attaches_to_every_rank_and_tables_them() {
     let ranks = v["ranks"].as_array().expect("ranks");
     assert_eq!(ranks.len(), 2);
     let (_, open, _) =
-        common::vramscope(&["open", "--json", real(SNAPSHOT).to_str().expect("utf-8")]);
+        common::vramscope(&["open", "--json", capture(SNAPSHOT).to_str().expect("utf-8")]);
     let open = common::json(&open);
     for (rank, r) in ranks.iter().enumerate() {
         assert_eq!(r["live"]["rank"], rank, "rank order");

@@ -19,6 +19,12 @@ fn python_helper_tests_pass() {
              python3 on PATH; install it to run them"
         ),
     };
+    // unittest prints "OK (skipped=N)": a skipped test checked nothing, so it fails here
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !err.contains("skipped"),
+        "python/tests skipped tests (each says what it needs):\n{err}"
+    );
     assert!(
         out.status.success(),
         "python/tests failed ({}):\n--- stdout\n{}\n--- stderr\n{}",

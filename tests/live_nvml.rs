@@ -11,7 +11,7 @@ use vramscope::device::nvml;
 use vramscope::live::frame::FrameReader;
 use vramscope::live::synth::StreamWriter;
 
-const FIXTURE: &str = "tests/fixtures/live/adam-step.vslive";
+const FIXTURE: &str = "tests/fixtures/live/peak-inside-step.vslive";
 const SEGMENT: u64 = 1 << 30;
 
 #[test]
@@ -66,9 +66,7 @@ fn serve_job(path: &std::path::Path) -> std::thread::JoinHandle<()> {
 
 #[test]
 fn a_job_here_is_compared_with_nvml_or_told_why_not() {
-    let dir = std::env::temp_dir().join(format!("vramscope-nvml-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("tmp");
+    let dir = common::temp_dir("nvml");
     let path = dir.join("job.sock");
     let server = serve_job(&path);
     let (code, out, err) = common::vramscope(&["attach", path.to_str().expect("utf-8"), "--json"]);

@@ -1,10 +1,13 @@
-//! Seeded mutation fuzzing that runs in `cargo test` (about a minute in a
-//! debug build on two cores): snapshots and scenarios mangled the ways an
+//! Seeded mutation fuzzing that runs in `cargo test`: snapshots and
+//! scenarios mangled the ways an
 //! adversary mangles them — flipped and inserted bytes, cut files, ranges
 //! repeated (shared-object bombs), numbers swapped for extreme ones — go
 //! through everything a user can run on them. Each must end in a value or
-//! an error, never a panic, and within a bounded time. The seeds are the
-//! real snapshots, the library scenarios and `tests/fixtures/hostile/`; the
+//! an error, never a panic, and within a bounded time. By default a sample
+//! of 200 cases each, seeded by the project's H100 captures, the library
+//! scenarios and `tests/fixtures/hostile/` (a few seconds); the full 1,500
+//! cases, with the real-snapshot corpus as seeds, under `cargo test --
+//! --ignored` (CI runs them where the corpus is). The
 //! same generator feeds the cargo-fuzz targets in `fuzz/` where cargo-fuzz
 //! is available. A failing case prints its seed and case number: rerun it
 //! with `VRAMSCOPE_FUZZ_CASE=SEED:N cargo test --test mutation_fuzz`, and
@@ -16,6 +19,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
 use common::{real_dir, scenarios_dir};
+use std::path::{Path, PathBuf};
 use vramscope::alloc::AllocConfig;
 use vramscope::report::snapshot::SnapshotReport;
 use vramscope::scenario::{load_str, run, RunOptions};
@@ -26,8 +30,11 @@ use vramscope::trace::replay::whatif::{self, Requests};
 use vramscope::trace::snapshot::{export_bytes, import_bytes, Snapshot};
 use vramscope::trace::Timeline;
 
-/// Cases per test.
+/// Cases per test in the full sweep.
 const CASES: usize = 1500;
+
+/// Cases per test in the default run.
+const SAMPLE: usize = 200;
 
 /// Longest any one case may take (a debug build; a hang fails the test).
 const CASE_LIMIT: Duration = Duration::from_secs(20);
@@ -294,16 +301,33 @@ fn cases(seed: u64, count: usize, mut case: impl FnMut(&mut Rng, usize)) {
     }
 }
 
+/// The project's smaller H100 captures: seeds that are part of the repository.
+fn captures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pytorch/captured")
+}
+
 #[test]
 fn mangled_snapshots_end_in_a_value_or_an_error() {
-    let mut files = seeds(&real_dir(), "pickle", 1 << 20);
+    mangle_snapshots(&captures_dir(), 64 << 10, SAMPLE);
+}
+
+#[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
+fn mangled_snapshots_end_in_a_value_or_an_error_full() {
+    mangle_snapshots(&real_dir(), 1 << 20, CASES);
+}
+
+/// `count` manglings of the snapshots under `dir` (each at most `max` bytes)
+/// and the hostile fixtures.
+fn mangle_snapshots(dir: &Path, max: u64, count: usize) {
+    let mut files = seeds(dir, "pickle", max);
     files.extend(seeds(&hostile_dir(), "pickle", 1 << 20));
     assert!(files.len() >= 8, "{} seed files", files.len());
     // The seeds as snapshots too, for changes to their meaning.
     let parsed: Vec<Snapshot> = files.iter().filter_map(|b| import_bytes(b).ok()).collect();
     let seed = seed_or(0x005e_ed0f_5a4b);
     let mut imported = 0;
-    cases(seed, CASES, |rng, n| {
+    cases(seed, count, |rng, n| {
         let b = if rng.below(2) == 0 {
             let mut b = files[rng.below(files.len())].clone();
             for _ in 0..1 + rng.below(3) {
@@ -323,13 +347,23 @@ fn mangled_snapshots_end_in_a_value_or_an_error() {
     });
     // Not every mangling is fatal: the paths past the import get exercised.
     assert!(
-        only_case().is_some() || imported >= CASES / 10,
-        "{imported} of {CASES} imported"
+        only_case().is_some() || imported >= count / 10,
+        "{imported} of {count} imported"
     );
 }
 
 #[test]
 fn mangled_scenarios_end_in_a_value_or_an_error() {
+    mangle_scenarios(SAMPLE);
+}
+
+#[test]
+#[ignore = "the full 1,500-case sweep (cargo test -- --ignored)"]
+fn mangled_scenarios_end_in_a_value_or_an_error_full() {
+    mangle_scenarios(CASES);
+}
+
+fn mangle_scenarios(count: usize) {
     let mut texts: Vec<String> = seeds(&scenarios_dir(), "ron", 1 << 20)
         .into_iter()
         .chain(seeds(&hostile_dir(), "ron", 1 << 20))
@@ -339,7 +373,7 @@ fn mangled_scenarios_end_in_a_value_or_an_error() {
     assert!(texts.len() >= 40, "{} seed scenarios", texts.len());
     let seed = seed_or(0x005e_ed0f_2c3e);
     let mut ran = 0;
-    cases(seed, CASES, |rng, n| {
+    cases(seed, count, |rng, n| {
         let mut text = texts[rng.below(texts.len())].clone();
         for _ in 0..1 + rng.below(3) {
             text = mutate_text(&text, rng);
@@ -358,7 +392,7 @@ fn mangled_scenarios_end_in_a_value_or_an_error() {
         }));
     });
     assert!(
-        only_case().is_some() || ran >= CASES / 10,
-        "{ran} of {CASES} ran"
+        only_case().is_some() || ran >= count / 10,
+        "{ran} of {count} ran"
     );
 }

@@ -57,6 +57,7 @@ fn assert_all_match(name: &str, outcomes: &[(usize, ReplayOutcome)]) {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn adam_step_replays_address_for_address() {
     let out = replay("adam-step_closed-trace_annotations.pickle");
     assert_eq!(out.len(), 1);
@@ -67,6 +68,7 @@ fn adam_step_replays_address_for_address() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn silmont_replays_address_for_address() {
     let out = replay("cs336-silmont_tiny-closed-trace_cpp-frames.pickle");
     let o = &out[0].1;
@@ -76,6 +78,7 @@ fn silmont_replays_address_for_address() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn code_location_expandable_three_devices_with_oom() {
     let out = replay("code-location_expandable_3gpu_oom.pickle");
     let devices: Vec<usize> = out.iter().map(|(d, _)| *d).collect();
@@ -92,6 +95,7 @@ fn code_location_expandable_three_devices_with_oom() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn device_size_is_read_from_the_reservation_spacing() {
     let snap = import_file(&real("code-location_expandable_3gpu_oom.pickle")).expect("imports");
     for device in 0..3 {
@@ -132,6 +136,7 @@ fn replay_open(name: &str) -> Vec<(usize, ReplayOutcome)> {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn open_traces_replay_from_the_rebuilt_start() {
     // SOURCES.md: open traces (allocations and segments that predate recording).
     for (name, allocs, segment_events) in [

@@ -50,6 +50,7 @@ fn last_map(snap: &vramscope::trace::snapshot::Snapshot, device: usize) -> (Memo
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn every_real_file_ends_at_its_recorded_state_on_every_device() {
     let mut files: Vec<_> = std::fs::read_dir(real_dir())
         .expect("the real snapshots")

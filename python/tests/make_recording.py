@@ -1,10 +1,11 @@
-"""Regenerate tests/fixtures/live/adam-step.vslive.
+"""Regenerate tests/fixtures/live/peak-inside-step.vslive.
 
 The helper (poll mode) records a job played by the stand-in torch from the
-real snapshot adam-step_closed-trace_annotations.pickle: 3 entries happen
+project's H100 capture tests/fixtures/pytorch/captured/peak_inside_step.pickle
+(three AdamW steps of a small MLP): 3 entries happen
 before start(), the rest in polls of a few entries, an explicit mark_step()
-after entry 17 of the file (0.2 s later) the file's own Optimizer.step (a step hook at the
-END of its annotation), then stop(). Host name and argv are fixed so that the
+after entry 17 of the file, (0.2 s later) the file's own Optimizer.steps (a step hook at
+the END of each annotation), then stop(). Host name and argv are fixed so that the
 file says nothing about the machine that made it; times are real.
 
     python3 python/tests/make_recording.py [OUT] [SNAPSHOT]
@@ -23,10 +24,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 import fake_torch  # noqa: E402
 import vramscope_live  # noqa: E402
 
-DEFAULT_OUT = os.path.join(REPO, "tests", "fixtures", "live", "adam-step.vslive")
-DEFAULT_SNAPSHOT = os.path.join(
-    os.path.dirname(REPO), "shared", "snapshots", "real", "adam-step_closed-trace_annotations.pickle"
-)
+DEFAULT_OUT = os.path.join(REPO, "tests", "fixtures", "live", "peak-inside-step.vslive")
+DEFAULT_SNAPSHOT = os.path.join(REPO, "tests", "fixtures", "pytorch", "captured", "peak_inside_step.pickle")
 
 
 def main():

@@ -99,10 +99,12 @@ class Out:
         return [None if e[1] == "none" else int(e[1]) for e in self.events if e[0] == "stack"]
 
 
-@unittest.skipIf(shutil.which("g++") is None, "no g++ here")
 class AgentCoreTests(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
+        # a missing compiler fails these tests: they never pass unchecked
+        if shutil.which("g++") is None:
+            raise RuntimeError("g++ is needed to build the agent (Debian/Ubuntu: sudo apt-get install g++)")
         cls.tmp = tempfile.TemporaryDirectory()
         with open(os.path.join(cls.tmp.name, "agent_core.h"), "w") as f:
             f.write(vramscope_live.AGENT_CORE_SOURCE)

@@ -9,8 +9,11 @@ use std::process::{Command, Stdio};
 
 pub mod live_job;
 mod real_snapshots;
+mod scratch;
 #[allow(unused_imports)] // each test crate uses a part of it
 pub use real_snapshots::{real, real_dir};
+#[allow(unused_imports)]
+pub use scratch::{temp_dir, Scratch};
 
 /// `vramscope ARGS` with no terminal: (exit status, stdout, stderr).
 pub fn vramscope(args: &[&str]) -> (i32, String, String) {
@@ -30,13 +33,24 @@ pub fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
 
-/// A fresh directory under the system's temp dir for one test's files.
-pub fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("vramscope-tests-{tag}-{}", std::process::id()));
-    // A run whose process had this id before left its files here.
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+/// The `snapshot` marks in a file's device-0 trace (the capture program's own
+/// `_snapshot()` calls): the stand-in torch of `python/tests` does not replay
+/// them, it records its own as the helper asks.
+pub fn snapshot_marks(file: &std::path::Path) -> u64 {
+    let snap = vramscope::trace::snapshot::import_file(file).expect("a snapshot");
+    snap.device_traces.first().map_or(0, |t| {
+        t.iter()
+            .filter(|e| e.action == vramscope::trace::snapshot::Action::Snapshot)
+            .count() as u64
+    })
+}
+
+/// One of the project's own H100 captures (`tests/fixtures/pytorch/captured/STEM.pickle`):
+/// part of the repository, so tests on them run on a bare clone.
+pub fn capture(stem: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/pytorch/captured")
+        .join(format!("{stem}.pickle"))
 }
 
 /// A small scenario that loads and runs: tests derive broken ones from it.

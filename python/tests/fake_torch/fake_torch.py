@@ -44,7 +44,10 @@ class _Job:
         events = []
         for device, trace in enumerate(snap.get("device_traces", [])):
             for i, e in enumerate(trace):
-                events.append((e.get("time_us", 0), 0, device, i, "entry", e))
+                # the file's own `snapshot` marks came from its _snapshot() calls; this
+                # stand-in records its own when the helper calls _snapshot()
+                if e.get("action") != "snapshot":
+                    events.append((e.get("time_us", 0), 0, device, i, "entry", e))
         for i, a in enumerate(snap.get("external_annotations", [])):
             events.append((a["time_us"], 1, a.get("device", 0), i, "annotation", a))
         events.sort(key=lambda x: (x[0], x[2], x[1], x[3]))

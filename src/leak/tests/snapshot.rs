@@ -13,6 +13,7 @@ fn load(name: &str) -> Snapshot {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn eor_nn_ten_training_steps_have_a_flat_survivor_set() {
     // 9 `snapshot` markers, one between consecutive forward/backward/step
     // cycles; at every marker the same 9 allocations (39,976,976 B) are live.
@@ -32,6 +33,7 @@ fn eor_nn_ten_training_steps_have_a_flat_survivor_set() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn code_location_forward_layers_accumulate_survivors_but_no_leak_is_claimed() {
     // One Qwen3 forward with grad: every decoder layer leaves its saved
     // activations behind. With the attention output projection (line 267 of
@@ -69,6 +71,7 @@ fn code_location_forward_layers_accumulate_survivors_but_no_leak_is_claimed() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn code_location_without_a_marker_claims_nothing() {
     // One zero_grad annotation and no optimizer step: too few boundaries.
     let snap = load("code-location_expandable_3gpu_oom.pickle");
@@ -78,6 +81,7 @@ fn code_location_without_a_marker_claims_nothing() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn single_step_traces_claim_nothing() {
     // magma: one forward + backward; adam: one step; no repeated iterations.
     for name in [
@@ -93,6 +97,7 @@ fn single_step_traces_claim_nothing() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn state_only_snapshots_say_nothing_can_be_concluded() {
     let snap = load("text-to-sql_expandable_2gpu_state-only.pickle");
     let r = analyze_snapshot(&snap, 0, None);

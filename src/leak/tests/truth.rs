@@ -272,12 +272,10 @@ fn fixes_parse_as_python() {
         .iter()
         .map(|f| format!("compile({f:?}, 'fix', 'exec')\n"))
         .collect();
-    let Ok(out) = std::process::Command::new("python3")
+    let out = std::process::Command::new("python3")
         .args(["-c", &program])
         .output()
-    else {
-        return;
-    };
+        .unwrap_or_else(|e| panic!("{e}: python3 is needed for this test (Debian/Ubuntu: sudo apt-get install python3)"));
     assert!(
         out.status.success(),
         "{}",

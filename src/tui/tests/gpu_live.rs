@@ -206,7 +206,7 @@ fn a_job_on_another_host_or_a_recording_reads_no_nvml_and_says_why() {
 
     // The shipped recording (its hello has no bus id: old recordings read).
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/live/adam-step.vslive");
+        .join("tests/fixtures/live/peak-inside-step.vslive");
     let frames = open_recording(&path).expect("the fixture");
     let src = live_source(frames, None, None, Arc::default()).job_at(JobPlace::Recording);
     let mut app = app_finished(vec![("adam-step".into(), src)], &opts());

@@ -5,6 +5,7 @@ use crate::producers::snapshot::snapshot_source;
 use crate::real_snapshots::real;
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn closed_trace_places_every_entry() {
     let p = real("adam-step_closed-trace_annotations.pickle");
     let src = snapshot_source(&p, None);
@@ -22,6 +23,7 @@ fn closed_trace_places_every_entry() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn expandable_trace_with_oom() {
     let p = real("code-location_expandable_3gpu_oom.pickle");
     let src = snapshot_source(&p, Some(1));
@@ -58,6 +60,7 @@ fn expandable_trace_with_oom() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn state_only_snapshot_shows_its_map() {
     let p = real("verl_private-pools_pending-free_state-only.pickle");
     let src = snapshot_source(&p, None);
@@ -156,6 +159,7 @@ fn finish(app: &mut crate::tui::app::App) {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn x_goes_on_to_the_oom_of_another_device_and_d_switches_devices() {
     let p = real("code-location_expandable_3gpu_oom.pickle");
     let snap = crate::trace::snapshot::import_file(&p).expect("imports");
@@ -194,6 +198,7 @@ fn x_goes_on_to_the_oom_of_another_device_and_d_switches_devices() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn a_file_of_device_1_alone_opens_on_device_1() {
     let p = real("layout-editing_legacy-segment-list_device1.pickle");
     let src = snapshot_source(&p, None);
@@ -220,6 +225,7 @@ fn a_file_of_device_1_alone_opens_on_device_1() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn in_compare_d_moves_both_views_of_the_same_file() {
     use crate::producers::{open_source, open_source_under};
     let p = real("code-location_expandable_3gpu_oom.pickle");
@@ -254,7 +260,8 @@ fn in_compare_d_moves_both_views_of_the_same_file() {
 /// fails without reading a file (a scenario's error) stays on screen.
 #[test]
 fn a_file_that_fails_to_open_ends_the_ui_with_its_error() {
-    let bad = std::env::temp_dir().join(format!("vramscope-bad-{}.pickle", std::process::id()));
+    let dir = crate::scratch::temp_dir("bad-pickle");
+    let bad = dir.join("bad.pickle");
     std::fs::write(&bad, b"\xf8 not a pickle").expect("temp file");
     let stop = crate::tui::app::TuiOptions {
         stop_on_load_failure: true,

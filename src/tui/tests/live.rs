@@ -111,18 +111,20 @@ fn a_step_marker_sets_the_live_leak_analysis_iterations() {
 }
 
 /// A job whose stream ends right at a step's end (the helper's recording of
-/// adam-step: its Optimizer.step after the last entry): the pane shows what
-/// the step that just ended left alive, not an empty step after it.
+/// the peak-inside-step capture: its last Optimizer.step after its last
+/// entry): the pane shows what the step that just ended left alive, not an
+/// empty step after it.
 #[test]
 fn at_a_step_s_end_the_pane_shows_the_step_that_just_ended() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/live/adam-step.vslive");
+        .join("tests/fixtures/live/peak-inside-step.vslive");
     let frames = crate::live::open_recording(&path).expect("the fixture");
     let src = live_source(frames, None, None, Arc::default());
-    let mut app = app_finished(vec![("adam".into(), src)], &opts());
+    let mut app = app_finished(vec![("job".into(), src)], &opts());
     keys(&mut app, "G");
     let s = screen(&mut app, 140, 44);
     assert!(s.contains("Grown since step (event "), "{s}");
     assert!(!s.contains("nothing born since the step began"), "{s}");
-    assert!(s.contains("iiiandadam.py:30 in <module>"), "{s}");
+    // the capture's training loop: the optimizer's state made in the last step
+    assert!(s.contains("_seed_train.py:62 in train"), "{s}");
 }

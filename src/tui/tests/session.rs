@@ -443,8 +443,7 @@ fn a_source_far_ahead_of_the_ui_is_taken_a_few_chunks_per_drain() {
 #[cfg(unix)]
 #[test]
 fn a_named_pipe_at_the_prompt_is_refused_at_once() {
-    let dir = std::env::temp_dir().join(format!("vramscope-prompt-fifo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = crate::scratch::temp_dir("prompt-fifo");
     let pipe = dir.join("pipe.pickle");
     let _ = std::fs::remove_file(&pipe);
     let c = std::ffi::CString::new(pipe.to_str().expect("utf-8")).expect("no nul");

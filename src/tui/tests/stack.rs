@@ -34,6 +34,7 @@ fn first_device(snap: &Snapshot) -> usize {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn every_live_block_at_the_end_has_the_stack_the_file_records() {
     let (mut checked, mut with_frames, mut untagged) = (0, 0, 0);
     let mut files = 0;
@@ -132,6 +133,7 @@ const FLEXGEN: &str = "flexgen_legacy-history-blocks.pickle";
 const EOR: &str = "eor-nn_snapshot-actions.pickle";
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn the_stack_popup_highlights_the_first_user_frame_of_the_file() {
     let snap = import_file(&real(KK)).expect("imports");
     let mut app = open_real(KK);
@@ -167,6 +169,7 @@ fn the_stack_popup_highlights_the_first_user_frame_of_the_file() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn folding_hides_the_frames_before_the_users_and_says_how_many() {
     let snap = import_file(&real(KK)).expect("imports");
     let mut app = open_real(KK);
@@ -227,6 +230,7 @@ fn folding_hides_the_frames_before_the_users_and_says_how_many() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn blocks_from_before_the_trace_show_what_the_file_knows() {
     // flexgen's trace is one free_completed: every other block predates it.
     let snap = import_file(&real(FLEXGEN)).expect("imports");
@@ -344,6 +348,7 @@ fn final_sites(snap: &Snapshot, device: i64) -> HashMap<String, (u64, Vec<u64>)>
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn by_python_line_lists_live_bytes_per_first_user_frame() {
     for name in [FLEXGEN, KK] {
         let snap = import_file(&real(name)).expect("imports");
@@ -376,6 +381,7 @@ fn by_python_line_lists_live_bytes_per_first_user_frame() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn a_selected_line_marks_its_allocations_on_the_timeline() {
     let snap = import_file(&real(KK)).expect("imports");
     let trace = &snap.device_traces[0];
@@ -427,6 +433,7 @@ fn a_selected_line_marks_its_allocations_on_the_timeline() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn enter_on_the_log_shows_the_events_trace_entry_and_time() {
     use crossterm::event::KeyCode;
     let snap = import_file(&real(EOR)).expect("imports");
@@ -475,6 +482,7 @@ fn enter_on_the_log_shows_the_events_trace_entry_and_time() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn an_oom_entry_opens_with_the_free_memory_it_recorded() {
     let name = "code-location_expandable_3gpu_oom.pickle";
     let snap = import_file(&real(name)).expect("imports");
@@ -536,6 +544,7 @@ fn the_oom_message_opens_in_full() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn help_scrolls_to_every_key_at_80x24() {
     use crate::tui::input::KEYS;
     let mut app = open_real(FLEXGEN);
@@ -558,6 +567,7 @@ fn help_scrolls_to_every_key_at_80x24() {
 /// before its trace, frames from its final state), its by-line pane, and an
 /// event of eor-nn in detail.
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn screens_at_80x24_and_200x60() {
     use crossterm::event::KeyCode;
     for (w, h) in [(80, 24), (200, 60)] {

@@ -55,6 +55,7 @@ fn live_bytes(file: &str) -> u64 {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn the_bar_names_every_file_marks_the_oom_and_keys_switch_tabs() {
     let mut app = tabs_app(&[ADAM, OOM3, TINY]);
     assert_eq!(app.tab_count(), 3);
@@ -94,6 +95,7 @@ fn the_bar_names_every_file_marks_the_oom_and_keys_switch_tabs() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn a_click_on_the_bar_shows_that_tab() {
     let mut app = tabs_app(&[ADAM, TINY]);
     let _ = screen(&mut app, 120, 40);
@@ -109,6 +111,7 @@ fn a_click_on_the_bar_shows_that_tab() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn a_file_that_fails_shows_its_error_in_its_tab_and_the_others_work() {
     let mut app = tabs_app(&[ADAM, "no-such-file.pickle", TINY]);
     let s = screen(&mut app, 120, 40);
@@ -135,6 +138,7 @@ fn a_file_that_fails_shows_its_error_in_its_tab_and_the_others_work() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn the_table_shows_each_files_figures_as_its_report_says() {
     let mut app = tabs_app(&[ADAM, OOM3]);
     keys(&mut app, "T");
@@ -175,6 +179,7 @@ fn the_table_shows_each_files_figures_as_its_report_says() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn the_diff_shows_what_is_alive_here_and_not_in_the_baseline() {
     let mut app = tabs_app(&[ADAM, TINY]);
     keys(&mut app, "A");
@@ -212,6 +217,7 @@ fn the_diff_shows_what_is_alive_here_and_not_in_the_baseline() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn a_file_against_itself_has_nothing_new() {
     let mut app = tabs_app(&[OOM3, OOM3]);
     keys(&mut app, "2A");
@@ -237,9 +243,9 @@ fn a_file_against_itself_has_nothing_new() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn eight_rank_tabs_fit_80_columns_by_rank() {
-    let dir = std::env::temp_dir().join(format!("vramscope-rank-tabs-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = crate::scratch::temp_dir("rank-tabs");
     let sources = (0..8)
         .map(|r| {
             let p = dir.join(format!("oom_snapshot_rank-{r}.pickle"));
@@ -270,6 +276,7 @@ fn eight_rank_tabs_fit_80_columns_by_rank() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn without_tabs_the_tab_keys_say_what_they_need() {
     let src = snapshot_source(&real(ADAM), None);
     let mut app = App::new(vec![(ADAM.into(), src)], &opts()).expect("theme");
@@ -284,6 +291,7 @@ fn without_tabs_the_tab_keys_say_what_they_need() {
 /// More tabs than 80 columns hold: the bar scrolls to the shown tab, marks
 /// the tabs left out on each side, and a click still shows the tab under it.
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn a_bar_of_twenty_tabs_scrolls_to_the_shown_one() {
     let files: Vec<&str> = std::iter::repeat_n(TINY, 20).collect();
     let mut app = tabs_app(&files);

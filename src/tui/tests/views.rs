@@ -461,6 +461,7 @@ fn stats_panel_is_at_the_cursor() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn stats_of_real_snapshots_are_at_the_cursor() {
     use crate::alloc::format_size;
     use crate::producers::snapshot::snapshot_source;

@@ -3,6 +3,7 @@
 use super::*;
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn malformed_files_are_errors() {
     let (_, bytes) = &real_files()[0];
     for cut in [0, 1, 2, 10, 100, bytes.len() / 2, bytes.len() - 1] {
@@ -27,6 +28,7 @@ proptest::proptest! {
     /// Damaged files either import or fail with an error; never a panic
     /// (debug builds also check for arithmetic overflow here).
     #[test]
+    #[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
     fn damaged_snapshots_never_panic(
         file in 0usize..12,
         cut in proptest::prelude::any::<proptest::sample::Index>(),

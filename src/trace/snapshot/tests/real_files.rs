@@ -3,6 +3,7 @@
 use super::*;
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn adam_step() {
     let s = load("adam-step_closed-trace_annotations");
     assert_eq!(s.layout, Layout::CurrentDict);
@@ -48,6 +49,7 @@ fn adam_step() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn cs336_silmont() {
     let s = load("cs336-silmont_tiny-closed-trace_cpp-frames");
     assert_eq!(s.segments.len(), 9);
@@ -74,6 +76,7 @@ fn cs336_silmont() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn code_location_expandable_oom() {
     let s = load("code-location_expandable_3gpu_oom");
     let conf = s.allocator_settings.as_ref().map(|a| a.conf.as_str());
@@ -134,6 +137,7 @@ fn code_location_expandable_oom() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn verl_pools_and_pending_free() {
     let s = load("verl_private-pools_pending-free_state-only");
     assert_eq!(s.segments.len(), 127);
@@ -155,6 +159,7 @@ fn verl_pools_and_pending_free() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn cs336_kk_1457_segments() {
     let s = load("cs336-kk_1457-segments_state-only");
     assert_eq!(s.segments.len(), 1457);
@@ -173,6 +178,7 @@ fn cs336_kk_1457_segments() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn cs336_kk_forward_segment_free() {
     let s = load("cs336-kk_2.7b-forward_segment-free");
     assert_eq!(s.segments.len(), 961);
@@ -196,6 +202,7 @@ fn cs336_kk_forward_segment_free() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn cs336_magma_windows_metadata() {
     let s = load("cs336-magma_windows_user-metadata");
     assert_eq!(s.segments.len(), 216);
@@ -226,6 +233,7 @@ fn cs336_magma_windows_metadata() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn eor_nn_snapshot_actions() {
     let s = load("eor-nn_snapshot-actions");
     assert_eq!(s.layout, Layout::OlderDict);
@@ -259,6 +267,7 @@ fn eor_nn_snapshot_actions() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn sqattn_segment_churn() {
     let s = load("sqattn_segment-churn");
     assert_eq!(s.segments.len(), 4);
@@ -273,6 +282,7 @@ fn sqattn_segment_churn() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn flexgen_legacy_history_blocks() {
     let s = load("flexgen_legacy-history-blocks");
     assert_eq!(s.layout, Layout::OlderDict);
@@ -301,6 +311,7 @@ fn flexgen_legacy_history_blocks() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn layout_editing_legacy_list() {
     let s = load("layout-editing_legacy-segment-list_device1");
     assert_eq!(s.layout, Layout::LegacyList);
@@ -314,6 +325,7 @@ fn layout_editing_legacy_list() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn text_to_sql_tiny_expandable() {
     let s = load("text-to-sql_expandable_2gpu_state-only");
     let st = s.allocator_settings.as_ref().expect("settings");
@@ -339,6 +351,7 @@ fn text_to_sql_tiny_expandable() {
 // ---- invariants on every file (SCHEMA.md §3, §7) ----
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn segment_invariants_hold_everywhere() {
     for (name, bytes) in real_files() {
         let s = import_bytes(bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -390,6 +403,7 @@ fn segment_invariants_hold_everywhere() {
 }
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn shared_frame_lists_become_one_id() {
     let s = load("code-location_expandable_3gpu_oom");
     // Alloc and its free share a frames list in the file (SCHEMA §1), so far

@@ -3,6 +3,7 @@
 use super::*;
 
 #[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn streaming_import_matches_the_plain_one_on_every_real_file() {
     for (name, bytes) in real_files() {
         let plain = super::import_document(&crate::trace::pickle::decode(bytes).expect("decodes"))
