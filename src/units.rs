@@ -263,3 +263,24 @@ mod tests {
         assert!(parse_size("").is_err());
     }
 }
+
+/// `n` and the noun for it: `1 iteration`, `2 iterations` (the plural is the
+/// noun with an `s`, which every noun counted on screen takes).
+pub fn counted(n: impl Into<u64>, noun: &str) -> String {
+    let n = n.into();
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+#[cfg(test)]
+mod counted_tests {
+    #[test]
+    fn one_is_singular_and_every_other_count_plural() {
+        assert_eq!(super::counted(1u32, "iteration"), "1 iteration");
+        assert_eq!(super::counted(0u32, "block"), "0 blocks");
+        assert_eq!(super::counted(36u64, "iteration"), "36 iterations");
+    }
+}

@@ -5,7 +5,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{json, real, scenarios_dir, temp_dir, vramscope};
+use common::{json, scenarios_dir, temp_dir, vramscope};
 
 /// `store-outputs-bug` run for `iterations`, exported as a snapshot. Both
 /// runs are written to the same path (stacks name the scenario file), as
@@ -89,9 +89,8 @@ fn the_growing_line_is_the_leaks_and_grows_by_its_rate() {
 }
 
 #[test]
-#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn a_snapshot_against_itself_has_nothing_new() {
-    let file = real("adam-step_closed-trace_annotations.pickle");
+    let file = common::capture("peak_inside_step");
     let f = file.display().to_string();
     let (code, out, err) = vramscope(&["diff", &f, &f, "--json"]);
     assert_eq!(code, 0, "{err}");
@@ -105,12 +104,11 @@ fn a_snapshot_against_itself_has_nothing_new() {
 }
 
 #[test]
-#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn a_missing_or_malformed_file_is_named() {
     let dir = temp_dir("diff-bad");
     let bad = dir.join("bad.pickle");
     std::fs::write(&bad, b"\x80\x04not a pickle").expect("write");
-    let ok = real("adam-step_closed-trace_annotations.pickle");
+    let ok = common::capture("peak_inside_step");
     let (code, _, err) = vramscope(&[
         "diff",
         &ok.display().to_string(),
@@ -121,4 +119,52 @@ fn a_missing_or_malformed_file_is_named() {
     let (code, _, err) = vramscope(&["diff", "/nonexistent/a.pickle", &ok.display().to_string()]);
     assert_eq!(code, 2);
     assert!(err.contains("/nonexistent/a.pickle"), "{err}");
+}
+
+/// The same job's dump with every recorded path under another directory (a
+/// second checkout, another environment): nothing is new and no line grew.
+#[test]
+fn the_same_job_dumped_from_another_directory_has_nothing_new() {
+    let dir = temp_dir("diff-moved");
+    let file = common::capture("peak_inside_step");
+    let moved = dir.join("moved.pickle");
+    let script = r#"
+import pickle, sys
+d = pickle.load(open(sys.argv[1], "rb"))
+def move(frames):
+    for f in frames or []:
+        f["filename"] = "/elsewhere/checkout" + f["filename"]
+for s in d["segments"]:
+    for b in s["blocks"]:
+        move(b.get("frames"))
+for t in d["device_traces"]:
+    for e in t:
+        move(e.get("frames"))
+pickle.dump(d, open(sys.argv[2], "wb"))
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(&file)
+        .arg(&moved)
+        .output()
+        .expect("python3 is needed (Debian/Ubuntu: sudo apt-get install python3)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (code, out, err) = vramscope(&[
+        "diff",
+        &file.display().to_string(),
+        &moved.display().to_string(),
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    for d in v["devices"].as_array().expect("devices") {
+        assert!(d["a_live_bytes"].as_u64().is_some_and(|b| b > 0), "{d}");
+        assert_eq!(d["new_bytes"], 0, "{d}");
+        assert_eq!(d["gone_bytes"], 0, "{d}");
+        assert!(d["changes"].as_array().is_some_and(|c| c.is_empty()), "{d}");
+    }
 }

@@ -59,7 +59,7 @@ fn lm_file(tag: &str, text: &str) -> (common::Scratch, String) {
 fn list_names_every_preset_and_how_it_is_checked() {
     let (code, out, err) = vramscope(&["model", "--list"]);
     assert_eq!(code, 0, "{err}");
-    let rows: Vec<&str> = out.lines().collect();
+    let rows: Vec<&str> = out.lines().take_while(|l| !l.is_empty()).collect();
     let names: Vec<&str> = rows
         .iter()
         .filter_map(|l| l.split_whitespace().next())
@@ -85,14 +85,19 @@ fn list_names_every_preset_and_how_it_is_checked() {
         ]
     );
     let row = |n: &str| rows.iter().find(|l| l.starts_with(n)).expect(n).to_string();
-    assert!(row("gpt2-small").contains("verified on hardware"));
-    assert!(row("resnet50").contains("from source only"));
+    assert!(row("mlp-mnist").contains("verified on hardware"));
+    // GPT-2's capture program forced SDPA's kernel; its scenario states it.
+    assert!(row("gpt2-small").contains("verified, with conditions"));
+    // ResNet-50 matches its captures with cuDNN's measured workspaces only.
+    assert!(row("resnet50").contains("verified, with conditions"));
     assert!(row("deep-mlp").contains("verified on hardware"));
+    assert!(row("llama-3-8b").contains("from source only"));
     // The evidence column starts at the same place on every row.
     let column: Vec<Option<usize>> = rows
         .iter()
         .map(|l| {
             l.find("verified on hardware")
+                .or_else(|| l.find("verified, with conditions"))
                 .or_else(|| l.find("from source only"))
         })
         .collect();
@@ -113,6 +118,9 @@ fn gpt2_small_and_resnet50_parameter_counts() {
     assert!(v["evidence"]
         .as_str()
         .is_some_and(|e| e.starts_with("verified on hardware")));
+    assert!(v["evidence"]
+        .as_str()
+        .is_some_and(|e| e.contains("memory-efficient kernel forced")));
 
     let (code, out, err) = vramscope(&["model", "resnet50", "--json"]);
     assert_eq!(code, 0, "{err}");
@@ -137,9 +145,14 @@ fn gpt2_small_and_resnet50_parameter_counts() {
         .find(|r| r["module"] == "(input)")
         .expect("(input)");
     assert_eq!(input["saved_bytes_per_sample"], 3 * 224 * 224 * 4u64);
-    assert!(v["evidence"]
-        .as_str()
-        .is_some_and(|e| e.starts_with("from source only")));
+    let evidence = v["evidence"].as_str().expect("evidence");
+    assert!(
+        evidence.starts_with(
+            "verified on hardware: the scenario `resnet50-batch-sweep` on it matches the H100 \
+             capture `resnet50_batch_sweep` with cuDNN's convolution workspaces measured"
+        ) && evidence.ends_with("elsewhere the engine's estimate"),
+        "{evidence}"
+    );
 }
 
 #[test]
@@ -147,7 +160,10 @@ fn text_report_says_how_saved_bytes_were_measured() {
     let (code, out, err) = vramscope(&["model", "deep-mlp"]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.starts_with("deep-mlp: verified on hardware (H100 capture `deep_mlp_no_checkpoint`)"),
+        out.starts_with(
+            "deep-mlp: verified on hardware: the scenario `deep-mlp-no-checkpoint` on it matches \
+             the H100 capture `deep_mlp_no_checkpoint`"
+        ),
         "{out}"
     );
     // 20 × (4096² + 4096).

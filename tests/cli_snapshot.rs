@@ -307,3 +307,62 @@ fn open_on_a_recording_or_a_scenario_says_how_to_open_it() {
         assert!(err.contains(says), "{err}");
     }
 }
+
+/// The what-if table's first column replays the file under its own config:
+/// it is the recorded run, so its peak reserved is PyTorch's own
+/// `max_memory_reserved()` (which the capture wrote beside the snapshot),
+/// also where the run freed its cache to retry a failed `cudaMalloc`.
+#[test]
+fn what_if_s_first_column_is_the_recorded_run() {
+    for stem in [
+        "peak_inside_step",
+        "fragmentation_oom_bug",
+        "fragmentation_oom_empty_cache",
+        "adam_first_step_oom_bug",
+        "grad_accum_big_batch_oom",
+    ] {
+        let file = common::capture(stem);
+        let measured: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(file.with_extension("json")).expect("the capture's figures"),
+        )
+        .expect("json");
+        let (code, out, err) = vramscope(&[
+            "replay",
+            file.to_str().expect("utf8"),
+            "--conf",
+            "expandable_segments:True",
+            "--json",
+        ]);
+        assert_eq!(code, 0, "{stem}: {err}");
+        let recorded = &json(&out)["devices"][0]["configs"][0];
+        assert_eq!(
+            recorded["peak_reserved"], measured["max_memory_reserved"],
+            "{stem}: {recorded}"
+        );
+    }
+}
+
+/// `replay --verify` on a snapshot without a trace checks nothing, says so,
+/// and does not report success.
+#[test]
+fn verifying_a_snapshot_without_a_trace_says_it_verified_nothing() {
+    let dir = common::temp_dir("state-only");
+    let mut snap = vramscope::trace::snapshot::import_file(&common::capture("peak_inside_step"))
+        .expect("a capture");
+    snap.device_traces.clear();
+    let file = dir.join("state-only.pickle");
+    std::fs::write(&file, vramscope::trace::snapshot::export_bytes(&snap)).expect("write");
+    let path = file.to_str().expect("utf8");
+    let (code, out, err) = vramscope(&["replay", path, "--verify"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.starts_with("NOT VERIFIED: no device has a trace"),
+        "{out}"
+    );
+    assert!(!out.contains("OK"), "{out}");
+    let (code, out, _) = vramscope(&["replay", path, "--verify", "--json"]);
+    assert_eq!(code, 1);
+    let v = json(&out);
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["nothing_to_verify"], true);
+}

@@ -352,3 +352,67 @@ fn the_largest_batch_is_searched_at_every_sequence_length() {
         );
     }
 }
+
+/// A Hugging Face config.json where a scenario belongs: the error says what
+/// the file is and shows a scenario naming it; that scenario, saved beside
+/// the config, sweeps.
+#[test]
+fn a_config_json_is_told_how_to_become_a_scenario_and_the_advice_works() {
+    let dir = common::temp_dir("sweep-config-json");
+    let config = dir.join("config.json");
+    let hf = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/hf/qwen2.5-0.5b/config.json");
+    std::fs::copy(&hf, &config).expect("copy the config");
+    let (code, _, err) = vramscope(&["sweep", config.to_str().expect("utf-8")]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("config.json:1:1: this is JSON"), "{err}");
+    assert!(!err.contains("Expected opening"), "{err}");
+    let shown = err
+        .split_once("e.g.\n")
+        .and_then(|(_, rest)| rest.split_once("\nsaved as"))
+        .map(|(text, _)| text.to_string())
+        .unwrap_or_else(|| panic!("a scenario to copy: {err}"));
+    let fit = dir.join("fit.ron");
+    std::fs::write(&fit, shown).expect("write");
+    let v = sweep_json(&[fit.to_str().expect("utf-8"), "--batch", "1,2"]);
+    let points = v["points"].as_array().expect("points");
+    assert_eq!(points.len(), 2, "{v}");
+    assert!(points.iter().all(|p| p["oom"] == false), "{v}");
+}
+
+/// The README's quick-start scenario (the ```ron block) is a valid scenario
+/// that sweeps, with a Hugging Face config beside it.
+#[test]
+fn the_readme_s_fit_scenario_sweeps() {
+    let readme =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .expect("README.md");
+    let block = readme
+        .split_once("```ron\n")
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .map(|(text, _)| text.to_string())
+        .expect("a ```ron block in the README");
+    let dir = common::temp_dir("readme-fit");
+    std::fs::copy(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/hf/qwen2.5-0.5b/config.json"),
+        dir.join("config.json"),
+    )
+    .expect("copy the config");
+    let fit = dir.join("fit.ron");
+    std::fs::write(&fit, block).expect("write");
+    let (code, out, err) = vramscope(&["check", fit.to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v = sweep_json(&[fit.to_str().expect("utf-8"), "--batch", "1,2"]);
+    let peaks: Vec<u64> = v["points"]
+        .as_array()
+        .expect("points")
+        .iter()
+        .filter_map(|p| p["peak_allocated"].as_u64())
+        .collect();
+    assert_eq!(peaks.len(), 2, "{v}");
+    assert!(
+        peaks[1] > peaks[0],
+        "a larger batch peaks higher: {peaks:?}"
+    );
+}

@@ -104,7 +104,7 @@ fn guided_tour_in_a_real_terminal() {
             s.contains("Memory map")
                 && s.contains("Timeline")
                 && s.contains("val_total")
-                && s.contains("retained_graph_gpu")
+                && s.contains("retained graph")
         },
         Duration::from_secs(60),
     );

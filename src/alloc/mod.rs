@@ -32,7 +32,7 @@ pub use format::{format_size, oom_message};
 pub use malloc::should_split;
 pub use rounding::{alloc_size, round_size, Pool};
 pub use snapshot::{BlockInfo, BlockState, SegmentInfo};
-pub use stats::{Family, Level, MemoryStats, Stat};
+pub use stats::{fragmentation, Family, Level, MemoryStats, Stat, FRAGMENTATION_DEFINITION};
 pub use summary::memory_summary;
 pub use version::TorchVersion;
 

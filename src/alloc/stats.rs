@@ -452,3 +452,34 @@ mod tests {
         }
     }
 }
+
+/// Fragmentation, the one definition every view and report uses:
+/// 1 − largest free block / cached free bytes. 0 when the cached free bytes
+/// are one block (any request up to their size fits without a new
+/// `cudaMalloc`), near 1 when they are scattered in small pieces; 0 with
+/// nothing cached.
+pub fn fragmentation(largest_free_block: u64, cached_free: u64) -> f64 {
+    if cached_free == 0 {
+        0.0
+    } else {
+        1.0 - largest_free_block.min(cached_free) as f64 / cached_free as f64
+    }
+}
+
+/// The words that state [`fragmentation`] beside a figure.
+pub const FRAGMENTATION_DEFINITION: &str =
+    "1 - largest free block / cached free bytes (0: the free bytes are one block)";
+
+#[cfg(test)]
+mod fragmentation_tests {
+    use super::fragmentation;
+
+    #[test]
+    fn one_free_block_is_no_fragmentation_and_scattered_pieces_are_much() {
+        assert_eq!(fragmentation(0, 0), 0.0);
+        assert_eq!(fragmentation(64 << 20, 64 << 20), 0.0);
+        assert!((fragmentation(16 << 20, 64 << 20) - 0.75).abs() < 1e-12);
+        // a largest block above the total (a malformed input) is not negative
+        assert_eq!(fragmentation(128, 64), 0.0);
+    }
+}

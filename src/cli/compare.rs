@@ -123,7 +123,7 @@ fn scenario_side(input: &str, conf: Option<&str>) -> anyhow::Result<Side> {
         findings: result
             .findings
             .iter()
-            .map(|f| format!("{} ({})", f.root, f.kind.as_str()))
+            .map(|f| format!("{} ({})", f.root, f.kind.label()))
             .collect(),
         compute_estimate_ms: estimate.as_ref().map(|e| e.milliseconds),
         recompute_share: estimate.as_ref().map(|e| e.recompute_share),
@@ -145,11 +145,19 @@ fn snapshot_side(input: &str, path: &Path, conf: Option<&str>) -> anyhow::Result
     let sum = |f: fn(&vramscope::report::snapshot::DeviceReport) -> u64| -> u64 {
         report.devices.iter().map(f).sum()
     };
+    // The trace's peaks, as `open` finds them; a file of several devices has
+    // one per device (their sum was never held at once), and none without a
+    // trace.
+    let per_device = vramscope::report::series::figures(&snap);
+    let only = match per_device.as_slice() {
+        [one] => Some(one),
+        _ => None,
+    };
     let figures = Figures {
         label: file_title(path, input),
         kind: "snapshot",
-        peak_allocated: None,
-        peak_reserved: None,
+        peak_allocated: only.and_then(|d| d.peak_allocated),
+        peak_reserved: only.and_then(|d| d.peak_reserved),
         allocated: sum(|d| d.allocated),
         reserved: sum(|d| d.reserved),
         ooms: report.devices.iter().map(|d| d.oom_count).sum(),
@@ -158,7 +166,7 @@ fn snapshot_side(input: &str, path: &Path, conf: Option<&str>) -> anyhow::Result
             .iter()
             .filter_map(|d| d.leaks.as_ref())
             .flat_map(|l| &l.findings)
-            .map(|f| format!("{} ({})", f.root, f.kind.as_str()))
+            .map(|f| format!("{} ({})", f.root, f.kind.label()))
             .collect(),
         compute_estimate_ms: None,
         recompute_share: None,

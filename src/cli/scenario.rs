@@ -30,11 +30,11 @@ pub fn check_scenario(name_or_path: &str) -> anyhow::Result<ExitCode> {
     match resolve(name_or_path) {
         Ok((s, built)) => {
             sayln!(
-                "{}: valid scenario \"{}\" ({} steps, {} iterations)",
+                "{}: valid scenario \"{}\" ({}, {})",
                 vramscope::units::escape_controls(name_or_path),
                 s.name,
-                s.steps.len(),
-                built.program.iterations
+                vramscope::units::counted(s.steps.len() as u64, "step"),
+                vramscope::units::counted(built.program.iterations, "iteration")
             );
             Ok(ExitCode::SUCCESS)
         }

@@ -108,6 +108,7 @@ pub fn replay(path: &Path, args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let replays = from_snapshot::verify_with(&snap, allowed);
     let verify = VerifyReport::new(&replays);
     if !verify.ok
+        && !verify.nothing_to_verify
         && allowed.is_none()
         && from_snapshot::config(&snap).garbage_collection_threshold > 0.0
     {

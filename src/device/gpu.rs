@@ -6,7 +6,7 @@
 pub enum GpuUnavailable {
     #[error("no NVIDIA driver found: the CUDA driver library (libcuda) could not be loaded on this machine")]
     NoDriver,
-    #[error("no NVIDIA driver found: NVML could not be initialised ({0})")]
+    #[error("no NVIDIA driver found: {0}")]
     NoNvml(String),
     #[error(
         "the CUDA runtime compiler (NVRTC) could not be loaded, so kernels/ cannot be compiled"

@@ -44,9 +44,25 @@ pub struct GpuReading {
 /// NVML, initialised once per process (bottom's approach): the error is kept too.
 fn nvml() -> Result<&'static Nvml, GpuUnavailable> {
     static NVML: OnceLock<Result<Nvml, String>> = OnceLock::new();
-    NVML.get_or_init(|| Nvml::init().map_err(|e| e.to_string()))
+    NVML.get_or_init(|| Nvml::init().map_err(init_error))
         .as_ref()
         .map_err(|e| GpuUnavailable::NoNvml(e.clone()))
+}
+
+/// Why NVML did not start, in words a user acts on (the library's own text
+/// names its loader: "a libloading error occurred: …").
+fn init_error(e: nvml_wrapper::error::NvmlError) -> String {
+    use nvml_wrapper::error::NvmlError;
+    match e {
+        NvmlError::LibloadingError(_) => {
+            "NVML's library (libnvidia-ml.so.1, part of the NVIDIA driver) is not installed on \
+             this machine"
+                .to_string()
+        }
+        NvmlError::DriverNotLoaded => "the NVIDIA kernel driver is not loaded".to_string(),
+        NvmlError::NoPermission => "no permission to use the NVIDIA driver".to_string(),
+        other => other.to_string(),
+    }
 }
 
 /// Whether NVML can be used on this machine.

@@ -257,12 +257,24 @@ impl ModelConfig {
     }
 }
 
-/// How a preset's figures have been checked.
+/// How a preset's figures have been checked. `tests/real_gpu_fixtures/
+/// inventory.rs` holds this to the scenarios: every scenario on a preset
+/// that names a capture makes the preset verified, and a verified preset
+/// names a scenario on it, that scenario's capture and the conditions it
+/// states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Evidence {
-    /// A scenario on this preset matches an H100 capture request for request
-    /// (the capture's stem under `tests/fixtures/pytorch/captured/`).
-    Hardware { capture: &'static str },
+    /// `scenario` (a built-in, or a test scenario under
+    /// `tests/fixtures/pytorch/`) runs this preset and matches the H100
+    /// capture `capture` (its stem under `tests/fixtures/pytorch/captured/`);
+    /// `conditions`: what that scenario states beyond the model (measured
+    /// cuDNN workspaces, a transformers setting), without which the figures
+    /// are the engine's own estimate.
+    Hardware {
+        capture: &'static str,
+        scenario: &'static str,
+        conditions: Option<&'static str>,
+    },
     /// Written from PyTorch's, torchvision's and the specs' source; no GPU
     /// capture checks it yet.
     SourceOnly,
@@ -271,8 +283,36 @@ pub enum Evidence {
 impl Evidence {
     pub fn label(self) -> &'static str {
         match self {
-            Evidence::Hardware { .. } => "verified on hardware",
+            Evidence::Hardware {
+                conditions: None, ..
+            } => "verified on hardware",
+            Evidence::Hardware {
+                conditions: Some(_),
+                ..
+            } => "verified, with conditions",
             Evidence::SourceOnly => "from source only",
+        }
+    }
+
+    /// The evidence in a sentence, as `vramscope model NAME` says it.
+    pub fn sentence(self) -> String {
+        match self {
+            Evidence::Hardware {
+                capture,
+                scenario,
+                conditions,
+            } => {
+                let base = format!(
+                    "verified on hardware: the scenario `{scenario}` on it matches the H100 capture `{capture}`"
+                );
+                match conditions {
+                    None => base,
+                    Some(c) => format!(
+                        "{base} with {c} (stated by that scenario); elsewhere the engine's estimate"
+                    ),
+                }
+            }
+            Evidence::SourceOnly => "from source only: no GPU capture checks it yet".to_string(),
         }
     }
 }
@@ -292,6 +332,8 @@ pub const PRESET_CATALOGUE: [PresetInfo; 15] = [
         about: "784 → 1024 → 1024 → 10 MLP, ReLU, cross-entropy, batch 256",
         evidence: Evidence::Hardware {
             capture: "accumulate_loss_train_fixed",
+            scenario: "accumulate-loss-train-fixed",
+            conditions: None,
         },
     },
     PresetInfo {
@@ -299,18 +341,26 @@ pub const PRESET_CATALOGUE: [PresetInfo; 15] = [
         about: "nanoGPT GPT-2 small (12 × 768, 12 heads, V = 50,257, tied), batch 8 × 1,024",
         evidence: Evidence::Hardware {
             capture: "gpt2_small_fits",
+            scenario: "gpt2-small-fits",
+            conditions: Some("SDPA's memory-efficient kernel forced, as its capture program forced it"),
         },
     },
     PresetInfo {
         name: "gpt-tiny",
         about: "nanoGPT 4 × 256, 4 heads, V = 8,192, batch 8 × 256",
-        evidence: Evidence::Hardware { capture: "tour" },
+        evidence: Evidence::Hardware {
+            capture: "tour",
+            scenario: "tour",
+            conditions: Some("SDPA's memory-efficient kernel forced, as its capture program forced it"),
+        },
     },
     PresetInfo {
         name: "lstm-lm-ptb",
         about: "word_language_model LSTM 200/200, 2 layers, BPTT 35, batch 20",
         evidence: Evidence::Hardware {
             capture: "rnn_hidden_fixed",
+            scenario: "rnn-hidden-fixed",
+            conditions: Some("cuDNN's RNN workspace, reserve and dropout state measured on the H100"),
         },
     },
     PresetInfo {
@@ -318,23 +368,35 @@ pub const PRESET_CATALOGUE: [PresetInfo; 15] = [
         about: "word_language_model LSTM 650/650, 2 layers, dropout 0.5",
         evidence: Evidence::Hardware {
             capture: "lstm_medium",
+            scenario: "lstm-medium",
+            conditions: Some("cuDNN's RNN workspace, reserve and dropout state measured on the H100"),
         },
     },
     PresetInfo {
         name: "resnet18",
-        about: "torchvision ResNet-18 (BasicBlocks), 224², batch 32 (capture awaiting)",
-        evidence: Evidence::SourceOnly,
+        about: "torchvision ResNet-18 (BasicBlocks), 224², batch 32",
+        evidence: Evidence::Hardware {
+            capture: "resnet18_train",
+            scenario: "resnet18-train",
+            conditions: Some("cuDNN's convolution workspaces measured on the H100 at batch 32"),
+        },
     },
     PresetInfo {
         name: "resnet50",
         about: "torchvision ResNet-50 v1.5 (Bottlenecks), 224², batch 32, in the model language",
-        evidence: Evidence::SourceOnly,
+        evidence: Evidence::Hardware {
+            capture: "resnet50_batch_sweep",
+            scenario: "resnet50-batch-sweep",
+            conditions: Some("cuDNN's convolution workspaces measured on the H100 at batch 64"),
+        },
     },
     PresetInfo {
         name: "deep-mlp",
         about: "the course's 20 × Linear(4096, 4096) + ReLU, no head, model(x).sum(), batch 64",
         evidence: Evidence::Hardware {
             capture: "deep_mlp_no_checkpoint",
+            scenario: "deep-mlp-no-checkpoint",
+            conditions: None,
         },
     },
     PresetInfo {
@@ -365,7 +427,11 @@ pub const PRESET_CATALOGUE: [PresetInfo; 15] = [
     PresetInfo {
         name: "qwen2.5-0.5b-lora",
         about: "qwen2.5-0.5b with PEFT LoRA r 16, alpha 32, dropout 0.05 on all seven projections",
-        evidence: Evidence::SourceOnly,
+        evidence: Evidence::Hardware {
+            capture: "llama_lora_finetune",
+            scenario: "llama-lora-finetune",
+            conditions: Some("transformers' use_cache k/v copies in training (hf_use_cache)"),
+        },
     },
     PresetInfo {
         name: "bert-base",

@@ -254,8 +254,12 @@ impl Detector {
         if per_iter <= 0 || self.capacity == 0 || kind == FindingKind::RetainedGraphHost {
             return None;
         }
-        let alloc = self.iterations.back().map_or(0, |s| s.allocated);
-        let free = self.capacity.saturating_sub(alloc);
+        // The iteration's own peak reaches the capacity first, not its end.
+        let peak = self
+            .iterations
+            .back()
+            .map_or(0, |s| s.peak_allocated.max(s.allocated));
+        let free = self.capacity.saturating_sub(peak);
         Some(it as u64 + free.div_ceil(per_iter as u64))
     }
 

@@ -28,6 +28,31 @@ pub enum FindingKind {
 }
 
 impl FindingKind {
+    pub const ALL: [FindingKind; 8] = [
+        FindingKind::RetainedGraphGpu,
+        FindingKind::RetainedGraphHost,
+        FindingKind::StoredTensors,
+        FindingKind::CarriedHiddenState,
+        FindingKind::CacheFragmentation,
+        FindingKind::OneOffPeak,
+        FindingKind::MissingZeroGrad,
+        FindingKind::SurvivingAllocations,
+    ];
+
+    /// The kind `as_str` names.
+    pub fn from_name(name: &str) -> Option<FindingKind> {
+        FindingKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
+    /// A kind's name (the scenario language's) in words, or the name
+    /// itself where it names no kind.
+    pub fn words_for(name: &str) -> &str {
+        match FindingKind::from_name(name) {
+            Some(kind) => kind.label(),
+            None => name,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             FindingKind::RetainedGraphGpu => "retained_graph_gpu",
@@ -38,6 +63,35 @@ impl FindingKind {
             FindingKind::OneOffPeak => "one_off_peak",
             FindingKind::MissingZeroGrad => "missing_zero_grad",
             FindingKind::SurvivingAllocations => "surviving_allocations",
+        }
+    }
+
+    /// The kind in words, for screens and text reports (`as_str` is the
+    /// JSON's and the scenario language's name).
+    pub fn label(self) -> &'static str {
+        match self {
+            FindingKind::RetainedGraphGpu => "retained autograd graph",
+            FindingKind::RetainedGraphHost => "graphs kept on the host",
+            FindingKind::StoredTensors => "stored tensors",
+            FindingKind::CarriedHiddenState => "carried hidden state",
+            FindingKind::CacheFragmentation => "cache fragmentation",
+            FindingKind::OneOffPeak => "one-off peak",
+            FindingKind::MissingZeroGrad => "gradients never zeroed",
+            FindingKind::SurvivingAllocations => "surviving allocations",
+        }
+    }
+
+    /// [`FindingKind::label`] in at most 14 characters, for one-line lists.
+    pub fn short_label(self) -> &'static str {
+        match self {
+            FindingKind::RetainedGraphGpu => "retained graph",
+            FindingKind::RetainedGraphHost => "host graphs",
+            FindingKind::StoredTensors => "stored tensors",
+            FindingKind::CarriedHiddenState => "carried hidden",
+            FindingKind::CacheFragmentation => "fragmentation",
+            FindingKind::OneOffPeak => "one-off peak",
+            FindingKind::MissingZeroGrad => "never zeroed",
+            FindingKind::SurvivingAllocations => "survivors",
         }
     }
 
@@ -91,8 +145,11 @@ pub struct Finding {
     pub severity: Severity,
     /// What the evidence is, in words (and what cannot be concluded).
     pub evidence: String,
-    /// "At this rate the device is full at iteration N", when growing.
+    /// "At this rate the device is full at iteration N", when growing and
+    /// the run has not run out of memory (then the fact replaces it).
     pub full_at_iteration: Option<u64>,
+    /// The iteration the run ran out of memory in, when it did.
+    pub ran_out_at_iteration: Option<u64>,
     /// Bytes held, split by what they are (`autograd_saved`, `activation`,
     /// `gradient`, …), largest first.
     pub by_category: Vec<(&'static str, u64)>,
@@ -115,6 +172,7 @@ impl Finding {
             severity: Severity::Info,
             evidence: String::new(),
             full_at_iteration: None,
+            ran_out_at_iteration: None,
             by_category: Vec::new(),
             blocks: Vec::new(),
         }
@@ -148,4 +206,18 @@ pub fn settle(findings: &mut Vec<Finding>) {
     findings.sort_by(|a, b| {
         (b.kind.is_leak(), b.severity, b.bytes).cmp(&(a.kind.is_leak(), a.severity, a.bytes))
     });
+}
+
+#[cfg(test)]
+mod label_tests {
+    use super::FindingKind;
+
+    #[test]
+    fn every_kind_has_words_and_a_short_form_that_fits_a_list() {
+        for k in FindingKind::ALL {
+            assert!(!k.label().contains('_'), "{k:?}");
+            assert!(k.short_label().chars().count() <= 14, "{k:?}");
+            assert_eq!(FindingKind::from_name(k.as_str()), Some(k));
+        }
+    }
 }

@@ -57,6 +57,13 @@ impl Detector {
             }
         }
         settle(&mut self.findings);
+        if matches!(err, EngineError::OutOfMemory { .. }) {
+            // The run did run out: that fact, not a projection of when it would.
+            for f in &mut self.findings {
+                f.full_at_iteration = None;
+                f.ran_out_at_iteration = Some(u64::from(ls.iteration));
+            }
+        }
         &self.findings
     }
 

@@ -29,6 +29,7 @@ pub fn findings_json(findings: &[Finding]) -> Value {
                     "severity": f.severity.as_str(),
                     "evidence": f.evidence,
                     "full_at_iteration": f.full_at_iteration,
+                    "ran_out_at_iteration": f.ran_out_at_iteration,
                     "by_category": cats,
                     "blocks": f.blocks.len(),
                 })
@@ -84,9 +85,14 @@ pub fn findings_text(findings: &[Finding]) -> String {
             ));
         }
         if f.iterations > 0 {
-            line.push_str(&format!(", spans {} iteration(s)", f.iterations));
+            line.push_str(&format!(
+                ", spans {}",
+                crate::units::counted(f.iterations, "iteration")
+            ));
         }
-        if let Some(n) = f.full_at_iteration {
+        if let Some(n) = f.ran_out_at_iteration {
+            line.push_str(&format!("; the run ran out of memory at iteration {n}"));
+        } else if let Some(n) = f.full_at_iteration {
             line.push_str(&format!(
                 "; at this rate the device is full at iteration {n}"
             ));

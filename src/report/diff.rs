@@ -33,6 +33,10 @@ struct BlockKey {
 struct LiveBlock {
     key: BlockKey,
     site: Arc<str>,
+    /// The site with its file's directories dropped: how the site is matched
+    /// across the two files (one job dumped from another directory, or its
+    /// packages installed elsewhere, records other paths for the same lines).
+    site_key: Arc<str>,
     /// The newest `alloc` of its address in the file's trace, if any.
     time_us: Option<i64>,
 }
@@ -45,10 +49,18 @@ pub struct LiveSet {
     blocks: Vec<LiveBlock>,
 }
 
+/// A file name without its directories (`/home/a/run2/train.py` →
+/// `train.py`; Windows separators too).
+fn file_name(path: &str) -> &str {
+    path.rsplit(['/', '\\']).next().unwrap_or(path)
+}
+
+/// A stack's identity across files: each frame's file name (not its
+/// directories), line and function.
 fn stack_hash(snap: &Snapshot, frames: FramesId) -> u64 {
     let mut h = FxHasher::default();
     for f in snap.frames.resolve(frames) {
-        f.filename.hash(&mut h);
+        file_name(&f.filename).hash(&mut h);
         f.line.hash(&mut h);
         f.name.hash(&mut h);
     }
@@ -68,16 +80,29 @@ impl LiveSet {
     pub fn of(snap: &Snapshot) -> LiveSet {
         let times = alloc_times(snap);
         // Blocks of one stack share its site and hash.
-        let mut by_stack: HashMap<FramesId, (Arc<str>, u64)> = HashMap::new();
+        let mut by_stack: HashMap<FramesId, (Arc<str>, Arc<str>, u64)> = HashMap::new();
         let blocks = live_blocks(snap)
             .map(|(device, b)| {
-                let (site, stack) = by_stack
+                let (site, site_key, stack) = by_stack
                     .entry(b.frames)
                     .or_insert_with(|| {
-                        let site = snap
-                            .user_site(b.frames)
-                            .map_or_else(|| Arc::from(NO_STACK), Arc::from);
-                        (site, stack_hash(snap, b.frames))
+                        let user = snap.first_user_frame(b.frames);
+                        let site = user.map_or_else(
+                            || Arc::from(NO_STACK),
+                            |f| Arc::from(format!("{}:{} in {}", f.filename, f.line, f.name)),
+                        );
+                        let key = user.map_or_else(
+                            || Arc::from(NO_STACK),
+                            |f| {
+                                Arc::from(format!(
+                                    "{}:{} in {}",
+                                    file_name(&f.filename),
+                                    f.line,
+                                    f.name
+                                ))
+                            },
+                        );
+                        (site, key, stack_hash(snap, b.frames))
                     })
                     .clone();
                 LiveBlock {
@@ -88,6 +113,7 @@ impl LiveSet {
                         stack,
                     },
                     site,
+                    site_key,
                     time_us: times.get(&(device, b.address)).copied(),
                 }
             })
@@ -169,7 +195,7 @@ pub struct SnapshotDiff {
     pub devices: Vec<DeviceDiff>,
 }
 
-const IDENTITY: &str = "a block counts as the same in both when its device, address, size and recorded stack match (snapshots carry no tensor identity)";
+const IDENTITY: &str = "a block counts as the same in both when its device, address, size and recorded stack match, each frame by file name (not directory), line and function (snapshots carry no tensor identity)";
 
 /// The newest allocation time of each address in B's traces.
 fn alloc_times(snap: &Snapshot) -> HashMap<(i64, u64), i64> {
@@ -228,12 +254,13 @@ fn device_diff(device: i64, a: &LiveSet, a_keys: &HashSet<BlockKey>, b: &LiveSet
         sites: Vec::new(),
         changes: Vec::new(),
     };
+    // Sites are matched by `site_key`; a changed site is shown as B spells it.
     let mut by_site: HashMap<Arc<str>, SiteChange> = HashMap::new();
     for blk in a.on(device) {
         d.a_live_bytes = d.a_live_bytes.saturating_add(blk.key.size);
         d.a_live_blocks += 1;
         let c = by_site
-            .entry(blk.site.clone())
+            .entry(blk.site_key.clone())
             .or_insert_with(|| change(&blk.site));
         c.a_bytes = c.a_bytes.saturating_add(blk.key.size);
         c.a_blocks += 1;
@@ -245,8 +272,9 @@ fn device_diff(device: i64, a: &LiveSet, a_keys: &HashSet<BlockKey>, b: &LiveSet
         d.b_live_bytes = d.b_live_bytes.saturating_add(blk.key.size);
         d.b_live_blocks += 1;
         let c = by_site
-            .entry(blk.site.clone())
+            .entry(blk.site_key.clone())
             .or_insert_with(|| change(&blk.site));
+        c.site = blk.site.to_string();
         c.b_bytes = c.b_bytes.saturating_add(blk.key.size);
         c.b_blocks += 1;
         if a_keys.contains(&blk.key) {

@@ -47,8 +47,8 @@ pub fn text(lesson: &Lesson, verdicts: &[PartVerdict]) -> String {
         };
         let _ = writeln!(
             out,
-            "the run: {} iterations{stop}; peak allocated {}, peak reserved {}",
-            r.iterations_run,
+            "the run: {}{stop}; peak allocated {}, peak reserved {}",
+            crate::units::counted(r.iterations_run, "iteration"),
             format_size(r.peak_allocated),
             format_size(r.peak_reserved)
         );

@@ -26,7 +26,10 @@ pub struct VerifyDevice {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct VerifyReport {
+    /// Every replayed decision matched, and there was at least one to check.
     pub ok: bool,
+    /// No device has a trace (a state-only snapshot): nothing was checked.
+    pub nothing_to_verify: bool,
     pub devices: Vec<VerifyDevice>,
 }
 
@@ -51,14 +54,24 @@ impl VerifyReport {
                 }
             })
             .collect();
-        let ok = replays.iter().all(|r| r.outcome.all_matched());
-        VerifyReport { ok, devices }
+        let nothing_to_verify = devices.is_empty();
+        let ok = !nothing_to_verify && replays.iter().all(|r| r.outcome.all_matched());
+        VerifyReport {
+            ok,
+            nothing_to_verify,
+            devices,
+        }
     }
 
     pub fn to_text(&self) -> String {
         let mut out = String::new();
-        if self.devices.is_empty() {
-            out.push_str("no device has a trace: nothing to replay (a state-only snapshot)\n");
+        if self.nothing_to_verify {
+            out.push_str(
+                "NOT VERIFIED: no device has a trace, so there is no decision to check (a \
+                 state-only snapshot; record one with \
+                 torch.cuda.memory._record_memory_history() before the allocations)\n",
+            );
+            return out;
         }
         for d in &self.devices {
             let pct = |a: usize, b: usize| {
@@ -167,6 +180,11 @@ impl WhatIfReport {
                 }
                 out.push('\n');
             }
+            let _ = writeln!(
+                out,
+                "  fragmentation: {}",
+                crate::alloc::FRAGMENTATION_DEFINITION
+            );
             for c in &d.configs {
                 if let Some(first) = c.ooms.first() {
                     let _ = writeln!(

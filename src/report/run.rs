@@ -76,16 +76,23 @@ pub fn text(s: &Scenario, r: &RunResult, checks: &[ExpectationResult]) -> String
     for f in &r.findings {
         let _ = writeln!(
             out,
-            "  [{:?}] {} — {}: {} held, {} per iteration over {} iterations{}",
-            f.severity,
+            "  [{}] {} — {}: {} held, {} per iteration over {} {}{}",
+            f.severity.as_str(),
             f.root,
-            f.kind.as_str(),
+            f.kind.label(),
             format_size(f.bytes),
             format_size(f.growth_per_iter.max(0) as u64),
             f.iterations,
-            f.full_at_iteration
-                .map(|i| format!("; at this rate the device is full at iteration {i}"))
-                .unwrap_or_default()
+            if f.iterations == 1 {
+                "iteration"
+            } else {
+                "iterations"
+            },
+            match (f.ran_out_at_iteration, f.full_at_iteration) {
+                (Some(i), _) => format!("; the run ran out of memory at iteration {i}"),
+                (None, Some(i)) => format!("; at this rate the device is full at iteration {i}"),
+                (None, None) => String::new(),
+            }
         );
         // Only a leak's path is a chain, each step reaching the next.
         match (f.path.is_empty(), f.kind.is_leak()) {
@@ -190,6 +197,7 @@ pub fn json(r: &RunResult, checks: &[ExpectationResult]) -> Value {
                 "root": f.root, "kind": f.kind.as_str(), "is_leak": f.kind.is_leak(), "bytes": f.bytes, "growth_per_iter": f.growth_per_iter,
                 "iterations": f.iterations, "path": f.path, "fix": f.fix, "severity": f.severity,
                 "evidence": f.evidence, "full_at_iteration": f.full_at_iteration,
+                "ran_out_at_iteration": f.ran_out_at_iteration,
             })
         })
         .collect();

@@ -121,11 +121,7 @@ fn device_figures(snap: &Snapshot, device: i64) -> DeviceFigures {
         largest_free_block: largest,
         cached_free,
         cached_free_share: ratio(cached_free, reserved),
-        fragmentation: if cached_free == 0 {
-            0.0
-        } else {
-            1.0 - ratio(largest, cached_free)
-        },
+        fragmentation: crate::alloc::fragmentation(largest, cached_free),
     }
 }
 
@@ -237,7 +233,7 @@ pub const DEFINITIONS: Definitions = Definitions {
     peak: "the most allocated / reserved after any entry of the device's trace (from the state its first entry found); null without a trace",
     largest_free_block: "the largest inactive block: a free piece of a split segment or a whole cached segment",
     cached_free_share: "inactive bytes within reserved / reserved",
-    fragmentation: "1 - largest free block / inactive bytes (0: the free bytes are one block)",
+    fragmentation: crate::alloc::FRAGMENTATION_DEFINITION,
 };
 
 /// One file as the table takes it: its name, and its figures or why not.

@@ -48,8 +48,10 @@ pub struct DeviceReport {
     pub active_pending_free: StateCount,
     pub inactive: StateCount,
     pub largest_free_block: u64,
-    /// Cached free bytes / reserved bytes.
+    /// [`crate::alloc::fragmentation`]: 1 − largest free block / cached free bytes.
     pub fragmentation: f64,
+    /// Cached free (inactive) bytes / reserved bytes.
+    pub cached_free_share: f64,
     pub trace_entries: usize,
     pub top_allocations: Vec<CallSite>,
     /// OOM entries of the trace: all of them counted, the first
@@ -133,11 +135,11 @@ impl SnapshotReport {
             let _ = writeln!(out, "\n== device {} ==", d.device);
             let _ = writeln!(
                 out,
-                "reserved {}  allocated {}  active {}  fragmentation {:.1}% (cached free / reserved)",
+                "reserved {}  allocated {}  active {}  cached free {:.1}% of reserved",
                 format_size(d.reserved),
                 format_size(d.allocated),
                 format_size(d.active),
-                d.fragmentation * 100.0
+                d.cached_free_share * 100.0
             );
             let _ = writeln!(
                 out,
@@ -162,8 +164,10 @@ impl SnapshotReport {
             }
             let _ = writeln!(
                 out,
-                "largest free block {}",
-                format_size(d.largest_free_block)
+                "largest free block {}  fragmentation {:.1}% ({})",
+                format_size(d.largest_free_block),
+                d.fragmentation * 100.0,
+                crate::alloc::FRAGMENTATION_DEFINITION
             );
             let _ = writeln!(out, "trace entries {}", d.trace_entries);
             if !d.top_allocations.is_empty() {
@@ -184,11 +188,16 @@ impl SnapshotReport {
                 for f in &l.findings {
                     let _ = writeln!(
                         out,
-                        "  [{:?}] {} — {} per iteration over {} iterations; {}",
-                        f.severity,
+                        "  [{}] {} — {} per iteration over {} {}; {}",
+                        f.severity.as_str(),
                         f.root,
                         format_size(f.growth_per_iter.max(0) as u64),
                         f.iterations,
+                        if f.iterations == 1 {
+                            "iteration"
+                        } else {
+                            "iterations"
+                        },
                         f.evidence
                     );
                 }
@@ -253,6 +262,7 @@ fn device_report<'m>(
         inactive: StateCount::default(),
         largest_free_block: 0,
         fragmentation: 0.0,
+        cached_free_share: 0.0,
         trace_entries: 0,
         top_allocations: Vec::new(),
         oom_count: 0,
@@ -276,8 +286,9 @@ fn device_report<'m>(
         }
     }
     if r.reserved > 0 {
-        r.fragmentation = r.inactive.bytes as f64 / r.reserved as f64;
+        r.cached_free_share = r.inactive.bytes as f64 / r.reserved as f64;
     }
+    r.fragmentation = crate::alloc::fragmentation(r.largest_free_block, r.inactive.bytes);
     r.top_allocations = group_by_site(live, NO_STACK)
         .into_iter()
         .take(TOP)

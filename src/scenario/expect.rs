@@ -5,6 +5,7 @@ use serde::Serialize;
 use super::format::Expectation;
 use super::headless::RunResult;
 use crate::alloc::format_size;
+use crate::leak::FindingKind;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ExpectationResult {
@@ -18,10 +19,12 @@ fn describe(e: &Expectation) -> String {
     match e {
         Expectation::Leak { root, kind } => format!(
             "a leak rooted at `{root}`{}",
-            kind.as_ref().map(|k| format!(" ({k})")).unwrap_or_default()
+            kind.as_ref()
+                .map(|k| format!(" ({})", FindingKind::words_for(k)))
+                .unwrap_or_default()
         ),
         Expectation::NoLeak => "no memory leak".into(),
-        Expectation::Finding(kind) => format!("a {kind} finding"),
+        Expectation::Finding(kind) => format!("a {} finding", FindingKind::words_for(kind)),
         Expectation::Oom(Some(i)) => format!("an OOM in iteration {i}"),
         Expectation::Oom(None) => "an OOM".into(),
         Expectation::NoOom => "no OOM".into(),
@@ -115,7 +118,7 @@ fn check_one(e: &Expectation, r: &RunResult) -> (bool, String) {
     let leak_list = || {
         leaks
             .iter()
-            .map(|f| format!("{} ({})", f.root, f.kind.as_str()))
+            .map(|f| format!("{} ({})", f.root, f.kind.label()))
             .collect::<Vec<_>>()
             .join(", ")
     };
@@ -143,9 +146,10 @@ fn check_one(e: &Expectation, r: &RunResult) -> (bool, String) {
         ),
         Expectation::Finding(kind) => {
             let kinds: Vec<&str> = r.findings.iter().map(|f| f.kind.as_str()).collect();
+            let words: Vec<&str> = r.findings.iter().map(|f| f.kind.label()).collect();
             (
                 kinds.contains(&kind.as_str()),
-                format!("findings: [{}]", kinds.join(", ")),
+                format!("findings: [{}]", words.join(", ")),
             )
         }
         Expectation::Oom(at) => match &r.oom {

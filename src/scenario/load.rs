@@ -90,11 +90,32 @@ pub fn resolve(name_or_path: &str) -> Result<(Scenario, Built), LoadError> {
     }
 }
 
+/// What a JSON file (a Hugging Face `config.json`, most likely) given where a
+/// scenario belongs is told.
+const JSON_NOT_A_SCENARIO: &str = "this is JSON (a Hugging Face config.json?), not a scenario. \
+A scenario names the config as its model and says how it trains, e.g.\n\
+  Scenario(name: \"fit\", description: \"my model\", device: (name: \"H100\", gpu: \"H100-SXM-80GB\"),\n\
+      model: HfConfig(\"config.json\"), model_dtype: BF16, data: (batch: 8, seq: 2048),\n\
+      steps: [ZeroGrad(set_to_none: true), LoadBatch(x: \"x\", y: \"y\"), Forward(input: \"x\", output: \"out\"),\n\
+          Loss(output: \"out\", target: \"y\", into: \"loss\"), Backward(loss: \"loss\", retain_graph: false), OptimizerStep],\n\
+      iterations: 2)\n\
+saved as fit.ron beside it (`vramscope sweep fit.ron --batch 1,2,4,8`); \
+`vramscope model config.json` prints the model alone";
+
 fn options() -> Options {
     Options::default().with_default_extension(Extensions::IMPLICIT_SOME)
 }
 
 pub fn load_str(text: &str, file: &str) -> Result<(Scenario, Built), LoadError> {
+    if text.trim_start().starts_with('{') {
+        // RON would say "Expected opening `(`": say what the file is instead.
+        return Err(LoadError::At {
+            file: file.to_string(),
+            line: 1,
+            column: 1,
+            message: JSON_NOT_A_SCENARIO.to_string(),
+        });
+    }
     let mut scenario: Scenario = options().from_str(text).map_err(|e| LoadError::At {
         file: file.to_string(),
         line: e.position.line,

@@ -62,12 +62,17 @@ pub struct MapStats {
 
 impl MapStats {
     /// Cached free bytes as a share of reserved (0 with nothing reserved).
-    pub fn fragmentation(&self) -> f64 {
+    pub fn cached_free_share(&self) -> f64 {
         if self.reserved == 0 {
             0.0
         } else {
             self.cached_free as f64 / self.reserved as f64
         }
+    }
+
+    /// [`crate::alloc::fragmentation`] of this map.
+    pub fn fragmentation(&self) -> f64 {
+        crate::alloc::fragmentation(self.largest_free, self.cached_free)
     }
 }
 

@@ -84,8 +84,9 @@ impl GpuPanel {
                 Polled::Closed => {
                     self.rx = None;
                     if self.nvml == NvmlState::Waiting {
-                        self.nvml =
-                            NvmlState::Unavailable("the NVML thread stopped unexpectedly".into());
+                        self.nvml = NvmlState::Unavailable(
+                            "NVML: its reading thread stopped unexpectedly".into(),
+                        );
                     }
                     changed = true;
                     break;
@@ -122,7 +123,7 @@ impl GpuPanel {
             NvmlState::NotStarted | NvmlState::Waiting => {
                 Some("NVML: waiting for the first reading…".into())
             }
-            NvmlState::Unavailable(why) => Some(format!("NVML unavailable: {why}")),
+            NvmlState::Unavailable(why) => Some(why.clone()),
             NvmlState::Read(_) => None,
         }
     }

@@ -84,6 +84,112 @@ fn every_built_in_names_a_capture_that_exists() {
     }
 }
 
+/// Every scenario that names a capture: the built-ins and the test
+/// scenarios beside the capture programs.
+fn scenarios_with_captures() -> Vec<(
+    String,
+    vramscope::scenario::Scenario,
+    vramscope::scenario::Built,
+)> {
+    let mut out = Vec::new();
+    for b in vramscope::scenario::builtins() {
+        let (s, built) = resolve(b.name).unwrap_or_else(|e| panic!("{}: {e}", b.name));
+        out.push((b.name.to_string(), s, built));
+    }
+    for entry in std::fs::read_dir(here().join("fixtures/pytorch")).expect("fixtures/pytorch") {
+        let path = entry.expect("an entry").path();
+        if path.extension().is_some_and(|e| e == "ron") {
+            let (s, built) = resolve(path.to_str().expect("utf-8"))
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            out.push((s.name.clone(), s, built));
+        }
+    }
+    out.retain(|(_, _, built)| built.conditions.capture.is_some());
+    out
+}
+
+/// The preset a scenario's model is, by name or as built.
+fn preset_of(
+    s: &vramscope::scenario::Scenario,
+    built: &vramscope::scenario::Built,
+) -> Option<&'static str> {
+    use vramscope::engine::{ModelConfig, PRESET_CATALOGUE};
+    if let vramscope::scenario::ModelSpec::Preset(name) = &s.model {
+        return PRESET_CATALOGUE
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| p.name);
+    }
+    PRESET_CATALOGUE
+        .iter()
+        .find(|p| ModelConfig::preset(p.name).is_some_and(|m| m.kind == built.model.kind))
+        .map(|p| p.name)
+}
+
+/// `vramscope model --list` and `run` tell one story: a preset that any
+/// scenario with a capture runs is verified, naming a scenario on it, that
+/// scenario's capture, and the conditions it states (so a preset matched
+/// only with measured workspaces says so); a preset no such scenario runs
+/// is "from source only".
+#[test]
+fn preset_evidence_agrees_with_the_scenarios_that_run_them() {
+    use vramscope::engine::{Evidence, PRESET_CATALOGUE};
+    let scenarios = scenarios_with_captures();
+    for p in PRESET_CATALOGUE {
+        let on_it: Vec<_> = scenarios
+            .iter()
+            .filter(|(_, s, built)| preset_of(s, built) == Some(p.name))
+            .collect();
+        match p.evidence {
+            Evidence::SourceOnly => assert!(
+                on_it.is_empty(),
+                "{} says \"from source only\", but {:?} run it against a capture",
+                p.name,
+                on_it.iter().map(|(n, _, _)| n).collect::<Vec<_>>()
+            ),
+            Evidence::Hardware {
+                capture,
+                scenario,
+                conditions,
+            } => {
+                let (_, _, built) =
+                    on_it
+                        .iter()
+                        .find(|(n, _, _)| n == scenario)
+                        .unwrap_or_else(|| {
+                            panic!(
+                                "{}: {scenario} is not a scenario on it with a capture",
+                                p.name
+                            )
+                        });
+                assert_eq!(
+                    built.conditions.capture.as_deref(),
+                    Some(capture),
+                    "{}",
+                    p.name
+                );
+                assert_eq!(
+                    conditions.is_some(),
+                    !built.conditions.stated_engine.is_empty(),
+                    "{}: {scenario} states {:?}",
+                    p.name,
+                    built.conditions.stated_engine
+                );
+                // conditions are named only where no scenario on it does without
+                let plain = on_it
+                    .iter()
+                    .find(|(_, _, b)| b.conditions.stated_engine.is_empty());
+                assert!(
+                    conditions.is_none() || plain.is_none(),
+                    "{}: {:?} matches its capture with no stated conditions: name it instead",
+                    p.name,
+                    plain.map(|(n, _, _)| n)
+                );
+            }
+        }
+    }
+}
+
 /// `vramscope model --list` marks a preset "verified on hardware" by the
 /// capture it names: that capture exists and a test checks it.
 #[test]
@@ -91,7 +197,7 @@ fn presets_verified_on_hardware_name_a_checked_capture() {
     use vramscope::engine::{Evidence, PRESET_CATALOGUE};
     let tests = checked_stems();
     for p in PRESET_CATALOGUE {
-        if let Evidence::Hardware { capture } = p.evidence {
+        if let Evidence::Hardware { capture, .. } = p.evidence {
             assert!(
                 captured(capture, "json").exists(),
                 "{}: {capture} is not in captured/",

@@ -2,7 +2,7 @@
 //! a snapshot of its own (for export, and for comparing two configs side by
 //! side in the views).
 
-use crate::alloc::{AllocConfig, Tag};
+use crate::alloc::{Action, AllocConfig, Tag};
 use crate::trace::snapshot::from_run::{snapshot_of_run, DeviceRun};
 use crate::trace::snapshot::Snapshot;
 
@@ -11,17 +11,51 @@ use super::tag_entry;
 use super::whatif::{self, Requests};
 
 /// The device size a what-if replays on: `given`, else what the trace tells,
-/// else the peak the recorded config reached.
+/// else the most the recorded run reserved (the run never held more, so a
+/// request that would have taken it above that failed there too, and the
+/// allocator freed its cache and retried: on this capacity the replay under
+/// the recorded config makes the same releases), else, where the
+/// reservations cannot be rebuilt (expandable segments), the peak the
+/// recorded config reaches on an unbounded device.
 pub fn device_capacity(replay: &DeviceReplay, given: Option<u64>) -> u64 {
-    given.or(replay.device_total).unwrap_or_else(|| {
-        let requests = Requests {
-            entries: &replay.entries,
-            empty_cache_at: &replay.outcome.empty_cache_at,
-            start: Some(&replay.start),
-        };
-        let probe = whatif::what_if(&requests, AllocConfig::default(), u64::MAX / 4);
-        probe.peak_reserved.max(1)
-    })
+    given
+        .or(replay.device_total)
+        .or_else(|| recorded_peak_reserved(replay))
+        .unwrap_or_else(|| {
+            let requests = Requests {
+                entries: &replay.entries,
+                empty_cache_at: &replay.outcome.empty_cache_at,
+                start: Some(&replay.start),
+            };
+            let probe = whatif::what_if(&requests, AllocConfig::default(), u64::MAX / 4);
+            probe.peak_reserved.max(1)
+        })
+}
+
+/// The most the trace's segments reserved at once, from the rebuilt start
+/// state and the segment entries; `None` where they cannot say (expandable
+/// segments, or nothing reserved).
+pub fn recorded_peak_reserved(replay: &DeviceReplay) -> Option<u64> {
+    if replay.start.expandable {
+        return None;
+    }
+    let start: u64 = replay
+        .start
+        .segments
+        .iter()
+        .flat_map(|s| s.blocks.iter())
+        .map(|b| b.size)
+        .sum();
+    let (mut now, mut peak) = (start, start);
+    for e in &replay.entries {
+        match e.action {
+            Action::SegmentAlloc | Action::SegmentMap => now = now.saturating_add(e.size),
+            Action::SegmentFree | Action::SegmentUnmap => now = now.saturating_sub(e.size),
+            _ => continue,
+        }
+        peak = peak.max(now);
+    }
+    (peak > 0).then_some(peak)
 }
 
 /// Every traced device's requests replayed under `config`; frames come from

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::alloc::{Action, AllocConfig, CachingAllocator, SegmentInfo};
+use crate::alloc::{Action, AllocConfig, CachingAllocator, Family, Level, SegmentInfo};
 use crate::device::SimDevice;
 
 use super::reconstruct::Reconstruction;
@@ -38,7 +38,7 @@ pub struct WhatIfResult {
     pub reserved_end: u64,
     /// The largest free block when reserved memory peaked.
     pub largest_free_at_worst: u64,
-    /// Cached free / reserved when reserved memory peaked.
+    /// [`crate::alloc::fragmentation`] when reserved memory peaked.
     pub fragmentation_at_worst: f64,
     pub num_alloc_retries: u64,
     /// Requests that did not fit: all counted, the first [`LISTED_OOMS`] listed.
@@ -142,8 +142,12 @@ pub fn run(requests: &Requests<'_>, config: AllocConfig, capacity: u64, record: 
         if reserved > worst {
             worst = reserved;
             result.largest_free_at_worst = a.largest_free_block();
-            result.fragmentation_at_worst =
-                (reserved - a.stats().allocated_bytes()) as f64 / reserved as f64;
+            // cached free: what no live (or pending) block holds
+            let active = a.stats().get(Family::ActiveBytes, Level::All).current as u64;
+            result.fragmentation_at_worst = crate::alloc::fragmentation(
+                result.largest_free_at_worst,
+                reserved.saturating_sub(active),
+            );
         }
     }
     let s = a.stats();

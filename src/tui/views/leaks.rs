@@ -24,7 +24,7 @@ fn growth(g: i64, unit: &str) -> String {
 fn summary_line<'a>(th: &Theme, f: &'a Finding, selected: bool, width: usize) -> Line<'a> {
     let roomy = 4
         + f.root.chars().count()
-        + f.kind.as_str().len()
+        + f.kind.short_label().chars().count()
         + 4
         + format_size(f.bytes).len()
         + 2
@@ -41,7 +41,7 @@ fn summary_line<'a>(th: &Theme, f: &'a Finding, selected: bool, width: usize) ->
         Span::styled(if selected { "▶ " } else { "  " }, th.text()),
         Span::styled(if f.kind.is_leak() { "● " } else { "○ " }, sev),
         Span::styled(f.root.as_str(), th.title()),
-        Span::styled(format!("{gap}{}{gap}", f.kind.as_str()), th.dim()),
+        Span::styled(format!("{gap}{}{gap}", f.kind.short_label()), th.dim()),
         Span::styled(format_size(f.bytes), th.text()),
         Span::styled(
             format!("{gap}{}", growth(f.growth_per_iter, unit)),
@@ -90,10 +90,10 @@ pub fn render_run(frame: &mut Frame, area: Rect, app: &App, run: usize) {
         lines.push(Line::raw(""));
         lines.push(Line::styled(
             format!(
-                "holds {} over {} iterations · {} blocks highlighted",
+                "holds {} over {} · {} highlighted",
                 format_size(f.bytes),
-                f.iterations,
-                f.blocks.len()
+                crate::units::counted(f.iterations, "iteration"),
+                crate::units::counted(f.blocks.len() as u64, "block")
             ),
             th.text(),
         ));
@@ -127,11 +127,13 @@ pub fn render_run(frame: &mut Frame, area: Rect, app: &App, run: usize) {
                 th.text(),
             ));
         }
-        if let Some(n) = f.full_at_iteration {
-            lines.push(Line::styled(
-                format!("at this rate the device is full at iteration {n}"),
-                th.fg(th.palette.error),
-            ));
+        let outlook = match (f.ran_out_at_iteration, f.full_at_iteration) {
+            (Some(n), _) => Some(format!("the run ran out of memory at iteration {n}")),
+            (None, Some(n)) => Some(format!("at this rate the device is full at iteration {n}")),
+            (None, None) => None,
+        };
+        if let Some(text) = outlook {
+            lines.push(Line::styled(text, th.fg(th.palette.error)));
         }
         lines.push(Line::styled(f.evidence.as_str(), th.dim()));
     } else if !r.findings.is_empty() {

@@ -91,10 +91,21 @@ pub fn prepare(r: &RunView) -> StatsFrame {
             format!(
                 "{}  ({:.1}% of reserved)",
                 format_size(m.cached_free),
-                m.fragmentation() * 100.0
+                m.cached_free_share() * 100.0
             ),
         ),
-        ("largest free", format_size(m.largest_free)),
+        (
+            "largest free",
+            if m.cached_free == 0 {
+                format_size(m.largest_free)
+            } else {
+                format!(
+                    "{}  (fragmentation {:.1}%)",
+                    format_size(m.largest_free),
+                    m.fragmentation() * 100.0
+                )
+            },
+        ),
         (
             "segments",
             format!(
