@@ -1,4 +1,4 @@
-//! The Python helper (`python/vramscope_live.py`) is tested by its own unittest
+//! The Python helper (`python/vramscope_live`) is tested by its own unittest
 //! suite against a stand-in torch (`python/tests`); this runs that suite so
 //! `cargo test` fails when the helper does.
 

@@ -15,7 +15,7 @@ use common::{capture, devices_without_boundaries, real, temp_dir, Scratch};
 const FIXTURE: &str = "tests/fixtures/live/peak-inside-step-synth.vslive";
 /// The project's H100 capture both recordings are made from.
 const FIXTURE_SOURCE: &str = "peak_inside_step";
-/// The same job as recorded by `python/vramscope_live.py` itself (poll
+/// The same job as recorded by `python/vramscope_live` itself (poll
 /// mode, the stand-in torch replaying the snapshot: python/tests/make_recording.py).
 const HELPER_FIXTURE: &str = "tests/fixtures/live/peak-inside-step.vslive";
 

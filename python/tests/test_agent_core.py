@@ -1,4 +1,4 @@
-"""The agent's C++ core (AGENT_CORE_SOURCE in vramscope_live.py), built without
+"""The agent's C++ core (AGENT_CORE_SOURCE in vramscope_live), built without
 torch by g++ with agent_core/driver.cpp and run: entries in, bytes out, read
 back with Python's json and checked against python/PROTOCOL.md.
 

@@ -1,4 +1,4 @@
-"""vramscope_live.py against a stand-in torch fed from a real snapshot.
+"""vramscope_live against a stand-in torch fed from the project's H100 captures.
 
 Run: python3 -m unittest discover -s python/tests -v
 A client written here from python/PROTOCOL.md (not from the helper's code)

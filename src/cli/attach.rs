@@ -1,4 +1,4 @@
-//! `attach`: a running PyTorch job served by `python/vramscope_live.py`, or
+//! `attach`: a running PyTorch job served by `python/vramscope_live`, or
 //! `--replay` of a recording. The TUI by default; `--headless`/`--json`
 //! read until the job says bye, the stream ends or Ctrl-C, then print the
 //! report in `open --json`'s shape with a `live` section.

@@ -224,9 +224,9 @@ pub enum Command {
         json: bool,
     },
     /// Watch a running PyTorch job's allocator live (it imports
-    /// python/vramscope_live.py and calls start()), or play a recording of one.
+    /// vramscope_live and calls start(), or runs under `python -m vramscope_live`), or play a recording of one.
     #[command(
-        after_help = "ADDRESS: a unix socket (`/path/x.sock`, `unix:/path`), or HOST:PORT (`tcp:HOST:PORT`) with the token the helper printed (--token or VRAMSCOPE_TOKEN). Several addresses, or one with {rank} in it (`/tmp/job-{rank}.sock`; --ranks N says how many, else every rank whose socket exists, from 0), open one tab per rank with a table across them (T) and a diff view (A). `python/vramscope_live.py` serves it; `python/PROTOCOL.md` says what it sends. --headless/--json read until the job ends or Ctrl-C, then print `open --json`'s report with a `live` section (several ranks: {\"ranks\":[…],\"table\":{…}})."
+        after_help = "ADDRESS: a unix socket (`/path/x.sock`, `unix:/path`), or HOST:PORT (`tcp:HOST:PORT`) with the token the helper printed (--token or VRAMSCOPE_TOKEN). Several addresses, or one with {rank} in it (`/tmp/job-{rank}.sock`; --ranks N says how many, else every rank whose socket exists, from 0), open one tab per rank with a table across them (T) and a diff view (A). The helper `vramscope_live` (pip install vramscope; `python -m vramscope_live train.py` runs a script under it) serves it; `python/PROTOCOL.md` says what it sends. --headless/--json read until the job ends or Ctrl-C, then print `open --json`'s report with a `live` section (several ranks: {\"ranks\":[…],\"table\":{…}})."
     )]
     Attach {
         /// Where the job serves: a unix socket path, HOST:PORT, or a pattern with {rank}.

@@ -1,5 +1,5 @@
 //! Live attach (issue 29): a running PyTorch job's allocator trace, as
-//! `python/vramscope_live.py` serves it (`python/PROTOCOL.md`), or a
+//! `python/vramscope_live` serves it (`python/PROTOCOL.md`), or a
 //! recording of one.
 //!
 //! - `address`: ADDRESS parsing and `{rank}` expansion;

@@ -1,4 +1,4 @@
-"""A stand-in for the agent extension (AGENT_TORCH_SOURCE in vramscope_live.py)
+"""A stand-in for the agent extension (AGENT_TORCH_SOURCE in vramscope_live)
 over fake_torch's job: what the C++ tracker would see, in the order it would
 see it, with the same start/stop/mark/drain/rows/encode/intern calls and
 results, and a bounded ring that drops and counts when full. It checks the

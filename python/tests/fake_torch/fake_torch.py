@@ -1,4 +1,4 @@
-"""A stand-in for the parts of torch that vramscope_live.py calls, driven by a
+"""A stand-in for the parts of torch that vramscope_live calls, driven by a
 real snapshot file. Put this folder first on sys.path: `import torch` then gets
 the stand-in, and `import fake_torch` the controls a test uses.
 
