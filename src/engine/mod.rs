@@ -24,6 +24,7 @@ pub mod config_hf;
 pub mod conv_workspace;
 pub mod dtype;
 pub mod error;
+pub mod estimate;
 pub mod events;
 pub mod hf_config;
 mod keep;

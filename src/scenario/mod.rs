@@ -25,6 +25,9 @@ mod steps;
 mod validate;
 mod value_kinds;
 
+#[cfg(test)]
+mod tests;
+
 pub use build::{at_point, has_seq, Built};
 pub use conditions::{lt_rule, Conditions, ENV_KEYS};
 pub use dims::MAX_DIM;
