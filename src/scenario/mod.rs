@@ -18,6 +18,7 @@ mod library;
 mod listing;
 mod load;
 mod narration;
+mod ron_spans;
 mod run;
 mod size;
 mod statement;
@@ -28,7 +29,7 @@ mod value_kinds;
 #[cfg(test)]
 mod tests;
 
-pub use build::{at_point, has_seq, Built};
+pub use build::{at_point, has_seq, BuildError, Built};
 pub use conditions::{lt_rule, Conditions, ENV_KEYS};
 pub use dims::MAX_DIM;
 pub use events::to_trace;
