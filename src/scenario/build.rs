@@ -99,13 +99,14 @@ pub(crate) fn model_config(s: &Scenario) -> Result<ModelConfig, BuildError> {
     let mut model = match &s.model {
         ModelSpec::Preset(name) => ModelConfig::preset(name).ok_or_else(|| {
             let names: Vec<&str> = PRESET_CATALOGUE.iter().map(|p| p.name).collect();
-            BuildError::at(
-                &["model"],
-                format!(
+            BuildError::Field {
+                // `Preset("name")`: the name.
+                path: vec![Seg::Field("model"), Seg::Index(0)],
+                message: format!(
                     "model: unknown preset \"{name}\"; presets are {}",
                     names.join(", ")
                 ),
-            )
+            }
         })?,
         ModelSpec::Mlp { dims, inplace_relu } => {
             let mut m = ModelConfig::mlp_mnist();
@@ -250,20 +251,23 @@ pub(crate) fn model_config(s: &Scenario) -> Result<ModelConfig, BuildError> {
         }
     }
     if let ModelKind::Modules(m) = &model.kind {
-        if !m.freeze.is_empty() {
-            // Each freeze path must name parameters: build the model to see.
-            let room = EngineConfig {
-                device_bytes: 1 << 50,
-                ..EngineConfig::default()
-            };
-            Engine::new(room, &model, &OptimizerConfig::default()).map_err(BuildError::Freeze)?;
-        }
         // Every batch size and length the run will use must fit the modules.
         let batches = s.data.batch_schedule.iter().chain([&model.batch]);
         for &b in batches {
             for seq in s.data.seq_schedule.iter().map(|t| Some(*t)).chain([None]) {
                 m.check(b, seq).map_err(BuildError::Model)?;
             }
+        }
+        if !m.freeze.is_empty() {
+            // Each freeze path must name parameters: build the model to see.
+            let room = EngineConfig {
+                device_bytes: 1 << 50,
+                ..EngineConfig::default()
+            };
+            Engine::new(room, &model, &OptimizerConfig::default()).map_err(|e| match e {
+                EngineError::Model(m) => BuildError::Model(m),
+                e => BuildError::Freeze(e),
+            })?;
         }
     }
     Ok(model)

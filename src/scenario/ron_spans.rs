@@ -240,7 +240,15 @@ impl<'a> Parser<'a> {
             '{' => self.map()?,
             '"' => {
                 self.string()?;
-                Body::Atom
+                // A string is pointed at by its first character, inside the quotes.
+                let at = Pos {
+                    column: at.column + 1,
+                    ..at
+                };
+                return Some(Value {
+                    at,
+                    body: Body::Atom,
+                });
             }
             '\'' => {
                 self.bump();
