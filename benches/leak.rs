@@ -45,6 +45,11 @@ fn storage(id: u32, bytes: u64, it: u32, refs: u32, saved: u32) -> StorageInfo {
         id: StorageId(id),
         device: DeviceKind::Cuda,
         bytes,
+        // The default config's rounding (allocator.md §2.2).
+        block: vramscope::alloc::rounding::round_size(
+            bytes,
+            &vramscope::alloc::AllocConfig::default(),
+        ),
         addr: Some(0x7f00_0000_0000 + id as u64 * 0x10_0000),
         category: Category::Activation,
         tag: Tag(0),

@@ -13,6 +13,7 @@ pub mod device;
 pub mod engine;
 pub mod files;
 pub mod leak;
+pub mod least_squares;
 pub mod lesson;
 pub mod live;
 pub mod producers;

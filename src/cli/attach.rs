@@ -13,10 +13,11 @@ use vramscope::alloc::format_size;
 use vramscope::live::address::{expand_ranks, RANK};
 use vramscope::live::nvml_match::{read_once, JobPlace, LiveJob};
 use vramscope::live::{
-    connect, decode, open_recording, Address, FrameReader, LiveError, LiveReport, Message,
-    ServerHello, Session, TOKEN_ENV,
+    connect, decode, open_recording, Address, FrameReader, LiveError, Message, ServerHello,
+    Session, TOKEN_ENV,
 };
 use vramscope::producers::{file_title, live_source_with, LiveOptions};
+use vramscope::report::live::LiveReport;
 use vramscope::report::series::{figures, DeviceFigures, SeriesFile, SeriesTable};
 use vramscope::tui::{run_tui, TuiOptions};
 use vramscope::units::{format_count, signed_size};
@@ -212,7 +213,7 @@ fn ranks(
                 let name = i.frames.at().to_string();
                 let (mut session, fault) = read_session(i.frames, i.hello, keep);
                 let rank = session.hello().and_then(|h| h.rank);
-                let mut report = session.report(&name, marker.as_deref());
+                let mut report = LiveReport::of(&mut session, &name, marker.as_deref());
                 report.live.nvml = read_once(&LiveJob::of_session(&session), &i.place);
                 let figures = figures(session.snapshot());
                 RankOutcome {
@@ -285,7 +286,7 @@ fn headless(args: &AttachArgs, input: Input, stop: Arc<AtomicBool>) -> anyhow::R
         |p: &Path| p.display().to_string(),
     );
     let (mut session, fault) = read_session(frames, hello, args.keep_entries);
-    let mut report = session.report(&name, args.step_marker.as_deref());
+    let mut report = LiveReport::of(&mut session, &name, args.step_marker.as_deref());
     // NVML once, at the end: what the job's process holds beside its reserved.
     report.live.nvml = read_once(&LiveJob::of_session(&session), &place);
     if let Some(d) = args.device {

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use serde::Serialize;
 use serde_json::{json, Value};
 use vramscope::alloc::{format_size, AllocConfig};
-use vramscope::device::estimate::format_ms;
+use vramscope::engine::estimate::format_ms;
 use vramscope::producers::{file_title, is_snapshot_path};
 use vramscope::report::run as run_report;
 use vramscope::report::snapshot::SnapshotReport;
@@ -259,7 +259,7 @@ fn table(a: &Figures, b: &Figures) -> String {
         let _ = writeln!(
             out,
             "compute (est.): the last iteration's kernels, {}",
-            vramscope::device::estimate::ESTIMATE_LABEL
+            vramscope::engine::estimate::ESTIMATE_LABEL
         );
     }
     out

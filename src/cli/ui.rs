@@ -187,7 +187,8 @@ pub fn open_sweep(name: &str, args: &SweepArgs, pace: &PaceArgs) -> anyhow::Resu
         else {
             return Ok(ExitCode::SUCCESS);
         };
-        let (point, point_built) = at_point(&scenario, &built, batch, seq).map_err(BadInput)?;
+        let (point, point_built) =
+            at_point(&scenario, &built, batch, seq).map_err(|e| BadInput(e.to_string()))?;
         let run_title = match seq {
             Some(t) => format!("{title} · batch {batch} · seq {t}"),
             None => format!("{title} · batch {batch}"),

@@ -5,7 +5,6 @@
 
 pub mod budget;
 pub mod cuda;
-pub mod estimate;
 pub mod gpu;
 pub mod kernels;
 pub mod launch;

@@ -3,8 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 pub use crate::device::GpuArch;
-pub use crate::engine::config_hf::{HfCausalLoss, HfRmsNorm, RopeScope, SdpaPriority};
 pub use crate::engine::conv_workspace::ConvWorkspace;
+pub use crate::engine::hf_switches::{HfCausalLoss, HfRmsNorm, RopeScope, SdpaPriority};
 use crate::engine::scratch::reduce::ReduceDevice;
 
 /// `cublas_workspace_mode` (engine.md §1.6).

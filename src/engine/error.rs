@@ -36,6 +36,9 @@ pub enum EngineError {
     Value(String),
     #[error("program error: {0}")]
     Program(String),
+    /// A model in the language the build refuses (its check, with where it is).
+    #[error("{0}")]
+    Model(crate::engine::model_lang::ModelError),
     #[error("allocator error: {0}")]
     Alloc(String),
     /// Internal: checkpoint recomputation reached every tensor it needs
@@ -50,7 +53,7 @@ impl EngineError {
             EngineError::OutOfMemory { .. } => ErrorKind::OutOfMemory,
             EngineError::Runtime(_) => ErrorKind::Runtime,
             EngineError::Value(_) => ErrorKind::Value,
-            EngineError::Program(_) => ErrorKind::Program,
+            EngineError::Program(_) | EngineError::Model(_) => ErrorKind::Program,
             EngineError::Alloc(_) | EngineError::StopRecompute => ErrorKind::Internal,
         }
     }

@@ -16,7 +16,7 @@ pub const DEFAULT_SEQ: u64 = 2048;
 /// Larger than any config.json: a wrong path is not read forever.
 const MAX_CONFIG_BYTES: u64 = 4 << 20;
 
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HfConfigError {
     #[error("{file}: {reason}")]
     Io { file: String, reason: String },

@@ -89,6 +89,10 @@ pub struct StorageInfo {
     pub id: StorageId,
     pub device: DeviceKind,
     pub bytes: u64,
+    /// The allocator's block for it: `round_size` under the run's own
+    /// `PYTORCH_CUDA_ALLOC_CONF` (allocator.md §2.2, `roundup_power2_divisions`
+    /// included); 0 off the GPU and for an empty storage.
+    pub block: u64,
     pub addr: Option<u64>,
     /// Category at creation.
     pub category: Category,
@@ -287,6 +291,12 @@ impl Engine {
                 id: StorageId(id),
                 device: s.device,
                 bytes: s.bytes,
+                block: match s.device {
+                    DeviceKind::Cuda if s.bytes > 0 => {
+                        crate::alloc::rounding::round_size(s.bytes, self.allocator().config())
+                    }
+                    _ => 0,
+                },
                 addr: s.addr,
                 category: s.category,
                 tag: s.tag,

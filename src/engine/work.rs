@@ -1,6 +1,6 @@
 //! The arithmetic and memory traffic of the kernels a run launches, counted
 //! from their real shapes: what a compute-time estimate divides by a GPU's
-//! peak throughput (`crate::device::estimate`). Counting happens whether or
+//! peak throughput (`crate::engine::estimate`). Counting happens whether or
 //! not kernels are really launched, and never touches the allocator.
 //!
 //! GEMMs, convolutions, attention and cuDNN's LSTM are counted in

@@ -8,7 +8,7 @@ use super::detector::{
 };
 use super::finding::{settle, Finding, FindingKind, Severity};
 use super::fix;
-use super::format::{block_bytes, signed_size};
+use super::format::signed_size;
 use super::reach::{blocks_of, lookup, path_for, Ctx, GroupAcc, CATS, CAT_NAMES};
 use crate::alloc::format_size;
 use crate::engine::{DeviceKind, BACKWARD_TWICE};
@@ -405,7 +405,7 @@ impl Detector {
                     }
                     seen[p as usize] = true;
                     any = true;
-                    bytes += block_bytes(st.bytes);
+                    bytes += st.block;
                     if let Some(a) = st.addr {
                         blocks.push(a);
                     }
@@ -467,13 +467,14 @@ impl Detector {
             if root.device != DeviceKind::Cuda {
                 continue;
             }
-            let bytes = block_bytes(root.bytes);
+            let p = lookup(ctx.spos, root.storage.0);
+            let storage = (p != NONE).then(|| &ls.storages[p as usize]);
+            let bytes = storage.map_or(0, |s| s.block);
             let mut f = Finding::new(name.clone(), FindingKind::OneOffPeak);
             f.bytes = bytes;
             f.iterations = 1;
-            let p = lookup(ctx.spos, root.storage.0);
-            if p != NONE {
-                f.blocks.extend(ls.storages[p as usize].addr);
+            if let Some(s) = storage {
+                f.blocks.extend(s.addr);
             }
             f.by_category = vec![("temporary", bytes)];
             f.path = vec![

@@ -30,13 +30,3 @@ pub fn shape(s: &[u64]) -> String {
         .collect::<Vec<_>>()
         .join("×")
 }
-
-/// The caching allocator's block size for a request (allocator rule quoted in
-/// engine.md §1.2: at least 512 B, a multiple of 512 B).
-pub fn block_bytes(requested: u64) -> u64 {
-    if requested == 0 {
-        0
-    } else {
-        requested.div_ceil(512) * 512
-    }
-}

@@ -7,7 +7,6 @@ use rustc_hash::FxHashMap;
 
 use super::detector::{Detector, GroupHistory, GroupKind, IterationSample, HISTORY, NONE};
 use super::finding::{settle, Finding};
-use super::format::block_bytes;
 use super::reach::{
     assign_owners, charge_bytes, count_nodes, group_roots, index_nodes, index_storages, lookup,
     Ctx, GroupAcc, Grouping,
@@ -129,7 +128,7 @@ impl Detector {
         for p in grad_storages {
             let s = &ls.storages[p as usize];
             persisted &= s.iteration < it;
-            grad_bytes += block_bytes(s.bytes);
+            grad_bytes += s.block;
             if let Some(a) = s.addr {
                 grad_blocks.push(a);
             }

@@ -9,7 +9,7 @@ use rustc_hash::FxHashMap;
 
 use super::detector::{GroupKind, GroupSample, NONE, SHARED};
 use super::finding::FindingKind;
-use super::format::{block_bytes, dtype, shape};
+use super::format::{dtype, shape};
 use crate::alloc::format_size;
 use crate::engine::{Category, DeviceKind, LiveState, RootKind};
 
@@ -311,7 +311,7 @@ pub(super) fn charge_bytes(ls: &LiveState, accs: &mut [GroupAcc], owner: &[u32],
             continue;
         }
         let acc = &mut accs[g as usize];
-        let b = block_bytes(s.bytes);
+        let b = s.block;
         let old = s.iteration < it;
         if is_own[p] {
             acc.sample.own += b;

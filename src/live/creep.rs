@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use super::message::DeviceStats;
-use crate::sweep::fit::least_squares;
+use crate::least_squares::least_squares;
 
 /// Readings kept; past it every other one is dropped (the series keeps its
 /// span at half the density).

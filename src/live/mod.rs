@@ -9,8 +9,9 @@
 //! - `recording`: `VSLIVE1\n` files; `synth`: recordings made from snapshots
 //!   and synthetic jobs (tests, benches, `tests/fixtures/live/`);
 //! - `session`: the job as received, as a [`crate::trace::snapshot::Snapshot`]
-//!   the reports and the leak analysis read unchanged (`report`: what
-//!   `attach --json` adds; `map_diff`: a job's state against the mirrored map);
+//!   the reports and the leak analysis read unchanged (`facts`: what only a
+//!   live job tells, which `report::live` adds for `attach --json`;
+//!   `map_diff`: a job's state against the mirrored map);
 //! - `nvml_match`: the job's devices against NVML's reading of its process;
 //! - `creep`: the job's own memory at each step over the whole attach.
 //!
@@ -20,20 +21,20 @@ pub mod address;
 pub mod connect;
 pub mod creep;
 mod error;
+pub mod facts;
 pub mod frame;
 mod map_diff;
 pub mod message;
 pub mod nvml_match;
 pub mod recording;
-pub mod report;
 pub mod session;
 pub mod synth;
 
 pub use address::{expand_ranks, Address};
 pub use connect::{check_owner, connect, Connection, TOKEN_ENV};
 pub use error::LiveError;
+pub use facts::{DeviceGrowth, LiveFacts};
 pub use frame::{write_frame, write_value, FrameReader, MAX_FRAME};
 pub use message::{decode, Message, ServerHello};
 pub use recording::{open_recording, read_recording, MAGIC};
-pub use report::{DeviceGrowth, LiveFacts, LiveReport};
 pub use session::{Applied, Session, ENTRY_CAP};

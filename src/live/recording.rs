@@ -9,8 +9,9 @@ use std::path::Path;
 use super::error::LiveError;
 use super::frame::FrameReader;
 
-/// The first bytes of every recording.
-pub const MAGIC: &[u8; 8] = b"VSLIVE1\n";
+/// The first bytes of every recording (defined in `trace`, which recognises
+/// a recording opened as a snapshot).
+pub use crate::trace::snapshot::LIVE_RECORDING_MAGIC as MAGIC;
 
 /// A recording's frames, after checking its magic.
 pub fn open_recording(path: &Path) -> Result<FrameReader<Box<dyn Read + Send>>, LiveError> {

@@ -34,8 +34,9 @@ pub const MAX_STACKS: usize = 4 << 20;
 /// Text of the distinct frames a stream defines (file names and function
 /// names): a real job's few hundred thousand frames take tens of MB.
 pub const MAX_FRAME_TEXT: usize = 256 << 20;
-/// Frames over every distinct stack a stream defines.
-pub const MAX_STACK_FRAMES: usize = 64 << 20;
+/// Frames over every distinct stack a stream defines, all stacks together
+/// (one stack's own bound is `message::MAX_STACK_FRAMES`).
+pub const MAX_TABLE_FRAMES: usize = 64 << 20;
 
 /// What one message changed, for a producer to act on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,7 +78,7 @@ impl Default for StackBounds {
     fn default() -> Self {
         StackBounds {
             text: MAX_FRAME_TEXT,
-            frames: MAX_STACK_FRAMES,
+            frames: MAX_TABLE_FRAMES,
         }
     }
 }
@@ -92,7 +93,7 @@ pub struct Session {
     /// The wire's stack ids, as interned in `snap.frames`.
     stack_ids: FxHashMap<u32, FramesId>,
     /// What the stack table holds, against [`MAX_FRAME_TEXT`] and
-    /// [`MAX_STACK_FRAMES`]: a hostile stream cannot grow it without bound.
+    /// [`MAX_TABLE_FRAMES`]: a hostile stream cannot grow it without bound.
     frame_text: usize,
     stack_frames: usize,
     bounds: StackBounds,

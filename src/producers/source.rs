@@ -157,7 +157,7 @@ pub enum SourceMsg {
     Stats(Box<MemoryStats>),
     /// The estimated compute time of the iteration that just ended (its
     /// number), on the scenario's GPU.
-    Compute(Box<(u32, crate::device::estimate::ComputeEstimate)>),
+    Compute(Box<(u32, crate::engine::estimate::ComputeEstimate)>),
     /// A run on a real GPU: what NVML said this process held right after the
     /// device was opened, before the first allocation (the CUDA context).
     /// `None` when NVML could not say.

@@ -2,6 +2,7 @@
 
 pub mod diff;
 pub mod lesson;
+pub mod live;
 pub mod replay;
 pub mod run;
 pub mod series;

@@ -6,8 +6,8 @@ use std::fmt::Write;
 use serde_json::{json, Value};
 
 use crate::alloc::format_size;
-use crate::device::estimate::{format_flops, format_ms};
 use crate::device::Kernel;
+use crate::engine::estimate::{format_flops, format_ms};
 use crate::scenario::{Conditions, ExpectationResult, GpuRun, RunResult, Scenario};
 
 pub fn text(s: &Scenario, r: &RunResult, checks: &[ExpectationResult]) -> String {

@@ -6,11 +6,47 @@ use std::sync::Arc;
 use super::conditions::Conditions;
 use super::format::{Criterion, LayerSpec, ModelSpec, Scenario};
 use super::steps::StepSites;
-use crate::engine::model_lang::{LangModel, ModelInput};
+use crate::engine::hf_config::HfConfigError;
+use crate::engine::model_lang::{LangModel, ModelError, ModelInput, Seg};
 use crate::engine::{
-    Engine, EngineConfig, LossKind, ModelConfig, ModelKind, OptimizerConfig, Program,
+    Engine, EngineConfig, EngineError, LossKind, ModelConfig, ModelKind, OptimizerConfig, Program,
     PRESET_CATALOGUE,
 };
+
+/// Why a scenario cannot be built, with the scenario field it is about.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BuildError {
+    /// A model in the language the build refuses (inside `model`).
+    #[error("model: {0}")]
+    Model(ModelError),
+    /// A field's value, with the path of the field from the scenario's root.
+    #[error("{message}")]
+    Field { path: Vec<Seg>, message: String },
+    #[error("{0}")]
+    HfConfig(#[from] HfConfigError),
+    /// Building the model to resolve `freeze` failed.
+    #[error("model.freeze: {0}")]
+    Freeze(EngineError),
+}
+
+impl BuildError {
+    fn at(path: &[&'static str], message: impl Into<String>) -> BuildError {
+        BuildError::Field {
+            path: path.iter().map(|f| Seg::Field(f)).collect(),
+            message: message.into(),
+        }
+    }
+
+    /// Where in the scenario's value the error is, from its root.
+    pub fn path(&self) -> Vec<Seg> {
+        match self {
+            BuildError::Model(e) => [vec![Seg::Field("model")], e.path()].concat(),
+            BuildError::Field { path, .. } => path.clone(),
+            BuildError::HfConfig(_) => vec![Seg::Field("model")],
+            BuildError::Freeze(_) => vec![Seg::Field("model"), Seg::Field("freeze")],
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct Built {
@@ -26,7 +62,11 @@ pub struct Built {
 }
 
 /// `Linear(a,b), ReLU, Linear(b,c), …` as MLP widths; `None` if not that shape.
-pub(crate) fn layers_to_dims(layers: &[LayerSpec]) -> Result<Vec<u64>, String> {
+pub(crate) fn layers_to_dims(layers: &[LayerSpec]) -> Result<Vec<u64>, BuildError> {
+    layer_dims(layers).map_err(|m| BuildError::at(&["model"], format!("model: {m}")))
+}
+
+fn layer_dims(layers: &[LayerSpec]) -> Result<Vec<u64>, String> {
     let mut dims = Vec::new();
     let mut expect_linear = true;
     for (i, layer) in layers.iter().enumerate() {
@@ -55,14 +95,18 @@ pub(crate) fn layers_to_dims(layers: &[LayerSpec]) -> Result<Vec<u64>, String> {
     Ok(dims)
 }
 
-pub(crate) fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
+pub(crate) fn model_config(s: &Scenario) -> Result<ModelConfig, BuildError> {
     let mut model = match &s.model {
         ModelSpec::Preset(name) => ModelConfig::preset(name).ok_or_else(|| {
             let names: Vec<&str> = PRESET_CATALOGUE.iter().map(|p| p.name).collect();
-            format!(
-                "unknown preset \"{name}\"; presets are {}",
-                names.join(", ")
-            )
+            BuildError::Field {
+                // `Preset("name")`: the name.
+                path: vec![Seg::Field("model"), Seg::Index(0)],
+                message: format!(
+                    "model: unknown preset \"{name}\"; presets are {}",
+                    names.join(", ")
+                ),
+            }
         })?,
         ModelSpec::Mlp { dims, inplace_relu } => {
             let mut m = ModelConfig::mlp_mnist();
@@ -143,9 +187,7 @@ pub(crate) fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
             },
             32,
         ),
-        ModelSpec::HfConfig(path) => {
-            crate::engine::hf_config::read(std::path::Path::new(path)).map_err(|e| e.to_string())?
-        }
+        ModelSpec::HfConfig(path) => crate::engine::hf_config::read(std::path::Path::new(path))?,
         ModelSpec::ResNet18 { classes, image } => {
             let mut m = ModelConfig::resnet18(32);
             m.kind = ModelKind::ResNet {
@@ -167,9 +209,10 @@ pub(crate) fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
             model.kind,
             ModelKind::Mlp { .. } | ModelKind::ResNet { .. } | ModelKind::Modules(_)
         ) {
-            return Err(
-                "criterion: applies to classifiers with a [batch, classes] output (MLP, ResNet) and to Modules models; this model has its own loss".into(),
-            );
+            return Err(BuildError::at(
+                &["criterion"],
+                "criterion: applies to classifiers with a [batch, classes] output (MLP, ResNet) and to Modules models; this model has its own loss",
+            ));
         }
         model.loss = match c {
             Criterion::CrossEntropy => LossKind::CrossEntropy,
@@ -185,8 +228,9 @@ pub(crate) fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
         (_, None) => {}
         (ModelKind::Gpt2 { seq, block_size, .. }, Some(&t)) => {
             if t > *block_size {
-                return Err(format!(
-                    "data: sequence length {t} is longer than the model's block_size {block_size}"
+                return Err(BuildError::at(
+                    &["data", "seq"],
+                    format!("data: sequence length {t} is longer than the model's block_size {block_size}"),
                 ));
             }
             *seq = s.data.seq.unwrap_or(*seq);
@@ -200,27 +244,30 @@ pub(crate) fn model_config(s: &Scenario) -> Result<ModelConfig, String> {
             Some(_),
         ) => *seq = s.data.seq.unwrap_or(*seq),
         (_, Some(_)) => {
-            return Err(
-                "data: seq and seq_schedule apply to GPT and LSTM models only, and to Modules models with a Tokens input (this model has no sequence length)"
-                    .into(),
-            )
+            return Err(BuildError::at(
+                &["data"],
+                "data: seq and seq_schedule apply to GPT and LSTM models only, and to Modules models with a Tokens input (this model has no sequence length)",
+            ))
         }
     }
     if let ModelKind::Modules(m) = &model.kind {
+        // Every batch size and length the run will use must fit the modules.
+        let batches = s.data.batch_schedule.iter().chain([&model.batch]);
+        for &b in batches {
+            for seq in s.data.seq_schedule.iter().map(|t| Some(*t)).chain([None]) {
+                m.check(b, seq).map_err(BuildError::Model)?;
+            }
+        }
         if !m.freeze.is_empty() {
             // Each freeze path must name parameters: build the model to see.
             let room = EngineConfig {
                 device_bytes: 1 << 50,
                 ..EngineConfig::default()
             };
-            Engine::new(room, &model, &OptimizerConfig::default()).map_err(|e| e.to_string())?;
-        }
-        // Every batch size and length the run will use must fit the modules.
-        let batches = s.data.batch_schedule.iter().chain([&model.batch]);
-        for &b in batches {
-            for seq in s.data.seq_schedule.iter().map(|t| Some(*t)).chain([None]) {
-                m.output(b, seq)?;
-            }
+            Engine::new(room, &model, &OptimizerConfig::default()).map_err(|e| match e {
+                EngineError::Model(m) => BuildError::Model(m),
+                e => BuildError::Freeze(e),
+            })?;
         }
     }
     Ok(model)
@@ -232,7 +279,7 @@ pub(crate) fn build(
     s: &Scenario,
     conditions: Conditions,
     engine: EngineConfig,
-) -> Result<Built, String> {
+) -> Result<Built, BuildError> {
     let mut engine = engine;
     engine.alloc_conf = s.alloc_conf.clone();
     let model = model_config(s)?;
@@ -266,7 +313,7 @@ pub fn at_point(
     built: &Built,
     batch: u64,
     seq: Option<u64>,
-) -> Result<(Scenario, Built), String> {
+) -> Result<(Scenario, Built), BuildError> {
     let mut point = s.clone();
     point.data.batch = Some(batch);
     point.data.batch_schedule.clear();
@@ -280,7 +327,7 @@ pub fn at_point(
         .into_iter()
         .next()
     {
-        return Err(problem);
+        return Err(BuildError::at(&["data"], problem));
     }
     let mut rebuilt = build(&point, built.conditions.clone(), built.engine.clone())?;
     rebuilt.steps = built.steps.clone();

@@ -8,14 +8,16 @@ use std::sync::Arc;
 use ron::extensions::Extensions;
 use ron::Options;
 
-use super::build::{build, Built};
+use super::build::{build, BuildError, Built};
 use super::conditions::{apply, conditions};
 use super::format::{ModelSpec, Scenario};
 use super::library::builtin;
+use super::ron_spans::{position, At};
 use super::statement::LoopShape;
 use super::steps::StepSites;
 use super::validate::validate;
 use crate::alloc::{AllocConfig, TorchVersion};
+use crate::engine::model_lang::Seg;
 use crate::engine::{LossKind, ModelKind};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -138,21 +140,17 @@ pub fn load_str(text: &str, file: &str) -> Result<(Scenario, Built), LoadError> 
     }
     let (general, steps) = validate(&scenario);
     if let Some(message) = general.into_iter().next() {
-        // `model.heads must…`, `device.capacity: must…`: the field is the
-        // last name of the path the message starts with.
-        let field = message
+        // `model.heads must…`, `device.capacity: must…`: the message starts
+        // with the path of its field.
+        let fields: Vec<At<'_>> = message
             .split([':', ' '])
             .next()
             .unwrap_or("")
             .split('.')
-            .next_back()
-            .unwrap_or("");
-        return Err(
-            at_word(text, file, field, 0, message.clone()).unwrap_or(LoadError::Field {
-                file: file.to_string(),
-                message,
-            }),
-        );
+            .filter(|f| !f.is_empty())
+            .map(At::Field)
+            .collect();
+        return Err(at_path(text, file, &fields, message.clone()));
     }
     if let Some(p) = steps.into_iter().next() {
         return Err(
@@ -167,33 +165,33 @@ pub fn load_str(text: &str, file: &str) -> Result<(Scenario, Built), LoadError> 
     let version = match &scenario.torch {
         Some(v) => v
             .parse::<TorchVersion>()
-            .map_err(|m| field_error(text, file, "torch", m))?,
+            .map_err(|m| at_path(text, file, &[At::Field("torch")], m))?,
         None => TorchVersion::DEFAULT,
     };
     AllocConfig::parse_for(&scenario.alloc_conf, version)
-        .map_err(|e| field_error(text, file, "alloc_conf", e.to_string()))?;
+        .map_err(|e| at_path(text, file, &[At::Field("alloc_conf")], e.to_string()))?;
     let at_problem = |(word, message): (String, String)| field_error(text, file, &word, message);
     let mut conditions = conditions(&scenario, version).map_err(at_problem)?;
     conditions.as_shipped =
         super::library::builtin(&scenario.name).is_some_and(|b| b.source == text);
     let mut engine = scenario.engine.clone().unwrap_or_default();
     apply(&conditions, version, &mut engine).map_err(at_problem)?;
-    let mut built = build(&scenario, conditions, engine).map_err(|m| {
-        let word = match &scenario.model {
-            ModelSpec::Preset(name) if !name.is_empty() => name.as_str(),
-            ModelSpec::Preset(_) => "Preset",
-            ModelSpec::HfConfig(_) => "HfConfig",
-            ModelSpec::Modules { .. } => "Modules",
-            _ => "model",
-        };
-        field_error(text, file, word, format!("model: {m}"))
+    let mut built = build(&scenario, conditions, engine).map_err(|e| {
+        let path = model_path(&e);
+        // A field left to its default (`head_dim: None`) is not in the
+        // text: then the module that has it.
+        let module = || [&path[..path.len().saturating_sub(1)], &[At::Value]].concat();
+        match position(text, &path) {
+            Some(_) => at_path(text, file, &path, e.to_string()),
+            None => at_path(text, file, &module(), e.to_string()),
+        }
     })?;
     if scenario.sweep.as_ref().is_some_and(|w| !w.seq.is_empty()) && !super::build::has_seq(&built)
     {
-        return Err(field_error(
+        return Err(at_path(
             text,
             file,
-            "sweep",
+            &[At::Field("sweep"), At::Field("seq")],
             "sweep.seq: this model has no sequence length; sweep.seq applies to GPT, LSTM and token-input Modules models".into(),
         ));
     }
@@ -209,6 +207,43 @@ pub fn load_str(text: &str, file: &str) -> Result<(Scenario, Built), LoadError> 
         },
     ));
     Ok((scenario, built))
+}
+
+/// The error at the value `path` leads to, as the file's line and column
+/// (from the structure of the text, never a search for a word); without a
+/// position when the path leads nowhere.
+fn at_path(text: &str, file: &str, path: &[At<'_>], message: String) -> LoadError {
+    match position(text, path) {
+        Some(p) => LoadError::At {
+            file: file.to_string(),
+            line: p.line,
+            column: p.column,
+            message,
+        },
+        None => LoadError::Field {
+            file: file.to_string(),
+            message,
+        },
+    }
+}
+
+/// A build error's path; a model in the language's error points at the
+/// module's field (`model.net…kv_heads`).
+fn model_path(e: &BuildError) -> Vec<At<'static>> {
+    let mut path: Vec<At<'static>> = e
+        .path()
+        .iter()
+        .map(|s| match s {
+            Seg::Field(f) => At::Field(f),
+            Seg::Index(i) => At::Index(*i),
+        })
+        .collect();
+    // A module at fault as a whole: its value (`Checkpoint(…)`), not the
+    // name of the field that holds it.
+    if matches!(e, BuildError::Model(m) if m.field.is_none()) {
+        path.push(At::Value);
+    }
+    path
 }
 
 fn field_error(text: &str, file: &str, word: &str, message: String) -> LoadError {

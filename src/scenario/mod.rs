@@ -18,6 +18,7 @@ mod library;
 mod listing;
 mod load;
 mod narration;
+mod ron_spans;
 mod run;
 mod size;
 mod statement;
@@ -25,7 +26,10 @@ mod steps;
 mod validate;
 mod value_kinds;
 
-pub use build::{at_point, has_seq, Built};
+#[cfg(test)]
+mod tests;
+
+pub use build::{at_point, has_seq, BuildError, Built};
 pub use conditions::{lt_rule, Conditions, ENV_KEYS};
 pub use dims::MAX_DIM;
 pub use events::to_trace;

@@ -392,8 +392,10 @@ pub(crate) fn validate(s: &Scenario) -> (Vec<String>, Vec<StepProblem>) {
             ));
         }
     }
-    let recurrent = super::build::model_config(s)
-        .is_ok_and(|m| matches!(m.kind, crate::engine::ModelKind::LstmLm { .. }));
+    // Only a model whose dimensions passed is built (a `freeze` builds it).
+    let recurrent = general.is_empty()
+        && super::build::model_config(s)
+            .is_ok_and(|m| matches!(m.kind, crate::engine::ModelKind::LstmLm { .. }));
     let mut walk = Walk {
         bound: HashMap::new(),
         recurrent,

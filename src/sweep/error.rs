@@ -20,10 +20,10 @@ pub enum SweepError {
     NoPoints(String),
     /// A point the scenario cannot run at (e.g. a sequence longer than the
     /// model's block size).
-    #[error("sweep point batch {batch}{}: {message}", seq.map_or(String::new(), |t| format!(", seq {t}")))]
+    #[error("sweep point batch {batch}{}: {source}", seq.map_or(String::new(), |t| format!(", seq {t}")))]
     Point {
         batch: u64,
         seq: Option<u64>,
-        message: String,
+        source: crate::scenario::BuildError,
     },
 }

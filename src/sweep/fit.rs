@@ -7,59 +7,11 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 
 use super::point::{PeakMoment, SweepPoint};
+pub use crate::least_squares::{least_squares, Line};
 
 /// A sweep is called linear when every point lies within this fraction of
 /// its own peak from the line.
 pub const LINEAR_WITHIN: f64 = 0.01;
-
-/// `y ≈ intercept + slope × batch`.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Line {
-    pub intercept: f64,
-    pub slope: f64,
-    /// 1 − SS_res / SS_tot (1 where every point is on the line).
-    pub r_squared: f64,
-}
-
-impl Line {
-    pub fn at(&self, batch: f64) -> f64 {
-        self.intercept + self.slope * batch
-    }
-}
-
-/// Ordinary least squares through `(x, y)`; `None` with fewer than two
-/// distinct x.
-pub fn least_squares(points: &[(f64, f64)]) -> Option<Line> {
-    let n = points.len() as f64;
-    let mean_x = points.iter().map(|p| p.0).sum::<f64>() / n;
-    let mean_y = points.iter().map(|p| p.1).sum::<f64>() / n;
-    let sxx: f64 = points.iter().map(|p| (p.0 - mean_x).powi(2)).sum();
-    if points.len() < 2 || sxx == 0.0 {
-        return None;
-    }
-    let sxy: f64 = points.iter().map(|p| (p.0 - mean_x) * (p.1 - mean_y)).sum();
-    let slope = sxy / sxx;
-    let intercept = mean_y - slope * mean_x;
-    let ss_res: f64 = points
-        .iter()
-        .map(|p| (p.1 - intercept - slope * p.0).powi(2))
-        .sum();
-    let ss_tot: f64 = points.iter().map(|p| (p.1 - mean_y).powi(2)).sum();
-    let r_squared = if ss_tot == 0.0 {
-        if ss_res == 0.0 {
-            1.0
-        } else {
-            0.0
-        }
-    } else {
-        1.0 - ss_res / ss_tot
-    };
-    Some(Line {
-        intercept,
-        slope,
-        r_squared,
-    })
-}
 
 /// A point's distance from the allocated line.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -106,10 +106,10 @@ impl SweepPlan {
         // Every point builds before any runs: a bad one is refused up front,
         // the same in the report and in the chart.
         for (batch, seq) in plan.points() {
-            at_point(scenario, built, batch, seq).map_err(|message| SweepError::Point {
+            at_point(scenario, built, batch, seq).map_err(|source| SweepError::Point {
                 batch,
                 seq,
-                message,
+                source,
             })?;
         }
         Ok(plan)

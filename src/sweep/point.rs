@@ -134,10 +134,10 @@ pub fn run_point(
     batch: u64,
     seq: Option<u64>,
 ) -> Result<SweepPoint, SweepError> {
-    let (s, b) = at_point(scenario, built, batch, seq).map_err(|message| SweepError::Point {
+    let (s, b) = at_point(scenario, built, batch, seq).map_err(|source| SweepError::Point {
         batch,
         seq,
-        message,
+        source,
     })?;
     let mut tracker = PeakTracker::default();
     let r = run_observed(&s, &b, &RunOptions::default(), &mut |events| {

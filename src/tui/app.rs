@@ -322,7 +322,7 @@ impl App {
         if let Some(redraw) = self.tab_key(key) {
             return redraw;
         }
-        if key.code == KeyCode::Char(':') && !self.show_help {
+        if key.code == input::PROMPT_KEY && !self.show_help {
             self.prompt = Some(String::new());
             return true;
         }

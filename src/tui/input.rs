@@ -1,5 +1,7 @@
-//! Keys to actions. One table ([`KEYS`]) is both the binding list the help
-//! overlay shows and the documentation, so they cannot drift apart.
+//! Keys to actions. One table ([`KEYS`]) is the binding list the help
+//! overlay shows; a test reads its key column against [`key_action`] both
+//! ways (every bound key listed, every listed key bound), so the two cannot
+//! drift apart.
 //!
 //! Scheme: lowercase moves forward, the same letter in uppercase moves back
 //! (`o`/`O` op, `p`/`P` phase, `i`/`I` iteration, `n`/`N` narration,
@@ -213,6 +215,16 @@ pub const KEYS: &[(&str, &str)] = &[
     ),
 ];
 
+/// The key that opens the `:` prompt (the app takes it before [`key_action`]).
+pub const PROMPT_KEY: KeyCode = KeyCode::Char(':');
+
+/// Keys across the tabs of several files (the app takes them before
+/// [`key_action`]): the table, the diff, the baseline, the previous tab, a
+/// tab by number (`w`, the next tab, is also the run view's switch).
+pub fn is_tab_key(code: KeyCode) -> bool {
+    matches!(code, KeyCode::Char('T' | 'A' | 'B' | 'W' | '1'..='9'))
+}
+
 /// The action for `key`, given the focused panel and whether help is open.
 pub fn key_action(key: KeyEvent, focus: Focus, help: bool) -> Option<UiAction> {
     if key.kind == KeyEventKind::Release {
@@ -330,5 +342,103 @@ pub fn hints(focus: Focus) -> &'static str {
         Focus::Leaks => "j/k finding  PgDn/PgUp scroll  Enter highlight  f/F leaked block",
         Focus::Stats => "Tab next panel",
         Focus::Log => "j/k line  Enter event details  PgDn/PgUp page",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The keys one entry of [`KEYS`]'s key column names.
+    fn named(column: &str) -> Vec<KeyCode> {
+        column
+            .split(|c: char| c.is_whitespace() || c == '/')
+            .map(|t| t.trim_matches(|c| c == '(' || c == ')'))
+            .filter(|t| !t.is_empty() && !matches!(*t, "shift" | "ctrl-c"))
+            .flat_map(|t| match t {
+                "1–9" => ('1'..='9').map(KeyCode::Char).collect(),
+                t => vec![key(t, column)],
+            })
+            .collect()
+    }
+
+    fn key(t: &str, column: &str) -> KeyCode {
+        match t {
+            "space" => KeyCode::Char(' '),
+            "Home" => KeyCode::Home,
+            "End" => KeyCode::End,
+            "PgDn" => KeyCode::PageDown,
+            "PgUp" => KeyCode::PageUp,
+            "Enter" => KeyCode::Enter,
+            "Tab" => KeyCode::Tab,
+            "shift-Tab" => KeyCode::BackTab,
+            "Esc" => KeyCode::Esc,
+            "→" => KeyCode::Right,
+            "←" => KeyCode::Left,
+            "↓" => KeyCode::Down,
+            "↑" => KeyCode::Up,
+            t if t.chars().count() == 1 => KeyCode::Char(t.chars().next().unwrap_or(' ')),
+            t => panic!("KEYS names a key this test cannot read: {t:?} (in {column:?})"),
+        }
+    }
+
+    fn documented() -> Vec<KeyCode> {
+        KEYS.iter()
+            .filter(|(k, _)| !matches!(*k, "mouse" | "in a popup"))
+            .flat_map(|(k, _)| named(k))
+            .collect()
+    }
+
+    fn every_key() -> Vec<KeyCode> {
+        let mut keys: Vec<KeyCode> = (' '..='~').map(KeyCode::Char).collect();
+        keys.extend([
+            KeyCode::Home,
+            KeyCode::End,
+            KeyCode::PageDown,
+            KeyCode::PageUp,
+            KeyCode::Enter,
+            KeyCode::Tab,
+            KeyCode::BackTab,
+            KeyCode::Esc,
+            KeyCode::Left,
+            KeyCode::Right,
+            KeyCode::Up,
+            KeyCode::Down,
+        ]);
+        keys
+    }
+
+    /// Bound by the run view, or taken by the app before it (tabs, prompt).
+    fn bound(code: KeyCode) -> bool {
+        is_tab_key(code)
+            || code == PROMPT_KEY
+            || [
+                Focus::Map,
+                Focus::Timeline,
+                Focus::Leaks,
+                Focus::Stats,
+                Focus::Log,
+            ]
+            .iter()
+            .any(|&f| key_action(KeyEvent::new(code, KeyModifiers::NONE), f, false).is_some())
+    }
+
+    #[test]
+    fn every_bound_key_is_in_the_help() {
+        let documented = documented();
+        let missing: Vec<KeyCode> = every_key()
+            .into_iter()
+            .filter(|&k| bound(k) && !documented.contains(&k))
+            .collect();
+        assert!(missing.is_empty(), "bound but not in KEYS: {missing:?}");
+    }
+
+    #[test]
+    fn every_key_in_the_help_is_bound() {
+        let unbound: Vec<KeyCode> = documented().into_iter().filter(|&k| !bound(k)).collect();
+        assert!(
+            unbound.is_empty(),
+            "in KEYS but bound to nothing: {unbound:?}"
+        );
     }
 }

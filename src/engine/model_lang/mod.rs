@@ -1,11 +1,13 @@
 //! The model language (issue 28): any model described as a tree of
 //! `nn.Module`s in RON ([`spec`]), built on the engine with its parameters
 //! in PyTorch's order and module paths ([`build`]), run by the same ops as
-//! the hand-written presets ([`forward`]), counted ([`count`]) and
-//! shape-checked ([`shape`]) before it runs. [`presets`] holds the models
+//! the hand-written presets ([`forward`]), counted ([`count`]), and checked
+//! ([`check`]: every shape and every rule the build enforces, symbolically)
+//! before it is built. [`presets`] holds the models
 //! written in it.
 
 pub mod build;
+pub mod check;
 pub mod count;
 pub mod forward;
 pub mod presets;
@@ -14,8 +16,9 @@ pub mod spec;
 pub mod xfmr;
 pub mod xfmr_check;
 
+pub use check::{ModelError, Problem, Seg};
 pub use count::{count, Counts};
-pub use shape::{out_shape, Sig};
+pub use shape::Sig;
 pub use spec::{LangModel, ModelInput, Module};
 
 impl ModelInput {
@@ -39,13 +42,5 @@ impl ModelInput {
                 ids: true,
             },
         }
-    }
-}
-
-impl LangModel {
-    /// The model's output for batch `b`, or the first module that cannot
-    /// take what it is given.
-    pub fn output(&self, b: u64, seq: Option<u64>) -> Result<Sig, String> {
-        out_shape("", &self.net, &self.input.sig(b, seq))
     }
 }

@@ -2,7 +2,7 @@
 //! raises for it, checked before anything runs (naming the module path).
 
 use super::build::display;
-use super::spec::{join, Module, BOTTLENECK_EXPANSION};
+use super::spec::{Module, BOTTLENECK_EXPANSION};
 
 /// A tensor's shape and whether it holds token ids (integers).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,14 +75,15 @@ fn conv_like(path: &str, what: &str, x: &Sig, cin: Option<u64>, geo: [u64; 4]) -
     }
 }
 
-pub fn out_shape(path: &str, m: &Module, x: &Sig) -> R {
+/// The shape one module returns for `x`. Containers (`Sequential`,
+/// `Repeat`, `Residual`, `Checkpoint`) are walked by `check.rs`, which
+/// calls this for every other module; here they pass `x` through.
+pub(super) fn out_shape(path: &str, m: &Module, x: &Sig) -> R {
     match m {
-        Module::Sequential(children) => children.iter().try_fold(x.clone(), |h, (name, c)| {
-            out_shape(&join(path, name), c, &h)
-        }),
-        Module::Repeat { n, block } => (0..*n).try_fold(x.clone(), |h, i| {
-            out_shape(&join(path, &i.to_string()), block, &h)
-        }),
+        Module::Sequential(_)
+        | Module::Repeat { .. }
+        | Module::Residual(_)
+        | Module::Checkpoint { .. } => Ok(x.clone()),
         Module::Linear { input, out, .. } => {
             floats_in(path, "Linear", x)?;
             match x.dims.split_last() {
@@ -130,19 +131,6 @@ pub fn out_shape(path: &str, m: &Module, x: &Sig) -> R {
             }
             Ok(x.clone())
         }
-        Module::Residual(inner) => {
-            let y = out_shape(path, inner, x)?;
-            if y.dims != x.dims {
-                return Err(format!(
-                    "{}: Residual adds {} to its input {}: shapes differ",
-                    display(path),
-                    fmt(&y.dims),
-                    fmt(&x.dims)
-                ));
-            }
-            Ok(y)
-        }
-        Module::Checkpoint { module, .. } => out_shape(path, module, x),
         Module::RMSNorm { .. }
         | Module::RotaryEmbedding { .. }
         | Module::Attention { .. }

@@ -14,7 +14,9 @@
 //! 3. `forward.rs` `LangNet::run`: its forward on the engine's ops;
 //! 4. `count.rs` `count`: its parameters and buffers;
 //! 5. `shape.rs` `out_shape`: the shape it returns, or the error PyTorch
-//!    raises for the input it was given;
+//!    raises for the input it was given; a rule the build enforces on its
+//!    arguments goes in `check.rs` `Walk::rules` (the build runs that check
+//!    first);
 //! 6. `src/scenario/dims.rs` `modules`: its arguments' bounds (every
 //!    dimension at least 1 and at most `MAX_DIM`), so a scenario file is
 //!    refused before anything is built;

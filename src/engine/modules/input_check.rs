@@ -91,9 +91,9 @@ impl Model {
                         weight.cuda_type_name()
                     ));
                 }
-                crate::engine::model_lang::out_shape("", &m.net, &x)
+                m.check_input(x)
                     .map(|_| ())
-                    .map_err(EngineError::Runtime)
+                    .map_err(|e| EngineError::Runtime(e.to_string()))
             }
             ModelKind::ResNet { .. } => {
                 if dims.len() != 4 {

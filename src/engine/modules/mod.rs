@@ -285,6 +285,8 @@ impl Model {
                 bias,
             } => Net::Linear(e.new_linear("", *in_features, *out_features, *bias, &mut params)?),
             ModelKind::Modules(m) => {
+                // The build refuses what `check` refuses, by the same walk.
+                m.check(cfg.batch, None).map_err(EngineError::Model)?;
                 let mut net = crate::engine::model_lang::build::LangNet::build(
                     e,
                     &m.net,
@@ -368,7 +370,7 @@ impl Model {
             }
             ModelKind::Modules(m) => {
                 let x = m.input.sig(b, seq_len);
-                let out = m.output(b, seq_len).map_err(EngineError::Program)?;
+                let out = m.output(b, seq_len).map_err(EngineError::Model)?;
                 let y = match self.cfg.loss {
                     LossKind::Sum => None,
                     LossKind::Mse | LossKind::Bce | LossKind::BceWithLogits => Some((out.dims, fp)),

@@ -696,3 +696,40 @@ fn a_run_past_its_event_budget_stops_with_a_clear_error() {
         "only the iteration's begin marker"
     );
 }
+
+/// The leak view's bytes of a storage are the allocator's block for it,
+/// under the run's own config: with `roundup_power2_divisions:4` a 5.2 MB
+/// request takes a 5 MiB block (allocator.md §2.2), not its 512 B rounding.
+#[test]
+fn a_storages_block_is_the_allocators_under_the_runs_config() {
+    let cfg = EngineConfig {
+        alloc_conf: "roundup_power2_divisions:4".into(),
+        ..EngineConfig::default()
+    };
+    let mut e = super::engine_with(ModelConfig::mlp_mnist(), OptimizerConfig::adamw(), cfg);
+    let t = e
+        .factory(
+            Shape::new(&[1_300_000]),
+            crate::engine::DType::F32,
+            crate::engine::Category::Activation,
+        )
+        .expect("tensor");
+    let (addr, _) = e.span(t).expect("on the GPU");
+    let ls = e.live_state();
+    let s = ls
+        .storages
+        .iter()
+        .find(|s| s.addr == Some(addr))
+        .expect("its storage");
+    assert_eq!(s.bytes, 5_200_000);
+    let block = e
+        .allocator()
+        .snapshot()
+        .iter()
+        .flat_map(|g| g.blocks.clone())
+        .find(|b| b.address == addr)
+        .map(|b| b.size);
+    assert_eq!(Some(s.block), block);
+    assert_eq!(s.block, 5 << 20);
+    assert_ne!(s.block, 5_200_000u64.div_ceil(512) * 512);
+}

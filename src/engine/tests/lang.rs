@@ -376,7 +376,7 @@ fn shape_errors_name_the_module() {
         freeze: Vec::new(),
         lora: None,
     };
-    let err = m.output(2, None).expect_err("mismatch");
+    let err = m.output(2, None).expect_err("mismatch").to_string();
     assert!(err.starts_with("fc2: Linear(in: 32)"), "{err}");
     assert!(err.contains("[2, 16]"), "{err}");
     let out = resnet50().output(3, None).expect("resnet50");

@@ -1,12 +1,11 @@
 //! The session as a [`Snapshot`]: the mirrored maps as segments (each
 //! block's stack from the entry that allocated it, or the start state), the
-//! job's steps as boundaries, and the report `attach --json` prints.
+//! job's steps as boundaries, and the facts only a live job tells.
 
 use super::Session;
 use crate::alloc::{BlockState, Pool};
 use crate::leak::{Boundaries, BoundarySource};
-use crate::live::report::{DeviceGrowth, LiveFacts, LiveReport};
-use crate::report::snapshot::{SnapshotReport, LIVE_LAYOUT};
+use crate::live::facts::LiveFacts;
 use crate::trace::replay::tag_entry;
 use crate::trace::snapshot::{Block, FramesId, PoolKind, Segment, Snapshot};
 
@@ -100,64 +99,30 @@ impl Session {
         }
     }
 
-    /// `open --json`'s report of the job as it stands, with what only a
-    /// live job tells.
-    /// `step_marker`: take iterations from a frame name or `file:line`
-    /// (as `open --step-marker` does) instead of the job's step markers.
-    pub fn report(&mut self, name: &str, step_marker: Option<&str>) -> LiveReport {
-        self.snapshot();
-        let snap = &self.snap;
-        let mut report = SnapshotReport::with_boundaries(name, snap, &|d| match step_marker {
-            Some(m) => Boundaries::Find {
-                step_marker: Some(m),
-            },
-            None => self.boundaries(d),
-        });
-        report.layout = LIVE_LAYOUT.to_string();
-        let growth = report
-            .devices
-            .iter()
-            .map(|d| {
-                let live_at_step = d
-                    .leaks
-                    .as_ref()
-                    .map(|l| l.live_at_boundary.clone())
-                    .unwrap_or_default();
-                let growth_per_step = live_at_step
-                    .windows(2)
-                    .map(|w| w[1] as i64 - w[0] as i64)
-                    .collect();
-                DeviceGrowth {
-                    device: d.device,
-                    live_at_step,
-                    growth_per_step,
-                }
-            })
-            .collect();
+    /// What only a live job tells, as it stands; `growth` (from the
+    /// report's leak analysis) and `nvml` (read by the caller) are left empty.
+    pub fn facts(&self) -> LiveFacts {
         let h = self.hello.clone().unwrap_or_default();
-        LiveReport {
-            report,
-            live: LiveFacts {
-                address: self.at.clone(),
-                pid: self.hello.as_ref().map(|h| h.pid),
-                rank: h.rank,
-                world_size: h.world_size,
-                hostname: h.hostname,
-                argv: h.argv,
-                torch: h.torch,
-                mode: self.hello.as_ref().map(|h| h.mode.clone()),
-                stacks: self.hello.as_ref().map(|h| h.stacks),
-                steps_seen: self.steps_seen,
-                steps_kept: self.steps.len(),
-                step_source: self.step_sources(),
-                growth,
-                memory_per_step: self.step_trends(),
-                ooms: self.ooms.clone(),
-                lost: self.lost.clone(),
-                started_over: self.start_overs.clone(),
-                nvml: Vec::new(),
-                ended: self.ended.clone(),
-            },
+        LiveFacts {
+            address: self.at.clone(),
+            pid: self.hello.as_ref().map(|h| h.pid),
+            rank: h.rank,
+            world_size: h.world_size,
+            hostname: h.hostname,
+            argv: h.argv,
+            torch: h.torch,
+            mode: self.hello.as_ref().map(|h| h.mode.clone()),
+            stacks: self.hello.as_ref().map(|h| h.stacks),
+            steps_seen: self.steps_seen,
+            steps_kept: self.steps.len(),
+            step_source: self.step_sources(),
+            growth: Vec::new(),
+            memory_per_step: self.step_trends(),
+            ooms: self.ooms.clone(),
+            lost: self.lost.clone(),
+            started_over: self.start_overs.clone(),
+            nvml: Vec::new(),
+            ended: self.ended.clone(),
         }
     }
 }

@@ -88,8 +88,13 @@ fn a_leak_of_2_mib_per_step_is_flagged_within_20_steps_and_a_clean_loop_is_not()
     // Three iterations of growth need four boundaries before anything is claimed.
     assert!((4..=20).contains(&at), "flagged after {at} steps");
     let r = analyze_snapshot_with(s.snap(), 0, s.boundaries(0));
-    let growth = &s.report("t", None).live.growth[0].growth_per_step;
-    assert_eq!(growth.len(), 19);
+    // Live bytes at each of the 20 step boundaries grow by the leak.
+    assert_eq!(r.live_at_boundary.len(), 20);
+    let growth: Vec<i64> = r
+        .live_at_boundary
+        .windows(2)
+        .map(|w| w[1] as i64 - w[0] as i64)
+        .collect();
     assert!(growth.iter().all(|g| *g == 2 * MIB as i64), "{growth:?}");
     assert_eq!(
         r.boundary_source,
@@ -218,9 +223,9 @@ fn lost_entries_start_over_from_the_state_that_follows() {
     let why = why.expect("started over");
     assert!(why.contains("lost 1532 entries from seq 1"), "{why}");
     assert_eq!(s.trace(0).len(), 1);
-    let r = s.report("s", None);
-    assert_eq!(r.live.lost.len(), 1);
-    assert_eq!(r.live.started_over, vec![why]);
+    let facts = s.facts();
+    assert_eq!(facts.lost.len(), 1);
+    assert_eq!(facts.started_over, vec![why]);
 }
 
 #[test]
@@ -231,9 +236,8 @@ fn past_the_cap_the_history_is_dropped_and_the_map_kept() {
     let snap = s.snapshot();
     let allocated: u64 = snap.segments.iter().map(|g| g.allocated_size).sum();
     assert_eq!(allocated, 10 * MIB, "the map survives the drop");
-    let r = s.report("s", None);
-    assert!(r
-        .live
+    assert!(s
+        .facts()
         .started_over
         .iter()
         .any(|w| w.contains("over the 10 kept (attach --keep-entries)")));
@@ -268,9 +272,9 @@ fn pytorch_s_oom_message_joins_the_oom_the_observer_sent() {
         ooms[0].pytorch_message.as_deref(),
         Some("CUDA out of memory. Tried to allocate 40.00 GiB. GPU 0 has a total capacity of 80.00 GiB")
     );
-    let report = serde_json::to_value(s.report("test", None)).expect("json");
+    let facts = serde_json::to_value(s.facts()).expect("json");
     assert_eq!(
-        report["live"]["ooms"][0]["pytorch_message"],
+        facts["ooms"][0]["pytorch_message"],
         ooms[0].pytorch_message.as_deref().unwrap_or_default()
     );
 
@@ -366,7 +370,7 @@ fn endless_start_overs_keep_a_bounded_list_of_reasons() {
         msgs.push(json!({"t":"state","seq":0,"reason":"lost","chunks":0}));
     }
     feed(&mut s, &msgs).expect("applies");
-    let overs = s.report("s", None).live.started_over;
+    let overs = s.facts().started_over;
     assert_eq!(overs.len(), 101);
     assert!(overs[0].contains("lost"), "{}", overs[0]);
     assert_eq!(overs[100], "… and more start-overs after these");

@@ -5,6 +5,11 @@
 
 use super::error::SnapshotError;
 
+/// The first bytes of a vramscope live recording (`live::recording`, PROTOCOL.md
+/// "Recordings"): defined here, below `live`, so that opening one as a
+/// snapshot can say how to play it.
+pub const LIVE_RECORDING_MAGIC: &[u8; 8] = b"VSLIVE1\n";
+
 const ZIP_LOCAL: &[u8; 4] = b"PK\x03\x04";
 const ZIP_LOCAL_HEADER: usize = 30;
 const STORED: u16 = 0;

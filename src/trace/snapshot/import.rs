@@ -129,7 +129,7 @@ fn other_input(path: &FsPath) -> Option<String> {
         .and_then(|mut f| f.read(&mut head))
         .unwrap_or(0);
     let shown = path.display();
-    if head[..n] == crate::live::MAGIC[..] {
+    if head[..n] == super::container::LIVE_RECORDING_MAGIC[..] {
         return Some(format!(
             "a vramscope live recording, not a PyTorch snapshot: play it with `vramscope attach --replay {shown}`"
         ));

@@ -28,6 +28,7 @@ pub mod synth;
 mod types;
 
 pub use consumed::ConsumedTrace;
+pub use container::LIVE_RECORDING_MAGIC;
 pub use error::{SchemaError, SnapshotError};
 pub use export::export_bytes;
 pub use frames::{Frame, FrameId, FrameKind, FrameTable, FramesId};

@@ -192,8 +192,7 @@ impl App {
             return None;
         }
         let tabbed = self.tabs.is_some();
-        let across = matches!(key.code, KeyCode::Char('T' | 'A' | 'B' | 'W'))
-            || matches!(key.code, KeyCode::Char('1'..='9'));
+        let across = crate::tui::input::is_tab_key(key.code);
         if !tabbed {
             if across {
                 self.notice = Some(

@@ -518,7 +518,7 @@ fn a_compute_estimate_arriving_after_its_events_reaches_the_stats_panel() {
     let gpu = crate::device::profile("H100-SXM-80GB").expect("known");
     tx.send(SourceMsg::Compute(Box::new((
         1,
-        crate::device::estimate::estimate(&work, gpu),
+        crate::engine::estimate::estimate(&work, gpu),
     ))))
     .expect("send");
     app.drain_sources();

@@ -397,7 +397,7 @@ fn assert_stats_at_cursor(app: &mut App, what: &str) -> String {
         match r.compute_at_cursor() {
             Some((iteration, e)) => format!(
                 "compute (est.)  ~{} iter {iteration}",
-                crate::device::estimate::format_ms(e.milliseconds)
+                crate::engine::estimate::format_ms(e.milliseconds)
             ),
             None => format!("event           {} of {}", r.pos, r.len()),
         },

@@ -6,7 +6,7 @@
 //! which no trace entry records) is said to be one, in words.
 
 use crate::alloc::format_size;
-use crate::device::estimate::format_ms;
+use crate::engine::estimate::format_ms;
 use crate::units::signed_size;
 use ratatui::layout::{Constraint, Rect};
 use ratatui::text::Span;

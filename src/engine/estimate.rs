@@ -8,8 +8,8 @@
 
 use serde::Serialize;
 
-use super::GpuProfile;
-use crate::engine::work::{FlopKind, MathUnit, WorkPart, WorkTally};
+use super::work::{FlopKind, MathUnit, WorkPart, WorkTally};
+use crate::device::GpuProfile;
 
 /// What every view and report says of these figures.
 pub const ESTIMATE_LABEL: &str =

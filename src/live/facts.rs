@@ -1,18 +1,9 @@
-//! What `attach --headless`/`--json` prints: `open --json`'s report of the
-//! job as it stands, with what only a live job tells.
+//! What only a live job tells, beside the snapshot report of it
+//! (`report::live` puts the two together for `attach --headless`/`--json`).
 
 use serde::Serialize;
 
 use super::message::{LostMark, OomMark};
-use crate::report::snapshot::SnapshotReport;
-
-/// `open --json`'s report with a `live` section.
-#[derive(Debug, Clone, Serialize)]
-pub struct LiveReport {
-    #[serde(flatten)]
-    pub report: SnapshotReport,
-    pub live: LiveFacts,
-}
 
 /// What only a live job tells.
 #[derive(Debug, Clone, Serialize)]
@@ -32,6 +23,7 @@ pub struct LiveFacts {
     pub steps_seen: u64,
     pub steps_kept: usize,
     pub step_source: Option<String>,
+    /// Filled by the report, from its leak analysis of the steps.
     pub growth: Vec<DeviceGrowth>,
     /// The job's own `memory_stats()` at each step over the whole attach
     /// (across start-overs): the creep a long run shows.
