@@ -23,10 +23,13 @@ python3 -m venv "$out/venv"
 bin="$out/venv/bin/vramscope"
 [ -x "$bin" ] || { echo "the wheel put no vramscope on the venv's PATH"; exit 1; }
 "$bin" --version
-"$bin" scenarios | grep -q '^tour' || { echo "vramscope scenarios does not list the tour"; exit 1; }
+listed=$("$bin" scenarios)
+grep -q '^tour ' <<<"$listed" || { echo "vramscope scenarios does not list the tour"; exit 1; }
 "$bin" run zero-grad-fixed --headless >/dev/null
 "$out/venv/bin/python" -c 'import vramscope_live, sys; assert vramscope_live.PROTOCOL == 1; print("import vramscope_live:", vramscope_live.__file__)'
 "$out/venv/bin/python" -m vramscope_live --version
-# nothing but the helper package: no tests or GPU scripts in site-packages
-if "$out/venv/bin/python" -c 'import tests' 2>/dev/null; then echo "the wheel installed a top-level tests package"; exit 1; fi
+# nothing but the binary and the helper package: no tests or GPU scripts
+files=$("$out/venv/bin/pip" show -f vramscope | sed -n '/^Files:/,$p' | tail -n +2)
+stray=$(grep -v -e 'vramscope_live/' -e 'vramscope-.*dist-info/' -e 'bin/vramscope$' <<<"$files" || true)
+[ -z "$stray" ] || { echo "the wheel installs more than the binary and the helper: $stray"; exit 1; }
 echo "wheel OK"
