@@ -163,3 +163,50 @@ fn open_traces_replay_from_the_rebuilt_start() {
         assert_all_match(name, &out);
     }
 }
+
+/// sqattn's trace began late and its run freed cached segments over and
+/// over: the what-if table's first column is that recorded run, so its peak
+/// reserved is the trace's own, counted here from the start state the final
+/// segments imply and every segment event after it.
+#[test]
+#[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
+fn the_what_if_s_recorded_column_has_the_trace_s_own_peak() {
+    use vramscope::trace::snapshot::Action;
+    let file = real("sqattn_segment-churn.pickle");
+    let snap = import_file(&file).expect("imports");
+    let trace = &snap.device_traces[0];
+    let delta = |e: &vramscope::trace::snapshot::TraceEntry| -> i128 {
+        match e.action {
+            Action::SegmentAlloc | Action::SegmentMap => e.size as i128,
+            Action::SegmentFree | Action::SegmentUnmap => -(e.size as i128),
+            _ => 0,
+        }
+    };
+    let end: i128 = snap
+        .segments
+        .iter()
+        .filter(|s| s.device == 0)
+        .map(|s| s.total_size as i128)
+        .sum();
+    let mut now = end - trace.iter().map(delta).sum::<i128>();
+    let mut peak = now;
+    for e in trace {
+        now += delta(e);
+        peak = peak.max(now);
+    }
+    let (code, out, err) = common::vramscope(&[
+        "replay",
+        file.to_str().expect("utf-8"),
+        "--conf",
+        "expandable_segments:True",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v = common::json(&out);
+    let recorded = &v["devices"][0]["configs"][0];
+    assert_eq!(
+        recorded["peak_reserved"].as_u64(),
+        Some(peak as u64),
+        "{recorded}"
+    );
+}

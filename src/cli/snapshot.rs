@@ -176,10 +176,16 @@ fn what_if_report(
                 empty_cache_at: &r.outcome.empty_cache_at,
                 start: Some(&r.start),
             };
+            let mut results = whatif::what_if_all(&requests, configs.clone(), capacity);
+            if let Some(first) = results.first_mut() {
+                *first = replayed::recorded_result(r, &first.conf);
+            }
             WhatIfDevice {
                 device: r.device,
                 capacity,
-                configs: whatif::what_if_all(&requests, configs.clone(), capacity),
+                capacity_from: replayed::capacity_source(r, given),
+                configs: results,
+                recorded_matched: r.outcome.all_matched(),
             }
         })
         .collect();

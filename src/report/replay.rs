@@ -124,7 +124,14 @@ type Cell = fn(&WhatIfResult) -> String;
 pub struct WhatIfDevice {
     pub device: usize,
     pub capacity: u64,
+    /// What the capacity is: the trace's own figure, the most the recorded
+    /// run reserved, or the one given.
+    pub capacity_from: &'static str,
+    /// The first config is the recorded run's; its column is the verify
+    /// replay's figures, which follow the trace decision for decision.
     pub configs: Vec<WhatIfResult>,
+    /// Whether that replay matched every recorded decision.
+    pub recorded_matched: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -138,9 +145,10 @@ impl WhatIfReport {
         for d in &self.devices {
             let _ = writeln!(
                 out,
-                "device {} on a {} device",
+                "device {} on a {} device ({})",
                 d.device,
-                format_size(d.capacity)
+                format_size(d.capacity),
+                d.capacity_from
             );
             let width = d
                 .configs
@@ -180,6 +188,15 @@ impl WhatIfReport {
                 }
                 out.push('\n');
             }
+            let _ = writeln!(
+                out,
+                "  first column: the recorded run ({}); the others: its requests replayed under each config",
+                if d.recorded_matched {
+                    "its replay matched every recorded decision"
+                } else {
+                    "its replay differs from the trace in places: see replay --verify"
+                }
+            );
             let _ = writeln!(
                 out,
                 "  fragmentation: {}",

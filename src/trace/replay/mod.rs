@@ -77,7 +77,7 @@ pub struct FinalSegment {
 }
 
 /// What a replay of one device's trace found.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ReplayOutcome {
     pub entries: usize,
     pub allocs: usize,
@@ -95,6 +95,20 @@ pub struct ReplayOutcome {
     /// Explicit `empty_cache()` calls the trace implies, by the index of the
     /// first entry they released.
     pub empty_cache_at: Vec<usize>,
+    /// The state when reserved memory peaked in the replay (what the what-if
+    /// table's recorded column shows).
+    pub at_worst: AtWorst,
+    /// Segments at the end of the replay.
+    pub segments_end: usize,
+}
+
+/// The allocator when its reserved memory peaked.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct AtWorst {
+    pub reserved: u64,
+    pub largest_free: u64,
+    /// [`crate::alloc::fragmentation`] then.
+    pub fragmentation: f64,
 }
 
 impl ReplayOutcome {
@@ -234,15 +248,38 @@ impl Replayer {
                 // `snapshot`, `annotate` and unknown actions: no allocator call.
                 _ => {}
             }
+            self.note_worst();
             i += 1;
         }
         self.flush_as_empty_cache();
+        self.outcome.segments_end = self.alloc.snapshot().len();
         if let Some(segments) = final_segments {
             let ours = self.alloc.snapshot();
             let matched = compare_final(&ours, segments, !self.open, &mut self.outcome);
             self.outcome.final_state_match = Some(matched);
         }
         &self.outcome
+    }
+
+    /// Keep the state at the most reserved so far (cheap unless it grew).
+    fn note_worst(&mut self) {
+        let reserved = self.alloc.stats().reserved_bytes();
+        if reserved > self.outcome.at_worst.reserved {
+            let active = self
+                .alloc
+                .stats()
+                .get(crate::alloc::Family::ActiveBytes, crate::alloc::Level::All)
+                .current as u64;
+            let largest = self.alloc.largest_free_block();
+            self.outcome.at_worst = AtWorst {
+                reserved,
+                largest_free: largest,
+                fragmentation: crate::alloc::fragmentation(
+                    largest,
+                    reserved.saturating_sub(active),
+                ),
+            };
+        }
     }
 
     fn request(&mut self, i: usize, e: &Entry, entries: &[Entry]) {

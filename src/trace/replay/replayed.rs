@@ -32,6 +32,48 @@ pub fn device_capacity(replay: &DeviceReplay, given: Option<u64>) -> u64 {
         })
 }
 
+/// Where [`device_capacity`]'s figure comes from, in words.
+pub fn capacity_source(replay: &DeviceReplay, given: Option<u64>) -> &'static str {
+    if given.is_some() {
+        "--capacity"
+    } else if replay.device_total.is_some() {
+        "the device size the trace tells"
+    } else if recorded_peak_reserved(replay).is_some() {
+        "the most the recorded run reserved: the trace does not tell the device's size"
+    } else {
+        "the recorded config's peak on an unbounded device: the trace does not tell the device's size"
+    }
+}
+
+/// The recorded run, as the what-if table's first column shows it: the
+/// verify replay followed the trace decision for decision (its segment calls
+/// are the recorded ones), so its figures are the run's own.
+pub fn recorded_result(replay: &DeviceReplay, conf: &str) -> whatif::WhatIfResult {
+    let s = &replay.stats;
+    let oom_entries: Vec<whatif::WhatIfOom> = replay
+        .entries
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.action == Action::Oom)
+        .map(|(entry, e)| whatif::WhatIfOom {
+            entry,
+            size: e.size,
+        })
+        .collect();
+    whatif::WhatIfResult {
+        conf: conf.to_string(),
+        peak_reserved: s.peak_reserved_bytes(),
+        peak_allocated: s.peak_allocated_bytes(),
+        reserved_end: s.reserved_bytes(),
+        largest_free_at_worst: replay.outcome.at_worst.largest_free,
+        fragmentation_at_worst: replay.outcome.at_worst.fragmentation,
+        num_alloc_retries: s.num_alloc_retries,
+        oom_count: oom_entries.len(),
+        ooms: oom_entries.into_iter().take(whatif::LISTED_OOMS).collect(),
+        segments: replay.outcome.segments_end,
+    }
+}
+
 /// The most the trace's segments reserved at once, from the rebuilt start
 /// state and the segment entries; `None` where they cannot say (expandable
 /// segments, or nothing reserved).
