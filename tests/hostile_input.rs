@@ -438,3 +438,43 @@ fn a_bad_pickle_is_described_in_a_line_not_echoed() {
     );
     assert!(err.len() < 400, "{} bytes", err.len());
 }
+
+/// A decoder layer at batch 1 × sequence 1: `weight [h] * hidden [1, 1, h]`
+/// took the weight's shape (the same elements), and attention then read a
+/// sequence dim that was not there (a panic in `Shape::dim`).
+#[test]
+fn a_decoder_at_batch_one_and_sequence_one_runs() {
+    let (code, out, err) = vramscope(&[
+        "sweep",
+        "llama-lora-finetune",
+        "--batch",
+        "1",
+        "--seq",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let v = common::json(&out);
+    let point = &v["points"][0];
+    assert_eq!(point["batch"], 1, "{out}");
+    assert_eq!(point["seq"], 1, "{out}");
+    assert!(point["peak_allocated"].as_u64().is_some_and(|b| b > 0), "{out}");
+
+    // `max_position_embeddings: 1` makes the training sequence 1.
+    let (code, out, err) = vramscope(&["model", &fixture("positions-1/config.json"), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v = common::json(&out);
+    let attn = v["modules"]
+        .as_array()
+        .and_then(|m| {
+            m.iter()
+                .find(|m| m["module"] == "model.layers.0.self_attn")
+        })
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        attn["saved_bytes_per_sample"].as_u64().is_some_and(|b| b > 0),
+        "{out}"
+    );
+}
