@@ -459,7 +459,10 @@ fn a_decoder_at_batch_one_and_sequence_one_runs() {
     let point = &v["points"][0];
     assert_eq!(point["batch"], 1, "{out}");
     assert_eq!(point["seq"], 1, "{out}");
-    assert!(point["peak_allocated"].as_u64().is_some_and(|b| b > 0), "{out}");
+    assert!(
+        point["peak_allocated"].as_u64().is_some_and(|b| b > 0),
+        "{out}"
+    );
 
     // `max_position_embeddings: 1` makes the training sequence 1.
     let (code, out, err) = vramscope(&["model", &fixture("positions-1/config.json"), "--json"]);
@@ -467,14 +470,53 @@ fn a_decoder_at_batch_one_and_sequence_one_runs() {
     let v = common::json(&out);
     let attn = v["modules"]
         .as_array()
-        .and_then(|m| {
-            m.iter()
-                .find(|m| m["module"] == "model.layers.0.self_attn")
-        })
+        .and_then(|m| m.iter().find(|m| m["module"] == "model.layers.0.self_attn"))
         .cloned()
         .unwrap_or_default();
     assert!(
-        attn["saved_bytes_per_sample"].as_u64().is_some_and(|b| b > 0),
+        attn["saved_bytes_per_sample"]
+            .as_u64()
+            .is_some_and(|b| b > 0),
         "{out}"
     );
+}
+
+/// `AllocateBuffers(count: 1000000000)` passed `check`; `run` then reserved
+/// room for a billion list items and aborted (40 GB). Now refused at the
+/// step, naming `count`, in `check`, `run` and a lesson alike.
+#[test]
+fn a_billion_buffers_are_refused_at_the_step_that_asks() {
+    let dir = temp_dir("buffers");
+    let text = with_steps(
+        "        AllocateBuffers(list: \"xs\", count: 1000000000, shape: [1], dtype: F32),",
+    );
+    let line = text
+        .lines()
+        .position(|l| l.contains("AllocateBuffers("))
+        .expect("the step")
+        + 1;
+    let file = write(&dir, "buffers.ron", &text);
+    for args in [
+        vec!["check", file.as_str()],
+        vec!["run", file.as_str(), "--headless"],
+    ] {
+        let (code, _, err) = vramscope(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(&format!("buffers.ron:{line}:9:")), "{err}");
+        assert!(
+            err.contains("AllocateBuffers count: 1,000,000,000")
+                && err.contains("more than the 1,000,000 a run may"),
+            "{err}"
+        );
+    }
+    // Within the bound over the whole run: three iterations of 300,000.
+    let text =
+        with_steps("        AllocateBuffers(list: \"xs\", count: 300000, shape: [1], dtype: F32),");
+    let file = write(&dir, "fine.ron", &text);
+    let (code, _, err) = vramscope(&["check", &file]);
+    assert_eq!(code, 0, "{err}");
+    // Four iterations of it are over, and `--iterations` says so.
+    let (code, _, err) = vramscope(&["run", &file, "--iterations", "4", "--headless"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("allocate 1,200,000 buffers"), "{err}");
 }

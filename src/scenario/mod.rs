@@ -7,6 +7,7 @@
 //! drives live; `library` holds the built-in scenarios; `listing` writes a
 //! program out as the PyTorch code it stands for.
 
+mod buffers;
 mod build;
 mod conditions;
 mod dims;
@@ -25,6 +26,7 @@ mod steps;
 mod validate;
 mod value_kinds;
 
+pub use buffers::{buffers_allocated, MAX_BUFFERS};
 pub use build::{at_point, has_seq, Built};
 pub use conditions::{lt_rule, Conditions, ENV_KEYS};
 pub use dims::MAX_DIM;
