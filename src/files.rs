@@ -14,7 +14,9 @@ fn not_regular(kind: &str) -> io::Error {
     )
 }
 
-fn kind_of(meta: &Metadata) -> &'static str {
+/// What a path that is not a regular file is: "a directory", "a named
+/// pipe", "a device", "a socket".
+pub fn kind_of(meta: &Metadata) -> &'static str {
     let t = meta.file_type();
     if t.is_dir() {
         return "a directory";

@@ -520,3 +520,35 @@ fn a_billion_buffers_are_refused_at_the_step_that_asks() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("allocate 1,200,000 buffers"), "{err}");
 }
+
+/// "not a config.json file" was the one message for a pipe, a device and a
+/// file too large to be one: each now says which (and a pipe is not waited on).
+#[cfg(unix)]
+#[test]
+fn a_config_json_that_is_not_a_file_says_what_it_is() {
+    let dir = temp_dir("config-kinds");
+    let pipe = dir.join("pipe.json");
+    mkfifo(&pipe);
+    let device = dir.join("device.json");
+    std::os::unix::fs::symlink("/dev/zero", &device).expect("symlink");
+    let big = dir.join("big.json");
+    std::fs::write(&big, vec![b' '; 5 << 20]).expect("write");
+    for (path, says) in [
+        (&pipe, "a named pipe, not a config.json file"),
+        (&device, "a device, not a config.json file"),
+        (
+            &big,
+            "larger than 4.00 MiB, more than any config.json holds",
+        ),
+        (&dir, "a directory, not a config.json file"),
+    ] {
+        let mut p = path.to_str().expect("utf-8").to_string();
+        if path == &dir {
+            p.push_str("/.json");
+            std::fs::create_dir_all(&p).expect("a directory named .json");
+        }
+        let (code, _, err) = vramscope(&["model", &p]);
+        assert_eq!(code, 2, "{p}: {err}");
+        assert!(err.contains(says), "{p}: {err}");
+    }
+}
