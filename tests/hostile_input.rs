@@ -552,3 +552,72 @@ fn a_config_json_that_is_not_a_file_says_what_it_is() {
         assert!(err.contains(says), "{p}: {err}");
     }
 }
+
+/// A lesson with `parts` as written, one part a line.
+fn lesson_with(parts: &[String]) -> String {
+    format!(
+        "Lesson(name: \"l\", title: \"t\", description: \"d\", intro: [\"i\"], parts: [\n{}\n], summary: [\"s\"])\n",
+        parts.join("\n")
+    )
+}
+
+fn part(scenario: &str) -> String {
+    format!(
+        "(scenario: \"{scenario}\", question: \"q?\", choices: [\"a\", \"b\"], answer: 'a', explanation: [\"e\"]),"
+    )
+}
+
+/// A lesson's `scenario:` that names a pipe or a directory said the file
+/// did not exist; one that named any file (`/etc/shadow`) printed its first
+/// word in the RON error. Now: what it is, and nothing of its content.
+#[cfg(unix)]
+#[test]
+fn a_lesson_names_only_scenario_files_and_never_echoes_another_file() {
+    let dir = temp_dir("lesson-targets");
+    mkfifo(&dir.join("pipe.ron"));
+    std::fs::create_dir(dir.join("folder.ron")).expect("mkdir");
+    std::fs::write(dir.join("secret.txt"), "hunter2:$6$salt$hash:19000\n").expect("write");
+    std::fs::write(dir.join("secret.ron"), "hunter2:$6$salt$hash:19000\n").expect("write");
+    for (name, says) in [
+        ("pipe.ron", "a named pipe"),
+        ("folder.ron", "a directory"),
+        (
+            "secret.txt",
+            "its name does not end in .ron: not a scenario file",
+        ),
+        (
+            "secret.ron",
+            "it does not start with `Scenario(`: not a scenario file",
+        ),
+    ] {
+        let lesson = write(&dir, "lesson.ron", &lesson_with(&[part(name)]));
+        let t = std::time::Instant::now();
+        let (code, out, err) = vramscope(&["lesson", &lesson, "--headless"]);
+        assert_eq!(code, 2, "{name}: {out}{err}");
+        assert!(err.contains(says), "{name}: {err}");
+        assert!(err.contains("parts[0].scenario"), "{name}: {err}");
+        assert!(
+            !err.contains("hunter2") && !out.contains("hunter2"),
+            "{err}"
+        );
+        assert!(t.elapsed() < std::time::Duration::from_secs(5), "{name}");
+    }
+}
+
+/// A 1,200-part lesson took 18 s to check and run; now it is refused at `parts`.
+#[test]
+fn a_lesson_of_more_parts_than_a_workshop_holds_is_refused() {
+    let dir = temp_dir("lesson-parts");
+    let parts = vec![part("tour"); 1200];
+    let text = lesson_with(&parts);
+    let column = text.find("parts:").expect("parts") + 1;
+    let lesson = write(&dir, "big.ron", &text);
+    let (code, _, err) = vramscope(&["lesson", &lesson, "--headless"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!(
+            "big.ron:1:{column}: parts: 1,200 given; a lesson has at most 100"
+        )),
+        "{err}"
+    );
+}

@@ -42,7 +42,9 @@ pub use headless::{
 };
 pub use library::{builtin, builtins, BuiltIn};
 pub use listing::{CodeLine, Listing};
-pub use load::{conf_label, load_file, load_str, resolve, resolve_under, LoadError};
+pub use load::{
+    conf_label, load_file, load_named_file, load_str, resolve, resolve_under, LoadError,
+};
 pub use narration::NarrationTracker;
 pub use run::{Advanced, IterationPoint, ScenarioRun, Unit};
 pub use size::Size;
