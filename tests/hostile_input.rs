@@ -621,3 +621,38 @@ fn a_lesson_of_more_parts_than_a_workshop_holds_is_refused() {
         "{err}"
     );
 }
+
+/// A 100,000-point sweep ran for 14.5 s and wrote 96 MB of JSON; a bad
+/// entry at the end of a long list echoed the whole list.
+#[test]
+fn a_sweep_of_more_points_than_a_chart_holds_is_refused() {
+    let dir = temp_dir("sweep-points");
+    let batches: Vec<String> = (1..=100_000).map(|b| b.to_string()).collect();
+    let text = VALID.replace(
+        "    iterations: 3,\n",
+        &format!(
+            "    iterations: 3,\n    sweep: (batch: [{}]),\n",
+            batches.join(", ")
+        ),
+    );
+    let file = write(&dir, "sweep.ron", &text);
+    let (code, out, err) = vramscope(&["sweep", &file, "--json"]);
+    assert_eq!(code, 2, "{}", &out[..out.len().min(300)]);
+    assert!(
+        err.contains("the scenario's sweep.batch and sweep.seq: 100000 batch sizes × 1 sequence lengths make 100,000 points; a sweep runs at most 1,024"),
+        "{err}"
+    );
+    assert!(out.is_empty(), "{} bytes of output", out.len());
+    let list = batches[..2000].join(",");
+    let (code, _, err) = vramscope(&["sweep", "tour", "--batch", &list]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--batch: 2000 batch sizes"), "{err}");
+    let (code, _, err) = vramscope(&["sweep", "tour", "--batch", &format!("{list},x")]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("`x` is not a whole number"),
+        "{}",
+        &err[..err.len().min(300)]
+    );
+    assert!(err.len() < 300, "{} bytes", err.len());
+}
