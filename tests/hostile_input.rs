@@ -656,3 +656,19 @@ fn a_sweep_of_more_points_than_a_chart_holds_is_refused() {
     );
     assert!(err.len() < 300, "{} bytes", err.len());
 }
+
+/// `export -o` over a 0600 file left a 0644 one: the target keeps its mode.
+#[cfg(unix)]
+#[test]
+fn export_over_a_private_file_keeps_it_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir("export-mode");
+    let out = dir.join("private.pickle");
+    std::fs::write(&out, b"old").expect("write");
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let (code, _, err) = vramscope(&["export", "tour", "-o", out.to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "{err}");
+    let meta = std::fs::metadata(&out).expect("written");
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert!(meta.len() > 3, "replaced");
+}
