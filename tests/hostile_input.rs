@@ -106,6 +106,7 @@ fn a_named_pipe_is_refused_not_waited_on() {
         vec!["run", pipe, "--headless"],
         vec!["export", pipe, "-o", out],
         vec!["compare", pipe, "tour", "--headless"],
+        vec!["attach", "--replay", pipe, "--json"],
     ] {
         let (code, _, err) = vramscope(&args);
         assert_eq!(code, 2, "{args:?}: {err}");
