@@ -673,3 +673,36 @@ fn export_over_a_private_file_keeps_it_private() {
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
     assert!(meta.len() > 3, "replaced");
 }
+
+/// PyTorch's `_dump_snapshot` rewrites its file in place: a snapshot cut
+/// short while `open` read it killed the process with SIGBUS (a mapped page
+/// past the new end). The import now ends in an error naming the file.
+#[cfg(unix)]
+#[test]
+fn a_snapshot_cut_short_while_it_is_read_is_an_error_not_a_signal() {
+    use vramscope::trace::snapshot::{import_file_reporting, synthetic_snapshot};
+    let dir = temp_dir("cut-short");
+    let path = dir.join("growing.pickle");
+    let file = std::fs::File::create(&path).expect("create");
+    let stats = synthetic_snapshot(std::io::BufWriter::new(file), 8 << 20, 7).expect("synth");
+    assert!(stats.bytes > 4 << 20, "{stats:?}");
+    let mut cut = false;
+    let result = import_file_reporting(&path, &mut |_| {
+        if !cut {
+            cut = true;
+            // Another process truncates it as it starts writing anew.
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .and_then(|f| f.set_len(4096))
+                .expect("truncate");
+        }
+    });
+    assert!(cut, "the import reported progress");
+    let err = result.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.contains("growing.pickle"), "{err}");
+    assert!(
+        err.contains("the file changed while it was read") && err.contains("it is 4,096 now"),
+        "{err}"
+    );
+}
