@@ -25,7 +25,10 @@ max_entries=1_000_000, step_marker=None, mode="auto", poll_interval_s=None)`:
 - `stacks`: record Python stacks with each allocation (what the by-line and
   leak views group by). Turning it off makes each event cheaper.
 - `record_to`: also write everything to this file (`{rank}` allowed), which
-  `vramscope attach --replay FILE` plays back.
+  `vramscope attach --replay FILE` plays back. It is made as a new file, mode
+  0600 (an earlier recording there is replaced whole, never truncated in
+  place); a symbolic link, a named pipe, a directory or a device there is
+  refused.
 - `max_entries`: how many trace entries PyTorch's ring keeps (poll mode) and how
   long the helper's log grows before it restarts from a fresh state.
 - `step_marker`: a `torch.profiler.record_function` name whose every START
