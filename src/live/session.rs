@@ -623,16 +623,19 @@ impl Session {
 }
 
 /// A step's source, at most [`MAX_STEP_SOURCE`] bytes.
-fn cut_source(mut source: String) -> String {
-    if source.len() > MAX_STEP_SOURCE {
-        let mut cut = MAX_STEP_SOURCE;
-        while !source.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        source.truncate(cut);
-        source.push('…');
+/// A new string: a truncated one would keep its whole allocation.
+fn cut_source(source: String) -> String {
+    if source.len() <= MAX_STEP_SOURCE {
+        return source;
     }
-    source
+    let mut cut = MAX_STEP_SOURCE;
+    while !source.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let mut short = String::with_capacity(cut + '…'.len_utf8());
+    short.push_str(&source[..cut]);
+    short.push('…');
+    short
 }
 
 fn kind_name(m: &Message) -> &'static str {

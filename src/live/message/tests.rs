@@ -172,3 +172,23 @@ fn the_typed_and_the_careful_paths_agree_on_every_kind() {
         assert_eq!(typed, careful, "{text}");
     }
 }
+
+/// `stats` for 256 devices with keys of any number and length grew `attach`
+/// without end: keys are bounded in number and length.
+#[test]
+fn stats_keys_are_bounded_in_number_and_length() {
+    let many: Vec<String> = (0..MAX_STATS_KEYS + 1)
+        .map(|i| format!(r#""k{i}":1"#))
+        .collect();
+    let e = err(&format!(
+        r#"{{"t":"stats","device":255,"seq":0,"stats":{{{}}}}}"#,
+        many.join(",")
+    ));
+    assert!(e.contains("more than 1024 stats keys"), "{e}");
+    let long = "k".repeat(300);
+    let e = err(&format!(
+        r#"{{"t":"stats","device":0,"seq":0,"stats":{{"{long}":1}}}}"#
+    ));
+    assert!(e.contains("a stats key of 300 bytes"), "{e}");
+    assert!(e.len() < 300, "{e}");
+}

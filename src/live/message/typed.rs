@@ -26,6 +26,8 @@ use crate::trace::snapshot::PoolKind;
 
 /// Keys in one `stats` message: `memory_stats()` has about 130.
 pub const MAX_STATS_KEYS: usize = 1024;
+/// Bytes of one stats key: `memory_stats()`'s longest is under 50.
+pub const MAX_STATS_KEY: usize = 256;
 /// Items of the hello's `argv`.
 pub const MAX_ARGV: usize = 4096;
 /// Entries of the hello's `allocator_settings`.
@@ -194,6 +196,12 @@ impl<'de> Deserialize<'de> for StatsMap {
             fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<StatsMap, A::Error> {
                 let mut v = Vec::new();
                 while let Some((Str(k), n)) = a.next_entry::<Str, i64>()? {
+                    if k.len() > MAX_STATS_KEY {
+                        return Err(de::Error::custom(format!(
+                            "a stats key of {} bytes, over the {MAX_STATS_KEY}-byte bound",
+                            k.len()
+                        )));
+                    }
                     if v.len() == MAX_STATS_KEYS {
                         return Err(de::Error::custom(format!(
                             "more than {MAX_STATS_KEYS} stats keys, over the bound"

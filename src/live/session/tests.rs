@@ -424,7 +424,7 @@ fn a_flood_of_steps_starts_over_and_keeps_each_source_short() {
     assert!(s
         .steps()
         .iter()
-        .all(|st| st.source.len() <= MAX_STEP_SOURCE + 3));
+        .all(|st| st.source.capacity() <= MAX_STEP_SOURCE + 3));
     assert!(s.steps()[0].source.ends_with("xx…"));
     // `--keep-entries` lowers the bound with the entries'.
     let mut s = Session::with_cap("job", 50);
