@@ -255,6 +255,7 @@ mod tests {
         write_replacing(&out, b"again").expect("replaced");
         let meta = std::fs::metadata(&out).expect("there");
         assert_eq!(meta.permissions().mode() & 0o777, 0o640);
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

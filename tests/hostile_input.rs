@@ -487,7 +487,7 @@ fn a_decoder_at_batch_one_and_sequence_one_runs() {
 /// step, naming `count`, in `check`, `run` and a lesson alike.
 #[test]
 fn a_billion_buffers_are_refused_at_the_step_that_asks() {
-    let dir = temp_dir("buffers");
+    let dir = common::Scratch::new("buffers");
     let text = with_steps(
         "        AllocateBuffers(list: \"xs\", count: 1000000000, shape: [1], dtype: F32),",
     );
@@ -527,13 +527,15 @@ fn a_billion_buffers_are_refused_at_the_step_that_asks() {
 #[cfg(unix)]
 #[test]
 fn a_config_json_that_is_not_a_file_says_what_it_is() {
-    let dir = temp_dir("config-kinds");
+    let dir = common::Scratch::new("config-kinds");
     let pipe = dir.join("pipe.json");
     mkfifo(&pipe);
     let device = dir.join("device.json");
     std::os::unix::fs::symlink("/dev/zero", &device).expect("symlink");
     let big = dir.join("big.json");
     std::fs::write(&big, vec![b' '; 5 << 20]).expect("write");
+    let folder = dir.join("folder.json");
+    std::fs::create_dir(&folder).expect("a directory named .json");
     for (path, says) in [
         (&pipe, "a named pipe, not a config.json file"),
         (&device, "a device, not a config.json file"),
@@ -541,14 +543,10 @@ fn a_config_json_that_is_not_a_file_says_what_it_is() {
             &big,
             "larger than 4.00 MiB, more than any config.json holds",
         ),
-        (&dir, "a directory, not a config.json file"),
+        (&folder, "a directory, not a config.json file"),
     ] {
-        let mut p = path.to_str().expect("utf-8").to_string();
-        if path == &dir {
-            p.push_str("/.json");
-            std::fs::create_dir_all(&p).expect("a directory named .json");
-        }
-        let (code, _, err) = vramscope(&["model", &p]);
+        let p = path.to_str().expect("utf-8");
+        let (code, _, err) = vramscope(&["model", p]);
         assert_eq!(code, 2, "{p}: {err}");
         assert!(err.contains(says), "{p}: {err}");
     }
@@ -574,7 +572,7 @@ fn part(scenario: &str) -> String {
 #[cfg(unix)]
 #[test]
 fn a_lesson_names_only_scenario_files_and_never_echoes_another_file() {
-    let dir = temp_dir("lesson-targets");
+    let dir = common::Scratch::new("lesson-targets");
     mkfifo(&dir.join("pipe.ron"));
     std::fs::create_dir(dir.join("folder.ron")).expect("mkdir");
     std::fs::write(dir.join("secret.txt"), "hunter2:$6$salt$hash:19000\n").expect("write");
@@ -608,7 +606,7 @@ fn a_lesson_names_only_scenario_files_and_never_echoes_another_file() {
 /// A 1,200-part lesson took 18 s to check and run; now it is refused at `parts`.
 #[test]
 fn a_lesson_of_more_parts_than_a_workshop_holds_is_refused() {
-    let dir = temp_dir("lesson-parts");
+    let dir = common::Scratch::new("lesson-parts");
     let parts = vec![part("tour"); 1200];
     let text = lesson_with(&parts);
     let column = text.find("parts:").expect("parts") + 1;
@@ -627,7 +625,7 @@ fn a_lesson_of_more_parts_than_a_workshop_holds_is_refused() {
 /// entry at the end of a long list echoed the whole list.
 #[test]
 fn a_sweep_of_more_points_than_a_chart_holds_is_refused() {
-    let dir = temp_dir("sweep-points");
+    let dir = common::Scratch::new("sweep-points");
     let batches: Vec<String> = (1..=100_000).map(|b| b.to_string()).collect();
     let text = VALID.replace(
         "    iterations: 3,\n",
@@ -663,7 +661,7 @@ fn a_sweep_of_more_points_than_a_chart_holds_is_refused() {
 #[test]
 fn export_over_a_private_file_keeps_it_private() {
     use std::os::unix::fs::PermissionsExt;
-    let dir = temp_dir("export-mode");
+    let dir = common::Scratch::new("export-mode");
     let out = dir.join("private.pickle");
     std::fs::write(&out, b"old").expect("write");
     std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o600)).expect("chmod");
@@ -681,7 +679,7 @@ fn export_over_a_private_file_keeps_it_private() {
 #[test]
 fn a_snapshot_cut_short_while_it_is_read_is_an_error_not_a_signal() {
     use vramscope::trace::snapshot::{import_file_reporting, synthetic_snapshot};
-    let dir = temp_dir("cut-short");
+    let dir = common::Scratch::new("cut-short");
     let path = dir.join("growing.pickle");
     let file = std::fs::File::create(&path).expect("create");
     let stats = synthetic_snapshot(std::io::BufWriter::new(file), 8 << 20, 7).expect("synth");

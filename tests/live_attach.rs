@@ -321,7 +321,8 @@ fn a_hostile_recording_is_a_clear_error_with_exit_2() {
 /// handshake now has one deadline.
 #[test]
 fn a_hello_sent_a_byte_at_a_time_times_out() {
-    let path = temp_dir("slow-hello").join("job.sock");
+    let dir = common::Scratch::new("attach-slow-hello");
+    let path = dir.join("job.sock");
     let l = UnixListener::bind(&path).expect("bind");
     let server = std::thread::spawn(move || {
         let (mut s, _) = l.accept().expect("accept");
@@ -364,7 +365,7 @@ fn a_hello_sent_a_byte_at_a_time_times_out() {
 #[test]
 fn a_link_to_another_users_socket_is_refused_as_the_socket_itself() {
     use std::os::unix::fs::symlink;
-    let base = temp_dir("linked-socket");
+    let base = common::Scratch::new("attach-linked-socket");
     let theirs = base.join("theirs");
     std::fs::create_dir(&theirs).expect("mkdir");
     let sock = theirs.join("job.sock");

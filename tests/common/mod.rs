@@ -39,6 +39,29 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     dir
 }
 
+/// A fresh directory removed when it is dropped (panics included): the
+/// scratch of one test, leaving nothing in the temp dir.
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    pub fn new(tag: &str) -> Scratch {
+        Scratch(temp_dir(tag))
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A small scenario that loads and runs: tests derive broken ones from it.
 pub const VALID: &str = r#"Scenario(
     name: "ok",
