@@ -14,7 +14,9 @@ fn not_regular(kind: &str) -> io::Error {
     )
 }
 
-fn kind_of(meta: &Metadata) -> &'static str {
+/// What a path that is not a regular file is: "a directory", "a named
+/// pipe", "a device", "a socket".
+pub fn kind_of(meta: &Metadata) -> &'static str {
     let t = meta.file_type();
     if t.is_dir() {
         return "a directory";
@@ -115,8 +117,13 @@ fn identity(m: &Metadata) -> (u64, u64) {
 /// removed on every failure.
 pub fn write_replacing(path: &Path, bytes: &[u8]) -> io::Result<()> {
     check_replaceable(path)?;
+    // A file replaced keeps its permissions: a 0600 file stays 0600.
+    let keep = std::fs::symlink_metadata(path)
+        .ok()
+        .filter(Metadata::is_file)
+        .map(|m| m.permissions());
     let tmp = temporary_beside(path);
-    let written = write_new(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+    let written = write_new(&tmp, bytes, keep).and_then(|()| std::fs::rename(&tmp, path));
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
@@ -160,10 +167,27 @@ fn temporary_beside(path: &Path) -> PathBuf {
     candidate
 }
 
-/// Create `path` (which must not exist) and write `bytes` to it.
-fn write_new(path: &Path, bytes: &[u8]) -> io::Result<()> {
+/// Create `path` (which must not exist) and write `bytes` to it, with
+/// `permissions` when given.
+fn write_new(
+    path: &Path,
+    bytes: &[u8],
+    permissions: Option<std::fs::Permissions>,
+) -> io::Result<()> {
     use std::io::Write;
-    let mut f = OpenOptions::new().write(true).create_new(true).open(path)?;
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    if let Some(p) = &permissions {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        // Created with the target's mode: never readable by others even
+        // for the moment before the permissions below are set.
+        options.mode(p.mode() & 0o777);
+    }
+    let mut f = options.open(path)?;
+    if let Some(p) = permissions {
+        f.set_permissions(p)?;
+    }
     f.write_all(bytes)?;
     f.sync_all()
 }
@@ -211,6 +235,24 @@ mod tests {
             read_bounded(&d, 4),
             Err(BoundedReadError::Io(e)) if e.kind() == io::ErrorKind::InvalidInput
         ));
+    }
+
+    #[test]
+    fn a_replaced_file_keeps_its_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = dir("mode");
+        let out = d.join("out");
+        std::fs::write(&out, b"old").expect("write");
+        std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        write_replacing(&out, b"new").expect("replaced");
+        let meta = std::fs::metadata(&out).expect("there");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::read(&out).expect("read"), b"new");
+        std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+        write_replacing(&out, b"again").expect("replaced");
+        let meta = std::fs::metadata(&out).expect("there");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o640);
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

@@ -311,3 +311,89 @@ fn a_hostile_recording_is_a_clear_error_with_exit_2() {
         assert!(err.contains(says), "{says}: {err}");
     }
 }
+
+/// A helper that sends its hello one byte at a time: the old hello timeout
+/// stopped at the first byte, so `attach` waited for ever. The whole
+/// handshake now has one deadline.
+#[test]
+fn a_hello_sent_a_byte_at_a_time_times_out() {
+    let dir = common::Scratch::new("attach-slow-hello");
+    let path = dir.join("job.sock");
+    let l = UnixListener::bind(&path).expect("bind");
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().expect("accept");
+        let mut w = StreamWriter::stream();
+        w.send(hello(4242, &[(0, 80 << 30)], ""));
+        // At most 8 s of trickle, then the server gives up.
+        for b in w.bytes.iter().take(40) {
+            if s.write_all(&[*b]).is_err() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    });
+    let addr = Address::parse(path.to_str().expect("utf-8")).expect("addr");
+    let t = std::time::Instant::now();
+    let err = vramscope::live::connect::connect_within(
+        &addr,
+        None,
+        Arc::default(),
+        std::time::Duration::from_millis(1500),
+    )
+    .err()
+    .expect("no hello in time");
+    assert!(
+        err.to_string()
+            .contains("did not complete the handshake within 1.5 s"),
+        "{err}"
+    );
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(4),
+        "{:?}",
+        t.elapsed()
+    );
+    server.join().expect("server");
+}
+
+/// `attach` refused a socket in another user's directory, but not a link to
+/// it from one of the user's own: the path is resolved, then checked.
+#[cfg(unix)]
+#[test]
+fn a_link_to_another_users_socket_is_refused_as_the_socket_itself() {
+    use std::os::unix::fs::symlink;
+    let base = common::Scratch::new("attach-linked-socket");
+    let theirs = base.join("theirs");
+    std::fs::create_dir(&theirs).expect("mkdir");
+    let sock = theirs.join("job.sock");
+    let l = UnixListener::bind(&sock).expect("bind");
+    let mine = base.join("mine");
+    std::fs::create_dir(&mine).expect("mkdir");
+    let link = mine.join("job.sock");
+    symlink(&sock, &link).expect("symlink");
+    // SAFETY: geteuid takes no argument and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        // Without root no directory can be another user's here: the link
+        // is followed to the socket and the attach gets as far as the hello.
+        drop(l);
+        let (code, _, err) =
+            common::vramscope(&["attach", link.to_str().expect("utf-8"), "--json"]);
+        assert_eq!(code, 2);
+        assert!(err.contains("nothing is listening"), "{err}");
+        eprintln!("not root: the other-user half of this test needs root (CI runs as root)");
+        return;
+    }
+    let c = std::ffi::CString::new(theirs.to_str().expect("utf-8")).expect("no nul");
+    // SAFETY: a valid NUL-terminated path; chown changes only its owner.
+    assert_eq!(unsafe { libc::chown(c.as_ptr(), 4321, 4321) }, 0, "chown");
+    for p in [&sock, &link] {
+        let (code, _, err) = common::vramscope(&["attach", p.to_str().expect("utf-8"), "--json"]);
+        assert_eq!(code, 2, "{p:?}: {err}");
+        assert!(
+            err.contains("is owned by uid 4321, not by you"),
+            "{p:?}: {err}"
+        );
+        assert!(err.contains("theirs"), "the real directory is named: {err}");
+    }
+    drop(l);
+}

@@ -11,12 +11,14 @@ import json
 import os
 import pickle
 import re
+import select
 import socket
 import stat
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -699,6 +701,127 @@ class RecordingTests(LiveTestCase):
         view = View().feed(frames[1:])
         self.assertEqual([s for s, _ in view.entries], list(range(len(file_entries(ADAM)[0]) - 4)))
         self.assertEqual(blocks_of(view.last_state("resync")[1]), blocks_of(self.job.segments_now()))
+
+
+class HostileTargetTests(LiveTestCase):
+    """record_to= is written only as a new private file (issue 40)."""
+
+    def start_in_thread(self, **kw):
+        """start() on a thread: a start that blocks (a FIFO) fails the test instead of hanging it."""
+        out = {}
+
+        def run():
+            try:
+                out["address"] = self.start(**kw)
+            except Exception as e:  # noqa: BLE001 - handed to the test
+                out["error"] = e
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        t.join(timeout=10)
+        self.assertFalse(t.is_alive(), "start() blocked")
+        return out
+
+    def test_a_link_a_pipe_or_a_directory_is_refused_and_left_alone(self):
+        victim = os.path.join(self.tmp.name, "victim.txt")
+        with open(victim, "w") as f:
+            f.write("keep")
+        link = os.path.join(self.tmp.name, "link.vslive")
+        os.symlink(victim, link)
+        pipe = os.path.join(self.tmp.name, "pipe.vslive")
+        os.mkfifo(pipe)
+        folder = os.path.join(self.tmp.name, "folder.vslive")
+        os.mkdir(folder)
+        for target, says in ((link, "a symbolic link"), (pipe, "a named pipe"), (folder, "a directory")):
+            out = self.start_in_thread(record_to=target)
+            self.assertIn("error", out, target)
+            self.assertIn(says, str(out["error"]))
+            self.assertIsNone(vramscope_live._SESSION, "nothing left running")
+            self.assertFalse(self.job.recording, "memory history is turned off again")
+        with open(victim) as f:
+            self.assertEqual(f.read(), "keep")
+        self.assertTrue(os.path.islink(link))
+        self.assertTrue(stat.S_ISFIFO(os.lstat(pipe).st_mode))
+        left = [n for n in os.listdir(self.tmp.name) if n.endswith(".tmp")]
+        self.assertEqual(left, [])
+
+    def test_a_recording_is_private_and_replaces_an_old_one_whole(self):
+        path = os.path.join(self.tmp.name, "run.vslive")
+        with open(path, "wb") as f:
+            f.write(b"the earlier run")
+        os.chmod(path, 0o644)
+        other_name = os.path.join(self.tmp.name, "hardlink")
+        os.link(path, other_name)
+        old = os.umask(0o022)
+        try:
+            self.start(record_to=path)
+        finally:
+            os.umask(old)
+        vramscope_live.stop()
+        self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600)
+        with open(path, "rb") as f:
+            self.assertTrue(f.read().startswith(b"VSLIVE1\n"))
+        # Not truncated in place: the other name still holds the old bytes.
+        with open(other_name, "rb") as f:
+            self.assertEqual(f.read(), b"the earlier run")
+
+
+class HostileClientTests(LiveTestCase):
+    """Unauthenticated peers cost the job a bounded number of threads, for a bounded time."""
+
+    def setUp(self):
+        super().setUp()
+        self.saved = vramscope_live.HANDSHAKE_TIMEOUT_S
+        vramscope_live.HANDSHAKE_TIMEOUT_S = 1.0
+
+    def tearDown(self):
+        vramscope_live.HANDSHAKE_TIMEOUT_S = self.saved
+        super().tearDown()
+
+    @staticmethod
+    def helper_threads():
+        return [t for t in threading.enumerate() if t.name == "vramscope-live-client"]
+
+    def test_a_hello_sent_a_byte_at_a_time_is_cut_off_at_the_deadline(self):
+        address = self.start(address="127.0.0.1:0")
+        host, port = address.rsplit(":", 1)
+        sock = socket.create_connection((host, int(port)))
+        self.addCleanup(sock.close)
+        body = json.dumps({"t": "hello", "protocol": 1, "token": "x"}).encode()
+        raw = struct.pack("<I", len(body)) + body
+        t0 = time.monotonic()
+        closed_at = None
+        for b in raw:
+            try:
+                sock.sendall(bytes([b]))
+            except OSError:
+                closed_at = time.monotonic() - t0
+                break
+            time.sleep(0.25)
+            readable, _, _ = select.select([sock], [], [], 0)
+            if readable and sock.recv(1) == b"":
+                closed_at = time.monotonic() - t0
+                break
+        self.assertIsNotNone(closed_at, "the helper kept waiting for the whole trickle")
+        self.assertLess(closed_at, 3.0)
+
+    def test_idle_connections_hold_only_a_few_threads_and_then_none(self):
+        address = self.start(address="127.0.0.1:0")
+        m = re.search(r"--token ([0-9a-f]{32})$", self.stderr, re.M)
+        host, port = address.rsplit(":", 1)
+        idle = []
+        for _ in range(40):
+            s = socket.create_connection((host, int(port)))
+            self.addCleanup(s.close)
+            idle.append(s)
+        time.sleep(0.5)
+        self.assertLessEqual(len(self.helper_threads()), vramscope_live.MAX_PENDING)
+        # Past the handshake's deadline they are gone, and a real client gets in.
+        deadline = time.monotonic() + 5
+        while self.helper_threads() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(self.helper_threads(), [])
+        self.connect(address, m.group(1))
 
 
 class AgentTests(LiveTestCase):

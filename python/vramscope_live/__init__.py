@@ -25,7 +25,10 @@ max_entries=1_000_000, step_marker=None, mode="auto", poll_interval_s=None)`:
 - `stacks`: record Python stacks with each allocation (what the by-line and
   leak views group by). Turning it off makes each event cheaper.
 - `record_to`: also write everything to this file (`{rank}` allowed), which
-  `vramscope attach --replay FILE` plays back.
+  `vramscope attach --replay FILE` plays back. It is made as a new file, mode
+  0600 (an earlier recording there is replaced whole, never truncated in
+  place); a symbolic link, a named pipe, a directory or a device there is
+  refused.
 - `max_entries`: how many trace entries PyTorch's ring keeps (poll mode) and how
   long the helper's log grows before it restarts from a fresh state.
 - `step_marker`: a `torch.profiler.record_function` name whose every START
@@ -150,7 +153,8 @@ MAX_STRING = 64 * 1024  # PROTOCOL.md "Bounds a reader keeps"
 MAX_STACK_FRAMES = 1024
 MAX_STACKS = 1_000_000  # distinct stacks kept by the helper (a reader accepts 4 M)
 MAX_HELLO = 64 * 1024
-HANDSHAKE_TIMEOUT_S = 10.0
+HANDSHAKE_TIMEOUT_S = 10.0  # the whole hello, however slowly it comes
+MAX_PENDING = 8  # connections still in their handshake: more are closed at once
 SEND_TIMEOUT_S = 30.0
 STATS_MIN_INTERVAL_S = 0.1  # stats at most 10 per second
 MIN_POLL_INTERVAL_S = 0.5
@@ -190,9 +194,16 @@ def encode_frame(obj):
     return struct.pack("<I", len(body)) + body
 
 
-def _recv_exact(sock, n):
+def _recv_exact(sock, n, deadline=None):
+    """`n` bytes from `sock`; with `deadline` (time.monotonic()), all of them
+    by then, however slowly they trickle (socket.timeout past it)."""
     buf = bytearray()
     while len(buf) < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout("the handshake took too long")
+            sock.settimeout(left)
         chunk = sock.recv(n - len(buf))
         if not chunk:
             raise ConnectionError("the peer closed the connection")
@@ -200,12 +211,12 @@ def _recv_exact(sock, n):
     return bytes(buf)
 
 
-def read_frame(sock, limit=MAX_FRAME):
+def read_frame(sock, limit=MAX_FRAME, deadline=None):
     """One frame from `sock` as a dict; raises ValueError on a bad frame."""
-    (n,) = struct.unpack("<I", _recv_exact(sock, 4))
+    (n,) = struct.unpack("<I", _recv_exact(sock, 4, deadline))
     if n > limit:
         raise ValueError(f"frame of {n} bytes is over the limit of {limit}")
-    obj = json.loads(_recv_exact(sock, n).decode("utf-8"))
+    obj = json.loads(_recv_exact(sock, n, deadline).decode("utf-8"))
     if not isinstance(obj, dict) or not isinstance(obj.get("t"), str):
         raise ValueError("frame is not an object with a string field t")
     return obj
@@ -491,11 +502,48 @@ class _Log:
         return self.items[cursor - self.base : end - self.base], end
 
 
+def _create_private(path):
+    """A new file at `path`, mode 0600, for writing. Never follows a link,
+    never opens a named pipe or a device (it would block, or write into
+    something else): those, and directories, are refused. A regular file
+    already there is replaced whole (a new file renamed over it), never
+    truncated in place, so a hard link to it keeps what it held."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        kind = (
+            "a symbolic link" if stat.S_ISLNK(st.st_mode)
+            else "a named pipe" if stat.S_ISFIFO(st.st_mode)
+            else "a directory" if stat.S_ISDIR(st.st_mode)
+            else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+            else "a socket" if stat.S_ISSOCK(st.st_mode)
+            else "not a regular file"
+        )
+        raise LiveError(f"record_to={path}: {kind} is there: refusing to write a recording to it")
+    folder = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(tmp, flags, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.rename(tmp, path)
+    except BaseException:
+        os.close(fd)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return os.fdopen(fd, "wb")
+
+
 class _Recorder:
     """record_to=: the frames a client attached at start() would receive."""
 
     def __init__(self, path, hello):
-        self.f = open(path, "wb")
+        self.f = _create_private(path)
         self.sent = set()
         self.f.write(MAGIC)
         self.f.write(encode_frame(hello))
@@ -523,6 +571,7 @@ class _Server:
         self.token = token
         self.attached = False
         self.lock = threading.Lock()
+        self.pending = 0  # connections not yet past their handshake
         self.stopping = False
         self.path = None
         if kind == "unix":
@@ -575,13 +624,27 @@ class _Server:
                 continue
             except OSError:
                 return
+            # An unauthenticated peer gets no thread of the job's beyond a few.
+            with self.lock:
+                full = self.pending >= MAX_PENDING
+                if not full:
+                    self.pending += 1
+            if full:
+                conn.close()
+                continue
             threading.Thread(target=self._serve, args=(conn,), name="vramscope-live-client", daemon=True).start()
 
     def _serve(self, conn):
         attached = False
+        pending = True
         try:
-            conn.settimeout(HANDSHAKE_TIMEOUT_S)
-            reason = self._handshake(conn)
+            try:
+                reason = self._handshake(conn, time.monotonic() + HANDSHAKE_TIMEOUT_S)
+            finally:
+                with self.lock:
+                    self.pending -= 1
+                pending = False
+            conn.settimeout(SEND_TIMEOUT_S)
             if reason is not None:
                 conn.sendall(encode_frame({"t": "refused", "reason": reason}))
                 return
@@ -595,7 +658,8 @@ class _Server:
             conn.sendall(encode_frame(self.hello_fn()))
             self._stream(conn)
         except socket.timeout:
-            _say("dropped a client that stopped reading for 30 s; it may reconnect")
+            if not pending and attached:
+                _say("dropped a client that stopped reading for 30 s; it may reconnect")
         except _Behind:
             _say("dropped a client that fell behind the log; it may reconnect and get the log again")
         except (OSError, ValueError, ConnectionError):
@@ -607,9 +671,9 @@ class _Server:
                 _say("vramscope detached")
             conn.close()
 
-    def _handshake(self, conn):
+    def _handshake(self, conn, deadline):
         try:
-            hello = read_frame(conn, MAX_HELLO)
+            hello = read_frame(conn, MAX_HELLO, deadline)
         except (ValueError, UnicodeDecodeError) as e:
             return f"bad hello: {e}"
         if hello.get("t") != "hello":

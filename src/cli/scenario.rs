@@ -8,8 +8,8 @@ use vramscope::device::kernels::launcher_for;
 use vramscope::device::nvml::{self, Reconciliation};
 use vramscope::device::{Device, GpuUnavailable};
 use vramscope::scenario::{
-    builtins, check, resolve, run as run_scenario, run_launching_with, steps_executed, Built,
-    GpuRun, RunOptions, RunResult, Scenario, MAX_STEPS,
+    buffers_allocated, builtins, check, resolve, run as run_scenario, run_launching_with,
+    steps_executed, Built, GpuRun, RunOptions, RunResult, Scenario, MAX_BUFFERS, MAX_STEPS,
 };
 use vramscope::units::format_count;
 
@@ -115,6 +115,15 @@ pub fn run_headless(name: &str, args: RunArgs) -> anyhow::Result<ExitCode> {
                 "--iterations {n}: the run would execute {} steps, more than the {} a run may",
                 format_count(steps),
                 format_count(MAX_STEPS)
+            ))
+            .into());
+        }
+        let buffers = buffers_allocated(&scenario, u64::from(n));
+        if buffers > MAX_BUFFERS {
+            return Err(BadInput(format!(
+                "--iterations {n}: the run would allocate {} buffers (AllocateBuffers), more than the {} a run may",
+                format_count(buffers),
+                format_count(MAX_BUFFERS)
             ))
             .into());
         }

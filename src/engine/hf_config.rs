@@ -15,6 +15,12 @@ use super::presets_hf::DecoderLm;
 pub const DEFAULT_SEQ: u64 = 2048;
 /// Larger than any config.json: a wrong path is not read forever.
 const MAX_CONFIG_BYTES: u64 = 4 << 20;
+/// Layers a config may ask for: a scenario's `model.layers` bound (each
+/// layer is engine bookkeeping for every op it runs; 65,536 grew to 4.5 GB).
+/// The deepest released decoders have about 130.
+pub const MAX_LAYERS: u64 = 1024;
+/// A quoted value in an error: its first characters, not a 3 MB string.
+const QUOTE_CHARS: usize = 40;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HfConfigError {
@@ -52,10 +58,15 @@ pub fn read(path: &Path) -> Result<ModelConfig, HfConfigError> {
     };
     let bytes = crate::files::read_bounded(path, MAX_CONFIG_BYTES).map_err(|e| match e {
         crate::files::BoundedReadError::Io(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
-            io("not a config.json file".into())
+            let kind =
+                std::fs::metadata(path).map_or("not a plain file", |m| crate::files::kind_of(&m));
+            io(format!("{kind}, not a config.json file"))
         }
         crate::files::BoundedReadError::Io(e) => io(e.to_string()),
-        crate::files::BoundedReadError::TooLong => io("not a config.json file".into()),
+        crate::files::BoundedReadError::TooLong => io(format!(
+            "larger than {}, more than any config.json holds: not a config.json file",
+            crate::alloc::format_size(MAX_CONFIG_BYTES)
+        )),
     })?;
     let text = String::from_utf8(bytes).map_err(|e| {
         io(format!(
@@ -96,7 +107,10 @@ impl Fields<'_> {
             None | Some(Value::Null) => Ok(None),
             Some(v) => match v.as_u64() {
                 Some(n) if n > 0 => Ok(Some(n)),
-                _ => Err(self.bad(field, format!("expected a positive integer, got {v}"))),
+                _ => Err(self.bad(
+                    field,
+                    format!("expected a positive integer, got {}", quote(v)),
+                )),
             },
         }
     }
@@ -105,11 +119,23 @@ impl Fields<'_> {
         self.opt_count(field)?.ok_or_else(|| self.missing(field))
     }
 
+    /// A layer count, at most [`MAX_LAYERS`].
+    fn layers(&self, field: &'static str) -> Result<u64, HfConfigError> {
+        let n = self.count(field)?;
+        if n > MAX_LAYERS {
+            return Err(self.bad(
+                field,
+                format!("{n} layers is more than {MAX_LAYERS}, the most modelled"),
+            ));
+        }
+        Ok(n)
+    }
+
     fn flag(&self, field: &'static str, default: bool) -> Result<bool, HfConfigError> {
         match self.map.get(field) {
             None | Some(Value::Null) => Ok(default),
             Some(Value::Bool(b)) => Ok(*b),
-            Some(v) => Err(self.bad(field, format!("expected true or false, got {v}"))),
+            Some(v) => Err(self.bad(field, format!("expected true or false, got {}", quote(v)))),
         }
     }
 
@@ -117,7 +143,7 @@ impl Fields<'_> {
     fn number(&self, field: &'static str) -> Result<(), HfConfigError> {
         match self.map.get(field) {
             None | Some(Value::Null) | Some(Value::Number(_)) => Ok(()),
-            Some(v) => Err(self.bad(field, format!("expected a number, got {v}"))),
+            Some(v) => Err(self.bad(field, format!("expected a number, got {}", quote(v)))),
         }
     }
 }
@@ -143,7 +169,7 @@ pub fn parse(text: &str, file: &str) -> Result<ModelConfig, HfConfigError> {
             return Err(HfConfigError::Bad {
                 file: file.into(),
                 field: "model_type",
-                message: format!("expected a string, got {v}"),
+                message: format!("expected a string, got {}", quote(v)),
             })
         }
         None => {
@@ -157,14 +183,14 @@ pub fn parse(text: &str, file: &str) -> Result<ModelConfig, HfConfigError> {
     let f = Fields {
         map,
         file,
-        model_type,
+        model_type: &short(model_type),
     };
     match model_type {
         "llama" | "mistral" | "qwen2" => decoder(&f).map(|lm| ModelConfig::causal_lm(&lm)),
         "gpt2" => gpt2(&f),
         other => Err(HfConfigError::Unsupported {
             file: file.into(),
-            model_type: other.into(),
+            model_type: short(other),
         }),
     }
 }
@@ -198,7 +224,7 @@ fn decoder(f: &Fields) -> Result<DecoderLm, HfConfigError> {
     Ok(DecoderLm {
         hidden,
         intermediate: f.count("intermediate_size")?,
-        layers: f.count("num_hidden_layers")?,
+        layers: f.layers("num_hidden_layers")?,
         heads,
         kv_heads,
         head_dim,
@@ -227,7 +253,7 @@ fn gpt2(f: &Fields) -> Result<ModelConfig, HfConfigError> {
     }
     let positions = f.count("n_positions")?;
     let mut m = ModelConfig::gpt(
-        f.count("n_layer")?,
+        f.layers("n_layer")?,
         heads,
         d,
         f.count("vocab_size")?,
@@ -237,6 +263,26 @@ fn gpt2(f: &Fields) -> Result<ModelConfig, HfConfigError> {
     );
     m.batch = 1;
     Ok(m)
+}
+
+/// A JSON value for an error: its JSON text, or its first
+/// [`QUOTE_CHARS`] characters and its length.
+fn quote(v: &Value) -> String {
+    short(&v.to_string())
+}
+
+/// `text`, or its first [`QUOTE_CHARS`] characters and its length, with
+/// control characters escaped.
+fn short(text: &str) -> String {
+    let mut cut: String = text.chars().take(QUOTE_CHARS).collect();
+    if cut.len() < text.len() {
+        cut = format!(
+            "{}… ({} bytes)",
+            cut,
+            crate::units::format_count(text.len() as u64)
+        );
+    }
+    crate::units::escape_line(&cut).into_owned()
 }
 
 #[cfg(test)]
@@ -281,5 +327,54 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn a_long_value_is_quoted_by_its_first_characters() {
+        let long = "x".repeat(3 << 20);
+        let text = format!(
+            r#"{{"model_type": "llama", "hidden_size": "{long}", "num_attention_heads": 4}}"#
+        );
+        let e = parse(&text, "c.json").map_err(|e| e.to_string());
+        let e = e.err().unwrap_or_default();
+        assert!(
+            e.contains("c.json: field `hidden_size`: expected a positive integer, got \"xxx"),
+            "{}",
+            &e[..e.len().min(300)]
+        );
+        assert!(
+            e.contains("… (3,145,730 bytes)"),
+            "{}",
+            &e[..e.len().min(300)]
+        );
+        assert!(e.len() < 200, "{} bytes", e.len());
+        let text = format!(r#"{{"model_type": "{long}"}}"#);
+        let e = parse(&text, "t.json").map_err(|e| e.to_string());
+        let e = e.err().unwrap_or_default();
+        assert!(
+            e.contains("… (3,145,728 bytes)\" is not supported"),
+            "{}",
+            &e[..e.len().min(300)]
+        );
+        assert!(e.len() < 200, "{} bytes", e.len());
+    }
+
+    #[test]
+    fn more_layers_than_modelled_are_refused_by_field() {
+        let llama = r#"{"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+            "intermediate_size": 128, "vocab_size": 100, "num_hidden_layers": 65536}"#;
+        let e = parse(llama, "l.json").map_err(|e| e.to_string());
+        assert_eq!(
+            e.err().as_deref(),
+            Some("l.json: field `num_hidden_layers`: 65536 layers is more than 1024, the most modelled")
+        );
+        let gpt2 = r#"{"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_positions": 16,
+            "vocab_size": 100, "n_layer": 2097152}"#;
+        let e = parse(gpt2, "g.json").map_err(|e| e.to_string());
+        assert!(e
+            .err()
+            .is_some_and(|m| m.contains("field `n_layer`: 2097152 layers")),);
+        let fine = llama.replace("65536", "1024");
+        assert!(parse(&fine, "l.json").is_ok());
     }
 }

@@ -153,7 +153,9 @@ impl Engine {
         shape: &[u64],
         dtype: DType,
     ) -> Result<()> {
-        let mut items = Vec::with_capacity(count as usize);
+        // Room grows with the list: a count the allocator refuses part-way
+        // must not first reserve room for every item (a billion was 40 GB).
+        let mut items = Vec::with_capacity((count as usize).min(4096));
         for _ in 0..count {
             match self.factory(Shape::new(shape), dtype, Category::Activation) {
                 Ok(t) => {

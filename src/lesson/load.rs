@@ -12,7 +12,7 @@ use super::format::Lesson;
 use super::library::builtin_lesson;
 use super::LETTERS;
 use crate::files::{read_bounded, BoundedReadError};
-use crate::scenario::{builtin, load_file, load_str, Built, LoadError, Scenario};
+use crate::scenario::{builtin, load_named_file, load_str, Built, LoadError, Scenario};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LessonError {
@@ -39,6 +39,10 @@ pub enum LessonError {
 
 /// Far larger than a lesson a person writes.
 const MAX_LESSON_BYTES: u64 = 4 << 20;
+/// Parts a lesson may have: the built-in ones have 11 to 16; each part's
+/// scenario is loaded to check the lesson, and run by `--headless` (1,200
+/// parts took 18 s).
+pub const MAX_PARTS: usize = 100;
 
 /// A lesson, where it came from, and where its relative scenario paths start.
 #[derive(Debug, Clone)]
@@ -57,7 +61,11 @@ impl LoadedLesson {
             return load_str(b.source, &format!("scenarios/{}.ron", b.name));
         }
         match &self.base {
-            Some(dir) if dir.join(name).is_file() => load_file(&dir.join(name)),
+            // Anything there is read as a scenario or refused as what it is
+            // (a directory, a named pipe), not reported missing.
+            Some(dir) if std::fs::metadata(dir.join(name)).is_ok() => {
+                load_named_file(&dir.join(name))
+            }
             _ => Err(LoadError::NotFound(name.to_string())),
         }
     }
@@ -139,10 +147,15 @@ pub fn load_lesson_str(
         file: file.to_string(),
         base,
     };
+    // Each scenario once, however many parts name it.
+    let mut checked = std::collections::HashSet::new();
     for (i, part) in loaded.lesson.parts.iter().enumerate() {
         let names = std::iter::once(("scenario", part.scenario.as_str()))
             .chain(part.compare.iter().map(|c| ("compare", c.other())));
         for (field, name) in names {
+            if !checked.insert(name) {
+                continue;
+            }
             loaded
                 .scenario(name)
                 .map_err(|source| LessonError::Scenario {
@@ -166,6 +179,13 @@ fn problem(l: &Lesson) -> Option<(&'static str, usize, String)> {
     }
     if l.parts.is_empty() {
         return Some(("parts", 0, "parts: at least one part".into()));
+    }
+    if l.parts.len() > MAX_PARTS {
+        let m = format!(
+            "parts: {} given; a lesson has at most {MAX_PARTS}",
+            crate::units::format_count(l.parts.len() as u64)
+        );
+        return Some(("parts", 0, m));
     }
     for (i, p) in l.parts.iter().enumerate() {
         let at = |f: &str, m: String| format!("parts[{i}].{f}: {m}");

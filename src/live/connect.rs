@@ -8,7 +8,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::address::Address;
 use super::error::LiveError;
@@ -19,7 +19,9 @@ use super::message::{decode, Message, ServerHello, PROTOCOL};
 pub const TOKEN_ENV: &str = "VRAMSCOPE_TOKEN";
 /// How long a TCP connect may take before the address counts as dead.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long the helper has to answer the client hello.
+/// How long the whole handshake may take: from connecting until the
+/// helper's hello has been read in full (a helper that sends it a byte a
+/// second does not keep `attach` waiting).
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a blocked read looks at the stop flag.
 const POLL: Duration = Duration::from_millis(200);
@@ -53,14 +55,29 @@ pub fn connect(
     token: Option<&str>,
     stop: Arc<AtomicBool>,
 ) -> Result<Connection, LiveError> {
+    connect_within(addr, token, stop, HELLO_TIMEOUT)
+}
+
+/// [`connect`] with the handshake bounded by `limit` (tests).
+pub fn connect_within(
+    addr: &Address,
+    token: Option<&str>,
+    stop: Arc<AtomicBool>,
+    limit: Duration,
+) -> Result<Connection, LiveError> {
     let at = addr.to_string();
+    let handshake = Handshake {
+        deadline: Instant::now() + limit,
+        done: Arc::new(AtomicBool::new(false)),
+        limit,
+    };
     let (mut w, r): Halves = match addr {
-        Address::Unix(path) => unix(path, &at, &stop)?,
+        Address::Unix(path) => unix(path, &at, &stop, &handshake)?,
         Address::Tcp { host, port } => {
             if token.is_none() {
                 return Err(LiveError::NoToken { at });
             }
-            tcp(host, *port, &at, &stop)?
+            tcp(host, *port, &at, &stop, &handshake)?
         }
     };
     let hello = serde_json::json!({
@@ -83,7 +100,9 @@ pub fn connect(
             why: "the helper closed the connection before saying hello".into(),
         });
     };
-    match decode(&at, index, bytes)? {
+    let decoded = decode(&at, index, bytes)?;
+    handshake.done.store(true, Ordering::Relaxed);
+    match decoded {
         Some(Message::Hello(h)) => Ok(Connection { hello: *h, frames }),
         Some(Message::Refused { reason }) => Err(LiveError::Refused { at, reason }),
         _ => Err(LiveError::protocol(
@@ -96,7 +115,12 @@ pub fn connect(
 }
 
 #[cfg(unix)]
-fn unix(path: &Path, at: &str, stop: &Arc<AtomicBool>) -> Result<Halves, LiveError> {
+fn unix(
+    path: &Path,
+    at: &str,
+    stop: &Arc<AtomicBool>,
+    handshake: &Handshake,
+) -> Result<Halves, LiveError> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     use std::os::unix::net::UnixStream;
 
@@ -104,6 +128,9 @@ fn unix(path: &Path, at: &str, stop: &Arc<AtomicBool>) -> Result<Halves, LiveErr
         at: at.to_string(),
         why,
     };
+    // The socket where it really is: a link to another user's directory is
+    // that directory's socket, checked (and connected to) as such.
+    let path = &std::fs::canonicalize(path).map_err(|e| dead(format!("no socket there ({e})")))?;
     let meta = std::fs::metadata(path).map_err(|e| dead(format!("no socket there ({e})")))?;
     if !meta.file_type().is_socket() {
         return Err(dead("not a unix socket".into()));
@@ -130,15 +157,16 @@ fn unix(path: &Path, at: &str, stop: &Arc<AtomicBool>) -> Result<Halves, LiveErr
     let stream =
         UnixStream::connect(path).map_err(|e| dead(format!("nothing is listening ({e})")))?;
     let _ = stream.set_read_timeout(Some(POLL));
+    let _ = stream.set_write_timeout(Some(handshake.limit));
     let reader = stream.try_clone().map_err(|e| dead(e.to_string()))?;
     Ok((
         Box::new(stream),
-        Box::new(Stoppable::new(reader, stop.clone())),
+        Box::new(Stoppable::new(reader, stop.clone(), handshake.clone())),
     ))
 }
 
 #[cfg(not(unix))]
-fn unix(_: &Path, at: &str, _: &Arc<AtomicBool>) -> Result<Halves, LiveError> {
+fn unix(_: &Path, at: &str, _: &Arc<AtomicBool>, _: &Handshake) -> Result<Halves, LiveError> {
     Err(LiveError::Connect {
         at: at.to_string(),
         why: "unix sockets need a unix system; use HOST:PORT".into(),
@@ -151,7 +179,13 @@ fn my_uid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-fn tcp(host: &str, port: u16, at: &str, stop: &Arc<AtomicBool>) -> Result<Halves, LiveError> {
+fn tcp(
+    host: &str,
+    port: u16,
+    at: &str,
+    stop: &Arc<AtomicBool>,
+    handshake: &Handshake,
+) -> Result<Halves, LiveError> {
     let dead = |why: String| LiveError::Connect {
         at: at.to_string(),
         why,
@@ -166,10 +200,11 @@ fn tcp(host: &str, port: u16, at: &str, stop: &Arc<AtomicBool>) -> Result<Halves
             Ok(stream) => {
                 let _ = stream.set_nodelay(true);
                 let _ = stream.set_read_timeout(Some(POLL));
+                let _ = stream.set_write_timeout(Some(handshake.limit));
                 let reader = stream.try_clone().map_err(|e| dead(e.to_string()))?;
                 return Ok((
                     Box::new(stream),
-                    Box::new(Stoppable::new(reader, stop.clone())),
+                    Box::new(Stoppable::new(reader, stop.clone(), handshake.clone())),
                 ));
             }
             Err(e) => last = format!("nothing is listening at {a} ({e})"),
@@ -178,22 +213,35 @@ fn tcp(host: &str, port: u16, at: &str, stop: &Arc<AtomicBool>) -> Result<Halves
     Err(dead(last))
 }
 
+/// The handshake's one deadline, and whether it is over (the helper's
+/// hello read): until then every read checks the deadline.
+#[derive(Clone)]
+struct Handshake {
+    deadline: Instant,
+    done: Arc<AtomicBool>,
+    limit: Duration,
+}
+
 /// A socket read with a timeout that retries until data comes, the peer
 /// closes, or `stop` is set (then it reads as the end of the stream). The
-/// helper must say hello within [`HELLO_TIMEOUT`].
+/// whole handshake must be over by its deadline, however the bytes trickle.
 struct Stoppable<R> {
     inner: R,
     stop: Arc<AtomicBool>,
-    hello_waited: Option<Duration>,
+    handshake: Handshake,
 }
 
 impl<R> Stoppable<R> {
-    fn new(inner: R, stop: Arc<AtomicBool>) -> Self {
+    fn new(inner: R, stop: Arc<AtomicBool>, handshake: Handshake) -> Self {
         Stoppable {
             inner,
             stop,
-            hello_waited: Some(Duration::ZERO),
+            handshake,
         }
+    }
+
+    fn past_deadline(&self) -> bool {
+        !self.handshake.done.load(Ordering::Relaxed) && Instant::now() >= self.handshake.deadline
     }
 }
 
@@ -203,29 +251,24 @@ impl<R: Read> Read for Stoppable<R> {
             if self.stop.load(Ordering::Relaxed) {
                 return Ok(0);
             }
+            if self.past_deadline() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "the helper did not complete the handshake within {} s",
+                        self.handshake.limit.as_secs_f64()
+                    ),
+                ));
+            }
             match self.inner.read(buf) {
-                Ok(n) => {
-                    self.hello_waited = None;
-                    return Ok(n);
-                }
+                Ok(n) => return Ok(n),
                 Err(e)
                     if matches!(
                         e.kind(),
                         std::io::ErrorKind::WouldBlock
                             | std::io::ErrorKind::TimedOut
                             | std::io::ErrorKind::Interrupted
-                    ) =>
-                {
-                    if let Some(w) = &mut self.hello_waited {
-                        *w += POLL;
-                        if *w >= HELLO_TIMEOUT {
-                            return Err(std::io::Error::new(
-                                std::io::ErrorKind::TimedOut,
-                                "the helper did not answer the hello within 10 s",
-                            ));
-                        }
-                    }
-                }
+                    ) => {}
                 Err(e) => return Err(e),
             }
         }

@@ -19,6 +19,7 @@ pub const MAX_STRING: usize = 64 << 10;
 pub const MAX_STACK_FRAMES: usize = 1024;
 pub const STACK_ID_LIMIT: u64 = 1 << 24;
 pub const MAX_DEVICE: u64 = 255;
+pub use typed::MAX_STATS_KEYS;
 
 /// One decoded message.
 #[derive(Debug, Clone, PartialEq)]
@@ -218,11 +219,16 @@ pub struct LostMark {
     pub why: String,
 }
 
+/// Frames up to this size that the typed path refuses are decoded again
+/// field by field, for an error naming the field: a tree of 1 MiB of JSON
+/// costs tens of MB at most.
+const CAREFUL_MAX: usize = 1 << 20;
+
 /// Decode frame `index` read from `at`; `None` for a type this reader does
-/// not know.
+/// not know. The frame is read straight into the message types
+/// (`typed.rs`), never into a generic JSON tree a hostile frame could blow up.
 pub fn decode(at: &str, index: u64, bytes: &[u8]) -> Result<Option<Message>, LiveError> {
-    // Entries are nearly all of a stream's bytes: typed first, and only a
-    // frame that fails goes through the field-by-field path that names the fault.
+    // Entries are nearly all of a stream's bytes: read them first.
     if let Ok(fast) = serde_json::from_slice::<FastEntries>(bytes) {
         if fast.t == "entries" {
             if let Some(m) = fast.into_message() {
@@ -230,41 +236,70 @@ pub fn decode(at: &str, index: u64, bytes: &[u8]) -> Result<Option<Message>, Liv
             }
         }
     }
-    let value: Value = serde_json::from_slice(bytes).map_err(|e| LiveError::BadJson {
+    let bad_json = |why: String, line: usize, column: usize| LiveError::BadJson {
         at: at.to_string(),
         index,
-        why: e.to_string(),
-        line: e.line(),
-        column: e.column(),
-    })?;
-    let Value::Object(obj) = value else {
-        return Err(LiveError::BadJson {
-            at: at.to_string(),
-            index,
-            why: format!("a {}, not an object", kind_of(&value)),
-            line: 1,
-            column: 1,
-        });
+        why,
+        line,
+        column,
     };
-    let kind = match obj.get("t") {
-        Some(Value::String(t)) => t.clone(),
-        Some(v) => {
+    if let Some(what) = not_an_object(bytes) {
+        return Err(bad_json(format!("{what}, not an object"), 1, 1));
+    }
+    let kind = match typed::tag(bytes) {
+        Ok(typed::Tag::Str(kind)) => kind,
+        Ok(typed::Tag::Missing) => {
+            return Err(LiveError::field(at, index, "?", "t", "missing".into()))
+        }
+        Ok(typed::Tag::Other(what)) => {
             return Err(LiveError::field(
                 at,
                 index,
                 "?",
                 "t",
-                format!("expected a string, found {}", kind_of(v)),
+                format!("expected a string, found {what}"),
             ))
         }
-        None => return Err(LiveError::field(at, index, "?", "t", "missing".into())),
+        Err(e) => return Err(bad_json(e.to_string(), e.line(), e.column())),
     };
-    let f = Fields {
-        at,
-        index,
-        kind: &kind,
+    match typed::message(&kind, bytes) {
+        Ok(m) => Ok(m),
+        Err(refusal) => {
+            if bytes.len() <= CAREFUL_MAX {
+                careful(at, index, &kind, bytes)?;
+            }
+            Err(match refusal {
+                typed::Refusal::Json(e) => LiveError::protocol(at, index, &kind, e.to_string()),
+                typed::Refusal::Field(field, problem) => {
+                    LiveError::field(at, index, &kind, &field, problem)
+                }
+                typed::Refusal::Bound(problem) => LiveError::protocol(at, index, &kind, problem),
+            })
+        }
+    }
+}
+
+/// What a frame is when it is JSON but no object (from its first byte).
+fn not_an_object(bytes: &[u8]) -> Option<&'static str> {
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace())?;
+    Some(match first {
+        b'{' => return None,
+        b'[' => "an array",
+        b'"' => "a string",
+        b't' | b'f' => "a boolean",
+        b'n' => "null",
+        b'-' | b'0'..=b'9' => "a number",
+        _ => return None,
+    })
+}
+
+/// The field-by-field decoding of a small frame the typed path refused:
+/// its error names the field.
+fn careful(at: &str, index: u64, kind: &str, bytes: &[u8]) -> Result<(), LiveError> {
+    let Ok(Value::Object(obj)) = serde_json::from_slice::<Value>(bytes) else {
+        return Ok(());
     };
-    f.message(&obj)
+    Fields { at, index, kind }.message(&obj).map(|_| ())
 }
 
 #[derive(Deserialize)]
@@ -319,6 +354,7 @@ fn kind_of(v: &Value) -> &'static str {
 }
 
 mod fields;
+mod typed;
 
 use fields::Fields;
 

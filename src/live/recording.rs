@@ -2,7 +2,6 @@
 //! helper would send a client attached from `start()`. Reading one is
 //! reading a connection that has already said everything.
 
-use std::fs::File;
 use std::io::{BufReader, Read, Write};
 use std::path::Path;
 
@@ -16,7 +15,8 @@ pub use crate::trace::snapshot::LIVE_RECORDING_MAGIC as MAGIC;
 /// A recording's frames, after checking its magic.
 pub fn open_recording(path: &Path) -> Result<FrameReader<Box<dyn Read + Send>>, LiveError> {
     let at = path.display().to_string();
-    let file = File::open(path).map_err(|e| LiveError::Connect {
+    // A named pipe or a device is refused, never waited on in open(2).
+    let (file, _) = crate::files::open_regular(path).map_err(|e| LiveError::Connect {
         at: at.clone(),
         why: e.to_string(),
     })?;

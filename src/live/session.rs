@@ -37,6 +37,18 @@ pub const MAX_FRAME_TEXT: usize = 256 << 20;
 /// Frames over every distinct stack a stream defines, all stacks together
 /// (one stack's own bound is `message::MAX_STACK_FRAMES`).
 pub const MAX_TABLE_FRAMES: usize = 64 << 20;
+/// Steps kept since the last start-over (or the entry cap, when lower):
+/// past it the view starts over as it does past the entries kept, so a
+/// flood of `step` messages cannot grow memory (it grew by 310 MB/s).
+pub const MAX_STEPS_KEPT: usize = 100_000;
+/// Bytes of a step's `source` kept: `record_function:NAME` with a long
+/// name is cut, with `…`.
+pub const MAX_STEP_SOURCE: usize = 256;
+/// Blocks (and segments) of one `state`: a real job's map holds thousands
+/// to a few hundred thousand; a state that never ends its chunks stops here.
+/// It is lowered with `--keep-entries`, down to [`MIN_STATE_BLOCKS`].
+pub const MAX_STATE_BLOCKS: usize = 4 << 20;
+pub const MIN_STATE_BLOCKS: usize = 1 << 16;
 
 /// What one message changed, for a producer to act on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +75,8 @@ pub enum Applied {
 struct PendingState {
     header: StateHeader,
     segments: Vec<Segment>,
+    /// Blocks and segments received, against [`MAX_STATE_BLOCKS`].
+    blocks: usize,
 }
 
 /// How much the stack table may hold.
@@ -317,6 +331,7 @@ impl Session {
                 self.pending = Some(PendingState {
                     header,
                     segments: Vec::new(),
+                    blocks: 0,
                 });
                 self.state_if_complete(index)
             }
@@ -324,11 +339,25 @@ impl Session {
                 if self.pending.is_none() {
                     return Err(self.err(index, "segments", "segments without a state".into()));
                 }
+                let held = self.pending.as_ref().map_or(0, |p| p.blocks);
+                let more: usize = segs.iter().map(|s| 1 + s.blocks.len()).sum();
+                let bound = MAX_STATE_BLOCKS.min(self.cap.max(MIN_STATE_BLOCKS));
+                if held + more > bound {
+                    return Err(self.err(
+                        index,
+                        "segments",
+                        format!(
+                            "the state's segments hold more than {} blocks (the bound)",
+                            crate::units::format_count(bound as u64)
+                        ),
+                    ));
+                }
                 let mut out = Vec::with_capacity(segs.len());
                 for (i, s) in segs.into_iter().enumerate() {
                     out.push(self.segment(index, i, s)?);
                 }
                 if let Some(p) = self.pending.as_mut() {
+                    p.blocks += more;
                     p.segments.extend(out);
                     p.header.chunks = p.header.chunks.saturating_sub(1);
                 }
@@ -379,11 +408,12 @@ impl Session {
                 Ok(Applied::Nothing)
             }
             Message::Entries { first, entries } => self.entries(index, first, entries),
-            Message::Step(s) => {
+            Message::Step(mut s) => {
                 self.steps_seen += 1;
                 self.oom_since_step = false;
+                s.source = cut_source(s.source);
                 self.steps.push(s);
-                Ok(Applied::Step)
+                Ok(self.steps_within_bound())
             }
             Message::Stats(s) => {
                 if !self.oom_since_step {
@@ -552,6 +582,27 @@ impl Session {
         Ok(Applied::Entries)
     }
 
+    /// Past the steps kept, start over from the current map (before any
+    /// state, the older half of the steps goes).
+    fn steps_within_bound(&mut self) -> Applied {
+        let bound = MAX_STEPS_KEPT.min(self.cap);
+        if self.steps.len() <= bound {
+            return Applied::Step;
+        }
+        let Some(seq) = self.next_seq else {
+            self.steps.drain(..self.steps.len() / 2);
+            return Applied::Step;
+        };
+        let why = format!(
+            "kept {} steps, over the {bound} kept: dropped the history and started over from the current map",
+            self.steps.len()
+        );
+        let segments = self.current_segments();
+        self.start_from(seq, segments);
+        self.note_start_over(&why);
+        Applied::Started { why: Some(why) }
+    }
+
     fn note_oom_free(&mut self, device: u8, seq: u64, free: u64) {
         let d = usize::from(device);
         let Some(seqs) = self.seqs.get(d) else { return };
@@ -570,6 +621,22 @@ impl Session {
             self.snap.device_traces[d][k] = e.with_extra(id);
         }
     }
+}
+
+/// A step's source, at most [`MAX_STEP_SOURCE`] bytes.
+/// A new string: a truncated one would keep its whole allocation.
+fn cut_source(source: String) -> String {
+    if source.len() <= MAX_STEP_SOURCE {
+        return source;
+    }
+    let mut cut = MAX_STEP_SOURCE;
+    while !source.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let mut short = String::with_capacity(cut + '…'.len_utf8());
+    short.push_str(&source[..cut]);
+    short.push('…');
+    short
 }
 
 fn kind_name(m: &Message) -> &'static str {

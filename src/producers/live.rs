@@ -34,6 +34,9 @@ pub const ANALYSIS_EVERY: Duration = Duration::from_secs(1);
 /// process reading behind the GPU panel comes once a second.
 pub const JOB_EVERY: Duration = Duration::from_millis(250);
 
+/// Messages queued for the view before the reader waits for it to draw.
+pub const LIVE_QUEUE: usize = 4096;
+
 /// How a live source reads its job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveOptions {
@@ -85,7 +88,9 @@ pub fn live_source_with(
     stop: Arc<AtomicBool>,
     opts: LiveOptions,
 ) -> Source {
-    let (tx, rx) = flume::unbounded();
+    // Bounded: a job that sends faster than the view draws waits for it
+    // (its socket backs up) instead of queueing without end.
+    let (tx, rx) = flume::bounded(LIVE_QUEUE);
     let (spent_tx, spent) = flume::bounded(1);
     let spawned = std::thread::Builder::new()
         .name("live job".into())

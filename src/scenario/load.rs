@@ -42,6 +42,53 @@ pub enum LoadError {
 pub const MAX_SCENARIO_BYTES: u64 = 16 << 20;
 
 pub fn load_file(path: &Path) -> Result<(Scenario, Built), LoadError> {
+    let (text, file) = read_scenario_text(path)?;
+    load_str(&text, &file)
+}
+
+/// A scenario file another file names (a lesson's `scenario:`): it must be
+/// a `.ron` file that starts as a scenario does (`Scenario(`), and nothing
+/// of another file (`/etc/shadow`) is quoted in the error.
+pub fn load_named_file(path: &Path) -> Result<(Scenario, Built), LoadError> {
+    let not_scenario = |why: &str| LoadError::Io {
+        file: path.display().to_string(),
+        reason: format!("{why}: not a scenario file"),
+    };
+    if path.extension().is_none_or(|e| e != "ron") {
+        return Err(not_scenario("its name does not end in .ron"));
+    }
+    let (text, file) = read_scenario_text(path)?;
+    if !starts_as_scenario(&text) {
+        return Err(not_scenario("it does not start with `Scenario(`"));
+    }
+    load_str(&text, &file)
+}
+
+/// Whether `text`, past blank lines, comments and `#![…]` attributes, opens
+/// with `Scenario(` (or RON's anonymous `(`).
+fn starts_as_scenario(text: &str) -> bool {
+    let mut rest = text;
+    loop {
+        rest = rest.trim_start();
+        if let Some(r) = rest.strip_prefix("//") {
+            rest = r.split_once('\n').map_or("", |(_, after)| after);
+        } else if let Some(r) = rest.strip_prefix("/*") {
+            rest = r.split_once("*/").map_or("", |(_, after)| after);
+        } else if let Some(r) = rest.strip_prefix("#![") {
+            rest = r.split_once(']').map_or("", |(_, after)| after);
+        } else {
+            break;
+        }
+    }
+    rest.strip_prefix("Scenario")
+        .unwrap_or(rest)
+        .trim_start()
+        .starts_with('(')
+}
+
+/// A scenario file's text (bounded, regular files only, UTF-8) and its
+/// name for errors.
+fn read_scenario_text(path: &Path) -> Result<(String, String), LoadError> {
     let file = path.display().to_string();
     let io = |reason: String| LoadError::Io {
         file: file.clone(),
@@ -57,8 +104,9 @@ pub fn load_file(path: &Path) -> Result<(Scenario, Built), LoadError> {
             MAX_SCENARIO_BYTES >> 20
         )),
     })?;
-    let text = std::str::from_utf8(&bytes).map_err(|e| not_utf8(&bytes, &e, &file))?;
-    load_str(text, &file)
+    let text =
+        String::from_utf8(bytes).map_err(|e| not_utf8(e.as_bytes(), &e.utf8_error(), &file))?;
+    Ok((text, file))
 }
 
 /// Where a file stops being UTF-8 text, as a positioned error.

@@ -7,6 +7,7 @@
 //! drives live; `library` holds the built-in scenarios; `listing` writes a
 //! program out as the PyTorch code it stands for.
 
+mod buffers;
 mod build;
 mod conditions;
 mod dims;
@@ -29,6 +30,7 @@ mod value_kinds;
 #[cfg(test)]
 mod tests;
 
+pub use buffers::{buffers_allocated, MAX_BUFFERS};
 pub use build::{at_point, has_seq, BuildError, Built};
 pub use conditions::{lt_rule, Conditions, ENV_KEYS};
 pub use dims::MAX_DIM;
@@ -44,7 +46,9 @@ pub use headless::{
 };
 pub use library::{builtin, builtins, BuiltIn};
 pub use listing::{CodeLine, Listing};
-pub use load::{conf_label, load_file, load_str, resolve, resolve_under, LoadError};
+pub use load::{
+    conf_label, load_file, load_named_file, load_str, resolve, resolve_under, LoadError,
+};
 pub use narration::NarrationTracker;
 pub use run::{Advanced, IterationPoint, ScenarioRun, Unit};
 pub use size::Size;

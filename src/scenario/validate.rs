@@ -381,6 +381,7 @@ pub(crate) fn validate(s: &Scenario) -> (Vec<String>, Vec<StepProblem>) {
         Some(Err(m)) => general.push(m),
         None => {}
     }
+    work.extend(super::buffers::too_many_buffers(s, total));
     general.extend(super::dims::problems(&s.model, &s.data));
     if let Some(sweep) = &s.sweep {
         general.extend(sweep_problems(sweep));

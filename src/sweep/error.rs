@@ -18,6 +18,15 @@ pub enum SweepError {
     NoSeq { model: String },
     #[error("sweep: no batch sizes: give --batch (e.g. --batch 1,2,4,8) or --find-max-batch; scenario \"{0}\" carries no `sweep:` section")]
     NoPoints(String),
+    /// More points than [`super::plan::MAX_POINTS`].
+    #[error("{from}: {batches} batch sizes × {seqs} sequence lengths make {points} points; a sweep runs at most {max} (each point is a run of its own)", points = crate::units::format_count(*points), max = crate::units::format_count(super::plan::MAX_POINTS as u64))]
+    TooManyPoints {
+        /// The flags or the scenario's `sweep:` fields the lists came from.
+        from: String,
+        batches: usize,
+        seqs: usize,
+        points: u64,
+    },
     /// A point the scenario cannot run at (e.g. a sequence longer than the
     /// model's block size).
     #[error("sweep point batch {batch}{}: {source}", seq.map_or(String::new(), |t| format!(", seq {t}")))]

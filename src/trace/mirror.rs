@@ -134,6 +134,13 @@ impl<'a> TraceMirror<'a> {
     /// A marker (a live job's step boundary) into `part` after what is
     /// there: an event of the timeline like the entries, with the curve as it stands.
     pub fn push_marker(&mut self, marker: Marker, part: &mut TimelinePart) {
+        // A marker may be the timeline's first event (a step before any
+        // entry): the state before it is the timeline's first keyframe.
+        if keyframe_due(self.last_keyframe, self.placed, &self.map) {
+            part.keyframes
+                .push((self.placed, FrozenMap::freeze(&self.map)));
+            self.last_keyframe = Some(self.placed);
+        }
         part.samples.push(Sample {
             allocated: self.map.allocated,
             reserved: self.map.reserved,

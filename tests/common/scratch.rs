@@ -18,6 +18,14 @@ pub fn temp_dir(tag: &str) -> Scratch {
 #[derive(Debug)]
 pub struct Scratch(PathBuf);
 
+#[allow(dead_code)] // the unit tests use temp_dir only
+impl Scratch {
+    /// [`temp_dir`] under another name.
+    pub fn new(tag: &str) -> Scratch {
+        temp_dir(tag)
+    }
+}
+
 impl std::ops::Deref for Scratch {
     type Target = Path;
     fn deref(&self) -> &Path {

@@ -151,7 +151,7 @@ impl Engine {
         is_mul: bool,
     ) -> Result<TensorId> {
         let (sa, sb) = (self.shape(a), self.shape(b));
-        let shape = if sa.numel() >= sb.numel() { sa } else { sb };
+        let shape = broadcast_result(sa, sb);
         let dtype = DType::promote(self.dtype(a), self.dtype(b));
         let out = self.act(shape, dtype)?;
         self.k_binary(a, b, out);
@@ -289,5 +289,35 @@ impl Engine {
         });
         self.op_end(prev)?;
         r
+    }
+}
+
+/// The shape of `a ⊙ b` as the engine's programs broadcast: the operand with
+/// more elements, and on a tie the one with more dims (`weight [h] *
+/// hidden [1, 1, h]` at batch 1 × sequence 1 is `[1, 1, h]`, not `[h]`).
+fn broadcast_result(a: Shape, b: Shape) -> Shape {
+    match a.numel().cmp(&b.numel()) {
+        std::cmp::Ordering::Greater => a,
+        std::cmp::Ordering::Less => b,
+        std::cmp::Ordering::Equal if b.rank() > a.rank() => b,
+        std::cmp::Ordering::Equal => a,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::broadcast_result;
+    use crate::engine::shape::Shape;
+
+    #[test]
+    fn a_tie_in_elements_keeps_the_operand_with_more_dims() {
+        let w = Shape::new(&[64]);
+        let h = Shape::new(&[1, 1, 64]);
+        assert_eq!(broadcast_result(w, h), h);
+        assert_eq!(broadcast_result(h, w), h);
+        assert_eq!(
+            broadcast_result(Shape::new(&[2, 64]), w),
+            Shape::new(&[2, 64])
+        );
     }
 }

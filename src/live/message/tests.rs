@@ -139,3 +139,56 @@ fn a_hello_device_may_say_where_it_sits_and_an_old_one_need_not() {
         "{e}"
     );
 }
+
+/// The typed path and the field-by-field one read every kind of message alike.
+#[test]
+fn the_typed_and_the_careful_paths_agree_on_every_kind() {
+    let texts = [
+        r#"{"t":"hello","protocol":1,"pid":7,"rank":0,"world_size":2,"hostname":"h","argv":["a","b"],"torch":"2.11","mode":"poll","stacks":true,"devices":[{"device":1,"name":"H100","total_memory":80,"pci_bus_id":"0000:3b:00.0","uuid":"GPU-1"}],"allocator_settings":{"PYTORCH_CUDA_ALLOC_CONF":"expandable_segments:True","n":3},"started_us":5,"poll_interval_s":0.5,"extra":[1,2]}"#,
+        r#"{"t":"refused","reason":"wrong token"}"#,
+        r#"{"t":"state","seq":3,"reason":"rebase","chunks":1}"#,
+        r#"{"t":"segments","segments":[{"device":0,"address":1,"total_size":4,"stream":0,"segment_type":"small","segment_pool_id":[1,2],"is_expandable":true,"blocks":[{"address":1,"size":2,"requested_size":1,"state":"active_pending_free","stack":4},{"address":3,"size":2,"state":"inactive","stack":null}]}]}"#,
+        r#"{"t":"stack","id":4,"frames":[["a.py",-1,"f"]]}"#,
+        r#"{"t":"step","step":1,"seq":2,"time_us":null,"source":"mark_step"}"#,
+        r#"{"t":"stats","device":2,"seq":9,"stats":{"a":1,"b":-2}}"#,
+        r#"{"t":"oom","device":0,"seq":1,"message":"m","device_free":5}"#,
+        r#"{"t":"oom_message","seq":1,"device":null,"message":"m"}"#,
+        r#"{"t":"lost","seq":1,"count":null}"#,
+        r#"{"t":"bye"}"#,
+    ];
+    for text in texts {
+        let typed = one(text).expect(text).expect("known");
+        let v: Value = serde_json::from_str(text).expect("json");
+        let obj = v.as_object().expect("object");
+        let kind = obj["t"].as_str().expect("t");
+        let careful = Fields {
+            at: "sock",
+            index: 3,
+            kind,
+        }
+        .message(obj)
+        .expect(text)
+        .expect("known");
+        assert_eq!(typed, careful, "{text}");
+    }
+}
+
+/// `stats` for 256 devices with keys of any number and length grew `attach`
+/// without end: keys are bounded in number and length.
+#[test]
+fn stats_keys_are_bounded_in_number_and_length() {
+    let many: Vec<String> = (0..MAX_STATS_KEYS + 1)
+        .map(|i| format!(r#""k{i}":1"#))
+        .collect();
+    let e = err(&format!(
+        r#"{{"t":"stats","device":255,"seq":0,"stats":{{{}}}}}"#,
+        many.join(",")
+    ));
+    assert!(e.contains("more than 1024 stats keys"), "{e}");
+    let long = "k".repeat(300);
+    let e = err(&format!(
+        r#"{{"t":"stats","device":0,"seq":0,"stats":{{"{long}":1}}}}"#
+    ));
+    assert!(e.contains("a stats key of 300 bytes"), "{e}");
+    assert!(e.len() < 300, "{e}");
+}

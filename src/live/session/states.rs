@@ -57,7 +57,10 @@ impl Session {
         if self.pending.as_ref().is_some_and(|p| p.header.chunks > 0) {
             return Ok(Applied::Nothing);
         }
-        let Some(PendingState { header, segments }) = self.pending.take() else {
+        let Some(PendingState {
+            header, segments, ..
+        }) = self.pending.take()
+        else {
             return Ok(Applied::Nothing);
         };
         let Some(next) = self.next_seq else {

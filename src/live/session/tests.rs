@@ -402,3 +402,68 @@ fn stats_read_at_an_oom_are_no_step_and_leave_the_per_step_trend_alone() {
     assert_eq!(t[0].allocated_last, 110 * MIB);
     assert_eq!(t[0].readings, 6);
 }
+
+/// A flood of `step` messages grew `attach` by 310 MB/s: only entries
+/// made the view start over. Steps are bounded too, and a long source is cut.
+#[test]
+fn a_flood_of_steps_starts_over_and_keeps_each_source_short() {
+    let mut s = Session::new("job");
+    feed(&mut s, &start(0)).expect("start");
+    let long = "record_function:".to_string() + &"x".repeat(4 << 10);
+    let mut started = 0;
+    for k in 0..(MAX_STEPS_KEPT as u64 * 2 + 10) {
+        let step = StepMark {
+            step: k,
+            seq: 0,
+            time_us: None,
+            source: long.clone(),
+        };
+        if let Applied::Started { why } = s.apply(k, Message::Step(step)).expect("a step") {
+            assert!(why.is_some_and(|w| w.contains("steps, over the 100000 kept")));
+            started += 1;
+        }
+        assert!(s.steps().len() <= MAX_STEPS_KEPT);
+    }
+    assert_eq!(started, 2);
+    assert!(s
+        .steps()
+        .iter()
+        .all(|st| st.source.capacity() <= MAX_STEP_SOURCE + 3));
+    assert!(s.steps()[0].source.ends_with("xx…"));
+    // `--keep-entries` lowers the bound with the entries'.
+    let mut s = Session::with_cap("job", 50);
+    feed(&mut s, &start(0)).expect("start");
+    let steps: Vec<Value> = (0..60)
+        .map(|k| json!({"t":"step","step":k,"seq":0,"source":"mark_step"}))
+        .collect();
+    let applied = feed(&mut s, &steps).expect("steps");
+    assert!(applied.iter().any(|a| matches!(a, Applied::Started { .. })));
+    assert!(s.steps().len() <= 50);
+}
+
+/// A state whose chunks never end (`chunks` of 2^63, then segments without
+/// end) is refused once it holds more blocks than the bound.
+#[test]
+fn a_state_that_never_ends_is_refused_at_the_bound() {
+    let mut s = Session::with_cap("job", 10);
+    let mut msgs = start(0);
+    msgs.push(json!({"t":"state","seq":0,"reason":"rebase","chunks":1u64 << 63}));
+    feed(&mut s, &msgs).expect("start");
+    let blocks: Vec<Value> = (0..1000u64)
+        .map(|b| json!({"address": BASE + b * 512, "size": 512, "state": "inactive"}))
+        .collect();
+    let chunk = json!({"t":"segments","segments":[{"device":0,"address":BASE,"total_size":1u64 << 30,
+        "stream":0,"segment_type":"large","is_expandable":false,"blocks":blocks}]});
+    let bytes = serde_json::to_vec(&chunk).expect("json");
+    let mut refused = None;
+    for i in 0..100 {
+        let msg = decode("job", i, &bytes).expect("decodes").expect("known");
+        if let Err(e) = s.apply(i, msg) {
+            refused = Some((i, e.to_string()));
+            break;
+        }
+    }
+    let (at, err) = refused.expect("refused before 100 chunks");
+    assert_eq!(at, 65, "65 chunks of 1,001 pass 65,536");
+    assert!(err.contains("more than 65,536 blocks (the bound)"), "{err}");
+}

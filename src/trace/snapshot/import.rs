@@ -86,30 +86,21 @@ pub fn import_file_reporting(
     let result = if len == 0 {
         import_bytes(&[])
     } else {
-        // SAFETY: the map is read-only and private to this call; as with any
-        // mapped file, another process truncating it meanwhile would fault.
-        // That is the accepted price of not holding a 1 GB copy.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        let _ = map.advise(memmap2::Advice::Sequential);
-        let mut released = 0usize;
-        let mut release = |pos: usize| {
-            progress(pos as u64);
-            let upto = pos / RELEASE_STEP * RELEASE_STEP;
-            if upto > released {
-                // SAFETY: DONTNEED on a read-only shared file mapping only
-                // drops our reference to page-cache pages; touching them
-                // again reads the same bytes back from the file.
-                let _ = unsafe {
-                    map.unchecked_advise_range(
-                        memmap2::UncheckedAdvice::DontNeed,
-                        released,
-                        upto - released,
-                    )
-                };
-                released = upto;
+        import_mapped(&file, progress).map_err(io).and_then(|(result, cut)| {
+            let changed = cut || changed_since(&file, &meta);
+            match result {
+                // What the decoder made of a file cut or rewritten under it
+                // is no answer: say what happened instead.
+                _ if changed => Err(io(std::io::Error::other(format!(
+                    "the file changed while it was read (it was {} bytes, it is {} now): \
+                     torch.cuda.memory._dump_snapshot may still be writing it; open it again once it is written",
+                    crate::units::format_count(len),
+                    file.metadata()
+                        .map_or("unknown".into(), |m| crate::units::format_count(m.len()))
+                )))),
+                r => r,
             }
-        };
-        import_streaming(&map, Some(&mut release))
+        })
     };
     result.map_err(|e| SnapshotError::File {
         path: path.to_path_buf(),
@@ -118,6 +109,65 @@ pub fn import_file_reporting(
             _ => e,
         }),
     })
+}
+
+/// Import a mapped file: the result, and whether the file was cut short
+/// under the map (read as zeros past its new end instead of a SIGBUS).
+#[cfg(unix)]
+fn import_mapped(
+    file: &std::fs::File,
+    progress: &mut dyn FnMut(u64),
+) -> std::io::Result<(Result<Snapshot, SnapshotError>, bool)> {
+    let Some(map) = super::guarded_map::GuardedMap::map(file)? else {
+        // No guard to be had: read it (a truncation then just ends the bytes).
+        use std::io::Read;
+        let mut bytes = Vec::new();
+        (&*file).read_to_end(&mut bytes)?;
+        return Ok((import_bytes(&bytes), false));
+    };
+    let _ = map.inner().advise(memmap2::Advice::Sequential);
+    let mut released = 0usize;
+    let mut release = |pos: usize| {
+        progress(pos as u64);
+        let upto = pos / RELEASE_STEP * RELEASE_STEP;
+        if upto > released {
+            // SAFETY: DONTNEED on a read-only shared file mapping only
+            // drops our reference to page-cache pages; touching them
+            // again reads the same bytes back from the file (or the
+            // guard's zeros past a new end).
+            let _ = unsafe {
+                map.inner().unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    released,
+                    upto - released,
+                )
+            };
+            released = upto;
+        }
+    };
+    let result = import_streaming(&map, Some(&mut release));
+    Ok((result, map.cut_short()))
+}
+
+/// Elsewhere the file is read whole.
+#[cfg(not(unix))]
+fn import_mapped(
+    file: &std::fs::File,
+    progress: &mut dyn FnMut(u64),
+) -> std::io::Result<(Result<Snapshot, SnapshotError>, bool)> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    (&*file).read_to_end(&mut bytes)?;
+    progress(bytes.len() as u64);
+    Ok((import_bytes(&bytes), false))
+}
+
+/// Whether the open file's size or modification time differs from `before`.
+fn changed_since(file: &std::fs::File, before: &std::fs::Metadata) -> bool {
+    match file.metadata() {
+        Ok(now) => now.len() != before.len() || now.modified().ok() != before.modified().ok(),
+        Err(_) => false,
+    }
 }
 
 /// What a file that is no pickle is instead, when it is one of vramscope's

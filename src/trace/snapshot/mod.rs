@@ -23,6 +23,8 @@ pub mod export;
 mod field;
 mod frames;
 pub mod from_run;
+#[cfg(unix)]
+mod guarded_map;
 mod import;
 pub mod synth;
 mod types;

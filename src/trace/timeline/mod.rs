@@ -198,6 +198,10 @@ impl Timeline {
             let index = self.events.len();
             if let Some((_, map)) = keyframes.next_if(|(at, _)| *at == index) {
                 self.keep_keyframe(index, map);
+            } else if self.keyframe_at.is_empty() {
+                // Seeking needs the state before the first event: with no
+                // event yet, the head is the start state.
+                self.keep_keyframe(index, FrozenMap::freeze(&self.head));
             }
             self.record(event, sample);
         }

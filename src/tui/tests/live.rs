@@ -128,3 +128,25 @@ fn at_a_step_s_end_the_pane_shows_the_step_that_just_ended() {
     // the capture's training loop: the optimizer's state made in the last step
     assert!(s.contains("_seed_train.py:62 in train"), "{s}");
 }
+
+/// A job whose first steps end before its first entry: the steps' markers
+/// were the timeline's only events, with no keyframe before them, and
+/// drawing the view panicked (issue 40).
+#[test]
+fn a_step_before_the_first_entry_is_drawn_and_stepped_through() {
+    let bytes = include_bytes!("../../../tests/fixtures/hostile/step-before-entries.vslive");
+    let frames = read_recording(Box::new(Cursor::new(bytes.to_vec())), "step.vslive".into())
+        .expect("a recording");
+    let src = live_source(frames, None, None, Arc::default());
+    let mut app = app_finished(vec![("pid 7".into(), src)], &opts());
+    for k in ["g", "l", "l", "G", "h"] {
+        keys(&mut app, k);
+        let s = screen(&mut app, 120, 40);
+        assert!(s.contains("the job ended: done"), "{k}: {s}");
+    }
+    // The job's start state (one 4 KiB block) stands before and after the markers.
+    let tl = &app.runs[0].timeline;
+    assert_eq!(tl.len(), 4, "two steps, two markers each");
+    assert_eq!(tl.state_at(Some(0)).allocated, 4096);
+    assert_eq!(tl.peak_until(1).allocated, 4096);
+}
