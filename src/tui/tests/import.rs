@@ -71,6 +71,28 @@ fn state_only_snapshot_shows_its_map() {
     assert!(!app.runs[0].map.segments.is_empty());
 }
 
+/// A snapshot without a trace (one of the project's captures with its trace
+/// taken out): the map is there, and its peaks are said to be unknown, not
+/// shown as the state's own figures.
+#[test]
+fn a_state_only_snapshot_says_its_peaks_are_unknown() {
+    let capture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/pytorch/captured/peak_inside_step.pickle");
+    let mut snap = crate::trace::snapshot::import_file(&capture).expect("a capture");
+    snap.device_traces.clear();
+    let dir = crate::scratch::temp_dir("state-only-tui");
+    let p = dir.join("state-only.pickle");
+    std::fs::write(&p, crate::trace::snapshot::export_bytes(&snap)).expect("write");
+    let src = snapshot_source(&p, None);
+    let mut app = app_finished(vec![("state".into(), src)], &opts());
+    assert_eq!(app.runs[0].len(), 0);
+    for (w, h) in [(80, 24), (140, 44)] {
+        let s = screen(&mut app, w, h);
+        assert!(s.contains("large pool"), "{s}");
+        assert!(s.contains("peak unknown"), "{w}x{h}:\n{s}");
+    }
+}
+
 #[test]
 fn a_long_trace_streams_in_chunks_that_add_up_to_the_whole_trace() {
     use crate::producers::snapshot::snapshot_to_source;

@@ -55,13 +55,22 @@ fn iteration_readout(r: &RunView) -> Option<String> {
 pub fn prepare(r: &RunView) -> StatsFrame {
     let m = r.map.stats();
     let peak = r.timeline.peak_until(r.pos);
+    // A file with no trace (state only) says nothing of what came before it.
+    let unknown = r.finished && r.timeline.is_empty();
+    let peak_of = |bytes: u64| {
+        if unknown {
+            "unknown: no trace".to_string()
+        } else {
+            format_size(bytes)
+        }
+    };
     let mut rows = vec![
         (
             "allocated",
             format!(
                 "{}  (peak {})",
                 format_size(m.allocated),
-                format_size(peak.allocated)
+                peak_of(peak.allocated)
             ),
         ),
         (
@@ -69,7 +78,7 @@ pub fn prepare(r: &RunView) -> StatsFrame {
             format!(
                 "{}  (peak {})",
                 format_size(m.reserved),
-                format_size(peak.reserved)
+                peak_of(peak.reserved)
             ),
         ),
         ("active", format_size(m.active)),

@@ -99,12 +99,18 @@ pub fn prepare(r: &mut RunView, area: Rect, ymax: u64) -> TimelineFrame {
         .filter(|c| *c >= from && *c < to && span > 0)
         .map(|c| ((c - from) * w / span) as u16);
     let cap_lvl = r.capacity.filter(|c| *c <= ymax).map(lvl);
+    // A file with no trace (state only) says nothing of what came before it.
     let peak = r.timeline.peak_until(r.pos).allocated;
+    let peak_text = if r.finished && r.timeline.is_empty() {
+        "unknown (no trace)".to_string()
+    } else {
+        format_size(peak)
+    };
     let figures = format!(
         "alloc {} · reserved {} · peak {}{}",
         format_size(r.map.allocated),
         format_size(r.map.reserved),
-        format_size(peak),
+        peak_text,
         r.capacity
             .map(|c| format!(" · cap {}", format_size(c)))
             .unwrap_or_default(),
