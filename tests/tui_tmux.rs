@@ -9,8 +9,21 @@ mod common;
 
 use common::live_job::Job;
 
+thread_local! {
+    /// The socket of this test's own tmux server (set by [`start`]).
+    static SOCKET: std::cell::RefCell<Option<std::path::PathBuf>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// tmux on the running test's own server (`-S`, a socket in the temp dir
+/// that [`start`]'s cleanup removes): tests never share a server that exits
+/// as its last session ends while another is starting, and leave nothing.
 fn tmux(args: &[&str]) -> Option<String> {
-    let out = Command::new("tmux").args(args).output().ok()?;
+    let mut cmd = Command::new("tmux");
+    if let Some(socket) = SOCKET.with(|s| s.borrow().clone()) {
+        cmd.arg("-S").arg(socket);
+    }
+    let out = cmd.args(args).output().ok()?;
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
@@ -30,6 +43,8 @@ fn require_tmux() {
 /// returns what kills it.
 fn start<'a>(session: &'a str, width: u16, height: u16, command: &str) -> impl Fn() + 'a {
     let (w, h) = (width.to_string(), height.to_string());
+    let socket = std::env::temp_dir().join(format!("vramscope-tmux-{session}"));
+    SOCKET.with(|s| *s.borrow_mut() = Some(socket.clone()));
     tmux(&[
         "new-session",
         "-d",
@@ -46,7 +61,8 @@ fn start<'a>(session: &'a str, width: u16, height: u16, command: &str) -> impl F
     .expect("tmux session");
     tmux(&["send-keys", "-t", session, command, "Enter"]).expect("send");
     move || {
-        let _ = tmux(&["kill-session", "-t", session]);
+        let _ = tmux(&["kill-server"]);
+        let _ = std::fs::remove_file(&socket);
     }
 }
 

@@ -177,7 +177,10 @@ fn what_if_report(
                 start: Some(&r.start),
             };
             let mut results = whatif::what_if_all(&requests, configs.clone(), capacity);
-            if let Some(first) = results.first_mut() {
+            // On the recorded run's own device the first column is that run;
+            // on another (--capacity) it is its config replayed there.
+            let first_is_recorded = given.is_none();
+            if let Some(first) = results.first_mut().filter(|_| first_is_recorded) {
                 *first = replayed::recorded_result(r, &first.conf);
             }
             WhatIfDevice {
@@ -185,6 +188,7 @@ fn what_if_report(
                 capacity,
                 capacity_from: replayed::capacity_source(r, given),
                 configs: results,
+                first_is_recorded,
                 recorded_matched: r.outcome.all_matched(),
             }
         })

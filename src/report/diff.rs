@@ -195,7 +195,7 @@ pub struct SnapshotDiff {
     pub devices: Vec<DeviceDiff>,
 }
 
-const IDENTITY: &str = "a block counts as the same in both when its device, address, size and recorded stack match, each frame by file name (not directory), line and function (snapshots carry no tensor identity)";
+const IDENTITY: &str = "the same block: same device, address, size and stack, frames compared by file name, not directory (snapshots carry no tensor identity)";
 
 /// The newest allocation time of each address in B's traces.
 fn alloc_times(snap: &Snapshot) -> HashMap<(i64, u64), i64> {

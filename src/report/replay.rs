@@ -130,7 +130,10 @@ pub struct WhatIfDevice {
     /// The first config is the recorded run's; its column is the verify
     /// replay's figures, which follow the trace decision for decision.
     pub configs: Vec<WhatIfResult>,
-    /// Whether that replay matched every recorded decision.
+    /// The first column is the recorded run (on its own device); else (a
+    /// `--capacity` given) its config replayed on that capacity.
+    pub first_is_recorded: bool,
+    /// Whether the verify replay matched every recorded decision.
     pub recorded_matched: bool,
 }
 
@@ -188,15 +191,22 @@ impl WhatIfReport {
                 }
                 out.push('\n');
             }
-            let _ = writeln!(
-                out,
-                "  first column: the recorded run ({}); the others: its requests replayed under each config",
-                if d.recorded_matched {
-                    "its replay matched every recorded decision"
-                } else {
-                    "its replay differs from the trace in places: see replay --verify"
-                }
-            );
+            if d.first_is_recorded {
+                let _ = writeln!(
+                    out,
+                    "  first column: the recorded run ({}); the others: its requests replayed under each config",
+                    if d.recorded_matched {
+                        "its replay matched every recorded decision"
+                    } else {
+                        "its replay differs from the trace in places: see replay --verify"
+                    }
+                );
+            } else {
+                let _ = writeln!(
+                    out,
+                    "  every column: the run's requests replayed on this device, the first under its own config"
+                );
+            }
             let _ = writeln!(
                 out,
                 "  fragmentation: {}",

@@ -163,7 +163,7 @@ fn the_table_shows_each_files_figures_as_its_report_says() {
         }
     }
     assert!(
-        s.contains("frag: 1 - largest free block / inactive bytes"),
+        s.contains("frag: 1 - largest free block / cached free bytes"),
         "{s}"
     );
     insta::assert_snapshot!("tabs_table_200x60", s);
