@@ -58,6 +58,14 @@ CUDA_ENV = (
 )
 MAX_STACK = 128
 _HERE = os.path.abspath(__file__)
+# Frames of the machinery between the program and this helper (the modes'
+# entry, dynamo's guard around them): PyTorch's own stacks have none.
+_MACHINERY = (
+    os.sep + os.path.join("torch", "_dynamo", "eval_frame.py"),
+    os.sep + os.path.join("torch", "_compile.py"),
+    os.sep + os.path.join("torch", "overrides.py"),
+    os.sep + os.path.join("torch", "utils", "_python_dispatch.py"),
+)
 
 
 class TraceError(RuntimeError):
@@ -271,7 +279,8 @@ def _stack():
     key = []
     while f is not None and len(key) < MAX_STACK:
         co = f.f_code
-        if co.co_filename != _HERE:
+        fn = co.co_filename
+        if fn != _HERE and not fn.endswith(_MACHINERY):
             key.append((co, f.f_lineno))
         f = f.f_back
     key = tuple(key)
@@ -486,7 +495,36 @@ def _install_modes(torch):
             return dst  # a device-to-host copy: the host keeps its zeros
         return func(*args, **kwargs)
 
+    def h_set_data(func, args, kwargs):
+        # Module.to("cuda") sets `param.data = moved` to keep each Parameter
+        # (and so tied weights) one object; a CPU tensor's data cannot be set
+        # to a meta one, so the two objects swap contents instead: the same
+        # Parameter, now on the simulated GPU, as on a real one.
+        p, v = args[0], args[1]
+        if v.is_meta and not p.is_meta:
+            rg = p.requires_grad
+            if isinstance(p, torch.nn.Parameter):
+                v = torch.nn.Parameter(v, requires_grad=rg)
+            torch.utils.swap_tensors(p, v)
+            if p.requires_grad != rg:
+                p.requires_grad_(rg)
+            return None
+        return func(*args, **kwargs)
+
+    shallow_compatible = torch._has_compatible_shallow_copy_type
+
+    # The same signature as PyTorch's (torch._dynamo's polyfill checks it).
+    def compatible(input: torch.Tensor, from_: torch.Tensor) -> bool:
+        # A CPU tensor and a meta one are what a CPU and a CUDA tensor are
+        # on a GPU: dense, so `Module._apply` keeps its Parameters.
+        if input.is_meta != from_.is_meta and input.layout == from_.layout == torch.strided:
+            return True
+        return shallow_compatible(input, from_)
+
+    torch._has_compatible_shallow_copy_type = compatible
+
     handlers = {
+        Tensor.data.__set__: h_set_data,
         Tensor.to: h_to,
         Tensor.cuda: h_cuda,
         Tensor.cpu: h_cpu,
@@ -838,6 +876,7 @@ def _patch_cuda(torch):
         "stream": lambda s=None: _DeviceContext(),
         "device": _DeviceContext,
         "device_of": _DeviceContext,
+        "is_current_stream_capturing": lambda: False,
     }
     for name, fn in list(patches.items()):
         # One object per name: torch._dynamo's rule table refuses one
@@ -847,6 +886,12 @@ def _patch_cuda(torch):
         setattr(cuda, name, fn)
         if hasattr(mem, name):
             setattr(mem, name, fn)
+    try:
+        import torch.cuda.graphs as graphs
+
+        graphs.is_current_stream_capturing = patches["is_current_stream_capturing"]
+    except ImportError:
+        pass
     mem._record_memory_history = record_history
     mem._dump_snapshot = dump_snapshot
     mem._snapshot = snapshot
