@@ -221,7 +221,8 @@ class _State:
         self.meta = torch.device("meta")
         self.cuda = torch.device("cuda", 0)
         self.untraced = set()
-        self.gemm_ops = set(reply.get("gemm_ops", []))
+        self.after_ops = set(reply.get("after_ops", []))
+        self.host_outputs = {k: set(v) for k, v in reply.get("host_outputs", {}).items()}
         self.sdpa = reply.get("sdpa", True)
 
 
@@ -318,8 +319,11 @@ def _free(cd):
         _chan.post(["f", cd])
 
 
-def _register(out):
+def _register(out, host=None):
     T = _state.torch.Tensor
+    if host:
+        # Outputs the GPU keeps on the host (vramscope's `host_outputs`).
+        out = [o for i, o in enumerate(out) if i not in host]
     if isinstance(out, T):
         if out.is_meta:
             _malloc(out)
@@ -342,25 +346,30 @@ def _in_backward():
 
 def _after_op(func, args, out):
     """The CUDA rules meta does not show, for the ops vramscope names
-    (`gemm_ops`): the op's name, whether autograd's thread runs it, and its
+    (`after_ops`): the op's name, whether autograd's thread runs it, and its
     tensors' shapes and dtypes; vramscope allocates what the kernel would."""
-    name = func._opname
-    if name in _state.gemm_ops:
-        if not _state.initialized:
-            _lazy_init()
-        r = _chan.ask(["gemm", name, _in_backward(), _shapes(args), _stack()])
-        if r[0] != "ok":
-            raise _oom(r[1])
+    if not _state.initialized:
+        _lazy_init()
+    r = _chan.ask(["op", func._opname, _in_backward(), _shapes(args), _stack()])
+    if r[0] != "ok":
+        raise _oom(r[1])
 
 
 def _shapes(args):
+    """The op's arguments as vramscope reads them: a tensor as its shape,
+    dtype and contiguity; numbers and lists of numbers as they are."""
     T = _state.torch.Tensor
-    return [
-        [list(a.shape), str(a.dtype).replace("torch.", ""), a.is_contiguous()]
-        if isinstance(a, T)
-        else None
-        for a in args
-    ]
+    out = []
+    for a in args:
+        if isinstance(a, T):
+            out.append({"shape": list(a.shape), "dtype": str(a.dtype)[6:], "contiguous": a.is_contiguous()})
+        elif a is None or isinstance(a, (bool, int, float)):
+            out.append(a)
+        elif isinstance(a, (list, tuple)) and all(isinstance(x, int) for x in a):
+            out.append(list(a))
+        else:
+            out.append(None)
+    return out
 
 
 def _untraceable(func, err):
@@ -558,7 +567,7 @@ def _install_modes(torch):
                 kwargs["device"] = meta
             return func(*args, **kwargs)
 
-    is_gemm = {}
+    rules = {}  # op -> (reported after it runs, outputs kept on the host)
 
     class Allocations(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -566,11 +575,12 @@ def _install_modes(torch):
                 out = func(*args, **(kwargs or {}))
             except NotImplementedError as e:
                 raise _untraceable(func, e) from None
-            _register(out)
-            gemm = is_gemm.get(func)
-            if gemm is None:
-                gemm = is_gemm[func] = getattr(func, "_opname", "") in _state.gemm_ops
-            if gemm:
+            rule = rules.get(func)
+            if rule is None:
+                name = getattr(func, "_opname", "")
+                rule = rules[func] = (name in _state.after_ops, _state.host_outputs.get(name))
+            _register(out, rule[1])
+            if rule[0]:
                 _after_op(func, args, out)
             return out
 

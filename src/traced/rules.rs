@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use crate::alloc::TorchVersion;
 use crate::device::GpuProfile;
 use crate::engine::ops::sdpa_select::SdpaCall;
+use crate::engine::scratch::reduce::ReduceShape;
 use crate::engine::{CublasLtWorkspace, CublasWorkspaceMode, DType, EngineConfig, SdpaBackend};
 use crate::scenario::{apply_conditions, Conditions};
 
@@ -17,6 +18,76 @@ use crate::scenario::{apply_conditions, Conditions};
 pub const GEMM_OPS: [&str; 8] = [
     "mm", "addmm", "bmm", "baddbmm", "addbmm", "mv", "addmv", "dot",
 ];
+
+/// Fused SDPA backwards: after their q, k, v gradients each takes the
+/// scratch the engine models ([`crate::engine::ops::attention::sdpa_backward_scratch`]).
+pub const SDPA_BACKWARDS: [(&str, SdpaBackend); 3] = [
+    ("_scaled_dot_product_efficient_attention_backward", SdpaBackend::Efficient),
+    ("_scaled_dot_product_flash_attention_backward", SdpaBackend::Flash),
+    ("_scaled_dot_product_cudnn_attention_backward", SdpaBackend::Cudnn),
+];
+
+/// Outputs that a CUDA kernel keeps on the host, by position: PyTorch's
+/// meta kernels make them beside the others, the GPU does not.
+/// Memory-efficient attention's philox seed and offset are CPU scalars
+/// outside CUDA graph capture ("Note [Seed and Offset Device]";
+/// tests/fixtures/pytorch/captured/gpt_dropout).
+pub const HOST_OUTPUTS: [(&str, &[usize]); 1] = [("_scaled_dot_product_efficient_attention", &[2, 3])];
+
+/// Reductions whose CUDA kernel may split across thread blocks and take a
+/// staging buffer and semaphores (engine's `reduce_plan`).
+pub const REDUCTIONS: [&str; 2] = ["sum", "mean"];
+
+/// Every op the helper reports after it runs (op name, thread, arguments).
+pub fn after_ops() -> Vec<&'static str> {
+    GEMM_OPS
+        .iter()
+        .copied()
+        .chain(SDPA_BACKWARDS.iter().map(|(n, _)| *n))
+        .chain(REDUCTIONS.iter().copied())
+        .collect()
+}
+
+/// A reduction of a contiguous `shape` over `dims` (None: everything) as
+/// the engine's [`ReduceShape`]: the reduced dimensions must be leading
+/// (a bias gradient) or trailing (a row sum) once size-1 ones are set
+/// aside; other patterns are not modelled (None).
+pub fn reduce_shape(shape: &[u64], dims: Option<&[i64]>, element_bytes: u64) -> Option<ReduceShape> {
+    let rank = shape.len() as i64;
+    let reduced: Vec<bool> = match dims {
+        None => vec![true; shape.len()],
+        Some([]) => vec![true; shape.len()],
+        Some(d) => {
+            let mut r = vec![false; shape.len()];
+            for &x in d {
+                let i = if x < 0 { x + rank } else { x };
+                *r.get_mut(usize::try_from(i).ok()?)? = true;
+            }
+            r
+        }
+    };
+    let big: Vec<(u64, bool)> = shape
+        .iter()
+        .zip(&reduced)
+        .filter(|(s, _)| **s != 1)
+        .map(|(s, r)| (*s, *r))
+        .collect();
+    let inputs: u64 = big.iter().filter(|(_, r)| *r).map(|(s, _)| s).product();
+    let outputs: u64 = big.iter().filter(|(_, r)| !*r).map(|(s, _)| s).product();
+    let first_kept = big.iter().position(|(_, r)| !*r).unwrap_or(big.len());
+    let leading = big[first_kept..].iter().all(|(_, r)| !*r);
+    let last_kept = big.iter().rposition(|(_, r)| !*r);
+    let trailing = last_kept.is_none_or(|k| big[..=k].iter().all(|(_, r)| !*r));
+    if !(leading || trailing) {
+        return None;
+    }
+    Some(ReduceShape {
+        outputs,
+        inputs_per_output: inputs,
+        contiguous_inputs: outputs == 1 || !leading,
+        element_bytes,
+    })
+}
 
 /// The release whose rules a traced PyTorch follows: its own minor version
 /// when modelled (2.4 to 2.15), else the nearest, and a sentence saying so.
@@ -169,6 +240,22 @@ mod tests {
             [("TORCH_CUBLAS_WORKSPACE_CACHE".to_string(), "yes".to_string())].into();
         let e = Rules::new(h100(), TorchVersion(11), &env, "").expect_err("not 0 or 1");
         assert!(e.contains("TORCH_CUBLAS_WORKSPACE_CACHE"), "{e}");
+    }
+
+    #[test]
+    fn reductions_read_as_the_engine_reads_them() {
+        // A Linear bias gradient: [rows, out] summed over rows.
+        let s = reduce_shape(&[1024, 768], Some(&[0]), 4).expect("leading");
+        assert_eq!((s.outputs, s.inputs_per_output, s.contiguous_inputs), (768, 1024, false));
+        // keepdim and a 3-D gradient summed over its first two dimensions.
+        let s = reduce_shape(&[8, 128, 768], Some(&[0, 1]), 4).expect("leading");
+        assert_eq!((s.outputs, s.inputs_per_output, s.contiguous_inputs), (768, 1024, false));
+        // A row sum and a full sum read their inputs contiguously.
+        let s = reduce_shape(&[64, 512], Some(&[-1]), 2).expect("trailing");
+        assert_eq!((s.outputs, s.inputs_per_output, s.contiguous_inputs), (64, 512, true));
+        let s = reduce_shape(&[64, 512], None, 4).expect("full");
+        assert_eq!((s.outputs, s.inputs_per_output, s.contiguous_inputs), (1, 32768, true));
+        assert!(reduce_shape(&[4, 5, 6], Some(&[1]), 4).is_none(), "a middle dimension");
     }
 
     #[test]

@@ -14,13 +14,20 @@ use serde_json::{json, Value};
 
 use super::error::TraceError;
 use super::outcome::{Exception, TraceOutcome, Untraced};
-use super::rules::{backend_name, dtype_named, release_of, Rules, GEMM_OPS};
+use super::rules::{
+    after_ops, backend_name, dtype_named, reduce_shape, release_of, Rules, GEMM_OPS, HOST_OUTPUTS,
+    REDUCTIONS, SDPA_BACKWARDS,
+};
 use super::wire::{tag_of, LiveOut};
 use crate::alloc::{
     memory_summary, AllocConfig, AllocError, AllocEvent, CachingAllocator, TorchVersion,
 };
 use crate::device::{Device, GpuProfile, SimDevice};
+use crate::engine::autograd::ScratchStep;
+use crate::engine::ops::attention::sdpa_backward_scratch;
 use crate::engine::ops::sdpa_select::SdpaCall;
+use crate::engine::scratch::reduce_split::reduce_plan;
+use crate::engine::DType;
 use crate::engine::{CublasLtWorkspace, SdpaBackend};
 use crate::trace::snapshot::export_bytes;
 use crate::trace::snapshot::from_run::{snapshot_of_run, DeviceRun};
@@ -88,6 +95,16 @@ fn stack_at(v: &Value, i: usize) -> Option<u32> {
         .and_then(|s| u32::try_from(s).ok())
 }
 
+/// Argument `i` of an op the helper reported, when it is a tensor: its
+/// shape, dtype (None: one the engine does not model) and contiguity.
+fn tensor_arg(v: &Value, i: usize) -> Option<(Vec<u64>, Option<DType>, bool)> {
+    let a = v.get(3)?.get(i)?;
+    let shape = a.get("shape")?.as_array()?.iter().filter_map(Value::as_u64).collect();
+    let dtype = a.get("dtype").and_then(Value::as_str).and_then(dtype_named);
+    let contiguous = a.get("contiguous").and_then(Value::as_bool).unwrap_or(false);
+    Some((shape, dtype, contiguous))
+}
+
 fn ok() -> Reply {
     Some(json!(["ok"]))
 }
@@ -130,7 +147,7 @@ impl<W: Write> Simulator<W> {
                 Ok(None)
             }
             "s" => self.define_stack(index, v),
-            "gemm" => self.gemm(v),
+            "op" => self.after_op(v),
             "sdpa" => Ok(self.sdpa(v)),
             "step" => {
                 self.outcome.steps += 1;
@@ -219,7 +236,8 @@ impl<W: Write> Simulator<W> {
                 "max_threads_per_sm": g.max_threads_per_sm,
             },
             "steps": self.opts.steps,
-            "gemm_ops": GEMM_OPS,
+            "after_ops": after_ops(),
+            "host_outputs": HOST_OUTPUTS.iter().map(|(n, i)| (n.to_string(), i.to_vec())).collect::<BTreeMap<_, _>>(),
             "sdpa": true,
         })
     }
@@ -365,6 +383,79 @@ impl<W: Write> Simulator<W> {
         Ok(None)
     }
 
+    /// What the GPU's kernel takes beyond its outputs, for an op the
+    /// helper reports after it ran.
+    fn after_op(&mut self, v: &Value) -> Result<Reply, TraceError> {
+        let name = str_at(v, 1);
+        if GEMM_OPS.contains(&name.as_str()) {
+            return self.gemm(v);
+        }
+        if let Some((_, backend)) = SDPA_BACKWARDS.iter().find(|(n, _)| *n == name) {
+            return self.sdpa_scratch(*backend, v);
+        }
+        if REDUCTIONS.contains(&name.as_str()) {
+            return self.reduction(v);
+        }
+        Ok(ok())
+    }
+
+    /// A fused SDPA backward's scratch after its gradients (the engine's
+    /// steps, `SdpaScratch::steps`), for q = its second argument.
+    fn sdpa_scratch(&mut self, backend: SdpaBackend, v: &Value) -> Result<Reply, TraceError> {
+        let (Some((q, Some(dtype), _)), Some((k, _, _))) = (tensor_arg(v, 1), tensor_arg(v, 2)) else {
+            return Ok(ok());
+        };
+        let ([b, h, t, hd], [_, kv, _, _]) = (q.as_slice(), k.as_slice()) else {
+            return Ok(ok());
+        };
+        let scratch = sdpa_backward_scratch(backend, dtype, [*b, *h, *t, *hd], *kv);
+        self.run_steps(scratch.steps(), stack_at(v, 4))
+    }
+
+    /// A reduction's staging buffers (the engine's `reduce_plan`), when the
+    /// GPU's SMs are known and the pattern is one the engine models.
+    fn reduction(&mut self, v: &Value) -> Result<Reply, TraceError> {
+        let Some((shape, Some(dtype), true)) = tensor_arg(v, 0) else {
+            return Ok(ok());
+        };
+        let dims: Option<Vec<i64>> = v
+            .get(3)
+            .and_then(|a| a.get(1))
+            .and_then(Value::as_array)
+            .map(|d| d.iter().filter_map(Value::as_i64).collect());
+        let device = self.rules.as_ref().and_then(|r| r.engine.reduce_device);
+        let (Some(device), Some(rs)) = (device, reduce_shape(&shape, dims.as_deref(), dtype.size())) else {
+            return Ok(ok());
+        };
+        let plan = reduce_plan(rs, device);
+        self.run_steps(plan.steps(), stack_at(v, 4))
+    }
+
+    /// A kernel's scratch, step by step; an OOM frees what was taken.
+    fn run_steps(&mut self, steps: Vec<ScratchStep>, stack: Option<u32>) -> Result<Reply, TraceError> {
+        let mut taken: Vec<Option<u64>> = Vec::new();
+        for step in steps {
+            match step {
+                ScratchStep::Take(0) => taken.push(None),
+                ScratchStep::Take(bytes) => match self.malloc(bytes, stack)? {
+                    Ok(a) => taken.push(Some(a)),
+                    Err(m) => {
+                        for a in taken.into_iter().rev().flatten() {
+                            self.free_block(a)?;
+                        }
+                        return Ok(Some(json!(["oom", m])));
+                    }
+                },
+                ScratchStep::Free(i) => {
+                    if let Some(a) = taken.get_mut(i).and_then(Option::take) {
+                        self.free_block(a)?;
+                    }
+                }
+            }
+        }
+        Ok(ok())
+    }
+
     /// A GEMM's workspaces, in the engine's order (engine.md §1.6,
     /// `Engine::addmm_nd`): a transient cuBLASLt one (older releases), the
     /// thread's cuBLAS one at its first GEMM (or one per call in eager
@@ -374,12 +465,7 @@ impl<W: Write> Simulator<W> {
         let thread = usize::from(v.get(2).and_then(Value::as_bool).unwrap_or(false));
         let stack = stack_at(v, 4);
         // addmm with a 1-D bias is Linear's epilogue: cublasLt's gemm_and_bias.
-        let lt = name == "addmm"
-            && v.get(3)
-                .and_then(|s| s.get(0))
-                .and_then(|a| a.get(0))
-                .and_then(Value::as_array)
-                .is_some_and(|shape| shape.len() == 1);
+        let lt = name == "addmm" && tensor_arg(v, 0).is_some_and(|(shape, _, _)| shape.len() == 1);
         self.allocator()?;
         let Some(rules) = self.rules.clone() else {
             return Ok(ok());
