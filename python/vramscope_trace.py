@@ -57,6 +57,8 @@ CUDA_ENV = (
     "TORCH_CUBLAS_WORKSPACE_CACHE",
 )
 MAX_STACK = 128
+# VRAMSCOPE_TRACE_DEBUG=1: every aten op the program runs, on stderr.
+_DEBUG = os.environ.get("VRAMSCOPE_TRACE_DEBUG") == "1"
 _HERE = os.path.abspath(__file__)
 # Frames of the machinery between the program and this helper (the modes'
 # entry, dynamo's guard around them): PyTorch's own stacks have none.
@@ -308,6 +310,8 @@ def _malloc(t):
         return
     if not _state.initialized:
         _lazy_init()
+    if _DEBUG:
+        print(f"vramscope trace:   malloc {n}", file=sys.stderr)
     r = _chan.ask(["m", cd, n, _stack()])
     if r[0] != "ok":
         raise _oom(r[1])
@@ -569,12 +573,39 @@ def _install_modes(torch):
 
     rules = {}  # op -> (reported after it runs, outputs kept on the host)
 
+    add_tensor = torch.ops.aten.add.Tensor
+    use_count = torch._C._storage_Use_Count
+
+    def accumulate(args, kwargs):
+        """autograd's InputBuffer::accumulate, as on a GPU. On meta (and
+        under a dispatch mode) PyTorch counts every tensor as "subclass-like"
+        and always adds out of place; on CUDA it adds into the old gradient
+        when it holds the last reference to it and its storage and grad mode
+        is off. None: not such an addition."""
+        if kwargs or len(args) != 2 or torch.is_grad_enabled() or not _in_backward():
+            return None
+        old, new = args
+        if not (isinstance(old, Tensor) and isinstance(new, Tensor) and old.is_meta and new.is_meta):
+            return None
+        if old.shape != new.shape or old.dtype != new.dtype or not old.is_contiguous():
+            return None
+        # untyped_storage() itself holds one reference while asked.
+        if use_count(old.untyped_storage()._cdata) != 2:
+            return None
+        return old.add_(new)
+
     class Allocations(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is add_tensor:
+                out = accumulate(args, kwargs)
+                if out is not None:
+                    return out
             try:
                 out = func(*args, **(kwargs or {}))
             except NotImplementedError as e:
                 raise _untraceable(func, e) from None
+            if _DEBUG:
+                print(f"vramscope trace: {func}", file=sys.stderr)
             rule = rules.get(func)
             if rule is None:
                 name = getattr(func, "_opname", "")
