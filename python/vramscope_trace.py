@@ -226,6 +226,7 @@ class _State:
         self.after_ops = set(reply.get("after_ops", []))
         self.host_outputs = {k: set(v) for k, v in reply.get("host_outputs", {}).items()}
         self.sdpa = reply.get("sdpa", True)
+        self.autocast = reply.get("autocast", {})
 
 
 def _activate(torch, path):
@@ -536,7 +537,54 @@ def _install_modes(torch):
 
     torch._has_compatible_shallow_copy_type = compatible
 
+    from torch.autograd import _make_grads, _tensor_or_tensors_to_tuple
+    from torch.autograd.graph import _engine_run_backward
+
+    def run_backward(tensors, gradient, retain_graph, create_graph, inputs):
+        # A function mode is off while it handles a call, and
+        # torch.autograd.backward asks the modes again; but backward runs
+        # the program's code (checkpoint recomputation, hooks), which must
+        # see the simulated GPU as the forward did. So its body runs here,
+        # with this mode on (torch/autograd/__init__.py `backward`).
+        tensors = (tensors,) if isinstance(tensors, Tensor) else tuple(tensors)
+        if inputs is None:
+            inputs = ()
+        elif isinstance(inputs, Tensor):
+            inputs = (inputs,)
+        else:
+            inputs = tuple(inputs)
+        with _state.relabel:
+            grads = _tensor_or_tensors_to_tuple(gradient, len(tensors))
+            grads = _make_grads(tensors, grads, is_grads_batched=False)
+            if retain_graph is None:
+                retain_graph = create_graph
+            _engine_run_backward(
+                tensors, grads, retain_graph, create_graph, inputs,
+                allow_unreachable=True, accumulate_grad=True,
+            )
+
+    def h_backward(func, args, kwargs):
+        names = ("gradient", "retain_graph", "create_graph", "inputs")
+        a = dict(zip(names, args[1:]))
+        a.update(kwargs)
+        return run_backward(
+            args[0], a.get("gradient"), a.get("retain_graph"), a.get("create_graph", False), a.get("inputs")
+        )
+
+    def h_autograd_backward(func, args, kwargs):
+        names = ("tensors", "grad_tensors", "retain_graph", "create_graph", "grad_variables", "inputs")
+        a = dict(zip(names, args))
+        a.update(kwargs)
+        gradient = a.get("grad_tensors")
+        if gradient is None:
+            gradient = a.get("grad_variables")
+        return run_backward(
+            a["tensors"], gradient, a.get("retain_graph"), a.get("create_graph", False), a.get("inputs")
+        )
+
     handlers = {
+        Tensor.backward: h_backward,
+        torch.autograd.backward: h_autograd_backward,
         Tensor.data.__set__: h_set_data,
         Tensor.to: h_to,
         Tensor.cuda: h_cuda,
@@ -559,6 +607,7 @@ def _install_modes(torch):
     sdpa = _sdpa_handler(torch)
     if sdpa is not None:
         handlers[F.scaled_dot_product_attention] = sdpa
+    _autocast_handlers(torch, handlers)
 
     class Relabel(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -615,10 +664,220 @@ def _install_modes(torch):
                 _after_op(func, args, out)
             return out
 
+    _checkpoint_metadata(torch, cuda)
     _state.relabel = Relabel()
     _state.allocations = Allocations()
     _state.allocations.__enter__()
     _state.relabel.__enter__()
+
+
+# ---------------------------------------------------------------- autocast
+
+
+class _CastCache:
+    """Autocast's cache of weight casts (autocast_mode.cpp `cached_cast`):
+    an fp32 leaf that requires grad is cast once per region; the cast lives
+    until the outermost `autocast` exits (`torch.clear_autocast_cache`)."""
+
+    def __init__(self):
+        self.casts = {}
+
+    def get(self, t):
+        hit = self.casts.get(id(t))
+        if hit is not None and hit[0]() is t:
+            return hit[1]
+        return None
+
+    def put(self, t, cast):
+        self.casts[id(t)] = (weakref.ref(t), cast)
+
+    def clear(self):
+        self.casts.clear()
+
+
+def _autocast_handlers(torch, handlers):
+    """CUDA autocast for the simulated GPU. Autocast is a dispatch key that
+    meta tensors never carry, so its policies (sent by vramscope, PyTorch
+    2.11's lists) run here, above autograd as on a GPU: the casts are in the
+    graph, weight casts cached, arguments cast right to left (GCC's order of
+    the wrapper's call arguments)."""
+    table = _state.autocast
+    if not table:
+        return
+    import torch.nn.functional as F
+
+    cache = _CastCache()
+    clear = torch.clear_autocast_cache
+
+    # PyTorch's signature: torch._dynamo checks it.
+    def clear_autocast_cache() -> None:
+        cache.clear()
+        clear()
+
+    torch.clear_autocast_cache = clear_autocast_cache
+    fp32 = torch.float32
+
+    def active():
+        return torch.is_autocast_enabled("cuda")
+
+    def eligible(t):
+        return (
+            isinstance(t, torch.Tensor)
+            and t.is_meta
+            and t.is_floating_point()
+            and t.dtype != torch.float64
+        )
+
+    def cast(t, to):
+        if not eligible(t) or t.dtype == to:
+            return t
+        lower = torch.get_autocast_dtype("cuda")
+        cacheable = (
+            to == lower
+            and t.dtype == fp32
+            and t.requires_grad
+            and t.is_leaf
+            and not t._is_view()
+            and torch.is_autocast_cache_enabled()
+        )
+        if cacheable:
+            hit = cache.get(t)
+            if hit is not None:
+                return hit
+        c = t.to(to)
+        if cacheable:
+            cache.put(t, c)
+        return c
+
+    def cast_args(args, kwargs, to):
+        # Right to left: keyword arguments come after the positional ones.
+        kw = dict(kwargs)
+        for k in reversed(list(kw)):
+            kw[k] = cast_value(kw[k], to)
+        out = list(args)
+        for i in range(len(out) - 1, -1, -1):
+            out[i] = cast_value(out[i], to)
+        return out, kw
+
+    def cast_value(v, to):
+        if isinstance(v, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in v):
+            return type(v)(reversed([cast(x, to) for x in reversed(v)]))
+        return cast(v, to)
+
+    def policy(to_of):
+        def h(func, args, kwargs):
+            if not active():
+                return func(*args, **kwargs)
+            to = to_of(args, kwargs)
+            if to is None:
+                return func(*args, **kwargs)
+            a, kw = cast_args(args, kwargs, to)
+            return func(*a, **kw)
+
+        return h
+
+    def lower(args, kwargs):
+        return torch.get_autocast_dtype("cuda")
+
+    def widest(args, kwargs):
+        ts = [x for x in list(args) + list(kwargs.values()) if eligible(x)]
+        for v in list(args) + list(kwargs.values()):
+            if isinstance(v, (list, tuple)):
+                ts.extend(x for x in v if eligible(x))
+        if not ts:
+            return None
+        to = ts[0].dtype
+        for t in ts[1:]:
+            to = torch.promote_types(to, t.dtype)
+        return to
+
+    def unless_dtype(func, args, kwargs):
+        given = kwargs.get("dtype") is not None or any(isinstance(a, torch.dtype) for a in args[1:])
+        x = args[0] if args else None
+        if given or not active() or not eligible(x) or x.dtype == fp32:
+            return func(*args, **kwargs)
+        kw = dict(kwargs)
+        kw["dtype"] = fp32
+        return func(*args, **kw)
+
+    def banned(message):
+        def h(func, args, kwargs):
+            if active() and any(eligible(a) for a in args):
+                raise RuntimeError(message)
+            return func(*args, **kwargs)
+
+        return h
+
+    def cross_entropy(func, args, kwargs):
+        # C++ cross_entropy_loss: log_softmax(self, class_dim, self.dtype)
+        # keeps the logits' dtype, then nll_loss (fp32 list) casts it up.
+        x = args[0] if args else kwargs.get("input")
+        if not active() or not eligible(x) or x.dtype == fp32 or kwargs.get("label_smoothing", 0.0):
+            return func(*args, **kwargs)
+        names = ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction")
+        a = dict(zip(names, args))
+        a.update(kwargs)
+        target = a["target"]
+        if target.is_floating_point():
+            return func(*args, **kwargs)
+        dim = 0 if x.dim() == 1 else 1
+        logp = torch.log_softmax(x, dim, dtype=x.dtype).to(fp32)
+        weight = a.get("weight")
+        return F.nll_loss(
+            logp,
+            target,
+            weight=cast(weight, fp32) if weight is not None else None,
+            ignore_index=a.get("ignore_index", -100),
+            reduction=a.get("reduction", "mean"),
+        )
+
+    def resolve(name):
+        found = []
+        for owner in (torch, torch.Tensor, F, torch._C._nn):
+            f = getattr(owner, name, None)
+            if f is not None and callable(f) and f not in found:
+                found.append(f)
+        return found
+
+    for group, h in (
+        ("lower", policy(lower)),
+        ("fp32", policy(lambda a, k: fp32)),
+        ("promote", policy(widest)),
+    ):
+        for name in table.get(group, []):
+            for f in resolve(name):
+                handlers.setdefault(f, h)
+    for name in table.get("fp32_unless_dtype", []):
+        for f in resolve(name):
+            handlers.setdefault(f, unless_dtype)
+    for name, message in table.get("banned", {}).items():
+        for f in resolve(name):
+            handlers.setdefault(f, banned(message))
+    handlers[F.cross_entropy] = cross_entropy
+
+
+def _checkpoint_metadata(torch, cuda):
+    """Non-reentrant checkpointing compares each recomputed tensor's device
+    with the forward's. Whether the relabelling mode is on when autograd's
+    hook reads it depends on where the tensor was saved, so the check reads
+    the simulated GPU's name for meta itself."""
+    try:
+        import torch.utils.checkpoint as ckpt
+    except ImportError:
+        return
+    table = getattr(ckpt, "_allowed_determinism_checks_to_fns", None)
+    default = getattr(ckpt, "_DEFAULT_DETERMINISM_MODE", None)
+    if not isinstance(table, dict) or default not in table:
+        return
+    extract = table[default]
+
+    def metadata(x):
+        m = extract(x)
+        if isinstance(m, dict) and getattr(m.get("device"), "type", None) == "meta":
+            m["device"] = cuda
+        return m
+
+    table[default] = metadata
 
 
 def _sdpa_handler(torch):
@@ -665,7 +924,10 @@ def _sdpa_handler(torch):
         )
         backend = r[1]
         if dtype != q.dtype:
-            q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+            # Autocast's casts, right to left.
+            v = v.to(dtype)
+            k = k.to(dtype)
+            q = q.to(dtype)
         if backend == "efficient" and not gqa:
             out = aten._scaled_dot_product_efficient_attention(
                 q, k, v, mask, q.requires_grad or k.requires_grad or v.requires_grad,

@@ -15,14 +15,18 @@
 //! - `rules`: the engine's CUDA rules for the traced GPU and environment;
 //! - `wire`: the live stream written as the allocator decides;
 //! - `simulator`: one request at a time: allocator, stats, OOMs, dumps;
+//! - `kernels`: what CUDA kernels take beyond their outputs (workspaces, scratch);
 //! - `serve`: the connection, the child's end, the outcome.
 
 mod error;
+mod kernels;
 mod launch;
 mod outcome;
 mod rules;
 mod serve;
 mod simulator;
+#[cfg(test)]
+mod tests;
 mod wire;
 
 pub use error::TraceError;

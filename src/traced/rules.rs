@@ -38,6 +38,42 @@ pub const HOST_OUTPUTS: [(&str, &[usize]); 1] = [("_scaled_dot_product_efficient
 /// staging buffer and semaphores (engine's `reduce_plan`).
 pub const REDUCTIONS: [&str; 2] = ["sum", "mean"];
 
+/// PyTorch 2.11's CUDA autocast policies (aten/src/ATen/autocast_mode.cpp,
+/// engine.md §6.1) by the name the helper finds each function under
+/// (`torch.X`, `torch.Tensor.X`, `torch.nn.functional.X`): run in the
+/// autocast dtype (weights' casts cached until the region ends), in fp32,
+/// in fp32 unless a dtype is given, or in the widest input type.
+pub const AUTOCAST_LOWER: [&str; 22] = [
+    "linear", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "addbmm",
+    "addmv", "mv", "addr", "einsum", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
+    "conv_transpose2d", "conv_transpose3d", "prelu", "chain_matmul", "lstm_cell",
+];
+pub const AUTOCAST_FP32: [&str; 38] = [
+    "layer_norm", "group_norm", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
+    "kl_div", "binary_cross_entropy_with_logits", "cosine_similarity", "cosine_embedding_loss",
+    "margin_ranking_loss", "soft_margin_loss", "triplet_margin_loss", "multi_margin_loss",
+    "hinge_embedding_loss", "poisson_nll_loss", "acos", "asin", "cosh", "erfinv", "exp", "expm1",
+    "log", "log10", "log2", "log1p", "reciprocal", "rsqrt", "sinh", "tan", "pow", "softplus",
+    "dist", "pdist", "cdist", "renorm", "logsumexp",
+];
+pub const AUTOCAST_FP32_UNLESS_DTYPE: [&str; 5] = ["softmax", "log_softmax", "cumsum", "cumprod", "prod"];
+pub const AUTOCAST_PROMOTE: [&str; 11] = [
+    "addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "index_put", "scatter_add",
+    "tensordot", "cat", "stack",
+];
+
+/// The autocast policies as the helper reads them, with the message of the
+/// op autocast refuses (`binary_cross_entropy`).
+pub fn autocast_table() -> serde_json::Value {
+    serde_json::json!({
+        "lower": &AUTOCAST_LOWER[..],
+        "fp32": &AUTOCAST_FP32[..],
+        "fp32_unless_dtype": &AUTOCAST_FP32_UNLESS_DTYPE[..],
+        "promote": &AUTOCAST_PROMOTE[..],
+        "banned": {"binary_cross_entropy": crate::engine::ops::loss::BCE_UNSAFE_TO_AUTOCAST},
+    })
+}
+
 /// Every op the helper reports after it runs (op name, thread, arguments).
 pub fn after_ops() -> Vec<&'static str> {
     GEMM_OPS

@@ -14,21 +14,15 @@ use serde_json::{json, Value};
 
 use super::error::TraceError;
 use super::outcome::{Exception, TraceOutcome, Untraced};
-use super::rules::{
-    after_ops, backend_name, dtype_named, reduce_shape, release_of, Rules, GEMM_OPS, HOST_OUTPUTS,
-    REDUCTIONS, SDPA_BACKWARDS,
-};
+use super::rules::{after_ops, autocast_table, backend_name, dtype_named, release_of, Rules, HOST_OUTPUTS};
 use super::wire::{tag_of, LiveOut};
 use crate::alloc::{
     memory_summary, AllocConfig, AllocError, AllocEvent, CachingAllocator, TorchVersion,
 };
 use crate::device::{Device, GpuProfile, SimDevice};
-use crate::engine::autograd::ScratchStep;
-use crate::engine::ops::attention::sdpa_backward_scratch;
 use crate::engine::ops::sdpa_select::SdpaCall;
-use crate::engine::scratch::reduce_split::reduce_plan;
 use crate::engine::DType;
-use crate::engine::{CublasLtWorkspace, SdpaBackend};
+use crate::engine::SdpaBackend;
 use crate::trace::snapshot::export_bytes;
 use crate::trace::snapshot::from_run::{snapshot_of_run, DeviceRun};
 use crate::trace::snapshot::Snapshot;
@@ -44,15 +38,15 @@ pub struct SimOptions {
 }
 
 /// A request's answer: the reply to send, if the request waits for one.
-type Reply = Option<Value>;
+pub(super) type Reply = Option<Value>;
 
 type Frames = Vec<(String, i64, String)>;
 
 /// The cached workspaces per thread (0: the program's, 1: autograd's).
 #[derive(Debug, Default)]
-struct Workspaces {
-    cublas: [Option<u64>; 2],
-    lt: [Option<u64>; 2],
+pub(super) struct Workspaces {
+    pub(super) cublas: [Option<u64>; 2],
+    pub(super) lt: [Option<u64>; 2],
 }
 
 pub struct Simulator<W: Write> {
@@ -60,11 +54,11 @@ pub struct Simulator<W: Write> {
     out: LiveOut<W>,
     alloc: Option<CachingAllocator<SimDevice>>,
     config: AllocConfig,
-    rules: Option<Rules>,
+    pub(super) rules: Option<Rules>,
     version: TorchVersion,
     /// The program's storages (`_cdata`) and their blocks.
     storages: FxHashMap<u64, u64>,
-    ws: Workspaces,
+    pub(super) ws: Workspaces,
     stacks: Vec<Frames>,
     events: Vec<AllocEvent>,
     pid: u64,
@@ -85,11 +79,11 @@ fn u64_at(v: &Value, i: usize, index: u64) -> Result<u64, TraceError> {
         .ok_or_else(|| bad(index, format!("element {i} is not a whole number")))
 }
 
-fn str_at(v: &Value, i: usize) -> String {
+pub(super) fn str_at(v: &Value, i: usize) -> String {
     v.get(i).and_then(Value::as_str).unwrap_or_default().to_string()
 }
 
-fn stack_at(v: &Value, i: usize) -> Option<u32> {
+pub(super) fn stack_at(v: &Value, i: usize) -> Option<u32> {
     v.get(i)
         .and_then(Value::as_u64)
         .and_then(|s| u32::try_from(s).ok())
@@ -97,7 +91,7 @@ fn stack_at(v: &Value, i: usize) -> Option<u32> {
 
 /// Argument `i` of an op the helper reported, when it is a tensor: its
 /// shape, dtype (None: one the engine does not model) and contiguity.
-fn tensor_arg(v: &Value, i: usize) -> Option<(Vec<u64>, Option<DType>, bool)> {
+pub(super) fn tensor_arg(v: &Value, i: usize) -> Option<(Vec<u64>, Option<DType>, bool)> {
     let a = v.get(3)?.get(i)?;
     let shape = a.get("shape")?.as_array()?.iter().filter_map(Value::as_u64).collect();
     let dtype = a.get("dtype").and_then(Value::as_str).and_then(dtype_named);
@@ -105,7 +99,7 @@ fn tensor_arg(v: &Value, i: usize) -> Option<(Vec<u64>, Option<DType>, bool)> {
     Some((shape, dtype, contiguous))
 }
 
-fn ok() -> Reply {
+pub(super) fn ok() -> Reply {
     Some(json!(["ok"]))
 }
 
@@ -239,6 +233,7 @@ impl<W: Write> Simulator<W> {
             "after_ops": after_ops(),
             "host_outputs": HOST_OUTPUTS.iter().map(|(n, i)| (n.to_string(), i.to_vec())).collect::<BTreeMap<_, _>>(),
             "sdpa": true,
+            "autocast": autocast_table(),
         })
     }
 
@@ -293,7 +288,7 @@ impl<W: Write> Simulator<W> {
         self.out.open(&hello)
     }
 
-    fn allocator(&mut self) -> Result<&mut CachingAllocator<SimDevice>, TraceError> {
+    pub(super) fn allocator(&mut self) -> Result<&mut CachingAllocator<SimDevice>, TraceError> {
         if self.alloc.is_none() {
             let rules = Rules::new(self.opts.gpu, self.version, &BTreeMap::new(), "")
                 .map_err(TraceError::Channel)?;
@@ -320,7 +315,7 @@ impl<W: Write> Simulator<W> {
 
     /// One block for the program or a workspace: its address, or the OOM
     /// message PyTorch would raise (the OOM is out on the stream too).
-    fn malloc(&mut self, bytes: u64, stack: Option<u32>) -> Result<Result<u64, String>, TraceError> {
+    pub(super) fn malloc(&mut self, bytes: u64, stack: Option<u32>) -> Result<Result<u64, String>, TraceError> {
         let r = self.allocator()?.malloc(bytes, 0, tag_of(stack));
         self.emit()?;
         match r {
@@ -356,7 +351,7 @@ impl<W: Write> Simulator<W> {
         Ok(())
     }
 
-    fn free_block(&mut self, addr: u64) -> Result<(), TraceError> {
+    pub(super) fn free_block(&mut self, addr: u64) -> Result<(), TraceError> {
         let r = self.allocator()?.free(addr);
         self.emit()?;
         r.map_err(|e| TraceError::Channel(format!("the allocator refused a free: {e}")))
@@ -381,131 +376,6 @@ impl<W: Write> Simulator<W> {
         self.stacks[slot] = frames;
         self.out.stack(id32, &raw)?;
         Ok(None)
-    }
-
-    /// What the GPU's kernel takes beyond its outputs, for an op the
-    /// helper reports after it ran.
-    fn after_op(&mut self, v: &Value) -> Result<Reply, TraceError> {
-        let name = str_at(v, 1);
-        if GEMM_OPS.contains(&name.as_str()) {
-            return self.gemm(v);
-        }
-        if let Some((_, backend)) = SDPA_BACKWARDS.iter().find(|(n, _)| *n == name) {
-            return self.sdpa_scratch(*backend, v);
-        }
-        if REDUCTIONS.contains(&name.as_str()) {
-            return self.reduction(v);
-        }
-        Ok(ok())
-    }
-
-    /// A fused SDPA backward's scratch after its gradients (the engine's
-    /// steps, `SdpaScratch::steps`), for q = its second argument.
-    fn sdpa_scratch(&mut self, backend: SdpaBackend, v: &Value) -> Result<Reply, TraceError> {
-        let (Some((q, Some(dtype), _)), Some((k, _, _))) = (tensor_arg(v, 1), tensor_arg(v, 2)) else {
-            return Ok(ok());
-        };
-        let ([b, h, t, hd], [_, kv, _, _]) = (q.as_slice(), k.as_slice()) else {
-            return Ok(ok());
-        };
-        let scratch = sdpa_backward_scratch(backend, dtype, [*b, *h, *t, *hd], *kv);
-        self.run_steps(scratch.steps(), stack_at(v, 4))
-    }
-
-    /// A reduction's staging buffers (the engine's `reduce_plan`), when the
-    /// GPU's SMs are known and the pattern is one the engine models.
-    fn reduction(&mut self, v: &Value) -> Result<Reply, TraceError> {
-        let Some((shape, Some(dtype), true)) = tensor_arg(v, 0) else {
-            return Ok(ok());
-        };
-        let dims: Option<Vec<i64>> = v
-            .get(3)
-            .and_then(|a| a.get(1))
-            .and_then(Value::as_array)
-            .map(|d| d.iter().filter_map(Value::as_i64).collect());
-        let device = self.rules.as_ref().and_then(|r| r.engine.reduce_device);
-        let (Some(device), Some(rs)) = (device, reduce_shape(&shape, dims.as_deref(), dtype.size())) else {
-            return Ok(ok());
-        };
-        let plan = reduce_plan(rs, device);
-        self.run_steps(plan.steps(), stack_at(v, 4))
-    }
-
-    /// A kernel's scratch, step by step; an OOM frees what was taken.
-    fn run_steps(&mut self, steps: Vec<ScratchStep>, stack: Option<u32>) -> Result<Reply, TraceError> {
-        let mut taken: Vec<Option<u64>> = Vec::new();
-        for step in steps {
-            match step {
-                ScratchStep::Take(0) => taken.push(None),
-                ScratchStep::Take(bytes) => match self.malloc(bytes, stack)? {
-                    Ok(a) => taken.push(Some(a)),
-                    Err(m) => {
-                        for a in taken.into_iter().rev().flatten() {
-                            self.free_block(a)?;
-                        }
-                        return Ok(Some(json!(["oom", m])));
-                    }
-                },
-                ScratchStep::Free(i) => {
-                    if let Some(a) = taken.get_mut(i).and_then(Option::take) {
-                        self.free_block(a)?;
-                    }
-                }
-            }
-        }
-        Ok(ok())
-    }
-
-    /// A GEMM's workspaces, in the engine's order (engine.md §1.6,
-    /// `Engine::addmm_nd`): a transient cuBLASLt one (older releases), the
-    /// thread's cuBLAS one at its first GEMM (or one per call in eager
-    /// mode), the thread's cached cuBLASLt one; the per-call ones freed.
-    fn gemm(&mut self, v: &Value) -> Result<Reply, TraceError> {
-        let name = str_at(v, 1);
-        let thread = usize::from(v.get(2).and_then(Value::as_bool).unwrap_or(false));
-        let stack = stack_at(v, 4);
-        // addmm with a 1-D bias is Linear's epilogue: cublasLt's gemm_and_bias.
-        let lt = name == "addmm" && tensor_arg(v, 0).is_some_and(|(shape, _, _)| shape.len() == 1);
-        self.allocator()?;
-        let Some(rules) = self.rules.clone() else {
-            return Ok(ok());
-        };
-        let mut transient = Vec::new();
-        let take = |me: &mut Self, bytes: u64| -> Result<Result<u64, String>, TraceError> {
-            me.malloc(bytes, stack)
-        };
-        if lt && rules.lt_rule() == CublasLtWorkspace::Transient {
-            match take(self, rules.lt_bytes())? {
-                Ok(a) => transient.push(a),
-                Err(m) => return Ok(Some(json!(["oom", m]))),
-            }
-        }
-        let cublas = rules.cublas_bytes();
-        if cublas > 0 {
-            if rules.cublas_cached() {
-                if self.ws.cublas[thread].is_none() {
-                    match take(self, cublas)? {
-                        Ok(a) => self.ws.cublas[thread] = Some(a),
-                        Err(m) => return Ok(Some(json!(["oom", m]))),
-                    }
-                }
-            } else {
-                match take(self, cublas)? {
-                    Ok(a) => transient.insert(0, a),
-                    Err(m) => return Ok(Some(json!(["oom", m]))),
-                }
-            }
-        }
-        if lt && rules.lt_rule() == CublasLtWorkspace::Cached && self.ws.lt[thread].is_none() {
-            match take(self, rules.lt_bytes())? {
-                Ok(a) => self.ws.lt[thread] = Some(a),
-                Err(m) => return Ok(Some(json!(["oom", m]))),
-            }
-        }
-        for a in transient {
-            self.free_block(a)?;
-        }
-        Ok(ok())
     }
 
     fn clear_workspaces(&mut self) -> Result<(), TraceError> {
