@@ -582,7 +582,45 @@ def _install_modes(torch):
             a["tensors"], gradient, a.get("retain_graph"), a.get("create_graph", False), a.get("inputs")
         )
 
+    def h_dropout(func, args, kwargs):
+        # ATen's dropout takes the fused kernel (a bool mask) only for CUDA
+        # inputs (`is_fused_kernel_acceptable`); on meta it would multiply by
+        # an input-sized float noise tensor. Out of place, in training,
+        # 0 < p < 1: native_dropout, as the GPU runs it.
+        names = ("input", "p", "training", "inplace") if func is F.dropout else ("input", "p", "train")
+        a = dict(zip(names, args))
+        a.update(kwargs)
+        x = a.get("input")
+        p = float(a.get("p", 0.5))
+        train = a.get("training", a.get("train", True))
+        if (
+            isinstance(x, Tensor) and x.is_meta and train and not a.get("inplace", False)
+            and 0.0 < p < 1.0 and x.numel() > 0
+        ):
+            return torch.native_dropout(x, p, True)[0]
+        return func(*args, **kwargs)
+
+    def h_softmax(half_to_float):
+        # softmax(x_half, dim, dtype=float32) on CUDA runs the kernel with
+        # half_to_float (no converted copy; SoftMax.cpp checks is_cuda()).
+        def h(func, args, kwargs):
+            x = args[0] if args else kwargs.get("input")
+            dtype = kwargs.get("dtype")
+            if dtype is None:
+                dtype = next((a for a in args[1:] if isinstance(a, torch.dtype)), None)
+            dim = kwargs.get("dim", args[1] if len(args) > 1 and isinstance(args[1], int) else None)
+            if (
+                isinstance(x, Tensor) and x.is_meta and x.dtype == torch.float16
+                and dtype == torch.float32 and dim is not None
+            ):
+                return half_to_float(x, dim, True)
+            return func(*args, **kwargs)
+
+        return h
+
     handlers = {
+        F.dropout: h_dropout,
+        torch.dropout: h_dropout,
         Tensor.backward: h_backward,
         torch.autograd.backward: h_autograd_backward,
         Tensor.data.__set__: h_set_data,
@@ -604,6 +642,10 @@ def _install_modes(torch):
         Tensor.record_stream: h_none,
         Tensor.copy_: h_copy_,
     }
+    for f in (F.softmax, torch.softmax, Tensor.softmax):
+        handlers[f] = h_softmax(torch._softmax)
+    for f in (F.log_softmax, torch.log_softmax, Tensor.log_softmax):
+        handlers[f] = h_softmax(torch._log_softmax)
     sdpa = _sdpa_handler(torch)
     if sdpa is not None:
         handlers[F.scaled_dot_product_attention] = sdpa
@@ -791,14 +833,20 @@ def _autocast_handlers(torch, handlers):
             to = torch.promote_types(to, t.dtype)
         return to
 
-    def unless_dtype(func, args, kwargs):
-        given = kwargs.get("dtype") is not None or any(isinstance(a, torch.dtype) for a in args[1:])
-        x = args[0] if args else None
-        if given or not active() or not eligible(x) or x.dtype == fp32:
-            return func(*args, **kwargs)
-        kw = dict(kwargs)
-        kw["dtype"] = fp32
-        return func(*args, **kw)
+    def unless_dtype(inner):
+        def h(func, args, kwargs):
+            given = kwargs.get("dtype") is not None or any(isinstance(a, torch.dtype) for a in args[1:])
+            x = args[0] if args else None
+            if given or not active() or not eligible(x) or x.dtype == fp32:
+                return inner(func, args, kwargs)
+            kw = dict(kwargs)
+            kw["dtype"] = fp32
+            return inner(func, args, kw)
+
+        return h
+
+    def plain(func, args, kwargs):
+        return func(*args, **kwargs)
 
     def banned(message):
         def h(func, args, kwargs):
@@ -849,7 +897,7 @@ def _autocast_handlers(torch, handlers):
                 handlers.setdefault(f, h)
     for name in table.get("fp32_unless_dtype", []):
         for f in resolve(name):
-            handlers.setdefault(f, unless_dtype)
+            handlers[f] = unless_dtype(handlers.get(f, plain))
     for name, message in table.get("banned", {}).items():
         for f in resolve(name):
             handlers.setdefault(f, banned(message))

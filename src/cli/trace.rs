@@ -62,7 +62,8 @@ impl Write for Tee {
 
 fn recording(path: &Path) -> anyhow::Result<BufWriter<File>> {
     check_replaceable(path).map_err(|e| BadInput(format!("--record {}: {e}", path.display())))?;
-    let f = File::create(path).map_err(|e| BadInput(format!("--record {}: {e}", path.display())))?;
+    let f =
+        File::create(path).map_err(|e| BadInput(format!("--record {}: {e}", path.display())))?;
     let mut w = BufWriter::new(f);
     write_magic(&mut w).map_err(|e| BadInput(format!("--record {}: {e}", path.display())))?;
     Ok(w)
@@ -93,7 +94,8 @@ pub fn run(args: TraceArgs, tui: bool, pace: &PaceArgs) -> anyhow::Result<ExitCo
         },
         want_snapshot: args.export.is_some(),
     };
-    let run = traced::start(opts, Box::new(Tee { view, file })).map_err(|e| BadInput(e.to_string()))?;
+    let run =
+        traced::start(opts, Box::new(Tee { view, file })).map_err(|e| BadInput(e.to_string()))?;
     let title = format!("trace · {} · {}", gpu.name, args.command.join(" "));
     let frames = FrameReader::new(Box::new(reader) as Box<dyn Read + Send>, title.clone());
     if tui {
@@ -133,7 +135,8 @@ pub fn run(args: TraceArgs, tui: bool, pace: &PaceArgs) -> anyhow::Result<ExitCo
 
 fn export(args: &TraceArgs, pickle: Option<Vec<u8>>) -> anyhow::Result<()> {
     if let (Some(path), Some(bytes)) = (&args.export, pickle) {
-        write_replacing(path, &bytes).map_err(|e| BadInput(format!("--export {}: {e}", path.display())))?;
+        write_replacing(path, &bytes)
+            .map_err(|e| BadInput(format!("--export {}: {e}", path.display())))?;
         warn!("wrote {} ({} bytes)", path.display(), bytes.len());
     }
     Ok(())
@@ -146,7 +149,9 @@ fn json_of(outcome: &TraceOutcome, report: &LiveReport) -> anyhow::Result<serde_
         "peak_reserved": outcome.peak_reserved,
         "trace": outcome,
     });
-    if let (Some(map), serde_json::Value::Object(rest)) = (v.as_object_mut(), serde_json::to_value(report)?) {
+    if let (Some(map), serde_json::Value::Object(rest)) =
+        (v.as_object_mut(), serde_json::to_value(report)?)
+    {
         for (k, val) in rest {
             map.entry(k).or_insert(val);
         }
@@ -179,7 +184,11 @@ fn print_outcome(o: &TraceOutcome) {
         o.gpu,
         o.rules.as_deref().unwrap_or("rules of the default release"),
         o.alloc_conf,
-        if o.alloc_conf_from.is_empty() { "CUDA never started" } else { &o.alloc_conf_from }
+        if o.alloc_conf_from.is_empty() {
+            "CUDA never started"
+        } else {
+            &o.alloc_conf_from
+        }
     );
     sayln!(
         "peak allocated {} ({} B), peak reserved {} ({} B); at the end {} allocated, {} reserved",

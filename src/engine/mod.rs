@@ -424,15 +424,17 @@ impl Engine {
         let mut taken: Vec<Option<Option<StorageId>>> = Vec::new();
         for step in plan.steps() {
             match step {
-                autograd::ScratchStep::Take(bytes) => match self.transient(bytes, Category::Workspace) {
-                    Ok(s) => taken.push(Some(s)),
-                    Err(e) => {
-                        for s in taken.into_iter().rev().flatten() {
-                            self.free_transient(s);
+                autograd::ScratchStep::Take(bytes) => {
+                    match self.transient(bytes, Category::Workspace) {
+                        Ok(s) => taken.push(Some(s)),
+                        Err(e) => {
+                            for s in taken.into_iter().rev().flatten() {
+                                self.free_transient(s);
+                            }
+                            return Err(e);
                         }
-                        return Err(e);
                     }
-                },
+                }
                 autograd::ScratchStep::Free(i) => {
                     if let Some(s) = taken.get_mut(i).and_then(Option::take) {
                         self.free_transient(s);

@@ -26,8 +26,8 @@ mod validate;
 mod value_kinds;
 
 pub use build::{at_point, has_seq, Built};
-pub use conditions::{lt_rule, Conditions, ENV_KEYS};
 pub(crate) use conditions::apply as apply_conditions;
+pub use conditions::{lt_rule, Conditions, ENV_KEYS};
 pub use dims::MAX_DIM;
 pub use events::to_trace;
 pub use expect::{check, ExpectationResult};

@@ -35,7 +35,8 @@ impl<W: Write> Simulator<W> {
     /// A fused SDPA backward's scratch after its gradients (the engine's
     /// steps, `SdpaScratch::steps`), for q = its second argument.
     fn sdpa_scratch(&mut self, backend: SdpaBackend, v: &Value) -> Result<Reply, TraceError> {
-        let (Some((q, Some(dtype), _)), Some((k, _, _))) = (tensor_arg(v, 1), tensor_arg(v, 2)) else {
+        let (Some((q, Some(dtype), _)), Some((k, _, _))) = (tensor_arg(v, 1), tensor_arg(v, 2))
+        else {
             return Ok(ok());
         };
         let ([b, h, t, hd], [_, kv, _, _]) = (q.as_slice(), k.as_slice()) else {
@@ -57,7 +58,9 @@ impl<W: Write> Simulator<W> {
             .and_then(Value::as_array)
             .map(|d| d.iter().filter_map(Value::as_i64).collect());
         let device = self.rules.as_ref().and_then(|r| r.engine.reduce_device);
-        let (Some(device), Some(rs)) = (device, reduce_shape(&shape, dims.as_deref(), dtype.size())) else {
+        let (Some(device), Some(rs)) =
+            (device, reduce_shape(&shape, dims.as_deref(), dtype.size()))
+        else {
             return Ok(ok());
         };
         let plan = reduce_plan(rs, device);
@@ -65,7 +68,11 @@ impl<W: Write> Simulator<W> {
     }
 
     /// A kernel's scratch, step by step; an OOM frees what was taken.
-    fn run_steps(&mut self, steps: Vec<ScratchStep>, stack: Option<u32>) -> Result<Reply, TraceError> {
+    fn run_steps(
+        &mut self,
+        steps: Vec<ScratchStep>,
+        stack: Option<u32>,
+    ) -> Result<Reply, TraceError> {
         let mut taken: Vec<Option<u64>> = Vec::new();
         for step in steps {
             match step {
@@ -140,5 +147,4 @@ impl<W: Write> Simulator<W> {
         }
         Ok(ok())
     }
-
 }

@@ -22,9 +22,18 @@ pub const GEMM_OPS: [&str; 8] = [
 /// Fused SDPA backwards: after their q, k, v gradients each takes the
 /// scratch the engine models ([`crate::engine::ops::attention::sdpa_backward_scratch`]).
 pub const SDPA_BACKWARDS: [(&str, SdpaBackend); 3] = [
-    ("_scaled_dot_product_efficient_attention_backward", SdpaBackend::Efficient),
-    ("_scaled_dot_product_flash_attention_backward", SdpaBackend::Flash),
-    ("_scaled_dot_product_cudnn_attention_backward", SdpaBackend::Cudnn),
+    (
+        "_scaled_dot_product_efficient_attention_backward",
+        SdpaBackend::Efficient,
+    ),
+    (
+        "_scaled_dot_product_flash_attention_backward",
+        SdpaBackend::Flash,
+    ),
+    (
+        "_scaled_dot_product_cudnn_attention_backward",
+        SdpaBackend::Cudnn,
+    ),
 ];
 
 /// Outputs that a CUDA kernel keeps on the host, by position: PyTorch's
@@ -32,7 +41,8 @@ pub const SDPA_BACKWARDS: [(&str, SdpaBackend); 3] = [
 /// Memory-efficient attention's philox seed and offset are CPU scalars
 /// outside CUDA graph capture ("Note [Seed and Offset Device]";
 /// tests/fixtures/pytorch/captured/gpt_dropout).
-pub const HOST_OUTPUTS: [(&str, &[usize]); 1] = [("_scaled_dot_product_efficient_attention", &[2, 3])];
+pub const HOST_OUTPUTS: [(&str, &[usize]); 1] =
+    [("_scaled_dot_product_efficient_attention", &[2, 3])];
 
 /// Reductions whose CUDA kernel may split across thread blocks and take a
 /// staging buffer and semaphores (engine's `reduce_plan`).
@@ -44,22 +54,83 @@ pub const REDUCTIONS: [&str; 2] = ["sum", "mean"];
 /// autocast dtype (weights' casts cached until the region ends), in fp32,
 /// in fp32 unless a dtype is given, or in the widest input type.
 pub const AUTOCAST_LOWER: [&str; 22] = [
-    "linear", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "addbmm",
-    "addmv", "mv", "addr", "einsum", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
-    "conv_transpose2d", "conv_transpose3d", "prelu", "chain_matmul", "lstm_cell",
+    "linear",
+    "matmul",
+    "__matmul__",
+    "__rmatmul__",
+    "mm",
+    "bmm",
+    "addmm",
+    "baddbmm",
+    "addbmm",
+    "addmv",
+    "mv",
+    "addr",
+    "einsum",
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "conv_transpose3d",
+    "prelu",
+    "chain_matmul",
+    "lstm_cell",
 ];
 pub const AUTOCAST_FP32: [&str; 38] = [
-    "layer_norm", "group_norm", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
-    "kl_div", "binary_cross_entropy_with_logits", "cosine_similarity", "cosine_embedding_loss",
-    "margin_ranking_loss", "soft_margin_loss", "triplet_margin_loss", "multi_margin_loss",
-    "hinge_embedding_loss", "poisson_nll_loss", "acos", "asin", "cosh", "erfinv", "exp", "expm1",
-    "log", "log10", "log2", "log1p", "reciprocal", "rsqrt", "sinh", "tan", "pow", "softplus",
-    "dist", "pdist", "cdist", "renorm", "logsumexp",
+    "layer_norm",
+    "group_norm",
+    "nll_loss",
+    "mse_loss",
+    "l1_loss",
+    "smooth_l1_loss",
+    "huber_loss",
+    "kl_div",
+    "binary_cross_entropy_with_logits",
+    "cosine_similarity",
+    "cosine_embedding_loss",
+    "margin_ranking_loss",
+    "soft_margin_loss",
+    "triplet_margin_loss",
+    "multi_margin_loss",
+    "hinge_embedding_loss",
+    "poisson_nll_loss",
+    "acos",
+    "asin",
+    "cosh",
+    "erfinv",
+    "exp",
+    "expm1",
+    "log",
+    "log10",
+    "log2",
+    "log1p",
+    "reciprocal",
+    "rsqrt",
+    "sinh",
+    "tan",
+    "pow",
+    "softplus",
+    "dist",
+    "pdist",
+    "cdist",
+    "renorm",
+    "logsumexp",
 ];
-pub const AUTOCAST_FP32_UNLESS_DTYPE: [&str; 5] = ["softmax", "log_softmax", "cumsum", "cumprod", "prod"];
+pub const AUTOCAST_FP32_UNLESS_DTYPE: [&str; 5] =
+    ["softmax", "log_softmax", "cumsum", "cumprod", "prod"];
 pub const AUTOCAST_PROMOTE: [&str; 11] = [
-    "addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "index_put", "scatter_add",
-    "tensordot", "cat", "stack",
+    "addcdiv",
+    "addcmul",
+    "atan2",
+    "bilinear",
+    "cross",
+    "dot",
+    "index_put",
+    "scatter_add",
+    "tensordot",
+    "cat",
+    "stack",
 ];
 
 /// The autocast policies as the helper reads them, with the message of the
@@ -88,7 +159,11 @@ pub fn after_ops() -> Vec<&'static str> {
 /// the engine's [`ReduceShape`]: the reduced dimensions must be leading
 /// (a bias gradient) or trailing (a row sum) once size-1 ones are set
 /// aside; other patterns are not modelled (None).
-pub fn reduce_shape(shape: &[u64], dims: Option<&[i64]>, element_bytes: u64) -> Option<ReduceShape> {
+pub fn reduce_shape(
+    shape: &[u64],
+    dims: Option<&[i64]>,
+    element_bytes: u64,
+) -> Option<ReduceShape> {
     let rank = shape.len() as i64;
     let reduced: Vec<bool> = match dims {
         None => vec![true; shape.len()],
@@ -129,7 +204,10 @@ pub fn reduce_shape(shape: &[u64], dims: Option<&[i64]>, element_bytes: u64) -> 
 /// when modelled (2.4 to 2.15), else the nearest, and a sentence saying so.
 pub fn release_of(torch: &str) -> (TorchVersion, String) {
     match torch.parse::<TorchVersion>() {
-        Ok(v) => (v, format!("PyTorch {v}'s rules (the traced program runs PyTorch {torch})")),
+        Ok(v) => (
+            v,
+            format!("PyTorch {v}'s rules (the traced program runs PyTorch {torch})"),
+        ),
         Err(_) => {
             let minor = torch
                 .strip_prefix("2.")
@@ -208,7 +286,11 @@ impl Rules {
     /// The backend PyTorch's dispatcher takes for `call` on this GPU, among
     /// the ones the program left enabled; an explicit `engine.sdpa_backend`
     /// would force one, a traced program forces through `sdpa_kernel`.
-    pub fn sdpa_backend(&self, call: &SdpaCall, enabled: impl Fn(SdpaBackend) -> bool) -> SdpaBackend {
+    pub fn sdpa_backend(
+        &self,
+        call: &SdpaCall,
+        enabled: impl Fn(SdpaBackend) -> bool,
+    ) -> SdpaBackend {
         call.backend_among(self.engine.sdpa_priority(), enabled)
     }
 }
@@ -272,8 +354,11 @@ mod tests {
 
     #[test]
     fn a_bad_variable_is_named() {
-        let env: BTreeMap<String, String> =
-            [("TORCH_CUBLAS_WORKSPACE_CACHE".to_string(), "yes".to_string())].into();
+        let env: BTreeMap<String, String> = [(
+            "TORCH_CUBLAS_WORKSPACE_CACHE".to_string(),
+            "yes".to_string(),
+        )]
+        .into();
         let e = Rules::new(h100(), TorchVersion(11), &env, "").expect_err("not 0 or 1");
         assert!(e.contains("TORCH_CUBLAS_WORKSPACE_CACHE"), "{e}");
     }
@@ -282,16 +367,31 @@ mod tests {
     fn reductions_read_as_the_engine_reads_them() {
         // A Linear bias gradient: [rows, out] summed over rows.
         let s = reduce_shape(&[1024, 768], Some(&[0]), 4).expect("leading");
-        assert_eq!((s.outputs, s.inputs_per_output, s.contiguous_inputs), (768, 1024, false));
+        assert_eq!(
+            (s.outputs, s.inputs_per_output, s.contiguous_inputs),
+            (768, 1024, false)
+        );
         // keepdim and a 3-D gradient summed over its first two dimensions.
         let s = reduce_shape(&[8, 128, 768], Some(&[0, 1]), 4).expect("leading");
-        assert_eq!((s.outputs, s.inputs_per_output, s.contiguous_inputs), (768, 1024, false));
+        assert_eq!(
+            (s.outputs, s.inputs_per_output, s.contiguous_inputs),
+            (768, 1024, false)
+        );
         // A row sum and a full sum read their inputs contiguously.
         let s = reduce_shape(&[64, 512], Some(&[-1]), 2).expect("trailing");
-        assert_eq!((s.outputs, s.inputs_per_output, s.contiguous_inputs), (64, 512, true));
+        assert_eq!(
+            (s.outputs, s.inputs_per_output, s.contiguous_inputs),
+            (64, 512, true)
+        );
         let s = reduce_shape(&[64, 512], None, 4).expect("full");
-        assert_eq!((s.outputs, s.inputs_per_output, s.contiguous_inputs), (1, 32768, true));
-        assert!(reduce_shape(&[4, 5, 6], Some(&[1]), 4).is_none(), "a middle dimension");
+        assert_eq!(
+            (s.outputs, s.inputs_per_output, s.contiguous_inputs),
+            (1, 32768, true)
+        );
+        assert!(
+            reduce_shape(&[4, 5, 6], Some(&[1]), 4).is_none(),
+            "a middle dimension"
+        );
     }
 
     #[test]

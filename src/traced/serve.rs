@@ -161,10 +161,13 @@ fn serve_connection<W: Write>(
             why: e.to_string(),
         })?;
         if let Some(answer) = sim.handle(index, &v)? {
-            let body = serde_json::to_vec(&answer)
-                .map_err(|e| TraceError::Channel(e.to_string()))?;
+            let body =
+                serde_json::to_vec(&answer).map_err(|e| TraceError::Channel(e.to_string()))?;
             // A program that has gone stops reading: its end is the EOF above.
-            if write_frame(&mut reply, &body).and_then(|()| reply.flush()).is_err() {
+            if write_frame(&mut reply, &body)
+                .and_then(|()| reply.flush())
+                .is_err()
+            {
                 return Ok(true);
             }
         }
@@ -172,7 +175,11 @@ fn serve_connection<W: Write>(
 }
 
 fn wait(child: &Mutex<Child>) -> Option<i32> {
-    child.lock().ok().and_then(|mut c| c.wait().ok()).and_then(|s| s.code())
+    child
+        .lock()
+        .ok()
+        .and_then(|mut c| c.wait().ok())
+        .and_then(|s| s.code())
 }
 
 use std::process::Child;

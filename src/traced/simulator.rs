@@ -14,7 +14,9 @@ use serde_json::{json, Value};
 
 use super::error::TraceError;
 use super::outcome::{Exception, TraceOutcome, Untraced};
-use super::rules::{after_ops, autocast_table, backend_name, dtype_named, release_of, Rules, HOST_OUTPUTS};
+use super::rules::{
+    after_ops, autocast_table, backend_name, dtype_named, release_of, Rules, HOST_OUTPUTS,
+};
 use super::wire::{tag_of, LiveOut};
 use crate::alloc::{
     memory_summary, AllocConfig, AllocError, AllocEvent, CachingAllocator, TorchVersion,
@@ -80,7 +82,10 @@ fn u64_at(v: &Value, i: usize, index: u64) -> Result<u64, TraceError> {
 }
 
 pub(super) fn str_at(v: &Value, i: usize) -> String {
-    v.get(i).and_then(Value::as_str).unwrap_or_default().to_string()
+    v.get(i)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
 }
 
 pub(super) fn stack_at(v: &Value, i: usize) -> Option<u32> {
@@ -93,9 +98,17 @@ pub(super) fn stack_at(v: &Value, i: usize) -> Option<u32> {
 /// shape, dtype (None: one the engine does not model) and contiguity.
 pub(super) fn tensor_arg(v: &Value, i: usize) -> Option<(Vec<u64>, Option<DType>, bool)> {
     let a = v.get(3)?.get(i)?;
-    let shape = a.get("shape")?.as_array()?.iter().filter_map(Value::as_u64).collect();
+    let shape = a
+        .get("shape")?
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_u64)
+        .collect();
     let dtype = a.get("dtype").and_then(Value::as_str).and_then(dtype_named);
-    let contiguous = a.get("contiguous").and_then(Value::as_bool).unwrap_or(false);
+    let contiguous = a
+        .get("contiguous")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     Some((shape, dtype, contiguous))
 }
 
@@ -211,7 +224,11 @@ impl<W: Write> Simulator<W> {
         self.argv = h
             .get("argv")
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(String::from))
+                    .collect()
+            })
             .unwrap_or_default();
         if let Some(t) = h.get("torch").and_then(Value::as_str) {
             let (version, rules) = release_of(t);
@@ -249,15 +266,30 @@ impl<W: Write> Simulator<W> {
                     .collect()
             })
             .unwrap_or_default();
-        let (conf, from) = match (&self.opts.conf, env.get("PYTORCH_CUDA_ALLOC_CONF"), env.get("PYTORCH_ALLOC_CONF")) {
+        let (conf, from) = match (
+            &self.opts.conf,
+            env.get("PYTORCH_CUDA_ALLOC_CONF"),
+            env.get("PYTORCH_ALLOC_CONF"),
+        ) {
             (Some(c), _, _) => (c.clone(), "--conf".to_string()),
-            (None, Some(c), _) => (c.clone(), "the program's PYTORCH_CUDA_ALLOC_CONF".to_string()),
+            (None, Some(c), _) => (
+                c.clone(),
+                "the program's PYTORCH_CUDA_ALLOC_CONF".to_string(),
+            ),
             (None, None, Some(c)) => (c.clone(), "the program's PYTORCH_ALLOC_CONF".to_string()),
-            (None, None, None) => (String::new(), "the default (no PYTORCH_CUDA_ALLOC_CONF)".to_string()),
+            (None, None, None) => (
+                String::new(),
+                "the default (no PYTORCH_CUDA_ALLOC_CONF)".to_string(),
+            ),
         };
         let config = match AllocConfig::parse_for(&conf, self.version) {
             Ok(c) => c,
-            Err(e) => return Ok(Some(json!(["error", format!("PYTORCH_CUDA_ALLOC_CONF {conf:?}: {e}")]))),
+            Err(e) => {
+                return Ok(Some(json!([
+                    "error",
+                    format!("PYTORCH_CUDA_ALLOC_CONF {conf:?}: {e}")
+                ])))
+            }
         };
         let rules = match Rules::new(self.opts.gpu, self.version, &env, &conf) {
             Ok(r) => r,
@@ -267,7 +299,13 @@ impl<W: Write> Simulator<W> {
         Ok(ok())
     }
 
-    fn start_device(&mut self, config: AllocConfig, rules: Rules, conf: String, from: String) -> Result<(), TraceError> {
+    fn start_device(
+        &mut self,
+        config: AllocConfig,
+        rules: Rules,
+        conf: String,
+        from: String,
+    ) -> Result<(), TraceError> {
         let g = self.opts.gpu;
         let device = SimDevice::new(g.product, g.total_memory, g.context_bytes.unwrap_or(0));
         self.alloc = Some(CachingAllocator::new(device, config.clone()));
@@ -315,7 +353,11 @@ impl<W: Write> Simulator<W> {
 
     /// One block for the program or a workspace: its address, or the OOM
     /// message PyTorch would raise (the OOM is out on the stream too).
-    pub(super) fn malloc(&mut self, bytes: u64, stack: Option<u32>) -> Result<Result<u64, String>, TraceError> {
+    pub(super) fn malloc(
+        &mut self,
+        bytes: u64,
+        stack: Option<u32>,
+    ) -> Result<Result<u64, String>, TraceError> {
         let r = self.allocator()?.malloc(bytes, 0, tag_of(stack));
         self.emit()?;
         match r {
@@ -323,7 +365,13 @@ impl<W: Write> Simulator<W> {
             Err(AllocError::OutOfMemory(info)) => {
                 self.outcome.ooms += 1;
                 let stats = self.stats_value();
-                self.out.oom(&info.message, info.device_free, info.device_total, info.alloc_size, &stats)?;
+                self.out.oom(
+                    &info.message,
+                    info.device_free,
+                    info.device_total,
+                    info.alloc_size,
+                    &stats,
+                )?;
                 Ok(Err(info.message))
             }
             Err(e) => Ok(Err(e.to_string())),
@@ -365,7 +413,13 @@ impl<W: Write> Simulator<W> {
             .as_array()
             .map(|a| {
                 a.iter()
-                    .map(|f| (str_at(f, 0), f.get(1).and_then(Value::as_i64).unwrap_or(0), str_at(f, 2)))
+                    .map(|f| {
+                        (
+                            str_at(f, 0),
+                            f.get(1).and_then(Value::as_i64).unwrap_or(0),
+                            str_at(f, 2),
+                        )
+                    })
                     .collect()
             })
             .unwrap_or_default();
@@ -449,7 +503,14 @@ impl<W: Write> Simulator<W> {
             .and_then(Value::as_array)
             .map(|a| {
                 a.iter()
-                    .map(|f| format!("{}:{} in {}", str_at(f, 0), f.get(1).and_then(Value::as_i64).unwrap_or(0), str_at(f, 2)))
+                    .map(|f| {
+                        format!(
+                            "{}:{} in {}",
+                            str_at(f, 0),
+                            f.get(1).and_then(Value::as_i64).unwrap_or(0),
+                            str_at(f, 2)
+                        )
+                    })
                     .collect()
             })
             .unwrap_or_default();
@@ -462,7 +523,11 @@ impl<W: Write> Simulator<W> {
 
     /// Everything so far as a PyTorch snapshot (`_dump_snapshot`, `--export`).
     pub fn snapshot(&self) -> Snapshot {
-        let segments = self.alloc.as_ref().map(|a| a.snapshot()).unwrap_or_default();
+        let segments = self
+            .alloc
+            .as_ref()
+            .map(|a| a.snapshot())
+            .unwrap_or_default();
         let stacks = &self.stacks;
         let frames_of = |_: usize, tag: crate::alloc::Tag| -> Vec<(String, i64, String)> {
             usize::try_from(tag.0)
@@ -489,7 +554,10 @@ impl<W: Write> Simulator<W> {
     }
 
     /// The end: figures into the outcome, `bye` on the stream.
-    pub fn finish(mut self, exit_status: Option<i32>) -> Result<(TraceOutcome, Snapshot), TraceError> {
+    pub fn finish(
+        mut self,
+        exit_status: Option<i32>,
+    ) -> Result<(TraceOutcome, Snapshot), TraceError> {
         self.emit()?;
         if let Some(a) = &self.alloc {
             let s = a.stats();
@@ -532,7 +600,10 @@ fn minor_of(g: &GpuProfile) -> u32 {
 /// standard library's): `file:line in name`.
 pub fn user_frame(frames: &[(String, i64, String)]) -> Option<String> {
     let is_library = |f: &str| {
-        f.starts_with('<') || f.contains("/site-packages/") || f.contains("/dist-packages/") || f.contains("/lib/python3")
+        f.starts_with('<')
+            || f.contains("/site-packages/")
+            || f.contains("/dist-packages/")
+            || f.contains("/lib/python3")
     };
     frames
         .iter()

@@ -36,7 +36,9 @@ fn simulator(conf: Option<&str>) -> (Simulator<Shared>, Shared) {
     let hello = json!(["hello", {"pid": 42, "argv": ["t.py"], "torch": "2.11.0+cu130"}]);
     let reply = ask(&mut sim, &hello);
     assert_eq!(reply["device"]["total_memory"], 85_017_493_504u64);
-    assert!(reply["after_ops"].as_array().is_some_and(|a| a.iter().any(|o| o == "addmm")));
+    assert!(reply["after_ops"]
+        .as_array()
+        .is_some_and(|a| a.iter().any(|o| o == "addmm")));
     (sim, sink)
 }
 
@@ -51,7 +53,9 @@ fn post(sim: &mut Simulator<Shared>, msg: &Value) {
 }
 
 fn stat(sim: &mut Simulator<Shared>, key: &str) -> u64 {
-    ask(sim, &json!(["stats"]))[1][key].as_u64().expect("a counter")
+    ask(sim, &json!(["stats"]))[1][key]
+        .as_u64()
+        .expect("a counter")
 }
 
 fn finish(sim: Simulator<Shared>, sink: &Shared) -> (TraceOutcome, Snapshot, Session) {
@@ -71,12 +75,24 @@ fn finish(sim: Simulator<Shared>, sink: &Shared) -> (TraceOutcome, Snapshot, Ses
 fn storages_are_placed_freed_and_counted_as_pytorch_counts_them() {
     let (mut sim, sink) = simulator(None);
     assert_eq!(ask(&mut sim, &json!(["init", {}]))[0], "ok");
-    post(&mut sim, &json!(["s", 0, [["/home/u/train.py", 7, "<module>"]]]));
+    post(
+        &mut sim,
+        &json!(["s", 0, [["/home/u/train.py", 7, "<module>"]]]),
+    );
     assert_eq!(ask(&mut sim, &json!(["m", 1001, 1000, 0])), json!(["ok"]));
-    assert_eq!(ask(&mut sim, &json!(["m", 1002, 3 << 20, 0])), json!(["ok"]));
+    assert_eq!(
+        ask(&mut sim, &json!(["m", 1002, 3 << 20, 0])),
+        json!(["ok"])
+    );
     // 1000 B round to 1,024 in a 2 MiB small segment; 3 MiB in a 20 MiB one.
-    assert_eq!(stat(&mut sim, "allocated_bytes.all.current"), 1024 + (3 << 20));
-    assert_eq!(stat(&mut sim, "reserved_bytes.all.current"), (2 << 20) + (20 << 20));
+    assert_eq!(
+        stat(&mut sim, "allocated_bytes.all.current"),
+        1024 + (3 << 20)
+    );
+    assert_eq!(
+        stat(&mut sim, "reserved_bytes.all.current"),
+        (2 << 20) + (20 << 20)
+    );
     post(&mut sim, &json!(["f", 1002]));
     post(&mut sim, &json!(["step"]));
     assert_eq!(stat(&mut sim, "allocated_bytes.all.current"), 1024);
@@ -87,7 +103,11 @@ fn storages_are_placed_freed_and_counted_as_pytorch_counts_them() {
     assert_eq!(outcome.peak_allocated, 1024 + (3 << 20));
     assert_eq!(outcome.steps, 1);
     assert_eq!(session.steps().len(), 1);
-    let allocs = session.trace(0).iter().filter(|e| e.action == crate::alloc::Action::Alloc).count();
+    let allocs = session
+        .trace(0)
+        .iter()
+        .filter(|e| e.action == crate::alloc::Action::Alloc)
+        .count();
     assert_eq!(allocs, 2, "both requests are in the stream");
     assert_eq!(snap.segments.len(), 1, "the small segment is left");
 }
@@ -100,7 +120,10 @@ fn an_oom_answers_with_pytorchs_message_and_reaches_the_stream() {
     let r = ask(&mut sim, &json!(["m", 7, 1u64 << 30, Value::Null]));
     assert_eq!(r[0], "oom");
     let message = r[1].as_str().expect("a message");
-    assert!(message.starts_with("CUDA out of memory. Tried to allocate 1024.00 MiB."), "{message}");
+    assert!(
+        message.starts_with("CUDA out of memory. Tried to allocate 1024.00 MiB."),
+        "{message}"
+    );
     let (outcome, _, session) = finish(sim, &sink);
     assert_eq!(outcome.ooms, 1);
     assert_eq!(session.ooms().len(), 1);
@@ -121,9 +144,17 @@ fn the_programs_environment_sets_the_allocator_and_workspaces() {
     let one_thread = 8_519_680 + (1 << 20);
     assert_eq!(stat(&mut sim, "allocated_bytes.all.current"), one_thread);
     assert_eq!(ask(&mut sim, &linear(false))[0], "ok");
-    assert_eq!(stat(&mut sim, "allocated_bytes.all.current"), one_thread, "cached per thread");
+    assert_eq!(
+        stat(&mut sim, "allocated_bytes.all.current"),
+        one_thread,
+        "cached per thread"
+    );
     assert_eq!(ask(&mut sim, &linear(true))[0], "ok");
-    assert_eq!(stat(&mut sim, "allocated_bytes.all.current"), 2 * one_thread, "autograd's own");
+    assert_eq!(
+        stat(&mut sim, "allocated_bytes.all.current"),
+        2 * one_thread,
+        "autograd's own"
+    );
     assert_eq!(ask(&mut sim, &json!(["clear_workspaces"]))[0], "ok");
     assert_eq!(stat(&mut sim, "allocated_bytes.all.current"), 0);
     let (outcome, snap, _) = finish(sim, &sink);
@@ -136,7 +167,11 @@ fn a_bad_allocator_config_is_an_error_the_program_raises() {
     let (mut sim, _) = simulator(Some("max_split_size_mb:banana"));
     let r = ask(&mut sim, &json!(["init", {}]));
     assert_eq!(r[0], "error");
-    assert!(r[1].as_str().is_some_and(|m| m.contains("max_split_size_mb")), "{r}");
+    assert!(
+        r[1].as_str()
+            .is_some_and(|m| m.contains("max_split_size_mb")),
+        "{r}"
+    );
 }
 
 #[test]
@@ -148,7 +183,11 @@ fn sdpa_follows_the_dispatcher_and_the_programs_switches() {
     };
     let all = json!({"flash": true, "efficient": true, "math": true, "cudnn": true});
     assert_eq!(ask(&mut sim, &call("float32", all.clone()))[1], "efficient");
-    assert_eq!(ask(&mut sim, &call("bfloat16", all))[1], "cudnn", "2.11 on sm90");
+    assert_eq!(
+        ask(&mut sim, &call("bfloat16", all))[1],
+        "cudnn",
+        "2.11 on sm90"
+    );
     let flash_only = json!({"flash": true, "efficient": false, "math": false, "cudnn": false});
     assert_eq!(ask(&mut sim, &call("float16", flash_only))[1], "flash");
 }

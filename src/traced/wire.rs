@@ -122,17 +122,28 @@ impl<W: Write> LiveOut<W> {
     pub fn step(&mut self, stats: &Value) -> Result<(), TraceError> {
         self.steps += 1;
         let (seq, t) = (self.seq, self.now_us());
-        self.send(&json!({"t": "step", "step": self.steps, "seq": seq, "time_us": t,
-                          "source": "Optimizer.step"}))?;
+        self.send(
+            &json!({"t": "step", "step": self.steps, "seq": seq, "time_us": t,
+                          "source": "Optimizer.step"}),
+        )?;
         self.send(&json!({"t": "stats", "device": 0, "seq": seq, "stats": stats}))
     }
 
     /// An OOM the allocator just recorded (its `oom` entry is out), with
     /// PyTorch's message: the exception the program gets says the same.
-    pub fn oom(&mut self, message: &str, free: u64, total: u64, size: u64, stats: &Value) -> Result<(), TraceError> {
+    pub fn oom(
+        &mut self,
+        message: &str,
+        free: u64,
+        total: u64,
+        size: u64,
+        stats: &Value,
+    ) -> Result<(), TraceError> {
         let seq = self.seq;
-        self.send(&json!({"t": "oom", "device": 0, "seq": seq, "message": message,
-                          "device_free": free, "device_total": total, "alloc_size": size}))?;
+        self.send(
+            &json!({"t": "oom", "device": 0, "seq": seq, "message": message,
+                          "device_free": free, "device_total": total, "alloc_size": size}),
+        )?;
         self.send(&json!({"t": "stats", "device": 0, "seq": seq, "stats": stats}))?;
         self.send(&json!({"t": "oom_message", "seq": seq, "device": 0, "message": message}))
     }
