@@ -31,9 +31,12 @@ pub struct TraceOptions {
     pub want_snapshot: bool,
 }
 
+/// The outcome, and the run as a snapshot pickle when one was asked for.
+type Finished = Result<(TraceOutcome, Option<Vec<u8>>), TraceError>;
+
 /// A run under way. `join` waits for its end.
 pub struct TraceRun {
-    handle: JoinHandle<Result<(TraceOutcome, Option<Vec<u8>>), TraceError>>,
+    handle: JoinHandle<Finished>,
     launch: Arc<Launch>,
     stop: Arc<AtomicBool>,
 }
@@ -41,7 +44,7 @@ pub struct TraceRun {
 impl TraceRun {
     /// Wait for the program's end: the outcome and, if asked, the run as a
     /// snapshot pickle PyTorch's memory_viz opens.
-    pub fn join(self) -> Result<(TraceOutcome, Option<Vec<u8>>), TraceError> {
+    pub fn join(self) -> Finished {
         self.handle
             .join()
             .map_err(|_| TraceError::Channel("the trace thread stopped unexpectedly".into()))?
@@ -88,7 +91,7 @@ fn serve(
     sink: Box<dyn Write + Send>,
     launch: &Launch,
     stop: &AtomicBool,
-) -> Result<(TraceOutcome, Option<Vec<u8>>), TraceError> {
+) -> Finished {
     let sim_opts = SimOptions {
         gpu: opts.gpu,
         steps: opts.steps,
