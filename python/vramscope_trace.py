@@ -224,6 +224,7 @@ class _State:
         self.cuda = torch.device("cuda", 0)
         self.untraced = set()
         self.after_ops = set(reply.get("after_ops", []))
+        self.before_ops = set(reply.get("before_ops", []))
         self.host_outputs = {k: set(v) for k, v in reply.get("host_outputs", {}).items()}
         self.sdpa = reply.get("sdpa", True)
         self.autocast = reply.get("autocast", {})
@@ -356,6 +357,16 @@ def _after_op(func, args, out):
     if not _state.initialized:
         _lazy_init()
     r = _chan.ask(["op", func._opname, _in_backward(), _shapes(args), _stack()])
+    if r[0] != "ok":
+        raise _oom(r[1])
+
+
+def _before_op(func, args):
+    """Scratch a CUDA kernel takes before its outputs (vramscope's
+    `before_ops`); the op's report after it runs frees what is left."""
+    if not _state.initialized:
+        _lazy_init()
+    r = _chan.ask(["before", func._opname, _in_backward(), _shapes(args), _stack()])
     if r[0] != "ok":
         raise _oom(r[1])
 
@@ -662,7 +673,7 @@ def _install_modes(torch):
                 kwargs["device"] = meta
             return func(*args, **kwargs)
 
-    rules = {}  # op -> (reported after it runs, outputs kept on the host)
+    rules = {}  # op -> (reported after it runs, outputs kept on the host, reported before)
 
     add_tensor = torch.ops.aten.add.Tensor
     use_count = torch._C._storage_Use_Count
@@ -691,16 +702,22 @@ def _install_modes(torch):
                 out = accumulate(args, kwargs)
                 if out is not None:
                     return out
+            rule = rules.get(func)
+            if rule is None:
+                name = getattr(func, "_opname", "")
+                rule = rules[func] = (
+                    name in _state.after_ops,
+                    _state.host_outputs.get(name),
+                    name in _state.before_ops,
+                )
+            if rule[2]:
+                _before_op(func, args)
             try:
                 out = func(*args, **(kwargs or {}))
             except NotImplementedError as e:
                 raise _untraceable(func, e) from None
             if _DEBUG:
                 print(f"vramscope trace: {func}", file=sys.stderr)
-            rule = rules.get(func)
-            if rule is None:
-                name = getattr(func, "_opname", "")
-                rule = rules[func] = (name in _state.after_ops, _state.host_outputs.get(name))
             _register(out, rule[1])
             if rule[0]:
                 _after_op(func, args, out)

@@ -12,8 +12,29 @@ use super::rules::{reduce_shape, GEMM_OPS, REDUCTIONS, SDPA_BACKWARDS};
 use super::simulator::{ok, stack_at, str_at, tensor_arg, Reply, Simulator};
 use crate::engine::autograd::ScratchStep;
 use crate::engine::ops::attention::sdpa_backward_scratch;
+use crate::engine::scratch::embedding::{embedding_sort, EmbeddingSort};
 use crate::engine::scratch::reduce_split::reduce_plan;
 use crate::engine::{CublasLtWorkspace, SdpaBackend};
+
+/// The embedding backward's sort path for `embedding_dense_backward(grad,
+/// indices, num_weights, …)`, or None when the feature kernel runs.
+fn embedding_scratch(v: &Value) -> Option<EmbeddingSort> {
+    let (grad, Some(gdt), _) = tensor_arg(v, 0)? else {
+        return None;
+    };
+    let (idx, Some(idt), _) = tensor_arg(v, 1)? else {
+        return None;
+    };
+    let num_weights = v.get(3)?.get(2)?.as_u64()?;
+    let dim = *grad.last()?;
+    embedding_sort(
+        idx.iter().product(),
+        idt.size(),
+        num_weights,
+        dim,
+        gdt.size(),
+    )
+}
 
 impl<W: Write> Simulator<W> {
     /// What the GPU's kernel takes beyond its outputs, for an op the
@@ -28,6 +49,57 @@ impl<W: Write> Simulator<W> {
         }
         if REDUCTIONS.contains(&name.as_str()) {
             return self.reduction(v);
+        }
+        if name == "embedding_dense_backward" {
+            return match embedding_scratch(v) {
+                Some(s) => self.continue_steps(s.steps_after_grad(), stack_at(v, 4)),
+                None => Ok(ok()),
+            };
+        }
+        Ok(ok())
+    }
+
+    /// What a kernel takes before its outputs: the embedding backward's
+    /// sort path (its index buffers stay until [`Self::after_op`]).
+    pub(super) fn before_op(&mut self, v: &Value) -> Result<Reply, TraceError> {
+        self.pending.clear();
+        if str_at(v, 1) != "embedding_dense_backward" {
+            return Ok(ok());
+        }
+        match embedding_scratch(v) {
+            Some(s) => self.continue_steps(s.steps_before_grad(), stack_at(v, 4)),
+            None => Ok(ok()),
+        }
+    }
+
+    /// Steps whose buffer numbers go on from the ones still pending.
+    fn continue_steps(
+        &mut self,
+        steps: Vec<ScratchStep>,
+        stack: Option<u32>,
+    ) -> Result<Reply, TraceError> {
+        let mut taken = std::mem::take(&mut self.pending);
+        for step in steps {
+            match step {
+                ScratchStep::Take(0) => taken.push(None),
+                ScratchStep::Take(bytes) => match self.malloc(bytes, stack)? {
+                    Ok(a) => taken.push(Some(a)),
+                    Err(m) => {
+                        for a in taken.into_iter().rev().flatten() {
+                            self.free_block(a)?;
+                        }
+                        return Ok(Some(json!(["oom", m])));
+                    }
+                },
+                ScratchStep::Free(i) => {
+                    if let Some(a) = taken.get_mut(i).and_then(Option::take) {
+                        self.free_block(a)?;
+                    }
+                }
+            }
+        }
+        if taken.iter().any(Option::is_some) {
+            self.pending = taken;
         }
         Ok(ok())
     }

@@ -145,6 +145,10 @@ pub fn autocast_table() -> serde_json::Value {
     })
 }
 
+/// Ops whose kernel takes scratch before its outputs exist too: the helper
+/// reports them before they run as well as after.
+pub const BEFORE_OPS: [&str; 1] = ["embedding_dense_backward"];
+
 /// Every op the helper reports after it runs (op name, thread, arguments).
 pub fn after_ops() -> Vec<&'static str> {
     GEMM_OPS
@@ -152,6 +156,7 @@ pub fn after_ops() -> Vec<&'static str> {
         .copied()
         .chain(SDPA_BACKWARDS.iter().map(|(n, _)| *n))
         .chain(REDUCTIONS.iter().copied())
+        .chain(BEFORE_OPS.iter().copied())
         .collect()
 }
 

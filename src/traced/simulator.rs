@@ -15,7 +15,8 @@ use serde_json::{json, Value};
 use super::error::TraceError;
 use super::outcome::{Exception, TraceOutcome, Untraced};
 use super::rules::{
-    after_ops, autocast_table, backend_name, dtype_named, release_of, Rules, HOST_OUTPUTS,
+    after_ops, autocast_table, backend_name, dtype_named, release_of, Rules, BEFORE_OPS,
+    HOST_OUTPUTS,
 };
 use super::wire::{tag_of, LiveOut};
 use crate::alloc::{
@@ -61,6 +62,8 @@ pub struct Simulator<W: Write> {
     /// The program's storages (`_cdata`) and their blocks.
     storages: FxHashMap<u64, u64>,
     pub(super) ws: Workspaces,
+    /// Scratch a kernel took before its outputs, freed after them.
+    pub(super) pending: Vec<Option<u64>>,
     stacks: Vec<Frames>,
     events: Vec<AllocEvent>,
     pid: u64,
@@ -132,6 +135,7 @@ impl<W: Write> Simulator<W> {
             version: TorchVersion::DEFAULT,
             storages: FxHashMap::default(),
             ws: Workspaces::default(),
+            pending: Vec::new(),
             stacks: Vec::new(),
             events: Vec::new(),
             pid: 0,
@@ -155,6 +159,7 @@ impl<W: Write> Simulator<W> {
             }
             "s" => self.define_stack(index, v),
             "op" => self.after_op(v),
+            "before" => self.before_op(v),
             "sdpa" => Ok(self.sdpa(v)),
             "step" => {
                 self.outcome.steps += 1;
@@ -248,6 +253,7 @@ impl<W: Write> Simulator<W> {
             },
             "steps": self.opts.steps,
             "after_ops": after_ops(),
+            "before_ops": BEFORE_OPS,
             "host_outputs": HOST_OUTPUTS.iter().map(|(n, i)| (n.to_string(), i.to_vec())).collect::<BTreeMap<_, _>>(),
             "sdpa": true,
             "autocast": autocast_table(),
