@@ -21,6 +21,7 @@ pub mod report;
 pub mod scenario;
 pub mod sweep;
 pub mod trace;
+pub mod traced;
 pub mod tui;
 pub mod units;
 

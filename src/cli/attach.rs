@@ -328,7 +328,7 @@ fn headless(args: &AttachArgs, input: Input, stop: Arc<AtomicBool>) -> anyhow::R
 
 /// Read `frames` into a session until the job ends, the stream ends, a
 /// fault, or Ctrl-C; the fault, if one stopped it.
-fn read_session(
+pub(super) fn read_session(
     mut frames: Frames,
     hello: Option<ServerHello>,
     keep_entries: usize,
@@ -372,7 +372,7 @@ fn read_session(
 }
 
 /// The live facts after a job's report, as text.
-fn print_live(report: &LiveReport, title: &str) {
+pub(super) fn print_live(report: &LiveReport, title: &str) {
     let l = &report.live;
     sayln!("\n== live: {title} ==");
     if let Some(mode) = &l.mode {

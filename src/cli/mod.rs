@@ -11,6 +11,7 @@ mod pace;
 mod scenario;
 mod snapshot;
 mod sweep;
+mod trace;
 mod ui;
 mod watch;
 
@@ -260,6 +261,39 @@ pub enum Command {
         #[command(flatten)]
         pace: PaceArgs,
     },
+    /// Run your own PyTorch program, unmodified, on a simulated GPU (no GPU
+    /// needed): its exact allocator trace, in the same views as `attach`.
+    #[command(
+        after_help = "Example: vramscope trace --gpu H100-SXM-80GB --steps 3 -- python train.py --batch-size 8\n\nThe program runs on PyTorch's meta device relabelled as CUDA (torch.cuda.is_available() is true; .cuda(), .to(\"cuda\"), device=\"cuda\" land there; .item() and .cpu() give zeros); every storage it makes is placed by vramscope's caching allocator model, and an OOM is raised in the program as torch.cuda.OutOfMemoryError with PyTorch's message. It stops after --steps optimizer steps (0: when the program ends). Needs PyTorch in the program's Python (docs/trace.md says which releases)."
+    )]
+    Trace {
+        /// The GPU to simulate (`vramscope model --list` shows no GPUs; known: H100-SXM-80GB, A100-SXM-80GB, …).
+        #[arg(long, default_value = "H100-SXM-80GB")]
+        gpu: String,
+        /// Stop after this many optimizer steps; 0: run the program to its end.
+        #[arg(long, default_value_t = 3)]
+        steps: u32,
+        /// PYTORCH_CUDA_ALLOC_CONF for the simulated allocator, over the program's own.
+        #[arg(long)]
+        conf: Option<String>,
+        /// Print the report when the program ends instead of opening the terminal UI.
+        #[arg(long)]
+        headless: bool,
+        /// Print the report as JSON (implies --headless).
+        #[arg(long)]
+        json: bool,
+        /// Also write the stream as a recording (`attach --replay FILE`).
+        #[arg(long)]
+        record: Option<PathBuf>,
+        /// Write the run as a snapshot pickle (pytorch.org/memory_viz).
+        #[arg(long)]
+        export: Option<PathBuf>,
+        #[command(flatten)]
+        pace: PaceArgs,
+        /// The program and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "PROGRAM")]
+        command: Vec<String>,
+    },
     /// What is alive in snapshot B and was not in snapshot A (e.g. two dumps
     /// 100 steps apart), grouped by the first user frame that allocated it.
     Diff {
@@ -445,6 +479,29 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 keep_entries: usize::try_from(keep_entries).unwrap_or(usize::MAX),
             };
             attach::run(args, tui, &pace)
+        }
+        Some(Command::Trace {
+            gpu,
+            steps,
+            conf,
+            headless,
+            json,
+            record,
+            export,
+            pace,
+            command,
+        }) => {
+            let tui = !(headless || json || !ui::have_terminal());
+            let args = trace::TraceArgs {
+                gpu,
+                steps,
+                conf,
+                json,
+                record,
+                export,
+                command,
+            };
+            trace::run(args, tui, &pace)
         }
         Some(Command::Diff { a, b, json }) => snapshot::diff(&a, &b, json),
         Some(Command::Export {

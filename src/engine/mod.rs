@@ -39,7 +39,7 @@ pub mod presets;
 pub mod presets_hf;
 pub mod program;
 pub mod rnn;
-mod scratch;
+pub(crate) mod scratch;
 pub mod shape;
 mod slab;
 pub mod storage;
@@ -422,32 +422,27 @@ impl Engine {
         let Some(plan) = shape.map(|s| scratch::reduce_split::reduce_plan(s, device)) else {
             return Ok(());
         };
-        let accumulation = match plan.accumulation {
-            Some(bytes) => self.transient(bytes, Category::Workspace)?,
-            None => None,
-        };
-        for s in &plan.launches {
-            if let Err(e) = self.launch_scratch(s) {
-                self.free_transient(accumulation);
-                return Err(e);
+        let mut taken: Vec<Option<Option<StorageId>>> = Vec::new();
+        for step in plan.steps() {
+            match step {
+                autograd::ScratchStep::Take(bytes) => {
+                    match self.transient(bytes, Category::Workspace) {
+                        Ok(s) => taken.push(Some(s)),
+                        Err(e) => {
+                            for s in taken.into_iter().rev().flatten() {
+                                self.free_transient(s);
+                            }
+                            return Err(e);
+                        }
+                    }
+                }
+                autograd::ScratchStep::Free(i) => {
+                    if let Some(s) = taken.get_mut(i).and_then(Option::take) {
+                        self.free_transient(s);
+                    }
+                }
             }
         }
-        self.free_transient(accumulation);
-        Ok(())
-    }
-
-    /// One reduction launch's staging buffer and semaphores, taken and freed.
-    fn launch_scratch(&mut self, s: &scratch::reduce::ReduceScratch) -> Result<()> {
-        let buffer = self.transient(s.buffer, Category::Workspace)?;
-        let semaphores = match self.transient(s.semaphores, Category::Workspace) {
-            Ok(t) => t,
-            Err(e) => {
-                self.free_transient(buffer);
-                return Err(e);
-            }
-        };
-        self.free_transient(semaphores);
-        self.free_transient(buffer);
         Ok(())
     }
 

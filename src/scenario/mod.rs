@@ -32,6 +32,7 @@ mod tests;
 
 pub use buffers::{buffers_allocated, MAX_BUFFERS};
 pub use build::{at_point, has_seq, BuildError, Built};
+pub(crate) use conditions::apply as apply_conditions;
 pub use conditions::{lt_rule, Conditions, ENV_KEYS};
 pub use dims::MAX_DIM;
 pub use events::to_trace;

@@ -66,6 +66,76 @@ pub(crate) enum SdpaScratch {
     },
 }
 
+/// One step of a kernel's scratch: take a buffer of these bytes, or free
+/// the n-th buffer taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ScratchStep {
+    Take(u64),
+    Free(usize),
+}
+
+impl SdpaScratch {
+    /// The buffers in the order the kernel takes and frees them: the
+    /// engine's backward and a traced program's both follow these steps.
+    pub(crate) fn steps(self) -> Vec<ScratchStep> {
+        use ScratchStep::{Free, Take};
+        match self {
+            SdpaScratch::Delta(bytes) => vec![Take(bytes), Free(0)],
+            SdpaScratch::Cudnn { workspace } => vec![Take(workspace), Free(0)],
+            SdpaScratch::Flash {
+                softmax_d,
+                dq_accum,
+            } => vec![Take(softmax_d), Take(dq_accum), Free(1), Free(0)],
+            SdpaScratch::FlashGqa {
+                expanded,
+                softmax_d,
+                dq_accum,
+            } => vec![
+                Take(expanded),
+                Take(expanded),
+                Take(softmax_d),
+                Take(dq_accum),
+                Free(3),
+                Free(2),
+                Free(1),
+                Free(0),
+            ],
+            // (grad_out * out).sum(-1).transpose(-2, -1).contiguous(): the
+            // temporaries die at the end of the expression, last made first
+            // (with one head the transpose is contiguous and delta is the
+            // sum itself); the workspace outlives delta.
+            SdpaScratch::EfficientF32 {
+                product,
+                rows,
+                copy_delta: true,
+                workspace,
+            } => vec![
+                Take(product),
+                Take(rows),
+                Take(rows),
+                Free(1),
+                Free(0),
+                Take(workspace),
+                Free(2),
+                Free(3),
+            ],
+            SdpaScratch::EfficientF32 {
+                product,
+                rows,
+                copy_delta: false,
+                workspace,
+            } => vec![
+                Take(product),
+                Take(rows),
+                Free(0),
+                Take(workspace),
+                Free(1),
+                Free(2),
+            ],
+        }
+    }
+}
+
 /// How a Node's backward allocates (engine.md table 2.2, column "backward allocates").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum BwdKind {

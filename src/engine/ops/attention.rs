@@ -188,26 +188,12 @@ impl Engine {
         self.release(out_base);
         if recording {
             let kv_heads = self.shape(k).dim(1);
-            let (name, scratch) = match backend {
-                SdpaBackend::Flash => (
-                    "ScaledDotProductFlashAttentionBackward0",
-                    flash_scratch(b, h, t, hd, kv_heads, dtype.size()),
-                ),
-                SdpaBackend::Cudnn => (
-                    "ScaledDotProductCudnnAttentionBackward0",
-                    SdpaScratch::Cudnn {
-                        workspace: cudnn_backward_workspace(b, h, t, hd, kv_heads, dtype.size()),
-                    },
-                ),
-                _ if dtype == DType::F32 => (
-                    "ScaledDotProductEfficientAttentionBackward0",
-                    efficient_f32_scratch(b, h, t, hd),
-                ),
-                _ => (
-                    "ScaledDotProductEfficientAttentionBackward0",
-                    SdpaScratch::Delta(b * h * tl * 4),
-                ),
+            let name = match backend {
+                SdpaBackend::Flash => "ScaledDotProductFlashAttentionBackward0",
+                SdpaBackend::Cudnn => "ScaledDotProductCudnnAttentionBackward0",
+                _ => "ScaledDotProductEfficientAttentionBackward0",
             };
+            let scratch = sdpa_backward_scratch(backend, dtype, [b, h, t, hd], kv_heads);
             let node = self.new_node(
                 name,
                 BwdKind::Sdpa { scratch, causal },
@@ -237,6 +223,25 @@ impl Engine {
             self.release(t);
         }
         Ok(out)
+    }
+}
+
+/// What a fused SDPA backward allocates after its q, k, v gradients, for q
+/// of `[B, h, T, hd]` in `dtype` and k, v of `kv_heads` heads (the engine's
+/// attention and a traced program's both ask here).
+pub(crate) fn sdpa_backward_scratch(
+    backend: SdpaBackend,
+    dtype: DType,
+    [b, h, t, hd]: [u64; 4],
+    kv_heads: u64,
+) -> SdpaScratch {
+    match backend {
+        SdpaBackend::Flash => flash_scratch(b, h, t, hd, kv_heads, dtype.size()),
+        SdpaBackend::Cudnn => SdpaScratch::Cudnn {
+            workspace: cudnn_backward_workspace(b, h, t, hd, kv_heads, dtype.size()),
+        },
+        _ if dtype == DType::F32 => efficient_f32_scratch(b, h, t, hd),
+        _ => SdpaScratch::Delta(b * h * t.div_ceil(32) * 32 * 4),
     }
 }
 

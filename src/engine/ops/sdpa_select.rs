@@ -45,6 +45,17 @@ impl SdpaCall {
     /// The first backend in `priority`'s order whose gates pass; math takes
     /// whatever none of the fused ones does.
     pub fn backend(&self, priority: SdpaPriority) -> SdpaBackend {
+        self.backend_among(priority, |_| true)
+    }
+
+    /// [`SdpaCall::backend`] among the backends `enabled` lets through
+    /// (`torch.backends.cuda.enable_*_sdp`, `sdpa_kernel(...)`): math takes
+    /// what none of the enabled fused ones does.
+    pub fn backend_among(
+        &self,
+        priority: SdpaPriority,
+        enabled: impl Fn(SdpaBackend) -> bool,
+    ) -> SdpaBackend {
         let order: &[SdpaBackend] = match priority {
             SdpaPriority::CudnnFirst => &[
                 SdpaBackend::Cudnn,
@@ -57,6 +68,7 @@ impl SdpaCall {
         order
             .iter()
             .copied()
+            .filter(|b| enabled(*b))
             .find(|b| match b {
                 SdpaBackend::Cudnn => self.cudnn_ok(),
                 SdpaBackend::Flash => self.flash_ok(),

@@ -4,7 +4,7 @@
 //! where its C++ scope ends.
 
 use crate::engine::autograd::backward::Out;
-use crate::engine::autograd::{NodeId, SdpaScratch};
+use crate::engine::autograd::{NodeId, ScratchStep, SdpaScratch};
 use crate::engine::dtype::DType;
 use crate::engine::error::Result;
 use crate::engine::scratch::embedding::EmbeddingSort;
@@ -108,68 +108,40 @@ impl Engine {
 
     /// What an SDPA backward allocates after its q, k, v gradients.
     pub(in crate::engine) fn sdpa_backward_scratch(&mut self, scratch: SdpaScratch) -> Result<()> {
-        match scratch {
-            SdpaScratch::Delta(bytes) => {
-                let s = self.transient(bytes, Category::Temporary)?;
-                self.free_transient(s);
-            }
-            SdpaScratch::Flash {
-                softmax_d,
-                dq_accum,
-            } => {
-                let d = self.transient(softmax_d, Category::Temporary)?;
-                let acc = self.transient(dq_accum, Category::Temporary);
-                if let Ok(a) = acc {
-                    self.free_transient(a);
-                }
-                self.free_transient(d);
-                acc?;
-            }
-            SdpaScratch::Cudnn { workspace } => {
-                let ws = self.transient(workspace, Category::Workspace)?;
-                self.free_transient(ws);
-            }
-            SdpaScratch::FlashGqa {
-                expanded,
-                softmax_d,
-                dq_accum,
-            } => {
-                let mut held = Held::default();
-                for bytes in [expanded, expanded, softmax_d, dq_accum] {
-                    if let Err(e) = held.take(self, bytes, Category::Temporary) {
-                        held.drop_last(self, held.len());
-                        return Err(e);
+        let steps = scratch.steps();
+        let takes = steps
+            .iter()
+            .filter(|s| matches!(s, ScratchStep::Take(_)))
+            .count();
+        // cuDNN's and the fp32 kernel's last buffer is the kernel's workspace.
+        let workspace_last = matches!(
+            scratch,
+            SdpaScratch::Cudnn { .. } | SdpaScratch::EfficientF32 { .. }
+        );
+        let mut taken: Vec<Option<Option<StorageId>>> = Vec::new();
+        for step in steps {
+            match step {
+                ScratchStep::Take(bytes) => {
+                    let category = if workspace_last && taken.len() + 1 == takes {
+                        Category::Workspace
+                    } else {
+                        Category::Temporary
+                    };
+                    match self.transient(bytes, category) {
+                        Ok(s) => taken.push(Some(s)),
+                        Err(e) => {
+                            for s in taken.into_iter().rev().flatten() {
+                                self.free_transient(s);
+                            }
+                            return Err(e);
+                        }
                     }
                 }
-                held.drop_last(self, held.len());
-            }
-            SdpaScratch::EfficientF32 {
-                product,
-                rows,
-                copy_delta,
-                workspace,
-            } => {
-                // (grad_out * out).sum(-1).transpose(-2, -1).contiguous():
-                // the temporaries die at the end of the expression, last
-                // made first (with one head the transpose is contiguous and
-                // delta is the sum itself); the workspace outlives delta.
-                let mut held = Held::default();
-                let made: &[u64] = if copy_delta {
-                    &[product, rows, rows]
-                } else {
-                    &[product, rows]
-                };
-                for &bytes in made {
-                    if let Err(e) = held.take(self, bytes, Category::Temporary) {
-                        held.drop_last(self, held.len());
-                        return Err(e);
+                ScratchStep::Free(i) => {
+                    if let Some(s) = taken.get_mut(i).and_then(Option::take) {
+                        self.free_transient(s);
                     }
                 }
-                let delta = held.0.pop().flatten();
-                held.drop_last(self, held.len());
-                let ws = self.transient(workspace, Category::Workspace);
-                self.free_transient(delta);
-                self.free_transient(ws?);
             }
         }
         Ok(())

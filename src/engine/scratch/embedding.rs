@@ -19,6 +19,8 @@
 //! Not modelled: `scale_grad_by_freq` (a count buffer and two scans by key).
 
 /// `embedding_dense_backward_cuda` takes the feature kernel up to here.
+use crate::engine::autograd::ScratchStep;
+
 const FEATURE_KERNEL_MAX_INDICES: u64 = 3072;
 /// Rows one thread sums in `compute_grad_weight` (a partial segment).
 const NROWS_PER_THREAD: u64 = 10;
@@ -47,6 +49,61 @@ pub(crate) struct EmbeddingSort {
     pub partial_sums: u64,
     /// The 0-dim segment counters.
     pub scalar: u64,
+}
+
+impl EmbeddingSort {
+    /// `embedding_dense_backward_cuda` before its gradient: sorted and
+    /// original indices (kept to the end), the `arange` and the sort's
+    /// temporary (gone with the dispatch lambda). A traced program follows
+    /// these steps; `the_steps_make_the_swept_requests` holds them to the
+    /// H100's requests, as the engine's `embedding_backward` is held.
+    pub(crate) fn steps_before_grad(&self) -> Vec<ScratchStep> {
+        use ScratchStep::{Free, Take};
+        let i = self.per_index;
+        vec![
+            Take(i),
+            Take(i),
+            Take(i),
+            Take(self.sort_temp),
+            Free(3),
+            Free(2),
+        ]
+    }
+
+    /// After the gradient (buffers numbered on from [`Self::steps_before_grad`]'s):
+    /// `embedding_backward_cuda_kernel`'s segments, partial segments and
+    /// partial sums, freed as their scopes end, then the two index buffers.
+    pub(crate) fn steps_after_grad(&self) -> Vec<ScratchStep> {
+        use ScratchStep::{Free, Take};
+        let (i, sc) = (self.per_index, self.scalar);
+        vec![
+            // segment offsets, the segment count; unique_by_key's output and temporary
+            Take(i),
+            Take(sc),
+            Take(i),
+            Take(self.unique_temp),
+            Free(7),
+            Free(6),
+            // partial-segment counts, their exclusive sum and its temporary
+            Take(self.per_segment),
+            Take(self.per_segment),
+            Take(self.scan_temp),
+            Free(10),
+            Take(sc),
+            Take(self.partial_offsets),
+            Take(self.partial_sums),
+            // the lambda's scope, then the kernel's locals, then the caller's
+            Free(13),
+            Free(12),
+            Free(11),
+            Free(9),
+            Free(8),
+            Free(5),
+            Free(4),
+            Free(1),
+            Free(0),
+        ]
+    }
 }
 
 /// The sort path's buffers for `numel` lookups of `index_bytes`-wide indices
@@ -147,7 +204,7 @@ mod cub {
 
 #[cfg(test)]
 mod tests {
-    use super::{cub, embedding_sort};
+    use super::{cub, embedding_sort, ScratchStep};
     use crate::engine::tests::{signed_requests, sweep_rows};
 
     /// CUB's temporaries as the H100 captures recorded them (int64 indices):
@@ -219,6 +276,42 @@ mod tests {
             checked[usize::from(index_bytes == 8)] += 1;
         }
         assert_eq!(checked, [32, 32]);
+    }
+
+    /// The steps a traced program follows make the same requests as the
+    /// H100 did, on every sort-path row of the sweep.
+    #[test]
+    fn the_steps_make_the_swept_requests() {
+        let mut checked = 0;
+        for f in sweep_rows("embedding/h100_sweep.tsv") {
+            let n: Vec<u64> = f[..4]
+                .iter()
+                .map(|v| v.parse().expect("a number"))
+                .collect();
+            let Some(s) = embedding_sort(n[3], n[0], n[1], n[2], 4) else {
+                continue;
+            };
+            let grad = n[1] * n[2] * 4;
+            let mut taken: Vec<i64> = Vec::new();
+            let mut seq: Vec<i64> = Vec::new();
+            let steps = s.steps_before_grad().into_iter().map(Some);
+            let steps = steps
+                .chain([None])
+                .chain(s.steps_after_grad().into_iter().map(Some));
+            for st in steps {
+                match st {
+                    Some(ScratchStep::Take(b)) => {
+                        taken.push(b as i64);
+                        seq.push(b as i64);
+                    }
+                    Some(ScratchStep::Free(k)) => seq.push(-taken[k]),
+                    None => seq.push(grad as i64),
+                }
+            }
+            assert_eq!(seq, sort_path_requests(&s, grad), "{f:?}");
+            checked += 1;
+        }
+        assert!(checked > 0);
     }
 
     /// The amp-fp16 capture's EmbeddingBackward0: 4,096 int64 lookups into

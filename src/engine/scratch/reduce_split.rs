@@ -8,6 +8,7 @@
 //! in an `AccumulationBuffer` of fp32, one per output element, taken before
 //! the first launch and freed after the last.
 
+use crate::engine::autograd::ScratchStep;
 use crate::engine::scratch::reduce::{
     reduce_scratch, ReduceDevice, ReduceScratch, ReduceShape, ACC_BYTES, INDEX_LIMIT,
 };
@@ -121,6 +122,33 @@ fn pieces(shape: ReduceShape) -> Vec<ReduceShape> {
         stack.push(first);
     }
     out
+}
+
+impl ReducePlan {
+    /// The buffers in order: the accumulation buffer around every launch,
+    /// each launch's staging buffer then semaphores, freed as the launch
+    /// returns (semaphores first). The engine and a traced program both
+    /// follow these steps.
+    pub(crate) fn steps(&self) -> Vec<ScratchStep> {
+        let mut steps = Vec::new();
+        let mut taken = 0;
+        let accumulation = self.accumulation.map(|bytes| {
+            steps.push(ScratchStep::Take(bytes));
+            taken += 1;
+            taken - 1
+        });
+        for l in &self.launches {
+            steps.push(ScratchStep::Take(l.buffer));
+            steps.push(ScratchStep::Take(l.semaphores));
+            steps.push(ScratchStep::Free(taken + 1));
+            steps.push(ScratchStep::Free(taken));
+            taken += 2;
+        }
+        if let Some(i) = accumulation {
+            steps.push(ScratchStep::Free(i));
+        }
+        steps
+    }
 }
 
 /// Everything `gpu_reduce_kernel` allocates for a reduction of `shape`.

@@ -1,0 +1,54 @@
+"""Benchmark for `vramscope trace` (issue 38): GPT-2 small (nanoGPT's GPT,
+tests/fixtures/pytorch/_gpt.py) trained with AdamW on batch 4 x 1,024 tokens.
+
+    vramscope trace --headless --steps 0 -- python benches/trace/gpt2_step.py [STEPS]
+    python benches/trace/gpt2_step.py [STEPS] --meta     # the same on plain meta, untraced
+
+Prints the wall time of each training step (model building and the first
+step's one-off costs apart) and the aten ops per step, so the trace's cost
+per op is (traced - meta) / ops.
+"""
+
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "fixtures", "pytorch"))
+
+import torch  # noqa: E402
+from _gpt import GPT, Config, criterion  # noqa: E402
+
+steps = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 3
+device = "meta" if "--meta" in sys.argv else "cuda"
+cfg = Config(n_layer=12, n_head=12, n_embd=768, vocab=50_257, block_size=1024)
+t0 = time.perf_counter()
+model = GPT(cfg).to(device)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
+print(f"build {time.perf_counter() - t0:.3f} s", file=sys.stderr)
+
+
+class Count(torch.utils._python_dispatch.TorchDispatchMode):
+    ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        Count.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+for i in range(steps + 1):
+    t = time.perf_counter()
+    x = torch.randint(0, cfg.vocab, (4, 1024), device=device)
+    y = torch.randint(0, cfg.vocab, (4, 1024), device=device)
+    opt.zero_grad(set_to_none=True)
+    loss = criterion(model(x), y)
+    loss.backward()
+    opt.step()
+    dt = time.perf_counter() - t
+    print(f"step {i}{' (first)' if i == 0 else ''}: {dt:.3f} s", file=sys.stderr)
+if device == "meta":
+    with Count():
+        opt.zero_grad(set_to_none=True)
+        x = torch.randint(0, cfg.vocab, (4, 1024), device=device)
+        criterion(model(x), x).backward()
+        opt.step()
+    print(f"aten ops per step: {Count.ops}", file=sys.stderr)

@@ -1,0 +1,1341 @@
+"""vramscope_trace: run an unmodified PyTorch program on a simulated GPU.
+
+`vramscope trace -- python train.py ARGS` starts the program with this file
+and a `sitecustomize.py` that imports it on a private `PYTHONPATH`, and
+`VRAMSCOPE_TRACE_SOCKET` naming the unix socket where vramscope listens.
+Nothing here runs unless that variable is set. The program is not changed:
+
+- when the program imports torch, the import finishes and then this module
+  patches `torch.cuda` (`is_available()` is true, the device's properties are
+  the GPU profile's, `memory_allocated()`, `memory_stats()`, `empty_cache()`,
+  `set_per_process_memory_fraction()`, `_dump_snapshot()` … answer from the
+  simulation) and pushes two modes for the rest of the run;
+- a TorchFunctionMode relabels: `device="cuda"`, `.cuda()`, `.to("cuda")`
+  land on PyTorch's `meta` device (shapes and dtypes, no data), a meta
+  tensor says it is on `cuda:0`, and what needs data (`.item()`, `.cpu()`,
+  `.tolist()`, `bool(t)`) gets zeros of the right shape and dtype;
+  `F.scaled_dot_product_attention` runs the kernel PyTorch would pick on the
+  GPU (vramscope's engine chooses it);
+- a TorchDispatchMode sees every aten op's outputs: each new storage is a
+  `malloc` that waits for vramscope's allocator (an address, or an OOM that
+  is raised here as `torch.cuda.OutOfMemoryError` with PyTorch's message),
+  and a weak reference on the storage sends its `free` when it dies;
+- every `optimizer.step()` is a step; after `--steps N` of them the process
+  ends (os._exit), so a long training run gives a quick answer.
+
+Channel: frames of 4 bytes little-endian length + UTF-8 JSON, as
+python/PROTOCOL.md frames the live stream. The messages are arrays, the
+first element the kind; `docs/trace.md` lists them. A malloc and every
+query wait for the answer; frees, stacks and steps are buffered and go with
+the next message that waits, so one round trip serves many events.
+
+No allocator or CUDA rule lives here: sizes are the storages' bytes, and
+what PyTorch's CUDA kernels add (cuBLAS workspaces, the SDPA backend's
+buffers) is decided by vramscope from the op names and shapes sent.
+"""
+
+import atexit
+import importlib.abc
+import importlib.util
+import json
+import os
+import socket
+import struct
+import sys
+import threading
+import weakref
+
+ENV_SOCKET = "VRAMSCOPE_TRACE_SOCKET"
+ENV_BOOT = "VRAMSCOPE_TRACE_BOOT"
+# Environment variables PyTorch reads when CUDA starts (the allocator's
+# config and the cuBLAS / cuBLASLt workspaces); sent with `init`.
+CUDA_ENV = (
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "PYTORCH_ALLOC_CONF",
+    "CUBLAS_WORKSPACE_CONFIG",
+    "CUBLASLT_WORKSPACE_SIZE",
+    "TORCH_CUBLAS_WORKSPACE_CACHE",
+)
+MAX_STACK = 128
+# VRAMSCOPE_TRACE_DEBUG=1: every aten op the program runs, on stderr.
+_DEBUG = os.environ.get("VRAMSCOPE_TRACE_DEBUG") == "1"
+_HERE = os.path.abspath(__file__)
+# Frames of the machinery between the program and this helper (the modes'
+# entry, dynamo's guard around them): PyTorch's own stacks have none.
+_MACHINERY = (
+    os.sep + os.path.join("torch", "_dynamo", "eval_frame.py"),
+    os.sep + os.path.join("torch", "_compile.py"),
+    os.sep + os.path.join("torch", "overrides.py"),
+    os.sep + os.path.join("torch", "utils", "_python_dispatch.py"),
+)
+
+
+class TraceError(RuntimeError):
+    """The channel to vramscope failed; the message says how."""
+
+
+# ------------------------------------------------------------------ channel
+
+
+class Channel:
+    def __init__(self, path):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(path)
+        self.out = []
+        self.lock = threading.RLock()
+        self.pid = os.getpid()
+        self.closed = False
+
+    def _frame(self, obj):
+        body = json.dumps(obj, separators=(",", ":")).encode("utf-8")
+        return struct.pack("<I", len(body)) + body
+
+    def post(self, obj):
+        """Send later, with the next message that waits (or at close)."""
+        if self.closed or os.getpid() != self.pid:
+            return
+        self.out.append(self._frame(obj))
+
+    def ask(self, obj):
+        """Send everything buffered and `obj`, and wait for the answer."""
+        if self.closed or os.getpid() != self.pid:
+            raise TraceError("vramscope trace: the channel to vramscope is closed")
+        with self.lock:
+            self.out.append(self._frame(obj))
+            self._flush()
+            head = self._recv(4)
+            (n,) = struct.unpack("<I", head)
+            return json.loads(self._recv(n))
+
+    def _flush(self):
+        # A weakref callback may append while this runs: take the list first.
+        out, self.out = self.out, []
+        if out:
+            self.sock.sendall(b"".join(out))
+
+    def _recv(self, n):
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise TraceError("vramscope trace: vramscope closed the channel")
+            buf += chunk
+        return bytes(buf)
+
+    def close(self):
+        if self.closed or os.getpid() != self.pid:
+            return
+        with self.lock:
+            try:
+                self._flush()
+            except OSError:
+                pass
+            self.closed = True
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+
+
+_chan = None
+_state = None
+
+
+# ------------------------------------------------------------------- boot
+
+
+def _boot():
+    """Called by the generated sitecustomize: wait for `import torch`."""
+    path = os.environ.get(ENV_SOCKET)
+    if not path:
+        return
+    # Child processes (DataLoader workers started with spawn, subprocesses)
+    # must not trace: only the process vramscope started does.
+    os.environ.pop(ENV_SOCKET, None)
+    _chain_sitecustomize()
+    sys.meta_path.insert(0, _TorchHook(path))
+
+
+def _chain_sitecustomize():
+    """Run the sitecustomize this one shadows, if the environment has one."""
+    boot = os.environ.get(ENV_BOOT)
+    for entry in sys.path:
+        if not entry or (boot and os.path.abspath(entry) == os.path.abspath(boot)):
+            continue
+        cand = os.path.join(entry, "sitecustomize.py")
+        if os.path.isfile(cand):
+            spec = importlib.util.spec_from_file_location("_vramscope_chained_sitecustomize", cand)
+            if spec and spec.loader:
+                mod = importlib.util.module_from_spec(spec)
+                try:
+                    spec.loader.exec_module(mod)
+                except Exception as e:  # the user's own file: say, go on
+                    print(f"vramscope trace: {cand}: {e!r}", file=sys.stderr)
+            return
+
+
+class _TorchHook(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: when `torch` is imported, wraps its loader so
+    that tracing starts right after torch's own import finishes."""
+
+    def __init__(self, path):
+        self.path = path
+        self.busy = False
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch" or self.busy:
+            return None
+        self.busy = True
+        try:
+            spec = importlib.util.find_spec("torch")
+        finally:
+            self.busy = False
+        if spec is None or spec.loader is None:
+            return None
+        loader = spec.loader
+        hook = self
+
+        class _Loader(importlib.abc.Loader):
+            def create_module(self, spec):
+                return loader.create_module(spec)
+
+            def exec_module(self, module):
+                loader.exec_module(module)
+                sys.meta_path[:] = [f for f in sys.meta_path if f is not hook]
+                _activate(module, hook.path)
+
+        spec.loader = _Loader()
+        return spec
+
+
+# --------------------------------------------------------------- activate
+
+
+class _State:
+    def __init__(self, torch, reply):
+        self.torch = torch
+        self.device = reply["device"]
+        self.steps_limit = reply.get("steps")
+        self.steps = 0
+        self.live = {}  # storage _cdata -> weakref
+        self.stacks = {}  # ((code, line), ...) -> id
+        self.initialized = False
+        self.meta = torch.device("meta")
+        self.cuda = torch.device("cuda", 0)
+        self.untraced = set()
+        self.after_ops = set(reply.get("after_ops", []))
+        self.before_ops = set(reply.get("before_ops", []))
+        self.host_outputs = {k: set(v) for k, v in reply.get("host_outputs", {}).items()}
+        self.sdpa = reply.get("sdpa", True)
+        self.autocast = reply.get("autocast", {})
+
+
+def _activate(torch, path):
+    global _chan, _state
+    _chan = Channel(path)
+    reply = _chan.ask(
+        [
+            "hello",
+            {
+                "pid": os.getpid(),
+                "argv": list(sys.argv),
+                "torch": torch.__version__,
+                "python": sys.version.split()[0],
+            },
+        ]
+    )
+    _state = _State(torch, reply)
+    os.register_at_fork(after_in_child=_forked)
+    _patch_cuda(torch)
+    _install_step_hook(torch)
+    _install_modes(torch)
+    atexit.register(_at_exit)
+    _wrap_excepthook()
+
+
+def _forked():
+    # A forked child (a DataLoader worker) shares the socket: it must not write.
+    if _chan is not None:
+        _chan.closed = True
+
+
+def _forked_guard():
+    return _chan is None or _chan.closed or os.getpid() != _chan.pid
+
+
+# ------------------------------------------------------------ allocations
+
+
+def _lazy_init():
+    """PyTorch reads the allocator's config and the workspace variables when
+    CUDA starts: the first allocation or query. So does vramscope."""
+    if _state.initialized:
+        return
+    _state.initialized = True
+    env = {k: os.environ.get(k) for k in CUDA_ENV}
+    r = _chan.ask(["init", env])
+    if r[0] != "ok":
+        raise RuntimeError(r[1])
+
+
+def _stack():
+    """The Python stack here, innermost first, as an interned id."""
+    f = sys._getframe(2)
+    key = []
+    while f is not None and len(key) < MAX_STACK:
+        co = f.f_code
+        fn = co.co_filename
+        if fn != _HERE and not fn.endswith(_MACHINERY):
+            key.append((co, f.f_lineno))
+        f = f.f_back
+    key = tuple(key)
+    sid = _state.stacks.get(key)
+    if sid is None:
+        sid = len(_state.stacks)
+        _state.stacks[key] = sid
+        _chan.post(["s", sid, [[co.co_filename, line, co.co_name] for co, line in key]])
+    return sid
+
+
+def _oom(message):
+    return _state.torch.cuda.OutOfMemoryError(message)
+
+
+def _malloc(t):
+    s = t.untyped_storage()
+    cd = s._cdata
+    if cd in _state.live:
+        return
+    n = s.nbytes()
+    if n == 0:
+        # PyTorch hands back a null pointer for 0 bytes: no allocation.
+        return
+    if not _state.initialized:
+        _lazy_init()
+    if _DEBUG:
+        print(f"vramscope trace:   malloc {n}", file=sys.stderr)
+    r = _chan.ask(["m", cd, n, _stack()])
+    if r[0] != "ok":
+        raise _oom(r[1])
+    _state.live[cd] = weakref.ref(s, lambda _wr, cd=cd: _free(cd))
+
+
+def _free(cd):
+    if _state.live.pop(cd, None) is not None and not _forked_guard():
+        _chan.post(["f", cd])
+
+
+def _register(out, host=None):
+    T = _state.torch.Tensor
+    if host:
+        # Outputs the GPU keeps on the host (vramscope's `host_outputs`).
+        out = [o for i, o in enumerate(out) if i not in host]
+    if isinstance(out, T):
+        if out.is_meta:
+            _malloc(out)
+        return
+    if isinstance(out, (tuple, list)):
+        for o in out:
+            if isinstance(o, T):
+                if o.is_meta:
+                    _malloc(o)
+            elif isinstance(o, (tuple, list)):
+                for p in o:
+                    if isinstance(p, T) and p.is_meta:
+                        _malloc(p)
+
+
+def _in_backward():
+    node = _state.torch._C._current_autograd_node()
+    return node is not None
+
+
+def _after_op(func, args, out):
+    """The CUDA rules meta does not show, for the ops vramscope names
+    (`after_ops`): the op's name, whether autograd's thread runs it, and its
+    tensors' shapes and dtypes; vramscope allocates what the kernel would."""
+    if not _state.initialized:
+        _lazy_init()
+    r = _chan.ask(["op", func._opname, _in_backward(), _shapes(args), _stack()])
+    if r[0] != "ok":
+        raise _oom(r[1])
+
+
+def _before_op(func, args):
+    """Scratch a CUDA kernel takes before its outputs (vramscope's
+    `before_ops`); the op's report after it runs frees what is left."""
+    if not _state.initialized:
+        _lazy_init()
+    r = _chan.ask(["before", func._opname, _in_backward(), _shapes(args), _stack()])
+    if r[0] != "ok":
+        raise _oom(r[1])
+
+
+def _shapes(args):
+    """The op's arguments as vramscope reads them: a tensor as its shape,
+    dtype and contiguity; numbers and lists of numbers as they are."""
+    T = _state.torch.Tensor
+    out = []
+    for a in args:
+        if isinstance(a, T):
+            out.append({"shape": list(a.shape), "dtype": str(a.dtype)[6:], "contiguous": a.is_contiguous()})
+        elif a is None or isinstance(a, (bool, int, float)):
+            out.append(a)
+        elif isinstance(a, (list, tuple)) and all(isinstance(x, int) for x in a):
+            out.append(list(a))
+        else:
+            out.append(None)
+    return out
+
+
+def _untraceable(func, err):
+    """An op that cannot run without data or a GPU: named, with its line."""
+    what = f"{func}"
+    _chan.post(["untraced", what, str(err).splitlines()[0] if str(err) else "", _stack()])
+    return NotImplementedError(
+        f"vramscope trace: {what} cannot run on the simulated GPU (PyTorch's meta "
+        f"device has no kernel for it, or its output size depends on data): {err}"
+    )
+
+
+# ------------------------------------------------------------------ modes
+
+
+def _install_modes(torch):
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    import torch.nn.functional as F
+
+    meta = _state.meta
+    cuda = _state.cuda
+    Tensor = torch.Tensor
+
+    def is_cuda_device(d):
+        if isinstance(d, str):
+            return d == "cuda" or d.startswith("cuda:")
+        if isinstance(d, int) and not isinstance(d, bool):
+            return True  # a bare index means a CUDA device in .to()/.cuda()
+        return isinstance(d, torch.device) and d.type == "cuda"
+
+    def map_device(d):
+        return meta if is_cuda_device(d) else d
+
+    def host_copy(t, dtype=None):
+        # What the GPU would copy to the host: the shape and dtype, zeros
+        # (the simulated GPU holds no data).
+        return torch.zeros(t.shape, dtype=dtype or t.dtype)
+
+    def zero_of(t):
+        if t.dtype.is_floating_point:
+            return 0.0
+        if t.dtype == torch.bool:
+            return False
+        if t.dtype.is_complex:
+            return 0j
+        return 0
+
+    def h_to(func, args, kwargs):
+        t = args[0]
+        rest = list(args[1:])
+        for i, a in enumerate(rest):
+            if isinstance(a, (str, torch.device)) or (isinstance(a, int) and not isinstance(a, bool) and i == 0):
+                if is_cuda_device(a):
+                    rest[i] = meta
+                elif t.is_meta and _is_host(a):
+                    return host_copy(t, _dtype_in(rest, kwargs))
+        if "device" in kwargs:
+            d = kwargs["device"]
+            if is_cuda_device(d):
+                kwargs["device"] = meta
+            elif t.is_meta and _is_host(d):
+                return host_copy(t, kwargs.get("dtype"))
+        return func(t, *rest, **kwargs)
+
+    def _is_host(d):
+        return (isinstance(d, str) and (d == "cpu" or d.startswith("cpu:"))) or (
+            isinstance(d, torch.device) and d.type == "cpu"
+        )
+
+    def _dtype_in(rest, kwargs):
+        for a in rest:
+            if isinstance(a, torch.dtype):
+                return a
+        return kwargs.get("dtype")
+
+    def h_cuda(func, args, kwargs):
+        t = args[0]
+        if t.is_meta:
+            return t
+        kw = {k: v for k, v in kwargs.items() if k in ("non_blocking", "memory_format")}
+        return Tensor.to(t, meta, **kw)
+
+    def h_cpu(func, args, kwargs):
+        t = args[0]
+        return host_copy(t) if t.is_meta else func(*args, **kwargs)
+
+    def h_item(func, args, kwargs):
+        t = args[0]
+        return zero_of(t) if t.is_meta else func(*args, **kwargs)
+
+    def h_tolist(func, args, kwargs):
+        t = args[0]
+        return host_copy(t).tolist() if t.is_meta else func(*args, **kwargs)
+
+    def h_numpy(func, args, kwargs):
+        t = args[0]
+        return host_copy(t).numpy() if t.is_meta else func(*args, **kwargs)
+
+    def h_scalar(conv):
+        def h(func, args, kwargs):
+            t = args[0]
+            return conv(zero_of(t)) if t.is_meta else func(*args, **kwargs)
+
+        return h
+
+    def h_device(func, args, kwargs):
+        d = func(*args, **kwargs)
+        return cuda if d.type == "meta" else d
+
+    def h_is_cuda(func, args, kwargs):
+        t = args[0]
+        return True if t.is_meta else func(*args, **kwargs)
+
+    def h_get_device(func, args, kwargs):
+        t = args[0]
+        return 0 if t.is_meta else func(*args, **kwargs)
+
+    def h_self(func, args, kwargs):
+        return args[0]
+
+    def h_none(func, args, kwargs):
+        return None
+
+    def h_false(func, args, kwargs):
+        return False
+
+    def h_copy_(func, args, kwargs):
+        dst, src = args[0], args[1]
+        if src.is_meta and not dst.is_meta:
+            return dst  # a device-to-host copy: the host keeps its zeros
+        return func(*args, **kwargs)
+
+    def h_set_data(func, args, kwargs):
+        # Module.to("cuda") sets `param.data = moved` to keep each Parameter
+        # (and so tied weights) one object; a CPU tensor's data cannot be set
+        # to a meta one, so the two objects swap contents instead: the same
+        # Parameter, now on the simulated GPU, as on a real one.
+        p, v = args[0], args[1]
+        if v.is_meta and not p.is_meta:
+            rg = p.requires_grad
+            if isinstance(p, torch.nn.Parameter):
+                v = torch.nn.Parameter(v, requires_grad=rg)
+            torch.utils.swap_tensors(p, v)
+            if p.requires_grad != rg:
+                p.requires_grad_(rg)
+            return None
+        return func(*args, **kwargs)
+
+    shallow_compatible = torch._has_compatible_shallow_copy_type
+
+    # The same signature as PyTorch's (torch._dynamo's polyfill checks it).
+    def compatible(input: torch.Tensor, from_: torch.Tensor) -> bool:
+        # A CPU tensor and a meta one are what a CPU and a CUDA tensor are
+        # on a GPU: dense, so `Module._apply` keeps its Parameters.
+        if input.is_meta != from_.is_meta and input.layout == from_.layout == torch.strided:
+            return True
+        return shallow_compatible(input, from_)
+
+    torch._has_compatible_shallow_copy_type = compatible
+
+    from torch.autograd import _make_grads, _tensor_or_tensors_to_tuple
+    from torch.autograd.graph import _engine_run_backward
+
+    def run_backward(tensors, gradient, retain_graph, create_graph, inputs):
+        # A function mode is off while it handles a call, and
+        # torch.autograd.backward asks the modes again; but backward runs
+        # the program's code (checkpoint recomputation, hooks), which must
+        # see the simulated GPU as the forward did. So its body runs here,
+        # with this mode on (torch/autograd/__init__.py `backward`).
+        tensors = (tensors,) if isinstance(tensors, Tensor) else tuple(tensors)
+        if inputs is None:
+            inputs = ()
+        elif isinstance(inputs, Tensor):
+            inputs = (inputs,)
+        else:
+            inputs = tuple(inputs)
+        with _state.relabel:
+            grads = _tensor_or_tensors_to_tuple(gradient, len(tensors))
+            grads = _make_grads(tensors, grads, is_grads_batched=False)
+            if retain_graph is None:
+                retain_graph = create_graph
+            _engine_run_backward(
+                tensors, grads, retain_graph, create_graph, inputs,
+                allow_unreachable=True, accumulate_grad=True,
+            )
+
+    def h_backward(func, args, kwargs):
+        names = ("gradient", "retain_graph", "create_graph", "inputs")
+        a = dict(zip(names, args[1:]))
+        a.update(kwargs)
+        return run_backward(
+            args[0], a.get("gradient"), a.get("retain_graph"), a.get("create_graph", False), a.get("inputs")
+        )
+
+    def h_autograd_backward(func, args, kwargs):
+        names = ("tensors", "grad_tensors", "retain_graph", "create_graph", "grad_variables", "inputs")
+        a = dict(zip(names, args))
+        a.update(kwargs)
+        gradient = a.get("grad_tensors")
+        if gradient is None:
+            gradient = a.get("grad_variables")
+        return run_backward(
+            a["tensors"], gradient, a.get("retain_graph"), a.get("create_graph", False), a.get("inputs")
+        )
+
+    def h_dropout(func, args, kwargs):
+        # ATen's dropout takes the fused kernel (a bool mask) only for CUDA
+        # inputs (`is_fused_kernel_acceptable`); on meta it would multiply by
+        # an input-sized float noise tensor. Out of place, in training,
+        # 0 < p < 1: native_dropout, as the GPU runs it.
+        names = ("input", "p", "training", "inplace") if func is F.dropout else ("input", "p", "train")
+        a = dict(zip(names, args))
+        a.update(kwargs)
+        x = a.get("input")
+        p = float(a.get("p", 0.5))
+        train = a.get("training", a.get("train", True))
+        if (
+            isinstance(x, Tensor) and x.is_meta and train and not a.get("inplace", False)
+            and 0.0 < p < 1.0 and x.numel() > 0
+        ):
+            return torch.native_dropout(x, p, True)[0]
+        return func(*args, **kwargs)
+
+    def h_softmax(half_to_float):
+        # softmax(x_half, dim, dtype=float32) on CUDA runs the kernel with
+        # half_to_float (no converted copy; SoftMax.cpp checks is_cuda()).
+        def h(func, args, kwargs):
+            x = args[0] if args else kwargs.get("input")
+            dtype = kwargs.get("dtype")
+            if dtype is None:
+                dtype = next((a for a in args[1:] if isinstance(a, torch.dtype)), None)
+            dim = kwargs.get("dim", args[1] if len(args) > 1 and isinstance(args[1], int) else None)
+            if (
+                isinstance(x, Tensor) and x.is_meta and x.dtype == torch.float16
+                and dtype == torch.float32 and dim is not None
+            ):
+                return half_to_float(x, dim, True)
+            return func(*args, **kwargs)
+
+        return h
+
+    handlers = {
+        F.dropout: h_dropout,
+        torch.dropout: h_dropout,
+        Tensor.backward: h_backward,
+        torch.autograd.backward: h_autograd_backward,
+        Tensor.data.__set__: h_set_data,
+        Tensor.to: h_to,
+        Tensor.cuda: h_cuda,
+        Tensor.cpu: h_cpu,
+        Tensor.item: h_item,
+        Tensor.tolist: h_tolist,
+        Tensor.numpy: h_numpy,
+        Tensor.__bool__: h_scalar(bool),
+        Tensor.__float__: h_scalar(float),
+        Tensor.__int__: h_scalar(int),
+        Tensor.__index__: h_scalar(int),
+        Tensor.device.__get__: h_device,
+        Tensor.is_cuda.__get__: h_is_cuda,
+        Tensor.get_device: h_get_device,
+        Tensor.pin_memory: h_self,
+        Tensor.is_pinned: h_false,
+        Tensor.record_stream: h_none,
+        Tensor.copy_: h_copy_,
+    }
+    for f in (F.softmax, torch.softmax, Tensor.softmax):
+        handlers[f] = h_softmax(torch._softmax)
+    for f in (F.log_softmax, torch.log_softmax, Tensor.log_softmax):
+        handlers[f] = h_softmax(torch._log_softmax)
+    sdpa = _sdpa_handler(torch)
+    if sdpa is not None:
+        handlers[F.scaled_dot_product_attention] = sdpa
+    _autocast_handlers(torch, handlers)
+
+    class Relabel(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            h = handlers.get(func)
+            if h is not None:
+                return h(func, args, kwargs)
+            d = kwargs.get("device")
+            if d is not None and is_cuda_device(d):
+                kwargs["device"] = meta
+            return func(*args, **kwargs)
+
+    rules = {}  # op -> (reported after it runs, outputs kept on the host, reported before)
+
+    add_tensor = torch.ops.aten.add.Tensor
+    use_count = torch._C._storage_Use_Count
+
+    def accumulate(args, kwargs):
+        """autograd's InputBuffer::accumulate, as on a GPU. On meta (and
+        under a dispatch mode) PyTorch counts every tensor as "subclass-like"
+        and always adds out of place; on CUDA it adds into the old gradient
+        when it holds the last reference to it and its storage and grad mode
+        is off. None: not such an addition."""
+        if kwargs or len(args) != 2 or torch.is_grad_enabled() or not _in_backward():
+            return None
+        old, new = args
+        if not (isinstance(old, Tensor) and isinstance(new, Tensor) and old.is_meta and new.is_meta):
+            return None
+        if old.shape != new.shape or old.dtype != new.dtype or not old.is_contiguous():
+            return None
+        # untyped_storage() itself holds one reference while asked.
+        if use_count(old.untyped_storage()._cdata) != 2:
+            return None
+        return old.add_(new)
+
+    class Allocations(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is add_tensor:
+                out = accumulate(args, kwargs)
+                if out is not None:
+                    return out
+            rule = rules.get(func)
+            if rule is None:
+                name = getattr(func, "_opname", "")
+                rule = rules[func] = (
+                    name in _state.after_ops,
+                    _state.host_outputs.get(name),
+                    name in _state.before_ops,
+                )
+            if rule[2]:
+                _before_op(func, args)
+            try:
+                out = func(*args, **(kwargs or {}))
+            except NotImplementedError as e:
+                raise _untraceable(func, e) from None
+            if _DEBUG:
+                print(f"vramscope trace: {func}", file=sys.stderr)
+            _register(out, rule[1])
+            if rule[0]:
+                _after_op(func, args, out)
+            return out
+
+    _checkpoint_metadata(torch, cuda)
+    _state.relabel = Relabel()
+    _state.allocations = Allocations()
+    _state.allocations.__enter__()
+    _state.relabel.__enter__()
+
+
+# ---------------------------------------------------------------- autocast
+
+
+class _CastCache:
+    """Autocast's cache of weight casts (autocast_mode.cpp `cached_cast`):
+    an fp32 leaf that requires grad is cast once per region; the cast lives
+    until the outermost `autocast` exits (`torch.clear_autocast_cache`)."""
+
+    def __init__(self):
+        self.casts = {}
+
+    def get(self, t):
+        hit = self.casts.get(id(t))
+        if hit is not None and hit[0]() is t:
+            return hit[1]
+        return None
+
+    def put(self, t, cast):
+        self.casts[id(t)] = (weakref.ref(t), cast)
+
+    def clear(self):
+        self.casts.clear()
+
+
+def _autocast_handlers(torch, handlers):
+    """CUDA autocast for the simulated GPU. Autocast is a dispatch key that
+    meta tensors never carry, so its policies (sent by vramscope, PyTorch
+    2.11's lists) run here, above autograd as on a GPU: the casts are in the
+    graph, weight casts cached, arguments cast right to left (GCC's order of
+    the wrapper's call arguments)."""
+    table = _state.autocast
+    if not table:
+        return
+    import torch.nn.functional as F
+
+    cache = _CastCache()
+    clear = torch.clear_autocast_cache
+
+    # PyTorch's signature: torch._dynamo checks it.
+    def clear_autocast_cache() -> None:
+        cache.clear()
+        clear()
+
+    torch.clear_autocast_cache = clear_autocast_cache
+    fp32 = torch.float32
+
+    def active():
+        return torch.is_autocast_enabled("cuda")
+
+    def eligible(t):
+        return (
+            isinstance(t, torch.Tensor)
+            and t.is_meta
+            and t.is_floating_point()
+            and t.dtype != torch.float64
+        )
+
+    def cast(t, to):
+        if not eligible(t) or t.dtype == to:
+            return t
+        lower = torch.get_autocast_dtype("cuda")
+        cacheable = (
+            to == lower
+            and t.dtype == fp32
+            and t.requires_grad
+            and t.is_leaf
+            and not t._is_view()
+            and torch.is_autocast_cache_enabled()
+        )
+        if cacheable:
+            hit = cache.get(t)
+            if hit is not None:
+                return hit
+        c = t.to(to)
+        if cacheable:
+            cache.put(t, c)
+        return c
+
+    def cast_args(args, kwargs, to):
+        # Right to left: keyword arguments come after the positional ones.
+        kw = dict(kwargs)
+        for k in reversed(list(kw)):
+            kw[k] = cast_value(kw[k], to)
+        out = list(args)
+        for i in range(len(out) - 1, -1, -1):
+            out[i] = cast_value(out[i], to)
+        return out, kw
+
+    def cast_value(v, to):
+        if isinstance(v, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in v):
+            return type(v)(reversed([cast(x, to) for x in reversed(v)]))
+        return cast(v, to)
+
+    def policy(to_of):
+        def h(func, args, kwargs):
+            if not active():
+                return func(*args, **kwargs)
+            to = to_of(args, kwargs)
+            if to is None:
+                return func(*args, **kwargs)
+            a, kw = cast_args(args, kwargs, to)
+            return func(*a, **kw)
+
+        return h
+
+    def lower(args, kwargs):
+        return torch.get_autocast_dtype("cuda")
+
+    def widest(args, kwargs):
+        ts = [x for x in list(args) + list(kwargs.values()) if eligible(x)]
+        for v in list(args) + list(kwargs.values()):
+            if isinstance(v, (list, tuple)):
+                ts.extend(x for x in v if eligible(x))
+        if not ts:
+            return None
+        to = ts[0].dtype
+        for t in ts[1:]:
+            to = torch.promote_types(to, t.dtype)
+        return to
+
+    def unless_dtype(inner):
+        def h(func, args, kwargs):
+            given = kwargs.get("dtype") is not None or any(isinstance(a, torch.dtype) for a in args[1:])
+            x = args[0] if args else None
+            if given or not active() or not eligible(x) or x.dtype == fp32:
+                return inner(func, args, kwargs)
+            kw = dict(kwargs)
+            kw["dtype"] = fp32
+            return inner(func, args, kw)
+
+        return h
+
+    def plain(func, args, kwargs):
+        return func(*args, **kwargs)
+
+    def banned(message):
+        def h(func, args, kwargs):
+            if active() and any(eligible(a) for a in args):
+                raise RuntimeError(message)
+            return func(*args, **kwargs)
+
+        return h
+
+    def cross_entropy(func, args, kwargs):
+        # C++ cross_entropy_loss: log_softmax(self, class_dim, self.dtype)
+        # keeps the logits' dtype, then nll_loss (fp32 list) casts it up.
+        x = args[0] if args else kwargs.get("input")
+        if not active() or not eligible(x) or x.dtype == fp32 or kwargs.get("label_smoothing", 0.0):
+            return func(*args, **kwargs)
+        names = ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction")
+        a = dict(zip(names, args))
+        a.update(kwargs)
+        target = a["target"]
+        if target.is_floating_point():
+            return func(*args, **kwargs)
+        dim = 0 if x.dim() == 1 else 1
+        logp = torch.log_softmax(x, dim, dtype=x.dtype).to(fp32)
+        weight = a.get("weight")
+        return F.nll_loss(
+            logp,
+            target,
+            weight=cast(weight, fp32) if weight is not None else None,
+            ignore_index=a.get("ignore_index", -100),
+            reduction=a.get("reduction", "mean"),
+        )
+
+    def resolve(name):
+        found = []
+        for owner in (torch, torch.Tensor, F, torch._C._nn):
+            f = getattr(owner, name, None)
+            if f is not None and callable(f) and f not in found:
+                found.append(f)
+        return found
+
+    for group, h in (
+        ("lower", policy(lower)),
+        ("fp32", policy(lambda a, k: fp32)),
+        ("promote", policy(widest)),
+    ):
+        for name in table.get(group, []):
+            for f in resolve(name):
+                handlers.setdefault(f, h)
+    for name in table.get("fp32_unless_dtype", []):
+        for f in resolve(name):
+            handlers[f] = unless_dtype(handlers.get(f, plain))
+    for name, message in table.get("banned", {}).items():
+        for f in resolve(name):
+            handlers.setdefault(f, banned(message))
+    handlers[F.cross_entropy] = cross_entropy
+
+
+def _checkpoint_metadata(torch, cuda):
+    """Non-reentrant checkpointing compares each recomputed tensor's device
+    with the forward's. Whether the relabelling mode is on when autograd's
+    hook reads it depends on where the tensor was saved, so the check reads
+    the simulated GPU's name for meta itself."""
+    try:
+        import torch.utils.checkpoint as ckpt
+    except ImportError:
+        return
+    table = getattr(ckpt, "_allowed_determinism_checks_to_fns", None)
+    default = getattr(ckpt, "_DEFAULT_DETERMINISM_MODE", None)
+    if not isinstance(table, dict) or default not in table:
+        return
+    extract = table[default]
+
+    def metadata(x):
+        m = extract(x)
+        if isinstance(m, dict) and getattr(m.get("device"), "type", None) == "meta":
+            m["device"] = cuda
+        return m
+
+    table[default] = metadata
+
+
+def _sdpa_handler(torch):
+    """F.scaled_dot_product_attention runs the kernel the GPU would take.
+    On meta SDPA decomposes into math ops; vramscope's engine says which
+    backend PyTorch would pick for these inputs on the simulated GPU, and
+    the fused backends' own aten ops (whose meta kernels give their outputs'
+    real shapes: logsumexp, seeds) run instead."""
+    if not _state.sdpa:
+        return None
+    aten = torch.ops.aten
+
+    def h(func, args, kwargs):
+        q, k, v = args[0], args[1], args[2]
+        if not (q.is_meta and k.is_meta and v.is_meta):
+            return func(*args, **kwargs)
+        names = ("attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+        opts = dict(zip(names, args[3:]))
+        opts.update(kwargs)
+        mask = opts.get("attn_mask")
+        p = float(opts.get("dropout_p", 0.0) or 0.0)
+        causal = bool(opts.get("is_causal", False))
+        scale = opts.get("scale")
+        gqa = bool(opts.get("enable_gqa", False)) and q.shape[-3] != k.shape[-3]
+        dtype = _amp_dtype(torch, q)
+        enabled = {
+            "flash": torch.backends.cuda.flash_sdp_enabled(),
+            "efficient": torch.backends.cuda.mem_efficient_sdp_enabled(),
+            "math": torch.backends.cuda.math_sdp_enabled(),
+            "cudnn": torch.backends.cuda.cudnn_sdp_enabled(),
+        }
+        r = _chan.ask(
+            [
+                "sdpa",
+                {
+                    "dtype": str(dtype).replace("torch.", ""),
+                    "mask": mask is not None,
+                    "dropout": p,
+                    "head_dim": int(q.shape[-1]),
+                    "gqa": gqa,
+                    "enabled": enabled,
+                },
+            ]
+        )
+        backend = r[1]
+        if dtype != q.dtype:
+            # Autocast's casts, right to left.
+            v = v.to(dtype)
+            k = k.to(dtype)
+            q = q.to(dtype)
+        if backend == "efficient" and not gqa:
+            out = aten._scaled_dot_product_efficient_attention(
+                q, k, v, mask, q.requires_grad or k.requires_grad or v.requires_grad,
+                p, causal, scale=scale
+            )
+            return out[0]
+        if backend == "flash" and mask is None:
+            out = aten._scaled_dot_product_flash_attention(q, k, v, p, causal, False, scale=scale)
+            return out[0]
+        if backend == "cudnn":
+            need = q.requires_grad or k.requires_grad or v.requires_grad
+            out = aten._scaled_dot_product_cudnn_attention(
+                q, k, v, mask, need, p, causal, False, scale=scale
+            )
+            return out[0]
+        return func(*args, **kwargs)
+
+    return h
+
+
+def _amp_dtype(torch, t):
+    if t.dtype in (torch.float32,) and torch.is_autocast_enabled("cuda"):
+        return torch.get_autocast_dtype("cuda")
+    return t.dtype
+
+
+# ------------------------------------------------------------- torch.cuda
+
+
+class _DeviceProperties:
+    def __init__(self, d):
+        self.name = d["name"]
+        self.total_memory = d["total_memory"]
+        self.major = d["major"]
+        self.minor = d["minor"]
+        self.multi_processor_count = d["sm_count"]
+        self.max_threads_per_multi_processor = d["max_threads_per_sm"]
+        self.is_integrated = False
+        self.is_multi_gpu_board = False
+        self.warp_size = 32
+        self.L2_cache_size = d.get("l2_bytes", 0)
+        self.uuid = "GPU-00000000-0000-0000-0000-000000000000"
+
+    def __repr__(self):
+        return (
+            f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
+            f"total_memory={self.total_memory // (1 << 20)}MB, "
+            f"multi_processor_count={self.multi_processor_count}) [simulated by vramscope]"
+        )
+
+
+class _FakeStream:
+    """A CUDA stream on the simulated GPU: everything runs on stream 0."""
+
+    cuda_stream = 0
+    device = None
+
+    def __init__(self, *a, **k):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def wait_stream(self, other):
+        pass
+
+    def wait_event(self, event):
+        pass
+
+    def record_event(self, event=None):
+        return event or _FakeEvent()
+
+    def query(self):
+        return True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _FakeEvent:
+    def __init__(self, *a, **k):
+        pass
+
+    def record(self, stream=None):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def wait(self, stream=None):
+        pass
+
+    def query(self):
+        return True
+
+    def elapsed_time(self, other):
+        return 0.0
+
+
+class _DeviceContext:
+    def __init__(self, device=None):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _patch_cuda(torch):
+    import pickle
+    import tempfile
+
+    cuda = torch.cuda
+    mem = torch.cuda.memory
+    dev = _state.device
+
+    def stats(device=None):
+        _lazy_init()
+        return _chan.ask(["stats"])[1]
+
+    def stat(key):
+        def f(device=None):
+            return stats(device).get(key, 0)
+
+        return f
+
+    def reset_peak(device=None):
+        _lazy_init()
+        _chan.ask(["reset_peak"])
+
+    def reset_accumulated(device=None):
+        _lazy_init()
+        _chan.ask(["reset_accumulated"])
+
+    def empty_cache():
+        if _state.initialized:
+            _chan.ask(["empty_cache"])
+
+    def set_fraction(fraction, device=None):
+        _lazy_init()
+        if not isinstance(fraction, float):
+            raise TypeError("Invalid type for fraction argument, must be `float`")
+        if fraction < 0 or fraction > 1:
+            raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+        r = _chan.ask(["fraction", fraction])
+        if r[0] != "ok":
+            raise RuntimeError(r[1])
+
+    def get_fraction(device=None):
+        _lazy_init()
+        return _chan.ask(["get_fraction"])[1]
+
+    def mem_get_info(device=None):
+        _lazy_init()
+        free, total = _chan.ask(["mem_get_info"])[1]
+        return (free, total)
+
+    def summary(device=None, abbreviated=False):
+        _lazy_init()
+        return _chan.ask(["summary", bool(abbreviated)])[1]
+
+    def dump_snapshot(filename="dump_snapshot.pickle"):
+        _lazy_init()
+        r = _chan.ask(["dump", os.path.abspath(filename)])
+        if r[0] != "ok":
+            raise RuntimeError(r[1])
+
+    def snapshot(device=None, *a, **k):
+        _lazy_init()
+        fd, path = tempfile.mkstemp(suffix=".pickle")
+        os.close(fd)
+        try:
+            r = _chan.ask(["dump", path])
+            if r[0] != "ok":
+                raise RuntimeError(r[1])
+            with open(path, "rb") as f:
+                return pickle.load(f)
+        finally:
+            os.unlink(path)
+
+    def record_history(*a, **k):
+        _lazy_init()  # the simulation records every event from the start
+
+    def noop(*a, **k):
+        return None
+
+    def init():
+        _lazy_init()
+
+    def props(device=None):
+        return _DeviceProperties(dev)
+
+    def rng_state(device="cuda"):
+        return torch.zeros(16, dtype=torch.uint8)
+
+    def clear_workspaces():
+        if _state.initialized:
+            _chan.ask(["clear_workspaces"])
+
+    patches = {
+        "is_available": lambda: True,
+        "device_count": lambda: 1,
+        "current_device": lambda: 0,
+        "set_device": noop,
+        "is_initialized": lambda: _state.initialized,
+        "init": init,
+        "_lazy_init": init,
+        "synchronize": noop,
+        "get_device_properties": props,
+        "get_device_name": lambda device=None: dev["name"],
+        "get_device_capability": lambda device=None: (dev["major"], dev["minor"]),
+        "is_bf16_supported": lambda including_emulation=True: dev["major"] >= 8,
+        "mem_get_info": mem_get_info,
+        "memory_stats": stats,
+        "memory_allocated": stat("allocated_bytes.all.current"),
+        "max_memory_allocated": stat("allocated_bytes.all.peak"),
+        "memory_reserved": stat("reserved_bytes.all.current"),
+        "max_memory_reserved": stat("reserved_bytes.all.peak"),
+        "memory_cached": stat("reserved_bytes.all.current"),
+        "max_memory_cached": stat("reserved_bytes.all.peak"),
+        "reset_peak_memory_stats": reset_peak,
+        "reset_max_memory_allocated": reset_peak,
+        "reset_max_memory_cached": reset_peak,
+        "reset_accumulated_memory_stats": reset_accumulated,
+        "empty_cache": empty_cache,
+        "set_per_process_memory_fraction": set_fraction,
+        "get_per_process_memory_fraction": get_fraction,
+        "memory_summary": summary,
+        "get_allocator_backend": lambda: "native",
+        "get_rng_state": rng_state,
+        "get_rng_state_all": lambda: [rng_state()],
+        "set_rng_state": noop,
+        "set_rng_state_all": noop,
+        "manual_seed": noop,
+        "manual_seed_all": noop,
+        "seed": noop,
+        "seed_all": noop,
+        "initial_seed": lambda: 0,
+        "current_stream": lambda device=None: _FakeStream(),
+        "default_stream": lambda device=None: _FakeStream(),
+        "set_stream": noop,
+        "Stream": _FakeStream,
+        "Event": _FakeEvent,
+        "stream": lambda s=None: _DeviceContext(),
+        "device": _DeviceContext,
+        "device_of": _DeviceContext,
+        "is_current_stream_capturing": lambda: False,
+    }
+    for name, fn in list(patches.items()):
+        # One object per name: torch._dynamo's rule table refuses one
+        # function standing for two names.
+        fn = _distinct(name, fn)
+        patches[name] = fn
+        setattr(cuda, name, fn)
+        if hasattr(mem, name):
+            setattr(mem, name, fn)
+    try:
+        import torch.cuda.graphs as graphs
+
+        graphs.is_current_stream_capturing = patches["is_current_stream_capturing"]
+    except ImportError:
+        pass
+    mem._record_memory_history = record_history
+    mem._dump_snapshot = dump_snapshot
+    mem._snapshot = snapshot
+    torch._C._cuda_clearCublasWorkspaces = clear_workspaces
+    try:
+        import torch.cuda.random as rnd
+
+        for name in ("get_rng_state", "set_rng_state", "manual_seed", "manual_seed_all", "seed", "seed_all"):
+            setattr(rnd, name, patches[name])
+    except ImportError:
+        pass
+
+
+def _distinct(name, fn):
+    if isinstance(fn, type):
+        return type(name, (fn,), {})
+
+    def call(*a, **k):
+        return fn(*a, **k)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+# ------------------------------------------------------------ steps, exit
+
+
+def _install_step_hook(torch):
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    def hook(optimizer, args, kwargs):
+        _state.steps += 1
+        _chan.post(["step"])
+        limit = _state.steps_limit
+        if limit and _state.steps >= limit:
+            _stop(f"stopped after {_state.steps} optimizer step{'s' if _state.steps != 1 else ''} (--steps {limit})")
+
+    register_optimizer_step_post_hook(hook)
+
+
+def _stop(reason):
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except Exception:
+            pass
+    try:
+        _chan.ask(["bye", reason])
+    finally:
+        _chan.close()
+        os._exit(0)
+
+
+def _at_exit():
+    if _forked_guard():
+        return
+    try:
+        _chan.ask(["bye", "the program ended"])
+    except (OSError, TraceError):
+        pass
+    _chan.close()
+
+
+def _wrap_excepthook():
+    prev = sys.excepthook
+
+    def hook(tp, value, tb):
+        if not _forked_guard():
+            frames = []
+            t = tb
+            while t is not None:
+                co = t.tb_frame.f_code
+                frames.append([co.co_filename, t.tb_lineno, co.co_name])
+                t = t.tb_next
+            frames.reverse()
+            _chan.post(["exception", tp.__name__, str(value)[:16384], frames[:MAX_STACK]])
+        prev(tp, value, tb)
+
+    sys.excepthook = hook

@@ -1,0 +1,222 @@
+//! The CUDA kernels' own buffers for the ops a traced program reports after
+//! they run: GEMM workspaces, fused SDPA backwards' scratch, reductions'
+//! staging buffers. The sizes and orders are the engine's
+//! ([`crate::engine::EngineConfig`], `SdpaScratch::steps`, `ReducePlan::steps`).
+
+use std::io::Write;
+
+use serde_json::{json, Value};
+
+use super::error::TraceError;
+use super::rules::{reduce_shape, GEMM_OPS, REDUCTIONS, SDPA_BACKWARDS};
+use super::simulator::{ok, stack_at, str_at, tensor_arg, Reply, Simulator};
+use crate::engine::autograd::ScratchStep;
+use crate::engine::ops::attention::sdpa_backward_scratch;
+use crate::engine::scratch::embedding::{embedding_sort, EmbeddingSort};
+use crate::engine::scratch::reduce_split::reduce_plan;
+use crate::engine::{CublasLtWorkspace, SdpaBackend};
+
+/// The embedding backward's sort path for `embedding_dense_backward(grad,
+/// indices, num_weights, …)`, or None when the feature kernel runs.
+fn embedding_scratch(v: &Value) -> Option<EmbeddingSort> {
+    let (grad, Some(gdt), _) = tensor_arg(v, 0)? else {
+        return None;
+    };
+    let (idx, Some(idt), _) = tensor_arg(v, 1)? else {
+        return None;
+    };
+    let num_weights = v.get(3)?.get(2)?.as_u64()?;
+    let dim = *grad.last()?;
+    embedding_sort(
+        idx.iter().product(),
+        idt.size(),
+        num_weights,
+        dim,
+        gdt.size(),
+    )
+}
+
+impl<W: Write> Simulator<W> {
+    /// What the GPU's kernel takes beyond its outputs, for an op the
+    /// helper reports after it ran.
+    pub(super) fn after_op(&mut self, v: &Value) -> Result<Reply, TraceError> {
+        let name = str_at(v, 1);
+        if GEMM_OPS.contains(&name.as_str()) {
+            return self.gemm(v);
+        }
+        if let Some((_, backend)) = SDPA_BACKWARDS.iter().find(|(n, _)| *n == name) {
+            return self.sdpa_scratch(*backend, v);
+        }
+        if REDUCTIONS.contains(&name.as_str()) {
+            return self.reduction(v);
+        }
+        if name == "embedding_dense_backward" {
+            return match embedding_scratch(v) {
+                Some(s) => self.continue_steps(s.steps_after_grad(), stack_at(v, 4)),
+                None => Ok(ok()),
+            };
+        }
+        Ok(ok())
+    }
+
+    /// What a kernel takes before its outputs: the embedding backward's
+    /// sort path (its index buffers stay until [`Self::after_op`]).
+    pub(super) fn before_op(&mut self, v: &Value) -> Result<Reply, TraceError> {
+        self.pending.clear();
+        if str_at(v, 1) != "embedding_dense_backward" {
+            return Ok(ok());
+        }
+        match embedding_scratch(v) {
+            Some(s) => self.continue_steps(s.steps_before_grad(), stack_at(v, 4)),
+            None => Ok(ok()),
+        }
+    }
+
+    /// Steps whose buffer numbers go on from the ones still pending.
+    fn continue_steps(
+        &mut self,
+        steps: Vec<ScratchStep>,
+        stack: Option<u32>,
+    ) -> Result<Reply, TraceError> {
+        let mut taken = std::mem::take(&mut self.pending);
+        for step in steps {
+            match step {
+                ScratchStep::Take(0) => taken.push(None),
+                ScratchStep::Take(bytes) => match self.malloc(bytes, stack)? {
+                    Ok(a) => taken.push(Some(a)),
+                    Err(m) => {
+                        for a in taken.into_iter().rev().flatten() {
+                            self.free_block(a)?;
+                        }
+                        return Ok(Some(json!(["oom", m])));
+                    }
+                },
+                ScratchStep::Free(i) => {
+                    if let Some(a) = taken.get_mut(i).and_then(Option::take) {
+                        self.free_block(a)?;
+                    }
+                }
+            }
+        }
+        if taken.iter().any(Option::is_some) {
+            self.pending = taken;
+        }
+        Ok(ok())
+    }
+
+    /// A fused SDPA backward's scratch after its gradients (the engine's
+    /// steps, `SdpaScratch::steps`), for q = its second argument.
+    fn sdpa_scratch(&mut self, backend: SdpaBackend, v: &Value) -> Result<Reply, TraceError> {
+        let (Some((q, Some(dtype), _)), Some((k, _, _))) = (tensor_arg(v, 1), tensor_arg(v, 2))
+        else {
+            return Ok(ok());
+        };
+        let ([b, h, t, hd], [_, kv, _, _]) = (q.as_slice(), k.as_slice()) else {
+            return Ok(ok());
+        };
+        let scratch = sdpa_backward_scratch(backend, dtype, [*b, *h, *t, *hd], *kv);
+        self.run_steps(scratch.steps(), stack_at(v, 4))
+    }
+
+    /// A reduction's staging buffers (the engine's `reduce_plan`), when the
+    /// GPU's SMs are known and the pattern is one the engine models.
+    fn reduction(&mut self, v: &Value) -> Result<Reply, TraceError> {
+        let Some((shape, Some(dtype), true)) = tensor_arg(v, 0) else {
+            return Ok(ok());
+        };
+        let dims: Option<Vec<i64>> = v
+            .get(3)
+            .and_then(|a| a.get(1))
+            .and_then(Value::as_array)
+            .map(|d| d.iter().filter_map(Value::as_i64).collect());
+        let device = self.rules.as_ref().and_then(|r| r.engine.reduce_device);
+        let (Some(device), Some(rs)) =
+            (device, reduce_shape(&shape, dims.as_deref(), dtype.size()))
+        else {
+            return Ok(ok());
+        };
+        let plan = reduce_plan(rs, device);
+        self.run_steps(plan.steps(), stack_at(v, 4))
+    }
+
+    /// A kernel's scratch, step by step; an OOM frees what was taken.
+    fn run_steps(
+        &mut self,
+        steps: Vec<ScratchStep>,
+        stack: Option<u32>,
+    ) -> Result<Reply, TraceError> {
+        let mut taken: Vec<Option<u64>> = Vec::new();
+        for step in steps {
+            match step {
+                ScratchStep::Take(0) => taken.push(None),
+                ScratchStep::Take(bytes) => match self.malloc(bytes, stack)? {
+                    Ok(a) => taken.push(Some(a)),
+                    Err(m) => {
+                        for a in taken.into_iter().rev().flatten() {
+                            self.free_block(a)?;
+                        }
+                        return Ok(Some(json!(["oom", m])));
+                    }
+                },
+                ScratchStep::Free(i) => {
+                    if let Some(a) = taken.get_mut(i).and_then(Option::take) {
+                        self.free_block(a)?;
+                    }
+                }
+            }
+        }
+        Ok(ok())
+    }
+
+    /// A GEMM's workspaces, in the engine's order (engine.md §1.6,
+    /// `Engine::addmm_nd`): a transient cuBLASLt one (older releases), the
+    /// thread's cuBLAS one at its first GEMM (or one per call in eager
+    /// mode), the thread's cached cuBLASLt one; the per-call ones freed.
+    fn gemm(&mut self, v: &Value) -> Result<Reply, TraceError> {
+        let name = str_at(v, 1);
+        let thread = usize::from(v.get(2).and_then(Value::as_bool).unwrap_or(false));
+        let stack = stack_at(v, 4);
+        // addmm with a 1-D bias is Linear's epilogue: cublasLt's gemm_and_bias.
+        let lt = name == "addmm" && tensor_arg(v, 0).is_some_and(|(shape, _, _)| shape.len() == 1);
+        self.allocator()?;
+        let Some(rules) = self.rules.clone() else {
+            return Ok(ok());
+        };
+        let mut transient = Vec::new();
+        let take = |me: &mut Self, bytes: u64| -> Result<Result<u64, String>, TraceError> {
+            me.malloc(bytes, stack)
+        };
+        if lt && rules.lt_rule() == CublasLtWorkspace::Transient {
+            match take(self, rules.lt_bytes())? {
+                Ok(a) => transient.push(a),
+                Err(m) => return Ok(Some(json!(["oom", m]))),
+            }
+        }
+        let cublas = rules.cublas_bytes();
+        if cublas > 0 {
+            if rules.cublas_cached() {
+                if self.ws.cublas[thread].is_none() {
+                    match take(self, cublas)? {
+                        Ok(a) => self.ws.cublas[thread] = Some(a),
+                        Err(m) => return Ok(Some(json!(["oom", m]))),
+                    }
+                }
+            } else {
+                match take(self, cublas)? {
+                    Ok(a) => transient.insert(0, a),
+                    Err(m) => return Ok(Some(json!(["oom", m]))),
+                }
+            }
+        }
+        if lt && rules.lt_rule() == CublasLtWorkspace::Cached && self.ws.lt[thread].is_none() {
+            match take(self, rules.lt_bytes())? {
+                Ok(a) => self.ws.lt[thread] = Some(a),
+                Err(m) => return Ok(Some(json!(["oom", m]))),
+            }
+        }
+        for a in transient {
+            self.free_block(a)?;
+        }
+        Ok(ok())
+    }
+}

@@ -1,0 +1,185 @@
+//! The traced program's start: a private folder (0700) holding the helper,
+//! a `sitecustomize.py` that loads it, and the socket vramscope listens on;
+//! the program started with that folder first on `PYTHONPATH`. The folder is
+//! removed when the [`Launch`] is dropped.
+
+use std::io::Read;
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::error::TraceError;
+
+/// The helper the program runs under (python/vramscope_trace.py), carried
+/// in the binary so `vramscope trace` works wherever it is installed.
+pub const HELPER_SOURCE: &str = include_str!("../../python/vramscope_trace.py");
+const SITECUSTOMIZE: &str = "import vramscope_trace\nvramscope_trace._boot()\n";
+/// What the helper reads (python/vramscope_trace.py).
+pub const ENV_SOCKET: &str = "VRAMSCOPE_TRACE_SOCKET";
+pub const ENV_BOOT: &str = "VRAMSCOPE_TRACE_BOOT";
+/// What the program printed, kept for after the terminal UI (the last bytes).
+const CAPTURE_KEEP: usize = 64 << 10;
+
+/// Where the program's own output goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildOutput {
+    /// Its stdout and stderr are ours.
+    Inherit,
+    /// Both to our stderr (our stdout carries the report).
+    ToStderr,
+    /// Kept (the terminal UI owns the screen); the last 64 KiB are shown after.
+    Capture,
+}
+
+pub struct Launch {
+    dir: PathBuf,
+    pub listener: UnixListener,
+    pub child: Arc<Mutex<Child>>,
+    pub pid: u32,
+    pub captured: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Drop for Launch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn private_dir() -> Result<PathBuf, TraceError> {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let dir = std::env::temp_dir().join(format!("vramscope-trace-{}-{nanos}", std::process::id()));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|source| TraceError::Folder {
+            path: dir.clone(),
+            source,
+        })?;
+    Ok(dir)
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> Result<(), TraceError> {
+    let path = dir.join(name);
+    std::fs::write(&path, text).map_err(|source| TraceError::Folder { path, source })
+}
+
+impl Launch {
+    /// Start `command` (the program and its arguments) traced.
+    pub fn spawn(command: &[String], output: ChildOutput) -> Result<Launch, TraceError> {
+        let (program, args) = command.split_first().ok_or(TraceError::NoCommand)?;
+        let dir = private_dir()?;
+        // From here the folder goes with `Launch`'s drop, or by hand on error.
+        let cleanup = |e: TraceError, dir: &Path| {
+            let _ = std::fs::remove_dir_all(dir);
+            e
+        };
+        write(&dir, "vramscope_trace.py", HELPER_SOURCE).map_err(|e| cleanup(e, &dir))?;
+        write(&dir, "sitecustomize.py", SITECUSTOMIZE).map_err(|e| cleanup(e, &dir))?;
+        let socket = dir.join("trace.sock");
+        let listener = UnixListener::bind(&socket).map_err(|source| {
+            cleanup(
+                TraceError::Folder {
+                    path: socket.clone(),
+                    source,
+                },
+                &dir,
+            )
+        })?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| cleanup(TraceError::Channel(e.to_string()), &dir))?;
+        let pythonpath = match std::env::var_os("PYTHONPATH") {
+            Some(p) if !p.is_empty() => {
+                let mut v = dir.clone().into_os_string();
+                v.push(":");
+                v.push(p);
+                v
+            }
+            _ => dir.clone().into_os_string(),
+        };
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .env("PYTHONPATH", pythonpath)
+            .env(ENV_SOCKET, &socket)
+            .env(ENV_BOOT, &dir)
+            // The program runs on the simulated GPU only: a real one here
+            // is never touched.
+            .env("CUDA_VISIBLE_DEVICES", "")
+            .stdin(Stdio::null());
+        match output {
+            ChildOutput::Inherit => {}
+            ChildOutput::ToStderr => {
+                cmd.stdout(Stdio::from(std::io::stderr()));
+            }
+            ChildOutput::Capture => {
+                cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+            }
+        }
+        let mut child = cmd.spawn().map_err(|source| {
+            cleanup(
+                TraceError::Spawn {
+                    program: program.clone(),
+                    source,
+                },
+                &dir,
+            )
+        })?;
+        let captured = Arc::new(Mutex::new(Vec::new()));
+        for pipe in [
+            child
+                .stdout
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+            child
+                .stderr
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            keep_tail(pipe, captured.clone());
+        }
+        let pid = child.id();
+        Ok(Launch {
+            dir,
+            listener,
+            child: Arc::new(Mutex::new(child)),
+            pid,
+            captured,
+        })
+    }
+
+    /// Stop the program (the view was closed before it ended).
+    pub fn kill(&self) {
+        if let Ok(mut c) = self.child.lock() {
+            let _ = c.kill();
+        }
+    }
+}
+
+/// Read `pipe` to its end, keeping the last [`CAPTURE_KEEP`] bytes.
+fn keep_tail(mut pipe: Box<dyn Read + Send>, into: Arc<Mutex<Vec<u8>>>) {
+    let _ = std::thread::Builder::new()
+        .name("traced output".into())
+        .spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                if let Ok(mut v) = into.lock() {
+                    v.extend_from_slice(&buf[..n]);
+                    if v.len() > CAPTURE_KEEP {
+                        let cut = v.len() - CAPTURE_KEEP;
+                        v.drain(..cut);
+                    }
+                }
+            }
+        });
+}

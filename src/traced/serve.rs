@@ -1,0 +1,188 @@
+//! A traced run: the program started, its connection served on a thread
+//! until it ends, and the outcome with the snapshot of the whole run.
+
+use std::io::{BufWriter, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::error::TraceError;
+use super::launch::{ChildOutput, Launch};
+use super::outcome::TraceOutcome;
+use super::simulator::{SimOptions, Simulator};
+use crate::device::GpuProfile;
+use crate::live::{write_frame, FrameReader};
+use crate::trace::snapshot::export_bytes;
+
+/// What to trace and how.
+#[derive(Debug, Clone)]
+pub struct TraceOptions {
+    pub gpu: &'static GpuProfile,
+    pub steps: Option<u32>,
+    pub conf: Option<String>,
+    /// The program and its arguments (`python train.py --bs 8`).
+    pub command: Vec<String>,
+    pub output: ChildOutput,
+    /// Keep the whole run as a snapshot pickle (`--export`).
+    pub want_snapshot: bool,
+}
+
+/// The outcome, and the run as a snapshot pickle when one was asked for.
+type Finished = Result<(TraceOutcome, Option<Vec<u8>>), TraceError>;
+
+/// A run under way. `join` waits for its end.
+pub struct TraceRun {
+    handle: JoinHandle<Finished>,
+    launch: Arc<Launch>,
+    stop: Arc<AtomicBool>,
+}
+
+impl TraceRun {
+    /// Wait for the program's end: the outcome and, if asked, the run as a
+    /// snapshot pickle PyTorch's memory_viz opens.
+    pub fn join(self) -> Finished {
+        self.handle
+            .join()
+            .map_err(|_| TraceError::Channel("the trace thread stopped unexpectedly".into()))?
+    }
+
+    /// End the program now (a closed view).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.launch.kill();
+    }
+
+    /// What the program printed (with [`ChildOutput::Capture`]).
+    pub fn output(&self) -> Vec<u8> {
+        self.launch
+            .captured
+            .lock()
+            .map(|v| v.clone())
+            .unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.launch.pid
+    }
+}
+
+/// Start the program; the live stream goes to `sink` as it runs.
+pub fn start(opts: TraceOptions, sink: Box<dyn Write + Send>) -> Result<TraceRun, TraceError> {
+    let launch = Arc::new(Launch::spawn(&opts.command, opts.output)?);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (l, s) = (launch.clone(), stop.clone());
+    let handle = std::thread::Builder::new()
+        .name("trace".into())
+        .spawn(move || serve(opts, sink, &l, &s))
+        .map_err(|e| TraceError::Channel(format!("could not start the trace thread: {e}")))?;
+    Ok(TraceRun {
+        handle,
+        launch,
+        stop,
+    })
+}
+
+fn serve(
+    opts: TraceOptions,
+    sink: Box<dyn Write + Send>,
+    launch: &Launch,
+    stop: &AtomicBool,
+) -> Finished {
+    let sim_opts = SimOptions {
+        gpu: opts.gpu,
+        steps: opts.steps,
+        conf: opts.conf.clone(),
+    };
+    let mut sim = Simulator::new(sim_opts, sink, opts.command.clone());
+    let served = match accept(launch, stop)? {
+        Some(stream) => serve_connection(&mut sim, stream, stop),
+        None => Ok(false),
+    };
+    if served.is_err() || stop.load(Ordering::Relaxed) {
+        launch.kill();
+    }
+    let connected = served.as_ref().is_ok_and(|c| *c);
+    let status = wait(&launch.child);
+    let want = opts.want_snapshot;
+    let (mut outcome, snap) = sim.finish(status)?;
+    served?;
+    outcome.never_connected = !connected;
+    Ok((outcome, want.then(|| export_bytes(&snap))))
+}
+
+/// The program's connection, or None when it ended (or was stopped)
+/// without making one.
+fn accept(launch: &Launch, stop: &AtomicBool) -> Result<Option<UnixStream>, TraceError> {
+    loop {
+        match launch.listener.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false)
+                    .map_err(|e| TraceError::Channel(e.to_string()))?;
+                return Ok(Some(s));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(TraceError::Channel(e.to_string())),
+        }
+        let ended = launch
+            .child
+            .lock()
+            .map(|mut c| c.try_wait().ok().flatten().is_some())
+            .unwrap_or(true);
+        if ended || stop.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Serve until the program closes its end: true once it connected.
+fn serve_connection<W: Write>(
+    sim: &mut Simulator<W>,
+    stream: UnixStream,
+    stop: &AtomicBool,
+) -> Result<bool, TraceError> {
+    let read = stream
+        .try_clone()
+        .map_err(|e| TraceError::Channel(e.to_string()))?;
+    let mut frames = FrameReader::new(read, "the traced program");
+    let mut reply = BufWriter::new(stream);
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(true);
+        }
+        let (index, bytes) = match frames.next_frame() {
+            Ok(Some(f)) => f,
+            Ok(None) => return Ok(true),
+            Err(e) => return Err(TraceError::Channel(e.to_string())),
+        };
+        let v: Value = serde_json::from_slice(bytes).map_err(|e| TraceError::Protocol {
+            index,
+            why: e.to_string(),
+        })?;
+        if let Some(answer) = sim.handle(index, &v)? {
+            let body =
+                serde_json::to_vec(&answer).map_err(|e| TraceError::Channel(e.to_string()))?;
+            // A program that has gone stops reading: its end is the EOF above.
+            if write_frame(&mut reply, &body)
+                .and_then(|()| reply.flush())
+                .is_err()
+            {
+                return Ok(true);
+            }
+        }
+    }
+}
+
+fn wait(child: &Mutex<Child>) -> Option<i32> {
+    child
+        .lock()
+        .ok()
+        .and_then(|mut c| c.wait().ok())
+        .and_then(|s| s.code())
+}
+
+use std::process::Child;

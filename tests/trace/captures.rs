@@ -1,0 +1,176 @@
+//! Every capture program of tests/fixtures/pytorch, run unmodified under
+//! `vramscope trace` on the CPU, against the H100 figures it recorded
+//! (`captured/<program>.json`, PyTorch 2.11): peak allocated, peak reserved
+//! and `memory_allocated()`/`memory_reserved()` at every iteration end, as
+//! the program itself measured them (it calls the same torch.cuda functions
+//! under trace, and they answer from the simulation). Each program that is
+//! not exact says by how much and why; docs/trace.md has the same table.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+use super::{trace, Scratch, NEEDS_TORCH};
+
+/// How a traced program stands against its capture.
+#[derive(Debug, Clone, Copy)]
+pub enum Expect {
+    /// Both peaks and every iteration end equal to the byte; the same
+    /// iterations, OOM and error.
+    Exact,
+    /// Both peaks equal; each iteration end within `ends` bytes.
+    Peaks { ends: u64, cause: &'static str },
+    /// Peaks within these bytes (|traced − real|).
+    Within {
+        allocated: u64,
+        reserved: u64,
+        cause: &'static str,
+    },
+}
+
+use Expect::*;
+
+/// The table (docs/trace.md): every capture program but `llama_lora_finetune`
+/// (it needs transformers and peft beside torch).
+pub const TABLE: &[(&str, Expect)] = &include!("captures_table.in");
+
+fn captured(program: &str) -> Value {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/pytorch/captured")
+        .join(format!("{program}.json"));
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&text).expect("the capture's JSON")
+}
+
+fn n(v: &Value, key: &str) -> i64 {
+    v[key].as_i64().unwrap_or_else(|| panic!("{key} in {v}"))
+}
+
+/// What differs, or None when the expectation holds.
+fn judge(program: &str, expect: Expect, traced: &Value, real: &Value) -> Option<String> {
+    let da = (n(traced, "max_memory_allocated") - n(real, "max_memory_allocated")).unsigned_abs();
+    let dr = (n(traced, "max_memory_reserved") - n(real, "max_memory_reserved")).unsigned_abs();
+    let (ti, ri) = (
+        traced["per_iteration"].as_array(),
+        real["per_iteration"].as_array(),
+    );
+    let (ti, ri) = (
+        ti.cloned().unwrap_or_default(),
+        ri.cloned().unwrap_or_default(),
+    );
+    let ends = ti
+        .iter()
+        .zip(&ri)
+        .map(|(t, r)| {
+            (n(t, "allocated") - n(r, "allocated"))
+                .unsigned_abs()
+                .max((n(t, "reserved") - n(r, "reserved")).unsigned_abs())
+        })
+        .max()
+        .unwrap_or(0);
+    let same_run = ti.len() == ri.len()
+        && traced["oom"].is_null() == real["oom"].is_null()
+        && traced["error"]["type"] == real["error"]["type"];
+    let ok = match expect {
+        Exact => same_run && da == 0 && dr == 0 && ends == 0,
+        Peaks { ends: e, .. } => same_run && da == 0 && dr == 0 && ends <= e,
+        Within {
+            allocated,
+            reserved,
+            ..
+        } => da <= allocated && dr <= reserved,
+    };
+    (!ok).then(|| {
+        format!(
+            "{program}: expected {expect:?}; peak allocated off by {da} B, reserved by {dr} B, \
+             iteration ends by up to {ends} B; iterations {}/{}, OOM {}/{}, error {}/{}",
+            ti.len(),
+            ri.len(),
+            !traced["oom"].is_null(),
+            !real["oom"].is_null(),
+            traced["error"]["type"],
+            real["error"]["type"]
+        )
+    })
+}
+
+#[test]
+#[ignore = "needs PyTorch (pip install torch==2.11.*)"]
+fn every_capture_program_traces_to_its_captures_figures() {
+    let _ = NEEDS_TORCH;
+    super::python();
+    let scratch = Scratch::new("captures");
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pytorch");
+    let next = Mutex::new(0usize);
+    let faults = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| loop {
+                let i = {
+                    let mut g = next.lock().expect("not poisoned");
+                    *g += 1;
+                    *g - 1
+                };
+                let Some((program, expect)) = TABLE.get(i) else {
+                    return;
+                };
+                let out = scratch.0.join(format!("{program}.pickle"));
+                let (code, _, err) = trace(
+                    &["--json", "--steps", "0"],
+                    &fixtures.join(format!("{program}.py")),
+                    &[&out.to_string_lossy()],
+                );
+                let json = out.with_extension("json");
+                let fault = match std::fs::read_to_string(&json) {
+                    Ok(text) => {
+                        let traced: Value =
+                            serde_json::from_str(&text).expect("the program's JSON");
+                        judge(program, *expect, &traced, &captured(program))
+                    }
+                    Err(_) => Some(format!(
+                        "{program}: wrote no JSON (exit {code}): {}",
+                        err.lines().rev().take(3).collect::<Vec<_>>().join(" | ")
+                    )),
+                };
+                if let Some(f) = fault {
+                    faults.lock().expect("not poisoned").push(f);
+                }
+            });
+        }
+    });
+    let faults = faults.into_inner().expect("not poisoned");
+    assert!(
+        faults.is_empty(),
+        "{} of {} programs:\n{}",
+        faults.len(),
+        TABLE.len(),
+        faults.join("\n")
+    );
+}
+
+#[test]
+fn the_table_names_every_capture_program_once() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pytorch/captured");
+    let mut captured: Vec<String> = std::fs::read_dir(&dir)
+        .expect("captured/")
+        .filter_map(|e| {
+            e.ok()?
+                .file_name()
+                .into_string()
+                .ok()?
+                .strip_suffix(".json")
+                .map(String::from)
+        })
+        .collect();
+    captured.sort();
+    let mut listed: Vec<String> = TABLE.iter().map(|(p, _)| p.to_string()).collect();
+    listed.push("llama_lora_finetune".into());
+    listed.sort();
+    assert_eq!(listed, captured);
+    for (p, e) in TABLE {
+        if let Peaks { cause, .. } | Within { cause, .. } = e {
+            assert!(!cause.is_empty(), "{p}: a difference names its cause");
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! `vramscope trace` on real PyTorch (issue 38): small programs written
+//! here, and every capture program of tests/fixtures/pytorch against the
+//! H100 figures it recorded (`captures`). They need PyTorch in the Python
+//! they run (`VRAMSCOPE_PYTHON`, else `python3`): ignored by default, run
+//! by CI with `cargo test --test trace_program -- --ignored` after
+//! `pip install torch==2.11.*`; a missing torch fails them, saying so.
+
+#[path = "trace/captures.rs"]
+mod captures;
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+pub const NEEDS_TORCH: &str = "needs PyTorch (pip install torch==2.11.*)";
+
+/// A scratch folder removed on drop.
+pub struct Scratch(pub common::Scratch);
+
+impl Scratch {
+    pub fn new(tag: &str) -> Scratch {
+        Scratch(common::temp_dir(&format!("trace-{tag}")))
+    }
+    pub fn file(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.0.join(name);
+        std::fs::write(&p, text).expect("scratch file");
+        p
+    }
+}
+
+/// The Python with PyTorch, or a failure saying what to install.
+pub fn python() -> String {
+    let py = std::env::var("VRAMSCOPE_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = Command::new(&py)
+        .args(["-c", "import torch"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "`{py} -c 'import torch'` failed: install torch (pip install torch==2.11.*), or point VRAMSCOPE_PYTHON at a Python that has it");
+    py
+}
+
+/// `vramscope trace ARGS -- python PROGRAM PROGRAM_ARGS`: (status, stdout, stderr).
+pub fn trace(args: &[&str], program: &Path, program_args: &[&str]) -> (i32, String, String) {
+    let py = python();
+    let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .arg("trace")
+        .args(args)
+        .arg("--")
+        .arg(&py)
+        .arg(program)
+        .args(program_args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("vramscope runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn traced_json(program: &Path, extra: &[&str]) -> (Value, String) {
+    let mut args = vec!["--json"];
+    args.extend_from_slice(extra);
+    let (code, out, err) = trace(&args, program, &[]);
+    assert!(code == 0 || code == 1, "exit {code}: {err}");
+    (common::json(&out), err)
+}
+
+const MLP: &str = r#"
+import json, torch, torch.nn as nn
+assert torch.cuda.is_available()
+props = torch.cuda.get_device_properties(0)
+model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 10)).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for it in range(4):
+    opt.zero_grad(set_to_none=True)
+    x = torch.randn(256, 784, device="cuda")
+    y = torch.randint(0, 10, (256,)).to("cuda")
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+seen = {"peak": torch.cuda.max_memory_allocated(), "reserved_peak": torch.cuda.max_memory_reserved(),
+        "allocated": torch.cuda.memory_allocated(), "device": str(x.device), "is_cuda": x.is_cuda,
+        "item": loss.item(), "name": torch.cuda.get_device_name(0), "total": props.total_memory,
+        "stats_peak": torch.cuda.memory_stats()["allocated_bytes.all.peak"]}
+torch.cuda.set_per_process_memory_fraction(0.01)
+try:
+    big = torch.empty(1 << 30, device="cuda")
+    seen["oom"] = None
+except torch.cuda.OutOfMemoryError as e:
+    seen["oom"] = str(e)
+print("SEEN " + json.dumps(seen))
+"#;
+
+fn seen(stderr: &str) -> Value {
+    let line = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("SEEN "))
+        .unwrap_or_else(|| panic!("the program printed nothing: {stderr}"));
+    common::json(line)
+}
+
+#[test]
+#[ignore = "needs PyTorch (pip install torch==2.11.*)"]
+fn a_program_sees_the_simulated_gpu_and_its_own_questions_are_answered_by_it() {
+    let s = Scratch::new("mlp");
+    let prog = s.file("mlp.py", MLP);
+    let (v, err) = traced_json(&prog, &["--steps", "0"]);
+    let seen = seen(&err);
+    assert_eq!(seen["device"], "cuda:0");
+    assert_eq!(seen["is_cuda"], true);
+    assert_eq!(seen["item"], 0.0, "no data on the simulated GPU: zeros");
+    assert_eq!(seen["name"], "NVIDIA H100 80GB HBM3");
+    assert_eq!(seen["total"], 85_017_493_504u64);
+    // What the program asked is what vramscope reports.
+    assert_eq!(v["peak_allocated"], seen["peak"]);
+    assert_eq!(v["peak_allocated"], seen["stats_peak"]);
+    assert_eq!(v["peak_reserved"], seen["reserved_peak"]);
+    assert_eq!(v["trace"]["steps"], 4);
+    // The OOM was raised in the program with PyTorch's message, and caught there.
+    let oom = seen["oom"].as_str().expect("an OOM");
+    assert!(
+        oom.starts_with("CUDA out of memory. Tried to allocate 4.00 GiB."),
+        "{oom}"
+    );
+    assert_eq!(v["trace"]["ooms"], 1);
+    assert_eq!(v["live"]["ooms"][0]["pytorch_message"], oom);
+    // The report's by-line view names the program's own lines.
+    let text = v.to_string();
+    assert!(text.contains("mlp.py"), "the program's lines in the report");
+}
+
+#[test]
+#[ignore = "needs PyTorch (pip install torch==2.11.*)"]
+fn the_trace_stops_after_the_steps_asked() {
+    let s = Scratch::new("steps");
+    let prog = s.file(
+        "loop.py",
+        "import torch\nw = torch.nn.Linear(64, 64).cuda()\nopt = torch.optim.AdamW(w.parameters())\n\
+         for i in range(1000):\n    w(torch.randn(8, 64, device='cuda')).sum().backward()\n    opt.step()\n\
+         raise SystemExit('the loop ran to its end')\n",
+    );
+    let (v, _) = traced_json(&prog, &["--steps", "2"]);
+    assert_eq!(v["trace"]["steps"], 2);
+    let ended = v["trace"]["ended"].as_str().expect("why it ended");
+    assert!(ended.contains("stopped after 2 optimizer steps"), "{ended}");
+    assert_eq!(v["trace"]["exit_status"], 0);
+}
+
+#[test]
+#[ignore = "needs PyTorch (pip install torch==2.11.*)"]
+fn a_recording_replays_to_the_same_figures_and_the_export_opens() {
+    let s = Scratch::new("record");
+    let prog = s.file("mlp.py", MLP);
+    let rec = s.0.join("run.vslive");
+    let pickle = s.0.join("run.pickle");
+    let (r, e) = (
+        rec.to_string_lossy().into_owned(),
+        pickle.to_string_lossy().into_owned(),
+    );
+    let (v, _) = traced_json(&prog, &["--steps", "0", "--record", &r, "--export", &e]);
+    let (code, out, err) = common::vramscope(&["attach", "--replay", &r, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let replay = common::json(&out);
+    assert_eq!(replay["live"]["mode"], "trace");
+    for key in ["allocated", "reserved", "trace_entries"] {
+        assert_eq!(replay["devices"][0][key], v["devices"][0][key], "{key}");
+    }
+    let (code, out, err) = common::vramscope(&["open", &e, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let opened = common::json(&out);
+    assert_eq!(
+        opened["devices"][0]["trace_entries"], v["devices"][0]["trace_entries"],
+        "the export holds the whole trace"
+    );
+}
+
+#[test]
+#[ignore = "needs PyTorch (pip install torch==2.11.*)"]
+fn an_op_that_needs_data_is_named_with_its_line() {
+    let s = Scratch::new("nonzero");
+    let prog = s.file(
+        "nz.py",
+        "import torch\nx = torch.randn(100, device='cuda')\ntry:\n    idx = torch.nonzero(x > 0)\nexcept NotImplementedError as e:\n    print('CAUGHT', e)\n",
+    );
+    let (v, err) = traced_json(&prog, &["--steps", "0"]);
+    assert!(
+        err.contains("CAUGHT vramscope trace: aten.nonzero"),
+        "{err}"
+    );
+    let u = &v["trace"]["untraced"][0];
+    assert!(
+        u["what"].as_str().is_some_and(|w| w.contains("nonzero")),
+        "{u}"
+    );
+    assert!(
+        u["at"].as_str().is_some_and(|a| a.contains("nz.py:4")),
+        "{u}"
+    );
+}
+
+#[test]
+#[ignore = "needs PyTorch (pip install torch==2.11.*)"]
+fn a_program_that_never_imports_torch_is_said_to_be_untraced() {
+    let s = Scratch::new("notorch");
+    let prog = s.file("hello.py", "print('hello')\n");
+    let (code, out, _) = trace(&["--headless"], &prog, &[]);
+    assert_eq!(code, 2);
+    assert!(out.contains("nothing was traced"), "{out}");
+}
