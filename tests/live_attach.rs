@@ -254,7 +254,7 @@ fn dead_addresses_exit_2_at_once() {
         (vec!["attach", &tcp, "--json"], "TCP needs a token"),
         (
             vec!["attach", "--replay", missing.to_str().expect("utf-8")],
-            "cannot connect",
+            "cannot open the recording",
         ),
         (
             vec!["attach", "/nonexistent-dir/job-{rank}.sock", "--json"],

@@ -9,6 +9,9 @@ pub enum LiveError {
     /// Nothing listens at the address, or the socket file is missing.
     #[error("{at}: cannot connect: {why}")]
     Connect { at: String, why: String },
+    /// A recording that cannot be opened as one.
+    #[error("{at}: cannot open the recording: {why}")]
+    Open { at: String, why: String },
     /// The helper said no.
     #[error("{at}: the helper refused the connection: {reason}")]
     Refused { at: String, reason: String },

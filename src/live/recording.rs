@@ -16,7 +16,7 @@ pub use crate::trace::snapshot::LIVE_RECORDING_MAGIC as MAGIC;
 pub fn open_recording(path: &Path) -> Result<FrameReader<Box<dyn Read + Send>>, LiveError> {
     let at = path.display().to_string();
     // A named pipe or a device is refused, never waited on in open(2).
-    let (file, _) = crate::files::open_regular(path).map_err(|e| LiveError::Connect {
+    let (file, _) = crate::files::open_regular(path).map_err(|e| LiveError::Open {
         at: at.clone(),
         why: e.to_string(),
     })?;
