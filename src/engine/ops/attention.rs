@@ -3,7 +3,7 @@
 use super::super::amp::CastPolicy;
 use super::super::config::SdpaBackend;
 use super::super::dtype::DType;
-use super::super::error::Result;
+use super::super::error::{EngineError, Result};
 use super::super::shape::Shape;
 use super::super::tag::Category;
 use super::super::tensor::{Layout, TensorId};
@@ -70,6 +70,20 @@ impl Engine {
             }
             .backend(self.cfg.sdpa_priority()),
         };
+        // 2.11's memory-efficient kernel takes no `enable_gqa` (sdpa_select.rs):
+        // forced with grouped heads, the dispatcher finds no kernel at all.
+        if gqa && backend == SdpaBackend::Efficient && self.cfg.sdpa_backend.is_some() {
+            for t in [qc, kc, vc] {
+                self.release(t);
+            }
+            self.warn(
+                "Memory efficient kernel not used because: enable_gqa=True (k and v have fewer \
+                 heads than q) is not supported by the memory-efficient kernel",
+            );
+            return Err(EngineError::Runtime(
+                "No available kernel. Aborting execution.".into(),
+            ));
+        }
         let out = match backend {
             SdpaBackend::Math if gqa => self.sdpa_math_gqa(qc, kc, vc, p, causal),
             SdpaBackend::Math => self.sdpa_math(qc, kc, vc, p, causal),

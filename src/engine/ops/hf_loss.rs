@@ -13,7 +13,10 @@ impl Engine {
     /// `ForCausalLMLoss(logits [B, T, V], labels [B, T])`, reduction "mean".
     /// ≥ 4.49 (`PadLabels`): `logits.float()`, labels padded with -100 and
     /// shifted (a copy unless B is 1), cross-entropy over all B·T rows.
-    /// ≤ 4.48 (`ShiftCopy`): also `logits[..., :-1, :].contiguous()`.
+    /// ≤ 4.48 (`ShiftCopy`): also `logits[..., :-1, :].contiguous()` and
+    /// `labels[..., 1:].contiguous()`, copies unless B is 1 (a slice of a
+    /// contiguous tensor's middle dimension is contiguous when the first is 1,
+    /// and `.contiguous()` returns it as it is).
     pub fn hf_causal_lm_loss(&mut self, logits: TensorId, labels: TensorId) -> Result<TensorId> {
         let prev = self.op_begin("ForCausalLMLoss");
         let mark = self.locals.len();
@@ -45,22 +48,33 @@ impl Engine {
             }
             HfCausalLoss::ShiftCopy => {
                 // SliceBackward0 makes a zero-filled gradient of the full logits.
+                let layout = if b == 1 {
+                    Layout::Contiguous
+                } else {
+                    Layout::Strided
+                };
                 let sliced = self.view_with_node(
                     lf,
                     Shape::new(&[b, t.saturating_sub(1), v]),
-                    Layout::Strided,
+                    layout,
                     "SliceBackward0",
                     BwdKind::Alloc,
                 );
-                let shift_logits = self.contiguous(sliced);
-                self.release(sliced);
-                let shift_logits = shift_logits?;
-                let shifted = self.factory(
-                    Shape::new(&[b, t.saturating_sub(1)]),
-                    DType::I64,
-                    Category::Activation,
-                )?;
-                self.k_unary(labels, shifted);
+                let shift_logits = if b == 1 {
+                    sliced
+                } else {
+                    let copy = self.contiguous(sliced);
+                    self.release(sliced);
+                    copy?
+                };
+                let label_shape = Shape::new(&[b, t.saturating_sub(1)]);
+                let shifted = if b == 1 {
+                    self.view_as(labels, label_shape, Layout::Contiguous)
+                } else {
+                    let s = self.factory(label_shape, DType::I64, Category::Activation)?;
+                    self.k_unary(labels, s);
+                    s
+                };
                 let n = b * t.saturating_sub(1);
                 let rows = self.view_as(shift_logits, Shape::new(&[n, v]), Layout::Contiguous);
                 self.release(shift_logits);

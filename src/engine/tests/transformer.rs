@@ -284,6 +284,55 @@ fn causal_loss_peaks_at_ten_v_per_token_and_twelve_in_backward() {
     assert!(bwd_peak.abs_diff(n * 8 * v) < 1 << 20, "{bwd_peak}");
 }
 
+/// transformers ≤ 4.48's shift (`ShiftCopy`): at batch 1 `logits[..., :-1, :]`
+/// and `labels[..., 1:]` are already contiguous, so `.contiguous()` copies
+/// neither; at batch 2 both are copies.
+#[test]
+fn the_shift_copies_nothing_at_batch_1_and_both_at_batch_2() {
+    use crate::engine::config::HfCausalLoss;
+    let (t, v) = (64u64, 1000u64);
+    for (b, copies) in [(1u64, false), (2, true)] {
+        let mut e = Engine::bare(h100()).expect("engine");
+        e.cfg.hf_causal_loss = HfCausalLoss::ShiftCopy;
+        let logits = input(&mut e, &[b, t, v], DType::BF16);
+        let labels = e
+            .factory(Shape::new(&[b, t]), DType::I64, Category::Input)
+            .expect("labels");
+        e.take_events();
+        e.hf_causal_lm_loss(logits, labels).expect("loss");
+        let r = requests(&e.take_events());
+        let logits_copy = (b * (t - 1) * v * 4) as i64;
+        let labels_copy = (b * (t - 1) * 8) as i64;
+        // the log-probs are as large as the shifted logits: one request of
+        // that size is theirs, a second the copy
+        let same_size = r.iter().filter(|x| **x == logits_copy).count();
+        assert_eq!(same_size, if copies { 2 } else { 1 }, "b {b}: {r:?}");
+        assert_eq!(r.contains(&labels_copy), copies, "b {b}: {r:?}");
+    }
+}
+
+/// Forcing the memory-efficient kernel on grouped-query attention: 2.11's
+/// kernel takes no `enable_gqa`, so PyTorch finds no kernel and raises; the
+/// engine does too, instead of running with the smaller head count.
+#[test]
+fn forced_efficient_attention_refuses_grouped_heads() {
+    let mut e = Engine::bare(h100()).expect("engine");
+    e.cfg.sdpa_backend = Some(SdpaBackend::Efficient);
+    let t = 64u64;
+    let q = input(&mut e, &[1, 8, t, 64], DType::BF16);
+    let k = input(&mut e, &[1, 2, t, 64], DType::BF16);
+    let v = input(&mut e, &[1, 2, t, 64], DType::BF16);
+    let err = e.sdpa_hf(q, k, v, 0.0, true).expect_err("no kernel");
+    assert_eq!(
+        err.to_string(),
+        "RuntimeError: No available kernel. Aborting execution."
+    );
+    // the same heads on both sides run
+    let k = input(&mut e, &[1, 8, t, 64], DType::BF16);
+    let v = input(&mut e, &[1, 8, t, 64], DType::BF16);
+    assert!(e.sdpa_hf(q, k, v, 0.0, true).is_ok());
+}
+
 #[test]
 fn lora_freezes_the_base_and_counts_adapters_as_6_4() {
     // §6.4: Qwen2.5-0.5B, r = 16 on all seven projections: 8,798,208.
