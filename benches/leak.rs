@@ -171,6 +171,7 @@ fn synthetic(it: u32) -> LiveState {
         allocated,
         reserved: allocated + (64 << 20),
         peak_allocated: allocated,
+        spent_reached: None,
     }
 }
 

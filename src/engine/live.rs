@@ -117,6 +117,10 @@ pub struct LiveState {
     pub reserved: u64,
     /// `max_memory_allocated()`: the allocator's peak since the last reset.
     pub peak_allocated: u64,
+    /// The Node a failed backward reached after an earlier backward had
+    /// run it and freed its saved tensors ("backward through the graph a
+    /// second time"); None when no backward failed so.
+    pub spent_reached: Option<NodeId>,
 }
 
 impl LiveState {
@@ -315,6 +319,7 @@ impl Engine {
             allocated: self.allocated_bytes(),
             reserved: self.reserved_bytes(),
             peak_allocated: self.peak_allocated_bytes(),
+            spent_reached: self.spent_reached.filter(|n| self.nodes.get(n.0).is_some()),
         }
     }
 

@@ -132,6 +132,10 @@ pub struct Engine {
     pub(crate) op_error: Option<EngineError>,
     /// Live non-leaf tensors `retain_grad()` was called on.
     pub(crate) retaining: Vec<TensorId>,
+    /// The Node a backward reached after an earlier backward had already
+    /// run it and freed its saved tensors (the backward-twice error's
+    /// cause, which the leak detector traces back to a root).
+    pub(crate) spent_reached: Option<autograd::NodeId>,
     /// Warnings already shown this run.
     pub(crate) warned: Vec<&'static str>,
     /// Runs real kernels on the tensors (a CUDA run); None: nothing is launched.
@@ -192,6 +196,7 @@ impl Engine {
             bindings: Bindings::default(),
             op_error: None,
             retaining: Vec::new(),
+            spent_reached: None,
             warned: Vec::new(),
             launcher: None,
             launch_stats: LaunchStats::default(),

@@ -73,6 +73,18 @@ impl Detector {
             .map_or(0, |o| it.saturating_sub(o) as usize + 1);
         let gpu_total = trend(&s, |x| x.own_old + x.graph_old);
         let name = acc.name;
+        // The spent Node a failed backward reached, when this group's graph
+        // leads to it: the root that carried an old graph into a new one
+        // (within one iteration too: two batches per iteration).
+        let spent = ctx.ls.spent_reached.and_then(|n| {
+            let reached = acc
+                .roots
+                .iter()
+                .any(|&ri| ctx.ls.roots[ri].nodes.contains(&n));
+            let p = lookup(ctx.npos, n.0);
+            (reached && p != NONE).then(|| &ctx.ls.nodes[p as usize])
+        });
+        let reaches_spent = spent.is_some();
 
         let graph_growing = graph.steps >= MIN_GROWTH_STEPS
             || (chain_span >= MIN_GROWTH_STEPS && graph.steps >= MIN_GROWTH_STEPS - 1);
@@ -104,7 +116,7 @@ impl Detector {
         } else if self.error.as_deref().is_some_and(|e| {
             e.contains(BACKWARD_TWICE)
                 || (acc.kind == GroupKind::Hidden && e.contains("RuntimeError"))
-        }) && chain_span >= 2
+        }) && (chain_span >= 2 || reaches_spent)
         {
             // The run stopped: a carried graph reached an already-released one.
             let kind = if acc.kind == GroupKind::Hidden {
@@ -128,7 +140,13 @@ impl Detector {
         };
         f.by_category = categories(&acc.by_cat);
         f.blocks = blocks_of(ctx, g);
-        f.path = path_for(ctx, g, acc, kind);
+        f.path = path_for(
+            ctx,
+            g,
+            acc,
+            kind,
+            spent.map(|_| lookup(ctx.npos, ctx.ls.spent_reached.map_or(0, |n| n.0))),
+        );
         f.full_at_iteration = self.projection(it, per_iter, kind);
         f.fix = fix::fix_for(&self.facts, name, acc.kind, kind);
         f.evidence = match kind {
@@ -144,11 +162,21 @@ impl Detector {
             ),
             FindingKind::CarriedHiddenState => {
                 if growth_steps == 0 {
+                    let reached = match spent {
+                        Some(n) => format!(
+                            "its graph reaches {} of iteration {}, which an earlier backward already ran \
+                             and whose saved tensors it freed",
+                            n.name, n.iteration
+                        ),
+                        None => format!(
+                            "its graph reaches Nodes of iteration {}",
+                            cur.oldest_node_iteration.unwrap_or(0)
+                        ),
+                    };
                     format!(
-                        "`{name}` is carried into the next batch without detach(): its graph reaches Nodes of \
-                         iteration {}, so the next backward ran on into that older graph and the run stopped \
-                         with \"{}\". `{name}` is the cause.",
-                        cur.oldest_node_iteration.unwrap_or(0),
+                        "`{name}` is carried into the next batch without detach(): {reached}, so the next \
+                         backward ran on into that older graph and the run stopped with \"{}\". `{name}` is \
+                         the cause.",
                         first_sentence(self.error.as_deref().unwrap_or("")),
                     )
                 } else {

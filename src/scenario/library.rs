@@ -26,6 +26,8 @@ static BUILTINS: &[BuiltIn] = builtins![
     "rnn-hidden-retain-graph-bug",
     "rnn-hidden-fixed",
     "rnn-hidden-eval-bug",
+    "rnn-hidden-every-other-bug",
+    "rnn-hidden-every-batch-fixed",
     "eval-no-grad-bug",
     "eval-no-grad-fixed",
     "eval-inference-mode-fixed",
