@@ -173,10 +173,7 @@ fn every_builtin_meets_its_expectations() {
 /// Each buggy scenario and the scenario that shows its fix.
 const PAIRS: [(&str, &str); 24] = [
     ("reference-cycle-bug", "reference-cycle-gc"),
-    (
-        "rnn-hidden-every-other-bug",
-        "rnn-hidden-every-batch-fixed",
-    ),
+    ("rnn-hidden-every-other-bug", "rnn-hidden-every-batch-fixed"),
     ("accumulate-loss-train-bug", "accumulate-loss-train-fixed"),
     ("loss-list-train-bug", "accumulate-loss-train-fixed"),
     ("accumulate-loss-eval-bug", "accumulate-loss-eval-fixed"),
@@ -697,4 +694,76 @@ fn a_carried_hidden_state_is_the_one_root_and_the_cause() {
     }
     let retain = &get("rnn-hidden-retain-graph-bug").findings[0];
     assert!(!retain.evidence.contains("freed every saved tensor"));
+}
+
+/// At an OOM the report always answers: who held the memory, what grew,
+/// and what `empty_cache()` and expandable segments would have done. The
+/// what-if replays the run's own requests; it must agree with the scenario
+/// run again under that setting (the engine's own answer), and the replay
+/// under the run's config must fail where the run did.
+#[test]
+fn every_oom_is_answered_and_its_what_if_agrees_with_a_rerun() {
+    use vramscope::scenario::resolve_under;
+    let mut ooms = 0;
+    for (name, ran) in runs() {
+        let r = &ran.result;
+        let Some(oom) = &r.oom else { continue };
+        ooms += 1;
+        let a = oom
+            .answer
+            .as_ref()
+            .unwrap_or_else(|| panic!("{name}: an OOM without an answer"));
+        assert!(
+            a.at_request.is_some(),
+            "{name}: the replay of its requests did not fail where the run did"
+        );
+        assert!(!a.holders.is_empty(), "{name}: no holder named");
+        let text = vramscope::report::run::text(&ran.scenario, r, &[]);
+        assert!(!text.contains("none found"), "{name}:\n{text}");
+        for needle in ["at the OOM", "largest holders:", "empty_cache():", "grew"] {
+            assert!(text.contains(needle), "{name}: no {needle:?}\n{text}");
+        }
+        let json = vramscope::report::run::json(r, &[]);
+        assert!(json["oom"]["answer"]["holders"][0]["bytes"].as_u64() > Some(0));
+
+        let Some(w) = a
+            .what_if
+            .iter()
+            .find(|w| w.setting == "expandable_segments:True")
+        else {
+            continue; // the run had them already
+        };
+        let conf = match ran.scenario.alloc_conf.as_str() {
+            "" => "expandable_segments:True".to_string(),
+            c => format!("{c},expandable_segments:True"),
+        };
+        let (s, built) = resolve_under(name, &conf).expect("resolves under expandable segments");
+        let again = vramscope::scenario::run(&s, &built, &RunOptions::default());
+        // Requests that succeeded before each run's OOM: the request the
+        // rerun fails at is later, the same, or earlier than the run's.
+        use vramscope::alloc::{Family, Level};
+        let served = |r: &RunResult| r.stats.get(Family::Allocation, Level::All).allocated;
+        match (w.fits, &again.oom) {
+            (Some(true), None) => {}
+            (Some(true), Some(o)) => assert!(
+                served(&again) > served(r),
+                "{name}: the what-if says the request fits with expandable segments, but the \
+                 rerun ran out at it or before (iteration {}, {} B)",
+                o.iteration,
+                o.requested
+            ),
+            (Some(false), Some(o)) => assert!(
+                served(&again) <= served(r),
+                "{name}: the what-if says it does not fit, the rerun ran out later (iteration {} \
+                 against {})",
+                o.iteration,
+                oom.iteration
+            ),
+            (fits, again) => panic!(
+                "{name}: the what-if says {fits:?}; the rerun's OOM: {:?}",
+                again.as_ref().map(|o| o.iteration)
+            ),
+        }
+    }
+    assert!(ooms >= 8, "{ooms} built-ins end in an OOM");
 }

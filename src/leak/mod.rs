@@ -14,10 +14,13 @@ mod detector;
 mod finding;
 mod fix;
 mod format;
+mod holders;
 mod observe;
+mod oom;
 mod program;
 mod reach;
 mod render;
+mod requests;
 mod site_series;
 mod snapshot;
 
@@ -26,7 +29,10 @@ mod tests;
 
 pub use detector::{Detector, GroupSample, IterationSample, MIN_GROWTH_STEPS};
 pub use finding::{Finding, FindingKind, Severity};
+pub use holders::Holder;
+pub use oom::{Grew, OomAnswer, WhatIf, LISTED_HOLDERS};
 pub use render::{findings_json, findings_text};
+pub use requests::{RequestLog, RunDevice};
 pub use snapshot::{
     analyze_snapshot, analyze_snapshot_with, Boundaries, BoundarySource, SnapshotLeakReport,
     SurvivorGroup,

@@ -461,9 +461,9 @@ pub(super) fn path_for(
         out.push(label(p, i + 1 == k));
     }
     match best {
-        _ if spent.is_some() => out.push(
-            "already run by an earlier backward: its saved tensors are freed".into(),
-        ),
+        _ if spent.is_some() => {
+            out.push("already run by an earlier backward: its saved tensors are freed".into())
+        }
         Some((_, _, p, si)) => {
             let s = &ls.nodes[p as usize].saved[si];
             out.push(format!(

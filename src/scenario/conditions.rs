@@ -134,7 +134,8 @@ pub(crate) fn conditions(s: &Scenario, torch: TorchVersion) -> Result<Conditions
     if s.capture.is_some() && s.awaiting_capture.is_some() {
         return Err(problem(
             "awaiting_capture",
-            "awaiting_capture: the scenario names a capture already; keep one of the two".to_string(),
+            "awaiting_capture: the scenario names a capture already; keep one of the two"
+                .to_string(),
         ));
     }
     for key in s.env.keys() {

@@ -141,7 +141,11 @@ fn programs_awaiting_a_gpu_are_ready_to_capture() {
             source.contains(&format!("\"{name}\"")),
             "{stem}.py does not name the scenario \"{name}\""
         );
-        assert_eq!(name.replace('-', "_"), stem, "{stem}: named after its scenario");
+        assert_eq!(
+            name.replace('-', "_"),
+            stem,
+            "{stem}: named after its scenario"
+        );
         for ext in ["pickle", "json"] {
             assert!(
                 !captured(&stem, ext).exists(),

@@ -77,8 +77,29 @@ pub struct WhatIfRun {
 
 /// Replay the requests; with `record`, the allocator keeps its trace.
 pub fn run(requests: &Requests<'_>, config: AllocConfig, capacity: u64, record: bool) -> WhatIfRun {
+    run_on(
+        requests,
+        config,
+        SimDevice::new("what-if", capacity, 0),
+        record,
+    )
+}
+
+/// [`what_if`] on a given simulated device (a run's own: its total and
+/// overhead, which a memory fraction is taken of).
+pub fn what_if_on(requests: &Requests<'_>, config: AllocConfig, device: SimDevice) -> WhatIfResult {
+    run_on(requests, config, device, false).result
+}
+
+/// [`run`] on a given simulated device.
+pub fn run_on(
+    requests: &Requests<'_>,
+    config: AllocConfig,
+    device: SimDevice,
+    record: bool,
+) -> WhatIfRun {
     let conf = config.raw.clone();
-    let mut a = CachingAllocator::new(SimDevice::new("what-if", capacity, 0), config);
+    let mut a = CachingAllocator::new(device, config);
     let mut ours: HashMap<u64, u64> = HashMap::new();
     if let Some(start) = requests.start {
         for seg in &start.segments {
@@ -176,4 +197,110 @@ pub fn what_if_all(
             .collect();
         handles.into_iter().filter_map(|h| h.join().ok()).collect()
     })
+}
+
+/// What a failing request would have met under another config (or after
+/// `empty_cache()`): [`retry_at`]'s answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RetryOutcome {
+    /// The request fitted.
+    pub fits: bool,
+    /// Earlier requests that did not fit in this replay (the recorded run
+    /// met none of them), and the index of the first.
+    pub earlier_ooms: usize,
+    pub first_earlier_oom: Option<usize>,
+    /// Just before the request: allocated and reserved bytes, the largest
+    /// free cached block, and what the device had left.
+    pub allocated: u64,
+    pub reserved: u64,
+    pub largest_free: u64,
+    pub device_free: u64,
+    /// Reserved bytes the request's own failure path gave back to the
+    /// device (its release of whole free segments) when it did not fit.
+    pub released_by_failure: u64,
+    /// Segments held just before the request, and of them the ones with a
+    /// live block (which `empty_cache()` cannot return).
+    pub segments: usize,
+    pub segments_in_use: usize,
+}
+
+/// The requests before `at` replayed under `config` on `device`, then
+/// request `at` tried (after `empty_cache()` if `empty_cache_first`).
+pub fn retry_at(
+    requests: &Requests<'_>,
+    config: AllocConfig,
+    device: SimDevice,
+    at: usize,
+    empty_cache_first: bool,
+) -> RetryOutcome {
+    use crate::device::Device;
+    let mut a = CachingAllocator::new(device, config);
+    let mut ours: HashMap<u64, u64> = HashMap::new();
+    let mut earlier_ooms = 0;
+    let mut first_earlier_oom = None;
+    let mut next_empty_cache = requests.empty_cache_at.iter().peekable();
+    let at = at.min(requests.entries.len());
+    for (i, e) in requests.entries[..at].iter().enumerate() {
+        while next_empty_cache.next_if(|&&x| x <= i).is_some() {
+            a.empty_cache();
+        }
+        match e.action {
+            Action::Alloc => match a.malloc(e.size, e.stream, entry_tag(i)) {
+                Ok(addr) => {
+                    ours.insert(e.addr, addr);
+                }
+                Err(_) => {
+                    earlier_ooms += 1;
+                    first_earlier_oom.get_or_insert(i);
+                }
+            },
+            Action::Oom => match a.malloc(e.size, e.stream, entry_tag(i)) {
+                Ok(addr) => {
+                    let _ = a.free(addr);
+                }
+                Err(_) => {
+                    earlier_ooms += 1;
+                    first_earlier_oom.get_or_insert(i);
+                }
+            },
+            Action::FreeRequested => {
+                if let Some(addr) = ours.remove(&e.addr) {
+                    let _ = a.free(addr);
+                }
+            }
+            _ => {}
+        }
+    }
+    while next_empty_cache.next_if(|&&x| x <= at).is_some() {
+        a.empty_cache();
+    }
+    if empty_cache_first {
+        a.empty_cache();
+    }
+    let snapshot = a.snapshot();
+    let segments_in_use = snapshot
+        .iter()
+        .filter(|s| s.blocks.iter().any(|b| b.state.is_active()))
+        .count();
+    let mut out = RetryOutcome {
+        fits: false,
+        earlier_ooms,
+        first_earlier_oom,
+        allocated: a.stats().allocated_bytes(),
+        reserved: a.stats().reserved_bytes(),
+        largest_free: a.largest_free_block(),
+        device_free: a.device().mem_get_info().0,
+        released_by_failure: 0,
+        segments: snapshot.len(),
+        segments_in_use,
+    };
+    if let Some(e) = requests.entries.get(at) {
+        match a.malloc(e.size, e.stream, entry_tag(at)) {
+            Ok(_) => out.fits = true,
+            Err(_) => {
+                out.released_by_failure = out.reserved.saturating_sub(a.stats().reserved_bytes())
+            }
+        }
+    }
+    out
 }
