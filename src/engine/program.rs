@@ -177,6 +177,10 @@ pub enum Step {
     NewDict {
         name: String,
     },
+    /// `name = []`: an empty list (a metric's state reset, a cache emptied).
+    NewList {
+        name: String,
+    },
     /// `name = collections.deque(maxlen=maxlen)`: `Append` to it drops the
     /// oldest element once it holds `maxlen`.
     NewDeque {
@@ -252,6 +256,7 @@ impl Step {
             Step::Assign { .. } => "assign",
             Step::CountCorrect { .. } => "count_correct",
             Step::NewDict { .. } => "dict",
+            Step::NewList { .. } => "list",
             Step::NewDeque { .. } => "deque",
             Step::SetItem { .. } => "setitem",
             Step::AllocateBuffers { .. } => "allocate_buffers",
@@ -589,6 +594,7 @@ impl Engine {
                 what,
             } => self.count_correct(output, target, into, *what)?,
             Step::NewDict { name } => self.bind(name, Value::Dict(Vec::new())),
+            Step::NewList { name } => self.bind(name, Value::List(Vec::new())),
             Step::NewDeque { name, maxlen } => {
                 self.bind(name, super::loop_steps::new_deque(*maxlen))
             }

@@ -28,8 +28,9 @@ use crate::engine::{Engine, Program};
 
 /// Growth must be seen across this many consecutive iteration boundaries.
 pub const MIN_GROWTH_STEPS: usize = 3;
-/// Samples kept per group and for the whole device.
-pub(super) const HISTORY: usize = 64;
+/// Samples kept per group and for the whole device: enough to see growth
+/// that comes once an epoch (three epochs of 80 batches).
+pub(super) const HISTORY: usize = 256;
 pub(super) const NONE: u32 = u32::MAX;
 pub(super) const SHARED: u32 = u32::MAX - 1;
 
@@ -103,6 +104,8 @@ pub struct Detector {
     pub(super) grad_blocks: Vec<u64>,
     pub(super) findings: Vec<Finding>,
     pub(super) error: Option<String>,
+    /// The error that stopped the run was an OOM.
+    pub(super) ran_out: bool,
     /// The run's requests, for what-ifs at an OOM (and of the cache's growth).
     pub(super) requests: RequestLog,
     pub(super) device: RunDevice,
@@ -169,7 +172,7 @@ impl Detector {
         self.capacity
     }
 
-    /// The per-iteration device history (oldest first, at most 64).
+    /// The per-iteration device history (oldest first, at most 256).
     pub fn history(&self) -> impl Iterator<Item = &IterationSample> {
         self.iterations.iter()
     }

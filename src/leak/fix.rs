@@ -83,3 +83,19 @@ pub(super) fn cycle_fix(name: &str) -> String {
         "del {name}[\"self\"]  # before {name} is rebound (or a weakref back-reference, or gc.collect())"
     )
 }
+
+/// A container filled on a schedule (once an epoch, every k iterations) and
+/// never emptied: a metric's state. The fix that fits it empties it once
+/// its value is computed.
+pub(super) fn reset_on_schedule(
+    facts: &ProgramFacts,
+    name: &str,
+    group: GroupKind,
+) -> Option<String> {
+    if group != GroupKind::List || !facts.scheduled.contains_key(name) {
+        return None;
+    }
+    Some(format!(
+        "{name}.clear()  # once the epoch's metric is computed from it (a torchmetrics Metric: metric.reset())"
+    ))
+}

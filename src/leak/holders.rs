@@ -102,7 +102,7 @@ fn describe(a: &GroupAcc, facts: &ProgramFacts) -> String {
     let n = u64::from(a.sample.elements);
     match a.kind {
         GroupKind::List => {
-            let noun = if facts.bounded.contains(a.name) {
+            let noun = if facts.bounded.contains_key(a.name) {
                 "deque"
             } else {
                 facts.container_noun(a.name)

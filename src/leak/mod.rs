@@ -10,10 +10,12 @@
 
 mod classify;
 mod counted_annotations;
+mod creep;
 mod detector;
 mod finding;
 mod fix;
 mod format;
+mod growth;
 mod holders;
 mod observe;
 mod oom;

@@ -55,6 +55,7 @@ impl Detector {
     /// error of a hidden state carried without `detach`, §8.3).
     pub fn observe_error(&mut self, err: &EngineError, ls: &LiveState) -> &[Finding] {
         self.error = Some(err.to_string());
+        self.ran_out = matches!(err, EngineError::OutOfMemory { .. });
         let before = self.findings.clone();
         let (a, r) = (ls.allocated, ls.reserved);
         self.observe(ls, a, r);

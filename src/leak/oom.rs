@@ -89,7 +89,6 @@ pub(super) fn what_ifs(
     let mut out = Vec::new();
 
     let emptied = log.retry(at, device, device.config.clone(), true);
-    let cached = own.reserved.saturating_sub(own.allocated);
     let why = if emptied.fits {
         format!(
             "empty_cache() first returns {} of whole free segments to the device, and then \
@@ -97,17 +96,11 @@ pub(super) fn what_ifs(
             format_size(own.reserved.saturating_sub(emptied.reserved))
         )
     } else {
-        let left = emptied.reserved.saturating_sub(emptied.allocated);
         format!(
             "before raising, the allocator already did what empty_cache() does (it returned {} of \
-             whole free segments) and retried; the {} still reserved but unallocated lie in {} \
-             that hold live blocks, which empty_cache() cannot return (the largest free piece is \
-             {}, the request {})",
+             whole free segments) and retried; {}",
             format_size(own.released_by_failure),
-            format_size(left.max(cached.saturating_sub(own.released_by_failure))),
-            crate::units::counted(emptied.segments_in_use as u64, "segment"),
-            format_size(emptied.largest_free),
-            format_size(request),
+            why_not(&emptied, request),
         )
     };
     out.push(WhatIf {
@@ -124,7 +117,6 @@ pub(super) fn what_ifs(
             raw => format!("{raw},expandable_segments:True"),
         };
         let e = log.retry(at, device, config, false);
-        let free = e.device_free + e.reserved.saturating_sub(e.allocated);
         let why = match (e.fits, e.first_earlier_oom) {
             (_, Some(first)) => format!(
                 "the same requests replayed with expandable segments run out earlier, in \
@@ -134,17 +126,14 @@ pub(super) fn what_ifs(
             ),
             (true, _) => format!(
                 "the same requests replayed with expandable segments: {} allocated, {} reserved \
-                 before it, and the request fits (free pieces are unmapped and the segment grows \
-                 instead of a new one being needed)",
+                 before it, and the request fits (this request: what the run does after it is \
+                 not replayed)",
                 format_size(e.allocated),
                 format_size(e.reserved),
             ),
             (false, _) => format!(
-                "the same requests replayed with expandable segments: {} allocated before it and \
-                 {} free in all, less than the {} asked: the memory is held, not fragmented",
-                format_size(e.allocated),
-                format_size(free),
-                format_size(request),
+                "the same requests replayed with expandable segments: {}",
+                why_not(&e, request)
             ),
         };
         out.push(WhatIf {
@@ -154,6 +143,40 @@ pub(super) fn what_ifs(
         });
     }
     (Some(own), out)
+}
+
+/// Why a request did not fit, from the allocator's state just before it:
+/// too little free at all (the memory is held), or free memory in pieces
+/// this request cannot use.
+fn why_not(o: &RetryOutcome, request: u64) -> String {
+    let cached = o.reserved.saturating_sub(o.allocated);
+    let free = o.device_free + cached;
+    if free < request {
+        return format!(
+            "{} allocated; {} free in all ({} on the device, {} cached), less than the {} asked: \
+             the memory is held, not fragmented",
+            format_size(o.allocated),
+            format_size(free),
+            format_size(o.device_free),
+            format_size(cached),
+            format_size(request),
+        );
+    }
+    let pool = if o.small_pool {
+        "the small pool (requests up to 1 MiB, served from 2 MiB segments of its own)"
+    } else {
+        "the large pool"
+    };
+    format!(
+        "{} is free in all, but not where this request can use it: the largest free block in {pool} \
+         is {} ({} free there in all), the device has {} left for a new segment, and the other free \
+         pieces lie in {} that still hold live blocks",
+        format_size(free),
+        format_size(o.pool_largest_free),
+        format_size(o.pool_free),
+        format_size(o.device_free),
+        crate::units::counted(o.segments_in_use as u64, "segment"),
+    )
 }
 
 impl OomAnswer {

@@ -3,7 +3,24 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::engine::{DictKey, GradContext, HiddenPart, KeepWhat, Program, Step};
+use crate::engine::{DictKey, EveryUnit, GradContext, HiddenPart, KeepWhat, Program, Step};
+
+/// Where a step sits: inside how many passes of inner loops per iteration,
+/// and under which schedule.
+#[derive(Debug, Clone, Copy)]
+struct Nest {
+    repeat: u64,
+    every: Option<(u32, EveryUnit)>,
+}
+
+impl Default for Nest {
+    fn default() -> Nest {
+        Nest {
+            repeat: 1,
+            every: None,
+        }
+    }
+}
 
 /// How a root gets its value in the program.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,9 +66,18 @@ pub(crate) struct ProgramFacts {
     /// program order.
     pub rebound_buffers: Vec<String>,
     rebound: FxHashSet<String>,
-    /// Names bound to a `deque(maxlen=…)`: whatever they hold, they hold at
-    /// most `maxlen` of it, so their growth stops by itself.
-    pub bounded: FxHashSet<String>,
+    /// Names bound to a `deque(maxlen=…)`, with the bound: whatever they
+    /// hold, they hold at most `maxlen` of it, so their growth stops by
+    /// itself — a leak only where the bound does not fit in the memory.
+    pub bounded: FxHashMap<String, u32>,
+    /// Containers filled inside an inner loop (`Repeat`): how many items a
+    /// pass of the loop's body adds to each (the product of the loops' times).
+    pub inner_fills: FxHashMap<String, u64>,
+    /// Names bound on a schedule (`Every`): (n, unit) of the innermost one.
+    pub scheduled: FxHashMap<String, (u32, EveryUnit)>,
+    /// The batch sizes and sequence lengths per iteration, cycled (empty: fixed).
+    pub batch_sizes: Vec<u64>,
+    pub seq_lens: Vec<u64>,
     /// The first forward that runs in eval mode with grad enabled, as
     /// (input, output): what a `torch.no_grad()` fix wraps.
     pub eval_forward: Option<(String, String)>,
@@ -65,8 +91,10 @@ impl ProgramFacts {
         };
         let mut state = (true, true); // (training, grad enabled)
         for s in p.setup.iter().chain(p.steps.iter()) {
-            f.walk(s, &mut state);
+            f.walk(s, &mut state, Nest::default());
         }
+        f.batch_sizes = p.batch_sizes.clone();
+        f.seq_lens = p.seq_lens.clone();
         let mut deleted = FxHashSet::default();
         for s in &p.steps {
             f.walk_buffers(s, &mut deleted);
@@ -95,8 +123,48 @@ impl ProgramFacts {
         }
     }
 
-    fn walk(&mut self, s: &Step, st: &mut (bool, bool)) {
+    fn walk(&mut self, s: &Step, st: &mut (bool, bool), nest: Nest) {
         let eval_grad = !st.0 && st.1;
+        let filled = match s {
+            Step::Append { list, .. } => Some(list),
+            Step::SetItem {
+                dict,
+                key: DictKey::Iteration,
+                ..
+            } => Some(dict),
+            _ => None,
+        };
+        if let Some(name) = filled {
+            if nest.repeat > 1 {
+                self.inner_fills.insert(name.clone(), nest.repeat);
+            }
+            if let Some(every) = nest.every {
+                self.scheduled.insert(name.clone(), every);
+            }
+        }
+        match s {
+            Step::Repeat { times, steps } => {
+                let inner = Nest {
+                    repeat: nest.repeat.saturating_mul(u64::from(*times)),
+                    ..nest
+                };
+                for s in steps {
+                    self.walk(s, st, inner);
+                }
+                return;
+            }
+            Step::Every { n, unit, steps, .. } => {
+                let inner = Nest {
+                    every: Some((*n, *unit)),
+                    ..nest
+                };
+                for s in steps {
+                    self.walk(s, st, inner);
+                }
+                return;
+            }
+            _ => {}
+        }
         match s {
             Step::ZeroGrad { .. } => self.has_zero_grad = true,
             Step::Backward { retain_graph, .. } => {
@@ -113,8 +181,8 @@ impl ProgramFacts {
                 self.eval_with_grad |= !st.0 && st.1;
             }
             // Detaching one of (h, c) still carries the other's graph.
-            Step::NewDeque { name, .. } => {
-                self.bounded.insert(name.clone());
+            Step::NewDeque { name, maxlen } => {
+                self.bounded.insert(name.clone(), *maxlen);
             }
             Step::CarryHidden { detach, part } => {
                 self.carry_hidden_detach = Some(*detach && *part == HiddenPart::Both)
@@ -168,11 +236,6 @@ impl ProgramFacts {
                 },
                 eval_grad,
             ),
-            _ if s.children().is_some() => {
-                for s in s.children().unwrap_or_default() {
-                    self.walk(s, st);
-                }
-            }
             _ => {}
         }
     }

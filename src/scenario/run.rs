@@ -119,6 +119,7 @@ impl<'a> ScenarioRun<'a> {
                 }
             }
             Unit::End => {
+                self.detector.finish();
                 if let Some(err) = &self.failure {
                     // A failure inside the scenario (an OOM, a second
                     // backward) is part of the story, drawn where it happened;

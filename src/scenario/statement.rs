@@ -182,6 +182,7 @@ pub fn statement(step: &Step) -> String {
             format!("{into} += ({output}.argmax(1) == {target}).sum(){item}")
         }
         Step::NewDict { name } => format!("{name} = {{}}"),
+        Step::NewList { name } => format!("{name} = []"),
         Step::MakeCycle { from, into, what } => {
             format!(
                 "{into} = {{{from:?}: {}}}; {into}[\"self\"] = {into}",
@@ -277,6 +278,7 @@ mod tests {
             ),
             ("Assign(name: \"correct\", value: 0)", "correct = 0"),
             ("NewDict(name: \"history\")", "history = {}"),
+            ("NewList(name: \"preds\")", "preds = []"),
             (
                 "NewDeque(name: \"recent\", maxlen: 5)",
                 "recent = collections.deque(maxlen=5)",

@@ -54,6 +54,7 @@ fn variant(s: &Step) -> &'static str {
         Step::Assign { .. } => "Assign",
         Step::CountCorrect { .. } => "CountCorrect",
         Step::NewDict { .. } => "NewDict",
+        Step::NewList { .. } => "NewList",
         Step::NewDeque { .. } => "NewDeque",
         Step::SetItem { .. } => "SetItem",
         Step::AllocateBuffers { .. } => "AllocateBuffers",
@@ -88,7 +89,9 @@ fn reads_binds(s: &Step) -> (Vec<&str>, Vec<&str>) {
             into,
             ..
         } => (vec![output, target], vec![into]),
-        Step::NewDict { name } | Step::NewDeque { name, .. } => (vec![], vec![name]),
+        Step::NewDict { name } | Step::NewList { name } | Step::NewDeque { name, .. } => {
+            (vec![], vec![name])
+        }
         Step::SetItem { dict, from, .. } => (vec![from, dict], vec![]),
         Step::AllocateBuffers { list, .. } => (vec![], vec![list]),
         Step::DeleteEvery { list, .. } => (vec![list], vec![]),

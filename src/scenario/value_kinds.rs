@@ -121,6 +121,7 @@ pub(crate) fn binds(
         Step::AllocateBuffers { list, .. } => vec![(list, Kind::List)],
         Step::Assign { name, .. } => vec![(name, Kind::Number)],
         Step::NewDict { name } => vec![(name, Kind::Dict)],
+        Step::NewList { name } => vec![(name, Kind::List)],
         Step::NewDeque { name, .. } => vec![(name, Kind::Deque)],
         Step::MakeCycle { into, .. } => vec![(into, Kind::Cycle)],
         _ => vec![],

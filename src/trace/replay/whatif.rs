@@ -222,6 +222,11 @@ pub struct RetryOutcome {
     /// live block (which `empty_cache()` cannot return).
     pub segments: usize,
     pub segments_in_use: usize,
+    /// The request goes to the small pool (at most 1 MiB: 2 MiB segments
+    /// of its own), and that pool's free bytes and largest free block.
+    pub small_pool: bool,
+    pub pool_free: u64,
+    pub pool_largest_free: u64,
 }
 
 /// The requests before `at` replayed under `config` on `device`, then
@@ -282,6 +287,19 @@ pub fn retry_at(
         .iter()
         .filter(|s| s.blocks.iter().any(|b| b.state.is_active()))
         .count();
+    let size = requests.entries.get(at).map_or(0, |e| e.size);
+    let pool = crate::alloc::rounding::Pool::for_size(crate::alloc::rounding::round_size(
+        size,
+        a.config(),
+    ));
+    let free_pieces = snapshot
+        .iter()
+        .filter(|s| s.pool == pool)
+        .flat_map(|s| s.blocks.iter())
+        .filter(|b| !b.state.is_active())
+        .map(|b| b.size);
+    let (pool_free, pool_largest_free) =
+        free_pieces.fold((0, 0), |(sum, max), b| (sum + b, max.max(b)));
     let mut out = RetryOutcome {
         fits: false,
         earlier_ooms,
@@ -293,6 +311,9 @@ pub fn retry_at(
         released_by_failure: 0,
         segments: snapshot.len(),
         segments_in_use,
+        small_pool: pool == crate::alloc::rounding::Pool::Small,
+        pool_free,
+        pool_largest_free,
     };
     if let Some(e) = requests.entries.get(at) {
         match a.malloc(e.size, e.stream, entry_tag(at)) {
