@@ -30,6 +30,7 @@ pub mod hf_switches;
 mod keep;
 pub mod launch;
 pub mod live;
+mod live_walk;
 mod loop_steps;
 pub mod model_lang;
 pub mod modules;
