@@ -171,7 +171,10 @@ fn every_builtin_meets_its_expectations() {
 }
 
 /// Each buggy scenario and the scenario that shows its fix.
-const PAIRS: [(&str, &str); 24] = [
+const PAIRS: [(&str, &str); 27] = [
+    ("metric-state-epoch-bug", "metric-state-epoch-fixed"),
+    ("bounded-deque-graphs-bug", "bounded-deque-item-fixed"),
+    ("val-outputs-inner-loop-bug", "val-outputs-cpu-fixed"),
     ("reference-cycle-bug", "reference-cycle-gc"),
     ("rnn-hidden-every-other-bug", "rnn-hidden-every-batch-fixed"),
     ("accumulate-loss-train-bug", "accumulate-loss-train-fixed"),
@@ -766,4 +769,105 @@ fn every_oom_is_answered_and_its_what_if_agrees_with_a_rerun() {
         }
     }
     assert!(ooms >= 8, "{ooms} built-ins end in an OOM");
+}
+
+/// Issue 39's growth that does not come every iteration, each held to the
+/// run's own figures: growth in steps (once an epoch), a bounded deque
+/// whose bound does not fit, a container filled within one iteration, and
+/// the cache's growth with the setting that helps, replayed.
+#[test]
+fn growth_in_steps_within_an_iteration_and_past_a_bound_is_found() {
+    use vramscope::alloc::format_size;
+    use vramscope::leak::FindingKind;
+    let logits = 256 * 8192 * 4; // a [256, 8192] fp32 batch of logits
+
+    // Once an epoch: the finding's step is one batch of logits.
+    let r = get("metric-state-epoch-bug");
+    let f = &r.findings[0];
+    assert_eq!(
+        (f.root.as_str(), f.kind),
+        ("metric_preds", FindingKind::StoredTensors)
+    );
+    assert!(
+        f.evidence
+            .contains(&format!("{} per step", format_size(logits))),
+        "{}",
+        f.evidence
+    );
+    assert!(
+        f.full_at_iteration.is_some(),
+        "growth in steps is projected too"
+    );
+
+    // The deque: it fills at 10,000; the device ran out at the item after
+    // those the OOM found in it.
+    let r = get("bounded-deque-graphs-bug");
+    let oom = r.oom.as_ref().expect("the bounded deque runs out");
+    let held = oom
+        .answer
+        .as_ref()
+        .and_then(|a| a.holders.iter().find(|h| h.name == "recent"))
+        .expect("the deque is a holder at the OOM");
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.root == "recent")
+        .expect("the deque is a finding");
+    assert!(
+        f.evidence.contains("It fills at item 10,000"),
+        "{}",
+        f.evidence
+    );
+    let at = format!(
+        "the device ran out at item {}",
+        vramscope::units::format_count(u64::from(held.items) + 1)
+    );
+    assert!(f.evidence.contains(&at), "{at}: {}", f.evidence);
+    assert!(held.items < 10_000 / 4, "{} items", held.items);
+
+    // Within one iteration: every item made in it, 8 MiB each.
+    let r = get("val-outputs-inner-loop-bug");
+    assert_eq!(r.oom.as_ref().map(|o| o.iteration), Some(1));
+    let f = &r.findings[0];
+    assert_eq!(f.root, "val_outputs");
+    assert!(
+        f.evidence
+            .contains(&format!("({} each", format_size(logits))),
+        "{}",
+        f.evidence
+    );
+    let answer = r
+        .oom
+        .as_ref()
+        .and_then(|o| o.answer.as_ref())
+        .expect("answer");
+    assert_eq!(answer.grew.since_iteration, None);
+    assert_eq!(answer.grew.within_iteration[0].0, "val_outputs");
+
+    // The cache's growth: the what-if on the run's requests with expandable
+    // segments peaks where its twin, run with them, does.
+    let bug = get("var-batch-fragmentation-bug");
+    let fixed = get("var-batch-expandable-fixed");
+    let f = bug
+        .findings
+        .iter()
+        .find(|f| f.kind == FindingKind::CacheFragmentation)
+        .expect("the cache's growth");
+    let replayed = format!(
+        "expandable_segments:True: peak reserved {}",
+        format_size(fixed.peak_reserved)
+    );
+    assert!(
+        f.path.iter().any(|p| p.contains(&replayed)),
+        "{replayed}: {:?}",
+        f.path
+    );
+    assert!(f.fix.contains("expandable_segments:True"), "{}", f.fix);
+    assert!(
+        f.path
+            .iter()
+            .any(|p| p.contains("reserved rose in iteration 2 (") && p.contains("batch 3")),
+        "{:?}",
+        f.path
+    );
 }

@@ -362,7 +362,13 @@ impl Detector {
         let gap_first = first.reserved.saturating_sub(first.allocated);
         let gap_last = last.reserved.saturating_sub(last.allocated);
         // Reserved moves in steps (a new largest shape), not every iteration.
-        if ups < 1 || r_growth == 0 || a_drift * 4 > r_growth || gap_last <= gap_first {
+        // One rise counts when it is a quarter of what was reserved.
+        let one_big_rise = ups == 1 && r_growth * 4 >= first.reserved;
+        if (ups < 2 && !one_big_rise)
+            || r_growth == 0
+            || a_drift * 4 > r_growth
+            || gap_last <= gap_first
+        {
             return None;
         }
         // Reserved that follows a growing peak is the cache holding what the
