@@ -56,6 +56,8 @@ fn headline(kind: FindingKind) -> &'static str {
         FindingKind::SurvivingAllocations => {
             "allocations survive iteration boundaries and accumulate"
         }
+        FindingKind::GrowingHolder => "a Python name holds what grew — where to look",
+        FindingKind::PythonHolder => "held by a Python name",
     }
 }
 

@@ -75,6 +75,8 @@ pub enum UiAction {
     ShowMessage,
     /// Every narration up to the cursor, in a popup.
     ShowNarrationHistory,
+    /// A live job: ask its helper which Python names hold its tensors.
+    FindHolders,
     /// Play by event, op, phase, iteration (the next one).
     CyclePlayUnit,
     /// Stop at each narration until space, or not.
@@ -166,6 +168,10 @@ pub const KEYS: &[(&str, &str)] = &[
         "the error / OOM message or narration at the cursor, in full",
     ),
     ("E", "every narration so far, newest last (j/k scroll)"),
+    (
+        "H",
+        "live job: ask which Python names hold its tensors (at its next step; leak panel)",
+    ),
     (
         "in a popup",
         "j/k PgDn g/G scroll · Enter folds/unfolds C++/PyTorch frames · Esc closes",
@@ -299,6 +305,7 @@ pub fn key_action(key: KeyEvent, focus: Focus, help: bool) -> Option<UiAction> {
         KeyCode::Char('S') => Some(UiAction::ToggleSinceStep),
         KeyCode::Char('e') => Some(UiAction::ShowMessage),
         KeyCode::Char('E') => Some(UiAction::ShowNarrationHistory),
+        KeyCode::Char('H') => Some(UiAction::FindHolders),
         KeyCode::Char('m') => Some(UiAction::CyclePlayUnit),
         KeyCode::Char('a') => Some(UiAction::ToggleAutoPause),
         KeyCode::Char('C') => Some(UiAction::ToggleCode),

@@ -128,3 +128,37 @@ fn at_a_step_s_end_the_pane_shows_the_step_that_just_ended() {
     // the capture's training loop: the optimizer's state made in the last step
     assert!(s.contains("_seed_train.py:62 in train"), "{s}");
 }
+
+/// A recording of a traced job whose loop keeps every step's loss in
+/// `self.history` (python/tests/make_holders_recording.py, six steps): the
+/// helper's walks name the list, and the leak panel shows its chain first.
+#[test]
+fn the_helper_s_holders_are_findings_in_the_leak_panel() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/live/history-leak.vslive");
+    let frames = crate::live::open_recording(&path).expect("the fixture");
+    let src = live_source(frames, None, None, Arc::default());
+    let mut app = app_finished(vec![("job".into(), src)], &opts());
+    keys(&mut app, "G");
+    let s = screen(&mut app, 140, 44);
+    assert!(s.contains("self.history"), "{s}");
+    let f = &app.runs[0].findings[0];
+    assert_eq!(f.root, "self.history");
+    assert_eq!(f.kind, crate::leak::FindingKind::GrowingHolder);
+    // The program's sixth loss keeps x and relu's result, 512 KiB each.
+    assert!(
+        f.path[0].ends_with(
+            "self.history (list, 6 items) → [5]: 0-dim tensor float32, grad_fn=SumBackward0, \
+             its graph keeps 1024.00 KiB of saved tensors"
+        ),
+        "{:?}",
+        f.path
+    );
+    assert!(f.fix.contains("self.history.append(x.item())"), "{}", f.fix);
+    // H on a recording asks nothing, and says why.
+    keys(&mut app, "H");
+    assert!(app.runs[0]
+        .note
+        .as_deref()
+        .is_some_and(|n| n.contains("not a running job")));
+}
