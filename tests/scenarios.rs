@@ -171,7 +171,8 @@ fn every_builtin_meets_its_expectations() {
 }
 
 /// Each buggy scenario and the scenario that shows its fix.
-const PAIRS: [(&str, &str); 27] = [
+const PAIRS: [(&str, &str); 28] = [
+    ("autocast-around-loop-bug", "amp-fp16"),
     ("metric-state-epoch-bug", "metric-state-epoch-fixed"),
     ("bounded-deque-graphs-bug", "bounded-deque-item-fixed"),
     ("val-outputs-inner-loop-bug", "val-outputs-cpu-fixed"),

@@ -49,6 +49,9 @@ impl Detector {
         if let Some(f) = self.missing_zero_grad() {
             findings.push(f);
         }
+        if let Some(f) = self.stale_autocast_cache(ctx, accs) {
+            findings.push(f);
+        }
         if findings.iter().all(|f| !f.kind.is_leak()) {
             if let Some(f) = self.one_off_peak(ctx, accs) {
                 findings.push(f);

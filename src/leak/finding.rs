@@ -25,6 +25,10 @@ pub enum FindingKind {
     /// Imported trace: allocations from one call site survive iteration
     /// boundaries and keep accumulating.
     SurvivingAllocations,
+    /// `with torch.autocast(...)` kept open across iterations: its cache of
+    /// low-precision weight casts is never cleared, and after each
+    /// `optimizer.step()` it holds the weights of before the update.
+    StaleAutocastCache,
     /// A live job: a Python name (a container, a variable, a hook's
     /// closure) whose tensors and their graphs grew since the helper's last
     /// look.
@@ -35,7 +39,7 @@ pub enum FindingKind {
 }
 
 impl FindingKind {
-    pub const ALL: [FindingKind; 10] = [
+    pub const ALL: [FindingKind; 11] = [
         FindingKind::RetainedGraphGpu,
         FindingKind::RetainedGraphHost,
         FindingKind::StoredTensors,
@@ -44,6 +48,7 @@ impl FindingKind {
         FindingKind::OneOffPeak,
         FindingKind::MissingZeroGrad,
         FindingKind::SurvivingAllocations,
+        FindingKind::StaleAutocastCache,
         FindingKind::GrowingHolder,
         FindingKind::PythonHolder,
     ];
@@ -72,6 +77,7 @@ impl FindingKind {
             FindingKind::OneOffPeak => "one_off_peak",
             FindingKind::MissingZeroGrad => "missing_zero_grad",
             FindingKind::SurvivingAllocations => "surviving_allocations",
+            FindingKind::StaleAutocastCache => "stale_autocast_cache",
             FindingKind::GrowingHolder => "growing_holder",
             FindingKind::PythonHolder => "python_holder",
         }
@@ -89,6 +95,7 @@ impl FindingKind {
             FindingKind::OneOffPeak => "one-off peak",
             FindingKind::MissingZeroGrad => "gradients never zeroed",
             FindingKind::SurvivingAllocations => "surviving allocations",
+            FindingKind::StaleAutocastCache => "stale autocast weight cache",
             FindingKind::GrowingHolder => "a Python name holds what grew",
             FindingKind::PythonHolder => "held by a Python name",
         }
@@ -105,6 +112,7 @@ impl FindingKind {
             FindingKind::OneOffPeak => "one-off peak",
             FindingKind::MissingZeroGrad => "never zeroed",
             FindingKind::SurvivingAllocations => "survivors",
+            FindingKind::StaleAutocastCache => "stale autocast",
             FindingKind::GrowingHolder => "growing holder",
             FindingKind::PythonHolder => "python holder",
         }

@@ -193,3 +193,54 @@ fn item_bytes(ctx: &Ctx, acc: &GroupAcc, cur: &GroupSample) -> u64 {
         .sum();
     (own + cur.graph) / items
 }
+
+impl Detector {
+    /// An autocast block kept open across iteration boundaries while the
+    /// optimizer steps: the weight-cast cache (engine.md §6.2) is cleared
+    /// only when the outermost block exits, so the fp16/bf16 copies made in
+    /// the first forward serve every later one — the weights of before the
+    /// first update. Memory stays flat; the values are stale.
+    pub(super) fn stale_autocast_cache(&self, ctx: &Ctx, accs: &[GroupAcc]) -> Option<Finding> {
+        let cache = accs.iter().find(|a| a.name == "autocast cache")?;
+        let it = ctx.ls.iteration;
+        let since = cache.sample.oldest_storage_iteration?;
+        if !self.facts.steps_optimizer || since >= it || cache.sample.own == 0 {
+            return None;
+        }
+        let entries = cache.roots.len();
+        let mut f = Finding::new("autocast cache", FindingKind::StaleAutocastCache);
+        f.bytes = cache.sample.own;
+        f.iterations = it - since + 1;
+        f.by_category = vec![("amp_cache", cache.sample.own)];
+        f.path = vec![
+            format!(
+                "{} cached casts of fp32 weights, made in iteration {since}",
+                format_count(entries as u64)
+            ),
+            format!(
+                "optimizer steps since: {} (each updates the fp32 weights in place)",
+                it - since
+            ),
+        ];
+        let dtype = match self.facts.autocast_around_loop {
+            Some(crate::engine::DType::BF16) => "torch.bfloat16",
+            _ => "torch.float16",
+        };
+        f.fix = format!(
+            "with torch.autocast(\"cuda\", dtype={dtype}):  # inside the loop, around the forward \
+             and the loss only: leaving it clears the cast cache"
+        );
+        f.evidence = format!(
+            "The `with torch.autocast(...)` block is open across iteration boundaries, so its \
+             cache of low-precision weight casts is never cleared: {} cached casts ({}) made in \
+             iteration {since} served every forward since, while optimizer.step() updated the \
+             fp32 weights {} times in place. Every forward after the first runs with the weights \
+             of before the first update (the model stops learning); memory is flat, not a leak.",
+            format_count(entries as u64),
+            format_size(cache.sample.own),
+            it - since,
+        );
+        f.severity = Severity::Warning;
+        Some(f)
+    }
+}

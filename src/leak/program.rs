@@ -51,6 +51,11 @@ pub(crate) enum Binder {
 pub(crate) struct ProgramFacts {
     pub known: bool,
     pub has_zero_grad: bool,
+    /// The loop steps an optimizer (`optimizer.step()` or `scaler.step`).
+    pub steps_optimizer: bool,
+    /// The setup leaves a `with torch.autocast(...)` block open around the
+    /// whole loop, of this dtype.
+    pub autocast_around_loop: Option<crate::engine::DType>,
     pub has_backward: bool,
     pub retain_graph: bool,
     /// `model.eval()` (or a grad switch) with grad still enabled somewhere.
@@ -93,6 +98,17 @@ impl ProgramFacts {
         for s in p.setup.iter().chain(p.steps.iter()) {
             f.walk(s, &mut state, Nest::default());
         }
+        let mut open = Vec::new();
+        for s in &p.setup {
+            match s {
+                Step::AutocastEnter { dtype } => open.push(*dtype),
+                Step::AutocastExit => {
+                    open.pop();
+                }
+                _ => {}
+            }
+        }
+        f.autocast_around_loop = open.first().copied();
         f.batch_sizes = p.batch_sizes.clone();
         f.seq_lens = p.seq_lens.clone();
         let mut deleted = FxHashSet::default();
@@ -167,6 +183,7 @@ impl ProgramFacts {
         }
         match s {
             Step::ZeroGrad { .. } => self.has_zero_grad = true,
+            Step::OptimizerStep | Step::ScalerStep => self.steps_optimizer = true,
             Step::Backward { retain_graph, .. } => {
                 self.has_backward = true;
                 self.retain_graph |= *retain_graph;

@@ -58,6 +58,7 @@ static BUILTINS: &[BuiltIn] = builtins![
     "amp-fp32",
     "amp-fp16",
     "amp-fp16-overflow",
+    "autocast-around-loop-bug",
     "finetune-frozen-layers",
     "amp-bf16",
     "amp-half-model-bug",

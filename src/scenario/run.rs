@@ -119,6 +119,14 @@ impl<'a> ScenarioRun<'a> {
                 }
             }
             Unit::End => {
+                if self.failure.is_none() {
+                    // A `with torch.autocast(...)` the setup opened around the
+                    // loop ends after it (its weight-cast cache is freed).
+                    if let Some(e) = self.engine.as_mut() {
+                        e.leave_autocast();
+                    }
+                    self.collect(&mut events);
+                }
                 self.detector.finish();
                 if let Some(err) = &self.failure {
                     // A failure inside the scenario (an OOM, a second
