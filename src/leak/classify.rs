@@ -101,9 +101,14 @@ impl Detector {
             || (chain_span >= MIN_GROWTH_STEPS && graph.steps >= MIN_GROWTH_STEPS - 1);
         // Growth that comes every k iterations (once an epoch): never a
         // fall, at least MIN_GROWTH_STEPS rises, the last not long ago.
+        // (A run stopped part-way: its last sample is no iteration's end.)
+        let whole = match self.error {
+            Some(_) => &s[..s.len() - 1],
+            None => &s[..],
+        };
         let stepwise =
             (graph.steps < MIN_GROWTH_STEPS && own.steps < MIN_GROWTH_STEPS && cur.gpu() > 0)
-                .then(|| periodic(&s, |x| x.own_old + x.graph_old))
+                .then(|| periodic(whole, |x| x.own_old + x.graph_old))
                 .flatten();
         // A container filled within this iteration until the memory ran out.
         let within = self.ran_out
@@ -620,6 +625,10 @@ pub(super) fn periodic(s: &[GroupSample], f: impl Fn(&GroupSample) -> u64) -> Op
         return None;
     }
     let gap = at.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(1);
+    if gap == 1 {
+        // Growth every iteration is the trend's to judge, not a schedule.
+        return None;
+    }
     let last = s[n - 1].iteration;
     if last - at[at.len() - 1] > 2 * gap {
         return None;

@@ -170,7 +170,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("E", "every narration so far, newest last (j/k scroll)"),
     (
         "H",
-        "live job: ask which Python names hold its tensors (at its next step; leak panel)",
+        "live job: which Python names hold its tensors (at its next step)",
     ),
     (
         "in a popup",
@@ -187,8 +187,10 @@ pub const KEYS: &[(&str, &str)] = &[
         "L",
         "presenter layout (code, map, large narration, timeline) / normal",
     ),
-    ("c", "colour blocks by state / by category"),
-    ("t", "next theme (dark, light, high contrast)"),
+    (
+        "c / t",
+        "colour blocks by state / category · next theme (dark, light, high contrast)",
+    ),
     (
         "v",
         "GPU memory: NVML's reading vs the model (simulated terms for sim runs)",

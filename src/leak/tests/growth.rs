@@ -32,6 +32,14 @@ fn growth_every_fifth_iteration_is_growth() {
 }
 
 #[test]
+fn growth_every_iteration_is_not_a_schedule() {
+    assert_eq!(
+        periodic(&series(&steps_every(1, 6, 8)), |x| x.own_old),
+        None
+    );
+}
+
+#[test]
 fn two_rises_are_not_enough_and_a_fall_starts_over() {
     assert_eq!(
         periodic(&series(&steps_every(5, 11, 8)), |x| x.own_old),
