@@ -170,7 +170,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("E", "every narration so far, newest last (j/k scroll)"),
     (
         "H",
-        "live job: which Python names hold its tensors (at its next step)",
+        "live job: which names hold its tensors (at its next step)",
     ),
     (
         "in a popup",
