@@ -171,7 +171,8 @@ fn every_builtin_meets_its_expectations() {
 }
 
 /// Each buggy scenario and the scenario that shows its fix.
-const PAIRS: [(&str, &str); 28] = [
+const PAIRS: [(&str, &str); 29] = [
+    ("forward-hook-activations-bug", "forward-hook-removed-fixed"),
     ("autocast-around-loop-bug", "amp-fp16"),
     ("metric-state-epoch-bug", "metric-state-epoch-fixed"),
     ("bounded-deque-graphs-bug", "bounded-deque-item-fixed"),
@@ -870,5 +871,37 @@ fn growth_in_steps_within_an_iteration_and_past_a_bound_is_found() {
             .any(|p| p.contains("reserved rose in iteration 2 (") && p.contains("batch 3")),
         "{:?}",
         f.path
+    );
+}
+
+/// A forward hook on fc1 that keeps its output adds exactly that output
+/// ([256, 1024] fp32) per iteration, and the finding names the hook and its
+/// handle; the hook on a module that is no Linear stops the run.
+#[test]
+fn a_forward_hook_keeps_its_module_s_output() {
+    let r = get("forward-hook-activations-bug");
+    let per = growth_per_iteration(r);
+    assert_eq!(per, (256 * 1024 * 4) as f64, "{:?}", steady(r));
+    let f = &r.findings[0];
+    assert_eq!(f.root, "acts");
+    assert!(
+        f.evidence.contains("A forward hook on `fc1`"),
+        "{}",
+        f.evidence
+    );
+    assert!(f.fix.starts_with("handle_fc1.remove()"), "{}", f.fix);
+
+    let bad = r#"Scenario(name: "h", description: "h", device: (capacity: "1GiB"),
+        model: Preset("mlp-mnist"),
+        setup: [NewList(name: "acts"), RegisterForwardHook(module: "relu1", list: "acts", what: Tensor)],
+        steps: [LoadBatch(x: "x", y: "y"), Forward(input: "x", output: "out")], iterations: 2)"#;
+    let (s, built) = vramscope::scenario::load_str(bad, "h.ron").expect("loads");
+    let r = run(&s, &built, &RunOptions::default());
+    assert!(
+        r.error
+            .as_deref()
+            .is_some_and(|e| e.contains("no Linear module `relu1`")),
+        "{:?}",
+        r.error
     );
 }

@@ -137,6 +137,8 @@ pub struct Engine {
     /// run it and freed its saved tensors (the backward-twice error's
     /// cause, which the leak detector traces back to a root).
     pub(crate) spent_reached: Option<autograd::NodeId>,
+    /// Forward hooks registered on Linear modules: (module id, list, what).
+    pub(crate) forward_hooks: Vec<(u32, String, KeepWhat)>,
     /// Warnings already shown this run.
     pub(crate) warned: Vec<&'static str>,
     /// Runs real kernels on the tensors (a CUDA run); None: nothing is launched.
@@ -198,6 +200,7 @@ impl Engine {
             op_error: None,
             retaining: Vec::new(),
             spent_reached: None,
+            forward_hooks: Vec::new(),
             warned: Vec::new(),
             launcher: None,
             launch_stats: LaunchStats::default(),

@@ -219,6 +219,19 @@ pub enum Step {
     },
     /// `gc.collect()`: frees every unreachable reference cycle.
     GcCollect,
+    /// `model.<module>.register_forward_hook(lambda m, i, o: list.append(o …))`
+    /// on a Linear of the model (its module path, e.g. `fc1`): from now on
+    /// every forward through it appends what `what` keeps of its output to
+    /// `list` (which must be bound), until `RemoveForwardHooks`.
+    RegisterForwardHook {
+        module: String,
+        list: String,
+        what: KeepWhat,
+    },
+    /// `handle.remove()` for every hook registered on `module`.
+    RemoveForwardHooks {
+        module: String,
+    },
 }
 
 impl Step {
@@ -263,6 +276,8 @@ impl Step {
             Step::DeleteEvery { .. } => "del_slice",
             Step::MakeCycle { .. } => "make_cycle",
             Step::GcCollect => "gc.collect",
+            Step::RegisterForwardHook { .. } => "register_forward_hook",
+            Step::RemoveForwardHooks { .. } => "handle.remove",
         }
     }
 
@@ -625,6 +640,10 @@ impl Engine {
                 );
             }
             Step::GcCollect => self.gc_collect(),
+            Step::RegisterForwardHook { module, list, what } => {
+                self.register_forward_hook(module, list, *what)?
+            }
+            Step::RemoveForwardHooks { module } => self.remove_forward_hooks(module),
         }
         Ok(())
     }

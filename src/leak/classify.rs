@@ -273,6 +273,12 @@ impl Detector {
                         cur.nodes
                     ));
                 }
+                if let Some(m) = self.facts.hooked_by(name) {
+                    e.push_str(&format!(
+                        " A forward hook on `{m}` appends its output to it at every forward: \
+                         the hook, not the loop, is what keeps them."
+                    ));
+                }
                 e
             }
             FindingKind::RetainedGraphHost => self.host_graph_evidence(acc, &cur, growth_steps, per_iter),

@@ -66,6 +66,13 @@ pub(super) fn fix_for(
                 return format!("{pre}{name}[{key}] = {}", host(from))
             }
             Binder::Keep { from, .. } => return format!("{pre}{name} = {}", plain(from)),
+            Binder::Hook { module, .. } => {
+                let handle = module.replace('.', "_");
+                return format!(
+                    "handle_{handle}.remove()  # once the activations are collected; or in the \
+                     hook: {name}.append(o.detach().cpu())"
+                );
+            }
             Binder::Forward | Binder::Loss => {}
         }
     }

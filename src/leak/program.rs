@@ -45,6 +45,11 @@ pub(crate) enum Binder {
     },
     Forward,
     Loss,
+    /// A forward hook on a module appends what it keeps of the output.
+    Hook {
+        module: String,
+        what: KeepWhat,
+    },
 }
 
 #[derive(Debug, Clone, Default)]
@@ -235,6 +240,14 @@ impl ProgramFacts {
                 self.bind(output, Binder::Forward, eval_grad)
             }
             Step::Loss { into, .. } => self.bind(into, Binder::Loss, eval_grad),
+            Step::RegisterForwardHook { module, list, what } => self.bind(
+                list,
+                Binder::Hook {
+                    module: module.clone(),
+                    what: *what,
+                },
+                eval_grad,
+            ),
             Step::ScalerScale { into, .. } => self.bind(into, Binder::Loss, eval_grad),
             Step::SetItem {
                 dict,
@@ -270,6 +283,7 @@ impl ProgramFacts {
             .get(root)?
             .iter()
             .min_by_key(|(b, _)| match b {
+                Binder::Hook { .. } => 0,
                 Binder::Accumulate { .. } | Binder::Append { .. } | Binder::SetItem { .. } => 0,
                 Binder::Keep { .. } => 1,
                 _ => 2,
@@ -289,6 +303,14 @@ impl ProgramFacts {
         } else {
             "list"
         }
+    }
+
+    /// The module whose forward hook fills `name`, if one does.
+    pub fn hooked_by(&self, name: &str) -> Option<&str> {
+        self.binders.get(name)?.iter().find_map(|(b, _)| match b {
+            Binder::Hook { module, .. } => Some(module.as_str()),
+            _ => None,
+        })
     }
 
     /// Whether `name` holds a loss (a 0-dim tensor: `.item()` applies).

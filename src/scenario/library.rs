@@ -40,6 +40,8 @@ static BUILTINS: &[BuiltIn] = builtins![
     "bounded-deque-item-fixed",
     "val-outputs-inner-loop-bug",
     "val-outputs-cpu-fixed",
+    "forward-hook-activations-bug",
+    "forward-hook-removed-fixed",
     "zero-grad-missing-bug",
     "zero-grad-fixed",
     "zero-grad-keep-grads",

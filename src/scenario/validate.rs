@@ -61,6 +61,8 @@ fn variant(s: &Step) -> &'static str {
         Step::DeleteEvery { .. } => "DeleteEvery",
         Step::MakeCycle { .. } => "MakeCycle",
         Step::GcCollect => "GcCollect",
+        Step::RegisterForwardHook { .. } => "RegisterForwardHook",
+        Step::RemoveForwardHooks { .. } => "RemoveForwardHooks",
     }
 }
 
@@ -96,6 +98,7 @@ fn reads_binds(s: &Step) -> (Vec<&str>, Vec<&str>) {
         Step::AllocateBuffers { list, .. } => (vec![], vec![list]),
         Step::DeleteEvery { list, .. } => (vec![list], vec![]),
         Step::MakeCycle { from, into, .. } => (vec![from], vec![into]),
+        Step::RegisterForwardHook { list, .. } => (vec![list], vec![]),
         _ => (vec![], vec![]),
     }
 }

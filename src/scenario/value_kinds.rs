@@ -67,6 +67,11 @@ pub(crate) fn needs(s: &Step) -> Vec<(&str, &'static [Kind], &'static str)> {
         Step::DeleteEvery { list, .. } => {
             vec![(list, &[Kind::List], "`del x[::n]` needs a list")]
         }
+        Step::RegisterForwardHook { list, .. } => vec![(
+            list,
+            &[Kind::List, Kind::Deque],
+            "the hook calls its .append()",
+        )],
         _ => vec![],
     }
 }
