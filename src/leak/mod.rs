@@ -19,6 +19,7 @@ mod growth;
 mod holders;
 mod observe;
 mod oom;
+mod oom_trace;
 mod program;
 mod reach;
 mod render;
@@ -33,6 +34,7 @@ pub use detector::{Detector, GroupSample, IterationSample, MIN_GROWTH_STEPS};
 pub use finding::{Finding, FindingKind, Severity};
 pub use holders::Holder;
 pub use oom::{Grew, OomAnswer, WhatIf, LISTED_HOLDERS};
+pub use oom_trace::answer_trace_oom;
 pub use render::{findings_json, findings_text};
 pub use requests::{RequestLog, RunDevice};
 pub use snapshot::{

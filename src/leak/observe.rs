@@ -113,6 +113,7 @@ impl Detector {
             .collect();
         OomAnswer {
             iteration: ls.iteration,
+            place: format!("iteration {}", ls.iteration),
             requested,
             at_request,
             holders: self.holders.iter().take(LISTED_HOLDERS).cloned().collect(),
@@ -123,6 +124,7 @@ impl Detector {
                 allocated_now,
                 by,
                 within_iteration,
+                unknown: None,
             },
             what_if,
         }

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::holders::Holder;
 use super::requests::{RequestLog, RunDevice};
-use crate::alloc::format_size;
+use crate::alloc::{format_size, AllocConfig};
 use crate::trace::replay::whatif::RetryOutcome;
 
 /// How many holders the answer names.
@@ -17,8 +17,10 @@ pub const LISTED_HOLDERS: usize = 6;
 /// What an OOM met, and what would have changed it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OomAnswer {
-    /// The iteration it happened in (0: setup).
+    /// The iteration it happened in (0: setup, or a trace's).
     pub iteration: u32,
+    /// Where, in words: `iteration 52`, `trace entry 1,234`.
+    pub place: String,
     pub requested: u64,
     /// Just before the request (the allocator's replay of the run): what
     /// was allocated and reserved, the largest free cached block and what
@@ -46,6 +48,9 @@ pub struct Grew {
     /// Holders whose memory was all made in the failing iteration: the
     /// pile-up within one iteration (name, bytes, items).
     pub within_iteration: Vec<(String, u64, u32)>,
+    /// Why there is no first iteration to compare with, where it is not
+    /// that the run failed in its first (a trace that marks none).
+    pub unknown: Option<String>,
 }
 
 /// One setting tried on the failing request.
@@ -67,7 +72,20 @@ pub(super) fn what_ifs(
     at: usize,
     device: &RunDevice,
 ) -> (Option<RetryOutcome>, Vec<WhatIf>) {
-    let own = log.retry(at, device, device.config.clone(), false);
+    let retry = |config: AllocConfig, empty: bool| log.retry(at, device, config, empty);
+    let when = |i: usize| format!("in iteration {}", log.iteration_of(i));
+    what_ifs_with(&retry, &device.config, log.entries[at].size, &when)
+}
+
+/// The what-ifs from `retry` (the failing request tried under a config,
+/// after `empty_cache()` or not); `when` says where an earlier request is.
+pub(super) fn what_ifs_with(
+    retry: &dyn Fn(AllocConfig, bool) -> RetryOutcome,
+    config: &AllocConfig,
+    request: u64,
+    when: &dyn Fn(usize) -> String,
+) -> (Option<RetryOutcome>, Vec<WhatIf>) {
+    let own = retry(config.clone(), false);
     if own.fits || own.earlier_ooms > 0 {
         let why = "the allocator's replay of this run's requests did not fail where the run did, \
                    so it cannot say what another setting would have done"
@@ -85,10 +103,9 @@ pub(super) fn what_ifs(
             ],
         );
     }
-    let request = log.entries[at].size;
     let mut out = Vec::new();
 
-    let emptied = log.retry(at, device, device.config.clone(), true);
+    let emptied = retry(config.clone(), true);
     let why = if emptied.fits {
         format!(
             "empty_cache() first returns {} of whole free segments to the device, and then \
@@ -109,19 +126,19 @@ pub(super) fn what_ifs(
         why,
     });
 
-    if !device.config.expandable_segments {
-        let mut config = device.config.clone();
+    if !config.expandable_segments {
+        let mut config = config.clone();
         config.expandable_segments = true;
         config.raw = match config.raw.as_str() {
             "" => "expandable_segments:True".into(),
             raw => format!("{raw},expandable_segments:True"),
         };
-        let e = log.retry(at, device, config, false);
+        let e = retry(config, false);
         let why = match (e.fits, e.first_earlier_oom) {
             (_, Some(first)) => format!(
-                "the same requests replayed with expandable segments run out earlier, in \
-                 iteration {} ({} before this one do not fit)",
-                log.iteration_of(first),
+                "the same requests replayed with expandable segments run out earlier, {} ({} \
+                 before this one do not fit)",
+                when(first),
                 crate::units::counted(e.earlier_ooms as u64, "request")
             ),
             (true, _) => format!(
@@ -184,8 +201,8 @@ impl OomAnswer {
     pub fn lines(&self) -> Vec<String> {
         let mut out = Vec::new();
         let mut head = format!(
-            "at the OOM (iteration {}): a request of {}",
-            self.iteration,
+            "at the OOM ({}): a request of {}",
+            self.place,
             format_size(self.requested)
         );
         if let Some(a) = &self.at_request {
@@ -260,6 +277,9 @@ impl OomAnswer {
     fn grew_text(&self) -> String {
         let g = &self.grew;
         let Some(since) = g.since_iteration else {
+            if let Some(why) = &g.unknown {
+                return format!("grew: {why}");
+            }
             let within = if g.within_iteration.is_empty() {
                 String::new()
             } else {
@@ -295,7 +315,7 @@ impl OomAnswer {
             let by: Vec<String> =
                 g.by.iter()
                     .map(|(n, a, b)| match a {
-                        0 => format!("{n} +{} (held nothing alone then)", format_size(*b)),
+                        0 => format!("{n} +{} (from nothing)", format_size(*b)),
                         a => format!(
                             "{n} +{} ({} → {})",
                             format_size(b - a),

@@ -99,25 +99,7 @@ pub fn run_on(
     record: bool,
 ) -> WhatIfRun {
     let conf = config.raw.clone();
-    let mut a = CachingAllocator::new(device, config);
-    let mut ours: HashMap<u64, u64> = HashMap::new();
-    if let Some(start) = requests.start {
-        for seg in &start.segments {
-            if a.adopt_segment(seg.addr, seg.pool, seg.stream, &seg.blocks)
-                .is_ok()
-            {
-                a.device_mut()
-                    .claim(seg.blocks.iter().map(|b| b.size).sum());
-                let mut at = seg.addr;
-                for b in &seg.blocks {
-                    if b.state.is_active() {
-                        ours.insert(at, at);
-                    }
-                    at += b.size;
-                }
-            }
-        }
-    }
+    let (mut a, mut ours) = started(requests, config, device);
     let start = if record { a.snapshot() } else { Vec::new() };
     a.set_recording(record);
     let mut result = WhatIfResult {
@@ -239,46 +221,8 @@ pub fn retry_at(
     empty_cache_first: bool,
 ) -> RetryOutcome {
     use crate::device::Device;
-    let mut a = CachingAllocator::new(device, config);
-    let mut ours: HashMap<u64, u64> = HashMap::new();
-    let mut earlier_ooms = 0;
-    let mut first_earlier_oom = None;
-    let mut next_empty_cache = requests.empty_cache_at.iter().peekable();
+    let (mut a, earlier_ooms, first_earlier_oom) = replayed_to(requests, config, device, at);
     let at = at.min(requests.entries.len());
-    for (i, e) in requests.entries[..at].iter().enumerate() {
-        while next_empty_cache.next_if(|&&x| x <= i).is_some() {
-            a.empty_cache();
-        }
-        match e.action {
-            Action::Alloc => match a.malloc(e.size, e.stream, entry_tag(i)) {
-                Ok(addr) => {
-                    ours.insert(e.addr, addr);
-                }
-                Err(_) => {
-                    earlier_ooms += 1;
-                    first_earlier_oom.get_or_insert(i);
-                }
-            },
-            Action::Oom => match a.malloc(e.size, e.stream, entry_tag(i)) {
-                Ok(addr) => {
-                    let _ = a.free(addr);
-                }
-                Err(_) => {
-                    earlier_ooms += 1;
-                    first_earlier_oom.get_or_insert(i);
-                }
-            },
-            Action::FreeRequested => {
-                if let Some(addr) = ours.remove(&e.addr) {
-                    let _ = a.free(addr);
-                }
-            }
-            _ => {}
-        }
-    }
-    while next_empty_cache.next_if(|&&x| x <= at).is_some() {
-        a.empty_cache();
-    }
     if empty_cache_first {
         a.empty_cache();
     }
@@ -324,4 +268,104 @@ pub fn retry_at(
         }
     }
     out
+}
+
+/// An allocator on `device` under `config` holding `requests.start`'s
+/// segments (an open trace's rebuilt start), and the recorded addresses of
+/// the live blocks it adopted, mapped to its own.
+fn started(
+    requests: &Requests<'_>,
+    config: AllocConfig,
+    device: SimDevice,
+) -> (CachingAllocator<SimDevice>, HashMap<u64, u64>) {
+    let mut a = CachingAllocator::new(device, config);
+    let mut ours: HashMap<u64, u64> = HashMap::new();
+    if let Some(start) = requests.start {
+        for seg in &start.segments {
+            if a.adopt_segment(seg.addr, seg.pool, seg.stream, &seg.blocks)
+                .is_ok()
+            {
+                a.device_mut()
+                    .claim(seg.blocks.iter().map(|b| b.size).sum());
+                let mut at = seg.addr;
+                for b in &seg.blocks {
+                    if b.state.is_active() {
+                        ours.insert(at, at);
+                    }
+                    at += b.size;
+                }
+            }
+        }
+    }
+    (a, ours)
+}
+
+/// The requests before `at` replayed (with the `empty_cache()` calls due
+/// by then): the allocator, and the requests that did not fit (the first's
+/// index).
+fn replayed_to(
+    requests: &Requests<'_>,
+    config: AllocConfig,
+    device: SimDevice,
+    at: usize,
+) -> (CachingAllocator<SimDevice>, usize, Option<usize>) {
+    let (mut a, mut ours) = started(requests, config, device);
+    let mut earlier_ooms = 0;
+    let mut first_earlier_oom = None;
+    let mut next_empty_cache = requests.empty_cache_at.iter().peekable();
+    let at = at.min(requests.entries.len());
+    for (i, e) in requests.entries[..at].iter().enumerate() {
+        while next_empty_cache.next_if(|&&x| x <= i).is_some() {
+            a.empty_cache();
+        }
+        let fits = match e.action {
+            Action::Alloc => match a.malloc(e.size, e.stream, entry_tag(i)) {
+                Ok(addr) => {
+                    ours.insert(e.addr, addr);
+                    true
+                }
+                Err(_) => false,
+            },
+            Action::Oom => match a.malloc(e.size, e.stream, entry_tag(i)) {
+                Ok(addr) => {
+                    let _ = a.free(addr);
+                    true
+                }
+                Err(_) => false,
+            },
+            Action::FreeRequested => {
+                if let Some(addr) = ours.remove(&e.addr) {
+                    let _ = a.free(addr);
+                }
+                true
+            }
+            _ => true,
+        };
+        if !fits {
+            earlier_ooms += 1;
+            first_earlier_oom.get_or_insert(i);
+        }
+    }
+    while next_empty_cache.next_if(|&&x| x <= at).is_some() {
+        a.empty_cache();
+    }
+    (a, earlier_ooms, first_earlier_oom)
+}
+
+/// The blocks live just before request `at`, each as (the request entry
+/// that made it, when the replay made it; its block bytes): what held the
+/// memory when the request came.
+pub fn live_at(
+    requests: &Requests<'_>,
+    config: AllocConfig,
+    device: SimDevice,
+    at: usize,
+) -> Vec<(Option<usize>, u64)> {
+    let (a, _, _) = replayed_to(requests, config, device, at);
+    a.snapshot()
+        .iter()
+        .flat_map(|s| s.blocks.iter())
+        .filter(|b| b.state.is_active())
+        .map(|b| (super::tag_entry(b.tag), b.size))
+        .collect()
 }
