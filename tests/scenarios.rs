@@ -905,3 +905,18 @@ fn a_forward_hook_keeps_its_module_s_output() {
         r.error
     );
 }
+
+/// A model that does not fit runs out before any step: there is no engine
+/// to analyse, and the report says what held the memory instead of "none
+/// found".
+#[test]
+fn an_oom_building_the_model_is_answered_too() {
+    let text = r#"Scenario(name: "big", description: "big", device: (capacity: "64MiB"),
+        model: Mlp(dims: [784, 8192, 8192, 10]), steps: [LoadBatch(x: "x", y: "y")], iterations: 1)"#;
+    let (s, built) = vramscope::scenario::load_str(text, "big.ron").expect("loads");
+    let r = run(&s, &built, &RunOptions::default());
+    assert!(r.oom.is_some());
+    let report = vramscope::report::run::text(&s, &r, &[]);
+    assert!(!report.contains("none found"), "{report}");
+    assert!(report.contains("building the model"), "{report}");
+}

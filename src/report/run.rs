@@ -94,6 +94,14 @@ pub fn text(s: &Scenario, r: &RunResult, checks: &[ExpectationResult]) -> String
                     ))
             );
         }
+        (true, None) if r.oom.is_some() => {
+            // No engine to look at: the model itself did not fit.
+            let _ = writeln!(
+                out,
+                "  the run ran out of memory building the model, before any step: what held the \
+                 memory is the model's own parameters and buffers (`vramscope model` lists them)"
+            );
+        }
         (true, None) => {
             let _ = writeln!(out, "  none found");
         }
