@@ -349,14 +349,21 @@ impl Reader {
 
     /// An OOM, in the status: PyTorch's own first line once the job sent
     /// it, else what the OOM observer saw.
-    fn oom(&self, send: &mut Sender) -> bool {
-        let Some(o) = self.session.as_ref().and_then(|s| s.ooms().last()) else {
+    fn oom(&mut self, send: &mut Sender) -> bool {
+        let Some(session) = self.session.as_mut() else {
+            return true;
+        };
+        let Some(o) = session.ooms().last().cloned() else {
             return true;
         };
         let text = o.pytorch_message.as_deref().unwrap_or(&o.message);
         let first = text.lines().next().unwrap_or_default();
+        // The answer at it, once its trace entry has come: the trace's
+        // requests replayed up to it (what held the memory, the what-ifs).
+        let answer = crate::leak::answer_trace_oom(session.snapshot(), usize::from(o.device), None)
+            .map_or(String::new(), |a| format!(" — {}", a.summary()));
         send(SourceMsg::Note(format!(
-            "OOM on device {}: {first}",
+            "OOM on device {}: {first}{answer}",
             o.device
         )))
     }
