@@ -171,6 +171,7 @@ fn synthetic(it: u32) -> LiveState {
         allocated,
         reserved: allocated + (64 << 20),
         peak_allocated: allocated,
+        spent_reached: None,
     }
 }
 
@@ -247,5 +248,95 @@ fn engine_bench(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, synthetic_bench, engine_bench);
+/// An engine after `graphs` iterations of evaluation with grad enabled,
+/// each appending its loss, graph and all, to a list: `graphs` retained
+/// graphs, as the deque of issue 39 held before the device ran out.
+fn retained(graphs: u32) -> (Engine, Program) {
+    let mut e = match Engine::new(
+        EngineConfig {
+            device_bytes: 80 << 30,
+            ..EngineConfig::default()
+        },
+        &ModelConfig::mlp_mnist(),
+        &OptimizerConfig::adamw(),
+    ) {
+        Ok(e) => e,
+        Err(err) => panic!("build: {err}"),
+    };
+    let mut steps = vec![Step::Eval {
+        grad: GradContext::Enabled,
+    }];
+    steps.extend(Program::forward_steps());
+    steps.push(Step::Append {
+        from: "loss".into(),
+        list: "kept".into(),
+        what: KeepWhat::Tensor,
+    });
+    let p = Program {
+        setup: Vec::new(),
+        steps,
+        iterations: graphs,
+        batch_sizes: vec![8],
+        seq_lens: Vec::new(),
+        epoch_len: 0,
+    };
+    for _ in 0..graphs {
+        if let Err(err) = e.run_iteration(&p) {
+            panic!("iteration: {err}");
+        }
+        e.clear_events();
+    }
+    (e, p)
+}
+
+/// One observation (the engine's live state, then the detector's
+/// analysis) with 200 and with 1,601 retained graphs: linear means the
+/// second takes about 8× the first.
+fn retained_graphs_bench(c: &mut Criterion) {
+    let mut group = c.benchmark_group("leak_retained_graphs");
+    group.sample_size(10);
+    for graphs in [200u32, 800, 1_601, 3_200] {
+        let (e, p) = retained(graphs);
+        let mut d = Detector::for_engine(&e).with_program(&p);
+        let (a, r) = (e.allocated_bytes(), e.reserved_bytes());
+        let best = (0..5)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                let ls = e.live_state();
+                std::hint::black_box(d.observe(&ls, a, r).len());
+                t.elapsed()
+            })
+            .min()
+            .unwrap_or_default();
+        eprintln!("leak_retained_graphs/{graphs}: best of 5 = {best:?}");
+        let t = std::time::Instant::now();
+        let ls = e.live_state();
+        let t_ls = t.elapsed();
+        let t = std::time::Instant::now();
+        std::hint::black_box(d.observe(&ls, a, r).len());
+        eprintln!(
+            "  of which live_state {t_ls:?}, observe {:?} ({} roots reaching {} nodes in all, {} saved; {} nodes, {} storages)",
+            t.elapsed(),
+            ls.roots.len(),
+            ls.roots.iter().map(|r| r.nodes.len()).sum::<usize>(),
+            ls.roots.iter().map(|r| r.saved_storages.len()).sum::<usize>(),
+            ls.nodes.len(),
+            ls.storages.len()
+        );
+        group.bench_function(format!("{graphs}"), |b| {
+            b.iter(|| {
+                let ls = e.live_state();
+                std::hint::black_box(d.observe(&ls, a, r).len())
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    synthetic_bench,
+    engine_bench,
+    retained_graphs_bench
+);
 criterion_main!(benches);

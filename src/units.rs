@@ -271,7 +271,7 @@ pub fn counted(n: impl Into<u64>, noun: &str) -> String {
     if n == 1 {
         format!("1 {noun}")
     } else {
-        format!("{n} {noun}s")
+        format!("{} {noun}s", format_count(n))
     }
 }
 

@@ -303,3 +303,46 @@ fn a_captured_leak_played_live_is_flagged_as_open_flags_it() {
     );
     assert!(flagged[1].is_empty(), "the fixed loop: {:?}", flagged[1]);
 }
+
+/// The view's request reaches the job: `find_holders` over the connection
+/// makes the helper walk at its next step and send a `holders` report
+/// answering it (the stand-in job holds no tensors of its own: the walk
+/// finds no chain, and says so).
+#[test]
+fn a_request_for_holders_is_answered_at_the_next_step() {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    use vramscope::live::{connect, decode, Address, Session};
+
+    let dir = temp_dir("live-holders");
+    let socket = dir.join("job.sock");
+    let mut job = start_rank(socket.to_str().expect("utf-8"), None, 0);
+    job.wait_for("vramscope attach ");
+    let addr = Address::parse(socket.to_str().expect("utf-8")).expect("address");
+    let c = connect(&addr, None, Arc::new(AtomicBool::new(false))).expect("connects");
+    job.wait_for("vramscope attached");
+    c.requests.find_holders().expect("sent");
+    // The helper reads a client's frames between its sends (every 0.5 s at most).
+    std::thread::sleep(Duration::from_millis(1500));
+    job.go();
+    let mut frames = c.frames;
+    let mut session = Session::new("job");
+    while let Ok(Some((i, bytes))) = frames.next_frame() {
+        if let Ok(Some(m)) = decode("job", i, bytes) {
+            session.apply(i, m).expect("applies");
+        }
+        if session.ended().is_some() {
+            break;
+        }
+    }
+    assert!(job.child.wait().expect("job").success());
+    let asked: Vec<_> = session
+        .holders()
+        .iter()
+        .filter(|h| h.reason == "requested")
+        .collect();
+    assert_eq!(asked.len(), 1, "{:?}", session.holders());
+    // At the job's first step: its mark_step().
+    assert_eq!(asked[0].step, Some(0));
+    assert!(asked[0].complete);
+}

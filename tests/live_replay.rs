@@ -225,3 +225,51 @@ fn past_the_entries_kept_the_history_starts_over_and_says_so() {
         kept["devices"][0]["trace_entries"].as_u64() < all["devices"][0]["trace_entries"].as_u64()
     );
 }
+
+/// The helper's `holders` messages travel in a recording: `attach --replay`
+/// prints the chain that names the variable, and the JSON carries it (a
+/// traced job: python/tests/make_holders_recording.py keeps six losses,
+/// each with x and relu's result, 512 KiB each, in `self.history`).
+#[test]
+fn a_recording_names_the_variable_that_holds_what_grew() {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/live/history-leak.vslive");
+    let out = bin()
+        .args([
+            "attach",
+            "--replay",
+            path.to_str().expect("utf-8"),
+            "--headless",
+        ])
+        .output()
+        .expect("run vramscope");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(
+            "in train: self.history (list, 6 items) → [5]: 0-dim tensor float32, \
+             grad_fn=SumBackward0, its graph keeps 1024.00 KiB of saved tensors (+1.00 MiB since \
+             the last look)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("fix: self.history.append(x.item())"),
+        "{text}"
+    );
+    let json = json_of(&[
+        "attach",
+        "--replay",
+        path.to_str().expect("utf-8"),
+        "--json",
+    ]);
+    let holders = json["live"]["holders"].as_array().expect("holders");
+    // A walk at every step after the first (the baseline).
+    assert_eq!(holders.len(), 5, "{json}");
+    let chain = &holders[4]["chains"][0];
+    assert_eq!(chain["path"], serde_json::json!(["self", ".history"]));
+    assert_eq!(chain["items"], 6);
+    assert_eq!(chain["graph_bytes"], 6 * (1 << 20));
+    // One more 0-dim float32 loss, and its graph's x and relu result.
+    assert_eq!(chain["grew_bytes"], 4 + (1 << 20));
+}

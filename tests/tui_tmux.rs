@@ -543,7 +543,7 @@ fn compare_shares_one_scale_and_help_reaches_quit_at_80x24() {
     tmux(&["send-keys", "-t", &session, "?"]).expect("help");
     let help = wait_for(&session, |s| s.contains("help"), Duration::from_secs(10));
     let mut reached = false;
-    for _ in 0..40 {
+    for _ in 0..60 {
         let s = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();
         // The key's own entry, not the box's footer or the hint line.
         if s.lines().any(|l| l.contains("q  ctrl-c  quit")) {

@@ -39,7 +39,9 @@ def main():
     args = ap.parse_args()
     job = fake_torch.load(args.snapshot)
     job.advance(3)
-    vramscope_live.start(args.address, token=args.token, poll_interval_s=3600.0)
+    # The holder walk's roots here are this stand-in's own (the replayed file's
+    # thousands of entries): a budget that walks them all, whatever the load.
+    vramscope_live.start(args.address, token=args.token, poll_interval_s=3600.0, holders_budget_ms=2000)
     sys.stdin.readline()
     for _ in range(2):
         job.advance(args.poll)

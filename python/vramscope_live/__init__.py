@@ -16,7 +16,8 @@ and in a terminal on the same machine::
     vramscope attach 127.0.0.1:7878 --token 3f2a...      # the line the job printed
 
 `start(address=None, *, token=None, stacks=True, record_to=None,
-max_entries=1_000_000, step_marker=None, mode="auto", poll_interval_s=None)`:
+max_entries=1_000_000, step_marker=None, mode="auto", poll_interval_s=None,
+holders=True, holders_budget_ms=25.0)`:
 
 - `address`: a unix socket path (`unix:/p`, `/p`, `./p`; the default is
   `$XDG_RUNTIME_DIR/vramscope/{pid}.sock`, else `/tmp/vramscope-{uid}/{pid}.sock`)
@@ -34,6 +35,12 @@ max_entries=1_000_000, step_marker=None, mode="auto", poll_interval_s=None)`:
 - `step_marker`: a `torch.profiler.record_function` name whose every START
   marks a step boundary (a name like `Optimizer.step#AdamW.step` also matches
   `Optimizer.step`). `Optimizer.step` and `mark_step()` always mark steps.
+- `holders`: at a step boundary (`Optimizer.step`, `mark_step()`) where
+  allocated memory grew by 1 MiB since the last look (at most once a
+  second), or when `attach` asks (its `H` key), walk in the job's thread from
+  its frames and module globals to its CUDA tensors and send the Python
+  names that hold what grew, with what their graphs keep and a fix
+  (holders.py; PROTOCOL.md `holders`). `holders_budget_ms` bounds one walk.
 - `mode`: `"agent"` (a small C++ extension built on first use with
   `torch.utils.cpp_extension`; every event as it happens), `"poll"` (pure
   Python), or `"auto"` (agent, else poll, saying why).
@@ -143,6 +150,8 @@ import struct
 import sys
 import threading
 import time
+
+from . import holders as _holders
 
 __all__ = ["start", "stop", "mark_step", "report_oom", "LiveError"]
 
@@ -565,9 +574,10 @@ class _Recorder:
 
 
 class _Server:
-    def __init__(self, kind, where, token, log, hello_fn):
+    def __init__(self, kind, where, token, log, hello_fn, on_message=None):
         self.log = log
         self.hello_fn = hello_fn
+        self.on_message = on_message
         self.token = token
         self.attached = False
         self.lock = threading.Lock()
@@ -690,6 +700,7 @@ class _Server:
         log = self.log
         with log.cond:
             cursor, sent = log.base, set()
+        inbox = bytearray()
         while True:
             with log.cond:
                 items, cursor = log.read(cursor, 0.5)
@@ -697,7 +708,7 @@ class _Server:
                 stack_frames = log.stack_frames
             if closed:
                 return
-            if not items and self._peer_closed(conn):
+            if self._read_client(conn, inbox):
                 return
             out = []
             for frame, stacks in items:
@@ -709,15 +720,34 @@ class _Server:
             if out:
                 conn.sendall(b"".join(out))
 
-    @staticmethod
-    def _peer_closed(conn):
+    def _read_client(self, conn, inbox):
+        """Take what the client sent (PROTOCOL.md "What the client sends");
+        True once it has closed the connection."""
         readable, _, _ = select.select([conn], [], [], 0)
         if not readable:
             return False
         try:
-            return conn.recv(4096) == b""
+            data = conn.recv(65536)
         except OSError:
             return True
+        if not data:
+            return True
+        inbox.extend(data)
+        while len(inbox) >= 4:
+            (n,) = struct.unpack_from("<I", inbox)
+            if n > MAX_HELLO:
+                raise ValueError(f"a client frame of {n} bytes")
+            if len(inbox) < 4 + n:
+                break
+            body = bytes(inbox[4 : 4 + n])
+            del inbox[: 4 + n]
+            try:
+                msg = json.loads(body.decode("utf-8"))
+            except (ValueError, UnicodeDecodeError):
+                continue
+            if isinstance(msg, dict) and self.on_message is not None:
+                self.on_message(msg)
+        return False
 
     def close(self):
         self.stopping = True
@@ -1212,6 +1242,20 @@ class _Session:
         self.log = None
         self.server = None
         self.allocator_settings = {"PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")}
+        # Who holds what grew (holders.py): the last walk's bytes per holder,
+        # the allocated bytes then, and whether attach asked for a walk.
+        self.holders = opts.get("holders", True)
+        self.holders_budget_ms = float(opts.get("holders_budget_ms", _holders.DEFAULT_BUDGET_MS))
+        self.holders_prev = None
+        self.holders_alloc = None
+        self.holders_last_walk = 0.0
+        self.holders_requested = False
+        self.marks = 0
+
+    def on_client(self, msg):
+        """A message from the attached client (its own thread)."""
+        if msg.get("t") == "find_holders":
+            self.holders_requested = True
 
     def hello(self):
         interval = getattr(self.producer, "interval_s", None)
@@ -1247,11 +1291,46 @@ class _Session:
             out.append((dev["device"], {str(k): int(v) for k, v in raw.items() if isinstance(v, int) and not isinstance(v, bool)}))
         return out
 
-    def mark(self, source):
+    def mark(self, source, frame=None):
         if not self.active:
             return
         stats = self.read_stats() if self.stats_due() else None
         self.producer.mark(source, stats)
+        step = self.marks
+        self.marks += 1
+        if self.holders and frame is not None:
+            try:
+                self.find_holders(frame, step)
+            except Exception as e:  # never turn the job's step into an error
+                _say(f"could not find what holds the memory: {e!r}")
+
+    def allocated(self):
+        return sum(int(self.torch.cuda.memory_allocated(d["device"])) for d in self.devices)
+
+    def find_holders(self, frame, step):
+        """At a step boundary, in the job's thread: walk from its frames to
+        the tensors, when memory grew since the last walk (at most once a
+        second) or attach asked. The first walk is the baseline."""
+        requested, self.holders_requested = self.holders_requested, False
+        allocated = self.allocated()
+        now = time.monotonic()
+        if not requested:
+            if self.holders_prev is not None:
+                grew = allocated - self.holders_alloc
+                if grew < HOLDERS_MIN_GROWTH or now - self.holders_last_walk < HOLDERS_MIN_INTERVAL_S:
+                    return
+        fields, totals = _holders.find(
+            self.torch, frame, self.holders_budget_ms, self.holders_prev,
+            "requested" if requested else "grew",
+        )
+        first = self.holders_prev is None
+        self.holders_prev, self.holders_alloc, self.holders_last_walk = totals, allocated, now
+        if first and not requested:
+            return  # the baseline: nothing to compare with yet
+        with self.log.cond:
+            msg = {"t": "holders", "seq": self.log.next_seq, "step": step, "allocated": allocated}
+            msg.update(fields)
+            self.log.append(msg, weight=0)
 
     def on_oom(self, device, alloc_size, device_allocated, device_free):
         if not self.active:
@@ -1332,6 +1411,8 @@ def start(
     step_marker=None,
     mode="auto",
     poll_interval_s=None,
+    holders=True,
+    holders_budget_ms=25.0,
 ):
     """Start streaming this process's allocator events; see the module docstring."""
     global _SESSION, _OOM_OBSERVER_ATTACHED
@@ -1348,7 +1429,8 @@ def start(
             _import_inductor()
         s = _Session(
             torch,
-            {"stacks": stacks, "max_entries": max_entries, "step_marker": step_marker, "poll_interval_s": poll_interval_s},
+            {"stacks": stacks, "max_entries": max_entries, "step_marker": step_marker, "poll_interval_s": poll_interval_s,
+             "holders": holders, "holders_budget_ms": holders_budget_ms},
         )
         ext = None
         if mode in ("auto", "agent"):
@@ -1377,7 +1459,8 @@ def start(
                 recorder = _Recorder(path, s.hello())
             s.log = _Log(int(max_entries), recorder)
             token_needed = token if kind == "unix" else (token or secrets.token_hex(16))
-            s.server = _Server(kind, where[0] if kind == "unix" else tuple(where), token_needed, s.log, s.hello)
+            s.server = _Server(kind, where[0] if kind == "unix" else tuple(where), token_needed, s.log, s.hello,
+                               s.on_client)
             try:
                 s.producer.start()
             except BaseException:
@@ -1391,7 +1474,8 @@ def start(
         try:
             # torch/optim/__init__.py deletes its `optimizer` attribute: import the module by name
             optimizer = importlib.import_module("torch.optim.optimizer")
-            s.hooks.append(optimizer.register_optimizer_step_post_hook(lambda *_: s.mark("Optimizer.step")))
+            s.hooks.append(optimizer.register_optimizer_step_post_hook(
+                lambda *_: s.mark("Optimizer.step", sys._getframe(1))))
         except Exception as e:
             _say(f"no Optimizer.step hook ({e!r}); use mark_step() or step_marker=")
         if not _OOM_OBSERVER_ATTACHED:  # an observer cannot be detached: it calls the live session
@@ -1433,7 +1517,7 @@ def mark_step():
     """End the current step (an iteration boundary) now. A no-op when not started."""
     s = _SESSION
     if s is not None:
-        s.mark("mark_step")
+        s.mark("mark_step", sys._getframe(1))
 
 
 def report_oom(exc):
@@ -1451,6 +1535,10 @@ def report_oom(exc):
 
 
 MAX_OOM_MESSAGE = 16 * 1024
+# A walk for holders when allocated grew by this much since the last one,
+# at most once in this long (holders.py; attach's request walks at once).
+HOLDERS_MIN_GROWTH = 1 << 20
+HOLDERS_MIN_INTERVAL_S = 1.0
 
 
 def _device_of_oom(text):

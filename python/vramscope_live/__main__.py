@@ -1,7 +1,8 @@
 """Run a training script unmodified with the helper started, for `vramscope attach`.
 
     python -m vramscope_live [--address ADDR] [--record FILE] [--step-marker NAME]
-                             [--mode auto|agent|poll] [--no-stacks] train.py ARGS...
+                             [--mode auto|agent|poll] [--no-stacks] [--no-holders]
+                             [--holders-budget-ms MS] train.py ARGS...
     python -m vramscope_live --version
 
 The script runs as `python train.py ARGS...` would (same `sys.argv`, `__main__`,
@@ -26,6 +27,10 @@ def _parser():
     p.add_argument("--step-marker", default=None, metavar="NAME", help="a record_function name that marks each step")
     p.add_argument("--mode", default="auto", choices=("auto", "agent", "poll"))
     p.add_argument("--no-stacks", action="store_true", help="no Python stacks (cheaper per event)")
+    p.add_argument("--no-holders", action="store_true",
+                   help="never walk from the job's Python names to its tensors at step boundaries")
+    p.add_argument("--holders-budget-ms", type=float, default=25.0, metavar="MS",
+                   help="the most one such walk may take (default 25)")
     p.add_argument("--version", action="store_true", help="print the helper's protocol version and exit")
     p.add_argument("script", nargs="?", help="the Python script to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
@@ -48,6 +53,8 @@ def main(argv=None):
         record_to=opts.record,
         step_marker=opts.step_marker,
         mode=opts.mode,
+        holders=not opts.no_holders,
+        holders_budget_ms=opts.holders_budget_ms,
     )
     sys.argv = [opts.script, *opts.args]
     # An exception (an OOM) goes on to the helper's excepthook, which sends

@@ -13,8 +13,8 @@ use vramscope::alloc::format_size;
 use vramscope::live::address::{expand_ranks, RANK};
 use vramscope::live::nvml_match::{read_once, JobPlace, LiveJob};
 use vramscope::live::{
-    connect, decode, open_recording, Address, FrameReader, LiveError, Message, ServerHello,
-    Session, TOKEN_ENV,
+    connect, decode, open_recording, Address, FrameReader, LiveError, Message, Requester,
+    ServerHello, Session, TOKEN_ENV,
 };
 use vramscope::producers::{file_title, live_source_with, LiveOptions};
 use vramscope::report::live::LiveReport;
@@ -26,12 +26,13 @@ use super::pace::PaceArgs;
 use super::BadInput;
 
 impl AttachArgs {
-    fn live_options(&self, tab: bool) -> LiveOptions {
+    fn live_options(&self, tab: bool, requests: Option<Requester>) -> LiveOptions {
         LiveOptions {
             device: self.device,
             keep_entries: self.keep_entries,
             tab,
             step_marker: self.step_marker.clone(),
+            requests,
         }
     }
 }
@@ -67,12 +68,14 @@ pub fn run(args: AttachArgs, tui: bool, pace: &PaceArgs) -> anyhow::Result<ExitC
         frames,
         hello,
         place,
+        requests,
     }) = inputs.pop()
     else {
         return Err(BadInput("attach: no address".into()).into());
     };
     if tui {
-        let source = live_source_with(frames, hello, stop, args.live_options(false)).job_at(place);
+        let source =
+            live_source_with(frames, hello, stop, args.live_options(false, requests)).job_at(place);
         let opts = pace.apply(TuiOptions::default(), &[title.as_str()]);
         run_tui(vec![(title, source)], opts)?;
         return Ok(ExitCode::SUCCESS);
@@ -82,6 +85,7 @@ pub fn run(args: AttachArgs, tui: bool, pace: &PaceArgs) -> anyhow::Result<ExitC
         frames,
         hello,
         place,
+        requests: None,
     };
     headless(&args, input, stop)
 }
@@ -93,6 +97,8 @@ struct Input {
     hello: Option<ServerHello>,
     /// Whether NVML here can see the job.
     place: JobPlace,
+    /// The way back to the job (none for a recording).
+    requests: Option<Requester>,
 }
 
 /// The recording, or every address connected: all of them, or an error
@@ -105,6 +111,7 @@ fn open_inputs(args: &AttachArgs, stop: &Arc<AtomicBool>) -> Result<Vec<Input>, 
             frames: open_recording(path)?,
             hello: None,
             place: JobPlace::Recording,
+            requests: None,
         }]);
     }
     let token = args
@@ -129,6 +136,7 @@ fn open_inputs(args: &AttachArgs, stop: &Arc<AtomicBool>) -> Result<Vec<Input>, 
             frames: c.frames,
             hello: Some(c.hello),
             place: JobPlace::of(&addr),
+            requests: Some(c.requests),
         });
     }
     // Tabs and rows in rank order, as the job numbers them.
@@ -192,9 +200,9 @@ fn ranks(
         let tabs: Vec<(String, _)> = inputs
             .into_iter()
             .map(|i| {
+                let opts = args.live_options(true, i.requests);
                 let source =
-                    live_source_with(i.frames, i.hello, stop.clone(), args.live_options(true))
-                        .job_at(i.place);
+                    live_source_with(i.frames, i.hello, stop.clone(), opts).job_at(i.place);
                 (i.title, source)
             })
             .collect();
@@ -279,6 +287,7 @@ fn headless(args: &AttachArgs, input: Input, stop: Arc<AtomicBool>) -> anyhow::R
         frames,
         hello,
         place,
+        requests: _,
     } = input;
     on_interrupt(stop);
     let name = args.replay.as_deref().map_or_else(
@@ -415,6 +424,38 @@ pub(super) fn print_live(report: &LiveReport, title: &str) {
             o.device,
             o.pytorch_message.as_deref().unwrap_or(&o.message)
         );
+    }
+    for h in &l.holders {
+        let step = h.step.map_or(String::new(), |s| format!(" at step {s}"));
+        let budget = match (h.spent_ms, h.budget_ms) {
+            (Some(s), Some(b)) => format!(", {s:.1} ms of a {b:.0} ms budget"),
+            _ => String::new(),
+        };
+        let cut = if h.complete {
+            ""
+        } else {
+            "; stopped at its budget: what it did not reach is not listed"
+        };
+        sayln!(
+            "holders{step} ({}{budget}{cut}):",
+            if h.reason == "requested" {
+                "asked for"
+            } else {
+                "memory grew"
+            }
+        );
+        if h.chains.is_empty() {
+            sayln!("  none of the job's Python names holds more than before");
+        }
+        for c in &h.chains {
+            let grew = c.grew_bytes.filter(|g| *g > 0).map_or(String::new(), |g| {
+                format!(" (+{} since the last look)", format_size(g as u64))
+            });
+            sayln!("  {}{grew}", c.text());
+            if let Some(fix) = &c.fix {
+                sayln!("    fix: {fix}");
+            }
+        }
     }
     for why in &l.started_over {
         sayln!("started over: {why}");

@@ -55,6 +55,14 @@ impl Engine {
         self.amp.cache_enabled = true;
     }
 
+    /// Leave every open autocast region: the end of a `with torch.autocast`
+    /// block that wrapped the whole loop (its cache goes with it).
+    pub fn leave_autocast(&mut self) {
+        while self.amp.depth > 0 {
+            self.autocast_exit();
+        }
+    }
+
     /// Leave an autocast region; the outermost exit clears the cast cache (§6.2).
     pub fn autocast_exit(&mut self) {
         if self.amp.depth == 0 {

@@ -5,10 +5,10 @@
 use std::sync::Arc;
 
 use crate::alloc::Tag;
-use rustc_hash::FxHashSet;
 
 use super::bindings::Value;
 use super::dtype::DType;
+use super::live_walk::Walk;
 use super::storage::{DeviceKind, StorageId};
 use super::tag::Category;
 use super::tensor::TensorId;
@@ -117,6 +117,10 @@ pub struct LiveState {
     pub reserved: u64,
     /// `max_memory_allocated()`: the allocator's peak since the last reset.
     pub peak_allocated: u64,
+    /// The Node a failed backward reached after an earlier backward had
+    /// run it and freed its saved tensors ("backward through the graph a
+    /// second time"); None when no backward failed so.
+    pub spent_reached: Option<NodeId>,
 }
 
 impl LiveState {
@@ -133,35 +137,50 @@ impl Engine {
     /// The roots of a list's or deque's elements, `name[i]`.
     fn element_roots<'a>(
         &self,
+        walk: &mut Walk,
         name: &str,
         items: impl Iterator<Item = &'a Value>,
         roots: &mut Vec<RootInfo>,
     ) {
         for (i, x) in items.enumerate() {
-            self.element_root(format!("{name}[{i}]"), i, x, roots);
+            self.element_root(walk, format!("{name}[{i}]"), i, x, roots);
         }
     }
 
     /// One container element: a tensor, or a kept hidden state's two.
-    fn element_root(&self, name: String, index: usize, x: &Value, roots: &mut Vec<RootInfo>) {
+    fn element_root(
+        &self,
+        walk: &mut Walk,
+        name: String,
+        index: usize,
+        x: &Value,
+        roots: &mut Vec<RootInfo>,
+    ) {
         let kind = RootKind::ListElement { index };
         match x {
-            Value::Tensor(t) => roots.push(self.root_info(kind, name, *t)),
+            Value::Tensor(t) => roots.push(self.root_info(walk, kind, name, *t)),
             Value::Pair(h, c) => {
-                roots.push(self.root_info(kind.clone(), format!("{name}[0]"), *h));
-                roots.push(self.root_info(kind, format!("{name}[1]"), *c));
+                roots.push(self.root_info(walk, kind.clone(), format!("{name}[0]"), *h));
+                roots.push(self.root_info(walk, kind, format!("{name}[1]"), *c));
             }
             _ => {}
         }
     }
 
     /// What a reference cycle holds: a tensor, or a kept hidden state's two.
-    fn cycle_roots(&self, kind: RootKind, name: String, v: &Value, roots: &mut Vec<RootInfo>) {
+    fn cycle_roots(
+        &self,
+        walk: &mut Walk,
+        kind: RootKind,
+        name: String,
+        v: &Value,
+        roots: &mut Vec<RootInfo>,
+    ) {
         match v {
-            Value::Tensor(t) => roots.push(self.root_info(kind, name, *t)),
+            Value::Tensor(t) => roots.push(self.root_info(walk, kind, name, *t)),
             Value::Pair(h, c) => {
-                roots.push(self.root_info(kind.clone(), format!("{name}[0]"), *h));
-                roots.push(self.root_info(kind, format!("{name}[1]"), *c));
+                roots.push(self.root_info(walk, kind.clone(), format!("{name}[0]"), *h));
+                roots.push(self.root_info(walk, kind, format!("{name}[1]"), *c));
             }
             _ => {}
         }
@@ -169,28 +188,41 @@ impl Engine {
 
     pub fn live_state(&self) -> LiveState {
         let mut roots = Vec::new();
+        let walk = &mut Walk::new(self);
         for name in &self.bindings.order {
             let Some(v) = self.bindings.vars.get(name) else {
                 continue;
             };
             match v {
                 Value::Tensor(t) => {
-                    roots.push(self.root_info(RootKind::Variable, name.clone(), *t))
+                    roots.push(self.root_info(walk, RootKind::Variable, name.clone(), *t))
                 }
                 Value::Pair(h, c) => {
-                    roots.push(self.root_info(RootKind::HiddenState, format!("{name}[0]"), *h));
-                    roots.push(self.root_info(RootKind::HiddenState, format!("{name}[1]"), *c));
+                    roots.push(self.root_info(
+                        walk,
+                        RootKind::HiddenState,
+                        format!("{name}[0]"),
+                        *h,
+                    ));
+                    roots.push(self.root_info(
+                        walk,
+                        RootKind::HiddenState,
+                        format!("{name}[1]"),
+                        *c,
+                    ));
                 }
-                Value::List(l) => self.element_roots(name, l.iter(), &mut roots),
-                Value::Deque { items, .. } => self.element_roots(name, items.iter(), &mut roots),
+                Value::List(l) => self.element_roots(walk, name, l.iter(), &mut roots),
+                Value::Deque { items, .. } => {
+                    self.element_roots(walk, name, items.iter(), &mut roots)
+                }
                 Value::Dict(d) => {
                     for (i, (key, x)) in d.iter().enumerate() {
-                        self.element_root(format!("{name}[{key}]"), i, x, &mut roots);
+                        self.element_root(walk, format!("{name}[{key}]"), i, x, &mut roots);
                     }
                 }
                 Value::Cycle { key, value } => {
                     let kind = RootKind::Cycle { index: 0 };
-                    self.cycle_roots(kind, format!("{name}[{key:?}]"), value, &mut roots);
+                    self.cycle_roots(walk, kind, format!("{name}[{key:?}]"), value, &mut roots);
                 }
                 Value::Float(_) => {}
             }
@@ -199,24 +231,30 @@ impl Engine {
             if let Value::Cycle { key, value } = v {
                 let kind = RootKind::Cycle { index: i + 1 };
                 let what = format!("{name}[{key:?}] (unreachable cycle {})", i + 1);
-                self.cycle_roots(kind, what, value, &mut roots);
+                self.cycle_roots(walk, kind, what, value, &mut roots);
             }
         }
         if let Some(m) = &self.model {
             for (i, p) in m.params.iter().enumerate() {
-                roots.push(self.root_info(RootKind::Parameter, format!("param[{i}]"), *p));
+                roots.push(self.root_info(walk, RootKind::Parameter, format!("param[{i}]"), *p));
                 if let Some(g) = self.grad(*p) {
-                    roots.push(self.root_info(RootKind::Gradient, format!("param[{i}].grad"), g));
+                    roots.push(self.root_info(
+                        walk,
+                        RootKind::Gradient,
+                        format!("param[{i}].grad"),
+                        g,
+                    ));
                 }
             }
             for (n, b) in &m.buffers {
-                roots.push(self.root_info(RootKind::ModuleBuffer, n.clone(), *b));
+                roots.push(self.root_info(walk, RootKind::ModuleBuffer, n.clone(), *b));
             }
         }
         let mut cache: Vec<(&TensorId, &TensorId)> = self.amp.cache.iter().collect();
         cache.sort();
         for (leaf, c) in cache {
             roots.push(self.root_info(
+                walk,
                 RootKind::AmpCache,
                 format!("autocast_cache[{}]", leaf.0),
                 *c,
@@ -228,6 +266,7 @@ impl Engine {
             for (p, s) in st {
                 for (i, b) in s.bufs.iter().chain(s.step.iter()).enumerate() {
                     roots.push(self.root_info(
+                        walk,
                         RootKind::OptimizerState,
                         format!("state[{}][{i}]", p.0),
                         *b,
@@ -242,13 +281,19 @@ impl Engine {
                 ("found_inf", s.found_inf),
             ] {
                 if let Some(t) = t {
-                    roots.push(self.root_info(RootKind::ScalerState, format!("scaler.{n}"), t));
+                    roots.push(self.root_info(
+                        walk,
+                        RootKind::ScalerState,
+                        format!("scaler.{n}"),
+                        t,
+                    ));
                 }
             }
         }
         for (id, r) in &self.ckpt.regions {
             for t in &r.inputs {
                 roots.push(self.root_info(
+                    walk,
                     RootKind::CheckpointInput,
                     format!("checkpoint[{id}]"),
                     *t,
@@ -315,42 +360,17 @@ impl Engine {
             allocated: self.allocated_bytes(),
             reserved: self.reserved_bytes(),
             peak_allocated: self.peak_allocated_bytes(),
+            spent_reached: self.spent_reached.filter(|n| self.nodes.get(n.0).is_some()),
         }
     }
 
-    fn root_info(&self, kind: RootKind, name: String, t: TensorId) -> RootInfo {
+    fn root_info(&self, walk: &mut Walk, kind: RootKind, name: String, t: TensorId) -> RootInfo {
         let x = self.t(t);
         let st = self.storage(x.storage);
-        let mut nodes = Vec::new();
-        let mut saved = Vec::new();
-        let mut seen_s = FxHashSet::default();
-        let mut seen = FxHashSet::default();
-        let mut stack: Vec<NodeId> = x.grad_fn.into_iter().collect();
-        let mut oldest: Option<u32> = None;
-        let mut spent = 0;
-        while let Some(n) = stack.pop() {
-            if !seen.insert(n.0) {
-                continue;
-            }
-            nodes.push(n);
-            let node = &self.nodes[n.0];
-            if node.name != "AccumulateGrad" {
-                oldest = Some(oldest.map_or(node.iteration, |o| o.min(node.iteration)));
-            }
-            let mut live_slot = false;
-            for s in &node.saved {
-                if let Some(sid) = s.storage {
-                    live_slot = true;
-                    if seen_s.insert(sid.0) {
-                        saved.push(sid);
-                    }
-                }
-            }
-            if !live_slot && !node.saved.is_empty() {
-                spent += 1;
-            }
-            stack.extend(node.inputs.iter().filter_map(|m| m.edge.map(|e| e.node)));
-        }
+        let reach = walk.reach(x.grad_fn.map(|n| n.0));
+        let nodes: Vec<NodeId> = reach.nodes.into_iter().map(NodeId).collect();
+        let saved: Vec<StorageId> = reach.saved.into_iter().map(StorageId).collect();
+        let (oldest, spent) = (reach.oldest, reach.spent);
         let saved_bytes = saved.iter().map(|s| self.storage(*s).bytes).sum();
         let exclusive = saved
             .iter()

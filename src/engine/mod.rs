@@ -30,6 +30,7 @@ pub mod hf_switches;
 mod keep;
 pub mod launch;
 pub mod live;
+mod live_walk;
 mod loop_steps;
 pub mod model_lang;
 pub mod modules;
@@ -132,6 +133,12 @@ pub struct Engine {
     pub(crate) op_error: Option<EngineError>,
     /// Live non-leaf tensors `retain_grad()` was called on.
     pub(crate) retaining: Vec<TensorId>,
+    /// The Node a backward reached after an earlier backward had already
+    /// run it and freed its saved tensors (the backward-twice error's
+    /// cause, which the leak detector traces back to a root).
+    pub(crate) spent_reached: Option<autograd::NodeId>,
+    /// Forward hooks registered on Linear modules: (module id, list, what).
+    pub(crate) forward_hooks: Vec<(u32, String, KeepWhat)>,
     /// Warnings already shown this run.
     pub(crate) warned: Vec<&'static str>,
     /// Runs real kernels on the tensors (a CUDA run); None: nothing is launched.
@@ -192,6 +199,8 @@ impl Engine {
             bindings: Bindings::default(),
             op_error: None,
             retaining: Vec::new(),
+            spent_reached: None,
+            forward_hooks: Vec::new(),
             warned: Vec::new(),
             launcher: None,
             launch_stats: LaunchStats::default(),

@@ -177,6 +177,10 @@ pub enum Step {
     NewDict {
         name: String,
     },
+    /// `name = []`: an empty list (a metric's state reset, a cache emptied).
+    NewList {
+        name: String,
+    },
     /// `name = collections.deque(maxlen=maxlen)`: `Append` to it drops the
     /// oldest element once it holds `maxlen`.
     NewDeque {
@@ -215,6 +219,19 @@ pub enum Step {
     },
     /// `gc.collect()`: frees every unreachable reference cycle.
     GcCollect,
+    /// `model.<module>.register_forward_hook(lambda m, i, o: list.append(o …))`
+    /// on a Linear of the model (its module path, e.g. `fc1`): from now on
+    /// every forward through it appends what `what` keeps of its output to
+    /// `list` (which must be bound), until `RemoveForwardHooks`.
+    RegisterForwardHook {
+        module: String,
+        list: String,
+        what: KeepWhat,
+    },
+    /// `handle.remove()` for every hook registered on `module`.
+    RemoveForwardHooks {
+        module: String,
+    },
 }
 
 impl Step {
@@ -252,12 +269,15 @@ impl Step {
             Step::Assign { .. } => "assign",
             Step::CountCorrect { .. } => "count_correct",
             Step::NewDict { .. } => "dict",
+            Step::NewList { .. } => "list",
             Step::NewDeque { .. } => "deque",
             Step::SetItem { .. } => "setitem",
             Step::AllocateBuffers { .. } => "allocate_buffers",
             Step::DeleteEvery { .. } => "del_slice",
             Step::MakeCycle { .. } => "make_cycle",
             Step::GcCollect => "gc.collect",
+            Step::RegisterForwardHook { .. } => "register_forward_hook",
+            Step::RemoveForwardHooks { .. } => "handle.remove",
         }
     }
 
@@ -589,6 +609,7 @@ impl Engine {
                 what,
             } => self.count_correct(output, target, into, *what)?,
             Step::NewDict { name } => self.bind(name, Value::Dict(Vec::new())),
+            Step::NewList { name } => self.bind(name, Value::List(Vec::new())),
             Step::NewDeque { name, maxlen } => {
                 self.bind(name, super::loop_steps::new_deque(*maxlen))
             }
@@ -619,6 +640,10 @@ impl Engine {
                 );
             }
             Step::GcCollect => self.gc_collect(),
+            Step::RegisterForwardHook { module, list, what } => {
+                self.register_forward_hook(module, list, *what)?
+            }
+            Step::RemoveForwardHooks { module } => self.remove_forward_hooks(module),
         }
         Ok(())
     }

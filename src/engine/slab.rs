@@ -50,6 +50,11 @@ impl<T> Slab<T> {
         self.live
     }
 
+    /// One past the largest id ever handed out: a bound for per-id tables.
+    pub fn id_bound(&self) -> usize {
+        self.items.len()
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (u32, &T)> {
         self.items
             .iter()

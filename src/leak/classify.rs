@@ -26,8 +26,16 @@ impl Detector {
             let Some(h) = self.groups.get(acc.name) else {
                 continue;
             };
-            // A deque(maxlen=k) grows only until it holds k: bounded, not a leak.
-            if self.history_is_anothers(acc) || self.facts.bounded.contains(acc.name) {
+            if self.history_is_anothers(acc) {
+                continue;
+            }
+            // A deque(maxlen=k) grows only until it holds k: a leak only
+            // where k items do not fit in the memory.
+            if let Some(&maxlen) = self.facts.bounded.get(acc.name) {
+                if let Some(f) = self.bounded_overflow(ctx, g as u32, acc, h, maxlen) {
+                    gpu_leak = true;
+                    findings.push(f);
+                }
                 continue;
             }
             if let Some(f) = self.classify(ctx, g as u32, acc, h) {
@@ -39,6 +47,9 @@ impl Detector {
             findings.push(f);
         }
         if let Some(f) = self.missing_zero_grad() {
+            findings.push(f);
+        }
+        if let Some(f) = self.stale_autocast_cache(ctx, accs) {
             findings.push(f);
         }
         if findings.iter().all(|f| !f.kind.is_leak()) {
@@ -73,10 +84,53 @@ impl Detector {
             .map_or(0, |o| it.saturating_sub(o) as usize + 1);
         let gpu_total = trend(&s, |x| x.own_old + x.graph_old);
         let name = acc.name;
+        // The spent Node a failed backward reached, when this group's graph
+        // leads to it: the root that carried an old graph into a new one
+        // (within one iteration too: two batches per iteration).
+        let spent = ctx.ls.spent_reached.and_then(|n| {
+            let reached = acc
+                .roots
+                .iter()
+                .any(|&ri| ctx.ls.roots[ri].nodes.contains(&n));
+            let p = lookup(ctx.npos, n.0);
+            (reached && p != NONE).then(|| &ctx.ls.nodes[p as usize])
+        });
+        let reaches_spent = spent.is_some();
 
         let graph_growing = graph.steps >= MIN_GROWTH_STEPS
             || (chain_span >= MIN_GROWTH_STEPS && graph.steps >= MIN_GROWTH_STEPS - 1);
-        let (kind, per_iter, growth_steps) = if cur.graph > 0 && graph_growing {
+        // Growth that comes every k iterations (once an epoch): never a
+        // fall, at least MIN_GROWTH_STEPS rises, the last not long ago.
+        // (A run stopped part-way: its last sample is no iteration's end.)
+        let whole = match self.error {
+            Some(_) => &s[..s.len() - 1],
+            None => &s[..],
+        };
+        let stepwise =
+            (graph.steps < MIN_GROWTH_STEPS && own.steps < MIN_GROWTH_STEPS && cur.gpu() > 0)
+                .then(|| periodic(whole, |x| x.own_old + x.graph_old))
+                .flatten();
+        // A container filled within this iteration until the memory ran out.
+        let within = self.ran_out
+            && acc.kind == GroupKind::List
+            && cur.elements as usize >= MIN_GROWTH_STEPS
+            && cur.gpu() > 0
+            && cur.own_old + cur.graph_old == 0;
+        let (kind, per_iter, growth_steps) = if let Some(p) = &stepwise {
+            let kind = if cur.graph > 0 {
+                FindingKind::RetainedGraphGpu
+            } else {
+                FindingKind::StoredTensors
+            };
+            (kind, p.per_iter, p.rises)
+        } else if within {
+            let kind = if cur.graph > 0 {
+                FindingKind::RetainedGraphGpu
+            } else {
+                FindingKind::StoredTensors
+            };
+            (kind, 0, 0)
+        } else if cur.graph > 0 && graph_growing {
             let kind = if acc.kind == GroupKind::Hidden {
                 FindingKind::CarriedHiddenState
             } else {
@@ -104,7 +158,7 @@ impl Detector {
         } else if self.error.as_deref().is_some_and(|e| {
             e.contains(BACKWARD_TWICE)
                 || (acc.kind == GroupKind::Hidden && e.contains("RuntimeError"))
-        }) && chain_span >= 2
+        }) && (chain_span >= 2 || reaches_spent)
         {
             // The run stopped: a carried graph reached an already-released one.
             let kind = if acc.kind == GroupKind::Hidden {
@@ -128,9 +182,30 @@ impl Detector {
         };
         f.by_category = categories(&acc.by_cat);
         f.blocks = blocks_of(ctx, g);
-        f.path = path_for(ctx, g, acc, kind);
+        f.path = path_for(
+            ctx,
+            g,
+            acc,
+            kind,
+            spent.map(|_| lookup(ctx.npos, ctx.ls.spent_reached.map_or(0, |n| n.0))),
+        );
         f.full_at_iteration = self.projection(it, per_iter, kind);
         f.fix = fix::fix_for(&self.facts, name, acc.kind, kind);
+        if let Some(p) = &stepwise {
+            if let Some(reset) = fix::reset_on_schedule(&self.facts, name, acc.kind) {
+                f.fix = reset;
+            }
+            f.iterations = it.saturating_sub(p.since) + 1;
+            f.evidence = self.periodic_evidence(name, &cur, p);
+            f.severity = Severity::Critical;
+            return Some(f);
+        }
+        if within {
+            f.iterations = 1;
+            f.evidence = self.within_evidence(ctx, acc, name, &cur);
+            f.severity = Severity::Critical;
+            return Some(f);
+        }
         f.evidence = match kind {
             FindingKind::RetainedGraphGpu => format!(
                 "`{name}` reaches {} autograd Nodes created over {} iterations whose saved tensors were never \
@@ -144,11 +219,21 @@ impl Detector {
             ),
             FindingKind::CarriedHiddenState => {
                 if growth_steps == 0 {
+                    let reached = match spent {
+                        Some(n) => format!(
+                            "its graph reaches {} of iteration {}, which an earlier backward already ran \
+                             and whose saved tensors it freed",
+                            n.name, n.iteration
+                        ),
+                        None => format!(
+                            "its graph reaches Nodes of iteration {}",
+                            cur.oldest_node_iteration.unwrap_or(0)
+                        ),
+                    };
                     format!(
-                        "`{name}` is carried into the next batch without detach(): its graph reaches Nodes of \
-                         iteration {}, so the next backward ran on into that older graph and the run stopped \
-                         with \"{}\". `{name}` is the cause.",
-                        cur.oldest_node_iteration.unwrap_or(0),
+                        "`{name}` is carried into the next batch without detach(): {reached}, so the next \
+                         backward ran on into that older graph and the run stopped with \"{}\". `{name}` is \
+                         the cause.",
                         first_sentence(self.error.as_deref().unwrap_or("")),
                     )
                 } else {
@@ -186,6 +271,12 @@ impl Detector {
                     e.push_str(&format!(
                         " They also keep {} spent autograd Nodes on the host.",
                         cur.nodes
+                    ));
+                }
+                if let Some(m) = self.facts.hooked_by(name) {
+                    e.push_str(&format!(
+                        " A forward hook on `{m}` appends its output to it at every forward: \
+                         the hook, not the loop, is what keeps them."
                     ));
                 }
                 e
@@ -285,7 +376,13 @@ impl Detector {
         let gap_first = first.reserved.saturating_sub(first.allocated);
         let gap_last = last.reserved.saturating_sub(last.allocated);
         // Reserved moves in steps (a new largest shape), not every iteration.
-        if ups < 2 || r_growth == 0 || a_drift * 4 > r_growth || gap_last <= gap_first {
+        // One rise counts when it is a quarter of what was reserved.
+        let one_big_rise = ups == 1 && r_growth * 4 >= first.reserved;
+        if (ups < 2 && !one_big_rise)
+            || r_growth == 0
+            || a_drift * 4 > r_growth
+            || gap_last <= gap_first
+        {
             return None;
         }
         // Reserved that follows a growing peak is the cache holding what the
@@ -323,8 +420,7 @@ impl Detector {
         f.fix = fix::EXPANDABLE.into();
         f.evidence = format!(
             "Reserved grew in {ups} of {} iterations (+{} in total) while allocated at iteration end moved \
-             by at most {}: cached free blocks of the wrong sizes, not a leak — no tensor is retained. \
-             empty_cache() would return only fully free segments.",
+             by at most {}: cached free blocks of the wrong sizes, not a leak — no tensor is retained.",
             w.len() - 1,
             format_size(r_growth),
             format_size(a_drift),
@@ -495,6 +591,66 @@ impl Detector {
     }
 }
 
+/// Growth in steps: the trailing run of samples that never falls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Periodic {
+    /// Iterations at which the measure rose, oldest first.
+    pub(super) at: Vec<u32>,
+    pub(super) rises: usize,
+    /// The iteration the run starts at (before its first rise).
+    pub(super) since: u32,
+    /// Mean growth per iteration since then.
+    pub(super) per_iter: i64,
+    /// The mean rise.
+    pub(super) per_rise: u64,
+}
+
+/// The trailing run of samples in which `f` never falls, when it rose at
+/// least [`MIN_GROWTH_STEPS`] times and not longer ago than twice the
+/// longest gap between rises (growth that stopped is a cache filling, not a
+/// leak).
+pub(super) fn periodic(s: &[GroupSample], f: impl Fn(&GroupSample) -> u64) -> Option<Periodic> {
+    let n = s.len();
+    if n < 2 {
+        return None;
+    }
+    let mut start = n - 1;
+    let mut at = Vec::new();
+    while start > 0 {
+        let (a, b) = (&s[start - 1], &s[start]);
+        if f(b) < f(a) {
+            break;
+        }
+        if f(b) > f(a) {
+            at.push(b.iteration);
+        }
+        start -= 1;
+    }
+    at.reverse();
+    if at.len() < MIN_GROWTH_STEPS {
+        return None;
+    }
+    let gap = at.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(1);
+    if gap == 1 {
+        // Growth every iteration is the trend's to judge, not a schedule.
+        return None;
+    }
+    let last = s[n - 1].iteration;
+    if last - at[at.len() - 1] > 2 * gap {
+        return None;
+    }
+    let first = &s[start];
+    let span = i64::from((last - first.iteration).max(1));
+    let grown = f(&s[n - 1]).saturating_sub(f(first));
+    Some(Periodic {
+        rises: at.len(),
+        since: first.iteration,
+        per_iter: grown as i64 / span,
+        per_rise: grown / at.len() as u64,
+        at,
+    })
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Trend {
     /// Trailing consecutive iteration boundaries with strict growth.
@@ -522,7 +678,7 @@ fn trend(s: &[GroupSample], f: impl Fn(&GroupSample) -> u64) -> Trend {
     Trend { steps, per_iter }
 }
 
-fn categories(by_cat: &[u64; CATS]) -> Vec<(&'static str, u64)> {
+pub(super) fn categories(by_cat: &[u64; CATS]) -> Vec<(&'static str, u64)> {
     let mut v: Vec<(&'static str, u64)> = CAT_NAMES
         .iter()
         .zip(by_cat.iter())

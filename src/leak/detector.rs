@@ -20,13 +20,17 @@ use std::collections::VecDeque;
 use rustc_hash::FxHashMap;
 
 use super::finding::Finding;
+use super::holders::Holder;
+use super::oom::OomAnswer;
 use super::program::ProgramFacts;
+use super::requests::{RequestLog, RunDevice};
 use crate::engine::{Engine, Program};
 
 /// Growth must be seen across this many consecutive iteration boundaries.
 pub const MIN_GROWTH_STEPS: usize = 3;
-/// Samples kept per group and for the whole device.
-pub(super) const HISTORY: usize = 64;
+/// Samples kept per group and for the whole device: enough to see growth
+/// that comes once an epoch (three epochs of 80 batches).
+pub(super) const HISTORY: usize = 256;
 pub(super) const NONE: u32 = u32::MAX;
 pub(super) const SHARED: u32 = u32::MAX - 1;
 
@@ -100,6 +104,18 @@ pub struct Detector {
     pub(super) grad_blocks: Vec<u64>,
     pub(super) findings: Vec<Finding>,
     pub(super) error: Option<String>,
+    /// The error that stopped the run was an OOM.
+    pub(super) ran_out: bool,
+    /// The run's requests, for what-ifs at an OOM (and of the cache's growth).
+    pub(super) requests: RequestLog,
+    pub(super) device: RunDevice,
+    /// Who held what at the last observation, largest first.
+    pub(super) holders: Vec<Holder>,
+    /// The first completed iteration's figures, and each holder's bytes
+    /// when first seen then or later: (iteration, bytes).
+    pub(super) first_sample: Option<IterationSample>,
+    pub(super) first_bytes: FxHashMap<String, (u32, u64)>,
+    pub(super) oom_answer: Option<OomAnswer>,
     // Scratch buffers reused between observations.
     pub(super) owner: Vec<u32>,
     pub(super) is_own: Vec<bool>,
@@ -119,7 +135,30 @@ impl Detector {
     /// A detector sized for the engine's device.
     pub fn for_engine(engine: &Engine) -> Detector {
         use crate::device::Device;
-        Detector::new(engine.allocator().device().total_memory())
+        let mut d = Detector::new(engine.allocator().device().total_memory());
+        d.device = RunDevice {
+            name: engine.allocator().device().name().to_string(),
+            total: engine.cfg.device_bytes,
+            overhead: engine.cfg.device_overhead,
+            config: engine.allocator().config().clone(),
+        };
+        d
+    }
+
+    /// Take the run's events as they go by: its requests, for what-ifs.
+    pub fn record(&mut self, e: &crate::trace::Event) {
+        self.requests.record(e);
+    }
+
+    /// At an OOM: who held the memory, what grew, what a setting would have
+    /// changed (None until the run ran out of memory).
+    pub fn oom_answer(&self) -> Option<&OomAnswer> {
+        self.oom_answer.as_ref()
+    }
+
+    /// Who held what at the last observation, largest first.
+    pub fn holders(&self) -> &[Holder] {
+        &self.holders
     }
 
     /// Read the program too: fixes can name the real statement, and
@@ -133,7 +172,7 @@ impl Detector {
         self.capacity
     }
 
-    /// The per-iteration device history (oldest first, at most 64).
+    /// The per-iteration device history (oldest first, at most 256).
     pub fn history(&self) -> impl Iterator<Item = &IterationSample> {
         self.iterations.iter()
     }

@@ -25,10 +25,21 @@ pub enum FindingKind {
     /// Imported trace: allocations from one call site survive iteration
     /// boundaries and keep accumulating.
     SurvivingAllocations,
+    /// `with torch.autocast(...)` kept open across iterations: its cache of
+    /// low-precision weight casts is never cleared, and after each
+    /// `optimizer.step()` it holds the weights of before the update.
+    StaleAutocastCache,
+    /// A live job: a Python name (a container, a variable, a hook's
+    /// closure) whose tensors and their graphs grew since the helper's last
+    /// look.
+    GrowingHolder,
+    /// A live job: a Python name holding tensors, as the helper found it
+    /// when asked (not judged to grow).
+    PythonHolder,
 }
 
 impl FindingKind {
-    pub const ALL: [FindingKind; 8] = [
+    pub const ALL: [FindingKind; 11] = [
         FindingKind::RetainedGraphGpu,
         FindingKind::RetainedGraphHost,
         FindingKind::StoredTensors,
@@ -37,6 +48,9 @@ impl FindingKind {
         FindingKind::OneOffPeak,
         FindingKind::MissingZeroGrad,
         FindingKind::SurvivingAllocations,
+        FindingKind::StaleAutocastCache,
+        FindingKind::GrowingHolder,
+        FindingKind::PythonHolder,
     ];
 
     /// The kind `as_str` names.
@@ -63,6 +77,9 @@ impl FindingKind {
             FindingKind::OneOffPeak => "one_off_peak",
             FindingKind::MissingZeroGrad => "missing_zero_grad",
             FindingKind::SurvivingAllocations => "surviving_allocations",
+            FindingKind::StaleAutocastCache => "stale_autocast_cache",
+            FindingKind::GrowingHolder => "growing_holder",
+            FindingKind::PythonHolder => "python_holder",
         }
     }
 
@@ -78,6 +95,9 @@ impl FindingKind {
             FindingKind::OneOffPeak => "one-off peak",
             FindingKind::MissingZeroGrad => "gradients never zeroed",
             FindingKind::SurvivingAllocations => "surviving allocations",
+            FindingKind::StaleAutocastCache => "stale autocast weight cache",
+            FindingKind::GrowingHolder => "a Python name holds what grew",
+            FindingKind::PythonHolder => "held by a Python name",
         }
     }
 
@@ -92,6 +112,9 @@ impl FindingKind {
             FindingKind::OneOffPeak => "one-off peak",
             FindingKind::MissingZeroGrad => "never zeroed",
             FindingKind::SurvivingAllocations => "survivors",
+            FindingKind::StaleAutocastCache => "stale autocast",
+            FindingKind::GrowingHolder => "growing holder",
+            FindingKind::PythonHolder => "python holder",
         }
     }
 
@@ -104,6 +127,7 @@ impl FindingKind {
                 | FindingKind::StoredTensors
                 | FindingKind::CarriedHiddenState
                 | FindingKind::SurvivingAllocations
+                | FindingKind::GrowingHolder
         )
     }
 }

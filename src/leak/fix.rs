@@ -66,6 +66,13 @@ pub(super) fn fix_for(
                 return format!("{pre}{name}[{key}] = {}", host(from))
             }
             Binder::Keep { from, .. } => return format!("{pre}{name} = {}", plain(from)),
+            Binder::Hook { module, .. } => {
+                let handle = module.replace('.', "_");
+                return format!(
+                    "handle_{handle}.remove()  # once the activations are collected; or in the \
+                     hook: {name}.append(o.detach().cpu())"
+                );
+            }
             Binder::Forward | Binder::Loss => {}
         }
     }
@@ -82,4 +89,20 @@ pub(super) fn cycle_fix(name: &str) -> String {
     format!(
         "del {name}[\"self\"]  # before {name} is rebound (or a weakref back-reference, or gc.collect())"
     )
+}
+
+/// A container filled on a schedule (once an epoch, every k iterations) and
+/// never emptied: a metric's state. The fix that fits it empties it once
+/// its value is computed.
+pub(super) fn reset_on_schedule(
+    facts: &ProgramFacts,
+    name: &str,
+    group: GroupKind,
+) -> Option<String> {
+    if group != GroupKind::List || !facts.scheduled.contains_key(name) {
+        return None;
+    }
+    Some(format!(
+        "{name}.clear()  # once the epoch's metric is computed from it (a torchmetrics Metric: metric.reset())"
+    ))
 }

@@ -10,14 +10,20 @@
 
 mod classify;
 mod counted_annotations;
+mod creep;
 mod detector;
 mod finding;
 mod fix;
 mod format;
+mod growth;
+mod holders;
 mod observe;
+mod oom;
+mod oom_trace;
 mod program;
 mod reach;
 mod render;
+mod requests;
 mod site_series;
 mod snapshot;
 
@@ -26,7 +32,11 @@ mod tests;
 
 pub use detector::{Detector, GroupSample, IterationSample, MIN_GROWTH_STEPS};
 pub use finding::{Finding, FindingKind, Severity};
+pub use holders::Holder;
+pub use oom::{Grew, OomAnswer, WhatIf, LISTED_HOLDERS};
+pub use oom_trace::answer_trace_oom;
 pub use render::{findings_json, findings_text};
+pub use requests::{RequestLog, RunDevice};
 pub use snapshot::{
     analyze_snapshot, analyze_snapshot_with, Boundaries, BoundarySource, SnapshotLeakReport,
     SurvivorGroup,

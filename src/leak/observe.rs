@@ -7,6 +7,8 @@ use rustc_hash::FxHashMap;
 
 use super::detector::{Detector, GroupHistory, GroupKind, IterationSample, HISTORY, NONE};
 use super::finding::{settle, Finding};
+use super::holders::holders;
+use super::oom::{what_ifs, Grew, OomAnswer, LISTED_HOLDERS};
 use super::reach::{
     assign_owners, charge_bytes, count_nodes, group_roots, index_nodes, index_storages, lookup,
     Ctx, GroupAcc, Grouping,
@@ -26,18 +28,26 @@ impl Detector {
             .map_or(0, |s| s.peak_allocated)
             .max(ls.peak_allocated)
             .max(allocated);
-        push_sample(
-            &mut self.iterations,
-            IterationSample {
-                iteration: it,
-                allocated,
-                reserved,
-                peak_allocated,
-                host_graph_nodes: ls.host_graph_nodes,
-            },
-            |s| s.iteration,
-        );
+        let sample = IterationSample {
+            iteration: it,
+            allocated,
+            reserved,
+            peak_allocated,
+            host_graph_nodes: ls.host_graph_nodes,
+        };
+        push_sample(&mut self.iterations, sample, |s| s.iteration);
+        let complete = self.error.is_none() && it > 0;
+        if complete && self.first_sample.is_none() {
+            self.first_sample = Some(sample);
+        }
         self.analyze(ls);
+        if complete {
+            for h in &self.holders {
+                self.first_bytes
+                    .entry(h.name.clone())
+                    .or_insert((it, h.bytes));
+            }
+        }
         &self.findings
     }
 
@@ -45,6 +55,7 @@ impl Detector {
     /// error of a hidden state carried without `detach`, §8.3).
     pub fn observe_error(&mut self, err: &EngineError, ls: &LiveState) -> &[Finding] {
         self.error = Some(err.to_string());
+        self.ran_out = matches!(err, EngineError::OutOfMemory { .. });
         let before = self.findings.clone();
         let (a, r) = (ls.allocated, ls.reserved);
         self.observe(ls, a, r);
@@ -56,14 +67,67 @@ impl Detector {
             }
         }
         settle(&mut self.findings);
-        if matches!(err, EngineError::OutOfMemory { .. }) {
+        if let EngineError::OutOfMemory { requested, .. } = err {
             // The run did run out: that fact, not a projection of when it would.
             for f in &mut self.findings {
                 f.full_at_iteration = None;
                 f.ran_out_at_iteration = Some(u64::from(ls.iteration));
             }
+            self.oom_answer = Some(self.answer_oom(ls, *requested));
         }
         &self.findings
+    }
+
+    /// The answer at an OOM (see `oom.rs`): the holders of this
+    /// observation, the growth since the first completed iteration, and the
+    /// what-ifs replayed on the run's own requests.
+    fn answer_oom(&self, ls: &LiveState, requested: u64) -> OomAnswer {
+        let (at_request, what_if) = match self.requests.last_oom() {
+            Some(at) => what_ifs(&self.requests, at, &self.device),
+            None => (None, Vec::new()),
+        };
+        let allocated_now = at_request.map_or(ls.allocated, |a| a.allocated);
+        let first = self.first_sample.filter(|f| f.iteration < ls.iteration);
+        let mut by: Vec<(String, u64, u64)> = match first {
+            Some(f) => self
+                .holders
+                .iter()
+                .filter_map(|h| {
+                    let then = match self.first_bytes.get(&h.name) {
+                        Some((it, b)) if *it == f.iteration => *b,
+                        _ => 0,
+                    };
+                    (h.bytes > then).then(|| (h.name.clone(), then, h.bytes))
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        by.sort_by_key(|(_, a, b)| std::cmp::Reverse(b - a));
+        by.truncate(4);
+        let within_iteration = self
+            .holders
+            .iter()
+            .filter(|h| h.named && h.items >= 2 && h.bytes > 0 && h.this_iteration == h.bytes)
+            .take(3)
+            .map(|h| (h.name.clone(), h.bytes, h.items))
+            .collect();
+        OomAnswer {
+            iteration: ls.iteration,
+            place: format!("iteration {}", ls.iteration),
+            requested,
+            at_request,
+            holders: self.holders.iter().take(LISTED_HOLDERS).cloned().collect(),
+            temporaries: at_request.map(|a| a.allocated.saturating_sub(ls.allocated)),
+            grew: Grew {
+                since_iteration: first.map(|f| f.iteration),
+                allocated_then: first.map_or(0, |f| f.allocated),
+                allocated_now,
+                by,
+                within_iteration,
+                unknown: None,
+            },
+            what_if,
+        }
     }
 
     fn analyze(&mut self, ls: &LiveState) {
@@ -106,6 +170,7 @@ impl Detector {
             npos: &npos,
         };
         self.findings = self.findings_for(&ctx, &accs);
+        self.holders = holders(ls, &accs, &owner, &self.facts);
         self.owner = owner;
         self.is_own = is_own;
         self.node_pos = spos;

@@ -3,7 +3,24 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::engine::{DictKey, GradContext, HiddenPart, KeepWhat, Program, Step};
+use crate::engine::{DictKey, EveryUnit, GradContext, HiddenPart, KeepWhat, Program, Step};
+
+/// Where a step sits: inside how many passes of inner loops per iteration,
+/// and under which schedule.
+#[derive(Debug, Clone, Copy)]
+struct Nest {
+    repeat: u64,
+    every: Option<(u32, EveryUnit)>,
+}
+
+impl Default for Nest {
+    fn default() -> Nest {
+        Nest {
+            repeat: 1,
+            every: None,
+        }
+    }
+}
 
 /// How a root gets its value in the program.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,12 +45,22 @@ pub(crate) enum Binder {
     },
     Forward,
     Loss,
+    /// A forward hook on a module appends what it keeps of the output.
+    Hook {
+        module: String,
+        what: KeepWhat,
+    },
 }
 
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ProgramFacts {
     pub known: bool,
     pub has_zero_grad: bool,
+    /// The loop steps an optimizer (`optimizer.step()` or `scaler.step`).
+    pub steps_optimizer: bool,
+    /// The setup leaves a `with torch.autocast(...)` block open around the
+    /// whole loop, of this dtype.
+    pub autocast_around_loop: Option<crate::engine::DType>,
     pub has_backward: bool,
     pub retain_graph: bool,
     /// `model.eval()` (or a grad switch) with grad still enabled somewhere.
@@ -49,9 +76,18 @@ pub(crate) struct ProgramFacts {
     /// program order.
     pub rebound_buffers: Vec<String>,
     rebound: FxHashSet<String>,
-    /// Names bound to a `deque(maxlen=…)`: whatever they hold, they hold at
-    /// most `maxlen` of it, so their growth stops by itself.
-    pub bounded: FxHashSet<String>,
+    /// Names bound to a `deque(maxlen=…)`, with the bound: whatever they
+    /// hold, they hold at most `maxlen` of it, so their growth stops by
+    /// itself — a leak only where the bound does not fit in the memory.
+    pub bounded: FxHashMap<String, u32>,
+    /// Containers filled inside an inner loop (`Repeat`): how many items a
+    /// pass of the loop's body adds to each (the product of the loops' times).
+    pub inner_fills: FxHashMap<String, u64>,
+    /// Names bound on a schedule (`Every`): (n, unit) of the innermost one.
+    pub scheduled: FxHashMap<String, (u32, EveryUnit)>,
+    /// The batch sizes and sequence lengths per iteration, cycled (empty: fixed).
+    pub batch_sizes: Vec<u64>,
+    pub seq_lens: Vec<u64>,
     /// The first forward that runs in eval mode with grad enabled, as
     /// (input, output): what a `torch.no_grad()` fix wraps.
     pub eval_forward: Option<(String, String)>,
@@ -65,8 +101,21 @@ impl ProgramFacts {
         };
         let mut state = (true, true); // (training, grad enabled)
         for s in p.setup.iter().chain(p.steps.iter()) {
-            f.walk(s, &mut state);
+            f.walk(s, &mut state, Nest::default());
         }
+        let mut open = Vec::new();
+        for s in &p.setup {
+            match s {
+                Step::AutocastEnter { dtype } => open.push(*dtype),
+                Step::AutocastExit => {
+                    open.pop();
+                }
+                _ => {}
+            }
+        }
+        f.autocast_around_loop = open.first().copied();
+        f.batch_sizes = p.batch_sizes.clone();
+        f.seq_lens = p.seq_lens.clone();
         let mut deleted = FxHashSet::default();
         for s in &p.steps {
             f.walk_buffers(s, &mut deleted);
@@ -95,10 +144,51 @@ impl ProgramFacts {
         }
     }
 
-    fn walk(&mut self, s: &Step, st: &mut (bool, bool)) {
+    fn walk(&mut self, s: &Step, st: &mut (bool, bool), nest: Nest) {
         let eval_grad = !st.0 && st.1;
+        let filled = match s {
+            Step::Append { list, .. } => Some(list),
+            Step::SetItem {
+                dict,
+                key: DictKey::Iteration,
+                ..
+            } => Some(dict),
+            _ => None,
+        };
+        if let Some(name) = filled {
+            if nest.repeat > 1 {
+                self.inner_fills.insert(name.clone(), nest.repeat);
+            }
+            if let Some(every) = nest.every {
+                self.scheduled.insert(name.clone(), every);
+            }
+        }
+        match s {
+            Step::Repeat { times, steps } => {
+                let inner = Nest {
+                    repeat: nest.repeat.saturating_mul(u64::from(*times)),
+                    ..nest
+                };
+                for s in steps {
+                    self.walk(s, st, inner);
+                }
+                return;
+            }
+            Step::Every { n, unit, steps, .. } => {
+                let inner = Nest {
+                    every: Some((*n, *unit)),
+                    ..nest
+                };
+                for s in steps {
+                    self.walk(s, st, inner);
+                }
+                return;
+            }
+            _ => {}
+        }
         match s {
             Step::ZeroGrad { .. } => self.has_zero_grad = true,
+            Step::OptimizerStep | Step::ScalerStep => self.steps_optimizer = true,
             Step::Backward { retain_graph, .. } => {
                 self.has_backward = true;
                 self.retain_graph |= *retain_graph;
@@ -113,8 +203,8 @@ impl ProgramFacts {
                 self.eval_with_grad |= !st.0 && st.1;
             }
             // Detaching one of (h, c) still carries the other's graph.
-            Step::NewDeque { name, .. } => {
-                self.bounded.insert(name.clone());
+            Step::NewDeque { name, maxlen } => {
+                self.bounded.insert(name.clone(), *maxlen);
             }
             Step::CarryHidden { detach, part } => {
                 self.carry_hidden_detach = Some(*detach && *part == HiddenPart::Both)
@@ -150,6 +240,14 @@ impl ProgramFacts {
                 self.bind(output, Binder::Forward, eval_grad)
             }
             Step::Loss { into, .. } => self.bind(into, Binder::Loss, eval_grad),
+            Step::RegisterForwardHook { module, list, what } => self.bind(
+                list,
+                Binder::Hook {
+                    module: module.clone(),
+                    what: *what,
+                },
+                eval_grad,
+            ),
             Step::ScalerScale { into, .. } => self.bind(into, Binder::Loss, eval_grad),
             Step::SetItem {
                 dict,
@@ -168,11 +266,6 @@ impl ProgramFacts {
                 },
                 eval_grad,
             ),
-            _ if s.children().is_some() => {
-                for s in s.children().unwrap_or_default() {
-                    self.walk(s, st);
-                }
-            }
             _ => {}
         }
     }
@@ -190,6 +283,7 @@ impl ProgramFacts {
             .get(root)?
             .iter()
             .min_by_key(|(b, _)| match b {
+                Binder::Hook { .. } => 0,
                 Binder::Accumulate { .. } | Binder::Append { .. } | Binder::SetItem { .. } => 0,
                 Binder::Keep { .. } => 1,
                 _ => 2,
@@ -209,6 +303,14 @@ impl ProgramFacts {
         } else {
             "list"
         }
+    }
+
+    /// The module whose forward hook fills `name`, if one does.
+    pub fn hooked_by(&self, name: &str) -> Option<&str> {
+        self.binders.get(name)?.iter().find_map(|(b, _)| match b {
+            Binder::Hook { module, .. } => Some(module.as_str()),
+            _ => None,
+        })
     }
 
     /// Whether `name` holds a loss (a 0-dim tensor: `.item()` applies).

@@ -348,7 +348,16 @@ pub(super) fn blocks_of(ctx: &Ctx, g: u32) -> Vec<u64> {
 
 /// From the root to what it holds, e.g. `total_loss → AddBackward0 → … →
 /// AddmmBackward0 (iter 12) → saved mat1 [256×1024 fp32, 1.0 MiB]`.
-pub(super) fn path_for(ctx: &Ctx, g: u32, acc: &GroupAcc, kind: FindingKind) -> Vec<String> {
+///
+/// With `spent` (the Node a failed backward reached after an earlier one
+/// had run it), the path leads there instead: what the error is about.
+pub(super) fn path_for(
+    ctx: &Ctx,
+    g: u32,
+    acc: &GroupAcc,
+    kind: FindingKind,
+    spent: Option<u32>,
+) -> Vec<String> {
     let ls = ctx.ls;
     if kind == FindingKind::StoredTensors {
         let mut v = vec![format!("{} ({} entries)", acc.name, acc.roots.len())];
@@ -420,7 +429,9 @@ pub(super) fn path_for(ctx: &Ctx, g: u32, acc: &GroupAcc, kind: FindingKind) -> 
             }
         }
     }
-    let target = best.map_or(oldest.1, |b| b.2);
+    let spent = spent.filter(|&p| seen.get(p as usize).copied().unwrap_or(false));
+    let best = if spent.is_some() { None } else { best };
+    let target = spent.unwrap_or_else(|| best.map_or(oldest.1, |b| b.2));
     let mut chain = vec![target];
     while let Some(&c) = chain.last() {
         let p = parent[c as usize];
@@ -450,6 +461,9 @@ pub(super) fn path_for(ctx: &Ctx, g: u32, acc: &GroupAcc, kind: FindingKind) -> 
         out.push(label(p, i + 1 == k));
     }
     match best {
+        _ if spent.is_some() => {
+            out.push("already run by an earlier backward: its saved tensors are freed".into())
+        }
         Some((_, _, p, si)) => {
             let s = &ls.nodes[p as usize].saved[si];
             out.push(format!(

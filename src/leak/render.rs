@@ -56,6 +56,11 @@ fn headline(kind: FindingKind) -> &'static str {
         FindingKind::SurvivingAllocations => {
             "allocations survive iteration boundaries and accumulate"
         }
+        FindingKind::StaleAutocastCache => {
+            "autocast's weight cache kept across steps — stale weights, memory flat"
+        }
+        FindingKind::GrowingHolder => "a Python name holds what grew — where to look",
+        FindingKind::PythonHolder => "held by a Python name",
     }
 }
 

@@ -29,11 +29,49 @@ const POLL: Duration = Duration::from_millis(200);
 /// A connection's writing and reading ends.
 type Halves = (Box<dyn Write + Send>, Box<dyn Read + Send>);
 
-/// An attached helper: its hello (frame 0), and the frames after it.
+/// An attached helper: its hello (frame 0), the frames after it, and the
+/// way back to it for requests.
 pub struct Connection {
     pub hello: ServerHello,
     pub frames: FrameReader<Box<dyn Read + Send>>,
+    pub requests: Requester,
 }
+
+/// Writes the client's requests to the helper (PROTOCOL.md "What the client
+/// sends"): shared by whatever may ask (the view's key).
+#[derive(Clone)]
+pub struct Requester(Arc<std::sync::Mutex<Box<dyn Write + Send>>>);
+
+impl Requester {
+    pub fn new(w: Box<dyn Write + Send>) -> Requester {
+        Requester(Arc::new(std::sync::Mutex::new(w)))
+    }
+
+    /// Ask for a walk from the job's Python names to its tensors at its
+    /// next step boundary (`find_holders`).
+    pub fn find_holders(&self) -> std::io::Result<()> {
+        let mut w = self
+            .0
+            .lock()
+            .map_err(|_| std::io::Error::other("the request writer was poisoned"))?;
+        write_value(&mut *w, &serde_json::json!({"t": "find_holders"}))?;
+        w.flush()
+    }
+}
+
+impl std::fmt::Debug for Requester {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Requester")
+    }
+}
+
+impl PartialEq for Requester {
+    fn eq(&self, other: &Requester) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Requester {}
 
 /// Refuse a socket or directory that another user owns: whoever owns it
 /// could be anyone serving anything, and the stream carries this user's
@@ -103,7 +141,11 @@ pub fn connect_within(
     let decoded = decode(&at, index, bytes)?;
     handshake.done.store(true, Ordering::Relaxed);
     match decoded {
-        Some(Message::Hello(h)) => Ok(Connection { hello: *h, frames }),
+        Some(Message::Hello(h)) => Ok(Connection {
+            hello: *h,
+            frames,
+            requests: Requester::new(w),
+        }),
         Some(Message::Refused { reason }) => Err(LiveError::Refused { at, reason }),
         _ => Err(LiveError::protocol(
             &at,

@@ -35,6 +35,9 @@ pub struct LiveFacts {
     /// Each device against NVML's reading of the job's process, read once
     /// at the end (`attach --headless`/`--json`; empty elsewhere).
     pub nvml: Vec<super::nvml_match::NvmlEntry>,
+    /// The helper's walks from the job's Python names to its tensors: who
+    /// holds what grew (PROTOCOL.md `holders`), oldest first.
+    pub holders: Vec<super::holders::HoldersReport>,
     /// Why the stream ended (`bye`'s reason, or the disconnect); `None`
     /// while it goes on (a Ctrl-C report).
     pub ended: Option<String>,

@@ -48,6 +48,8 @@ pub enum Message {
         message: String,
     },
     Lost(LostMark),
+    /// What the helper found holding the job's tensors (`holders`).
+    Holders(Box<crate::live::holders::HoldersReport>),
     Bye {
         reason: Option<String>,
     },

@@ -23,6 +23,7 @@ pub mod creep;
 mod error;
 pub mod facts;
 pub mod frame;
+pub mod holders;
 mod map_diff;
 pub mod message;
 pub mod nvml_match;
@@ -31,7 +32,7 @@ pub mod session;
 pub mod synth;
 
 pub use address::{expand_ranks, Address};
-pub use connect::{check_owner, connect, Connection, TOKEN_ENV};
+pub use connect::{check_owner, connect, Connection, Requester, TOKEN_ENV};
 pub use error::LiveError;
 pub use facts::{DeviceGrowth, LiveFacts};
 pub use frame::{write_frame, write_value, FrameReader, MAX_FRAME};

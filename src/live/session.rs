@@ -68,6 +68,8 @@ pub enum Applied {
     Oom,
     /// PyTorch's message for the latest OOM came.
     OomMessage,
+    /// The helper said which Python names hold the job's tensors.
+    Holders,
     Ended(String),
 }
 
@@ -133,6 +135,11 @@ pub struct Session {
     start_overs: Vec<String>,
     ended: Option<String>,
     cap: usize,
+    /// The helper's walks for holders (the newest [`KEPT_REPORTS`]), kept
+    /// across start-overs.
+    ///
+    /// [`KEPT_REPORTS`]: super::holders::KEPT_REPORTS
+    holders: Vec<super::holders::HoldersReport>,
 }
 
 impl Session {
@@ -177,6 +184,7 @@ impl Session {
             start_overs: Vec::new(),
             ended: None,
             cap: cap.max(1),
+            holders: Vec::new(),
         }
     }
 
@@ -294,6 +302,19 @@ impl Session {
 
     pub fn ended(&self) -> Option<&str> {
         self.ended.as_deref()
+    }
+
+    /// The helper's walks for what holds the job's tensors, oldest first.
+    pub fn holders(&self) -> &[super::holders::HoldersReport] {
+        &self.holders
+    }
+
+    /// The latest walk's chains as leak findings (none before a walk).
+    pub fn holder_findings(&self) -> Vec<crate::leak::Finding> {
+        self.holders
+            .last()
+            .map(|h| h.findings())
+            .unwrap_or_default()
     }
 
     /// The stream stopped without `bye`.
@@ -463,6 +484,13 @@ impl Session {
                     self.lost.push(l);
                 }
                 Ok(Applied::Nothing)
+            }
+            Message::Holders(h) => {
+                if self.holders.len() == super::holders::KEPT_REPORTS {
+                    self.holders.remove(0);
+                }
+                self.holders.push(*h);
+                Ok(Applied::Holders)
             }
             Message::Bye { reason } => {
                 let why = reason.unwrap_or_else(|| "the job said bye".into());
@@ -652,6 +680,7 @@ fn kind_name(m: &Message) -> &'static str {
         Message::Oom(_) => "oom",
         Message::OomMessage { .. } => "oom_message",
         Message::Lost(_) => "lost",
+        Message::Holders(_) => "holders",
         Message::Bye { .. } => "bye",
     }
 }

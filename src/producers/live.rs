@@ -52,6 +52,9 @@ pub struct LiveOptions {
     /// Iterations for the leak analysis from a frame name or `file:line`
     /// (as `open --step-marker`), instead of the job's own steps.
     pub step_marker: Option<String>,
+    /// The way back to the job (a connection; a recording has none): the
+    /// view's [`EngineCommand::FindHolders`] goes there.
+    pub requests: Option<crate::live::Requester>,
 }
 
 impl Default for LiveOptions {
@@ -61,6 +64,7 @@ impl Default for LiveOptions {
             keep_entries: ENTRY_CAP,
             tab: false,
             step_marker: None,
+            requests: None,
         }
     }
 }
@@ -92,6 +96,7 @@ pub fn live_source_with(
     // (its socket backs up) instead of queueing without end.
     let (tx, rx) = flume::bounded(LIVE_QUEUE);
     let (spent_tx, spent) = flume::bounded(1);
+    let cmd = opts.requests.clone().and_then(forward_requests);
     let spawned = std::thread::Builder::new()
         .name("live job".into())
         .spawn(move || {
@@ -116,15 +121,38 @@ pub fn live_source_with(
                 last_job: None,
                 summaries: opts.tab,
                 step_marker: opts.step_marker,
+                findings: Vec::new(),
             };
             reader.run(&mut send);
         });
     match spawned {
-        Ok(_) => Source::new(rx, None).reusing_parts(spent_tx),
+        Ok(_) => Source::new(rx, cmd).reusing_parts(spent_tx),
         Err(e) => Source::from_messages([SourceMsg::Failed(format!(
             "could not start the thread that reads the job: {e}"
         ))]),
     }
+}
+
+/// The view's commands to the job: a thread that writes each request to
+/// the helper, so the key never waits on the socket. None when the thread
+/// cannot start (then the view simply has no way to ask).
+fn forward_requests(
+    requests: crate::live::Requester,
+) -> Option<flume::Sender<super::source::EngineCommand>> {
+    let (tx, rx) = flume::unbounded();
+    std::thread::Builder::new()
+        .name("live requests".into())
+        .spawn(move || {
+            for cmd in rx {
+                if cmd == super::source::EngineCommand::FindHolders
+                    && requests.find_holders().is_err()
+                {
+                    return;
+                }
+            }
+        })
+        .ok()?;
+    Some(tx)
 }
 
 /// What the view has been sent of the shown device.
@@ -152,6 +180,8 @@ struct Reader {
     /// Send the job's summary with each analysis (a tab among several).
     summaries: bool,
     step_marker: Option<String>,
+    /// The last analysis's findings, which the helper's holders join.
+    findings: Vec<crate::leak::Finding>,
 }
 
 type Sender<'a> = dyn FnMut(SourceMsg) -> bool + 'a;
@@ -225,6 +255,8 @@ impl Reader {
                 Applied::Stats(d) => self.stats(d, send) && self.job(send, false),
                 Applied::Hello => self.job(send, true),
                 Applied::Oom | Applied::OomMessage => self.oom(send),
+                // The helper named what holds the tensors: with the findings at once.
+                Applied::Holders => self.send_findings(send),
                 Applied::Ended(_) => return Ok(true),
                 _ => true,
             };
@@ -322,14 +354,21 @@ impl Reader {
 
     /// An OOM, in the status: PyTorch's own first line once the job sent
     /// it, else what the OOM observer saw.
-    fn oom(&self, send: &mut Sender) -> bool {
-        let Some(o) = self.session.as_ref().and_then(|s| s.ooms().last()) else {
+    fn oom(&mut self, send: &mut Sender) -> bool {
+        let Some(session) = self.session.as_mut() else {
+            return true;
+        };
+        let Some(o) = session.ooms().last().cloned() else {
             return true;
         };
         let text = o.pytorch_message.as_deref().unwrap_or(&o.message);
         let first = text.lines().next().unwrap_or_default();
+        // The answer at it, once its trace entry has come: the trace's
+        // requests replayed up to it (what held the memory, the what-ifs).
+        let answer = crate::leak::answer_trace_oom(session.snapshot(), usize::from(o.device), None)
+            .map_or(String::new(), |a| format!(" — {}", a.summary()));
         send(SourceMsg::Note(format!(
-            "OOM on device {}: {first}",
+            "OOM on device {}: {first}{answer}",
             o.device
         )))
     }
@@ -414,6 +453,18 @@ impl Reader {
                 return false;
             }
         }
-        send(SourceMsg::FindingsNow(report.findings))
+        self.findings = report.findings;
+        self.send_findings(send)
+    }
+
+    /// The analysis's findings and, first, the Python names the helper
+    /// found holding what grew (its latest walk).
+    fn send_findings(&self, send: &mut Sender) -> bool {
+        let Some(session) = self.session.as_ref() else {
+            return true;
+        };
+        let mut all = session.holder_findings();
+        all.extend(self.findings.iter().cloned());
+        send(SourceMsg::FindingsNow(all))
     }
 }

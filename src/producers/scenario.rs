@@ -133,15 +133,11 @@ pub fn scenario_source_on(
             }
             Ended::UiGone => return,
             Ended::Done(held) => {
-                let command = cmd_rx.recv();
+                // Only a restart matters to a finished scenario.
+                let restart = cmd_rx.iter().find(|c| *c == EngineCommand::Restart);
                 drop(held);
-                match command {
-                    Ok(EngineCommand::Restart) => {
-                        if tx.send(SourceMsg::Restarted).is_err() {
-                            return;
-                        }
-                    }
-                    Err(_) => return,
+                if restart.is_none() || tx.send(SourceMsg::Restarted).is_err() {
+                    return;
                 }
             }
         }

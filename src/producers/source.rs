@@ -233,6 +233,8 @@ impl std::fmt::Debug for Opened {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EngineCommand {
     Restart,
+    /// A live job: ask its helper which Python names hold its tensors.
+    FindHolders,
 }
 
 /// A producer as the UI sees it: a receiving end, an optional command

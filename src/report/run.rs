@@ -58,6 +58,11 @@ pub fn text(s: &Scenario, r: &RunResult, checks: &[ExpectationResult]) -> String
             "\nOOM in iteration {}:\n  torch.OutOfMemoryError: {}",
             o.iteration, o.message
         );
+        if let Some(a) = &o.answer {
+            for line in a.lines() {
+                let _ = writeln!(out, "  {line}");
+            }
+        }
     }
     if let Some(e) = &r.error {
         let _ = writeln!(out, "\nthe run stopped: {e}");
@@ -70,8 +75,37 @@ pub fn text(s: &Scenario, r: &RunResult, checks: &[ExpectationResult]) -> String
     }
     kernels_text(&mut out, r);
     let _ = writeln!(out, "\nleaks:");
-    if r.findings.is_empty() {
-        let _ = writeln!(out, "  none found");
+    match (
+        r.findings.is_empty(),
+        r.oom.as_ref().and_then(|o| o.answer.as_ref()),
+    ) {
+        (true, Some(a)) => {
+            let _ = writeln!(
+                out,
+                "  nothing retained grows across iterations; at the OOM (above) the largest \
+                 holder is {}",
+                a.holders
+                    .first()
+                    .map_or("nothing on the GPU".to_string(), |h| format!(
+                        "{} ({}, {})",
+                        h.name,
+                        format_size(h.bytes),
+                        h.what
+                    ))
+            );
+        }
+        (true, None) if r.oom.is_some() => {
+            // No engine to look at: the model itself did not fit.
+            let _ = writeln!(
+                out,
+                "  the run ran out of memory building the model, before any step: what held the \
+                 memory is the model's own parameters and buffers (`vramscope model` lists them)"
+            );
+        }
+        (true, None) => {
+            let _ = writeln!(out, "  none found");
+        }
+        _ => {}
     }
     for f in &r.findings {
         let _ = writeln!(

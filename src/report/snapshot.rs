@@ -60,6 +60,10 @@ pub struct DeviceReport {
     pub ooms: Vec<OomEntry>,
     /// What the trace says about memory surviving iterations (devices with a trace).
     pub leaks: Option<SnapshotLeakReport>,
+    /// At the trace's last OOM: the lines that held the memory, what grew,
+    /// and whether `empty_cache()` or expandable segments would have let
+    /// the request fit (the trace's requests replayed).
+    pub oom_answer: Option<crate::leak::OomAnswer>,
 }
 
 /// [`SnapshotReport::layout`] of a live job's report (`attach`): it came
@@ -221,6 +225,11 @@ impl SnapshotReport {
                     format_count(d.oom_count as u64)
                 );
             }
+            if let Some(a) = &d.oom_answer {
+                for line in a.lines() {
+                    let _ = writeln!(out, "  {line}");
+                }
+            }
         }
         out
     }
@@ -268,6 +277,7 @@ fn device_report<'m>(
         oom_count: 0,
         ooms: Vec::new(),
         leaks: None,
+        oom_answer: None,
     };
     let mut live = Vec::new();
     for b in segs.iter().flat_map(|s| s.blocks.iter()) {
@@ -320,6 +330,9 @@ fn device_report<'m>(
             })
             .collect();
         r.oom_count = r.ooms.len() + ooms.count();
+        if r.oom_count > 0 {
+            r.oom_answer = crate::leak::answer_trace_oom(snap, d, r.leaks.as_ref());
+        }
     }
     r
 }

@@ -40,6 +40,9 @@ pub struct Conditions {
     /// The capture under `tests/fixtures/pytorch/captured/` the test suite
     /// checks this scenario against, as shipped.
     pub capture: Option<String>,
+    /// The capture program written for it that awaits a GPU run (no
+    /// capture yet: nothing checked).
+    pub awaiting_capture: Option<String>,
     /// The file is a built-in scenario, byte for byte: what the test suite
     /// checked is what runs.
     pub as_shipped: bool,
@@ -61,7 +64,13 @@ impl Conditions {
                 "names the capture {}, but is not a built-in scenario as shipped: this build cannot say these figures were checked",
                 crate::units::escape_controls(stem)
             ),
-            (None, _) => "not checked against a capture: the figures are the model's".to_string(),
+            (None, _) => match &self.awaiting_capture {
+                Some(stem) => format!(
+                    "not checked against a capture yet: its program tests/fixtures/pytorch/{}.py awaits a GPU run; the figures are the model's",
+                    crate::units::escape_controls(stem)
+                ),
+                None => "not checked against a capture: the figures are the model's".to_string(),
+            },
         }
     }
 }
@@ -122,6 +131,13 @@ pub(crate) fn conditions(s: &Scenario, torch: TorchVersion) -> Result<Conditions
             "device.overhead: must be less than the capacity".to_string(),
         ));
     }
+    if s.capture.is_some() && s.awaiting_capture.is_some() {
+        return Err(problem(
+            "awaiting_capture",
+            "awaiting_capture: the scenario names a capture already; keep one of the two"
+                .to_string(),
+        ));
+    }
     for key in s.env.keys() {
         if !ENV_KEYS.contains(&key.as_str()) {
             return Err(problem(
@@ -147,6 +163,7 @@ pub(crate) fn conditions(s: &Scenario, torch: TorchVersion) -> Result<Conditions
         torch: torch.to_string(),
         env: s.env.clone(),
         capture: s.capture.clone(),
+        awaiting_capture: s.awaiting_capture.clone(),
         as_shipped: false,
         stated_engine: s.engine.as_ref().map(stated_settings).unwrap_or_default(),
     })

@@ -27,6 +27,11 @@ pub struct Scenario {
     /// shipped (a stem under `tests/fixtures/pytorch/captured/`).
     #[serde(default)]
     pub capture: Option<String>,
+    /// The capture program written for this scenario
+    /// (`tests/fixtures/pytorch/<stem>.py`) that has not run on a GPU yet:
+    /// the report says the figures are the model's, unchecked.
+    #[serde(default)]
+    pub awaiting_capture: Option<String>,
     /// Engine switches (engine.md §0.4): any subset of the engine's config.
     #[serde(default)]
     pub engine: Option<EngineConfig>,

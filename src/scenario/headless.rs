@@ -29,6 +29,9 @@ pub struct OomReport {
     pub requested: u64,
     /// PyTorch's message.
     pub message: String,
+    /// What held the memory, what grew, and what a setting would have
+    /// changed (the leak detector's answer; never "none found").
+    pub answer: Option<crate::leak::OomAnswer>,
 }
 
 #[derive(Debug, Clone)]
@@ -195,6 +198,9 @@ fn run_inner(
     if let Some(err) = run.failure() {
         record_error(&mut result, err, run.iteration());
     }
+    if let Some(o) = &mut result.oom {
+        o.answer = run.oom_answer().cloned();
+    }
     if let Some(engine) = run.engine_mut() {
         if engine.has_launcher() {
             engine.sync_launches();
@@ -219,6 +225,7 @@ fn record_error(result: &mut RunResult, err: &EngineError, iteration: u32) {
                 iteration,
                 requested: *requested,
                 message: message.clone(),
+                answer: None,
             })
         }
         other => result.error = Some(other.message()),

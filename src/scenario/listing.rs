@@ -256,6 +256,23 @@ mod tests {
     }
 
     #[test]
+    fn an_autocast_the_setup_leaves_open_wraps_the_loop() {
+        let got = listing(
+            "[AutocastEnter(dtype: F16)]",
+            r#"[Forward(input: "x", output: "out"), OptimizerStep]"#,
+        );
+        assert_eq!(
+            got,
+            [
+                "0 with torch.autocast(\"cuda\", dtype=torch.float16):",
+                "-     for it in range(3):",
+                "1         out = model(x)",
+                "2         optimizer.step()",
+            ]
+        );
+    }
+
+    #[test]
     fn a_schedule_nests_its_steps_and_their_blocks() {
         let got = listing(
             "[NewDeque(name: \"recent\", maxlen: 5)]",

@@ -13,7 +13,7 @@ use super::format::Narration;
 use super::narration::NarrationTracker;
 use crate::alloc::MemoryStats;
 use crate::engine::{Engine, EngineError, EngineEvent, Program};
-use crate::leak::{Detector, Finding};
+use crate::leak::{Detector, Finding, OomAnswer};
 use crate::trace::{Event, Marker};
 
 /// Device figures at the end of one iteration.
@@ -119,10 +119,27 @@ impl<'a> ScenarioRun<'a> {
                 }
             }
             Unit::End => {
+                if self.failure.is_none() {
+                    // A `with torch.autocast(...)` the setup opened around the
+                    // loop ends after it (its weight-cast cache is freed).
+                    if let Some(e) = self.engine.as_mut() {
+                        e.leave_autocast();
+                    }
+                    self.collect(&mut events);
+                }
+                self.detector.finish();
                 if let Some(err) = &self.failure {
                     // A failure inside the scenario (an OOM, a second
-                    // backward) is part of the story, drawn where it happened.
-                    events.push(Event::Marker(Marker::Error(err.message().into())));
+                    // backward) is part of the story, drawn where it happened;
+                    // an OOM with the detector's answer after it.
+                    let mut text = err.message();
+                    if let Some(a) = self.detector.oom_answer() {
+                        text.push_str("\n\n");
+                        text.push_str(&a.summary());
+                        text.push_str("\n\n");
+                        text.push_str(&a.lines().join("\n"));
+                    }
+                    events.push(Event::Marker(Marker::Error(text.into())));
                 }
                 let end = self.narration.end();
                 self.record_narration(&end);
@@ -198,6 +215,14 @@ impl<'a> ScenarioRun<'a> {
             return;
         };
         for ev in engine.take_events() {
+            if let EngineEvent::StepBegin {
+                label: "empty_cache",
+                ..
+            } = &ev
+            {
+                // The requests' replay (the detector's what-ifs) calls it here too.
+                self.detector.record(&Event::Marker(Marker::EmptyCache));
+            }
             match &ev {
                 EngineEvent::IterationBegin(i) => self.iteration = *i,
                 EngineEvent::Warning(text) => self.warnings.push(user_warning(text)),
@@ -219,6 +244,7 @@ impl<'a> ScenarioRun<'a> {
                 _ => {}
             }
             if let Some(t) = to_trace(&ev) {
+                self.detector.record(&t);
                 let due = self.narration.after(&t);
                 out.push(t);
                 self.record_narration(&due);
@@ -260,6 +286,11 @@ impl<'a> ScenarioRun<'a> {
     /// The leak detector's findings as of the last unit.
     pub fn findings(&self) -> &[Finding] {
         self.detector.findings()
+    }
+
+    /// At an OOM, the detector's answer: holders, growth, what-ifs.
+    pub fn oom_answer(&self) -> Option<&OomAnswer> {
+        self.detector.oom_answer()
     }
 
     /// What stopped the run, if anything did.

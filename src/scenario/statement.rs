@@ -182,6 +182,22 @@ pub fn statement(step: &Step) -> String {
             format!("{into} += ({output}.argmax(1) == {target}).sum(){item}")
         }
         Step::NewDict { name } => format!("{name} = {{}}"),
+        Step::NewList { name } => format!("{name} = []"),
+        Step::RegisterForwardHook { module, list, what } => {
+            let kept = match what {
+                KeepWhat::Tensor => "o",
+                KeepWhat::Detach => "o.detach()",
+                KeepWhat::Cpu => "o.detach().cpu()",
+                KeepWhat::Item => "o.item()",
+            };
+            format!(
+                "handle_{} = model.{module}.register_forward_hook(lambda m, i, o: {list}.append({kept}))",
+                module.replace('.', "_")
+            )
+        }
+        Step::RemoveForwardHooks { module } => {
+            format!("handle_{}.remove()", module.replace('.', "_"))
+        }
         Step::MakeCycle { from, into, what } => {
             format!(
                 "{into} = {{{from:?}: {}}}; {into}[\"self\"] = {into}",
@@ -277,6 +293,12 @@ mod tests {
             ),
             ("Assign(name: \"correct\", value: 0)", "correct = 0"),
             ("NewDict(name: \"history\")", "history = {}"),
+            ("NewList(name: \"preds\")", "preds = []"),
+            (
+                "RegisterForwardHook(module: \"fc1\", list: \"acts\", what: Cpu)",
+                "handle_fc1 = model.fc1.register_forward_hook(lambda m, i, o: acts.append(o.detach().cpu()))",
+            ),
+            ("RemoveForwardHooks(module: \"fc1\")", "handle_fc1.remove()"),
             (
                 "NewDeque(name: \"recent\", maxlen: 5)",
                 "recent = collections.deque(maxlen=5)",

@@ -54,12 +54,15 @@ fn variant(s: &Step) -> &'static str {
         Step::Assign { .. } => "Assign",
         Step::CountCorrect { .. } => "CountCorrect",
         Step::NewDict { .. } => "NewDict",
+        Step::NewList { .. } => "NewList",
         Step::NewDeque { .. } => "NewDeque",
         Step::SetItem { .. } => "SetItem",
         Step::AllocateBuffers { .. } => "AllocateBuffers",
         Step::DeleteEvery { .. } => "DeleteEvery",
         Step::MakeCycle { .. } => "MakeCycle",
         Step::GcCollect => "GcCollect",
+        Step::RegisterForwardHook { .. } => "RegisterForwardHook",
+        Step::RemoveForwardHooks { .. } => "RemoveForwardHooks",
     }
 }
 
@@ -88,11 +91,14 @@ fn reads_binds(s: &Step) -> (Vec<&str>, Vec<&str>) {
             into,
             ..
         } => (vec![output, target], vec![into]),
-        Step::NewDict { name } | Step::NewDeque { name, .. } => (vec![], vec![name]),
+        Step::NewDict { name } | Step::NewList { name } | Step::NewDeque { name, .. } => {
+            (vec![], vec![name])
+        }
         Step::SetItem { dict, from, .. } => (vec![from, dict], vec![]),
         Step::AllocateBuffers { list, .. } => (vec![], vec![list]),
         Step::DeleteEvery { list, .. } => (vec![list], vec![]),
         Step::MakeCycle { from, into, .. } => (vec![from], vec![into]),
+        Step::RegisterForwardHook { list, .. } => (vec![list], vec![]),
         _ => (vec![], vec![]),
     }
 }
@@ -408,7 +414,10 @@ pub(crate) fn validate(s: &Scenario) -> (Vec<String>, Vec<StepProblem>) {
     for step in &s.setup {
         walk.step(step, false);
     }
-    walk.autocast_closed();
+    // An autocast block the setup leaves open wraps the whole loop (`with
+    // torch.autocast(...):` around `for it in range(N):`): allowed, as
+    // Python allows it; the loop's own blocks must still close in each pass.
+    walk.autocast.clear();
     work.append(&mut walk.problems);
     // The loop's first pass sees only what setup bound: a name bound late in
     // the loop is unbound for the steps before it.
@@ -447,4 +456,37 @@ fn sweep_problems(sweep: &super::format::SweepSpec) -> Vec<String> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod autocast_tests {
+    fn check(setup: &str, steps: &str) -> Result<(), String> {
+        let text = format!(
+            r#"Scenario(name: "t", description: "t", device: (capacity: "1GiB"),
+                model: Preset("mlp-mnist"), setup: {setup}, steps: {steps}, iterations: 2)"#
+        );
+        crate::scenario::load_str(&text, "t.ron")
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    /// `with torch.autocast(...):` around the whole loop is Python that runs:
+    /// the setup may leave a block open; the loop's own blocks still close
+    /// in each pass, as a `with` inside the loop does.
+    #[test]
+    fn the_setup_may_open_an_autocast_block_around_the_loop() {
+        let train = r#"[LoadBatch(x: "x", y: "y"), Forward(input: "x", output: "out"),
+            Loss(output: "out", target: "y", into: "loss"), Backward(loss: "loss", retain_graph: false),
+            OptimizerStep]"#;
+        assert_eq!(check("[AutocastEnter(dtype: F16)]", train), Ok(()));
+        let open_in_loop = r#"[AutocastEnter(dtype: F16), LoadBatch(x: "x", y: "y")]"#;
+        let err = check("[]", open_in_loop).expect_err("refused");
+        assert!(err.contains("AutocastEnter is never closed"), "{err}");
+        // The loop cannot close what the setup opened (every pass would).
+        let err = check("[AutocastEnter(dtype: F16)]", "[AutocastExit]").expect_err("refused");
+        assert!(
+            err.contains("AutocastExit closes no AutocastEnter"),
+            "{err}"
+        );
+    }
 }

@@ -67,6 +67,11 @@ pub(crate) fn needs(s: &Step) -> Vec<(&str, &'static [Kind], &'static str)> {
         Step::DeleteEvery { list, .. } => {
             vec![(list, &[Kind::List], "`del x[::n]` needs a list")]
         }
+        Step::RegisterForwardHook { list, .. } => vec![(
+            list,
+            &[Kind::List, Kind::Deque],
+            "the hook calls its .append()",
+        )],
         _ => vec![],
     }
 }
@@ -121,6 +126,7 @@ pub(crate) fn binds(
         Step::AllocateBuffers { list, .. } => vec![(list, Kind::List)],
         Step::Assign { name, .. } => vec![(name, Kind::Number)],
         Step::NewDict { name } => vec![(name, Kind::Dict)],
+        Step::NewList { name } => vec![(name, Kind::List)],
         Step::NewDeque { name, .. } => vec![(name, Kind::Deque)],
         Step::MakeCycle { into, .. } => vec![(into, Kind::Cycle)],
         _ => vec![],

@@ -260,6 +260,7 @@ impl Rules {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
             capture: None,
+            awaiting_capture: None,
             as_shipped: false,
             stated_engine: Vec::new(),
         };

@@ -393,6 +393,7 @@ impl App {
             UiAction::CyclePlayUnit => self.cycle_play_unit(),
             UiAction::ToggleAutoPause => self.toggle_auto_pause(),
             UiAction::ShowNarrationHistory => return self.show_narration_history(),
+            UiAction::FindHolders => return self.find_holders(),
             UiAction::Step(Step::Leak, dir) => {
                 let Some(r) = self.active_mut() else {
                     return false;

@@ -53,13 +53,54 @@ pub fn narration_rows(said: &[Arc<str>], width: usize) -> Vec<String> {
         .collect()
 }
 
-/// The first `max` rows of an error, `…` where it goes on.
+/// The first `max` rows of an error, `…` where it goes on. An error in
+/// paragraphs (an OOM's message, then the answer at it: a blank line
+/// between) gives each paragraph its first row before any takes a second,
+/// so the answer's first line is in view, not under the message.
 pub fn error_rows(text: &str, width: usize, max: usize) -> Vec<String> {
-    let mut rows = word_wrap(&one_line(text), width);
-    if rows.len() > max.max(1) {
-        rows.truncate(max.max(1));
-        if let Some(last) = rows.last_mut() {
-            cut_with_ellipsis(last, width);
+    let max = max.max(1);
+    let paragraphs: Vec<Vec<String>> = text
+        .split("\n\n")
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| word_wrap(&one_line(p), width))
+        .collect();
+    if paragraphs.len() <= 1 {
+        let mut rows = word_wrap(&one_line(text), width);
+        if rows.len() > max {
+            rows.truncate(max);
+            if let Some(last) = rows.last_mut() {
+                cut_with_ellipsis(last, width);
+            }
+        }
+        return rows;
+    }
+    // Rows per paragraph: one each in order while the room lasts, then the
+    // first paragraph takes what is left.
+    let mut take = vec![0usize; paragraphs.len()];
+    let mut left = max;
+    for (i, p) in paragraphs.iter().enumerate() {
+        if left == 0 {
+            break;
+        }
+        take[i] = 1.min(p.len());
+        left -= take[i];
+    }
+    while left > 0 && take[0] < paragraphs[0].len() {
+        take[0] += 1;
+        left -= 1;
+    }
+    let mut rows = Vec::new();
+    let shown = take.iter().filter(|t| **t > 0).count();
+    for (i, (p, &k)) in paragraphs.iter().zip(&take).enumerate() {
+        if k == 0 {
+            continue;
+        }
+        let cut = k < p.len() || (i + 1 == shown && shown < paragraphs.len());
+        rows.extend(p.iter().take(k).cloned());
+        if cut {
+            if let Some(last) = rows.last_mut() {
+                cut_with_ellipsis(last, width);
+            }
         }
     }
     rows
@@ -105,6 +146,23 @@ mod tests {
         assert_eq!(rows.join(" "), text);
         assert_eq!(word_wrap("abcdefghij", 4), ["abcd", "efgh", "ij"]);
         assert_eq!(word_wrap("", 10), [""]);
+    }
+
+    #[test]
+    fn each_paragraph_of_an_error_shows_its_first_row() {
+        let message = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 MiB.";
+        let text = format!("{message}\n\nat the OOM: the largest holder: preds 408.00 MiB\n\nmore");
+        let rows = error_rows(&text, 30, 2);
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        assert!(rows[0].starts_with("torch.OutOfMemoryError") && rows[0].ends_with('…'));
+        assert!(rows[1].starts_with("at the OOM:") && rows[1].ends_with('…'));
+        // With room, the first paragraph takes the rest.
+        let rows = error_rows(&text, 30, 5);
+        assert_eq!(rows.len(), 5, "{rows:?}");
+        assert!(rows[1].starts_with("out of memory"), "{rows:?}");
+        assert!(rows[3].starts_with("at the OOM:"), "{rows:?}");
+        // One paragraph: as before.
+        assert_eq!(error_rows(message, 100, 2), [message]);
     }
 
     #[test]

@@ -75,6 +75,8 @@ pub enum UiAction {
     ShowMessage,
     /// Every narration up to the cursor, in a popup.
     ShowNarrationHistory,
+    /// A live job: ask its helper which Python names hold its tensors.
+    FindHolders,
     /// Play by event, op, phase, iteration (the next one).
     CyclePlayUnit,
     /// Stop at each narration until space, or not.
@@ -167,6 +169,10 @@ pub const KEYS: &[(&str, &str)] = &[
     ),
     ("E", "every narration so far, newest last (j/k scroll)"),
     (
+        "H",
+        "live job: which names hold its tensors (at its next step)",
+    ),
+    (
         "in a popup",
         "j/k PgDn g/G scroll · Enter folds/unfolds C++/PyTorch frames · Esc closes",
     ),
@@ -181,8 +187,10 @@ pub const KEYS: &[(&str, &str)] = &[
         "L",
         "presenter layout (code, map, large narration, timeline) / normal",
     ),
-    ("c", "colour blocks by state / by category"),
-    ("t", "next theme (dark, light, high contrast)"),
+    (
+        "c / t",
+        "colour blocks by state / category · next theme (dark, light, high contrast)",
+    ),
     (
         "v",
         "GPU memory: NVML's reading vs the model (simulated terms for sim runs)",
@@ -299,6 +307,7 @@ pub fn key_action(key: KeyEvent, focus: Focus, help: bool) -> Option<UiAction> {
         KeyCode::Char('S') => Some(UiAction::ToggleSinceStep),
         KeyCode::Char('e') => Some(UiAction::ShowMessage),
         KeyCode::Char('E') => Some(UiAction::ShowNarrationHistory),
+        KeyCode::Char('H') => Some(UiAction::FindHolders),
         KeyCode::Char('m') => Some(UiAction::CyclePlayUnit),
         KeyCode::Char('a') => Some(UiAction::ToggleAutoPause),
         KeyCode::Char('C') => Some(UiAction::ToggleCode),

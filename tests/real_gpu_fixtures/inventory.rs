@@ -14,14 +14,25 @@ fn here() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests")
 }
 
-/// The programs `capture.sh` runs when given none: its `programs=(…)` list.
+/// The programs `capture.sh` runs when given none and that have been
+/// captured: its `programs=(…)` list.
 fn capture_sh_programs() -> Vec<String> {
+    capture_sh_list("programs")
+}
+
+/// The programs written before a GPU was at hand: capture.sh's
+/// `awaiting=(…)` list (it runs them too).
+fn capture_sh_awaiting() -> Vec<String> {
+    capture_sh_list("awaiting")
+}
+
+fn capture_sh_list(name: &str) -> Vec<String> {
     let path = here().join("fixtures/pytorch/capture.sh");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let line = text
         .lines()
-        .find_map(|l| l.strip_prefix("programs=("))
-        .expect("capture.sh: a programs=(…) line");
+        .find_map(|l| l.strip_prefix(&format!("{name}=(")))
+        .unwrap_or_else(|| panic!("capture.sh: a {name}=(…) line"));
     line.trim_end()
         .trim_end_matches(')')
         .split_whitespace()
@@ -66,21 +77,82 @@ fn every_program_is_captured_and_its_capture_checked() {
 }
 
 /// Every built-in names a capture this suite holds (so its report says
-/// "checked as shipped against the capture …", and a test checks it).
+/// "checked as shipped against the capture …", and a test checks it), or
+/// the program written for it that awaits a GPU (its report says so, and
+/// claims no check).
 #[test]
 fn every_built_in_names_a_capture_that_exists() {
+    let awaiting = capture_sh_awaiting();
     for b in vramscope::scenario::builtins() {
         let name = b.name;
         let (_, built) = resolve(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        if let Some(stem) = built.conditions.awaiting_capture.as_deref() {
+            assert!(
+                awaiting.iter().any(|a| a == stem),
+                "{name} awaits {stem}, which capture.sh's awaiting=(…) does not list"
+            );
+            assert!(
+                built.conditions.verification().contains("awaits a GPU run"),
+                "{name}: {}",
+                built.conditions.verification()
+            );
+            continue;
+        }
         let stem = built
             .conditions
             .capture
             .as_deref()
-            .unwrap_or_else(|| panic!("{name} names no capture"));
+            .unwrap_or_else(|| panic!("{name} names no capture (nor one it awaits)"));
         assert!(
             captured(stem, "json").exists(),
             "{name} names the capture {stem}, which is not in captured/"
         );
+    }
+}
+
+/// A program that awaits a GPU is ready to run: it exists, names the
+/// built-in it captures (the JSON records it, which the check compares),
+/// is named by that built-in, and has no capture yet. Once `capture.sh`
+/// has run it, this fails until it moves to `programs=(…)` with a test
+/// and its built-in names the capture.
+#[test]
+fn programs_awaiting_a_gpu_are_ready_to_capture() {
+    let programs = capture_sh_programs();
+    let builtins: Vec<(String, vramscope::scenario::Built)> = vramscope::scenario::builtins()
+        .iter()
+        .map(|b| {
+            let (s, built) = resolve(b.name).unwrap_or_else(|e| panic!("{}: {e}", b.name));
+            (s.name, built)
+        })
+        .collect();
+    for stem in capture_sh_awaiting() {
+        assert!(
+            !programs.contains(&stem),
+            "{stem} is in both programs=(…) and awaiting=(…)"
+        );
+        let path = here().join(format!("fixtures/pytorch/{stem}.py"));
+        let source =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let (name, _) = builtins
+            .iter()
+            .find(|(_, b)| b.conditions.awaiting_capture.as_deref() == Some(stem.as_str()))
+            .unwrap_or_else(|| panic!("{stem}: no built-in names it as awaiting_capture"));
+        assert!(
+            source.contains(&format!("\"{name}\"")),
+            "{stem}.py does not name the scenario \"{name}\""
+        );
+        assert_eq!(
+            name.replace('-', "_"),
+            stem,
+            "{stem}: named after its scenario"
+        );
+        for ext in ["pickle", "json"] {
+            assert!(
+                !captured(&stem, ext).exists(),
+                "{stem}.{ext} is captured: move {stem} to programs=(…), check it in a test, and \
+                 name it as the built-in's capture"
+            );
+        }
     }
 }
 

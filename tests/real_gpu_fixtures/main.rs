@@ -22,6 +22,7 @@ mod gpt_defaults;
 mod harness;
 mod inventory;
 mod lstm_loop;
+mod oom_answers;
 mod resnet50_sweep;
 mod scenarios;
 mod traces;

@@ -635,6 +635,7 @@ impl Engine {
             return Ok(());
         }
         if node.released {
+            self.spent_reached = Some(n);
             return Err(EngineError::Runtime(BACKWARD_TWICE.into()));
         }
         if node

@@ -58,6 +58,7 @@ impl Engine {
         grad: TensorId,
     ) -> Result<TensorId> {
         let Some(&x) = self.nodes[n.0].extra.first() else {
+            self.spent_reached = Some(n);
             return Err(EngineError::Runtime(
                 crate::engine::error::BACKWARD_TWICE.into(),
             ));

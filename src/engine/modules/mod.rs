@@ -14,9 +14,11 @@ pub mod resnet;
 
 use std::sync::Arc;
 
+use super::bindings::Value;
 use super::dtype::DType;
 use super::error::{EngineError, Result};
 use super::presets::{LossKind, ModelConfig, ModelKind};
+use super::program::KeepWhat;
 use super::shape::Shape;
 use super::tag::Category;
 use super::tensor::TensorId;
@@ -240,7 +242,71 @@ impl Engine {
     }
 
     pub(crate) fn apply_linear(&mut self, l: &Linear, x: TensorId) -> Result<TensorId> {
-        self.in_module(l.module, |e| e.linear(x, l.w, l.b))
+        let y = self.in_module(l.module, |e| e.linear(x, l.w, l.b))?;
+        if self.forward_hooks.iter().any(|(m, _, _)| *m == l.module) {
+            if let Err(e) = self.run_forward_hooks(l.module, y) {
+                self.release(y);
+                return Err(e);
+            }
+        }
+        Ok(y)
+    }
+
+    /// `register_forward_hook` on the Linear at `path`: a hook that appends
+    /// what `what` keeps of each output to `list`.
+    pub(crate) fn register_forward_hook(
+        &mut self,
+        path: &str,
+        list: &str,
+        what: KeepWhat,
+    ) -> Result<()> {
+        let is_linear = self
+            .parameters()
+            .iter()
+            .any(|p| &*self.param_module(*p) == path && self.shape(*p).dims().len() == 2);
+        if !is_linear {
+            return Err(EngineError::Program(format!(
+                "no Linear module `{path}` in the model to register a forward hook on"
+            )));
+        }
+        match self.bindings.vars.get(list) {
+            Some(Value::List(_) | Value::Deque { .. }) => {}
+            _ => {
+                return Err(EngineError::Program(format!(
+                    "the hook appends to `{list}`, which is not a list"
+                )))
+            }
+        }
+        let module = self.tags.module(path);
+        self.forward_hooks.push((module, list.to_string(), what));
+        Ok(())
+    }
+
+    /// `handle.remove()` for the hooks on the module at `path`.
+    pub(crate) fn remove_forward_hooks(&mut self, path: &str) {
+        let module = self.tags.module(path);
+        self.forward_hooks.retain(|(m, _, _)| *m != module);
+    }
+
+    /// Each hook on `module` with the module's output `y`: the lambda's
+    /// `list.append(o …)` (PyTorch calls hooks after the forward, in order).
+    fn run_forward_hooks(&mut self, module: u32, y: TensorId) -> Result<()> {
+        let hooks: Vec<(String, KeepWhat)> = self
+            .forward_hooks
+            .iter()
+            .filter(|(m, _, _)| *m == module)
+            .map(|(_, l, w)| (l.clone(), *w))
+            .collect();
+        for (list, what) in hooks {
+            let v = match what {
+                KeepWhat::Tensor => Value::Tensor(self.local_ref(y)),
+                KeepWhat::Detach => Value::Tensor(self.detach(y)),
+                KeepWhat::Cpu => Value::Tensor(self.cpu(y)),
+                KeepWhat::Item => Value::Float(0.0),
+            };
+            self.append_value(&list, v)?;
+        }
+        Ok(())
     }
 
     pub(crate) fn apply_layer_norm(&mut self, l: &LayerNorm, x: TensorId) -> Result<TensorId> {

@@ -185,6 +185,7 @@ impl Fields<'_> {
                     .opt(o, "", "why", |p, v| self.str_of(p, v))?
                     .unwrap_or_else(|| "the helper did not say why".into()),
             }),
+            "holders" => self.holders(o)?,
             "bye" => Message::Bye {
                 reason: self.opt(o, "", "reason", |p, v| self.str_of(p, v))?,
             },
@@ -437,3 +438,5 @@ fn describe(v: &Value) -> String {
         kind_of(v).to_string()
     }
 }
+
+mod holders;

@@ -122,6 +122,7 @@ impl Session {
             lost: self.lost.clone(),
             started_over: self.start_overs.clone(),
             nvml: Vec::new(),
+            holders: self.holders.clone(),
             ended: self.ended.clone(),
         }
     }

@@ -77,26 +77,29 @@ pub struct WhatIfRun {
 
 /// Replay the requests; with `record`, the allocator keeps its trace.
 pub fn run(requests: &Requests<'_>, config: AllocConfig, capacity: u64, record: bool) -> WhatIfRun {
+    run_on(
+        requests,
+        config,
+        SimDevice::new("what-if", capacity, 0),
+        record,
+    )
+}
+
+/// [`what_if`] on a given simulated device (a run's own: its total and
+/// overhead, which a memory fraction is taken of).
+pub fn what_if_on(requests: &Requests<'_>, config: AllocConfig, device: SimDevice) -> WhatIfResult {
+    run_on(requests, config, device, false).result
+}
+
+/// [`run`] on a given simulated device.
+pub fn run_on(
+    requests: &Requests<'_>,
+    config: AllocConfig,
+    device: SimDevice,
+    record: bool,
+) -> WhatIfRun {
     let conf = config.raw.clone();
-    let mut a = CachingAllocator::new(SimDevice::new("what-if", capacity, 0), config);
-    let mut ours: HashMap<u64, u64> = HashMap::new();
-    if let Some(start) = requests.start {
-        for seg in &start.segments {
-            if a.adopt_segment(seg.addr, seg.pool, seg.stream, &seg.blocks)
-                .is_ok()
-            {
-                a.device_mut()
-                    .claim(seg.blocks.iter().map(|b| b.size).sum());
-                let mut at = seg.addr;
-                for b in &seg.blocks {
-                    if b.state.is_active() {
-                        ours.insert(at, at);
-                    }
-                    at += b.size;
-                }
-            }
-        }
-    }
+    let (mut a, mut ours) = started(requests, config, device);
     let start = if record { a.snapshot() } else { Vec::new() };
     a.set_recording(record);
     let mut result = WhatIfResult {
@@ -176,4 +179,193 @@ pub fn what_if_all(
             .collect();
         handles.into_iter().filter_map(|h| h.join().ok()).collect()
     })
+}
+
+/// What a failing request would have met under another config (or after
+/// `empty_cache()`): [`retry_at`]'s answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RetryOutcome {
+    /// The request fitted.
+    pub fits: bool,
+    /// Earlier requests that did not fit in this replay (the recorded run
+    /// met none of them), and the index of the first.
+    pub earlier_ooms: usize,
+    pub first_earlier_oom: Option<usize>,
+    /// Just before the request: allocated and reserved bytes, the largest
+    /// free cached block, and what the device had left.
+    pub allocated: u64,
+    pub reserved: u64,
+    pub largest_free: u64,
+    pub device_free: u64,
+    /// Reserved bytes the request's own failure path gave back to the
+    /// device (its release of whole free segments) when it did not fit.
+    pub released_by_failure: u64,
+    /// Segments held just before the request, and of them the ones with a
+    /// live block (which `empty_cache()` cannot return).
+    pub segments: usize,
+    pub segments_in_use: usize,
+    /// The request goes to the small pool (at most 1 MiB: 2 MiB segments
+    /// of its own), and that pool's free bytes and largest free block.
+    pub small_pool: bool,
+    pub pool_free: u64,
+    pub pool_largest_free: u64,
+}
+
+/// The requests before `at` replayed under `config` on `device`, then
+/// request `at` tried (after `empty_cache()` if `empty_cache_first`).
+pub fn retry_at(
+    requests: &Requests<'_>,
+    config: AllocConfig,
+    device: SimDevice,
+    at: usize,
+    empty_cache_first: bool,
+) -> RetryOutcome {
+    use crate::device::Device;
+    let (mut a, earlier_ooms, first_earlier_oom) = replayed_to(requests, config, device, at);
+    let at = at.min(requests.entries.len());
+    if empty_cache_first {
+        a.empty_cache();
+    }
+    let snapshot = a.snapshot();
+    let segments_in_use = snapshot
+        .iter()
+        .filter(|s| s.blocks.iter().any(|b| b.state.is_active()))
+        .count();
+    let size = requests.entries.get(at).map_or(0, |e| e.size);
+    let pool = crate::alloc::rounding::Pool::for_size(crate::alloc::rounding::round_size(
+        size,
+        a.config(),
+    ));
+    let free_pieces = snapshot
+        .iter()
+        .filter(|s| s.pool == pool)
+        .flat_map(|s| s.blocks.iter())
+        .filter(|b| !b.state.is_active())
+        .map(|b| b.size);
+    let (pool_free, pool_largest_free) =
+        free_pieces.fold((0, 0), |(sum, max), b| (sum + b, max.max(b)));
+    let mut out = RetryOutcome {
+        fits: false,
+        earlier_ooms,
+        first_earlier_oom,
+        allocated: a.stats().allocated_bytes(),
+        reserved: a.stats().reserved_bytes(),
+        largest_free: a.largest_free_block(),
+        device_free: a.device().mem_get_info().0,
+        released_by_failure: 0,
+        segments: snapshot.len(),
+        segments_in_use,
+        small_pool: pool == crate::alloc::rounding::Pool::Small,
+        pool_free,
+        pool_largest_free,
+    };
+    if let Some(e) = requests.entries.get(at) {
+        match a.malloc(e.size, e.stream, entry_tag(at)) {
+            Ok(_) => out.fits = true,
+            Err(_) => {
+                out.released_by_failure = out.reserved.saturating_sub(a.stats().reserved_bytes())
+            }
+        }
+    }
+    out
+}
+
+/// An allocator on `device` under `config` holding `requests.start`'s
+/// segments (an open trace's rebuilt start), and the recorded addresses of
+/// the live blocks it adopted, mapped to its own.
+fn started(
+    requests: &Requests<'_>,
+    config: AllocConfig,
+    device: SimDevice,
+) -> (CachingAllocator<SimDevice>, HashMap<u64, u64>) {
+    let mut a = CachingAllocator::new(device, config);
+    let mut ours: HashMap<u64, u64> = HashMap::new();
+    if let Some(start) = requests.start {
+        for seg in &start.segments {
+            if a.adopt_segment(seg.addr, seg.pool, seg.stream, &seg.blocks)
+                .is_ok()
+            {
+                a.device_mut()
+                    .claim(seg.blocks.iter().map(|b| b.size).sum());
+                let mut at = seg.addr;
+                for b in &seg.blocks {
+                    if b.state.is_active() {
+                        ours.insert(at, at);
+                    }
+                    at += b.size;
+                }
+            }
+        }
+    }
+    (a, ours)
+}
+
+/// The requests before `at` replayed (with the `empty_cache()` calls due
+/// by then): the allocator, and the requests that did not fit (the first's
+/// index).
+fn replayed_to(
+    requests: &Requests<'_>,
+    config: AllocConfig,
+    device: SimDevice,
+    at: usize,
+) -> (CachingAllocator<SimDevice>, usize, Option<usize>) {
+    let (mut a, mut ours) = started(requests, config, device);
+    let mut earlier_ooms = 0;
+    let mut first_earlier_oom = None;
+    let mut next_empty_cache = requests.empty_cache_at.iter().peekable();
+    let at = at.min(requests.entries.len());
+    for (i, e) in requests.entries[..at].iter().enumerate() {
+        while next_empty_cache.next_if(|&&x| x <= i).is_some() {
+            a.empty_cache();
+        }
+        let fits = match e.action {
+            Action::Alloc => match a.malloc(e.size, e.stream, entry_tag(i)) {
+                Ok(addr) => {
+                    ours.insert(e.addr, addr);
+                    true
+                }
+                Err(_) => false,
+            },
+            Action::Oom => match a.malloc(e.size, e.stream, entry_tag(i)) {
+                Ok(addr) => {
+                    let _ = a.free(addr);
+                    true
+                }
+                Err(_) => false,
+            },
+            Action::FreeRequested => {
+                if let Some(addr) = ours.remove(&e.addr) {
+                    let _ = a.free(addr);
+                }
+                true
+            }
+            _ => true,
+        };
+        if !fits {
+            earlier_ooms += 1;
+            first_earlier_oom.get_or_insert(i);
+        }
+    }
+    while next_empty_cache.next_if(|&&x| x <= at).is_some() {
+        a.empty_cache();
+    }
+    (a, earlier_ooms, first_earlier_oom)
+}
+
+/// The blocks live just before request `at`, each as (the request entry
+/// that made it, when the replay made it; its block bytes): what held the
+/// memory when the request came.
+pub fn live_at(
+    requests: &Requests<'_>,
+    config: AllocConfig,
+    device: SimDevice,
+    at: usize,
+) -> Vec<(Option<usize>, u64)> {
+    let (a, _, _) = replayed_to(requests, config, device, at);
+    a.snapshot()
+        .iter()
+        .flat_map(|s| s.blocks.iter())
+        .filter(|b| b.state.is_active())
+        .map(|b| (super::tag_entry(b.tag), b.size))
+        .collect()
 }

@@ -109,4 +109,34 @@ impl App {
         r.toggle_since_step();
         true
     }
+
+    /// `H`: ask a running job's helper which Python names hold its tensors
+    /// (PROTOCOL.md `find_holders`); its chains come back as findings.
+    pub(super) fn find_holders(&mut self) -> bool {
+        let Some(r) = self.active_mut() else {
+            return false;
+        };
+        let job = matches!(
+            r.job_place,
+            Some(
+                crate::live::nvml_match::JobPlace::Here
+                    | crate::live::nvml_match::JobPlace::Remote { .. }
+            )
+        );
+        let asked = job
+            && r.is_live()
+            && r.source
+                .as_ref()
+                .is_some_and(|s| s.send(crate::producers::EngineCommand::FindHolders));
+        r.note = Some(if asked {
+            "asked the job which Python names hold its tensors: its helper walks at the next step \
+             (Optimizer.step or mark_step), and the chains come to the leak panel"
+                .into()
+        } else {
+            "H asks a running job's helper which Python names hold its tensors; this view is not \
+             a running job"
+                .into()
+        });
+        true
+    }
 }

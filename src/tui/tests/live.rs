@@ -150,3 +150,90 @@ fn a_step_before_the_first_entry_is_drawn_and_stepped_through() {
     assert_eq!(tl.state_at(Some(0)).allocated, 4096);
     assert_eq!(tl.peak_until(1).allocated, 4096);
 }
+
+/// A recording of a traced job whose loop keeps every step's loss in
+/// `self.history` (python/tests/make_holders_recording.py, six steps): the
+/// helper's walks name the list, and the leak panel shows its chain first.
+#[test]
+fn the_helper_s_holders_are_findings_in_the_leak_panel() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/live/history-leak.vslive");
+    let frames = crate::live::open_recording(&path).expect("the fixture");
+    let src = live_source(frames, None, None, Arc::default());
+    let mut app = app_finished(vec![("job".into(), src)], &opts());
+    keys(&mut app, "G");
+    let s = screen(&mut app, 140, 44);
+    assert!(s.contains("self.history"), "{s}");
+    let f = &app.runs[0].findings[0];
+    assert_eq!(f.root, "self.history");
+    assert_eq!(f.kind, crate::leak::FindingKind::GrowingHolder);
+    // The program's sixth loss keeps x and relu's result, 512 KiB each.
+    assert!(
+        f.path[0].ends_with(
+            "self.history (list, 6 items) → [5]: 0-dim tensor float32, grad_fn=SumBackward0, \
+             its graph keeps 1024.00 KiB of saved tensors"
+        ),
+        "{:?}",
+        f.path
+    );
+    assert!(f.fix.contains("self.history.append(x.item())"), "{}", f.fix);
+    // H on a recording asks nothing, and says why.
+    keys(&mut app, "H");
+    assert!(app.runs[0]
+        .note
+        .as_deref()
+        .is_some_and(|n| n.contains("not a running job")));
+}
+
+/// A job that runs out of memory (the H100's capture of store-outputs-bug,
+/// streamed, with the helper's `oom` message after its last entry): the
+/// view's note gives the answer at it beside PyTorch's first line.
+#[test]
+fn a_live_oom_is_answered_in_the_note() {
+    use crate::live::{write_value, FrameReader};
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/pytorch/captured/store_outputs_bug.pickle");
+    let snap = crate::trace::snapshot::import_file(&path).expect("the capture");
+    let bytes = crate::live::synth::recording_of(&snap);
+    // Every frame again, the `oom` message before the last (bye).
+    let mut frames = FrameReader::new(&bytes[crate::live::MAGIC.len()..], "rec".to_string());
+    let mut all = Vec::new();
+    while let Ok(Some((_, f))) = frames.next_frame() {
+        all.push(f.to_vec());
+    }
+    let mut out = crate::live::MAGIC.to_vec();
+    let last = all.len() - 1;
+    for (i, f) in all.iter().enumerate() {
+        if i == last {
+            let oom = serde_json::json!({"t": "oom", "device": 0, "seq": 0,
+                "message": "out of memory on device 0", "alloc_size": 33554432});
+            write_value(&mut out, &oom).expect("writes");
+        }
+        crate::live::write_frame(&mut out, f).expect("writes");
+    }
+    let frames = read_recording(Box::new(Cursor::new(out)), "oom.vslive".into()).expect("reads");
+    let src = live_source(frames, None, None, Arc::default());
+    let mut notes = Vec::new();
+    while let Some(m) = src.recv() {
+        match m {
+            crate::producers::SourceMsg::Note(n) => notes.push(n),
+            crate::producers::SourceMsg::Finished => break,
+            _ => {}
+        }
+    }
+    let oom = notes
+        .iter()
+        .find(|n| n.starts_with("OOM on device 0"))
+        .unwrap_or_else(|| panic!("{notes:?}"));
+    // The capture's answer: its logits list's line holds the most, and
+    // neither setting would have let the 32 MiB request fit.
+    assert!(
+        oom.contains("at the OOM: ")
+            && oom.contains("_mnist_mlp.py:25 in forward holds 416.00 MiB"),
+        "{oom}"
+    );
+    assert!(
+        oom.contains("empty_cache() no · expandable_segments no"),
+        "{oom}"
+    );
+}

@@ -516,8 +516,14 @@ fn the_oom_message_opens_in_full() {
             _ => None,
         })
         .expect("the tour ends in an OOM");
-    let tail = "cuda-alloc-conf)";
-    assert!(msg.ends_with(tail), "{msg}");
+    // PyTorch's message, then the detector's answer at the OOM.
+    let (message, answer) = msg
+        .split_once("\n\n")
+        .expect("the message, then the answer");
+    assert!(message.ends_with("cuda-alloc-conf)"), "{msg}");
+    assert!(answer.starts_with("at the OOM:"), "{answer}");
+    assert!(answer.contains("expandable_segments:True:"), "{answer}");
+    let tail = msg.split_whitespace().last().expect("words");
     // The callout cuts it at 80×24.
     let before = screen(&mut app, 80, 24);
     assert!(

@@ -1,8 +1,10 @@
-"""Fake torch for vramscope_live's tests (see fake_torch.py)."""
+"""Fake torch for vramscope_live's tests (see fake_torch.py, and _tensor.py
+for tensors, autograd Nodes and nn.Module)."""
 
 __version__ = "2.11.0+fake"
 
-from . import _C, cuda, optim, utils  # noqa: E402,F401
+from . import _C, cuda, nn, optim, utils  # noqa: E402,F401
+from ._tensor import Tensor, add, float32, int64, mm, mul, randn, relu, sum  # noqa: E402,F401
 
 
 def __getattr__(name):

@@ -33,3 +33,11 @@ def get_device_properties(device):
 
 def memory_stats(device=None):
     return fake_torch.job().memory_stats(device or 0)
+
+
+def memory_allocated(device=None):
+    """The replayed job's allocated bytes, plus the tensors a test made."""
+    from .._tensor import ALLOCATED
+
+    stats = fake_torch.job().memory_stats(device or 0)
+    return stats.get("allocated_bytes.all.current", 0) + (ALLOCATED[0] if not device else 0)
