@@ -264,6 +264,31 @@ pub fn decode(at: &str, index: u64, bytes: &[u8]) -> Result<Option<Message>, Liv
         }
         Err(e) => return Err(bad_json(e.to_string(), e.line(), e.column())),
     };
+    // A holders report (PROTOCOL.md) is small and bounded: it is read field by
+    // field, and a frame too large for that is refused.
+    if kind == "holders" {
+        if bytes.len() > CAREFUL_MAX {
+            return Err(LiveError::protocol(
+                at,
+                index,
+                &kind,
+                format!(
+                    "{} bytes, over the 1 MiB a holders report may take",
+                    bytes.len()
+                ),
+            ));
+        }
+        return match serde_json::from_slice::<Value>(bytes) {
+            Ok(Value::Object(obj)) => Fields {
+                at,
+                index,
+                kind: &kind,
+            }
+            .message(&obj),
+            Ok(_) => Err(bad_json("not an object".into(), 1, 1)),
+            Err(e) => Err(bad_json(e.to_string(), e.line(), e.column())),
+        };
+    }
     match typed::message(&kind, bytes) {
         Ok(m) => Ok(m),
         Err(refusal) => {
