@@ -9,11 +9,13 @@
 mod format;
 mod library;
 mod load;
+mod shuffle;
 mod verify;
 
 pub use format::{Comparison, Figure, Lesson, Part};
 pub use library::{builtin_lesson, builtin_lessons, BuiltInLesson};
 pub use load::{load_lesson_file, load_lesson_str, resolve_lesson, LessonError, LoadedLesson};
+pub use shuffle::{choice_order, default_seed, shuffled};
 pub use verify::{verify, verify_part, PartVerdict};
 
 /// The letters a learner answers with, in order.

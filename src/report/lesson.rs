@@ -10,13 +10,17 @@ use crate::alloc::format_size;
 use crate::lesson::{Lesson, PartVerdict, LETTERS};
 use crate::scenario::ExpectationResult;
 
-pub fn text(lesson: &Lesson, verdicts: &[PartVerdict]) -> String {
+pub fn text(lesson: &Lesson, seed: u64, verdicts: &[PartVerdict]) -> String {
     let mut out = String::new();
     let minutes = lesson
         .minutes
         .map(|m| format!(" (about {m} minutes)"))
         .unwrap_or_default();
-    let _ = writeln!(out, "lesson {}: {}{minutes}\n", lesson.name, lesson.title);
+    let _ = writeln!(out, "lesson {}: {}{minutes}", lesson.name, lesson.title);
+    let _ = writeln!(
+        out,
+        "choices in the order of seed {seed} (--seed {seed} shows this order again)\n"
+    );
     paragraphs(&mut out, &lesson.intro, "");
     for (i, (part, verdict)) in lesson.parts.iter().zip(verdicts).enumerate() {
         let _ = writeln!(
@@ -76,6 +80,8 @@ pub struct LessonJson<'a> {
     pub name: &'a str,
     pub title: &'a str,
     pub minutes: Option<u32>,
+    /// The seed the choices are shown in the order of (`--seed`).
+    pub seed: u64,
     pub intro: &'a [String],
     pub parts: Vec<PartJson<'a>>,
     pub summary: &'a [String],
@@ -87,7 +93,9 @@ pub struct LessonJson<'a> {
 pub struct PartJson<'a> {
     pub scenario: &'a str,
     pub question: &'a str,
+    /// In the order shown (the seed's).
     pub choices: &'a [String],
+    /// The right choice's letter in that order.
     pub answer: char,
     pub explanation: &'a [String],
     pub run: RunJson<'a>,
@@ -107,7 +115,7 @@ pub struct RunJson<'a> {
     pub error: Option<&'a str>,
 }
 
-pub fn json<'a>(lesson: &'a Lesson, verdicts: &'a [PartVerdict]) -> LessonJson<'a> {
+pub fn json<'a>(lesson: &'a Lesson, seed: u64, verdicts: &'a [PartVerdict]) -> LessonJson<'a> {
     let parts: Vec<PartJson> = lesson
         .parts
         .iter()
@@ -133,6 +141,7 @@ pub fn json<'a>(lesson: &'a Lesson, verdicts: &'a [PartVerdict]) -> LessonJson<'
         name: &lesson.name,
         title: &lesson.title,
         minutes: lesson.minutes,
+        seed,
         intro: &lesson.intro,
         holds: parts.iter().all(|p| p.holds),
         parts,
