@@ -7,8 +7,8 @@ mod common;
 
 use common::{temp_dir, vramscope, VALID};
 use vramscope::lesson::{
-    builtin_lessons, default_seed, load_lesson_str, resolve_lesson, shuffled, verify, Lesson,
-    LETTERS,
+    builtin_lessons, default_seed, load_lesson_str, resolve_lesson, shuffled, verify,
+    verify_framing, Lesson, LETTERS,
 };
 
 const MIB: u64 = 1 << 20;
@@ -36,7 +36,40 @@ fn every_built_in_lesson_is_true_to_its_runs() {
                     c.observed
                 );
             }
+            for c in &v.prose {
+                assert!(
+                    c.passed,
+                    "{} part {} ({}): {}, but {}",
+                    b.name,
+                    i + 1,
+                    part.scenario,
+                    c.expectation,
+                    c.observed
+                );
+            }
         }
+        for c in verify_framing(&loaded, &verdicts) {
+            assert!(c.passed, "{}: {} — {}", b.name, c.expectation, c.observed);
+        }
+    }
+}
+
+/// What the text of the built-in lessons and their narration state is
+/// checked at all: each lesson states dozens of sizes, and each part with
+/// a scenario narration of sizes has them read at the narration's moment.
+#[test]
+fn the_sizes_the_built_in_lessons_state_are_read() {
+    for b in builtin_lessons() {
+        let loaded = resolve_lesson(b.name).expect("loads");
+        let verdicts = verify(&loaded).expect("runs");
+        let read: usize = verdicts.iter().map(|v| v.prose.len()).sum();
+        let narrated = verdicts
+            .iter()
+            .flat_map(|v| &v.prose)
+            .filter(|c| c.expectation.contains("(the narration"))
+            .count();
+        assert!(read >= 30, "{}: {read} sizes read", b.name);
+        assert!(narrated >= 10, "{}: {narrated} narrated sizes read", b.name);
     }
 }
 
@@ -534,6 +567,70 @@ fn figures_the_run_does_not_show_fail() {
         out.contains("[FAILED] allocated at every iteration end over 1024.00 MiB — allocated at iteration ends 47.28 MiB..47.28 MiB"),
         "{out}"
     );
+}
+
+/// A narration that states a result before its event fails where it is
+/// said: caching-allocator part 4's "Reserved drops from 142 MiB to 122
+/// MiB" at the start of the iteration (three events before empty_cache()
+/// releases the segment) against the same text at `SegmentReleased`.
+#[test]
+fn a_narration_is_checked_at_its_own_event() {
+    let shipped =
+        std::fs::read_to_string(common::scenarios_dir().join("fragmentation-oom-empty-cache.ron"))
+            .expect("the scenario");
+    assert!(shipped.contains("(at: SegmentReleased, text: \"empty_cache() releases"));
+    let early = shipped.replace("(at: SegmentReleased, text:", "(at: Iteration(1), text:");
+    let lesson = LESSON
+        .replace("SCENARIO", "scenario.ron")
+        .replace("check: [NoOom],", "check: [Oom(Some(1))],");
+    for (scenario, holds) in [(&shipped, true), (&early, false)] {
+        let dir = temp_dir("narration-moment");
+        std::fs::write(dir.join("scenario.ron"), scenario).expect("write");
+        let path = dir.join("lesson.ron");
+        std::fs::write(&path, &lesson).expect("write");
+        let (code, out, err) = vramscope(&["lesson", &path.display().to_string()]);
+        let failed = "[FAILED] \"122 MiB\" (the narration \"empty_cache() releases what is e…\")";
+        if holds {
+            assert_eq!(code, 0, "{out}{err}");
+            assert!(!out.contains("FAILED"), "{out}");
+        } else {
+            assert_eq!(code, 1, "{out}{err}");
+            assert!(out.contains(failed), "{out}");
+        }
+    }
+}
+
+/// Sizes in a part's text that its run does not show fail, each named with
+/// where it is and the nearest figure the run has: a peak stated 1.38 MiB
+/// off, a measurement in MB, a `says` that names the wrong figure. A wrong
+/// choice states what is false on purpose and is not read.
+#[test]
+fn prose_that_states_a_wrong_figure_fails() {
+    let text = LESSON
+        .replace("SCENARIO", "checkpoint-reentrant-frozen-bug")
+        .replace("check: [NoOom],", "check: [NoOom],\n            says: [Says(\"47 MiB\", PeakAllocated)],")
+        .replace(
+            "question: \"Does it run out of memory?\",",
+            "setup: [\"Its peak is 627 MiB and it grows 2.9 MB a step.\"],\n            question: \"Does it run out of memory at 47 MiB?\",",
+        )
+        .replace(r#"["yes", "no"]"#, r#"["yes, at 12345 MiB", "no"]"#);
+    let (code, out, _, _) = lesson_file("wrong-prose", &text);
+    assert_eq!(code, 1, "{out}");
+    for wanted in [
+        "[FAILED] \"627 MiB\" (setup) is a figure of the run — nothing the run shows there rounds to it (nearest: peak allocated, 628.38 MiB)",
+        "[FAILED] \"2.9 MB\" (setup) is a figure of the run — a measured figure in a decimal unit",
+        "[FAILED] \"47 MiB\" is the peak allocated — 628.38 MiB",
+    ] {
+        assert!(out.contains(wanted), "{wanted} in\n{out}");
+    }
+    assert!(
+        !out.lines()
+            .any(|l| l.contains("FAILED") && l.contains("12345")),
+        "a wrong choice is not read:\n{out}"
+    );
+    // The narration quotes checkpoint-reentrant-frozen-fixed's peak and
+    // names it: that run's figures count.
+    assert!(!out.contains("\"824 MiB\""), "{out}");
 }
 
 /// A directory, a device or an empty file named as a lesson is bad input

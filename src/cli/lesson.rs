@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use vramscope::lesson::{
-    builtin_lessons, default_seed, resolve_lesson, shuffled, verify, LoadedLesson,
+    builtin_lessons, default_seed, resolve_lesson, shuffled, verify, verify_framing, LoadedLesson,
 };
 use vramscope::producers::{scenario_source, ITERATION_PACE};
 use vramscope::tui::lesson::LessonState;
@@ -50,23 +50,27 @@ fn load(name: &str, seed: Option<u64>) -> anyhow::Result<(LoadedLesson, u64)> {
 pub fn headless(name: &str, seed: Option<u64>, json: bool) -> anyhow::Result<ExitCode> {
     let (loaded, seed) = load(name, seed)?;
     let verdicts = verify(&loaded).map_err(|e| BadInput(e.to_string()))?;
+    let framing = verify_framing(&loaded, &verdicts);
     if json {
         sayjson!(&vramscope::report::lesson::json(
             &loaded.lesson,
             seed,
-            &verdicts
+            &verdicts,
+            &framing
         ));
     } else {
         say!(
             "{}",
-            vramscope::report::lesson::text(&loaded.lesson, seed, &verdicts)
+            vramscope::report::lesson::text(&loaded.lesson, seed, &verdicts, &framing)
         );
     }
-    Ok(if verdicts.iter().all(|v| v.holds()) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(
+        if verdicts.iter().all(|v| v.holds()) && framing.iter().all(|c| c.passed) {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        },
+    )
 }
 
 /// The questions without answers (`answers` false) or the answer key, as

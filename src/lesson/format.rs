@@ -49,6 +49,49 @@ pub struct Part {
     /// Figures of the run no scenario expectation states.
     #[serde(default)]
     pub figures: Vec<Figure>,
+    /// Sizes the part's text (or its scenario's narration) states, each
+    /// with the figure of the run it states: `Says("870.36 MiB",
+    /// PeakAllocated)`. Every other size the text states must be one the
+    /// run shows (see `verify`).
+    #[serde(default)]
+    pub says: Vec<Says>,
+}
+
+/// A size as the text writes it, and which figure of the run it is.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct Says(pub String, pub Quantity);
+
+/// A figure of a run, as a lesson's text states it.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub enum Quantity {
+    PeakAllocated,
+    PeakReserved,
+    /// Allocated (reserved) at the moment the text is shown: a narration's
+    /// own event, or the run's end for the lesson's text.
+    Allocated,
+    Reserved,
+    /// Allocated at every iteration's end (each rounds to the figure).
+    StepEndAllocated,
+    /// The lowest and the highest allocated at an iteration's end.
+    StepEndLow,
+    StepEndHigh,
+    /// What allocated at an iteration's end grows by from one iteration to
+    /// the next (each step's growth rounds to the figure).
+    StepGrowth,
+    /// The highest allocated while this phase runs ("forward", …).
+    PhasePeak(String),
+    /// Inactive split bytes at the run's end (memory_summary's
+    /// "Non-releasable memory").
+    InactiveSplit,
+    /// The device memory never the allocator's (the CUDA context).
+    Context,
+    /// The device's capacity.
+    Capacity,
+    /// The quantity in another scenario's run (a built-in's name or a file
+    /// relative to the lesson file), read at that run's end.
+    Of(String, Box<Quantity>),
+    /// The first less the second.
+    Minus(Box<Quantity>, Box<Quantity>),
 }
 
 /// A figure of the part's run against a size.

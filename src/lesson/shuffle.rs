@@ -121,6 +121,7 @@ mod tests {
             check: vec![],
             compare: vec![],
             figures: vec![],
+            says: vec![],
         }
     }
 
