@@ -633,6 +633,42 @@ fn prose_that_states_a_wrong_figure_fails() {
     assert!(!out.contains("\"824 MiB\""), "{out}");
 }
 
+/// What caching-allocator part 5 says expandable segments do, checked on
+/// the runs: with them, pages are mapped only at the segment's end and the
+/// 8 MiB holes stay inside it; without them (fragmentation-oom-bug) no page
+/// is mapped at all, and the same holes stay too.
+#[test]
+fn expandable_segments_grow_at_their_end_and_keep_their_holes() {
+    let figures = "figures: [PagesOnlyAtSegmentEnds, HolesOver(\"39MiB\")],";
+    let expandable = LESSON
+        .replace("SCENARIO", "fragmentation-oom-expandable-fixed")
+        .replace("check: [NoOom],", figures);
+    let (code, out, _, _) = lesson_file("expandable", &expandable);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("[ok] pages mapped and unmapped only at a segment's end"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "[ok] holes between live blocks at the end over 39.00 MiB — 5 holes of 40.00 MiB"
+        ),
+        "{out}"
+    );
+    let classic = LESSON
+        .replace("SCENARIO", "fragmentation-oom-bug")
+        .replace("check: [NoOom],", figures);
+    let (code, out, _, _) = lesson_file("classic", &classic);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            "[FAILED] pages mapped and unmapped only at a segment's end — 0 maps and 0 unmaps"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("[ok] holes between live blocks"), "{out}");
+}
+
 /// A directory, a device or an empty file named as a lesson is bad input
 /// naming the path, never a hang or a panic.
 #[test]

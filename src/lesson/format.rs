@@ -115,6 +115,14 @@ pub enum Figure {
     /// Allocated first reaches the run's peak in this phase: "forward",
     /// "backward", "optimizer", "eval", "setup" or "user".
     PeakIn(String),
+    /// The run maps pages into expandable segments, and every page it maps
+    /// or unmaps is at a segment's end: segments grow and shrink at their
+    /// ends, and nothing inside one (a hole between live blocks) is
+    /// unmapped or mapped again.
+    PagesOnlyAtSegmentEnds,
+    /// At the run's end, the free blocks that lie between live blocks of
+    /// a segment (holes, not the free end of a segment) are over this size.
+    HolesOver(Size),
 }
 
 /// This part's run against another scenario's (a built-in's name or a file

@@ -2,7 +2,7 @@
 //! expectations on the run, and its comparisons against other scenarios'
 //! runs. A lesson whose answer its scenario does not show fails here.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::claims::{audit, audit_framing, check_says, lesson_text, names, Quoted};
 use super::facts::RunFacts;
@@ -63,6 +63,74 @@ fn peak_phase(r: &RunResult) -> Option<Phase> {
         }
     }
     at
+}
+
+/// The free blocks at the run's end that have a live block after them in
+/// their segment: how many, and their bytes.
+fn holes(r: &RunResult) -> (u32, u64) {
+    let (mut count, mut bytes) = (0, 0);
+    for s in &r.segments {
+        let last_live = s.blocks.iter().rposition(|b| b.state.is_active());
+        for (i, b) in s.blocks.iter().enumerate() {
+            if !b.state.is_active() && last_live.is_some_and(|l| i < l) {
+                count += 1;
+                bytes += b.size;
+            }
+        }
+    }
+    (count, bytes)
+}
+
+/// The run's page maps and unmaps (expandable segments), and the first
+/// that was not at a segment's end: a map is at an end when nothing is
+/// mapped right after it, an unmap when nothing stays mapped right after
+/// what it released.
+fn pages_at_ends(r: &RunResult) -> (u32, u32, Option<String>) {
+    // Mapped ranges: start → end, merged when they touch.
+    let mut mapped: BTreeMap<u64, u64> = BTreeMap::new();
+    let (mut maps, mut unmaps) = (0, 0);
+    let starts_at = |m: &BTreeMap<u64, u64>, addr: u64| m.contains_key(&addr);
+    for e in &r.events {
+        let Event::Alloc(a) = e else { continue };
+        let (start, end) = (a.addr, a.addr.saturating_add(a.size));
+        match a.action {
+            Action::SegmentMap => {
+                maps += 1;
+                if starts_at(&mapped, end) {
+                    let what = format!("{} mapped in front of mapped memory", format_size(a.size));
+                    return (maps, unmaps, Some(what));
+                }
+                let joined = mapped
+                    .iter()
+                    .find(|(_, e)| **e == start)
+                    .map(|(s, _)| *s)
+                    .unwrap_or(start);
+                mapped.insert(joined, end);
+            }
+            Action::SegmentUnmap => {
+                unmaps += 1;
+                let holder = mapped
+                    .range(..=start)
+                    .next_back()
+                    .map(|(s, e)| (*s, *e))
+                    .filter(|(_, e)| *e >= end);
+                match holder {
+                    Some((s, e)) if e == end => {
+                        mapped.remove(&s);
+                        if s < start {
+                            mapped.insert(s, start);
+                        }
+                    }
+                    _ => {
+                        let what = format!("{} unmapped inside a segment", format_size(a.size));
+                        return (maps, unmaps, Some(what));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    (maps, unmaps, None)
 }
 
 fn compare_one(c: &Comparison, mine: &RunResult, other: &RunResult) -> ExpectationResult {
@@ -169,6 +237,35 @@ fn figure_one(f: &Figure, r: &RunResult) -> ExpectationResult {
                 sized("inactive split bytes at the end over", s),
                 split > s.0,
                 format!("inactive split {}", format_size(split)),
+            )
+        }
+        Figure::PagesOnlyAtSegmentEnds => {
+            let (maps, unmaps, inside) = pages_at_ends(r);
+            let passed = maps > 0 && inside.is_none();
+            let observed = match inside {
+                Some(what) => what,
+                None => format!(
+                    "{} and {}, each at a segment's end",
+                    crate::units::counted(maps, "map"),
+                    crate::units::counted(unmaps, "unmap")
+                ),
+            };
+            (
+                "pages mapped and unmapped only at a segment's end".to_string(),
+                passed,
+                observed,
+            )
+        }
+        Figure::HolesOver(s) => {
+            let (count, bytes) = holes(r);
+            (
+                sized("holes between live blocks at the end over", s),
+                bytes > s.0,
+                format!(
+                    "{} of {}",
+                    crate::units::counted(count, "hole"),
+                    format_size(bytes)
+                ),
             )
         }
         Figure::PeakIn(want) => {
