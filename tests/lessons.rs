@@ -15,7 +15,7 @@ const MIB: u64 = 1 << 20;
 
 #[test]
 fn every_built_in_lesson_is_true_to_its_runs() {
-    assert!(builtin_lessons().len() >= 3);
+    assert!(builtin_lessons().len() >= 4);
     for b in builtin_lessons() {
         let loaded = resolve_lesson(b.name).unwrap_or_else(|e| panic!("{}: {e}", b.name));
         let verdicts = verify(&loaded).unwrap_or_else(|e| panic!("{}: {e}", b.name));
@@ -80,11 +80,11 @@ fn built_in_lessons_are_workshop_sized() {
         assert_eq!(l.name, b.name, "the name `lesson` takes is the file's");
         assert!(l.minutes.is_some_and(|m| m >= 20), "{}", b.name);
         assert!(l.parts.len() >= 6, "{}: {} parts", b.name, l.parts.len());
-        // About three minutes a question: the question, the answers, the
+        // About four minutes a question: the question, the answers, the
         // explanation and the run.
         let minutes = l.minutes.unwrap_or(0) as usize;
         assert!(
-            l.parts.len() * 3 <= minutes + 3,
+            l.parts.len() * 4 <= minutes + 3,
             "{}: {} questions for {minutes} minutes",
             b.name,
             l.parts.len()
@@ -231,7 +231,12 @@ fn the_fragmentation_experiment_reserves_what_the_lesson_says() {
 fn lessons_lists_the_built_ins() {
     let (code, out, err) = vramscope(&["lessons"]);
     assert_eq!(code, 0, "{err}");
-    for name in ["caching-allocator", "leaks", "efficient-training"] {
+    for name in [
+        "caching-allocator",
+        "leaks",
+        "training-peak",
+        "efficient-training",
+    ] {
         assert!(
             out.lines().any(|l| l.starts_with(name)),
             "{name} missing:\n{out}"
@@ -667,6 +672,67 @@ fn expandable_segments_grow_at_their_end_and_keep_their_holes() {
         "{out}"
     );
     assert!(out.contains("[ok] holes between live blocks"), "{out}");
+}
+
+/// The course's deep-MLP exercise as its text writes it (one batch of
+/// torch.randn(64, 4096), `model(x).sum().backward()`, no optimizer), with
+/// and without checkpointing every layer: the peak is the weights and their
+/// gradients, 2 × 335,626,240 fp32 parameters, plus a few MiB, and the two
+/// runs differ by the one 1 MiB layer output checkpointing rebuilds. At
+/// 8,192 rows the same model's activations are what checkpointing saves.
+#[test]
+fn the_course_exercise_runs_as_the_course_writes_it() {
+    use vramscope::engine::Step;
+    use vramscope::scenario::{run, RunOptions};
+    let loaded = resolve_lesson("efficient-training").expect("loads");
+    let weights = 20 * (4096 * 4096 + 4096) * 4u64;
+    let mut peaks = Vec::new();
+    for file in [
+        "scenarios/course-deep-mlp.ron",
+        "scenarios/course-deep-mlp-checkpoint.ron",
+    ] {
+        assert!(
+            loaded.lesson.parts.iter().any(|p| p.scenario == file
+                || p.says.iter().any(|s| format!("{:?}", s.1).contains(file))),
+            "the lesson runs {file}"
+        );
+        let (scenario, built) = loaded.scenario(file).expect("a lesson scenario");
+        assert_eq!(
+            scenario.data.batch,
+            Some(64),
+            "{file}: torch.randn(64, 4096)"
+        );
+        assert!(scenario.optimizer.is_none(), "{file}: no optimizer");
+        assert_eq!(scenario.iterations, 1, "{file}: one pass");
+        assert!(
+            !scenario
+                .steps
+                .iter()
+                .any(|s| matches!(s, Step::OptimizerStep | Step::ZeroGrad { .. })),
+            "{file}"
+        );
+        let r = run(&scenario, &built, &RunOptions::default());
+        assert!(r.oom.is_none() && r.error.is_none(), "{file}");
+        assert!(
+            (2 * weights..2 * weights + 32 * MIB).contains(&r.peak_allocated),
+            "{file}: peak {} against weights {weights}",
+            r.peak_allocated
+        );
+        peaks.push(r.peak_allocated);
+    }
+    assert!(
+        peaks[1] >= peaks[0] && peaks[1] - peaks[0] <= MIB,
+        "{peaks:?}"
+    );
+    // At 8,192 rows the activations dwarf the 1 MiB: the same model peaks
+    // more than a GiB above its weights and gradients.
+    let (scenario, built) = loaded.scenario("deep-mlp-no-checkpoint").expect("built-in");
+    let big = run(&scenario, &built, &RunOptions::default());
+    assert!(
+        big.peak_allocated > 2 * weights + 1024 * MIB,
+        "{}",
+        big.peak_allocated
+    );
 }
 
 /// A directory, a device or an empty file named as a lesson is bad input

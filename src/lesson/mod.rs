@@ -17,7 +17,7 @@ mod verify;
 
 pub use figure::{figures_in, StatedFigure};
 pub use format::{Comparison, Figure, Lesson, Part, Quantity, Says};
-pub use library::{builtin_lesson, builtin_lessons, BuiltInLesson};
+pub use library::{builtin_lesson, builtin_lessons, lesson_scenario, BuiltInLesson};
 pub use load::{load_lesson_file, load_lesson_str, resolve_lesson, LessonError, LoadedLesson};
 pub use shuffle::{choice_order, default_seed, shuffled};
 pub use verify::{verify, verify_framing, verify_part, PartVerdict};

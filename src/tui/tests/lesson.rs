@@ -66,6 +66,7 @@ fn each_lesson_opens_on_its_introduction() {
     for (name, first) in [
         ("caching-allocator", "PyTorch does not call cudaMalloc"),
         ("leaks", "A tensor's GPU block goes back"),
+        ("training-peak", "A training step's memory has two"),
         ("efficient-training", "A training step's memory has two"),
     ] {
         let mut s = state(name);
