@@ -495,6 +495,14 @@ fn bad_lesson_files_name_the_file_and_where() {
             "lesson.ron: parts[0].compare: no built-in scenario or file named \"nope.ron\"",
         ),
         (
+            "says",
+            LESSON.replace("SCENARIO", "ok.ron").replace(
+                "check: [NoOom],",
+                "says: [Says(\"1 MiB\", Minus(PeakAllocated, Of(\"gone.ron\", PeakAllocated)))],",
+            ),
+            "lesson.ron: parts[0].says: no built-in scenario or file named \"gone.ron\"",
+        ),
+        (
             "phase",
             LESSON
                 .replace("SCENARIO", "ok.ron")

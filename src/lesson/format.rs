@@ -137,6 +137,17 @@ pub enum Comparison {
     PeakReservedBelow(String),
 }
 
+impl Quantity {
+    /// The other scenarios this quantity reads (its `Of` names).
+    pub fn others(&self) -> Vec<&str> {
+        match self {
+            Quantity::Of(name, q) => std::iter::once(name.as_str()).chain(q.others()).collect(),
+            Quantity::Minus(a, b) => a.others().into_iter().chain(b.others()).collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
 impl Comparison {
     pub fn other(&self) -> &str {
         match self {

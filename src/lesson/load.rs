@@ -157,7 +157,13 @@ pub fn load_lesson_str(
     let mut checked = std::collections::HashSet::new();
     for (i, part) in loaded.lesson.parts.iter().enumerate() {
         let names = std::iter::once(("scenario", part.scenario.as_str()))
-            .chain(part.compare.iter().map(|c| ("compare", c.other())));
+            .chain(part.compare.iter().map(|c| ("compare", c.other())))
+            .chain(
+                part.says
+                    .iter()
+                    .flat_map(|s| s.1.others())
+                    .map(|n| ("says", n)),
+            );
         for (field, name) in names {
             if !checked.insert(name) {
                 continue;
