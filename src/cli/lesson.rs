@@ -4,7 +4,9 @@
 
 use std::process::ExitCode;
 
-use vramscope::lesson::{builtin_lessons, resolve_lesson, verify, LoadedLesson};
+use vramscope::lesson::{
+    builtin_lessons, default_seed, resolve_lesson, shuffled, verify, verify_framing, LoadedLesson,
+};
 use vramscope::producers::{scenario_source, ITERATION_PACE};
 use vramscope::tui::lesson::LessonState;
 use vramscope::tui::lesson_loop::run_lesson;
@@ -35,33 +37,59 @@ pub fn list() -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn load(name: &str) -> anyhow::Result<LoadedLesson> {
-    resolve_lesson(name).map_err(|e| BadInput(e.to_string()).into())
+/// The lesson with its choices in the order `seed` (or the lesson's own
+/// seed) shows them, and the seed.
+fn load(name: &str, seed: Option<u64>) -> anyhow::Result<(LoadedLesson, u64)> {
+    let mut loaded = resolve_lesson(name).map_err(|e| BadInput(e.to_string()))?;
+    let seed = seed.unwrap_or_else(|| default_seed(&loaded.lesson.name));
+    loaded.lesson = shuffled(&loaded.lesson, seed);
+    Ok((loaded, seed))
 }
 
 /// The lesson as text or JSON; exit 1 when a part's run does not show its answer.
-pub fn headless(name: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let loaded = load(name)?;
+pub fn headless(name: &str, seed: Option<u64>, json: bool) -> anyhow::Result<ExitCode> {
+    let (loaded, seed) = load(name, seed)?;
     let verdicts = verify(&loaded).map_err(|e| BadInput(e.to_string()))?;
+    let framing = verify_framing(&loaded, &verdicts);
     if json {
-        sayjson!(&vramscope::report::lesson::json(&loaded.lesson, &verdicts));
+        sayjson!(&vramscope::report::lesson::json(
+            &loaded.lesson,
+            seed,
+            &verdicts,
+            &framing
+        ));
     } else {
         say!(
             "{}",
-            vramscope::report::lesson::text(&loaded.lesson, &verdicts)
+            vramscope::report::lesson::text(&loaded.lesson, seed, &verdicts, &framing)
         );
     }
-    Ok(if verdicts.iter().all(|v| v.holds()) {
-        ExitCode::SUCCESS
+    Ok(
+        if verdicts.iter().all(|v| v.holds()) && framing.iter().all(|c| c.passed) {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        },
+    )
+}
+
+/// The questions without answers (`answers` false) or the answer key, as
+/// Markdown: nothing runs.
+pub fn handout(name: &str, seed: Option<u64>, answers: bool) -> anyhow::Result<ExitCode> {
+    let (loaded, seed) = load(name, seed)?;
+    let md = if answers {
+        vramscope::report::handout::answer_key(&loaded.lesson, seed)
     } else {
-        ExitCode::from(1)
-    })
+        vramscope::report::handout::questions(&loaded.lesson, seed)
+    };
+    say!("{md}");
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The lesson screens; Enter on an answered part opens its scenario in the
 /// run view, and quitting that comes back to the lesson's next screen.
-pub fn open(name: &str, pace: &PaceArgs) -> anyhow::Result<ExitCode> {
-    let loaded = load(name)?;
+pub fn open(name: &str, seed: Option<u64>, pace: &PaceArgs) -> anyhow::Result<ExitCode> {
+    let (loaded, _) = load(name, seed)?;
     let theme = Theme::builtin(ThemeName::from(pace.theme), no_color_from_env())?;
     let mut state = LessonState::new(loaded.lesson.clone(), theme);
     loop {

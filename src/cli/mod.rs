@@ -63,7 +63,7 @@ pub enum Command {
     /// before each scenario answered with a key (a–d), the answer and why,
     /// the scenario in the run view, and a summary.
     #[command(
-        after_help = "Without a terminal (or with --headless) the lesson prints as text: each question, its answer and explanation, and the figures of the scenario's run that the answer is checked against (exit 1 if a run does not show its answer). In the run view each narration waits for space, as in the tour (--no-auto-pause plays through). Lesson files: scenarios/lessons/README.md."
+        after_help = "Without a terminal (or with --headless) the lesson prints as text: each question, its answer and explanation, and the figures of the scenario's run that the answer is checked against (exit 1 if a run does not show its answer). --handout prints the questions without answers and --answers the key, both as Markdown, in the order the terminal UI, the text and the JSON show for the same --seed. In the run view each narration waits for space, as in the tour (--no-auto-pause plays through). Lesson files: scenarios/lessons/README.md."
     )]
     Lesson {
         lesson: String,
@@ -73,6 +73,17 @@ pub enum Command {
         /// Print the lesson, each part's run figures and checks as JSON (implies --headless).
         #[arg(long)]
         json: bool,
+        /// Show each question's choices in the order this seed gives; without
+        /// it, the lesson's own fixed order (the same on every run, so notes,
+        /// a handout and its key agree).
+        #[arg(long, value_name = "N")]
+        seed: Option<u64>,
+        /// Print the questions and their choices, without answers, as Markdown.
+        #[arg(long, conflicts_with_all = ["json", "answers"])]
+        handout: bool,
+        /// Print the answer key, for the same --seed, as Markdown.
+        #[arg(long, conflicts_with = "json")]
+        answers: bool,
         #[command(flatten)]
         pace: PaceArgs,
     },
@@ -353,12 +364,17 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             lesson,
             headless,
             json,
+            seed,
+            handout,
+            answers,
             pace,
         }) => {
-            if headless || json || !ui::have_terminal() {
-                lesson::headless(&lesson, json)
+            if handout || answers {
+                lesson::handout(&lesson, seed, answers)
+            } else if headless || json || !ui::have_terminal() {
+                lesson::headless(&lesson, seed, json)
             } else {
-                lesson::open(&lesson, &pace)
+                lesson::open(&lesson, seed, &pace)
             }
         }
         Some(Command::Model { spec, json, list }) => match spec {

@@ -49,6 +49,49 @@ pub struct Part {
     /// Figures of the run no scenario expectation states.
     #[serde(default)]
     pub figures: Vec<Figure>,
+    /// Sizes the part's text (or its scenario's narration) states, each
+    /// with the figure of the run it states: `Says("870.36 MiB",
+    /// PeakAllocated)`. Every other size the text states must be one the
+    /// run shows (see `verify`).
+    #[serde(default)]
+    pub says: Vec<Says>,
+}
+
+/// A size as the text writes it, and which figure of the run it is.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct Says(pub String, pub Quantity);
+
+/// A figure of a run, as a lesson's text states it.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub enum Quantity {
+    PeakAllocated,
+    PeakReserved,
+    /// Allocated (reserved) at the moment the text is shown: a narration's
+    /// own event, or the run's end for the lesson's text.
+    Allocated,
+    Reserved,
+    /// Allocated at every iteration's end (each rounds to the figure).
+    StepEndAllocated,
+    /// The lowest and the highest allocated at an iteration's end.
+    StepEndLow,
+    StepEndHigh,
+    /// What allocated at an iteration's end grows by from one iteration to
+    /// the next (each step's growth rounds to the figure).
+    StepGrowth,
+    /// The highest allocated while this phase runs ("forward", …).
+    PhasePeak(String),
+    /// Inactive split bytes at the run's end (memory_summary's
+    /// "Non-releasable memory").
+    InactiveSplit,
+    /// The device memory never the allocator's (the CUDA context).
+    Context,
+    /// The device's capacity.
+    Capacity,
+    /// The quantity in another scenario's run (a built-in's name or a file
+    /// relative to the lesson file), read at that run's end.
+    Of(String, Box<Quantity>),
+    /// The first less the second.
+    Minus(Box<Quantity>, Box<Quantity>),
 }
 
 /// A figure of the part's run against a size.
@@ -72,6 +115,14 @@ pub enum Figure {
     /// Allocated first reaches the run's peak in this phase: "forward",
     /// "backward", "optimizer", "eval", "setup" or "user".
     PeakIn(String),
+    /// The run maps pages into expandable segments, and every page it maps
+    /// or unmaps is at a segment's end: segments grow and shrink at their
+    /// ends, and nothing inside one (a hole between live blocks) is
+    /// unmapped or mapped again.
+    PagesOnlyAtSegmentEnds,
+    /// At the run's end, the free blocks that lie between live blocks of
+    /// a segment (holes, not the free end of a segment) are over this size.
+    HolesOver(Size),
 }
 
 /// This part's run against another scenario's (a built-in's name or a file
@@ -84,6 +135,17 @@ pub enum Comparison {
     PeakAllocatedSame(String),
     PeakReservedAbove(String),
     PeakReservedBelow(String),
+}
+
+impl Quantity {
+    /// The other scenarios this quantity reads (its `Of` names).
+    pub fn others(&self) -> Vec<&str> {
+        match self {
+            Quantity::Of(name, q) => std::iter::once(name.as_str()).chain(q.others()).collect(),
+            Quantity::Minus(a, b) => a.others().into_iter().chain(b.others()).collect(),
+            _ => Vec::new(),
+        }
+    }
 }
 
 impl Comparison {

@@ -9,7 +9,7 @@ use ron::extensions::Extensions;
 use ron::Options;
 
 use super::format::Lesson;
-use super::library::builtin_lesson;
+use super::library::{builtin_lesson, lesson_scenario};
 use super::LETTERS;
 use crate::files::{read_bounded, BoundedReadError};
 use crate::scenario::{builtin, load_named_file, load_str, Built, LoadError, Scenario};
@@ -55,10 +55,16 @@ pub struct LoadedLesson {
 }
 
 impl LoadedLesson {
-    /// A scenario the lesson names: a built-in, else a file beside the lesson.
+    /// A scenario the lesson names: a built-in, else a file beside the
+    /// lesson (for a built-in lesson, one compiled in with it).
     pub fn scenario(&self, name: &str) -> Result<(Scenario, Built), LoadError> {
         if let Some(b) = builtin(name) {
             return load_str(b.source, &format!("scenarios/{}.ron", b.name));
+        }
+        if self.base.is_none() {
+            if let Some(source) = lesson_scenario(name) {
+                return load_str(source, &format!("scenarios/lessons/{name}"));
+            }
         }
         match &self.base {
             // Anything there is read as a scenario or refused as what it is
@@ -151,7 +157,13 @@ pub fn load_lesson_str(
     let mut checked = std::collections::HashSet::new();
     for (i, part) in loaded.lesson.parts.iter().enumerate() {
         let names = std::iter::once(("scenario", part.scenario.as_str()))
-            .chain(part.compare.iter().map(|c| ("compare", c.other())));
+            .chain(part.compare.iter().map(|c| ("compare", c.other())))
+            .chain(
+                part.says
+                    .iter()
+                    .flat_map(|s| s.1.others())
+                    .map(|n| ("says", n)),
+            );
         for (field, name) in names {
             if !checked.insert(name) {
                 continue;

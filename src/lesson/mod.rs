@@ -6,15 +6,21 @@
 //! lesson's stated answer against the run, so a lesson never teaches what its
 //! scenario does not show.
 
+mod claims;
+mod facts;
+mod figure;
 mod format;
 mod library;
 mod load;
+mod shuffle;
 mod verify;
 
-pub use format::{Comparison, Figure, Lesson, Part};
-pub use library::{builtin_lesson, builtin_lessons, BuiltInLesson};
+pub use figure::{figures_in, StatedFigure};
+pub use format::{Comparison, Figure, Lesson, Part, Quantity, Says};
+pub use library::{builtin_lesson, builtin_lessons, lesson_scenario, BuiltInLesson};
 pub use load::{load_lesson_file, load_lesson_str, resolve_lesson, LessonError, LoadedLesson};
-pub use verify::{verify, verify_part, PartVerdict};
+pub use shuffle::{choice_order, default_seed, shuffled};
+pub use verify::{verify, verify_framing, verify_part, PartVerdict};
 
 /// The letters a learner answers with, in order.
 pub const LETTERS: [char; 4] = ['a', 'b', 'c', 'd'];

@@ -10,13 +10,22 @@ use crate::alloc::format_size;
 use crate::lesson::{Lesson, PartVerdict, LETTERS};
 use crate::scenario::ExpectationResult;
 
-pub fn text(lesson: &Lesson, verdicts: &[PartVerdict]) -> String {
+pub fn text(
+    lesson: &Lesson,
+    seed: u64,
+    verdicts: &[PartVerdict],
+    framing: &[ExpectationResult],
+) -> String {
     let mut out = String::new();
     let minutes = lesson
         .minutes
         .map(|m| format!(" (about {m} minutes)"))
         .unwrap_or_default();
-    let _ = writeln!(out, "lesson {}: {}{minutes}\n", lesson.name, lesson.title);
+    let _ = writeln!(out, "lesson {}: {}{minutes}", lesson.name, lesson.title);
+    let _ = writeln!(
+        out,
+        "choices in the order of seed {seed} (--seed {seed} shows this order again)\n"
+    );
     paragraphs(&mut out, &lesson.intro, "");
     for (i, (part, verdict)) in lesson.parts.iter().zip(verdicts).enumerate() {
         let _ = writeln!(
@@ -56,10 +65,34 @@ pub fn text(lesson: &Lesson, verdicts: &[PartVerdict]) -> String {
             let mark = if c.passed { "ok" } else { "FAILED" };
             let _ = writeln!(out, "  [{mark}] {} — {}", c.expectation, c.observed);
         }
+        let stated = verdict.prose.iter().filter(|c| c.passed).count();
+        if stated > 0 {
+            let _ = writeln!(
+                out,
+                "  [ok] {} the text states {} the run shows",
+                crate::units::counted(stated as u32, "other size"),
+                if stated == 1 { "is one" } else { "are ones" }
+            );
+        }
+        for c in verdict.prose.iter().filter(|c| !c.passed) {
+            let _ = writeln!(out, "  [FAILED] {} — {}", c.expectation, c.observed);
+        }
         let _ = writeln!(out);
     }
     let _ = writeln!(out, "── summary ──\n");
     paragraphs(&mut out, &lesson.summary, "");
+    let stated = framing.iter().filter(|c| c.passed).count();
+    if stated > 0 {
+        let _ = writeln!(
+            out,
+            "[ok] {} the introduction and summary state {} the runs show",
+            crate::units::counted(stated as u32, "size"),
+            if stated == 1 { "is one" } else { "are ones" }
+        );
+    }
+    for c in framing.iter().filter(|c| !c.passed) {
+        let _ = writeln!(out, "[FAILED] {} — {}", c.expectation, c.observed);
+    }
     out
 }
 
@@ -76,10 +109,14 @@ pub struct LessonJson<'a> {
     pub name: &'a str,
     pub title: &'a str,
     pub minutes: Option<u32>,
+    /// The seed the choices are shown in the order of (`--seed`).
+    pub seed: u64,
     pub intro: &'a [String],
     pub parts: Vec<PartJson<'a>>,
     pub summary: &'a [String],
-    /// Every part's run shows its answer.
+    /// The sizes the introduction and summary state, against the runs.
+    pub framing: &'a [ExpectationResult],
+    /// Every part's run shows its answer, and every size the text states.
     pub holds: bool,
 }
 
@@ -87,11 +124,16 @@ pub struct LessonJson<'a> {
 pub struct PartJson<'a> {
     pub scenario: &'a str,
     pub question: &'a str,
+    /// In the order shown (the seed's).
     pub choices: &'a [String],
+    /// The right choice's letter in that order.
     pub answer: char,
     pub explanation: &'a [String],
     pub run: RunJson<'a>,
     pub checks: &'a [ExpectationResult],
+    /// Every other size the part's text and its scenario's narration
+    /// state, against what the run shows at that text's moment.
+    pub prose: &'a [ExpectationResult],
     pub holds: bool,
 }
 
@@ -107,7 +149,12 @@ pub struct RunJson<'a> {
     pub error: Option<&'a str>,
 }
 
-pub fn json<'a>(lesson: &'a Lesson, verdicts: &'a [PartVerdict]) -> LessonJson<'a> {
+pub fn json<'a>(
+    lesson: &'a Lesson,
+    seed: u64,
+    verdicts: &'a [PartVerdict],
+    framing: &'a [ExpectationResult],
+) -> LessonJson<'a> {
     let parts: Vec<PartJson> = lesson
         .parts
         .iter()
@@ -126,6 +173,7 @@ pub fn json<'a>(lesson: &'a Lesson, verdicts: &'a [PartVerdict]) -> LessonJson<'
                 error: v.run.error.as_deref(),
             },
             checks: &v.checks,
+            prose: &v.prose,
             holds: v.holds(),
         })
         .collect();
@@ -133,9 +181,11 @@ pub fn json<'a>(lesson: &'a Lesson, verdicts: &'a [PartVerdict]) -> LessonJson<'
         name: &lesson.name,
         title: &lesson.title,
         minutes: lesson.minutes,
+        seed,
         intro: &lesson.intro,
-        holds: parts.iter().all(|p| p.holds),
+        holds: parts.iter().all(|p| p.holds) && framing.iter().all(|c| c.passed),
         parts,
         summary: &lesson.summary,
+        framing,
     }
 }

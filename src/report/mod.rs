@@ -1,6 +1,7 @@
 //! Headless output: reports as text (in the style of `memory_summary()`) and JSON.
 
 pub mod diff;
+pub mod handout;
 pub mod lesson;
 pub mod live;
 pub mod replay;

@@ -222,6 +222,11 @@ pub enum At {
     ReservedExceeds(super::size::Size),
     /// When allocated memory first exceeds this.
     AllocatedExceeds(super::size::Size),
+    /// Right after the first segment (or an expandable segment's pages)
+    /// goes back to the driver: `empty_cache()`, or the allocator's own
+    /// release before it gives up with an OOM. What a narration about the
+    /// lower reserved figure waits for.
+    SegmentReleased,
     Oom,
     End,
 }

@@ -44,6 +44,7 @@ impl NarrationTracker {
     /// Narration due right after `event`.
     pub fn after(&mut self, event: &Event) -> Vec<Event> {
         let mut oom = false;
+        let mut released = false;
         let mut op: Option<Arc<str>> = None;
         let mut phase = None;
         match event {
@@ -54,7 +55,8 @@ impl NarrationTracker {
                 }
                 Action::SegmentAlloc | Action::SegmentMap => self.reserved += a.size,
                 Action::SegmentFree | Action::SegmentUnmap => {
-                    self.reserved = self.reserved.saturating_sub(a.size)
+                    self.reserved = self.reserved.saturating_sub(a.size);
+                    released = true;
                 }
                 Action::Oom => oom = true,
                 Action::FreeCompleted | Action::Snapshot | Action::Annotate | Action::Other => {}
@@ -71,6 +73,7 @@ impl NarrationTracker {
             At::Op(name) => op.as_deref() == Some(name.as_str()),
             At::ReservedExceeds(s) => reserved > s.0,
             At::AllocatedExceeds(s) => allocated > s.0,
+            At::SegmentReleased => released,
             At::Oom => oom,
             At::Start | At::End => false,
         })

@@ -10,7 +10,7 @@ use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 
 use super::helpers::{code, key, text};
-use crate::lesson::resolve_lesson;
+use crate::lesson::{default_seed, resolve_lesson, shuffled};
 use crate::tui::lesson::{LessonState, Screen};
 use crate::tui::lesson_loop::lesson_loop;
 use crate::tui::run::InputSource;
@@ -26,8 +26,11 @@ impl InputSource for Script {
     }
 }
 
+/// The lesson as `vramscope lesson NAME` opens it: its choices in the
+/// order of the lesson's own seed.
 fn state(name: &str) -> LessonState {
     let lesson = resolve_lesson(name).expect("a built-in lesson").lesson;
+    let lesson = shuffled(&lesson, default_seed(name));
     LessonState::new(
         lesson,
         Theme::builtin(ThemeName::Dark, false).expect("theme"),
@@ -51,11 +54,19 @@ fn c(code_: KeyCode) -> CEvent {
     CEvent::Key(code(code_))
 }
 
+/// The first part's right letter, and the first letter that is wrong.
+fn right_and_wrong(s: &LessonState) -> (char, char) {
+    let right = s.lesson.parts[0].answer;
+    let wrong = if right == 'a' { 'b' } else { 'a' };
+    (right, wrong)
+}
+
 #[test]
 fn each_lesson_opens_on_its_introduction() {
     for (name, first) in [
         ("caching-allocator", "PyTorch does not call cudaMalloc"),
         ("leaks", "A tensor's GPU block goes back"),
+        ("training-peak", "A training step's memory has two"),
         ("efficient-training", "A training step's memory has two"),
     ] {
         let mut s = state(name);
@@ -79,24 +90,30 @@ fn a_question_hides_its_answer_until_a_key_and_then_says_why() {
         let before = run_keys(&mut s, &[c(KeyCode::Enter)], w, h);
         assert_eq!(s.screen, Screen::Part(0));
         assert!(before.contains("part 1 of 11"), "{before}");
-        assert!(before.contains("a) It grows by one batch"), "{before}");
+        let first: String = s.lesson.parts[0].choices[0].chars().take(20).collect();
+        assert!(before.contains(&format!("a) {first}")), "{before}");
         assert!(before.contains("Your answer?"), "{before}");
         assert!(
             !before.contains("backward() frees every tensor"),
             "explanation hidden:\n{before}"
         );
-        assert!(before.contains("a–c answer"), "{before}");
+        assert!(before.contains("a–d answer"), "{before}");
         insta::assert_snapshot!(format!("lesson_question_{w}x{h}"), before);
 
         let mut s = state("leaks");
-        // 'a' is the folklore answer; the lesson's is 'c'.
-        let after = run_keys(&mut s, &[c(KeyCode::Enter), k('a')], w, h);
-        assert_eq!(s.answers[0], Some('a'));
+        let (right, wrong) = right_and_wrong(&s);
+        let after = run_keys(&mut s, &[c(KeyCode::Enter), k(wrong)], w, h);
+        assert_eq!(s.answers[0], Some(wrong));
         assert!(
-            after.contains("Not quite: you said a, the answer is c."),
+            after.contains(&format!(
+                "Not quite: you said {wrong}, the answer is {right}."
+            )),
             "{after}"
         );
-        assert!(after.contains("✗ a)") && after.contains("✓ c)"), "{after}");
+        assert!(
+            after.contains(&format!("✗ {wrong})")) && after.contains(&format!("✓ {right})")),
+            "{after}"
+        );
         assert!(after.contains("Enter run the scenario"), "{after}");
         assert!(after.contains("answered 1/11 · 0 right"), "{after}");
         insta::assert_snapshot!(format!("lesson_answered_{w}x{h}"), after);
@@ -148,24 +165,25 @@ fn text_longer_than_the_box_says_more_and_scrolls_to_its_end() {
 #[test]
 fn a_right_answer_stands_and_enter_asks_for_the_part_s_run() {
     let mut s = state("leaks");
-    // 'd' is not a choice of a three-choice question; Enter before an answer does nothing.
+    let (right, wrong) = right_and_wrong(&s);
+    // 'e' is no choice; Enter before an answer does nothing.
     let keys = [
         c(KeyCode::Enter),
-        k('d'),
+        k('e'),
         c(KeyCode::Enter),
-        k('c'),
-        k('a'),
+        k(right),
+        k(wrong),
         c(KeyCode::Enter),
     ];
     let out = run_keys(&mut s, &keys, 120, 40);
-    assert_eq!(s.answers[0], Some('c'), "the first answer stands");
+    assert_eq!(s.answers[0], Some(right), "the first answer stands");
     assert_eq!(
         s.open,
         Some(0),
         "Enter after answering opens the part's scenario"
     );
     assert!(!s.quit);
-    assert!(out.contains("Right: c."), "{out}");
+    assert!(out.contains(&format!("Right: {right}.")), "{out}");
     s.after_run();
     assert_eq!(
         s.screen,
@@ -192,8 +210,9 @@ fn back_returns_to_an_answered_part_and_the_summary_scores() {
     s.quit = false;
     let back = run_keys(&mut s, &[c(KeyCode::Left)], 100, 40);
     assert_eq!(s.screen, Screen::Part(n - 1));
+    let last = s.lesson.parts[n - 1].answer;
     assert!(
-        back.contains("Right: b."),
+        back.contains(&format!("Right: {last}.")),
         "the answer is still shown:\n{back}"
     );
     s.quit = false;
