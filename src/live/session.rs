@@ -21,7 +21,8 @@ use crate::alloc::{Action, AllocConfig};
 use crate::trace::mirror::{segments_map, TraceMirror};
 use crate::trace::replay::Entry;
 use crate::trace::snapshot::{
-    EntryExtra, EntryExtras, Frame, FrameTable, FramesId, Layout, Segment, Snapshot, TraceEntry,
+    AllocatorSettings, EntryExtra, EntryExtras, Frame, FrameTable, FramesId, Layout, Segment,
+    Snapshot, TraceEntry,
 };
 use crate::trace::MemoryMap;
 
@@ -338,6 +339,8 @@ impl Session {
             Message::Hello(h) => {
                 if let Some(conf) = h.alloc_conf() {
                     if let Ok(c) = AllocConfig::parse(conf) {
+                        // The snapshot's replays (the OOM's answer) read the job's settings from it.
+                        self.snap.allocator_settings = Some(AllocatorSettings::of(&c));
                         self.config = c;
                     }
                 }

@@ -467,3 +467,19 @@ fn a_state_that_never_ends_is_refused_at_the_bound() {
     assert_eq!(at, 65, "65 chunks of 1,001 pass 65,536");
     assert!(err.contains("more than 65,536 blocks (the bound)"), "{err}");
 }
+
+/// The OOM's answer replays the snapshot under its own settings: a job's
+/// `PYTORCH_CUDA_ALLOC_CONF` reaches the snapshot the session builds.
+#[test]
+fn the_job_s_allocator_settings_reach_its_snapshot() {
+    let mut s = Session::new("s");
+    feed(
+        &mut s,
+        &[hello(7, &[(0, 80 << 30)], "expandable_segments:True")],
+    )
+    .expect("hello");
+    let settings = s.snapshot().allocator_settings.as_ref().expect("settings");
+    assert!(settings.expandable_segments);
+    assert_eq!(settings.conf, "expandable_segments:True");
+    assert!(crate::trace::replay::from_snapshot::config(s.snapshot()).expandable_segments);
+}

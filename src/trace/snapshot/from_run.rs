@@ -106,7 +106,18 @@ pub fn snapshot_of_run(
     Snapshot {
         segments,
         device_traces,
-        allocator_settings: Some(AllocatorSettings {
+        allocator_settings: Some(AllocatorSettings::of(config)),
+        external_annotations: Vec::new(),
+        layout: Layout::CurrentDict,
+        frames,
+        entry_extras,
+    }
+}
+
+impl AllocatorSettings {
+    /// The settings a snapshot of a run under `config` records.
+    pub fn of(config: &AllocConfig) -> AllocatorSettings {
+        AllocatorSettings {
             conf: config.raw.clone(),
             max_split_size: config.max_split_size_stat(),
             garbage_collection_threshold: config.garbage_collection_threshold,
@@ -115,10 +126,6 @@ pub fn snapshot_of_run(
                 .map(|i| (1u64 << i, config.roundup_power2_divisions[i]))
                 .collect(),
             other: Vec::new(),
-        }),
-        external_annotations: Vec::new(),
-        layout: Layout::CurrentDict,
-        frames,
-        entry_extras,
+        }
     }
 }
