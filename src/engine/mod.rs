@@ -31,6 +31,7 @@ mod keep;
 pub mod launch;
 pub mod live;
 mod loop_steps;
+pub mod measured;
 pub mod model_lang;
 pub mod modules;
 pub mod ops;

@@ -16,12 +16,15 @@
 //! - `wire`: the live stream written as the allocator decides;
 //! - `simulator`: one request at a time: allocator, stats, OOMs, dumps;
 //! - `kernels`: what CUDA kernels take beyond their outputs (workspaces, scratch);
+//! - `plans`: those buffers stage by stage, for ops that take them between
+//!   or before their outputs (cuDNN convolutions and RNNs, softmax, norms);
 //! - `serve`: the connection, the child's end, the outcome.
 
 mod error;
 mod kernels;
 mod launch;
 mod outcome;
+mod plans;
 mod rules;
 mod serve;
 mod simulator;
@@ -31,7 +34,7 @@ mod wire;
 
 pub use error::TraceError;
 pub use launch::{ChildOutput, Launch, HELPER_SOURCE};
-pub use outcome::{Exception, TraceOutcome, Untraced};
+pub use outcome::{Estimate, Exception, TraceOutcome, Untraced};
 pub use rules::{release_of, Rules};
 pub use serve::{start, TraceOptions, TraceRun};
 pub use simulator::Simulator;

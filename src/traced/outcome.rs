@@ -17,6 +17,18 @@ pub struct Untraced {
     pub instead: String,
 }
 
+/// A size the trace estimated (no measurement for this shape on this GPU
+/// and release: cuDNN's workspaces, reserves and dropout state).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Estimate {
+    /// The call and its shape.
+    pub what: String,
+    /// The size the trace took (bytes; a workspace and a reserve summed).
+    pub bytes: u64,
+    /// How many calls took it.
+    pub calls: u64,
+}
+
 /// An exception that ended the program.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Exception {
@@ -53,6 +65,8 @@ pub struct TraceOutcome {
     pub exit_status: Option<i32>,
     pub exception: Option<Exception>,
     pub untraced: Vec<Untraced>,
+    /// Sizes estimated, not measured (each said in the report).
+    pub estimates: Vec<Estimate>,
     /// Whether the program ever started CUDA (imported torch and used the GPU).
     pub cuda_started: bool,
     /// The program never connected (it did not import torch, or ran with

@@ -13,10 +13,10 @@ use rustc_hash::FxHashMap;
 use serde_json::{json, Value};
 
 use super::error::TraceError;
-use super::outcome::{Exception, TraceOutcome, Untraced};
+use super::outcome::{Estimate, Exception, TraceOutcome, Untraced};
+use super::plans::{KernelPlan, ORDERED_OPS, PLANNED_OPS, STAGED_OPS};
 use super::rules::{
-    after_ops, autocast_table, backend_name, dtype_named, release_of, Rules, BEFORE_OPS,
-    HOST_OUTPUTS,
+    after_ops, autocast_table, backend_name, dtype_named, release_of, Rules, HOST_OUTPUTS,
 };
 use super::wire::{tag_of, LiveOut};
 use crate::alloc::{
@@ -50,6 +50,8 @@ type Frames = Vec<(String, i64, String)>;
 pub(super) struct Workspaces {
     pub(super) cublas: [Option<u64>; 2],
     pub(super) lt: [Option<u64>; 2],
+    /// cuDNN's RNN dropout state, made once and kept (`get_dropout_state`).
+    pub(super) dropout_state: Option<u64>,
 }
 
 pub struct Simulator<W: Write> {
@@ -62,8 +64,10 @@ pub struct Simulator<W: Write> {
     /// The program's storages (`_cdata`) and their blocks.
     storages: FxHashMap<u64, u64>,
     pub(super) ws: Workspaces,
-    /// Scratch a kernel took before its outputs, freed after them.
+    /// The buffers the current planned call took so far (by number).
     pub(super) pending: Vec<Option<u64>>,
+    /// The planned call under way, between its `before` and its `op`.
+    pub(super) plan: Option<KernelPlan>,
     stacks: Vec<Frames>,
     events: Vec<AllocEvent>,
     pid: u64,
@@ -136,6 +140,7 @@ impl<W: Write> Simulator<W> {
             storages: FxHashMap::default(),
             ws: Workspaces::default(),
             pending: Vec::new(),
+            plan: None,
             stacks: Vec::new(),
             events: Vec::new(),
             pid: 0,
@@ -160,6 +165,7 @@ impl<W: Write> Simulator<W> {
             "s" => self.define_stack(index, v),
             "op" => self.after_op(v),
             "before" => self.before_op(v),
+            "out" => self.after_output(v),
             "sdpa" => Ok(self.sdpa(v)),
             "step" => {
                 self.outcome.steps += 1;
@@ -253,7 +259,13 @@ impl<W: Write> Simulator<W> {
             },
             "steps": self.opts.steps,
             "after_ops": after_ops(),
-            "before_ops": BEFORE_OPS,
+            "before_ops": PLANNED_OPS,
+            "staged_ops": STAGED_OPS.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+            "register_order": STAGED_OPS
+                .iter()
+                .filter_map(|(n, o)| o.map(|o| (n.to_string(), o.to_vec())))
+                .chain(ORDERED_OPS.iter().map(|(n, o)| (n.to_string(), o.to_vec())))
+                .collect::<BTreeMap<_, _>>(),
             "host_outputs": HOST_OUTPUTS.iter().map(|(n, i)| (n.to_string(), i.to_vec())).collect::<BTreeMap<_, _>>(),
             "sdpa": true,
             "autocast": autocast_table(),
@@ -488,6 +500,18 @@ impl<W: Write> Simulator<W> {
         match &self.alloc {
             Some(a) => json!(a.stats().to_map(self.version.0 >= 12)),
             None => json!({}),
+        }
+    }
+
+    /// A size taken from an estimate, once per kind of call.
+    pub(super) fn outcome_estimate(&mut self, what: &str, bytes: u64) {
+        match self.outcome.estimates.iter_mut().find(|e| e.what == what) {
+            Some(e) => e.calls += 1,
+            None => self.outcome.estimates.push(Estimate {
+                what: what.to_string(),
+                bytes,
+                calls: 1,
+            }),
         }
     }
 
