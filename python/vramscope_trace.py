@@ -862,6 +862,7 @@ def _install_modes(torch):
                 _after_op(func, shapes)
             return out
 
+    _foreach_on_meta(torch)
     _checkpoint_metadata(torch, cuda)
     _state.relabel = Relabel()
     _state.allocations = Allocations()
@@ -1196,6 +1197,26 @@ def _contiguous_strides(shape):
         strides.append(acc)
         acc *= max(d, 1)
     return tuple(reversed(strides))
+
+
+def _foreach_on_meta(torch):
+    """The foreach kernels PyTorch runs for CUDA tensors run for the
+    simulated GPU's: code that groups tensors by their real device
+    (`clip_grad_norm_`'s `_group_tensors_by_device_and_dtype`) finds meta,
+    which PyTorch's list of foreach devices leaves out."""
+    try:
+        import torch.utils._foreach_utils as fu
+    except ImportError:
+        return
+    devices = getattr(fu, "_get_foreach_kernels_supported_devices", None)
+    if devices is None:
+        return
+
+    def supported() -> list[str]:
+        found = list(devices())
+        return found if "meta" in found else found + ["meta"]
+
+    fu._get_foreach_kernels_supported_devices = supported
 
 
 def _checkpoint_metadata(torch, cuda):

@@ -14,8 +14,9 @@ use super::rules::{reduce_shape, GEMM_OPS, REDUCTIONS, SDPA_BACKWARDS};
 use super::simulator::{ok, stack_at, str_at, tensor_arg, Reply, Simulator};
 use crate::engine::autograd::ScratchStep;
 use crate::engine::ops::attention::sdpa_backward_scratch;
+use crate::engine::ops::reduce_input::reduction_reads_as;
 use crate::engine::scratch::reduce_split::reduce_plan;
-use crate::engine::{CublasLtWorkspace, SdpaBackend};
+use crate::engine::{CublasLtWorkspace, DType, SdpaBackend};
 
 impl<W: Write> Simulator<W> {
     /// What the GPU's kernel takes beyond its outputs, for an op the
@@ -155,23 +156,59 @@ impl<W: Write> Simulator<W> {
     /// A reduction's staging buffers (the engine's `reduce_plan`), when the
     /// GPU's SMs are known and the pattern is one the engine models.
     fn reduction(&mut self, v: &Value) -> Result<Reply, TraceError> {
-        let Some((shape, Some(dtype), true)) = tensor_arg(v, 0) else {
+        let Some((shape, Some(dtype), contiguous)) = tensor_arg(v, 0) else {
             return Ok(ok());
         };
+        // sum and mean reduce `self.to(out dtype)` where it differs
+        // (`make_reduction_from_out_ty`, the engine's `reduce_whole_into`):
+        // a bool or integer sum is int64, read from an int64 copy.
+        let name = str_at(v, 1);
+        let out = if dtype.is_floating() {
+            dtype
+        } else {
+            DType::I64
+        };
+        let reads_as = if name == "sum" || name == "mean" {
+            reduction_reads_as(dtype, out)
+        } else {
+            dtype
+        };
+        let copy = reads_as != dtype;
+        if !contiguous && !copy {
+            return Ok(ok());
+        }
         // sum/mean take a list of dims; argmax/argmin one (None: all).
         let dims: Option<Vec<i64>> = v.get(3).and_then(|a| a.get(1)).and_then(|d| {
             d.as_array()
                 .map(|d| d.iter().filter_map(Value::as_i64).collect())
                 .or_else(|| d.as_i64().map(|x| vec![x]))
         });
+        let mut steps = Vec::new();
+        if copy {
+            steps.push(ScratchStep::Take(
+                shape.iter().product::<u64>() * reads_as.size(),
+            ));
+        }
         let device = self.rules.as_ref().and_then(|r| r.engine.reduce_device);
-        let (Some(device), Some(rs)) =
-            (device, reduce_shape(&shape, dims.as_deref(), dtype.size()))
-        else {
-            return Ok(ok());
-        };
-        let plan = reduce_plan(rs, device);
-        self.run_steps(plan.steps(), stack_at(v, 4))
+        if let (Some(device), Some(rs)) = (
+            device,
+            reduce_shape(&shape, dims.as_deref(), reads_as.size()),
+        ) {
+            let shift = usize::from(copy);
+            steps.extend(
+                reduce_plan(rs, device)
+                    .steps()
+                    .into_iter()
+                    .map(|s| match s {
+                        ScratchStep::Free(i) => ScratchStep::Free(i + shift),
+                        take => take,
+                    }),
+            );
+        }
+        if copy {
+            steps.push(ScratchStep::Free(0));
+        }
+        self.run_steps(steps, stack_at(v, 4))
     }
 
     /// A kernel's scratch, step by step; an OOM frees what was taken.
