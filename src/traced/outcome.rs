@@ -4,6 +4,8 @@
 
 use serde::Serialize;
 
+use super::replay::ReplayInfo;
+
 /// Something the trace could not follow, with the program's line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Untraced {
@@ -67,6 +69,8 @@ pub struct TraceOutcome {
     pub untraced: Vec<Untraced>,
     /// Sizes estimated, not measured (each said in the report).
     pub estimates: Vec<Estimate>,
+    /// Set when the run is a replay of saved requests (`--from`).
+    pub replay: Option<ReplayInfo>,
     /// Whether the program ever started CUDA (imported torch and used the GPU).
     pub cuda_started: bool,
     /// The program never connected (it did not import torch, or ran with

@@ -503,6 +503,11 @@ impl<W: Write> Simulator<W> {
         }
     }
 
+    /// The program's own line for a stack it defined.
+    pub(super) fn user_frame_of(&self, stack: u32) -> Option<String> {
+        self.stacks.get(stack as usize).and_then(|f| user_frame(f))
+    }
+
     /// A size taken from an estimate, once per kind of call.
     pub(super) fn outcome_estimate(&mut self, what: &str, bytes: u64) {
         match self.outcome.estimates.iter_mut().find(|e| e.what == what) {
