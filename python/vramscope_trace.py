@@ -97,9 +97,13 @@ class Channel:
         self.out.append(self._frame(obj))
 
     def ask(self, obj):
-        """Send everything buffered and `obj`, and wait for the answer."""
+        """Send everything buffered and `obj`, and wait for the answer. Any
+        message that waits may take memory (a workspace): the headroom for
+        storages sent without waiting ends here (the next malloc waits)."""
         if self.closed or os.getpid() != self.pid:
             raise TraceError("vramscope trace: the channel to vramscope is closed")
+        if _state is not None:
+            _state.room_count = 0
         with self.lock:
             self.out.append(self._frame(obj))
             self._flush()
@@ -232,6 +236,9 @@ class _State:
         self.cudnn = reply.get("cudnn", {})
         # Set while SDPA's math backend runs (see Allocations).
         self.math_sdpa = False
+        # Storages the program may send without waiting (`_malloc`).
+        self.room_bytes = 0
+        self.room_count = 0
         self.autocast = reply.get("autocast", {})
 
 
@@ -256,6 +263,22 @@ def _activate(torch, path):
     _install_modes(torch)
     atexit.register(_at_exit)
     _wrap_excepthook()
+
+
+class paused:
+    """`with vramscope_trace.paused():` runs its body on PyTorch's plain meta
+    device, the helper's modes off (its benchmark's baseline,
+    benches/trace/op_cost.py): nothing in it is traced."""
+
+    def __enter__(self):
+        _state.relabel.__exit__(None, None, None)
+        _state.allocations.__exit__(None, None, None)
+        return self
+
+    def __exit__(self, *exc):
+        _state.allocations.__enter__()
+        _state.relabel.__enter__()
+        return False
 
 
 def _forked():
@@ -319,10 +342,20 @@ def _malloc(t):
         _lazy_init()
     if _DEBUG:
         print(f"vramscope trace:   malloc {n}", file=sys.stderr)
-    r = _chan.ask(["m", cd, n, _stack()])
-    if r[0] != "ok":
-        raise _oom(r[1])
-    _state.live[cd] = weakref.ref(s, lambda _wr, cd=cd: _free(cd))
+    st = _state
+    if st.room_count > 0 and n <= st.room_bytes:
+        # Within the headroom vramscope gave: it cannot run out of memory,
+        # so it goes with the next message that waits.
+        st.room_count -= 1
+        st.room_bytes -= n
+        _chan.post(["ma", cd, n, _stack()])
+    else:
+        r = _chan.ask(["m", cd, n, _stack()])
+        if r[0] != "ok":
+            raise _oom(r[1])
+        if len(r) > 2:
+            st.room_bytes, st.room_count = r[1], r[2]
+    st.live[cd] = weakref.ref(s, lambda _wr, cd=cd: _free(cd))
 
 
 def _free(cd):
@@ -419,7 +452,12 @@ def _shapes(args):
     T = _state.torch.Tensor
 
     def one(a):
-        return {"shape": list(a.shape), "dtype": str(a.dtype)[6:], "contiguous": a.is_contiguous()}
+        return {
+            "shape": list(a.shape),
+            "stride": list(a.stride()),
+            "dtype": str(a.dtype)[6:],
+            "contiguous": a.is_contiguous(),
+        }
 
     out = []
     for a in args:

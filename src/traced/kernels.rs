@@ -11,9 +11,10 @@ use serde_json::{json, Value};
 use super::error::TraceError;
 use super::plans::Stage;
 use super::rules::{reduce_shape, GEMM_OPS, REDUCTIONS, SDPA_BACKWARDS};
-use super::simulator::{ok, stack_at, str_at, tensor_arg, Reply, Simulator};
+use super::simulator::{ok, stack_at, str_at, strides_at, tensor_arg, Reply, Simulator};
 use crate::engine::autograd::ScratchStep;
 use crate::engine::ops::attention::sdpa_backward_scratch;
+use crate::engine::ops::matmul::cublas_takes_as_is;
 use crate::engine::ops::reduce_input::reduction_reads_as;
 use crate::engine::scratch::reduce_split::reduce_plan;
 use crate::engine::{CublasLtWorkspace, DType, SdpaBackend};
@@ -258,6 +259,37 @@ impl<W: Write> Simulator<W> {
         let take = |me: &mut Self, bytes: u64| -> Result<Result<u64, String>, TraceError> {
             me.malloc(bytes, stack)
         };
+        // Operands cuBLAS cannot take as they are: cloned for the call.
+        let operands: &[usize] = match name.as_str() {
+            "mm" => &[0, 1],
+            "addmm" => &[1, 2],
+            _ => &[],
+        };
+        let mut copies = Vec::new();
+        for &i in operands {
+            let (Some((shape, dtype, _)), Some(strides)) = (tensor_arg(v, i), strides_at(v, i))
+            else {
+                continue;
+            };
+            let (Ok(sizes), Ok(strides)) = (
+                <[u64; 2]>::try_from(shape.as_slice()),
+                <[u64; 2]>::try_from(strides.as_slice()),
+            ) else {
+                continue;
+            };
+            if !cublas_takes_as_is(sizes, strides) {
+                let bytes = sizes[0] * sizes[1] * dtype.map_or(4, DType::size);
+                match take(self, bytes)? {
+                    Ok(a) => copies.push(a),
+                    Err(m) => {
+                        for a in copies {
+                            self.free_block(a)?;
+                        }
+                        return Ok(Some(json!(["oom", m])));
+                    }
+                }
+            }
+        }
         if lt && rules.lt_rule() == CublasLtWorkspace::Transient {
             match take(self, rules.lt_bytes())? {
                 Ok(a) => transient.push(a),
@@ -286,7 +318,7 @@ impl<W: Write> Simulator<W> {
                 Err(m) => return Ok(Some(json!(["oom", m]))),
             }
         }
-        for a in transient {
+        for a in transient.into_iter().chain(copies) {
             self.free_block(a)?;
         }
         Ok(ok())

@@ -128,7 +128,7 @@ fn place(sim_stack: Option<String>, index: u64) -> String {
 /// `out`: 5th).
 fn stack_id(message: &Value) -> Option<u32> {
     let i = match kind_of(message) {
-        "m" => 3,
+        "m" | "ma" => 3,
         "op" | "before" | "out" => 4,
         _ => return None,
     };
@@ -233,6 +233,7 @@ pub fn replay(
         conf: opts.conf.clone().or_else(|| recorded_conf.clone()),
     };
     let mut sim = Simulator::new(sim_opts, sink, command);
+    sim.replaying = true;
     let mut info = ReplayInfo {
         from: at.clone(),
         recorded_gpu: recorded_gpu.clone(),
@@ -255,14 +256,25 @@ pub fn replay(
             return Err(bad(format!("frame {index} is not [message, answer]")));
         };
         let mut message = message.clone();
-        if kind_of(&message) == "m" {
+        if matches!(kind_of(&message), "m" | "ma") {
             let n = message.get(2).and_then(Value::as_u64);
             if let Some(k) = resized.iter().position(|(old, _)| Some(*old) == n) {
                 message[2] = json!(resized.remove(k).1);
             }
         }
         info.requests += 1;
+        let ooms = sim.ooms();
         let now = sim.handle(index, &message)?;
+        if kind_of(&message) == "ma" && sim.ooms() > ooms {
+            // Sent without waiting where it fit; here it does not.
+            let where_ = place(stack_id(&message).and_then(|s| sim.user_frame_of(s)), index);
+            info.stopped = Some(format!(
+                "at {where_}: the recorded run went ahead where this one ran out of memory, so the \
+                 program would go on otherwise from here; run it under this GPU and config to see \
+                 what follows"
+            ));
+            break;
+        }
         let (Some(now), false) = (now, recorded.is_null()) else {
             continue;
         };

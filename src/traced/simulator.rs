@@ -40,6 +40,10 @@ pub struct SimOptions {
     pub conf: Option<String>,
 }
 
+/// The largest segment a mid-size request can make (allocator.md §3): the
+/// unit of the headroom's count.
+const HEADROOM_SEGMENT: u64 = 20 << 20;
+
 /// A request's answer: the reply to send, if the request waits for one.
 pub(super) type Reply = Option<Value>;
 
@@ -68,6 +72,9 @@ pub struct Simulator<W: Write> {
     pub(super) pending: Vec<Option<u64>>,
     /// The planned call under way, between its `before` and its `op`.
     pub(super) plan: Option<KernelPlan>,
+    /// Replaying saved requests: a storage sent without waiting may not
+    /// fit here (the replay stops there), which is no fault.
+    pub(super) replaying: bool,
     stacks: Vec<Frames>,
     events: Vec<AllocEvent>,
     pid: u64,
@@ -119,6 +126,17 @@ pub(super) fn tensor_arg(v: &Value, i: usize) -> Option<(Vec<u64>, Option<DType>
     Some((shape, dtype, contiguous))
 }
 
+/// Argument `i`'s strides, when it is a tensor the helper sent them for.
+pub(super) fn strides_at(v: &Value, i: usize) -> Option<Vec<u64>> {
+    v.get(3)?
+        .get(i)?
+        .get("stride")?
+        .as_array()?
+        .iter()
+        .map(Value::as_u64)
+        .collect()
+}
+
 pub(super) fn ok() -> Reply {
     Some(json!(["ok"]))
 }
@@ -141,6 +159,7 @@ impl<W: Write> Simulator<W> {
             ws: Workspaces::default(),
             pending: Vec::new(),
             plan: None,
+            replaying: false,
             stacks: Vec::new(),
             events: Vec::new(),
             pid: 0,
@@ -157,6 +176,7 @@ impl<W: Write> Simulator<W> {
             .ok_or_else(|| bad(index, "not an array starting with its kind"))?;
         match kind {
             "m" => self.malloc_request(index, v),
+            "ma" => self.malloc_posted(index, v),
             "f" => {
                 let cd = u64_at(v, 1, index)?;
                 self.free(cd)?;
@@ -396,6 +416,8 @@ impl<W: Write> Simulator<W> {
         }
     }
 
+    /// `m`: a storage the program waits on (it may not fit), answered with
+    /// the headroom for the ones it may then send without waiting (`ma`).
     fn malloc_request(&mut self, index: u64, v: &Value) -> Result<Reply, TraceError> {
         let cd = u64_at(v, 1, index)?;
         let bytes = u64_at(v, 2, index)?;
@@ -404,10 +426,51 @@ impl<W: Write> Simulator<W> {
             Ok(addr) => {
                 self.outcome.allocations += 1;
                 self.storages.insert(cd, addr);
-                json!(["ok"])
+                let (room, count) = self.headroom()?;
+                json!(["ok", room, count])
             }
             Err(message) => json!(["oom", message]),
         }))
+    }
+
+    /// `ma`: a storage sent within the headroom, which cannot run out of
+    /// memory; should it (a fault of the headroom), the trace says so.
+    fn malloc_posted(&mut self, index: u64, v: &Value) -> Result<Reply, TraceError> {
+        let cd = u64_at(v, 1, index)?;
+        let bytes = u64_at(v, 2, index)?;
+        match self.malloc(bytes, stack_at(v, 3))? {
+            Ok(addr) => {
+                self.outcome.allocations += 1;
+                self.storages.insert(cd, addr);
+            }
+            Err(_) if self.replaying => {}
+            Err(message) => self.outcome.untraced.push(Untraced {
+                what: format!("a {bytes} B storage sent without waiting"),
+                why: message,
+                at: None,
+                instead: "the program did not get its OOM: vramscope's headroom was wrong (a bug)"
+                    .into(),
+            }),
+        }
+        Ok(None)
+    }
+
+    /// How much the program may allocate before it must wait again: storages
+    /// of at most `room` bytes in all and `count` in number cannot run out of
+    /// memory, whatever the cache holds. Each takes at most a segment of
+    /// 2·size + 20 MiB (size rounding, `roundup_power2_divisions` at most
+    /// doubling, a 20 MiB segment for a mid-size request; allocator.md §3),
+    /// and 2·room + 20 MiB·count stays within half the memory the device and
+    /// the fraction leave.
+    fn headroom(&mut self) -> Result<(u64, u64), TraceError> {
+        let a = self.allocator()?;
+        let (device_free, _) = a.device().mem_get_info();
+        let free = match a.memory_fraction_limit() {
+            Some(limit) => device_free.min(limit.saturating_sub(a.reserved_total())),
+            None => device_free,
+        };
+        let half = free / 2;
+        Ok((half / 4, half / 2 / HEADROOM_SEGMENT))
     }
 
     fn free(&mut self, cd: u64) -> Result<(), TraceError> {
@@ -501,6 +564,11 @@ impl<W: Write> Simulator<W> {
             Some(a) => json!(a.stats().to_map(self.version.0 >= 12)),
             None => json!({}),
         }
+    }
+
+    /// OOMs so far.
+    pub(super) fn ooms(&self) -> u64 {
+        self.outcome.ooms
     }
 
     /// The program's own line for a stack it defined.
