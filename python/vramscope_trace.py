@@ -96,6 +96,13 @@ class Channel:
             return
         self.out.append(self._frame(obj))
 
+    def post_raw(self, body):
+        """`post` for a message already written as JSON bytes (the frees and
+        storages of every op, where json.dumps would cost more than the op)."""
+        if self.closed or os.getpid() != self.pid:
+            return
+        self.out.append(struct.pack("<I", len(body)) + body)
+
     def ask(self, obj):
         """Send everything buffered and `obj`, and wait for the answer. Any
         message that waits may take memory (a workspace): the headroom for
@@ -239,6 +246,8 @@ class _State:
         # Storages the program may send without waiting (`_malloc`).
         self.room_bytes = 0
         self.room_count = 0
+        # (op, autograd thread) vramscope said take nothing more (`_after_op`).
+        self.quiet = set()
         self.autocast = reply.get("autocast", {})
 
 
@@ -306,14 +315,23 @@ def _lazy_init():
         raise RuntimeError(r[1])
 
 
+# code object -> whether its frames are the program's (not the helper's or
+# the modes' machinery): decided once per function.
+_OWN = {}
+
+
 def _stack():
     """The Python stack here, innermost first, as an interned id."""
     f = sys._getframe(2)
     key = []
+    own = _OWN
     while f is not None and len(key) < MAX_STACK:
         co = f.f_code
-        fn = co.co_filename
-        if fn != _HERE and not fn.endswith(_MACHINERY):
+        keep = own.get(co)
+        if keep is None:
+            fn = co.co_filename
+            keep = own[co] = fn != _HERE and not fn.endswith(_MACHINERY)
+        if keep:
             key.append((co, f.f_lineno))
         f = f.f_back
     key = tuple(key)
@@ -348,7 +366,7 @@ def _malloc(t):
         # so it goes with the next message that waits.
         st.room_count -= 1
         st.room_bytes -= n
-        _chan.post(["ma", cd, n, _stack()])
+        _chan.post_raw(b'["ma",%d,%d,%d]' % (cd, n, _stack()))
     else:
         r = _chan.ask(["m", cd, n, _stack()])
         if r[0] != "ok":
@@ -360,7 +378,7 @@ def _malloc(t):
 
 def _free(cd):
     if _state.live.pop(cd, None) is not None and not _forked_guard():
-        _chan.post(["f", cd])
+        _chan.post_raw(b'["f",%d]' % cd)
 
 
 def _register(out, host=None):
@@ -415,9 +433,35 @@ def _after_op(func, shapes):
     tensors' shapes and dtypes; vramscope allocates what the kernel would."""
     if not _state.initialized:
         _lazy_init()
-    r = _chan.ask(["op", func._opname, _in_backward(), shapes, _stack()])
+    st = _state
+    key = (func, _in_backward())
+    if key in st.quiet:
+        # vramscope said this op takes nothing more on this thread but
+        # clones of its arguments: within the headroom it need not wait.
+        n = _arg_bytes(shapes)
+        if st.room_count > 1 and n <= st.room_bytes:
+            st.room_count -= 2
+            st.room_bytes -= n
+            _chan.post(["oa", func._opname, key[1], shapes, _stack()])
+            return
+    r = _chan.ask(["op", func._opname, key[1], shapes, _stack()])
     if r[0] != "ok":
         raise _oom(r[1])
+    if len(r) > 1 and isinstance(r[1], dict) and r[1].get("quiet"):
+        st.quiet.add(key)
+
+
+def _arg_bytes(shapes):
+    """At most the bytes of an op's tensor arguments as `_shapes` wrote
+    them (16 bytes an element: no dtype is wider)."""
+    total = 0
+    for a in shapes:
+        if isinstance(a, dict):
+            n = 16
+            for d in a["shape"]:
+                n *= d
+            total += n
+    return total
 
 
 def _before_op(func, shapes):
@@ -853,6 +897,13 @@ def _install_modes(torch):
         )
 
     class Allocations(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls):
+            # torch.compile runs eagerly under the trace (`_compile_eagerly`),
+            # so dynamo never meets this mode: its guard around every op
+            # (`torch._disable_dynamo`) would only cost time.
+            return False
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if func is add_tensor:
                 out = accumulate(args, kwargs)
@@ -901,6 +952,7 @@ def _install_modes(torch):
             return out
 
     _foreach_on_meta(torch)
+    _compile_eagerly(torch)
     _checkpoint_metadata(torch, cuda)
     _state.relabel = Relabel()
     _state.allocations = Allocations()
@@ -1235,6 +1287,31 @@ def _contiguous_strides(shape):
         strides.append(acc)
         acc *= max(d, 1)
     return tuple(reversed(strides))
+
+
+def _compile_eagerly(torch):
+    """`torch.compile` returns what it was given: the program runs eagerly,
+    and the report says so once (a compiled graph fuses kernels, so its
+    intermediate tensors may be fewer than the eager ones traced here)."""
+    said = []
+
+    def compile(model=None, **kwargs):
+        if not said:
+            said.append(True)
+            _chan.post(
+                [
+                    "untraced",
+                    "torch.compile",
+                    "compiled kernels are not simulated",
+                    _stack(),
+                    "ran the model eagerly (every eager op traced; a compiled graph may fuse some away)",
+                ]
+            )
+        if model is None:
+            return lambda m: m
+        return model
+
+    torch.compile = compile
 
 
 def _foreach_on_meta(torch):

@@ -297,30 +297,47 @@ impl<W: Write> Simulator<W> {
             }
         }
         let cublas = rules.cublas_bytes();
+        let mut failed = None;
         if cublas > 0 {
-            if rules.cublas_cached() {
-                if self.ws.cublas[thread].is_none() {
-                    match take(self, cublas)? {
-                        Ok(a) => self.ws.cublas[thread] = Some(a),
-                        Err(m) => return Ok(Some(json!(["oom", m]))),
-                    }
-                }
-            } else {
+            if !rules.cublas_cached() {
                 match take(self, cublas)? {
                     Ok(a) => transient.insert(0, a),
-                    Err(m) => return Ok(Some(json!(["oom", m]))),
+                    Err(m) => failed = Some(m),
+                }
+            } else if self.ws.cublas[thread].is_none() {
+                match take(self, cublas)? {
+                    Ok(a) => self.ws.cublas[thread] = Some(a),
+                    Err(m) => failed = Some(m),
                 }
             }
         }
-        if lt && rules.lt_rule() == CublasLtWorkspace::Cached && self.ws.lt[thread].is_none() {
+        let lt_cached = rules.lt_rule() == CublasLtWorkspace::Cached;
+        if failed.is_none() && lt && lt_cached && self.ws.lt[thread].is_none() {
             match take(self, rules.lt_bytes())? {
                 Ok(a) => self.ws.lt[thread] = Some(a),
-                Err(m) => return Ok(Some(json!(["oom", m]))),
+                Err(m) => failed = Some(m),
             }
+        }
+        if let Some(m) = failed {
+            for a in transient.into_iter().chain(copies) {
+                self.free_block(a)?;
+            }
+            return Ok(Some(json!(["oom", m])));
         }
         for a in transient.into_iter().chain(copies) {
             self.free_block(a)?;
         }
-        Ok(ok())
+        // From here a GEMM on this thread takes no workspace (both cached):
+        // at most clones of its operands, which the helper counts against
+        // its headroom, so it need not wait (`quiet`).
+        // (Any addmm may be Linear's epilogue, which takes the cuBLASLt one.)
+        let lt_ready = name != "addmm"
+            || rules.lt_rule() == CublasLtWorkspace::Unified
+            || (lt_cached && self.ws.lt[thread].is_some());
+        let quiet = rules.cublas_cached()
+            && (cublas == 0 || self.ws.cublas[thread].is_some())
+            && rules.lt_rule() != CublasLtWorkspace::Transient
+            && lt_ready;
+        Ok(Some(json!(["ok", {"quiet": quiet}])))
     }
 }

@@ -129,7 +129,7 @@ fn place(sim_stack: Option<String>, index: u64) -> String {
 fn stack_id(message: &Value) -> Option<u32> {
     let i = match kind_of(message) {
         "m" | "ma" => 3,
-        "op" | "before" | "out" => 4,
+        "op" | "oa" | "before" | "out" => 4,
         _ => return None,
     };
     message
@@ -265,7 +265,7 @@ pub fn replay(
         info.requests += 1;
         let ooms = sim.ooms();
         let now = sim.handle(index, &message)?;
-        if kind_of(&message) == "ma" && sim.ooms() > ooms {
+        if matches!(kind_of(&message), "ma" | "oa") && sim.ooms() > ooms {
             // Sent without waiting where it fit; here it does not.
             let where_ = place(stack_id(&message).and_then(|s| sim.user_frame_of(s)), index);
             info.stopped = Some(format!(

@@ -184,6 +184,22 @@ impl<W: Write> Simulator<W> {
             }
             "s" => self.define_stack(index, v),
             "op" => self.after_op(v),
+            "oa" => {
+                // An op the helper sent without waiting (a quiet GEMM within
+                // its headroom): it cannot run out of memory.
+                let r = self.after_op(v)?;
+                if let Some(a) = r.filter(|a| a[0] != "ok") {
+                    if !self.replaying {
+                        self.outcome.untraced.push(Untraced {
+                            what: format!("{} sent without waiting", str_at(v, 1)),
+                            why: a.to_string(),
+                            at: None,
+                            instead: "the program did not get its OOM: vramscope's headroom was wrong (a bug)".into(),
+                        });
+                    }
+                }
+                Ok(None)
+            }
             "before" => self.before_op(v),
             "out" => self.after_output(v),
             "sdpa" => Ok(self.sdpa(v)),
@@ -596,7 +612,10 @@ impl<W: Write> Simulator<W> {
             what: str_at(v, 1),
             why: str_at(v, 2),
             at,
-            instead: "nothing: the op raised NotImplementedError in the program, which decides what follows".into(),
+            instead: v.get(4).and_then(Value::as_str).map_or_else(
+                || "nothing: the op raised NotImplementedError in the program, which decides what follows".into(),
+                String::from,
+            ),
         });
     }
 
