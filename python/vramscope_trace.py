@@ -756,8 +756,8 @@ def _install_modes(torch):
             grads = _tensor_or_tensors_to_tuple(a.get("grad_outputs"), len(t_outputs))
             grads = _make_grads(t_outputs, grads, is_grads_batched=False)
             result = _engine_run_backward(
-                t_outputs, grads, retain_graph, create_graph, inputs,
-                allow_unused=allow_unused, accumulate_grad=False,
+                t_outputs, grads, retain_graph, create_graph, inputs, allow_unused,
+                accumulate_grad=False,
             )
             if materialize:
                 result = tuple(

@@ -340,10 +340,12 @@ fn print_outcome(o: &TraceOutcome) {
         format_size(o.reserved)
     );
     sayln!(
-        "{} optimizer steps, {} allocations, {} OOMs",
+        "{} optimizer steps, {} allocations, {} OOMs; {} of the program's messages waited for vramscope, {} did not",
         o.steps,
         format_count(o.allocations),
-        o.ooms
+        o.ooms,
+        format_count(o.waited),
+        format_count(o.posted)
     );
     if let Some(e) = &o.exception {
         sayln!("the program raised {}: {}", e.kind, e.message);

@@ -60,6 +60,10 @@ pub struct TraceOutcome {
     pub command: Vec<String>,
     pub steps: u64,
     pub allocations: u64,
+    /// The program's messages that waited for an answer, and those sent
+    /// without waiting (frees, storages within the headroom, stacks, steps).
+    pub waited: u64,
+    pub posted: u64,
     pub ooms: u64,
     /// Why the trace ended (`the program ended`, `stopped after 3 optimizer steps`).
     pub ended: Option<String>,

@@ -170,6 +170,16 @@ impl<W: Write> Simulator<W> {
 
     /// One request; `index` counts the program's messages (for errors).
     pub fn handle(&mut self, index: u64, v: &Value) -> Result<Reply, TraceError> {
+        let reply = self.handle_one(index, v)?;
+        if reply.is_some() {
+            self.outcome.waited += 1;
+        } else {
+            self.outcome.posted += 1;
+        }
+        Ok(reply)
+    }
+
+    fn handle_one(&mut self, index: u64, v: &Value) -> Result<Reply, TraceError> {
         let kind = v
             .get(0)
             .and_then(Value::as_str)
