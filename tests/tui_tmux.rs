@@ -742,8 +742,9 @@ fn python_with_torch() -> String {
 
 /// `vramscope trace` in a real 80×24 terminal: a tiny training script runs
 /// on the simulated GPU, the map and the program's own lines show, the
-/// status says it ended after the steps asked, and `q` leaves with the
-/// trace's summary printed after the terminal is restored.
+/// status says the stream is all in, and `q` leaves with the trace's
+/// summary (stopped after the steps asked) printed after the terminal is
+/// restored.
 #[test]
 #[ignore = "needs PyTorch (pip install torch==2.11.*)"]
 fn trace_a_script_in_a_real_terminal_at_80x24() {
@@ -775,9 +776,14 @@ fn trace_a_script_in_a_real_terminal_at_80x24() {
             script.display()
         ),
     );
+    // The stream is all in (the program stopped after its steps): the
+    // status says done, and the map's title names the simulated GPU.
     let ended = wait_for(
         &session,
-        |s| s.contains("Memory map") && s.contains("the job ended"),
+        |s| {
+            s.contains("Memory map · trace · H100-SXM-80GB")
+                && s.lines().next().is_some_and(|l| l.contains("done"))
+        },
         Duration::from_secs(120),
     );
     tmux(&["send-keys", "-t", &session, "S"]).expect("S");
@@ -790,7 +796,7 @@ fn trace_a_script_in_a_real_terminal_at_80x24() {
     let quit = quit_cleanly(&session);
     cleanup();
     let Some(screen) = ended else {
-        panic!("the map, and the status saying the program ended\n{last}");
+        panic!("the map, and the status saying the stream is all in\n{last}");
     };
     assert!(
         screen.lines().all(|l| l.chars().count() <= 80),
