@@ -96,10 +96,21 @@ class Channel:
             return
         self.out.append(self._frame(obj))
 
+    def post_raw(self, body):
+        """`post` for a message already written as JSON bytes (the frees and
+        storages of every op, where json.dumps would cost more than the op)."""
+        if self.closed or os.getpid() != self.pid:
+            return
+        self.out.append(struct.pack("<I", len(body)) + body)
+
     def ask(self, obj):
-        """Send everything buffered and `obj`, and wait for the answer."""
+        """Send everything buffered and `obj`, and wait for the answer. Any
+        message that waits may take memory (a workspace): the headroom for
+        storages sent without waiting ends here (the next malloc waits)."""
         if self.closed or os.getpid() != self.pid:
             raise TraceError("vramscope trace: the channel to vramscope is closed")
+        if _state is not None:
+            _state.room_count = 0
         with self.lock:
             self.out.append(self._frame(obj))
             self._flush()
@@ -227,6 +238,16 @@ class _State:
         self.before_ops = set(reply.get("before_ops", []))
         self.host_outputs = {k: set(v) for k, v in reply.get("host_outputs", {}).items()}
         self.sdpa = reply.get("sdpa", True)
+        self.staged_ops = set(reply.get("staged_ops", []))
+        self.register_order = {k: list(v) for k, v in reply.get("register_order", {}).items()}
+        self.cudnn = reply.get("cudnn", {})
+        # Set while SDPA's math backend runs (see Allocations).
+        self.math_sdpa = False
+        # Storages the program may send without waiting (`_malloc`).
+        self.room_bytes = 0
+        self.room_count = 0
+        # (op, autograd thread) vramscope said take nothing more (`_after_op`).
+        self.quiet = set()
         self.autocast = reply.get("autocast", {})
 
 
@@ -251,6 +272,22 @@ def _activate(torch, path):
     _install_modes(torch)
     atexit.register(_at_exit)
     _wrap_excepthook()
+
+
+class paused:
+    """`with vramscope_trace.paused():` runs its body on PyTorch's plain meta
+    device, the helper's modes off (its benchmark's baseline,
+    benches/trace/op_cost.py): nothing in it is traced."""
+
+    def __enter__(self):
+        _state.relabel.__exit__(None, None, None)
+        _state.allocations.__exit__(None, None, None)
+        return self
+
+    def __exit__(self, *exc):
+        _state.allocations.__enter__()
+        _state.relabel.__enter__()
+        return False
 
 
 def _forked():
@@ -278,14 +315,23 @@ def _lazy_init():
         raise RuntimeError(r[1])
 
 
+# code object -> whether its frames are the program's (not the helper's or
+# the modes' machinery): decided once per function.
+_OWN = {}
+
+
 def _stack():
     """The Python stack here, innermost first, as an interned id."""
     f = sys._getframe(2)
     key = []
+    own = _OWN
     while f is not None and len(key) < MAX_STACK:
         co = f.f_code
-        fn = co.co_filename
-        if fn != _HERE and not fn.endswith(_MACHINERY):
+        keep = own.get(co)
+        if keep is None:
+            fn = co.co_filename
+            keep = own[co] = fn != _HERE and not fn.endswith(_MACHINERY)
+        if keep:
             key.append((co, f.f_lineno))
         f = f.f_back
     key = tuple(key)
@@ -314,15 +360,25 @@ def _malloc(t):
         _lazy_init()
     if _DEBUG:
         print(f"vramscope trace:   malloc {n}", file=sys.stderr)
-    r = _chan.ask(["m", cd, n, _stack()])
-    if r[0] != "ok":
-        raise _oom(r[1])
-    _state.live[cd] = weakref.ref(s, lambda _wr, cd=cd: _free(cd))
+    st = _state
+    if st.room_count > 0 and n <= st.room_bytes:
+        # Within the headroom vramscope gave: it cannot run out of memory,
+        # so it goes with the next message that waits.
+        st.room_count -= 1
+        st.room_bytes -= n
+        _chan.post_raw(b'["ma",%d,%d,%d]' % (cd, n, _stack()))
+    else:
+        r = _chan.ask(["m", cd, n, _stack()])
+        if r[0] != "ok":
+            raise _oom(r[1])
+        if len(r) > 2:
+            st.room_bytes, st.room_count = r[1], r[2]
+    st.live[cd] = weakref.ref(s, lambda _wr, cd=cd: _free(cd))
 
 
 def _free(cd):
     if _state.live.pop(cd, None) is not None and not _forked_guard():
-        _chan.post(["f", cd])
+        _chan.post_raw(b'["f",%d]' % cd)
 
 
 def _register(out, host=None):
@@ -336,13 +392,34 @@ def _register(out, host=None):
         return
     if isinstance(out, (tuple, list)):
         for o in out:
-            if isinstance(o, T):
-                if o.is_meta:
-                    _malloc(o)
-            elif isinstance(o, (tuple, list)):
-                for p in o:
-                    if isinstance(p, T) and p.is_meta:
-                        _malloc(p)
+            _register_one(o)
+
+
+def _register_one(o):
+    T = _state.torch.Tensor
+    if isinstance(o, T):
+        if o.is_meta:
+            _malloc(o)
+    elif isinstance(o, (tuple, list)):
+        for p in o:
+            if isinstance(p, T) and p.is_meta:
+                _malloc(p)
+
+
+def _register_staged(func, out, shapes, order=None):
+    """Outputs one at a time, in the order the GPU's kernel makes them
+    (vramscope's `register_order`), each followed by vramscope's word on
+    what the kernel takes beside it (`["out", op, i, …]`: a workspace
+    between two outputs, for one)."""
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    name = func._opname
+    for i in order if order is not None else range(len(outs)):
+        if i >= len(outs):
+            continue
+        _register_one(outs[i])
+        r = _chan.ask(["out", name, _in_backward(), shapes, _stack(), i])
+        if r[0] != "ok":
+            raise _oom(r[1])
 
 
 def _in_backward():
@@ -350,39 +427,92 @@ def _in_backward():
     return node is not None
 
 
-def _after_op(func, args, out):
+def _after_op(func, shapes):
     """The CUDA rules meta does not show, for the ops vramscope names
     (`after_ops`): the op's name, whether autograd's thread runs it, and its
     tensors' shapes and dtypes; vramscope allocates what the kernel would."""
     if not _state.initialized:
         _lazy_init()
-    r = _chan.ask(["op", func._opname, _in_backward(), _shapes(args), _stack()])
+    st = _state
+    key = (func, _in_backward())
+    if key in st.quiet:
+        # vramscope said this op takes nothing more on this thread but
+        # clones of its arguments: within the headroom it need not wait.
+        n = _arg_bytes(shapes)
+        if st.room_count > 1 and n <= st.room_bytes:
+            st.room_count -= 2
+            st.room_bytes -= n
+            _chan.post(["oa", func._opname, key[1], shapes, _stack()])
+            return
+    r = _chan.ask(["op", func._opname, key[1], shapes, _stack()])
     if r[0] != "ok":
         raise _oom(r[1])
+    if len(r) > 1 and isinstance(r[1], dict) and r[1].get("quiet"):
+        st.quiet.add(key)
 
 
-def _before_op(func, args):
+def _arg_bytes(shapes):
+    """At most the bytes of an op's tensor arguments as `_shapes` wrote
+    them (16 bytes an element: no dtype is wider)."""
+    total = 0
+    for a in shapes:
+        if isinstance(a, dict):
+            n = 16
+            for d in a["shape"]:
+                n *= d
+            total += n
+    return total
+
+
+def _before_op(func, shapes):
     """Scratch a CUDA kernel takes before its outputs (vramscope's
-    `before_ops`); the op's report after it runs frees what is left."""
+    `before_ops`); the op's report after it runs frees what is left. The
+    answer may size outputs the meta kernel cannot (`sizes`: output index →
+    bytes, a cuDNN RNN's reserve)."""
     if not _state.initialized:
         _lazy_init()
-    r = _chan.ask(["before", func._opname, _in_backward(), _shapes(args), _stack()])
+    r = _chan.ask(["before", func._opname, _in_backward(), shapes, _stack()])
     if r[0] != "ok":
         raise _oom(r[1])
+    return r[1] if len(r) > 1 else None
+
+
+def _resized(out, sizes):
+    """The outputs vramscope sized (`sizes`): a byte tensor of that many
+    bytes stands for the meta kernel's (whose size it could not know)."""
+    torch = _state.torch
+    out = list(out)
+    for k, n in sizes.items():
+        i = int(k)
+        if i < len(out):
+            out[i] = torch.empty(int(n), dtype=torch.uint8, device=_state.meta)
+    return tuple(out)
 
 
 def _shapes(args):
     """The op's arguments as vramscope reads them: a tensor as its shape,
-    dtype and contiguity; numbers and lists of numbers as they are."""
+    dtype and contiguity; numbers and lists of numbers as they are; a list
+    of tensors as a list of those."""
     T = _state.torch.Tensor
+
+    def one(a):
+        return {
+            "shape": list(a.shape),
+            "stride": list(a.stride()),
+            "dtype": str(a.dtype)[6:],
+            "contiguous": a.is_contiguous(),
+        }
+
     out = []
     for a in args:
         if isinstance(a, T):
-            out.append({"shape": list(a.shape), "dtype": str(a.dtype)[6:], "contiguous": a.is_contiguous()})
+            out.append(one(a))
         elif a is None or isinstance(a, (bool, int, float)):
             out.append(a)
-        elif isinstance(a, (list, tuple)) and all(isinstance(x, int) for x in a):
+        elif isinstance(a, (list, tuple)) and all(isinstance(x, (bool, int)) for x in a):
             out.append(list(a))
+        elif isinstance(a, (list, tuple)) and a and all(isinstance(x, T) for x in a):
+            out.append([one(x) for x in a])
         else:
             out.append(None)
     return out
@@ -593,6 +723,49 @@ def _install_modes(torch):
             a["tensors"], gradient, a.get("retain_graph"), a.get("create_graph", False), a.get("inputs")
         )
 
+    def h_grad(func, args, kwargs):
+        # torch.autograd.grad's body (torch/autograd/__init__.py), run with
+        # this mode on as backward() is: checkpoint recomputation and hooks
+        # see the simulated GPU.
+        names = (
+            "outputs", "inputs", "grad_outputs", "retain_graph", "create_graph",
+            "only_inputs", "allow_unused", "is_grads_batched", "materialize_grads",
+        )
+        a = dict(zip(names, args))
+        a.update(kwargs)
+        if a.get("is_grads_batched"):
+            with _state.relabel:
+                return func(*args, **kwargs)
+        outputs, inputs = a["outputs"], a["inputs"]
+        t_outputs = (outputs,) if isinstance(outputs, Tensor) else tuple(outputs)
+        if isinstance(inputs, (Tensor, torch.autograd.graph.GradientEdge)):
+            inputs = (inputs,)
+        else:
+            inputs = tuple(inputs)
+        create_graph = a.get("create_graph", False)
+        materialize = a.get("materialize_grads", False)
+        allow_unused = a.get("allow_unused")
+        if allow_unused is None:
+            allow_unused = materialize
+        if materialize and not allow_unused:
+            raise ValueError("Expected allow_unused to be True or not passed when materialize_grads=True, but got: allow_unused=False.")
+        retain_graph = a.get("retain_graph")
+        if retain_graph is None:
+            retain_graph = create_graph
+        with _state.relabel:
+            grads = _tensor_or_tensors_to_tuple(a.get("grad_outputs"), len(t_outputs))
+            grads = _make_grads(t_outputs, grads, is_grads_batched=False)
+            result = _engine_run_backward(
+                t_outputs, grads, retain_graph, create_graph, inputs, allow_unused,
+                accumulate_grad=False,
+            )
+            if materialize:
+                result = tuple(
+                    r if r is not None else torch.zeros_like(i, requires_grad=True)
+                    for r, i in zip(result, inputs)
+                )
+        return result
+
     def h_dropout(func, args, kwargs):
         # ATen's dropout takes the fused kernel (a bool mask) only for CUDA
         # inputs (`is_fused_kernel_acceptable`); on meta it would multiply by
@@ -634,6 +807,7 @@ def _install_modes(torch):
         torch.dropout: h_dropout,
         Tensor.backward: h_backward,
         torch.autograd.backward: h_autograd_backward,
+        torch.autograd.grad: h_grad,
         Tensor.data.__set__: h_set_data,
         Tensor.to: h_to,
         Tensor.cuda: h_cuda,
@@ -661,6 +835,7 @@ def _install_modes(torch):
     if sdpa is not None:
         handlers[F.scaled_dot_product_attention] = sdpa
     _autocast_handlers(torch, handlers)
+    _rnn_handlers(torch, handlers)
 
     class Relabel(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -673,7 +848,9 @@ def _install_modes(torch):
                 kwargs["device"] = meta
             return func(*args, **kwargs)
 
-    rules = {}  # op -> (reported after it runs, outputs kept on the host, reported before)
+    # op -> (reported after it runs, outputs kept on the host, reported
+    # before, outputs reported one by one, their order, composite to decompose)
+    rules = {}
 
     add_tensor = torch.ops.aten.add.Tensor
     use_count = torch._C._storage_Use_Count
@@ -696,33 +873,86 @@ def _install_modes(torch):
             return None
         return old.add_(new)
 
+    has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
+    impls = _meta_impls(torch)
+    inplace_add = torch.ops.aten.add_.Tensor
+    bump = torch.autograd.graph.increment_version
+
+    def rule_of(func):
+        name = getattr(func, "_opname", "")
+        full = func.name()
+        # A composite op reaches this mode undecomposed only where autograd's
+        # keys are off (inference_mode): on CUDA it runs its decomposition,
+        # whose ops (native_layer_norm's mean and rstd) the meta device's
+        # own kernel for the composite may leave out.
+        composite = has_kernel(full, "CompositeImplicitAutograd") and not has_kernel(full, "CUDA")
+        return (
+            name in _state.after_ops,
+            _state.host_outputs.get(name),
+            name in _state.before_ops,
+            name in _state.staged_ops,
+            _state.register_order.get(name),
+            composite,
+            name.startswith("_foreach_") and name.endswith("_"),
+        )
+
     class Allocations(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls):
+            # torch.compile runs eagerly under the trace (`_compile_eagerly`),
+            # so dynamo never meets this mode: its guard around every op
+            # (`torch._disable_dynamo`) would only cost time.
+            return False
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if func is add_tensor:
                 out = accumulate(args, kwargs)
                 if out is not None:
                     return out
+                if _state.math_sdpa and not kwargs and len(args) == 2:
+                    # Inside SDPA's math backend the mask is added in place
+                    # on CUDA; the `areAnyTensorSubclassLike` branch that
+                    # meta takes adds it out of place.
+                    return inplace_add(*args)
             rule = rules.get(func)
             if rule is None:
-                name = getattr(func, "_opname", "")
-                rule = rules[func] = (
-                    name in _state.after_ops,
-                    _state.host_outputs.get(name),
-                    name in _state.before_ops,
-                )
-            if rule[2]:
-                _before_op(func, args)
+                rule = rules[func] = rule_of(func)
+            if rule[5]:
+                with self:
+                    out = func.decompose(*args, **(kwargs or {}))
+                if out is not NotImplemented:
+                    return out
+            shapes = _shapes(args) if (rule[0] or rule[2] or rule[3]) else None
+            sizes = _before_op(func, shapes) if rule[2] else None
+            versions = [t._version for t in args[0]] if rule[6] and args else None
             try:
-                out = func(*args, **(kwargs or {}))
+                impl = impls.get(func)
+                out = impl(*args, **(kwargs or {})) if impl else func(*args, **(kwargs or {}))
             except NotImplementedError as e:
                 raise _untraceable(func, e) from None
+            if versions is not None:
+                # CUDA's in-place foreach kernels bump their first list's
+                # versions (`increment_version(tensors)`); the per-tensor
+                # path meta takes under a dispatch mode does not.
+                for t, v in zip(args[0], versions):
+                    if t._version == v:
+                        bump(t)
             if _DEBUG:
                 print(f"vramscope trace: {func}", file=sys.stderr)
-            _register(out, rule[1])
+            if sizes and sizes.get("sizes"):
+                out = _resized(out, sizes["sizes"])
+            if rule[3]:
+                _register_staged(func, out, shapes, rule[4])
+            elif rule[4]:
+                _register([out[i] for i in rule[4] if i < len(out)], rule[1])
+            else:
+                _register(out, rule[1])
             if rule[0]:
-                _after_op(func, args, out)
+                _after_op(func, shapes)
             return out
 
+    _foreach_on_meta(torch)
+    _compile_eagerly(torch)
     _checkpoint_metadata(torch, cuda)
     _state.relabel = Relabel()
     _state.allocations = Allocations()
@@ -921,6 +1151,189 @@ def _autocast_handlers(torch, handlers):
     handlers[F.cross_entropy] = cross_entropy
 
 
+def _meta_impls(torch):
+    """Meta kernels PyTorch lacks for ops a CUDA program runs: their
+    outputs' shapes, nothing else (what the GPU's kernel takes beside them
+    is vramscope's: `before`/`out`/`op`)."""
+    aten = torch.ops.aten
+    meta = _state.meta
+
+    def cudnn_rnn_backward(input, weight, weight_stride0, weight_buf, hx, cx, output,
+                           grad_output, grad_hy, grad_cy, mode, hidden_size, proj_size,
+                           num_layers, batch_first, dropout, train, bidirectional,
+                           batch_sizes, dropout_state, reserve, output_mask):
+        if grad_output is None and grad_hy is None and grad_cy is None:
+            return (None, None, None, [])
+        if not train:
+            raise RuntimeError("cudnn RNN backward can only be called in training mode")
+        dx = torch.empty(input.shape, dtype=input.dtype, device=meta)
+        dhx = torch.empty(hx.shape, dtype=hx.dtype, device=meta)
+        dcx = torch.empty(cx.shape, dtype=cx.dtype, device=meta) if cx is not None else None
+        dw = []
+        if output_mask[3]:
+            n = weight_buf.numel() if weight_buf is not None else sum(w.numel() for w in weight)
+            flat = torch.zeros(n, dtype=weight[0].dtype, device=meta)
+            off = 0
+            for w in weight:
+                dw.append(flat[off:off + w.numel()].view(w.shape))
+                off += w.numel()
+        return (dx, dhx, dcx, dw)
+
+    return {aten._cudnn_rnn_backward.default: cudnn_rnn_backward}
+
+
+# cuDNN's RNN modes (cudnnRNNMode_t), as torch.backends.cudnn.rnn names them.
+_RNN_MODES = {"rnn_relu": 0, "rnn_tanh": 1, "lstm": 2, "gru": 3}
+
+
+def _rnn_handlers(torch, handlers):
+    """nn.LSTM, nn.GRU and nn.RNN on the simulated GPU take cuDNN's path as
+    on a GPU: `flatten_parameters()` puts the weights in one buffer (at
+    `.cuda()`), and `_VF.lstm` & co. run `_cudnn_rnn` (its autograd node,
+    its reserve, its backward) instead of ATen's cell loop, which is all
+    meta can run by itself. cuDNN's buffers are vramscope's (`before`)."""
+    meta = _state.meta
+    cudnn = torch.backends.cudnn
+    # at::native::cudnn_is_acceptable: cuDNN's RNNs take these dtypes.
+    dtypes = (torch.float32, torch.float16, torch.float64)
+
+    def acceptable(x):
+        return (
+            isinstance(x, torch.Tensor) and x.is_meta and x.dtype in dtypes
+            and cudnn.enabled and x.numel() > 0
+        )
+
+    def weight_buf(params):
+        # try_get_weight_buf: the weights' one storage, when they lie in it
+        # in order from its start.
+        p0 = params[0]
+        st = p0.untyped_storage()
+        at = 0
+        for p in params:
+            if p.untyped_storage()._cdata != st._cdata or p.storage_offset() != at or not p.is_contiguous():
+                return None
+            at += p.numel()
+        n = st.nbytes() // p0.element_size()
+        buf = torch.empty(0, dtype=p0.dtype, device=meta).set_(st, 0, (n,), (1,))
+        return buf.narrow(0, 0, at) if n > at else buf
+
+    def handler(name, mode):
+        def h(func, args, kwargs):
+            # The `.input` overload (the `.data` one, a packed sequence, has
+            # the batch sizes second and its hidden state third).
+            if kwargs or len(args) != 9 or isinstance(args[2], torch.Tensor):
+                return func(*args, **kwargs)
+            x, hx, params, has_biases, layers, dropout, train, bidir, batch_first = args
+            if not acceptable(x):
+                return func(*args, **kwargs)
+            params = list(params)
+            if name == "lstm":
+                h0, c0 = hx[0], hx[1]
+                hidden = c0.shape[-1]
+                proj = h0.shape[-1] if h0.shape[-1] != hidden else 0
+            else:
+                h0, c0 = hx, None
+                hidden, proj = h0.shape[-1], 0
+            stride0 = len(params) // (layers * (2 if bidir else 1))
+            buf = weight_buf(params)
+            if buf is None:
+                # _cudnn_rnn copies scattered weights into a buffer of its own.
+                buf = torch.empty(sum(p.numel() for p in params), dtype=params[0].dtype, device=meta)
+            out = torch._cudnn_rnn(
+                x, params, stride0, buf, h0, c0, mode, hidden, proj, layers,
+                batch_first, float(dropout), bool(train), bool(bidir), [], None,
+            )
+            return (out[0], out[1], out[2]) if name == "lstm" else (out[0], out[1])
+
+        return h
+
+    for name, mode in _RNN_MODES.items():
+        f = getattr(torch, name, None)
+        if f is not None:
+            handlers[f] = handler(name, mode)
+
+    RNNBase = torch.nn.modules.rnn.RNNBase
+    original = RNNBase.flatten_parameters
+
+    def flatten_parameters(self):
+        # _cudnn_rnn_flatten_weight: one zeroed buffer, every weight copied
+        # in and `set_` onto its slice (its old storage dies). The meta
+        # device cannot run it (it asks cuDNN for the layout), and its
+        # data_ptr()s are all 0, so nn's own check never lets it try.
+        ws = self._flat_weights
+        if not (
+            ws and len(ws) == len(self._flat_weights_names)
+            and all(isinstance(w, torch.Tensor) and acceptable(w) for w in ws)
+            and len({w.dtype for w in ws}) == 1
+        ):
+            return original(self)
+        if len({(w.untyped_storage()._cdata, w.storage_offset()) for w in ws}) != len(ws):
+            return None
+        with torch.no_grad():
+            buf = torch.zeros(sum(w.numel() for w in ws), dtype=ws[0].dtype, device=meta)
+            st = buf.untyped_storage()
+            at = 0
+            for w in ws:
+                w.set_(st, at, w.shape, _contiguous_strides(w.shape))
+                at += w.numel()
+        return None
+
+    RNNBase.flatten_parameters = flatten_parameters
+
+
+def _contiguous_strides(shape):
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+def _compile_eagerly(torch):
+    """`torch.compile` returns what it was given: the program runs eagerly,
+    and the report says so once (a compiled graph fuses kernels, so its
+    intermediate tensors may be fewer than the eager ones traced here)."""
+    said = []
+
+    def compile(model=None, **kwargs):
+        if not said:
+            said.append(True)
+            _chan.post(
+                [
+                    "untraced",
+                    "torch.compile",
+                    "compiled kernels are not simulated",
+                    _stack(),
+                    "ran the model eagerly (every eager op traced; a compiled graph may fuse some away)",
+                ]
+            )
+        if model is None:
+            return lambda m: m
+        return model
+
+    torch.compile = compile
+
+
+def _foreach_on_meta(torch):
+    """The foreach kernels PyTorch runs for CUDA tensors run for the
+    simulated GPU's: code that groups tensors by their real device
+    (`clip_grad_norm_`'s `_group_tensors_by_device_and_dtype`) finds meta,
+    which PyTorch's list of foreach devices leaves out."""
+    try:
+        import torch.utils._foreach_utils as fu
+    except ImportError:
+        return
+    devices = getattr(fu, "_get_foreach_kernels_supported_devices", None)
+    if devices is None:
+        return
+
+    def supported() -> list[str]:
+        found = list(devices())
+        return found if "meta" in found else found + ["meta"]
+
+    fu._get_foreach_kernels_supported_devices = supported
+
+
 def _checkpoint_metadata(torch, cuda):
     """Non-reentrant checkpointing compares each recomputed tensor's device
     with the forward's. Whether the relabelling mode is on when autograd's
@@ -1008,7 +1421,13 @@ def _sdpa_handler(torch):
                 q, k, v, mask, need, p, causal, False, scale=scale
             )
             return out[0]
-        return func(*args, **kwargs)
+        # The math backend: PyTorch's own composite, with the mask added in
+        # place as on CUDA (see Allocations).
+        _state.math_sdpa = True
+        try:
+            return func(*args, **kwargs)
+        finally:
+            _state.math_sdpa = False
 
     return h
 

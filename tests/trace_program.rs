@@ -213,3 +213,183 @@ fn a_program_that_never_imports_torch_is_said_to_be_untraced() {
     assert_eq!(code, 2);
     assert!(out.contains("nothing was traced"), "{out}");
 }
+
+const BIG: &str = r#"
+import torch
+x = torch.empty(30 << 28, device="cuda")  # 30 GiB of fp32
+print("BIG", torch.cuda.max_memory_allocated())
+"#;
+
+#[test]
+#[ignore = "needs PyTorch (pip install torch==2.11.*)"]
+fn saved_requests_replay_to_the_same_figures_and_elsewhere_say_where_they_part() {
+    let s = Scratch::new("replay");
+    let prog = s.file("mlp.py", MLP);
+    let saved = s.0.join("mlp.vsreqs");
+    let saved_s = saved.to_string_lossy().into_owned();
+    let (live, _) = traced_json(&prog, &["--steps", "0", "--save-requests", &saved_s]);
+    // The same GPU and config: the same run, request for request.
+    let (code, out, err) = common::vramscope(&["trace", "--from", &saved_s, "--json"]);
+    assert!(code == 0 || code == 1, "exit {code}: {err}");
+    let again = common::json(&out);
+    for key in ["peak_allocated", "peak_reserved"] {
+        assert_eq!(again[key], live[key], "{key}");
+    }
+    assert_eq!(again["trace"]["ooms"], live["trace"]["ooms"]);
+    assert!(again["trace"]["replay"]["stopped"].is_null());
+    assert_eq!(again["trace"]["replay"]["answers_differ"], 0);
+    // Another allocator config: the requests are the program's, the
+    // segments the config's.
+    let (_, out, _) = common::vramscope(&[
+        "trace",
+        "--from",
+        &saved_s,
+        "--json",
+        "--conf",
+        "expandable_segments:True",
+    ]);
+    let expandable = common::json(&out);
+    assert_eq!(
+        expandable["trace"]["alloc_conf"],
+        "expandable_segments:True"
+    );
+    assert_eq!(
+        expandable["trace"]["allocations"],
+        live["trace"]["allocations"]
+    );
+    // An A100: PyTorch's own cuBLAS workspace is 4 MiB there, 32 MiB on
+    // Hopper, and the program saw the H100's properties: said.
+    let (_, out, _) = common::vramscope(&[
+        "trace",
+        "--from",
+        &saved_s,
+        "--json",
+        "--gpu",
+        "A100-SXM-80GB",
+    ]);
+    let a100 = common::json(&out);
+    assert!(
+        a100["peak_allocated"].as_u64() < live["peak_allocated"].as_u64(),
+        "{} against {}",
+        a100["peak_allocated"],
+        live["peak_allocated"]
+    );
+    let notes = a100["trace"]["replay"]["notes"].to_string();
+    assert!(notes.contains("H100-SXM-80GB"), "{notes}");
+    // A program whose 30 GiB fit the H100 but not a T4: the replay stops
+    // where the program would have met its OOM.
+    let big = s.file("big.py", BIG);
+    let big_saved = s.0.join("big.vsreqs").to_string_lossy().into_owned();
+    let (ok, _) = traced_json(&big, &["--steps", "0", "--save-requests", &big_saved]);
+    assert_eq!(ok["trace"]["ooms"], 0);
+    let (_, out, _) = common::vramscope(&["trace", "--from", &big_saved, "--json", "--gpu", "T4"]);
+    let t4 = common::json(&out);
+    let stopped = t4["trace"]["replay"]["stopped"].as_str().expect("stopped");
+    assert!(stopped.contains("ran out of memory"), "{stopped}");
+    assert!(stopped.contains("big.py:3"), "{stopped}");
+}
+
+const SIZED: &str = r#"
+import sys, torch, torch.nn as nn
+bs = int(sys.argv[1])
+model = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 1024)).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for i in range(2):
+    model(torch.randn(bs, 1024, device="cuda")).sum().backward()
+    opt.step()
+    opt.zero_grad()
+"#;
+
+#[test]
+#[ignore = "needs PyTorch (pip install torch==2.11.*)"]
+fn a_sweep_traces_the_program_at_each_value_and_fits_a_line() {
+    let s = Scratch::new("sweep");
+    let prog = s.file("sized.py", SIZED);
+    let py = python();
+    let prog_s = prog.to_string_lossy().into_owned();
+    let (code, out, err) = common::vramscope(&[
+        "trace",
+        "--json",
+        "--steps",
+        "0",
+        "--sweep",
+        "BATCH=256,512,1024",
+        "--",
+        &py,
+        &prog_s,
+        "{BATCH}",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v = common::json(&out);
+    let points = v["points"].as_array().expect("points");
+    let peaks: Vec<u64> = points
+        .iter()
+        .map(|p| p["peak_allocated"].as_u64().expect("a peak"))
+        .collect();
+    assert_eq!(points.len(), 3);
+    assert!(peaks.windows(2).all(|w| w[0] < w[1]), "{peaks:?}");
+    // The activations of a [B, 4096] hidden layer: the slope per sample is
+    // at least one fp32 row of it.
+    let slope = v["fits"][0]["allocated"]["slope"]
+        .as_f64()
+        .expect("a slope");
+    assert!(slope >= 4096.0 * 4.0, "{slope}");
+    // A point is the program's own trace at that value.
+    let (code, out, err) = trace(&["--json", "--steps", "0"], &prog, &["512"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        common::json(&out)["peak_allocated"],
+        points[1]["peak_allocated"]
+    );
+}
+
+const CHECKPOINTED_GRAD: &str = r#"
+import torch, torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+layer = nn.Linear(256, 256).cuda()
+x = torch.randn(64, 256, device="cuda", requires_grad=True)
+y = checkpoint(layer, x, use_reentrant=False).sum()
+(gx,) = torch.autograd.grad(y, x)
+print("GRAD", gx.device, tuple(gx.shape))
+compiled = torch.compile(layer)
+print("COMPILED", compiled is layer)
+"#;
+
+#[test]
+#[ignore = "needs PyTorch (pip install torch==2.11.*)"]
+fn autograd_grad_recomputes_on_the_simulated_gpu_and_compile_runs_eagerly() {
+    let s = Scratch::new("grad");
+    let prog = s.file("grad.py", CHECKPOINTED_GRAD);
+    let (v, err) = traced_json(&prog, &["--steps", "0"]);
+    assert!(err.contains("GRAD cuda:0 (64, 256)"), "{err}");
+    assert!(err.contains("COMPILED True"), "{err}");
+    let untraced = v["trace"]["untraced"].to_string();
+    assert!(untraced.contains("torch.compile"), "said: {untraced}");
+    assert!(untraced.contains("eagerly"), "{untraced}");
+}
+
+const CONV_AND_LSTM: &str = r#"
+import torch, torch.nn as nn
+conv = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU()).cuda()
+conv(torch.randn(4, 3, 32, 32, device="cuda")).sum().backward()
+lstm = nn.LSTM(32, 64, 2, dropout=0.1).cuda()
+out, _ = lstm(torch.randn(10, 4, 32, device="cuda"))
+out.sum().backward()
+print("NODE", type(out.grad_fn).__name__)
+"#;
+
+#[test]
+#[ignore = "needs PyTorch (pip install torch==2.11.*)"]
+fn cudnn_layers_run_cudnn_s_path_and_unmeasured_sizes_are_named_estimates() {
+    let s = Scratch::new("cudnn");
+    let prog = s.file("cudnn.py", CONV_AND_LSTM);
+    let (v, err) = traced_json(&prog, &["--steps", "0"]);
+    assert!(err.contains("NODE CudnnRnnBackward0"), "{err}");
+    let estimates = v["trace"]["estimates"].as_array().expect("estimates");
+    let said = v["trace"]["estimates"].to_string();
+    assert!(said.contains("convolution"), "{said}");
+    assert!(said.contains("RNN workspace"), "{said}");
+    // The dropout state is measured per GPU (the H100's), whatever the shape.
+    assert!(!said.contains("dropout state"), "{said}");
+    assert!(estimates.iter().all(|e| e["calls"].as_u64() >= Some(1)));
+}

@@ -739,3 +739,92 @@ fn attach_to_every_rank_in_a_real_terminal() {
     assert!(table.is_some(), "T: the table by rank\n{last}");
     assert!(quit.is_some(), "q leaves with status 0\n{last}");
 }
+
+/// The Python with PyTorch for the `trace` test (`VRAMSCOPE_PYTHON`, else
+/// `python3`), or a failure saying what to install.
+fn python_with_torch() -> String {
+    let py = std::env::var("VRAMSCOPE_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = Command::new(&py)
+        .args(["-c", "import torch"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        ok,
+        "`{py} -c 'import torch'` failed: install torch (pip install torch==2.11.*), or point \
+         VRAMSCOPE_PYTHON at a Python that has it"
+    );
+    py
+}
+
+/// `vramscope trace` in a real 80×24 terminal: a tiny training script runs
+/// on the simulated GPU, the map and the program's own lines show, the
+/// status says the stream is all in, and `q` leaves with the trace's
+/// summary (stopped after the steps asked) printed after the terminal is
+/// restored.
+#[test]
+#[ignore = "needs PyTorch (pip install torch==2.11.*)"]
+fn trace_a_script_in_a_real_terminal_at_80x24() {
+    require_tmux();
+    let py = python_with_torch();
+    let bin = env!("CARGO_BIN_EXE_vramscope");
+    let dir = common::temp_dir("tmux-trace");
+    let script = dir.join("tiny.py");
+    std::fs::write(
+        &script,
+        "import torch, torch.nn as nn\n\
+         model = nn.Sequential(nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 10)).cuda()\n\
+         opt = torch.optim.AdamW(model.parameters())\n\
+         for step in range(10):\n\
+         \x20   x = torch.randn(64, 512, device='cuda')\n\
+         \x20   loss = model(x).sum()\n\
+         \x20   loss.backward()\n\
+         \x20   opt.step()\n\
+         \x20   opt.zero_grad(set_to_none=True)\n",
+    )
+    .expect("the script");
+    let session = format!("vramscope-trace-{}", std::process::id());
+    let cleanup = start(
+        &session,
+        80,
+        24,
+        &format!(
+            "{bin} trace --steps 2 -- {py} '{}'; echo EXITED:$?",
+            script.display()
+        ),
+    );
+    // The stream is all in (the program stopped after its steps): the
+    // status says done, and the map's title names the simulated GPU.
+    let ended = wait_for(
+        &session,
+        |s| {
+            s.contains("Memory map · trace · H100-SXM-80GB")
+                && s.lines().next().is_some_and(|l| l.contains("done"))
+        },
+        Duration::from_secs(120),
+    );
+    tmux(&["send-keys", "-t", &session, "S"]).expect("S");
+    let by_line = wait_for(
+        &session,
+        |s| s.contains("Live by Python line") && s.contains("tiny.py:"),
+        Duration::from_secs(10),
+    );
+    let last = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();
+    let quit = quit_cleanly(&session);
+    cleanup();
+    let Some(screen) = ended else {
+        panic!("the map, and the status saying the stream is all in\n{last}");
+    };
+    assert!(
+        screen.lines().all(|l| l.chars().count() <= 80),
+        "fits 80 columns\n{screen}"
+    );
+    assert!(
+        by_line.is_some(),
+        "S: live blocks by the script's lines\n{last}"
+    );
+    let after = quit.unwrap_or_else(|| panic!("q leaves with status 0\n{last}"));
+    assert!(
+        after.contains("stopped after 2 optimizer steps"),
+        "the trace's summary after the terminal UI\n{after}"
+    );
+}

@@ -278,9 +278,9 @@ pub enum Command {
         after_help = "Example: vramscope trace --gpu H100-SXM-80GB --steps 3 -- python train.py --batch-size 8\n\nThe program runs on PyTorch's meta device relabelled as CUDA (torch.cuda.is_available() is true; .cuda(), .to(\"cuda\"), device=\"cuda\" land there; .item() and .cpu() give zeros); every storage it makes is placed by vramscope's caching allocator model, and an OOM is raised in the program as torch.cuda.OutOfMemoryError with PyTorch's message. It stops after --steps optimizer steps (0: when the program ends). Needs PyTorch in the program's Python (docs/trace.md says which releases)."
     )]
     Trace {
-        /// The GPU to simulate (`vramscope model --list` shows no GPUs; known: H100-SXM-80GB, A100-SXM-80GB, …).
-        #[arg(long, default_value = "H100-SXM-80GB")]
-        gpu: String,
+        /// The GPU to simulate (default H100-SXM-80GB; with --from, the recorded one; known: H100-SXM-80GB, A100-SXM-80GB, …).
+        #[arg(long)]
+        gpu: Option<String>,
         /// Stop after this many optimizer steps; 0: run the program to its end.
         #[arg(long, default_value_t = 3)]
         steps: u32,
@@ -299,10 +299,22 @@ pub enum Command {
         /// Write the run as a snapshot pickle (pytorch.org/memory_viz).
         #[arg(long)]
         export: Option<PathBuf>,
+        /// Save the program's requests, to replay them on another GPU or config with --from.
+        #[arg(long, value_name = "FILE")]
+        save_requests: Option<PathBuf>,
+        /// Replay saved requests (--save-requests) under --gpu/--conf instead of running a program.
+        #[arg(long, value_name = "FILE", conflicts_with = "steps")]
+        from: Option<PathBuf>,
+        /// Trace the program once per value: `BATCH=1,2,4,8` replaces `{BATCH}` in its arguments; a fit as `sweep` has.
+        #[arg(long, value_name = "NAME=V1,V2,…")]
+        sweep: Option<String>,
+        /// With --sweep NAME=…: search the largest value that fits on the GPU (doubling, then bisection).
+        #[arg(long)]
+        find_max_batch: bool,
         #[command(flatten)]
         pace: PaceArgs,
         /// The program and its arguments, after `--`.
-        #[arg(last = true, required = true, value_name = "PROGRAM")]
+        #[arg(last = true, required_unless_present = "from", value_name = "PROGRAM")]
         command: Vec<String>,
     },
     /// What is alive in snapshot B and was not in snapshot A (e.g. two dumps
@@ -504,6 +516,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
             record,
             export,
+            save_requests,
+            from,
+            sweep,
+            find_max_batch,
             pace,
             command,
         }) => {
@@ -515,6 +531,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 json,
                 record,
                 export,
+                save_requests,
+                from,
+                sweep,
+                find_max_batch,
                 command,
             };
             trace::run(args, tui, &pace)

@@ -13,13 +13,17 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use vramscope::alloc::format_size;
+use vramscope::device::GpuProfile;
 use vramscope::device::{profile, profiles::profile_names};
 use vramscope::files::{check_replaceable, write_replacing};
 use vramscope::live::recording::write_magic;
 use vramscope::live::{FrameReader, ENTRY_CAP};
 use vramscope::producers::{live_source_with, LiveOptions};
 use vramscope::report::live::LiveReport;
-use vramscope::traced::{self, ChildOutput, TraceOptions, TraceOutcome};
+use vramscope::sweep::{default_threads, MAX_SEARCH_BATCH};
+use vramscope::traced::{
+    self, parse_sweep, ChildOutput, ReplayOptions, TraceOptions, TraceOutcome, TraceRun, TraceSweep,
+};
 use vramscope::tui::{run_tui, TuiOptions};
 use vramscope::units::format_count;
 
@@ -28,14 +32,63 @@ use super::pace::PaceArgs;
 use super::BadInput;
 
 pub struct TraceArgs {
-    pub gpu: String,
+    /// None: H100-SXM-80GB, or the recorded GPU with `--from`.
+    pub gpu: Option<String>,
     /// 0: until the program ends.
     pub steps: u32,
     pub conf: Option<String>,
     pub json: bool,
     pub record: Option<PathBuf>,
     pub export: Option<PathBuf>,
+    pub save_requests: Option<PathBuf>,
+    pub from: Option<PathBuf>,
+    pub sweep: Option<String>,
+    pub find_max_batch: bool,
     pub command: Vec<String>,
+}
+
+/// The GPU a trace runs on when `--gpu` says none.
+pub const DEFAULT_GPU: &str = "H100-SXM-80GB";
+
+fn gpu_named(name: &str) -> Result<&'static GpuProfile, BadInput> {
+    profile(name).ok_or_else(|| {
+        BadInput(format!(
+            "--gpu {name}: unknown GPU; known: {}",
+            profile_names()
+        ))
+    })
+}
+
+/// What feeds the view: a program running, or saved requests replayed.
+enum Producer {
+    Live(TraceRun),
+    Replay(std::thread::JoinHandle<Finished>),
+}
+
+type Finished = Result<(TraceOutcome, Option<Vec<u8>>), vramscope::traced::TraceError>;
+
+impl Producer {
+    fn stop(&self) {
+        if let Producer::Live(r) = self {
+            r.stop();
+        }
+    }
+
+    fn output(&self) -> Vec<u8> {
+        match self {
+            Producer::Live(r) => r.output(),
+            Producer::Replay(_) => Vec::new(),
+        }
+    }
+
+    fn join(self) -> Finished {
+        match self {
+            Producer::Live(r) => r.join(),
+            Producer::Replay(h) => h.join().map_err(|_| {
+                vramscope::traced::TraceError::Channel("the replay stopped unexpectedly".into())
+            })?,
+        }
+    }
 }
 
 /// The stream to the reader, and to a recording when `--record` asks.
@@ -71,42 +124,78 @@ fn recording(path: &Path) -> anyhow::Result<BufWriter<File>> {
 }
 
 pub fn run(args: TraceArgs, tui: bool, pace: &PaceArgs) -> anyhow::Result<ExitCode> {
-    let gpu = profile(&args.gpu).ok_or_else(|| {
-        BadInput(format!(
-            "--gpu {}: unknown GPU; known: {}",
-            args.gpu,
-            profile_names()
-        ))
-    })?;
-    if let Some(p) = &args.export {
-        check_replaceable(p).map_err(|e| BadInput(format!("--export {}: {e}", p.display())))?;
+    if args.sweep.is_some() || args.find_max_batch {
+        return sweep(&args);
+    }
+    let gpu = match (&args.gpu, &args.from) {
+        (Some(name), _) => Some(gpu_named(name)?),
+        (None, Some(_)) => None,
+        (None, None) => Some(gpu_named(DEFAULT_GPU)?),
+    };
+    for (flag, p) in [
+        ("--export", &args.export),
+        ("--save-requests", &args.save_requests),
+    ] {
+        if let Some(p) = p {
+            check_replaceable(p).map_err(|e| BadInput(format!("{flag} {}: {e}", p.display())))?;
+        }
     }
     let file = args.record.as_deref().map(recording).transpose()?;
     let (reader, view) = std::io::pipe()?;
-    let opts = TraceOptions {
-        gpu,
-        steps: (args.steps > 0).then_some(args.steps),
-        conf: args.conf.clone(),
-        command: args.command.clone(),
-        output: if tui {
-            ChildOutput::Capture
-        } else {
-            ChildOutput::ToStderr
-        },
-        want_snapshot: args.export.is_some(),
+    let sink = Box::new(Tee { view, file });
+    let (producer, title) = match &args.from {
+        Some(from) => {
+            if args.save_requests.is_some() {
+                return Err(BadInput("--save-requests saves a program's requests; --from replays saved ones: give one".into()).into());
+            }
+            let opts = ReplayOptions {
+                from: from.clone(),
+                gpu,
+                conf: args.conf.clone(),
+                want_snapshot: args.export.is_some(),
+            };
+            let title = format!(
+                "trace replay · {} · {}",
+                gpu.map_or("the recorded GPU", |g| g.name),
+                from.display()
+            );
+            let handle = std::thread::Builder::new()
+                .name("trace replay".into())
+                .spawn(move || traced::replay(&opts, sink))?;
+            (Producer::Replay(handle), title)
+        }
+        None => {
+            let gpu = match gpu {
+                Some(g) => g,
+                None => gpu_named(DEFAULT_GPU)?,
+            };
+            let opts = TraceOptions {
+                gpu,
+                steps: (args.steps > 0).then_some(args.steps),
+                conf: args.conf.clone(),
+                command: args.command.clone(),
+                output: if tui {
+                    ChildOutput::Capture
+                } else {
+                    ChildOutput::ToStderr
+                },
+                want_snapshot: args.export.is_some(),
+                save_requests: args.save_requests.clone(),
+            };
+            let run = traced::start(opts, sink).map_err(|e| BadInput(e.to_string()))?;
+            let title = format!("trace · {} · {}", gpu.name, args.command.join(" "));
+            (Producer::Live(run), title)
+        }
     };
-    let run =
-        traced::start(opts, Box::new(Tee { view, file })).map_err(|e| BadInput(e.to_string()))?;
-    let title = format!("trace · {} · {}", gpu.name, args.command.join(" "));
     let frames = FrameReader::new(Box::new(reader) as Box<dyn Read + Send>, title.clone());
     if tui {
         let stop = Arc::new(AtomicBool::new(false));
         let source = live_source_with(frames, None, stop, LiveOptions::default());
         let opts = pace.apply(TuiOptions::default(), &[title.as_str()]);
         let shown = run_tui(vec![(title, source)], opts);
-        run.stop();
-        let output = run.output();
-        let joined = run.join();
+        producer.stop();
+        let output = producer.output();
+        let joined = producer.join();
         std::io::stderr().write_all(&output).ok();
         shown?;
         let (outcome, pickle) = joined.map_err(|e| BadInput(e.to_string()))?;
@@ -115,8 +204,8 @@ pub fn run(args: TraceArgs, tui: bool, pace: &PaceArgs) -> anyhow::Result<ExitCo
         return Ok(exit_of(&outcome));
     }
     let (mut session, fault) = read_session(frames, None, ENTRY_CAP);
-    let (outcome, pickle) = run.join().map_err(|e| BadInput(e.to_string()))?;
-    let name = args.command.join(" ");
+    let (outcome, pickle) = producer.join().map_err(|e| BadInput(e.to_string()))?;
+    let name = outcome.command.join(" ");
     let report = LiveReport::of(&mut session, &name, None);
     export(&args, pickle)?;
     if args.json {
@@ -132,6 +221,56 @@ pub fn run(args: TraceArgs, tui: bool, pace: &PaceArgs) -> anyhow::Result<ExitCo
         return Ok(ExitCode::from(super::EXIT_BAD_INPUT));
     }
     Ok(exit_of(&outcome))
+}
+
+/// `--sweep NAME=V1,V2,…` and `--find-max-batch`: the program traced once
+/// per value, fitted and reported as `vramscope sweep` reports a scenario.
+fn sweep(args: &TraceArgs) -> anyhow::Result<ExitCode> {
+    let gpu = gpu_named(args.gpu.as_deref().unwrap_or(DEFAULT_GPU))?;
+    if args.from.is_some() {
+        return Err(BadInput(
+            "--sweep runs the program at each value; it cannot replay --from saved requests".into(),
+        )
+        .into());
+    }
+    let Some(spec) = &args.sweep else {
+        return Err(BadInput(
+            "--find-max-batch needs --sweep NAME=… to know which argument to vary (e.g. --sweep BATCH= --find-max-batch -- python train.py --batch-size {BATCH})".into(),
+        )
+        .into());
+    };
+    let (name, values) = parse_sweep(spec).map_err(BadInput)?;
+    let hole = format!("{{{name}}}");
+    if !args.command.iter().any(|a| a.contains(&hole)) {
+        return Err(BadInput(format!(
+            "--sweep {spec}: no argument of the program holds {hole}, where each value goes"
+        ))
+        .into());
+    }
+    if values.is_empty() && !args.find_max_batch {
+        return Err(BadInput(format!(
+            "--sweep {spec}: no values (give NAME=1,2,4 or --find-max-batch)"
+        ))
+        .into());
+    }
+    let plan = TraceSweep {
+        gpu,
+        steps: (args.steps > 0).then_some(args.steps),
+        conf: args.conf.clone(),
+        command: args.command.clone(),
+        name,
+        values,
+        find_max: args.find_max_batch,
+        limit: MAX_SEARCH_BATCH,
+        threads: default_threads(),
+    };
+    let found = plan.run().map_err(|e| BadInput(e.to_string()))?;
+    if args.json {
+        sayjson!(&vramscope::report::sweep::json(&found));
+    } else {
+        say!("{}", vramscope::report::sweep::text(&found));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn export(args: &TraceArgs, pickle: Option<Vec<u8>>) -> anyhow::Result<()> {
@@ -201,10 +340,12 @@ fn print_outcome(o: &TraceOutcome) {
         format_size(o.reserved)
     );
     sayln!(
-        "{} optimizer steps, {} allocations, {} OOMs",
+        "{} optimizer steps, {} allocations, {} OOMs; {} of the program's messages waited for vramscope, {} did not",
         o.steps,
         format_count(o.allocations),
-        o.ooms
+        o.ooms,
+        format_count(o.waited),
+        format_count(o.posted)
     );
     if let Some(e) = &o.exception {
         sayln!("the program raised {}: {}", e.kind, e.message);
@@ -220,6 +361,36 @@ fn print_outcome(o: &TraceOutcome) {
             u.why,
             u.instead
         );
+    }
+    for e in &o.estimates {
+        sayln!(
+            "estimated, not measured: {} ({}, {} call{})",
+            e.what,
+            format_size(e.bytes),
+            e.calls,
+            if e.calls == 1 { "" } else { "s" }
+        );
+    }
+    if let Some(r) = &o.replay {
+        sayln!(
+            "replayed {} requests from {} (traced on {}, allocator config {:?})",
+            format_count(r.requests),
+            r.from,
+            r.recorded_gpu,
+            r.recorded_conf.as_deref().unwrap_or("the program's own")
+        );
+        if r.answers_differ > 0 {
+            sayln!(
+                "{} of the program's memory questions get other answers here; the replay follows what it did with the recorded ones",
+                format_count(r.answers_differ)
+            );
+        }
+        for n in &r.notes {
+            sayln!("note: {n}");
+        }
+        if let Some(s) = &r.stopped {
+            sayln!("stopped {s}");
+        }
     }
     if let Some(e) = &o.ended {
         sayln!("ended: {e}");

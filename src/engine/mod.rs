@@ -32,6 +32,7 @@ pub mod launch;
 pub mod live;
 mod live_walk;
 mod loop_steps;
+pub mod measured;
 pub mod model_lang;
 pub mod modules;
 pub mod ops;

@@ -14,7 +14,7 @@ use super::Engine;
 use crate::trace::Phase;
 
 /// Elements per chunk of ATen's multi-tensor-apply kernels (`kChunkSize`).
-const FOREACH_CHUNK: u64 = 65_536;
+pub(crate) const FOREACH_CHUNK: u64 = 65_536;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -20,7 +20,8 @@ pub use fit::{fits, CategoryLine, Fit, Line, Residual, LINEAR_WITHIN};
 pub use plan::{parse_list, SweepPlan};
 pub use point::{run_point, PeakMoment, SweepPoint};
 pub use runner::{
-    default_threads, find_max_batch, find_max_batches, run_points, MaxBatch, MAX_SEARCH_BATCH,
+    default_threads, find_max_batch, find_max_batches, run_points, search_max_batch, MaxBatch,
+    MAX_SEARCH_BATCH,
 };
 
 use std::sync::Mutex;

@@ -106,6 +106,19 @@ pub fn find_max_batch(
     seq: Option<u64>,
     known: &[SweepPoint],
 ) -> Result<MaxBatch, SweepError> {
+    search_max_batch(seq, known, MAX_SEARCH_BATCH, &mut |b| {
+        run_point(scenario, built, b, seq)
+    })
+}
+
+/// The search of [`find_max_batch`] over any way of running a point (a
+/// scenario's, or a traced program's), up to `limit`.
+pub fn search_max_batch<E>(
+    seq: Option<u64>,
+    known: &[SweepPoint],
+    limit: u64,
+    run: &mut dyn FnMut(u64) -> Result<SweepPoint, E>,
+) -> Result<MaxBatch, E> {
     let mut found = MaxBatch {
         seq,
         batch: None,
@@ -115,7 +128,7 @@ pub fn find_max_batch(
         tried: Vec::new(),
         error: None,
     };
-    let try_batch = |b: u64, found: &mut MaxBatch| -> Result<Option<bool>, SweepError> {
+    let mut try_batch = |b: u64, found: &mut MaxBatch| -> Result<Option<bool>, E> {
         let point = match known.iter().find(|p| p.batch == b && p.seq == seq) {
             Some(p) => {
                 found.reused += 1;
@@ -123,7 +136,7 @@ pub fn find_max_batch(
             }
             None => {
                 found.runs += 1;
-                run_point(scenario, built, b, seq)?
+                run(b)?
             }
         };
         if let Some(e) = &point.error {
@@ -137,7 +150,7 @@ pub fn find_max_batch(
     let mut lo = 0;
     let mut hi = None;
     let mut b = 1;
-    while b <= MAX_SEARCH_BATCH {
+    while b <= limit {
         match try_batch(b, &mut found)? {
             None => return Ok(found),
             Some(true) => lo = b,

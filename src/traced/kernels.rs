@@ -1,6 +1,7 @@
-//! The CUDA kernels' own buffers for the ops a traced program reports after
-//! they run: GEMM workspaces, fused SDPA backwards' scratch, reductions'
-//! staging buffers. The sizes and orders are the engine's
+//! The CUDA kernels' own buffers for the ops a traced program reports:
+//! GEMM workspaces, fused SDPA backwards' scratch, reductions' staging
+//! buffers after the op, and the staged plans of [`super::plans`] before,
+//! between and after its outputs. The sizes and orders are the engine's
 //! ([`crate::engine::EngineConfig`], `SdpaScratch::steps`, `ReducePlan::steps`).
 
 use std::io::Write;
@@ -8,39 +9,27 @@ use std::io::Write;
 use serde_json::{json, Value};
 
 use super::error::TraceError;
+use super::plans::Stage;
 use super::rules::{reduce_shape, GEMM_OPS, REDUCTIONS, SDPA_BACKWARDS};
-use super::simulator::{ok, stack_at, str_at, tensor_arg, Reply, Simulator};
+use super::simulator::{ok, stack_at, str_at, strides_at, tensor_arg, Reply, Simulator};
 use crate::engine::autograd::ScratchStep;
 use crate::engine::ops::attention::sdpa_backward_scratch;
-use crate::engine::scratch::embedding::{embedding_sort, EmbeddingSort};
+use crate::engine::ops::matmul::cublas_takes_as_is;
+use crate::engine::ops::reduce_input::reduction_reads_as;
 use crate::engine::scratch::reduce_split::reduce_plan;
-use crate::engine::{CublasLtWorkspace, SdpaBackend};
-
-/// The embedding backward's sort path for `embedding_dense_backward(grad,
-/// indices, num_weights, …)`, or None when the feature kernel runs.
-fn embedding_scratch(v: &Value) -> Option<EmbeddingSort> {
-    let (grad, Some(gdt), _) = tensor_arg(v, 0)? else {
-        return None;
-    };
-    let (idx, Some(idt), _) = tensor_arg(v, 1)? else {
-        return None;
-    };
-    let num_weights = v.get(3)?.get(2)?.as_u64()?;
-    let dim = *grad.last()?;
-    embedding_sort(
-        idx.iter().product(),
-        idt.size(),
-        num_weights,
-        dim,
-        gdt.size(),
-    )
-}
+use crate::engine::{CublasLtWorkspace, DType, SdpaBackend};
 
 impl<W: Write> Simulator<W> {
     /// What the GPU's kernel takes beyond its outputs, for an op the
-    /// helper reports after it ran.
+    /// helper reports after it ran; a planned op's last stage.
     pub(super) fn after_op(&mut self, v: &Value) -> Result<Reply, TraceError> {
         let name = str_at(v, 1);
+        if let Some(plan) = self.plan.take() {
+            let steps = plan.steps(Stage::After);
+            let r = self.continue_steps(steps, stack_at(v, 4))?;
+            self.release_pending()?;
+            return Ok(r);
+        }
         if GEMM_OPS.contains(&name.as_str()) {
             return self.gemm(v);
         }
@@ -50,29 +39,77 @@ impl<W: Write> Simulator<W> {
         if REDUCTIONS.contains(&name.as_str()) {
             return self.reduction(v);
         }
-        if name == "embedding_dense_backward" {
-            return match embedding_scratch(v) {
-                Some(s) => self.continue_steps(s.steps_after_grad(), stack_at(v, 4)),
-                None => Ok(ok()),
-            };
-        }
         Ok(ok())
     }
 
-    /// What a kernel takes before its outputs: the embedding backward's
-    /// sort path (its index buffers stay until [`Self::after_op`]).
+    /// A planned op before it runs: its plan, the dropout state a cuDNN RNN
+    /// creates once, and its first stage. The answer carries the outputs
+    /// vramscope sizes (`sizes`).
     pub(super) fn before_op(&mut self, v: &Value) -> Result<Reply, TraceError> {
-        self.pending.clear();
-        if str_at(v, 1) != "embedding_dense_backward" {
-            return Ok(ok());
+        self.release_pending()?;
+        self.allocator()?;
+        let plan = self.plan_for(v);
+        let stack = stack_at(v, 4);
+        for (what, bytes) in &plan.estimated {
+            self.outcome_estimate(what, *bytes);
         }
-        match embedding_scratch(v) {
-            Some(s) => self.continue_steps(s.steps_before_grad(), stack_at(v, 4)),
-            None => Ok(ok()),
+        if let Some(bytes) = plan.dropout_state {
+            // get_dropout_state: a 0-dim int64 seed drawn on the GPU, then
+            // the state, cached for the process.
+            match self.malloc(8, stack)? {
+                Ok(seed) => self.free_block(seed)?,
+                Err(m) => return Ok(Some(json!(["oom", m]))),
+            }
+            match self.malloc(bytes, stack)? {
+                Ok(a) => self.ws.dropout_state = Some(a),
+                Err(m) => return Ok(Some(json!(["oom", m]))),
+            }
         }
+        let steps = plan.steps(Stage::Before);
+        let sizes: serde_json::Map<String, Value> = plan
+            .sizes
+            .iter()
+            .map(|(i, b)| (i.to_string(), json!(b)))
+            .collect();
+        self.plan = Some(plan);
+        let r = self.continue_steps(steps, stack)?;
+        if r.as_ref().is_some_and(|a| a[0] != "ok") {
+            self.plan = None;
+            return Ok(r);
+        }
+        Ok(Some(json!(["ok", {"sizes": sizes}])))
     }
 
-    /// Steps whose buffer numbers go on from the ones still pending.
+    /// A staged op's output i exists: its plan's steps for that moment.
+    pub(super) fn after_output(&mut self, v: &Value) -> Result<Reply, TraceError> {
+        let i = v
+            .get(5)
+            .and_then(Value::as_u64)
+            .and_then(|i| usize::try_from(i).ok());
+        let steps = match (&self.plan, i) {
+            (Some(plan), Some(i)) => plan.steps(Stage::Output(i)),
+            _ => Vec::new(),
+        };
+        let r = self.continue_steps(steps, stack_at(v, 4))?;
+        if r.as_ref().is_some_and(|a| a[0] != "ok") {
+            self.plan = None;
+        }
+        Ok(r)
+    }
+
+    /// Buffers a plan left taken (an op that raised between its stages).
+    fn release_pending(&mut self) -> Result<(), TraceError> {
+        for a in std::mem::take(&mut self.pending)
+            .into_iter()
+            .rev()
+            .flatten()
+        {
+            self.free_block(a)?;
+        }
+        Ok(())
+    }
+
+    /// Steps whose buffer numbers go on from the call's earlier stages.
     fn continue_steps(
         &mut self,
         steps: Vec<ScratchStep>,
@@ -98,9 +135,8 @@ impl<W: Write> Simulator<W> {
                 }
             }
         }
-        if taken.iter().any(Option::is_some) {
-            self.pending = taken;
-        }
+        // Kept whole, freed slots too: a later stage counts from here.
+        self.pending = taken;
         Ok(ok())
     }
 
@@ -121,22 +157,59 @@ impl<W: Write> Simulator<W> {
     /// A reduction's staging buffers (the engine's `reduce_plan`), when the
     /// GPU's SMs are known and the pattern is one the engine models.
     fn reduction(&mut self, v: &Value) -> Result<Reply, TraceError> {
-        let Some((shape, Some(dtype), true)) = tensor_arg(v, 0) else {
+        let Some((shape, Some(dtype), contiguous)) = tensor_arg(v, 0) else {
             return Ok(ok());
         };
-        let dims: Option<Vec<i64>> = v
-            .get(3)
-            .and_then(|a| a.get(1))
-            .and_then(Value::as_array)
-            .map(|d| d.iter().filter_map(Value::as_i64).collect());
+        // sum and mean reduce `self.to(out dtype)` where it differs
+        // (`make_reduction_from_out_ty`, the engine's `reduce_whole_into`):
+        // a bool or integer sum is int64, read from an int64 copy.
+        let name = str_at(v, 1);
+        let out = if dtype.is_floating() {
+            dtype
+        } else {
+            DType::I64
+        };
+        let reads_as = if name == "sum" || name == "mean" {
+            reduction_reads_as(dtype, out)
+        } else {
+            dtype
+        };
+        let copy = reads_as != dtype;
+        if !contiguous && !copy {
+            return Ok(ok());
+        }
+        // sum/mean take a list of dims; argmax/argmin one (None: all).
+        let dims: Option<Vec<i64>> = v.get(3).and_then(|a| a.get(1)).and_then(|d| {
+            d.as_array()
+                .map(|d| d.iter().filter_map(Value::as_i64).collect())
+                .or_else(|| d.as_i64().map(|x| vec![x]))
+        });
+        let mut steps = Vec::new();
+        if copy {
+            steps.push(ScratchStep::Take(
+                shape.iter().product::<u64>() * reads_as.size(),
+            ));
+        }
         let device = self.rules.as_ref().and_then(|r| r.engine.reduce_device);
-        let (Some(device), Some(rs)) =
-            (device, reduce_shape(&shape, dims.as_deref(), dtype.size()))
-        else {
-            return Ok(ok());
-        };
-        let plan = reduce_plan(rs, device);
-        self.run_steps(plan.steps(), stack_at(v, 4))
+        if let (Some(device), Some(rs)) = (
+            device,
+            reduce_shape(&shape, dims.as_deref(), reads_as.size()),
+        ) {
+            let shift = usize::from(copy);
+            steps.extend(
+                reduce_plan(rs, device)
+                    .steps()
+                    .into_iter()
+                    .map(|s| match s {
+                        ScratchStep::Free(i) => ScratchStep::Free(i + shift),
+                        take => take,
+                    }),
+            );
+        }
+        if copy {
+            steps.push(ScratchStep::Free(0));
+        }
+        self.run_steps(steps, stack_at(v, 4))
     }
 
     /// A kernel's scratch, step by step; an OOM frees what was taken.
@@ -186,6 +259,37 @@ impl<W: Write> Simulator<W> {
         let take = |me: &mut Self, bytes: u64| -> Result<Result<u64, String>, TraceError> {
             me.malloc(bytes, stack)
         };
+        // Operands cuBLAS cannot take as they are: cloned for the call.
+        let operands: &[usize] = match name.as_str() {
+            "mm" => &[0, 1],
+            "addmm" => &[1, 2],
+            _ => &[],
+        };
+        let mut copies = Vec::new();
+        for &i in operands {
+            let (Some((shape, dtype, _)), Some(strides)) = (tensor_arg(v, i), strides_at(v, i))
+            else {
+                continue;
+            };
+            let (Ok(sizes), Ok(strides)) = (
+                <[u64; 2]>::try_from(shape.as_slice()),
+                <[u64; 2]>::try_from(strides.as_slice()),
+            ) else {
+                continue;
+            };
+            if !cublas_takes_as_is(sizes, strides) {
+                let bytes = sizes[0] * sizes[1] * dtype.map_or(4, DType::size);
+                match take(self, bytes)? {
+                    Ok(a) => copies.push(a),
+                    Err(m) => {
+                        for a in copies {
+                            self.free_block(a)?;
+                        }
+                        return Ok(Some(json!(["oom", m])));
+                    }
+                }
+            }
+        }
         if lt && rules.lt_rule() == CublasLtWorkspace::Transient {
             match take(self, rules.lt_bytes())? {
                 Ok(a) => transient.push(a),
@@ -193,30 +297,47 @@ impl<W: Write> Simulator<W> {
             }
         }
         let cublas = rules.cublas_bytes();
+        let mut failed = None;
         if cublas > 0 {
-            if rules.cublas_cached() {
-                if self.ws.cublas[thread].is_none() {
-                    match take(self, cublas)? {
-                        Ok(a) => self.ws.cublas[thread] = Some(a),
-                        Err(m) => return Ok(Some(json!(["oom", m]))),
-                    }
-                }
-            } else {
+            if !rules.cublas_cached() {
                 match take(self, cublas)? {
                     Ok(a) => transient.insert(0, a),
-                    Err(m) => return Ok(Some(json!(["oom", m]))),
+                    Err(m) => failed = Some(m),
+                }
+            } else if self.ws.cublas[thread].is_none() {
+                match take(self, cublas)? {
+                    Ok(a) => self.ws.cublas[thread] = Some(a),
+                    Err(m) => failed = Some(m),
                 }
             }
         }
-        if lt && rules.lt_rule() == CublasLtWorkspace::Cached && self.ws.lt[thread].is_none() {
+        let lt_cached = rules.lt_rule() == CublasLtWorkspace::Cached;
+        if failed.is_none() && lt && lt_cached && self.ws.lt[thread].is_none() {
             match take(self, rules.lt_bytes())? {
                 Ok(a) => self.ws.lt[thread] = Some(a),
-                Err(m) => return Ok(Some(json!(["oom", m]))),
+                Err(m) => failed = Some(m),
             }
         }
-        for a in transient {
+        if let Some(m) = failed {
+            for a in transient.into_iter().chain(copies) {
+                self.free_block(a)?;
+            }
+            return Ok(Some(json!(["oom", m])));
+        }
+        for a in transient.into_iter().chain(copies) {
             self.free_block(a)?;
         }
-        Ok(ok())
+        // From here a GEMM on this thread takes no workspace (both cached):
+        // at most clones of its operands, which the helper counts against
+        // its headroom, so it need not wait (`quiet`).
+        // (Any addmm may be Linear's epilogue, which takes the cuBLASLt one.)
+        let lt_ready = name != "addmm"
+            || rules.lt_rule() == CublasLtWorkspace::Unified
+            || (lt_cached && self.ws.lt[thread].is_some());
+        let quiet = rules.cublas_cached()
+            && (cublas == 0 || self.ws.cublas[thread].is_some())
+            && rules.lt_rule() != CublasLtWorkspace::Transient
+            && lt_ready;
+        Ok(Some(json!(["ok", {"quiet": quiet}])))
     }
 }

@@ -16,22 +16,33 @@
 //! - `wire`: the live stream written as the allocator decides;
 //! - `simulator`: one request at a time: allocator, stats, OOMs, dumps;
 //! - `kernels`: what CUDA kernels take beyond their outputs (workspaces, scratch);
-//! - `serve`: the connection, the child's end, the outcome.
+//! - `plans`: those buffers stage by stage, for ops that take them between
+//!   or before their outputs (cuDNN convolutions and RNNs, softmax, norms);
+//! - `serve`: the connection, the child's end, the outcome;
+//! - `replay`: the program's requests saved, and replayed on another GPU or
+//!   allocator config without running it again;
+//! - `sweep`: the program traced once per value of an argument, fitted as
+//!   `vramscope sweep` fits a scenario.
 
 mod error;
 mod kernels;
 mod launch;
 mod outcome;
+mod plans;
+mod replay;
 mod rules;
 mod serve;
 mod simulator;
+mod sweep;
 #[cfg(test)]
 mod tests;
 mod wire;
 
 pub use error::TraceError;
 pub use launch::{ChildOutput, Launch, HELPER_SOURCE};
-pub use outcome::{Exception, TraceOutcome, Untraced};
+pub use outcome::{Estimate, Exception, TraceOutcome, Untraced};
+pub use replay::{replay, ReplayInfo, ReplayOptions, RequestLog, REQUESTS_MAGIC};
 pub use rules::{release_of, Rules};
 pub use serve::{start, TraceOptions, TraceRun};
 pub use simulator::Simulator;
+pub use sweep::{parse_sweep, point_of, substitute, TraceSweep};

@@ -4,6 +4,8 @@
 
 use serde::Serialize;
 
+use super::replay::ReplayInfo;
+
 /// Something the trace could not follow, with the program's line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Untraced {
@@ -15,6 +17,18 @@ pub struct Untraced {
     pub at: Option<String>,
     /// What vramscope did instead.
     pub instead: String,
+}
+
+/// A size the trace estimated (no measurement for this shape on this GPU
+/// and release: cuDNN's workspaces, reserves and dropout state).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Estimate {
+    /// The call and its shape.
+    pub what: String,
+    /// The size the trace took (bytes; a workspace and a reserve summed).
+    pub bytes: u64,
+    /// How many calls took it.
+    pub calls: u64,
 }
 
 /// An exception that ended the program.
@@ -46,6 +60,10 @@ pub struct TraceOutcome {
     pub command: Vec<String>,
     pub steps: u64,
     pub allocations: u64,
+    /// The program's messages that waited for an answer, and those sent
+    /// without waiting (frees, storages within the headroom, stacks, steps).
+    pub waited: u64,
+    pub posted: u64,
     pub ooms: u64,
     /// Why the trace ended (`the program ended`, `stopped after 3 optimizer steps`).
     pub ended: Option<String>,
@@ -53,6 +71,10 @@ pub struct TraceOutcome {
     pub exit_status: Option<i32>,
     pub exception: Option<Exception>,
     pub untraced: Vec<Untraced>,
+    /// Sizes estimated, not measured (each said in the report).
+    pub estimates: Vec<Estimate>,
+    /// Set when the run is a replay of saved requests (`--from`).
+    pub replay: Option<ReplayInfo>,
     /// Whether the program ever started CUDA (imported torch and used the GPU).
     pub cuda_started: bool,
     /// The program never connected (it did not import torch, or ran with

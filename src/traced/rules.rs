@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use crate::alloc::TorchVersion;
 use crate::device::GpuProfile;
+use crate::engine::measured::{measured_on, Measured};
 use crate::engine::ops::sdpa_select::SdpaCall;
 use crate::engine::scratch::reduce::ReduceShape;
 use crate::engine::{CublasLtWorkspace, CublasWorkspaceMode, DType, EngineConfig, SdpaBackend};
@@ -46,7 +47,7 @@ pub const HOST_OUTPUTS: [(&str, &[usize]); 1] =
 
 /// Reductions whose CUDA kernel may split across thread blocks and take a
 /// staging buffer and semaphores (engine's `reduce_plan`).
-pub const REDUCTIONS: [&str; 2] = ["sum", "mean"];
+pub const REDUCTIONS: [&str; 4] = ["sum", "mean", "argmax", "argmin"];
 
 /// PyTorch 2.11's CUDA autocast policies (aten/src/ATen/autocast_mode.cpp,
 /// engine.md §6.1) by the name the helper finds each function under
@@ -145,18 +146,16 @@ pub fn autocast_table() -> serde_json::Value {
     })
 }
 
-/// Ops whose kernel takes scratch before its outputs exist too: the helper
-/// reports them before they run as well as after.
-pub const BEFORE_OPS: [&str; 1] = ["embedding_dense_backward"];
-
-/// Every op the helper reports after it runs (op name, thread, arguments).
+/// Every op the helper reports after it runs (op name, thread, arguments):
+/// the GEMMs, SDPA backwards and reductions, and every planned op (its
+/// last stage, [`super::plans::PLANNED_OPS`]).
 pub fn after_ops() -> Vec<&'static str> {
     GEMM_OPS
         .iter()
         .copied()
         .chain(SDPA_BACKWARDS.iter().map(|(n, _)| *n))
         .chain(REDUCTIONS.iter().copied())
-        .chain(BEFORE_OPS.iter().copied())
+        .chain(super::plans::PLANNED_OPS.iter().copied())
         .collect()
 }
 
@@ -235,6 +234,8 @@ pub fn release_of(torch: &str) -> (TorchVersion, String) {
 #[derive(Debug, Clone)]
 pub struct Rules {
     pub engine: EngineConfig,
+    /// cuDNN's choices measured on this GPU and release, if any.
+    pub measured: Option<&'static Measured>,
 }
 
 impl Rules {
@@ -270,7 +271,10 @@ impl Rules {
             ..EngineConfig::default()
         };
         apply_conditions(&conditions, version, &mut engine).map_err(|(_, why)| why)?;
-        Ok(Rules { engine })
+        Ok(Rules {
+            engine,
+            measured: measured_on(gpu.name, version),
+        })
     }
 
     pub fn cublas_bytes(&self) -> u64 {

@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::error::TraceError;
 use super::launch::{ChildOutput, Launch};
 use super::outcome::TraceOutcome;
+use super::replay::RequestLog;
 use super::simulator::{SimOptions, Simulator};
 use crate::device::GpuProfile;
 use crate::live::{write_frame, FrameReader};
@@ -29,6 +30,8 @@ pub struct TraceOptions {
     pub output: ChildOutput,
     /// Keep the whole run as a snapshot pickle (`--export`).
     pub want_snapshot: bool,
+    /// Save the program's requests for a replay (`--save-requests`).
+    pub save_requests: Option<std::path::PathBuf>,
 }
 
 /// The outcome, and the run as a snapshot pickle when one was asked for.
@@ -98,10 +101,22 @@ fn serve(
         conf: opts.conf.clone(),
     };
     let mut sim = Simulator::new(sim_opts, sink, opts.command.clone());
+    let mut log = match &opts.save_requests {
+        Some(p) => Some(RequestLog::create(
+            p,
+            opts.gpu,
+            opts.conf.as_deref(),
+            &opts.command,
+        )?),
+        None => None,
+    };
     let served = match accept(launch, stop)? {
-        Some(stream) => serve_connection(&mut sim, stream, stop),
+        Some(stream) => serve_connection(&mut sim, stream, stop, log.as_mut()),
         None => Ok(false),
     };
+    if let Some(log) = log {
+        log.finish()?;
+    }
     if served.is_err() || stop.load(Ordering::Relaxed) {
         launch.kill();
     }
@@ -144,6 +159,7 @@ fn serve_connection<W: Write>(
     sim: &mut Simulator<W>,
     stream: UnixStream,
     stop: &AtomicBool,
+    mut log: Option<&mut RequestLog>,
 ) -> Result<bool, TraceError> {
     let read = stream
         .try_clone()
@@ -163,7 +179,11 @@ fn serve_connection<W: Write>(
             index,
             why: e.to_string(),
         })?;
-        if let Some(answer) = sim.handle(index, &v)? {
+        let answer = sim.handle(index, &v)?;
+        if let Some(log) = log.as_deref_mut() {
+            log.write(bytes, answer.as_ref())?;
+        }
+        if let Some(answer) = answer {
             let body =
                 serde_json::to_vec(&answer).map_err(|e| TraceError::Channel(e.to_string()))?;
             // A program that has gone stops reading: its end is the EOF above.

@@ -13,10 +13,10 @@ use rustc_hash::FxHashMap;
 use serde_json::{json, Value};
 
 use super::error::TraceError;
-use super::outcome::{Exception, TraceOutcome, Untraced};
+use super::outcome::{Estimate, Exception, TraceOutcome, Untraced};
+use super::plans::{KernelPlan, ORDERED_OPS, PLANNED_OPS, STAGED_OPS};
 use super::rules::{
-    after_ops, autocast_table, backend_name, dtype_named, release_of, Rules, BEFORE_OPS,
-    HOST_OUTPUTS,
+    after_ops, autocast_table, backend_name, dtype_named, release_of, Rules, HOST_OUTPUTS,
 };
 use super::wire::{tag_of, LiveOut};
 use crate::alloc::{
@@ -40,6 +40,10 @@ pub struct SimOptions {
     pub conf: Option<String>,
 }
 
+/// The largest segment a mid-size request can make (allocator.md §3): the
+/// unit of the headroom's count.
+const HEADROOM_SEGMENT: u64 = 20 << 20;
+
 /// A request's answer: the reply to send, if the request waits for one.
 pub(super) type Reply = Option<Value>;
 
@@ -50,6 +54,8 @@ type Frames = Vec<(String, i64, String)>;
 pub(super) struct Workspaces {
     pub(super) cublas: [Option<u64>; 2],
     pub(super) lt: [Option<u64>; 2],
+    /// cuDNN's RNN dropout state, made once and kept (`get_dropout_state`).
+    pub(super) dropout_state: Option<u64>,
 }
 
 pub struct Simulator<W: Write> {
@@ -62,8 +68,13 @@ pub struct Simulator<W: Write> {
     /// The program's storages (`_cdata`) and their blocks.
     storages: FxHashMap<u64, u64>,
     pub(super) ws: Workspaces,
-    /// Scratch a kernel took before its outputs, freed after them.
+    /// The buffers the current planned call took so far (by number).
     pub(super) pending: Vec<Option<u64>>,
+    /// The planned call under way, between its `before` and its `op`.
+    pub(super) plan: Option<KernelPlan>,
+    /// Replaying saved requests: a storage sent without waiting may not
+    /// fit here (the replay stops there), which is no fault.
+    pub(super) replaying: bool,
     stacks: Vec<Frames>,
     events: Vec<AllocEvent>,
     pid: u64,
@@ -115,6 +126,17 @@ pub(super) fn tensor_arg(v: &Value, i: usize) -> Option<(Vec<u64>, Option<DType>
     Some((shape, dtype, contiguous))
 }
 
+/// Argument `i`'s strides, when it is a tensor the helper sent them for.
+pub(super) fn strides_at(v: &Value, i: usize) -> Option<Vec<u64>> {
+    v.get(3)?
+        .get(i)?
+        .get("stride")?
+        .as_array()?
+        .iter()
+        .map(Value::as_u64)
+        .collect()
+}
+
 pub(super) fn ok() -> Reply {
     Some(json!(["ok"]))
 }
@@ -136,6 +158,8 @@ impl<W: Write> Simulator<W> {
             storages: FxHashMap::default(),
             ws: Workspaces::default(),
             pending: Vec::new(),
+            plan: None,
+            replaying: false,
             stacks: Vec::new(),
             events: Vec::new(),
             pid: 0,
@@ -146,12 +170,23 @@ impl<W: Write> Simulator<W> {
 
     /// One request; `index` counts the program's messages (for errors).
     pub fn handle(&mut self, index: u64, v: &Value) -> Result<Reply, TraceError> {
+        let reply = self.handle_one(index, v)?;
+        if reply.is_some() {
+            self.outcome.waited += 1;
+        } else {
+            self.outcome.posted += 1;
+        }
+        Ok(reply)
+    }
+
+    fn handle_one(&mut self, index: u64, v: &Value) -> Result<Reply, TraceError> {
         let kind = v
             .get(0)
             .and_then(Value::as_str)
             .ok_or_else(|| bad(index, "not an array starting with its kind"))?;
         match kind {
             "m" => self.malloc_request(index, v),
+            "ma" => self.malloc_posted(index, v),
             "f" => {
                 let cd = u64_at(v, 1, index)?;
                 self.free(cd)?;
@@ -159,7 +194,24 @@ impl<W: Write> Simulator<W> {
             }
             "s" => self.define_stack(index, v),
             "op" => self.after_op(v),
+            "oa" => {
+                // An op the helper sent without waiting (a quiet GEMM within
+                // its headroom): it cannot run out of memory.
+                let r = self.after_op(v)?;
+                if let Some(a) = r.filter(|a| a[0] != "ok") {
+                    if !self.replaying {
+                        self.outcome.untraced.push(Untraced {
+                            what: format!("{} sent without waiting", str_at(v, 1)),
+                            why: a.to_string(),
+                            at: None,
+                            instead: "the program did not get its OOM: vramscope's headroom was wrong (a bug)".into(),
+                        });
+                    }
+                }
+                Ok(None)
+            }
             "before" => self.before_op(v),
+            "out" => self.after_output(v),
             "sdpa" => Ok(self.sdpa(v)),
             "step" => {
                 self.outcome.steps += 1;
@@ -253,7 +305,13 @@ impl<W: Write> Simulator<W> {
             },
             "steps": self.opts.steps,
             "after_ops": after_ops(),
-            "before_ops": BEFORE_OPS,
+            "before_ops": PLANNED_OPS,
+            "staged_ops": STAGED_OPS.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+            "register_order": STAGED_OPS
+                .iter()
+                .filter_map(|(n, o)| o.map(|o| (n.to_string(), o.to_vec())))
+                .chain(ORDERED_OPS.iter().map(|(n, o)| (n.to_string(), o.to_vec())))
+                .collect::<BTreeMap<_, _>>(),
             "host_outputs": HOST_OUTPUTS.iter().map(|(n, i)| (n.to_string(), i.to_vec())).collect::<BTreeMap<_, _>>(),
             "sdpa": true,
             "autocast": autocast_table(),
@@ -384,6 +442,8 @@ impl<W: Write> Simulator<W> {
         }
     }
 
+    /// `m`: a storage the program waits on (it may not fit), answered with
+    /// the headroom for the ones it may then send without waiting (`ma`).
     fn malloc_request(&mut self, index: u64, v: &Value) -> Result<Reply, TraceError> {
         let cd = u64_at(v, 1, index)?;
         let bytes = u64_at(v, 2, index)?;
@@ -392,10 +452,51 @@ impl<W: Write> Simulator<W> {
             Ok(addr) => {
                 self.outcome.allocations += 1;
                 self.storages.insert(cd, addr);
-                json!(["ok"])
+                let (room, count) = self.headroom()?;
+                json!(["ok", room, count])
             }
             Err(message) => json!(["oom", message]),
         }))
+    }
+
+    /// `ma`: a storage sent within the headroom, which cannot run out of
+    /// memory; should it (a fault of the headroom), the trace says so.
+    fn malloc_posted(&mut self, index: u64, v: &Value) -> Result<Reply, TraceError> {
+        let cd = u64_at(v, 1, index)?;
+        let bytes = u64_at(v, 2, index)?;
+        match self.malloc(bytes, stack_at(v, 3))? {
+            Ok(addr) => {
+                self.outcome.allocations += 1;
+                self.storages.insert(cd, addr);
+            }
+            Err(_) if self.replaying => {}
+            Err(message) => self.outcome.untraced.push(Untraced {
+                what: format!("a {bytes} B storage sent without waiting"),
+                why: message,
+                at: None,
+                instead: "the program did not get its OOM: vramscope's headroom was wrong (a bug)"
+                    .into(),
+            }),
+        }
+        Ok(None)
+    }
+
+    /// How much the program may allocate before it must wait again: storages
+    /// of at most `room` bytes in all and `count` in number cannot run out of
+    /// memory, whatever the cache holds. Each takes at most a segment of
+    /// 2·size + 20 MiB (size rounding, `roundup_power2_divisions` at most
+    /// doubling, a 20 MiB segment for a mid-size request; allocator.md §3),
+    /// and 2·room + 20 MiB·count stays within half the memory the device and
+    /// the fraction leave.
+    fn headroom(&mut self) -> Result<(u64, u64), TraceError> {
+        let a = self.allocator()?;
+        let (device_free, _) = a.device().mem_get_info();
+        let free = match a.memory_fraction_limit() {
+            Some(limit) => device_free.min(limit.saturating_sub(a.reserved_total())),
+            None => device_free,
+        };
+        let half = free / 2;
+        Ok((half / 4, half / 2 / HEADROOM_SEGMENT))
     }
 
     fn free(&mut self, cd: u64) -> Result<(), TraceError> {
@@ -491,6 +592,28 @@ impl<W: Write> Simulator<W> {
         }
     }
 
+    /// OOMs so far.
+    pub(super) fn ooms(&self) -> u64 {
+        self.outcome.ooms
+    }
+
+    /// The program's own line for a stack it defined.
+    pub(super) fn user_frame_of(&self, stack: u32) -> Option<String> {
+        self.stacks.get(stack as usize).and_then(|f| user_frame(f))
+    }
+
+    /// A size taken from an estimate, once per kind of call.
+    pub(super) fn outcome_estimate(&mut self, what: &str, bytes: u64) {
+        match self.outcome.estimates.iter_mut().find(|e| e.what == what) {
+            Some(e) => e.calls += 1,
+            None => self.outcome.estimates.push(Estimate {
+                what: what.to_string(),
+                bytes,
+                calls: 1,
+            }),
+        }
+    }
+
     fn untraced(&mut self, v: &Value) {
         let at = stack_at(v, 3)
             .and_then(|s| self.stacks.get(s as usize))
@@ -499,7 +622,10 @@ impl<W: Write> Simulator<W> {
             what: str_at(v, 1),
             why: str_at(v, 2),
             at,
-            instead: "nothing: the op raised NotImplementedError in the program, which decides what follows".into(),
+            instead: v.get(4).and_then(Value::as_str).map_or_else(
+                || "nothing: the op raised NotImplementedError in the program, which decides what follows".into(),
+                String::from,
+            ),
         });
     }
 

@@ -79,11 +79,8 @@ fn storages_are_placed_freed_and_counted_as_pytorch_counts_them() {
         &mut sim,
         &json!(["s", 0, [["/home/u/train.py", 7, "<module>"]]]),
     );
-    assert_eq!(ask(&mut sim, &json!(["m", 1001, 1000, 0])), json!(["ok"]));
-    assert_eq!(
-        ask(&mut sim, &json!(["m", 1002, 3 << 20, 0])),
-        json!(["ok"])
-    );
+    assert_eq!(ask(&mut sim, &json!(["m", 1001, 1000, 0]))[0], "ok");
+    assert_eq!(ask(&mut sim, &json!(["m", 1002, 3 << 20, 0]))[0], "ok");
     // 1000 B round to 1,024 in a 2 MiB small segment; 3 MiB in a 20 MiB one.
     assert_eq!(
         stat(&mut sim, "allocated_bytes.all.current"),
@@ -198,4 +195,236 @@ fn a_malformed_request_is_an_error_naming_it() {
     let e = sim.handle(5, &json!(["m", "x"])).expect_err("not a number");
     assert!(e.to_string().contains("message 5"), "{e}");
     assert!(sim.handle(6, &json!({"t": 1})).is_err());
+}
+
+fn tensor(shape: &[u64], dtype: &str) -> Value {
+    let mut strides = vec![1u64; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1].max(1);
+    }
+    json!({"shape": shape, "stride": strides, "dtype": dtype, "contiguous": true})
+}
+
+fn allocated(sim: &mut Simulator<Shared>) -> u64 {
+    stat(sim, "allocated_bytes.all.current")
+}
+
+#[test]
+fn a_storage_within_the_headroom_is_placed_without_an_answer() {
+    let (mut sim, sink) = simulator(None);
+    assert_eq!(ask(&mut sim, &json!(["init", {}]))[0], "ok");
+    let r = ask(&mut sim, &json!(["m", 1, 1 << 20, Value::Null]));
+    let (room, count) = (r[1].as_u64().expect("room"), r[2].as_u64().expect("count"));
+    // 2·room + 20 MiB·count within half of what the device leaves.
+    let free = ask(&mut sim, &json!(["mem_get_info"]))[1][0]
+        .as_u64()
+        .expect("free");
+    assert!(room > 0 && count > 0);
+    assert!(2 * room + (20 << 20) * count <= free / 2, "{room} {count}");
+    post(&mut sim, &json!(["ma", 2, 3 << 20, Value::Null]));
+    assert_eq!(allocated(&mut sim), (1 << 20) + (3 << 20));
+    post(&mut sim, &json!(["f", 2]));
+    assert_eq!(allocated(&mut sim), 1 << 20);
+    let (outcome, _, _) = finish(sim, &sink);
+    assert_eq!(outcome.allocations, 2);
+    assert!(outcome.untraced.is_empty());
+}
+
+#[test]
+fn a_gemm_is_quiet_once_its_threads_workspaces_are_cached() {
+    let (mut sim, _) = simulator(None);
+    assert_eq!(ask(&mut sim, &json!(["init", {}]))[0], "ok");
+    let mm = json!([
+        "op",
+        "mm",
+        false,
+        [tensor(&[8, 64], "float32"), tensor(&[64, 64], "float32")],
+        Value::Null
+    ]);
+    let first = ask(&mut sim, &mm);
+    assert_eq!(
+        first[1]["quiet"], true,
+        "the cuBLAS workspace is now cached"
+    );
+    let addmm = json!([
+        "op",
+        "addmm",
+        false,
+        [
+            tensor(&[64], "float32"),
+            tensor(&[8, 64], "float32"),
+            tensor(&[64, 64], "float32")
+        ],
+        Value::Null
+    ]);
+    assert_eq!(
+        ask(&mut sim, &addmm)[1]["quiet"],
+        true,
+        "and now cuBLASLt's"
+    );
+    let backward = json!([
+        "op",
+        "mm",
+        true,
+        [tensor(&[8, 64], "float32"), tensor(&[64, 64], "float32")],
+        Value::Null
+    ]);
+    assert_eq!(ask(&mut sim, &backward)[1]["quiet"], true);
+}
+
+#[test]
+fn a_broadcast_gemm_operand_is_cloned_for_the_call() {
+    let (mut sim, _) = simulator(None);
+    assert_eq!(ask(&mut sim, &json!(["init", {}]))[0], "ok");
+    let warm = json!([
+        "op",
+        "mm",
+        true,
+        [tensor(&[4, 4], "float32"), tensor(&[4, 4], "float32")],
+        Value::Null
+    ]);
+    ask(&mut sim, &warm);
+    let before = stat(&mut sim, "allocation.all.allocated");
+    let held = allocated(&mut sim);
+    // sum().backward()'s [16, 1000] gradient (stride 0) times a weight.
+    let expanded =
+        json!({"shape": [16, 1000], "stride": [0, 0], "dtype": "float32", "contiguous": false});
+    let mm = json!([
+        "op",
+        "mm",
+        true,
+        [expanded, tensor(&[1000, 2048], "float32")],
+        Value::Null
+    ]);
+    assert_eq!(ask(&mut sim, &mm)[0], "ok");
+    assert_eq!(
+        stat(&mut sim, "allocation.all.allocated"),
+        before + 1,
+        "one clone"
+    );
+    assert_eq!(allocated(&mut sim), held, "freed after the call");
+    assert_eq!(
+        stat(&mut sim, "allocated_bytes.all.peak"),
+        held + 16 * 1000 * 4,
+        "the clone's bytes"
+    );
+}
+
+#[test]
+fn a_convolution_takes_its_measured_workspace_after_its_output() {
+    let (mut sim, sink) = simulator(None);
+    assert_eq!(ask(&mut sim, &json!(["init", {}]))[0], "ok");
+    let args = json!([
+        tensor(&[32, 3, 224, 224], "float32"),
+        tensor(&[64, 3, 7, 7], "float32"),
+        Value::Null,
+        [2, 2],
+        [3, 3],
+        [1, 1],
+        false,
+        [0, 0],
+        1
+    ]);
+    let before = json!(["before", "convolution", false, args.clone(), Value::Null]);
+    assert_eq!(ask(&mut sim, &before)[0], "ok");
+    ask(&mut sim, &json!(["m", 1, 102_760_448, Value::Null]));
+    assert_eq!(
+        ask(
+            &mut sim,
+            &json!(["out", "convolution", false, args.clone(), Value::Null, 0])
+        )[0],
+        "ok"
+    );
+    assert_eq!(
+        ask(
+            &mut sim,
+            &json!(["op", "convolution", false, args, Value::Null])
+        )[0],
+        "ok"
+    );
+    assert_eq!(allocated(&mut sim), 102_760_448, "the workspace is gone");
+    assert_eq!(
+        stat(&mut sim, "allocated_bytes.all.peak"),
+        102_760_448 + 122_065_680u64.div_ceil(512) * 512,
+        "the stem's measured forward workspace, rounded to 512 B"
+    );
+    let (outcome, _, _) = finish(sim, &sink);
+    assert!(outcome.estimates.is_empty(), "measured on the H100");
+}
+
+#[test]
+fn an_unmeasured_convolution_is_estimated_and_said_to_be() {
+    let (mut sim, sink) = simulator(None);
+    assert_eq!(ask(&mut sim, &json!(["init", {}]))[0], "ok");
+    let args = json!([
+        tensor(&[2, 3, 32, 32], "float32"),
+        tensor(&[8, 3, 3, 3], "float32"),
+        Value::Null,
+        [1, 1],
+        [1, 1],
+        [1, 1],
+        false,
+        [0, 0],
+        1
+    ]);
+    ask(
+        &mut sim,
+        &json!(["before", "convolution", false, args.clone(), Value::Null]),
+    );
+    ask(
+        &mut sim,
+        &json!(["out", "convolution", false, args.clone(), Value::Null, 0]),
+    );
+    ask(
+        &mut sim,
+        &json!(["op", "convolution", false, args, Value::Null]),
+    );
+    // The engine's estimate: min(64 MiB, the input's bytes).
+    assert_eq!(
+        stat(&mut sim, "allocated_bytes.all.peak"),
+        2 * 3 * 32 * 32 * 4
+    );
+    let (outcome, _, _) = finish(sim, &sink);
+    assert_eq!(outcome.estimates.len(), 1);
+    assert!(
+        outcome.estimates[0].what.contains("convolution"),
+        "{:?}",
+        outcome.estimates
+    );
+}
+
+#[test]
+fn a_cudnn_lstm_sizes_its_reserve_and_keeps_one_dropout_state() {
+    let (mut sim, _) = simulator(None);
+    assert_eq!(ask(&mut sim, &json!(["init", {}]))[0], "ok");
+    let args = json!([
+        tensor(&[35, 20, 200], "float32"),
+        [],
+        4,
+        tensor(&[563200], "float32"),
+        tensor(&[2, 20, 200], "float32"),
+        tensor(&[2, 20, 200], "float32"),
+        2,
+        200,
+        0,
+        2,
+        false,
+        0.2,
+        true,
+        false,
+        [],
+        Value::Null
+    ]);
+    let r = ask(
+        &mut sim,
+        &json!(["before", "_cudnn_rnn", false, args.clone(), Value::Null]),
+    );
+    assert_eq!(r[1]["sizes"]["3"], 6_177_760, "the H100's measured reserve");
+    assert_eq!(allocated(&mut sim), 6_488_064, "the dropout state, kept");
+    let r = ask(
+        &mut sim,
+        &json!(["before", "_cudnn_rnn", false, args, Value::Null]),
+    );
+    assert_eq!(r[0], "ok");
+    assert_eq!(allocated(&mut sim), 6_488_064, "made once");
 }

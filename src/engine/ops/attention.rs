@@ -284,7 +284,7 @@ fn efficient_f32_scratch(b: u64, h: u64, t: u64, hd: u64) -> SdpaScratch {
 /// T 512; Qwen2.5 d 64, h 14, GQA; `tests/fixtures/pytorch/captured/
 /// sdpa_default_fp16`, `llama_lora_finetune`). cuDNN's engine sizes it:
 /// measured, not derived.
-const CUDNN_PLAN_WORKSPACE: u64 = 256;
+pub(crate) const CUDNN_PLAN_WORKSPACE: u64 = 256;
 
 /// cuDNN attention's backward workspace for q of [B, h, T, hd] and k, v of
 /// `kv_heads` heads (`run_cudnn_SDP_bprop` takes the graph's

@@ -16,6 +16,7 @@ use super::super::tag::Category;
 use super::super::tensor::{Layout, TensorId};
 use super::super::Engine;
 use crate::engine::autograd::BwdKind;
+use crate::engine::scratch::softmax::safe_softmax_scratch;
 
 /// The function's C++ locals that own memory, destroyed in reverse
 /// declaration order as it returns or unwinds: `attn`, `query`,
@@ -242,11 +243,7 @@ impl Engine {
         let (shape, dtype) = (self.shape(x), self.dtype(x));
         let out = self.act(shape, dtype)?;
         self.k_unary(x, out);
-        let scratch = [
-            (shape, DType::Bool),
-            (shape.with_last(1), DType::Bool),
-            (Shape::scalar(), dtype),
-        ];
+        let scratch = safe_softmax_scratch(shape, dtype);
         let mut made = Vec::with_capacity(scratch.len());
         let mut failed = None;
         for (s, d) in scratch {

@@ -9,6 +9,24 @@ use super::super::tensor::{Layout, TensorId};
 use super::super::Engine;
 use crate::engine::autograd::BwdKind;
 
+/// Whether cuBLAS takes a 2-D operand of these sizes and strides as it is,
+/// or PyTorch first copies it contiguous (`prepare_matrix_for_cublas`,
+/// aten/src/ATen/native/cuda/Blas.cpp): a dense matrix, or one column- or
+/// row-major with a leading dimension at least its rows or columns, goes as
+/// it is; anything else (a broadcast gradient, stride 0) is cloned for the
+/// call and freed after it. The engine's GEMM backward copies an expanded
+/// gradient by the same rule (`gemm_grad`).
+pub(crate) fn cublas_takes_as_is(sizes: [u64; 2], strides: [u64; 2]) -> bool {
+    let [rows, cols] = sizes;
+    // Non-overlapping and dense: row- or column-major with no gaps (a size-1
+    // dimension's stride does not matter).
+    let dense = (cols <= 1 || strides[1] == 1) && (rows <= 1 || strides[0] == cols.max(1))
+        || (rows <= 1 || strides[0] == 1) && (cols <= 1 || strides[1] == rows.max(1));
+    dense
+        || strides[0] == 1 && strides[1] >= rows.max(1)
+        || strides[1] == 1 && strides[0] >= cols.max(1)
+}
+
 impl Engine {
     /// `F.linear(x, W, b)` (W is [out, in]). With a bias and a contiguous input it
     /// lowers to one addmm on a 2-D view (cuBLASLt epilogue); otherwise to
@@ -187,5 +205,23 @@ impl Engine {
             self.release(t);
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod cublas_operands {
+    use super::cublas_takes_as_is;
+
+    #[test]
+    fn a_broadcast_matrix_is_copied_and_strided_layouts_are_not() {
+        // sum().backward()'s gradient of a [16, 1000] output: stride 0.
+        assert!(!cublas_takes_as_is([16, 1000], [0, 0]));
+        assert!(!cublas_takes_as_is([1000, 16], [0, 0]));
+        // Contiguous, transposed, and a column slice with a long leading dim.
+        assert!(cublas_takes_as_is([16, 1000], [1000, 1]));
+        assert!(cublas_takes_as_is([1000, 16], [1, 1000]));
+        assert!(cublas_takes_as_is([16, 100], [1000, 1]));
+        // Every other row: neither dense nor a plain leading dimension.
+        assert!(!cublas_takes_as_is([16, 100], [200, 2]));
     }
 }

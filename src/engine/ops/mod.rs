@@ -10,7 +10,7 @@ pub mod loss;
 pub mod matmul;
 pub mod norm;
 pub mod pointwise_hf;
-mod reduce_input;
+pub(crate) mod reduce_input;
 pub mod repeat_kv;
 pub mod rms_norm;
 pub mod rotary;

@@ -8,3 +8,4 @@ pub(crate) mod embedding;
 pub(crate) mod layer_norm;
 pub mod reduce;
 pub(crate) mod reduce_split;
+pub(crate) mod softmax;
