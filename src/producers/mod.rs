@@ -26,6 +26,7 @@ pub mod nvml;
 pub mod open;
 pub mod scenario;
 pub mod snapshot;
+mod snapshot_stream;
 mod snapshot_tags;
 pub mod source;
 pub mod sweep;

@@ -84,6 +84,9 @@ pub struct RunView {
     pub loading: Option<LoadProgress>,
     /// The producer reads a file (it said how far it had got).
     pub reads_file: bool,
+    /// The events so far were placed as if the trace began with nothing
+    /// reserved, which the producer can tell only once the file is read.
+    pub assumed_empty_start: bool,
     /// The events the run will hold, where the producer knows it up front.
     pub expected_events: Option<usize>,
     pub timeline: Timeline,
@@ -165,10 +168,14 @@ impl RunView {
             summary: None,
             step_trends: Vec::new(),
             pending_oom: false,
-            loading: None,
+            // A source that reads a file says so from the first frame.
+            loading: source
+                .reads
+                .map(|total| LoadProgress::Reading { done: 0, total }),
             backlog: false,
             leak_scroll: 0,
-            reads_file: false,
+            reads_file: source.reads.is_some(),
+            assumed_empty_start: false,
             expected_events: None,
             source: Some(source),
             timeline: Timeline::new(),
@@ -334,7 +341,9 @@ impl RunView {
             // points to the sweep chart.
             SourceMsg::Gpus(_) | SourceMsg::SweepPoint { .. } | SourceMsg::Swept(_) => {}
             SourceMsg::Loading(p) => {
-                self.loading = Some(p);
+                let LoadProgress::Reading { done, total } = p;
+                // The last word of a reading says all of the file was read.
+                self.loading = (total == 0 || done < total).then_some(p);
                 self.reads_file = true;
             }
             SourceMsg::Summary(s) => self.summary = Some(s),
@@ -344,7 +353,7 @@ impl RunView {
             }
             SourceMsg::Job(j) => self.job = Some(*j),
             SourceMsg::Opened(o) => {
-                self.loading = None;
+                self.assumed_empty_start = o.assumed_empty_start;
                 self.tags = o.tags;
                 self.capacity = o.capacity;
                 self.devices = Some(o.devices);
