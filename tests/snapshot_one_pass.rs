@@ -8,10 +8,12 @@
 
 use std::path::Path;
 use vramscope::alloc::Tag;
+use vramscope::alloc::{Action, BlockState};
 use vramscope::producers::{snapshot_source, snapshot_to_source, Opened, Source, SourceMsg};
 use vramscope::trace::replay::entry_tag;
 use vramscope::trace::snapshot::{
     export_bytes, import_bytes, import_file, synthetic_snapshot, AllocatorSettings, Snapshot,
+    TraceEntry,
 };
 use vramscope::trace::{Event, Timeline};
 
@@ -192,6 +194,52 @@ fn a_segment_older_than_the_trace_and_never_touched_is_found_at_the_end() {
     // Shown as if it began empty, then again from the true start.
     assert_eq!(v.shown_then_restarted.len(), 1);
     assert!(v.shown_then_restarted[0] > 0);
+}
+
+#[test]
+fn a_block_older_than_the_trace_freed_late_is_found_by_reading_again() {
+    let dir = temp_dir("one-pass-late-free");
+    let mut snap = synthetic(14_000_000, 8);
+    // A segment from before the trace, idle until, long after the first
+    // entries, a block it held from before is freed.
+    let mut idle = snap
+        .segments
+        .iter()
+        .find(|s| s.total_size >= 4 << 20)
+        .expect("a large segment")
+        .clone();
+    idle.address = snap
+        .segments
+        .iter()
+        .map(|s| s.address + s.total_size)
+        .max()
+        .unwrap_or(0)
+        + (1 << 30);
+    idle.blocks.truncate(1);
+    idle.blocks[0].address = idle.address;
+    idle.blocks[0].size = idle.total_size;
+    idle.blocks[0].requested_size = 0;
+    idle.blocks[0].state = BlockState::Inactive;
+    let freed = idle.address + (2 << 20);
+    snap.segments.push(idle);
+    let trace = &mut snap.device_traces[0];
+    let last = *trace.last().expect("entries");
+    for action in [Action::FreeRequested, Action::FreeCompleted] {
+        trace.push(
+            TraceEntry::new(action, freed, 1 << 20, 0, last.frames).with_time_us(last.time_us()),
+        );
+    }
+    let path = write(&dir, "late-free.pickle", &snap);
+    let v = same_as_whole(&path, None);
+    assert_eq!(
+        v.shown_then_restarted.len(),
+        1,
+        "shown as if it began empty, then again"
+    );
+    assert!(
+        v.timeline.state_at(None).blocks.contains_key(&freed),
+        "the block freed late is there from the start"
+    );
 }
 
 #[test]

@@ -19,7 +19,7 @@
 //! first [`PROBATION`] entries, before anything was shown.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::alloc::constants::LARGE_BUFFER;
@@ -27,7 +27,7 @@ use crate::alloc::{Action, AllocConfig};
 use crate::trace::mirror::{start_map, TraceMirror};
 use crate::trace::replay::from_snapshot::{self, infer_device_total};
 use crate::trace::replay::reconstruct::StartTracker;
-use crate::trace::replay::Entry;
+use crate::trace::replay::{Entry, FinalSegment};
 use crate::trace::snapshot::{
     import_file_tapped, Segment, Snapshot, SnapshotError, Tables, TraceEntry, TraceTap,
 };
@@ -43,7 +43,7 @@ use super::source::{LoadProgress, Opened, SourceMsg, TagInfo};
 /// any: an open trace almost always shows it within these (an entry that
 /// frees or fills memory the map does not have), and is then placed again
 /// before anything was drawn. About 10 MB of a file.
-pub const PROBATION: usize = 1 << 17;
+pub const PROBATION: usize = 1 << 16;
 
 /// Batches of entries the decoder may run ahead of the placing.
 const AHEAD: usize = 64;
@@ -157,22 +157,41 @@ pub(super) fn stream_file(
     };
     let may_stand =
         config.same_block_rules(&AllocConfig::default()) && facts.start.starts_empty(&finals);
-    let shown = if may_stand {
+    let (shown, misfit) = if may_stand {
         match mirror.finish() {
             Finish::Sent => return Streamed::Done(out.send(SourceMsg::Opened(Box::new(opened)))),
             Finish::Gone => return Streamed::Done(false),
-            Finish::Failed { shown } => shown,
+            Finish::Failed { shown } => (shown, true),
         }
     } else {
-        mirror.discard()
+        mirror.check()
     };
     // Placed from the wrong start or under other rules: again, from the
     // start the entries rebuilt, under the recorded settings.
     if shown {
         out.send(SourceMsg::Restarted);
     }
+    let start_known = facts.start_known(misfit);
     let ooms = facts.ooms;
-    let start = start_map(&facts.start.finish(&finals, &config));
+    let start = if start_known {
+        facts.start.finish(&finals, &config)
+    } else {
+        // A misfit past the first entries, which were let go: the start
+        // needs every address, from a reading of its own.
+        let mut every = EveryAddress {
+            device: tapped_device,
+            start: StartTracker::new(),
+        };
+        match import_file_tapped(path, &mut |_| {}, Some(&mut every)) {
+            Ok(Some(_)) => every.start.finish(&finals, &config),
+            Ok(None) => return Streamed::Done(false),
+            Err(e) => {
+                out.send(SourceMsg::Failed(e.to_string()));
+                return Streamed::Done(false);
+            }
+        }
+    };
+    let start = start_map(&start);
     drop(snap);
     if !out.send(SourceMsg::Opened(Box::new(opened))) {
         return Streamed::Done(false);
@@ -257,9 +276,16 @@ fn with_oom(snap: &Snapshot, tapped: usize, tapped_oom: bool) -> Vec<usize> {
 
 /// What the view needs from the trace besides its events, gathered entry
 /// by entry.
-#[derive(Default)]
 struct Facts {
+    /// Watching only the final blocks while the map takes every entry
+    /// (see [`StartTracker::watching`]); every address once it does not.
     start: StartTracker,
+    /// The entries so far, until the map took the first [`PROBATION`]
+    /// without a misfit: to read again into a tracker of every address if
+    /// it did not.
+    early: Option<Vec<Entry>>,
+    /// `start` records every address.
+    every_address: bool,
     /// `device_free` of the `oom` entries, by entry index.
     ooms: Vec<(usize, u64)>,
     /// Every `segment_map` (the device size, where expandable segments
@@ -270,10 +296,49 @@ struct Facts {
 }
 
 impl Facts {
+    fn new(finals: &[FinalSegment]) -> Facts {
+        Facts {
+            start: StartTracker::watching(finals),
+            early: Some(Vec::new()),
+            every_address: false,
+            ooms: Vec::new(),
+            maps: Vec::new(),
+            events: 0,
+        }
+    }
+
+    /// Whether `start` holds the state the trace began in, once every
+    /// entry was pushed: it records every address, or the map took every
+    /// entry (`misfit`: it did not).
+    fn start_known(&self, misfit: bool) -> bool {
+        self.every_address || !misfit
+    }
+
+    /// After a batch: keep the first entries while the map has not taken
+    /// [`PROBATION`] of them; from a misfit among them on, record every
+    /// address.
+    fn watch(&mut self, mirror: &Mirror) {
+        let Some(early) = &mut self.early else {
+            return;
+        };
+        if mirror.failed() {
+            let mut every = StartTracker::new();
+            early.iter().for_each(|e| every.push(e));
+            self.start = every;
+            self.every_address = true;
+            self.early = None;
+        } else if mirror.clean_upto() >= PROBATION {
+            self.early = None;
+        }
+    }
+
     fn push(&mut self, first: usize, entries: &[TraceEntry], tables: Tables<'_>) {
         for (j, e) in entries.iter().enumerate() {
             let entry = Entry::recorded(e);
             self.start.push(&entry);
+            if let Some(early) = &mut self.early {
+                early.push(entry);
+            }
             match e.action {
                 Action::Oom => self.ooms.push((
                     first + j,
@@ -352,7 +417,7 @@ impl TraceTap for ViewTap<'_> {
         self.out.send(SourceMsg::Opened(Box::new(opened)));
         self.state = Some(Tapping {
             tags,
-            facts: Facts::default(),
+            facts: Facts::new(&from_snapshot::final_segments_in(segments, device)),
             mirror: Mirror::spawn(
                 MemoryMap::default(),
                 AllocConfig::default(),
@@ -380,7 +445,27 @@ impl TraceTap for ViewTap<'_> {
             };
             s.mirror.place(batch);
         }
+        s.facts.watch(&s.mirror);
         !self.out.is_gone()
+    }
+}
+
+/// A reading for the start alone, every address recorded.
+struct EveryAddress {
+    device: usize,
+    start: StartTracker,
+}
+
+impl TraceTap for EveryAddress {
+    fn begin(&mut self, device: usize, _: Option<&[Segment]>, _: Tables<'_>) -> bool {
+        device == self.device
+    }
+
+    fn entries(&mut self, _: usize, entries: &[TraceEntry], _: Tables<'_>) -> bool {
+        entries
+            .iter()
+            .for_each(|e| self.start.push(&Entry::recorded(e)));
+        true
     }
 }
 
@@ -418,8 +503,19 @@ struct Batch {
 
 enum ToMirror {
     Batch(Batch),
-    /// No more entries: send what is left (true) or drop it (false).
-    End(bool),
+    /// No more entries.
+    End(Then),
+}
+
+/// What the placing thread does once it has every entry.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Then {
+    /// Send what is left.
+    Send,
+    /// Place what is left, to tell whether any entry misfit; send nothing.
+    Check,
+    /// Stop at once.
+    Drop,
 }
 
 /// The thread that places entries on the map and sends the timeline's
@@ -427,6 +523,8 @@ enum ToMirror {
 struct Mirror {
     tx: flume::Sender<ToMirror>,
     failed: Arc<AtomicBool>,
+    /// Entries placed so far without a misfit.
+    clean: Arc<AtomicUsize>,
     /// Whether it sent parts (see [`Placer::run`]); `None`: no thread.
     handle: Option<std::thread::JoinHandle<bool>>,
 }
@@ -457,11 +555,13 @@ impl Mirror {
     ) -> Mirror {
         let (tx, rx) = flume::bounded(AHEAD);
         let failed = Arc::new(AtomicBool::new(false));
+        let clean = Arc::new(AtomicUsize::new(0));
         let placer = Placer {
             rx,
             out: out.clone(),
             spent: spent.clone(),
             failed: failed.clone(),
+            clean: clean.clone(),
             probation,
             speculative: probation > 0,
             ooms,
@@ -478,8 +578,14 @@ impl Mirror {
         Mirror {
             tx,
             failed,
+            clean,
             handle: handle.ok(),
         }
+    }
+
+    /// Entries placed so far without a misfit.
+    fn clean_upto(&self) -> usize {
+        self.clean.load(Ordering::Relaxed)
     }
 
     /// Whether an entry fell outside the map (placed as if the trace began
@@ -496,7 +602,7 @@ impl Mirror {
     /// The last parts and the map after them, once every entry was
     /// handed over.
     fn finish(mut self) -> Finish {
-        let _ = self.tx.send(ToMirror::End(true));
+        let _ = self.tx.send(ToMirror::End(Then::Send));
         let sent = join(self.handle.take());
         match (self.failed.load(Ordering::Relaxed), sent) {
             (true, shown) => Finish::Failed { shown },
@@ -508,8 +614,16 @@ impl Mirror {
     /// Stop, sending nothing more; true when parts were shown already.
     fn discard(mut self) -> bool {
         self.failed.store(true, Ordering::Relaxed);
-        let _ = self.tx.send(ToMirror::End(false));
+        let _ = self.tx.send(ToMirror::End(Then::Drop));
         join(self.handle.take())
+    }
+
+    /// Place every entry handed over, sending nothing more: whether parts
+    /// were shown already, and whether any entry misfit.
+    fn check(mut self) -> (bool, bool) {
+        let _ = self.tx.send(ToMirror::End(Then::Check));
+        let shown = join(self.handle.take());
+        (shown, self.failed.load(Ordering::Relaxed))
     }
 }
 
@@ -524,6 +638,7 @@ struct Placer {
     out: Out,
     spent: Spent,
     failed: Arc<AtomicBool>,
+    clean: Arc<AtomicUsize>,
     probation: usize,
     speculative: bool,
     ooms: Vec<(usize, u64)>,
@@ -543,16 +658,19 @@ impl Placer {
         while let Ok(msg) = self.rx.recv() {
             let batch = match msg {
                 ToMirror::Batch(b) => b,
-                ToMirror::End(keep) => {
-                    if !keep || self.failed.load(Ordering::Relaxed) {
+                ToMirror::End(then) => {
+                    if then == Then::Drop || self.failed.load(Ordering::Relaxed) {
                         return sent;
                     }
                     if !pending.is_empty() {
                         let part = self.fill(&mut mirror, pending_first, &pending);
-                        if self.failed.load(Ordering::Relaxed) {
+                        if self.failed.load(Ordering::Relaxed) || then == Then::Check {
                             return sent;
                         }
                         held.push(part);
+                    }
+                    if then == Then::Check {
+                        return sent;
                     }
                     held.push(TimelinePart {
                         head: Some(Box::new(mirror.into_map())),
@@ -579,6 +697,7 @@ impl Placer {
                 held.clear();
                 continue;
             }
+            self.clean.store(placed, Ordering::Relaxed);
             held.push(part);
             if placed >= self.probation {
                 for part in held.drain(..) {

@@ -4,7 +4,7 @@
 use crate::alloc::{Action, AllocConfig, MemoryStats, TorchVersion};
 use std::collections::HashSet;
 
-use crate::trace::snapshot::{AllocatorSettings, FramesId, Snapshot, TraceEntry};
+use crate::trace::snapshot::{AllocatorSettings, FramesId, Segment, Snapshot, TraceEntry};
 
 use super::reconstruct::{initial_state, Reconstruction};
 use super::{Entry, FinalBlock, FinalSegment, ReplayOutcome, Replayer};
@@ -64,7 +64,12 @@ fn releases_segment(action: Action) -> bool {
 /// The recorded end state of `device` (default pool only: private pools are
 /// CUDA-graph memory the model does not simulate).
 pub fn final_segments(snap: &Snapshot, device: usize) -> Vec<FinalSegment> {
-    snap.segments
+    final_segments_in(&snap.segments, device)
+}
+
+/// [`final_segments`] of a snapshot's `segments` (read before its traces).
+pub fn final_segments_in(segments: &[Segment], device: usize) -> Vec<FinalSegment> {
+    segments
         .iter()
         .filter(|s| s.device == device as i64 && s.pool_id == (0, 0))
         .map(|s| FinalSegment {

@@ -213,6 +213,17 @@ pub(super) enum Streamed {
     Stopped,
 }
 
+#[cfg(test)]
+impl Streamed {
+    /// The snapshot, when the streaming import read the file itself.
+    pub(super) fn whole(self) -> Option<Snapshot> {
+        match self {
+            Streamed::Whole(t) => Some(t.snapshot),
+            Streamed::GaveUp | Streamed::Stopped => None,
+        }
+    }
+}
+
 /// The streaming import alone (see the module doc).
 pub(super) fn try_streaming(
     bytes: &[u8],
