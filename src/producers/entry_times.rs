@@ -36,7 +36,7 @@ impl EntryTimes {
     /// The time of the next entry.
     pub(super) fn push(&mut self, time: Option<i64>) {
         let i = self.offsets.len();
-        if i % RUN == 0 {
+        if i.is_multiple_of(RUN) {
             self.bases.push(time.unwrap_or(0));
             self.base = time;
         }

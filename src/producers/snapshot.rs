@@ -200,6 +200,23 @@ fn large_blocks_from_the_system() {
     }
 }
 
+/// A worker that reads or places a file's events yields the CPU to the UI
+/// thread: while a large file is read the two workers and the UI want
+/// more than two cores, and a key must not wait behind them. (On Linux a
+/// thread's nice value is its own; elsewhere this does nothing.)
+pub(super) fn behind_the_ui() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: gettid has no preconditions; setpriority on the calling
+    // thread's own id changes only its scheduling weight.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, WORKER_NICE);
+    }
+}
+
+/// How much a worker yields to the UI thread (a nice value).
+const WORKER_NICE: libc::c_int = 10;
+
 /// The view of an imported snapshot's `device`: the recorded trace.
 pub fn snapshot_to_source(snap: &Snapshot, device: Option<usize>) -> Result<Source, ImportError> {
     planned_source(snap, device, None)
@@ -495,6 +512,7 @@ fn stream_events(
     let spawned = std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {
+            behind_the_ui();
             let out = Out(tx);
             if produce(&out, &spent) {
                 out.send(SourceMsg::Finished);

@@ -568,7 +568,10 @@ impl Mirror {
         };
         let handle = std::thread::Builder::new()
             .name("vramscope-place".into())
-            .spawn(move || placer.run(start, &config));
+            .spawn(move || {
+                super::snapshot::behind_the_ui();
+                placer.run(start, &config)
+            });
         if let Err(e) = &handle {
             out.send(SourceMsg::Failed(format!(
                 "could not start the thread that places the events: {e}"

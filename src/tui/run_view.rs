@@ -16,13 +16,16 @@ use crate::trace::timeline::KEYFRAME_EVERY;
 use crate::trace::{Event, MarkKind, Marker, MemoryMap, Timeline};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Messages taken from one source per drain, so a flood cannot stall a frame.
 const DRAIN_BUDGET: usize = 4096;
 /// Events taken per drain, so that a source far ahead of the UI (a large
-/// snapshot rebuilt in the background) is taken in steps of ~0.1 s, with
-/// frames drawn in between.
+/// snapshot rebuilt in the background) is taken in steps, with frames
+/// drawn and keys answered in between.
 const DRAIN_EVENTS: usize = 1 << 18;
+/// How often a drain that takes events looks for a pressed key.
+const KEY_CHECK: std::time::Duration = std::time::Duration::from_micros(500);
 
 /// Data the views draw for one run, rebuilt by `App::prepare`.
 #[derive(Debug, Clone, Default)]
@@ -243,14 +246,30 @@ impl RunView {
         self.log_offset = (c + self.log_offset + delta).clamp(0, last) - c;
     }
 
-    /// Take what the source has; true when anything arrived.
-    pub(super) fn drain(&mut self) -> bool {
+    /// Take what the source has: events until `until` at most, or until
+    /// `key_waiting` says a key was pressed (asked at most every
+    /// [`KEY_CHECK`]); true when anything arrived.
+    pub(super) fn drain(&mut self, until: Instant, key_waiting: &mut dyn FnMut() -> bool) -> bool {
         let mut changed = false;
         let mut events = 0;
+        // The first look comes right after the first events.
+        let mut asked = Instant::now()
+            .checked_sub(KEY_CHECK)
+            .unwrap_or_else(Instant::now);
         // Only a drain that stops at its budget leaves messages waiting.
         self.backlog = false;
         for taken in 0.. {
-            if events >= DRAIN_EVENTS || taken >= DRAIN_BUDGET {
+            let stop = events >= DRAIN_EVENTS
+                || taken >= DRAIN_BUDGET
+                || (events > 0 && {
+                    let now = Instant::now();
+                    now >= until
+                        || (now >= asked + KEY_CHECK && {
+                            asked = now;
+                            key_waiting()
+                        })
+                });
+            if stop {
                 self.backlog = true;
                 break;
             }

@@ -53,7 +53,7 @@ const NOT_SEEN: u32 = u32::MAX;
 const SMALL_SEGMENT: u64 = 2 << 20;
 
 /// Input bytes released to the kernel at a time by [`import_file`].
-const RELEASE_STEP: usize = 32 << 20;
+const RELEASE_STEP: usize = 4 << 20;
 
 /// Decode and import a snapshot pickle held in memory.
 pub fn import_bytes(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
@@ -190,7 +190,7 @@ fn import_tapped(
     };
     let bytes = inner;
     match try_streaming(bytes, release, tap)? {
-        Streamed::Whole(t) => Ok(Some(t)),
+        Streamed::Whole(t) => Ok(Some(*t)),
         Streamed::Stopped => Ok(None),
         Streamed::GaveUp => {
             let doc = pickle::decode(bytes)?;
@@ -206,7 +206,7 @@ fn import_tapped(
 
 /// How a streaming import ended.
 pub(super) enum Streamed {
-    Whole(Tapped),
+    Whole(Box<Tapped>),
     /// It gave up (see the module doc): decode the plain way.
     GaveUp,
     /// The tap asked to stop.
@@ -261,7 +261,7 @@ pub(super) fn try_streaming(
                 return Ok(Streamed::GaveUp);
             }
             let tapped = tapped.map(|t| (t.device, t.count));
-            Ok(Streamed::Whole(Tapped { snapshot, tapped }))
+            Ok(Streamed::Whole(Box::new(Tapped { snapshot, tapped })))
         }
         Err(_) if stream.stopped => Ok(Streamed::Stopped),
         Err(PickleError {
