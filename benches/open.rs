@@ -26,16 +26,25 @@ use std::time::{Duration, Instant};
 #[path = "common/synth_file.rs"]
 mod synth_file;
 
-use vramscope::producers::{snapshot_source, SourceMsg};
+use vramscope::alloc::AllocConfig;
+use vramscope::producers::{snapshot_source, what_if_file_source, LoadProgress, SourceMsg};
 use vramscope::trace::timeline::Timeline;
 
 const SIZES: [u64; 2] = [82_000_000, 1_050_000_000];
 const SEED: u64 = 1;
 const SEEKS: usize = 200;
+/// The config the what-if view replays the requests under.
+const WHAT_IF: &str = "max_split_size_mb:128";
 
 fn main() {
     if let Some(path) = std::env::args().skip_while(|a| a != "--open").nth(1) {
-        open(Path::new(&path));
+        open(Path::new(&path), None);
+        return;
+    }
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|a| a == "--whatif") {
+        let (conf, path) = (&args[at + 1], &args[at + 2]);
+        open(Path::new(path), Some(conf));
         return;
     }
     if let Some(path) = std::env::args().skip_while(|a| a != "--keys").nth(1) {
@@ -49,13 +58,14 @@ fn main() {
     let me = std::env::current_exe().expect("this bench's path");
     for size in sizes {
         let (path, _) = synth_file::generated(size, SEED);
-        for mode in ["--open", "--keys"] {
+        let modes: [&[&str]; 3] = [&["--open"], &["--keys"], &["--whatif", WHAT_IF]];
+        for mode in modes {
             let status = std::process::Command::new(&me)
-                .arg(mode)
+                .args(mode)
                 .arg(&path)
                 .status()
                 .expect("runs");
-            assert!(status.success(), "{mode} {} failed", path.display());
+            assert!(status.success(), "{mode:?} {} failed", path.display());
         }
     }
 }
@@ -242,18 +252,25 @@ mod keys {
     }
 }
 
-fn open(path: &Path) {
+fn open(path: &Path, under: Option<&str>) {
     let len = std::fs::metadata(path).expect("generated").len();
     let t = Instant::now();
-    let source = snapshot_source(path, None);
+    let source = match under {
+        None => snapshot_source(path, None),
+        Some(conf) => what_if_file_source(
+            path,
+            None,
+            AllocConfig::parse(conf).expect("a config the bench names"),
+        ),
+    };
     let mut timeline = Timeline::new();
     // What the views keep of `Opened` (the stacks, the times) stays too.
-    let (mut opened, mut first, mut kept) = (None, None, None);
+    let (mut first, mut read, mut kept, mut restarts) = (None, None, None, 0);
     while let Some(msg) = source.recv() {
         match msg {
-            SourceMsg::Opened(o) => {
-                opened = Some(t.elapsed());
-                kept = Some(o);
+            SourceMsg::Opened(o) => kept = Some(o),
+            SourceMsg::Loading(LoadProgress::Reading { done, total }) if done >= total => {
+                read = Some(t.elapsed());
             }
             SourceMsg::Start(map) => timeline = Timeline::starting_from(*map),
             SourceMsg::Part(mut part) => {
@@ -261,33 +278,69 @@ fn open(path: &Path) {
                 timeline.extend_part(&mut part);
                 source.give_back(part);
             }
-            SourceMsg::Events(events) => timeline.extend(events),
+            SourceMsg::Events(events) => {
+                first.get_or_insert(t.elapsed());
+                timeline.extend(events);
+            }
+            SourceMsg::Restarted => {
+                restarts += 1;
+                first = None;
+                timeline = Timeline::new();
+            }
             SourceMsg::Failed(why) => panic!("{why}"),
             SourceMsg::Finished => break,
             _ => {}
         }
     }
     let loaded = t.elapsed();
+    let cpu = cpu_seconds();
     let hwm = status_kb("VmHWM:") * 1024;
     let seeks = seek_times(&timeline);
     drop(kept);
     let secs = |d: Option<Duration>| d.map_or(f64::NAN, |d| d.as_secs_f64());
     println!(
-        "{}: {:.0} MB, {} events; read and planned {:.2} s, first events {:.2} s, \
-         fully loaded {:.2} s; peak RSS {:.0} MB = {:.2}x the file; {} random seeks: \
-         median {:.2} ms, worst {:.2} ms",
+        "{}{}: {:.0} MB, {} events; first events {:.2} s, file read {:.2} s, fully loaded {:.2} s \
+         ({:.2} s of CPU{}); peak RSS {:.0} MB = {:.2}x the file; {} random seeks: median {:.2} ms, \
+         worst {:.2} ms; load average {}",
         path.file_name().unwrap_or_default().to_string_lossy(),
+        under.map(|c| format!(" what-if {c}")).unwrap_or_default(),
         len as f64 / 1e6,
         timeline.len(),
-        secs(opened),
         secs(first),
+        secs(read),
         loaded.as_secs_f64(),
+        cpu,
+        if restarts > 0 { format!(", started over {restarts}x") } else { String::new() },
         hwm as f64 / 1e6,
         hwm as f64 / len as f64,
         SEEKS,
         seeks[seeks.len() / 2].as_secs_f64() * 1e3,
         seeks.last().map_or(f64::NAN, |d| d.as_secs_f64() * 1e3),
+        load_average(),
     );
+}
+
+/// User and system CPU time of this process so far.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command (which may hold spaces) are space-separated;
+    // utime and stime are the 14th and 15th fields of the whole line.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // `rest` starts at field 3 (state, not a number, is skipped by parse).
+    let ticks = f.get(10).copied().unwrap_or(0.0) + f.get(11).copied().unwrap_or(0.0);
+    ticks / 100.0
+}
+
+/// The machine's 1-minute load average (other work on it slows every figure).
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "?".into())
 }
 
 /// Seeks to events spread by a fixed-seed generator, sorted.

@@ -7,9 +7,13 @@
 //! start, before anything was shown where the first entries tell.
 
 use std::path::Path;
+use vramscope::alloc::AllocConfig;
 use vramscope::alloc::Tag;
 use vramscope::alloc::{Action, BlockState};
-use vramscope::producers::{snapshot_source, snapshot_to_source, Opened, Source, SourceMsg};
+use vramscope::producers::{
+    snapshot_source, snapshot_to_source, what_if_file_source, what_if_source, Opened, Source,
+    SourceMsg,
+};
 use vramscope::trace::replay::entry_tag;
 use vramscope::trace::snapshot::{
     export_bytes, import_bytes, import_file, synthetic_snapshot, AllocatorSettings, Snapshot,
@@ -73,6 +77,20 @@ fn same_as_whole(path: &Path, device: Option<usize>) -> View {
     let streamed = view(snapshot_source(path, device));
     let snap = import_file(path).expect("imports");
     let whole = view(snapshot_to_source(&snap, device).expect("opens"));
+    same_views(streamed, whole)
+}
+
+/// The one-pass what-if view of `path` under `conf` equals the one
+/// replayed from the whole file.
+fn same_what_if_as_whole(path: &Path, conf: &str) -> View {
+    let config = AllocConfig::parse(conf).expect("a config");
+    let streamed = view(what_if_file_source(path, None, config.clone()));
+    let snap = import_file(path).expect("imports");
+    let whole = view(what_if_source(&snap, None, config).expect("opens"));
+    same_views(streamed, whole)
+}
+
+fn same_views(streamed: View, whole: View) -> View {
     assert!(streamed.finished && whole.finished);
     let (s, w) = (&streamed.timeline, &whole.timeline);
     assert_eq!(s.len(), w.len(), "events");
@@ -97,6 +115,7 @@ fn same_as_whole(path: &Path, device: Option<usize>) -> View {
     assert_eq!(so.devices.devices, wo.devices.devices);
     assert_eq!(so.devices.current, wo.devices.current);
     assert_eq!(so.devices.with_oom, wo.devices.with_oom);
+    assert_eq!(so.devices.under, wo.devices.under);
     let (st, wt) = (
         so.tags.clone().expect("tags"),
         wo.tags.clone().expect("tags"),
@@ -259,6 +278,43 @@ fn a_trace_recorded_under_other_block_rules_is_placed_under_them() {
 }
 
 #[test]
+fn a_what_if_of_a_closed_trace_is_replayed_as_it_is_read() {
+    let dir = temp_dir("one-pass-what-if");
+    let snap = synthetic(14_000_000, 9);
+    let path = write(&dir, "closed.pickle", &snap);
+    // Configs whose replay stays within what the recorded run reserved
+    // (the device a what-if replays on): replayed once, as it is read.
+    for conf in ["max_split_size_mb:4096", "garbage_collection_threshold:0.8"] {
+        let v = same_what_if_as_whole(&path, conf);
+        assert!(
+            v.assumed,
+            "{conf}: said the start was assumed while reading"
+        );
+        assert!(v.shown_then_restarted.is_empty(), "{conf}: replayed once");
+    }
+    // One that needs more (the requests that do not fit change what the
+    // allocator does): replayed again on that device.
+    let v = same_what_if_as_whole(&path, "max_split_size_mb:64");
+    assert_eq!(v.shown_then_restarted.len(), 1);
+    // Expandable segments reserve by the device size: from the whole file.
+    let v = same_what_if_as_whole(&path, "expandable_segments:True");
+    assert!(!v.assumed);
+}
+
+#[test]
+fn a_what_if_of_an_open_trace_is_replayed_from_its_rebuilt_start() {
+    let dir = temp_dir("one-pass-what-if-open");
+    let mut snap = synthetic(4_000_000, 10);
+    let trace = &mut snap.device_traces[0];
+    let cut = trace.len() / 3;
+    trace.drain(..cut);
+    let path = write(&dir, "open.pickle", &snap);
+    let v = same_what_if_as_whole(&path, "max_split_size_mb:64");
+    assert!(v.timeline.state_at(None).reserved > 0);
+    assert!(v.shown_then_restarted.is_empty(), "nothing shown first");
+}
+
+#[test]
 #[ignore = "needs the real-snapshot corpus ../shared/snapshots/real"]
 fn every_real_file_is_the_same_read_in_one_pass_on_every_device() {
     let mut files: Vec<_> = std::fs::read_dir(real_dir())
@@ -283,5 +339,8 @@ fn every_real_file_is_the_same_read_in_one_pass_on_every_device() {
             }
         }
         same_as_whole(path, None);
+        if !snap.device_traces.iter().all(Vec::is_empty) {
+            same_what_if_as_whole(path, "max_split_size_mb:64");
+        }
     }
 }

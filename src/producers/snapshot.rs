@@ -28,6 +28,7 @@ use super::devices::{devices_with_oom, snapshot_devices, SnapshotDevices};
 use super::snapshot_stream::{stream_file, Streamed};
 use super::snapshot_tags::SnapshotTags;
 use super::source::{LoadProgress, Opened, Source, SourceMsg, TagInfo};
+use super::whatif_stream;
 
 /// Parts the UI has recorded, back for the worker to fill again.
 pub(super) type Spent = flume::Receiver<TimelinePart>;
@@ -119,15 +120,19 @@ fn file_source(
     large_blocks_from_the_system();
     let total = std::fs::metadata(&path).map_or(0, |m| m.len());
     let source = stream_events("vramscope-snapshot", move |out, spent| {
-        // A view of one file's recorded trace is made as the file is read.
-        let one_pass = under.is_none() && !summary;
-        let snap = if one_pass {
-            match stream_file(&path, device, out, spent) {
-                Streamed::Done(done) => return done,
-                Streamed::Whole(snap) => Some(snap),
+        // A view of one file is made as the file is read: its recorded
+        // trace, or its requests under another config.
+        let streamed = match (&under, summary) {
+            (None, false) => Some(stream_file(&path, device, out, spent)),
+            (Some(config), false) if whatif_stream::streams(config) => {
+                Some(whatif_stream::stream_what_if(&path, device, config, out))
             }
-        } else {
-            None
+            _ => None,
+        };
+        let snap = match streamed {
+            Some(Streamed::Done(done)) => return done,
+            Some(Streamed::Whole(snap)) => Some(snap),
+            None => None,
         };
         let send = &mut |m| out.send(m);
         let snap = match snap {

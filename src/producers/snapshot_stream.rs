@@ -43,7 +43,7 @@ use super::source::{LoadProgress, Opened, SourceMsg, TagInfo};
 /// any: an open trace almost always shows it within these (an entry that
 /// frees or fills memory the map does not have), and is then placed again
 /// before anything was drawn. About 10 MB of a file.
-pub const PROBATION: usize = 1 << 16;
+pub(super) const PROBATION: usize = 1 << 16;
 
 /// Batches of entries the decoder may run ahead of the placing.
 const AHEAD: usize = 64;
@@ -232,7 +232,7 @@ pub(super) fn stream_file(
 }
 
 /// Decode `path` through `tap`, saying how far it has got.
-fn read(
+pub(super) fn read(
     path: &Path,
     total: u64,
     out: &Out,
@@ -262,7 +262,7 @@ fn read(
 
 /// The devices whose trace records an OOM: the tapped one's entries are
 /// not in `snap`, `tapped_oom` says for it.
-fn with_oom(snap: &Snapshot, tapped: usize, tapped_oom: bool) -> Vec<usize> {
+pub(super) fn with_oom(snap: &Snapshot, tapped: usize, tapped_oom: bool) -> Vec<usize> {
     let mut v: Vec<usize> = devices_with_oom(snap)
         .into_iter()
         .filter(|d| *d != tapped)

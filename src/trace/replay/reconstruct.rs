@@ -84,6 +84,8 @@ pub struct StartTracker {
     /// Block entries are recorded only at these addresses (see
     /// [`StartTracker::watching`]); `None`: at every address.
     watch: Option<FxHashSet<u64>>,
+    /// An entry so far said memory was in use before the trace began.
+    older: bool,
 }
 
 impl StartTracker {
@@ -128,9 +130,11 @@ impl StartTracker {
                 self.segments.entry(e.addr).or_insert(None);
             }
             Action::SegmentFree => {
-                self.segments
+                let first = self
+                    .segments
                     .entry(e.addr)
                     .or_insert(Some((e.size, e.stream)));
+                self.older |= first.is_some();
             }
             Action::Alloc => match self.blocks.entry(e.addr) {
                 Slot::Vacant(v) => {
@@ -148,6 +152,7 @@ impl StartTracker {
             },
             Action::FreeCompleted => match self.blocks.entry(e.addr) {
                 Slot::Vacant(v) => {
+                    self.older = true;
                     v.insert(First::Live(Live {
                         size: None,
                         requested: e.size,
@@ -166,6 +171,7 @@ impl StartTracker {
             },
             Action::FreeRequested => match self.blocks.entry(e.addr) {
                 Slot::Vacant(v) => {
+                    self.older = true;
                     v.insert(First::Requested { requested: e.size });
                 }
                 Slot::Occupied(mut o) => {
@@ -176,6 +182,13 @@ impl StartTracker {
             },
             _ => {}
         }
+    }
+
+    /// Whether an entry so far showed memory in use before the trace began:
+    /// the release of a segment, or the free of a block, that no earlier
+    /// entry made. (Memory that no entry touches shows only at the end.)
+    pub fn saw_older(&self) -> bool {
+        self.older
     }
 
     /// Whether every segment the entries so far touched was first made in

@@ -77,50 +77,98 @@ pub struct WhatIfRun {
 
 /// Replay the requests; with `record`, the allocator keeps its trace.
 pub fn run(requests: &Requests<'_>, config: AllocConfig, capacity: u64, record: bool) -> WhatIfRun {
-    let conf = config.raw.clone();
-    let mut a = CachingAllocator::new(SimDevice::new("what-if", capacity, 0), config);
-    let mut ours: HashMap<u64, u64> = HashMap::new();
-    if let Some(start) = requests.start {
-        for seg in &start.segments {
-            if a.adopt_segment(seg.addr, seg.pool, seg.stream, &seg.blocks)
-                .is_ok()
-            {
-                a.device_mut()
-                    .claim(seg.blocks.iter().map(|b| b.size).sum());
-                let mut at = seg.addr;
-                for b in &seg.blocks {
-                    if b.state.is_active() {
-                        ours.insert(at, at);
+    let mut w = WhatIf::new(requests.start, config, capacity, record);
+    w.feed(requests.entries, requests.empty_cache_at);
+    w.finish()
+}
+
+/// A what-if replay fed its requests as they are read: [`WhatIf::feed`]
+/// any number of times, then [`WhatIf::finish`].
+pub struct WhatIf {
+    a: CachingAllocator<SimDevice>,
+    /// The trace's address of each live request → ours.
+    ours: HashMap<u64, u64>,
+    result: WhatIfResult,
+    start: Vec<SegmentInfo>,
+    /// Entries fed so far, and `empty_cache()` calls done so far.
+    fed: usize,
+    emptied: usize,
+    worst: u64,
+}
+
+impl WhatIf {
+    /// A replay under `config` on a device of `capacity` bytes, from
+    /// `start` (an open trace's rebuilt start).
+    pub fn new(
+        start: Option<&Reconstruction>,
+        config: AllocConfig,
+        capacity: u64,
+        record: bool,
+    ) -> WhatIf {
+        let conf = config.raw.clone();
+        let mut a = CachingAllocator::new(SimDevice::new("what-if", capacity, 0), config);
+        let mut ours: HashMap<u64, u64> = HashMap::new();
+        if let Some(start) = start {
+            for seg in &start.segments {
+                if a.adopt_segment(seg.addr, seg.pool, seg.stream, &seg.blocks)
+                    .is_ok()
+                {
+                    a.device_mut()
+                        .claim(seg.blocks.iter().map(|b| b.size).sum());
+                    let mut at = seg.addr;
+                    for b in &seg.blocks {
+                        if b.state.is_active() {
+                            ours.insert(at, at);
+                        }
+                        at += b.size;
                     }
-                    at += b.size;
                 }
             }
         }
-    }
-    let start = if record { a.snapshot() } else { Vec::new() };
-    a.set_recording(record);
-    let mut result = WhatIfResult {
-        conf,
-        peak_reserved: 0,
-        peak_allocated: 0,
-        reserved_end: 0,
-        largest_free_at_worst: 0,
-        fragmentation_at_worst: 0.0,
-        num_alloc_retries: 0,
-        oom_count: 0,
-        ooms: Vec::new(),
-        segments: 0,
-    };
-    let mut next_empty_cache = requests.empty_cache_at.iter().peekable();
-    let mut worst = 0u64;
-    for (i, e) in requests.entries.iter().enumerate() {
-        while next_empty_cache.next_if(|&&at| at <= i).is_some() {
-            a.empty_cache();
+        let start = if record { a.snapshot() } else { Vec::new() };
+        a.set_recording(record);
+        WhatIf {
+            a,
+            ours,
+            result: WhatIfResult {
+                conf,
+                peak_reserved: 0,
+                peak_allocated: 0,
+                reserved_end: 0,
+                largest_free_at_worst: 0,
+                fragmentation_at_worst: 0.0,
+                num_alloc_retries: 0,
+                oom_count: 0,
+                ooms: Vec::new(),
+                segments: 0,
+            },
+            start,
+            fed: 0,
+            emptied: 0,
+            worst: 0,
         }
+    }
+
+    /// The next entries; `empty_cache_at`: where the recorded run called
+    /// `empty_cache()` (every call before the last entry fed, at least).
+    pub fn feed(&mut self, entries: &[Entry], empty_cache_at: &[usize]) {
+        for e in entries {
+            let i = self.fed;
+            self.fed += 1;
+            while empty_cache_at.get(self.emptied).is_some_and(|&at| at <= i) {
+                self.emptied += 1;
+                self.a.empty_cache();
+            }
+            self.request(i, e);
+        }
+    }
+
+    fn request(&mut self, i: usize, e: &Entry) {
+        let (a, result) = (&mut self.a, &mut self.result);
         match e.action {
             Action::Alloc => match a.malloc(e.size, e.stream, entry_tag(i)) {
                 Ok(addr) => {
-                    ours.insert(e.addr, addr);
+                    self.ours.insert(e.addr, addr);
                 }
                 Err(_) => result.oom(i, e.size),
             },
@@ -132,15 +180,15 @@ pub fn run(requests: &Requests<'_>, config: AllocConfig, capacity: u64, record: 
                 Err(_) => result.oom(i, e.size),
             },
             Action::FreeRequested => {
-                if let Some(addr) = ours.remove(&e.addr) {
+                if let Some(addr) = self.ours.remove(&e.addr) {
                     let _ = a.free(addr);
                 }
             }
             _ => {}
         }
         let reserved = a.stats().reserved_bytes();
-        if reserved > worst {
-            worst = reserved;
+        if reserved > self.worst {
+            self.worst = reserved;
             result.largest_free_at_worst = a.largest_free_block();
             // cached free: what no live (or pending) block holds
             let active = a.stats().get(Family::ActiveBytes, Level::All).current as u64;
@@ -150,16 +198,45 @@ pub fn run(requests: &Requests<'_>, config: AllocConfig, capacity: u64, record: 
             );
         }
     }
-    let s = a.stats();
-    result.peak_reserved = s.peak_reserved_bytes();
-    result.peak_allocated = s.peak_allocated_bytes();
-    result.reserved_end = s.reserved_bytes();
-    result.num_alloc_retries = s.num_alloc_retries;
-    result.segments = a.snapshot().len();
-    WhatIfRun {
-        result,
-        allocator: a,
-        start,
+
+    /// Entries fed so far.
+    pub fn fed(&self) -> usize {
+        self.fed
+    }
+
+    /// The most it reserved so far.
+    pub fn peak_reserved(&self) -> u64 {
+        self.a.stats().peak_reserved_bytes()
+    }
+
+    /// The events its allocator recorded since the last call (with `record`).
+    pub fn take_events(&mut self) -> Vec<crate::alloc::AllocEvent> {
+        self.a.take_events()
+    }
+
+    /// The segments adopted before the first entry (with `record`).
+    pub fn start(&self) -> &[SegmentInfo] {
+        &self.start
+    }
+
+    pub fn finish(self) -> WhatIfRun {
+        let WhatIf {
+            a,
+            mut result,
+            start,
+            ..
+        } = self;
+        let s = a.stats();
+        result.peak_reserved = s.peak_reserved_bytes();
+        result.peak_allocated = s.peak_allocated_bytes();
+        result.reserved_end = s.reserved_bytes();
+        result.num_alloc_retries = s.num_alloc_retries;
+        result.segments = a.snapshot().len();
+        WhatIfRun {
+            result,
+            allocator: a,
+            start,
+        }
     }
 }
 
