@@ -46,6 +46,14 @@ impl AllocConfig {
         };
         unwritten(self) == unwritten(other)
     }
+
+    /// The same block sizes and splits for the same requests: the two rules
+    /// a recorded trace's map is rebuilt with (`round_size`, `should_split`)
+    /// read the same settings.
+    pub fn same_block_rules(&self, other: &AllocConfig) -> bool {
+        self.max_split_size == other.max_split_size
+            && self.roundup_power2_divisions == other.roundup_power2_divisions
+    }
 }
 
 impl Default for AllocConfig {

@@ -224,7 +224,9 @@ impl Detector {
                     push_sample(&mut h.samples, acc.sample, |s| s.iteration);
                 }
                 None => {
-                    let mut samples = VecDeque::with_capacity(8);
+                    // Most groups never grow: room for the one sample (a history
+                    // of 8 for every name was half the memory of a run of 100,000).
+                    let mut samples = VecDeque::with_capacity(1);
                     samples.push_back(acc.sample);
                     self.groups
                         .insert(acc.name.to_string(), GroupHistory { samples });

@@ -17,43 +17,50 @@ pub(super) struct EntryTimes {
     bases: Vec<i64>,
     offsets: Vec<u32>,
     far: FxHashMap<usize, i64>,
+    /// The current run's base, once one of its entries had a time.
+    base: Option<i64>,
 }
 
 impl EntryTimes {
+    #[cfg(test)]
     pub(super) fn new(times: impl ExactSizeIterator<Item = Option<i64>>) -> EntryTimes {
         let mut t = EntryTimes {
             bases: Vec::with_capacity(times.len().div_ceil(RUN)),
             offsets: Vec::with_capacity(times.len()),
-            far: FxHashMap::default(),
+            ..EntryTimes::default()
         };
-        let mut base = None;
-        for (i, time) in times.enumerate() {
-            if i % RUN == 0 {
-                t.bases.push(time.unwrap_or(0));
-                base = time;
-            }
-            let offset = match time {
-                None => ABSENT,
-                Some(time) => {
-                    let b = *base.get_or_insert_with(|| {
-                        // The run's first time becomes its base.
-                        if let Some(last) = t.bases.last_mut() {
-                            *last = time;
-                        }
-                        time
-                    });
-                    match time.checked_sub(b).and_then(|d| u32::try_from(d).ok()) {
-                        Some(d) if d < FAR => d,
-                        _ => {
-                            t.far.insert(i, time);
-                            FAR
-                        }
+        times.for_each(|time| t.push(time));
+        t
+    }
+
+    /// The time of the next entry.
+    pub(super) fn push(&mut self, time: Option<i64>) {
+        let i = self.offsets.len();
+        if i.is_multiple_of(RUN) {
+            self.bases.push(time.unwrap_or(0));
+            self.base = time;
+        }
+        let offset = match time {
+            None => ABSENT,
+            Some(time) => {
+                let bases = &mut self.bases;
+                let b = *self.base.get_or_insert_with(|| {
+                    // The run's first time becomes its base.
+                    if let Some(last) = bases.last_mut() {
+                        *last = time;
+                    }
+                    time
+                });
+                match time.checked_sub(b).and_then(|d| u32::try_from(d).ok()) {
+                    Some(d) if d < FAR => d,
+                    _ => {
+                        self.far.insert(i, time);
+                        FAR
                     }
                 }
-            };
-            t.offsets.push(offset);
-        }
-        t
+            }
+        };
+        self.offsets.push(offset);
     }
 
     pub(super) fn get(&self, entry: usize) -> Option<i64> {
@@ -91,6 +98,13 @@ mod tests {
         for (i, want) in times.iter().enumerate() {
             assert_eq!(stored.get(i), *want, "entry {i}");
         }
+        // Pushed one at a time while read, the same.
+        let mut pushed = EntryTimes::default();
+        for (i, t) in times.iter().enumerate() {
+            pushed.push(*t);
+            assert_eq!(pushed.get(i), *t, "entry {i} as it arrives");
+        }
+        assert!((0..times.len()).all(|i| pushed.get(i) == stored.get(i)));
         assert_eq!(stored.get(times.len()), None);
         // Four bytes an entry; only the jump is kept aside.
         assert_eq!(stored.offsets.len(), times.len());

@@ -295,6 +295,7 @@ impl Reader {
                 },
                 events: None,
                 since_step: true,
+                assumed_empty_start: false,
             };
             if !send(SourceMsg::Opened(Box::new(opened))) {
                 return false;

@@ -26,9 +26,11 @@ pub mod nvml;
 pub mod open;
 pub mod scenario;
 pub mod snapshot;
+mod snapshot_stream;
 mod snapshot_tags;
 pub mod source;
 pub mod sweep;
+mod whatif_stream;
 
 pub use devices::{snapshot_devices, SnapshotDevices};
 pub use live::{live_source, live_source_with, LiveOptions};

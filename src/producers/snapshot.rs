@@ -25,16 +25,33 @@ use crate::trace::timeline::TimelinePart;
 use crate::trace::{Event, MemoryMap};
 
 use super::devices::{devices_with_oom, snapshot_devices, SnapshotDevices};
+use super::snapshot_stream::{stream_file, Streamed};
 use super::snapshot_tags::SnapshotTags;
 use super::source::{LoadProgress, Opened, Source, SourceMsg, TagInfo};
+use super::whatif_stream;
 
 /// Parts the UI has recorded, back for the worker to fill again.
-type Spent = flume::Receiver<TimelinePart>;
+pub(super) type Spent = flume::Receiver<TimelinePart>;
+
+/// Where a worker's messages go: the UI's end of the source.
+#[derive(Clone)]
+pub(super) struct Out(flume::Sender<SourceMsg>);
+
+impl Out {
+    /// False once the UI has gone, and nobody needs the rest.
+    pub(super) fn send(&self, m: SourceMsg) -> bool {
+        self.0.send(m).is_ok()
+    }
+
+    pub(super) fn is_gone(&self) -> bool {
+        self.0.is_disconnected()
+    }
+}
 
 /// Events per message while a trace is rebuilt in the background: the UI
 /// opens on the first ones while the rest are still being placed (a 1 GB
 /// trace takes seconds to rebuild).
-const EVENTS_PER_MESSAGE: usize = 1 << 14;
+pub(super) const EVENTS_PER_MESSAGE: usize = 1 << 14;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
@@ -92,7 +109,7 @@ pub fn reopen_on(d: &SnapshotDevices, device: usize) -> Result<Source, String> {
 }
 
 /// Progress messages while reading: one per this share of the file at most.
-const PROGRESS_STEPS: u64 = 200;
+pub(super) const PROGRESS_STEPS: u64 = 200;
 
 fn file_source(
     path: PathBuf,
@@ -101,24 +118,31 @@ fn file_source(
     summary: bool,
 ) -> Source {
     large_blocks_from_the_system();
-    stream_events("vramscope-snapshot", move |send, spent| {
-        let total = std::fs::metadata(&path).map_or(0, |m| m.len());
-        let reading = |done| SourceMsg::Loading(LoadProgress::Reading { done, total });
-        if !send(reading(0)) {
-            return false;
-        }
-        let step = (total / PROGRESS_STEPS).max(1);
-        let mut told = 0;
-        let mut gone = false;
-        let snap = import_file_reporting(&path, &mut |done| {
-            if done >= told + step && !gone {
-                told = done;
-                gone = !send(reading(done));
+    let total = std::fs::metadata(&path).map_or(0, |m| m.len());
+    let source = stream_events("vramscope-snapshot", move |out, spent| {
+        // A view of one file is made as the file is read: its recorded
+        // trace, or its requests under another config.
+        let streamed = match (&under, summary) {
+            (None, false) => Some(stream_file(&path, device, out, spent)),
+            (Some(config), false) if whatif_stream::streams(config) => {
+                Some(whatif_stream::stream_what_if(&path, device, config, out))
             }
-        });
+            _ => None,
+        };
+        let snap = match streamed {
+            Some(Streamed::Done(done)) => return done,
+            Some(Streamed::Whole(snap)) => Some(snap),
+            None => None,
+        };
+        let send = &mut |m| out.send(m);
+        let snap = match snap {
+            Some(snap) => Ok(*snap),
+            None => read_whole(&path, total, send),
+        };
         let snap = match snap {
             Ok(snap) => snap,
-            Err(e) => {
+            Err(None) => return false,
+            Err(Some(e)) => {
                 send(SourceMsg::Failed(e.to_string()));
                 return false;
             }
@@ -136,7 +160,35 @@ fn file_source(
                 false
             }
         }
+    });
+    // It says it is reading from its first frame (never `event 0/0 LIVE`).
+    source.reading(total)
+}
+
+/// The whole file, saying how far it has got; `Err(None)`: the UI has gone.
+fn read_whole(
+    path: &Path,
+    total: u64,
+    send: &mut dyn FnMut(SourceMsg) -> bool,
+) -> Result<Snapshot, Option<SnapshotError>> {
+    let reading = |done| SourceMsg::Loading(LoadProgress::Reading { done, total });
+    if !send(reading(0)) {
+        return Err(None);
+    }
+    let step = (total / PROGRESS_STEPS).max(1);
+    let mut told = 0;
+    let mut gone = false;
+    let snap = import_file_reporting(path, &mut |done| {
+        if done >= told + step && !gone {
+            told = done;
+            gone = !send(reading(done));
+        }
     })
+    .map_err(Some)?;
+    if gone || !send(reading(total)) {
+        return Err(None);
+    }
+    Ok(snap)
 }
 
 /// Blocks of 1 MiB and more come straight from the system and go back to
@@ -152,6 +204,23 @@ fn large_blocks_from_the_system() {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
     }
 }
+
+/// A worker that reads or places a file's events yields the CPU to the UI
+/// thread: while a large file is read the two workers and the UI want
+/// more than two cores, and a key must not wait behind them. (On Linux a
+/// thread's nice value is its own; elsewhere this does nothing.)
+pub(super) fn behind_the_ui() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: gettid has no preconditions; setpriority on the calling
+    // thread's own id changes only its scheduling weight.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, WORKER_NICE);
+    }
+}
+
+/// How much a worker yields to the UI thread (a nice value).
+const WORKER_NICE: libc::c_int = 10;
 
 /// The view of an imported snapshot's `device`: the recorded trace.
 pub fn snapshot_to_source(snap: &Snapshot, device: Option<usize>) -> Result<Source, ImportError> {
@@ -177,7 +246,10 @@ fn planned_source(
     let (opened, work) = plan(Snap::Borrowed(snap), device, under)?;
     Ok(stream_events(
         "vramscope-snapshot-events",
-        move |send, spent| send(SourceMsg::Opened(Box::new(opened))) && work.run(send, spent),
+        move |out, spent| {
+            let send = &mut |m| out.send(m);
+            send(SourceMsg::Opened(Box::new(opened))) && work.run(send, spent)
+        },
     ))
 }
 
@@ -327,6 +399,7 @@ fn plan(
         devices,
         events,
         since_step: false,
+        assumed_empty_start: false,
     };
     // The trace itself goes last, once nothing reads the snapshot any more.
     if let Work::Mirror { trace, .. } = &mut work {
@@ -339,7 +412,7 @@ fn plan(
 }
 
 /// The device a source shows: `device`, else the first the snapshot holds.
-fn pick_device(snap: &Snapshot, device: Option<usize>) -> Result<usize, ImportError> {
+pub(super) fn pick_device(snap: &Snapshot, device: Option<usize>) -> Result<usize, ImportError> {
     let devices = snapshot_devices(snap);
     match device {
         Some(d) if devices.contains(&d) => Ok(d),
@@ -436,7 +509,7 @@ fn replayed_events(
 /// once the UI has gone, and nobody needs the rest.
 fn stream_events(
     name: &str,
-    produce: impl FnOnce(&mut dyn FnMut(SourceMsg) -> bool, &Spent) -> bool + Send + 'static,
+    produce: impl FnOnce(&Out, &Spent) -> bool + Send + 'static,
 ) -> Source {
     let (tx, rx) = flume::unbounded();
     // One part waiting to be refilled is enough: the UI records each at once.
@@ -444,9 +517,10 @@ fn stream_events(
     let spawned = std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {
-            let mut send = |m: SourceMsg| tx.send(m).is_ok();
-            if produce(&mut send, &spent) {
-                send(SourceMsg::Finished);
+            behind_the_ui();
+            let out = Out(tx);
+            if produce(&out, &spent) {
+                out.send(SourceMsg::Finished);
             }
         });
     match spawned {

@@ -1,39 +1,39 @@
 //! A snapshot's stacks, trace entries and times as the views ask for them
 //! ([`TagInfo`]), resolved to text up front on the producer's thread.
 
-use std::collections::HashMap;
-
 use rustc_hash::FxHashMap;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 
 use crate::alloc::Tag;
 use crate::trace::replay::tag_entry;
-use crate::trace::snapshot::{Action, FramesId, Snapshot};
+use crate::trace::snapshot::{
+    Action, FrameId, FrameTable, FramesId, Segment, Snapshot, TraceEntry,
+};
 use crate::trace::stack::{Stack, StackFrame};
 
 use super::entry_times::EntryTimes;
 use super::source::{BlockStack, EntryDetail, StackOrigin, TagDescription, TagInfo};
 
 /// What the views ask of a snapshot's tags, resolved to text up front (the
-/// snapshot's strings are not shareable across threads).
+/// snapshot's strings are not shareable across threads). Built before the
+/// first entry from the final state ([`SnapshotTags::begin`]), then grown
+/// as the entries are read ([`SnapshotTags::push`]).
 pub(super) struct SnapshotTags {
     /// Every distinct non-empty stack of the trace and of the final blocks.
     /// By `FramesId` (the snapshot's stacks are numbered densely).
     stacks: Vec<Option<Arc<Stack>>>,
+    /// Frames resolved so far, shared by the stacks that hold them.
+    resolved: FxHashMap<FrameId, Arc<StackFrame>>,
     /// Per trace entry: its stack and its action.
     entry_frames: Vec<FramesId>,
     entry_actions: Vec<Action>,
-    /// Per trace entry: µs since the epoch; `None` when no entry records a
-    /// time.
-    entry_times: Option<EntryTimes>,
+    /// Per trace entry: µs since the epoch (absent where not recorded).
+    entry_times: EntryTimes,
     first_time: Option<i64>,
     /// Final-state stacks, by address, of the live blocks the views show
     /// without a tag: allocated before the trace began and never freed in it
     /// (every live block of a file without a trace).
     untagged: FxHashMap<u64, FramesId>,
-    /// The trace has entries: an untagged block missing from `untagged` was
-    /// freed within it.
-    traced: bool,
     /// For a mirrored trace (one event per allocator entry): the entries
     /// that make no event, ascending. `None` for a what-if replay, whose
     /// events are its allocator's own.
@@ -41,85 +41,115 @@ pub(super) struct SnapshotTags {
 }
 
 impl SnapshotTags {
+    /// The tags of `device`'s trace in `snap`, all entries read.
     pub(super) fn new(snap: &Snapshot, device: usize, mirrored: bool) -> SnapshotTags {
         let trace = snap
             .device_traces
             .get(device)
             .map(Vec::as_slice)
             .unwrap_or(&[]);
-        let entry_frames: Vec<FramesId> = trace.iter().map(|e| e.frames).collect();
-        let entry_actions = trace.iter().map(|e| e.action).collect();
-        let first_time = trace.iter().filter_map(|e| e.time_us()).min();
-        let entry_times = first_time.map(|_| EntryTimes::new(trace.iter().map(|e| e.time_us())));
-        let mut untagged: FxHashMap<u64, FramesId> = snap
-            .segments
+        let mut tags = SnapshotTags::begin(&snap.segments, device, mirrored, &snap.frames);
+        tags.push(trace, &snap.frames);
+        tags
+    }
+
+    /// Before the first entry: the final state's live blocks of `device`
+    /// (`segments`, their stacks from `frames`); `mirrored`: the events
+    /// will be the trace's own, one per allocator entry.
+    pub(super) fn begin(
+        segments: &[Segment],
+        device: usize,
+        mirrored: bool,
+        frames: &FrameTable,
+    ) -> SnapshotTags {
+        let untagged: FxHashMap<u64, FramesId> = segments
             .iter()
             .filter(|s| s.device == device as i64)
             .flat_map(|s| s.blocks.iter())
             .filter(|b| b.state.is_active())
             .map(|b| (b.address, b.frames))
             .collect();
-        for e in trace {
-            if untagged.is_empty() {
-                break;
+        let mut tags = SnapshotTags {
+            stacks: Vec::new(),
+            resolved: FxHashMap::default(),
+            entry_frames: Vec::new(),
+            entry_actions: Vec::new(),
+            entry_times: EntryTimes::default(),
+            first_time: None,
+            untagged,
+            skipped: mirrored.then(Vec::new),
+        };
+        let ids: Vec<FramesId> = tags.untagged.values().copied().collect();
+        for id in ids {
+            tags.resolve(id, frames);
+        }
+        tags
+    }
+
+    /// The next entries of the trace; `frames` holds their stacks.
+    pub(super) fn push(&mut self, entries: &[TraceEntry], frames: &FrameTable) {
+        let first = self.entry_frames.len();
+        self.entry_frames.reserve(entries.len());
+        self.entry_actions.reserve(entries.len());
+        for (j, e) in entries.iter().enumerate() {
+            self.entry_frames.push(e.frames);
+            self.entry_actions.push(e.action);
+            let time = e.time_us();
+            self.entry_times.push(time);
+            if let Some(t) = time {
+                self.first_time = Some(self.first_time.map_or(t, |f| f.min(t)));
             }
             // A block allocated in the trace carries that entry's tag; one
             // freed in it is not the block the final state holds there.
-            if matches!(
-                e.action,
-                Action::Alloc | Action::FreeRequested | Action::FreeCompleted
-            ) {
-                untagged.remove(&e.addr);
+            if !self.untagged.is_empty()
+                && matches!(
+                    e.action,
+                    Action::Alloc | Action::FreeRequested | Action::FreeCompleted
+                )
+            {
+                self.untagged.remove(&e.addr);
             }
-        }
-        let mut resolved = HashMap::new();
-        let mut stacks: Vec<Option<Arc<Stack>>> = Vec::new();
-        for id in entry_frames.iter().chain(untagged.values()) {
-            let k = id.0 as usize;
-            if *id == FramesId::EMPTY || stacks.get(k).is_some_and(Option::is_some) {
-                continue;
+            if let Some(skipped) = &mut self.skipped {
+                if !e.action.is_allocator() {
+                    skipped.push(first + j);
+                }
             }
-            if stacks.len() <= k {
-                stacks.resize(k + 1, None);
-            }
-            let frames = snap
-                .frames
-                .stack(*id)
-                .iter()
-                .filter_map(|f| {
-                    let frame = snap.frames.frame(*f)?;
-                    Some(
-                        resolved
-                            .entry(*f)
-                            .or_insert_with(|| Arc::new(StackFrame::from_frame(frame)))
-                            .clone(),
-                    )
-                })
-                .collect();
-            stacks[k] = Some(Arc::new(Stack::new(frames)));
-        }
-        let skipped = mirrored.then(|| {
-            trace
-                .iter()
-                .enumerate()
-                .filter(|(_, e)| !e.action.is_allocator())
-                .map(|(i, _)| i)
-                .collect()
-        });
-        SnapshotTags {
-            stacks,
-            entry_frames,
-            entry_actions,
-            entry_times,
-            first_time,
-            untagged,
-            traced: !trace.is_empty(),
-            skipped,
+            self.resolve(e.frames, frames);
         }
     }
 
+    /// Resolve stack `id` to text, once.
+    fn resolve(&mut self, id: FramesId, frames: &FrameTable) {
+        let k = id.0 as usize;
+        if id == FramesId::EMPTY || self.stacks.get(k).is_some_and(Option::is_some) {
+            return;
+        }
+        if self.stacks.len() <= k {
+            self.stacks.resize(k + 1, None);
+        }
+        let resolved = &mut self.resolved;
+        let stack = frames
+            .stack(id)
+            .iter()
+            .filter_map(|f| {
+                let frame = frames.frame(*f)?;
+                Some(
+                    resolved
+                        .entry(*f)
+                        .or_insert_with(|| Arc::new(StackFrame::from_frame(frame)))
+                        .clone(),
+                )
+            })
+            .collect();
+        self.stacks[k] = Some(Arc::new(Stack::new(stack)));
+    }
+
+    fn traced(&self) -> bool {
+        !self.entry_frames.is_empty()
+    }
+
     fn time(&self, entry: usize) -> Option<i64> {
-        self.entry_times.as_ref()?.get(entry)
+        self.entry_times.get(entry)
     }
 
     fn entry_stack(&self, entry: usize) -> Option<Arc<Stack>> {
@@ -128,6 +158,45 @@ impl SnapshotTags {
 
     fn stack_of(&self, id: FramesId) -> Option<Arc<Stack>> {
         self.stacks.get(id.0 as usize)?.clone()
+    }
+}
+
+/// [`SnapshotTags`] that grow while a file is read: the views read them
+/// (many times a frame, each briefly) while the reader adds each batch.
+pub(super) struct GrowingTags(RwLock<SnapshotTags>);
+
+impl GrowingTags {
+    pub(super) fn new(tags: SnapshotTags) -> GrowingTags {
+        GrowingTags(RwLock::new(tags))
+    }
+
+    /// Add to the tags; a reader that panicked left them whole (each push
+    /// happens under the lock), so a poisoned lock is used as it is.
+    pub(super) fn grow(&self, f: impl FnOnce(&mut SnapshotTags)) {
+        let mut tags = self.0.write().unwrap_or_else(PoisonError::into_inner);
+        f(&mut tags);
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, SnapshotTags> {
+        self.0.read().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl TagInfo for GrowingTags {
+    fn describe(&self, tag: Tag) -> Option<TagDescription> {
+        self.read().describe(tag)
+    }
+
+    fn stack(&self, tag: Tag, addr: u64) -> Option<BlockStack> {
+        self.read().stack(tag, addr)
+    }
+
+    fn event_entry(&self, index: usize) -> Option<EntryDetail> {
+        self.read().event_entry(index)
+    }
+
+    fn entry_time(&self, entry: usize) -> Option<i64> {
+        self.read().entry_time(entry)
     }
 }
 
@@ -148,7 +217,7 @@ impl TagInfo for SnapshotTags {
                 },
                 None => BlockStack {
                     stack: None,
-                    origin: if self.traced {
+                    origin: if self.traced() {
                         StackOrigin::BeforeTrace
                     } else {
                         StackOrigin::FinalState

@@ -175,8 +175,9 @@ pub enum SourceMsg {
     Gpus(Result<Vec<GpuReading>, GpuUnavailable>),
     /// How far a producer has got before its events (reading a file).
     Loading(LoadProgress),
-    /// What a view of a file knows once the file is read: sent before its
-    /// first event, in place of what other sources say up front.
+    /// What a view of a file knows: sent before its first event, in place
+    /// of what other sources say up front; sent again, complete, once the
+    /// file is read when the first came while it was being read.
     Opened(Box<Opened>),
     /// A snapshot's figures and live blocks, for the views across files
     /// (the table, the diff against another tab): sent by a view of a file
@@ -217,6 +218,11 @@ pub struct Opened {
     /// Open the by-line pane on what grew since the last step (a live job:
     /// the question people ask of one that runs).
     pub since_step: bool,
+    /// The events so far were placed as if the trace began with nothing
+    /// reserved, which is known only once the file is read (then another
+    /// `Opened` says so, or the view starts over from the state the trace
+    /// began in).
+    pub assumed_empty_start: bool,
 }
 
 impl std::fmt::Debug for Opened {
@@ -261,6 +267,9 @@ pub struct Source {
     pub listing: Option<Arc<Listing>>,
     /// Where a live job runs (`None`: not a live job).
     pub job_place: Option<JobPlace>,
+    /// The bytes of the file the source reads before its events, where
+    /// it reads one: the view says so from its first frame.
+    pub reads: Option<u64>,
 }
 
 impl std::fmt::Debug for Source {
@@ -300,7 +309,14 @@ impl Source {
             devices: None,
             listing: None,
             job_place: None,
+            reads: None,
         }
+    }
+
+    /// A source that reads a file of `bytes` before its events.
+    pub fn reading(mut self, bytes: u64) -> Source {
+        self.reads = Some(bytes);
+        self
     }
 
     pub fn with_capacity(mut self, bytes: u64) -> Source {

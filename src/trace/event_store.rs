@@ -4,7 +4,7 @@
 //! place (an OOM's free device memory, a block far larger than its request,
 //! the 65,536th stream) are kept aside too, by event index.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::ops::Range;
 
 use super::chunked::ChunkedVec;
@@ -45,8 +45,8 @@ pub struct EventStore {
     packed: ChunkedVec<Packed>,
     markers: Vec<Marker>,
     streams: Vec<u64>,
-    stream_index: HashMap<u64, u16>,
-    wide: HashMap<usize, Wide>,
+    stream_index: FxHashMap<u64, u16>,
+    wide: FxHashMap<usize, Wide>,
 }
 
 impl EventStore {

@@ -4,7 +4,7 @@
 //! the per-frame data the pure views draw (never computed inside `draw`).
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::layout::Rect;
@@ -32,6 +32,11 @@ mod tabs;
 mod zoom;
 
 pub use tabs::{DiffState, TabLabel, TabView, Tabs};
+
+/// The longest one drain of the sources takes events for: a key pressed
+/// while a large file's events arrive waits for no more than this and a
+/// frame.
+const DRAIN_TIME: Duration = Duration::from_millis(5);
 
 /// Playback speed bounds and default, in events per second.
 pub const MIN_SPEED: f64 = 1.0;
@@ -228,9 +233,16 @@ impl App {
 
     /// Take everything pending from every source; true when anything changed.
     pub fn drain_sources(&mut self) -> bool {
+        self.drain_sources_until(&mut || false)
+    }
+
+    /// [`App::drain_sources`], stopping early once `key_waiting` says a
+    /// key was pressed: the loop answers it before taking more.
+    pub fn drain_sources_until(&mut self, key_waiting: &mut dyn FnMut() -> bool) -> bool {
         let mut changed = false;
+        let until = Instant::now() + DRAIN_TIME;
         for r in &mut self.runs {
-            changed |= r.drain();
+            changed |= r.drain(until, key_waiting);
             if self.stop_on_load_failure
                 && r.reads_file
                 && r.is_empty()
@@ -251,7 +263,7 @@ impl App {
                 }
             }
         }
-        changed |= self.drain_parked();
+        changed |= self.drain_parked(until, key_waiting);
         if changed
             && self
                 .tabs

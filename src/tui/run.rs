@@ -1,8 +1,11 @@
 //! Terminal setup and restore, and the app loop. The loop is generic over the
 //! ratatui `Backend` and the input source (gitui), so tests run the real loop
 //! on `TestBackend` with a scripted key stream. Each turn drains every
-//! source, then all pending input, then renders once if anything changed
-//! (yazi); it never blocks longer than one frame.
+//! source (for a few milliseconds at most), renders if anything changed
+//! (yazi), then takes all pending input and answers it with a frame at once;
+//! it never blocks longer than one frame. While a source is far ahead (a
+//! large file's events), frames come at a steady pace and the time between
+//! them goes to taking its events.
 
 use std::io::{self, Stdout};
 use std::sync::Once;
@@ -22,10 +25,20 @@ use ratatui::Terminal;
 use super::app::{App, TuiOptions};
 use crate::producers::Source;
 
+/// Frames at most this often while a source has more waiting than a drain
+/// takes: the rest of the time takes its events.
+const BUSY_FRAME: Duration = Duration::from_millis(33);
+
 /// Terminal events, from the real terminal or a script.
 pub trait InputSource {
     /// The next event, waiting at most `timeout`.
     fn next(&mut self, timeout: Duration) -> anyhow::Result<Option<CEvent>>;
+
+    /// Whether an event is waiting, without taking it: a long drain of the
+    /// sources stops early for it.
+    fn has_input(&mut self) -> bool {
+        false
+    }
 }
 
 /// crossterm's event queue.
@@ -38,6 +51,11 @@ impl InputSource for CrosstermInput {
         } else {
             Ok(None)
         }
+    }
+
+    fn has_input(&mut self) -> bool {
+        // An error here shows again, and is reported, at the next `next`.
+        event::poll(Duration::ZERO).unwrap_or(true)
     }
 }
 
@@ -63,11 +81,14 @@ where
 {
     let mut last = Instant::now();
     let mut dirty = true;
+    let mut drawn: Option<Instant> = None;
     loop {
-        dirty |= app.drain_sources();
-        if dirty {
+        dirty |= app.drain_sources_until(&mut || input.has_input());
+        let paced = app.has_backlog() && drawn.is_some_and(|at| at.elapsed() < BUSY_FRAME);
+        if dirty && !paced {
             render(terminal, app)?;
             dirty = false;
+            drawn = Some(Instant::now());
         }
         if app.quit {
             return Ok(());
@@ -80,12 +101,18 @@ where
             app.frame_wait
         };
         if let Some(ev) = input.next(wait)? {
-            dirty |= handle_event(app, ev);
+            let mut keyed = handle_event(app, ev);
             while !app.quit {
                 match input.next(Duration::ZERO)? {
-                    Some(ev) => dirty |= handle_event(app, ev),
+                    Some(ev) => keyed |= handle_event(app, ev),
                     None => break,
                 }
+            }
+            // Answered now, not after the next drain.
+            if keyed && !app.quit {
+                render(terminal, app)?;
+                dirty = false;
+                drawn = Some(Instant::now());
             }
         }
         let now = Instant::now();

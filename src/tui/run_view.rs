@@ -16,13 +16,16 @@ use crate::trace::timeline::KEYFRAME_EVERY;
 use crate::trace::{Event, MarkKind, Marker, MemoryMap, Timeline};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Messages taken from one source per drain, so a flood cannot stall a frame.
 const DRAIN_BUDGET: usize = 4096;
 /// Events taken per drain, so that a source far ahead of the UI (a large
-/// snapshot rebuilt in the background) is taken in steps of ~0.1 s, with
-/// frames drawn in between.
+/// snapshot rebuilt in the background) is taken in steps, with frames
+/// drawn and keys answered in between.
 const DRAIN_EVENTS: usize = 1 << 18;
+/// How often a drain that takes events looks for a pressed key.
+const KEY_CHECK: std::time::Duration = std::time::Duration::from_micros(500);
 
 /// Data the views draw for one run, rebuilt by `App::prepare`.
 #[derive(Debug, Clone, Default)]
@@ -84,6 +87,9 @@ pub struct RunView {
     pub loading: Option<LoadProgress>,
     /// The producer reads a file (it said how far it had got).
     pub reads_file: bool,
+    /// The events so far were placed as if the trace began with nothing
+    /// reserved, which the producer can tell only once the file is read.
+    pub assumed_empty_start: bool,
     /// The events the run will hold, where the producer knows it up front.
     pub expected_events: Option<usize>,
     pub timeline: Timeline,
@@ -165,10 +171,14 @@ impl RunView {
             summary: None,
             step_trends: Vec::new(),
             pending_oom: false,
-            loading: None,
+            // A source that reads a file says so from the first frame.
+            loading: source
+                .reads
+                .map(|total| LoadProgress::Reading { done: 0, total }),
             backlog: false,
             leak_scroll: 0,
-            reads_file: false,
+            reads_file: source.reads.is_some(),
+            assumed_empty_start: false,
             expected_events: None,
             source: Some(source),
             timeline: Timeline::new(),
@@ -236,14 +246,30 @@ impl RunView {
         self.log_offset = (c + self.log_offset + delta).clamp(0, last) - c;
     }
 
-    /// Take what the source has; true when anything arrived.
-    pub(super) fn drain(&mut self) -> bool {
+    /// Take what the source has: events until `until` at most, or until
+    /// `key_waiting` says a key was pressed (asked at most every
+    /// [`KEY_CHECK`]); true when anything arrived.
+    pub(super) fn drain(&mut self, until: Instant, key_waiting: &mut dyn FnMut() -> bool) -> bool {
         let mut changed = false;
         let mut events = 0;
+        // The first look comes right after the first events.
+        let mut asked = Instant::now()
+            .checked_sub(KEY_CHECK)
+            .unwrap_or_else(Instant::now);
         // Only a drain that stops at its budget leaves messages waiting.
         self.backlog = false;
         for taken in 0.. {
-            if events >= DRAIN_EVENTS || taken >= DRAIN_BUDGET {
+            let stop = events >= DRAIN_EVENTS
+                || taken >= DRAIN_BUDGET
+                || (events > 0 && {
+                    let now = Instant::now();
+                    now >= until
+                        || (now >= asked + KEY_CHECK && {
+                            asked = now;
+                            key_waiting()
+                        })
+                });
+            if stop {
                 self.backlog = true;
                 break;
             }
@@ -334,7 +360,9 @@ impl RunView {
             // points to the sweep chart.
             SourceMsg::Gpus(_) | SourceMsg::SweepPoint { .. } | SourceMsg::Swept(_) => {}
             SourceMsg::Loading(p) => {
-                self.loading = Some(p);
+                let LoadProgress::Reading { done, total } = p;
+                // The last word of a reading says all of the file was read.
+                self.loading = (total == 0 || done < total).then_some(p);
                 self.reads_file = true;
             }
             SourceMsg::Summary(s) => self.summary = Some(s),
@@ -344,7 +372,7 @@ impl RunView {
             }
             SourceMsg::Job(j) => self.job = Some(*j),
             SourceMsg::Opened(o) => {
-                self.loading = None;
+                self.assumed_empty_start = o.assumed_empty_start;
                 self.tags = o.tags;
                 self.capacity = o.capacity;
                 self.devices = Some(o.devices);

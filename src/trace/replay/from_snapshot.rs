@@ -4,7 +4,9 @@
 use crate::alloc::{Action, AllocConfig, MemoryStats, TorchVersion};
 use std::collections::HashSet;
 
-use crate::trace::snapshot::{AllocatorSettings, FramesId, Snapshot, TraceEntry};
+use crate::trace::snapshot::{
+    AllocatorSettings, FrameTable, FramesId, Segment, Snapshot, TraceEntry,
+};
 
 use super::reconstruct::{initial_state, Reconstruction};
 use super::{Entry, FinalBlock, FinalSegment, ReplayOutcome, Replayer};
@@ -37,11 +39,7 @@ impl EntryReader {
             .map(|e| e.frames)
             .collect::<HashSet<_>>()
             .into_iter()
-            .filter(|id| {
-                snap.frames
-                    .resolve(*id)
-                    .any(|f| &*f.name == "empty_cache" || f.name.contains("emptyCache"))
-            })
+            .filter(|id| shows_empty_cache(&snap.frames, *id))
             .collect();
         EntryReader { empty_cache }
     }
@@ -57,14 +55,27 @@ impl EntryReader {
     }
 }
 
-fn releases_segment(action: Action) -> bool {
+/// Whether stack `id` passes through `torch.cuda.empty_cache()`.
+pub fn shows_empty_cache(frames: &FrameTable, id: FramesId) -> bool {
+    frames
+        .resolve(id)
+        .any(|f| &*f.name == "empty_cache" || f.name.contains("emptyCache"))
+}
+
+/// Whether `action` gives a segment (or its pages) back.
+pub fn releases_segment(action: Action) -> bool {
     matches!(action, Action::SegmentFree | Action::SegmentUnmap)
 }
 
 /// The recorded end state of `device` (default pool only: private pools are
 /// CUDA-graph memory the model does not simulate).
 pub fn final_segments(snap: &Snapshot, device: usize) -> Vec<FinalSegment> {
-    snap.segments
+    final_segments_in(&snap.segments, device)
+}
+
+/// [`final_segments`] of a snapshot's `segments` (read before its traces).
+pub fn final_segments_in(segments: &[Segment], device: usize) -> Vec<FinalSegment> {
+    segments
         .iter()
         .filter(|s| s.device == device as i64 && s.pool_id == (0, 0))
         .map(|s| FinalSegment {

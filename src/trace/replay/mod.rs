@@ -153,6 +153,12 @@ pub struct Replayer {
     /// Started from a reconstructed state: stale requested sizes of free
     /// blocks are unknowable, so the final comparison leaves them out.
     open: bool,
+    /// Entries fed so far.
+    seen: usize,
+    /// A `free_requested` waiting for the next entry (its completion, or not).
+    held: Option<(usize, Entry)>,
+    /// Segment entries whose stack shows `empty_cache()`.
+    in_empty_cache: rustc_hash::FxHashSet<usize>,
 }
 
 impl Replayer {
@@ -166,6 +172,9 @@ impl Replayer {
             deferred: Vec::new(),
             ours: Vec::new(),
             open: false,
+            seen: 0,
+            held: None,
+            in_empty_cache: Default::default(),
         }
     }
 
@@ -212,6 +221,11 @@ impl Replayer {
         self.outcome
     }
 
+    /// What the replay has found so far.
+    pub fn outcome(&self) -> &ReplayOutcome {
+        &self.outcome
+    }
+
     /// What [`Replayer::replay`] found.
     pub fn into_outcome(self) -> ReplayOutcome {
         self.outcome
@@ -224,35 +238,66 @@ impl Replayer {
         entries: &[Entry],
         final_segments: Option<&[FinalSegment]>,
     ) -> &ReplayOutcome {
-        self.outcome.entries = entries.len();
-        let mut i = 0;
-        while i < entries.len() {
-            let e = entries[i];
-            match e.action {
-                a if a.is_segment() => {
-                    self.outcome.segment_events += 1;
-                    self.group.extend(expected(&e).map(|x| (i, x)));
-                }
-                Action::Alloc | Action::Oom => self.request(i, &e, entries),
-                Action::FreeRequested => {
-                    self.flush_as_empty_cache();
-                    let completes_now = entries
-                        .get(i + 1)
-                        .is_some_and(|n| n.action == Action::FreeCompleted && n.addr == e.addr);
-                    self.free(i, &e, completes_now);
-                    if completes_now {
-                        i += 1;
-                    }
-                }
-                Action::FreeCompleted => self.complete(i, &e),
-                // `snapshot`, `annotate` and unknown actions: no allocator call.
-                _ => {}
+        self.feed(entries);
+        self.end(final_segments)
+    }
+
+    /// The next entries of the trace (any number of calls, in order), then
+    /// [`Replayer::end`]: a trace replayed as it is read.
+    pub fn feed(&mut self, entries: &[Entry]) {
+        for e in entries {
+            self.push(*e);
+        }
+    }
+
+    fn push(&mut self, e: Entry) {
+        let i = self.seen;
+        self.seen += 1;
+        // A free asked for right before its completion is one free.
+        if let Some((at, requested)) = self.held.take() {
+            let completes_now = e.action == Action::FreeCompleted && e.addr == requested.addr;
+            self.free(at, &requested, completes_now);
+            if completes_now {
+                self.note_worst();
+                return;
             }
-            self.note_worst();
-            i += 1;
+        }
+        match e.action {
+            a if a.is_segment() => {
+                self.outcome.segment_events += 1;
+                if e.in_empty_cache {
+                    self.in_empty_cache.insert(i);
+                }
+                self.group.extend(expected(&e).map(|x| (i, x)));
+            }
+            Action::Alloc | Action::Oom => self.request(i, &e),
+            Action::FreeRequested => {
+                self.flush_as_empty_cache();
+                self.held = Some((i, e));
+            }
+            Action::FreeCompleted => self.complete(i, &e),
+            // `snapshot`, `annotate` and unknown actions: no allocator call.
+            _ => {}
+        }
+        self.note_worst();
+    }
+
+    /// Every `empty_cache()` before this entry index is in
+    /// [`ReplayOutcome::empty_cache_at`] for good: the entries fed since
+    /// are releases not yet told apart from a request's.
+    pub fn settled(&self) -> usize {
+        self.group.first().map_or(self.seen, |(i, _)| *i)
+    }
+
+    /// After the last entry: compare the end state with `final_segments`
+    /// if given.
+    pub fn end(&mut self, final_segments: Option<&[FinalSegment]>) -> &ReplayOutcome {
+        if let Some((at, requested)) = self.held.take() {
+            self.free(at, &requested, false);
         }
         self.flush_as_empty_cache();
         self.outcome.segments_end = self.alloc.snapshot().len();
+        self.outcome.entries = self.seen;
         if let Some(segments) = final_segments {
             let ours = self.alloc.snapshot();
             let matched = compare_final(&ours, segments, !self.open, &mut self.outcome);
@@ -282,7 +327,7 @@ impl Replayer {
         }
     }
 
-    fn request(&mut self, i: usize, e: &Entry, entries: &[Entry]) {
+    fn request(&mut self, i: usize, e: &Entry) {
         let is_oom = e.action == Action::Oom;
         // Releases recorded before a request that the cache serves cannot come
         // from that request: they are an explicit empty_cache() call. So are
@@ -290,7 +335,7 @@ impl Replayer {
         let explicit = self
             .group
             .first()
-            .is_some_and(|(at, x)| is_release(x) && entries[*at].in_empty_cache);
+            .is_some_and(|(at, x)| is_release(x) && self.in_empty_cache.contains(at));
         if self.group.first().is_some_and(|(_, x)| is_release(x))
             && (explicit || self.alloc.would_reuse_cached(e.size, e.stream))
         {

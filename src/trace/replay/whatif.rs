@@ -98,32 +98,95 @@ pub fn run_on(
     device: SimDevice,
     record: bool,
 ) -> WhatIfRun {
-    let conf = config.raw.clone();
-    let (mut a, mut ours) = started(requests, config, device);
-    let start = if record { a.snapshot() } else { Vec::new() };
-    a.set_recording(record);
-    let mut result = WhatIfResult {
-        conf,
-        peak_reserved: 0,
-        peak_allocated: 0,
-        reserved_end: 0,
-        largest_free_at_worst: 0,
-        fragmentation_at_worst: 0.0,
-        num_alloc_retries: 0,
-        oom_count: 0,
-        ooms: Vec::new(),
-        segments: 0,
-    };
-    let mut next_empty_cache = requests.empty_cache_at.iter().peekable();
-    let mut worst = 0u64;
-    for (i, e) in requests.entries.iter().enumerate() {
-        while next_empty_cache.next_if(|&&at| at <= i).is_some() {
-            a.empty_cache();
+    let mut w = WhatIf::on(requests.start, config, device, record);
+    w.feed(requests.entries, requests.empty_cache_at);
+    w.finish()
+}
+
+/// A what-if replay fed its requests as they are read: [`WhatIf::feed`]
+/// any number of times, then [`WhatIf::finish`].
+pub struct WhatIf {
+    a: CachingAllocator<SimDevice>,
+    /// The trace's address of each live request → ours.
+    ours: HashMap<u64, u64>,
+    result: WhatIfResult,
+    start: Vec<SegmentInfo>,
+    /// Entries fed so far, and `empty_cache()` calls done so far.
+    fed: usize,
+    emptied: usize,
+    worst: u64,
+}
+
+impl WhatIf {
+    /// A replay under `config` on a device of `capacity` bytes, from
+    /// `start` (an open trace's rebuilt start).
+    pub fn new(
+        start: Option<&Reconstruction>,
+        config: AllocConfig,
+        capacity: u64,
+        record: bool,
+    ) -> WhatIf {
+        WhatIf::on(
+            start,
+            config,
+            SimDevice::new("what-if", capacity, 0),
+            record,
+        )
+    }
+
+    /// [`WhatIf::new`] on a given simulated device.
+    pub fn on(
+        start: Option<&Reconstruction>,
+        config: AllocConfig,
+        device: SimDevice,
+        record: bool,
+    ) -> WhatIf {
+        let conf = config.raw.clone();
+        let (mut a, ours) = started(start, config, device);
+        let start = if record { a.snapshot() } else { Vec::new() };
+        a.set_recording(record);
+        WhatIf {
+            a,
+            ours,
+            result: WhatIfResult {
+                conf,
+                peak_reserved: 0,
+                peak_allocated: 0,
+                reserved_end: 0,
+                largest_free_at_worst: 0,
+                fragmentation_at_worst: 0.0,
+                num_alloc_retries: 0,
+                oom_count: 0,
+                ooms: Vec::new(),
+                segments: 0,
+            },
+            start,
+            fed: 0,
+            emptied: 0,
+            worst: 0,
         }
+    }
+
+    /// The next entries; `empty_cache_at`: where the recorded run called
+    /// `empty_cache()` (every call before the last entry fed, at least).
+    pub fn feed(&mut self, entries: &[Entry], empty_cache_at: &[usize]) {
+        for e in entries {
+            let i = self.fed;
+            self.fed += 1;
+            while empty_cache_at.get(self.emptied).is_some_and(|&at| at <= i) {
+                self.emptied += 1;
+                self.a.empty_cache();
+            }
+            self.request(i, e);
+        }
+    }
+
+    fn request(&mut self, i: usize, e: &Entry) {
+        let (a, result) = (&mut self.a, &mut self.result);
         match e.action {
             Action::Alloc => match a.malloc(e.size, e.stream, entry_tag(i)) {
                 Ok(addr) => {
-                    ours.insert(e.addr, addr);
+                    self.ours.insert(e.addr, addr);
                 }
                 Err(_) => result.oom(i, e.size),
             },
@@ -135,15 +198,15 @@ pub fn run_on(
                 Err(_) => result.oom(i, e.size),
             },
             Action::FreeRequested => {
-                if let Some(addr) = ours.remove(&e.addr) {
+                if let Some(addr) = self.ours.remove(&e.addr) {
                     let _ = a.free(addr);
                 }
             }
             _ => {}
         }
         let reserved = a.stats().reserved_bytes();
-        if reserved > worst {
-            worst = reserved;
+        if reserved > self.worst {
+            self.worst = reserved;
             result.largest_free_at_worst = a.largest_free_block();
             // cached free: what no live (or pending) block holds
             let active = a.stats().get(Family::ActiveBytes, Level::All).current as u64;
@@ -153,16 +216,45 @@ pub fn run_on(
             );
         }
     }
-    let s = a.stats();
-    result.peak_reserved = s.peak_reserved_bytes();
-    result.peak_allocated = s.peak_allocated_bytes();
-    result.reserved_end = s.reserved_bytes();
-    result.num_alloc_retries = s.num_alloc_retries;
-    result.segments = a.snapshot().len();
-    WhatIfRun {
-        result,
-        allocator: a,
-        start,
+
+    /// Entries fed so far.
+    pub fn fed(&self) -> usize {
+        self.fed
+    }
+
+    /// The most it reserved so far.
+    pub fn peak_reserved(&self) -> u64 {
+        self.a.stats().peak_reserved_bytes()
+    }
+
+    /// The events its allocator recorded since the last call (with `record`).
+    pub fn take_events(&mut self) -> Vec<crate::alloc::AllocEvent> {
+        self.a.take_events()
+    }
+
+    /// The segments adopted before the first entry (with `record`).
+    pub fn start(&self) -> &[SegmentInfo] {
+        &self.start
+    }
+
+    pub fn finish(self) -> WhatIfRun {
+        let WhatIf {
+            a,
+            mut result,
+            start,
+            ..
+        } = self;
+        let s = a.stats();
+        result.peak_reserved = s.peak_reserved_bytes();
+        result.peak_allocated = s.peak_allocated_bytes();
+        result.reserved_end = s.reserved_bytes();
+        result.num_alloc_retries = s.num_alloc_retries;
+        result.segments = a.snapshot().len();
+        WhatIfRun {
+            result,
+            allocator: a,
+            start,
+        }
     }
 }
 
@@ -270,17 +362,17 @@ pub fn retry_at(
     out
 }
 
-/// An allocator on `device` under `config` holding `requests.start`'s
+/// An allocator on `device` under `config` holding `start`'s
 /// segments (an open trace's rebuilt start), and the recorded addresses of
 /// the live blocks it adopted, mapped to its own.
 fn started(
-    requests: &Requests<'_>,
+    start: Option<&Reconstruction>,
     config: AllocConfig,
     device: SimDevice,
 ) -> (CachingAllocator<SimDevice>, HashMap<u64, u64>) {
     let mut a = CachingAllocator::new(device, config);
     let mut ours: HashMap<u64, u64> = HashMap::new();
-    if let Some(start) = requests.start {
+    if let Some(start) = start {
         for seg in &start.segments {
             if a.adopt_segment(seg.addr, seg.pool, seg.stream, &seg.blocks)
                 .is_ok()
@@ -309,7 +401,7 @@ fn replayed_to(
     device: SimDevice,
     at: usize,
 ) -> (CachingAllocator<SimDevice>, usize, Option<usize>) {
-    let (mut a, mut ours) = started(requests, config, device);
+    let (mut a, mut ours) = started(requests.start, config, device);
     let mut earlier_ooms = 0;
     let mut first_earlier_oom = None;
     let mut next_empty_cache = requests.empty_cache_at.iter().peekable();

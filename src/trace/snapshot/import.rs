@@ -39,9 +39,11 @@ use super::field::{key_table, Fields, Key, KeyTable, Path};
 use super::types::{Segment, Snapshot, TraceEntry};
 
 mod records;
+mod tap;
 mod values;
 
 use records::Importer;
+pub use tap::{Tables, Tapped, TraceTap};
 
 /// Marks a container not converted yet in `Importer::converted`.
 const NOT_SEEN: u32 = u32::MAX;
@@ -51,7 +53,7 @@ const NOT_SEEN: u32 = u32::MAX;
 const SMALL_SEGMENT: u64 = 2 << 20;
 
 /// Input bytes released to the kernel at a time by [`import_file`].
-const RELEASE_STEP: usize = 32 << 20;
+const RELEASE_STEP: usize = 4 << 20;
 
 /// Decode and import a snapshot pickle held in memory.
 pub fn import_bytes(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
@@ -70,6 +72,21 @@ pub fn import_file_reporting(
     path: &FsPath,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Snapshot, SnapshotError> {
+    match import_file_tapped(path, progress, None)? {
+        Some(t) => Ok(t.snapshot),
+        // Without a tap nothing asks to stop.
+        None => Err(SnapshotError::Container("the import was stopped".into())),
+    }
+}
+
+/// [`import_file_reporting`], handing one device's trace to `tap` batch
+/// by batch as it is decoded (see [`TraceTap`]). `None`: the tap asked to
+/// stop.
+pub fn import_file_tapped(
+    path: &FsPath,
+    progress: &mut dyn FnMut(u64),
+    tap: Option<&mut dyn TraceTap>,
+) -> Result<Option<Tapped>, SnapshotError> {
     let io = |source| SnapshotError::Io {
         path: path.to_path_buf(),
         source,
@@ -84,9 +101,14 @@ pub fn import_file_reporting(
     })?;
     let len = meta.len();
     let result = if len == 0 {
-        import_bytes(&[])
+        import_bytes(&[]).map(|snapshot| {
+            Some(Tapped {
+                snapshot,
+                tapped: None,
+            })
+        })
     } else {
-        import_mapped(&file, progress).map_err(io).and_then(|(result, cut)| {
+        import_mapped(&file, progress, tap).map_err(io).and_then(|(result, cut)| {
             let changed = cut || changed_since(&file, &meta);
             match result {
                 // What the decoder made of a file cut or rewritten under it
@@ -111,19 +133,21 @@ pub fn import_file_reporting(
     })
 }
 
-/// Import a mapped file: the result, and whether the file was cut short
+/// Import a mapped file, handing its trace to `tap` (see
+/// [`import_file_tapped`]): the result, and whether the file was cut short
 /// under the map (read as zeros past its new end instead of a SIGBUS).
 #[cfg(unix)]
 fn import_mapped(
     file: &std::fs::File,
     progress: &mut dyn FnMut(u64),
-) -> std::io::Result<(Result<Snapshot, SnapshotError>, bool)> {
+    tap: Option<&mut dyn TraceTap>,
+) -> std::io::Result<(Result<Option<Tapped>, SnapshotError>, bool)> {
     let Some(map) = super::guarded_map::GuardedMap::map(file)? else {
         // No guard to be had: read it (a truncation then just ends the bytes).
         use std::io::Read;
         let mut bytes = Vec::new();
         (&*file).read_to_end(&mut bytes)?;
-        return Ok((import_bytes(&bytes), false));
+        return Ok((import_tapped(&bytes, None, tap), false));
     };
     let _ = map.inner().advise(memmap2::Advice::Sequential);
     let mut released = 0usize;
@@ -145,7 +169,7 @@ fn import_mapped(
             released = upto;
         }
     };
-    let result = import_streaming(&map, Some(&mut release));
+    let result = import_tapped(&map, Some(&mut release), tap);
     Ok((result, map.cut_short()))
 }
 
@@ -154,12 +178,13 @@ fn import_mapped(
 fn import_mapped(
     file: &std::fs::File,
     progress: &mut dyn FnMut(u64),
-) -> std::io::Result<(Result<Snapshot, SnapshotError>, bool)> {
+    tap: Option<&mut dyn TraceTap>,
+) -> std::io::Result<(Result<Option<Tapped>, SnapshotError>, bool)> {
     use std::io::Read;
     let mut bytes = Vec::new();
     (&*file).read_to_end(&mut bytes)?;
     progress(bytes.len() as u64);
-    Ok((import_bytes(&bytes), false))
+    Ok((import_tapped(&bytes, None, tap), false))
 }
 
 /// Whether the open file's size or modification time differs from `before`.
@@ -197,6 +222,18 @@ fn import_streaming(
     bytes: &[u8],
     release: Option<&mut dyn FnMut(usize)>,
 ) -> Result<Snapshot, SnapshotError> {
+    match import_tapped(bytes, release, None)? {
+        Some(t) => Ok(t.snapshot),
+        None => Err(SnapshotError::Container("the import was stopped".into())),
+    }
+}
+
+/// [`import_streaming`] with a tap; `None`: the tap asked to stop.
+fn import_tapped(
+    bytes: &[u8],
+    release: Option<&mut dyn FnMut(usize)>,
+    tap: Option<&mut dyn TraceTap>,
+) -> Result<Option<Tapped>, SnapshotError> {
     let inner = super::container::pickle_bytes(bytes)?;
     // Page-release offsets count from the file's start: only for a bare pickle.
     let release = if inner.len() == bytes.len() {
@@ -205,21 +242,47 @@ fn import_streaming(
         None
     };
     let bytes = inner;
-    match try_streaming(bytes, release)? {
-        Some(snap) => Ok(snap),
-        None => {
+    match try_streaming(bytes, release, tap)? {
+        Streamed::Whole(t) => Ok(Some(*t)),
+        Streamed::Stopped => Ok(None),
+        Streamed::GaveUp => {
             let doc = pickle::decode(bytes)?;
             let budget = records::record_budget(bytes.len());
-            Ok(Importer::new(doc.container_count(), false, budget).run(&doc)?)
+            let snapshot = Importer::new(doc.container_count(), false, budget).run(&doc)?;
+            Ok(Some(Tapped {
+                snapshot,
+                tapped: None,
+            }))
         }
     }
 }
 
-/// The streaming import alone: `None` when it gave up (see the module doc).
+/// How a streaming import ended.
+pub(super) enum Streamed {
+    Whole(Box<Tapped>),
+    /// It gave up (see the module doc): decode the plain way.
+    GaveUp,
+    /// The tap asked to stop.
+    Stopped,
+}
+
+#[cfg(test)]
+impl Streamed {
+    /// The snapshot, when the streaming import read the file itself.
+    pub(super) fn whole(self) -> Option<Snapshot> {
+        match self {
+            Streamed::Whole(t) => Some(t.snapshot),
+            Streamed::GaveUp | Streamed::Stopped => None,
+        }
+    }
+}
+
+/// The streaming import alone (see the module doc).
 pub(super) fn try_streaming(
     bytes: &[u8],
     release: Option<&mut dyn FnMut(usize)>,
-) -> Result<Option<Snapshot>, SnapshotError> {
+    tap: Option<&mut dyn TraceTap>,
+) -> Result<Streamed, SnapshotError> {
     let mut stream = Stream {
         im: Importer::new(0, true, records::record_budget(bytes.len())),
         keys: [None; Key::COUNT],
@@ -227,20 +290,46 @@ pub(super) fn try_streaming(
         claims: FxHashMap::default(),
         failed: false,
         release,
+        tap,
+        tapped: None,
+        stopped: false,
+        batch: Vec::new(),
     };
     match pickle::decode_with(bytes, &mut stream) {
         Ok(doc) => {
-            let Stream { mut im, claims, .. } = stream;
+            let Stream {
+                mut im,
+                claims,
+                tapped,
+                ..
+            } = stream;
             im.track = false;
             im.claims = claims;
-            Ok(Some(im.run(&doc)?))
+            im.tapped_list = tapped.as_ref().map(|t| t.list);
+            let (snapshot, reused) = im.run_tapped(&doc)?;
+            if reused {
+                // The pickle puts the tapped list at a second place too
+                // (valid, never written by PyTorch): that place got none of
+                // its entries, so the file is decoded whole.
+                return Ok(Streamed::GaveUp);
+            }
+            let tapped = tapped.map(|t| (t.device, t.count));
+            Ok(Streamed::Whole(Box::new(Tapped { snapshot, tapped })))
         }
+        Err(_) if stream.stopped => Ok(Streamed::Stopped),
         Err(PickleError {
             kind: PickleErrorKind::Stopped | PickleErrorKind::Consumed { .. },
             ..
-        }) => Ok(None),
+        }) => Ok(Streamed::GaveUp),
         Err(e) => Err(e.into()),
     }
+}
+
+/// The list a tap takes, and how far it has got.
+struct TapState {
+    list: u32,
+    device: usize,
+    count: usize,
 }
 
 /// Import an already decoded document (its records unbounded: the caller
@@ -261,7 +350,7 @@ enum Claimed {
 }
 
 /// The [`Sink`] of a streaming import.
-struct Stream<'r> {
+struct Stream<'r, 't> {
     im: Importer,
     keys: KeyTable,
     /// `doc.string_count()` when `keys` were looked up.
@@ -269,9 +358,60 @@ struct Stream<'r> {
     claims: FxHashMap<u32, Claimed>,
     failed: bool,
     release: Option<&'r mut dyn FnMut(usize)>,
+    tap: Option<&'t mut dyn TraceTap>,
+    tapped: Option<TapState>,
+    /// The tap asked to stop.
+    stopped: bool,
+    /// The tapped list's batch being converted.
+    batch: Vec<TraceEntry>,
 }
 
-impl Stream<'_> {
+impl Stream<'_, '_> {
+    /// Offer the trace list `list` of `device` to the tap, with the final
+    /// segments when they have been read.
+    fn offer(&mut self, list: u32, device: usize) {
+        let Some(tap) = self.tap.as_mut() else {
+            return;
+        };
+        let segments = self.claims.values().find_map(|c| match c {
+            Claimed::Segments(s) => Some(s.as_slice()),
+            _ => None,
+        });
+        let tables = Tables {
+            frames: self.im.frames(),
+            extras: self.im.extras(),
+        };
+        if tap.begin(device, segments, tables) {
+            self.tapped = Some(TapState {
+                list,
+                device,
+                count: 0,
+            });
+        }
+    }
+
+    /// Convert a batch of the tapped list and hand it to the tap.
+    fn tap_batch(&mut self, f: &Fields, items: &[Value], path: &Path) -> Result<(), SchemaError> {
+        let (Some(tap), Some(t)) = (self.tap.as_mut(), self.tapped.as_mut()) else {
+            return Ok(());
+        };
+        let im = &mut self.im;
+        self.batch.clear();
+        for &v in items {
+            let e = im.entry(f, v, &path.index(t.count + self.batch.len()))?;
+            self.batch.push(e);
+        }
+        let tables = Tables {
+            frames: im.frames(),
+            extras: im.extras(),
+        };
+        if !tap.entries(t.count, &self.batch, tables) {
+            self.stopped = true;
+        }
+        t.count += self.batch.len();
+        Ok(())
+    }
+
     fn fields<'d>(&mut self, doc: &'d Document) -> Fields<'d> {
         if self.keys_at != doc.string_count() {
             self.keys = key_table(doc);
@@ -281,7 +421,7 @@ impl Stream<'_> {
     }
 }
 
-impl Sink for Stream<'_> {
+impl Sink for Stream<'_, '_> {
     fn claim(&mut self, doc: &Document, stack: &[Value], marks: &[usize]) -> bool {
         if self.failed {
             return false;
@@ -338,9 +478,30 @@ impl Sink for Stream<'_> {
         consumed: &mut Vec<SeqId>,
     ) -> Result<(), ()> {
         let f = self.fields(doc);
+        std::mem::swap(&mut self.im.consumed, consumed);
+        self.im.consumed.clear();
+        if self.tapped.is_none() && !items.is_empty() {
+            // A trace list's first entries: offered to the tap.
+            if let Some(Claimed::Trace { device, entries }) = self.claims.get(&list.0) {
+                if entries.is_empty() {
+                    let device = *device;
+                    self.offer(list.0, device);
+                }
+            }
+        }
+        if self.tapped.as_ref().is_some_and(|t| t.list == list.0) {
+            let device = self.tapped.as_ref().map_or(0, |t| t.device);
+            let root = Path::ROOT;
+            let traces = root.key("device_traces");
+            let path = traces.index(device);
+            let r = self.tap_batch(&f, items, &path);
+            std::mem::swap(&mut self.im.consumed, consumed);
+            if self.stopped {
+                return Err(());
+            }
+            return r.map_err(|_| self.failed = true);
+        }
         let im = &mut self.im;
-        std::mem::swap(&mut im.consumed, consumed);
-        im.consumed.clear();
         let r = match self.claims.get_mut(&list.0) {
             Some(Claimed::Segments(out)) => {
                 let root = Path::ROOT;

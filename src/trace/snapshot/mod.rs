@@ -34,7 +34,10 @@ pub use container::LIVE_RECORDING_MAGIC;
 pub use error::{SchemaError, SnapshotError};
 pub use export::export_bytes;
 pub use frames::{Frame, FrameId, FrameKind, FrameTable, FramesId};
-pub use import::{import_bytes, import_document, import_file, import_file_reporting};
+pub use import::{
+    import_bytes, import_document, import_file, import_file_reporting, import_file_tapped, Tables,
+    Tapped, TraceTap,
+};
 pub use synth::{synthetic_snapshot, SynthStats};
 pub use types::{
     Action, AllocatorSettings, Annotation, Block, BlockState, EntryExtra, EntryExtras, ExtraId,

@@ -133,13 +133,17 @@ impl App {
     }
 
     /// Take what the waiting tabs' producers sent; true when any changed.
-    pub(super) fn drain_parked(&mut self) -> bool {
+    pub(super) fn drain_parked(
+        &mut self,
+        until: std::time::Instant,
+        key_waiting: &mut dyn FnMut() -> bool,
+    ) -> bool {
         let Some(t) = self.tabs.as_mut() else {
             return false;
         };
         let mut changed = false;
         for r in t.parked.iter_mut().flatten() {
-            changed |= r.drain();
+            changed |= r.drain(until, key_waiting);
         }
         changed
     }

@@ -308,3 +308,81 @@ fn a_file_that_fails_to_open_ends_the_ui_with_its_error() {
     let app = app_finished(vec![("scenario".into(), failed)], &stop);
     assert!(!app.quit && app.load_failure.is_none());
 }
+
+/// The status line of a frame.
+fn status_of(app: &mut crate::tui::app::App) -> String {
+    let mut t = terminal(160, 44);
+    let s = text(&draw(app, &mut t));
+    s.lines().next().unwrap_or_default().to_string()
+}
+
+/// A file view's first frame, drawn before the worker has said anything,
+/// says the file is being read (it once read `event 0/0 LIVE`); its last
+/// says all was read.
+#[test]
+fn a_file_view_says_it_reads_from_its_first_frame_to_its_end() {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/hostile/escapes.pickle");
+    let mut app = crate::tui::app::App::new(vec![("f".into(), snapshot_source(&p, None))], &opts())
+        .expect("built-in theme parses");
+    let first = status_of(&mut app);
+    assert!(first.contains("reading"), "{first}");
+    assert!(
+        !first.contains("LIVE") && !first.contains("event 0/0"),
+        "{first}"
+    );
+    finish(&mut app);
+    let last = status_of(&mut app);
+    assert!(last.contains("all read"), "{last}");
+}
+
+/// Events placed while the file is still read: the status counts them
+/// beside the reading, and says the map's start is assumed until the
+/// file is read; then neither.
+#[test]
+fn events_placed_while_a_file_is_read_are_shown_beside_the_reading() {
+    use crate::producers::{LoadProgress, Opened, SnapshotDevices, Source, SourceMsg};
+    let opened = |assumed| {
+        SourceMsg::Opened(Box::new(Opened {
+            tags: None,
+            capacity: None,
+            devices: SnapshotDevices {
+                path: None,
+                devices: vec![0],
+                current: 0,
+                with_oom: Vec::new(),
+                under: None,
+            },
+            events: None,
+            since_step: false,
+            assumed_empty_start: assumed,
+        }))
+    };
+    let reading = |done| SourceMsg::Loading(LoadProgress::Reading { done, total: 4000 });
+    let (tx, rx) = flume::unbounded();
+    let mut app = crate::tui::app::App::new(
+        vec![("f".into(), Source::new(rx, None).reading(4000))],
+        &opts(),
+    )
+    .expect("built-in theme parses");
+    let events = recorded_events(FIXED);
+    for m in [
+        reading(0),
+        opened(true),
+        SourceMsg::Events(events[..100].to_vec()),
+        reading(2000),
+    ] {
+        tx.send(m).expect("send");
+    }
+    app.drain_sources();
+    let s = status_of(&mut app);
+    assert!(s.contains("event 0/100+ · reading"), "{s}");
+    assert!(s.contains("as if nothing was held before the trace"), "{s}");
+    for m in [reading(4000), opened(false), SourceMsg::Finished] {
+        tx.send(m).expect("send");
+    }
+    app.drain_sources();
+    let s = status_of(&mut app);
+    assert!(s.contains("event 0/100 · all read"), "{s}");
+    assert!(!s.contains("as if nothing"), "{s}");
+}

@@ -456,6 +456,32 @@ fn a_named_pipe_at_the_prompt_is_refused_at_once() {
     assert_eq!(app.runs[0].title, LEAKY, "the run stays");
 }
 
+/// A key pressed while a source's events pour in stops the drain after
+/// the events it holds: the loop answers the key before it takes more.
+#[test]
+fn a_pressed_key_cuts_a_drain_short() {
+    use crate::producers::{Source, SourceMsg};
+    let events = recorded_events(FIXED);
+    let msgs = events
+        .chunks(50)
+        .take(20)
+        .map(|c| SourceMsg::Events(c.to_vec()))
+        .chain([SourceMsg::Finished]);
+    let mut app =
+        crate::tui::app::App::new(vec![("busy".into(), Source::from_messages(msgs))], &opts())
+            .expect("built-in theme parses");
+    let mut asked = 0;
+    assert!(app.drain_sources_until(&mut || {
+        asked += 1;
+        true
+    }));
+    assert_eq!(app.runs[0].len(), 50, "one message, then the key");
+    assert!(asked >= 1 && app.has_backlog());
+    // No key: a drain takes on.
+    app.drain_sources();
+    assert_eq!(app.runs[0].len(), 1000);
+}
+
 /// The loop waits for keys between frames unless a source has more than
 /// one drain takes: a source that piled up is taken at once, and once it
 /// has finished (or gone) the loop waits again instead of spinning.

@@ -78,6 +78,12 @@ fn parts(app: &App, r: &RunView) -> Vec<Part> {
         parts.push(part(d.label(), 7));
     }
     parts.push(part(progress(r), 8));
+    if r.assumed_empty_start && r.loading.is_some() {
+        parts.push(part(
+            "until read: as if nothing was held before the trace",
+            6,
+        ));
+    }
     if let Some(k) = r.frame.iteration {
         parts.push(part(
             format!(
@@ -116,7 +122,7 @@ fn parts(app: &App, r: &RunView) -> Vec<Part> {
 fn progress(r: &RunView) -> String {
     match (r.loading, r.expected_events) {
         (Some(LoadProgress::Reading { done, total }), _) => {
-            if total > 0 {
+            let reading = if total > 0 {
                 format!(
                     "reading {} of {} {}",
                     format_size(done),
@@ -125,6 +131,12 @@ fn progress(r: &RunView) -> String {
                 )
             } else {
                 format!("reading {}…", format_size(done))
+            };
+            if r.is_empty() {
+                reading
+            } else {
+                // Events placed while the rest of the file is read.
+                format!("event {}/{}+ · {reading}", r.pos, r.len())
             }
         }
         (None, Some(expected)) if r.len() < expected && r.is_live() => format!(

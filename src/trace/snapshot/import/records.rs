@@ -40,6 +40,10 @@ pub(super) struct Importer {
     /// hold ([`record_budget`]).
     records: u64,
     budget: u64,
+    /// Streaming: the list a tap took (its entries are not here).
+    pub(super) tapped_list: Option<u32>,
+    /// The pickle refers to the tapped list a second time.
+    tapped_reused: bool,
 }
 
 /// Trace entries and blocks a file of `bytes` may hold. PyTorch writes each
@@ -71,10 +75,32 @@ impl Importer {
             track,
             consumed: Vec::new(),
             claims: FxHashMap::default(),
+            tapped_list: None,
+            tapped_reused: false,
         }
     }
 
-    pub(super) fn run(mut self, doc: &Document) -> Res<Snapshot> {
+    /// The stacks converted so far.
+    pub(super) fn frames(&self) -> &FrameTable {
+        &self.frames
+    }
+
+    /// The entries' rare fields converted so far.
+    pub(super) fn extras(&self) -> &EntryExtras {
+        &self.extras
+    }
+
+    /// [`Importer::run`], and whether the pickle refers to the tapped list
+    /// more than once.
+    pub(super) fn run_tapped(self, doc: &Document) -> Res<(Snapshot, bool)> {
+        self.run_inner(doc)
+    }
+
+    pub(super) fn run(self, doc: &Document) -> Res<Snapshot> {
+        self.run_inner(doc).map(|(s, _)| s)
+    }
+
+    fn run_inner(mut self, doc: &Document) -> Res<(Snapshot, bool)> {
         let f = Fields::new(doc);
         let root = Path::ROOT;
         let top = doc.root();
@@ -104,7 +130,7 @@ impl Importer {
         if snap.external_annotations.is_empty() {
             snap.external_annotations = user_defined_annotations(&snap);
         }
-        Ok(snap)
+        Ok((snap, self.tapped_reused))
     }
 
     fn dict_root(&mut self, f: &Fields, d: SeqId, path: &Path) -> Res<Snapshot> {
@@ -314,6 +340,9 @@ impl Importer {
                     continue;
                 }
                 Some(Claimed::Taken) => {
+                    if Document::list_id(t).is_some_and(|id| Some(id.0) == self.tapped_list) {
+                        self.tapped_reused = true;
+                    }
                     let again = Document::list_id(t)
                         .and_then(|id| moved.get(&id.0))
                         .and_then(|&i| out.get(i))

@@ -8,7 +8,8 @@ fn streaming_import_matches_the_plain_one_on_every_real_file() {
     for (name, bytes) in real_files() {
         let plain = super::import_document(&crate::trace::pickle::decode(bytes).expect("decodes"))
             .expect("imports");
-        let streamed = super::import::try_streaming(bytes, None)
+        let streamed = super::import::try_streaming(bytes, None, None)
+            .map(super::import::Streamed::whole)
             .unwrap_or_else(|e| panic!("{name}: {e}"))
             .unwrap_or_else(|| panic!("{name}: streaming gave up"));
         assert!(streamed == plain, "{name}: streamed import differs");
@@ -53,7 +54,8 @@ fn streaming_gives_up_on_a_reused_entry_dict() {
     w.appends();
     w.setitems();
     let bytes = w.finish();
-    assert!(super::import::try_streaming(&bytes, None)
+    assert!(super::import::try_streaming(&bytes, None, None)
+        .map(super::import::Streamed::whole)
         .expect("decodes")
         .is_none());
     let s = import_bytes(&bytes).expect("imports");
@@ -71,7 +73,8 @@ fn synthetic_snapshot_imports_streamed_and_replays_exactly() {
     super::synthetic_snapshot(&mut again, 3 << 20, 7).expect("writes");
     assert!(again == bytes, "same seed, same bytes");
 
-    let s = super::import::try_streaming(&bytes, None)
+    let s = super::import::try_streaming(&bytes, None, None)
+        .map(super::import::Streamed::whole)
         .expect("imports")
         .expect("streams");
     let plain = super::import_document(&crate::trace::pickle::decode(&bytes).expect("decodes"))

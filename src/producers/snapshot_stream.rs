@@ -1,0 +1,736 @@
+//! A file view that reads its snapshot once, from the first byte to the
+//! first frame: the trace's entries are placed on the map (on a thread of
+//! their own) while the file is still being decoded, and everything the
+//! view needs beside the events (stacks, times, the start state, the device
+//! size, OOMs) is gathered from the same entries as they pass.
+//!
+//! PyTorch writes a snapshot's trace before its allocator settings, and a
+//! trace's start state (for a trace that began while memory was in use)
+//! is known only from its last entry. So the entries are placed as if the
+//! trace began with nothing reserved and under the default block rules,
+//! and the view says so until the file is read. Then it is checked: the
+//! start rebuilt from every entry is empty, the recorded settings round and
+//! split blocks as the default does, the view's device is the one the
+//! entries came from, and no entry fell outside the map. If all hold, the
+//! events are the ones the whole file gives (the tests compare the two);
+//! if one fails, the view starts over on the rebuilt start, reading the
+//! file a second time. A trace whose first entries already show memory in
+//! use (a ring buffer that wrapped, the usual open trace) fails within the
+//! first [`PROBATION`] entries, before anything was shown.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crate::alloc::constants::LARGE_BUFFER;
+use crate::alloc::{Action, AllocConfig};
+use crate::trace::mirror::{start_map, TraceMirror};
+use crate::trace::replay::from_snapshot::{self, infer_device_total};
+use crate::trace::replay::reconstruct::StartTracker;
+use crate::trace::replay::{Entry, FinalSegment};
+use crate::trace::snapshot::{
+    import_file_tapped, Segment, Snapshot, SnapshotError, Tables, TraceEntry, TraceTap,
+};
+use crate::trace::timeline::TimelinePart;
+use crate::trace::MemoryMap;
+
+use super::devices::{devices_with_oom, snapshot_devices, SnapshotDevices};
+use super::snapshot::{pick_device, Out, Spent, EVENTS_PER_MESSAGE};
+use super::snapshot_tags::{GrowingTags, SnapshotTags};
+use super::source::{LoadProgress, Opened, SourceMsg, TagInfo};
+
+/// Entries placed before a view placed as if its trace began empty shows
+/// any: an open trace almost always shows it within these (an entry that
+/// frees or fills memory the map does not have), and is then placed again
+/// before anything was drawn. About 10 MB of a file.
+pub(super) const PROBATION: usize = 1 << 16;
+
+/// Batches of entries the decoder may run ahead of the placing.
+const AHEAD: usize = 64;
+
+/// How reading a file in one pass ended.
+pub(super) enum Streamed {
+    /// The view is complete (true) or the UI has gone (false).
+    Done(bool),
+    /// The file could not be read in a pass (the decoder had to read it
+    /// whole, or the view is of another device than the entries read):
+    /// plan the view from the whole snapshot. Nothing was shown yet.
+    Whole(Box<Snapshot>),
+}
+
+/// Read `path` for the view of `device` (the first the file holds when
+/// `None`), placing the trace's entries as they are decoded.
+pub(super) fn stream_file(
+    path: &Path,
+    device: Option<usize>,
+    out: &Out,
+    spent: &Spent,
+) -> Streamed {
+    let total = std::fs::metadata(path).map_or(0, |m| m.len());
+    let mut tap = ViewTap {
+        want: device,
+        path,
+        out,
+        spent,
+        state: None,
+    };
+    let imported = read(path, total, out, &mut tap);
+    let state = tap.state.take();
+    let tapped = match imported {
+        Ok(Some(t)) => t,
+        Ok(None) => {
+            // The UI has gone.
+            if let Some(s) = state {
+                s.mirror.discard();
+            }
+            return Streamed::Done(false);
+        }
+        Err(e) => {
+            let shown = state.is_some_and(|s| s.mirror.discard());
+            if shown {
+                out.send(SourceMsg::Restarted);
+            }
+            out.send(SourceMsg::Failed(e.to_string()));
+            return Streamed::Done(false);
+        }
+    };
+    let snap = tapped.snapshot;
+    let (state, (tapped_device, count)) = match (state, tapped.tapped) {
+        (Some(state), Some(t)) => (state, t),
+        (state, _) => {
+            // Nothing was tapped, or the decoder read the file whole (what
+            // the tap was given is void).
+            if state.is_some_and(|s| s.mirror.discard()) {
+                out.send(SourceMsg::Restarted);
+            }
+            return Streamed::Whole(Box::new(snap));
+        }
+    };
+    let picked = match pick_device(&snap, device) {
+        Ok(d) => d,
+        Err(e) => {
+            if state.mirror.discard() {
+                out.send(SourceMsg::Restarted);
+            }
+            out.send(SourceMsg::Failed(format!("{}: {e}", path.display())));
+            return Streamed::Done(false);
+        }
+    };
+    if picked != tapped_device {
+        if state.mirror.discard() {
+            out.send(SourceMsg::Restarted);
+        }
+        // The tapped trace's entries are not in `snap`: read it again whole.
+        return match crate::trace::snapshot::import_file(path) {
+            Ok(s) => Streamed::Whole(Box::new(s)),
+            Err(e) => {
+                out.send(SourceMsg::Failed(e.to_string()));
+                Streamed::Done(false)
+            }
+        };
+    }
+    let config = from_snapshot::config(&snap);
+    let finals = from_snapshot::final_segments(&snap, tapped_device);
+    let Tapping {
+        tags,
+        facts,
+        mirror,
+        ..
+    } = state;
+    let mut devices = snapshot_devices(&snap);
+    devices.push(tapped_device);
+    devices.sort_unstable();
+    devices.dedup();
+    let opened = Opened {
+        tags: Some(tags as Arc<dyn TagInfo>),
+        capacity: infer_device_total(facts.maps.iter().copied(), LARGE_BUFFER),
+        devices: SnapshotDevices {
+            path: Some(path.to_path_buf()),
+            devices,
+            current: tapped_device,
+            with_oom: with_oom(&snap, tapped_device, !facts.ooms.is_empty()),
+            under: None,
+        },
+        events: Some(facts.events),
+        since_step: false,
+        assumed_empty_start: false,
+    };
+    let may_stand =
+        config.same_block_rules(&AllocConfig::default()) && facts.start.starts_empty(&finals);
+    let (shown, misfit) = if may_stand {
+        match mirror.finish() {
+            Finish::Sent => return Streamed::Done(out.send(SourceMsg::Opened(Box::new(opened)))),
+            Finish::Gone => return Streamed::Done(false),
+            Finish::Failed { shown } => (shown, true),
+        }
+    } else {
+        mirror.check()
+    };
+    // Placed from the wrong start or under other rules: again, from the
+    // start the entries rebuilt, under the recorded settings.
+    if shown {
+        out.send(SourceMsg::Restarted);
+    }
+    let start_known = facts.start_known(misfit);
+    let ooms = facts.ooms;
+    let start = if start_known {
+        facts.start.finish(&finals, &config)
+    } else {
+        // A misfit past the first entries, which were let go: the start
+        // needs every address, from a reading of its own.
+        let mut every = EveryAddress {
+            device: tapped_device,
+            start: StartTracker::new(),
+        };
+        match import_file_tapped(path, &mut |_| {}, Some(&mut every)) {
+            Ok(Some(_)) => every.start.finish(&finals, &config),
+            Ok(None) => return Streamed::Done(false),
+            Err(e) => {
+                out.send(SourceMsg::Failed(e.to_string()));
+                return Streamed::Done(false);
+            }
+        }
+    };
+    let start = start_map(&start);
+    drop(snap);
+    if !out.send(SourceMsg::Opened(Box::new(opened))) {
+        return Streamed::Done(false);
+    }
+    if !start.segments.is_empty() && !out.send(SourceMsg::Start(Box::new(start.clone()))) {
+        return Streamed::Done(false);
+    }
+    let mirror = Mirror::spawn(start, config, ooms, 0, out, spent);
+    let mut again = PlaceOnly {
+        device: tapped_device,
+        mirror: &mirror,
+        count: 0,
+    };
+    match import_file_tapped(path, &mut |_| {}, Some(&mut again)) {
+        Ok(Some(t)) if t.tapped == Some((tapped_device, count)) => {
+            Streamed::Done(matches!(mirror.finish(), Finish::Sent))
+        }
+        Ok(None) => {
+            mirror.discard();
+            Streamed::Done(false)
+        }
+        Ok(Some(_)) => {
+            mirror.discard();
+            out.send(SourceMsg::Restarted);
+            out.send(SourceMsg::Failed(format!(
+                "{}: the file changed while it was read",
+                path.display()
+            )));
+            Streamed::Done(false)
+        }
+        Err(e) => {
+            mirror.discard();
+            out.send(SourceMsg::Restarted);
+            out.send(SourceMsg::Failed(e.to_string()));
+            Streamed::Done(false)
+        }
+    }
+}
+
+/// Decode `path` through `tap`, saying how far it has got.
+pub(super) fn read(
+    path: &Path,
+    total: u64,
+    out: &Out,
+    tap: &mut dyn TraceTap,
+) -> Result<Option<crate::trace::snapshot::Tapped>, SnapshotError> {
+    let reading = |done| SourceMsg::Loading(LoadProgress::Reading { done, total });
+    if !out.send(reading(0)) {
+        return Ok(None);
+    }
+    let step = (total / super::snapshot::PROGRESS_STEPS).max(1);
+    let mut told = 0;
+    let imported = import_file_tapped(
+        path,
+        &mut |done| {
+            if done >= told + step {
+                told = done;
+                out.send(reading(done));
+            }
+        },
+        Some(tap),
+    );
+    if imported.as_ref().is_ok_and(Option::is_some) && !out.send(reading(total)) {
+        return Ok(None);
+    }
+    imported
+}
+
+/// The devices whose trace records an OOM: the tapped one's entries are
+/// not in `snap`, `tapped_oom` says for it.
+pub(super) fn with_oom(snap: &Snapshot, tapped: usize, tapped_oom: bool) -> Vec<usize> {
+    let mut v: Vec<usize> = devices_with_oom(snap)
+        .into_iter()
+        .filter(|d| *d != tapped)
+        .collect();
+    if tapped_oom {
+        v.push(tapped);
+        v.sort_unstable();
+    }
+    v
+}
+
+/// What the view needs from the trace besides its events, gathered entry
+/// by entry.
+struct Facts {
+    /// Watching only the final blocks while the map takes every entry
+    /// (see [`StartTracker::watching`]); every address once it does not.
+    start: StartTracker,
+    /// The entries so far, until the map took the first [`PROBATION`]
+    /// without a misfit: to read again into a tracker of every address if
+    /// it did not.
+    early: Option<Vec<Entry>>,
+    /// `start` records every address.
+    every_address: bool,
+    /// `device_free` of the `oom` entries, by entry index.
+    ooms: Vec<(usize, u64)>,
+    /// Every `segment_map` (the device size, where expandable segments
+    /// tell it).
+    maps: Vec<Entry>,
+    /// Entries that make an event.
+    events: usize,
+}
+
+impl Facts {
+    fn new(finals: &[FinalSegment]) -> Facts {
+        Facts {
+            start: StartTracker::watching(finals),
+            early: Some(Vec::new()),
+            every_address: false,
+            ooms: Vec::new(),
+            maps: Vec::new(),
+            events: 0,
+        }
+    }
+
+    /// Whether `start` holds the state the trace began in, once every
+    /// entry was pushed: it records every address, or the map took every
+    /// entry (`misfit`: it did not).
+    fn start_known(&self, misfit: bool) -> bool {
+        self.every_address || !misfit
+    }
+
+    /// After a batch: keep the first entries while the map has not taken
+    /// [`PROBATION`] of them; from a misfit among them on, record every
+    /// address.
+    fn watch(&mut self, mirror: &Mirror) {
+        let Some(early) = &mut self.early else {
+            return;
+        };
+        if mirror.failed() {
+            let mut every = StartTracker::new();
+            early.iter().for_each(|e| every.push(e));
+            self.start = every;
+            self.every_address = true;
+            self.early = None;
+        } else if mirror.clean_upto() >= PROBATION {
+            self.early = None;
+        }
+    }
+
+    fn push(&mut self, first: usize, entries: &[TraceEntry], tables: Tables<'_>) {
+        for (j, e) in entries.iter().enumerate() {
+            let entry = Entry::recorded(e);
+            self.start.push(&entry);
+            if let Some(early) = &mut self.early {
+                early.push(entry);
+            }
+            match e.action {
+                Action::Oom => self.ooms.push((
+                    first + j,
+                    tables.extras.get(e.extra()).device_free.unwrap_or(0),
+                )),
+                Action::SegmentMap => self.maps.push(entry),
+                _ => {}
+            }
+            self.events += usize::from(e.action.is_allocator());
+        }
+    }
+}
+
+/// The view's side of the decoder: takes the view's trace, and sends its
+/// entries to the placing thread as they come.
+struct ViewTap<'a> {
+    want: Option<usize>,
+    path: &'a Path,
+    out: &'a Out,
+    spent: &'a Spent,
+    state: Option<Tapping>,
+}
+
+/// A trace being tapped.
+struct Tapping {
+    tags: Arc<GrowingTags>,
+    facts: Facts,
+    mirror: Mirror,
+}
+
+impl TraceTap for ViewTap<'_> {
+    fn begin(&mut self, device: usize, segments: Option<&[Segment]>, tables: Tables<'_>) -> bool {
+        // Only a file that holds its final state first (as PyTorch writes
+        // it): the stacks of blocks older than the trace come from it.
+        let Some(segments) = segments else {
+            return false;
+        };
+        // The view's device: the one asked for, else the first the file
+        // holds (the lowest of the traced and the final state's devices).
+        let take = match self.want {
+            Some(d) => d == device,
+            None => segments
+                .iter()
+                .all(|s| usize::try_from(s.device).is_ok_and(|d| d >= device)),
+        };
+        if !take {
+            return false;
+        }
+        let tags = Arc::new(GrowingTags::new(SnapshotTags::begin(
+            segments,
+            device,
+            true,
+            tables.frames,
+        )));
+        let mut devices: Vec<usize> = segments
+            .iter()
+            .filter_map(|s| usize::try_from(s.device).ok())
+            .chain([device])
+            .collect();
+        devices.sort_unstable();
+        devices.dedup();
+        let opened = Opened {
+            tags: Some(tags.clone() as Arc<dyn TagInfo>),
+            capacity: None,
+            devices: SnapshotDevices {
+                path: Some(self.path.to_path_buf()),
+                devices,
+                current: device,
+                with_oom: Vec::new(),
+                under: None,
+            },
+            events: None,
+            since_step: false,
+            assumed_empty_start: true,
+        };
+        self.out.send(SourceMsg::Opened(Box::new(opened)));
+        self.state = Some(Tapping {
+            tags,
+            facts: Facts::new(&from_snapshot::final_segments_in(segments, device)),
+            mirror: Mirror::spawn(
+                MemoryMap::default(),
+                AllocConfig::default(),
+                Vec::new(),
+                PROBATION,
+                self.out,
+                self.spent,
+            ),
+        });
+        true
+    }
+
+    fn entries(&mut self, first: usize, entries: &[TraceEntry], tables: Tables<'_>) -> bool {
+        let Some(s) = &mut self.state else {
+            return true;
+        };
+        s.tags.grow(|t| t.push(entries, tables.frames));
+        let ooms_before = s.facts.ooms.len();
+        s.facts.push(first, entries, tables);
+        if !s.mirror.failed() {
+            let batch = Batch {
+                first,
+                entries: entries.iter().map(Entry::recorded).collect(),
+                ooms: s.facts.ooms[ooms_before..].to_vec(),
+            };
+            s.mirror.place(batch);
+        }
+        s.facts.watch(&s.mirror);
+        !self.out.is_gone()
+    }
+}
+
+/// A reading for the start alone, every address recorded.
+struct EveryAddress {
+    device: usize,
+    start: StartTracker,
+}
+
+impl TraceTap for EveryAddress {
+    fn begin(&mut self, device: usize, _: Option<&[Segment]>, _: Tables<'_>) -> bool {
+        device == self.device
+    }
+
+    fn entries(&mut self, _: usize, entries: &[TraceEntry], _: Tables<'_>) -> bool {
+        entries
+            .iter()
+            .for_each(|e| self.start.push(&Entry::recorded(e)));
+        true
+    }
+}
+
+/// The second reading of a file whose first placing failed: only the
+/// entries, to the placing thread.
+struct PlaceOnly<'a> {
+    device: usize,
+    mirror: &'a Mirror,
+    count: usize,
+}
+
+impl TraceTap for PlaceOnly<'_> {
+    fn begin(&mut self, device: usize, _: Option<&[Segment]>, _: Tables<'_>) -> bool {
+        device == self.device
+    }
+
+    fn entries(&mut self, first: usize, entries: &[TraceEntry], _: Tables<'_>) -> bool {
+        self.count = first + entries.len();
+        self.mirror.place(Batch {
+            first,
+            entries: entries.iter().map(Entry::recorded).collect(),
+            // The placing thread was given every OOM's free memory up front.
+            ooms: Vec::new(),
+        })
+    }
+}
+
+/// Entries for the placing thread.
+struct Batch {
+    first: usize,
+    entries: Vec<Entry>,
+    /// `device_free` of this batch's `oom` entries, by entry index.
+    ooms: Vec<(usize, u64)>,
+}
+
+enum ToMirror {
+    Batch(Batch),
+    /// No more entries.
+    End(Then),
+}
+
+/// What the placing thread does once it has every entry.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Then {
+    /// Send what is left.
+    Send,
+    /// Place what is left, to tell whether any entry misfit; send nothing.
+    Check,
+    /// Stop at once.
+    Drop,
+}
+
+/// The thread that places entries on the map and sends the timeline's
+/// parts, and what the reader knows of it.
+struct Mirror {
+    tx: flume::Sender<ToMirror>,
+    failed: Arc<AtomicBool>,
+    /// Entries placed so far without a misfit.
+    clean: Arc<AtomicUsize>,
+    /// Whether it sent parts (see [`Placer::run`]); `None`: no thread.
+    handle: Option<std::thread::JoinHandle<bool>>,
+}
+
+/// How the placing of every entry ended.
+enum Finish {
+    /// Every part went to the UI.
+    Sent,
+    /// An entry fell outside the map: nothing more was sent; `shown`:
+    /// parts were before.
+    Failed { shown: bool },
+    /// The UI has gone.
+    Gone,
+}
+
+impl Mirror {
+    /// A placing thread from `start` under `config`; `ooms`: the free
+    /// memory of OOM entries known up front; parts are held back until
+    /// `probation` entries were placed without a gap (none are, if one
+    /// is met then: see [`Mirror::failed`]).
+    fn spawn(
+        start: MemoryMap,
+        config: AllocConfig,
+        ooms: Vec<(usize, u64)>,
+        probation: usize,
+        out: &Out,
+        spent: &Spent,
+    ) -> Mirror {
+        let (tx, rx) = flume::bounded(AHEAD);
+        let failed = Arc::new(AtomicBool::new(false));
+        let clean = Arc::new(AtomicUsize::new(0));
+        let placer = Placer {
+            rx,
+            out: out.clone(),
+            spent: spent.clone(),
+            failed: failed.clone(),
+            clean: clean.clone(),
+            probation,
+            speculative: probation > 0,
+            ooms,
+        };
+        let handle = std::thread::Builder::new()
+            .name("vramscope-place".into())
+            .spawn(move || {
+                super::snapshot::behind_the_ui();
+                placer.run(start, &config)
+            });
+        if let Err(e) = &handle {
+            out.send(SourceMsg::Failed(format!(
+                "could not start the thread that places the events: {e}"
+            )));
+            failed.store(true, Ordering::Relaxed);
+        }
+        Mirror {
+            tx,
+            failed,
+            clean,
+            handle: handle.ok(),
+        }
+    }
+
+    /// Entries placed so far without a misfit.
+    fn clean_upto(&self) -> usize {
+        self.clean.load(Ordering::Relaxed)
+    }
+
+    /// Whether an entry fell outside the map (placed as if the trace began
+    /// empty, it did not).
+    fn failed(&self) -> bool {
+        self.failed.load(Ordering::Relaxed)
+    }
+
+    /// Hand a batch over; false once the thread has stopped.
+    fn place(&self, batch: Batch) -> bool {
+        self.tx.send(ToMirror::Batch(batch)).is_ok()
+    }
+
+    /// The last parts and the map after them, once every entry was
+    /// handed over.
+    fn finish(mut self) -> Finish {
+        let _ = self.tx.send(ToMirror::End(Then::Send));
+        let sent = join(self.handle.take());
+        match (self.failed.load(Ordering::Relaxed), sent) {
+            (true, shown) => Finish::Failed { shown },
+            (false, true) => Finish::Sent,
+            (false, false) => Finish::Gone,
+        }
+    }
+
+    /// Stop, sending nothing more; true when parts were shown already.
+    fn discard(mut self) -> bool {
+        self.failed.store(true, Ordering::Relaxed);
+        let _ = self.tx.send(ToMirror::End(Then::Drop));
+        join(self.handle.take())
+    }
+
+    /// Place every entry handed over, sending nothing more: whether parts
+    /// were shown already, and whether any entry misfit.
+    fn check(mut self) -> (bool, bool) {
+        let _ = self.tx.send(ToMirror::End(Then::Check));
+        let shown = join(self.handle.take());
+        (shown, self.failed.load(Ordering::Relaxed))
+    }
+}
+
+/// What the placing thread returned; one that panicked may have sent parts.
+fn join(handle: Option<std::thread::JoinHandle<bool>>) -> bool {
+    handle.is_some_and(|h| h.join().unwrap_or(true))
+}
+
+/// The placing thread.
+struct Placer {
+    rx: flume::Receiver<ToMirror>,
+    out: Out,
+    spent: Spent,
+    failed: Arc<AtomicBool>,
+    clean: Arc<AtomicUsize>,
+    probation: usize,
+    speculative: bool,
+    ooms: Vec<(usize, u64)>,
+}
+
+impl Placer {
+    /// Place every batch; returns whether parts were sent (for a discarded
+    /// run: whether the UI saw any), or for a finished one whether the UI
+    /// took them all.
+    fn run(mut self, start: MemoryMap, config: &AllocConfig) -> bool {
+        let mut mirror = TraceMirror::starting_from(start, config);
+        let mut pending: Vec<Entry> = Vec::with_capacity(EVENTS_PER_MESSAGE);
+        let mut pending_first = 0;
+        let mut held: Vec<TimelinePart> = Vec::new();
+        let mut sent = false;
+        let mut placed = 0;
+        while let Ok(msg) = self.rx.recv() {
+            let batch = match msg {
+                ToMirror::Batch(b) => b,
+                ToMirror::End(then) => {
+                    if then == Then::Drop || self.failed.load(Ordering::Relaxed) {
+                        return sent;
+                    }
+                    if !pending.is_empty() {
+                        let part = self.fill(&mut mirror, pending_first, &pending);
+                        if self.failed.load(Ordering::Relaxed) || then == Then::Check {
+                            return sent;
+                        }
+                        held.push(part);
+                    }
+                    if then == Then::Check {
+                        return sent;
+                    }
+                    held.push(TimelinePart {
+                        head: Some(Box::new(mirror.into_map())),
+                        ..TimelinePart::default()
+                    });
+                    return held.into_iter().all(|p| self.out.send(SourceMsg::Part(p)));
+                }
+            };
+            if self.failed.load(Ordering::Relaxed) {
+                continue;
+            }
+            if pending.is_empty() {
+                pending_first = batch.first;
+            }
+            pending.extend_from_slice(&batch.entries);
+            self.ooms.extend_from_slice(&batch.ooms);
+            if pending.len() < EVENTS_PER_MESSAGE {
+                continue;
+            }
+            let part = self.fill(&mut mirror, pending_first, &pending);
+            placed += pending.len();
+            pending.clear();
+            if self.failed.load(Ordering::Relaxed) {
+                held.clear();
+                continue;
+            }
+            self.clean.store(placed, Ordering::Relaxed);
+            held.push(part);
+            if placed >= self.probation {
+                for part in held.drain(..) {
+                    if !self.out.send(SourceMsg::Part(part)) {
+                        return sent;
+                    }
+                    sent = true;
+                }
+            }
+        }
+        sent
+    }
+
+    /// Entries `first..` placed, into a part the UI gave back where there
+    /// is one.
+    fn fill(&self, mirror: &mut TraceMirror<'_>, first: usize, entries: &[Entry]) -> TimelinePart {
+        let ooms = &self.ooms;
+        let free_at = |i: usize| {
+            ooms.binary_search_by_key(&i, |(at, _)| *at)
+                .ok()
+                .map(|k| ooms[k].1)
+        };
+        let mut part = self
+            .spent
+            .try_recv()
+            .unwrap_or_else(|_| TimelinePart::with_capacity(EVENTS_PER_MESSAGE));
+        mirror.fill_part(first, entries, free_at, &mut part);
+        if self.speculative && !part.gaps.is_empty() {
+            self.failed.store(true, Ordering::Relaxed);
+        }
+        part
+    }
+}
