@@ -231,16 +231,26 @@ impl App {
         self.runs.get_mut(self.active)
     }
 
-    /// Take everything pending from every source; true when anything changed.
+    /// Take everything pending from every source (up to the per-drain
+    /// budgets, with no time limit: what a test or an `open` sees does not
+    /// depend on the machine's speed); true when anything changed.
     pub fn drain_sources(&mut self) -> bool {
-        self.drain_sources_until(&mut || false)
+        self.drain_within(None, &mut || false)
     }
 
-    /// [`App::drain_sources`], stopping early once `key_waiting` says a
-    /// key was pressed: the loop answers it before taking more.
+    /// [`App::drain_sources`] for [`DRAIN_TIME`] at most, stopping early
+    /// once `key_waiting` says a key was pressed: the loop answers it
+    /// before taking more.
     pub fn drain_sources_until(&mut self, key_waiting: &mut dyn FnMut() -> bool) -> bool {
+        self.drain_within(Some(Instant::now() + DRAIN_TIME), key_waiting)
+    }
+
+    fn drain_within(
+        &mut self,
+        until: Option<Instant>,
+        key_waiting: &mut dyn FnMut() -> bool,
+    ) -> bool {
         let mut changed = false;
-        let until = Instant::now() + DRAIN_TIME;
         for r in &mut self.runs {
             changed |= r.drain(until, key_waiting);
             if self.stop_on_load_failure

@@ -246,10 +246,15 @@ impl RunView {
         self.log_offset = (c + self.log_offset + delta).clamp(0, last) - c;
     }
 
-    /// Take what the source has: events until `until` at most, or until
-    /// `key_waiting` says a key was pressed (asked at most every
-    /// [`KEY_CHECK`]); true when anything arrived.
-    pub(super) fn drain(&mut self, until: Instant, key_waiting: &mut dyn FnMut() -> bool) -> bool {
+    /// Take what the source has: events until `until` at most (`None`: no
+    /// time limit, only the budgets), or until `key_waiting` says a key was
+    /// pressed (asked at most every [`KEY_CHECK`]); true when anything
+    /// arrived.
+    pub(super) fn drain(
+        &mut self,
+        until: Option<Instant>,
+        key_waiting: &mut dyn FnMut() -> bool,
+    ) -> bool {
         let mut changed = false;
         let mut events = 0;
         // The first look comes right after the first events.
@@ -263,7 +268,7 @@ impl RunView {
                 || taken >= DRAIN_BUDGET
                 || (events > 0 && {
                     let now = Instant::now();
-                    now >= until
+                    until.is_some_and(|u| now >= u)
                         || (now >= asked + KEY_CHECK && {
                             asked = now;
                             key_waiting()

@@ -135,7 +135,7 @@ impl App {
     /// Take what the waiting tabs' producers sent; true when any changed.
     pub(super) fn drain_parked(
         &mut self,
-        until: std::time::Instant,
+        until: Option<std::time::Instant>,
         key_waiting: &mut dyn FnMut() -> bool,
     ) -> bool {
         let Some(t) = self.tabs.as_mut() else {
