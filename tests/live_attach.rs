@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use serde_json::{json, Value};
-use vramscope::live::frame::FrameReader;
-use vramscope::live::synth::{hello, StreamWriter};
-use vramscope::live::{connect, Address, LiveError};
-use vramscope::producers::{live_source, SourceMsg};
+use vramscope::job::frame::FrameReader;
+use vramscope::job::synth::{hello, StreamWriter};
+use vramscope::job::{connect, Address, LiveError};
+use vramscope::producers::{job_source, SourceMsg};
 
 const BASE: u64 = 0x7f00_0000_0000;
 const FIXTURE: &str = "tests/fixtures/live/peak-inside-step-synth.vslive";
@@ -94,7 +94,7 @@ fn a_unix_socket_job_that_loses_entries_starts_over_and_then_disconnects() {
     let addr = Address::parse(path.to_str().expect("utf-8")).expect("addr");
     let c = connect(&addr, None, Arc::default()).expect("connects");
     assert_eq!(c.hello.pid, 4242);
-    let msgs = drain(live_source(
+    let msgs = drain(job_source(
         c.frames,
         Some(c.hello),
         None,
@@ -334,7 +334,7 @@ fn a_hello_sent_a_byte_at_a_time_times_out() {
     });
     let addr = Address::parse(path.to_str().expect("utf-8")).expect("addr");
     let t = std::time::Instant::now();
-    let err = vramscope::live::connect::connect_within(
+    let err = vramscope::job::connect::connect_within(
         &addr,
         None,
         Arc::default(),

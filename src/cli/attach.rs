@@ -10,14 +10,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use vramscope::alloc::format_size;
-use vramscope::live::address::{expand_ranks, RANK};
-use vramscope::live::nvml_match::{read_once, JobPlace, LiveJob};
-use vramscope::live::{
+use vramscope::job::address::{expand_ranks, RANK};
+use vramscope::job::nvml_match::{read_once, JobPlace, LiveJob};
+use vramscope::job::{
     connect, decode, open_recording, Address, FrameReader, LiveError, Message, ServerHello,
     Session, TOKEN_ENV,
 };
-use vramscope::producers::{file_title, live_source_with, LiveOptions};
-use vramscope::report::live::LiveReport;
+use vramscope::producers::{file_title, job_source_with, JobOptions};
+use vramscope::report::job::LiveReport;
 use vramscope::report::series::{figures, DeviceFigures, SeriesFile, SeriesTable};
 use vramscope::tui::{run_tui, TuiOptions};
 use vramscope::units::{format_count, signed_size};
@@ -26,8 +26,8 @@ use super::pace::PaceArgs;
 use super::BadInput;
 
 impl AttachArgs {
-    fn live_options(&self, tab: bool) -> LiveOptions {
-        LiveOptions {
+    fn live_options(&self, tab: bool) -> JobOptions {
+        JobOptions {
             device: self.device,
             keep_entries: self.keep_entries,
             tab,
@@ -72,7 +72,7 @@ pub fn run(args: AttachArgs, tui: bool, pace: &PaceArgs) -> anyhow::Result<ExitC
         return Err(BadInput("attach: no address".into()).into());
     };
     if tui {
-        let source = live_source_with(frames, hello, stop, args.live_options(false)).job_at(place);
+        let source = job_source_with(frames, hello, stop, args.live_options(false)).job_at(place);
         let opts = pace.apply(TuiOptions::default(), &[title.as_str()]);
         run_tui(vec![(title, source)], opts)?;
         return Ok(ExitCode::SUCCESS);
@@ -193,7 +193,7 @@ fn ranks(
             .into_iter()
             .map(|i| {
                 let source =
-                    live_source_with(i.frames, i.hello, stop.clone(), args.live_options(true))
+                    job_source_with(i.frames, i.hello, stop.clone(), args.live_options(true))
                         .job_at(i.place);
                 (i.title, source)
             })

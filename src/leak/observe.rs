@@ -11,12 +11,12 @@ use super::reach::{
     assign_owners, charge_bytes, count_nodes, group_roots, index_nodes, index_storages, lookup,
     Ctx, GroupAcc, Grouping,
 };
-use crate::engine::{EngineError, LiveState};
+use crate::engine::{EngineError, HeldState};
 
 impl Detector {
     /// Feed one observation. A second observation of the same iteration (an
     /// on-demand query at a frame) replaces that iteration's sample.
-    pub fn observe(&mut self, ls: &LiveState, allocated: u64, reserved: u64) -> &[Finding] {
+    pub fn observe(&mut self, ls: &HeldState, allocated: u64, reserved: u64) -> &[Finding] {
         let it = ls.iteration;
         // A running maximum: peaks reset by reset_peak_memory_stats() still
         // count as demand the cache once had to meet.
@@ -43,7 +43,7 @@ impl Detector {
 
     /// Feed an engine error that stopped the run (e.g. the backward-twice
     /// error of a hidden state carried without `detach`, §8.3).
-    pub fn observe_error(&mut self, err: &EngineError, ls: &LiveState) -> &[Finding] {
+    pub fn observe_error(&mut self, err: &EngineError, ls: &HeldState) -> &[Finding] {
         self.error = Some(err.to_string());
         let before = self.findings.clone();
         let (a, r) = (ls.allocated, ls.reserved);
@@ -66,7 +66,7 @@ impl Detector {
         &self.findings
     }
 
-    fn analyze(&mut self, ls: &LiveState) {
+    fn analyze(&mut self, ls: &HeldState) {
         // Index storages and nodes by id.
         let spos = index_storages(ls, std::mem::take(&mut self.node_pos));
         let npos = index_nodes(ls);
@@ -113,7 +113,7 @@ impl Detector {
     }
 
     /// Gradients that persist across iterations (never zeroed with set_to_none).
-    fn track_gradients(&mut self, ls: &LiveState, spos: &[u32], grads: &[usize]) {
+    fn track_gradients(&mut self, ls: &HeldState, spos: &[u32], grads: &[usize]) {
         let it = ls.iteration;
         let mut grad_bytes = 0;
         let mut grad_blocks = Vec::new();

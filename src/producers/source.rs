@@ -11,8 +11,8 @@ use crate::alloc::{Action, MemoryStats, Tag};
 use crate::device::nvml::GpuReading;
 use crate::device::{GpuUnavailable, PciAddress};
 use crate::engine::Category;
+use crate::job::nvml_match::{JobPlace, LiveJob};
 use crate::leak::Finding;
-use crate::live::nvml_match::{JobPlace, LiveJob};
 use crate::scenario::{Conditions, Listing};
 use crate::sweep::{Sweep, SweepPoint};
 use crate::trace::stack::Stack;
@@ -192,7 +192,7 @@ pub enum SourceMsg {
     Swept(Box<Sweep>),
     /// A live job's memory at each step over the whole attach (its own
     /// `memory_stats()`): replaces the previous one.
-    StepTrends(Vec<crate::live::creep::StepTrend>),
+    StepTrends(Vec<crate::job::creep::StepTrend>),
     /// A live job's pid and devices (ids, reserved bytes), for the GPU
     /// panel's NVML reconciliation: replaces the previous one.
     Job(Box<LiveJob>),

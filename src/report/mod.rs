@@ -1,8 +1,8 @@
 //! Headless output: reports as text (in the style of `memory_summary()`) and JSON.
 
 pub mod diff;
+pub mod job;
 pub mod lesson;
-pub mod live;
 pub mod replay;
 pub mod run;
 pub mod series;

@@ -13,7 +13,7 @@ use super::by_line;
 use super::code::CodeWish;
 use super::gpu_panel::GpuPanel;
 use super::input::{self, UiAction};
-use super::input::{Dir, Step};
+use super::input::{Dir, Jump};
 use super::layout::{self, Areas, Focus, LayoutMode};
 use super::playback::{PlayUnit, DEFAULT_UNIT_RATE, MAX_UNIT_RATE, MIN_UNIT_RATE};
 use super::popup::Popup;
@@ -393,21 +393,21 @@ impl App {
             UiAction::CyclePlayUnit => self.cycle_play_unit(),
             UiAction::ToggleAutoPause => self.toggle_auto_pause(),
             UiAction::ShowNarrationHistory => return self.show_narration_history(),
-            UiAction::Step(Step::Leak, dir) => {
+            UiAction::Jump(Jump::Leak, dir) => {
                 let Some(r) = self.active_mut() else {
                     return false;
                 };
-                self.notice = Some(match r.step_leak(dir) {
+                self.notice = Some(match r.jump_leak(dir) {
                     Ok(said) | Err(said) => said,
                 });
                 return true;
             }
-            UiAction::Step(step, dir) => {
+            UiAction::Jump(jump, dir) => {
                 self.playing = false;
-                let moved = self.active_mut().is_some_and(|r| r.step(step, dir));
+                let moved = self.active_mut().is_some_and(|r| r.jump(jump, dir));
                 if moved {
                     self.sync_others();
-                } else if step == Step::Oom && dir == Dir::Fwd {
+                } else if jump == Jump::Oom && dir == Dir::Fwd {
                     // None left here: the next device whose trace has one.
                     let next = self
                         .active_run()

@@ -24,7 +24,7 @@ pub mod callout;
 pub mod code;
 pub mod details;
 pub mod gpu_panel;
-mod gpu_panel_live;
+mod gpu_panel_job;
 pub mod input;
 pub mod layout;
 pub mod lesson;

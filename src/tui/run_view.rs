@@ -2,14 +2,14 @@
 //! and the per-frame data (`RunFrame`) the views draw.
 
 use super::by_line;
-use super::input::{Dir, Step};
+use super::input::{Dir, Jump};
 use super::marks::MarkIndex;
 use super::views::{event_log, segment_map, stats, timeline};
 use crate::alloc::{MemoryStats, Tag};
 use crate::device::PciAddress;
 use crate::engine::estimate::ComputeEstimate;
+use crate::job::nvml_match::{JobPlace, LiveJob};
 use crate::leak::Finding;
-use crate::live::nvml_match::{JobPlace, LiveJob};
 use crate::producers::{LoadProgress, Polled, SnapshotDevices, Source, SourceMsg, TagInfo};
 use crate::scenario::{Conditions, Listing};
 use crate::trace::timeline::KEYFRAME_EVERY;
@@ -72,7 +72,7 @@ pub struct RunView {
     /// A snapshot's figures and live blocks (the table and diff across tabs).
     pub summary: Option<Arc<crate::report::series::SnapshotSummary>>,
     /// A live job's memory at each step over the whole attach.
-    pub step_trends: Vec<crate::live::creep::StepTrend>,
+    pub step_trends: Vec<crate::job::creep::StepTrend>,
     /// Go to the first OOM as soon as the events hold one (after a device
     /// switch that `x` made).
     pub pending_oom: bool,
@@ -439,34 +439,34 @@ impl RunView {
         self.pos = pos.min(self.timeline.len());
     }
 
-    pub(super) fn step(&mut self, step: Step, dir: Dir) -> bool {
+    pub(super) fn jump(&mut self, jump: Jump, dir: Dir) -> bool {
         let before = self.pos;
-        let kind = match step {
-            Step::Event => {
+        let kind = match jump {
+            Jump::Event => {
                 self.pos = match dir {
                     Dir::Fwd => (self.pos + 1).min(self.len()),
                     Dir::Back => self.pos.saturating_sub(1),
                 };
                 return self.pos != before;
             }
-            Step::Leak => return self.step_leak(dir).is_ok(),
+            Jump::Leak => return self.jump_leak(dir).is_ok(),
             // Iterations and phases step from begin to begin.
-            Step::Phase => {
+            Jump::Phase => {
                 let begins: Vec<usize> = self.marks.phase.iter().map(|x| x.0).collect();
                 return self.step_in(&begins, dir);
             }
-            Step::Iteration => {
+            Jump::Iteration => {
                 let begins: Vec<usize> = self.marks.iteration.iter().map(|x| x.0).collect();
                 return self.step_in(&begins, dir);
             }
-            Step::Narration => {
+            Jump::Narration => {
                 // What is said before any event is said at the start (`g`).
                 let lead = self.with_moment(0);
                 let n = &self.marks.narration;
                 let at = n[n.partition_point(|i| *i < lead)..].to_vec();
                 return self.step_in(&at, dir);
             }
-            Step::Oom => {
+            Jump::Oom => {
                 // OOM entries and error markers are both "where it went wrong".
                 let mut at: Vec<usize> = self
                     .marks
@@ -478,7 +478,7 @@ impl RunView {
                 at.sort_unstable();
                 return self.step_in(&at, dir);
             }
-            Step::Op => MarkKind::Op,
+            Jump::Op => MarkKind::Op,
         };
         if let Some(i) = self.mark_from_cursor(kind, dir) {
             self.land_on(i);
@@ -525,7 +525,7 @@ impl RunView {
     /// Select the next / previous block, in map order, that a leak holds
     /// at the cursor (the selected finding's, or every leak's). Either way
     /// the text is for the notice line: which one of how many, or why none.
-    pub(super) fn step_leak(&mut self, dir: Dir) -> Result<String, String> {
+    pub(super) fn jump_leak(&mut self, dir: Dir) -> Result<String, String> {
         self.sync_map();
         let selected = self.sel_finding.and_then(|i| self.findings.get(i)).cloned();
         let mut held: Vec<u64> = match &selected {

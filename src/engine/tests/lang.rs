@@ -48,7 +48,7 @@ fn trained_requests(model: ModelConfig, iterations: u32) -> Vec<i64> {
 
 /// Bytes of live storages that autograd saves, of the given categories.
 fn saved_activation_bytes(e: &Engine) -> u64 {
-    let ls = e.live_state();
+    let ls = e.held_state();
     let ids: FxHashSet<StorageId> = ls
         .nodes
         .iter()
@@ -257,7 +257,7 @@ fn checkpointing_an_mlp_layer_keeps_its_input_only() {
     run(&mut ck, &program(forward_steps(), 1));
     assert_eq!(saved_activation_bytes(&ck), 0);
     let kept: u64 = ck
-        .live_state()
+        .held_state()
         .roots
         .iter()
         .filter(|r| matches!(r.kind, super::super::RootKind::CheckpointInput))
@@ -507,7 +507,7 @@ fn resnet50_sum_backward_leaves_only_model_state_and_the_loop_names() {
     p.steps.pop(); // no optimizer step: grads stay as backward made them
     run(&mut e, &p);
     assert_eq!(e.saved_storage_bytes(), 0);
-    let ls = e.live_state();
+    let ls = e.held_state();
     let bytes = |c: Category| -> u64 {
         ls.storages
             .iter()
@@ -560,7 +560,7 @@ fn a_checkpointed_bottleneck_keeps_its_input() {
     // Saved: only x, by the stem conv (the block saves placeholders).
     assert_eq!(saved_activation_bytes(&e), 2 * 3 * 64 * 4);
     let kept: u64 = e
-        .live_state()
+        .held_state()
         .roots
         .iter()
         .filter(|r| matches!(r.kind, super::super::RootKind::CheckpointInput))

@@ -6,18 +6,18 @@ use std::io::Cursor;
 use std::sync::Arc;
 
 use super::helpers::{app_finished, keys, opts, screen};
-use crate::live::read_recording;
-use crate::live::synth::training_job;
-use crate::producers::live_source;
+use crate::job::read_recording;
+use crate::job::synth::training_job;
+use crate::producers::job_source;
 
 fn job_app(steps: u64, leak: u64) -> crate::tui::app::App {
     let bytes = training_job(steps, leak, 3).bytes;
     let frames = read_recording(
-        Box::new(Cursor::new([&crate::live::MAGIC[..], &bytes].concat())),
+        Box::new(Cursor::new([&crate::job::MAGIC[..], &bytes].concat())),
         "job.vslive".into(),
     )
     .expect("a recording");
-    let src = live_source(frames, None, None, Arc::default());
+    let src = job_source(frames, None, None, Arc::default());
     app_finished(vec![("pid 7".into(), src)], &opts())
 }
 
@@ -85,18 +85,18 @@ fn a_clean_job_grows_nothing_since_the_step() {
 /// frame, not the job's own steps, and its evidence says which.
 #[test]
 fn a_step_marker_sets_the_live_leak_analysis_iterations() {
-    use crate::producers::{live_source_with, LiveOptions};
+    use crate::producers::{job_source_with, JobOptions};
     let bytes = training_job(12, 2 << 20, 3).bytes;
     let frames = read_recording(
-        Box::new(Cursor::new([&crate::live::MAGIC[..], &bytes].concat())),
+        Box::new(Cursor::new([&crate::job::MAGIC[..], &bytes].concat())),
         "job.vslive".into(),
     )
     .expect("a recording");
-    let live = LiveOptions {
+    let live = JobOptions {
         step_marker: Some("train_step".into()),
-        ..LiveOptions::default()
+        ..JobOptions::default()
     };
-    let src = live_source_with(frames, None, Arc::default(), live);
+    let src = job_source_with(frames, None, Arc::default(), live);
     let mut app = app_finished(vec![("pid 7".into(), src)], &opts());
     keys(&mut app, "G");
     let s = screen(&mut app, 140, 44);
@@ -118,8 +118,8 @@ fn a_step_marker_sets_the_live_leak_analysis_iterations() {
 fn at_a_step_s_end_the_pane_shows_the_step_that_just_ended() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/live/peak-inside-step.vslive");
-    let frames = crate::live::open_recording(&path).expect("the fixture");
-    let src = live_source(frames, None, None, Arc::default());
+    let frames = crate::job::open_recording(&path).expect("the fixture");
+    let src = job_source(frames, None, None, Arc::default());
     let mut app = app_finished(vec![("job".into(), src)], &opts());
     keys(&mut app, "G");
     let s = screen(&mut app, 140, 44);
@@ -137,7 +137,7 @@ fn a_step_before_the_first_entry_is_drawn_and_stepped_through() {
     let bytes = include_bytes!("../../../tests/fixtures/hostile/step-before-entries.vslive");
     let frames = read_recording(Box::new(Cursor::new(bytes.to_vec())), "step.vslive".into())
         .expect("a recording");
-    let src = live_source(frames, None, None, Arc::default());
+    let src = job_source(frames, None, None, Arc::default());
     let mut app = app_finished(vec![("pid 7".into(), src)], &opts());
     for k in ["g", "l", "l", "G", "h"] {
         keys(&mut app, k);

@@ -10,7 +10,7 @@ use super::helpers::*;
 use crate::producers::{Source, SourceMsg};
 use crate::trace::{Event, Marker, Phase};
 use crate::tui::app::{App, TuiOptions};
-use crate::tui::input::{Dir, Step};
+use crate::tui::input::{Dir, Jump};
 use crate::tui::playback::PlayUnit;
 
 fn said(t: &str) -> Event {
@@ -226,14 +226,14 @@ fn landing_on_a_moment_shows_its_own_narration() {
     // n and N walk the moments, never landing twice on one.
     keys(&mut app, "g");
     let mut seen = Vec::new();
-    while app.runs[0].step(Step::Narration, Dir::Fwd) {
+    while app.runs[0].jump(Jump::Narration, Dir::Fwd) {
         screen(&mut app, 140, 44);
         seen.push(callout_text(&app));
     }
     let all: Vec<String> = tour.narration.iter().map(|n| n.text.clone()).collect();
     assert_eq!(seen, all[1..], "the premise is said at the start");
     let mut back = 0;
-    while app.runs[0].step(Step::Narration, Dir::Back) {
+    while app.runs[0].jump(Jump::Narration, Dir::Back) {
         back += 1;
     }
     assert_eq!(back, all.len() - 2, "back to the first after the premise");

@@ -15,13 +15,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::devices::SnapshotDevices;
-use super::live_tags::LiveTags;
+use super::job_tags::JobTags;
 use super::source::{Opened, Source, SourceMsg};
 use crate::alloc::{AllocConfig, MemoryStats};
+use crate::job::message::Message;
+use crate::job::nvml_match::LiveJob;
+use crate::job::{decode, Applied, FrameReader, ServerHello, Session, ENTRY_CAP};
 use crate::leak::{analyze_snapshot_with, Boundaries};
-use crate::live::message::Message;
-use crate::live::nvml_match::LiveJob;
-use crate::live::{decode, Applied, FrameReader, ServerHello, Session, ENTRY_CAP};
 use crate::report::series::SnapshotSummary;
 use crate::trace::mirror::TraceMirror;
 use crate::trace::replay::Entry;
@@ -39,7 +39,7 @@ pub const LIVE_QUEUE: usize = 4096;
 
 /// How a live source reads its job.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LiveOptions {
+pub struct JobOptions {
     /// The CUDA device the view shows (default: the first the job has).
     pub device: Option<usize>,
     /// Trace entries kept for the timeline and the leak analysis; past it
@@ -54,9 +54,9 @@ pub struct LiveOptions {
     pub step_marker: Option<String>,
 }
 
-impl Default for LiveOptions {
+impl Default for JobOptions {
     fn default() -> Self {
-        LiveOptions {
+        JobOptions {
             device: None,
             keep_entries: ENTRY_CAP,
             tab: false,
@@ -68,25 +68,25 @@ impl Default for LiveOptions {
 /// A source fed from `frames` (a connection after its hello, or a
 /// recording), on the job's first device. `stop` is set once nobody reads
 /// any more.
-pub fn live_source(
+pub fn job_source(
     frames: FrameReader<Box<dyn Read + Send>>,
     hello: Option<ServerHello>,
     device: Option<usize>,
     stop: Arc<AtomicBool>,
 ) -> Source {
-    let opts = LiveOptions {
+    let opts = JobOptions {
         device,
-        ..LiveOptions::default()
+        ..JobOptions::default()
     };
-    live_source_with(frames, hello, stop, opts)
+    job_source_with(frames, hello, stop, opts)
 }
 
-/// [`live_source`] as `opts` say.
-pub fn live_source_with(
+/// [`job_source`] as `opts` say.
+pub fn job_source_with(
     frames: FrameReader<Box<dyn Read + Send>>,
     hello: Option<ServerHello>,
     stop: Arc<AtomicBool>,
-    opts: LiveOptions,
+    opts: JobOptions,
 ) -> Source {
     // Bounded: a job that sends faster than the view draws waits for it
     // (its socket backs up) instead of queueing without end.
@@ -108,7 +108,7 @@ pub fn live_source_with(
                 hello,
                 device: opts.device,
                 keep_entries: opts.keep_entries,
-                tags: Arc::new(LiveTags::default()),
+                tags: Arc::new(JobTags::default()),
                 view: None,
                 spent,
                 last_analysis: None,
@@ -143,7 +143,7 @@ struct Reader {
     hello: Option<ServerHello>,
     device: Option<usize>,
     keep_entries: usize,
-    tags: Arc<LiveTags>,
+    tags: Arc<JobTags>,
     view: Option<View>,
     spent: flume::Receiver<TimelinePart>,
     last_analysis: Option<Instant>,
@@ -191,7 +191,7 @@ impl Reader {
     }
 
     /// Ok(true): the job said bye; Ok(false): the stream ended.
-    fn read_all(&mut self, send: &mut Sender) -> Result<bool, crate::live::LiveError> {
+    fn read_all(&mut self, send: &mut Sender) -> Result<bool, crate::job::LiveError> {
         let at = self.frames.at().to_string();
         loop {
             let Some((index, bytes)) = self.frames.next_frame()? else {

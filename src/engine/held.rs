@@ -1,4 +1,4 @@
-//! Live engine state for the leak detector (engine.md §9.1, §11.2): which root
+//! What the engine holds, for the leak detector (engine.md §9.1, §11.2): which root
 //! (variable, list element, hidden state, buffers, caches, optimizer state)
 //! reaches which autograd Nodes and saved storages, with bytes.
 
@@ -106,7 +106,7 @@ pub struct StorageInfo {
 }
 
 #[derive(Debug, Clone)]
-pub struct LiveState {
+pub struct HeldState {
     pub iteration: u32,
     pub roots: Vec<RootInfo>,
     pub nodes: Vec<NodeInfo>,
@@ -119,7 +119,7 @@ pub struct LiveState {
     pub peak_allocated: u64,
 }
 
-impl LiveState {
+impl HeldState {
     pub fn root(&self, name: &str) -> Option<&RootInfo> {
         self.roots.iter().find(|r| r.name == name)
     }
@@ -167,7 +167,7 @@ impl Engine {
         }
     }
 
-    pub fn live_state(&self) -> LiveState {
+    pub fn held_state(&self) -> HeldState {
         let mut roots = Vec::new();
         for name in &self.bindings.order {
             let Some(v) = self.bindings.vars.get(name) else {
@@ -306,7 +306,7 @@ impl Engine {
                 engine_held: s.engine_refs > 0,
             })
             .collect();
-        LiveState {
+        HeldState {
             iteration: self.ctx.iteration,
             roots,
             nodes,
