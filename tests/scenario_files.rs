@@ -308,6 +308,24 @@ fn unknown_preset_points_at_the_name() {
 }
 
 #[test]
+fn a_layer_list_that_is_not_an_mlp_points_at_the_layer() {
+    let layers = "Layers([Linear(784, 10), Linear(10, 10)])";
+    let text = VALID.replace("Preset(\"mlp-mnist\")", layers); // line 5
+    let (line, column, message) = at(&text);
+    let written = text.lines().nth(4).expect("line 5");
+    let second = written.find("Linear(10, 10)").expect("written") + 1;
+    assert_eq!(
+        (line, column),
+        (5, second),
+        "at the second Linear: {message}"
+    );
+    assert!(
+        message.contains("layer 1: put a ReLU between two Linear layers"),
+        "{message}"
+    );
+}
+
+#[test]
 fn negative_size_is_rejected_where_it_stands() {
     let text = VALID.replace("capacity: \"1GiB\"", "capacity: -5"); // line 4
     let (line, column, message) = at(&text);

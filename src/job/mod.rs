@@ -32,7 +32,7 @@ pub mod synth;
 
 pub use address::{expand_ranks, Address};
 pub use connect::{check_owner, connect, Connection, TOKEN_ENV};
-pub use error::LiveError;
+pub use error::{LiveError, NotOwner};
 pub use facts::{DeviceGrowth, LiveFacts};
 pub use frame::{write_frame, write_value, FrameReader, MAX_FRAME};
 pub use message::{decode, Message, ServerHello};

@@ -11,7 +11,7 @@ use super::source::{
     EngineCommand, ScenarioStep, SiteKind, Source, SourceMsg, TagDescription, TagInfo,
 };
 use crate::alloc::Tag;
-use crate::device::{nvml, AnyDevice, AnyLauncher, PciAddress};
+use crate::device::{nvml, AnyDevice, AnyLauncher, GpuUnavailable, PciAddress};
 use crate::engine::{Engine, EngineError, TagTable};
 use crate::scenario::{
     last_iteration_estimate, Built, Listing, Scenario, ScenarioRun, StepSites, Unit,
@@ -87,7 +87,7 @@ enum Ended {
 /// when there is one; called once per run (a restart opens it again), on the
 /// engine's thread.
 pub type DeviceOpener =
-    Arc<dyn Fn() -> Result<(AnyDevice, Option<AnyLauncher>), String> + Send + Sync>;
+    Arc<dyn Fn() -> Result<(AnyDevice, Option<AnyLauncher>), GpuUnavailable> + Send + Sync>;
 
 /// A real GPU for [`scenario_source_on`]: its CUDA ordinal (also NVML's
 /// index for it) and how to open it.
@@ -176,7 +176,7 @@ fn open_engine(
     built: &Built,
     gpu: Option<&RealGpu>,
     tx: &flume::Sender<SourceMsg>,
-) -> Result<Result<Engine, EngineError>, String> {
+) -> Result<Result<Engine, EngineError>, GpuUnavailable> {
     let Some(gpu) = gpu else {
         return Ok(Engine::new(
             built.engine.clone(),
@@ -208,7 +208,7 @@ fn run_once(
     let engine = match open_engine(built, gpu, tx) {
         Ok(e) => e,
         Err(err) => {
-            return if tx.send(SourceMsg::Failed(err)).is_ok() {
+            return if tx.send(SourceMsg::Failed(err.to_string())).is_ok() {
                 Ended::Done(None)
             } else {
                 Ended::UiGone

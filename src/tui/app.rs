@@ -368,7 +368,7 @@ impl App {
                 }
                 self.drain_sources();
             }
-            Err(e) => self.notice = Some(e),
+            Err(e) => self.notice = Some(e.to_string()),
         }
     }
 

@@ -12,7 +12,7 @@
 //! the loader can point at the file's line and column.
 
 use super::build::display;
-use super::shape::{out_shape, Sig};
+use super::shape::{out_shape, ShapeError, Sig};
 use super::spec::{join, LangModel, Module};
 
 /// One step into a RON value: a named field, or an item of a list or tuple.
@@ -31,6 +31,8 @@ pub enum Problem {
     KvHeadsOverHeads { heads: u64, kv_heads: u64 },
     #[error("head_dim ({0}) must be even for rotary embeddings (rotate_half splits it in two)")]
     OddHeadDim(u64),
+    #[error("head_dim is 0: hidden ({hidden}) / heads ({heads}) rounds down to nothing; give head_dim or fewer heads")]
+    ZeroHeadDim { hidden: u64, heads: u64 },
     #[error("rotary positions need a RotaryEmbedding module in the model")]
     NoRotaryEmbedding,
     #[error("a Checkpoint inside another Checkpoint (regions do not nest here)")]
@@ -45,9 +47,9 @@ pub enum Problem {
     RepeatZero,
     #[error("Repeat's block changes the shape at every copy; past {MAX_CHANGING_COPIES} such copies the model is not modelled")]
     RepeatDrifts,
-    /// The shape check's message (it names the module path itself).
+    /// A shape the module cannot take.
     #[error("{0}")]
-    Shape(String),
+    Shape(#[from] super::shape::ShapeError),
 }
 
 /// Copies of a `Repeat` whose block still changes the shape it passes on:
@@ -70,7 +72,6 @@ pub struct ModelError {
 impl std::fmt::Display for ModelError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (&self.problem, self.field) {
-            (Problem::Shape(m), _) => write!(f, "{m}"),
             (p, Some(field)) => write!(f, "{}: {field}: {p}", display(&self.module)),
             (p, None) => write!(f, "{}: {p}", display(&self.module)),
         }
@@ -99,9 +100,17 @@ pub fn heads_rule(heads: u64, kv_heads: u64) -> Result<(), (&'static str, Proble
     Ok(())
 }
 
-/// `hidden / heads` unless given.
-fn head_dim(hidden: u64, heads: u64, head_dim: Option<u64>) -> u64 {
-    head_dim.unwrap_or(hidden / heads.max(1))
+/// `hidden / heads` unless given; never 0 (the projections would have no
+/// outputs).
+fn nonzero_head_dim(
+    hidden: u64,
+    heads: u64,
+    head_dim: Option<u64>,
+) -> Result<u64, (Option<&'static str>, Problem)> {
+    match head_dim.unwrap_or(hidden / heads.max(1)) {
+        0 => Err((Some("heads"), Problem::ZeroHeadDim { hidden, heads })),
+        d => Ok(d),
+    }
 }
 
 impl LangModel {
@@ -194,13 +203,11 @@ impl Walk {
                 at.pop();
                 let y = r?;
                 if y.dims != x.dims {
-                    let message = format!(
-                        "{}: Residual adds {:?} to its input {:?}: shapes differ",
-                        display(path),
-                        y.dims,
-                        x.dims
-                    );
-                    return Err(fail(None, Problem::Shape(message), at));
+                    let shapes = ShapeError::ResidualShapes {
+                        inner: y.dims,
+                        input: x.dims,
+                    };
+                    return Err(fail(None, Problem::Shape(shapes), at));
                 }
                 return Ok(y);
             }
@@ -220,7 +227,7 @@ impl Walk {
         if let Err((field, problem)) = self.rules(path, at, m) {
             return Err(fail(field, problem, at));
         }
-        out_shape(path, m, &x).map_err(|msg| fail(None, Problem::Shape(msg), at))
+        out_shape(m, &x).map_err(|e| fail(None, Problem::Shape(e), at))
     }
 
     /// `n` copies of `block`, walked until a copy changes nothing.
@@ -283,7 +290,7 @@ impl Walk {
                 ..
             } => {
                 heads_rule(*heads, kv_heads.unwrap_or(*heads)).map_err(|(f, p)| (Some(f), p))?;
-                let d = head_dim(*hidden, *heads, *d);
+                let d = nonzero_head_dim(*hidden, *heads, *d)?;
                 if *uses_rotary {
                     if !d.is_multiple_of(2) {
                         return Err((Some("head_dim"), Problem::OddHeadDim(d)));
@@ -299,7 +306,7 @@ impl Walk {
                 ..
             } => {
                 heads_rule(*heads, kv_heads.unwrap_or(*heads)).map_err(|(f, p)| (Some(f), p))?;
-                let d = head_dim(*hidden, *heads, *d);
+                let d = nonzero_head_dim(*hidden, *heads, *d)?;
                 if !d.is_multiple_of(2) {
                     return Err((Some("head_dim"), Problem::OddHeadDim(d)));
                 }
@@ -416,6 +423,57 @@ mod tests {
                 Seg::Field("n")
             ]
         );
+    }
+
+    fn attention(hidden: u64, heads: u64) -> Module {
+        Module::Sequential(vec![
+            (
+                "emb".into(),
+                Module::Embedding {
+                    num: 10,
+                    dim: hidden,
+                },
+            ),
+            (
+                "attn".into(),
+                Module::Attention {
+                    hidden,
+                    heads,
+                    kv_heads: None,
+                    head_dim: None,
+                    causal: true,
+                    rotary: false,
+                    bias: false,
+                    dropout: 0.0,
+                    sdpa: None,
+                },
+            ),
+        ])
+    }
+
+    #[test]
+    fn attention_without_rotary_positions_takes_an_odd_head_dim_in_check_and_build() {
+        use crate::engine::{Engine, EngineConfig, ModelConfig, OptimizerConfig};
+        // hidden 6 over 2 heads: head_dim 3, which only rotate_half minds.
+        let m = model(ModelInput::Tokens { seq: 4 }, attention(6, 2));
+        assert_eq!(m.check(2, None).expect("checks").dims, [2, 4, 6]);
+        let cfg = ModelConfig::modules(m, 2);
+        let built = Engine::new(EngineConfig::default(), &cfg, &OptimizerConfig::default());
+        assert!(built.is_ok(), "{:?}", built.err());
+    }
+
+    #[test]
+    fn a_head_dim_that_rounds_to_zero_is_refused_at_heads() {
+        let m = model(ModelInput::Tokens { seq: 4 }, attention(2, 4));
+        let e = m.check(2, None).expect_err("2 / 4 heads");
+        assert_eq!(
+            e.problem,
+            Problem::ZeroHeadDim {
+                hidden: 2,
+                heads: 4
+            }
+        );
+        assert_eq!(e.field, Some("heads"));
     }
 
     #[test]

@@ -18,7 +18,7 @@ pub mod xfmr_check;
 
 pub use check::{ModelError, Problem, Seg};
 pub use count::{count, Counts};
-pub use shape::Sig;
+pub use shape::{ShapeError, Sig};
 pub use spec::{LangModel, ModelInput, Module};
 
 impl ModelInput {

@@ -111,17 +111,6 @@ fn decoder_spec(dims: [u64; 3], kv_heads: Option<u64>, head_dim: Option<u64>) ->
     }
 }
 
-/// Checks shared by Attention and DecoderLayer.
-fn check_heads(path: &str, s: &DecoderLm) -> std::result::Result<(), String> {
-    crate::engine::modules::decoder::check_spec(s).map_err(|e| {
-        let msg = match e {
-            EngineError::Program(m) => m,
-            other => other.to_string(),
-        };
-        format!("{}: {msg}", display(path))
-    })
-}
-
 /// Build one transformer module at `path`.
 pub(crate) fn build(
     e: &mut Engine,
@@ -156,7 +145,6 @@ pub(crate) fn build(
             sdpa,
         } => {
             let spec = decoder_spec([*hidden, 0, *heads], *kv_heads, *head_dim);
-            check_heads(path, &spec).map_err(EngineError::Program)?;
             let mut attn = build_attention(e, path, &spec, *bias, params)?;
             attn.causal = *causal;
             attn.dropout = *dropout;
@@ -207,7 +195,6 @@ pub(crate) fn build(
         } => {
             let mut spec = decoder_spec([*hidden, *intermediate, *heads], *kv_heads, *head_dim);
             spec.qkv_bias = *qkv_bias;
-            check_heads(path, &spec).map_err(EngineError::Program)?;
             st.rotary_users.push(display(path).to_string());
             XNode::Decoder(DecoderLayer::build(e, path, &spec, params)?)
         }

@@ -2,9 +2,8 @@
 //! bounds (the language's `count.rs`, `shape.rs` and the scenario's
 //! `dims.rs` hand these variants over here).
 
-use super::build::display;
 use super::count::Counts;
-use super::shape::Sig;
+use super::shape::{ShapeError, Sig};
 use super::spec::Module;
 
 /// Parameters of a transformer module.
@@ -94,21 +93,20 @@ pub(crate) fn count(m: &Module) -> Counts {
 }
 
 /// The shape a transformer module returns for `x`.
-pub(crate) fn out_shape(path: &str, m: &Module, x: &Sig) -> std::result::Result<Sig, String> {
-    let last = |dim: u64, what: &str| -> std::result::Result<Sig, String> {
+pub(crate) fn out_shape(m: &Module, x: &Sig) -> Result<Sig, ShapeError> {
+    let last = |dim: u64, what: &'static str| -> Result<Sig, ShapeError> {
         if x.ids {
-            return Err(format!(
-                "{}: {what} takes floats, but gets token ids {:?} (an Embedding first?)",
-                display(path),
-                x.dims
-            ));
+            return Err(ShapeError::TokenIds {
+                what,
+                got: x.dims.clone(),
+            });
         }
         if x.dims.last() != Some(&dim) {
-            return Err(format!(
-                "{}: {what} gets input {:?} (last dimension must be {dim})",
-                display(path),
-                x.dims
-            ));
+            return Err(ShapeError::LastDim {
+                what,
+                dim,
+                got: x.dims.clone(),
+            });
         }
         Ok(x.clone())
     };
@@ -118,11 +116,10 @@ pub(crate) fn out_shape(path: &str, m: &Module, x: &Sig) -> std::result::Result<
         Module::Attention { hidden, .. } | Module::DecoderLayer { hidden, .. } => {
             let s = last(*hidden, "attention")?;
             if s.dims.len() != 3 {
-                return Err(format!(
-                    "{}: attention takes [B, T, {hidden}], got {:?}",
-                    display(path),
-                    s.dims
-                ));
+                return Err(ShapeError::AttentionInput {
+                    hidden: *hidden,
+                    got: s.dims,
+                });
             }
             Ok(s)
         }
@@ -140,18 +137,15 @@ pub(crate) fn out_shape(path: &str, m: &Module, x: &Sig) -> std::result::Result<
             ..
         } => {
             if !x.ids || x.dims.len() != 2 {
-                return Err(format!(
-                    "{}: BertEmbeddings takes token ids [B, T], got {:?}",
-                    display(path),
-                    x.dims
-                ));
+                return Err(ShapeError::BertEmbeddingsInput {
+                    got: x.dims.clone(),
+                });
             }
             if x.dims[1] > *max_positions {
-                return Err(format!(
-                    "{}: sequence length {} is longer than max_positions {max_positions}",
-                    display(path),
-                    x.dims[1]
-                ));
+                return Err(ShapeError::TooLong {
+                    seq: x.dims[1],
+                    max_positions: *max_positions,
+                });
             }
             Ok(Sig {
                 dims: vec![x.dims[0], x.dims[1], *hidden],

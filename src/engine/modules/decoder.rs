@@ -3,7 +3,7 @@
 //! MLP → residual, as `LlamaDecoderLayer.forward` runs them.
 
 use super::super::dtype::DType;
-use super::super::error::{EngineError, Result};
+use super::super::error::Result;
 use super::super::ops::elementwise::Unary;
 use super::super::presets_hf::DecoderLm;
 use super::super::shape::Shape;
@@ -303,21 +303,4 @@ pub(crate) fn new_rms_norm(
     let module = e.tags.module(path);
     let w = e.new_param(&[h], module, params)?;
     Ok(RmsNorm { w, module })
-}
-
-pub(crate) fn check_spec(spec: &DecoderLm) -> Result<()> {
-    let bad = |m: String| Err(EngineError::Program(m));
-    if spec.heads == 0 || spec.kv_heads == 0 || !spec.heads.is_multiple_of(spec.kv_heads) {
-        return bad(format!(
-            "heads ({}) must be a multiple of kv_heads ({})",
-            spec.heads, spec.kv_heads
-        ));
-    }
-    if !spec.head_dim().is_multiple_of(2) || spec.head_dim() == 0 {
-        return bad(format!(
-            "head_dim ({}) must be even for rotary embeddings",
-            spec.head_dim()
-        ));
-    }
-    Ok(())
 }
