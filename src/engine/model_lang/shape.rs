@@ -1,8 +1,6 @@
 //! What shape each module returns for a given input, or the error PyTorch
 //! raises for it, checked before anything runs (naming the module path).
 
-use super::spec::{Module, BOTTLENECK_EXPANSION};
-
 /// A tensor's shape and whether it holds token ids (integers).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sig {
@@ -11,7 +9,7 @@ pub struct Sig {
 }
 
 impl Sig {
-    fn floats(dims: Vec<u64>) -> Sig {
+    pub(crate) fn floats(dims: Vec<u64>) -> Sig {
         Sig { dims, ids: false }
     }
 }
@@ -65,7 +63,7 @@ pub enum ShapeError {
 
 type R = std::result::Result<Sig, ShapeError>;
 
-fn floats_in(what: &'static str, x: &Sig) -> std::result::Result<(), ShapeError> {
+pub(super) fn floats_in(what: &'static str, x: &Sig) -> std::result::Result<(), ShapeError> {
     if x.ids {
         return Err(ShapeError::TokenIds {
             what,
@@ -84,7 +82,7 @@ fn pooled(h: u64, k: u64, stride: u64, pad: u64) -> Option<u64> {
 }
 
 /// [N, C, H, W] with C = `cin`, through a k×k window: [N, cout, H', W'].
-fn conv_like(what: &'static str, x: &Sig, cin: Option<u64>, geo: [u64; 4]) -> R {
+pub(super) fn conv_like(what: &'static str, x: &Sig, cin: Option<u64>, geo: [u64; 4]) -> R {
     let [cout, k, stride, pad] = geo;
     floats_in(what, x)?;
     let d = &x.dims;
@@ -113,128 +111,16 @@ fn conv_like(what: &'static str, x: &Sig, cin: Option<u64>, geo: [u64; 4]) -> R 
     }
 }
 
-/// The shape one module returns for `x`. Containers (`Sequential`,
-/// `Repeat`, `Residual`, `Checkpoint`) are walked by `check.rs`, which
-/// calls this for every other module; here they pass `x` through.
-pub(super) fn out_shape(m: &Module, x: &Sig) -> R {
-    match m {
-        Module::Sequential(_)
-        | Module::Repeat { .. }
-        | Module::Residual(_)
-        | Module::Checkpoint { .. } => Ok(x.clone()),
-        Module::Linear { input, out, .. } => {
-            floats_in("Linear", x)?;
-            match x.dims.split_last() {
-                Some((&k, lead)) if k == *input => {
-                    let mut d = lead.to_vec();
-                    d.push(*out);
-                    Ok(Sig::floats(d))
-                }
-                _ => Err(ShapeError::LinearIn {
-                    input: *input,
-                    got: x.dims.clone(),
-                }),
-            }
-        }
-        Module::ReLU
-        | Module::InplaceReLU
-        | Module::GELU
-        | Module::GELUTanh
-        | Module::SiLU
-        | Module::Dropout(_) => {
-            floats_in("an activation", x)?;
-            Ok(x.clone())
-        }
-        Module::Embedding { dim, .. } => {
-            if !x.ids {
-                return Err(ShapeError::EmbeddingFloats {
-                    got: x.dims.clone(),
-                });
-            }
-            let mut d = x.dims.clone();
-            d.push(*dim);
-            Ok(Sig::floats(d))
-        }
-        Module::LayerNorm { dim, .. } => {
-            floats_in("LayerNorm", x)?;
-            if x.dims.last() != Some(dim) {
-                return Err(ShapeError::LayerNormDim {
-                    dim: *dim,
-                    got: x.dims.clone(),
-                });
-            }
-            Ok(x.clone())
-        }
-        Module::RMSNorm { .. }
-        | Module::RotaryEmbedding { .. }
-        | Module::Attention { .. }
-        | Module::Mlp { .. }
-        | Module::DecoderLayer { .. }
-        | Module::LmHead { .. }
-        | Module::BertEmbeddings { .. }
-        | Module::BertLayer { .. }
-        | Module::BertPooler { .. } => super::xfmr_check::out_shape(m, x),
-        Module::Conv2d {
-            input,
-            out,
-            kernel,
-            stride,
-            padding,
-            ..
-        } => conv_like(
-            "Conv2d",
-            x,
-            Some(*input),
-            [*out, *kernel, *stride, *padding],
-        ),
-        Module::BatchNorm2d(c) => {
-            floats_in("BatchNorm2d", x)?;
-            if x.dims.len() != 4 || x.dims[1] != *c {
-                return Err(ShapeError::BatchNormInput {
-                    channels: *c,
-                    got: x.dims.clone(),
-                });
-            }
-            Ok(x.clone())
-        }
-        Module::MaxPool2d {
-            kernel,
-            stride,
-            padding,
-        } => {
-            let c = x.dims.get(1).copied().unwrap_or(0);
-            conv_like("MaxPool2d", x, None, [c, *kernel, *stride, *padding])
-        }
-        Module::AdaptiveAvgPool2d => {
-            let c = x.dims.get(1).copied().unwrap_or(0);
-            conv_like("AdaptiveAvgPool2d", x, None, [c, 1, 1, 0])
-                .map(|s| Sig::floats(vec![s.dims[0], s.dims[1], 1, 1]))
-        }
-        Module::Flatten => {
-            if x.dims.len() < 2 {
-                return Err(ShapeError::FlattenRank {
-                    got: x.dims.clone(),
-                });
-            }
-            Ok(Sig {
-                dims: vec![x.dims[0], x.dims[1..].iter().product()],
-                ids: x.ids,
-            })
-        }
-        Module::BasicBlock {
-            inplanes,
-            planes,
-            stride,
-        } => conv_like("BasicBlock", x, Some(*inplanes), [*planes, 3, *stride, 1]),
-        Module::Bottleneck {
-            inplanes,
-            planes,
-            stride,
-        } => conv_like(
-            "Bottleneck",
-            x,
-            Some(*inplanes),
-            [planes * BOTTLENECK_EXPANSION, 3, *stride, 1],
-        ),
+/// `x` unchanged, if it holds floats whose last dimension is `dim` (the
+/// norms and blocks that keep their input's shape).
+pub(super) fn last_dim(what: &'static str, dim: u64, x: &Sig) -> R {
+    floats_in(what, x)?;
+    if x.dims.last() != Some(&dim) {
+        return Err(ShapeError::LastDim {
+            what,
+            dim,
+            got: x.dims.clone(),
+        });
     }
+    Ok(x.clone())
 }
