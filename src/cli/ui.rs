@@ -16,10 +16,9 @@ use vramscope::producers::{
 };
 use vramscope::scenario::{at_point, resolve, LoadError};
 use vramscope::sweep::{capacity, default_threads};
-use vramscope::tui::sweep::SweepState;
-use vramscope::tui::sweep_loop::run_sweep;
+use vramscope::tui::sweep::{SweepScreen, SweepState};
 use vramscope::tui::theme::{no_color_from_env, Theme, ThemeName};
-use vramscope::tui::{run_tui, TuiOptions};
+use vramscope::tui::{run_on_terminal, run_tui, TuiOptions};
 use vramscope::units::escape_line;
 
 use super::compare::CompareSide;
@@ -179,7 +178,10 @@ pub fn open_sweep(name: &str, args: &SweepArgs, pace: &PaceArgs) -> anyhow::Resu
         default_threads(),
     );
     loop {
-        run_sweep(&mut state, &source)?;
+        run_on_terminal(&mut SweepScreen {
+            state: &mut state,
+            source: &source,
+        })?;
         let Some((batch, seq)) = state
             .open
             .take()

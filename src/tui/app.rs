@@ -601,3 +601,41 @@ impl App {
         super::views::draw(frame, self);
     }
 }
+
+impl super::screen::Screen for App {
+    fn drain(&mut self) -> bool {
+        self.drain_sources()
+    }
+
+    fn has_backlog(&self) -> bool {
+        App::has_backlog(self)
+    }
+
+    fn handle_key(&mut self, key: KeyEvent) -> bool {
+        App::handle_key(self, key)
+    }
+
+    fn handle_mouse(&mut self, event: crossterm::event::MouseEvent) -> bool {
+        App::handle_mouse(self, event)
+    }
+
+    fn tick(&mut self, elapsed: Duration) -> bool {
+        self.on_tick(elapsed)
+    }
+
+    fn frame_wait(&self) -> Duration {
+        self.frame_wait
+    }
+
+    fn prepare(&mut self, area: Rect) {
+        App::prepare(self, area)
+    }
+
+    fn draw(&self, frame: &mut ratatui::Frame) {
+        App::draw(self, frame)
+    }
+
+    fn done(&self) -> bool {
+        self.quit
+    }
+}

@@ -11,7 +11,8 @@ use crossterm::event::{
 
 use super::helpers::*;
 use crate::tui::app::SyncMode;
-use crate::tui::run::{run_app, InputSource};
+use crate::tui::run::InputSource;
+use crate::tui::screen::run_screen;
 
 #[test]
 fn play_advances_at_speed_and_pauses() {
@@ -272,7 +273,7 @@ fn real_loop_on_test_backend() {
         .chars()
         .map(|c| CEvent::Key(key(c)))
         .chain([CEvent::Resize(100, 30)]);
-    run_app(&mut term, &mut app, &mut Script(script.collect())).expect("loop runs");
+    run_screen(&mut term, &mut app, &mut Script(script.collect())).expect("loop runs");
     assert!(app.quit);
     let s = text(term.backend().buffer());
     assert!(s.contains(" Keys "), "help open at the last frame\n{s}");
