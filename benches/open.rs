@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 #[path = "common/synth_file.rs"]
 mod synth_file;
 
-use vramscope::producers::{snapshot_source, SourceMsg};
+use vramscope::producers::{snapshot_source, RecordedMsg, RunMsg, SourceMsg};
 use vramscope::trace::timeline::Timeline;
 
 const SIZES: [u64; 2] = [82_000_000, 1_050_000_000];
@@ -56,19 +56,19 @@ fn open(path: &Path) {
     let (mut opened, mut first, mut kept) = (None, None, None);
     while let Some(msg) = source.recv() {
         match msg {
-            SourceMsg::Opened(o) => {
+            SourceMsg::Recorded(RecordedMsg::Opened(o)) => {
                 opened = Some(t.elapsed());
                 kept = Some(o);
             }
-            SourceMsg::Start(map) => timeline = Timeline::starting_from(*map),
-            SourceMsg::Part(mut part) => {
+            SourceMsg::Run(RunMsg::Start(map)) => timeline = Timeline::starting_from(*map),
+            SourceMsg::Run(RunMsg::Part(mut part)) => {
                 first.get_or_insert(t.elapsed());
                 timeline.extend_part(&mut part);
                 source.give_back(part);
             }
-            SourceMsg::Events(events) => timeline.extend(events),
-            SourceMsg::Failed(why) => panic!("{why}"),
-            SourceMsg::Finished => break,
+            SourceMsg::Run(RunMsg::Events(events)) => timeline.extend(events),
+            SourceMsg::Run(RunMsg::Failed(why)) => panic!("{why}"),
+            SourceMsg::Run(RunMsg::Finished) => break,
             _ => {}
         }
     }

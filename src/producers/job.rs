@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use super::devices::SnapshotDevices;
 use super::job_tags::JobTags;
-use super::source::{Opened, Source, SourceMsg};
+use super::source::{JobMsg, Opened, RecordedMsg, RunMsg, Source, SourceMsg};
 use crate::alloc::{AllocConfig, MemoryStats};
 use crate::job::message::Message;
 use crate::job::nvml_match::LiveJob;
@@ -30,7 +30,7 @@ use crate::trace::{Marker, MemoryMap};
 
 /// The least time between two leak analyses while the job runs.
 pub const ANALYSIS_EVERY: Duration = Duration::from_secs(1);
-/// The least time between two [`SourceMsg::Job`]s as entries come: NVML's
+/// The least time between two [`JobMsg::Place`](super::JobMsg)s as entries come: NVML's
 /// process reading behind the GPU panel comes once a second.
 pub const JOB_EVERY: Duration = Duration::from_millis(250);
 
@@ -121,9 +121,9 @@ pub fn job_source_with(
         });
     match spawned {
         Ok(_) => Source::new(rx, None).reusing_parts(spent_tx),
-        Err(e) => Source::from_messages([SourceMsg::Failed(format!(
+        Err(e) => Source::from_messages([SourceMsg::Run(RunMsg::Failed(format!(
             "could not start the thread that reads the job: {e}"
-        ))]),
+        )))]),
     }
 }
 
@@ -175,19 +175,21 @@ impl Reader {
         let msg = match outcome {
             Ok(true) => {
                 let why = session.ended().unwrap_or("the job said bye").to_string();
-                SourceMsg::Note(format!("the job ended: {why}"))
+                SourceMsg::Job(JobMsg::Note(format!("the job ended: {why}")))
             }
             Ok(false) => {
                 session.disconnected("the job disconnected");
-                SourceMsg::Note("the job disconnected (the stream ended without bye)".into())
+                SourceMsg::Job(JobMsg::Note(
+                    "the job disconnected (the stream ended without bye)".into(),
+                ))
             }
-            Err(e) => SourceMsg::Failed(format!("{e} (the view keeps what it had)")),
+            Err(e) => SourceMsg::Run(RunMsg::Failed(format!("{e} (the view keeps what it had)"))),
         };
         if !send(msg) || !self.job(send, true) {
             return;
         }
         self.analyse(send, true);
-        send(SourceMsg::Finished);
+        send(SourceMsg::Run(RunMsg::Finished));
     }
 
     /// Ok(true): the job said bye; Ok(false): the stream ended.
@@ -264,15 +266,15 @@ impl Reader {
                 events: None,
                 since_step: true,
             };
-            if !send(SourceMsg::Opened(Box::new(opened))) {
+            if !send(SourceMsg::Recorded(RecordedMsg::Opened(Box::new(opened)))) {
                 return false;
             }
         } else {
-            if !send(SourceMsg::Restarted) {
+            if !send(SourceMsg::Run(RunMsg::Restarted)) {
                 return false;
             }
             if let Some(why) = why {
-                if !send(SourceMsg::Note(why)) {
+                if !send(SourceMsg::Job(JobMsg::Note(why))) {
                     return false;
                 }
             }
@@ -291,7 +293,7 @@ impl Reader {
             progress: (0, None),
             done: 0,
         });
-        send(SourceMsg::Start(Box::new(map)))
+        send(SourceMsg::Run(RunMsg::Start(Box::new(map))))
     }
 
     fn entries(&mut self, send: &mut Sender) -> bool {
@@ -317,7 +319,7 @@ impl Reader {
         view.progress = mirror.progress();
         view.map = Some(mirror.into_map());
         view.done = trace.len();
-        send(SourceMsg::Part(part))
+        send(SourceMsg::Run(RunMsg::Part(part)))
     }
 
     /// An OOM, in the status: PyTorch's own first line once the job sent
@@ -328,10 +330,10 @@ impl Reader {
         };
         let text = o.pytorch_message.as_deref().unwrap_or(&o.message);
         let first = text.lines().next().unwrap_or_default();
-        send(SourceMsg::Note(format!(
+        send(SourceMsg::Job(JobMsg::Note(format!(
             "OOM on device {}: {first}",
             o.device
-        )))
+        ))))
     }
 
     /// The job's pid and devices for the GPU panel, when due (`now`: whatever the time).
@@ -343,7 +345,9 @@ impl Reader {
             return true;
         }
         self.last_job = Some(Instant::now());
-        send(SourceMsg::Job(Box::new(LiveJob::of_session(session))))
+        send(SourceMsg::Job(JobMsg::Place(Box::new(
+            LiveJob::of_session(session),
+        ))))
     }
 
     /// The job's own `memory_stats()` of the shown device, for the stats panel.
@@ -358,8 +362,8 @@ impl Reader {
             return true;
         };
         let stats = MemoryStats::from_map(|k| s.get(k));
-        send(SourceMsg::Stats(Box::new(stats)))
-            && send(SourceMsg::StepTrends(session.step_trends()))
+        send(SourceMsg::Run(RunMsg::Stats(Box::new(stats))))
+            && send(SourceMsg::Job(JobMsg::StepTrends(session.step_trends())))
     }
 
     /// A step ended: its boundary on the timeline, where the entries so far end.
@@ -383,7 +387,7 @@ impl Reader {
         view.progress = mirror.progress();
         view.map = Some(mirror.into_map());
         self.tags.markers(2);
-        send(SourceMsg::Part(part))
+        send(SourceMsg::Run(RunMsg::Part(part)))
     }
 
     /// The leak findings from the steps so far, when one is due (`now`: at
@@ -410,10 +414,10 @@ impl Reader {
         self.analysis_took = t.elapsed();
         self.last_analysis = Some(Instant::now());
         if let Some(s) = summary {
-            if !send(SourceMsg::Summary(s)) {
+            if !send(SourceMsg::Recorded(RecordedMsg::Summary(s))) {
                 return false;
             }
         }
-        send(SourceMsg::FindingsNow(report.findings))
+        send(SourceMsg::Run(RunMsg::FindingsNow(report.findings)))
     }
 }

@@ -40,7 +40,8 @@ pub use snapshot::{
     what_if_source, ImportError,
 };
 pub use source::{
-    BlockStack, EngineCommand, EntryDetail, LoadProgress, Opened, Polled, ScenarioStep, SiteKind,
-    Source, SourceMsg, StackOrigin, TagDescription, TagInfo,
+    BlockStack, EngineCommand, EntryDetail, JobMsg, LoadProgress, Opened, Polled, RecordedMsg,
+    RunMsg, ScenarioMsg, ScenarioStep, SiteKind, Source, SourceMsg, StackOrigin, SweepMsg,
+    TagDescription, TagInfo,
 };
 pub use sweep::sweep_source;

@@ -8,7 +8,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use super::source::{
-    EngineCommand, ScenarioStep, SiteKind, Source, SourceMsg, TagDescription, TagInfo,
+    EngineCommand, RunMsg, ScenarioMsg, ScenarioStep, SiteKind, Source, SourceMsg, TagDescription,
+    TagInfo,
 };
 use crate::alloc::Tag;
 use crate::device::{nvml, AnyDevice, AnyLauncher, GpuUnavailable, PciAddress};
@@ -127,7 +128,7 @@ pub fn scenario_source_on(
     let spawned = std::thread::Builder::new().name(name).spawn(move || loop {
         match run_once(&scenario, &built, gpu.as_ref(), &tx, &cmd_rx, &shared, pace) {
             Ended::Restart => {
-                if tx.send(SourceMsg::Restarted).is_err() {
+                if tx.send(SourceMsg::Run(RunMsg::Restarted)).is_err() {
                     return;
                 }
             }
@@ -137,7 +138,7 @@ pub fn scenario_source_on(
                 drop(held);
                 match command {
                     Ok(EngineCommand::Restart) => {
-                        if tx.send(SourceMsg::Restarted).is_err() {
+                        if tx.send(SourceMsg::Run(RunMsg::Restarted)).is_err() {
                             return;
                         }
                     }
@@ -156,9 +157,9 @@ pub fn scenario_source_on(
         None => source.with_overhead(overhead),
     };
     if let Err(e) = spawned {
-        return Source::from_messages([SourceMsg::Failed(format!(
+        return Source::from_messages([SourceMsg::Run(RunMsg::Failed(format!(
             "could not start the engine thread: {e}"
-        ))]);
+        )))]);
     }
     source
 }
@@ -186,7 +187,7 @@ fn open_engine(
     };
     let (dev, launcher) = (gpu.open)()?;
     let baseline = nvml::own_process_used(gpu.pci).ok().flatten();
-    let _ = tx.send(SourceMsg::ContextBaseline(baseline));
+    let _ = tx.send(SourceMsg::Scenario(ScenarioMsg::ContextBaseline(baseline)));
     Ok(Engine::new_launching(
         built.engine.clone(),
         &built.model,
@@ -208,7 +209,10 @@ fn run_once(
     let engine = match open_engine(built, gpu, tx) {
         Ok(e) => e,
         Err(err) => {
-            return if tx.send(SourceMsg::Failed(err.to_string())).is_ok() {
+            return if tx
+                .send(SourceMsg::Run(RunMsg::Failed(err.to_string())))
+                .is_ok()
+            {
                 Ended::Done(None)
             } else {
                 Ended::UiGone
@@ -221,17 +225,22 @@ fn run_once(
         if let (Some(engine), Ok(mut table)) = (run.engine(), tags.table.write()) {
             table.clone_from(engine.tag_table());
         }
-        let sent = tx.send(SourceMsg::Events(step.events)).is_ok()
+        let sent = tx.send(SourceMsg::Run(RunMsg::Events(step.events))).is_ok()
             && tx
-                .send(SourceMsg::FindingsNow(run.findings().to_vec()))
+                .send(SourceMsg::Run(RunMsg::FindingsNow(run.findings().to_vec())))
                 .is_ok()
-            && tx.send(SourceMsg::Stats(Box::new(run.stats()))).is_ok();
+            && tx
+                .send(SourceMsg::Run(RunMsg::Stats(Box::new(run.stats()))))
+                .is_ok();
         if !sent {
             return Ended::UiGone;
         }
         if let Unit::Iteration(_) = step.unit {
             if let Some(e) = last_iteration_estimate(run.per_iteration(), &built.conditions) {
-                if tx.send(SourceMsg::Compute(Box::new(e))).is_err() {
+                if tx
+                    .send(SourceMsg::Scenario(ScenarioMsg::Compute(Box::new(e))))
+                    .is_err()
+                {
                     return Ended::UiGone;
                 }
             }
@@ -243,7 +252,7 @@ fn run_once(
             }
         }
     }
-    if tx.send(SourceMsg::Finished).is_err() {
+    if tx.send(SourceMsg::Run(RunMsg::Finished)).is_err() {
         return Ended::UiGone;
     }
     Ended::Done(run.into_engine().map(Box::new))

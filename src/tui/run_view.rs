@@ -10,7 +10,10 @@ use crate::device::PciAddress;
 use crate::engine::estimate::ComputeEstimate;
 use crate::job::nvml_match::{JobPlace, LiveJob};
 use crate::leak::Finding;
-use crate::producers::{LoadProgress, Polled, SnapshotDevices, Source, SourceMsg, TagInfo};
+use crate::producers::{
+    JobMsg, LoadProgress, Polled, RecordedMsg, RunMsg, ScenarioMsg, SnapshotDevices, Source,
+    SourceMsg, TagInfo,
+};
 use crate::scenario::{Conditions, Listing};
 use crate::trace::timeline::KEYFRAME_EVERY;
 use crate::trace::{Event, MarkKind, Marker, MemoryMap, Timeline};
@@ -97,7 +100,7 @@ pub struct RunView {
     pub stats: Option<MemoryStats>,
     pub finished: bool,
     pub failure: Option<String>,
-    /// The source's latest [`SourceMsg::Note`] (a live job started over,
+    /// The source's latest [`JobMsg::Note`](crate::producers::JobMsg) (a live job started over,
     /// or went away); kept across a restart, which it explains.
     pub note: Option<String>,
     /// Where the drawn marks are (kept as events arrive).
@@ -251,8 +254,8 @@ impl RunView {
             match src.poll() {
                 Polled::Msg(m) => {
                     match &m {
-                        SourceMsg::Events(e) => events += e.len(),
-                        SourceMsg::Part(p) => events += p.events.len(),
+                        SourceMsg::Run(RunMsg::Events(e)) => events += e.len(),
+                        SourceMsg::Run(RunMsg::Part(p)) => events += p.events.len(),
                         _ => {}
                     }
                     self.receive(m);
@@ -277,9 +280,21 @@ impl RunView {
         changed
     }
 
+    /// One message: the run view takes every producer's group but a
+    /// sweep's (the sweep chart's) and NVML's (the GPU panel's own source).
     pub(super) fn receive(&mut self, m: SourceMsg) {
         match m {
-            SourceMsg::Start(map) => {
+            SourceMsg::Run(m) => self.run_msg(m),
+            SourceMsg::Scenario(m) => self.scenario_msg(m),
+            SourceMsg::Recorded(m) => self.recorded_msg(m),
+            SourceMsg::Job(m) => self.job_msg(m),
+            SourceMsg::Gpus(_) | SourceMsg::Sweep(_) => {}
+        }
+    }
+
+    fn run_msg(&mut self, m: RunMsg) {
+        match m {
+            RunMsg::Start(map) => {
                 if self.timeline.is_empty() {
                     self.timeline = Timeline::starting_from(*map);
                     self.map = self.timeline.state_at(None);
@@ -287,63 +302,64 @@ impl RunView {
                     self.map_gen += 1;
                 }
             }
-            SourceMsg::Events(events) => {
+            RunMsg::Events(events) => {
                 self.timeline.extend(events);
                 self.marks.update(&self.timeline);
             }
-            SourceMsg::Part(mut part) => {
+            RunMsg::Part(mut part) => {
                 self.timeline.extend_part(&mut part);
                 self.marks.update(&self.timeline);
                 if let Some(source) = &self.source {
                     source.give_back(part);
                 }
             }
-            SourceMsg::Findings(f) => {
+            RunMsg::Findings(f) => {
                 self.findings = f;
                 if self.sel_finding.is_some_and(|i| i >= self.findings.len()) {
                     self.sel_finding = None;
                 }
             }
-            SourceMsg::FindingsNow(f) => {
+            RunMsg::FindingsNow(f) => {
                 self.findings_at.push((self.timeline.len(), f));
                 self.show_findings_at_cursor();
             }
-            SourceMsg::Compute(c) => {
+            RunMsg::Stats(s) => {
+                self.stats = Some(*s);
+                // The stats panel shows the run's retry count from these.
+                self.stats_key = None;
+            }
+            RunMsg::Restarted => self.reset(),
+            RunMsg::Finished => {
+                self.finished = true;
+                self.loading = None;
+            }
+            RunMsg::Failed(msg) => {
+                self.failure = Some(msg);
+                self.loading = None;
+            }
+        }
+    }
+
+    fn scenario_msg(&mut self, m: ScenarioMsg) {
+        match m {
+            ScenarioMsg::Compute(c) => {
                 self.compute_at.push((self.timeline.len(), *c));
                 // The Stats panel shows it: no new event or cursor move
                 // need come with it to redraw the panel.
                 self.stats_key = None;
             }
-            SourceMsg::Stats(s) => {
-                self.stats = Some(*s);
-                // The stats panel shows the run's retry count from these.
-                self.stats_key = None;
-            }
-            SourceMsg::ContextBaseline(b) => self.context_baseline = b,
-            SourceMsg::Restarted => self.reset(),
-            SourceMsg::Finished => {
-                self.finished = true;
-                self.loading = None;
-            }
-            SourceMsg::Failed(msg) => {
-                self.failure = Some(msg);
-                self.loading = None;
-            }
-            SourceMsg::Note(n) => self.note = Some(n),
-            // NVML readings go to the GPU panel's own source, a sweep's
-            // points to the sweep chart.
-            SourceMsg::Gpus(_) | SourceMsg::SweepPoint { .. } | SourceMsg::Swept(_) => {}
-            SourceMsg::Loading(p) => {
+            ScenarioMsg::ContextBaseline(b) => self.context_baseline = b,
+        }
+    }
+
+    fn recorded_msg(&mut self, m: RecordedMsg) {
+        match m {
+            RecordedMsg::Loading(p) => {
                 self.loading = Some(p);
                 self.reads_file = true;
             }
-            SourceMsg::Summary(s) => self.summary = Some(s),
-            SourceMsg::StepTrends(t) => {
-                self.step_trends = t;
-                self.stats_key = None;
-            }
-            SourceMsg::Job(j) => self.job = Some(*j),
-            SourceMsg::Opened(o) => {
+            RecordedMsg::Summary(s) => self.summary = Some(s),
+            RecordedMsg::Opened(o) => {
                 self.loading = None;
                 self.tags = o.tags;
                 self.capacity = o.capacity;
@@ -356,6 +372,17 @@ impl RunView {
                     });
                 }
             }
+        }
+    }
+
+    fn job_msg(&mut self, m: JobMsg) {
+        match m {
+            JobMsg::Note(n) => self.note = Some(n),
+            JobMsg::StepTrends(t) => {
+                self.step_trends = t;
+                self.stats_key = None;
+            }
+            JobMsg::Place(j) => self.job = Some(*j),
         }
     }
 

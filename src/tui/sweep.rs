@@ -6,7 +6,7 @@
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use super::theme::Theme;
-use crate::producers::{Polled, Source, SourceMsg};
+use crate::producers::{Polled, Source, SourceMsg, SweepMsg};
 use crate::sweep::{Fit, MaxBatch, Sweep, SweepPoint};
 
 /// The keys the chart understands, for its hint line: quitting first, so
@@ -65,19 +65,17 @@ impl SweepState {
         }
     }
 
-    /// Take one message from the producer; true when the screen changed.
-    pub fn ingest(&mut self, msg: SourceMsg) -> bool {
+    /// Take one message from the sweep's producer.
+    pub fn ingest(&mut self, msg: SweepMsg) {
         match msg {
-            SourceMsg::SweepPoint { index, point } => {
+            SweepMsg::Point { index, point } => {
                 if let Some(slot) = self.points.get_mut(index) {
                     *slot = Some(*point);
                 }
             }
-            SourceMsg::Swept(s) => self.sweep = Some(*s),
-            SourceMsg::Failed(why) => self.failure = Some(why),
-            _ => return false,
+            SweepMsg::Swept(s) => self.sweep = Some(*s),
+            SweepMsg::Failed(why) => self.failure = Some(why),
         }
-        true
     }
 
     /// The producer's channel closed: unless the sweep is there, say so.
@@ -180,7 +178,12 @@ impl super::screen::Screen for SweepScreen<'_> {
         let mut changed = false;
         loop {
             match self.source.poll() {
-                Polled::Msg(m) => changed |= self.state.ingest(m),
+                Polled::Msg(SourceMsg::Sweep(m)) => {
+                    self.state.ingest(m);
+                    changed = true;
+                }
+                // The sweep's producer sends nothing else.
+                Polled::Msg(_) => {}
                 Polled::Empty => return changed,
                 Polled::Closed => return changed | self.state.producer_gone(),
             }

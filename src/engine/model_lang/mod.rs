@@ -5,14 +5,14 @@
 //! (symbolically: a `Repeat` is counted, not unrolled); the build
 //! ([`build`]) then allocates it with PyTorch's parameter order and module
 //! paths, and [`forward`] runs it on the engine's ops. What each module kind
-//! says for each of these is in [`kinds`], one arm per concern; [`presets`]
+//! says for each of these is in `kinds.rs`, one arm per concern; [`presets`]
 //! holds the models written in it.
 
 pub mod build;
 pub mod check;
 pub mod count;
 pub mod forward;
-pub mod kinds;
+pub(crate) mod kinds;
 pub mod presets;
 pub mod shape;
 pub mod spec;

@@ -2,6 +2,7 @@
 
 use super::helpers::*;
 use crate::producers::snapshot::snapshot_source;
+use crate::producers::{RecordedMsg, RunMsg};
 use crate::real_snapshots::real;
 
 #[test]
@@ -111,7 +112,7 @@ fn a_long_trace_streams_in_chunks_that_add_up_to_the_whole_trace() {
     loop {
         assert!(std::time::Instant::now() < deadline, "never finished");
         match src.poll() {
-            Polled::Msg(SourceMsg::Part(mut p)) => {
+            Polled::Msg(SourceMsg::Run(RunMsg::Part(mut p))) => {
                 messages += 1;
                 assert_eq!(p.events.len(), p.samples.len(), "a sample per event");
                 streamed.append(&mut p.events);
@@ -119,8 +120,8 @@ fn a_long_trace_streams_in_chunks_that_add_up_to_the_whole_trace() {
                 // As the UI does: the worker may fill it again.
                 src.give_back(p);
             }
-            Polled::Msg(SourceMsg::Finished) => break,
-            Polled::Msg(SourceMsg::Opened(o)) => {
+            Polled::Msg(SourceMsg::Run(RunMsg::Finished)) => break,
+            Polled::Msg(SourceMsg::Recorded(RecordedMsg::Opened(o))) => {
                 assert!(streamed.is_empty(), "opened before the first event");
                 announced = o.events;
             }
@@ -302,8 +303,8 @@ fn a_file_that_fails_to_open_ends_the_ui_with_its_error() {
     assert!(why.contains("not a valid pickle"), "{why}");
     let _ = std::fs::remove_file(&bad);
 
-    let failed = crate::producers::Source::from_messages([crate::producers::SourceMsg::Failed(
-        "the model does not build".into(),
+    let failed = crate::producers::Source::from_messages([crate::producers::SourceMsg::Run(
+        RunMsg::Failed("the model does not build".into()),
     )]);
     let app = app_finished(vec![("scenario".into(), failed)], &stop);
     assert!(!app.quit && app.load_failure.is_none());
