@@ -295,9 +295,10 @@ fn each_match_in_kinds_rs_gives_every_kind_an_arm() {
             }
         );
     }
-    // args, out_shape, projection_names, the build, the forward, projections.
+    // args, out_shape, projection_names, pytorch_refusal, the build, the
+    // forward, projections.
     assert!(
-        concerns >= 6,
+        concerns >= 7,
         "{concerns} matches over the kinds in {KINDS}"
     );
 }

@@ -149,22 +149,8 @@ pub(crate) fn model_config(s: &Scenario) -> Result<ModelConfig, BuildError> {
                 ),
             }
         })?,
-        ModelSpec::Mlp { dims, inplace_relu } => {
-            let mut m = ModelConfig::mlp_mnist();
-            m.kind = ModelKind::Mlp {
-                dims: dims.clone(),
-                inplace_relu: *inplace_relu,
-            };
-            m
-        }
-        ModelSpec::Layers(layers) => {
-            let mut m = ModelConfig::mlp_mnist();
-            m.kind = ModelKind::Mlp {
-                dims: layers_to_dims(layers)?,
-                inplace_relu: false,
-            };
-            m
-        }
+        ModelSpec::Mlp { dims, inplace_relu } => ModelConfig::mlp(dims, *inplace_relu),
+        ModelSpec::Layers(layers) => ModelConfig::mlp(&layers_to_dims(layers)?, false),
         ModelSpec::Gpt {
             layers,
             heads,
@@ -229,15 +215,7 @@ pub(crate) fn model_config(s: &Scenario) -> Result<ModelConfig, BuildError> {
             32,
         ),
         ModelSpec::HfConfig(path) => crate::engine::hf_config::read(std::path::Path::new(path))?,
-        ModelSpec::ResNet18 { classes, image } => {
-            let mut m = ModelConfig::resnet18(32);
-            m.kind = ModelKind::ResNet {
-                blocks: [2, 2, 2, 2],
-                num_classes: *classes,
-                image: *image,
-            };
-            m
-        }
+        ModelSpec::ResNet18 { classes, image } => ModelConfig::resnet18_for(*classes, *image, 32),
     };
     if let Some(b) = s.data.batch {
         model.batch = b;
@@ -246,10 +224,7 @@ pub(crate) fn model_config(s: &Scenario) -> Result<ModelConfig, BuildError> {
         model.param_dtype = dtype;
     }
     if let Some(c) = s.criterion {
-        if !matches!(
-            model.kind,
-            ModelKind::Mlp { .. } | ModelKind::ResNet { .. } | ModelKind::Modules(_)
-        ) {
+        if !matches!(model.kind, ModelKind::Modules(_)) {
             return Err(BuildError::at(
                 &["criterion"],
                 "criterion: applies to classifiers with a [batch, classes] output (MLP, ResNet) and to Modules models; this model has its own loss",

@@ -83,7 +83,7 @@ impl SweepPlan {
         };
         if !seq_values.is_empty() && !has_seq(built) {
             return Err(SweepError::NoSeq {
-                model: model_name(built),
+                model: "this model".to_string(),
             });
         }
         let mut notes = Vec::new();
@@ -149,15 +149,4 @@ fn sorted(mut v: Vec<u64>) -> Vec<u64> {
     v.sort_unstable();
     v.dedup();
     v
-}
-
-fn model_name(built: &Built) -> String {
-    use crate::engine::ModelKind;
-    match built.model.kind {
-        ModelKind::Mlp { .. } => "this MLP",
-        ModelKind::ResNet { .. } => "this ResNet",
-        ModelKind::Linear { .. } => "this Linear model",
-        _ => "this model",
-    }
-    .to_string()
 }

@@ -229,6 +229,22 @@ impl LangModel {
         Ok(out.unwrap_or(x))
     }
 
+    /// The module that gets the model's input first (through containers).
+    pub(crate) fn first_module(&self) -> &Module {
+        let mut m = &self.net;
+        loop {
+            m = match m {
+                Module::Sequential(children) => match children.first() {
+                    Some((_, c)) => c,
+                    None => return m,
+                },
+                Module::Repeat { block, .. } => block,
+                Module::Residual(inner) | Module::Checkpoint { module: inner, .. } => inner,
+                leaf => return leaf,
+            };
+        }
+    }
+
     /// [`LangModel::check`]'s output shape (what the sweep and the build ask).
     pub fn output(&self, b: u64, seq: Option<u64>) -> Result<Sig, ModelError> {
         self.check(b, seq)

@@ -10,7 +10,9 @@
 //!    `named_parameters()` order, as a [`Leaf`];
 //! 4. [`LangNet::run_leaf`]: its forward on the engine's ops;
 //! 5. [`Leaf::projections`]: the projections LoRA may adapt in it, and
-//! 6. [`Module::projection_names`]: their names, for the analysis.
+//! 6. [`Module::projection_names`]: their names, for the analysis;
+//! 7. [`Module::pytorch_refusal`]: PyTorch's words for a tensor it refuses
+//!    when it is the first module to get one.
 //!
 //! The containers (`Sequential`, `Repeat`, `Residual`, `Checkpoint`) are
 //! walked by `check.rs` (the analysis), `build.rs` and `forward.rs`; every
@@ -611,6 +613,102 @@ impl Module {
             | Module::BertEmbeddings { .. }
             | Module::BertLayer { .. }
             | Module::BertPooler { .. } => Vec::new(),
+        }
+    }
+}
+
+/// A tensor a step feeds the model, as the module that gets it first sees it.
+pub(crate) struct Fed<'a> {
+    pub dims: &'a [u64],
+    /// `torch.Size` as PyTorch prints it (`[4, 784]`).
+    pub shape: String,
+    pub dtype: DType,
+    /// The model's parameters' dtype.
+    pub weight: DType,
+    /// The input's floating dtype is not the weights' (outside autocast).
+    pub mismatch: bool,
+}
+
+impl Module {
+    /// Concern 7: PyTorch's own words for a tensor this module refuses
+    /// when it is the first to get it (`Forward` may be fed any bound
+    /// tensor); `None`: the analysis's words will do.
+    pub(crate) fn pytorch_refusal(&self, x: &Fed<'_>) -> Option<String> {
+        match self {
+            Module::Linear { input, out, .. } => {
+                // `F.linear(x, W)`: x at least 1-D, of W's dtype, last dimension `in`.
+                let Some(&k) = x.dims.last() else {
+                    return Some(
+                        "both arguments to linear need to be at least 1D, but they are 0D and 2D"
+                            .into(),
+                    );
+                };
+                if !x.dtype.is_floating() || x.mismatch {
+                    return Some(format!(
+                        "expected m1 and m2 to have the same dtype, but got: {} != {}",
+                        x.dtype.scalar_name(),
+                        x.weight.scalar_name()
+                    ));
+                }
+                let rows = x.dims[..x.dims.len() - 1]
+                    .iter()
+                    .fold(1, |n: u64, &d| n.saturating_mul(d));
+                (k != *input).then(|| {
+                    format!(
+                        "mat1 and mat2 shapes cannot be multiplied ({rows}x{k} and {input}x{out})"
+                    )
+                })
+            }
+            Module::Conv2d {
+                input, out, kernel, ..
+            } => {
+                if x.dims.len() != 4 {
+                    return Some(format!(
+                        "Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: {}",
+                        x.shape
+                    ));
+                }
+                if !x.dtype.is_floating() || x.mismatch {
+                    return Some(format!(
+                        "Input type ({}) and weight type ({}) should be the same",
+                        x.dtype.cuda_type_name(),
+                        x.weight.cuda_type_name()
+                    ));
+                }
+                (x.dims[1] != *input).then(|| {
+                    format!(
+                        "Given groups=1, weight of size [{out}, {input}, {kernel}, {kernel}], expected input{} to have {input} channels, but got {} channels instead",
+                        x.shape, x.dims[1]
+                    )
+                })
+            }
+            Module::Sequential(_)
+            | Module::Repeat { .. }
+            | Module::Residual(_)
+            | Module::Checkpoint { .. }
+            | Module::ReLU
+            | Module::InplaceReLU
+            | Module::GELU
+            | Module::GELUTanh
+            | Module::SiLU
+            | Module::Dropout(_)
+            | Module::Embedding { .. }
+            | Module::LayerNorm { .. }
+            | Module::BatchNorm2d(_)
+            | Module::MaxPool2d { .. }
+            | Module::AdaptiveAvgPool2d
+            | Module::Flatten
+            | Module::BasicBlock { .. }
+            | Module::Bottleneck { .. }
+            | Module::RMSNorm { .. }
+            | Module::RotaryEmbedding { .. }
+            | Module::Attention { .. }
+            | Module::Mlp { .. }
+            | Module::DecoderLayer { .. }
+            | Module::LmHead { .. }
+            | Module::BertEmbeddings { .. }
+            | Module::BertLayer { .. }
+            | Module::BertPooler { .. } => None,
         }
     }
 }

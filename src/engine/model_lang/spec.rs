@@ -11,7 +11,8 @@
 //! the matches of `kinds.rs` — its arguments (bounds, probabilities,
 //! parameter and buffer counts), its rules and output shape, its build (in
 //! `named_parameters()` order, which is `.to("cuda")` order), its forward,
-//! and the projections LoRA may adapt in it. `tests/module_kinds.rs` holds
+//! the projections LoRA may adapt in it, and PyTorch's words for a tensor
+//! it refuses as the first module. `tests/module_kinds.rs` holds
 //! every match on a kind to that file. Then a row in scenarios/README.md's
 //! module table, and a test of its request sequence derived from PyTorch's
 //! rules (`engine/tests/lang.rs`).
