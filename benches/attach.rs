@@ -1,5 +1,5 @@
 //! `attach` against a job served on a local unix socket (a helper stand-in
-//! writing `live::synth::training_job`'s stream):
+//! writing `job::synth::training_job`'s stream):
 //! - connect to the first frame with data drawn, for a job whose log holds
 //!   1,000,000 entries (target ≤ 1 s), and to everything read;
 //! - the UI's cost per frame (drain the source, prepare, draw 200×60) while
@@ -18,10 +18,10 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use ratatui::backend::TestBackend;
 use ratatui::layout::Rect;
 use ratatui::Terminal;
-use vramscope::live::frame::FrameReader;
-use vramscope::live::synth::training_job;
-use vramscope::live::{connect, decode, Address, Session};
-use vramscope::producers::live_source;
+use vramscope::job::frame::FrameReader;
+use vramscope::job::synth::training_job;
+use vramscope::job::{connect, decode, Address, Session};
+use vramscope::producers::job_source;
 use vramscope::tui::app::{App, TuiOptions};
 
 /// 3 × 100 temporaries + 1 kept per step: ~1,000,000 entries.
@@ -66,7 +66,7 @@ fn app_on(addr: &Address) -> App {
         Ok(c) => c,
         Err(e) => panic!("{e}"),
     };
-    let src = live_source(c.frames, Some(c.hello), None, Arc::default());
+    let src = job_source(c.frames, Some(c.hello), None, Arc::default());
     let opts = TuiOptions {
         no_color: Some(false),
         start_paused: false,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use criterion::{criterion_group, criterion_main, Criterion};
 use vramscope::alloc::Tag;
 use vramscope::engine::{
-    Category, DType, DeviceKind, Engine, EngineConfig, GradContext, KeepWhat, LiveState,
+    Category, DType, DeviceKind, Engine, EngineConfig, GradContext, HeldState, KeepWhat,
     ModelConfig, NodeId, NodeInfo, OptimizerConfig, Program, RootInfo, RootKind, SavedInfo, Step,
     StorageId, StorageInfo, TensorId,
 };
@@ -63,7 +63,7 @@ fn storage(id: u32, bytes: u64, it: u32, refs: u32, saved: u32) -> StorageInfo {
 /// Iteration `it` of a synthetic run: `total_loss` chains 100 iterations of
 /// graphs (8 Nodes and 4 saved 1 MiB tensors each), `preds` holds 9,500
 /// detached outputs, `out`/`loss` the current graph, plus parameters and grads.
-fn synthetic(it: u32) -> LiveState {
+fn synthetic(it: u32) -> HeldState {
     let module: Arc<str> = Arc::from("fc1");
     let mut storages = Vec::new();
     let mut nodes = Vec::new();
@@ -162,7 +162,7 @@ fn synthetic(it: u32) -> LiveState {
         sid += 1;
     }
     let allocated = storages.iter().map(|s| s.bytes.div_ceil(512) * 512).sum();
-    LiveState {
+    HeldState {
         iteration: it,
         host_graph_nodes: nodes.len(),
         roots,
@@ -235,16 +235,16 @@ fn engine_bench(c: &mut Criterion) {
             panic!("iteration: {err}");
         }
         e.clear_events();
-        let ls = e.live_state();
+        let ls = e.held_state();
         d.observe(&ls, e.allocated_bytes(), e.reserved_bytes());
     }
-    let ls = e.live_state();
+    let ls = e.held_state();
     let (a, r) = (e.allocated_bytes(), e.reserved_bytes());
     c.bench_function("leak_observe_mlp_total_loss_100_iters", |b| {
         b.iter(|| std::hint::black_box(d.observe(&ls, a, r).len()))
     });
     c.bench_function("engine_live_state_mlp_total_loss_100_iters", |b| {
-        b.iter(|| std::hint::black_box(e.live_state().roots.len()))
+        b.iter(|| std::hint::black_box(e.held_state().roots.len()))
     });
 }
 
@@ -302,7 +302,7 @@ fn retained_graphs_bench(c: &mut Criterion) {
         let best = (0..5)
             .map(|_| {
                 let t = std::time::Instant::now();
-                let ls = e.live_state();
+                let ls = e.held_state();
                 std::hint::black_box(d.observe(&ls, a, r).len());
                 t.elapsed()
             })
@@ -310,12 +310,12 @@ fn retained_graphs_bench(c: &mut Criterion) {
             .unwrap_or_default();
         eprintln!("leak_retained_graphs/{graphs}: best of 5 = {best:?}");
         let t = std::time::Instant::now();
-        let ls = e.live_state();
+        let ls = e.held_state();
         let t_ls = t.elapsed();
         let t = std::time::Instant::now();
         std::hint::black_box(d.observe(&ls, a, r).len());
         eprintln!(
-            "  of which live_state {t_ls:?}, observe {:?} ({} roots reaching {} nodes in all, {} saved; {} nodes, {} storages)",
+            "  of which held_state {t_ls:?}, observe {:?} ({} roots reaching {} nodes in all, {} saved; {} nodes, {} storages)",
             t.elapsed(),
             ls.roots.len(),
             ls.roots.iter().map(|r| r.nodes.len()).sum::<usize>(),
@@ -325,7 +325,7 @@ fn retained_graphs_bench(c: &mut Criterion) {
         );
         group.bench_function(format!("{graphs}"), |b| {
             b.iter(|| {
-                let ls = e.live_state();
+                let ls = e.held_state();
                 std::hint::black_box(d.observe(&ls, a, r).len())
             })
         });

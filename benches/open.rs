@@ -3,7 +3,7 @@
 //! ≤ 4 s for the large one, peak RSS ≤ 1× the file, seeking anywhere ≤ 5 ms).
 //!
 //! Then, in a process of its own again, the key latency: the real UI loop
-//! (`tui::run_app`, on a 200×60 `TestBackend`) opens the file while a key
+//! (`tui::run_screen`, on a 200×60 `TestBackend`) opens the file while a key
 //! (`c`, which redraws the status line) arrives every 37 ms; a key's latency
 //! is from its arrival to the end of the frame that shows it (the loop's
 //! next wait for input after the one that took it), split into keys that
@@ -27,7 +27,9 @@ use std::time::{Duration, Instant};
 mod synth_file;
 
 use vramscope::alloc::AllocConfig;
-use vramscope::producers::{snapshot_source, what_if_file_source, LoadProgress, SourceMsg};
+use vramscope::producers::{
+    snapshot_source, what_if_file_source, LoadProgress, RecordedMsg, RunMsg, SourceMsg,
+};
 use vramscope::trace::timeline::Timeline;
 
 const SIZES: [u64; 2] = [82_000_000, 1_050_000_000];
@@ -81,7 +83,7 @@ mod keys {
     use ratatui::Terminal;
     use vramscope::producers::snapshot_source;
     use vramscope::tui::run::InputSource;
-    use vramscope::tui::{run_app, App, TuiOptions};
+    use vramscope::tui::{run_screen, App, TuiOptions};
 
     /// A key every this long.
     const EVERY: Duration = Duration::from_millis(37);
@@ -167,7 +169,7 @@ mod keys {
         };
         let mut term = Terminal::new(backend).expect("terminal");
         let t = Instant::now();
-        run_app(&mut term, &mut app, &mut keys).expect("runs");
+        run_screen(&mut term, &mut app, &mut keys).expect("runs");
         let total = t.elapsed();
         let (mut placing, mut done): (Vec<Duration>, Vec<Duration>) = (Vec::new(), Vec::new());
         for (d, l) in &keys.seen {
@@ -268,27 +270,29 @@ fn open(path: &Path, under: Option<&str>) {
     let (mut first, mut read, mut kept, mut restarts) = (None, None, None, 0);
     while let Some(msg) = source.recv() {
         match msg {
-            SourceMsg::Opened(o) => kept = Some(o),
-            SourceMsg::Loading(LoadProgress::Reading { done, total }) if done >= total => {
+            SourceMsg::Recorded(RecordedMsg::Opened(o)) => kept = Some(o),
+            SourceMsg::Recorded(RecordedMsg::Loading(LoadProgress::Reading { done, total }))
+                if done >= total =>
+            {
                 read = Some(t.elapsed());
             }
-            SourceMsg::Start(map) => timeline = Timeline::starting_from(*map),
-            SourceMsg::Part(mut part) => {
+            SourceMsg::Run(RunMsg::Start(map)) => timeline = Timeline::starting_from(*map),
+            SourceMsg::Run(RunMsg::Part(mut part)) => {
                 first.get_or_insert(t.elapsed());
                 timeline.extend_part(&mut part);
                 source.give_back(part);
             }
-            SourceMsg::Events(events) => {
+            SourceMsg::Run(RunMsg::Events(events)) => {
                 first.get_or_insert(t.elapsed());
                 timeline.extend(events);
             }
-            SourceMsg::Restarted => {
+            SourceMsg::Run(RunMsg::Restarted) => {
                 restarts += 1;
                 first = None;
                 timeline = Timeline::new();
             }
-            SourceMsg::Failed(why) => panic!("{why}"),
-            SourceMsg::Finished => break,
+            SourceMsg::Run(RunMsg::Failed(why)) => panic!("{why}"),
+            SourceMsg::Run(RunMsg::Finished) => break,
             _ => {}
         }
     }

@@ -1,5 +1,5 @@
 //! A least-squares line through points: a sweep's peak memory against batch
-//! size (`sweep::fit`) and a live job's memory against its step (`live::creep`).
+//! size (`sweep::fit`) and a live job's memory against its step (`job::creep`).
 
 use serde::Serialize;
 

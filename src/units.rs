@@ -1,9 +1,22 @@
 //! Byte sizes as people write them: `16GiB`, `512 MiB`, `2e9`, `1024`.
 
+/// Why a text is not a byte size (each names the text as written).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    #[error("'{0}': expected a number of bytes, optionally with a unit such as GiB")]
+    NotANumber(String),
+    #[error("'{text}': unknown unit '{unit}' (use B, KiB, MiB, GiB or TiB)")]
+    UnknownUnit { text: String, unit: String },
+    #[error("'{0}': a size cannot be negative")]
+    Negative(String),
+    #[error("'{0}': too large")]
+    TooLarge(String),
+}
+
 /// Parse a byte size. Units are binary (`KiB`, `MiB`, `GiB`, `TiB`, and
 /// `KB`/`MB`/`GB`/`TB` or `K`/`M`/`G`/`T` meaning the same, as PyTorch's
 /// "mb" does) or none for bytes.
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     let t = text.trim();
     let b = t.as_bytes();
     // The unit starts at the first letter, except an exponent's `e` (`2e9`).
@@ -18,9 +31,9 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .find(|&i| b[i].is_ascii_alphabetic() && !exponent(i))
         .unwrap_or(b.len());
     let (number, unit) = (t[..split].trim(), t[split..].trim());
-    let value: f64 = number.parse().map_err(|_| {
-        format!("'{text}': expected a number of bytes, optionally with a unit such as GiB")
-    })?;
+    let value: f64 = number
+        .parse()
+        .map_err(|_| SizeError::NotANumber(text.to_string()))?;
     let scale: u64 = match unit.to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" | "kib" => 1 << 10,
@@ -28,17 +41,18 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "g" | "gb" | "gib" => 1 << 30,
         "t" | "tb" | "tib" => 1 << 40,
         _ => {
-            return Err(format!(
-                "'{text}': unknown unit '{unit}' (use B, KiB, MiB, GiB or TiB)"
-            ))
+            return Err(SizeError::UnknownUnit {
+                text: text.to_string(),
+                unit: unit.to_string(),
+            })
         }
     };
     if !value.is_finite() || value < 0.0 {
-        return Err(format!("'{text}': a size cannot be negative"));
+        return Err(SizeError::Negative(text.to_string()));
     }
     let bytes = value * scale as f64;
     if bytes > u64::MAX as f64 / 2.0 {
-        return Err(format!("'{text}': too large"));
+        return Err(SizeError::TooLarge(text.to_string()));
     }
     Ok(bytes.round() as u64)
 }

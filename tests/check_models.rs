@@ -188,6 +188,49 @@ fn cases() -> Vec<Case> {
             says: &["lora", "r must be at least 1"],
         },
         Case {
+            name: "linear-in-zero",
+            text: with(CNN, "Linear(in: 2048, out: 10)", "Linear(in: 0, out: 10)"),
+            marker: "in: 0",
+            says: &["fc", "in", "must be at least 1"],
+        },
+        Case {
+            name: "conv-out-past-the-largest-dimension",
+            text: with(CNN, "Conv2d(in: 3, out: 8,", "Conv2d(in: 3, out: 4194304,"),
+            marker: "out: 4194304",
+            says: &["conv", "out", "larger than 2097152"],
+        },
+        Case {
+            // A tuple variant's one value: the module is pointed at.
+            name: "dropout-not-a-probability",
+            text: with(
+                CNN,
+                "            (\"flat\", Flatten),\n",
+                "            (\"flat\", Flatten),\n            (\"drop\", Dropout(1.5)),\n",
+            ),
+            marker: "Dropout(1.5)",
+            says: &["drop", "1.5 is not a probability"],
+        },
+        Case {
+            name: "too-many-modules-to-build",
+            text: with(
+                CNN,
+                "            (\"flat\", Flatten),\n",
+                "            (\"flat\", Flatten),\n            (\"many\", Repeat(n: 100000, block: ReLU)),\n",
+            ),
+            marker: "Sequential([",
+            says: &["100006 modules once every Repeat is unrolled"],
+        },
+        Case {
+            name: "lora-targets-nothing-in-the-model",
+            text: with(
+                LM,
+                "        ]),\n    ),",
+                "        ]),\n        lora: Some((r: 8, alpha: 16.0, target_modules: [\"c_attn\"])),\n    ),",
+            ),
+            marker: "target_modules",
+            says: &["lora", "no projection is named c_attn"],
+        },
+        Case {
             name: "maxpool-padding-over-half-the-kernel",
             text: with(CNN, "stride: 2, padding: 1", "stride: 2, padding: 2"),
             marker: "padding: 2",

@@ -444,7 +444,7 @@ fn every_top_level_module_is_in_the_order() {
 
 fn planted_order() -> Layers {
     Layers::from_doc(
-        "# t\n<!-- layer order -->\n```text\ntui  the top\nreport, live  peers\nengine  middle\nalloc  bottom\n```\n",
+        "# t\n<!-- layer order -->\n```text\ntui  the top\nreport, job  peers\nengine  middle\nalloc  bottom\n```\n",
     )
     .expect("an order")
 }
@@ -471,7 +471,7 @@ fn downward_uses_pass() {
 
 #[test]
 fn a_peer_of_the_same_layer_is_refused() {
-    let src = "fn f() -> crate::live::Session { todo!() }\n";
+    let src = "fn f() -> crate::job::Session { todo!() }\n";
     let v = check_source(
         &planted_order(),
         "src/report/x.rs",
@@ -480,12 +480,12 @@ fn a_peer_of_the_same_layer_is_refused() {
     )
     .expect("parses");
     assert_eq!(v.len(), 1, "{v:?}");
-    assert_eq!(v[0].to, "live");
+    assert_eq!(v[0].to, "job");
 }
 
 #[test]
 fn grouped_uses_expression_paths_and_macro_tokens_are_read() {
-    let src = "use crate::{tui::App};\nfn f() { let _ = crate::report::run(); }\nfn g() { println!(\"{}\", crate::live::NAME); }\n";
+    let src = "use crate::{tui::App};\nfn f() { let _ = crate::report::run(); }\nfn g() { println!(\"{}\", crate::job::NAME); }\n";
     let v = check_source(
         &planted_order(),
         "src/engine/x.rs",
@@ -494,7 +494,7 @@ fn grouped_uses_expression_paths_and_macro_tokens_are_read() {
     )
     .expect("parses");
     let to: Vec<&str> = v.iter().map(|v| v.to.as_str()).collect();
-    assert_eq!(to, ["tui", "report", "live"]);
+    assert_eq!(to, ["tui", "report", "job"]);
 }
 
 #[test]

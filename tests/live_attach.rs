@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use serde_json::{json, Value};
-use vramscope::live::frame::FrameReader;
-use vramscope::live::synth::{hello, StreamWriter};
-use vramscope::live::{connect, Address, LiveError};
-use vramscope::producers::{live_source, SourceMsg};
+use vramscope::job::frame::FrameReader;
+use vramscope::job::synth::{hello, StreamWriter};
+use vramscope::job::{connect, Address, LiveError};
+use vramscope::producers::{job_source, JobMsg, RecordedMsg, RunMsg, SourceMsg};
 
 const BASE: u64 = 0x7f00_0000_0000;
 const FIXTURE: &str = "tests/fixtures/live/peak-inside-step-synth.vslive";
@@ -79,7 +79,7 @@ fn unix_server(tag: &str, stream: Vec<u8>) -> (common::Scratch, PathBuf, JoinHan
 fn drain(source: vramscope::producers::Source) -> Vec<SourceMsg> {
     let mut out = Vec::new();
     while let Some(m) = source.recv() {
-        let end = matches!(m, SourceMsg::Finished);
+        let end = matches!(m, SourceMsg::Run(RunMsg::Finished));
         out.push(m);
         if end {
             break;
@@ -94,7 +94,7 @@ fn a_unix_socket_job_that_loses_entries_starts_over_and_then_disconnects() {
     let addr = Address::parse(path.to_str().expect("utf-8")).expect("addr");
     let c = connect(&addr, None, Arc::default()).expect("connects");
     assert_eq!(c.hello.pid, 4242);
-    let msgs = drain(live_source(
+    let msgs = drain(job_source(
         c.frames,
         Some(c.hello),
         None,
@@ -109,7 +109,7 @@ fn a_unix_socket_job_that_loses_entries_starts_over_and_then_disconnects() {
         .iter()
         .rev()
         .find_map(|m| match m {
-            SourceMsg::Job(j) => Some(j),
+            SourceMsg::Job(JobMsg::Place(j)) => Some(j),
             _ => None,
         })
         .expect("the job's pid and devices");
@@ -119,15 +119,15 @@ fn a_unix_socket_job_that_loses_entries_starts_over_and_then_disconnects() {
     let names: Vec<&str> = msgs
         .iter()
         // The job's pid and devices for the GPU panel come beside the view's messages.
-        .filter(|m| !matches!(m, SourceMsg::Job(_)))
+        .filter(|m| !matches!(m, SourceMsg::Job(JobMsg::Place(_))))
         .map(|m| match m {
-            SourceMsg::Opened(_) => "opened",
-            SourceMsg::Start(_) => "start",
-            SourceMsg::Part(_) => "part",
-            SourceMsg::Restarted => "restarted",
-            SourceMsg::Note(_) => "note",
-            SourceMsg::FindingsNow(_) => "findings",
-            SourceMsg::Finished => "finished",
+            SourceMsg::Recorded(RecordedMsg::Opened(_)) => "opened",
+            SourceMsg::Run(RunMsg::Start(_)) => "start",
+            SourceMsg::Run(RunMsg::Part(_)) => "part",
+            SourceMsg::Run(RunMsg::Restarted) => "restarted",
+            SourceMsg::Job(JobMsg::Note(_)) => "note",
+            SourceMsg::Run(RunMsg::FindingsNow(_)) => "findings",
+            SourceMsg::Run(RunMsg::Finished) => "finished",
             _ => "other",
         })
         .collect();
@@ -154,7 +154,7 @@ fn a_unix_socket_job_that_loses_entries_starts_over_and_then_disconnects() {
     let notes: Vec<&String> = msgs
         .iter()
         .filter_map(|m| match m {
-            SourceMsg::Note(n) => Some(n),
+            SourceMsg::Job(JobMsg::Note(n)) => Some(n),
             _ => None,
         })
         .collect();
@@ -168,7 +168,7 @@ fn a_unix_socket_job_that_loses_entries_starts_over_and_then_disconnects() {
     let starts: Vec<_> = msgs
         .iter()
         .filter_map(|m| match m {
-            SourceMsg::Start(map) => Some(map),
+            SourceMsg::Run(RunMsg::Start(map)) => Some(map),
             _ => None,
         })
         .collect();
@@ -334,7 +334,7 @@ fn a_hello_sent_a_byte_at_a_time_times_out() {
     });
     let addr = Address::parse(path.to_str().expect("utf-8")).expect("addr");
     let t = std::time::Instant::now();
-    let err = vramscope::live::connect::connect_within(
+    let err = vramscope::job::connect::connect_within(
         &addr,
         None,
         Arc::default(),

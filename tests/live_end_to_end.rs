@@ -312,7 +312,7 @@ fn a_captured_leak_played_live_is_flagged_as_open_flags_it() {
 fn a_request_for_holders_is_answered_at_the_next_step() {
     use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
-    use vramscope::live::{connect, decode, Address, Session};
+    use vramscope::job::{connect, decode, Address, Session};
 
     let dir = temp_dir("live-holders");
     let socket = dir.join("job.sock");

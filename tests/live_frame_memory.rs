@@ -7,7 +7,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use vramscope::live::decode;
+use vramscope::job::decode;
 
 struct Counting;
 

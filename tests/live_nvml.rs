@@ -8,8 +8,8 @@ use std::os::unix::net::UnixListener;
 
 use serde_json::{json, Value};
 use vramscope::device::nvml;
-use vramscope::live::frame::FrameReader;
-use vramscope::live::synth::StreamWriter;
+use vramscope::job::frame::FrameReader;
+use vramscope::job::synth::StreamWriter;
 
 const FIXTURE: &str = "tests/fixtures/live/peak-inside-step.vslive";
 const SEGMENT: u64 = 1 << 30;

@@ -1,5 +1,5 @@
 //! `attach --replay` against `open` on the same data: a recording made from
-//! a snapshot (`live::synth::recording_of`) must give the same `devices`
+//! a snapshot (`job::synth::recording_of`) must give the same `devices`
 //! report as the snapshot file itself.
 
 mod common;
@@ -35,7 +35,7 @@ fn json_of(args: &[&str]) -> Value {
 
 fn recording_for(file: &Path, dir: &Scratch) -> PathBuf {
     let snap = import_file(file).expect("snapshot");
-    let bytes = vramscope::live::synth::recording_of(&snap);
+    let bytes = vramscope::job::synth::recording_of(&snap);
     let name = file.file_name().expect("a file").to_string_lossy();
     let path = dir.join(format!("{name}.vslive"));
     std::fs::write(&path, bytes).expect("write");
@@ -107,7 +107,7 @@ fn the_python_helper_s_recording_reports_what_open_reports() {
 #[test]
 fn the_committed_fixture_is_what_the_generator_makes() {
     let snap = import_file(&capture(FIXTURE_SOURCE)).expect("snapshot");
-    let made = vramscope::live::synth::recording_of(&snap);
+    let made = vramscope::job::synth::recording_of(&snap);
     if std::env::var_os("VRAMSCOPE_REGENERATE_FIXTURES").is_some() {
         std::fs::write(FIXTURE, &made).expect("write fixture");
     }
@@ -142,8 +142,8 @@ fn a_job_leaking_2_mib_a_step_is_flagged_by_the_line_that_keeps_it() {
     let dir = temp_dir("live-leak");
     let write = |name: &str, leak: u64| {
         let path = dir.join(name);
-        let job = vramscope::live::synth::training_job(20, leak, 3).bytes;
-        let mut rec = vramscope::live::MAGIC.to_vec();
+        let job = vramscope::job::synth::training_job(20, leak, 3).bytes;
+        let mut rec = vramscope::job::MAGIC.to_vec();
         rec.extend_from_slice(&job);
         std::fs::write(&path, rec).expect("write");
         path
@@ -193,9 +193,9 @@ fn a_job_leaking_2_mib_a_step_is_flagged_by_the_line_that_keeps_it() {
 fn past_the_entries_kept_the_history_starts_over_and_says_so() {
     let dir = temp_dir("live-keep");
     let path = dir.join("long.vslive");
-    let mut rec = vramscope::live::MAGIC.to_vec();
+    let mut rec = vramscope::job::MAGIC.to_vec();
     // 100 steps of 3 × 100 temporaries and 1 kept block: about 30,000 entries.
-    rec.extend_from_slice(&vramscope::live::synth::training_job(100, 1 << 20, 100).bytes);
+    rec.extend_from_slice(&vramscope::job::synth::training_job(100, 1 << 20, 100).bytes);
     std::fs::write(&path, rec).expect("write");
     let path = path.to_str().expect("utf-8");
     let all = json_of(&["attach", "--replay", path, "--json"]);

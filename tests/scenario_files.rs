@@ -268,6 +268,35 @@ fn feeding_a_model_the_wrong_tensor_stops_with_pytorchs_error() {
 }
 
 #[test]
+fn a_model_in_the_language_refuses_a_fed_tensor_in_pytorchs_words() {
+    // The first module has PyTorch's words: a Conv2d's weight and channels,
+    // a Linear's dtype, as F.conv2d and F.linear say them.
+    for (model, buffer, expected) in [
+        (
+            "ResNet18(classes: 4, image: 32)",
+            "shape: [1, 4, 32, 32], dtype: F32",
+            "Given groups=1, weight of size [64, 3, 7, 7], expected input[1, 4, 32, 32] to have 3 channels, but got 4 channels instead",
+        ),
+        (
+            "Mlp(dims: [8, 4])",
+            "shape: [2, 8], dtype: I64",
+            "expected m1 and m2 to have the same dtype, but got: long int != float",
+        ),
+    ] {
+        let text = format!(
+            "Scenario(name: \"t\", description: \"t\", device: (name: \"d\", capacity: \"1GiB\"), \
+             model: {model}, steps: [AllocateBuffer(name: \"x\", {buffer}), \
+             Forward(input: \"x\", output: \"o\")], iterations: 1)"
+        );
+        let (scenario, built) = load_str(&text, "fed.ron").expect("loads");
+        let error = run(&scenario, &built, &RunOptions::default())
+            .error
+            .unwrap_or_default();
+        assert!(error.contains(expected), "{model}: {error}");
+    }
+}
+
+#[test]
 fn a_loss_target_that_does_not_fit_the_output_stops_with_pytorchs_error() {
     let run_text = |target_step: &str| {
         let text = VALID.replace(
@@ -305,6 +334,24 @@ fn unknown_preset_points_at_the_name() {
     let (line, column, message) = at(&text);
     assert_eq!((line, column), (5, 20), "at `gpt-5` inside the quotes");
     assert!(message.contains("unknown preset"), "{message}");
+}
+
+#[test]
+fn a_layer_list_that_is_not_an_mlp_points_at_the_layer() {
+    let layers = "Layers([Linear(784, 10), Linear(10, 10)])";
+    let text = VALID.replace("Preset(\"mlp-mnist\")", layers); // line 5
+    let (line, column, message) = at(&text);
+    let written = text.lines().nth(4).expect("line 5");
+    let second = written.find("Linear(10, 10)").expect("written") + 1;
+    assert_eq!(
+        (line, column),
+        (5, second),
+        "at the second Linear: {message}"
+    );
+    assert!(
+        message.contains("layer 1: put a ReLU between two Linear layers"),
+        "{message}"
+    );
 }
 
 #[test]

@@ -11,8 +11,8 @@ use vramscope::alloc::AllocConfig;
 use vramscope::alloc::Tag;
 use vramscope::alloc::{Action, BlockState};
 use vramscope::producers::{
-    snapshot_source, snapshot_to_source, what_if_file_source, what_if_source, Opened, Source,
-    SourceMsg,
+    snapshot_source, snapshot_to_source, what_if_file_source, what_if_source, Opened, RecordedMsg,
+    RunMsg, Source, SourceMsg,
 };
 use vramscope::trace::replay::entry_tag;
 use vramscope::trace::snapshot::{
@@ -46,25 +46,25 @@ fn view(source: Source) -> View {
     };
     while let Some(msg) = source.recv() {
         match msg {
-            SourceMsg::Opened(o) => {
+            SourceMsg::Recorded(RecordedMsg::Opened(o)) => {
                 v.assumed |= o.assumed_empty_start;
                 v.opened = Some(*o);
             }
-            SourceMsg::Start(map) => {
+            SourceMsg::Run(RunMsg::Start(map)) => {
                 assert!(v.timeline.is_empty(), "a start after events");
                 v.timeline = Timeline::starting_from(*map);
             }
-            SourceMsg::Part(mut part) => {
+            SourceMsg::Run(RunMsg::Part(mut part)) => {
                 v.timeline.extend_part(&mut part);
                 source.give_back(part);
             }
-            SourceMsg::Events(e) => v.timeline.extend(e),
-            SourceMsg::Restarted => {
+            SourceMsg::Run(RunMsg::Events(e)) => v.timeline.extend(e),
+            SourceMsg::Run(RunMsg::Restarted) => {
                 v.shown_then_restarted.push(v.timeline.len());
                 v.timeline = Timeline::new();
             }
-            SourceMsg::Failed(why) => panic!("{why}"),
-            SourceMsg::Finished => v.finished = true,
+            SourceMsg::Run(RunMsg::Failed(why)) => panic!("{why}"),
+            SourceMsg::Run(RunMsg::Finished) => v.finished = true,
             _ => {}
         }
     }

@@ -2,7 +2,7 @@
 //! event the map holds exactly the snapshot's final segments and blocks, on
 //! every device, whether the trace covers the whole run or started late.
 
-use vramscope::producers::{snapshot_to_source, SourceMsg};
+use vramscope::producers::{snapshot_to_source, RunMsg, SourceMsg};
 use vramscope::trace::mirror::final_map;
 use vramscope::trace::snapshot::import_file;
 use vramscope::trace::{Event, MemoryMap};
@@ -21,8 +21,8 @@ fn last_map(snap: &vramscope::trace::snapshot::Snapshot, device: usize) -> (Memo
     let (mut misfits, mut gaps, mut head) = (0, 0, None);
     while let Some(msg) = source.recv() {
         match msg {
-            SourceMsg::Start(m) => map = *m,
-            SourceMsg::Part(part) => {
+            SourceMsg::Run(RunMsg::Start(m)) => map = *m,
+            SourceMsg::Run(RunMsg::Part(part)) => {
                 for (e, sample) in part.events.iter().zip(&part.samples) {
                     if let Event::Alloc(a) = e {
                         misfits += usize::from(map.apply(a).is_err());
@@ -35,7 +35,7 @@ fn last_map(snap: &vramscope::trace::snapshot::Snapshot, device: usize) -> (Memo
                 gaps += part.gaps.len();
                 head = part.head.or(head);
             }
-            SourceMsg::Failed(why) => panic!("{why}"),
+            SourceMsg::Run(RunMsg::Failed(why)) => panic!("{why}"),
             _ => {}
         }
     }

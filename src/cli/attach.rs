@@ -10,14 +10,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use vramscope::alloc::format_size;
-use vramscope::live::address::{expand_ranks, RANK};
-use vramscope::live::nvml_match::{read_once, JobPlace, LiveJob};
-use vramscope::live::{
+use vramscope::job::address::{expand_ranks, RANK};
+use vramscope::job::nvml_match::{read_once, JobPlace, LiveJob};
+use vramscope::job::{
     connect, decode, open_recording, Address, FrameReader, LiveError, Message, Requester,
     ServerHello, Session, TOKEN_ENV,
 };
-use vramscope::producers::{file_title, live_source_with, LiveOptions};
-use vramscope::report::live::LiveReport;
+use vramscope::producers::{file_title, job_source_with, JobOptions};
+use vramscope::report::job::LiveReport;
 use vramscope::report::series::{figures, DeviceFigures, SeriesFile, SeriesTable};
 use vramscope::tui::{run_tui, TuiOptions};
 use vramscope::units::{format_count, signed_size};
@@ -26,8 +26,8 @@ use super::pace::PaceArgs;
 use super::BadInput;
 
 impl AttachArgs {
-    fn live_options(&self, tab: bool, requests: Option<Requester>) -> LiveOptions {
-        LiveOptions {
+    fn live_options(&self, tab: bool, requests: Option<Requester>) -> JobOptions {
+        JobOptions {
             device: self.device,
             keep_entries: self.keep_entries,
             tab,
@@ -75,7 +75,7 @@ pub fn run(args: AttachArgs, tui: bool, pace: &PaceArgs) -> anyhow::Result<ExitC
     };
     if tui {
         let source =
-            live_source_with(frames, hello, stop, args.live_options(false, requests)).job_at(place);
+            job_source_with(frames, hello, stop, args.live_options(false, requests)).job_at(place);
         let opts = pace.apply(TuiOptions::default(), &[title.as_str()]);
         run_tui(vec![(title, source)], opts)?;
         return Ok(ExitCode::SUCCESS);
@@ -201,8 +201,7 @@ fn ranks(
             .into_iter()
             .map(|i| {
                 let opts = args.live_options(true, i.requests);
-                let source =
-                    live_source_with(i.frames, i.hello, stop.clone(), opts).job_at(i.place);
+                let source = job_source_with(i.frames, i.hello, stop.clone(), opts).job_at(i.place);
                 (i.title, source)
             })
             .collect();

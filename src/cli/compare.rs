@@ -99,7 +99,7 @@ fn side(spec: &CompareSide) -> anyhow::Result<Side> {
 
 fn scenario_side(input: &str, conf: Option<&str>) -> anyhow::Result<Side> {
     let (scenario, built) = match conf {
-        Some(conf) => resolve_under(input, conf).map_err(BadInput)?,
+        Some(conf) => resolve_under(input, conf).map_err(|e| BadInput(e.to_string()))?,
         None => resolve(input).map_err(|e| BadInput(e.to_string()))?,
     };
     let result = run_scenario(

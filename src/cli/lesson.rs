@@ -9,9 +9,8 @@ use vramscope::lesson::{
 };
 use vramscope::producers::{scenario_source, ITERATION_PACE};
 use vramscope::tui::lesson::LessonState;
-use vramscope::tui::lesson_loop::run_lesson;
 use vramscope::tui::theme::{no_color_from_env, Theme, ThemeName};
-use vramscope::tui::{run_tui, TuiOptions};
+use vramscope::tui::{run_on_terminal, run_tui, TuiOptions};
 use vramscope::units::escape_line;
 
 use super::pace::PaceArgs;
@@ -93,7 +92,7 @@ pub fn open(name: &str, seed: Option<u64>, pace: &PaceArgs) -> anyhow::Result<Ex
     let theme = Theme::builtin(ThemeName::from(pace.theme), no_color_from_env())?;
     let mut state = LessonState::new(loaded.lesson.clone(), theme);
     loop {
-        run_lesson(&mut state)?;
+        run_on_terminal(&mut state)?;
         let Some(i) = state.open.take() else {
             return Ok(ExitCode::SUCCESS);
         };

@@ -267,7 +267,7 @@ pub enum Command {
         device: Option<usize>,
         /// Trace entries kept for the timeline and the leak analysis (about
         /// 110 bytes each); past it the view starts over from the job's map.
-        #[arg(long, default_value_t = vramscope::live::ENTRY_CAP as u64, value_parser = clap::value_parser!(u64).range(10_000..))]
+        #[arg(long, default_value_t = vramscope::job::ENTRY_CAP as u64, value_parser = clap::value_parser!(u64).range(10_000..))]
         keep_entries: u64,
         #[command(flatten)]
         pace: PaceArgs,

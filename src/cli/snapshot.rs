@@ -227,7 +227,7 @@ pub fn export(input: &Path, output: &Path, conf: Option<&str>) -> anyhow::Result
 fn scenario_snapshot(input: &Path, conf: Option<&str>) -> anyhow::Result<Snapshot> {
     let name = input.to_str().unwrap_or_default();
     let (scenario, built) = match conf {
-        Some(conf) => resolve_under(name, conf).map_err(BadInput)?,
+        Some(conf) => resolve_under(name, conf).map_err(|e| BadInput(e.to_string()))?,
         None => resolve(name).map_err(|e| BadInput(e.to_string()))?,
     };
     let result = run_scenario(

@@ -16,10 +16,10 @@ use vramscope::alloc::format_size;
 use vramscope::device::GpuProfile;
 use vramscope::device::{profile, profiles::profile_names};
 use vramscope::files::{check_replaceable, write_replacing};
-use vramscope::live::recording::write_magic;
-use vramscope::live::{FrameReader, ENTRY_CAP};
-use vramscope::producers::{live_source_with, LiveOptions};
-use vramscope::report::live::LiveReport;
+use vramscope::job::recording::write_magic;
+use vramscope::job::{FrameReader, ENTRY_CAP};
+use vramscope::producers::{job_source_with, JobOptions};
+use vramscope::report::job::LiveReport;
 use vramscope::sweep::{default_threads, MAX_SEARCH_BATCH};
 use vramscope::traced::{
     self, parse_sweep, ChildOutput, ReplayOptions, TraceOptions, TraceOutcome, TraceRun, TraceSweep,
@@ -190,7 +190,7 @@ pub fn run(args: TraceArgs, tui: bool, pace: &PaceArgs) -> anyhow::Result<ExitCo
     let frames = FrameReader::new(Box::new(reader) as Box<dyn Read + Send>, title.clone());
     if tui {
         let stop = Arc::new(AtomicBool::new(false));
-        let source = live_source_with(frames, None, stop, LiveOptions::default());
+        let source = job_source_with(frames, None, stop, JobOptions::default());
         let opts = pace.apply(TuiOptions::default(), &[title.as_str()]);
         let shown = run_tui(vec![(title, source)], opts);
         producer.stop();

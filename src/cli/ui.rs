@@ -14,12 +14,11 @@ use vramscope::producers::{
     file_title, open_source, open_source_under, scenario_source, scenario_source_on,
     snapshot_source, sweep_source, RealGpu, Source, ITERATION_PACE,
 };
-use vramscope::scenario::{at_point, resolve};
+use vramscope::scenario::{at_point, resolve, LoadError};
 use vramscope::sweep::{capacity, default_threads};
-use vramscope::tui::sweep::SweepState;
-use vramscope::tui::sweep_loop::run_sweep;
+use vramscope::tui::sweep::{SweepScreen, SweepState};
 use vramscope::tui::theme::{no_color_from_env, Theme, ThemeName};
-use vramscope::tui::{run_tui, TuiOptions};
+use vramscope::tui::{run_on_terminal, run_tui, TuiOptions};
 use vramscope::units::escape_line;
 
 use super::compare::CompareSide;
@@ -61,10 +60,10 @@ pub fn open_compare(sides: &[CompareSide; 2], pace: &PaceArgs) -> anyhow::Result
 /// otherwise); an input that did not open, or a file that fails before its
 /// first event, is bad input.
 fn play(
-    sources: Result<Vec<(String, Source)>, String>,
+    sources: Result<Vec<(String, Source)>, LoadError>,
     pace: &PaceArgs,
 ) -> anyhow::Result<ExitCode> {
-    let sources = sources.map_err(BadInput)?;
+    let sources = sources.map_err(|e| BadInput(e.to_string()))?;
     let titles: Vec<&str> = sources.iter().map(|(t, _)| t.as_str()).collect();
     let opts = pace.apply(
         TuiOptions {
@@ -135,7 +134,7 @@ pub fn open_cuda(name: &str, ordinal: usize, pace: &PaceArgs) -> anyhow::Result<
         ordinal: index,
         pci,
         open: Arc::new(move || {
-            let dev = CudaDevice::open(ordinal).map_err(|e| e.to_string())?;
+            let dev = CudaDevice::open(ordinal)?;
             // As headless runs do: kernels when NVRTC can build them, and the
             // allocator held to the scenario's device.
             let launcher = launcher_for(&dev).ok();
@@ -179,7 +178,10 @@ pub fn open_sweep(name: &str, args: &SweepArgs, pace: &PaceArgs) -> anyhow::Resu
         default_threads(),
     );
     loop {
-        run_sweep(&mut state, &source)?;
+        run_on_terminal(&mut SweepScreen {
+            state: &mut state,
+            source: &source,
+        })?;
         let Some((batch, seq)) = state
             .open
             .take()

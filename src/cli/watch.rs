@@ -1,6 +1,6 @@
 //! `vramscope watch`: every GPU's memory, utilisation and processes from NVML,
 //! with a short history, refreshed by the poller thread. With a terminal it
-//! is a live full-screen view (`tui::watch_loop`); otherwise text or JSON.
+//! is a live full-screen view (`tui::watch::WatchScreen`); otherwise text or JSON.
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -9,8 +9,9 @@ use std::process::ExitCode;
 use vramscope::device::nvml::{DeviceReconciliation, GpuReading};
 use vramscope::device::GpuUnavailable;
 use vramscope::producers::{nvml_source, Source, SourceMsg};
+use vramscope::tui::run_on_terminal;
 use vramscope::tui::theme::{no_color_from_env, Theme, ThemeName};
-use vramscope::tui::watch_loop::run_watch;
+use vramscope::tui::watch::{WatchScreen, WatchState};
 use vramscope::units::{
     escape_controls, escape_json_controls, format_percent_or_unknown, format_size_or_unknown,
 };
@@ -87,7 +88,12 @@ pub fn run(once: bool, json: bool) -> anyhow::Result<ExitCode> {
     };
     if !once && !json && super::ui::have_terminal() {
         let theme = Theme::builtin(ThemeName::Dark, no_color_from_env())?;
-        let state = run_watch(first, rx, theme)?;
+        let mut state = WatchState::new(theme);
+        state.ingest(Ok(first));
+        run_on_terminal(&mut WatchScreen {
+            state: &mut state,
+            source: &rx,
+        })?;
         if let Some(e) = state.error {
             warn!("vramscope watch: {e}");
             return Ok(ExitCode::from(EXIT_NO_GPU));

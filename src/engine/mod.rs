@@ -5,7 +5,7 @@
 //! An [`Engine`] owns a [`crate::alloc::CachingAllocator`] on a simulated
 //! device, a model built from a [`ModelConfig`] preset, and runs a [`Program`]
 //! (a list of [`Step`]s repeated for N iterations). Everything it does is an
-//! [`EngineEvent`]; [`Engine::live_state`] exposes the graph for the leak detector.
+//! [`EngineEvent`]; [`Engine::held_state`] exposes the graph for the leak detector.
 //! On a real GPU an engine may own a [`crate::device::KernelLauncher`]: each
 //! op then launches `kernels/` on its tensors' device addresses (`launch/`),
 //! which changes no allocator decision.
@@ -25,12 +25,12 @@ pub mod dtype;
 pub mod error;
 pub mod estimate;
 pub mod events;
+pub mod held;
+mod held_walk;
 pub mod hf_config;
 pub mod hf_switches;
 mod keep;
 pub mod launch;
-pub mod live;
-mod live_walk;
 mod loop_steps;
 pub mod measured;
 pub mod model_lang;
@@ -66,8 +66,8 @@ pub use config::{
 pub use dtype::DType;
 pub use error::{EngineError, ErrorKind, Result, BACKWARD_TWICE};
 pub use events::EngineEvent;
+pub use held::{HeldState, NodeInfo, RootInfo, RootKind, SavedInfo, StorageInfo};
 pub use launch::LaunchStats;
-pub use live::{LiveState, NodeInfo, RootInfo, RootKind, SavedInfo, StorageInfo};
 pub use loop_steps::{DictKey, EveryUnit, HiddenPart};
 pub use optim::{OptimizerConfig, OptimizerKind};
 pub use presets::{Evidence, LossKind, ModelConfig, ModelKind, PresetInfo, PRESET_CATALOGUE};

@@ -27,11 +27,13 @@ pub enum LossKind {
     HfCausalLm,
 }
 
+/// What a model is: written in the language, or one of the two models
+/// still written by hand (nanoGPT's fused-QKV blocks with their checkpoint
+/// plans, and the recurrent LSTM language model, whose forward takes and
+/// returns a hidden state the language has no module for yet).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub enum ModelKind {
-    /// Linear layers with ReLU between them (§10.1: dims = [784, 1024, 1024, 10]).
-    Mlp { dims: Vec<u64>, inplace_relu: bool },
     /// nanoGPT (§10.2). `seq` is the training sequence length T ≤ block_size.
     Gpt2 {
         n_layer: u64,
@@ -66,20 +68,9 @@ pub enum ModelKind {
         /// cuDNN `_cudnn_rnn` (true) or the unfused LSTMCell loop (§8.4).
         cudnn: bool,
     },
-    /// torchvision ResNet with BasicBlocks (§10.4: [2, 2, 2, 2] is ResNet-18).
-    ResNet {
-        blocks: [u64; 4],
-        num_classes: u64,
-        image: u64,
-    },
-    /// A model written in the language (`model_lang`).
+    /// A model written in the language (`model_lang`): the MLPs, ResNets,
+    /// a lone Linear, the Hugging Face shapes, and any a scenario writes.
     Modules(crate::engine::model_lang::LangModel),
-    /// One `nn.Linear` (the §12 golden trace).
-    Linear {
-        in_features: u64,
-        out_features: u64,
-        bias: bool,
-    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -102,15 +93,15 @@ fn fp32() -> DType {
 impl ModelConfig {
     /// §10.1 `mlp-mnist`: 784 → 1024 → 1024 → 10, B = 256.
     pub fn mlp_mnist() -> ModelConfig {
-        ModelConfig {
-            kind: ModelKind::Mlp {
-                dims: vec![784, 1024, 1024, 10],
-                inplace_relu: false,
-            },
-            batch: 256,
-            loss: LossKind::CrossEntropy,
-            param_dtype: DType::F32,
-        }
+        ModelConfig::mlp(&[784, 1024, 1024, 10], false)
+    }
+
+    /// An MLP of `dims` (§10.1), trained with cross-entropy at batch 256.
+    pub fn mlp(dims: &[u64], inplace_relu: bool) -> ModelConfig {
+        ModelConfig::modules(
+            crate::engine::model_lang::presets::mlp(dims, inplace_relu),
+            256,
+        )
     }
 
     /// §10.2 `gpt2-small` (d = 768, h = 12, L = 12, V = 50,257, tied).
@@ -191,29 +182,21 @@ impl ModelConfig {
 
     /// §10.4 ResNet-18 at 224×224.
     pub fn resnet18(batch: u64) -> ModelConfig {
-        ModelConfig {
-            kind: ModelKind::ResNet {
-                blocks: [2, 2, 2, 2],
-                num_classes: 1000,
-                image: 224,
-            },
-            batch,
-            loss: LossKind::CrossEntropy,
-            param_dtype: DType::F32,
-        }
+        ModelConfig::resnet18_for(1000, 224, batch)
+    }
+
+    /// torchvision's ResNet-18 (BasicBlocks) for `classes` on `image`² RGB images.
+    pub fn resnet18_for(classes: u64, image: u64, batch: u64) -> ModelConfig {
+        use crate::engine::model_lang::presets::resnet;
+        ModelConfig::modules(resnet([2, 2, 2, 2], false, classes, image), batch)
     }
 
     /// `nn.Linear(in, out)` with `loss = out.sum()` (§12).
     pub fn linear(in_features: u64, out_features: u64, batch: u64) -> ModelConfig {
+        use crate::engine::model_lang::presets::linear;
         ModelConfig {
-            kind: ModelKind::Linear {
-                in_features,
-                out_features,
-                bias: true,
-            },
-            batch,
             loss: LossKind::Sum,
-            param_dtype: DType::F32,
+            ..ModelConfig::modules(linear(in_features, out_features, true), batch)
         }
     }
 

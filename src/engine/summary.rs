@@ -104,7 +104,7 @@ impl Engine {
         }
         let saved = self.saved_activation_storages();
         let mut saved_total = 0;
-        let ls = self.live_state();
+        let ls = self.held_state();
         for id in saved {
             let Some(st) = ls.storage(id) else { continue };
             let module = if st.category == Category::Input {
@@ -149,7 +149,7 @@ impl Engine {
 
     /// Live activation storages (the batch included) that a saved slot holds.
     fn saved_activation_storages(&self) -> Vec<StorageId> {
-        let ls = self.live_state();
+        let ls = self.held_state();
         let mut seen = FxHashSet::default();
         let mut out = Vec::new();
         for n in &ls.nodes {

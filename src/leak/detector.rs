@@ -1,6 +1,6 @@
 //! The scenario-run leak detector (engine.md §9, §9.1, §11.2).
 //!
-//! Fed the engine's [`LiveState`] after every iteration (and on demand at any
+//! Fed the engine's [`HeldState`] after every iteration (and on demand at any
 //! frame), it groups the roots (a variable, a list, the carried hidden state,
 //! the gradients, …), computes what each group keeps alive *exclusively* —
 //! its own storages plus the saved tensors of graphs only it reaches — and
@@ -13,7 +13,7 @@
 //! history, `reach.rs` groups the roots and walks what each one reaches,
 //! and `classify.rs` turns a group's history into [`Finding`]s.
 //!
-//! [`LiveState`]: crate::engine::LiveState
+//! [`HeldState`]: crate::engine::HeldState
 
 use std::collections::VecDeque;
 

@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::detector::{GroupKind, NONE, SHARED};
 use super::program::ProgramFacts;
 use super::reach::GroupAcc;
-use crate::engine::{DeviceKind, LiveState};
+use crate::engine::{DeviceKind, HeldState};
 
 /// One holder of GPU memory at an observation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -31,7 +31,7 @@ pub struct Holder {
 /// The holders of one observation, largest first, with what no one name
 /// holds.
 pub(super) fn holders(
-    ls: &LiveState,
+    ls: &HeldState,
     accs: &[GroupAcc],
     owner: &[u32],
     facts: &ProgramFacts,

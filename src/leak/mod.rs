@@ -2,7 +2,7 @@
 //! and what to change (engine.md §9, §9.1, §11.2).
 //!
 //! - [`Detector`]: scenario runs, from the engine's
-//!   [`crate::engine::LiveState`] after every iteration (`scenario::ScenarioRun`
+//!   [`crate::engine::HeldState`] after every iteration (`scenario::ScenarioRun`
 //!   feeds it).
 //! - [`analyze_snapshot`]: imported PyTorch snapshots, from the trace alone
 //!   (allocations that survive iteration boundaries, grouped by call site).

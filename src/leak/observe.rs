@@ -13,12 +13,12 @@ use super::reach::{
     assign_owners, charge_bytes, count_nodes, group_roots, index_nodes, index_storages, lookup,
     Ctx, GroupAcc, Grouping,
 };
-use crate::engine::{EngineError, LiveState};
+use crate::engine::{EngineError, HeldState};
 
 impl Detector {
     /// Feed one observation. A second observation of the same iteration (an
     /// on-demand query at a frame) replaces that iteration's sample.
-    pub fn observe(&mut self, ls: &LiveState, allocated: u64, reserved: u64) -> &[Finding] {
+    pub fn observe(&mut self, ls: &HeldState, allocated: u64, reserved: u64) -> &[Finding] {
         let it = ls.iteration;
         // A running maximum: peaks reset by reset_peak_memory_stats() still
         // count as demand the cache once had to meet.
@@ -53,7 +53,7 @@ impl Detector {
 
     /// Feed an engine error that stopped the run (e.g. the backward-twice
     /// error of a hidden state carried without `detach`, §8.3).
-    pub fn observe_error(&mut self, err: &EngineError, ls: &LiveState) -> &[Finding] {
+    pub fn observe_error(&mut self, err: &EngineError, ls: &HeldState) -> &[Finding] {
         self.error = Some(err.to_string());
         self.ran_out = matches!(err, EngineError::OutOfMemory { .. });
         let before = self.findings.clone();
@@ -81,7 +81,7 @@ impl Detector {
     /// The answer at an OOM (see `oom.rs`): the holders of this
     /// observation, the growth since the first completed iteration, and the
     /// what-ifs replayed on the run's own requests.
-    fn answer_oom(&self, ls: &LiveState, requested: u64) -> OomAnswer {
+    fn answer_oom(&self, ls: &HeldState, requested: u64) -> OomAnswer {
         let (at_request, what_if) = match self.requests.last_oom() {
             Some(at) => what_ifs(&self.requests, at, &self.device),
             None => (None, Vec::new()),
@@ -130,7 +130,7 @@ impl Detector {
         }
     }
 
-    fn analyze(&mut self, ls: &LiveState) {
+    fn analyze(&mut self, ls: &HeldState) {
         // Index storages and nodes by id.
         let spos = index_storages(ls, std::mem::take(&mut self.node_pos));
         let npos = index_nodes(ls);
@@ -178,7 +178,7 @@ impl Detector {
     }
 
     /// Gradients that persist across iterations (never zeroed with set_to_none).
-    fn track_gradients(&mut self, ls: &LiveState, spos: &[u32], grads: &[usize]) {
+    fn track_gradients(&mut self, ls: &HeldState, spos: &[u32], grads: &[usize]) {
         let it = ls.iteration;
         let mut grad_bytes = 0;
         let mut grad_blocks = Vec::new();

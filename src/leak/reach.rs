@@ -11,7 +11,7 @@ use super::detector::{GroupKind, GroupSample, NONE, SHARED};
 use super::finding::FindingKind;
 use super::format::{dtype, shape};
 use crate::alloc::format_size;
-use crate::engine::{Category, DeviceKind, LiveState, RootKind};
+use crate::engine::{Category, DeviceKind, HeldState, RootKind};
 
 /// Per-observation scratch for one group.
 #[derive(Debug, Clone)]
@@ -67,7 +67,7 @@ pub(super) fn cat_index(c: Category, saved: bool) -> usize {
 
 /// One observation's indexes and ownership, for walking the live state.
 pub(super) struct Ctx<'a> {
-    pub(super) ls: &'a LiveState,
+    pub(super) ls: &'a HeldState,
     pub(super) owner: &'a [u32],
     pub(super) is_own: &'a [bool],
     pub(super) spos: &'a [u32],
@@ -88,7 +88,7 @@ fn strip_index(name: &str) -> &str {
 
 /// Position of each storage in `ls.storages`, by storage id (`NONE`:
 /// absent); `spos` is a reused buffer.
-pub(super) fn index_storages(ls: &LiveState, mut spos: Vec<u32>) -> Vec<u32> {
+pub(super) fn index_storages(ls: &HeldState, mut spos: Vec<u32>) -> Vec<u32> {
     let max_sid = ls
         .storages
         .iter()
@@ -104,7 +104,7 @@ pub(super) fn index_storages(ls: &LiveState, mut spos: Vec<u32>) -> Vec<u32> {
 }
 
 /// Position of each node in `ls.nodes`, by node id (`NONE`: absent).
-pub(super) fn index_nodes(ls: &LiveState) -> Vec<u32> {
+pub(super) fn index_nodes(ls: &HeldState) -> Vec<u32> {
     let max_nid = ls
         .nodes
         .iter()
@@ -130,7 +130,7 @@ pub(super) struct Grouping<'a> {
 }
 
 /// Group the roots.
-pub(super) fn group_roots(ls: &LiveState) -> Grouping<'_> {
+pub(super) fn group_roots(ls: &HeldState) -> Grouping<'_> {
     let it = ls.iteration;
     let mut accs: Vec<GroupAcc> = Vec::new();
     let mut index: FxHashMap<&str, usize> = FxHashMap::default();
@@ -186,7 +186,7 @@ pub(super) fn group_roots(ls: &LiveState) -> Grouping<'_> {
 /// the iterations of the Nodes each group alone reaches; `mark` is a reused
 /// buffer.
 pub(super) fn count_nodes(
-    ls: &LiveState,
+    ls: &HeldState,
     accs: &mut [GroupAcc],
     npos: &[u32],
     mark: &mut Vec<u32>,
@@ -248,7 +248,7 @@ pub(super) fn count_nodes(
 /// group with the smallest graph that reaches them (a hidden state's
 /// chain is also reached by the `loss` computed from it).
 pub(super) fn assign_owners(
-    ls: &LiveState,
+    ls: &HeldState,
     accs: &[GroupAcc],
     root_group: &[u32],
     spos: &[u32],
@@ -303,7 +303,7 @@ pub(super) fn assign_owners(
 }
 
 /// Bytes per group.
-pub(super) fn charge_bytes(ls: &LiveState, accs: &mut [GroupAcc], owner: &[u32], is_own: &[bool]) {
+pub(super) fn charge_bytes(ls: &HeldState, accs: &mut [GroupAcc], owner: &[u32], is_own: &[bool]) {
     let it = ls.iteration;
     for (p, s) in ls.storages.iter().enumerate() {
         let g = owner[p];

@@ -9,7 +9,7 @@
 //! - `snapshot`: a PyTorch snapshot's trace mirrored into events, or its
 //!   requests replayed under another allocator config (`devices`: which of
 //!   its devices a view shows);
-//! - `live`: a running PyTorch job attached over `crate::live` (or a
+//! - `job`: a running PyTorch job attached over `crate::job` (or a
 //!   recording of one), growing as it runs;
 //! - `nvml`: the NVML poller (the GPU panel and `watch`);
 //! - `open`: the producer for an input as a user names it;
@@ -20,8 +20,8 @@
 
 pub mod devices;
 mod entry_times;
-pub mod live;
-mod live_tags;
+pub mod job;
+mod job_tags;
 pub mod nvml;
 pub mod open;
 pub mod scenario;
@@ -33,7 +33,7 @@ pub mod sweep;
 mod whatif_stream;
 
 pub use devices::{snapshot_devices, SnapshotDevices};
-pub use live::{live_source, live_source_with, LiveOptions};
+pub use job::{job_source, job_source_with, JobOptions};
 pub use nvml::nvml_source;
 pub use open::{file_title, is_snapshot_path, open_source, open_source_under};
 pub use scenario::{scenario_source, scenario_source_on, RealGpu, ITERATION_PACE};
@@ -42,7 +42,8 @@ pub use snapshot::{
     what_if_source, ImportError,
 };
 pub use source::{
-    BlockStack, EngineCommand, EntryDetail, LoadProgress, Opened, Polled, ScenarioStep, SiteKind,
-    Source, SourceMsg, StackOrigin, TagDescription, TagInfo,
+    BlockStack, EngineCommand, EntryDetail, JobMsg, LoadProgress, Opened, Polled, RecordedMsg,
+    RunMsg, ScenarioMsg, ScenarioStep, SiteKind, Source, SourceMsg, StackOrigin, SweepMsg,
+    TagDescription, TagInfo,
 };
 pub use sweep::sweep_source;

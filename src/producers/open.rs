@@ -8,7 +8,7 @@ use super::scenario::{scenario_source, ITERATION_PACE};
 use super::snapshot::{snapshot_source, what_if_file_source};
 use super::source::Source;
 use crate::alloc::AllocConfig;
-use crate::scenario::{conf_label, resolve, resolve_under};
+use crate::scenario::{conf_label, resolve, resolve_under, LoadError};
 use crate::units::escape_line;
 
 /// Whether `input` names a snapshot: an existing file that is not `.ron`.
@@ -27,13 +27,13 @@ pub fn file_title(path: &Path, input: &str) -> String {
 
 /// A source for `input`: a snapshot (see [`is_snapshot_path`]), else a
 /// scenario name or file. The error says what went wrong.
-pub fn open_source(input: &str) -> Result<(String, Source), String> {
+pub fn open_source(input: &str) -> Result<(String, Source), LoadError> {
     let input = input.trim();
     let path = Path::new(input);
     if is_snapshot_path(path) {
         return Ok((file_title(path, input), snapshot_source(path, None)));
     }
-    let (scenario, built) = resolve(input).map_err(|e| e.to_string())?;
+    let (scenario, built) = resolve(input)?;
     let title = escape_line(&scenario.name).into_owned();
     Ok((title, scenario_source(scenario, built, ITERATION_PACE)))
 }
@@ -41,12 +41,12 @@ pub fn open_source(input: &str) -> Result<(String, Source), String> {
 /// `input` under another `PYTORCH_CUDA_ALLOC_CONF`: a scenario runs with it,
 /// a snapshot's requests are replayed through the model with it. The title
 /// names the config.
-pub fn open_source_under(input: &str, conf: &str) -> Result<(String, Source), String> {
+pub fn open_source_under(input: &str, conf: &str) -> Result<(String, Source), LoadError> {
     let input = input.trim();
     let path = Path::new(input);
     let label = |name: &str| format!("{name} · {}", conf_label(conf));
     if is_snapshot_path(path) {
-        let config = AllocConfig::parse(conf).map_err(|e| format!("--conf: {e}"))?;
+        let config = AllocConfig::parse(conf).map_err(|e| LoadError::Conf(Box::new(e)))?;
         let source = what_if_file_source(path, None, config);
         return Ok((label(&file_title(path, input)), source));
     }

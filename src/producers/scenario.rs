@@ -8,10 +8,11 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use super::source::{
-    EngineCommand, ScenarioStep, SiteKind, Source, SourceMsg, TagDescription, TagInfo,
+    EngineCommand, RunMsg, ScenarioMsg, ScenarioStep, SiteKind, Source, SourceMsg, TagDescription,
+    TagInfo,
 };
 use crate::alloc::Tag;
-use crate::device::{nvml, AnyDevice, AnyLauncher, PciAddress};
+use crate::device::{nvml, AnyDevice, AnyLauncher, GpuUnavailable, PciAddress};
 use crate::engine::{Engine, EngineError, TagTable};
 use crate::scenario::{
     last_iteration_estimate, Built, Listing, Scenario, ScenarioRun, StepSites, Unit,
@@ -87,7 +88,7 @@ enum Ended {
 /// when there is one; called once per run (a restart opens it again), on the
 /// engine's thread.
 pub type DeviceOpener =
-    Arc<dyn Fn() -> Result<(AnyDevice, Option<AnyLauncher>), String> + Send + Sync>;
+    Arc<dyn Fn() -> Result<(AnyDevice, Option<AnyLauncher>), GpuUnavailable> + Send + Sync>;
 
 /// A real GPU for [`scenario_source_on`]: its CUDA ordinal (also NVML's
 /// index for it) and how to open it.
@@ -127,7 +128,7 @@ pub fn scenario_source_on(
     let spawned = std::thread::Builder::new().name(name).spawn(move || loop {
         match run_once(&scenario, &built, gpu.as_ref(), &tx, &cmd_rx, &shared, pace) {
             Ended::Restart => {
-                if tx.send(SourceMsg::Restarted).is_err() {
+                if tx.send(SourceMsg::Run(RunMsg::Restarted)).is_err() {
                     return;
                 }
             }
@@ -136,7 +137,7 @@ pub fn scenario_source_on(
                 // Only a restart matters to a finished scenario.
                 let restart = cmd_rx.iter().find(|c| *c == EngineCommand::Restart);
                 drop(held);
-                if restart.is_none() || tx.send(SourceMsg::Restarted).is_err() {
+                if restart.is_none() || tx.send(SourceMsg::Run(RunMsg::Restarted)).is_err() {
                     return;
                 }
             }
@@ -152,9 +153,9 @@ pub fn scenario_source_on(
         None => source.with_overhead(overhead),
     };
     if let Err(e) = spawned {
-        return Source::from_messages([SourceMsg::Failed(format!(
+        return Source::from_messages([SourceMsg::Run(RunMsg::Failed(format!(
             "could not start the engine thread: {e}"
-        ))]);
+        )))]);
     }
     source
 }
@@ -172,7 +173,7 @@ fn open_engine(
     built: &Built,
     gpu: Option<&RealGpu>,
     tx: &flume::Sender<SourceMsg>,
-) -> Result<Result<Engine, EngineError>, String> {
+) -> Result<Result<Engine, EngineError>, GpuUnavailable> {
     let Some(gpu) = gpu else {
         return Ok(Engine::new(
             built.engine.clone(),
@@ -182,7 +183,7 @@ fn open_engine(
     };
     let (dev, launcher) = (gpu.open)()?;
     let baseline = nvml::own_process_used(gpu.pci).ok().flatten();
-    let _ = tx.send(SourceMsg::ContextBaseline(baseline));
+    let _ = tx.send(SourceMsg::Scenario(ScenarioMsg::ContextBaseline(baseline)));
     Ok(Engine::new_launching(
         built.engine.clone(),
         &built.model,
@@ -204,7 +205,10 @@ fn run_once(
     let engine = match open_engine(built, gpu, tx) {
         Ok(e) => e,
         Err(err) => {
-            return if tx.send(SourceMsg::Failed(err)).is_ok() {
+            return if tx
+                .send(SourceMsg::Run(RunMsg::Failed(err.to_string())))
+                .is_ok()
+            {
                 Ended::Done(None)
             } else {
                 Ended::UiGone
@@ -217,17 +221,22 @@ fn run_once(
         if let (Some(engine), Ok(mut table)) = (run.engine(), tags.table.write()) {
             table.clone_from(engine.tag_table());
         }
-        let sent = tx.send(SourceMsg::Events(step.events)).is_ok()
+        let sent = tx.send(SourceMsg::Run(RunMsg::Events(step.events))).is_ok()
             && tx
-                .send(SourceMsg::FindingsNow(run.findings().to_vec()))
+                .send(SourceMsg::Run(RunMsg::FindingsNow(run.findings().to_vec())))
                 .is_ok()
-            && tx.send(SourceMsg::Stats(Box::new(run.stats()))).is_ok();
+            && tx
+                .send(SourceMsg::Run(RunMsg::Stats(Box::new(run.stats()))))
+                .is_ok();
         if !sent {
             return Ended::UiGone;
         }
         if let Unit::Iteration(_) = step.unit {
             if let Some(e) = last_iteration_estimate(run.per_iteration(), &built.conditions) {
-                if tx.send(SourceMsg::Compute(Box::new(e))).is_err() {
+                if tx
+                    .send(SourceMsg::Scenario(ScenarioMsg::Compute(Box::new(e))))
+                    .is_err()
+                {
                     return Ended::UiGone;
                 }
             }
@@ -239,7 +248,7 @@ fn run_once(
             }
         }
     }
-    if tx.send(SourceMsg::Finished).is_err() {
+    if tx.send(SourceMsg::Run(RunMsg::Finished)).is_err() {
         return Ended::UiGone;
     }
     Ended::Done(run.into_engine().map(Box::new))

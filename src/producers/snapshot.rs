@@ -27,7 +27,7 @@ use crate::trace::{Event, MemoryMap};
 use super::devices::{devices_with_oom, snapshot_devices, SnapshotDevices};
 use super::snapshot_stream::{stream_file, Streamed};
 use super::snapshot_tags::SnapshotTags;
-use super::source::{LoadProgress, Opened, Source, SourceMsg, TagInfo};
+use super::source::{LoadProgress, Opened, RecordedMsg, RunMsg, Source, SourceMsg, TagInfo};
 use super::whatif_stream;
 
 /// Parts the UI has recorded, back for the worker to fill again.
@@ -74,7 +74,7 @@ fn device_list(devices: &[usize]) -> String {
 
 /// The view of `path` on `device` (the first device it holds when `None`):
 /// a source at once, fed by a worker that reads the file and then makes the
-/// events. What goes wrong arrives as [`SourceMsg::Failed`], naming the file.
+/// events. What goes wrong arrives as [`RunMsg::Failed`](super::RunMsg), naming the file.
 pub fn snapshot_source(path: &Path, device: Option<usize>) -> Source {
     file_source(path.to_path_buf(), device, None, false)
 }
@@ -143,20 +143,28 @@ fn file_source(
             Ok(snap) => snap,
             Err(None) => return false,
             Err(Some(e)) => {
-                send(SourceMsg::Failed(e.to_string()));
+                send(SourceMsg::Run(RunMsg::Failed(e.to_string())));
                 return false;
             }
         };
-        if summary && !send(SourceMsg::Summary(Arc::new(SnapshotSummary::of(&snap)))) {
+        if summary
+            && !send(SourceMsg::Recorded(RecordedMsg::Summary(Arc::new(
+                SnapshotSummary::of(&snap),
+            ))))
+        {
             return false;
         }
         match plan(Snap::Owned(Box::new(snap)), device, under) {
             Ok((mut opened, work)) => {
                 opened.devices.path = Some(path);
-                send(SourceMsg::Opened(Box::new(opened))) && work.run(send, spent)
+                send(SourceMsg::Recorded(RecordedMsg::Opened(Box::new(opened))))
+                    && work.run(send, spent)
             }
             Err(e) => {
-                send(SourceMsg::Failed(format!("{}: {e}", path.display())));
+                send(SourceMsg::Run(RunMsg::Failed(format!(
+                    "{}: {e}",
+                    path.display()
+                ))));
                 false
             }
         }
@@ -171,7 +179,8 @@ fn read_whole(
     total: u64,
     send: &mut dyn FnMut(SourceMsg) -> bool,
 ) -> Result<Snapshot, Option<SnapshotError>> {
-    let reading = |done| SourceMsg::Loading(LoadProgress::Reading { done, total });
+    let reading =
+        |done| SourceMsg::Recorded(RecordedMsg::Loading(LoadProgress::Reading { done, total }));
     if !send(reading(0)) {
         return Err(None);
     }
@@ -248,7 +257,8 @@ fn planned_source(
         "vramscope-snapshot-events",
         move |out, spent| {
             let send = &mut |m| out.send(m);
-            send(SourceMsg::Opened(Box::new(opened))) && work.run(send, spent)
+            send(SourceMsg::Recorded(RecordedMsg::Opened(Box::new(opened))))
+                && work.run(send, spent)
         },
     ))
 }
@@ -276,7 +286,7 @@ enum Work {
 impl Work {
     fn run(self, send: &mut dyn FnMut(SourceMsg) -> bool, spent: &Spent) -> bool {
         match self {
-            Work::State(map) => send(SourceMsg::Start(Box::new(map))),
+            Work::State(map) => send(SourceMsg::Run(RunMsg::Start(Box::new(map)))),
             Work::Mirror {
                 start,
                 trace,
@@ -448,7 +458,7 @@ fn mirror_events(
             .ok()
             .map(|k| device_free[k].1)
     };
-    if !start.segments.is_empty() && !send(SourceMsg::Start(Box::new(start.clone()))) {
+    if !start.segments.is_empty() && !send(SourceMsg::Run(RunMsg::Start(Box::new(start.clone())))) {
         return false;
     }
     let mut mirror = TraceMirror::starting_from(start, config);
@@ -466,7 +476,7 @@ fn mirror_events(
             .try_recv()
             .unwrap_or_else(|_| TimelinePart::with_capacity(EVENTS_PER_MESSAGE));
         mirror.fill_part(first, &entries, free_at, &mut part);
-        if !send(SourceMsg::Part(part)) {
+        if !send(SourceMsg::Run(RunMsg::Part(part))) {
             return false;
         }
     }
@@ -474,7 +484,7 @@ fn mirror_events(
         head: Some(Box::new(mirror.into_map())),
         ..TimelinePart::default()
     };
-    send(SourceMsg::Part(last))
+    send(SourceMsg::Run(RunMsg::Part(last)))
 }
 
 fn replayed_events(
@@ -490,17 +500,17 @@ fn replayed_events(
     };
     let mut run = whatif::run(&requests, config, capacity, true);
     if !run.start.is_empty()
-        && !send(SourceMsg::Start(Box::new(MemoryMap::from_segments(
-            &run.start,
+        && !send(SourceMsg::Run(RunMsg::Start(Box::new(
+            MemoryMap::from_segments(&run.start),
         ))))
     {
         return false;
     }
     let events = run.allocator.take_events();
     events.chunks(EVENTS_PER_MESSAGE).all(|chunk| {
-        send(SourceMsg::Events(
+        send(SourceMsg::Run(RunMsg::Events(
             chunk.iter().copied().map(Event::Alloc).collect(),
-        ))
+        )))
     })
 }
 
@@ -520,13 +530,13 @@ fn stream_events(
             behind_the_ui();
             let out = Out(tx);
             if produce(&out, &spent) {
-                out.send(SourceMsg::Finished);
+                out.send(SourceMsg::Run(RunMsg::Finished));
             }
         });
     match spawned {
         Ok(_) => Source::new(rx, None).reusing_parts(spent_tx),
-        Err(e) => Source::from_messages([SourceMsg::Failed(format!(
+        Err(e) => Source::from_messages([SourceMsg::Run(RunMsg::Failed(format!(
             "could not start the thread that makes the events: {e}"
-        ))]),
+        )))]),
     }
 }

@@ -37,7 +37,7 @@ use crate::trace::MemoryMap;
 use super::devices::{devices_with_oom, snapshot_devices, SnapshotDevices};
 use super::snapshot::{pick_device, Out, Spent, EVENTS_PER_MESSAGE};
 use super::snapshot_tags::{GrowingTags, SnapshotTags};
-use super::source::{LoadProgress, Opened, SourceMsg, TagInfo};
+use super::source::{LoadProgress, Opened, RecordedMsg, RunMsg, SourceMsg, TagInfo};
 
 /// Entries placed before a view placed as if its trace began empty shows
 /// any: an open trace almost always shows it within these (an entry that
@@ -88,9 +88,9 @@ pub(super) fn stream_file(
         Err(e) => {
             let shown = state.is_some_and(|s| s.mirror.discard());
             if shown {
-                out.send(SourceMsg::Restarted);
+                out.send(SourceMsg::Run(RunMsg::Restarted));
             }
-            out.send(SourceMsg::Failed(e.to_string()));
+            out.send(SourceMsg::Run(RunMsg::Failed(e.to_string())));
             return Streamed::Done(false);
         }
     };
@@ -101,7 +101,7 @@ pub(super) fn stream_file(
             // Nothing was tapped, or the decoder read the file whole (what
             // the tap was given is void).
             if state.is_some_and(|s| s.mirror.discard()) {
-                out.send(SourceMsg::Restarted);
+                out.send(SourceMsg::Run(RunMsg::Restarted));
             }
             return Streamed::Whole(Box::new(snap));
         }
@@ -110,21 +110,24 @@ pub(super) fn stream_file(
         Ok(d) => d,
         Err(e) => {
             if state.mirror.discard() {
-                out.send(SourceMsg::Restarted);
+                out.send(SourceMsg::Run(RunMsg::Restarted));
             }
-            out.send(SourceMsg::Failed(format!("{}: {e}", path.display())));
+            out.send(SourceMsg::Run(RunMsg::Failed(format!(
+                "{}: {e}",
+                path.display()
+            ))));
             return Streamed::Done(false);
         }
     };
     if picked != tapped_device {
         if state.mirror.discard() {
-            out.send(SourceMsg::Restarted);
+            out.send(SourceMsg::Run(RunMsg::Restarted));
         }
         // The tapped trace's entries are not in `snap`: read it again whole.
         return match crate::trace::snapshot::import_file(path) {
             Ok(s) => Streamed::Whole(Box::new(s)),
             Err(e) => {
-                out.send(SourceMsg::Failed(e.to_string()));
+                out.send(SourceMsg::Run(RunMsg::Failed(e.to_string())));
                 Streamed::Done(false)
             }
         };
@@ -159,7 +162,11 @@ pub(super) fn stream_file(
         config.same_block_rules(&AllocConfig::default()) && facts.start.starts_empty(&finals);
     let (shown, misfit) = if may_stand {
         match mirror.finish() {
-            Finish::Sent => return Streamed::Done(out.send(SourceMsg::Opened(Box::new(opened)))),
+            Finish::Sent => {
+                return Streamed::Done(
+                    out.send(SourceMsg::Recorded(RecordedMsg::Opened(Box::new(opened)))),
+                )
+            }
             Finish::Gone => return Streamed::Done(false),
             Finish::Failed { shown } => (shown, true),
         }
@@ -169,7 +176,7 @@ pub(super) fn stream_file(
     // Placed from the wrong start or under other rules: again, from the
     // start the entries rebuilt, under the recorded settings.
     if shown {
-        out.send(SourceMsg::Restarted);
+        out.send(SourceMsg::Run(RunMsg::Restarted));
     }
     let start_known = facts.start_known(misfit);
     let ooms = facts.ooms;
@@ -186,17 +193,19 @@ pub(super) fn stream_file(
             Ok(Some(_)) => every.start.finish(&finals, &config),
             Ok(None) => return Streamed::Done(false),
             Err(e) => {
-                out.send(SourceMsg::Failed(e.to_string()));
+                out.send(SourceMsg::Run(RunMsg::Failed(e.to_string())));
                 return Streamed::Done(false);
             }
         }
     };
     let start = start_map(&start);
     drop(snap);
-    if !out.send(SourceMsg::Opened(Box::new(opened))) {
+    if !out.send(SourceMsg::Recorded(RecordedMsg::Opened(Box::new(opened)))) {
         return Streamed::Done(false);
     }
-    if !start.segments.is_empty() && !out.send(SourceMsg::Start(Box::new(start.clone()))) {
+    if !start.segments.is_empty()
+        && !out.send(SourceMsg::Run(RunMsg::Start(Box::new(start.clone()))))
+    {
         return Streamed::Done(false);
     }
     let mirror = Mirror::spawn(start, config, ooms, 0, out, spent);
@@ -215,17 +224,17 @@ pub(super) fn stream_file(
         }
         Ok(Some(_)) => {
             mirror.discard();
-            out.send(SourceMsg::Restarted);
-            out.send(SourceMsg::Failed(format!(
+            out.send(SourceMsg::Run(RunMsg::Restarted));
+            out.send(SourceMsg::Run(RunMsg::Failed(format!(
                 "{}: the file changed while it was read",
                 path.display()
-            )));
+            ))));
             Streamed::Done(false)
         }
         Err(e) => {
             mirror.discard();
-            out.send(SourceMsg::Restarted);
-            out.send(SourceMsg::Failed(e.to_string()));
+            out.send(SourceMsg::Run(RunMsg::Restarted));
+            out.send(SourceMsg::Run(RunMsg::Failed(e.to_string())));
             Streamed::Done(false)
         }
     }
@@ -238,7 +247,8 @@ pub(super) fn read(
     out: &Out,
     tap: &mut dyn TraceTap,
 ) -> Result<Option<crate::trace::snapshot::Tapped>, SnapshotError> {
-    let reading = |done| SourceMsg::Loading(LoadProgress::Reading { done, total });
+    let reading =
+        |done| SourceMsg::Recorded(RecordedMsg::Loading(LoadProgress::Reading { done, total }));
     if !out.send(reading(0)) {
         return Ok(None);
     }
@@ -414,7 +424,8 @@ impl TraceTap for ViewTap<'_> {
             since_step: false,
             assumed_empty_start: true,
         };
-        self.out.send(SourceMsg::Opened(Box::new(opened)));
+        self.out
+            .send(SourceMsg::Recorded(RecordedMsg::Opened(Box::new(opened))));
         self.state = Some(Tapping {
             tags,
             facts: Facts::new(&from_snapshot::final_segments_in(segments, device)),
@@ -573,9 +584,9 @@ impl Mirror {
                 placer.run(start, &config)
             });
         if let Err(e) = &handle {
-            out.send(SourceMsg::Failed(format!(
+            out.send(SourceMsg::Run(RunMsg::Failed(format!(
                 "could not start the thread that places the events: {e}"
-            )));
+            ))));
             failed.store(true, Ordering::Relaxed);
         }
         Mirror {
@@ -679,7 +690,9 @@ impl Placer {
                         head: Some(Box::new(mirror.into_map())),
                         ..TimelinePart::default()
                     });
-                    return held.into_iter().all(|p| self.out.send(SourceMsg::Part(p)));
+                    return held
+                        .into_iter()
+                        .all(|p| self.out.send(SourceMsg::Run(RunMsg::Part(p))));
                 }
             };
             if self.failed.load(Ordering::Relaxed) {
@@ -704,7 +717,7 @@ impl Placer {
             held.push(part);
             if placed >= self.probation {
                 for part in held.drain(..) {
-                    if !self.out.send(SourceMsg::Part(part)) {
+                    if !self.out.send(SourceMsg::Run(RunMsg::Part(part))) {
                         return sent;
                     }
                     sent = true;

@@ -11,8 +11,8 @@ use crate::alloc::{Action, MemoryStats, Tag};
 use crate::device::nvml::GpuReading;
 use crate::device::{GpuUnavailable, PciAddress};
 use crate::engine::Category;
+use crate::job::nvml_match::{JobPlace, LiveJob};
 use crate::leak::Finding;
-use crate::live::nvml_match::{JobPlace, LiveJob};
 use crate::scenario::{Conditions, Listing};
 use crate::sweep::{Sweep, SweepPoint};
 use crate::trace::stack::Stack;
@@ -138,9 +138,28 @@ pub trait TagInfo: Send + Sync {
     }
 }
 
-/// One message from a producer to the UI.
+/// One message from a producer to the UI, grouped by who sends it: a
+/// screen takes the groups it shows and leaves the others.
 #[derive(Debug, Clone)]
 pub enum SourceMsg {
+    /// What every producer of a run view sends (a scenario, a file, a job).
+    Run(RunMsg),
+    /// What only a simulated scenario says (`producers::scenario`).
+    Scenario(ScenarioMsg),
+    /// What a recorded trace says before and after its events: a file's
+    /// (`producers::snapshot`) or an attached job's.
+    Recorded(RecordedMsg),
+    /// What only an attached job says (`producers::job`).
+    Job(JobMsg),
+    /// NVML's reading of every GPU (`producers::nvml`), or why there is none.
+    Gpus(Result<Vec<GpuReading>, GpuUnavailable>),
+    /// A batch sweep's points and fit (`producers::sweep`).
+    Sweep(SweepMsg),
+}
+
+/// A run view's feed: its events and how the run goes.
+#[derive(Debug, Clone)]
+pub enum RunMsg {
     /// The state before the first event, for traces that start mid-run (an
     /// open snapshot trace, a state-only snapshot). Only meaningful first.
     Start(Box<MemoryMap>),
@@ -155,6 +174,16 @@ pub enum SourceMsg {
     FindingsNow(Vec<Finding>),
     /// `memory_stats()` of the run's allocator (boxed: it is large).
     Stats(Box<MemoryStats>),
+    /// The producer started over after [`EngineCommand::Restart`]: forget
+    /// everything received so far.
+    Restarted,
+    Finished,
+    Failed(String),
+}
+
+/// A simulated scenario's own messages.
+#[derive(Debug, Clone)]
+pub enum ScenarioMsg {
     /// The estimated compute time of the iteration that just ended (its
     /// number), on the scenario's GPU.
     Compute(Box<(u32, crate::engine::estimate::ComputeEstimate)>),
@@ -162,17 +191,11 @@ pub enum SourceMsg {
     /// device was opened, before the first allocation (the CUDA context).
     /// `None` when NVML could not say.
     ContextBaseline(Option<u64>),
-    /// The producer started over after [`EngineCommand::Restart`]: forget
-    /// everything received so far.
-    Restarted,
-    Finished,
-    Failed(String),
-    /// What the user should know about the source that is neither an event
-    /// nor a failure: a live job's view started over (and why), or the job
-    /// disconnected. Replaces the previous note; the view stays.
-    Note(String),
-    /// NVML's reading of every GPU (the NVML poller), or why there is none.
-    Gpus(Result<Vec<GpuReading>, GpuUnavailable>),
+}
+
+/// A recorded trace's messages around its events.
+#[derive(Debug, Clone)]
+pub enum RecordedMsg {
     /// How far a producer has got before its events (reading a file).
     Loading(LoadProgress),
     /// What a view of a file knows: sent before its first event, in place
@@ -183,20 +206,65 @@ pub enum SourceMsg {
     /// (the table, the diff against another tab): sent by a view of a file
     /// once the file is read.
     Summary(Arc<crate::report::series::SnapshotSummary>),
-    /// One point of a batch sweep, by its index in the plan, or why it
-    /// could not run.
-    SweepPoint {
+}
+
+/// An attached job's own messages.
+#[derive(Debug, Clone)]
+pub enum JobMsg {
+    /// What the user should know about the job that is neither an event
+    /// nor a failure: its view started over (and why), or it disconnected.
+    /// Replaces the previous note; the view stays.
+    Note(String),
+    /// The job's memory at each step over the whole attach (its own
+    /// `memory_stats()`): replaces the previous one.
+    StepTrends(Vec<crate::job::creep::StepTrend>),
+    /// The job's pid and devices (ids, reserved bytes), for the GPU
+    /// panel's NVML reconciliation: replaces the previous one.
+    Place(Box<LiveJob>),
+}
+
+/// A batch sweep's messages.
+#[derive(Debug, Clone)]
+pub enum SweepMsg {
+    /// One point, by its index in the plan, or why it could not run.
+    Point {
         index: usize,
         point: Box<Result<SweepPoint, String>>,
     },
     /// The whole sweep once every point (and the search) has run.
     Swept(Box<Sweep>),
-    /// A live job's memory at each step over the whole attach (its own
-    /// `memory_stats()`): replaces the previous one.
-    StepTrends(Vec<crate::live::creep::StepTrend>),
-    /// A live job's pid and devices (ids, reserved bytes), for the GPU
-    /// panel's NVML reconciliation: replaces the previous one.
-    Job(Box<LiveJob>),
+    /// The sweep could not go on.
+    Failed(String),
+}
+
+impl From<RunMsg> for SourceMsg {
+    fn from(m: RunMsg) -> SourceMsg {
+        SourceMsg::Run(m)
+    }
+}
+
+impl From<ScenarioMsg> for SourceMsg {
+    fn from(m: ScenarioMsg) -> SourceMsg {
+        SourceMsg::Scenario(m)
+    }
+}
+
+impl From<RecordedMsg> for SourceMsg {
+    fn from(m: RecordedMsg) -> SourceMsg {
+        SourceMsg::Recorded(m)
+    }
+}
+
+impl From<JobMsg> for SourceMsg {
+    fn from(m: JobMsg) -> SourceMsg {
+        SourceMsg::Job(m)
+    }
+}
+
+impl From<SweepMsg> for SourceMsg {
+    fn from(m: SweepMsg) -> SourceMsg {
+        SourceMsg::Sweep(m)
+    }
 }
 
 /// How far the reading of a file has got.
@@ -206,7 +274,7 @@ pub enum LoadProgress {
     Reading { done: u64, total: u64 },
 }
 
-/// See [`SourceMsg::Opened`].
+/// See [`RecordedMsg::Opened`].
 #[derive(Clone)]
 pub struct Opened {
     pub tags: Option<Arc<dyn TagInfo>>,
@@ -361,11 +429,11 @@ impl Source {
     pub fn from_events(events: Vec<Event>, findings: Vec<Finding>) -> Source {
         let (tx, rx) = flume::unbounded();
         // The receiver is alive, so these sends cannot fail.
-        let _ = tx.send(SourceMsg::Events(events));
+        let _ = tx.send(SourceMsg::Run(RunMsg::Events(events)));
         if !findings.is_empty() {
-            let _ = tx.send(SourceMsg::Findings(findings));
+            let _ = tx.send(SourceMsg::Run(RunMsg::Findings(findings)));
         }
-        let _ = tx.send(SourceMsg::Finished);
+        let _ = tx.send(SourceMsg::Run(RunMsg::Finished));
         Source::new(rx, None)
     }
 

@@ -1,10 +1,10 @@
 //! A batch sweep on a thread of its own: each point as it finishes
-//! ([`SourceMsg::SweepPoint`]), then the search for the largest batch at
+//! ([`SweepMsg::Point`](super::SweepMsg)), then the search for the largest batch at
 //! each sequence length, then the whole sweep with its fit
-//! ([`SourceMsg::Swept`]). The UI draws the chart as the points arrive and
+//! ([`SweepMsg::Swept`](super::SweepMsg)). The UI draws the chart as the points arrive and
 //! never waits on them.
 
-use super::source::{Source, SourceMsg};
+use super::source::{Source, SourceMsg, SweepMsg};
 use crate::scenario::{Built, Scenario};
 use crate::sweep::{find_max_batches, run_points, Sweep, SweepPlan};
 
@@ -29,10 +29,10 @@ pub fn sweep_source(
                     Err(e) => d.1.push(e.clone()),
                 }
             }
-            let _ = tx.send(SourceMsg::SweepPoint {
+            let _ = tx.send(SourceMsg::Sweep(SweepMsg::Point {
                 index,
                 point: Box::new(r),
-            });
+            }));
         });
         let (points, failed) = done.into_inner().unwrap_or_else(|e| e.into_inner());
         let mut notes = plan.notes.clone();
@@ -41,7 +41,7 @@ pub fn sweep_source(
             match find_max_batches(&scenario, &built, &plan.seqs, &points, threads) {
                 Ok(m) => m,
                 Err(e) => {
-                    let _ = tx.send(SourceMsg::Failed(e.to_string()));
+                    let _ = tx.send(SourceMsg::Sweep(SweepMsg::Failed(e.to_string())));
                     return;
                 }
             }
@@ -49,14 +49,13 @@ pub fn sweep_source(
             Vec::new()
         };
         let sweep = Sweep::from_points(&scenario, &built, notes, points, max_batches);
-        let _ = tx.send(SourceMsg::Swept(Box::new(sweep)));
-        let _ = tx.send(SourceMsg::Finished);
+        let _ = tx.send(SourceMsg::Sweep(SweepMsg::Swept(Box::new(sweep))));
     });
     let source = match spawned {
         Ok(_) => Source::new(rx, None),
-        Err(e) => Source::from_messages([SourceMsg::Failed(format!(
+        Err(e) => Source::from_messages([SourceMsg::Sweep(SweepMsg::Failed(format!(
             "could not start the sweep's thread: {e}"
-        ))]),
+        )))]),
     };
     source.with_capacity(capacity)
 }

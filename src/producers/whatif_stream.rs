@@ -38,7 +38,7 @@ use super::devices::{snapshot_devices, SnapshotDevices};
 use super::snapshot::{pick_device, Out, EVENTS_PER_MESSAGE};
 use super::snapshot_stream::{read, with_oom, Streamed, PROBATION};
 use super::snapshot_tags::{GrowingTags, SnapshotTags};
-use super::source::{Opened, SourceMsg, TagInfo};
+use super::source::{Opened, RecordedMsg, RunMsg, SourceMsg, TagInfo};
 
 /// Whether a what-if under `config` can be replayed before the device size
 /// is known: its replay depends on the size only where a request fails.
@@ -77,9 +77,9 @@ pub(super) fn stream_what_if(
         }
         Err(e) => {
             if state.is_some_and(|s| s.replay.verdict(false)) {
-                out.send(SourceMsg::Restarted);
+                out.send(SourceMsg::Run(RunMsg::Restarted));
             }
-            out.send(SourceMsg::Failed(e.to_string()));
+            out.send(SourceMsg::Run(RunMsg::Failed(e.to_string())));
             return Streamed::Done(false);
         }
     };
@@ -88,7 +88,7 @@ pub(super) fn stream_what_if(
         (Some(state), Some((d, _))) => (state, d),
         (state, _) => {
             if state.is_some_and(|s| s.replay.verdict(false)) {
-                out.send(SourceMsg::Restarted);
+                out.send(SourceMsg::Run(RunMsg::Restarted));
             }
             return Streamed::Whole(Box::new(snap));
         }
@@ -114,13 +114,13 @@ pub(super) fn stream_what_if(
         (true, Some(c), Some(r)) => (c, r),
         _ => {
             if replay.verdict(false) {
-                out.send(SourceMsg::Restarted);
+                out.send(SourceMsg::Run(RunMsg::Restarted));
             }
             // Read whole: the entries of the tapped trace are not in `snap`.
             return match crate::trace::snapshot::import_file(path) {
                 Ok(s) => Streamed::Whole(Box::new(s)),
                 Err(e) => {
-                    out.send(SourceMsg::Failed(e.to_string()));
+                    out.send(SourceMsg::Run(RunMsg::Failed(e.to_string())));
                     Streamed::Done(false)
                 }
             };
@@ -147,17 +147,19 @@ pub(super) fn stream_what_if(
     if replayed.peak <= capacity {
         // No request came near the device's size: as on that device.
         replay.verdict(true);
-        return Streamed::Done(out.send(SourceMsg::Opened(Box::new(opened))));
+        return Streamed::Done(
+            out.send(SourceMsg::Recorded(RecordedMsg::Opened(Box::new(opened)))),
+        );
     }
     // The what-if needs more than the device holds, which changes what it
     // does from the first request that does not fit: replayed again on
     // that device, from a second reading (the `empty_cache()` calls are
     // known now).
     if replay.verdict(false) {
-        out.send(SourceMsg::Restarted);
+        out.send(SourceMsg::Run(RunMsg::Restarted));
     }
     drop(snap);
-    if !out.send(SourceMsg::Opened(Box::new(opened))) {
+    if !out.send(SourceMsg::Recorded(RecordedMsg::Opened(Box::new(opened)))) {
         return Streamed::Done(false);
     }
     let (tx, rx) = flume::bounded(64);
@@ -171,9 +173,9 @@ pub(super) fn stream_what_if(
             })
     };
     let Ok(worker) = worker else {
-        out.send(SourceMsg::Failed(
+        out.send(SourceMsg::Run(RunMsg::Failed(
             "could not start the thread that replays the requests".into(),
-        ));
+        )));
         return Streamed::Done(false);
     };
     let mut again = Entries {
@@ -187,8 +189,8 @@ pub(super) fn stream_what_if(
         Ok(Some(_)) => Streamed::Done(done),
         Ok(None) => Streamed::Done(false),
         Err(e) => {
-            out.send(SourceMsg::Restarted);
-            out.send(SourceMsg::Failed(e.to_string()));
+            out.send(SourceMsg::Run(RunMsg::Restarted));
+            out.send(SourceMsg::Run(RunMsg::Failed(e.to_string())));
             Streamed::Done(false)
         }
     }
@@ -240,7 +242,7 @@ fn send_events(out: &Out, held: &mut Vec<Event>, all: bool, sent: &mut bool) -> 
     while held.len() >= EVENTS_PER_MESSAGE || (all && !held.is_empty()) {
         let n = held.len().min(EVENTS_PER_MESSAGE);
         let chunk: Vec<Event> = held.drain(..n).collect();
-        if !out.send(SourceMsg::Events(chunk)) {
+        if !out.send(SourceMsg::Run(RunMsg::Events(chunk))) {
             return false;
         }
         *sent = true;
@@ -338,20 +340,21 @@ impl TraceTap for WhatIfTap<'_> {
             .collect();
         devices.sort_unstable();
         devices.dedup();
-        self.out.send(SourceMsg::Opened(Box::new(Opened {
-            tags: Some(tags.clone() as Arc<dyn TagInfo>),
-            capacity: None,
-            devices: SnapshotDevices {
-                path: Some(self.path.to_path_buf()),
-                devices,
-                current: device,
-                with_oom: Vec::new(),
-                under: Some(self.under.clone()),
-            },
-            events: None,
-            since_step: false,
-            assumed_empty_start: true,
-        })));
+        self.out
+            .send(SourceMsg::Recorded(RecordedMsg::Opened(Box::new(Opened {
+                tags: Some(tags.clone() as Arc<dyn TagInfo>),
+                capacity: None,
+                devices: SnapshotDevices {
+                    path: Some(self.path.to_path_buf()),
+                    devices,
+                    current: device,
+                    with_oom: Vec::new(),
+                    under: Some(self.under.clone()),
+                },
+                events: None,
+                since_step: false,
+                assumed_empty_start: true,
+            }))));
         self.state = Some(Tapping {
             tags,
             facts: Facts {
@@ -421,9 +424,9 @@ impl Replay {
                 replay(rx, under, &o, &f)
             });
         if let Err(e) = &handle {
-            out.send(SourceMsg::Failed(format!(
+            out.send(SourceMsg::Run(RunMsg::Failed(format!(
                 "could not start the thread that replays the requests: {e}"
-            )));
+            ))));
             failed.store(true, Ordering::Relaxed);
         }
         Replay {

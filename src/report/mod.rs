@@ -2,8 +2,8 @@
 
 pub mod diff;
 pub mod handout;
+pub mod job;
 pub mod lesson;
-pub mod live;
 pub mod replay;
 pub mod run;
 pub mod series;

@@ -22,6 +22,9 @@ pub enum BuildError {
     /// A field's value, with the path of the field from the scenario's root.
     #[error("{message}")]
     Field { path: Vec<Seg>, message: String },
+    /// `Layers([...])` that is not an MLP.
+    #[error("model: {0}")]
+    Layers(LayersError),
     #[error("{0}")]
     HfConfig(#[from] HfConfigError),
     /// Building the model to resolve `freeze` failed.
@@ -42,6 +45,11 @@ impl BuildError {
         match self {
             BuildError::Model(e) => [vec![Seg::Field("model")], e.path()].concat(),
             BuildError::Field { path, .. } => path.clone(),
+            // `Layers([…])`: the list, then the layer.
+            BuildError::Layers(e) => match e.index() {
+                Some(i) => vec![Seg::Field("model"), Seg::Index(0), Seg::Index(i)],
+                None => vec![Seg::Field("model")],
+            },
             BuildError::HfConfig(_) => vec![Seg::Field("model")],
             BuildError::Freeze(_) => vec![Seg::Field("model"), Seg::Field("freeze")],
         }
@@ -61,12 +69,42 @@ pub struct Built {
     pub steps: Arc<StepSites>,
 }
 
-/// `Linear(a,b), ReLU, Linear(b,c), …` as MLP widths; `None` if not that shape.
-pub(crate) fn layers_to_dims(layers: &[LayerSpec]) -> Result<Vec<u64>, BuildError> {
-    layer_dims(layers).map_err(|m| BuildError::at(&["model"], format!("model: {m}")))
+/// Why `Layers([...])` is not an MLP: the index of the layer at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LayersError {
+    #[error("layer {index}: Linear({input}, {out}) takes {input} features but the layer before gives {before}")]
+    Widths {
+        index: usize,
+        input: u64,
+        out: u64,
+        before: u64,
+    },
+    #[error("layer {0}: ReLU must follow a Linear")]
+    ReluFirst(usize),
+    #[error("layer {0}: put a ReLU between two Linear layers")]
+    TwoLinears(usize),
+    #[error("layers must start and end with a Linear")]
+    Ends,
 }
 
-fn layer_dims(layers: &[LayerSpec]) -> Result<Vec<u64>, String> {
+impl LayersError {
+    /// The layer at fault, when one is.
+    fn index(&self) -> Option<usize> {
+        match self {
+            LayersError::Widths { index, .. }
+            | LayersError::ReluFirst(index)
+            | LayersError::TwoLinears(index) => Some(*index),
+            LayersError::Ends => None,
+        }
+    }
+}
+
+/// `Linear(a,b), ReLU, Linear(b,c), …` as MLP widths.
+pub(crate) fn layers_to_dims(layers: &[LayerSpec]) -> Result<Vec<u64>, BuildError> {
+    layer_dims(layers).map_err(BuildError::Layers)
+}
+
+fn layer_dims(layers: &[LayerSpec]) -> Result<Vec<u64>, LayersError> {
     let mut dims = Vec::new();
     let mut expect_linear = true;
     for (i, layer) in layers.iter().enumerate() {
@@ -74,7 +112,12 @@ fn layer_dims(layers: &[LayerSpec]) -> Result<Vec<u64>, String> {
             (LayerSpec::Linear(a, b), true) => {
                 if let Some(&last) = dims.last() {
                     if last != *a {
-                        return Err(format!("layer {i}: Linear({a}, {b}) takes {a} features but the layer before gives {last}"));
+                        return Err(LayersError::Widths {
+                            index: i,
+                            input: *a,
+                            out: *b,
+                            before: last,
+                        });
                     }
                 } else {
                     dims.push(*a);
@@ -83,14 +126,12 @@ fn layer_dims(layers: &[LayerSpec]) -> Result<Vec<u64>, String> {
                 expect_linear = false;
             }
             (LayerSpec::ReLU, false) => expect_linear = true,
-            (LayerSpec::ReLU, true) => return Err(format!("layer {i}: ReLU must follow a Linear")),
-            (LayerSpec::Linear(..), false) => {
-                return Err(format!("layer {i}: put a ReLU between two Linear layers"))
-            }
+            (LayerSpec::ReLU, true) => return Err(LayersError::ReluFirst(i)),
+            (LayerSpec::Linear(..), false) => return Err(LayersError::TwoLinears(i)),
         }
     }
     if dims.len() < 2 || expect_linear {
-        return Err("layers must start and end with a Linear".to_string());
+        return Err(LayersError::Ends);
     }
     Ok(dims)
 }
@@ -108,22 +149,8 @@ pub(crate) fn model_config(s: &Scenario) -> Result<ModelConfig, BuildError> {
                 ),
             }
         })?,
-        ModelSpec::Mlp { dims, inplace_relu } => {
-            let mut m = ModelConfig::mlp_mnist();
-            m.kind = ModelKind::Mlp {
-                dims: dims.clone(),
-                inplace_relu: *inplace_relu,
-            };
-            m
-        }
-        ModelSpec::Layers(layers) => {
-            let mut m = ModelConfig::mlp_mnist();
-            m.kind = ModelKind::Mlp {
-                dims: layers_to_dims(layers)?,
-                inplace_relu: false,
-            };
-            m
-        }
+        ModelSpec::Mlp { dims, inplace_relu } => ModelConfig::mlp(dims, *inplace_relu),
+        ModelSpec::Layers(layers) => ModelConfig::mlp(&layers_to_dims(layers)?, false),
         ModelSpec::Gpt {
             layers,
             heads,
@@ -188,15 +215,7 @@ pub(crate) fn model_config(s: &Scenario) -> Result<ModelConfig, BuildError> {
             32,
         ),
         ModelSpec::HfConfig(path) => crate::engine::hf_config::read(std::path::Path::new(path))?,
-        ModelSpec::ResNet18 { classes, image } => {
-            let mut m = ModelConfig::resnet18(32);
-            m.kind = ModelKind::ResNet {
-                blocks: [2, 2, 2, 2],
-                num_classes: *classes,
-                image: *image,
-            };
-            m
-        }
+        ModelSpec::ResNet18 { classes, image } => ModelConfig::resnet18_for(*classes, *image, 32),
     };
     if let Some(b) = s.data.batch {
         model.batch = b;
@@ -205,10 +224,7 @@ pub(crate) fn model_config(s: &Scenario) -> Result<ModelConfig, BuildError> {
         model.param_dtype = dtype;
     }
     if let Some(c) = s.criterion {
-        if !matches!(
-            model.kind,
-            ModelKind::Mlp { .. } | ModelKind::ResNet { .. } | ModelKind::Modules(_)
-        ) {
+        if !matches!(model.kind, ModelKind::Modules(_)) {
             return Err(BuildError::at(
                 &["criterion"],
                 "criterion: applies to classifiers with a [batch, classes] output (MLP, ResNet) and to Modules models; this model has its own loss",

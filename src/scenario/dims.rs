@@ -3,10 +3,11 @@
 //! engine's shape arithmetic (products of up to three dimensions) fits in u64.
 
 use super::format::{DataSpec, LayerSpec, ModelSpec};
-use crate::engine::model_lang::{ModelInput, Module};
+use crate::engine::model_lang::ModelInput;
 
-/// 2^21: three such factors multiply to at most 2^63.
-pub const MAX_DIM: u64 = 1 << 21;
+/// The largest dimension modelled: the model's analysis holds the
+/// language's modules to it too.
+pub use crate::engine::model_lang::MAX_DIM;
 /// Layer counts: each layer is engine bookkeeping for every op it runs, and
 /// 2^21 layers took minutes and tens of GB of host memory.
 pub const MAX_LAYERS: u64 = 1024;
@@ -48,123 +49,6 @@ impl Problems {
                 "model.dropout: {p} is not a probability between 0 and 1"
             ));
         }
-    }
-}
-
-/// Modules in one model, every `Repeat` unrolled.
-pub const MAX_MODULES: u64 = 1 << 16;
-
-/// Problems with a language module's arguments; returns how many modules
-/// it unrolls to (saturating).
-fn modules(out: &mut Problems, at: &str, m: &Module) -> u64 {
-    let field = |f: &str| format!("{at}: {f}");
-    match m {
-        Module::Sequential(children) => children.iter().fold(1, |n, (name, c)| {
-            n.saturating_add(modules(out, &format!("{at}.{name}"), c))
-        }),
-        Module::Repeat { n, block } => {
-            if *n == 0 {
-                out.push(format!("{at}: Repeat needs n of at least 1"));
-            }
-            n.saturating_mul(modules(out, &format!("{at}.0"), block))
-                .saturating_add(1)
-        }
-        Module::Residual(inner) | Module::Checkpoint { module: inner, .. } => {
-            modules(out, at, inner).saturating_add(1)
-        }
-        Module::RMSNorm { .. }
-        | Module::RotaryEmbedding { .. }
-        | Module::Attention { .. }
-        | Module::Mlp { .. }
-        | Module::DecoderLayer { .. }
-        | Module::LmHead { .. }
-        | Module::BertEmbeddings { .. }
-        | Module::BertLayer { .. }
-        | Module::BertPooler { .. } => {
-            let (dims, dropout) = crate::engine::model_lang::xfmr_check::dims(m);
-            for (name, v) in dims {
-                out.dim(&field(name), v, 1);
-            }
-            if let Some(p) = dropout.filter(|p| !(0.0..=1.0).contains(p)) {
-                out.push(format!(
-                    "{at}: dropout {p} is not a probability between 0 and 1"
-                ));
-            }
-            1
-        }
-        Module::Linear { input, out: o, .. } => {
-            out.dim(&field("Linear in"), *input, 1);
-            out.dim(&field("Linear out"), *o, 1);
-            1
-        }
-        Module::Embedding { num, dim } => {
-            out.dim(&field("Embedding num"), *num, 1);
-            out.dim(&field("Embedding dim"), *dim, 1);
-            1
-        }
-        Module::LayerNorm { dim, .. } => {
-            out.dim(&field("LayerNorm dim"), *dim, 1);
-            1
-        }
-        Module::Dropout(p) => {
-            if !(0.0..=1.0).contains(p) {
-                out.push(format!(
-                    "{at}: Dropout({p}) is not a probability between 0 and 1"
-                ));
-            }
-            1
-        }
-        Module::Conv2d {
-            input,
-            out: o,
-            kernel,
-            stride,
-            padding,
-            ..
-        } => {
-            out.dim(&field("Conv2d in"), *input, 1);
-            out.dim(&field("Conv2d out"), *o, 1);
-            out.dim(&field("Conv2d kernel"), *kernel, 1);
-            out.dim(&field("Conv2d stride"), *stride, 1);
-            out.dim(&field("Conv2d padding"), *padding, 0);
-            1
-        }
-        Module::BatchNorm2d(c) => {
-            out.dim(&field("BatchNorm2d features"), *c, 1);
-            1
-        }
-        Module::MaxPool2d {
-            kernel,
-            stride,
-            padding,
-        } => {
-            out.dim(&field("MaxPool2d kernel"), *kernel, 1);
-            out.dim(&field("MaxPool2d stride"), *stride, 1);
-            out.dim(&field("MaxPool2d padding"), *padding, 0);
-            1
-        }
-        Module::BasicBlock {
-            inplanes,
-            planes,
-            stride,
-        }
-        | Module::Bottleneck {
-            inplanes,
-            planes,
-            stride,
-        } => {
-            out.dim(&field("inplanes"), *inplanes, 1);
-            out.dim(&field("planes"), *planes, 1);
-            out.dim(&field("stride"), *stride, 1);
-            8
-        }
-        Module::ReLU
-        | Module::InplaceReLU
-        | Module::GELU
-        | Module::GELUTanh
-        | Module::SiLU
-        | Module::AdaptiveAvgPool2d
-        | Module::Flatten => 1,
     }
 }
 
@@ -256,7 +140,7 @@ pub(crate) fn problems(model: &ModelSpec, data: &DataSpec) -> Vec<String> {
             out.dim("model.classes", *classes, 1);
             out.dim("model.image", *image, 32);
         }
-        ModelSpec::Modules { input, net, .. } => {
+        ModelSpec::Modules { input, .. } => {
             match input {
                 ModelInput::Features(f) => out.dim("model.input: features", *f, 1),
                 ModelInput::Images {
@@ -270,12 +154,9 @@ pub(crate) fn problems(model: &ModelSpec, data: &DataSpec) -> Vec<String> {
                 }
                 ModelInput::Tokens { seq } => out.dim("model.input: seq", *seq, 1),
             }
-            let modules = modules(&mut out, "model.net", net);
-            if modules > MAX_MODULES {
-                out.push(format!(
-                    "model.net: {modules} modules once every Repeat is unrolled, more than {MAX_MODULES}, the most modelled"
-                ));
-            }
+            // The modules' own arguments (their bounds, Repeat's n, the
+            // number of modules) are the model's analysis: the build runs
+            // it and says where each problem is written.
         }
     }
     for &b in data.batch.iter().chain(&data.batch_schedule) {

@@ -35,6 +35,9 @@ pub enum LoadError {
     Field { file: String, message: String },
     #[error("no built-in scenario or file named \"{0}\" (see `vramscope scenarios`)")]
     NotFound(String),
+    /// The config a run is asked to replay under (`--conf`).
+    #[error("--conf: {0}")]
+    Conf(Box<crate::alloc::ConfigError>),
 }
 
 /// Larger than any scenario a person writes; the cap keeps a wrong path
@@ -345,15 +348,15 @@ fn at_word(
 /// read as the scenario's own PyTorch release reads it. The scenario's
 /// narration and expectations are dropped: they were written for its own
 /// config and may be untrue under another.
-pub fn resolve_under(name_or_path: &str, conf: &str) -> Result<(Scenario, Built), String> {
-    let (mut scenario, mut built) = resolve(name_or_path).map_err(|e| e.to_string())?;
+pub fn resolve_under(name_or_path: &str, conf: &str) -> Result<(Scenario, Built), LoadError> {
+    let (mut scenario, mut built) = resolve(name_or_path)?;
     scenario.narration.clear();
     scenario.expect.clear();
     let version = built
         .engine
         .torch_minor
         .map_or(TorchVersion::DEFAULT, TorchVersion);
-    AllocConfig::parse_for(conf, version).map_err(|e| format!("--conf: {e}"))?;
+    AllocConfig::parse_for(conf, version).map_err(|e| LoadError::Conf(Box::new(e)))?;
     built.engine.alloc_conf = conf.to_string();
     Ok((scenario, built))
 }

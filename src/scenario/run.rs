@@ -197,12 +197,12 @@ impl<'a> ScenarioRun<'a> {
         let Some(engine) = &self.engine else { return };
         match &self.failure {
             Some(err) => {
-                self.detector.observe_error(err, &engine.live_state());
+                self.detector.observe_error(err, &engine.held_state());
             }
             None if engine.iteration() > 0 => {
                 let (allocated, reserved) = (engine.allocated_bytes(), engine.reserved_bytes());
                 self.detector
-                    .observe(&engine.live_state(), allocated, reserved);
+                    .observe(&engine.held_state(), allocated, reserved);
             }
             None => {}
         }

@@ -342,9 +342,17 @@ fn largest_repeat(setup: &[Step], steps: &[Step]) -> Option<(usize, u64)> {
     best
 }
 
+/// Where a run that executes too many steps is fixed.
+enum TooManySteps {
+    /// At the `Repeat` that asks for the most.
+    AtRepeat(StepProblem),
+    /// At `iterations` (no `Repeat` to blame): the message.
+    AtIterations(String),
+}
+
 /// More steps in the run than [`MAX_STEPS`]: the problem, at the `Repeat`
 /// that asks for the most, or at `iterations`.
-fn too_many_steps(s: &Scenario, iterations: u64) -> Option<Result<StepProblem, String>> {
+fn too_many_steps(s: &Scenario, iterations: u64) -> Option<TooManySteps> {
     let total = steps_executed(s, iterations);
     if total <= MAX_STEPS {
         return None;
@@ -355,7 +363,7 @@ fn too_many_steps(s: &Scenario, iterations: u64) -> Option<Result<StepProblem, S
         format_count(total)
     );
     Some(match largest_repeat(&s.setup, &s.steps) {
-        Some((occurrence, n)) => Ok(StepProblem {
+        Some((occurrence, n)) => TooManySteps::AtRepeat(StepProblem {
             variant: "Repeat",
             occurrence,
             message: format!(
@@ -363,7 +371,7 @@ fn too_many_steps(s: &Scenario, iterations: u64) -> Option<Result<StepProblem, S
                 format_count(n)
             ),
         }),
-        None => Err(format!("iterations: {most}")),
+        None => TooManySteps::AtIterations(format!("iterations: {most}")),
     })
 }
 
@@ -383,8 +391,8 @@ pub(crate) fn validate(s: &Scenario) -> (Vec<String>, Vec<StepProblem>) {
     }
     let mut work = Vec::new();
     match too_many_steps(s, total) {
-        Some(Ok(p)) => work.push(p),
-        Some(Err(m)) => general.push(m),
+        Some(TooManySteps::AtRepeat(p)) => work.push(p),
+        Some(TooManySteps::AtIterations(m)) => general.push(m),
         None => {}
     }
     work.extend(super::buffers::too_many_buffers(s, total));

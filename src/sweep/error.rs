@@ -12,7 +12,7 @@ pub enum SweepError {
     List {
         flag: &'static str,
         text: String,
-        reason: String,
+        reason: ListProblem,
     },
     #[error("--seq: {model} has no sequence length; --seq applies to GPT, LSTM and token-input Modules models")]
     NoSeq { model: String },
@@ -33,6 +33,19 @@ pub enum SweepError {
     Point {
         batch: u64,
         seq: Option<u64>,
-        source: crate::scenario::BuildError,
+        source: Box<crate::scenario::BuildError>,
     },
+}
+
+/// What is wrong with one entry of a `--batch`/`--seq` list.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ListProblem {
+    #[error("an empty entry: write the sizes separated by commas, e.g. 1,2,4,8")]
+    EmptyEntry,
+    #[error("`{0}` is not a whole number")]
+    NotWhole(String),
+    #[error("0 is not a size: each must be at least 1")]
+    Zero,
+    #[error("{0} is larger than {max}, the largest dimension modelled", max = crate::scenario::MAX_DIM)]
+    TooLarge(u64),
 }

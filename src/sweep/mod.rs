@@ -14,7 +14,7 @@ mod plan;
 mod point;
 mod runner;
 
-pub use error::SweepError;
+pub use error::{ListProblem, SweepError};
 pub use explain::explain;
 pub use fit::{fits, CategoryLine, Fit, Line, Residual, LINEAR_WITHIN};
 pub use plan::{parse_list, SweepPlan};

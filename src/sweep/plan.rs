@@ -1,7 +1,7 @@
 //! Which points a sweep runs: `--batch`/`--seq` when given, else the
 //! scenario's own `sweep:` section.
 
-use super::error::SweepError;
+use super::error::{ListProblem, SweepError};
 use crate::scenario::{at_point, has_seq, Built, Scenario, MAX_DIM};
 
 /// Points a sweep may run: each is a run of its own, and 100,000 took
@@ -28,7 +28,7 @@ pub fn parse_list(flag: &'static str, text: &str) -> Result<Vec<u64>, SweepError
         Some((cut, _)) => format!("{}… ({} bytes)", &text[..cut], text.len()),
         None => text.to_string(),
     };
-    let bad = |reason: String| SweepError::List {
+    let bad = |reason: ListProblem| SweepError::List {
         flag,
         text: crate::units::escape_line(&quoted).into_owned(),
         reason,
@@ -36,13 +36,11 @@ pub fn parse_list(flag: &'static str, text: &str) -> Result<Vec<u64>, SweepError
     let mut values = Vec::new();
     for item in text.split(',').map(str::trim) {
         if item.is_empty() {
-            return Err(bad(
-                "an empty entry: write the sizes separated by commas, e.g. 1,2,4,8".into(),
-            ));
+            return Err(bad(ListProblem::EmptyEntry));
         }
         let v: u64 = item
             .parse()
-            .map_err(|_| bad(format!("`{item}` is not a whole number")))?;
+            .map_err(|_| bad(ListProblem::NotWhole(item.to_string())))?;
         check_range(v).map_err(bad)?;
         values.push(v);
     }
@@ -51,13 +49,11 @@ pub fn parse_list(flag: &'static str, text: &str) -> Result<Vec<u64>, SweepError
     Ok(values)
 }
 
-fn check_range(v: u64) -> Result<(), String> {
+fn check_range(v: u64) -> Result<(), ListProblem> {
     if v == 0 {
-        Err("0 is not a size: each must be at least 1".into())
+        Err(ListProblem::Zero)
     } else if v > MAX_DIM {
-        Err(format!(
-            "{v} is larger than {MAX_DIM}, the largest dimension modelled"
-        ))
+        Err(ListProblem::TooLarge(v))
     } else {
         Ok(())
     }
@@ -87,7 +83,7 @@ impl SweepPlan {
         };
         if !seq_values.is_empty() && !has_seq(built) {
             return Err(SweepError::NoSeq {
-                model: model_name(built),
+                model: "this model".to_string(),
             });
         }
         let mut notes = Vec::new();
@@ -134,7 +130,7 @@ impl SweepPlan {
             at_point(scenario, built, batch, seq).map_err(|source| SweepError::Point {
                 batch,
                 seq,
-                source,
+                source: Box::new(source),
             })?;
         }
         Ok(plan)
@@ -153,15 +149,4 @@ fn sorted(mut v: Vec<u64>) -> Vec<u64> {
     v.sort_unstable();
     v.dedup();
     v
-}
-
-fn model_name(built: &Built) -> String {
-    use crate::engine::ModelKind;
-    match built.model.kind {
-        ModelKind::Mlp { .. } => "this MLP",
-        ModelKind::ResNet { .. } => "this ResNet",
-        ModelKind::Linear { .. } => "this Linear model",
-        _ => "this model",
-    }
-    .to_string()
 }

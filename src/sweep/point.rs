@@ -137,7 +137,7 @@ pub fn run_point(
     let (s, b) = at_point(scenario, built, batch, seq).map_err(|source| SweepError::Point {
         batch,
         seq,
-        source,
+        source: Box::new(source),
     })?;
     let mut tracker = PeakTracker::default();
     let r = run_observed(&s, &b, &RunOptions::default(), &mut |events| {

@@ -27,7 +27,7 @@ use super::error::TraceError;
 use super::outcome::TraceOutcome;
 use super::simulator::{SimOptions, Simulator};
 use crate::device::{profile, GpuProfile};
-use crate::live::{write_frame, FrameReader};
+use crate::job::{write_frame, FrameReader};
 use crate::trace::snapshot::export_bytes;
 
 /// The first bytes of a requests file.

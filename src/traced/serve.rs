@@ -16,7 +16,7 @@ use super::outcome::TraceOutcome;
 use super::replay::RequestLog;
 use super::simulator::{SimOptions, Simulator};
 use crate::device::GpuProfile;
-use crate::live::{write_frame, FrameReader};
+use crate::job::{write_frame, FrameReader};
 use crate::trace::snapshot::export_bytes;
 
 /// What to trace and how.

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use super::outcome::TraceOutcome;
 use super::simulator::{SimOptions, Simulator};
 use crate::device::profile;
-use crate::live::{decode, FrameReader, Session};
+use crate::job::{decode, FrameReader, Session};
 use crate::trace::snapshot::Snapshot;
 
 #[derive(Clone, Default)]

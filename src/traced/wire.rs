@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use super::error::TraceError;
 use crate::alloc::{Action, AllocEvent, Tag};
-use crate::live::write_value;
+use crate::job::write_value;
 
 /// Entries per `entries` message.
 const BATCH: usize = 4096;

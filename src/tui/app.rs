@@ -13,7 +13,7 @@ use super::by_line;
 use super::code::CodeWish;
 use super::gpu_panel::GpuPanel;
 use super::input::{self, UiAction};
-use super::input::{Dir, Step};
+use super::input::{Dir, Jump};
 use super::layout::{self, Areas, Focus, LayoutMode};
 use super::playback::{PlayUnit, DEFAULT_UNIT_RATE, MAX_UNIT_RATE, MIN_UNIT_RATE};
 use super::popup::Popup;
@@ -390,7 +390,7 @@ impl App {
                 }
                 self.drain_sources();
             }
-            Err(e) => self.notice = Some(e),
+            Err(e) => self.notice = Some(e.to_string()),
         }
     }
 
@@ -416,21 +416,21 @@ impl App {
             UiAction::ToggleAutoPause => self.toggle_auto_pause(),
             UiAction::ShowNarrationHistory => return self.show_narration_history(),
             UiAction::FindHolders => return self.find_holders(),
-            UiAction::Step(Step::Leak, dir) => {
+            UiAction::Jump(Jump::Leak, dir) => {
                 let Some(r) = self.active_mut() else {
                     return false;
                 };
-                self.notice = Some(match r.step_leak(dir) {
+                self.notice = Some(match r.jump_leak(dir) {
                     Ok(said) | Err(said) => said,
                 });
                 return true;
             }
-            UiAction::Step(step, dir) => {
+            UiAction::Jump(jump, dir) => {
                 self.playing = false;
-                let moved = self.active_mut().is_some_and(|r| r.step(step, dir));
+                let moved = self.active_mut().is_some_and(|r| r.jump(jump, dir));
                 if moved {
                     self.sync_others();
-                } else if step == Step::Oom && dir == Dir::Fwd {
+                } else if jump == Jump::Oom && dir == Dir::Fwd {
                     // None left here: the next device whose trace has one.
                     let next = self
                         .active_run()
@@ -622,5 +622,43 @@ impl App {
     /// Draw into `frame` (layout from the last `prepare`).
     pub fn draw(&self, frame: &mut ratatui::Frame) {
         super::views::draw(frame, self);
+    }
+}
+
+impl super::screen::Screen for App {
+    fn drain(&mut self, key_waiting: &mut dyn FnMut() -> bool) -> bool {
+        self.drain_sources_until(key_waiting)
+    }
+
+    fn has_backlog(&self) -> bool {
+        App::has_backlog(self)
+    }
+
+    fn handle_key(&mut self, key: KeyEvent) -> bool {
+        App::handle_key(self, key)
+    }
+
+    fn handle_mouse(&mut self, event: crossterm::event::MouseEvent) -> bool {
+        App::handle_mouse(self, event)
+    }
+
+    fn tick(&mut self, elapsed: Duration) -> bool {
+        self.on_tick(elapsed)
+    }
+
+    fn frame_wait(&self) -> Duration {
+        self.frame_wait
+    }
+
+    fn prepare(&mut self, area: Rect) {
+        App::prepare(self, area)
+    }
+
+    fn draw(&self, frame: &mut ratatui::Frame) {
+        App::draw(self, frame)
+    }
+
+    fn done(&self) -> bool {
+        self.quit
     }
 }

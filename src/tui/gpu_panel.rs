@@ -2,7 +2,7 @@
 //! reading of this process next to the model's reserved bytes, split into
 //! context / reserved / other; for a simulated run, the simulated device's
 //! terms, labelled as such, and why NVML is not read (or what it reads);
-//! for a live job, its process on its GPUs (`gpu_panel_live`).
+//! for a live job, its process on its GPUs (`gpu_panel_job`).
 //!
 //! NVML is read only by the poller thread (`producers::nvml_source`);
 //! this state drains its channel without blocking. The numbers come from
@@ -102,7 +102,7 @@ impl GpuPanel {
         self.frame = match run {
             None => GpuPanelFrame::default(),
             Some(r) if r.job_place.is_some() || r.job.is_some() => {
-                super::gpu_panel_live::live_frame(&self.nvml, r)
+                super::gpu_panel_job::job_frame(&self.nvml, r)
             }
             Some(r) => match r.cuda {
                 Some(ordinal) => self.cuda_frame(r, ordinal),

@@ -19,9 +19,9 @@ pub enum Dir {
     Back,
 }
 
-/// What one step jumps over.
+/// What one jump of the cursor goes over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub enum Jump {
     Event,
     Op,
     Phase,
@@ -40,7 +40,7 @@ pub enum UiAction {
     /// Close the help overlay, or clear the selection.
     Escape,
     TogglePlay,
-    Step(Step, Dir),
+    Jump(Jump, Dir),
     Start,
     End,
     Faster,
@@ -256,8 +256,8 @@ pub fn key_action(key: KeyEvent, focus: Focus, help: bool) -> Option<UiAction> {
             _ => None,
         };
     }
-    let fwd = |s| Some(UiAction::Step(s, Dir::Fwd));
-    let back = |s| Some(UiAction::Step(s, Dir::Back));
+    let fwd = |s| Some(UiAction::Jump(s, Dir::Fwd));
+    let back = |s| Some(UiAction::Jump(s, Dir::Back));
     match key.code {
         KeyCode::Char('q') => Some(UiAction::Quit),
         KeyCode::Char('?') => Some(UiAction::ToggleHelp),
@@ -267,20 +267,20 @@ pub fn key_action(key: KeyEvent, focus: Focus, help: bool) -> Option<UiAction> {
         KeyCode::Char('-' | '[') => Some(UiAction::Slower),
         KeyCode::Right if shift => Some(UiAction::PanRight),
         KeyCode::Left if shift => Some(UiAction::PanLeft),
-        KeyCode::Char('l') | KeyCode::Right => fwd(Step::Event),
-        KeyCode::Char('h') | KeyCode::Left => back(Step::Event),
-        KeyCode::Char('o') => fwd(Step::Op),
-        KeyCode::Char('O') => back(Step::Op),
-        KeyCode::Char('p') => fwd(Step::Phase),
-        KeyCode::Char('P') => back(Step::Phase),
-        KeyCode::Char('i') => fwd(Step::Iteration),
-        KeyCode::Char('I') => back(Step::Iteration),
-        KeyCode::Char('n') => fwd(Step::Narration),
-        KeyCode::Char('N') => back(Step::Narration),
-        KeyCode::Char('x') => fwd(Step::Oom),
-        KeyCode::Char('X') => back(Step::Oom),
-        KeyCode::Char('f') => fwd(Step::Leak),
-        KeyCode::Char('F') => back(Step::Leak),
+        KeyCode::Char('l') | KeyCode::Right => fwd(Jump::Event),
+        KeyCode::Char('h') | KeyCode::Left => back(Jump::Event),
+        KeyCode::Char('o') => fwd(Jump::Op),
+        KeyCode::Char('O') => back(Jump::Op),
+        KeyCode::Char('p') => fwd(Jump::Phase),
+        KeyCode::Char('P') => back(Jump::Phase),
+        KeyCode::Char('i') => fwd(Jump::Iteration),
+        KeyCode::Char('I') => back(Jump::Iteration),
+        KeyCode::Char('n') => fwd(Jump::Narration),
+        KeyCode::Char('N') => back(Jump::Narration),
+        KeyCode::Char('x') => fwd(Jump::Oom),
+        KeyCode::Char('X') => back(Jump::Oom),
+        KeyCode::Char('f') => fwd(Jump::Leak),
+        KeyCode::Char('F') => back(Jump::Leak),
         KeyCode::Char('g') | KeyCode::Home => Some(UiAction::Start),
         KeyCode::Char('G') | KeyCode::End => Some(UiAction::End),
         KeyCode::Char('j') | KeyCode::Down => Some(UiAction::Down),

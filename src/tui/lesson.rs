@@ -10,7 +10,7 @@ use crate::lesson::{Lesson, Part, LETTERS};
 
 /// Where the learner is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Screen {
+pub enum Page {
     Intro,
     Part(usize),
     Summary,
@@ -18,7 +18,7 @@ pub enum Screen {
 
 pub struct LessonState {
     pub lesson: Lesson,
-    pub screen: Screen,
+    pub page: Page,
     /// Each part's answer, once given.
     pub answers: Vec<Option<char>>,
     /// Lines the screen's text is scrolled by.
@@ -27,6 +27,9 @@ pub struct LessonState {
     pub open: Option<usize>,
     pub theme: Theme,
     pub quit: bool,
+    /// The terminal's size at the last frame (scrolling stops at the
+    /// text's end there).
+    pub area: Option<ratatui::layout::Rect>,
 }
 
 impl LessonState {
@@ -34,18 +37,19 @@ impl LessonState {
         let answers = vec![None; lesson.parts.len()];
         LessonState {
             lesson,
-            screen: Screen::Intro,
+            page: Page::Intro,
             answers,
             scroll: 0,
             open: None,
             theme,
             quit: false,
+            area: None,
         }
     }
 
     pub fn part(&self) -> Option<(usize, &Part)> {
-        match self.screen {
-            Screen::Part(i) => self.lesson.parts.get(i).map(|p| (i, p)),
+        match self.page {
+            Page::Part(i) => self.lesson.parts.get(i).map(|p| (i, p)),
             _ => None,
         }
     }
@@ -65,25 +69,25 @@ impl LessonState {
             .count()
     }
 
-    fn go(&mut self, screen: Screen) {
-        self.screen = screen;
+    fn go(&mut self, page: Page) {
+        self.page = page;
         self.scroll = 0;
     }
 
     pub fn next(&mut self) {
         let n = self.lesson.parts.len();
-        self.go(match self.screen {
-            Screen::Intro => Screen::Part(0),
-            Screen::Part(i) if i + 1 < n => Screen::Part(i + 1),
-            Screen::Part(_) | Screen::Summary => Screen::Summary,
+        self.go(match self.page {
+            Page::Intro => Page::Part(0),
+            Page::Part(i) if i + 1 < n => Page::Part(i + 1),
+            Page::Part(_) | Page::Summary => Page::Summary,
         });
     }
 
     pub fn back(&mut self) {
-        self.go(match self.screen {
-            Screen::Intro | Screen::Part(0) => Screen::Intro,
-            Screen::Part(i) => Screen::Part(i - 1),
-            Screen::Summary => Screen::Part(self.lesson.parts.len().saturating_sub(1)),
+        self.go(match self.page {
+            Page::Intro | Page::Part(0) => Page::Intro,
+            Page::Part(i) => Page::Part(i - 1),
+            Page::Summary => Page::Part(self.lesson.parts.len().saturating_sub(1)),
         });
     }
 
@@ -94,9 +98,9 @@ impl LessonState {
 
     /// The keys the current screen takes, for its hint line.
     pub fn hints(&self) -> String {
-        match self.screen {
-            Screen::Intro => "Enter/→ start  ↑/↓ scroll  q quit".into(),
-            Screen::Part(i) => match self.answers[i] {
+        match self.page {
+            Page::Intro => "Enter/→ start  ↑/↓ scroll  q quit".into(),
+            Page::Part(i) => match self.answers[i] {
                 None => {
                     let n = self.lesson.parts[i].choices.len();
                     let last = LETTERS[n.saturating_sub(1).min(LETTERS.len() - 1)];
@@ -104,7 +108,7 @@ impl LessonState {
                 }
                 Some(_) => "Enter run the scenario  → next part  ← back  ↑/↓ scroll  q quit".into(),
             },
-            Screen::Summary => "← back  ↑/↓ scroll  q quit".into(),
+            Page::Summary => "← back  ↑/↓ scroll  q quit".into(),
         }
     }
 
@@ -116,13 +120,13 @@ impl LessonState {
             KeyCode::Down | KeyCode::Char('j') => self.scroll = self.scroll.saturating_add(1),
             KeyCode::Left | KeyCode::Backspace | KeyCode::Char('p') => self.back(),
             KeyCode::Char(c @ 'a'..='d') => return self.answer(c),
-            KeyCode::Enter | KeyCode::Char(' ') => match (self.screen, self.answered()) {
-                (Screen::Intro, _) => self.next(),
-                (Screen::Part(i), Some(_)) => self.open = Some(i),
+            KeyCode::Enter | KeyCode::Char(' ') => match (self.page, self.answered()) {
+                (Page::Intro, _) => self.next(),
+                (Page::Part(i), Some(_)) => self.open = Some(i),
                 _ => return false,
             },
-            KeyCode::Right | KeyCode::Char('n') => match (self.screen, self.answered()) {
-                (Screen::Intro, _) | (Screen::Part(_), Some(_)) => self.next(),
+            KeyCode::Right | KeyCode::Char('n') => match (self.page, self.answered()) {
+                (Page::Intro, _) | (Page::Part(_), Some(_)) => self.next(),
                 _ => return false,
             },
             _ => return false,
@@ -143,5 +147,51 @@ impl LessonState {
         self.answers[i] = Some(c);
         self.scroll = 0;
         true
+    }
+}
+
+impl LessonState {
+    /// Scrolling stops at the text's end (at the last frame's size), so ↑
+    /// answers at once after it.
+    fn clamp_scroll(&mut self) {
+        if let Some(area) = self.area {
+            let most = super::views::lesson::max_scroll(area, self);
+            self.scroll = self.scroll.min(most);
+        }
+    }
+}
+
+/// The longest wait for a key: a lesson only changes when the learner acts.
+const LESSON_FRAME: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// A lesson's screens in the one loop; it stops when the learner quits or
+/// asks for a part's scenario (`open` says which: the caller runs it in the
+/// run view and may come back).
+impl super::screen::Screen for LessonState {
+    fn begin(&mut self) {
+        self.open = None;
+    }
+
+    fn handle_key(&mut self, key: KeyEvent) -> bool {
+        let changed = LessonState::handle_key(self, key);
+        self.clamp_scroll();
+        changed
+    }
+
+    fn frame_wait(&self) -> std::time::Duration {
+        LESSON_FRAME
+    }
+
+    fn prepare(&mut self, area: ratatui::layout::Rect) {
+        self.area = Some(area);
+        self.clamp_scroll();
+    }
+
+    fn draw(&self, frame: &mut ratatui::Frame) {
+        super::views::lesson::render(frame, self);
+    }
+
+    fn done(&self) -> bool {
+        self.quit || self.open.is_some()
     }
 }

@@ -1,33 +1,21 @@
-//! Terminal setup and restore, and the app loop. The loop is generic over the
-//! ratatui `Backend` and the input source (gitui), so tests run the real loop
-//! on `TestBackend` with a scripted key stream. Each turn drains every
-//! source (for a few milliseconds at most), renders if anything changed
-//! (yazi), then takes all pending input and answers it with a frame at once;
-//! it never blocks longer than one frame. While a source is far ahead (a
-//! large file's events), frames come at a steady pace and the time between
-//! them goes to taking its events.
+//! Terminal setup and restore (panic hook, guard), the input sources, and
+//! the run view's entry point; the loop itself is `screen::run_screen`,
+//! one for every full-screen view.
 
 use std::io::{self, Stdout};
 use std::sync::Once;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crossterm::event::{
-    self, DisableMouseCapture, EnableMouseCapture, Event as CEvent, KeyEventKind,
-};
+use crossterm::event::{self, DisableMouseCapture, EnableMouseCapture, Event as CEvent};
 use crossterm::execute;
 use crossterm::terminal::{
     disable_raw_mode, enable_raw_mode, EnterAlternateScreen, LeaveAlternateScreen,
 };
-use ratatui::backend::{Backend, CrosstermBackend};
-use ratatui::layout::Rect;
+use ratatui::backend::CrosstermBackend;
 use ratatui::Terminal;
 
 use super::app::{App, TuiOptions};
 use crate::producers::Source;
-
-/// Frames at most this often while a source has more waiting than a drain
-/// takes: the rest of the time takes its events.
-const BUSY_FRAME: Duration = Duration::from_millis(33);
 
 /// Terminal events, from the real terminal or a script.
 pub trait InputSource {
@@ -64,87 +52,8 @@ impl InputSource for CrosstermInput {
 /// [`TuiOptions::stop_on_load_failure`] ended the UI for it.
 pub fn run_tui(sources: Vec<(String, Source)>, opts: TuiOptions) -> anyhow::Result<Option<String>> {
     let mut app = App::new(sources, &opts)?;
-    install_panic_hook();
-    let mut terminal = setup_terminal()?;
-    // Restores on every way out of this function, errors included.
-    let _restore = RestoreGuard;
-    run_app(&mut terminal, &mut app, &mut CrosstermInput)?;
+    super::screen::run_on_terminal(&mut app)?;
     Ok(app.load_failure)
-}
-
-/// The loop, until the app asks to quit or the input fails.
-pub fn run_app<B, I>(terminal: &mut Terminal<B>, app: &mut App, input: &mut I) -> anyhow::Result<()>
-where
-    B: Backend,
-    B::Error: Send + Sync + 'static,
-    I: InputSource,
-{
-    let mut last = Instant::now();
-    let mut dirty = true;
-    let mut drawn: Option<Instant> = None;
-    loop {
-        dirty |= app.drain_sources_until(&mut || input.has_input());
-        let paced = app.has_backlog() && drawn.is_some_and(|at| at.elapsed() < BUSY_FRAME);
-        if dirty && !paced {
-            render(terminal, app)?;
-            dirty = false;
-            drawn = Some(Instant::now());
-        }
-        if app.quit {
-            return Ok(());
-        }
-        // More is waiting in a source: take it after a look at the keys,
-        // not after a frame's wait (the source would pile up meanwhile).
-        let wait = if app.has_backlog() {
-            Duration::ZERO
-        } else {
-            app.frame_wait
-        };
-        if let Some(ev) = input.next(wait)? {
-            let mut keyed = handle_event(app, ev);
-            while !app.quit {
-                match input.next(Duration::ZERO)? {
-                    Some(ev) => keyed |= handle_event(app, ev),
-                    None => break,
-                }
-            }
-            // Answered now, not after the next drain.
-            if keyed && !app.quit {
-                render(terminal, app)?;
-                dirty = false;
-                drawn = Some(Instant::now());
-            }
-        }
-        let now = Instant::now();
-        dirty |= app.on_tick(now - last);
-        last = now;
-        if app.quit {
-            return Ok(());
-        }
-    }
-}
-
-/// Prepare for the terminal's current size and draw one frame.
-pub fn render<B>(terminal: &mut Terminal<B>, app: &mut App) -> anyhow::Result<()>
-where
-    B: Backend,
-    B::Error: Send + Sync + 'static,
-{
-    let size = terminal.size()?;
-    app.prepare(Rect::new(0, 0, size.width, size.height));
-    terminal.draw(|f| app.draw(f))?;
-    Ok(())
-}
-
-/// Apply one terminal event; true when a redraw is due.
-pub fn handle_event(app: &mut App, ev: CEvent) -> bool {
-    match ev {
-        // Windows reports releases too; act on presses and repeats only.
-        CEvent::Key(k) if k.kind != KeyEventKind::Release => app.handle_key(k),
-        CEvent::Mouse(m) => app.handle_mouse(m),
-        CEvent::Resize(_, _) => true,
-        _ => false,
-    }
 }
 
 pub fn setup_terminal() -> anyhow::Result<Terminal<CrosstermBackend<Stdout>>> {

@@ -2,15 +2,18 @@
 //! and the per-frame data (`RunFrame`) the views draw.
 
 use super::by_line;
-use super::input::{Dir, Step};
+use super::input::{Dir, Jump};
 use super::marks::MarkIndex;
 use super::views::{event_log, segment_map, stats, timeline};
 use crate::alloc::{MemoryStats, Tag};
 use crate::device::PciAddress;
 use crate::engine::estimate::ComputeEstimate;
+use crate::job::nvml_match::{JobPlace, LiveJob};
 use crate::leak::Finding;
-use crate::live::nvml_match::{JobPlace, LiveJob};
-use crate::producers::{LoadProgress, Polled, SnapshotDevices, Source, SourceMsg, TagInfo};
+use crate::producers::{
+    JobMsg, LoadProgress, Polled, RecordedMsg, RunMsg, ScenarioMsg, SnapshotDevices, Source,
+    SourceMsg, TagInfo,
+};
 use crate::scenario::{Conditions, Listing};
 use crate::trace::timeline::KEYFRAME_EVERY;
 use crate::trace::{Event, MarkKind, Marker, MemoryMap, Timeline};
@@ -75,7 +78,7 @@ pub struct RunView {
     /// A snapshot's figures and live blocks (the table and diff across tabs).
     pub summary: Option<Arc<crate::report::series::SnapshotSummary>>,
     /// A live job's memory at each step over the whole attach.
-    pub step_trends: Vec<crate::live::creep::StepTrend>,
+    pub step_trends: Vec<crate::job::creep::StepTrend>,
     /// Go to the first OOM as soon as the events hold one (after a device
     /// switch that `x` made).
     pub pending_oom: bool,
@@ -103,7 +106,7 @@ pub struct RunView {
     pub stats: Option<MemoryStats>,
     pub finished: bool,
     pub failure: Option<String>,
-    /// The source's latest [`SourceMsg::Note`] (a live job started over,
+    /// The source's latest [`JobMsg::Note`](crate::producers::JobMsg) (a live job started over,
     /// or went away); kept across a restart, which it explains.
     pub note: Option<String>,
     /// Where the drawn marks are (kept as events arrive).
@@ -282,8 +285,8 @@ impl RunView {
             match src.poll() {
                 Polled::Msg(m) => {
                     match &m {
-                        SourceMsg::Events(e) => events += e.len(),
-                        SourceMsg::Part(p) => events += p.events.len(),
+                        SourceMsg::Run(RunMsg::Events(e)) => events += e.len(),
+                        SourceMsg::Run(RunMsg::Part(p)) => events += p.events.len(),
                         _ => {}
                     }
                     self.receive(m);
@@ -308,9 +311,21 @@ impl RunView {
         changed
     }
 
+    /// One message: the run view takes every producer's group but a
+    /// sweep's (the sweep chart's) and NVML's (the GPU panel's own source).
     pub(super) fn receive(&mut self, m: SourceMsg) {
         match m {
-            SourceMsg::Start(map) => {
+            SourceMsg::Run(m) => self.run_msg(m),
+            SourceMsg::Scenario(m) => self.scenario_msg(m),
+            SourceMsg::Recorded(m) => self.recorded_msg(m),
+            SourceMsg::Job(m) => self.job_msg(m),
+            SourceMsg::Gpus(_) | SourceMsg::Sweep(_) => {}
+        }
+    }
+
+    fn run_msg(&mut self, m: RunMsg) {
+        match m {
+            RunMsg::Start(map) => {
                 if self.timeline.is_empty() {
                     self.timeline = Timeline::starting_from(*map);
                     self.map = self.timeline.state_at(None);
@@ -318,65 +333,66 @@ impl RunView {
                     self.map_gen += 1;
                 }
             }
-            SourceMsg::Events(events) => {
+            RunMsg::Events(events) => {
                 self.timeline.extend(events);
                 self.marks.update(&self.timeline);
             }
-            SourceMsg::Part(mut part) => {
+            RunMsg::Part(mut part) => {
                 self.timeline.extend_part(&mut part);
                 self.marks.update(&self.timeline);
                 if let Some(source) = &self.source {
                     source.give_back(part);
                 }
             }
-            SourceMsg::Findings(f) => {
+            RunMsg::Findings(f) => {
                 self.findings = f;
                 if self.sel_finding.is_some_and(|i| i >= self.findings.len()) {
                     self.sel_finding = None;
                 }
             }
-            SourceMsg::FindingsNow(f) => {
+            RunMsg::FindingsNow(f) => {
                 self.findings_at.push((self.timeline.len(), f));
                 self.show_findings_at_cursor();
             }
-            SourceMsg::Compute(c) => {
+            RunMsg::Stats(s) => {
+                self.stats = Some(*s);
+                // The stats panel shows the run's retry count from these.
+                self.stats_key = None;
+            }
+            RunMsg::Restarted => self.reset(),
+            RunMsg::Finished => {
+                self.finished = true;
+                self.loading = None;
+            }
+            RunMsg::Failed(msg) => {
+                self.failure = Some(msg);
+                self.loading = None;
+            }
+        }
+    }
+
+    fn scenario_msg(&mut self, m: ScenarioMsg) {
+        match m {
+            ScenarioMsg::Compute(c) => {
                 self.compute_at.push((self.timeline.len(), *c));
                 // The Stats panel shows it: no new event or cursor move
                 // need come with it to redraw the panel.
                 self.stats_key = None;
             }
-            SourceMsg::Stats(s) => {
-                self.stats = Some(*s);
-                // The stats panel shows the run's retry count from these.
-                self.stats_key = None;
-            }
-            SourceMsg::ContextBaseline(b) => self.context_baseline = b,
-            SourceMsg::Restarted => self.reset(),
-            SourceMsg::Finished => {
-                self.finished = true;
-                self.loading = None;
-            }
-            SourceMsg::Failed(msg) => {
-                self.failure = Some(msg);
-                self.loading = None;
-            }
-            SourceMsg::Note(n) => self.note = Some(n),
-            // NVML readings go to the GPU panel's own source, a sweep's
-            // points to the sweep chart.
-            SourceMsg::Gpus(_) | SourceMsg::SweepPoint { .. } | SourceMsg::Swept(_) => {}
-            SourceMsg::Loading(p) => {
+            ScenarioMsg::ContextBaseline(b) => self.context_baseline = b,
+        }
+    }
+
+    fn recorded_msg(&mut self, m: RecordedMsg) {
+        match m {
+            RecordedMsg::Loading(p) => {
                 let LoadProgress::Reading { done, total } = p;
                 // The last word of a reading says all of the file was read.
                 self.loading = (total == 0 || done < total).then_some(p);
                 self.reads_file = true;
             }
-            SourceMsg::Summary(s) => self.summary = Some(s),
-            SourceMsg::StepTrends(t) => {
-                self.step_trends = t;
-                self.stats_key = None;
-            }
-            SourceMsg::Job(j) => self.job = Some(*j),
-            SourceMsg::Opened(o) => {
+            RecordedMsg::Summary(s) => self.summary = Some(s),
+            RecordedMsg::Opened(o) => {
                 self.assumed_empty_start = o.assumed_empty_start;
                 self.tags = o.tags;
                 self.capacity = o.capacity;
@@ -389,6 +405,17 @@ impl RunView {
                     });
                 }
             }
+        }
+    }
+
+    fn job_msg(&mut self, m: JobMsg) {
+        match m {
+            JobMsg::Note(n) => self.note = Some(n),
+            JobMsg::StepTrends(t) => {
+                self.step_trends = t;
+                self.stats_key = None;
+            }
+            JobMsg::Place(j) => self.job = Some(*j),
         }
     }
 
@@ -472,34 +499,34 @@ impl RunView {
         self.pos = pos.min(self.timeline.len());
     }
 
-    pub(super) fn step(&mut self, step: Step, dir: Dir) -> bool {
+    pub(super) fn jump(&mut self, jump: Jump, dir: Dir) -> bool {
         let before = self.pos;
-        let kind = match step {
-            Step::Event => {
+        let kind = match jump {
+            Jump::Event => {
                 self.pos = match dir {
                     Dir::Fwd => (self.pos + 1).min(self.len()),
                     Dir::Back => self.pos.saturating_sub(1),
                 };
                 return self.pos != before;
             }
-            Step::Leak => return self.step_leak(dir).is_ok(),
+            Jump::Leak => return self.jump_leak(dir).is_ok(),
             // Iterations and phases step from begin to begin.
-            Step::Phase => {
+            Jump::Phase => {
                 let begins: Vec<usize> = self.marks.phase.iter().map(|x| x.0).collect();
                 return self.step_in(&begins, dir);
             }
-            Step::Iteration => {
+            Jump::Iteration => {
                 let begins: Vec<usize> = self.marks.iteration.iter().map(|x| x.0).collect();
                 return self.step_in(&begins, dir);
             }
-            Step::Narration => {
+            Jump::Narration => {
                 // What is said before any event is said at the start (`g`).
                 let lead = self.with_moment(0);
                 let n = &self.marks.narration;
                 let at = n[n.partition_point(|i| *i < lead)..].to_vec();
                 return self.step_in(&at, dir);
             }
-            Step::Oom => {
+            Jump::Oom => {
                 // OOM entries and error markers are both "where it went wrong".
                 let mut at: Vec<usize> = self
                     .marks
@@ -511,7 +538,7 @@ impl RunView {
                 at.sort_unstable();
                 return self.step_in(&at, dir);
             }
-            Step::Op => MarkKind::Op,
+            Jump::Op => MarkKind::Op,
         };
         if let Some(i) = self.mark_from_cursor(kind, dir) {
             self.land_on(i);
@@ -558,7 +585,7 @@ impl RunView {
     /// Select the next / previous block, in map order, that a leak holds
     /// at the cursor (the selected finding's, or every leak's). Either way
     /// the text is for the notice line: which one of how many, or why none.
-    pub(super) fn step_leak(&mut self, dir: Dir) -> Result<String, String> {
+    pub(super) fn jump_leak(&mut self, dir: Dir) -> Result<String, String> {
         self.sync_map();
         let selected = self.sel_finding.and_then(|i| self.findings.get(i)).cloned();
         let mut held: Vec<u64> = match &selected {

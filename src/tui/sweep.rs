@@ -6,7 +6,7 @@
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use super::theme::Theme;
-use crate::producers::SourceMsg;
+use crate::producers::{Polled, Source, SourceMsg, SweepMsg};
 use crate::sweep::{Fit, MaxBatch, Sweep, SweepPoint};
 
 /// The keys the chart understands, for its hint line: quitting first, so
@@ -65,19 +65,17 @@ impl SweepState {
         }
     }
 
-    /// Take one message from the producer; true when the screen changed.
-    pub fn ingest(&mut self, msg: SourceMsg) -> bool {
+    /// Take one message from the sweep's producer.
+    pub fn ingest(&mut self, msg: SweepMsg) {
         match msg {
-            SourceMsg::SweepPoint { index, point } => {
+            SweepMsg::Point { index, point } => {
                 if let Some(slot) = self.points.get_mut(index) {
                     *slot = Some(*point);
                 }
             }
-            SourceMsg::Swept(s) => self.sweep = Some(*s),
-            SourceMsg::Failed(why) => self.failure = Some(why),
-            _ => return false,
+            SweepMsg::Swept(s) => self.sweep = Some(*s),
+            SweepMsg::Failed(why) => self.failure = Some(why),
         }
-        true
     }
 
     /// The producer's channel closed: unless the sweep is there, say so.
@@ -161,5 +159,56 @@ impl SweepState {
             _ => return false,
         }
         true
+    }
+}
+
+/// Longest wait for a key before the sweep's channel is looked at again.
+const SWEEP_FRAME: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The sweep's chart in the one loop, fed by its producer: it fills in as
+/// points finish and stops when the user quits or asks for a point's full
+/// run (`state.open` says which).
+pub struct SweepScreen<'a> {
+    pub state: &'a mut SweepState,
+    pub source: &'a Source,
+}
+
+impl super::screen::Screen for SweepScreen<'_> {
+    fn drain(&mut self, _key_waiting: &mut dyn FnMut() -> bool) -> bool {
+        let mut changed = false;
+        loop {
+            match self.source.poll() {
+                Polled::Msg(SourceMsg::Sweep(m)) => {
+                    self.state.ingest(m);
+                    changed = true;
+                }
+                // The sweep's producer sends nothing else.
+                Polled::Msg(_) => {}
+                Polled::Empty => return changed,
+                Polled::Closed => return changed | self.state.producer_gone(),
+            }
+        }
+    }
+
+    fn begin(&mut self) {
+        self.state.open = None;
+    }
+
+    fn handle_key(&mut self, key: KeyEvent) -> bool {
+        self.state.handle_key(key)
+    }
+
+    fn frame_wait(&self) -> std::time::Duration {
+        SWEEP_FRAME
+    }
+
+    fn prepare(&mut self, _area: ratatui::layout::Rect) {}
+
+    fn draw(&self, frame: &mut ratatui::Frame) {
+        super::views::sweep::render(frame, self.state);
+    }
+
+    fn done(&self) -> bool {
+        self.state.quit || self.state.open.is_some()
     }
 }

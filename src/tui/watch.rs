@@ -12,6 +12,7 @@ use crate::device::reconcile::{DeviceReconciliation, Reconciliation};
 use crate::device::GpuUnavailable;
 
 use super::theme::Theme;
+use crate::producers::{Polled, Source, SourceMsg};
 
 /// Readings kept per GPU for the sparklines (about 40 s at 3 Hz).
 pub const HISTORY: usize = 120;
@@ -115,5 +116,56 @@ impl WatchState {
             _ => return false,
         }
         self.quit || self.selected != before
+    }
+}
+
+/// Longest wait for a key before the poller's channel is looked at again.
+const WATCH_FRAME: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// `watch` in the one loop, fed by the NVML poller until `q`; the state
+/// says afterwards whether NVML failed on the way (`error`).
+pub struct WatchScreen<'a> {
+    pub state: &'a mut WatchState,
+    pub source: &'a Source,
+}
+
+impl super::screen::Screen for WatchScreen<'_> {
+    fn drain(&mut self, _key_waiting: &mut dyn FnMut() -> bool) -> bool {
+        let mut changed = false;
+        loop {
+            match self.source.poll() {
+                Polled::Msg(SourceMsg::Gpus(reading)) => {
+                    self.state.ingest(reading);
+                    changed = true;
+                }
+                Polled::Msg(_) => {}
+                Polled::Empty => return changed,
+                Polled::Closed => {
+                    if self.state.error.is_none() {
+                        self.state.error = Some("the NVML thread stopped".into());
+                        changed = true;
+                    }
+                    return changed;
+                }
+            }
+        }
+    }
+
+    fn handle_key(&mut self, key: KeyEvent) -> bool {
+        self.state.handle_key(key)
+    }
+
+    fn frame_wait(&self) -> std::time::Duration {
+        WATCH_FRAME
+    }
+
+    fn prepare(&mut self, _area: ratatui::layout::Rect) {}
+
+    fn draw(&self, frame: &mut ratatui::Frame) {
+        super::views::watch::render(frame, self.state);
+    }
+
+    fn done(&self) -> bool {
+        self.state.quit
     }
 }

@@ -3,12 +3,10 @@
 //! parameters then its buffers, as `.to("cuda")`'s `_apply` visits them),
 //! each tagged with its module path.
 
+use super::kinds::Leaf;
 use super::spec::{join, Module};
 use crate::engine::error::{EngineError, Result};
-use crate::engine::modules::bottleneck::Bottleneck;
-use crate::engine::modules::resnet::{BasicBlock, BatchNorm, Bufs, Conv};
-use crate::engine::modules::{Embedding, LayerNorm, Linear};
-use crate::engine::ops::elementwise::Unary;
+use crate::engine::modules::resnet::Bufs;
 use crate::engine::tensor::TensorId;
 use crate::engine::Engine;
 
@@ -17,37 +15,7 @@ use crate::engine::Engine;
 pub(crate) enum Node {
     /// Children (arena indices) in order.
     Seq(Vec<usize>),
-    Linear(Linear),
-    Unary {
-        op: Unary,
-        module: u32,
-    },
-    InplaceRelu {
-        module: u32,
-    },
-    Dropout {
-        p: f64,
-        module: u32,
-    },
-    Embedding(Embedding),
-    LayerNorm(LayerNorm),
     Residual(usize),
-    Conv(Conv),
-    BatchNorm(BatchNorm),
-    MaxPool {
-        k: u64,
-        stride: u64,
-        pad: u64,
-        module: u32,
-    },
-    AvgPool {
-        module: u32,
-    },
-    Flatten {
-        module: u32,
-    },
-    BasicBlock(BasicBlock),
-    Bottleneck(Bottleneck),
     /// A checkpoint region around `inner`; `site` numbers the region for
     /// recomputation (`LangNet::sites`).
     Checkpoint {
@@ -55,8 +23,8 @@ pub(crate) enum Node {
         inner: usize,
         reentrant: bool,
     },
-    /// A transformer module (`xfmr.rs`).
-    Xfmr(Box<super::xfmr::XNode>),
+    /// Any other module (`kinds.rs`).
+    Leaf(Box<Leaf>),
 }
 
 /// The built model: an arena of nodes, the root, and every checkpoint
@@ -78,7 +46,7 @@ pub(crate) struct Builder<'a> {
     sites: Vec<usize>,
     /// Inside a checkpoint region (regions do not nest).
     in_region: bool,
-    x: super::xfmr::XState,
+    pub(super) x: super::xfmr::XState,
 }
 
 impl LangNet {
@@ -97,11 +65,6 @@ impl LangNet {
             x: super::xfmr::XState::default(),
         };
         let root = b.node(e, "", net)?;
-        if let (Some(user), None) = (b.x.rotary_users.first(), b.x.inv_freq) {
-            return Err(EngineError::Program(format!(
-                "{user}: rotary positions need a RotaryEmbedding module in the model"
-            )));
-        }
         Ok(LangNet {
             nodes: b.nodes,
             root,
@@ -135,98 +98,7 @@ impl Builder<'_> {
                 }
                 Node::Seq(ids)
             }
-            Module::Linear { input, out, bias } => {
-                Node::Linear(e.new_linear(path, *input, *out, *bias, self.params)?)
-            }
-            Module::ReLU => unary(e, path, Unary::Relu),
-            Module::GELU | Module::GELUTanh => unary(e, path, Unary::Gelu),
-            Module::SiLU => unary(e, path, Unary::Silu),
-            Module::InplaceReLU => Node::InplaceRelu {
-                module: e.tags.module(path),
-            },
-            Module::Dropout(p) => Node::Dropout {
-                p: *p,
-                module: e.tags.module(path),
-            },
-            Module::Embedding { num, dim } => {
-                let emb = e.new_embedding(path, *num, *dim, self.params)?;
-                self.x.tie.get_or_insert(emb.w);
-                Node::Embedding(emb)
-            }
-            Module::RMSNorm { .. }
-            | Module::RotaryEmbedding { .. }
-            | Module::Attention { .. }
-            | Module::Mlp { .. }
-            | Module::DecoderLayer { .. }
-            | Module::LmHead { .. }
-            | Module::BertEmbeddings { .. }
-            | Module::BertLayer { .. }
-            | Module::BertPooler { .. } => Node::Xfmr(Box::new(super::xfmr::build(
-                e,
-                path,
-                m,
-                &mut self.x,
-                self.params,
-                self.bufs,
-            )?)),
-            Module::LayerNorm { dim, bias } => {
-                Node::LayerNorm(e.new_layer_norm(path, *dim, *bias, self.params)?)
-            }
             Module::Residual(inner) => Node::Residual(self.node(e, path, inner)?),
-            Module::Conv2d {
-                input,
-                out,
-                kernel,
-                stride,
-                padding,
-                bias,
-            } => Node::Conv(e.new_conv2d(
-                path,
-                [*input, *out, *kernel, *stride, *padding],
-                *bias,
-                self.params,
-            )?),
-            Module::BatchNorm2d(c) => {
-                Node::BatchNorm(e.new_bn(path, *c, self.params, self.bufs)?)
-            }
-            Module::MaxPool2d {
-                kernel,
-                stride,
-                padding,
-            } => Node::MaxPool {
-                k: *kernel,
-                stride: *stride,
-                pad: *padding,
-                module: e.tags.module(path),
-            },
-            Module::AdaptiveAvgPool2d => Node::AvgPool {
-                module: e.tags.module(path),
-            },
-            Module::Flatten => Node::Flatten {
-                module: e.tags.module(path),
-            },
-            Module::BasicBlock {
-                inplanes,
-                planes,
-                stride,
-            } => Node::BasicBlock(BasicBlock::build(
-                e,
-                path,
-                [*inplanes, *planes, *stride],
-                self.params,
-                self.bufs,
-            )?),
-            Module::Bottleneck {
-                inplanes,
-                planes,
-                stride,
-            } => Node::Bottleneck(Bottleneck::build(
-                e,
-                path,
-                [*inplanes, *planes, *stride],
-                self.params,
-                self.bufs,
-            )?),
             Module::Checkpoint { module, reentrant } => {
                 if self.in_region {
                     return Err(EngineError::Program(format!(
@@ -246,15 +118,9 @@ impl Builder<'_> {
                     reentrant: *reentrant,
                 }
             }
+            leaf => Node::Leaf(Box::new(self.leaf(e, path, leaf)?)),
         };
         Ok(self.push(n))
-    }
-}
-
-fn unary(e: &mut Engine, path: &str, op: Unary) -> Node {
-    Node::Unary {
-        op,
-        module: e.tags.module(path),
     }
 }
 

@@ -1,19 +1,33 @@
-//! The one check of a model written in the language, run by `vramscope check`
-//! (through the scenario's loader) and by the build before it allocates
-//! anything: every module's output shape, and every rule the build enforces
-//! (heads and key/value heads, rotary positions, checkpoint regions, a tied
-//! head, LoRA's rank, pooling padding), symbolically. A `Repeat` is walked
-//! once per copy only until its block's output and what the walk has seen
-//! stop changing (then every further copy is the same check), so
-//! `Repeat(n: 18446744073709551615, …)` is answered at once.
+//! The one analysis of a model written in the language, run by `vramscope
+//! check` (through the scenario's loader), by `vramscope model`, and by the
+//! build before it allocates anything. One walk of the tree yields the
+//! output shape, the parameter and buffer counts and the number of modules,
+//! and refuses, at the first module that breaks one, every rule the build
+//! obeys: each dimension's bounds and each probability (from the module's
+//! arguments), heads and key/value heads, rotary positions, checkpoint
+//! regions, a tied head, LoRA's rank, pooling padding, and the shape each
+//! module takes. What each module kind says is in `kinds.rs`; this walks
+//! the containers. A `Repeat` is walked once per copy only until its
+//! block's output and what the walk has seen stop changing (then every
+//! further copy is the same check, and its counts are the first copy's
+//! times `n`), so `Repeat(n: 18446744073709551615, …)` is answered at once.
 //!
 //! Each error names PyTorch's module path, the field at fault, and where
 //! the module sits in the description ([`Seg`]s from the model's value), so
 //! the loader can point at the file's line and column.
 
 use super::build::display;
-use super::shape::{out_shape, Sig};
+use super::count::Counts;
+use super::kinds::Here;
+use super::shape::{ShapeError, Sig};
 use super::spec::{join, LangModel, Module};
+
+/// 2^21: three such factors multiply to at most 2^63, so the engine's shape
+/// arithmetic (products of up to three dimensions) fits in u64.
+pub const MAX_DIM: u64 = 1 << 21;
+
+/// Modules in one model, every `Repeat` unrolled (the build makes each).
+pub const MAX_MODULES: u64 = 1 << 16;
 
 /// One step into a RON value: a named field, or an item of a list or tuple.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,15 +36,49 @@ pub enum Seg {
     Index(usize),
 }
 
+/// A probability as written (compared by its bits, so a problem is `Eq`).
+#[derive(Debug, Clone, Copy)]
+pub struct Probability(pub f64);
+
+impl PartialEq for Probability {
+    fn eq(&self, o: &Probability) -> bool {
+        self.0.to_bits() == o.0.to_bits()
+    }
+}
+
+impl Eq for Probability {}
+
+impl std::fmt::Display for Probability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
 /// What is wrong with one module.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Problem {
+    #[error("must be at least {min}")]
+    TooSmall { min: u64 },
+    #[error("{0} is larger than {MAX_DIM}, the largest dimension modelled")]
+    TooLarge(u64),
+    #[error("{0} is not a probability between 0 and 1")]
+    NotProbability(Probability),
+    #[error(
+        "{0} modules once every Repeat is unrolled, more than {MAX_MODULES}, the most modelled"
+    )]
+    TooManyModules(u64),
     #[error("heads ({heads}) must be a multiple of kv_heads ({kv_heads}): each key/value head serves an equal group of query heads")]
     KvHeadsDivide { heads: u64, kv_heads: u64 },
     #[error("kv_heads ({kv_heads}) is more than heads ({heads}): each key/value head serves a group of query heads")]
     KvHeadsOverHeads { heads: u64, kv_heads: u64 },
     #[error("head_dim ({0}) must be even for rotary embeddings (rotate_half splits it in two)")]
     OddHeadDim(u64),
+    #[error("head_dim is 0: hidden ({hidden}) / heads ({heads}) rounds down to nothing; give head_dim or fewer heads")]
+    ZeroHeadDim { hidden: u64, heads: u64 },
+    #[error(
+        "the hidden size ({hidden}) is not a multiple of the number of attention heads ({heads})"
+    )]
+    HiddenNotMultipleOfHeads { hidden: u64, heads: u64 },
     #[error("rotary positions need a RotaryEmbedding module in the model")]
     NoRotaryEmbedding,
     #[error("a Checkpoint inside another Checkpoint (regions do not nest here)")]
@@ -39,15 +87,17 @@ pub enum Problem {
     TiedWithoutEmbedding,
     #[error("LoRA r must be at least 1 (the adapters' rank)")]
     LoraRank,
+    #[error("no projection is named {0} (target_modules match the last part of a module path, e.g. q_proj)")]
+    LoraNoTarget(String),
     #[error("padding {padding} is more than half the kernel {kernel}: PyTorch refuses it (\"pad should be at most half of effective kernel size\")")]
     PoolPadding { kernel: u64, padding: u64 },
     #[error("Repeat needs n of at least 1")]
     RepeatZero,
     #[error("Repeat's block changes the shape at every copy; past {MAX_CHANGING_COPIES} such copies the model is not modelled")]
     RepeatDrifts,
-    /// The shape check's message (it names the module path itself).
+    /// A shape the module cannot take.
     #[error("{0}")]
-    Shape(String),
+    Shape(#[from] ShapeError),
 }
 
 /// Copies of a `Repeat` whose block still changes the shape it passes on:
@@ -62,17 +112,17 @@ pub struct ModelError {
     pub module: String,
     /// Where in the model's value the module (or `field` of it) is written.
     pub at: Vec<Seg>,
-    /// The argument at fault, when one is.
+    /// The argument at fault, when one is (a tuple variant's one value,
+    /// `BatchNorm2d(0)`, is named as PyTorch names it: `features`).
     pub field: Option<&'static str>,
     pub problem: Problem,
 }
 
 impl std::fmt::Display for ModelError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match (&self.problem, self.field) {
-            (Problem::Shape(m), _) => write!(f, "{m}"),
-            (p, Some(field)) => write!(f, "{}: {field}: {p}", display(&self.module)),
-            (p, None) => write!(f, "{}: {p}", display(&self.module)),
+        match self.field {
+            Some(field) => write!(f, "{}: {field}: {}", display(&self.module), self.problem),
+            None => write!(f, "{}: {}", display(&self.module), self.problem),
         }
     }
 }
@@ -99,15 +149,22 @@ pub fn heads_rule(heads: u64, kv_heads: u64) -> Result<(), (&'static str, Proble
     Ok(())
 }
 
-/// `hidden / heads` unless given.
-fn head_dim(hidden: u64, heads: u64, head_dim: Option<u64>) -> u64 {
-    head_dim.unwrap_or(hidden / heads.max(1))
+/// What the analysis of a model at one input yields.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Analysis {
+    /// The model's output.
+    pub output: Sig,
+    /// Its parameters and buffers (`sum(p.numel() for p in model.parameters())`).
+    pub counts: Counts,
+    /// Modules once every `Repeat` is unrolled.
+    pub modules: u64,
 }
 
 impl LangModel {
-    /// The model's output for batch `b` (a token input's length `seq` when
-    /// given), or the first thing the build would refuse.
-    pub fn check(&self, b: u64, seq: Option<u64>) -> Result<Sig, ModelError> {
+    /// The model at batch `b` (a token input's length `seq` when given):
+    /// its output, counts and size, or the first thing the build would
+    /// refuse.
+    pub fn analyse(&self, b: u64, seq: Option<u64>) -> Result<Analysis, ModelError> {
         if self.lora.as_ref().is_some_and(|l| l.r == 0) {
             return Err(ModelError {
                 // Not a module: the model's `lora` option.
@@ -117,10 +174,12 @@ impl LangModel {
                 problem: Problem::LoraRank,
             });
         }
-        let mut walk = Walk::default();
+        let mut walk = Walk::checking();
         let mut at = vec![Seg::Field("net")];
-        let out = walk.node("", &mut at, &self.net, self.input.sig(b, seq))?;
-        if let (Some((module, at)), false) = (walk.rotary_user.take(), walk.rotary_embedding) {
+        let (out, tally) = walk.node("", &mut at, &self.net, Some(self.input.sig(b, seq)))?;
+        if let (Some((module, at)), false) =
+            (walk.seen.rotary_user.take(), walk.seen.rotary_embedding)
+        {
             return Err(ModelError {
                 module,
                 at,
@@ -128,13 +187,62 @@ impl LangModel {
                 problem: Problem::NoRotaryEmbedding,
             });
         }
-        Ok(out)
+        if let Some(lora) = &self.lora {
+            if !lora
+                .target_modules
+                .iter()
+                .any(|t| walk.seen.projections.contains(t))
+            {
+                return Err(ModelError {
+                    module: "lora".to_string(),
+                    at: vec![Seg::Field("lora")],
+                    field: Some("target_modules"),
+                    problem: Problem::LoraNoTarget(lora.target_modules.join(", ")),
+                });
+            }
+        }
+        if tally.modules > MAX_MODULES {
+            return Err(ModelError {
+                module: String::new(),
+                at: vec![Seg::Field("net")],
+                field: None,
+                problem: Problem::TooManyModules(tally.modules),
+            });
+        }
+        Ok(Analysis {
+            output: out.unwrap_or_else(|| self.input.sig(b, seq)),
+            counts: tally.counts,
+            modules: tally.modules,
+        })
+    }
+
+    /// [`LangModel::analyse`]'s output: the model's output for batch `b`,
+    /// or the first thing the build would refuse.
+    pub fn check(&self, b: u64, seq: Option<u64>) -> Result<Sig, ModelError> {
+        self.analyse(b, seq).map(|a| a.output)
     }
 
     /// The walk from an input of any shape (what a run feeds the model).
     pub fn check_input(&self, x: Sig) -> Result<Sig, ModelError> {
-        let mut walk = Walk::default();
-        walk.node("", &mut vec![Seg::Field("net")], &self.net, x)
+        let mut walk = Walk::checking();
+        let (out, _) = walk.node("", &mut vec![Seg::Field("net")], &self.net, Some(x.clone()))?;
+        Ok(out.unwrap_or(x))
+    }
+
+    /// The module that gets the model's input first (through containers).
+    pub(crate) fn first_module(&self) -> &Module {
+        let mut m = &self.net;
+        loop {
+            m = match m {
+                Module::Sequential(children) => match children.first() {
+                    Some((_, c)) => c,
+                    None => return m,
+                },
+                Module::Repeat { block, .. } => block,
+                Module::Residual(inner) | Module::Checkpoint { module: inner, .. } => inner,
+                leaf => return leaf,
+            };
+        }
     }
 
     /// [`LangModel::check`]'s output shape (what the sweep and the build ask).
@@ -143,24 +251,67 @@ impl LangModel {
     }
 }
 
-/// What the walk has seen so far, in build order.
-#[derive(Debug, Default, Clone, PartialEq)]
-struct Walk {
-    in_region: bool,
-    embedding_seen: bool,
-    rotary_embedding: bool,
-    /// The first module that uses rotary positions, and where it is written.
-    rotary_user: Option<(String, Vec<Seg>)>,
+/// The parameters and buffers of a module tree from its arguments alone
+/// (the same walk, with no input and nothing refused).
+pub fn count(m: &Module) -> Counts {
+    let mut walk = Walk {
+        seen: Seen::default(),
+        checking: false,
+    };
+    walk.node("", &mut Vec::new(), m, None)
+        .map(|(_, t)| t.counts)
+        .unwrap_or_default()
 }
 
+/// What the walk has seen so far, in build order (the rules that depend on
+/// what came before: `kinds.rs` reads and sets it).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) struct Seen {
+    pub in_region: bool,
+    pub embedding: bool,
+    pub rotary_embedding: bool,
+    /// The first module that uses rotary positions, and where it is written.
+    pub rotary_user: Option<(String, Vec<Seg>)>,
+    /// The names LoRA's `target_modules` may match.
+    pub projections: std::collections::BTreeSet<String>,
+}
+
+/// A subtree's counts and size.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    counts: Counts,
+    modules: u64,
+}
+
+impl std::ops::Add for Tally {
+    type Output = Tally;
+    fn add(self, o: Tally) -> Tally {
+        Tally {
+            counts: self.counts + o.counts,
+            modules: self.modules.saturating_add(o.modules),
+        }
+    }
+}
+
+struct Walk {
+    seen: Seen,
+    /// Refuse what the build refuses (off: counting only).
+    checking: bool,
+}
+
+type Out = Result<(Option<Sig>, Tally), ModelError>;
+
 impl Walk {
-    fn node(
-        &mut self,
-        path: &str,
-        at: &mut Vec<Seg>,
-        m: &Module,
-        x: Sig,
-    ) -> Result<Sig, ModelError> {
+    fn checking() -> Walk {
+        Walk {
+            seen: Seen::default(),
+            checking: true,
+        }
+    }
+
+    /// `m` at module path `path`, written at `at`, on input `x` (`None`:
+    /// counting only).
+    fn node(&mut self, path: &str, at: &mut Vec<Seg>, m: &Module, x: Option<Sig>) -> Out {
         let fail = |field: Option<&'static str>, problem: Problem, at: &[Seg]| ModelError {
             module: path.to_string(),
             at: at.to_vec(),
@@ -169,76 +320,119 @@ impl Walk {
         };
         match m {
             Module::Sequential(children) => {
-                let mut h = x;
+                let (mut h, mut tally) = (x, Tally::default());
                 for (i, (name, child)) in children.iter().enumerate() {
                     // `Sequential([("name", Module), …])`: the list, the pair, its module.
                     at.extend([Seg::Index(0), Seg::Index(i), Seg::Index(1)]);
                     let r = self.node(&join(path, name), at, child, h);
                     at.truncate(at.len() - 3);
-                    h = r?;
+                    let (y, t) = r?;
+                    h = y;
+                    tally = tally + t;
                 }
-                return Ok(h);
+                Ok((h, tally + one_module()))
             }
             Module::Repeat { n, block } => {
-                if *n == 0 {
+                if *n == 0 && self.checking {
                     return Err(fail(Some("n"), Problem::RepeatZero, at));
                 }
                 at.push(Seg::Field("block"));
                 let r = self.repeat(path, at, *n, block, x);
                 at.pop();
-                return r;
+                let (y, one) = r?;
+                let tally = Tally {
+                    counts: Counts {
+                        parameters: n.saturating_mul(one.counts.parameters),
+                        buffer_elements: n.saturating_mul(one.counts.buffer_elements),
+                        buffers: n.saturating_mul(one.counts.buffers),
+                    },
+                    modules: n.saturating_mul(one.modules).saturating_add(1),
+                };
+                Ok((y, tally))
             }
             Module::Residual(inner) => {
                 at.push(Seg::Index(0));
                 let r = self.node(path, at, inner, x.clone());
                 at.pop();
-                let y = r?;
-                if y.dims != x.dims {
-                    let message = format!(
-                        "{}: Residual adds {:?} to its input {:?}: shapes differ",
-                        display(path),
-                        y.dims,
-                        x.dims
-                    );
-                    return Err(fail(None, Problem::Shape(message), at));
+                let (y, t) = r?;
+                if let (Some(y), Some(x)) = (&y, &x) {
+                    if y.dims != x.dims && self.checking {
+                        let shapes = ShapeError::ResidualShapes {
+                            inner: y.dims.clone(),
+                            input: x.dims.clone(),
+                        };
+                        return Err(fail(None, Problem::Shape(shapes), at));
+                    }
                 }
-                return Ok(y);
+                Ok((y, t + one_module()))
             }
             Module::Checkpoint { module, .. } => {
-                if self.in_region {
+                if self.seen.in_region && self.checking {
                     return Err(fail(None, Problem::NestedCheckpoint, at));
                 }
-                self.in_region = true;
+                self.seen.in_region = true;
                 at.push(Seg::Field("module"));
                 let r = self.node(path, at, module, x);
                 at.pop();
-                self.in_region = false;
-                return r;
+                self.seen.in_region = false;
+                let (y, t) = r?;
+                Ok((y, t + one_module()))
             }
-            _ => {}
+            leaf => {
+                let args = leaf.args();
+                let tally = Tally {
+                    counts: args.counts,
+                    modules: args.modules,
+                };
+                let Some(x) = x.filter(|_| self.checking) else {
+                    return Ok((None, tally));
+                };
+                for &(field, value, min) in &args.dims {
+                    let problem = if value < min {
+                        Problem::TooSmall { min }
+                    } else if value > MAX_DIM {
+                        Problem::TooLarge(value)
+                    } else {
+                        continue;
+                    };
+                    return Err(fail(Some(field), problem, at));
+                }
+                for &(field, p) in &args.probabilities {
+                    if !(0.0..=1.0).contains(&p) {
+                        let problem = Problem::NotProbability(Probability(p));
+                        return Err(fail(Some(field), problem, at));
+                    }
+                }
+                self.seen.projections.extend(leaf.projection_names(path));
+                let here = Here { path, at };
+                let y = leaf
+                    .out_shape(&x, &mut self.seen, here)
+                    .map_err(|(field, problem)| fail(field, problem, at))?;
+                Ok((Some(y), tally))
+            }
         }
-        if let Err((field, problem)) = self.rules(path, at, m) {
-            return Err(fail(field, problem, at));
-        }
-        out_shape(path, m, &x).map_err(|msg| fail(None, Problem::Shape(msg), at))
     }
 
-    /// `n` copies of `block`, walked until a copy changes nothing.
+    /// `n` copies of `block`, walked until a copy changes nothing; the
+    /// counts are one copy's.
     fn repeat(
         &mut self,
         path: &str,
         at: &mut Vec<Seg>,
         n: u64,
         block: &Module,
-        x: Sig,
-    ) -> Result<Sig, ModelError> {
+        x: Option<Sig>,
+    ) -> Out {
         let mut h = x;
+        let mut first: Option<Tally> = None;
         let mut copy = 0u64;
         while copy < n {
-            let before = (self.clone(), h.clone());
-            h = self.node(&join(path, &copy.to_string()), at, block, h)?;
+            let before = (self.seen.clone(), h.clone());
+            let (y, t) = self.node(&join(path, &copy.to_string()), at, block, h)?;
+            h = y;
+            first.get_or_insert(t);
             copy += 1;
-            if (self.clone(), h.clone()) == before {
+            if (self.seen.clone(), h.clone()) == before {
                 // Every later copy gets what this one got: the same check.
                 break;
             }
@@ -251,77 +445,15 @@ impl Walk {
                 });
             }
         }
-        Ok(h)
+        Ok((h, first.unwrap_or_default()))
     }
+}
 
-    /// The build's rules for one module's arguments and context.
-    fn rules(
-        &mut self,
-        path: &str,
-        at: &[Seg],
-        m: &Module,
-    ) -> Result<(), (Option<&'static str>, Problem)> {
-        let rotary = |walk: &mut Walk| {
-            if walk.rotary_user.is_none() {
-                walk.rotary_user = Some((path.to_string(), at.to_vec()));
-            }
-        };
-        match m {
-            Module::Embedding { .. } => self.embedding_seen = true,
-            Module::RotaryEmbedding { head_dim } => {
-                self.rotary_embedding = true;
-                if !head_dim.is_multiple_of(2) {
-                    return Err((Some("head_dim"), Problem::OddHeadDim(*head_dim)));
-                }
-            }
-            Module::Attention {
-                hidden,
-                heads,
-                kv_heads,
-                head_dim: d,
-                rotary: uses_rotary,
-                ..
-            } => {
-                heads_rule(*heads, kv_heads.unwrap_or(*heads)).map_err(|(f, p)| (Some(f), p))?;
-                let d = head_dim(*hidden, *heads, *d);
-                if *uses_rotary {
-                    if !d.is_multiple_of(2) {
-                        return Err((Some("head_dim"), Problem::OddHeadDim(d)));
-                    }
-                    rotary(self);
-                }
-            }
-            Module::DecoderLayer {
-                hidden,
-                heads,
-                kv_heads,
-                head_dim: d,
-                ..
-            } => {
-                heads_rule(*heads, kv_heads.unwrap_or(*heads)).map_err(|(f, p)| (Some(f), p))?;
-                let d = head_dim(*hidden, *heads, *d);
-                if !d.is_multiple_of(2) {
-                    return Err((Some("head_dim"), Problem::OddHeadDim(d)));
-                }
-                rotary(self);
-            }
-            Module::LmHead { tied: true, .. } if !self.embedding_seen => {
-                return Err((Some("tied"), Problem::TiedWithoutEmbedding));
-            }
-            Module::MaxPool2d {
-                kernel, padding, ..
-            } if padding.saturating_mul(2) > *kernel => {
-                return Err((
-                    Some("padding"),
-                    Problem::PoolPadding {
-                        kernel: *kernel,
-                        padding: *padding,
-                    },
-                ));
-            }
-            _ => {}
-        }
-        Ok(())
+/// A wrapper's own weight toward `MAX_MODULES`.
+fn one_module() -> Tally {
+    Tally {
+        counts: Counts::default(),
+        modules: 1,
     }
 }
 
@@ -348,20 +480,24 @@ mod tests {
 
     #[test]
     fn a_repeat_of_u64_max_shape_preserving_copies_is_one_walk() {
+        let norm = Module::LayerNorm {
+            dim: 64,
+            bias: true,
+        };
         let m = model(
             ModelInput::Features(64),
-            repeat(
-                u64::MAX,
-                repeat(
-                    u64::MAX,
-                    Module::LayerNorm {
-                        dim: 64,
-                        bias: true,
-                    },
-                ),
-            ),
+            repeat(u64::MAX, repeat(u64::MAX, norm.clone())),
         );
-        assert_eq!(m.check(8, None).expect("checks").dims, [8, 64]);
+        let started = std::time::Instant::now();
+        let e = m.check(8, None).expect_err("too many to build");
+        assert_eq!(e.problem, Problem::TooManyModules(u64::MAX));
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+        // 200 × (300 + 1) + 1 modules: built one by one, walked once.
+        let m = model(ModelInput::Features(64), repeat(200, repeat(300, norm)));
+        let a = m.analyse(8, None).expect("checks");
+        assert_eq!(a.output.dims, [8, 64]);
+        assert_eq!(a.modules, 200 * 301 + 1);
+        assert_eq!(a.counts.parameters, 200 * 300 * 128);
     }
 
     #[test]
@@ -416,6 +552,57 @@ mod tests {
                 Seg::Field("n")
             ]
         );
+    }
+
+    fn attention(hidden: u64, heads: u64) -> Module {
+        Module::Sequential(vec![
+            (
+                "emb".into(),
+                Module::Embedding {
+                    num: 10,
+                    dim: hidden,
+                },
+            ),
+            (
+                "attn".into(),
+                Module::Attention {
+                    hidden,
+                    heads,
+                    kv_heads: None,
+                    head_dim: None,
+                    causal: true,
+                    rotary: false,
+                    bias: false,
+                    dropout: 0.0,
+                    sdpa: None,
+                },
+            ),
+        ])
+    }
+
+    #[test]
+    fn attention_without_rotary_positions_takes_an_odd_head_dim_in_check_and_build() {
+        use crate::engine::{Engine, EngineConfig, ModelConfig, OptimizerConfig};
+        // hidden 6 over 2 heads: head_dim 3, which only rotate_half minds.
+        let m = model(ModelInput::Tokens { seq: 4 }, attention(6, 2));
+        assert_eq!(m.check(2, None).expect("checks").dims, [2, 4, 6]);
+        let cfg = ModelConfig::modules(m, 2);
+        let built = Engine::new(EngineConfig::default(), &cfg, &OptimizerConfig::default());
+        assert!(built.is_ok(), "{:?}", built.err());
+    }
+
+    #[test]
+    fn a_head_dim_that_rounds_to_zero_is_refused_at_heads() {
+        let m = model(ModelInput::Tokens { seq: 4 }, attention(2, 4));
+        let e = m.check(2, None).expect_err("2 / 4 heads");
+        assert_eq!(
+            e.problem,
+            Problem::ZeroHeadDim {
+                hidden: 2,
+                heads: 4
+            }
+        );
+        assert_eq!(e.field, Some("heads"));
     }
 
     #[test]

@@ -1,7 +1,6 @@
-//! Parameter and buffer counts of a [`Module`] tree, from its constructor
-//! arguments alone (what `sum(p.numel() for p in model.parameters())` gives).
-
-use super::spec::{Module, BOTTLENECK_EXPANSION};
+//! Parameter and buffer counts, from constructor arguments alone (what
+//! `sum(p.numel() for p in model.parameters())` gives): the sums each
+//! module kind's arm in `kinds.rs` makes.
 
 /// Elements of parameters and of buffers, and the number of buffer tensors.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -24,7 +23,7 @@ impl std::ops::Add for Counts {
     }
 }
 
-fn params(n: u64) -> Counts {
+pub(super) fn params(n: u64) -> Counts {
     Counts {
         parameters: n,
         ..Counts::default()
@@ -32,7 +31,7 @@ fn params(n: u64) -> Counts {
 }
 
 /// BatchNorm2d(c): weight and bias; running_mean, running_var, num_batches_tracked.
-fn batch_norm(c: u64) -> Counts {
+pub(super) fn batch_norm(c: u64) -> Counts {
     Counts {
         parameters: c.saturating_mul(2),
         buffer_elements: c.saturating_mul(2),
@@ -41,92 +40,29 @@ fn batch_norm(c: u64) -> Counts {
 }
 
 /// Saturating: a file may ask for dimensions whose product overflows u64.
-fn conv(cin: u64, cout: u64, k: u64, bias: bool) -> Counts {
+pub(super) fn conv(cin: u64, cout: u64, k: u64, bias: bool) -> Counts {
     let w = [cin, k, k].iter().fold(cout, |n, d| n.saturating_mul(*d));
     params(w.saturating_add(if bias { cout } else { 0 }))
 }
 
-pub fn count(m: &Module) -> Counts {
-    match m {
-        Module::Sequential(children) => children
-            .iter()
-            .fold(Counts::default(), |a, (_, c)| a + count(c)),
-        Module::Repeat { n, block } => {
-            let c = count(block);
-            Counts {
-                parameters: n.saturating_mul(c.parameters),
-                buffer_elements: n.saturating_mul(c.buffer_elements),
-                buffers: n.saturating_mul(c.buffers),
-            }
-        }
-        Module::Linear { input, out, bias } => params(
-            input
-                .saturating_mul(*out)
-                .saturating_add(if *bias { *out } else { 0 }),
-        ),
-        Module::ReLU
-        | Module::InplaceReLU
-        | Module::GELU
-        | Module::GELUTanh
-        | Module::SiLU
-        | Module::Dropout(_)
-        | Module::MaxPool2d { .. }
-        | Module::AdaptiveAvgPool2d
-        | Module::Flatten => Counts::default(),
-        Module::Embedding { num, dim } => params(num.saturating_mul(*dim)),
-        Module::LayerNorm { dim, bias } => params(if *bias { dim.saturating_mul(2) } else { *dim }),
-        Module::Residual(inner) | Module::Checkpoint { module: inner, .. } => count(inner),
-        Module::RMSNorm { .. }
-        | Module::RotaryEmbedding { .. }
-        | Module::Attention { .. }
-        | Module::Mlp { .. }
-        | Module::DecoderLayer { .. }
-        | Module::LmHead { .. }
-        | Module::BertEmbeddings { .. }
-        | Module::BertLayer { .. }
-        | Module::BertPooler { .. } => super::xfmr_check::count(m),
-        Module::Conv2d {
-            input,
-            out,
-            kernel,
-            bias,
-            ..
-        } => conv(*input, *out, *kernel, *bias),
-        Module::BatchNorm2d(c) => batch_norm(*c),
-        Module::BasicBlock {
-            inplanes,
-            planes,
-            stride,
-        } => {
-            let (i, p) = (*inplanes, *planes);
-            let body = conv(i, p, 3, false) + batch_norm(p) + conv(p, p, 3, false) + batch_norm(p);
-            if *stride != 1 || i != p {
-                body + conv(i, p, 1, false) + batch_norm(p)
-            } else {
-                body
-            }
-        }
-        Module::Bottleneck {
-            inplanes,
-            planes,
-            stride,
-        } => {
-            let (i, w, o) = (
-                *inplanes,
-                *planes,
-                planes.saturating_mul(BOTTLENECK_EXPANSION),
-            );
-            let body = conv(i, w, 1, false)
-                + batch_norm(w)
-                + conv(w, w, 3, false)
-                + batch_norm(w)
-                + conv(w, o, 1, false)
-                + batch_norm(o);
-            if *stride != 1 || i != o {
-                body + conv(i, o, 1, false) + batch_norm(o)
-            } else {
-                body
-            }
-        }
-    }
+/// An attention's q, k, v, o weights (and q, k, v biases with `bias`).
+pub(super) fn attention_params(
+    hidden: u64,
+    heads: u64,
+    kv_heads: Option<u64>,
+    head_dim: Option<u64>,
+    bias: bool,
+) -> u64 {
+    let d = head_dim.unwrap_or(hidden / heads.max(1));
+    let q = heads.saturating_mul(d);
+    let kv = kv_heads.unwrap_or(heads).saturating_mul(d);
+    let weights = hidden
+        .saturating_mul(q.saturating_add(kv))
+        .saturating_mul(2);
+    let biases = if bias {
+        q.saturating_add(kv.saturating_mul(2))
+    } else {
+        0
+    };
+    weights.saturating_add(biases)
 }

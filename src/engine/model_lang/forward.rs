@@ -6,7 +6,6 @@ use std::ops::Range;
 
 use super::build::{LangNet, Node};
 use crate::engine::error::Result;
-use crate::engine::shape::Shape;
 use crate::engine::tensor::TensorId;
 use crate::engine::Engine;
 
@@ -61,43 +60,18 @@ impl LangNet {
                 }
                 Ok(h)
             }
-            Node::Linear(l) => e.apply_linear(l, x),
-            Node::Unary { op, module } => e.in_module(*module, |e| e.unary(*op, x)),
-            Node::InplaceRelu { module } => {
-                e.in_module(*module, |e| e.relu_(x))?;
-                Ok(e.local_ref(x))
-            }
-            Node::Dropout { p, module } => e.in_module(*module, |e| e.dropout(x, *p)),
-            Node::Embedding(m) => e.in_module(m.module, |e| e.embedding(m.w, x)),
-            Node::LayerNorm(l) => e.apply_layer_norm(l, x),
             Node::Residual(inner) => {
                 let y = self.run(e, *inner, x)?;
                 let out = e.add(x, y);
                 e.release(y);
                 out
             }
-            Node::Conv(c) => e.apply_conv(c, x),
-            Node::BatchNorm(n) => e.apply_bn(n, x),
-            Node::MaxPool {
-                k,
-                stride,
-                pad,
-                module,
-            } => e.in_module(*module, |e| e.max_pool2d(x, *k, *stride, *pad)),
-            Node::AvgPool { module } => e.in_module(*module, |e| e.adaptive_avg_pool2d(x)),
-            Node::Flatten { module } => {
-                let s = e.shape(x);
-                let rest = s.dims().iter().skip(1).product::<u64>();
-                e.in_module(*module, |e| e.reshape(x, Shape::new(&[s.dim(0), rest])))
-            }
-            Node::BasicBlock(b) => e.in_module(b.module, |e| b.forward(e, x)),
-            Node::Bottleneck(b) => b.forward(e, x),
             Node::Checkpoint {
                 site,
                 inner,
                 reentrant,
             } => self.checkpoint(e, *site, *inner, *reentrant, x),
-            Node::Xfmr(n) => self.run_x(e, n, x),
+            Node::Leaf(leaf) => self.run_leaf(e, leaf, x),
         }
     }
 

@@ -1,24 +1,26 @@
 //! The model language (issue 28): any model described as a tree of
-//! `nn.Module`s in RON ([`spec`]), built on the engine with its parameters
-//! in PyTorch's order and module paths ([`build`]), run by the same ops as
-//! the hand-written presets ([`forward`]), counted ([`count`]), and checked
-//! ([`check`]: every shape and every rule the build enforces, symbolically)
-//! before it is built. [`presets`] holds the models
-//! written in it.
+//! `nn.Module`s in RON ([`spec`]). One analysis ([`check`]) walks the tree
+//! once and yields its output shape, its parameter and buffer counts and
+//! its size, refusing every argument and shape the build would refuse
+//! (symbolically: a `Repeat` is counted, not unrolled); the build
+//! ([`build`]) then allocates it with PyTorch's parameter order and module
+//! paths, and [`forward`] runs it on the engine's ops. What each module kind
+//! says for each of these is in `kinds.rs`, one arm per concern; [`presets`]
+//! holds the models written in it.
 
 pub mod build;
 pub mod check;
 pub mod count;
 pub mod forward;
+pub(crate) mod kinds;
 pub mod presets;
 pub mod shape;
 pub mod spec;
 pub mod xfmr;
-pub mod xfmr_check;
 
-pub use check::{ModelError, Problem, Seg};
-pub use count::{count, Counts};
-pub use shape::Sig;
+pub use check::{count, Analysis, ModelError, Probability, Problem, Seg, MAX_DIM, MAX_MODULES};
+pub use count::Counts;
+pub use shape::{ShapeError, Sig};
 pub use spec::{LangModel, ModelInput, Module};
 
 impl ModelInput {

@@ -1,5 +1,7 @@
-//! Presets written in the language. None of these has been captured on a
-//! GPU yet: they follow PyTorch's and torchvision's source only.
+//! Presets written in the language: every preset model but nanoGPT and the
+//! LSTM language model (hand-written in `engine::modules`) and the Hugging
+//! Face shapes (`presets_hf.rs`, which write themselves in it too). Which of
+//! them a capture checks is `engine::presets::PRESET_CATALOGUE`'s evidence.
 
 use super::spec::{LangModel, ModelInput, Module, BOTTLENECK_EXPANSION};
 
@@ -131,6 +133,49 @@ pub fn deep_mlp(checkpoint: bool) -> LangModel {
                 block: Box::new(layer),
             },
         )]),
+        freeze: Vec::new(),
+        lora: None,
+    }
+}
+
+/// engine.md §10.1's MLP: `fc1`, `relu1`, `fc2`, … `fcN` (no ReLU after
+/// the last Linear) on `[B, dims[0]]` float inputs; `inplace_relu`:
+/// `nn.ReLU(inplace=True)`.
+pub fn mlp(dims: &[u64], inplace_relu: bool) -> LangModel {
+    let mut net = Vec::new();
+    let last = dims.len().saturating_sub(2);
+    for (i, w) in dims.windows(2).enumerate() {
+        net.push(named(
+            &format!("fc{}", i + 1),
+            Module::Linear {
+                input: w[0],
+                out: w[1],
+                bias: true,
+            },
+        ));
+        if i < last {
+            let relu = if inplace_relu {
+                Module::InplaceReLU
+            } else {
+                Module::ReLU
+            };
+            net.push(named(&format!("relu{}", i + 1), relu));
+        }
+    }
+    LangModel {
+        input: ModelInput::Features(dims.first().copied().unwrap_or(1)),
+        net: Module::Sequential(net),
+        freeze: Vec::new(),
+        lora: None,
+    }
+}
+
+/// One `nn.Linear(in, out, bias)` as the whole model (engine.md §12's
+/// golden trace): its parameters have the root's path.
+pub fn linear(input: u64, out: u64, bias: bool) -> LangModel {
+    LangModel {
+        input: ModelInput::Features(input),
+        net: Module::Linear { input, out, bias },
         freeze: Vec::new(),
         lora: None,
     }

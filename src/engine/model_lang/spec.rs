@@ -6,22 +6,16 @@
 //! `0`, `1`, …, as `nn.ModuleList` does. Wrappers that are code in a
 //! `forward` rather than modules (`Residual`, `Checkpoint`) add no segment.
 //!
-//! Adding a module takes one arm in each concern, each a single `match`:
-//! 1. a variant here (field names as PyTorch's constructor has them);
-//! 2. `build.rs` `Builder::node`: allocate its parameters in
-//!    `named_parameters()` order (which is `.to("cuda")` order) and return a
-//!    [`super::build::Node`] (add a `Node` variant if it needs one);
-//! 3. `forward.rs` `LangNet::run`: its forward on the engine's ops;
-//! 4. `count.rs` `count`: its parameters and buffers;
-//! 5. `shape.rs` `out_shape`: the shape it returns, or the error PyTorch
-//!    raises for the input it was given; a rule the build enforces on its
-//!    arguments goes in `check.rs` `Walk::rules` (the build runs that check
-//!    first);
-//! 6. `src/scenario/dims.rs` `modules`: its arguments' bounds (every
-//!    dimension at least 1 and at most `MAX_DIM`), so a scenario file is
-//!    refused before anything is built;
-//! 7. a row in scenarios/README.md's module table, and a test of its
-//!    request sequence derived from PyTorch's rules (`engine/tests/lang.rs`).
+//! Adding a module kind touches one file besides this one: a variant here
+//! (field names as PyTorch's constructor has them), then one arm in each of
+//! the matches of `kinds.rs` — its arguments (bounds, probabilities,
+//! parameter and buffer counts), its rules and output shape, its build (in
+//! `named_parameters()` order, which is `.to("cuda")` order), its forward,
+//! the projections LoRA may adapt in it, and PyTorch's words for a tensor
+//! it refuses as the first module. `tests/module_kinds.rs` holds
+//! every match on a kind to that file. Then a row in scenarios/README.md's
+//! module table, and a test of its request sequence derived from PyTorch's
+//! rules (`engine/tests/lang.rs`).
 
 use serde::{Deserialize, Serialize};
 

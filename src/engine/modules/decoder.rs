@@ -3,9 +3,8 @@
 //! MLP → residual, as `LlamaDecoderLayer.forward` runs them.
 
 use super::super::dtype::DType;
-use super::super::error::{EngineError, Result};
+use super::super::error::Result;
 use super::super::ops::elementwise::Unary;
-use super::super::presets_hf::DecoderLm;
 use super::super::shape::Shape;
 use super::super::tensor::{Layout, TensorId};
 use super::super::Engine;
@@ -64,6 +63,67 @@ pub(crate) struct DecoderLayer {
     pub mlp: SwiGlu,
 }
 
+/// What an attention's projections are sized by: grouped-query heads
+/// (models.md §4; `kv_heads` defaults to `heads`, `head_dim` to
+/// `hidden / heads`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AttentionSpec {
+    pub hidden: u64,
+    pub heads: u64,
+    pub kv_heads: u64,
+    pub head_dim: u64,
+}
+
+impl AttentionSpec {
+    pub(crate) fn new(
+        hidden: u64,
+        heads: u64,
+        kv_heads: Option<u64>,
+        head_dim: Option<u64>,
+    ) -> AttentionSpec {
+        AttentionSpec {
+            hidden,
+            heads,
+            kv_heads: kv_heads.unwrap_or(heads),
+            head_dim: head_dim.unwrap_or(hidden / heads.max(1)),
+        }
+    }
+}
+
+impl Attention {
+    /// `LlamaAttention` at `path`: q, k, v (with `bias`), o (without), in
+    /// registration order; causal, no dropout until told otherwise. The
+    /// one place an attention block is built (the language's `Attention`
+    /// and every `DecoderLayer`'s `self_attn`).
+    pub(crate) fn build(
+        e: &mut Engine,
+        path: &str,
+        s: &AttentionSpec,
+        bias: bool,
+        params: &mut Vec<TensorId>,
+    ) -> Result<Attention> {
+        let (h, d) = (s.hidden, s.head_dim);
+        let (q, kv) = (s.heads * d, s.kv_heads * d);
+        let lin = |e: &mut Engine, name: &str, fin, fout, b, ps: &mut Vec<TensorId>| {
+            e.new_linear(&format!("{path}.{name}"), fin, fout, b, ps)
+                .map(Proj::plain)
+        };
+        Ok(Attention {
+            module: e.tags.module(path),
+            rotary_module: e.tags.module(&format!("{path}.rotary_emb")),
+            q: lin(e, "q_proj", h, q, bias, params)?,
+            k: lin(e, "k_proj", h, kv, bias, params)?,
+            v: lin(e, "v_proj", h, kv, bias, params)?,
+            o: lin(e, "o_proj", q, h, false, params)?,
+            heads: s.heads,
+            kv_heads: s.kv_heads,
+            head_dim: d,
+            causal: true,
+            dropout: 0.0,
+        })
+    }
+}
+
 impl DecoderLayer {
     /// `LlamaDecoderLayer(config)` at `path`: self_attn (q, k, v, o), mlp
     /// (gate, up, down), input_layernorm, post_attention_layernorm, in
@@ -71,29 +131,17 @@ impl DecoderLayer {
     pub(crate) fn build(
         e: &mut Engine,
         path: &str,
-        spec: &DecoderLm,
+        attn: &AttentionSpec,
+        intermediate: u64,
+        qkv_bias: bool,
         params: &mut Vec<TensorId>,
     ) -> Result<DecoderLayer> {
-        let (h, i, d) = (spec.hidden, spec.intermediate, spec.head_dim());
-        let (q, kv) = (spec.heads * d, spec.kv_heads * d);
+        let (h, i) = (attn.hidden, intermediate);
         let lin = |e: &mut Engine, name: &str, fin, fout, bias, ps: &mut Vec<TensorId>| {
             e.new_linear(&format!("{path}.{name}"), fin, fout, bias, ps)
                 .map(Proj::plain)
         };
-        let b = spec.qkv_bias;
-        let attn = Attention {
-            module: e.tags.module(&format!("{path}.self_attn")),
-            rotary_module: e.tags.module(&format!("{path}.self_attn.rotary_emb")),
-            q: lin(e, "self_attn.q_proj", h, q, b, params)?,
-            k: lin(e, "self_attn.k_proj", h, kv, b, params)?,
-            v: lin(e, "self_attn.v_proj", h, kv, b, params)?,
-            o: lin(e, "self_attn.o_proj", q, h, false, params)?,
-            heads: spec.heads,
-            kv_heads: spec.kv_heads,
-            head_dim: d,
-            causal: true,
-            dropout: 0.0,
-        };
+        let attn = Attention::build(e, &format!("{path}.self_attn"), attn, qkv_bias, params)?;
         let mlp = SwiGlu {
             module: e.tags.module(&format!("{path}.mlp")),
             act: e.tags.module(&format!("{path}.mlp.act_fn")),
@@ -303,21 +351,4 @@ pub(crate) fn new_rms_norm(
     let module = e.tags.module(path);
     let w = e.new_param(&[h], module, params)?;
     Ok(RmsNorm { w, module })
-}
-
-pub(crate) fn check_spec(spec: &DecoderLm) -> Result<()> {
-    let bad = |m: String| Err(EngineError::Program(m));
-    if spec.heads == 0 || spec.kv_heads == 0 || !spec.heads.is_multiple_of(spec.kv_heads) {
-        return bad(format!(
-            "heads ({}) must be a multiple of kv_heads ({})",
-            spec.heads, spec.kv_heads
-        ));
-    }
-    if !spec.head_dim().is_multiple_of(2) || spec.head_dim() == 0 {
-        return bad(format!(
-            "head_dim ({}) must be even for rotary embeddings",
-            spec.head_dim()
-        ));
-    }
-    Ok(())
 }

@@ -9,7 +9,6 @@ pub mod gpt2;
 mod input_check;
 pub mod lora;
 pub mod lstm_lm;
-pub mod mlp;
 pub mod resnet;
 
 use std::sync::Arc;
@@ -50,11 +49,8 @@ type Spec = (Vec<u64>, DType);
 
 #[derive(Debug)]
 pub(crate) enum Net {
-    Mlp(mlp::Mlp),
     Gpt2(gpt2::Gpt2),
     LstmLm(lstm_lm::LstmLm),
-    ResNet(resnet::ResNet),
-    Linear(Linear),
     Lang(crate::engine::model_lang::build::LangNet),
 }
 
@@ -327,29 +323,10 @@ impl Model {
         let mut params = Vec::new();
         let mut buffers = Vec::new();
         let net = match &cfg.kind {
-            ModelKind::Mlp { dims, inplace_relu } => {
-                Net::Mlp(mlp::Mlp::build(e, dims, *inplace_relu, &mut params)?)
-            }
             ModelKind::Gpt2 { .. } => Net::Gpt2(gpt2::Gpt2::build(e, &cfg.kind, &mut params)?),
             ModelKind::LstmLm { .. } => {
                 Net::LstmLm(lstm_lm::LstmLm::build(e, &cfg.kind, &mut params)?)
             }
-            ModelKind::ResNet {
-                blocks,
-                num_classes,
-                ..
-            } => Net::ResNet(resnet::ResNet::build(
-                e,
-                blocks,
-                *num_classes,
-                &mut params,
-                &mut buffers,
-            )?),
-            ModelKind::Linear {
-                in_features,
-                out_features,
-                bias,
-            } => Net::Linear(e.new_linear("", *in_features, *out_features, *bias, &mut params)?),
             ModelKind::Modules(m) => {
                 // The build refuses what `check` refuses, by the same walk.
                 m.check(cfg.batch, None).map_err(EngineError::Model)?;
@@ -379,19 +356,6 @@ impl Model {
         Ok(model)
     }
 
-    /// A classifier's target: class indices, or for MSE and the binary
-    /// cross-entropy losses floats shaped like the output; none for
-    /// `out.sum()`, which needs no target.
-    fn class_target(&self, b: u64, classes: u64) -> Option<Spec> {
-        match self.cfg.loss {
-            LossKind::Mse | LossKind::Bce | LossKind::BceWithLogits => {
-                Some((vec![b, classes], self.cfg.param_dtype))
-            }
-            LossKind::Sum => None,
-            _ => Some((vec![b], DType::I64)),
-        }
-    }
-
     /// The input batch and target for batch size `b`, allocated x then y.
     pub(crate) fn make_batch(
         &self,
@@ -402,11 +366,6 @@ impl Model {
         // Floating inputs arrive in the model's dtype (`x.to(device, dtype)`).
         let fp = self.cfg.param_dtype;
         let (xs, xd, ys): (Vec<u64>, DType, Option<Spec>) = match &self.cfg.kind {
-            ModelKind::Mlp { dims, .. } => (
-                vec![b, dims[0]],
-                fp,
-                self.class_target(b, dims.last().copied().unwrap_or(1)),
-            ),
             ModelKind::Gpt2 { seq, .. } => {
                 let t = seq_len.unwrap_or(*seq);
                 (vec![b, t], DType::I64, Some((vec![b, t], DType::I64)))
@@ -418,21 +377,6 @@ impl Model {
                     DType::I64,
                     Some((vec![t.saturating_mul(b)], DType::I64)),
                 )
-            }
-            ModelKind::ResNet {
-                image, num_classes, ..
-            } => (
-                vec![b, 3, *image, *image],
-                fp,
-                self.class_target(b, *num_classes),
-            ),
-            ModelKind::Linear {
-                in_features,
-                out_features,
-                ..
-            } => {
-                let y = (self.cfg.loss == LossKind::Mse).then(|| (vec![b, *out_features], fp));
-                (vec![b, *in_features], fp, y)
             }
             ModelKind::Modules(m) => {
                 let x = m.input.sig(b, seq_len);
@@ -469,10 +413,7 @@ impl Model {
     ) -> Result<(TensorId, Option<(TensorId, TensorId)>)> {
         self.check_input(e, x)?;
         match &self.net {
-            Net::Mlp(m) => Ok((m.forward(e, x)?, None)),
             Net::Gpt2(m) => Ok((m.forward(e, x)?, None)),
-            Net::ResNet(m) => Ok((m.forward(e, x)?, None)),
-            Net::Linear(l) => Ok((e.apply_linear(l, x)?, None)),
             Net::Lang(m) => Ok((m.forward(e, x)?, None)),
             Net::LstmLm(m) => {
                 let (out, h) = m.forward(e, x, hidden)?;

@@ -1,11 +1,11 @@
-//! torchvision ResNet with BasicBlocks (engine.md §10.4).
+//! torchvision's pieces (engine.md §10.4): convolutions, batch norms and
+//! the BasicBlock; ResNet-18 itself is written in the language
+//! (`model_lang::presets::resnet`).
 
 use super::super::dtype::DType;
 use super::super::error::Result;
-use super::super::shape::Shape;
 use super::super::tensor::TensorId;
 use super::super::Engine;
-use super::Linear;
 
 #[derive(Debug)]
 pub(crate) struct Conv {
@@ -33,15 +33,6 @@ pub(crate) struct BasicBlock {
     pub bn2: BatchNorm,
     pub downsample: Option<(Conv, BatchNorm)>,
     pub module: u32,
-}
-
-#[derive(Debug)]
-pub(crate) struct ResNet {
-    pub conv1: Conv,
-    pub bn1: BatchNorm,
-    pub blocks: Vec<BasicBlock>,
-    pub fc: Linear,
-    pub pool_module: u32,
 }
 
 pub(crate) type Bufs = Vec<(String, TensorId)>;
@@ -136,70 +127,6 @@ impl Engine {
         self.in_module(n.module, |e| {
             e.batch_norm(x, n.w, n.b, (n.running_mean, n.running_var))
         })
-    }
-}
-
-impl ResNet {
-    pub fn build(
-        e: &mut Engine,
-        blocks: &[u64; 4],
-        classes: u64,
-        params: &mut Vec<TensorId>,
-        bufs: &mut Bufs,
-    ) -> Result<ResNet> {
-        let conv1 = e.new_conv("conv1", 3, 64, 7, 2, 3, params)?;
-        let bn1 = e.new_bn("bn1", 64, params, bufs)?;
-        let mut inplanes = 64;
-        let mut all = Vec::new();
-        for (li, n) in blocks.iter().enumerate() {
-            let planes = 64u64 << li;
-            for bi in 0..*n {
-                let stride = if li > 0 && bi == 0 { 2 } else { 1 };
-                let p = format!("layer{}.{bi}", li + 1);
-                all.push(BasicBlock::build(
-                    e,
-                    &p,
-                    [inplanes, planes, stride],
-                    params,
-                    bufs,
-                )?);
-                inplanes = planes;
-            }
-        }
-        let fc = e.new_linear("fc", inplanes, classes, true, params)?;
-        let pool_module = e.tags.module("avgpool");
-        Ok(ResNet {
-            conv1,
-            bn1,
-            blocks: all,
-            fc,
-            pool_module,
-        })
-    }
-
-    pub fn forward(&self, e: &mut Engine, x: TensorId) -> Result<TensorId> {
-        let h = self.conv1_stem(e, x)?;
-        let mut h = h;
-        for b in &self.blocks {
-            let y = e.in_module(b.module, |e| b.forward(e, h));
-            h = e.rebind(h, y)?;
-        }
-        let p = e.in_module(self.pool_module, |e| e.adaptive_avg_pool2d(h));
-        let p = e.rebind(h, p)?;
-        let s = e.shape(p);
-        let flat = e.reshape(p, Shape::new(&[s.dim(0), s.dim(1)]));
-        let flat = e.rebind(p, flat)?;
-        let out = e.apply_linear(&self.fc, flat);
-        e.rebind(flat, out)
-    }
-
-    fn conv1_stem(&self, e: &mut Engine, x: TensorId) -> Result<TensorId> {
-        let o = e.apply_conv(&self.conv1, x)?;
-        let b = e.apply_bn(&self.bn1, o);
-        let b = e.rebind(o, b)?;
-        e.relu_(b)?;
-        let m = e.max_pool2d(b, 3, 2, 1);
-        e.rebind(b, m)
     }
 }
 

@@ -317,14 +317,14 @@ fn total_loss_tensor_accumulation_grows_host_graph_not_gpu() {
     for _ in 0..4 {
         e.run_iteration(&p).expect("iteration");
         alloc.push(e.allocated_bytes());
-        nodes.push(e.live_state().root("total_loss").expect("acc").nodes.len());
+        nodes.push(e.held_state().root("total_loss").expect("acc").nodes.len());
     }
     assert_eq!(alloc[1], alloc[2]);
     assert_eq!(alloc[2], alloc[3]);
     assert!(nodes[1] < nodes[2] && nodes[2] < nodes[3]);
     let per_iter = nodes[3] - nodes[2];
     assert_eq!(nodes[2] - nodes[1], per_iter);
-    let root = e.live_state();
+    let root = e.held_state();
     let r = root.root("total_loss").expect("acc");
     assert_eq!(
         r.exclusive_saved_bytes, 0,
@@ -715,7 +715,7 @@ fn a_storages_block_is_the_allocators_under_the_runs_config() {
         )
         .expect("tensor");
     let (addr, _) = e.span(t).expect("on the GPU");
-    let ls = e.live_state();
+    let ls = e.held_state();
     let s = ls
         .storages
         .iter()

@@ -16,7 +16,7 @@ fn checkpointing_keeps_only_block_inputs() {
     // x, y = next(batches); out = model(x)
     let mut steps = forward_steps()[..2].to_vec();
     run(&mut e, &program(steps.clone(), 1));
-    let ls = e.live_state();
+    let ls = e.held_state();
     let inputs: u64 = ls
         .roots
         .iter()
@@ -59,7 +59,7 @@ fn checkpointing_keeps_only_block_inputs() {
 }
 
 fn checkpoint_input_bytes(e: &Engine) -> u64 {
-    e.live_state()
+    e.held_state()
         .roots
         .iter()
         .filter(|r| matches!(r.kind, super::super::RootKind::CheckpointInput))
@@ -84,7 +84,7 @@ fn checkpoint_sequential_checkpoints_all_segments_but_the_last() {
     run(&mut e, &program(steps.clone(), 1));
     // Blocks 0–1 are one region (one input kept); blocks 2–3 save as usual.
     assert_eq!(checkpoint_input_bytes(&e), 4 * d * b * t);
-    let ls = e.live_state();
+    let ls = e.held_state();
     let saved_in = |block: &str| {
         ls.nodes
             .iter()
@@ -149,7 +149,7 @@ fn reentrant_checkpointing_trains_every_block_through_a_nested_backward() {
     // CheckpointFunctionBackward node; nothing inside the blocks.
     let (mut e, _) = reentrant_gpt(false);
     run(&mut e, &program(forward_steps()[..2].to_vec(), 1));
-    let ls = e.live_state();
+    let ls = e.held_state();
     let ckpt: Vec<_> = ls
         .nodes
         .iter()

@@ -48,7 +48,7 @@ fn trained_requests(model: ModelConfig, iterations: u32) -> Vec<i64> {
 
 /// Bytes of live storages that autograd saves, of the given categories.
 fn saved_activation_bytes(e: &Engine) -> u64 {
-    let ls = e.live_state();
+    let ls = e.held_state();
     let ids: FxHashSet<StorageId> = ls
         .nodes
         .iter()
@@ -142,22 +142,25 @@ fn language_mlp_makes_the_presets_requests() {
 }
 
 #[test]
-fn language_resnet18_makes_the_presets_requests() {
-    // ResNet-18 (engine.md §10.4) from BasicBlocks in the language against
-    // the hand-written preset, at a small image so the test stays quick.
-    let mut preset = ModelConfig::resnet18(2);
-    preset.kind = ModelKind::ResNet {
-        blocks: [2, 2, 2, 2],
-        num_classes: 10,
-        image: 64,
-    };
-    let written = ModelConfig::modules(resnet([2, 2, 2, 2], false, 10, 64), 2);
+fn the_resnet18_preset_is_torchvisions() {
+    // torchvision resnet18(): 11,689,512 parameters, in named_parameters()
+    // order under its module names, at any image size and class count.
     assert_eq!(
         count(&resnet([2, 2, 2, 2], false, 1000, 224).net).parameters,
         11_689_512
     );
-    let reqs = trained_requests(written, 2);
-    assert_eq!(reqs, trained_requests(preset, 2));
+    let e = engine(ModelConfig::resnet18_for(10, 64, 2));
+    let paths: Vec<String> = e
+        .parameters()
+        .iter()
+        .map(|p| e.param_module(*p).to_string())
+        .collect();
+    assert_eq!(paths[..3], ["conv1", "bn1", "bn1"]);
+    assert_eq!(paths[3], "layer1.0.conv1");
+    assert!(paths.contains(&"layer2.0.downsample.0".to_string()));
+    assert_eq!(paths.last().map(String::as_str), Some("fc"));
+    // 11,689,512 less the 1000-class head, plus a 10-class one.
+    assert_eq!(e.num_params(), 11_689_512 - 513_000 + 5_130);
 }
 
 #[test]
@@ -257,7 +260,7 @@ fn checkpointing_an_mlp_layer_keeps_its_input_only() {
     run(&mut ck, &program(forward_steps(), 1));
     assert_eq!(saved_activation_bytes(&ck), 0);
     let kept: u64 = ck
-        .live_state()
+        .held_state()
         .roots
         .iter()
         .filter(|r| matches!(r.kind, super::super::RootKind::CheckpointInput))
@@ -507,7 +510,7 @@ fn resnet50_sum_backward_leaves_only_model_state_and_the_loop_names() {
     p.steps.pop(); // no optimizer step: grads stay as backward made them
     run(&mut e, &p);
     assert_eq!(e.saved_storage_bytes(), 0);
-    let ls = e.live_state();
+    let ls = e.held_state();
     let bytes = |c: Category| -> u64 {
         ls.storages
             .iter()
@@ -560,7 +563,7 @@ fn a_checkpointed_bottleneck_keeps_its_input() {
     // Saved: only x, by the stem conv (the block saves placeholders).
     assert_eq!(saved_activation_bytes(&e), 2 * 3 * 64 * 4);
     let kept: u64 = e
-        .live_state()
+        .held_state()
         .roots
         .iter()
         .filter(|r| matches!(r.kind, super::super::RootKind::CheckpointInput))

@@ -157,7 +157,7 @@ fn a_full_deque_drops_its_oldest_after_the_append() {
     // Iteration 3: the new buffer first, then the oldest leaves the deque.
     assert_eq!(per_iteration[2], [kib4 as i64, -(kib4 as i64)]);
     let names: Vec<String> = e
-        .live_state()
+        .held_state()
         .roots
         .iter()
         .map(|r| r.name.clone())
@@ -186,7 +186,7 @@ fn a_dict_keyed_by_the_step_grows_and_a_fixed_key_is_replaced() {
         };
         run_program(&mut e, &p).expect("runs");
         let names: Vec<String> = e
-            .live_state()
+            .held_state()
             .roots
             .iter()
             .map(|r| r.name.clone())
@@ -313,7 +313,7 @@ fn the_hidden_state_can_be_kept_detached_and_appended() {
     run_program(&mut e, &program(steps, 3)).expect("trains");
     assert!(matches!(e.binding("h_last"), Some(Value::Pair(..))));
     let names: Vec<String> = e
-        .live_state()
+        .held_state()
         .roots
         .iter()
         .map(|r| r.name.clone())

@@ -28,7 +28,7 @@ fn autocast_halves_matmul_outputs_and_keeps_layer_norm_fp32() {
     assert_eq!(e.nbytes(o), 2 * 8 * 768 * 2, "half the fp32 bytes");
     // The weight-cast cache holds W and b in fp16 until the outermost exit (§6.2).
     let cache = e
-        .live_state()
+        .held_state()
         .roots
         .iter()
         .filter(|r| matches!(r.kind, super::super::RootKind::AmpCache))
@@ -37,7 +37,7 @@ fn autocast_halves_matmul_outputs_and_keeps_layer_norm_fp32() {
     assert_eq!(cache, (768 * 256 + 768) * 2);
     e.autocast_exit();
     assert!(e
-        .live_state()
+        .held_state()
         .roots
         .iter()
         .all(|r| !matches!(r.kind, super::super::RootKind::AmpCache)));
@@ -52,7 +52,7 @@ fn gpt_amp_training_step_runs() {
         .parameters()
         .iter()
         .all(|p| e.grad(*p).is_some_and(|g| e.dtype(g) == DType::F32)));
-    let ls = e.live_state();
+    let ls = e.held_state();
     let scal = ls
         .roots
         .iter()
@@ -202,7 +202,7 @@ fn binary_cross_entropy_is_banned_under_autocast_and_with_logits_runs_in_fp32() 
 
     let mut e = bce_mlp(LossKind::BceWithLogits);
     run(&mut e, &program(amp_forward(), 1));
-    let ls = e.live_state();
+    let ls = e.held_state();
     let node = ls
         .nodes
         .iter()

@@ -38,7 +38,7 @@ fn lstm_weights_share_one_flat_storage() {
     let st: FxHashSet<StorageId> = lstm.iter().map(|p| e.storage_of(*p)).collect();
     assert_eq!(st.len(), 1);
     let bytes = e
-        .live_state()
+        .held_state()
         .storage(*st.iter().next().expect("one"))
         .map(|s| s.bytes);
     assert_eq!(bytes, Some(2_572_800));
@@ -47,7 +47,7 @@ fn lstm_weights_share_one_flat_storage() {
 /// Distinct storages referenced by live saved slots, each attributed to the
 /// module of the first (lowest-sequence) Node that saved it.
 fn saved_by_module(e: &Engine, keep: &[Category]) -> FxHashMap<String, u64> {
-    let ls = e.live_state();
+    let ls = e.held_state();
     let mut first: FxHashMap<StorageId, (u64, String)> = FxHashMap::default();
     for n in &ls.nodes {
         for s in &n.saved {
@@ -140,7 +140,7 @@ fn gpt2_worked_numbers_b8_t1024() {
     // The user-held logits [B, T, V] (1,646,821,376 B) and saved log-probs [B·T, V].
     let out = e.binding_tensor("out").expect("out");
     assert_eq!(e.nbytes(out), 1_646_821_376);
-    let ls = e.live_state();
+    let ls = e.held_state();
     let loss_root = ls.root("loss").expect("loss");
     assert!(loss_root
         .saved_storages
@@ -152,7 +152,7 @@ fn gpt2_worked_numbers_b8_t1024() {
 fn mlp_saved_bytes_section_10_1() {
     let mut e = engine(ModelConfig::mlp_mnist());
     run(&mut e, &program(forward_steps(), 1));
-    let ls = e.live_state();
+    let ls = e.held_state();
     let loss = ls.root("loss").expect("loss root");
     // Kept only by the graph: relu1 out, relu2 out, log-probs, total_weight.
     assert_eq!(
@@ -172,7 +172,7 @@ fn mlp_saved_bytes_section_10_1() {
 fn resnet18_saved_activations_section_10_4() {
     let mut e = engine(ModelConfig::resnet18(32));
     run(&mut e, &program(forward_steps(), 1));
-    let ls = e.live_state();
+    let ls = e.held_state();
     let mut ids: FxHashSet<StorageId> = ls
         .root("loss")
         .expect("loss")
@@ -203,7 +203,7 @@ fn resnet18_saved_activations_section_10_4() {
 fn lstm_ptb_saved_bytes_section_10_3() {
     let mut e = engine(ModelConfig::lstm_lm_ptb());
     run(&mut e, &program(forward_steps(), 1));
-    let ls = e.live_state();
+    let ls = e.held_state();
     let loss = ls.root("loss").expect("loss");
     let (t, b, h, v) = (35u64, 20u64, 200u64, 10_000u64);
     let reserve = 2 * t * b * h * 6 * 4;

@@ -115,7 +115,7 @@ fn a_collected_cycle_leaves_the_live_binding_alone() {
     }
     // rec still refers to b's record, reachable: the collector keeps it.
     assert!(matches!(e.binding("rec"), Some(Value::Cycle { key, .. }) if key == "b"));
-    let roots: Vec<String> = e.live_state().roots.into_iter().map(|r| r.name).collect();
+    let roots: Vec<String> = e.held_state().roots.into_iter().map(|r| r.name).collect();
     assert!(roots.iter().any(|n| n == "rec[\"b\"]"), "{roots:?}");
     assert!(
         !roots.iter().any(|n| n.contains("unreachable")),
@@ -142,7 +142,7 @@ fn a_cycle_holding_the_hidden_state_roots_both_tensors() {
         1,
     );
     run_program(&mut e, &p).expect("runs");
-    let roots: Vec<String> = e.live_state().roots.into_iter().map(|r| r.name).collect();
+    let roots: Vec<String> = e.held_state().roots.into_iter().map(|r| r.name).collect();
     for want in ["rec[\"hidden\"][0]", "rec[\"hidden\"][1]"] {
         assert!(roots.iter().any(|n| n == want), "{want} in {roots:?}");
     }

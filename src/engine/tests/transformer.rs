@@ -5,7 +5,7 @@
 use super::super::config::{HfRmsNorm, SdpaBackend};
 use super::super::model_lang::{count as count_params, ModelInput};
 use super::super::modules::bert::BertLayer;
-use super::super::modules::decoder::{DecoderLayer, Rope};
+use super::super::modules::decoder::{AttentionSpec, DecoderLayer, Rope};
 use super::super::presets_hf::{DecoderLm, LoraSpec};
 use super::super::tag::Category;
 use super::super::{DType, GpuArch, Shape, TensorId};
@@ -59,7 +59,16 @@ fn decoder_layer_saved(cfg: EngineConfig, spec: &DecoderLm, t: u64, amp: bool) -
     let dtype = if amp { DType::F32 } else { DType::BF16 };
     e.param_dtype = dtype;
     let mut params = Vec::new();
-    let l = DecoderLayer::build(&mut e, "layer", spec, &mut params).expect("layer");
+    let attn = AttentionSpec::new(spec.hidden, spec.heads, Some(spec.kv_heads), spec.head_dim);
+    let l = DecoderLayer::build(
+        &mut e,
+        "layer",
+        &attn,
+        spec.intermediate,
+        spec.qkv_bias,
+        &mut params,
+    )
+    .expect("layer");
     let d = spec.head_dim();
     let inv = e
         .factory(Shape::new(&[d / 2]), DType::F32, Category::Buffer)

@@ -468,7 +468,7 @@ fn on_demand_observation_replaces_the_iteration_sample() {
     let mut d = Detector::for_engine(&e).with_program(&p);
     for _ in 0..5 {
         e.run_iteration(&p).expect("iteration");
-        let ls = e.live_state();
+        let ls = e.held_state();
         d.observe(&ls, e.allocated_bytes(), e.reserved_bytes());
         // A second query at the same frame must not count as growth.
         d.observe(&ls, e.allocated_bytes(), e.reserved_bytes());

@@ -5,8 +5,8 @@
 
 use super::error::SnapshotError;
 
-/// The first bytes of a vramscope live recording (`live::recording`, PROTOCOL.md
-/// "Recordings"): defined here, below `live`, so that opening one as a
+/// The first bytes of a vramscope live recording (`job::recording`, PROTOCOL.md
+/// "Recordings"): defined here, below `job`, so that opening one as a
 /// snapshot can say how to play it.
 pub const LIVE_RECORDING_MAGIC: &[u8; 8] = b"VSLIVE1\n";
 

@@ -7,60 +7,60 @@ use crate::trace::pickle::{Document, SeqId, SharedStr, Value, ValueRef};
 
 use super::error::SchemaError;
 
-/// One step of a field path.
+/// One part of a field path.
 #[derive(Clone, Copy)]
-pub(super) enum Step {
+pub(super) enum Part {
     Root,
     Key(&'static str),
     Index(usize),
 }
 
 /// A field path: `segments[3].blocks[0].size`. Built as a linked chain of
-/// borrowed steps, so descending costs nothing until an error is rendered.
+/// borrowed parts, so descending costs nothing until an error is rendered.
 #[derive(Clone, Copy)]
 pub(super) struct Path<'p> {
     parent: Option<&'p Path<'p>>,
-    step: Step,
+    part: Part,
 }
 
 impl<'p> Path<'p> {
     pub const ROOT: Path<'static> = Path {
         parent: None,
-        step: Step::Root,
+        part: Part::Root,
     };
 
     pub fn key(&'p self, key: &'static str) -> Path<'p> {
         Path {
             parent: Some(self),
-            step: Step::Key(key),
+            part: Part::Key(key),
         }
     }
 
     pub fn index(&'p self, i: usize) -> Path<'p> {
         Path {
             parent: Some(self),
-            step: Step::Index(i),
+            part: Part::Index(i),
         }
     }
 
     pub fn render(&self) -> String {
-        let mut steps = Vec::new();
+        let mut parts = Vec::new();
         let mut p = Some(self);
         while let Some(cur) = p {
-            steps.push(cur.step);
+            parts.push(cur.part);
             p = cur.parent;
         }
         let mut out = String::new();
-        for step in steps.iter().rev() {
-            match step {
-                Step::Root => {}
-                Step::Key(k) => {
+        for part in parts.iter().rev() {
+            match part {
+                Part::Root => {}
+                Part::Key(k) => {
                     if !out.is_empty() {
                         out.push('.');
                     }
                     out.push_str(k);
                 }
-                Step::Index(i) => {
+                Part::Index(i) => {
                     let _ = write!(out, "[{i}]");
                 }
             }

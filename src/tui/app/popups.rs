@@ -119,8 +119,8 @@ impl App {
         let job = matches!(
             r.job_place,
             Some(
-                crate::live::nvml_match::JobPlace::Here
-                    | crate::live::nvml_match::JobPlace::Remote { .. }
+                crate::job::nvml_match::JobPlace::Here
+                    | crate::job::nvml_match::JobPlace::Remote { .. }
             )
         );
         let asked = job

@@ -7,7 +7,7 @@
 //! figures (`T`) and what is alive in the shown tab and not in the baseline
 //! tab (`A`; the baseline is the tab before, or the one `B` chose). Both
 //! draw what `report::series` and `report::diff` computed from what each
-//! tab's producer sent ([`SourceMsg::Summary`](crate::producers::SourceMsg)).
+//! tab's producer sent ([`RecordedMsg::Summary`](crate::producers::RecordedMsg)).
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 

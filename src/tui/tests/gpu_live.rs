@@ -12,10 +12,10 @@ use super::helpers::{app_finished, keys, opts, screen};
 use crate::alloc::format_size;
 use crate::device::nvml::{GpuReading, ProcessMemory};
 use crate::device::{GpuUnavailable, PciAddress};
-use crate::live::nvml_match::JobPlace;
-use crate::live::synth::StreamWriter;
-use crate::live::{open_recording, read_recording};
-use crate::producers::{live_source, Source, SourceMsg};
+use crate::job::nvml_match::JobPlace;
+use crate::job::synth::StreamWriter;
+use crate::job::{open_recording, read_recording};
+use crate::producers::{job_source, Source, SourceMsg};
 use crate::tui::app::App;
 
 const MIB: u64 = 1 << 20;
@@ -49,7 +49,7 @@ fn job(device: serde_json::Value, place: JobPlace) -> App {
     w.send(json!({"t": "bye", "reason": "the process is exiting"}));
     let frames =
         read_recording(Box::new(Cursor::new(w.bytes)), "job.vslive".into()).expect("a recording");
-    let src = live_source(frames, None, None, Arc::default()).job_at(place);
+    let src = job_source(frames, None, None, Arc::default()).job_at(place);
     app_finished(vec![("pid 4242".into(), src)], &opts())
 }
 
@@ -208,7 +208,7 @@ fn a_job_on_another_host_or_a_recording_reads_no_nvml_and_says_why() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/live/peak-inside-step.vslive");
     let frames = open_recording(&path).expect("the fixture");
-    let src = live_source(frames, None, None, Arc::default()).job_at(JobPlace::Recording);
+    let src = job_source(frames, None, None, Arc::default()).job_at(JobPlace::Recording);
     let mut app = app_finished(vec![("adam-step".into(), src)], &opts());
     show(&mut app, Ok(readings(the_job(Some(SEGMENT)))));
     let p = panel(&mut app);

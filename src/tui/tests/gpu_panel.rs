@@ -6,7 +6,7 @@ use super::helpers::*;
 use crate::alloc::format_size;
 use crate::device::nvml::{GpuReading, ProcessMemory};
 use crate::device::{GpuUnavailable, PciAddress};
-use crate::producers::{Source, SourceMsg};
+use crate::producers::{RunMsg, ScenarioMsg, Source, SourceMsg};
 
 const MIB: u64 = 1 << 20;
 
@@ -87,9 +87,9 @@ fn cuda_run_reconciles_nvml_with_the_model() {
         device: 0,
     };
     let src = Source::from_messages([
-        SourceMsg::ContextBaseline(Some(500 * MIB)),
-        SourceMsg::Events(events),
-        SourceMsg::Finished,
+        SourceMsg::Scenario(ScenarioMsg::ContextBaseline(Some(500 * MIB))),
+        SourceMsg::Run(RunMsg::Events(events)),
+        SourceMsg::Run(RunMsg::Finished),
     ])
     .with_capacity(80 << 30)
     .on_cuda(0, Some(bus(0x3b)));
@@ -140,7 +140,7 @@ fn cuda_run_reconciles_nvml_with_the_model() {
 
 #[test]
 fn cuda_run_without_a_reading_says_unknown() {
-    let src = Source::from_messages([SourceMsg::Finished]).on_cuda(0, None);
+    let src = Source::from_messages([SourceMsg::Run(RunMsg::Finished)]).on_cuda(0, None);
     let mut app = app_with(vec![("cuda".into(), src)], &opts());
     app.gpu.attach(no_driver());
     keys(&mut app, "v");

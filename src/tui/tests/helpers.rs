@@ -12,7 +12,7 @@ use crate::producers::{scenario_source, Source};
 use crate::scenario::{resolve, run, RunOptions};
 use crate::trace::Event;
 use crate::tui::app::{App, TuiOptions};
-use crate::tui::run;
+use crate::tui::screen;
 
 /// The guided tour: validation without no_grad keeps `val_total` graphs
 /// alive until it runs out of memory (a leak, an OOM, narration).
@@ -84,7 +84,7 @@ pub fn terminal(w: u16, h: u16) -> Terminal<TestBackend> {
 
 /// Prepare and draw one frame; the buffer drawn.
 pub fn draw(app: &mut App, term: &mut Terminal<TestBackend>) -> Buffer {
-    run::render(term, app).expect("draws");
+    screen::render(term, app).expect("draws");
     term.backend().buffer().clone()
 }
 

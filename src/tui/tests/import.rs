@@ -2,6 +2,7 @@
 
 use super::helpers::*;
 use crate::producers::snapshot::snapshot_source;
+use crate::producers::{RecordedMsg, RunMsg};
 use crate::real_snapshots::real;
 
 #[test]
@@ -111,7 +112,7 @@ fn a_long_trace_streams_in_chunks_that_add_up_to_the_whole_trace() {
     loop {
         assert!(std::time::Instant::now() < deadline, "never finished");
         match src.poll() {
-            Polled::Msg(SourceMsg::Part(mut p)) => {
+            Polled::Msg(SourceMsg::Run(RunMsg::Part(mut p))) => {
                 messages += 1;
                 assert_eq!(p.events.len(), p.samples.len(), "a sample per event");
                 streamed.append(&mut p.events);
@@ -119,8 +120,8 @@ fn a_long_trace_streams_in_chunks_that_add_up_to_the_whole_trace() {
                 // As the UI does: the worker may fill it again.
                 src.give_back(p);
             }
-            Polled::Msg(SourceMsg::Finished) => break,
-            Polled::Msg(SourceMsg::Opened(o)) => {
+            Polled::Msg(SourceMsg::Run(RunMsg::Finished)) => break,
+            Polled::Msg(SourceMsg::Recorded(RecordedMsg::Opened(o))) => {
                 assert!(streamed.is_empty(), "opened before the first event");
                 announced = o.events;
             }
@@ -302,8 +303,8 @@ fn a_file_that_fails_to_open_ends_the_ui_with_its_error() {
     assert!(why.contains("not a valid pickle"), "{why}");
     let _ = std::fs::remove_file(&bad);
 
-    let failed = crate::producers::Source::from_messages([crate::producers::SourceMsg::Failed(
-        "the model does not build".into(),
+    let failed = crate::producers::Source::from_messages([crate::producers::SourceMsg::Run(
+        RunMsg::Failed("the model does not build".into()),
     )]);
     let app = app_finished(vec![("scenario".into(), failed)], &stop);
     assert!(!app.quit && app.load_failure.is_none());
@@ -341,9 +342,11 @@ fn a_file_view_says_it_reads_from_its_first_frame_to_its_end() {
 /// file is read; then neither.
 #[test]
 fn events_placed_while_a_file_is_read_are_shown_beside_the_reading() {
-    use crate::producers::{LoadProgress, Opened, SnapshotDevices, Source, SourceMsg};
+    use crate::producers::{
+        LoadProgress, Opened, RecordedMsg, RunMsg, SnapshotDevices, Source, SourceMsg,
+    };
     let opened = |assumed| {
-        SourceMsg::Opened(Box::new(Opened {
+        SourceMsg::Recorded(RecordedMsg::Opened(Box::new(Opened {
             tags: None,
             capacity: None,
             devices: SnapshotDevices {
@@ -356,9 +359,14 @@ fn events_placed_while_a_file_is_read_are_shown_beside_the_reading() {
             events: None,
             since_step: false,
             assumed_empty_start: assumed,
+        })))
+    };
+    let reading = |done| {
+        SourceMsg::Recorded(RecordedMsg::Loading(LoadProgress::Reading {
+            done,
+            total: 4000,
         }))
     };
-    let reading = |done| SourceMsg::Loading(LoadProgress::Reading { done, total: 4000 });
     let (tx, rx) = flume::unbounded();
     let mut app = crate::tui::app::App::new(
         vec![("f".into(), Source::new(rx, None).reading(4000))],
@@ -369,7 +377,7 @@ fn events_placed_while_a_file_is_read_are_shown_beside_the_reading() {
     for m in [
         reading(0),
         opened(true),
-        SourceMsg::Events(events[..100].to_vec()),
+        SourceMsg::Run(RunMsg::Events(events[..100].to_vec())),
         reading(2000),
     ] {
         tx.send(m).expect("send");
@@ -378,7 +386,11 @@ fn events_placed_while_a_file_is_read_are_shown_beside_the_reading() {
     let s = status_of(&mut app);
     assert!(s.contains("event 0/100+ · reading"), "{s}");
     assert!(s.contains("as if nothing was held before the trace"), "{s}");
-    for m in [reading(4000), opened(false), SourceMsg::Finished] {
+    for m in [
+        reading(4000),
+        opened(false),
+        SourceMsg::Run(RunMsg::Finished),
+    ] {
         tx.send(m).expect("send");
     }
     app.drain_sources();

@@ -11,9 +11,9 @@ use ratatui::Terminal;
 
 use super::helpers::{code, key, text};
 use crate::lesson::{default_seed, resolve_lesson, shuffled};
-use crate::tui::lesson::{LessonState, Screen};
-use crate::tui::lesson_loop::lesson_loop;
+use crate::tui::lesson::{LessonState, Page};
 use crate::tui::run::InputSource;
+use crate::tui::screen::run_screen;
 use crate::tui::theme::{Theme, ThemeName};
 use crate::tui::views::lesson::render;
 
@@ -41,7 +41,7 @@ fn state(name: &str) -> LessonState {
 /// the screen as it was last drawn.
 fn run_keys(s: &mut LessonState, keys: &[CEvent], w: u16, h: u16) -> String {
     let mut t = Terminal::new(TestBackend::new(w, h)).expect("test backend");
-    lesson_loop(&mut t, s, &mut Script(keys.iter().cloned().collect())).expect("runs");
+    run_screen(&mut t, s, &mut Script(keys.iter().cloned().collect())).expect("runs");
     t.draw(|f| render(f, s)).expect("draws");
     text(t.backend().buffer())
 }
@@ -72,7 +72,7 @@ fn each_lesson_opens_on_its_introduction() {
         let mut s = state(name);
         let out = run_keys(&mut s, &[], 80, 24);
         assert!(s.quit, "q quits");
-        assert_eq!(s.screen, Screen::Intro);
+        assert_eq!(s.page, Page::Intro);
         assert!(
             out.contains(&format!("vramscope lesson │ {name} │ introduction")),
             "{out}"
@@ -88,7 +88,7 @@ fn a_question_hides_its_answer_until_a_key_and_then_says_why() {
     for (w, h) in [(80, 24), (200, 60)] {
         let mut s = state("leaks");
         let before = run_keys(&mut s, &[c(KeyCode::Enter)], w, h);
-        assert_eq!(s.screen, Screen::Part(0));
+        assert_eq!(s.page, Page::Part(0));
         assert!(before.contains("part 1 of 11"), "{before}");
         let first: String = s.lesson.parts[0].choices[0].chars().take(20).collect();
         assert!(before.contains(&format!("a) {first}")), "{before}");
@@ -185,11 +185,7 @@ fn a_right_answer_stands_and_enter_asks_for_the_part_s_run() {
     assert!(!s.quit);
     assert!(out.contains(&format!("Right: {right}.")), "{out}");
     s.after_run();
-    assert_eq!(
-        s.screen,
-        Screen::Part(1),
-        "back from the run: the next part"
-    );
+    assert_eq!(s.page, Page::Part(1), "back from the run: the next part");
 }
 
 #[test]
@@ -202,14 +198,14 @@ fn back_returns_to_an_answered_part_and_the_summary_scores() {
         keys.push(c(KeyCode::Right));
     }
     let summary = run_keys(&mut s, &keys, 100, 40);
-    assert_eq!(s.screen, Screen::Summary);
+    assert_eq!(s.page, Page::Summary);
     assert!(
         summary.contains(&format!("You answered {n} of {n} questions right.")),
         "{summary}"
     );
     s.quit = false;
     let back = run_keys(&mut s, &[c(KeyCode::Left)], 100, 40);
-    assert_eq!(s.screen, Screen::Part(n - 1));
+    assert_eq!(s.page, Page::Part(n - 1));
     let last = s.lesson.parts[n - 1].answer;
     assert!(
         back.contains(&format!("Right: {last}.")),
@@ -217,5 +213,5 @@ fn back_returns_to_an_answered_part_and_the_summary_scores() {
     );
     s.quit = false;
     let first = run_keys(&mut s, &vec![k('p'); n + 2], 100, 40);
-    assert_eq!(s.screen, Screen::Intro, "{first}");
+    assert_eq!(s.page, Page::Intro, "{first}");
 }

@@ -6,18 +6,18 @@ use std::io::Cursor;
 use std::sync::Arc;
 
 use super::helpers::{app_finished, keys, opts, screen};
-use crate::live::read_recording;
-use crate::live::synth::training_job;
-use crate::producers::live_source;
+use crate::job::read_recording;
+use crate::job::synth::training_job;
+use crate::producers::job_source;
 
 fn job_app(steps: u64, leak: u64) -> crate::tui::app::App {
     let bytes = training_job(steps, leak, 3).bytes;
     let frames = read_recording(
-        Box::new(Cursor::new([&crate::live::MAGIC[..], &bytes].concat())),
+        Box::new(Cursor::new([&crate::job::MAGIC[..], &bytes].concat())),
         "job.vslive".into(),
     )
     .expect("a recording");
-    let src = live_source(frames, None, None, Arc::default());
+    let src = job_source(frames, None, None, Arc::default());
     app_finished(vec![("pid 7".into(), src)], &opts())
 }
 
@@ -85,18 +85,18 @@ fn a_clean_job_grows_nothing_since_the_step() {
 /// frame, not the job's own steps, and its evidence says which.
 #[test]
 fn a_step_marker_sets_the_live_leak_analysis_iterations() {
-    use crate::producers::{live_source_with, LiveOptions};
+    use crate::producers::{job_source_with, JobOptions};
     let bytes = training_job(12, 2 << 20, 3).bytes;
     let frames = read_recording(
-        Box::new(Cursor::new([&crate::live::MAGIC[..], &bytes].concat())),
+        Box::new(Cursor::new([&crate::job::MAGIC[..], &bytes].concat())),
         "job.vslive".into(),
     )
     .expect("a recording");
-    let live = LiveOptions {
+    let live = JobOptions {
         step_marker: Some("train_step".into()),
-        ..LiveOptions::default()
+        ..JobOptions::default()
     };
-    let src = live_source_with(frames, None, Arc::default(), live);
+    let src = job_source_with(frames, None, Arc::default(), live);
     let mut app = app_finished(vec![("pid 7".into(), src)], &opts());
     keys(&mut app, "G");
     let s = screen(&mut app, 140, 44);
@@ -118,8 +118,8 @@ fn a_step_marker_sets_the_live_leak_analysis_iterations() {
 fn at_a_step_s_end_the_pane_shows_the_step_that_just_ended() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/live/peak-inside-step.vslive");
-    let frames = crate::live::open_recording(&path).expect("the fixture");
-    let src = live_source(frames, None, None, Arc::default());
+    let frames = crate::job::open_recording(&path).expect("the fixture");
+    let src = job_source(frames, None, None, Arc::default());
     let mut app = app_finished(vec![("job".into(), src)], &opts());
     keys(&mut app, "G");
     let s = screen(&mut app, 140, 44);
@@ -137,7 +137,7 @@ fn a_step_before_the_first_entry_is_drawn_and_stepped_through() {
     let bytes = include_bytes!("../../../tests/fixtures/hostile/step-before-entries.vslive");
     let frames = read_recording(Box::new(Cursor::new(bytes.to_vec())), "step.vslive".into())
         .expect("a recording");
-    let src = live_source(frames, None, None, Arc::default());
+    let src = job_source(frames, None, None, Arc::default());
     let mut app = app_finished(vec![("pid 7".into(), src)], &opts());
     for k in ["g", "l", "l", "G", "h"] {
         keys(&mut app, k);
@@ -158,8 +158,8 @@ fn a_step_before_the_first_entry_is_drawn_and_stepped_through() {
 fn the_helper_s_holders_are_findings_in_the_leak_panel() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/live/history-leak.vslive");
-    let frames = crate::live::open_recording(&path).expect("the fixture");
-    let src = live_source(frames, None, None, Arc::default());
+    let frames = crate::job::open_recording(&path).expect("the fixture");
+    let src = job_source(frames, None, None, Arc::default());
     let mut app = app_finished(vec![("job".into(), src)], &opts());
     keys(&mut app, "G");
     let s = screen(&mut app, 140, 44);
@@ -190,18 +190,18 @@ fn the_helper_s_holders_are_findings_in_the_leak_panel() {
 /// view's note gives the answer at it beside PyTorch's first line.
 #[test]
 fn a_live_oom_is_answered_in_the_note() {
-    use crate::live::{write_value, FrameReader};
+    use crate::job::{write_value, FrameReader};
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/pytorch/captured/store_outputs_bug.pickle");
     let snap = crate::trace::snapshot::import_file(&path).expect("the capture");
-    let bytes = crate::live::synth::recording_of(&snap);
+    let bytes = crate::job::synth::recording_of(&snap);
     // Every frame again, the `oom` message before the last (bye).
-    let mut frames = FrameReader::new(&bytes[crate::live::MAGIC.len()..], "rec".to_string());
+    let mut frames = FrameReader::new(&bytes[crate::job::MAGIC.len()..], "rec".to_string());
     let mut all = Vec::new();
     while let Ok(Some((_, f))) = frames.next_frame() {
         all.push(f.to_vec());
     }
-    let mut out = crate::live::MAGIC.to_vec();
+    let mut out = crate::job::MAGIC.to_vec();
     let last = all.len() - 1;
     for (i, f) in all.iter().enumerate() {
         if i == last {
@@ -209,15 +209,15 @@ fn a_live_oom_is_answered_in_the_note() {
                 "message": "out of memory on device 0", "alloc_size": 33554432});
             write_value(&mut out, &oom).expect("writes");
         }
-        crate::live::write_frame(&mut out, f).expect("writes");
+        crate::job::write_frame(&mut out, f).expect("writes");
     }
     let frames = read_recording(Box::new(Cursor::new(out)), "oom.vslive".into()).expect("reads");
-    let src = live_source(frames, None, None, Arc::default());
+    let src = job_source(frames, None, None, Arc::default());
     let mut notes = Vec::new();
     while let Some(m) = src.recv() {
         match m {
-            crate::producers::SourceMsg::Note(n) => notes.push(n),
-            crate::producers::SourceMsg::Finished => break,
+            crate::producers::SourceMsg::Job(crate::producers::JobMsg::Note(n)) => notes.push(n),
+            crate::producers::SourceMsg::Run(crate::producers::RunMsg::Finished) => break,
             _ => {}
         }
     }

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::helpers::*;
-use crate::producers::{Source, SourceMsg};
+use crate::producers::{RunMsg, Source, SourceMsg};
 use crate::trace::{Event, Marker, Phase};
 use crate::tui::app::{App, TuiOptions};
-use crate::tui::input::{Dir, Step};
+use crate::tui::input::{Dir, Jump};
 use crate::tui::playback::PlayUnit;
 
 fn said(t: &str) -> Event {
@@ -56,7 +56,10 @@ fn lesson() -> Vec<Event> {
 }
 
 fn lesson_app(opts: &TuiOptions) -> App {
-    let src = Source::from_messages([SourceMsg::Events(lesson()), SourceMsg::Finished]);
+    let src = Source::from_messages([
+        SourceMsg::Run(RunMsg::Events(lesson())),
+        SourceMsg::Run(RunMsg::Finished),
+    ]);
     app_with(vec![("lesson".into(), src)], opts)
 }
 
@@ -80,7 +83,7 @@ fn play_by_phase_stops_at_each_phase_begin_and_its_narration() {
 #[test]
 fn a_live_run_waits_for_its_next_boundary() {
     let (tx, rx) = flume::unbounded();
-    let _ = tx.send(SourceMsg::Events(lesson()[..10].to_vec()));
+    let _ = tx.send(SourceMsg::Run(RunMsg::Events(lesson()[..10].to_vec())));
     let mut app = app_with(vec![("live".into(), Source::new(rx, None))], &opts());
     let r = &app.runs[0];
     assert_eq!(r.next_stop(PlayUnit::Phase, 4), Some(9));
@@ -89,7 +92,7 @@ fn a_live_run_waits_for_its_next_boundary() {
         None,
         "phase 3 not here yet"
     );
-    let _ = tx.send(SourceMsg::Events(lesson()[10..].to_vec()));
+    let _ = tx.send(SourceMsg::Run(RunMsg::Events(lesson()[10..].to_vec())));
     app.drain_sources();
     assert_eq!(app.runs[0].next_stop(PlayUnit::Phase, 9), Some(13));
 }
@@ -226,14 +229,14 @@ fn landing_on_a_moment_shows_its_own_narration() {
     // n and N walk the moments, never landing twice on one.
     keys(&mut app, "g");
     let mut seen = Vec::new();
-    while app.runs[0].step(Step::Narration, Dir::Fwd) {
+    while app.runs[0].jump(Jump::Narration, Dir::Fwd) {
         screen(&mut app, 140, 44);
         seen.push(callout_text(&app));
     }
     let all: Vec<String> = tour.narration.iter().map(|n| n.text.clone()).collect();
     assert_eq!(seen, all[1..], "the premise is said at the start");
     let mut back = 0;
-    while app.runs[0].step(Step::Narration, Dir::Back) {
+    while app.runs[0].jump(Jump::Narration, Dir::Back) {
         back += 1;
     }
     assert_eq!(back, all.len() - 2, "back to the first after the premise");

@@ -10,8 +10,10 @@ use crossterm::event::{
 };
 
 use super::helpers::*;
+use crate::producers::{RunMsg, ScenarioMsg};
 use crate::tui::app::SyncMode;
-use crate::tui::run::{run_app, InputSource};
+use crate::tui::run::InputSource;
+use crate::tui::screen::run_screen;
 
 #[test]
 fn play_advances_at_speed_and_pauses() {
@@ -272,7 +274,7 @@ fn real_loop_on_test_backend() {
         .chars()
         .map(|c| CEvent::Key(key(c)))
         .chain([CEvent::Resize(100, 30)]);
-    run_app(&mut term, &mut app, &mut Script(script.collect())).expect("loop runs");
+    run_screen(&mut term, &mut app, &mut Script(script.collect())).expect("loop runs");
     assert!(app.quit);
     let s = text(term.backend().buffer());
     assert!(s.contains(" Keys "), "help open at the last frame\n{s}");
@@ -314,13 +316,15 @@ fn follows_live_events_at_the_end() {
     keys(&mut app, " ");
     let events = recorded_events(FIXED);
     let (a, b) = events.split_at(200);
-    tx.send(crate::producers::SourceMsg::Events(a.to_vec()))
+    tx.send(crate::producers::SourceMsg::Run(RunMsg::Events(a.to_vec())))
         .expect("send");
     app.drain_sources();
     app.on_tick(Duration::from_secs(10));
     assert_eq!(app.runs[0].pos, 200);
-    tx.send(crate::producers::SourceMsg::Events(b[..100].to_vec()))
-        .expect("send");
+    tx.send(crate::producers::SourceMsg::Run(RunMsg::Events(
+        b[..100].to_vec(),
+    )))
+    .expect("send");
     app.drain_sources();
     app.on_tick(Duration::from_secs(1));
     assert_eq!(app.runs[0].pos, 300, "cursor follows new events");
@@ -336,11 +340,11 @@ fn live_findings_follow_the_cursor() {
     let half = first.len() / 2;
     let found = Finding::new("total_loss", FindingKind::RetainedGraphGpu);
     let source = crate::producers::Source::from_messages([
-        SourceMsg::Events(first[..half].to_vec()),
-        SourceMsg::FindingsNow(Vec::new()),
-        SourceMsg::Events(first[half..].to_vec()),
-        SourceMsg::FindingsNow(vec![found]),
-        SourceMsg::Finished,
+        SourceMsg::Run(RunMsg::Events(first[..half].to_vec())),
+        SourceMsg::Run(RunMsg::FindingsNow(Vec::new())),
+        SourceMsg::Run(RunMsg::Events(first[half..].to_vec())),
+        SourceMsg::Run(RunMsg::FindingsNow(vec![found])),
+        SourceMsg::Run(RunMsg::Finished),
     ]);
     let mut app = app_with(vec![("live".into(), source)], &opts());
     keys(&mut app, "g");
@@ -421,11 +425,11 @@ fn a_source_far_ahead_of_the_ui_is_taken_a_few_chunks_per_drain() {
     let chunk = 1 << 16;
     let mut msgs: Vec<SourceMsg> = events
         .chunks(chunk)
-        .map(|c| SourceMsg::Events(c.to_vec()))
+        .map(|c| SourceMsg::Run(RunMsg::Events(c.to_vec())))
         .collect();
     let n = msgs.len();
     assert!(n >= 3, "{n} chunks");
-    msgs.push(SourceMsg::Finished);
+    msgs.push(SourceMsg::Run(RunMsg::Finished));
     let mut app = App::new(vec![("big".into(), Source::from_messages(msgs))], &opts())
         .expect("built-in theme parses");
     let mut drains = 0;
@@ -460,13 +464,13 @@ fn a_named_pipe_at_the_prompt_is_refused_at_once() {
 /// the events it holds: the loop answers the key before it takes more.
 #[test]
 fn a_pressed_key_cuts_a_drain_short() {
-    use crate::producers::{Source, SourceMsg};
+    use crate::producers::{RunMsg, Source, SourceMsg};
     let events = recorded_events(FIXED);
     let msgs = events
         .chunks(50)
         .take(20)
-        .map(|c| SourceMsg::Events(c.to_vec()))
-        .chain([SourceMsg::Finished]);
+        .map(|c| SourceMsg::Run(RunMsg::Events(c.to_vec())))
+        .chain([SourceMsg::Run(RunMsg::Finished)]);
     let mut app =
         crate::tui::app::App::new(vec![("busy".into(), Source::from_messages(msgs))], &opts())
             .expect("built-in theme parses");
@@ -491,8 +495,8 @@ fn a_backlog_skips_the_frame_wait_until_the_source_is_drained() {
     let marker = || Event::Marker(Marker::Narration("step".into()));
     // More messages than one drain takes, then the end.
     let msgs = (0..5000)
-        .map(|_| SourceMsg::Events(vec![marker()]))
-        .chain([SourceMsg::Finished]);
+        .map(|_| SourceMsg::Run(RunMsg::Events(vec![marker()])))
+        .chain([SourceMsg::Run(RunMsg::Finished)]);
     let mut app =
         crate::tui::app::App::new(vec![("piled".into(), Source::from_messages(msgs))], &opts())
             .expect("built-in theme parses");
@@ -519,7 +523,8 @@ fn a_compute_estimate_arriving_after_its_events_reaches_the_stats_panel() {
         &opts(),
     );
     let events = recorded_events(FIXED);
-    tx.send(SourceMsg::Events(events)).expect("send");
+    tx.send(SourceMsg::Run(RunMsg::Events(events)))
+        .expect("send");
     app.drain_sources();
     keys(&mut app, "G");
     screen(&mut app, 160, 44);
@@ -542,10 +547,10 @@ fn a_compute_estimate_arriving_after_its_events_reaches_the_stats_panel() {
         1_000_000_000,
     );
     let gpu = crate::device::profile("H100-SXM-80GB").expect("known");
-    tx.send(SourceMsg::Compute(Box::new((
+    tx.send(SourceMsg::Scenario(ScenarioMsg::Compute(Box::new((
         1,
         crate::engine::estimate::estimate(&work, gpu),
-    ))))
+    )))))
     .expect("send");
     app.drain_sources();
     screen(&mut app, 160, 44);

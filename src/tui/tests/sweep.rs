@@ -13,8 +13,8 @@ use crate::producers::{sweep_source, Source};
 use crate::scenario::{load_str, resolve};
 use crate::sweep::SweepPlan;
 use crate::tui::run::InputSource;
-use crate::tui::sweep::SweepState;
-use crate::tui::sweep_loop::sweep_loop;
+use crate::tui::screen::run_screen;
+use crate::tui::sweep::{SweepScreen, SweepState};
 use crate::tui::theme::{Theme, ThemeName};
 use crate::tui::views::sweep::render;
 
@@ -48,7 +48,8 @@ impl InputSource for Script {
 
 fn run_keys(state: &mut SweepState, rx: &Source, keys: Vec<CEvent>) -> String {
     let mut t = Terminal::new(TestBackend::new(120, 40)).expect("test backend");
-    sweep_loop(&mut t, state, rx, &mut Script(keys.into_iter().collect())).expect("runs");
+    let mut screen = SweepScreen { state, source: rx };
+    run_screen(&mut t, &mut screen, &mut Script(keys.into_iter().collect())).expect("runs");
     t.draw(|f| render(f, state)).expect("draws");
     text(t.backend().buffer())
 }

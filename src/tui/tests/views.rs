@@ -4,7 +4,7 @@ use crossterm::event::KeyCode;
 use ratatui::style::Color;
 
 use super::helpers::*;
-use crate::producers::{Source, SourceMsg};
+use crate::producers::{RunMsg, Source, SourceMsg};
 use crate::tui::app::{App, RunView};
 
 #[test]
@@ -188,7 +188,9 @@ fn too_small_is_said_plainly() {
 
 #[test]
 fn failure_is_drawn_not_crashed() {
-    let src = Source::from_messages([SourceMsg::Failed("engine crashed: boom".into())]);
+    let src = Source::from_messages([SourceMsg::Run(RunMsg::Failed(
+        "engine crashed: boom".into(),
+    ))]);
     let mut app = app_with(vec![("broken".into(), src)], &opts());
     let s = screen(&mut app, 120, 40);
     assert!(s.contains("broken failed"), "{s}");
@@ -310,8 +312,10 @@ fn a_message_pytorch_breaks_over_lines_reads_as_one_paragraph() {
     // failure box must not glue "autocast." to "Many".
     let msg = "RuntimeError: x are unsafe to autocast.\nMany models use a sigmoid layer";
     let src = Source::from_messages([
-        SourceMsg::Events(vec![Event::Marker(Marker::Error(msg.into()))]),
-        SourceMsg::Failed(msg.into()),
+        SourceMsg::Run(RunMsg::Events(vec![Event::Marker(Marker::Error(
+            msg.into(),
+        ))])),
+        SourceMsg::Run(RunMsg::Failed(msg.into())),
     ]);
     let mut app = app_with(vec![("bce".into(), src)], &opts());
     keys(&mut app, "G");

@@ -14,10 +14,10 @@ use crate::device::nvml::{GpuReading, ProcessMemory};
 use crate::device::GpuUnavailable;
 use crate::producers::{Source, SourceMsg};
 use crate::tui::run::InputSource;
+use crate::tui::screen::run_screen;
 use crate::tui::theme::{Theme, ThemeName};
 use crate::tui::views::watch::render;
-use crate::tui::watch::WatchState;
-use crate::tui::watch_loop::watch_loop;
+use crate::tui::watch::{WatchScreen, WatchState};
 
 const GIB: u64 = 1 << 30;
 
@@ -211,7 +211,11 @@ fn nvml_failure_is_a_message() {
 struct Script(VecDeque<CEvent>);
 
 impl InputSource for Script {
-    fn next(&mut self, _timeout: Duration) -> anyhow::Result<Option<CEvent>> {
+    fn next(&mut self, timeout: Duration) -> anyhow::Result<Option<CEvent>> {
+        // One key a frame, as a person types: each is drawn.
+        if timeout.is_zero() {
+            return Ok(None);
+        }
         Ok(self.0.pop_front())
     }
 }
@@ -231,7 +235,11 @@ fn the_loop_takes_readings_from_the_channel_and_quits_on_q() {
             .into_iter()
             .collect(),
     );
-    watch_loop(&mut t, &mut s, &rx, &mut input).expect("runs");
+    let mut screen = WatchScreen {
+        state: &mut s,
+        source: &rx,
+    };
+    run_screen(&mut t, &mut screen, &mut input).expect("runs");
     assert!(s.quit);
     assert_eq!((s.readings, s.selected), (2, 1));
     assert_eq!(s.history[0].used.len(), 2);

@@ -10,7 +10,7 @@ use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 use ratatui::Frame;
 
 use crate::lesson::{Part, LETTERS};
-use crate::tui::lesson::{LessonState, Screen};
+use crate::tui::lesson::{LessonState, Page};
 use crate::tui::theme::Theme;
 
 /// The widest the lesson's text box grows.
@@ -39,15 +39,15 @@ fn areas(area: Rect) -> [Rect; 3] {
 
 fn body_lines(s: &LessonState, width: u16) -> Vec<Line<'_>> {
     let th = &s.theme;
-    match s.screen {
-        Screen::Intro => intro(s, th),
-        Screen::Part(i) => part(
+    match s.page {
+        Page::Intro => intro(s, th),
+        Page::Part(i) => part(
             &s.lesson.parts[i],
             s.answers[i],
             th,
             width.saturating_sub(2),
         ),
-        Screen::Summary => summary(s, th),
+        Page::Summary => summary(s, th),
     }
 }
 
@@ -68,13 +68,13 @@ pub fn render(frame: &mut Frame, s: &LessonState) {
     frame.render_widget(Block::default().style(th.text()), area);
     let [status, body, hints] = areas(area);
     let n = s.lesson.parts.len();
-    let (place, title) = match s.screen {
-        Screen::Intro => ("introduction".to_string(), s.lesson.title.clone()),
-        Screen::Part(i) => (
+    let (place, title) = match s.page {
+        Page::Intro => ("introduction".to_string(), s.lesson.title.clone()),
+        Page::Part(i) => (
             format!("part {} of {n}", i + 1),
             format!("scenario {}", s.lesson.parts[i].scenario),
         ),
-        Screen::Summary => ("summary".to_string(), s.lesson.title.clone()),
+        Page::Summary => ("summary".to_string(), s.lesson.title.clone()),
     };
     let answered = s.answers.iter().filter(|a| a.is_some()).count();
     let status_text = format!(

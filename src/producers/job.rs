@@ -15,13 +15,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::devices::SnapshotDevices;
-use super::live_tags::LiveTags;
-use super::source::{Opened, Source, SourceMsg};
+use super::job_tags::JobTags;
+use super::source::{JobMsg, Opened, RecordedMsg, RunMsg, Source, SourceMsg};
 use crate::alloc::{AllocConfig, MemoryStats};
+use crate::job::message::Message;
+use crate::job::nvml_match::LiveJob;
+use crate::job::{decode, Applied, FrameReader, ServerHello, Session, ENTRY_CAP};
 use crate::leak::{analyze_snapshot_with, Boundaries};
-use crate::live::message::Message;
-use crate::live::nvml_match::LiveJob;
-use crate::live::{decode, Applied, FrameReader, ServerHello, Session, ENTRY_CAP};
 use crate::report::series::SnapshotSummary;
 use crate::trace::mirror::TraceMirror;
 use crate::trace::replay::Entry;
@@ -30,7 +30,7 @@ use crate::trace::{Marker, MemoryMap};
 
 /// The least time between two leak analyses while the job runs.
 pub const ANALYSIS_EVERY: Duration = Duration::from_secs(1);
-/// The least time between two [`SourceMsg::Job`]s as entries come: NVML's
+/// The least time between two [`JobMsg::Place`](super::JobMsg)s as entries come: NVML's
 /// process reading behind the GPU panel comes once a second.
 pub const JOB_EVERY: Duration = Duration::from_millis(250);
 
@@ -39,7 +39,7 @@ pub const LIVE_QUEUE: usize = 4096;
 
 /// How a live source reads its job.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LiveOptions {
+pub struct JobOptions {
     /// The CUDA device the view shows (default: the first the job has).
     pub device: Option<usize>,
     /// Trace entries kept for the timeline and the leak analysis; past it
@@ -54,12 +54,12 @@ pub struct LiveOptions {
     pub step_marker: Option<String>,
     /// The way back to the job (a connection; a recording has none): the
     /// view's [`EngineCommand::FindHolders`] goes there.
-    pub requests: Option<crate::live::Requester>,
+    pub requests: Option<crate::job::Requester>,
 }
 
-impl Default for LiveOptions {
+impl Default for JobOptions {
     fn default() -> Self {
-        LiveOptions {
+        JobOptions {
             device: None,
             keep_entries: ENTRY_CAP,
             tab: false,
@@ -72,25 +72,25 @@ impl Default for LiveOptions {
 /// A source fed from `frames` (a connection after its hello, or a
 /// recording), on the job's first device. `stop` is set once nobody reads
 /// any more.
-pub fn live_source(
+pub fn job_source(
     frames: FrameReader<Box<dyn Read + Send>>,
     hello: Option<ServerHello>,
     device: Option<usize>,
     stop: Arc<AtomicBool>,
 ) -> Source {
-    let opts = LiveOptions {
+    let opts = JobOptions {
         device,
-        ..LiveOptions::default()
+        ..JobOptions::default()
     };
-    live_source_with(frames, hello, stop, opts)
+    job_source_with(frames, hello, stop, opts)
 }
 
-/// [`live_source`] as `opts` say.
-pub fn live_source_with(
+/// [`job_source`] as `opts` say.
+pub fn job_source_with(
     frames: FrameReader<Box<dyn Read + Send>>,
     hello: Option<ServerHello>,
     stop: Arc<AtomicBool>,
-    opts: LiveOptions,
+    opts: JobOptions,
 ) -> Source {
     // Bounded: a job that sends faster than the view draws waits for it
     // (its socket backs up) instead of queueing without end.
@@ -113,7 +113,7 @@ pub fn live_source_with(
                 hello,
                 device: opts.device,
                 keep_entries: opts.keep_entries,
-                tags: Arc::new(LiveTags::default()),
+                tags: Arc::new(JobTags::default()),
                 view: None,
                 spent,
                 last_analysis: None,
@@ -127,9 +127,9 @@ pub fn live_source_with(
         });
     match spawned {
         Ok(_) => Source::new(rx, cmd).reusing_parts(spent_tx),
-        Err(e) => Source::from_messages([SourceMsg::Failed(format!(
+        Err(e) => Source::from_messages([SourceMsg::Run(RunMsg::Failed(format!(
             "could not start the thread that reads the job: {e}"
-        ))]),
+        )))]),
     }
 }
 
@@ -137,7 +137,7 @@ pub fn live_source_with(
 /// the helper, so the key never waits on the socket. None when the thread
 /// cannot start (then the view simply has no way to ask).
 fn forward_requests(
-    requests: crate::live::Requester,
+    requests: crate::job::Requester,
 ) -> Option<flume::Sender<super::source::EngineCommand>> {
     let (tx, rx) = flume::unbounded();
     std::thread::Builder::new()
@@ -171,7 +171,7 @@ struct Reader {
     hello: Option<ServerHello>,
     device: Option<usize>,
     keep_entries: usize,
-    tags: Arc<LiveTags>,
+    tags: Arc<JobTags>,
     view: Option<View>,
     spent: flume::Receiver<TimelinePart>,
     last_analysis: Option<Instant>,
@@ -205,23 +205,25 @@ impl Reader {
         let msg = match outcome {
             Ok(true) => {
                 let why = session.ended().unwrap_or("the job said bye").to_string();
-                SourceMsg::Note(format!("the job ended: {why}"))
+                SourceMsg::Job(JobMsg::Note(format!("the job ended: {why}")))
             }
             Ok(false) => {
                 session.disconnected("the job disconnected");
-                SourceMsg::Note("the job disconnected (the stream ended without bye)".into())
+                SourceMsg::Job(JobMsg::Note(
+                    "the job disconnected (the stream ended without bye)".into(),
+                ))
             }
-            Err(e) => SourceMsg::Failed(format!("{e} (the view keeps what it had)")),
+            Err(e) => SourceMsg::Run(RunMsg::Failed(format!("{e} (the view keeps what it had)"))),
         };
         if !send(msg) || !self.job(send, true) {
             return;
         }
         self.analyse(send, true);
-        send(SourceMsg::Finished);
+        send(SourceMsg::Run(RunMsg::Finished));
     }
 
     /// Ok(true): the job said bye; Ok(false): the stream ended.
-    fn read_all(&mut self, send: &mut Sender) -> Result<bool, crate::live::LiveError> {
+    fn read_all(&mut self, send: &mut Sender) -> Result<bool, crate::job::LiveError> {
         let at = self.frames.at().to_string();
         loop {
             let Some((index, bytes)) = self.frames.next_frame()? else {
@@ -297,15 +299,15 @@ impl Reader {
                 since_step: true,
                 assumed_empty_start: false,
             };
-            if !send(SourceMsg::Opened(Box::new(opened))) {
+            if !send(SourceMsg::Recorded(RecordedMsg::Opened(Box::new(opened)))) {
                 return false;
             }
         } else {
-            if !send(SourceMsg::Restarted) {
+            if !send(SourceMsg::Run(RunMsg::Restarted)) {
                 return false;
             }
             if let Some(why) = why {
-                if !send(SourceMsg::Note(why)) {
+                if !send(SourceMsg::Job(JobMsg::Note(why))) {
                     return false;
                 }
             }
@@ -324,7 +326,7 @@ impl Reader {
             progress: (0, None),
             done: 0,
         });
-        send(SourceMsg::Start(Box::new(map)))
+        send(SourceMsg::Run(RunMsg::Start(Box::new(map))))
     }
 
     fn entries(&mut self, send: &mut Sender) -> bool {
@@ -350,7 +352,7 @@ impl Reader {
         view.progress = mirror.progress();
         view.map = Some(mirror.into_map());
         view.done = trace.len();
-        send(SourceMsg::Part(part))
+        send(SourceMsg::Run(RunMsg::Part(part)))
     }
 
     /// An OOM, in the status: PyTorch's own first line once the job sent
@@ -368,10 +370,10 @@ impl Reader {
         // requests replayed up to it (what held the memory, the what-ifs).
         let answer = crate::leak::answer_trace_oom(session.snapshot(), usize::from(o.device), None)
             .map_or(String::new(), |a| format!(" — {}", a.summary()));
-        send(SourceMsg::Note(format!(
+        send(SourceMsg::Job(JobMsg::Note(format!(
             "OOM on device {}: {first}{answer}",
             o.device
-        )))
+        ))))
     }
 
     /// The job's pid and devices for the GPU panel, when due (`now`: whatever the time).
@@ -383,7 +385,9 @@ impl Reader {
             return true;
         }
         self.last_job = Some(Instant::now());
-        send(SourceMsg::Job(Box::new(LiveJob::of_session(session))))
+        send(SourceMsg::Job(JobMsg::Place(Box::new(
+            LiveJob::of_session(session),
+        ))))
     }
 
     /// The job's own `memory_stats()` of the shown device, for the stats panel.
@@ -398,8 +402,8 @@ impl Reader {
             return true;
         };
         let stats = MemoryStats::from_map(|k| s.get(k));
-        send(SourceMsg::Stats(Box::new(stats)))
-            && send(SourceMsg::StepTrends(session.step_trends()))
+        send(SourceMsg::Run(RunMsg::Stats(Box::new(stats))))
+            && send(SourceMsg::Job(JobMsg::StepTrends(session.step_trends())))
     }
 
     /// A step ended: its boundary on the timeline, where the entries so far end.
@@ -423,7 +427,7 @@ impl Reader {
         view.progress = mirror.progress();
         view.map = Some(mirror.into_map());
         self.tags.markers(2);
-        send(SourceMsg::Part(part))
+        send(SourceMsg::Run(RunMsg::Part(part)))
     }
 
     /// The leak findings from the steps so far, when one is due (`now`: at
@@ -450,7 +454,7 @@ impl Reader {
         self.analysis_took = t.elapsed();
         self.last_analysis = Some(Instant::now());
         if let Some(s) = summary {
-            if !send(SourceMsg::Summary(s)) {
+            if !send(SourceMsg::Recorded(RecordedMsg::Summary(s))) {
                 return false;
             }
         }
@@ -466,6 +470,6 @@ impl Reader {
         };
         let mut all = session.holder_findings();
         all.extend(self.findings.iter().cloned());
-        send(SourceMsg::FindingsNow(all))
+        send(SourceMsg::Run(RunMsg::FindingsNow(all)))
     }
 }

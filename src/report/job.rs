@@ -4,8 +4,8 @@
 use serde::Serialize;
 
 use super::snapshot::{SnapshotReport, LIVE_LAYOUT};
+use crate::job::{DeviceGrowth, LiveFacts, Session};
 use crate::leak::Boundaries;
-use crate::live::{DeviceGrowth, LiveFacts, Session};
 
 /// `open --json`'s report with a `live` section.
 #[derive(Debug, Clone, Serialize)]
@@ -63,9 +63,9 @@ fn growth_of(d: &super::snapshot::DeviceReport) -> DeviceGrowth {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::live::frame::FrameReader;
-    use crate::live::synth::training_job;
-    use crate::live::{decode, Session};
+    use crate::job::frame::FrameReader;
+    use crate::job::synth::training_job;
+    use crate::job::{decode, Session};
 
     fn session_of(bytes: &[u8]) -> Session {
         let mut frames = FrameReader::new(bytes, "job");

@@ -4,8 +4,8 @@
 
 use super::Session;
 use crate::alloc::{BlockState, Pool};
+use crate::job::facts::LiveFacts;
 use crate::leak::{Boundaries, BoundarySource};
-use crate::live::facts::LiveFacts;
 use crate::trace::replay::tag_entry;
 use crate::trace::snapshot::{Block, FramesId, PoolKind, Segment, Snapshot};
 

@@ -49,7 +49,7 @@ pub enum Message {
     },
     Lost(LostMark),
     /// What the helper found holding the job's tensors (`holders`).
-    Holders(Box<crate::live::holders::HoldersReport>),
+    Holders(Box<crate::job::holders::HoldersReport>),
     Bye {
         reason: Option<String>,
     },

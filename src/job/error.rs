@@ -18,7 +18,7 @@ pub enum LiveError {
     #[error("{at}: TCP needs a token: pass --token TOKEN or set VRAMSCOPE_TOKEN (the helper prints it to the job's log)")]
     NoToken { at: String },
     #[error("{at}: {why}")]
-    NotMine { at: String, why: String },
+    NotMine { at: String, why: NotOwner },
     #[error("{at}: reading frame {index}: {source}")]
     Io {
         at: String,
@@ -84,4 +84,14 @@ impl LiveError {
             problem,
         }
     }
+}
+
+/// A socket or its directory that another user owns.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} is owned by uid {owner}, not by you (uid {me}): refusing to attach to another user's socket")]
+pub struct NotOwner {
+    /// `the socket`, `its directory /run/…`.
+    pub what: String,
+    pub owner: u32,
+    pub me: u32,
 }

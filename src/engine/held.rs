@@ -1,4 +1,4 @@
-//! Live engine state for the leak detector (engine.md §9.1, §11.2): which root
+//! What the engine holds, for the leak detector (engine.md §9.1, §11.2): which root
 //! (variable, list element, hidden state, buffers, caches, optimizer state)
 //! reaches which autograd Nodes and saved storages, with bytes.
 
@@ -8,7 +8,7 @@ use crate::alloc::Tag;
 
 use super::bindings::Value;
 use super::dtype::DType;
-use super::live_walk::Walk;
+use super::held_walk::Walk;
 use super::storage::{DeviceKind, StorageId};
 use super::tag::Category;
 use super::tensor::TensorId;
@@ -106,7 +106,7 @@ pub struct StorageInfo {
 }
 
 #[derive(Debug, Clone)]
-pub struct LiveState {
+pub struct HeldState {
     pub iteration: u32,
     pub roots: Vec<RootInfo>,
     pub nodes: Vec<NodeInfo>,
@@ -123,7 +123,7 @@ pub struct LiveState {
     pub spent_reached: Option<NodeId>,
 }
 
-impl LiveState {
+impl HeldState {
     pub fn root(&self, name: &str) -> Option<&RootInfo> {
         self.roots.iter().find(|r| r.name == name)
     }
@@ -186,7 +186,7 @@ impl Engine {
         }
     }
 
-    pub fn live_state(&self) -> LiveState {
+    pub fn held_state(&self) -> HeldState {
         let mut roots = Vec::new();
         let walk = &mut Walk::new(self);
         for name in &self.bindings.order {
@@ -351,7 +351,7 @@ impl Engine {
                 engine_held: s.engine_refs > 0,
             })
             .collect();
-        LiveState {
+        HeldState {
             iteration: self.ctx.iteration,
             roots,
             nodes,

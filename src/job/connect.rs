@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::address::Address;
-use super::error::LiveError;
+use super::error::{LiveError, NotOwner};
 use super::frame::{write_value, FrameReader};
 use super::message::{decode, Message, ServerHello, PROTOCOL};
 
@@ -76,13 +76,15 @@ impl Eq for Requester {}
 /// Refuse a socket or directory that another user owns: whoever owns it
 /// could be anyone serving anything, and the stream carries this user's
 /// code paths. A pure function of the two uids, so it can be tested.
-pub fn check_owner(owner: u32, me: u32, what: &str) -> Result<(), String> {
+pub fn check_owner(owner: u32, me: u32, what: &str) -> Result<(), NotOwner> {
     if owner == me {
         Ok(())
     } else {
-        Err(format!(
-            "{what} is owned by uid {owner}, not by you (uid {me}): refusing to attach to another user's socket"
-        ))
+        Err(NotOwner {
+            what: what.to_string(),
+            owner,
+            me,
+        })
     }
 }
 
@@ -325,7 +327,12 @@ mod tests {
     fn only_my_own_socket_is_accepted() {
         assert!(check_owner(1000, 1000, "the socket").is_ok());
         let err = check_owner(0, 1000, "the socket").expect_err("root's");
-        assert!(err.contains("uid 0") && err.contains("uid 1000"), "{err}");
+        assert_eq!((err.owner, err.me), (0, 1000));
+        let said = err.to_string();
+        assert!(
+            said.contains("uid 0") && said.contains("uid 1000"),
+            "{said}"
+        );
     }
 
     #[test]

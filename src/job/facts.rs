@@ -1,5 +1,5 @@
 //! What only a live job tells, beside the snapshot report of it
-//! (`report::live` puts the two together for `attach --headless`/`--json`).
+//! (`report::job` puts the two together for `attach --headless`/`--json`).
 
 use serde::Serialize;
 

@@ -4,9 +4,9 @@
 
 use super::{Applied, PendingState, Session};
 use crate::alloc::BlockState;
-use crate::live::error::LiveError;
-use crate::live::map_diff::map_difference;
-use crate::live::message::{StateReason, WireSegment};
+use crate::job::error::LiveError;
+use crate::job::map_diff::map_difference;
+use crate::job::message::{StateReason, WireSegment};
 use crate::trace::mirror::segments_map;
 use crate::trace::snapshot::{Block, FramesId, Segment};
 

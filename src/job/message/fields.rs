@@ -10,7 +10,7 @@ use super::{
 };
 use crate::alloc::{Action, BlockState};
 use crate::device::PciAddress;
-use crate::live::error::LiveError;
+use crate::job::error::LiveError;
 use crate::trace::snapshot::PoolKind;
 
 /// Field access for one message, with errors that name it.

@@ -1,9 +1,9 @@
 use serde_json::{json, Value};
 
 use super::*;
+use crate::job::message::decode;
+use crate::job::synth::hello;
 use crate::leak::{analyze_snapshot_with, BoundarySource};
-use crate::live::message::decode;
-use crate::live::synth::hello;
 
 const BASE: u64 = 0x7f00_0000_0000;
 const MIB: u64 = 1 << 20;

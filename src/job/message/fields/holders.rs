@@ -3,8 +3,8 @@
 use serde_json::{Map, Value};
 
 use super::{Fields, Res};
-use crate::live::holders::{HolderChain, HolderExample, HoldersReport, MAX_CHAINS, MAX_LINKS};
-use crate::live::message::Message;
+use crate::job::holders::{HolderChain, HolderExample, HoldersReport, MAX_CHAINS, MAX_LINKS};
+use crate::job::message::Message;
 
 impl Fields<'_> {
     fn f64_of(&self, path: &str, v: &Value) -> Res<f64> {
@@ -88,9 +88,9 @@ impl Fields<'_> {
 
 #[cfg(test)]
 mod tests {
-    use crate::live::message::{decode, Message};
+    use crate::job::message::{decode, Message};
 
-    fn holders(json: &str) -> Result<Option<Message>, crate::live::LiveError> {
+    fn holders(json: &str) -> Result<Option<Message>, crate::job::LiveError> {
         decode("job", 7, json.as_bytes())
     }
 

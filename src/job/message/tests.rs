@@ -1,7 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::live::frame::FrameReader;
+use crate::job::frame::FrameReader;
 
 fn one(json: &str) -> Result<Option<Message>, LiveError> {
     decode("sock", 3, json.as_bytes())

@@ -28,11 +28,11 @@ struct Table {
 
 /// The shown device's tags since the view last started over.
 #[derive(Default)]
-pub(super) struct LiveTags {
+pub(super) struct JobTags {
     table: RwLock<Table>,
 }
 
-impl LiveTags {
+impl JobTags {
     /// Forget every entry: the view starts over from a state whose blocks
     /// carry `untagged`'s stacks.
     pub(super) fn restart(&self, snap: &Snapshot, untagged: FxHashMap<u64, FramesId>) {
@@ -72,7 +72,7 @@ impl LiveTags {
     }
 }
 
-impl LiveTags {
+impl JobTags {
     /// `n` marker events (step boundaries) placed in the timeline: they
     /// come from no entry.
     pub(super) fn markers(&self, n: usize) {
@@ -111,7 +111,7 @@ impl Table {
     }
 }
 
-impl TagInfo for LiveTags {
+impl TagInfo for JobTags {
     fn describe(&self, tag: Tag) -> Option<TagDescription> {
         let t = self.table.read().ok()?;
         let entry = tag_entry(tag)?;

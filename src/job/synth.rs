@@ -219,8 +219,8 @@ pub fn training_job(steps: u64, leak: u64, temps: usize) -> StreamWriter {
 mod tests {
     use super::*;
     use crate::alloc::AllocConfig;
-    use crate::live::frame::FrameReader;
-    use crate::live::{decode, Session};
+    use crate::job::frame::FrameReader;
+    use crate::job::{decode, Session};
     use crate::trace::mirror::TraceMirror;
     use crate::trace::replay::Entry;
     use crate::trace::timeline::TimelinePart;

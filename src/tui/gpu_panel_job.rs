@@ -1,9 +1,9 @@
 //! The GPU panel (`v`) for a live job: per device of the job, NVML's reading
 //! of the job's process beside the reserved bytes from its stream, or why
 //! there is none. The match and the difference come from
-//! `live::nvml_match`; this only formats them.
+//! `job::nvml_match`; this only formats them.
 
-use crate::live::nvml_match::{
+use crate::job::nvml_match::{
     reconcile, signed_size, DeviceNvml, JobPlace, MatchedBy, NvmlNow, DIFFERENCE_IS,
 };
 use crate::units::format_size_or_unknown as size;
@@ -12,7 +12,7 @@ use super::gpu_panel::{GpuPanelFrame, NvmlState};
 use super::run_view::RunView;
 
 /// The frame for a live job's run.
-pub fn live_frame(nvml: &NvmlState, r: &RunView) -> GpuPanelFrame {
+pub fn job_frame(nvml: &NvmlState, r: &RunView) -> GpuPanelFrame {
     let place = r.job_place.clone().unwrap_or(JobPlace::Here);
     let what = if place == JobPlace::Recording {
         "recorded job"

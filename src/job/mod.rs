@@ -1,4 +1,4 @@
-//! Live attach (issue 29): a running PyTorch job's allocator trace, as
+//! A running PyTorch job (issue 29, `attach`): its allocator trace, as
 //! `python/vramscope_live` serves it (`python/PROTOCOL.md`), or a
 //! recording of one.
 //!
@@ -10,12 +10,12 @@
 //!   and synthetic jobs (tests, benches, `tests/fixtures/live/`);
 //! - `session`: the job as received, as a [`crate::trace::snapshot::Snapshot`]
 //!   the reports and the leak analysis read unchanged (`facts`: what only a
-//!   live job tells, which `report::live` adds for `attach --json`;
+//!   live job tells, which `report::job` adds for `attach --json`;
 //!   `map_diff`: a job's state against the mirrored map);
 //! - `nvml_match`: the job's devices against NVML's reading of its process;
 //! - `creep`: the job's own memory at each step over the whole attach.
 //!
-//! The producer that feeds the views is `crate::producers::live`.
+//! The producer that feeds the views is `crate::producers::job`.
 
 pub mod address;
 pub mod connect;
@@ -33,7 +33,7 @@ pub mod synth;
 
 pub use address::{expand_ranks, Address};
 pub use connect::{check_owner, connect, Connection, Requester, TOKEN_ENV};
-pub use error::LiveError;
+pub use error::{LiveError, NotOwner};
 pub use facts::{DeviceGrowth, LiveFacts};
 pub use frame::{write_frame, write_value, FrameReader, MAX_FRAME};
 pub use message::{decode, Message, ServerHello};
