@@ -94,3 +94,75 @@ fn the_poll_mode_recording_of_the_same_job_ends_in_the_same_map() {
         );
     }
 }
+
+/// The line of `python/gpu/holders_job.py` where the loop's frame is at
+/// each walk: the optimizer's step, the boundary the helper walks at.
+fn step_line() -> usize {
+    let src = std::fs::read_to_string("python/gpu/holders_job.py").expect("the job's source");
+    1 + src
+        .lines()
+        .position(|l| l.contains("self.opt.step()"))
+        .expect("the step's line")
+}
+
+/// `python/gpu/holders_job.py` run for real on an H100 (2026-12-05,
+/// PyTorch 2.11.0+cu130) under `python -m vramscope_live --record`, once in
+/// each mode: ten steps that each keep the validation score, with its graph,
+/// in `self.val_history`. The helper's walks name that attribute from the
+/// frame that runs the loop, with one more item at each walk, and the fix.
+fn check_holders_job(file: &str, mode: &str) -> Value {
+    let v = replay(file);
+    let live = &v["live"];
+    assert_eq!(live["mode"], mode, "{file}");
+    assert_eq!(live["steps_seen"], 10, "{file}");
+    assert_eq!(live["step_source"], "Optimizer.step", "{file}");
+    let walks = live["holders"].as_array().expect("holders");
+    assert!(walks.len() >= 3, "{file}: {walks:?}");
+    let mut items = Vec::new();
+    for w in walks {
+        assert_eq!(w["reason"], "grew", "{file}");
+        let chain = w["chains"]
+            .as_array()
+            .expect("chains")
+            .iter()
+            .find(|c| c["path"] == serde_json::json!(["self", ".val_history"]))
+            .unwrap_or_else(|| panic!("{file}: self.val_history is named: {w}"));
+        assert_eq!(
+            chain["where"],
+            format!("holders_job.py:{} in train", step_line()),
+            "{file}"
+        );
+        assert_eq!(chain["holder"], "list", "{file}");
+        assert!(
+            chain["fix"]
+                .as_str()
+                .is_some_and(|f| f.contains("self.val_history.append(x.item())")),
+            "{file}: {chain}"
+        );
+        items.push(chain["items"].as_u64().expect("items"));
+    }
+    assert!(
+        items.windows(2).all(|w| w[0] < w[1]),
+        "{file}: the list grows between walks: {items:?}"
+    );
+    // Each step keeps one more score: 4 MiB and 20 KiB of saved tensors
+    // (the batch, the ReLU's result, the last Linear's output) and the
+    // 0-dim score itself, 4 bytes.
+    let growth = live["growth"][0]["growth_per_step"]
+        .as_array()
+        .expect("growth");
+    assert!(
+        growth
+            .iter()
+            .all(|g| g.as_u64() == Some(4 * MIB + 20 * 1024 + 4)),
+        "{file}: {growth:?}"
+    );
+    v
+}
+
+#[test]
+fn a_real_job_s_recordings_name_the_variable_that_keeps_what_grew() {
+    let agent = check_holders_job("tests/fixtures/live/holders-job-h100-agent.vslive", "agent");
+    let poll = check_holders_job("tests/fixtures/live/holders-job-h100-poll.vslive", "poll");
+    assert_eq!(agent["live"]["growth"], poll["live"]["growth"]);
+}

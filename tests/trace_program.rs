@@ -393,3 +393,45 @@ fn cudnn_layers_run_cudnn_s_path_and_unmeasured_sizes_are_named_estimates() {
     assert!(!said.contains("dropout state"), "{said}");
     assert!(estimates.iter().all(|e| e["calls"].as_u64() >= Some(1)));
 }
+
+/// Live against traced (issue 38): `python/gpu/holders_job.py` ran for
+/// real on an H100 under `python -m vramscope_live --record`
+/// (tests/fixtures/live/holders-job-h100-agent.vslive); traced on the CPU,
+/// the same program makes the same requests: the same growth at every step,
+/// the job's own `memory_stats()` at each step, and the same map at the end.
+#[test]
+#[ignore = "needs PyTorch (pip install torch==2.11.*)"]
+fn a_traced_program_makes_the_requests_its_live_run_made_on_an_h100() {
+    let program = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python/gpu/holders_job.py");
+    let (traced, err) = traced_json(&program, &["--steps", "100"]);
+    assert_eq!(traced["trace"]["steps"], 10, "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args([
+            "attach",
+            "--replay",
+            "tests/fixtures/live/holders-job-h100-agent.vslive",
+            "--json",
+        ])
+        .output()
+        .expect("vramscope runs");
+    assert!(out.status.success());
+    let live = common::json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(traced["live"]["growth"], live["live"]["growth"]);
+    assert_eq!(
+        traced["live"]["memory_per_step"],
+        live["live"]["memory_per_step"]
+    );
+    for key in [
+        "allocated",
+        "reserved",
+        "segments",
+        "active_allocated",
+        "inactive",
+        "largest_free_block",
+    ] {
+        assert_eq!(
+            traced["devices"][0][key], live["devices"][0][key],
+            "{key} at the end"
+        );
+    }
+}

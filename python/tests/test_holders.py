@@ -222,6 +222,33 @@ class HolderWalkTests(LiveTestCase):
         self.assertTrue(any(c["path"][:1] == ["big"] for c in fields["chains"]))
         del big
 
+    def test_at_an_oom_the_largest_holders_are_named_from_the_failing_frame(self):
+        from test_live import _OutOfMemoryError
+
+        client = self.connect(self.start(ADAM, holders_budget_ms=5000))
+        model = torch.nn.Linear(256, 256)
+
+        def evaluate():
+            outputs = []  # the pile-up within one call: every batch's output, with its graph
+            for _ in range(3):
+                outputs.append(model(torch.randn(512, 256)))
+            raise _OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB. GPU 0 has a total capacity of 79.19 GiB")
+
+        try:
+            evaluate()
+        except _OutOfMemoryError as e:
+            vramscope_live.report_oom(e)
+        vramscope_live.stop()
+        msgs = holder_messages(client)
+        self.assertEqual([m["reason"] for m in msgs], ["oom"])
+        self.assertIsNone(msgs[0]["step"])
+        chain = next(c for c in msgs[0]["chains"] if c["path"] == ["outputs"])
+        self.assertTrue(chain["where"].endswith("in evaluate"), chain)
+        self.assertEqual(chain["items"], 3)
+        # Three 512 x 256 fp32 outputs, each graph keeping its 512 KiB input x.
+        self.assertEqual(chain["bytes"], 3 * 512 * 1024)
+        self.assertEqual(chain["graph_bytes"], 3 * 512 * 1024)
+
 
 if __name__ == "__main__":
     unittest.main()

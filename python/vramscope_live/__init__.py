@@ -1307,11 +1307,14 @@ class _Session:
     def allocated(self):
         return sum(int(self.torch.cuda.memory_allocated(d["device"])) for d in self.devices)
 
-    def find_holders(self, frame, step):
+    def find_holders(self, frame, step, oom=False):
         """At a step boundary, in the job's thread: walk from its frames to
         the tensors, when memory grew since the last walk (at most once a
-        second) or attach asked. The first walk is the baseline."""
+        second) or attach asked. The first walk is the baseline. At an OOM
+        (`oom`, from the failing frame) it always walks and names the
+        largest holders."""
         requested, self.holders_requested = self.holders_requested, False
+        requested = requested or oom
         allocated = self.allocated()
         now = time.monotonic()
         if not requested:
@@ -1321,7 +1324,7 @@ class _Session:
                     return
         fields, totals = _holders.find(
             self.torch, frame, self.holders_budget_ms, self.holders_prev,
-            "requested" if requested else "grew",
+            "oom" if oom else "requested" if requested else "grew",
         )
         first = self.holders_prev is None
         self.holders_prev, self.holders_alloc, self.holders_last_walk = totals, allocated, now
@@ -1532,6 +1535,23 @@ def report_oom(exc):
     device = _device_of_oom(text)
     with s.log.cond:
         s.log.append({"t": "oom_message", "seq": s.log.next_seq, "device": device, "message": text})
+    frame = _failing_frame(exc)
+    if s.holders and frame is not None:
+        # What held the memory when the request failed, by name: the walk
+        # starts at the frame that raised, whose locals are still alive.
+        try:
+            s.find_holders(frame, None, oom=True)
+        except Exception as e:  # never hide the OOM behind the walk's own error
+            _say(f"could not find what held the memory at the OOM: {e!r}")
+
+
+def _failing_frame(exc):
+    """The innermost frame of the exception's traceback (None without one)."""
+    tb = getattr(exc, "__traceback__", None)
+    frame = None
+    while tb is not None:
+        frame, tb = tb.tb_frame, tb.tb_next
+    return frame
 
 
 MAX_OOM_MESSAGE = 16 * 1024

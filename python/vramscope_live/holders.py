@@ -123,7 +123,7 @@ class Walker:
         self.torch = torch
         self.deadline = time.perf_counter() + budget_s
         self.complete = True
-        self.visited = set()
+        self.visited = {}
         self.holders = {}  # key -> _Holder
         self.param_storages = set()
         self.steps = 0
@@ -143,6 +143,11 @@ class Walker:
         return self.Tensor is not None and isinstance(obj, self.Tensor) and bool(getattr(obj, "is_cuda", False))
 
     def is_parameter(self, t):
+        """A parameter, a leaf that requires grad, or a view of one (what
+        `Linear` saves is `weight.t()`)."""
+        base = getattr(t, "_base", None)
+        if base is not None:
+            t = base
         if self.Parameter is not None and isinstance(t, self.Parameter):
             return True
         return bool(getattr(t, "is_leaf", False)) and bool(getattr(t, "requires_grad", False))
@@ -186,7 +191,7 @@ class Walker:
             i = id(obj)
             if i in self.visited:
                 continue
-            self.visited.add(i)
+            self.visited[i] = obj  # kept, so that its id is not reused during the walk
             fw = framework or _framework(obj)
             for child, link, own_child in self.children(obj, own):
                 queue.append((child, path + (link,), key + (link.label,), own_child, obj, fw))
@@ -283,7 +288,10 @@ class Walker:
     def graph_bytes(self, tensors):
         """Bytes of the saved tensors the graphs of `tensors` keep (not the
         tensors' own storages, not parameters); (bytes, complete)."""
-        seen_nodes, seen_storage = set(), set()
+        seen_nodes = {}
+        # A tensor's own storage is its holder's bytes, even where its own
+        # node saved it (ReLU saves its result).
+        seen_storage = {st[0] for st in map(self.storage, tensors) if st is not None}
         total = 0
         complete = True
         stack = [getattr(t, "grad_fn", None) for t in tensors]
@@ -294,7 +302,10 @@ class Walker:
             fn = stack.pop()
             if fn is None or id(fn) in seen_nodes:
                 continue
-            seen_nodes.add(id(fn))
+            # Keyed by id() with the node kept: PyTorch makes a new Python
+            # object for a graph node at each access, so an id freed here
+            # would come back for another node and hide its saved tensors.
+            seen_nodes[id(fn)] = fn
             for name in _saved_names(fn):
                 try:
                     v = getattr(fn, name)
@@ -470,7 +481,7 @@ def find(torch, start_frame, budget_ms, previous, reason, max_chains=MAX_CHAINS)
         for key, h in w.holders.items():
             before = None if previous is None else previous.get(key)
             grew = None if before is None else h.keeps() - before
-            if reason == "requested":
+            if reason in ("requested", "oom"):
                 picked.append((h.keeps(), key, h, grew))
             elif previous is not None and (grew is None or grew > 0):
                 picked.append((h.keeps() if grew is None else grew, key, h, h.keeps() if grew is None else grew))

@@ -147,13 +147,17 @@ impl HoldersReport {
                 f.growth_per_iter = grew.unwrap_or(0);
                 f.path = vec![c.text()];
                 f.fix = c.fix.clone().unwrap_or_default();
+                let at_oom = self.reason == "oom";
                 f.severity = match kind {
                     FindingKind::GrowingHolder => Severity::Critical,
+                    _ if at_oom => Severity::Warning,
                     _ => Severity::Info,
                 };
-                let step = self
-                    .step
-                    .map_or_else(String::new, |s| format!(" at step {}", format_count(s)));
+                let step = match self.step {
+                    _ if at_oom => " when the allocation failed (out of memory)".to_string(),
+                    Some(s) => format!(" at step {}", format_count(s)),
+                    None => String::new(),
+                };
                 let budget = match (self.spent_ms, self.budget_ms, self.complete) {
                     (Some(s), Some(b), true) => format!(" ({s:.1} ms of a {b:.0} ms budget)"),
                     (Some(s), Some(b), false) => format!(

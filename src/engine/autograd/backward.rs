@@ -5,6 +5,7 @@ use std::collections::BinaryHeap;
 use rustc_hash::FxHashSet;
 
 use crate::engine::autograd::{BwdKind, Edge, NodeId};
+use crate::engine::dtype::DType;
 use crate::engine::error::{EngineError, Result, BACKWARD_TWICE};
 use crate::engine::tag::Category;
 use crate::engine::tensor::{Layout, TensorId, VersionCounter};
@@ -516,7 +517,17 @@ impl Engine {
                     let gs = self.shape(g);
                     if gs.numel() != m.shape.numel() {
                         let dtype = self.dtype(g);
-                        let s = self.empty(m.shape, dtype, Category::Gradient)?;
+                        // A backward called inside `with torch.autocast(...)`
+                        // runs under it (the engine carries the caller's
+                        // thread-local state): `sum` is on autocast's
+                        // fp32_set_opt_dtype list, so a half gradient sums into
+                        // an fp32 result, cast back to the input's dtype
+                        // below (autocast_around_loop_bug on the H100).
+                        let sum_dtype = match self.amp.active(false) {
+                            Some(_) if dtype.is_half() => DType::F32,
+                            _ => dtype,
+                        };
+                        let s = self.empty(m.shape, sum_dtype, Category::Gradient)?;
                         // at::sum_to: a reduction kernel, with its scratch.
                         let reduction = (self.layout(g) != Layout::Expanded)
                             .then(|| {

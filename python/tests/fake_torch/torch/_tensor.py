@@ -100,6 +100,7 @@ class Tensor:
         seen, stack = set(), [self.grad_fn]
         while stack:
             fn = stack.pop()
+            fn = getattr(fn, "_node", fn)
             if fn is None or id(fn) in seen:
                 continue
             seen.add(id(fn))
@@ -126,9 +127,15 @@ class Node:
 
     def __init__(self, name, inputs, saved):
         self._name = name
-        self.next_functions = tuple((_edge(t), 0) for t in inputs)
+        self._edges = tuple((_edge(t), 0) for t in inputs)
         self._saved = dict(saved)
         self._released = False
+
+    @property
+    def next_functions(self):
+        # A new Python object for each node at each access, as PyTorch's
+        # C++ nodes give: a walk that keys nodes by id() must keep them.
+        return tuple((None if n is None else _ref_of(n), i) for n, i in self._edges)
 
     def name(self):
         return self._name
@@ -149,6 +156,38 @@ class Node:
 
     def __dir__(self):
         return list(super().__dir__()) + ["_saved_" + k for k in self._saved]
+
+
+class _NodeRef:
+    """A fresh handle on a Node (what `next_functions` hands out)."""
+
+    def __init__(self, node):
+        self._node = node
+
+    def name(self):
+        return self._node.name()
+
+    @property
+    def next_functions(self):
+        return self._node.next_functions
+
+    def __getattr__(self, attr):
+        return getattr(self.__dict__["_node"], attr)
+
+    def __dir__(self):
+        return dir(self._node)
+
+
+_ref_classes = {}
+
+
+def _ref_of(node):
+    """A handle of a class per node class, as each PyTorch node class is its own."""
+    kind = type(node)
+    cls = _ref_classes.get(kind)
+    if cls is None:
+        cls = _ref_classes[kind] = type(kind.__name__, (_NodeRef,), {})
+    return cls(node)
 
 
 class AccumulateGrad(Node):
