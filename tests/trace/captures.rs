@@ -47,7 +47,9 @@ pub enum Expect {
 use Expect::*;
 
 /// The table (docs/trace.md): every capture program but `llama_lora_finetune`
-/// (it needs transformers and peft beside torch).
+/// (it needs transformers and peft beside torch) and `moe_small` (its
+/// routing's `torch.nonzero` has an output size that depends on the data,
+/// which the simulated GPU does not hold: the trace stops there).
 pub const TABLE: &[(&str, Expect)] = &include!("captures_table.in");
 
 fn captured_file(program: &str, ext: &str) -> PathBuf {
@@ -289,6 +291,7 @@ fn the_table_names_every_capture_program_once() {
     captured.sort();
     let mut listed: Vec<String> = TABLE.iter().map(|(p, _)| p.to_string()).collect();
     listed.push("llama_lora_finetune".into());
+    listed.push("moe_small".into());
     listed.sort();
     assert_eq!(listed, captured);
     for (p, e) in TABLE {
