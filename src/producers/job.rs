@@ -368,12 +368,32 @@ impl Reader {
         let first = text.lines().next().unwrap_or_default();
         // The answer at it, once its trace entry has come: the trace's
         // requests replayed up to it (what held the memory, the what-ifs).
-        let answer = crate::leak::answer_trace_oom(session.snapshot(), usize::from(o.device), None)
+        let device = usize::from(o.device);
+        session.snapshot();
+        // What grew is told between the job's own steps (or the marker's).
+        let boundaries = match &self.step_marker {
+            Some(m) => Boundaries::Find {
+                step_marker: Some(m),
+            },
+            None => session.boundaries(device),
+        };
+        let leaks = analyze_snapshot_with(session.snap(), device, boundaries);
+        let answer = crate::leak::answer_trace_oom(session.snap(), device, Some(&leaks));
+        let summary = answer
+            .as_ref()
             .map_or(String::new(), |a| format!(" — {}", a.summary()));
+        let shown = self
+            .view
+            .as_ref()
+            .is_some_and(|v| v.device == usize::from(o.device));
         send(SourceMsg::Job(JobMsg::Note(format!(
-            "OOM on device {}: {first}{answer}",
+            "OOM on device {}: {first}{summary}",
             o.device
-        ))))
+        )))) && match answer {
+            // The leak panel answers it in full, for the device it shows.
+            Some(a) if shown => send(SourceMsg::Recorded(RecordedMsg::OomAnswer(Box::new(a)))),
+            _ => true,
+        }
     }
 
     /// The job's pid and devices for the GPU panel, when due (`now`: whatever the time).

@@ -154,11 +154,17 @@ fn file_source(
         {
             return false;
         }
+        // A view of the recorded run (not a what-if) answers its OOM.
+        let answer = match (&under, pick_device(&snap, device)) {
+            (None, Ok(d)) => oom_answer(&snap, d),
+            _ => None,
+        };
         match plan(Snap::Owned(Box::new(snap)), device, under) {
             Ok((mut opened, work)) => {
                 opened.devices.path = Some(path);
                 send(SourceMsg::Recorded(RecordedMsg::Opened(Box::new(opened))))
                     && work.run(send, spent)
+                    && answer.is_none_or(|a| send(SourceMsg::Recorded(RecordedMsg::OomAnswer(a))))
             }
             Err(e) => {
                 send(SourceMsg::Run(RunMsg::Failed(format!(
@@ -539,4 +545,15 @@ fn stream_events(
             "could not start the thread that makes the events: {e}"
         )))]),
     }
+}
+
+/// What the report says at `device`'s last OOM (`devices[].oom_answer`),
+/// where its trace records one.
+pub(super) fn oom_answer(snap: &Snapshot, device: usize) -> Option<Box<crate::leak::OomAnswer>> {
+    let trace = snap.device_traces.get(device)?;
+    if !trace.iter().any(|e| e.action == crate::alloc::Action::Oom) {
+        return None;
+    }
+    let leaks = crate::leak::analyze_snapshot(snap, device, None);
+    crate::leak::answer_trace_oom(snap, device, Some(&leaks)).map(Box::new)
 }

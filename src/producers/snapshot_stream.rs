@@ -158,14 +158,17 @@ pub(super) fn stream_file(
         since_step: false,
         assumed_empty_start: false,
     };
+    let had_oom = !facts.ooms.is_empty();
     let may_stand =
         config.same_block_rules(&AllocConfig::default()) && facts.start.starts_empty(&finals);
     let (shown, misfit) = if may_stand {
         match mirror.finish() {
             Finish::Sent => {
+                drop(snap);
                 return Streamed::Done(
-                    out.send(SourceMsg::Recorded(RecordedMsg::Opened(Box::new(opened)))),
-                )
+                    out.send(SourceMsg::Recorded(RecordedMsg::Opened(Box::new(opened))))
+                        && (!had_oom || answer_oom(path, tapped_device, out)),
+                );
             }
             Finish::Gone => return Streamed::Done(false),
             Finish::Failed { shown } => (shown, true),
@@ -215,9 +218,10 @@ pub(super) fn stream_file(
         count: 0,
     };
     match import_file_tapped(path, &mut |_| {}, Some(&mut again)) {
-        Ok(Some(t)) if t.tapped == Some((tapped_device, count)) => {
-            Streamed::Done(matches!(mirror.finish(), Finish::Sent))
-        }
+        Ok(Some(t)) if t.tapped == Some((tapped_device, count)) => Streamed::Done(
+            matches!(mirror.finish(), Finish::Sent)
+                && (!had_oom || answer_oom(path, tapped_device, out)),
+        ),
         Ok(None) => {
             mirror.discard();
             Streamed::Done(false)
@@ -745,5 +749,19 @@ impl Placer {
             self.failed.store(true, Ordering::Relaxed);
         }
         part
+    }
+}
+
+/// Once the view's events are sent: the answer at the device's OOM, from
+/// the file read once more (the one-pass view kept none of its entries).
+/// False when the UI has gone.
+fn answer_oom(path: &Path, device: usize, out: &Out) -> bool {
+    let Ok(snap) = crate::trace::snapshot::import_file(path) else {
+        // The file changed since: the view stands, without an answer.
+        return true;
+    };
+    match super::snapshot::oom_answer(&snap, device) {
+        Some(a) => out.send(SourceMsg::Recorded(RecordedMsg::OomAnswer(a))),
+        None => true,
     }
 }

@@ -206,6 +206,10 @@ pub enum RecordedMsg {
     /// (the table, the diff against another tab): sent by a view of a file
     /// once the file is read.
     Summary(Arc<crate::report::series::SnapshotSummary>),
+    /// The answer at the shown device's last out-of-memory (what held the
+    /// memory, what grew, the what-ifs), as the report gives it: sent once
+    /// the view's events are, where the trace records an OOM.
+    OomAnswer(Box<crate::leak::OomAnswer>),
 }
 
 /// An attached job's own messages.

@@ -77,6 +77,8 @@ pub struct RunView {
     pub devices: Option<SnapshotDevices>,
     /// A snapshot's figures and live blocks (the table and diff across tabs).
     pub summary: Option<Arc<crate::report::series::SnapshotSummary>>,
+    /// The answer at the recorded run's OOM, from its producer.
+    pub oom_answer: Option<Box<crate::leak::OomAnswer>>,
     /// A live job's memory at each step over the whole attach.
     pub step_trends: Vec<crate::job::creep::StepTrend>,
     /// Go to the first OOM as soon as the events hold one (after a device
@@ -172,6 +174,7 @@ impl RunView {
             listing: source.listing.clone(),
             devices: source.devices.clone(),
             summary: None,
+            oom_answer: None,
             step_trends: Vec::new(),
             pending_oom: false,
             // A source that reads a file says so from the first frame.
@@ -392,6 +395,7 @@ impl RunView {
                 self.reads_file = true;
             }
             RecordedMsg::Summary(s) => self.summary = Some(s),
+            RecordedMsg::OomAnswer(a) => self.oom_answer = Some(a),
             RecordedMsg::Opened(o) => {
                 self.assumed_empty_start = o.assumed_empty_start;
                 self.tags = o.tags;
@@ -444,6 +448,7 @@ impl RunView {
         self.timeline = Timeline::new();
         self.findings.clear();
         self.findings_at.clear();
+        self.oom_answer = None;
         self.compute_at.clear();
         self.stats = None;
         self.finished = false;

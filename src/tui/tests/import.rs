@@ -398,3 +398,37 @@ fn events_placed_while_a_file_is_read_are_shown_beside_the_reading() {
     assert!(s.contains("event 0/100 · all read"), "{s}");
     assert!(!s.contains("as if nothing"), "{s}");
 }
+
+/// At a recorded OOM the leak panel answers it, as `open` does: the request,
+/// the lines that held the memory, the what-ifs — never "no findings" alone
+/// (the project's capture of a deque of losses that keep their graphs,
+/// which runs out of memory in iteration 39).
+#[test]
+fn the_leak_panel_answers_a_recorded_oom() {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/pytorch/captured/bounded_deque_graphs_bug.pickle");
+    let snap = crate::trace::snapshot::import_file(&p).expect("imports");
+    let report = crate::report::snapshot::SnapshotReport::new("deque", &snap);
+    let expected = report.devices[0]
+        .oom_answer
+        .as_ref()
+        .expect("the report answers the OOM")
+        .lines();
+    let mut app = app_finished(vec![("deque".into(), snapshot_source(&p, None))], &opts());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while app.runs[0].oom_answer.is_none() {
+        assert!(std::time::Instant::now() < deadline, "no answer came");
+        if !app.drain_sources() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+    assert_eq!(
+        app.runs[0].oom_answer.as_ref().map(|a| a.lines()),
+        Some(expected.clone())
+    );
+    keys(&mut app, "\t\t");
+    let s = screen(&mut app, 200, 60);
+    let head: String = expected[0].chars().take(60).collect();
+    assert!(s.contains(&head), "{s}");
+    assert!(s.contains("largest holders:"), "{s}");
+}

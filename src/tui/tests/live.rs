@@ -237,3 +237,27 @@ fn a_live_oom_is_answered_in_the_note() {
         "{oom}"
     );
 }
+
+/// A real job's OOM (tests/fixtures/live/leak-oom-h100-agent.vslive: eight
+/// steps keeping 2 MiB each at line 83, then 64 MiB requests to an OOM under
+/// a 1 GiB fraction): the leak panel answers it as `attach --json` does,
+/// with what grew between the job's own steps.
+#[test]
+fn a_live_job_s_oom_is_answered_in_the_leak_panel() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/live/leak-oom-h100-agent.vslive");
+    let frames = crate::job::open_recording(&path).expect("the fixture");
+    let src = job_source(frames, None, None, Arc::default());
+    let app = app_finished(vec![("job".into(), src)], &opts());
+    let a = app.runs[0].oom_answer.as_ref().expect("an answer");
+    assert_eq!(a.requested, 64 << 20);
+    assert_eq!(a.grew.since_iteration, Some(1), "{:?}", a.grew);
+    assert!(
+        a.grew
+            .by
+            .iter()
+            .any(|(site, _, _)| site.contains("live_oom_check.py:83")),
+        "{:?}",
+        a.grew
+    );
+}

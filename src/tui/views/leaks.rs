@@ -72,6 +72,18 @@ pub fn render_run(frame: &mut Frame, area: Rect, app: &App, run: usize) {
             th.title(),
         ));
     let mut lines: Vec<Line> = Vec::new();
+    // At an out-of-memory error, its answer comes first: never "no findings" alone.
+    if let Some(a) = &r.oom_answer {
+        for (k, text) in a.lines().into_iter().enumerate() {
+            let style = if k == 0 {
+                th.fg(th.palette.error)
+            } else {
+                th.text()
+            };
+            lines.push(Line::styled(text, style));
+        }
+        lines.push(Line::raw(""));
+    }
     if r.findings.is_empty() {
         lines.push(Line::styled(
             if r.is_live() {
