@@ -134,6 +134,17 @@ impl HoldersReport {
     /// The chains as leak findings: a holder that grew is a leak to look
     /// at; one the user asked about is a holder, said plainly.
     pub fn findings(&self) -> Vec<Finding> {
+        self.findings_since(None)
+    }
+
+    /// [`Self::findings`], their growth per step where the last walk's
+    /// step is known (walks come at most once a second, often several
+    /// steps apart; else the growth since that walk).
+    pub fn findings_since(&self, last_walk_step: Option<u64>) -> Vec<Finding> {
+        let steps = match (self.step, last_walk_step) {
+            (Some(now), Some(then)) if now > then => now - then,
+            _ => 1,
+        };
         self.chains
             .iter()
             .map(|c| {
@@ -144,7 +155,7 @@ impl HoldersReport {
                 };
                 let mut f = Finding::new(c.name(), kind);
                 f.bytes = c.bytes + c.graph_bytes;
-                f.growth_per_iter = grew.unwrap_or(0);
+                f.growth_per_iter = grew.map_or(0, |g| g / steps as i64);
                 f.path = vec![c.text()];
                 f.fix = c.fix.clone().unwrap_or_default();
                 let at_oom = self.reason == "oom";

@@ -312,9 +312,11 @@ impl Session {
 
     /// The latest walk's chains as leak findings (none before a walk).
     pub fn holder_findings(&self) -> Vec<crate::leak::Finding> {
+        let n = self.holders.len();
+        let last_walk_step = n.checked_sub(2).and_then(|i| self.holders[i].step);
         self.holders
             .last()
-            .map(|h| h.findings())
+            .map(|h| h.findings_since(last_walk_step))
             .unwrap_or_default()
     }
 

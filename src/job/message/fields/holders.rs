@@ -117,6 +117,8 @@ mod tests {
         assert_eq!(f.root, "self.history");
         assert_eq!(f.kind, crate::leak::FindingKind::GrowingHolder);
         assert_eq!(f.growth_per_iter, 8192);
+        // The last walk was at step 13: 8 KiB over four steps.
+        assert_eq!(r.findings_since(Some(13))[0].growth_per_iter, 2048);
         assert_eq!(f.bytes, 819712 + 12897484);
         assert!(
             f.evidence.contains("at step 17 (3.2 ms of a 25 ms budget)"),
