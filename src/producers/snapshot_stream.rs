@@ -385,35 +385,15 @@ struct Tapping {
 
 impl TraceTap for ViewTap<'_> {
     fn begin(&mut self, device: usize, segments: Option<&[Segment]>, tables: Tables<'_>) -> bool {
-        // Only a file that holds its final state first (as PyTorch writes
-        // it): the stacks of blocks older than the trace come from it.
-        let Some(segments) = segments else {
+        let Some((segments, devices)) = taken(self.want, device, segments) else {
             return false;
         };
-        // The view's device: the one asked for, else the first the file
-        // holds (the lowest of the traced and the final state's devices).
-        let take = match self.want {
-            Some(d) => d == device,
-            None => segments
-                .iter()
-                .all(|s| usize::try_from(s.device).is_ok_and(|d| d >= device)),
-        };
-        if !take {
-            return false;
-        }
         let tags = Arc::new(GrowingTags::new(SnapshotTags::begin(
             segments,
             device,
             true,
             tables.frames,
         )));
-        let mut devices: Vec<usize> = segments
-            .iter()
-            .filter_map(|s| usize::try_from(s.device).ok())
-            .chain([device])
-            .collect();
-        devices.sort_unstable();
-        devices.dedup();
         let opened = Opened {
             tags: Some(tags.clone() as Arc<dyn TagInfo>),
             capacity: None,
@@ -764,4 +744,35 @@ fn answer_oom(path: &Path, device: usize, out: &Out) -> bool {
         Some(a) => out.send(SourceMsg::Recorded(RecordedMsg::OomAnswer(a))),
         None => true,
     }
+}
+
+/// Whether a view of `want` (None: the file's first device) taps the trace
+/// of `device`, and then the final state's segments and every device the
+/// file holds. Only a file that holds its final state first (as PyTorch
+/// writes it): the stacks of blocks older than the trace come from it.
+pub(super) fn taken(
+    want: Option<usize>,
+    device: usize,
+    segments: Option<&[Segment]>,
+) -> Option<(&[Segment], Vec<usize>)> {
+    let segments = segments?;
+    // The view's device: the one asked for, else the first the file holds
+    // (the lowest of the traced and the final state's devices).
+    let take = match want {
+        Some(d) => d == device,
+        None => segments
+            .iter()
+            .all(|s| usize::try_from(s.device).is_ok_and(|d| d >= device)),
+    };
+    if !take {
+        return None;
+    }
+    let mut devices: Vec<usize> = segments
+        .iter()
+        .filter_map(|s| usize::try_from(s.device).ok())
+        .chain([device])
+        .collect();
+    devices.sort_unstable();
+    devices.dedup();
+    Some((segments, devices))
 }

@@ -315,31 +315,16 @@ struct Tapping {
 
 impl TraceTap for WhatIfTap<'_> {
     fn begin(&mut self, device: usize, segments: Option<&[Segment]>, tables: Tables<'_>) -> bool {
-        let Some(segments) = segments else {
+        let Some((segments, devices)) = super::snapshot_stream::taken(self.want, device, segments)
+        else {
             return false;
         };
-        let take = match self.want {
-            Some(d) => d == device,
-            None => segments
-                .iter()
-                .all(|s| usize::try_from(s.device).is_ok_and(|d| d >= device)),
-        };
-        if !take {
-            return false;
-        }
         let tags = Arc::new(GrowingTags::new(SnapshotTags::begin(
             segments,
             device,
             false,
             tables.frames,
         )));
-        let mut devices: Vec<usize> = segments
-            .iter()
-            .filter_map(|s| usize::try_from(s.device).ok())
-            .chain([device])
-            .collect();
-        devices.sort_unstable();
-        devices.dedup();
         self.out
             .send(SourceMsg::Recorded(RecordedMsg::Opened(Box::new(Opened {
                 tags: Some(tags.clone() as Arc<dyn TagInfo>),
