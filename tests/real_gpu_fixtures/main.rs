@@ -19,6 +19,7 @@ mod convnets;
 mod course;
 mod cudnn_attention;
 mod gpt_defaults;
+mod handwritten;
 mod harness;
 mod inventory;
 mod leak_patterns;

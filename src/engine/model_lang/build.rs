@@ -16,6 +16,8 @@ pub(crate) enum Node {
     /// Children (arena indices) in order.
     Seq(Vec<usize>),
     Residual(usize),
+    /// A Python function's frame around `inner` (`Module::Frame`).
+    Frame(usize),
     /// A checkpoint region around `inner`; `site` numbers the region for
     /// recomputation (`LangNet::sites`).
     Checkpoint {
@@ -37,6 +39,9 @@ pub(crate) struct LangNet {
     /// The RotaryEmbedding's buffer, when the model has one.
     pub inv_freq: Option<TensorId>,
     pub run_state: super::xfmr::XRun,
+    /// The model's own parameters (`Module::Positions`), by slot.
+    pub own_params: Vec<TensorId>,
+    pub hand: super::handwritten::HandRun,
 }
 
 pub(crate) struct Builder<'a> {
@@ -47,6 +52,8 @@ pub(crate) struct Builder<'a> {
     /// Inside a checkpoint region (regions do not nest).
     in_region: bool,
     pub(super) x: super::xfmr::XState,
+    /// The model's own parameters, built after every submodule's: (module, dims).
+    pub(super) own: Vec<(u32, Vec<u64>)>,
 }
 
 impl LangNet {
@@ -63,14 +70,24 @@ impl LangNet {
             sites: Vec::new(),
             in_region: false,
             x: super::xfmr::XState::default(),
+            own: Vec::new(),
         };
         let root = b.node(e, "", net)?;
+        // `.cuda()`'s `_apply` moves the children first, then the module's
+        // own parameters; `parameters()` lists the own ones first.
+        let mut own_params = Vec::with_capacity(b.own.len());
+        for (module, dims) in &b.own {
+            own_params.push(e.new_param(dims, *module, &mut Vec::new())?);
+        }
+        b.params.splice(0..0, own_params.iter().copied());
         Ok(LangNet {
             nodes: b.nodes,
             root,
             sites: b.sites,
             inv_freq: b.x.inv_freq,
             run_state: super::xfmr::XRun::default(),
+            own_params,
+            hand: super::handwritten::HandRun::default(),
         })
     }
 }
@@ -99,6 +116,7 @@ impl Builder<'_> {
                 Node::Seq(ids)
             }
             Module::Residual(inner) => Node::Residual(self.node(e, path, inner)?),
+            Module::Frame(inner) => Node::Frame(self.node(e, path, inner)?),
             Module::Checkpoint { module, reentrant } => {
                 if self.in_region {
                     return Err(EngineError::Program(format!(

@@ -12,6 +12,7 @@ pub mod build;
 pub mod check;
 pub mod count;
 pub mod forward;
+pub(crate) mod handwritten;
 pub(crate) mod kinds;
 pub mod presets;
 pub mod shape;
@@ -21,7 +22,7 @@ pub mod xfmr;
 pub use check::{count, Analysis, ModelError, Probability, Problem, Seg, MAX_DIM, MAX_MODULES};
 pub use count::Counts;
 pub use shape::{ShapeError, Sig};
-pub use spec::{LangModel, ModelInput, Module};
+pub use spec::{LangModel, ModelInput, Module, SoftmaxKind};
 
 impl ModelInput {
     /// The input `[B, …]` for batch `b` (a token input's length `seq` when given).

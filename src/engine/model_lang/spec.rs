@@ -184,6 +184,48 @@ pub enum Module {
     },
     /// `BertPooler`: dense + tanh on the first token.
     BertPooler { hidden: u64 },
+    /// A softmax over the last dimension: `F.softmax(x, -1)` (`Fused`), or
+    /// written by hand (`Manual`): `e = torch.exp(x - x.max(-1,
+    /// keepdim=True).values); e / e.sum(-1, keepdim=True)`, each op saving
+    /// what PyTorch's autograd saves for it (ops/handwritten.rs).
+    Softmax(SoftmaxKind),
+    /// `x * torch.sigmoid(x)`: a SiLU written by hand (sigmoid saves its
+    /// result, the product both factors: one tensor more than `nn.SiLU`).
+    SigmoidMul,
+    /// `mask = torch.triu(torch.ones(t, t, dtype=torch.bool), 1)` made once
+    /// per forward where it stands, for the `MaskedAttention`s after it
+    /// (each `masked_fill` saves it); its forward is the identity.
+    CausalMask,
+    /// Causal self-attention written by hand: `qkv = Linear(hidden, 3 *
+    /// hidden)`, split, `view(b, t, heads, d).transpose(1, 2)`, `q @
+    /// k.transpose(-2, -1) / math.sqrt(d)`, `masked_fill(mask, -inf)` with
+    /// the model's `CausalMask`, the softmax, `@ v`, `transpose(1,
+    /// 2).reshape(b, t, hidden)`, `proj = Linear(hidden, hidden)`. Its
+    /// locals (qkv's output, the masked scores, the attention output) live
+    /// until the enclosing `Frame` returns (or until it returns, without one).
+    MaskedAttention {
+        hidden: u64,
+        heads: u64,
+        softmax: SoftmaxKind,
+    },
+    /// `x + self.pos[:t]` with `pos = nn.Parameter(torch.zeros(seq, dim))`
+    /// owned by the model itself: first in `parameters()` (the optimizer's
+    /// order), moved by `.cuda()` after every submodule's parameters.
+    Positions { seq: u64, dim: u64 },
+    /// A Python function's frame around `module` (a block's `forward`): the
+    /// locals its hand-written ops keep (`MaskedAttention`'s) die when it
+    /// returns, in the order Python clears them. Adds no path segment.
+    Frame(Box<Module>),
+}
+
+/// How a `Softmax` is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SoftmaxKind {
+    /// `F.softmax(x, dim=-1)`: SoftmaxBackward0 saves its result.
+    Fused,
+    /// `exp(x - max) / sum`: max's indices, exp's result, the sum and (as
+    /// div's `self`) exp's result again are saved.
+    Manual,
 }
 
 /// What `next(batches)` yields as the model's input `x`.
