@@ -51,9 +51,7 @@ pub(crate) struct OnSimulatedAddresses {
 /// the scenario's simulated device: PyTorch's decisions with the
 /// simulation's addresses instead of the driver's. Iterations end where the
 /// program's next `iteration N` annotation starts, the last one with the
-/// trace. A program that annotates no iterations (the `_lm_train.py` loop:
-/// `zero_grad`, then `del logits, loss`) ends each where the next one makes
-/// its first request after `zero_grad`'s end.
+/// trace.
 pub(crate) fn on_simulated_addresses(scenario: &str, stem: &str) -> OnSimulatedAddresses {
     let (_, built) = resolve(scenario).unwrap_or_else(|e| panic!("{scenario}: {e}"));
     let snap = import_file(&captured(stem, "pickle")).expect("imports");
@@ -64,15 +62,12 @@ pub(crate) fn on_simulated_addresses(scenario: &str, stem: &str) -> OnSimulatedA
         trace.len(),
         "{stem}: one entry per trace entry"
     );
-    let mut starts: Vec<i64> = snap
+    let starts: Vec<i64> = snap
         .external_annotations
         .iter()
         .filter(|a| &*a.stage == "START" && a.name.starts_with("iteration "))
         .map(|a| a.time_us)
         .collect();
-    if starts.is_empty() {
-        starts = starts_after_zero_grad(&snap, &entries);
-    }
     let device = SimDevice::new(
         "replay",
         built.engine.device_bytes,
@@ -124,34 +119,6 @@ pub(crate) fn on_simulated_addresses(scenario: &str, stem: &str) -> OnSimulatedA
             ends,
         },
     }
-}
-
-/// Iteration starts of a loop that annotates none: the first, then the
-/// first request after each `zero_grad` but the last.
-fn starts_after_zero_grad(
-    snap: &vramscope::trace::snapshot::Snapshot,
-    entries: &[vramscope::trace::replay::Entry],
-) -> Vec<i64> {
-    let trace = &snap.device_traces[0];
-    let mut zero_grad_ends: Vec<i64> = snap
-        .external_annotations
-        .iter()
-        .filter(|a| &*a.stage == "END" && a.name.starts_with("Optimizer.zero_grad"))
-        .map(|a| a.time_us)
-        .collect();
-    zero_grad_ends.pop();
-    let mut starts = vec![i64::MIN];
-    for end in zero_grad_ends {
-        let first = entries
-            .iter()
-            .zip(trace)
-            .filter(|(e, _)| e.action == Action::Alloc)
-            .filter_map(|(_, t)| t.time_us())
-            .find(|&at| at > end)
-            .expect("a request after zero_grad");
-        starts.push(first);
-    }
-    starts
 }
 
 /// The H100's requests on the simulated device reach the simulation's
