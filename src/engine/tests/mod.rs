@@ -4,6 +4,7 @@
 mod behaviour;
 mod checkpointing;
 mod golden;
+mod handwritten;
 mod lang;
 pub(crate) mod launches;
 mod loop_language;
