@@ -22,3 +22,33 @@ fn handwritten_transformer_matches_the_h100() {
 fn handwritten_transformer_requests_what_the_h100_requested() {
     requests_in_place("handwritten-transformer", "handwritten_transformer");
 }
+
+/// What writing the ops by hand costs, from PyTorch's saved-tensor rules:
+/// the same model with `F.softmax` and `nn.SiLU` keeps, per layer at the
+/// peak (backward's start, everything saved), neither exp's result
+/// [4, 8, 256, 256] fp32 (the fused softmax saves only its output, which
+/// both keep as the `@ v` operand), max's int64 indices [4, 8, 256, 1],
+/// the row sums [4, 8, 256, 1] fp32, nor sigmoid's output [4, 256, 2048]
+/// fp32. The figures are the engine's (the fused program was not captured).
+#[test]
+fn writing_the_softmax_and_silu_by_hand_costs_their_saved_tensors() {
+    use vramscope::scenario::{load_str, run, RunOptions};
+    let source = vramscope::scenario::builtin("handwritten-transformer")
+        .expect("built in")
+        .source;
+    let fused = source
+        .replace("softmax: Manual", "softmax: Fused")
+        .replace("(\"act\", SigmoidMul)", "(\"act\", SiLU)");
+    assert_ne!(fused, source);
+    let peak = |text: &str| {
+        let (s, built) = load_str(text, "handwritten-transformer.ron").expect("loads");
+        let opts = RunOptions {
+            iterations: None,
+            record_events: false,
+        };
+        run(&s, &built, &opts).peak_allocated
+    };
+    let (layers, b, h, t, ff) = (6, 4, 8, 256, 2048);
+    let per_layer = b * h * t * t * 4 + b * h * t * 8 + b * h * t * 4 + b * t * ff * 4;
+    assert_eq!(peak(source) - peak(&fused), layers * per_layer);
+}
