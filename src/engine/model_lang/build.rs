@@ -52,14 +52,18 @@ pub(crate) struct Builder<'a> {
     /// Inside a checkpoint region (regions do not nest).
     in_region: bool,
     pub(super) x: super::xfmr::XState,
-    /// The model's own parameters, built after every submodule's: (module, dims).
-    pub(super) own: Vec<(u32, Vec<u64>)>,
+    /// The model's own parameters, built after every submodule's: (module,
+    /// dims, dtype).
+    pub(super) own: Vec<(u32, Vec<u64>, crate::engine::dtype::DType)>,
+    /// `LangModel::dtypes`, and whether each has named a parameter yet.
+    dtypes: Vec<(String, crate::engine::dtype::DType, bool)>,
 }
 
 impl LangNet {
     pub(crate) fn build(
         e: &mut Engine,
         net: &Module,
+        dtypes: &[(String, crate::engine::dtype::DType)],
         params: &mut Vec<TensorId>,
         bufs: &mut Bufs,
     ) -> Result<LangNet> {
@@ -71,13 +75,23 @@ impl LangNet {
             in_region: false,
             x: super::xfmr::XState::default(),
             own: Vec::new(),
+            dtypes: dtypes.iter().map(|(p, d)| (p.clone(), *d, false)).collect(),
         };
         let root = b.node(e, "", net)?;
+        if let Some((path, _, _)) = b.dtypes.iter().find(|(_, _, named)| !named) {
+            return Err(EngineError::Program(format!(
+                "no parameter under module `{path}`"
+            )));
+        }
         // `.cuda()`'s `_apply` moves the children first, then the module's
         // own parameters; `parameters()` lists the own ones first.
         let mut own_params = Vec::with_capacity(b.own.len());
-        for (module, dims) in &b.own {
-            own_params.push(e.new_param(dims, *module, &mut Vec::new())?);
+        let model_dtype = e.param_dtype;
+        for (module, dims, dtype) in &b.own {
+            e.param_dtype = *dtype;
+            let p = e.new_param(dims, *module, &mut Vec::new());
+            e.param_dtype = model_dtype;
+            own_params.push(p?);
         }
         b.params.splice(0..0, own_params.iter().copied());
         Ok(LangNet {
@@ -136,9 +150,36 @@ impl Builder<'_> {
                     reentrant: *reentrant,
                 }
             }
-            leaf => Node::Leaf(Box::new(self.leaf(e, path, leaf)?)),
+            leaf => {
+                // A leaf's parameters in the dtype its path is given.
+                let model_dtype = e.param_dtype;
+                e.param_dtype = self.dtype_at(path, leaf).unwrap_or(model_dtype);
+                let built = self.leaf(e, path, leaf);
+                e.param_dtype = model_dtype;
+                Node::Leaf(Box::new(built?))
+            }
         };
         Ok(self.push(n))
+    }
+}
+
+impl Builder<'_> {
+    /// The dtype `LangModel::dtypes` gives the parameters at `path` (the
+    /// last entry naming it), marking the entries that name a parameter.
+    pub(super) fn dtype_at(
+        &mut self,
+        path: &str,
+        m: &Module,
+    ) -> Option<crate::engine::dtype::DType> {
+        let has_params = m.args().counts.parameters > 0;
+        let mut found = None;
+        for (p, d, named) in &mut self.dtypes {
+            if crate::engine::modules::under_path(p, path) && has_params {
+                *named = true;
+                found = Some(*d);
+            }
+        }
+        found
     }
 }
 

@@ -481,6 +481,7 @@ mod tests {
             input,
             net,
             freeze: Vec::new(),
+            dtypes: Vec::new(),
             lora: None,
         }
     }

@@ -1121,7 +1121,7 @@ impl Builder<'_> {
             }
             Module::Positions { seq, dim } => {
                 let module = module(e);
-                self.own.push((module, vec![*seq, *dim]));
+                self.own.push((module, vec![*seq, *dim], e.param_dtype));
                 Leaf::Positions {
                     slot: self.own.len() - 1,
                     module,

@@ -254,6 +254,13 @@ pub struct LangModel {
     /// (a path, or a prefix of one at a `.`), right after the model is built.
     #[serde(default)]
     pub freeze: Vec<String>,
+    /// Parameters under these module paths (a path, or a prefix of one at a
+    /// `.`) in their own dtype, the rest in the model's: `model.to(bf16)`
+    /// then `model.ln.float()` (fp32 norms in a bf16 model), done before
+    /// `.cuda()`, so each is allocated once, in its dtype. The last path
+    /// that names a parameter decides.
+    #[serde(default)]
+    pub dtypes: Vec<(String, crate::engine::dtype::DType)>,
     /// PEFT `get_peft_model(model, LoraConfig(...))` (models.md §6): every
     /// parameter frozen, adapters on the projections whose name is a target.
     #[serde(default)]

@@ -20,6 +20,7 @@ fn tokens_model(net: Vec<(String, Module)>, seq: u64, batch: u64) -> ModelConfig
                 input: ModelInput::Tokens { seq },
                 net: Module::Sequential(net),
                 freeze: Vec::new(),
+                dtypes: Vec::new(),
                 lora: None,
             },
             batch,
@@ -139,6 +140,7 @@ fn analysis_error(net: Vec<(String, Module)>) -> String {
         input: ModelInput::Tokens { seq: 8 },
         net: Module::Sequential(net),
         freeze: Vec::new(),
+        dtypes: Vec::new(),
         lora: None,
     };
     m.output(2, None).expect_err("refused").to_string()

@@ -3,6 +3,7 @@
 
 mod behaviour;
 mod checkpointing;
+mod dtypes;
 mod golden;
 mod handwritten;
 mod lang;
