@@ -617,7 +617,14 @@ impl Module {
                 attention_input(*hidden, x).map_err(shape)
             }
             Module::Positions { seq, dim } => {
-                let s = attention_input(*dim, x).map_err(shape)?;
+                floats_in("Positions", x).map_err(shape)?;
+                if x.dims.len() != 3 || x.dims[2] != *dim {
+                    return Err(shape(ShapeError::PositionsInput {
+                        dim: *dim,
+                        got: x.dims.clone(),
+                    }));
+                }
+                let s = x.clone();
                 if s.dims[1] > *seq {
                     return Err(shape(ShapeError::TooLong {
                         seq: s.dims[1],

@@ -57,6 +57,8 @@ pub enum ShapeError {
     BertEmbeddingsInput { got: Vec<u64> },
     #[error("sequence length {seq} is longer than max_positions {max_positions}")]
     TooLong { seq: u64, max_positions: u64 },
+    #[error("Positions adds pos[:T] to [B, T, {dim}], got {got:?}")]
+    PositionsInput { dim: u64, got: Vec<u64> },
     #[error("CausalMask takes [B, T, …] (T from the second dimension), got {got:?}")]
     CausalMaskInput { got: Vec<u64> },
     #[error("Residual adds {inner:?} to its input {input:?}: shapes differ")]

@@ -117,10 +117,16 @@ impl Engine {
 
     /// `x.sum(dim=-1, keepdim=True)`. derivatives.yaml `sum.dim_IntList`: `self:
     /// sum_backward(grad, self.sym_sizes(), dim, keepdim)`: SumBackward1 saves
-    /// no tensor; its gradient is the incoming one expanded (a view).
+    /// no tensor; its gradient is the incoming one expanded (a view). Under
+    /// autocast `sum` is on the fp32_set_opt_dtype list: a half input sums
+    /// into an fp32 result (§6.1).
     pub fn sum_last_keepdim(&mut self, x: TensorId) -> Result<TensorId> {
         let prev = self.op_begin("sum");
-        let out = self.act(self.shape(x).with_last(1), self.dtype(x));
+        let dtype = match self.amp.active(self.ctx.inference) {
+            Some(_) if self.dtype(x).is_half() => DType::F32,
+            _ => self.dtype(x),
+        };
+        let out = self.act(self.shape(x).with_last(1), dtype);
         let r = out.inspect(|&out| {
             self.k_sum(x, out);
             if self.records(&[x]) {

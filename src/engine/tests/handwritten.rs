@@ -215,3 +215,41 @@ fn a_frame_keeps_the_attentions_locals_until_it_returns() {
     assert!(freed_at(&bare) < add(&bare), "{bare:?}");
     assert!(freed_at(&framed) > add(&framed), "{framed:?}");
 }
+
+#[test]
+fn a_half_sum_under_autocast_is_fp32() {
+    // Autocast's fp32_set_opt_dtype list has `sum`: a bf16 input sums into
+    // an fp32 result; outside autocast the result keeps the input's dtype.
+    use super::super::dtype::DType;
+    use super::super::tag::Category;
+    let mut e = engine(tokens_model(
+        vec![named("emb", Module::Embedding { num: 100, dim: 16 })],
+        8,
+        2,
+    ));
+    let x = e
+        .factory(
+            crate::engine::shape::Shape::new(&[2, 8, 16]),
+            DType::BF16,
+            Category::Input,
+        )
+        .expect("x");
+    let plain = e.sum_last_keepdim(x).expect("sum");
+    assert_eq!(e.dtype(plain), DType::BF16);
+    e.autocast_enter(DType::BF16);
+    let cast = e.sum_last_keepdim(x).expect("sum");
+    assert_eq!(e.dtype(cast), DType::F32);
+    assert_eq!(e.shape(cast).dims(), [2, 8, 1]);
+}
+
+#[test]
+fn positions_take_embeddings_of_their_width() {
+    let err = analysis_error(vec![
+        named("emb", Module::Embedding { num: 100, dim: 16 }),
+        named("pos", Module::Positions { seq: 8, dim: 32 }),
+    ]);
+    assert!(
+        err.contains("pos: ") && err.contains("[B, T, 32], got [2, 8, 16]"),
+        "{err}"
+    );
+}
