@@ -104,8 +104,10 @@ impl LangNet {
         r
     }
 
-    /// `x + self.pos[:t]`: a slice of the model's own parameter (its
-    /// SliceBackward0 makes a zeros of the parameter's shape), added.
+    /// `x + self.pos[:t]`: a slice of the model's own parameter, added. Its
+    /// SliceBackward0 (2.11's generated Functions.h line 6060, saving sizes
+    /// only) makes a zeros of the parameter's shape and copies the (summed)
+    /// gradient into it: `slice_backward` in derivatives.yaml `slice.Tensor`.
     pub(super) fn positions(
         &self,
         e: &mut Engine,

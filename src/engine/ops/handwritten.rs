@@ -2,10 +2,18 @@
 //! `a / b`, `x / scalar`, `x.max(dim=-1, keepdim=True)`, `x.sum(-1,
 //! keepdim=True)`, `x.masked_fill(mask, value)` and the causal mask
 //! `torch.triu(torch.ones(t, t, dtype=torch.bool), 1)`; `exp`, `sigmoid`
-//! and `mul` are in `elementwise.rs`. What each saves is PyTorch's own rule,
-//! from tools/autograd/derivatives.yaml (PyTorch 2.11), cited per op; what
-//! each backward allocates was read from the hand-written Transformer's H100
-//! capture (tests/fixtures/pytorch/captured/handwritten_transformer.pickle).
+//! and `mul` are in `elementwise.rs`. What each saves is PyTorch's own rule:
+//! the formula in tools/autograd/derivatives.yaml, and the `SavedVariable`s
+//! of its node as generated for PyTorch 2.11.0, cited by line of the wheel's
+//! `torch/include/torch/csrc/autograd/generated/Functions.h` ("Functions.h"
+//! below; `release_variables()` there frees them in declaration order).
+//! What each backward allocates, and in which order, was read from the
+//! hand-written Transformer's H100 capture
+//! (tests/fixtures/pytorch/captured/handwritten_transformer.pickle).
+//!
+//! The same header for the ops elementwise.rs has: ExpBackward0 (line 1990)
+//! and SigmoidBackward0 (5924) save `result_` (2002, 5936); MulBackward0
+//! (4401) saves `other_` (4414) and `self_` (4416).
 
 use super::super::dtype::DType;
 use super::super::error::Result;
@@ -16,9 +24,9 @@ use super::super::Engine;
 use crate::engine::autograd::BwdKind;
 
 impl Engine {
-    /// `a - b` (broadcast). derivatives.yaml `sub.Tensor`: `self: handle_r_to_c(self.scalar_type(),
-    /// grad)`, `other: handle_r_to_c(other.scalar_type(), maybe_multiply(-grad, alpha.conj()))`:
-    /// SubBackward0 saves no tensor; its backward makes `-grad` at the
+    /// `a - b` (broadcast). derivatives.yaml `sub.Tensor`: `self: grad`,
+    /// `other: -grad * alpha`: SubBackward0 (Functions.h line 6619) saves no
+    /// tensor, only the scalar types; its backward makes `-grad` at the
     /// output's shape (then `sum_to` a broadcast `b`).
     pub fn sub(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
         let prev = self.op_begin("sub");
@@ -29,27 +37,29 @@ impl Engine {
 
     /// `a / b` (broadcast). derivatives.yaml `div.Tensor`: `self:
     /// div_tensor_self_backward(grad, other, self.scalar_type())`, `other:
-    /// div_tensor_other_backward(grad, self, other)`: DivBackward0 saves
-    /// `other` when either input needs a gradient and `self` when `other`
-    /// does. Its backward computes other's `-grad * ((self / other) / other)`
-    /// first (three temporaries), then self's `grad / other` (the capture).
+    /// div_tensor_other_backward(grad, self, other)`: DivBackward0
+    /// (Functions.h line 1682) saves `other_` (1695), needed by both, and
+    /// `self_` (1696), needed by other's. Its backward computes other's `-grad
+    /// * ((self / other) / other)` first (three temporaries), then self's
+    /// `grad / other` (the capture).
     pub fn div(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
         let prev = self.op_begin("div");
         let r = self.binary_node(a, b, "DivBackward0", BwdKind::Div);
         if let Ok(out) = r {
             if let Some(node) = self.tensors[out.0].grad_fn {
+                self.save(node, "other", b, false);
                 if self.requires_grad(b) {
                     self.save(node, "self", a, false);
                 }
-                self.save(node, "other", b, false);
             }
         }
         self.op_end(prev)?;
         r
     }
 
-    /// `x / scalar`. derivatives.yaml `div.Scalar`: `self: div_tensor_self_backward(grad,
-    /// other, self.scalar_type())`, a Scalar: DivBackward1 saves no tensor.
+    /// `x / scalar`. derivatives.yaml `div.Scalar`: `self:
+    /// div_tensor_self_backward(grad, other, self.scalar_type())`, other a
+    /// Scalar: DivBackward1 (Functions.h line 1704) saves no tensor.
     pub fn div_scalar(&mut self, x: TensorId) -> Result<TensorId> {
         let prev = self.op_begin("div");
         let out = self.act(self.shape(x), self.dtype(x));
@@ -83,10 +93,12 @@ impl Engine {
     }
 
     /// `x.max(dim=-1, keepdim=True)`: values then int64 indices, [.., 1].
-    /// derivatives.yaml `max.dim`: `self: value_selecting_reduction_backward_symint(grad, dim,
-    /// indices, self.sym_sizes(), keepdim)`: MaxBackward0 saves the indices
-    /// (they outlive the returned tuple); its backward scatters into a new
-    /// zeros of the input's shape. Returns the values.
+    /// derivatives.yaml `max.dim`: `self:
+    /// value_selecting_reduction_backward_symint(grad, dim, indices,
+    /// self.sym_sizes(), keepdim)`: MaxBackward0 (Functions.h line 3959)
+    /// saves `indices_` (3974), which outlive the returned tuple, and the
+    /// sizes; its backward scatters into a new zeros of the input's shape.
+    /// Returns the values.
     pub fn max_last_keepdim(&mut self, x: TensorId) -> Result<TensorId> {
         let prev = self.op_begin("max");
         let r = self.max_inner(x);
@@ -115,9 +127,10 @@ impl Engine {
         Ok(values)
     }
 
-    /// `x.sum(dim=-1, keepdim=True)`. derivatives.yaml `sum.dim_IntList`: `self:
-    /// sum_backward(grad, self.sym_sizes(), dim, keepdim)`: SumBackward1 saves
-    /// no tensor; its gradient is the incoming one expanded (a view). Under
+    /// `x.sum(dim=-1, keepdim=True)`. derivatives.yaml `sum.dim_IntList`:
+    /// `self: sum_backward(grad, self.sym_sizes(), dim, keepdim)`:
+    /// SumBackward1 (Functions.h line 6738) saves the sizes only (6752); its
+    /// gradient is the incoming one expanded (a view). Under
     /// autocast `sum` is on the fp32_set_opt_dtype list: a half input sums
     /// into an fp32 result (§6.1).
     pub fn sum_last_keepdim(&mut self, x: TensorId) -> Result<TensorId> {
@@ -139,9 +152,9 @@ impl Engine {
     }
 
     /// `x.masked_fill(mask, value)` (out of place, the mask broadcast).
-    /// derivatives.yaml `masked_fill.Scalar`: `self: grad.masked_fill(mask, 0)`:
-    /// MaskedFillBackward0 saves the mask; its backward makes one tensor of
-    /// the input's shape.
+    /// derivatives.yaml `masked_fill.Scalar`: `self: grad.masked_fill(mask,
+    /// 0)`: MaskedFillBackward0 (Functions.h line 3841) saves `mask_` (3853);
+    /// its backward makes one tensor of the input's shape.
     pub fn masked_fill(&mut self, x: TensorId, mask: TensorId) -> Result<TensorId> {
         let prev = self.op_begin("masked_fill");
         let out = self.act(self.shape(x), self.dtype(x));
