@@ -338,3 +338,30 @@ fn a_linear_in_another_dtype_is_refused_as_pytorch_refuses_it() {
         );
     }
 }
+
+/// The tiny LM's block with its activation written op for op: `h *
+/// torch.sigmoid(h)` as `Ops`.
+#[test]
+fn ops_are_written_in_the_file_and_their_errors_located() {
+    let ops = LM.replace(
+        "(\"act\", GELU)",
+        "(\"act\", Ops([(\"s\", Sigmoid(X)), (\"out\", Mul(X, Var(\"s\")))]))",
+    );
+    assert_ne!(ops, LM);
+    let (_dir, file) = lm_file("lm-ops", &ops);
+    let (code, out, err) = vramscope(&["run", &file, "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(json(&out)["error"].is_null(), "{out}");
+
+    let unbound = ops.replace("Var(\"s\")", "Var(\"t\")");
+    let (_dir, file) = lm_file("lm-ops-unbound", &unbound);
+    let (code, _, err) = vramscope(&["check", &file]);
+    assert_eq!(code, 2, "{err}");
+    let at = unbound.find("Ops([").expect("written");
+    let line = unbound[..at].matches('\n').count() + 1;
+    assert!(
+        err.contains(&format!("tiny-lm.ron:{line}:"))
+            && err.contains("block.act: Ops: `t` is not bound"),
+        "{err}"
+    );
+}

@@ -342,7 +342,7 @@ impl Module {
                 vec![("hidden", *hidden, 1)],
                 params(hidden.saturating_mul(*hidden).saturating_add(*hidden)),
             ),
-            Module::Softmax(_) | Module::SigmoidMul | Module::CausalMask => none(),
+            Module::Softmax(_) | Module::SigmoidMul | Module::CausalMask | Module::Ops(_) => none(),
             Module::MaskedAttention { hidden, heads, .. } => {
                 let h = *hidden;
                 // qkv: [3h, h] + [3h]; proj: [h, h] + [h].
@@ -589,6 +589,12 @@ impl Module {
                 Ok(Sig::floats(vec![s.dims[0], *hidden]))
             }
             Module::Softmax(_) | Module::SigmoidMul => same("an activation"),
+            Module::Ops(statements) => {
+                floats_in("Ops", x).map_err(shape)?;
+                super::ops_expr::shapes(statements, &x.dims)
+                    .map(Sig::floats)
+                    .map_err(shape)
+            }
             Module::CausalMask => {
                 seen.causal_mask = true;
                 if x.dims.len() < 2 {
@@ -680,7 +686,8 @@ impl Module {
             | Module::SigmoidMul
             | Module::CausalMask
             | Module::MaskedAttention { .. }
-            | Module::Positions { .. } => Vec::new(),
+            | Module::Positions { .. }
+            | Module::Ops(_) => Vec::new(),
         }
     }
 }
@@ -782,7 +789,8 @@ impl Module {
             | Module::SigmoidMul
             | Module::CausalMask
             | Module::MaskedAttention { .. }
-            | Module::Positions { .. } => None,
+            | Module::Positions { .. }
+            | Module::Ops(_) => None,
         }
     }
 }
@@ -870,6 +878,10 @@ pub(crate) enum Leaf {
         module: u32,
     },
     MaskedAttention(MaskedAttn),
+    Ops {
+        statements: Vec<(String, super::spec::Expr)>,
+        module: u32,
+    },
     /// `x + pos[:t]`, the model's own parameter at `slot` (built last).
     Positions {
         slot: usize,
@@ -1112,6 +1124,10 @@ impl Builder<'_> {
             },
             Module::SigmoidMul => Leaf::SigmoidMul { module: module(e) },
             Module::CausalMask => Leaf::CausalMask { module: module(e) },
+            Module::Ops(statements) => Leaf::Ops {
+                statements: statements.clone(),
+                module: module(e),
+            },
             Module::MaskedAttention {
                 hidden,
                 heads,
@@ -1228,6 +1244,9 @@ impl LangNet {
                 e.in_module(*module, |e| super::handwritten::sigmoid_mul(e, x))
             }
             Leaf::CausalMask { module } => self.causal_mask(e, *module, x),
+            Leaf::Ops { statements, module } => {
+                e.in_module(*module, |e| super::ops_expr::run(e, statements, x))
+            }
             Leaf::MaskedAttention(a) => self.masked_attention(e, a, x),
             Leaf::Positions { slot, module } => self.positions(e, *slot, *module, x),
         }
@@ -1283,7 +1302,8 @@ impl Leaf {
             | Leaf::SigmoidMul { .. }
             | Leaf::CausalMask { .. }
             | Leaf::MaskedAttention(_)
-            | Leaf::Positions { .. } => Vec::new(),
+            | Leaf::Positions { .. }
+            | Leaf::Ops { .. } => Vec::new(),
         }
     }
 }

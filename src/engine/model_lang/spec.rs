@@ -212,10 +212,48 @@ pub enum Module {
     /// owned by the model itself: first in `parameters()` (the optimizer's
     /// order), moved by `.cuda()` after every submodule's parameters.
     Positions { seq: u64, dim: u64 },
+    /// A `forward` written op for op: statements `name = expr` run in order
+    /// on the module's input `x` (`X`), as CPython runs them: an operand
+    /// that no name holds dies as the op that takes it returns, a name
+    /// lives until the module returns (then the names go in the order they
+    /// were first bound). Returns the last statement's value. Each op saves
+    /// what PyTorch's autograd saves for it (ops/handwritten.rs).
+    Ops(Vec<(String, Expr)>),
     /// A Python function's frame around `module` (a block's `forward`): the
     /// locals its hand-written ops keep (`MaskedAttention`'s) die when it
     /// returns, in the order Python clears them. Adds no path segment.
     Frame(Box<Module>),
+}
+
+/// One expression of an `Ops` statement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Expr {
+    /// The module's input.
+    X,
+    /// A name an earlier statement bound.
+    Var(String),
+    /// `torch.exp(a)` (saves its result).
+    Exp(Box<Expr>),
+    /// `torch.sigmoid(a)` (saves its result).
+    Sigmoid(Box<Expr>),
+    /// `torch.tanh(a)` (saves its result).
+    Tanh(Box<Expr>),
+    /// `torch.relu(a)` (saves its result).
+    Relu(Box<Expr>),
+    /// `a + b` (saves nothing).
+    Add(Box<Expr>, Box<Expr>),
+    /// `a - b` (saves nothing).
+    Sub(Box<Expr>, Box<Expr>),
+    /// `a * b` (saves each operand the other's gradient needs).
+    Mul(Box<Expr>, Box<Expr>),
+    /// `a / b` (saves `b`, and `a` when `b` needs a gradient).
+    Div(Box<Expr>, Box<Expr>),
+    /// `a * c` or `a / c` for a Python number `c` (saves nothing).
+    Scale(Box<Expr>),
+    /// `a.max(dim=-1, keepdim=True).values` (saves the int64 indices).
+    Max(Box<Expr>),
+    /// `a.sum(dim=-1, keepdim=True)` (saves nothing).
+    Sum(Box<Expr>),
 }
 
 /// How a `Softmax` is computed.

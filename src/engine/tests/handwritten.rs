@@ -4,7 +4,7 @@
 //! The whole Transformer is held to its H100 capture in
 //! tests/real_gpu_fixtures/handwritten.rs.
 
-use super::super::model_lang::{LangModel, ModelInput, Module, SoftmaxKind};
+use super::super::model_lang::{Expr, LangModel, ModelInput, Module, SoftmaxKind};
 use super::super::LossKind;
 use super::*;
 
@@ -252,4 +252,96 @@ fn positions_take_embeddings_of_their_width() {
         err.contains("pos: ") && err.contains("[B, T, 32], got [2, 8, 16]"),
         "{err}"
     );
+}
+
+/// Requests of two training iterations of `Embedding(100, 16)` then `m`.
+fn trained_after_embedding(m: Module) -> Vec<i64> {
+    let net = vec![
+        named("emb", Module::Embedding { num: 100, dim: 16 }),
+        named("m", m),
+    ];
+    let mut e = engine(tokens_model(net, 8, 2));
+    let mut evs = e.take_events();
+    run(&mut e, &Program::training(2));
+    evs.extend(e.take_events());
+    requests(&evs)
+}
+
+fn x() -> Box<Expr> {
+    Box::new(Expr::X)
+}
+
+fn var(n: &str) -> Box<Expr> {
+    Box::new(Expr::Var(n.into()))
+}
+
+#[test]
+fn a_softmax_written_in_ops_is_the_manual_softmax() {
+    // e = torch.exp(x - x.max(-1, keepdim=True).values); out = e / e.sum(-1, keepdim=True)
+    let ops = Module::Ops(vec![
+        (
+            "e".into(),
+            Expr::Exp(Box::new(Expr::Sub(x(), Box::new(Expr::Max(x()))))),
+        ),
+        (
+            "out".into(),
+            Expr::Div(var("e"), Box::new(Expr::Sum(var("e")))),
+        ),
+    ]);
+    let manual = trained_after_embedding(Module::Softmax(SoftmaxKind::Manual));
+    assert!(manual.len() > 20, "{manual:?}");
+    assert_eq!(trained_after_embedding(ops), manual);
+}
+
+#[test]
+fn x_times_sigmoid_x_in_ops_is_sigmoid_mul() {
+    let ops = Module::Ops(vec![
+        ("s".into(), Expr::Sigmoid(x())),
+        ("out".into(), Expr::Mul(x(), var("s"))),
+    ]);
+    assert_eq!(
+        trained_after_embedding(ops),
+        trained_after_embedding(Module::SigmoidMul)
+    );
+}
+
+#[test]
+fn a_name_lives_until_ops_returns() {
+    // d = x - x.max(...).values is named: it is freed as the module
+    // returns, after exp's output exists, not as exp returns.
+    let named_d = Module::Ops(vec![
+        ("d".into(), Expr::Sub(x(), Box::new(Expr::Max(x())))),
+        ("out".into(), Expr::Exp(var("d"))),
+    ]);
+    let r = forward_after_embedding(named_d);
+    let want = vec![
+        2 * 8 * 8, // token ids
+        T,         // embedding
+        ROWS,      // max values
+        2 * ROWS,  // max indices
+        T,         // d
+        -ROWS,     // the values, as sub returns
+        T,         // exp(d)
+        -T,        // d, as the module returns
+        -T,        // the embedding's output, replaced
+        4,         // out.sum()
+    ];
+    assert_eq!(r, want);
+}
+
+#[test]
+fn ops_refuse_an_unbound_name() {
+    let unbound = analysis_error(vec![
+        named("emb", Module::Embedding { num: 100, dim: 16 }),
+        named("m", Module::Ops(vec![("out".into(), Expr::Exp(var("e")))])),
+    ]);
+    assert!(
+        unbound.contains("m: ") && unbound.contains("`e` is not bound"),
+        "{unbound}"
+    );
+    let empty = analysis_error(vec![
+        named("emb", Module::Embedding { num: 100, dim: 16 }),
+        named("m", Module::Ops(Vec::new())),
+    ]);
+    assert!(empty.contains("Ops has no statement"), "{empty}");
 }
