@@ -1,7 +1,9 @@
 //! A [`Module`] tree built on the engine: parameters and buffers allocated in
-//! `named_parameters()` order (children in registration order, each module's
-//! parameters then its buffers, as `.to("cuda")`'s `_apply` visits them),
-//! each tagged with its module path.
+//! the order `.to("cuda")`'s `_apply` visits them (children in registration
+//! order, each leaf module's parameters then its buffers; the model's own
+//! parameters, `Positions`, after every child), each tagged with its module
+//! path, in the dtype `LangModel::dtypes` gives its path. The optimizer's
+//! list is `parameters()` order: the model's own first.
 
 use super::kinds::Leaf;
 use super::spec::{join, Module};

@@ -14,7 +14,8 @@
 //! 7. [`Module::pytorch_refusal`]: PyTorch's words for a tensor it refuses
 //!    when it is the first module to get one.
 //!
-//! The containers (`Sequential`, `Repeat`, `Residual`, `Checkpoint`) are
+//! The containers (`Sequential`, `Repeat`, `Residual`, `Checkpoint`,
+//! `Frame`) are
 //! walked by `check.rs` (the analysis), `build.rs` and `forward.rs`; every
 //! other module reaches this file through one `_` arm in each of them.
 //! `tests/layers.rs` counts the matches on `Module` outside this file, so
