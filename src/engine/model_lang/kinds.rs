@@ -15,9 +15,9 @@
 //!    when it is the first module to get one.
 //!
 //! The containers (`Sequential`, `Repeat`, `Residual`, `Checkpoint`,
-//! `Frame`) are
-//! walked by `check.rs` (the analysis), `build.rs` and `forward.rs`; every
-//! other module reaches this file through one `_` arm in each of them.
+//! `Frame`) are walked by `check.rs` (the analysis), `build.rs` and
+//! `forward.rs`; every other module reaches this file through one `_` arm
+//! in each of them.
 //! `tests/layers.rs` counts the matches on `Module` outside this file, so
 //! a new kind cannot quietly add a walker of its own.
 
