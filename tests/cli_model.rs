@@ -268,3 +268,100 @@ fn hugging_face_config_json_files_are_models() {
     assert_ne!(code, 0);
     assert!(err.contains("model_type \"t5\" is not supported"), "{err}");
 }
+
+/// The tiny LM in bf16 with its LayerNorm in fp32 (`model.to(bfloat16)`,
+/// then `model.block.ln.float()`).
+fn fp32_norm_lm() -> String {
+    LM.replace(
+        "        freeze: [\"emb\"],\n",
+        "        freeze: [\"emb\"],\n        dtypes: [(\"block.ln\", F32)],\n",
+    )
+    .replace(
+        "    data: (batch: 4),",
+        "    model_dtype: BF16,\n    data: (batch: 4),",
+    )
+}
+
+#[test]
+fn mixed_parameter_dtypes_are_shown_per_dtype() {
+    let text = fp32_norm_lm();
+    assert!(text.contains("dtypes:") && text.contains("model_dtype: BF16"));
+    let (_dir, file) = lm_file("lm-dtypes", &text);
+    let (code, out, err) = vramscope(&["model", &file, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    assert_eq!(v["parameters"], LM_PARAMS);
+    // LayerNorm(64)'s weight and bias in fp32, every other parameter in bf16.
+    let norm = 2 * 64;
+    assert_eq!(v["bytes_by_dtype"]["float32"], 4 * norm);
+    assert_eq!(v["bytes_by_dtype"]["bfloat16"], 2 * (LM_PARAMS - norm));
+    let (code, out, err) = vramscope(&["model", &file]);
+    assert_eq!(code, 0, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("parameters + buffers"))
+        .expect("the per-dtype line");
+    assert!(
+        line.contains("bfloat16") && line.contains("float32 512 bytes"),
+        "{line}"
+    );
+
+    // It trains: the norm's fp32 weights take a bf16 input, as PyTorch's
+    // mixed-type layer_norm kernel does, and return bf16 to the Linear.
+    let (code, out, err) = vramscope(&["run", &file, "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(json(&out)["error"].is_null(), "{out}");
+}
+
+#[test]
+fn a_linear_in_another_dtype_is_refused_as_pytorch_refuses_it() {
+    // fc1 in fp32 in a bf16 model: F.linear gets a bf16 input and fp32
+    // weights, which PyTorch refuses outside autocast.
+    let text = fp32_norm_lm().replace("(\"block.ln\", F32)", "(\"block.fc1\", F32)");
+    let (_dir, file) = lm_file("lm-dtypes-linear", &text);
+    let (_, out, err) = vramscope(&["run", &file, "--json"]);
+    let v = json(&out);
+    let error = v["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("expected m1 and m2 to have the same dtype"),
+        "{out}{err}"
+    );
+
+    let nothing = fp32_norm_lm().replace("(\"block.ln\", F32)", "(\"block.norm\", F32)");
+    let (_dir, file) = lm_file("lm-dtypes-nothing", &nothing);
+    for command in ["check", "model"] {
+        let (code, _, err) = vramscope(&[command, &file]);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains("no parameter under module `block.norm`"),
+            "{err}"
+        );
+    }
+}
+
+/// The tiny LM's block with its activation written op for op: `h *
+/// torch.sigmoid(h)` as `Ops`.
+#[test]
+fn ops_are_written_in_the_file_and_their_errors_located() {
+    let ops = LM.replace(
+        "(\"act\", GELU)",
+        "(\"act\", Ops([(\"s\", Sigmoid(X)), (\"out\", Mul(X, Var(\"s\")))]))",
+    );
+    assert_ne!(ops, LM);
+    let (_dir, file) = lm_file("lm-ops", &ops);
+    let (code, out, err) = vramscope(&["run", &file, "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(json(&out)["error"].is_null(), "{out}");
+
+    let unbound = ops.replace("Var(\"s\")", "Var(\"t\")");
+    let (_dir, file) = lm_file("lm-ops-unbound", &unbound);
+    let (code, _, err) = vramscope(&["check", &file]);
+    assert_eq!(code, 2, "{err}");
+    let at = unbound.find("Ops([").expect("written");
+    let line = unbound[..at].matches('\n').count() + 1;
+    assert!(
+        err.contains(&format!("tiny-lm.ron:{line}:"))
+            && err.contains("block.act: Ops: `t` is not bound"),
+        "{err}"
+    );
+}

@@ -203,7 +203,7 @@ fn leaf_enums() -> Vec<(&'static str, BTreeSet<String>)> {
     let (leaves, _) = variants(&kinds, "Leaf");
     assert_eq!(
         containers,
-        ["Checkpoint", "Repeat", "Residual", "Sequential"]
+        ["Checkpoint", "Frame", "Repeat", "Residual", "Sequential"]
             .map(String::from)
             .into(),
         "the containers the walkers handle"

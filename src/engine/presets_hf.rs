@@ -194,6 +194,7 @@ impl DecoderLm {
                 ),
             ]),
             freeze: Vec::new(),
+            dtypes: Vec::new(),
             lora: self.lora.clone(),
         }
     }
@@ -252,6 +253,7 @@ impl BertSpec {
                 ),
             ]),
             freeze: Vec::new(),
+            dtypes: Vec::new(),
             lora: None,
         }
     }

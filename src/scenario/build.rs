@@ -30,6 +30,9 @@ pub enum BuildError {
     /// Building the model to resolve `freeze` failed.
     #[error("model.freeze: {0}")]
     Freeze(EngineError),
+    /// Building the model to resolve `dtypes` failed.
+    #[error("model.dtypes: {0}")]
+    Dtypes(EngineError),
 }
 
 impl BuildError {
@@ -52,6 +55,7 @@ impl BuildError {
             },
             BuildError::HfConfig(_) => vec![Seg::Field("model")],
             BuildError::Freeze(_) => vec![Seg::Field("model"), Seg::Field("freeze")],
+            BuildError::Dtypes(_) => vec![Seg::Field("model"), Seg::Field("dtypes")],
         }
     }
 }
@@ -204,12 +208,14 @@ pub(crate) fn model_config(s: &Scenario) -> Result<ModelConfig, BuildError> {
             input,
             net,
             freeze,
+            dtypes,
             lora,
         } => ModelConfig::modules(
             LangModel {
                 input: input.clone(),
                 net: net.clone(),
                 freeze: freeze.clone(),
+                dtypes: dtypes.clone(),
                 lora: lora.clone(),
             },
             32,
@@ -274,12 +280,26 @@ pub(crate) fn model_config(s: &Scenario) -> Result<ModelConfig, BuildError> {
                 m.check(b, seq).map_err(BuildError::Model)?;
             }
         }
+        let room = EngineConfig {
+            device_bytes: 1 << 50,
+            ..EngineConfig::default()
+        };
+        if !m.dtypes.is_empty() {
+            // Each dtypes path must name parameters: build the model (with
+            // nothing frozen, so an error is the dtypes') to see.
+            let mut unfrozen = model.clone();
+            if let ModelKind::Modules(u) = &mut unfrozen.kind {
+                u.freeze.clear();
+            }
+            Engine::new(room.clone(), &unfrozen, &OptimizerConfig::default()).map_err(
+                |e| match e {
+                    EngineError::Model(m) => BuildError::Model(m),
+                    e => BuildError::Dtypes(e),
+                },
+            )?;
+        }
         if !m.freeze.is_empty() {
             // Each freeze path must name parameters: build the model to see.
-            let room = EngineConfig {
-                device_bytes: 1 << 50,
-                ..EngineConfig::default()
-            };
             Engine::new(room, &model, &OptimizerConfig::default()).map_err(|e| match e {
                 EngineError::Model(m) => BuildError::Model(m),
                 e => BuildError::Freeze(e),

@@ -162,6 +162,9 @@ pub enum ModelSpec {
         net: Module,
         #[serde(default)]
         freeze: Vec<String>,
+        /// Module paths whose parameters take their own dtype.
+        #[serde(default)]
+        dtypes: Vec<(String, crate::engine::dtype::DType)>,
         /// PEFT LoRA on the projections named in `target_modules`.
         #[serde(default)]
         lora: Option<crate::engine::presets_hf::LoraSpec>,

@@ -86,6 +86,7 @@ static BUILTINS: &[BuiltIn] = builtins![
     "deep-mlp-checkpoint",
     "deep-mlp-checkpoint-segments",
     "llama-lora-finetune",
+    "handwritten-transformer",
     "peak-inside-step",
     "cuda-context",
     "batch-moves-peak-small",

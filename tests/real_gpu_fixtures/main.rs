@@ -11,14 +11,17 @@
 //! the course's misconceptions and exercises; `gpt_defaults`,
 //! `cudnn_attention`, `convnets`, `resnet50_sweep`, `lstm_loop`: the captures
 //! of 2026-11-26 that needed the engine taught (their layout allowances proven
-//! to be the driver's addresses); `inventory`: every program captured, every
-//! capture checked.
+//! to be the driver's addresses); `handwritten`: issue 42's hand-written
+//! Transformer, written op for op in the module language; `unmodelled`: the
+//! captures no scenario writes yet; `inventory`: every program captured,
+//! every capture checked.
 
 mod addresses;
 mod convnets;
 mod course;
 mod cudnn_attention;
 mod gpt_defaults;
+mod handwritten;
 mod harness;
 mod inventory;
 mod leak_patterns;

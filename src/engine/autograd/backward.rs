@@ -274,7 +274,17 @@ impl Engine {
             | BwdKind::Mul
             | BwdKind::Conv { .. }
             | BwdKind::Sdpa { .. } => {
-                for i in 0..ninputs {
+                // MulBackward0 computes `other`'s gradient before `self`'s
+                // (the generated apply() tests `other_ix` first): seen in the
+                // hand-written Transformer's `h * torch.sigmoid(h)` on the
+                // H100, where the first product made is the one sigmoid's
+                // backward consumes.
+                let order: Vec<usize> = if kind == BwdKind::Mul {
+                    (0..ninputs).rev().collect()
+                } else {
+                    (0..ninputs).collect()
+                };
+                for i in order {
                     if needs(self, i) {
                         let m = self.nodes[n.0].inputs[i];
                         let broadcast = g0
@@ -308,6 +318,10 @@ impl Engine {
                         }
                         outs.push(Out::Ready(i, t));
                     }
+                }
+                if kind == BwdKind::Mul {
+                    // validate_outputs then goes by input index.
+                    outs.reverse();
                 }
                 if let BwdKind::Sdpa { scratch, .. } = kind {
                     self.sdpa_backward_scratch(scratch)?;
@@ -419,6 +433,28 @@ impl Engine {
                     let t = self.embedding_backward(m.shape, m.dtype, sort)?;
                     self.k_grad_from(g0, t);
                     outs.push(Out::Ready(0, t));
+                }
+            }
+            BwdKind::Sub | BwdKind::Div => {
+                if let Some(g) = g0 {
+                    let (gs, dtype) = (self.shape(g), self.dtype(g));
+                    if needs(self, 1) {
+                        let temps = if kind == BwdKind::Div { 3 } else { 0 };
+                        let t = self.grad_after_temps(gs, dtype, temps)?;
+                        self.k_grad_from(g0, t);
+                        outs.push(Out::Forward(1, t));
+                    }
+                    if needs(self, 0) {
+                        if kind == BwdKind::Div {
+                            let t = self.empty(gs, dtype, Category::Gradient)?;
+                            self.k_grad_from(g0, t);
+                            outs.push(Out::Forward(0, t));
+                        } else {
+                            self.retain(g);
+                            self.locals.push(g);
+                            outs.push(Out::Forward(0, g));
+                        }
+                    }
                 }
             }
             BwdKind::Split => {

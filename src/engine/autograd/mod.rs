@@ -171,6 +171,15 @@ pub(crate) enum BwdKind {
     /// output's shape; an input broadcast to it gets that product reduced by
     /// `validate_outputs`' `sum_to` afterwards, the product then freed.
     Mul,
+    /// SubBackward0: `self`'s gradient is the incoming one handed on,
+    /// `other`'s a new `-grad` at the output's shape; `validate_outputs`
+    /// sums a broadcast input's down afterwards (ops/handwritten.rs).
+    Sub,
+    /// DivBackward0: `other`'s `-grad * ((self / other) / other)` first (three
+    /// temporaries at the output's shape, destroyed newest first once the
+    /// product exists), then `self`'s `grad / other`; each summed down by
+    /// `validate_outputs` when broadcast (ops/handwritten.rs).
+    Div,
     /// The incoming gradient is handed on as a view (add, views, cat); broadcasts
     /// and dtype changes are fixed up by `validate_outputs` (sum_to / cast).
     PassThrough,

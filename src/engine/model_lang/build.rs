@@ -1,7 +1,9 @@
 //! A [`Module`] tree built on the engine: parameters and buffers allocated in
-//! `named_parameters()` order (children in registration order, each module's
-//! parameters then its buffers, as `.to("cuda")`'s `_apply` visits them),
-//! each tagged with its module path.
+//! the order `.to("cuda")`'s `_apply` visits them (children in registration
+//! order, each leaf module's parameters then its buffers; the model's own
+//! parameters, `Positions`, after every child), each tagged with its module
+//! path, in the dtype `LangModel::dtypes` gives its path. The optimizer's
+//! list is `parameters()` order: the model's own first.
 
 use super::kinds::Leaf;
 use super::spec::{join, Module};
@@ -16,6 +18,8 @@ pub(crate) enum Node {
     /// Children (arena indices) in order.
     Seq(Vec<usize>),
     Residual(usize),
+    /// A Python function's frame around `inner` (`Module::Frame`).
+    Frame(usize),
     /// A checkpoint region around `inner`; `site` numbers the region for
     /// recomputation (`LangNet::sites`).
     Checkpoint {
@@ -37,6 +41,9 @@ pub(crate) struct LangNet {
     /// The RotaryEmbedding's buffer, when the model has one.
     pub inv_freq: Option<TensorId>,
     pub run_state: super::xfmr::XRun,
+    /// The model's own parameters (`Module::Positions`), by slot.
+    pub own_params: Vec<TensorId>,
+    pub hand: super::handwritten::HandRun,
 }
 
 pub(crate) struct Builder<'a> {
@@ -47,12 +54,18 @@ pub(crate) struct Builder<'a> {
     /// Inside a checkpoint region (regions do not nest).
     in_region: bool,
     pub(super) x: super::xfmr::XState,
+    /// The model's own parameters, built after every submodule's: (module,
+    /// dims, dtype).
+    pub(super) own: Vec<(u32, Vec<u64>, crate::engine::dtype::DType)>,
+    /// `LangModel::dtypes`, and whether each has named a parameter yet.
+    dtypes: Vec<(String, crate::engine::dtype::DType, bool)>,
 }
 
 impl LangNet {
     pub(crate) fn build(
         e: &mut Engine,
         net: &Module,
+        dtypes: &[(String, crate::engine::dtype::DType)],
         params: &mut Vec<TensorId>,
         bufs: &mut Bufs,
     ) -> Result<LangNet> {
@@ -63,14 +76,34 @@ impl LangNet {
             sites: Vec::new(),
             in_region: false,
             x: super::xfmr::XState::default(),
+            own: Vec::new(),
+            dtypes: dtypes.iter().map(|(p, d)| (p.clone(), *d, false)).collect(),
         };
         let root = b.node(e, "", net)?;
+        if let Some((path, _, _)) = b.dtypes.iter().find(|(_, _, named)| !named) {
+            return Err(EngineError::Program(format!(
+                "no parameter under module `{path}`"
+            )));
+        }
+        // `.cuda()`'s `_apply` moves the children first, then the module's
+        // own parameters; `parameters()` lists the own ones first.
+        let mut own_params = Vec::with_capacity(b.own.len());
+        let model_dtype = e.param_dtype;
+        for (module, dims, dtype) in &b.own {
+            e.param_dtype = *dtype;
+            let p = e.new_param(dims, *module, &mut Vec::new());
+            e.param_dtype = model_dtype;
+            own_params.push(p?);
+        }
+        b.params.splice(0..0, own_params.iter().copied());
         Ok(LangNet {
             nodes: b.nodes,
             root,
             sites: b.sites,
             inv_freq: b.x.inv_freq,
             run_state: super::xfmr::XRun::default(),
+            own_params,
+            hand: super::handwritten::HandRun::default(),
         })
     }
 }
@@ -99,6 +132,7 @@ impl Builder<'_> {
                 Node::Seq(ids)
             }
             Module::Residual(inner) => Node::Residual(self.node(e, path, inner)?),
+            Module::Frame(inner) => Node::Frame(self.node(e, path, inner)?),
             Module::Checkpoint { module, reentrant } => {
                 if self.in_region {
                     return Err(EngineError::Program(format!(
@@ -118,9 +152,36 @@ impl Builder<'_> {
                     reentrant: *reentrant,
                 }
             }
-            leaf => Node::Leaf(Box::new(self.leaf(e, path, leaf)?)),
+            leaf => {
+                // A leaf's parameters in the dtype its path is given.
+                let model_dtype = e.param_dtype;
+                e.param_dtype = self.dtype_at(path, leaf).unwrap_or(model_dtype);
+                let built = self.leaf(e, path, leaf);
+                e.param_dtype = model_dtype;
+                Node::Leaf(Box::new(built?))
+            }
         };
         Ok(self.push(n))
+    }
+}
+
+impl Builder<'_> {
+    /// The dtype `LangModel::dtypes` gives the parameters at `path` (the
+    /// last entry naming it), marking the entries that name a parameter.
+    pub(super) fn dtype_at(
+        &mut self,
+        path: &str,
+        m: &Module,
+    ) -> Option<crate::engine::dtype::DType> {
+        let has_params = m.args().counts.parameters > 0;
+        let mut found = None;
+        for (p, d, named) in &mut self.dtypes {
+            if crate::engine::modules::under_path(p, path) && has_params {
+                *named = true;
+                found = Some(*d);
+            }
+        }
+        found
     }
 }
 

@@ -81,6 +81,10 @@ pub enum Problem {
     HiddenNotMultipleOfHeads { hidden: u64, heads: u64 },
     #[error("rotary positions need a RotaryEmbedding module in the model")]
     NoRotaryEmbedding,
+    #[error("a MaskedAttention needs a CausalMask before it (the `mask` its masked_fill uses)")]
+    NoCausalMask,
+    #[error("a MaskedAttention inside a Checkpoint is not modelled (its recomputation would need the forward's mask)")]
+    MaskInRegion,
     #[error("a Checkpoint inside another Checkpoint (regions do not nest here)")]
     NestedCheckpoint,
     #[error("a tied LmHead needs an Embedding before it (its weight is the Embedding's)")]
@@ -239,7 +243,9 @@ impl LangModel {
                     None => return m,
                 },
                 Module::Repeat { block, .. } => block,
-                Module::Residual(inner) | Module::Checkpoint { module: inner, .. } => inner,
+                Module::Residual(inner)
+                | Module::Frame(inner)
+                | Module::Checkpoint { module: inner, .. } => inner,
                 leaf => return leaf,
             };
         }
@@ -270,6 +276,8 @@ pub(crate) struct Seen {
     pub in_region: bool,
     pub embedding: bool,
     pub rotary_embedding: bool,
+    /// A `CausalMask` came before (what a `MaskedAttention` needs).
+    pub causal_mask: bool,
     /// The first module that uses rotary positions, and where it is written.
     pub rotary_user: Option<(String, Vec<Seg>)>,
     /// The names LoRA's `target_modules` may match.
@@ -365,6 +373,12 @@ impl Walk {
                     }
                 }
                 Ok((y, t + one_module()))
+            }
+            Module::Frame(inner) => {
+                at.push(Seg::Index(0));
+                let r = self.node(path, at, inner, x);
+                at.pop();
+                r
             }
             Module::Checkpoint { module, .. } => {
                 if self.seen.in_region && self.checking {
@@ -467,6 +481,7 @@ mod tests {
             input,
             net,
             freeze: Vec::new(),
+            dtypes: Vec::new(),
             lora: None,
         }
     }

@@ -14,6 +14,7 @@ impl LangNet {
     pub(crate) fn forward(&self, e: &mut Engine, x: TensorId) -> Result<TensorId> {
         let y = self.run(e, self.root, x);
         self.end_rope(e);
+        self.end_mask(e);
         y
     }
 
@@ -27,6 +28,7 @@ impl LangNet {
     ) -> Result<TensorId> {
         let r = self.run_sites_inner(e, sites, x);
         self.end_rope(e);
+        self.end_mask(e);
         r
     }
 
@@ -65,6 +67,12 @@ impl LangNet {
                 let out = e.add(x, y);
                 e.release(y);
                 out
+            }
+            Node::Frame(inner) => {
+                self.open_frame();
+                let y = self.run(e, *inner, x);
+                self.close_frame(e);
+                y
             }
             Node::Checkpoint {
                 site,

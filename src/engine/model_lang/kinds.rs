@@ -14,17 +14,19 @@
 //! 7. [`Module::pytorch_refusal`]: PyTorch's words for a tensor it refuses
 //!    when it is the first module to get one.
 //!
-//! The containers (`Sequential`, `Repeat`, `Residual`, `Checkpoint`) are
-//! walked by `check.rs` (the analysis), `build.rs` and `forward.rs`; every
-//! other module reaches this file through one `_` arm in each of them.
+//! The containers (`Sequential`, `Repeat`, `Residual`, `Checkpoint`,
+//! `Frame`) are walked by `check.rs` (the analysis), `build.rs` and
+//! `forward.rs`; every other module reaches this file through one `_` arm
+//! in each of them.
 //! `tests/layers.rs` counts the matches on `Module` outside this file, so
 //! a new kind cannot quietly add a walker of its own.
 
 use super::build::{display, Builder, LangNet};
 use super::check::{Problem, Seen};
 use super::count::{attention_params, batch_norm, conv, params, Counts};
+use super::handwritten::MaskedAttn;
 use super::shape::{conv_like, floats_in, last_dim, ShapeError, Sig};
-use super::spec::{join, Module, BOTTLENECK_EXPANSION};
+use super::spec::{join, Module, SoftmaxKind, BOTTLENECK_EXPANSION};
 use super::xfmr::BertEmbeddings;
 use crate::engine::config::SdpaBackend;
 use crate::engine::dtype::DType;
@@ -106,6 +108,7 @@ impl Module {
             Module::Sequential(_)
             | Module::Repeat { .. }
             | Module::Residual(_)
+            | Module::Frame(_)
             | Module::Checkpoint { .. } => Args::default(),
             Module::Linear { input, out, bias } => Args::one(
                 vec![("in", *input, 1), ("out", *out, 1)],
@@ -340,6 +343,20 @@ impl Module {
                 vec![("hidden", *hidden, 1)],
                 params(hidden.saturating_mul(*hidden).saturating_add(*hidden)),
             ),
+            Module::Softmax(_) | Module::SigmoidMul | Module::CausalMask | Module::Ops(_) => none(),
+            Module::MaskedAttention { hidden, heads, .. } => {
+                let h = *hidden;
+                // qkv: [3h, h] + [3h]; proj: [h, h] + [h].
+                let n = h
+                    .saturating_mul(h)
+                    .saturating_mul(4)
+                    .saturating_add(h.saturating_mul(4));
+                Args::one(vec![("hidden", h, 1), ("heads", *heads, 1)], params(n))
+            }
+            Module::Positions { seq, dim } => Args::one(
+                vec![("seq", *seq, 1), ("dim", *dim, 1)],
+                params(seq.saturating_mul(*dim)),
+            ),
         }
     }
 
@@ -362,6 +379,7 @@ impl Module {
             Module::Sequential(_)
             | Module::Repeat { .. }
             | Module::Residual(_)
+            | Module::Frame(_)
             | Module::Checkpoint { .. } => Ok(x.clone()),
             Module::Linear { input, out, .. } => {
                 floats_in("Linear", x).map_err(shape)?;
@@ -571,6 +589,57 @@ impl Module {
                 let s = last_dim("BertPooler", *hidden, x).map_err(shape)?;
                 Ok(Sig::floats(vec![s.dims[0], *hidden]))
             }
+            Module::Softmax(_) | Module::SigmoidMul => same("an activation"),
+            Module::Ops(statements) => {
+                floats_in("Ops", x).map_err(shape)?;
+                super::ops_expr::shapes(statements, &x.dims)
+                    .map(Sig::floats)
+                    .map_err(shape)
+            }
+            Module::CausalMask => {
+                seen.causal_mask = true;
+                if x.dims.len() < 2 {
+                    return Err(shape(ShapeError::CausalMaskInput {
+                        got: x.dims.clone(),
+                    }));
+                }
+                Ok(x.clone())
+            }
+            Module::MaskedAttention { hidden, heads, .. } => {
+                if !seen.causal_mask {
+                    return Err((None, Problem::NoCausalMask));
+                }
+                if seen.in_region {
+                    return Err((None, Problem::MaskInRegion));
+                }
+                if !hidden.is_multiple_of(*heads) {
+                    return Err((
+                        Some("heads"),
+                        Problem::HiddenNotMultipleOfHeads {
+                            hidden: *hidden,
+                            heads: *heads,
+                        },
+                    ));
+                }
+                attention_input(*hidden, x).map_err(shape)
+            }
+            Module::Positions { seq, dim } => {
+                floats_in("Positions", x).map_err(shape)?;
+                if x.dims.len() != 3 || x.dims[2] != *dim {
+                    return Err(shape(ShapeError::PositionsInput {
+                        dim: *dim,
+                        got: x.dims.clone(),
+                    }));
+                }
+                let s = x.clone();
+                if s.dims[1] > *seq {
+                    return Err(shape(ShapeError::TooLong {
+                        seq: s.dims[1],
+                        max_positions: *seq,
+                    }));
+                }
+                Ok(s)
+            }
         }
     }
 }
@@ -591,6 +660,7 @@ impl Module {
             Module::Sequential(_)
             | Module::Repeat { .. }
             | Module::Residual(_)
+            | Module::Frame(_)
             | Module::Checkpoint { .. }
             | Module::ReLU
             | Module::InplaceReLU
@@ -612,7 +682,13 @@ impl Module {
             | Module::LmHead { .. }
             | Module::BertEmbeddings { .. }
             | Module::BertLayer { .. }
-            | Module::BertPooler { .. } => Vec::new(),
+            | Module::BertPooler { .. }
+            | Module::Softmax(_)
+            | Module::SigmoidMul
+            | Module::CausalMask
+            | Module::MaskedAttention { .. }
+            | Module::Positions { .. }
+            | Module::Ops(_) => Vec::new(),
         }
     }
 }
@@ -685,6 +761,7 @@ impl Module {
             Module::Sequential(_)
             | Module::Repeat { .. }
             | Module::Residual(_)
+            | Module::Frame(_)
             | Module::Checkpoint { .. }
             | Module::ReLU
             | Module::InplaceReLU
@@ -708,7 +785,13 @@ impl Module {
             | Module::LmHead { .. }
             | Module::BertEmbeddings { .. }
             | Module::BertLayer { .. }
-            | Module::BertPooler { .. } => None,
+            | Module::BertPooler { .. }
+            | Module::Softmax(_)
+            | Module::SigmoidMul
+            | Module::CausalMask
+            | Module::MaskedAttention { .. }
+            | Module::Positions { .. }
+            | Module::Ops(_) => None,
         }
     }
 }
@@ -785,6 +868,26 @@ pub(crate) enum Leaf {
     },
     /// A plain `Linear` that LoRA adapted.
     Proj(Proj),
+    Softmax {
+        kind: SoftmaxKind,
+        module: u32,
+    },
+    SigmoidMul {
+        module: u32,
+    },
+    CausalMask {
+        module: u32,
+    },
+    MaskedAttention(MaskedAttn),
+    Ops {
+        statements: Vec<(String, super::spec::Expr)>,
+        module: u32,
+    },
+    /// `x + pos[:t]`, the model's own parameter at `slot` (built last).
+    Positions {
+        slot: usize,
+        module: u32,
+    },
 }
 
 impl Builder<'_> {
@@ -798,6 +901,7 @@ impl Builder<'_> {
             Module::Sequential(_)
             | Module::Repeat { .. }
             | Module::Residual(_)
+            | Module::Frame(_)
             | Module::Checkpoint { .. } => {
                 return Err(EngineError::Program(format!(
                     "{}: a container is built by the builder's walk",
@@ -1015,6 +1119,38 @@ impl Builder<'_> {
                 dense: e.new_linear(&at("dense"), *hidden, *hidden, true, params)?,
                 act: e.tags.module(&at("activation")),
             },
+            Module::Softmax(kind) => Leaf::Softmax {
+                kind: *kind,
+                module: module(e),
+            },
+            Module::SigmoidMul => Leaf::SigmoidMul { module: module(e) },
+            Module::CausalMask => Leaf::CausalMask { module: module(e) },
+            Module::Ops(statements) => Leaf::Ops {
+                statements: statements.clone(),
+                module: module(e),
+            },
+            Module::MaskedAttention {
+                hidden,
+                heads,
+                softmax,
+            } => {
+                let h = *hidden;
+                Leaf::MaskedAttention(MaskedAttn {
+                    module: module(e),
+                    qkv: e.new_linear(&at("qkv"), h, h.saturating_mul(3), true, params)?,
+                    proj: e.new_linear(&at("proj"), h, h, true, params)?,
+                    heads: *heads,
+                    softmax: *softmax,
+                })
+            }
+            Module::Positions { seq, dim } => {
+                let module = module(e);
+                self.own.push((module, vec![*seq, *dim], e.param_dtype));
+                Leaf::Positions {
+                    slot: self.own.len() - 1,
+                    module,
+                }
+            }
         })
     }
 }
@@ -1102,6 +1238,18 @@ impl LangNet {
                 e.rebind(p, t)
             }
             Leaf::Proj(p) => e.apply_proj(p, x),
+            Leaf::Softmax { kind, module } => {
+                e.in_module(*module, |e| super::handwritten::softmax(e, *kind, x))
+            }
+            Leaf::SigmoidMul { module } => {
+                e.in_module(*module, |e| super::handwritten::sigmoid_mul(e, x))
+            }
+            Leaf::CausalMask { module } => self.causal_mask(e, *module, x),
+            Leaf::Ops { statements, module } => {
+                e.in_module(*module, |e| super::ops_expr::run(e, statements, x))
+            }
+            Leaf::MaskedAttention(a) => self.masked_attention(e, a, x),
+            Leaf::Positions { slot, module } => self.positions(e, *slot, *module, x),
         }
     }
 }
@@ -1150,7 +1298,13 @@ impl Leaf {
             | Leaf::LmHead { .. }
             | Leaf::BertEmbeddings(_)
             | Leaf::BertLayer(_)
-            | Leaf::BertPooler { .. } => Vec::new(),
+            | Leaf::BertPooler { .. }
+            | Leaf::Softmax { .. }
+            | Leaf::SigmoidMul { .. }
+            | Leaf::CausalMask { .. }
+            | Leaf::MaskedAttention(_)
+            | Leaf::Positions { .. }
+            | Leaf::Ops { .. } => Vec::new(),
         }
     }
 }

@@ -12,7 +12,9 @@ pub mod build;
 pub mod check;
 pub mod count;
 pub mod forward;
+pub(crate) mod handwritten;
 pub(crate) mod kinds;
+pub(crate) mod ops_expr;
 pub mod presets;
 pub mod shape;
 pub mod spec;
@@ -21,7 +23,7 @@ pub mod xfmr;
 pub use check::{count, Analysis, ModelError, Probability, Problem, Seg, MAX_DIM, MAX_MODULES};
 pub use count::Counts;
 pub use shape::{ShapeError, Sig};
-pub use spec::{LangModel, ModelInput, Module};
+pub use spec::{Expr, LangModel, ModelInput, Module, SoftmaxKind};
 
 impl ModelInput {
     /// The input `[B, …]` for batch `b` (a token input's length `seq` when given).

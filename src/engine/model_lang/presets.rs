@@ -87,6 +87,7 @@ pub fn resnet(layers: [u64; 4], bottleneck: bool, classes: u64, image: u64) -> L
         },
         net: Module::Sequential(net),
         freeze: Vec::new(),
+        dtypes: Vec::new(),
         lora: None,
     }
 }
@@ -134,6 +135,7 @@ pub fn deep_mlp(checkpoint: bool) -> LangModel {
             },
         )]),
         freeze: Vec::new(),
+        dtypes: Vec::new(),
         lora: None,
     }
 }
@@ -166,6 +168,7 @@ pub fn mlp(dims: &[u64], inplace_relu: bool) -> LangModel {
         input: ModelInput::Features(dims.first().copied().unwrap_or(1)),
         net: Module::Sequential(net),
         freeze: Vec::new(),
+        dtypes: Vec::new(),
         lora: None,
     }
 }
@@ -177,6 +180,7 @@ pub fn linear(input: u64, out: u64, bias: bool) -> LangModel {
         input: ModelInput::Features(input),
         net: Module::Linear { input, out, bias },
         freeze: Vec::new(),
+        dtypes: Vec::new(),
         lora: None,
     }
 }

@@ -57,6 +57,20 @@ pub enum ShapeError {
     BertEmbeddingsInput { got: Vec<u64> },
     #[error("sequence length {seq} is longer than max_positions {max_positions}")]
     TooLong { seq: u64, max_positions: u64 },
+    #[error("Ops has no statement")]
+    OpsEmpty,
+    #[error("Ops: `{0}` is not bound by an earlier statement")]
+    OpsUnbound(String),
+    #[error("Ops: max/sum over the last dimension of a tensor with none")]
+    OpsReduceScalar,
+    #[error("Ops: shapes {left:?} and {right:?} do not broadcast")]
+    OpsBroadcast { left: Vec<u64>, right: Vec<u64> },
+    #[error("Ops: {left:?} and {right:?} broadcast to a shape neither has, which is not modelled")]
+    OpsBothBroadcast { left: Vec<u64>, right: Vec<u64> },
+    #[error("Positions adds pos[:T] to [B, T, {dim}], got {got:?}")]
+    PositionsInput { dim: u64, got: Vec<u64> },
+    #[error("CausalMask takes [B, T, …] (T from the second dimension), got {got:?}")]
+    CausalMaskInput { got: Vec<u64> },
     #[error("Residual adds {inner:?} to its input {input:?}: shapes differ")]
     ResidualShapes { inner: Vec<u64>, input: Vec<u64> },
 }

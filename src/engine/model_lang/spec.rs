@@ -184,6 +184,86 @@ pub enum Module {
     },
     /// `BertPooler`: dense + tanh on the first token.
     BertPooler { hidden: u64 },
+    /// A softmax over the last dimension: `F.softmax(x, -1)` (`Fused`), or
+    /// written by hand (`Manual`): `e = torch.exp(x - x.max(-1,
+    /// keepdim=True).values); e / e.sum(-1, keepdim=True)`, each op saving
+    /// what PyTorch's autograd saves for it (ops/handwritten.rs).
+    Softmax(SoftmaxKind),
+    /// `x * torch.sigmoid(x)`: a SiLU written by hand (sigmoid saves its
+    /// result, the product both factors: one tensor more than `nn.SiLU`).
+    SigmoidMul,
+    /// `mask = torch.triu(torch.ones(t, t, dtype=torch.bool), 1)` made once
+    /// per forward where it stands, for the `MaskedAttention`s after it
+    /// (each `masked_fill` saves it); its forward is the identity.
+    CausalMask,
+    /// Causal self-attention written by hand: `qkv = Linear(hidden, 3 *
+    /// hidden)`, split, `view(b, t, heads, d).transpose(1, 2)`, `q @
+    /// k.transpose(-2, -1) / math.sqrt(d)`, `masked_fill(mask, -inf)` with
+    /// the model's `CausalMask`, the softmax, `@ v`, `transpose(1,
+    /// 2).reshape(b, t, hidden)`, `proj = Linear(hidden, hidden)`. Its
+    /// locals (qkv's output, the masked scores, the attention output) live
+    /// until the enclosing `Frame` returns (or until it returns, without one).
+    MaskedAttention {
+        hidden: u64,
+        heads: u64,
+        softmax: SoftmaxKind,
+    },
+    /// `x + self.pos[:t]` with `pos = nn.Parameter(torch.zeros(seq, dim))`
+    /// owned by the model itself: first in `parameters()` (the optimizer's
+    /// order), moved by `.cuda()` after every submodule's parameters.
+    Positions { seq: u64, dim: u64 },
+    /// A `forward` written op for op: statements `name = expr` run in order
+    /// on the module's input `x` (`X`), as CPython runs them: an operand
+    /// that no name holds dies as the op that takes it returns, a name
+    /// lives until the module returns (then the names go in the order they
+    /// were first bound). Returns the last statement's value. Each op saves
+    /// what PyTorch's autograd saves for it (ops/handwritten.rs).
+    Ops(Vec<(String, Expr)>),
+    /// A Python function's frame around `module` (a block's `forward`): the
+    /// locals its hand-written ops keep (`MaskedAttention`'s) die when it
+    /// returns, in the order Python clears them. Adds no path segment.
+    Frame(Box<Module>),
+}
+
+/// One expression of an `Ops` statement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Expr {
+    /// The module's input.
+    X,
+    /// A name an earlier statement bound.
+    Var(String),
+    /// `torch.exp(a)` (saves its result).
+    Exp(Box<Expr>),
+    /// `torch.sigmoid(a)` (saves its result).
+    Sigmoid(Box<Expr>),
+    /// `torch.tanh(a)` (saves its result).
+    Tanh(Box<Expr>),
+    /// `torch.relu(a)` (saves its result).
+    Relu(Box<Expr>),
+    /// `a + b` (saves nothing).
+    Add(Box<Expr>, Box<Expr>),
+    /// `a - b` (saves nothing).
+    Sub(Box<Expr>, Box<Expr>),
+    /// `a * b` (saves each operand the other's gradient needs).
+    Mul(Box<Expr>, Box<Expr>),
+    /// `a / b` (saves `b`, and `a` when `b` needs a gradient).
+    Div(Box<Expr>, Box<Expr>),
+    /// `a * c` or `a / c` for a Python number `c` (saves nothing).
+    Scale(Box<Expr>),
+    /// `a.max(dim=-1, keepdim=True).values` (saves the int64 indices).
+    Max(Box<Expr>),
+    /// `a.sum(dim=-1, keepdim=True)` (saves nothing).
+    Sum(Box<Expr>),
+}
+
+/// How a `Softmax` is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SoftmaxKind {
+    /// `F.softmax(x, dim=-1)`: SoftmaxBackward0 saves its result.
+    Fused,
+    /// `exp(x - max) / sum`: max's indices, exp's result, the sum and (as
+    /// div's `self`) exp's result again are saved.
+    Manual,
 }
 
 /// What `next(batches)` yields as the model's input `x`.
@@ -212,6 +292,13 @@ pub struct LangModel {
     /// (a path, or a prefix of one at a `.`), right after the model is built.
     #[serde(default)]
     pub freeze: Vec<String>,
+    /// Parameters under these module paths (a path, or a prefix of one at a
+    /// `.`) in their own dtype, the rest in the model's: `model.to(bf16)`
+    /// then `model.ln.float()` (fp32 norms in a bf16 model), done before
+    /// `.cuda()`, so each is allocated once, in its dtype. The last path
+    /// that names a parameter decides.
+    #[serde(default)]
+    pub dtypes: Vec<(String, crate::engine::dtype::DType)>,
     /// PEFT `get_peft_model(model, LoraConfig(...))` (models.md §6): every
     /// parameter frozen, adapters on the projections whose name is a target.
     #[serde(default)]

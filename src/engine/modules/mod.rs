@@ -65,7 +65,7 @@ pub(crate) struct Model {
 }
 
 /// Whether module `path` is `prefix` or lies under it (at a `.`); `""` is the whole model.
-fn under_path(prefix: &str, path: &str) -> bool {
+pub(crate) fn under_path(prefix: &str, path: &str) -> bool {
     prefix.is_empty()
         || path == prefix
         || path
@@ -333,6 +333,7 @@ impl Model {
                 let mut net = crate::engine::model_lang::build::LangNet::build(
                     e,
                     &m.net,
+                    &m.dtypes,
                     &mut params,
                     &mut buffers,
                 )?;

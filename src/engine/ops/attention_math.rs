@@ -179,7 +179,7 @@ impl Engine {
     /// inherits) is not contiguous and neither B nor h is 1 (a transposed
     /// [B, T, h, hd] view cannot merge B and h); the copies are what
     /// BmmBackward0 saves.
-    fn bmm_4d(
+    pub(crate) fn bmm_4d(
         &mut self,
         a: TensorId,
         a_origin: TensorId,

@@ -41,6 +41,19 @@ impl Engine {
     fn linear_inner(&mut self, x: TensorId, w: TensorId, b: Option<TensorId>) -> Result<TensorId> {
         let [xc, wc, bc] = self.autocast_args([Some(x), Some(w), b], CastPolicy::Lower)?;
         let (xc, wc) = (xc.unwrap_or(x), wc.unwrap_or(w));
+        if self.dtype(xc) != self.dtype(wc) {
+            // Outside autocast, F.linear multiplies only equal dtypes (an fp32
+            // norm's output into a bf16 Linear, a bf16 input into fp32 weights).
+            let msg = format!(
+                "expected m1 and m2 to have the same dtype, but got: {} != {}",
+                self.dtype(xc).scalar_name(),
+                self.dtype(wc).scalar_name()
+            );
+            for t in [Some(xc), Some(wc), bc].into_iter().flatten() {
+                self.release(t);
+            }
+            return Err(crate::engine::EngineError::Runtime(msg));
+        }
         let contiguous = self.layout(xc) == Layout::Contiguous;
         let out = if bc.is_some() && contiguous {
             self.addmm_nd(bc, xc, wc)

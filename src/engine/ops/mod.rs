@@ -5,6 +5,7 @@ pub mod attention;
 mod attention_math;
 pub mod conv;
 pub mod elementwise;
+pub mod handwritten;
 pub mod hf_loss;
 pub mod loss;
 pub mod matmul;

@@ -30,6 +30,7 @@ fn lang(net: Module, input: ModelInput, batch: u64, loss: LossKind) -> ModelConf
                 input,
                 net,
                 freeze: Vec::new(),
+                dtypes: Vec::new(),
                 lora: None,
             },
             batch,
@@ -377,6 +378,7 @@ fn shape_errors_name_the_module() {
         input: ModelInput::Features(8),
         net: Module::Sequential(vec![named("fc1", lin(8, 16)), named("fc2", lin(32, 4))]),
         freeze: Vec::new(),
+        dtypes: Vec::new(),
         lora: None,
     };
     let err = m.output(2, None).expect_err("mismatch").to_string();

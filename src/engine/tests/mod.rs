@@ -3,7 +3,9 @@
 
 mod behaviour;
 mod checkpointing;
+mod dtypes;
 mod golden;
+mod handwritten;
 mod lang;
 pub(crate) mod launches;
 mod loop_language;
