@@ -29,6 +29,7 @@ pub mod held;
 mod held_walk;
 pub mod hf_config;
 pub mod hf_switches;
+mod input_grad;
 mod keep;
 pub mod launch;
 mod loop_steps;

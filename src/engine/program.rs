@@ -232,6 +232,25 @@ pub enum Step {
     RemoveForwardHooks {
         module: String,
     },
+    /// `name.requires_grad_()` on a leaf tensor (an input the loop
+    /// differentiates: an adversarial example); a tensor with a history is
+    /// refused with PyTorch's words.
+    RequiresGrad {
+        name: String,
+    },
+    /// `input = (input + eps * input.grad.sign()).clamp(0, 1)`: a
+    /// sign-gradient step on the input (FGSM, PGD); `grad` names a bound
+    /// tensor to take the sign of instead of `input.grad` (the result of
+    /// `torch.autograd.grad`). Without `clamp`, no `.clamp(0, 1)`; with
+    /// `detach`, `.detach().requires_grad_()` at the end: a fresh leaf,
+    /// where without it the new input's history reaches every earlier one.
+    GradSignStep {
+        input: String,
+        #[serde(default)]
+        grad: Option<String>,
+        clamp: bool,
+        detach: bool,
+    },
 }
 
 impl Step {
@@ -278,6 +297,8 @@ impl Step {
             Step::GcCollect => "gc.collect",
             Step::RegisterForwardHook { .. } => "register_forward_hook",
             Step::RemoveForwardHooks { .. } => "handle.remove",
+            Step::RequiresGrad { .. } => "requires_grad_",
+            Step::GradSignStep { .. } => "sign_step",
         }
     }
 
@@ -644,6 +665,13 @@ impl Engine {
                 self.register_forward_hook(module, list, *what)?
             }
             Step::RemoveForwardHooks { module } => self.remove_forward_hooks(module),
+            Step::RequiresGrad { name } => self.requires_grad_leaf(name)?,
+            Step::GradSignStep {
+                input,
+                grad,
+                clamp,
+                detach,
+            } => self.grad_sign_step(input, grad.as_deref(), *clamp, *detach)?,
         }
         Ok(())
     }

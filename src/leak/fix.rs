@@ -73,6 +73,14 @@ pub(super) fn fix_for(
                      hook: {name}.append(o.detach().cpu())"
                 );
             }
+            Binder::SignStep { grad, clamp } => {
+                let g = grad.clone().unwrap_or_else(|| format!("{name}.grad"));
+                let clamp = if *clamp { ".clamp(0, 1)" } else { "" };
+                return format!(
+                    "{name} = ({name} + eps * {g}.sign()){clamp}.detach().requires_grad_()  \
+                     # a fresh leaf each step; and no retain_graph=True"
+                );
+            }
             Binder::Forward | Binder::Loss => {}
         }
     }

@@ -50,6 +50,12 @@ pub(crate) enum Binder {
         module: String,
         what: KeepWhat,
     },
+    /// `x = (x + eps * G.sign())…` on the input itself: without
+    /// `.detach()` its history reaches every earlier step's.
+    SignStep {
+        grad: Option<String>,
+        clamp: bool,
+    },
 }
 
 #[derive(Debug, Clone, Default)]
@@ -249,6 +255,16 @@ impl ProgramFacts {
                 eval_grad,
             ),
             Step::ScalerScale { into, .. } => self.bind(into, Binder::Loss, eval_grad),
+            Step::GradSignStep {
+                input, grad, clamp, ..
+            } => self.bind(
+                input,
+                Binder::SignStep {
+                    grad: grad.clone(),
+                    clamp: *clamp,
+                },
+                eval_grad,
+            ),
             Step::SetItem {
                 dict,
                 from,
@@ -283,7 +299,7 @@ impl ProgramFacts {
             .get(root)?
             .iter()
             .min_by_key(|(b, _)| match b {
-                Binder::Hook { .. } => 0,
+                Binder::Hook { .. } | Binder::SignStep { .. } => 0,
                 Binder::Accumulate { .. } | Binder::Append { .. } | Binder::SetItem { .. } => 0,
                 Binder::Keep { .. } => 1,
                 _ => 2,
@@ -303,6 +319,14 @@ impl ProgramFacts {
         } else {
             "list"
         }
+    }
+
+    /// Whether a sign-gradient step rebinds `name` from itself (an input
+    /// fed back as the next one).
+    pub fn fed_back(&self, name: &str) -> bool {
+        self.binders
+            .get(name)
+            .is_some_and(|b| b.iter().any(|(b, _)| matches!(b, Binder::SignStep { .. })))
     }
 
     /// The module whose forward hook fills `name`, if one does.

@@ -42,6 +42,8 @@ static BUILTINS: &[BuiltIn] = builtins![
     "val-outputs-cpu-fixed",
     "forward-hook-activations-bug",
     "forward-hook-removed-fixed",
+    "adversarial-input-graph-bug",
+    "adversarial-input-detach-fixed",
     "zero-grad-missing-bug",
     "zero-grad-fixed",
     "zero-grad-keep-grads",

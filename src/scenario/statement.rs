@@ -198,6 +198,27 @@ pub fn statement(step: &Step) -> String {
         Step::RemoveForwardHooks { module } => {
             format!("handle_{}.remove()", module.replace('.', "_"))
         }
+        Step::RequiresGrad { name } => format!("{name}.requires_grad_()"),
+        Step::GradSignStep {
+            input,
+            grad,
+            clamp,
+            detach,
+        } => {
+            let g = grad.clone().unwrap_or_else(|| format!("{input}.grad"));
+            let sum = format!("{input} + eps * {g}.sign()");
+            let mut e = match clamp | detach {
+                true => format!("({sum})"),
+                false => sum,
+            };
+            if *clamp {
+                e.push_str(".clamp(0, 1)");
+            }
+            if *detach {
+                e.push_str(".detach().requires_grad_()");
+            }
+            format!("{input} = {e}")
+        }
         Step::MakeCycle { from, into, what } => {
             format!(
                 "{into} = {{{from:?}: {}}}; {into}[\"self\"] = {into}",
@@ -299,6 +320,19 @@ mod tests {
                 "handle_fc1 = model.fc1.register_forward_hook(lambda m, i, o: acts.append(o.detach().cpu()))",
             ),
             ("RemoveForwardHooks(module: \"fc1\")", "handle_fc1.remove()"),
+            ("RequiresGrad(name: \"x\")", "x.requires_grad_()"),
+            (
+                "GradSignStep(input: \"x\", clamp: true, detach: false)",
+                "x = (x + eps * x.grad.sign()).clamp(0, 1)",
+            ),
+            (
+                "GradSignStep(input: \"x\", clamp: true, detach: true)",
+                "x = (x + eps * x.grad.sign()).clamp(0, 1).detach().requires_grad_()",
+            ),
+            (
+                "GradSignStep(input: \"x\", grad: \"g\", clamp: false, detach: true)",
+                "x = (x + eps * g.sign()).detach().requires_grad_()",
+            ),
             (
                 "NewDeque(name: \"recent\", maxlen: 5)",
                 "recent = collections.deque(maxlen=5)",

@@ -63,6 +63,8 @@ fn variant(s: &Step) -> &'static str {
         Step::GcCollect => "GcCollect",
         Step::RegisterForwardHook { .. } => "RegisterForwardHook",
         Step::RemoveForwardHooks { .. } => "RemoveForwardHooks",
+        Step::RequiresGrad { .. } => "RequiresGrad",
+        Step::GradSignStep { .. } => "GradSignStep",
     }
 }
 
@@ -99,6 +101,12 @@ fn reads_binds(s: &Step) -> (Vec<&str>, Vec<&str>) {
         Step::DeleteEvery { list, .. } => (vec![list], vec![]),
         Step::MakeCycle { from, into, .. } => (vec![from], vec![into]),
         Step::RegisterForwardHook { list, .. } => (vec![list], vec![]),
+        Step::RequiresGrad { name } => (vec![name], vec![]),
+        Step::GradSignStep { input, grad, .. } => {
+            let mut reads = vec![input.as_str()];
+            reads.extend(grad.as_deref());
+            (reads, vec![input])
+        }
         _ => (vec![], vec![]),
     }
 }

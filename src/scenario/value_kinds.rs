@@ -72,6 +72,16 @@ pub(crate) fn needs(s: &Step) -> Vec<(&str, &'static [Kind], &'static str)> {
             &[Kind::List, Kind::Deque],
             "the hook calls its .append()",
         )],
+        Step::RequiresGrad { name } => {
+            vec![(name, TENSOR, "only a tensor has .requires_grad_()")]
+        }
+        Step::GradSignStep { input, grad, .. } => {
+            let mut v = vec![(input.as_str(), TENSOR, "only a tensor has .grad")];
+            if let Some(g) = grad {
+                v.push((g.as_str(), TENSOR, "only a tensor has .sign()"));
+            }
+            v
+        }
         _ => vec![],
     }
 }
@@ -129,6 +139,7 @@ pub(crate) fn binds(
         Step::NewList { name } => vec![(name, Kind::List)],
         Step::NewDeque { name, .. } => vec![(name, Kind::Deque)],
         Step::MakeCycle { into, .. } => vec![(into, Kind::Cycle)],
+        Step::GradSignStep { input, .. } => vec![(input, Kind::Tensor)],
         _ => vec![],
     }
 }

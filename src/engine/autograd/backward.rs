@@ -271,6 +271,7 @@ impl Engine {
             | BwdKind::Cast
             | BwdKind::AllocWithTemp { .. }
             | BwdKind::AllocAfterTemps { .. }
+            | BwdKind::Clamp
             | BwdKind::Mul
             | BwdKind::Conv { .. }
             | BwdKind::Sdpa { .. } => {
@@ -293,6 +294,7 @@ impl Engine {
                             BwdKind::AllocAfterTemps { temps } => {
                                 self.grad_after_temps(m.shape, m.dtype, temps)?
                             }
+                            BwdKind::Clamp => self.clamp_grad(m.shape, m.dtype)?,
                             _ => self.empty(m.shape, m.dtype, Category::Gradient)?,
                         };
                         self.k_grad_from(g0, t);

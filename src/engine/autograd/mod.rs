@@ -167,6 +167,12 @@ pub(crate) enum BwdKind {
     AllocAfterTemps {
         temps: u8,
     },
+    /// ClampBackward1 (`clamp_backward` with both bounds): a 0-dim zero
+    /// (`at::scalar_tensor(0., grad.options())`), the bool masks `self >=
+    /// min` and `self <= max` (anded in place), the gradient from `where`;
+    /// then the masks die, the second first, and the zero (the trace of
+    /// tests/fixtures/pytorch/adversarial_input_graph_bug.py on PyTorch 2.11).
+    Clamp,
     /// MulBackward0: each gradient is `grad * other` (or `* self`) at the
     /// output's shape; an input broadcast to it gets that product reduced by
     /// `validate_outputs`' `sum_to` afterwards, the product then freed.
