@@ -171,7 +171,11 @@ fn every_builtin_meets_its_expectations() {
 }
 
 /// Each buggy scenario and the scenario that shows its fix.
-const PAIRS: [(&str, &str); 29] = [
+const PAIRS: [(&str, &str); 30] = [
+    (
+        "adversarial-input-graph-bug",
+        "adversarial-input-detach-fixed",
+    ),
     ("forward-hook-activations-bug", "forward-hook-removed-fixed"),
     ("autocast-around-loop-bug", "amp-fp16"),
     ("metric-state-epoch-bug", "metric-state-epoch-fixed"),
@@ -919,4 +923,101 @@ fn an_oom_building_the_model_is_answered_too() {
     let report = vramscope::report::run::text(&s, &r, &[]);
     assert!(!report.contains("none found"), "{report}");
     assert!(report.contains("building the model"), "{report}");
+}
+
+/// Runs a built-in with `edit` applied to its text (a variant a user
+/// would write next to it).
+fn run_variant(name: &str, edit: impl Fn(String) -> String) -> RunResult {
+    let text = std::fs::read_to_string(scenarios_dir().join(format!("{name}.ron")))
+        .unwrap_or_else(|e| panic!("{name}.ron: {e}"));
+    let text = edit(text);
+    let (s, built) = vramscope::scenario::load_str(&text, "variant.ron")
+        .unwrap_or_else(|e| panic!("the variant of {name} loads: {e}"));
+    run(&s, &built, &RunOptions::default())
+}
+
+/// Issue 39, an input fed back without `.detach()`: with
+/// retain_graph=True each step keeps its clamp's saved input ([256, 784]
+/// fp32) and the finding names `x` with the detach fix; without it the
+/// third backward reaches the second step's spent clamp and the run stops
+/// with PyTorch's error, traced back to `x`; the fixed twin is a fresh
+/// leaf each step. `x.grad` of a non-leaf without `retain_grad()` is
+/// Python's AttributeError, and `requires_grad_()` of a computed tensor
+/// PyTorch's refusal.
+#[test]
+fn an_input_fed_back_without_detach_chains_every_step() {
+    use vramscope::leak::FindingKind;
+    let input = (256 * 784 * 4) as f64;
+    let r = run_variant("adversarial-input-graph-bug", |t| t);
+    assert_eq!(growth_per_iteration(&r), input, "{:?}", steady(&r));
+    let f = &r.findings[0];
+    assert_eq!(
+        (f.root.as_str(), f.kind),
+        ("x", FindingKind::RetainedGraphGpu)
+    );
+    assert!(
+        f.fix
+            .starts_with("x = (x + eps * x.grad.sign()).clamp(0, 1).detach().requires_grad_()"),
+        "{}",
+        f.fix
+    );
+    assert!(
+        f.evidence.contains("fed back as the next input"),
+        "{}",
+        f.evidence
+    );
+
+    let fixed = run_variant("adversarial-input-detach-fixed", |t| t);
+    assert_flat(&fixed);
+    assert!(
+        fixed.findings.iter().all(|f| !f.kind.is_leak()),
+        "{:?}",
+        fixed.findings
+    );
+
+    let twice = run_variant("adversarial-input-graph-bug", |t| {
+        t.replace("retain_graph: true", "retain_graph: false")
+    });
+    assert!(
+        twice
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("Trying to backward through the graph a second time")),
+        "{:?}",
+        twice.error
+    );
+    assert_eq!(twice.per_iteration.len(), 2, "the third backward raises");
+    assert!(
+        twice.findings.iter().any(|f| f.root == "x"),
+        "{:?}",
+        twice.findings
+    );
+
+    let no_grad = run_variant("adversarial-input-graph-bug", |t| {
+        t.replace("        RetainGrad(name: \"x\"),", "")
+    });
+    assert!(
+        no_grad
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("'NoneType' object has no attribute 'sign'")
+                && e.contains("retain_grad")),
+        "{:?}",
+        no_grad.error
+    );
+
+    let not_leaf = run_variant("adversarial-input-detach-fixed", |t| {
+        t.replace(
+            "        GradSignStep(",
+            "        RequiresGrad(name: \"out\"),\n        GradSignStep(",
+        )
+    });
+    assert!(
+        not_leaf
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("only change requires_grad flags of leaf variables")),
+        "{:?}",
+        not_leaf.error
+    );
 }
