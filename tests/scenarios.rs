@@ -171,7 +171,8 @@ fn every_builtin_meets_its_expectations() {
 }
 
 /// Each buggy scenario and the scenario that shows its fix.
-const PAIRS: [(&str, &str); 30] = [
+const PAIRS: [(&str, &str); 31] = [
+    ("pgd-autograd-grad-bug", "pgd-autograd-grad-fixed"),
     (
         "adversarial-input-graph-bug",
         "adversarial-input-detach-fixed",
@@ -1019,5 +1020,71 @@ fn an_input_fed_back_without_detach_chains_every_step() {
             .is_some_and(|e| e.contains("only change requires_grad flags of leaf variables")),
         "{:?}",
         not_leaf.error
+    );
+}
+
+/// `torch.autograd.grad(loss, x)` in the same attack: it stops at `x`, so
+/// the earlier steps' clamps never run again: no error, and each keeps its
+/// saved input; the finding says so and its fix asks no retain_graph
+/// change. The fixed twin is flat and clean. An input no graph reaches is
+/// PyTorch's "appears to not have been used in the graph"; one that needs
+/// no grad, its "does not require grad".
+#[test]
+fn autograd_grad_runs_only_toward_its_input() {
+    use vramscope::leak::FindingKind;
+    let r = run_variant("pgd-autograd-grad-bug", |t| t);
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(
+        growth_per_iteration(&r),
+        (256 * 784 * 4) as f64,
+        "{:?}",
+        steady(&r)
+    );
+    let f = &r.findings[0];
+    assert_eq!(
+        (f.root.as_str(), f.kind),
+        ("x", FindingKind::RetainedGraphGpu)
+    );
+    assert!(
+        f.evidence
+            .contains("torch.autograd.grad(…, x) stops at `x`"),
+        "{}",
+        f.evidence
+    );
+    assert!(!f.fix.contains("retain_graph"), "{}", f.fix);
+
+    let fixed = run_variant("pgd-autograd-grad-fixed", |t| t);
+    assert_flat(&fixed);
+    assert!(
+        fixed.findings.iter().all(|f| !f.kind.is_leak()),
+        "{:?}",
+        fixed.findings
+    );
+
+    let unused = run_variant("pgd-autograd-grad-fixed", |t| {
+        t.replace("input: \"x\", into: \"g\"", "input: \"y2\", into: \"g\"")
+            .replace(
+                "        RequiresGrad(name: \"x\"),",
+                "        RequiresGrad(name: \"x\"),\n        LoadBatch(x: \"y2\", y: \"t2\"),\n        RequiresGrad(name: \"y2\"),",
+            )
+    });
+    assert!(
+        unused
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("appears to not have been used in the graph")),
+        "{:?}",
+        unused.error
+    );
+    let no_grad = run_variant("pgd-autograd-grad-fixed", |t| {
+        t.replace("input: \"x\", into: \"g\"", "input: \"y\", into: \"g\"")
+    });
+    assert!(
+        no_grad
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("does not require grad")),
+        "{:?}",
+        no_grad.error
     );
 }

@@ -139,6 +139,9 @@ pub struct Engine {
     /// run it and freed its saved tensors (the backward-twice error's
     /// cause, which the leak detector traces back to a root).
     pub(crate) spent_reached: Option<autograd::NodeId>,
+    /// While `torch.autograd.grad` runs: the nodes it executes and the
+    /// input whose gradient it captures.
+    pub(crate) grad_only: Option<autograd::GradOnly>,
     /// Forward hooks registered on Linear modules: (module id, list, what).
     pub(crate) forward_hooks: Vec<(u32, String, KeepWhat)>,
     /// Warnings already shown this run.
@@ -202,6 +205,7 @@ impl Engine {
             op_error: None,
             retaining: Vec::new(),
             spent_reached: None,
+            grad_only: None,
             forward_hooks: Vec::new(),
             warned: Vec::new(),
             launcher: None,

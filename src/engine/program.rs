@@ -232,6 +232,16 @@ pub enum Step {
     RemoveForwardHooks {
         module: String,
     },
+    /// `into = torch.autograd.grad(output, input, retain_graph=…)[0]`: only
+    /// the nodes that lead to `input` run, and only toward it; the gradient
+    /// is returned, no `.grad` is touched, and the nodes that did not run
+    /// keep their saved tensors.
+    AutogradGrad {
+        output: String,
+        input: String,
+        into: String,
+        retain_graph: bool,
+    },
     /// `name.requires_grad_()` on a leaf tensor (an input the loop
     /// differentiates: an adversarial example); a tensor with a history is
     /// refused with PyTorch's words.
@@ -297,6 +307,7 @@ impl Step {
             Step::GcCollect => "gc.collect",
             Step::RegisterForwardHook { .. } => "register_forward_hook",
             Step::RemoveForwardHooks { .. } => "handle.remove",
+            Step::AutogradGrad { .. } => "autograd.grad",
             Step::RequiresGrad { .. } => "requires_grad_",
             Step::GradSignStep { .. } => "sign_step",
         }
@@ -665,6 +676,16 @@ impl Engine {
                 self.register_forward_hook(module, list, *what)?
             }
             Step::RemoveForwardHooks { module } => self.remove_forward_hooks(module),
+            Step::AutogradGrad {
+                output,
+                input,
+                into,
+                retain_graph,
+            } => {
+                let (o, i) = (self.binding_tensor(output)?, self.binding_tensor(input)?);
+                let g = self.autograd_grad(o, i, *retain_graph)?;
+                self.bind(into, Value::Tensor(g));
+            }
             Step::RequiresGrad { name } => self.requires_grad_leaf(name)?,
             Step::GradSignStep {
                 input,

@@ -207,18 +207,29 @@ impl Detector {
             return Some(f);
         }
         f.evidence = match kind {
-            FindingKind::RetainedGraphGpu if self.facts.fed_back(name) => format!(
-                "`{name}` is fed back as the next input without .detach(): each step's new `{name}` \
-                 is computed from the old one, so its history reaches {} autograd Nodes created over \
-                 {} iterations, and every backward runs them all again. {} of saved tensors are \
-                 reachable only through it, growing by {} per iteration over the last \
-                 {growth_steps} iterations: what each step's ops saved for a backward that \
-                 retain_graph=True keeps.",
-                cur.nodes,
-                f.iterations,
-                format_size(cur.graph),
-                signed_size(graph.per_iter),
-            ),
+            FindingKind::RetainedGraphGpu if self.facts.fed_back(name) => {
+                let why = if self.facts.grad_inputs.contains(name) {
+                    format!(
+                        "torch.autograd.grad(…, {name}) stops at `{name}`: the earlier steps' \
+                         Nodes never run again, so nothing raises and nothing frees what they saved"
+                    )
+                } else {
+                    "every backward runs them all again, and retain_graph=True keeps what they \
+                     saved"
+                        .to_string()
+                };
+                format!(
+                    "`{name}` is fed back as the next input without .detach(): each step's new \
+                     `{name}` is computed from the old one, so its history reaches {} autograd \
+                     Nodes created over {} iterations; {why}. {} of saved tensors are reachable \
+                     only through it, growing by {} per iteration over the last {growth_steps} \
+                     iterations.",
+                    cur.nodes,
+                    f.iterations,
+                    format_size(cur.graph),
+                    signed_size(graph.per_iter),
+                )
+            }
             FindingKind::RetainedGraphGpu => format!(
                 "`{name}` reaches {} autograd Nodes created over {} iterations whose saved tensors were never \
                  released; {} of saved activations are reachable only through it and grew by {} per \

@@ -76,9 +76,14 @@ pub(super) fn fix_for(
             Binder::SignStep { grad, clamp } => {
                 let g = grad.clone().unwrap_or_else(|| format!("{name}.grad"));
                 let clamp = if *clamp { ".clamp(0, 1)" } else { "" };
+                let retain = if facts.retain_graph {
+                    "; and no retain_graph=True"
+                } else {
+                    ""
+                };
                 return format!(
                     "{name} = ({name} + eps * {g}.sign()){clamp}.detach().requires_grad_()  \
-                     # a fresh leaf each step; and no retain_graph=True"
+                     # a fresh leaf each step{retain}"
                 );
             }
             Binder::Forward | Binder::Loss => {}

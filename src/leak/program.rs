@@ -69,6 +69,8 @@ pub(crate) struct ProgramFacts {
     pub autocast_around_loop: Option<crate::engine::DType>,
     pub has_backward: bool,
     pub retain_graph: bool,
+    /// Names `torch.autograd.grad` differentiates with respect to.
+    pub grad_inputs: FxHashSet<String>,
     /// `model.eval()` (or a grad switch) with grad still enabled somewhere.
     pub eval_with_grad: bool,
     /// `CarryHidden { detach }` if the program has one.
@@ -195,6 +197,14 @@ impl ProgramFacts {
         match s {
             Step::ZeroGrad { .. } => self.has_zero_grad = true,
             Step::OptimizerStep | Step::ScalerStep => self.steps_optimizer = true,
+            Step::AutogradGrad {
+                input,
+                retain_graph,
+                ..
+            } => {
+                self.grad_inputs.insert(input.clone());
+                self.retain_graph |= *retain_graph;
+            }
             Step::Backward { retain_graph, .. } => {
                 self.has_backward = true;
                 self.retain_graph |= *retain_graph;

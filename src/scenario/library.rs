@@ -44,6 +44,8 @@ static BUILTINS: &[BuiltIn] = builtins![
     "forward-hook-removed-fixed",
     "adversarial-input-graph-bug",
     "adversarial-input-detach-fixed",
+    "pgd-autograd-grad-bug",
+    "pgd-autograd-grad-fixed",
     "zero-grad-missing-bug",
     "zero-grad-fixed",
     "zero-grad-keep-grads",

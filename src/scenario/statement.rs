@@ -199,6 +199,17 @@ pub fn statement(step: &Step) -> String {
             format!("handle_{}.remove()", module.replace('.', "_"))
         }
         Step::RequiresGrad { name } => format!("{name}.requires_grad_()"),
+        Step::AutogradGrad {
+            output,
+            input,
+            into,
+            retain_graph,
+        } => match retain_graph {
+            true => {
+                format!("{into} = torch.autograd.grad({output}, {input}, retain_graph=True)[0]")
+            }
+            false => format!("{into} = torch.autograd.grad({output}, {input})[0]"),
+        },
         Step::GradSignStep {
             input,
             grad,
@@ -321,6 +332,10 @@ mod tests {
             ),
             ("RemoveForwardHooks(module: \"fc1\")", "handle_fc1.remove()"),
             ("RequiresGrad(name: \"x\")", "x.requires_grad_()"),
+            (
+                "AutogradGrad(output: \"loss\", input: \"x\", into: \"g\", retain_graph: false)",
+                "g = torch.autograd.grad(loss, x)[0]",
+            ),
             (
                 "GradSignStep(input: \"x\", clamp: true, detach: false)",
                 "x = (x + eps * x.grad.sign()).clamp(0, 1)",

@@ -63,6 +63,7 @@ fn variant(s: &Step) -> &'static str {
         Step::GcCollect => "GcCollect",
         Step::RegisterForwardHook { .. } => "RegisterForwardHook",
         Step::RemoveForwardHooks { .. } => "RemoveForwardHooks",
+        Step::AutogradGrad { .. } => "AutogradGrad",
         Step::RequiresGrad { .. } => "RequiresGrad",
         Step::GradSignStep { .. } => "GradSignStep",
     }
@@ -102,6 +103,12 @@ fn reads_binds(s: &Step) -> (Vec<&str>, Vec<&str>) {
         Step::MakeCycle { from, into, .. } => (vec![from], vec![into]),
         Step::RegisterForwardHook { list, .. } => (vec![list], vec![]),
         Step::RequiresGrad { name } => (vec![name], vec![]),
+        Step::AutogradGrad {
+            output,
+            input,
+            into,
+            ..
+        } => (vec![output, input], vec![into]),
         Step::GradSignStep { input, grad, .. } => {
             let mut reads = vec![input.as_str()];
             reads.extend(grad.as_deref());

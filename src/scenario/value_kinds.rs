@@ -75,6 +75,18 @@ pub(crate) fn needs(s: &Step) -> Vec<(&str, &'static [Kind], &'static str)> {
         Step::RequiresGrad { name } => {
             vec![(name, TENSOR, "only a tensor has .requires_grad_()")]
         }
+        Step::AutogradGrad { output, input, .. } => vec![
+            (
+                output,
+                TENSOR,
+                "torch.autograd.grad differentiates a tensor",
+            ),
+            (
+                input,
+                TENSOR,
+                "torch.autograd.grad differentiates with respect to a tensor",
+            ),
+        ],
         Step::GradSignStep { input, grad, .. } => {
             let mut v = vec![(input.as_str(), TENSOR, "only a tensor has .grad")];
             if let Some(g) = grad {
@@ -140,6 +152,7 @@ pub(crate) fn binds(
         Step::NewDeque { name, .. } => vec![(name, Kind::Deque)],
         Step::MakeCycle { into, .. } => vec![(into, Kind::Cycle)],
         Step::GradSignStep { input, .. } => vec![(input, Kind::Tensor)],
+        Step::AutogradGrad { into, .. } => vec![(into, Kind::Tensor)],
         _ => vec![],
     }
 }

@@ -44,7 +44,7 @@ impl Engine {
     }
 
     /// The graph task dies: its pending input buffers are dropped.
-    fn abandon_task(&mut self, task: &[NodeId]) {
+    pub(super) fn abandon_task(&mut self, task: &[NodeId]) {
         for n in task {
             if let Some(node) = self.nodes.get_mut(n.0) {
                 node.deps = 0;
@@ -97,7 +97,7 @@ impl Engine {
     }
 
     /// Run the graph from `edge`, delivering `seed` (its reference is taken).
-    fn traverse(
+    pub(super) fn traverse(
         &mut self,
         edge: Edge,
         seed: TensorId,
@@ -126,6 +126,9 @@ impl Engine {
         while let Some((_, id)) = ready.pop() {
             let n = NodeId(id);
             self.run_retain_grad_hooks(n)?;
+            if self.grad_only_skips(n) {
+                continue;
+            }
             let produced = self.exec_node(n, retain)?;
             for (i, g) in produced {
                 let e = self.nodes[n.0].inputs[i].edge;
@@ -257,7 +260,11 @@ impl Engine {
         self.unpack_saved(n)?;
         let g0 = self.nodes[n.0].buf.first().copied().flatten();
         let ninputs = self.nodes[n.0].inputs.len();
-        let needs = |e: &Engine, i: usize| e.nodes[n.0].inputs[i].edge.is_some();
+        let needs = |e: &Engine, i: usize| {
+            e.nodes[n.0].inputs[i]
+                .edge
+                .is_some_and(|edge| e.grad_only_needs(edge.node))
+        };
         let mut outs: Vec<Out> = Vec::with_capacity(ninputs);
         match kind {
             BwdKind::AccumulateGrad => {}

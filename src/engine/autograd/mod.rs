@@ -3,6 +3,7 @@
 
 pub(crate) mod backward;
 pub mod checkpoint;
+mod grad;
 pub(crate) mod reentrant;
 
 use serde::{Deserialize, Serialize};
@@ -17,6 +18,8 @@ use crate::engine::{Engine, EngineError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct NodeId(pub u32);
+
+pub(crate) use grad::GradOnly;
 
 /// An edge to the `nr`-th output of `node` (PyTorch's `Edge{function, input_nr}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
