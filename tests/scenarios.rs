@@ -171,7 +171,8 @@ fn every_builtin_meets_its_expectations() {
 }
 
 /// Each buggy scenario and the scenario that shows its fix.
-const PAIRS: [(&str, &str); 31] = [
+const PAIRS: [(&str, &str); 32] = [
+    ("backward-hook-grads-bug", "backward-hook-removed-fixed"),
     ("pgd-autograd-grad-bug", "pgd-autograd-grad-fixed"),
     (
         "adversarial-input-graph-bug",
@@ -1086,5 +1087,60 @@ fn autograd_grad_runs_only_toward_its_input() {
             .is_some_and(|e| e.contains("does not require grad")),
         "{:?}",
         no_grad.error
+    );
+}
+
+/// A full backward hook on fc2 that keeps the gradient of its output adds
+/// exactly that gradient ([256, 1024] fp32) per iteration, and the finding
+/// names the hook and its handle; the fixed twin is flat and clean. On fc1,
+/// whose input needs no grad, PyTorch warns that the hook fires with
+/// respect to the outputs only; on a module that is no Linear the run stops.
+#[test]
+fn a_full_backward_hook_keeps_its_module_s_output_gradient() {
+    let r = run_variant("backward-hook-grads-bug", |t| t);
+    assert_eq!(
+        growth_per_iteration(&r),
+        (256 * 1024 * 4) as f64,
+        "{:?}",
+        steady(&r)
+    );
+    let f = &r.findings[0];
+    assert_eq!(f.root, "grads");
+    assert!(
+        f.evidence.contains("A full backward hook on `fc2`"),
+        "{}",
+        f.evidence
+    );
+    assert!(f.fix.starts_with("bhandle_fc2.remove()"), "{}", f.fix);
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+
+    let fixed = run_variant("backward-hook-removed-fixed", |t| t);
+    assert_flat(&fixed);
+    assert!(
+        fixed.findings.iter().all(|f| !f.kind.is_leak()),
+        "{:?}",
+        fixed.findings
+    );
+
+    let fc1 = run_variant("backward-hook-grads-bug", |t| {
+        t.replace("module: \"fc2\", list", "module: \"fc1\", list")
+    });
+    assert_eq!(growth_per_iteration(&fc1), (256 * 1024 * 4) as f64);
+    assert!(
+        fc1.warnings
+            .iter()
+            .any(|w| w.contains("Full backward hook is firing when gradients are computed with respect to module outputs")),
+        "{:?}",
+        fc1.warnings
+    );
+    let relu = run_variant("backward-hook-grads-bug", |t| {
+        t.replace("module: \"fc2\", list", "module: \"relu1\", list")
+    });
+    assert!(
+        relu.error
+            .as_deref()
+            .is_some_and(|e| e.contains("no Linear module `relu1`")),
+        "{:?}",
+        relu.error
     );
 }

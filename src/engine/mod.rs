@@ -144,6 +144,12 @@ pub struct Engine {
     pub(crate) grad_only: Option<autograd::GradOnly>,
     /// Forward hooks registered on Linear modules: (module id, list, what).
     pub(crate) forward_hooks: Vec<(u32, String, KeepWhat)>,
+    /// Full backward hooks registered on Linear modules: (module id, list, what).
+    pub(crate) backward_hooks: Vec<(u32, String, KeepWhat)>,
+    /// The `BackwardHookFunctionBackward` nodes that run backward hooks:
+    /// (node, the hooks' lists and what they keep, whether no input of
+    /// the module required grad).
+    pub(crate) grad_hooks: Vec<(autograd::NodeId, Vec<(String, KeepWhat)>, bool)>,
     /// Warnings already shown this run.
     pub(crate) warned: Vec<&'static str>,
     /// Runs real kernels on the tensors (a CUDA run); None: nothing is launched.
@@ -207,6 +213,8 @@ impl Engine {
             spent_reached: None,
             grad_only: None,
             forward_hooks: Vec::new(),
+            backward_hooks: Vec::new(),
+            grad_hooks: Vec::new(),
             warned: Vec::new(),
             launcher: None,
             launch_stats: LaunchStats::default(),

@@ -232,6 +232,19 @@ pub enum Step {
     RemoveForwardHooks {
         module: String,
     },
+    /// `model.<module>.register_full_backward_hook(lambda m, gi, go:
+    /// list.append(go[0] …))` on a Linear: from now on every backward
+    /// through it appends what `what` keeps of the gradient of its output,
+    /// until `RemoveBackwardHooks`.
+    RegisterFullBackwardHook {
+        module: String,
+        list: String,
+        what: KeepWhat,
+    },
+    /// `handle.remove()` for every backward hook registered on `module`.
+    RemoveBackwardHooks {
+        module: String,
+    },
     /// `into = torch.autograd.grad(output, input, retain_graph=…)[0]`: only
     /// the nodes that lead to `input` run, and only toward it; the gradient
     /// is returned, no `.grad` is touched, and the nodes that did not run
@@ -308,6 +321,8 @@ impl Step {
             Step::RegisterForwardHook { .. } => "register_forward_hook",
             Step::RemoveForwardHooks { .. } => "handle.remove",
             Step::AutogradGrad { .. } => "autograd.grad",
+            Step::RegisterFullBackwardHook { .. } => "register_full_backward_hook",
+            Step::RemoveBackwardHooks { .. } => "handle.remove",
             Step::RequiresGrad { .. } => "requires_grad_",
             Step::GradSignStep { .. } => "sign_step",
         }
@@ -676,6 +691,10 @@ impl Engine {
                 self.register_forward_hook(module, list, *what)?
             }
             Step::RemoveForwardHooks { module } => self.remove_forward_hooks(module),
+            Step::RegisterFullBackwardHook { module, list, what } => {
+                self.register_backward_hook(module, list, *what)?
+            }
+            Step::RemoveBackwardHooks { module } => self.remove_backward_hooks(module),
             Step::AutogradGrad {
                 output,
                 input,

@@ -296,11 +296,17 @@ impl Detector {
                         cur.nodes
                     ));
                 }
-                if let Some(m) = self.facts.hooked_by(name) {
-                    e.push_str(&format!(
+                match self.facts.hooked_by(name) {
+                    Some((m, false)) => e.push_str(&format!(
                         " A forward hook on `{m}` appends its output to it at every forward: \
                          the hook, not the loop, is what keeps them."
-                    ));
+                    )),
+                    Some((m, true)) => e.push_str(&format!(
+                        " A full backward hook on `{m}` appends the gradient of its output to \
+                         it at every backward, a gradient backward would have freed once `{m}` \
+                         used it: the hook, not the loop, is what keeps them."
+                    )),
+                    None => {}
                 }
                 e
             }

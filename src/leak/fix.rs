@@ -66,11 +66,22 @@ pub(super) fn fix_for(
                 return format!("{pre}{name}[{key}] = {}", host(from))
             }
             Binder::Keep { from, .. } => return format!("{pre}{name} = {}", plain(from)),
-            Binder::Hook { module, .. } => {
+            Binder::Hook {
+                module,
+                backward: false,
+                ..
+            } => {
                 let handle = module.replace('.', "_");
                 return format!(
                     "handle_{handle}.remove()  # once the activations are collected; or in the \
                      hook: {name}.append(o.detach().cpu())"
+                );
+            }
+            Binder::Hook { module, .. } => {
+                let handle = module.replace('.', "_");
+                return format!(
+                    "bhandle_{handle}.remove()  # once the gradients are collected; or in the \
+                     hook: {name}.append(go[0].detach().cpu())"
                 );
             }
             Binder::SignStep { grad, clamp } => {

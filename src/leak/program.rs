@@ -45,10 +45,12 @@ pub(crate) enum Binder {
     },
     Forward,
     Loss,
-    /// A forward hook on a module appends what it keeps of the output.
+    /// A hook on a module appends what it keeps of its output (a forward
+    /// hook) or of its output's gradient (a full backward hook).
     Hook {
         module: String,
         what: KeepWhat,
+        backward: bool,
     },
     /// `x = (x + eps * G.sign())…` on the input itself: without
     /// `.detach()` its history reaches every earlier step's.
@@ -256,11 +258,13 @@ impl ProgramFacts {
                 self.bind(output, Binder::Forward, eval_grad)
             }
             Step::Loss { into, .. } => self.bind(into, Binder::Loss, eval_grad),
-            Step::RegisterForwardHook { module, list, what } => self.bind(
+            Step::RegisterForwardHook { module, list, what }
+            | Step::RegisterFullBackwardHook { module, list, what } => self.bind(
                 list,
                 Binder::Hook {
                     module: module.clone(),
                     what: *what,
+                    backward: matches!(s, Step::RegisterFullBackwardHook { .. }),
                 },
                 eval_grad,
             ),
@@ -339,10 +343,13 @@ impl ProgramFacts {
             .is_some_and(|b| b.iter().any(|(b, _)| matches!(b, Binder::SignStep { .. })))
     }
 
-    /// The module whose forward hook fills `name`, if one does.
-    pub fn hooked_by(&self, name: &str) -> Option<&str> {
+    /// The module whose hook fills `name`, if one does, and whether it is
+    /// a backward hook.
+    pub fn hooked_by(&self, name: &str) -> Option<(&str, bool)> {
         self.binders.get(name)?.iter().find_map(|(b, _)| match b {
-            Binder::Hook { module, .. } => Some(module.as_str()),
+            Binder::Hook {
+                module, backward, ..
+            } => Some((module.as_str(), *backward)),
             _ => None,
         })
     }

@@ -42,6 +42,8 @@ static BUILTINS: &[BuiltIn] = builtins![
     "val-outputs-cpu-fixed",
     "forward-hook-activations-bug",
     "forward-hook-removed-fixed",
+    "backward-hook-grads-bug",
+    "backward-hook-removed-fixed",
     "adversarial-input-graph-bug",
     "adversarial-input-detach-fixed",
     "pgd-autograd-grad-bug",

@@ -199,6 +199,21 @@ pub fn statement(step: &Step) -> String {
             format!("handle_{}.remove()", module.replace('.', "_"))
         }
         Step::RequiresGrad { name } => format!("{name}.requires_grad_()"),
+        Step::RegisterFullBackwardHook { module, list, what } => {
+            let kept = match what {
+                KeepWhat::Tensor => "go[0]",
+                KeepWhat::Detach => "go[0].detach()",
+                KeepWhat::Cpu => "go[0].detach().cpu()",
+                KeepWhat::Item => "go[0].item()",
+            };
+            format!(
+                "bhandle_{} = model.{module}.register_full_backward_hook(lambda m, gi, go: {list}.append({kept}))",
+                module.replace('.', "_")
+            )
+        }
+        Step::RemoveBackwardHooks { module } => {
+            format!("bhandle_{}.remove()", module.replace('.', "_"))
+        }
         Step::AutogradGrad {
             output,
             input,
@@ -332,6 +347,11 @@ mod tests {
             ),
             ("RemoveForwardHooks(module: \"fc1\")", "handle_fc1.remove()"),
             ("RequiresGrad(name: \"x\")", "x.requires_grad_()"),
+            (
+                "RegisterFullBackwardHook(module: \"fc2\", list: \"grads\", what: Tensor)",
+                "bhandle_fc2 = model.fc2.register_full_backward_hook(lambda m, gi, go: grads.append(go[0]))",
+            ),
+            ("RemoveBackwardHooks(module: \"fc2\")", "bhandle_fc2.remove()"),
             (
                 "AutogradGrad(output: \"loss\", input: \"x\", into: \"g\", retain_graph: false)",
                 "g = torch.autograd.grad(loss, x)[0]",

@@ -64,6 +64,8 @@ fn variant(s: &Step) -> &'static str {
         Step::RegisterForwardHook { .. } => "RegisterForwardHook",
         Step::RemoveForwardHooks { .. } => "RemoveForwardHooks",
         Step::AutogradGrad { .. } => "AutogradGrad",
+        Step::RegisterFullBackwardHook { .. } => "RegisterFullBackwardHook",
+        Step::RemoveBackwardHooks { .. } => "RemoveBackwardHooks",
         Step::RequiresGrad { .. } => "RequiresGrad",
         Step::GradSignStep { .. } => "GradSignStep",
     }
@@ -101,7 +103,9 @@ fn reads_binds(s: &Step) -> (Vec<&str>, Vec<&str>) {
         Step::AllocateBuffers { list, .. } => (vec![], vec![list]),
         Step::DeleteEvery { list, .. } => (vec![list], vec![]),
         Step::MakeCycle { from, into, .. } => (vec![from], vec![into]),
-        Step::RegisterForwardHook { list, .. } => (vec![list], vec![]),
+        Step::RegisterForwardHook { list, .. } | Step::RegisterFullBackwardHook { list, .. } => {
+            (vec![list], vec![])
+        }
         Step::RequiresGrad { name } => (vec![name], vec![]),
         Step::AutogradGrad {
             output,

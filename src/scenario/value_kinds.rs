@@ -67,11 +67,13 @@ pub(crate) fn needs(s: &Step) -> Vec<(&str, &'static [Kind], &'static str)> {
         Step::DeleteEvery { list, .. } => {
             vec![(list, &[Kind::List], "`del x[::n]` needs a list")]
         }
-        Step::RegisterForwardHook { list, .. } => vec![(
-            list,
-            &[Kind::List, Kind::Deque],
-            "the hook calls its .append()",
-        )],
+        Step::RegisterForwardHook { list, .. } | Step::RegisterFullBackwardHook { list, .. } => {
+            vec![(
+                list,
+                &[Kind::List, Kind::Deque],
+                "the hook calls its .append()",
+            )]
+        }
         Step::RequiresGrad { name } => {
             vec![(name, TENSOR, "only a tensor has .requires_grad_()")]
         }

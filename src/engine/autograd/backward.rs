@@ -130,6 +130,11 @@ impl Engine {
                 continue;
             }
             let produced = self.exec_node(n, retain)?;
+            // A module's full backward hooks run after its output's
+            // BackwardHookFunctionBackward (a post-hook on that node).
+            if let (false, Some(&(_, g))) = (self.grad_hooks.is_empty(), produced.first()) {
+                self.run_backward_hooks(n, g)?;
+            }
             for (i, g) in produced {
                 let e = self.nodes[n.0].inputs[i].edge;
                 match e {

@@ -522,6 +522,9 @@ impl Engine {
             let Some(node) = self.nodes.remove(f.0) else {
                 continue;
             };
+            if !self.grad_hooks.is_empty() {
+                self.grad_hooks.retain(|(n, _, _)| *n != f);
+            }
             for meta in &node.inputs {
                 if let Some(e) = meta.edge {
                     let child = &mut self.nodes[e.node.0];
