@@ -146,10 +146,8 @@ pub struct Engine {
     pub(crate) forward_hooks: Vec<(u32, String, KeepWhat)>,
     /// Full backward hooks registered on Linear modules: (module id, list, what).
     pub(crate) backward_hooks: Vec<(u32, String, KeepWhat)>,
-    /// The `BackwardHookFunctionBackward` nodes that run backward hooks:
-    /// (node, the hooks' lists and what they keep, whether no input of
-    /// the module required grad).
-    pub(crate) grad_hooks: Vec<(autograd::NodeId, Vec<(String, KeepWhat)>, bool)>,
+    /// The `BackwardHookFunctionBackward` nodes that run backward hooks.
+    pub(crate) grad_hooks: Vec<modules::GradHook>,
     /// Warnings already shown this run.
     pub(crate) warned: Vec<&'static str>,
     /// Runs real kernels on the tensors (a CUDA run); None: nothing is launched.

@@ -523,7 +523,7 @@ impl Engine {
                 continue;
             };
             if !self.grad_hooks.is_empty() {
-                self.grad_hooks.retain(|(n, _, _)| *n != f);
+                self.grad_hooks.retain(|h| h.node != f);
             }
             for meta in &node.inputs {
                 if let Some(e) = meta.edge {

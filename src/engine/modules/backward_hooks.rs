@@ -21,6 +21,16 @@ const OUTPUTS_ONLY: &str = "Full backward hook is firing when gradients are comp
      https://docs.pytorch.org/docs/main/generated/torch.nn.Module.html#torch.nn.Module.register_full_backward_hook \
      for more details.";
 
+/// A `BackwardHookFunctionBackward` node that runs a module's backward hooks.
+#[derive(Debug, Clone)]
+pub(crate) struct GradHook {
+    pub node: NodeId,
+    /// Each hook's list and what it keeps of the gradient.
+    hooks: Vec<(String, KeepWhat)>,
+    /// No input of the module required grad (PyTorch then warns).
+    outputs_only: bool,
+}
+
 impl Engine {
     /// `register_full_backward_hook` on the Linear at `path`, appending
     /// what `what` keeps of the output's gradient to `list`.
@@ -69,7 +79,11 @@ impl Engine {
         }
         let (out, node) = self.identity_node(y);
         self.release(y);
-        self.grad_hooks.push((node, hooks, !input_wrapped));
+        self.grad_hooks.push(GradHook {
+            node,
+            hooks,
+            outputs_only: !input_wrapped,
+        });
         out
     }
 
@@ -90,10 +104,10 @@ impl Engine {
     /// The hooks on `n`, run after it hands its gradient on: each appends
     /// what it keeps of the gradient of the module's output.
     pub(crate) fn run_backward_hooks(&mut self, n: NodeId, g: TensorId) -> Result<()> {
-        let Some(i) = self.grad_hooks.iter().position(|(m, _, _)| *m == n) else {
+        let Some(h) = self.grad_hooks.iter().find(|h| h.node == n) else {
             return Ok(());
         };
-        let (hooks, outputs_only) = (self.grad_hooks[i].1.clone(), self.grad_hooks[i].2);
+        let (hooks, outputs_only) = (h.hooks.clone(), h.outputs_only);
         if outputs_only {
             self.warn(OUTPUTS_ONLY);
         }

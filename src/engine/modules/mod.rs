@@ -3,6 +3,7 @@
 //! registration order), which is also `named_parameters()` order.
 
 mod backward_hooks;
+pub(crate) use backward_hooks::GradHook;
 pub mod bert;
 pub mod bottleneck;
 pub mod decoder;
