@@ -1144,3 +1144,37 @@ fn a_full_backward_hook_keeps_its_module_s_output_gradient() {
         relu.error
     );
 }
+
+/// Without the clamp, `x = x + eps * x.grad.sign()` saves nothing: the
+/// chain of AddBackward0 grows on the host only, and the finding says so
+/// (no GPU growth) with the detach fix.
+#[test]
+fn an_input_fed_back_without_a_clamp_grows_on_the_host() {
+    use vramscope::leak::FindingKind;
+    let r = run_variant("adversarial-input-graph-bug", |t| {
+        t.replace("clamp: true", "clamp: false")
+            .replace(
+                "        Leak(root: \"x\", kind: \"retained_graph_gpu\"),\n",
+                "",
+            )
+            .replace("        AllocatedGrowsAtLeast(\"784KiB\"),\n", "")
+    });
+    assert_eq!(growth_per_iteration(&r), 0.0, "{:?}", steady(&r));
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.root == "x")
+        .expect("a finding on x");
+    assert_eq!(f.kind, FindingKind::RetainedGraphHost);
+    assert!(
+        f.evidence.contains("runs that whole history again"),
+        "{}",
+        f.evidence
+    );
+    assert!(
+        f.fix
+            .starts_with("x = (x + eps * x.grad.sign()).detach().requires_grad_()"),
+        "{}",
+        f.fix
+    );
+}

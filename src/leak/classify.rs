@@ -352,6 +352,14 @@ impl Detector {
             "none of the saved tensors they reach is held by it alone"
         };
         let again = match acc.kind {
+            _ if self.facts.fed_back(name) && self.facts.grad_inputs.contains(name) => format!(
+                "`{name}` is fed back as the next input without .detach(); torch.autograd.grad \
+                 stops at it, so the history is never run again: it only grows."
+            ),
+            _ if self.facts.fed_back(name) => format!(
+                "`{name}` is fed back as the next input without .detach(): every backward from it \
+                 runs that whole history again, and backward's time grows with it."
+            ),
             GroupKind::List => format!(
                 "A later backward through any element of `{name}` would fail: those graphs were \
                  already backpropagated."
