@@ -365,7 +365,7 @@ mod tests {
                 "x = (x + eps * x.grad.sign()).clamp(0, 1).detach().requires_grad_()",
             ),
             (
-                "GradSignStep(input: \"x\", grad: \"g\", clamp: false, detach: true)",
+                "GradSignStep(input: \"x\", grad: Some(\"g\"), clamp: false, detach: true)",
                 "x = (x + eps * g.sign()).detach().requires_grad_()",
             ),
             (
