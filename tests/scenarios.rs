@@ -171,7 +171,8 @@ fn every_builtin_meets_its_expectations() {
 }
 
 /// Each buggy scenario and the scenario that shows its fix.
-const PAIRS: [(&str, &str); 32] = [
+const PAIRS: [(&str, &str); 33] = [
+    ("ema-update-grad-bug", "ema-update-no-grad-fixed"),
     ("backward-hook-grads-bug", "backward-hook-removed-fixed"),
     ("pgd-autograd-grad-bug", "pgd-autograd-grad-fixed"),
     (
@@ -1176,5 +1177,37 @@ fn an_input_fed_back_without_a_clamp_grows_on_the_host() {
             .starts_with("x = (x + eps * x.grad.sign()).detach().requires_grad_()"),
         "{}",
         f.fix
+    );
+}
+
+/// An EMA of the weights updated in place outside `torch.no_grad()`: the
+/// GPU is flat, every update adds one AddBackward0 and one MulBackward1
+/// per parameter on the host, and the finding says so with the no_grad
+/// fix; inside no_grad nothing is recorded.
+#[test]
+fn an_ema_updated_with_grad_grows_its_history_on_the_host() {
+    use vramscope::leak::FindingKind;
+    let r = run_variant("ema-update-grad-bug", |t| t);
+    assert_flat(&r);
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.root == "ema")
+        .expect("a finding on ema");
+    assert_eq!(f.kind, FindingKind::RetainedGraphHost);
+    // 6 parameters, 2 Nodes each per update, 40 updates.
+    assert!(f.evidence.contains("480 Nodes"), "{}", f.evidence);
+    assert!(
+        f.fix
+            .starts_with("with torch.no_grad(): for e, p in zip(ema"),
+        "{}",
+        f.fix
+    );
+    let fixed = run_variant("ema-update-no-grad-fixed", |t| t);
+    assert_flat(&fixed);
+    assert!(
+        fixed.findings.iter().all(|f| !f.kind.is_leak()),
+        "{:?}",
+        fixed.findings
     );
 }

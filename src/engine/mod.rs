@@ -22,6 +22,7 @@ pub mod bindings;
 pub mod config;
 pub mod conv_workspace;
 pub mod dtype;
+mod ema;
 pub mod error;
 pub mod estimate;
 pub mod events;

@@ -245,6 +245,17 @@ pub enum Step {
     RemoveBackwardHooks {
         module: String,
     },
+    /// `into = [p.detach().clone() for p in model.parameters()]`: an EMA
+    /// copy of the model's parameters (a second model's weights).
+    EmaCopy {
+        into: String,
+    },
+    /// `for e, p in zip(ema, model.parameters()): e.mul_(d).add_(p,
+    /// alpha=1 - d)`, inside `with torch.no_grad():` when `no_grad`.
+    EmaUpdate {
+        ema: String,
+        no_grad: bool,
+    },
     /// `into = torch.autograd.grad(output, input, retain_graph=…)[0]`: only
     /// the nodes that lead to `input` run, and only toward it; the gradient
     /// is returned, no `.grad` is touched, and the nodes that did not run
@@ -321,6 +332,8 @@ impl Step {
             Step::RegisterForwardHook { .. } => "register_forward_hook",
             Step::RemoveForwardHooks { .. } => "handle.remove",
             Step::AutogradGrad { .. } => "autograd.grad",
+            Step::EmaCopy { .. } => "ema_copy",
+            Step::EmaUpdate { .. } => "ema_update",
             Step::RegisterFullBackwardHook { .. } => "register_full_backward_hook",
             Step::RemoveBackwardHooks { .. } => "handle.remove",
             Step::RequiresGrad { .. } => "requires_grad_",
@@ -706,6 +719,8 @@ impl Engine {
                 self.bind(into, Value::Tensor(g));
             }
             Step::RequiresGrad { name } => self.requires_grad_leaf(name)?,
+            Step::EmaCopy { into } => self.ema_copy(into)?,
+            Step::EmaUpdate { ema, no_grad } => self.ema_update(ema, *no_grad)?,
             Step::GradSignStep {
                 input,
                 grad,

@@ -351,6 +351,17 @@ impl Detector {
         } else {
             "none of the saved tensors they reach is held by it alone"
         };
+        if self.facts.ema_with_grad(name) {
+            return format!(
+                "`{name}` is updated outside torch.no_grad(): adding a parameter (which requires \
+                 grad) in place gives each of its tensors a history, rebased at every update onto \
+                 the last one, so {} Nodes now hang from it on the host and more each iteration. \
+                 Nothing ever runs backward through them; the GPU does not grow from this ({} \
+                 per iteration), the host does, and every update records more.",
+                cur.nodes,
+                signed_size(per_iter),
+            );
+        }
         let again = match acc.kind {
             _ if self.facts.fed_back(name) && self.facts.grad_inputs.contains(name) => format!(
                 "`{name}` is fed back as the next input without .detach(); torch.autograd.grad \

@@ -97,6 +97,12 @@ pub(super) fn fix_for(
                      # a fresh leaf each step{retain}"
                 );
             }
+            Binder::Ema { .. } => {
+                return format!(
+                    "with torch.no_grad(): for e, p in zip({name}, model.parameters()): \
+                     e.mul_(0.999).add_(p, alpha=0.001)"
+                )
+            }
             Binder::Forward | Binder::Loss => {}
         }
     }

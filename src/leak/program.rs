@@ -52,6 +52,11 @@ pub(crate) enum Binder {
         what: KeepWhat,
         backward: bool,
     },
+    /// `e.mul_(d).add_(p, alpha=1 - d)` over an EMA copy of the
+    /// parameters, outside `torch.no_grad()` when `no_grad` is false.
+    Ema {
+        no_grad: bool,
+    },
     /// `x = (x + eps * G.sign())…` on the input itself: without
     /// `.detach()` its history reaches every earlier step's.
     SignStep {
@@ -269,6 +274,9 @@ impl ProgramFacts {
                 eval_grad,
             ),
             Step::ScalerScale { into, .. } => self.bind(into, Binder::Loss, eval_grad),
+            Step::EmaUpdate { ema, no_grad } => {
+                self.bind(ema, Binder::Ema { no_grad: *no_grad }, eval_grad)
+            }
             Step::GradSignStep {
                 input, grad, clamp, ..
             } => self.bind(
@@ -313,7 +321,7 @@ impl ProgramFacts {
             .get(root)?
             .iter()
             .min_by_key(|(b, _)| match b {
-                Binder::Hook { .. } | Binder::SignStep { .. } => 0,
+                Binder::Hook { .. } | Binder::SignStep { .. } | Binder::Ema { .. } => 0,
                 Binder::Accumulate { .. } | Binder::Append { .. } | Binder::SetItem { .. } => 0,
                 Binder::Keep { .. } => 1,
                 _ => 2,
@@ -341,6 +349,14 @@ impl ProgramFacts {
         self.binders
             .get(name)
             .is_some_and(|b| b.iter().any(|(b, _)| matches!(b, Binder::SignStep { .. })))
+    }
+
+    /// Whether `name` is an EMA copy of the parameters updated outside
+    /// `torch.no_grad()`.
+    pub fn ema_with_grad(&self, name: &str) -> bool {
+        self.binders
+            .get(name)
+            .is_some_and(|b| b.iter().any(|(b, _)| *b == Binder::Ema { no_grad: false }))
     }
 
     /// The module whose hook fills `name`, if one does, and whether it is

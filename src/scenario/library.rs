@@ -48,6 +48,8 @@ static BUILTINS: &[BuiltIn] = builtins![
     "adversarial-input-detach-fixed",
     "pgd-autograd-grad-bug",
     "pgd-autograd-grad-fixed",
+    "ema-update-grad-bug",
+    "ema-update-no-grad-fixed",
     "zero-grad-missing-bug",
     "zero-grad-fixed",
     "zero-grad-keep-grads",

@@ -199,6 +199,18 @@ pub fn statement(step: &Step) -> String {
             format!("handle_{}.remove()", module.replace('.', "_"))
         }
         Step::RequiresGrad { name } => format!("{name}.requires_grad_()"),
+        Step::EmaCopy { into } => {
+            format!("{into} = [p.detach().clone() for p in model.parameters()]")
+        }
+        Step::EmaUpdate { ema, no_grad } => {
+            let update = format!(
+                "for e, p in zip({ema}, model.parameters()): e.mul_(0.999).add_(p, alpha=0.001)"
+            );
+            match no_grad {
+                true => format!("with torch.no_grad(): {update}"),
+                false => update,
+            }
+        }
         Step::RegisterFullBackwardHook { module, list, what } => {
             let kept = match what {
                 KeepWhat::Tensor => "go[0]",
@@ -347,6 +359,14 @@ mod tests {
             ),
             ("RemoveForwardHooks(module: \"fc1\")", "handle_fc1.remove()"),
             ("RequiresGrad(name: \"x\")", "x.requires_grad_()"),
+            (
+                "EmaCopy(into: \"ema\")",
+                "ema = [p.detach().clone() for p in model.parameters()]",
+            ),
+            (
+                "EmaUpdate(ema: \"ema\", no_grad: true)",
+                "with torch.no_grad(): for e, p in zip(ema, model.parameters()): e.mul_(0.999).add_(p, alpha=0.001)",
+            ),
             (
                 "RegisterFullBackwardHook(module: \"fc2\", list: \"grads\", what: Tensor)",
                 "bhandle_fc2 = model.fc2.register_full_backward_hook(lambda m, gi, go: grads.append(go[0]))",

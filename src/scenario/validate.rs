@@ -64,6 +64,8 @@ fn variant(s: &Step) -> &'static str {
         Step::RegisterForwardHook { .. } => "RegisterForwardHook",
         Step::RemoveForwardHooks { .. } => "RemoveForwardHooks",
         Step::AutogradGrad { .. } => "AutogradGrad",
+        Step::EmaCopy { .. } => "EmaCopy",
+        Step::EmaUpdate { .. } => "EmaUpdate",
         Step::RegisterFullBackwardHook { .. } => "RegisterFullBackwardHook",
         Step::RemoveBackwardHooks { .. } => "RemoveBackwardHooks",
         Step::RequiresGrad { .. } => "RequiresGrad",
@@ -107,6 +109,8 @@ fn reads_binds(s: &Step) -> (Vec<&str>, Vec<&str>) {
             (vec![list], vec![])
         }
         Step::RequiresGrad { name } => (vec![name], vec![]),
+        Step::EmaCopy { into } => (vec![], vec![into]),
+        Step::EmaUpdate { ema, .. } => (vec![ema], vec![]),
         Step::AutogradGrad {
             output,
             input,

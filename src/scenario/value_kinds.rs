@@ -77,6 +77,7 @@ pub(crate) fn needs(s: &Step) -> Vec<(&str, &'static [Kind], &'static str)> {
         Step::RequiresGrad { name } => {
             vec![(name, TENSOR, "only a tensor has .requires_grad_()")]
         }
+        Step::EmaUpdate { ema, .. } => vec![(ema, &[Kind::List], "zip() pairs a list")],
         Step::AutogradGrad { output, input, .. } => vec![
             (
                 output,
@@ -155,6 +156,7 @@ pub(crate) fn binds(
         Step::MakeCycle { into, .. } => vec![(into, Kind::Cycle)],
         Step::GradSignStep { input, .. } => vec![(input, Kind::Tensor)],
         Step::AutogradGrad { into, .. } => vec![(into, Kind::Tensor)],
+        Step::EmaCopy { into } => vec![(into, Kind::List)],
         _ => vec![],
     }
 }
