@@ -507,3 +507,31 @@ fn a_gpu_profile_gives_the_bias_gradients_their_scratch() {
     assert_eq!(count(&off, 96), 0);
     assert!(count(&on, 25_165_824) >= count(&off, 25_165_824) + 12);
 }
+
+/// Issue 39's input steps are checked like every other: the gradient a
+/// `GradSignStep` takes the sign of, and the name `RequiresGrad` flags,
+/// must be bound tensors, else the step's line and column.
+#[test]
+fn input_gradient_steps_point_at_what_they_read() {
+    let text = VALID.replace(
+        "        OptimizerStep,\n",
+        "        OptimizerStep,\n        GradSignStep(input: \"x\", grad: \"g\", clamp: true, detach: true),\n",
+    ); // line 13
+    let (line, column, message) = at(&text);
+    assert_eq!((line, column), (13, 9), "at `GradSignStep`: {message}");
+    assert!(message.contains("`g`"), "{message}");
+
+    let text = VALID.replace(
+        "        OptimizerStep,\n",
+        "        OptimizerStep,\n        NewList(name: \"xs\"),\n        RequiresGrad(name: \"xs\"),\n",
+    ); // line 14
+    let (line, column, message) = at(&text);
+    assert_eq!((line, column), (14, 9), "at `RequiresGrad`: {message}");
+    assert!(message.contains("requires_grad_"), "{message}");
+
+    let text = VALID.replace(
+        "        Forward(input: \"x\", output: \"out\"),\n",
+        "        RequiresGrad(name: \"x\"),\n        Forward(input: \"x\", output: \"out\"),\n",
+    );
+    load_str(&text, "ok.ron").expect("a bound tensor is fine");
+}

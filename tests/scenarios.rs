@@ -171,7 +171,14 @@ fn every_builtin_meets_its_expectations() {
 }
 
 /// Each buggy scenario and the scenario that shows its fix.
-const PAIRS: [(&str, &str); 29] = [
+const PAIRS: [(&str, &str); 33] = [
+    ("ema-update-grad-bug", "ema-update-no-grad-fixed"),
+    ("backward-hook-grads-bug", "backward-hook-removed-fixed"),
+    ("pgd-autograd-grad-bug", "pgd-autograd-grad-fixed"),
+    (
+        "adversarial-input-graph-bug",
+        "adversarial-input-detach-fixed",
+    ),
     ("forward-hook-activations-bug", "forward-hook-removed-fixed"),
     ("autocast-around-loop-bug", "amp-fp16"),
     ("metric-state-epoch-bug", "metric-state-epoch-fixed"),
@@ -919,4 +926,288 @@ fn an_oom_building_the_model_is_answered_too() {
     let report = vramscope::report::run::text(&s, &r, &[]);
     assert!(!report.contains("none found"), "{report}");
     assert!(report.contains("building the model"), "{report}");
+}
+
+/// Runs a built-in with `edit` applied to its text (a variant a user
+/// would write next to it).
+fn run_variant(name: &str, edit: impl Fn(String) -> String) -> RunResult {
+    let text = std::fs::read_to_string(scenarios_dir().join(format!("{name}.ron")))
+        .unwrap_or_else(|e| panic!("{name}.ron: {e}"));
+    let text = edit(text);
+    let (s, built) = vramscope::scenario::load_str(&text, "variant.ron")
+        .unwrap_or_else(|e| panic!("the variant of {name} loads: {e}"));
+    run(&s, &built, &RunOptions::default())
+}
+
+/// Issue 39, an input fed back without `.detach()`: with
+/// retain_graph=True each step keeps its clamp's saved input ([256, 784]
+/// fp32) and the finding names `x` with the detach fix; without it the
+/// third backward reaches the second step's spent clamp and the run stops
+/// with PyTorch's error, traced back to `x`; the fixed twin is a fresh
+/// leaf each step. `x.grad` of a non-leaf without `retain_grad()` is
+/// Python's AttributeError, and `requires_grad_()` of a computed tensor
+/// PyTorch's refusal.
+#[test]
+fn an_input_fed_back_without_detach_chains_every_step() {
+    use vramscope::leak::FindingKind;
+    let input = (256 * 784 * 4) as f64;
+    let r = run_variant("adversarial-input-graph-bug", |t| t);
+    assert_eq!(growth_per_iteration(&r), input, "{:?}", steady(&r));
+    let f = &r.findings[0];
+    assert_eq!(
+        (f.root.as_str(), f.kind),
+        ("x", FindingKind::RetainedGraphGpu)
+    );
+    assert!(
+        f.fix
+            .starts_with("x = (x + eps * x.grad.sign()).clamp(0, 1).detach().requires_grad_()"),
+        "{}",
+        f.fix
+    );
+    assert!(
+        f.evidence.contains("fed back as the next input"),
+        "{}",
+        f.evidence
+    );
+
+    let fixed = run_variant("adversarial-input-detach-fixed", |t| t);
+    assert_flat(&fixed);
+    assert!(
+        fixed.findings.iter().all(|f| !f.kind.is_leak()),
+        "{:?}",
+        fixed.findings
+    );
+
+    let twice = run_variant("adversarial-input-graph-bug", |t| {
+        t.replace("retain_graph: true", "retain_graph: false")
+    });
+    assert!(
+        twice
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("Trying to backward through the graph a second time")),
+        "{:?}",
+        twice.error
+    );
+    assert_eq!(twice.per_iteration.len(), 2, "the third backward raises");
+    assert!(
+        twice.findings.iter().any(|f| f.root == "x"),
+        "{:?}",
+        twice.findings
+    );
+
+    let no_grad = run_variant("adversarial-input-graph-bug", |t| {
+        t.replace("        RetainGrad(name: \"x\"),", "")
+    });
+    assert!(
+        no_grad
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("'NoneType' object has no attribute 'sign'")
+                && e.contains("retain_grad")),
+        "{:?}",
+        no_grad.error
+    );
+
+    let not_leaf = run_variant("adversarial-input-detach-fixed", |t| {
+        t.replace(
+            "        GradSignStep(",
+            "        RequiresGrad(name: \"out\"),\n        GradSignStep(",
+        )
+    });
+    assert!(
+        not_leaf
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("only change requires_grad flags of leaf variables")),
+        "{:?}",
+        not_leaf.error
+    );
+}
+
+/// `torch.autograd.grad(loss, x)` in the same attack: it stops at `x`, so
+/// the earlier steps' clamps never run again: no error, and each keeps its
+/// saved input; the finding says so and its fix asks no retain_graph
+/// change. The fixed twin is flat and clean. An input no graph reaches is
+/// PyTorch's "appears to not have been used in the graph"; one that needs
+/// no grad, its "does not require grad".
+#[test]
+fn autograd_grad_runs_only_toward_its_input() {
+    use vramscope::leak::FindingKind;
+    let r = run_variant("pgd-autograd-grad-bug", |t| t);
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(
+        growth_per_iteration(&r),
+        (256 * 784 * 4) as f64,
+        "{:?}",
+        steady(&r)
+    );
+    let f = &r.findings[0];
+    assert_eq!(
+        (f.root.as_str(), f.kind),
+        ("x", FindingKind::RetainedGraphGpu)
+    );
+    assert!(
+        f.evidence
+            .contains("torch.autograd.grad(…, x) stops at `x`"),
+        "{}",
+        f.evidence
+    );
+    assert!(!f.fix.contains("retain_graph"), "{}", f.fix);
+
+    let fixed = run_variant("pgd-autograd-grad-fixed", |t| t);
+    assert_flat(&fixed);
+    assert!(
+        fixed.findings.iter().all(|f| !f.kind.is_leak()),
+        "{:?}",
+        fixed.findings
+    );
+
+    let unused = run_variant("pgd-autograd-grad-fixed", |t| {
+        t.replace("input: \"x\", into: \"g\"", "input: \"y2\", into: \"g\"")
+            .replace(
+                "        RequiresGrad(name: \"x\"),",
+                "        RequiresGrad(name: \"x\"),\n        LoadBatch(x: \"y2\", y: \"t2\"),\n        RequiresGrad(name: \"y2\"),",
+            )
+    });
+    assert!(
+        unused
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("appears to not have been used in the graph")),
+        "{:?}",
+        unused.error
+    );
+    let no_grad = run_variant("pgd-autograd-grad-fixed", |t| {
+        t.replace("input: \"x\", into: \"g\"", "input: \"y\", into: \"g\"")
+    });
+    assert!(
+        no_grad
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("does not require grad")),
+        "{:?}",
+        no_grad.error
+    );
+}
+
+/// A full backward hook on fc2 that keeps the gradient of its output adds
+/// exactly that gradient ([256, 1024] fp32) per iteration, and the finding
+/// names the hook and its handle; the fixed twin is flat and clean. On fc1,
+/// whose input needs no grad, PyTorch warns that the hook fires with
+/// respect to the outputs only; on a module that is no Linear the run stops.
+#[test]
+fn a_full_backward_hook_keeps_its_module_s_output_gradient() {
+    let r = run_variant("backward-hook-grads-bug", |t| t);
+    assert_eq!(
+        growth_per_iteration(&r),
+        (256 * 1024 * 4) as f64,
+        "{:?}",
+        steady(&r)
+    );
+    let f = &r.findings[0];
+    assert_eq!(f.root, "grads");
+    assert!(
+        f.evidence.contains("A full backward hook on `fc2`"),
+        "{}",
+        f.evidence
+    );
+    assert!(f.fix.starts_with("bhandle_fc2.remove()"), "{}", f.fix);
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+
+    let fixed = run_variant("backward-hook-removed-fixed", |t| t);
+    assert_flat(&fixed);
+    assert!(
+        fixed.findings.iter().all(|f| !f.kind.is_leak()),
+        "{:?}",
+        fixed.findings
+    );
+
+    let fc1 = run_variant("backward-hook-grads-bug", |t| {
+        t.replace("module: \"fc2\", list", "module: \"fc1\", list")
+    });
+    assert_eq!(growth_per_iteration(&fc1), (256 * 1024 * 4) as f64);
+    assert!(
+        fc1.warnings
+            .iter()
+            .any(|w| w.contains("Full backward hook is firing when gradients are computed with respect to module outputs")),
+        "{:?}",
+        fc1.warnings
+    );
+    let relu = run_variant("backward-hook-grads-bug", |t| {
+        t.replace("module: \"fc2\", list", "module: \"relu1\", list")
+    });
+    assert!(
+        relu.error
+            .as_deref()
+            .is_some_and(|e| e.contains("no Linear module `relu1`")),
+        "{:?}",
+        relu.error
+    );
+}
+
+/// Without the clamp, `x = x + eps * x.grad.sign()` saves nothing: the
+/// chain of AddBackward0 grows on the host only, and the finding says so
+/// (no GPU growth) with the detach fix.
+#[test]
+fn an_input_fed_back_without_a_clamp_grows_on_the_host() {
+    use vramscope::leak::FindingKind;
+    let r = run_variant("adversarial-input-graph-bug", |t| {
+        t.replace("clamp: true", "clamp: false")
+            .replace(
+                "        Leak(root: \"x\", kind: \"retained_graph_gpu\"),\n",
+                "",
+            )
+            .replace("        AllocatedGrowsAtLeast(\"784KiB\"),\n", "")
+    });
+    assert_eq!(growth_per_iteration(&r), 0.0, "{:?}", steady(&r));
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.root == "x")
+        .expect("a finding on x");
+    assert_eq!(f.kind, FindingKind::RetainedGraphHost);
+    assert!(
+        f.evidence.contains("runs that whole history again"),
+        "{}",
+        f.evidence
+    );
+    assert!(
+        f.fix
+            .starts_with("x = (x + eps * x.grad.sign()).detach().requires_grad_()"),
+        "{}",
+        f.fix
+    );
+}
+
+/// An EMA of the weights updated in place outside `torch.no_grad()`: the
+/// GPU is flat, every update adds one AddBackward0 and one MulBackward1
+/// per parameter on the host, and the finding says so with the no_grad
+/// fix; inside no_grad nothing is recorded.
+#[test]
+fn an_ema_updated_with_grad_grows_its_history_on_the_host() {
+    use vramscope::leak::FindingKind;
+    let r = run_variant("ema-update-grad-bug", |t| t);
+    assert_flat(&r);
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.root == "ema")
+        .expect("a finding on ema");
+    assert_eq!(f.kind, FindingKind::RetainedGraphHost);
+    // 6 parameters, 2 Nodes each per update, 40 updates.
+    assert!(f.evidence.contains("480 Nodes"), "{}", f.evidence);
+    assert!(
+        f.fix
+            .starts_with("with torch.no_grad(): for e, p in zip(ema"),
+        "{}",
+        f.fix
+    );
+    let fixed = run_variant("ema-update-no-grad-fixed", |t| t);
+    assert_flat(&fixed);
+    assert!(
+        fixed.findings.iter().all(|f| !f.kind.is_leak()),
+        "{:?}",
+        fixed.findings
+    );
 }

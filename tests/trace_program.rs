@@ -8,6 +8,8 @@
 #[path = "trace/captures.rs"]
 mod captures;
 mod common;
+#[path = "trace/scenario_requests.rs"]
+mod scenario_requests;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -22,6 +22,7 @@ pub mod bindings;
 pub mod config;
 pub mod conv_workspace;
 pub mod dtype;
+mod ema;
 pub mod error;
 pub mod estimate;
 pub mod events;
@@ -29,6 +30,7 @@ pub mod held;
 mod held_walk;
 pub mod hf_config;
 pub mod hf_switches;
+mod input_grad;
 mod keep;
 pub mod launch;
 mod loop_steps;
@@ -138,8 +140,15 @@ pub struct Engine {
     /// run it and freed its saved tensors (the backward-twice error's
     /// cause, which the leak detector traces back to a root).
     pub(crate) spent_reached: Option<autograd::NodeId>,
+    /// While `torch.autograd.grad` runs: the nodes it executes and the
+    /// input whose gradient it captures.
+    pub(crate) grad_only: Option<autograd::GradOnly>,
     /// Forward hooks registered on Linear modules: (module id, list, what).
     pub(crate) forward_hooks: Vec<(u32, String, KeepWhat)>,
+    /// Full backward hooks registered on Linear modules: (module id, list, what).
+    pub(crate) backward_hooks: Vec<(u32, String, KeepWhat)>,
+    /// The `BackwardHookFunctionBackward` nodes that run backward hooks.
+    pub(crate) grad_hooks: Vec<modules::GradHook>,
     /// Warnings already shown this run.
     pub(crate) warned: Vec<&'static str>,
     /// Runs real kernels on the tensors (a CUDA run); None: nothing is launched.
@@ -201,7 +210,10 @@ impl Engine {
             op_error: None,
             retaining: Vec::new(),
             spent_reached: None,
+            grad_only: None,
             forward_hooks: Vec::new(),
+            backward_hooks: Vec::new(),
+            grad_hooks: Vec::new(),
             warned: Vec::new(),
             launcher: None,
             launch_stats: LaunchStats::default(),

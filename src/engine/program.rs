@@ -232,6 +232,59 @@ pub enum Step {
     RemoveForwardHooks {
         module: String,
     },
+    /// `model.<module>.register_full_backward_hook(lambda m, gi, go:
+    /// list.append(go[0] …))` on a Linear: from now on every backward
+    /// through it appends what `what` keeps of the gradient of its output,
+    /// until `RemoveBackwardHooks`.
+    RegisterFullBackwardHook {
+        module: String,
+        list: String,
+        what: KeepWhat,
+    },
+    /// `handle.remove()` for every backward hook registered on `module`.
+    RemoveBackwardHooks {
+        module: String,
+    },
+    /// `into = [p.detach().clone() for p in model.parameters()]`: an EMA
+    /// copy of the model's parameters (a second model's weights).
+    EmaCopy {
+        into: String,
+    },
+    /// `for e, p in zip(ema, model.parameters()): e.mul_(d).add_(p,
+    /// alpha=1 - d)`, inside `with torch.no_grad():` when `no_grad`.
+    EmaUpdate {
+        ema: String,
+        no_grad: bool,
+    },
+    /// `into = torch.autograd.grad(output, input, retain_graph=…)[0]`: only
+    /// the nodes that lead to `input` run, and only toward it; the gradient
+    /// is returned, no `.grad` is touched, and the nodes that did not run
+    /// keep their saved tensors.
+    AutogradGrad {
+        output: String,
+        input: String,
+        into: String,
+        retain_graph: bool,
+    },
+    /// `name.requires_grad_()` on a leaf tensor (an input the loop
+    /// differentiates: an adversarial example); a tensor with a history is
+    /// refused with PyTorch's words.
+    RequiresGrad {
+        name: String,
+    },
+    /// `input = (input + eps * input.grad.sign()).clamp(0, 1)`: a
+    /// sign-gradient step on the input (FGSM, PGD); `grad` names a bound
+    /// tensor to take the sign of instead of `input.grad` (the result of
+    /// `torch.autograd.grad`). Without `clamp`, no `.clamp(0, 1)`; with
+    /// `detach`, `.detach().requires_grad_()` at the end: a fresh leaf,
+    /// where without it the new input's history reaches every earlier one.
+    GradSignStep {
+        input: String,
+        #[serde(default)]
+        grad: Option<String>,
+        clamp: bool,
+        detach: bool,
+    },
 }
 
 impl Step {
@@ -278,6 +331,13 @@ impl Step {
             Step::GcCollect => "gc.collect",
             Step::RegisterForwardHook { .. } => "register_forward_hook",
             Step::RemoveForwardHooks { .. } => "handle.remove",
+            Step::AutogradGrad { .. } => "autograd.grad",
+            Step::EmaCopy { .. } => "ema_copy",
+            Step::EmaUpdate { .. } => "ema_update",
+            Step::RegisterFullBackwardHook { .. } => "register_full_backward_hook",
+            Step::RemoveBackwardHooks { .. } => "handle.remove",
+            Step::RequiresGrad { .. } => "requires_grad_",
+            Step::GradSignStep { .. } => "sign_step",
         }
     }
 
@@ -644,6 +704,29 @@ impl Engine {
                 self.register_forward_hook(module, list, *what)?
             }
             Step::RemoveForwardHooks { module } => self.remove_forward_hooks(module),
+            Step::RegisterFullBackwardHook { module, list, what } => {
+                self.register_backward_hook(module, list, *what)?
+            }
+            Step::RemoveBackwardHooks { module } => self.remove_backward_hooks(module),
+            Step::AutogradGrad {
+                output,
+                input,
+                into,
+                retain_graph,
+            } => {
+                let (o, i) = (self.binding_tensor(output)?, self.binding_tensor(input)?);
+                let g = self.autograd_grad(o, i, *retain_graph)?;
+                self.bind(into, Value::Tensor(g));
+            }
+            Step::RequiresGrad { name } => self.requires_grad_leaf(name)?,
+            Step::EmaCopy { into } => self.ema_copy(into)?,
+            Step::EmaUpdate { ema, no_grad } => self.ema_update(ema, *no_grad)?,
+            Step::GradSignStep {
+                input,
+                grad,
+                clamp,
+                detach,
+            } => self.grad_sign_step(input, grad.as_deref(), *clamp, *detach)?,
         }
         Ok(())
     }

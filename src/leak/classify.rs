@@ -207,6 +207,29 @@ impl Detector {
             return Some(f);
         }
         f.evidence = match kind {
+            FindingKind::RetainedGraphGpu if self.facts.fed_back(name) => {
+                let why = if self.facts.grad_inputs.contains(name) {
+                    format!(
+                        "torch.autograd.grad(…, {name}) stops at `{name}`: the earlier steps' \
+                         Nodes never run again, so nothing raises and nothing frees what they saved"
+                    )
+                } else {
+                    "every backward runs them all again, and retain_graph=True keeps what they \
+                     saved"
+                        .to_string()
+                };
+                format!(
+                    "`{name}` is fed back as the next input without .detach(): each step's new \
+                     `{name}` is computed from the old one, so its history reaches {} autograd \
+                     Nodes created over {} iterations; {why}. {} of saved tensors are reachable \
+                     only through it, growing by {} per iteration over the last {growth_steps} \
+                     iterations.",
+                    cur.nodes,
+                    f.iterations,
+                    format_size(cur.graph),
+                    signed_size(graph.per_iter),
+                )
+            }
             FindingKind::RetainedGraphGpu => format!(
                 "`{name}` reaches {} autograd Nodes created over {} iterations whose saved tensors were never \
                  released; {} of saved activations are reachable only through it and grew by {} per \
@@ -273,11 +296,17 @@ impl Detector {
                         cur.nodes
                     ));
                 }
-                if let Some(m) = self.facts.hooked_by(name) {
-                    e.push_str(&format!(
+                match self.facts.hooked_by(name) {
+                    Some((m, false)) => e.push_str(&format!(
                         " A forward hook on `{m}` appends its output to it at every forward: \
                          the hook, not the loop, is what keeps them."
-                    ));
+                    )),
+                    Some((m, true)) => e.push_str(&format!(
+                        " A full backward hook on `{m}` appends the gradient of its output to \
+                         it at every backward, a gradient backward would have freed once `{m}` \
+                         used it: the hook, not the loop, is what keeps them."
+                    )),
+                    None => {}
                 }
                 e
             }
@@ -322,7 +351,26 @@ impl Detector {
         } else {
             "none of the saved tensors they reach is held by it alone"
         };
+        if self.facts.ema_with_grad(name) {
+            return format!(
+                "`{name}` is updated outside torch.no_grad(): adding a parameter (which requires \
+                 grad) in place gives each of its tensors a history, rebased at every update onto \
+                 the last one, so {} Nodes now hang from it on the host and more each iteration. \
+                 Nothing ever runs backward through them; the GPU does not grow from this ({} \
+                 per iteration), the host does, and every update records more.",
+                cur.nodes,
+                signed_size(per_iter),
+            );
+        }
         let again = match acc.kind {
+            _ if self.facts.fed_back(name) && self.facts.grad_inputs.contains(name) => format!(
+                "`{name}` is fed back as the next input without .detach(); torch.autograd.grad \
+                 stops at it, so the history is never run again: it only grows."
+            ),
+            _ if self.facts.fed_back(name) => format!(
+                "`{name}` is fed back as the next input without .detach(): every backward from it \
+                 runs that whole history again, and backward's time grows with it."
+            ),
             GroupKind::List => format!(
                 "A later backward through any element of `{name}` would fail: those graphs were \
                  already backpropagated."

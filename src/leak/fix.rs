@@ -66,12 +66,42 @@ pub(super) fn fix_for(
                 return format!("{pre}{name}[{key}] = {}", host(from))
             }
             Binder::Keep { from, .. } => return format!("{pre}{name} = {}", plain(from)),
-            Binder::Hook { module, .. } => {
+            Binder::Hook {
+                module,
+                backward: false,
+                ..
+            } => {
                 let handle = module.replace('.', "_");
                 return format!(
                     "handle_{handle}.remove()  # once the activations are collected; or in the \
                      hook: {name}.append(o.detach().cpu())"
                 );
+            }
+            Binder::Hook { module, .. } => {
+                let handle = module.replace('.', "_");
+                return format!(
+                    "bhandle_{handle}.remove()  # once the gradients are collected; or in the \
+                     hook: {name}.append(go[0].detach().cpu())"
+                );
+            }
+            Binder::SignStep { grad, clamp } => {
+                let g = grad.clone().unwrap_or_else(|| format!("{name}.grad"));
+                let clamp = if *clamp { ".clamp(0, 1)" } else { "" };
+                let retain = if facts.retain_graph {
+                    "; and no retain_graph=True"
+                } else {
+                    ""
+                };
+                return format!(
+                    "{name} = ({name} + eps * {g}.sign()){clamp}.detach().requires_grad_()  \
+                     # a fresh leaf each step{retain}"
+                );
+            }
+            Binder::Ema { .. } => {
+                return format!(
+                    "with torch.no_grad(): for e, p in zip({name}, model.parameters()): \
+                     e.mul_(0.999).add_(p, alpha=0.001)"
+                )
             }
             Binder::Forward | Binder::Loss => {}
         }

@@ -45,10 +45,23 @@ pub(crate) enum Binder {
     },
     Forward,
     Loss,
-    /// A forward hook on a module appends what it keeps of the output.
+    /// A hook on a module appends what it keeps of its output (a forward
+    /// hook) or of its output's gradient (a full backward hook).
     Hook {
         module: String,
         what: KeepWhat,
+        backward: bool,
+    },
+    /// `e.mul_(d).add_(p, alpha=1 - d)` over an EMA copy of the
+    /// parameters, outside `torch.no_grad()` when `no_grad` is false.
+    Ema {
+        no_grad: bool,
+    },
+    /// `x = (x + eps * G.sign())…` on the input itself: without
+    /// `.detach()` its history reaches every earlier step's.
+    SignStep {
+        grad: Option<String>,
+        clamp: bool,
     },
 }
 
@@ -63,6 +76,8 @@ pub(crate) struct ProgramFacts {
     pub autocast_around_loop: Option<crate::engine::DType>,
     pub has_backward: bool,
     pub retain_graph: bool,
+    /// Names `torch.autograd.grad` differentiates with respect to.
+    pub grad_inputs: FxHashSet<String>,
     /// `model.eval()` (or a grad switch) with grad still enabled somewhere.
     pub eval_with_grad: bool,
     /// `CarryHidden { detach }` if the program has one.
@@ -189,6 +204,14 @@ impl ProgramFacts {
         match s {
             Step::ZeroGrad { .. } => self.has_zero_grad = true,
             Step::OptimizerStep | Step::ScalerStep => self.steps_optimizer = true,
+            Step::AutogradGrad {
+                input,
+                retain_graph,
+                ..
+            } => {
+                self.grad_inputs.insert(input.clone());
+                self.retain_graph |= *retain_graph;
+            }
             Step::Backward { retain_graph, .. } => {
                 self.has_backward = true;
                 self.retain_graph |= *retain_graph;
@@ -240,15 +263,30 @@ impl ProgramFacts {
                 self.bind(output, Binder::Forward, eval_grad)
             }
             Step::Loss { into, .. } => self.bind(into, Binder::Loss, eval_grad),
-            Step::RegisterForwardHook { module, list, what } => self.bind(
+            Step::RegisterForwardHook { module, list, what }
+            | Step::RegisterFullBackwardHook { module, list, what } => self.bind(
                 list,
                 Binder::Hook {
                     module: module.clone(),
                     what: *what,
+                    backward: matches!(s, Step::RegisterFullBackwardHook { .. }),
                 },
                 eval_grad,
             ),
             Step::ScalerScale { into, .. } => self.bind(into, Binder::Loss, eval_grad),
+            Step::EmaUpdate { ema, no_grad } => {
+                self.bind(ema, Binder::Ema { no_grad: *no_grad }, eval_grad)
+            }
+            Step::GradSignStep {
+                input, grad, clamp, ..
+            } => self.bind(
+                input,
+                Binder::SignStep {
+                    grad: grad.clone(),
+                    clamp: *clamp,
+                },
+                eval_grad,
+            ),
             Step::SetItem {
                 dict,
                 from,
@@ -283,7 +321,7 @@ impl ProgramFacts {
             .get(root)?
             .iter()
             .min_by_key(|(b, _)| match b {
-                Binder::Hook { .. } => 0,
+                Binder::Hook { .. } | Binder::SignStep { .. } | Binder::Ema { .. } => 0,
                 Binder::Accumulate { .. } | Binder::Append { .. } | Binder::SetItem { .. } => 0,
                 Binder::Keep { .. } => 1,
                 _ => 2,
@@ -305,10 +343,29 @@ impl ProgramFacts {
         }
     }
 
-    /// The module whose forward hook fills `name`, if one does.
-    pub fn hooked_by(&self, name: &str) -> Option<&str> {
+    /// Whether a sign-gradient step rebinds `name` from itself (an input
+    /// fed back as the next one).
+    pub fn fed_back(&self, name: &str) -> bool {
+        self.binders
+            .get(name)
+            .is_some_and(|b| b.iter().any(|(b, _)| matches!(b, Binder::SignStep { .. })))
+    }
+
+    /// Whether `name` is an EMA copy of the parameters updated outside
+    /// `torch.no_grad()`.
+    pub fn ema_with_grad(&self, name: &str) -> bool {
+        self.binders
+            .get(name)
+            .is_some_and(|b| b.iter().any(|(b, _)| *b == Binder::Ema { no_grad: false }))
+    }
+
+    /// The module whose hook fills `name`, if one does, and whether it is
+    /// a backward hook.
+    pub fn hooked_by(&self, name: &str) -> Option<(&str, bool)> {
         self.binders.get(name)?.iter().find_map(|(b, _)| match b {
-            Binder::Hook { module, .. } => Some(module.as_str()),
+            Binder::Hook {
+                module, backward, ..
+            } => Some((module.as_str(), *backward)),
             _ => None,
         })
     }

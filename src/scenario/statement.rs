@@ -198,6 +198,65 @@ pub fn statement(step: &Step) -> String {
         Step::RemoveForwardHooks { module } => {
             format!("handle_{}.remove()", module.replace('.', "_"))
         }
+        Step::RequiresGrad { name } => format!("{name}.requires_grad_()"),
+        Step::EmaCopy { into } => {
+            format!("{into} = [p.detach().clone() for p in model.parameters()]")
+        }
+        Step::EmaUpdate { ema, no_grad } => {
+            let update = format!(
+                "for e, p in zip({ema}, model.parameters()): e.mul_(0.999).add_(p, alpha=0.001)"
+            );
+            match no_grad {
+                true => format!("with torch.no_grad(): {update}"),
+                false => update,
+            }
+        }
+        Step::RegisterFullBackwardHook { module, list, what } => {
+            let kept = match what {
+                KeepWhat::Tensor => "go[0]",
+                KeepWhat::Detach => "go[0].detach()",
+                KeepWhat::Cpu => "go[0].detach().cpu()",
+                KeepWhat::Item => "go[0].item()",
+            };
+            format!(
+                "bhandle_{} = model.{module}.register_full_backward_hook(lambda m, gi, go: {list}.append({kept}))",
+                module.replace('.', "_")
+            )
+        }
+        Step::RemoveBackwardHooks { module } => {
+            format!("bhandle_{}.remove()", module.replace('.', "_"))
+        }
+        Step::AutogradGrad {
+            output,
+            input,
+            into,
+            retain_graph,
+        } => match retain_graph {
+            true => {
+                format!("{into} = torch.autograd.grad({output}, {input}, retain_graph=True)[0]")
+            }
+            false => format!("{into} = torch.autograd.grad({output}, {input})[0]"),
+        },
+        Step::GradSignStep {
+            input,
+            grad,
+            clamp,
+            detach,
+        } => {
+            let g = grad.clone().unwrap_or_else(|| format!("{input}.grad"));
+            let sum = format!("{input} + eps * {g}.sign()");
+            let mut e = match clamp | detach {
+                true => format!("({sum})"),
+                false => sum,
+            };
+            if *clamp {
+                e.push_str(".clamp(0, 1)");
+            }
+            if *detach {
+                e.push_str(".detach().requires_grad_()");
+            }
+            format!("{input} = {e}")
+        }
         Step::MakeCycle { from, into, what } => {
             format!(
                 "{into} = {{{from:?}: {}}}; {into}[\"self\"] = {into}",
@@ -299,6 +358,36 @@ mod tests {
                 "handle_fc1 = model.fc1.register_forward_hook(lambda m, i, o: acts.append(o.detach().cpu()))",
             ),
             ("RemoveForwardHooks(module: \"fc1\")", "handle_fc1.remove()"),
+            ("RequiresGrad(name: \"x\")", "x.requires_grad_()"),
+            (
+                "EmaCopy(into: \"ema\")",
+                "ema = [p.detach().clone() for p in model.parameters()]",
+            ),
+            (
+                "EmaUpdate(ema: \"ema\", no_grad: true)",
+                "with torch.no_grad(): for e, p in zip(ema, model.parameters()): e.mul_(0.999).add_(p, alpha=0.001)",
+            ),
+            (
+                "RegisterFullBackwardHook(module: \"fc2\", list: \"grads\", what: Tensor)",
+                "bhandle_fc2 = model.fc2.register_full_backward_hook(lambda m, gi, go: grads.append(go[0]))",
+            ),
+            ("RemoveBackwardHooks(module: \"fc2\")", "bhandle_fc2.remove()"),
+            (
+                "AutogradGrad(output: \"loss\", input: \"x\", into: \"g\", retain_graph: false)",
+                "g = torch.autograd.grad(loss, x)[0]",
+            ),
+            (
+                "GradSignStep(input: \"x\", clamp: true, detach: false)",
+                "x = (x + eps * x.grad.sign()).clamp(0, 1)",
+            ),
+            (
+                "GradSignStep(input: \"x\", clamp: true, detach: true)",
+                "x = (x + eps * x.grad.sign()).clamp(0, 1).detach().requires_grad_()",
+            ),
+            (
+                "GradSignStep(input: \"x\", grad: Some(\"g\"), clamp: false, detach: true)",
+                "x = (x + eps * g.sign()).detach().requires_grad_()",
+            ),
             (
                 "NewDeque(name: \"recent\", maxlen: 5)",
                 "recent = collections.deque(maxlen=5)",

@@ -63,6 +63,13 @@ fn variant(s: &Step) -> &'static str {
         Step::GcCollect => "GcCollect",
         Step::RegisterForwardHook { .. } => "RegisterForwardHook",
         Step::RemoveForwardHooks { .. } => "RemoveForwardHooks",
+        Step::AutogradGrad { .. } => "AutogradGrad",
+        Step::EmaCopy { .. } => "EmaCopy",
+        Step::EmaUpdate { .. } => "EmaUpdate",
+        Step::RegisterFullBackwardHook { .. } => "RegisterFullBackwardHook",
+        Step::RemoveBackwardHooks { .. } => "RemoveBackwardHooks",
+        Step::RequiresGrad { .. } => "RequiresGrad",
+        Step::GradSignStep { .. } => "GradSignStep",
     }
 }
 
@@ -98,7 +105,23 @@ fn reads_binds(s: &Step) -> (Vec<&str>, Vec<&str>) {
         Step::AllocateBuffers { list, .. } => (vec![], vec![list]),
         Step::DeleteEvery { list, .. } => (vec![list], vec![]),
         Step::MakeCycle { from, into, .. } => (vec![from], vec![into]),
-        Step::RegisterForwardHook { list, .. } => (vec![list], vec![]),
+        Step::RegisterForwardHook { list, .. } | Step::RegisterFullBackwardHook { list, .. } => {
+            (vec![list], vec![])
+        }
+        Step::RequiresGrad { name } => (vec![name], vec![]),
+        Step::EmaCopy { into } => (vec![], vec![into]),
+        Step::EmaUpdate { ema, .. } => (vec![ema], vec![]),
+        Step::AutogradGrad {
+            output,
+            input,
+            into,
+            ..
+        } => (vec![output, input], vec![into]),
+        Step::GradSignStep { input, grad, .. } => {
+            let mut reads = vec![input.as_str()];
+            reads.extend(grad.as_deref());
+            (reads, vec![input])
+        }
         _ => (vec![], vec![]),
     }
 }

@@ -67,11 +67,36 @@ pub(crate) fn needs(s: &Step) -> Vec<(&str, &'static [Kind], &'static str)> {
         Step::DeleteEvery { list, .. } => {
             vec![(list, &[Kind::List], "`del x[::n]` needs a list")]
         }
-        Step::RegisterForwardHook { list, .. } => vec![(
-            list,
-            &[Kind::List, Kind::Deque],
-            "the hook calls its .append()",
-        )],
+        Step::RegisterForwardHook { list, .. } | Step::RegisterFullBackwardHook { list, .. } => {
+            vec![(
+                list,
+                &[Kind::List, Kind::Deque],
+                "the hook calls its .append()",
+            )]
+        }
+        Step::RequiresGrad { name } => {
+            vec![(name, TENSOR, "only a tensor has .requires_grad_()")]
+        }
+        Step::EmaUpdate { ema, .. } => vec![(ema, &[Kind::List], "zip() pairs a list")],
+        Step::AutogradGrad { output, input, .. } => vec![
+            (
+                output,
+                TENSOR,
+                "torch.autograd.grad differentiates a tensor",
+            ),
+            (
+                input,
+                TENSOR,
+                "torch.autograd.grad differentiates with respect to a tensor",
+            ),
+        ],
+        Step::GradSignStep { input, grad, .. } => {
+            let mut v = vec![(input.as_str(), TENSOR, "only a tensor has .grad")];
+            if let Some(g) = grad {
+                v.push((g.as_str(), TENSOR, "only a tensor has .sign()"));
+            }
+            v
+        }
         _ => vec![],
     }
 }
@@ -129,6 +154,9 @@ pub(crate) fn binds(
         Step::NewList { name } => vec![(name, Kind::List)],
         Step::NewDeque { name, .. } => vec![(name, Kind::Deque)],
         Step::MakeCycle { into, .. } => vec![(into, Kind::Cycle)],
+        Step::GradSignStep { input, .. } => vec![(input, Kind::Tensor)],
+        Step::AutogradGrad { into, .. } => vec![(into, Kind::Tensor)],
+        Step::EmaCopy { into } => vec![(into, Kind::List)],
         _ => vec![],
     }
 }

@@ -72,7 +72,7 @@ fn n(v: &Value, key: &str) -> i64 {
 /// The requests and frees of a snapshot: each allocation's size in order,
 /// and between two allocations the sizes freed, sorted (the frees of one
 /// moment, a tuple's or a frame's, go in an order the program does not set).
-fn requests(path: &std::path::Path) -> Vec<(bool, Vec<u64>)> {
+pub fn requests(path: &std::path::Path) -> Vec<(bool, Vec<u64>)> {
     let snap = import_file(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut out: Vec<(bool, Vec<u64>)> = Vec::new();
     let mut frees = Vec::new();

@@ -44,7 +44,7 @@ impl Engine {
     }
 
     /// The graph task dies: its pending input buffers are dropped.
-    fn abandon_task(&mut self, task: &[NodeId]) {
+    pub(super) fn abandon_task(&mut self, task: &[NodeId]) {
         for n in task {
             if let Some(node) = self.nodes.get_mut(n.0) {
                 node.deps = 0;
@@ -97,7 +97,7 @@ impl Engine {
     }
 
     /// Run the graph from `edge`, delivering `seed` (its reference is taken).
-    fn traverse(
+    pub(super) fn traverse(
         &mut self,
         edge: Edge,
         seed: TensorId,
@@ -126,7 +126,15 @@ impl Engine {
         while let Some((_, id)) = ready.pop() {
             let n = NodeId(id);
             self.run_retain_grad_hooks(n)?;
+            if self.grad_only_skips(n) {
+                continue;
+            }
             let produced = self.exec_node(n, retain)?;
+            // A module's full backward hooks run after its output's
+            // BackwardHookFunctionBackward (a post-hook on that node).
+            if let (false, Some(&(_, g))) = (self.grad_hooks.is_empty(), produced.first()) {
+                self.run_backward_hooks(n, g)?;
+            }
             for (i, g) in produced {
                 let e = self.nodes[n.0].inputs[i].edge;
                 match e {
@@ -257,7 +265,11 @@ impl Engine {
         self.unpack_saved(n)?;
         let g0 = self.nodes[n.0].buf.first().copied().flatten();
         let ninputs = self.nodes[n.0].inputs.len();
-        let needs = |e: &Engine, i: usize| e.nodes[n.0].inputs[i].edge.is_some();
+        let needs = |e: &Engine, i: usize| {
+            e.nodes[n.0].inputs[i]
+                .edge
+                .is_some_and(|edge| e.grad_only_needs(edge.node))
+        };
         let mut outs: Vec<Out> = Vec::with_capacity(ninputs);
         match kind {
             BwdKind::AccumulateGrad => {}
@@ -271,6 +283,7 @@ impl Engine {
             | BwdKind::Cast
             | BwdKind::AllocWithTemp { .. }
             | BwdKind::AllocAfterTemps { .. }
+            | BwdKind::Clamp
             | BwdKind::Mul
             | BwdKind::Conv { .. }
             | BwdKind::Sdpa { .. } => {
@@ -303,6 +316,7 @@ impl Engine {
                             BwdKind::AllocAfterTemps { temps } => {
                                 self.grad_after_temps(m.shape, m.dtype, temps)?
                             }
+                            BwdKind::Clamp => self.clamp_grad(m.shape, m.dtype)?,
                             _ => self.empty(m.shape, m.dtype, Category::Gradient)?,
                         };
                         self.k_grad_from(g0, t);

@@ -3,6 +3,7 @@
 
 pub(crate) mod backward;
 pub mod checkpoint;
+mod grad;
 pub(crate) mod reentrant;
 
 use serde::{Deserialize, Serialize};
@@ -17,6 +18,8 @@ use crate::engine::{Engine, EngineError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct NodeId(pub u32);
+
+pub(crate) use grad::GradOnly;
 
 /// An edge to the `nr`-th output of `node` (PyTorch's `Edge{function, input_nr}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,6 +170,12 @@ pub(crate) enum BwdKind {
     AllocAfterTemps {
         temps: u8,
     },
+    /// ClampBackward1 (`clamp_backward` with both bounds): a 0-dim zero
+    /// (`at::scalar_tensor(0., grad.options())`), the bool masks `self >=
+    /// min` and `self <= max` (anded in place), the gradient from `where`;
+    /// then the masks die, the second first, and the zero (the trace of
+    /// tests/fixtures/pytorch/adversarial_input_graph_bug.py on PyTorch 2.11).
+    Clamp,
     /// MulBackward0: each gradient is `grad * other` (or `* self`) at the
     /// output's shape; an input broadcast to it gets that product reduced by
     /// `validate_outputs`' `sum_to` afterwards, the product then freed.
@@ -522,6 +531,9 @@ impl Engine {
             let Some(node) = self.nodes.remove(f.0) else {
                 continue;
             };
+            if !self.grad_hooks.is_empty() {
+                self.grad_hooks.retain(|h| h.node != f);
+            }
             for meta in &node.inputs {
                 if let Some(e) = meta.edge {
                     let child = &mut self.nodes[e.node.0];

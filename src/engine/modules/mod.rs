@@ -2,6 +2,8 @@
 //! at build time in the order `.to("cuda")` visits them (children first,
 //! registration order), which is also `named_parameters()` order.
 
+mod backward_hooks;
+pub(crate) use backward_hooks::GradHook;
 pub mod bert;
 pub mod bottleneck;
 pub mod decoder;
@@ -238,14 +240,18 @@ impl Engine {
     }
 
     pub(crate) fn apply_linear(&mut self, l: &Linear, x: TensorId) -> Result<TensorId> {
-        let y = self.in_module(l.module, |e| e.linear(x, l.w, l.b))?;
+        let xh = self.backward_hook_input(l.module, x);
+        let wrapped = xh != x;
+        let y = self.in_module(l.module, |e| e.linear(xh, l.w, l.b));
+        self.release(xh);
+        let y = y?;
         if self.forward_hooks.iter().any(|(m, _, _)| *m == l.module) {
             if let Err(e) = self.run_forward_hooks(l.module, y) {
                 self.release(y);
                 return Err(e);
             }
         }
-        Ok(y)
+        Ok(self.backward_hook_output(l.module, y, wrapped))
     }
 
     /// `register_forward_hook` on the Linear at `path`: a hook that appends
@@ -256,24 +262,7 @@ impl Engine {
         list: &str,
         what: KeepWhat,
     ) -> Result<()> {
-        let is_linear = self
-            .parameters()
-            .iter()
-            .any(|p| &*self.param_module(*p) == path && self.shape(*p).dims().len() == 2);
-        if !is_linear {
-            return Err(EngineError::Program(format!(
-                "no Linear module `{path}` in the model to register a forward hook on"
-            )));
-        }
-        match self.bindings.vars.get(list) {
-            Some(Value::List(_) | Value::Deque { .. }) => {}
-            _ => {
-                return Err(EngineError::Program(format!(
-                    "the hook appends to `{list}`, which is not a list"
-                )))
-            }
-        }
-        let module = self.tags.module(path);
+        let module = self.hookable_linear(path, list, "register a forward hook on")?;
         self.forward_hooks.push((module, list.to_string(), what));
         Ok(())
     }

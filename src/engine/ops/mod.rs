@@ -3,6 +3,7 @@
 
 pub mod attention;
 mod attention_math;
+pub mod clamp;
 pub mod conv;
 pub mod elementwise;
 pub mod handwritten;

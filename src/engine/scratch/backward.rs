@@ -44,6 +44,31 @@ impl Engine {
         }
     }
 
+    /// `clamp_backward`'s gradient ([`BwdKind::Clamp`]): the 0-dim zero
+    /// (4 B of a float), the masks `self >= min` and `self <= max` (one
+    /// byte per element), the gradient; then the masks go, the second
+    /// first (temporaries of one C++ expression, newest first), and the
+    /// zero (a local, after the expression).
+    pub(in crate::engine) fn clamp_grad(&mut self, shape: Shape, dtype: DType) -> Result<TensorId> {
+        let mask = shape.numel().saturating_mul(DType::Bool.size());
+        let mut held = Vec::with_capacity(3);
+        let mut made = Ok(());
+        for bytes in [dtype.size(), mask, mask] {
+            match self.transient(bytes, Category::Temporary) {
+                Ok(s) => held.push(s),
+                Err(e) => {
+                    made = Err(e);
+                    break;
+                }
+            }
+        }
+        let t = made.and_then(|()| self.empty(shape, dtype, Category::Gradient));
+        for s in held.into_iter().rev() {
+            self.free_transient(s);
+        }
+        t
+    }
+
     /// A gradient made after `temps` temporaries of its size, which go once
     /// it exists, newest first ([`BwdKind::AllocAfterTemps`]).
     pub(in crate::engine) fn grad_after_temps(

@@ -1,0 +1,185 @@
+//! Issue 38's rule for the built-ins: where a built-in scenario and a
+//! capture program describe the same training, `vramscope trace` of the
+//! program (real PyTorch on the CPU, a simulated GPU) and the scenario
+//! (`vramscope export`) make the same requests, byte for byte and in
+//! order (the frees of one moment compared as a set, as `captures` does).
+//! The capture programs of issue 39's leak patterns are written before a
+//! GPU is lent: this is the strong check they get until then.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use super::captures::requests;
+use super::{trace, Scratch};
+
+/// (capture program, built-in scenario): each pair must agree exactly.
+pub const PAIRS: &[(&str, &str)] = &[
+    ("adversarial_input_graph_bug", "adversarial-input-graph-bug"),
+    (
+        "adversarial_input_detach_fixed",
+        "adversarial-input-detach-fixed",
+    ),
+    (
+        "forward_hook_activations_bug",
+        "forward-hook-activations-bug",
+    ),
+    ("forward_hook_removed_fixed", "forward-hook-removed-fixed"),
+];
+
+/// Where the two request lists part, if they do.
+fn parting(
+    program: &str,
+    traced: &[(bool, Vec<u64>)],
+    scenario: &[(bool, Vec<u64>)],
+) -> Option<String> {
+    match traced.iter().zip(scenario).position(|(a, b)| a != b) {
+        None if traced.len() == scenario.len() => None,
+        None => Some(format!(
+            "{program}: {} request groups traced, {} in the scenario",
+            traced.len(),
+            scenario.len()
+        )),
+        Some(i) => Some(format!(
+            "{program}: the requests part at group {i} (an allocation is one group, the frees \
+             between two allocations another): traced {:?}, scenario {:?}",
+            traced[i], scenario[i]
+        )),
+    }
+}
+
+#[test]
+#[ignore = "needs PyTorch (pip install torch==2.11.*)"]
+fn traced_capture_programs_make_their_built_ins_requests() {
+    super::python();
+    let scratch = Scratch::new("scenario-requests");
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pytorch");
+    let mut faults = Vec::new();
+    for (program, scenario) in PAIRS {
+        let traced = scratch.0.join(format!("{program}.pickle"));
+        let (code, _, err) = trace(
+            &["--json", "--steps", "0"],
+            &fixtures.join(format!("{program}.py")),
+            &[&traced.to_string_lossy()],
+        );
+        if !traced.exists() {
+            faults.push(format!("{program}: traced nothing (exit {code}): {err}"));
+            continue;
+        }
+        let exported = scratch.0.join(format!("{scenario}.pickle"));
+        let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+            .args(["export", scenario, "-o"])
+            .arg(&exported)
+            .output()
+            .expect("vramscope runs");
+        assert!(
+            out.status.success(),
+            "export {scenario}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (t, s) = (requests(&traced), requests(&exported));
+        assert!(
+            t.len() > 100,
+            "{program}: only {} request groups traced",
+            t.len()
+        );
+        faults.extend(parting(program, &t, &s));
+    }
+    assert!(faults.is_empty(), "{}", faults.join("\n"));
+}
+
+#[test]
+fn every_pair_names_a_program_and_its_built_in() {
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pytorch");
+    for (program, scenario) in PAIRS {
+        let source = std::fs::read_to_string(fixtures.join(format!("{program}.py")))
+            .unwrap_or_else(|e| panic!("{program}.py: {e}"));
+        assert!(
+            source.contains(&format!("\"{scenario}\"")),
+            "{program}.py does not name {scenario}"
+        );
+        assert!(
+            vramscope::scenario::builtins()
+                .iter()
+                .any(|b| b.name == *scenario),
+            "{scenario} is not a built-in"
+        );
+    }
+}
+
+/// The attack of `pgd-autograd-grad-bug` on a model that is not frozen:
+/// `torch.autograd.grad(loss, x)` then runs only toward `x` (engine.cpp's
+/// `exec_info`): the Linear backwards compute their input's gradient and
+/// not their weight's, no AccumulateGrad runs. Traced and as a scenario,
+/// the same requests.
+const UNFROZEN: &str = r#"
+import os
+os.environ.update({"CUBLAS_WORKSPACE_CONFIG": ":4096:2:16:8", "CUBLASLT_WORKSPACE_SIZE": "1024",
+                   "TORCH_CUBLAS_WORKSPACE_CACHE": "1"})
+import torch, torch.nn as nn, torch.nn.functional as F
+torch.cuda.memory._record_memory_history(max_entries=100000)
+model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                      nn.Linear(1024, 10)).cuda()
+x = torch.randn(256, 784, device="cuda")
+y = torch.randint(0, 10, (256,), device="cuda")
+x.requires_grad_()
+for it in range(4):
+    out = model(x)
+    loss = F.cross_entropy(out, y)
+    g = torch.autograd.grad(loss, x)[0]
+    x = (x + 0.01 * g.sign()).clamp(0, 1)
+"#;
+
+const UNFROZEN_RON: &str = r#"Scenario(
+    name: "unfrozen", description: "pgd-autograd-grad-bug, the model not frozen",
+    device: (gpu: "H100-SXM-80GB"), torch: "2.11",
+    env: {"CUBLAS_WORKSPACE_CONFIG": ":4096:2:16:8", "CUBLASLT_WORKSPACE_SIZE": "1024", "TORCH_CUBLAS_WORKSPACE_CACHE": "1"},
+    model: Preset("mlp-mnist"),
+    setup: [LoadBatch(x: "x", y: "y"), RequiresGrad(name: "x")],
+    steps: [
+        Forward(input: "x", output: "out"),
+        Loss(output: "out", target: "y", into: "loss"),
+        AutogradGrad(output: "loss", input: "x", into: "g", retain_graph: false),
+        GradSignStep(input: "x", grad: "g", clamp: true, detach: false),
+    ],
+    iterations: 4,
+)"#;
+
+#[test]
+#[ignore = "needs PyTorch (pip install torch==2.11.*)"]
+fn autograd_grad_on_a_trained_model_runs_only_toward_its_input() {
+    super::python();
+    let scratch = Scratch::new("unfrozen");
+    let program = scratch.file("unfrozen.py", UNFROZEN);
+    let scenario = scratch.file("unfrozen.ron", UNFROZEN_RON);
+    let traced = scratch.0.join("traced.pickle");
+    let (code, _, err) = trace(
+        &[
+            "--json",
+            "--steps",
+            "0",
+            "--export",
+            &traced.to_string_lossy(),
+        ],
+        &program,
+        &[],
+    );
+    assert!(traced.exists(), "exit {code}: {err}");
+    let exported = scratch.0.join("scenario.pickle");
+    let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .arg("export")
+        .arg(&scenario)
+        .arg("-o")
+        .arg(&exported)
+        .output()
+        .expect("vramscope runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (t, s) = (requests(&traced), requests(&exported));
+    assert!(t.len() > 100, "only {} request groups traced", t.len());
+    if let Some(f) = parting("unfrozen", &t, &s) {
+        panic!("{f}");
+    }
+}
