@@ -87,6 +87,9 @@ pub struct TuiOptions {
     /// Several sources as tabs, one shown at a time (`open a b …`), rather
     /// than side by side.
     pub tabs: bool,
+    /// What opened this run view, for its status line (`lesson · part 3`);
+    /// `q` then goes back there rather than out.
+    pub context: Option<String>,
 }
 
 impl Default for TuiOptions {
@@ -104,6 +107,7 @@ impl Default for TuiOptions {
             stop_on_load_failure: false,
             layout: LayoutMode::Normal,
             tabs: false,
+            context: None,
         }
     }
 }
@@ -162,6 +166,8 @@ pub struct App {
     pub code: CodeWish,
     /// Tabs, when the sources were opened as tabs.
     pub tabs: Option<Tabs>,
+    /// What opened this run view (`lesson · part 3`), shown on the status line.
+    pub context: Option<String>,
 }
 
 impl App {
@@ -220,6 +226,7 @@ impl App {
             layout_mode: opts.layout,
             code: CodeWish::Auto,
             tabs,
+            context: opts.context.clone(),
         })
     }
 

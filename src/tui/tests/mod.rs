@@ -8,6 +8,7 @@ mod helpers;
 mod import;
 mod leak_blocks;
 mod lesson;
+mod lesson_teacher;
 mod live;
 mod pace;
 mod session;
