@@ -151,20 +151,7 @@ impl Progress {
 mod tests {
     use super::*;
 
-    struct Scratch(PathBuf);
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-    fn scratch(tag: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!(
-            "vramscope-progress-{tag}-{}-{}",
-            std::process::id(),
-            fastrand::u64(..)
-        ));
-        Scratch(d)
-    }
+    use crate::scratch::temp_dir;
 
     fn sample() -> Progress {
         Progress {
@@ -177,8 +164,8 @@ mod tests {
 
     #[test]
     fn a_saved_place_reads_back_and_nothing_saved_is_none() {
-        let d = scratch("roundtrip");
-        let path = progress_path(&d.0, "leaks");
+        let d = temp_dir("progress-roundtrip");
+        let path = progress_path(&d, "leaks");
         assert_eq!(Progress::load(&path, "leaks").expect("reads"), None);
         sample().save(&path).expect("saves");
         assert_eq!(
@@ -193,8 +180,8 @@ mod tests {
 
     #[test]
     fn a_mangled_or_foreign_file_is_an_error_naming_it() {
-        let d = scratch("bad");
-        let path = progress_path(&d.0, "leaks");
+        let d = temp_dir("progress-bad");
+        let path = progress_path(&d, "leaks");
         std::fs::create_dir_all(path.parent().expect("dir")).expect("dir");
         std::fs::write(&path, "{\n  \"lesson\": 3").expect("writes");
         let e = Progress::load(&path, "leaks")

@@ -5,7 +5,7 @@
 //! the answered screen, a failing lesson's warning, the clock, and the run
 //! view opened from a lesson.
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::Duration;
 
 use crossterm::event::{Event as CEvent, KeyCode, KeyEvent, KeyModifiers};
@@ -15,6 +15,7 @@ use ratatui::Terminal;
 use super::helpers::{leaky_app_with, opts, screen, text};
 use super::lesson::{c, k, state, Script};
 use crate::lesson::{default_seed, load_lesson_str, verify_part, Progress};
+use crate::scratch::temp_dir;
 use crate::tui::lesson::{Answer, LessonState, Page, Store};
 use crate::tui::screen::{run_screen, Screen};
 use crate::tui::views::lesson::render;
@@ -36,37 +37,19 @@ fn run_keys(s: &mut LessonState, keys: &[CEvent], w: u16, h: u16) -> String {
     text(t.backend().buffer())
 }
 
-/// A folder removed on drop, where a lesson's place is kept.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        Scratch(std::env::temp_dir().join(format!(
-            "vramscope-lesson-{tag}-{}-{}",
-            std::process::id(),
-            fastrand::u64(..)
-        )))
-    }
-
-    fn store(&self, name: &str) -> Store {
-        Store {
-            path: crate::lesson::progress_path(&self.0, name),
-            seed: default_seed(name),
-        }
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+/// Where lesson `name`'s place is kept under `dir`, for its own order.
+fn store(dir: &Path, name: &str) -> Store {
+    Store {
+        path: crate::lesson::progress_path(dir, name),
+        seed: default_seed(name),
     }
 }
 
 #[test]
 fn a_teacher_skips_jumps_to_part_7_quits_after_asking_and_resumes_there() {
     for (w, h) in [(80, 24), (120, 40)] {
-        let dir = Scratch::new("resume");
-        let mut s = state("leaks").with_store(dir.store("leaks"));
+        let dir = temp_dir("lesson-resume");
+        let mut s = state("leaks").with_store(store(&dir, "leaks"));
         let first = s.lesson.parts[0].answer;
         // Part 1 answered, part 2 skipped, then part 7 by number.
         let keys = [c(KeyCode::Enter), k(first), k('s'), k('s'), k('q')];
@@ -99,28 +82,28 @@ fn a_teacher_skips_jumps_to_part_7_quits_after_asking_and_resumes_there() {
         let out = text(t.backend().buffer());
         assert!(out.contains("part 7 of 11"), "{out}");
 
-        let saved = Progress::load(&dir.store("leaks").path, "leaks")
+        let saved = Progress::load(&store(&dir, "leaks").path, "leaks")
             .expect("reads")
             .expect("the place is kept on disk");
         assert_eq!(saved.place, Page::Part(6));
         assert_eq!(saved.answers[0], Answer::Given(first));
 
         // Next time: the introduction offers the place, r goes there.
-        let mut s = state("leaks").with_store(dir.store("leaks"));
+        let mut s = state("leaks").with_store(store(&dir, "leaks"));
         let intro = run_keys(&mut s, &[], w, h);
         assert_eq!(s.page, Page::Intro);
         assert!(
             intro.contains("r resume at part 7"),
             "the offer is on the key line:\n{intro}"
         );
-        let mut s = state("leaks").with_store(dir.store("leaks"));
+        let mut s = state("leaks").with_store(store(&dir, "leaks"));
         let back = run_keys(&mut s, &[k('r')], w, h);
         assert_eq!(s.page, Page::Part(6), "{back}");
         assert_eq!(s.answers[0], Answer::Given(first), "answers come back");
         assert!(back.contains("answered 1/11"), "{back}");
 
         // Enter starts afresh instead: part 1, no answers.
-        let mut s = state("leaks").with_store(dir.store("leaks"));
+        let mut s = state("leaks").with_store(store(&dir, "leaks"));
         run_keys(&mut s, &[c(KeyCode::Enter)], w, h);
         assert_eq!(s.page, Page::Part(0));
         assert!(s.answers.iter().all(|a| *a == Answer::Open));
