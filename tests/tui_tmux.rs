@@ -599,6 +599,11 @@ fn compare_shares_one_scale_and_help_reaches_quit_at_80x24() {
     let quit = quit_cleanly(&session);
     cleanup();
     let screen = shown.unwrap_or_else(|| panic!("two timelines with scales:\n{last}"));
+    let status = screen.lines().next().unwrap_or_default();
+    assert!(
+        status.contains("⏸ paused") && status.contains("event 0/"),
+        "compare opens paused at the start: {status}"
+    );
     let labels = scale_labels(&screen);
     assert_eq!(labels[0], labels[1], "one scale for both runs:\n{screen}");
     assert!(quit.is_some(), "q did not quit compare");

@@ -100,6 +100,11 @@ pub fn open(
     let theme = Theme::builtin(ThemeName::from(pace.theme), no_color_from_env())?;
     // Each part's run, checked before the room sees it: a lesson whose
     // runs do not show what it states says so on its first screen.
+    warn!(
+        "checking the runs of {}'s {} parts…",
+        loaded.lesson.name,
+        loaded.lesson.parts.len()
+    );
     let verdicts = verify(&loaded).map_err(|e| BadInput(e.to_string()))?;
     let framing = verify_framing(&loaded, &verdicts);
     let mut state = LessonState::new(loaded.lesson.clone(), theme).with_checks(&verdicts, &framing);

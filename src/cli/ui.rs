@@ -41,7 +41,13 @@ pub fn open(inputs: &[&str], pace: &PaceArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|i| open_source(i))
         .collect::<Result<Vec<_>, _>>();
-    play(sources, pace)
+    // Two runs are compared from where they start: paused, so a room sees
+    // both at event 0 and space sets them going together.
+    let pace = PaceArgs {
+        paused: true,
+        ..pace.clone()
+    };
+    play(sources, &pace)
 }
 
 /// `compare`: two sides, each an input as it is or under a config.

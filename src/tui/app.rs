@@ -271,7 +271,10 @@ impl App {
                 }
             }
             if r.pending_oom {
-                if let Some(&at) = r.marks.oom.first() {
+                // The first place `x` stops after the cursor, once it came.
+                let after = r.cursor().map_or(0, |c| c + 1);
+                let stops = super::run_view::oom_stops(&r.marks.oom, &r.marks.error);
+                if let Some(&at) = stops.iter().find(|i| **i >= after) {
                     r.pending_oom = false;
                     r.seek_to_event(at);
                     changed = true;
@@ -447,6 +450,10 @@ impl App {
                         return self.switch_device(device, true);
                     }
                 }
+                if !moved && jump == Jump::Oom {
+                    self.notice = Some(self.no_oom(dir));
+                    return true;
+                }
                 return moved;
             }
             UiAction::NextDevice => return self.step_device(1),
@@ -475,6 +482,14 @@ impl App {
                 if let Ok(t) = Theme::builtin(next, self.theme.no_color) {
                     self.theme = t;
                     self.theme_name = next;
+                    // Said on the status line, whose `theme` part a narrow
+                    // screen leaves out.
+                    let plain = if self.theme.no_color {
+                        " (NO_COLOR)"
+                    } else {
+                        ""
+                    };
+                    self.notice = Some(format!("theme {}{plain}", self.theme.name));
                 }
             }
             UiAction::FocusNext => self.focus = self.focus.next(),
@@ -521,6 +536,25 @@ impl App {
             UiAction::ShowMessage => return self.show_message(),
         }
         true
+    }
+
+    /// Why `x`/`X` found no OOM: none yet while the run is still arriving
+    /// (the cursor goes to the first one when it comes), or none there.
+    fn no_oom(&mut self, dir: Dir) -> String {
+        let Some(r) = self.active_mut() else {
+            return "no run".into();
+        };
+        match dir {
+            Dir::Fwd if r.is_live() => {
+                r.pending_oom = true;
+                format!(
+                    "no OOM yet: the run is still arriving ({} events so far); the cursor goes to the first OOM when it comes",
+                    r.len()
+                )
+            }
+            Dir::Fwd => "no OOM or error after the cursor in this run".into(),
+            Dir::Back => "no OOM or error before the cursor".into(),
+        }
     }
 
     fn restart(&mut self) {

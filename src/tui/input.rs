@@ -243,10 +243,10 @@ pub fn key_action(key: KeyEvent, focus: Focus, help: bool) -> Option<UiAction> {
         return matches!(key.code, KeyCode::Char('c')).then_some(UiAction::Quit);
     }
     if help {
-        // The overlay swallows keys except those that close, scroll or quit.
+        // The overlay swallows keys except those that close or scroll it
+        // (q closes it, as it closes every other box; Ctrl-C still quits).
         return match key.code {
-            KeyCode::Char('?') | KeyCode::Esc => Some(UiAction::ToggleHelp),
-            KeyCode::Char('q') => Some(UiAction::Quit),
+            KeyCode::Char('?' | 'q') | KeyCode::Esc => Some(UiAction::ToggleHelp),
             KeyCode::Char('j') | KeyCode::Down => Some(UiAction::Down),
             KeyCode::Char('k') | KeyCode::Up => Some(UiAction::Up),
             KeyCode::PageDown | KeyCode::Char(' ') => Some(UiAction::PageDown),

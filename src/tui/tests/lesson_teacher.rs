@@ -218,7 +218,6 @@ fn the_answered_screen_lists_the_figures_checked_on_the_run() {
     assert_eq!(s.lesson, lesson);
     let before = run_keys(&mut s, &[c(KeyCode::Enter)], 120, 40);
     assert!(!before.contains("Checked on"), "hidden before the answer");
-    let mut s = s;
     s.quit = false;
     let mut keys = vec![k('v')];
     keys.extend(std::iter::repeat_n(k('j'), 40));

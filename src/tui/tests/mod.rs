@@ -11,6 +11,7 @@ mod lesson;
 mod lesson_teacher;
 mod live;
 mod pace;
+mod run_keys;
 mod session;
 mod stack;
 mod sweep;

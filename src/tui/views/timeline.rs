@@ -45,6 +45,9 @@ pub struct TimelineFrame {
     /// The bytes at the top of the graph.
     pub ymax: u64,
     pub title: String,
+    /// The title's figures carry the curves' glyphs, and the legend leaves
+    /// them out (see [`super::legend::curves_in_title`]).
+    pub curves_in_title: bool,
     /// Columns holding an allocation of the "by Python line" selection.
     pub site_marks: Vec<bool>,
 }
@@ -106,13 +109,20 @@ pub fn prepare(r: &mut RunView, area: Rect, ymax: u64) -> TimelineFrame {
     } else {
         format_size(peak)
     };
+    // Where the legend cannot name the curves, the figures do.
+    let curves_in_title = super::legend::curves_in_title(inner.width, &marks);
+    let [a, rs, pk, cp] = if curves_in_title {
+        ["█ ", "░ ", "┄ ", "━ "]
+    } else {
+        [""; 4]
+    };
     let figures = format!(
-        "alloc {} · reserved {} · peak {}{}",
+        "{a}alloc {} · {rs}reserved {} · {pk}peak {}{}",
         format_size(r.map.allocated),
         format_size(r.map.reserved),
         peak_text,
         r.capacity
-            .map(|c| format!(" · cap {}", format_size(c)))
+            .map(|c| format!(" · {cp}cap {}", format_size(c)))
             .unwrap_or_default(),
     );
     let zoom = if r.tl_zoom > 1 {
@@ -143,6 +153,7 @@ pub fn prepare(r: &mut RunView, area: Rect, ymax: u64) -> TimelineFrame {
         graph_h,
         ymax,
         title,
+        curves_in_title,
         site_marks: Vec::new(),
     }
 }
@@ -211,7 +222,12 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
         .borders(Borders::ALL)
         .border_style(th.border(focused))
         .title(Span::styled(t.title.as_str(), th.title()))
-        .title_bottom(super::legend::timeline(th, area.width.saturating_sub(2)));
+        .title_bottom(super::legend::timeline(
+            th,
+            area.width.saturating_sub(2),
+            &t.marks,
+            t.curves_in_title,
+        ));
     frame.render_widget(block, area);
     let inner = t.inner;
     if inner.width == 0 || inner.height == 0 || inner != layout::inner(area) {
@@ -278,6 +294,6 @@ pub(super) fn mark_style(th: &Theme, g: Glyph) -> Style {
         Glyph::Oom | Glyph::Error => th.fg(p.oom),
         Glyph::Narration => th.fg(p.narration),
         Glyph::Iteration => th.fg(p.iteration),
-        Glyph::Phase(_) => th.fg(p.phase),
+        Glyph::Phase(_) | Glyph::ZeroGrad => th.fg(p.phase),
     }
 }
