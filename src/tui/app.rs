@@ -534,6 +534,7 @@ impl App {
             UiAction::ToggleByLine => return self.toggle_by_line(),
             UiAction::ToggleSinceStep => return self.toggle_since_step(),
             UiAction::ShowMessage => return self.show_message(),
+            UiAction::ShowEventSegment => return self.show_event_segment(),
         }
         true
     }

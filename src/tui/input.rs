@@ -85,6 +85,9 @@ pub enum UiAction {
     ToggleCode,
     /// The presenter layout, or the normal one.
     ToggleLayout,
+    /// The map to the segment of the latest allocator event at the cursor
+    /// (the one a narration there is about).
+    ShowEventSegment,
 }
 
 /// What a key does while a popup is open.
@@ -186,6 +189,10 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "L",
         "presenter layout (code, map, large narration, timeline) / normal",
+    ),
+    (
+        "M",
+        "map: to the segment of the event at the cursor (what its narration is about)",
     ),
     (
         "c / t",
@@ -312,6 +319,7 @@ pub fn key_action(key: KeyEvent, focus: Focus, help: bool) -> Option<UiAction> {
         KeyCode::Char('a') => Some(UiAction::ToggleAutoPause),
         KeyCode::Char('C') => Some(UiAction::ToggleCode),
         KeyCode::Char('L') => Some(UiAction::ToggleLayout),
+        KeyCode::Char('M') => Some(UiAction::ShowEventSegment),
         _ => {
             let _ = focus;
             None

@@ -76,7 +76,10 @@ fn the_first_x_lands_on_the_oom_with_pytorch_s_message() {
 
 #[test]
 fn x_while_the_run_arrives_says_so_and_lands_when_it_comes() {
-    let mut app = app_with(vec![("s".into(), scenario("store-outputs-bug"))], &opts());
+    // Paced as the UI paces a scenario, so it is still arriving at the key.
+    let (sc, built) = crate::scenario::resolve("store-outputs-bug").expect("built-in");
+    let paced = crate::producers::scenario_source(sc, built, std::time::Duration::from_millis(10));
+    let mut app = app_with(vec![("s".into(), paced)], &opts());
     assert!(app.runs[0].is_live(), "the engine is still sending");
     assert!(app.runs[0].marks.oom.is_empty());
     keys(&mut app, "x");
@@ -193,4 +196,93 @@ fn the_timeline_legend_names_every_mark_it_draws() {
             }
         }
     }
+}
+
+/// At an OOM the narration and the error box are open; the map keeps
+/// its few rows whatever the terminal's height (down to where the UI says
+/// the terminal is too small), and says how many segments it hides.
+#[test]
+fn an_open_error_box_never_shrinks_the_map_below_a_few_rows() {
+    let mut app = oom_run();
+    keys(&mut app, "x");
+    for h in 16..=40 {
+        for w in [80, 120] {
+            let s = screen(&mut app, w, h);
+            if app.areas.too_small {
+                continue;
+            }
+            let Some(map) = app.areas.runs[0].map else {
+                continue;
+            };
+            assert!(map.height >= 5, "{w}×{h}: map {map:?}\n{s}");
+            assert!(app.areas.runs[0].error.is_some(), "{w}×{h}: the error box");
+            // Every segment is in view or counted as hidden.
+            let m = &app.runs[0].frame.map;
+            let in_view = m
+                .rows
+                .iter()
+                .filter(|r| matches!(r, crate::tui::views::segment_map::MapRow::Segment { .. }))
+                .count();
+            let segments = app.runs[0].map.segments.len();
+            assert_eq!(
+                in_view + m.hidden_above + m.hidden_below,
+                segments,
+                "{w}×{h}"
+            );
+            assert!(m.hidden_below > 0, "{w}×{h}: 23 segments never fit");
+            assert!(
+                s.contains(&format!("↓ {} more", m.hidden_below)),
+                "{w}×{h}: the map says what it hides\n{s}"
+            );
+        }
+    }
+}
+
+/// `M` scrolls the map to the segment of the latest allocator event at the
+/// cursor (a narration's own event): at 80×24 the caching-allocator
+/// lesson's new segment is many `PgDn` away; one key shows it.
+#[test]
+fn m_shows_the_segment_the_cursor_s_event_touched() {
+    let mut app = oom_run();
+    // The OOM's moment: the latest allocator event before it has an address.
+    let at = app.runs[0].marks.oom[0];
+    app.runs[0].seek_to_event(at);
+    let before = screen(&mut app, 80, 24);
+    let events = app.runs[0].timeline.events();
+    // Its segment on the map at the cursor (a freed one is not).
+    let segments = &app.runs[0].map.segments;
+    let live = |addr: u64| {
+        segments
+            .range(..=addr)
+            .next_back()
+            .is_some_and(|(start, seg)| addr < start + seg.size)
+    };
+    let (i, addr) = (0..=at)
+        .rev()
+        .find_map(|i| match events.get(i) {
+            Some(crate::trace::Event::Alloc(a)) if a.addr != 0 && live(a.addr) => Some((i, a.addr)),
+            _ => None,
+        })
+        .expect("an allocator event");
+    keys(&mut app, "M");
+    let s = screen(&mut app, 80, 24);
+    let m = &app.runs[0].frame.map;
+    let shown = m.rows.iter().any(|r| match r {
+        crate::tui::views::segment_map::MapRow::Segment { start, .. } => {
+            *start <= addr
+                && app.runs[0]
+                    .map
+                    .segments
+                    .get(start)
+                    .is_some_and(|seg| addr < start + seg.size)
+        }
+        _ => false,
+    });
+    assert!(
+        shown,
+        "the segment holding {addr:#x} is in view\n{before}\n{s}"
+    );
+    let status = s.lines().next().unwrap_or_default();
+    assert!(status.contains(&format!("of event {i}:")), "{status}");
+    assert!(app.runs[0].frame.map.first_row > 0, "it scrolled: {status}");
 }

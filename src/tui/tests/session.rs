@@ -248,7 +248,7 @@ fn compare_two_runs_synchronised() {
     assert_eq!(app.active, 1);
     let s = screen(&mut app, 80, 24);
     assert!(
-        s.contains("Memory map · leaky") && s.contains("Memory map · fixed"),
+        s.contains("Map · leaky") && s.contains("Memory map · fixed"),
         "compare at 80x24\n{s}"
     );
 }

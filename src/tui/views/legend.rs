@@ -6,7 +6,7 @@
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 
-use super::segment_map::{CellKind, HIGHLIGHT_GLYPH};
+use super::segment_map::{CellKind, Drawn, HIGHLIGHT_GLYPH};
 use crate::trace::Phase;
 use crate::tui::app::ColorMode;
 use crate::tui::marks::Glyph;
@@ -19,9 +19,16 @@ struct Item {
     short: &'static str,
 }
 
-/// The map's legend for its colour `mode`, in at most `width` columns.
-pub fn map(th: &Theme, mode: ColorMode, by_line: bool, width: u16) -> Line<'static> {
-    fit(th, &map_items(th, mode, by_line), width)
+/// The map's legend for its colour `mode`, in at most `width` columns:
+/// what the rows in view draw (`drawn`; everything where nothing is drawn).
+pub fn map(
+    th: &Theme,
+    mode: ColorMode,
+    by_line: bool,
+    width: u16,
+    drawn: Option<&Drawn>,
+) -> Line<'static> {
+    fit(th, &map_items(th, mode, by_line, drawn), width)
 }
 
 /// The timeline's curves and lines: glyph, full name, short name.
@@ -154,7 +161,7 @@ fn fit(th: &Theme, items: &[Item], width: u16) -> Line<'static> {
     Line::from(spans)
 }
 
-fn map_items(th: &Theme, mode: ColorMode, by_line: bool) -> Vec<Item> {
+fn map_items(th: &Theme, mode: ColorMode, by_line: bool, drawn: Option<&Drawn>) -> Vec<Item> {
     let p = &th.palette;
     let mut items: Vec<Item> = match mode {
         ColorMode::State => [
@@ -170,8 +177,14 @@ fn map_items(th: &Theme, mode: ColorMode, by_line: bool) -> Vec<Item> {
             (CellKind::Unmapped, "unmapped", "unmap", p.unmapped),
         ]
         .into_iter()
+        .filter(|(kind, ..)| drawn.is_none_or(|d| d.kinds.contains(kind)))
         .map(|(kind, name, short, color)| Item {
-            glyph: kind.glyph(false),
+            // Neighbouring allocated blocks alternate `█` and `▓`.
+            glyph: if kind == CellKind::Allocated && drawn.is_none_or(|d| d.alt) {
+                "█▓"
+            } else {
+                kind.glyph(false)
+            },
             style: th.fg(color),
             name,
             short,
@@ -180,6 +193,7 @@ fn map_items(th: &Theme, mode: ColorMode, by_line: bool) -> Vec<Item> {
         ColorMode::Category => CATEGORIES
             .iter()
             .enumerate()
+            .filter(|(i, _)| drawn.is_none_or(|d| d.cats.contains(&u8::try_from(*i).ok())))
             .map(|(i, c)| Item {
                 glyph: if th.no_color {
                     CATEGORY_LETTERS[i]
@@ -192,12 +206,14 @@ fn map_items(th: &Theme, mode: ColorMode, by_line: bool) -> Vec<Item> {
             })
             .collect(),
     };
-    items.push(Item {
-        glyph: HIGHLIGHT_GLYPH,
-        style: th.fg(p.highlight),
-        name: if by_line { "selected line" } else { "leak" },
-        short: if by_line { "line" } else { "leak" },
-    });
+    if drawn.is_none_or(|d| d.highlighted) {
+        items.push(Item {
+            glyph: HIGHLIGHT_GLYPH,
+            style: th.fg(p.highlight),
+            name: if by_line { "selected line" } else { "leak" },
+            short: if by_line { "line" } else { "leak" },
+        });
+    }
     items
 }
 
@@ -215,33 +231,33 @@ mod tests {
         let th = Theme::builtin(ThemeName::Dark, false).expect("parses");
         for mode in [ColorMode::State, ColorMode::Category] {
             for width in [20u16, 40, 60, 78, 120, 200] {
-                let t = text(&map(&th, mode, false, width));
+                let t = text(&map(&th, mode, false, width, None));
                 assert!(
                     t.chars().count() <= usize::from(width),
                     "{mode:?} {width}: {t}"
                 );
             }
         }
-        let wide = text(&map(&th, ColorMode::Category, false, 200));
+        let wide = text(&map(&th, ColorMode::Category, false, 200, None));
         assert!(
             wide.contains("optimizer_state") && wide.contains("amp_cache"),
             "{wide}"
         );
-        let narrow = text(&map(&th, ColorMode::Category, false, 78));
+        let narrow = text(&map(&th, ColorMode::Category, false, 78, None));
         assert!(
             narrow.contains("optim") && narrow.contains("wksp"),
             "{narrow}"
         );
         // Too narrow for every name: the first ones keep theirs.
-        let tight = text(&map(&th, ColorMode::State, false, 34));
-        assert!(tight.starts_with("█alloc ▒pend"), "{tight}");
+        let tight = text(&map(&th, ColorMode::State, false, 34, None));
+        assert!(tight.starts_with("█▓alloc ▒pend"), "{tight}");
         assert!(tight.contains('╌') && tight.contains('▚'), "{tight}");
     }
 
     #[test]
     fn without_colour_categories_are_letters() {
         let th = Theme::builtin(ThemeName::Dark, true).expect("parses");
-        let t = text(&map(&th, ColorMode::Category, false, 200));
+        let t = text(&map(&th, ColorMode::Category, false, 200, None));
         for (letter, c) in CATEGORY_LETTERS.iter().zip(CATEGORIES) {
             assert!(t.contains(&format!("{letter} {}", c.name())), "{t}");
         }
