@@ -38,6 +38,9 @@ pub use tabs::{DiffState, TabLabel, TabView, Tabs};
 /// frame.
 const DRAIN_TIME: Duration = Duration::from_millis(5);
 
+/// Events a pending `x` waits after an OOM entry for its message.
+const OOM_MESSAGE_WAIT: usize = 64;
+
 /// Playback speed bounds and default, in events per second.
 pub const MIN_SPEED: f64 = 1.0;
 pub const MAX_SPEED: f64 = 1_000_000.0;
@@ -274,7 +277,14 @@ impl App {
                 // The first place `x` stops after the cursor, once it came.
                 let after = r.cursor().map_or(0, |c| c + 1);
                 let stops = super::run_view::oom_stops(&r.marks.oom, &r.marks.error);
-                if let Some(&at) = stops.iter().find(|i| **i >= after) {
+                // An OOM entry's message follows it: wait for it while the
+                // source sends (a few events at most), so `x` shows it.
+                let ready = |at: usize| {
+                    r.marks.error.binary_search(&at).is_ok()
+                        || !r.is_live()
+                        || r.len() > at + OOM_MESSAGE_WAIT
+                };
+                if let Some(&at) = stops.iter().find(|i| **i >= after).filter(|at| ready(**at)) {
                     r.pending_oom = false;
                     r.seek_to_event(at);
                     changed = true;
@@ -649,6 +659,10 @@ impl App {
             let log_h = self.areas.log.map_or(0, |l| l.height.saturating_sub(2));
             r.frame.log = event_log::prepare(r, log_h as usize);
             r.frame.code = super::code::prepare(r);
+            r.frame.big = match ra.figures {
+                Some(_) => super::views::figures::prepare(r),
+                None => Vec::new(),
+            };
         }
         if self.gpu.shown {
             self.gpu.prepare(self.runs.get(self.active));

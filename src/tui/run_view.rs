@@ -48,6 +48,8 @@ pub struct RunFrame {
     pub phase: Option<&'static str>,
     /// The code pane's step at the cursor.
     pub code: super::code::CodeFrame,
+    /// The presenter's large figures, when its strip is on screen.
+    pub big: Vec<super::views::figures::BigFigure>,
 }
 
 /// One run: its source, everything received, and where the cursor is.

@@ -11,6 +11,7 @@ mod lesson;
 mod lesson_teacher;
 mod live;
 mod pace;
+mod presenter;
 mod run_keys;
 mod session;
 mod stack;
