@@ -41,13 +41,7 @@ pub fn open(inputs: &[&str], pace: &PaceArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|i| open_source(i))
         .collect::<Result<Vec<_>, _>>();
-    // Two runs are compared from where they start: paused, so a room sees
-    // both at event 0 and space sets them going together.
-    let pace = PaceArgs {
-        paused: true,
-        ..pace.clone()
-    };
-    play(sources, &pace)
+    play(sources, pace)
 }
 
 /// `compare`: two sides, each an input as it is or under a config.
@@ -59,7 +53,13 @@ pub fn open_compare(sides: &[CompareSide; 2], pace: &PaceArgs) -> anyhow::Result
             Some(conf) => open_source_under(&s.input, conf),
         })
         .collect::<Result<Vec<_>, _>>();
-    play(sources, pace)
+    // Two runs are compared from where they start: paused, so a room sees
+    // both at event 0 and space sets them going together.
+    let pace = PaceArgs {
+        paused: true,
+        ..pace.clone()
+    };
+    play(sources, &pace)
 }
 
 /// Run the UI on opened sources at scenario pace (unless `pace` says
