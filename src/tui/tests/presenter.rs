@@ -68,3 +68,59 @@ fn sizes_for_the_room_keep_three_figures() {
     assert_eq!(room_size(3 * MIB + MIB / 2), "3.5 MiB");
     assert_eq!(room_size(512), "512 B");
 }
+
+/// Presenter: where the timeline has room after a phase's mark, the phase
+/// is spelled out (`forward`, else `fwd`), starting at its mark.
+#[test]
+fn phase_marks_are_spelled_out_where_there_is_room() {
+    let mut app = presenter();
+    crate::tui::tests::helpers::keys(&mut app, "iii");
+    app.focus = crate::tui::layout::Focus::Timeline;
+    let plain = screen(&mut app, 200, 60);
+    crate::tui::tests::helpers::keys(&mut app, "zzzzz");
+    let s = screen(&mut app, 200, 60);
+    let t = &app.runs[0].frame.timeline;
+    let row = s
+        .lines()
+        .nth(usize::from(t.inner.y + t.graph_h))
+        .unwrap_or_default()
+        .to_string();
+    let words = [
+        "forward",
+        "backward",
+        "optimizer",
+        "zero_grad",
+        "fwd",
+        "bwd",
+        "opt",
+        "zero",
+    ];
+    assert!(
+        words.iter().any(|w| row.contains(w)),
+        "a phase spelled out when zoomed in:\n{row}\n(before zooming:)\n{plain}"
+    );
+    // Each word starts at its phase's mark.
+    let cols: Vec<char> = row.chars().collect();
+    let x0 = usize::from(t.inner.x);
+    for (c, g) in t.marks.iter().enumerate() {
+        if let Some(g) = g {
+            let first = g.symbol().chars().next().unwrap_or(' ');
+            let at = cols.get(x0 + c).copied().unwrap_or(' ');
+            if t.cursor_col != Some(c as u16) {
+                assert_eq!(at, first, "column {c}: {row}");
+            }
+        }
+    }
+    // Not in the normal layout: its marks stay one glyph each.
+    crate::tui::tests::helpers::keys(&mut app, "L");
+    let normal = screen(&mut app, 200, 60);
+    let t = &app.runs[0].frame.timeline;
+    let row = normal
+        .lines()
+        .nth(usize::from(t.inner.y + t.graph_h))
+        .unwrap_or_default();
+    assert!(
+        !words.iter().any(|w| row.contains(w)),
+        "one glyph a mark: {row}"
+    );
+}

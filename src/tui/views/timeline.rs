@@ -279,12 +279,65 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
             buf[(x, y)].set_symbol(glyph).set_style(style);
         }
     }
+    if app.layout_mode == layout::LayoutMode::Presenter && inner.height > t.graph_h {
+        spell_phases(buf, t, inner.x, inner.y + t.graph_h, th);
+    }
     // The top of the scale, at the top left where a run starts low: compared
     // runs share it, and this says so.
     let label = format!("{}┤", format_size(t.ymax));
     let len = label.chars().count() as u16;
     if t.graph_h >= 3 && inner.width >= len.saturating_mul(3) {
         buf.set_string(inner.x, inner.y, label, th.dim());
+    }
+}
+
+/// A phase's name in full, then short, for the presenter's mark row; the
+/// first letter is the mark's own glyph.
+fn phase_words(g: Glyph) -> Option<[&'static str; 2]> {
+    use crate::trace::Phase;
+    Some(match g {
+        Glyph::Phase(Phase::Forward) => ["forward", "fwd"],
+        Glyph::Phase(Phase::Backward) => ["backward", "bwd"],
+        Glyph::Phase(Phase::Optimizer) => ["optimizer", "opt"],
+        Glyph::Phase(Phase::Eval) => ["eval", "eval"],
+        Glyph::ZeroGrad => ["zero_grad", "zero"],
+        _ => return None,
+    })
+}
+
+/// Presenter: a phase mark followed by empty columns is spelled out there
+/// (`forward`, else `fwd`), never over another mark or the cursor.
+fn spell_phases(buf: &mut ratatui::buffer::Buffer, t: &TimelineFrame, x0: u16, y: u16, th: &Theme) {
+    let w = t.marks.len();
+    let free = |c: usize| {
+        c < w
+            && t.marks[c].is_none()
+            && t.cursor_col != Some(c as u16)
+            && !t.site_marks.get(c).copied().unwrap_or(false)
+    };
+    let mut c = 0;
+    while c < w {
+        // Right after another phase's letter a word would read as one
+        // with it (`fbwd`): the letters stay.
+        let after_letter = c > 0 && t.marks[c - 1].is_some_and(|g| phase_words(g).is_some());
+        let words = t.marks[c]
+            .filter(|_| t.cursor_col != Some(c as u16) && !after_letter)
+            .and_then(phase_words);
+        let Some(words) = words else {
+            c += 1;
+            continue;
+        };
+        let room = (c + 1..w).take_while(|&k| free(k)).count();
+        // One empty column is left after the word, so words never touch.
+        let fit = words
+            .into_iter()
+            .find(|word| word.chars().count() < room + 1);
+        if let (Some(word), Some(g)) = (fit, t.marks[c]) {
+            buf.set_string(x0 + c as u16, y, word, mark_style(th, g));
+            c += word.chars().count();
+        } else {
+            c += 1;
+        }
     }
 }
 
