@@ -145,6 +145,15 @@ fn text_longer_than_the_box_says_more_and_scrolls_to_its_end() {
         bottom.contains("↑ more") && !bottom.contains("↓ more"),
         "{bottom}"
     );
+    // On the bottom border: the box's title above stays whole.
+    let title = bottom
+        .lines()
+        .find(|l| l.starts_with('┌'))
+        .unwrap_or_default();
+    assert!(
+        title.contains("scenario accumulate-loss-train-bug") && !title.contains("more"),
+        "{title}"
+    );
     let at_end = s.scroll;
     assert!(
         at_end > 0 && at_end < 60,

@@ -148,12 +148,16 @@ pub fn render(frame: &mut Frame, s: &LessonState) {
         .borders(Borders::ALL)
         .border_style(th.border(true))
         .title(Span::styled(format!(" {title} "), th.title()));
-    // Text that runs past the box says so, or a learner never reads it.
-    if scroll > 0 {
-        block = block.title_top(Line::styled(" ↑ more ", th.dim()).right_aligned());
-    }
-    if scroll < most {
-        block = block.title_bottom(Line::styled(" ↓ more (↓/j) ", th.dim()).right_aligned());
+    // Text that runs past the box says so, or a learner never reads it;
+    // on the bottom border, where it covers no title.
+    let more = match (scroll > 0, scroll < most) {
+        (true, true) => Some(" ↑ more · ↓ more (↓/j) "),
+        (true, false) => Some(" ↑ more (↑/k) "),
+        (false, true) => Some(" ↓ more (↓/j) "),
+        (false, false) => None,
+    };
+    if let Some(more) = more {
+        block = block.title_bottom(Line::styled(more, th.dim()).right_aligned());
     }
     frame.render_widget(
         Paragraph::new(body_lines(s, body.width))
