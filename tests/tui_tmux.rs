@@ -626,6 +626,10 @@ fn compare_shares_one_scale_and_help_reaches_quit_at_80x24() {
     }
     let last = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();
     tmux(&["send-keys", "-t", &session, "Escape"]).expect("close help");
+    // Wait for the help to close: Esc and q sent together read as Alt-q,
+    // and q in the help closes the help rather than quitting.
+    let closed = wait_for(&session, |s| !s.contains(" Keys "), Duration::from_secs(10));
+    assert!(closed.is_some(), "Esc closes the help");
     let quit = quit_cleanly(&session);
     cleanup();
     assert!(opened.is_some() && help.is_some(), "{last}");
