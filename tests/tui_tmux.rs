@@ -444,25 +444,69 @@ fn sweep_chart_in_a_real_terminal() {
     );
 }
 
+/// A teacher's class in a real terminal, at 80×24 and 120×40: intro →
+/// question → answer → the part's run (its status says `lesson · part 1`)
+/// → `q` back to the same part → `g 7 Enter` to part 7 → `q` asks, `q`
+/// quits; opened again, the introduction offers part 7 and `r` goes there.
+/// The place is kept under a scratch `XDG_STATE_HOME`, removed after.
 #[test]
 fn lesson_in_a_real_terminal() {
     require_tmux();
-    let session = format!("vramscope-lesson-{}", std::process::id());
-    let bin = env!("CARGO_BIN_EXE_vramscope");
-    let cleanup = start(
-        &session,
-        100,
-        30,
-        &format!("{bin} lesson leaks; echo EXITED:$?"),
-    );
+    for (w, h) in [(80u16, 24u16), (120, 40)] {
+        let state = common::temp_dir(&format!("lesson-state-{w}"));
+        let session = format!("vramscope-lesson-{w}-{}", std::process::id());
+        let bin = env!("CARGO_BIN_EXE_vramscope");
+        let command = format!(
+            "export XDG_STATE_HOME={}; {bin} lesson leaks; echo EXITED:$?",
+            state.display()
+        );
+        let cleanup = start(&session, w, h, &command);
+        let (path, last) = lesson_class(&session);
+        let resumed = path.and_then(|_| {
+            tmux(&["send-keys", "-t", &session, "clear", "Enter"]).expect("clear");
+            tmux(&["send-keys", "-t", &session, &command, "Enter"]).expect("again");
+            wait_for(
+                &session,
+                |s| s.contains("r resume at part 7"),
+                Duration::from_secs(30),
+            )
+        });
+        let resumed = resumed.and_then(|_| {
+            tmux(&["send-keys", "-t", &session, "r"]).expect("r");
+            wait_for(
+                &session,
+                |s| s.contains("part 7 of 11") && s.contains("answered 1/11 · 1 right"),
+                Duration::from_secs(15),
+            )
+        });
+        let saved = std::fs::read_to_string(state.join("vramscope/lessons/leaks.json"));
+        let end = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();
+        if resumed.is_some() {
+            tmux(&["send-keys", "-t", &session, "q", "q"]).expect("quit");
+        }
+        cleanup();
+        assert!(
+            resumed.is_some(),
+            "at {w}×{h}: the class broke here:\n{last}\nthen:\n{end}"
+        );
+        assert!(
+            saved.is_ok_and(|t| t.contains("\"Part\": 6")),
+            "the place is on disk"
+        );
+    }
+}
+
+/// The first sitting of [`lesson_in_a_real_terminal`]: the screen it
+/// ended on if it went all the way, and the last screen seen.
+fn lesson_class(session: &str) -> (Option<String>, String) {
     let step = |keys: &[&str], what: &dyn Fn(&str) -> bool| {
         for k in keys {
-            tmux(&["send-keys", "-t", &session, k]).expect("keys");
+            tmux(&["send-keys", "-t", session, k]).expect("keys");
         }
-        wait_for(&session, what, Duration::from_secs(30))
+        wait_for(session, what, Duration::from_secs(30))
     };
     let intro = wait_for(
-        &session,
+        session,
         |s| s.contains("leaks │ introduction"),
         Duration::from_secs(30),
     );
@@ -491,24 +535,30 @@ fn lesson_in_a_real_terminal() {
     });
     let run = answered.and_then(|_| {
         step(&["Enter"], &|s| {
-            // Taught like the tour: the run stops at its first narration.
-            s.contains("accumulate-loss-train-bug")
+            // Taught like the tour: the run stops at its first narration;
+            // its status says which lesson part it is, its keys that q goes back.
+            s.contains("lesson · part 1")
                 && s.contains("Memory map")
                 && s.contains("narration: space goes on")
+                && s.contains("q lesson")
         })
     });
-    let next = run.and_then(|_| {
+    let back = run.and_then(|_| {
         step(&["q"], &|s| {
-            s.contains("part 2 of 11") && s.contains("answered 1/11 · 1 right")
+            s.contains("part 1 of 11")
+                && s.contains("back from part 1's run")
+                && s.contains("answered 1/11 · 1 right")
         })
     });
-    let last = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();
-    let quit = next.and_then(|_| quit_cleanly(&session));
-    cleanup();
-    assert!(
-        quit.is_some(),
-        "intro → question → answer → run → next part → quit broke here:\n{last}"
-    );
+    let seventh = back.and_then(|_| {
+        step(&["g", "7", "Enter"], &|s| {
+            s.contains("part 7 of 11") && s.contains("Your answer?")
+        })
+    });
+    let asked = seventh.and_then(|_| step(&["q"], &|s| s.contains("Quit the lesson?")));
+    let gone = asked.and_then(|_| step(&["q"], &|s| s.contains("EXITED:0")));
+    let last = tmux(&["capture-pane", "-p", "-t", session]).unwrap_or_default();
+    (gone, last)
 }
 
 /// The scale labels (`140.80 MiB┤`) at the top left of each timeline.
@@ -549,6 +599,11 @@ fn compare_shares_one_scale_and_help_reaches_quit_at_80x24() {
     let quit = quit_cleanly(&session);
     cleanup();
     let screen = shown.unwrap_or_else(|| panic!("two timelines with scales:\n{last}"));
+    let status = screen.lines().next().unwrap_or_default();
+    assert!(
+        status.contains("⏸ paused") && status.contains("event 0/"),
+        "compare opens paused at the start: {status}"
+    );
     let labels = scale_labels(&screen);
     assert_eq!(labels[0], labels[1], "one scale for both runs:\n{screen}");
     assert!(quit.is_some(), "q did not quit compare");
@@ -571,6 +626,10 @@ fn compare_shares_one_scale_and_help_reaches_quit_at_80x24() {
     }
     let last = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();
     tmux(&["send-keys", "-t", &session, "Escape"]).expect("close help");
+    // Wait for the help to close: Esc and q sent together read as Alt-q,
+    // and q in the help closes the help rather than quitting.
+    let closed = wait_for(&session, |s| !s.contains(" Keys "), Duration::from_secs(10));
+    assert!(closed.is_some(), "Esc closes the help");
     let quit = quit_cleanly(&session);
     cleanup();
     assert!(opened.is_some() && help.is_some(), "{last}");

@@ -5,10 +5,11 @@
 use std::process::ExitCode;
 
 use vramscope::lesson::{
-    builtin_lessons, default_seed, resolve_lesson, shuffled, verify, verify_framing, LoadedLesson,
+    builtin_lessons, default_seed, progress_path, resolve_lesson, shuffled, state_dir, verify,
+    verify_framing, LoadedLesson,
 };
 use vramscope::producers::{scenario_source, ITERATION_PACE};
-use vramscope::tui::lesson::LessonState;
+use vramscope::tui::lesson::{LessonState, Store};
 use vramscope::tui::theme::{no_color_from_env, Theme, ThemeName};
 use vramscope::tui::{run_on_terminal, run_tui, TuiOptions};
 use vramscope::units::escape_line;
@@ -86,11 +87,39 @@ pub fn handout(name: &str, seed: Option<u64>, answers: bool) -> anyhow::Result<E
 }
 
 /// The lesson screens; Enter on an answered part opens its scenario in the
-/// run view, and quitting that comes back to the lesson's next screen.
-pub fn open(name: &str, seed: Option<u64>, pace: &PaceArgs) -> anyhow::Result<ExitCode> {
-    let (loaded, _) = load(name, seed)?;
+/// run view, and quitting that comes back to the part just watched. The
+/// place is kept under the user's state directory as the lesson goes, and
+/// offered again next time; `--poll` opens in poll mode.
+pub fn open(
+    name: &str,
+    seed: Option<u64>,
+    poll: bool,
+    pace: &PaceArgs,
+) -> anyhow::Result<ExitCode> {
+    let (loaded, seed) = load(name, seed)?;
     let theme = Theme::builtin(ThemeName::from(pace.theme), no_color_from_env())?;
-    let mut state = LessonState::new(loaded.lesson.clone(), theme);
+    // Each part's run, checked before the room sees it: a lesson whose
+    // runs do not show what it states says so on its first screen.
+    warn!(
+        "checking the runs of {}'s {} parts…",
+        loaded.lesson.name,
+        loaded.lesson.parts.len()
+    );
+    let verdicts = verify(&loaded).map_err(|e| BadInput(e.to_string()))?;
+    let framing = verify_framing(&loaded, &verdicts);
+    let mut state = LessonState::new(loaded.lesson.clone(), theme).with_checks(&verdicts, &framing);
+    drop(verdicts);
+    match state_dir() {
+        Some(dir) => {
+            let path = progress_path(&dir, &loaded.lesson.name);
+            state = state.with_store(Store { path, seed });
+        }
+        None => {
+            state.notice =
+                Some("no HOME or XDG_STATE_HOME: the place is not saved for next time".into())
+        }
+    }
+    state.poll = poll;
     loop {
         run_on_terminal(&mut state)?;
         let Some(i) = state.open.take() else {
@@ -110,10 +139,13 @@ pub fn open(name: &str, seed: Option<u64>, pace: &PaceArgs) -> anyhow::Result<Ex
         );
         // A lesson is taught like the tour: each narration waits for space.
         opts.auto_pause = !pace.no_auto_pause;
+        opts.context = Some(format!("lesson · part {}", i + 1));
+        let started = std::time::Instant::now();
         run_tui(
             vec![(title, scenario_source(scenario, built, ITERATION_PACE))],
             opts,
         )?;
+        state.add_time(started.elapsed());
         state.after_run();
     }
 }

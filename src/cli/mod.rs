@@ -84,6 +84,10 @@ pub enum Command {
         /// Print the answer key, for the same --seed, as Markdown.
         #[arg(long, conflicts_with = "json")]
         answers: bool,
+        /// Open in poll mode: the room answers by show of hands, `v` reveals
+        /// each answer and no key is recorded as the room's (`P` toggles it).
+        #[arg(long)]
+        poll: bool,
         #[command(flatten)]
         pace: PaceArgs,
     },
@@ -379,6 +383,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             seed,
             handout,
             answers,
+            poll,
             pace,
         }) => {
             if handout || answers {
@@ -386,7 +391,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             } else if headless || json || !ui::have_terminal() {
                 lesson::headless(&lesson, seed, json)
             } else {
-                lesson::open(&lesson, seed, &pace)
+                lesson::open(&lesson, seed, poll, &pace)
             }
         }
         Some(Command::Model { spec, json, list }) => match spec {

@@ -53,7 +53,13 @@ pub fn open_compare(sides: &[CompareSide; 2], pace: &PaceArgs) -> anyhow::Result
             Some(conf) => open_source_under(&s.input, conf),
         })
         .collect::<Result<Vec<_>, _>>();
-    play(sources, pace)
+    // Two runs are compared from where they start: paused, so a room sees
+    // both at event 0 and space sets them going together.
+    let pace = PaceArgs {
+        paused: true,
+        ..pace.clone()
+    };
+    play(sources, &pace)
 }
 
 /// Run the UI on opened sources at scenario pace (unless `pace` says

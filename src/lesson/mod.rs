@@ -12,6 +12,7 @@ mod figure;
 mod format;
 mod library;
 mod load;
+mod progress;
 mod shuffle;
 mod verify;
 
@@ -19,6 +20,7 @@ pub use figure::{figures_in, StatedFigure};
 pub use format::{Comparison, Figure, Lesson, Part, Quantity, Says};
 pub use library::{builtin_lesson, builtin_lessons, lesson_scenario, BuiltInLesson};
 pub use load::{load_lesson_file, load_lesson_str, resolve_lesson, LessonError, LoadedLesson};
+pub use progress::{progress_path, state_dir, Answer, Place, Progress, ProgressError};
 pub use shuffle::{choice_order, default_seed, shuffled};
 pub use verify::{verify, verify_framing, verify_part, PartVerdict};
 

@@ -38,6 +38,9 @@ pub use tabs::{DiffState, TabLabel, TabView, Tabs};
 /// frame.
 const DRAIN_TIME: Duration = Duration::from_millis(5);
 
+/// Events a pending `x` waits after an OOM entry for its message.
+const OOM_MESSAGE_WAIT: usize = 64;
+
 /// Playback speed bounds and default, in events per second.
 pub const MIN_SPEED: f64 = 1.0;
 pub const MAX_SPEED: f64 = 1_000_000.0;
@@ -87,6 +90,9 @@ pub struct TuiOptions {
     /// Several sources as tabs, one shown at a time (`open a b …`), rather
     /// than side by side.
     pub tabs: bool,
+    /// What opened this run view, for its status line (`lesson · part 3`);
+    /// `q` then goes back there rather than out.
+    pub context: Option<String>,
 }
 
 impl Default for TuiOptions {
@@ -104,6 +110,7 @@ impl Default for TuiOptions {
             stop_on_load_failure: false,
             layout: LayoutMode::Normal,
             tabs: false,
+            context: None,
         }
     }
 }
@@ -162,6 +169,8 @@ pub struct App {
     pub code: CodeWish,
     /// Tabs, when the sources were opened as tabs.
     pub tabs: Option<Tabs>,
+    /// What opened this run view (`lesson · part 3`), shown on the status line.
+    pub context: Option<String>,
 }
 
 impl App {
@@ -220,6 +229,7 @@ impl App {
             layout_mode: opts.layout,
             code: CodeWish::Auto,
             tabs,
+            context: opts.context.clone(),
         })
     }
 
@@ -264,7 +274,17 @@ impl App {
                 }
             }
             if r.pending_oom {
-                if let Some(&at) = r.marks.oom.first() {
+                // The first place `x` stops after the cursor, once it came.
+                let after = r.cursor().map_or(0, |c| c + 1);
+                let stops = super::run_view::oom_stops(&r.marks.oom, &r.marks.error);
+                // An OOM entry's message follows it: wait for it while the
+                // source sends (a few events at most), so `x` shows it.
+                let ready = |at: usize| {
+                    r.marks.error.binary_search(&at).is_ok()
+                        || !r.is_live()
+                        || r.len() > at + OOM_MESSAGE_WAIT
+                };
+                if let Some(&at) = stops.iter().find(|i| **i >= after).filter(|at| ready(**at)) {
                     r.pending_oom = false;
                     r.seek_to_event(at);
                     changed = true;
@@ -440,6 +460,10 @@ impl App {
                         return self.switch_device(device, true);
                     }
                 }
+                if !moved && jump == Jump::Oom {
+                    self.notice = Some(self.no_oom(dir));
+                    return true;
+                }
                 return moved;
             }
             UiAction::NextDevice => return self.step_device(1),
@@ -468,6 +492,14 @@ impl App {
                 if let Ok(t) = Theme::builtin(next, self.theme.no_color) {
                     self.theme = t;
                     self.theme_name = next;
+                    // Said on the status line, whose `theme` part a narrow
+                    // screen leaves out.
+                    let plain = if self.theme.no_color {
+                        " (NO_COLOR)"
+                    } else {
+                        ""
+                    };
+                    self.notice = Some(format!("theme {}{plain}", self.theme.name));
                 }
             }
             UiAction::FocusNext => self.focus = self.focus.next(),
@@ -512,8 +544,28 @@ impl App {
             UiAction::ToggleByLine => return self.toggle_by_line(),
             UiAction::ToggleSinceStep => return self.toggle_since_step(),
             UiAction::ShowMessage => return self.show_message(),
+            UiAction::ShowEventSegment => return self.show_event_segment(),
         }
         true
+    }
+
+    /// Why `x`/`X` found no OOM: none yet while the run is still arriving
+    /// (the cursor goes to the first one when it comes), or none there.
+    fn no_oom(&mut self, dir: Dir) -> String {
+        let Some(r) = self.active_mut() else {
+            return "no run".into();
+        };
+        match dir {
+            Dir::Fwd if r.is_live() => {
+                r.pending_oom = true;
+                format!(
+                    "no OOM yet: the run is still arriving ({} events so far); the cursor goes to the first OOM when it comes",
+                    r.len()
+                )
+            }
+            Dir::Fwd => "no OOM or error after the cursor in this run".into(),
+            Dir::Back => "no OOM or error before the cursor".into(),
+        }
     }
 
     fn restart(&mut self) {
@@ -607,6 +659,10 @@ impl App {
             let log_h = self.areas.log.map_or(0, |l| l.height.saturating_sub(2));
             r.frame.log = event_log::prepare(r, log_h as usize);
             r.frame.code = super::code::prepare(r);
+            r.frame.big = match ra.figures {
+                Some(_) => super::views::figures::prepare(r),
+                None => Vec::new(),
+            };
         }
         if self.gpu.shown {
             self.gpu.prepare(self.runs.get(self.active));

@@ -122,7 +122,14 @@ pub fn heights(said: &[Arc<str>], error: Option<&str>, width: u16, room: u16) ->
         error_rows(e, inner, ERROR_ROWS).len() as u16 + BORDERS
     });
     if said.is_empty() {
-        return (0, err_full);
+        return (
+            0,
+            if err_full.min(room) > BORDERS {
+                err_full.min(room)
+            } else {
+                0
+            },
+        );
     }
     let want = narration_rows(said, inner).len() as u16 + BORDERS;
     let err_h = if want + err_full <= room {
@@ -131,7 +138,16 @@ pub fn heights(said: &[Arc<str>], error: Option<&str>, width: u16, room: u16) ->
         err_full.min(BORDERS + 1)
     };
     let narr_h = want.min(room.saturating_sub(err_h)).max(BORDERS + 1);
-    (narr_h, err_h)
+    if narr_h + err_h <= room {
+        return (narr_h, err_h);
+    }
+    // Too little room for both boxes: they take no more than `room`, so
+    // the map keeps its rows. The error (PyTorch's words at the cursor)
+    // keeps its first row; the narration takes what is left, if a row.
+    let err_h = err_h.min(room);
+    let narr_h = room.saturating_sub(err_h);
+    let shown = |h: u16| if h > BORDERS { h } else { 0 };
+    (shown(narr_h), shown(err_h))
 }
 
 #[cfg(test)]
@@ -172,11 +188,11 @@ mod tests {
         assert_eq!(heights(&said, None, 40, 20), (8, 0));
         assert_eq!(heights(&said, None, 40, 5), (5, 0));
         assert_eq!(heights(&said, Some("boom"), 40, 20), (8, 3));
-        assert_eq!(
-            heights(&said, Some("boom"), 40, 3),
-            (3, 3),
-            "one row at least"
-        );
+        // Room for one box: the error's (PyTorch's words), never more
+        // than the room, so the map keeps its rows.
+        assert_eq!(heights(&said, Some("boom"), 40, 3), (0, 3));
+        assert_eq!(heights(&said, Some("boom"), 40, 6), (3, 3));
+        assert_eq!(heights(&said, Some("boom"), 40, 2), (0, 0));
         let long_error = "x ".repeat(90);
         assert_eq!(heights(&[], Some(&long_error), 40, 20), (0, 4));
         assert_eq!(heights(&said, Some(&long_error), 40, 12), (8, 4));

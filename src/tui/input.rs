@@ -85,6 +85,9 @@ pub enum UiAction {
     ToggleCode,
     /// The presenter layout, or the normal one.
     ToggleLayout,
+    /// The map to the segment of the latest allocator event at the cursor
+    /// (the one a narration there is about).
+    ShowEventSegment,
 }
 
 /// What a key does while a popup is open.
@@ -188,6 +191,10 @@ pub const KEYS: &[(&str, &str)] = &[
         "presenter layout (code, map, large narration, timeline) / normal",
     ),
     (
+        "M",
+        "map: to the segment of the event at the cursor (what its narration is about)",
+    ),
+    (
         "c / t",
         "colour blocks by state / category · next theme (dark, light, high contrast)",
     ),
@@ -243,10 +250,10 @@ pub fn key_action(key: KeyEvent, focus: Focus, help: bool) -> Option<UiAction> {
         return matches!(key.code, KeyCode::Char('c')).then_some(UiAction::Quit);
     }
     if help {
-        // The overlay swallows keys except those that close, scroll or quit.
+        // The overlay swallows keys except those that close or scroll it
+        // (q closes it, as it closes every other box; Ctrl-C still quits).
         return match key.code {
-            KeyCode::Char('?') | KeyCode::Esc => Some(UiAction::ToggleHelp),
-            KeyCode::Char('q') => Some(UiAction::Quit),
+            KeyCode::Char('?' | 'q') | KeyCode::Esc => Some(UiAction::ToggleHelp),
             KeyCode::Char('j') | KeyCode::Down => Some(UiAction::Down),
             KeyCode::Char('k') | KeyCode::Up => Some(UiAction::Up),
             KeyCode::PageDown | KeyCode::Char(' ') => Some(UiAction::PageDown),
@@ -312,6 +319,7 @@ pub fn key_action(key: KeyEvent, focus: Focus, help: bool) -> Option<UiAction> {
         KeyCode::Char('a') => Some(UiAction::ToggleAutoPause),
         KeyCode::Char('C') => Some(UiAction::ToggleCode),
         KeyCode::Char('L') => Some(UiAction::ToggleLayout),
+        KeyCode::Char('M') => Some(UiAction::ShowEventSegment),
         _ => {
             let _ = focus;
             None

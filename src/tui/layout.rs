@@ -38,6 +38,9 @@ const CODE_MIN_WIDTH: u16 = 24;
 const PRESENTER_NARRATION: u16 = 7;
 /// Presenter: from this width the leak panel stands beside the narration.
 const PRESENTER_LEAKS_WIDTH: u16 = 120;
+/// Presenter: the large figures from this height and width of the body.
+const PRESENTER_FIGURES_HEIGHT: u16 = 30;
+const PRESENTER_FIGURES_WIDTH: u16 = 100;
 /// Presenter: columns of space either side of the narration's text.
 pub const PRESENTER_PAD: u16 = 2;
 
@@ -109,6 +112,8 @@ pub struct RunAreas {
     pub narration: Option<Rect>,
     /// An error the run reported, below its narration.
     pub error: Option<Rect>,
+    /// The presenter's large figures, above the timeline.
+    pub figures: Option<Rect>,
     pub timeline: Rect,
 }
 
@@ -206,7 +211,15 @@ fn presenter(a: &mut Areas, body: Rect, focus: Focus, said: Callouts) {
         body.width
     };
     let text_w = talk_w.saturating_sub(2 * PRESENTER_PAD);
-    let room = body.height.saturating_sub(tl_h + MAP_MIN);
+    // The figures in large glyphs where the screen is tall and wide enough
+    // to keep the map's rows too.
+    let fig_h = if body.height >= PRESENTER_FIGURES_HEIGHT && body.width >= PRESENTER_FIGURES_WIDTH
+    {
+        super::views::figures::HEIGHT
+    } else {
+        0
+    };
+    let room = body.height.saturating_sub(tl_h + MAP_MIN + fig_h);
     let (narr_h, err_h) = said.heights(text_w, room);
     let least = PRESENTER_NARRATION.min(body.height / 4);
     let narr_h = if narr_h > 0 {
@@ -219,9 +232,10 @@ fn presenter(a: &mut Areas, body: Rect, focus: Focus, said: Callouts) {
     } else {
         narr_h + err_h
     };
-    let [top, talk, timeline] = Layout::vertical([
+    let [top, talk, figures, timeline] = Layout::vertical([
         Constraint::Min(3),
         Constraint::Length(talk_h),
+        Constraint::Length(fig_h),
         Constraint::Length(tl_h),
     ])
     .areas(body);
@@ -240,6 +254,7 @@ fn presenter(a: &mut Areas, body: Rect, focus: Focus, said: Callouts) {
         by_line: None,
         narration: (narr_h > 0).then_some(n),
         error: (err_h > 0).then_some(e),
+        figures: (fig_h > 0).then_some(figures),
         timeline,
     };
     a.leaks = leaks.filter(|l| l.height >= 3);
@@ -294,6 +309,7 @@ fn column(col: Rect, with_map: bool, said: Callouts, timeline_h: u16) -> RunArea
         by_line: None,
         narration: (narr_h > 0).then_some(n),
         error: (err_h > 0).then_some(e),
+        figures: None,
         timeline: t,
     }
 }

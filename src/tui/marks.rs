@@ -13,6 +13,10 @@ pub enum Glyph {
     Narration,
     Iteration,
     Phase(Phase),
+    /// `optimizer.zero_grad()`: the engine counts it in the optimizer's
+    /// phase, but it runs before the forward, so it is marked on its own
+    /// (a room asks why "the optimizer" runs before the forward).
+    ZeroGrad,
 }
 
 impl Glyph {
@@ -27,6 +31,7 @@ impl Glyph {
             Glyph::Phase(Phase::Optimizer) => "o",
             Glyph::Phase(Phase::Eval) => "e",
             Glyph::Phase(Phase::Setup | Phase::User) => "·",
+            Glyph::ZeroGrad => "z",
         }
     }
 }
@@ -39,6 +44,10 @@ pub struct MarkIndex {
     /// `IterationBegin` events with their iteration number.
     pub iteration: Vec<(usize, u32)>,
     pub phase: Vec<(usize, Phase)>,
+    /// The phase begins (in `phase`) whose first op is `zero_grad`.
+    pub zero_grad: Vec<usize>,
+    /// An optimizer phase began here and its first op has not come yet.
+    optimizer_open: Option<usize>,
     /// `Step` markers with the scenario step's number (the code pane's line).
     pub step: Vec<(usize, u32)>,
     /// Events indexed so far.
@@ -56,7 +65,17 @@ impl MarkIndex {
                 Event::Marker(Marker::Error(_)) => self.error.push(i),
                 Event::Marker(Marker::Narration(_)) => self.narration.push(i),
                 Event::Marker(Marker::IterationBegin(k)) => self.iteration.push((i, k)),
-                Event::Marker(Marker::PhaseBegin(p)) => self.phase.push((i, p)),
+                Event::Marker(Marker::PhaseBegin(p)) => {
+                    self.phase.push((i, p));
+                    self.optimizer_open = (p == Phase::Optimizer).then_some(i);
+                }
+                Event::Marker(Marker::OpBegin { name, .. }) => {
+                    if let Some(at) = self.optimizer_open.take() {
+                        if name.as_ref() == "zero_grad" {
+                            self.zero_grad.push(at);
+                        }
+                    }
+                }
                 Event::Marker(Marker::Step(k)) => self.step.push((i, k)),
                 Event::Marker(_) => {}
             }
@@ -87,7 +106,24 @@ impl MarkIndex {
         self.phase
             .get(i)
             .filter(|x| x.0 < b)
-            .map(|x| Glyph::Phase(x.1))
+            .map(|x| self.phase_glyph(*x))
+    }
+
+    /// A phase begin's glyph: `zero_grad` apart from the optimizer's step.
+    pub fn phase_glyph(&self, (at, phase): (usize, Phase)) -> Glyph {
+        if self.zero_grad.binary_search(&at).is_ok() {
+            Glyph::ZeroGrad
+        } else {
+            Glyph::Phase(phase)
+        }
+    }
+
+    /// A phase begin's name for the status line.
+    pub fn phase_name(&self, (at, phase): (usize, Phase)) -> &'static str {
+        match self.phase_glyph((at, phase)) {
+            Glyph::ZeroGrad => "zero_grad",
+            _ => phase.name(),
+        }
     }
 
     /// The scenario step running after the first `pos` events: the last

@@ -48,6 +48,8 @@ pub struct RunFrame {
     pub phase: Option<&'static str>,
     /// The code pane's step at the cursor.
     pub code: super::code::CodeFrame,
+    /// The presenter's large figures, when its strip is on screen.
+    pub big: Vec<super::views::figures::BigFigure>,
 }
 
 /// One run: its source, everything received, and where the cursor is.
@@ -532,15 +534,7 @@ impl RunView {
                 return self.step_in(&at, dir);
             }
             Jump::Oom => {
-                // OOM entries and error markers are both "where it went wrong".
-                let mut at: Vec<usize> = self
-                    .marks
-                    .oom
-                    .iter()
-                    .chain(&self.marks.error)
-                    .copied()
-                    .collect();
-                at.sort_unstable();
+                let at = oom_stops(&self.marks.oom, &self.marks.error);
                 return self.step_in(&at, dir);
             }
             Jump::Op => MarkKind::Op,
@@ -717,6 +711,25 @@ impl RunView {
     }
 }
 
+/// Where `x` stops: OOM entries and error markers are both "where it went
+/// wrong", but an OOM whose message (an error marker) follows before the
+/// next OOM is one stop, at its message, so the first `x` shows PyTorch's
+/// words with the OOM rather than the entry without them.
+pub(super) fn oom_stops(oom: &[usize], error: &[usize]) -> Vec<usize> {
+    let mut at: Vec<usize> = error.to_vec();
+    for (k, &o) in oom.iter().enumerate() {
+        let next_oom = oom.get(k + 1).copied().unwrap_or(usize::MAX);
+        let said = error[error.partition_point(|e| *e <= o)..]
+            .first()
+            .is_some_and(|e| *e < next_oom);
+        if !said {
+            at.push(o);
+        }
+    }
+    at.sort_unstable();
+    at
+}
+
 /// Narration, error marker, iteration and phase at the cursor, found by
 /// binary search in the per-kind mark index (`Timeline::prev_mark` walks
 /// back over every mark, which for a rare kind is the whole run).
@@ -743,7 +756,7 @@ pub(super) fn prepare_markers(r: &mut RunView) {
     r.frame.phase = ph[..ph.partition_point(|x| x.0 < upto)]
         .last()
         .filter(|p| iter.is_none_or(|i| p.0 > i.0))
-        .map(|x| x.1.name());
+        .map(|x| r.marks.phase_name(*x));
 }
 
 /// Category per tag of the blocks in the map (described once per tag).

@@ -109,7 +109,9 @@ impl App {
                 .active_run()
                 .is_some_and(|r| !r.is_live() && r.pos >= r.len())
         {
+            // Said, not silent: the run is over and plays again from its start.
             self.set_active_pos(0);
+            self.notice = Some("replaying from the start (G goes back to the end)".into());
         }
     }
 

@@ -131,4 +131,55 @@ impl App {
             }
         }
     }
+
+    /// `M`: the map scrolled to the segment of the latest allocator event
+    /// at or before the cursor whose segment is still there (a narration
+    /// is said with the event that makes it true, so this is the segment it
+    /// is about; a freed segment is not on the map), its block selected
+    /// where it is live; the status line says which event.
+    pub(super) fn show_event_segment(&mut self) -> bool {
+        let Some(r) = self.active_mut() else {
+            return false;
+        };
+        r.sync_map();
+        let spans = r.row_spans().to_vec();
+        let row_of = |addr: u64| {
+            spans.iter().position(|s| {
+                matches!(s, segment_map::RowSpan::Segment { start, size, .. }
+                    if addr >= *start && addr < start + size)
+            })
+        };
+        let events = r.timeline.events();
+        let found = (0..r.pos).rev().find_map(|i| match events.get(i) {
+            Some(Event::Alloc(a)) if a.addr != 0 => row_of(a.addr).map(|row| (i, a, row)),
+            _ => None,
+        });
+        let Some((i, a, row)) = found else {
+            self.notice = Some(
+                "no allocator event at or before the cursor touched a segment still on the map"
+                    .into(),
+            );
+            return true;
+        };
+        r.map_scroll_y = row.saturating_sub(1);
+        r.sel_block = r
+            .map
+            .blocks
+            .range(..=a.addr)
+            .next_back()
+            .filter(|(start, b)| a.addr < *start + b.size)
+            .map(|(start, _)| *start);
+        let is_segment =
+            |s: &&segment_map::RowSpan| matches!(s, segment_map::RowSpan::Segment { .. });
+        let segments = spans.iter().filter(is_segment).count();
+        let nth = spans[..=row].iter().filter(is_segment).count();
+        self.focus = Focus::Map;
+        self.notice = Some(format!(
+            "map: segment {nth} of {segments}, of event {i}: {} {} at {:#x}",
+            a.action.name(),
+            crate::alloc::format_size(a.size.max(a.block_size)),
+            a.addr
+        ));
+        true
+    }
 }

@@ -11,24 +11,25 @@ use ratatui::Terminal;
 
 use super::helpers::{code, key, text};
 use crate::lesson::{default_seed, resolve_lesson, shuffled};
-use crate::tui::lesson::{LessonState, Page};
+use crate::tui::lesson::{Answer, LessonState, Page};
 use crate::tui::run::InputSource;
 use crate::tui::screen::run_screen;
 use crate::tui::theme::{Theme, ThemeName};
 use crate::tui::views::lesson::render;
 
-struct Script(VecDeque<CEvent>);
+pub(super) struct Script(pub(super) VecDeque<CEvent>);
 
 impl InputSource for Script {
     fn next(&mut self, _timeout: Duration) -> anyhow::Result<Option<CEvent>> {
-        // A script that has run out quits, as a learner would.
+        // A script that has run out quits (q, then q to confirm), as a
+        // learner would.
         Ok(Some(self.0.pop_front().unwrap_or(CEvent::Key(key('q')))))
     }
 }
 
 /// The lesson as `vramscope lesson NAME` opens it: its choices in the
 /// order of the lesson's own seed.
-fn state(name: &str) -> LessonState {
+pub(super) fn state(name: &str) -> LessonState {
     let lesson = resolve_lesson(name).expect("a built-in lesson").lesson;
     let lesson = shuffled(&lesson, default_seed(name));
     LessonState::new(
@@ -39,18 +40,18 @@ fn state(name: &str) -> LessonState {
 
 /// Run the loop on `keys` (then `q` unless it stopped to open a run), and
 /// the screen as it was last drawn.
-fn run_keys(s: &mut LessonState, keys: &[CEvent], w: u16, h: u16) -> String {
+pub(super) fn run_keys(s: &mut LessonState, keys: &[CEvent], w: u16, h: u16) -> String {
     let mut t = Terminal::new(TestBackend::new(w, h)).expect("test backend");
     run_screen(&mut t, s, &mut Script(keys.iter().cloned().collect())).expect("runs");
     t.draw(|f| render(f, s)).expect("draws");
     text(t.backend().buffer())
 }
 
-fn k(c: char) -> CEvent {
+pub(super) fn k(c: char) -> CEvent {
     CEvent::Key(key(c))
 }
 
-fn c(code_: KeyCode) -> CEvent {
+pub(super) fn c(code_: KeyCode) -> CEvent {
     CEvent::Key(code(code_))
 }
 
@@ -103,7 +104,7 @@ fn a_question_hides_its_answer_until_a_key_and_then_says_why() {
         let mut s = state("leaks");
         let (right, wrong) = right_and_wrong(&s);
         let after = run_keys(&mut s, &[c(KeyCode::Enter), k(wrong)], w, h);
-        assert_eq!(s.answers[0], Some(wrong));
+        assert_eq!(s.answers[0], Answer::Given(wrong));
         assert!(
             after.contains(&format!(
                 "Not quite: you said {wrong}, the answer is {right}."
@@ -144,6 +145,15 @@ fn text_longer_than_the_box_says_more_and_scrolls_to_its_end() {
         bottom.contains("↑ more") && !bottom.contains("↓ more"),
         "{bottom}"
     );
+    // On the bottom border: the box's title above stays whole.
+    let title = bottom
+        .lines()
+        .find(|l| l.starts_with('┌'))
+        .unwrap_or_default();
+    assert!(
+        title.contains("scenario accumulate-loss-train-bug") && !title.contains("more"),
+        "{title}"
+    );
     let at_end = s.scroll;
     assert!(
         at_end > 0 && at_end < 60,
@@ -176,7 +186,11 @@ fn a_right_answer_stands_and_enter_asks_for_the_part_s_run() {
         c(KeyCode::Enter),
     ];
     let out = run_keys(&mut s, &keys, 120, 40);
-    assert_eq!(s.answers[0], Some(right), "the first answer stands");
+    assert_eq!(
+        s.answers[0],
+        Answer::Given(right),
+        "the first answer stands"
+    );
     assert_eq!(
         s.open,
         Some(0),
@@ -185,7 +199,11 @@ fn a_right_answer_stands_and_enter_asks_for_the_part_s_run() {
     assert!(!s.quit);
     assert!(out.contains(&format!("Right: {right}.")), "{out}");
     s.after_run();
-    assert_eq!(s.page, Page::Part(1), "back from the run: the next part");
+    assert_eq!(
+        s.page,
+        Page::Part(0),
+        "back from the run: the part just watched"
+    );
 }
 
 #[test]

@@ -310,7 +310,7 @@ fn help_at_80x24_reaches_quit() {
     let mut app = leaky_app();
     keys(&mut app, "?");
     let first = screen(&mut app, 80, 24);
-    assert!(first.contains("q quits"), "{first}");
+    assert!(first.contains("q closes"), "{first}");
     keys(&mut app, "G");
     let s = screen(&mut app, 80, 24);
     assert!(s.contains("quit"), "{s}");

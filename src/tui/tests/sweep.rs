@@ -198,3 +198,46 @@ fn the_largest_batch_at_the_selected_point_s_sequence_length_is_shown() {
         "{words:#?}"
     );
 }
+
+/// The allocated and reserved lines differ by glyph, not by colour alone
+/// (issue 41): with colour off, a room still tells them apart, and the
+/// legend shows each line's own glyph.
+#[test]
+fn allocated_and_reserved_are_drawn_with_different_glyphs() {
+    let (mut s, rx) = swept(None, None);
+    let out = run_keys(
+        &mut s,
+        &rx,
+        vec![CEvent::Key(key('G')), CEvent::Key(key('q'))],
+    );
+    let mut t = Terminal::new(TestBackend::new(120, 40)).expect("test backend");
+    t.draw(|f| render(f, &s)).expect("draws");
+    let p = &s.theme.palette;
+    let glyphs = |color| -> std::collections::HashSet<String> {
+        t.backend()
+            .buffer()
+            .content()
+            .iter()
+            // The chart's cells: the legend's words are left out.
+            .filter(|c| c.fg == color && c.symbol() != " ")
+            .filter(|c| !c.symbol().chars().any(char::is_alphanumeric))
+            .map(|c| c.symbol().to_string())
+            .collect()
+    };
+    let braille = |g: &String| g.chars().all(|c| ('\u{2800}'..='\u{28FF}').contains(&c));
+    let allocated = glyphs(p.allocated_line);
+    let reserved = glyphs(p.reserved_line);
+    assert!(!allocated.is_empty() && !reserved.is_empty());
+    assert!(
+        reserved.iter().all(braille),
+        "reserved is dots: {reserved:?}"
+    );
+    assert!(
+        allocated.iter().all(|g| !braille(g)),
+        "allocated is half blocks, no dots: {allocated:?}"
+    );
+    assert!(
+        out.contains("▀▄ allocated") && out.contains("⠤ reserved"),
+        "{out}"
+    );
+}

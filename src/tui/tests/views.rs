@@ -251,9 +251,11 @@ fn category_mode_uses_category_colours() {
     let buf = draw(&mut app, &mut t);
     let s = text(&buf);
     assert!(s.contains("by category"), "{s}");
-    // The whole legend, the last category too: short names where the full
-    // ones do not fit.
-    assert!(s.contains("█optim") && s.contains("█amp "), "legend\n{s}");
+    // The legend names each category the map draws (only those), whole.
+    assert!(
+        s.contains("█parameter") && s.contains("█optimizer_state") && !s.contains("█amp"),
+        "legend\n{s}"
+    );
     let param = app.theme.palette.categories[0];
     assert!(
         buf.content()
@@ -529,7 +531,7 @@ fn without_colour_categories_are_letters_on_the_map() {
     );
     let s = text(&buf);
     assert!(
-        s.contains("P param") && s.contains("O optim") && s.contains("C amp"),
+        s.contains("P parameter") && s.contains("O optimizer_state") && !s.contains("C amp"),
         "{s}"
     );
 }

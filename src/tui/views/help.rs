@@ -14,7 +14,7 @@ use crate::tui::popup::wrap;
 /// Width of the key column, its two spaces included.
 const KEY_W: usize = 22;
 const TABLE_TERMS: &str = "free: inactive/reserved · frag: 1 − largest free block/inactive bytes";
-const CLOSING: &str = "? or Esc closes this help";
+const CLOSING: &str = "?, q or Esc closes this help";
 
 fn rect(area: Rect) -> Rect {
     let w = area.width.saturating_sub(4).min(100);
@@ -80,7 +80,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         let shown = usize::from(r.height.saturating_sub(2));
         block = block.title_bottom(Span::styled(
             format!(
-                " lines {}–{} of {total} · j/k PgDn/PgUp g/G scroll · q quits ",
+                " lines {}–{} of {total} · j/k PgDn/PgUp g/G scroll · q closes ",
                 scroll + 1,
                 (scroll + shown).min(total),
             ),

@@ -6,7 +6,7 @@
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 
-use super::segment_map::{CellKind, HIGHLIGHT_GLYPH};
+use super::segment_map::{CellKind, Drawn, HIGHLIGHT_GLYPH};
 use crate::trace::Phase;
 use crate::tui::app::ColorMode;
 use crate::tui::marks::Glyph;
@@ -19,41 +19,102 @@ struct Item {
     short: &'static str,
 }
 
-/// The map's legend for its colour `mode`, in at most `width` columns.
-pub fn map(th: &Theme, mode: ColorMode, by_line: bool, width: u16) -> Line<'static> {
-    fit(th, &map_items(th, mode, by_line), width)
+/// The map's legend for its colour `mode`, in at most `width` columns:
+/// what the rows in view draw (`drawn`; everything where nothing is drawn).
+pub fn map(
+    th: &Theme,
+    mode: ColorMode,
+    by_line: bool,
+    width: u16,
+    drawn: Option<&Drawn>,
+) -> Line<'static> {
+    fit(th, &map_items(th, mode, by_line, drawn), width)
 }
 
-/// The timeline's legend: its curves and lines, then the marks under it.
-pub fn timeline(th: &Theme, width: u16) -> Line<'static> {
+/// The timeline's curves and lines: glyph, full name, short name.
+pub const CURVES: [(&str, &str, &str); 5] = [
+    ("█", "allocated", "alloc"),
+    ("░", "reserved", "resv"),
+    ("┄", "peak so far", "peak"),
+    ("━", "capacity", "cap"),
+    ("▲", "cursor", "cur"),
+];
+
+/// The marks, in the legend's order: glyph, full name, short name.
+fn mark_names() -> [(Glyph, &'static str, &'static str); 10] {
+    [
+        (Glyph::Iteration, "iteration", "iter"),
+        (Glyph::Phase(Phase::Forward), "forward", "fwd"),
+        (Glyph::Phase(Phase::Backward), "backward", "bwd"),
+        (Glyph::ZeroGrad, "zero_grad", "zero"),
+        (Glyph::Phase(Phase::Optimizer), "optimizer", "opt"),
+        (Glyph::Phase(Phase::Eval), "eval", "eval"),
+        (Glyph::Phase(Phase::Setup), "setup/other", "other"),
+        (Glyph::Narration, "narration", "note"),
+        (Glyph::Oom, "OOM", "OOM"),
+        (Glyph::Error, "error", "err"),
+    ]
+}
+
+/// Whether the curves' names go to the title (the figures there carry
+/// their glyphs, `█ alloc 3 MiB`) because the legend of `width` columns
+/// cannot name them and every mark `drawn` with short names; the cursor
+/// `▲` stays in the legend.
+pub fn curves_in_title(width: u16, drawn: &[Option<Glyph>]) -> bool {
+    let shown = |g: &Glyph| drawn.iter().flatten().any(|d| d.symbol() == g.symbol());
+    let entry = |glyph: &str, short: &str| {
+        glyph.chars().count() + usize::from(glyph.is_ascii()) + short.chars().count() + 1
+    };
+    let w: usize = CURVES.iter().map(|(g, _, s)| entry(g, s)).sum::<usize>()
+        + mark_names()
+            .iter()
+            .filter(|(g, _, _)| shown(g))
+            .map(|(g, _, s)| entry(g.symbol(), s))
+            .sum::<usize>();
+    w > usize::from(width)
+}
+
+/// The timeline's legend: its curves and lines (only the cursor where
+/// `curves_in_title`: the title names the rest), then the marks `drawn`
+/// under it (only those: a mark no column shows needs no name, and the
+/// room it leaves keeps the others' names whole at 80 columns).
+pub fn timeline(
+    th: &Theme,
+    width: u16,
+    drawn: &[Option<Glyph>],
+    curves_in_title: bool,
+) -> Line<'static> {
     let p = &th.palette;
-    let item = |glyph, color, name, short| Item {
-        glyph,
-        style: th.fg(color),
-        name,
-        short,
-    };
-    let mark = |g: Glyph, name, short| Item {
-        glyph: g.symbol(),
-        style: super::timeline::mark_style(th, g),
-        name,
-        short,
-    };
-    let items = [
-        item("█", p.allocated_line, "allocated", "alloc"),
-        item("░", p.reserved_line, "reserved", "resv"),
-        item("┄", p.peak, "peak so far", "peak"),
-        item("━", p.capacity, "capacity", "cap"),
-        item("▲", p.cursor, "cursor", "cur"),
-        mark(Glyph::Iteration, "iteration", "iter"),
-        mark(Glyph::Phase(Phase::Forward), "forward", "fwd"),
-        mark(Glyph::Phase(Phase::Backward), "backward", "bwd"),
-        mark(Glyph::Phase(Phase::Optimizer), "optimizer", "opt"),
-        mark(Glyph::Phase(Phase::Eval), "eval", "eval"),
-        mark(Glyph::Narration, "narration", "note"),
-        mark(Glyph::Oom, "OOM", "OOM"),
-        mark(Glyph::Error, "error", "err"),
+    let colors = [
+        p.allocated_line,
+        p.reserved_line,
+        p.peak,
+        p.capacity,
+        p.cursor,
     ];
+    let mut items: Vec<Item> = CURVES
+        .iter()
+        .zip(colors)
+        .filter(|((g, _, _), _)| !curves_in_title || *g == "▲")
+        .map(|(&(glyph, name, short), color)| Item {
+            glyph,
+            style: th.fg(color),
+            name,
+            short,
+        })
+        .collect();
+    let shown = |g: &Glyph| drawn.iter().flatten().any(|d| d.symbol() == g.symbol());
+    items.extend(
+        mark_names()
+            .into_iter()
+            .filter(|(g, _, _)| shown(g))
+            .map(|(g, name, short)| Item {
+                glyph: g.symbol(),
+                style: super::timeline::mark_style(th, g),
+                name,
+                short,
+            }),
+    );
     fit(th, &items, width)
 }
 
@@ -100,7 +161,7 @@ fn fit(th: &Theme, items: &[Item], width: u16) -> Line<'static> {
     Line::from(spans)
 }
 
-fn map_items(th: &Theme, mode: ColorMode, by_line: bool) -> Vec<Item> {
+fn map_items(th: &Theme, mode: ColorMode, by_line: bool, drawn: Option<&Drawn>) -> Vec<Item> {
     let p = &th.palette;
     let mut items: Vec<Item> = match mode {
         ColorMode::State => [
@@ -116,8 +177,14 @@ fn map_items(th: &Theme, mode: ColorMode, by_line: bool) -> Vec<Item> {
             (CellKind::Unmapped, "unmapped", "unmap", p.unmapped),
         ]
         .into_iter()
+        .filter(|(kind, ..)| drawn.is_none_or(|d| d.kinds.contains(kind)))
         .map(|(kind, name, short, color)| Item {
-            glyph: kind.glyph(false),
+            // Neighbouring allocated blocks alternate `█` and `▓`.
+            glyph: if kind == CellKind::Allocated && drawn.is_none_or(|d| d.alt) {
+                "█▓"
+            } else {
+                kind.glyph(false)
+            },
             style: th.fg(color),
             name,
             short,
@@ -126,6 +193,7 @@ fn map_items(th: &Theme, mode: ColorMode, by_line: bool) -> Vec<Item> {
         ColorMode::Category => CATEGORIES
             .iter()
             .enumerate()
+            .filter(|(i, _)| drawn.is_none_or(|d| d.cats.contains(&u8::try_from(*i).ok())))
             .map(|(i, c)| Item {
                 glyph: if th.no_color {
                     CATEGORY_LETTERS[i]
@@ -138,12 +206,14 @@ fn map_items(th: &Theme, mode: ColorMode, by_line: bool) -> Vec<Item> {
             })
             .collect(),
     };
-    items.push(Item {
-        glyph: HIGHLIGHT_GLYPH,
-        style: th.fg(p.highlight),
-        name: if by_line { "selected line" } else { "leak" },
-        short: if by_line { "line" } else { "leak" },
-    });
+    if drawn.is_none_or(|d| d.highlighted) {
+        items.push(Item {
+            glyph: HIGHLIGHT_GLYPH,
+            style: th.fg(p.highlight),
+            name: if by_line { "selected line" } else { "leak" },
+            short: if by_line { "line" } else { "leak" },
+        });
+    }
     items
 }
 
@@ -161,33 +231,33 @@ mod tests {
         let th = Theme::builtin(ThemeName::Dark, false).expect("parses");
         for mode in [ColorMode::State, ColorMode::Category] {
             for width in [20u16, 40, 60, 78, 120, 200] {
-                let t = text(&map(&th, mode, false, width));
+                let t = text(&map(&th, mode, false, width, None));
                 assert!(
                     t.chars().count() <= usize::from(width),
                     "{mode:?} {width}: {t}"
                 );
             }
         }
-        let wide = text(&map(&th, ColorMode::Category, false, 200));
+        let wide = text(&map(&th, ColorMode::Category, false, 200, None));
         assert!(
             wide.contains("optimizer_state") && wide.contains("amp_cache"),
             "{wide}"
         );
-        let narrow = text(&map(&th, ColorMode::Category, false, 78));
+        let narrow = text(&map(&th, ColorMode::Category, false, 78, None));
         assert!(
             narrow.contains("optim") && narrow.contains("wksp"),
             "{narrow}"
         );
         // Too narrow for every name: the first ones keep theirs.
-        let tight = text(&map(&th, ColorMode::State, false, 34));
-        assert!(tight.starts_with("█alloc ▒pend"), "{tight}");
+        let tight = text(&map(&th, ColorMode::State, false, 34, None));
+        assert!(tight.starts_with("█▓alloc ▒pend"), "{tight}");
         assert!(tight.contains('╌') && tight.contains('▚'), "{tight}");
     }
 
     #[test]
     fn without_colour_categories_are_letters() {
         let th = Theme::builtin(ThemeName::Dark, true).expect("parses");
-        let t = text(&map(&th, ColorMode::Category, false, 200));
+        let t = text(&map(&th, ColorMode::Category, false, 200, None));
         for (letter, c) in CATEGORY_LETTERS.iter().zip(CATEGORIES) {
             assert!(t.contains(&format!("{letter} {}", c.name())), "{t}");
         }
@@ -198,7 +268,10 @@ mod tests {
     #[test]
     fn the_timeline_legend_names_every_mark_it_can_and_is_never_cut() {
         let th = Theme::builtin(ThemeName::Dark, false).expect("parses");
-        let wide = text(&timeline(&th, 200));
+        let all = [Glyph::Oom, Glyph::Error, Glyph::Narration, Glyph::Iteration]
+            .map(Some)
+            .to_vec();
+        let wide = text(&timeline(&th, 200, &all, false));
         for name in [
             "allocated",
             "reserved",
@@ -210,12 +283,18 @@ mod tests {
             assert!(wide.contains(name), "{name}: {wide}");
         }
         for width in [30u16, 60, 78, 120] {
-            let t = text(&timeline(&th, width));
+            let t = text(&timeline(&th, width, &all, curves_in_title(width, &all)));
             assert!(t.chars().count() <= usize::from(width), "{width}: {t}");
             assert!(
                 t.contains('X') && t.contains('E'),
                 "every glyph at {width}: {t}"
             );
         }
+        // A mark no column draws is not in it.
+        let none = text(&timeline(&th, 200, &[Some(Glyph::Iteration)], false));
+        assert!(
+            none.contains("iteration") && !none.contains("OOM"),
+            "{none}"
+        );
     }
 }

@@ -6,6 +6,7 @@ pub mod code;
 pub mod error;
 pub mod error_marker;
 pub mod event_log;
+pub mod figures;
 pub mod gpu;
 pub mod help;
 pub mod leaks;
@@ -58,6 +59,9 @@ pub fn draw(frame: &mut Frame, app: &App) {
         }
         if let Some(e) = ra.error {
             error_marker::render(frame, e, app, i);
+        }
+        if let Some(f) = ra.figures {
+            figures::render(frame, f, app, i);
         }
         timeline::render(frame, ra.timeline, app, i);
         let fail_area = ra.map.unwrap_or(ra.timeline);

@@ -109,9 +109,54 @@ pub struct MapFrame {
     pub rows_y: u16,
     pub detail: Vec<String>,
     pub zoom: u32,
+    /// Segments above and below the rows in view (the title says so).
+    pub hidden_above: usize,
+    pub hidden_below: usize,
+}
+
+/// What the rows in view draw, for the legend (which names only that).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Drawn {
+    pub kinds: Vec<CellKind>,
+    /// `▓`: an allocated block beside another.
+    pub alt: bool,
+    pub cats: Vec<Option<u8>>,
+    pub highlighted: bool,
+}
+
+impl Drawn {
+    fn note(&mut self, c: &MapCell) {
+        if c.highlighted {
+            self.highlighted = true;
+        }
+        if c.kind == CellKind::Empty {
+            return;
+        }
+        if !self.kinds.contains(&c.kind) {
+            self.kinds.push(c.kind);
+        }
+        if c.kind == CellKind::Allocated && c.alt {
+            self.alt = true;
+        }
+        if matches!(c.kind, CellKind::Allocated | CellKind::Pending) && !self.cats.contains(&c.cat)
+        {
+            self.cats.push(c.cat);
+        }
+    }
 }
 
 impl MapFrame {
+    /// What the rows in view draw.
+    pub fn drawn(&self) -> Drawn {
+        let mut d = Drawn::default();
+        for row in &self.rows {
+            if let MapRow::Segment { cells, .. } = row {
+                cells.iter().for_each(|c| d.note(c));
+            }
+        }
+        d
+    }
+
     /// The block drawn at screen cell `(x, y)`.
     pub fn block_at_cell(&self, x: u16, y: u16) -> Option<u64> {
         let row = self.rows.get(usize::from(y.checked_sub(self.rows_y)?))?;
@@ -308,7 +353,20 @@ pub fn prepare(
             },
         })
         .collect();
+    let is_segment = |s: &RowSpan| matches!(s, RowSpan::Segment { .. });
+    let hidden_above = spans
+        .iter()
+        .take(r.map_scroll_y)
+        .filter(|s| is_segment(s))
+        .count();
+    let hidden_below = spans
+        .iter()
+        .skip(r.map_scroll_y + rows_h)
+        .filter(|s| is_segment(s))
+        .count();
     MapFrame {
+        hidden_above,
+        hidden_below,
         area: Some(area),
         rows,
         first_row: r.map_scroll_y,
@@ -525,16 +583,49 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
             String::new()
         }
     );
-    let block = Block::default()
+    let mut block = Block::default()
         .borders(Borders::ALL)
         .border_style(th.border(focused))
-        .title(Span::styled(title, th.title()))
         .title_bottom(legend::map(
             th,
             app.color_mode,
             r.by_line.is_some(),
             area.width.saturating_sub(2),
+            m.rows
+                .iter()
+                .any(|r| matches!(r, MapRow::Segment { .. }))
+                .then(|| m.drawn())
+                .as_ref(),
         ));
+    // Segments out of view are said, or a room never knows they exist;
+    // on a narrow map the words give way before the count does.
+    let more = match (m.hidden_above, m.hidden_below) {
+        (0, 0) => None,
+        (0, b) => Some([format!(" ↓ {b} more (PgDn) "), format!(" ↓ {b} more ")]),
+        (a, 0) => Some([format!(" ↑ {a} more (PgUp) "), format!(" ↑ {a} more ")]),
+        (a, b) => Some([format!(" ↑ {a} · ↓ {b} more "), format!(" ↑{a} ↓{b} ")]),
+    };
+    let room = usize::from(area.width.saturating_sub(2));
+    let short_title = format!(" Map · {} ", r.title);
+    let (title, more) = match more {
+        None => (title, None),
+        Some([long, short]) => {
+            let w = |a: &str, b: &str| a.chars().count() + b.chars().count() + 1;
+            if w(&title, &long) <= room {
+                (title, Some(long))
+            } else if w(&title, &short) <= room {
+                (title, Some(short))
+            } else if w(&short_title, &short) <= room {
+                (short_title, Some(short))
+            } else {
+                (title, None)
+            }
+        }
+    };
+    block = block.title(Span::styled(title, th.title()));
+    if let Some(more) = more {
+        block = block.title(Line::styled(more, th.title()).right_aligned());
+    }
     let inner = block.inner(area);
     frame.render_widget(block, area);
     if m.total_rows == 0 {

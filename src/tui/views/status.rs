@@ -49,6 +49,9 @@ const NAME: &str = "vramscope";
 
 fn parts(app: &App, r: &RunView) -> Vec<Part> {
     let mut parts = vec![part(NAME, 2)];
+    if let Some(c) = &app.context {
+        parts.push(part(c.clone(), 9));
+    }
     let play = if app.is_done() {
         "■ done".to_string()
     } else if app.held_at_narration() {
@@ -228,6 +231,9 @@ pub fn render_hints(frame: &mut Frame, area: Rect, app: &App) {
         .any(|r| r.conditions.is_some() || !r.marks.narration.is_empty());
     let global = if app.tabs.is_some() {
         "  │ w/W tab  T table  A diff  space play  ? help  q quit"
+    } else if app.context.is_some() {
+        // Opened from a lesson: q goes back to its part, not out.
+        "  │ space play  Tab panel  E narration  ? help  q lesson"
     } else if narrated {
         "  │ space play  Tab panel  E narration  ? help  q quit"
     } else {

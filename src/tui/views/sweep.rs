@@ -175,7 +175,9 @@ fn render_chart(frame: &mut Frame, area: Rect, s: &SweepState) {
     datasets.push(
         Dataset::default()
             .name("allocated")
-            .marker(Marker::Braille)
+            // Solid half blocks against reserved's braille dots: the two
+            // lines differ by glyph, not by colour alone.
+            .marker(Marker::HalfBlock)
             .graph_type(GraphType::Line)
             .style(th.fg(p.allocated_line))
             .data(&allocated),
@@ -203,7 +205,7 @@ fn render_chart(frame: &mut Frame, area: Rect, s: &SweepState) {
     datasets.push(
         Dataset::default()
             .name("selected")
-            .marker(Marker::Block)
+            .marker(Marker::Bar)
             .graph_type(GraphType::Scatter)
             .style(th.fg(p.cursor))
             .data(&selected),
@@ -253,18 +255,20 @@ fn render_chart(frame: &mut Frame, area: Rect, s: &SweepState) {
 /// never covers a point, and it fits at 80 columns.
 fn legend(th: &Theme, capacity: bool, oom: bool) -> Line<'static> {
     let p = &th.palette;
+    // Each drawn with its own glyph, so they differ without colour too
+    // (capacity shares reserved's dots, and is the flat line at the top).
     let mut items = vec![
-        ("━ allocated", p.allocated_line),
-        ("━ reserved", p.reserved_line),
+        ("▀▄ allocated", p.allocated_line),
+        ("⠤ reserved", p.reserved_line),
         ("• fitted line", p.dim),
     ];
     if capacity {
-        items.push(("━ capacity", p.capacity));
+        items.push(("⠉ capacity (flat)", p.capacity));
     }
     if oom {
         items.push(("█ OOM", p.oom));
     }
-    items.push(("█ selected", p.cursor));
+    items.push(("▄ selected", p.cursor));
     let mut spans = vec![Span::raw(" ")];
     for (text, color) in items {
         spans.push(Span::styled(text, th.fg(color)));

@@ -45,6 +45,9 @@ pub struct TimelineFrame {
     /// The bytes at the top of the graph.
     pub ymax: u64,
     pub title: String,
+    /// The title's figures carry the curves' glyphs, and the legend leaves
+    /// them out (see [`super::legend::curves_in_title`]).
+    pub curves_in_title: bool,
     /// Columns holding an allocation of the "by Python line" selection.
     pub site_marks: Vec<bool>,
 }
@@ -106,13 +109,20 @@ pub fn prepare(r: &mut RunView, area: Rect, ymax: u64) -> TimelineFrame {
     } else {
         format_size(peak)
     };
+    // Where the legend cannot name the curves, the figures do.
+    let curves_in_title = super::legend::curves_in_title(inner.width, &marks);
+    let [a, rs, pk, cp] = if curves_in_title {
+        ["█ ", "░ ", "┄ ", "━ "]
+    } else {
+        [""; 4]
+    };
     let figures = format!(
-        "alloc {} · reserved {} · peak {}{}",
+        "{a}alloc {} · {rs}reserved {} · {pk}peak {}{}",
         format_size(r.map.allocated),
         format_size(r.map.reserved),
         peak_text,
         r.capacity
-            .map(|c| format!(" · cap {}", format_size(c)))
+            .map(|c| format!(" · {cp}cap {}", format_size(c)))
             .unwrap_or_default(),
     );
     let zoom = if r.tl_zoom > 1 {
@@ -143,6 +153,7 @@ pub fn prepare(r: &mut RunView, area: Rect, ymax: u64) -> TimelineFrame {
         graph_h,
         ymax,
         title,
+        curves_in_title,
         site_marks: Vec::new(),
     }
 }
@@ -211,7 +222,12 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
         .borders(Borders::ALL)
         .border_style(th.border(focused))
         .title(Span::styled(t.title.as_str(), th.title()))
-        .title_bottom(super::legend::timeline(th, area.width.saturating_sub(2)));
+        .title_bottom(super::legend::timeline(
+            th,
+            area.width.saturating_sub(2),
+            &t.marks,
+            t.curves_in_title,
+        ));
     frame.render_widget(block, area);
     let inner = t.inner;
     if inner.width == 0 || inner.height == 0 || inner != layout::inner(area) {
@@ -263,6 +279,9 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
             buf[(x, y)].set_symbol(glyph).set_style(style);
         }
     }
+    if app.layout_mode == layout::LayoutMode::Presenter && inner.height > t.graph_h {
+        spell_phases(buf, t, inner.x, inner.y + t.graph_h, th);
+    }
     // The top of the scale, at the top left where a run starts low: compared
     // runs share it, and this says so.
     let label = format!("{}┤", format_size(t.ymax));
@@ -272,12 +291,62 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
     }
 }
 
+/// A phase's name in full, then short, for the presenter's mark row; the
+/// first letter is the mark's own glyph.
+fn phase_words(g: Glyph) -> Option<[&'static str; 2]> {
+    use crate::trace::Phase;
+    Some(match g {
+        Glyph::Phase(Phase::Forward) => ["forward", "fwd"],
+        Glyph::Phase(Phase::Backward) => ["backward", "bwd"],
+        Glyph::Phase(Phase::Optimizer) => ["optimizer", "opt"],
+        Glyph::Phase(Phase::Eval) => ["eval", "eval"],
+        Glyph::ZeroGrad => ["zero_grad", "zero"],
+        _ => return None,
+    })
+}
+
+/// Presenter: a phase mark followed by empty columns is spelled out there
+/// (`forward`, else `fwd`), never over another mark or the cursor.
+fn spell_phases(buf: &mut ratatui::buffer::Buffer, t: &TimelineFrame, x0: u16, y: u16, th: &Theme) {
+    let w = t.marks.len();
+    let free = |c: usize| {
+        c < w
+            && t.marks[c].is_none()
+            && t.cursor_col != Some(c as u16)
+            && !t.site_marks.get(c).copied().unwrap_or(false)
+    };
+    let mut c = 0;
+    while c < w {
+        // Right after another phase's letter a word would read as one
+        // with it (`fbwd`): the letters stay.
+        let after_letter = c > 0 && t.marks[c - 1].is_some_and(|g| phase_words(g).is_some());
+        let words = t.marks[c]
+            .filter(|_| t.cursor_col != Some(c as u16) && !after_letter)
+            .and_then(phase_words);
+        let Some(words) = words else {
+            c += 1;
+            continue;
+        };
+        let room = (c + 1..w).take_while(|&k| free(k)).count();
+        // One empty column is left after the word, so words never touch.
+        let fit = words
+            .into_iter()
+            .find(|word| word.chars().count() < room + 1);
+        if let (Some(word), Some(g)) = (fit, t.marks[c]) {
+            buf.set_string(x0 + c as u16, y, word, mark_style(th, g));
+            c += word.chars().count();
+        } else {
+            c += 1;
+        }
+    }
+}
+
 pub(super) fn mark_style(th: &Theme, g: Glyph) -> Style {
     let p = &th.palette;
     match g {
         Glyph::Oom | Glyph::Error => th.fg(p.oom),
         Glyph::Narration => th.fg(p.narration),
         Glyph::Iteration => th.fg(p.iteration),
-        Glyph::Phase(_) => th.fg(p.phase),
+        Glyph::Phase(_) | Glyph::ZeroGrad => th.fg(p.phase),
     }
 }
