@@ -57,6 +57,11 @@ CUDA_ENV = (
     "TORCH_CUBLAS_WORKSPACE_CACHE",
 )
 MAX_STACK = 128
+# Messages that need no answer go out in batches of this many, without
+# waiting: vramscope places them while the program runs on (two processes,
+# two cores), instead of all at once while the program waits for its next
+# answer.
+SEND_EVERY = 128
 # VRAMSCOPE_TRACE_DEBUG=1: every aten op the program runs, on stderr.
 _DEBUG = os.environ.get("VRAMSCOPE_TRACE_DEBUG") == "1"
 _HERE = os.path.abspath(__file__)
@@ -91,17 +96,29 @@ class Channel:
         return struct.pack("<I", len(body)) + body
 
     def post(self, obj):
-        """Send later, with the next message that waits (or at close)."""
-        if self.closed or os.getpid() != self.pid:
+        """Send later, with the next message that waits (or at close). A
+        forked child never sends: `_forked` (an at-fork hook) closes its
+        channel, so the hot paths ask no pid (a system call per message)."""
+        if self.closed:
             return
         self.out.append(self._frame(obj))
+        if len(self.out) >= SEND_EVERY:
+            self._send_now()
 
     def post_raw(self, body):
         """`post` for a message already written as JSON bytes (the frees and
         storages of every op, where json.dumps would cost more than the op)."""
-        if self.closed or os.getpid() != self.pid:
+        if self.closed:
             return
         self.out.append(struct.pack("<I", len(body)) + body)
+        if len(self.out) >= SEND_EVERY:
+            self._send_now()
+
+    def _send_now(self):
+        # Under the lock: another thread's message (a storage freed there)
+        # must not interleave its bytes with a frame being sent.
+        with self.lock:
+            self._flush()
 
     def ask(self, obj):
         """Send everything buffered and `obj`, and wait for the answer. Any
@@ -303,7 +320,7 @@ def _forked():
 
 
 def _forked_guard():
-    return _chan is None or _chan.closed or os.getpid() != _chan.pid
+    return _chan is None or _chan.closed
 
 
 # ------------------------------------------------------------ allocations
