@@ -14,7 +14,8 @@ does not count is its own limit: no caching allocator (reserved memory,
 segments, fragmentation), no cuBLAS/cuDNN workspaces or kernel scratch.
 
 Prints `MEMTRACKER {"peak": B, "seconds": S}` on stderr at the end (also
-when the program raises SystemExit or an error).
+when the program raises SystemExit or an error); with MEMTRACKER_SHOW=1
+also MemTracker's peak snapshot by device and kind of memory.
 """
 
 import importlib.abc
@@ -133,7 +134,7 @@ def main():
     sys.meta_path.insert(0, hook)
     program = sys.argv[1]
     sys.argv = sys.argv[1:]
-    sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.abspath(program)))
+    sys.path.insert(0, os.path.dirname(os.path.abspath(program)))
     started = time.perf_counter()
     try:
         runpy.run_path(program, run_name="__main__")
