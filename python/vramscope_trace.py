@@ -57,6 +57,11 @@ CUDA_ENV = (
     "TORCH_CUBLAS_WORKSPACE_CACHE",
 )
 MAX_STACK = 128
+# Messages that need no answer go out in batches of this many, without
+# waiting: vramscope places them while the program runs on (two processes,
+# two cores), instead of all at once while the program waits for its next
+# answer.
+SEND_EVERY = 128
 # VRAMSCOPE_TRACE_DEBUG=1: every aten op the program runs, on stderr.
 _DEBUG = os.environ.get("VRAMSCOPE_TRACE_DEBUG") == "1"
 _HERE = os.path.abspath(__file__)
@@ -91,17 +96,29 @@ class Channel:
         return struct.pack("<I", len(body)) + body
 
     def post(self, obj):
-        """Send later, with the next message that waits (or at close)."""
-        if self.closed or os.getpid() != self.pid:
+        """Send later, with the next message that waits (or at close). A
+        forked child never sends: `_forked` (an at-fork hook) closes its
+        channel, so the hot paths ask no pid (a system call per message)."""
+        if self.closed:
             return
         self.out.append(self._frame(obj))
+        if len(self.out) >= SEND_EVERY:
+            self._send_now()
 
     def post_raw(self, body):
         """`post` for a message already written as JSON bytes (the frees and
         storages of every op, where json.dumps would cost more than the op)."""
-        if self.closed or os.getpid() != self.pid:
+        if self.closed:
             return
         self.out.append(struct.pack("<I", len(body)) + body)
+        if len(self.out) >= SEND_EVERY:
+            self._send_now()
+
+    def _send_now(self):
+        # Under the lock: another thread's message (a storage freed there)
+        # must not interleave its bytes with a frame being sent.
+        with self.lock:
+            self._flush()
 
     def ask(self, obj):
         """Send everything buffered and `obj`, and wait for the answer. Any
@@ -249,6 +266,12 @@ class _State:
         # (op, autograd thread) vramscope said take nothing more (`_after_op`).
         self.quiet = set()
         self.autocast = reply.get("autocast", {})
+        # The autocast a running backward inherits from its caller (the
+        # engine carries the thread-local state): (dtype, cache enabled),
+        # or None; and the dispatch-level policies that apply it
+        # (`_autocast_handlers`).
+        self.backward_autocast = None
+        self.autocast_policy_of = lambda func: None
 
 
 def _activate(torch, path):
@@ -297,7 +320,7 @@ def _forked():
 
 
 def _forked_guard():
-    return _chan is None or _chan.closed or os.getpid() != _chan.pid
+    return _chan is None or _chan.closed
 
 
 # ------------------------------------------------------------ allocations
@@ -699,10 +722,11 @@ def _install_modes(torch):
             grads = _make_grads(tensors, grads, is_grads_batched=False)
             if retain_graph is None:
                 retain_graph = create_graph
-            _engine_run_backward(
-                tensors, grads, retain_graph, create_graph, inputs,
-                allow_unreachable=True, accumulate_grad=True,
-            )
+            with _backward_autocast(torch):
+                _engine_run_backward(
+                    tensors, grads, retain_graph, create_graph, inputs,
+                    allow_unreachable=True, accumulate_grad=True,
+                )
 
     def h_backward(func, args, kwargs):
         names = ("gradient", "retain_graph", "create_graph", "inputs")
@@ -734,7 +758,7 @@ def _install_modes(torch):
         a = dict(zip(names, args))
         a.update(kwargs)
         if a.get("is_grads_batched"):
-            with _state.relabel:
+            with _state.relabel, _backward_autocast(torch):
                 return func(*args, **kwargs)
         outputs, inputs = a["outputs"], a["inputs"]
         t_outputs = (outputs,) if isinstance(outputs, Tensor) else tuple(outputs)
@@ -755,10 +779,11 @@ def _install_modes(torch):
         with _state.relabel:
             grads = _tensor_or_tensors_to_tuple(a.get("grad_outputs"), len(t_outputs))
             grads = _make_grads(t_outputs, grads, is_grads_batched=False)
-            result = _engine_run_backward(
-                t_outputs, grads, retain_graph, create_graph, inputs, allow_unused,
-                accumulate_grad=False,
-            )
+            with _backward_autocast(torch):
+                result = _engine_run_backward(
+                    t_outputs, grads, retain_graph, create_graph, inputs, allow_unused,
+                    accumulate_grad=False,
+                )
             if materialize:
                 result = tuple(
                     r if r is not None else torch.zeros_like(i, requires_grad=True)
@@ -874,6 +899,16 @@ def _install_modes(torch):
         return old.add_(new)
 
     has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
+    function_modes = torch._C._len_torch_function_stack
+    function_mode_at = torch._C._get_function_stack_at
+
+    def from_engine():
+        """Whether the op comes from the autograd engine's C++ (a backward
+        formula, validate_outputs) rather than from Python: a call from
+        Python passes the function mode, which is off the stack while it
+        handles the call; the engine runs with it on (`run_backward`)."""
+        n = function_modes()
+        return n > 0 and function_mode_at(n - 1) is _state.relabel
     impls = _meta_impls(torch)
     inplace_add = torch.ops.aten.add_.Tensor
     bump = torch.autograd.graph.increment_version
@@ -894,6 +929,7 @@ def _install_modes(torch):
             _state.register_order.get(name),
             composite,
             name.startswith("_foreach_") and name.endswith("_"),
+            _state.autocast_policy_of(func),
         )
 
     class Allocations(TorchDispatchMode):
@@ -917,6 +953,10 @@ def _install_modes(torch):
             rule = rules.get(func)
             if rule is None:
                 rule = rules[func] = rule_of(func)
+            if rule[7] is not None and _state.backward_autocast is not None and from_engine():
+                # An op a backward formula calls (C++, never through the
+                # function mode) while the backward runs under autocast.
+                args, kwargs = rule[7](args, kwargs or {}, self)
             if rule[5]:
                 with self:
                     out = func.decompose(*args, **(kwargs or {}))
@@ -961,6 +1001,33 @@ def _install_modes(torch):
 
 
 # ---------------------------------------------------------------- autocast
+
+
+class _backward_autocast:
+    """A backward runs under the autocast of the code that called it: the
+    engine carries the caller's thread-local state to the thread that runs
+    the graph, so the ops its backward formulas call pass autocast's
+    wrappers (a half gradient's `sum_to` sums into fp32, then
+    validate_outputs casts it back). Kept for the length of the call."""
+
+    def __init__(self, torch):
+        self.torch = torch
+
+    def __enter__(self):
+        torch = self.torch
+        self.saved = _state.backward_autocast
+        if torch.is_autocast_enabled("cuda"):
+            _state.backward_autocast = (
+                torch.get_autocast_dtype("cuda"),
+                torch.is_autocast_cache_enabled(),
+            )
+        else:
+            _state.backward_autocast = None
+        return self
+
+    def __exit__(self, *exc):
+        _state.backward_autocast = self.saved
+        return False
 
 
 class _CastCache:
@@ -1128,8 +1195,11 @@ def _autocast_handlers(torch, handlers):
 
     def resolve(name):
         found = []
-        for owner in (torch, torch.Tensor, F, torch._C._nn):
-            f = getattr(owner, name, None)
+        places = [(owner, name) for owner in (torch, torch.Tensor, F, torch._C._nn)]
+        if name.startswith("linalg_"):
+            places.append((torch.linalg, name[len("linalg_"):]))
+        for owner, attr in places:
+            f = getattr(owner, attr, None)
             if f is not None and callable(f) and f not in found:
                 found.append(f)
         return found
@@ -1149,6 +1219,121 @@ def _autocast_handlers(torch, handlers):
         for f in resolve(name):
             handlers.setdefault(f, banned(message))
     handlers[F.cross_entropy] = cross_entropy
+    _state.autocast_policy_of = _dispatch_autocast(torch, table)
+
+
+def _dispatch_autocast(torch, table):
+    """Autocast's wrappers for the ops a backward formula calls: they reach
+    the dispatch mode only (C++ calls pass no function mode), so the
+    policies of `_autocast_handlers` are applied there, by aten op, under
+    the autocast the backward inherited (`_backward_autocast`). Returns the
+    policy of an op (a function of args, kwargs and the dispatch mode that
+    gives them cast), or None."""
+    kinds = {}
+    for group in ("lower", "fp32", "fp32_unless_dtype", "promote"):
+        for name in table.get(group, []):
+            kinds.setdefault(name, group)
+    fp32 = torch.float32
+    f64 = torch.float64
+    Tensor = torch.Tensor
+    to_copy = torch.ops.aten._to_copy.default
+    # Autocast's cast cache is thread-local and only the thread that leaves
+    # a region clears its own: casts cached on the engine's thread are
+    # never cleared.
+    cache = _CastCache()
+
+    def floating(t):
+        return isinstance(t, Tensor) and t.is_meta and t.is_floating_point()
+
+    def cast(t, to, mode):
+        # cached_cast: eligible (a CUDA floating tensor), never a double.
+        if not floating(t) or t.dtype == to or t.dtype == f64:
+            return t
+        lower, cache_enabled = _state.backward_autocast
+        cacheable = (
+            cache_enabled and to == lower and t.dtype == fp32
+            and t.requires_grad and t.is_leaf and not t._is_view()
+        )
+        if cacheable:
+            hit = cache.get(t)
+            if hit is not None:
+                return hit
+        with mode:
+            c = to_copy(t, dtype=to)
+        if cacheable:
+            cache.put(t, c)
+        return c
+
+    def cast_all(args, kwargs, to, mode):
+        # Right to left, as `_autocast_handlers` casts.
+        kw = dict(kwargs)
+        for k in reversed(list(kw)):
+            kw[k] = cast_value(kw[k], to, mode)
+        out = list(args)
+        for i in range(len(out) - 1, -1, -1):
+            out[i] = cast_value(out[i], to, mode)
+        return tuple(out), kw
+
+    def cast_value(v, to, mode):
+        if isinstance(v, (list, tuple)) and any(isinstance(x, Tensor) for x in v):
+            return type(v)(reversed([cast(x, to, mode) for x in reversed(v)]))
+        return cast(v, to, mode)
+
+    def tensors(args, kwargs):
+        for v in list(args) + list(kwargs.values()):
+            if isinstance(v, (list, tuple)):
+                yield from (x for x in v if floating(x))
+            elif floating(v):
+                yield v
+
+    def lower(args, kwargs, mode):
+        return cast_all(args, kwargs, _state.backward_autocast[0], mode)
+
+    def to_fp32(args, kwargs, mode):
+        return cast_all(args, kwargs, fp32, mode)
+
+    def promote(args, kwargs, mode):
+        to = None
+        for t in tensors(args, kwargs):
+            to = t.dtype if to is None else torch.promote_types(to, t.dtype)
+        if to is None:
+            return args, kwargs
+        return cast_all(args, kwargs, to, mode)
+
+    def opt_dtype(func):
+        # fp32_set_opt_dtype: the op's optional dtype set to fp32 when it is
+        # not given and the first argument is a CUDA floating tensor.
+        names = [a.name for a in func._schema.arguments]
+        if "dtype" not in names:
+            return None
+        i = names.index("dtype")
+
+        def h(args, kwargs, mode):
+            if not (args and floating(args[0])):
+                return args, kwargs
+            if i < len(args):
+                if args[i] is not None:
+                    return args, kwargs
+                a = list(args)
+                a[i] = fp32
+                return tuple(a), kwargs
+            if kwargs.get("dtype") is not None:
+                return args, kwargs
+            kw = dict(kwargs)
+            kw["dtype"] = fp32
+            return args, kw
+
+        return h
+
+    def policy_of(func):
+        kind = kinds.get(getattr(func, "_opname", ""))
+        if kind is None or "out" in func._overloadname:
+            return None
+        if kind == "fp32_unless_dtype":
+            return opt_dtype(func)
+        return {"lower": lower, "fp32": to_fp32, "promote": promote}[kind]
+
+    return policy_of
 
 
 def _meta_impls(torch):

@@ -370,6 +370,57 @@ fn autograd_grad_recomputes_on_the_simulated_gpu_and_compile_runs_eagerly() {
     assert!(untraced.contains("eagerly"), "{untraced}");
 }
 
+/// A backward called inside `torch.autocast` runs under it (the engine
+/// carries the caller's thread-local state): AddBackward0's `sum_to` of a
+/// half bias gradient is a `sum`, on autocast's fp32_set_opt_dtype list, so
+/// it sums into fp32 (16 KiB for 4,096 elements) and validate_outputs casts
+/// it back to half (8 KiB). Called after the region, the sum stays half.
+/// (autocast_around_loop_bug's H100 capture has both.)
+const BACKWARD_UNDER_AUTOCAST: &str = r#"
+import json, torch
+x = torch.zeros(256, 4096, device="cuda", dtype=torch.half, requires_grad=True)
+b = torch.zeros(4096, device="cuda", dtype=torch.half, requires_grad=True)
+torch.cuda.memory._record_memory_history()
+def backward_allocations(inside):
+    x.grad = b.grad = None
+    start = len(torch.cuda.memory._snapshot()["device_traces"][0])
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = (x + b).sum()
+        if inside:
+            loss.backward()
+    if not inside:
+        loss.backward()
+    trace = torch.cuda.memory._snapshot()["device_traces"][0][start:]
+    return {"sizes": [e["size"] for e in trace if e["action"] == "alloc"], "grad": str(b.grad.dtype)}
+print("SEEN " + json.dumps({"inside": backward_allocations(True), "outside": backward_allocations(False)}))
+"#;
+
+#[test]
+#[ignore = "needs PyTorch (pip install torch==2.11.*)"]
+fn a_backward_called_inside_autocast_runs_under_it() {
+    let s = Scratch::new("bwautocast");
+    let prog = s.file("bw.py", BACKWARD_UNDER_AUTOCAST);
+    let (_, err) = traced_json(&prog, &["--steps", "0"]);
+    let seen = seen(&err);
+    let sizes = |k: &str| -> Vec<u64> {
+        seen[k]["sizes"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{k}: {seen}"))
+            .iter()
+            .filter_map(Value::as_u64)
+            .collect()
+    };
+    let (inside, outside) = (sizes("inside"), sizes("outside"));
+    // The bias gradient: 4,096 fp32 sums, then their half cast.
+    let fp32_sum = inside.windows(2).any(|w| w == [16_384, 8_192]);
+    assert!(fp32_sum, "inside autocast: {inside:?}");
+    assert!(!outside.contains(&16_384), "after autocast: {outside:?}");
+    assert_eq!(inside.len(), outside.len() + 1, "{inside:?} / {outside:?}");
+    for k in ["inside", "outside"] {
+        assert_eq!(seen[k]["grad"], "torch.float16", "{k}");
+    }
+}
+
 const CONV_AND_LSTM: &str = r#"
 import torch, torch.nn as nn
 conv = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU()).cuda()

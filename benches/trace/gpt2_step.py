@@ -5,11 +5,14 @@ tests/fixtures/pytorch/_gpt.py) trained with AdamW on batch 4 x 1,024 tokens.
     python benches/trace/gpt2_step.py [STEPS] --meta     # the same on plain meta, untraced
 
 Prints the wall time of each training step (model building and the first
-step's one-off costs apart) and the aten ops per step, so the trace's cost
-per op is (traced - meta) / ops.
+step's one-off costs apart), the aten ops per step, so the trace's cost
+per op is (traced - meta) / ops, and the process's memory (resident set:
+its peak, and what it holds after the steps). `cargo bench --bench trace`
+runs both and reports.
 """
 
 import os
+import resource
 import sys
 import time
 
@@ -17,6 +20,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 from _gpt import GPT, Config, criterion  # noqa: E402
+
+
+def resident_mib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
 
 steps = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 3
 device = "meta" if "--meta" in sys.argv else "cuda"
@@ -52,3 +61,5 @@ if device == "meta":
         criterion(model(x), x).backward()
         opt.step()
     print(f"aten ops per step: {Count.ops}", file=sys.stderr)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(f"resident peak {peak:.0f} MiB, after the steps {resident_mib():.0f} MiB", file=sys.stderr)

@@ -15,7 +15,12 @@ stack walk and the channel add to each op. Three kinds of op:
   workspaces from (a round trip).
 
 Each is the best of five runs of N (the machine's other load only slows a
-run down), and meta's own time is what the same op costs paused.
+run down), and meta's own time is what the same op costs paused. Beside
+it, the same op on meta under two modes that do nothing (a
+TorchFunctionMode and a TorchDispatchMode that only call the op): what
+PyTorch's Python dispatch costs any tracer built on modes (MemTracker is
+a TorchDispatchMode), before the tracer does anything; the trace's own
+work is the rest.
 """
 
 import statistics
@@ -23,6 +28,8 @@ import sys
 import time
 
 import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 try:
     import vramscope_trace
@@ -44,6 +51,16 @@ def best(fn, n):
     return min(timed(fn, n) for _ in range(REPEATS))
 
 
+class BareFunctionMode(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+class BareDispatchMode(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
 def case(name, make):
     traced_fn = make("cuda")
     with vramscope_trace.paused():
@@ -52,13 +69,16 @@ def case(name, make):
     traced = best(traced_fn, N)
     with vramscope_trace.paused():
         plain = best(plain_fn, N)
+        with BareDispatchMode(), BareFunctionMode():
+            bare = best(plain_fn, N)
     own = traced - plain
     print(
         f"{name:8s} traced {traced * 1e6:7.2f} µs  meta {plain * 1e6:7.2f} µs  "
-        f"the trace's own {own * 1e6:7.2f} µs per op",
+        f"bare modes {bare * 1e6:7.2f} µs  the trace's own {own * 1e6:7.2f} µs per op "
+        f"({(traced - bare) * 1e6:.2f} µs above the bare modes)",
         file=sys.stderr,
     )
-    return own
+    return own, traced - bare
 
 
 def view(device):
@@ -77,4 +97,8 @@ def gemm(device):
 
 
 costs = [case("view", view), case("factory", empty), case("gemm", gemm)]
-print(f"mean of the three: {statistics.mean(costs) * 1e6:.2f} µs per op", file=sys.stderr)
+print(
+    f"mean of the three: {statistics.mean(c[0] for c in costs) * 1e6:.2f} µs per op "
+    f"({statistics.mean(c[1] for c in costs) * 1e6:.2f} µs above the bare modes)",
+    file=sys.stderr,
+)

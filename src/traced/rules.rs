@@ -49,53 +49,49 @@ pub const HOST_OUTPUTS: [(&str, &[usize]); 1] =
 /// staging buffer and semaphores (engine's `reduce_plan`).
 pub const REDUCTIONS: [&str; 4] = ["sum", "mean", "argmax", "argmin"];
 
-/// PyTorch 2.11's CUDA autocast policies (aten/src/ATen/autocast_mode.cpp,
-/// engine.md §6.1) by the name the helper finds each function under
-/// (`torch.X`, `torch.Tensor.X`, `torch.nn.functional.X`): run in the
-/// autocast dtype (weights' casts cached until the region ends), in fp32,
-/// in fp32 unless a dtype is given, or in the widest input type.
-pub const AUTOCAST_LOWER: [&str; 22] = [
-    "linear",
-    "matmul",
-    "__matmul__",
-    "__rmatmul__",
-    "mm",
-    "bmm",
-    "addmm",
-    "baddbmm",
-    "addbmm",
-    "addmv",
-    "mv",
-    "addr",
-    "einsum",
+/// PyTorch 2.11's CUDA autocast policies (ATen/autocast_mode.h's
+/// `AT_FORALL_*` lists, engine.md §6.1), each name both an aten op (the
+/// helper applies the policy to the ops a backward formula calls, under the
+/// autocast the backward inherited) and the name the helper finds a Python
+/// function under (`torch.X`, `torch.Tensor.X`, `torch.nn.functional.X`,
+/// `torch._C._nn.X`, `torch.linalg.X`): run in the autocast dtype (weights'
+/// casts cached until the region ends), in fp32, in fp32 unless a dtype is
+/// given (`fp32_set_opt_dtype`), or in the widest input type.
+pub const AUTOCAST_LOWER: [&str; 32] = [
+    "_convolution",
     "conv1d",
     "conv2d",
     "conv3d",
+    "conv_tbc",
     "conv_transpose1d",
     "conv_transpose2d",
     "conv_transpose3d",
+    "convolution",
     "prelu",
+    "addmm",
+    "addmv",
+    "addr",
+    "matmul",
+    "__matmul__",
+    "__rmatmul__",
+    "einsum",
+    "mm",
+    "mv",
+    "linalg_vecdot",
+    "linear",
+    "addbmm",
+    "baddbmm",
+    "bmm",
     "chain_matmul",
+    "linalg_multi_dot",
+    "_thnn_fused_lstm_cell",
+    "_thnn_fused_gru_cell",
     "lstm_cell",
+    "gru_cell",
+    "rnn_tanh_cell",
+    "rnn_relu_cell",
 ];
-pub const AUTOCAST_FP32: [&str; 38] = [
-    "layer_norm",
-    "group_norm",
-    "nll_loss",
-    "mse_loss",
-    "l1_loss",
-    "smooth_l1_loss",
-    "huber_loss",
-    "kl_div",
-    "binary_cross_entropy_with_logits",
-    "cosine_similarity",
-    "cosine_embedding_loss",
-    "margin_ranking_loss",
-    "soft_margin_loss",
-    "triplet_margin_loss",
-    "multi_margin_loss",
-    "hinge_embedding_loss",
-    "poisson_nll_loss",
+pub const AUTOCAST_FP32: [&str; 55] = [
     "acos",
     "asin",
     "cosh",
@@ -112,14 +108,58 @@ pub const AUTOCAST_FP32: [&str; 38] = [
     "tan",
     "pow",
     "softplus",
+    "layer_norm",
+    "native_layer_norm",
+    "group_norm",
+    "frobenius_norm",
+    "nuclear_norm",
+    "cosine_similarity",
+    "poisson_nll_loss",
+    "cosine_embedding_loss",
+    "nll_loss",
+    "nll_loss2d",
+    "hinge_embedding_loss",
+    "kl_div",
+    "l1_loss",
+    "smooth_l1_loss",
+    "huber_loss",
+    "mse_loss",
+    "margin_ranking_loss",
+    "multilabel_margin_loss",
+    "soft_margin_loss",
+    "triplet_margin_loss",
+    "multi_margin_loss",
+    "binary_cross_entropy_with_logits",
     "dist",
     "pdist",
     "cdist",
     "renorm",
     "logsumexp",
+    "upsample_nearest1d",
+    "_upsample_nearest_exact1d",
+    "upsample_nearest2d",
+    "_upsample_nearest_exact2d",
+    "upsample_nearest3d",
+    "_upsample_nearest_exact3d",
+    "upsample_linear1d",
+    "upsample_bilinear2d",
+    "_upsample_bilinear2d_aa",
+    "upsample_trilinear3d",
+    "upsample_bicubic2d",
+    "_upsample_bicubic2d_aa",
 ];
-pub const AUTOCAST_FP32_UNLESS_DTYPE: [&str; 5] =
-    ["softmax", "log_softmax", "cumsum", "cumprod", "prod"];
+pub const AUTOCAST_FP32_UNLESS_DTYPE: [&str; 8] = [
+    "prod",
+    "softmax",
+    "log_softmax",
+    "cumprod",
+    "cumsum",
+    "linalg_vector_norm",
+    "linalg_matrix_norm",
+    "sum",
+];
+/// `cat` and `stack` are not on it (they promote by themselves, with no
+/// casts).
 pub const AUTOCAST_PROMOTE: [&str; 11] = [
     "addcdiv",
     "addcmul",
@@ -127,11 +167,11 @@ pub const AUTOCAST_PROMOTE: [&str; 11] = [
     "bilinear",
     "cross",
     "dot",
+    "vdot",
+    "grid_sampler",
     "index_put",
-    "scatter_add",
     "tensordot",
-    "cat",
-    "stack",
+    "scatter_add",
 ];
 
 /// The autocast policies as the helper reads them, with the message of the
