@@ -253,15 +253,22 @@ fn category_mode_uses_category_colours() {
     assert!(s.contains("by category"), "{s}");
     // The legend names each category the map draws (only those), whole.
     assert!(
-        s.contains("█parameter") && s.contains("█optimizer_state") && !s.contains("█amp"),
+        s.contains("P parameter") && s.contains("O optimizer_state") && !s.contains("C amp"),
         "legend\n{s}"
     );
+    // Each category its letter and its colour: none told apart by colour alone.
     let param = app.theme.palette.categories[0];
     assert!(
         buf.content()
             .iter()
+            .any(|c| c.fg == param && c.symbol() == "P"),
+        "parameter blocks"
+    );
+    assert!(
+        !buf.content()
+            .iter()
             .any(|c| c.fg == param && c.symbol() == "█"),
-        "parameter-coloured blocks"
+        "no parameter block drawn by colour alone"
     );
 }
 

@@ -1,7 +1,7 @@
 //! Legends of the map and the timeline: a glyph and a name for everything
 //! they draw, as wide as the panel allows (full names, then short ones, then
 //! the first items named and the rest as glyphs), so a legend is never cut.
-//! Without colour, the map's categories are letters.
+//! The map's categories are letters, in their colours where there is colour.
 
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
@@ -195,11 +195,7 @@ fn map_items(th: &Theme, mode: ColorMode, by_line: bool, drawn: Option<&Drawn>) 
             .enumerate()
             .filter(|(i, _)| drawn.is_none_or(|d| d.cats.contains(&u8::try_from(*i).ok())))
             .map(|(i, c)| Item {
-                glyph: if th.no_color {
-                    CATEGORY_LETTERS[i]
-                } else {
-                    "█"
-                },
+                glyph: CATEGORY_LETTERS[i],
                 style: th.fg(p.categories[i]),
                 name: c.name(),
                 short: CATEGORY_SHORT[i],
@@ -255,11 +251,13 @@ mod tests {
     }
 
     #[test]
-    fn without_colour_categories_are_letters() {
-        let th = Theme::builtin(ThemeName::Dark, true).expect("parses");
-        let t = text(&map(&th, ColorMode::Category, false, 200, None));
-        for (letter, c) in CATEGORY_LETTERS.iter().zip(CATEGORIES) {
-            assert!(t.contains(&format!("{letter} {}", c.name())), "{t}");
+    fn categories_are_letters_with_or_without_colour() {
+        for no_color in [true, false] {
+            let th = Theme::builtin(ThemeName::Dark, no_color).expect("parses");
+            let t = text(&map(&th, ColorMode::Category, false, 200, None));
+            for (letter, c) in CATEGORY_LETTERS.iter().zip(CATEGORIES) {
+                assert!(t.contains(&format!("{letter} {}", c.name())), "{t}");
+            }
         }
         let distinct: std::collections::HashSet<_> = CATEGORY_LETTERS.iter().collect();
         assert_eq!(distinct.len(), CATEGORY_LETTERS.len());

@@ -679,8 +679,8 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
     }
 }
 
-/// A cell's glyph: its state's, or without colour in the category view,
-/// its category's letter.
+/// A cell's glyph: its state's, or in the category view its category's
+/// letter (in its colour too: no category told apart by colour alone).
 fn glyph_of(th: &Theme, mode: ColorMode, c: &MapCell) -> &'static str {
     let letters = match c.kind {
         CellKind::Allocated => &CATEGORY_LETTERS,
@@ -688,7 +688,7 @@ fn glyph_of(th: &Theme, mode: ColorMode, c: &MapCell) -> &'static str {
         _ => return c.kind.glyph(c.alt),
     };
     match (th.no_color, mode, c.cat) {
-        (true, ColorMode::Category, Some(i)) => letters
+        (_, ColorMode::Category, Some(i)) => letters
             .get(usize::from(i))
             .copied()
             .unwrap_or_else(|| c.kind.glyph(c.alt)),
