@@ -51,22 +51,7 @@ impl Engine {
     /// zero (a local, after the expression).
     pub(in crate::engine) fn clamp_grad(&mut self, shape: Shape, dtype: DType) -> Result<TensorId> {
         let mask = shape.numel().saturating_mul(DType::Bool.size());
-        let mut held = Vec::with_capacity(3);
-        let mut made = Ok(());
-        for bytes in [dtype.size(), mask, mask] {
-            match self.transient(bytes, Category::Temporary) {
-                Ok(s) => held.push(s),
-                Err(e) => {
-                    made = Err(e);
-                    break;
-                }
-            }
-        }
-        let t = made.and_then(|()| self.empty(shape, dtype, Category::Gradient));
-        for s in held.into_iter().rev() {
-            self.free_transient(s);
-        }
-        t
+        self.grad_after([dtype.size(), mask, mask], shape, dtype)
     }
 
     /// A gradient made after `temps` temporaries of its size, which go once
@@ -78,9 +63,20 @@ impl Engine {
         temps: u8,
     ) -> Result<TensorId> {
         let bytes = shape.numel() * dtype.size();
-        let mut held = Vec::with_capacity(usize::from(temps));
+        self.grad_after((0..temps).map(|_| bytes), shape, dtype)
+    }
+
+    /// A gradient made after temporaries of these sizes, which go once it
+    /// exists (or the allocation failed), newest first.
+    fn grad_after(
+        &mut self,
+        temps: impl IntoIterator<Item = u64>,
+        shape: Shape,
+        dtype: DType,
+    ) -> Result<TensorId> {
+        let mut held = Vec::new();
         let mut made = Ok(());
-        for _ in 0..temps {
+        for bytes in temps {
             match self.transient(bytes, Category::Temporary) {
                 Ok(s) => held.push(s),
                 Err(e) => {
