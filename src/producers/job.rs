@@ -21,7 +21,7 @@ use crate::alloc::{AllocConfig, MemoryStats};
 use crate::job::message::Message;
 use crate::job::nvml_match::LiveJob;
 use crate::job::{decode, Applied, FrameReader, ServerHello, Session, ENTRY_CAP};
-use crate::leak::{analyze_snapshot_with, Boundaries};
+use crate::leak::analyze_snapshot_with;
 use crate::report::series::SnapshotSummary;
 use crate::trace::mirror::TraceMirror;
 use crate::trace::replay::Entry;
@@ -371,12 +371,7 @@ impl Reader {
         let device = usize::from(o.device);
         session.snapshot();
         // What grew is told between the job's own steps (or the marker's).
-        let boundaries = match &self.step_marker {
-            Some(m) => Boundaries::Find {
-                step_marker: Some(m),
-            },
-            None => session.boundaries(device),
-        };
+        let boundaries = session.boundaries_by(device, self.step_marker.as_deref());
         let leaks = analyze_snapshot_with(session.snap(), device, boundaries);
         let answer = crate::leak::answer_trace_oom(session.snap(), device, Some(&leaks));
         let summary = answer
@@ -461,12 +456,7 @@ impl Reader {
             return true;
         }
         let t = Instant::now();
-        let boundaries = match &self.step_marker {
-            Some(m) => Boundaries::Find {
-                step_marker: Some(m),
-            },
-            None => session.boundaries(view.device),
-        };
+        let boundaries = session.boundaries_by(view.device, self.step_marker.as_deref());
         let report = analyze_snapshot_with(session.snap(), view.device, boundaries);
         let summary = self
             .summaries

@@ -5,7 +5,6 @@ use serde::Serialize;
 
 use super::snapshot::{SnapshotReport, LIVE_LAYOUT};
 use crate::job::{DeviceGrowth, LiveFacts, Session};
-use crate::leak::Boundaries;
 
 /// `open --json`'s report with a `live` section.
 #[derive(Debug, Clone, Serialize)]
@@ -22,13 +21,9 @@ impl LiveReport {
     pub fn of(session: &mut Session, name: &str, step_marker: Option<&str>) -> LiveReport {
         session.snapshot();
         let session = &*session;
-        let mut report =
-            SnapshotReport::with_boundaries(name, session.snap(), &|d| match step_marker {
-                Some(m) => Boundaries::Find {
-                    step_marker: Some(m),
-                },
-                None => session.boundaries(d),
-            });
+        let mut report = SnapshotReport::with_boundaries(name, session.snap(), &|d| {
+            session.boundaries_by(d, step_marker)
+        });
         report.layout = LIVE_LAYOUT.to_string();
         let growth = report.devices.iter().map(growth_of).collect();
         LiveReport {

@@ -99,6 +99,18 @@ impl Session {
         }
     }
 
+    /// Iteration boundaries of device `d`: where frames named by
+    /// `step_marker` run (as `open --step-marker` finds them), else the
+    /// job's own steps.
+    pub fn boundaries_by<'m>(&self, device: usize, step_marker: Option<&'m str>) -> Boundaries<'m> {
+        match step_marker {
+            Some(m) => Boundaries::Find {
+                step_marker: Some(m),
+            },
+            None => self.boundaries(device),
+        }
+    }
+
     /// What only a live job tells, as it stands; `growth` (from the
     /// report's leak analysis) and `nvml` (read by the caller) are left empty.
     pub fn facts(&self) -> LiveFacts {
