@@ -268,6 +268,9 @@ fn open(path: &Path, under: Option<&str>) {
     let mut timeline = Timeline::new();
     // What the views keep of `Opened` (the stacks, the times) stays too.
     let (mut first, mut read, mut kept, mut restarts) = (None, None, None, 0);
+    // Events a what-if showed, then kept the first of (its replay needed
+    // more than the device holds after them).
+    let mut cuts: Vec<(usize, usize)> = Vec::new();
     while let Some(msg) = source.recv() {
         match msg {
             SourceMsg::Recorded(RecordedMsg::Opened(o)) => kept = Some(o),
@@ -290,6 +293,13 @@ fn open(path: &Path, under: Option<&str>) {
                 restarts += 1;
                 first = None;
                 timeline = Timeline::new();
+            }
+            SourceMsg::Run(RunMsg::KeepFirst(n)) => {
+                cuts.push((timeline.len(), n));
+                timeline.truncate(n);
+                if n == 0 {
+                    first = None;
+                }
             }
             SourceMsg::Run(RunMsg::Failed(why)) => panic!("{why}"),
             SourceMsg::Run(RunMsg::Finished) => break,
@@ -314,7 +324,11 @@ fn open(path: &Path, under: Option<&str>) {
         secs(read),
         loaded.as_secs_f64(),
         cpu,
-        if restarts > 0 { format!(", started over {restarts}x") } else { String::new() },
+        if restarts > 0 { format!(", started over {restarts}x") } else { String::new() }
+            + &cuts
+                .iter()
+                .map(|(shown, n)| format!(", kept the first {n} of {shown} events shown"))
+                .collect::<String>(),
         hwm as f64 / 1e6,
         hwm as f64 / len as f64,
         SEEKS,

@@ -177,6 +177,11 @@ pub enum RunMsg {
     /// The producer started over after [`EngineCommand::Restart`]: forget
     /// everything received so far.
     Restarted,
+    /// The producer found that only the first this many events hold (a
+    /// what-if replayed before the device size was known, which needed
+    /// more than the device holds after them): forget the later ones; the
+    /// right ones follow.
+    KeepFirst(usize),
     Finished,
     Failed(String),
 }

@@ -29,7 +29,7 @@ use crate::trace::replay::from_snapshot::{
     self, releases_segment, shows_empty_cache, DEFAULT_DEVICE_TOTAL,
 };
 use crate::trace::replay::reconstruct::StartTracker;
-use crate::trace::replay::whatif::WhatIf;
+use crate::trace::replay::whatif::{Past, WhatIf};
 use crate::trace::replay::{Entry, Replayer};
 use crate::trace::snapshot::{import_file_tapped, FramesId, Segment, Tables, TraceEntry, TraceTap};
 use crate::trace::Event;
@@ -71,12 +71,12 @@ pub(super) fn stream_what_if(
         Ok(Some(t)) => t,
         Ok(None) => {
             if let Some(s) = state {
-                s.replay.verdict(false);
+                s.replay.verdict(Keep::Nothing);
             }
             return Streamed::Done(false);
         }
         Err(e) => {
-            if state.is_some_and(|s| s.replay.verdict(false)) {
+            if state.is_some_and(|s| s.replay.verdict(Keep::Nothing) > 0) {
                 out.send(SourceMsg::Run(RunMsg::Restarted));
             }
             out.send(SourceMsg::Run(RunMsg::Failed(e.to_string())));
@@ -87,7 +87,7 @@ pub(super) fn stream_what_if(
     let (state, tapped_device) = match (state, tapped.tapped) {
         (Some(state), Some((d, _))) => (state, d),
         (state, _) => {
-            if state.is_some_and(|s| s.replay.verdict(false)) {
+            if state.is_some_and(|s| s.replay.verdict(Keep::Nothing) > 0) {
                 out.send(SourceMsg::Run(RunMsg::Restarted));
             }
             return Streamed::Whole(Box::new(snap));
@@ -98,13 +98,13 @@ pub(super) fn stream_what_if(
         facts,
         replay,
     } = state;
-    let replayed = replay.finish();
-    let recorded = from_snapshot::config(&snap);
-    let finals = from_snapshot::final_segments(&snap, tapped_device);
     // The device size the whole file gives (`replayed::device_capacity`):
     // with no expandable segments the trace tells none, so the most the
     // recorded run reserved.
     let capacity = (facts.reserved_peak > 0).then_some(facts.reserved_peak);
+    let replayed = replay.finish(capacity);
+    let recorded = from_snapshot::config(&snap);
+    let finals = from_snapshot::final_segments(&snap, tapped_device);
     let replayed_right = pick_device(&snap, device).is_ok_and(|d| d == tapped_device)
         && recorded.same_rules(&AllocConfig::default())
         && facts.start.starts_empty(&finals)
@@ -113,7 +113,7 @@ pub(super) fn stream_what_if(
     let (capacity, replayed) = match (replayed_right, capacity, replayed) {
         (true, Some(c), Some(r)) => (c, r),
         _ => {
-            if replay.verdict(false) {
+            if replay.verdict(Keep::Nothing) > 0 {
                 out.send(SourceMsg::Run(RunMsg::Restarted));
             }
             // Read whole: the entries of the tapped trace are not in `snap`.
@@ -144,19 +144,20 @@ pub(super) fn stream_what_if(
         since_step: false,
         assumed_empty_start: false,
     };
-    if replayed.peak <= capacity {
+    let Some(past) = replayed.past else {
         // No request came near the device's size: as on that device.
-        replay.verdict(true);
+        replay.verdict(Keep::All);
         return Streamed::Done(
             out.send(SourceMsg::Recorded(RecordedMsg::Opened(Box::new(opened)))),
         );
-    }
+    };
     // The what-if needs more than the device holds, which changes what it
-    // does from the first request that does not fit: replayed again on
-    // that device, from a second reading (the `empty_cache()` calls are
-    // known now).
-    if replay.verdict(false) {
-        out.send(SourceMsg::Run(RunMsg::Restarted));
+    // does from the first request that does not fit: the events before it
+    // stay, and the rest is replayed again on that device, from a second
+    // reading (the `empty_cache()` calls are known now).
+    let keep = past.events_before;
+    if replay.verdict(Keep::First(keep)) > keep {
+        out.send(SourceMsg::Run(RunMsg::KeepFirst(keep)));
     }
     drop(snap);
     if !out.send(SourceMsg::Recorded(RecordedMsg::Opened(Box::new(opened)))) {
@@ -169,7 +170,7 @@ pub(super) fn stream_what_if(
             .name("vramscope-what-if".into())
             .spawn(move || {
                 super::snapshot::behind_the_ui();
-                replay_on(rx, under, capacity, &replayed.empty_cache_at, &out)
+                replay_on(rx, under, capacity, &replayed.empty_cache_at, keep, &out)
             })
     };
     let Ok(worker) = worker else {
@@ -215,37 +216,54 @@ impl TraceTap for Entries {
 }
 
 /// The requests under `under` on a device of `capacity` bytes, the
-/// recorded run's `empty_cache()` calls known: events sent as they come.
+/// recorded run's `empty_cache()` calls known: events sent as they come,
+/// but for the first `shown` (the UI has them from the first replay).
 fn replay_on(
     rx: flume::Receiver<Vec<Entry>>,
     under: AllocConfig,
     capacity: u64,
     empty_cache_at: &[usize],
+    shown: usize,
     out: &Out,
 ) -> bool {
     let mut what_if = WhatIf::new(None, under, capacity, true);
     let mut held: Vec<Event> = Vec::new();
-    let mut sent = false;
+    let (mut made, mut sent) = (0, 0);
     while let Ok(batch) = rx.recv() {
         what_if.feed(&batch, empty_cache_at);
-        held.extend(what_if.take_events().into_iter().map(Event::Alloc));
-        if !send_events(out, &mut held, false, &mut sent) {
+        for e in what_if.take_events() {
+            made += 1;
+            if made > shown {
+                held.push(Event::Alloc(e));
+            }
+        }
+        if !send_events(out, &mut held, usize::MAX, false, &mut sent) {
             return false;
         }
     }
-    send_events(out, &mut held, true, &mut sent)
+    send_events(out, &mut held, usize::MAX, true, &mut sent)
 }
 
-/// The held events in messages (the last one short only with `all`);
-/// false once the UI has gone.
-fn send_events(out: &Out, held: &mut Vec<Event>, all: bool, sent: &mut bool) -> bool {
+/// The held events in messages (the last one short only with `all`), no
+/// more than `limit` sent in all; false once the UI has gone.
+fn send_events(
+    out: &Out,
+    held: &mut Vec<Event>,
+    limit: usize,
+    all: bool,
+    sent: &mut usize,
+) -> bool {
+    let room = limit.saturating_sub(*sent);
+    if held.len() > room {
+        held.truncate(room);
+    }
     while held.len() >= EVENTS_PER_MESSAGE || (all && !held.is_empty()) {
         let n = held.len().min(EVENTS_PER_MESSAGE);
         let chunk: Vec<Event> = held.drain(..n).collect();
         if !out.send(SourceMsg::Run(RunMsg::Events(chunk))) {
             return false;
         }
-        *sent = true;
+        *sent += n;
     }
     true
 }
@@ -374,19 +392,41 @@ impl TraceTap for WhatIfTap<'_> {
 
 /// What the replays of every entry found.
 struct Replayed {
-    /// The most the what-if reserved (on a device without a limit).
-    peak: u64,
+    /// Where the what-if (on a device without a limit) first reserved
+    /// more than the device the whole file gives.
+    past: Option<Past>,
     /// Where the recorded run called `empty_cache()`.
     empty_cache_at: Vec<usize>,
 }
 
 enum ToReplay {
     Batch(Vec<Entry>),
-    /// Every entry was handed over: replay what is left, hold its events,
-    /// and say what the replays found.
-    Finish(flume::Sender<Replayed>),
-    /// Send what is held (true) or drop it (false).
-    Verdict(bool),
+    /// Every entry was handed over, and the device holds this many bytes
+    /// (`None`: the device is not known): replay what is left, hold its
+    /// events, and say what the replays found.
+    Finish(Option<u64>, flume::Sender<Replayed>),
+    /// What of the held events to send.
+    Verdict(Keep),
+}
+
+/// What of a replay's events the UI keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    All,
+    Nothing,
+    /// The first this many (the replay needed more than the device holds
+    /// after them).
+    First(usize),
+}
+
+impl Keep {
+    fn limit(self) -> usize {
+        match self {
+            Keep::All => usize::MAX,
+            Keep::Nothing => 0,
+            Keep::First(n) => n,
+        }
+    }
 }
 
 /// The thread that replays the requests, and what the reader knows of it.
@@ -394,7 +434,7 @@ struct Replay {
     tx: flume::Sender<ToReplay>,
     failed: Arc<AtomicBool>,
     /// Whether it sent events; `None`: no thread.
-    handle: Option<std::thread::JoinHandle<bool>>,
+    handle: Option<std::thread::JoinHandle<usize>>,
 }
 
 impl Replay {
@@ -431,46 +471,48 @@ impl Replay {
         self.failed.store(true, Ordering::Relaxed);
     }
 
-    /// Replay what is left (`None`: it was given up, or the thread is
-    /// gone).
-    fn finish(&self) -> Option<Replayed> {
+    /// Replay what is left, on a device of `capacity` bytes if known
+    /// (`None`: it was given up, or the thread is gone).
+    fn finish(&self, capacity: Option<u64>) -> Option<Replayed> {
         if self.failed.load(Ordering::Relaxed) {
             return None;
         }
         let (reply, peak) = flume::bounded(1);
-        self.tx.send(ToReplay::Finish(reply)).ok()?;
+        self.tx.send(ToReplay::Finish(capacity, reply)).ok()?;
         // The thread answers, then waits for the verdict.
         peak.recv().ok()
     }
 
-    /// Send the held events or drop them; whether events were sent (for
-    /// a drop: whether the UI had seen some).
-    fn verdict(mut self, keep: bool) -> bool {
-        if !keep {
+    /// Send what is kept of the held events; how many events the UI was
+    /// sent in all (it may have seen more than are kept).
+    fn verdict(mut self, keep: Keep) -> usize {
+        if keep == Keep::Nothing {
             self.failed.store(true, Ordering::Relaxed);
         }
         let _ = self.tx.send(ToReplay::Verdict(keep));
-        self.handle.take().is_some_and(|h| h.join().unwrap_or(true))
+        self.handle
+            .take()
+            .map_or(0, |h| h.join().unwrap_or(usize::MAX))
     }
 }
 
 /// The replaying thread: the recorded run's requests replayed as they come
 /// (the `empty_cache()` calls told apart by a replay under its own
 /// settings), then under `under`, whose events go to the UI once
-/// [`PROBATION`] entries were replayed. Returns whether events were sent.
+/// [`PROBATION`] entries were replayed. Returns how many events were sent.
 fn replay(
     rx: flume::Receiver<ToReplay>,
     under: AllocConfig,
     out: &Out,
     failed: &AtomicBool,
-) -> bool {
+) -> usize {
     let mut verify = Replayer::new(AllocConfig::default(), DEFAULT_DEVICE_TOTAL);
     let mut what_if = WhatIf::new(None, under, UNBOUNDED, true);
     // Entries the what-if has not replayed yet: its empty_cache() calls
     // before them are not all known.
     let mut waiting: Vec<Entry> = Vec::new();
     let mut held: Vec<Event> = Vec::new();
-    let mut sent = false;
+    let mut sent = 0;
     while let Ok(msg) = rx.recv() {
         match msg {
             ToReplay::Batch(batch) => {
@@ -486,25 +528,27 @@ fn replay(
                 what_if.feed(&waiting[..ready], &verify.outcome().empty_cache_at);
                 waiting.drain(..ready);
                 held.extend(what_if.take_events().into_iter().map(Event::Alloc));
-                if what_if.fed() >= PROBATION && !send_events(out, &mut held, false, &mut sent) {
+                if what_if.fed() >= PROBATION
+                    && !send_events(out, &mut held, usize::MAX, false, &mut sent)
+                {
                     return sent;
                 }
             }
-            ToReplay::Finish(reply) => {
+            ToReplay::Finish(capacity, reply) => {
                 if !failed.load(Ordering::Relaxed) {
                     verify.end(None);
                     what_if.feed(&waiting, &verify.outcome().empty_cache_at);
                     waiting.clear();
                     held.extend(what_if.take_events().into_iter().map(Event::Alloc));
                     let _ = reply.send(Replayed {
-                        peak: what_if.peak_reserved(),
+                        past: capacity.and_then(|c| what_if.first_past(c)),
                         empty_cache_at: verify.outcome().empty_cache_at.clone(),
                     });
                 }
             }
             ToReplay::Verdict(keep) => {
-                if keep && !failed.load(Ordering::Relaxed) {
-                    send_events(out, &mut held, true, &mut sent);
+                if keep != Keep::Nothing && !failed.load(Ordering::Relaxed) {
+                    send_events(out, &mut held, keep.limit(), true, &mut sent);
                 }
                 return sent;
             }

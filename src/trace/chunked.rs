@@ -47,6 +47,18 @@ impl<T> ChunkedVec<T> {
         self.len += 1;
     }
 
+    /// Keep the first `n` elements.
+    pub fn truncate(&mut self, n: usize) {
+        if n >= self.len {
+            return;
+        }
+        self.chunks.truncate(n.div_ceil(CHUNK));
+        if let Some(last) = self.chunks.last_mut() {
+            last.truncate(n - (n.div_ceil(CHUNK) - 1) * CHUNK);
+        }
+        self.len = n;
+    }
+
     pub fn get(&self, i: usize) -> Option<&T> {
         self.chunks.get(i / CHUNK)?.get(i % CHUNK)
     }
@@ -75,6 +87,21 @@ impl<T> std::ops::Index<usize> for ChunkedVec<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn truncated_it_holds_the_first_elements_and_grows_again() {
+        for n in [0, 1, CHUNK - 1, CHUNK, CHUNK + 1, 2 * CHUNK + 5] {
+            let mut v = ChunkedVec::default();
+            (0..3 * CHUNK).for_each(|i| v.push(i));
+            v.truncate(n);
+            assert_eq!(v.len(), n);
+            assert_eq!(v.last().copied(), n.checked_sub(1));
+            assert_eq!(v.get(n), None);
+            v.push(7);
+            assert_eq!((v.len(), v[n]), (n + 1, 7));
+            assert!((0..n).all(|i| v[i] == i));
+        }
+    }
 
     #[test]
     fn holds_what_a_vec_holds_across_chunk_edges() {

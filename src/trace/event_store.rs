@@ -46,6 +46,9 @@ pub struct EventStore {
     markers: Vec<Marker>,
     streams: Vec<u64>,
     stream_index: FxHashMap<u64, u16>,
+    /// The last stream looked up and its slot: nearly every event is on
+    /// the stream before it.
+    last_stream: Option<(u64, u16)>,
     wide: FxHashMap<usize, Wide>,
 }
 
@@ -105,8 +108,14 @@ impl EventStore {
 
     /// The packed index of `stream`, `None` once 65,536 streams are known.
     fn stream_slot(&mut self, stream: u64) -> Option<u16> {
-        if let Some(k) = self.stream_index.get(&stream) {
-            return Some(*k);
+        if let Some((s, k)) = self.last_stream {
+            if s == stream {
+                return Some(k);
+            }
+        }
+        if let Some(&k) = self.stream_index.get(&stream) {
+            self.last_stream = Some((stream, k));
+            return Some(k);
         }
         let k = u16::try_from(self.streams.len()).ok()?;
         self.streams.push(stream);
@@ -150,6 +159,19 @@ impl EventStore {
             }
         }
         Some(Event::Alloc(e))
+    }
+
+    /// Keep the first `n` events.
+    pub fn truncate(&mut self, n: usize) {
+        let first_gone_marker = (n..self.len())
+            .filter_map(|i| self.packed.get(i))
+            .find(|p| p.kind == MARKER)
+            .map(|p| p.addr as usize);
+        if let Some(m) = first_gone_marker {
+            self.markers.truncate(m);
+        }
+        self.wide.retain(|i, _| *i < n);
+        self.packed.truncate(n);
     }
 
     /// Events `range` (clipped to the store), in order.

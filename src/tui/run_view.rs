@@ -365,6 +365,7 @@ impl RunView {
                 self.stats_key = None;
             }
             RunMsg::Restarted => self.reset(),
+            RunMsg::KeepFirst(n) => self.keep_first(n),
             RunMsg::Finished => {
                 self.finished = true;
                 self.loading = None;
@@ -463,6 +464,27 @@ impl RunView {
         self.tl_cache = None;
         self.sel_block = None;
         self.sel_finding = None;
+        self.cat_cache.clear();
+        self.site_events = by_line::SiteEvents::default();
+    }
+
+    /// Forget every event after the first `n`, and what was drawn from them.
+    pub(super) fn keep_first(&mut self, n: usize) {
+        if n >= self.timeline.len() {
+            return;
+        }
+        self.timeline.truncate(n);
+        self.findings_at.retain(|(at, _)| *at <= n);
+        self.compute_at.retain(|(at, _)| *at <= n);
+        self.finished = false;
+        self.marks = MarkIndex::default();
+        self.marks.update(&self.timeline);
+        self.pos = self.pos.min(n);
+        self.map = self.timeline.state_at(self.pos.checked_sub(1));
+        self.map_pos = self.pos;
+        self.map_gen += 1;
+        self.tl_cache = None;
+        self.sel_block = None;
         self.cat_cache.clear();
         self.site_events = by_line::SiteEvents::default();
     }

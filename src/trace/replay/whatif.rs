@@ -115,6 +115,29 @@ pub struct WhatIf {
     fed: usize,
     emptied: usize,
     worst: u64,
+    /// Events taken with [`WhatIf::take_events`] so far.
+    taken: usize,
+    /// Each entry after which reserved memory was higher than ever before:
+    /// its index, the events made before it, and the bytes reserved.
+    highs: Vec<High>,
+}
+
+/// A new most-reserved, after one entry (see [`WhatIf::first_past`]).
+#[derive(Debug, Clone, Copy)]
+struct High {
+    entry: usize,
+    events_before: usize,
+    reserved: u64,
+}
+
+/// Where a replay on a device without a limit first reserved more than a
+/// given device holds: everything before it is what that device would do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Past {
+    /// The entry whose request needed more.
+    pub entry: usize,
+    /// Events made before that entry (its `empty_cache()` included).
+    pub events_before: usize,
 }
 
 impl WhatIf {
@@ -164,6 +187,8 @@ impl WhatIf {
             fed: 0,
             emptied: 0,
             worst: 0,
+            taken: 0,
+            highs: Vec::new(),
         }
     }
 
@@ -173,15 +198,16 @@ impl WhatIf {
         for e in entries {
             let i = self.fed;
             self.fed += 1;
+            let events_before = self.taken + self.a.events.len();
             while empty_cache_at.get(self.emptied).is_some_and(|&at| at <= i) {
                 self.emptied += 1;
                 self.a.empty_cache();
             }
-            self.request(i, e);
+            self.request(i, e, events_before);
         }
     }
 
-    fn request(&mut self, i: usize, e: &Entry) {
+    fn request(&mut self, i: usize, e: &Entry, events_before: usize) {
         let (a, result) = (&mut self.a, &mut self.result);
         match e.action {
             Action::Alloc => match a.malloc(e.size, e.stream, entry_tag(i)) {
@@ -207,6 +233,11 @@ impl WhatIf {
         let reserved = a.stats().reserved_bytes();
         if reserved > self.worst {
             self.worst = reserved;
+            self.highs.push(High {
+                entry: i,
+                events_before,
+                reserved,
+            });
             result.largest_free_at_worst = a.largest_free_block();
             // cached free: what no live (or pending) block holds
             let active = a.stats().get(Family::ActiveBytes, Level::All).current as u64;
@@ -229,7 +260,21 @@ impl WhatIf {
 
     /// The events its allocator recorded since the last call (with `record`).
     pub fn take_events(&mut self) -> Vec<crate::alloc::AllocEvent> {
-        self.a.take_events()
+        let events = self.a.take_events();
+        self.taken += events.len();
+        events
+    }
+
+    /// The first entry after which this replay reserved more than
+    /// `capacity`: on a device of that size its request would have failed
+    /// (and what the allocator does then differs), while every event
+    /// before it is the same on both devices. `None`: it never did.
+    pub fn first_past(&self, capacity: u64) -> Option<Past> {
+        let k = self.highs.partition_point(|h| h.reserved <= capacity);
+        self.highs.get(k).map(|h| Past {
+            entry: h.entry,
+            events_before: h.events_before,
+        })
     }
 
     /// The segments adopted before the first entry (with `record`).

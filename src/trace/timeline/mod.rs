@@ -258,6 +258,41 @@ impl Timeline {
         self.events.push(event);
     }
 
+    /// Keep the first `n` events, as if the others never came: the map,
+    /// the curve, the marks and the peaks are those after event `n - 1`.
+    pub fn truncate(&mut self, n: usize) {
+        if n >= self.len() {
+            return;
+        }
+        let peak = self.peak_until(n);
+        self.head = self.state_at(n.checked_sub(1));
+        self.peak_allocated = peak.allocated;
+        self.peak_reserved = peak.reserved;
+        self.events.truncate(n);
+        self.allocated.truncate(n);
+        self.reserved.retain(|(at, _)| *at < n);
+        self.buckets.truncate(n.div_ceil(BUCKET));
+        if !n.is_multiple_of(BUCKET) {
+            let from = n / BUCKET * BUCKET;
+            let last = self
+                .samples_in(from, n)
+                .map(Bucket::of)
+                .reduce(Bucket::merge);
+            if let (Some(b), Some(slot)) = (last, self.buckets.last_mut()) {
+                *slot = b;
+            }
+        }
+        let keep = self.keyframe_at.partition_point(|at| *at < n).max(1);
+        self.keyframes.truncate(keep);
+        self.keyframe_peaks.truncate(keep);
+        self.keyframe_at.truncate(keep);
+        self.marks.retain(|(at, _)| *at < n);
+        for v in self.by_kind.values_mut() {
+            v.retain(|at| *at < n);
+        }
+        self.gaps.retain(|(at, _)| *at < n);
+    }
+
     pub fn extend(&mut self, events: impl IntoIterator<Item = Event>) {
         for e in events {
             self.push(e);

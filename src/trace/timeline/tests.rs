@@ -281,3 +281,105 @@ fn peak_until_cost_on_ten_million_events() {
     assert_eq!(t.peak_until(len), t.peak());
     assert!(peak.as_millis() < 5, "{peak:?}");
 }
+
+/// A run of `n` events from `seed`: segments made and freed, spikes,
+/// markers and OOMs, so truncation crosses keyframes, buckets, marks and
+/// reserved steps.
+fn mixed_events(n: usize, seed: u64) -> Vec<Event> {
+    let mut events = vec![entry(Action::SegmentAlloc, 0, 64 * MIB)];
+    let mut k = seed;
+    while events.len() < n {
+        k += 1;
+        match k % 11 {
+            0 => events.push(Event::Marker(Marker::IterationBegin(k as u32))),
+            1 => events.push(oom((k % 5 + 1) << 30)),
+            2 => {
+                let seg = (1 << 40) + (k % 3) * (1 << 32);
+                events.push(entry(Action::SegmentAlloc, seg, (k % 9 + 1) * 2 * MIB));
+                events.push(entry(Action::SegmentFree, seg, (k % 9 + 1) * 2 * MIB));
+            }
+            3 => events.push(Event::Marker(Marker::Narration(format!("n{k}").into()))),
+            _ => events.extend(spike(0, (k % 61 + 1) * 512 * 1024)),
+        }
+    }
+    events.truncate(n);
+    events
+}
+
+#[test]
+fn a_truncated_timeline_is_the_one_that_only_ever_had_those_events() {
+    const K: usize = KEYFRAME_EVERY;
+    let all = mixed_events(3 * K + 900, 1);
+    let more = mixed_events(2 * K + 77, 5);
+    for n in [
+        0,
+        1,
+        BUCKET - 1,
+        BUCKET,
+        K - 1,
+        K,
+        K + 1,
+        2 * K + 333,
+        all.len() - 1,
+    ] {
+        let mut cut = Timeline::new();
+        cut.extend(all.iter().cloned());
+        cut.truncate(n);
+        let mut fresh = Timeline::new();
+        fresh.extend(all[..n].iter().cloned());
+        // Both go on with other events after the cut.
+        for t in [&mut cut, &mut fresh] {
+            t.extend(more[1..].iter().cloned());
+        }
+        assert_eq!(cut.len(), fresh.len(), "n {n}");
+        assert_eq!(cut.peak(), fresh.peak(), "n {n}");
+        assert_eq!(cut.marks(), fresh.marks(), "n {n}");
+        assert_eq!(cut.head(), fresh.head(), "n {n}");
+        assert!(cut.samples().eq(fresh.samples()), "n {n}: the curve");
+        assert!(
+            cut.events().iter().eq(fresh.events().iter()),
+            "n {n}: the events"
+        );
+        for pos in (0..=cut.len()).step_by(97).chain([n, n + 1, cut.len()]) {
+            assert_eq!(
+                cut.peak_until(pos),
+                fresh.peak_until(pos),
+                "n {n} pos {pos}"
+            );
+            assert_eq!(
+                cut.ooms_until(pos),
+                fresh.ooms_until(pos),
+                "n {n} pos {pos}"
+            );
+            assert_eq!(
+                cut.range_summary(pos / 2, pos),
+                fresh.range_summary(pos / 2, pos),
+                "n {n} pos {pos}"
+            );
+        }
+        for at in [
+            None,
+            Some(n.saturating_sub(1)),
+            Some(n),
+            Some(cut.len() - 1),
+        ] {
+            assert_eq!(cut.state_at(at), fresh.state_at(at), "n {n} at {at:?}");
+        }
+        assert_eq!(
+            cut.next_mark(n.saturating_sub(1), MarkKind::Oom),
+            fresh.next_mark(n.saturating_sub(1), MarkKind::Oom),
+            "n {n}"
+        );
+    }
+}
+
+#[test]
+fn truncating_past_the_end_changes_nothing() {
+    let all = mixed_events(1000, 3);
+    let mut t = Timeline::new();
+    t.extend(all.iter().cloned());
+    let (peak, len) = (t.peak(), t.len());
+    t.truncate(len);
+    t.truncate(usize::MAX);
+    assert_eq!((t.peak(), t.len()), (peak, len));
+}

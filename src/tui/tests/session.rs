@@ -336,6 +336,43 @@ fn follows_live_events_at_the_end() {
 }
 
 #[test]
+fn keep_first_forgets_the_later_events_and_the_cursor_past_them() {
+    use crate::producers::SourceMsg;
+    let (tx, rx) = flume::unbounded();
+    let mut app = app_with(
+        vec![("what-if".into(), crate::producers::Source::new(rx, None))],
+        &opts(),
+    );
+    let events = recorded_events(FIXED);
+    let (a, b) = events.split_at(events.len() / 2);
+    let keep = a.len() / 2;
+    let send = |m: RunMsg| tx.send(SourceMsg::Run(m)).expect("send");
+    send(RunMsg::Events(a.to_vec()));
+    app.drain_sources();
+    keys(&mut app, "G");
+    assert_eq!(app.runs[0].pos, a.len());
+    send(RunMsg::KeepFirst(keep));
+    app.drain_sources();
+    let run = &app.runs[0];
+    assert_eq!(run.len(), keep);
+    assert_eq!(run.pos, keep, "the cursor stays within the kept events");
+    let mut want = crate::trace::Timeline::new();
+    want.extend(a[..keep].iter().cloned());
+    assert!(
+        run.map == want.state_at(Some(keep - 1)),
+        "the map at the cursor"
+    );
+    assert_eq!(run.timeline.peak(), want.peak());
+    // The right events follow, and the view goes on from the cut.
+    send(RunMsg::Events(b.to_vec()));
+    app.drain_sources();
+    assert_eq!(app.runs[0].len(), keep + b.len());
+    keys(&mut app, "G");
+    assert_eq!(app.runs[0].pos, keep + b.len());
+    screen(&mut app, 120, 40);
+}
+
+#[test]
 fn live_findings_follow_the_cursor() {
     use crate::leak::{Finding, FindingKind};
     use crate::producers::SourceMsg;
