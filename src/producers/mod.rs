@@ -30,6 +30,7 @@ mod snapshot_stream;
 mod snapshot_tags;
 pub mod source;
 pub mod sweep;
+mod tapped_read;
 mod whatif_stream;
 
 pub use devices::{snapshot_devices, SnapshotDevices};

@@ -28,16 +28,15 @@ use crate::trace::mirror::{start_map, TraceMirror};
 use crate::trace::replay::from_snapshot::{self, infer_device_total};
 use crate::trace::replay::reconstruct::StartTracker;
 use crate::trace::replay::{Entry, FinalSegment};
-use crate::trace::snapshot::{
-    import_file_tapped, Segment, Snapshot, SnapshotError, Tables, TraceEntry, TraceTap,
-};
+use crate::trace::snapshot::{import_file_tapped, Segment, Snapshot, Tables, TraceEntry, TraceTap};
 use crate::trace::timeline::TimelinePart;
 use crate::trace::MemoryMap;
 
 use super::devices::{devices_with_oom, snapshot_devices, SnapshotDevices};
 use super::snapshot::{pick_device, Out, Spent, EVENTS_PER_MESSAGE};
 use super::snapshot_tags::{GrowingTags, SnapshotTags};
-use super::source::{LoadProgress, Opened, RecordedMsg, RunMsg, SourceMsg, TagInfo};
+use super::source::{Opened, RecordedMsg, RunMsg, SourceMsg, TagInfo};
+use super::tapped_read::{read_through, whole_again, GiveUp, Reading, StatefulTap};
 
 /// Entries placed before a view placed as if its trace began empty shows
 /// any: an open trace almost always shows it within these (an entry that
@@ -66,7 +65,6 @@ pub(super) fn stream_file(
     out: &Out,
     spent: &Spent,
 ) -> Streamed {
-    let total = std::fs::metadata(path).map_or(0, |m| m.len());
     let mut tap = ViewTap {
         want: device,
         path,
@@ -74,42 +72,19 @@ pub(super) fn stream_file(
         spent,
         state: None,
     };
-    let imported = read(path, total, out, &mut tap);
-    let state = tap.state.take();
-    let tapped = match imported {
-        Ok(Some(t)) => t,
-        Ok(None) => {
-            // The UI has gone.
-            if let Some(s) = state {
-                s.mirror.discard();
-            }
-            return Streamed::Done(false);
-        }
-        Err(e) => {
-            let shown = state.is_some_and(|s| s.mirror.discard());
-            if shown {
-                out.send(SourceMsg::Run(RunMsg::Restarted));
-            }
-            out.send(SourceMsg::Run(RunMsg::Failed(e.to_string())));
-            return Streamed::Done(false);
-        }
-    };
-    let snap = tapped.snapshot;
-    let (state, (tapped_device, count)) = match (state, tapped.tapped) {
-        (Some(state), Some(t)) => (state, t),
-        (state, _) => {
-            // Nothing was tapped, or the decoder read the file whole (what
-            // the tap was given is void).
-            if state.is_some_and(|s| s.mirror.discard()) {
-                out.send(SourceMsg::Run(RunMsg::Restarted));
-            }
-            return Streamed::Whole(Box::new(snap));
-        }
+    let (snap, state, tapped_device, count) = match read_through(path, out, &mut tap) {
+        Reading::Tapped {
+            snap,
+            state,
+            device,
+            count,
+        } => (snap, state, device, count),
+        Reading::Over(streamed) => return streamed,
     };
     let picked = match pick_device(&snap, device) {
         Ok(d) => d,
         Err(e) => {
-            if state.mirror.discard() {
+            if state.give_up() {
                 out.send(SourceMsg::Run(RunMsg::Restarted));
             }
             out.send(SourceMsg::Run(RunMsg::Failed(format!(
@@ -120,17 +95,10 @@ pub(super) fn stream_file(
         }
     };
     if picked != tapped_device {
-        if state.mirror.discard() {
+        if state.give_up() {
             out.send(SourceMsg::Run(RunMsg::Restarted));
         }
-        // The tapped trace's entries are not in `snap`: read it again whole.
-        return match crate::trace::snapshot::import_file(path) {
-            Ok(s) => Streamed::Whole(Box::new(s)),
-            Err(e) => {
-                out.send(SourceMsg::Run(RunMsg::Failed(e.to_string())));
-                Streamed::Done(false)
-            }
-        };
+        return whole_again(path, out);
     }
     let config = from_snapshot::config(&snap);
     let finals = from_snapshot::final_segments(&snap, tapped_device);
@@ -244,36 +212,6 @@ pub(super) fn stream_file(
     }
 }
 
-/// Decode `path` through `tap`, saying how far it has got.
-pub(super) fn read(
-    path: &Path,
-    total: u64,
-    out: &Out,
-    tap: &mut dyn TraceTap,
-) -> Result<Option<crate::trace::snapshot::Tapped>, SnapshotError> {
-    let reading =
-        |done| SourceMsg::Recorded(RecordedMsg::Loading(LoadProgress::Reading { done, total }));
-    if !out.send(reading(0)) {
-        return Ok(None);
-    }
-    let step = (total / super::snapshot::PROGRESS_STEPS).max(1);
-    let mut told = 0;
-    let imported = import_file_tapped(
-        path,
-        &mut |done| {
-            if done >= told + step {
-                told = done;
-                out.send(reading(done));
-            }
-        },
-        Some(tap),
-    );
-    if imported.as_ref().is_ok_and(Option::is_some) && !out.send(reading(total)) {
-        return Ok(None);
-    }
-    imported
-}
-
 /// The devices whose trace records an OOM: the tapped one's entries are
 /// not in `snap`, `tapped_oom` says for it.
 pub(super) fn with_oom(snap: &Snapshot, tapped: usize, tapped_oom: bool) -> Vec<usize> {
@@ -381,6 +319,19 @@ struct Tapping {
     tags: Arc<GrowingTags>,
     facts: Facts,
     mirror: Mirror,
+}
+
+impl GiveUp for Tapping {
+    fn give_up(self) -> bool {
+        self.mirror.discard()
+    }
+}
+
+impl StatefulTap for ViewTap<'_> {
+    type State = Tapping;
+    fn take_state(&mut self) -> Option<Tapping> {
+        self.state.take()
+    }
 }
 
 impl TraceTap for ViewTap<'_> {

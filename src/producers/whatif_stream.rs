@@ -36,9 +36,10 @@ use crate::trace::Event;
 
 use super::devices::{snapshot_devices, SnapshotDevices};
 use super::snapshot::{pick_device, Out, EVENTS_PER_MESSAGE};
-use super::snapshot_stream::{read, with_oom, Streamed, PROBATION};
+use super::snapshot_stream::{with_oom, Streamed, PROBATION};
 use super::snapshot_tags::{GrowingTags, SnapshotTags};
 use super::source::{Opened, RecordedMsg, RunMsg, SourceMsg, TagInfo};
+use super::tapped_read::{read_through, whole_again, GiveUp, Reading, StatefulTap};
 
 /// Whether a what-if under `config` can be replayed before the device size
 /// is known: its replay depends on the size only where a request fails.
@@ -57,7 +58,6 @@ pub(super) fn stream_what_if(
     under: &AllocConfig,
     out: &Out,
 ) -> Streamed {
-    let total = std::fs::metadata(path).map_or(0, |m| m.len());
     let mut tap = WhatIfTap {
         want: device,
         path,
@@ -65,33 +65,14 @@ pub(super) fn stream_what_if(
         out,
         state: None,
     };
-    let imported = read(path, total, out, &mut tap);
-    let state = tap.state.take();
-    let tapped = match imported {
-        Ok(Some(t)) => t,
-        Ok(None) => {
-            if let Some(s) = state {
-                s.replay.verdict(Keep::Nothing);
-            }
-            return Streamed::Done(false);
-        }
-        Err(e) => {
-            if state.is_some_and(|s| s.replay.verdict(Keep::Nothing) > 0) {
-                out.send(SourceMsg::Run(RunMsg::Restarted));
-            }
-            out.send(SourceMsg::Run(RunMsg::Failed(e.to_string())));
-            return Streamed::Done(false);
-        }
-    };
-    let snap = tapped.snapshot;
-    let (state, tapped_device) = match (state, tapped.tapped) {
-        (Some(state), Some((d, _))) => (state, d),
-        (state, _) => {
-            if state.is_some_and(|s| s.replay.verdict(Keep::Nothing) > 0) {
-                out.send(SourceMsg::Run(RunMsg::Restarted));
-            }
-            return Streamed::Whole(Box::new(snap));
-        }
+    let (snap, state, tapped_device) = match read_through(path, out, &mut tap) {
+        Reading::Tapped {
+            snap,
+            state,
+            device,
+            ..
+        } => (snap, state, device),
+        Reading::Over(streamed) => return streamed,
     };
     let Tapping {
         tags,
@@ -116,14 +97,7 @@ pub(super) fn stream_what_if(
             if replay.verdict(Keep::Nothing) > 0 {
                 out.send(SourceMsg::Run(RunMsg::Restarted));
             }
-            // Read whole: the entries of the tapped trace are not in `snap`.
-            return match crate::trace::snapshot::import_file(path) {
-                Ok(s) => Streamed::Whole(Box::new(s)),
-                Err(e) => {
-                    out.send(SourceMsg::Run(RunMsg::Failed(e.to_string())));
-                    Streamed::Done(false)
-                }
-            };
+            return whole_again(path, out);
         }
     };
     let mut devices = snapshot_devices(&snap);
@@ -329,6 +303,19 @@ struct Tapping {
     tags: Arc<GrowingTags>,
     facts: Facts,
     replay: Replay,
+}
+
+impl GiveUp for Tapping {
+    fn give_up(self) -> bool {
+        self.replay.verdict(Keep::Nothing) > 0
+    }
+}
+
+impl StatefulTap for WhatIfTap<'_> {
+    type State = Tapping;
+    fn take_state(&mut self) -> Option<Tapping> {
+        self.state.take()
+    }
 }
 
 impl TraceTap for WhatIfTap<'_> {
