@@ -36,6 +36,10 @@ pub struct Conditions {
     /// Memory that is never the allocator's (CUDA context, other processes).
     pub overhead: u64,
     pub torch: String,
+    /// The transformers release the scenario names (`transformers:`), as
+    /// written; None: the newest modelled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transformers: Option<String>,
     pub env: BTreeMap<String, String>,
     /// The capture under `tests/fixtures/pytorch/captured/` the test suite
     /// checks this scenario against, as shipped.
@@ -161,6 +165,7 @@ pub(crate) fn conditions(s: &Scenario, torch: TorchVersion) -> Result<Conditions
         capacity,
         overhead,
         torch: torch.to_string(),
+        transformers: s.transformers.clone(),
         env: s.env.clone(),
         capture: s.capture.clone(),
         awaiting_capture: s.awaiting_capture.clone(),
