@@ -74,13 +74,12 @@ impl fmt::Display for TorchVersion {
 impl FromStr for TorchVersion {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let minor = s
-            .trim()
-            .strip_prefix("2.")
-            .and_then(|rest| rest.split('.').next())
-            .and_then(|m| m.parse::<u32>().ok())
-            .ok_or_else(|| format!("torch version '{s}': expected 2.<minor>, e.g. 2.8"))?;
-        if !(Self::OLDEST.0..=Self::NEWEST.0).contains(&minor) {
+        let mut parts = s.trim().split(['.', '+']);
+        let mut num = || parts.next().and_then(|p| p.parse::<u32>().ok());
+        let (Some(major), Some(minor)) = (num(), num()) else {
+            return Err(format!("torch version '{s}': expected 2.<minor>, e.g. 2.8"));
+        };
+        if major != 2 || !(Self::OLDEST.0..=Self::NEWEST.0).contains(&minor) {
             return Err(format!(
                 "torch version '{s}': only 2.0 to 2.15 are modelled"
             ));
