@@ -94,11 +94,23 @@ fn after_a_training_step_nothing_of_the_older_graph_is_left() {
 
 #[test]
 fn the_report_names_the_transformers_release() {
-    let r = ran(&llama(OLD, FORWARD));
+    let text = llama(OLD, FORWARD);
+    let (scenario, built) = load_str(&text, "llama.ron").expect("loads");
+    let r = run(&scenario, &built, &RunOptions::default());
     assert_eq!(r.conditions.torch, "2.1");
     assert_eq!(r.conditions.transformers.as_deref(), Some("4.40"));
+    let report = vramscope::report::run::text(&scenario, &r, &[]);
+    assert!(
+        report.contains("PyTorch 2.1 rules, transformers 4.40's attention;"),
+        "{report}"
+    );
+    let json = vramscope::report::run::json(&r, &[]);
+    assert_eq!(json["conditions"]["transformers"], "4.40");
+    // Without the field nothing is said, and the JSON has no key for it.
     let today = ran(&llama("", FORWARD));
     assert_eq!(today.conditions.transformers, None);
+    let json = vramscope::report::run::json(&today, &[]);
+    assert!(json["conditions"].get("transformers").is_none(), "{json}");
 }
 
 #[test]
