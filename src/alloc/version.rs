@@ -40,7 +40,9 @@ impl TorchVersion {
     /// #109935 (merged 2023-09-23, after 2.1's branch cut) added the
     /// `{}.sym_numel\(\)` → `self_sym_numel` rule to
     /// tools/autograd/load_derivatives.py's `saved_variables`, first
-    /// released in 2.2 (engine.md §2.2 "Releases").
+    /// released in 2.2. 2.0 is placed with 2.1 [inf]: its derivatives.yaml
+    /// already reads `sym_numel()` (the SymInt formulas came before 2.0's
+    /// branch cut), no 2.0 wheel was checked.
     pub fn mean_saves_self(self) -> bool {
         self.0 <= 1
     }
