@@ -136,3 +136,41 @@ fn a_release_that_is_not_modelled_is_refused_at_its_field() {
         }
     }
 }
+
+#[test]
+fn settings_a_release_does_not_have_are_refused_at_their_field() {
+    for (extra, field, word) in [
+        (
+            r#"torch: "2.3", engine: (hf_rmsnorm: TorchFused),"#,
+            "hf_rmsnorm",
+            "2.4",
+        ),
+        (
+            r#"torch: "2.2", engine: (sdpa_backend: Cudnn),"#,
+            "sdpa_backend",
+            "2.3",
+        ),
+    ] {
+        let text = llama(extra, FORWARD);
+        match load_str(&text, "llama.ron") {
+            Err(LoadError::At {
+                line,
+                column,
+                message,
+                ..
+            }) => {
+                assert!(message.contains(word), "{message}");
+                let at = text.lines().nth(line - 1).expect("the line");
+                assert!(at[column - 1..].starts_with(field), "{at} col {column}");
+            }
+            other => panic!("{extra}: {other:?}"),
+        }
+    }
+    // The releases that have them take them.
+    for extra in [
+        r#"torch: "2.4", engine: (hf_rmsnorm: TorchComposite),"#,
+        r#"torch: "2.3", engine: (sdpa_backend: Cudnn),"#,
+    ] {
+        load_str(&llama(extra, FORWARD), "llama.ron").expect(extra);
+    }
+}
