@@ -33,32 +33,6 @@ impl TorchVersion {
     pub fn misspells_divisions(self) -> bool {
         self.0 <= 6
     }
-    /// `mean` and `mean.dim` keep their input for backward (MeanBackward0/1
-    /// `_saved_self`) in 2.0 and 2.1. Their derivatives.yaml formulas read
-    /// `self.sym_numel()`, and the autograd codegen had no rule saving only
-    /// that number, so it saved `self` (pytorch/pytorch issue #109876); PR
-    /// #109935 (merged 2023-09-23, after 2.1's branch cut) added the
-    /// `{}.sym_numel\(\)` → `self_sym_numel` rule to
-    /// tools/autograd/load_derivatives.py's `saved_variables`, first
-    /// released in 2.2. 2.0 is placed with 2.1 [inf]: its derivatives.yaml
-    /// already reads `sym_numel()` (the SymInt formulas came before 2.0's
-    /// branch cut), no 2.0 wheel was checked.
-    pub fn mean_saves_self(self) -> bool {
-        self.0 <= 1
-    }
-    /// FlashAttention's philox state (`rng_state` [2] and `unused`, both
-    /// int64, saved for backward) is made on the GPU from 2.7 (PR #146372);
-    /// before, outside CUDA-graph capture, they are CPU tensors
-    /// (models.md §4.5).
-    pub fn flash_rng_on_gpu(self) -> bool {
-        self.0 >= 7
-    }
-    /// `scaled_dot_product_attention(..., enable_gqa=True)` exists from 2.5
-    /// (pytorch/pytorch PR #132689, Aug 2024); transformers' `use_gqa_in_sdpa`
-    /// asks for torch ≥ 2.5 before passing it (models.md §4.1).
-    pub fn has_enable_gqa(self) -> bool {
-        self.0 >= 5
-    }
 }
 
 impl Default for TorchVersion {

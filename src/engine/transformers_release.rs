@@ -8,6 +8,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::alloc::TorchVersion;
+use crate::engine::torch_rules::EngineRules;
 
 /// A transformers release, `major.minor` (`4.40`, `5.0`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

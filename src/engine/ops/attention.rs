@@ -10,6 +10,7 @@ use super::super::tensor::{Layout, TensorId};
 use super::super::Engine;
 use super::sdpa_select::SdpaCall;
 use crate::engine::autograd::{BwdKind, SdpaScratch};
+use crate::engine::torch_rules::EngineRules;
 
 impl Engine {
     /// SDPA on q, k, v of shape [B, h, T, hd] (`is_causal` as given), as

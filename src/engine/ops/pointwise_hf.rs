@@ -7,6 +7,7 @@ use super::super::error::Result;
 use super::super::tensor::TensorId;
 use super::super::Engine;
 use crate::engine::autograd::BwdKind;
+use crate::engine::torch_rules::EngineRules;
 
 /// What a pointwise op's Node keeps for backward.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -43,7 +44,7 @@ impl Engine {
 
     /// `x.mean(-1, keepdim=True)`: out [..., 1]; MeanBackward1 saves no
     /// tensor from 2.2 (only sizes and numel), its input in 2.0–2.1
-    /// ([`TorchVersion::mean_saves_self`](crate::alloc::TorchVersion::mean_saves_self)),
+    /// ([`EngineRules::mean_saves_self`](crate::engine::torch_rules::EngineRules::mean_saves_self)),
     /// and its backward makes a gradient of the input's shape.
     pub fn mean_last_keepdim(&mut self, x: TensorId) -> Result<TensorId> {
         let prev = self.op_begin("mean");
