@@ -12,11 +12,12 @@ impl TorchVersion {
     /// whose rules are implemented and verified against captures (the H100
     /// fixtures ran PyTorch 2.11).
     pub const DEFAULT: TorchVersion = TorchVersion(11);
-    /// The releases modelled: 2.4 to 2.15.
-    pub const OLDEST: TorchVersion = TorchVersion(4);
+    /// The releases modelled: 2.0 to 2.15 (2.0–2.3's allocator as 2.4's:
+    /// allocator.md §0.3 checked no wheel before 2.4.1).
+    pub const OLDEST: TorchVersion = TorchVersion(0);
     pub const NEWEST: TorchVersion = TorchVersion(15);
 
-    /// 2.4–2.9 use the classic `CUDAAllocatorConfig` parser; 2.10+ the unified tokenizer.
+    /// 2.0–2.9 use the classic `CUDAAllocatorConfig` parser; 2.10+ the unified tokenizer.
     pub fn classic_parser(self) -> bool {
         self.0 <= 9
     }
@@ -49,15 +50,14 @@ impl fmt::Display for TorchVersion {
 impl FromStr for TorchVersion {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let minor = s
-            .trim()
-            .strip_prefix("2.")
-            .and_then(|rest| rest.split('.').next())
-            .and_then(|m| m.parse::<u32>().ok())
-            .ok_or_else(|| format!("torch version '{s}': expected 2.<minor>, e.g. 2.8"))?;
-        if !(Self::OLDEST.0..=Self::NEWEST.0).contains(&minor) {
+        let mut parts = s.trim().split(['.', '+']);
+        let mut num = || parts.next().and_then(|p| p.parse::<u32>().ok());
+        let (Some(major), Some(minor)) = (num(), num()) else {
+            return Err(format!("torch version '{s}': expected 2.<minor>, e.g. 2.8"));
+        };
+        if major != 2 || !(Self::OLDEST.0..=Self::NEWEST.0).contains(&minor) {
             return Err(format!(
-                "torch version '{s}': only 2.4 to 2.15 are modelled"
+                "torch version '{s}': only 2.0 to 2.15 are modelled"
             ));
         }
         Ok(TorchVersion(minor))

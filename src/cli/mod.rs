@@ -35,7 +35,7 @@ pub struct BadInput(pub String);
     version,
     about = "Where GPU memory goes in a PyTorch training loop, and who leaks it",
     args_conflicts_with_subcommands = true,
-    after_help = "With no command, vramscope opens the guided tour in the terminal UI (a headless report without a terminal), paused at each narration until space (--no-auto-pause plays through).\n\nScenarios follow PyTorch 2.11's rules (the default release, verified against H100 captures) unless their `torch:` field names another (2.4 to 2.15)."
+    after_help = "With no command, vramscope opens the guided tour in the terminal UI (a headless report without a terminal), paused at each narration until space (--no-auto-pause plays through).\n\nScenarios follow PyTorch 2.11's rules (the default release, verified against H100 captures) unless their `torch:` field names another (2.0 to 2.15)."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -112,7 +112,7 @@ pub enum Command {
     Check { scenario: String },
     /// Run a built-in scenario (by name) or a scenario file.
     #[command(
-        after_help = "The run follows the release the scenario's `torch:` field names (2.4 to 2.15; default 2.11) on the GPU its `device.gpu` names; the report's first lines say which, and whether the test suite checks this scenario against a capture."
+        after_help = "The run follows the release the scenario's `torch:` field names (2.0 to 2.15; default 2.11) on the GPU its `device.gpu` names; the report's first lines say which, and whether the test suite checks this scenario against a capture."
     )]
     Run {
         scenario: String,
@@ -219,7 +219,7 @@ pub enum Command {
         /// Device size for what-if replays, e.g. 16GiB (default: what the snapshot tells, else its peak).
         #[arg(long)]
         capacity: Option<String>,
-        /// Read --conf as this PyTorch release would (2.4 to 2.15; default 2.11).
+        /// Read --conf as this PyTorch release would (2.0 to 2.15; default 2.11).
         #[arg(long)]
         torch: Option<String>,
         /// The limit torch.cuda.set_per_process_memory_fraction set in the

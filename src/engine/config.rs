@@ -6,6 +6,7 @@ pub use crate::device::GpuArch;
 pub use crate::engine::conv_workspace::ConvWorkspace;
 pub use crate::engine::hf_switches::{HfCausalLoss, HfRmsNorm, RopeScope, SdpaPriority};
 use crate::engine::scratch::reduce::ReduceDevice;
+pub use crate::engine::transformers_release::{kv_path, KvPath, TransformersVersion};
 
 /// `cublas_workspace_mode` (engine.md §1.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,6 +68,10 @@ pub struct EngineConfig {
     /// [`TorchVersion::DEFAULT`](crate::alloc::TorchVersion::DEFAULT).
     #[serde(skip_deserializing)]
     pub torch_minor: Option<u32>,
+    /// The transformers release the Hugging Face models follow (the
+    /// scenario's `transformers:`); None = the newest modelled, GQA-aware.
+    #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub transformers: Option<TransformersVersion>,
     /// None: `Sm80` (engine.md's default); a scenario's `device.gpu` sets it.
     pub gpu_arch: Option<GpuArch>,
     /// None: cached (one workspace per handle and stream, kept).
@@ -130,6 +135,7 @@ impl Default for EngineConfig {
             device_overhead: 0,
             alloc_conf: String::new(),
             torch_minor: None,
+            transformers: None,
             gpu_arch: None,
             cublas_workspace_mode: None,
             cublas_workspace_config: None,
@@ -162,6 +168,20 @@ impl EngineConfig {
 
     /// The SDPA backend order (models.md §4.4): cuDNN first when the release
     /// is 2.11 or later and the GPU is sm90 or newer, unless set.
+    /// The PyTorch release whose rules apply.
+    pub fn torch(&self) -> crate::alloc::TorchVersion {
+        self.torch_minor.map_or(
+            crate::alloc::TorchVersion::DEFAULT,
+            crate::alloc::TorchVersion,
+        )
+    }
+
+    /// How a Hugging Face attention layer hands grouped k and v to SDPA under
+    /// these releases (models.md §4.1–4.2).
+    pub fn hf_kv_path(&self) -> KvPath {
+        kv_path(self.transformers, self.torch())
+    }
+
     pub fn sdpa_priority(&self) -> SdpaPriority {
         self.sdpa_priority.unwrap_or_else(|| {
             let minor = self

@@ -50,6 +50,8 @@ pub mod storage;
 pub mod summary;
 pub mod tag;
 pub mod tensor;
+pub mod torch_rules;
+pub mod transformers_release;
 pub mod work;
 
 #[cfg(test)]

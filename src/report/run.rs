@@ -294,8 +294,15 @@ fn conditions_text(out: &mut String, c: &Conditions, alloc_conf: &str) {
     let env: Vec<String> = c.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let _ = writeln!(
         out,
-        "PyTorch {} rules; PYTORCH_CUDA_ALLOC_CONF=\"{alloc_conf}\"{}",
+        "PyTorch {} rules{}; PYTORCH_CUDA_ALLOC_CONF=\"{alloc_conf}\"{}",
         c.torch,
+        match &c.transformers {
+            Some(t) => format!(
+                ", transformers {}'s attention",
+                crate::units::escape_controls(t)
+            ),
+            None => String::new(),
+        },
         if env.is_empty() {
             String::new()
         } else {

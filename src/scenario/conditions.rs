@@ -12,7 +12,10 @@ use super::format::Scenario;
 use crate::alloc::TorchVersion;
 use crate::device::{profile, GpuProfile};
 use crate::engine::config::parse_workspace_config;
-use crate::engine::{CublasLtWorkspace, CublasWorkspaceMode, EngineConfig, ReduceDevice};
+use crate::engine::config::HfRmsNorm;
+use crate::engine::{
+    CublasLtWorkspace, CublasWorkspaceMode, EngineConfig, ReduceDevice, SdpaBackend,
+};
 
 /// Environment variables a scenario may set (`env: {…}`): the ones that
 /// change what goes through the caching allocator. `PYTORCH_CUDA_ALLOC_CONF`
@@ -36,6 +39,10 @@ pub struct Conditions {
     /// Memory that is never the allocator's (CUDA context, other processes).
     pub overhead: u64,
     pub torch: String,
+    /// The transformers release the scenario names (`transformers:`), as
+    /// written; None: the newest modelled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transformers: Option<String>,
     pub env: BTreeMap<String, String>,
     /// The capture under `tests/fixtures/pytorch/captured/` the test suite
     /// checks this scenario against, as shipped.
@@ -161,6 +168,7 @@ pub(crate) fn conditions(s: &Scenario, torch: TorchVersion) -> Result<Conditions
         capacity,
         overhead,
         torch: torch.to_string(),
+        transformers: s.transformers.clone(),
         env: s.env.clone(),
         capture: s.capture.clone(),
         awaiting_capture: s.awaiting_capture.clone(),
@@ -284,6 +292,27 @@ pub(crate) fn apply(
     }
     if engine.cublaslt_workspace.is_none() {
         engine.cublaslt_workspace = Some(lt_rule(torch));
+    }
+    absent_in_release(torch, engine)
+}
+
+/// Engine settings that name what `torch` does not have: a program that
+/// cannot have run on it.
+fn absent_in_release(torch: TorchVersion, engine: &EngineConfig) -> Result<(), Problem> {
+    // `torch.nn.RMSNorm` came in 2.4 (PR #121364, models.md §1.2).
+    if torch.0 < 4 && engine.hf_rmsnorm != HfRmsNorm::HfComposite {
+        return Err(problem(
+            "hf_rmsnorm",
+            format!("engine.hf_rmsnorm: torch.nn.RMSNorm came in PyTorch 2.4; {torch} has only transformers' LlamaRMSNorm (HfComposite)"),
+        ));
+    }
+    // cuDNN attention came in 2.3, for inference (PR #115663, merged in
+    // early 2024) [inf: release placed by the merge date].
+    if torch.0 < 3 && engine.sdpa_backend == Some(SdpaBackend::Cudnn) {
+        return Err(problem(
+            "sdpa_backend",
+            format!("engine.sdpa_backend: cuDNN attention came in PyTorch 2.3; {torch} has flash, memory-efficient and math"),
+        ));
     }
     Ok(())
 }

@@ -17,9 +17,13 @@ pub struct Scenario {
     /// `PYTORCH_CUDA_ALLOC_CONF`.
     #[serde(default)]
     pub alloc_conf: String,
-    /// PyTorch release whose rules apply (2.4 … 2.15); default 2.11.
+    /// PyTorch release whose rules apply (2.0 … 2.15); default 2.11.
     #[serde(default)]
     pub torch: Option<String>,
+    /// The transformers release the Hugging Face models follow (`"4.40"`):
+    /// how grouped k and v reach SDPA; default the newest, GQA-aware.
+    #[serde(default)]
+    pub transformers: Option<String>,
     /// Environment variables the run had (`CUBLAS_WORKSPACE_CONFIG`, …).
     #[serde(default)]
     pub env: std::collections::BTreeMap<String, String>,

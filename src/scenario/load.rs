@@ -17,6 +17,7 @@ use super::statement::LoopShape;
 use super::steps::StepSites;
 use super::validate::validate;
 use crate::alloc::{AllocConfig, TorchVersion};
+use crate::engine::config::TransformersVersion;
 use crate::engine::model_lang::Seg;
 use crate::engine::{LossKind, ModelKind};
 
@@ -219,6 +220,13 @@ pub fn load_str(text: &str, file: &str) -> Result<(Scenario, Built), LoadError> 
             .map_err(|m| at_path(text, file, &[At::Field("torch")], m))?,
         None => TorchVersion::DEFAULT,
     };
+    let transformers = match &scenario.transformers {
+        Some(v) => Some(
+            v.parse::<TransformersVersion>()
+                .map_err(|m| at_path(text, file, &[At::Field("transformers")], m))?,
+        ),
+        None => None,
+    };
     AllocConfig::parse_for(&scenario.alloc_conf, version)
         .map_err(|e| at_path(text, file, &[At::Field("alloc_conf")], e.to_string()))?;
     let at_problem = |(word, message): (String, String)| field_error(text, file, &word, message);
@@ -247,6 +255,7 @@ pub fn load_str(text: &str, file: &str) -> Result<(Scenario, Built), LoadError> 
         ));
     }
     built.engine.torch_minor = Some(version.0);
+    built.engine.transformers = transformers;
     built.steps = Arc::new(StepSites::for_loop(
         file,
         text,

@@ -245,7 +245,7 @@ pub fn reduce_shape(
 }
 
 /// The release whose rules a traced PyTorch follows: its own minor version
-/// when modelled (2.4 to 2.15), else the nearest, and a sentence saying so.
+/// when modelled (2.0 to 2.15), else the nearest, and a sentence saying so.
 pub fn release_of(torch: &str) -> (TorchVersion, String) {
     match torch.parse::<TorchVersion>() {
         Ok(v) => (
@@ -295,6 +295,7 @@ impl Rules {
             capacity: gpu.total_memory,
             overhead: gpu.context_bytes.unwrap_or(0),
             torch: version.to_string(),
+            transformers: None,
             env: env
                 .iter()
                 .filter(|(k, _)| crate::scenario::ENV_KEYS.contains(&k.as_str()))
@@ -449,6 +450,7 @@ mod tests {
         assert_eq!(release_of("2.11.0+cu130").0, TorchVersion(11));
         assert_eq!(release_of("2.17.0").0, TorchVersion::NEWEST);
         assert!(release_of("2.17.0").1.contains("nearest"));
-        assert_eq!(release_of("2.1.0").0, TorchVersion::OLDEST);
+        assert_eq!(release_of("2.1.0").0, TorchVersion(1));
+        assert!(!release_of("2.1.0").1.contains("nearest"));
     }
 }

@@ -205,6 +205,9 @@ impl GpuPanel {
         if let Some(c) = &r.conditions {
             rows.push(("GPU profile", gpu_profile_text(c)));
             rows.push(("PyTorch rules", c.torch.clone()));
+            if let Some(t) = &c.transformers {
+                rows.push(("transformers", t.clone()));
+            }
         }
         let mut notes = vec!["simulated run: no real GPU memory is used".to_string()];
         if let Some(c) = &r.conditions {

@@ -2,6 +2,7 @@
 //! rotary embeddings and grouped-query heads → residual, RMSNorm → SwiGLU
 //! MLP → residual, as `LlamaDecoderLayer.forward` runs them.
 
+use super::super::config::KvPath;
 use super::super::dtype::DType;
 use super::super::error::Result;
 use super::super::ops::elementwise::Unary;
@@ -268,7 +269,7 @@ impl Engine {
         };
         // `key_states, value_states = past_key_values.update(...)`: the
         // cache's copies, then the old bindings go.
-        let (kr, v) = if self.cfg.hf_use_cache {
+        let (mut kr, mut v) = if self.cfg.hf_use_cache {
             let kc = self.cat(&[kr], self.shape(kr))?;
             let vc = self.cat(&[v], self.shape(v))?;
             self.release(kr);
@@ -278,7 +279,30 @@ impl Engine {
             (kr, v)
         };
         let p = if self.ctx.training { a.dropout } else { 0.0 };
-        let out = self.sdpa_hf(qr, kr, v, p, a.causal)?;
+        let grouped = a.kv_heads != a.heads;
+        let out = match self.cfg.hf_kv_path() {
+            KvPath::RepeatInModule if grouped => {
+                // `key_states = repeat_kv(key_states, n_rep)`, then values:
+                // each rebinding lets the un-repeated tensor go.
+                let kx = self.repeat_kv(kr, a.heads);
+                let kx = self.rebind(kr, kx)?;
+                let vx = self.repeat_kv(v, a.heads);
+                let vx = self.rebind(v, vx)?;
+                (kr, v) = (kx, vx);
+                self.sdpa_hf(qr, kr, v, p, a.causal)?
+            }
+            KvPath::RepeatInIntegration if grouped => {
+                // `sdpa_attention_forward`'s own `key = repeat_kv(key, …)`:
+                // the copies go when it returns, the layer keeps its k, v.
+                let kx = self.repeat_kv(kr, a.heads)?;
+                let vx = self.repeat_kv(v, a.heads)?;
+                let out = self.sdpa_hf(qr, kx, vx, p, a.causal);
+                self.release(kx);
+                self.release(vx);
+                out?
+            }
+            _ => self.sdpa_hf(qr, kr, v, p, a.causal)?,
+        };
         // `attn_output.transpose(1, 2).contiguous()`: the fused backends lay
         // their output out [B, T, h, d] already; math's is copied.
         let bthd = Shape::new(&[b, t, a.heads, a.head_dim]);

@@ -10,6 +10,7 @@ use super::super::tensor::{Layout, TensorId};
 use super::super::Engine;
 use super::sdpa_select::SdpaCall;
 use crate::engine::autograd::{BwdKind, SdpaScratch};
+use crate::engine::torch_rules::EngineRules;
 
 impl Engine {
     /// SDPA on q, k, v of shape [B, h, T, hd] (`is_causal` as given), as
@@ -192,9 +193,12 @@ impl Engine {
         // scalars outside CUDA graph capture, dropout or not
         // (`_efficient_attention_forward`, "Note [Seed and Offset Device]";
         // captured/gpt_dropout).
-        let (rng, unused) = if flash {
+        // Before 2.7 flash's state is made on the CPU (PR #146372).
+        let (rng, unused) = if flash && self.cfg.torch().flash_rng_on_gpu() {
             let rng = self.aux(Shape::new(&[2]), DType::I64)?;
             (Some(rng), Some(self.aux(Shape::scalar(), DType::I64)?))
+        } else if flash {
+            (None, None)
         } else {
             (seed, offset)
         };

@@ -103,8 +103,9 @@ impl Engine {
 
     /// `adaptive_avg_pool2d(x, 1)`: out [N, C, 1, 1]. For a 1×1 output ATen
     /// computes `x.mean((-1, -2), keepdim=True)` (AdaptiveAveragePooling.cpp),
-    /// so the Node is MeanBackward1, which saves no tensor (only sizes);
-    /// its backward makes a new grad of x's shape (expand, then divide).
+    /// so the Node is MeanBackward1, which saves no tensor (only sizes) from
+    /// 2.2 and x in 2.0–2.1; its backward makes a new grad of x's shape
+    /// (expand, then divide).
     pub fn adaptive_avg_pool2d(&mut self, x: TensorId) -> Result<TensorId> {
         let prev = self.op_begin("adaptive_avg_pool2d");
         let r = (|| {
@@ -114,6 +115,7 @@ impl Engine {
             if self.records(&[x]) {
                 let node = self.new_node("MeanBackward1", BwdKind::Alloc, &[Some(x)]);
                 self.set_grad_fn(out, node, 0);
+                self.save_mean_input(node, x);
             }
             Ok(out)
         })();

@@ -267,6 +267,9 @@ impl Engine {
             if self.records(&[x]) {
                 let n = self.new_node(node, kind, &[Some(x)]);
                 self.set_grad_fn(out, n, 0);
+                if op == "mean" {
+                    self.save_mean_input(n, x);
+                }
             }
         });
         self.op_end(prev)?;

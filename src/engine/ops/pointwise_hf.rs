@@ -7,6 +7,7 @@ use super::super::error::Result;
 use super::super::tensor::TensorId;
 use super::super::Engine;
 use crate::engine::autograd::BwdKind;
+use crate::engine::torch_rules::EngineRules;
 
 /// What a pointwise op's Node keeps for backward.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -41,7 +42,9 @@ impl Engine {
         self.pointwise("neg", "NegBackward0", x, Keeps::Nothing, CastPolicy::None)
     }
 
-    /// `x.mean(-1, keepdim=True)`: out [..., 1]; MeanBackward1 saves nothing
+    /// `x.mean(-1, keepdim=True)`: out [..., 1]; MeanBackward1 saves no
+    /// tensor from 2.2 (only sizes and numel), its input in 2.0–2.1
+    /// ([`EngineRules::mean_saves_self`](crate::engine::torch_rules::EngineRules::mean_saves_self)),
     /// and its backward makes a gradient of the input's shape.
     pub fn mean_last_keepdim(&mut self, x: TensorId) -> Result<TensorId> {
         let prev = self.op_begin("mean");
@@ -52,10 +55,19 @@ impl Engine {
             if self.records(&[x]) {
                 let node = self.new_node("MeanBackward1", BwdKind::Alloc, &[Some(x)]);
                 self.set_grad_fn(out, node, 0);
+                self.save_mean_input(node, x);
             }
         });
         self.op_end(prev)?;
         r
+    }
+
+    /// What a MeanBackward0/1 Node keeps of its input under the run's
+    /// release: the input itself in 2.0–2.1, nothing from 2.2.
+    pub(crate) fn save_mean_input(&mut self, node: crate::engine::NodeId, x: TensorId) {
+        if self.cfg.torch().mean_saves_self() {
+            self.save(node, "self", x, false);
+        }
     }
 
     fn pointwise(

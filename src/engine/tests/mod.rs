@@ -12,6 +12,7 @@ mod loop_language;
 mod precision;
 mod presets;
 mod reference_cycles;
+mod releases;
 mod transformer;
 mod work;
 

@@ -11,7 +11,7 @@ use super::super::tag::Category;
 use super::super::{DType, GpuArch, Shape, TensorId};
 use super::*;
 
-fn h100() -> EngineConfig {
+pub(super) fn h100() -> EngineConfig {
     EngineConfig {
         gpu_arch: Some(GpuArch::Sm90),
         device_bytes: 80 << 30,
@@ -20,7 +20,7 @@ fn h100() -> EngineConfig {
 }
 
 /// A leaf that requires grad.
-fn leaf(e: &mut Engine, dims: &[u64], dtype: DType) -> TensorId {
+pub(super) fn leaf(e: &mut Engine, dims: &[u64], dtype: DType) -> TensorId {
     let x = e
         .factory(Shape::new(dims), dtype, Category::Activation)
         .expect("x");
@@ -30,13 +30,13 @@ fn leaf(e: &mut Engine, dims: &[u64], dtype: DType) -> TensorId {
 
 /// A tensor with history, as a layer input in the middle of a model (a
 /// leaf would meet autocast's weight-cast cache, engine.md §6.2).
-fn input(e: &mut Engine, dims: &[u64], dtype: DType) -> TensorId {
+pub(super) fn input(e: &mut Engine, dims: &[u64], dtype: DType) -> TensorId {
     let x = leaf(e, dims, dtype);
     e.mul_scalar(x).expect("x * 1")
 }
 
 /// SmolLM2-135M's layer shape (models.md §11.1): H 576, I 1536, 9/3 heads.
-fn smollm2() -> DecoderLm {
+pub(super) fn smollm2() -> DecoderLm {
     DecoderLm {
         hidden: 576,
         intermediate: 1536,
@@ -54,7 +54,12 @@ fn smollm2() -> DecoderLm {
 
 /// One decoder layer of `spec` on [1, T, H] in `dtype` with model-scope
 /// cos/sin; returns the engine and the saved bytes.
-fn decoder_layer_saved(cfg: EngineConfig, spec: &DecoderLm, t: u64, amp: bool) -> (Engine, u64) {
+pub(super) fn decoder_layer_saved(
+    cfg: EngineConfig,
+    spec: &DecoderLm,
+    t: u64,
+    amp: bool,
+) -> (Engine, u64) {
     let mut e = Engine::bare(cfg).expect("engine");
     let dtype = if amp { DType::F32 } else { DType::BF16 };
     e.param_dtype = dtype;
@@ -90,7 +95,7 @@ fn decoder_layer_saved(cfg: EngineConfig, spec: &DecoderLm, t: u64, amp: bool) -
 }
 
 /// The layer's Linear weights (H·hd + 2·H·gd + hd·H + 3·H·I elements).
-fn linear_weights(s: &DecoderLm) -> u64 {
+pub(super) fn linear_weights(s: &DecoderLm) -> u64 {
     let (h, i, d) = (s.hidden, s.intermediate, s.head_dim());
     2 * h * s.heads * d + 2 * h * s.kv_heads * d + 3 * h * i
 }

@@ -110,8 +110,9 @@ pub fn config(snap: &Snapshot) -> AllocConfig {
     let Some(settings) = &snap.allocator_settings else {
         return AllocConfig::default();
     };
+    // `allocator_settings` is recorded from 2.4 on: older eras need no try.
     let eras = std::iter::once(TorchVersion::DEFAULT).chain(
-        (TorchVersion::OLDEST.0..=TorchVersion::NEWEST.0)
+        (4..=TorchVersion::NEWEST.0)
             .rev()
             .map(TorchVersion)
             .filter(|v| *v != TorchVersion::DEFAULT),
