@@ -437,10 +437,10 @@ pub(super) fn print_live(report: &LiveReport, title: &str) {
         };
         sayln!(
             "holders{step} ({}{budget}{cut}):",
-            if h.reason == "requested" {
-                "asked for"
-            } else {
-                "memory grew"
+            match h.reason.as_str() {
+                "requested" => "asked for",
+                "oom" => "when the allocation failed: out of memory",
+                _ => "memory grew",
             }
         );
         if h.chains.is_empty() {
