@@ -322,7 +322,7 @@ class Walker:
             seen_nodes[id(fn)] = fn
             for name in _saved_names(fn):
                 try:
-                    v = getattr(fn, name)
+                    v = _saved_value(fn, name)
                 except Exception:  # freed by a backward ("…after they have already been freed")
                     continue
                 for s in v if isinstance(v, (tuple, list)) else (v,):
@@ -340,6 +340,21 @@ class Walker:
 
 
 _SAVED_NAMES = {}
+
+
+def _saved_value(fn, name):
+    """What the graph keeps for saved attribute `name`, read without
+    running a `saved_tensors_hooks` unpack hook: non-reentrant
+    checkpointing's recomputes the forward (it allocates), an offloading
+    one copies back to the device. Where a hook is set, the packed value
+    (`_raw_saved_*`'s `data`: what the graph really holds) is read."""
+    raw = getattr(fn, "_raw" + name, None)
+    if raw is None:
+        return getattr(fn, name)
+    items = raw if isinstance(raw, (tuple, list)) else (raw,)
+    if all(getattr(r, "unpack_hook", None) is None for r in items):
+        return getattr(fn, name)
+    return [getattr(r, "data", None) for r in items]
 
 
 def _saved_names(fn):
