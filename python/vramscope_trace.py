@@ -405,6 +405,10 @@ def _stack():
 
 
 def _oom(message):
+    """The exception for a request that did not fit. First, what holds the
+    memory then, by name (`_find_holders`): the frames are the program's as
+    it made the request (a storage, a kernel's workspace)."""
+    _find_holders(sys._getframe(1), oom=True)
     return _state.torch.cuda.OutOfMemoryError(message)
 
 
@@ -431,9 +435,6 @@ def _malloc(t):
     else:
         r = _chan.ask(["m", cd, n, _stack()])
         if r[0] != "ok":
-            # What holds the memory when the request fails, by name: the
-            # frames are the program's as it made the request.
-            _find_holders(sys._getframe(1), oom=True)
             raise _oom(r[1])
         if len(r) > 2:
             st.room_bytes, st.room_count = r[1], r[2]

@@ -444,7 +444,10 @@ pub(super) fn print_live(report: &LiveReport, title: &str) {
             }
         );
         if h.chains.is_empty() {
-            sayln!("  none of the job's Python names holds more than before");
+            match h.reason.as_str() {
+                "grew" => sayln!("  none of the job's Python names holds more than before"),
+                _ => sayln!("  none of the job's Python names holds a CUDA tensor"),
+            }
         }
         for c in &h.chains {
             let grew = c.grew_bytes.filter(|g| *g > 0).map_or(String::new(), |g| {
