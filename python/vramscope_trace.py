@@ -1962,10 +1962,13 @@ def _find_holders(frame, oom=False):
         allocated = int(_chan.ask(["stats"])[1].get("allocated_bytes.all.current", 0))
         if not oom and st.holders_prev is not None and allocated - st.holders_alloc < HOLDERS_MIN_GROWTH:
             return
-        fields, totals = h.find(
-            st.torch, frame, st.holders_budget_ms, st.holders_prev, "oom" if oom else "grew",
-            is_device=_is_meta, skip_files=(_HERE,),
-        )
+        # Tensors' attributes without the relabelling mode (a Python call
+        # for each, several times the walk's own cost); no op runs here.
+        with st.torch._C.DisableTorchFunction():
+            fields, totals = h.find(
+                st.torch, frame, st.holders_budget_ms, st.holders_prev, "oom" if oom else "grew",
+                is_device=_is_meta, skip_files=(_HERE,),
+            )
         first = st.holders_prev is None
         st.holders_prev, st.holders_alloc = totals, allocated
         if first and not oom:

@@ -573,3 +573,37 @@ fn the_shipped_traced_recordings_are_what_the_trace_records_now() {
         );
     }
 }
+
+/// `--holders-budget` is milliseconds, 0 or more; refused before anything runs.
+#[test]
+fn a_holder_budget_that_is_no_time_is_refused() {
+    for bad in ["-1", "NaN", "inf"] {
+        let (code, _, err) = common::vramscope(&[
+            "trace",
+            &format!("--holders-budget={bad}"),
+            "--",
+            "python3",
+            "-c",
+            "pass",
+        ]);
+        assert_eq!(code, 2, "{bad}: {err}");
+        assert!(err.contains("--holders-budget"), "{bad}: {err}");
+    }
+}
+
+/// `--holders-budget 0`: the program runs as before, and no walk is made.
+#[test]
+#[ignore = "needs PyTorch (pip install torch==2.11.*)"]
+fn a_holder_budget_of_zero_makes_no_walk() {
+    let program = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python/gpu/holders_job.py");
+    let (off, err) = traced_json(&program, &["--steps", "4", "--holders-budget", "0"]);
+    assert_eq!(off["trace"]["steps"], 4, "{err}");
+    assert_eq!(off["live"]["holders"], serde_json::json!([]), "{err}");
+    let (on, err) = traced_json(&program, &["--steps", "4"]);
+    assert_eq!(
+        on["live"]["holders"].as_array().map(Vec::len),
+        Some(3),
+        "{err}"
+    );
+    assert_eq!(on["live"]["growth"], off["live"]["growth"]);
+}

@@ -44,5 +44,5 @@ pub use outcome::{Estimate, Exception, TraceOutcome, Untraced};
 pub use replay::{replay, ReplayInfo, ReplayOptions, RequestLog, REQUESTS_MAGIC};
 pub use rules::{release_of, Rules};
 pub use serve::{start, TraceOptions, TraceRun};
-pub use simulator::Simulator;
+pub use simulator::{Simulator, HOLDERS_BUDGET_MS};
 pub use sweep::{parse_sweep, point_of, substitute, TraceSweep};

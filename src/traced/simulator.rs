@@ -38,11 +38,14 @@ pub struct SimOptions {
     pub steps: Option<u32>,
     /// `--conf`: the allocator config, over the program's environment.
     pub conf: Option<String>,
+    /// What one holder walk in the program may take, in ms (0: no walks).
+    pub holders_budget_ms: f64,
 }
 
-/// What one holder walk in the program may take (PROTOCOL.md `holders`:
-/// `budget_ms`); the walk stops there and says so.
-pub const HOLDERS_BUDGET_MS: f64 = 25.0;
+/// What one holder walk in the program may take by default (PROTOCOL.md
+/// `holders`: `budget_ms`; `trace --holders-budget`); the walk stops there
+/// and says so.
+pub const HOLDERS_BUDGET_MS: f64 = 250.0;
 
 /// The largest segment a mid-size request can make (allocator.md §3): the
 /// unit of the headroom's count.
@@ -323,7 +326,7 @@ impl<W: Write> Simulator<W> {
             "host_outputs": HOST_OUTPUTS.iter().map(|(n, i)| (n.to_string(), i.to_vec())).collect::<BTreeMap<_, _>>(),
             "sdpa": true,
             "autocast": autocast_table(),
-            "holders_budget_ms": HOLDERS_BUDGET_MS,
+            "holders_budget_ms": (self.opts.holders_budget_ms > 0.0).then_some(self.opts.holders_budget_ms),
         })
     }
 

@@ -31,6 +31,7 @@ fn simulator(conf: Option<&str>) -> (Simulator<Shared>, Shared) {
         gpu: profile("H100-SXM-80GB").expect("H100"),
         steps: None,
         conf: conf.map(String::from),
+        holders_budget_ms: super::simulator::HOLDERS_BUDGET_MS,
     };
     let mut sim = Simulator::new(opts, sink.clone(), vec!["python".into(), "t.py".into()]);
     let hello = json!(["hello", {"pid": 42, "argv": ["t.py"], "torch": "2.11.0+cu130"}]);
