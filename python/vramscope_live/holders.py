@@ -23,6 +23,10 @@ container, an accumulator). Parameters, buffers and optimizer state are the
 model's own: counted, never reported. The walk stops at its budget
 (`budget_ms`, 25 ms by default) and says whether it was complete.
 
+`vramscope trace` runs this same file inside a traced program (written
+beside its helper as `vramscope_trace_holders.py`), with meta tensors as the
+device's (`is_device`) and its own helper's frames skipped (`skip_files`).
+
 Pure standard library; `torch` is passed in.
 """
 
