@@ -21,7 +21,12 @@ Nothing here runs unless that variable is set. The program is not changed:
   is raised here as `torch.cuda.OutOfMemoryError` with PyTorch's message),
   and a weak reference on the storage sends its `free` when it dies;
 - every `optimizer.step()` is a step; after `--steps N` of them the process
-  ends (os._exit), so a long training run gives a quick answer.
+  ends (os._exit), so a long training run gives a quick answer;
+- at a step where allocated memory grew by 1 MiB or more since the last
+  walk, and at a simulated OOM, the live helper's holder walk
+  (python/vramscope_live/holders.py, written beside this file as
+  `vramscope_trace_holders.py`) names the Python variables that hold the
+  simulated GPU's tensors: PROTOCOL.md `holders`, within a budget it states.
 
 Channel: frames of 4 bytes little-endian length + UTF-8 JSON, as
 python/PROTOCOL.md frames the live stream. The messages are arrays, the
@@ -73,6 +78,16 @@ _MACHINERY = (
     os.sep + os.path.join("torch", "overrides.py"),
     os.sep + os.path.join("torch", "utils", "_python_dispatch.py"),
 )
+
+
+# The holder walk (python/vramscope_live/holders.py): `vramscope trace` writes
+# it beside this file under this name; run from the repository, it is found
+# in its package folder.
+HOLDERS_FILES = ("vramscope_trace_holders.py", os.path.join("vramscope_live", "holders.py"))
+# A walk when allocated grew by this much since the last (the live helper's
+# threshold); every such step, with no clock: the same program gives the
+# same walks.
+HOLDERS_MIN_GROWTH = 1 << 20
 
 
 class TraceError(RuntimeError):
@@ -272,6 +287,29 @@ class _State:
         # (`_autocast_handlers`).
         self.backward_autocast = None
         self.autocast_policy_of = lambda func: None
+        # The holder walk (`_find_holders`): its module (None: off), its
+        # budget, the last walk's bytes per holder and allocated bytes then.
+        budget = reply.get("holders_budget_ms")
+        self.holders = _load_holders() if budget else None
+        self.holders_budget_ms = float(budget or 0)
+        self.holders_prev = None
+        self.holders_alloc = 0
+
+
+def _load_holders():
+    """The holder walk's module, loaded from its file under a private name
+    (a program's own `holders` module is left alone); None if missing."""
+    here = os.path.dirname(_HERE)
+    for name in HOLDERS_FILES:
+        path = os.path.join(here, name)
+        if os.path.isfile(path):
+            spec = importlib.util.spec_from_file_location("_vramscope_trace_holders", path)
+            if spec and spec.loader:
+                mod = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(mod)
+                return mod
+    print("vramscope trace: the holder walk's file is missing; holders are not named", file=sys.stderr)
+    return None
 
 
 def _activate(torch, path):
@@ -367,6 +405,10 @@ def _stack():
 
 
 def _oom(message):
+    """The exception for a request that did not fit. First, what holds the
+    memory then, by name (`_find_holders`): the frames are the program's as
+    it made the request (a storage, a kernel's workspace)."""
+    _find_holders(sys._getframe(1), oom=True)
     return _state.torch.cuda.OutOfMemoryError(message)
 
 
@@ -1897,11 +1939,49 @@ def _install_step_hook(torch):
     def hook(optimizer, args, kwargs):
         _state.steps += 1
         _chan.post(["step"])
+        _find_holders(sys._getframe(1))
         limit = _state.steps_limit
         if limit and _state.steps >= limit:
             _stop(f"stopped after {_state.steps} optimizer step{'s' if _state.steps != 1 else ''} (--steps {limit})")
 
     register_optimizer_step_post_hook(hook)
+
+
+def _find_holders(frame, oom=False):
+    """The holder walk (PROTOCOL.md `holders`) from `frame`, in the
+    program's thread, at a step boundary where allocated grew by
+    `HOLDERS_MIN_GROWTH` since the last walk (the first walk is the
+    baseline and says nothing) or at an OOM (the largest holders). Never
+    from a storage's free callback. A meta tensor is the simulated GPU's.
+    The walk's own failure is said, never the program's."""
+    st = _state
+    h = st.holders
+    if h is None or _forked_guard():
+        return
+    try:
+        allocated = int(_chan.ask(["stats"])[1].get("allocated_bytes.all.current", 0))
+        if not oom and st.holders_prev is not None and allocated - st.holders_alloc < HOLDERS_MIN_GROWTH:
+            return
+        # Tensors' attributes without the relabelling mode (a Python call
+        # for each, several times the walk's own cost); no op runs here.
+        with st.torch._C.DisableTorchFunction():
+            fields, totals = h.find(
+                st.torch, frame, st.holders_budget_ms, st.holders_prev, "oom" if oom else "grew",
+                is_device=_is_meta, skip_files=(_HERE,),
+            )
+        first = st.holders_prev is None
+        st.holders_prev, st.holders_alloc = totals, allocated
+        if first and not oom:
+            return  # the baseline: nothing to compare with yet
+        _chan.post(["holders", fields])
+    except (OSError, TraceError):
+        raise
+    except Exception as e:  # never turn the program's step into an error
+        print(f"vramscope trace: could not find what holds the memory: {e!r}", file=sys.stderr)
+
+
+def _is_meta(t):
+    return t.is_meta
 
 
 def _stop(reason):

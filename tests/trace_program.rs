@@ -488,3 +488,122 @@ fn a_traced_program_makes_the_requests_its_live_run_made_on_an_h100() {
         );
     }
 }
+
+/// `attach --replay FILE --json`.
+fn replayed(file: &Path) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(["attach", "--replay"])
+        .arg(file)
+        .arg("--json")
+        .output()
+        .expect("vramscope runs");
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    common::json(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// A replay's facts that do not depend on the clock: the holder walks
+/// without the time each took, growth, the job's stats per step, OOMs,
+/// and the map at the end.
+fn timeless(v: &Value) -> Value {
+    let mut walks = v["live"]["holders"].clone();
+    for w in walks.as_array_mut().into_iter().flatten() {
+        if let Some(o) = w.as_object_mut() {
+            o.remove("spent_ms");
+        }
+    }
+    let ooms: Vec<Value> = v["live"]["ooms"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|o| serde_json::json!([o["alloc_size"], o["pytorch_message"]]))
+        .collect();
+    let d = &v["devices"][0];
+    serde_json::json!({
+        "holders": walks,
+        "growth": v["live"]["growth"],
+        "memory_per_step": v["live"]["memory_per_step"],
+        "steps_seen": v["live"]["steps_seen"],
+        "ooms": ooms,
+        "end": [d["allocated"], d["reserved"], d["segments"], d["largest_free_block"]],
+    })
+}
+
+/// The traced recordings tests/fixtures/trace/*.vslive (read without torch
+/// by tests/live_real_gpu.rs) are what `vramscope trace --record` makes of
+/// their programs now: the same holder walks (the time each took aside),
+/// growth, stats, OOMs and end. `VRAMSCOPE_REGENERATE_FIXTURES=1` writes
+/// them again.
+#[test]
+#[ignore = "needs PyTorch (pip install torch==2.11.*)"]
+fn the_shipped_traced_recordings_are_what_the_trace_records_now() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let regenerate = std::env::var_os("VRAMSCOPE_REGENERATE_FIXTURES").is_some();
+    for (program, fixture) in [
+        (
+            "python/gpu/holders_job.py",
+            "tests/fixtures/trace/holders-job.vslive",
+        ),
+        (
+            "python/gpu/oom_holders_job.py",
+            "tests/fixtures/trace/oom-holders-job.vslive",
+        ),
+    ] {
+        let dir = Scratch::new("holders");
+        let rec = dir.0.join("run.vslive");
+        let rec_arg = rec.to_str().expect("a utf-8 path");
+        let (code, _, err) = trace(
+            &["--steps", "0", "--headless", "--record", rec_arg],
+            &root.join(program),
+            &[],
+        );
+        assert!(code == 0 || code == 1, "{program}: exit {code}: {err}");
+        if regenerate {
+            std::fs::copy(&rec, root.join(fixture)).expect("the fixture is written");
+            continue;
+        }
+        assert_eq!(
+            timeless(&replayed(&rec)),
+            timeless(&replayed(&root.join(fixture))),
+            "{program} against {fixture}"
+        );
+    }
+}
+
+/// `--holders-budget` is milliseconds, 0 or more; refused before anything runs.
+#[test]
+fn a_holder_budget_that_is_no_time_is_refused() {
+    for bad in ["-1", "NaN", "inf"] {
+        let (code, _, err) = common::vramscope(&[
+            "trace",
+            &format!("--holders-budget={bad}"),
+            "--",
+            "python3",
+            "-c",
+            "pass",
+        ]);
+        assert_eq!(code, 2, "{bad}: {err}");
+        assert!(err.contains("--holders-budget"), "{bad}: {err}");
+    }
+}
+
+/// `--holders-budget 0`: the program runs as before, and no walk is made.
+#[test]
+#[ignore = "needs PyTorch (pip install torch==2.11.*)"]
+fn a_holder_budget_of_zero_makes_no_walk() {
+    let program = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python/gpu/holders_job.py");
+    let (off, err) = traced_json(&program, &["--steps", "4", "--holders-budget", "0"]);
+    assert_eq!(off["trace"]["steps"], 4, "{err}");
+    assert_eq!(off["live"]["holders"], serde_json::json!([]), "{err}");
+    let (on, err) = traced_json(&program, &["--steps", "4"]);
+    assert_eq!(
+        on["live"]["holders"].as_array().map(Vec::len),
+        Some(3),
+        "{err}"
+    );
+    assert_eq!(on["live"]["growth"], off["live"]["growth"]);
+}

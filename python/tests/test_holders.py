@@ -143,6 +143,30 @@ class HolderWalkTests(LiveTestCase):
         self.assertEqual(chain["items"], 4)
         self.assertEqual(chain["graph_bytes"], 0, "a spent graph keeps no saved tensor")
 
+    def test_an_unpack_hook_never_runs_and_what_it_packed_is_counted(self):
+        # Non-reentrant checkpointing packs a placeholder and recomputes the
+        # forward when a saved tensor is read; an offloading hook packs a
+        # host copy and copies back. Reading either would allocate.
+        unpacked = []
+
+        def unpack(packed):
+            unpacked.append(packed)
+            return torch.randn(512, 256)
+
+        x = torch.randn(512, 256, requires_grad=True)
+        kept = [torch.sum(torch.relu(x * x))]
+        mul = kept[0].grad_fn.next_functions[0][0].next_functions[0][0]
+        mul.save_with_hooks("self", object(), unpack)  # checkpoint's placeholder
+        mul.save_with_hooks("other", torch.randn(512, 256, device="cpu"), unpack)  # offloaded
+        before = torch._tensor.ALLOCATED[0]
+        fields, _ = holders.find(torch, sys._getframe(), 5000, None, "requested")
+        self.assertEqual(unpacked, [], "no unpack hook ran")
+        self.assertEqual(torch._tensor.ALLOCATED[0], before, "the walk allocated nothing")
+        chain = next(c for c in fields["chains"] if c["path"] == ["kept"])
+        # relu's result (512 KiB); what the two packs hold (a placeholder,
+        # a host copy) is not the device's.
+        self.assertEqual(chain["graph_bytes"], 512 * 1024)
+
     def test_a_hook_closure_is_named_through_the_module(self):
         model = torch.nn.Linear(256, 256)
 

@@ -23,6 +23,10 @@ container, an accumulator). Parameters, buffers and optimizer state are the
 model's own: counted, never reported. The walk stops at its budget
 (`budget_ms`, 25 ms by default) and says whether it was complete.
 
+`vramscope trace` runs this same file inside a traced program (written
+beside its helper as `vramscope_trace_holders.py`), with meta tensors as the
+device's (`is_device`) and its own helper's frames skipped (`skip_files`).
+
 Pure standard library; `torch` is passed in.
 """
 
@@ -84,11 +88,11 @@ def _skip_dirs(torch):
     return tuple(d.rstrip(os.sep) + os.sep for d in dirs)
 
 
-def _user_file(filename, skip):
+def _user_file(filename, skip, skip_files=()):
     if not filename or filename.startswith("<"):
         return False
     path = os.path.abspath(filename)
-    return not any(path.startswith(d) for d in skip)
+    return path not in skip_files and not any(path.startswith(d) for d in skip)
 
 
 def _framework(obj):
@@ -119,8 +123,11 @@ class _Holder:
 class Walker:
     """One walk: what it reached, by holder."""
 
-    def __init__(self, torch, budget_s):
+    def __init__(self, torch, budget_s, is_device=None):
         self.torch = torch
+        # What counts as a device tensor: CUDA's, or, for `vramscope
+        # trace`, the meta tensors that stand for them.
+        self.is_device = is_device
         self.deadline = time.perf_counter() + budget_s
         self.complete = True
         self.visited = {}
@@ -140,7 +147,11 @@ class Walker:
         return not self.complete
 
     def is_cuda_tensor(self, obj):
-        return self.Tensor is not None and isinstance(obj, self.Tensor) and bool(getattr(obj, "is_cuda", False))
+        if self.Tensor is None or not isinstance(obj, self.Tensor):
+            return False
+        if self.is_device is not None:
+            return bool(self.is_device(obj))
+        return bool(getattr(obj, "is_cuda", False))
 
     def is_parameter(self, t):
         """A parameter, a leaf that requires grad, or a view of one (what
@@ -154,9 +165,16 @@ class Walker:
 
     @staticmethod
     def storage(t):
+        """(the storage's identity, its bytes). The identity is the C++
+        storage (`_cdata`), which views share: a meta tensor's `data_ptr()`
+        is 0 for every storage (`vramscope trace`); where `_cdata` is
+        missing, the data pointer."""
         try:
             st = t.untyped_storage()
-            return int(st.data_ptr()), int(st.nbytes())
+            key = getattr(st, "_cdata", None)
+            if key is None:
+                key = st.data_ptr()
+            return int(key), int(st.nbytes())
         except Exception:
             return None
 
@@ -308,7 +326,7 @@ class Walker:
             seen_nodes[id(fn)] = fn
             for name in _saved_names(fn):
                 try:
-                    v = getattr(fn, name)
+                    v = _saved_value(fn, name)
                 except Exception:  # freed by a backward ("…after they have already been freed")
                     continue
                 for s in v if isinstance(v, (tuple, list)) else (v,):
@@ -328,6 +346,21 @@ class Walker:
 _SAVED_NAMES = {}
 
 
+def _saved_value(fn, name):
+    """What the graph keeps for saved attribute `name`, read without
+    running a `saved_tensors_hooks` unpack hook: non-reentrant
+    checkpointing's recomputes the forward (it allocates), an offloading
+    one copies back to the device. Where a hook is set, the packed value
+    (`_raw_saved_*`'s `data`: what the graph really holds) is read."""
+    raw = getattr(fn, "_raw" + name, None)
+    if raw is None:
+        return getattr(fn, name)
+    items = raw if isinstance(raw, (tuple, list)) else (raw,)
+    if all(getattr(r, "unpack_hook", None) is None for r in items):
+        return getattr(fn, name)
+    return [getattr(r, "data", None) for r in items]
+
+
 def _saved_names(fn):
     kind = type(fn)
     names = _SAVED_NAMES.get(kind)
@@ -337,14 +370,16 @@ def _saved_names(fn):
     return names
 
 
-def roots_from(start_frame, skip):
-    """The walk's roots, innermost user frame first, then module globals."""
+def roots_from(start_frame, skip, skip_files=()):
+    """The walk's roots, innermost user frame first, then module globals.
+    `skip_files`: more files whose frames are not the user's (absolute
+    paths: `vramscope trace`'s own helper)."""
     roots = []
     modules = []
     f = start_frame
     while f is not None:
         code = f.f_code
-        if _user_file(code.co_filename, skip):
+        if _user_file(code.co_filename, skip, skip_files):
             if code.co_name != "<module>":
                 where = f"{os.path.basename(code.co_filename)}:{f.f_lineno} in {code.co_name}"
                 roots.append((where, ("frame", code.co_filename, code.co_name), _locals_of(f), False))
@@ -457,17 +492,20 @@ def _chain(w, key, h, grew_bytes):
     }
 
 
-def find(torch, start_frame, budget_ms, previous, reason, max_chains=MAX_CHAINS):
+def find(torch, start_frame, budget_ms, previous, reason, max_chains=MAX_CHAINS,
+         is_device=None, skip_files=()):
     """Walk from `start_frame`, compare with `previous` ({key: bytes} of the
     last walk, or None) and build the `holders` message's fields: the
     holders that grew (or, `reason == "requested"`, the largest). Returns
-    (fields, totals), totals being this walk's {key: bytes}."""
+    (fields, totals), totals being this walk's {key: bytes}.
+    `is_device(t)`: whether a tensor is the device's (default: `is_cuda`);
+    `skip_files`: files whose frames are not the user's (`roots_from`)."""
     t0 = time.perf_counter()
-    w = Walker(torch, max(0.001, float(budget_ms) / 1000.0))
+    w = Walker(torch, max(0.001, float(budget_ms) / 1000.0), is_device)
     gc_was = gc.isenabled()
     gc.disable()  # the collector must not run callbacks while the walk holds references
     try:
-        w.walk(roots_from(start_frame, _skip_dirs(torch)))
+        w.walk(roots_from(start_frame, _skip_dirs(torch), tuple(os.path.abspath(f) for f in skip_files)))
         # What each holder's graphs keep: a retained graph grows while its
         # holder's own tensor stays one 0-dim value.
         for h in w.holders.values():

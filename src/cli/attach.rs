@@ -437,14 +437,17 @@ pub(super) fn print_live(report: &LiveReport, title: &str) {
         };
         sayln!(
             "holders{step} ({}{budget}{cut}):",
-            if h.reason == "requested" {
-                "asked for"
-            } else {
-                "memory grew"
+            match h.reason.as_str() {
+                "requested" => "asked for",
+                "oom" => "when the allocation failed: out of memory",
+                _ => "memory grew",
             }
         );
         if h.chains.is_empty() {
-            sayln!("  none of the job's Python names holds more than before");
+            match h.reason.as_str() {
+                "grew" => sayln!("  none of the job's Python names holds more than before"),
+                _ => sayln!("  none of the job's Python names holds a CUDA tensor"),
+            }
         }
         for c in &h.chains {
             let grew = c.grew_bytes.filter(|g| *g > 0).map_or(String::new(), |g| {

@@ -315,6 +315,9 @@ pub enum Command {
         /// With --sweep NAME=…: search the largest value that fits on the GPU (doubling, then bisection).
         #[arg(long)]
         find_max_batch: bool,
+        /// What one walk for the variables that hold what grew may take, in ms (at a step where allocated grew, and at an OOM; 0: no walks).
+        #[arg(long, value_name = "MS", default_value_t = vramscope::traced::HOLDERS_BUDGET_MS)]
+        holders_budget: f64,
         #[command(flatten)]
         pace: PaceArgs,
         /// The program and its arguments, after `--`.
@@ -525,6 +528,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             from,
             sweep,
             find_max_batch,
+            holders_budget,
             pace,
             command,
         }) => {
@@ -540,6 +544,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 from,
                 sweep,
                 find_max_batch,
+                holders_budget_ms: holders_budget,
                 command,
             };
             trace::run(args, tui, &pace)

@@ -44,6 +44,8 @@ pub struct TraceArgs {
     pub from: Option<PathBuf>,
     pub sweep: Option<String>,
     pub find_max_batch: bool,
+    /// What one holder walk may take, in ms (0: no walks).
+    pub holders_budget_ms: f64,
     pub command: Vec<String>,
 }
 
@@ -124,6 +126,13 @@ fn recording(path: &Path) -> anyhow::Result<BufWriter<File>> {
 }
 
 pub fn run(args: TraceArgs, tui: bool, pace: &PaceArgs) -> anyhow::Result<ExitCode> {
+    let budget = args.holders_budget_ms;
+    if !(budget.is_finite() && budget >= 0.0) {
+        return Err(BadInput(format!(
+            "--holders-budget {budget}: milliseconds, 0 or more (0: no walks)"
+        ))
+        .into());
+    }
     if args.sweep.is_some() || args.find_max_batch {
         return sweep(&args);
     }
@@ -181,6 +190,7 @@ pub fn run(args: TraceArgs, tui: bool, pace: &PaceArgs) -> anyhow::Result<ExitCo
                 },
                 want_snapshot: args.export.is_some(),
                 save_requests: args.save_requests.clone(),
+                holders_budget_ms: args.holders_budget_ms,
             };
             let run = traced::start(opts, sink).map_err(|e| BadInput(e.to_string()))?;
             let title = format!("trace · {} · {}", gpu.name, args.command.join(" "));

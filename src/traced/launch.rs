@@ -1,4 +1,5 @@
-//! The traced program's start: a private folder (0700) holding the helper,
+//! The traced program's start: a private folder (0700) holding the helper
+//! (and the live helper's holder walk beside it),
 //! a `sitecustomize.py` that loads it, and the socket vramscope listens on;
 //! the program started with that folder first on `PYTHONPATH`. The folder is
 //! removed when the [`Launch`] is dropped.
@@ -16,6 +17,11 @@ use super::error::TraceError;
 /// The helper the program runs under (python/vramscope_trace.py), carried
 /// in the binary so `vramscope trace` works wherever it is installed.
 pub const HELPER_SOURCE: &str = include_str!("../../python/vramscope_trace.py");
+/// The holder walk the helper runs at step boundaries and OOMs: the live
+/// helper's own file (python/vramscope_live/holders.py), one copy for both,
+/// written beside the helper under the name it looks for.
+pub const HOLDERS_SOURCE: &str = include_str!("../../python/vramscope_live/holders.py");
+pub const HOLDERS_FILE: &str = "vramscope_trace_holders.py";
 const SITECUSTOMIZE: &str = "import vramscope_trace\nvramscope_trace._boot()\n";
 /// What the helper reads (python/vramscope_trace.py).
 pub const ENV_SOCKET: &str = "VRAMSCOPE_TRACE_SOCKET";
@@ -79,6 +85,7 @@ impl Launch {
             e
         };
         write(&dir, "vramscope_trace.py", HELPER_SOURCE).map_err(|e| cleanup(e, &dir))?;
+        write(&dir, HOLDERS_FILE, HOLDERS_SOURCE).map_err(|e| cleanup(e, &dir))?;
         write(&dir, "sitecustomize.py", SITECUSTOMIZE).map_err(|e| cleanup(e, &dir))?;
         let socket = dir.join("trace.sock");
         let listener = UnixListener::bind(&socket).map_err(|source| {

@@ -39,10 +39,10 @@ mod tests;
 mod wire;
 
 pub use error::TraceError;
-pub use launch::{ChildOutput, Launch, HELPER_SOURCE};
+pub use launch::{ChildOutput, Launch, HELPER_SOURCE, HOLDERS_SOURCE};
 pub use outcome::{Estimate, Exception, TraceOutcome, Untraced};
 pub use replay::{replay, ReplayInfo, ReplayOptions, RequestLog, REQUESTS_MAGIC};
 pub use rules::{release_of, Rules};
 pub use serve::{start, TraceOptions, TraceRun};
-pub use simulator::Simulator;
+pub use simulator::{Simulator, HOLDERS_BUDGET_MS};
 pub use sweep::{parse_sweep, point_of, substitute, TraceSweep};

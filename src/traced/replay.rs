@@ -231,6 +231,7 @@ pub fn replay(
         gpu,
         steps: None,
         conf: opts.conf.clone().or_else(|| recorded_conf.clone()),
+        holders_budget_ms: super::simulator::HOLDERS_BUDGET_MS,
     };
     let mut sim = Simulator::new(sim_opts, sink, command);
     sim.replaying = true;

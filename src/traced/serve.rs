@@ -32,6 +32,8 @@ pub struct TraceOptions {
     pub want_snapshot: bool,
     /// Save the program's requests for a replay (`--save-requests`).
     pub save_requests: Option<std::path::PathBuf>,
+    /// What one holder walk in the program may take, in ms (0: no walks).
+    pub holders_budget_ms: f64,
 }
 
 /// The outcome, and the run as a snapshot pickle when one was asked for.
@@ -99,6 +101,7 @@ fn serve(
         gpu: opts.gpu,
         steps: opts.steps,
         conf: opts.conf.clone(),
+        holders_budget_ms: opts.holders_budget_ms,
     };
     let mut sim = Simulator::new(sim_opts, sink, opts.command.clone());
     let mut log = match &opts.save_requests {

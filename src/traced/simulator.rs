@@ -38,7 +38,14 @@ pub struct SimOptions {
     pub steps: Option<u32>,
     /// `--conf`: the allocator config, over the program's environment.
     pub conf: Option<String>,
+    /// What one holder walk in the program may take, in ms (0: no walks).
+    pub holders_budget_ms: f64,
 }
+
+/// What one holder walk in the program may take by default (PROTOCOL.md
+/// `holders`: `budget_ms`; `trace --holders-budget`); the walk stops there
+/// and says so.
+pub const HOLDERS_BUDGET_MS: f64 = 250.0;
 
 /// The largest segment a mid-size request can make (allocator.md §3): the
 /// unit of the headroom's count.
@@ -271,6 +278,10 @@ impl<W: Write> Simulator<W> {
                 self.outcome.ended = Some(str_at(v, 1));
                 Ok(ok())
             }
+            "holders" => {
+                self.holders(index, v)?;
+                Ok(None)
+            }
             other => Err(bad(index, format!("unknown kind {other:?}"))),
         }
     }
@@ -315,7 +326,20 @@ impl<W: Write> Simulator<W> {
             "host_outputs": HOST_OUTPUTS.iter().map(|(n, i)| (n.to_string(), i.to_vec())).collect::<BTreeMap<_, _>>(),
             "sdpa": true,
             "autocast": autocast_table(),
+            "holders_budget_ms": (self.opts.holders_budget_ms > 0.0).then_some(self.opts.holders_budget_ms),
         })
+    }
+
+    /// The program's holder walk (`["holders", fields]`: PROTOCOL.md
+    /// `holders` but `t`, `seq`, `step` and `allocated`, which are the
+    /// stream's and the allocator's, added here).
+    fn holders(&mut self, index: u64, v: &Value) -> Result<(), TraceError> {
+        let Some(fields) = v.get(1).and_then(Value::as_object) else {
+            return Err(bad(index, "holders: element 1 is not an object"));
+        };
+        self.emit()?;
+        let allocated = self.alloc.as_ref().map(|a| a.stats().allocated_bytes());
+        self.out.holders(fields, allocated)
     }
 
     /// CUDA starts: the allocator's config and the engine's rules from the

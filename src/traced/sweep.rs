@@ -105,6 +105,8 @@ impl TraceSweep {
             output: ChildOutput::Capture,
             want_snapshot: false,
             save_requests: None,
+            // A point's stream is not read: no holder walks.
+            holders_budget_ms: 0.0,
         };
         let run = start(opts, Box::new(std::io::sink()))?;
         let (outcome, _) = run.join()?;

@@ -1,7 +1,8 @@
 //! The live stream (python/PROTOCOL.md, mode `trace`) written as the
 //! allocator decides: the hello once CUDA starts, an empty start state,
 //! stacks before their first use, entries in batches, steps with the
-//! allocator's stats, OOMs with PyTorch's own message, and `bye`.
+//! allocator's stats, OOMs with PyTorch's own message, the program's holder
+//! walks, and `bye`.
 
 use std::io::Write;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -146,6 +147,29 @@ impl<W: Write> LiveOut<W> {
         )?;
         self.send(&json!({"t": "stats", "device": 0, "seq": seq, "stats": stats}))?;
         self.send(&json!({"t": "oom_message", "seq": seq, "device": 0, "message": message}))
+    }
+
+    /// The program's holder walk: its fields, with the stream's `seq`, the
+    /// step that just ended (none at an OOM) and the allocator's bytes.
+    pub fn holders(
+        &mut self,
+        fields: &serde_json::Map<String, Value>,
+        allocated: Option<u64>,
+    ) -> Result<(), TraceError> {
+        let mut m = fields.clone();
+        let at_oom = m.get("reason").and_then(Value::as_str) == Some("oom");
+        m.insert("t".into(), json!("holders"));
+        m.insert("seq".into(), json!(self.seq));
+        m.insert(
+            "step".into(),
+            if at_oom {
+                Value::Null
+            } else {
+                json!(self.steps)
+            },
+        );
+        m.insert("allocated".into(), json!(allocated));
+        self.send(&Value::Object(m))
     }
 
     pub fn bye(&mut self, reason: &str) -> Result<(), TraceError> {

@@ -185,6 +185,34 @@ fn the_helper_s_holders_are_findings_in_the_leak_panel() {
         .is_some_and(|n| n.contains("not a running job")));
 }
 
+/// A traced run of python/gpu/holders_job.py (`vramscope trace --record`:
+/// tests/fixtures/trace/holders-job.vslive): the trace's walks are findings
+/// in the leak panel as a live job's are, with the growth of one score and
+/// its graph per step.
+#[test]
+fn a_traced_program_s_holders_are_findings_in_the_leak_panel() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/trace/holders-job.vslive");
+    let frames = crate::job::open_recording(&path).expect("the fixture");
+    let src = job_source(frames, None, None, Arc::default());
+    let mut app = app_finished(vec![("trace".into(), src)], &opts());
+    keys(&mut app, "G");
+    let s = screen(&mut app, 140, 44);
+    assert!(s.contains("self.val_history"), "{s}");
+    let f = &app.runs[0].findings[0];
+    assert_eq!(f.root, "self.val_history");
+    assert_eq!(f.kind, crate::leak::FindingKind::GrowingHolder);
+    // A score (4 B) and what its graph saves: the input and the ReLU's
+    // result (512 × 1024 fp32 each), the last Linear's output (512 × 10).
+    let per_step = 4 + 2 * 512 * 1024 * 4 + 512 * 10 * 4;
+    assert_eq!(f.growth_per_iter, per_step);
+    assert!(
+        f.path[0].contains("self.val_history (list, 9 items)"),
+        "{:?}",
+        f.path
+    );
+}
+
 /// A job that runs out of memory (the H100's capture of store-outputs-bug,
 /// streamed, with the helper's `oom` message after its last entry): the
 /// view's note gives the answer at it beside PyTorch's first line.

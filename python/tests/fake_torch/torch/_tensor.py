@@ -10,7 +10,8 @@ reads them from PyTorch (python/vramscope_live/holders.py), and no more:
   grad), and the saved tensors as `_saved_<name>` attributes, as PyTorch's
   generated Node classes expose them. Once a backward has run through a
   Node without retain_graph, reading one raises PyTorch's RuntimeError, as
-  the real attribute does.
+  the real attribute does. `_raw_saved_<name>` is the saved value with its
+  unpack hook (`save_with_hooks`: a `saved_tensors_hooks` pair).
 
 Ops: `add`, `mul`, `mm` (saves `self` and `mat2`), `relu` (saves `result`),
 `sum` (a 0-dim result, saves only sizes). A CUDA storage counts its bytes
@@ -144,18 +145,38 @@ class Node:
         self._released = True
         self._saved = {k: None for k in self._saved}
 
+    def save_with_hooks(self, key, packed, unpack):
+        """`key` saved under a `saved_tensors_hooks` pair: the graph keeps
+        what the pack hook returned (`packed`); reading `_saved_<key>` runs
+        `unpack(packed)`, as PyTorch's SavedVariable does."""
+        self.__dict__.setdefault("_hooks", {})[key] = unpack
+        self._saved[key] = packed
+
     def __getattr__(self, attr):
-        if attr.startswith("_saved_"):
+        raw = attr.startswith("_raw_saved_")
+        if attr.startswith("_saved_") or raw:
             saved = self.__dict__.get("_saved", {})
-            key = attr[len("_saved_"):]
+            key = attr[len("_raw_saved_" if raw else "_saved_"):]
             if key in saved:
                 if self.__dict__.get("_released"):
                     raise RuntimeError(FREED)
-                return saved[key]
+                unpack = self.__dict__.get("_hooks", {}).get(key)
+                if raw:
+                    return _SavedTensor(saved[key], unpack)
+                return unpack(saved[key]) if unpack else saved[key]
         raise AttributeError(attr)
 
     def __dir__(self):
         return list(super().__dir__()) + ["_saved_" + k for k in self._saved]
+
+
+class _SavedTensor:
+    """`node._raw_saved_<name>` (torch._C._autograd.SavedTensor): what the
+    graph keeps (`data`) and the unpack hook, or None."""
+
+    def __init__(self, data, unpack_hook):
+        self.data = data
+        self.unpack_hook = unpack_hook
 
 
 class _NodeRef:
