@@ -2016,7 +2016,10 @@ def _wrap_excepthook():
             t = tb
             while t is not None:
                 co = t.tb_frame.f_code
-                frames.append([co.co_filename, t.tb_lineno, co.co_name])
+                # This helper's own frames (a simulated OOM is raised in
+                # its allocation hook) are not the program's.
+                if os.path.abspath(co.co_filename) != _HERE:
+                    frames.append([co.co_filename, t.tb_lineno, co.co_name])
                 t = t.tb_next
             frames.reverse()
             _chan.post(["exception", tp.__name__, str(value)[:16384], frames[:MAX_STACK]])

@@ -359,8 +359,16 @@ fn print_outcome(o: &TraceOutcome) {
     );
     if let Some(e) = &o.exception {
         sayln!("the program raised {}: {}", e.kind, e.message);
-        if let Some(at) = e.at.first() {
+        // The program's own line first (the innermost frame is often
+        // inside torch), then where it was raised if that is elsewhere.
+        let user = e.at.iter().find(|f| is_user_line(f));
+        if let Some(at) = user.or(e.at.first()) {
             sayln!("  at {at}");
+        }
+        if let (Some(_), Some(inner)) = (user, e.at.first()) {
+            if Some(inner) != user {
+                sayln!("  (raised in {inner})");
+            }
         }
     }
     for u in &o.untraced {
@@ -404,5 +412,38 @@ fn print_outcome(o: &TraceOutcome) {
     }
     if let Some(e) = &o.ended {
         sayln!("ended: {e}");
+    }
+}
+
+/// Whether a frame written `FILE:LINE in NAME` is the user's own code (not
+/// torch's, not native, not the interpreter's), as a snapshot's frames are
+/// told apart.
+fn is_user_line(frame: &str) -> bool {
+    let file = frame
+        .rsplit_once(" in ")
+        .map_or(frame, |(at, _)| at)
+        .rsplit_once(':')
+        .map_or(frame, |(file, _)| file);
+    vramscope::trace::snapshot::Frame {
+        filename: file.into(),
+        line: 0,
+        name: "".into(),
+    }
+    .is_user_code()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_user_line;
+
+    #[test]
+    fn the_programs_line_is_told_from_torchs_and_natives() {
+        assert!(is_user_line("/home/me/train.py:42 in train"));
+        assert!(is_user_line("train.py:7 in <module>"));
+        assert!(!is_user_line(
+            "/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py:125 in forward"
+        ));
+        assert!(!is_user_line("<frozen runpy>:88 in _run_code"));
+        assert!(!is_user_line("??:0 in at::native::empty_cuda"));
     }
 }
