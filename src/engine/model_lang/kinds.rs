@@ -357,6 +357,23 @@ impl Module {
                 vec![("seq", *seq, 1), ("dim", *dim, 1)],
                 params(seq.saturating_mul(*dim)),
             ),
+            Module::SparseMoe {
+                hidden,
+                intermediate,
+                experts,
+                top_k,
+                expert,
+                shared_expert,
+                ..
+            } => super::moe::moe_args(
+                *hidden,
+                *intermediate,
+                *experts,
+                *top_k,
+                *expert,
+                *shared_expert,
+            ),
+            Module::QkvAttention { hidden, heads } => super::moe::qkv_args(*hidden, *heads),
         }
     }
 
@@ -640,6 +657,14 @@ impl Module {
                 }
                 Ok(s)
             }
+            Module::SparseMoe {
+                hidden,
+                experts,
+                top_k,
+                routing,
+                ..
+            } => super::moe::moe_out_shape(*hidden, *experts, *top_k, routing, x),
+            Module::QkvAttention { hidden, heads } => super::moe::qkv_out_shape(*hidden, *heads, x),
         }
     }
 }
@@ -688,7 +713,9 @@ impl Module {
             | Module::CausalMask
             | Module::MaskedAttention { .. }
             | Module::Positions { .. }
+            | Module::QkvAttention { .. }
             | Module::Ops(_) => Vec::new(),
+            Module::SparseMoe { .. } => super::moe::moe_projection_names(),
         }
     }
 }
@@ -791,6 +818,8 @@ impl Module {
             | Module::CausalMask
             | Module::MaskedAttention { .. }
             | Module::Positions { .. }
+            | Module::SparseMoe { .. }
+            | Module::QkvAttention { .. }
             | Module::Ops(_) => None,
         }
     }
@@ -888,6 +917,8 @@ pub(crate) enum Leaf {
         slot: usize,
         module: u32,
     },
+    SparseMoe(Box<super::moe::MoeLeaf>),
+    QkvAttention(super::moe::QkvAttn),
 }
 
 impl Builder<'_> {
@@ -1151,6 +1182,35 @@ impl Builder<'_> {
                     module,
                 }
             }
+            Module::SparseMoe {
+                hidden,
+                intermediate,
+                experts,
+                top_k,
+                expert,
+                norm_topk_prob,
+                shared_expert,
+                routing,
+                dispatch,
+                router,
+            } => {
+                let b = super::moe::MoeBuild {
+                    hidden: *hidden,
+                    intermediate: *intermediate,
+                    experts: *experts,
+                    top_k: *top_k,
+                    expert: *expert,
+                    norm_topk_prob: *norm_topk_prob,
+                    shared_expert: *shared_expert,
+                    routing,
+                    dispatch: *dispatch,
+                    router,
+                };
+                Leaf::SparseMoe(Box::new(super::moe::build_moe(e, path, &b, params)?))
+            }
+            Module::QkvAttention { hidden, heads } => {
+                Leaf::QkvAttention(super::moe::build_qkv(e, path, *hidden, *heads, params)?)
+            }
         })
     }
 }
@@ -1250,6 +1310,8 @@ impl LangNet {
             }
             Leaf::MaskedAttention(a) => self.masked_attention(e, a, x),
             Leaf::Positions { slot, module } => self.positions(e, *slot, *module, x),
+            Leaf::SparseMoe(m) => self.sparse_moe(e, m, x),
+            Leaf::QkvAttention(a) => super::moe::qkv_attention(e, a, x),
         }
     }
 }
@@ -1304,6 +1366,8 @@ impl Leaf {
             | Leaf::CausalMask { .. }
             | Leaf::MaskedAttention(_)
             | Leaf::Positions { .. }
+            | Leaf::SparseMoe(_)
+            | Leaf::QkvAttention(_)
             | Leaf::Ops { .. } => Vec::new(),
         }
     }

@@ -223,6 +223,36 @@ pub enum Module {
     /// locals its hand-written ops keep (`MaskedAttention`'s) die when it
     /// returns, in the order Python clears them. Adds no path segment.
     Frame(Box<Module>),
+    /// A sparse mixture-of-experts MLP, Mixtral / Qwen-MoE style
+    /// (model_lang/moe.rs): `router = Linear(hidden, experts, bias=False)`
+    /// (named `router`), softmax, top-`top_k`, the weights renormalised
+    /// when `norm_topk_prob`, `experts` copies of `expert` (each
+    /// `intermediate` wide) run on the rows routed to them and summed back
+    /// with `index_add`; Qwen2-MoE's `shared_expert` (its width) and
+    /// `shared_expert_gate` when given. The routing depends on the data:
+    /// `routing` says it (`Balanced`, an assumption, or `Counts`).
+    SparseMoe {
+        hidden: u64,
+        intermediate: u64,
+        experts: u64,
+        top_k: u64,
+        expert: super::moe::ExpertKind,
+        #[serde(default = "yes")]
+        norm_topk_prob: bool,
+        #[serde(default)]
+        shared_expert: Option<u64>,
+        routing: super::moe::Routing,
+        #[serde(default)]
+        dispatch: super::moe::Dispatch,
+        #[serde(default = "gate")]
+        router: String,
+    },
+    /// Causal self-attention with one fused projection: `qkv =
+    /// Linear(hidden, 3 * hidden)`, split, `view(b, t, heads,
+    /// d).transpose(1, 2)`, `F.scaled_dot_product_attention(q, k, v,
+    /// is_causal=True)` (PyTorch's backend choice),
+    /// `proj(att.transpose(1, 2).reshape(b, t, hidden))` (model_lang/moe.rs).
+    QkvAttention { hidden: u64, heads: u64 },
 }
 
 /// One expression of an `Ops` statement.
@@ -314,6 +344,10 @@ fn yes() -> bool {
 
 fn one() -> u64 {
     1
+}
+
+fn gate() -> String {
+    "gate".into()
 }
 
 /// `parent.child`, or `child` at the root.
