@@ -12,7 +12,9 @@
 //! 5. [`Leaf::projections`]: the projections LoRA may adapt in it, and
 //! 6. [`Module::projection_names`]: their names, for the analysis;
 //! 7. [`Module::pytorch_refusal`]: PyTorch's words for a tensor it refuses
-//!    when it is the first module to get one.
+//!    when it is the first module to get one;
+//! 8. [`Module::assumption`]: what it assumes where the data decide (a
+//!    mixture of experts' routing), for views and reports.
 //!
 //! The containers (`Sequential`, `Repeat`, `Residual`, `Checkpoint`,
 //! `Frame`) are walked by `check.rs` (the analysis), `build.rs` and
@@ -374,6 +376,22 @@ impl Module {
                 *shared_expert,
             ),
             Module::QkvAttention { hidden, heads } => super::moe::qkv_args(*hidden, *heads),
+            Module::HfAttention {
+                hidden,
+                heads,
+                kv_heads,
+                head_dim,
+                bias,
+                qk_norm,
+                ..
+            } => {
+                super::hf_layers::attn_args(*hidden, *heads, *kv_heads, *head_dim, *bias, *qk_norm)
+            }
+            Module::GatedMlp {
+                hidden,
+                intermediate,
+                ..
+            } => super::hf_layers::mlp_args(*hidden, *intermediate),
         }
     }
 
@@ -665,6 +683,18 @@ impl Module {
                 ..
             } => super::moe::moe_out_shape(*hidden, *experts, *top_k, routing, x),
             Module::QkvAttention { hidden, heads } => super::moe::qkv_out_shape(*hidden, *heads, x),
+            Module::HfAttention {
+                hidden,
+                heads,
+                kv_heads,
+                head_dim,
+                ..
+            } => {
+                let s = super::hf_layers::attn_out_shape(*hidden, *heads, *kv_heads, *head_dim, x)?;
+                rotary(seen);
+                Ok(s)
+            }
+            Module::GatedMlp { hidden, .. } => last_dim("GatedMlp", *hidden, x).map_err(shape),
         }
     }
 }
@@ -714,8 +744,59 @@ impl Module {
             | Module::MaskedAttention { .. }
             | Module::Positions { .. }
             | Module::QkvAttention { .. }
+            | Module::HfAttention { .. }
+            | Module::GatedMlp { .. }
             | Module::Ops(_) => Vec::new(),
             Module::SparseMoe { .. } => super::moe::moe_projection_names(),
+        }
+    }
+}
+
+impl Module {
+    /// Concern 8: what the module assumes where the data decide (a
+    /// mixture of experts' routing), in words for views and reports.
+    pub(crate) fn assumption(&self) -> Option<String> {
+        match self {
+            Module::SparseMoe { routing, .. } => Some(format!("routing {}", routing.describe())),
+            Module::Sequential(_)
+            | Module::Repeat { .. }
+            | Module::Residual(_)
+            | Module::Frame(_)
+            | Module::Checkpoint { .. }
+            | Module::Linear { .. }
+            | Module::ReLU
+            | Module::InplaceReLU
+            | Module::GELU
+            | Module::GELUTanh
+            | Module::SiLU
+            | Module::Dropout(_)
+            | Module::Embedding { .. }
+            | Module::LayerNorm { .. }
+            | Module::Conv2d { .. }
+            | Module::BatchNorm2d(_)
+            | Module::MaxPool2d { .. }
+            | Module::AdaptiveAvgPool2d
+            | Module::Flatten
+            | Module::BasicBlock { .. }
+            | Module::Bottleneck { .. }
+            | Module::RMSNorm { .. }
+            | Module::RotaryEmbedding { .. }
+            | Module::Attention { .. }
+            | Module::Mlp { .. }
+            | Module::DecoderLayer { .. }
+            | Module::LmHead { .. }
+            | Module::BertEmbeddings { .. }
+            | Module::BertLayer { .. }
+            | Module::BertPooler { .. }
+            | Module::Softmax(_)
+            | Module::SigmoidMul
+            | Module::CausalMask
+            | Module::MaskedAttention { .. }
+            | Module::Positions { .. }
+            | Module::QkvAttention { .. }
+            | Module::HfAttention { .. }
+            | Module::GatedMlp { .. }
+            | Module::Ops(_) => None,
         }
     }
 }
@@ -820,6 +901,8 @@ impl Module {
             | Module::Positions { .. }
             | Module::SparseMoe { .. }
             | Module::QkvAttention { .. }
+            | Module::HfAttention { .. }
+            | Module::GatedMlp { .. }
             | Module::Ops(_) => None,
         }
     }
@@ -919,6 +1002,8 @@ pub(crate) enum Leaf {
     },
     SparseMoe(Box<super::moe::MoeLeaf>),
     QkvAttention(super::moe::QkvAttn),
+    HfAttention(super::hf_layers::HfAttn),
+    GatedMlp(super::hf_layers::GatedMlp),
 }
 
 impl Builder<'_> {
@@ -1211,6 +1296,39 @@ impl Builder<'_> {
             Module::QkvAttention { hidden, heads } => {
                 Leaf::QkvAttention(super::moe::build_qkv(e, path, *hidden, *heads, params)?)
             }
+            Module::HfAttention {
+                hidden,
+                heads,
+                kv_heads,
+                head_dim,
+                bias,
+                qk_norm,
+                fused_qkv,
+            } => {
+                let b = super::hf_layers::AttnBuild {
+                    hidden: *hidden,
+                    heads: *heads,
+                    kv_heads: *kv_heads,
+                    head_dim: *head_dim,
+                    bias: *bias,
+                    qk_norm: *qk_norm,
+                    fused_qkv: *fused_qkv,
+                };
+                Leaf::HfAttention(super::hf_layers::build_attn(e, path, &b, params)?)
+            }
+            Module::GatedMlp {
+                hidden,
+                intermediate,
+                act,
+                fused,
+            } => Leaf::GatedMlp(super::hf_layers::build_mlp(
+                e,
+                path,
+                [*hidden, *intermediate],
+                *act,
+                *fused,
+                params,
+            )?),
         })
     }
 }
@@ -1312,6 +1430,8 @@ impl LangNet {
             Leaf::Positions { slot, module } => self.positions(e, *slot, *module, x),
             Leaf::SparseMoe(m) => self.sparse_moe(e, m, x),
             Leaf::QkvAttention(a) => super::moe::qkv_attention(e, a, x),
+            Leaf::HfAttention(a) => self.hf_attn(e, a, x),
+            Leaf::GatedMlp(m) => super::hf_layers::gated_mlp(e, m, x),
         }
     }
 }
@@ -1368,6 +1488,8 @@ impl Leaf {
             | Leaf::Positions { .. }
             | Leaf::SparseMoe(_)
             | Leaf::QkvAttention(_)
+            | Leaf::HfAttention(_)
+            | Leaf::GatedMlp(_)
             | Leaf::Ops { .. } => Vec::new(),
         }
     }

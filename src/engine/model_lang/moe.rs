@@ -60,10 +60,10 @@ impl Routing {
     pub fn describe(&self) -> String {
         match self {
             Routing::Balanced => {
-                "assumed balanced (each expert the same number of rows; the real routing depends on the data)".into()
+                "assumed balanced, not measured (each expert the same number of rows; the real routing depends on the data)".into()
             }
             Routing::Counts(c) => format!(
-                "the counts per expert the scenario gives ({} forward{})",
+                "as the counts per expert the scenario gives ({} forward{}; the model does not derive them)",
                 c.len(),
                 if c.len() == 1 { "" } else { "s" }
             ),
@@ -168,7 +168,12 @@ pub(crate) fn moe_out_shape(
         .fold(1u64, |n, &d| n.saturating_mul(d));
     if let Routing::Counts(lists) = routing {
         if let Err(why) = check_counts(lists, experts, rows, top_k) {
-            return Err((Some("routing"), Problem::MoeRouting(why)));
+            return Err((
+                Some("routing"),
+                Problem::MoeRouting(format!(
+                    "{why} (counts hold for the batch and sequence they were measured at)"
+                )),
+            ));
         }
     }
     Ok(s)
@@ -776,6 +781,39 @@ pub(crate) fn qkv_out_shape(hidden: u64, heads: u64, x: &Sig) -> std::result::Re
         ));
     }
     Ok(s)
+}
+
+/// What `m`'s modules assume where the data decide, each after the module
+/// path it is written at (a `Repeat`'s copies as `N`, with their range), in
+/// words.
+pub fn assumptions(m: &super::Module) -> Vec<String> {
+    let mut out = Vec::new();
+    walk_assumptions(m, "", "", &mut out);
+    out
+}
+
+fn walk_assumptions(m: &super::Module, path: &str, copies: &str, out: &mut Vec<String>) {
+    use super::Module;
+    match m {
+        Module::Sequential(children) => {
+            for (name, c) in children {
+                walk_assumptions(c, &join(path, name), copies, out);
+            }
+        }
+        Module::Repeat { n, block } => {
+            let range = format!("{copies} (N = 0…{})", n.saturating_sub(1));
+            walk_assumptions(block, &join(path, "N"), &range, out);
+        }
+        Module::Residual(inner) | Module::Frame(inner) => {
+            walk_assumptions(inner, path, copies, out)
+        }
+        Module::Checkpoint { module, .. } => walk_assumptions(module, path, copies, out),
+        leaf => {
+            if let Some(a) = leaf.assumption() {
+                out.push(format!("{}{copies}: {a}", display(path)));
+            }
+        }
+    }
 }
 
 /// The counts of an expert layer, for tests and views.

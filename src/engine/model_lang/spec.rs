@@ -253,6 +253,36 @@ pub enum Module {
     /// is_causal=True)` (PyTorch's backend choice),
     /// `proj(att.transpose(1, 2).reshape(b, t, hidden))` (model_lang/moe.rs).
     QkvAttention { hidden: u64, heads: u64 },
+    /// Hugging Face's attention as Qwen3, Gemma 3 and Phi-3 write it
+    /// (model_lang/hf_layers.rs): `q_proj`, `k_proj`, `v_proj` (biased when
+    /// `bias`), `o_proj`, with `qk_norm` an RMSNorm of `head_dim` on each
+    /// query and key head before the rotary positions (`q_norm`,
+    /// `k_norm`); or `fused_qkv`: one `qkv_proj` sliced three ways
+    /// (Phi-3). Rotary positions (the model's `RotaryEmbedding`), causal,
+    /// SDPA as PyTorch picks it.
+    HfAttention {
+        hidden: u64,
+        heads: u64,
+        kv_heads: u64,
+        head_dim: u64,
+        #[serde(default)]
+        bias: bool,
+        #[serde(default)]
+        qk_norm: bool,
+        #[serde(default)]
+        fused_qkv: bool,
+    },
+    /// A gated MLP `down_proj(act(gate_proj(x)) * up_proj(x))`, no biases:
+    /// `act` SiLU (SwiGLU) or `GeluTanh` (Gemma's GeGLU); `fused`: Phi-3's
+    /// one `gate_up_proj` chunked in two (model_lang/hf_layers.rs).
+    GatedMlp {
+        hidden: u64,
+        intermediate: u64,
+        #[serde(default)]
+        act: super::hf_layers::GateAct,
+        #[serde(default)]
+        fused: bool,
+    },
 }
 
 /// One expression of an `Ops` statement.
@@ -350,10 +380,14 @@ fn gate() -> String {
     "gate".into()
 }
 
-/// `parent.child`, or `child` at the root.
+/// `parent.child`, or `child` at the root; a child named `""` adds no
+/// segment (a step of a block's `forward` that is not a module of its own,
+/// e.g. each residual half of a Hugging Face decoder layer).
 pub(crate) fn join(parent: &str, child: &str) -> String {
     if parent.is_empty() {
         child.to_string()
+    } else if child.is_empty() {
+        parent.to_string()
     } else {
         format!("{parent}.{child}")
     }
