@@ -98,6 +98,10 @@ pub enum Dispatch {
     /// each expert some row reaches, `idx, top_x =
     /// torch.where(expert_mask[e])`, `hidden[None, top_x]`,
     /// `routing_weights[top_x, idx, None]`, `final.index_add_(0, top_x, …)`.
+    /// Not modelled: `expert_hit`'s few `E`-sized tensors and `one_hot`'s
+    /// range checks (tens of bytes), and a half model's fp32 router softmax
+    /// and cast back (`hf_config`'s notes say so); the in-place
+    /// `routing_weights /=` is modelled out of place.
     Hf,
 }
 

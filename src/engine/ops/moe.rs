@@ -28,8 +28,8 @@ impl Engine {
     /// `x.topk(k, dim=-1)`: values (`x`'s dtype) and int64 indices, both
     /// `[.., k]`. derivatives.yaml `topk`: `self:
     /// value_selecting_reduction_backward_symint(grad, dim, indices,
-    /// self.sym_sizes(), true)`: TopkBackward0 (Functions.h line 7196)
-    /// saves `indices_` (7210) and the sizes; its backward scatters into a
+    /// self.sym_sizes(), true)`: TopkBackward0 (Functions.h line 7026)
+    /// saves `indices_` (7040) and the sizes (7039); its backward scatters into a
     /// new zeros of the input's shape. Returns (values, indices).
     pub fn topk(&mut self, x: TensorId, k: u64) -> Result<(TensorId, TensorId)> {
         let prev = self.op_begin("topk");
@@ -121,8 +121,8 @@ impl Engine {
     /// `x.index_select(0, index)` on `x` `[N, D]`: a new `[n, D]`.
     /// derivatives.yaml `index_select`: `self:
     /// index_select_backward_symint(grad, self.sym_sizes(), dim, index)`:
-    /// IndexSelectBackward0 (Functions.h line 3391) saves `index_` (3404)
-    /// and the sizes; its backward makes a zeros of `x`'s shape and
+    /// IndexSelectBackward0 (Functions.h line 3083) saves `index_` (3096)
+    /// and the sizes (3097); its backward makes a zeros of `x`'s shape and
     /// `index_add_`s the gradient into it (one allocation).
     pub fn index_select_rows(&mut self, x: TensorId, index: TensorId) -> Result<TensorId> {
         let prev = self.op_begin("index_select");
@@ -150,8 +150,8 @@ impl Engine {
     /// indices do not cover). derivatives.yaml `index.Tensor`: `self:
     /// index_backward(grad.new_zeros_symint(self.sym_sizes(),
     /// self.options()), indices, grad)`: IndexBackward0 (Functions.h line
-    /// 3296) saves `indices_` (3310, a list: each index tensor) and the
-    /// sizes; its backward is a zeros of `w`'s shape and an accumulating
+    /// 2805) saves `indices_` (2818, a list: each index tensor) and the
+    /// sizes (2821); its backward is a zeros of `w`'s shape and an accumulating
     /// `index_put_` (CUDA's sort path: `BwdKind::IndexPut`).
     pub fn index_rows(&mut self, w: TensorId, indices: &[TensorId]) -> Result<TensorId> {
         let prev = self.op_begin("index");
@@ -179,8 +179,8 @@ impl Engine {
     /// with `source`'s rows added). derivatives.yaml `index_add`: `self:
     /// grad`, `source: maybe_multiply(source.dim() > 0 ?
     /// grad.index_select(dim, index).expand_as(source) : …, alpha)`:
-    /// IndexAddBackward0 (Functions.h line 3228) saves `index_` (3243) and,
-    /// for `expand_as(source)`, `source_` (3245) whole: each expert's
+    /// IndexAddBackward0 (Functions.h line 2899) saves `index_` (2914) and,
+    /// for `expand_as(source)`, `source_` (2915) whole: each expert's
     /// weighted output lives until backward (the H100 trace).
     pub fn index_add(
         &mut self,
