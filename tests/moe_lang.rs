@@ -132,3 +132,51 @@ fn routing_that_cannot_be_is_refused_by_field() {
     );
     assert!(!out.contains("assumed balanced"), "{out}");
 }
+
+/// What one forward of a `SparseMoe` keeps for backward, from PyTorch's
+/// rules (ops/moe.rs): softmax's result `[T, E]`, topk's int64 indices
+/// `[T, k]`, div's `other` (the sum `[T, 1]`) and `self` (topk's values
+/// `[T, k]`); per expert with `c` rows: nonzero's `[c, 2]` int64 (kept by
+/// index_select, index and index_add), the gathered rows `[c, H]` (up's
+/// input), up's output `[c, I]` (gelu's input), gelu's output (down's
+/// input), down's output `[c, H]` and the gathered weights `[c]` (mul's
+/// operands), the weighted output `[c, H]` (index_add's `source`). The
+/// module's own output and the router's logits are not kept.
+#[test]
+fn a_sparse_moe_keeps_what_pytorch_s_rules_say() {
+    let (t, h, i, e, k) = (64u64, 32u64, 48u64, 4u64, 2u64);
+    let text = format!(
+        r#"Scenario(
+    name: "moe-rules",
+    description: "one SparseMoe",
+    device: (name: "sim", capacity: "1GiB", overhead: "0B"),
+    model: Modules(
+        input: Tokens(seq: {t}),
+        net: Sequential([
+            ("embed", Embedding(num: 100, dim: {h})),
+            ("moe", SparseMoe(hidden: {h}, intermediate: {i}, experts: {e}, top_k: {k},
+                expert: Gelu, routing: Balanced, dispatch: Loop)),
+        ]),
+    ),
+    steps: [LoadBatch(x: "x", y: "y"), Forward(input: "x", output: "out")],
+    iterations: 1,
+)
+"#
+    );
+    let dir = temp_dir("moe-rules");
+    let file = write(&dir, "moe-rules.ron", &text);
+    let (code, out, err) = vramscope(&["model", &file, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let saved: u64 = v["modules"]
+        .as_array()
+        .expect("modules")
+        .iter()
+        .filter(|m| m["module"].as_str().is_some_and(|p| p.starts_with("moe")))
+        .filter_map(|m| m["saved_bytes_per_sample"].as_u64())
+        .sum();
+    let routed = t * k; // every row to k experts: Σ c = T·k
+    let router = t * e * 4 + t * k * 8 + t * 4 + t * k * 4;
+    let per_row = 16 + 4 * h + 4 * i + 4 * i + 4 * h + 4 + 4 * h;
+    assert_eq!(saved, router + routed * per_row);
+}
