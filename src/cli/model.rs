@@ -43,8 +43,9 @@ pub fn list(json_out: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The model SPEC names and what checks its figures.
-fn model_of(spec: &str) -> Result<(ModelConfig, String), BadInput> {
+/// The model SPEC names, what checks its figures, and what it assumes or
+/// leaves out (a config.json family's notes, a mixture of experts' routing).
+fn model_of(spec: &str) -> Result<(ModelConfig, String, Vec<String>), BadInput> {
     let evidence_of = |name: &str| {
         PRESET_CATALOGUE
             .iter()
@@ -53,12 +54,13 @@ fn model_of(spec: &str) -> Result<(ModelConfig, String), BadInput> {
     };
     let said = |e: Evidence| e.sentence();
     if let Some(cfg) = ModelConfig::preset(spec) {
-        return Ok((cfg, said(evidence_of(spec))));
+        return Ok((cfg, said(evidence_of(spec)), Vec::new()));
     }
     if spec.ends_with(".json") {
-        let cfg = vramscope::engine::hf_config::read(std::path::Path::new(spec))
-            .map_err(|e| BadInput(e.to_string()))?;
-        return Ok((cfg, said(Evidence::SourceOnly)));
+        let (cfg, notes) =
+            vramscope::engine::hf_config::read_with_notes(std::path::Path::new(spec))
+                .map_err(|e| BadInput(e.to_string()))?;
+        return Ok((cfg, said(Evidence::SourceOnly), notes));
     }
     let (scenario, built) = resolve(spec).map_err(|e| {
         BadInput(format!(
@@ -79,21 +81,31 @@ fn model_of(spec: &str) -> Result<(ModelConfig, String), BadInput> {
         }
         _ => said(Evidence::SourceOnly),
     };
-    Ok((built.model, evidence))
+    let notes = built
+        .conditions
+        .assumptions
+        .iter()
+        .map(|a| format!("data-dependent, as the scenario states it: {a}"))
+        .collect();
+    Ok((built.model, evidence, notes))
 }
 
 pub fn show(spec: &str, json_out: bool) -> anyhow::Result<ExitCode> {
-    let (cfg, evidence) = model_of(spec)?;
+    let (cfg, evidence, notes) = model_of(spec)?;
     let s = ModelSummary::measure(&cfg).map_err(|e| BadInput(format!("{spec}: {e}")))?;
     if json_out {
         let mut v = serde_json::to_value(&s)?;
         v["model"] = json!(spec);
         v["evidence"] = json!(evidence);
         v["saved_bytes_how"] = json!(SAVED_HOW);
+        v["notes"] = json!(notes);
         sayjson!(&v);
         return Ok(ExitCode::SUCCESS);
     }
     sayln!("{spec}: {evidence}");
+    for n in &notes {
+        sayln!("note: {n}");
+    }
     sayln!(
         "parameters            {} ({} trainable) in {} tensors",
         format_count(s.parameters),

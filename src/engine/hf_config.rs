@@ -11,6 +11,8 @@ use serde_json::{Map, Value};
 use super::presets::ModelConfig;
 use super::presets_hf::DecoderLm;
 
+mod families;
+
 /// Longest training sequence a config's `max_position_embeddings` is cut to.
 pub const DEFAULT_SEQ: u64 = 2048;
 /// Larger than any config.json: a wrong path is not read forever.
@@ -45,12 +47,18 @@ pub enum HfConfigError {
         field: &'static str,
         message: String,
     },
-    #[error("{file}: model_type \"{model_type}\" is not supported (supported: llama, mistral, qwen2, gpt2)")]
+    #[error("{file}: model_type \"{model_type}\" is not supported (supported: llama, mistral, qwen2, gpt2, mixtral, qwen2_moe, qwen3_moe, qwen3, phi3, gemma2, gemma3_text)")]
     Unsupported { file: String, model_type: String },
 }
 
 /// Read `path` and build its model.
 pub fn read(path: &Path) -> Result<ModelConfig, HfConfigError> {
+    read_with_notes(path).map(|(m, _)| m)
+}
+
+/// Read `path`: its model, and what of the family the model leaves out or
+/// assumes (a MoE's routing), in sentences for the model view.
+pub fn read_with_notes(path: &Path) -> Result<(ModelConfig, Vec<String>), HfConfigError> {
     let file = path.display().to_string();
     let io = |reason: String| HfConfigError::Io {
         file: file.clone(),
@@ -74,7 +82,7 @@ pub fn read(path: &Path) -> Result<ModelConfig, HfConfigError> {
             e.utf8_error().valid_up_to()
         ))
     })?;
-    parse(&text, &file)
+    parse_with_notes(&text, &file)
 }
 
 /// The fields of one config, with the file for messages.
@@ -150,6 +158,14 @@ impl Fields<'_> {
 
 /// Parse a config.json's text (`file` names it in errors).
 pub fn parse(text: &str, file: &str) -> Result<ModelConfig, HfConfigError> {
+    parse_with_notes(text, file).map(|(m, _)| m)
+}
+
+/// [`parse`], with the notes of [`read_with_notes`].
+pub fn parse_with_notes(
+    text: &str,
+    file: &str,
+) -> Result<(ModelConfig, Vec<String>), HfConfigError> {
     let value: Value = serde_json::from_str(text).map_err(|e| HfConfigError::Json {
         file: file.into(),
         line: e.line(),
@@ -186,8 +202,17 @@ pub fn parse(text: &str, file: &str) -> Result<ModelConfig, HfConfigError> {
         model_type: &short(model_type),
     };
     match model_type {
-        "llama" | "mistral" | "qwen2" => decoder(&f).map(|lm| ModelConfig::causal_lm(&lm)),
-        "gpt2" => gpt2(&f),
+        "llama" | "mistral" | "qwen2" => {
+            decoder(&f).map(|lm| (ModelConfig::causal_lm(&lm), Vec::new()))
+        }
+        "gpt2" => gpt2(&f).map(|m| (m, Vec::new())),
+        t if families::FAMILIES.contains(&t) => families::read(&f).map(|fam| {
+            let m = ModelConfig {
+                loss: super::presets::LossKind::HfCausalLm,
+                ..ModelConfig::modules(fam.model, 1)
+            };
+            (m, fam.notes)
+        }),
         other => Err(HfConfigError::Unsupported {
             file: file.into(),
             model_type: short(other),
@@ -356,7 +381,8 @@ mod tests {
             "{}",
             &e[..e.len().min(300)]
         );
-        assert!(e.len() < 200, "{} bytes", e.len());
+        // The quote and the list of the eleven supported model types.
+        assert!(e.len() < 260, "{} bytes", e.len());
     }
 
     #[test]

@@ -316,6 +316,9 @@ fn conditions_text(out: &mut String, c: &Conditions, alloc_conf: &str) {
             c.stated_engine.join("; ")
         );
     }
+    for a in &c.assumptions {
+        let _ = writeln!(out, "data-dependent, as the scenario states it: {a}");
+    }
     let _ = writeln!(out, "{}", c.verification());
 }
 

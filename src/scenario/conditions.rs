@@ -57,6 +57,10 @@ pub struct Conditions {
     /// `conv_workspaces 23 entries`): conditions a capture ran under (a
     /// forced kernel, cuDNN's measured sizes) that the report names.
     pub stated_engine: Vec<String>,
+    /// What the model assumes where the data decide (a mixture of
+    /// experts' routing), with the module each is written at: the report
+    /// names each as an assumption.
+    pub assumptions: Vec<String>,
 }
 
 impl Conditions {
@@ -174,6 +178,12 @@ pub(crate) fn conditions(s: &Scenario, torch: TorchVersion) -> Result<Conditions
         awaiting_capture: s.awaiting_capture.clone(),
         as_shipped: false,
         stated_engine: s.engine.as_ref().map(stated_settings).unwrap_or_default(),
+        assumptions: match &s.model {
+            super::format::ModelSpec::Modules { net, .. } => {
+                crate::engine::model_lang::moe::assumptions(net)
+            }
+            _ => Vec::new(),
+        },
     })
 }
 

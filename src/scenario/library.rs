@@ -95,6 +95,7 @@ static BUILTINS: &[BuiltIn] = builtins![
     "deep-mlp-checkpoint-segments",
     "llama-lora-finetune",
     "handwritten-transformer",
+    "moe-small",
     "peak-inside-step",
     "cuda-context",
     "batch-moves-peak-small",

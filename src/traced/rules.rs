@@ -305,6 +305,7 @@ impl Rules {
             awaiting_capture: None,
             as_shipped: false,
             stated_engine: Vec::new(),
+            assumptions: Vec::new(),
         };
         let mut engine = EngineConfig {
             alloc_conf: alloc_conf.to_string(),

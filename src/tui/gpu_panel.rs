@@ -212,6 +212,11 @@ impl GpuPanel {
         let mut notes = vec!["simulated run: no real GPU memory is used".to_string()];
         if let Some(c) = &r.conditions {
             notes.push(c.verification());
+            notes.extend(
+                c.assumptions
+                    .iter()
+                    .map(|a| format!("data-dependent, as the scenario states it: {a}")),
+            );
         }
         match &self.nvml {
             NvmlState::Read(gpus) => notes.extend(gpus.iter().map(|g| {

@@ -50,8 +50,8 @@ pub(crate) struct OnSimulatedAddresses {
 /// The capture's requests and frees, in its order, through the allocator on
 /// the scenario's simulated device: PyTorch's decisions with the
 /// simulation's addresses instead of the driver's. Iterations end where the
-/// program's next `iteration N` annotation starts, the last one with the
-/// trace.
+/// program's next `iteration N` annotation starts (without them, at the
+/// first request after each `zero_grad()`), the last one with the trace.
 pub(crate) fn on_simulated_addresses(scenario: &str, stem: &str) -> OnSimulatedAddresses {
     let (_, built) = resolve(scenario).unwrap_or_else(|e| panic!("{scenario}: {e}"));
     let snap = import_file(&captured(stem, "pickle")).expect("imports");
@@ -68,6 +68,32 @@ pub(crate) fn on_simulated_addresses(scenario: &str, stem: &str) -> OnSimulatedA
         .filter(|a| &*a.stage == "START" && a.name.starts_with("iteration "))
         .map(|a| a.time_us)
         .collect();
+    // Where an iteration ends before the next entry at or after each time.
+    let boundaries: Vec<i64> = if starts.is_empty() {
+        // No `iteration N` annotations (the token-LM programs): each
+        // iteration ends with `zero_grad()` and the `del` after it, so the
+        // next one starts at the first request after zero_grad's END.
+        let ends: Vec<i64> = snap
+            .external_annotations
+            .iter()
+            .filter(|a| &*a.stage == "END" && a.name.starts_with("Optimizer.zero_grad"))
+            .map(|a| a.time_us)
+            .collect();
+        let first_alloc_after = |t: i64| {
+            entries
+                .iter()
+                .zip(trace)
+                .filter(|(e, _)| e.action == Action::Alloc)
+                .filter_map(|(_, x)| x.time_us())
+                .find(|&at| at >= t)
+        };
+        ends.iter()
+            .take(ends.len().saturating_sub(1))
+            .filter_map(|&t| first_alloc_after(t))
+            .collect()
+    } else {
+        starts[1..].to_vec()
+    };
     let device = SimDevice::new(
         "replay",
         built.engine.device_bytes,
@@ -85,10 +111,10 @@ pub(crate) fn on_simulated_addresses(scenario: &str, stem: &str) -> OnSimulatedA
             s.peak_allocated_bytes(),
         )
     };
-    let mut next = 1;
+    let mut next = 0;
     for (e, t) in entries.iter().zip(trace) {
         let at = t.time_us().expect("the capture's entries are timed");
-        while next < starts.len() && at >= starts[next] {
+        while next < boundaries.len() && at >= boundaries[next] {
             ends.push(end(&a));
             next += 1;
         }
@@ -109,7 +135,11 @@ pub(crate) fn on_simulated_addresses(scenario: &str, stem: &str) -> OnSimulatedA
         }
     }
     ends.push(end(&a));
-    assert_eq!(ends.len(), starts.len(), "{stem}: one end per iteration");
+    assert_eq!(
+        ends.len(),
+        boundaries.len() + 1,
+        "{stem}: one end per iteration"
+    );
     let s = a.stats();
     OnSimulatedAddresses {
         blocks,

@@ -12,9 +12,10 @@
 //! `cudnn_attention`, `convnets`, `resnet50_sweep`, `lstm_loop`: the captures
 //! of 2026-11-26 that needed the engine taught (their layout allowances proven
 //! to be the driver's addresses); `handwritten`: issue 42's hand-written
-//! Transformer, written op for op in the module language; `unmodelled`: the
-//! captures no scenario writes yet; `inventory`: every program captured,
-//! every capture checked.
+//! Transformer, written op for op in the module language; `moe`: issue 42's
+//! small mixture of experts (`SparseMoe`), its layout allowance proven to
+//! be the driver's addresses; `inventory`: every program captured, every
+//! capture checked.
 
 mod addresses;
 mod convnets;
@@ -26,8 +27,8 @@ mod harness;
 mod inventory;
 mod leak_patterns;
 mod lstm_loop;
+mod moe;
 mod oom_answers;
 mod resnet50_sweep;
 mod scenarios;
 mod traces;
-mod unmodelled;

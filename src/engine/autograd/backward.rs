@@ -471,6 +471,27 @@ impl Engine {
                     }
                 }
             }
+            BwdKind::IndexAdd => {
+                if let (Some(g), true) = (g0, needs(self, 0)) {
+                    self.retain(g);
+                    self.locals.push(g);
+                    outs.push(Out::Forward(0, g));
+                }
+                if needs(self, 1) {
+                    let m = self.nodes[n.0].inputs[1];
+                    let t = self.empty(m.shape, m.dtype, Category::Gradient)?;
+                    self.k_grad_from(g0, t);
+                    outs.push(Out::Ready(1, t));
+                }
+            }
+            BwdKind::IndexPut { rows } => {
+                if needs(self, 0) {
+                    let m = self.nodes[n.0].inputs[0];
+                    let t = self.index_put_grad(m.shape, m.dtype, rows)?;
+                    self.k_grad_from(g0, t);
+                    outs.push(Out::Ready(0, t));
+                }
+            }
             BwdKind::Split => {
                 if needs(self, 0) {
                     let m = self.nodes[n.0].inputs[0];

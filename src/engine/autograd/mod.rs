@@ -234,6 +234,16 @@ pub(crate) enum BwdKind {
     },
     /// split: one allocation (the cat of the output gradients) of the input's shape.
     Split,
+    /// IndexAddBackward0 (ops/moe.rs): `self`'s gradient is the incoming
+    /// one handed on; `source`'s is `grad.index_select(dim, index)`, one
+    /// new tensor of the source's shape.
+    IndexAdd,
+    /// IndexBackward0 (ops/moe.rs): a zeros of the indexed tensor's shape
+    /// and an accumulating `index_put_` of `rows` index rows, which on CUDA
+    /// sorts the linear indices first (`scratch::index_put`).
+    IndexPut {
+        rows: u64,
+    },
     /// embedding: the weight's gradient, made between the index sort and
     /// the segment sums when the lookups take the sort path.
     Embedding {

@@ -44,6 +44,7 @@ pub(crate) struct LangNet {
     /// The model's own parameters (`Module::Positions`), by slot.
     pub own_params: Vec<TensorId>,
     pub hand: super::handwritten::HandRun,
+    pub moe: super::moe::MoeRun,
 }
 
 pub(crate) struct Builder<'a> {
@@ -104,6 +105,7 @@ impl LangNet {
             run_state: super::xfmr::XRun::default(),
             own_params,
             hand: super::handwritten::HandRun::default(),
+            moe: super::moe::MoeRun::default(),
         })
     }
 }

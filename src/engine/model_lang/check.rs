@@ -102,6 +102,12 @@ pub enum Problem {
     /// A shape the module cannot take.
     #[error("{0}")]
     Shape(#[from] ShapeError),
+    #[error(
+        "top_k ({top_k}) is more than experts ({experts}): each row goes to top_k distinct experts"
+    )]
+    MoeTopK { top_k: u64, experts: u64 },
+    #[error("{0}")]
+    MoeRouting(String),
 }
 
 /// Copies of a `Repeat` whose block still changes the shape it passes on:

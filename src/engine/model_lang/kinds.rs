@@ -12,7 +12,9 @@
 //! 5. [`Leaf::projections`]: the projections LoRA may adapt in it, and
 //! 6. [`Module::projection_names`]: their names, for the analysis;
 //! 7. [`Module::pytorch_refusal`]: PyTorch's words for a tensor it refuses
-//!    when it is the first module to get one.
+//!    when it is the first module to get one;
+//! 8. [`Module::assumption`]: what it assumes where the data decide (a
+//!    mixture of experts' routing), for views and reports.
 //!
 //! The containers (`Sequential`, `Repeat`, `Residual`, `Checkpoint`,
 //! `Frame`) are walked by `check.rs` (the analysis), `build.rs` and
@@ -357,6 +359,39 @@ impl Module {
                 vec![("seq", *seq, 1), ("dim", *dim, 1)],
                 params(seq.saturating_mul(*dim)),
             ),
+            Module::SparseMoe {
+                hidden,
+                intermediate,
+                experts,
+                top_k,
+                expert,
+                shared_expert,
+                ..
+            } => super::moe::moe_args(
+                *hidden,
+                *intermediate,
+                *experts,
+                *top_k,
+                *expert,
+                *shared_expert,
+            ),
+            Module::QkvAttention { hidden, heads } => super::moe::qkv_args(*hidden, *heads),
+            Module::HfAttention {
+                hidden,
+                heads,
+                kv_heads,
+                head_dim,
+                bias,
+                qk_norm,
+                ..
+            } => {
+                super::hf_layers::attn_args(*hidden, *heads, *kv_heads, *head_dim, *bias, *qk_norm)
+            }
+            Module::GatedMlp {
+                hidden,
+                intermediate,
+                ..
+            } => super::hf_layers::mlp_args(*hidden, *intermediate),
         }
     }
 
@@ -640,6 +675,26 @@ impl Module {
                 }
                 Ok(s)
             }
+            Module::SparseMoe {
+                hidden,
+                experts,
+                top_k,
+                routing,
+                ..
+            } => super::moe::moe_out_shape(*hidden, *experts, *top_k, routing, x),
+            Module::QkvAttention { hidden, heads } => super::moe::qkv_out_shape(*hidden, *heads, x),
+            Module::HfAttention {
+                hidden,
+                heads,
+                kv_heads,
+                head_dim,
+                ..
+            } => {
+                let s = super::hf_layers::attn_out_shape(*hidden, *heads, *kv_heads, *head_dim, x)?;
+                rotary(seen);
+                Ok(s)
+            }
+            Module::GatedMlp { hidden, .. } => last_dim("GatedMlp", *hidden, x).map_err(shape),
         }
     }
 }
@@ -688,7 +743,60 @@ impl Module {
             | Module::CausalMask
             | Module::MaskedAttention { .. }
             | Module::Positions { .. }
+            | Module::QkvAttention { .. }
+            | Module::HfAttention { .. }
+            | Module::GatedMlp { .. }
             | Module::Ops(_) => Vec::new(),
+            Module::SparseMoe { .. } => super::moe::moe_projection_names(),
+        }
+    }
+}
+
+impl Module {
+    /// Concern 8: what the module assumes where the data decide (a
+    /// mixture of experts' routing), in words for views and reports.
+    pub(crate) fn assumption(&self) -> Option<String> {
+        match self {
+            Module::SparseMoe { routing, .. } => Some(format!("routing {}", routing.describe())),
+            Module::Sequential(_)
+            | Module::Repeat { .. }
+            | Module::Residual(_)
+            | Module::Frame(_)
+            | Module::Checkpoint { .. }
+            | Module::Linear { .. }
+            | Module::ReLU
+            | Module::InplaceReLU
+            | Module::GELU
+            | Module::GELUTanh
+            | Module::SiLU
+            | Module::Dropout(_)
+            | Module::Embedding { .. }
+            | Module::LayerNorm { .. }
+            | Module::Conv2d { .. }
+            | Module::BatchNorm2d(_)
+            | Module::MaxPool2d { .. }
+            | Module::AdaptiveAvgPool2d
+            | Module::Flatten
+            | Module::BasicBlock { .. }
+            | Module::Bottleneck { .. }
+            | Module::RMSNorm { .. }
+            | Module::RotaryEmbedding { .. }
+            | Module::Attention { .. }
+            | Module::Mlp { .. }
+            | Module::DecoderLayer { .. }
+            | Module::LmHead { .. }
+            | Module::BertEmbeddings { .. }
+            | Module::BertLayer { .. }
+            | Module::BertPooler { .. }
+            | Module::Softmax(_)
+            | Module::SigmoidMul
+            | Module::CausalMask
+            | Module::MaskedAttention { .. }
+            | Module::Positions { .. }
+            | Module::QkvAttention { .. }
+            | Module::HfAttention { .. }
+            | Module::GatedMlp { .. }
+            | Module::Ops(_) => None,
         }
     }
 }
@@ -791,6 +899,10 @@ impl Module {
             | Module::CausalMask
             | Module::MaskedAttention { .. }
             | Module::Positions { .. }
+            | Module::SparseMoe { .. }
+            | Module::QkvAttention { .. }
+            | Module::HfAttention { .. }
+            | Module::GatedMlp { .. }
             | Module::Ops(_) => None,
         }
     }
@@ -888,6 +1000,10 @@ pub(crate) enum Leaf {
         slot: usize,
         module: u32,
     },
+    SparseMoe(Box<super::moe::MoeLeaf>),
+    QkvAttention(super::moe::QkvAttn),
+    HfAttention(super::hf_layers::HfAttn),
+    GatedMlp(super::hf_layers::GatedMlp),
 }
 
 impl Builder<'_> {
@@ -1151,6 +1267,68 @@ impl Builder<'_> {
                     module,
                 }
             }
+            Module::SparseMoe {
+                hidden,
+                intermediate,
+                experts,
+                top_k,
+                expert,
+                norm_topk_prob,
+                shared_expert,
+                routing,
+                dispatch,
+                router,
+            } => {
+                let b = super::moe::MoeBuild {
+                    hidden: *hidden,
+                    intermediate: *intermediate,
+                    experts: *experts,
+                    top_k: *top_k,
+                    expert: *expert,
+                    norm_topk_prob: *norm_topk_prob,
+                    shared_expert: *shared_expert,
+                    routing,
+                    dispatch: *dispatch,
+                    router,
+                };
+                Leaf::SparseMoe(Box::new(super::moe::build_moe(e, path, &b, params)?))
+            }
+            Module::QkvAttention { hidden, heads } => {
+                Leaf::QkvAttention(super::moe::build_qkv(e, path, *hidden, *heads, params)?)
+            }
+            Module::HfAttention {
+                hidden,
+                heads,
+                kv_heads,
+                head_dim,
+                bias,
+                qk_norm,
+                fused_qkv,
+            } => {
+                let b = super::hf_layers::AttnBuild {
+                    hidden: *hidden,
+                    heads: *heads,
+                    kv_heads: *kv_heads,
+                    head_dim: *head_dim,
+                    bias: *bias,
+                    qk_norm: *qk_norm,
+                    fused_qkv: *fused_qkv,
+                };
+                Leaf::HfAttention(super::hf_layers::build_attn(e, path, &b, params)?)
+            }
+            Module::GatedMlp {
+                hidden,
+                intermediate,
+                act,
+                fused,
+            } => Leaf::GatedMlp(super::hf_layers::build_mlp(
+                e,
+                path,
+                [*hidden, *intermediate],
+                *act,
+                *fused,
+                params,
+            )?),
         })
     }
 }
@@ -1250,6 +1428,10 @@ impl LangNet {
             }
             Leaf::MaskedAttention(a) => self.masked_attention(e, a, x),
             Leaf::Positions { slot, module } => self.positions(e, *slot, *module, x),
+            Leaf::SparseMoe(m) => self.sparse_moe(e, m, x),
+            Leaf::QkvAttention(a) => super::moe::qkv_attention(e, a, x),
+            Leaf::HfAttention(a) => self.hf_attn(e, a, x),
+            Leaf::GatedMlp(m) => super::hf_layers::gated_mlp(e, m, x),
         }
     }
 }
@@ -1304,6 +1486,10 @@ impl Leaf {
             | Leaf::CausalMask { .. }
             | Leaf::MaskedAttention(_)
             | Leaf::Positions { .. }
+            | Leaf::SparseMoe(_)
+            | Leaf::QkvAttention(_)
+            | Leaf::HfAttention(_)
+            | Leaf::GatedMlp(_)
             | Leaf::Ops { .. } => Vec::new(),
         }
     }

@@ -13,7 +13,9 @@ pub mod check;
 pub mod count;
 pub mod forward;
 pub(crate) mod handwritten;
+pub mod hf_layers;
 pub(crate) mod kinds;
+pub mod moe;
 pub(crate) mod ops_expr;
 pub mod presets;
 pub mod shape;
@@ -22,6 +24,8 @@ pub mod xfmr;
 
 pub use check::{count, Analysis, ModelError, Probability, Problem, Seg, MAX_DIM, MAX_MODULES};
 pub use count::Counts;
+pub use hf_layers::GateAct;
+pub use moe::{Dispatch, ExpertKind, Routing};
 pub use shape::{ShapeError, Sig};
 pub use spec::{Expr, LangModel, ModelInput, Module, SoftmaxKind};
 

@@ -223,6 +223,66 @@ pub enum Module {
     /// locals its hand-written ops keep (`MaskedAttention`'s) die when it
     /// returns, in the order Python clears them. Adds no path segment.
     Frame(Box<Module>),
+    /// A sparse mixture-of-experts MLP, Mixtral / Qwen-MoE style
+    /// (model_lang/moe.rs): `router = Linear(hidden, experts, bias=False)`
+    /// (named `router`), softmax, top-`top_k`, the weights renormalised
+    /// when `norm_topk_prob`, `experts` copies of `expert` (each
+    /// `intermediate` wide) run on the rows routed to them and summed back
+    /// with `index_add`; Qwen2-MoE's `shared_expert` (its width) and
+    /// `shared_expert_gate` when given. The routing depends on the data:
+    /// `routing` says it (`Balanced`, an assumption, or `Counts`).
+    SparseMoe {
+        hidden: u64,
+        intermediate: u64,
+        experts: u64,
+        top_k: u64,
+        expert: super::moe::ExpertKind,
+        #[serde(default = "yes")]
+        norm_topk_prob: bool,
+        #[serde(default)]
+        shared_expert: Option<u64>,
+        routing: super::moe::Routing,
+        #[serde(default)]
+        dispatch: super::moe::Dispatch,
+        #[serde(default = "gate")]
+        router: String,
+    },
+    /// Causal self-attention with one fused projection: `qkv =
+    /// Linear(hidden, 3 * hidden)`, split, `view(b, t, heads,
+    /// d).transpose(1, 2)`, `F.scaled_dot_product_attention(q, k, v,
+    /// is_causal=True)` (PyTorch's backend choice),
+    /// `proj(att.transpose(1, 2).reshape(b, t, hidden))` (model_lang/moe.rs).
+    QkvAttention { hidden: u64, heads: u64 },
+    /// Hugging Face's attention as Qwen3, Gemma 3 and Phi-3 write it
+    /// (model_lang/hf_layers.rs): `q_proj`, `k_proj`, `v_proj` (biased when
+    /// `bias`), `o_proj`, with `qk_norm` an RMSNorm of `head_dim` on each
+    /// query and key head before the rotary positions (`q_norm`,
+    /// `k_norm`); or `fused_qkv`: one `qkv_proj` sliced three ways
+    /// (Phi-3). Rotary positions (the model's `RotaryEmbedding`), causal,
+    /// SDPA as PyTorch picks it.
+    HfAttention {
+        hidden: u64,
+        heads: u64,
+        kv_heads: u64,
+        head_dim: u64,
+        #[serde(default)]
+        bias: bool,
+        #[serde(default)]
+        qk_norm: bool,
+        #[serde(default)]
+        fused_qkv: bool,
+    },
+    /// A gated MLP `down_proj(act(gate_proj(x)) * up_proj(x))`, no biases:
+    /// `act` SiLU (SwiGLU) or `GeluTanh` (Gemma's GeGLU); `fused`: Phi-3's
+    /// one `gate_up_proj` chunked in two (model_lang/hf_layers.rs).
+    GatedMlp {
+        hidden: u64,
+        intermediate: u64,
+        #[serde(default)]
+        act: super::hf_layers::GateAct,
+        #[serde(default)]
+        fused: bool,
+    },
 }
 
 /// One expression of an `Ops` statement.
@@ -316,10 +376,18 @@ fn one() -> u64 {
     1
 }
 
-/// `parent.child`, or `child` at the root.
+fn gate() -> String {
+    "gate".into()
+}
+
+/// `parent.child`, or `child` at the root; a child named `""` adds no
+/// segment (a step of a block's `forward` that is not a module of its own,
+/// e.g. each residual half of a Hugging Face decoder layer).
 pub(crate) fn join(parent: &str, child: &str) -> String {
     if parent.is_empty() {
         child.to_string()
+    } else if child.is_empty() {
+        parent.to_string()
     } else {
         format!("{parent}.{child}")
     }

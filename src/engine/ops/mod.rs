@@ -10,6 +10,7 @@ pub mod handwritten;
 pub mod hf_loss;
 pub mod loss;
 pub mod matmul;
+pub mod moe;
 pub mod norm;
 pub mod pointwise_hf;
 pub(crate) mod reduce_input;

@@ -5,6 +5,7 @@
 
 pub(crate) mod backward;
 pub(crate) mod embedding;
+pub(crate) mod index_put;
 pub(crate) mod layer_norm;
 pub mod reduce;
 pub(crate) mod reduce_split;
