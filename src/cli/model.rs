@@ -111,6 +111,14 @@ pub fn show(spec: &str, json_out: bool) -> anyhow::Result<ExitCode> {
         .map(|(d, b)| format!("{d} {}", format_size(*b)))
         .collect();
     sayln!("parameters + buffers  {}", dtypes.join(", "));
+    if s.trainable_parameters > 0 && s.trainable_parameters < s.parameters {
+        let trainable: Vec<String> = s
+            .trainable_bytes_by_dtype
+            .iter()
+            .map(|(d, b)| format!("{d} {}", format_size(*b)))
+            .collect();
+        sayln!("trainable             {}", trainable.join(", "));
+    }
     sayln!(
         "saved activations     {} per sample (input {:?})",
         format_size(s.saved_bytes_per_sample),

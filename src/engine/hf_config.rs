@@ -233,6 +233,8 @@ fn decoder(f: &Fields) -> Result<DecoderLm, HfConfigError> {
         qkv_bias,
         seq,
         lora: None,
+        quantization: None,
+        kbit_training: false,
     })
 }
 

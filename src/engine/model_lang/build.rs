@@ -44,6 +44,11 @@ pub(crate) struct LangNet {
     /// The model's own parameters (`Module::Positions`), by slot.
     pub own_params: Vec<TensorId>,
     pub hand: super::handwritten::HandRun,
+    /// The first Embedding's weight (the model's input embeddings).
+    pub embedding: Option<TensorId>,
+    /// `enable_input_require_grads()`: the output of the embedding with
+    /// this weight is made to require grad (`kbit.rs`).
+    pub input_grads: Option<TensorId>,
 }
 
 pub(crate) struct Builder<'a> {
@@ -104,6 +109,8 @@ impl LangNet {
             run_state: super::xfmr::XRun::default(),
             own_params,
             hand: super::handwritten::HandRun::default(),
+            embedding: b.x.tie,
+            input_grads: None,
         })
     }
 }

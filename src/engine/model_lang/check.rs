@@ -483,6 +483,8 @@ mod tests {
             freeze: Vec::new(),
             dtypes: Vec::new(),
             lora: None,
+            quantization: None,
+            kbit_training: false,
         }
     }
 

@@ -1173,7 +1173,14 @@ impl LangNet {
                 Ok(e.local_ref(x))
             }
             Leaf::Dropout { p, module } => e.in_module(*module, |e| e.dropout(x, *p)),
-            Leaf::Embedding(m) => e.in_module(m.module, |e| e.embedding(m.w, x)),
+            Leaf::Embedding(m) => {
+                let y = e.in_module(m.module, |e| e.embedding(m.w, x))?;
+                // `enable_input_require_grads`' hook: `output.requires_grad_(True)`.
+                if self.input_grads == Some(m.w) && e.ctx.grad_enabled {
+                    e.t_mut(y).requires_grad = true;
+                }
+                Ok(y)
+            }
             Leaf::LayerNorm(l) => e.apply_layer_norm(l, x),
             Leaf::Conv(c) => e.apply_conv(c, x),
             Leaf::BatchNorm(n) => e.apply_bn(n, x),

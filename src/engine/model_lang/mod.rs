@@ -13,6 +13,7 @@ pub mod check;
 pub mod count;
 pub mod forward;
 pub(crate) mod handwritten;
+pub mod kbit;
 pub(crate) mod kinds;
 pub(crate) mod ops_expr;
 pub mod presets;

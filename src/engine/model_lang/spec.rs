@@ -303,6 +303,18 @@ pub struct LangModel {
     /// parameter frozen, adapters on the projections whose name is a target.
     #[serde(default)]
     pub lora: Option<crate::engine::presets_hf::LoraSpec>,
+    /// `from_pretrained(…, quantization_config=BitsAndBytesConfig(…))`
+    /// (models.md §13): every `nn.Linear` but the head (`LmHead`) is
+    /// built as a bitsandbytes layer.
+    #[serde(default)]
+    pub quantization: Option<crate::engine::bnb::Quantization>,
+    /// PEFT's `prepare_model_for_kbit_training(model)` (models.md §13.4),
+    /// before LoRA: every parameter frozen, fp16/bf16 parameters but the
+    /// 4-bit ones cast to fp32, `empty_cache()`, the input embeddings'
+    /// output made to require grad, gradient checkpointing on every
+    /// decoder layer.
+    #[serde(default)]
+    pub kbit_training: bool,
 }
 
 /// The bottleneck's channel expansion (torchvision `Bottleneck.expansion`).
