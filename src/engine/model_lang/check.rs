@@ -95,6 +95,8 @@ pub enum Problem {
     LoraNoTarget(String),
     #[error("padding {padding} is more than half the kernel {kernel}: PyTorch refuses it (\"pad should be at most half of effective kernel size\")")]
     PoolPadding { kernel: u64, padding: u64 },
+    #[error("blocksize {0} is not one bitsandbytes quantises with (32, 64, 128, 256, 512, 1024, 2048 or 4096)")]
+    Blocksize(u64),
     #[error("Repeat needs n of at least 1")]
     RepeatZero,
     #[error("Repeat's block changes the shape at every copy; past {MAX_CHANGING_COPIES} such copies the model is not modelled")]

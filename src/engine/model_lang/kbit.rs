@@ -24,7 +24,7 @@ pub fn checkpoint_layers(net: &Module) -> Module {
             n: *n,
             block: Box::new(checkpoint_layers(block)),
         },
-        layer @ Module::DecoderLayer { .. } => Module::Checkpoint {
+        layer if layer.hf_checkpoint_layer() => Module::Checkpoint {
             module: Box::new(layer.clone()),
             reentrant: false,
         },

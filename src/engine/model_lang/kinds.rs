@@ -110,7 +110,11 @@ impl Module {
             | Module::Residual(_)
             | Module::Frame(_)
             | Module::Checkpoint { .. } => Args::default(),
-            Module::Linear { input, out, bias } => Args::one(
+            Module::Linear { input, out, bias }
+            | Module::Linear4bit {
+                input, out, bias, ..
+            }
+            | Module::Linear8bitLt { input, out, bias } => Args::one(
                 vec![("in", *input, 1), ("out", *out, 1)],
                 params(
                     input
@@ -381,7 +385,14 @@ impl Module {
             | Module::Residual(_)
             | Module::Frame(_)
             | Module::Checkpoint { .. } => Ok(x.clone()),
-            Module::Linear { input, out, .. } => {
+            Module::Linear4bit { blocksize, .. }
+                if !crate::engine::bnb::BLOCKSIZES.contains(blocksize) =>
+            {
+                Err((Some("blocksize"), Problem::Blocksize(*blocksize)))
+            }
+            Module::Linear { input, out, .. }
+            | Module::Linear4bit { input, out, .. }
+            | Module::Linear8bitLt { input, out, .. } => {
                 floats_in("Linear", x).map_err(shape)?;
                 match x.dims.split_last() {
                     Some((&k, lead)) if k == *input => {
@@ -652,7 +663,9 @@ impl Module {
         let attention = ["q_proj", "k_proj", "v_proj", "o_proj"];
         let swiglu = ["gate_proj", "up_proj", "down_proj"];
         match self {
-            Module::Linear { .. } => vec![path.rsplit('.').next().unwrap_or(path).to_string()],
+            Module::Linear { .. } | Module::Linear4bit { .. } | Module::Linear8bitLt { .. } => {
+                vec![path.rsplit('.').next().unwrap_or(path).to_string()]
+            }
             Module::Attention { .. } => names(&attention),
             Module::Mlp { gated: true, .. } => names(&swiglu),
             Module::Mlp { gated: false, .. } => names(&["c_fc", "c_proj"]),
@@ -763,6 +776,9 @@ impl Module {
             | Module::Residual(_)
             | Module::Frame(_)
             | Module::Checkpoint { .. }
+            // bitsandbytes casts the input to its compute dtype itself.
+            | Module::Linear4bit { .. }
+            | Module::Linear8bitLt { .. }
             | Module::ReLU
             | Module::InplaceReLU
             | Module::GELU
@@ -910,6 +926,28 @@ impl Builder<'_> {
             }
             Module::Linear { input, out, bias } => {
                 Leaf::Linear(e.new_linear(path, *input, *out, *bias, params)?)
+            }
+            Module::Linear4bit {
+                input,
+                out,
+                bias,
+                quant_type,
+                blocksize,
+                double_quant,
+                compute_dtype,
+            } => {
+                let q = crate::engine::bnb::Quant4 {
+                    quant_type: *quant_type,
+                    blocksize: *blocksize,
+                    double_quant: *double_quant,
+                    compute_dtype: *compute_dtype,
+                };
+                let layer = crate::engine::bnb::QuantLayer::FourBit(q);
+                Leaf::Linear(e.new_quant_linear(path, *input, *out, *bias, layer, params)?)
+            }
+            Module::Linear8bitLt { input, out, bias } => {
+                let layer = crate::engine::bnb::QuantLayer::EightBit;
+                Leaf::Linear(e.new_quant_linear(path, *input, *out, *bias, layer, params)?)
             }
             Module::ReLU => unary(e, path, Unary::Relu),
             Module::GELU | Module::GELUTanh => unary(e, path, Unary::Gelu),
@@ -1312,6 +1350,53 @@ impl Leaf {
             | Leaf::MaskedAttention(_)
             | Leaf::Positions { .. }
             | Leaf::Ops { .. } => Vec::new(),
+        }
+    }
+}
+
+impl Module {
+    /// Concern 8: whether transformers' `gradient_checkpointing_enable()`
+    /// checkpoints it (a `GradientCheckpointingLayer`: the decoder and BERT
+    /// layers), for `prepare_model_for_kbit_training` (`kbit.rs`).
+    pub(crate) fn hf_checkpoint_layer(&self) -> bool {
+        match self {
+            Module::DecoderLayer { .. } | Module::BertLayer { .. } => true,
+            Module::Sequential(_)
+            | Module::Repeat { .. }
+            | Module::Residual(_)
+            | Module::Frame(_)
+            | Module::Checkpoint { .. }
+            | Module::Linear { .. }
+            | Module::Linear4bit { .. }
+            | Module::Linear8bitLt { .. }
+            | Module::ReLU
+            | Module::InplaceReLU
+            | Module::GELU
+            | Module::GELUTanh
+            | Module::SiLU
+            | Module::Dropout(_)
+            | Module::Embedding { .. }
+            | Module::LayerNorm { .. }
+            | Module::Conv2d { .. }
+            | Module::BatchNorm2d(_)
+            | Module::MaxPool2d { .. }
+            | Module::AdaptiveAvgPool2d
+            | Module::Flatten
+            | Module::BasicBlock { .. }
+            | Module::Bottleneck { .. }
+            | Module::RMSNorm { .. }
+            | Module::RotaryEmbedding { .. }
+            | Module::Attention { .. }
+            | Module::Mlp { .. }
+            | Module::LmHead { .. }
+            | Module::BertEmbeddings { .. }
+            | Module::BertPooler { .. }
+            | Module::Softmax(_)
+            | Module::SigmoidMul
+            | Module::CausalMask
+            | Module::MaskedAttention { .. }
+            | Module::Positions { .. }
+            | Module::Ops(_) => false,
         }
     }
 }

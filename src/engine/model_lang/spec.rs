@@ -36,6 +36,39 @@ pub enum Module {
         #[serde(default = "yes")]
         bias: bool,
     },
+    /// bitsandbytes' `Linear4bit(in, out, bias, compute_dtype,
+    /// compress_statistics, quant_type)` (models.md §13): a frozen weight
+    /// packed two 4-bit values a byte, one absmax per `blocksize` values
+    /// (uint8 plus a nested fp32 one per 256 with `double_quant`); its
+    /// forward dequantises the weight to the compute dtype for the matmul.
+    /// Defaults as bitsandbytes' constructor: FP4, blocksize 64, double
+    /// quantisation on, the compute dtype taken from the first input.
+    Linear4bit {
+        #[serde(rename = "in")]
+        input: u64,
+        out: u64,
+        #[serde(default = "yes")]
+        bias: bool,
+        #[serde(default = "fp4")]
+        quant_type: crate::engine::bnb::QuantType,
+        #[serde(default = "blocksize_4bit")]
+        blocksize: u64,
+        #[serde(default = "yes")]
+        double_quant: bool,
+        #[serde(default)]
+        compute_dtype: Option<crate::engine::dtype::DType>,
+    },
+    /// bitsandbytes' `Linear8bitLt(in, out, bias, has_fp16_weights=False)`
+    /// (LLM.int8, models.md §13): a frozen int8 weight and one fp32 scale a
+    /// row; its forward quantises the input by rows and keeps it for
+    /// backward.
+    Linear8bitLt {
+        #[serde(rename = "in")]
+        input: u64,
+        out: u64,
+        #[serde(default = "yes")]
+        bias: bool,
+    },
     /// `nn.ReLU()`.
     ReLU,
     /// `nn.ReLU(inplace=True)`.
@@ -326,6 +359,14 @@ fn yes() -> bool {
 
 fn one() -> u64 {
     1
+}
+
+fn fp4() -> crate::engine::bnb::QuantType {
+    crate::engine::bnb::QuantType::FP4
+}
+
+fn blocksize_4bit() -> u64 {
+    crate::engine::bnb::BLOCKSIZE_4BIT
 }
 
 /// `parent.child`, or `child` at the root.

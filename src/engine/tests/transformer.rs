@@ -49,6 +49,8 @@ fn smollm2() -> DecoderLm {
         qkv_bias: false,
         seq: 1024,
         lora: None,
+        quantization: None,
+        kbit_training: false,
     }
 }
 
