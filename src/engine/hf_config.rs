@@ -186,7 +186,12 @@ pub fn parse(text: &str, file: &str) -> Result<ModelConfig, HfConfigError> {
         model_type: &short(model_type),
     };
     match model_type {
-        "llama" | "mistral" | "qwen2" => decoder(&f).map(|lm| ModelConfig::causal_lm(&lm)),
+        "llama" | "mistral" | "qwen2" => {
+            let lm = decoder(&f)?;
+            let mut m = ModelConfig::causal_lm(&lm);
+            m.param_dtype = super::hf_quant::load_dtype(map, file, lm.quantization.is_some())?;
+            Ok(m)
+        }
         "gpt2" => gpt2(&f),
         other => Err(HfConfigError::Unsupported {
             file: file.into(),
@@ -233,7 +238,7 @@ fn decoder(f: &Fields) -> Result<DecoderLm, HfConfigError> {
         qkv_bias,
         seq,
         lora: None,
-        quantization: None,
+        quantization: super::hf_quant::quantization(f.map, f.file)?,
         kbit_training: false,
     })
 }

@@ -30,6 +30,7 @@ pub mod events;
 pub mod held;
 mod held_walk;
 pub mod hf_config;
+mod hf_quant;
 pub mod hf_switches;
 mod input_grad;
 mod keep;

@@ -1,0 +1,93 @@
+//! `vramscope model` on bitsandbytes models: a pre-quantised `config.json`
+//! and the QLoRA preset, each figure computed here from the configs'
+//! shapes and bitsandbytes' storage rule (two 4-bit values a byte; per 64
+//! values a uint8 absmax; per 256 of those an fp32 one; a 16-value fp32
+//! code, a 256-value fp32 map and a 0-dim fp32 offset per weight — the
+//! QLoRA paper's §3 and `quantize_4bit`'s docstring), not from the program.
+
+mod common;
+
+use common::{json, vramscope};
+
+/// Llama-3-8B's seven projections per layer, as [out, in].
+const LLAMA3_8B: [(u64, u64); 7] = [
+    (4096, 4096),
+    (1024, 4096),
+    (1024, 4096),
+    (4096, 4096),
+    (14_336, 4096),
+    (14_336, 4096),
+    (4096, 14_336),
+];
+
+/// NF4 with double quantisation, blocksize 64: (packed, state) bytes.
+fn nf4_dq(n: u64) -> (u64, u64) {
+    let blocks = n.div_ceil(64);
+    (
+        n.div_ceil(2),
+        blocks + blocks.div_ceil(256) * 4 + 16 * 4 + 256 * 4 + 4,
+    )
+}
+
+#[test]
+fn a_pre_quantised_config_shows_packed_weights_and_their_state() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/hf");
+    let file = format!("{dir}/llama-3-8b-bnb-4bit/config.json");
+    let (code, out, err) = vramscope(&["model", &file, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    // transformers' count of Meta-Llama-3-8B (PEFT counts a 4-bit weight
+    // as its values, as the plain model has them).
+    assert_eq!(v["parameters"], 8_030_261_248u64);
+    let (mut packed, mut state) = (0, 0);
+    for (o, i) in LLAMA3_8B {
+        let (p, s) = nf4_dq(o * i);
+        packed += 32 * p;
+        state += 32 * s;
+    }
+    let d = &v["bytes_by_dtype"];
+    assert_eq!(d["nf4 packed (uint8)"], packed, "{d}");
+    assert_eq!(d["quant state"], state, "{d}");
+    // torch_dtype bfloat16: the untied embeddings and head, 65 RMSNorms,
+    // and the rotary buffers `inv_freq` and `original_inv_freq` [128 / 2].
+    let (vocab, h) = (128_256u64, 4096u64);
+    assert_eq!(d["bfloat16"], 2 * (2 * vocab * h + 65 * h + 2 * 64), "{d}");
+    let (code, out, err) = vramscope(&["model", &file]);
+    assert_eq!(code, 0, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("parameters + buffers"))
+        .expect("the per-dtype line");
+    assert!(
+        line.contains("nf4 packed (uint8) 3.25 GiB") && line.contains("quant state"),
+        "{line}"
+    );
+}
+
+#[test]
+fn the_qlora_preset_shows_fp32_adapters_as_what_trains() {
+    let (code, out, err) = vramscope(&["model", "qwen2.5-0.5b-qlora", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    // Qwen2.5-0.5B (494,032,768) + LoRA r 16 on all seven projections
+    // (models.md §6.4: 8,798,208).
+    assert_eq!(v["parameters"], 494_032_768u64 + 8_798_208);
+    assert_eq!(v["trainable_parameters"], 8_798_208u64);
+    let t = &v["trainable_bytes_by_dtype"];
+    assert_eq!(t["float32"], 4 * 8_798_208u64, "{t}");
+    // After prepare_model_for_kbit_training the embedding (tied) and the 49
+    // norms are fp32; the q/k/v biases went back to bf16 in the forward
+    // (`Linear4bit.forward` casts a bias to the compute dtype for good);
+    // the rotary buffers [64 / 2] are not parameters and stay bf16.
+    let (vocab, h, kv) = (151_936u64, 896u64, 128u64);
+    let d = &v["bytes_by_dtype"];
+    assert_eq!(d["float32"], 4 * (vocab * h + 49 * h + 8_798_208), "{d}");
+    assert_eq!(d["bfloat16"], 2 * (24 * (h + 2 * kv) + 2 * 32), "{d}");
+    let (code, out, err) = vramscope(&["model", "qwen2.5-0.5b-qlora"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("trainable") && l.contains("float32 33.56 MiB")),
+        "{out}"
+    );
+}
