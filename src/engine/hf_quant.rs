@@ -136,3 +136,102 @@ fn four_bit(q: &Map<String, Value>, file: &str) -> Result<Quantization, HfConfig
         compute_dtype,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::hf_config::parse;
+    use super::*;
+
+    const LLAMA: &str = r#""model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+        "intermediate_size": 128, "vocab_size": 100, "num_hidden_layers": 2"#;
+
+    fn with(extra: &str) -> String {
+        format!("{{{LLAMA}, {extra}}}")
+    }
+
+    fn quant(extra: &str) -> Option<Quantization> {
+        let m = parse(&with(extra), "c.json").unwrap_or_else(|e| panic!("{e}"));
+        match m.kind {
+            crate::engine::ModelKind::Modules(lm) => lm.quantization,
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_bitsandbytes_config_is_read_as_transformers_writes_it() {
+        let q = quant(
+            r#""quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": true,
+            "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": true,
+            "bnb_4bit_compute_dtype": "bfloat16", "bnb_4bit_quant_storage": "uint8"}"#,
+        );
+        assert_eq!(
+            q,
+            Some(Quantization::FourBit {
+                quant_type: QuantType::NF4,
+                double_quant: true,
+                compute_dtype: DType::BF16
+            })
+        );
+        // BitsAndBytesConfig's defaults: FP4, no double quantisation, fp32.
+        assert_eq!(
+            quant(r#""quantization_config": {"load_in_4bit": true}"#),
+            Some(Quantization::FourBit {
+                quant_type: QuantType::FP4,
+                double_quant: false,
+                compute_dtype: DType::F32
+            })
+        );
+        assert_eq!(
+            quant(r#""quantization_config": {"load_in_8bit": true}"#),
+            Some(Quantization::EightBit)
+        );
+    }
+
+    #[test]
+    fn the_load_dtype_is_the_configs_else_fp16_for_bitsandbytes() {
+        let dtype = |extra: &str| {
+            parse(&with(extra), "c.json")
+                .map(|m| m.param_dtype)
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        assert_eq!(dtype(r#""torch_dtype": "bfloat16""#), DType::BF16);
+        assert_eq!(dtype(r#""dtype": "float16""#), DType::F16);
+        assert_eq!(dtype(r#""torch_dtype": null"#), DType::F32);
+        assert_eq!(
+            dtype(r#""quantization_config": {"load_in_4bit": true}"#),
+            DType::F16
+        );
+    }
+
+    #[test]
+    fn what_is_not_modelled_is_refused_by_field() {
+        let err = |extra: &str| {
+            parse(&with(extra), "q.json")
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        let e = err(r#""quantization_config": {"quant_method": "gptq", "bits": 4}"#);
+        assert!(
+            e.starts_with("q.json: field `quantization_config.quant_method`"),
+            "{e}"
+        );
+        let e =
+            err(r#""quantization_config": {"load_in_4bit": true, "bnb_4bit_quant_type": "int4"}"#);
+        assert!(
+            e.contains("`quantization_config.bnb_4bit_quant_type`"),
+            "{e}"
+        );
+        let e = err(r#""quantization_config": {"load_in_4bit": true, "load_in_8bit": true}"#);
+        assert!(e.contains("both true"), "{e}");
+        let e = err(
+            r#""quantization_config": {"load_in_4bit": true, "bnb_4bit_quant_storage": "bfloat16"}"#,
+        );
+        assert!(
+            e.contains("`quantization_config.bnb_4bit_quant_storage`"),
+            "{e}"
+        );
+        let e = err(r#""torch_dtype": "float8""#);
+        assert!(e.contains("field `torch_dtype`"), "{e}");
+    }
+}
