@@ -159,7 +159,7 @@ impl Engine {
             None
         };
         let wdq = self.empty(Shape::new(&[out, input]), dtype, Category::Temporary);
-        let y = wdq.and_then(|wdq| {
+        wdq.and_then(|wdq| {
             let y = self.linear(xc, wdq, b);
             // The frame's locals go in order: the absmax (argument) slots,
             // then `absmax_dq`, then `B_dq`.
@@ -169,8 +169,7 @@ impl Engine {
             }
             self.release(wdq);
             y
-        });
-        y
+        })
     }
 
     /// `Linear8bitLt.forward` (nn/modules.py:1180-1194) and
