@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{json, vramscope};
+use common::{json, temp_dir, vramscope};
 
 /// Llama-3-8B's seven projections per layer, as [out, in].
 const LLAMA3_8B: [(u64, u64); 7] = [
@@ -90,4 +90,64 @@ fn the_qlora_preset_shows_fp32_adapters_as_what_trains() {
             .any(|l| l.starts_with("trainable") && l.contains("float32 33.56 MiB")),
         "{out}"
     );
+}
+
+/// A 4-bit MLP written in the module language: `check` refuses a block
+/// size bitsandbytes refuses, at its line and column; a valid one runs, and
+/// its 4-bit layer trains nothing (its weight is frozen) while the plain
+/// head does.
+const MLP4: &str = r#"Scenario(
+    name: "mlp-4bit",
+    description: "a 4-bit MLP",
+    device: (name: "sim", capacity: "1GiB"),
+    model: Modules(
+        input: Features(256),
+        net: Sequential([
+            ("fc1", Linear4bit(in: 256, out: 512, quant_type: NF4, blocksize: BLOCK)),
+            ("act", ReLU),
+            ("fc2", Linear(in: 512, out: 10)),
+        ]),
+    ),
+    model_dtype: BF16,
+    data: (batch: 4),
+    steps: [
+        ZeroGrad(set_to_none: true),
+        LoadBatch(x: "x", y: "y"),
+        Forward(input: "x", output: "out"),
+        Loss(output: "out", target: "y", into: "loss"),
+        Backward(loss: "loss", retain_graph: false),
+        OptimizerStep,
+    ],
+    iterations: 3,
+    expect: [AllocatedFlat, NoOom],
+)
+"#;
+
+#[test]
+fn a_4bit_layer_in_a_scenario_is_checked_and_runs() {
+    let dir = temp_dir("mlp-4bit");
+    let write = |block: &str| {
+        let path = dir.join(format!("mlp-{block}.ron"));
+        std::fs::write(&path, MLP4.replace("BLOCK", block)).expect("write");
+        path.to_str().expect("utf-8").to_string()
+    };
+    let bad = write("100");
+    let (code, _, err) = vramscope(&["check", &bad]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!("{bad}:8:")) && err.contains("fc1: blocksize: blocksize 100"),
+        "{err}"
+    );
+    let good = write("128");
+    let (code, out, err) = vramscope(&["run", &good, "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(json(&out)["error"].is_null(), "{out}");
+    let (code, out, err) = vramscope(&["model", &good, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    // fc1's 256 × 512 values + 512 bias, fc2's 512 × 10 + 10; only the
+    // bias of fc1 and fc2 train (bitsandbytes freezes the 4-bit weight).
+    assert_eq!(v["parameters"], 256 * 512 + 512 + 512 * 10 + 10);
+    assert_eq!(v["trainable_parameters"], 512 + 512 * 10 + 10);
+    assert_eq!(v["bytes_by_dtype"]["nf4 packed (uint8)"], 256 * 512 / 2);
 }
