@@ -523,9 +523,20 @@ impl Module {
                 kv_heads,
                 head_dim,
                 rotary: uses_rotary,
+                sdpa,
                 ..
             } => {
                 heads(*h, *kv_heads)?;
+                let kv = kv_heads.unwrap_or(*h);
+                if *sdpa == Some(SdpaBackend::Efficient) && kv < *h {
+                    return Err((
+                        Some("sdpa"),
+                        Problem::EfficientGqa {
+                            heads: *h,
+                            kv_heads: kv,
+                        },
+                    ));
+                }
                 let d = nonzero_head_dim(*hidden, *h, *head_dim)?;
                 if *uses_rotary {
                     if !d.is_multiple_of(2) {
