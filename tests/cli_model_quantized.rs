@@ -151,3 +151,35 @@ fn a_4bit_layer_in_a_scenario_is_checked_and_runs() {
     assert_eq!(v["trainable_parameters"], 512 + 512 * 10 + 10);
     assert_eq!(v["bytes_by_dtype"]["nf4 packed (uint8)"], 256 * 512 / 2);
 }
+
+/// bitsandbytes before 0.43.2 kept each 4-bit layer's input on `ctx`
+/// (`bnb_keeps_input`): `vramscope model` on the built-in QLoRA scenario
+/// with the switch says so, per projection. Per decoder layer and token,
+/// the inputs kept are the bf16 casts that Linear4bit makes of the fp32
+/// norm outputs (q, k, v each their own; gate and up each their own), the
+/// bf16 attention output o_proj takes, and the bf16 [I] product down_proj
+/// takes: (6 · H + I) · 2 bytes.
+#[test]
+fn old_bitsandbytes_keeps_every_4bit_input_and_the_model_view_says_so() {
+    let builtin = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/qlora-finetune.ron");
+    let text = std::fs::read_to_string(builtin).expect("built-in");
+    let dir = temp_dir("qlora-keeps");
+    let saved = |text: &str| {
+        let path = dir.join("q.ron");
+        std::fs::write(&path, text).expect("write");
+        let (code, out, err) = vramscope(&["model", path.to_str().expect("utf-8"), "--json"]);
+        assert_eq!(code, 0, "{err}");
+        json(&out)["saved_bytes_per_sample"]
+            .as_u64()
+            .expect("saved")
+    };
+    let now = saved(&text);
+    let old = text.replacen(
+        "    env: {",
+        "    engine: (bnb_keeps_input: true),\n    env: {",
+        1,
+    );
+    assert_ne!(old, text);
+    let (t, h, i, layers) = (512u64, 896u64, 4864u64, 24u64);
+    assert_eq!(saved(&old) - now, layers * t * (6 * h + i) * 2);
+}

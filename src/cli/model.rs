@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use serde_json::json;
 use vramscope::alloc::format_size;
 use vramscope::engine::summary::ModelSummary;
-use vramscope::engine::{Evidence, ModelConfig, PRESET_CATALOGUE};
+use vramscope::engine::{EngineConfig, Evidence, ModelConfig, PRESET_CATALOGUE};
 use vramscope::scenario::{builtin, resolve, ModelSpec};
 use vramscope::units::format_count;
 
@@ -43,8 +43,9 @@ pub fn list(json_out: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The model SPEC names and what checks its figures.
-fn model_of(spec: &str) -> Result<(ModelConfig, String), BadInput> {
+/// The model SPEC names, what checks its figures, and (for a scenario) its
+/// engine switches.
+fn model_of(spec: &str) -> Result<(ModelConfig, String, Option<EngineConfig>), BadInput> {
     let evidence_of = |name: &str| {
         PRESET_CATALOGUE
             .iter()
@@ -53,12 +54,12 @@ fn model_of(spec: &str) -> Result<(ModelConfig, String), BadInput> {
     };
     let said = |e: Evidence| e.sentence();
     if let Some(cfg) = ModelConfig::preset(spec) {
-        return Ok((cfg, said(evidence_of(spec))));
+        return Ok((cfg, said(evidence_of(spec)), None));
     }
     if spec.ends_with(".json") {
         let cfg = vramscope::engine::hf_config::read(std::path::Path::new(spec))
             .map_err(|e| BadInput(e.to_string()))?;
-        return Ok((cfg, said(Evidence::SourceOnly)));
+        return Ok((cfg, said(Evidence::SourceOnly), None));
     }
     let (scenario, built) = resolve(spec).map_err(|e| {
         BadInput(format!(
@@ -79,12 +80,13 @@ fn model_of(spec: &str) -> Result<(ModelConfig, String), BadInput> {
         }
         _ => said(Evidence::SourceOnly),
     };
-    Ok((built.model, evidence))
+    Ok((built.model, evidence, Some(built.engine)))
 }
 
 pub fn show(spec: &str, json_out: bool) -> anyhow::Result<ExitCode> {
-    let (cfg, evidence) = model_of(spec)?;
-    let s = ModelSummary::measure(&cfg).map_err(|e| BadInput(format!("{spec}: {e}")))?;
+    let (cfg, evidence, engine) = model_of(spec)?;
+    let s = ModelSummary::measure_with(&cfg, engine.unwrap_or_default())
+        .map_err(|e| BadInput(format!("{spec}: {e}")))?;
     if json_out {
         let mut v = serde_json::to_value(&s)?;
         v["model"] = json!(spec);

@@ -54,11 +54,18 @@ impl ModelSummary {
     /// Build `model` on a simulated device large enough for it, run
     /// `x = next(batches); out = model(x)` at batch 1, and read the result.
     pub fn measure(model: &ModelConfig) -> Result<ModelSummary> {
+        ModelSummary::measure_with(model, EngineConfig::default())
+    }
+
+    /// As [`ModelSummary::measure`], under a scenario's engine switches
+    /// (which change what is saved: `hf_rmsnorm`, `bnb_keeps_input`, …).
+    pub fn measure_with(model: &ModelConfig, engine: EngineConfig) -> Result<ModelSummary> {
         let mut cfg = model.clone();
         cfg.batch = 1;
         let engine_cfg = EngineConfig {
             device_bytes: 1 << 50,
-            ..EngineConfig::default()
+            device_overhead: 0,
+            ..engine
         };
         let mut e = Engine::new(engine_cfg, &cfg, &OptimizerConfig::default())?;
         let program = Program {
