@@ -36,6 +36,21 @@ pub const DYNAMIC_MAP_VALUES: u64 = 256;
 /// The block sizes `quantize_4bit` takes (functional.py:920-921).
 pub const BLOCKSIZES: [u64; 8] = [32, 64, 128, 256, 512, 1024, 2048, 4096];
 
+/// The rows up to which bitsandbytes 0.50's CUDA `gemm_4bit` may take its
+/// fused kernel (`_gemm_4bit_custom_max_m`, backends/cuda/ops.py:926).
+pub const FUSED_MAX_ROWS: u64 = 1536;
+
+/// Engine switch `bnb_gemm_4bit`: how `MatMul4Bit.forward` multiplies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum BnbGemm4bit {
+    /// Dequantise the weight, then `F.linear` (every release before 0.50;
+    /// 0.50's fallback past 1,536 rows or where its per-GPU table says so).
+    #[default]
+    Dequantize,
+    /// 0.50's fused kernel at up to 1,536 rows: only the output is made.
+    Fused,
+}
+
 /// `bnb_4bit_quant_type` / `Linear4bit(quant_type=…)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum QuantType {

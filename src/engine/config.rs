@@ -123,6 +123,9 @@ pub struct EngineConfig {
     /// needs it, so every frozen 4-bit layer's input lived as long as the
     /// graph (models.md §13.3).
     pub bnb_keeps_input: bool,
+    /// bitsandbytes 0.50's 4-bit GEMM path (models.md §13.2): `Dequantize`
+    /// (the default) or `Fused` at up to 1,536 rows.
+    pub bnb_gemm_4bit: crate::engine::bnb::BnbGemm4bit,
     /// None: derived as models.md §4.4 says (cuDNN first from 2.11 on sm90
     /// and later, with the default cu130 wheel's cuDNN 9.17).
     pub sdpa_priority: Option<SdpaPriority>,
@@ -156,6 +159,7 @@ impl Default for EngineConfig {
             peft_upcast_adapters: true,
             hf_use_cache: false,
             bnb_keeps_input: false,
+            bnb_gemm_4bit: crate::engine::bnb::BnbGemm4bit::Dequantize,
             sdpa_priority: None,
         }
     }

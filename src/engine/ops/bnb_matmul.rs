@@ -6,7 +6,7 @@
 //! attributes (`ctx.tensors`), which live as long as its Node, not until
 //! its backward has run, and which a checkpoint region cannot drop.
 
-use super::super::bnb::{blocks, Quant4, QuantLayer};
+use super::super::bnb::{blocks, BnbGemm4bit, Quant4, QuantLayer, FUSED_MAX_ROWS};
 use super::super::dtype::DType;
 use super::super::error::{EngineError, Result};
 use super::super::shape::Shape;
@@ -144,6 +144,18 @@ impl Engine {
         dtype: DType,
         q4: &Quant4,
     ) -> Result<TensorId> {
+        let xs = self.shape(xc);
+        let rows = xs.numel() / input.max(1);
+        if self.cfg.bnb_gemm_4bit == BnbGemm4bit::Fused && rows <= FUSED_MAX_ROWS {
+            // `_gemm_4bit_kernel_impl` (ops.py:846-916): the output, the
+            // bias added in the kernel.
+            // (No kernel is launched for it on a real GPU run: its work is
+            // counted, its memory is the output's.)
+            let y = self.act(xs.with_last(out), dtype)?;
+            let matmul = crate::engine::work::FlopKind::Matmul;
+            self.count_gemm(matmul, xc, xs.numel() / input.max(1) * out, input);
+            return Ok(y);
+        }
         let nested = if q4.double_quant {
             let len = Shape::new(&[blocks(out * input, q4.blocksize)]);
             let dq = self.empty(len, DType::F32, Category::Temporary)?;

@@ -248,3 +248,40 @@ fn eight_bit_loading_spares_the_head() {
     assert_eq!(int8, 24 * 7);
     assert_eq!(e.num_params(), 494_032_768);
 }
+
+/// bitsandbytes 0.50's fused 4-bit GEMM (`bnb_gemm_4bit: Fused`) at up to
+/// 1,536 rows makes only the output; past that it dequantises as before.
+#[test]
+fn the_fused_4bit_gemm_makes_no_weight_temporary_up_to_1536_rows() {
+    use super::super::bnb::BnbGemm4bit;
+    let (o, i) = (2048u64, 1024u64);
+    for (rows, fused) in [(1536u64, true), (1537, false)] {
+        let cfg = EngineConfig {
+            bnb_gemm_4bit: BnbGemm4bit::Fused,
+            ..h100()
+        };
+        let mut e = Engine::bare(cfg).expect("engine");
+        e.param_dtype = DType::BF16;
+        let mut params = Vec::new();
+        let q = super::super::bnb::Quant4 {
+            quant_type: QuantType::NF4,
+            blocksize: 64,
+            double_quant: false,
+            compute_dtype: Some(DType::BF16),
+        };
+        let l = e
+            .new_quant_linear("fc", i, o, false, QuantLayer::FourBit(q), &mut params)
+            .expect("linear");
+        let x = input(&mut e, &[rows, i], DType::BF16);
+        e.take_events();
+        let y = e.linear(x, l.w, None).expect("forward");
+        let r = requests(&e.take_events());
+        let out = (rows * o * 2) as i64;
+        if fused {
+            assert_eq!(r, vec![out], "{rows} rows");
+        } else {
+            assert_eq!(&r[..2], &[(o * i * 2) as i64, out], "{rows} rows");
+        }
+        e.keep(y);
+    }
+}
