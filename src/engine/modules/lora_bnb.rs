@@ -2,7 +2,7 @@
 //! models.md §13.5): `Linear4bit.forward` (bnb.py:513-566) clones the base
 //! layer's result ("defensively", for autograd on a manipulated view), then
 //! adds `lora_B(lora_A(dropout(x))) * scaling` cast to the result's dtype
-//! first (outside autocast); `Linear8bitLt.forward` (bnb.py:246-285) does
+//! first (outside autocast); `Linear8bitLt.forward` (bnb.py:237-282) does
 //! the same without the clone. The adapters are fp32: PEFT does not cast
 //! them to an integer base's dtype (`_move_adapter_to_device_of_base_layer`,
 //! tuners_utils.py:2182-2186).

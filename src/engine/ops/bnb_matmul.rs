@@ -87,9 +87,9 @@ impl Engine {
         }
     }
 
-    /// `MatMul4Bit.forward` (autograd/_functions.py:300-356) on the
+    /// `MatMul4Bit.forward` (autograd/_functions.py:300-362) on the
     /// dequantise-then-`F.linear` path (`_dequant_linear_fallback`,
-    /// backends/cuda/ops.py): under double quantisation the absmax is
+    /// backends/cuda/ops.py:904-916): under double quantisation the absmax is
     /// dequantised (fp32, then `+ offset`, a second fp32), then the weight
     /// [out, in] in the compute dtype, then `F.linear`; the three go as the
     /// call returns. bitsandbytes 0.50 takes a fused kernel instead for at
@@ -147,7 +147,7 @@ impl Engine {
         let xs = self.shape(xc);
         let rows = xs.numel() / input.max(1);
         if self.cfg.bnb_gemm_4bit == BnbGemm4bit::Fused && rows <= FUSED_MAX_ROWS {
-            // `_gemm_4bit_kernel_impl` (ops.py:846-916): the output, the
+            // `_gemm_4bit_kernel_impl` (ops.py:846-901): the output, the
             // bias added in the kernel.
             // (No kernel is launched for it on a real GPU run: its work is
             // counted, its memory is the output's.)
@@ -277,7 +277,7 @@ impl Engine {
 
     /// The gradient `MatMul4Bit` / `MatMul8bitLt.backward` gives their input
     /// `A` (the incoming gradient `g` in the compute dtype): 4-bit
-    /// (autograd/_functions.py:358-380) dequantises again — the absmax under
+    /// (autograd/_functions.py:364-386) dequantises again — the absmax under
     /// double quantisation (fp32, gone as `dequantize_4bit` returns,
     /// functional.py:1052-1070), the weight in the dtype it was quantised
     /// from, a copy in the gradient's dtype when they differ — then
