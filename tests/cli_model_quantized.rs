@@ -183,3 +183,18 @@ fn old_bitsandbytes_keeps_every_4bit_input_and_the_model_view_says_so() {
     let (t, h, i, layers) = (512u64, 896u64, 4864u64, 24u64);
     assert_eq!(saved(&old) - now, layers * t * (6 * h + i) * 2);
 }
+
+/// Llama-3-8B QLoRA as PEFT prints it: LoRA r 16 on the seven projections
+/// adds r · (in + out) per projection, 32 layers (the figure PEFT's
+/// `print_trainable_parameters` gives for this recipe, 41,943,040, with
+/// transformers' 8,030,261,248 for the base).
+#[test]
+fn llama_3_8b_qlora_counts_as_peft_prints_it() {
+    let (code, out, err) = vramscope(&["model", "llama-3-8b-qlora", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    let adapters: u64 = 32 * LLAMA3_8B.iter().map(|(o, i)| 16 * (o + i)).sum::<u64>();
+    assert_eq!(adapters, 41_943_040);
+    assert_eq!(v["trainable_parameters"], adapters);
+    assert_eq!(v["parameters"], 8_030_261_248 + adapters);
+}
