@@ -81,6 +81,8 @@ fn list_names_every_preset_and_how_it_is_checked() {
             "mistral-7b",
             "qwen2.5-0.5b",
             "qwen2.5-0.5b-lora",
+            "qwen2.5-0.5b-qlora",
+            "llama-3-8b-qlora",
             "bert-base"
         ]
     );

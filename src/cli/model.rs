@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use serde_json::json;
 use vramscope::alloc::format_size;
 use vramscope::engine::summary::ModelSummary;
-use vramscope::engine::{Evidence, ModelConfig, PRESET_CATALOGUE};
+use vramscope::engine::{EngineConfig, Evidence, ModelConfig, PRESET_CATALOGUE};
 use vramscope::scenario::{builtin, resolve, ModelSpec};
 use vramscope::units::format_count;
 
@@ -43,9 +43,10 @@ pub fn list(json_out: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The model SPEC names, what checks its figures, and what it assumes or
-/// leaves out (a config.json family's notes, a mixture of experts' routing).
-fn model_of(spec: &str) -> Result<(ModelConfig, String, Vec<String>), BadInput> {
+/// The model SPEC names, what checks its figures, what it assumes or leaves
+/// out (a config.json family's notes, a mixture of experts' routing), and
+/// (for a scenario) its engine switches.
+fn model_of(spec: &str) -> Result<Model, BadInput> {
     let evidence_of = |name: &str| {
         PRESET_CATALOGUE
             .iter()
@@ -54,13 +55,13 @@ fn model_of(spec: &str) -> Result<(ModelConfig, String, Vec<String>), BadInput> 
     };
     let said = |e: Evidence| e.sentence();
     if let Some(cfg) = ModelConfig::preset(spec) {
-        return Ok((cfg, said(evidence_of(spec)), Vec::new()));
+        return Ok((cfg, said(evidence_of(spec)), Vec::new(), None));
     }
     if spec.ends_with(".json") {
         let (cfg, notes) =
             vramscope::engine::hf_config::read_with_notes(std::path::Path::new(spec))
                 .map_err(|e| BadInput(e.to_string()))?;
-        return Ok((cfg, said(Evidence::SourceOnly), notes));
+        return Ok((cfg, said(Evidence::SourceOnly), notes, None));
     }
     let (scenario, built) = resolve(spec).map_err(|e| {
         BadInput(format!(
@@ -87,12 +88,16 @@ fn model_of(spec: &str) -> Result<(ModelConfig, String, Vec<String>), BadInput> 
         .iter()
         .map(|a| format!("data-dependent, as the scenario states it: {a}"))
         .collect();
-    Ok((built.model, evidence, notes))
+    Ok((built.model, evidence, notes, Some(built.engine)))
 }
 
+/// A model, what checks its figures, its notes and its engine switches.
+type Model = (ModelConfig, String, Vec<String>, Option<EngineConfig>);
+
 pub fn show(spec: &str, json_out: bool) -> anyhow::Result<ExitCode> {
-    let (cfg, evidence, notes) = model_of(spec)?;
-    let s = ModelSummary::measure(&cfg).map_err(|e| BadInput(format!("{spec}: {e}")))?;
+    let (cfg, evidence, notes, engine) = model_of(spec)?;
+    let s = ModelSummary::measure_with(&cfg, engine.unwrap_or_default())
+        .map_err(|e| BadInput(format!("{spec}: {e}")))?;
     if json_out {
         let mut v = serde_json::to_value(&s)?;
         v["model"] = json!(spec);
@@ -123,6 +128,14 @@ pub fn show(spec: &str, json_out: bool) -> anyhow::Result<ExitCode> {
         .map(|(d, b)| format!("{d} {}", format_size(*b)))
         .collect();
     sayln!("parameters + buffers  {}", dtypes.join(", "));
+    if s.trainable_parameters > 0 && s.trainable_parameters < s.parameters {
+        let trainable: Vec<String> = s
+            .trainable_bytes_by_dtype
+            .iter()
+            .map(|(d, b)| format!("{d} {}", format_size(*b)))
+            .collect();
+        sayln!("trainable             {}", trainable.join(", "));
+    }
     sayln!(
         "saved activations     {} per sample (input {:?})",
         format_size(s.saved_bytes_per_sample),

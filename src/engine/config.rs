@@ -123,6 +123,14 @@ pub struct EngineConfig {
     /// tensor, so SDPA gets (and saves) copies. The cache's own hold on them
     /// after the layer, until the output goes, is not modelled.
     pub hf_use_cache: bool,
+    /// bitsandbytes before 0.43.2 (PR #1270, July 2024): `MatMul4Bit` kept
+    /// its input `A` on `ctx` (`ctx.tensors = (A, B)`) though no gradient
+    /// needs it, so every frozen 4-bit layer's input lived as long as the
+    /// graph (models.md §13.3).
+    pub bnb_keeps_input: bool,
+    /// bitsandbytes 0.50's 4-bit GEMM path (models.md §13.2): `Dequantize`
+    /// (the default) or `Fused` at up to 1,536 rows.
+    pub bnb_gemm_4bit: crate::engine::bnb::BnbGemm4bit,
     /// None: derived as models.md §4.4 says (cuDNN first from 2.11 on sm90
     /// and later, with the default cu130 wheel's cuDNN 9.17).
     pub sdpa_priority: Option<SdpaPriority>,
@@ -156,6 +164,8 @@ impl Default for EngineConfig {
             hf_causal_loss: HfCausalLoss::default(),
             peft_upcast_adapters: true,
             hf_use_cache: false,
+            bnb_keeps_input: false,
+            bnb_gemm_4bit: crate::engine::bnb::BnbGemm4bit::Dequantize,
             sdpa_priority: None,
         }
     }

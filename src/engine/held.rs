@@ -321,6 +321,19 @@ impl Engine {
                         storage: s.storage,
                         is_output: s.is_output,
                     })
+                    // A custom Function's `ctx` attributes (bitsandbytes'
+                    // `ctx.tensors`): held by the Node as saved tensors are.
+                    .chain(n.ctx_attrs.iter().map(|t| {
+                        let x = &self.tensors[t.0];
+                        SavedInfo {
+                            name: "ctx.tensors",
+                            shape: x.shape.to_vec(),
+                            dtype: x.dtype,
+                            bytes: x.shape.numel().saturating_mul(x.dtype.size()),
+                            storage: Some(x.storage),
+                            is_output: false,
+                        }
+                    }))
                     .collect(),
                 next: n
                     .inputs

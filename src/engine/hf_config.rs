@@ -203,16 +203,32 @@ pub fn parse_with_notes(
     };
     match model_type {
         "llama" | "mistral" | "qwen2" => {
-            decoder(&f).map(|lm| (ModelConfig::causal_lm(&lm), Vec::new()))
+            let lm = decoder(&f)?;
+            let mut m = ModelConfig::causal_lm(&lm);
+            m.param_dtype = super::hf_quant::load_dtype(map, file, lm.quantization.is_some())?;
+            Ok((m, Vec::new()))
         }
         "gpt2" => gpt2(&f).map(|m| (m, Vec::new())),
-        t if families::FAMILIES.contains(&t) => families::read(&f).map(|fam| {
-            let m = ModelConfig {
-                loss: super::presets::LossKind::HfCausalLm,
-                ..ModelConfig::modules(fam.model, 1)
-            };
-            (m, fam.notes)
-        }),
+        t if families::FAMILIES.contains(&t) => {
+            if super::hf_quant::quantization(map, file)?.is_some() {
+                return Err(HfConfigError::Bad {
+                    file: file.into(),
+                    field: "quantization_config",
+                    message: format!(
+                        "a quantized {t} is not modelled (bitsandbytes is, for llama, mistral and qwen2)"
+                    ),
+                });
+            }
+            let param_dtype = super::hf_quant::load_dtype(map, file, false)?;
+            families::read(&f).map(|fam| {
+                let m = ModelConfig {
+                    loss: super::presets::LossKind::HfCausalLm,
+                    param_dtype,
+                    ..ModelConfig::modules(fam.model, 1)
+                };
+                (m, fam.notes)
+            })
+        }
         other => Err(HfConfigError::Unsupported {
             file: file.into(),
             model_type: short(other),
@@ -258,6 +274,8 @@ fn decoder(f: &Fields) -> Result<DecoderLm, HfConfigError> {
         qkv_bias,
         seq,
         lora: None,
+        quantization: super::hf_quant::quantization(f.map, f.file)?,
+        kbit_training: false,
     })
 }
 

@@ -19,6 +19,7 @@
 pub mod amp;
 pub mod autograd;
 pub mod bindings;
+pub mod bnb;
 pub mod config;
 pub mod conv_workspace;
 pub mod dtype;
@@ -29,6 +30,7 @@ pub mod events;
 pub mod held;
 mod held_walk;
 pub mod hf_config;
+mod hf_quant;
 pub mod hf_switches;
 mod input_grad;
 mod keep;
@@ -158,6 +160,8 @@ pub struct Engine {
     pub(crate) launch_stats: LaunchStats,
     /// The kernels' arithmetic and traffic so far, for time estimates.
     pub(crate) work: work::WorkTally,
+    /// bitsandbytes' quantised weights (`bnb.rs`).
+    pub(crate) bnb: bnb::BnbState,
     /// Tests: every launch checked against the allocator's blocks first.
     #[cfg(test)]
     pub(crate) launch_violations: Option<Vec<String>>,
@@ -220,6 +224,7 @@ impl Engine {
             launcher: None,
             launch_stats: LaunchStats::default(),
             work: work::WorkTally::default(),
+            bnb: bnb::BnbState::default(),
             #[cfg(test)]
             launch_violations: None,
         })

@@ -235,7 +235,17 @@ impl ModelConfig {
             "lstm-lm-medium" => ModelConfig::lstm_lm_medium(),
             "resnet18" | "resnet-basic" => ModelConfig::resnet18(32),
             "bert-base" => ModelConfig::modules(super::presets_hf::bert_base().to_lang(), 32),
-            _ => ModelConfig::causal_lm(&super::presets_hf::decoder_preset(name)?),
+            _ => {
+                let lm = super::presets_hf::decoder_preset(name)?;
+                let mut m = ModelConfig::causal_lm(&lm);
+                if lm.quantization.is_some() {
+                    // `from_pretrained(…, torch_dtype=torch.bfloat16)`: what
+                    // is not quantised loads in bf16 (then fp32 by
+                    // `prepare_model_for_kbit_training`).
+                    m.param_dtype = DType::BF16;
+                }
+                m
+            }
         })
     }
 }
@@ -309,7 +319,7 @@ pub struct PresetInfo {
 }
 
 /// Every preset, in the order they are listed.
-pub const PRESET_CATALOGUE: [PresetInfo; 15] = [
+pub const PRESET_CATALOGUE: [PresetInfo; 17] = [
     PresetInfo {
         name: "mlp-mnist",
         about: "784 → 1024 → 1024 → 10 MLP, ReLU, cross-entropy, batch 256",
@@ -415,6 +425,16 @@ pub const PRESET_CATALOGUE: [PresetInfo; 15] = [
             scenario: "llama-lora-finetune",
             conditions: Some("transformers' use_cache k/v copies in training (hf_use_cache)"),
         },
+    },
+    PresetInfo {
+        name: "qwen2.5-0.5b-qlora",
+        about: "qwen2.5-0.5b loaded in 4-bit NF4 (double quant, bf16 compute), prepare_model_for_kbit_training, LoRA r 16 on all seven projections",
+        evidence: Evidence::SourceOnly,
+    },
+    PresetInfo {
+        name: "llama-3-8b-qlora",
+        about: "llama-3-8b loaded in 4-bit NF4 (double quant, bf16 compute), prepare_model_for_kbit_training, LoRA r 16 on all seven projections",
+        evidence: Evidence::SourceOnly,
     },
     PresetInfo {
         name: "bert-base",

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::bnb::{QuantType, Quantization};
 use super::model_lang::{LangModel, ModelInput, Module};
 
 /// A Llama-family causal LM (`LlamaForCausalLM` and its copies).
@@ -28,6 +29,12 @@ pub struct DecoderLm {
     /// `get_peft_model(model, LoraConfig(...))`.
     #[serde(default)]
     pub lora: Option<LoraSpec>,
+    /// `quantization_config` (bitsandbytes, models.md §13).
+    #[serde(default)]
+    pub quantization: Option<Quantization>,
+    /// `prepare_model_for_kbit_training(model)` before LoRA (§13.4).
+    #[serde(default)]
+    pub kbit_training: bool,
 }
 
 impl DecoderLm {
@@ -99,11 +106,20 @@ pub(crate) fn decoder_preset(name: &str) -> Option<DecoderLm> {
         qkv_bias: false,
         seq: 2048,
         lora: None,
+        quantization: None,
+        kbit_training: false,
     };
     Some(match name {
         "tinyllama-1.1b" => lm(2048, 5632, 22, 32, 4, 32_000, false),
         "llama-3.2-1b" => lm(2048, 8192, 16, 32, 8, 128_256, true),
         "llama-3-8b" => lm(4096, 14_336, 32, 32, 8, 128_256, false),
+        "llama-3-8b-qlora" => qlora(lm(4096, 14_336, 32, 32, 8, 128_256, false)),
+        "qwen2.5-0.5b-qlora" => {
+            let mut m = lm(896, 4864, 24, 14, 2, 151_936, true);
+            m.qkv_bias = true;
+            m.seq = 1024;
+            qlora(m)
+        }
         "mistral-7b" => lm(4096, 14_336, 32, 32, 8, 32_000, false),
         "qwen2.5-0.5b" | "qwen2.5-0.5b-lora" => {
             let mut m = lm(896, 4864, 24, 14, 2, 151_936, true);
@@ -122,6 +138,29 @@ pub(crate) fn decoder_preset(name: &str) -> Option<DecoderLm> {
         }
         _ => return None,
     })
+}
+
+/// The QLoRA recipe (models.md §13.6): `BitsAndBytesConfig(load_in_4bit=True,
+/// bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+/// bnb_4bit_compute_dtype=torch.bfloat16)`, `prepare_model_for_kbit_training`,
+/// then LoRA r 16, alpha 32, dropout 0.05 on every Linear but the head
+/// (PEFT's `target_modules="all-linear"`, which its `tuners_utils.py:2430-2433`
+/// says it took from the QLoRA repository; PEFT's per-model default would
+/// be q_proj and v_proj only, `utils/constants.py:85`).
+fn qlora(mut m: DecoderLm) -> DecoderLm {
+    m.quantization = Some(Quantization::FourBit {
+        quant_type: QuantType::NF4,
+        double_quant: true,
+        compute_dtype: crate::engine::dtype::DType::BF16,
+    });
+    m.kbit_training = true;
+    m.lora = Some(LoraSpec {
+        r: 16,
+        alpha: 32.0,
+        dropout: 0.05,
+        target_modules: LORA_TARGETS.iter().map(|t| t.to_string()).collect(),
+    });
+    m
 }
 
 /// `bert-base-uncased` with a 2-label classification head, T = 128.
@@ -196,6 +235,8 @@ impl DecoderLm {
             freeze: Vec::new(),
             dtypes: Vec::new(),
             lora: self.lora.clone(),
+            quantization: self.quantization.clone(),
+            kbit_training: self.kbit_training,
         }
     }
 }
@@ -255,6 +296,8 @@ impl BertSpec {
             freeze: Vec::new(),
             dtypes: Vec::new(),
             lora: None,
+            quantization: None,
+            kbit_training: false,
         }
     }
 }

@@ -34,8 +34,12 @@ pub struct ModelSummary {
     /// Buffer tensors (BatchNorm running statistics and counters).
     pub buffers: u64,
     pub buffer_bytes: u64,
-    /// Parameter and buffer bytes by dtype (`float32`, `int64`, …).
+    /// Parameter and buffer bytes by dtype (`float32`, `int64`, …); a
+    /// bitsandbytes weight under its format (`nf4 packed (uint8)`, `int8`)
+    /// and its quantisation state under `quant state`.
     pub bytes_by_dtype: BTreeMap<String, u64>,
+    /// The trainable parameters' bytes by dtype.
+    pub trainable_bytes_by_dtype: BTreeMap<String, u64>,
     /// Saved-for-backward activation bytes after one forward at batch 1.
     pub saved_bytes_per_sample: u64,
     /// Inputs that checkpoint regions keep for their recomputation (not
@@ -50,11 +54,18 @@ impl ModelSummary {
     /// Build `model` on a simulated device large enough for it, run
     /// `x = next(batches); out = model(x)` at batch 1, and read the result.
     pub fn measure(model: &ModelConfig) -> Result<ModelSummary> {
+        ModelSummary::measure_with(model, EngineConfig::default())
+    }
+
+    /// As [`ModelSummary::measure`], under a scenario's engine switches
+    /// (which change what is saved: `hf_rmsnorm`, `bnb_keeps_input`, …).
+    pub fn measure_with(model: &ModelConfig, engine: EngineConfig) -> Result<ModelSummary> {
         let mut cfg = model.clone();
         cfg.batch = 1;
         let engine_cfg = EngineConfig {
             device_bytes: 1 << 50,
-            ..EngineConfig::default()
+            device_overhead: 0,
+            ..engine
         };
         let mut e = Engine::new(engine_cfg, &cfg, &OptimizerConfig::default())?;
         let program = Program {
@@ -79,10 +90,11 @@ impl Engine {
     fn summary(&self) -> ModelSummary {
         let mut rows: FxHashMap<String, ModuleRow> = FxHashMap::default();
         let mut by_dtype: BTreeMap<String, u64> = BTreeMap::new();
+        let mut trainable_by_dtype: BTreeMap<String, u64> = BTreeMap::new();
         let (mut total, mut trainable) = (0, 0);
         let params = self.parameters();
         for &p in &params {
-            let n = self.shape(p).numel();
+            let n = self.param_numel(p);
             let train = if self.requires_grad(p) { n } else { 0 };
             total += n;
             trainable += train;
@@ -90,7 +102,14 @@ impl Engine {
             let row = ModelSummary::row(&mut rows, &path);
             row.parameters += n;
             row.trainable_parameters += train;
-            *by_dtype.entry(dtype_name(self.dtype(p))).or_default() += self.nbytes(p);
+            let (name, state) = self.param_format(p);
+            *by_dtype.entry(name.clone()).or_default() += self.nbytes(p);
+            if state > 0 {
+                *by_dtype.entry(QUANT_STATE.to_string()).or_default() += state;
+            }
+            if train > 0 {
+                *trainable_by_dtype.entry(name).or_default() += self.nbytes(p);
+            }
         }
         let buffers: Vec<_> = self
             .model
@@ -140,6 +159,7 @@ impl Engine {
             buffers: buffers.len() as u64,
             buffer_bytes,
             bytes_by_dtype: by_dtype,
+            trainable_bytes_by_dtype: trainable_by_dtype,
             saved_bytes_per_sample: saved_total,
             checkpoint_input_bytes,
             sample_input,
@@ -179,4 +199,26 @@ fn display(path: &str) -> String {
 
 fn dtype_name(d: DType) -> String {
     d.torch_name().to_string()
+}
+
+/// The bytes-per-dtype key of a bitsandbytes weight's quantisation state.
+pub const QUANT_STATE: &str = "quant state";
+
+impl Engine {
+    /// A parameter's format for the bytes-per-dtype table, and the bytes of
+    /// its quantisation state (0 for a plain parameter).
+    fn param_format(&self, p: super::tensor::TensorId) -> (String, u64) {
+        use super::bnb::QuantLayer;
+        match self.bnb.weights.get(&p) {
+            None => (dtype_name(self.dtype(p)), 0),
+            Some(q) => {
+                let state = q.state.iter().map(|t| self.nbytes(*t)).sum();
+                let name = match q.layer {
+                    QuantLayer::FourBit(q4) => format!("{} packed (uint8)", q4.quant_type.name()),
+                    QuantLayer::EightBit => "int8".to_string(),
+                };
+                (name, state)
+            }
+        }
+    }
 }

@@ -210,6 +210,8 @@ pub(crate) fn model_config(s: &Scenario) -> Result<ModelConfig, BuildError> {
             freeze,
             dtypes,
             lora,
+            quantization,
+            kbit_training,
         } => ModelConfig::modules(
             LangModel {
                 input: input.clone(),
@@ -217,6 +219,8 @@ pub(crate) fn model_config(s: &Scenario) -> Result<ModelConfig, BuildError> {
                 freeze: freeze.clone(),
                 dtypes: dtypes.clone(),
                 lora: lora.clone(),
+                quantization: quantization.clone(),
+                kbit_training: *kbit_training,
             },
             32,
         ),

@@ -172,6 +172,13 @@ pub enum ModelSpec {
         /// PEFT LoRA on the projections named in `target_modules`.
         #[serde(default)]
         lora: Option<crate::engine::presets_hf::LoraSpec>,
+        /// `from_pretrained(…, quantization_config=BitsAndBytesConfig(…))`:
+        /// every Linear but the head becomes a bitsandbytes layer.
+        #[serde(default)]
+        quantization: Option<crate::engine::bnb::Quantization>,
+        /// PEFT's `prepare_model_for_kbit_training(model)` before LoRA.
+        #[serde(default)]
+        kbit_training: bool,
     },
     /// A Hugging Face `config.json` (model_type llama, mistral, qwen2,
     /// gpt2), relative to the scenario's folder or the working directory.

@@ -94,6 +94,7 @@ static BUILTINS: &[BuiltIn] = builtins![
     "deep-mlp-checkpoint",
     "deep-mlp-checkpoint-segments",
     "llama-lora-finetune",
+    "qlora-finetune",
     "handwritten-transformer",
     "moe-small",
     "peak-inside-step",

@@ -492,6 +492,21 @@ impl Engine {
                     outs.push(Out::Ready(0, t));
                 }
             }
+            BwdKind::Bnb(bnb) => {
+                // `grad_bias = grad_output.sum(0)` first, then `grad_A`.
+                if ninputs > 1 && needs(self, 1) {
+                    let m = self.nodes[n.0].inputs[1];
+                    let t = self.empty(m.shape, m.dtype, Category::Gradient)?;
+                    self.k_grad_from(g0, t);
+                    outs.push(Out::Ready(1, t));
+                }
+                if needs(self, 0) {
+                    let m = self.nodes[n.0].inputs[0];
+                    let t = self.bnb_input_grad(bnb, m.shape, m.dtype, g0)?;
+                    self.k_grad_from(g0, t);
+                    outs.insert(0, Out::Ready(0, t));
+                }
+            }
             BwdKind::Split => {
                 if needs(self, 0) {
                     let m = self.nodes[n.0].inputs[0];
@@ -645,7 +660,7 @@ impl Engine {
 
     /// A gradient computed by a GEMM: the output, a contiguous copy of a
     /// broadcast incoming gradient (freed right after), the workspace (§12 #9–11).
-    fn gemm_grad(
+    pub(crate) fn gemm_grad(
         &mut self,
         shape: crate::engine::shape::Shape,
         dtype: crate::engine::dtype::DType,

@@ -256,6 +256,27 @@ pub(crate) enum BwdKind {
         flat_bytes: u64,
         training: bool,
     },
+    /// A bitsandbytes Function (`MatMul4Bit`, `MatMul8bitLt`): the bias's
+    /// gradient first, then the input's (ops/bnb_matmul.rs).
+    Bnb(BnbBwd),
+}
+
+/// What a bitsandbytes backward dequantises (ops/bnb_matmul.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BnbBwd {
+    /// `absmax`: bytes of the fp32 absmax made again under double
+    /// quantisation (0 without); the weight [out, in] comes back in
+    /// `weight_dtype`, the dtype it was quantised from.
+    FourBit {
+        absmax: u64,
+        weight_dtype: DType,
+        out: u64,
+        input: u64,
+    },
+    EightBit {
+        out: u64,
+        input: u64,
+    },
 }
 
 /// Saved tensor reference (engine.md §0.3 SavedSlot).
@@ -303,6 +324,11 @@ pub(crate) struct Node {
     pub region: Option<u32>,
     /// Extra tensors a node keeps (RNN parameter views for the flat dw).
     pub extra: Vec<TensorId>,
+    /// Tensors a custom Function keeps as plain `ctx` attributes
+    /// (bitsandbytes' `ctx.tensors`): not saved tensors, so neither
+    /// released by backward nor packed by a checkpoint region; they go
+    /// with the Node.
+    pub ctx_attrs: Vec<TensorId>,
 }
 
 impl Engine {
@@ -353,6 +379,7 @@ impl Engine {
             deps: 0,
             region: None,
             extra: Vec::new(),
+            ctx_attrs: Vec::new(),
         }));
         self.tensors[leaf.0].grad_acc = Some(id);
         id
@@ -429,6 +456,7 @@ impl Engine {
             deps: 0,
             region,
             extra: Vec::new(),
+            ctx_attrs: Vec::new(),
         }))
     }
 
@@ -554,6 +582,9 @@ impl Engine {
                 }
             }
             for t in node.buf.iter().flatten() {
+                self.decref(*t);
+            }
+            for t in &node.ctx_attrs {
                 self.decref(*t);
             }
             if let Some(leaf) = node.leaf {

@@ -324,6 +324,8 @@ pub(super) fn read(f: &Fields) -> Result<Family, HfConfigError> {
             freeze: Vec::new(),
             dtypes: Vec::new(),
             lora: None,
+            quantization: None,
+            kbit_training: false,
         },
         notes,
     })

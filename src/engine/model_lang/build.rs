@@ -45,6 +45,11 @@ pub(crate) struct LangNet {
     pub own_params: Vec<TensorId>,
     pub hand: super::handwritten::HandRun,
     pub moe: super::moe::MoeRun,
+    /// The first Embedding's weight (the model's input embeddings).
+    pub embedding: Option<TensorId>,
+    /// `enable_input_require_grads()`: the output of the embedding with
+    /// this weight is made to require grad (`kbit.rs`).
+    pub input_grads: Option<TensorId>,
 }
 
 pub(crate) struct Builder<'a> {
@@ -106,6 +111,8 @@ impl LangNet {
             own_params,
             hand: super::handwritten::HandRun::default(),
             moe: super::moe::MoeRun::default(),
+            embedding: b.x.tie,
+            input_grads: None,
         })
     }
 }

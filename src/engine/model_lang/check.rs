@@ -95,6 +95,10 @@ pub enum Problem {
     LoraNoTarget(String),
     #[error("padding {padding} is more than half the kernel {kernel}: PyTorch refuses it (\"pad should be at most half of effective kernel size\")")]
     PoolPadding { kernel: u64, padding: u64 },
+    #[error("Efficient cannot run grouped-query attention (kv_heads {kv_heads} < heads {heads}): PyTorch 2.11's memory-efficient kernel takes no enable_gqa (models.md §4.4), so SDPA raises \"No available kernel. Aborting execution.\"; leave sdpa unset, or force Flash, Cudnn or Math")]
+    EfficientGqa { heads: u64, kv_heads: u64 },
+    #[error("blocksize {0} is not one bitsandbytes quantises with (32, 64, 128, 256, 512, 1024, 2048 or 4096)")]
+    Blocksize(u64),
     #[error("Repeat needs n of at least 1")]
     RepeatZero,
     #[error("Repeat's block changes the shape at every copy; past {MAX_CHANGING_COPIES} such copies the model is not modelled")]
@@ -489,6 +493,8 @@ mod tests {
             freeze: Vec::new(),
             dtypes: Vec::new(),
             lora: None,
+            quantization: None,
+            kbit_training: false,
         }
     }
 

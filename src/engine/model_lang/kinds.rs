@@ -112,7 +112,11 @@ impl Module {
             | Module::Residual(_)
             | Module::Frame(_)
             | Module::Checkpoint { .. } => Args::default(),
-            Module::Linear { input, out, bias } => Args::one(
+            Module::Linear { input, out, bias }
+            | Module::Linear4bit {
+                input, out, bias, ..
+            }
+            | Module::Linear8bitLt { input, out, bias } => Args::one(
                 vec![("in", *input, 1), ("out", *out, 1)],
                 params(
                     input
@@ -416,7 +420,14 @@ impl Module {
             | Module::Residual(_)
             | Module::Frame(_)
             | Module::Checkpoint { .. } => Ok(x.clone()),
-            Module::Linear { input, out, .. } => {
+            Module::Linear4bit { blocksize, .. }
+                if !crate::engine::bnb::BLOCKSIZES.contains(blocksize) =>
+            {
+                Err((Some("blocksize"), Problem::Blocksize(*blocksize)))
+            }
+            Module::Linear { input, out, .. }
+            | Module::Linear4bit { input, out, .. }
+            | Module::Linear8bitLt { input, out, .. } => {
                 floats_in("Linear", x).map_err(shape)?;
                 match x.dims.split_last() {
                     Some((&k, lead)) if k == *input => {
@@ -547,9 +558,20 @@ impl Module {
                 kv_heads,
                 head_dim,
                 rotary: uses_rotary,
+                sdpa,
                 ..
             } => {
                 heads(*h, *kv_heads)?;
+                let kv = kv_heads.unwrap_or(*h);
+                if *sdpa == Some(SdpaBackend::Efficient) && kv < *h {
+                    return Err((
+                        Some("sdpa"),
+                        Problem::EfficientGqa {
+                            heads: *h,
+                            kv_heads: kv,
+                        },
+                    ));
+                }
                 let d = nonzero_head_dim(*hidden, *h, *head_dim)?;
                 if *uses_rotary {
                     if !d.is_multiple_of(2) {
@@ -707,7 +729,9 @@ impl Module {
         let attention = ["q_proj", "k_proj", "v_proj", "o_proj"];
         let swiglu = ["gate_proj", "up_proj", "down_proj"];
         match self {
-            Module::Linear { .. } => vec![path.rsplit('.').next().unwrap_or(path).to_string()],
+            Module::Linear { .. } | Module::Linear4bit { .. } | Module::Linear8bitLt { .. } => {
+                vec![path.rsplit('.').next().unwrap_or(path).to_string()]
+            }
             Module::Attention { .. } => names(&attention),
             Module::Mlp { gated: true, .. } => names(&swiglu),
             Module::Mlp { gated: false, .. } => names(&["c_fc", "c_proj"]),
@@ -764,6 +788,8 @@ impl Module {
             | Module::Frame(_)
             | Module::Checkpoint { .. }
             | Module::Linear { .. }
+            | Module::Linear4bit { .. }
+            | Module::Linear8bitLt { .. }
             | Module::ReLU
             | Module::InplaceReLU
             | Module::GELU
@@ -871,6 +897,9 @@ impl Module {
             | Module::Residual(_)
             | Module::Frame(_)
             | Module::Checkpoint { .. }
+            // bitsandbytes casts the input to its compute dtype itself.
+            | Module::Linear4bit { .. }
+            | Module::Linear8bitLt { .. }
             | Module::ReLU
             | Module::InplaceReLU
             | Module::GELU
@@ -1026,6 +1055,28 @@ impl Builder<'_> {
             }
             Module::Linear { input, out, bias } => {
                 Leaf::Linear(e.new_linear(path, *input, *out, *bias, params)?)
+            }
+            Module::Linear4bit {
+                input,
+                out,
+                bias,
+                quant_type,
+                blocksize,
+                double_quant,
+                compute_dtype,
+            } => {
+                let q = crate::engine::bnb::Quant4 {
+                    quant_type: *quant_type,
+                    blocksize: *blocksize,
+                    double_quant: *double_quant,
+                    compute_dtype: *compute_dtype,
+                };
+                let layer = crate::engine::bnb::QuantLayer::FourBit(q);
+                Leaf::Linear(e.new_quant_linear(path, *input, *out, *bias, layer, params)?)
+            }
+            Module::Linear8bitLt { input, out, bias } => {
+                let layer = crate::engine::bnb::QuantLayer::EightBit;
+                Leaf::Linear(e.new_quant_linear(path, *input, *out, *bias, layer, params)?)
             }
             Module::ReLU => unary(e, path, Unary::Relu),
             Module::GELU | Module::GELUTanh => unary(e, path, Unary::Gelu),
@@ -1351,7 +1402,14 @@ impl LangNet {
                 Ok(e.local_ref(x))
             }
             Leaf::Dropout { p, module } => e.in_module(*module, |e| e.dropout(x, *p)),
-            Leaf::Embedding(m) => e.in_module(m.module, |e| e.embedding(m.w, x)),
+            Leaf::Embedding(m) => {
+                let y = e.in_module(m.module, |e| e.embedding(m.w, x))?;
+                // `enable_input_require_grads`' hook: `output.requires_grad_(True)`.
+                if self.input_grads == Some(m.w) && e.ctx.grad_enabled {
+                    e.t_mut(y).requires_grad = true;
+                }
+                Ok(y)
+            }
             Leaf::LayerNorm(l) => e.apply_layer_norm(l, x),
             Leaf::Conv(c) => e.apply_conv(c, x),
             Leaf::BatchNorm(n) => e.apply_bn(n, x),
@@ -1491,6 +1549,57 @@ impl Leaf {
             | Leaf::HfAttention(_)
             | Leaf::GatedMlp(_)
             | Leaf::Ops { .. } => Vec::new(),
+        }
+    }
+}
+
+impl Module {
+    /// Concern 8: whether transformers' `gradient_checkpointing_enable()`
+    /// checkpoints it (a `GradientCheckpointingLayer`: the decoder and BERT
+    /// layers), for `prepare_model_for_kbit_training` (`kbit.rs`).
+    pub(crate) fn hf_checkpoint_layer(&self) -> bool {
+        match self {
+            Module::DecoderLayer { .. } | Module::BertLayer { .. } => true,
+            Module::Sequential(_)
+            | Module::Repeat { .. }
+            | Module::Residual(_)
+            | Module::Frame(_)
+            | Module::Checkpoint { .. }
+            | Module::Linear { .. }
+            | Module::Linear4bit { .. }
+            | Module::Linear8bitLt { .. }
+            | Module::ReLU
+            | Module::InplaceReLU
+            | Module::GELU
+            | Module::GELUTanh
+            | Module::SiLU
+            | Module::Dropout(_)
+            | Module::Embedding { .. }
+            | Module::LayerNorm { .. }
+            | Module::Conv2d { .. }
+            | Module::BatchNorm2d(_)
+            | Module::MaxPool2d { .. }
+            | Module::AdaptiveAvgPool2d
+            | Module::Flatten
+            | Module::BasicBlock { .. }
+            | Module::Bottleneck { .. }
+            | Module::RMSNorm { .. }
+            | Module::RotaryEmbedding { .. }
+            | Module::Attention { .. }
+            | Module::Mlp { .. }
+            | Module::LmHead { .. }
+            | Module::BertEmbeddings { .. }
+            | Module::BertPooler { .. }
+            | Module::Softmax(_)
+            | Module::SigmoidMul
+            | Module::CausalMask
+            | Module::MaskedAttention { .. }
+            | Module::Positions { .. }
+            | Module::SparseMoe { .. }
+            | Module::QkvAttention { .. }
+            | Module::HfAttention { .. }
+            | Module::GatedMlp { .. }
+            | Module::Ops(_) => false,
         }
     }
 }

@@ -89,6 +89,8 @@ pub fn resnet(layers: [u64; 4], bottleneck: bool, classes: u64, image: u64) -> L
         freeze: Vec::new(),
         dtypes: Vec::new(),
         lora: None,
+        quantization: None,
+        kbit_training: false,
     }
 }
 
@@ -137,6 +139,8 @@ pub fn deep_mlp(checkpoint: bool) -> LangModel {
         freeze: Vec::new(),
         dtypes: Vec::new(),
         lora: None,
+        quantization: None,
+        kbit_training: false,
     }
 }
 
@@ -170,6 +174,8 @@ pub fn mlp(dims: &[u64], inplace_relu: bool) -> LangModel {
         freeze: Vec::new(),
         dtypes: Vec::new(),
         lora: None,
+        quantization: None,
+        kbit_training: false,
     }
 }
 
@@ -182,5 +188,7 @@ pub fn linear(input: u64, out: u64, bias: bool) -> LangModel {
         freeze: Vec::new(),
         dtypes: Vec::new(),
         lora: None,
+        quantization: None,
+        kbit_training: false,
     }
 }

@@ -36,6 +36,39 @@ pub enum Module {
         #[serde(default = "yes")]
         bias: bool,
     },
+    /// bitsandbytes' `Linear4bit(in, out, bias, compute_dtype,
+    /// compress_statistics, quant_type)` (models.md §13): a frozen weight
+    /// packed two 4-bit values a byte, one absmax per `blocksize` values
+    /// (uint8 plus a nested fp32 one per 256 with `double_quant`); its
+    /// forward dequantises the weight to the compute dtype for the matmul.
+    /// Defaults as bitsandbytes' constructor: FP4, blocksize 64, double
+    /// quantisation on, the compute dtype taken from the first input.
+    Linear4bit {
+        #[serde(rename = "in")]
+        input: u64,
+        out: u64,
+        #[serde(default = "yes")]
+        bias: bool,
+        #[serde(default = "fp4")]
+        quant_type: crate::engine::bnb::QuantType,
+        #[serde(default = "blocksize_4bit")]
+        blocksize: u64,
+        #[serde(default = "yes")]
+        double_quant: bool,
+        #[serde(default)]
+        compute_dtype: Option<crate::engine::dtype::DType>,
+    },
+    /// bitsandbytes' `Linear8bitLt(in, out, bias, has_fp16_weights=False)`
+    /// (LLM.int8, models.md §13): a frozen int8 weight and one fp32 scale a
+    /// row; its forward quantises the input by rows and keeps it for
+    /// backward.
+    Linear8bitLt {
+        #[serde(rename = "in")]
+        input: u64,
+        out: u64,
+        #[serde(default = "yes")]
+        bias: bool,
+    },
     /// `nn.ReLU()`.
     ReLU,
     /// `nn.ReLU(inplace=True)`.
@@ -363,6 +396,18 @@ pub struct LangModel {
     /// parameter frozen, adapters on the projections whose name is a target.
     #[serde(default)]
     pub lora: Option<crate::engine::presets_hf::LoraSpec>,
+    /// `from_pretrained(…, quantization_config=BitsAndBytesConfig(…))`
+    /// (models.md §13): every `nn.Linear` but the head (`LmHead`) is
+    /// built as a bitsandbytes layer.
+    #[serde(default)]
+    pub quantization: Option<crate::engine::bnb::Quantization>,
+    /// PEFT's `prepare_model_for_kbit_training(model)` (models.md §13.4),
+    /// before LoRA: every parameter frozen, fp16/bf16 parameters but the
+    /// 4-bit ones cast to fp32, `empty_cache()`, the input embeddings'
+    /// output made to require grad, gradient checkpointing on every
+    /// decoder layer.
+    #[serde(default)]
+    pub kbit_training: bool,
 }
 
 /// The bottleneck's channel expansion (torchvision `Bottleneck.expansion`).
@@ -378,6 +423,14 @@ fn one() -> u64 {
 
 fn gate() -> String {
     "gate".into()
+}
+
+fn fp4() -> crate::engine::bnb::QuantType {
+    crate::engine::bnb::QuantType::FP4
+}
+
+fn blocksize_4bit() -> u64 {
+    crate::engine::bnb::BLOCKSIZE_4BIT
 }
 
 /// `parent.child`, or `child` at the root; a child named `""` adds no

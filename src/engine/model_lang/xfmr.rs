@@ -125,6 +125,7 @@ impl LangNet {
             e.t_mut(*p).requires_grad = false;
         }
         let mut adapters = Vec::new();
+        let mut count = 0usize;
         let named = |e: &Engine, module: u32| {
             let path = e.tags.module_path(module);
             lora.targets(path.rsplit('.').next().unwrap_or(&path))
@@ -138,9 +139,21 @@ impl LangNet {
                 if !lora.targets(path.rsplit('.').next().unwrap_or(&path)) {
                     continue;
                 }
-                let ws = e.shape(proj.base.w);
-                let adapter = e.new_adapter(&path, ws.dim(1), ws.dim(0), lora, params)?;
-                adapters.push(adapter.clone());
+                let (fout, fin) = e.linear_dims(proj.base.w);
+                // An integer (bitsandbytes) base: the adapters stay in
+                // `nn.Linear`'s fp32 (lora_bnb.rs).
+                let quantized = e.bnb.weights.contains_key(&proj.base.w);
+                let model_dtype = e.param_dtype;
+                if quantized {
+                    e.param_dtype = DType::F32;
+                }
+                let adapter = e.new_adapter(&path, fin, fout, lora, params);
+                e.param_dtype = model_dtype;
+                let adapter = adapter?;
+                count += 1;
+                if !quantized {
+                    adapters.push(adapter.clone());
+                }
                 proj.adapter = Some(adapter);
             }
         }
@@ -149,7 +162,7 @@ impl LangNet {
                 e.upcast_adapter(a)?;
             }
         }
-        if adapters.is_empty() {
+        if count == 0 {
             return Err(EngineError::Program(format!(
                 "lora: no projection is named {} (target_modules match the last part of a module path, e.g. q_proj)",
                 lora.target_modules.join(", ")

@@ -97,7 +97,11 @@ impl Engine {
     /// result = result.to(torch_result_dtype)` (models.md §6.2).
     fn lora_forward(&mut self, base: &Linear, ad: &Adapter, x: TensorId) -> Result<TensorId> {
         let mark = self.locals.len();
-        let r = self.lora_body(base, ad, x);
+        let r = if self.bnb.weights.contains_key(&base.w) {
+            self.lora_bnb_body(base, ad, x)
+        } else {
+            self.lora_body(base, ad, x)
+        };
         if r.is_err() {
             self.unwind_locals(mark);
         }

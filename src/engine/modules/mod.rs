@@ -5,11 +5,13 @@
 mod backward_hooks;
 pub(crate) use backward_hooks::GradHook;
 pub mod bert;
+mod bnb_params;
 pub mod bottleneck;
 pub mod decoder;
 pub mod gpt2;
 mod input_check;
 pub mod lora;
+mod lora_bnb;
 pub mod lstm_lm;
 pub mod resnet;
 
@@ -81,10 +83,7 @@ const PARAM_INIT: f32 = 0.02;
 impl Engine {
     /// Total parameter count (tied weights once).
     pub fn num_params(&self) -> u64 {
-        self.parameters()
-            .iter()
-            .map(|p| self.shape(*p).numel())
-            .sum()
+        self.parameters().iter().map(|p| self.param_numel(*p)).sum()
     }
 
     /// The module path a parameter was created in (`"transformer.h.0.attn"`).
@@ -188,6 +187,9 @@ impl Engine {
         bias: bool,
         params: &mut Vec<TensorId>,
     ) -> Result<Linear> {
+        if let Some(layer) = self.bnb.loading {
+            return self.new_quant_linear(path, fin, fout, bias, layer, params);
+        }
         let module = self.tags.module(path);
         let w = self.new_param(&[fout, fin], module, params)?;
         let b = if bias {
@@ -319,13 +321,25 @@ impl Model {
             ModelKind::Modules(m) => {
                 // The build refuses what `check` refuses, by the same walk.
                 m.check(cfg.batch, None).map_err(EngineError::Model)?;
-                let mut net = crate::engine::model_lang::build::LangNet::build(
+                use crate::engine::model_lang::kbit::checkpoint_layers;
+                let tree = if m.kbit_training {
+                    checkpoint_layers(&m.net)
+                } else {
+                    m.net.clone()
+                };
+                e.bnb.loading = m.quantization.as_ref().map(|q| q.layer());
+                let net = crate::engine::model_lang::build::LangNet::build(
                     e,
-                    &m.net,
+                    &tree,
                     &m.dtypes,
                     &mut params,
                     &mut buffers,
-                )?;
+                );
+                e.bnb.loading = None;
+                let mut net = net?;
+                if m.kbit_training {
+                    net.prepare_kbit(e, &params)?;
+                }
                 if let Some(lora) = &m.lora {
                     net.add_lora(e, lora, &mut params)?;
                 }

@@ -32,6 +32,9 @@ impl Engine {
     /// lowers to one addmm on a 2-D view (cuBLASLt epilogue); otherwise to
     /// `matmul(x, W.t())` followed by an in-place `add_(b)` (Linear.cpp, §1.7).
     pub fn linear(&mut self, x: TensorId, w: TensorId, b: Option<TensorId>) -> Result<TensorId> {
+        if self.bnb.weights.contains_key(&w) {
+            return self.bnb_linear(x, w, b);
+        }
         let prev = self.op_begin("linear");
         let r = self.linear_inner(x, w, b);
         self.op_end(prev)?;

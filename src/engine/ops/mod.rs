@@ -3,6 +3,7 @@
 
 pub mod attention;
 mod attention_math;
+mod bnb_matmul;
 pub mod clamp;
 pub mod conv;
 pub mod elementwise;

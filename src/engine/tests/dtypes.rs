@@ -36,6 +36,8 @@ fn model(dtypes: Vec<(String, DType)>) -> ModelConfig {
                 freeze: Vec::new(),
                 dtypes,
                 lora: None,
+                quantization: None,
+                kbit_training: false,
             },
             2,
         )

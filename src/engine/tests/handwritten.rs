@@ -22,6 +22,8 @@ fn tokens_model(net: Vec<(String, Module)>, seq: u64, batch: u64) -> ModelConfig
                 freeze: Vec::new(),
                 dtypes: Vec::new(),
                 lora: None,
+                quantization: None,
+                kbit_training: false,
             },
             batch,
         )
@@ -142,6 +144,8 @@ fn analysis_error(net: Vec<(String, Module)>) -> String {
         freeze: Vec::new(),
         dtypes: Vec::new(),
         lora: None,
+        quantization: None,
+        kbit_training: false,
     };
     m.output(2, None).expect_err("refused").to_string()
 }

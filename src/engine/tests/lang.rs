@@ -32,6 +32,8 @@ fn lang(net: Module, input: ModelInput, batch: u64, loss: LossKind) -> ModelConf
                 freeze: Vec::new(),
                 dtypes: Vec::new(),
                 lora: None,
+                quantization: None,
+                kbit_training: false,
             },
             batch,
         )
@@ -380,6 +382,8 @@ fn shape_errors_name_the_module() {
         freeze: Vec::new(),
         dtypes: Vec::new(),
         lora: None,
+        quantization: None,
+        kbit_training: false,
     };
     let err = m.output(2, None).expect_err("mismatch").to_string();
     assert!(err.starts_with("fc2: Linear(in: 32)"), "{err}");

@@ -2,6 +2,7 @@
 //! (engine.md section cited at each), never from the engine's own output.
 
 mod behaviour;
+mod bnb;
 mod checkpointing;
 mod dtypes;
 mod golden;

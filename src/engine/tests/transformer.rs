@@ -49,6 +49,8 @@ pub(super) fn smollm2() -> DecoderLm {
         qkv_bias: false,
         seq: 1024,
         lora: None,
+        quantization: None,
+        kbit_training: false,
     }
 }
 
@@ -557,4 +559,49 @@ fn every_gemm_gradient_costs_its_forward_even_through_head_views() {
     let per_token = 2 * (2 * h * h + 2 * h * h / 3 + 3 * h * i + 2 * t * h) + v * h;
     assert_eq!(forward, 2 * tokens * per_token);
     assert_eq!(w.flops(WorkPart::Backward, MathUnit::Fp32), 2 * forward);
+}
+
+/// The same forcing, written in a model, is refused by the analysis at the
+/// `sdpa` field of the attention that has grouped heads (before anything
+/// runs); with as many key/value heads as query heads it is accepted.
+#[test]
+fn forced_efficient_attention_on_grouped_heads_is_refused_where_it_is_written() {
+    use super::super::model_lang::check::Problem;
+    use super::super::model_lang::{LangModel, Module};
+    let model = |kv_heads| LangModel {
+        input: ModelInput::Tokens { seq: 16 },
+        net: Module::Sequential(vec![
+            ("emb".into(), Module::Embedding { num: 100, dim: 256 }),
+            ("rot".into(), Module::RotaryEmbedding { head_dim: 64 }),
+            (
+                "attn".into(),
+                Module::Attention {
+                    hidden: 256,
+                    heads: 4,
+                    kv_heads: Some(kv_heads),
+                    head_dim: None,
+                    causal: true,
+                    rotary: true,
+                    bias: false,
+                    dropout: 0.0,
+                    sdpa: Some(SdpaBackend::Efficient),
+                },
+            ),
+        ]),
+        freeze: Vec::new(),
+        dtypes: Vec::new(),
+        lora: None,
+        quantization: None,
+        kbit_training: false,
+    };
+    let err = model(2).check(2, None).expect_err("grouped heads");
+    assert_eq!((err.module.as_str(), err.field), ("attn", Some("sdpa")));
+    assert_eq!(
+        err.problem,
+        Problem::EfficientGqa {
+            heads: 4,
+            kv_heads: 2
+        }
+    );
+    assert!(model(4).check(2, None).is_ok());
 }
