@@ -42,6 +42,7 @@ pub mod optim;
 pub mod presets;
 pub mod presets_hf;
 pub mod program;
+mod recreate;
 pub mod rnn;
 pub(crate) mod scratch;
 pub mod shape;

@@ -266,6 +266,15 @@ pub enum Step {
         into: String,
         retain_graph: bool,
     },
+    /// `model = Net().cuda()`: a new model of the scenario's configuration
+    /// inside the loop. An optimizer built before keeps the old model's
+    /// parameters (with their `.grad` and state) and goes on stepping them,
+    /// unless it is re-created too (`RecreateOptimizer`).
+    RecreateModel,
+    /// `optimizer = <the scenario's optimizer>(model.parameters(), …)`: a
+    /// new optimizer over the current model's parameters; the old one, and
+    /// what only it held, goes.
+    RecreateOptimizer,
     /// `name.requires_grad_()` on a leaf tensor (an input the loop
     /// differentiates: an adversarial example); a tensor with a history is
     /// refused with PyTorch's words.
@@ -334,6 +343,8 @@ impl Step {
             Step::AutogradGrad { .. } => "autograd.grad",
             Step::EmaCopy { .. } => "ema_copy",
             Step::EmaUpdate { .. } => "ema_update",
+            Step::RecreateModel => "recreate_model",
+            Step::RecreateOptimizer => "recreate_optimizer",
             Step::RegisterFullBackwardHook { .. } => "register_full_backward_hook",
             Step::RemoveBackwardHooks { .. } => "handle.remove",
             Step::RequiresGrad { .. } => "requires_grad_",
@@ -721,6 +732,8 @@ impl Engine {
             Step::RequiresGrad { name } => self.requires_grad_leaf(name)?,
             Step::EmaCopy { into } => self.ema_copy(into)?,
             Step::EmaUpdate { ema, no_grad } => self.ema_update(ema, *no_grad)?,
+            Step::RecreateModel => self.recreate_model()?,
+            Step::RecreateOptimizer => self.recreate_optimizer()?,
             Step::GradSignStep {
                 input,
                 grad,

@@ -199,6 +199,10 @@ pub fn statement(step: &Step) -> String {
             format!("handle_{}.remove()", module.replace('.', "_"))
         }
         Step::RequiresGrad { name } => format!("{name}.requires_grad_()"),
+        Step::RecreateModel => "model = Net().cuda()".into(),
+        Step::RecreateOptimizer => {
+            "optimizer = type(optimizer)(model.parameters(), **optimizer.defaults)".into()
+        }
         Step::EmaCopy { into } => {
             format!("{into} = [p.detach().clone() for p in model.parameters()]")
         }
@@ -359,6 +363,11 @@ mod tests {
             ),
             ("RemoveForwardHooks(module: \"fc1\")", "handle_fc1.remove()"),
             ("RequiresGrad(name: \"x\")", "x.requires_grad_()"),
+            ("RecreateModel", "model = Net().cuda()"),
+            (
+                "RecreateOptimizer",
+                "optimizer = type(optimizer)(model.parameters(), **optimizer.defaults)",
+            ),
             (
                 "EmaCopy(into: \"ema\")",
                 "ema = [p.detach().clone() for p in model.parameters()]",

@@ -65,6 +65,8 @@ fn variant(s: &Step) -> &'static str {
         Step::RemoveForwardHooks { .. } => "RemoveForwardHooks",
         Step::AutogradGrad { .. } => "AutogradGrad",
         Step::EmaCopy { .. } => "EmaCopy",
+        Step::RecreateModel => "RecreateModel",
+        Step::RecreateOptimizer => "RecreateOptimizer",
         Step::EmaUpdate { .. } => "EmaUpdate",
         Step::RegisterFullBackwardHook { .. } => "RegisterFullBackwardHook",
         Step::RemoveBackwardHooks { .. } => "RemoveBackwardHooks",

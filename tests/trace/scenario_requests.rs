@@ -24,6 +24,14 @@ pub const PAIRS: &[(&str, &str)] = &[
         "forward-hook-activations-bug",
     ),
     ("forward_hook_removed_fixed", "forward-hook-removed-fixed"),
+    (
+        "model_recreated_stale_optimizer_bug",
+        "model-recreated-stale-optimizer-bug",
+    ),
+    (
+        "model_recreated_with_optimizer_fixed",
+        "model-recreated-with-optimizer-fixed",
+    ),
 ];
 
 /// Where the two request lists part, if they do.

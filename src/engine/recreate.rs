@@ -1,0 +1,95 @@
+//! A model or an optimizer re-created inside the loop (issue 39):
+//! `model = Net().cuda()` builds new parameters while an optimizer built
+//! before still holds the old ones in its `param_groups` (and their
+//! gradients and state with them), and `optimizer = torch.optim.SGD(
+//! model.parameters(), …)` drops the old optimizer and what only it held.
+
+use super::error::{EngineError, Result};
+use super::modules::Model;
+use super::optim::Optimizer;
+use super::Engine;
+use crate::trace::Phase;
+
+impl Engine {
+    /// `model = Net().cuda()`: a new model of the same configuration, its
+    /// parameters allocated in `.to("cuda")` order; then the old model
+    /// goes as the name is rebound. Its parameters die with it unless
+    /// something else holds them: an optimizer built over them (which
+    /// keeps them, their `.grad` and their state), or a graph still bound
+    /// (its AccumulateGrad nodes). Hooks registered on the old modules go
+    /// with them; the new model has none.
+    pub(crate) fn recreate_model(&mut self) -> Result<()> {
+        let cfg = match &self.model {
+            Some(m) => m.cfg.clone(),
+            None => return Err(EngineError::Program("no model".into())),
+        };
+        let prev = self.phase_begin(Phase::User);
+        let built = Model::build(self, &cfg);
+        self.phase_end(Phase::User, prev);
+        let new = built?;
+        let Some(old) = self.model.replace(Box::new(new)) else {
+            return Ok(());
+        };
+        self.forward_hooks.clear();
+        self.backward_hooks.clear();
+        // An optimizer built over the old model keeps its own list of them.
+        if let Some(o) = self.optimizer.as_mut() {
+            if o.params.is_none() {
+                o.params = Some(old.params.clone());
+                for p in &old.params {
+                    self.retain(*p);
+                }
+            }
+        }
+        // The old Module's attributes go in order: each module's own
+        // parameters (a parameter's .grad before its storage), then its
+        // buffers.
+        for p in &old.params {
+            self.decref(*p);
+        }
+        for (_, b) in &old.buffers {
+            self.decref(*b);
+        }
+        Ok(())
+    }
+
+    /// `optimizer = <the scenario's optimizer>(model.parameters(), …)`: a
+    /// new optimizer over the model's current parameters (its state made
+    /// at its first step), then the old one goes: its `state` first (each
+    /// parameter's buffers, in the order they were made), then its
+    /// `param_groups`, whose list lets go of its parameters last first
+    /// (CPython's list_dealloc), each freed with its `.grad` if nothing
+    /// else holds it.
+    pub(crate) fn recreate_optimizer(&mut self) -> Result<()> {
+        let Some(old) = self.optimizer.take() else {
+            return Err(EngineError::Program("no optimizer".into()));
+        };
+        self.optimizer = Some(Optimizer::new(old.cfg.clone()));
+        let order = match &old.params {
+            Some(p) => p.clone(),
+            None => self.parameters(),
+        };
+        let mut state = old.state;
+        for p in &order {
+            if let Some(st) = state.remove(p) {
+                for t in st.step.into_iter().chain(st.bufs) {
+                    self.decref(t);
+                }
+            }
+        }
+        // State of parameters the list no longer names (none in practice).
+        let mut rest: Vec<_> = state.into_iter().collect();
+        rest.sort_by_key(|(p, _)| *p);
+        for (_, st) in rest {
+            for t in st.step.into_iter().chain(st.bufs) {
+                self.decref(t);
+            }
+        }
+        if let Some(params) = old.params {
+            for p in params.into_iter().rev() {
+                self.decref(p);
+            }
+        }
+        Ok(())
+    }
+}
