@@ -171,7 +171,11 @@ fn every_builtin_meets_its_expectations() {
 }
 
 /// Each buggy scenario and the scenario that shows its fix.
-const PAIRS: [(&str, &str); 33] = [
+const PAIRS: [(&str, &str); 34] = [
+    (
+        "model-recreated-stale-optimizer-bug",
+        "model-recreated-with-optimizer-fixed",
+    ),
     ("ema-update-grad-bug", "ema-update-no-grad-fixed"),
     ("backward-hook-grads-bug", "backward-hook-removed-fixed"),
     ("pgd-autograd-grad-bug", "pgd-autograd-grad-fixed"),
@@ -1210,4 +1214,68 @@ fn an_ema_updated_with_grad_grows_its_history_on_the_host() {
         "{:?}",
         fixed.findings
     );
+}
+
+/// A model re-created inside the loop while the optimizer built before it
+/// stays: the optimizer keeps the first model's parameters and their
+/// momentum buffers (one model's blocks each), the finding names the
+/// optimizer with the fix that re-creates it, and from the first
+/// re-creation on the bug holds exactly one model's parameters more than
+/// the fixed twin at every iteration end (its momentum buffers take the
+/// place of the new model's, which the stale optimizer never makes).
+#[test]
+fn a_model_recreated_under_an_old_optimizer_keeps_the_old_model() {
+    use vramscope::leak::FindingKind;
+    // mlp-mnist's parameters: fc1 784→1024, fc2 1024→1024, fc3 1024→10,
+    // fp32, each in the allocator's blocks (512-byte multiples).
+    let block = |elems: u64| (elems * 4).div_ceil(512) * 512;
+    let model: u64 = [(784, 1024), (1024, 1024), (1024, 10)]
+        .iter()
+        .map(|&(i, o)| block(i * o) + block(o))
+        .sum();
+    let bug = get("model-recreated-stale-optimizer-bug");
+    let fixed = get("model-recreated-with-optimizer-fixed");
+    let f = bug
+        .findings
+        .iter()
+        .find(|f| f.root == "optimizer")
+        .expect("a finding on the optimizer");
+    assert_eq!(f.kind, FindingKind::StaleOptimizerParams);
+    assert_eq!(f.bytes, 2 * model, "parameters and momentum: {f:?}");
+    assert!(
+        f.fix
+            .starts_with("optimizer = type(optimizer)(model.parameters()"),
+        "{}",
+        f.fix
+    );
+    assert!(f.evidence.contains("6 parameters"), "{}", f.evidence);
+    assert!(
+        fixed.findings.iter().all(|f| !f.kind.is_leak()),
+        "{:?}",
+        fixed.findings
+    );
+    // Before the first re-creation (iteration 10's end) the two runs are
+    // the same program; after it, one model's requested bytes apart (the
+    // bug's first model where the fixed twin has momentum buffers), but at
+    // the end of each later re-creation, where the fixed twin has just
+    // dropped its old optimizer's momentum buffers: two.
+    let requested: u64 = [(784, 1024), (1024, 1024), (1024, 10)]
+        .iter()
+        .map(|&(i, o)| (i * o + o) * 4)
+        .sum();
+    let (b, x) = (&bug.per_iteration, &fixed.per_iteration);
+    assert_eq!(b.len(), x.len());
+    for (pb, px) in b.iter().zip(x) {
+        let models = match pb.iteration {
+            ..10 => 0,
+            it if it > 10 && it % 10 == 0 => 2,
+            _ => 1,
+        };
+        assert_eq!(
+            pb.requested,
+            px.requested + models * requested,
+            "iteration {}",
+            pb.iteration
+        );
+    }
 }

@@ -52,6 +52,9 @@ impl Detector {
         if let Some(f) = self.stale_autocast_cache(ctx, accs) {
             findings.push(f);
         }
+        if let Some(f) = self.stale_optimizer_params(ctx, accs) {
+            findings.push(f);
+        }
         if findings.iter().all(|f| !f.kind.is_leak()) {
             if let Some(f) = self.one_off_peak(ctx, accs) {
                 findings.push(f);

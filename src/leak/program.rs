@@ -71,6 +71,10 @@ pub(crate) struct ProgramFacts {
     pub has_zero_grad: bool,
     /// The loop steps an optimizer (`optimizer.step()` or `scaler.step`).
     pub steps_optimizer: bool,
+    /// `model = Net().cuda()` in the program (`RecreateModel`), and
+    /// whether the optimizer is re-created too (`RecreateOptimizer`).
+    pub recreates_model: bool,
+    pub recreates_optimizer: bool,
     /// The setup leaves a `with torch.autocast(...)` block open around the
     /// whole loop, of this dtype.
     pub autocast_around_loop: Option<crate::engine::DType>,
@@ -204,6 +208,8 @@ impl ProgramFacts {
         match s {
             Step::ZeroGrad { .. } => self.has_zero_grad = true,
             Step::OptimizerStep | Step::ScalerStep => self.steps_optimizer = true,
+            Step::RecreateModel => self.recreates_model = true,
+            Step::RecreateOptimizer => self.recreates_optimizer = true,
             Step::AutogradGrad {
                 input,
                 retain_graph,

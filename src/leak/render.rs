@@ -59,6 +59,9 @@ fn headline(kind: FindingKind) -> &'static str {
         FindingKind::StaleAutocastCache => {
             "autocast's weight cache kept across steps — stale weights, memory flat"
         }
+        FindingKind::StaleOptimizerParams => {
+            "an old model's parameters kept by the optimizer — a leak of one model, never stepped"
+        }
         FindingKind::GrowingHolder => "a Python name holds what grew — where to look",
         FindingKind::PythonHolder => "held by a Python name",
     }

@@ -212,6 +212,17 @@ impl<'a> Walk<'a> {
                 problem(format!("{v} needs a Backward before it in the loop: without one there are no gradients"));
             }
             Step::Backward { .. } => self.backward_seen = true,
+            // autocast's cast cache keeps a weak reference to each cached
+            // weight and the cast itself until the outermost block exits:
+            // what it does with a model's weights that die inside the block
+            // is not modelled.
+            Step::RecreateModel | Step::RecreateOptimizer if !self.autocast.is_empty() => {
+                problem(format!(
+                    "{v} inside a `with torch.autocast(...)` block is not modelled (the block's \
+                     cast cache would keep the casts of the old model's weights): close the \
+                     block with AutocastExit before it"
+                ))
+            }
             Step::AutocastEnter { .. } => self.autocast.push(occurrence),
             Step::AutocastExit if self.autocast.pop().is_none() => problem(
                 "AutocastExit closes no AutocastEnter: a `with torch.autocast(...)` block opens \
