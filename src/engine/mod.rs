@@ -144,6 +144,9 @@ pub struct Engine {
     /// While `torch.autograd.grad` runs: the nodes it executes and the
     /// input whose gradient it captures.
     pub(crate) grad_only: Option<autograd::GradOnly>,
+    /// While a `create_graph=True` backward runs: the gradients it
+    /// computes are recorded (`autograd/second_order.rs`).
+    pub(crate) create_graph: bool,
     /// Forward hooks registered on Linear modules: (module id, list, what).
     pub(crate) forward_hooks: Vec<(u32, String, KeepWhat)>,
     /// Full backward hooks registered on Linear modules: (module id, list, what).
@@ -212,6 +215,7 @@ impl Engine {
             retaining: Vec::new(),
             spent_reached: None,
             grad_only: None,
+            create_graph: false,
             forward_hooks: Vec::new(),
             backward_hooks: Vec::new(),
             grad_hooks: Vec::new(),

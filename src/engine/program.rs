@@ -265,6 +265,11 @@ pub enum Step {
         input: String,
         into: String,
         retain_graph: bool,
+        /// `create_graph=True`: the gradient is computed with its own graph
+        /// (the double-backward one, which reaches into the first), and the
+        /// first graph is kept (retain_graph defaults to create_graph).
+        #[serde(default)]
+        create_graph: bool,
     },
     /// `model = Net().cuda()`: a new model of the scenario's configuration
     /// inside the loop. An optimizer built before keeps the old model's
@@ -724,9 +729,13 @@ impl Engine {
                 input,
                 into,
                 retain_graph,
+                create_graph,
             } => {
                 let (o, i) = (self.binding_tensor(output)?, self.binding_tensor(input)?);
-                let g = self.autograd_grad(o, i, *retain_graph)?;
+                self.create_graph = *create_graph;
+                let g = self.autograd_grad(o, i, *retain_graph || *create_graph);
+                self.create_graph = false;
+                let g = g?;
                 self.bind(into, Value::Tensor(g));
             }
             Step::RequiresGrad { name } => self.requires_grad_leaf(name)?,

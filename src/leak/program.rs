@@ -82,6 +82,9 @@ pub(crate) struct ProgramFacts {
     pub retain_graph: bool,
     /// Names `torch.autograd.grad` differentiates with respect to.
     pub grad_inputs: FxHashSet<String>,
+    /// Names bound to a gradient computed with `create_graph=True` (it
+    /// has a graph of its own, reaching into the forward one).
+    pub create_graph_grads: FxHashSet<String>,
     /// `model.eval()` (or a grad switch) with grad still enabled somewhere.
     pub eval_with_grad: bool,
     /// `CarryHidden { detach }` if the program has one.
@@ -212,11 +215,16 @@ impl ProgramFacts {
             Step::RecreateOptimizer => self.recreates_optimizer = true,
             Step::AutogradGrad {
                 input,
+                into,
                 retain_graph,
+                create_graph,
                 ..
             } => {
                 self.grad_inputs.insert(input.clone());
-                self.retain_graph |= *retain_graph;
+                self.retain_graph |= *retain_graph || *create_graph;
+                if *create_graph {
+                    self.create_graph_grads.insert(into.clone());
+                }
             }
             Step::Backward { retain_graph, .. } => {
                 self.has_backward = true;
@@ -347,6 +355,22 @@ impl ProgramFacts {
         } else {
             "list"
         }
+    }
+
+    /// The create_graph=True gradient `name` keeps as it is (appended,
+    /// kept, set, accumulated: the tensor with its graph), if it keeps one.
+    pub fn keeps_create_graph_grad(&self, name: &str) -> Option<&str> {
+        self.binders.get(name)?.iter().find_map(|(b, _)| match b {
+            Binder::Append { from, what }
+            | Binder::Keep { from, what }
+            | Binder::SetItem { from, what, .. }
+            | Binder::Accumulate { from, what }
+                if *what == KeepWhat::Tensor && self.create_graph_grads.contains(from) =>
+            {
+                Some(from.as_str())
+            }
+            _ => None,
+        })
     }
 
     /// Whether a sign-gradient step rebinds `name` from itself (an input

@@ -50,6 +50,8 @@ static BUILTINS: &[BuiltIn] = builtins![
     "pgd-autograd-grad-fixed",
     "ema-update-grad-bug",
     "ema-update-no-grad-fixed",
+    "input-grad-create-graph-bug",
+    "input-grad-create-graph-detach-fixed",
     "model-recreated-stale-optimizer-bug",
     "model-recreated-with-optimizer-fixed",
     "zero-grad-missing-bug",

@@ -235,12 +235,17 @@ pub fn statement(step: &Step) -> String {
             input,
             into,
             retain_graph,
-        } => match retain_graph {
-            true => {
-                format!("{into} = torch.autograd.grad({output}, {input}, retain_graph=True)[0]")
+            create_graph,
+        } => {
+            let mut args = format!("{output}, {input}");
+            if *retain_graph {
+                args.push_str(", retain_graph=True");
             }
-            false => format!("{into} = torch.autograd.grad({output}, {input})[0]"),
-        },
+            if *create_graph {
+                args.push_str(", create_graph=True");
+            }
+            format!("{into} = torch.autograd.grad({args})[0]")
+        }
         Step::GradSignStep {
             input,
             grad,
@@ -384,6 +389,10 @@ mod tests {
             (
                 "AutogradGrad(output: \"loss\", input: \"x\", into: \"g\", retain_graph: false)",
                 "g = torch.autograd.grad(loss, x)[0]",
+            ),
+            (
+                "AutogradGrad(output: \"loss\", input: \"x\", into: \"g\", retain_graph: false, create_graph: true)",
+                "g = torch.autograd.grad(loss, x, create_graph=True)[0]",
             ),
             (
                 "GradSignStep(input: \"x\", clamp: true, detach: false)",

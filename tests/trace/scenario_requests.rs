@@ -24,6 +24,11 @@ pub const PAIRS: &[(&str, &str)] = &[
         "forward-hook-activations-bug",
     ),
     ("forward_hook_removed_fixed", "forward-hook-removed-fixed"),
+    ("input_grad_create_graph_bug", "input-grad-create-graph-bug"),
+    (
+        "input_grad_create_graph_detach_fixed",
+        "input-grad-create-graph-detach-fixed",
+    ),
     (
         "model_recreated_stale_optimizer_bug",
         "model-recreated-stale-optimizer-bug",

@@ -5,6 +5,7 @@ pub(crate) mod backward;
 pub mod checkpoint;
 mod grad;
 pub(crate) mod reentrant;
+mod second_order;
 
 use serde::{Deserialize, Serialize};
 
@@ -246,6 +247,9 @@ pub(crate) enum BwdKind {
         flat_bytes: u64,
         training: bool,
     },
+    /// A node of the graph a `create_graph=True` backward recorded
+    /// (`second_order.rs`): running backward through it is not modelled.
+    SecondOrder,
 }
 
 /// Saved tensor reference (engine.md §0.3 SavedSlot).
