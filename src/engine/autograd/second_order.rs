@@ -7,8 +7,15 @@
 //!
 //! One rule per first-order node, from PyTorch 2.11's
 //! `tools/autograd/derivatives.yaml` (the formula each node runs, and the
-//! derivative entry of the op that formula calls) and the SavedVariables of
-//! the generated `torch/include/torch/csrc/autograd/generated/Functions.h`:
+//! derivative entry of the op that formula calls, quoted by entry: the yaml
+//! is not in the wheel) and the SavedVariables of the 2.11.0 wheel's
+//! generated `torch/include/torch/csrc/autograd/generated/Functions.h`,
+//! cited by line (NllLossBackwardBackward0 at 10705: `target_` 10720,
+//! `weight_` 10721; LogSoftmaxBackwardDataBackward0 at 10580: `grad_output_`
+//! 10594, `output_` 10595; ThresholdBackwardBackward0 at 11084: `self_`
+//! 11096; MmBackward0 at 4323: `mat2_` 4336, `self_` 4340). Under `vramscope
+//! trace` (PyTorch 2.11 itself, on the meta device) the built-ins'
+//! programs make the requests these rules make, byte for byte:
 //!
 //! - NllLossBackward0 runs `nll_loss_backward(grad, self, target, weight,
 //!   reduction, ignore_index, total_weight)`; its entry (`grad_output:
