@@ -121,7 +121,7 @@ impl FindingKind {
             FindingKind::MissingZeroGrad => "never zeroed",
             FindingKind::SurvivingAllocations => "survivors",
             FindingKind::StaleAutocastCache => "stale autocast",
-            FindingKind::StaleOptimizerParams => "stale optimizer",
+            FindingKind::StaleOptimizerParams => "old model kept",
             FindingKind::GrowingHolder => "growing holder",
             FindingKind::PythonHolder => "python holder",
         }
