@@ -171,7 +171,8 @@ fn every_builtin_meets_its_expectations() {
 }
 
 /// Each buggy scenario and the scenario that shows its fix.
-const PAIRS: [(&str, &str); 35] = [
+const PAIRS: [(&str, &str); 36] = [
+    ("teacher-forward-grad-bug", "teacher-forward-no-grad-fixed"),
     (
         "input-grad-create-graph-bug",
         "input-grad-create-graph-detach-fixed",
@@ -1338,4 +1339,64 @@ fn create_graph_gradients_kept_keep_their_forward_graphs() {
         "{e}"
     );
     assert_eq!(trained.iterations_run, 0, "{e}");
+}
+
+/// A teacher (a second model, `BuildModel`) run without `torch.no_grad()`:
+/// its parameters require grad, so its forward saves its two ReLU
+/// results, which `t_out` holds at every iteration's end (the hard labels
+/// `t_out.argmax(1)` have no history, no backward frees them): exactly
+/// their bytes above the fixed twin, flat, named as a one-off peak with
+/// the no_grad fix. When the loss does reach the teacher (MSE against
+/// `t_out`), its parameters get gradients no optimizer zeroes: named too.
+#[test]
+fn a_teacher_without_no_grad_keeps_its_activations_or_gets_gradients() {
+    use vramscope::leak::FindingKind;
+    let relu_results = 2 * 256 * 1024 * 4;
+    let bug = get("teacher-forward-grad-bug");
+    let fixed = get("teacher-forward-no-grad-fixed");
+    assert_flat(bug);
+    assert_flat(fixed);
+    for (b, x) in bug.per_iteration.iter().zip(&fixed.per_iteration) {
+        assert_eq!(
+            b.requested,
+            x.requested + relu_results,
+            "iteration {}",
+            b.iteration
+        );
+    }
+    let f = bug
+        .findings
+        .iter()
+        .find(|f| f.root == "t_out")
+        .expect("a finding on t_out");
+    assert_eq!(f.kind, FindingKind::OneOffPeak);
+    assert_eq!(f.bytes, relu_results);
+    assert_eq!(f.fix, "with torch.no_grad(): t_out = teacher(x)");
+    assert!(
+        bug.findings.iter().all(|f| !f.kind.is_leak()),
+        "{:?}",
+        bug.findings
+    );
+    assert!(fixed.findings.is_empty(), "{:?}", fixed.findings);
+
+    let mse = run_variant("teacher-forward-grad-bug", |t| {
+        t.replace("    optimizer: (", "    criterion: Mse,\n    optimizer: (")
+            .replace("        Argmax(from: \"t_out\", into: \"t_label\"),", "")
+            .replace("target: \"t_label\"", "target: \"t_out\"")
+            .replace("Finding(\"one_off_peak\"),", "")
+            .replace("NoLeak,", "")
+    });
+    assert!(mse.error.is_none(), "{:?}", mse.error);
+    let params: u64 = [(784u64, 1024u64), (1024, 1024), (1024, 10)]
+        .iter()
+        .map(|&(i, o)| (i * o * 4).div_ceil(512) * 512 + (o * 4).div_ceil(512) * 512)
+        .sum();
+    let f = mse
+        .findings
+        .iter()
+        .find(|f| f.root == "teacher")
+        .expect("a finding on the teacher");
+    assert_eq!(f.kind, FindingKind::StrayGradients);
+    assert_eq!(f.bytes, params, "the teacher's gradients: {f:?}");
+    assert_eq!(f.fix, "with torch.no_grad(): t_out = teacher(x)");
 }

@@ -31,6 +31,9 @@ pub enum RootKind {
     /// was re-created after the optimizer was built), its `.grad`, or its
     /// state.
     StaleOptimizerParam,
+    /// The `.grad` of a second model's parameter (`BuildModel`), named
+    /// `name.param[i].grad`: no optimizer zeroes or steps it.
+    NamedModelGradient,
     ScalerState,
     CheckpointInput,
     /// What an object in a reference cycle holds (`MakeCycle`): `index` 0
@@ -252,6 +255,20 @@ impl Engine {
             }
             for (n, b) in &m.buffers {
                 roots.push(self.root_info(walk, RootKind::ModuleBuffer, n.clone(), *b));
+            }
+        }
+        for (name, m) in &self.named_models {
+            for (i, p) in m.params.iter().enumerate() {
+                let kind = RootKind::Parameter;
+                roots.push(self.root_info(walk, kind, format!("{name}.param[{i}]"), *p));
+                if let Some(g) = self.grad(*p) {
+                    let kind = RootKind::NamedModelGradient;
+                    roots.push(self.root_info(walk, kind, format!("{name}.param[{i}].grad"), g));
+                }
+            }
+            for (n, b) in &m.buffers {
+                let kind = RootKind::ModuleBuffer;
+                roots.push(self.root_info(walk, kind, format!("{name}.{n}"), *b));
             }
         }
         let mut cache: Vec<(&TensorId, &TensorId)> = self.amp.cache.iter().collect();

@@ -127,6 +127,8 @@ pub struct Engine {
     pub(crate) amp: AmpState,
     pub(crate) ckpt: CheckpointState,
     pub(crate) model: Option<Box<Model>>,
+    /// Second models under their names (`BuildModel`: a teacher).
+    pub(crate) named_models: Vec<(String, Box<Model>)>,
     /// The model's parameter dtype (F32 unless `model.half()` and the like).
     pub(crate) param_dtype: DType,
     pub(crate) optimizer: Option<Optimizer>,
@@ -207,6 +209,7 @@ impl Engine {
             amp: AmpState::default(),
             ckpt: CheckpointState::default(),
             model: None,
+            named_models: Vec::new(),
             param_dtype: DType::F32,
             optimizer: None,
             scaler: None,

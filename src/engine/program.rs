@@ -43,9 +43,12 @@ pub enum Step {
         y: String,
     },
     /// `output = model(input)`; recurrent models read and rebind `hidden`.
+    /// `model` names a second model (`BuildModel`) to run instead.
     Forward {
         input: String,
         output: String,
+        #[serde(default)]
+        model: Option<String>,
     },
     /// `into = criterion(output, target)` (optionally `/ divide_by`).
     Loss {
@@ -271,6 +274,19 @@ pub enum Step {
         #[serde(default)]
         create_graph: bool,
     },
+    /// `into = from.argmax(1)`: an int64 tensor of class indices, with no
+    /// history (a teacher's hard labels).
+    Argmax {
+        from: String,
+        into: String,
+    },
+    /// `name = Net().cuda()`: a second model of the scenario's
+    /// configuration under its own name (a teacher, a target network), its
+    /// parameters allocated in `.to("cuda")` order after the model's; no
+    /// optimizer holds them. `Forward(model: name)` runs it.
+    BuildModel {
+        name: String,
+    },
     /// `model = Net().cuda()`: a new model of the scenario's configuration
     /// inside the loop. An optimizer built before keeps the old model's
     /// parameters (with their `.grad` and state) and goes on stepping them,
@@ -349,6 +365,8 @@ impl Step {
             Step::EmaCopy { .. } => "ema_copy",
             Step::EmaUpdate { .. } => "ema_update",
             Step::RecreateModel => "recreate_model",
+            Step::BuildModel { .. } => "build_model",
+            Step::Argmax { .. } => "argmax",
             Step::RecreateOptimizer => "recreate_optimizer",
             Step::RegisterFullBackwardHook { .. } => "register_full_backward_hook",
             Step::RemoveBackwardHooks { .. } => "handle.remove",
@@ -398,6 +416,7 @@ impl Program {
             Step::Forward {
                 input: "x".into(),
                 output: "out".into(),
+                model: None,
             },
             Step::Loss {
                 output: "out".into(),
@@ -528,7 +547,16 @@ impl Engine {
                     self.bind(y, Value::Tensor(yt));
                 }
             }
-            Step::Forward { input, output } => {
+            Step::Forward {
+                input,
+                output,
+                model: Some(name),
+            } => {
+                let xt = self.binding_tensor(input)?;
+                let out = self.named_model_forward(name, xt)?;
+                self.bind(output, Value::Tensor(out));
+            }
+            Step::Forward { input, output, .. } => {
                 let xt = self.binding_tensor(input)?;
                 let hidden = match self.bindings.vars.get("hidden") {
                     Some(Value::Pair(h, c)) => Some((*h, *c)),
@@ -742,6 +770,14 @@ impl Engine {
             Step::EmaCopy { into } => self.ema_copy(into)?,
             Step::EmaUpdate { ema, no_grad } => self.ema_update(ema, *no_grad)?,
             Step::RecreateModel => self.recreate_model()?,
+            Step::BuildModel { name } => self.build_named_model(name)?,
+            Step::Argmax { from, into } => {
+                let t = self.binding_tensor(from)?;
+                let prev = self.phase_begin(Phase::User);
+                let r = self.argmax_1(t);
+                self.phase_end(Phase::User, prev);
+                self.bind(into, Value::Tensor(r?));
+            }
             Step::RecreateOptimizer => self.recreate_optimizer()?,
             Step::GradSignStep {
                 input,

@@ -7,6 +7,7 @@
 use super::error::{EngineError, Result};
 use super::modules::Model;
 use super::optim::Optimizer;
+use super::tensor::TensorId;
 use super::Engine;
 use crate::trace::Phase;
 
@@ -91,5 +92,69 @@ impl Engine {
             }
         }
         Ok(())
+    }
+}
+
+impl Engine {
+    /// `name = Net().cuda()`: a second model of the model's configuration
+    /// (a teacher): its parameters are made after everything before it, no
+    /// optimizer holds them, and they get a `.grad` only if a loss reaches
+    /// them. A model already under that name goes once the new one exists.
+    pub(crate) fn build_named_model(&mut self, name: &str) -> Result<()> {
+        let cfg = match &self.model {
+            Some(m) => m.cfg.clone(),
+            None => return Err(EngineError::Program("no model".into())),
+        };
+        // nanoGPT's checkpointed blocks and the LSTM's hidden state are the
+        // model's own in the engine (its recomputation, `hidden`).
+        if !matches!(cfg.kind, crate::engine::ModelKind::Modules(_)) {
+            return Err(EngineError::Program(format!(
+                "{name} = Net().cuda(): a second model is modelled for the module language's \
+                 models (the MLP, ResNet, Layers, Modules), not this one"
+            )));
+        }
+        let prev = self.phase_begin(Phase::User);
+        let built = Model::build(self, &cfg);
+        self.phase_end(Phase::User, prev);
+        let new = Box::new(built?);
+        let old = match self.named_models.iter_mut().find(|(n, _)| n == name) {
+            Some((_, m)) => Some(std::mem::replace(m, new)),
+            None => {
+                self.named_models.push((name.to_string(), new));
+                None
+            }
+        };
+        if let Some(old) = old {
+            for p in &old.params {
+                self.decref(*p);
+            }
+            for (_, b) in &old.buffers {
+                self.decref(*b);
+            }
+        }
+        Ok(())
+    }
+
+    /// `out = name(x)` for a model `BuildModel` made, with the model's own
+    /// grad mode and train/eval flag (those are the loop's, here).
+    pub(crate) fn named_model_forward(&mut self, name: &str, x: TensorId) -> Result<TensorId> {
+        let Some(i) = self.named_models.iter().position(|(n, _)| n == name) else {
+            return Err(EngineError::Program(format!(
+                "name '{name}' is not defined"
+            )));
+        };
+        let (n, model) = self.named_models.swap_remove(i);
+        let phase = if self.ctx.training && self.ctx.grad_enabled {
+            Phase::Forward
+        } else {
+            Phase::Eval
+        };
+        let prev = self.phase_begin(phase);
+        let r = model.forward(self, x, None);
+        self.phase_end(phase, prev);
+        self.named_models.push((n, model));
+        let last = self.named_models.len() - 1;
+        self.named_models.swap(i, last);
+        Ok(r?.0)
     }
 }

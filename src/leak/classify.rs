@@ -55,6 +55,8 @@ impl Detector {
         if let Some(f) = self.stale_optimizer_params(ctx, accs) {
             findings.push(f);
         }
+        findings.extend(self.stray_gradients(ctx, accs));
+        findings.extend(self.teacher_graphs(ctx, accs));
         if findings.iter().all(|f| !f.kind.is_leak()) {
             if let Some(f) = self.one_off_peak(ctx, accs) {
                 findings.push(f);

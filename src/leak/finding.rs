@@ -34,6 +34,9 @@ pub enum FindingKind {
     /// gradients and their state stay alive, and the optimizer steps them
     /// instead of the model that trains.
     StaleOptimizerParams,
+    /// A second model's parameters (a teacher's) have gradients: a loss
+    /// reached them, and no optimizer zeroes or steps them.
+    StrayGradients,
     /// A live job: a Python name (a container, a variable, a hook's
     /// closure) whose tensors and their graphs grew since the helper's last
     /// look.
@@ -44,7 +47,7 @@ pub enum FindingKind {
 }
 
 impl FindingKind {
-    pub const ALL: [FindingKind; 12] = [
+    pub const ALL: [FindingKind; 13] = [
         FindingKind::RetainedGraphGpu,
         FindingKind::RetainedGraphHost,
         FindingKind::StoredTensors,
@@ -55,6 +58,7 @@ impl FindingKind {
         FindingKind::SurvivingAllocations,
         FindingKind::StaleAutocastCache,
         FindingKind::StaleOptimizerParams,
+        FindingKind::StrayGradients,
         FindingKind::GrowingHolder,
         FindingKind::PythonHolder,
     ];
@@ -85,6 +89,7 @@ impl FindingKind {
             FindingKind::SurvivingAllocations => "surviving_allocations",
             FindingKind::StaleAutocastCache => "stale_autocast_cache",
             FindingKind::StaleOptimizerParams => "stale_optimizer_params",
+            FindingKind::StrayGradients => "stray_gradients",
             FindingKind::GrowingHolder => "growing_holder",
             FindingKind::PythonHolder => "python_holder",
         }
@@ -104,6 +109,7 @@ impl FindingKind {
             FindingKind::SurvivingAllocations => "surviving allocations",
             FindingKind::StaleAutocastCache => "stale autocast weight cache",
             FindingKind::StaleOptimizerParams => "an old model kept by the optimizer",
+            FindingKind::StrayGradients => "gradients no optimizer steps",
             FindingKind::GrowingHolder => "a Python name holds what grew",
             FindingKind::PythonHolder => "held by a Python name",
         }
@@ -122,6 +128,7 @@ impl FindingKind {
             FindingKind::SurvivingAllocations => "survivors",
             FindingKind::StaleAutocastCache => "stale autocast",
             FindingKind::StaleOptimizerParams => "old model kept",
+            FindingKind::StrayGradients => "stray grads",
             FindingKind::GrowingHolder => "growing holder",
             FindingKind::PythonHolder => "python holder",
         }
@@ -137,6 +144,7 @@ impl FindingKind {
                 | FindingKind::CarriedHiddenState
                 | FindingKind::SurvivingAllocations
                 | FindingKind::StaleOptimizerParams
+                | FindingKind::StrayGradients
                 | FindingKind::GrowingHolder
         )
     }

@@ -65,6 +65,16 @@ pub(crate) enum Binder {
     },
 }
 
+/// `output = model(input)` through a second model (`BuildModel`), and
+/// whether grad was enabled there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NamedForward {
+    pub model: String,
+    pub input: String,
+    pub output: String,
+    pub grad: bool,
+}
+
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ProgramFacts {
     pub known: bool,
@@ -75,6 +85,8 @@ pub(crate) struct ProgramFacts {
     /// whether the optimizer is re-created too (`RecreateOptimizer`).
     pub recreates_model: bool,
     pub recreates_optimizer: bool,
+    /// Forwards through second models, in program order.
+    pub named_forwards: Vec<NamedForward>,
     /// The setup leaves a `with torch.autocast(...)` block open around the
     /// whole loop, of this dtype.
     pub autocast_around_loop: Option<crate::engine::DType>,
@@ -270,7 +282,20 @@ impl ProgramFacts {
                 },
                 eval_grad,
             ),
-            Step::Forward { input, output } => {
+            Step::Forward {
+                input,
+                output,
+                model: Some(m),
+            } => {
+                self.named_forwards.push(NamedForward {
+                    model: m.clone(),
+                    input: input.clone(),
+                    output: output.clone(),
+                    grad: st.1,
+                });
+                self.bind(output, Binder::Forward, eval_grad)
+            }
+            Step::Forward { input, output, .. } => {
                 if eval_grad && self.eval_forward.is_none() {
                     self.eval_forward = Some((input.clone(), output.clone()));
                 }

@@ -89,3 +89,128 @@ impl Detector {
         Some(f)
     }
 }
+
+impl Detector {
+    /// A second model (`BuildModel`: a teacher) whose parameters have a
+    /// `.grad`: its forward ran with grad enabled and a loss backpropagated
+    /// into it. No optimizer zeroes or steps those gradients; every
+    /// backward adds into them.
+    pub(super) fn stray_gradients(&self, ctx: &Ctx, accs: &[GroupAcc]) -> Vec<Finding> {
+        let mut out = Vec::new();
+        let mut models: Vec<&str> = self
+            .facts
+            .named_forwards
+            .iter()
+            .map(|f| f.model.as_str())
+            .collect();
+        models.dedup();
+        for model in models {
+            let Some(g) = accs.iter().position(|a| a.name == model) else {
+                continue;
+            };
+            let acc = &accs[g];
+            if acc.sample.own == 0 {
+                continue;
+            }
+            let grads = acc.roots.len();
+            let forward = self
+                .facts
+                .named_forwards
+                .iter()
+                .find(|f| f.model == model && f.grad);
+            let mut f = Finding::new(model, FindingKind::StrayGradients);
+            f.bytes = acc.sample.own;
+            f.iterations = ctx
+                .ls
+                .iteration
+                .saturating_sub(acc.sample.oldest_storage_iteration.unwrap_or(0))
+                + 1;
+            f.by_category = super::classify::categories(&acc.by_cat);
+            f.blocks = blocks_of(ctx, g as u32);
+            f.path = vec![format!(
+                "{model}.parameters(): {} of them with a .grad ({})",
+                format_count(grads as u64),
+                format_size(acc.sample.own)
+            )];
+            match forward {
+                Some(fw) => {
+                    f.path.push(format!(
+                        "{} = {model}({}) ran with grad enabled",
+                        fw.output, fw.input
+                    ));
+                    f.fix = format!(
+                        "with torch.no_grad(): {} = {model}({})",
+                        fw.output, fw.input
+                    );
+                }
+                None => {
+                    f.fix = format!("{model}.requires_grad_(False)  # once, after it is built");
+                }
+            }
+            let why = match forward {
+                Some(fw) => format!(
+                    "`{} = {model}({})` runs with grad enabled, so it records a graph (saving its \
+                     activations until the backward) and the loss backpropagates into `{model}`",
+                    fw.output, fw.input
+                ),
+                None => format!("a loss backpropagates into `{model}`"),
+            };
+            f.evidence = format!(
+                "{why}: {} of its parameters have a .grad, {} that no optimizer zeroes or steps \
+                 (the optimizer holds the model's). Every backward adds into them, and every \
+                 forward saves what its backward would need: memory held for gradients nobody \
+                 uses, and a higher peak.",
+                format_count(grads as u64),
+                format_size(acc.sample.own),
+            );
+            f.severity = Severity::Warning;
+            out.push(f);
+        }
+        out
+    }
+}
+
+impl Detector {
+    /// A second model's forward with grad enabled (a teacher without
+    /// `torch.no_grad()`) whose output still holds the graph's saved
+    /// activations at the iteration's end: no backward ran through them,
+    /// and they stay until the name is rebound. A higher peak, not a leak.
+    pub(super) fn teacher_graphs(&self, ctx: &Ctx, accs: &[GroupAcc]) -> Vec<Finding> {
+        let mut out = Vec::new();
+        for fw in self.facts.named_forwards.iter().filter(|f| f.grad) {
+            let Some(g) = accs.iter().position(|a| a.name == fw.output) else {
+                continue;
+            };
+            let acc = &accs[g];
+            if acc.sample.graph == 0 {
+                continue;
+            }
+            let (model, input, output) = (&fw.model, &fw.input, &fw.output);
+            let mut f = Finding::new(output.as_str(), FindingKind::OneOffPeak);
+            f.bytes = acc.sample.graph;
+            f.iterations = 1;
+            f.by_category = vec![("autograd_saved", acc.sample.graph)];
+            f.blocks = blocks_of(ctx, g as u32);
+            f.path = vec![
+                format!("{output} = {model}({input}) ran with grad enabled"),
+                format!(
+                    "`{output}` holds {model}'s graph: {} Nodes, {} of saved activations",
+                    format_count(u64::from(acc.sample.nodes)),
+                    format_size(acc.sample.graph)
+                ),
+            ];
+            f.fix = format!("with torch.no_grad(): {output} = {model}({input})");
+            f.evidence = format!(
+                "`{output} = {model}({input})` runs with grad enabled ({model}'s parameters \
+                 require grad), so it records a graph that saves its activations for a backward \
+                 that never runs through it: at the iteration's end `{output}` still holds {} of \
+                 them, until it is rebound in the next iteration. Flat across iterations: a \
+                 higher peak, not a leak.",
+                format_size(acc.sample.graph)
+            );
+            f.severity = Severity::Info;
+            out.push(f);
+        }
+        out
+    }
+}

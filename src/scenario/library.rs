@@ -52,6 +52,8 @@ static BUILTINS: &[BuiltIn] = builtins![
     "ema-update-no-grad-fixed",
     "input-grad-create-graph-bug",
     "input-grad-create-graph-detach-fixed",
+    "teacher-forward-grad-bug",
+    "teacher-forward-no-grad-fixed",
     "model-recreated-stale-optimizer-bug",
     "model-recreated-with-optimizer-fixed",
     "zero-grad-missing-bug",

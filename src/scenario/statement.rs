@@ -69,7 +69,11 @@ pub fn statement_in(step: &Step, shape: LoopShape) -> String {
             Some(d) => format!("{into} = {output}.sum() / {d}"),
             None => format!("{into} = {output}.sum()"),
         },
-        Step::Forward { input, output } if shape.recurrent => {
+        Step::Forward {
+            input,
+            output,
+            model: None,
+        } if shape.recurrent => {
             format!("{output}, hidden = model({input}, hidden)")
         }
         _ => statement(step),
@@ -90,7 +94,14 @@ fn empty(shape: &[u64], d: DType) -> String {
 pub fn statement(step: &Step) -> String {
     match step {
         Step::LoadBatch { x, y } => format!("{x}, {y} = next(batches)"),
-        Step::Forward { input, output } => format!("{output} = model({input})"),
+        Step::Forward {
+            input,
+            output,
+            model,
+        } => format!(
+            "{output} = {}({input})",
+            model.as_deref().unwrap_or("model")
+        ),
         Step::Loss {
             output,
             target,
@@ -200,6 +211,8 @@ pub fn statement(step: &Step) -> String {
         }
         Step::RequiresGrad { name } => format!("{name}.requires_grad_()"),
         Step::RecreateModel => "model = Net().cuda()".into(),
+        Step::BuildModel { name } => format!("{name} = Net().cuda()"),
+        Step::Argmax { from, into } => format!("{into} = {from}.argmax(1)"),
         Step::RecreateOptimizer => {
             "optimizer = type(optimizer)(model.parameters(), **optimizer.defaults)".into()
         }
@@ -326,6 +339,7 @@ mod tests {
         let s = Step::Forward {
             input: "vx".into(),
             output: "vout".into(),
+            model: None,
         };
         assert_eq!(statement(&s), "vout = model(vx)");
         let s = Step::Backward {
@@ -369,6 +383,15 @@ mod tests {
             ("RemoveForwardHooks(module: \"fc1\")", "handle_fc1.remove()"),
             ("RequiresGrad(name: \"x\")", "x.requires_grad_()"),
             ("RecreateModel", "model = Net().cuda()"),
+            ("BuildModel(name: \"teacher\")", "teacher = Net().cuda()"),
+            (
+                "Argmax(from: \"t_out\", into: \"t_label\")",
+                "t_label = t_out.argmax(1)",
+            ),
+            (
+                "Forward(input: \"x\", output: \"t_out\", model: \"teacher\")",
+                "t_out = teacher(x)",
+            ),
             (
                 "RecreateOptimizer",
                 "optimizer = type(optimizer)(model.parameters(), **optimizer.defaults)",

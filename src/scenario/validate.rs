@@ -66,6 +66,8 @@ fn variant(s: &Step) -> &'static str {
         Step::AutogradGrad { .. } => "AutogradGrad",
         Step::EmaCopy { .. } => "EmaCopy",
         Step::RecreateModel => "RecreateModel",
+        Step::BuildModel { .. } => "BuildModel",
+        Step::Argmax { .. } => "Argmax",
         Step::RecreateOptimizer => "RecreateOptimizer",
         Step::EmaUpdate { .. } => "EmaUpdate",
         Step::RegisterFullBackwardHook { .. } => "RegisterFullBackwardHook",
@@ -79,7 +81,17 @@ fn variant(s: &Step) -> &'static str {
 fn reads_binds(s: &Step) -> (Vec<&str>, Vec<&str>) {
     match s {
         Step::LoadBatch { x, y } => (vec![], vec![x, y]),
-        Step::Forward { input, output } => (vec![input], vec![output]),
+        Step::Forward {
+            input,
+            output,
+            model,
+        } => {
+            let mut reads = vec![input.as_str()];
+            reads.extend(model.as_deref());
+            (reads, vec![output])
+        }
+        Step::BuildModel { name } => (vec![], vec![name]),
+        Step::Argmax { from, into } => (vec![from], vec![into]),
         Step::Loss {
             output,
             target,
@@ -216,6 +228,15 @@ impl<'a> Walk<'a> {
             // weight and the cast itself until the outermost block exits:
             // what it does with a model's weights that die inside the block
             // is not modelled.
+            Step::BuildModel { name } if name == "model" => problem(
+                "BuildModel names the scenario's own model `model`: re-create it with \
+                 RecreateModel"
+                    .to_string(),
+            ),
+            Step::Forward { model: Some(m), .. } if self.recurrent => problem(format!(
+                "Forward through `{m}`: a second recurrent model (its own hidden state) is not \
+                 modelled"
+            )),
             Step::RecreateModel | Step::RecreateOptimizer if !self.autocast.is_empty() => {
                 problem(format!(
                     "{v} inside a `with torch.autocast(...)` block is not modelled (the block's \

@@ -29,6 +29,11 @@ pub const PAIRS: &[(&str, &str)] = &[
         "input_grad_create_graph_detach_fixed",
         "input-grad-create-graph-detach-fixed",
     ),
+    ("teacher_forward_grad_bug", "teacher-forward-grad-bug"),
+    (
+        "teacher_forward_no_grad_fixed",
+        "teacher-forward-no-grad-fixed",
+    ),
     (
         "model_recreated_stale_optimizer_bug",
         "model-recreated-stale-optimizer-bug",
