@@ -389,7 +389,7 @@ mod tests {
                 "t_label = t_out.argmax(1)",
             ),
             (
-                "Forward(input: \"x\", output: \"t_out\", model: \"teacher\")",
+                "Forward(input: \"x\", output: \"t_out\", model: Some(\"teacher\"))",
                 "t_out = teacher(x)",
             ),
             (
