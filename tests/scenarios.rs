@@ -1399,3 +1399,49 @@ fn a_teacher_without_no_grad_keeps_its_activations_or_gets_gradients() {
     assert_eq!(f.bytes, params, "the teacher's gradients: {f:?}");
     assert_eq!(f.fix, "with torch.no_grad(): t_out = teacher(x)");
 }
+
+/// `del teacher` lets the second model go: its parameters are freed with
+/// nothing else holding them, and a later `teacher(x)` is Python's
+/// NameError.
+#[test]
+fn a_deleted_teacher_frees_its_parameters() {
+    let params: u64 = [(784u64, 1024u64), (1024, 1024), (1024, 10)]
+        .iter()
+        .map(|&(i, o)| (i * o + o) * 4)
+        .sum();
+    let kept = get("teacher-forward-no-grad-fixed");
+    let deleted = run_variant("teacher-forward-no-grad-fixed", |t| {
+        t.replace(
+            "        BuildModel(name: \"teacher\"),",
+            "        BuildModel(name: \"teacher\"),\n        Delete(name: \"teacher\"),",
+        )
+        .replace("        SetGrad(grad: NoGrad),", "")
+        .replace(
+            "        Forward(input: \"x\", output: \"t_out\", model: \"teacher\"),",
+            "",
+        )
+        .replace("        SetGrad(grad: Enabled),", "")
+        .replace("Argmax(from: \"t_out\"", "Argmax(from: \"out\"")
+    });
+    assert!(deleted.error.is_none(), "{:?}", deleted.error);
+    // Without the teacher: its parameters gone, and no t_out (10 × 256 fp32).
+    let t_out = 256 * 10 * 4;
+    for (k, d) in kept.per_iteration.iter().zip(&deleted.per_iteration) {
+        assert_eq!(
+            k.requested,
+            d.requested + params + t_out,
+            "iteration {}",
+            k.iteration
+        );
+    }
+    // A Forward through the deleted name is refused by check, at the step.
+    let text = std::fs::read_to_string(scenarios_dir().join("teacher-forward-no-grad-fixed.ron"))
+        .expect("the built-in's file")
+        .replace(
+            "        BuildModel(name: \"teacher\"),",
+            "        BuildModel(name: \"teacher\"),\n        Delete(name: \"teacher\"),",
+        );
+    let err = vramscope::scenario::load_str(&text, "variant.ron")
+        .expect_err("check refuses a Forward through a deleted model");
+    assert!(err.to_string().contains("`teacher`"), "{err}");
+}

@@ -637,6 +637,9 @@ impl Engine {
                     }
                 }
             }
+            Step::Delete { name } if self.named_models.iter().any(|(n, _)| n == name) => {
+                self.delete_named_model(name)
+            }
             Step::Delete { name } => {
                 // Python's `del` of an unbound name raises NameError.
                 let Some(v) = self.bindings.vars.remove(name.as_str()) else {

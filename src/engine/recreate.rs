@@ -45,12 +45,7 @@ impl Engine {
         // The old Module's attributes go in order: each module's own
         // parameters (a parameter's .grad before its storage), then its
         // buffers.
-        for p in &old.params {
-            self.decref(*p);
-        }
-        for (_, b) in &old.buffers {
-            self.decref(*b);
-        }
+        self.drop_model(&old);
         Ok(())
     }
 
@@ -125,14 +120,29 @@ impl Engine {
             }
         };
         if let Some(old) = old {
-            for p in &old.params {
-                self.decref(*p);
-            }
-            for (_, b) in &old.buffers {
-                self.decref(*b);
-            }
+            self.drop_model(&old);
         }
         Ok(())
+    }
+
+    /// `del name` of a model `BuildModel` made: its parameters go (each
+    /// `.grad` first) unless a graph still holds them.
+    pub(crate) fn delete_named_model(&mut self, name: &str) {
+        if let Some(i) = self.named_models.iter().position(|(n, _)| n == name) {
+            let (_, m) = self.named_models.remove(i);
+            self.drop_model(&m);
+        }
+    }
+
+    /// A model object's last reference goes: its parameters, then its
+    /// buffers, each freed unless something else holds it.
+    fn drop_model(&mut self, m: &Model) {
+        for p in &m.params {
+            self.decref(*p);
+        }
+        for (_, b) in &m.buffers {
+            self.decref(*b);
+        }
     }
 
     /// `out = name(x)` for a model `BuildModel` made, with the model's own
