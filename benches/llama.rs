@@ -24,6 +24,7 @@ fn training_program() -> Program {
         Step::Forward {
             input: s("x"),
             output: s("out"),
+            model: None,
         },
         Step::Loss {
             output: s("out"),

@@ -535,3 +535,82 @@ fn input_gradient_steps_point_at_what_they_read() {
     );
     load_str(&text, "ok.ron").expect("a bound tensor is fine");
 }
+
+/// Issue 39's re-created model and optimizer are steps without fields,
+/// checked like every other: a field is refused at the step with the
+/// variant's name, and so is one inside a `with torch.autocast(...)`
+/// block, whose cast cache would keep the old weights' casts (not
+/// modelled); the plain statements load.
+#[test]
+fn recreate_steps_are_checked_at_the_step() {
+    let text = VALID.replace(
+        "        OptimizerStep,\n",
+        "        OptimizerStep,\n        RecreateModel(model: \"teacher\"),\n",
+    ); // line 13
+    let (line, column, message) = at(&text);
+    assert_eq!((line, column), (13, 22), "at `RecreateModel(`: {message}");
+    assert!(
+        message.contains("`RecreateModel` takes no fields"),
+        "{message}"
+    );
+
+    let text = VALID.replace(
+        "        OptimizerStep,\n",
+        "        OptimizerStep,\n        AutocastEnter(dtype: F16),\n        RecreateOptimizer,\n        AutocastExit,\n",
+    ); // line 14
+    let (line, column, message) = at(&text);
+    assert_eq!((line, column), (14, 9), "at `RecreateOptimizer`: {message}");
+    assert!(message.contains("autocast"), "{message}");
+
+    let text = VALID.replace(
+        "        OptimizerStep,\n",
+        "        OptimizerStep,\n        RecreateModel,\n        RecreateOptimizer,\n",
+    );
+    load_str(&text, "ok.ron").expect("re-creating the model and the optimizer is fine");
+}
+
+/// A second model's statements are checked at the step: `Forward` through
+/// a model no `BuildModel` made, or through a tensor, and a `BuildModel`
+/// that names the scenario's own `model`.
+#[test]
+fn second_model_steps_are_checked_at_the_step() {
+    let forward = "        Forward(input: \"x\", output: \"out\"),\n";
+    let text = VALID.replace(
+        forward,
+        &format!(
+            "{forward}        Forward(input: \"x\", output: \"t_out\", model: \"teacher\"),\n"
+        ),
+    ); // line 10
+    let (line, column, message) = at(&text);
+    assert_eq!((line, column), (10, 9), "at the second Forward: {message}");
+    assert!(message.contains("`teacher`"), "{message}");
+
+    let text = VALID.replace(
+        forward,
+        &format!("{forward}        Forward(input: \"x\", output: \"t_out\", model: \"out\"),\n"),
+    );
+    let (line, _, message) = at(&text);
+    assert_eq!(line, 10, "{message}");
+    assert!(message.contains("only a model"), "{message}");
+
+    let text = VALID.replace(
+        "        ZeroGrad(set_to_none: true),\n",
+        "        ZeroGrad(set_to_none: true),\n        BuildModel(name: \"model\"),\n",
+    ); // line 8
+    let (line, column, message) = at(&text);
+    assert_eq!((line, column), (8, 9), "at `BuildModel`: {message}");
+    assert!(message.contains("RecreateModel"), "{message}");
+
+    let text = VALID
+        .replace(
+            "        ZeroGrad(set_to_none: true),\n",
+            "        ZeroGrad(set_to_none: true),\n        BuildModel(name: \"teacher\"),\n",
+        )
+        .replace(
+            forward,
+            &format!(
+                "{forward}        Forward(input: \"x\", output: \"t_out\", model: \"teacher\"),\n"
+            ),
+        );
+    load_str(&text, "ok.ron").expect("a teacher built, then run");
+}

@@ -171,7 +171,16 @@ fn every_builtin_meets_its_expectations() {
 }
 
 /// Each buggy scenario and the scenario that shows its fix.
-const PAIRS: [(&str, &str); 33] = [
+const PAIRS: [(&str, &str); 36] = [
+    ("teacher-forward-grad-bug", "teacher-forward-no-grad-fixed"),
+    (
+        "input-grad-create-graph-bug",
+        "input-grad-create-graph-detach-fixed",
+    ),
+    (
+        "model-recreated-stale-optimizer-bug",
+        "model-recreated-with-optimizer-fixed",
+    ),
     ("ema-update-grad-bug", "ema-update-no-grad-fixed"),
     ("backward-hook-grads-bug", "backward-hook-removed-fixed"),
     ("pgd-autograd-grad-bug", "pgd-autograd-grad-fixed"),
@@ -1210,4 +1219,229 @@ fn an_ema_updated_with_grad_grows_its_history_on_the_host() {
         "{:?}",
         fixed.findings
     );
+}
+
+/// A model re-created inside the loop while the optimizer built before it
+/// stays: the optimizer keeps the first model's parameters and their
+/// momentum buffers (one model's blocks each), the finding names the
+/// optimizer with the fix that re-creates it, and from the first
+/// re-creation on the bug holds exactly one model's parameters more than
+/// the fixed twin at every iteration end (its momentum buffers take the
+/// place of the new model's, which the stale optimizer never makes).
+#[test]
+fn a_model_recreated_under_an_old_optimizer_keeps_the_old_model() {
+    use vramscope::leak::FindingKind;
+    // mlp-mnist's parameters: fc1 784→1024, fc2 1024→1024, fc3 1024→10,
+    // fp32, each in the allocator's blocks (512-byte multiples).
+    let block = |elems: u64| (elems * 4).div_ceil(512) * 512;
+    let model: u64 = [(784, 1024), (1024, 1024), (1024, 10)]
+        .iter()
+        .map(|&(i, o)| block(i * o) + block(o))
+        .sum();
+    let bug = get("model-recreated-stale-optimizer-bug");
+    let fixed = get("model-recreated-with-optimizer-fixed");
+    let f = bug
+        .findings
+        .iter()
+        .find(|f| f.root == "optimizer")
+        .expect("a finding on the optimizer");
+    assert_eq!(f.kind, FindingKind::StaleOptimizerParams);
+    assert_eq!(f.bytes, 2 * model, "parameters and momentum: {f:?}");
+    assert!(
+        f.fix
+            .starts_with("optimizer = type(optimizer)(model.parameters()"),
+        "{}",
+        f.fix
+    );
+    assert!(f.evidence.contains("6 parameters"), "{}", f.evidence);
+    assert!(
+        fixed.findings.iter().all(|f| !f.kind.is_leak()),
+        "{:?}",
+        fixed.findings
+    );
+    // From the first re-creation (iteration 1's end) on, one model's
+    // requested bytes apart (the bug's first model where the fixed twin
+    // has momentum buffers), but at the end of each later re-creation,
+    // where the fixed twin has just dropped its old optimizer's momentum
+    // buffers: two.
+    let requested: u64 = [(784, 1024), (1024, 1024), (1024, 10)]
+        .iter()
+        .map(|&(i, o)| (i * o + o) * 4)
+        .sum();
+    let (b, x) = (&bug.per_iteration, &fixed.per_iteration);
+    assert_eq!(b.len(), x.len());
+    for (pb, px) in b.iter().zip(x) {
+        let models = match pb.iteration {
+            it if it > 1 && it % 10 == 1 => 2,
+            _ => 1,
+        };
+        assert_eq!(
+            pb.requested,
+            px.requested + models * requested,
+            "iteration {}",
+            pb.iteration
+        );
+    }
+}
+
+/// `torch.autograd.grad(loss, x, create_graph=True)` on a frozen MLP, the
+/// gradient kept in a list: create_graph keeps the forward graph, and the
+/// gradient's own graph reaches into it, so each kept map holds its batch
+/// (x, and the target NllLossBackwardBackward0 saves), both ReLU results,
+/// the log-probs, the incoming gradient LogSoftmaxBackwardDataBackward0
+/// saves, and the map itself: exactly their bytes per iteration. Detached
+/// on the host, flat and clean. A node without a second-order rule (a
+/// Linear whose weight requires grad) stops the run, named.
+#[test]
+fn create_graph_gradients_kept_keep_their_forward_graphs() {
+    use vramscope::leak::FindingKind;
+    let (b, d, h, c) = (256u64, 784u64, 1024u64, 10u64);
+    let per_map = 4 * (b * d + 2 * b * h + 2 * b * c + b * d) + 8 * b;
+    let bug = get("input-grad-create-graph-bug");
+    let points = &bug.per_iteration;
+    for w in points[1..].windows(2) {
+        assert_eq!(
+            w[1].requested - w[0].requested,
+            per_map,
+            "iteration {}",
+            w[1].iteration
+        );
+    }
+    let f = bug
+        .findings
+        .iter()
+        .find(|f| f.root == "maps")
+        .expect("a finding on maps");
+    assert_eq!(f.kind, FindingKind::RetainedGraphGpu);
+    assert!(f.evidence.contains("create_graph=True"), "{}", f.evidence);
+    assert!(
+        f.fix.starts_with("maps.append(g.detach().cpu())"),
+        "{}",
+        f.fix
+    );
+    let fixed = get("input-grad-create-graph-detach-fixed");
+    assert_flat(fixed);
+    assert!(
+        fixed.findings.iter().all(|f| !f.kind.is_leak()),
+        "{:?}",
+        fixed.findings
+    );
+    let trained = run_variant("input-grad-create-graph-bug", |t| {
+        t.replace(
+            "SetRequiresGrad(modules: [\"\"], requires_grad: false),",
+            "",
+        )
+    });
+    let e = trained.error.expect("a trained Linear's rule is refused");
+    assert!(
+        e.contains("AddmmBackward0") && e.contains("not modelled"),
+        "{e}"
+    );
+    assert_eq!(trained.iterations_run, 0, "{e}");
+}
+
+/// A teacher (a second model, `BuildModel`) run without `torch.no_grad()`:
+/// its parameters require grad, so its forward saves its two ReLU
+/// results, which `t_out` holds at every iteration's end (the hard labels
+/// `t_out.argmax(1)` have no history, no backward frees them): exactly
+/// their bytes above the fixed twin, flat, named as a one-off peak with
+/// the no_grad fix. When the loss does reach the teacher (MSE against
+/// `t_out`), its parameters get gradients no optimizer zeroes: named too.
+#[test]
+fn a_teacher_without_no_grad_keeps_its_activations_or_gets_gradients() {
+    use vramscope::leak::FindingKind;
+    let relu_results = 2 * 256 * 1024 * 4;
+    let bug = get("teacher-forward-grad-bug");
+    let fixed = get("teacher-forward-no-grad-fixed");
+    assert_flat(bug);
+    assert_flat(fixed);
+    for (b, x) in bug.per_iteration.iter().zip(&fixed.per_iteration) {
+        assert_eq!(
+            b.requested,
+            x.requested + relu_results,
+            "iteration {}",
+            b.iteration
+        );
+    }
+    let f = bug
+        .findings
+        .iter()
+        .find(|f| f.root == "t_out")
+        .expect("a finding on t_out");
+    assert_eq!(f.kind, FindingKind::OneOffPeak);
+    assert_eq!(f.bytes, relu_results);
+    assert_eq!(f.fix, "with torch.no_grad(): t_out = teacher(x)");
+    assert!(
+        bug.findings.iter().all(|f| !f.kind.is_leak()),
+        "{:?}",
+        bug.findings
+    );
+    assert!(fixed.findings.is_empty(), "{:?}", fixed.findings);
+
+    let mse = run_variant("teacher-forward-grad-bug", |t| {
+        t.replace("    optimizer: (", "    criterion: Mse,\n    optimizer: (")
+            .replace("        Argmax(from: \"t_out\", into: \"t_label\"),", "")
+            .replace("target: \"t_label\"", "target: \"t_out\"")
+            .replace("Finding(\"one_off_peak\"),", "")
+            .replace("NoLeak,", "")
+    });
+    assert!(mse.error.is_none(), "{:?}", mse.error);
+    let params: u64 = [(784u64, 1024u64), (1024, 1024), (1024, 10)]
+        .iter()
+        .map(|&(i, o)| (i * o * 4).div_ceil(512) * 512 + (o * 4).div_ceil(512) * 512)
+        .sum();
+    let f = mse
+        .findings
+        .iter()
+        .find(|f| f.root == "teacher")
+        .expect("a finding on the teacher");
+    assert_eq!(f.kind, FindingKind::StrayGradients);
+    assert_eq!(f.bytes, params, "the teacher's gradients: {f:?}");
+    assert_eq!(f.fix, "with torch.no_grad(): t_out = teacher(x)");
+}
+
+/// `del teacher` lets the second model go: its parameters are freed with
+/// nothing else holding them, and a later `teacher(x)` is Python's
+/// NameError.
+#[test]
+fn a_deleted_teacher_frees_its_parameters() {
+    let params: u64 = [(784u64, 1024u64), (1024, 1024), (1024, 10)]
+        .iter()
+        .map(|&(i, o)| (i * o + o) * 4)
+        .sum();
+    let kept = get("teacher-forward-no-grad-fixed");
+    let deleted = run_variant("teacher-forward-no-grad-fixed", |t| {
+        t.replace(
+            "        BuildModel(name: \"teacher\"),",
+            "        BuildModel(name: \"teacher\"),\n        Delete(name: \"teacher\"),",
+        )
+        .replace("        SetGrad(grad: NoGrad),", "")
+        .replace(
+            "        Forward(input: \"x\", output: \"t_out\", model: \"teacher\"),",
+            "",
+        )
+        .replace("        SetGrad(grad: Enabled),", "")
+        .replace("Argmax(from: \"t_out\"", "Argmax(from: \"out\"")
+    });
+    assert!(deleted.error.is_none(), "{:?}", deleted.error);
+    // Without the teacher: its parameters gone, and no t_out (10 × 256 fp32).
+    let t_out = 256 * 10 * 4;
+    for (k, d) in kept.per_iteration.iter().zip(&deleted.per_iteration) {
+        assert_eq!(
+            k.requested,
+            d.requested + params + t_out,
+            "iteration {}",
+            k.iteration
+        );
+    }
+    // A Forward through the deleted name is refused by check, at the step.
+    let text = std::fs::read_to_string(scenarios_dir().join("teacher-forward-no-grad-fixed.ron"))
+        .expect("the built-in's file")
+        .replace(
+            "        BuildModel(name: \"teacher\"),",
+            "        BuildModel(name: \"teacher\"),\n        Delete(name: \"teacher\"),",
+        );
+    let err = vramscope::scenario::load_str(&text, "variant.ron")
+        .expect_err("check refuses a Forward through a deleted model");
+    assert!(err.to_string().contains("`teacher`"), "{err}");
 }

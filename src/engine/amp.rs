@@ -216,7 +216,7 @@ impl Engine {
                     .into(),
             ));
         }
-        let params = self.parameters();
+        let params = self.optimizer_params();
         let sc = Shape::scalar();
         let a = self.empty(sc, DType::F64, Category::Scaler)?; // _scale.double()
         let b = self.empty(sc, DType::F64, Category::Scaler)?; // .reciprocal()

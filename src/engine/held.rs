@@ -27,6 +27,13 @@ pub enum RootKind {
     Gradient,
     AmpCache,
     OptimizerState,
+    /// A parameter the optimizer holds that is not the model's (the model
+    /// was re-created after the optimizer was built), its `.grad`, or its
+    /// state.
+    StaleOptimizerParam,
+    /// The `.grad` of a second model's parameter (`BuildModel`), named
+    /// `name.param[i].grad`: no optimizer zeroes or steps it.
+    NamedModelGradient,
     ScalerState,
     CheckpointInput,
     /// What an object in a reference cycle holds (`MakeCycle`): `index` 0
@@ -250,6 +257,20 @@ impl Engine {
                 roots.push(self.root_info(walk, RootKind::ModuleBuffer, n.clone(), *b));
             }
         }
+        for (name, m) in &self.named_models {
+            for (i, p) in m.params.iter().enumerate() {
+                let kind = RootKind::Parameter;
+                roots.push(self.root_info(walk, kind, format!("{name}.param[{i}]"), *p));
+                if let Some(g) = self.grad(*p) {
+                    let kind = RootKind::NamedModelGradient;
+                    roots.push(self.root_info(walk, kind, format!("{name}.param[{i}].grad"), g));
+                }
+            }
+            for (n, b) in &m.buffers {
+                let kind = RootKind::ModuleBuffer;
+                roots.push(self.root_info(walk, kind, format!("{name}.{n}"), *b));
+            }
+        }
         let mut cache: Vec<(&TensorId, &TensorId)> = self.amp.cache.iter().collect();
         cache.sort();
         for (leaf, c) in cache {
@@ -261,7 +282,32 @@ impl Engine {
             ));
         }
         if let Some(o) = &self.optimizer {
-            let mut st: Vec<_> = o.state.iter().collect();
+            let model: Vec<TensorId> = self.parameters();
+            let stale: Vec<TensorId> = o
+                .params
+                .iter()
+                .flatten()
+                .copied()
+                .filter(|p| !model.contains(p))
+                .collect();
+            for (i, p) in o.params.iter().flatten().enumerate() {
+                if !stale.contains(p) {
+                    continue;
+                }
+                let name = format!("optimizer.param_groups[0][\"params\"][{i}]");
+                let kind = RootKind::StaleOptimizerParam;
+                roots.push(self.root_info(walk, kind.clone(), name.clone(), *p));
+                if let Some(g) = self.grad(*p) {
+                    roots.push(self.root_info(walk, kind.clone(), format!("{name}.grad"), g));
+                }
+                if let Some(s) = o.state.get(p) {
+                    for (k, b) in s.bufs.iter().chain(s.step.iter()).enumerate() {
+                        let n = format!("optimizer.state[{name}][{k}]");
+                        roots.push(self.root_info(walk, kind.clone(), n, *b));
+                    }
+                }
+            }
+            let mut st: Vec<_> = o.state.iter().filter(|(p, _)| !stale.contains(p)).collect();
             st.sort_by_key(|(k, _)| **k);
             for (p, s) in st {
                 for (i, b) in s.bufs.iter().chain(s.step.iter()).enumerate() {

@@ -17,6 +17,7 @@ use super::scratch::reduce::ReduceShape;
 use super::shape::Shape;
 use super::tag::Category;
 use super::Engine;
+use crate::engine::TensorId;
 
 /// Which elements of the hidden state `(h, c)` a `CarryHidden` detaches.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -213,15 +214,9 @@ impl Engine {
     /// an int64 copy while it runs (`reduce_whole_into`); none records a
     /// graph (argmax is not differentiable). Each temporary dies as CPython
     /// drops it: the argmax after the comparison, the comparison after the sum.
-    pub(crate) fn count_correct(
-        &mut self,
-        output: &str,
-        target: &str,
-        into: &str,
-        what: KeepWhat,
-    ) -> Result<()> {
-        let out = self.binding_tensor(output)?;
-        let tgt = self.binding_tensor(target)?;
+    /// `out.argmax(1)`: an int64 tensor without the class dimension (not
+    /// differentiable), with the reduction's scratch.
+    pub(crate) fn argmax_1(&mut self, out: TensorId) -> Result<TensorId> {
         let shape = self.shape(out);
         if shape.rank() < 2 {
             return Err(EngineError::Runtime(format!(
@@ -233,8 +228,6 @@ impl Engine {
         let classes = dims.remove(1);
         let inner: u64 = dims[1..].iter().product();
         let argmax_shape = Shape::new(&dims);
-        let eq_shape = broadcast(&argmax_shape, &self.shape(tgt))?;
-
         let prev = self.op_begin("argmax");
         let r = self.act(argmax_shape, DType::I64).and_then(|a| {
             let reduce = ReduceShape {
@@ -246,7 +239,27 @@ impl Engine {
             self.scratch_after(a, Some(reduce))
         });
         self.op_end(prev)?;
-        let argmax = r?;
+        r
+    }
+
+    pub(crate) fn count_correct(
+        &mut self,
+        output: &str,
+        target: &str,
+        into: &str,
+        what: KeepWhat,
+    ) -> Result<()> {
+        let out = self.binding_tensor(output)?;
+        let tgt = self.binding_tensor(target)?;
+        let argmax = self.argmax_1(out)?;
+        let argmax_shape = self.shape(argmax);
+        let eq_shape = match broadcast(&argmax_shape, &self.shape(tgt)) {
+            Ok(s) => s,
+            Err(e) => {
+                self.release(argmax);
+                return Err(e);
+            }
+        };
 
         let prev = self.op_begin("eq");
         let r = self.act(eq_shape, DType::Bool);

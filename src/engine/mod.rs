@@ -44,6 +44,7 @@ pub mod optim;
 pub mod presets;
 pub mod presets_hf;
 pub mod program;
+mod recreate;
 pub mod rnn;
 pub(crate) mod scratch;
 pub mod shape;
@@ -130,6 +131,8 @@ pub struct Engine {
     pub(crate) amp: AmpState,
     pub(crate) ckpt: CheckpointState,
     pub(crate) model: Option<Box<Model>>,
+    /// Second models under their names (`BuildModel`: a teacher).
+    pub(crate) named_models: Vec<(String, Box<Model>)>,
     /// The model's parameter dtype (F32 unless `model.half()` and the like).
     pub(crate) param_dtype: DType,
     pub(crate) optimizer: Option<Optimizer>,
@@ -147,6 +150,9 @@ pub struct Engine {
     /// While `torch.autograd.grad` runs: the nodes it executes and the
     /// input whose gradient it captures.
     pub(crate) grad_only: Option<autograd::GradOnly>,
+    /// While a `create_graph=True` backward runs: the gradients it
+    /// computes are recorded (`autograd/second_order.rs`).
+    pub(crate) create_graph: bool,
     /// Forward hooks registered on Linear modules: (module id, list, what).
     pub(crate) forward_hooks: Vec<(u32, String, KeepWhat)>,
     /// Full backward hooks registered on Linear modules: (module id, list, what).
@@ -209,6 +215,7 @@ impl Engine {
             amp: AmpState::default(),
             ckpt: CheckpointState::default(),
             model: None,
+            named_models: Vec::new(),
             param_dtype: DType::F32,
             optimizer: None,
             scaler: None,
@@ -217,6 +224,7 @@ impl Engine {
             retaining: Vec::new(),
             spent_reached: None,
             grad_only: None,
+            create_graph: false,
             forward_hooks: Vec::new(),
             backward_hooks: Vec::new(),
             grad_hooks: Vec::new(),

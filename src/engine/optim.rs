@@ -103,6 +103,10 @@ pub(crate) struct Optimizer {
     pub cfg: OptimizerConfig,
     pub state: FxHashMap<TensorId, ParamState>,
     pub steps: u64,
+    /// `param_groups[0]["params"]` once they are no longer the model's (a
+    /// model re-created after the optimizer was built: these keep their
+    /// reference to each old parameter); None while they are the model's.
+    pub params: Option<Vec<TensorId>>,
 }
 
 impl Optimizer {
@@ -111,6 +115,7 @@ impl Optimizer {
             cfg,
             state: FxHashMap::default(),
             steps: 0,
+            params: None,
         }
     }
 }
@@ -124,11 +129,21 @@ impl Engine {
             .unwrap_or_default()
     }
 
+    /// The parameters the optimizer was built over: the model's, unless the
+    /// model was re-created since (`RecreateModel`). (While it steps, the
+    /// optimizer is out of the engine: `optimizer_step` reads its own.)
+    pub(crate) fn optimizer_params(&self) -> Vec<TensorId> {
+        match self.optimizer.as_ref().and_then(|o| o.params.as_ref()) {
+            Some(p) => p.clone(),
+            None => self.parameters(),
+        }
+    }
+
     /// `optimizer.zero_grad(set_to_none)` (§3.2): drop every grad (freed at
     /// once, in parameter order) or zero them in place (no allocation change).
     pub fn zero_grad(&mut self, set_to_none: bool) -> Result<()> {
         let prev = self.op_begin("zero_grad");
-        for p in self.parameters() {
+        for p in self.optimizer_params() {
             if set_to_none {
                 if let Some(g) = self.t_mut(p).grad.take() {
                     self.decref(g);
@@ -167,7 +182,7 @@ impl Engine {
     /// the parameter and the state back: memory-bound whatever the optimizer.
     fn count_update_traffic(&mut self, opt: &Optimizer) {
         let mut bytes = 0u64;
-        for p in self.parameters() {
+        for p in opt.params.clone().unwrap_or_else(|| self.parameters()) {
             let Some(g) = self.grad(p) else { continue };
             let state: u64 = opt
                 .state
@@ -182,8 +197,11 @@ impl Engine {
     }
 
     fn optim_step_inner(&mut self, opt: &mut Optimizer) -> Result<()> {
-        let params: Vec<TensorId> = self
-            .parameters()
+        // The optimizer is taken out of the engine while it steps.
+        let params: Vec<TensorId> = opt
+            .params
+            .clone()
+            .unwrap_or_else(|| self.parameters())
             .into_iter()
             .filter(|p| self.grad(*p).is_some())
             .collect();

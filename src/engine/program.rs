@@ -43,9 +43,12 @@ pub enum Step {
         y: String,
     },
     /// `output = model(input)`; recurrent models read and rebind `hidden`.
+    /// `model` names a second model (`BuildModel`) to run instead.
     Forward {
         input: String,
         output: String,
+        #[serde(default)]
+        model: Option<String>,
     },
     /// `into = criterion(output, target)` (optionally `/ divide_by`).
     Loss {
@@ -265,7 +268,34 @@ pub enum Step {
         input: String,
         into: String,
         retain_graph: bool,
+        /// `create_graph=True`: the gradient is computed with its own graph
+        /// (the double-backward one, which reaches into the first), and the
+        /// first graph is kept (retain_graph defaults to create_graph).
+        #[serde(default)]
+        create_graph: bool,
     },
+    /// `into = from.argmax(1)`: an int64 tensor of class indices, with no
+    /// history (a teacher's hard labels).
+    Argmax {
+        from: String,
+        into: String,
+    },
+    /// `name = Net().cuda()`: a second model of the scenario's
+    /// configuration under its own name (a teacher, a target network), its
+    /// parameters allocated in `.to("cuda")` order after the model's; no
+    /// optimizer holds them. `Forward(model: name)` runs it.
+    BuildModel {
+        name: String,
+    },
+    /// `model = Net().cuda()`: a new model of the scenario's configuration
+    /// inside the loop. An optimizer built before keeps the old model's
+    /// parameters (with their `.grad` and state) and goes on stepping them,
+    /// unless it is re-created too (`RecreateOptimizer`).
+    RecreateModel,
+    /// `optimizer = <the scenario's optimizer>(model.parameters(), …)`: a
+    /// new optimizer over the current model's parameters; the old one, and
+    /// what only it held, goes.
+    RecreateOptimizer,
     /// `name.requires_grad_()` on a leaf tensor (an input the loop
     /// differentiates: an adversarial example); a tensor with a history is
     /// refused with PyTorch's words.
@@ -334,6 +364,10 @@ impl Step {
             Step::AutogradGrad { .. } => "autograd.grad",
             Step::EmaCopy { .. } => "ema_copy",
             Step::EmaUpdate { .. } => "ema_update",
+            Step::RecreateModel => "recreate_model",
+            Step::BuildModel { .. } => "build_model",
+            Step::Argmax { .. } => "argmax",
+            Step::RecreateOptimizer => "recreate_optimizer",
             Step::RegisterFullBackwardHook { .. } => "register_full_backward_hook",
             Step::RemoveBackwardHooks { .. } => "handle.remove",
             Step::RequiresGrad { .. } => "requires_grad_",
@@ -382,6 +416,7 @@ impl Program {
             Step::Forward {
                 input: "x".into(),
                 output: "out".into(),
+                model: None,
             },
             Step::Loss {
                 output: "out".into(),
@@ -512,7 +547,16 @@ impl Engine {
                     self.bind(y, Value::Tensor(yt));
                 }
             }
-            Step::Forward { input, output } => {
+            Step::Forward {
+                input,
+                output,
+                model: Some(name),
+            } => {
+                let xt = self.binding_tensor(input)?;
+                let out = self.named_model_forward(name, xt)?;
+                self.bind(output, Value::Tensor(out));
+            }
+            Step::Forward { input, output, .. } => {
                 let xt = self.binding_tensor(input)?;
                 let hidden = match self.bindings.vars.get("hidden") {
                     Some(Value::Pair(h, c)) => Some((*h, *c)),
@@ -592,6 +636,9 @@ impl Engine {
                         self.bind("hidden", Value::Pair(hd, cd));
                     }
                 }
+            }
+            Step::Delete { name } if self.named_models.iter().any(|(n, _)| n == name) => {
+                self.delete_named_model(name)
             }
             Step::Delete { name } => {
                 // Python's `del` of an unbound name raises NameError.
@@ -713,14 +760,28 @@ impl Engine {
                 input,
                 into,
                 retain_graph,
+                create_graph,
             } => {
                 let (o, i) = (self.binding_tensor(output)?, self.binding_tensor(input)?);
-                let g = self.autograd_grad(o, i, *retain_graph)?;
+                self.create_graph = *create_graph;
+                let g = self.autograd_grad(o, i, *retain_graph || *create_graph);
+                self.create_graph = false;
+                let g = g?;
                 self.bind(into, Value::Tensor(g));
             }
             Step::RequiresGrad { name } => self.requires_grad_leaf(name)?,
             Step::EmaCopy { into } => self.ema_copy(into)?,
             Step::EmaUpdate { ema, no_grad } => self.ema_update(ema, *no_grad)?,
+            Step::RecreateModel => self.recreate_model()?,
+            Step::BuildModel { name } => self.build_named_model(name)?,
+            Step::Argmax { from, into } => {
+                let t = self.binding_tensor(from)?;
+                let prev = self.phase_begin(Phase::User);
+                let r = self.argmax_1(t);
+                self.phase_end(Phase::User, prev);
+                self.bind(into, Value::Tensor(r?));
+            }
+            Step::RecreateOptimizer => self.recreate_optimizer()?,
             Step::GradSignStep {
                 input,
                 grad,

@@ -52,6 +52,11 @@ impl Detector {
         if let Some(f) = self.stale_autocast_cache(ctx, accs) {
             findings.push(f);
         }
+        if let Some(f) = self.stale_optimizer_params(ctx, accs) {
+            findings.push(f);
+        }
+        findings.extend(self.stray_gradients(ctx, accs));
+        findings.extend(self.teacher_graphs(ctx, accs));
         if findings.iter().all(|f| !f.kind.is_leak()) {
             if let Some(f) = self.one_off_peak(ctx, accs) {
                 findings.push(f);
@@ -191,6 +196,14 @@ impl Detector {
         );
         f.full_at_iteration = self.projection(it, per_iter, kind);
         f.fix = fix::fix_for(&self.facts, name, acc.kind, kind);
+        if let (Some(g), false) = (
+            self.facts.keeps_create_graph_grad(name),
+            f.fix.contains('#'),
+        ) {
+            f.fix.push_str(&format!(
+                "  # or create_graph=False, where nothing backpropagates through {g}"
+            ));
+        }
         if let Some(p) = &stepwise {
             if let Some(reset) = fix::reset_on_schedule(&self.facts, name, acc.kind) {
                 f.fix = reset;
@@ -224,6 +237,22 @@ impl Detector {
                      Nodes created over {} iterations; {why}. {} of saved tensors are reachable \
                      only through it, growing by {} per iteration over the last {growth_steps} \
                      iterations.",
+                    cur.nodes,
+                    f.iterations,
+                    format_size(cur.graph),
+                    signed_size(graph.per_iter),
+                )
+            }
+            FindingKind::RetainedGraphGpu if self.facts.keeps_create_graph_grad(name).is_some() => {
+                let g = self.facts.keeps_create_graph_grad(name).unwrap_or_default();
+                format!(
+                    "`{name}` keeps `{g}`, a gradient computed with create_graph=True: its own \
+                     graph (the double-backward Nodes, which save what the gradient's formulas \
+                     read) leads back into the forward graph, which create_graph=True kept \
+                     (retain_graph defaults to it). {} autograd Nodes created over {} iterations \
+                     are reachable; {} of saved tensors only through `{name}`, growing by {} per \
+                     iteration over the last {growth_steps} iterations: each kept `{g}` keeps its \
+                     batch's activations.",
                     cur.nodes,
                     f.iterations,
                     format_size(cur.graph),

@@ -29,6 +29,14 @@ pub enum FindingKind {
     /// low-precision weight casts is never cleared, and after each
     /// `optimizer.step()` it holds the weights of before the update.
     StaleAutocastCache,
+    /// The optimizer holds the parameters of a model the program no longer
+    /// has (re-created after the optimizer was built): they, their
+    /// gradients and their state stay alive, and the optimizer steps them
+    /// instead of the model that trains.
+    StaleOptimizerParams,
+    /// A second model's parameters (a teacher's) have gradients: a loss
+    /// reached them, and no optimizer zeroes or steps them.
+    StrayGradients,
     /// A live job: a Python name (a container, a variable, a hook's
     /// closure) whose tensors and their graphs grew since the helper's last
     /// look.
@@ -39,7 +47,7 @@ pub enum FindingKind {
 }
 
 impl FindingKind {
-    pub const ALL: [FindingKind; 11] = [
+    pub const ALL: [FindingKind; 13] = [
         FindingKind::RetainedGraphGpu,
         FindingKind::RetainedGraphHost,
         FindingKind::StoredTensors,
@@ -49,6 +57,8 @@ impl FindingKind {
         FindingKind::MissingZeroGrad,
         FindingKind::SurvivingAllocations,
         FindingKind::StaleAutocastCache,
+        FindingKind::StaleOptimizerParams,
+        FindingKind::StrayGradients,
         FindingKind::GrowingHolder,
         FindingKind::PythonHolder,
     ];
@@ -78,6 +88,8 @@ impl FindingKind {
             FindingKind::MissingZeroGrad => "missing_zero_grad",
             FindingKind::SurvivingAllocations => "surviving_allocations",
             FindingKind::StaleAutocastCache => "stale_autocast_cache",
+            FindingKind::StaleOptimizerParams => "stale_optimizer_params",
+            FindingKind::StrayGradients => "stray_gradients",
             FindingKind::GrowingHolder => "growing_holder",
             FindingKind::PythonHolder => "python_holder",
         }
@@ -96,6 +108,8 @@ impl FindingKind {
             FindingKind::MissingZeroGrad => "gradients never zeroed",
             FindingKind::SurvivingAllocations => "surviving allocations",
             FindingKind::StaleAutocastCache => "stale autocast weight cache",
+            FindingKind::StaleOptimizerParams => "an old model kept by the optimizer",
+            FindingKind::StrayGradients => "gradients no optimizer steps",
             FindingKind::GrowingHolder => "a Python name holds what grew",
             FindingKind::PythonHolder => "held by a Python name",
         }
@@ -113,6 +127,8 @@ impl FindingKind {
             FindingKind::MissingZeroGrad => "never zeroed",
             FindingKind::SurvivingAllocations => "survivors",
             FindingKind::StaleAutocastCache => "stale autocast",
+            FindingKind::StaleOptimizerParams => "old model kept",
+            FindingKind::StrayGradients => "stray grads",
             FindingKind::GrowingHolder => "growing holder",
             FindingKind::PythonHolder => "python holder",
         }
@@ -127,6 +143,8 @@ impl FindingKind {
                 | FindingKind::StoredTensors
                 | FindingKind::CarriedHiddenState
                 | FindingKind::SurvivingAllocations
+                | FindingKind::StaleOptimizerParams
+                | FindingKind::StrayGradients
                 | FindingKind::GrowingHolder
         )
     }

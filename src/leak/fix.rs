@@ -17,6 +17,11 @@ pub(super) const ZERO_GRAD: &str = "optimizer.zero_grad()  # every iteration, be
 pub(super) const EXPANDABLE: &str = "os.environ[\"PYTORCH_CUDA_ALLOC_CONF\"] = \
      \"expandable_segments:True\"  # before the first CUDA allocation";
 
+/// The optimizer re-created over the new model's parameters.
+pub(super) const RECREATE_OPTIMIZER: &str = "optimizer = type(optimizer)(model.parameters(), \
+     **optimizer.defaults)  # right after model = Net().cuda(): it steps the new model, and the \
+     old optimizer goes with the old model";
+
 /// Evaluation under `no_grad`: the program's own eval forward when known.
 pub(super) fn no_grad_eval(facts: &ProgramFacts) -> String {
     match &facts.eval_forward {

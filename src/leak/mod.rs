@@ -26,6 +26,7 @@ mod render;
 mod requests;
 mod site_series;
 mod snapshot;
+mod stale_optimizer;
 
 #[cfg(test)]
 mod tests;

@@ -65,12 +65,28 @@ pub(crate) enum Binder {
     },
 }
 
+/// `output = model(input)` through a second model (`BuildModel`), and
+/// whether grad was enabled there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NamedForward {
+    pub model: String,
+    pub input: String,
+    pub output: String,
+    pub grad: bool,
+}
+
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ProgramFacts {
     pub known: bool,
     pub has_zero_grad: bool,
     /// The loop steps an optimizer (`optimizer.step()` or `scaler.step`).
     pub steps_optimizer: bool,
+    /// `model = Net().cuda()` in the program (`RecreateModel`), and
+    /// whether the optimizer is re-created too (`RecreateOptimizer`).
+    pub recreates_model: bool,
+    pub recreates_optimizer: bool,
+    /// Forwards through second models, in program order.
+    pub named_forwards: Vec<NamedForward>,
     /// The setup leaves a `with torch.autocast(...)` block open around the
     /// whole loop, of this dtype.
     pub autocast_around_loop: Option<crate::engine::DType>,
@@ -78,6 +94,9 @@ pub(crate) struct ProgramFacts {
     pub retain_graph: bool,
     /// Names `torch.autograd.grad` differentiates with respect to.
     pub grad_inputs: FxHashSet<String>,
+    /// Names bound to a gradient computed with `create_graph=True` (it
+    /// has a graph of its own, reaching into the forward one).
+    pub create_graph_grads: FxHashSet<String>,
     /// `model.eval()` (or a grad switch) with grad still enabled somewhere.
     pub eval_with_grad: bool,
     /// `CarryHidden { detach }` if the program has one.
@@ -204,13 +223,20 @@ impl ProgramFacts {
         match s {
             Step::ZeroGrad { .. } => self.has_zero_grad = true,
             Step::OptimizerStep | Step::ScalerStep => self.steps_optimizer = true,
+            Step::RecreateModel => self.recreates_model = true,
+            Step::RecreateOptimizer => self.recreates_optimizer = true,
             Step::AutogradGrad {
                 input,
+                into,
                 retain_graph,
+                create_graph,
                 ..
             } => {
                 self.grad_inputs.insert(input.clone());
-                self.retain_graph |= *retain_graph;
+                self.retain_graph |= *retain_graph || *create_graph;
+                if *create_graph {
+                    self.create_graph_grads.insert(into.clone());
+                }
             }
             Step::Backward { retain_graph, .. } => {
                 self.has_backward = true;
@@ -256,7 +282,20 @@ impl ProgramFacts {
                 },
                 eval_grad,
             ),
-            Step::Forward { input, output } => {
+            Step::Forward {
+                input,
+                output,
+                model: Some(m),
+            } => {
+                self.named_forwards.push(NamedForward {
+                    model: m.clone(),
+                    input: input.clone(),
+                    output: output.clone(),
+                    grad: st.1,
+                });
+                self.bind(output, Binder::Forward, eval_grad)
+            }
+            Step::Forward { input, output, .. } => {
                 if eval_grad && self.eval_forward.is_none() {
                     self.eval_forward = Some((input.clone(), output.clone()));
                 }
@@ -341,6 +380,22 @@ impl ProgramFacts {
         } else {
             "list"
         }
+    }
+
+    /// The create_graph=True gradient `name` keeps as it is (appended,
+    /// kept, set, accumulated: the tensor with its graph), if it keeps one.
+    pub fn keeps_create_graph_grad(&self, name: &str) -> Option<&str> {
+        self.binders.get(name)?.iter().find_map(|(b, _)| match b {
+            Binder::Append { from, what }
+            | Binder::Keep { from, what }
+            | Binder::SetItem { from, what, .. }
+            | Binder::Accumulate { from, what }
+                if *what == KeepWhat::Tensor && self.create_graph_grads.contains(from) =>
+            {
+                Some(from.as_str())
+            }
+            _ => None,
+        })
     }
 
     /// Whether a sign-gradient step rebinds `name` from itself (an input

@@ -149,6 +149,12 @@ pub(super) fn group_roots(ls: &HeldState) -> Grouping<'_> {
             RootKind::ModuleBuffer => ("module buffers", GroupKind::Other),
             RootKind::AmpCache => ("autocast cache", GroupKind::Other),
             RootKind::OptimizerState => ("optimizer state", GroupKind::Other),
+            RootKind::StaleOptimizerParam => ("optimizer", GroupKind::Other),
+            // `teacher.param[3].grad` → `teacher`.
+            RootKind::NamedModelGradient => (
+                r.name.split('.').next().unwrap_or(&r.name),
+                GroupKind::Other,
+            ),
             RootKind::ScalerState => ("grad scaler", GroupKind::Other),
             RootKind::CheckpointInput => ("checkpoint inputs", GroupKind::Other),
             // `rec["out"]`, `rec["out"] (unreachable cycle 2)` → `rec`.

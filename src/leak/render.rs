@@ -59,6 +59,12 @@ fn headline(kind: FindingKind) -> &'static str {
         FindingKind::StaleAutocastCache => {
             "autocast's weight cache kept across steps — stale weights, memory flat"
         }
+        FindingKind::StaleOptimizerParams => {
+            "an old model's parameters kept by the optimizer — a leak of one model, never stepped"
+        }
+        FindingKind::StrayGradients => {
+            "a second model's gradients, which no optimizer zeroes or steps — held, and summed"
+        }
         FindingKind::GrowingHolder => "a Python name holds what grew — where to look",
         FindingKind::PythonHolder => "held by a Python name",
     }

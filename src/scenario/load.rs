@@ -160,6 +160,23 @@ fn options() -> Options {
     Options::default().with_default_extension(Extensions::IMPLICIT_SOME)
 }
 
+/// RON's "Expected comma" at the `(` after a word: a step without fields
+/// (`OptimizerStep`, `RecreateModel`) written with some. Say so by name.
+fn unit_given_fields(text: &str, line: usize, col: usize) -> Option<String> {
+    let chars: Vec<char> = text.lines().nth(line.checked_sub(1)?)?.chars().collect();
+    let at = col.checked_sub(1)?;
+    if chars.get(at) != Some(&'(') {
+        return None;
+    }
+    let start = chars[..at]
+        .iter()
+        .rposition(|c| !c.is_ascii_alphanumeric() && *c != '_')
+        .map_or(0, |i| i + 1);
+    let word: String = chars[start..at].iter().collect();
+    word.starts_with(|c: char| c.is_ascii_uppercase())
+        .then(|| format!("`{word}` takes no fields: write it bare, `{word},`"))
+}
+
 pub fn load_str(text: &str, file: &str) -> Result<(Scenario, Built), LoadError> {
     if text.trim_start().starts_with('{') {
         // RON would say "Expected opening `(`": say what the file is instead.
@@ -180,6 +197,8 @@ pub fn load_str(text: &str, file: &str) -> Result<(Scenario, Built), LoadError> 
                 "nested too deeply (more than 128 levels): not a scenario a person writes"
                     .to_string()
             }
+            ron::Error::ExpectedComma => unit_given_fields(text, e.position.line, e.position.col)
+                .unwrap_or_else(|| e.code.to_string()),
             code => code.to_string(),
         },
     })?;

@@ -69,7 +69,11 @@ pub fn statement_in(step: &Step, shape: LoopShape) -> String {
             Some(d) => format!("{into} = {output}.sum() / {d}"),
             None => format!("{into} = {output}.sum()"),
         },
-        Step::Forward { input, output } if shape.recurrent => {
+        Step::Forward {
+            input,
+            output,
+            model: None,
+        } if shape.recurrent => {
             format!("{output}, hidden = model({input}, hidden)")
         }
         _ => statement(step),
@@ -90,7 +94,14 @@ fn empty(shape: &[u64], d: DType) -> String {
 pub fn statement(step: &Step) -> String {
     match step {
         Step::LoadBatch { x, y } => format!("{x}, {y} = next(batches)"),
-        Step::Forward { input, output } => format!("{output} = model({input})"),
+        Step::Forward {
+            input,
+            output,
+            model,
+        } => format!(
+            "{output} = {}({input})",
+            model.as_deref().unwrap_or("model")
+        ),
         Step::Loss {
             output,
             target,
@@ -199,6 +210,12 @@ pub fn statement(step: &Step) -> String {
             format!("handle_{}.remove()", module.replace('.', "_"))
         }
         Step::RequiresGrad { name } => format!("{name}.requires_grad_()"),
+        Step::RecreateModel => "model = Net().cuda()".into(),
+        Step::BuildModel { name } => format!("{name} = Net().cuda()"),
+        Step::Argmax { from, into } => format!("{into} = {from}.argmax(1)"),
+        Step::RecreateOptimizer => {
+            "optimizer = type(optimizer)(model.parameters(), **optimizer.defaults)".into()
+        }
         Step::EmaCopy { into } => {
             format!("{into} = [p.detach().clone() for p in model.parameters()]")
         }
@@ -231,12 +248,17 @@ pub fn statement(step: &Step) -> String {
             input,
             into,
             retain_graph,
-        } => match retain_graph {
-            true => {
-                format!("{into} = torch.autograd.grad({output}, {input}, retain_graph=True)[0]")
+            create_graph,
+        } => {
+            let mut args = format!("{output}, {input}");
+            if *retain_graph {
+                args.push_str(", retain_graph=True");
             }
-            false => format!("{into} = torch.autograd.grad({output}, {input})[0]"),
-        },
+            if *create_graph {
+                args.push_str(", create_graph=True");
+            }
+            format!("{into} = torch.autograd.grad({args})[0]")
+        }
         Step::GradSignStep {
             input,
             grad,
@@ -317,6 +339,7 @@ mod tests {
         let s = Step::Forward {
             input: "vx".into(),
             output: "vout".into(),
+            model: None,
         };
         assert_eq!(statement(&s), "vout = model(vx)");
         let s = Step::Backward {
@@ -359,6 +382,20 @@ mod tests {
             ),
             ("RemoveForwardHooks(module: \"fc1\")", "handle_fc1.remove()"),
             ("RequiresGrad(name: \"x\")", "x.requires_grad_()"),
+            ("RecreateModel", "model = Net().cuda()"),
+            ("BuildModel(name: \"teacher\")", "teacher = Net().cuda()"),
+            (
+                "Argmax(from: \"t_out\", into: \"t_label\")",
+                "t_label = t_out.argmax(1)",
+            ),
+            (
+                "Forward(input: \"x\", output: \"t_out\", model: Some(\"teacher\"))",
+                "t_out = teacher(x)",
+            ),
+            (
+                "RecreateOptimizer",
+                "optimizer = type(optimizer)(model.parameters(), **optimizer.defaults)",
+            ),
             (
                 "EmaCopy(into: \"ema\")",
                 "ema = [p.detach().clone() for p in model.parameters()]",
@@ -375,6 +412,10 @@ mod tests {
             (
                 "AutogradGrad(output: \"loss\", input: \"x\", into: \"g\", retain_graph: false)",
                 "g = torch.autograd.grad(loss, x)[0]",
+            ),
+            (
+                "AutogradGrad(output: \"loss\", input: \"x\", into: \"g\", retain_graph: false, create_graph: true)",
+                "g = torch.autograd.grad(loss, x, create_graph=True)[0]",
             ),
             (
                 "GradSignStep(input: \"x\", clamp: true, detach: false)",

@@ -65,6 +65,10 @@ fn variant(s: &Step) -> &'static str {
         Step::RemoveForwardHooks { .. } => "RemoveForwardHooks",
         Step::AutogradGrad { .. } => "AutogradGrad",
         Step::EmaCopy { .. } => "EmaCopy",
+        Step::RecreateModel => "RecreateModel",
+        Step::BuildModel { .. } => "BuildModel",
+        Step::Argmax { .. } => "Argmax",
+        Step::RecreateOptimizer => "RecreateOptimizer",
         Step::EmaUpdate { .. } => "EmaUpdate",
         Step::RegisterFullBackwardHook { .. } => "RegisterFullBackwardHook",
         Step::RemoveBackwardHooks { .. } => "RemoveBackwardHooks",
@@ -77,7 +81,17 @@ fn variant(s: &Step) -> &'static str {
 fn reads_binds(s: &Step) -> (Vec<&str>, Vec<&str>) {
     match s {
         Step::LoadBatch { x, y } => (vec![], vec![x, y]),
-        Step::Forward { input, output } => (vec![input], vec![output]),
+        Step::Forward {
+            input,
+            output,
+            model,
+        } => {
+            let mut reads = vec![input.as_str()];
+            reads.extend(model.as_deref());
+            (reads, vec![output])
+        }
+        Step::BuildModel { name } => (vec![], vec![name]),
+        Step::Argmax { from, into } => (vec![from], vec![into]),
         Step::Loss {
             output,
             target,
@@ -210,6 +224,26 @@ impl<'a> Walk<'a> {
                 problem(format!("{v} needs a Backward before it in the loop: without one there are no gradients"));
             }
             Step::Backward { .. } => self.backward_seen = true,
+            // autocast's cast cache keeps a weak reference to each cached
+            // weight and the cast itself until the outermost block exits:
+            // what it does with a model's weights that die inside the block
+            // is not modelled.
+            Step::BuildModel { name } if name == "model" => problem(
+                "BuildModel names the scenario's own model `model`: re-create it with \
+                 RecreateModel"
+                    .to_string(),
+            ),
+            Step::Forward { model: Some(m), .. } if self.recurrent => problem(format!(
+                "Forward through `{m}`: a second recurrent model (its own hidden state) is not \
+                 modelled"
+            )),
+            Step::RecreateModel | Step::RecreateOptimizer if !self.autocast.is_empty() => {
+                problem(format!(
+                    "{v} inside a `with torch.autocast(...)` block is not modelled (the block's \
+                     cast cache would keep the casts of the old model's weights): close the \
+                     block with AutocastExit before it"
+                ))
+            }
             Step::AutocastEnter { .. } => self.autocast.push(occurrence),
             Step::AutocastExit if self.autocast.pop().is_none() => problem(
                 "AutocastExit closes no AutocastEnter: a `with torch.autocast(...)` block opens \

@@ -17,6 +17,8 @@ pub(crate) enum Kind {
     Number,
     /// An object in a reference cycle (`MakeCycle`).
     Cycle,
+    /// A second model (`BuildModel`).
+    Model,
 }
 
 impl Kind {
@@ -29,6 +31,7 @@ impl Kind {
             Kind::Deque => "a deque",
             Kind::Number => "a Python number",
             Kind::Cycle => "a dict that holds itself",
+            Kind::Model => "a model",
         }
     }
 }
@@ -38,7 +41,20 @@ impl Kind {
 pub(crate) fn needs(s: &Step) -> Vec<(&str, &'static [Kind], &'static str)> {
     const TENSOR: &[Kind] = &[Kind::Tensor];
     match s {
+        Step::Forward {
+            input,
+            model: Some(m),
+            ..
+        } => vec![
+            (input, TENSOR, "model() takes a tensor"),
+            (
+                m,
+                &[Kind::Model],
+                "only a model (BuildModel) is called as a model",
+            ),
+        ],
         Step::Forward { input, .. } => vec![(input, TENSOR, "model() takes a tensor")],
+        Step::Argmax { from, .. } => vec![(from, TENSOR, "only a tensor has .argmax()")],
         Step::Loss { output, target, .. } => vec![
             (output, TENSOR, "the criterion takes tensors"),
             (target, TENSOR, "the criterion takes tensors"),
@@ -157,6 +173,8 @@ pub(crate) fn binds(
         Step::GradSignStep { input, .. } => vec![(input, Kind::Tensor)],
         Step::AutogradGrad { into, .. } => vec![(into, Kind::Tensor)],
         Step::EmaCopy { into } => vec![(into, Kind::List)],
+        Step::BuildModel { name } => vec![(name, Kind::Model)],
+        Step::Argmax { into, .. } => vec![(into, Kind::Tensor)],
         _ => vec![],
     }
 }

@@ -24,6 +24,24 @@ pub const PAIRS: &[(&str, &str)] = &[
         "forward-hook-activations-bug",
     ),
     ("forward_hook_removed_fixed", "forward-hook-removed-fixed"),
+    ("input_grad_create_graph_bug", "input-grad-create-graph-bug"),
+    (
+        "input_grad_create_graph_detach_fixed",
+        "input-grad-create-graph-detach-fixed",
+    ),
+    ("teacher_forward_grad_bug", "teacher-forward-grad-bug"),
+    (
+        "teacher_forward_no_grad_fixed",
+        "teacher-forward-no-grad-fixed",
+    ),
+    (
+        "model_recreated_stale_optimizer_bug",
+        "model-recreated-stale-optimizer-bug",
+    ),
+    (
+        "model_recreated_with_optimizer_fixed",
+        "model-recreated-with-optimizer-fixed",
+    ),
 ];
 
 /// Where the two request lists part, if they do.

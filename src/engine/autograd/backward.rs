@@ -202,6 +202,13 @@ impl Engine {
         }
         match node.buf[e.nr as usize] {
             None => node.buf[e.nr as usize] = Some(g),
+            Some(_) if self.create_graph => {
+                return Err(EngineError::Program(
+                    "create_graph=True: two gradients summed into one node's input (AddBackward0 \
+                     recorded) is not modelled"
+                        .into(),
+                ));
+            }
             Some(old) => {
                 // InputBuffer::accumulate: in place only into the last
                 // reference to a dense tensor and its storage. A view keeps its
@@ -273,6 +280,14 @@ impl Engine {
         let mut outs: Vec<Out> = Vec::with_capacity(ninputs);
         match kind {
             BwdKind::AccumulateGrad => {}
+            BwdKind::SecondOrder => {
+                return Err(EngineError::Program(format!(
+                    "a backward through {}, a node of the graph create_graph=True recorded \
+                     (a gradient penalty's or a Hessian-vector product's second backward), is \
+                     not modelled",
+                    self.nodes[n.0].name
+                )));
+            }
             BwdKind::Reentrant { start, end, amp } => {
                 if let (Some(g), true) = (g0, needs(self, 0)) {
                     let gx = self.reentrant_backward(n, (start, end), amp, g)?;
@@ -641,6 +656,15 @@ impl Engine {
                 result.push((i, c));
             } else {
                 result.push((i, t));
+            }
+        }
+        // create_graph=True: the formula's ops recorded the gradients.
+        if self.create_graph {
+            if let Err(e) = self.record_second_order(n, g0, &result) {
+                for (_, t) in result {
+                    self.release(t);
+                }
+                return Err(e);
             }
         }
         // The engine's call_function returns: its incoming gradients go

@@ -5,6 +5,7 @@ pub(crate) mod backward;
 pub mod checkpoint;
 mod grad;
 pub(crate) mod reentrant;
+mod second_order;
 
 use serde::{Deserialize, Serialize};
 
@@ -259,6 +260,9 @@ pub(crate) enum BwdKind {
     /// A bitsandbytes Function (`MatMul4Bit`, `MatMul8bitLt`): the bias's
     /// gradient first, then the input's (ops/bnb_matmul.rs).
     Bnb(BnbBwd),
+    /// A node of the graph a `create_graph=True` backward recorded
+    /// (`second_order.rs`): running backward through it is not modelled.
+    SecondOrder,
 }
 
 /// What a bitsandbytes backward dequantises (ops/bnb_matmul.rs).

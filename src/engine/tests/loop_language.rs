@@ -62,6 +62,7 @@ fn eval_batch() -> Vec<Step> {
         Step::Forward {
             input: s("vx"),
             output: s("vout"),
+            model: None,
         },
     ]
 }

@@ -157,6 +157,7 @@ fn grad_scaler_refuses_fp16_grads_and_linear_refuses_a_mismatched_input() {
         Step::Forward {
             input: s("x"),
             output: s("out"),
+            model: None,
         },
     ];
     let err = run_program(&mut e, &program(steps, 1)).expect_err("fp32 input");

@@ -136,6 +136,7 @@ fn a_cycle_holding_the_hidden_state_roots_both_tensors() {
             Step::Forward {
                 input: s("x"),
                 output: s("out"),
+                model: None,
             },
             cycle("hidden"),
         ],

@@ -223,6 +223,7 @@ fn eval_with_grad_fixes_name_the_programs_own_forward() {
     steps.push(Step::Forward {
         input: "vx".into(),
         output: "vout".into(),
+        model: None,
     });
     steps.push(Step::Loss {
         output: "vout".into(),

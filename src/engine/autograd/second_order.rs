@@ -1,0 +1,210 @@
+//! `create_graph=True`: each gradient a node computes is itself recorded,
+//! as the node's formula runs under grad mode. The formula's ops make the
+//! nodes of the double-backward graph, which save what the formula reads
+//! (the incoming gradient, the node's own saved tensors) and lead back into
+//! the first graph through them: a gradient kept with its graph keeps the
+//! forward's saved tensors too.
+//!
+//! One rule per first-order node, from PyTorch 2.11's
+//! `tools/autograd/derivatives.yaml` (the formula each node runs, and the
+//! derivative entry of the op that formula calls, quoted by entry: the yaml
+//! is not in the wheel) and the SavedVariables of the 2.11.0 wheel's
+//! generated `torch/include/torch/csrc/autograd/generated/Functions.h`,
+//! cited by line (NllLossBackwardBackward0 at 10705: `target_` 10720,
+//! `weight_` 10721; LogSoftmaxBackwardDataBackward0 at 10580: `grad_output_`
+//! 10594, `output_` 10595; ThresholdBackwardBackward0 at 11084: `self_`
+//! 11096; MmBackward0 at 4323: `mat2_` 4336, `self_` 4340). Under `vramscope
+//! trace` (PyTorch 2.11 itself, on the meta device) the built-ins'
+//! programs make the requests these rules make, byte for byte:
+//!
+//! - NllLossBackward0 runs `nll_loss_backward(grad, self, target, weight,
+//!   reduction, ignore_index, total_weight)`; its entry (`grad_output:
+//!   nll_loss_symint(grad, target, weight, reduction, ignore_index)`, `self:
+//!   zeros_like(grad)`) makes NllLossBackwardBackward0, saving `target` and
+//!   `weight`, its inputs the incoming gradient and `self` (the log-probs).
+//! - LogSoftmaxBackward0 runs `_log_softmax_backward_data(grad, result, dim,
+//!   self.scalar_type())`; its entry reads `grad_output` and `output` (`grad_output:
+//!   grad.to(output.dtype()) - (grad.to(output.dtype()) * output.exp()).sum(dim,
+//!   true)`, `output: (-grad_output * grad.sum(dim, true) * output.exp())…`):
+//!   LogSoftmaxBackwardDataBackward0 saves both, so the incoming gradient
+//!   outlives the node that consumed it.
+//! - ReluBackward0 runs `threshold_backward(grad, result, 0)`; its entry
+//!   (`grad_output: threshold_backward(grad, self, threshold)`, `self:
+//!   zeros_like(grad)`) makes ThresholdBackwardBackward0, saving `self` (the
+//!   ReLU's result).
+//! - AddmmBackward0's `mat1` gradient is `mm_mat1_backward(grad, mat2, …)`,
+//!   `grad.mm(mat2.t())`: an MmBackward0 that saves `mat2` (the weight, a
+//!   view: no new memory) because `self`, the incoming gradient, requires
+//!   grad; it would save the gradient too if the weight required grad,
+//!   which is not modelled (a frozen model's Linear only).
+//!
+//! Anything else is refused by name. Running backward through these nodes
+//! (a gradient penalty's second backward) is not modelled either.
+
+use crate::engine::autograd::{BwdKind, Edge, InputMeta, NodeId, SavedSlot};
+use crate::engine::error::{EngineError, Result};
+use crate::engine::tensor::TensorId;
+use crate::engine::Engine;
+
+/// Where an input of the double-backward node leads.
+#[derive(Debug, Clone, Copy)]
+enum From {
+    /// The incoming gradient's own history.
+    Grad,
+    /// The first-order node's input `k` (a saved input's history).
+    Input(usize),
+    /// The first-order node's output (a saved result's history).
+    Output,
+    /// An input that does not require grad (a frozen weight).
+    Frozen,
+}
+
+/// What the double-backward node saves.
+#[derive(Debug, Clone, Copy)]
+enum Save {
+    /// The incoming gradient.
+    Grad,
+    /// The first-order node's saved slot of this name.
+    Slot(&'static str),
+}
+
+struct Rule {
+    name: &'static str,
+    inputs: &'static [From],
+    saves: &'static [(&'static str, Save)],
+}
+
+/// The first-order nodes whose gradients can be recorded, for messages.
+pub(crate) const MODELLED: &str = "NllLossBackward0, LogSoftmaxBackward0, ReluBackward0 and \
+     AddmmBackward0 toward its input (a Linear whose weight does not require grad)";
+
+/// The rule for the gradient of input `i` of a node named `node`.
+fn rule(node: &str, i: usize, weight_requires_grad: bool) -> Option<Rule> {
+    Some(match (node, i) {
+        ("NllLossBackward0", 0) => Rule {
+            name: "NllLossBackwardBackward0",
+            inputs: &[From::Grad, From::Input(0)],
+            saves: &[("target", Save::Slot("target"))],
+        },
+        ("LogSoftmaxBackward0", 0) => Rule {
+            name: "LogSoftmaxBackwardDataBackward0",
+            inputs: &[From::Grad, From::Output],
+            saves: &[
+                ("grad_output", Save::Grad),
+                ("output", Save::Slot("result")),
+            ],
+        },
+        ("ReluBackward0", 0) => Rule {
+            name: "ThresholdBackwardBackward0",
+            inputs: &[From::Grad, From::Output],
+            saves: &[("self", Save::Slot("result"))],
+        },
+        ("AddmmBackward0", 1) if !weight_requires_grad => Rule {
+            name: "MmBackward0",
+            inputs: &[From::Grad, From::Frozen],
+            saves: &[("mat2", Save::Slot("mat2"))],
+        },
+        _ => return None,
+    })
+}
+
+impl Engine {
+    /// Under `create_graph=True`: give each gradient node `n` produced a
+    /// history (its rule's node), before the incoming gradient `g0` is let
+    /// go. A node without a rule stops the call, named.
+    pub(super) fn record_second_order(
+        &mut self,
+        n: NodeId,
+        g0: Option<TensorId>,
+        produced: &[(usize, TensorId)],
+    ) -> Result<()> {
+        let name = self.nodes[n.0].name;
+        let weight_requires_grad = name == "AddmmBackward0"
+            && self.nodes[n.0]
+                .inputs
+                .get(2)
+                .is_some_and(|m| m.edge.is_some());
+        for &(i, t) in produced {
+            let Some(r) = rule(name, i, weight_requires_grad) else {
+                return Err(EngineError::Program(format!(
+                    "create_graph=True: the gradient {name} computes (input {i}) would be \
+                     recorded by its formula's ops, which is not modelled; modelled: {MODELLED}"
+                )));
+            };
+            let mut metas = Vec::with_capacity(r.inputs.len());
+            for from in r.inputs {
+                let meta = match *from {
+                    From::Grad => {
+                        let g = g0.ok_or_else(|| {
+                            EngineError::Program(format!("{name} ran without a gradient"))
+                        })?;
+                        let x = self.t(g);
+                        let (shape, dtype, fnode, nr) = (x.shape, x.dtype, x.grad_fn, x.output_nr);
+                        InputMeta {
+                            edge: fnode.map(|node| Edge { node, nr }),
+                            shape,
+                            dtype,
+                        }
+                    }
+                    From::Input(k) => self.nodes[n.0].inputs[k],
+                    From::Output => {
+                        let m = self.nodes[n.0].inputs[0];
+                        InputMeta {
+                            edge: Some(Edge { node: n, nr: 0 }),
+                            ..m
+                        }
+                    }
+                    From::Frozen => InputMeta {
+                        edge: None,
+                        ..self.nodes[n.0].inputs[0]
+                    },
+                };
+                metas.push(meta);
+            }
+            // An output that depends on nothing requiring grad records nothing.
+            if metas.iter().all(|m| m.edge.is_none()) {
+                continue;
+            }
+            let d = self.new_node(r.name, BwdKind::SecondOrder, &[]);
+            for m in &metas {
+                if let Some(e) = m.edge {
+                    self.nodes[e.node.0].refs += 1;
+                }
+            }
+            self.nodes[d.0].inputs = metas;
+            for &(saved_as, what) in r.saves {
+                match what {
+                    Save::Grad => {
+                        if let Some(g) = g0 {
+                            self.save(d, saved_as, g, false);
+                        }
+                    }
+                    Save::Slot(slot) => self.save_slot_of(d, saved_as, n, slot),
+                }
+            }
+            self.set_grad_fn(t, d, 0);
+        }
+        Ok(())
+    }
+
+    /// Save in `d`, as `name`, what `from`'s slot `slot` holds (the same
+    /// storage, one more reference).
+    fn save_slot_of(&mut self, d: NodeId, name: &'static str, from: NodeId, slot: &str) {
+        let Some(s) = self.nodes[from.0]
+            .saved
+            .iter()
+            .find(|s| s.name == slot)
+            .cloned()
+        else {
+            return;
+        };
+        if let Some(st) = s.storage {
+            self.retain_storage_slot(st);
+        }
+        self.nodes[d.0].saved.push(SavedSlot {
+            name,
+            is_output: false,
+            ..s
+        });
+    }
+}
