@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 pub use crate::device::GpuArch;
+use crate::device::Placement;
 pub use crate::engine::conv_workspace::ConvWorkspace;
 pub use crate::engine::hf_switches::{HfCausalLoss, HfRmsNorm, RopeScope, SdpaPriority};
 use crate::engine::scratch::reduce::ReduceDevice;
@@ -67,6 +68,10 @@ pub struct EngineConfig {
     /// [`TorchVersion::DEFAULT`](crate::alloc::TorchVersion::DEFAULT).
     #[serde(skip_deserializing)]
     pub torch_minor: Option<u32>,
+    /// How the simulated device lays out its segments: the driver's rule of
+    /// the scenario's `device.gpu` where one is modelled, else in order.
+    #[serde(skip)]
+    pub placement: Placement,
     /// None: `Sm80` (engine.md's default); a scenario's `device.gpu` sets it.
     pub gpu_arch: Option<GpuArch>,
     /// None: cached (one workspace per handle and stream, kept).
@@ -130,6 +135,7 @@ impl Default for EngineConfig {
             device_overhead: 0,
             alloc_conf: String::new(),
             torch_minor: None,
+            placement: Placement::InOrder,
             gpu_arch: None,
             cublas_workspace_mode: None,
             cublas_workspace_config: None,
