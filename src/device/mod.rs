@@ -5,6 +5,7 @@
 
 pub mod budget;
 pub mod cuda;
+mod driver_va;
 pub mod gpu;
 pub mod kernels;
 pub mod launch;
@@ -14,6 +15,7 @@ pub mod profiles;
 pub mod reconcile;
 mod sim;
 
+pub use driver_va::Placement;
 pub use gpu::GpuUnavailable;
 pub use launch::{AnyLauncher, Kernel, KernelLauncher, Launch, LaunchError, RecordingLauncher};
 pub use pci::PciAddress;

@@ -1,5 +1,6 @@
 //! A simulated GPU: a capacity, a driver-side overhead, and deterministic addresses.
 
+use super::driver_va::{DriverVa, Placement};
 use super::{Device, DeviceError};
 
 /// First `cudaMalloc` address, as in allocator.md §16's examples.
@@ -12,7 +13,8 @@ const RESERVE_ALIGN: u64 = 2 << 20;
 
 /// A device with `total` bytes of which `overhead` (CUDA context, other
 /// processes) is never available to the allocator. `cudaMalloc` succeeds iff
-/// the bytes fit; each new segment starts where the previous one ended.
+/// the bytes fit; each new segment starts where the previous one ended, or
+/// where a model of a GPU driver puts it ([`SimDevice::placed`]).
 #[derive(Debug, Clone)]
 pub struct SimDevice {
     name: String,
@@ -21,6 +23,8 @@ pub struct SimDevice {
     used: u64,
     next_malloc: u64,
     next_reserve: u64,
+    /// The driver's address allocator, where one is modelled.
+    driver: Option<DriverVa>,
 }
 
 impl SimDevice {
@@ -32,7 +36,17 @@ impl SimDevice {
             used: 0,
             next_malloc: SIM_MALLOC_BASE,
             next_reserve: SIM_RESERVE_BASE,
+            driver: None,
         }
+    }
+
+    /// The same device with its segments laid out by `placement`.
+    pub fn placed(mut self, placement: Placement) -> SimDevice {
+        self.driver = match placement {
+            Placement::InOrder => None,
+            Placement::H100Driver => Some(DriverVa::new(SIM_MALLOC_BASE)),
+        };
+        self
     }
 
     /// Bytes the allocator holds on this device right now.
@@ -79,12 +93,18 @@ impl Device for SimDevice {
     }
     fn malloc(&mut self, size: u64) -> Result<u64, DeviceError> {
         self.take(size)?;
+        if let Some(d) = &mut self.driver {
+            return Ok(d.malloc(size));
+        }
         let addr = self.next_malloc;
         self.next_malloc += size;
         Ok(addr)
     }
-    fn free(&mut self, _addr: u64, size: u64) {
+    fn free(&mut self, addr: u64, size: u64) {
         self.used = self.used.saturating_sub(size);
+        if let Some(d) = &mut self.driver {
+            d.free(addr, size);
+        }
     }
     fn reserve(&mut self, size: u64) -> Result<u64, DeviceError> {
         let addr = self.next_reserve;

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 pub use crate::device::GpuArch;
+use crate::device::Placement;
 pub use crate::engine::conv_workspace::ConvWorkspace;
 pub use crate::engine::hf_switches::{HfCausalLoss, HfRmsNorm, RopeScope, SdpaPriority};
 use crate::engine::scratch::reduce::ReduceDevice;
@@ -72,6 +73,10 @@ pub struct EngineConfig {
     /// scenario's `transformers:`); None = the newest modelled, GQA-aware.
     #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
     pub transformers: Option<TransformersVersion>,
+    /// How the simulated device lays out its segments: the driver's rule of
+    /// the scenario's `device.gpu` where one is modelled, else in order.
+    #[serde(skip)]
+    pub placement: Placement,
     /// None: `Sm80` (engine.md's default); a scenario's `device.gpu` sets it.
     pub gpu_arch: Option<GpuArch>,
     /// None: cached (one workspace per handle and stream, kept).
@@ -144,6 +149,7 @@ impl Default for EngineConfig {
             alloc_conf: String::new(),
             torch_minor: None,
             transformers: None,
+            placement: Placement::InOrder,
             gpu_arch: None,
             cublas_workspace_mode: None,
             cublas_workspace_config: None,

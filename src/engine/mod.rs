@@ -176,7 +176,9 @@ pub struct Engine {
 impl Engine {
     /// An engine with an empty model (ops can be driven directly).
     pub fn bare(cfg: EngineConfig) -> Result<Engine> {
-        let dev = Box::new(SimDevice::new("sim", cfg.device_bytes, cfg.device_overhead));
+        let dev = Box::new(
+            SimDevice::new("sim", cfg.device_bytes, cfg.device_overhead).placed(cfg.placement),
+        );
         Engine::bare_on(cfg, dev)
     }
 
@@ -241,7 +243,9 @@ impl Engine {
     /// Build the model (parameters are allocated in PyTorch's `.to("cuda")`
     /// order) and the optimizer (its state is lazy, engine.md §5.1).
     pub fn new(cfg: EngineConfig, model: &ModelConfig, optim: &OptimizerConfig) -> Result<Engine> {
-        let dev = Box::new(SimDevice::new("sim", cfg.device_bytes, cfg.device_overhead));
+        let dev = Box::new(
+            SimDevice::new("sim", cfg.device_bytes, cfg.device_overhead).placed(cfg.placement),
+        );
         Engine::new_on(cfg, model, optim, dev)
     }
 

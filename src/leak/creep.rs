@@ -155,7 +155,7 @@ impl Detector {
     /// expandable segments, then `empty_cache()` after every iteration.
     fn settings_tried(&self) -> Vec<Tried> {
         let d = &self.device;
-        let device = || SimDevice::new(d.name.clone(), d.total, d.overhead);
+        let device = || SimDevice::new(d.name.clone(), d.total, d.overhead).placed(d.placement);
         let requests = Requests {
             entries: &self.requests.entries,
             empty_cache_at: &self.requests.empty_cache_at,

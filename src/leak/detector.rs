@@ -140,6 +140,7 @@ impl Detector {
             name: engine.allocator().device().name().to_string(),
             total: engine.cfg.device_bytes,
             overhead: engine.cfg.device_overhead,
+            placement: engine.cfg.placement,
             config: engine.allocator().config().clone(),
         };
         d

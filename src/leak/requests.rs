@@ -15,6 +15,8 @@ pub struct RunDevice {
     /// The device's memory, and what of it is never the allocator's.
     pub total: u64,
     pub overhead: u64,
+    /// How its segments were laid out (a what-if replays them the same way).
+    pub placement: crate::device::Placement,
     pub config: AllocConfig,
 }
 
@@ -88,7 +90,8 @@ impl RequestLog {
             empty_cache_at: &self.empty_cache_at,
             start: None,
         };
-        let sim = SimDevice::new(device.name.clone(), device.total, device.overhead);
+        let sim = SimDevice::new(device.name.clone(), device.total, device.overhead)
+            .placed(device.placement);
         retry_at(&requests, config, sim, at, empty_cache_first)
     }
 }

@@ -232,6 +232,7 @@ pub(crate) fn apply(
             ));
         }
         engine.gpu_arch = Some(g.arch);
+        engine.placement = g.placement;
         engine.reduce_device = Some(ReduceDevice {
             sm_count: g.sm_count,
             max_threads_per_sm: g.max_threads_per_sm,

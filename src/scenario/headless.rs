@@ -97,11 +97,14 @@ pub struct GpuRun {
 }
 
 pub fn run(scenario: &Scenario, built: &Built, opts: &RunOptions) -> RunResult {
-    let device = Box::new(SimDevice::new(
-        &built.conditions.device_name,
-        built.engine.device_bytes,
-        built.engine.device_overhead,
-    ));
+    let device = Box::new(
+        SimDevice::new(
+            &built.conditions.device_name,
+            built.engine.device_bytes,
+            built.engine.device_overhead,
+        )
+        .placed(built.engine.placement),
+    );
     run_launching(scenario, built, opts, device, None)
 }
 
@@ -141,11 +144,14 @@ pub fn run_observed(
     opts: &RunOptions,
     observe: &mut dyn FnMut(&[Event]),
 ) -> RunResult {
-    let device = Box::new(SimDevice::new(
-        &built.conditions.device_name,
-        built.engine.device_bytes,
-        built.engine.device_overhead,
-    ));
+    let device = Box::new(
+        SimDevice::new(
+            &built.conditions.device_name,
+            built.engine.device_bytes,
+            built.engine.device_overhead,
+        )
+        .placed(built.engine.placement),
+    );
     run_inner(scenario, built, opts, device, None, &mut |_| {}, observe)
 }
 

@@ -395,7 +395,8 @@ impl<W: Write> Simulator<W> {
         from: String,
     ) -> Result<(), TraceError> {
         let g = self.opts.gpu;
-        let device = SimDevice::new(g.product, g.total_memory, g.context_bytes.unwrap_or(0));
+        let device = SimDevice::new(g.product, g.total_memory, g.context_bytes.unwrap_or(0))
+            .placed(g.placement);
         self.alloc = Some(CachingAllocator::new(device, config.clone()));
         self.config = config;
         self.rules = Some(rules);

@@ -98,7 +98,8 @@ pub(crate) fn on_simulated_addresses(scenario: &str, stem: &str) -> OnSimulatedA
         "replay",
         built.engine.device_bytes,
         built.engine.device_overhead,
-    );
+    )
+    .placed(built.engine.placement);
     let mut a = CachingAllocator::new(device, from_snapshot::config(&snap));
     let mut ours: HashMap<u64, u64> = HashMap::new();
     let mut blocks = Vec::new();

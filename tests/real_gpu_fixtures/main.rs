@@ -21,6 +21,7 @@ mod addresses;
 mod convnets;
 mod course;
 mod cudnn_attention;
+mod driver_placement;
 mod gpt_defaults;
 mod handwritten;
 mod harness;

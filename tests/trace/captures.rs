@@ -101,14 +101,15 @@ fn on_simulated_addresses(program: &str) -> (u64, u64) {
     let budget = captured(program)["budget_bytes"]
         .as_u64()
         .expect("the capture's budget");
-    let r = whatif::what_if(
+    let h100 = vramscope::device::profile("H100-SXM-80GB").expect("a known GPU");
+    let r = whatif::what_if_on(
         &whatif::Requests {
             entries: &entries,
             empty_cache_at: &[],
             start: None,
         },
         from_snapshot::config(&snap),
-        budget,
+        vramscope::device::SimDevice::new("what-if", budget, 0).placed(h100.placement),
     );
     (r.peak_allocated, r.peak_reserved)
 }
