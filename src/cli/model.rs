@@ -148,8 +148,16 @@ pub fn show(spec: &str, json_out: bool) -> anyhow::Result<ExitCode> {
         );
     }
     println!();
+    // As wide as the longest path, so the figures stay in their columns.
+    let w = s
+        .modules
+        .iter()
+        .map(|r| r.module.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(36);
     sayln!(
-        "{:<36} {:>14} {:>14} {:>14}",
+        "{:<w$} {:>14} {:>14} {:>14}",
         "module",
         "parameters",
         "trainable",
@@ -162,7 +170,7 @@ pub fn show(spec: &str, json_out: bool) -> anyhow::Result<ExitCode> {
             format_size(r.saved_bytes_per_sample)
         };
         sayln!(
-            "{:<36} {:>14} {:>14} {:>14}",
+            "{:<w$} {:>14} {:>14} {:>14}",
             r.module,
             format_count(r.parameters),
             format_count(r.trainable_parameters),
