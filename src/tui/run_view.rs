@@ -405,6 +405,15 @@ impl RunView {
                 self.capacity = o.capacity;
                 self.devices = Some(o.devices);
                 self.expected_events = o.events;
+                // A what-if with no trace replayed nothing: said first in
+                // every title, where even a narrow pane shows it.
+                const NOTHING_REPLAYED: &str = "no trace, recorded state · ";
+                if self.devices.as_ref().is_some_and(|d| d.under.is_some())
+                    && o.events == Some(0)
+                    && !self.title.starts_with(NOTHING_REPLAYED)
+                {
+                    self.title = format!("{NOTHING_REPLAYED}{}", self.title);
+                }
                 if o.since_step && self.by_line.is_none() {
                     self.by_line = Some(by_line::ByLine {
                         since_step: true,

@@ -94,6 +94,37 @@ fn a_state_only_snapshot_says_its_peaks_are_unknown() {
     }
 }
 
+/// The same file under another allocator config: with no trace there is
+/// nothing to replay, and the view says its map is the recorded state
+/// rather than letting it pass for the other config's.
+#[test]
+fn a_what_if_of_a_state_only_snapshot_says_nothing_was_replayed() {
+    use crate::producers::snapshot::what_if_file_source;
+    let capture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/pytorch/captured/peak_inside_step.pickle");
+    let mut snap = crate::trace::snapshot::import_file(&capture).expect("a capture");
+    snap.device_traces.clear();
+    let dir = crate::scratch::temp_dir("state-only-what-if-tui");
+    let p = dir.join("state-only.pickle");
+    std::fs::write(&p, crate::trace::snapshot::export_bytes(&snap)).expect("write");
+    let config = crate::alloc::AllocConfig::parse("max_split_size_mb:64").expect("a config");
+    let mut app = app_finished(
+        vec![("what-if".into(), what_if_file_source(&p, None, config))],
+        &opts(),
+    );
+    let s = screen(&mut app, 200, 60);
+    assert!(
+        s.contains("no trace: nothing replayed under max_split_size_mb:64"),
+        "{s}"
+    );
+    // Where the status line has no room, the map's title says it first.
+    let s = screen(&mut app, 80, 24);
+    assert!(s.contains("Memory map · no trace, recorded state"), "{s}");
+    // The file as it is says no such thing.
+    let mut plain = app_finished(vec![("state".into(), snapshot_source(&p, None))], &opts());
+    assert!(!screen(&mut plain, 200, 60).contains("nothing replayed"));
+}
+
 #[test]
 fn a_long_trace_streams_in_chunks_that_add_up_to_the_whole_trace() {
     use crate::producers::snapshot::snapshot_to_source;
