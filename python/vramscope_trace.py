@@ -544,14 +544,24 @@ def _before_op(func, shapes):
 
 def _resized(out, sizes):
     """The outputs vramscope sized (`sizes`): a byte tensor of that many
-    bytes stands for the meta kernel's (whose size it could not know)."""
+    bytes stands for the meta kernel's (whose size it could not know); an
+    output with elements keeps its shape and dtype over a storage of that
+    many bytes (`mse_loss`'s 0-dim mean lies in a full-size buffer)."""
     torch = _state.torch
-    out = list(out)
+    single = isinstance(out, torch.Tensor)
+    out = [out] if single else list(out)
     for k, n in sizes.items():
         i = int(k)
-        if i < len(out):
+        if i >= len(out):
+            continue
+        o = out[i]
+        if o.dtype == torch.uint8 or o.numel() == 0:
             out[i] = torch.empty(int(n), dtype=torch.uint8, device=_state.meta)
-    return tuple(out)
+        else:
+            whole = torch.empty(max(int(n) // o.element_size(), o.numel()), dtype=o.dtype,
+                                device=_state.meta)
+            out[i] = whole.as_strided(o.shape, o.stride(), 0)
+    return out[0] if single else tuple(out)
 
 
 def _shapes(args):
@@ -1826,6 +1836,15 @@ def _patch_cuda(torch):
 
     def record_history(*a, **k):
         _lazy_init()  # the simulation records every event from the start
+        # `enabled=None` stops recording and clears the buffer, and nothing
+        # is recorded until it is on again; 2.8+'s `clear_history=True`
+        # clears it on enabling (allocator.md §13.1). The program's own
+        # snapshots follow that; vramscope's views keep every event.
+        enabled = a[0] if a else k.get("enabled", "all")
+        on = enabled is not None and enabled is not False
+        r = _chan.ask(["history", on, bool(k.get("clear_history"))])
+        if r[0] != "ok":
+            raise RuntimeError(r[1])
 
     def noop(*a, **k):
         return None

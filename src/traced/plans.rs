@@ -61,8 +61,10 @@ impl KernelPlan {
 }
 
 /// The ops reported before they run (the helper's `before_ops`).
-pub const PLANNED_OPS: [&str; 9] = [
+pub const PLANNED_OPS: [&str; 11] = [
     "embedding_dense_backward",
+    "mse_loss",
+    "binary_cross_entropy_with_logits",
     "convolution",
     "convolution_backward",
     "_cudnn_rnn",
@@ -139,10 +141,59 @@ impl<W: std::io::Write> Simulator<W> {
                 })
                 .unwrap_or_default(),
             "_foreach_norm" => foreach_norm_plan(v),
+            "mse_loss" => self.pointwise_loss_plan(v, 2, 1, true),
+            "binary_cross_entropy_with_logits" => self.pointwise_loss_plan(v, 4, 2, false),
             "_scaled_dot_product_cudnn_attention" => KernelPlan::default()
                 .at(Stage::Output(1), vec![Take(CUDNN_PLAN_WORKSPACE), Free(0)]),
             _ => KernelPlan::default(),
         }
+    }
+
+    /// A reduced elementwise loss on the GPU (the engine's
+    /// `pointwise_loss`, as the H100 makes it: tests/fixtures/loss): its
+    /// `temporaries` full-size buffers before the out, then the mean's
+    /// scratch, then the temporaries go. `mse_loss`'s 0-dim out lies in a
+    /// buffer of the input's size. `reduction_at`: the argument that says
+    /// the reduction (none: no plan, the out is the elementwise loss).
+    fn pointwise_loss_plan(
+        &self,
+        v: &Value,
+        reduction_at: usize,
+        temporaries: usize,
+        full_size_out: bool,
+    ) -> KernelPlan {
+        let Some((shape, Some(dtype), _)) = tensor_arg(v, 0) else {
+            return KernelPlan::default();
+        };
+        // at::Reduction: 0 none, 1 mean (the default), 2 sum.
+        if arg(v, reduction_at).and_then(Value::as_u64).unwrap_or(1) == 0 {
+            return KernelPlan::default();
+        }
+        let bytes = bytes_of(&shape, Some(dtype));
+        let mut after: Vec<ScratchStep> = Vec::new();
+        let device = self.rules.as_ref().and_then(|r| r.engine.reduce_device);
+        if let (Some(device), Some(rs)) = (
+            device,
+            super::rules::reduce_shape(&shape, None, dtype.size()),
+        ) {
+            after.extend(
+                crate::engine::scratch::reduce_split::reduce_plan(rs, device)
+                    .steps()
+                    .into_iter()
+                    .map(|s| match s {
+                        Free(i) => Free(i + temporaries),
+                        take => take,
+                    }),
+            );
+        }
+        after.extend((0..temporaries).rev().map(Free));
+        let mut plan = KernelPlan::default()
+            .at(Stage::Before, vec![Take(bytes); temporaries])
+            .at(Stage::After, after);
+        if full_size_out {
+            plan.sizes.insert(0, bytes);
+        }
+        plan
     }
 
     /// cuDNN's convolutions (`cudnn_convolution`, `…_backward_input`,

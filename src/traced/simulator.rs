@@ -84,6 +84,17 @@ pub struct Simulator<W: Write> {
     pub(super) replaying: bool,
     stacks: Vec<Frames>,
     events: Vec<AllocEvent>,
+    /// Where the program's own snapshots begin: the trace as of its last
+    /// `_record_memory_history(enabled=None)` (which clears PyTorch's
+    /// buffer, allocator.md §13.1). vramscope's views keep every event.
+    history_from: usize,
+    /// `_record_memory_history` is off: the program's snapshots hold no
+    /// trace entries (until it is turned on again, from then).
+    history_off: bool,
+    /// The program has called `_record_memory_history`: before that, its
+    /// snapshots hold every event (a program that never turns recording on
+    /// still gets one), from then on what PyTorch would have recorded.
+    history_asked: bool,
     pid: u64,
     argv: Vec<String>,
     outcome: TraceOutcome,
@@ -169,6 +180,9 @@ impl<W: Write> Simulator<W> {
             replaying: false,
             stacks: Vec::new(),
             events: Vec::new(),
+            history_from: 0,
+            history_off: false,
+            history_asked: false,
             pid: 0,
             argv: Vec::new(),
             outcome,
@@ -262,6 +276,18 @@ impl<W: Write> Simulator<W> {
                 Ok(Some(json!(["ok", text])))
             }
             "dump" => Ok(Some(self.dump(&str_at(v, 1)))),
+            "history" => {
+                // Off clears the buffer and records nothing; on records
+                // from then if it was off or is asked to clear.
+                let on = v.get(1).and_then(Value::as_bool).unwrap_or(true);
+                let clear = v.get(2).and_then(Value::as_bool).unwrap_or(false);
+                if !on || self.history_off || clear || !self.history_asked {
+                    self.history_from = self.events.len();
+                }
+                self.history_off = !on;
+                self.history_asked = true;
+                Ok(ok())
+            }
             "clear_workspaces" => {
                 self.clear_workspaces()?;
                 Ok(ok())
@@ -680,6 +706,11 @@ impl<W: Write> Simulator<W> {
 
     /// Everything so far as a PyTorch snapshot (`_dump_snapshot`, `--export`).
     pub fn snapshot(&self) -> Snapshot {
+        self.snapshot_since(0)
+    }
+
+    /// The snapshot with the trace entries from event `from` on.
+    fn snapshot_since(&self, from: usize) -> Snapshot {
         let segments = self
             .alloc
             .as_ref()
@@ -697,13 +728,18 @@ impl<W: Write> Simulator<W> {
         let devices = [DeviceRun {
             device: 0,
             segments: &segments,
-            events: &self.events,
+            events: self.events.get(from..).unwrap_or_default(),
         }];
         snapshot_of_run(&devices, &self.config, &frames_of)
     }
 
     fn dump(&mut self, path: &str) -> Value {
-        let bytes = export_bytes(&self.snapshot());
+        let from = if self.history_off {
+            self.events.len()
+        } else {
+            self.history_from
+        };
+        let bytes = export_bytes(&self.snapshot_since(from));
         match crate::files::write_replacing(Path::new(path), &bytes) {
             Ok(()) => json!(["ok"]),
             Err(e) => json!(["error", format!("{path}: {e}")]),
