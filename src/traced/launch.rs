@@ -54,10 +54,41 @@ impl Drop for Launch {
     }
 }
 
+/// The folders a trace left when its vramscope was killed by a signal
+/// (its drop never ran): those whose process is gone go now.
+fn remove_orphans(temp: &Path) {
+    let Ok(entries) = std::fs::read_dir(temp) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("vramscope-trace-"))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        if pid > 0 && !process_alive(pid) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+/// Whether process `pid` exists (a signal 0 reaches it, or it is another
+/// user's).
+fn process_alive(pid: libc::pid_t) -> bool {
+    // SAFETY: kill with signal 0 sends nothing; it only checks the pid.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
 fn private_dir() -> Result<PathBuf, TraceError> {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
+    remove_orphans(&std::env::temp_dir());
     let dir = std::env::temp_dir().join(format!("vramscope-trace-{}-{nanos}", std::process::id()));
     std::fs::DirBuilder::new()
         .mode(0o700)
@@ -189,4 +220,25 @@ fn keep_tail(mut pipe: Box<dyn Read + Send>, into: Arc<Mutex<Vec<u8>>>) {
                 }
             }
         });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_folder_whose_vramscope_is_gone_is_removed_and_a_living_ones_kept() {
+        let temp = crate::scratch::temp_dir("trace-orphans");
+        // No Linux pid reaches 2^31 - 1 (pid_max is at most 2^22).
+        let gone = temp.join(format!("vramscope-trace-{}-1", libc::pid_t::MAX));
+        let mine = temp.join(format!("vramscope-trace-{}-2", std::process::id()));
+        let other = temp.join("not-ours-123-4");
+        for d in [&gone, &mine, &other] {
+            std::fs::create_dir(d).expect("a folder");
+        }
+        remove_orphans(&temp);
+        assert!(!gone.exists(), "its process is gone");
+        assert!(mine.exists(), "this process lives");
+        assert!(other.exists(), "not a trace's");
+    }
 }
