@@ -105,6 +105,16 @@ fn step_line() -> usize {
         .expect("the step's line")
 }
 
+/// The chain of a holders walk `w` that names `self.val_history`.
+fn val_history_chain<'a>(w: &'a Value, file: &str) -> &'a Value {
+    w["chains"]
+        .as_array()
+        .expect("chains")
+        .iter()
+        .find(|c| c["path"] == serde_json::json!(["self", ".val_history"]))
+        .unwrap_or_else(|| panic!("{file}: self.val_history is named: {w}"))
+}
+
 /// `python/gpu/holders_job.py` run for real on an H100 (2026-12-05,
 /// PyTorch 2.11.0+cu130) under `python -m vramscope_live --record`, once in
 /// each mode: ten steps that each keep the validation score, with its graph,
@@ -121,12 +131,7 @@ fn check_holders_job(file: &str, mode: &str) -> Value {
     let mut items = Vec::new();
     for w in walks {
         assert_eq!(w["reason"], "grew", "{file}");
-        let chain = w["chains"]
-            .as_array()
-            .expect("chains")
-            .iter()
-            .find(|c| c["path"] == serde_json::json!(["self", ".val_history"]))
-            .unwrap_or_else(|| panic!("{file}: self.val_history is named: {w}"));
+        let chain = val_history_chain(w, file);
         assert_eq!(
             chain["where"],
             format!("holders_job.py:{} in train", step_line()),
@@ -207,12 +212,7 @@ fn a_traced_run_names_the_variable_with_what_its_graphs_keep() {
         assert_eq!(w["complete"], true);
         assert_eq!(w["step"], i as u64 + 2);
         assert!(w["spent_ms"].as_f64() <= w["budget_ms"].as_f64(), "{w}");
-        let chain = w["chains"]
-            .as_array()
-            .expect("chains")
-            .iter()
-            .find(|c| c["path"] == serde_json::json!(["self", ".val_history"]))
-            .unwrap_or_else(|| panic!("self.val_history is named: {w}"));
+        let chain = val_history_chain(w, file);
         assert_eq!(
             chain["where"],
             format!("holders_job.py:{} in train", step_line())
