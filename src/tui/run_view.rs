@@ -408,8 +408,7 @@ impl RunView {
                 // A what-if with no trace replayed nothing: said first in
                 // every title, where even a narrow pane shows it.
                 const NOTHING_REPLAYED: &str = "no trace, recorded state · ";
-                if self.devices.as_ref().is_some_and(|d| d.under.is_some())
-                    && o.events == Some(0)
+                if self.replayed_nothing_under().is_some()
                     && !self.title.starts_with(NOTHING_REPLAYED)
                 {
                     self.title = format!("{NOTHING_REPLAYED}{}", self.title);
@@ -475,6 +474,15 @@ impl RunView {
         self.sel_finding = None;
         self.cat_cache.clear();
         self.site_events = by_line::SiteEvents::default();
+    }
+
+    /// The config a what-if was to replay under, when the file had no
+    /// trace to replay (its view is the recorded state).
+    pub(super) fn replayed_nothing_under(&self) -> Option<&crate::alloc::AllocConfig> {
+        self.devices
+            .as_ref()
+            .and_then(|d| d.under.as_ref())
+            .filter(|_| self.expected_events == Some(0))
     }
 
     /// Forget every event after the first `n`, and what was drawn from them.

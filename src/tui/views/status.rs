@@ -75,16 +75,14 @@ fn parts(app: &App, r: &RunView) -> Vec<Part> {
     }
     // A what-if of a file with no trace replays nothing: its view is the
     // recorded state, which must not pass for the other config's.
-    if let Some(under) = r.devices.as_ref().and_then(|d| d.under.as_ref()) {
-        if r.expected_events == Some(0) {
-            parts.push(part(
-                format!(
-                    "no trace: nothing replayed under {}, the recorded state",
-                    under.raw
-                ),
-                8,
-            ));
-        }
+    if let Some(under) = r.replayed_nothing_under() {
+        parts.push(part(
+            format!(
+                "no trace: nothing replayed under {}, the recorded state",
+                under.raw
+            ),
+            8,
+        ));
     }
     if let Some(d) = r
         .devices
