@@ -174,3 +174,53 @@ fn settings_a_release_does_not_have_are_refused_at_their_field() {
         load_str(&llama(extra, FORWARD), "llama.ron").expect(extra);
     }
 }
+
+/// One grouped-query `Attention` with the memory-efficient kernel forced.
+fn efficient_gqa(extra: &str) -> String {
+    format!(
+        r#"Scenario(
+    name: "efficient-gqa",
+    description: "memory-efficient SDPA forced on grouped heads",
+    device: (name: "sim", capacity: "8GiB", overhead: "0MiB"),
+    {extra}
+    model: Modules(
+        input: Tokens(seq: 256),
+        net: Sequential([
+            ("embed_tokens", Embedding(num: 1000, dim: 256)),
+            ("rotary_emb", RotaryEmbedding(head_dim: 32)),
+            ("attn", Attention(hidden: 256, heads: 8, kv_heads: Some(2), head_dim: None, causal: true, rotary: true, bias: false, dropout: 0.0, sdpa: Some(Efficient))),
+            ("lm_head", LmHead(hidden: 256, vocab: 1000, tied: false)),
+        ]),
+    ),
+    model_dtype: BF16,
+    criterion: CausalLm,
+    data: (batch: 1),
+    steps: [{TRAIN}],
+    iterations: 2,
+)"#
+    )
+}
+
+#[test]
+fn efficient_on_grouped_heads_is_refused_only_where_sdpa_would_get_them_grouped() {
+    // Today's transformers hands k and v to SDPA with their 2 heads
+    // (`enable_gqa`), which PyTorch's memory-efficient kernel does not take.
+    let text = efficient_gqa("");
+    let (line, message) = match load_str(&text, "gqa.ron") {
+        Err(LoadError::At { line, message, .. }) => (line, message),
+        other => panic!("refused at a position, not {:?}", other.map(|_| ())),
+    };
+    assert!(message.contains("kv_heads 2 < heads 8"), "{message}");
+    let attn_line = 1 + text
+        .lines()
+        .position(|l| l.contains("(\"attn\""))
+        .expect("attn");
+    assert_eq!(line, attn_line, "{message}");
+    // Before GQA-aware SDPA (transformers 4.40, or torch 2.4 with no
+    // `enable_gqa`), `repeat_kv` copies them to all 8 heads first: the
+    // kernel runs, as it did on those releases.
+    for extra in [r#"transformers: "4.40","#, r#"torch: "2.4","#] {
+        let r = ran(&efficient_gqa(extra));
+        assert!(r.peak_allocated > 0, "{extra}");
+    }
+}

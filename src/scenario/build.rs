@@ -277,11 +277,12 @@ pub(crate) fn model_config(s: &Scenario) -> Result<ModelConfig, BuildError> {
         }
     }
     if let ModelKind::Modules(m) = &model.kind {
+        let kv = scenario_kv_path(s);
         // Every batch size and length the run will use must fit the modules.
         let batches = s.data.batch_schedule.iter().chain([&model.batch]);
         for &b in batches {
             for seq in s.data.seq_schedule.iter().map(|t| Some(*t)).chain([None]) {
-                m.check(b, seq).map_err(BuildError::Model)?;
+                m.check_under(b, seq, kv).map_err(BuildError::Model)?;
             }
         }
         let room = EngineConfig {
@@ -386,4 +387,16 @@ pub fn has_seq(built: &Built) -> bool {
                 ..
             })
     )
+}
+
+/// How the scenario's releases (`torch:`, `transformers:`; load checked
+/// both) hand grouped k and v to SDPA.
+fn scenario_kv_path(s: &Scenario) -> crate::engine::config::KvPath {
+    let torch = s
+        .torch
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(crate::alloc::TorchVersion::DEFAULT);
+    let transformers = s.transformers.as_deref().and_then(|v| v.parse().ok());
+    crate::engine::config::kv_path(transformers, torch)
 }

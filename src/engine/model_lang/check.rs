@@ -21,6 +21,7 @@ use super::count::Counts;
 use super::kinds::Here;
 use super::shape::{ShapeError, Sig};
 use super::spec::{join, LangModel, Module};
+use crate::engine::config::KvPath;
 
 /// 2^21: three such factors multiply to at most 2^63, so the engine's shape
 /// arithmetic (products of up to three dimensions) fits in u64.
@@ -95,7 +96,7 @@ pub enum Problem {
     LoraNoTarget(String),
     #[error("padding {padding} is more than half the kernel {kernel}: PyTorch refuses it (\"pad should be at most half of effective kernel size\")")]
     PoolPadding { kernel: u64, padding: u64 },
-    #[error("Efficient cannot run grouped-query attention (kv_heads {kv_heads} < heads {heads}): PyTorch 2.11's memory-efficient kernel takes no enable_gqa (models.md §4.4), so SDPA raises \"No available kernel. Aborting execution.\"; leave sdpa unset, or force Flash, Cudnn or Math")]
+    #[error("Efficient cannot run grouped-query attention (kv_heads {kv_heads} < heads {heads}): PyTorch 2.11's memory-efficient kernel takes no enable_gqa (models.md §4.4), so SDPA raises \"No available kernel. Aborting execution.\"; leave sdpa unset, force Flash, Cudnn or Math, or name the releases that repeat k and v to every head first (transformers before 4.54, or torch before 2.5)")]
     EfficientGqa { heads: u64, kv_heads: u64 },
     #[error("blocksize {0} is not one bitsandbytes quantises with (32, 64, 128, 256, 512, 1024, 2048 or 4096)")]
     Blocksize(u64),
@@ -179,6 +180,18 @@ impl LangModel {
     /// its output, counts and size, or the first thing the build would
     /// refuse.
     pub fn analyse(&self, b: u64, seq: Option<u64>) -> Result<Analysis, ModelError> {
+        self.analyse_under(b, seq, KvPath::EnableGqa)
+    }
+
+    /// [`LangModel::analyse`] under the releases whose attention hands
+    /// grouped k and v to SDPA as `kv` says (what a forced backend accepts
+    /// depends on it: models.md §4.1–4.4).
+    pub fn analyse_under(
+        &self,
+        b: u64,
+        seq: Option<u64>,
+        kv: KvPath,
+    ) -> Result<Analysis, ModelError> {
         if self.lora.as_ref().is_some_and(|l| l.r == 0) {
             return Err(ModelError {
                 // Not a module: the model's `lora` option.
@@ -189,6 +202,7 @@ impl LangModel {
             });
         }
         let mut walk = Walk::checking();
+        walk.seen.grouped_kv_repeated = kv != KvPath::EnableGqa;
         let mut at = vec![Seg::Field("net")];
         let (out, tally) = walk.node("", &mut at, &self.net, Some(self.input.sig(b, seq)))?;
         if let (Some((module, at)), false) =
@@ -236,9 +250,16 @@ impl LangModel {
         self.analyse(b, seq).map(|a| a.output)
     }
 
-    /// The walk from an input of any shape (what a run feeds the model).
-    pub fn check_input(&self, x: Sig) -> Result<Sig, ModelError> {
+    /// [`LangModel::check`] under the releases [`LangModel::analyse_under`] names.
+    pub fn check_under(&self, b: u64, seq: Option<u64>, kv: KvPath) -> Result<Sig, ModelError> {
+        self.analyse_under(b, seq, kv).map(|a| a.output)
+    }
+
+    /// The walk from an input of any shape (what a run feeds the model),
+    /// under the releases [`LangModel::analyse_under`] names.
+    pub fn check_input(&self, x: Sig, kv: KvPath) -> Result<Sig, ModelError> {
         let mut walk = Walk::checking();
+        walk.seen.grouped_kv_repeated = kv != KvPath::EnableGqa;
         let (out, _) = walk.node("", &mut vec![Seg::Field("net")], &self.net, Some(x.clone()))?;
         Ok(out.unwrap_or(x))
     }
@@ -261,9 +282,9 @@ impl LangModel {
         }
     }
 
-    /// [`LangModel::check`]'s output shape (what the sweep and the build ask).
-    pub fn output(&self, b: u64, seq: Option<u64>) -> Result<Sig, ModelError> {
-        self.check(b, seq)
+    /// [`LangModel::check_under`]'s output shape (what the sweep and the build ask).
+    pub fn output(&self, b: u64, seq: Option<u64>, kv: KvPath) -> Result<Sig, ModelError> {
+        self.check_under(b, seq, kv)
     }
 }
 
@@ -292,6 +313,9 @@ pub(crate) struct Seen {
     pub rotary_user: Option<(String, Vec<Seg>)>,
     /// The names LoRA's `target_modules` may match.
     pub projections: std::collections::BTreeSet<String>,
+    /// The releases' attention repeats grouped k and v to every head before
+    /// SDPA (`repeat_kv`), so a forced backend sees no grouped heads.
+    pub grouped_kv_repeated: bool,
 }
 
 /// A subtree's counts and size.

@@ -563,7 +563,7 @@ impl Module {
             } => {
                 heads(*h, *kv_heads)?;
                 let kv = kv_heads.unwrap_or(*h);
-                if *sdpa == Some(SdpaBackend::Efficient) && kv < *h {
+                if *sdpa == Some(SdpaBackend::Efficient) && kv < *h && !seen.grouped_kv_repeated {
                     return Err((
                         Some("sdpa"),
                         Problem::EfficientGqa {

@@ -86,7 +86,7 @@ impl Model {
                         weight.cuda_type_name()
                     ));
                 }
-                m.check_input(x)
+                m.check_input(x, e.cfg.hf_kv_path())
                     .map(|_| ())
                     .map_err(|e| EngineError::Runtime(e.to_string()))
             }

@@ -320,7 +320,8 @@ impl Model {
             }
             ModelKind::Modules(m) => {
                 // The build refuses what `check` refuses, by the same walk.
-                m.check(cfg.batch, None).map_err(EngineError::Model)?;
+                m.check_under(cfg.batch, None, e.cfg.hf_kv_path())
+                    .map_err(EngineError::Model)?;
                 use crate::engine::model_lang::kbit::checkpoint_layers;
                 let tree = if m.kbit_training {
                     checkpoint_layers(&m.net)
@@ -384,7 +385,9 @@ impl Model {
             }
             ModelKind::Modules(m) => {
                 let x = m.input.sig(b, seq_len);
-                let out = m.output(b, seq_len).map_err(EngineError::Model)?;
+                let out = m
+                    .output(b, seq_len, e.cfg.hf_kv_path())
+                    .map_err(EngineError::Model)?;
                 let y = match self.cfg.loss {
                     LossKind::Sum => None,
                     LossKind::Mse | LossKind::Bce | LossKind::BceWithLogits => Some((out.dims, fp)),

@@ -147,7 +147,7 @@ fn analysis_error(net: Vec<(String, Module)>) -> String {
         quantization: None,
         kbit_training: false,
     };
-    m.output(2, None).expect_err("refused").to_string()
+    m.check(2, None).expect_err("refused").to_string()
 }
 
 #[test]

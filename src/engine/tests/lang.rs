@@ -385,10 +385,10 @@ fn shape_errors_name_the_module() {
         quantization: None,
         kbit_training: false,
     };
-    let err = m.output(2, None).expect_err("mismatch").to_string();
+    let err = m.check(2, None).expect_err("mismatch").to_string();
     assert!(err.starts_with("fc2: Linear(in: 32)"), "{err}");
     assert!(err.contains("[2, 16]"), "{err}");
-    let out = resnet50().output(3, None).expect("resnet50");
+    let out = resnet50().check(3, None).expect("resnet50");
     assert_eq!(out.dims, [3, 1000]);
 }
 
