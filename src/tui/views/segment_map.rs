@@ -14,12 +14,16 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph};
 use ratatui::Frame;
 
-use super::fit_site;
 use super::legend;
-use crate::producers::{BlockStack, StackOrigin};
 use crate::tui::app::{App, ColorMode, RunView};
 use crate::tui::layout;
 use crate::tui::theme::{Theme, CATEGORY_LETTERS, CATEGORY_LETTERS_PENDING};
+
+mod detail;
+mod rows;
+
+use detail::detail_lines;
+pub use rows::{block_order, row_spans, segment_order};
 
 /// Width of the per-row label (`L* 20.0M `).
 const LABEL_W: u16 = 10;
@@ -166,100 +170,6 @@ impl MapFrame {
             MapRow::Header(_) => None,
         }
     }
-}
-
-/// A contiguous range the map draws as one row.
-#[derive(Debug, Clone, Copy)]
-struct Piece {
-    start: u64,
-    size: u64,
-    /// Bytes of the piece that are mapped (reserved).
-    mapped: u64,
-    pool: Option<Pool>,
-    expandable: bool,
-}
-
-/// Rows of `map`: large pool first, then small; within a pool by address.
-pub fn row_spans(map: &MemoryMap) -> Vec<RowSpan> {
-    let mut pieces: Vec<Piece> = map
-        .segments
-        .iter()
-        .map(|(a, s)| Piece {
-            start: *a,
-            size: s.size,
-            mapped: s.size,
-            pool: Some(s.pool),
-            expandable: s.expandable,
-        })
-        .chain(map.unmapped.iter().map(|(a, (size, _))| Piece {
-            start: *a,
-            size: *size,
-            mapped: 0,
-            pool: None,
-            expandable: true,
-        }))
-        .collect();
-    pieces.sort_by_key(|p| p.start);
-    // An expandable reservation is split into segments by unmapping; draw it
-    // whole, with the unmapped ranges in place.
-    let mut rows: Vec<Piece> = Vec::new();
-    for p in pieces {
-        if let Some(last) = rows.last_mut() {
-            let touches = last.start + last.size == p.start;
-            let same_pool = last.pool.is_none() || p.pool.is_none() || last.pool == p.pool;
-            if touches && last.expandable && p.expandable && same_pool {
-                last.size += p.size;
-                last.mapped += p.mapped;
-                last.pool = last.pool.or(p.pool);
-                continue;
-            }
-        }
-        rows.push(p);
-    }
-    let mut out = Vec::with_capacity(rows.len() + 2);
-    for pool in [Pool::Large, Pool::Small] {
-        // The unmapped-only rows have no pool on record; they are shown with
-        // the large pool, where expandable segments mostly live.
-        let of_pool: Vec<&Piece> = rows
-            .iter()
-            .filter(|r| r.pool.unwrap_or(Pool::Large) == pool)
-            .collect();
-        if of_pool.is_empty() {
-            continue;
-        }
-        let bytes = of_pool.iter().map(|r| r.mapped).sum();
-        out.push(RowSpan::Header {
-            pool,
-            segments: of_pool.len(),
-            bytes,
-        });
-        out.extend(of_pool.iter().map(|r| RowSpan::Segment {
-            start: r.start,
-            size: r.size,
-            pool,
-            expandable: r.expandable,
-        }));
-    }
-    out
-}
-
-/// Row ranges `(start, size)` in display order.
-pub fn segment_order(spans: &[RowSpan]) -> Vec<(u64, u64)> {
-    spans
-        .iter()
-        .filter_map(|r| match *r {
-            RowSpan::Segment { start, size, .. } => Some((start, size)),
-            RowSpan::Header { .. } => None,
-        })
-        .collect()
-}
-
-/// Block addresses in display order (what j/k walk through).
-pub fn block_order(map: &MemoryMap, spans: &[RowSpan]) -> Vec<u64> {
-    segment_order(spans)
-        .into_iter()
-        .flat_map(|(s, size)| map.blocks.range(s..s + size).map(|(a, _)| *a))
-        .collect()
 }
 
 /// Compact size for row labels: `512B`, `20.0M`, `1.5G`.
@@ -461,108 +371,6 @@ impl CellCtx<'_> {
         }
         best.into_iter().map(|(_, c)| c).collect()
     }
-}
-
-fn detail_lines(r: &RunView, width: usize) -> Vec<String> {
-    let Some(addr) = r.sel_block else {
-        return Vec::new();
-    };
-    let Some((a, b)) = r.map.block_at(addr) else {
-        return vec![format!(
-            "block {addr:#x}: not in the map at this event (freed and merged, or released)"
-        )];
-    };
-    let state = match b.state {
-        BlockState::ActiveAllocated => "allocated",
-        BlockState::ActivePendingFree => "pending free",
-        BlockState::Inactive => "free",
-    };
-    let mut lines = vec![format!(
-        "block {a:#x}  {}  requested {}  {state}",
-        format_size(b.size),
-        format_size(b.requested)
-    )];
-    if let Some((sa, s)) = r.map.segment_at(a) {
-        lines.push(format!(
-            "segment {sa:#x}  {}  {} pool  stream {}{}",
-            format_size(s.size),
-            s.pool.name(),
-            s.stream,
-            if s.expandable { "  expandable" } else { "" }
-        ));
-    }
-    let recorded = b
-        .state
-        .is_active()
-        .then(|| r.tags.as_ref().and_then(|t| t.stack(b.tag, a)))
-        .flatten();
-    if let Some(bs) = recorded {
-        lines.extend(stack_summary(&bs, r.is_empty(), width));
-        return lines;
-    }
-    let desc = (b.tag != Tag::NONE)
-        .then(|| r.tags.as_ref().and_then(|t| t.describe(b.tag)))
-        .flatten();
-    match desc {
-        Some(d) => {
-            let mut parts = Vec::new();
-            if let Some(c) = d.category {
-                parts.push(c.name().to_string());
-            }
-            if let Some(op) = &d.op {
-                parts.push(format!("op {op}"));
-            }
-            if let Some(m) = &d.module {
-                parts.push(format!("module {m}"));
-            }
-            if let Some(i) = d.iteration {
-                parts.push(format!("iteration {i}"));
-            }
-            lines.push(if parts.is_empty() {
-                "no attribution".into()
-            } else {
-                parts.join(" · ")
-            });
-            if let Some(step) = &d.step {
-                lines.push(format!("step {}  {}", step.location, step.statement));
-            } else if !d.frames.is_empty() {
-                lines.push(format!("frames: {}", d.frames.join(" ← ")));
-            }
-        }
-        None if b.state == BlockState::Inactive => lines.push("free: no owner".into()),
-        None => lines.push("no attribution for this block".into()),
-    }
-    lines
-}
-
-/// A block's recorded stack in two lines: the user's line (its end kept
-/// where the width cuts it), then where the stack comes from.
-fn stack_summary(bs: &BlockStack, no_trace: bool, width: usize) -> Vec<String> {
-    let stack = bs.stack.as_deref().filter(|s| !s.is_empty());
-    let first = match stack.map(|s| &s.site) {
-        Some(Some(site)) => format!("your code: {}", fit_site(site, width.saturating_sub(11))),
-        Some(None) => "no frame of your own code in its stack".to_string(),
-        None => "no stack recorded".to_string(),
-    };
-    let origin = match (bs.origin, stack.is_some()) {
-        (StackOrigin::Entry(e), _) => format!("allocated by trace entry {e}"),
-        (StackOrigin::FinalState, true) if no_trace => "stack from the file's final state".into(),
-        (StackOrigin::FinalState, false) if no_trace => {
-            "the file's final state records none".into()
-        }
-        (StackOrigin::FinalState, true) => {
-            "allocated before the trace; stack from the file's final state".into()
-        }
-        (StackOrigin::FinalState, false) => {
-            "allocated before the trace; the file's final state records none".into()
-        }
-        (StackOrigin::BeforeTrace, _) => "allocated before the trace began, freed within it".into(),
-    };
-    let more = match stack {
-        Some(s) => format!("b: all {} frames · ", s.frames.len()),
-        None => String::new(),
-    };
-    vec![first, format!("{more}{origin}")]
 }
 
 pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
