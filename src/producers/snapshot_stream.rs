@@ -19,24 +19,26 @@
 //! first [`PROBATION`] entries, before anything was shown.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::alloc::constants::LARGE_BUFFER;
 use crate::alloc::{Action, AllocConfig};
-use crate::trace::mirror::{start_map, TraceMirror};
+use crate::trace::mirror::start_map;
 use crate::trace::replay::from_snapshot::{self, infer_device_total};
 use crate::trace::replay::reconstruct::StartTracker;
 use crate::trace::replay::{Entry, FinalSegment};
 use crate::trace::snapshot::{import_file_tapped, Segment, Snapshot, Tables, TraceEntry, TraceTap};
-use crate::trace::timeline::TimelinePart;
 use crate::trace::MemoryMap;
 
 use super::devices::{devices_with_oom, snapshot_devices, SnapshotDevices};
-use super::snapshot::{pick_device, Out, Spent, EVENTS_PER_MESSAGE};
+use super::snapshot::{pick_device, Out, Spent};
 use super::snapshot_tags::{GrowingTags, SnapshotTags};
 use super::source::{Opened, RecordedMsg, RunMsg, SourceMsg, TagInfo};
 use super::tapped_read::{read_through, whole_again, GiveUp, Reading, StatefulTap};
+
+mod placing;
+
+use placing::{Batch, Finish, Mirror};
 
 /// Entries placed before a view placed as if its trace began empty shows
 /// any: an open trace almost always shows it within these (an entry that
@@ -436,250 +438,6 @@ impl TraceTap for PlaceOnly<'_> {
             // The placing thread was given every OOM's free memory up front.
             ooms: Vec::new(),
         })
-    }
-}
-
-/// Entries for the placing thread.
-struct Batch {
-    first: usize,
-    entries: Vec<Entry>,
-    /// `device_free` of this batch's `oom` entries, by entry index.
-    ooms: Vec<(usize, u64)>,
-}
-
-enum ToMirror {
-    Batch(Batch),
-    /// No more entries.
-    End(Then),
-}
-
-/// What the placing thread does once it has every entry.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Then {
-    /// Send what is left.
-    Send,
-    /// Place what is left, to tell whether any entry misfit; send nothing.
-    Check,
-    /// Stop at once.
-    Drop,
-}
-
-/// The thread that places entries on the map and sends the timeline's
-/// parts, and what the reader knows of it.
-struct Mirror {
-    tx: flume::Sender<ToMirror>,
-    failed: Arc<AtomicBool>,
-    /// Entries placed so far without a misfit.
-    clean: Arc<AtomicUsize>,
-    /// Whether it sent parts (see [`Placer::run`]); `None`: no thread.
-    handle: Option<std::thread::JoinHandle<bool>>,
-}
-
-/// How the placing of every entry ended.
-enum Finish {
-    /// Every part went to the UI.
-    Sent,
-    /// An entry fell outside the map: nothing more was sent; `shown`:
-    /// parts were before.
-    Failed { shown: bool },
-    /// The UI has gone.
-    Gone,
-}
-
-impl Mirror {
-    /// A placing thread from `start` under `config`; `ooms`: the free
-    /// memory of OOM entries known up front; parts are held back until
-    /// `probation` entries were placed without a gap (none are, if one
-    /// is met then: see [`Mirror::failed`]).
-    fn spawn(
-        start: MemoryMap,
-        config: AllocConfig,
-        ooms: Vec<(usize, u64)>,
-        probation: usize,
-        out: &Out,
-        spent: &Spent,
-    ) -> Mirror {
-        let (tx, rx) = flume::bounded(AHEAD);
-        let failed = Arc::new(AtomicBool::new(false));
-        let clean = Arc::new(AtomicUsize::new(0));
-        let placer = Placer {
-            rx,
-            out: out.clone(),
-            spent: spent.clone(),
-            failed: failed.clone(),
-            clean: clean.clone(),
-            probation,
-            speculative: probation > 0,
-            ooms,
-        };
-        let handle = std::thread::Builder::new()
-            .name("vramscope-place".into())
-            .spawn(move || {
-                super::snapshot::behind_the_ui();
-                placer.run(start, &config)
-            });
-        if let Err(e) = &handle {
-            out.send(SourceMsg::Run(RunMsg::Failed(format!(
-                "could not start the thread that places the events: {e}"
-            ))));
-            failed.store(true, Ordering::Relaxed);
-        }
-        Mirror {
-            tx,
-            failed,
-            clean,
-            handle: handle.ok(),
-        }
-    }
-
-    /// Entries placed so far without a misfit.
-    fn clean_upto(&self) -> usize {
-        self.clean.load(Ordering::Relaxed)
-    }
-
-    /// Whether an entry fell outside the map (placed as if the trace began
-    /// empty, it did not).
-    fn failed(&self) -> bool {
-        self.failed.load(Ordering::Relaxed)
-    }
-
-    /// Hand a batch over; false once the thread has stopped.
-    fn place(&self, batch: Batch) -> bool {
-        self.tx.send(ToMirror::Batch(batch)).is_ok()
-    }
-
-    /// The last parts and the map after them, once every entry was
-    /// handed over.
-    fn finish(mut self) -> Finish {
-        let _ = self.tx.send(ToMirror::End(Then::Send));
-        let sent = join(self.handle.take());
-        match (self.failed.load(Ordering::Relaxed), sent) {
-            (true, shown) => Finish::Failed { shown },
-            (false, true) => Finish::Sent,
-            (false, false) => Finish::Gone,
-        }
-    }
-
-    /// Stop, sending nothing more; true when parts were shown already.
-    fn discard(mut self) -> bool {
-        self.failed.store(true, Ordering::Relaxed);
-        let _ = self.tx.send(ToMirror::End(Then::Drop));
-        join(self.handle.take())
-    }
-
-    /// Place every entry handed over, sending nothing more: whether parts
-    /// were shown already, and whether any entry misfit.
-    fn check(mut self) -> (bool, bool) {
-        let _ = self.tx.send(ToMirror::End(Then::Check));
-        let shown = join(self.handle.take());
-        (shown, self.failed.load(Ordering::Relaxed))
-    }
-}
-
-/// What the placing thread returned; one that panicked may have sent parts.
-fn join(handle: Option<std::thread::JoinHandle<bool>>) -> bool {
-    handle.is_some_and(|h| h.join().unwrap_or(true))
-}
-
-/// The placing thread.
-struct Placer {
-    rx: flume::Receiver<ToMirror>,
-    out: Out,
-    spent: Spent,
-    failed: Arc<AtomicBool>,
-    clean: Arc<AtomicUsize>,
-    probation: usize,
-    speculative: bool,
-    ooms: Vec<(usize, u64)>,
-}
-
-impl Placer {
-    /// Place every batch; returns whether parts were sent (for a discarded
-    /// run: whether the UI saw any), or for a finished one whether the UI
-    /// took them all.
-    fn run(mut self, start: MemoryMap, config: &AllocConfig) -> bool {
-        let mut mirror = TraceMirror::starting_from(start, config);
-        let mut pending: Vec<Entry> = Vec::with_capacity(EVENTS_PER_MESSAGE);
-        let mut pending_first = 0;
-        let mut held: Vec<TimelinePart> = Vec::new();
-        let mut sent = false;
-        let mut placed = 0;
-        while let Ok(msg) = self.rx.recv() {
-            let batch = match msg {
-                ToMirror::Batch(b) => b,
-                ToMirror::End(then) => {
-                    if then == Then::Drop || self.failed.load(Ordering::Relaxed) {
-                        return sent;
-                    }
-                    if !pending.is_empty() {
-                        let part = self.fill(&mut mirror, pending_first, &pending);
-                        if self.failed.load(Ordering::Relaxed) || then == Then::Check {
-                            return sent;
-                        }
-                        held.push(part);
-                    }
-                    if then == Then::Check {
-                        return sent;
-                    }
-                    held.push(TimelinePart {
-                        head: Some(Box::new(mirror.into_map())),
-                        ..TimelinePart::default()
-                    });
-                    return held
-                        .into_iter()
-                        .all(|p| self.out.send(SourceMsg::Run(RunMsg::Part(p))));
-                }
-            };
-            if self.failed.load(Ordering::Relaxed) {
-                continue;
-            }
-            if pending.is_empty() {
-                pending_first = batch.first;
-            }
-            pending.extend_from_slice(&batch.entries);
-            self.ooms.extend_from_slice(&batch.ooms);
-            if pending.len() < EVENTS_PER_MESSAGE {
-                continue;
-            }
-            let part = self.fill(&mut mirror, pending_first, &pending);
-            placed += pending.len();
-            pending.clear();
-            if self.failed.load(Ordering::Relaxed) {
-                held.clear();
-                continue;
-            }
-            self.clean.store(placed, Ordering::Relaxed);
-            held.push(part);
-            if placed >= self.probation {
-                for part in held.drain(..) {
-                    if !self.out.send(SourceMsg::Run(RunMsg::Part(part))) {
-                        return sent;
-                    }
-                    sent = true;
-                }
-            }
-        }
-        sent
-    }
-
-    /// Entries `first..` placed, into a part the UI gave back where there
-    /// is one.
-    fn fill(&self, mirror: &mut TraceMirror<'_>, first: usize, entries: &[Entry]) -> TimelinePart {
-        let ooms = &self.ooms;
-        let free_at = |i: usize| {
-            ooms.binary_search_by_key(&i, |(at, _)| *at)
-                .ok()
-                .map(|k| ooms[k].1)
-        };
-        let mut part = self
-            .spent
-            .try_recv()
-            .unwrap_or_else(|_| TimelinePart::with_capacity(EVENTS_PER_MESSAGE));
-        mirror.fill_part(first, entries, free_at, &mut part);
-        if self.speculative && !part.gaps.is_empty() {
-            self.failed.store(true, Ordering::Relaxed);
-        }
-        part
     }
 }
 
