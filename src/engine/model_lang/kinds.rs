@@ -379,7 +379,9 @@ impl Module {
                 *expert,
                 *shared_expert,
             ),
-            Module::QkvAttention { hidden, heads } => super::moe::qkv_args(*hidden, *heads),
+            Module::QkvAttention { hidden, heads } => {
+                super::qkv_attention::qkv_args(*hidden, *heads)
+            }
             Module::HfAttention {
                 hidden,
                 heads,
@@ -704,7 +706,9 @@ impl Module {
                 routing,
                 ..
             } => super::moe::moe_out_shape(*hidden, *experts, *top_k, routing, x),
-            Module::QkvAttention { hidden, heads } => super::moe::qkv_out_shape(*hidden, *heads, x),
+            Module::QkvAttention { hidden, heads } => {
+                super::qkv_attention::qkv_out_shape(*hidden, *heads, x)
+            }
             Module::HfAttention {
                 hidden,
                 heads,
@@ -1030,7 +1034,7 @@ pub(crate) enum Leaf {
         module: u32,
     },
     SparseMoe(Box<super::moe::MoeLeaf>),
-    QkvAttention(super::moe::QkvAttn),
+    QkvAttention(super::qkv_attention::QkvAttn),
     HfAttention(super::hf_layers::HfAttn),
     GatedMlp(super::hf_layers::GatedMlp),
 }
@@ -1344,9 +1348,9 @@ impl Builder<'_> {
                 };
                 Leaf::SparseMoe(Box::new(super::moe::build_moe(e, path, &b, params)?))
             }
-            Module::QkvAttention { hidden, heads } => {
-                Leaf::QkvAttention(super::moe::build_qkv(e, path, *hidden, *heads, params)?)
-            }
+            Module::QkvAttention { hidden, heads } => Leaf::QkvAttention(
+                super::qkv_attention::build_qkv(e, path, *hidden, *heads, params)?,
+            ),
             Module::HfAttention {
                 hidden,
                 heads,
@@ -1487,7 +1491,7 @@ impl LangNet {
             Leaf::MaskedAttention(a) => self.masked_attention(e, a, x),
             Leaf::Positions { slot, module } => self.positions(e, *slot, *module, x),
             Leaf::SparseMoe(m) => self.sparse_moe(e, m, x),
-            Leaf::QkvAttention(a) => super::moe::qkv_attention(e, a, x),
+            Leaf::QkvAttention(a) => super::qkv_attention::qkv_attention(e, a, x),
             Leaf::HfAttention(a) => self.hf_attn(e, a, x),
             Leaf::GatedMlp(m) => super::hf_layers::gated_mlp(e, m, x),
         }

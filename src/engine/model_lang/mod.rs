@@ -19,6 +19,7 @@ pub(crate) mod kinds;
 pub mod moe;
 pub(crate) mod ops_expr;
 pub mod presets;
+mod qkv_attention;
 pub mod shape;
 pub mod spec;
 pub mod xfmr;
