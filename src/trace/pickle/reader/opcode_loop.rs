@@ -314,13 +314,28 @@ impl<S: Sink> Reader<'_, '_, S> {
                     let idx = u64::try_from(idx).map_err(|_| self.bad_text(b"negative index"))?;
                     self.memo_put(idx)?;
                 }
-                op::BINGET => {
-                    let idx = self.u8_arg()? as u64;
-                    self.memo_get(idx)?;
-                }
-                op::LONG_BINGET => {
-                    let idx = u32::from_le_bytes(self.array::<4>("memo index")?) as u64;
-                    self.memo_get(idx)?;
+                op::BINGET | op::LONG_BINGET => {
+                    // Gets come in runs (a trace entry's keys and the
+                    // strings they share): taken here one after another,
+                    // without a trip through the dispatch for each.
+                    let mut get = code;
+                    loop {
+                        let idx = if get == op::BINGET {
+                            self.u8_arg()? as u64
+                        } else {
+                            u32::from_le_bytes(self.array::<4>("memo index")?) as u64
+                        };
+                        self.memo_get(idx)?;
+                        match self.input.get(self.pos) {
+                            Some(&next @ (op::BINGET | op::LONG_BINGET)) => {
+                                self.at = self.pos;
+                                self.op = next;
+                                self.pos += 1;
+                                get = next;
+                            }
+                            _ => break,
+                        }
+                    }
                 }
                 op::GET => {
                     let idx = self.text_int()?;
