@@ -92,6 +92,12 @@ fn a_state_only_snapshot_says_its_peaks_are_unknown() {
         assert!(s.contains("large pool"), "{s}");
         assert!(s.contains("peak unknown"), "{w}x{h}:\n{s}");
     }
+    // The event list (shown at 200×60) says why it is empty.
+    let s = screen(&mut app, 200, 60);
+    assert!(
+        s.contains("no events: the file holds the final state only"),
+        "{s}"
+    );
 }
 
 /// The same file under another allocator config: with no trace there is

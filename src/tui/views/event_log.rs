@@ -175,5 +175,15 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
         .borders(Borders::ALL)
         .border_style(th.border(focused))
         .title(Span::styled(format!(" Events · {} ", r.title), th.title()));
+    // A file with no trace (state only) has no events to list: say so
+    // rather than leave the panel blank.
+    let lines = if lines.is_empty() && r.finished && r.is_empty() {
+        vec![Line::from(Span::styled(
+            " no events: the file holds the final state only (no trace)",
+            th.dim(),
+        ))]
+    } else {
+        lines
+    };
     frame.render_widget(Paragraph::new(lines).block(block), area);
 }
