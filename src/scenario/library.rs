@@ -56,6 +56,8 @@ static BUILTINS: &[BuiltIn] = builtins![
     "teacher-forward-no-grad-fixed",
     "model-recreated-stale-optimizer-bug",
     "model-recreated-with-optimizer-fixed",
+    "gan-retain-graph-log-bug",
+    "gan-detach-item-fixed",
     "zero-grad-missing-bug",
     "zero-grad-fixed",
     "zero-grad-keep-grads",

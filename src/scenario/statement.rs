@@ -2,7 +2,9 @@
 //! `scenarios/README.md`), written out with the step's own names, so a block
 //! made by a step can say which line of a training loop it is.
 
-use crate::engine::{DType, DictKey, EveryUnit, GradContext, HiddenPart, KeepWhat, Step};
+use crate::engine::{
+    DType, DictKey, EveryUnit, Fill, GradContext, HiddenPart, KeepWhat, SecondModel, Step,
+};
 
 fn kept(from: &str, what: KeepWhat) -> String {
     // The RNN's carried state is a tuple (h, c): detached element-wise.
@@ -116,11 +118,18 @@ pub fn statement(step: &Step) -> String {
             false => format!("{loss}.backward()"),
         },
         Step::OptimizerStep => "optimizer.step()".into(),
-        Step::ZeroGrad { set_to_none } => match set_to_none {
-            Some(true) => "optimizer.zero_grad(set_to_none=True)".into(),
-            Some(false) => "optimizer.zero_grad(set_to_none=False)".into(),
-            None => "optimizer.zero_grad()".into(),
-        },
+        Step::OptimizerStepOf { optimizer } => format!("{optimizer}.step()"),
+        Step::ZeroGrad {
+            set_to_none,
+            optimizer,
+        } => {
+            let o = optimizer.as_deref().unwrap_or("optimizer");
+            match set_to_none {
+                Some(true) => format!("{o}.zero_grad(set_to_none=True)"),
+                Some(false) => format!("{o}.zero_grad(set_to_none=False)"),
+                None => format!("{o}.zero_grad()"),
+            }
+        }
         Step::Keep { from, into, what } => format!("{into} = {}", kept(from, *what)),
         Step::Append { from, list, what } => format!("{list}.append({})", kept(from, *what)),
         Step::AccumulateLoss { from, into, what } => format!("{into} += {}", kept(from, *what)),
@@ -155,7 +164,17 @@ pub fn statement(step: &Step) -> String {
             name,
             shape,
             dtype: d,
-        } => format!("{name} = {}", empty(shape, *d)),
+            fill,
+        } => {
+            let made = empty(shape, *d);
+            let made = match fill {
+                Fill::Empty => made,
+                Fill::Zeros => made.replacen("torch.empty", "torch.zeros", 1),
+                Fill::Ones => made.replacen("torch.empty", "torch.ones", 1),
+                Fill::Randn => made.replacen("torch.empty", "torch.randn", 1),
+            };
+            format!("{name} = {made}")
+        }
         Step::AllocateBuffers {
             list,
             count,
@@ -211,7 +230,18 @@ pub fn statement(step: &Step) -> String {
         }
         Step::RequiresGrad { name } => format!("{name}.requires_grad_()"),
         Step::RecreateModel => "model = Net().cuda()".into(),
-        Step::BuildModel { name } => format!("{name} = Net().cuda()"),
+        Step::BuildModel { name, model: None } => format!("{name} = Net().cuda()"),
+        Step::BuildModel {
+            name,
+            model: Some(SecondModel::Mlp { dims, .. }),
+        } => {
+            let widths: Vec<String> = dims.iter().map(u64::to_string).collect();
+            format!("{name} = Mlp([{}]).cuda()", widths.join(", "))
+        }
+        Step::BuildOptimizer { name, model } => {
+            format!("{name} = type(optimizer)({model}.parameters(), **optimizer.defaults)")
+        }
+        Step::Add { a, b, into } => format!("{into} = {a} + {b}"),
         Step::Argmax { from, into } => format!("{into} = {from}.argmax(1)"),
         Step::RecreateOptimizer => {
             "optimizer = type(optimizer)(model.parameters(), **optimizer.defaults)".into()

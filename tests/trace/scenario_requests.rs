@@ -42,6 +42,8 @@ pub const PAIRS: &[(&str, &str)] = &[
         "model_recreated_with_optimizer_fixed",
         "model-recreated-with-optimizer-fixed",
     ),
+    ("gan_retain_graph_log_bug", "gan-retain-graph-log-bug"),
+    ("gan_detach_item_fixed", "gan-detach-item-fixed"),
 ];
 
 /// Where the two request lists part, if they do.
