@@ -171,7 +171,8 @@ fn every_builtin_meets_its_expectations() {
 }
 
 /// Each buggy scenario and the scenario that shows its fix.
-const PAIRS: [(&str, &str); 36] = [
+const PAIRS: [(&str, &str); 37] = [
+    ("gan-retain-graph-log-bug", "gan-detach-item-fixed"),
     ("teacher-forward-grad-bug", "teacher-forward-no-grad-fixed"),
     (
         "input-grad-create-graph-bug",
@@ -1338,6 +1339,86 @@ fn create_graph_gradients_kept_keep_their_forward_graphs() {
         "{e}"
     );
     assert_eq!(trained.iterations_run, 0, "{e}");
+}
+
+/// A GAN (issue 39: two models of their own shapes, two optimizers): the
+/// discriminator trained on `fake` without `.detach()`, patched with
+/// `retain_graph=True`, and `errD` logged as a tensor. Each kept `errD`
+/// holds out_fake's retained graph: the fake batch D's first Linear saved
+/// ([256, 784] fp32), D's ReLU result ([256, 1024] fp32) its second Linear
+/// saved, the log-probs ([256, 2] fp32) and nll_loss's total_weight (0-dim),
+/// and `errD` itself (0-dim): exactly those bytes per iteration. The finding
+/// names `d_losses`, the `.item()` fix, and why the graph was kept (the
+/// retain_graph backward, needed only for the missing `.detach()`). The
+/// fixed twin is flat and clean; in it `netG`'s gradients and its
+/// optimizer's state are an optimizer's own (no stray-gradient finding).
+/// Without retain_graph the bug is PyTorch's backward-twice error.
+#[test]
+fn a_gan_logging_its_d_loss_keeps_each_fake_batchs_graph() {
+    use vramscope::leak::FindingKind;
+    let (b, d, h, c) = (256u64, 784u64, 1024u64, 2u64);
+    let per_iteration = 4 * (b * d + b * h + b * c) + 4 + 4;
+    let bug = get("gan-retain-graph-log-bug");
+    for w in bug.per_iteration.windows(2) {
+        assert_eq!(
+            w[1].requested - w[0].requested,
+            per_iteration,
+            "iteration {}",
+            w[1].iteration
+        );
+    }
+    let f = bug
+        .findings
+        .iter()
+        .find(|f| f.root == "d_losses")
+        .expect("a finding on d_losses");
+    assert_eq!(f.kind, FindingKind::RetainedGraphGpu);
+    assert_eq!(f.fix, "d_losses.append(errD.item())");
+    for said in [
+        "errD_fake.backward(retain_graph=True)",
+        "`model(fake)` runs without .detach()",
+        "`netG`",
+        "model(fake.detach())",
+    ] {
+        assert!(f.evidence.contains(said), "{said}: {}", f.evidence);
+    }
+    assert_eq!(
+        bug.findings.iter().filter(|f| f.kind.is_leak()).count(),
+        1,
+        "{:?}",
+        bug.findings
+    );
+    let fixed = get("gan-detach-item-fixed");
+    assert_flat(fixed);
+    assert!(fixed.findings.is_empty(), "{:?}", fixed.findings);
+
+    // optimizerG steps netG: without its step, no Adam state for netG's
+    // parameters (exp_avg, exp_avg_sq; `step` lives on the host).
+    let g_params = 4 * (64 * h + h + h * d + d);
+    let unstepped = run_variant("gan-detach-item-fixed", |t| {
+        t.replace("        OptimizerStepOf(optimizer: \"optimizerG\"),", "")
+    });
+    for (x, u) in fixed.per_iteration.iter().zip(&unstepped.per_iteration) {
+        assert_eq!(
+            x.requested,
+            u.requested + 2 * g_params,
+            "iteration {}",
+            x.iteration
+        );
+    }
+
+    let no_retain = run_variant("gan-retain-graph-log-bug", |t| {
+        t.replace(
+            "Backward(loss: \"errD_fake\", retain_graph: true)",
+            "Backward(loss: \"errD_fake\", retain_graph: false)",
+        )
+    });
+    let e = no_retain.error.expect("G's backward reaches a spent graph");
+    assert!(
+        e.contains("backward through the graph a second time"),
+        "{e}"
+    );
+    assert_eq!(no_retain.iterations_run, 0, "{e}");
 }
 
 /// A teacher (a second model, `BuildModel`) run without `torch.no_grad()`:

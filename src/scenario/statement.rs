@@ -415,6 +415,34 @@ mod tests {
             ("RecreateModel", "model = Net().cuda()"),
             ("BuildModel(name: \"teacher\")", "teacher = Net().cuda()"),
             (
+                "BuildModel(name: \"netG\", model: Some(Mlp(dims: [64, 1024, 784])))",
+                "netG = Mlp([64, 1024, 784]).cuda()",
+            ),
+            (
+                "BuildOptimizer(name: \"optimizerG\", model: \"netG\")",
+                "optimizerG = type(optimizer)(netG.parameters(), **optimizer.defaults)",
+            ),
+            (
+                "ZeroGrad(set_to_none: Some(true), optimizer: Some(\"optimizerG\"))",
+                "optimizerG.zero_grad(set_to_none=True)",
+            ),
+            (
+                "OptimizerStepOf(optimizer: \"optimizerG\")",
+                "optimizerG.step()",
+            ),
+            (
+                "AllocateBuffer(name: \"z\", shape: [256, 64], dtype: F32, fill: Randn)",
+                "z = torch.randn(256, 64, dtype=torch.float32, device=\"cuda\")",
+            ),
+            (
+                "AllocateBuffer(name: \"real_label\", shape: [256], dtype: I64, fill: Ones)",
+                "real_label = torch.ones(256, dtype=torch.int64, device=\"cuda\")",
+            ),
+            (
+                "Add(a: \"errD_real\", b: \"errD_fake\", into: \"errD\")",
+                "errD = errD_real + errD_fake",
+            ),
+            (
                 "Argmax(from: \"t_out\", into: \"t_label\")",
                 "t_label = t_out.argmax(1)",
             ),
