@@ -13,7 +13,8 @@
 //! cited by line (NllLossBackwardBackward0 at 10705: `target_` 10720,
 //! `weight_` 10721; LogSoftmaxBackwardDataBackward0 at 10580: `grad_output_`
 //! 10594, `output_` 10595; ThresholdBackwardBackward0 at 11084: `self_`
-//! 11096; MmBackward0 at 4323: `mat2_` 4336, `self_` 4340). Under `vramscope
+//! 11096; MmBackward0 at 4323: `mat2_` 4336, `self_` 4340; ExpandBackward0
+//! at 2047, sizes only, 2059). Under `vramscope
 //! trace` (PyTorch 2.11 itself, on the meta device) the built-ins'
 //! programs make the requests these rules make, byte for byte:
 //!
@@ -34,12 +35,24 @@
 //!   ReLU's result).
 //! - AddmmBackward0's `mat1` gradient is `mm_mat1_backward(grad, mat2, …)`,
 //!   `grad.mm(mat2.t())`: an MmBackward0 that saves `mat2` (the weight, a
-//!   view: no new memory) because `self`, the incoming gradient, requires
-//!   grad; it would save the gradient too if the weight required grad,
-//!   which is not modelled (a frozen model's Linear only).
+//!   view: no new memory) when `self`, the incoming gradient, requires
+//!   grad, and `self` (the incoming gradient, kept alive) when `mat2`, the
+//!   weight, does: a trained Linear (a WGAN-GP critic's) keeps every
+//!   gradient it received. `mat2.t()` of a trained weight is two views of
+//!   it (TBackward0 twice), folded into the edge to its AccumulateGrad as
+//!   the forward's `weight.t()` is.
+//! - SumBackward0 runs `grad.expand_symint(self_sym_sizes)`: a view, whose
+//!   ExpandBackward0 saves sizes only; recorded when the incoming gradient
+//!   has a history (a seed has none: then nothing).
 //!
 //! Anything else is refused by name. Running backward through these nodes
-//! (a gradient penalty's second backward) is not modelled either.
+//! (a gradient penalty's second backward) is not modelled either: under
+//! PyTorch 2.11 each double-backward node computes both its inputs'
+//! gradients (MmBackward0 `mat2`'s first, `self.t().mm(grad)`, then
+//! `self`'s; ThresholdBackwardBackward0 `threshold_backward` for the
+//! gradient and `zeros_like` for the ReLU's result), and the penalty's own
+//! ops (`linalg_vector_norm`, its backward's `div`, `eq`, `masked_fill_`,
+//! `mul`) come first.
 
 use crate::engine::autograd::{BwdKind, Edge, InputMeta, NodeId, SavedSlot};
 use crate::engine::error::{EngineError, Result};
@@ -55,8 +68,11 @@ enum From {
     Input(usize),
     /// The first-order node's output (a saved result's history).
     Output,
-    /// An input that does not require grad (a frozen weight).
-    Frozen,
+    /// The first-order node's input `k`, a weight: where a trained
+    /// Linear's `mat2.t()` leads (two views of the weight, whose TBackward0
+    /// nodes the engine folds into the edge to its AccumulateGrad, as it
+    /// does in the forward); no edge for a frozen one.
+    Weight(usize),
 }
 
 /// What the double-backward node saves.
@@ -66,6 +82,12 @@ enum Save {
     Grad,
     /// The first-order node's saved slot of this name.
     Slot(&'static str),
+    /// The incoming gradient, only if the rule's input `k` requires grad
+    /// (MmBackward0's `self_`, saved for `mat2`'s gradient).
+    GradIf(usize),
+    /// The slot, only if the rule's input `k` requires grad (MmBackward0's
+    /// `mat2_`, saved for `self`'s gradient).
+    SlotIf(&'static str, usize),
 }
 
 struct Rule {
@@ -75,11 +97,11 @@ struct Rule {
 }
 
 /// The first-order nodes whose gradients can be recorded, for messages.
-pub(crate) const MODELLED: &str = "NllLossBackward0, LogSoftmaxBackward0, ReluBackward0 and \
-     AddmmBackward0 toward its input (a Linear whose weight does not require grad)";
+pub(crate) const MODELLED: &str = "NllLossBackward0, LogSoftmaxBackward0, ReluBackward0, \
+     SumBackward0 and AddmmBackward0 toward its input";
 
 /// The rule for the gradient of input `i` of a node named `node`.
-fn rule(node: &str, i: usize, weight_requires_grad: bool) -> Option<Rule> {
+fn rule(node: &str, i: usize) -> Option<Rule> {
     Some(match (node, i) {
         ("NllLossBackward0", 0) => Rule {
             name: "NllLossBackwardBackward0",
@@ -99,10 +121,21 @@ fn rule(node: &str, i: usize, weight_requires_grad: bool) -> Option<Rule> {
             inputs: &[From::Grad, From::Output],
             saves: &[("self", Save::Slot("result"))],
         },
-        ("AddmmBackward0", 1) if !weight_requires_grad => Rule {
+        // `mm_mat1_backward(grad, mat2, …)` = `grad.mm(mat2.t())`: `mm`'s
+        // entry saves `mat2` for `self`'s gradient when `self` (the
+        // incoming gradient) requires grad, and `self` for `mat2`'s when
+        // `mat2` (the weight) does (Functions.h 4336, 4340).
+        ("AddmmBackward0", 1) => Rule {
             name: "MmBackward0",
-            inputs: &[From::Grad, From::Frozen],
-            saves: &[("mat2", Save::Slot("mat2"))],
+            inputs: &[From::Grad, From::Weight(2)],
+            saves: &[("self", Save::GradIf(1)), ("mat2", Save::SlotIf("mat2", 0))],
+        },
+        // `grad.expand_symint(self_sym_sizes)`: a view; ExpandBackward0
+        // saves only sizes.
+        ("SumBackward0", 0) => Rule {
+            name: "ExpandBackward0",
+            inputs: &[From::Grad],
+            saves: &[],
         },
         _ => return None,
     })
@@ -119,13 +152,8 @@ impl Engine {
         produced: &[(usize, TensorId)],
     ) -> Result<()> {
         let name = self.nodes[n.0].name;
-        let weight_requires_grad = name == "AddmmBackward0"
-            && self.nodes[n.0]
-                .inputs
-                .get(2)
-                .is_some_and(|m| m.edge.is_some());
         for &(i, t) in produced {
-            let Some(r) = rule(name, i, weight_requires_grad) else {
+            let Some(r) = rule(name, i) else {
                 return Err(EngineError::Program(format!(
                     "create_graph=True: the gradient {name} computes (input {i}) would be \
                      recorded by its formula's ops, which is not modelled; modelled: {MODELLED}"
@@ -154,10 +182,7 @@ impl Engine {
                             ..m
                         }
                     }
-                    From::Frozen => InputMeta {
-                        edge: None,
-                        ..self.nodes[n.0].inputs[0]
-                    },
+                    From::Weight(k) => self.nodes[n.0].inputs[k],
                 };
                 metas.push(meta);
             }
@@ -172,14 +197,24 @@ impl Engine {
                 }
             }
             self.nodes[d.0].inputs = metas;
+            let requires: Vec<bool> = self.nodes[d.0]
+                .inputs
+                .iter()
+                .map(|m| m.edge.is_some())
+                .collect();
+            let requires = |k: usize| requires.get(k).copied().unwrap_or(false);
             for &(saved_as, what) in r.saves {
-                match what {
-                    Save::Grad => {
-                        if let Some(g) = g0 {
-                            self.save(d, saved_as, g, false);
-                        }
-                    }
-                    Save::Slot(slot) => self.save_slot_of(d, saved_as, n, slot),
+                let (grad, slot) = match what {
+                    Save::Grad => (true, None),
+                    Save::GradIf(k) => (requires(k), None),
+                    Save::Slot(slot) => (false, Some(slot)),
+                    Save::SlotIf(slot, k) => (false, Some(slot).filter(|_| requires(k))),
+                };
+                if let (true, Some(g)) = (grad, g0) {
+                    self.save(d, saved_as, g, false);
+                }
+                if let Some(slot) = slot {
+                    self.save_slot_of(d, saved_as, n, slot);
                 }
             }
             self.set_grad_fn(t, d, 0);
