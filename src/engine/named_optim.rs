@@ -56,7 +56,7 @@ impl Engine {
             )));
         };
         let (n, o) = self.named_optimizers.remove(i);
-        let main = std::mem::replace(&mut self.optimizer, Some(o));
+        let main = self.optimizer.replace(o);
         let r = f(self);
         if let Some(o) = std::mem::replace(&mut self.optimizer, main) {
             self.named_optimizers.insert(i, (n, o));
