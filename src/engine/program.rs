@@ -339,6 +339,28 @@ pub enum Step {
         name: String,
         model: String,
     },
+    /// `into = ((grad.norm(2, dim=1) - 1) ** 2).mean() * 10`: WGAN-GP's
+    /// gradient penalty on a critic's input gradient (`torch.autograd.grad
+    /// (…, create_graph=True)`), whose backward runs through the gradient's
+    /// recorded graph into the critic's weights.
+    GradPenalty {
+        grad: String,
+        into: String,
+    },
+    /// `into = a - b` (a critic's Wasserstein estimate).
+    Sub {
+        a: String,
+        b: String,
+        into: String,
+    },
+    /// `eps = torch.rand(B, 1); into = (eps * a + (1 - eps) * b)
+    /// .requires_grad_(True)`: WGAN-GP's points between real and fake
+    /// samples (`a`, `b` without history), a leaf that requires grad.
+    Interpolate {
+        a: String,
+        b: String,
+        into: String,
+    },
     /// `into = a + b` (two losses summed: `errD = errD_real + errD_fake`).
     Add {
         a: String,
@@ -426,6 +448,9 @@ impl Step {
             Step::BuildModel { .. } => "build_model",
             Step::BuildOptimizer { .. } => "build_optimizer",
             Step::Add { .. } => "add",
+            Step::GradPenalty { .. } => "grad_penalty",
+            Step::Sub { .. } => "sub",
+            Step::Interpolate { .. } => "interpolate",
             Step::Argmax { .. } => "argmax",
             Step::RecreateOptimizer => "recreate_optimizer",
             Step::RegisterFullBackwardHook { .. } => "register_full_backward_hook",
@@ -857,10 +882,28 @@ impl Engine {
             Step::RecreateModel => self.recreate_model()?,
             Step::BuildModel { name, model } => self.build_named_model(name, model.as_ref())?,
             Step::BuildOptimizer { name, model } => self.build_named_optimizer(name, model)?,
-            Step::Add { a, b, into } => {
+            Step::GradPenalty { grad, into } => {
+                let g = self.binding_tensor(grad)?;
+                let phase = self.model_phase();
+                let prev = self.phase_begin(phase);
+                let r = self.grad_penalty(g);
+                self.phase_end(phase, prev);
+                self.bind(into, Value::Tensor(r?));
+            }
+            Step::Interpolate { a, b, into } => {
                 let (ta, tb) = (self.binding_tensor(a)?, self.binding_tensor(b)?);
                 let prev = self.phase_begin(Phase::User);
-                let r = self.add(ta, tb);
+                let r = self.interpolate(ta, tb);
+                self.phase_end(Phase::User, prev);
+                self.bind(into, Value::Tensor(r?));
+            }
+            Step::Add { a, b, into } | Step::Sub { a, b, into } => {
+                let (ta, tb) = (self.binding_tensor(a)?, self.binding_tensor(b)?);
+                let prev = self.phase_begin(Phase::User);
+                let r = match s {
+                    Step::Sub { .. } => self.sub(ta, tb),
+                    _ => self.add(ta, tb),
+                };
                 self.phase_end(Phase::User, prev);
                 self.bind(into, Value::Tensor(r?));
             }

@@ -197,7 +197,9 @@ impl Detector {
         f.full_at_iteration = self.projection(it, per_iter, kind);
         f.fix = fix::fix_for(&self.facts, name, acc.kind, kind);
         if let (Some(g), false) = (
-            self.facts.keeps_create_graph_grad(name),
+            self.facts
+                .keeps_create_graph_grad(name)
+                .filter(|g| !self.facts.penalized_grads.contains(*g)),
             f.fix.contains('#'),
         ) {
             f.fix.push_str(&format!(

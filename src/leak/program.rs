@@ -106,6 +106,9 @@ pub(crate) struct ProgramFacts {
     /// Names bound to a gradient computed with `create_graph=True` (it
     /// has a graph of its own, reaching into the forward one).
     pub create_graph_grads: FxHashSet<String>,
+    /// Gradients a penalty is computed from (`GradPenalty`): a backward
+    /// runs through their graphs, so create_graph=True is needed.
+    pub penalized_grads: FxHashSet<String>,
     /// `model.eval()` (or a grad switch) with grad still enabled somewhere.
     pub eval_with_grad: bool,
     /// `CarryHidden { detach }` if the program has one.
@@ -237,6 +240,9 @@ impl ProgramFacts {
             Step::OptimizerStep | Step::ScalerStep | Step::OptimizerStepOf { .. } => {
                 self.steps_optimizer = true
             }
+            Step::GradPenalty { grad, .. } => {
+                self.penalized_grads.insert(grad.clone());
+            }
             Step::BuildOptimizer { model, .. } => {
                 self.trained_models.insert(model.clone());
             }
@@ -322,9 +328,10 @@ impl ProgramFacts {
                 }
                 self.bind(output, Binder::Forward, eval_grad)
             }
-            Step::Loss { into, .. } | Step::Add { into, .. } => {
-                self.bind(into, Binder::Loss, eval_grad)
-            }
+            Step::Loss { into, .. }
+            | Step::Add { into, .. }
+            | Step::Sub { into, .. }
+            | Step::GradPenalty { into, .. } => self.bind(into, Binder::Loss, eval_grad),
             Step::RegisterForwardHook { module, list, what }
             | Step::RegisterFullBackwardHook { module, list, what } => self.bind(
                 list,

@@ -58,6 +58,8 @@ static BUILTINS: &[BuiltIn] = builtins![
     "model-recreated-with-optimizer-fixed",
     "gan-retain-graph-log-bug",
     "gan-detach-item-fixed",
+    "wgan-gp-grad-maps-bug",
+    "wgan-gp-grad-maps-cpu-fixed",
     "zero-grad-missing-bug",
     "zero-grad-fixed",
     "zero-grad-keep-grads",

@@ -242,6 +242,14 @@ pub fn statement(step: &Step) -> String {
             format!("{name} = type(optimizer)({model}.parameters(), **optimizer.defaults)")
         }
         Step::Add { a, b, into } => format!("{into} = {a} + {b}"),
+        Step::Sub { a, b, into } => format!("{into} = {a} - {b}"),
+        Step::Interpolate { a, b, into } => format!(
+            "eps = torch.rand({a}.size(0), 1, device=\"cuda\"); \
+             {into} = (eps * {a} + (1 - eps) * {b}).requires_grad_(True)"
+        ),
+        Step::GradPenalty { grad, into } => {
+            format!("{into} = (({grad}.norm(2, dim=1) - 1) ** 2).mean() * 10")
+        }
         Step::Argmax { from, into } => format!("{into} = {from}.argmax(1)"),
         Step::RecreateOptimizer => {
             "optimizer = type(optimizer)(model.parameters(), **optimizer.defaults)".into()

@@ -29,6 +29,9 @@ fn variant(s: &Step) -> &'static str {
         Step::OptimizerStepOf { .. } => "OptimizerStepOf",
         Step::BuildOptimizer { .. } => "BuildOptimizer",
         Step::Add { .. } => "Add",
+        Step::Sub { .. } => "Sub",
+        Step::Interpolate { .. } => "Interpolate",
+        Step::GradPenalty { .. } => "GradPenalty",
         Step::ZeroGrad { .. } => "ZeroGrad",
         Step::Keep { .. } => "Keep",
         Step::Append { .. } => "Append",
@@ -95,7 +98,10 @@ fn reads_binds(s: &Step) -> (Vec<&str>, Vec<&str>) {
         }
         Step::BuildModel { name, .. } => (vec![], vec![name]),
         Step::BuildOptimizer { name, model } => (vec![model], vec![name]),
-        Step::Add { a, b, into } => (vec![a, b], vec![into]),
+        Step::Add { a, b, into } | Step::Sub { a, b, into } | Step::Interpolate { a, b, into } => {
+            (vec![a, b], vec![into])
+        }
+        Step::GradPenalty { grad, into } => (vec![grad], vec![into]),
         Step::ZeroGrad {
             optimizer: Some(o), ..
         } => (vec![o], vec![]),

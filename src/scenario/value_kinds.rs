@@ -58,10 +58,11 @@ pub(crate) fn needs(s: &Step) -> Vec<(&str, &'static [Kind], &'static str)> {
         ],
         Step::Forward { input, .. } => vec![(input, TENSOR, "model() takes a tensor")],
         Step::Argmax { from, .. } => vec![(from, TENSOR, "only a tensor has .argmax()")],
-        Step::Add { a, b, .. } => vec![
+        Step::Add { a, b, .. } | Step::Sub { a, b, .. } | Step::Interpolate { a, b, .. } => vec![
             (a, TENSOR, "`+` here adds two tensors"),
             (b, TENSOR, "`+` here adds two tensors"),
         ],
+        Step::GradPenalty { grad, .. } => vec![(grad, TENSOR, "only a tensor has .norm()")],
         Step::BuildOptimizer { model, .. } => vec![(
             model,
             &[Kind::Model],
@@ -195,7 +196,10 @@ pub(crate) fn binds(
         Step::EmaCopy { into } => vec![(into, Kind::List)],
         Step::BuildModel { name, .. } => vec![(name, Kind::Model)],
         Step::BuildOptimizer { name, .. } => vec![(name, Kind::Optimizer)],
-        Step::Add { into, .. } => vec![(into, Kind::Tensor)],
+        Step::Add { into, .. }
+        | Step::Sub { into, .. }
+        | Step::Interpolate { into, .. }
+        | Step::GradPenalty { into, .. } => vec![(into, Kind::Tensor)],
         Step::Argmax { into, .. } => vec![(into, Kind::Tensor)],
         _ => vec![],
     }

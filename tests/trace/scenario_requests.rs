@@ -44,6 +44,8 @@ pub const PAIRS: &[(&str, &str)] = &[
     ),
     ("gan_retain_graph_log_bug", "gan-retain-graph-log-bug"),
     ("gan_detach_item_fixed", "gan-detach-item-fixed"),
+    ("wgan_gp_grad_maps_bug", "wgan-gp-grad-maps-bug"),
+    ("wgan_gp_grad_maps_cpu_fixed", "wgan-gp-grad-maps-cpu-fixed"),
 ];
 
 /// Where the two request lists part, if they do.

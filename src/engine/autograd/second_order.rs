@@ -56,6 +56,7 @@
 
 use crate::engine::autograd::{BwdKind, Edge, InputMeta, NodeId, SavedSlot};
 use crate::engine::error::{EngineError, Result};
+use crate::engine::tag::Category;
 use crate::engine::tensor::TensorId;
 use crate::engine::Engine;
 
@@ -182,7 +183,7 @@ impl Engine {
                             ..m
                         }
                     }
-                    From::Weight(k) => self.nodes[n.0].inputs[k],
+                    From::Weight(k) => self.weight_transpose(n, k),
                 };
                 metas.push(meta);
             }
@@ -222,6 +223,30 @@ impl Engine {
         Ok(())
     }
 
+    /// Where a recorded gradient of `n`'s weight input `k` leads: the
+    /// forward's `weight.t()`, a TBackward0 the engine folds into the edge
+    /// to the weight's AccumulateGrad until a second gradient reaches it
+    /// here. From then on it is a node of its own (a view of what it is
+    /// handed, as PyTorch's is), so the two gradients of one forward pass
+    /// are summed in its buffer and reach the weight as one transposed
+    /// view, as PyTorch sums them.
+    fn weight_transpose(&mut self, n: NodeId, k: usize) -> InputMeta {
+        let m = self.nodes[n.0].inputs[k];
+        let Some(e) = m.edge else {
+            return m;
+        };
+        if self.nodes[e.node.0].name == "TBackward0" {
+            return m;
+        }
+        let t = self.new_node("TBackward0", BwdKind::SecondOrder, &[]);
+        // n's reference to the AccumulateGrad becomes t's; n refers to t.
+        self.nodes[t.0].inputs = vec![m];
+        self.nodes[t.0].refs += 1;
+        let edge = Some(Edge { node: t, nr: 0 });
+        self.nodes[n.0].inputs[k].edge = edge;
+        InputMeta { edge, ..m }
+    }
+
     /// Save in `d`, as `name`, what `from`'s slot `slot` holds (the same
     /// storage, one more reference).
     fn save_slot_of(&mut self, d: NodeId, name: &'static str, from: NodeId, slot: &str) {
@@ -241,5 +266,107 @@ impl Engine {
             is_output: false,
             ..s
         });
+    }
+}
+
+impl Engine {
+    /// Backward through a node of the recorded graph (a gradient
+    /// penalty's second backward), by the node's formula in PyTorch 2.11
+    /// (derivatives.yaml; the order its generated apply() computes them,
+    /// seen under `vramscope trace`):
+    /// - MmBackward0: `mat2`'s gradient first, `self.t().mm(grad)` (a
+    ///   contiguous copy of a broadcast `self`, the seed a SumBackward0
+    ///   expanded, made after it and freed at once), then `self`'s,
+    ///   `grad.mm(mat2.t())`. `mat2`'s reaches the weight through two
+    ///   transposes: a view, summed out of place with the weight's other
+    ///   gradients.
+    /// - ThresholdBackwardBackward0: `threshold_backward(grad, self, 0)`
+    ///   for the incoming gradient, `zeros_like(grad)` for the ReLU's result.
+    /// - TBackward0, a forward pass's `weight.t()` once a recorded gradient
+    ///   reaches it (`weight_transpose`): a view.
+    ///
+    /// Any other recorded node is refused by name.
+    pub(super) fn second_order_backward(
+        &mut self,
+        n: NodeId,
+        g0: Option<TensorId>,
+        needs: &dyn Fn(&Engine, usize) -> bool,
+        ready: &mut Vec<(usize, TensorId)>,
+    ) -> Result<()> {
+        let name = self.nodes[n.0].name;
+        match name {
+            "MmBackward0" => {
+                for i in [1, 0] {
+                    if !needs(self, i) {
+                        continue;
+                    }
+                    let m = self.nodes[n.0].inputs[i];
+                    let t = if i == 1 {
+                        let broadcast = self.nodes[n.0]
+                            .saved
+                            .iter()
+                            .find(|s| s.name == "self")
+                            .and_then(|s| {
+                                let st = s.storage?;
+                                (self.storages[st.0].bytes < s.bytes()).then(|| s.bytes())
+                            });
+                        let out = self.empty(m.shape, m.dtype, Category::Gradient)?;
+                        let copy = match broadcast.map(|b| self.transient(b, Category::Temporary)) {
+                            Some(Err(e)) => {
+                                self.release(out);
+                                return Err(e);
+                            }
+                            Some(Ok(c)) => c,
+                            None => None,
+                        };
+                        let ws = self.cublas_workspace();
+                        self.free_transient(copy);
+                        match ws {
+                            Ok(ws) => self.free_transient(ws),
+                            Err(e) => {
+                                self.release(out);
+                                return Err(e);
+                            }
+                        }
+                        self.t_mut(out).is_view = true;
+                        out
+                    } else {
+                        self.gemm_grad(m.shape, m.dtype, g0)?
+                    };
+                    self.k_grad_from(g0, t);
+                    ready.push((i, t));
+                }
+                ready.sort_by_key(|(i, _)| *i);
+            }
+            // The forward's `weight.t()` (`weight_transpose`): the gradients
+            // arrive in the weight's orientation here, so the transpose
+            // hands on a view of the same layout.
+            "TBackward0" => {
+                if let (Some(g), true) = (g0, needs(self, 0)) {
+                    let m = self.nodes[n.0].inputs[0];
+                    let layout = self.layout(g);
+                    let v = self.view_as_plain(g, m.shape, layout);
+                    ready.push((0, v));
+                }
+            }
+            "ThresholdBackwardBackward0" => {
+                for i in 0..self.nodes[n.0].inputs.len() {
+                    if needs(self, i) {
+                        let m = self.nodes[n.0].inputs[i];
+                        let t = self.empty(m.shape, m.dtype, Category::Gradient)?;
+                        self.k_grad_from(g0, t);
+                        ready.push((i, t));
+                    }
+                }
+            }
+            _ => {
+                return Err(EngineError::Program(format!(
+                    "a backward through {name}, a node of the graph create_graph=True recorded, \
+                     is not modelled; modelled: MmBackward0 and ThresholdBackwardBackward0 (a \
+                     critic's Linears and ReLUs under a gradient penalty)"
+                )))
+            }
+        }
+        Ok(())
     }
 }
