@@ -662,6 +662,21 @@ fn gan_steps_are_checked_at_the_step() {
             13,
             "`loss_fake`, which no earlier step binds",
         ),
+        (
+            "        Sub(a: \"loss\", b: \"score\", into: \"wdist\"),\n",
+            13,
+            "`score`, which no earlier step binds",
+        ),
+        (
+            "        NewList(name: \"gs\"),\n        GradPenalty(grad: \"gs\", into: \"gp\"),\n",
+            14,
+            "only a tensor has .norm()",
+        ),
+        (
+            "        Interpolate(a: \"x\", b: \"fake\", into: \"x_hat\"),\n",
+            13,
+            "`fake`, which no earlier step binds",
+        ),
     ];
     for (added, line, said) in cases {
         let text = VALID.replace(step, &format!("{step}{added}"));
@@ -682,8 +697,11 @@ fn gan_steps_are_checked_at_the_step() {
              \x20       Add(a: \"loss\", b: \"errG\", into: \"total\"),\n\
              \x20       ZeroGrad(set_to_none: true, optimizer: \"optimizerG\"),\n\
              \x20       Backward(loss: \"errG\", retain_graph: false),\n\
-             \x20       OptimizerStepOf(optimizer: \"optimizerG\"),\n"
+             \x20       OptimizerStepOf(optimizer: \"optimizerG\"),\n\
+             \x20       AllocateBuffer(name: \"x2\", shape: [256, 784], dtype: F32, fill: Randn),\n\
+             \x20       Interpolate(a: \"x\", b: \"x2\", into: \"x_hat\"),\n\
+             \x20       Keep(from: \"eps\", into: \"e\", what: Detach),\n"
         ),
     );
-    load_str(&text, "ok.ron").expect("a generator with its own optimizer");
+    load_str(&text, "ok.ron").expect("a generator with its own optimizer, eps bound");
 }

@@ -171,7 +171,8 @@ fn every_builtin_meets_its_expectations() {
 }
 
 /// Each buggy scenario and the scenario that shows its fix.
-const PAIRS: [(&str, &str); 37] = [
+const PAIRS: [(&str, &str); 38] = [
+    ("wgan-gp-grad-maps-bug", "wgan-gp-grad-maps-cpu-fixed"),
     ("gan-retain-graph-log-bug", "gan-detach-item-fixed"),
     ("teacher-forward-grad-bug", "teacher-forward-no-grad-fixed"),
     (
@@ -1390,19 +1391,55 @@ fn a_trained_critics_create_graph_gradient_keeps_its_incoming_gradients() {
         .expect("a finding on gs");
     assert_eq!(f.kind, FindingKind::RetainedGraphGpu);
     assert!(f.evidence.contains("create_graph=True"), "{}", f.evidence);
+}
 
-    // A backward through the recorded graph (a penalty's, here `g.sum()`)
-    // is refused by the double-backward node it would run.
-    let penalty = text.replace(
-        "        Append(from: \"g\", list: \"gs\", what: Tensor),",
-        "        Loss(output: \"g\", target: \"y\", into: \"penalty\"),\n        \
-         Backward(loss: \"penalty\", retain_graph: false),",
-    );
-    let (s, built) = vramscope::scenario::load_str(&penalty, "penalty.ron").expect("loads");
-    let r = run(&s, &built, &RunOptions::default());
-    let e = r.error.expect("the second backward is refused");
+/// WGAN-GP (issue 39: a penalty's backward through the graph
+/// create_graph=True recorded): `grad_maps.append(g)` keeps each batch's
+/// `g` and, through its spent graph (the AccumulateGrad it reaches holds
+/// its leaf), `x_hat` and `x_hat.grad`: three [256, 784] fp32 tensors per
+/// iteration, exactly. The finding names `grad_maps` with the host-copy
+/// fix and without "create_graph=False" (a penalty needs it); the fixed
+/// twin is flat and clean. A penalty on a classifier's input gradient
+/// reaches a recorded node with no backward rule (the loss's
+/// double-backward nodes): refused by name.
+#[test]
+fn wgan_gp_keeps_each_kept_gradients_input() {
+    use vramscope::leak::FindingKind;
+    let (b, d) = (256u64, 784u64);
+    let bug = get("wgan-gp-grad-maps-bug");
+    for w in bug.per_iteration.windows(2) {
+        assert_eq!(
+            w[1].requested - w[0].requested,
+            3 * 4 * b * d,
+            "iteration {}",
+            w[1].iteration
+        );
+    }
+    let f = bug
+        .findings
+        .iter()
+        .find(|f| f.root == "grad_maps")
+        .expect("a finding on grad_maps");
+    assert_eq!(f.kind, FindingKind::StoredTensors);
+    assert_eq!(f.fix, "grad_maps.append(g.detach().cpu())");
+    let fixed = get("wgan-gp-grad-maps-cpu-fixed");
+    assert_flat(fixed);
+    assert!(fixed.findings.is_empty(), "{:?}", fixed.findings);
+
+    let classifier = run_variant("input-grad-create-graph-bug", |t| {
+        t.replace(
+            "        Append(from: \"g\", list: \"maps\", what: Tensor),",
+            "        GradPenalty(grad: \"g\", into: \"gp\"),\n        \
+             Backward(loss: \"gp\", retain_graph: false),",
+        )
+        .replace("AllocatedGrowsAtLeast(\"2MiB\"),", "")
+        .replace("Leak(root: \"maps\", kind: \"retained_graph_gpu\"),", "")
+    });
+    let e = classifier
+        .error
+        .expect("the loss's recorded nodes are refused");
     assert!(
-        e.contains("MmBackward0") && e.contains("not modelled"),
+        e.contains("BackwardBackward0") && e.contains("not modelled"),
         "{e}"
     );
 }

@@ -240,8 +240,9 @@ impl ProgramFacts {
             Step::OptimizerStep | Step::ScalerStep | Step::OptimizerStepOf { .. } => {
                 self.steps_optimizer = true
             }
-            Step::GradPenalty { grad, .. } => {
+            Step::GradPenalty { grad, into } => {
                 self.penalized_grads.insert(grad.clone());
+                self.bind(into, Binder::Loss, eval_grad);
             }
             Step::BuildOptimizer { model, .. } => {
                 self.trained_models.insert(model.clone());
@@ -328,10 +329,9 @@ impl ProgramFacts {
                 }
                 self.bind(output, Binder::Forward, eval_grad)
             }
-            Step::Loss { into, .. }
-            | Step::Add { into, .. }
-            | Step::Sub { into, .. }
-            | Step::GradPenalty { into, .. } => self.bind(into, Binder::Loss, eval_grad),
+            Step::Loss { into, .. } | Step::Add { into, .. } | Step::Sub { into, .. } => {
+                self.bind(into, Binder::Loss, eval_grad)
+            }
             Step::RegisterForwardHook { module, list, what }
             | Step::RegisterFullBackwardHook { module, list, what } => self.bind(
                 list,

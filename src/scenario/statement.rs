@@ -451,6 +451,19 @@ mod tests {
                 "errD = errD_real + errD_fake",
             ),
             (
+                "Sub(a: \"score_fake\", b: \"score_real\", into: \"wdist\")",
+                "wdist = score_fake - score_real",
+            ),
+            (
+                "GradPenalty(grad: \"g\", into: \"gp\")",
+                "gp = ((g.norm(2, dim=1) - 1) ** 2).mean() * 10",
+            ),
+            (
+                "Interpolate(a: \"real\", b: \"fake_d\", into: \"x_hat\")",
+                "eps = torch.rand(real.size(0), 1, device=\"cuda\"); \
+                 x_hat = (eps * real + (1 - eps) * fake_d).requires_grad_(True)",
+            ),
+            (
                 "Argmax(from: \"t_out\", into: \"t_label\")",
                 "t_label = t_out.argmax(1)",
             ),

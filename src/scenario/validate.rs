@@ -98,9 +98,9 @@ fn reads_binds(s: &Step) -> (Vec<&str>, Vec<&str>) {
         }
         Step::BuildModel { name, .. } => (vec![], vec![name]),
         Step::BuildOptimizer { name, model } => (vec![model], vec![name]),
-        Step::Add { a, b, into } | Step::Sub { a, b, into } | Step::Interpolate { a, b, into } => {
-            (vec![a, b], vec![into])
-        }
+        Step::Add { a, b, into } | Step::Sub { a, b, into } => (vec![a, b], vec![into]),
+        // `eps = torch.rand(…)` is bound too.
+        Step::Interpolate { a, b, into } => (vec![a, b], vec![into, "eps"]),
         Step::GradPenalty { grad, into } => (vec![grad], vec![into]),
         Step::ZeroGrad {
             optimizer: Some(o), ..

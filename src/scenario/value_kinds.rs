@@ -196,10 +196,10 @@ pub(crate) fn binds(
         Step::EmaCopy { into } => vec![(into, Kind::List)],
         Step::BuildModel { name, .. } => vec![(name, Kind::Model)],
         Step::BuildOptimizer { name, .. } => vec![(name, Kind::Optimizer)],
-        Step::Add { into, .. }
-        | Step::Sub { into, .. }
-        | Step::Interpolate { into, .. }
-        | Step::GradPenalty { into, .. } => vec![(into, Kind::Tensor)],
+        Step::Interpolate { into, .. } => vec![(into, Kind::Tensor), ("eps", Kind::Tensor)],
+        Step::Add { into, .. } | Step::Sub { into, .. } | Step::GradPenalty { into, .. } => {
+            vec![(into, Kind::Tensor)]
+        }
         Step::Argmax { into, .. } => vec![(into, Kind::Tensor)],
         _ => vec![],
     }

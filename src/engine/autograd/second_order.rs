@@ -45,14 +45,12 @@
 //!   ExpandBackward0 saves sizes only; recorded when the incoming gradient
 //!   has a history (a seed has none: then nothing).
 //!
-//! Anything else is refused by name. Running backward through these nodes
-//! (a gradient penalty's second backward) is not modelled either: under
-//! PyTorch 2.11 each double-backward node computes both its inputs'
-//! gradients (MmBackward0 `mat2`'s first, `self.t().mm(grad)`, then
-//! `self`'s; ThresholdBackwardBackward0 `threshold_backward` for the
-//! gradient and `zeros_like` for the ReLU's result), and the penalty's own
-//! ops (`linalg_vector_norm`, its backward's `div`, `eq`, `masked_fill_`,
-//! `mul`) come first.
+//! Anything else is refused by name. A backward through the recorded graph
+//! (WGAN-GP's penalty, `ops/penalty.rs`) runs MmBackward0 and
+//! ThresholdBackwardBackward0 by their formulas (`second_order_backward`);
+//! a backward that reaches NllLossBackwardBackward0,
+//! LogSoftmaxBackwardDataBackward0 or ExpandBackward0 (a penalty on a
+//! classifier's loss gradient) stops the run with the node's name.
 
 use crate::engine::autograd::{BwdKind, Edge, InputMeta, NodeId, SavedSlot};
 use crate::engine::error::{EngineError, Result};
