@@ -15,6 +15,7 @@ fn training_program() -> Program {
     p.steps = vec![
         Step::ZeroGrad {
             set_to_none: Some(true),
+            optimizer: None,
         },
         Step::LoadBatch {
             x: s("x"),

@@ -614,3 +614,94 @@ fn second_model_steps_are_checked_at_the_step() {
         );
     load_str(&text, "ok.ron").expect("a teacher built, then run");
 }
+
+/// Issue 39's GAN statements are checked at the step, as Python would
+/// refuse them: an optimizer step or zero_grad of a name no
+/// `BuildOptimizer` bound (or of a tensor), an optimizer built over a
+/// tensor or named as the scenario's own `optimizer`, noise of an integer
+/// dtype (torch.randn makes floats only), a second model's `Mlp` with one
+/// width, a sum of an unbound name; the statements as DCGAN writes them load.
+#[test]
+fn gan_steps_are_checked_at_the_step() {
+    let step = "        OptimizerStep,\n";
+    // Each case adds lines after OptimizerStep (line 12): the last one is
+    // the faulty step.
+    let cases: &[(&str, usize, &str)] = &[
+        (
+            "        OptimizerStepOf(optimizer: \"optimizerG\"),\n",
+            13,
+            "`optimizerG`, which no earlier step binds",
+        ),
+        (
+            "        ZeroGrad(set_to_none: true, optimizer: \"out\"),\n",
+            13,
+            "only an optimizer has .zero_grad()",
+        ),
+        (
+            "        BuildOptimizer(name: \"optimizerG\", model: \"out\"),\n",
+            13,
+            "an optimizer is built over a model's .parameters()",
+        ),
+        (
+            "        BuildModel(name: \"netG\"),\n        BuildOptimizer(name: \"optimizer\", model: \"netG\"),\n",
+            14,
+            "RecreateOptimizer",
+        ),
+        (
+            "        AllocateBuffer(name: \"z\", shape: [256, 64], dtype: I64, fill: Randn),\n",
+            13,
+            "floating-point tensors only",
+        ),
+        (
+            "        BuildModel(name: \"netG\", model: Mlp(dims: [64])),\n",
+            13,
+            "at least two widths",
+        ),
+        (
+            "        Add(a: \"loss\", b: \"loss_fake\", into: \"total\"),\n",
+            13,
+            "`loss_fake`, which no earlier step binds",
+        ),
+        (
+            "        Sub(a: \"loss\", b: \"score\", into: \"wdist\"),\n",
+            13,
+            "`score`, which no earlier step binds",
+        ),
+        (
+            "        NewList(name: \"gs\"),\n        GradPenalty(grad: \"gs\", into: \"gp\"),\n",
+            14,
+            "only a tensor has .norm()",
+        ),
+        (
+            "        Interpolate(a: \"x\", b: \"fake\", into: \"x_hat\"),\n",
+            13,
+            "`fake`, which no earlier step binds",
+        ),
+    ];
+    for (added, line, said) in cases {
+        let text = VALID.replace(step, &format!("{step}{added}"));
+        let (l, column, message) = at(&text);
+        assert_eq!((l, column), (*line, 9), "{added}: {message}");
+        assert!(message.contains(said), "{added}: {message}");
+    }
+
+    let text = VALID.replace(
+        step,
+        &format!(
+            "{step}        BuildModel(name: \"netG\", model: Mlp(dims: [64, 128, 784])),\n\
+             \x20       BuildOptimizer(name: \"optimizerG\", model: \"netG\"),\n\
+             \x20       AllocateBuffer(name: \"z\", shape: [256, 64], dtype: F32, fill: Randn),\n\
+             \x20       Forward(input: \"z\", output: \"fake\", model: \"netG\"),\n\
+             \x20       Forward(input: \"fake\", output: \"out_g\"),\n\
+             \x20       Loss(output: \"out_g\", target: \"y\", into: \"errG\"),\n\
+             \x20       Add(a: \"loss\", b: \"errG\", into: \"total\"),\n\
+             \x20       ZeroGrad(set_to_none: true, optimizer: \"optimizerG\"),\n\
+             \x20       Backward(loss: \"errG\", retain_graph: false),\n\
+             \x20       OptimizerStepOf(optimizer: \"optimizerG\"),\n\
+             \x20       AllocateBuffer(name: \"x2\", shape: [256, 784], dtype: F32, fill: Randn),\n\
+             \x20       Interpolate(a: \"x\", b: \"x2\", into: \"x_hat\"),\n\
+             \x20       Keep(from: \"eps\", into: \"e\", what: Detach),\n"
+        ),
+    );
+    load_str(&text, "ok.ron").expect("a generator with its own optimizer, eps bound");
+}

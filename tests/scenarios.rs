@@ -171,7 +171,9 @@ fn every_builtin_meets_its_expectations() {
 }
 
 /// Each buggy scenario and the scenario that shows its fix.
-const PAIRS: [(&str, &str); 36] = [
+const PAIRS: [(&str, &str); 38] = [
+    ("wgan-gp-grad-maps-bug", "wgan-gp-grad-maps-cpu-fixed"),
+    ("gan-retain-graph-log-bug", "gan-detach-item-fixed"),
     ("teacher-forward-grad-bug", "teacher-forward-no-grad-fixed"),
     (
         "input-grad-create-graph-bug",
@@ -1326,18 +1328,200 @@ fn create_graph_gradients_kept_keep_their_forward_graphs() {
         "{:?}",
         fixed.findings
     );
+    // The model trained: each MmBackward0 saves the incoming gradient too
+    // (for its weight's gradient), the two ReLUs' gradients and the
+    // logits' one.
     let trained = run_variant("input-grad-create-graph-bug", |t| {
         t.replace(
             "SetRequiresGrad(modules: [\"\"], requires_grad: false),",
             "",
         )
     });
-    let e = trained.error.expect("a trained Linear's rule is refused");
+    assert!(trained.error.is_none(), "{:?}", trained.error);
+    let incoming = 4 * (2 * b * h + b * c);
+    for w in trained.per_iteration[1..].windows(2) {
+        assert_eq!(
+            w[1].requested - w[0].requested,
+            per_map + incoming,
+            "iteration {}",
+            w[1].iteration
+        );
+    }
+}
+
+/// A WGAN-GP critic's gradient (784 → 1024 → 1, the score `out.sum()`),
+/// `torch.autograd.grad(score, x_hat, create_graph=True)` with the
+/// critic's weights requiring grad, kept: each `g` keeps `x_hat`, the
+/// ReLU's result, the ReLU's incoming gradient and the seed (both saved by
+/// MmBackward0 for its weight's gradient) and itself.
+#[test]
+fn a_trained_critics_create_graph_gradient_keeps_its_incoming_gradients() {
+    use vramscope::leak::FindingKind;
+    let (b, d, h) = (256u64, 784u64, 1024u64);
+    let text = r#"Scenario(
+    name: "critic", description: "a trained critic's input gradient with create_graph=True, kept",
+    device: (gpu: "H100-SXM-80GB"), torch: "2.11",
+    model: Mlp(dims: [784, 1024, 1]), criterion: Sum,
+    setup: [NewList(name: "gs")],
+    steps: [
+        LoadBatch(x: "x_hat", y: "y"),
+        RequiresGrad(name: "x_hat"),
+        Forward(input: "x_hat", output: "out"),
+        Loss(output: "out", target: "y", into: "score"),
+        AutogradGrad(output: "score", input: "x_hat", into: "g", retain_graph: false, create_graph: true),
+        Append(from: "g", list: "gs", what: Tensor),
+    ],
+    iterations: 6,
+)"#;
+    let (s, built) = vramscope::scenario::load_str(text, "critic.ron").expect("loads");
+    let r = run(&s, &built, &RunOptions::default());
+    assert!(r.error.is_none(), "{:?}", r.error);
+    for w in r.per_iteration.windows(2) {
+        assert_eq!(
+            w[1].requested - w[0].requested,
+            4 * (2 * b * d + 2 * b * h) + 4,
+            "iteration {}",
+            w[1].iteration
+        );
+    }
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.root == "gs")
+        .expect("a finding on gs");
+    assert_eq!(f.kind, FindingKind::RetainedGraphGpu);
+    assert!(f.evidence.contains("create_graph=True"), "{}", f.evidence);
+}
+
+/// WGAN-GP (issue 39: a penalty's backward through the graph
+/// create_graph=True recorded): `grad_maps.append(g)` keeps each batch's
+/// `g` and, through its spent graph (the AccumulateGrad it reaches holds
+/// its leaf), `x_hat` and `x_hat.grad`: three [256, 784] fp32 tensors per
+/// iteration, exactly. The finding names `grad_maps` with the host-copy
+/// fix and without "create_graph=False" (a penalty needs it); the fixed
+/// twin is flat and clean. A penalty on a classifier's input gradient
+/// reaches a recorded node with no backward rule (the loss's
+/// double-backward nodes): refused by name.
+#[test]
+fn wgan_gp_keeps_each_kept_gradients_input() {
+    use vramscope::leak::FindingKind;
+    let (b, d) = (256u64, 784u64);
+    let bug = get("wgan-gp-grad-maps-bug");
+    for w in bug.per_iteration.windows(2) {
+        assert_eq!(
+            w[1].requested - w[0].requested,
+            3 * 4 * b * d,
+            "iteration {}",
+            w[1].iteration
+        );
+    }
+    let f = bug
+        .findings
+        .iter()
+        .find(|f| f.root == "grad_maps")
+        .expect("a finding on grad_maps");
+    assert_eq!(f.kind, FindingKind::StoredTensors);
+    assert_eq!(f.fix, "grad_maps.append(g.detach().cpu())");
+    let fixed = get("wgan-gp-grad-maps-cpu-fixed");
+    assert_flat(fixed);
+    assert!(fixed.findings.is_empty(), "{:?}", fixed.findings);
+
+    let classifier = run_variant("input-grad-create-graph-bug", |t| {
+        t.replace(
+            "        Append(from: \"g\", list: \"maps\", what: Tensor),",
+            "        GradPenalty(grad: \"g\", into: \"gp\"),\n        \
+             Backward(loss: \"gp\", retain_graph: false),",
+        )
+        .replace("AllocatedGrowsAtLeast(\"2MiB\"),", "")
+        .replace("Leak(root: \"maps\", kind: \"retained_graph_gpu\"),", "")
+    });
+    let e = classifier
+        .error
+        .expect("the loss's recorded nodes are refused");
     assert!(
-        e.contains("AddmmBackward0") && e.contains("not modelled"),
+        e.contains("BackwardBackward0") && e.contains("not modelled"),
         "{e}"
     );
-    assert_eq!(trained.iterations_run, 0, "{e}");
+}
+
+/// A GAN (issue 39: two models of their own shapes, two optimizers): the
+/// discriminator trained on `fake` without `.detach()`, patched with
+/// `retain_graph=True`, and `errD` logged as a tensor. Each kept `errD`
+/// holds out_fake's retained graph: the fake batch D's first Linear saved
+/// ([256, 784] fp32), D's ReLU result ([256, 1024] fp32) its second Linear
+/// saved, the log-probs ([256, 2] fp32) and nll_loss's total_weight (0-dim),
+/// and `errD` itself (0-dim): exactly those bytes per iteration. The finding
+/// names `d_losses`, the `.item()` fix, and why the graph was kept (the
+/// retain_graph backward, needed only for the missing `.detach()`). The
+/// fixed twin is flat and clean; in it `netG`'s gradients and its
+/// optimizer's state are an optimizer's own (no stray-gradient finding).
+/// Without retain_graph the bug is PyTorch's backward-twice error.
+#[test]
+fn a_gan_logging_its_d_loss_keeps_each_fake_batchs_graph() {
+    use vramscope::leak::FindingKind;
+    let (b, d, h, c) = (256u64, 784u64, 1024u64, 2u64);
+    let per_iteration = 4 * (b * d + b * h + b * c) + 4 + 4;
+    let bug = get("gan-retain-graph-log-bug");
+    for w in bug.per_iteration.windows(2) {
+        assert_eq!(
+            w[1].requested - w[0].requested,
+            per_iteration,
+            "iteration {}",
+            w[1].iteration
+        );
+    }
+    let f = bug
+        .findings
+        .iter()
+        .find(|f| f.root == "d_losses")
+        .expect("a finding on d_losses");
+    assert_eq!(f.kind, FindingKind::RetainedGraphGpu);
+    assert_eq!(f.fix, "d_losses.append(errD.item())");
+    for said in [
+        "errD_fake.backward(retain_graph=True)",
+        "`model(fake)` runs without .detach()",
+        "`netG`",
+        "model(fake.detach())",
+    ] {
+        assert!(f.evidence.contains(said), "{said}: {}", f.evidence);
+    }
+    assert_eq!(
+        bug.findings.iter().filter(|f| f.kind.is_leak()).count(),
+        1,
+        "{:?}",
+        bug.findings
+    );
+    let fixed = get("gan-detach-item-fixed");
+    assert_flat(fixed);
+    assert!(fixed.findings.is_empty(), "{:?}", fixed.findings);
+
+    // optimizerG steps netG: without its step, no Adam state for netG's
+    // parameters (exp_avg, exp_avg_sq; `step` lives on the host).
+    let g_params = 4 * (64 * h + h + h * d + d);
+    let unstepped = run_variant("gan-detach-item-fixed", |t| {
+        t.replace("        OptimizerStepOf(optimizer: \"optimizerG\"),", "")
+    });
+    for (x, u) in fixed.per_iteration.iter().zip(&unstepped.per_iteration) {
+        assert_eq!(
+            x.requested,
+            u.requested + 2 * g_params,
+            "iteration {}",
+            x.iteration
+        );
+    }
+
+    let no_retain = run_variant("gan-retain-graph-log-bug", |t| {
+        t.replace(
+            "Backward(loss: \"errD_fake\", retain_graph: true)",
+            "Backward(loss: \"errD_fake\", retain_graph: false)",
+        )
+    });
+    let e = no_retain.error.expect("G's backward reaches a spent graph");
+    assert!(
+        e.contains("backward through the graph a second time"),
+        "{e}"
+    );
+    assert_eq!(no_retain.iterations_run, 0, "{e}");
 }
 
 /// A teacher (a second model, `BuildModel`) run without `torch.no_grad()`:

@@ -262,7 +262,13 @@ impl Engine {
                 let kind = RootKind::Parameter;
                 roots.push(self.root_info(walk, kind, format!("{name}.param[{i}]"), *p));
                 if let Some(g) = self.grad(*p) {
-                    let kind = RootKind::NamedModelGradient;
+                    // A gradient an optimizer of its own steps (a GAN's
+                    // generator) is a gradient like the model's.
+                    let kind = if self.named_optimizer_holds(*p) {
+                        RootKind::Gradient
+                    } else {
+                        RootKind::NamedModelGradient
+                    };
                     roots.push(self.root_info(walk, kind, format!("{name}.param[{i}].grad"), g));
                 }
             }
@@ -315,6 +321,20 @@ impl Engine {
                         walk,
                         RootKind::OptimizerState,
                         format!("state[{}][{i}]", p.0),
+                        *b,
+                    ));
+                }
+            }
+        }
+        for (name, o) in &self.named_optimizers {
+            let mut st: Vec<_> = o.state.iter().collect();
+            st.sort_by_key(|(k, _)| **k);
+            for (p, s) in st {
+                for (i, b) in s.bufs.iter().chain(s.step.iter()).enumerate() {
+                    roots.push(self.root_info(
+                        walk,
+                        RootKind::OptimizerState,
+                        format!("{name}.state[{}][{i}]", p.0),
                         *b,
                     ));
                 }

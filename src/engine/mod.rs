@@ -39,6 +39,7 @@ mod loop_steps;
 pub mod measured;
 pub mod model_lang;
 pub mod modules;
+mod named_optim;
 pub mod ops;
 pub mod optim;
 pub mod presets;
@@ -78,7 +79,9 @@ pub use launch::LaunchStats;
 pub use loop_steps::{DictKey, EveryUnit, HiddenPart};
 pub use optim::{OptimizerConfig, OptimizerKind};
 pub use presets::{Evidence, LossKind, ModelConfig, ModelKind, PresetInfo, PRESET_CATALOGUE};
-pub use program::{numbered, preorder_len, GradContext, KeepWhat, Program, Step, MAX_RUN_EVENTS};
+pub use program::{
+    numbered, preorder_len, Fill, GradContext, KeepWhat, Program, SecondModel, Step, MAX_RUN_EVENTS,
+};
 pub use scratch::reduce::ReduceDevice;
 pub use shape::Shape;
 pub use storage::{DeviceKind, StorageId};
@@ -136,6 +139,9 @@ pub struct Engine {
     /// The model's parameter dtype (F32 unless `model.half()` and the like).
     pub(crate) param_dtype: DType,
     pub(crate) optimizer: Option<Optimizer>,
+    /// Second optimizers under their names (`BuildOptimizer`: a GAN's
+    /// `optimizerG`), each over a second model's parameters.
+    pub(crate) named_optimizers: Vec<(String, Optimizer)>,
     pub(crate) scaler: Option<GradScalerState>,
     pub(crate) bindings: Bindings,
     /// An error an op's bookkeeping found mid-way (a save that PyTorch
@@ -218,6 +224,7 @@ impl Engine {
             ckpt: CheckpointState::default(),
             model: None,
             named_models: Vec::new(),
+            named_optimizers: Vec::new(),
             param_dtype: DType::F32,
             optimizer: None,
             scaler: None,

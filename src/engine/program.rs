@@ -26,6 +26,35 @@ pub enum KeepWhat {
     Cpu,
 }
 
+/// What an `AllocateBuffer` fills its tensor with: no allocation but the
+/// tensor's own (a fill or a random-number kernel on CUDA).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Fill {
+    /// `torch.empty`.
+    #[default]
+    Empty,
+    /// `torch.zeros`.
+    Zeros,
+    /// `torch.ones`.
+    Ones,
+    /// `torch.randn` (floating dtypes only).
+    Randn,
+}
+
+/// The shape of a second model (`BuildModel(model: …)`), when it is not
+/// the scenario's own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub enum SecondModel {
+    /// `nn.Sequential(Linear, ReLU, …, Linear)` of these widths, as the
+    /// scenario's `Mlp(dims: …)`.
+    Mlp {
+        dims: Vec<u64>,
+        #[serde(default)]
+        inplace_relu: bool,
+    },
+}
+
 /// Grad-mode context (§4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum GradContext {
@@ -64,8 +93,16 @@ pub enum Step {
     },
     OptimizerStep,
     /// `optimizer.zero_grad(set_to_none=…)`; None = the version default (§0.4).
+    /// `optimizer` names a second optimizer (`BuildOptimizer`) instead.
     ZeroGrad {
         set_to_none: Option<bool>,
+        #[serde(default)]
+        optimizer: Option<String>,
+    },
+    /// `optimizer.step()` of a second optimizer `BuildOptimizer` made
+    /// (`optimizerG.step()`).
+    OptimizerStepOf {
+        optimizer: String,
     },
     /// `into = from` (or `.item()`, `.detach()`, `.cpu()`).
     Keep {
@@ -126,11 +163,14 @@ pub enum Step {
     EmptyCache,
     /// `torch._C._cuda_clearCublasWorkspaces()`.
     ClearCublasWorkspaces,
-    /// `name = torch.empty(shape, dtype)` (a pre-allocated buffer).
+    /// `name = torch.empty(shape, dtype)` (a pre-allocated buffer), or
+    /// `torch.zeros`/`torch.ones`/`torch.randn` with `fill` (labels, noise).
     AllocateBuffer {
         name: String,
         shape: Vec<u64>,
         dtype: DType,
+        #[serde(default)]
+        fill: Fill,
     },
     ResetPeakStats,
     /// `name.retain_grad()`: the next backward keeps the gradient of this
@@ -283,9 +323,49 @@ pub enum Step {
     /// `name = Net().cuda()`: a second model of the scenario's
     /// configuration under its own name (a teacher, a target network), its
     /// parameters allocated in `.to("cuda")` order after the model's; no
-    /// optimizer holds them. `Forward(model: name)` runs it.
+    /// optimizer holds them unless `BuildOptimizer` builds one. `model`
+    /// gives it its own shape (a GAN's generator). `Forward(model: name)`
+    /// runs it.
     BuildModel {
         name: String,
+        #[serde(default)]
+        model: Option<SecondModel>,
+    },
+    /// `name = <the scenario's optimizer>(model.parameters(), …)` over a
+    /// second model (`optimizerG` over `netG`): stepped by
+    /// `OptimizerStepOf(optimizer: name)`, zeroed by `ZeroGrad(optimizer:
+    /// name)`.
+    BuildOptimizer {
+        name: String,
+        model: String,
+    },
+    /// `into = ((grad.norm(2, dim=1) - 1) ** 2).mean() * 10`: WGAN-GP's
+    /// gradient penalty on a critic's input gradient (`torch.autograd.grad
+    /// (…, create_graph=True)`), whose backward runs through the gradient's
+    /// recorded graph into the critic's weights.
+    GradPenalty {
+        grad: String,
+        into: String,
+    },
+    /// `into = a - b` (a critic's Wasserstein estimate).
+    Sub {
+        a: String,
+        b: String,
+        into: String,
+    },
+    /// `eps = torch.rand(B, 1); into = (eps * a + (1 - eps) * b)
+    /// .requires_grad_(True)`: WGAN-GP's points between real and fake
+    /// samples (`a`, `b` without history), a leaf that requires grad.
+    Interpolate {
+        a: String,
+        b: String,
+        into: String,
+    },
+    /// `into = a + b` (two losses summed: `errD = errD_real + errD_fake`).
+    Add {
+        a: String,
+        b: String,
+        into: String,
     },
     /// `model = Net().cuda()`: a new model of the scenario's configuration
     /// inside the loop. An optimizer built before keeps the old model's
@@ -324,7 +404,7 @@ impl Step {
             Step::Forward { .. } => "forward",
             Step::Loss { .. } => "loss",
             Step::Backward { .. } => "backward",
-            Step::OptimizerStep => "optimizer.step",
+            Step::OptimizerStep | Step::OptimizerStepOf { .. } => "optimizer.step",
             Step::ZeroGrad { .. } => "zero_grad",
             Step::Keep { .. } => "keep",
             Step::Append { .. } => "append",
@@ -366,6 +446,11 @@ impl Step {
             Step::EmaUpdate { .. } => "ema_update",
             Step::RecreateModel => "recreate_model",
             Step::BuildModel { .. } => "build_model",
+            Step::BuildOptimizer { .. } => "build_optimizer",
+            Step::Add { .. } => "add",
+            Step::GradPenalty { .. } => "grad_penalty",
+            Step::Sub { .. } => "sub",
+            Step::Interpolate { .. } => "interpolate",
             Step::Argmax { .. } => "argmax",
             Step::RecreateOptimizer => "recreate_optimizer",
             Step::RegisterFullBackwardHook { .. } => "register_full_backward_hook",
@@ -429,7 +514,10 @@ impl Program {
 
     /// The classic loop: zero_grad, batch, forward, loss, backward, step.
     pub fn training(iterations: u32) -> Program {
-        let mut steps = vec![Step::ZeroGrad { set_to_none: None }];
+        let mut steps = vec![Step::ZeroGrad {
+            set_to_none: None,
+            optimizer: None,
+        }];
         steps.extend(Program::forward_steps());
         steps.push(Step::Backward {
             loss: "loss".into(),
@@ -603,10 +691,19 @@ impl Engine {
                 self.backward(l, *retain_graph)?;
             }
             Step::OptimizerStep => self.optimizer_step()?,
-            Step::ZeroGrad { set_to_none } => {
+            Step::OptimizerStepOf { optimizer } => {
+                self.with_named_optimizer(optimizer, |e| e.optimizer_step())?
+            }
+            Step::ZeroGrad {
+                set_to_none,
+                optimizer,
+            } => {
+                let set_to_none = set_to_none.unwrap_or(self.cfg.zero_grad_default_set_to_none);
                 let prev = self.phase_begin(Phase::Optimizer);
-                let r =
-                    self.zero_grad(set_to_none.unwrap_or(self.cfg.zero_grad_default_set_to_none));
+                let r = match optimizer {
+                    Some(o) => self.with_named_optimizer(o, |e| e.zero_grad(set_to_none)),
+                    None => self.zero_grad(set_to_none),
+                };
                 self.phase_end(Phase::Optimizer, prev);
                 r?;
             }
@@ -676,8 +773,18 @@ impl Engine {
             }
             Step::EmptyCache => self.empty_cache(),
             Step::ClearCublasWorkspaces => self.clear_cublas_workspaces(),
-            Step::AllocateBuffer { name, shape, dtype } => {
+            Step::AllocateBuffer {
+                name,
+                shape,
+                dtype,
+                fill,
+            } => {
                 let t = self.factory(Shape::new(shape), *dtype, Category::Activation)?;
+                match fill {
+                    Fill::Empty => {}
+                    Fill::Zeros => self.k_fill(t, 0.0),
+                    Fill::Ones | Fill::Randn => self.k_fill(t, 1.0),
+                }
                 self.bind(name, Value::Tensor(t));
             }
             Step::ResetPeakStats => self.alloc.reset_peak_stats(),
@@ -773,7 +880,33 @@ impl Engine {
             Step::EmaCopy { into } => self.ema_copy(into)?,
             Step::EmaUpdate { ema, no_grad } => self.ema_update(ema, *no_grad)?,
             Step::RecreateModel => self.recreate_model()?,
-            Step::BuildModel { name } => self.build_named_model(name)?,
+            Step::BuildModel { name, model } => self.build_named_model(name, model.as_ref())?,
+            Step::BuildOptimizer { name, model } => self.build_named_optimizer(name, model)?,
+            Step::GradPenalty { grad, into } => {
+                let g = self.binding_tensor(grad)?;
+                let phase = self.model_phase();
+                let prev = self.phase_begin(phase);
+                let r = self.grad_penalty(g);
+                self.phase_end(phase, prev);
+                self.bind(into, Value::Tensor(r?));
+            }
+            Step::Interpolate { a, b, into } => {
+                let (ta, tb) = (self.binding_tensor(a)?, self.binding_tensor(b)?);
+                let prev = self.phase_begin(Phase::User);
+                let r = self.interpolate(ta, tb);
+                self.phase_end(Phase::User, prev);
+                self.bind(into, Value::Tensor(r?));
+            }
+            Step::Add { a, b, into } | Step::Sub { a, b, into } => {
+                let (ta, tb) = (self.binding_tensor(a)?, self.binding_tensor(b)?);
+                let prev = self.phase_begin(Phase::User);
+                let r = match s {
+                    Step::Sub { .. } => self.sub(ta, tb),
+                    _ => self.add(ta, tb),
+                };
+                self.phase_end(Phase::User, prev);
+                self.bind(into, Value::Tensor(r?));
+            }
             Step::Argmax { from, into } => {
                 let t = self.binding_tensor(from)?;
                 let prev = self.phase_begin(Phase::User);

@@ -7,6 +7,8 @@
 use super::error::{EngineError, Result};
 use super::modules::Model;
 use super::optim::Optimizer;
+use super::presets::ModelConfig;
+use super::program::SecondModel;
 use super::tensor::TensorId;
 use super::Engine;
 use crate::trace::Phase;
@@ -61,6 +63,16 @@ impl Engine {
             return Err(EngineError::Program("no optimizer".into()));
         };
         self.optimizer = Some(Optimizer::new(old.cfg.clone()));
+        self.drop_optimizer(old);
+        Ok(())
+    }
+
+    /// An optimizer's last reference goes: its state first (each
+    /// parameter's buffers, in the order they were made), then its
+    /// `param_groups`, whose list lets go of its parameters last first
+    /// (CPython's list_dealloc), each freed with its `.grad` if nothing
+    /// else holds it.
+    pub(crate) fn drop_optimizer(&mut self, old: Optimizer) {
         let order = match &old.params {
             Some(p) => p.clone(),
             None => self.parameters(),
@@ -86,7 +98,6 @@ impl Engine {
                 self.decref(p);
             }
         }
-        Ok(())
     }
 }
 
@@ -95,11 +106,23 @@ impl Engine {
     /// (a teacher): its parameters are made after everything before it, no
     /// optimizer holds them, and they get a `.grad` only if a loss reaches
     /// them. A model already under that name goes once the new one exists.
-    pub(crate) fn build_named_model(&mut self, name: &str) -> Result<()> {
-        let cfg = match &self.model {
+    /// `shape` gives it its own layers (a GAN's generator beside its
+    /// discriminator) instead of the model's.
+    pub(crate) fn build_named_model(
+        &mut self,
+        name: &str,
+        shape: Option<&SecondModel>,
+    ) -> Result<()> {
+        let mut cfg = match &self.model {
             Some(m) => m.cfg.clone(),
             None => return Err(EngineError::Program("no model".into())),
         };
+        // Its own shape (a GAN's generator): parameters in the model's dtype.
+        if let Some(SecondModel::Mlp { dims, inplace_relu }) = shape {
+            let dtype = cfg.param_dtype;
+            cfg = ModelConfig::mlp(dims, *inplace_relu);
+            cfg.param_dtype = dtype;
+        }
         // nanoGPT's checkpointed blocks and the LSTM's hidden state are the
         // model's own in the engine (its recomputation, `hidden`).
         if !matches!(cfg.kind, crate::engine::ModelKind::Modules(_)) {

@@ -197,7 +197,9 @@ impl Detector {
         f.full_at_iteration = self.projection(it, per_iter, kind);
         f.fix = fix::fix_for(&self.facts, name, acc.kind, kind);
         if let (Some(g), false) = (
-            self.facts.keeps_create_graph_grad(name),
+            self.facts
+                .keeps_create_graph_grad(name)
+                .filter(|g| !self.facts.penalized_grads.contains(*g)),
             f.fix.contains('#'),
         ) {
             f.fix.push_str(&format!(
@@ -263,11 +265,12 @@ impl Detector {
                 "`{name}` reaches {} autograd Nodes created over {} iterations whose saved tensors were never \
                  released; {} of saved activations are reachable only through it and grew by {} per \
                  iteration over the last {growth_steps} iterations: each iteration adds the activations \
-                 its forward saved for backward.",
+                 its forward saved for backward.{}",
                 cur.nodes,
                 f.iterations,
                 format_size(cur.graph),
                 signed_size(graph.per_iter),
+                self.retained_because(),
             ),
             FindingKind::CarriedHiddenState => {
                 if growth_steps == 0 {
@@ -354,6 +357,28 @@ impl Detector {
             _ => Severity::Warning,
         };
         Some(f)
+    }
+
+    /// Why a kept graph still has its saved tensors, where the program says:
+    /// a backward with `retain_graph=True` kept them, and a second model's
+    /// output the model ran on without `.detach()` is why it was needed.
+    fn retained_because(&self) -> String {
+        let Some(loss) = self.facts.retained_losses.first() else {
+            return String::new();
+        };
+        let mut s = format!(
+            " `{loss}.backward(retain_graph=True)` kept the saved tensors that backward would \
+             have freed."
+        );
+        if let Some((out, model)) = self.facts.undetached_twice() {
+            s.push_str(&format!(
+                " It was needed only because `model({out})` runs without .detach(): that \
+                 backward runs on into `{model}`'s graph, which the next backward through \
+                 `{out}` needs again (\"Trying to backward through the graph a second time\" \
+                 without it). `model({out}.detach())` stops there and needs no retain_graph."
+            ));
+        }
+        s
     }
 
     /// Graphs kept on the host. Whether backward freed their saved tensors

@@ -3,7 +3,7 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::engine::{DictKey, EveryUnit, GradContext, HiddenPart, KeepWhat, Program, Step};
+use crate::engine::{DictKey, EveryUnit, Fill, GradContext, HiddenPart, KeepWhat, Program, Step};
 
 /// Where a step sits: inside how many passes of inner loops per iteration,
 /// and under which schedule.
@@ -87,6 +87,15 @@ pub(crate) struct ProgramFacts {
     pub recreates_optimizer: bool,
     /// Forwards through second models, in program order.
     pub named_forwards: Vec<NamedForward>,
+    /// Second models an optimizer of their own trains (`BuildOptimizer`:
+    /// a GAN's generator): their gradients are meant, their graphs are
+    /// backpropagated.
+    pub trained_models: FxHashSet<String>,
+    /// Losses backpropagated with `retain_graph=True`, in program order.
+    pub retained_losses: Vec<String>,
+    /// Inputs of the model's own `Forward`s in the loop, in order (a GAN's
+    /// `fake` twice: D's step and G's).
+    model_inputs: Vec<String>,
     /// The setup leaves a `with torch.autocast(...)` block open around the
     /// whole loop, of this dtype.
     pub autocast_around_loop: Option<crate::engine::DType>,
@@ -97,6 +106,9 @@ pub(crate) struct ProgramFacts {
     /// Names bound to a gradient computed with `create_graph=True` (it
     /// has a graph of its own, reaching into the forward one).
     pub create_graph_grads: FxHashSet<String>,
+    /// Gradients a penalty is computed from (`GradPenalty`): a backward
+    /// runs through their graphs, so create_graph=True is needed.
+    pub penalized_grads: FxHashSet<String>,
     /// `model.eval()` (or a grad switch) with grad still enabled somewhere.
     pub eval_with_grad: bool,
     /// `CarryHidden { detach }` if the program has one.
@@ -164,6 +176,9 @@ impl ProgramFacts {
             Step::Delete { name } => {
                 deleted.insert(name.clone());
             }
+            // Fresh noise each iteration (`z = torch.randn(...)`) is new
+            // data, as a batch is: not a buffer to allocate once.
+            Step::AllocateBuffer { fill, .. } if *fill == Fill::Randn => {}
             Step::AllocateBuffer { name, .. }
                 if !deleted.remove(name) && self.rebound.insert(name.clone()) =>
             {
@@ -222,7 +237,16 @@ impl ProgramFacts {
         }
         match s {
             Step::ZeroGrad { .. } => self.has_zero_grad = true,
-            Step::OptimizerStep | Step::ScalerStep => self.steps_optimizer = true,
+            Step::OptimizerStep | Step::ScalerStep | Step::OptimizerStepOf { .. } => {
+                self.steps_optimizer = true
+            }
+            Step::GradPenalty { grad, into } => {
+                self.penalized_grads.insert(grad.clone());
+                self.bind(into, Binder::Loss, eval_grad);
+            }
+            Step::BuildOptimizer { model, .. } => {
+                self.trained_models.insert(model.clone());
+            }
             Step::RecreateModel => self.recreates_model = true,
             Step::RecreateOptimizer => self.recreates_optimizer = true,
             Step::AutogradGrad {
@@ -238,9 +262,12 @@ impl ProgramFacts {
                     self.create_graph_grads.insert(into.clone());
                 }
             }
-            Step::Backward { retain_graph, .. } => {
+            Step::Backward { loss, retain_graph } => {
                 self.has_backward = true;
                 self.retain_graph |= *retain_graph;
+                if *retain_graph && !self.retained_losses.contains(loss) {
+                    self.retained_losses.push(loss.clone());
+                }
             }
             Step::Train => *st = (true, true),
             Step::Eval { grad } => {
@@ -296,12 +323,15 @@ impl ProgramFacts {
                 self.bind(output, Binder::Forward, eval_grad)
             }
             Step::Forward { input, output, .. } => {
+                self.model_inputs.push(input.clone());
                 if eval_grad && self.eval_forward.is_none() {
                     self.eval_forward = Some((input.clone(), output.clone()));
                 }
                 self.bind(output, Binder::Forward, eval_grad)
             }
-            Step::Loss { into, .. } => self.bind(into, Binder::Loss, eval_grad),
+            Step::Loss { into, .. } | Step::Add { into, .. } | Step::Sub { into, .. } => {
+                self.bind(into, Binder::Loss, eval_grad)
+            }
             Step::RegisterForwardHook { module, list, what }
             | Step::RegisterFullBackwardHook { module, list, what } => self.bind(
                 list,
@@ -423,6 +453,17 @@ impl ProgramFacts {
             } => Some((module.as_str(), *backward)),
             _ => None,
         })
+    }
+
+    /// A trained second model's output the model runs on twice as it is
+    /// (a GAN's `fake`: D's step without `.detach()`, then G's), as
+    /// (output, second model).
+    pub fn undetached_twice(&self) -> Option<(&str, &str)> {
+        self.named_forwards
+            .iter()
+            .filter(|f| f.grad && self.trained_models.contains(&f.model))
+            .find(|f| self.model_inputs.iter().filter(|i| **i == f.output).count() > 1)
+            .map(|f| (f.output.as_str(), f.model.as_str()))
     }
 
     /// Whether `name` holds a loss (a 0-dim tensor: `.item()` applies).

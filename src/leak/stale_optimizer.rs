@@ -102,6 +102,7 @@ impl Detector {
             .named_forwards
             .iter()
             .map(|f| f.model.as_str())
+            .filter(|m| !self.facts.trained_models.contains(*m))
             .collect();
         models.dedup();
         for model in models {
@@ -177,7 +178,10 @@ impl Detector {
     /// and they stay until the name is rebound. A higher peak, not a leak.
     pub(super) fn teacher_graphs(&self, ctx: &Ctx, accs: &[GroupAcc]) -> Vec<Finding> {
         let mut out = Vec::new();
-        for fw in self.facts.named_forwards.iter().filter(|f| f.grad) {
+        // A model an optimizer of its own trains records its graph to
+        // backpropagate it (a GAN's generator).
+        let forwards = self.facts.named_forwards.iter();
+        for fw in forwards.filter(|f| f.grad && !self.facts.trained_models.contains(&f.model)) {
             let Some(g) = accs.iter().position(|a| a.name == fw.output) else {
                 continue;
             };

@@ -2,7 +2,9 @@
 //! `scenarios/README.md`), written out with the step's own names, so a block
 //! made by a step can say which line of a training loop it is.
 
-use crate::engine::{DType, DictKey, EveryUnit, GradContext, HiddenPart, KeepWhat, Step};
+use crate::engine::{
+    DType, DictKey, EveryUnit, Fill, GradContext, HiddenPart, KeepWhat, SecondModel, Step,
+};
 
 fn kept(from: &str, what: KeepWhat) -> String {
     // The RNN's carried state is a tuple (h, c): detached element-wise.
@@ -116,11 +118,18 @@ pub fn statement(step: &Step) -> String {
             false => format!("{loss}.backward()"),
         },
         Step::OptimizerStep => "optimizer.step()".into(),
-        Step::ZeroGrad { set_to_none } => match set_to_none {
-            Some(true) => "optimizer.zero_grad(set_to_none=True)".into(),
-            Some(false) => "optimizer.zero_grad(set_to_none=False)".into(),
-            None => "optimizer.zero_grad()".into(),
-        },
+        Step::OptimizerStepOf { optimizer } => format!("{optimizer}.step()"),
+        Step::ZeroGrad {
+            set_to_none,
+            optimizer,
+        } => {
+            let o = optimizer.as_deref().unwrap_or("optimizer");
+            match set_to_none {
+                Some(true) => format!("{o}.zero_grad(set_to_none=True)"),
+                Some(false) => format!("{o}.zero_grad(set_to_none=False)"),
+                None => format!("{o}.zero_grad()"),
+            }
+        }
         Step::Keep { from, into, what } => format!("{into} = {}", kept(from, *what)),
         Step::Append { from, list, what } => format!("{list}.append({})", kept(from, *what)),
         Step::AccumulateLoss { from, into, what } => format!("{into} += {}", kept(from, *what)),
@@ -155,7 +164,17 @@ pub fn statement(step: &Step) -> String {
             name,
             shape,
             dtype: d,
-        } => format!("{name} = {}", empty(shape, *d)),
+            fill,
+        } => {
+            let made = empty(shape, *d);
+            let made = match fill {
+                Fill::Empty => made,
+                Fill::Zeros => made.replacen("torch.empty", "torch.zeros", 1),
+                Fill::Ones => made.replacen("torch.empty", "torch.ones", 1),
+                Fill::Randn => made.replacen("torch.empty", "torch.randn", 1),
+            };
+            format!("{name} = {made}")
+        }
         Step::AllocateBuffers {
             list,
             count,
@@ -211,7 +230,26 @@ pub fn statement(step: &Step) -> String {
         }
         Step::RequiresGrad { name } => format!("{name}.requires_grad_()"),
         Step::RecreateModel => "model = Net().cuda()".into(),
-        Step::BuildModel { name } => format!("{name} = Net().cuda()"),
+        Step::BuildModel { name, model: None } => format!("{name} = Net().cuda()"),
+        Step::BuildModel {
+            name,
+            model: Some(SecondModel::Mlp { dims, .. }),
+        } => {
+            let widths: Vec<String> = dims.iter().map(u64::to_string).collect();
+            format!("{name} = Mlp([{}]).cuda()", widths.join(", "))
+        }
+        Step::BuildOptimizer { name, model } => {
+            format!("{name} = type(optimizer)({model}.parameters(), **optimizer.defaults)")
+        }
+        Step::Add { a, b, into } => format!("{into} = {a} + {b}"),
+        Step::Sub { a, b, into } => format!("{into} = {a} - {b}"),
+        Step::Interpolate { a, b, into } => format!(
+            "eps = torch.rand({a}.size(0), 1, device=\"cuda\"); \
+             {into} = (eps * {a} + (1 - eps) * {b}).requires_grad_(True)"
+        ),
+        Step::GradPenalty { grad, into } => {
+            format!("{into} = (({grad}.norm(2, dim=1) - 1) ** 2).mean() * 10")
+        }
         Step::Argmax { from, into } => format!("{into} = {from}.argmax(1)"),
         Step::RecreateOptimizer => {
             "optimizer = type(optimizer)(model.parameters(), **optimizer.defaults)".into()
@@ -384,6 +422,47 @@ mod tests {
             ("RequiresGrad(name: \"x\")", "x.requires_grad_()"),
             ("RecreateModel", "model = Net().cuda()"),
             ("BuildModel(name: \"teacher\")", "teacher = Net().cuda()"),
+            (
+                "BuildModel(name: \"netG\", model: Some(Mlp(dims: [64, 1024, 784])))",
+                "netG = Mlp([64, 1024, 784]).cuda()",
+            ),
+            (
+                "BuildOptimizer(name: \"optimizerG\", model: \"netG\")",
+                "optimizerG = type(optimizer)(netG.parameters(), **optimizer.defaults)",
+            ),
+            (
+                "ZeroGrad(set_to_none: Some(true), optimizer: Some(\"optimizerG\"))",
+                "optimizerG.zero_grad(set_to_none=True)",
+            ),
+            (
+                "OptimizerStepOf(optimizer: \"optimizerG\")",
+                "optimizerG.step()",
+            ),
+            (
+                "AllocateBuffer(name: \"z\", shape: [256, 64], dtype: F32, fill: Randn)",
+                "z = torch.randn(256, 64, dtype=torch.float32, device=\"cuda\")",
+            ),
+            (
+                "AllocateBuffer(name: \"real_label\", shape: [256], dtype: I64, fill: Ones)",
+                "real_label = torch.ones(256, dtype=torch.int64, device=\"cuda\")",
+            ),
+            (
+                "Add(a: \"errD_real\", b: \"errD_fake\", into: \"errD\")",
+                "errD = errD_real + errD_fake",
+            ),
+            (
+                "Sub(a: \"score_fake\", b: \"score_real\", into: \"wdist\")",
+                "wdist = score_fake - score_real",
+            ),
+            (
+                "GradPenalty(grad: \"g\", into: \"gp\")",
+                "gp = ((g.norm(2, dim=1) - 1) ** 2).mean() * 10",
+            ),
+            (
+                "Interpolate(a: \"real\", b: \"fake_d\", into: \"x_hat\")",
+                "eps = torch.rand(real.size(0), 1, device=\"cuda\"); \
+                 x_hat = (eps * real + (1 - eps) * fake_d).requires_grad_(True)",
+            ),
             (
                 "Argmax(from: \"t_out\", into: \"t_label\")",
                 "t_label = t_out.argmax(1)",

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use super::format::Scenario;
 use super::value_kinds::{self, Kind};
-use crate::engine::{DType, DictKey, EveryUnit, KeepWhat, Step};
+use crate::engine::{DType, DictKey, EveryUnit, Fill, KeepWhat, SecondModel, Step};
 use crate::units::format_count;
 
 /// A problem with one step: its position among the steps named `label` (0 for
@@ -26,6 +26,12 @@ fn variant(s: &Step) -> &'static str {
         Step::Loss { .. } => "Loss",
         Step::Backward { .. } => "Backward",
         Step::OptimizerStep => "OptimizerStep",
+        Step::OptimizerStepOf { .. } => "OptimizerStepOf",
+        Step::BuildOptimizer { .. } => "BuildOptimizer",
+        Step::Add { .. } => "Add",
+        Step::Sub { .. } => "Sub",
+        Step::Interpolate { .. } => "Interpolate",
+        Step::GradPenalty { .. } => "GradPenalty",
         Step::ZeroGrad { .. } => "ZeroGrad",
         Step::Keep { .. } => "Keep",
         Step::Append { .. } => "Append",
@@ -90,7 +96,16 @@ fn reads_binds(s: &Step) -> (Vec<&str>, Vec<&str>) {
             reads.extend(model.as_deref());
             (reads, vec![output])
         }
-        Step::BuildModel { name } => (vec![], vec![name]),
+        Step::BuildModel { name, .. } => (vec![], vec![name]),
+        Step::BuildOptimizer { name, model } => (vec![model], vec![name]),
+        Step::Add { a, b, into } | Step::Sub { a, b, into } => (vec![a, b], vec![into]),
+        // `eps = torch.rand(…)` is bound too.
+        Step::Interpolate { a, b, into } => (vec![a, b], vec![into, "eps"]),
+        Step::GradPenalty { grad, into } => (vec![grad], vec![into]),
+        Step::ZeroGrad {
+            optimizer: Some(o), ..
+        } => (vec![o], vec![]),
+        Step::OptimizerStepOf { optimizer } => (vec![optimizer], vec![]),
         Step::Argmax { from, into } => (vec![from], vec![into]),
         Step::Loss {
             output,
@@ -215,6 +230,7 @@ impl<'a> Walk<'a> {
         }
         match s {
             Step::OptimizerStep
+            | Step::OptimizerStepOf { .. }
             | Step::ScalerStep
             | Step::ScalerUnscale
             | Step::ClipGradNorm
@@ -228,7 +244,7 @@ impl<'a> Walk<'a> {
             // weight and the cast itself until the outermost block exits:
             // what it does with a model's weights that die inside the block
             // is not modelled.
-            Step::BuildModel { name } if name == "model" => problem(
+            Step::BuildModel { name, .. } if name == "model" => problem(
                 "BuildModel names the scenario's own model `model`: re-create it with \
                  RecreateModel"
                     .to_string(),
@@ -255,6 +271,26 @@ impl<'a> Walk<'a> {
             {
                 problem(format!("{v} has a zero-sized dimension"))
             }
+            Step::BuildModel {
+                model: Some(SecondModel::Mlp { dims, .. }),
+                ..
+            } if dims.len() < 2 || dims.contains(&0) => problem(
+                "BuildModel's Mlp needs at least two widths (input and output), none of them 0"
+                    .to_string(),
+            ),
+            Step::BuildOptimizer { name, .. } if name == "optimizer" => problem(
+                "BuildOptimizer names the scenario's own `optimizer`: re-create it with \
+                 RecreateOptimizer"
+                    .to_string(),
+            ),
+            Step::AllocateBuffer {
+                fill: Fill::Randn,
+                dtype,
+                ..
+            } if !dtype.is_floating() => problem(format!(
+                "AllocateBuffer fills {dtype:?} with Randn: torch.randn makes floating-point \
+                 tensors only"
+            )),
             Step::AllocateBuffers { count: 0, .. } => {
                 problem("AllocateBuffers needs count ≥ 1".to_string())
             }

@@ -19,6 +19,8 @@ pub(crate) enum Kind {
     Cycle,
     /// A second model (`BuildModel`).
     Model,
+    /// A second optimizer (`BuildOptimizer`).
+    Optimizer,
 }
 
 impl Kind {
@@ -32,6 +34,7 @@ impl Kind {
             Kind::Number => "a Python number",
             Kind::Cycle => "a dict that holds itself",
             Kind::Model => "a model",
+            Kind::Optimizer => "an optimizer",
         }
     }
 }
@@ -55,6 +58,24 @@ pub(crate) fn needs(s: &Step) -> Vec<(&str, &'static [Kind], &'static str)> {
         ],
         Step::Forward { input, .. } => vec![(input, TENSOR, "model() takes a tensor")],
         Step::Argmax { from, .. } => vec![(from, TENSOR, "only a tensor has .argmax()")],
+        Step::Add { a, b, .. } | Step::Sub { a, b, .. } | Step::Interpolate { a, b, .. } => vec![
+            (a, TENSOR, "`+` here adds two tensors"),
+            (b, TENSOR, "`+` here adds two tensors"),
+        ],
+        Step::GradPenalty { grad, .. } => vec![(grad, TENSOR, "only a tensor has .norm()")],
+        Step::BuildOptimizer { model, .. } => vec![(
+            model,
+            &[Kind::Model],
+            "an optimizer is built over a model's .parameters()",
+        )],
+        Step::ZeroGrad {
+            optimizer: Some(o), ..
+        } => vec![(o, &[Kind::Optimizer], "only an optimizer has .zero_grad()")],
+        Step::OptimizerStepOf { optimizer } => vec![(
+            optimizer,
+            &[Kind::Optimizer],
+            "only an optimizer has .step()",
+        )],
         Step::Loss { output, target, .. } => vec![
             (output, TENSOR, "the criterion takes tensors"),
             (target, TENSOR, "the criterion takes tensors"),
@@ -173,7 +194,12 @@ pub(crate) fn binds(
         Step::GradSignStep { input, .. } => vec![(input, Kind::Tensor)],
         Step::AutogradGrad { into, .. } => vec![(into, Kind::Tensor)],
         Step::EmaCopy { into } => vec![(into, Kind::List)],
-        Step::BuildModel { name } => vec![(name, Kind::Model)],
+        Step::BuildModel { name, .. } => vec![(name, Kind::Model)],
+        Step::BuildOptimizer { name, .. } => vec![(name, Kind::Optimizer)],
+        Step::Interpolate { into, .. } => vec![(into, Kind::Tensor), ("eps", Kind::Tensor)],
+        Step::Add { into, .. } | Step::Sub { into, .. } | Step::GradPenalty { into, .. } => {
+            vec![(into, Kind::Tensor)]
+        }
         Step::Argmax { into, .. } => vec![(into, Kind::Tensor)],
         _ => vec![],
     }

@@ -42,6 +42,10 @@ pub const PAIRS: &[(&str, &str)] = &[
         "model_recreated_with_optimizer_fixed",
         "model-recreated-with-optimizer-fixed",
     ),
+    ("gan_retain_graph_log_bug", "gan-retain-graph-log-bug"),
+    ("gan_detach_item_fixed", "gan-detach-item-fixed"),
+    ("wgan_gp_grad_maps_bug", "wgan-gp-grad-maps-bug"),
+    ("wgan_gp_grad_maps_cpu_fixed", "wgan-gp-grad-maps-cpu-fixed"),
 ];
 
 /// Where the two request lists part, if they do.
@@ -200,4 +204,132 @@ fn autograd_grad_on_a_trained_model_runs_only_toward_its_input() {
     if let Some(f) = parting("unfrozen", &t, &s) {
         panic!("{f}");
     }
+}
+
+/// `torch.autograd.grad(…, x, create_graph=True)` through Linears whose
+/// weights require grad (issue 39: a WGAN-GP critic's gradient penalty
+/// begins so): each MmBackward0 of the gradient's graph saves the incoming
+/// gradient too, for the weight's gradient a second backward would make.
+/// Two programs, traced and as scenarios, make the same requests: a
+/// critic (784 → 1024 → 1, its score `out.sum()`, SumBackward0's rule) and
+/// input-grad-create-graph-bug's loop with the model not frozen.
+const TRAINED_CREATE_GRAPH: &[(&str, &str, &str)] = &[
+    (
+        "critic",
+        r#"
+import os
+os.environ.update({"CUBLAS_WORKSPACE_CONFIG": ":4096:2:16:8", "CUBLASLT_WORKSPACE_SIZE": "1024",
+                   "TORCH_CUBLAS_WORKSPACE_CACHE": "1"})
+import torch, torch.nn as nn
+torch.cuda.memory._record_memory_history(max_entries=100000)
+critic = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1)).cuda()
+gs = []
+for it in range(4):
+    x_hat = torch.randn(256, 784, device="cuda")
+    x_hat.requires_grad_()
+    out = critic(x_hat)
+    score = out.sum()
+    g = torch.autograd.grad(score, x_hat, create_graph=True)[0]
+    gs.append(g)
+"#,
+        r#"Scenario(
+    name: "critic", description: "a trained critic's input gradient with create_graph=True, kept",
+    device: (gpu: "H100-SXM-80GB"), torch: "2.11",
+    env: {"CUBLAS_WORKSPACE_CONFIG": ":4096:2:16:8", "CUBLASLT_WORKSPACE_SIZE": "1024", "TORCH_CUBLAS_WORKSPACE_CACHE": "1"},
+    model: Mlp(dims: [784, 1024, 1]), criterion: Sum,
+    setup: [NewList(name: "gs")],
+    steps: [
+        LoadBatch(x: "x_hat", y: "y"),
+        RequiresGrad(name: "x_hat"),
+        Forward(input: "x_hat", output: "out"),
+        Loss(output: "out", target: "y", into: "score"),
+        AutogradGrad(output: "score", input: "x_hat", into: "g", retain_graph: false, create_graph: true),
+        Append(from: "g", list: "gs", what: Tensor),
+    ],
+    iterations: 4,
+)"#,
+    ),
+    (
+        "trained",
+        r#"
+import os
+os.environ.update({"CUBLAS_WORKSPACE_CONFIG": ":4096:2:16:8", "CUBLASLT_WORKSPACE_SIZE": "1024",
+                   "TORCH_CUBLAS_WORKSPACE_CACHE": "1"})
+import torch, torch.nn as nn, torch.nn.functional as F
+torch.cuda.memory._record_memory_history(max_entries=100000)
+model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                      nn.Linear(1024, 10)).cuda()
+maps = []
+for it in range(4):
+    x = torch.randn(256, 784, device="cuda")
+    y = torch.randint(0, 10, (256,), device="cuda")
+    x.requires_grad_()
+    out = model(x)
+    loss = F.cross_entropy(out, y)
+    g = torch.autograd.grad(loss, x, create_graph=True)[0]
+    maps.append(g)
+"#,
+        r#"Scenario(
+    name: "trained", description: "input-grad-create-graph-bug, the model trained",
+    device: (gpu: "H100-SXM-80GB"), torch: "2.11",
+    env: {"CUBLAS_WORKSPACE_CONFIG": ":4096:2:16:8", "CUBLASLT_WORKSPACE_SIZE": "1024", "TORCH_CUBLAS_WORKSPACE_CACHE": "1"},
+    model: Preset("mlp-mnist"),
+    setup: [NewList(name: "maps")],
+    steps: [
+        LoadBatch(x: "x", y: "y"),
+        RequiresGrad(name: "x"),
+        Forward(input: "x", output: "out"),
+        Loss(output: "out", target: "y", into: "loss"),
+        AutogradGrad(output: "loss", input: "x", into: "g", retain_graph: false, create_graph: true),
+        Append(from: "g", list: "maps", what: Tensor),
+    ],
+    iterations: 4,
+)"#,
+    ),
+];
+
+#[test]
+#[ignore = "needs PyTorch (pip install torch==2.11.*)"]
+fn create_graph_through_trained_linears_makes_pytorchs_requests() {
+    super::python();
+    let mut faults = Vec::new();
+    for (name, program, ron) in TRAINED_CREATE_GRAPH {
+        let scratch = Scratch::new(name);
+        let program = scratch.file(&format!("{name}.py"), program);
+        let scenario = scratch.file(&format!("{name}.ron"), ron);
+        let traced = scratch.0.join("traced.pickle");
+        let (code, _, err) = trace(
+            &[
+                "--json",
+                "--steps",
+                "0",
+                "--export",
+                &traced.to_string_lossy(),
+            ],
+            &program,
+            &[],
+        );
+        assert!(traced.exists(), "{name}: exit {code}: {err}");
+        let exported = scratch.0.join("scenario.pickle");
+        let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+            .arg("export")
+            .arg(&scenario)
+            .arg("-o")
+            .arg(&exported)
+            .output()
+            .expect("vramscope runs");
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (t, s) = (requests(&traced), requests(&exported));
+        assert!(
+            t.len() > 50,
+            "{name}: only {} request groups traced",
+            t.len()
+        );
+        faults.extend(parting(name, &t, &s));
+    }
+    assert!(faults.is_empty(), "{}", faults.join("\n"));
 }

@@ -281,12 +281,25 @@ impl Engine {
         match kind {
             BwdKind::AccumulateGrad => {}
             BwdKind::SecondOrder => {
-                return Err(EngineError::Program(format!(
-                    "a backward through {}, a node of the graph create_graph=True recorded \
-                     (a gradient penalty's or a Hessian-vector product's second backward), is \
-                     not modelled",
-                    self.nodes[n.0].name
-                )));
+                let mut ready = Vec::new();
+                let r = self.second_order_backward(n, g0, &needs, &mut ready);
+                outs.extend(ready.into_iter().map(|(i, t)| Out::Ready(i, t)));
+                if let Err(e) = r {
+                    for o in outs {
+                        if let Out::Ready(_, t) = o {
+                            self.release(t);
+                        }
+                    }
+                    return Err(e);
+                }
+            }
+            BwdKind::Norm => {
+                if needs(self, 0) {
+                    let m = self.nodes[n.0].inputs[0];
+                    let t = self.norm_grad(m.shape, m.dtype)?;
+                    self.k_grad_from(g0, t);
+                    outs.push(Out::Ready(0, t));
+                }
             }
             BwdKind::Reentrant { start, end, amp } => {
                 if let (Some(g), true) = (g0, needs(self, 0)) {
@@ -640,6 +653,12 @@ impl Engine {
                             })
                             .flatten();
                         let s = self.scratch_after(s, reduction)?;
+                        // at::sum_to sums with keepdim, then views away the
+                        // leading dimensions (a bias's gradient): a view, so
+                        // a second gradient into it is summed out of place.
+                        if gs.rank() > m.shape.rank() {
+                            self.t_mut(s).is_view = true;
+                        }
                         self.k_grad_from(Some(g), s);
                         self.release(g);
                         (i, s)

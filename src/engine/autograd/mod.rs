@@ -261,8 +261,11 @@ pub(crate) enum BwdKind {
     /// gradient first, then the input's (ops/bnb_matmul.rs).
     Bnb(BnbBwd),
     /// A node of the graph a `create_graph=True` backward recorded
-    /// (`second_order.rs`): running backward through it is not modelled.
+    /// (`second_order.rs`), run by its name's rule there.
     SecondOrder,
+    /// LinalgVectorNormBackward0 for p = 2 (`ops/penalty.rs`: two
+    /// temporaries, then the gradient).
+    Norm,
 }
 
 /// What a bitsandbytes backward dequantises (ops/bnb_matmul.rs).

@@ -13,7 +13,8 @@
 //! cited by line (NllLossBackwardBackward0 at 10705: `target_` 10720,
 //! `weight_` 10721; LogSoftmaxBackwardDataBackward0 at 10580: `grad_output_`
 //! 10594, `output_` 10595; ThresholdBackwardBackward0 at 11084: `self_`
-//! 11096; MmBackward0 at 4323: `mat2_` 4336, `self_` 4340). Under `vramscope
+//! 11096; MmBackward0 at 4323: `mat2_` 4336, `self_` 4340; ExpandBackward0
+//! at 2047, sizes only, 2059). Under `vramscope
 //! trace` (PyTorch 2.11 itself, on the meta device) the built-ins'
 //! programs make the requests these rules make, byte for byte:
 //!
@@ -34,15 +35,26 @@
 //!   ReLU's result).
 //! - AddmmBackward0's `mat1` gradient is `mm_mat1_backward(grad, mat2, …)`,
 //!   `grad.mm(mat2.t())`: an MmBackward0 that saves `mat2` (the weight, a
-//!   view: no new memory) because `self`, the incoming gradient, requires
-//!   grad; it would save the gradient too if the weight required grad,
-//!   which is not modelled (a frozen model's Linear only).
+//!   view: no new memory) when `self`, the incoming gradient, requires
+//!   grad, and `self` (the incoming gradient, kept alive) when `mat2`, the
+//!   weight, does: a trained Linear (a WGAN-GP critic's) keeps every
+//!   gradient it received. `mat2.t()` of a trained weight is two views of
+//!   it (TBackward0 twice), folded into the edge to its AccumulateGrad as
+//!   the forward's `weight.t()` is.
+//! - SumBackward0 runs `grad.expand_symint(self_sym_sizes)`: a view, whose
+//!   ExpandBackward0 saves sizes only; recorded when the incoming gradient
+//!   has a history (a seed has none: then nothing).
 //!
-//! Anything else is refused by name. Running backward through these nodes
-//! (a gradient penalty's second backward) is not modelled either.
+//! Anything else is refused by name. A backward through the recorded graph
+//! (WGAN-GP's penalty, `ops/penalty.rs`) runs MmBackward0 and
+//! ThresholdBackwardBackward0 by their formulas (`second_order_backward`);
+//! a backward that reaches NllLossBackwardBackward0,
+//! LogSoftmaxBackwardDataBackward0 or ExpandBackward0 (a penalty on a
+//! classifier's loss gradient) stops the run with the node's name.
 
 use crate::engine::autograd::{BwdKind, Edge, InputMeta, NodeId, SavedSlot};
 use crate::engine::error::{EngineError, Result};
+use crate::engine::tag::Category;
 use crate::engine::tensor::TensorId;
 use crate::engine::Engine;
 
@@ -55,8 +67,11 @@ enum From {
     Input(usize),
     /// The first-order node's output (a saved result's history).
     Output,
-    /// An input that does not require grad (a frozen weight).
-    Frozen,
+    /// The first-order node's input `k`, a weight: where a trained
+    /// Linear's `mat2.t()` leads (two views of the weight, whose TBackward0
+    /// nodes the engine folds into the edge to its AccumulateGrad, as it
+    /// does in the forward); no edge for a frozen one.
+    Weight(usize),
 }
 
 /// What the double-backward node saves.
@@ -66,6 +81,12 @@ enum Save {
     Grad,
     /// The first-order node's saved slot of this name.
     Slot(&'static str),
+    /// The incoming gradient, only if the rule's input `k` requires grad
+    /// (MmBackward0's `self_`, saved for `mat2`'s gradient).
+    GradIf(usize),
+    /// The slot, only if the rule's input `k` requires grad (MmBackward0's
+    /// `mat2_`, saved for `self`'s gradient).
+    SlotIf(&'static str, usize),
 }
 
 struct Rule {
@@ -75,11 +96,11 @@ struct Rule {
 }
 
 /// The first-order nodes whose gradients can be recorded, for messages.
-pub(crate) const MODELLED: &str = "NllLossBackward0, LogSoftmaxBackward0, ReluBackward0 and \
-     AddmmBackward0 toward its input (a Linear whose weight does not require grad)";
+pub(crate) const MODELLED: &str = "NllLossBackward0, LogSoftmaxBackward0, ReluBackward0, \
+     SumBackward0 and AddmmBackward0 toward its input";
 
 /// The rule for the gradient of input `i` of a node named `node`.
-fn rule(node: &str, i: usize, weight_requires_grad: bool) -> Option<Rule> {
+fn rule(node: &str, i: usize) -> Option<Rule> {
     Some(match (node, i) {
         ("NllLossBackward0", 0) => Rule {
             name: "NllLossBackwardBackward0",
@@ -99,10 +120,21 @@ fn rule(node: &str, i: usize, weight_requires_grad: bool) -> Option<Rule> {
             inputs: &[From::Grad, From::Output],
             saves: &[("self", Save::Slot("result"))],
         },
-        ("AddmmBackward0", 1) if !weight_requires_grad => Rule {
+        // `mm_mat1_backward(grad, mat2, …)` = `grad.mm(mat2.t())`: `mm`'s
+        // entry saves `mat2` for `self`'s gradient when `self` (the
+        // incoming gradient) requires grad, and `self` for `mat2`'s when
+        // `mat2` (the weight) does (Functions.h 4336, 4340).
+        ("AddmmBackward0", 1) => Rule {
             name: "MmBackward0",
-            inputs: &[From::Grad, From::Frozen],
-            saves: &[("mat2", Save::Slot("mat2"))],
+            inputs: &[From::Grad, From::Weight(2)],
+            saves: &[("self", Save::GradIf(1)), ("mat2", Save::SlotIf("mat2", 0))],
+        },
+        // `grad.expand_symint(self_sym_sizes)`: a view; ExpandBackward0
+        // saves only sizes.
+        ("SumBackward0", 0) => Rule {
+            name: "ExpandBackward0",
+            inputs: &[From::Grad],
+            saves: &[],
         },
         _ => return None,
     })
@@ -119,13 +151,8 @@ impl Engine {
         produced: &[(usize, TensorId)],
     ) -> Result<()> {
         let name = self.nodes[n.0].name;
-        let weight_requires_grad = name == "AddmmBackward0"
-            && self.nodes[n.0]
-                .inputs
-                .get(2)
-                .is_some_and(|m| m.edge.is_some());
         for &(i, t) in produced {
-            let Some(r) = rule(name, i, weight_requires_grad) else {
+            let Some(r) = rule(name, i) else {
                 return Err(EngineError::Program(format!(
                     "create_graph=True: the gradient {name} computes (input {i}) would be \
                      recorded by its formula's ops, which is not modelled; modelled: {MODELLED}"
@@ -154,10 +181,7 @@ impl Engine {
                             ..m
                         }
                     }
-                    From::Frozen => InputMeta {
-                        edge: None,
-                        ..self.nodes[n.0].inputs[0]
-                    },
+                    From::Weight(k) => self.weight_transpose(n, k),
                 };
                 metas.push(meta);
             }
@@ -172,19 +196,53 @@ impl Engine {
                 }
             }
             self.nodes[d.0].inputs = metas;
+            let requires: Vec<bool> = self.nodes[d.0]
+                .inputs
+                .iter()
+                .map(|m| m.edge.is_some())
+                .collect();
+            let requires = |k: usize| requires.get(k).copied().unwrap_or(false);
             for &(saved_as, what) in r.saves {
-                match what {
-                    Save::Grad => {
-                        if let Some(g) = g0 {
-                            self.save(d, saved_as, g, false);
-                        }
-                    }
-                    Save::Slot(slot) => self.save_slot_of(d, saved_as, n, slot),
+                let (grad, slot) = match what {
+                    Save::Grad => (true, None),
+                    Save::GradIf(k) => (requires(k), None),
+                    Save::Slot(slot) => (false, Some(slot)),
+                    Save::SlotIf(slot, k) => (false, Some(slot).filter(|_| requires(k))),
+                };
+                if let (true, Some(g)) = (grad, g0) {
+                    self.save(d, saved_as, g, false);
+                }
+                if let Some(slot) = slot {
+                    self.save_slot_of(d, saved_as, n, slot);
                 }
             }
             self.set_grad_fn(t, d, 0);
         }
         Ok(())
+    }
+
+    /// Where a recorded gradient of `n`'s weight input `k` leads: the
+    /// forward's `weight.t()`, a TBackward0 the engine folds into the edge
+    /// to the weight's AccumulateGrad until a second gradient reaches it
+    /// here. From then on it is a node of its own (a view of what it is
+    /// handed, as PyTorch's is), so the two gradients of one forward pass
+    /// are summed in its buffer and reach the weight as one transposed
+    /// view, as PyTorch sums them.
+    fn weight_transpose(&mut self, n: NodeId, k: usize) -> InputMeta {
+        let m = self.nodes[n.0].inputs[k];
+        let Some(e) = m.edge else {
+            return m;
+        };
+        if self.nodes[e.node.0].name == "TBackward0" {
+            return m;
+        }
+        let t = self.new_node("TBackward0", BwdKind::SecondOrder, &[]);
+        // n's reference to the AccumulateGrad becomes t's; n refers to t.
+        self.nodes[t.0].inputs = vec![m];
+        self.nodes[t.0].refs += 1;
+        let edge = Some(Edge { node: t, nr: 0 });
+        self.nodes[n.0].inputs[k].edge = edge;
+        InputMeta { edge, ..m }
     }
 
     /// Save in `d`, as `name`, what `from`'s slot `slot` holds (the same
@@ -206,5 +264,107 @@ impl Engine {
             is_output: false,
             ..s
         });
+    }
+}
+
+impl Engine {
+    /// Backward through a node of the recorded graph (a gradient
+    /// penalty's second backward), by the node's formula in PyTorch 2.11
+    /// (derivatives.yaml; the order its generated apply() computes them,
+    /// seen under `vramscope trace`):
+    /// - MmBackward0: `mat2`'s gradient first, `self.t().mm(grad)` (a
+    ///   contiguous copy of a broadcast `self`, the seed a SumBackward0
+    ///   expanded, made after it and freed at once), then `self`'s,
+    ///   `grad.mm(mat2.t())`. `mat2`'s reaches the weight through two
+    ///   transposes: a view, summed out of place with the weight's other
+    ///   gradients.
+    /// - ThresholdBackwardBackward0: `threshold_backward(grad, self, 0)`
+    ///   for the incoming gradient, `zeros_like(grad)` for the ReLU's result.
+    /// - TBackward0, a forward pass's `weight.t()` once a recorded gradient
+    ///   reaches it (`weight_transpose`): a view.
+    ///
+    /// Any other recorded node is refused by name.
+    pub(super) fn second_order_backward(
+        &mut self,
+        n: NodeId,
+        g0: Option<TensorId>,
+        needs: &dyn Fn(&Engine, usize) -> bool,
+        ready: &mut Vec<(usize, TensorId)>,
+    ) -> Result<()> {
+        let name = self.nodes[n.0].name;
+        match name {
+            "MmBackward0" => {
+                for i in [1, 0] {
+                    if !needs(self, i) {
+                        continue;
+                    }
+                    let m = self.nodes[n.0].inputs[i];
+                    let t = if i == 1 {
+                        let broadcast = self.nodes[n.0]
+                            .saved
+                            .iter()
+                            .find(|s| s.name == "self")
+                            .and_then(|s| {
+                                let st = s.storage?;
+                                (self.storages[st.0].bytes < s.bytes()).then(|| s.bytes())
+                            });
+                        let out = self.empty(m.shape, m.dtype, Category::Gradient)?;
+                        let copy = match broadcast.map(|b| self.transient(b, Category::Temporary)) {
+                            Some(Err(e)) => {
+                                self.release(out);
+                                return Err(e);
+                            }
+                            Some(Ok(c)) => c,
+                            None => None,
+                        };
+                        let ws = self.cublas_workspace();
+                        self.free_transient(copy);
+                        match ws {
+                            Ok(ws) => self.free_transient(ws),
+                            Err(e) => {
+                                self.release(out);
+                                return Err(e);
+                            }
+                        }
+                        self.t_mut(out).is_view = true;
+                        out
+                    } else {
+                        self.gemm_grad(m.shape, m.dtype, g0)?
+                    };
+                    self.k_grad_from(g0, t);
+                    ready.push((i, t));
+                }
+                ready.sort_by_key(|(i, _)| *i);
+            }
+            // The forward's `weight.t()` (`weight_transpose`): the gradients
+            // arrive in the weight's orientation here, so the transpose
+            // hands on a view of the same layout.
+            "TBackward0" => {
+                if let (Some(g), true) = (g0, needs(self, 0)) {
+                    let m = self.nodes[n.0].inputs[0];
+                    let layout = self.layout(g);
+                    let v = self.view_as_plain(g, m.shape, layout);
+                    ready.push((0, v));
+                }
+            }
+            "ThresholdBackwardBackward0" => {
+                for i in 0..self.nodes[n.0].inputs.len() {
+                    if needs(self, i) {
+                        let m = self.nodes[n.0].inputs[i];
+                        let t = self.empty(m.shape, m.dtype, Category::Gradient)?;
+                        self.k_grad_from(g0, t);
+                        ready.push((i, t));
+                    }
+                }
+            }
+            _ => {
+                return Err(EngineError::Program(format!(
+                    "a backward through {name}, a node of the graph create_graph=True recorded, \
+                     is not modelled; modelled: MmBackward0 and ThresholdBackwardBackward0 (a \
+                     critic's Linears and ReLUs under a gradient penalty)"
+                )))
+            }
+        }
+        Ok(())
     }
 }

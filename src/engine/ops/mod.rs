@@ -13,6 +13,7 @@ pub mod loss;
 pub mod matmul;
 pub mod moe;
 pub mod norm;
+mod penalty;
 pub mod pointwise_hf;
 pub(crate) mod reduce_input;
 pub mod repeat_kv;

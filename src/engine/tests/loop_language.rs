@@ -38,6 +38,7 @@ fn buffer(name: &str, bytes: u64) -> Step {
         name: s(name),
         shape: vec![bytes / 4],
         dtype: DType::F32,
+        fill: crate::engine::Fill::Empty,
     }
 }
 
@@ -327,6 +328,7 @@ fn the_hidden_state_can_be_kept_detached_and_appended() {
 fn train_steps() -> Vec<Step> {
     let mut v = vec![Step::ZeroGrad {
         set_to_none: Some(true),
+        optimizer: None,
     }];
     v.extend(forward_steps());
     v.push(Step::Backward {

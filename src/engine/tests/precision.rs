@@ -64,7 +64,10 @@ fn gpt_amp_training_step_runs() {
 /// fp16 autocast with GradScaler: zero_grad, forward, scale, backward, step, update.
 fn scaled_training_steps() -> Vec<Step> {
     let mut steps = vec![
-        Step::ZeroGrad { set_to_none: None },
+        Step::ZeroGrad {
+            set_to_none: None,
+            optimizer: None,
+        },
         Step::AutocastEnter { dtype: DType::F16 },
     ];
     steps.extend(forward_steps());
@@ -153,6 +156,7 @@ fn grad_scaler_refuses_fp16_grads_and_linear_refuses_a_mismatched_input() {
             name: s("x"),
             shape: vec![4, 784],
             dtype: DType::F32,
+            fill: crate::engine::Fill::Empty,
         },
         Step::Forward {
             input: s("x"),
@@ -233,6 +237,7 @@ fn binary_cross_entropy_needs_a_target_shaped_like_the_output() {
         name: s("labels"),
         shape: vec![256],
         dtype: DType::F32,
+        fill: crate::engine::Fill::Empty,
     });
     steps.push(Step::Loss {
         output: s("out"),

@@ -18,6 +18,7 @@ fn buffer(name: &str) -> Step {
         name: s(name),
         shape: vec![(MIB as u64)],
         dtype: DType::F32,
+        fill: crate::engine::Fill::Empty,
     }
 }
 

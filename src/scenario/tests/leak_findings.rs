@@ -326,7 +326,10 @@ fn missing_zero_grad_is_flagged_without_calling_it_a_leak() {
     // Present (either flavour): nothing.
     for set_to_none in [None, Some(false)] {
         let mut steps = train_steps();
-        steps[0] = Step::ZeroGrad { set_to_none };
+        steps[0] = Step::ZeroGrad {
+            set_to_none,
+            optimizer: None,
+        };
         let f = analyze_run(mlp(), &program(steps, 5));
         assert!(f.is_empty(), "{set_to_none:?}:\n{}", findings_text(&f));
     }
@@ -337,7 +340,10 @@ fn lstm_steps(detach: bool, retain_graph: bool, step: bool) -> Vec<Step> {
         detach,
         part: Default::default(),
     }];
-    v.push(Step::ZeroGrad { set_to_none: None });
+    v.push(Step::ZeroGrad {
+        set_to_none: None,
+        optimizer: None,
+    });
     v.extend(forward_steps());
     v.push(Step::Backward {
         loss: s("loss"),
@@ -524,6 +530,7 @@ fn a_buffer_rebuilt_while_still_bound_is_a_one_off_peak() {
         name: s("buf"),
         shape: vec![4, 1024, 1024],
         dtype: crate::engine::DType::F32,
+        fill: crate::engine::Fill::Empty,
     };
     let f = analyze_run(mlp(), &program(with(train_steps(), buffer.clone()), 5));
     let x = only(&f, "buf", FindingKind::OneOffPeak);
