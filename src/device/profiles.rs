@@ -101,9 +101,9 @@ pub const PROFILES: [GpuProfile; 9] = [
         // total − cudaMemGetInfo's free, before the first tensor (the captures).
         context_bytes: Some(552_402_944),
         // The driver's rule measured on this card (Placement::H100Driver)
-        // makes 13 more traced captures exact and 3 inexact, one 8.6 % off
-        // (docs/driver_addresses.md): not the default while captures
-        // regress under it.
+        // makes 23 more traced captures exact (90 of 95) and 2 inexact, one
+        // 8.6 % off on peak reserved (docs/driver_addresses.md): not the
+        // default while captures regress under it.
         placement: Placement::InOrder,
         peak_tflops: 989.4,
         bandwidth_gb_s: 3352.0,
