@@ -91,17 +91,12 @@ fn replayed(stem: &str, placement: Placement) -> Figures {
         )
     };
     // The program's kernels start at its first request not made by a
-    // module's `.to()` (the trace tells the device the same way).
-    let converting = |t: &vramscope::trace::snapshot::TraceEntry| {
-        snap.frames
-            .resolve(t.frames)
-            .any(|f| f.is_module_conversion())
-    };
+    // module's `.to()` (read from its stacks, as the trace tells the device).
     let mut ours: HashMap<u64, u64> = HashMap::new();
     let (mut ends, mut oom, mut next, mut emptying) = (Vec::new(), false, 1, false);
     let mut kernels = false;
     for (e, t) in entries.iter().zip(trace) {
-        if !kernels && matches!(e.action, Action::Alloc | Action::Oom) && !converting(t) {
+        if !kernels && e.starts_kernels() {
             kernels = true;
             a.device_mut().kernels_started();
         }
