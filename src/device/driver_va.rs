@@ -8,8 +8,8 @@
 //! (docs/driver_addresses.md). It predicts the *order* of segments (93 pairs
 //! of 100), not most addresses: the CUDA context, cuBLAS, cuDNN and lazily
 //! loaded kernel modules also call the driver, unrecorded, and move them.
-//! It is not the H100 profile's default: two captures exact in request
-//! order are not under it.
+//! It is not the H100 profile's default: two traced captures and four
+//! built-ins exact in request order are not under it.
 
 use std::collections::BTreeMap;
 
