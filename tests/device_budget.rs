@@ -26,7 +26,8 @@ fn a_large_card_held_to_the_scenario_makes_the_scenarios_decisions() {
     ] {
         let (s, b) = resolve(name).unwrap_or_else(|e| panic!("{name}: {e}"));
         let plain = run(&s, &b, &OPTS);
-        let card = SimDevice::new("a large card", CARD, 0);
+        // Laid out as the scenario's card (its driver's layout, where modelled).
+        let card = SimDevice::new("a large card", CARD, 0).placed(b.engine.placement);
         let dev = scenario_sized(card, b.engine.device_bytes, b.engine.device_overhead);
         let held = run_launching(&s, &b, &OPTS, dev, None);
         assert_eq!(

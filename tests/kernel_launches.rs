@@ -18,11 +18,14 @@ fn load(name: &str) -> (Scenario, vramscope::scenario::Built) {
 /// The scenario run through `launcher`, on the same simulated device `run` uses.
 fn launching(name: &str, launcher: RecordingLauncher) -> RunResult {
     let (s, b) = load(name);
-    let dev = Box::new(SimDevice::new(
-        &b.conditions.device_name,
-        b.engine.device_bytes,
-        b.engine.device_overhead,
-    ));
+    let dev = Box::new(
+        SimDevice::new(
+            &b.conditions.device_name,
+            b.engine.device_bytes,
+            b.engine.device_overhead,
+        )
+        .placed(b.engine.placement),
+    );
     run_launching(&s, &b, &OPTS, dev, Some(Box::new(launcher)))
 }
 

@@ -87,6 +87,9 @@ impl<D: Device> Device for Budgeted<D> {
         self.inner.unmap(addr, size);
         self.used = self.used.saturating_sub(size);
     }
+    fn kernels_started(&mut self) {
+        self.inner.kernels_started()
+    }
 }
 
 /// The capacity a scenario's run on a card of `card_total` bytes is held to:

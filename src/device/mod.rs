@@ -53,6 +53,11 @@ pub trait Device {
     fn map(&mut self, addr: u64, size: u64) -> Result<(), DeviceError>;
     /// Return the pages of `[addr, addr+size)` to the device.
     fn unmap(&mut self, addr: u64, size: u64);
+    /// The program launched its first kernel (the first request not made by
+    /// a module's `.to()`): a model of the driver's layout may change where
+    /// later segments go (`Placement::H100Driver`). Real devices need
+    /// nothing; called once or more.
+    fn kernels_started(&mut self) {}
 }
 
 /// A device chosen at run time (simulated or real) behind one type.
@@ -83,6 +88,9 @@ impl<T: Device + ?Sized> Device for Box<T> {
     }
     fn unmap(&mut self, addr: u64, size: u64) {
         (**self).unmap(addr, size)
+    }
+    fn kernels_started(&mut self) {
+        (**self).kernels_started()
     }
 }
 

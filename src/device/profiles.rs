@@ -100,10 +100,12 @@ pub const PROFILES: [GpuProfile; 9] = [
         memory_measured: true,
         // total − cudaMemGetInfo's free, before the first tensor (the captures).
         context_bytes: Some(552_402_944),
-        // The driver's rule measured on this card (Placement::H100Driver)
-        // makes 13 more traced captures exact and 3 inexact, one 8.6 % off
-        // (docs/driver_addresses.md): not the default while captures
-        // regress under it.
+        // The driver's rule measured on this card (Placement::H100Driver):
+        // 90 of 95 traced captures exact (69 in request order), 25 built-ins
+        // exact against their captures, but four move away from theirs
+        // (reference-cycle-bug/-gc 64 MiB, attention-math-bf16 4 MiB,
+        // llama-lora-finetune 2 MiB): not the default yet
+        // (docs/driver_addresses.md).
         placement: Placement::InOrder,
         peak_tflops: 989.4,
         bandwidth_gb_s: 3352.0,

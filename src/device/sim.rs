@@ -120,4 +120,9 @@ impl Device for SimDevice {
     fn unmap(&mut self, _addr: u64, size: u64) {
         self.used = self.used.saturating_sub(size);
     }
+    fn kernels_started(&mut self) {
+        if let Some(d) = &mut self.driver {
+            d.kernels_started();
+        }
+    }
 }

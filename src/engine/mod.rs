@@ -372,6 +372,10 @@ impl Engine {
     }
 
     pub(crate) fn phase_begin(&mut self, p: Phase) -> Phase {
+        if p != Phase::Setup {
+            // Past the model's `.to()`: the program's kernels run from here.
+            self.alloc.device_mut().kernels_started();
+        }
         let prev = std::mem::replace(&mut self.ctx.phase, p);
         self.events.push(EngineEvent::PhaseBegin(p));
         prev

@@ -28,6 +28,10 @@ pub struct RequestLog {
     pub(super) empty_cache_at: Vec<usize>,
     /// Where each iteration's requests begin, by iteration (from 1).
     pub(super) iteration_starts: Vec<(u32, usize)>,
+    /// The run left its `Setup` phase: the engine told its device that the
+    /// program's kernels started (the entries after are not
+    /// [`Entry::before_kernels`]).
+    past_setup: bool,
 }
 
 impl RequestLog {
@@ -45,12 +49,16 @@ impl RequestLog {
                         size: a.size,
                         stream: a.stream,
                         in_empty_cache: false,
+                        before_kernels: !self.past_setup,
                     });
                 }
             }
             Event::Marker(Marker::EmptyCache) => self.empty_cache_at.push(self.entries.len()),
             Event::Marker(Marker::IterationBegin(i)) => {
                 self.iteration_starts.push((*i, self.entries.len()))
+            }
+            Event::Marker(Marker::PhaseBegin(p)) if *p != crate::trace::Phase::Setup => {
+                self.past_setup = true
             }
             _ => {}
         }
@@ -93,5 +101,45 @@ impl RequestLog {
         let sim = SimDevice::new(device.name.clone(), device.total, device.overhead)
             .placed(device.placement);
         retry_at(&requests, config, sim, at, empty_cache_first)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alloc::{AllocEvent, Pool, Tag};
+    use crate::trace::Phase;
+
+    fn alloc(addr: u64) -> Event {
+        Event::Alloc(AllocEvent {
+            action: Action::Alloc,
+            addr,
+            size: 512,
+            block_size: 512,
+            stream: 0,
+            pool: Pool::Small,
+            device_free: 0,
+            tag: Tag::NONE,
+        })
+    }
+
+    #[test]
+    fn requests_before_the_first_phase_past_setup_are_before_kernels() {
+        let mut log = RequestLog::default();
+        for e in [
+            alloc(1),
+            Event::Marker(Marker::PhaseBegin(Phase::Setup)),
+            alloc(2),
+            Event::Marker(Marker::PhaseEnd(Phase::Setup)),
+            Event::Marker(Marker::PhaseBegin(Phase::Forward)),
+            alloc(3),
+            Event::Marker(Marker::PhaseBegin(Phase::Setup)),
+            alloc(4),
+        ] {
+            log.record(&e);
+        }
+        let before: Vec<bool> = log.entries.iter().map(|e| e.before_kernels).collect();
+        // Once started, kernels stay started (the engine tells its device once).
+        assert_eq!(before, [true, true, false, false]);
     }
 }

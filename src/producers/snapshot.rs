@@ -277,7 +277,7 @@ enum Work {
     Mirror {
         start: MemoryMap,
         trace: Vec<TraceEntry>,
-        reader: EntryReader,
+        reader: Box<EntryReader>,
         device_free: Vec<(usize, u64)>,
         config: AllocConfig,
     },
@@ -401,7 +401,7 @@ fn plan(
             let work = Work::Mirror {
                 start,
                 trace: Vec::new(),
-                reader,
+                reader: Box::new(reader),
                 device_free,
                 config,
             };

@@ -26,7 +26,7 @@ use rustc_hash::FxHashMap;
 
 use crate::alloc::{Action, AllocConfig};
 use crate::trace::replay::from_snapshot::{
-    self, releases_segment, shows_empty_cache, DEFAULT_DEVICE_TOTAL,
+    self, releases_segment, shows_empty_cache, BeforeKernels, DEFAULT_DEVICE_TOTAL,
 };
 use crate::trace::replay::reconstruct::StartTracker;
 use crate::trace::replay::whatif::{Past, WhatIf};
@@ -254,6 +254,8 @@ struct Facts {
     oom: bool,
     /// Per stack: whether it passes through `empty_cache()`.
     empty_cache: FxHashMap<FramesId, bool>,
+    /// Whether the program's first kernel has come yet.
+    before_kernels: BeforeKernels,
 }
 
 impl Facts {
@@ -269,6 +271,7 @@ impl Facts {
                         .or_insert_with(|| shows_empty_cache(tables.frames, e.frames));
                 let entry = Entry {
                     in_empty_cache,
+                    before_kernels: self.before_kernels.read(tables.frames, e),
                     ..Entry::recorded(e)
                 };
                 self.start.push(&entry);
@@ -354,6 +357,7 @@ impl TraceTap for WhatIfTap<'_> {
                 reserved_peak: 0,
                 oom: false,
                 empty_cache: FxHashMap::default(),
+                before_kernels: BeforeKernels::default(),
             },
             replay: Replay::spawn(self.under.clone(), self.out),
         });

@@ -26,9 +26,9 @@ use crate::device::{Device, GpuProfile, SimDevice};
 use crate::engine::ops::sdpa_select::SdpaCall;
 use crate::engine::DType;
 use crate::engine::SdpaBackend;
-use crate::trace::snapshot::export_bytes;
 use crate::trace::snapshot::from_run::{snapshot_of_run, DeviceRun};
 use crate::trace::snapshot::Snapshot;
+use crate::trace::snapshot::{export_bytes, is_module_conversion};
 
 /// How the simulated device is set up.
 #[derive(Debug, Clone)]
@@ -83,6 +83,9 @@ pub struct Simulator<W: Write> {
     /// fit here (the replay stops there), which is no fault.
     pub(super) replaying: bool,
     stacks: Vec<Frames>,
+    /// The program has made a request outside a module's `.to()`: its
+    /// kernels have started (the device was told, `Device::kernels_started`).
+    kernels_started: bool,
     events: Vec<AllocEvent>,
     /// Where the program's own snapshots begin: the trace as of its last
     /// `_record_memory_history(enabled=None)` (which clears PyTorch's
@@ -179,6 +182,7 @@ impl<W: Write> Simulator<W> {
             plan: None,
             replaying: false,
             stacks: Vec::new(),
+            kernels_started: false,
             events: Vec::new(),
             history_from: 0,
             history_off: false,
@@ -424,6 +428,7 @@ impl<W: Write> Simulator<W> {
         let device = SimDevice::new(g.product, g.total_memory, g.context_bytes.unwrap_or(0))
             .placed(g.placement);
         self.alloc = Some(CachingAllocator::new(device, config.clone()));
+        self.kernels_started = false;
         self.config = config;
         self.rules = Some(rules);
         self.outcome.alloc_conf = conf.clone();
@@ -473,6 +478,10 @@ impl<W: Write> Simulator<W> {
         bytes: u64,
         stack: Option<u32>,
     ) -> Result<Result<u64, String>, TraceError> {
+        if !self.kernels_started && !self.converting(stack) {
+            self.kernels_started = true;
+            self.allocator()?.device_mut().kernels_started();
+        }
         let r = self.allocator()?.malloc(bytes, 0, tag_of(stack));
         self.emit()?;
         match r {
@@ -491,6 +500,17 @@ impl<W: Write> Simulator<W> {
             }
             Err(e) => Ok(Err(e.to_string())),
         }
+    }
+
+    /// Whether a request from `stack` is a module's `.to()` (`nn.Module._apply`).
+    fn converting(&self, stack: Option<u32>) -> bool {
+        stack
+            .and_then(|s| self.stacks.get(s as usize))
+            .is_some_and(|frames| {
+                frames
+                    .iter()
+                    .any(|(file, _, name)| is_module_conversion(file, name))
+            })
     }
 
     /// `m`: a storage the program waits on (it may not fit), answered with

@@ -555,3 +555,63 @@ fn the_programs_snapshots_follow_its_record_memory_history() {
         "vramscope keeps all"
     );
 }
+
+/// On a card whose driver layout is modelled (`Placement::H100Driver`), the
+/// trace tells the device where the program's kernels start: its first
+/// request not made under `nn.Module._apply`. The module's segments go
+/// below the range the context holds, the program's own into it.
+#[test]
+fn the_first_request_outside_a_modules_to_opens_the_held_range() {
+    let h100 = profile("H100-SXM-80GB").expect("H100");
+    let gpu: &'static crate::device::GpuProfile = Box::leak(Box::new(crate::device::GpuProfile {
+        placement: crate::device::Placement::H100Driver,
+        ..*h100
+    }));
+    let sink = Shared::default();
+    let opts = SimOptions {
+        gpu,
+        steps: None,
+        conf: None,
+        holders_budget_ms: super::simulator::HOLDERS_BUDGET_MS,
+    };
+    let mut sim = Simulator::new(opts, sink.clone(), vec!["python".into(), "t.py".into()]);
+    ask(
+        &mut sim,
+        &json!(["hello", {"pid": 42, "argv": ["t.py"], "torch": "2.11.0+cu130"}]),
+    );
+    assert_eq!(ask(&mut sim, &json!(["init", {}]))[0], "ok");
+    let module = "/venv/lib/python3.12/site-packages/torch/nn/modules/module.py";
+    post(
+        &mut sim,
+        &json!([
+            "s",
+            0,
+            [
+                [module, 1370, "convert"],
+                [module, 965, "_apply"],
+                ["/home/u/train.py", 9, "<module>"]
+            ]
+        ]),
+    );
+    post(
+        &mut sim,
+        &json!(["s", 1, [["/home/u/train.py", 12, "<module>"]]]),
+    );
+    let mib = 1u64 << 20;
+    for (cd, stack) in [(1, 0), (2, 0), (3, 1)] {
+        assert_eq!(ask(&mut sim, &json!(["m", cd, 20 * mib, stack]))[0], "ok");
+    }
+    let (_, snap, _) = finish(sim, &sink);
+    let at: Vec<u64> = snap.device_traces[0]
+        .iter()
+        .filter(|e| e.action == crate::alloc::Action::SegmentAlloc)
+        .map(|e| e.addr)
+        .collect();
+    assert_eq!(at.len(), 3, "one 20 MiB segment each: {at:x?}");
+    let (first, module_s, programs) = (at[0], at[1], at[2]);
+    assert!(
+        module_s < programs && programs < first,
+        "the first segment on top, the module's below the held range, the \
+         program's in it: {first:#x} {module_s:#x} {programs:#x}"
+    );
+}

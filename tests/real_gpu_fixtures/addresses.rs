@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 
 use vramscope::alloc::{Action, CachingAllocator, Tag};
-use vramscope::device::SimDevice;
+use vramscope::device::{Device, SimDevice};
 use vramscope::scenario::{resolve, RunResult};
 use vramscope::trace::replay::from_snapshot;
 use vramscope::trace::snapshot::import_file;
@@ -113,7 +113,14 @@ pub(crate) fn on_simulated_addresses(scenario: &str, stem: &str) -> OnSimulatedA
         )
     };
     let mut next = 0;
+    let mut kernels = false;
     for (e, t) in entries.iter().zip(trace) {
+        // Kernels start at the first request not made by a module's `.to()`
+        // (from the capture's stacks), as the engine's device is told.
+        if !kernels && e.starts_kernels() {
+            kernels = true;
+            a.device_mut().kernels_started();
+        }
         let at = t.time_us().expect("the capture's entries are timed");
         while next < boundaries.len() && at >= boundaries[next] {
             ends.push(end(&a));

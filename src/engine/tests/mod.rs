@@ -4,6 +4,7 @@
 mod behaviour;
 mod bnb;
 mod checkpointing;
+mod driver_layout;
 mod dtypes;
 mod golden;
 mod handwritten;

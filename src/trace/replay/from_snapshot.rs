@@ -29,6 +29,9 @@ pub fn entries(snap: &Snapshot, device: usize) -> Vec<Entry> {
 pub struct EntryReader {
     /// The stacks of segment releases that show `torch.cuda.empty_cache()`.
     empty_cache: HashSet<FramesId>,
+    /// The stacks of the requests before the program's first kernel
+    /// ([`BeforeKernels`]).
+    before_kernels: HashSet<FramesId>,
 }
 
 impl EntryReader {
@@ -41,7 +44,16 @@ impl EntryReader {
             .into_iter()
             .filter(|id| shows_empty_cache(&snap.frames, *id))
             .collect();
-        EntryReader { empty_cache }
+        let mut before = BeforeKernels::default();
+        let before_kernels = trace
+            .iter()
+            .filter(|e| before.read(&snap.frames, e))
+            .map(|e| e.frames)
+            .collect();
+        EntryReader {
+            empty_cache,
+            before_kernels,
+        }
     }
 
     pub fn entry(&self, e: &TraceEntry) -> Entry {
@@ -51,7 +63,30 @@ impl EntryReader {
             size: e.size,
             stream: e.stream,
             in_empty_cache: releases_segment(e.action) && self.empty_cache.contains(&e.frames),
+            // A stack seen before the first kernel may come again after it:
+            // a what-if reads the flag up to the first request without it.
+            before_kernels: self.before_kernels.contains(&e.frames),
         }
+    }
+}
+
+/// Which requests came before the program's first kernel, read entry by
+/// entry as `vramscope trace` tells its device: those under
+/// `nn.Module._apply` (a module's `.to()`) before the first request that
+/// is not. Stops reading stacks at that request.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BeforeKernels {
+    started: bool,
+}
+
+impl BeforeKernels {
+    /// Whether `e` came before the first kernel (frees and segment entries
+    /// do not start kernels; they take the flag of the requests around them).
+    pub fn read(&mut self, frames: &FrameTable, e: &TraceEntry) -> bool {
+        if !self.started && matches!(e.action, Action::Alloc | Action::Oom) {
+            self.started = !frames.resolve(e.frames).any(|f| f.is_module_conversion());
+        }
+        !self.started
     }
 }
 

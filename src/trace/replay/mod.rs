@@ -40,12 +40,26 @@ pub struct Entry {
     /// explicit call, not the release an OOM path makes before giving up
     /// (the two write the same entries otherwise).
     pub in_empty_cache: bool,
+    /// Made before the program launched its first kernel: a request under
+    /// `nn.Module._apply` (a module's `.to()`) before the first request
+    /// that is not, or an engine request in its `Setup` phase. A what-if
+    /// tells a simulated device that kernels started at the first request
+    /// without it ([`whatif`]); entries read with no stack leave it false,
+    /// so there kernels start at the first request.
+    pub before_kernels: bool,
 }
 
 impl Entry {
+    /// Whether a what-if tells its device, before this entry, that the
+    /// program's kernels started (the first request not [`Entry::before_kernels`]).
+    pub fn starts_kernels(&self) -> bool {
+        matches!(self.action, Action::Alloc | Action::Oom) && !self.before_kernels
+    }
+
     /// Trace entry `e` as the mirror reads it: it places what the trace
     /// recorded, so it need not tell an explicit `empty_cache()` from the
-    /// release an OOM path makes.
+    /// release an OOM path makes. Its stack is not read: not
+    /// [`Entry::before_kernels`].
     pub fn recorded(e: &crate::trace::snapshot::TraceEntry) -> Entry {
         Entry {
             action: e.action,
@@ -53,6 +67,7 @@ impl Entry {
             size: e.size,
             stream: e.stream,
             in_empty_cache: false,
+            before_kernels: false,
         }
     }
 }

@@ -459,6 +459,7 @@ mod tests {
             size,
             stream: 0,
             in_empty_cache: false,
+            before_kernels: false,
         }
     }
 

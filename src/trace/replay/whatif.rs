@@ -1,13 +1,20 @@
 //! What-if: the same requests under another `PYTORCH_CUDA_ALLOC_CONF`, on a
 //! simulated device of a given size. Answers "would expandable_segments or
 //! max_split_size_mb have saved me?" without a GPU.
+//!
+//! A replay tells its device that the program's kernels started
+//! (`Device::kernels_started`, which moves a modelled driver layout's
+//! segments) just before the first request that is not
+//! [`Entry::before_kernels`]: where the entries were read with their stacks
+//! or an engine run's phases, where `vramscope trace` and the engine told
+//! theirs; where nothing is known, at the first request.
 
 use std::collections::HashMap;
 
 use serde::Serialize;
 
 use crate::alloc::{Action, AllocConfig, CachingAllocator, Family, Level, SegmentInfo};
-use crate::device::SimDevice;
+use crate::device::{Device, SimDevice};
 
 use super::reconstruct::Reconstruction;
 use super::{entry_tag, Entry};
@@ -120,6 +127,24 @@ pub struct WhatIf {
     /// Each entry after which reserved memory was higher than ever before:
     /// its index, the events made before it, and the bytes reserved.
     highs: Vec<High>,
+    /// The device was told the program's kernels started.
+    kernels: Kernels,
+}
+
+/// Tells a replay's device, once, that the program's kernels started: just
+/// before the first entry that [`Entry::starts_kernels`].
+#[derive(Debug, Clone, Copy, Default)]
+struct Kernels {
+    started: bool,
+}
+
+impl Kernels {
+    fn before(&mut self, e: &Entry, a: &mut CachingAllocator<SimDevice>) {
+        if !self.started && e.starts_kernels() {
+            self.started = true;
+            a.device_mut().kernels_started();
+        }
+    }
 }
 
 /// A new most-reserved, after one entry (see [`WhatIf::first_past`]).
@@ -189,6 +214,7 @@ impl WhatIf {
             worst: 0,
             taken: 0,
             highs: Vec::new(),
+            kernels: Kernels::default(),
         }
     }
 
@@ -203,6 +229,7 @@ impl WhatIf {
                 self.emptied += 1;
                 self.a.empty_cache();
             }
+            self.kernels.before(e, &mut self.a);
             self.request(i, e, events_before);
         }
     }
@@ -357,7 +384,6 @@ pub fn retry_at(
     at: usize,
     empty_cache_first: bool,
 ) -> RetryOutcome {
-    use crate::device::Device;
     let (mut a, earlier_ooms, first_earlier_oom) = replayed_to(requests, config, device, at);
     let at = at.min(requests.entries.len());
     if empty_cache_first {
@@ -450,11 +476,13 @@ fn replayed_to(
     let mut earlier_ooms = 0;
     let mut first_earlier_oom = None;
     let mut next_empty_cache = requests.empty_cache_at.iter().peekable();
+    let mut kernels = Kernels::default();
     let at = at.min(requests.entries.len());
     for (i, e) in requests.entries[..at].iter().enumerate() {
         while next_empty_cache.next_if(|&&x| x <= i).is_some() {
             a.empty_cache();
         }
+        kernels.before(e, &mut a);
         let fits = match e.action {
             Action::Alloc => match a.malloc(e.size, e.stream, entry_tag(i)) {
                 Ok(addr) => {
@@ -486,6 +514,9 @@ fn replayed_to(
     while next_empty_cache.next_if(|&&x| x <= at).is_some() {
         a.empty_cache();
     }
+    if let Some(e) = requests.entries.get(at) {
+        kernels.before(e, &mut a);
+    }
     (a, earlier_ooms, first_earlier_oom)
 }
 
@@ -505,4 +536,51 @@ pub fn live_at(
         .filter(|b| b.state.is_active())
         .map(|b| (super::tag_entry(b.tag), b.size))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::Placement;
+
+    const MIB: u64 = 1 << 20;
+
+    /// Two 20 MiB requests on the H100 driver layout: where the second
+    /// segment lies, with the first `before` requests made before kernels.
+    fn second_segment(before: usize) -> u64 {
+        let entries: Vec<Entry> = (0..2)
+            .map(|i| Entry {
+                action: Action::Alloc,
+                addr: 0x1000 * (i as u64 + 1),
+                size: 20 * MIB,
+                stream: 0,
+                in_empty_cache: false,
+                before_kernels: i < before,
+            })
+            .collect();
+        let requests = Requests {
+            entries: &entries,
+            empty_cache_at: &[],
+            start: None,
+        };
+        let device = SimDevice::new("what-if", 80 << 30, 0).placed(Placement::H100Driver);
+        let run = run_on(&requests, AllocConfig::default(), device, false);
+        let mut segments: Vec<u64> = run.allocator.snapshot().iter().map(|s| s.address).collect();
+        assert_eq!(segments.len(), 2, "one segment per request");
+        // The first segment goes on top whatever the layout's state.
+        segments.sort_unstable();
+        segments[0]
+    }
+
+    #[test]
+    fn the_device_is_told_kernels_started_at_the_first_request_not_before_them() {
+        let from_first = second_segment(0);
+        let from_second = second_segment(1);
+        let never = second_segment(2);
+        // Kernels started before the second request either way: the held
+        // range is open to it.
+        assert_eq!(from_first, from_second);
+        // Never started: the range stays held and the segment goes below it.
+        assert!(never < from_second, "{never:#x} below {from_second:#x}");
+    }
 }

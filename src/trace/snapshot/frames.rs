@@ -54,6 +54,20 @@ impl Frame {
     pub fn is_user_code(&self) -> bool {
         self.kind() == FrameKind::User
     }
+
+    /// True for `torch.nn.Module._apply`: a request under it is a module's
+    /// `.to()` / `.cuda()` / `.half()`, which copies or casts its tensors
+    /// before the program has launched a kernel of its own.
+    pub fn is_module_conversion(&self) -> bool {
+        is_module_conversion(&self.filename, &self.name)
+    }
+}
+
+/// [`Frame::is_module_conversion`] of a frame given by file and function name.
+pub fn is_module_conversion(filename: &str, name: &str) -> bool {
+    name == "_apply"
+        && (filename.ends_with("torch/nn/modules/module.py")
+            || filename.ends_with("torch\\nn\\modules\\module.py"))
 }
 
 /// Index of one distinct [`Frame`] in a [`FrameTable`].

@@ -33,7 +33,7 @@ pub use consumed::ConsumedTrace;
 pub use container::LIVE_RECORDING_MAGIC;
 pub use error::{SchemaError, SnapshotError};
 pub use export::export_bytes;
-pub use frames::{Frame, FrameId, FrameKind, FrameTable, FramesId};
+pub use frames::{is_module_conversion, Frame, FrameId, FrameKind, FrameTable, FramesId};
 pub use import::{
     import_bytes, import_document, import_file, import_file_reporting, import_file_tapped, Tables,
     Tapped, TraceTap,
