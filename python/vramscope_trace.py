@@ -868,6 +868,22 @@ def _install_modes(torch):
                 )
         return result
 
+    def h_tensor(func, args, kwargs):
+        # torch.tensor(data, device="cuda") makes its tensor on the host and
+        # copies it to the device inside C++, where no mode sees the copy:
+        # the device tensor would be counted at its first in-place use. As
+        # on a GPU, the host tensor, then its copy (one storage, now).
+        d = kwargs.get("device")
+        if d is not None and is_cuda_device(d):
+            kw = {k: v for k, v in kwargs.items() if k not in ("device", "requires_grad", "pin_memory")}
+            t = Tensor.to(func(*args, **kw), meta)
+            if kwargs.get("requires_grad"):
+                t.requires_grad_(True)
+            return t
+        if d is not None and is_meta_device(d):
+            return _own_call("own", func, args, kwargs)
+        return func(*args, **kwargs)
+
     def h_dropout(func, args, kwargs):
         # ATen's dropout takes the fused kernel (a bool mask) only for CUDA
         # inputs (`is_fused_kernel_acceptable`); on meta it would multiply by
@@ -928,6 +944,7 @@ def _install_modes(torch):
         Tensor.is_pinned: h_false,
         Tensor.record_stream: h_none,
         Tensor.copy_: h_copy_,
+        torch.tensor: h_tensor,
     }
     for f in (F.softmax, torch.softmax, Tensor.softmax):
         handlers[f] = h_softmax(torch._softmax)
