@@ -40,6 +40,7 @@ buffers) is decided by vramscope from the op names and shapes sent.
 """
 
 import atexit
+import functools
 import importlib.abc
 import importlib.util
 import json
@@ -1602,7 +1603,7 @@ def _compile_eagerly(torch):
     intermediate tensors may be fewer than the eager ones traced here)."""
     said = []
 
-    def compile(model=None, **kwargs):
+    def say():
         if not said:
             said.append(True)
             _chan.post(
@@ -1614,9 +1615,27 @@ def _compile_eagerly(torch):
                     "ran the model eagerly (every eager op traced; a compiled graph may fuse some away)",
                 ]
             )
+
+    def compiled(model):
+        # A module is compiled to be run: said at once (and returned as
+        # it is, one object). A function may be compiled at import and
+        # never run (bitsandbytes compiles its CPU kernels as it loads): said
+        # at its first call, with that call's line.
+        if isinstance(model, torch.nn.Module) or not callable(model):
+            say()
+            return model
+
+        @functools.wraps(model)
+        def eager(*args, **kwargs):
+            say()
+            return model(*args, **kwargs)
+
+        return eager
+
+    def compile(model=None, **kwargs):
         if model is None:
-            return lambda m: m
-        return model
+            return compiled
+        return compiled(model)
 
     torch.compile = compile
 
