@@ -885,6 +885,12 @@ def _install_modes(torch):
             return _own_call("own", func, args, kwargs)
         return func(*args, **kwargs)
 
+    def h_parse_to(func, args, kwargs):
+        # Module.to's argument parser returns the device it was given:
+        # "cuda" stays CUDA (each tensor's own `.to` relabels it), so that
+        # meta, there, is only ever the program's own.
+        return func(*args, **kwargs)
+
     def h_dropout(func, args, kwargs):
         # ATen's dropout takes the fused kernel (a bool mask) only for CUDA
         # inputs (`is_fused_kernel_acceptable`); on meta it would multiply by
@@ -947,6 +953,8 @@ def _install_modes(torch):
         Tensor.copy_: h_copy_,
         torch.tensor: h_tensor,
     }
+    if hasattr(torch._C._nn, "_parse_to"):
+        handlers[torch._C._nn._parse_to] = h_parse_to
     for f in (F.softmax, torch.softmax, Tensor.softmax):
         handlers[f] = h_softmax(torch._softmax)
     for f in (F.log_softmax, torch.log_softmax, Tensor.log_softmax):
