@@ -37,8 +37,11 @@ fn qlora_python() -> String {
     py
 }
 
-/// A snapshot's allocations in order: (size, its stack as (file, line, function)).
-fn allocations(path: &Path) -> Vec<(u64, Vec<(String, i64, String)>)> {
+/// A frame: file, line, function.
+type Frame = (String, i64, String);
+
+/// A snapshot's allocations in order: (size, its stack).
+fn allocations(path: &Path) -> Vec<(u64, Vec<Frame>)> {
     let snap = import_file(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let trace = snap.device_traces.first().expect("device 0's trace");
     trace
@@ -85,9 +88,7 @@ fn traced_bnb(path: &Path) -> Bnb {
     let mut out = Bnb::default();
     let (mut open, mut in_op) = (false, false);
     for (size, frames) in allocations(path) {
-        let own = |f: &&(String, i64, String)| {
-            !f.0.contains("vramscope_trace") && !f.0.contains("/torch/")
-        };
+        let own = |f: &&Frame| !f.0.contains("vramscope_trace") && !f.0.contains("/torch/");
         let top = frames.iter().find(own);
         let in_fallback = top.is_some_and(|f| {
             f.2 == "_dequant_linear_fallback"
