@@ -34,6 +34,11 @@ first element the kind; `docs/trace.md` lists them. A malloc and every
 query wait for the answer; frees, stacks and steps are buffered and go with
 the next message that waits, so one round trip serves many events.
 
+An extension's CUDA kernel written in Python (bitsandbytes') runs in place
+of its fake kernel, its native calls skipped (`_extension_kernels`); the
+program's own meta tensors are told apart from the simulated GPU's
+(`_own_op`).
+
 No allocator or CUDA rule lives here: sizes are the storages' bytes, and
 what PyTorch's CUDA kernels add (cuBLAS workspaces, the SDPA backend's
 buffers) is decided by vramscope from the op names and shapes sent.
@@ -1091,6 +1096,22 @@ def _install_modes(torch):
                     finally:
                         if relabel is not None:
                             relabel.__exit__(None, None, None)
+                except torch.cuda.OutOfMemoryError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - named, then the fake kernel
+                    # The kernel asked for what the simulation has not (a CUDA
+                    # call of its own): said once, and from now on the op
+                    # runs its fake kernel, whose outputs are traced.
+                    rule = rules[func] = rule[:8] + (None,)
+                    _chan.post(
+                        [
+                            "untraced",
+                            f"{func} (its CUDA kernel in Python)",
+                            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                            _stack(),
+                            "ran its fake kernel: its outputs traced, the CUDA kernel's temporaries not",
+                        ]
+                    )
                 finally:
                     _state.in_cuda_kernel -= 1
             shapes = _shapes(args) if (rule[0] or rule[2] or rule[3]) else None

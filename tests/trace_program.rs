@@ -657,7 +657,8 @@ fn the_loss_sweep_traced_writes_the_h100s_table() {
 /// output) and its native call is skipped (here `abort()`: had it run, the
 /// program would have died). The program's own meta device (transformers'
 /// deferred init) holds no GPU memory and stays `meta`; `torch.tensor(…,
-/// device="cuda")` is counted as it is made.
+/// device="cuda")` is counted as it is made. A kernel that needs what the
+/// simulation has not is named and its fake kernel runs instead.
 const EXTENSION_OP: &str = r#"
 import ctypes, json, torch
 torch.library.define("vstest::scale", "(Tensor a) -> Tensor")
@@ -689,6 +690,19 @@ code = torch.tensor([1.0, 2.0, 3.0, 4.0], device="cuda")
 seen["tensor"] = torch.cuda.memory_allocated() - seen["after"]
 seen["device"] = str(code.device)
 print("SEEN " + json.dumps(seen))
+
+torch.library.define("vstest::asks_more", "(Tensor a) -> Tensor")
+
+@torch.library.register_fake("vstest::asks_more")
+def _(a):
+    return torch.empty_like(a)
+
+@torch.library.register_kernel("vstest::asks_more", "cuda")
+def _(a):
+    torch.cuda.get_device_properties(0).not_simulated
+    return torch.empty_like(a)
+
+c = torch.ops.vstest.asks_more(a)
 "#;
 
 #[test]
@@ -696,9 +710,14 @@ print("SEEN " + json.dumps(seen))
 fn an_extensions_cuda_kernel_runs_on_the_simulated_gpu_and_the_programs_meta_is_its_own() {
     let s = Scratch::new("extension");
     let prog = s.file("extension.py", EXTENSION_OP);
-    let (_, err) = traced_json(&prog, &["--steps", "0"]);
+    let (v, err) = traced_json(&prog, &["--steps", "0"]);
     let seen = seen(&err);
     const MIB: u64 = 1 << 20;
+    // A kernel that asks for what the simulation lacks: named, then the
+    // fake kernel (the program goes on).
+    let untraced = v["trace"]["untraced"].to_string();
+    assert!(untraced.contains("vstest.asks_more"), "{untraced}");
+    assert!(untraced.contains("fake kernel"), "{untraced}");
     assert_eq!(seen["own_device"], "meta", "{err}");
     assert_eq!(
         seen["own_bytes"], 0,
