@@ -34,12 +34,18 @@ first element the kind; `docs/trace.md` lists them. A malloc and every
 query wait for the answer; frees, stacks and steps are buffered and go with
 the next message that waits, so one round trip serves many events.
 
+An extension's CUDA kernel written in Python (bitsandbytes') runs in place
+of its fake kernel, its native calls skipped (`_extension_kernels`); the
+program's own meta tensors are told apart from the simulated GPU's
+(`_own_op`).
+
 No allocator or CUDA rule lives here: sizes are the storages' bytes, and
 what PyTorch's CUDA kernels add (cuBLAS workspaces, the SDPA backend's
 buffers) is decided by vramscope from the op names and shapes sent.
 """
 
 import atexit
+import functools
 import importlib.abc
 import importlib.util
 import json
@@ -294,6 +300,18 @@ class _State:
         self.holders_budget_ms = float(budget or 0)
         self.holders_prev = None
         self.holders_alloc = 0
+        # Extensions' CUDA kernels written in Python (`_extension_kernels`):
+        # op name -> function; and how deep such a kernel runs now (its
+        # native calls are skipped meanwhile).
+        self.cuda_kernels = {}
+        self.in_cuda_kernel = 0
+        # The program's own meta tensors (`_own_op`): storage _cdata ->
+        # weakref; whether the program has made any; and what the running
+        # call's device says ("own": the program asked for meta, "gpu": for
+        # CUDA, None: nothing).
+        self.own = {}
+        self.own_seen = False
+        self.call_device = None
 
 
 def _load_holders():
@@ -329,6 +347,7 @@ def _activate(torch, path):
     _state = _State(torch, reply)
     os.register_at_fork(after_in_child=_forked)
     _patch_cuda(torch)
+    _extension_kernels(torch)
     _install_step_hook(torch)
     _install_modes(torch)
     atexit.register(_at_exit)
@@ -640,21 +659,33 @@ def _install_modes(torch):
             return 0j
         return 0
 
+    def is_meta_device(d):
+        return (isinstance(d, str) and (d == "meta" or d.startswith("meta:"))) or (
+            isinstance(d, torch.device) and d.type == "meta"
+        )
+
     def h_to(func, args, kwargs):
         t = args[0]
         rest = list(args[1:])
+        own = False
         for i, a in enumerate(rest):
             if isinstance(a, (str, torch.device)) or (isinstance(a, int) and not isinstance(a, bool) and i == 0):
                 if is_cuda_device(a):
                     rest[i] = meta
                 elif t.is_meta and _is_host(a):
                     return host_copy(t, _dtype_in(rest, kwargs))
+                elif is_meta_device(a):
+                    own = True
         if "device" in kwargs:
             d = kwargs["device"]
             if is_cuda_device(d):
                 kwargs["device"] = meta
             elif t.is_meta and _is_host(d):
                 return host_copy(t, kwargs.get("dtype"))
+            elif is_meta_device(d):
+                own = True
+        if own:
+            return _own_call("own", func, (t, *rest), kwargs)
         return func(t, *rest, **kwargs)
 
     def _is_host(d):
@@ -700,15 +731,15 @@ def _install_modes(torch):
 
     def h_device(func, args, kwargs):
         d = func(*args, **kwargs)
-        return cuda if d.type == "meta" else d
+        return cuda if d.type == "meta" and not _is_own(args[0]) else d
 
     def h_is_cuda(func, args, kwargs):
         t = args[0]
-        return True if t.is_meta else func(*args, **kwargs)
+        return True if t.is_meta and not _is_own(t) else func(*args, **kwargs)
 
     def h_get_device(func, args, kwargs):
         t = args[0]
-        return 0 if t.is_meta else func(*args, **kwargs)
+        return 0 if t.is_meta and not _is_own(t) else func(*args, **kwargs)
 
     def h_self(func, args, kwargs):
         return args[0]
@@ -843,6 +874,28 @@ def _install_modes(torch):
                 )
         return result
 
+    def h_tensor(func, args, kwargs):
+        # torch.tensor(data, device="cuda") makes its tensor on the host and
+        # copies it to the device inside C++, where no mode sees the copy:
+        # the device tensor would be counted at its first in-place use. As
+        # on a GPU, the host tensor, then its copy (one storage, now).
+        d = kwargs.get("device")
+        if d is not None and is_cuda_device(d):
+            kw = {k: v for k, v in kwargs.items() if k not in ("device", "requires_grad", "pin_memory")}
+            t = Tensor.to(func(*args, **kw), meta)
+            if kwargs.get("requires_grad"):
+                t.requires_grad_(True)
+            return t
+        if d is not None and is_meta_device(d):
+            return _own_call("own", func, args, kwargs)
+        return func(*args, **kwargs)
+
+    def h_parse_to(func, args, kwargs):
+        # Module.to's argument parser returns the device it was given:
+        # "cuda" stays CUDA (each tensor's own `.to` relabels it), so that
+        # meta, there, is only ever the program's own.
+        return func(*args, **kwargs)
+
     def h_dropout(func, args, kwargs):
         # ATen's dropout takes the fused kernel (a bool mask) only for CUDA
         # inputs (`is_fused_kernel_acceptable`); on meta it would multiply by
@@ -903,7 +956,10 @@ def _install_modes(torch):
         Tensor.is_pinned: h_false,
         Tensor.record_stream: h_none,
         Tensor.copy_: h_copy_,
+        torch.tensor: h_tensor,
     }
+    if hasattr(torch._C._nn, "_parse_to"):
+        handlers[torch._C._nn._parse_to] = h_parse_to
     for f in (F.softmax, torch.softmax, Tensor.softmax):
         handlers[f] = h_softmax(torch._softmax)
     for f in (F.log_softmax, torch.log_softmax, Tensor.log_softmax):
@@ -921,8 +977,13 @@ def _install_modes(torch):
             if h is not None:
                 return h(func, args, kwargs)
             d = kwargs.get("device")
-            if d is not None and is_cuda_device(d):
-                kwargs["device"] = meta
+            if d is not None:
+                if is_cuda_device(d):
+                    kwargs["device"] = meta
+                    if _state.own_seen:
+                        return _own_call("gpu", func, args, kwargs)
+                elif is_meta_device(d):
+                    return _own_call("own", func, args, kwargs)
             return func(*args, **kwargs)
 
     # op -> (reported after it runs, outputs kept on the host, reported
@@ -982,6 +1043,7 @@ def _install_modes(torch):
             composite,
             name.startswith("_foreach_") and name.endswith("_"),
             _state.autocast_policy_of(func),
+            _cuda_kernel_of(torch, func),
         )
 
     class Allocations(TorchDispatchMode):
@@ -1002,6 +1064,11 @@ def _install_modes(torch):
                     # on CUDA; the `areAnyTensorSubclassLike` branch that
                     # meta takes adds it out of place.
                     return inplace_add(*args)
+            if _state.own_seen and _own_op(args, kwargs):
+                # The program's own meta device: no GPU memory (`_own_op`).
+                out = func(*args, **(kwargs or {}))
+                _mark_own(out)
+                return out
             rule = rules.get(func)
             if rule is None:
                 rule = rules[func] = rule_of(func)
@@ -1014,6 +1081,39 @@ def _install_modes(torch):
                     out = func.decompose(*args, **(kwargs or {}))
                 if out is not NotImplemented:
                     return out
+            if rule[8] is not None:
+                # An extension's CUDA kernel in Python (`_extension_kernels`):
+                # it runs as on the GPU, seeing the simulated device, its
+                # tensors traced, its native calls skipped.
+                relabel = _state.relabel if not from_engine() else None
+                _state.in_cuda_kernel += 1
+                try:
+                    if relabel is not None:
+                        relabel.__enter__()
+                    try:
+                        with self:
+                            return rule[8](*args, **(kwargs or {}))
+                    finally:
+                        if relabel is not None:
+                            relabel.__exit__(None, None, None)
+                except torch.cuda.OutOfMemoryError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - named, then the fake kernel
+                    # The kernel asked for what the simulation has not (a CUDA
+                    # call of its own): said once, and from now on the op
+                    # runs its fake kernel, whose outputs are traced.
+                    rule = rules[func] = rule[:8] + (None,)
+                    _chan.post(
+                        [
+                            "untraced",
+                            f"{func} (its CUDA kernel in Python)",
+                            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                            _stack(),
+                            "ran its fake kernel: its outputs traced, the CUDA kernel's temporaries not",
+                        ]
+                    )
+                finally:
+                    _state.in_cuda_kernel -= 1
             shapes = _shapes(args) if (rule[0] or rule[2] or rule[3]) else None
             sizes = _before_op(func, shapes) if rule[2] else None
             versions = [t._version for t in args[0]] if rule[6] and args else None
@@ -1532,7 +1632,7 @@ def _compile_eagerly(torch):
     intermediate tensors may be fewer than the eager ones traced here)."""
     said = []
 
-    def compile(model=None, **kwargs):
+    def say():
         if not said:
             said.append(True)
             _chan.post(
@@ -1544,11 +1644,155 @@ def _compile_eagerly(torch):
                     "ran the model eagerly (every eager op traced; a compiled graph may fuse some away)",
                 ]
             )
+
+    def compiled(model):
+        # A module is compiled to be run: said at once (and returned as
+        # it is, one object). A function may be compiled at import and
+        # never run (bitsandbytes compiles its CPU kernels as it loads): said
+        # at its first call, with that call's line.
+        if isinstance(model, torch.nn.Module) or not callable(model):
+            say()
+            return model
+
+        @functools.wraps(model)
+        def eager(*args, **kwargs):
+            say()
+            return model(*args, **kwargs)
+
+        return eager
+
+    def compile(model=None, **kwargs):
         if model is None:
-            return lambda m: m
-        return model
+            return compiled
+        return compiled(model)
 
     torch.compile = compile
+
+
+def _own_call(device, func, args, kwargs):
+    """`func` with its device given as the program's own meta ("own") or
+    the simulated GPU ("gpu"): what its ops make is that device's."""
+    if device == "own":
+        _state.own_seen = True
+    prev = _state.call_device
+    _state.call_device = device
+    try:
+        return func(*args, **kwargs)
+    finally:
+        _state.call_device = prev
+
+
+def _is_own(t):
+    """Whether a meta tensor is the program's own, not the simulated GPU's."""
+    if not _state.own_seen:
+        return False
+    try:
+        return t.untyped_storage()._cdata in _state.own
+    except (RuntimeError, NotImplementedError, AttributeError):
+        return False
+
+
+def _own_op(args, kwargs):
+    """Whether an op makes the program's own meta tensors: its call named
+    meta as the device, or (no device named) its meta tensor arguments are
+    all the program's own (`_mark_own` kept them)."""
+    d = _state.call_device
+    if d is not None:
+        return d == "own"
+    T = _state.torch.Tensor
+    own = _state.own
+    seen = False
+    for a in (*args, *(kwargs or {}).values()):
+        for t in a if isinstance(a, (list, tuple)) else (a,):
+            if isinstance(t, T) and t.is_meta:
+                if t.untyped_storage()._cdata not in own:
+                    return False
+                seen = True
+    return seen
+
+
+def _mark_own(out):
+    T = _state.torch.Tensor
+    own = _state.own
+    for t in out if isinstance(out, (list, tuple)) else (out,):
+        if isinstance(t, T) and t.is_meta:
+            s = t.untyped_storage()
+            cd = s._cdata
+            if cd not in own and cd not in _state.live:
+                own[cd] = weakref.ref(s, lambda _wr, cd=cd: own.pop(cd, None))
+
+
+def _extension_kernels(torch):
+    """An extension's ops (bitsandbytes' `bitsandbytes::gemm_4bit` & co.)
+    are registered with a fake kernel, which meta runs, and a CUDA kernel
+    written in Python (`torch.library.register_kernel(op, "cuda")`,
+    `Library.impl(op, fn, "CUDA")`, a `custom_op`'s `register_kernel`) that
+    allocates through torch (its outputs, temporaries, a fallback that
+    calls `F.linear`) and then launches native code through ctypes. The
+    fake kernel shows only the outputs, so the simulated GPU runs the CUDA
+    kernel instead (`Allocations`): its tensors are traced as any op's, and
+    its native calls are skipped (no GPU, and meta tensors' `data_ptr()` is
+    0), which this sets up: each Python CUDA kernel registered after torch
+    is imported is kept by op name, each ctypes library loaded after it
+    gets function pointers that do nothing while such a kernel runs, and
+    `torch._C._cuda_getCurrentRawStream` (the stream handle such kernels
+    pass) answers 0."""
+    import ctypes
+
+    import torch.library as tl
+
+    impl = tl.Library.impl
+
+    def impl_kept(self, op_name, fn, dispatch_key="", *a, **k):
+        key = dispatch_key or getattr(self, "dispatch_key", "")
+        if key == "CUDA" and callable(fn):
+            name = getattr(op_name, "_name", None) or str(op_name)
+            if "::" not in name:
+                name = f"{self.ns}::{name}"
+            if name.endswith(".default"):
+                name = name[: -len(".default")]
+            _state.cuda_kernels[name] = fn
+        return impl(self, op_name, fn, dispatch_key, *a, **k)
+
+    tl.Library.impl = impl_kept
+
+    cdll_init = ctypes.CDLL.__init__
+
+    def cdll_kept(self, *a, **k):
+        cdll_init(self, *a, **k)
+        base = self._FuncPtr
+
+        class _FuncPtr(base):
+            _flags_ = base._flags_
+            _restype_ = base._restype_
+
+            def __call__(fp, *args):
+                if _state.in_cuda_kernel:
+                    return None if fp.restype is None else 0
+                return base.__call__(fp, *args)
+
+        self._FuncPtr = _FuncPtr
+
+    ctypes.CDLL.__init__ = cdll_kept
+    if hasattr(torch._C, "_cuda_getCurrentRawStream"):
+        torch._C._cuda_getCurrentRawStream = lambda device=None: 0
+
+
+def _cuda_kernel_of(torch, func):
+    """The CUDA kernel an extension registered in Python for `func`, or
+    None (ATen's own ops, and ops whose CUDA kernel is C++)."""
+    if func.namespace in ("aten", "prim", "prims"):
+        return None
+    name = func.name()
+    k = _state.cuda_kernels.get(name)
+    if k is not None:
+        return k
+    try:
+        opdef = torch._library.custom_ops._maybe_get_opdef(name.split(".")[0])
+    except Exception:  # noqa: BLE001 - private API: absent is "none"
+        opdef = None
+    fns = getattr(opdef, "_backend_fns", None) if opdef is not None else None
+    return fns.get("cuda") if isinstance(fns, dict) else None
 
 
 def _foreach_on_meta(torch):

@@ -8,6 +8,8 @@
 #[path = "trace/captures.rs"]
 mod captures;
 mod common;
+#[path = "trace/qlora.rs"]
+mod qlora;
 #[path = "trace/scenario_requests.rs"]
 mod scenario_requests;
 
@@ -646,4 +648,94 @@ fn the_loss_sweep_traced_writes_the_h100s_table() {
             assert_eq!(got, want);
         }
     }
+}
+
+/// An extension op (bitsandbytes' way: `torch.library.define`, a fake
+/// kernel, a CUDA kernel written in Python that allocates through torch and
+/// then calls native code through ctypes) runs its CUDA kernel on the
+/// simulated GPU: its scratch is counted (the fake kernel shows only the
+/// output) and its native call is skipped (here `abort()`: had it run, the
+/// program would have died). The program's own meta device (transformers'
+/// deferred init) holds no GPU memory and stays `meta`; `torch.tensor(…,
+/// device="cuda")` is counted as it is made. A kernel that needs what the
+/// simulation has not is named and its fake kernel runs instead.
+const EXTENSION_OP: &str = r#"
+import ctypes, json, torch
+torch.library.define("vstest::scale", "(Tensor a) -> Tensor")
+
+@torch.library.register_fake("vstest::scale")
+def _(a):
+    return torch.empty_like(a)
+
+libc = ctypes.CDLL(None)
+
+@torch.library.register_kernel("vstest::scale", "cuda")
+def _(a):
+    scratch = torch.empty(1 << 20, dtype=torch.uint8, device=a.device)
+    out = torch.empty_like(a)
+    libc.abort()
+    return out
+
+seen = {}
+with torch.device("meta"):
+    big = torch.nn.Linear(8192, 8192)
+seen["own_device"] = str(big.weight.device)
+seen["own_bytes"] = torch.cuda.memory_allocated()
+a = torch.empty(1 << 18, device="cuda")
+torch.cuda.reset_peak_memory_stats()
+b = torch.ops.vstest.scale(a)
+seen["peak"] = torch.cuda.max_memory_allocated()
+seen["after"] = torch.cuda.memory_allocated()
+code = torch.tensor([1.0, 2.0, 3.0, 4.0], device="cuda")
+seen["tensor"] = torch.cuda.memory_allocated() - seen["after"]
+seen["device"] = str(code.device)
+print("SEEN " + json.dumps(seen))
+
+torch.library.define("vstest::asks_more", "(Tensor a) -> Tensor")
+
+@torch.library.register_fake("vstest::asks_more")
+def _(a):
+    return torch.empty_like(a)
+
+@torch.library.register_kernel("vstest::asks_more", "cuda")
+def _(a):
+    torch.cuda.get_device_properties(0).not_simulated
+    return torch.empty_like(a)
+
+c = torch.ops.vstest.asks_more(a)
+"#;
+
+#[test]
+#[ignore = "needs PyTorch (pip install torch==2.11.*)"]
+fn an_extensions_cuda_kernel_runs_on_the_simulated_gpu_and_the_programs_meta_is_its_own() {
+    let s = Scratch::new("extension");
+    let prog = s.file("extension.py", EXTENSION_OP);
+    let (v, err) = traced_json(&prog, &["--steps", "0"]);
+    let seen = seen(&err);
+    const MIB: u64 = 1 << 20;
+    // A kernel that asks for what the simulation lacks: named, then the
+    // fake kernel (the program goes on).
+    let untraced = v["trace"]["untraced"].to_string();
+    assert!(untraced.contains("vstest.asks_more"), "{untraced}");
+    assert!(untraced.contains("fake kernel"), "{untraced}");
+    assert_eq!(seen["own_device"], "meta", "{err}");
+    assert_eq!(
+        seen["own_bytes"], 0,
+        "the program's own meta tensors are not GPU memory"
+    );
+    assert_eq!(
+        seen["peak"].as_u64(),
+        Some(3 * MIB),
+        "the input, the kernel's scratch and its output"
+    );
+    assert_eq!(
+        seen["after"].as_u64(),
+        Some(2 * MIB),
+        "the scratch goes as the kernel returns"
+    );
+    assert_eq!(
+        seen["tensor"], 512,
+        "torch.tensor on the device, counted as made"
+    );
+    assert_eq!(seen["device"], "cuda:0");
 }

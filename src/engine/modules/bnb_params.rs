@@ -76,7 +76,8 @@ impl Engine {
 
     /// `Params4bit._quantize` (nn/modules.py:381-395): `w = data.to(device)`,
     /// then `quantize_4bit` (functional.py:929-960, backends/cuda/ops.py:384-392):
-    /// fp32 absmax per block, the packed weight, the 16-value code; with
+    /// fp32 absmax per block, the packed weight, the 16-value code (and its
+    /// normalisation's two temporaries, functional.py:855); with
     /// double quantisation the absmax's mean (0-dim), `absmax - offset`
     /// (a temporary), and `quantize_blockwise(…, blocksize=256)`
     /// (functional.py:613-686, ops.py:299-311): its fp32 absmax, its uint8
@@ -104,6 +105,17 @@ impl Engine {
             Category::Parameter,
         )?;
         let code = f32v(self, CODE_4BIT_VALUES)?;
+        // get_4bit_type's `data.div_(data.abs().max())` (functional.py:855):
+        // the absolute values, their 0-dim max; the first goes as `max()`
+        // returns, the second after the division.
+        let abs = self.empty(
+            Shape::new(&[CODE_4BIT_VALUES]),
+            DType::F32,
+            Category::Temporary,
+        )?;
+        let max = self.empty(Shape::scalar(), DType::F32, Category::Temporary)?;
+        self.release(abs);
+        self.release(max);
         let mut state = vec![code];
         if q.double_quant {
             let offset = self.empty(Shape::scalar(), DType::F32, Category::Parameter)?;
