@@ -9,7 +9,8 @@
 //!   PyTorch's plain meta device, untraced (`--meta`).
 //! - The trace's own cost per aten op (target ≤ 5 µs):
 //!   `benches/trace/op_cost.py`, a view, a factory and a GEMM, traced and
-//!   with the helper's modes paused.
+//!   with the helper's modes paused, in wall time and in CPU time (the
+//!   program's thread; vramscope's own process apart).
 //!
 //! A process's timings are its own lines (the programs print them); this
 //! command runs them, collects the lines and prints one report.

@@ -96,6 +96,10 @@ HOLDERS_FILES = ("vramscope_trace_holders.py", os.path.join("vramscope_live", "h
 HOLDERS_MIN_GROWTH = 1 << 20
 
 
+# A frame's length prefix (python/PROTOCOL.md).
+_LENGTH = struct.Struct("<I").pack
+
+
 class TraceError(RuntimeError):
     """The channel to vramscope failed; the message says how."""
 
@@ -131,8 +135,9 @@ class Channel:
         storages of every op, where json.dumps would cost more than the op)."""
         if self.closed:
             return
-        self.out.append(struct.pack("<I", len(body)) + body)
-        if len(self.out) >= SEND_EVERY:
+        out = self.out
+        out.append(_LENGTH(len(body)) + body)
+        if len(out) >= SEND_EVERY:
             self._send_now()
 
     def _send_now(self):
@@ -145,12 +150,16 @@ class Channel:
         """Send everything buffered and `obj`, and wait for the answer. Any
         message that waits may take memory (a workspace): the headroom for
         storages sent without waiting ends here (the next malloc waits)."""
+        return self.ask_raw(json.dumps(obj, separators=(",", ":")).encode("utf-8"))
+
+    def ask_raw(self, body):
+        """`ask` for a message already written as JSON bytes."""
         if self.closed or os.getpid() != self.pid:
             raise TraceError("vramscope trace: the channel to vramscope is closed")
         if _state is not None:
             _state.room_count = 0
         with self.lock:
-            self.out.append(self._frame(obj))
+            self.out.append(struct.pack("<I", len(body)) + body)
             self._flush()
             head = self._recv(4)
             (n,) = struct.unpack("<I", head)
@@ -188,6 +197,10 @@ class Channel:
 
 _chan = None
 _state = None
+# Set when tracing starts: torch.Tensor, and the autograd node running on
+# this thread (None outside a backward).
+_Tensor = None
+_current_node = None
 
 
 # ------------------------------------------------------------------- boot
@@ -345,6 +358,9 @@ def _activate(torch, path):
         ]
     )
     _state = _State(torch, reply)
+    global _Tensor, _current_node
+    _Tensor = torch.Tensor
+    _current_node = torch._C._current_autograd_node
     os.register_at_fork(after_in_child=_forked)
     _patch_cuda(torch)
     _extension_kernels(torch)
@@ -395,22 +411,64 @@ def _lazy_init():
         raise RuntimeError(r[1])
 
 
-# code object -> whether its frames are the program's (not the helper's or
-# the modes' machinery): decided once per function.
+# id(code object) -> whether its frames are the program's (not the helper's
+# or the modes' machinery): decided once per function. Keyed by id, not by
+# the code object, whose hash is computed from its contents at every
+# lookup; `_OWN_CODES` keeps each one alive, so no id is reused.
 _OWN = {}
+_OWN_CODES = []
+# The kept frames' (id(code), instruction offset) pairs, flat -> stack id:
+# the line of a suspended frame is fixed by its instruction, so a walk
+# that finds these pairs again finds the same lines without reading them
+# (the line table is looked up only for a stack never seen). The codes
+# stay alive in `_state.stacks`' keys.
+_RAW = {}
+
+
+def _own(co):
+    fn = co.co_filename
+    keep = _OWN[id(co)] = fn != _HERE and not fn.endswith(_MACHINERY)
+    _OWN_CODES.append(co)
+    return keep
 
 
 def _stack():
     """The Python stack here, innermost first, as an interned id."""
-    f = sys._getframe(2)
+    top = f = sys._getframe(2)
+    raw = []
+    push = raw.append
+    own = _OWN
+    n = 0
+    while f is not None:
+        co = f.f_code
+        c = id(co)
+        keep = own.get(c)
+        if keep is None:
+            keep = _own(co)
+        if keep:
+            push(c)
+            push(f.f_lasti)
+            n += 1
+            if n == MAX_STACK:
+                break
+        f = f.f_back
+    raw = tuple(raw)
+    sid = _RAW.get(raw)
+    if sid is None:
+        sid = _RAW[raw] = _stack_of(top)
+    return sid
+
+
+def _stack_of(f):
+    """The id of the stack from frame `f` out, by its lines; a new one is
+    sent (`s`) before its first use."""
     key = []
     own = _OWN
     while f is not None and len(key) < MAX_STACK:
         co = f.f_code
-        keep = own.get(co)
+        keep = own.get(id(co))
         if keep is None:
-            fn = co.co_filename
-            keep = own[co] = fn != _HERE and not fn.endswith(_MACHINERY)
+            keep = _own(co)
         if keep:
             key.append((co, f.f_lineno))
         f = f.f_back
@@ -431,66 +489,89 @@ def _oom(message):
     return _state.torch.cuda.OutOfMemoryError(message)
 
 
-def _malloc(t):
+def _op_stack(box):
+    """The stack id of the op being dispatched, walked once per op:
+    `box` is the op's own one-element list (every report of an op, its
+    outputs' mallocs and its kernel's workspaces, is made from the same
+    user line)."""
+    sid = box[0]
+    if sid is None:
+        sid = box[0] = _stack()
+    return sid
+
+
+class _StorageRef(weakref.ref):
+    """The weak reference whose callback sends a storage's free: it carries
+    the storage's key (`_cdata`), so no function is made per storage."""
+
+    __slots__ = ("cd",)
+
+
+def _malloc(t, box):
     s = t.untyped_storage()
     cd = s._cdata
-    if cd in _state.live:
+    st = _state
+    live = st.live
+    if cd in live:
         return
     n = s.nbytes()
     if n == 0:
         # PyTorch hands back a null pointer for 0 bytes: no allocation.
         return
-    if not _state.initialized:
+    if not st.initialized:
         _lazy_init()
     if _DEBUG:
         print(f"vramscope trace:   malloc {n}", file=sys.stderr)
-    st = _state
     if st.room_count > 0 and n <= st.room_bytes:
         # Within the headroom vramscope gave: it cannot run out of memory,
         # so it goes with the next message that waits.
         st.room_count -= 1
         st.room_bytes -= n
-        _chan.post_raw(b'["ma",%d,%d,%d]' % (cd, n, _stack()))
+        _chan.post_raw(b'["ma",%d,%d,%d]' % (cd, n, _op_stack(box)))
     else:
-        r = _chan.ask(["m", cd, n, _stack()])
+        r = _chan.ask(["m", cd, n, _op_stack(box)])
         if r[0] != "ok":
             raise _oom(r[1])
         if len(r) > 2:
             st.room_bytes, st.room_count = r[1], r[2]
-    st.live[cd] = weakref.ref(s, lambda _wr, cd=cd: _free(cd))
+    ref = live[cd] = _StorageRef(s, _freed)
+    ref.cd = cd
 
 
-def _free(cd):
-    if _state.live.pop(cd, None) is not None and not _forked_guard():
-        _chan.post_raw(b'["f",%d]' % cd)
+def _freed(ref):
+    """A registered storage died: its free goes with the next message."""
+    cd = ref.cd
+    if _state.live.pop(cd, None) is not None:
+        chan = _chan
+        if not chan.closed:
+            chan.post_raw(b'["f",%d]' % cd)
 
 
-def _register(out, host=None):
-    T = _state.torch.Tensor
+def _register(out, box, host=None):
     if host:
         # Outputs the GPU keeps on the host (vramscope's `host_outputs`).
         out = [o for i, o in enumerate(out) if i not in host]
-    if isinstance(out, T):
+    if isinstance(out, _Tensor):
         if out.is_meta:
-            _malloc(out)
+            _malloc(out, box)
         return
     if isinstance(out, (tuple, list)):
         for o in out:
-            _register_one(o)
+            _register_one(o, box)
 
 
-def _register_one(o):
-    T = _state.torch.Tensor
+def _register_one(o, box):
+    T = _Tensor
     if isinstance(o, T):
         if o.is_meta:
-            _malloc(o)
+            _malloc(o, box)
     elif isinstance(o, (tuple, list)):
         for p in o:
             if isinstance(p, T) and p.is_meta:
-                _malloc(p)
+                _malloc(p, box)
 
 
-def _register_staged(func, out, shapes, order=None):
+def _register_staged(func, out, shapes, box, order=None):
     """Outputs one at a time, in the order the GPU's kernel makes them
     (vramscope's `register_order`), each followed by vramscope's word on
     what the kernel takes beside it (`["out", op, i, …]`: a workspace
@@ -500,35 +581,88 @@ def _register_staged(func, out, shapes, order=None):
     for i in order if order is not None else range(len(outs)):
         if i >= len(outs):
             continue
-        _register_one(outs[i])
-        r = _chan.ask(["out", name, _in_backward(), shapes, _stack(), i])
+        _register_one(outs[i], box)
+        r = _chan.ask(["out", name, _in_backward(), shapes, _op_stack(box), i])
         if r[0] != "ok":
             raise _oom(r[1])
 
 
 def _in_backward():
-    node = _state.torch._C._current_autograd_node()
-    return node is not None
+    return _current_node() is not None
 
 
-def _after_op(func, shapes):
+# The report of an after-op (`_after_op`), by its arguments' signature
+# (`_signature`): what `_shapes` makes of them, as JSON, and `_arg_bytes`.
+# Programs repeat a few shapes many times (every layer's GEMMs), so each
+# signature is encoded once.
+_REPORTS = {}
+
+
+def _signature(args):
+    """A key that fixes what `_shapes(args)` gives: a tensor's shape,
+    strides (contiguity follows from the two) and dtype; a number or a
+    list of numbers with its type (True, 1 and 1.0 are written apart).
+    None where an argument could not be a key (a float: -0.0 and NaN)."""
+    key = []
+    push = key.append
+    T = _Tensor
+    for a in args:
+        if isinstance(a, T):
+            push((a.shape, a.stride(), a.dtype))
+        elif a is None or a.__class__ is bool or a.__class__ is int:
+            push((a.__class__, a))
+        elif isinstance(a, (list, tuple)):
+            if all(x.__class__ is int for x in a):
+                push((int, tuple(a)))
+            elif a and all(isinstance(x, T) for x in a):
+                push(tuple((x.shape, x.stride(), x.dtype) for x in a))
+            else:
+                return None
+        elif isinstance(a, (bool, int, float)):
+            return None
+        else:
+            push(0)  # `_shapes` writes it as null
+    return tuple(key)
+
+
+def _report_of(args):
+    """An op's arguments as its report carries them: (the JSON of
+    `_shapes(args)`, their `_arg_bytes`), encoded once per signature."""
+    sig = _signature(args)
+    if sig is None:
+        return _report_for(_shapes(args))
+    hit = _REPORTS.get(sig)
+    if hit is None:
+        hit = _REPORTS[sig] = _report_for(_shapes(args))
+    return hit
+
+
+def _report_for(shapes):
+    return (json.dumps(shapes, separators=(",", ":")).encode("utf-8"), _arg_bytes(shapes))
+
+
+def _after_op(func, heads, report, box):
     """The CUDA rules meta does not show, for the ops vramscope names
-    (`after_ops`): the op's name, whether autograd's thread runs it, and its
-    tensors' shapes and dtypes; vramscope allocates what the kernel would."""
-    if not _state.initialized:
-        _lazy_init()
+    (`after_ops`): the op's name, whether autograd's thread runs it
+    (`heads`: the two beginnings of its report), and its tensors' shapes
+    and dtypes (`report`: `_report_of`); vramscope allocates what the
+    kernel would."""
     st = _state
-    key = (func, _in_backward())
+    if not st.initialized:
+        _lazy_init()
+    backward = _current_node() is not None
+    body, n = report
+    head = heads[backward]
+    key = (id(func), backward)
     if key in st.quiet:
         # vramscope said this op takes nothing more on this thread but
         # clones of its arguments: within the headroom it need not wait.
-        n = _arg_bytes(shapes)
         if st.room_count > 1 and n <= st.room_bytes:
             st.room_count -= 2
             st.room_bytes -= n
-            _chan.post(["oa", func._opname, key[1], shapes, _stack()])
+            _chan.post_raw(b'["oa",%s%s,%d]' % (head, body, _op_stack(box)))
             return
-    r = _chan.ask(["op", func._opname, key[1], shapes, _stack()])
+    r = _chan.ask_raw(b'["op",%s%s,%d]' % (head, body, _op_stack(box)))
     if r[0] != "ok":
         raise _oom(r[1])
     if len(r) > 1 and isinstance(r[1], dict) and r[1].get("quiet"):
@@ -548,14 +682,14 @@ def _arg_bytes(shapes):
     return total
 
 
-def _before_op(func, shapes):
+def _before_op(func, shapes, box):
     """Scratch a CUDA kernel takes before its outputs (vramscope's
     `before_ops`); the op's report after it runs frees what is left. The
     answer may size outputs the meta kernel cannot (`sizes`: output index →
     bytes, a cuDNN RNN's reserve)."""
     if not _state.initialized:
         _lazy_init()
-    r = _chan.ask(["before", func._opname, _in_backward(), shapes, _stack()])
+    r = _chan.ask(["before", func._opname, _in_backward(), shapes, _op_stack(box)])
     if r[0] != "ok":
         raise _oom(r[1])
     return r[1] if len(r) > 1 else None
@@ -1034,7 +1168,7 @@ def _install_modes(torch):
         # whose ops (native_layer_norm's mean and rstd) the meta device's
         # own kernel for the composite may leave out.
         composite = has_kernel(full, "CompositeImplicitAutograd") and not has_kernel(full, "CUDA")
-        return (
+        rule = (
             name in _state.after_ops,
             _state.host_outputs.get(name),
             name in _state.before_ops,
@@ -1043,8 +1177,17 @@ def _install_modes(torch):
             composite,
             name.startswith("_foreach_") and name.endswith("_"),
             _state.autocast_policy_of(func),
+            impls.get(func),
+            func,  # kept alive: `rules` is keyed by its id
+            # Its report's first fields, on the program's thread and on
+            # autograd's (`_after_op`).
+            (b"%s,false," % json.dumps(name).encode(), b"%s,true," % json.dumps(name).encode()),
             _cuda_kernel_of(torch, func),
         )
+        # Nothing but its outputs' storages (most ops): `__torch_dispatch__`'s
+        # short way.
+        plain = not any(rule[:9]) and rule[11] is None
+        return rule + (plain,)
 
     class Allocations(TorchDispatchMode):
         @classmethod
@@ -1069,9 +1212,19 @@ def _install_modes(torch):
                 out = func(*args, **(kwargs or {}))
                 _mark_own(out)
                 return out
-            rule = rules.get(func)
+            # By id: an OpOverload's hash is a Python method.
+            rule = rules.get(id(func))
             if rule is None:
-                rule = rules[func] = rule_of(func)
+                rule = rules[id(func)] = rule_of(func)
+            if rule[12]:
+                try:
+                    out = func(*args, **(kwargs or {}))
+                except NotImplementedError as e:
+                    raise _untraceable(func, e) from None
+                if _DEBUG:
+                    print(f"vramscope trace: {func}", file=sys.stderr)
+                _register(out, [None])
+                return out
             if rule[7] is not None and _state.backward_autocast is not None and from_engine():
                 # An op a backward formula calls (C++, never through the
                 # function mode) while the backward runs under autocast.
@@ -1081,7 +1234,7 @@ def _install_modes(torch):
                     out = func.decompose(*args, **(kwargs or {}))
                 if out is not NotImplemented:
                     return out
-            if rule[8] is not None:
+            if rule[11] is not None:
                 # An extension's CUDA kernel in Python (`_extension_kernels`):
                 # it runs as on the GPU, seeing the simulated device, its
                 # tensors traced, its native calls skipped.
@@ -1092,7 +1245,7 @@ def _install_modes(torch):
                         relabel.__enter__()
                     try:
                         with self:
-                            return rule[8](*args, **(kwargs or {}))
+                            return rule[11](*args, **(kwargs or {}))
                     finally:
                         if relabel is not None:
                             relabel.__exit__(None, None, None)
@@ -1102,7 +1255,7 @@ def _install_modes(torch):
                     # The kernel asked for what the simulation has not (a CUDA
                     # call of its own): said once, and from now on the op
                     # runs its fake kernel, whose outputs are traced.
-                    rule = rules[func] = rule[:8] + (None,)
+                    rule = rules[id(func)] = rule[:11] + (None, False)
                     _chan.post(
                         [
                             "untraced",
@@ -1114,11 +1267,18 @@ def _install_modes(torch):
                     )
                 finally:
                     _state.in_cuda_kernel -= 1
-            shapes = _shapes(args) if (rule[0] or rule[2] or rule[3]) else None
-            sizes = _before_op(func, shapes) if rule[2] else None
+            # The op's stack, walked at its first report (`_op_stack`).
+            box = [None]
+            if rule[2] or rule[3]:
+                shapes = _shapes(args)
+                report = _report_for(shapes) if rule[0] else None
+            else:
+                shapes = None
+                report = _report_of(args) if rule[0] else None
+            sizes = _before_op(func, shapes, box) if rule[2] else None
             versions = [t._version for t in args[0]] if rule[6] and args else None
             try:
-                impl = impls.get(func)
+                impl = rule[8]
                 out = impl(*args, **(kwargs or {})) if impl else func(*args, **(kwargs or {}))
             except NotImplementedError as e:
                 raise _untraceable(func, e) from None
@@ -1134,13 +1294,13 @@ def _install_modes(torch):
             if sizes and sizes.get("sizes"):
                 out = _resized(out, sizes["sizes"])
             if rule[3]:
-                _register_staged(func, out, shapes, rule[4])
+                _register_staged(func, out, shapes, box, rule[4])
             elif rule[4]:
-                _register([out[i] for i in rule[4] if i < len(out)], rule[1])
+                _register([out[i] for i in rule[4] if i < len(out)], box, rule[1])
             else:
-                _register(out, rule[1])
+                _register(out, box, rule[1])
             if rule[0]:
-                _after_op(func, shapes)
+                _after_op(func, rule[10], report, box)
             return out
 
     _foreach_on_meta(torch)
@@ -1272,9 +1432,11 @@ def _autocast_handlers(torch, handlers):
             return type(v)(reversed([cast(x, to) for x in reversed(v)]))
         return cast(v, to)
 
+    enabled = torch.is_autocast_enabled
+
     def policy(to_of):
         def h(func, args, kwargs):
-            if not active():
+            if not enabled("cuda"):
                 return func(*args, **kwargs)
             to = to_of(args, kwargs)
             if to is None:

@@ -184,6 +184,67 @@ fn a_recording_replays_to_the_same_figures_and_the_export_opens() {
     );
 }
 
+/// A storage's stack is the program's lines as it made the storage: the
+/// helper keys a stack by its frames' instructions and reads their lines
+/// once, so two calls on one line, a function called from two lines, and
+/// a line run again in a loop must each still get their own lines.
+#[test]
+#[ignore = "needs PyTorch (pip install torch==2.11.*)"]
+fn each_storage_carries_the_lines_that_made_it() {
+    let s = Scratch::new("lines");
+    let prog = s.file(
+        "lines.py",
+        "import torch\n\
+         def make(n):\n\
+         \x20   return torch.empty(n, device='cuda')\n\
+         keep = []\n\
+         for i in range(3):\n\
+         \x20   keep.append(make(256)); keep.append(make(512))\n\
+         \x20   keep.append(torch.empty(1024, device='cuda'))\n\
+         keep.append(make(2048))\n",
+    );
+    let pickle = s.0.join("run.pickle");
+    let e = pickle.to_string_lossy().into_owned();
+    traced_json(&prog, &["--steps", "0", "--export", &e]);
+    // Each allocation's size and (file name, line, function) frames, read
+    // from the export with Python's own pickle.
+    let read = "import json, os, pickle, sys\n\
+        snap = pickle.load(open(sys.argv[1], 'rb'))\n\
+        print(json.dumps([[e['size'], [[os.path.basename(f['filename']), f['line'], f['name']]\n\
+        \x20   for f in e['frames']]] for e in snap['device_traces'][0] if e['action'] == 'alloc']))\n";
+    let out = Command::new(python())
+        .args(["-c", read, &e])
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let allocs = common::json(&String::from_utf8_lossy(&out.stdout));
+    let frames = |size: u64| -> Vec<Value> {
+        allocs
+            .as_array()
+            .expect("a list")
+            .iter()
+            .filter(|a| a[0] == size)
+            .map(|a| a[1].clone())
+            .collect()
+    };
+    let at = |lines: &[(u64, &str)]| -> Value {
+        lines
+            .iter()
+            .map(|(l, f)| serde_json::json!(["lines.py", l, f]))
+            .collect()
+    };
+    // 256 and 512 floats: make() on line 3, called from line 6 (one line,
+    // two calls); 1024 floats: line 7; 2048: make() from line 8.
+    assert_eq!(frames(1024), vec![at(&[(3, "make"), (6, "<module>")]); 3]);
+    assert_eq!(frames(2048), vec![at(&[(3, "make"), (6, "<module>")]); 3]);
+    assert_eq!(frames(4096), vec![at(&[(7, "<module>")]); 3]);
+    assert_eq!(frames(8192), vec![at(&[(3, "make"), (8, "<module>")])]);
+}
+
 #[test]
 #[ignore = "needs PyTorch (pip install torch==2.11.*)"]
 fn an_op_that_needs_data_is_named_with_its_line() {

@@ -1,7 +1,7 @@
 //! A traced run: the program started, its connection served on a thread
 //! until it ends, and the outcome with the snapshot of the whole run.
 
-use std::io::{BufWriter, Write};
+use std::io::{BufReader, BufWriter, Write};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,6 +18,9 @@ use super::simulator::{SimOptions, Simulator};
 use crate::device::GpuProfile;
 use crate::job::{write_frame, FrameReader};
 use crate::trace::snapshot::export_bytes;
+
+/// Bytes read from the program's socket at once.
+const READ_BUFFER: usize = 64 << 10;
 
 /// What to trace and how.
 #[derive(Debug, Clone)]
@@ -167,7 +170,12 @@ fn serve_connection<W: Write>(
     let read = stream
         .try_clone()
         .map_err(|e| TraceError::Channel(e.to_string()))?;
-    let mut frames = FrameReader::new(read, "the traced program");
+    // Buffered: the program sends its messages in batches (`SEND_EVERY` in
+    // the helper), which a few reads take in, not two system calls each.
+    let mut frames = FrameReader::new(
+        BufReader::with_capacity(READ_BUFFER, read),
+        "the traced program",
+    );
     let mut reply = BufWriter::new(stream);
     loop {
         if stop.load(Ordering::Relaxed) {
