@@ -2267,6 +2267,9 @@ def _patch_cuda(torch):
     def clear_workspaces():
         if _state.initialized:
             _chan.ask(["clear_workspaces"])
+            # The next GEMM on each thread takes its workspace again: it
+            # waits for its answer (an OOM there reaches the program).
+            _state.quiet.clear()
 
     patches = {
         "is_available": lambda: True,

@@ -247,6 +247,36 @@ fn each_storage_carries_the_lines_that_made_it() {
 
 #[test]
 #[ignore = "needs PyTorch (pip install torch==2.11.*)"]
+fn a_workspace_that_no_longer_fits_after_a_clear_is_the_programs_oom() {
+    // `_cuda_clearCublasWorkspaces` (and the cache emptied) means the next
+    // GEMM takes its workspace again; where that does not fit, the program
+    // gets its OOM at that line (a GEMM sent without waiting could not).
+    let s = Scratch::new("clear-ws");
+    let prog = s.file(
+        "ws.py",
+        "import torch\na = torch.randn(512, 512, device='cuda')\nb = torch.randn(512, 512, device='cuda')\n\
+         for _ in range(3):\n    c = a @ b\ndel c\ntorch._C._cuda_clearCublasWorkspaces()\n\
+         torch.cuda.empty_cache()\n\
+         torch.cuda.set_per_process_memory_fraction(24 * 2**20 / torch.cuda.get_device_properties(0).total_memory)\n\
+         try:\n    c = a @ b\n    print('NO OOM')\nexcept torch.cuda.OutOfMemoryError as e:\n    print('CAUGHT', e)\n",
+    );
+    let (v, err) = traced_json(&prog, &["--steps", "0"]);
+    assert!(err.contains("CAUGHT CUDA out of memory"), "{err}");
+    assert_eq!(v["trace"]["ooms"], 1, "{v}");
+    let untraced = v["trace"]["untraced"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        !untraced
+            .iter()
+            .any(|u| u.to_string().contains("sent without waiting")),
+        "{untraced:?}"
+    );
+}
+
+#[test]
+#[ignore = "needs PyTorch (pip install torch==2.11.*)"]
 fn an_op_that_needs_data_is_named_with_its_line() {
     let s = Scratch::new("nonzero");
     let prog = s.file(
