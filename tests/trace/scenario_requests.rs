@@ -6,11 +6,15 @@
 //! The capture programs of issue 39's leak patterns are written before a
 //! GPU is lent: this is the strong check they get until then.
 
-use std::path::PathBuf;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::captures::requests;
 use super::{trace, Scratch};
+
+/// [`requests`]' groups: (an allocation?, its sizes).
+type Requests = Vec<(bool, Vec<u64>)>;
 
 /// (capture program, built-in scenario): each pair must agree exactly.
 pub const PAIRS: &[(&str, &str)] = &[
@@ -69,6 +73,48 @@ fn parting(
     }
 }
 
+/// `vramscope export SCENARIO -o TO` (a built-in's name or a scenario
+/// file): the requests the scenario makes. `label` names it on failure.
+fn exported_requests(label: &str, scenario: &OsStr, to: &Path) -> Requests {
+    let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .arg("export")
+        .arg(scenario)
+        .arg("-o")
+        .arg(to)
+        .output()
+        .expect("vramscope runs");
+    assert!(
+        out.status.success(),
+        "{label}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    requests(to)
+}
+
+/// A program written here, traced with its snapshot exported, and the
+/// scenario beside it exported: (traced, scenario) requests.
+fn traced_and_scenario(name: &str, program: &str, ron: &str) -> (Requests, Requests) {
+    let scratch = Scratch::new(name);
+    let program = scratch.file(&format!("{name}.py"), program);
+    let scenario = scratch.file(&format!("{name}.ron"), ron);
+    let traced = scratch.0.join("traced.pickle");
+    let (code, _, err) = trace(
+        &[
+            "--json",
+            "--steps",
+            "0",
+            "--export",
+            &traced.to_string_lossy(),
+        ],
+        &program,
+        &[],
+    );
+    assert!(traced.exists(), "{name}: exit {code}: {err}");
+    let exported = scratch.0.join("scenario.pickle");
+    let s = exported_requests(name, scenario.as_os_str(), &exported);
+    (requests(&traced), s)
+}
+
 #[test]
 #[ignore = "needs PyTorch (pip install torch==2.11.*)"]
 fn traced_capture_programs_make_their_built_ins_requests() {
@@ -88,17 +134,8 @@ fn traced_capture_programs_make_their_built_ins_requests() {
             continue;
         }
         let exported = scratch.0.join(format!("{scenario}.pickle"));
-        let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
-            .args(["export", scenario, "-o"])
-            .arg(&exported)
-            .output()
-            .expect("vramscope runs");
-        assert!(
-            out.status.success(),
-            "export {scenario}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let (t, s) = (requests(&traced), requests(&exported));
+        let s = exported_requests(&format!("export {scenario}"), scenario.as_ref(), &exported);
+        let t = requests(&traced);
         assert!(
             t.len() > 100,
             "{program}: only {} request groups traced",
@@ -170,36 +207,7 @@ const UNFROZEN_RON: &str = r#"Scenario(
 #[ignore = "needs PyTorch (pip install torch==2.11.*)"]
 fn autograd_grad_on_a_trained_model_runs_only_toward_its_input() {
     super::python();
-    let scratch = Scratch::new("unfrozen");
-    let program = scratch.file("unfrozen.py", UNFROZEN);
-    let scenario = scratch.file("unfrozen.ron", UNFROZEN_RON);
-    let traced = scratch.0.join("traced.pickle");
-    let (code, _, err) = trace(
-        &[
-            "--json",
-            "--steps",
-            "0",
-            "--export",
-            &traced.to_string_lossy(),
-        ],
-        &program,
-        &[],
-    );
-    assert!(traced.exists(), "exit {code}: {err}");
-    let exported = scratch.0.join("scenario.pickle");
-    let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
-        .arg("export")
-        .arg(&scenario)
-        .arg("-o")
-        .arg(&exported)
-        .output()
-        .expect("vramscope runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let (t, s) = (requests(&traced), requests(&exported));
+    let (t, s) = traced_and_scenario("unfrozen", UNFROZEN, UNFROZEN_RON);
     assert!(t.len() > 100, "only {} request groups traced", t.len());
     if let Some(f) = parting("unfrozen", &t, &s) {
         panic!("{f}");
@@ -294,36 +302,7 @@ fn create_graph_through_trained_linears_makes_pytorchs_requests() {
     super::python();
     let mut faults = Vec::new();
     for (name, program, ron) in TRAINED_CREATE_GRAPH {
-        let scratch = Scratch::new(name);
-        let program = scratch.file(&format!("{name}.py"), program);
-        let scenario = scratch.file(&format!("{name}.ron"), ron);
-        let traced = scratch.0.join("traced.pickle");
-        let (code, _, err) = trace(
-            &[
-                "--json",
-                "--steps",
-                "0",
-                "--export",
-                &traced.to_string_lossy(),
-            ],
-            &program,
-            &[],
-        );
-        assert!(traced.exists(), "{name}: exit {code}: {err}");
-        let exported = scratch.0.join("scenario.pickle");
-        let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
-            .arg("export")
-            .arg(&scenario)
-            .arg("-o")
-            .arg(&exported)
-            .output()
-            .expect("vramscope runs");
-        assert!(
-            out.status.success(),
-            "{name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let (t, s) = (requests(&traced), requests(&exported));
+        let (t, s) = traced_and_scenario(name, program, ron);
         assert!(
             t.len() > 50,
             "{name}: only {} request groups traced",
