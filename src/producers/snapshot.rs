@@ -528,8 +528,9 @@ fn stream_events(
     produce: impl FnOnce(&Out, &Spent) -> bool + Send + 'static,
 ) -> Source {
     let (tx, rx) = flume::unbounded();
-    // One part waiting to be refilled is enough: the UI records each at once.
-    let (spent_tx, spent) = flume::bounded(1);
+    // The UI takes parts in bursts (all that came while it drew): room for
+    // a few spares keeps the placer from asking the system for fresh ones.
+    let (spent_tx, spent) = flume::bounded(4);
     let spawned = std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {

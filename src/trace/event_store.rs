@@ -183,6 +183,23 @@ impl EventStore {
         (range.start.min(end)..end).map(|i| self.get(i).expect("inside the store"))
     }
 
+    /// The markers and OOM entries among events `range` (clipped to the
+    /// store), with their indices: what the timeline's marks index, read
+    /// without unpacking the allocator events around them.
+    pub fn markers_and_ooms(
+        &self,
+        range: Range<usize>,
+    ) -> impl Iterator<Item = (usize, Event)> + '_ {
+        let end = range.end.min(self.len());
+        (range.start.min(end)..end).filter_map(|i| {
+            let p = self.packed.get(i)?;
+            if p.kind != MARKER && p.kind != Action::Oom as u8 {
+                return None;
+            }
+            self.get(i).map(|e| (i, e))
+        })
+    }
+
     /// Every event, in order.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = Event> + ExactSizeIterator + '_ {
         self.range(0..self.len())

@@ -145,11 +145,7 @@ impl MemoryMap {
 
     /// The segment containing `addr`.
     pub fn segment_at(&self, addr: u64) -> Option<(u64, &MapSegment)> {
-        self.segments
-            .range(..=addr)
-            .next_back()
-            .filter(|(start, s)| addr < **start + s.size)
-            .map(|(a, s)| (*a, s))
+        segment_in(&self.segments, addr)
     }
 
     /// The block containing `addr`.
@@ -338,42 +334,54 @@ impl MemoryMap {
     /// segment. Returns the block as it was, and why it could not be freed.
     pub fn complete_free(&mut self, addr: u64) -> (Option<MapBlock>, Result<(), &'static str>) {
         const NO_PENDING: &str = "no pending block";
-        let Some(b) = self.blocks.get(&addr).copied() else {
+        // One descent finds the block and the one before it, and both are
+        // changed in place: placing a large trace spends most of its time
+        // in these searches.
+        let mut upto = self.blocks.range_mut(..=addr).rev();
+        let Some((_, b)) = upto.next().filter(|(a, _)| **a == addr) else {
             return (None, Err(NO_PENDING));
         };
-        if b.state != BlockState::ActivePendingFree {
-            return (Some(b), Err(NO_PENDING));
+        let found = *b;
+        if found.state != BlockState::ActivePendingFree {
+            return (Some(found), Err(NO_PENDING));
         }
-        self.active -= b.size;
-        let Some((seg_start, seg_end)) = self.segment_at(addr).map(|(a, s)| (a, a + s.size)) else {
-            return (Some(b), Err(NO_PENDING));
+        self.active -= found.size;
+        let Some((seg_start, seg_end)) =
+            segment_in(&self.segments, addr).map(|(a, s)| (a, a + s.size))
+        else {
+            return (Some(found), Err(NO_PENDING));
         };
-        let mut size = b.size;
-        let next = addr + b.size;
+        let into_prev = upto.next().filter(|(pa, p)| {
+            p.state == BlockState::Inactive && **pa >= seg_start && **pa + p.size == addr
+        });
+        let into = match into_prev {
+            Some((pa, p)) => {
+                *p = MapBlock {
+                    size: p.size + found.size,
+                    ..free_like(&found)
+                };
+                *pa
+            }
+            None => {
+                *b = free_like(&found);
+                addr
+            }
+        };
+        if into != addr {
+            self.blocks.remove(&addr);
+        }
+        let next = addr + found.size;
         if next < seg_end {
             if let btree_map::Entry::Occupied(n) = self.blocks.entry(next) {
                 if n.get().state == BlockState::Inactive {
-                    size += n.remove().size;
+                    let joined = n.remove().size;
+                    if let Some(merged) = self.blocks.get_mut(&into) {
+                        merged.size += joined;
+                    }
                 }
             }
         }
-        if let Some((pa, p)) = self.blocks.range_mut(seg_start..addr).next_back() {
-            if p.state == BlockState::Inactive && *pa + p.size == addr {
-                *p = MapBlock {
-                    size: p.size + size,
-                    ..free_like(&b)
-                };
-                self.blocks.remove(&addr);
-                return (Some(b), Ok(()));
-            }
-        }
-        if let Some(freed) = self.blocks.get_mut(&addr) {
-            *freed = MapBlock {
-                size,
-                ..free_like(&b)
-            };
-        }
-        (Some(b), Ok(()))
+        (Some(found), Ok(()))
     }
 
     /// Expandable growth: a new free mapped range that joins the mapped run
@@ -508,6 +516,15 @@ impl MemoryMap {
         self.unmapped.insert(start, (size, b.requested));
         Some(())
     }
+}
+
+/// The segment of `segments` containing `addr`.
+fn segment_in(segments: &BTreeMap<u64, MapSegment>, addr: u64) -> Option<(u64, &MapSegment)> {
+    segments
+        .range(..=addr)
+        .next_back()
+        .filter(|(start, s)| addr < **start + s.size)
+        .map(|(a, s)| (*a, s))
 }
 
 fn free_block(size: u64, requested: u64, pool: Pool, expandable: bool) -> MapBlock {

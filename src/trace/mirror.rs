@@ -101,6 +101,8 @@ impl<'a> TraceMirror<'a> {
         part: &mut TimelinePart,
     ) {
         part.clear();
+        part.events.reserve(entries.len());
+        part.samples.reserve(entries.len());
         for (j, e) in entries.iter().enumerate() {
             if !e.action.is_allocator() {
                 continue;

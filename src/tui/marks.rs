@@ -57,8 +57,7 @@ pub struct MarkIndex {
 impl MarkIndex {
     /// Index the events that arrived since the last call.
     pub fn update(&mut self, tl: &Timeline) {
-        for (i, e) in tl.events().range(self.seen..tl.len()).enumerate() {
-            let i = self.seen + i;
+        for (i, e) in tl.events().markers_and_ooms(self.seen..tl.len()) {
             match e {
                 Event::Alloc(a) if a.action == Action::Oom => self.oom.push(i),
                 Event::Alloc(_) => {}
