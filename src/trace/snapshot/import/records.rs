@@ -420,12 +420,18 @@ impl Importer {
         let missing = |key: Key| path.error(format!("missing key {:?}", key.name()));
 
         let action_v = action_v.ok_or_else(|| missing(Key::Action))?;
-        let action_path = path.key("action");
-        let action_text = match f.doc.get(action_v) {
-            ValueRef::Str(s) => s,
-            _ => return Err(f.expected(action_v, "str", &action_path)),
+        // An action string seen before is known by its handle: its text
+        // (a cache miss per entry on a large trace) is read once.
+        let action = match self.known_action(action_v) {
+            Some(a) => a,
+            None => {
+                let action_text = match f.doc.get(action_v) {
+                    ValueRef::Str(s) => s,
+                    _ => return Err(f.expected(action_v, "str", &path.key("action"))),
+                };
+                self.action(action_v, action_text)
+            }
         };
-        let action = self.action(action_v, action_text);
         // `oom` has `device_free` instead of `addr`; `annotate` (2.15) has
         // no `size`.
         let addr = match action {
@@ -469,6 +475,12 @@ impl Importer {
         Ok(TraceEntry::new(action, addr, size, stream, frames)
             .with_time_us(time_us)
             .with_extra(extra))
+    }
+
+    /// The action of a string handle [`Importer::action`] parsed before.
+    fn known_action(&self, v: Value) -> Option<Action> {
+        let i = v.str_index()? as usize;
+        self.actions.get(i).copied().flatten()
     }
 
     /// `Action::parse`, remembered per interned string.
