@@ -528,9 +528,10 @@ fn stream_events(
     produce: impl FnOnce(&Out, &Spent) -> bool + Send + 'static,
 ) -> Source {
     let (tx, rx) = flume::unbounded();
-    // The UI takes parts in bursts (all that came while it drew): room for
-    // a few spares keeps the placer from asking the system for fresh ones.
-    let (spent_tx, spent) = flume::bounded(4);
+    // The UI takes parts in bursts (all that came while it drew): a second
+    // spare spares the placer most requests for fresh memory, and each
+    // spare is a megabyte of peak RSS, so no more.
+    let (spent_tx, spent) = flume::bounded(2);
     let spawned = std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {
