@@ -1315,6 +1315,8 @@ fn create_graph_gradients_kept_keep_their_forward_graphs() {
         .find(|f| f.root == "maps")
         .expect("a finding on maps");
     assert_eq!(f.kind, FindingKind::RetainedGraphGpu);
+    // The input x, saved and a leaf its AccumulateGrad holds, counted too.
+    assert_eq!(f.growth_per_iter as f64, growth_per_iteration(bug));
     assert!(f.evidence.contains("create_graph=True"), "{}", f.evidence);
     assert!(
         f.fix.starts_with("maps.append(g.detach().cpu())"),
@@ -1398,8 +1400,10 @@ fn a_trained_critics_create_graph_gradient_keeps_its_incoming_gradients() {
 /// `g` and, through its spent graph (the AccumulateGrad it reaches holds
 /// its leaf), `x_hat` and `x_hat.grad`: three [256, 784] fp32 tensors per
 /// iteration, exactly. The finding names `grad_maps` with the host-copy
-/// fix and without "create_graph=False" (a penalty needs it); the fixed
-/// twin is flat and clean. A penalty on a classifier's input gradient
+/// fix and without "create_graph=False" (a penalty needs it), charges it
+/// what the run's allocated figures grow by (the leaf and its gradient
+/// too, not `g` alone) and leads to the accumulator; the fixed twin is
+/// flat and clean. A penalty on a classifier's input gradient
 /// reaches a recorded node with no backward rule (the loss's
 /// double-backward nodes): refused by name.
 #[test]
@@ -1420,8 +1424,16 @@ fn wgan_gp_keeps_each_kept_gradients_input() {
         .iter()
         .find(|f| f.root == "grad_maps")
         .expect("a finding on grad_maps");
-    assert_eq!(f.kind, FindingKind::StoredTensors);
+    assert_eq!(f.kind, FindingKind::RetainedGraphGpu);
     assert_eq!(f.fix, "grad_maps.append(g.detach().cpu())");
+    assert_eq!(f.growth_per_iter as f64, growth_per_iteration(bug));
+    assert!(
+        f.path.iter().any(|p| p.starts_with("AccumulateGrad"))
+            && f.path.last().is_some_and(|p| p.contains("variable.grad")),
+        "{:?}",
+        f.path
+    );
+    assert!(f.evidence.contains("`x_hat`"), "{}", f.evidence);
     let fixed = get("wgan-gp-grad-maps-cpu-fixed");
     assert_flat(fixed);
     assert!(fixed.findings.is_empty(), "{:?}", fixed.findings);

@@ -106,6 +106,9 @@ pub(crate) struct ProgramFacts {
     /// Names bound to a gradient computed with `create_graph=True` (it
     /// has a graph of its own, reaching into the forward one).
     pub create_graph_grads: FxHashSet<String>,
+    /// Per gradient `torch.autograd.grad` binds, the name it is taken with
+    /// respect to (`g` → `x_hat`).
+    pub grad_of: FxHashMap<String, String>,
     /// Gradients a penalty is computed from (`GradPenalty`): a backward
     /// runs through their graphs, so create_graph=True is needed.
     pub penalized_grads: FxHashSet<String>,
@@ -257,6 +260,7 @@ impl ProgramFacts {
                 ..
             } => {
                 self.grad_inputs.insert(input.clone());
+                self.grad_of.insert(into.clone(), input.clone());
                 self.retain_graph |= *retain_graph || *create_graph;
                 if *create_graph {
                     self.create_graph_grads.insert(into.clone());
