@@ -181,6 +181,15 @@ impl Engine {
                 roots.push(self.root_info(walk, kind.clone(), format!("{name}[0]"), *h));
                 roots.push(self.root_info(walk, kind, format!("{name}[1]"), *c));
             }
+            // A tuple of tensors kept whole (`g_hist.append(g)`).
+            Value::List(l) => {
+                for (j, x) in l.iter().enumerate() {
+                    if let Value::Tensor(t) = x {
+                        let n = format!("{name}[{j}]");
+                        roots.push(self.root_info(walk, kind.clone(), n, *t));
+                    }
+                }
+            }
             _ => {}
         }
     }
@@ -242,7 +251,7 @@ impl Engine {
                     let kind = RootKind::Cycle { index: 0 };
                     self.cycle_roots(walk, kind, format!("{name}[{key:?}]"), value, &mut roots);
                 }
-                Value::Float(_) => {}
+                Value::Float(_) | Value::None => {}
             }
         }
         for (i, (name, v)) in self.bindings.garbage.iter().rev().enumerate() {
