@@ -171,7 +171,8 @@ fn every_builtin_meets_its_expectations() {
 }
 
 /// Each buggy scenario and the scenario that shows its fix.
-const PAIRS: [(&str, &str); 38] = [
+const PAIRS: [(&str, &str); 39] = [
+    ("hvp-grad-history-bug", "hvp-grad-history-cpu-fixed"),
     ("wgan-gp-grad-maps-bug", "wgan-gp-grad-maps-cpu-fixed"),
     ("gan-retain-graph-log-bug", "gan-detach-item-fixed"),
     ("teacher-forward-grad-bug", "teacher-forward-no-grad-fixed"),
@@ -1454,6 +1455,66 @@ fn wgan_gp_keeps_each_kept_gradients_input() {
         e.contains("BackwardBackward0") && e.contains("not modelled"),
         "{e}"
     );
+}
+
+/// A Hessian-vector product (issue 39): `g = torch.autograd.grad(loss,
+/// model.parameters(), create_graph=True)`, then the gradient of `g · v`
+/// with retain_graph=True (PyHessian's idiom), `g` kept whole in a list.
+/// Each kept `g` holds its four gradients, and through its graph the ReLU's
+/// result (ThresholdBackwardBackward0 saves it), the batch `x` (the first
+/// weight's MmBackward0 saves it) and the seed (the second weight's saves
+/// the expanded seed): exactly their blocks per iteration. The finding
+/// names `g_hist`, charges it what the run grows by, says the
+/// Hessian-vector product's retain_graph=True kept the graph, and fixes a
+/// tuple element by element; without retain_graph=True only `g` itself is
+/// kept; host copies are flat and clean.
+#[test]
+fn a_kept_hvp_gradient_keeps_its_graph_and_its_batch() {
+    use vramscope::leak::FindingKind;
+    let (b, d, h) = (256u64, 784u64, 1024u64);
+    let block = |bytes: u64| bytes.div_ceil(512) * 512;
+    let g = block(4 * h * d) + block(4 * h) + block(4 * h) + block(4);
+    let graph = block(4 * b * h) + block(4 * b * d) + block(4);
+    let bug = get("hvp-grad-history-bug");
+    assert!(bug.error.is_none(), "{:?}", bug.error);
+    for w in bug.per_iteration.windows(2) {
+        assert_eq!(
+            w[1].allocated - w[0].allocated,
+            g + graph,
+            "iteration {}",
+            w[1].iteration
+        );
+    }
+    let f = bug
+        .findings
+        .iter()
+        .find(|f| f.root == "g_hist")
+        .expect("a finding on g_hist");
+    assert_eq!(f.kind, FindingKind::RetainedGraphGpu);
+    assert_eq!(f.growth_per_iter as f64, growth_per_iteration(bug));
+    assert_eq!(f.fix, "g_hist.append([t.detach().cpu() for t in g])");
+    assert!(f.evidence.contains("retain_graph=True"), "{}", f.evidence);
+    let fixed = get("hvp-grad-history-cpu-fixed");
+    assert_flat(fixed);
+    assert!(fixed.findings.is_empty(), "{:?}", fixed.findings);
+
+    let no_retain = run_variant("hvp-grad-history-bug", |t| {
+        t.replace(
+            "retain_graph: true, allow_unused: true",
+            "retain_graph: false, allow_unused: true",
+        )
+        .replace(
+            "Leak(root: \"g_hist\", kind: \"retained_graph_gpu\"),",
+            "",
+        )
+    });
+    assert_growth_within_1pct(&no_retain, g);
+    // The last bias's second derivative is zero: no gradient reaches it.
+    let unused = run_variant("hvp-grad-history-bug", |t| {
+        t.replace(", allow_unused: true", "")
+    });
+    let e = unused.error.expect("an unused input without allow_unused");
+    assert!(e.contains("appears to not have been used"), "{e}");
 }
 
 /// A GAN (issue 39: two models of their own shapes, two optimizers): the

@@ -252,7 +252,7 @@ impl Detector {
             }
             FindingKind::RetainedGraphGpu if self.facts.keeps_create_graph_grad(name).is_some() => {
                 let g = self.facts.keeps_create_graph_grad(name).unwrap_or_default();
-                format!(
+                let mut e = format!(
                     "`{name}` keeps `{g}`, a gradient computed with create_graph=True: its own \
                      graph (the double-backward Nodes, which save what the gradient's formulas \
                      read) leads back into the forward graph, which create_graph=True kept \
@@ -264,7 +264,16 @@ impl Detector {
                     f.iterations,
                     graph_bytes(&cur),
                     signed_size(graph.per_iter),
-                )
+                );
+                if let Some((hv, gv)) = self.facts.retained_grad_calls.first() {
+                    e.push_str(&format!(
+                        " `{hv} = torch.autograd.grad({gv}, model.parameters(), retain_graph=True)` \
+                         (a Hessian-vector product) ran back through `{g}`'s graph and kept what \
+                         it saved: without retain_graph=True that backward frees it, and a kept \
+                         `{g}` holds only itself."
+                    ));
+                }
+                e
             }
             FindingKind::RetainedGraphGpu => format!(
                 "`{name}` reaches {} autograd Nodes created over {} iterations whose saved tensors were never \
