@@ -1503,10 +1503,7 @@ fn a_kept_hvp_gradient_keeps_its_graph_and_its_batch() {
             "retain_graph: true, allow_unused: true",
             "retain_graph: false, allow_unused: true",
         )
-        .replace(
-            "Leak(root: \"g_hist\", kind: \"retained_graph_gpu\"),",
-            "",
-        )
+        .replace("Leak(root: \"g_hist\", kind: \"retained_graph_gpu\"),", "")
     });
     assert_growth_within_1pct(&no_retain, g);
     // The last bias's second derivative is zero: no gradient reaches it.

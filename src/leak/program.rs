@@ -286,7 +286,8 @@ impl ProgramFacts {
                     self.create_graph_grads.insert(into.clone());
                 }
                 if *retain_graph && !*create_graph {
-                    self.retained_grad_calls.push((into.clone(), output.clone()));
+                    self.retained_grad_calls
+                        .push((into.clone(), output.clone()));
                 }
             }
             Step::ProbeVectors { into } => {

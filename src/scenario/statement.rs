@@ -319,9 +319,9 @@ pub fn statement(step: &Step) -> String {
         Step::ProbeVectors { into } => {
             format!("{into} = [torch.randn_like(p) for p in model.parameters()]")
         }
-        Step::GradDot { a, b, into } => format!(
-            "{into} = sum((x * y).sum() for x, y in zip({a}, {b}) if x is not None)"
-        ),
+        Step::GradDot { a, b, into } => {
+            format!("{into} = sum((x * y).sum() for x, y in zip({a}, {b}) if x is not None)")
+        }
         Step::GradSignStep {
             input,
             grad,

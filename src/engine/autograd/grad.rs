@@ -68,7 +68,11 @@ impl Engine {
                 node.deps = 0;
             }
         }
-        let captured = self.grad_only.take().map(|g| g.captured).unwrap_or_default();
+        let captured = self
+            .grad_only
+            .take()
+            .map(|g| g.captured)
+            .unwrap_or_default();
         let unused = captured.len() < inputs.len() || captured.iter().any(Option::is_none);
         let r = match r {
             Ok(()) if unused && !allow_unused => Err(EngineError::Runtime(UNUSED.into())),

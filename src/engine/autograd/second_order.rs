@@ -14,7 +14,9 @@
 //! `weight_` 10721; LogSoftmaxBackwardDataBackward0 at 10580: `grad_output_`
 //! 10594, `output_` 10595; ThresholdBackwardBackward0 at 11084: `self_`
 //! 11096; MmBackward0 at 4323: `mat2_` 4336, `self_` 4340; ExpandBackward0
-//! at 2047, sizes only, 2059). Under `vramscope
+//! at 2047, sizes only, 2059; SumBackward1 at 6738, `dim`, `keepdim` and
+//! `self_sym_sizes` only, 6750-6752; TBackward0 at 6870, nothing saved).
+//! Under `vramscope
 //! trace` (PyTorch 2.11 itself, on the meta device) the built-ins'
 //! programs make the requests these rules make, byte for byte:
 //!
@@ -41,12 +43,25 @@
 //!   gradient it received. `mat2.t()` of a trained weight is two views of
 //!   it (TBackward0 twice), folded into the edge to its AccumulateGrad as
 //!   the forward's `weight.t()` is.
+//! - AddmmBackward0's `mat2` gradient (a trained Linear's weight, `mat2 =
+//!   weight.t()`, column-major) is `mm_mat2_backward`'s column-major branch
+//!   (FunctionsManual.cpp: `grad.t().mm(mat1).t()`): an MmBackward0 whose
+//!   `self` is the incoming gradient transposed (saved when `mat1` requires
+//!   grad) and whose `mat2` is `mat1` (saved when the gradient does); then
+//!   the forward's `weight.t()` runs `grad.t()`, a TBackward0 of its own.
+//!   Its bias gradient is the incoming one summed by validate_outputs'
+//!   `at::sum_to`: SumBackward1. A Hessian-vector product
+//!   (`torch.autograd.grad(loss, model.parameters(), create_graph=True)`,
+//!   then the gradient of `g · v`) runs them backward: SumBackward1 an
+//!   expanded view, MmBackward0 by the same two GEMMs with the transposed
+//!   result on `self`'s side.
 //! - SumBackward0 runs `grad.expand_symint(self_sym_sizes)`: a view, whose
 //!   ExpandBackward0 saves sizes only; recorded when the incoming gradient
 //!   has a history (a seed has none: then nothing).
 //!
 //! Anything else is refused by name. A backward through the recorded graph
-//! (WGAN-GP's penalty, `ops/penalty.rs`) runs MmBackward0 and
+//! (WGAN-GP's penalty, `ops/penalty.rs`; a Hessian-vector product,
+//! `engine/hvp.rs`) runs MmBackward0, TBackward0, SumBackward1 and
 //! ThresholdBackwardBackward0 by their formulas (`second_order_backward`);
 //! a backward that reaches NllLossBackwardBackward0,
 //! LogSoftmaxBackwardDataBackward0 or ExpandBackward0 (a penalty on a
