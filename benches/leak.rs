@@ -33,6 +33,7 @@ fn plain_root(
         device: DeviceKind::Cuda,
         nodes: Vec::new(),
         saved_storages: Vec::new(),
+        leaf_storages: Vec::new(),
         saved_bytes: 0,
         exclusive_saved_bytes: 0,
         oldest_node_iteration: None,
@@ -57,6 +58,7 @@ fn storage(id: u32, bytes: u64, it: u32, refs: u32, saved: u32) -> StorageInfo {
         tensor_refs: refs,
         saved_by: saved,
         engine_held: false,
+        graph_leaf: false,
     }
 }
 
@@ -111,6 +113,7 @@ fn synthetic(it: u32) -> HeldState {
                 released: false,
                 module: module.clone(),
                 saved,
+                held: Vec::new(),
                 next,
             });
             chain_nodes.push(id);
@@ -131,6 +134,7 @@ fn synthetic(it: u32) -> HeldState {
         saved_bytes: chain_saved.len() as u64 * (1 << 20),
         exclusive_saved_bytes: chain_saved.len() as u64 * (1 << 20),
         saved_storages: chain_saved,
+        leaf_storages: Vec::new(),
         oldest_node_iteration: Some(it.saturating_sub(ITERS) + 1),
         spent_nodes: 0,
     });

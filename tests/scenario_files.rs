@@ -615,6 +615,51 @@ fn second_model_steps_are_checked_at_the_step() {
     load_str(&text, "ok.ron").expect("a teacher built, then run");
 }
 
+/// A Hessian-vector product's statements are checked where they stand: a
+/// gradient of an unbound name, a dot product of a tensor (zip() pairs
+/// tuples), `.item()` of the tuple `torch.autograd.grad` returns; the
+/// statements as PyHessian's loop writes them load.
+#[test]
+fn hvp_steps_are_checked_at_the_step() {
+    let step = "        OptimizerStep,\n";
+    let cases: &[(&str, usize, &str)] = &[
+        (
+            "        AutogradGradParams(output: \"gv\", into: \"hv\", retain_graph: true),\n",
+            13,
+            "`gv`, which no earlier step binds",
+        ),
+        (
+            "        ProbeVectors(into: \"v\"),\n        GradDot(a: \"loss\", b: \"v\", into: \"gv\"),\n",
+            14,
+            "zip() pairs a tuple of tensors",
+        ),
+        (
+            "        AutogradGradParams(output: \"loss\", into: \"g\", retain_graph: false, create_graph: true),\n        \
+             NewList(name: \"kept\"),\n        Append(from: \"g\", list: \"kept\", what: Item),\n",
+            15,
+            "only a tensor has .item()",
+        ),
+    ];
+    for (added, line, said) in cases {
+        let text = VALID.replace(step, &format!("{step}{added}"));
+        let (l, column, message) = at(&text);
+        assert_eq!((l, column), (*line, 9), "{added}: {message}");
+        assert!(message.contains(said), "{added}: {message}");
+    }
+    let text = VALID.replace(
+        step,
+        &format!(
+            "{step}        AutogradGradParams(output: \"loss\", into: \"g\", retain_graph: false, create_graph: true),\n\
+             \x20       ProbeVectors(into: \"v\"),\n\
+             \x20       GradDot(a: \"g\", b: \"v\", into: \"gv\"),\n\
+             \x20       AutogradGradParams(output: \"gv\", into: \"hv\", retain_graph: true, allow_unused: true),\n\
+             \x20       NewList(name: \"g_hist\"),\n\
+             \x20       Append(from: \"g\", list: \"g_hist\", what: Cpu),\n"
+        ),
+    );
+    load_str(&text, "ok.ron").expect("a Hessian-vector product as PyHessian writes it");
+}
+
 /// Issue 39's GAN statements are checked at the step, as Python would
 /// refuse them: an optimizer step or zero_grad of a name no
 /// `BuildOptimizer` bound (or of a tensor), an optimizer built over a

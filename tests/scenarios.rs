@@ -171,7 +171,8 @@ fn every_builtin_meets_its_expectations() {
 }
 
 /// Each buggy scenario and the scenario that shows its fix.
-const PAIRS: [(&str, &str); 38] = [
+const PAIRS: [(&str, &str); 39] = [
+    ("hvp-grad-history-bug", "hvp-grad-history-cpu-fixed"),
     ("wgan-gp-grad-maps-bug", "wgan-gp-grad-maps-cpu-fixed"),
     ("gan-retain-graph-log-bug", "gan-detach-item-fixed"),
     ("teacher-forward-grad-bug", "teacher-forward-no-grad-fixed"),
@@ -1315,6 +1316,8 @@ fn create_graph_gradients_kept_keep_their_forward_graphs() {
         .find(|f| f.root == "maps")
         .expect("a finding on maps");
     assert_eq!(f.kind, FindingKind::RetainedGraphGpu);
+    // The input x, saved and a leaf its AccumulateGrad holds, counted too.
+    assert_eq!(f.growth_per_iter as f64, growth_per_iteration(bug));
     assert!(f.evidence.contains("create_graph=True"), "{}", f.evidence);
     assert!(
         f.fix.starts_with("maps.append(g.detach().cpu())"),
@@ -1398,8 +1401,10 @@ fn a_trained_critics_create_graph_gradient_keeps_its_incoming_gradients() {
 /// `g` and, through its spent graph (the AccumulateGrad it reaches holds
 /// its leaf), `x_hat` and `x_hat.grad`: three [256, 784] fp32 tensors per
 /// iteration, exactly. The finding names `grad_maps` with the host-copy
-/// fix and without "create_graph=False" (a penalty needs it); the fixed
-/// twin is flat and clean. A penalty on a classifier's input gradient
+/// fix and without "create_graph=False" (a penalty needs it), charges it
+/// what the run's allocated figures grow by (the leaf and its gradient
+/// too, not `g` alone) and leads to the accumulator; the fixed twin is
+/// flat and clean. A penalty on a classifier's input gradient
 /// reaches a recorded node with no backward rule (the loss's
 /// double-backward nodes): refused by name.
 #[test]
@@ -1420,8 +1425,16 @@ fn wgan_gp_keeps_each_kept_gradients_input() {
         .iter()
         .find(|f| f.root == "grad_maps")
         .expect("a finding on grad_maps");
-    assert_eq!(f.kind, FindingKind::StoredTensors);
+    assert_eq!(f.kind, FindingKind::RetainedGraphGpu);
     assert_eq!(f.fix, "grad_maps.append(g.detach().cpu())");
+    assert_eq!(f.growth_per_iter as f64, growth_per_iteration(bug));
+    assert!(
+        f.path.iter().any(|p| p.starts_with("AccumulateGrad"))
+            && f.path.last().is_some_and(|p| p.contains("variable.grad")),
+        "{:?}",
+        f.path
+    );
+    assert!(f.evidence.contains("`x_hat`"), "{}", f.evidence);
     let fixed = get("wgan-gp-grad-maps-cpu-fixed");
     assert_flat(fixed);
     assert!(fixed.findings.is_empty(), "{:?}", fixed.findings);
@@ -1442,6 +1455,63 @@ fn wgan_gp_keeps_each_kept_gradients_input() {
         e.contains("BackwardBackward0") && e.contains("not modelled"),
         "{e}"
     );
+}
+
+/// A Hessian-vector product (issue 39): `g = torch.autograd.grad(loss,
+/// model.parameters(), create_graph=True)`, then the gradient of `g · v`
+/// with retain_graph=True (PyHessian's idiom), `g` kept whole in a list.
+/// Each kept `g` holds its four gradients, and through its graph the ReLU's
+/// result (ThresholdBackwardBackward0 saves it), the batch `x` (the first
+/// weight's MmBackward0 saves it) and the seed (the second weight's saves
+/// the expanded seed): exactly their blocks per iteration. The finding
+/// names `g_hist`, charges it what the run grows by, says the
+/// Hessian-vector product's retain_graph=True kept the graph, and fixes a
+/// tuple element by element; without retain_graph=True only `g` itself is
+/// kept; host copies are flat and clean.
+#[test]
+fn a_kept_hvp_gradient_keeps_its_graph_and_its_batch() {
+    use vramscope::leak::FindingKind;
+    let (b, d, h) = (256u64, 784u64, 1024u64);
+    let block = |bytes: u64| bytes.div_ceil(512) * 512;
+    let g = block(4 * h * d) + block(4 * h) + block(4 * h) + block(4);
+    let graph = block(4 * b * h) + block(4 * b * d) + block(4);
+    let bug = get("hvp-grad-history-bug");
+    assert!(bug.error.is_none(), "{:?}", bug.error);
+    for w in bug.per_iteration.windows(2) {
+        assert_eq!(
+            w[1].allocated - w[0].allocated,
+            g + graph,
+            "iteration {}",
+            w[1].iteration
+        );
+    }
+    let f = bug
+        .findings
+        .iter()
+        .find(|f| f.root == "g_hist")
+        .expect("a finding on g_hist");
+    assert_eq!(f.kind, FindingKind::RetainedGraphGpu);
+    assert_eq!(f.growth_per_iter as f64, growth_per_iteration(bug));
+    assert_eq!(f.fix, "g_hist.append([t.detach().cpu() for t in g])");
+    assert!(f.evidence.contains("retain_graph=True"), "{}", f.evidence);
+    let fixed = get("hvp-grad-history-cpu-fixed");
+    assert_flat(fixed);
+    assert!(fixed.findings.is_empty(), "{:?}", fixed.findings);
+
+    let no_retain = run_variant("hvp-grad-history-bug", |t| {
+        t.replace(
+            "retain_graph: true, allow_unused: true",
+            "retain_graph: false, allow_unused: true",
+        )
+        .replace("Leak(root: \"g_hist\", kind: \"retained_graph_gpu\"),", "")
+    });
+    assert_growth_within_1pct(&no_retain, g);
+    // The last bias's second derivative is zero: no gradient reaches it.
+    let unused = run_variant("hvp-grad-history-bug", |t| {
+        t.replace(", allow_unused: true", "")
+    });
+    let e = unused.error.expect("an unused input without allow_unused");
+    assert!(e.contains("appears to not have been used"), "{e}");
 }
 
 /// A GAN (issue 39: two models of their own shapes, two optimizers): the

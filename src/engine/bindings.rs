@@ -13,6 +13,8 @@ use super::Engine;
 pub enum Value {
     Tensor(TensorId),
     Float(f64),
+    /// Python's `None` (an unused input's gradient in a tuple).
+    None,
     List(Vec<Value>),
     /// An RNN hidden state (h, c).
     Pair(TensorId, TensorId),
@@ -88,7 +90,7 @@ impl Engine {
             Value::Dict(d) => d.iter().for_each(|(_, x)| self.keep_value(x)),
             Value::Deque { items, .. } => items.iter().for_each(|x| self.keep_value(x)),
             Value::Cycle { value, .. } => self.keep_value(value),
-            Value::Float(_) => {}
+            Value::Float(_) | Value::None => {}
         }
     }
 
@@ -105,7 +107,7 @@ impl Engine {
             Value::Dict(d) => d.into_iter().for_each(|(_, x)| self.drop_value(x)),
             Value::Deque { items, .. } => items.into_iter().for_each(|x| self.drop_value(x)),
             Value::Cycle { value, .. } => self.drop_value(*value),
-            Value::Float(_) => {}
+            Value::Float(_) | Value::None => {}
         }
     }
 

@@ -60,6 +60,10 @@ pub struct RootInfo {
     pub saved_bytes: u64,
     /// Saved bytes kept alive *only* by the graph (§9.1 c): what dies with it.
     pub exclusive_saved_bytes: u64,
+    /// Storages of leaves (and their `.grad`s) that only an `AccumulateGrad`
+    /// in that graph keeps alive (a `requires_grad` input no name holds any
+    /// more), not already among `saved_storages`.
+    pub leaf_storages: Vec<StorageId>,
     /// The earliest iteration of a reachable Node (GRAPH_CHAIN_ACROSS_ITERATIONS).
     pub oldest_node_iteration: Option<u32>,
     /// Reachable nodes whose slots are all released (spent graph, §2.3.5).
@@ -88,6 +92,10 @@ pub struct NodeInfo {
     pub released: bool,
     pub module: Arc<str>,
     pub saved: Vec<SavedInfo>,
+    /// What an `AccumulateGrad` alone keeps alive: its `variable` (the leaf)
+    /// and the leaf's `.grad`, where nothing else holds them (empty for
+    /// other Nodes, and for a parameter's or a named tensor's accumulator).
+    pub held: Vec<SavedInfo>,
     pub next: Vec<NodeId>,
 }
 
@@ -110,6 +118,9 @@ pub struct StorageInfo {
     /// autograd_saved in the leak view.
     pub saved_by: u32,
     pub engine_held: bool,
+    /// Its one tensor is a leaf that only its `AccumulateGrad` holds, or
+    /// such a leaf's `.grad`: the graphs reaching the accumulator keep it.
+    pub graph_leaf: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -169,6 +180,15 @@ impl Engine {
             Value::Pair(h, c) => {
                 roots.push(self.root_info(walk, kind.clone(), format!("{name}[0]"), *h));
                 roots.push(self.root_info(walk, kind, format!("{name}[1]"), *c));
+            }
+            // A tuple of tensors kept whole (`g_hist.append(g)`).
+            Value::List(l) => {
+                for (j, x) in l.iter().enumerate() {
+                    if let Value::Tensor(t) = x {
+                        let n = format!("{name}[{j}]");
+                        roots.push(self.root_info(walk, kind.clone(), n, *t));
+                    }
+                }
             }
             _ => {}
         }
@@ -231,7 +251,7 @@ impl Engine {
                     let kind = RootKind::Cycle { index: 0 };
                     self.cycle_roots(walk, kind, format!("{name}[{key:?}]"), value, &mut roots);
                 }
-                Value::Float(_) => {}
+                Value::Float(_) | Value::None => {}
             }
         }
         for (i, (name, v)) in self.bindings.garbage.iter().rev().enumerate() {
@@ -401,6 +421,7 @@ impl Engine {
                         }
                     }))
                     .collect(),
+                held: self.accumulator_holds(n.leaf),
                 next: n
                     .inputs
                     .iter()
@@ -408,6 +429,12 @@ impl Engine {
                     .collect(),
             })
             .collect();
+        let mut graph_leaf = vec![false; self.storages.id_bound()];
+        for &s in walk.leaf_storages() {
+            if let Some(x) = graph_leaf.get_mut(s as usize) {
+                *x = true;
+            }
+        }
         let storages = self
             .storages
             .iter()
@@ -428,6 +455,7 @@ impl Engine {
                 tensor_refs: s.tensor_refs,
                 saved_by: s.slot_refs,
                 engine_held: s.engine_refs > 0,
+                graph_leaf: graph_leaf.get(id as usize).copied().unwrap_or(false),
             })
             .collect();
         HeldState {
@@ -443,12 +471,41 @@ impl Engine {
         }
     }
 
+    /// An `AccumulateGrad`'s leaf and the leaf's `.grad`, as far as only
+    /// the accumulator keeps them (`held_walk.rs`).
+    fn accumulator_holds(&self, leaf: Option<TensorId>) -> Vec<SavedInfo> {
+        let Some(leaf) = leaf else {
+            return Vec::new();
+        };
+        let [own, grad] = self.held_only_by_accumulator(leaf);
+        let info = |name: &'static str, t: TensorId, s: u32| {
+            let x = &self.tensors[t.0];
+            SavedInfo {
+                name,
+                shape: x.shape.to_vec(),
+                dtype: x.dtype,
+                bytes: x.shape.numel().saturating_mul(x.dtype.size()),
+                storage: Some(StorageId(s)),
+                is_output: false,
+            }
+        };
+        let Some(own) = own else {
+            return Vec::new();
+        };
+        let mut v = vec![info("variable", leaf, own)];
+        if let (Some(s), Some(g)) = (grad, self.tensors[leaf.0].grad) {
+            v.push(info("variable.grad", g, s));
+        }
+        v
+    }
+
     fn root_info(&self, walk: &mut Walk, kind: RootKind, name: String, t: TensorId) -> RootInfo {
         let x = self.t(t);
         let st = self.storage(x.storage);
         let reach = walk.reach(x.grad_fn.map(|n| n.0));
         let nodes: Vec<NodeId> = reach.nodes.into_iter().map(NodeId).collect();
         let saved: Vec<StorageId> = reach.saved.into_iter().map(StorageId).collect();
+        let leaves: Vec<StorageId> = reach.leaves.into_iter().map(StorageId).collect();
         let (oldest, spent) = (reach.oldest, reach.spent);
         let saved_bytes = saved.iter().map(|s| self.storage(*s).bytes).sum();
         let exclusive = saved
@@ -468,6 +525,7 @@ impl Engine {
             saved_storages: saved,
             saved_bytes,
             exclusive_saved_bytes: exclusive,
+            leaf_storages: leaves,
             oldest_node_iteration: oldest,
             spent_nodes: spent,
         }

@@ -4,7 +4,14 @@
 //! allocated per root). The cost of a live state is then linear in what
 //! the roots reach, and the walks touch a few bytes per Node, not the
 //! Nodes themselves (issue 39: 1,601 retained graphs).
+//!
+//! An `AccumulateGrad` holds its leaf strongly (engine.md §0.3), and the
+//! leaf holds its `.grad`: where nothing else holds them (no variable, no
+//! model), the graphs that reach the accumulator are what keeps them, as
+//! they keep saved tensors. A leaf a parameter or a name holds has other
+//! references and is never counted here.
 
+use super::tensor::TensorId;
 use super::Engine;
 
 pub(crate) struct Walk {
@@ -14,6 +21,10 @@ pub(crate) struct Walk {
     edges: Vec<u32>,
     saved_at: Vec<u32>,
     saved: Vec<u32>,
+    /// Per Node id: the storages of its leaf and the leaf's `.grad` that
+    /// only this `AccumulateGrad` keeps alive (empty for other Nodes).
+    leaves_at: Vec<u32>,
+    leaves: Vec<u32>,
     iteration: Vec<u32>,
     /// Bit 0: an `AccumulateGrad`; bit 1: it has saved slots (live or not).
     flags: Vec<u8>,
@@ -26,6 +37,9 @@ pub(crate) struct Walk {
 pub(crate) struct Reach {
     pub nodes: Vec<u32>,
     pub saved: Vec<u32>,
+    /// Storages of leaves (and their `.grad`) that only the reached
+    /// `AccumulateGrad`s keep alive, not already in `saved`.
+    pub leaves: Vec<u32>,
     /// The earliest iteration of a reached Node other than `AccumulateGrad`.
     pub oldest: Option<u32>,
     /// Reached Nodes whose saved slots are all released.
@@ -43,6 +57,8 @@ impl Walk {
             edges: Vec::new(),
             saved_at: Vec::with_capacity(n + 1),
             saved: Vec::new(),
+            leaves_at: Vec::with_capacity(n + 1),
+            leaves: Vec::new(),
             iteration: vec![0; n],
             flags: vec![0; n],
             node_mark: vec![0; n],
@@ -52,6 +68,7 @@ impl Walk {
         for id in 0..n {
             w.edges_at.push(w.edges.len() as u32);
             w.saved_at.push(w.saved.len() as u32);
+            w.leaves_at.push(w.leaves.len() as u32);
             let Some(node) = e.nodes.get(id as u32) else {
                 continue;
             };
@@ -59,6 +76,10 @@ impl Walk {
             let mut f = 0;
             if node.name == "AccumulateGrad" {
                 f |= ACCUMULATE;
+                if let Some(leaf) = node.leaf {
+                    w.leaves
+                        .extend(e.held_only_by_accumulator(leaf).into_iter().flatten());
+                }
             }
             if !node.saved.is_empty() {
                 f |= HAS_SAVED;
@@ -71,7 +92,14 @@ impl Walk {
         }
         w.edges_at.push(w.edges.len() as u32);
         w.saved_at.push(w.saved.len() as u32);
+        w.leaves_at.push(w.leaves.len() as u32);
         w
+    }
+
+    /// Every storage some `AccumulateGrad` alone keeps alive (a leaf or its
+    /// `.grad`), by id.
+    pub(crate) fn leaf_storages(&self) -> &[u32] {
+        &self.leaves
     }
 
     /// The Nodes reachable from `start` and the live saved storages they hold.
@@ -81,6 +109,7 @@ impl Walk {
         let mut out = Reach {
             nodes: Vec::new(),
             saved: Vec::new(),
+            leaves: Vec::new(),
             oldest: None,
             spent: 0,
         };
@@ -101,13 +130,14 @@ impl Walk {
                 out.spent += 1;
             }
             for &s in slots {
-                let j = s as usize;
-                if j >= self.storage_mark.len() {
-                    self.storage_mark.resize(j + 1, 0);
-                }
-                if self.storage_mark[j] != stamp {
-                    self.storage_mark[j] = stamp;
+                if mark_storage(&mut self.storage_mark, s, stamp) {
                     out.saved.push(s);
+                }
+            }
+            let held = &self.leaves[self.leaves_at[i] as usize..self.leaves_at[i + 1] as usize];
+            for &s in held {
+                if mark_storage(&mut self.storage_mark, s, stamp) {
+                    out.leaves.push(s);
                 }
             }
             stack.extend_from_slice(
@@ -115,5 +145,39 @@ impl Walk {
             );
         }
         out
+    }
+}
+
+/// Mark storage `s` for the walk of `stamp`; false when it already was.
+fn mark_storage(mark: &mut Vec<u32>, s: u32, stamp: u32) -> bool {
+    let j = s as usize;
+    if j >= mark.len() {
+        mark.resize(j + 1, 0);
+    }
+    let fresh = mark[j] != stamp;
+    mark[j] = stamp;
+    fresh
+}
+
+impl Engine {
+    /// The storages of `leaf` and of its `.grad` that nothing but the
+    /// leaf's `AccumulateGrad` keeps alive: the leaf's one reference is the
+    /// accumulator's, its `.grad`'s one is the leaf's, and each storage has
+    /// no other tensor on it and no engine reference.
+    pub(super) fn held_only_by_accumulator(&self, leaf: TensorId) -> [Option<u32>; 2] {
+        let alone = |t: TensorId| {
+            let x = self.tensors.get(t.0)?;
+            let s = self.storages.get(x.storage.0)?;
+            (x.refs == 1 && s.tensor_refs == 1 && s.engine_refs == 0).then_some(x.storage.0)
+        };
+        let Some(own) = alone(leaf) else {
+            return [None, None];
+        };
+        let grad = self
+            .tensors
+            .get(leaf.0)
+            .and_then(|x| x.grad)
+            .and_then(alone);
+        [Some(own), grad]
     }
 }

@@ -22,6 +22,25 @@ impl Engine {
                 ))),
             };
         }
+        // A tuple of tensors (`torch.autograd.grad`'s): each element as
+        // the statement keeps it, in a new list (`[t.detach() for t in g]`).
+        if let Some(Value::List(l)) = self.bindings.vars.get(from).cloned() {
+            if what == KeepWhat::Item {
+                return Err(EngineError::Program(format!(
+                    "`{from}` is a tuple: it has no .item()"
+                )));
+            }
+            let mut kept = Vec::with_capacity(l.len());
+            for v in l {
+                kept.push(match (v, what) {
+                    (Value::Tensor(t), KeepWhat::Tensor) => Value::Tensor(self.local_ref(t)),
+                    (Value::Tensor(t), KeepWhat::Detach) => Value::Tensor(self.detach(t)),
+                    (Value::Tensor(t), _) => Value::Tensor(self.cpu(t)),
+                    _ => Value::None,
+                });
+            }
+            return Ok(Value::List(kept));
+        }
         let t = self.binding_tensor(from)?;
         Ok(match what {
             KeepWhat::Tensor => Value::Tensor(self.local_ref(t)),

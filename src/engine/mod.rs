@@ -32,6 +32,7 @@ mod held_walk;
 pub mod hf_config;
 mod hf_quant;
 pub mod hf_switches;
+mod hvp;
 mod input_grad;
 mod keep;
 pub mod launch;

@@ -423,6 +423,21 @@ impl Engine {
                 let g = g?;
                 self.bind(into, Value::Tensor(g));
             }
+            Step::AutogradGradParams {
+                output,
+                into,
+                retain_graph,
+                create_graph,
+                allow_unused,
+            } => self.autograd_grad_params(
+                output,
+                into,
+                *retain_graph,
+                *create_graph,
+                *allow_unused,
+            )?,
+            Step::ProbeVectors { into } => self.probe_vectors(into)?,
+            Step::GradDot { a, b, into } => self.grad_dot(a, b, into)?,
             Step::RequiresGrad { name } => self.requires_grad_leaf(name)?,
             Step::EmaCopy { into } => self.ema_copy(into)?,
             Step::EmaUpdate { ema, no_grad } => self.ema_update(ema, *no_grad)?,

@@ -154,7 +154,9 @@ impl Detector {
                 FindingKind::StoredTensors
             };
             (kind, own.per_iter, own.steps)
-        } else if nodes.steps >= MIN_GROWTH_STEPS && chain_span >= 2 && cur.graph == 0 {
+        } else if nodes.steps >= MIN_GROWTH_STEPS && chain_span >= 2 && cur.graph == cur.leaf {
+            // No saved tensor kept (a leaf at the chain's start, with its
+            // .grad, is what an AccumulateGrad holds, once: not growth).
             (
                 FindingKind::RetainedGraphHost,
                 gpu_total.per_iter.max(0),
@@ -241,13 +243,16 @@ impl Detector {
                      iterations.",
                     cur.nodes,
                     f.iterations,
-                    format_size(cur.graph),
+                    graph_bytes(&cur),
                     signed_size(graph.per_iter),
                 )
             }
+            FindingKind::RetainedGraphGpu if cur.leaf == cur.graph => {
+                self.spent_graph_leaves_evidence(name, &cur, &f, growth_steps)
+            }
             FindingKind::RetainedGraphGpu if self.facts.keeps_create_graph_grad(name).is_some() => {
                 let g = self.facts.keeps_create_graph_grad(name).unwrap_or_default();
-                format!(
+                let mut e = format!(
                     "`{name}` keeps `{g}`, a gradient computed with create_graph=True: its own \
                      graph (the double-backward Nodes, which save what the gradient's formulas \
                      read) leads back into the forward graph, which create_graph=True kept \
@@ -257,9 +262,18 @@ impl Detector {
                      batch's activations.",
                     cur.nodes,
                     f.iterations,
-                    format_size(cur.graph),
+                    graph_bytes(&cur),
                     signed_size(graph.per_iter),
-                )
+                );
+                if let Some((hv, gv)) = self.facts.retained_grad_calls.first() {
+                    e.push_str(&format!(
+                        " `{hv} = torch.autograd.grad({gv}, model.parameters(), retain_graph=True)` \
+                         (a Hessian-vector product) ran back through `{g}`'s graph and kept what \
+                         it saved: without retain_graph=True that backward frees it, and a kept \
+                         `{g}` holds only itself."
+                    ));
+                }
+                e
             }
             FindingKind::RetainedGraphGpu => format!(
                 "`{name}` reaches {} autograd Nodes created over {} iterations whose saved tensors were never \
@@ -268,7 +282,7 @@ impl Detector {
                  its forward saved for backward.{}",
                 cur.nodes,
                 f.iterations,
-                format_size(cur.graph),
+                graph_bytes(&cur),
                 signed_size(graph.per_iter),
                 self.retained_because(),
             ),
@@ -357,6 +371,46 @@ impl Detector {
             _ => Severity::Warning,
         };
         Some(f)
+    }
+
+    /// A spent graph (backward ran through it and freed what it saved)
+    /// that still reaches the `AccumulateGrad` of leaves no name holds any
+    /// more: the accumulator holds its leaf, and the leaf its `.grad`.
+    fn spent_graph_leaves_evidence(
+        &self,
+        name: &str,
+        cur: &GroupSample,
+        f: &Finding,
+        growth_steps: usize,
+    ) -> String {
+        let kept = self.facts.keeps_create_graph_grad(name);
+        let leaf = kept
+            .and_then(|g| self.facts.grad_of.get(g))
+            .map_or("a requires_grad leaf".to_string(), |x| format!("`{x}`"));
+        let what = match kept {
+            Some(g) => format!(
+                "`{name}` keeps `{g}`, a gradient computed with create_graph=True. A backward \
+                 already ran through its graph and freed what that graph saved, but the graph \
+                 still leads to the AccumulateGrad of {leaf}, the leaf `{g}` was taken with \
+                 respect to"
+            ),
+            None => format!(
+                "`{name}` reaches graphs a backward already ran (what they saved is freed), \
+                 but they still lead to the AccumulateGrad of {leaf}"
+            ),
+        };
+        format!(
+            "{what}: the AccumulateGrad holds its leaf and the leaf its .grad, and no name \
+             holds either any more. {} autograd Nodes created over {} iterations are \
+             reachable; {} of leaves and their gradients only through `{name}`, besides the \
+             {} of its own tensors: {} per iteration in all over the last {growth_steps} \
+             iterations.",
+            cur.nodes,
+            f.iterations,
+            format_size(cur.leaf),
+            format_size(cur.own),
+            signed_size(f.growth_per_iter),
+        )
     }
 
     /// Why a kept graph still has its saved tensors, where the program says:
@@ -826,6 +880,19 @@ fn merge_beyond(mut findings: Vec<Finding>, keep: usize) -> Vec<Finding> {
     );
     findings.push(merged);
     findings
+}
+
+/// A group's graph bytes, saying how much of it is leaves an
+/// `AccumulateGrad` alone keeps (with their `.grad`), where some is.
+fn graph_bytes(cur: &GroupSample) -> String {
+    match cur.leaf {
+        0 => format_size(cur.graph),
+        l => format!(
+            "{} ({} of it leaves no name holds and their .grad, kept by their AccumulateGrad)",
+            format_size(cur.graph),
+            format_size(l)
+        ),
+    }
 }
 
 /// An error message's first sentence, without its full stop (PyTorch's

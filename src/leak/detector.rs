@@ -51,8 +51,12 @@ pub struct GroupSample {
     pub iteration: u32,
     /// Block bytes of the group's own GPU storages held by nothing else.
     pub own: u64,
-    /// Block bytes of un-released saved tensors only this group's graphs reach.
+    /// Block bytes of un-released saved tensors only this group's graphs
+    /// reach, and of the leaves (and their `.grad`s) only those graphs'
+    /// `AccumulateGrad`s hold.
     pub graph: u64,
+    /// Of `graph`: the leaves and their `.grad`s.
+    pub leaf: u64,
     /// Distinct autograd Nodes reachable (host memory).
     pub nodes: u32,
     /// Of those, released (spent) ones.

@@ -51,10 +51,13 @@ pub(super) fn fix_for(
         } else {
             ""
         };
-        // `.item()` only on a loss: a 0-dim tensor; anything else detaches.
+        // `.item()` only on a loss: a 0-dim tensor; a tuple of gradients
+        // element by element; anything else detaches.
         let plain = |from: &str| {
             if facts.is_loss(from) {
                 format!("{from}.item()")
+            } else if facts.tuples.contains(from) {
+                format!("[t.detach() for t in {from}]")
             } else {
                 format!("{from}.detach()")
             }
@@ -62,6 +65,9 @@ pub(super) fn fix_for(
         // A detached GPU tensor still holds its memory: keep a host copy.
         let host = |from: &str| match facts.is_loss(from) {
             true => format!("{from}.item()"),
+            false if facts.tuples.contains(from) => {
+                format!("[t.detach().cpu() for t in {from}]")
+            }
             false => format!("{from}.detach().cpu()"),
         };
         match b {

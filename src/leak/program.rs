@@ -106,6 +106,16 @@ pub(crate) struct ProgramFacts {
     /// Names bound to a gradient computed with `create_graph=True` (it
     /// has a graph of its own, reaching into the forward one).
     pub create_graph_grads: FxHashSet<String>,
+    /// Per gradient `torch.autograd.grad` binds, the name it is taken with
+    /// respect to (`g` → `x_hat`).
+    pub grad_of: FxHashMap<String, String>,
+    /// Names bound to a tuple of gradients (`torch.autograd.grad(loss,
+    /// model.parameters())`): a fix keeps each element.
+    pub tuples: FxHashSet<String>,
+    /// `torch.autograd.grad(output, model.parameters(), retain_graph=True)`
+    /// calls, as (into, output): a Hessian-vector product that keeps what
+    /// the graphs it ran through saved.
+    pub retained_grad_calls: Vec<(String, String)>,
     /// Gradients a penalty is computed from (`GradPenalty`): a backward
     /// runs through their graphs, so create_graph=True is needed.
     pub penalized_grads: FxHashSet<String>,
@@ -257,10 +267,37 @@ impl ProgramFacts {
                 ..
             } => {
                 self.grad_inputs.insert(input.clone());
+                self.grad_of.insert(into.clone(), input.clone());
                 self.retain_graph |= *retain_graph || *create_graph;
                 if *create_graph {
                     self.create_graph_grads.insert(into.clone());
                 }
+            }
+            Step::AutogradGradParams {
+                output,
+                into,
+                retain_graph,
+                create_graph,
+                ..
+            } => {
+                self.retain_graph |= *retain_graph || *create_graph;
+                self.tuples.insert(into.clone());
+                if *create_graph {
+                    self.create_graph_grads.insert(into.clone());
+                }
+                if *retain_graph && !*create_graph {
+                    self.retained_grad_calls
+                        .push((into.clone(), output.clone()));
+                }
+            }
+            Step::ProbeVectors { into } => {
+                self.tuples.insert(into.clone());
+            }
+            // `g · v` is differentiated again (a Hessian-vector product):
+            // `g` needs its graph.
+            Step::GradDot { a, b, .. } => {
+                self.penalized_grads.insert(a.clone());
+                self.penalized_grads.insert(b.clone());
             }
             Step::Backward { loss, retain_graph } => {
                 self.has_backward = true;

@@ -11,7 +11,7 @@ use super::detector::{GroupKind, GroupSample, NONE, SHARED};
 use super::finding::FindingKind;
 use super::format::{dtype, shape};
 use crate::alloc::format_size;
-use crate::engine::{Category, DeviceKind, HeldState, RootKind};
+use crate::engine::{Category, DeviceKind, HeldState, RootKind, StorageInfo};
 
 /// Per-observation scratch for one group.
 #[derive(Debug, Clone)]
@@ -289,7 +289,7 @@ pub(super) fn assign_owners(
     };
     for (ri, r) in ls.roots.iter().enumerate() {
         let g = root_group[ri];
-        for sid in &r.saved_storages {
+        for sid in r.saved_storages.iter().chain(&r.leaf_storages) {
             let p = lookup(spos, sid.0);
             if p == NONE || is_own[p as usize] {
                 continue;
@@ -323,10 +323,13 @@ pub(super) fn charge_bytes(ls: &HeldState, accs: &mut [GroupAcc], owner: &[u32],
             acc.sample.own += b;
             acc.sample.own_old += if old { b } else { 0 };
             acc.by_cat[cat_index(s.category, s.saved_by > 0)] += b;
-        } else if s.tensor_refs == 0 && !s.engine_held {
+        } else if graph_held(s) {
             acc.sample.graph += b;
             acc.sample.graph_old += if old { b } else { 0 };
-            acc.by_cat[cat_index(s.category, true)] += b;
+            // A leaf an AccumulateGrad keeps is what it is (an input, its
+            // gradient), saved or not.
+            acc.by_cat[cat_index(s.category, !s.graph_leaf || s.saved_by > 0)] += b;
+            acc.sample.leaf += if s.graph_leaf { b } else { 0 };
         } else {
             continue;
         }
@@ -338,15 +341,19 @@ pub(super) fn charge_bytes(ls: &HeldState, accs: &mut [GroupAcc], owner: &[u32],
     }
 }
 
+/// A storage only graphs keep alive: saved by their Nodes with no tensor
+/// on it, or a leaf (or its `.grad`) only an `AccumulateGrad` holds.
+fn graph_held(s: &StorageInfo) -> bool {
+    (s.tensor_refs == 0 || s.graph_leaf) && !s.engine_held
+}
+
 pub(super) fn blocks_of(ctx: &Ctx, g: u32) -> Vec<u64> {
     ctx.ls
         .storages
         .iter()
         .enumerate()
         .filter(|(p, s)| {
-            ctx.owner[*p] == g
-                && s.device == DeviceKind::Cuda
-                && (ctx.is_own[*p] || (s.tensor_refs == 0 && !s.engine_held))
+            ctx.owner[*p] == g && s.device == DeviceKind::Cuda && (ctx.is_own[*p] || graph_held(s))
         })
         .filter_map(|(_, s)| s.addr)
         .collect()
@@ -415,7 +422,8 @@ pub(super) fn path_for(
         if node.iteration < oldest.0 && node.name != "AccumulateGrad" {
             oldest = (node.iteration, p);
         }
-        for (si, s) in node.saved.iter().enumerate() {
+        // Saved slots, then what an AccumulateGrad alone holds (its leaf).
+        for (si, s) in node.saved.iter().chain(&node.held).enumerate() {
             let Some(sid) = s.storage else { continue };
             let sp = lookup(ctx.spos, sid.0);
             if sp == NONE || ctx.owner[sp as usize] != g {
@@ -471,14 +479,23 @@ pub(super) fn path_for(
             out.push("already run by an earlier backward: its saved tensors are freed".into())
         }
         Some((_, _, p, si)) => {
-            let s = &ls.nodes[p as usize].saved[si];
-            out.push(format!(
-                "saved {} [{} {}, {}]",
-                s.name,
-                shape(&s.shape),
-                dtype(s.dtype),
-                format_size(s.bytes)
-            ));
+            let node = &ls.nodes[p as usize];
+            let slot = |s: &crate::engine::SavedInfo| {
+                format!(
+                    "{} [{} {}, {}]",
+                    s.name,
+                    shape(&s.shape),
+                    dtype(s.dtype),
+                    format_size(s.bytes)
+                )
+            };
+            match node.saved.get(si) {
+                Some(s) => out.push(format!("saved {}", slot(s))),
+                None => out.push(format!(
+                    "holds {}: a leaf no name holds any more",
+                    node.held.iter().map(slot).collect::<Vec<_>>().join(" and ")
+                )),
+            }
         }
         None => out.push(format!(
             "(no saved tensor of its own left on the GPU; {} Nodes on the host)",

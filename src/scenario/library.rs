@@ -60,6 +60,8 @@ static BUILTINS: &[BuiltIn] = builtins![
     "gan-detach-item-fixed",
     "wgan-gp-grad-maps-bug",
     "wgan-gp-grad-maps-cpu-fixed",
+    "hvp-grad-history-bug",
+    "hvp-grad-history-cpu-fixed",
     "zero-grad-missing-bug",
     "zero-grad-fixed",
     "zero-grad-keep-grads",

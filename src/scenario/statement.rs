@@ -297,6 +297,31 @@ pub fn statement(step: &Step) -> String {
             }
             format!("{into} = torch.autograd.grad({args})[0]")
         }
+        Step::AutogradGradParams {
+            output,
+            into,
+            retain_graph,
+            create_graph,
+            allow_unused,
+        } => {
+            let mut args = format!("{output}, model.parameters()");
+            for (on, kw) in [
+                (*retain_graph, "retain_graph"),
+                (*create_graph, "create_graph"),
+                (*allow_unused, "allow_unused"),
+            ] {
+                if on {
+                    args.push_str(&format!(", {kw}=True"));
+                }
+            }
+            format!("{into} = torch.autograd.grad({args})")
+        }
+        Step::ProbeVectors { into } => {
+            format!("{into} = [torch.randn_like(p) for p in model.parameters()]")
+        }
+        Step::GradDot { a, b, into } => {
+            format!("{into} = sum((x * y).sum() for x, y in zip({a}, {b}) if x is not None)")
+        }
         Step::GradSignStep {
             input,
             grad,
@@ -495,6 +520,18 @@ mod tests {
             (
                 "AutogradGrad(output: \"loss\", input: \"x\", into: \"g\", retain_graph: false, create_graph: true)",
                 "g = torch.autograd.grad(loss, x, create_graph=True)[0]",
+            ),
+            (
+                "AutogradGradParams(output: \"loss\", into: \"g\", retain_graph: false, create_graph: true)",
+                "g = torch.autograd.grad(loss, model.parameters(), create_graph=True)",
+            ),
+            (
+                "ProbeVectors(into: \"v\")",
+                "v = [torch.randn_like(p) for p in model.parameters()]",
+            ),
+            (
+                "GradDot(a: \"g\", b: \"v\", into: \"gv\")",
+                "gv = sum((x * y).sum() for x, y in zip(g, v) if x is not None)",
             ),
             (
                 "GradSignStep(input: \"x\", clamp: true, detach: false)",

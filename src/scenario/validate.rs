@@ -70,6 +70,9 @@ fn variant(s: &Step) -> &'static str {
         Step::RegisterForwardHook { .. } => "RegisterForwardHook",
         Step::RemoveForwardHooks { .. } => "RemoveForwardHooks",
         Step::AutogradGrad { .. } => "AutogradGrad",
+        Step::AutogradGradParams { .. } => "AutogradGradParams",
+        Step::ProbeVectors { .. } => "ProbeVectors",
+        Step::GradDot { .. } => "GradDot",
         Step::EmaCopy { .. } => "EmaCopy",
         Step::RecreateModel => "RecreateModel",
         Step::BuildModel { .. } => "BuildModel",
@@ -146,6 +149,9 @@ fn reads_binds(s: &Step) -> (Vec<&str>, Vec<&str>) {
             into,
             ..
         } => (vec![output, input], vec![into]),
+        Step::AutogradGradParams { output, into, .. } => (vec![output], vec![into]),
+        Step::ProbeVectors { into } => (vec![], vec![into]),
+        Step::GradDot { a, b, into } => (vec![a, b], vec![into]),
         Step::GradSignStep { input, grad, .. } => {
             let mut reads = vec![input.as_str()];
             reads.extend(grad.as_deref());

@@ -127,6 +127,15 @@ pub(crate) fn needs(s: &Step) -> Vec<(&str, &'static [Kind], &'static str)> {
                 "torch.autograd.grad differentiates with respect to a tensor",
             ),
         ],
+        Step::AutogradGradParams { output, .. } => vec![(
+            output,
+            TENSOR,
+            "torch.autograd.grad differentiates a tensor",
+        )],
+        Step::GradDot { a, b, .. } => vec![
+            (a, &[Kind::List], "zip() pairs a tuple of tensors"),
+            (b, &[Kind::List], "zip() pairs a tuple of tensors"),
+        ],
         Step::GradSignStep { input, grad, .. } => {
             let mut v = vec![(input.as_str(), TENSOR, "only a tensor has .grad")];
             if let Some(g) = grad {
@@ -144,8 +153,8 @@ fn kept_from(from: &str, what: KeepWhat) -> (&str, &'static [Kind], &'static str
         KeepWhat::Item => (from, &[Kind::Tensor], "only a tensor has .item()"),
         _ => (
             from,
-            &[Kind::Tensor, Kind::Pair],
-            "only a tensor or the hidden state can be kept",
+            &[Kind::Tensor, Kind::Pair, Kind::List],
+            "only a tensor, the hidden state or a tuple of tensors can be kept",
         ),
     }
 }
@@ -160,6 +169,7 @@ pub(crate) fn binds(
     let kept = |from: &str, what: KeepWhat| match what {
         KeepWhat::Item => Kind::Number,
         _ if current(from) == Some(Kind::Pair) => Kind::Pair,
+        _ if current(from) == Some(Kind::List) => Kind::List,
         _ => Kind::Tensor,
     };
     match s {
@@ -193,6 +203,10 @@ pub(crate) fn binds(
         Step::MakeCycle { into, .. } => vec![(into, Kind::Cycle)],
         Step::GradSignStep { input, .. } => vec![(input, Kind::Tensor)],
         Step::AutogradGrad { into, .. } => vec![(into, Kind::Tensor)],
+        Step::AutogradGradParams { into, .. } | Step::ProbeVectors { into } => {
+            vec![(into, Kind::List)]
+        }
+        Step::GradDot { into, .. } => vec![(into, Kind::Tensor)],
         Step::EmaCopy { into } => vec![(into, Kind::List)],
         Step::BuildModel { name, .. } => vec![(name, Kind::Model)],
         Step::BuildOptimizer { name, .. } => vec![(name, Kind::Optimizer)],

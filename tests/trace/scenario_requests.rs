@@ -50,6 +50,8 @@ pub const PAIRS: &[(&str, &str)] = &[
     ("gan_detach_item_fixed", "gan-detach-item-fixed"),
     ("wgan_gp_grad_maps_bug", "wgan-gp-grad-maps-bug"),
     ("wgan_gp_grad_maps_cpu_fixed", "wgan-gp-grad-maps-cpu-fixed"),
+    ("hvp_grad_history_bug", "hvp-grad-history-bug"),
+    ("hvp_grad_history_cpu_fixed", "hvp-grad-history-cpu-fixed"),
 ];
 
 /// Where the two request lists part, if they do.

@@ -280,9 +280,9 @@ impl Engine {
         let mut outs: Vec<Out> = Vec::with_capacity(ninputs);
         match kind {
             BwdKind::AccumulateGrad => {}
-            BwdKind::SecondOrder => {
+            BwdKind::SecondOrder { self_t } => {
                 let mut ready = Vec::new();
-                let r = self.second_order_backward(n, g0, &needs, &mut ready);
+                let r = self.second_order_backward(n, g0, self_t, &needs, &mut ready);
                 outs.extend(ready.into_iter().map(|(i, t)| Out::Ready(i, t)));
                 if let Err(e) = r {
                     for o in outs {

@@ -18,13 +18,18 @@ use crate::trace::Phase;
 /// What one `autograd.grad` call runs and captures.
 #[derive(Debug, Clone)]
 pub(crate) struct GradOnly {
-    /// The input's gradient edge: its gradient is taken from here (None:
-    /// no graph holds the input, nothing runs).
-    target: Option<Edge>,
-    /// Nodes from which `target` is reached (they run), `target` included.
+    /// Per input, its gradient edge: its gradient is taken from here
+    /// (None: no graph holds the input, nothing runs toward it).
+    targets: Vec<Option<Edge>>,
+    /// Nodes from which a target is reached (they run), the targets included.
     needed: FxHashSet<u32>,
-    captured: Option<TensorId>,
+    /// Per input, its gradient once captured.
+    captured: Vec<Option<TensorId>>,
 }
+
+/// PyTorch's words for an input no gradient reached (engine.cpp).
+const UNUSED: &str = "One of the differentiated Tensors appears to not have been used in the \
+     graph. Set allow_unused=True if this is the desired behavior.";
 
 impl Engine {
     /// `torch.autograd.grad(root, input, retain_graph=retain)[0]`, as a
@@ -35,27 +40,44 @@ impl Engine {
         input: TensorId,
         retain: bool,
     ) -> Result<TensorId> {
+        let g = self.autograd_grad_all(root, &[input], retain, false)?;
+        g.into_iter()
+            .next()
+            .flatten()
+            .ok_or_else(|| EngineError::Runtime(UNUSED.into()))
+    }
+
+    /// `torch.autograd.grad(root, inputs, retain_graph=retain,
+    /// allow_unused=allow_unused)`, each gradient a local (None: an unused
+    /// input, where `allow_unused` lets it be).
+    pub fn autograd_grad_all(
+        &mut self,
+        root: TensorId,
+        inputs: &[TensorId],
+        retain: bool,
+        allow_unused: bool,
+    ) -> Result<Vec<Option<TensorId>>> {
         let prev_phase = self.phase_begin(Phase::Backward);
         let prev_op = self.op_begin("autograd.grad");
         let mark = self.locals.len();
         let mut task = Vec::new();
-        let r = self.run_grad(root, input, retain, &mut task);
+        let r = self.run_grad(root, inputs, retain, &mut task);
         // Nodes the task did not run keep the dependency counts it gave them.
         for n in &task {
             if let Some(node) = self.nodes.get_mut(n.0) {
                 node.deps = 0;
             }
         }
-        let captured = self.grad_only.take().and_then(|g| g.captured);
-        let r = r.and_then(|()| {
-            captured.ok_or_else(|| {
-                EngineError::Runtime(
-                    "One of the differentiated Tensors appears to not have been used in the \
-                     graph. Set allow_unused=True if this is the desired behavior."
-                        .into(),
-                )
-            })
-        });
+        let captured = self
+            .grad_only
+            .take()
+            .map(|g| g.captured)
+            .unwrap_or_default();
+        let unused = captured.len() < inputs.len() || captured.iter().any(Option::is_none);
+        let r = match r {
+            Ok(()) if unused && !allow_unused => Err(EngineError::Runtime(UNUSED.into())),
+            r => r,
+        };
         if r.is_err() {
             for n in &task {
                 if let Some(node) = self.nodes.get_mut(n.0) {
@@ -65,23 +87,25 @@ impl Engine {
                     }
                 }
             }
-            if let Some(c) = captured {
-                self.decref(c);
+            for c in captured.iter().flatten() {
+                self.decref(*c);
             }
             self.unwind_locals(mark);
         }
         let end = self.op_end(prev_op);
         self.phase_end(Phase::Backward, prev_phase);
-        let g = r?;
+        r?;
         end?;
-        self.locals.push(g);
-        Ok(g)
+        let mut out = captured;
+        out.resize(inputs.len(), None);
+        self.locals.extend(out.iter().flatten().copied());
+        Ok(out)
     }
 
     fn run_grad(
         &mut self,
         root: TensorId,
-        input: TensorId,
+        inputs: &[TensorId],
         retain: bool,
         task: &mut Vec<NodeId>,
     ) -> Result<()> {
@@ -90,29 +114,36 @@ impl Engine {
                 "element 0 of tensors does not require grad and does not have a grad_fn".into(),
             ));
         };
-        if !self.requires_grad(input) {
+        if inputs.iter().any(|&i| !self.requires_grad(i)) {
             return Err(EngineError::Runtime(
                 "One of the differentiated Tensors does not require grad".into(),
             ));
         }
         // A leaf no graph holds has no accumulator: nothing reaches it.
-        let x = self.t(input);
-        let target = match (x.grad_fn, x.grad_acc) {
-            (Some(node), _) => Some(Edge {
-                node,
-                nr: x.output_nr,
-            }),
-            (None, Some(node)) if self.nodes.get(node.0).is_some() => Some(Edge { node, nr: 0 }),
-            _ => None,
-        };
-        let needed = match target {
-            Some(t) => self.reaching(edge.node, t.node),
-            None => FxHashSet::default(),
-        };
+        let targets: Vec<Option<Edge>> = inputs
+            .iter()
+            .map(|&i| {
+                let x = self.t(i);
+                match (x.grad_fn, x.grad_acc) {
+                    (Some(node), _) => Some(Edge {
+                        node,
+                        nr: x.output_nr,
+                    }),
+                    (None, Some(node)) if self.nodes.get(node.0).is_some() => {
+                        Some(Edge { node, nr: 0 })
+                    }
+                    _ => None,
+                }
+            })
+            .collect();
+        let mut needed = FxHashSet::default();
+        for t in targets.iter().flatten() {
+            needed.extend(self.reaching(edge.node, t.node));
+        }
         self.grad_only = Some(GradOnly {
-            target,
+            captured: vec![None; targets.len()],
+            targets,
             needed,
-            captured: None,
         });
         // The seed `ones_like(output)`, alive until the task ends (§2.5).
         let (shape, dtype) = (self.shape(root), self.dtype(root));
@@ -170,19 +201,45 @@ impl Engine {
         let Some(g) = &self.grad_only else {
             return false;
         };
-        let capture = g.target.filter(|t| t.node == n);
-        if capture.is_none() && g.needed.contains(&n.0) {
+        let captures: Vec<(usize, usize)> = g
+            .targets
+            .iter()
+            .enumerate()
+            .filter_map(|(j, t)| t.filter(|t| t.node == n).map(|t| (j, usize::from(t.nr))))
+            .collect();
+        if captures.is_empty() && g.needed.contains(&n.0) {
             return false;
         }
         let buf = std::mem::take(&mut self.nodes[n.0].buf);
         for (i, t) in buf.into_iter().enumerate() {
             let Some(t) = t else { continue };
-            match &mut self.grad_only {
-                Some(g) if capture.is_some_and(|c| usize::from(c.nr) == i) => g.captured = Some(t),
-                _ => self.decref(t),
+            let mut kept = false;
+            for &(j, _) in captures.iter().filter(|(_, nr)| *nr == i) {
+                // The same gradient for two inputs: one more reference.
+                if kept {
+                    self.retain(t);
+                }
+                kept = true;
+                if let Some(g) = &mut self.grad_only {
+                    g.captured[j] = Some(t);
+                }
+            }
+            if !kept {
+                self.decref(t);
             }
         }
         true
+    }
+
+    /// Under `autograd.grad`, a node made while the task runs (a forward
+    /// `weight.t()` made a node of its own) runs when `next`, where it
+    /// leads, does.
+    pub(super) fn grad_only_also_needs(&mut self, node: NodeId, next: NodeId) {
+        if let Some(g) = &mut self.grad_only {
+            if g.needed.contains(&next.0) {
+                g.needed.insert(node.0);
+            }
+        }
     }
 
     /// Whether a gradient for `node` is computed: always, but under

@@ -261,8 +261,13 @@ pub(crate) enum BwdKind {
     /// gradient first, then the input's (ops/bnb_matmul.rs).
     Bnb(BnbBwd),
     /// A node of the graph a `create_graph=True` backward recorded
-    /// (`second_order.rs`), run by its name's rule there.
-    SecondOrder,
+    /// (`second_order.rs`), run by its name's rule there. `self_t`: an
+    /// MmBackward0 whose `self` is a transposed gradient (a weight's
+    /// gradient, `grad.t().mm(mat1)`), so `self`'s own gradient comes back
+    /// transposed and `mat2`'s does not.
+    SecondOrder {
+        self_t: bool,
+    },
     /// LinalgVectorNormBackward0 for p = 2 (`ops/penalty.rs`: two
     /// temporaries, then the gradient).
     Norm,

@@ -14,7 +14,9 @@
 //! `weight_` 10721; LogSoftmaxBackwardDataBackward0 at 10580: `grad_output_`
 //! 10594, `output_` 10595; ThresholdBackwardBackward0 at 11084: `self_`
 //! 11096; MmBackward0 at 4323: `mat2_` 4336, `self_` 4340; ExpandBackward0
-//! at 2047, sizes only, 2059). Under `vramscope
+//! at 2047, sizes only, 2059; SumBackward1 at 6738, `dim`, `keepdim` and
+//! `self_sym_sizes` only, 6750-6752; TBackward0 at 6870, nothing saved).
+//! Under `vramscope
 //! trace` (PyTorch 2.11 itself, on the meta device) the built-ins'
 //! programs make the requests these rules make, byte for byte:
 //!
@@ -41,12 +43,25 @@
 //!   gradient it received. `mat2.t()` of a trained weight is two views of
 //!   it (TBackward0 twice), folded into the edge to its AccumulateGrad as
 //!   the forward's `weight.t()` is.
+//! - AddmmBackward0's `mat2` gradient (a trained Linear's weight, `mat2 =
+//!   weight.t()`, column-major) is `mm_mat2_backward`'s column-major branch
+//!   (FunctionsManual.cpp: `grad.t().mm(mat1).t()`): an MmBackward0 whose
+//!   `self` is the incoming gradient transposed (saved when `mat1` requires
+//!   grad) and whose `mat2` is `mat1` (saved when the gradient does); then
+//!   the forward's `weight.t()` runs `grad.t()`, a TBackward0 of its own.
+//!   Its bias gradient is the incoming one summed by validate_outputs'
+//!   `at::sum_to`: SumBackward1. A Hessian-vector product
+//!   (`torch.autograd.grad(loss, model.parameters(), create_graph=True)`,
+//!   then the gradient of `g · v`) runs them backward: SumBackward1 an
+//!   expanded view, MmBackward0 by the same two GEMMs with the transposed
+//!   result on `self`'s side.
 //! - SumBackward0 runs `grad.expand_symint(self_sym_sizes)`: a view, whose
 //!   ExpandBackward0 saves sizes only; recorded when the incoming gradient
 //!   has a history (a seed has none: then nothing).
 //!
 //! Anything else is refused by name. A backward through the recorded graph
-//! (WGAN-GP's penalty, `ops/penalty.rs`) runs MmBackward0 and
+//! (WGAN-GP's penalty, `ops/penalty.rs`; a Hessian-vector product,
+//! `engine/hvp.rs`) runs MmBackward0, TBackward0, SumBackward1 and
 //! ThresholdBackwardBackward0 by their formulas (`second_order_backward`);
 //! a backward that reaches NllLossBackwardBackward0,
 //! LogSoftmaxBackwardDataBackward0 or ExpandBackward0 (a penalty on a
@@ -55,7 +70,7 @@
 use crate::engine::autograd::{BwdKind, Edge, InputMeta, NodeId, SavedSlot};
 use crate::engine::error::{EngineError, Result};
 use crate::engine::tag::Category;
-use crate::engine::tensor::TensorId;
+use crate::engine::tensor::{Layout, TensorId};
 use crate::engine::Engine;
 
 /// Where an input of the double-backward node leads.
@@ -93,11 +108,13 @@ struct Rule {
     name: &'static str,
     inputs: &'static [From],
     saves: &'static [(&'static str, Save)],
+    /// An MmBackward0 whose `self` is the incoming gradient transposed.
+    self_t: bool,
 }
 
 /// The first-order nodes whose gradients can be recorded, for messages.
 pub(crate) const MODELLED: &str = "NllLossBackward0, LogSoftmaxBackward0, ReluBackward0, \
-     SumBackward0 and AddmmBackward0 toward its input";
+     SumBackward0, TBackward0 and AddmmBackward0 (its input, weight and bias)";
 
 /// The rule for the gradient of input `i` of a node named `node`.
 fn rule(node: &str, i: usize) -> Option<Rule> {
@@ -106,6 +123,7 @@ fn rule(node: &str, i: usize) -> Option<Rule> {
             name: "NllLossBackwardBackward0",
             inputs: &[From::Grad, From::Input(0)],
             saves: &[("target", Save::Slot("target"))],
+            self_t: false,
         },
         ("LogSoftmaxBackward0", 0) => Rule {
             name: "LogSoftmaxBackwardDataBackward0",
@@ -114,11 +132,13 @@ fn rule(node: &str, i: usize) -> Option<Rule> {
                 ("grad_output", Save::Grad),
                 ("output", Save::Slot("result")),
             ],
+            self_t: false,
         },
         ("ReluBackward0", 0) => Rule {
             name: "ThresholdBackwardBackward0",
             inputs: &[From::Grad, From::Output],
             saves: &[("self", Save::Slot("result"))],
+            self_t: false,
         },
         // `mm_mat1_backward(grad, mat2, …)` = `grad.mm(mat2.t())`: `mm`'s
         // entry saves `mat2` for `self`'s gradient when `self` (the
@@ -128,6 +148,7 @@ fn rule(node: &str, i: usize) -> Option<Rule> {
             name: "MmBackward0",
             inputs: &[From::Grad, From::Weight(2)],
             saves: &[("self", Save::GradIf(1)), ("mat2", Save::SlotIf("mat2", 0))],
+            self_t: false,
         },
         // `grad.expand_symint(self_sym_sizes)`: a view; ExpandBackward0
         // saves only sizes.
@@ -135,6 +156,37 @@ fn rule(node: &str, i: usize) -> Option<Rule> {
             name: "ExpandBackward0",
             inputs: &[From::Grad],
             saves: &[],
+            self_t: false,
+        },
+        // The bias: `maybe_multiply(grad, beta)` hands the incoming
+        // gradient on, and validate_outputs' `at::sum_to` sums it to the
+        // bias's shape, recorded as SumBackward1 (`sum.dim_IntList`: sizes
+        // only).
+        ("AddmmBackward0", 0) => Rule {
+            name: "SumBackward1",
+            inputs: &[From::Grad],
+            saves: &[],
+            self_t: false,
+        },
+        // The weight, `mat2 = weight.t()`, column-major: `mm_mat2_backward`
+        // takes its column-major branch, `grad.t().mm(mat1).t()`, an
+        // MmBackward0 whose `self` is the incoming gradient transposed (a
+        // view: saved when `mat1` requires grad) and whose `mat2` is
+        // `mat1` (saved when the gradient requires grad); its transposes
+        // are views, folded into the edges. The forward's `weight.t()`
+        // then runs `grad.t()` (TBackward0, below).
+        ("AddmmBackward0", 2) => Rule {
+            name: "MmBackward0",
+            inputs: &[From::Grad, From::Input(1)],
+            saves: &[("self", Save::GradIf(1)), ("mat2", Save::SlotIf("mat1", 0))],
+            self_t: true,
+        },
+        // `grad.t()`: a view; TBackward0 saves nothing.
+        ("TBackward0", 0) => Rule {
+            name: "TBackward0",
+            inputs: &[From::Grad],
+            saves: &[],
+            self_t: false,
         },
         _ => return None,
     })
@@ -151,6 +203,17 @@ impl Engine {
         produced: &[(usize, TensorId)],
     ) -> Result<()> {
         let name = self.nodes[n.0].name;
+        // A weight's gradient leaves through the forward's `weight.t()`,
+        // made a node of its own here (it records `grad.t()` in turn).
+        let weight_grad = self.nodes[n.0].kind
+            == BwdKind::Gemm {
+                has_bias: true,
+                weight_transposed: true,
+            }
+            && produced.iter().any(|(i, _)| *i == 2);
+        if weight_grad {
+            self.weight_transpose(n, 2, true);
+        }
         for &(i, t) in produced {
             let Some(r) = rule(name, i) else {
                 return Err(EngineError::Program(format!(
@@ -181,7 +244,10 @@ impl Engine {
                             ..m
                         }
                     }
-                    From::Weight(k) => self.weight_transpose(n, k),
+                    From::Weight(k) => {
+                        let delivered = produced.iter().any(|(i, _)| *i == k);
+                        self.weight_transpose(n, k, delivered)
+                    }
                 };
                 metas.push(meta);
             }
@@ -189,7 +255,8 @@ impl Engine {
             if metas.iter().all(|m| m.edge.is_none()) {
                 continue;
             }
-            let d = self.new_node(r.name, BwdKind::SecondOrder, &[]);
+            let kind = BwdKind::SecondOrder { self_t: r.self_t };
+            let d = self.new_node(r.name, kind, &[]);
             for m in &metas {
                 if let Some(e) = m.edge {
                     self.nodes[e.node.0].refs += 1;
@@ -228,7 +295,7 @@ impl Engine {
     /// handed, as PyTorch's is), so the two gradients of one forward pass
     /// are summed in its buffer and reach the weight as one transposed
     /// view, as PyTorch sums them.
-    fn weight_transpose(&mut self, n: NodeId, k: usize) -> InputMeta {
+    fn weight_transpose(&mut self, n: NodeId, k: usize, delivered: bool) -> InputMeta {
         let m = self.nodes[n.0].inputs[k];
         let Some(e) = m.edge else {
             return m;
@@ -236,12 +303,19 @@ impl Engine {
         if self.nodes[e.node.0].name == "TBackward0" {
             return m;
         }
-        let t = self.new_node("TBackward0", BwdKind::SecondOrder, &[]);
+        let t = self.new_node("TBackward0", BwdKind::SecondOrder { self_t: false }, &[]);
         // n's reference to the AccumulateGrad becomes t's; n refers to t.
         self.nodes[t.0].inputs = vec![m];
         self.nodes[t.0].refs += 1;
         let edge = Some(Edge { node: t, nr: 0 });
         self.nodes[n.0].inputs[k].edge = edge;
+        // Made while a graph task runs: the gradient n hands on arrives
+        // here (one dependency), and under autograd.grad it runs when the
+        // accumulator it leads to is needed.
+        if delivered {
+            self.nodes[t.0].deps = 1;
+            self.grad_only_also_needs(t, e.node);
+        }
         InputMeta { edge, ..m }
     }
 
@@ -288,6 +362,7 @@ impl Engine {
         &mut self,
         n: NodeId,
         g0: Option<TensorId>,
+        self_t: bool,
         needs: &dyn Fn(&Engine, usize) -> bool,
         ready: &mut Vec<(usize, TensorId)>,
     ) -> Result<()> {
@@ -326,10 +401,16 @@ impl Engine {
                                 return Err(e);
                             }
                         }
-                        self.t_mut(out).is_view = true;
+                        // Transposed back (a view) where `mat2` was
+                        // column-major (a weight's `W.t()`).
+                        self.t_mut(out).is_view = !self_t;
                         out
                     } else {
-                        self.gemm_grad(m.shape, m.dtype, g0)?
+                        let t = self.gemm_grad(m.shape, m.dtype, g0)?;
+                        // `self` a transposed gradient: `mm_mat1_backward`'s
+                        // column-major branch, `mat2.mm(grad.t()).t()`.
+                        self.t_mut(t).is_view = self_t;
+                        t
                     };
                     self.k_grad_from(g0, t);
                     ready.push((i, t));
@@ -347,6 +428,15 @@ impl Engine {
                     ready.push((0, v));
                 }
             }
+            // `sum_backward`: the gradient unsqueezed and expanded back to
+            // the summed input's sizes, a view.
+            "SumBackward1" => {
+                if let (Some(g), true) = (g0, needs(self, 0)) {
+                    let m = self.nodes[n.0].inputs[0];
+                    let v = self.view_as_plain(g, m.shape, Layout::Expanded);
+                    ready.push((0, v));
+                }
+            }
             "ThresholdBackwardBackward0" => {
                 for i in 0..self.nodes[n.0].inputs.len() {
                     if needs(self, i) {
@@ -360,8 +450,9 @@ impl Engine {
             _ => {
                 return Err(EngineError::Program(format!(
                     "a backward through {name}, a node of the graph create_graph=True recorded, \
-                     is not modelled; modelled: MmBackward0 and ThresholdBackwardBackward0 (a \
-                     critic's Linears and ReLUs under a gradient penalty)"
+                     is not modelled; modelled: MmBackward0, TBackward0, SumBackward1 and \
+                     ThresholdBackwardBackward0 (Linears and ReLUs: a gradient penalty, a \
+                     Hessian-vector product)"
                 )))
             }
         }

@@ -307,6 +307,35 @@ pub enum Step {
         #[serde(default)]
         create_graph: bool,
     },
+    /// `into = torch.autograd.grad(output, model.parameters(), …)`: a tuple,
+    /// one gradient per parameter in `parameters()` order (`None` for one
+    /// no gradient reaches, where `allow_unused=True` lets it be). With
+    /// `create_graph=True` each gradient has a graph of its own, whose
+    /// nodes save what the formulas read (a Hessian-vector product's first
+    /// step); only the nodes that lead to a parameter run.
+    AutogradGradParams {
+        output: String,
+        into: String,
+        retain_graph: bool,
+        #[serde(default)]
+        create_graph: bool,
+        #[serde(default)]
+        allow_unused: bool,
+    },
+    /// `into = [torch.randn_like(p) for p in model.parameters()]`: one probe
+    /// vector per parameter (Hutchinson's estimator, a Hessian-vector
+    /// product's `v`).
+    ProbeVectors {
+        into: String,
+    },
+    /// `into = sum((x * y).sum() for x, y in zip(a, b) if x is not None)`:
+    /// the dot product of two tuples of tensors (`g · v`); each product
+    /// records MulBackward0, which saves the factor of the other side.
+    GradDot {
+        a: String,
+        b: String,
+        into: String,
+    },
     /// `into = from.argmax(1)`: an int64 tensor of class indices, with no
     /// history (a teacher's hard labels).
     Argmax {
@@ -434,7 +463,9 @@ impl Step {
             Step::GcCollect => "gc.collect",
             Step::RegisterForwardHook { .. } => "register_forward_hook",
             Step::RemoveForwardHooks { .. } => "handle.remove",
-            Step::AutogradGrad { .. } => "autograd.grad",
+            Step::AutogradGrad { .. } | Step::AutogradGradParams { .. } => "autograd.grad",
+            Step::ProbeVectors { .. } => "randn_like",
+            Step::GradDot { .. } => "grad_dot",
             Step::EmaCopy { .. } => "ema_copy",
             Step::EmaUpdate { .. } => "ema_update",
             Step::RecreateModel => "recreate_model",

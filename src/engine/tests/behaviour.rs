@@ -733,3 +733,53 @@ fn a_storages_block_is_the_allocators_under_the_runs_config() {
     assert_eq!(s.block, 5 << 20);
     assert_ne!(s.block, 5_200_000u64.div_ceil(512) * 512);
 }
+
+/// An AccumulateGrad holds its leaf strongly, and the leaf its `.grad`
+/// (§0.3): a `requires_grad` input that no name holds any more is kept by
+/// the graphs that reach its accumulator, and the live state says so (the
+/// leak detector charges it to them). A parameter's accumulator holds a
+/// tensor the model holds too; a bound input is its name's: neither is.
+#[test]
+fn a_leaf_only_its_accumulator_holds_is_kept_by_the_graph() {
+    use super::super::Category;
+    let mut e = mlp();
+    let mut steps = forward_steps();
+    steps.insert(1, Step::RequiresGrad { name: s("x") });
+    steps.push(Step::Append {
+        from: s("loss"),
+        list: s("kept"),
+        what: KeepWhat::Tensor,
+    });
+    let mut p = program(steps, 2);
+    p.setup = vec![Step::NewList { name: s("kept") }];
+    e.run_step(&p.setup[0], 0, &p).expect("setup");
+    e.run_iteration(&p).expect("iteration 1");
+    let first_x = e.t(e.binding_tensor("x").expect("x")).storage;
+    e.run_iteration(&p).expect("iteration 2");
+    let bound_x = e.t(e.binding_tensor("x").expect("x")).storage;
+    let ls = e.held_state();
+    let kept0 = ls.root("kept[0]").expect("kept[0]");
+    let reached: Vec<_> = kept0
+        .saved_storages
+        .iter()
+        .chain(&kept0.leaf_storages)
+        .collect();
+    assert!(reached.contains(&&first_x), "{reached:?}");
+    let info = |id| ls.storage(id).expect("storage");
+    assert!(info(first_x).graph_leaf);
+    assert!(!info(bound_x).graph_leaf);
+    assert_eq!(
+        ls.storages
+            .iter()
+            .filter(|s| s.graph_leaf && s.category == Category::Parameter)
+            .count(),
+        0
+    );
+    let acc = ls
+        .nodes
+        .iter()
+        .find(|n| n.held.iter().any(|h| h.storage == Some(first_x)))
+        .expect("the accumulator that holds iteration 1's x");
+    assert_eq!(acc.name, "AccumulateGrad");
+    assert_eq!(acc.held[0].name, "variable");
+}
