@@ -143,6 +143,31 @@ class HolderWalkTests(LiveTestCase):
         self.assertEqual(chain["items"], 4)
         self.assertEqual(chain["graph_bytes"], 0, "a spent graph keeps no saved tensor")
 
+    def test_a_leaf_that_requires_grad_is_kept_by_the_graphs_that_reach_it(self):
+        # WGAN-GP's gradient maps: a leaf that is not a parameter (x_hat),
+        # made each step and rebound; a kept result's graph reaches it only
+        # through its AccumulateGrad (add and sum save no tensor), which
+        # keeps the leaf and its .grad alive.
+        kept = []
+        for _ in range(3):
+            x_hat = torch.randn(512, 256, requires_grad=True)  # 512 KiB
+            x_hat.grad = torch.randn(512, 256)  # 512 KiB
+            kept.append(torch.sum(x_hat + x_hat))
+
+        def kept_chain():
+            fields, _ = holders.find(torch, sys._getframe(1), 5000, None, "requested")
+            return next(c for c in fields["chains"] if c["path"] == ["kept"])
+
+        # The last x_hat still has its name: it and its .grad are the name's.
+        chain = kept_chain()
+        self.assertEqual(chain["items"], 3)
+        self.assertEqual(chain["example"]["graph_bytes"], 0)
+        self.assertEqual(chain["graph_bytes"], 2 * 2 * 512 * 1024)
+        del x_hat
+        chain = kept_chain()
+        self.assertEqual(chain["example"]["graph_bytes"], 2 * 512 * 1024)
+        self.assertEqual(chain["graph_bytes"], 3 * 2 * 512 * 1024)
+
     def test_an_unpack_hook_never_runs_and_what_it_packed_is_counted(self):
         # Non-reentrant checkpointing packs a placeholder and recomputes the
         # forward when a saved tensor is read; an offloading hook packs a

@@ -304,8 +304,9 @@ class Walker:
     # ------------------------------------------------------------ graphs
 
     def graph_bytes(self, tensors):
-        """Bytes of the saved tensors the graphs of `tensors` keep (not the
-        tensors' own storages, not parameters); (bytes, complete)."""
+        """Bytes of the saved tensors and the leaves (with their .grad) the
+        graphs of `tensors` keep (not the tensors' own storages, not
+        parameters); (bytes, complete)."""
         seen_nodes = {}
         # A tensor's own storage is its holder's bytes, even where its own
         # node saved it (ReLU saves its result).
@@ -330,17 +331,38 @@ class Walker:
                 except Exception:  # freed by a backward ("…after they have already been freed")
                     continue
                 for s in v if isinstance(v, (tuple, list)) else (v,):
-                    if not self.is_cuda_tensor(s) or self.is_parameter(s):
-                        continue
-                    st = self.storage(s)
-                    if st is None or st[0] in seen_storage or st[0] in self.param_storages:
-                        continue
-                    seen_storage.add(st[0])
-                    total += st[1]
+                    total += self._kept(s, seen_storage)
+            # An AccumulateGrad keeps its leaf and the leaf's .grad. A leaf
+            # the walk found no name for (it put every named leaf that
+            # requires grad with the parameters) lives only as long as a
+            # graph that reaches it: WGAN-GP's x_hat of an earlier step.
+            leaf = getattr(fn, "variable", None)
+            if leaf is not None and not self.is_named_leaf(leaf):
+                total += self._kept(leaf, seen_storage, leaf=True)
+                total += self._kept(getattr(leaf, "grad", None), seen_storage)
             for nf in getattr(fn, "next_functions", ()) or ():
                 if nf and nf[0] is not None:
                     stack.append(nf[0])
         return total, complete
+
+    def is_named_leaf(self, t):
+        """A parameter, or a leaf whose storage the walk reached by a name."""
+        if self.Parameter is not None and isinstance(t, self.Parameter):
+            return True
+        st = self.storage(t)
+        return st is not None and st[0] in self.param_storages
+
+    def _kept(self, t, seen_storage, leaf=False):
+        """The bytes of `t`'s storage, once, unless it is a parameter's or
+        not on the device (`leaf`: an unnamed leaf, counted although it
+        requires grad)."""
+        if t is None or not self.is_cuda_tensor(t) or (not leaf and self.is_parameter(t)):
+            return 0
+        st = self.storage(t)
+        if st is None or st[0] in seen_storage or st[0] in self.param_storages:
+            return 0
+        seen_storage.add(st[0])
+        return st[1]
 
 
 _SAVED_NAMES = {}
