@@ -1103,6 +1103,7 @@ def _install_modes(torch):
         handlers[F.scaled_dot_product_attention] = sdpa
     _autocast_handlers(torch, handlers)
     _rnn_handlers(torch, handlers)
+    _loss_handlers(torch, handlers)
 
     class Relabel(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -1679,6 +1680,130 @@ def _meta_impls(torch):
         return (dx, dhx, dcx, dw)
 
     return {aten._cudnn_rnn_backward.default: cudnn_rnn_backward}
+
+
+def _loss_handlers(torch, handlers):
+    """Losses whose backward formula takes another branch on CUDA than
+    under a dispatch mode. `binary_cross_entropy_with_logits_backward`
+    (torch/csrc/autograd/FunctionsManual.cpp; derivatives.yaml names it for
+    `self`, and `..._target_backward` for `target`) computes
+    `input.sigmoid().sub_(target)`, then `mul_(grad)`, `mul_(weight)` and
+    `div_(numel)` in place, but only where `areAnyTensorSubclassLike` is
+    false (ATen/TensorSubclassLikeUtils.h), which is true whenever any
+    dispatch mode is on: under the trace's mode it would run `sub` and
+    `mul` out of place, two full-size temporaries the GPU never takes. So
+    the op runs as an autograd Function whose forward is the same aten op
+    (its allocations planned as before) and whose backward is that
+    formula's CUDA branch: in place unless grad mode is on (`create_graph`),
+    as there. It saves what the native node saves (input, target, weight,
+    pos_weight); its node is named `BinaryCrossEntropyWithLogitsBackward`
+    (the native one ends in 0)."""
+    import torch.nn.functional as F
+    from torch.nn import _reduction
+
+    Tensor = torch.Tensor
+    native = torch.binary_cross_entropy_with_logits
+    MEAN = 1
+
+    def input_grad(grad, x, target, weight, pos_weight, reduction):
+        # binary_cross_entropy_with_logits_backward, the branch CUDA takes
+        # (no tensor is subclass-like there): out of place only under
+        # grad mode.
+        outplace = torch.is_grad_enabled()
+        if pos_weight is not None:
+            t = pos_weight.mul(target)
+            if outplace:
+                gi = t.add(1).sub(target).mul(x.sigmoid()).sub(t)
+            else:
+                gi = t.add(1).sub_(target).mul_(x.sigmoid()).sub_(t)
+            del t
+        elif outplace:
+            gi = x.sigmoid().sub(target)
+        else:
+            gi = x.sigmoid().sub_(target)
+        gi = gi.mul(grad) if outplace else gi.mul_(grad)
+        if weight is not None:
+            gi = gi.mul(weight) if outplace else gi.mul_(weight)
+        if reduction == MEAN:
+            gi.div_(x.numel())
+        return gi
+
+    def target_grad(grad, x, target, weight, pos_weight, reduction):
+        # binary_cross_entropy_with_logits_target_backward's CUDA branch.
+        if pos_weight is not None:
+            gt = F.logsigmoid(-x).sub_(F.logsigmoid(x).mul_(pos_weight)).mul_(grad)
+        else:
+            gt = -x * grad
+        if weight is not None:
+            gt.mul_(weight)
+        if reduction == MEAN:
+            gt.div_(target.numel())
+        return gt
+
+    class BinaryCrossEntropyWithLogits(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, target, weight, pos_weight, reduction):
+            ctx.save_for_backward(x, target, weight, pos_weight)
+            ctx.reduction = reduction
+            return native(x, target, weight, pos_weight, reduction)
+
+        @staticmethod
+        def backward(ctx, grad):
+            x, target, weight, pos_weight = ctx.saved_tensors
+            need = ctx.needs_input_grad
+            gi = input_grad(grad, x, target, weight, pos_weight, ctx.reduction) if need[0] else None
+            gt = target_grad(grad, x, target, weight, pos_weight, ctx.reduction) if need[1] else None
+            return gi, gt, None, None, None
+
+    def on_gpu(*ts):
+        return all(
+            t is None or (isinstance(t, Tensor) and t.is_meta and not _is_own(t)) for t in ts
+        )
+
+    def run(func, x, target, weight, pos_weight, reduction):
+        if not (torch.is_grad_enabled() and (x.requires_grad or target.requires_grad)):
+            return None
+        if not on_gpu(x, target, weight, pos_weight):
+            return None
+        if weight is not None and weight.requires_grad or pos_weight is not None and pos_weight.requires_grad:
+            return None  # no formula for them: PyTorch's own error
+        return BinaryCrossEntropyWithLogits.apply(x, target, weight, pos_weight, reduction)
+
+    def functional(func, args, kwargs):
+        # F.binary_cross_entropy_with_logits' body (torch/nn/functional.py).
+        names = ("input", "target", "weight", "size_average", "reduce", "reduction", "pos_weight")
+        a = dict(zip(names, args))
+        a.update(kwargs)
+        x, target = a.get("input"), a.get("target")
+        if not (isinstance(x, Tensor) and isinstance(target, Tensor)) or target.size() != x.size():
+            return func(*args, **kwargs)
+        if a.get("size_average") is not None or a.get("reduce") is not None:
+            reduction = _reduction.legacy_get_enum(a.get("size_average"), a.get("reduce"))
+        else:
+            reduction = _reduction.get_enum(a.get("reduction", "mean"))
+        out = run(func, x, target, a.get("weight"), a.get("pos_weight"), reduction)
+        return func(*args, **kwargs) if out is None else out
+
+    def aten_level(func, args, kwargs):
+        names = ("input", "target", "weight", "pos_weight", "reduction")
+        a = dict(zip(names, args))
+        a.update(kwargs)
+        x, target = a.get("input"), a.get("target")
+        if not (isinstance(x, Tensor) and isinstance(target, Tensor)):
+            return func(*args, **kwargs)
+        out = run(func, x, target, a.get("weight"), a.get("pos_weight"), int(a.get("reduction", MEAN)))
+        return func(*args, **kwargs) if out is None else out
+
+    for f, h in ((F.binary_cross_entropy_with_logits, functional), (native, aten_level)):
+        # After autocast's policy (its fp32 cast), which calls what it is
+        # given with the arguments cast.
+        inner = handlers.get(f)
+        if inner is None:
+            handlers[f] = h
+        else:
+            handlers[f] = lambda func, args, kwargs, inner=inner, h=h: inner(
+                lambda *a, **k: h(func, a, k), args, kwargs
+            )
 
 
 # cuDNN's RNN modes (cudnnRNNMode_t), as torch.backends.cudnn.rnn names them.

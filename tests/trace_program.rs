@@ -705,9 +705,10 @@ fn a_holder_budget_of_zero_makes_no_walk() {
 /// `torch.cuda.memory._record_memory_history` around each call (off in
 /// between, which clears PyTorch's buffer) and ran on an H100
 /// (h100_sweep.tsv). Traced on the CPU it writes the same table: the
-/// program's own snapshots hold what PyTorch's would, and the losses whose
+/// program's own snapshots hold what PyTorch's would, the losses whose
 /// CUDA kernels take buffers meta does not show (mse_loss's and
-/// binary_cross_entropy_with_logits' forwards) are planned as on the H100.
+/// binary_cross_entropy_with_logits' forwards) are planned as on the H100,
+/// and BCE with logits' backward takes its formula's in-place CUDA branch.
 #[test]
 #[ignore = "needs PyTorch (pip install torch==2.11.*)"]
 fn the_loss_sweep_traced_writes_the_h100s_table() {
@@ -731,13 +732,10 @@ fn the_loss_sweep_traced_writes_the_h100s_table() {
     };
     let (h100, traced) = (rows(&fixtures.join("h100_sweep.tsv")), rows(&out));
     assert_eq!(h100.len(), traced.len());
-    // BCE with logits' backward: meta runs its formula op by op, CUDA one
-    // fused kernel (two full-size temporaries more here; docs/trace.md).
-    let fused_backward = |row: &str| row.starts_with("bce_with_logits") && row.contains("backward");
+    // Every row, BCE with logits' backward too: its formula's CUDA branch
+    // (in place; the dispatch mode would make it take the out-of-place one).
     for (want, got) in h100.iter().zip(&traced) {
-        if !fused_backward(want) {
-            assert_eq!(got, want);
-        }
+        assert_eq!(got, want);
     }
 }
 
@@ -829,4 +827,51 @@ fn an_extensions_cuda_kernel_runs_on_the_simulated_gpu_and_the_programs_meta_is_
         "torch.tensor on the device, counted as made"
     );
     assert_eq!(seen["device"], "cuda:0");
+}
+
+/// BCE with logits with a weight and a pos_weight: the backward takes the
+/// formula's CUDA branch (FunctionsManual.cpp
+/// `binary_cross_entropy_with_logits_backward`: `t = pos_weight.mul(target)`,
+/// then `t.add(1).sub_(target).mul_(input.sigmoid()).sub_(t)`, `mul_(grad)`,
+/// `mul_(weight)`, `div_`): at most `t`, `t + 1` (the gradient) and the
+/// sigmoid at once, three full-size buffers. Under `create_graph` it takes
+/// the out-of-place branch and the gradient has a graph of its own.
+const BCE_WEIGHTED: &str = r#"
+import json, torch
+import torch.nn.functional as F
+N, C = 1024, 256
+full = N * C * 4
+x = torch.randn(N, C, device="cuda", requires_grad=True)
+t = torch.rand(N, C, device="cuda")
+w = torch.rand(C, device="cuda")
+pw = torch.rand(C, device="cuda")
+seen = {}
+loss = F.binary_cross_entropy_with_logits(x, t, weight=w, pos_weight=pw)
+base = torch.cuda.memory_allocated()
+torch.cuda.reset_peak_memory_stats()
+loss.backward()
+seen["backward_peak_over"] = (torch.cuda.max_memory_allocated() - base) / full
+seen["grad_kept"] = (torch.cuda.memory_allocated() - base) / full
+x.grad = None
+loss = F.binary_cross_entropy_with_logits(x, t)
+(g,) = torch.autograd.grad(loss, x, create_graph=True)
+seen["double"] = g.grad_fn is not None
+g.sum().backward()
+seen["x_grad"] = list(x.grad.shape)
+print("SEEN " + json.dumps(seen))
+"#;
+
+#[test]
+#[ignore = "needs PyTorch (pip install torch==2.11.*)"]
+fn bce_with_logits_backward_takes_the_cuda_branch_of_its_formula() {
+    let s = Scratch::new("bce");
+    let prog = s.file("bce.py", BCE_WEIGHTED);
+    let (_, err) = traced_json(&prog, &["--steps", "0"]);
+    let seen = seen(&err);
+    let peak = seen["backward_peak_over"].as_f64().expect("a peak");
+    // Three full-size buffers and the 4-byte incoming gradient's block.
+    assert!((3.0..3.01).contains(&peak), "{peak}: {err}");
+    assert_eq!(seen["grad_kept"], 1.0, "the gradient stays, in x.grad");
+    assert_eq!(seen["double"], true, "{err}");
+    assert_eq!(seen["x_grad"], serde_json::json!([1024, 256]));
 }
