@@ -325,6 +325,13 @@ class _State:
         self.own = {}
         self.own_seen = False
         self.call_device = None
+        # Data-dependent shapes (`_data_dependent`): storages of a router's
+        # top-k indices and of masks `chosen == e` (_cdata -> (weakref,
+        # what vramscope is told)), and the rows vramscope gave the op
+        # running now.
+        self.routes = {}
+        self.route_masks = {}
+        self.rows = None
 
 
 def _load_holders():
@@ -682,17 +689,50 @@ def _arg_bytes(shapes):
     return total
 
 
-def _before_op(func, shapes, box):
+def _before_op(func, shapes, box, args):
     """Scratch a CUDA kernel takes before its outputs (vramscope's
     `before_ops`); the op's report after it runs frees what is left. The
     answer may size outputs the meta kernel cannot (`sizes`: output index →
-    bytes, a cuDNN RNN's reserve)."""
+    bytes, a cuDNN RNN's reserve; `rows`: a data-dependent op's, kept in
+    `_state.rows` for its kernel here, `_data_dependent`). A data-dependent
+    op's message says what its tensor was made from (`_route_of`)."""
     if not _state.initialized:
         _lazy_init()
-    r = _chan.ask(["before", func._opname, _in_backward(), shapes, _op_stack(box)])
+    msg = ["before", func._opname, _in_backward(), shapes, _op_stack(box)]
+    route = _route_of(args) if func._opname in ("nonzero", "bincount") else None
+    if route is not None:
+        msg.append(route)
+    r = _chan.ask(msg)
     if r[0] != "ok":
         raise _oom(r[1])
-    return r[1] if len(r) > 1 else None
+    answer = r[1] if len(r) > 1 else None
+    _state.rows = answer.get("rows") if isinstance(answer, dict) else None
+    return answer
+
+
+def _route_of(args):
+    """What a data-dependent op's tensor was made from, as far as the
+    trace knows it: a router's top-k choice (`topk`/`argmax` indices, or a
+    view of them) or a mask `chosen == e` of one (`_data_dependent`)."""
+    x = args[0] if args else None
+    if not isinstance(x, _Tensor):
+        return None
+    cd = x.untyped_storage()._cdata
+    hit = _state.route_masks.get(cd) or _state.routes.get(cd)
+    return {"router": hit[1]} if hit is not None else None
+
+
+def _mark_route(table, t, info):
+    """Keep `info` for `t`'s storage while it lives."""
+    s = t.untyped_storage()
+    cd = s._cdata
+
+    def gone(_ref, cd=cd, table=table):
+        hit = table.get(cd)
+        if hit is not None and hit[0]() is None:
+            del table[cd]
+
+    table[cd] = (weakref.ref(s, gone), info)
 
 
 def _resized(out, sizes):
@@ -1276,7 +1316,7 @@ def _install_modes(torch):
             else:
                 shapes = None
                 report = _report_of(args) if rule[0] else None
-            sizes = _before_op(func, shapes, box) if rule[2] else None
+            sizes = _before_op(func, shapes, box, args) if rule[2] else None
             versions = [t._version for t in args[0]] if rule[6] and args else None
             try:
                 impl = rule[8]
@@ -1679,7 +1719,165 @@ def _meta_impls(torch):
                 off += w.numel()
         return (dx, dhx, dcx, dw)
 
-    return {aten._cudnn_rnn_backward.default: cudnn_rnn_backward}
+    impls = {aten._cudnn_rnn_backward.default: cudnn_rnn_backward}
+    impls.update(_data_dependent(torch))
+    impls.update(_cuda_branches(torch))
+    return impls
+
+
+def _cuda_branches(torch):
+    """Backward formulas that take another branch on CUDA than under a
+    dispatch mode: `areAnyTensorSubclassLike` (ATen/TensorSubclassLikeUtils.h)
+    is true whenever any dispatch mode is on, so the formula's
+    out-of-place branch runs here where the GPU runs the in-place one.
+    Keyed by the aten op the out-of-place branch calls, and taken only in
+    the autograd node whose formula it is."""
+    aten = torch.ops.aten
+
+    def index_put(x, indices, values, accumulate=False):
+        # IndexBackward0 (derivatives.yaml `index.Tensor`: `index_backward(
+        # grad.new_zeros_symint(...), indices, grad)`; FunctionsManual.cpp
+        # `index_backward`): `at::_index_put_impl_(zeros_like_self, indices,
+        # grad, true, true)` into the zeros, not `zeros_like_self.index_put(
+        # indices, grad, true)` (a copy of them). No grad-mode test there.
+        node = _current_node()
+        if accumulate and node is not None and node.name() == "IndexBackward0":
+            with _state.allocations:
+                return aten._index_put_impl_(x, indices, values, True, True)
+        return aten.index_put.default(x, indices, values, accumulate)
+
+    def index_add(x, dim, index, source, alpha=1):
+        # IndexSelectBackward0 (TensorAdvancedIndexing.cpp
+        # `index_select_backward_symint`): `grad.new_zeros_symint(...)
+        # .index_add_(dim, index, grad)`, the out-of-place `index_add` only
+        # where `isTensorSubclassLike(index)`.
+        node = _current_node()
+        if node is not None and alpha == 1 and node.name() == "IndexSelectBackward0":
+            with _state.allocations:
+                return aten.index_add_.default(x, dim, index, source)
+        return aten.index_add.default(x, dim, index, source, alpha=alpha)
+
+    # The nodes whose formula is `value_selecting_reduction_backward_symint`
+    # (derivatives.yaml: kthvalue, max.dim, median.dim, nanmedian.dim,
+    # min.dim, mode, sort, sort.stable, topk; FunctionsManual.cpp):
+    # `at::zeros_symint(sizes).scatter_(dim, indices, grad)`, the
+    # out-of-place `scatter` only where `areAnyTensorSubclassLike`.
+    selecting = {
+        "KthvalueBackward0", "MaxBackward0", "MedianBackward1", "NanmedianBackward1",
+        "MinBackward0", "ModeBackward0", "SortBackward0", "SortBackward1", "TopkBackward0",
+    }
+
+    def scatter(x, dim, index, src):
+        node = _current_node()
+        if node is not None and node.name() in selecting:
+            with _state.allocations:
+                return aten.scatter_.src(x, dim, index, src)
+        return aten.scatter.src(x, dim, index, src)
+
+    return {
+        aten.index_put.default: index_put,
+        aten.index_add.default: index_add,
+        aten.scatter.src: scatter,
+    }
+
+
+def _data_dependent(torch):
+    """Ops whose output size depends on the data, which the simulated GPU
+    does not hold: `nonzero` (`torch.where(cond)`, `argwhere`),
+    `masked_select`, a boolean mask index (`x[mask]`), `bincount`. Their
+    sizes come from vramscope (`before`'s `rows`), which takes them from a
+    stated assumption and names it in the report (`trace.assumed`, with the
+    program's line): a mask `chosen == e` of a router's top-k choice gets
+    balanced routing's rows for expert e (the engine's
+    `Routing::Balanced`), any other mask counts as all true. So the
+    trace follows the routing it had to assume: `topk`/`argmax` indices
+    and their `== e` masks are kept here (`_route_of`)."""
+    aten = torch.ops.aten
+    meta = _state.meta
+    Tensor = torch.Tensor
+    masks = (torch.bool, torch.uint8)
+    long = torch.long
+
+    def mode():
+        return _state.allocations
+
+    def topk(x, k, dim=-1, largest=True, sorted=True):
+        out = aten.topk.default(x, k, dim, largest, sorted)
+        if x.dim() > 0 and k > 0:
+            _mark_route(_state.routes, out[1], {
+                "experts": int(x.shape[dim]), "top_k": int(k),
+                "tokens": int(out[1].numel() // k),
+            })
+        return out
+
+    def argmax(x, dim=None, keepdim=False):
+        out = aten.argmax.default(x, dim, keepdim)
+        if dim is not None and x.dim() > 0:
+            _mark_route(_state.routes, out, {
+                "experts": int(x.shape[dim]), "top_k": 1, "tokens": int(out.numel()),
+            })
+        return out
+
+    def eq_scalar(x, other):
+        out = aten.eq.Scalar(x, other)
+        if _state.routes and isinstance(other, int) and not isinstance(other, bool):
+            hit = _state.routes.get(x.untyped_storage()._cdata)
+            if hit is not None:
+                _mark_route(_state.route_masks, out, dict(hit[1], expert=int(other)))
+        return out
+
+    def nonzero(x):
+        rows = _state.rows
+        _state.rows = None
+        if rows is None:
+            raise NotImplementedError("aten::nonzero: no size from vramscope")
+        return torch.empty((int(rows), x.dim()), dtype=long, device=meta)
+
+    def bincount(x, weights=None, minlength=0):
+        rows = _state.rows
+        _state.rows = None
+        if rows is None:
+            raise NotImplementedError("aten::bincount: no size from vramscope")
+        # CUDA's _bincount_cuda: the input's min (a negative value is an
+        # error) and max (the bins), each read back to the host, then the
+        # zeroed bins (the weights' dtype, or int64).
+        with mode():
+            if x.numel() > 0:
+                x.min()
+                x.max()
+            return torch.zeros(int(rows), dtype=weights.dtype if weights is not None else long,
+                               device=meta)
+
+    def index(x, indices):
+        if not any(isinstance(i, Tensor) and i.dtype in masks for i in indices):
+            return aten.index.Tensor(x, indices)
+        # CUDA's index (expandTensors): each boolean mask becomes its
+        # nonzero's columns, then the gather; the nonzero result goes after.
+        with mode():
+            cols = []
+            for i in indices:
+                if isinstance(i, Tensor) and i.dtype in masks:
+                    cols.extend(torch.nonzero(i).unbind(1))
+                else:
+                    cols.append(i)
+            return aten.index.Tensor(x, cols)
+
+    def masked_select(x, mask):
+        # masked_select_out_cuda_impl: expand_outplace(mask, self), then
+        # index(self, {mask}).
+        with mode():
+            m, s = torch.broadcast_tensors(mask, x)
+            return aten.index.Tensor(s, [m])
+
+    return {
+        aten.topk.default: topk,
+        aten.argmax.default: argmax,
+        aten.eq.Scalar: eq_scalar,
+        aten.nonzero.default: nonzero,
+        aten.bincount.default: bincount,
+        aten.index.Tensor: index,
+        aten.masked_select.default: masked_select,
+    }
 
 
 def _loss_handlers(torch, handlers):

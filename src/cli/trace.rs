@@ -380,6 +380,16 @@ fn print_outcome(o: &TraceOutcome) {
             u.instead
         );
     }
+    for a in &o.assumed {
+        sayln!(
+            "assumed, not traced: {} at {} ({} call{}): {}",
+            a.what,
+            a.at.as_deref().unwrap_or("an unknown line"),
+            a.calls,
+            if a.calls == 1 { "" } else { "s" },
+            a.assumption
+        );
+    }
     for e in &o.estimates {
         sayln!(
             "estimated, not measured: {} ({}, {} call{})",

@@ -71,13 +71,20 @@ impl<W: Write> Simulator<W> {
             .iter()
             .map(|(i, b)| (i.to_string(), json!(b)))
             .collect();
+        let rows = plan.rows.clone();
+        if let Some((_, assumption)) = &rows {
+            self.outcome_assumed(&format!("aten.{}", str_at(v, 1)), assumption, stack);
+        }
         self.plan = Some(plan);
         let r = self.continue_steps(steps, stack)?;
         if r.as_ref().is_some_and(|a| a[0] != "ok") {
             self.plan = None;
             return Ok(r);
         }
-        Ok(Some(json!(["ok", {"sizes": sizes}])))
+        Ok(Some(match rows {
+            Some((n, _)) => json!(["ok", {"sizes": sizes, "rows": n}]),
+            None => json!(["ok", {"sizes": sizes}]),
+        }))
     }
 
     /// A staged op's output i exists: its plan's steps for that moment.
