@@ -96,6 +96,10 @@ HOLDERS_FILES = ("vramscope_trace_holders.py", os.path.join("vramscope_live", "h
 HOLDERS_MIN_GROWTH = 1 << 20
 
 
+# What vramscope sends ahead of an answer when the view asks for a holder
+# walk (`H`; PROTOCOL.md `find_holders`).
+_WALK = ["walk"]
+
 # A frame's length prefix (python/PROTOCOL.md).
 _LENGTH = struct.Struct("<I").pack
 
@@ -161,9 +165,16 @@ class Channel:
         with self.lock:
             self.out.append(struct.pack("<I", len(body)) + body)
             self._flush()
-            head = self._recv(4)
-            (n,) = struct.unpack("<I", head)
-            return json.loads(self._recv(n))
+            while True:
+                head = self._recv(4)
+                (n,) = struct.unpack("<I", head)
+                answer = json.loads(self._recv(n))
+                if answer != _WALK:
+                    return answer
+                # The view asked for a holder walk (its `H`): made at the
+                # next op boundary (`_asked_walk`), then this answer.
+                if _state is not None:
+                    _state.walk_asked = True
 
     def _flush(self):
         # A weakref callback may append while this runs: take the list first.
@@ -313,6 +324,9 @@ class _State:
         self.holders_budget_ms = float(budget or 0)
         self.holders_prev = None
         self.holders_alloc = 0
+        # The view asked for a walk (`Channel.ask_raw`): at the next op
+        # boundary (`_asked_walk`).
+        self.walk_asked = False
         # Extensions' CUDA kernels written in Python (`_extension_kernels`):
         # op name -> function; and how deep such a kernel runs now (its
         # native calls are skipped meanwhile).
@@ -1265,6 +1279,8 @@ def _install_modes(torch):
                 if _DEBUG:
                     print(f"vramscope trace: {func}", file=sys.stderr)
                 _register(out, [None])
+                if _state.walk_asked:
+                    _asked_walk()
                 return out
             if rule[7] is not None and _state.backward_autocast is not None and from_engine():
                 # An op a backward formula calls (C++, never through the
@@ -1342,6 +1358,8 @@ def _install_modes(torch):
                 _register(out, box, rule[1])
             if rule[0]:
                 _after_op(func, rule[10], report, box)
+            if _state.walk_asked:
+                _asked_walk()
             return out
 
     _foreach_on_meta(torch)
@@ -2698,7 +2716,14 @@ def _install_step_hook(torch):
     register_optimizer_step_post_hook(hook)
 
 
-def _find_holders(frame, oom=False):
+def _asked_walk():
+    """The walk the view asked for (`H`), at this op boundary: the
+    largest holders, named `requested` as a live job's are."""
+    _state.walk_asked = False
+    _find_holders(sys._getframe(1), requested=True)
+
+
+def _find_holders(frame, oom=False, requested=False):
     """The holder walk (PROTOCOL.md `holders`) from `frame`, in the
     program's thread, at a step boundary where allocated grew by
     `HOLDERS_MIN_GROWTH` since the last walk (the first walk is the
@@ -2711,18 +2736,22 @@ def _find_holders(frame, oom=False):
         return
     try:
         allocated = int(_chan.ask(["stats"])[1].get("allocated_bytes.all.current", 0))
-        if not oom and st.holders_prev is not None and allocated - st.holders_alloc < HOLDERS_MIN_GROWTH:
+        requested = requested or st.walk_asked
+        st.walk_asked = False
+        asked = oom or requested
+        if not asked and st.holders_prev is not None and allocated - st.holders_alloc < HOLDERS_MIN_GROWTH:
             return
         # Tensors' attributes without the relabelling mode (a Python call
         # for each, several times the walk's own cost); no op runs here.
         with st.torch._C.DisableTorchFunction():
             fields, totals = h.find(
-                st.torch, frame, st.holders_budget_ms, st.holders_prev, "oom" if oom else "grew",
+                st.torch, frame, st.holders_budget_ms, st.holders_prev,
+                "oom" if oom else "requested" if requested else "grew",
                 is_device=_is_meta, skip_files=(_HERE,),
             )
         first = st.holders_prev is None
         st.holders_prev, st.holders_alloc = totals, allocated
-        if first and not oom:
+        if first and not asked:
             return  # the baseline: nothing to compare with yet
         _chan.post(["holders", fields])
     except (OSError, TraceError):

@@ -636,7 +636,10 @@ fn a_data_dependent_nonzero_takes_an_assumed_size_and_says_so() {
         assert_eq!(r[1]["rows"], 513, "{r}");
         assert_eq!(allocated(&mut sim), 512, "the 4-byte count, one block");
         ask(&mut sim, &json!(["m", 7, 513 * 2 * 8, Value::Null]));
-        ask(&mut sim, &json!(["op", "nonzero", false, args, Value::Null]));
+        ask(
+            &mut sim,
+            &json!(["op", "nonzero", false, args, Value::Null]),
+        );
         assert_eq!(allocated(&mut sim), (513u64 * 16).div_ceil(512) * 512);
         post(&mut sim, &json!(["f", 7]));
     }
@@ -646,7 +649,10 @@ fn a_data_dependent_nonzero_takes_an_assumed_size_and_says_so() {
         &json!(["before", "nonzero", false, other, Value::Null]),
     );
     assert_eq!(r[1]["rows"], 192, "every element true");
-    ask(&mut sim, &json!(["op", "nonzero", false, other, Value::Null]));
+    ask(
+        &mut sim,
+        &json!(["op", "nonzero", false, other, Value::Null]),
+    );
     let (outcome, _, _) = finish(sim, &sink);
     assert_eq!(outcome.assumed.len(), 2, "{:?}", outcome.assumed);
     assert_eq!(outcome.assumed[0].what, "aten.nonzero");
