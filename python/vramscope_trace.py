@@ -310,6 +310,10 @@ class _State:
         self.room_count = 0
         # (op, autograd thread) vramscope said take nothing more (`_after_op`).
         self.quiet = set()
+        # (op, autograd thread, signature) vramscope said take nothing at
+        # all (`still`: no report is sent), and those asked once already.
+        self.still = set()
+        self.asked = set()
         self.autocast = reply.get("autocast", {})
         # The autocast a running backward inherits from its caller (the
         # engine carries the thread-local state): (dtype, cache enabled),
@@ -646,10 +650,10 @@ def _signature(args):
     return tuple(key)
 
 
-def _report_of(args):
+def _report_of(args, sig):
     """An op's arguments as its report carries them: (the JSON of
-    `_shapes(args)`, their `_arg_bytes`), encoded once per signature."""
-    sig = _signature(args)
+    `_shapes(args)`, their `_arg_bytes`), encoded once per signature
+    (`sig`, `_signature(args)`)."""
     if sig is None:
         return _report_for(_shapes(args))
     hit = _REPORTS.get(sig)
@@ -662,20 +666,23 @@ def _report_for(shapes):
     return (json.dumps(shapes, separators=(",", ":")).encode("utf-8"), _arg_bytes(shapes))
 
 
-def _after_op(func, heads, report, box):
+def _after_op(func, heads, report, box, backward, skey):
     """The CUDA rules meta does not show, for the ops vramscope names
     (`after_ops`): the op's name, whether autograd's thread runs it
     (`heads`: the two beginnings of its report), and its tensors' shapes
     and dtypes (`report`: `_report_of`); vramscope allocates what the
-    kernel would."""
+    kernel would. `skey`: (op, thread, signature), None where the call has
+    no signature. A call vramscope said takes nothing at all (`still`: a
+    GEMM whose thread's workspaces are cached and whose operands cuBLAS
+    takes as they are) is not reported again with the same signature:
+    asked once, then known (`_still`, until `_cuda_clearCublasWorkspaces`)."""
     st = _state
     if not st.initialized:
         _lazy_init()
-    backward = _current_node() is not None
     body, n = report
     head = heads[backward]
     key = (id(func), backward)
-    if key in st.quiet:
+    if key in st.quiet and (skey is None or skey in st.asked):
         # vramscope said this op takes nothing more on this thread but
         # clones of its arguments: within the headroom it need not wait.
         if st.room_count > 1 and n <= st.room_bytes:
@@ -686,8 +693,13 @@ def _after_op(func, heads, report, box):
     r = _chan.ask_raw(b'["op",%s%s,%d]' % (head, body, _op_stack(box)))
     if r[0] != "ok":
         raise _oom(r[1])
-    if len(r) > 1 and isinstance(r[1], dict) and r[1].get("quiet"):
-        st.quiet.add(key)
+    if len(r) > 1 and isinstance(r[1], dict):
+        if r[1].get("quiet"):
+            st.quiet.add(key)
+            if skey is not None:
+                st.asked.add(skey)
+        if r[1].get("still") and skey is not None:
+            st.still.add(skey)
 
 
 def _arg_bytes(shapes):
@@ -1331,7 +1343,13 @@ def _install_modes(torch):
                 report = _report_for(shapes) if rule[0] else None
             else:
                 shapes = None
-                report = _report_of(args) if rule[0] else None
+                report = None
+                if rule[0]:
+                    backward = _current_node() is not None
+                    sig = _signature(args)
+                    skey = (id(func), backward, sig) if sig is not None else None
+                    if skey is None or skey not in _state.still:
+                        report = _report_of(args, sig)
             sizes = _before_op(func, shapes, box, args) if rule[2] else None
             versions = [t._version for t in args[0]] if rule[6] and args else None
             try:
@@ -1356,8 +1374,10 @@ def _install_modes(torch):
                 _register([out[i] for i in rule[4] if i < len(out)], box, rule[1])
             else:
                 _register(out, box, rule[1])
-            if rule[0]:
-                _after_op(func, rule[10], report, box)
+            if report is not None:
+                if shapes is not None:
+                    backward, skey = _current_node() is not None, None
+                _after_op(func, rule[10], report, box, backward, skey)
             if _state.walk_asked:
                 _asked_walk()
             return out
@@ -2611,6 +2631,8 @@ def _patch_cuda(torch):
             # The next GEMM on each thread takes its workspace again: it
             # waits for its answer (an OOM there reaches the program).
             _state.quiet.clear()
+            _state.still.clear()
+            _state.asked.clear()
 
     patches = {
         "is_available": lambda: True,

@@ -270,7 +270,12 @@ fn a_gemm_is_quiet_once_its_threads_workspaces_are_cached() {
         [tensor(&[8, 64], "float32"), tensor(&[64, 64], "float32")],
         Value::Null
     ]);
-    assert_eq!(ask(&mut sim, &backward)[1]["quiet"], true);
+    let again = ask(&mut sim, &backward);
+    assert_eq!(again[1]["quiet"], true);
+    assert_eq!(
+        again[1]["still"], true,
+        "operands cuBLAS takes as they are: the same call takes nothing at all"
+    );
 }
 
 #[test]
@@ -297,7 +302,13 @@ fn a_broadcast_gemm_operand_is_cloned_for_the_call() {
         [expanded, tensor(&[1000, 2048], "float32")],
         Value::Null
     ]);
-    assert_eq!(ask(&mut sim, &mm)[0], "ok");
+    let r = ask(&mut sim, &mm);
+    assert_eq!(r[0], "ok");
+    assert_eq!(r[1]["quiet"], true, "no workspace to take");
+    assert_eq!(
+        r[1]["still"], false,
+        "a clone each call: the helper must report it each time"
+    );
     assert_eq!(
         stat(&mut sim, "allocation.all.allocated"),
         before + 1,
