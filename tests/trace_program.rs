@@ -275,26 +275,46 @@ fn a_workspace_that_no_longer_fits_after_a_clear_is_the_programs_oom() {
     );
 }
 
+/// An op whose output size depends on the data runs with a size vramscope
+/// assumes, named with its line and the assumption (`trace.assumed`): a
+/// mask that is no router's counts as all true. An op meta has no kernel
+/// for (`unique`) is named untraced with its line, and the program gets
+/// `NotImplementedError`.
 #[test]
 #[ignore = "needs PyTorch (pip install torch==2.11.*)"]
 fn an_op_that_needs_data_is_named_with_its_line() {
     let s = Scratch::new("nonzero");
     let prog = s.file(
         "nz.py",
-        "import torch\nx = torch.randn(100, device='cuda')\ntry:\n    idx = torch.nonzero(x > 0)\nexcept NotImplementedError as e:\n    print('CAUGHT', e)\n",
+        "import torch\nx = torch.randn(100, device='cuda')\nidx = torch.nonzero(x > 0)\n\
+         print('ROWS', idx.shape[0])\ntry:\n    u = torch.unique(x)\n\
+         except NotImplementedError as e:\n    print('CAUGHT', e)\n",
     );
     let (v, err) = traced_json(&prog, &["--steps", "0"]);
+    assert!(err.contains("ROWS 100"), "every element true: {err}");
+    let a = &v["trace"]["assumed"][0];
+    assert_eq!(a["what"], "aten.nonzero", "{a}");
     assert!(
-        err.contains("CAUGHT vramscope trace: aten.nonzero"),
+        a["at"].as_str().is_some_and(|at| at.contains("nz.py:3")),
+        "{a}"
+    );
+    assert!(
+        a["assumption"]
+            .as_str()
+            .is_some_and(|w| w.contains("upper bound")),
+        "{a}"
+    );
+    assert!(
+        err.contains("CAUGHT vramscope trace: aten._unique2"),
         "{err}"
     );
     let u = &v["trace"]["untraced"][0];
     assert!(
-        u["what"].as_str().is_some_and(|w| w.contains("nonzero")),
+        u["what"].as_str().is_some_and(|w| w.contains("unique")),
         "{u}"
     );
     assert!(
-        u["at"].as_str().is_some_and(|a| a.contains("nz.py:4")),
+        u["at"].as_str().is_some_and(|at| at.contains("nz.py:6")),
         "{u}"
     );
 }
