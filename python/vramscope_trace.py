@@ -96,6 +96,10 @@ HOLDERS_FILES = ("vramscope_trace_holders.py", os.path.join("vramscope_live", "h
 HOLDERS_MIN_GROWTH = 1 << 20
 
 
+# What vramscope sends ahead of an answer when the view asks for a holder
+# walk (`H`; PROTOCOL.md `find_holders`).
+_WALK = ["walk"]
+
 # A frame's length prefix (python/PROTOCOL.md).
 _LENGTH = struct.Struct("<I").pack
 
@@ -161,9 +165,16 @@ class Channel:
         with self.lock:
             self.out.append(struct.pack("<I", len(body)) + body)
             self._flush()
-            head = self._recv(4)
-            (n,) = struct.unpack("<I", head)
-            return json.loads(self._recv(n))
+            while True:
+                head = self._recv(4)
+                (n,) = struct.unpack("<I", head)
+                answer = json.loads(self._recv(n))
+                if answer != _WALK:
+                    return answer
+                # The view asked for a holder walk (its `H`): made at the
+                # next op boundary (`_asked_walk`), then this answer.
+                if _state is not None:
+                    _state.walk_asked = True
 
     def _flush(self):
         # A weakref callback may append while this runs: take the list first.
@@ -299,6 +310,10 @@ class _State:
         self.room_count = 0
         # (op, autograd thread) vramscope said take nothing more (`_after_op`).
         self.quiet = set()
+        # (op, autograd thread, signature) vramscope said take nothing at
+        # all (`still`: no report is sent), and those asked once already.
+        self.still = set()
+        self.asked = set()
         self.autocast = reply.get("autocast", {})
         # The autocast a running backward inherits from its caller (the
         # engine carries the thread-local state): (dtype, cache enabled),
@@ -313,6 +328,9 @@ class _State:
         self.holders_budget_ms = float(budget or 0)
         self.holders_prev = None
         self.holders_alloc = 0
+        # The view asked for a walk (`Channel.ask_raw`): at the next op
+        # boundary (`_asked_walk`).
+        self.walk_asked = False
         # Extensions' CUDA kernels written in Python (`_extension_kernels`):
         # op name -> function; and how deep such a kernel runs now (its
         # native calls are skipped meanwhile).
@@ -325,6 +343,13 @@ class _State:
         self.own = {}
         self.own_seen = False
         self.call_device = None
+        # Data-dependent shapes (`_data_dependent`): storages of a router's
+        # top-k indices and of masks `chosen == e` (_cdata -> (weakref,
+        # what vramscope is told)), and the rows vramscope gave the op
+        # running now.
+        self.routes = {}
+        self.route_masks = {}
+        self.rows = None
 
 
 def _load_holders():
@@ -625,10 +650,10 @@ def _signature(args):
     return tuple(key)
 
 
-def _report_of(args):
+def _report_of(args, sig):
     """An op's arguments as its report carries them: (the JSON of
-    `_shapes(args)`, their `_arg_bytes`), encoded once per signature."""
-    sig = _signature(args)
+    `_shapes(args)`, their `_arg_bytes`), encoded once per signature
+    (`sig`, `_signature(args)`)."""
     if sig is None:
         return _report_for(_shapes(args))
     hit = _REPORTS.get(sig)
@@ -641,20 +666,23 @@ def _report_for(shapes):
     return (json.dumps(shapes, separators=(",", ":")).encode("utf-8"), _arg_bytes(shapes))
 
 
-def _after_op(func, heads, report, box):
+def _after_op(func, heads, report, box, backward, skey):
     """The CUDA rules meta does not show, for the ops vramscope names
     (`after_ops`): the op's name, whether autograd's thread runs it
     (`heads`: the two beginnings of its report), and its tensors' shapes
     and dtypes (`report`: `_report_of`); vramscope allocates what the
-    kernel would."""
+    kernel would. `skey`: (op, thread, signature), None where the call has
+    no signature. A call vramscope said takes nothing at all (`still`: a
+    GEMM whose thread's workspaces are cached and whose operands cuBLAS
+    takes as they are) is not reported again with the same signature:
+    asked once, then known (`_still`, until `_cuda_clearCublasWorkspaces`)."""
     st = _state
     if not st.initialized:
         _lazy_init()
-    backward = _current_node() is not None
     body, n = report
     head = heads[backward]
     key = (id(func), backward)
-    if key in st.quiet:
+    if key in st.quiet and (skey is None or skey in st.asked):
         # vramscope said this op takes nothing more on this thread but
         # clones of its arguments: within the headroom it need not wait.
         if st.room_count > 1 and n <= st.room_bytes:
@@ -665,8 +693,13 @@ def _after_op(func, heads, report, box):
     r = _chan.ask_raw(b'["op",%s%s,%d]' % (head, body, _op_stack(box)))
     if r[0] != "ok":
         raise _oom(r[1])
-    if len(r) > 1 and isinstance(r[1], dict) and r[1].get("quiet"):
-        st.quiet.add(key)
+    if len(r) > 1 and isinstance(r[1], dict):
+        if r[1].get("quiet"):
+            st.quiet.add(key)
+            if skey is not None:
+                st.asked.add(skey)
+        if r[1].get("still") and skey is not None:
+            st.still.add(skey)
 
 
 def _arg_bytes(shapes):
@@ -682,17 +715,50 @@ def _arg_bytes(shapes):
     return total
 
 
-def _before_op(func, shapes, box):
+def _before_op(func, shapes, box, args):
     """Scratch a CUDA kernel takes before its outputs (vramscope's
     `before_ops`); the op's report after it runs frees what is left. The
     answer may size outputs the meta kernel cannot (`sizes`: output index →
-    bytes, a cuDNN RNN's reserve)."""
+    bytes, a cuDNN RNN's reserve; `rows`: a data-dependent op's, kept in
+    `_state.rows` for its kernel here, `_data_dependent`). A data-dependent
+    op's message says what its tensor was made from (`_route_of`)."""
     if not _state.initialized:
         _lazy_init()
-    r = _chan.ask(["before", func._opname, _in_backward(), shapes, _op_stack(box)])
+    msg = ["before", func._opname, _in_backward(), shapes, _op_stack(box)]
+    route = _route_of(args) if func._opname in ("nonzero", "bincount") else None
+    if route is not None:
+        msg.append(route)
+    r = _chan.ask(msg)
     if r[0] != "ok":
         raise _oom(r[1])
-    return r[1] if len(r) > 1 else None
+    answer = r[1] if len(r) > 1 else None
+    _state.rows = answer.get("rows") if isinstance(answer, dict) else None
+    return answer
+
+
+def _route_of(args):
+    """What a data-dependent op's tensor was made from, as far as the
+    trace knows it: a router's top-k choice (`topk`/`argmax` indices, or a
+    view of them) or a mask `chosen == e` of one (`_data_dependent`)."""
+    x = args[0] if args else None
+    if not isinstance(x, _Tensor):
+        return None
+    cd = x.untyped_storage()._cdata
+    hit = _state.route_masks.get(cd) or _state.routes.get(cd)
+    return {"router": hit[1]} if hit is not None else None
+
+
+def _mark_route(table, t, info):
+    """Keep `info` for `t`'s storage while it lives."""
+    s = t.untyped_storage()
+    cd = s._cdata
+
+    def gone(_ref, cd=cd, table=table):
+        hit = table.get(cd)
+        if hit is not None and hit[0]() is None:
+            del table[cd]
+
+    table[cd] = (weakref.ref(s, gone), info)
 
 
 def _resized(out, sizes):
@@ -1103,6 +1169,7 @@ def _install_modes(torch):
         handlers[F.scaled_dot_product_attention] = sdpa
     _autocast_handlers(torch, handlers)
     _rnn_handlers(torch, handlers)
+    _loss_handlers(torch, handlers)
 
     class Relabel(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -1224,6 +1291,8 @@ def _install_modes(torch):
                 if _DEBUG:
                     print(f"vramscope trace: {func}", file=sys.stderr)
                 _register(out, [None])
+                if _state.walk_asked:
+                    _asked_walk()
                 return out
             if rule[7] is not None and _state.backward_autocast is not None and from_engine():
                 # An op a backward formula calls (C++, never through the
@@ -1274,8 +1343,14 @@ def _install_modes(torch):
                 report = _report_for(shapes) if rule[0] else None
             else:
                 shapes = None
-                report = _report_of(args) if rule[0] else None
-            sizes = _before_op(func, shapes, box) if rule[2] else None
+                report = None
+                if rule[0]:
+                    backward = _current_node() is not None
+                    sig = _signature(args)
+                    skey = (id(func), backward, sig) if sig is not None else None
+                    if skey is None or skey not in _state.still:
+                        report = _report_of(args, sig)
+            sizes = _before_op(func, shapes, box, args) if rule[2] else None
             versions = [t._version for t in args[0]] if rule[6] and args else None
             try:
                 impl = rule[8]
@@ -1299,8 +1374,12 @@ def _install_modes(torch):
                 _register([out[i] for i in rule[4] if i < len(out)], box, rule[1])
             else:
                 _register(out, box, rule[1])
-            if rule[0]:
-                _after_op(func, rule[10], report, box)
+            if report is not None:
+                if shapes is not None:
+                    backward, skey = _current_node() is not None, None
+                _after_op(func, rule[10], report, box, backward, skey)
+            if _state.walk_asked:
+                _asked_walk()
             return out
 
     _foreach_on_meta(torch)
@@ -1678,7 +1757,289 @@ def _meta_impls(torch):
                 off += w.numel()
         return (dx, dhx, dcx, dw)
 
-    return {aten._cudnn_rnn_backward.default: cudnn_rnn_backward}
+    impls = {aten._cudnn_rnn_backward.default: cudnn_rnn_backward}
+    impls.update(_data_dependent(torch))
+    impls.update(_cuda_branches(torch))
+    return impls
+
+
+def _cuda_branches(torch):
+    """Backward formulas that take another branch on CUDA than under a
+    dispatch mode: `areAnyTensorSubclassLike` (ATen/TensorSubclassLikeUtils.h)
+    is true whenever any dispatch mode is on, so the formula's
+    out-of-place branch runs here where the GPU runs the in-place one.
+    Keyed by the aten op the out-of-place branch calls, and taken only in
+    the autograd node whose formula it is."""
+    aten = torch.ops.aten
+
+    def index_put(x, indices, values, accumulate=False):
+        # IndexBackward0 (derivatives.yaml `index.Tensor`: `index_backward(
+        # grad.new_zeros_symint(...), indices, grad)`; FunctionsManual.cpp
+        # `index_backward`): `at::_index_put_impl_(zeros_like_self, indices,
+        # grad, true, true)` into the zeros, not `zeros_like_self.index_put(
+        # indices, grad, true)` (a copy of them). No grad-mode test there.
+        node = _current_node()
+        if accumulate and node is not None and node.name() == "IndexBackward0":
+            with _state.allocations:
+                return aten._index_put_impl_(x, indices, values, True, True)
+        return aten.index_put.default(x, indices, values, accumulate)
+
+    def index_add(x, dim, index, source, alpha=1):
+        # IndexSelectBackward0 (TensorAdvancedIndexing.cpp
+        # `index_select_backward_symint`): `grad.new_zeros_symint(...)
+        # .index_add_(dim, index, grad)`, the out-of-place `index_add` only
+        # where `isTensorSubclassLike(index)`.
+        node = _current_node()
+        if node is not None and alpha == 1 and node.name() == "IndexSelectBackward0":
+            with _state.allocations:
+                return aten.index_add_.default(x, dim, index, source)
+        return aten.index_add.default(x, dim, index, source, alpha=alpha)
+
+    # The nodes whose formula is `value_selecting_reduction_backward_symint`
+    # (derivatives.yaml: kthvalue, max.dim, median.dim, nanmedian.dim,
+    # min.dim, mode, sort, sort.stable, topk; FunctionsManual.cpp):
+    # `at::zeros_symint(sizes).scatter_(dim, indices, grad)`, the
+    # out-of-place `scatter` only where `areAnyTensorSubclassLike`.
+    selecting = {
+        "KthvalueBackward0", "MaxBackward0", "MedianBackward1", "NanmedianBackward1",
+        "MinBackward0", "ModeBackward0", "SortBackward0", "SortBackward1", "TopkBackward0",
+    }
+
+    def scatter(x, dim, index, src):
+        node = _current_node()
+        if node is not None and node.name() in selecting:
+            with _state.allocations:
+                return aten.scatter_.src(x, dim, index, src)
+        return aten.scatter.src(x, dim, index, src)
+
+    return {
+        aten.index_put.default: index_put,
+        aten.index_add.default: index_add,
+        aten.scatter.src: scatter,
+    }
+
+
+def _data_dependent(torch):
+    """Ops whose output size depends on the data, which the simulated GPU
+    does not hold: `nonzero` (`torch.where(cond)`, `argwhere`),
+    `masked_select`, a boolean mask index (`x[mask]`), `bincount`. Their
+    sizes come from vramscope (`before`'s `rows`), which takes them from a
+    stated assumption and names it in the report (`trace.assumed`, with the
+    program's line): a mask `chosen == e` of a router's top-k choice gets
+    balanced routing's rows for expert e (the engine's
+    `Routing::Balanced`), any other mask counts as all true. So the
+    trace follows the routing it had to assume: `topk`/`argmax` indices
+    and their `== e` masks are kept here (`_route_of`)."""
+    aten = torch.ops.aten
+    meta = _state.meta
+    Tensor = torch.Tensor
+    masks = (torch.bool, torch.uint8)
+    long = torch.long
+
+    def mode():
+        return _state.allocations
+
+    def topk(x, k, dim=-1, largest=True, sorted=True):
+        out = aten.topk.default(x, k, dim, largest, sorted)
+        if x.dim() > 0 and k > 0:
+            _mark_route(_state.routes, out[1], {
+                "experts": int(x.shape[dim]), "top_k": int(k),
+                "tokens": int(out[1].numel() // k),
+            })
+        return out
+
+    def argmax(x, dim=None, keepdim=False):
+        out = aten.argmax.default(x, dim, keepdim)
+        if dim is not None and x.dim() > 0:
+            _mark_route(_state.routes, out, {
+                "experts": int(x.shape[dim]), "top_k": 1, "tokens": int(out.numel()),
+            })
+        return out
+
+    def eq_scalar(x, other):
+        out = aten.eq.Scalar(x, other)
+        if _state.routes and isinstance(other, int) and not isinstance(other, bool):
+            hit = _state.routes.get(x.untyped_storage()._cdata)
+            if hit is not None:
+                _mark_route(_state.route_masks, out, dict(hit[1], expert=int(other)))
+        return out
+
+    def nonzero(x):
+        rows = _state.rows
+        _state.rows = None
+        if rows is None:
+            raise NotImplementedError("aten::nonzero: no size from vramscope")
+        return torch.empty((int(rows), x.dim()), dtype=long, device=meta)
+
+    def bincount(x, weights=None, minlength=0):
+        rows = _state.rows
+        _state.rows = None
+        if rows is None:
+            raise NotImplementedError("aten::bincount: no size from vramscope")
+        # CUDA's _bincount_cuda: the input's min (a negative value is an
+        # error) and max (the bins), each read back to the host, then the
+        # zeroed bins (the weights' dtype, or int64).
+        with mode():
+            if x.numel() > 0:
+                x.min()
+                x.max()
+            return torch.zeros(int(rows), dtype=weights.dtype if weights is not None else long,
+                               device=meta)
+
+    def index(x, indices):
+        if not any(isinstance(i, Tensor) and i.dtype in masks for i in indices):
+            return aten.index.Tensor(x, indices)
+        # CUDA's index (expandTensors): each boolean mask becomes its
+        # nonzero's columns, then the gather; the nonzero result goes after.
+        with mode():
+            cols = []
+            for i in indices:
+                if isinstance(i, Tensor) and i.dtype in masks:
+                    cols.extend(torch.nonzero(i).unbind(1))
+                else:
+                    cols.append(i)
+            return aten.index.Tensor(x, cols)
+
+    def masked_select(x, mask):
+        # masked_select_out_cuda_impl: expand_outplace(mask, self), then
+        # index(self, {mask}).
+        with mode():
+            m, s = torch.broadcast_tensors(mask, x)
+            return aten.index.Tensor(s, [m])
+
+    return {
+        aten.topk.default: topk,
+        aten.argmax.default: argmax,
+        aten.eq.Scalar: eq_scalar,
+        aten.nonzero.default: nonzero,
+        aten.bincount.default: bincount,
+        aten.index.Tensor: index,
+        aten.masked_select.default: masked_select,
+    }
+
+
+def _loss_handlers(torch, handlers):
+    """Losses whose backward formula takes another branch on CUDA than
+    under a dispatch mode. `binary_cross_entropy_with_logits_backward`
+    (torch/csrc/autograd/FunctionsManual.cpp; derivatives.yaml names it for
+    `self`, and `..._target_backward` for `target`) computes
+    `input.sigmoid().sub_(target)`, then `mul_(grad)`, `mul_(weight)` and
+    `div_(numel)` in place, but only where `areAnyTensorSubclassLike` is
+    false (ATen/TensorSubclassLikeUtils.h), which is true whenever any
+    dispatch mode is on: under the trace's mode it would run `sub` and
+    `mul` out of place, two full-size temporaries the GPU never takes. So
+    the op runs as an autograd Function whose forward is the same aten op
+    (its allocations planned as before) and whose backward is that
+    formula's CUDA branch: in place unless grad mode is on (`create_graph`),
+    as there. It saves what the native node saves (input, target, weight,
+    pos_weight); its node is named `BinaryCrossEntropyWithLogitsBackward`
+    (the native one ends in 0)."""
+    import torch.nn.functional as F
+    from torch.nn import _reduction
+
+    Tensor = torch.Tensor
+    native = torch.binary_cross_entropy_with_logits
+    MEAN = 1
+
+    def input_grad(grad, x, target, weight, pos_weight, reduction):
+        # binary_cross_entropy_with_logits_backward, the branch CUDA takes
+        # (no tensor is subclass-like there): out of place only under
+        # grad mode.
+        outplace = torch.is_grad_enabled()
+        if pos_weight is not None:
+            t = pos_weight.mul(target)
+            if outplace:
+                gi = t.add(1).sub(target).mul(x.sigmoid()).sub(t)
+            else:
+                gi = t.add(1).sub_(target).mul_(x.sigmoid()).sub_(t)
+            del t
+        elif outplace:
+            gi = x.sigmoid().sub(target)
+        else:
+            gi = x.sigmoid().sub_(target)
+        gi = gi.mul(grad) if outplace else gi.mul_(grad)
+        if weight is not None:
+            gi = gi.mul(weight) if outplace else gi.mul_(weight)
+        if reduction == MEAN:
+            gi.div_(x.numel())
+        return gi
+
+    def target_grad(grad, x, target, weight, pos_weight, reduction):
+        # binary_cross_entropy_with_logits_target_backward's CUDA branch.
+        if pos_weight is not None:
+            gt = F.logsigmoid(-x).sub_(F.logsigmoid(x).mul_(pos_weight)).mul_(grad)
+        else:
+            gt = -x * grad
+        if weight is not None:
+            gt.mul_(weight)
+        if reduction == MEAN:
+            gt.div_(target.numel())
+        return gt
+
+    class BinaryCrossEntropyWithLogits(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, target, weight, pos_weight, reduction):
+            ctx.save_for_backward(x, target, weight, pos_weight)
+            ctx.reduction = reduction
+            return native(x, target, weight, pos_weight, reduction)
+
+        @staticmethod
+        def backward(ctx, grad):
+            x, target, weight, pos_weight = ctx.saved_tensors
+            need = ctx.needs_input_grad
+            gi = input_grad(grad, x, target, weight, pos_weight, ctx.reduction) if need[0] else None
+            gt = target_grad(grad, x, target, weight, pos_weight, ctx.reduction) if need[1] else None
+            return gi, gt, None, None, None
+
+    def on_gpu(*ts):
+        return all(
+            t is None or (isinstance(t, Tensor) and t.is_meta and not _is_own(t)) for t in ts
+        )
+
+    def run(func, x, target, weight, pos_weight, reduction):
+        if not (torch.is_grad_enabled() and (x.requires_grad or target.requires_grad)):
+            return None
+        if not on_gpu(x, target, weight, pos_weight):
+            return None
+        if weight is not None and weight.requires_grad or pos_weight is not None and pos_weight.requires_grad:
+            return None  # no formula for them: PyTorch's own error
+        return BinaryCrossEntropyWithLogits.apply(x, target, weight, pos_weight, reduction)
+
+    def functional(func, args, kwargs):
+        # F.binary_cross_entropy_with_logits' body (torch/nn/functional.py).
+        names = ("input", "target", "weight", "size_average", "reduce", "reduction", "pos_weight")
+        a = dict(zip(names, args))
+        a.update(kwargs)
+        x, target = a.get("input"), a.get("target")
+        if not (isinstance(x, Tensor) and isinstance(target, Tensor)) or target.size() != x.size():
+            return func(*args, **kwargs)
+        if a.get("size_average") is not None or a.get("reduce") is not None:
+            reduction = _reduction.legacy_get_enum(a.get("size_average"), a.get("reduce"))
+        else:
+            reduction = _reduction.get_enum(a.get("reduction", "mean"))
+        out = run(func, x, target, a.get("weight"), a.get("pos_weight"), reduction)
+        return func(*args, **kwargs) if out is None else out
+
+    def aten_level(func, args, kwargs):
+        names = ("input", "target", "weight", "pos_weight", "reduction")
+        a = dict(zip(names, args))
+        a.update(kwargs)
+        x, target = a.get("input"), a.get("target")
+        if not (isinstance(x, Tensor) and isinstance(target, Tensor)):
+            return func(*args, **kwargs)
+        out = run(func, x, target, a.get("weight"), a.get("pos_weight"), int(a.get("reduction", MEAN)))
+        return func(*args, **kwargs) if out is None else out
+
+    for f, h in ((F.binary_cross_entropy_with_logits, functional), (native, aten_level)):
+        # After autocast's policy (its fp32 cast), which calls what it is
+        # given with the arguments cast.
+        inner = handlers.get(f)
+        if inner is None:
+            handlers[f] = h
+        else:
+            handlers[f] = lambda func, args, kwargs, inner=inner, h=h: inner(
+                lambda *a, **k: h(func, a, k), args, kwargs
+            )
 
 
 # cuDNN's RNN modes (cudnnRNNMode_t), as torch.backends.cudnn.rnn names them.
@@ -2270,6 +2631,8 @@ def _patch_cuda(torch):
             # The next GEMM on each thread takes its workspace again: it
             # waits for its answer (an OOM there reaches the program).
             _state.quiet.clear()
+            _state.still.clear()
+            _state.asked.clear()
 
     patches = {
         "is_available": lambda: True,
@@ -2375,7 +2738,14 @@ def _install_step_hook(torch):
     register_optimizer_step_post_hook(hook)
 
 
-def _find_holders(frame, oom=False):
+def _asked_walk():
+    """The walk the view asked for (`H`), at this op boundary: the
+    largest holders, named `requested` as a live job's are."""
+    _state.walk_asked = False
+    _find_holders(sys._getframe(1), requested=True)
+
+
+def _find_holders(frame, oom=False, requested=False):
     """The holder walk (PROTOCOL.md `holders`) from `frame`, in the
     program's thread, at a step boundary where allocated grew by
     `HOLDERS_MIN_GROWTH` since the last walk (the first walk is the
@@ -2388,18 +2758,22 @@ def _find_holders(frame, oom=False):
         return
     try:
         allocated = int(_chan.ask(["stats"])[1].get("allocated_bytes.all.current", 0))
-        if not oom and st.holders_prev is not None and allocated - st.holders_alloc < HOLDERS_MIN_GROWTH:
+        requested = requested or st.walk_asked
+        st.walk_asked = False
+        asked = oom or requested
+        if not asked and st.holders_prev is not None and allocated - st.holders_alloc < HOLDERS_MIN_GROWTH:
             return
         # Tensors' attributes without the relabelling mode (a Python call
         # for each, several times the walk's own cost); no op runs here.
         with st.torch._C.DisableTorchFunction():
             fields, totals = h.find(
-                st.torch, frame, st.holders_budget_ms, st.holders_prev, "oom" if oom else "grew",
+                st.torch, frame, st.holders_budget_ms, st.holders_prev,
+                "oom" if oom else "requested" if requested else "grew",
                 is_device=_is_meta, skip_files=(_HERE,),
             )
         first = st.holders_prev is None
         st.holders_prev, st.holders_alloc = totals, allocated
-        if first and not oom:
+        if first and not asked:
             return  # the baseline: nothing to compare with yet
         _chan.post(["holders", fields])
     except (OSError, TraceError):

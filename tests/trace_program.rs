@@ -275,26 +275,46 @@ fn a_workspace_that_no_longer_fits_after_a_clear_is_the_programs_oom() {
     );
 }
 
+/// An op whose output size depends on the data runs with a size vramscope
+/// assumes, named with its line and the assumption (`trace.assumed`): a
+/// mask that is no router's counts as all true. An op meta has no kernel
+/// for (`unique`) is named untraced with its line, and the program gets
+/// `NotImplementedError`.
 #[test]
 #[ignore = "needs PyTorch (pip install torch==2.11.*)"]
 fn an_op_that_needs_data_is_named_with_its_line() {
     let s = Scratch::new("nonzero");
     let prog = s.file(
         "nz.py",
-        "import torch\nx = torch.randn(100, device='cuda')\ntry:\n    idx = torch.nonzero(x > 0)\nexcept NotImplementedError as e:\n    print('CAUGHT', e)\n",
+        "import torch\nx = torch.randn(100, device='cuda')\nidx = torch.nonzero(x > 0)\n\
+         print('ROWS', idx.shape[0])\ntry:\n    u = torch.unique(x)\n\
+         except NotImplementedError as e:\n    print('CAUGHT', e)\n",
     );
     let (v, err) = traced_json(&prog, &["--steps", "0"]);
+    assert!(err.contains("ROWS 100"), "every element true: {err}");
+    let a = &v["trace"]["assumed"][0];
+    assert_eq!(a["what"], "aten.nonzero", "{a}");
     assert!(
-        err.contains("CAUGHT vramscope trace: aten.nonzero"),
+        a["at"].as_str().is_some_and(|at| at.contains("nz.py:3")),
+        "{a}"
+    );
+    assert!(
+        a["assumption"]
+            .as_str()
+            .is_some_and(|w| w.contains("upper bound")),
+        "{a}"
+    );
+    assert!(
+        err.contains("CAUGHT vramscope trace: aten._unique2"),
         "{err}"
     );
     let u = &v["trace"]["untraced"][0];
     assert!(
-        u["what"].as_str().is_some_and(|w| w.contains("nonzero")),
+        u["what"].as_str().is_some_and(|w| w.contains("unique")),
         "{u}"
     );
     assert!(
-        u["at"].as_str().is_some_and(|a| a.contains("nz.py:4")),
+        u["at"].as_str().is_some_and(|at| at.contains("nz.py:6")),
         "{u}"
     );
 }
@@ -705,9 +725,10 @@ fn a_holder_budget_of_zero_makes_no_walk() {
 /// `torch.cuda.memory._record_memory_history` around each call (off in
 /// between, which clears PyTorch's buffer) and ran on an H100
 /// (h100_sweep.tsv). Traced on the CPU it writes the same table: the
-/// program's own snapshots hold what PyTorch's would, and the losses whose
+/// program's own snapshots hold what PyTorch's would, the losses whose
 /// CUDA kernels take buffers meta does not show (mse_loss's and
-/// binary_cross_entropy_with_logits' forwards) are planned as on the H100.
+/// binary_cross_entropy_with_logits' forwards) are planned as on the H100,
+/// and BCE with logits' backward takes its formula's in-place CUDA branch.
 #[test]
 #[ignore = "needs PyTorch (pip install torch==2.11.*)"]
 fn the_loss_sweep_traced_writes_the_h100s_table() {
@@ -731,13 +752,10 @@ fn the_loss_sweep_traced_writes_the_h100s_table() {
     };
     let (h100, traced) = (rows(&fixtures.join("h100_sweep.tsv")), rows(&out));
     assert_eq!(h100.len(), traced.len());
-    // BCE with logits' backward: meta runs its formula op by op, CUDA one
-    // fused kernel (two full-size temporaries more here; docs/trace.md).
-    let fused_backward = |row: &str| row.starts_with("bce_with_logits") && row.contains("backward");
+    // Every row, BCE with logits' backward too: its formula's CUDA branch
+    // (in place; the dispatch mode would make it take the out-of-place one).
     for (want, got) in h100.iter().zip(&traced) {
-        if !fused_backward(want) {
-            assert_eq!(got, want);
-        }
+        assert_eq!(got, want);
     }
 }
 
@@ -829,4 +847,150 @@ fn an_extensions_cuda_kernel_runs_on_the_simulated_gpu_and_the_programs_meta_is_
         "torch.tensor on the device, counted as made"
     );
     assert_eq!(seen["device"], "cuda:0");
+}
+
+/// BCE with logits with a weight and a pos_weight: the backward takes the
+/// formula's CUDA branch (FunctionsManual.cpp
+/// `binary_cross_entropy_with_logits_backward`: `t = pos_weight.mul(target)`,
+/// then `t.add(1).sub_(target).mul_(input.sigmoid()).sub_(t)`, `mul_(grad)`,
+/// `mul_(weight)`, `div_`): at most `t`, `t + 1` (the gradient) and the
+/// sigmoid at once, three full-size buffers. Under `create_graph` it takes
+/// the out-of-place branch and the gradient has a graph of its own.
+const BCE_WEIGHTED: &str = r#"
+import json, torch
+import torch.nn.functional as F
+N, C = 1024, 256
+full = N * C * 4
+x = torch.randn(N, C, device="cuda", requires_grad=True)
+t = torch.rand(N, C, device="cuda")
+w = torch.rand(C, device="cuda")
+pw = torch.rand(C, device="cuda")
+seen = {}
+loss = F.binary_cross_entropy_with_logits(x, t, weight=w, pos_weight=pw)
+base = torch.cuda.memory_allocated()
+torch.cuda.reset_peak_memory_stats()
+loss.backward()
+seen["backward_peak_over"] = (torch.cuda.max_memory_allocated() - base) / full
+seen["grad_kept"] = (torch.cuda.memory_allocated() - base) / full
+x.grad = None
+loss = F.binary_cross_entropy_with_logits(x, t)
+(g,) = torch.autograd.grad(loss, x, create_graph=True)
+seen["double"] = g.grad_fn is not None
+g.sum().backward()
+seen["x_grad"] = list(x.grad.shape)
+print("SEEN " + json.dumps(seen))
+"#;
+
+#[test]
+#[ignore = "needs PyTorch (pip install torch==2.11.*)"]
+fn bce_with_logits_backward_takes_the_cuda_branch_of_its_formula() {
+    let s = Scratch::new("bce");
+    let prog = s.file("bce.py", BCE_WEIGHTED);
+    let (_, err) = traced_json(&prog, &["--steps", "0"]);
+    let seen = seen(&err);
+    let peak = seen["backward_peak_over"].as_f64().expect("a peak");
+    // Three full-size buffers and the 4-byte incoming gradient's block.
+    assert!((3.0..3.01).contains(&peak), "{peak}: {err}");
+    assert_eq!(seen["grad_kept"], 1.0, "the gradient stays, in x.grad");
+    assert_eq!(seen["double"], true, "{err}");
+    assert_eq!(seen["x_grad"], serde_json::json!([1024, 256]));
+}
+
+/// A program that holds a tensor in a named variable and runs ops, with no
+/// optimizer step (so no walk of its own), until told to stop.
+const HOLDS_AND_RUNS: &str = r#"
+import os, sys, time, torch
+kept_weights = torch.empty(1 << 22, device="cuda")
+deadline = time.time() + 60
+while not os.path.exists(sys.argv[1]) and time.time() < deadline:
+    y = kept_weights[:1024] * 2
+    torch.cuda.memory_allocated()
+"#;
+
+/// A shared sink for the trace's live stream.
+#[derive(Clone, Default)]
+struct Stream(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("not poisoned").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Stream {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().expect("not poisoned")).into_owned()
+    }
+
+    fn wait_for(&self, what: &str) -> bool {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::time::Instant::now() < until {
+            if self.text().contains(what) {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        false
+    }
+}
+
+/// `H` in a trace's view: the view's request (PROTOCOL.md `find_holders`,
+/// through the same `Requester` `attach` writes to) reaches the traced
+/// program's helper ahead of its next answer, which walks at its next op
+/// boundary: the stream gets a `holders` message, `reason: "requested"`,
+/// naming the variable that holds the tensor, as `attach` shows a job's.
+#[test]
+#[ignore = "needs PyTorch (pip install torch==2.11.*)"]
+fn a_walk_asked_by_the_view_reaches_the_traced_program() {
+    let s = Scratch::new("walk-asked");
+    let prog = s.file("holds.py", HOLDS_AND_RUNS);
+    let stop = s.0.join("stop");
+    let opts = vramscope::traced::TraceOptions {
+        gpu: vramscope::device::profile("H100-SXM-80GB").expect("H100"),
+        steps: None,
+        conf: None,
+        command: vec![
+            python(),
+            prog.to_string_lossy().into_owned(),
+            stop.to_string_lossy().into_owned(),
+        ],
+        output: vramscope::traced::ChildOutput::Capture,
+        want_snapshot: false,
+        save_requests: None,
+        holders_budget_ms: vramscope::traced::HOLDERS_BUDGET_MS,
+    };
+    let stream = Stream::default();
+    let run = vramscope::traced::start(opts, Box::new(stream.clone())).expect("the trace starts");
+    let running = stream.wait_for("\"entries\"");
+    let asked = running && run.requester().find_holders().is_ok();
+    let walked = asked && stream.wait_for("\"requested\"");
+    std::fs::write(&stop, b"").expect("the stop file");
+    let output = String::from_utf8_lossy(&run.output()).into_owned();
+    let (outcome, _) = run.join().expect("the trace ends");
+    assert!(running, "the program never ran: {output}");
+    assert!(walked, "no walk came: {}", stream.text());
+    assert_eq!(
+        outcome.steps, 0,
+        "no optimizer step: the walk was asked for"
+    );
+    let bytes = stream.0.lock().expect("not poisoned").clone();
+    let mut frames = vramscope::job::FrameReader::new(bytes.as_slice(), "the stream");
+    let mut holders = Vec::new();
+    while let Some((_, b)) = frames.next_frame().expect("framed") {
+        let v: Value = serde_json::from_slice(b).expect("JSON");
+        if v["t"] == "holders" {
+            holders.push(v);
+        }
+    }
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    assert_eq!(holders[0]["reason"], "requested");
+    assert!(
+        holders[0].to_string().contains("kept_weights"),
+        "{}",
+        holders[0]
+    );
 }

@@ -887,3 +887,63 @@ fn trace_a_script_in_a_real_terminal_at_80x24() {
         "the trace's summary after the terminal UI\n{after}"
     );
 }
+
+/// `H` in `vramscope trace`'s view: the traced program's helper walks its
+/// holders at its next op (no optimizer step here, so nothing else would
+/// walk), and the leak panel lists the variable that holds the tensor, as
+/// `attach` lists a running job's.
+#[test]
+#[ignore = "needs PyTorch (pip install torch==2.11.*)"]
+fn h_in_a_traces_view_names_the_programs_holders() {
+    require_tmux();
+    let py = python_with_torch();
+    let bin = env!("CARGO_BIN_EXE_vramscope");
+    let dir = common::temp_dir("tmux-trace-holders");
+    let script = dir.join("holds.py");
+    let stop = dir.join("stop");
+    std::fs::write(
+        &script,
+        "import os, sys, time, torch\n\
+         kept_weights = torch.empty(1 << 22, device='cuda')\n\
+         deadline = time.time() + 90\n\
+         while not os.path.exists(sys.argv[1]) and time.time() < deadline:\n\
+         \x20   y = kept_weights[:1024] * 2\n\
+         \x20   torch.cuda.memory_allocated()\n",
+    )
+    .expect("the script");
+    let session = format!("vramscope-trace-h-{}", std::process::id());
+    let cleanup = start(
+        &session,
+        120,
+        40,
+        &format!(
+            "{bin} trace -- {py} '{}' '{}'; echo EXITED:$?",
+            script.display(),
+            stop.display()
+        ),
+    );
+    let running = wait_for(
+        &session,
+        |s| s.contains("Memory map · trace") && s.contains("holds.py:2"),
+        Duration::from_secs(60),
+    );
+    tmux(&["send-keys", "-t", &session, "H"]).expect("H");
+    std::thread::sleep(Duration::from_secs(1));
+    // The walk lands where the stream is now: the view goes to the end.
+    tmux(&["send-keys", "-t", &session, "End"]).expect("End");
+    let named = wait_for(
+        &session,
+        |s| s.contains("kept_weights python holder"),
+        Duration::from_secs(30),
+    );
+    let last = tmux(&["capture-pane", "-p", "-t", &session]).unwrap_or_default();
+    std::fs::write(&stop, b"").expect("the stop file");
+    let quit = quit_cleanly(&session);
+    cleanup();
+    assert!(running.is_some(), "the trace's view\n{last}");
+    assert!(
+        named.is_some(),
+        "H: the leak panel names kept_weights\n{last}"
+    );
+    assert!(quit.is_some(), "q leaves with status 0\n{last}");
+}

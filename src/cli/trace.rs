@@ -76,6 +76,14 @@ impl Producer {
         }
     }
 
+    /// The way back to the program for the view's `H` (a replay has none).
+    fn requests(&self) -> Option<vramscope::job::Requester> {
+        match self {
+            Producer::Live(r) => Some(r.requester()),
+            Producer::Replay(_) => None,
+        }
+    }
+
     fn output(&self) -> Vec<u8> {
         match self {
             Producer::Live(r) => r.output(),
@@ -200,7 +208,15 @@ pub fn run(args: TraceArgs, tui: bool, pace: &PaceArgs) -> anyhow::Result<ExitCo
     let frames = FrameReader::new(Box::new(reader) as Box<dyn Read + Send>, title.clone());
     if tui {
         let stop = Arc::new(AtomicBool::new(false));
-        let source = job_source_with(frames, None, stop, JobOptions::default());
+        let live = JobOptions {
+            requests: producer.requests(),
+            ..JobOptions::default()
+        };
+        let mut source = job_source_with(frames, None, stop, live);
+        if matches!(producer, Producer::Live(_)) {
+            // The program runs here: `H` asks its helper for a walk.
+            source = source.job_at(vramscope::job::nvml_match::JobPlace::Here);
+        }
         let opts = pace.apply(TuiOptions::default(), &[title.as_str()]);
         let shown = run_tui(vec![(title, source)], opts);
         producer.stop();
@@ -378,6 +394,16 @@ fn print_outcome(o: &TraceOutcome) {
             u.at.as_deref().unwrap_or("an unknown line"),
             u.why,
             u.instead
+        );
+    }
+    for a in &o.assumed {
+        sayln!(
+            "assumed, not traced: {} at {} ({} call{}): {}",
+            a.what,
+            a.at.as_deref().unwrap_or("an unknown line"),
+            a.calls,
+            if a.calls == 1 { "" } else { "s" },
+            a.assumption
         );
     }
     for e in &o.estimates {

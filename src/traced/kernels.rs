@@ -71,13 +71,20 @@ impl<W: Write> Simulator<W> {
             .iter()
             .map(|(i, b)| (i.to_string(), json!(b)))
             .collect();
+        let rows = plan.rows.clone();
+        if let Some((_, assumption)) = &rows {
+            self.outcome_assumed(&format!("aten.{}", str_at(v, 1)), assumption, stack);
+        }
         self.plan = Some(plan);
         let r = self.continue_steps(steps, stack)?;
         if r.as_ref().is_some_and(|a| a[0] != "ok") {
             self.plan = None;
             return Ok(r);
         }
-        Ok(Some(json!(["ok", {"sizes": sizes}])))
+        Ok(Some(match rows {
+            Some((n, _)) => json!(["ok", {"sizes": sizes, "rows": n}]),
+            None => json!(["ok", {"sizes": sizes}]),
+        }))
     }
 
     /// A staged op's output i exists: its plan's steps for that moment.
@@ -324,6 +331,7 @@ impl<W: Write> Simulator<W> {
             }
             return Ok(Some(json!(["oom", m])));
         }
+        let cloned = !copies.is_empty();
         for a in transient.into_iter().chain(copies) {
             self.free_block(a)?;
         }
@@ -338,6 +346,11 @@ impl<W: Write> Simulator<W> {
             && (cublas == 0 || self.ws.cublas[thread].is_some())
             && rules.lt_rule() != CublasLtWorkspace::Transient
             && lt_ready;
-        Ok(Some(json!(["ok", {"quiet": quiet}])))
+        // Quiet, and this call's operands cuBLAS takes as they are: a call
+        // with the same shapes and strides on this thread takes nothing at
+        // all, and the helper need not report it (`still`).
+        Ok(Some(
+            json!(["ok", {"quiet": quiet, "still": quiet && !cloned}]),
+        ))
     }
 }

@@ -31,6 +31,22 @@ pub struct Estimate {
     pub calls: u64,
 }
 
+/// A shape the trace could not know and took from an assumption: an op
+/// whose output size depends on the data (`nonzero`, `torch.where(cond)`,
+/// `masked_select`, a boolean mask index, `bincount`), which the simulated
+/// GPU does not hold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Assumed {
+    /// The aten op (`aten.nonzero`).
+    pub what: String,
+    /// The assumption, in words (balanced top-k routing; every element true).
+    pub assumption: String,
+    /// The innermost frame of the program's own code: `file:line in name`.
+    pub at: Option<String>,
+    /// How many calls took it.
+    pub calls: u64,
+}
+
 /// An exception that ended the program.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Exception {
@@ -73,6 +89,8 @@ pub struct TraceOutcome {
     pub untraced: Vec<Untraced>,
     /// Sizes estimated, not measured (each said in the report).
     pub estimates: Vec<Estimate>,
+    /// Data-dependent shapes taken from an assumption (each said in the report).
+    pub assumed: Vec<Assumed>,
     /// Set when the run is a replay of saved requests (`--from`).
     pub replay: Option<ReplayInfo>,
     /// Whether the program ever started CUDA (imported torch and used the GPU).

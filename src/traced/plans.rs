@@ -16,9 +16,12 @@ use serde_json::Value;
 use super::simulator::{str_at, tensor_arg, Simulator};
 use crate::engine::autograd::ScratchStep::{self, Free, Take};
 use crate::engine::measured::{conv_buffers, rnn_buffers, RnnMode, RnnShape};
+use crate::engine::model_lang::{counts_for, Routing};
 use crate::engine::ops::attention::CUDNN_PLAN_WORKSPACE;
+use crate::engine::ops::moe::NONZERO_CUB_SCRATCH;
 use crate::engine::optim::FOREACH_CHUNK;
 use crate::engine::scratch::embedding::{embedding_sort, EmbeddingSort};
+use crate::engine::scratch::index_put::index_put_sort_steps;
 use crate::engine::scratch::softmax::{safe_softmax_steps, softmax_backward_steps};
 use crate::engine::{DType, Shape};
 
@@ -41,6 +44,9 @@ pub(super) struct KernelPlan {
     pub(super) dropout_state: Option<u64>,
     /// What the plan took from an estimate, not a measurement.
     pub(super) estimated: Vec<(String, u64)>,
+    /// The rows of an output whose size depends on the data (`nonzero`'s
+    /// `[rows, ndim]`, `bincount`'s bins), and the assumption that gave them.
+    pub(super) rows: Option<(u64, String)>,
 }
 
 impl KernelPlan {
@@ -61,7 +67,10 @@ impl KernelPlan {
 }
 
 /// The ops reported before they run (the helper's `before_ops`).
-pub const PLANNED_OPS: [&str; 11] = [
+pub const PLANNED_OPS: [&str; 14] = [
+    "nonzero",
+    "_index_put_impl_",
+    "bincount",
     "embedding_dense_backward",
     "mse_loss",
     "binary_cross_entropy_with_logits",
@@ -125,6 +134,135 @@ fn mask(v: Option<&Value>, i: usize) -> bool {
         .unwrap_or(true)
 }
 
+/// What the helper found the tensor of a data-dependent op to be made
+/// from (the message's sixth field): a router's top-k choice over
+/// `experts` for `tokens` rows, and for a mask `chosen == expert`, which
+/// expert.
+struct Router {
+    experts: u64,
+    top_k: u64,
+    tokens: u64,
+    expert: Option<u64>,
+}
+
+fn router_of(v: &Value) -> Option<Router> {
+    let r = v.get(5)?.get("router")?;
+    let n = |k: &str| r.get(k).and_then(Value::as_u64);
+    Some(Router {
+        experts: n("experts")?.max(1),
+        top_k: n("top_k")?,
+        tokens: n("tokens")?,
+        expert: n("expert"),
+    })
+}
+
+/// The rows each expert gets under balanced routing, in words.
+fn balanced_words(r: &Router) -> String {
+    let counts = counts_for(&Routing::Balanced, 0, r.experts, r.tokens, r.top_k);
+    let (lo, hi) = (
+        counts.iter().min().copied().unwrap_or(0),
+        counts.iter().max().copied().unwrap_or(0),
+    );
+    let each = if lo == hi {
+        format!("{lo} rows")
+    } else {
+        format!("{lo} or {hi} rows")
+    };
+    format!(
+        "balanced top-{} routing over {} experts (the engine's Routing::Balanced): each expert gets {each} of {} tokens × {}; the real routing depends on the data",
+        r.top_k, r.experts, r.tokens, r.top_k
+    )
+}
+
+/// `nonzero` (`torch.where(cond)`, `argwhere`, a boolean mask index,
+/// `masked_select`): its `[rows, ndim]` int64 result, whose rows the data
+/// decide. A router's mask `chosen == e` takes balanced routing's rows for
+/// expert e; any other mask is taken as all true (an upper bound). CUDA's
+/// kernel (as the H100 trace of moe_small shows it, the engine's
+/// `where_nonzero`): a 4-byte device count and cub's scratch for the
+/// count, the result, cub's scratch for the selection, the count freed.
+fn nonzero_plan(v: &Value) -> KernelPlan {
+    let Some((shape, _, _)) = tensor_arg(v, 0) else {
+        return KernelPlan::default();
+    };
+    let numel: u64 = shape.iter().product();
+    let rows = match router_of(v) {
+        Some(r) if r.expert.is_some() => {
+            let e = r.expert.unwrap_or(0);
+            let counts = counts_for(&Routing::Balanced, 0, r.experts, r.tokens, r.top_k);
+            let n = counts.get(usize::try_from(e).unwrap_or(usize::MAX)).copied().unwrap_or(0);
+            (n.min(numel), balanced_words(&r))
+        }
+        _ => (
+            numel,
+            format!(
+                "every element of the {shape:?} mask true: {numel} rows (an upper bound; the real count depends on the data)"
+            ),
+        ),
+    };
+    let [count_scratch, select_scratch] = NONZERO_CUB_SCRATCH;
+    let mut plan = KernelPlan::default()
+        .at(Stage::Before, vec![Take(4), Take(count_scratch), Free(1)])
+        .at(Stage::After, vec![Take(select_scratch), Free(2), Free(0)]);
+    plan.rows = Some(rows);
+    plan
+}
+
+/// `_index_put_impl_(self, indices, values, accumulate=True, unsafe)`:
+/// CUDA's `index_put_with_sort_kernel` linearises and sorts the index rows
+/// (the engine's `index_put_sort_steps`, as the H100 trace of moe_small
+/// shows them); the rows are the index tensors' broadcast elements.
+fn index_put_plan(v: &Value) -> KernelPlan {
+    if !flag(arg(v, 3)) {
+        return KernelPlan::default();
+    }
+    let Some(indices) = arg(v, 1).and_then(Value::as_array) else {
+        return KernelPlan::default();
+    };
+    let rows = indices
+        .iter()
+        .filter_map(|i| {
+            i.get("shape")?
+                .as_array()
+                .map(|s| s.iter().filter_map(Value::as_u64).product::<u64>())
+        })
+        .max();
+    match rows {
+        Some(rows) => KernelPlan::default().at(Stage::Before, index_put_sort_steps(rows)),
+        None => KernelPlan::default(),
+    }
+}
+
+/// `bincount(x, weights, minlength)`: its bins are the largest value + 1
+/// (at least `minlength`), which the data decide. Of a router's choice:
+/// one per expert (balanced routing reaches every expert); otherwise
+/// `minlength` when given (every value below it), else one per element.
+fn bincount_plan(v: &Value) -> KernelPlan {
+    let Some((shape, _, _)) = tensor_arg(v, 0) else {
+        return KernelPlan::default();
+    };
+    let numel: u64 = shape.iter().product();
+    let minlength = arg(v, 2).and_then(Value::as_u64).unwrap_or(0);
+    let rows = match router_of(v) {
+        Some(r) => (
+            r.experts.max(minlength),
+            format!("a bin for every expert: {}", balanced_words(&r)),
+        ),
+        None if minlength > 0 => (
+            minlength,
+            format!("every value below minlength: {minlength} bins (the real count is the largest value + 1)"),
+        ),
+        None => (
+            numel.max(1),
+            format!("the values 0..{numel}: {numel} bins, one per element (the real count is the largest value + 1)"),
+        ),
+    };
+    KernelPlan {
+        rows: Some(rows),
+        ..KernelPlan::default()
+    }
+}
+
 impl<W: std::io::Write> Simulator<W> {
     /// The plan of a call the helper reports before it runs.
     pub(super) fn plan_for(&mut self, v: &Value) -> KernelPlan {
@@ -141,6 +279,9 @@ impl<W: std::io::Write> Simulator<W> {
                 })
                 .unwrap_or_default(),
             "_foreach_norm" => foreach_norm_plan(v),
+            "nonzero" => nonzero_plan(v),
+            "_index_put_impl_" => index_put_plan(v),
+            "bincount" => bincount_plan(v),
             "mse_loss" => self.pointwise_loss_plan(v, 2, 1, true),
             "binary_cross_entropy_with_logits" => self.pointwise_loss_plan(v, 4, 2, false),
             "_scaled_dot_product_cudnn_attention" => KernelPlan::default()

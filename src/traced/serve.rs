@@ -16,8 +16,11 @@ use super::outcome::TraceOutcome;
 use super::replay::RequestLog;
 use super::simulator::{SimOptions, Simulator};
 use crate::device::GpuProfile;
-use crate::job::{write_frame, FrameReader};
+use crate::job::{write_frame, FrameReader, Requester};
 use crate::trace::snapshot::export_bytes;
+
+/// The frame that asks the program's helper for a holder walk.
+const WALK: &[u8] = b"[\"walk\"]";
 
 /// Bytes read from the program's socket at once.
 const READ_BUFFER: usize = 64 << 10;
@@ -47,6 +50,24 @@ pub struct TraceRun {
     handle: JoinHandle<Finished>,
     launch: Arc<Launch>,
     stop: Arc<AtomicBool>,
+    /// A holder walk asked for (`requester`), not yet passed to the program.
+    walk: Arc<AtomicBool>,
+}
+
+/// The view's way back to a traced program (PROTOCOL.md `find_holders`,
+/// as a live job's helper takes it): what is written here asks for a walk,
+/// which goes to the program ahead of its next answer (`["walk"]`), and
+/// its helper walks at its next op boundary.
+struct AskWalk(Arc<AtomicBool>);
+
+impl Write for AskWalk {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.store(true, Ordering::Relaxed);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 impl TraceRun {
@@ -76,21 +97,29 @@ impl TraceRun {
     pub fn pid(&self) -> u32 {
         self.launch.pid
     }
+
+    /// Where the view's `H` goes: a holder walk in the program (the only
+    /// request a traced program takes), named `requested` in the stream.
+    pub fn requester(&self) -> Requester {
+        Requester::new(Box::new(AskWalk(self.walk.clone())))
+    }
 }
 
 /// Start the program; the live stream goes to `sink` as it runs.
 pub fn start(opts: TraceOptions, sink: Box<dyn Write + Send>) -> Result<TraceRun, TraceError> {
     let launch = Arc::new(Launch::spawn(&opts.command, opts.output)?);
     let stop = Arc::new(AtomicBool::new(false));
-    let (l, s) = (launch.clone(), stop.clone());
+    let walk = Arc::new(AtomicBool::new(false));
+    let (l, s, w) = (launch.clone(), stop.clone(), walk.clone());
     let handle = std::thread::Builder::new()
         .name("trace".into())
-        .spawn(move || serve(opts, sink, &l, &s))
+        .spawn(move || serve(opts, sink, &l, &s, &w))
         .map_err(|e| TraceError::Channel(format!("could not start the trace thread: {e}")))?;
     Ok(TraceRun {
         handle,
         launch,
         stop,
+        walk,
     })
 }
 
@@ -99,6 +128,7 @@ fn serve(
     sink: Box<dyn Write + Send>,
     launch: &Launch,
     stop: &AtomicBool,
+    walk: &AtomicBool,
 ) -> Finished {
     let sim_opts = SimOptions {
         gpu: opts.gpu,
@@ -117,7 +147,7 @@ fn serve(
         None => None,
     };
     let served = match accept(launch, stop)? {
-        Some(stream) => serve_connection(&mut sim, stream, stop, log.as_mut()),
+        Some(stream) => serve_connection(&mut sim, stream, stop, walk, log.as_mut()),
         None => Ok(false),
     };
     if let Some(log) = log {
@@ -165,6 +195,7 @@ fn serve_connection<W: Write>(
     sim: &mut Simulator<W>,
     stream: UnixStream,
     stop: &AtomicBool,
+    walk: &AtomicBool,
     mut log: Option<&mut RequestLog>,
 ) -> Result<bool, TraceError> {
     let read = stream
@@ -197,6 +228,11 @@ fn serve_connection<W: Write>(
         if let Some(answer) = answer {
             let body =
                 serde_json::to_vec(&answer).map_err(|e| TraceError::Channel(e.to_string()))?;
+            // A walk the view asked for goes first: the helper reads it and
+            // then its answer (a frame that is not its answer).
+            if walk.swap(false, Ordering::Relaxed) && write_frame(&mut reply, WALK).is_err() {
+                return Ok(true);
+            }
             // A program that has gone stops reading: its end is the EOF above.
             if write_frame(&mut reply, &body)
                 .and_then(|()| reply.flush())

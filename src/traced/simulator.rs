@@ -13,7 +13,7 @@ use rustc_hash::FxHashMap;
 use serde_json::{json, Value};
 
 use super::error::TraceError;
-use super::outcome::{Estimate, Exception, TraceOutcome, Untraced};
+use super::outcome::{Assumed, Estimate, Exception, TraceOutcome, Untraced};
 use super::plans::{KernelPlan, ORDERED_OPS, PLANNED_OPS, STAGED_OPS};
 use super::rules::{
     after_ops, autocast_table, backend_name, dtype_named, release_of, Rules, HOST_OUTPUTS,
@@ -680,6 +680,22 @@ impl<W: Write> Simulator<W> {
             None => self.outcome.estimates.push(Estimate {
                 what: what.to_string(),
                 bytes,
+                calls: 1,
+            }),
+        }
+    }
+
+    /// A data-dependent shape taken from an assumption, once per op, line
+    /// and assumption (the calls counted).
+    pub(super) fn outcome_assumed(&mut self, what: &str, assumption: &str, stack: Option<u32>) {
+        let at = stack.and_then(|s| self.user_frame_of(s));
+        let same = |a: &&mut Assumed| a.what == what && a.assumption == assumption && a.at == at;
+        match self.outcome.assumed.iter_mut().find(same) {
+            Some(a) => a.calls += 1,
+            None => self.outcome.assumed.push(Assumed {
+                what: what.to_string(),
+                assumption: assumption.to_string(),
+                at,
                 calls: 1,
             }),
         }

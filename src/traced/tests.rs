@@ -270,7 +270,12 @@ fn a_gemm_is_quiet_once_its_threads_workspaces_are_cached() {
         [tensor(&[8, 64], "float32"), tensor(&[64, 64], "float32")],
         Value::Null
     ]);
-    assert_eq!(ask(&mut sim, &backward)[1]["quiet"], true);
+    let again = ask(&mut sim, &backward);
+    assert_eq!(again[1]["quiet"], true);
+    assert_eq!(
+        again[1]["still"], true,
+        "operands cuBLAS takes as they are: the same call takes nothing at all"
+    );
 }
 
 #[test]
@@ -297,7 +302,13 @@ fn a_broadcast_gemm_operand_is_cloned_for_the_call() {
         [expanded, tensor(&[1000, 2048], "float32")],
         Value::Null
     ]);
-    assert_eq!(ask(&mut sim, &mm)[0], "ok");
+    let r = ask(&mut sim, &mm);
+    assert_eq!(r[0], "ok");
+    assert_eq!(r[1]["quiet"], true, "no workspace to take");
+    assert_eq!(
+        r[1]["still"], false,
+        "a clone each call: the helper must report it each time"
+    );
     assert_eq!(
         stat(&mut sim, "allocation.all.allocated"),
         before + 1,
@@ -614,4 +625,49 @@ fn the_first_request_outside_a_modules_to_opens_the_held_range() {
         "the first segment on top, the module's below the held range, the \
          program's in it: {first:#x} {module_s:#x} {programs:#x}"
     );
+}
+
+/// `nonzero` of a router's mask `chosen == e` takes balanced routing's
+/// rows for expert e (the engine's `counts_for`), any other mask all its
+/// elements (an upper bound); each assumption is in the outcome with its
+/// calls, and the kernel's count and cub scratch are taken around the
+/// result as on the H100.
+#[test]
+fn a_data_dependent_nonzero_takes_an_assumed_size_and_says_so() {
+    let (mut sim, sink) = simulator(None);
+    assert_eq!(ask(&mut sim, &json!(["init", {}]))[0], "ok");
+    // 2,049 tokens × top 2 over 8 experts: 4,098 rows, two experts one more.
+    let router = json!({"router": {"experts": 8, "top_k": 2, "tokens": 2049, "expert": 1}});
+    let args = json!([tensor(&[2049, 2], "bool")]);
+    for _ in 0..2 {
+        let r = ask(
+            &mut sim,
+            &json!(["before", "nonzero", false, args, Value::Null, router]),
+        );
+        assert_eq!(r[1]["rows"], 513, "{r}");
+        assert_eq!(allocated(&mut sim), 512, "the 4-byte count, one block");
+        ask(&mut sim, &json!(["m", 7, 513 * 2 * 8, Value::Null]));
+        ask(
+            &mut sim,
+            &json!(["op", "nonzero", false, args, Value::Null]),
+        );
+        assert_eq!(allocated(&mut sim), (513u64 * 16).div_ceil(512) * 512);
+        post(&mut sim, &json!(["f", 7]));
+    }
+    let other = json!([tensor(&[64, 3], "bool")]);
+    let r = ask(
+        &mut sim,
+        &json!(["before", "nonzero", false, other, Value::Null]),
+    );
+    assert_eq!(r[1]["rows"], 192, "every element true");
+    ask(
+        &mut sim,
+        &json!(["op", "nonzero", false, other, Value::Null]),
+    );
+    let (outcome, _, _) = finish(sim, &sink);
+    assert_eq!(outcome.assumed.len(), 2, "{:?}", outcome.assumed);
+    assert_eq!(outcome.assumed[0].what, "aten.nonzero");
+    assert_eq!(outcome.assumed[0].calls, 2);
+    assert!(outcome.assumed[0].assumption.contains("512 or 513 rows"));
+    assert!(outcome.assumed[1].assumption.contains("upper bound"));
 }

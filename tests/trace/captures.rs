@@ -49,7 +49,10 @@ use Expect::*;
 /// The table (docs/trace.md): every capture program but `llama_lora_finetune`
 /// (it needs transformers and peft beside torch) and `moe_small` (its
 /// routing's `torch.nonzero` has an output size that depends on the data,
-/// which the simulated GPU does not hold: the trace stops there).
+/// which the simulated GPU does not hold: the trace assumes balanced
+/// routing there and says so, where the H100 routed as its data did;
+/// `scenario_requests` holds it against the built-in under the same
+/// assumption).
 pub const TABLE: &[(&str, Expect)] = &include!("captures_table.in");
 
 fn captured_file(program: &str, ext: &str) -> PathBuf {

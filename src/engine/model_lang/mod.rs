@@ -27,7 +27,7 @@ pub mod xfmr;
 pub use check::{count, Analysis, ModelError, Probability, Problem, Seg, MAX_DIM, MAX_MODULES};
 pub use count::Counts;
 pub use hf_layers::GateAct;
-pub use moe::{Dispatch, ExpertKind, Routing};
+pub use moe::{counts_for, Dispatch, ExpertKind, Routing};
 pub use shape::{ShapeError, Sig};
 pub use spec::{Expr, LangModel, ModelInput, Module, SoftmaxKind};
 

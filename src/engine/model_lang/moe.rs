@@ -214,8 +214,9 @@ fn check_counts(
     Ok(())
 }
 
-/// The rows each expert gets in this forward.
-fn counts_for(routing: &Routing, call: usize, experts: u64, rows: u64, top_k: u64) -> Vec<u64> {
+/// The rows each expert gets in this forward (`vramscope trace` asks it
+/// for `Balanced` where the program routes with `torch.where(chosen == e)`).
+pub fn counts_for(routing: &Routing, call: usize, experts: u64, rows: u64, top_k: u64) -> Vec<u64> {
     match routing {
         Routing::Balanced => {
             let total = rows.saturating_mul(top_k);

@@ -6,6 +6,7 @@
 //! `n` index rows, seven int64 buffers of `n` elements and one byte of
 //! cub scratch, in three scopes.
 
+use crate::engine::autograd::ScratchStep;
 use crate::engine::dtype::DType;
 use crate::engine::error::Result;
 use crate::engine::shape::Shape;
@@ -45,6 +46,21 @@ const STEPS: [Step; 16] = [
     Step::Free(1),
 ];
 
+/// The kernel's buffers for `rows` index rows, in order: the engine's
+/// `index_put_grad` and a traced program's `_index_put_impl_` (planned in
+/// `traced::plans`) both follow these steps.
+pub(crate) fn index_put_sort_steps(rows: u64) -> Vec<ScratchStep> {
+    let row_bytes = rows.saturating_mul(DType::I64.size());
+    STEPS
+        .iter()
+        .map(|step| match *step {
+            Step::Rows => ScratchStep::Take(row_bytes),
+            Step::Byte => ScratchStep::Take(1),
+            Step::Free(i) => ScratchStep::Free(i),
+        })
+        .collect()
+}
+
 impl Engine {
     /// The gradient of an indexed tensor: a zeros of `shape`, then the
     /// sort's buffers for `rows` index rows, freed before it returns.
@@ -55,22 +71,18 @@ impl Engine {
         rows: u64,
     ) -> Result<TensorId> {
         let t = self.empty(shape, dtype, Category::Gradient)?;
-        let row_bytes = rows.saturating_mul(DType::I64.size());
         let mut made: Vec<Option<Option<StorageId>>> = Vec::new();
         let mut failed = None;
-        for step in STEPS {
+        for step in index_put_sort_steps(rows) {
             match step {
-                Step::Rows | Step::Byte => {
-                    let bytes = if step == Step::Rows { row_bytes } else { 1 };
-                    match self.transient(bytes, Category::Temporary) {
-                        Ok(s) => made.push(Some(s)),
-                        Err(e) => {
-                            failed = Some(e);
-                            break;
-                        }
+                ScratchStep::Take(bytes) => match self.transient(bytes, Category::Temporary) {
+                    Ok(s) => made.push(Some(s)),
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
                     }
-                }
-                Step::Free(i) => {
+                },
+                ScratchStep::Free(i) => {
                     if let Some(slot) = made.get_mut(i) {
                         let s = slot.take().flatten();
                         self.free_transient(s);

@@ -130,7 +130,8 @@ impl App {
                 .is_some_and(|s| s.send(crate::producers::EngineCommand::FindHolders));
         r.note = Some(if asked {
             "asked the job which Python names hold its tensors: its helper walks at the next step \
-             (Optimizer.step or mark_step), and the chains come to the leak panel"
+             (Optimizer.step or mark_step; a traced program: its next op), and the chains come to \
+             the leak panel"
                 .into()
         } else {
             "H asks a running job's helper which Python names hold its tensors; this view is not \
