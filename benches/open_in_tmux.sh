@@ -19,10 +19,10 @@ for f in "${files[@]}"; do
   for run in 1 2 3; do
     session=vramscope-open-$$
     start=$(now)
-    tmux new-session -d -s "$session" -x 200 -y 60 "$bin open '$f'"
+    tmux -L vsopen new-session -d -s "$session" -x 200 -y 60 "$bin open '$f'"
     first="" seg="" done="" pid=""
     for _ in $(seq 1 1200); do
-      s=$(tmux capture-pane -pt "$session" 2>/dev/null)
+      s=$(tmux -L vsopen capture-pane -pt "$session" 2>/dev/null)
       t=$(( ($(now) - start) / 1000000 ))
       [ -n "$pid" ] || pid=$(pgrep -f "^$bin open $f" | head -1)
       if [ -z "$first" ] && [[ "$s" == *Timeline* && "$s" == *"Memory map"* ]]; then first=$t; fi
@@ -32,7 +32,7 @@ for f in "${files[@]}"; do
     done
     hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status" 2>/dev/null)
     cpu=$(awk '{printf "%.2f", ($14 + $15) / 100}' "/proc/$pid/stat" 2>/dev/null)
-    tmux kill-session -t "$session"
+    tmux -L vsopen kill-session -t "$session"
     size=$(stat -c %s "$f")
     echo "$(basename "$f"): first frame ${first} ms, first segments ${seg} ms, all read ${done} ms," \
       "cpu ${cpu} s, peak RSS $((hwm / 1024)) MiB = $(awk "BEGIN {printf \"%.2f\", $hwm * 1024 / $size}")x the file"
