@@ -6,6 +6,7 @@
 use std::cell::Cell;
 
 use super::build::{LangNet, Node};
+use crate::engine::bnb::QuantLayer;
 use crate::engine::config::RopeScope;
 use crate::engine::dtype::DType;
 use crate::engine::error::{EngineError, Result};
@@ -140,18 +141,25 @@ impl LangNet {
                     continue;
                 }
                 let (fout, fin) = e.linear_dims(proj.base.w);
-                // An integer (bitsandbytes) base: the adapters stay in
-                // `nn.Linear`'s fp32 (lora_bnb.rs).
-                let quantized = e.bnb.weights.contains_key(&proj.base.w);
+                // A bitsandbytes base: PEFT 0.21.2 moves the adapters to
+                // the base's `compute_dtype` where it has one (a
+                // `Linear4bit`, tuners_utils.py:2163-2164, 2209-2210), to
+                // be upcast below; an int8 base's weight is no float, so
+                // they stay in `nn.Linear`'s fp32 (lora_bnb.rs).
+                let quantized = e.bnb.weights.get(&proj.base.w).map(|q| match q.layer {
+                    QuantLayer::FourBit(q4) => q4.compute_dtype,
+                    QuantLayer::EightBit => None,
+                });
                 let model_dtype = e.param_dtype;
-                if quantized {
-                    e.param_dtype = DType::F32;
+                if let Some(compute) = quantized {
+                    e.param_dtype = compute.unwrap_or(DType::F32);
                 }
                 let adapter = e.new_adapter(&path, fin, fout, lora, params);
                 e.param_dtype = model_dtype;
                 let adapter = adapter?;
                 count += 1;
-                if !quantized {
+                let half_compute = matches!(quantized, Some(Some(d)) if d.is_half());
+                if quantized.is_none() || half_compute {
                     adapters.push(adapter.clone());
                 }
                 proj.adapter = Some(adapter);
