@@ -121,6 +121,7 @@ impl LangNet {
 #[cfg(test)]
 mod tests {
     use crate::engine::tests::*;
+    use crate::engine::{Engine, EngineConfig};
 
     #[test]
     fn find_packed_makes_its_temporaries_and_keeps_none() {
