@@ -153,12 +153,19 @@ fn a_4bit_layer_in_a_scenario_is_checked_and_runs() {
 }
 
 /// bitsandbytes before 0.43.2 kept each 4-bit layer's input on `ctx`
-/// (`bnb_keeps_input`): `vramscope model` on the built-in QLoRA scenario
-/// with the switch says so, per projection. Per decoder layer and token,
-/// the inputs kept are the bf16 casts that Linear4bit makes of the fp32
-/// norm outputs (q, k, v each their own; gate and up each their own), the
-/// bf16 attention output o_proj takes, and the bf16 [I] product down_proj
-/// takes: (6 · H + I) · 2 bytes.
+/// (`bnb_keeps_input`). In the built-in QLoRA scenario the decoder layers
+/// run under the reentrant checkpoint `prepare_model_for_kbit_training`
+/// turns on (PEFT passes `gradient_checkpointing_kwargs={}`, so
+/// `torch.utils.checkpoint` takes its default, `use_reentrant=True`; seen
+/// in the real program on the CPU, docs/trace.md QLoRA): their forward runs
+/// under `no_grad` and records no `MatMul4Bit`, so nothing is kept past the
+/// forward, old release or new. With the layers checkpointed non-reentrant
+/// (`use_reentrant=False`, as TRL's configs ask), per decoder layer and
+/// token the inputs kept are the bf16 casts that Linear4bit makes of the
+/// fp32 norm outputs (q, k, v each their own; gate and up each their own),
+/// the bf16 attention output o_proj takes, and the bf16 [I] product
+/// down_proj takes: (6 · H + I) · 2 bytes — what the model view said before
+/// the preset checkpointed reentrant.
 #[test]
 fn old_bitsandbytes_keeps_every_4bit_input_and_the_model_view_says_so() {
     let builtin = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/qlora-finetune.ron");
@@ -180,8 +187,8 @@ fn old_bitsandbytes_keeps_every_4bit_input_and_the_model_view_says_so() {
         1,
     );
     assert_ne!(old, text);
-    let (t, h, i, layers) = (512u64, 896u64, 4864u64, 24u64);
-    assert_eq!(saved(&old) - now, layers * t * (6 * h + i) * 2);
+    // Reentrant checkpointing: the layers save nothing in forward.
+    assert_eq!(saved(&old), now);
 }
 
 /// Llama-3-8B QLoRA as PEFT prints it: LoRA r 16 on the seven projections

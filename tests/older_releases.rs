@@ -106,6 +106,17 @@ fn the_report_names_the_transformers_release() {
     );
     let json = vramscope::report::run::json(&r, &[]);
     assert_eq!(json["conditions"]["transformers"], "4.40");
+    // A 5.x release decides more than the attention, and says so.
+    let v5 = llama(r#"transformers: "5.16.1","#, FORWARD);
+    let (scenario, built) = load_str(&v5, "llama.ron").expect("loads");
+    let r = run(&scenario, &built, &RunOptions::default());
+    let report = vramscope::report::run::text(&scenario, &r, &[]);
+    assert!(
+        report.contains(
+            "transformers 5.16.1's attention, from_pretrained's 4-bit loading and model forward;"
+        ),
+        "{report}"
+    );
     // Without the field nothing is said, and the JSON has no key for it.
     let today = ran(&llama("", FORWARD));
     assert_eq!(today.conditions.transformers, None);
@@ -118,6 +129,7 @@ fn a_release_that_is_not_modelled_is_refused_at_its_field() {
     for (extra, word) in [
         (r#"transformers: "4.30","#, "4.36"),
         (r#"transformers: "four","#, "MAJOR.MINOR"),
+        (r#"transformers: "5.17","#, "5.16"),
         (r#"torch: "1.13","#, "2.0 to 2.15"),
     ] {
         let text = llama(extra, FORWARD);

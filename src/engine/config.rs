@@ -198,6 +198,13 @@ impl EngineConfig {
         kv_path(self.transformers, self.torch())
     }
 
+    /// Whether the scenario names a transformers 5.x release
+    /// (`transformers_release.rs`); the default keeps 4.x's rules.
+    pub fn hf_v5(&self) -> bool {
+        self.transformers
+            .is_some_and(|t| t >= TransformersVersion::FIVE)
+    }
+
     pub fn sdpa_priority(&self) -> SdpaPriority {
         self.sdpa_priority.unwrap_or_else(|| {
             let minor = self

@@ -30,6 +30,7 @@ pub mod events;
 pub mod held;
 mod held_walk;
 pub mod hf_config;
+mod hf_load;
 mod hf_quant;
 pub mod hf_switches;
 mod hvp;
@@ -175,6 +176,9 @@ pub struct Engine {
     pub(crate) work: work::WorkTally,
     /// bitsandbytes' quantised weights (`bnb.rs`).
     pub(crate) bnb: bnb::BnbState,
+    /// A transformers 5.x `from_pretrained` model built on meta, until its
+    /// checkpoint loads (`hf_load.rs`).
+    pub(crate) hf_meta: Option<hf_load::MetaModel>,
     /// Tests: every launch checked against the allocator's blocks first.
     #[cfg(test)]
     pub(crate) launch_violations: Option<Vec<String>>,
@@ -243,6 +247,7 @@ impl Engine {
             launch_stats: LaunchStats::default(),
             work: work::WorkTally::default(),
             bnb: bnb::BnbState::default(),
+            hf_meta: None,
             #[cfg(test)]
             launch_violations: None,
         })

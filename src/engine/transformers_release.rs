@@ -1,6 +1,8 @@
-//! Which transformers release a Hugging Face model's attention follows
-//! (models.md §4.1–4.2): how k and v reach `scaled_dot_product_attention`
-//! under grouped-query attention.
+//! Which transformers release a Hugging Face model follows: how k and v
+//! reach `scaled_dot_product_attention` under grouped-query attention
+//! (models.md §4.1–4.2), and from 5.0 how `from_pretrained` loads a
+//! bitsandbytes model (`hf_load.rs`) and what `Qwen2Model.forward`/
+//! `LlamaModel.forward` make before the layers (`ops/hf_v5.rs`).
 
 use std::fmt;
 use std::str::FromStr;
@@ -30,6 +32,15 @@ impl TransformersVersion {
     /// merged 2025-07-16, after 4.53.0) [inf: release placed by the merge
     /// date].
     pub const GQA_AWARE: TransformersVersion = TransformersVersion::new(4, 54);
+    /// 5.0: the checkpoint loader `core_model_loading.py` (a quantised model
+    /// built on meta, warmed, loaded in sorted key order) and the forward
+    /// without `cache_position` that checks `position_ids` for packed
+    /// sequences [inf: both read in 5.16.1 only, placed at 5.0 where the
+    /// loader came in].
+    pub const FIVE: TransformersVersion = TransformersVersion::new(5, 0);
+    /// The newest release whose source was read (5.16.1, what CI pins with
+    /// bitsandbytes 0.50.2): a later one is refused rather than assumed.
+    pub const NEWEST: TransformersVersion = TransformersVersion::new(5, 16);
 
     pub const fn new(major: u32, minor: u32) -> Self {
         TransformersVersion { major, minor }
@@ -94,6 +105,12 @@ impl FromStr for TransformersVersion {
                 TransformersVersion::OLDEST
             ));
         }
+        if v > TransformersVersion::NEWEST {
+            return Err(format!(
+                "transformers version '{s}': newer than {}, the newest release modelled",
+                TransformersVersion::NEWEST
+            ));
+        }
         Ok(v)
     }
 }
@@ -113,6 +130,12 @@ mod tests {
         );
         let old = "4.35".parse::<TransformersVersion>().expect_err("no SDPA");
         assert!(old.contains("4.36") && old.contains("eager"), "{old}");
+        assert_eq!(
+            "5.16.1".parse::<TransformersVersion>(),
+            Ok(TransformersVersion::new(5, 16))
+        );
+        let new = "5.17".parse::<TransformersVersion>().expect_err("unread");
+        assert!(new.contains("5.16") && new.contains("newest"), "{new}");
         let bad = "four"
             .parse::<TransformersVersion>()
             .expect_err("not a version");

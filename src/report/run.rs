@@ -298,8 +298,9 @@ fn conditions_text(out: &mut String, c: &Conditions, alloc_conf: &str) {
         c.torch,
         match &c.transformers {
             Some(t) => format!(
-                ", transformers {}'s attention",
-                crate::units::escape_controls(t)
+                ", transformers {}'s {}",
+                crate::units::escape_controls(t),
+                transformers_scope(t)
             ),
             None => String::new(),
         },
@@ -385,5 +386,18 @@ fn kernels_json(r: &RunResult) -> Value {
         }
         (None, Some(why)) => json!({ "unavailable": why }),
         (None, None) => Value::Null,
+    }
+}
+
+/// What a named transformers release decides in the engine: 4.x its
+/// attention's k/v path; 5.x also how a 4-bit model loads and what the
+/// model's forward makes before its layers (`engine::hf_load`, `hf_v5`).
+fn transformers_scope(t: &str) -> &'static str {
+    use crate::engine::config::TransformersVersion;
+    match t.parse::<TransformersVersion>() {
+        Ok(v) if v >= TransformersVersion::FIVE => {
+            "attention, from_pretrained's 4-bit loading and model forward"
+        }
+        _ => "attention",
     }
 }

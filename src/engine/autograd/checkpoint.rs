@@ -44,6 +44,12 @@ pub(crate) struct CheckpointState {
     recompute: Option<(u32, u32)>,
     /// Reentrant recomputations in progress (nested backwards).
     pub reentrant: u32,
+    /// What checkpointed layers hold beyond their inputs: transformers
+    /// 5.x's layers' keyword arguments (the rotary tables, `hf_v5.rs`) of
+    /// the last forward, one handle each, for its recomputation to reuse.
+    /// Dropped when the last non-reentrant region dies or the next forward
+    /// hands its own (a reentrant region's Node keeps its own handles).
+    pub held: Vec<TensorId>,
 }
 
 impl CheckpointState {
@@ -180,6 +186,17 @@ impl Engine {
             for t in r.inputs {
                 self.decref(t);
             }
+        }
+        if self.ckpt.regions.is_empty() {
+            self.ckpt_hold(Vec::new());
+        }
+    }
+
+    /// Hand `handles` (owned) to the checkpointed layers (see `held`); the
+    /// previous forward's go.
+    pub(crate) fn ckpt_hold(&mut self, handles: Vec<TensorId>) {
+        for t in std::mem::replace(&mut self.ckpt.held, handles) {
+            self.decref(t);
         }
     }
 

@@ -13,7 +13,11 @@ impl LangNet {
     /// `model(x)`: a new handle; `x` stays the caller's.
     pub(crate) fn forward(&self, e: &mut Engine, x: TensorId) -> Result<TensorId> {
         let y = self.run(e, self.root, x);
-        self.end_rope(e);
+        if self.v5_holds_rope(e) {
+            self.v5_hold_rope(e);
+        } else {
+            self.end_rope(e);
+        }
         self.end_mask(e);
         y
     }
@@ -93,7 +97,9 @@ impl LangNet {
         x: TensorId,
     ) -> Result<TensorId> {
         if reentrant {
-            return e.reentrant_region(site..site + 1, x, |e, x| self.run(e, inner, x));
+            let out = e.reentrant_region(site..site + 1, x, |e, x| self.run(e, inner, x))?;
+            self.v5_rope_on_node(e, out);
+            return Ok(out);
         }
         e.ckpt_begin(site..site + 1, x);
         let y = self.run(e, inner, x);

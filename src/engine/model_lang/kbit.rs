@@ -26,7 +26,7 @@ pub fn checkpoint_layers(net: &Module) -> Module {
         },
         layer if layer.hf_checkpoint_layer() => Module::Checkpoint {
             module: Box::new(layer.clone()),
-            reentrant: false,
+            reentrant: true,
         },
         other => other.clone(),
     }

@@ -14,6 +14,7 @@ pub mod count;
 pub mod forward;
 pub(crate) mod handwritten;
 pub mod hf_layers;
+mod hf_v5;
 pub mod kbit;
 pub(crate) mod kinds;
 pub mod moe;

@@ -6,6 +6,7 @@
 use std::cell::Cell;
 
 use super::build::{LangNet, Node};
+use crate::engine::bnb::QuantLayer;
 use crate::engine::config::RopeScope;
 use crate::engine::dtype::DType;
 use crate::engine::error::{EngineError, Result};
@@ -37,6 +38,39 @@ pub(crate) struct RopeCtx {
     cache_position: TensorId,
     position_ids: TensorId,
     tables: Option<(TensorId, TensorId)>,
+    /// Held by checkpoint frames (transformers 5.x, `hf_v5.rs`), not by
+    /// this forward: its end drops nothing.
+    borrowed: bool,
+}
+
+impl RopeCtx {
+    /// The handles it owns: position_ids, its storage's owner, cos, sin.
+    pub(super) fn handles(&self) -> Vec<TensorId> {
+        let mut h = vec![self.position_ids, self.cache_position];
+        if let Some((cos, sin)) = self.tables {
+            h.extend([cos, sin]);
+        }
+        h
+    }
+
+    /// The context checkpoint frames hold, for a recomputation.
+    fn held(h: &[TensorId]) -> Option<RopeCtx> {
+        match *h {
+            [position_ids, cache_position] => Some(RopeCtx {
+                cache_position,
+                position_ids,
+                tables: None,
+                borrowed: true,
+            }),
+            [position_ids, cache_position, cos, sin] => Some(RopeCtx {
+                cache_position,
+                position_ids,
+                tables: Some((cos, sin)),
+                borrowed: true,
+            }),
+            _ => None,
+        }
+    }
 }
 
 /// What the builder keeps for the transformer modules.
@@ -52,6 +86,9 @@ pub(crate) struct XState {
 #[derive(Debug, Default)]
 pub(crate) struct XRun {
     pub rope: Cell<Option<RopeCtx>>,
+    /// A reentrant checkpoint's Node holds this forward's rotary context
+    /// (transformers 5.x, `hf_v5.rs`).
+    pub rope_on_graph: Cell<bool>,
 }
 
 impl LangNet {
@@ -62,20 +99,37 @@ impl LangNet {
         let inv_freq = self.inv_freq.ok_or_else(|| {
             EngineError::Program("a rotary layer needs a RotaryEmbedding module".into())
         })?;
-        let ctx = match self.run_state.rope.get() {
-            Some(c) => c,
+        let held = || {
+            Some(&e.ckpt.held)
+                .filter(|_| e.ckpt.rebuilding())
+                .and_then(|h| RopeCtx::held(h))
+        };
+        let ctx = match self.run_state.rope.get().or_else(held) {
+            Some(c) => {
+                self.run_state.rope.set(Some(c));
+                c
+            }
             None => {
                 let t = e.shape(x).dim(1);
-                let cache_position =
-                    e.factory(Shape::new(&[t]), DType::I64, Category::Activation)?;
+                // 5.x: `arange(T) + past_seen_tokens`, then the packed-
+                // sequence check (`hf_v5.rs`); 4.x: `cache_position`.
+                let cache_position = if e.cfg.hf_v5() {
+                    e.v5_position_ids(t)?
+                } else {
+                    e.factory(Shape::new(&[t]), DType::I64, Category::Activation)?
+                };
                 e.keep(cache_position);
                 let position_ids =
                     e.view_as(cache_position, Shape::new(&[1, t]), Layout::Contiguous);
                 e.keep(position_ids);
+                if e.cfg.hf_v5() && !e.cfg.hf_use_cache {
+                    e.v5_find_packed(e.shape(x).dim(0), t)?;
+                }
                 let mut c = RopeCtx {
                     cache_position,
                     position_ids,
                     tables: None,
+                    borrowed: false,
                 };
                 if e.cfg.hf_rope_scope == RopeScope::Model {
                     let dtype = e.dtype(x);
@@ -100,7 +154,7 @@ impl LangNet {
     /// The end of a forward (or a recomputation): `position_ids`,
     /// `cache_position`, then `position_embeddings` go.
     pub(crate) fn end_rope(&self, e: &mut Engine) {
-        if let Some(c) = self.run_state.rope.take() {
+        if let Some(c) = self.run_state.rope.take().filter(|c| !c.borrowed) {
             e.decref(c.position_ids);
             e.decref(c.cache_position);
             if let Some((cos, sin)) = c.tables {
@@ -140,18 +194,25 @@ impl LangNet {
                     continue;
                 }
                 let (fout, fin) = e.linear_dims(proj.base.w);
-                // An integer (bitsandbytes) base: the adapters stay in
-                // `nn.Linear`'s fp32 (lora_bnb.rs).
-                let quantized = e.bnb.weights.contains_key(&proj.base.w);
+                // A bitsandbytes base: PEFT 0.21.2 moves the adapters to
+                // the base's `compute_dtype` where it has one (a
+                // `Linear4bit`, tuners_utils.py:2163-2164, 2209-2210), to
+                // be upcast below; an int8 base's weight is no float, so
+                // they stay in `nn.Linear`'s fp32 (lora_bnb.rs).
+                let quantized = e.bnb.weights.get(&proj.base.w).map(|q| match q.layer {
+                    QuantLayer::FourBit(q4) => q4.compute_dtype,
+                    QuantLayer::EightBit => None,
+                });
                 let model_dtype = e.param_dtype;
-                if quantized {
-                    e.param_dtype = DType::F32;
+                if let Some(compute) = quantized {
+                    e.param_dtype = compute.unwrap_or(DType::F32);
                 }
                 let adapter = e.new_adapter(&path, fin, fout, lora, params);
                 e.param_dtype = model_dtype;
                 let adapter = adapter?;
                 count += 1;
-                if !quantized {
+                let half_compute = matches!(quantized, Some(Some(d)) if d.is_half());
+                if quantized.is_none() || half_compute {
                     adapters.push(adapter.clone());
                 }
                 proj.adapter = Some(adapter);

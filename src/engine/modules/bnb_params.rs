@@ -45,6 +45,35 @@ impl Engine {
     }
 
     fn quant_weight(&mut self, out: u64, input: u64, layer: QuantLayer) -> Result<TensorId> {
+        // transformers 5.x quantises as the checkpoint loads (`hf_load.rs`).
+        let (w, state) = if self.on_meta() {
+            let module = self.ctx.module;
+            (self.meta_quant(out, input, layer, module)?, Vec::new())
+        } else {
+            self.quantize_weight(out, input, layer)?
+        };
+        let orig_dtype = self.param_dtype;
+        self.bnb.weights.insert(
+            w,
+            QuantWeight {
+                layer,
+                out,
+                input,
+                orig_dtype,
+                state,
+                compute: None,
+            },
+        );
+        Ok(w)
+    }
+
+    /// The weight quantised on the GPU: (packed weight, its state), kept.
+    pub(crate) fn quantize_weight(
+        &mut self,
+        out: u64,
+        input: u64,
+        layer: QuantLayer,
+    ) -> Result<(TensorId, Vec<TensorId>)> {
         let op = self.op_begin(match layer {
             QuantLayer::FourBit(_) => "Params4bit._quantize",
             QuantLayer::EightBit => "Int8Params._quantize",
@@ -59,19 +88,7 @@ impl Engine {
         for s in &state {
             self.keep(*s);
         }
-        let orig_dtype = self.param_dtype;
-        self.bnb.weights.insert(
-            w,
-            QuantWeight {
-                layer,
-                out,
-                input,
-                orig_dtype,
-                state,
-                compute: None,
-            },
-        );
-        Ok(w)
+        Ok((w, state))
     }
 
     /// `Params4bit._quantize` (nn/modules.py:381-395): `w = data.to(device)`,

@@ -357,7 +357,11 @@ impl Engine {
         buffers: &mut Vec<(String, TensorId)>,
         name: &str,
     ) -> Result<TensorId> {
-        let dtype = if self.param_dtype.is_floating() {
+        // transformers 5.x's `from_pretrained` moves the fp32 buffer as it
+        // was made (`hf_load.rs`).
+        let dtype = if self.on_meta() {
+            DType::F32
+        } else if self.param_dtype.is_floating() {
             self.param_dtype
         } else {
             DType::F32

@@ -78,7 +78,7 @@ pub(crate) fn under_path(prefix: &str, path: &str) -> bool {
 }
 
 /// The value a CUDA run fills parameters with (the math is a stand-in).
-const PARAM_INIT: f32 = 0.02;
+pub(crate) const PARAM_INIT: f32 = 0.02;
 
 impl Engine {
     /// Total parameter count (tied weights once).
@@ -146,6 +146,12 @@ impl Engine {
         module: u32,
         params: &mut Vec<TensorId>,
     ) -> Result<TensorId> {
+        if self.on_meta() {
+            let t = self.meta_param(dims, module)?;
+            self.t_mut(t).requires_grad = true;
+            params.push(t);
+            return Ok(t);
+        }
         let prev = self.enter_module(module);
         let op = self.op_begin("param.to(cuda)");
         let r = self.empty(Shape::new(dims), self.param_dtype, Category::Parameter);
@@ -167,6 +173,11 @@ impl Engine {
         module: u32,
         bufs: &mut Vec<(String, TensorId)>,
     ) -> Result<TensorId> {
+        if self.on_meta() {
+            let t = self.meta_buffer(dims, dtype, module)?;
+            bufs.push((name, t));
+            return Ok(t);
+        }
         let prev = self.enter_module(module);
         let op = self.op_begin("buffer.to(cuda)");
         let r = self.empty(Shape::new(dims), dtype, Category::Buffer);
@@ -329,6 +340,11 @@ impl Model {
                     m.net.clone()
                 };
                 e.bnb.loading = m.quantization.as_ref().map(|q| q.layer());
+                // transformers 5.x builds a quantised model on meta, then
+                // loads its checkpoint (`hf_load.rs`).
+                if m.quantization.is_some() && e.cfg.hf_v5() {
+                    e.hf_meta = Some(Default::default());
+                }
                 let net = crate::engine::model_lang::build::LangNet::build(
                     e,
                     &tree,
@@ -336,6 +352,8 @@ impl Model {
                     &mut params,
                     &mut buffers,
                 );
+                let net = net.and_then(|n| e.load_meta_model().map(|()| n));
+                e.hf_meta = None;
                 e.bnb.loading = None;
                 let mut net = net?;
                 if m.kbit_training {

@@ -60,10 +60,15 @@ impl Engine {
         };
         let r = self.bias_to(b, self.dtype(xc));
         let out = r.and_then(|()| self.matmul_4bit(xc, w, b, q4));
+        // `return matmul_4bit(x, …).to(inp_dtype)`: the product goes as the
+        // expression ends, the rebound `x` (the cast copy) as the frame
+        // returns, both after the result's cast (traced, docs/trace.md QLoRA).
+        let y = out.and_then(|out| {
+            let y = self.to_dtype(out, inp);
+            self.release(out);
+            y
+        });
         self.release(xc);
-        let out = out?;
-        let y = self.to_dtype(out, inp);
-        self.release(out);
         y
     }
 
@@ -270,7 +275,7 @@ impl Engine {
     }
 
     /// `ctx.<attr> = t`: the Function's Node keeps `t` until the Node goes.
-    fn keep_on_ctx(&mut self, node: NodeId, t: TensorId) {
+    pub(crate) fn keep_on_ctx(&mut self, node: NodeId, t: TensorId) {
         self.retain(t);
         self.nodes[node.0].ctx_attrs.push(t);
     }

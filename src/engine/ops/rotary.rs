@@ -44,8 +44,13 @@ impl Engine {
         // model was cast to half precision with its buffers.
         let inv = self.to_dtype(inv_freq, DType::F32)?;
         let pos = self.to_dtype(position_ids, DType::F32)?;
-        // `autocast(enabled=False)`: the product stays fp32.
+        // `autocast(enabled=False)`: the product stays fp32. It is a bmm
+        // ([bp, half, 1] @ [bp, 1, T]): cuBLAS, whose workspace the first
+        // GEMM of the handle takes (traced, docs/trace.md QLoRA; the
+        // H100 capture llama_lora_finetune has it here too).
         let freqs = self.act(Shape::new(&[bp, half, t]), DType::F32)?;
+        let ws = self.cublas_workspace()?;
+        self.free_transient(ws);
         self.k_binary(inv, pos, freqs);
         let emb = self.act(Shape::new(&[bp, t, 2 * half]), DType::F32)?;
         self.k_unary(freqs, emb);
