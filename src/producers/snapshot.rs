@@ -33,6 +33,23 @@ use super::whatif_stream;
 /// Parts the UI has recorded, back for the worker to fill again.
 pub(super) type Spent = flume::Receiver<TimelinePart>;
 
+/// Parts kept to be filled again, at least: each is a megabyte of peak RSS.
+pub(super) const SPARE_PARTS: usize = 2;
+
+/// A part to fill: one the UI gave back, or a new one; of those waiting
+/// beyond `keep`, the rest are let go. The UI records parts in bursts (all
+/// that came while it drew) and gives every one back: a part let go and
+/// made afresh costs page faults, and TLB shootdowns on every thread.
+pub(super) fn spare_part(spent: &Spent, keep: usize) -> TimelinePart {
+    let part = spent
+        .try_recv()
+        .unwrap_or_else(|_| TimelinePart::with_capacity(EVENTS_PER_MESSAGE));
+    while spent.len() > keep {
+        drop(spent.try_recv());
+    }
+    part
+}
+
 /// Where a worker's messages go: the UI's end of the source.
 #[derive(Clone)]
 pub(super) struct Out(flume::Sender<SourceMsg>);
@@ -478,9 +495,7 @@ fn mirror_events(
         entries.extend(chunk.iter().map(|e| reader.entry(e)));
         // Each chunk goes as soon as it is placed, in a part the UI has
         // given back where there is one.
-        let mut part = spent
-            .try_recv()
-            .unwrap_or_else(|_| TimelinePart::with_capacity(EVENTS_PER_MESSAGE));
+        let mut part = spare_part(spent, SPARE_PARTS);
         mirror.fill_part(first, &entries, free_at, &mut part);
         if !send(SourceMsg::Run(RunMsg::Part(part))) {
             return false;
@@ -528,10 +543,9 @@ fn stream_events(
     produce: impl FnOnce(&Out, &Spent) -> bool + Send + 'static,
 ) -> Source {
     let (tx, rx) = flume::unbounded();
-    // The UI takes parts in bursts (all that came while it drew): a second
-    // spare spares the placer most requests for fresh memory, and each
-    // spare is a megabyte of peak RSS, so no more.
-    let (spent_tx, spent) = flume::bounded(2);
+    // Every recorded part comes back; how many wait to be filled again is
+    // the producer's to bound (`spare_part`).
+    let (spent_tx, spent) = flume::unbounded();
     let spawned = std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {

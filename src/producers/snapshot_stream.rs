@@ -38,7 +38,13 @@ use super::tapped_read::{read_through, whole_again, GiveUp, Reading, StatefulTap
 
 mod placing;
 
-use placing::{Batch, Finish, Mirror};
+use placing::{spares_for, Batch, Finish, Mirror};
+
+/// The size of the file at `path` (0 when it cannot be read: the least
+/// spare parts).
+fn file_bytes(path: &Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |m| m.len())
+}
 
 /// Entries placed before a view placed as if its trace began empty shows
 /// any: an open trace almost always shows it within these (an entry that
@@ -181,7 +187,15 @@ pub(super) fn stream_file(
     {
         return Streamed::Done(false);
     }
-    let mirror = Mirror::spawn(start, config, ooms, 0, out, spent);
+    let mirror = Mirror::spawn(
+        start,
+        config,
+        ooms,
+        0,
+        spares_for(file_bytes(path)),
+        out,
+        spent,
+    );
     let mut again = PlaceOnly {
         device: tapped_device,
         mirror: &mirror,
@@ -371,6 +385,7 @@ impl TraceTap for ViewTap<'_> {
                 AllocConfig::default(),
                 Vec::new(),
                 PROBATION,
+                spares_for(file_bytes(self.path)),
                 self.out,
                 self.spent,
             ),
