@@ -189,6 +189,24 @@ fn old_bitsandbytes_keeps_every_4bit_input_and_the_model_view_says_so() {
     assert_ne!(old, text);
     // Reentrant checkpointing: the layers save nothing in forward.
     assert_eq!(saved(&old), now);
+    // Not checkpointed, two frozen 4-bit layers in a row: today's
+    // MatMul4Bit keeps nothing (the weights are frozen, the input needs no
+    // gradient); the old one keeps each layer's bf16 input, 256 + 512
+    // values a sample.
+    let two = MLP4.replace("BLOCK", "64").replace(
+        r#"("act", ReLU),
+            ("fc2", Linear(in: 512, out: 10)),"#,
+        r#"("fc2", Linear4bit(in: 512, out: 10, quant_type: NF4, blocksize: 64)),"#,
+    );
+    assert!(two.contains("fc2\", Linear4bit"), "{two}");
+    let now = saved(&two);
+    let old = saved(&two.replacen(
+        "    model_dtype: BF16,",
+        "    engine: (bnb_keeps_input: true),\n    model_dtype: BF16,",
+        1,
+    ));
+    assert_eq!(now, 0);
+    assert_eq!(old, (256 + 512) * 2);
 }
 
 /// Llama-3-8B QLoRA as PEFT prints it: LoRA r 16 on the seven projections
