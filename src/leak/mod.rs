@@ -12,6 +12,7 @@ mod classify;
 mod counted_annotations;
 mod creep;
 mod detector;
+mod device_wide;
 mod finding;
 mod fix;
 mod format;
