@@ -8,10 +8,11 @@ use std::io::Write;
 
 use serde_json::{json, Value};
 
+use super::args::{ok, stack_at, str_at, strides_at, tensor_arg};
 use super::error::TraceError;
 use super::plans::Stage;
 use super::rules::{reduce_shape, GEMM_OPS, REDUCTIONS, SDPA_BACKWARDS};
-use super::simulator::{ok, stack_at, str_at, strides_at, tensor_arg, Reply, Simulator};
+use super::simulator::{Reply, Simulator};
 use crate::engine::autograd::ScratchStep;
 use crate::engine::ops::attention::sdpa_backward_scratch;
 use crate::engine::ops::matmul::cublas_takes_as_is;

@@ -24,6 +24,7 @@
 //! - `sweep`: the program traced once per value of an argument, fitted as
 //!   `vramscope sweep` fits a scenario.
 
+mod args;
 mod error;
 mod kernels;
 mod launch;

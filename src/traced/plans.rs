@@ -13,7 +13,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::simulator::{str_at, tensor_arg, Simulator};
+use super::args::{str_at, tensor_arg};
+use super::simulator::Simulator;
 use crate::engine::autograd::ScratchStep::{self, Free, Take};
 use crate::engine::measured::{conv_buffers, rnn_buffers, RnnMode, RnnShape};
 use crate::engine::model_lang::{counts_for, Routing};
