@@ -3,6 +3,7 @@
 
 pub(crate) mod backward;
 pub mod checkpoint;
+mod formulas;
 mod grad;
 pub(crate) mod reentrant;
 mod second_order;
