@@ -12,7 +12,7 @@ use super::build::LangNet;
 use super::check::Problem;
 use super::count::params;
 use super::kinds::{Args, Fault};
-use super::shape::{last_dim, ShapeError, Sig};
+use super::shape::{attention_input, Sig};
 use super::spec::join;
 use crate::engine::autograd::BwdKind;
 use crate::engine::error::Result;
@@ -82,17 +82,7 @@ pub(crate) fn attn_out_shape(
     if !head_dim.is_multiple_of(2) {
         return Err((Some("head_dim"), Problem::OddHeadDim(head_dim)));
     }
-    let s = last_dim("HfAttention", hidden, x).map_err(|e| (None, Problem::Shape(e)))?;
-    if s.dims.len() != 3 {
-        return Err((
-            None,
-            Problem::Shape(ShapeError::AttentionInput {
-                hidden,
-                got: s.dims,
-            }),
-        ));
-    }
-    Ok(s)
+    attention_input("HfAttention", hidden, x).map_err(|e| (None, Problem::Shape(e)))
 }
 
 /// A built `HfAttention`.

@@ -27,7 +27,7 @@ use super::build::{display, Builder, LangNet};
 use super::check::{Problem, Seen};
 use super::count::{attention_params, batch_norm, conv, params, Counts};
 use super::handwritten::MaskedAttn;
-use super::shape::{conv_like, floats_in, last_dim, ShapeError, Sig};
+use super::shape::{attention_input, conv_like, floats_in, last_dim, ShapeError, Sig};
 use super::spec::{join, Module, SoftmaxKind, BOTTLENECK_EXPANSION};
 use super::xfmr::BertEmbeddings;
 use crate::engine::config::SdpaBackend;
@@ -581,7 +581,7 @@ impl Module {
                     }
                     rotary(seen);
                 }
-                attention_input(*hidden, x).map_err(shape)
+                attention_input("attention", *hidden, x).map_err(shape)
             }
             Module::DecoderLayer {
                 hidden,
@@ -596,7 +596,7 @@ impl Module {
                     return Err((Some("head_dim"), Problem::OddHeadDim(d)));
                 }
                 rotary(seen);
-                attention_input(*hidden, x).map_err(shape)
+                attention_input("attention", *hidden, x).map_err(shape)
             }
             Module::Mlp { hidden, .. } => last_dim("the block", *hidden, x).map_err(shape),
             Module::LmHead {
@@ -680,7 +680,7 @@ impl Module {
                         },
                     ));
                 }
-                attention_input(*hidden, x).map_err(shape)
+                attention_input("attention", *hidden, x).map_err(shape)
             }
             Module::Positions { seq, dim } => {
                 floats_in("Positions", x).map_err(shape)?;
@@ -939,18 +939,6 @@ impl Module {
             | Module::Ops(_) => None,
         }
     }
-}
-
-/// [B, T, hidden] for an attention or a decoder layer.
-fn attention_input(hidden: u64, x: &Sig) -> std::result::Result<Sig, ShapeError> {
-    let s = last_dim("attention", hidden, x)?;
-    if s.dims.len() != 3 {
-        return Err(ShapeError::AttentionInput {
-            hidden,
-            got: s.dims,
-        });
-    }
-    Ok(s)
 }
 
 /// A built module that is not a container: what its forward needs.

@@ -6,7 +6,7 @@ use super::build::display;
 use super::check::Problem;
 use super::count::params;
 use super::kinds::{Args, Fault};
-use super::shape::{last_dim, ShapeError, Sig};
+use super::shape::{attention_input, Sig};
 use super::spec::join;
 use crate::engine::config::SdpaBackend;
 use crate::engine::error::{EngineError, Result};
@@ -144,15 +144,5 @@ pub(crate) fn qkv_out_shape(hidden: u64, heads: u64, x: &Sig) -> std::result::Re
             Problem::HiddenNotMultipleOfHeads { hidden, heads },
         ));
     }
-    let s = last_dim("QkvAttention", hidden, x).map_err(|e| (None, Problem::Shape(e)))?;
-    if s.dims.len() != 3 {
-        return Err((
-            None,
-            Problem::Shape(ShapeError::AttentionInput {
-                hidden,
-                got: s.dims,
-            }),
-        ));
-    }
-    Ok(s)
+    attention_input("QkvAttention", hidden, x).map_err(|e| (None, Problem::Shape(e)))
 }

@@ -125,6 +125,19 @@ pub(super) fn conv_like(what: &'static str, x: &Sig, cin: Option<u64>, geo: [u64
     }
 }
 
+/// `x` unchanged, if it is [B, T, hidden]: an attention's or a decoder
+/// layer's input.
+pub(super) fn attention_input(what: &'static str, hidden: u64, x: &Sig) -> R {
+    let s = last_dim(what, hidden, x)?;
+    if s.dims.len() != 3 {
+        return Err(ShapeError::AttentionInput {
+            hidden,
+            got: s.dims,
+        });
+    }
+    Ok(s)
+}
+
 /// `x` unchanged, if it holds floats whose last dimension is `dim` (the
 /// norms and blocks that keep their input's shape).
 pub(super) fn last_dim(what: &'static str, dim: u64, x: &Sig) -> R {
