@@ -483,14 +483,12 @@ impl Importer {
         self.actions.get(i).copied().flatten()
     }
 
-    /// `Action::parse`, remembered per interned string.
+    /// `Action::parse` of a string [`Importer::known_action`] did not know,
+    /// remembered per interned string.
     fn action(&mut self, v: Value, text: &str) -> Action {
         let Some(i) = v.str_index().map(|i| i as usize) else {
             return Action::parse(text);
         };
-        if let Some(&Some(a)) = self.actions.get(i) {
-            return a;
-        }
         let action = Action::parse(text);
         if i >= self.actions.len() {
             self.actions.resize(i + 1, None);
