@@ -237,6 +237,31 @@ fn large_blocks_from_the_system() {
     }
 }
 
+/// A worker thread named `name`, [behind the UI](behind_the_ui). When it
+/// cannot start, the UI is told that the thread that `does` could not, and
+/// `failed` is set.
+pub(super) fn spawn_worker<T: Send + 'static>(
+    name: &str,
+    does: &str,
+    out: &Out,
+    failed: &std::sync::atomic::AtomicBool,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Option<std::thread::JoinHandle<T>> {
+    let handle = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            behind_the_ui();
+            work()
+        });
+    if let Err(e) = &handle {
+        out.send(SourceMsg::Run(RunMsg::Failed(format!(
+            "could not start the thread that {does}: {e}"
+        ))));
+        failed.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    handle.ok()
+}
+
 /// A worker that reads or places a file's events yields the CPU to the UI
 /// thread: while a large file is read the two workers and the UI want
 /// more than two cores, and a key must not wait behind them. (On Linux a

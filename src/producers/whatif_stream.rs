@@ -35,7 +35,7 @@ use crate::trace::snapshot::{import_file_tapped, FramesId, Segment, Tables, Trac
 use crate::trace::Event;
 
 use super::devices::{snapshot_devices, SnapshotDevices};
-use super::snapshot::{pick_device, Out, EVENTS_PER_MESSAGE};
+use super::snapshot::{pick_device, spawn_worker, Out, EVENTS_PER_MESSAGE};
 use super::snapshot_stream::{with_oom, Streamed, PROBATION};
 use super::snapshot_tags::{GrowingTags, SnapshotTags};
 use super::source::{Opened, RecordedMsg, RunMsg, SourceMsg, TagInfo};
@@ -433,23 +433,14 @@ impl Replay {
         let (tx, rx) = flume::bounded(64);
         let failed = Arc::new(AtomicBool::new(false));
         let (f, o) = (failed.clone(), out.clone());
-        let handle = std::thread::Builder::new()
-            .name("vramscope-what-if".into())
-            .spawn(move || {
-                super::snapshot::behind_the_ui();
-                replay(rx, under, &o, &f)
-            });
-        if let Err(e) = &handle {
-            out.send(SourceMsg::Run(RunMsg::Failed(format!(
-                "could not start the thread that replays the requests: {e}"
-            ))));
-            failed.store(true, Ordering::Relaxed);
-        }
-        Replay {
-            tx,
-            failed,
-            handle: handle.ok(),
-        }
+        let handle = spawn_worker(
+            "vramscope-what-if",
+            "replays the requests",
+            out,
+            &failed,
+            move || replay(rx, under, &o, &f),
+        );
+        Replay { tx, failed, handle }
     }
 
     fn feed(&self, batch: Vec<Entry>) {

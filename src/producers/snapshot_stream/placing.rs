@@ -4,7 +4,9 @@
 
 use super::AHEAD;
 use crate::alloc::AllocConfig;
-use crate::producers::snapshot::{spare_part, Out, Spent, EVENTS_PER_MESSAGE, SPARE_PARTS};
+use crate::producers::snapshot::{
+    spare_part, spawn_worker, Out, Spent, EVENTS_PER_MESSAGE, SPARE_PARTS,
+};
 use crate::producers::source::{RunMsg, SourceMsg};
 use crate::trace::mirror::TraceMirror;
 use crate::trace::replay::Entry;
@@ -99,23 +101,18 @@ impl Mirror {
             ooms,
             spares,
         };
-        let handle = std::thread::Builder::new()
-            .name("vramscope-place".into())
-            .spawn(move || {
-                crate::producers::snapshot::behind_the_ui();
-                placer.run(start, &config)
-            });
-        if let Err(e) = &handle {
-            out.send(SourceMsg::Run(RunMsg::Failed(format!(
-                "could not start the thread that places the events: {e}"
-            ))));
-            failed.store(true, Ordering::Relaxed);
-        }
+        let handle = spawn_worker(
+            "vramscope-place",
+            "places the events",
+            out,
+            &failed,
+            move || placer.run(start, &config),
+        );
         Mirror {
             tx,
             failed,
             clean,
-            handle: handle.ok(),
+            handle,
         }
     }
 
