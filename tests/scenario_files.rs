@@ -26,6 +26,18 @@ fn at(text: &str) -> (usize, usize, String) {
     }
 }
 
+/// Each of `cases` (steps added after `step` in `VALID`, the line it must be
+/// refused at, and what the message must say) refused at its step's line,
+/// column 9.
+fn refused_after(step: &str, cases: &[(&str, usize, &str)]) {
+    for (added, line, said) in cases {
+        let text = VALID.replace(step, &format!("{step}{added}"));
+        let (l, column, message) = at(&text);
+        assert_eq!((l, column), (*line, 9), "{added}: {message}");
+        assert!(message.contains(said), "{added}: {message}");
+    }
+}
+
 #[test]
 fn valid_file_loads() {
     let (s, built) = load_str(VALID, "ok.ron").expect("valid");
@@ -640,12 +652,7 @@ fn hvp_steps_are_checked_at_the_step() {
             "only a tensor has .item()",
         ),
     ];
-    for (added, line, said) in cases {
-        let text = VALID.replace(step, &format!("{step}{added}"));
-        let (l, column, message) = at(&text);
-        assert_eq!((l, column), (*line, 9), "{added}: {message}");
-        assert!(message.contains(said), "{added}: {message}");
-    }
+    refused_after(step, cases);
     let text = VALID.replace(
         step,
         &format!(
@@ -723,12 +730,7 @@ fn gan_steps_are_checked_at_the_step() {
             "`fake`, which no earlier step binds",
         ),
     ];
-    for (added, line, said) in cases {
-        let text = VALID.replace(step, &format!("{step}{added}"));
-        let (l, column, message) = at(&text);
-        assert_eq!((l, column), (*line, 9), "{added}: {message}");
-        assert!(message.contains(said), "{added}: {message}");
-    }
+    refused_after(step, cases);
 
     let text = VALID.replace(
         step,
