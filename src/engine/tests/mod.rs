@@ -12,6 +12,7 @@ mod hvp;
 mod lang;
 pub(crate) mod launches;
 mod loop_language;
+mod optimizer_sweeps;
 mod precision;
 mod presets;
 mod reference_cycles;
