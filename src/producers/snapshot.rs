@@ -140,7 +140,7 @@ fn file_source(
         // A view of one file is made as the file is read: its recorded
         // trace, or its requests under another config.
         let streamed = match (&under, summary) {
-            (None, false) => Some(stream_file(&path, device, out, spent)),
+            (None, false) => Some(stream_file(&path, total, device, out, spent)),
             (Some(config), false) if whatif_stream::streams(config) => {
                 Some(whatif_stream::stream_what_if(&path, device, config, out))
             }

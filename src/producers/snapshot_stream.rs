@@ -40,12 +40,6 @@ mod placing;
 
 use placing::{spares_for, Batch, Finish, Mirror};
 
-/// The size of the file at `path` (0 when it cannot be read: the least
-/// spare parts).
-fn file_bytes(path: &Path) -> u64 {
-    std::fs::metadata(path).map_or(0, |m| m.len())
-}
-
 /// Entries placed before a view placed as if its trace began empty shows
 /// any: an open trace almost always shows it within these (an entry that
 /// frees or fills memory the map does not have), and is then placed again
@@ -65,19 +59,22 @@ pub(super) enum Streamed {
     Whole(Box<Snapshot>),
 }
 
-/// Read `path` for the view of `device` (the first the file holds when
-/// `None`), placing the trace's entries as they are decoded.
+/// Read `path` (`file_bytes` long) for the view of `device` (the first the
+/// file holds when `None`), placing the trace's entries as they are decoded.
 pub(super) fn stream_file(
     path: &Path,
+    file_bytes: u64,
     device: Option<usize>,
     out: &Out,
     spent: &Spent,
 ) -> Streamed {
+    let spares = spares_for(file_bytes);
     let mut tap = ViewTap {
         want: device,
         path,
         out,
         spent,
+        spares,
         state: None,
     };
     let (snap, state, tapped_device, count) = match read_through(path, out, &mut tap) {
@@ -187,15 +184,7 @@ pub(super) fn stream_file(
     {
         return Streamed::Done(false);
     }
-    let mirror = Mirror::spawn(
-        start,
-        config,
-        ooms,
-        0,
-        spares_for(file_bytes(path)),
-        out,
-        spent,
-    );
+    let mirror = Mirror::spawn(start, config, ooms, 0, spares, out, spent);
     let mut again = PlaceOnly {
         device: tapped_device,
         mirror: &mirror,
@@ -327,6 +316,8 @@ struct ViewTap<'a> {
     path: &'a Path,
     out: &'a Out,
     spent: &'a Spent,
+    /// Parts its placer keeps to be filled again.
+    spares: usize,
     state: Option<Tapping>,
 }
 
@@ -385,7 +376,7 @@ impl TraceTap for ViewTap<'_> {
                 AllocConfig::default(),
                 Vec::new(),
                 PROBATION,
-                spares_for(file_bytes(self.path)),
+                self.spares,
                 self.out,
                 self.spent,
             ),
