@@ -1,8 +1,9 @@
-//! The timeline's events, packed: 32 bytes per allocator event instead of
+//! The timeline's events, packed: 28 bytes per allocator event instead of
 //! the 56 of an [`Event`] (a 1 GB snapshot holds 14 M of them, and the views
 //! keep every one), markers kept aside. Fields too wide for their packed
 //! place (an OOM's free device memory, a block far larger than its request,
-//! the 65,536th stream) are kept aside too, by event index.
+//! the 65,536th stream, an address or size of 2^48 or more) are kept aside
+//! too, by event index.
 
 use rustc_hash::FxHashMap;
 use std::ops::Range;
@@ -18,11 +19,19 @@ const SMALL: u8 = 1;
 /// `flags`: the event's block size, stream or free device memory is in `wide`.
 const WIDE: u8 = 2;
 
+/// Addresses and sizes below this fit their packed 48 bits (a GPU's
+/// virtual addresses do: 47 bits on x86-64 hosts, 49 on some ARM ones).
+const PACKED_LIMIT: u64 = 1 << 48;
+
+/// Fields of at most 4-byte alignment, so an event takes 28 bytes, not the
+/// 32 that a `u64` field would round it to.
 #[derive(Debug, Clone, Copy)]
 struct Packed {
-    addr: u64,
-    size: u64,
-    tag: u64,
+    addr_lo: u32,
+    addr_hi: u16,
+    size_hi: u16,
+    size_lo: u32,
+    tag: [u32; 2],
     /// Block size minus requested size.
     extra: u32,
     /// Index in `streams`.
@@ -32,9 +41,41 @@ struct Packed {
     flags: u8,
 }
 
+impl Packed {
+    /// `addr` and `size` keep their low 48 bits: an event whose own do not
+    /// fit is marked [`WIDE`] and read from `wide`.
+    fn new(addr: u64, size: u64, tag: u64, extra: u32, stream: u16, kind: u8, flags: u8) -> Packed {
+        Packed {
+            addr_lo: addr as u32,
+            addr_hi: (addr >> 32) as u16,
+            size_hi: (size >> 32) as u16,
+            size_lo: size as u32,
+            tag: [tag as u32, (tag >> 32) as u32],
+            extra,
+            stream,
+            kind,
+            flags,
+        }
+    }
+
+    fn addr(&self) -> u64 {
+        u64::from(self.addr_hi) << 32 | u64::from(self.addr_lo)
+    }
+
+    fn size(&self) -> u64 {
+        u64::from(self.size_hi) << 32 | u64::from(self.size_lo)
+    }
+
+    fn tag(&self) -> u64 {
+        u64::from(self.tag[1]) << 32 | u64::from(self.tag[0])
+    }
+}
+
 /// What did not fit an event's packed fields.
 #[derive(Debug, Clone, Copy)]
 struct Wide {
+    addr: u64,
+    size: u64,
     block_size: u64,
     stream: u64,
     device_free: u64,
@@ -65,15 +106,7 @@ impl EventStore {
         let packed = match event {
             Event::Marker(m) => {
                 self.markers.push(m);
-                Packed {
-                    addr: (self.markers.len() - 1) as u64,
-                    size: 0,
-                    tag: 0,
-                    extra: 0,
-                    stream: 0,
-                    kind: MARKER,
-                    flags: 0,
-                }
+                Packed::new((self.markers.len() - 1) as u64, 0, 0, 0, 0, MARKER, 0)
             }
             Event::Alloc(e) => self.pack(&e),
         };
@@ -86,24 +119,30 @@ impl EventStore {
             .checked_sub(e.size)
             .and_then(|x| u32::try_from(x).ok());
         let stream = self.stream_slot(e.stream);
-        let wide = extra.is_none() || stream.is_none() || e.device_free != 0;
+        let wide = extra.is_none()
+            || stream.is_none()
+            || e.device_free != 0
+            || e.addr >= PACKED_LIMIT
+            || e.size >= PACKED_LIMIT;
         if wide {
             let w = Wide {
+                addr: e.addr,
+                size: e.size,
                 block_size: e.block_size,
                 stream: e.stream,
                 device_free: e.device_free,
             };
             self.wide.insert(self.packed.len(), w);
         }
-        Packed {
-            addr: e.addr,
-            size: e.size,
-            tag: e.tag.0,
-            extra: extra.unwrap_or(0),
-            stream: stream.unwrap_or(0),
-            kind: e.action as u8,
-            flags: if e.pool == Pool::Small { SMALL } else { 0 } | if wide { WIDE } else { 0 },
-        }
+        Packed::new(
+            e.addr,
+            e.size,
+            e.tag.0,
+            extra.unwrap_or(0),
+            stream.unwrap_or(0),
+            e.action as u8,
+            if e.pool == Pool::Small { SMALL } else { 0 } | if wide { WIDE } else { 0 },
+        )
     }
 
     /// The packed index of `stream`, `None` once 65,536 streams are known.
@@ -129,15 +168,15 @@ impl EventStore {
         if p.kind == MARKER {
             return self
                 .markers
-                .get(p.addr as usize)
+                .get(p.addr() as usize)
                 .cloned()
                 .map(Event::Marker);
         }
         let mut e = AllocEvent {
             action: Action::from_repr(p.kind)?,
-            addr: p.addr,
-            size: p.size,
-            block_size: p.size + u64::from(p.extra),
+            addr: p.addr(),
+            size: p.size(),
+            block_size: p.size() + u64::from(p.extra),
             stream: self
                 .streams
                 .get(usize::from(p.stream))
@@ -149,10 +188,12 @@ impl EventStore {
                 Pool::Large
             },
             device_free: 0,
-            tag: Tag(p.tag),
+            tag: Tag(p.tag()),
         };
         if p.flags & WIDE != 0 {
             if let Some(w) = self.wide.get(&i) {
+                e.addr = w.addr;
+                e.size = w.size;
                 e.block_size = w.block_size;
                 e.stream = w.stream;
                 e.device_free = w.device_free;
@@ -166,7 +207,7 @@ impl EventStore {
         let first_gone_marker = (n..self.len())
             .filter_map(|i| self.packed.get(i))
             .find(|p| p.kind == MARKER)
-            .map(|p| p.addr as usize);
+            .map(|p| p.addr() as usize);
         if let Some(m) = first_gone_marker {
             self.markers.truncate(m);
         }
@@ -260,6 +301,19 @@ mod tests {
             }
             .into(),
             alloc(Action::Other, u64::MAX, u64::MAX).into(),
+            // Past the packed 48 bits: the address, the size, both.
+            AllocEvent {
+                addr: PACKED_LIMIT,
+                ..alloc(Action::Alloc, 512, 512)
+            }
+            .into(),
+            alloc(Action::Alloc, PACKED_LIMIT + 1, PACKED_LIMIT + 512).into(),
+            AllocEvent {
+                addr: u64::MAX,
+                tag: Tag(u64::MAX),
+                ..alloc(Action::SegmentFree, u64::MAX - 1, u64::MAX - 1)
+            }
+            .into(),
             Marker::Narration("why".into()).into(),
         ];
         // More streams than the packed index holds.
@@ -285,7 +339,7 @@ mod tests {
         assert_eq!(store.range(events.len() - 1..events.len() + 5).count(), 1);
         assert_eq!(store.range(1..2).next(), Some(events[1].clone()));
         assert!(store.is_action(6, Action::Oom) && !store.is_action(1, Action::Oom));
-        assert_eq!(std::mem::size_of::<Packed>(), 32);
+        assert_eq!(std::mem::size_of::<Packed>(), 28);
         // Every action, the three a trace may add to the allocator's included.
         let every =
             Action::ALL

@@ -7,6 +7,7 @@
 //! `stack` holds an allocation's frames as the views read them and `sites`
 //! groups live bytes by the first user frame.
 
+pub mod allocated_curve;
 pub mod chunked;
 pub mod event;
 pub mod event_store;

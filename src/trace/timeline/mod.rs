@@ -4,7 +4,7 @@
 //! restoring the nearest keyframe and replaying forward, and the figures "so
 //! far" at any cursor (peaks, OOMs, gaps) as cheaply as a seek.
 
-use super::chunked::ChunkedVec;
+use super::allocated_curve::AllocatedCurve;
 use super::event::{Event, Marker};
 use super::event_store::EventStore;
 use super::frozen_map::FrozenMap;
@@ -135,8 +135,8 @@ pub struct Timeline {
     events: EventStore,
     /// The curve: allocated bytes after each event, and reserved bytes as
     /// the event index from which each value holds (it changes only with
-    /// segments: 8 bytes per event instead of 16).
-    allocated: ChunkedVec<u64>,
+    /// segments: 4 bytes per event instead of 16).
+    allocated: AllocatedCurve,
     reserved: Vec<(usize, u64)>,
     buckets: Vec<Bucket>,
     keyframes: Vec<FrozenMap>,
@@ -340,7 +340,7 @@ impl Timeline {
                 step += 1;
             }
             Sample {
-                allocated: self.allocated[i],
+                allocated: self.allocated.get(i).unwrap_or(0),
                 reserved: self.reserved.get(step).map_or(0, |r| r.1),
             }
         })
@@ -481,7 +481,7 @@ impl Timeline {
     pub fn heap_bytes(&self) -> usize {
         let map_bytes = |m: &MemoryMap| (m.blocks.len() + m.segments.len()) * 64;
         self.events.heap_bytes()
-            + self.allocated.capacity() * 8
+            + self.allocated.heap_bytes()
             + self.reserved.capacity() * std::mem::size_of::<(usize, u64)>()
             + self.buckets.capacity() * std::mem::size_of::<Bucket>()
             + self.keyframe_peaks.capacity() * std::mem::size_of::<Peak>()
