@@ -6,7 +6,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use vramscope::engine::{
-    DType, Engine, EngineConfig, GpuArch, ModelConfig, OptimizerConfig, Program, Step,
+    BatchAssign, DType, Engine, EngineConfig, GpuArch, ModelConfig, OptimizerConfig, Program, Step,
 };
 
 fn training_program() -> Program {
@@ -20,6 +20,7 @@ fn training_program() -> Program {
         Step::LoadBatch {
             x: s("x"),
             y: s("y"),
+            assign: BatchAssign::Together,
         },
         Step::AutocastEnter { dtype: DType::BF16 },
         Step::Forward {

@@ -82,7 +82,8 @@ pub use loop_steps::{DictKey, EveryUnit, HiddenPart};
 pub use optim::{OptimizerConfig, OptimizerKind};
 pub use presets::{Evidence, LossKind, ModelConfig, ModelKind, PresetInfo, PRESET_CATALOGUE};
 pub use program::{
-    numbered, preorder_len, Fill, GradContext, KeepWhat, Program, SecondModel, Step, MAX_RUN_EVENTS,
+    numbered, preorder_len, BatchAssign, Fill, GradContext, KeepWhat, Program, SecondModel, Step,
+    MAX_RUN_EVENTS,
 };
 pub use scratch::reduce::ReduceDevice;
 pub use shape::Shape;

@@ -14,7 +14,7 @@ use crate::trace::Phase;
 
 mod step;
 
-pub use step::{Fill, GradContext, KeepWhat, SecondModel, Step};
+pub use step::{BatchAssign, Fill, GradContext, KeepWhat, SecondModel, Step};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -44,6 +44,7 @@ impl Program {
             Step::LoadBatch {
                 x: "x".into(),
                 y: "y".into(),
+                assign: BatchAssign::Together,
             },
             Step::Forward {
                 input: "x".into(),
@@ -168,16 +169,23 @@ impl Engine {
 
     fn step_inner(&mut self, s: &Step, index: u32, p: &Program) -> Result<()> {
         match s {
-            Step::LoadBatch { x, y } => {
+            Step::LoadBatch { x, y, assign } => {
                 let b = self.batch_size(p);
                 let seq = scheduled(&p.seq_lens, self.ctx.iteration);
                 let model = self.take_model()?;
                 let prev = self.phase_begin(Phase::User);
-                let r = model.make_batch(self, b, seq);
+                let in_turn = *assign == BatchAssign::InTurn;
+                let r = model.make_batch(self, b, seq, &mut |e: &mut Engine, xt| {
+                    if in_turn {
+                        e.bind(x, Value::Tensor(xt));
+                    }
+                });
                 self.phase_end(Phase::User, prev);
                 self.model = Some(model);
                 let (xt, yt) = r?;
-                self.bind(x, Value::Tensor(xt));
+                if !in_turn {
+                    self.bind(x, Value::Tensor(xt));
+                }
                 if let Some(yt) = yt {
                     self.bind(y, Value::Tensor(yt));
                 }

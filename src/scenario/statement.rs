@@ -3,7 +3,8 @@
 //! made by a step can say which line of a training loop it is.
 
 use crate::engine::{
-    DType, DictKey, EveryUnit, Fill, GradContext, HiddenPart, KeepWhat, SecondModel, Step,
+    BatchAssign, DType, DictKey, EveryUnit, Fill, GradContext, HiddenPart, KeepWhat, SecondModel,
+    Step,
 };
 
 fn kept(from: &str, what: KeepWhat) -> String {
@@ -95,7 +96,16 @@ fn empty(shape: &[u64], d: DType) -> String {
 /// The statement `step` stands for, e.g. `out = model(x)`.
 pub fn statement(step: &Step) -> String {
     match step {
-        Step::LoadBatch { x, y } => format!("{x}, {y} = next(batches)"),
+        Step::LoadBatch {
+            x,
+            y,
+            assign: BatchAssign::Together,
+        } => format!("{x}, {y} = next(batches)"),
+        Step::LoadBatch {
+            x,
+            y,
+            assign: BatchAssign::InTurn,
+        } => format!("{x} = next(inputs); {y} = next(targets)"),
         Step::Forward {
             input,
             output,

@@ -89,7 +89,7 @@ fn variant(s: &Step) -> &'static str {
 /// Names a step reads (must be bound before) and binds.
 fn reads_binds(s: &Step) -> (Vec<&str>, Vec<&str>) {
     match s {
-        Step::LoadBatch { x, y } => (vec![], vec![x, y]),
+        Step::LoadBatch { x, y, .. } => (vec![], vec![x, y]),
         Step::Forward {
             input,
             output,

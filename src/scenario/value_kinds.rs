@@ -173,7 +173,7 @@ pub(crate) fn binds(
         _ => Kind::Tensor,
     };
     match s {
-        Step::LoadBatch { x, y } => vec![(x, Kind::Tensor), (y, Kind::Tensor)],
+        Step::LoadBatch { x, y, .. } => vec![(x, Kind::Tensor), (y, Kind::Tensor)],
         Step::Forward { output, .. } if recurrent => {
             vec![
                 (output, Kind::Tensor),

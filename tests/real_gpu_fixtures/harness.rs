@@ -481,7 +481,9 @@ pub(crate) fn requests_in_place(scenario: &str, stem: &str) {
 /// programs take: they load a batch in two statements (`x = …` frees the
 /// last `x` before `y = …` makes the new `y`), where the scenario's
 /// `LoadBatch` binds both at once. So a free just before an alloc in the
-/// capture may come just after it in the simulation. And two frees side by
+/// capture may come just after it in the simulation (a scenario that says
+/// `LoadBatch(..., assign: InTurn)` binds them as the program does, and
+/// needs no liberty). And two frees side by
 /// side may come in either order: tensors released by one statement (a
 /// tuple's elements, a frame's locals, a node's saved values) go in an
 /// order Python and the autograd engine choose and the engine does not

@@ -380,11 +380,14 @@ impl Model {
     }
 
     /// The input batch and target for batch size `b`, allocated x then y.
+    /// The batch's input and target; `made_x` is told of the input as soon
+    /// as it is made, before the target is.
     pub(crate) fn make_batch(
         &self,
         e: &mut Engine,
         b: u64,
         seq_len: Option<u64>,
+        made_x: &mut dyn FnMut(&mut Engine, TensorId),
     ) -> Result<(TensorId, Option<TensorId>)> {
         // Floating inputs arrive in the model's dtype (`x.to(device, dtype)`).
         let fp = self.cfg.param_dtype;
@@ -419,6 +422,7 @@ impl Model {
         };
         let x = e.factory(Shape::new(&xs), xd, Category::Input)?;
         e.k_fill(x, 1.0);
+        made_x(e, x);
         let y = match ys {
             Some((s, d)) => Some(e.factory(Shape::new(&s), d, Category::Input)?),
             None => None,

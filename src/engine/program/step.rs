@@ -56,6 +56,24 @@ pub enum GradContext {
     InferenceMode,
 }
 
+/// How `LoadBatch` binds a new batch to names that hold the last one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BatchAssign {
+    /// `x, y = next(batches)`: both are made, then the last `x` and the
+    /// last `y` are freed.
+    #[default]
+    Together,
+    /// `x = ...` then `y = ...`: the last `x` is freed as soon as the new
+    /// one is made, before `y` is made.
+    InTurn,
+}
+
+impl BatchAssign {
+    pub fn is_together(&self) -> bool {
+        *self == BatchAssign::Together
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub enum Step {
@@ -63,6 +81,9 @@ pub enum Step {
     LoadBatch {
         x: String,
         y: String,
+        /// How the program binds them over the last batch's names.
+        #[serde(default, skip_serializing_if = "BatchAssign::is_together")]
+        assign: BatchAssign,
     },
     /// `output = model(input)`; recurrent models read and rebind `hidden`.
     /// `model` names a second model (`BuildModel`) to run instead.

@@ -3,6 +3,7 @@
 use super::super::error::INFERENCE_TENSOR_SAVED;
 use super::super::{DType, EngineError, GradContext, KeepWhat, Shape, Step, BACKWARD_TWICE};
 use super::*;
+use crate::engine::BatchAssign;
 
 #[test]
 fn second_backward_raises_pytorch_text() {
@@ -106,6 +107,7 @@ fn an_inference_tensor_met_by_a_recording_op_raises_pytorch_text() {
         Step::LoadBatch {
             x: s("x"),
             y: s("y"),
+            assign: BatchAssign::Together,
         },
         Step::SetGrad {
             grad: GradContext::Enabled,

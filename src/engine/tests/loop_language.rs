@@ -7,6 +7,7 @@
 //! `get_allocation_size` and `shouldSplit`), never from the engine's output.
 
 use super::*;
+use crate::engine::BatchAssign;
 use crate::engine::{DType, DictKey, EngineConfig, EveryUnit, KeepWhat, Value};
 
 const MIB: u64 = 1 << 20;
@@ -59,6 +60,7 @@ fn eval_batch() -> Vec<Step> {
         Step::LoadBatch {
             x: s("vx"),
             y: s("vy"),
+            assign: BatchAssign::Together,
         },
         Step::Forward {
             input: s("vx"),

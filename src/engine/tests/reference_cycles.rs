@@ -5,6 +5,7 @@
 //! allocator's (a 4 MiB request is one 4 MiB block), not from the engine.
 
 use super::*;
+use crate::engine::BatchAssign;
 use crate::engine::{DType, EngineConfig, KeepWhat, Value};
 
 const MIB: i64 = 1 << 20;
@@ -133,6 +134,7 @@ fn a_cycle_holding_the_hidden_state_roots_both_tensors() {
             Step::LoadBatch {
                 x: s("x"),
                 y: s("y"),
+                assign: BatchAssign::Together,
             },
             Step::Forward {
                 input: s("x"),
@@ -148,4 +150,32 @@ fn a_cycle_holding_the_hidden_state_roots_both_tensors() {
     for want in ["rec[\"hidden\"][0]", "rec[\"hidden\"][1]"] {
         assert!(roots.iter().any(|n| n == want), "{want} in {roots:?}");
     }
+}
+
+/// `x, y = next(batches)` makes both before the names let go of the last
+/// batch; `x = ...` then `y = ...` lets go of each as its new one is made.
+#[test]
+fn a_batch_bound_in_turn_frees_each_old_tensor_before_the_next_is_made() {
+    let second_load = |assign: BatchAssign| {
+        let mut e = engine(crate::engine::ModelConfig::mlp_mnist());
+        let load = Step::LoadBatch {
+            x: s("x"),
+            y: s("y"),
+            assign,
+        };
+        let p = program(vec![load.clone()], 1);
+        e.run_step(&load, 0, &p).expect("first batch");
+        let first = requests(&e.take_events());
+        e.run_step(&load, 0, &p).expect("second batch");
+        (first, requests(&e.take_events()))
+    };
+    let (first, together) = second_load(BatchAssign::Together);
+    // The first step also makes the model's parameters; the batch comes last.
+    let [.., x, y] = first[..] else {
+        panic!("the first batch makes x and y: {first:?}")
+    };
+    assert!(x > 0 && y > 0 && x != y, "{first:?}");
+    assert_eq!(together, [x, y, -x, -y]);
+    let (_, in_turn) = second_load(BatchAssign::InTurn);
+    assert_eq!(in_turn, [x, -x, y, -y]);
 }
