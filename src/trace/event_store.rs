@@ -1,5 +1,6 @@
-//! The timeline's events, packed: 28 bytes per allocator event instead of
-//! the 56 of an [`Event`] (a 1 GB snapshot holds 14 M of them, and the views
+//! The timeline's events, packed: 24 bytes per allocator event instead of
+//! the 56 of an [`Event`] (28 once a tag needs more than 32 bits, as an
+//! engine run's do: their upper halves are kept beside) (a 1 GB snapshot holds 14 M of them, and the views
 //! keep every one), markers kept aside. Fields too wide for their packed
 //! place (an OOM's free device memory, a block far larger than its request,
 //! the 65,536th stream, an address or size of 2^48 or more) are kept aside
@@ -23,15 +24,16 @@ const WIDE: u8 = 2;
 /// virtual addresses do: 47 bits on x86-64 hosts, 49 on some ARM ones).
 const PACKED_LIMIT: u64 = 1 << 48;
 
-/// Fields of at most 4-byte alignment, so an event takes 28 bytes, not the
-/// 32 that a `u64` field would round it to.
+/// Fields of at most 4-byte alignment, so an event takes 24 bytes, not the
+/// 32 that `u64` fields would take.
 #[derive(Debug, Clone, Copy)]
 struct Packed {
     addr_lo: u32,
     addr_hi: u16,
     size_hi: u16,
     size_lo: u32,
-    tag: [u32; 2],
+    /// The tag's lower half (the upper one is in `EventStore::tag_hi`).
+    tag_lo: u32,
     /// Block size minus requested size.
     extra: u32,
     /// Index in `streams`.
@@ -50,7 +52,7 @@ impl Packed {
             addr_hi: (addr >> 32) as u16,
             size_hi: (size >> 32) as u16,
             size_lo: size as u32,
-            tag: [tag as u32, (tag >> 32) as u32],
+            tag_lo: tag as u32,
             extra,
             stream,
             kind,
@@ -64,10 +66,6 @@ impl Packed {
 
     fn size(&self) -> u64 {
         u64::from(self.size_hi) << 32 | u64::from(self.size_lo)
-    }
-
-    fn tag(&self) -> u64 {
-        u64::from(self.tag[1]) << 32 | u64::from(self.tag[0])
     }
 }
 
@@ -91,6 +89,9 @@ pub struct EventStore {
     /// the stream before it.
     last_stream: Option<(u64, u16)>,
     wide: FxHashMap<usize, Wide>,
+    /// Each event's tag's upper 32 bits, from the first event whose tag
+    /// has any (a snapshot's tags are entry numbers: they never do).
+    tag_hi: Option<ChunkedVec<u32>>,
 }
 
 impl EventStore {
@@ -103,14 +104,29 @@ impl EventStore {
     }
 
     pub fn push(&mut self, event: Event) {
-        let packed = match event {
+        let (packed, tag) = match event {
             Event::Marker(m) => {
                 self.markers.push(m);
-                Packed::new((self.markers.len() - 1) as u64, 0, 0, 0, 0, MARKER, 0)
+                let index = (self.markers.len() - 1) as u64;
+                (Packed::new(index, 0, 0, 0, 0, MARKER, 0), 0)
             }
-            Event::Alloc(e) => self.pack(&e),
+            Event::Alloc(e) => (self.pack(&e), e.tag.0),
         };
+        let hi = (tag >> 32) as u32;
+        if hi != 0 && self.tag_hi.is_none() {
+            let mut zeros = ChunkedVec::default();
+            (0..self.packed.len()).for_each(|_| zeros.push(0));
+            self.tag_hi = Some(zeros);
+        }
+        if let Some(t) = &mut self.tag_hi {
+            t.push(hi);
+        }
         self.packed.push(packed);
+    }
+
+    fn tag(&self, i: usize, p: &Packed) -> u64 {
+        let hi = self.tag_hi.as_ref().and_then(|t| t.get(i)).copied();
+        u64::from(hi.unwrap_or(0)) << 32 | u64::from(p.tag_lo)
     }
 
     fn pack(&mut self, e: &AllocEvent) -> Packed {
@@ -188,7 +204,7 @@ impl EventStore {
                 Pool::Large
             },
             device_free: 0,
-            tag: Tag(p.tag()),
+            tag: Tag(self.tag(i, p)),
         };
         if p.flags & WIDE != 0 {
             if let Some(w) = self.wide.get(&i) {
@@ -212,6 +228,9 @@ impl EventStore {
             self.markers.truncate(m);
         }
         self.wide.retain(|i, _| *i < n);
+        if let Some(t) = &mut self.tag_hi {
+            t.truncate(n);
+        }
         self.packed.truncate(n);
     }
 
@@ -252,6 +271,7 @@ impl EventStore {
             + self.markers.capacity() * std::mem::size_of::<Marker>()
             + self.wide.capacity() * (std::mem::size_of::<(usize, Wide)>() + 1)
             + self.streams.capacity() * 8
+            + self.tag_hi.as_ref().map_or(0, |t| t.capacity() * 4)
     }
 
     /// Whether event `i` is an allocator event with this action, without
@@ -339,7 +359,7 @@ mod tests {
         assert_eq!(store.range(events.len() - 1..events.len() + 5).count(), 1);
         assert_eq!(store.range(1..2).next(), Some(events[1].clone()));
         assert!(store.is_action(6, Action::Oom) && !store.is_action(1, Action::Oom));
-        assert_eq!(std::mem::size_of::<Packed>(), 28);
+        assert_eq!(std::mem::size_of::<Packed>(), 24);
         // Every action, the three a trace may add to the allocator's included.
         let every =
             Action::ALL
@@ -351,5 +371,40 @@ mod tests {
             assert!(store.is_action(0, a));
             assert_eq!(store.get(0), Some(alloc(a, 1, 1).into()), "{a:?}");
         }
+    }
+
+    #[test]
+    fn tags_of_32_bits_take_no_room_beside_the_event() {
+        let mut store = EventStore::default();
+        let n = 1 << 17;
+        for i in 0..n {
+            store.push(
+                AllocEvent {
+                    tag: Tag(i),
+                    ..alloc(Action::Alloc, 512, 512)
+                }
+                .into(),
+            );
+        }
+        assert_eq!(store.heap_bytes() / n as usize, 24);
+        // One wide tag: every tag before it keeps its value.
+        store.push(
+            AllocEvent {
+                tag: Tag(7 << 40),
+                ..alloc(Action::Alloc, 512, 512)
+            }
+            .into(),
+        );
+        store.push(alloc(Action::Alloc, 512, 512).into());
+        let tag = |store: &EventStore, i: usize| match store.get(i) {
+            Some(Event::Alloc(e)) => e.tag.0,
+            other => panic!("{other:?}"),
+        };
+        let n = n as usize;
+        assert_eq!((tag(&store, 0), tag(&store, n - 1)), (0, n as u64 - 1));
+        assert_eq!((tag(&store, n), tag(&store, n + 1)), (7 << 40, 42));
+        store.truncate(3);
+        store.push(alloc(Action::Alloc, 512, 512).into());
+        assert_eq!((tag(&store, 2), tag(&store, 3)), (2, 42));
     }
 }
