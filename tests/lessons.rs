@@ -643,7 +643,7 @@ fn prose_that_states_a_wrong_figure_fails() {
     );
     // The narration quotes checkpoint-reentrant-frozen-fixed's peak and
     // names it: that run's figures count.
-    assert!(!out.contains("\"824 MiB\""), "{out}");
+    assert!(!out.contains("\"825 MiB\""), "{out}");
 }
 
 /// What caching-allocator part 5 says expandable segments do, checked on

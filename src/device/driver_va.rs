@@ -8,8 +8,9 @@
 //! (docs/driver_addresses.md). It predicts the *order* of segments (93 pairs
 //! of 100), not most addresses: the CUDA context, cuBLAS, cuDNN and lazily
 //! loaded kernel modules also call the driver, unrecorded, and move them.
-//! It is not the H100 profile's default: two traced captures and four
-//! built-ins exact in request order are not under it.
+//! It is the H100 profile's default (90 of 95 traced captures exact, 69
+//! in request order); two traced captures and four built-ins exact in
+//! request order are not under it, each for a named cause.
 
 use std::collections::BTreeMap;
 

@@ -100,13 +100,13 @@ pub const PROFILES: [GpuProfile; 9] = [
         memory_measured: true,
         // total − cudaMemGetInfo's free, before the first tensor (the captures).
         context_bytes: Some(552_402_944),
-        // The driver's rule measured on this card (Placement::H100Driver):
+        // The driver's rule measured on this card (docs/driver_addresses.md):
         // 90 of 95 traced captures exact (69 in request order), 25 built-ins
-        // exact against their captures, but four move away from theirs
-        // (reference-cycle-bug/-gc 64 MiB, attention-math-bf16 4 MiB,
-        // llama-lora-finetune 2 MiB): not the default yet
-        // (docs/driver_addresses.md).
-        placement: Placement::InOrder,
+        // exact against their captures; four move away from theirs, each by
+        // a named cause (reference-cycle-bug/-gc +64 MiB reserved,
+        // attention-math-bf16 +4 MiB peak allocated, llama-lora-finetune
+        // +2 MiB at iteration 1's reserved).
+        placement: Placement::H100Driver,
         peak_tflops: 989.4,
         bandwidth_gb_s: 3352.0,
         fp32_tflops: 66.9,
@@ -277,5 +277,19 @@ mod tests {
         let h100 = profile("H100-SXM-80GB").expect("known");
         assert_eq!(h100.total_memory, 85_017_493_504);
         assert_eq!((h100.sm_count, h100.max_threads_per_sm), (132, 2048));
+    }
+
+    #[test]
+    fn only_the_measured_card_lays_segments_out_by_its_driver() {
+        // The rule was measured on the H100 SXM's captures alone; every
+        // other card keeps request order until its driver is measured.
+        for p in &PROFILES {
+            let expected = if p.name == "H100-SXM-80GB" {
+                Placement::H100Driver
+            } else {
+                Placement::InOrder
+            };
+            assert_eq!(p.placement, expected, "{}", p.name);
+        }
     }
 }

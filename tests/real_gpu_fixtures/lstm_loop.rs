@@ -49,26 +49,20 @@ fn lstm_medium_matches_the_h100() {
 }
 
 /// The loop's requests are the H100's, in order, since a sum of the bool
-/// comparison reads an int64 copy of it (ATen's `make_reduction`); the 2 MiB
-/// small-pool segment the H100 holds more, at the peak and at iteration ends
-/// from iteration 31 on, comes from the driver's addresses: which of two
-/// cached blocks of a size serves a request is the lower address.
-const DRIVER_ADDRESSES: Layout = Layout {
-    reserved: 2 << 20,
-    ends: 2 << 20,
-    ..EXACT
-};
+/// comparison reads an int64 copy of it (ATen's `make_reduction`), and on
+/// the H100 driver's layout every figure is the H100's. In request order the
+/// H100 held one 2 MiB small-pool segment more, at the peak and at
+/// iteration ends from iteration 31 on: which of two cached blocks of a
+/// size serves a request is the lower address.
+const IN_REQUEST_ORDER_SHORT: u64 = 2 << 20;
 
 #[test]
 fn loop_schedule_metrics_matches_the_h100() {
-    let (sim, m) = check(
-        "loop-schedule-metrics",
-        "loop_schedule_metrics",
-        DRIVER_ADDRESSES,
-    );
-    // The cause, shown: the H100's own requests, in its order, on the
-    // simulated device's addresses (each segment after the last) reserve
-    // what the simulation reserves, byte for byte.
+    let (sim, m) = check("loop-schedule-metrics", "loop_schedule_metrics", EXACT);
+    // The cause, shown: the H100's own requests, in its order, on addresses
+    // in request order (each segment after the last) reserve one 2 MiB
+    // segment less than the H100 did, and the simulation, laid out as the
+    // driver does, reserves what the H100 did.
     let snap = import_file(&captured("loop_schedule_metrics", "pickle")).expect("imports");
     let entries = from_snapshot::entries(&snap, 0);
     let replayed = whatif::what_if(
@@ -82,11 +76,10 @@ fn loop_schedule_metrics_matches_the_h100() {
     );
     assert_eq!(replayed.oom_count, 0);
     assert_eq!(replayed.peak_allocated, sim.peak_allocated);
-    assert_eq!(replayed.peak_reserved, sim.peak_reserved);
     assert_eq!(
-        u64_field(&m, "max_memory_reserved") - sim.peak_reserved,
-        DRIVER_ADDRESSES.reserved,
-        "the allowance is the difference, no more"
+        sim.peak_reserved - replayed.peak_reserved,
+        IN_REQUEST_ORDER_SHORT,
+        "request order reserves one 2 MiB segment less"
     );
 }
 

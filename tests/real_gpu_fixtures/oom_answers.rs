@@ -30,7 +30,7 @@ fn a_capture_and_its_scenario_answer_an_oom_alike() {
         let real = answer_trace_oom(&snap, 0, None)
             .unwrap_or_else(|| panic!("{stem}: the capture ends in an OOM too"));
         if sim.requested != real.requested {
-            continue; // another request failed first (adam-first-step-oom-bug: README)
+            continue; // another request failed first (adam-first-step-oom-bug in request order: README)
         }
         let verdicts = |a: &vramscope::leak::OomAnswer| {
             a.what_if

@@ -103,27 +103,14 @@ fn var_batch_expandable_fixed_matches_the_h100() {
     );
 }
 
-/// Autocast's cast cache is freed in its hash map's order on the H100 (the
-/// engine frees the casts in the order they were made): every request is
-/// the same, the blocks serving them keep 128 KiB more unsplit tail on the
-/// H100 at the peak, and up to 1.5 MiB at an iteration end.
-const AUTOCAST_CACHE_ORDER: Layout = Layout {
-    allocated: 128 << 10,
-    ends: 1_572_864,
-    ..EXACT
-};
-
-/// The fp32 GPT programs (checkpoint-none, amp-fp32): requested and the
-/// peaks exact; an iteration end 3 MiB apart in unsplit tails (which
-/// blocks served a request follows the driver's addresses).
-const FP32_GPT_ENDS: Layout = Layout {
-    ends: 3 << 20,
-    ..EXACT
-};
-
 #[test]
 fn amp_fp16_matches_the_h100() {
-    check("amp-fp16", "amp_fp16", AUTOCAST_CACHE_ORDER);
+    // Autocast's cast cache is freed in its hash map's order on the H100
+    // (the engine frees the casts in the order they were made): the same
+    // frees, and on the H100 driver's layout (docs/driver_addresses.md) the
+    // same blocks serve them. In request order the H100 kept 128 KiB more
+    // unsplit tail at the peak and up to 1.5 MiB at an iteration end.
+    check("amp-fp16", "amp_fp16", EXACT);
 }
 
 #[test]
@@ -137,17 +124,13 @@ fn checkpoint_every_layer_matches_the_h100() {
 fn checkpoint_sqrt_segments_matches_the_h100() {
     // Reserved is the H100's since the engine sums the tied embedding's
     // gradients out of place and takes the reductions' scratch (before, one
-    // 128 MiB segment over from iteration 2 on). Requested exact; the
-    // blocks serving it follow the driver's addresses: 4 MiB of unsplit
-    // tails more in the simulation at the peak and at iteration ends.
+    // 128 MiB segment over from iteration 2 on). Allocated is since the
+    // device lays segments out as the H100's driver does (in request order,
+    // 4 MiB of unsplit tails more at the peak and at iteration ends).
     check(
         "checkpoint-sqrt-segments",
         "checkpoint_sqrt_segments",
-        Layout {
-            allocated: 4 << 20,
-            ends: 4 << 20,
-            ..EXACT
-        },
+        EXACT,
     );
 }
 
@@ -182,32 +165,17 @@ fn checkpoint_reentrant_frozen_bug_matches_the_h100() {
 
 #[test]
 fn bf16_model_matches_the_h100() {
-    // Requested and the peaks exact; one iteration end differs by a 512 KiB
-    // tail (which block served a request: the driver's addresses).
-    check(
-        "bf16-model",
-        "bf16_model",
-        Layout {
-            ends: 512 << 10,
-            ..EXACT
-        },
-    );
+    // Exact on the H100 driver's layout (in request order one iteration end
+    // differed by a 512 KiB tail: which block served a request).
+    check("bf16-model", "bf16_model", EXACT);
 }
 
 #[test]
 fn grad_accum_fixed_matches_the_h100() {
-    // Requested exact; 2 MiB of unsplit tails more at the peak and 3 MiB at
-    // an iteration end in the simulation (which blocks serve the micro-batches'
-    // activations follows the driver's addresses).
-    check(
-        "grad-accum-fixed",
-        "grad_accum_fixed",
-        Layout {
-            allocated: 2 << 20,
-            ends: 3 << 20,
-            ..EXACT
-        },
-    );
+    // Exact on the H100 driver's layout (in request order 2 MiB of unsplit
+    // tails more at the peak and 3 MiB at an iteration end: which blocks
+    // serve the micro-batches' activations follows the addresses).
+    check("grad-accum-fixed", "grad_accum_fixed", EXACT);
 }
 
 #[test]
@@ -238,25 +206,18 @@ fn eval_no_grad_bug_matches_the_h100() {
 #[test]
 fn amp_bf16_matches_the_h100() {
     // As amp-fp16.
-    check("amp-bf16", "amp_bf16", AUTOCAST_CACHE_ORDER);
+    check("amp-bf16", "amp_bf16", EXACT);
 }
 
 #[test]
 fn adam_first_step_oom_bug_matches_the_h100() {
     // Both run out of memory in the first step's `_init_group`, creating
     // AdamW's state parameter by parameter, 1.37 GiB allowed. Where exactly
-    // depends on how fragmented the cache is: the H100 had 142.06 MiB
-    // reserved but unallocated at its OOM, the simulation 132.5 MiB, so the
-    // H100 stopped 11.8 MB (a few parameters' state) earlier.
-    check(
-        "adam-first-step-oom-bug",
-        "adam_first_step_oom_bug",
-        Layout {
-            requested: 11_833_344,
-            allocated: 11_046_912,
-            ..EXACT
-        },
-    );
+    // depends on how fragmented the cache is: on the H100 driver's layout
+    // the same parameter's state fails (in request order the simulation
+    // had 132.5 MiB reserved but unallocated against the H100's 142.06 MiB,
+    // and stopped 11.8 MB later).
+    check("adam-first-step-oom-bug", "adam_first_step_oom_bug", EXACT);
 }
 
 #[test]
@@ -317,9 +278,9 @@ fn fragmentation_oom_expandable_fixed_matches_the_h100() {
 
 #[test]
 fn checkpoint_none_matches_the_h100() {
-    // Requested and the peaks exact; an iteration end differs by 3 MiB of
-    // unsplit tails (which blocks served: the driver's addresses).
-    check("checkpoint-none", "checkpoint_none", FP32_GPT_ENDS);
+    // Exact on the H100 driver's layout (in request order an iteration end
+    // differed by 3 MiB of unsplit tails: which blocks served).
+    check("checkpoint-none", "checkpoint_none", EXACT);
 }
 
 #[test]
@@ -425,23 +386,19 @@ fn grad_accum_big_batch_oom_matches_the_h100() {
 
 #[test]
 fn checkpoint_reentrant_frozen_fixed_matches_the_h100() {
-    // Requested exact; one 1 MiB unsplit tail more on the H100 at the peak,
-    // two at an iteration end (the driver's addresses).
+    // Exact on the H100 driver's layout (in request order one 1 MiB
+    // unsplit tail more on the H100 at the peak, two at an iteration end).
     check(
         "checkpoint-reentrant-frozen-fixed",
         "checkpoint_reentrant_frozen_fixed",
-        Layout {
-            allocated: 1 << 20,
-            ends: 2 << 20,
-            ..EXACT
-        },
+        EXACT,
     );
 }
 
 #[test]
 fn amp_fp32_matches_the_h100() {
-    // The same program as checkpoint-none (fp32, no autocast), the same gap.
-    check("amp-fp32", "amp_fp32", FP32_GPT_ENDS);
+    // The same program as checkpoint-none (fp32, no autocast).
+    check("amp-fp32", "amp_fp32", EXACT);
 }
 
 #[test]
@@ -480,37 +437,52 @@ fn amp_half_model_bug_matches_the_h100() {
 #[test]
 fn attention_math_fallback_matches_the_h100() {
     // Every request in size and order (captured_requests_are_the_h100_s_in_order).
-    // Which cached blocks serve them follows the device's addresses: the
-    // capture's own trace replayed on a simulated device (`vramscope replay
-    // … --conf ""`) peaks at the engine's 2,062,750,720 B, the H100's
-    // driver addresses left one more unsplit 1 MiB tail at the peak and two
-    // at the iteration ends.
-    check(
-        "attention-math-fallback",
-        "attention_math_fallback",
-        Layout {
-            allocated: 1 << 20,
-            ends: 2 << 20,
-            ..EXACT
-        },
-    );
+    // Which cached blocks serve them follows the device's addresses: exact
+    // on the H100 driver's layout (in request order one unsplit 1 MiB tail
+    // less at the peak and two at the iteration ends).
+    check("attention-math-fallback", "attention_math_fallback", EXACT);
 }
+
+/// attention-math-bf16's peak allocated over the H100's on the driver's
+/// layout: its 2 MiB ties served by other blocks than the H100's.
+const ATTENTION_MATH_BF16_TIES: u64 = 4 << 20;
+
+/// The same ties at iteration 1's end (memory_allocated()).
+const ATTENTION_MATH_BF16_ENDS: u64 = 5 << 20;
 
 #[test]
 fn attention_math_bf16_matches_the_h100() {
     // The math backend on a bf16 model (a test scenario, not a built-in):
     // fp32 copies of q, k and v, the results cast back, and in backward the
     // casts' gradients laid out like the incoming ones. Every request in
-    // order and the peaks exact; iteration 1 ends with one block carrying a
-    // 2 MiB larger tail in the simulation.
-    check(
+    // order. On the H100 driver's layout peak allocated is 4 MiB over the
+    // H100's (as under `vramscope trace`) and memory_allocated() up to
+    // 5 MiB over at an iteration end (reserved exact): the capture's
+    // unrecorded gaps (2 GiB after the first kernels, 8-18 MiB where the
+    // backward's modules load) decide its 2 MiB ties, which the rule leaves
+    // out (docs/driver_addresses.md). In request order its peaks were exact
+    // and iteration 1's end 2 MiB off.
+    let (sim, m) = check(
         "tests/fixtures/pytorch/attention-math-bf16.ron",
         "attention_math_bf16",
         Layout {
-            ends: 2 << 20,
+            allocated: ATTENTION_MATH_BF16_TIES,
+            ends: ATTENTION_MATH_BF16_ENDS,
             ..EXACT
         },
     );
+    assert_eq!(
+        sim.peak_allocated - u64_field(&m, "max_memory_allocated"),
+        ATTENTION_MATH_BF16_TIES,
+        "the allowance is the difference, no more"
+    );
+    let real = m["per_iteration"].as_array().expect("per_iteration");
+    let mut widest = 0;
+    for (s, r) in sim.per_iteration.iter().zip(real) {
+        assert_eq!(s.reserved, u64_field(r, "reserved"), "reserved exact");
+        widest = widest.max(s.allocated.abs_diff(u64_field(r, "allocated")));
+    }
+    assert_eq!(widest, ATTENTION_MATH_BF16_ENDS, "the allowance, no more");
 }
 
 #[test]
@@ -529,16 +501,12 @@ fn checkpoint_math_matches_the_h100() {
 fn amp_fp16_math_matches_the_h100() {
     // The math backend under autocast(float16) (a test scenario): every
     // request in order but where the autocast cache frees its casts (a hash
-    // map's order, as in amp_fp16), which moves the blocks that serve them:
-    // requested exact, allocated 4 MiB less at the peak.
+    // map's order, as in amp_fp16). Exact on the H100 driver's layout (in
+    // request order allocated 4 MiB less at the peak).
     check(
         "tests/fixtures/pytorch/amp-fp16-math.ron",
         "amp_fp16_math",
-        Layout {
-            allocated: 4_325_376,
-            ends: 4_325_376,
-            ..EXACT
-        },
+        EXACT,
     );
 }
 
@@ -566,17 +534,10 @@ fn amp_bce_with_logits_fixed_matches_the_h100() {
 
 #[test]
 fn amp_fp16_overflow_matches_the_h100() {
-    // amp-fp16's loop: the same 128 KiB at the peak. The skipped steps of
-    // iterations 1 and 2 put AdamW's first state in iteration 3 and the OOM
-    // in iteration 4, on both.
-    check(
-        "amp-fp16-overflow",
-        "amp_fp16_overflow",
-        Layout {
-            allocated: 128 << 10,
-            ..EXACT
-        },
-    );
+    // amp-fp16's loop, exact as it is on the H100 driver's layout. The
+    // skipped steps of iterations 1 and 2 put AdamW's first state in
+    // iteration 3 and the OOM in iteration 4, on both.
+    check("amp-fp16-overflow", "amp_fp16_overflow", EXACT);
 }
 
 #[test]

@@ -68,7 +68,7 @@ fn the_resnet50_sweep_is_a_chart_with_its_points_and_fit() {
         "vramscope sweep │ resnet50-batch-sweep │ 7 of 7 points │ capacity 78.66 GiB",
         "capacity 78.66 GiB is above the chart",
         "batch 64 │ peak allocated 5.35 GiB │ peak reserved 6.53 GiB │ fits",
-        "Peak allocated ≈ 225.36 MiB + 81.96 MiB × batch",
+        "Peak allocated ≈ 225.07 MiB + 81.97 MiB × batch",
     ] {
         assert!(out.contains(want), "missing {want:?} in\n{out}");
     }
