@@ -486,9 +486,13 @@ pub(crate) fn requests_in_place(scenario: &str, stem: &str) {
 /// programs take: they load a batch in two statements (`x = …` frees the
 /// last `x` before `y = …` makes the new `y`), where the scenario's
 /// `LoadBatch` binds both at once. So a free just before an alloc in the
-/// capture may come just after it in the simulation (a scenario that says
-/// `LoadBatch(..., assign: InTurn)` binds them as the program does, and
-/// needs no liberty). And two frees side by
+/// capture may come just after it in the simulation. Scenarios whose
+/// program binds the batch in two statements say
+/// `LoadBatch(..., assign: InTurn)` and need no liberty there; it is still
+/// taken where a capture frees a tensor before the next request although
+/// the program's lines say otherwise (the LSTM programs' `x, y = batch()`
+/// frees a 5,600 B tensor between the two new ones; gradient accumulation's
+/// 4-byte loss sums). And two frees side by
 /// side may come in either order: tensors released by one statement (a
 /// tuple's elements, a frame's locals, a node's saved values) go in an
 /// order Python and the autograd engine choose and the engine does not
