@@ -216,6 +216,7 @@ impl DecoderLm {
                 "rotary_emb",
                 Module::RotaryEmbedding {
                     head_dim: self.head_dim(),
+                    float32: false,
                 },
             ),
         ]);

@@ -256,10 +256,22 @@ pub(super) fn read(f: &Fields) -> Result<Family, HfConfigError> {
         second.push(named("post_attention_layernorm", rms(h)));
         second.push(named(mlp_name, mlp));
     }
-    let layer = Module::Sequential(vec![
-        named("", Module::Residual(Box::new(Module::Sequential(first)))),
-        named("", Module::Residual(Box::new(Module::Sequential(second)))),
-    ]);
+    // `__init__` registers the attention and the MLP before the norms.
+    let mut order = vec!["self_attn".to_string(), mlp_name.to_string()];
+    order.extend(
+        first
+            .iter()
+            .chain(&second)
+            .map(|(n, _)| n.clone())
+            .filter(|n| n.ends_with("layernorm")),
+    );
+    let layer = Module::Registered {
+        order,
+        module: Box::new(Module::Sequential(vec![
+            named("", Module::Residual(Box::new(Module::Sequential(first)))),
+            named("", Module::Residual(Box::new(Module::Sequential(second)))),
+        ])),
+    };
     let mut model = vec![named(
         "embed_tokens",
         Module::Embedding {
@@ -274,7 +286,16 @@ pub(super) fn read(f: &Fields) -> Result<Family, HfConfigError> {
             Module::Ops(vec![("h".into(), Expr::Scale(Box::new(Expr::X)))]),
         ));
     }
+    // The model's forward makes the positions and the rotary tables before
+    // the layers; `__init__` registers `rotary_emb` after the final norm.
     model.extend([
+        named(
+            "rotary_emb",
+            Module::RotaryEmbedding {
+                head_dim: s.head_dim,
+                float32: true,
+            },
+        ),
         named(
             "layers",
             Module::Repeat {
@@ -283,15 +304,15 @@ pub(super) fn read(f: &Fields) -> Result<Family, HfConfigError> {
             },
         ),
         named("norm", rms(h)),
-        named(
-            "rotary_emb",
-            Module::RotaryEmbedding {
-                head_dim: s.head_dim,
-            },
-        ),
     ]);
+    let model = Module::Registered {
+        order: ["embed_tokens", "layers", "norm", "rotary_emb"]
+            .map(String::from)
+            .to_vec(),
+        module: Box::new(Module::Sequential(model)),
+    };
     let mut net = vec![
-        named("model", Module::Sequential(model)),
+        named("model", model),
         named(
             "lm_head",
             Module::LmHead {
@@ -334,7 +355,6 @@ pub(super) fn read(f: &Fields) -> Result<Family, HfConfigError> {
 /// What transformers does for this config that the model leaves out.
 fn family_notes(f: &Fields) -> Vec<String> {
     let mut notes = Vec::new();
-    let order = "parameters are allocated in forward order; transformers registers a layer's attention and MLP before its norms (the same bytes, in another order)";
     match f.model_type {
         "mixtral" | "qwen2_moe" | "qwen3_moe" => {
             notes.push(format!(
@@ -360,6 +380,5 @@ fn family_notes(f: &Fields) -> Vec<String> {
         }
         _ => {}
     }
-    notes.push(order.into());
     notes
 }

@@ -254,6 +254,19 @@ fn attn_body(e: &mut Engine, a: &HfAttn, x: TensorId, rope: Rope) -> Result<Tens
     let (qr, kr) = e.apply_rotary(q, k, tables.0, tables.1)?;
     e.release(q);
     e.release(k);
+    // `key_states, value_states = past_key_values.update(...)` under
+    // `use_cache` (`hf_use_cache`): `DynamicLayer.update`'s `torch.cat`
+    // onto an empty tensor copies both (transformers 5.16.1
+    // cache_utils.py:144-145), then the old bindings go.
+    let (kr, v) = if e.cfg.hf_use_cache {
+        let kc = e.cat(&[kr], e.shape(kr))?;
+        let vc = e.cat(&[v], e.shape(v));
+        e.release(kr);
+        e.release(v);
+        (kc, vc?)
+    } else {
+        (kr, v)
+    };
     let out = e.sdpa_hf(qr, kr, v, 0.0, true)?;
     let bthd = Shape::new(&[b, t, a.heads, a.head_dim]);
     let c = if e.layout(out) == Layout::Strided {

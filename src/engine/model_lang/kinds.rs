@@ -111,6 +111,7 @@ impl Module {
             | Module::Repeat { .. }
             | Module::Residual(_)
             | Module::Frame(_)
+            | Module::Registered { .. }
             | Module::Checkpoint { .. } => Args::default(),
             Module::Linear { input, out, bias }
             | Module::Linear4bit {
@@ -218,7 +219,7 @@ impl Module {
                 }
             }
             Module::RMSNorm { dim } => Args::one(vec![("dim", *dim, 1)], params(*dim)),
-            Module::RotaryEmbedding { head_dim } => Args::one(
+            Module::RotaryEmbedding { head_dim, .. } => Args::one(
                 vec![("head_dim", *head_dim, 1)],
                 Counts {
                     buffer_elements: head_dim / 2,
@@ -421,6 +422,7 @@ impl Module {
             | Module::Repeat { .. }
             | Module::Residual(_)
             | Module::Frame(_)
+            | Module::Registered { .. }
             | Module::Checkpoint { .. } => Ok(x.clone()),
             Module::Linear4bit { blocksize, .. }
                 if !crate::engine::bnb::BLOCKSIZES.contains(blocksize) =>
@@ -547,7 +549,7 @@ impl Module {
             )
             .map_err(shape),
             Module::RMSNorm { dim } => last_dim("RMSNorm", *dim, x).map_err(shape),
-            Module::RotaryEmbedding { head_dim } => {
+            Module::RotaryEmbedding { head_dim, .. } => {
                 seen.rotary_embedding = true;
                 if !head_dim.is_multiple_of(2) {
                     return Err((Some("head_dim"), Problem::OddHeadDim(*head_dim)));
@@ -744,6 +746,7 @@ impl Module {
             | Module::Repeat { .. }
             | Module::Residual(_)
             | Module::Frame(_)
+            | Module::Registered { .. }
             | Module::Checkpoint { .. }
             | Module::ReLU
             | Module::InplaceReLU
@@ -790,6 +793,7 @@ impl Module {
             | Module::Repeat { .. }
             | Module::Residual(_)
             | Module::Frame(_)
+            | Module::Registered { .. }
             | Module::Checkpoint { .. }
             | Module::Linear { .. }
             | Module::Linear4bit { .. }
@@ -900,6 +904,7 @@ impl Module {
             | Module::Repeat { .. }
             | Module::Residual(_)
             | Module::Frame(_)
+            | Module::Registered { .. }
             | Module::Checkpoint { .. }
             // bitsandbytes casts the input to its compute dtype itself.
             | Module::Linear4bit { .. }
@@ -1039,6 +1044,7 @@ impl Builder<'_> {
             | Module::Repeat { .. }
             | Module::Residual(_)
             | Module::Frame(_)
+            | Module::Registered { .. }
             | Module::Checkpoint { .. } => {
                 return Err(EngineError::Program(format!(
                     "{}: a container is built by the builder's walk",
@@ -1135,13 +1141,22 @@ impl Builder<'_> {
                 self.bufs,
             )?),
             Module::RMSNorm { dim } => Leaf::RmsNorm(new_rms_norm(e, path, *dim, params)?),
-            Module::RotaryEmbedding { head_dim } => {
+            Module::RotaryEmbedding { head_dim, float32 } => {
                 let module = module(e);
-                let buf = e.new_inv_freq(module, *head_dim, self.bufs, &at("inv_freq"))?;
+                let model_dtype = e.param_dtype;
+                if *float32 {
+                    e.param_dtype = DType::F32;
+                }
+                let buf = e.new_inv_freq(module, *head_dim, self.bufs, &at("inv_freq"));
                 // transformers registers `original_inv_freq` as a buffer of its
                 // own (`inv_freq.clone()`, `LlamaRotaryEmbedding.__init__`), moved
                 // and cast with the model: two 64 B blocks in the Qwen2.5 capture.
-                e.new_inv_freq(module, *head_dim, self.bufs, &at("original_inv_freq"))?;
+                let orig = buf.and_then(|buf| {
+                    e.new_inv_freq(module, *head_dim, self.bufs, &at("original_inv_freq"))
+                        .map(|_| buf)
+                });
+                e.param_dtype = model_dtype;
+                let buf = orig?;
                 self.x.inv_freq = Some(buf);
                 Leaf::Rotary
             }
@@ -1420,7 +1435,14 @@ impl LangNet {
             Leaf::BasicBlock(b) => e.in_module(b.module, |e| b.forward(e, x)),
             Leaf::Bottleneck(b) => b.forward(e, x),
             Leaf::RmsNorm(r) => e.apply_rms_norm(r, x),
-            Leaf::Rotary => Ok(e.local_ref(x)),
+            Leaf::Rotary => {
+                // `position_embeddings = self.rotary_emb(hidden_states,
+                // position_ids)` in the model's forward: the rotary context
+                // (positions, tables) is made here when it stands before the
+                // layers, and reused when they have made it already.
+                self.rope(e, x)?;
+                Ok(e.local_ref(x))
+            }
             Leaf::Attention { attn, rotary, sdpa } => {
                 let rope = if *rotary {
                     Some(self.rope(e, x)?)
@@ -1556,6 +1578,7 @@ impl Module {
             | Module::Repeat { .. }
             | Module::Residual(_)
             | Module::Frame(_)
+            | Module::Registered { .. }
             | Module::Checkpoint { .. }
             | Module::Linear { .. }
             | Module::Linear4bit { .. }

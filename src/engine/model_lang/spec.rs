@@ -145,8 +145,18 @@ pub enum Module {
     /// `LlamaRotaryEmbedding`: the model's `inv_freq` buffer [head_dim / 2].
     /// Every `Attention` / `DecoderLayer` with rotary positions uses it; its
     /// cos/sin are computed once per forward before the first of them
-    /// (`hf_rope_scope: Layer`: by each). Its forward is the identity.
-    RotaryEmbedding { head_dim: u64 },
+    /// (`hf_rope_scope: Layer`: by each), where this module stands when it
+    /// stands before them (the model's forward runs it before its layers).
+    /// Its forward is the identity. `float32`: `inv_freq` and
+    /// `original_inv_freq` stay fp32 whatever the model's dtype, as a model
+    /// built in its dtype keeps them (`from_config(config, dtype=…)`:
+    /// `__init__` makes them with `.float()`, transformers 5.16.1
+    /// modeling_qwen3.py:106, and nothing casts them).
+    RotaryEmbedding {
+        head_dim: u64,
+        #[serde(default)]
+        float32: bool,
+    },
     /// `LlamaAttention` with `sdpa_attention_forward` (models.md §4):
     /// `q_proj`, `k_proj`, `v_proj` (`kv_heads` heads: GQA, MQA at 1),
     /// `o_proj`; rotary positions or none; SDPA as PyTorch 2.11 picks it
@@ -256,6 +266,18 @@ pub enum Module {
     /// locals its hand-written ops keep (`MaskedAttention`'s) die when it
     /// returns, in the order Python clears them. Adds no path segment.
     Frame(Box<Module>),
+    /// A module whose `__init__` registers its submodules in another order
+    /// than its `forward` calls them (transformers' decoder layers register
+    /// `self_attn` and `mlp` before their norms; `LlamaModel` its
+    /// `rotary_emb` last, though its forward runs it before the layers):
+    /// the parameters and buffers under `module` are allocated, and listed
+    /// for the optimizer, in `order` (child paths relative to here; a leaf
+    /// under none of them comes last, in forward order), while the forward
+    /// runs as `module` says. Adds no path segment.
+    Registered {
+        order: Vec<String>,
+        module: Box<Module>,
+    },
     /// A sparse mixture-of-experts MLP, Mixtral / Qwen-MoE style
     /// (model_lang/moe.rs): `router = Linear(hidden, experts, bias=False)`
     /// (named `router`), softmax, top-`top_k`, the weights renormalised
