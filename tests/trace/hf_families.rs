@@ -169,16 +169,18 @@ fn holds(p: &Parting) {
 
 #[test]
 #[ignore = "needs PyTorch and transformers 5.16.1 (pip install torch==2.11.* transformers==5.16.1)"]
-fn qwen3_traced_makes_the_scenarios_requests_through_its_layers() {
+fn qwen3_traced_makes_the_scenarios_requests_into_its_backward() {
     holds(&Parting {
         family: "qwen3",
-        // Loading, the batch, the embedding, positions, rotary tables, both
-        // layers (q_norm/k_norm, DynamicCache's copies, SDPA, the MLP).
-        agree: 260,
-        last: (8192, "modeling_qwen3.py:322"),
-        cause: "Qwen3Model.forward keeps `inputs_embeds` bound until it returns \
-                (modeling_qwen3.py:381), where the scenario lets the embedding's output \
-                go after the last layer",
+        // Loading, the batch, the forward (positions, rotary tables,
+        // q_norm/k_norm, DynamicCache's copies, SDPA, the MLP, the model's
+        // frame), the loss, and backward through layer 1's MLP, norms and
+        // SDPA.
+        agree: 470,
+        // v_proj's MmBackward0 in layer 1 (during `loss.backward()`).
+        last: (8192, "train.py:37"),
+        cause: "in layer 1's v_proj backward the trace frees SDPA's value gradient between \
+                MmBackward0's two products, the scenario after both",
     });
 }
 
@@ -198,26 +200,32 @@ fn phi3_traced_makes_the_scenarios_requests_up_to_its_rotary_cat() {
 
 #[test]
 #[ignore = "needs PyTorch and transformers 5.16.1 (pip install torch==2.11.* transformers==5.16.1)"]
-fn gemma2_traced_parts_at_the_embedding_scale_buffer() {
+fn gemma2_traced_makes_the_scenarios_requests_up_to_its_sliding_cache() {
     holds(&Parting {
         family: "gemma2",
-        agree: 3,
-        // Gemma2TextScaledWordEmbedding.embed_scale: a 0-dim bf16 buffer.
-        last: (2, "modeling_utils.py:3768"),
-        cause: "Gemma2TextScaledWordEmbedding registers `embed_scale` \
-                (modeling_gemma2.py:346), a buffer the scenario does not have",
+        // Loading (embed_scale), the scaled embedding, positions, rotary
+        // tables, Gemma's (1 + weight) norms, q/k/v and their rotation.
+        agree: 130,
+        // DynamicSlidingWindowLayer.lazy_initialization moves its
+        // `_sliding_window_tensor` (int64, 0-dim) to the GPU.
+        last: (8, "cache_utils.py:227"),
+        cause: "the sliding-window layer's cache moves an 8-byte window tensor to the GPU, \
+                which the scenario does not model",
     });
 }
 
 #[test]
 #[ignore = "needs PyTorch and transformers 5.16.1 (pip install torch==2.11.* transformers==5.16.1)"]
-fn gemma3_traced_parts_at_the_embedding_scale_buffer() {
+fn gemma3_traced_parts_at_its_second_rotary_table() {
     holds(&Parting {
         family: "gemma3",
-        agree: 3,
-        last: (2, "modeling_utils.py:3768"),
-        cause: "Gemma3TextScaledWordEmbedding registers `embed_scale`, a buffer the \
-                scenario does not have",
+        // The parameters, embed_scale, the global rotary buffers.
+        agree: 60,
+        // Gemma3RotaryEmbedding's `sliding_attention_inv_freq` (fp32 [16]):
+        // one inv_freq pair per layer type (modeling_gemma3.py:165-176).
+        last: (64, "modeling_utils.py:3768"),
+        cause: "Gemma 3's rotary embedding keeps a second pair of buffers (and makes a second \
+                cos/sin) for its sliding layers (rope_local_base_freq), not modelled",
     });
 }
 

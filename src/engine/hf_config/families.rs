@@ -38,6 +38,10 @@ fn rms(dim: u64) -> Module {
     Module::RMSNorm { dim }
 }
 
+fn gemma_rms(dim: u64) -> Module {
+    Module::GemmaRMSNorm { dim }
+}
+
 /// The shapes every family shares.
 struct Shape {
     hidden: u64,
@@ -241,19 +245,21 @@ pub(super) fn read(f: &Fields) -> Result<Family, HfConfigError> {
             )
         }
     };
+    // Gemma's norms are its own `(1 + weight)` ones.
+    let norm = if gemma { gemma_rms } else { rms };
     // The two residual halves of a decoder layer (no module of their own).
     let mut first = vec![
-        named("input_layernorm", rms(h)),
+        named("input_layernorm", norm(h)),
         named("self_attn", attention),
     ];
     let mut second = Vec::new();
     if sandwich {
-        first.push(named("post_attention_layernorm", rms(h)));
-        second.push(named("pre_feedforward_layernorm", rms(h)));
+        first.push(named("post_attention_layernorm", norm(h)));
+        second.push(named("pre_feedforward_layernorm", norm(h)));
         second.push(named(mlp_name, mlp));
-        second.push(named("post_feedforward_layernorm", rms(h)));
+        second.push(named("post_feedforward_layernorm", norm(h)));
     } else {
-        second.push(named("post_attention_layernorm", rms(h)));
+        second.push(named("post_attention_layernorm", norm(h)));
         second.push(named(mlp_name, mlp));
     }
     // `__init__` registers the attention and the MLP before the norms.
@@ -272,20 +278,15 @@ pub(super) fn read(f: &Fields) -> Result<Family, HfConfigError> {
             named("", Module::Residual(Box::new(Module::Sequential(second)))),
         ])),
     };
+    let (num, dim) = (s.vocab, h);
     let mut model = vec![named(
         "embed_tokens",
-        Module::Embedding {
-            num: s.vocab,
-            dim: h,
+        if gemma {
+            Module::ScaledEmbedding { num, dim }
+        } else {
+            Module::Embedding { num, dim }
         },
     )];
-    if gemma {
-        // hidden_states * normalizer (sqrt(hidden_size)): a new tensor.
-        model.push(named(
-            "",
-            Module::Ops(vec![("h".into(), Expr::Scale(Box::new(Expr::X)))]),
-        ));
-    }
     // The model's forward makes the positions and the rotary tables before
     // the layers; `__init__` registers `rotary_emb` after the final norm.
     model.extend([
@@ -303,13 +304,13 @@ pub(super) fn read(f: &Fields) -> Result<Family, HfConfigError> {
                 block: Box::new(layer),
             },
         ),
-        named("norm", rms(h)),
+        named("norm", norm(h)),
     ]);
     let model = Module::Registered {
         order: ["embed_tokens", "layers", "norm", "rotary_emb"]
             .map(String::from)
             .to_vec(),
-        module: Box::new(Module::Sequential(model)),
+        module: Box::new(Module::HfModel(Box::new(Module::Sequential(model)))),
     };
     let mut net = vec![
         named("model", model),
@@ -352,6 +353,11 @@ pub(super) fn read(f: &Fields) -> Result<Family, HfConfigError> {
     })
 }
 
+/// Gemma's sliding-window layers (transformers 5.16.1 masking_utils.py
+/// `_ignore_causal_mask_sdpa`: no mask while the keys are fewer than the
+/// window; cache_utils.py:215, 227 for the cache's window tensor).
+const SLIDING: &str = "the sliding-window layers' mask is not modelled: at a sequence longer than `sliding_window` transformers builds one and SDPA runs with it (k and v repeated to every head); shorter, there is none, as modelled. Under `use_cache` each such layer's cache also moves an 8-byte window tensor to the GPU, which is not modelled";
+
 /// What transformers does for this config that the model leaves out.
 fn family_notes(f: &Fields) -> Vec<String> {
     let mut notes = Vec::new();
@@ -362,15 +368,18 @@ fn family_notes(f: &Fields) -> Vec<String> {
                 Routing::Balanced.describe()
             ));
             notes.push("the router's softmax in fp32 (`dtype=torch.float`) and the weights' cast back are not modelled for a half-precision model; `routing_weights /=` is modelled out of place".into());
+            notes.push("the experts are 4.x's per-expert Linears: transformers 5.x keeps a layer's experts as 3-D `experts.gate_up_proj` and `experts.down_proj` (the same bytes) and runs them through its experts implementation (`grouped_mm` on CUDA), whose requests are not modelled".into());
         }
         "gemma2" => {
-            notes.push("attention logit soft-capping needs eager attention, which is not modelled: SDPA's memory is shown (transformers' SDPA path leaves the cap out)".into());
-            notes.push("the sliding-window layers' attention mask is not modelled (SDPA is modelled causal)".into());
-            notes.push("Gemma's (1 + weight) RMSNorm is modelled as Llama's (the same parameters; in a half-precision model Gemma keeps its fp32 output where Llama keeps a half one)".into());
+            // transformers 5.16.1 picks SDPA for Gemma 2 (`_supports_sdpa`,
+            // modeling_gemma2.py:360), whose path leaves the cap out.
+            notes.push("attention logit soft-capping runs only in eager attention (`attn_implementation=\"eager\"`), which is not modelled: transformers' default, SDPA, leaves the cap out, as modelled".into());
+            notes.push(SLIDING.into());
         }
         "gemma3_text" => {
-            notes.push("the sliding-window layers' attention mask and their second rotary table (rope_local_base_freq) are not modelled".into());
-            notes.push("Gemma's (1 + weight) RMSNorm is modelled as Llama's (the same parameters; in a half-precision model Gemma keeps its fp32 output where Llama keeps a half one)".into());
+            notes.push(SLIDING.into());
+            notes.push("the second rotary table of the sliding-window layers (`rope_local_base_freq`: two more buffers and a second cos/sin) is not modelled: every layer takes the global one".into());
+            notes.push("q_norm and k_norm are modelled as Llama's RMSNorm (Gemma's are its `(1 + weight)` norm, which keeps an fp32 product in a half-precision model)".into());
         }
         "phi3" if f.map.get("rope_scaling").is_some_and(|v| !v.is_null()) => {
             notes.push(

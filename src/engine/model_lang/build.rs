@@ -20,6 +20,8 @@ pub(crate) enum Node {
     Residual(usize),
     /// A Python function's frame around `inner` (`Module::Frame`).
     Frame(usize),
+    /// `Module::HfModel` around `inner`.
+    HfModel(usize),
     /// A checkpoint region around `inner`; `site` numbers the region for
     /// recomputation (`LangNet::sites`).
     Checkpoint {
@@ -170,6 +172,7 @@ impl Builder<'_> {
             }
             Module::Residual(inner) => Node::Residual(self.node(e, path, inner)?),
             Module::Frame(inner) => Node::Frame(self.node(e, path, inner)?),
+            Module::HfModel(inner) => Node::HfModel(self.node(e, path, inner)?),
             Module::Registered { order, module } => {
                 // No node of its own: the forward is `module`'s.
                 return self.registered(e, path, order, module);

@@ -277,6 +277,7 @@ impl LangModel {
                 Module::Residual(inner)
                 | Module::Frame(inner)
                 | Module::Registered { module: inner, .. }
+                | Module::HfModel(inner)
                 | Module::Checkpoint { module: inner, .. } => inner,
                 leaf => return leaf,
             };
@@ -412,6 +413,12 @@ impl Walk {
             Module::Frame(inner) => {
                 at.push(Seg::Index(0));
                 let r = self.node(path, at, inner, x);
+                at.pop();
+                r
+            }
+            Module::HfModel(module) => {
+                at.push(Seg::Index(0));
+                let r = self.node(path, at, module, x);
                 at.pop();
                 r
             }

@@ -112,6 +112,7 @@ impl Module {
             | Module::Residual(_)
             | Module::Frame(_)
             | Module::Registered { .. }
+            | Module::HfModel(_)
             | Module::Checkpoint { .. } => Args::default(),
             Module::Linear { input, out, bias }
             | Module::Linear4bit {
@@ -136,6 +137,14 @@ impl Module {
             Module::Embedding { num, dim } => Args::one(
                 vec![("num", *num, 1), ("dim", *dim, 1)],
                 params(num.saturating_mul(*dim)),
+            ),
+            Module::ScaledEmbedding { num, dim } => Args::one(
+                vec![("num", *num, 1), ("dim", *dim, 1)],
+                Counts {
+                    buffer_elements: 1,
+                    buffers: 1,
+                    ..params(num.saturating_mul(*dim))
+                },
             ),
             Module::LayerNorm { dim, bias } => Args::one(
                 vec![("dim", *dim, 1)],
@@ -218,7 +227,9 @@ impl Module {
                     )
                 }
             }
-            Module::RMSNorm { dim } => Args::one(vec![("dim", *dim, 1)], params(*dim)),
+            Module::RMSNorm { dim } | Module::GemmaRMSNorm { dim } => {
+                Args::one(vec![("dim", *dim, 1)], params(*dim))
+            }
             Module::RotaryEmbedding { head_dim, .. } => Args::one(
                 vec![("head_dim", *head_dim, 1)],
                 Counts {
@@ -423,6 +434,7 @@ impl Module {
             | Module::Residual(_)
             | Module::Frame(_)
             | Module::Registered { .. }
+            | Module::HfModel(_)
             | Module::Checkpoint { .. } => Ok(x.clone()),
             Module::Linear4bit { blocksize, .. }
                 if !crate::engine::bnb::BLOCKSIZES.contains(blocksize) =>
@@ -451,7 +463,7 @@ impl Module {
             | Module::GELUTanh
             | Module::SiLU
             | Module::Dropout(_) => same("an activation"),
-            Module::Embedding { dim, .. } => {
+            Module::Embedding { dim, .. } | Module::ScaledEmbedding { dim, .. } => {
                 seen.embedding = true;
                 if !x.ids {
                     return Err(shape(ShapeError::EmbeddingFloats {
@@ -548,7 +560,9 @@ impl Module {
                 [planes.saturating_mul(BOTTLENECK_EXPANSION), 3, *stride, 1],
             )
             .map_err(shape),
-            Module::RMSNorm { dim } => last_dim("RMSNorm", *dim, x).map_err(shape),
+            Module::RMSNorm { dim } | Module::GemmaRMSNorm { dim } => {
+                last_dim("RMSNorm", *dim, x).map_err(shape)
+            }
             Module::RotaryEmbedding { head_dim, .. } => {
                 seen.rotary_embedding = true;
                 if !head_dim.is_multiple_of(2) {
@@ -747,6 +761,7 @@ impl Module {
             | Module::Residual(_)
             | Module::Frame(_)
             | Module::Registered { .. }
+            | Module::HfModel(_)
             | Module::Checkpoint { .. }
             | Module::ReLU
             | Module::InplaceReLU
@@ -755,6 +770,7 @@ impl Module {
             | Module::SiLU
             | Module::Dropout(_)
             | Module::Embedding { .. }
+            | Module::ScaledEmbedding { .. }
             | Module::LayerNorm { .. }
             | Module::Conv2d { .. }
             | Module::BatchNorm2d(_)
@@ -764,6 +780,7 @@ impl Module {
             | Module::BasicBlock { .. }
             | Module::Bottleneck { .. }
             | Module::RMSNorm { .. }
+            | Module::GemmaRMSNorm { .. }
             | Module::RotaryEmbedding { .. }
             | Module::LmHead { .. }
             | Module::BertEmbeddings { .. }
@@ -794,6 +811,7 @@ impl Module {
             | Module::Residual(_)
             | Module::Frame(_)
             | Module::Registered { .. }
+            | Module::HfModel(_)
             | Module::Checkpoint { .. }
             | Module::Linear { .. }
             | Module::Linear4bit { .. }
@@ -805,6 +823,7 @@ impl Module {
             | Module::SiLU
             | Module::Dropout(_)
             | Module::Embedding { .. }
+            | Module::ScaledEmbedding { .. }
             | Module::LayerNorm { .. }
             | Module::Conv2d { .. }
             | Module::BatchNorm2d(_)
@@ -814,6 +833,7 @@ impl Module {
             | Module::BasicBlock { .. }
             | Module::Bottleneck { .. }
             | Module::RMSNorm { .. }
+            | Module::GemmaRMSNorm { .. }
             | Module::RotaryEmbedding { .. }
             | Module::Attention { .. }
             | Module::Mlp { .. }
@@ -905,6 +925,7 @@ impl Module {
             | Module::Residual(_)
             | Module::Frame(_)
             | Module::Registered { .. }
+            | Module::HfModel(_)
             | Module::Checkpoint { .. }
             // bitsandbytes casts the input to its compute dtype itself.
             | Module::Linear4bit { .. }
@@ -916,6 +937,7 @@ impl Module {
             | Module::SiLU
             | Module::Dropout(_)
             | Module::Embedding { .. }
+            | Module::ScaledEmbedding { .. }
             | Module::LayerNorm { .. }
             | Module::BatchNorm2d(_)
             | Module::MaxPool2d { .. }
@@ -924,6 +946,7 @@ impl Module {
             | Module::BasicBlock { .. }
             | Module::Bottleneck { .. }
             | Module::RMSNorm { .. }
+            | Module::GemmaRMSNorm { .. }
             | Module::RotaryEmbedding { .. }
             | Module::Attention { .. }
             | Module::Mlp { .. }
@@ -962,6 +985,9 @@ pub(crate) enum Leaf {
         module: u32,
     },
     Embedding(Embedding),
+    /// `Module::ScaledEmbedding`: the embedding (its `embed_scale` buffer is
+    /// among the model's buffers).
+    ScaledEmbedding(Embedding),
     LayerNorm(LayerNorm),
     Conv(Conv),
     BatchNorm(BatchNorm),
@@ -980,6 +1006,7 @@ pub(crate) enum Leaf {
     BasicBlock(BasicBlock),
     Bottleneck(Bottleneck),
     RmsNorm(RmsNorm),
+    GemmaRmsNorm(RmsNorm),
     Rotary,
     Attention {
         attn: Attention,
@@ -1045,6 +1072,7 @@ impl Builder<'_> {
             | Module::Residual(_)
             | Module::Frame(_)
             | Module::Registered { .. }
+            | Module::HfModel(_)
             | Module::Checkpoint { .. } => {
                 return Err(EngineError::Program(format!(
                     "{}: a container is built by the builder's walk",
@@ -1088,6 +1116,14 @@ impl Builder<'_> {
                 let emb = e.new_embedding(path, *num, *dim, params)?;
                 self.x.tie.get_or_insert(emb.w);
                 Leaf::Embedding(emb)
+            }
+            Module::ScaledEmbedding { num, dim } => {
+                let emb = e.new_embedding(path, *num, *dim, params)?;
+                self.x.tie.get_or_insert(emb.w);
+                // `nn.Buffer(torch.tensor(embed_scale))` under the model's
+                // default dtype, registered after the weight.
+                e.new_buffer(at("embed_scale"), &[], e.param_dtype, emb.module, self.bufs)?;
+                Leaf::ScaledEmbedding(emb)
             }
             Module::LayerNorm { dim, bias } => {
                 Leaf::LayerNorm(e.new_layer_norm(path, *dim, *bias, params)?)
@@ -1141,6 +1177,9 @@ impl Builder<'_> {
                 self.bufs,
             )?),
             Module::RMSNorm { dim } => Leaf::RmsNorm(new_rms_norm(e, path, *dim, params)?),
+            Module::GemmaRMSNorm { dim } => {
+                Leaf::GemmaRmsNorm(new_rms_norm(e, path, *dim, params)?)
+            }
             Module::RotaryEmbedding { head_dim, float32 } => {
                 let module = module(e);
                 let model_dtype = e.param_dtype;
@@ -1417,6 +1456,17 @@ impl LangNet {
                 }
                 Ok(y)
             }
+            Leaf::ScaledEmbedding(m) => e.in_module(m.module, |e| {
+                let y = e.embedding(m.w, x)?;
+                if self.input_grads == Some(m.w) && e.ctx.grad_enabled {
+                    e.t_mut(y).requires_grad = true;
+                }
+                // `* self.embed_scale.to(self.weight.dtype)`: the same dtype,
+                // no copy; a 0-dim operand that needs no gradient.
+                let out = e.mul_scalar(y);
+                e.release(y);
+                out
+            }),
             Leaf::LayerNorm(l) => e.apply_layer_norm(l, x),
             Leaf::Conv(c) => e.apply_conv(c, x),
             Leaf::BatchNorm(n) => e.apply_bn(n, x),
@@ -1435,6 +1485,7 @@ impl LangNet {
             Leaf::BasicBlock(b) => e.in_module(b.module, |e| b.forward(e, x)),
             Leaf::Bottleneck(b) => b.forward(e, x),
             Leaf::RmsNorm(r) => e.apply_rms_norm(r, x),
+            Leaf::GemmaRmsNorm(r) => e.in_module(r.module, |e| e.rms_norm_gemma(x, r.w)),
             Leaf::Rotary => {
                 // `position_embeddings = self.rotary_emb(hidden_states,
                 // position_ids)` in the model's forward: the rotary context
@@ -1539,6 +1590,7 @@ impl Leaf {
             | Leaf::InplaceRelu { .. }
             | Leaf::Dropout { .. }
             | Leaf::Embedding(_)
+            | Leaf::ScaledEmbedding(_)
             | Leaf::LayerNorm(_)
             | Leaf::Conv(_)
             | Leaf::BatchNorm(_)
@@ -1548,6 +1600,7 @@ impl Leaf {
             | Leaf::BasicBlock(_)
             | Leaf::Bottleneck(_)
             | Leaf::RmsNorm(_)
+            | Leaf::GemmaRmsNorm(_)
             | Leaf::Rotary
             | Leaf::LmHead { .. }
             | Leaf::BertEmbeddings(_)
@@ -1579,6 +1632,7 @@ impl Module {
             | Module::Residual(_)
             | Module::Frame(_)
             | Module::Registered { .. }
+            | Module::HfModel(_)
             | Module::Checkpoint { .. }
             | Module::Linear { .. }
             | Module::Linear4bit { .. }
@@ -1590,6 +1644,7 @@ impl Module {
             | Module::SiLU
             | Module::Dropout(_)
             | Module::Embedding { .. }
+            | Module::ScaledEmbedding { .. }
             | Module::LayerNorm { .. }
             | Module::Conv2d { .. }
             | Module::BatchNorm2d(_)
@@ -1599,6 +1654,7 @@ impl Module {
             | Module::BasicBlock { .. }
             | Module::Bottleneck { .. }
             | Module::RMSNorm { .. }
+            | Module::GemmaRMSNorm { .. }
             | Module::RotaryEmbedding { .. }
             | Module::Attention { .. }
             | Module::Mlp { .. }

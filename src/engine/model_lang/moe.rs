@@ -419,7 +419,8 @@ fn walk_assumptions(m: &super::Module, path: &str, copies: &str, out: &mut Vec<S
         }
         Module::Residual(inner)
         | Module::Frame(inner)
-        | Module::Registered { module: inner, .. } => walk_assumptions(inner, path, copies, out),
+        | Module::Registered { module: inner, .. }
+        | Module::HfModel(inner) => walk_assumptions(inner, path, copies, out),
         Module::Checkpoint { module, .. } => walk_assumptions(module, path, copies, out),
         leaf => {
             if let Some(a) = leaf.assumption() {

@@ -142,6 +142,12 @@ pub enum Module {
     /// `hf_rmsnorm` picks HF's composite, `nn.RMSNorm`'s fused kernel or
     /// ATen's composite).
     RMSNorm { dim: u64 },
+    /// Gemma's `(1 + weight)` RMSNorm (`Gemma2RMSNorm`, Gemma 3's the
+    /// same; transformers 5.16.1 modeling_gemma2.py:49-63): the norm in
+    /// fp32 with its temporaries gone as used, `* (1.0 +
+    /// self.weight.float())` in fp32 (the product saves the fp32 normed
+    /// input and `1 + weight`), then `type_as(x)`. Weight `[dim]`.
+    GemmaRMSNorm { dim: u64 },
     /// `LlamaRotaryEmbedding`: the model's `inv_freq` buffer [head_dim / 2].
     /// Every `Attention` / `DecoderLayer` with rotary positions uses it; its
     /// cos/sin are computed once per forward before the first of them
@@ -278,6 +284,21 @@ pub enum Module {
         order: Vec<String>,
         module: Box<Module>,
     },
+    /// transformers' `<Family>Model.forward` around its body, a
+    /// `Sequential` whose first child makes the embeddings: `inputs_embeds`
+    /// (that child's output) stays bound until it returns, and the
+    /// positions and rotary tables it made (`position_ids`,
+    /// `position_embeddings`) go as it returns, before the LM head runs
+    /// (transformers 5.16.1 modeling_qwen3.py:381-388, locals of the
+    /// forward). Adds no path segment.
+    HfModel(Box<Module>),
+    /// Gemma's scaled word embedding (`Gemma2TextScaledWordEmbedding`,
+    /// transformers 5.16.1 modeling_gemma2.py:338-349): `nn.Embedding(num,
+    /// dim)` and a 0-dim `embed_scale` buffer (`sqrt(dim)`, made in the
+    /// model's dtype); the forward is `embedding(x) * embed_scale`, a new
+    /// tensor (the product saves nothing), the embedding's own output gone
+    /// as it returns. Takes `Tokens`.
+    ScaledEmbedding { num: u64, dim: u64 },
     /// A sparse mixture-of-experts MLP, Mixtral / Qwen-MoE style
     /// (model_lang/moe.rs): `router = Linear(hidden, experts, bias=False)`
     /// (named `router`), softmax, top-`top_k`, the weights renormalised
