@@ -230,6 +230,7 @@ impl DecoderLm {
                         hidden: self.hidden,
                         vocab: self.vocab,
                         tied: self.tied,
+                        softcap: false,
                     },
                 ),
             ]),

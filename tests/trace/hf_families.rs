@@ -186,31 +186,35 @@ fn qwen3_traced_makes_the_scenarios_requests_into_its_backward() {
 
 #[test]
 #[ignore = "needs PyTorch and transformers 5.16.1 (pip install torch==2.11.* transformers==5.16.1)"]
-fn phi3_traced_makes_the_scenarios_requests_up_to_its_rotary_cat() {
+fn phi3_traced_makes_the_scenarios_requests_up_to_its_attention_output() {
     holds(&Parting {
         family: "phi3",
-        agree: 90,
-        // q_embed = torch.cat([(q_rot * cos) + (rotate_half(q_rot) * sin),
-        // q_pass], dim=-1): one more copy of q (and then of k).
-        last: (2 * 4 * 32 * 16 * 2, "modeling_phi3.py:195"),
-        cause: "Phi-3's apply_rotary_pos_emb cats the rotated part with the (empty) \
-                pass-through slice, a copy the scenario does not make",
+        // Loading, the fused qkv (kept to the layer's end), Phi-3's rotary
+        // cat, the sliding cache (window tensor, k/v copies), SDPA.
+        agree: 120,
+        // `attn_output.transpose(1, 2).contiguous()` (sdpa_attention.py:168):
+        // a copy in the trace.
+        last: (2 * 32 * 4 * 16 * 2, "sdpa_attention.py:168"),
+        cause: "the trace copies SDPA's output back to [B, T, h, d]: meta's cuDNN \
+                attention lays its output out as the strided q slice of the fused qkv, \
+                where the engine lays it out [B, T, h, d] as CUDA's kernel does",
     });
 }
 
 #[test]
 #[ignore = "needs PyTorch and transformers 5.16.1 (pip install torch==2.11.* transformers==5.16.1)"]
-fn gemma2_traced_makes_the_scenarios_requests_up_to_its_sliding_cache() {
+fn gemma2_traced_makes_the_scenarios_requests_into_its_backward() {
     holds(&Parting {
         family: "gemma2",
-        // Loading (embed_scale), the scaled embedding, positions, rotary
-        // tables, Gemma's (1 + weight) norms, q/k/v and their rotation.
-        agree: 130,
-        // DynamicSlidingWindowLayer.lazy_initialization moves its
-        // `_sliding_window_tensor` (int64, 0-dim) to the GPU.
-        last: (8, "cache_utils.py:227"),
-        cause: "the sliding-window layer's cache moves an 8-byte window tensor to the GPU, \
-                which the scenario does not model",
+        // Loading (embed_scale), the scaled embedding, positions and rotary
+        // tables, Gemma's (1 + weight) norms, the sliding layer's cache
+        // (window tensor), SDPA, GeGLU, the final soft-capping, the loss,
+        // and backward into layer 1's attention.
+        agree: 590,
+        // v_proj's MmBackward0 in layer 1 (during `loss.backward()`).
+        last: (8192, "train.py:37"),
+        cause: "in layer 1's v_proj backward the trace frees SDPA's value gradient between \
+                MmBackward0's two products, the scenario after both",
     });
 }
 

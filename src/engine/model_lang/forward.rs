@@ -13,6 +13,12 @@ impl LangNet {
     /// `model(x)`: a new handle; `x` stays the caller's.
     pub(crate) fn forward(&self, e: &mut Engine, x: TensorId) -> Result<TensorId> {
         let y = self.run(e, self.root, x);
+        // The output (`CausalLMOutputWithPast`) holds the DynamicCache.
+        let windows = self.run_state.cache_windows.take();
+        match &y {
+            Ok(out) => e.hold_with(*out, windows),
+            Err(_) => windows.into_iter().for_each(|w| e.decref(w)),
+        }
         if self.v5_holds_rope(e) {
             self.v5_hold_rope(e);
         } else {

@@ -296,6 +296,7 @@ impl Module {
                 hidden,
                 vocab,
                 tied,
+                ..
             } => Args::one(
                 vec![("hidden", *hidden, 1), ("vocab", *vocab, 1)],
                 params(if *tied {
@@ -619,6 +620,7 @@ impl Module {
                 hidden,
                 vocab,
                 tied,
+                ..
             } => {
                 if *tied && !seen.embedding {
                     return Err((Some("tied"), Problem::TiedWithoutEmbedding));
@@ -1024,6 +1026,7 @@ pub(crate) enum Leaf {
     LmHead {
         w: TensorId,
         module: u32,
+        softcap: bool,
     },
     BertEmbeddings(BertEmbeddings),
     BertLayer(BertLayer),
@@ -1270,6 +1273,7 @@ impl Builder<'_> {
                 hidden,
                 vocab,
                 tied,
+                softcap,
             } => {
                 let module = module(e);
                 let w = match (tied, self.x.tie) {
@@ -1282,7 +1286,11 @@ impl Builder<'_> {
                     }
                     (false, _) => e.new_param(&[*vocab, *hidden], module, params)?,
                 };
-                Leaf::LmHead { w, module }
+                Leaf::LmHead {
+                    w,
+                    module,
+                    softcap: *softcap,
+                }
             }
             Module::BertEmbeddings {
                 vocab,
@@ -1401,6 +1409,7 @@ impl Builder<'_> {
                 bias,
                 qk_norm,
                 fused_qkv,
+                sliding,
             } => {
                 let b = super::hf_layers::AttnBuild {
                     hidden: *hidden,
@@ -1410,6 +1419,7 @@ impl Builder<'_> {
                     bias: *bias,
                     qk_norm: *qk_norm,
                     fused_qkv: *fused_qkv,
+                    sliding: *sliding,
                 };
                 Leaf::HfAttention(super::hf_layers::build_attn(e, path, &b, params)?)
             }
@@ -1525,7 +1535,18 @@ impl LangNet {
                 let rope = self.rope(e, x)?;
                 e.decoder_layer(l, x, rope)
             }
-            Leaf::LmHead { w, module } => e.in_module(*module, |e| e.linear(x, *w, None)),
+            Leaf::LmHead { w, module, softcap } => {
+                let logits = e.in_module(*module, |e| e.linear(x, *w, None))?;
+                if !*softcap {
+                    return Ok(logits);
+                }
+                let scaled = e.mul_scalar(logits);
+                let logits = e.rebind(logits, scaled)?;
+                let capped = e.unary(Unary::Tanh, logits);
+                let logits = e.rebind(logits, capped)?;
+                let scaled = e.mul_scalar(logits);
+                e.rebind(logits, scaled)
+            }
             Leaf::BertEmbeddings(b) => e.in_module(b.module, |e| e.bert_embeddings(b, x)),
             Leaf::BertLayer(l) => e.in_module(l.module, |e| e.bert_layer(l, x)),
             Leaf::BertPooler { dense, act } => {

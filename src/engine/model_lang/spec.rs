@@ -212,8 +212,18 @@ pub enum Module {
         qkv_bias: bool,
     },
     /// `lm_head = Linear(hidden, vocab, bias=False)`; `tied`: its weight is
-    /// the model's first `Embedding` (`tie_word_embeddings`).
-    LmHead { hidden: u64, vocab: u64, tied: bool },
+    /// the model's first `Embedding` (`tie_word_embeddings`); `softcap`:
+    /// Gemma's final logit soft-capping in the same frame (transformers
+    /// 5.16.1 modeling_gemma2.py:527-530): `logits = logits / cap`,
+    /// `logits = torch.tanh(logits)`, `logits = logits * cap`, each
+    /// rebinding letting the last go (tanh saves its result).
+    LmHead {
+        hidden: u64,
+        vocab: u64,
+        tied: bool,
+        #[serde(default)]
+        softcap: bool,
+    },
     /// `BertEmbeddings` (models.md §8.1): word, position and token-type
     /// tables, LayerNorm, dropout.
     BertEmbeddings {
@@ -347,6 +357,12 @@ pub enum Module {
         qk_norm: bool,
         #[serde(default)]
         fused_qkv: bool,
+        /// A sliding-window layer (`layer_types`): under `hf_use_cache` its
+        /// cache is a `DynamicSlidingWindowLayer`, whose first update moves
+        /// an 8-byte window tensor to the GPU (transformers 5.16.1
+        /// cache_utils.py:215, 227), held until the model's output goes.
+        #[serde(default)]
+        sliding: bool,
     },
     /// A gated MLP `down_proj(act(gate_proj(x)) * up_proj(x))`, no biases:
     /// `act` SiLU (SwiGLU) or `GeluTanh` (Gemma's GeGLU); `fused`: Phi-3's

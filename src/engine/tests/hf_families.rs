@@ -204,6 +204,7 @@ fn hf_attention_under_use_cache_copies_k_and_v() {
                 bias: false,
                 qk_norm: true,
                 fused_qkv: false,
+                sliding: false,
             },
         ),
     ]);
