@@ -70,6 +70,9 @@ fn traced_allocations(path: &Path) -> Vec<(u64, String)> {
         .collect()
 }
 
+/// [`requests`]' groups: (an allocation?, its sizes).
+type Requests = Vec<(bool, Vec<u64>)>;
+
 /// Where transformers 5.16.1 and the scenario part, and why.
 struct Parting {
     family: &'static str,
@@ -83,13 +86,7 @@ struct Parting {
 
 /// The family traced and its scenario exported: (traced, scenario)
 /// requests and the traced allocations.
-fn run(
-    family: &str,
-) -> (
-    Vec<(bool, Vec<u64>)>,
-    Vec<(bool, Vec<u64>)>,
-    Vec<(u64, String)>,
-) {
+fn run(family: &str) -> (Requests, Requests, Vec<(u64, String)>) {
     transformers_python();
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf-trace");
     let scratch = Scratch::new(&format!("hf-{family}"));
