@@ -1213,13 +1213,13 @@ def _install_modes(torch):
         # made without grad mode: here a view whose `_base` holds the
         # storage once more, where the engine (an H100 capture's rule: the
         # q/k/v and gate/up projections' input gradients of a Llama layer
-        # are summed in place, llama_lora_finetune) counts none. A view of
-        # another rank over its whole base counts so; a view of the same
-        # rank (a weight's transposed gradient) keeps its base, as the
-        # engine's tied weight is summed out of place on the H100.
+        # are summed in place, llama_lora_finetune) counts none. Only that
+        # unfold (a whole 2-D base seen with more dimensions) counts so; any
+        # other view keeps its base, as the engine's do (a tied weight's
+        # transposed gradient is summed out of place on the H100).
         refs = use_count(old.untyped_storage()._cdata)
         base = old._base if old._is_view() else None
-        if base is not None and base.numel() == old.numel() and base.dim() != old.dim():
+        if base is not None and base.dim() == 2 and old.dim() > 2 and base.numel() == old.numel():
             refs -= 1
         if refs != 2:
             return None
