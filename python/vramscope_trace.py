@@ -1207,8 +1207,21 @@ def _install_modes(torch):
             return None
         if old.shape != new.shape or old.dtype != new.dtype or not old.is_contiguous():
             return None
-        # untyped_storage() itself holds one reference while asked.
-        if use_count(old.untyped_storage()._cdata) != 2:
+        # untyped_storage() itself holds one reference while asked. A
+        # matmul's input gradient is a reshape of the mm's result to the
+        # input's rank (`ViewBackward0` of the fold `input.reshape(-1, k)`),
+        # made without grad mode: here a view whose `_base` holds the
+        # storage once more, where the engine (an H100 capture's rule: the
+        # q/k/v and gate/up projections' input gradients of a Llama layer
+        # are summed in place, llama_lora_finetune) counts none. Only that
+        # unfold (a whole 2-D base seen with more dimensions) counts so; any
+        # other view keeps its base, as the engine's do (a tied weight's
+        # transposed gradient is summed out of place on the H100).
+        refs = use_count(old.untyped_storage()._cdata)
+        base = old._base if old._is_view() else None
+        if base is not None and base.dim() == 2 and old.dim() > 2 and base.numel() == old.numel():
+            refs -= 1
+        if refs != 2:
             return None
         return old.add_(new)
 

@@ -203,9 +203,17 @@ fn leaf_enums() -> Vec<(&'static str, BTreeSet<String>)> {
     let (leaves, _) = variants(&kinds, "Leaf");
     assert_eq!(
         containers,
-        ["Checkpoint", "Frame", "Repeat", "Residual", "Sequential"]
-            .map(String::from)
-            .into(),
+        [
+            "Checkpoint",
+            "Frame",
+            "HfModel",
+            "Registered",
+            "Repeat",
+            "Residual",
+            "Sequential"
+        ]
+        .map(String::from)
+        .into(),
         "the containers the walkers handle"
     );
     vec![("Module", &modules - &containers), ("Leaf", leaves)]

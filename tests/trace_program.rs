@@ -8,6 +8,8 @@
 #[path = "trace/captures.rs"]
 mod captures;
 mod common;
+#[path = "trace/hf_families.rs"]
+mod hf_families;
 #[path = "trace/qlora.rs"]
 mod qlora;
 #[path = "trace/scenario_requests.rs"]

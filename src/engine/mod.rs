@@ -152,6 +152,9 @@ pub struct Engine {
     pub(crate) op_error: Option<EngineError>,
     /// Live non-leaf tensors `retain_grad()` was called on.
     pub(crate) retaining: Vec<TensorId>,
+    /// Tensors a Python object holds beside a tensor it returns (a model
+    /// output's `DynamicCache`): each list goes when its tensor does.
+    pub(crate) held_by: rustc_hash::FxHashMap<TensorId, Vec<TensorId>>,
     /// The Node a backward reached after an earlier backward had already
     /// run it and freed its saved tensors (the backward-twice error's
     /// cause, which the leak detector traces back to a root).
@@ -237,6 +240,7 @@ impl Engine {
             bindings: Bindings::default(),
             op_error: None,
             retaining: Vec::new(),
+            held_by: rustc_hash::FxHashMap::default(),
             spent_reached: None,
             grad_only: None,
             create_graph: false,

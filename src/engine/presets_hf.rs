@@ -216,6 +216,7 @@ impl DecoderLm {
                 "rotary_emb",
                 Module::RotaryEmbedding {
                     head_dim: self.head_dim(),
+                    float32: false,
                 },
             ),
         ]);
@@ -229,6 +230,7 @@ impl DecoderLm {
                         hidden: self.hidden,
                         vocab: self.vocab,
                         tied: self.tied,
+                        softcap: false,
                     },
                 ),
             ]),

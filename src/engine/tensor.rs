@@ -215,7 +215,23 @@ impl Engine {
                 self.decref(g);
             }
             self.release_storage_tensor(x.storage);
+            if !self.held_by.is_empty() {
+                if let Some(held) = self.held_by.remove(&t) {
+                    for h in held {
+                        self.decref(h);
+                    }
+                }
+            }
         }
+    }
+
+    /// `held` (long-lived handles) go when `t` goes: the tensors an object
+    /// returned with `t` keeps (a model output's cache).
+    pub(crate) fn hold_with(&mut self, t: TensorId, held: Vec<TensorId>) {
+        if held.is_empty() {
+            return;
+        }
+        self.held_by.entry(t).or_default().extend(held);
     }
 
     /// Release every local created after `mark`, newest first (Python unwinding).

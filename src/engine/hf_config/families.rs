@@ -10,7 +10,6 @@
 use super::{Fields, HfConfigError, DEFAULT_SEQ};
 use crate::engine::model_lang::hf_layers::GateAct;
 use crate::engine::model_lang::moe::{Dispatch, ExpertKind, Routing};
-use crate::engine::model_lang::spec::Expr;
 use crate::engine::model_lang::{LangModel, ModelInput, Module};
 
 /// The families this file reads.
@@ -36,6 +35,10 @@ fn named(name: &str, m: Module) -> (String, Module) {
 
 fn rms(dim: u64) -> Module {
     Module::RMSNorm { dim }
+}
+
+fn gemma_rms(dim: u64) -> Module {
+    Module::GemmaRMSNorm { dim }
 }
 
 /// The shapes every family shares.
@@ -122,15 +125,9 @@ pub(super) fn read(f: &Fields) -> Result<Family, HfConfigError> {
     let s = shape(f, gemma)?;
     let h = s.hidden;
     let mut notes = Vec::new();
-    let attn = |bias: bool, qk_norm: bool, fused_qkv: bool| Module::HfAttention {
-        hidden: h,
-        heads: s.heads,
-        kv_heads: s.kv_heads,
-        head_dim: s.head_dim,
-        bias,
-        qk_norm,
-        fused_qkv,
-    };
+    // (bias, qk_norm, fused_qkv): the attention is made per layer below
+    // (`sliding` differs between layers).
+    let attn = |bias: bool, qk_norm: bool, fused_qkv: bool| (bias, qk_norm, fused_qkv);
     let dense = |f: &Fields, act: GateAct, fused: bool| -> Result<Module, HfConfigError> {
         Ok(Module::GatedMlp {
             hidden: h,
@@ -241,81 +238,111 @@ pub(super) fn read(f: &Fields) -> Result<Family, HfConfigError> {
             )
         }
     };
-    // The two residual halves of a decoder layer (no module of their own).
-    let mut first = vec![
-        named("input_layernorm", rms(h)),
-        named("self_attn", attention),
-    ];
-    let mut second = Vec::new();
-    if sandwich {
-        first.push(named("post_attention_layernorm", rms(h)));
-        second.push(named("pre_feedforward_layernorm", rms(h)));
-        second.push(named(mlp_name, mlp));
-        second.push(named("post_feedforward_layernorm", rms(h)));
+    // Gemma's norms are its own `(1 + weight)` ones.
+    let norm = if gemma { gemma_rms } else { rms };
+    let layer = |sliding: bool| {
+        let (bias, qk_norm, fused_qkv) = attention;
+        let self_attn = Module::HfAttention {
+            hidden: h,
+            heads: s.heads,
+            kv_heads: s.kv_heads,
+            head_dim: s.head_dim,
+            bias,
+            qk_norm,
+            fused_qkv,
+            sliding,
+        };
+        // The two residual halves of a decoder layer (no module of their own).
+        let mut first = vec![
+            named("input_layernorm", norm(h)),
+            named("self_attn", self_attn),
+        ];
+        let mut second = Vec::new();
+        if sandwich {
+            first.push(named("post_attention_layernorm", norm(h)));
+            second.push(named("pre_feedforward_layernorm", norm(h)));
+            second.push(named(mlp_name, mlp.clone()));
+            second.push(named("post_feedforward_layernorm", norm(h)));
+        } else {
+            second.push(named("post_attention_layernorm", norm(h)));
+            second.push(named(mlp_name, mlp.clone()));
+        }
+        // `__init__` registers the attention and the MLP before the norms.
+        let mut order = vec!["self_attn".to_string(), mlp_name.to_string()];
+        order.extend(
+            first
+                .iter()
+                .chain(&second)
+                .map(|(n, _)| n.clone())
+                .filter(|n| n.ends_with("layernorm")),
+        );
+        Module::Registered {
+            order,
+            module: Box::new(Module::Sequential(vec![
+                named("", Module::Residual(Box::new(Module::Sequential(first)))),
+                named("", Module::Residual(Box::new(Module::Sequential(second)))),
+            ])),
+        }
+    };
+    // One block repeated when every layer's cache is alike, else each.
+    let sliding = sliding_layers(f, s.layers)?;
+    let layers = if sliding.iter().all(|&x| x == sliding[0]) {
+        Module::Repeat {
+            n: s.layers,
+            block: Box::new(layer(sliding.first().copied().unwrap_or(false))),
+        }
     } else {
-        second.push(named("post_attention_layernorm", rms(h)));
-        second.push(named(mlp_name, mlp));
-    }
-    let layer = Module::Sequential(vec![
-        named("", Module::Residual(Box::new(Module::Sequential(first)))),
-        named("", Module::Residual(Box::new(Module::Sequential(second)))),
-    ]);
+        Module::Sequential(
+            sliding
+                .iter()
+                .enumerate()
+                .map(|(i, &sl)| (i.to_string(), layer(sl)))
+                .collect(),
+        )
+    };
+    let (num, dim) = (s.vocab, h);
     let mut model = vec![named(
         "embed_tokens",
-        Module::Embedding {
-            num: s.vocab,
-            dim: h,
+        if gemma {
+            Module::ScaledEmbedding { num, dim }
+        } else {
+            Module::Embedding { num, dim }
         },
     )];
-    if gemma {
-        // hidden_states * normalizer (sqrt(hidden_size)): a new tensor.
-        model.push(named(
-            "",
-            Module::Ops(vec![("h".into(), Expr::Scale(Box::new(Expr::X)))]),
-        ));
-    }
+    // The model's forward makes the positions and the rotary tables before
+    // the layers; `__init__` registers `rotary_emb` after the final norm.
     model.extend([
-        named(
-            "layers",
-            Module::Repeat {
-                n: s.layers,
-                block: Box::new(layer),
-            },
-        ),
-        named("norm", rms(h)),
         named(
             "rotary_emb",
             Module::RotaryEmbedding {
                 head_dim: s.head_dim,
+                float32: true,
             },
         ),
+        named("layers", layers),
+        named("norm", norm(h)),
     ]);
-    let mut net = vec![
-        named("model", Module::Sequential(model)),
+    let model = Module::Registered {
+        order: ["embed_tokens", "layers", "norm", "rotary_emb"]
+            .map(String::from)
+            .to_vec(),
+        module: Box::new(Module::HfModel(Box::new(Module::Sequential(model)))),
+    };
+    let net = vec![
+        named("model", model),
         named(
             "lm_head",
             Module::LmHead {
                 hidden: h,
                 vocab: s.vocab,
                 tied: s.tied,
+                softcap: f
+                    .map
+                    .get("final_logit_softcapping")
+                    .is_some_and(|v| v.is_number()),
             },
         ),
     ];
-    if f.map
-        .get("final_logit_softcapping")
-        .is_some_and(|v| v.is_number())
-    {
-        // logits / cap; tanh; * cap (tanh saves its result).
-        let l = || Box::new(Expr::Var("logits".into()));
-        net.push(named(
-            "",
-            Module::Ops(vec![
-                ("logits".into(), Expr::Scale(Box::new(Expr::X))),
-                ("logits".into(), Expr::Tanh(l())),
-                ("logits".into(), Expr::Scale(l())),
-            ]),
-        ));
-    }
     notes.extend(family_notes(f));
     Ok(Family {
         model: LangModel {
@@ -331,10 +358,57 @@ pub(super) fn read(f: &Fields) -> Result<Family, HfConfigError> {
     })
 }
 
+/// Which layers' caches are sliding-window ones, as
+/// `get_layer_types_and_kwargs` (transformers 5.16.1 cache_utils.py:1706-1714)
+/// reads the config: its `layer_types`; else the family's own default
+/// (Gemma 2 every other layer from the first, configuration_gemma2.py:95-98;
+/// Gemma 3 all but every `sliding_window_pattern`-th, default 6,
+/// configuration_gemma3.py:108-115; Qwen only with `use_sliding_window`,
+/// not modelled: full); else every layer when `sliding_window` is set
+/// (Phi-3, Mixtral).
+fn sliding_layers(f: &Fields, n: u64) -> Result<Vec<bool>, HfConfigError> {
+    if let Some(v) = f.map.get("layer_types").filter(|v| !v.is_null()) {
+        let types = v
+            .as_array()
+            .ok_or_else(|| f.bad("layer_types", "not a list"))?;
+        if types.len() as u64 != n {
+            return Err(f.bad(
+                "layer_types",
+                format!("{} entries for {n} layers", types.len()),
+            ));
+        }
+        return types
+            .iter()
+            .map(|t| match t.as_str() {
+                Some("sliding_attention") => Ok(true),
+                Some("full_attention") => Ok(false),
+                _ => Err(f.bad(
+                    "layer_types",
+                    format!("{t}: only \"full_attention\" and \"sliding_attention\" are modelled"),
+                )),
+            })
+            .collect();
+    }
+    let every = |pattern: u64| (1..=n).map(|i| i % pattern != 0).collect();
+    Ok(match f.model_type {
+        "gemma2" => every(2),
+        "gemma3_text" => every(f.opt_count("sliding_window_pattern")?.unwrap_or(6).max(1)),
+        "qwen3" | "qwen2_moe" | "qwen3_moe" => vec![false; n as usize],
+        _ => {
+            let set = f.map.get("sliding_window").is_some_and(|v| !v.is_null());
+            vec![set; n as usize]
+        }
+    })
+}
+
+/// Gemma's sliding-window layers (transformers 5.16.1 masking_utils.py
+/// `_ignore_causal_mask_sdpa`: no mask while the keys are fewer than the
+/// window).
+const SLIDING: &str = "the sliding-window layers' mask is not modelled: at a sequence longer than `sliding_window` transformers builds one and SDPA runs with it (k and v repeated to every head); shorter, there is none, as modelled";
+
 /// What transformers does for this config that the model leaves out.
 fn family_notes(f: &Fields) -> Vec<String> {
     let mut notes = Vec::new();
-    let order = "parameters are allocated in forward order; transformers registers a layer's attention and MLP before its norms (the same bytes, in another order)";
     match f.model_type {
         "mixtral" | "qwen2_moe" | "qwen3_moe" => {
             notes.push(format!(
@@ -342,15 +416,18 @@ fn family_notes(f: &Fields) -> Vec<String> {
                 Routing::Balanced.describe()
             ));
             notes.push("the router's softmax in fp32 (`dtype=torch.float`) and the weights' cast back are not modelled for a half-precision model; `routing_weights /=` is modelled out of place".into());
+            notes.push("the experts are 4.x's per-expert Linears: transformers 5.x keeps a layer's experts as 3-D `experts.gate_up_proj` and `experts.down_proj` (the same bytes) and runs them through its experts implementation (`grouped_mm` on CUDA), whose requests are not modelled".into());
         }
         "gemma2" => {
-            notes.push("attention logit soft-capping needs eager attention, which is not modelled: SDPA's memory is shown (transformers' SDPA path leaves the cap out)".into());
-            notes.push("the sliding-window layers' attention mask is not modelled (SDPA is modelled causal)".into());
-            notes.push("Gemma's (1 + weight) RMSNorm is modelled as Llama's (the same parameters; in a half-precision model Gemma keeps its fp32 output where Llama keeps a half one)".into());
+            // transformers 5.16.1 picks SDPA for Gemma 2 (`_supports_sdpa`,
+            // modeling_gemma2.py:360), whose path leaves the cap out.
+            notes.push("attention logit soft-capping runs only in eager attention (`attn_implementation=\"eager\"`), which is not modelled: transformers' default, SDPA, leaves the cap out, as modelled".into());
+            notes.push(SLIDING.into());
         }
         "gemma3_text" => {
-            notes.push("the sliding-window layers' attention mask and their second rotary table (rope_local_base_freq) are not modelled".into());
-            notes.push("Gemma's (1 + weight) RMSNorm is modelled as Llama's (the same parameters; in a half-precision model Gemma keeps its fp32 output where Llama keeps a half one)".into());
+            notes.push(SLIDING.into());
+            notes.push("the second rotary table of the sliding-window layers (`rope_local_base_freq`: two more buffers and a second cos/sin) is not modelled: every layer takes the global one".into());
+            notes.push("q_norm and k_norm are modelled as Llama's RMSNorm (Gemma's are its `(1 + weight)` norm, which keeps an fp32 product in a half-precision model)".into());
         }
         "phi3" if f.map.get("rope_scaling").is_some_and(|v| !v.is_null()) => {
             notes.push(
@@ -360,6 +437,5 @@ fn family_notes(f: &Fields) -> Vec<String> {
         }
         _ => {}
     }
-    notes.push(order.into());
     notes
 }

@@ -20,6 +20,8 @@ pub(crate) enum Node {
     Residual(usize),
     /// A Python function's frame around `inner` (`Module::Frame`).
     Frame(usize),
+    /// `Module::HfModel` around `inner`.
+    HfModel(usize),
     /// A checkpoint region around `inner`; `site` numbers the region for
     /// recomputation (`LangNet::sites`).
     Checkpoint {
@@ -65,6 +67,33 @@ pub(crate) struct Builder<'a> {
     pub(super) own: Vec<(u32, Vec<u64>, crate::engine::dtype::DType)>,
     /// `LangModel::dtypes`, and whether each has named a parameter yet.
     dtypes: Vec<(String, crate::engine::dtype::DType, bool)>,
+    /// Inside a `Registered`: the leaves met, built when the outermost one
+    /// ends, in registration order.
+    deferred: Option<Vec<Deferred>>,
+}
+
+/// A leaf whose parameters wait for its `Registered` (its node a
+/// placeholder until then).
+struct Deferred {
+    slot: usize,
+    path: String,
+    module: Module,
+}
+
+/// Where `path` falls in a `Registered`'s `order` (relative to `at`): the
+/// first entry it is under, or after all of them.
+fn rank(order: &[String], at: &str, path: &str) -> usize {
+    let rel = if at.is_empty() {
+        path
+    } else {
+        path.strip_prefix(at)
+            .and_then(|r| r.strip_prefix('.'))
+            .unwrap_or(path)
+    };
+    order
+        .iter()
+        .position(|o| crate::engine::modules::under_path(o, rel))
+        .unwrap_or(order.len())
 }
 
 impl LangNet {
@@ -84,6 +113,7 @@ impl LangNet {
             x: super::xfmr::XState::default(),
             own: Vec::new(),
             dtypes: dtypes.iter().map(|(p, d)| (p.clone(), *d, false)).collect(),
+            deferred: None,
         };
         let root = b.node(e, "", net)?;
         if let Some((path, _, _)) = b.dtypes.iter().find(|(_, _, named)| !named) {
@@ -142,6 +172,11 @@ impl Builder<'_> {
             }
             Module::Residual(inner) => Node::Residual(self.node(e, path, inner)?),
             Module::Frame(inner) => Node::Frame(self.node(e, path, inner)?),
+            Module::HfModel(inner) => Node::HfModel(self.node(e, path, inner)?),
+            Module::Registered { order, module } => {
+                // No node of its own: the forward is `module`'s.
+                return self.registered(e, path, order, module);
+            }
             Module::Checkpoint { module, reentrant } => {
                 if self.in_region {
                     return Err(EngineError::Program(format!(
@@ -162,15 +197,57 @@ impl Builder<'_> {
                 }
             }
             leaf => {
-                // A leaf's parameters in the dtype its path is given.
-                let model_dtype = e.param_dtype;
-                e.param_dtype = self.dtype_at(path, leaf).unwrap_or(model_dtype);
-                let built = self.leaf(e, path, leaf);
-                e.param_dtype = model_dtype;
-                Node::Leaf(Box::new(built?))
+                if let Some(waiting) = &mut self.deferred {
+                    let slot = self.nodes.len();
+                    waiting.push(Deferred {
+                        slot,
+                        path: path.to_string(),
+                        module: leaf.clone(),
+                    });
+                    return Ok(self.push(Node::Seq(Vec::new())));
+                }
+                self.built_leaf(e, path, leaf)?
             }
         };
         Ok(self.push(n))
+    }
+
+    /// A leaf's parameters, in the dtype its path is given.
+    fn built_leaf(&mut self, e: &mut Engine, path: &str, leaf: &Module) -> Result<Node> {
+        let model_dtype = e.param_dtype;
+        e.param_dtype = self.dtype_at(path, leaf).unwrap_or(model_dtype);
+        let built = self.leaf(e, path, leaf);
+        e.param_dtype = model_dtype;
+        Ok(Node::Leaf(Box::new(built?)))
+    }
+
+    /// `Module::Registered`: walk `module` (its forward), holding its
+    /// leaves back; put them in `order` (a stable sort, so an inner
+    /// `Registered`'s order stands within each entry); build them now when
+    /// this is the outermost one, else hand them to the enclosing one.
+    fn registered(
+        &mut self,
+        e: &mut Engine,
+        path: &str,
+        order: &[String],
+        module: &Module,
+    ) -> Result<usize> {
+        let outer = self.deferred.replace(Vec::new());
+        let walked = self.node(e, path, module);
+        let mut mine = self.deferred.take().unwrap_or_default();
+        self.deferred = outer;
+        let root = walked?;
+        mine.sort_by_key(|d| rank(order, path, &d.path));
+        match &mut self.deferred {
+            Some(waiting) => waiting.extend(mine),
+            None => {
+                for d in mine {
+                    let node = self.built_leaf(e, &d.path, &d.module)?;
+                    self.nodes[d.slot] = node;
+                }
+            }
+        }
+        Ok(root)
     }
 }
 

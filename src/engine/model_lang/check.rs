@@ -276,6 +276,8 @@ impl LangModel {
                 Module::Repeat { block, .. } => block,
                 Module::Residual(inner)
                 | Module::Frame(inner)
+                | Module::Registered { module: inner, .. }
+                | Module::HfModel(inner)
                 | Module::Checkpoint { module: inner, .. } => inner,
                 leaf => return leaf,
             };
@@ -411,6 +413,18 @@ impl Walk {
             Module::Frame(inner) => {
                 at.push(Seg::Index(0));
                 let r = self.node(path, at, inner, x);
+                at.pop();
+                r
+            }
+            Module::HfModel(module) => {
+                at.push(Seg::Index(0));
+                let r = self.node(path, at, module, x);
+                at.pop();
+                r
+            }
+            Module::Registered { module, .. } => {
+                at.push(Seg::Field("module"));
+                let r = self.node(path, at, module, x);
                 at.pop();
                 r
             }

@@ -13,6 +13,12 @@ impl LangNet {
     /// `model(x)`: a new handle; `x` stays the caller's.
     pub(crate) fn forward(&self, e: &mut Engine, x: TensorId) -> Result<TensorId> {
         let y = self.run(e, self.root, x);
+        // The output (`CausalLMOutputWithPast`) holds the DynamicCache.
+        let windows = self.run_state.cache_windows.take();
+        match &y {
+            Ok(out) => e.hold_with(*out, windows),
+            Err(_) => windows.into_iter().for_each(|w| e.decref(w)),
+        }
         if self.v5_holds_rope(e) {
             self.v5_hold_rope(e);
         } else {
@@ -72,6 +78,7 @@ impl LangNet {
                 e.release(y);
                 out
             }
+            Node::HfModel(inner) => self.hf_model(e, *inner, x),
             Node::Frame(inner) => {
                 self.open_frame();
                 let y = self.run(e, *inner, x);
@@ -85,6 +92,33 @@ impl LangNet {
             } => self.checkpoint(e, *site, *inner, *reentrant, x),
             Node::Leaf(leaf) => self.run_leaf(e, leaf, x),
         }
+    }
+
+    /// `Module::HfModel`: the body's children in order, the first one's
+    /// output (`inputs_embeds`) kept to the end; then the frame's locals go:
+    /// that output, the positions and the rotary tables (handed to the
+    /// checkpoint frames under 5.x, as at a forward's end).
+    fn hf_model(&self, e: &mut Engine, inner: usize, x: TensorId) -> Result<TensorId> {
+        let Node::Seq(children) = &self.nodes[inner] else {
+            return self.run(e, inner, x);
+        };
+        let Some((&first, rest)) = children.split_first() else {
+            return Ok(e.local_ref(x));
+        };
+        let embeds = self.run(e, first, x)?;
+        let mut out = Ok(e.local_ref(embeds));
+        for &c in rest {
+            let Ok(h) = out else { break };
+            let y = self.run(e, c, h);
+            out = e.rebind(h, y);
+        }
+        e.release(embeds);
+        if self.v5_holds_rope(e) {
+            self.v5_hold_rope(e);
+        } else {
+            self.end_rope(e);
+        }
+        out
     }
 
     /// `checkpoint(inner, x, use_reentrant=reentrant)` (engine.md §7, models.md §9).

@@ -15,11 +15,13 @@ use super::kinds::{Args, Fault};
 use super::shape::{attention_input, Sig};
 use super::spec::join;
 use crate::engine::autograd::BwdKind;
+use crate::engine::dtype::DType;
 use crate::engine::error::Result;
 use crate::engine::modules::decoder::{new_rms_norm, RmsNorm, Rope};
 use crate::engine::modules::Linear;
 use crate::engine::ops::elementwise::Unary;
 use crate::engine::shape::Shape;
+use crate::engine::tag::Category;
 use crate::engine::tensor::{Layout, TensorId};
 use crate::engine::Engine;
 
@@ -97,6 +99,8 @@ pub(crate) struct HfAttn {
     pub heads: u64,
     pub kv_heads: u64,
     pub head_dim: u64,
+    /// A sliding-window layer's cache (`Module::HfAttention::sliding`).
+    pub sliding: bool,
 }
 
 /// What an `HfAttention` is built from.
@@ -108,6 +112,7 @@ pub(crate) struct AttnBuild {
     pub bias: bool,
     pub qk_norm: bool,
     pub fused_qkv: bool,
+    pub sliding: bool,
 }
 
 /// Concern 3: in registration order: `q_proj`, `k_proj`, `v_proj`,
@@ -152,6 +157,7 @@ pub(crate) fn build_attn(
         heads: b.heads,
         kv_heads: b.kv_heads,
         head_dim: b.head_dim,
+        sliding: b.sliding,
     })
 }
 
@@ -161,7 +167,7 @@ impl LangNet {
         let rope = self.rope(e, x)?;
         e.in_module(a.module, |e| {
             let mark = e.locals.len();
-            let r = attn_body(e, a, x, rope);
+            let r = attn_body(e, a, x, rope, &self.run_state.cache_windows);
             if r.is_err() {
                 e.unwind_locals(mark);
             }
@@ -196,9 +202,16 @@ fn heads_of(
     Ok(t)
 }
 
-fn attn_body(e: &mut Engine, a: &HfAttn, x: TensorId, rope: Rope) -> Result<TensorId> {
+fn attn_body(
+    e: &mut Engine,
+    a: &HfAttn,
+    x: TensorId,
+    rope: Rope,
+    windows: &std::cell::RefCell<Vec<TensorId>>,
+) -> Result<TensorId> {
     let s = e.shape(x);
     let (b, t) = (s.dim(0), s.dim(1));
+    let mut fused_out = None;
     let (q, k, v) = match a.proj.as_slice() {
         [fused] => {
             // qkv = self.qkv_proj(x); query_states = qkv[..., :query_pos], …:
@@ -218,7 +231,9 @@ fn attn_body(e: &mut Engine, a: &HfAttn, x: TensorId, rope: Rope) -> Result<Tens
                 e.release(sl);
                 parts.push(h?);
             }
-            e.release(qkv);
+            // `qkv` is a local of Phi3Attention.forward: it stays bound (its
+            // storage with it) until the layer returns (modeling_phi3.py:228).
+            fused_out = Some(qkv);
             (parts[0], parts[1], parts[2])
         }
         [qp, kp, vp] => {
@@ -251,9 +266,36 @@ fn attn_body(e: &mut Engine, a: &HfAttn, x: TensorId, rope: Rope) -> Result<Tens
             e.rotary_cos_sin(inv_freq, position_ids, dtype)?
         }
     };
-    let (qr, kr) = e.apply_rotary(q, k, tables.0, tables.1)?;
+    // Phi-3 (the fused projection) slices out the rotary part and cats it
+    // back (modeling_phi3.py:195-196); Qwen3 and Gemma rotate q and k whole.
+    let (qr, kr) = if a.proj.len() == 1 {
+        e.apply_rotary_partial(q, k, tables.0, tables.1)?
+    } else {
+        e.apply_rotary(q, k, tables.0, tables.1)?
+    };
     e.release(q);
     e.release(k);
+    // `key_states, value_states = past_key_values.update(...)` under
+    // `use_cache` (`hf_use_cache`): `DynamicLayer.update`'s `torch.cat`
+    // onto an empty tensor copies both (transformers 5.16.1
+    // cache_utils.py:144-145), then the old bindings go.
+    let (kr, v) = if e.cfg.hf_use_cache {
+        if a.sliding {
+            // DynamicSlidingWindowLayer.lazy_initialization:
+            // `self._sliding_window_tensor.to(self.device)`, int64, 0-dim
+            // (cache_utils.py:215, 227), kept by the cache.
+            let w = e.factory(Shape::scalar(), DType::I64, Category::Activation)?;
+            e.keep(w);
+            windows.borrow_mut().push(w);
+        }
+        let kc = e.cat(&[kr], e.shape(kr))?;
+        let vc = e.cat(&[v], e.shape(v));
+        e.release(kr);
+        e.release(v);
+        (kc, vc?)
+    } else {
+        (kr, v)
+    };
     let out = e.sdpa_hf(qr, kr, v, 0.0, true)?;
     let bthd = Shape::new(&[b, t, a.heads, a.head_dim]);
     let c = if e.layout(out) == Layout::Strided {
@@ -272,7 +314,10 @@ fn attn_body(e: &mut Engine, a: &HfAttn, x: TensorId, rope: Rope) -> Result<Tens
     );
     e.release(c);
     let o = e.apply_linear(&a.o, flat);
-    for local in [qr, kr, v, flat, tables.0, tables.1] {
+    for local in [qr, kr, v, flat, tables.0, tables.1]
+        .into_iter()
+        .chain(fused_out)
+    {
         e.release(local);
     }
     o

@@ -111,6 +111,8 @@ impl Module {
             | Module::Repeat { .. }
             | Module::Residual(_)
             | Module::Frame(_)
+            | Module::Registered { .. }
+            | Module::HfModel(_)
             | Module::Checkpoint { .. } => Args::default(),
             Module::Linear { input, out, bias }
             | Module::Linear4bit {
@@ -135,6 +137,14 @@ impl Module {
             Module::Embedding { num, dim } => Args::one(
                 vec![("num", *num, 1), ("dim", *dim, 1)],
                 params(num.saturating_mul(*dim)),
+            ),
+            Module::ScaledEmbedding { num, dim } => Args::one(
+                vec![("num", *num, 1), ("dim", *dim, 1)],
+                Counts {
+                    buffer_elements: 1,
+                    buffers: 1,
+                    ..params(num.saturating_mul(*dim))
+                },
             ),
             Module::LayerNorm { dim, bias } => Args::one(
                 vec![("dim", *dim, 1)],
@@ -217,8 +227,10 @@ impl Module {
                     )
                 }
             }
-            Module::RMSNorm { dim } => Args::one(vec![("dim", *dim, 1)], params(*dim)),
-            Module::RotaryEmbedding { head_dim } => Args::one(
+            Module::RMSNorm { dim } | Module::GemmaRMSNorm { dim } => {
+                Args::one(vec![("dim", *dim, 1)], params(*dim))
+            }
+            Module::RotaryEmbedding { head_dim, .. } => Args::one(
                 vec![("head_dim", *head_dim, 1)],
                 Counts {
                     buffer_elements: head_dim / 2,
@@ -284,6 +296,7 @@ impl Module {
                 hidden,
                 vocab,
                 tied,
+                ..
             } => Args::one(
                 vec![("hidden", *hidden, 1), ("vocab", *vocab, 1)],
                 params(if *tied {
@@ -421,6 +434,8 @@ impl Module {
             | Module::Repeat { .. }
             | Module::Residual(_)
             | Module::Frame(_)
+            | Module::Registered { .. }
+            | Module::HfModel(_)
             | Module::Checkpoint { .. } => Ok(x.clone()),
             Module::Linear4bit { blocksize, .. }
                 if !crate::engine::bnb::BLOCKSIZES.contains(blocksize) =>
@@ -449,7 +464,7 @@ impl Module {
             | Module::GELUTanh
             | Module::SiLU
             | Module::Dropout(_) => same("an activation"),
-            Module::Embedding { dim, .. } => {
+            Module::Embedding { dim, .. } | Module::ScaledEmbedding { dim, .. } => {
                 seen.embedding = true;
                 if !x.ids {
                     return Err(shape(ShapeError::EmbeddingFloats {
@@ -546,8 +561,10 @@ impl Module {
                 [planes.saturating_mul(BOTTLENECK_EXPANSION), 3, *stride, 1],
             )
             .map_err(shape),
-            Module::RMSNorm { dim } => last_dim("RMSNorm", *dim, x).map_err(shape),
-            Module::RotaryEmbedding { head_dim } => {
+            Module::RMSNorm { dim } | Module::GemmaRMSNorm { dim } => {
+                last_dim("RMSNorm", *dim, x).map_err(shape)
+            }
+            Module::RotaryEmbedding { head_dim, .. } => {
                 seen.rotary_embedding = true;
                 if !head_dim.is_multiple_of(2) {
                     return Err((Some("head_dim"), Problem::OddHeadDim(*head_dim)));
@@ -603,6 +620,7 @@ impl Module {
                 hidden,
                 vocab,
                 tied,
+                ..
             } => {
                 if *tied && !seen.embedding {
                     return Err((Some("tied"), Problem::TiedWithoutEmbedding));
@@ -744,6 +762,8 @@ impl Module {
             | Module::Repeat { .. }
             | Module::Residual(_)
             | Module::Frame(_)
+            | Module::Registered { .. }
+            | Module::HfModel(_)
             | Module::Checkpoint { .. }
             | Module::ReLU
             | Module::InplaceReLU
@@ -752,6 +772,7 @@ impl Module {
             | Module::SiLU
             | Module::Dropout(_)
             | Module::Embedding { .. }
+            | Module::ScaledEmbedding { .. }
             | Module::LayerNorm { .. }
             | Module::Conv2d { .. }
             | Module::BatchNorm2d(_)
@@ -761,6 +782,7 @@ impl Module {
             | Module::BasicBlock { .. }
             | Module::Bottleneck { .. }
             | Module::RMSNorm { .. }
+            | Module::GemmaRMSNorm { .. }
             | Module::RotaryEmbedding { .. }
             | Module::LmHead { .. }
             | Module::BertEmbeddings { .. }
@@ -790,6 +812,8 @@ impl Module {
             | Module::Repeat { .. }
             | Module::Residual(_)
             | Module::Frame(_)
+            | Module::Registered { .. }
+            | Module::HfModel(_)
             | Module::Checkpoint { .. }
             | Module::Linear { .. }
             | Module::Linear4bit { .. }
@@ -801,6 +825,7 @@ impl Module {
             | Module::SiLU
             | Module::Dropout(_)
             | Module::Embedding { .. }
+            | Module::ScaledEmbedding { .. }
             | Module::LayerNorm { .. }
             | Module::Conv2d { .. }
             | Module::BatchNorm2d(_)
@@ -810,6 +835,7 @@ impl Module {
             | Module::BasicBlock { .. }
             | Module::Bottleneck { .. }
             | Module::RMSNorm { .. }
+            | Module::GemmaRMSNorm { .. }
             | Module::RotaryEmbedding { .. }
             | Module::Attention { .. }
             | Module::Mlp { .. }
@@ -900,6 +926,8 @@ impl Module {
             | Module::Repeat { .. }
             | Module::Residual(_)
             | Module::Frame(_)
+            | Module::Registered { .. }
+            | Module::HfModel(_)
             | Module::Checkpoint { .. }
             // bitsandbytes casts the input to its compute dtype itself.
             | Module::Linear4bit { .. }
@@ -911,6 +939,7 @@ impl Module {
             | Module::SiLU
             | Module::Dropout(_)
             | Module::Embedding { .. }
+            | Module::ScaledEmbedding { .. }
             | Module::LayerNorm { .. }
             | Module::BatchNorm2d(_)
             | Module::MaxPool2d { .. }
@@ -919,6 +948,7 @@ impl Module {
             | Module::BasicBlock { .. }
             | Module::Bottleneck { .. }
             | Module::RMSNorm { .. }
+            | Module::GemmaRMSNorm { .. }
             | Module::RotaryEmbedding { .. }
             | Module::Attention { .. }
             | Module::Mlp { .. }
@@ -957,6 +987,9 @@ pub(crate) enum Leaf {
         module: u32,
     },
     Embedding(Embedding),
+    /// `Module::ScaledEmbedding`: the embedding (its `embed_scale` buffer is
+    /// among the model's buffers).
+    ScaledEmbedding(Embedding),
     LayerNorm(LayerNorm),
     Conv(Conv),
     BatchNorm(BatchNorm),
@@ -975,6 +1008,7 @@ pub(crate) enum Leaf {
     BasicBlock(BasicBlock),
     Bottleneck(Bottleneck),
     RmsNorm(RmsNorm),
+    GemmaRmsNorm(RmsNorm),
     Rotary,
     Attention {
         attn: Attention,
@@ -992,6 +1026,7 @@ pub(crate) enum Leaf {
     LmHead {
         w: TensorId,
         module: u32,
+        softcap: bool,
     },
     BertEmbeddings(BertEmbeddings),
     BertLayer(BertLayer),
@@ -1039,6 +1074,8 @@ impl Builder<'_> {
             | Module::Repeat { .. }
             | Module::Residual(_)
             | Module::Frame(_)
+            | Module::Registered { .. }
+            | Module::HfModel(_)
             | Module::Checkpoint { .. } => {
                 return Err(EngineError::Program(format!(
                     "{}: a container is built by the builder's walk",
@@ -1082,6 +1119,14 @@ impl Builder<'_> {
                 let emb = e.new_embedding(path, *num, *dim, params)?;
                 self.x.tie.get_or_insert(emb.w);
                 Leaf::Embedding(emb)
+            }
+            Module::ScaledEmbedding { num, dim } => {
+                let emb = e.new_embedding(path, *num, *dim, params)?;
+                self.x.tie.get_or_insert(emb.w);
+                // `nn.Buffer(torch.tensor(embed_scale))` under the model's
+                // default dtype, registered after the weight.
+                e.new_buffer(at("embed_scale"), &[], e.param_dtype, emb.module, self.bufs)?;
+                Leaf::ScaledEmbedding(emb)
             }
             Module::LayerNorm { dim, bias } => {
                 Leaf::LayerNorm(e.new_layer_norm(path, *dim, *bias, params)?)
@@ -1135,13 +1180,25 @@ impl Builder<'_> {
                 self.bufs,
             )?),
             Module::RMSNorm { dim } => Leaf::RmsNorm(new_rms_norm(e, path, *dim, params)?),
-            Module::RotaryEmbedding { head_dim } => {
+            Module::GemmaRMSNorm { dim } => {
+                Leaf::GemmaRmsNorm(new_rms_norm(e, path, *dim, params)?)
+            }
+            Module::RotaryEmbedding { head_dim, float32 } => {
                 let module = module(e);
-                let buf = e.new_inv_freq(module, *head_dim, self.bufs, &at("inv_freq"))?;
+                let model_dtype = e.param_dtype;
+                if *float32 {
+                    e.param_dtype = DType::F32;
+                }
+                let buf = e.new_inv_freq(module, *head_dim, self.bufs, &at("inv_freq"));
                 // transformers registers `original_inv_freq` as a buffer of its
                 // own (`inv_freq.clone()`, `LlamaRotaryEmbedding.__init__`), moved
                 // and cast with the model: two 64 B blocks in the Qwen2.5 capture.
-                e.new_inv_freq(module, *head_dim, self.bufs, &at("original_inv_freq"))?;
+                let orig = buf.and_then(|buf| {
+                    e.new_inv_freq(module, *head_dim, self.bufs, &at("original_inv_freq"))
+                        .map(|_| buf)
+                });
+                e.param_dtype = model_dtype;
+                let buf = orig?;
                 self.x.inv_freq = Some(buf);
                 Leaf::Rotary
             }
@@ -1216,6 +1273,7 @@ impl Builder<'_> {
                 hidden,
                 vocab,
                 tied,
+                softcap,
             } => {
                 let module = module(e);
                 let w = match (tied, self.x.tie) {
@@ -1228,7 +1286,11 @@ impl Builder<'_> {
                     }
                     (false, _) => e.new_param(&[*vocab, *hidden], module, params)?,
                 };
-                Leaf::LmHead { w, module }
+                Leaf::LmHead {
+                    w,
+                    module,
+                    softcap: *softcap,
+                }
             }
             Module::BertEmbeddings {
                 vocab,
@@ -1347,6 +1409,7 @@ impl Builder<'_> {
                 bias,
                 qk_norm,
                 fused_qkv,
+                sliding,
             } => {
                 let b = super::hf_layers::AttnBuild {
                     hidden: *hidden,
@@ -1356,6 +1419,7 @@ impl Builder<'_> {
                     bias: *bias,
                     qk_norm: *qk_norm,
                     fused_qkv: *fused_qkv,
+                    sliding: *sliding,
                 };
                 Leaf::HfAttention(super::hf_layers::build_attn(e, path, &b, params)?)
             }
@@ -1402,6 +1466,17 @@ impl LangNet {
                 }
                 Ok(y)
             }
+            Leaf::ScaledEmbedding(m) => e.in_module(m.module, |e| {
+                let y = e.embedding(m.w, x)?;
+                if self.input_grads == Some(m.w) && e.ctx.grad_enabled {
+                    e.t_mut(y).requires_grad = true;
+                }
+                // `* self.embed_scale.to(self.weight.dtype)`: the same dtype,
+                // no copy; a 0-dim operand that needs no gradient.
+                let out = e.mul_scalar(y);
+                e.release(y);
+                out
+            }),
             Leaf::LayerNorm(l) => e.apply_layer_norm(l, x),
             Leaf::Conv(c) => e.apply_conv(c, x),
             Leaf::BatchNorm(n) => e.apply_bn(n, x),
@@ -1420,7 +1495,15 @@ impl LangNet {
             Leaf::BasicBlock(b) => e.in_module(b.module, |e| b.forward(e, x)),
             Leaf::Bottleneck(b) => b.forward(e, x),
             Leaf::RmsNorm(r) => e.apply_rms_norm(r, x),
-            Leaf::Rotary => Ok(e.local_ref(x)),
+            Leaf::GemmaRmsNorm(r) => e.in_module(r.module, |e| e.rms_norm_gemma(x, r.w)),
+            Leaf::Rotary => {
+                // `position_embeddings = self.rotary_emb(hidden_states,
+                // position_ids)` in the model's forward: the rotary context
+                // (positions, tables) is made here when it stands before the
+                // layers, and reused when they have made it already.
+                self.rope(e, x)?;
+                Ok(e.local_ref(x))
+            }
             Leaf::Attention { attn, rotary, sdpa } => {
                 let rope = if *rotary {
                     Some(self.rope(e, x)?)
@@ -1452,7 +1535,18 @@ impl LangNet {
                 let rope = self.rope(e, x)?;
                 e.decoder_layer(l, x, rope)
             }
-            Leaf::LmHead { w, module } => e.in_module(*module, |e| e.linear(x, *w, None)),
+            Leaf::LmHead { w, module, softcap } => {
+                let logits = e.in_module(*module, |e| e.linear(x, *w, None))?;
+                if !*softcap {
+                    return Ok(logits);
+                }
+                let scaled = e.mul_scalar(logits);
+                let logits = e.rebind(logits, scaled)?;
+                let capped = e.unary(Unary::Tanh, logits);
+                let logits = e.rebind(logits, capped)?;
+                let scaled = e.mul_scalar(logits);
+                e.rebind(logits, scaled)
+            }
             Leaf::BertEmbeddings(b) => e.in_module(b.module, |e| e.bert_embeddings(b, x)),
             Leaf::BertLayer(l) => e.in_module(l.module, |e| e.bert_layer(l, x)),
             Leaf::BertPooler { dense, act } => {
@@ -1517,6 +1611,7 @@ impl Leaf {
             | Leaf::InplaceRelu { .. }
             | Leaf::Dropout { .. }
             | Leaf::Embedding(_)
+            | Leaf::ScaledEmbedding(_)
             | Leaf::LayerNorm(_)
             | Leaf::Conv(_)
             | Leaf::BatchNorm(_)
@@ -1526,6 +1621,7 @@ impl Leaf {
             | Leaf::BasicBlock(_)
             | Leaf::Bottleneck(_)
             | Leaf::RmsNorm(_)
+            | Leaf::GemmaRmsNorm(_)
             | Leaf::Rotary
             | Leaf::LmHead { .. }
             | Leaf::BertEmbeddings(_)
@@ -1556,6 +1652,8 @@ impl Module {
             | Module::Repeat { .. }
             | Module::Residual(_)
             | Module::Frame(_)
+            | Module::Registered { .. }
+            | Module::HfModel(_)
             | Module::Checkpoint { .. }
             | Module::Linear { .. }
             | Module::Linear4bit { .. }
@@ -1567,6 +1665,7 @@ impl Module {
             | Module::SiLU
             | Module::Dropout(_)
             | Module::Embedding { .. }
+            | Module::ScaledEmbedding { .. }
             | Module::LayerNorm { .. }
             | Module::Conv2d { .. }
             | Module::BatchNorm2d(_)
@@ -1576,6 +1675,7 @@ impl Module {
             | Module::BasicBlock { .. }
             | Module::Bottleneck { .. }
             | Module::RMSNorm { .. }
+            | Module::GemmaRMSNorm { .. }
             | Module::RotaryEmbedding { .. }
             | Module::Attention { .. }
             | Module::Mlp { .. }

@@ -417,9 +417,10 @@ fn walk_assumptions(m: &super::Module, path: &str, copies: &str, out: &mut Vec<S
             let range = format!("{copies} (N = 0…{})", n.saturating_sub(1));
             walk_assumptions(block, &join(path, "N"), &range, out);
         }
-        Module::Residual(inner) | Module::Frame(inner) => {
-            walk_assumptions(inner, path, copies, out)
-        }
+        Module::Residual(inner)
+        | Module::Frame(inner)
+        | Module::Registered { module: inner, .. }
+        | Module::HfModel(inner) => walk_assumptions(inner, path, copies, out),
         Module::Checkpoint { module, .. } => walk_assumptions(module, path, copies, out),
         leaf => {
             if let Some(a) = leaf.assumption() {

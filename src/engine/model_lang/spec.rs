@@ -142,11 +142,27 @@ pub enum Module {
     /// `hf_rmsnorm` picks HF's composite, `nn.RMSNorm`'s fused kernel or
     /// ATen's composite).
     RMSNorm { dim: u64 },
+    /// Gemma's `(1 + weight)` RMSNorm (`Gemma2RMSNorm`, Gemma 3's the
+    /// same; transformers 5.16.1 modeling_gemma2.py:49-63): the norm in
+    /// fp32 with its temporaries gone as used, `* (1.0 +
+    /// self.weight.float())` in fp32 (the product saves the fp32 normed
+    /// input and `1 + weight`), then `type_as(x)`. Weight `[dim]`.
+    GemmaRMSNorm { dim: u64 },
     /// `LlamaRotaryEmbedding`: the model's `inv_freq` buffer [head_dim / 2].
     /// Every `Attention` / `DecoderLayer` with rotary positions uses it; its
     /// cos/sin are computed once per forward before the first of them
-    /// (`hf_rope_scope: Layer`: by each). Its forward is the identity.
-    RotaryEmbedding { head_dim: u64 },
+    /// (`hf_rope_scope: Layer`: by each), where this module stands when it
+    /// stands before them (the model's forward runs it before its layers).
+    /// Its forward is the identity. `float32`: `inv_freq` and
+    /// `original_inv_freq` stay fp32 whatever the model's dtype, as a model
+    /// built in its dtype keeps them (`from_config(config, dtype=…)`:
+    /// `__init__` makes them with `.float()`, transformers 5.16.1
+    /// modeling_qwen3.py:106, and nothing casts them).
+    RotaryEmbedding {
+        head_dim: u64,
+        #[serde(default)]
+        float32: bool,
+    },
     /// `LlamaAttention` with `sdpa_attention_forward` (models.md §4):
     /// `q_proj`, `k_proj`, `v_proj` (`kv_heads` heads: GQA, MQA at 1),
     /// `o_proj`; rotary positions or none; SDPA as PyTorch 2.11 picks it
@@ -196,8 +212,18 @@ pub enum Module {
         qkv_bias: bool,
     },
     /// `lm_head = Linear(hidden, vocab, bias=False)`; `tied`: its weight is
-    /// the model's first `Embedding` (`tie_word_embeddings`).
-    LmHead { hidden: u64, vocab: u64, tied: bool },
+    /// the model's first `Embedding` (`tie_word_embeddings`); `softcap`:
+    /// Gemma's final logit soft-capping in the same frame (transformers
+    /// 5.16.1 modeling_gemma2.py:527-530): `logits = logits / cap`,
+    /// `logits = torch.tanh(logits)`, `logits = logits * cap`, each
+    /// rebinding letting the last go (tanh saves its result).
+    LmHead {
+        hidden: u64,
+        vocab: u64,
+        tied: bool,
+        #[serde(default)]
+        softcap: bool,
+    },
     /// `BertEmbeddings` (models.md §8.1): word, position and token-type
     /// tables, LayerNorm, dropout.
     BertEmbeddings {
@@ -256,6 +282,33 @@ pub enum Module {
     /// locals its hand-written ops keep (`MaskedAttention`'s) die when it
     /// returns, in the order Python clears them. Adds no path segment.
     Frame(Box<Module>),
+    /// A module whose `__init__` registers its submodules in another order
+    /// than its `forward` calls them (transformers' decoder layers register
+    /// `self_attn` and `mlp` before their norms; `LlamaModel` its
+    /// `rotary_emb` last, though its forward runs it before the layers):
+    /// the parameters and buffers under `module` are allocated, and listed
+    /// for the optimizer, in `order` (child paths relative to here; a leaf
+    /// under none of them comes last, in forward order), while the forward
+    /// runs as `module` says. Adds no path segment.
+    Registered {
+        order: Vec<String>,
+        module: Box<Module>,
+    },
+    /// transformers' `<Family>Model.forward` around its body, a
+    /// `Sequential` whose first child makes the embeddings: `inputs_embeds`
+    /// (that child's output) stays bound until it returns, and the
+    /// positions and rotary tables it made (`position_ids`,
+    /// `position_embeddings`) go as it returns, before the LM head runs
+    /// (transformers 5.16.1 modeling_qwen3.py:381-388, locals of the
+    /// forward). Adds no path segment.
+    HfModel(Box<Module>),
+    /// Gemma's scaled word embedding (`Gemma2TextScaledWordEmbedding`,
+    /// transformers 5.16.1 modeling_gemma2.py:338-349): `nn.Embedding(num,
+    /// dim)` and a 0-dim `embed_scale` buffer (`sqrt(dim)`, made in the
+    /// model's dtype); the forward is `embedding(x) * embed_scale`, a new
+    /// tensor (the product saves nothing), the embedding's own output gone
+    /// as it returns. Takes `Tokens`.
+    ScaledEmbedding { num: u64, dim: u64 },
     /// A sparse mixture-of-experts MLP, Mixtral / Qwen-MoE style
     /// (model_lang/moe.rs): `router = Linear(hidden, experts, bias=False)`
     /// (named `router`), softmax, top-`top_k`, the weights renormalised
@@ -304,6 +357,12 @@ pub enum Module {
         qk_norm: bool,
         #[serde(default)]
         fused_qkv: bool,
+        /// A sliding-window layer (`layer_types`): under `hf_use_cache` its
+        /// cache is a `DynamicSlidingWindowLayer`, whose first update moves
+        /// an 8-byte window tensor to the GPU (transformers 5.16.1
+        /// cache_utils.py:215, 227), held until the model's output goes.
+        #[serde(default)]
+        sliding: bool,
     },
     /// A gated MLP `down_proj(act(gate_proj(x)) * up_proj(x))`, no biases:
     /// `act` SiLU (SwiGLU) or `GeluTanh` (Gemma's GeGLU); `fused`: Phi-3's

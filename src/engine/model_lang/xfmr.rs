@@ -89,6 +89,9 @@ pub(crate) struct XRun {
     /// A reentrant checkpoint's Node holds this forward's rotary context
     /// (transformers 5.x, `hf_v5.rs`).
     pub rope_on_graph: Cell<bool>,
+    /// The sliding cache layers' window tensors of this forward: the model's
+    /// output holds them (`Engine::hold_with`).
+    pub cache_windows: std::cell::RefCell<Vec<TensorId>>,
 }
 
 impl LangNet {

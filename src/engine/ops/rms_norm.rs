@@ -67,6 +67,56 @@ impl Engine {
         y
     }
 
+    /// `Gemma2RMSNorm.forward` (transformers 5.16.1 modeling_gemma2.py:55-63,
+    /// `Gemma3RMSNorm` the same): `output = self._norm(x.float())` with
+    /// `_norm(x) = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) +
+    /// self.eps)`, one expression, so the mean and the sum go as soon as
+    /// used; `output = output * (1.0 + self.weight.float())`, fp32 (its
+    /// MulBackward0 saves the normed input and `1 + weight`; the weight's
+    /// fp32 copy goes once added); `return output.type_as(x)`: in a
+    /// half-precision model a cast, the fp32 product gone.
+    pub fn rms_norm_gemma(&mut self, x: TensorId, w: TensorId) -> Result<TensorId> {
+        let prev = self.op_begin("Gemma2RMSNorm");
+        let mark = self.locals.len();
+        let r = self.rms_norm_gemma_inner(x, w);
+        if r.is_err() {
+            self.unwind_locals(mark);
+        }
+        self.op_end(prev)?;
+        r
+    }
+
+    fn rms_norm_gemma_inner(&mut self, x: TensorId, w: TensorId) -> Result<TensorId> {
+        let input_dtype = self.dtype(x);
+        let xf = self.to_dtype(x, DType::F32)?;
+        let sq = self.pow2(xf)?;
+        let mean = self.mean_last_keepdim(sq);
+        self.release(sq);
+        let mean = mean?;
+        let sum = self.add_scalar(mean);
+        self.release(mean);
+        let sum = sum?;
+        let r = self.rsqrt(sum);
+        self.release(sum);
+        let r = r?;
+        let normed = self.mul(xf, r);
+        self.release(r);
+        // `_norm` returns: its argument goes (saved by pow and the product).
+        self.release(xf);
+        let normed = normed?;
+        let wf = self.to_dtype(w, DType::F32)?;
+        let one_plus = self.add_scalar(wf);
+        self.release(wf);
+        let one_plus = one_plus?;
+        let product = self.mul(normed, one_plus);
+        self.release(one_plus);
+        self.release(normed);
+        let product = product?;
+        let y = self.to_dtype(product, input_dtype);
+        self.release(product);
+        y
+    }
+
     /// `_fused_rms_norm` (models.md §1.2): Y in the input's dtype, then rstd
     /// fp32 with one value per row; saves input, weight and rstd.
     pub fn rms_norm_fused(&mut self, x: TensorId, w: TensorId) -> Result<TensorId> {

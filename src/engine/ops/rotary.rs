@@ -110,6 +110,59 @@ impl Engine {
         self.view_as(t, shape, Layout::Contiguous)
     }
 
+    /// Phi-3's `apply_rotary_pos_emb` (transformers 5.16.1
+    /// modeling_phi3.py:187-197): `q_rot, q_pass = q[..., :rotary_dim],
+    /// q[..., rotary_dim:]` (two slice views, each SliceBackward0 a zeros of
+    /// q's size in backward, the empty one's too), then `q_embed =
+    /// torch.cat([(q_rot * cos) + (rotate_half(q_rot) * sin), q_pass],
+    /// dim=-1)`: Llama's rotation and one more copy, of q then of k.
+    pub fn apply_rotary_partial(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        cos: TensorId,
+        sin: TensorId,
+    ) -> Result<(TensorId, TensorId)> {
+        let prev = self.op_begin("apply_rotary_pos_emb");
+        let mark = self.locals.len();
+        let r = (|| {
+            let (cu, su) = (self.unsqueeze_heads(cos), self.unsqueeze_heads(sin));
+            let q_embed = self.rotate_partial(q, cu, su)?;
+            let k_embed = self.rotate_partial(k, cu, su)?;
+            self.release(cu);
+            self.release(su);
+            Ok((q_embed, k_embed))
+        })();
+        if r.is_err() {
+            self.unwind_locals(mark);
+        }
+        self.op_end(prev)?;
+        r
+    }
+
+    fn rotate_partial(&mut self, x: TensorId, cos: TensorId, sin: TensorId) -> Result<TensorId> {
+        let s = self.shape(x);
+        let d = self.shape(cos).last().min(s.last());
+        let layout = self.layout(x);
+        let rot = self.view_with_node(x, s.with_last(d), layout, "SliceBackward0", BwdKind::Alloc);
+        let pass = self.view_with_node(
+            x,
+            s.with_last(s.last() - d),
+            Layout::Strided,
+            "SliceBackward0",
+            BwdKind::Alloc,
+        );
+        let r = self.rotate_one(rot, cos, sin);
+        self.release(rot);
+        let out = r.and_then(|r| {
+            let o = self.cat(&[r, pass], s);
+            self.release(r);
+            o
+        });
+        self.release(pass);
+        out
+    }
+
     fn rotate_one(&mut self, x: TensorId, cos: TensorId, sin: TensorId) -> Result<TensorId> {
         let t1 = self.mul(x, cos)?;
         let rot = match self.rotate_half(x) {

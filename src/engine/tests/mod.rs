@@ -8,6 +8,7 @@ mod driver_layout;
 mod dtypes;
 mod golden;
 mod handwritten;
+mod hf_families;
 mod hvp;
 mod lang;
 pub(crate) mod launches;

@@ -572,7 +572,13 @@ fn forced_efficient_attention_on_grouped_heads_is_refused_where_it_is_written() 
         input: ModelInput::Tokens { seq: 16 },
         net: Module::Sequential(vec![
             ("emb".into(), Module::Embedding { num: 100, dim: 256 }),
-            ("rot".into(), Module::RotaryEmbedding { head_dim: 64 }),
+            (
+                "rot".into(),
+                Module::RotaryEmbedding {
+                    head_dim: 64,
+                    float32: false,
+                },
+            ),
             (
                 "attn".into(),
                 Module::Attention {

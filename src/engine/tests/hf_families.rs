@@ -1,0 +1,222 @@
+//! The module language's rules for issue 42's Hugging Face families
+//! (transformers 5.16.1, `hf_config/families.rs`): `Registered` (parameters
+//! in `__init__`'s order, the forward in the tree's), `HfModel` (the
+//! model's forward frame), Gemma's `ScaledEmbedding` and `(1 + weight)`
+//! RMSNorm, and `HfAttention` under `use_cache`. Each expected sequence is
+//! written from the transformers line it cites, not from the engine.
+
+use super::super::model_lang::{LangModel, ModelInput, Module};
+use super::super::{DType, LossKind};
+use super::*;
+
+fn named(n: &str, m: Module) -> (String, Module) {
+    (n.to_string(), m)
+}
+
+fn lang(net: Module, input: ModelInput, batch: u64, dtype: DType) -> ModelConfig {
+    ModelConfig {
+        loss: LossKind::Sum,
+        param_dtype: dtype,
+        ..ModelConfig::modules(
+            LangModel {
+                input,
+                net,
+                freeze: Vec::new(),
+                dtypes: Vec::new(),
+                lora: None,
+                quantization: None,
+                kbit_training: false,
+            },
+            batch,
+        )
+    }
+}
+
+/// The requests of building `model` and of one forward (`out = model(x)`).
+fn build_and_forward(model: ModelConfig, cfg: EngineConfig) -> (Vec<i64>, Vec<i64>) {
+    let mut e = engine_with(model, OptimizerConfig::adamw(), cfg);
+    let built = requests(&e.take_events());
+    run(&mut e, &program(forward_steps(), 1));
+    (built, requests(&e.take_events()))
+}
+
+#[test]
+fn registered_allocates_in_its_order_and_runs_in_the_trees() {
+    // Qwen3DecoderLayer.__init__ registers self_attn and mlp, then the
+    // norms (modeling_qwen3.py:283-289); its forward runs the norm first.
+    let body = Module::Sequential(vec![
+        named("norm", Module::RMSNorm { dim: 8 }),
+        named(
+            "fc",
+            Module::Linear {
+                input: 8,
+                out: 16,
+                bias: true,
+            },
+        ),
+    ]);
+    let net = Module::Registered {
+        order: vec!["fc".into(), "norm".into()],
+        module: Box::new(body.clone()),
+    };
+    let (built, fwd) = build_and_forward(
+        lang(net, ModelInput::Features(8), 2, DType::F32),
+        EngineConfig::default(),
+    );
+    // fc.weight [16, 8], fc.bias [16], then norm.weight [8], fp32.
+    assert_eq!(built, vec![512, 64, 32]);
+    let (plain_built, plain_fwd) = build_and_forward(
+        lang(body, ModelInput::Features(8), 2, DType::F32),
+        EngineConfig::default(),
+    );
+    assert_eq!(plain_built, vec![32, 512, 64]);
+    // The forward is the tree's either way.
+    assert_eq!(fwd, plain_fwd);
+}
+
+#[test]
+fn scaled_embedding_keeps_its_scale_buffer_and_multiplies() {
+    // Gemma2TextScaledWordEmbedding (modeling_gemma2.py:343-349): the
+    // weight, then `embed_scale = nn.Buffer(torch.tensor(embed_scale))`
+    // (0-dim, the default dtype: bf16 in a bf16 model); the forward's
+    // `super().forward(input_ids) * self.embed_scale.to(self.weight.dtype)`.
+    let net = Module::Sequential(vec![named(
+        "embed_tokens",
+        Module::ScaledEmbedding { num: 100, dim: 8 },
+    )]);
+    let (built, fwd) = build_and_forward(
+        lang(net, ModelInput::Tokens { seq: 4 }, 2, DType::BF16),
+        EngineConfig::default(),
+    );
+    assert_eq!(built, vec![100 * 8 * 2, 2]);
+    let t = 2 * 4 * 8 * 2; // [2, 4, 8] bf16
+    assert_eq!(
+        fwd[..4],
+        [
+            2 * 4 * 8, // the token ids, int64
+            t,         // the embedding's output
+            t,         // * embed_scale
+            -t,        // the embedding's output, gone as the module returns
+        ]
+    );
+}
+
+#[test]
+fn gemma_rms_norm_makes_its_sources_requests() {
+    // Gemma2RMSNorm (modeling_gemma2.py:55-63) on a bf16 [2, 4, 8] input,
+    // its bf16 weight [8]:
+    //   output = self._norm(x.float())
+    //     _norm: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+    //   output = output * (1.0 + self.weight.float())
+    //   return output.type_as(x)
+    let net = Module::Sequential(vec![
+        named("emb", Module::Embedding { num: 100, dim: 8 }),
+        named("norm", Module::GemmaRMSNorm { dim: 8 }),
+    ]);
+    let (_, fwd) = build_and_forward(
+        lang(net, ModelInput::Tokens { seq: 4 }, 2, DType::BF16),
+        EngineConfig::default(),
+    );
+    let (f32s, bf16s, rows, w) = (2 * 4 * 8 * 4, 2 * 4 * 8 * 2, 2 * 4 * 4, 8 * 4);
+    let want = [
+        2 * 4 * 8, // token ids
+        bf16s,     // the embedding's output (x)
+        f32s,      // x.float()
+        f32s,      // .pow(2)
+        rows,      // .mean(-1, keepdim=True)
+        -f32s,     // the square, used
+        rows,      // + self.eps
+        -rows,     // the mean, used
+        rows,      // torch.rsqrt(...)
+        -rows,     // the sum, used
+        f32s,      // x * rsqrt: `_norm` returns (x and rsqrt saved by the product)
+        w,         // self.weight.float()
+        w,         // 1.0 + ...
+        -w,        // the weight's fp32 copy, used
+        f32s,      // output * (1 + weight): saves both factors
+        bf16s,     // .type_as(x)
+        -f32s,     // the fp32 product, saved by nothing
+        -bf16s,    // x = norm(x): the embedding's output, saved by nothing
+    ];
+    assert_eq!(fwd[..want.len()], want);
+}
+
+#[test]
+fn hf_model_keeps_inputs_embeds_until_it_returns() {
+    // Qwen3Model.forward binds `inputs_embeds = self.embed_tokens(input_ids)`
+    // (modeling_qwen3.py:381) until it returns; a plain Sequential lets the
+    // embedding's output go once the next module's output exists.
+    let body = Module::Sequential(vec![
+        named("emb", Module::Embedding { num: 100, dim: 8 }),
+        named("act", Module::ReLU),
+        named(
+            "fc",
+            Module::Linear {
+                input: 8,
+                out: 8,
+                bias: false,
+            },
+        ),
+    ]);
+    let t = 2 * 4 * 8 * 4;
+    let (_, framed) = build_and_forward(
+        lang(
+            Module::HfModel(Box::new(body.clone())),
+            ModelInput::Tokens { seq: 4 },
+            2,
+            DType::F32,
+        ),
+        EngineConfig::default(),
+    );
+    let (_, plain) = build_and_forward(
+        lang(body, ModelInput::Tokens { seq: 4 }, 2, DType::F32),
+        EngineConfig::default(),
+    );
+    // ids, embedding, relu (saves its output), then the embedding goes in
+    // the plain Sequential, after fc's output in the model's frame (the
+    // cuBLAS workspace of fc's GEMM left out).
+    let small = |r: Vec<i64>| -> Vec<i64> { r.into_iter().filter(|x| x.abs() <= t).collect() };
+    assert_eq!(small(plain)[..4], [2 * 4 * 8, t, t, -t]);
+    assert_eq!(small(framed)[..5], [2 * 4 * 8, t, t, t, -t]);
+}
+
+#[test]
+fn hf_attention_under_use_cache_copies_k_and_v() {
+    // `key_states, value_states = past_key_values.update(...)`:
+    // DynamicLayer.update's `torch.cat([self.keys, key_states], dim=-2)` onto
+    // an empty tensor (cache_utils.py:144-145): a copy of k, then of v.
+    let net = Module::Sequential(vec![
+        named("emb", Module::Embedding { num: 100, dim: 64 }),
+        named(
+            "rotary_emb",
+            Module::RotaryEmbedding {
+                head_dim: 16,
+                float32: true,
+            },
+        ),
+        named(
+            "self_attn",
+            Module::HfAttention {
+                hidden: 64,
+                heads: 4,
+                kv_heads: 2,
+                head_dim: 16,
+                bias: false,
+                qk_norm: true,
+                fused_qkv: false,
+                sliding: false,
+            },
+        ),
+    ]);
+    let model = || lang(net.clone(), ModelInput::Tokens { seq: 8 }, 2, DType::BF16);
+    let (_, without) = build_and_forward(model(), EngineConfig::default());
+    let cached = EngineConfig {
+        hf_use_cache: true,
+        ..EngineConfig::default()
+    };
+    let (_, with) = build_and_forward(model(), cached);
+    let kv = 2 * 2 * 8 * 16 * 2; // [B, kv_heads, T, head_dim] bf16
+    let count = |r: &[i64], n: i64| r.iter().filter(|&&x| x == n).count();
+    assert_eq!(count(&with, kv), count(&without, kv) + 2, "{with:?}");
+    assert_eq!(with.len(), without.len() + 4, "two copies, two frees");
+}
