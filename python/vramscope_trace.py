@@ -1685,7 +1685,7 @@ def _install_modes(torch):
                         raise
                     out, pre = known
                 if _DEBUG:
-                    print(f"vramscope trace: {func}", file=sys.stderr)
+                    print(f"vramscope trace: {func} {(_current_node().name() if _current_node() is not None else '')}", file=sys.stderr)
                 _register(out, box)
                 vr = rule[13]
                 if _KV or vr[4] or pre is not None:
@@ -1773,7 +1773,7 @@ def _install_modes(torch):
                     if t._version == v:
                         bump(t)
             if _DEBUG:
-                print(f"vramscope trace: {func}", file=sys.stderr)
+                print(f"vramscope trace: {func} {(_current_node().name() if _current_node() is not None else '')}", file=sys.stderr)
             if sizes and sizes.get("sizes"):
                 out = _resized(out, sizes["sizes"])
             if rule[3]:
@@ -2167,7 +2167,26 @@ def _meta_impls(torch):
                 off += w.numel()
         return (dx, dhx, dcx, dw)
 
-    impls = {aten._cudnn_rnn_backward.default: cudnn_rnn_backward}
+    def cudnn_attention(query, key, value, attn_bias, compute_log_sumexp, dropout_p=0.0,
+                        is_causal=False, return_debug_mask=False, scale=None):
+        # Meta's kernel always makes the [B, H, T, 1] fp32 stats; CUDA's
+        # (`_scaled_dot_product_cudnn_attention_cuda`, MHA.cpp
+        # `run_cudnn_SDP_fprop`) only when `compute_log_sumexp`: without
+        # it the stats are undefined (an empty tensor here: no storage).
+        out = aten._scaled_dot_product_cudnn_attention.default(
+            query, key, value, attn_bias, compute_log_sumexp, dropout_p, is_causal,
+            return_debug_mask, scale=scale,
+        )
+        if compute_log_sumexp:
+            return out
+        out = list(out)
+        out[1] = torch.empty(0, dtype=torch.float32, device=meta)
+        return tuple(out)
+
+    impls = {
+        aten._cudnn_rnn_backward.default: cudnn_rnn_backward,
+        aten._scaled_dot_product_cudnn_attention.default: cudnn_attention,
+    }
     impls.update(_data_dependent(torch))
     impls.update(_cuda_branches(torch))
     return impls
@@ -2820,17 +2839,18 @@ def _sdpa_handler(torch):
             v = v.to(dtype)
             k = k.to(dtype)
             q = q.to(dtype)
+        # attention.cpp `should_compute_logsumexp`: an input requires grad
+        # and grad mode is on.
+        need = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
         if backend == "efficient" and not gqa:
             out = aten._scaled_dot_product_efficient_attention(
-                q, k, v, mask, q.requires_grad or k.requires_grad or v.requires_grad,
-                p, causal, scale=scale
+                q, k, v, mask, need, p, causal, scale=scale
             )
             return out[0]
         if backend == "flash" and mask is None:
             out = aten._scaled_dot_product_flash_attention(q, k, v, p, causal, False, scale=scale)
             return out[0]
         if backend == "cudnn":
-            need = q.requires_grad or k.requires_grad or v.requires_grad
             out = aten._scaled_dot_product_cudnn_attention(
                 q, k, v, mask, need, p, causal, False, scale=scale
             )

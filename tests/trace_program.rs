@@ -8,6 +8,8 @@
 #[path = "trace/captures.rs"]
 mod captures;
 mod common;
+#[path = "trace/known_values.rs"]
+mod known_values;
 #[path = "trace/qlora.rs"]
 mod qlora;
 #[path = "trace/scenario_requests.rs"]
