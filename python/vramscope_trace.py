@@ -566,6 +566,8 @@ def _malloc(t, box):
 def _freed(ref):
     """A registered storage died: its free goes with the next message."""
     cd = ref.cd
+    if _KSTORE:
+        _KSTORE.pop(cd, None)
     if _state.live.pop(cd, None) is not None:
         chan = _chan
         if not chan.closed:
@@ -715,7 +717,7 @@ def _arg_bytes(shapes):
     return total
 
 
-def _before_op(func, shapes, box, args):
+def _before_op(func, shapes, box, args, known=None):
     """Scratch a CUDA kernel takes before its outputs (vramscope's
     `before_ops`); the op's report after it runs frees what is left. The
     answer may size outputs the meta kernel cannot (`sizes`: output index →
@@ -725,9 +727,13 @@ def _before_op(func, shapes, box, args):
     if not _state.initialized:
         _lazy_init()
     msg = ["before", func._opname, _in_backward(), shapes, _op_stack(box)]
-    route = _route_of(args) if func._opname in ("nonzero", "bincount") else None
-    if route is not None:
-        msg.append(route)
+    if known is not None:
+        # Its inputs' values are known: the size its result has on the CPU.
+        msg.append({"known": int(known[0].shape[0])})
+    else:
+        route = _route_of(args) if func._opname in ("nonzero", "bincount") else None
+        if route is not None:
+            msg.append(route)
     r = _chan.ask(msg)
     if r[0] != "ok":
         raise _oom(r[1])
@@ -822,6 +828,368 @@ def _untraceable(func, err):
     )
 
 
+# ------------------------------------------------------------ known values
+
+# The simulated GPU's tensors hold no data (meta), but many of a program's
+# values follow from values it had: `torch.arange(T) + past`, a mask of it,
+# its own input ids moved to the device, `torch.tensor([...])`. A small
+# tensor whose values follow so carries them: a real CPU tensor beside the
+# meta one, which `bool()`, `.item()`, `.tolist()`, `.cpu()` answer from and
+# a data-dependent op (`nonzero`, `x[mask]`, `bincount`, `unique`) takes its
+# true size from. Bounded (`KNOWN_MAX` elements): the values a program's
+# control flow reads are positions, masks, counts and flags, far below it,
+# while activations and weights (which come from random initialisation or
+# from an unknown value anyway) are far above it; each kept copy costs at
+# most 512 KiB of host memory (int64/float64) and one CPU op per op on it.
+KNOWN_MAX = 1 << 16
+# A storage of at most this many bytes can hold a known value (KNOWN_MAX
+# elements of the widest dtype, complex128): a tensor wider than this
+# cannot alias one (`_forget`).
+_KNOWN_BYTES = KNOWN_MAX * 16
+
+# id(meta tensor) -> (weak reference to it, its CPU value, its cell). A cell
+# `[alive, storage key]` is shared by every known view of one storage: a
+# write that cannot be computed kills it, and so every alias at once. Keyed
+# by id (a dict lookup per argument is all the common path pays), each
+# entry dropped when its tensor dies; it never keeps a storage alive.
+_KV = {}
+# meta storage key (_cdata) -> the cell of the known value on it: a write
+# through a tensor that is not known by id (`.data`, a Parameter made from
+# it) still kills it.
+_KSTORE = {}
+# Host tensors the helper made up for unknown values (zeros, `host_copy`),
+# id -> weak reference: moved back to the GPU they are not known.
+_FAKE = {}
+
+# How an op's outputs take values (`_value_rule`).
+_V_NORMAL = 0  # from its inputs' values, when every one is known
+_V_SOURCE = 1  # a factory with no tensor argument (arange, zeros, full, eye)
+_V_LIKE = 2  # from its tensor arguments' shapes only (zeros_like, new_ones)
+_V_OVERWRITE = 3  # writes all of its first argument (copy_, fill_, zero_)
+_V_NEVER = 4  # random, or undefined memory (randn, dropout, empty)
+
+_LIKE_OPS = frozenset(("zeros_like", "ones_like", "full_like", "new_zeros", "new_ones", "new_full"))
+_OVERWRITE_OPS = frozenset(("copy_", "fill_", "zero_"))
+_NO_DATA_OPS = frozenset((
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted",
+    "resize_", "resize_as_", "set_", "_resize_output_", "uniform_", "normal_", "bernoulli_",
+    "exponential_", "geometric_", "log_normal_", "cauchy_", "random_",
+))
+# Ops whose output size the data decide and vramscope is told before they
+# run (`before`): with a known input, the known output's rows.
+_ROWS_OPS = frozenset(("nonzero", "bincount"))
+# Ops meta cannot run at all (no kernel, or a size it cannot know): with
+# known inputs they run on the CPU and their outputs take its shapes.
+_CPU_ONLY_OPS = frozenset((
+    "_local_scalar_dense", "repeat_interleave", "_unique2", "unique_dim", "unique_consecutive",
+    "_unique", "equal", "masked_select", "nonzero", "nonzero_static", "bincount", "argwhere",
+))
+
+
+class _Unknown(Exception):
+    """An argument has no known value: the op's outputs are unknown."""
+
+
+def _value_rule(torch, func, name):
+    """(how the op's outputs take values, written positional arguments,
+    written keyword arguments, whether its outputs are views of its first
+    argument, whether to look at it even when nothing is known (a source,
+    or a host tensor moved to the device), whether its size needs the
+    values before it runs (`_ROWS_OPS`))."""
+    schema = func._schema
+    writes = tuple(
+        i for i, a in enumerate(schema.arguments)
+        if a.alias_info is not None and a.alias_info.is_write and not a.kwarg_only
+    )
+    writes_kw = tuple(
+        a.name for a in schema.arguments
+        if a.alias_info is not None and a.alias_info.is_write and a.kwarg_only
+    )
+    views = any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
+    tensors = any("Tensor" in str(a.type) for a in schema.arguments)
+    if torch.Tag.nondeterministic_seeded in func.tags or name in _NO_DATA_OPS:
+        mode = _V_NEVER
+    elif name in _LIKE_OPS:
+        mode = _V_LIKE
+    elif name in _OVERWRITE_OPS:
+        mode = _V_OVERWRITE
+    elif not tensors:
+        mode = _V_SOURCE
+    else:
+        mode = _V_NORMAL
+    always = mode in (_V_SOURCE, _V_LIKE) or name in ("_to_copy", "copy_")
+    return (mode, writes, writes_kw, views, always, name in _ROWS_OPS, name in _CPU_ONLY_OPS)
+
+
+def _known(t):
+    """The CPU value of a simulated-GPU tensor, or None (unknown)."""
+    e = _KV.get(id(t))
+    if e is not None and e[2][0] and e[0]() is t:
+        return e[1]
+    return None
+
+
+def _fake_gone(ref, key=None):
+    f = _FAKE.get(key)
+    if f is ref:
+        del _FAKE[key]
+
+
+def _kv_gone(ref, key=None):
+    e = _KV.get(key)
+    if e is not None and e[0] is ref:
+        del _KV[key]
+
+
+def _keep(t, cpu, cell):
+    key = id(t)
+    _KV[key] = (weakref.ref(t, functools.partial(_kv_gone, key=key)), cpu, cell)
+
+
+def _new_cell(t):
+    """A cell for a known value on a storage of its own (a new output, or
+    one the op wrote whole): a value known before on that storage is not
+    any more."""
+    cell = [True, None]
+    if t.numel() > 0:
+        cd = t.untyped_storage()._cdata
+        old = _KSTORE.get(cd)
+        if old is not None:
+            old[0] = False
+        _KSTORE[cd] = cell
+        cell[1] = cd
+    return cell
+
+
+def _forget(t):
+    """A write to `t` that was not computed: its value, and every alias's,
+    is unknown from now on."""
+    if not isinstance(t, _Tensor) or not t.is_meta:
+        return
+    e = _KV.get(id(t))
+    if e is not None and e[0]() is t:
+        cell = e[2]
+    elif _KSTORE and t.numel() * t.element_size() <= _KNOWN_BYTES:
+        cell = _KSTORE.get(t.untyped_storage()._cdata)
+    else:
+        return
+    if cell is not None and cell[0]:
+        cell[0] = False
+        if cell[1] is not None and _KSTORE.get(cell[1]) is cell:
+            del _KSTORE[cell[1]]
+
+
+def _forget_written(vr, args, kwargs):
+    for i in vr[1]:
+        if i < len(args):
+            a = args[i]
+            if isinstance(a, (list, tuple)):
+                for t in a:
+                    _forget(t)
+            else:
+                _forget(a)
+    if kwargs:
+        for k in vr[2]:
+            a = kwargs.get(k)
+            if isinstance(a, (list, tuple)):
+                for t in a:
+                    _forget(t)
+            elif a is not None:
+                _forget(a)
+
+
+def _any_known(args, kwargs):
+    kv = _KV
+    for a in args:
+        if id(a) in kv:
+            return True
+        if a.__class__ is list or a.__class__ is tuple:
+            for b in a:
+                if id(b) in kv:
+                    return True
+    if kwargs:
+        for a in kwargs.values():
+            if id(a) in kv:
+                return True
+    return False
+
+
+def _small(out):
+    """Whether every output could carry a known value (at most KNOWN_MAX
+    elements): only then is the op run on the CPU."""
+    T = _Tensor
+    if isinstance(out, T):
+        return out.numel() <= KNOWN_MAX
+    if isinstance(out, (list, tuple)):
+        for o in out:
+            if not _small(o):
+                return False
+    return True
+
+
+def _cpu_of(a, like, fresh):
+    """An argument as the CPU op takes it: a known tensor's value, a host
+    tensor as it is, the meta device as the CPU; `_Unknown` for a tensor
+    without a value. `like`: a meta tensor stands for its shape only (an
+    empty CPU tensor of it). `fresh`: the tensor an overwrite writes whole,
+    unknown so far, gets a new CPU tensor (kept in `fresh`)."""
+    T = _Tensor
+    if isinstance(a, T):
+        if a.is_meta:
+            k = _known(a)
+            if k is not None:
+                return k
+            torch = _state.torch
+            if like:
+                return torch.empty_strided(a.shape, a.stride(), dtype=a.dtype)
+            if fresh is not None and not fresh and _whole(a):
+                k = torch.empty(a.shape, dtype=a.dtype)
+                fresh.append((a, k))
+                return k
+            raise _Unknown
+        f = _FAKE.get(id(a))
+        if (f is not None and f() is a) or isinstance(a, _state.torch.nn.Parameter):
+            raise _Unknown
+        return a
+    if isinstance(a, (list, tuple)):
+        return a.__class__(_cpu_of(b, like, None) for b in a)
+    if isinstance(a, _state.torch.device) and a.type == "meta":
+        return _state.torch.device("cpu")
+    return a
+
+
+def _whole(t):
+    """A small contiguous tensor that is its storage's only content: an
+    overwrite of it makes it known on a storage of its own."""
+    return (
+        t.numel() <= KNOWN_MAX
+        and t.is_contiguous()
+        and t.storage_offset() == 0
+        and t.untyped_storage().nbytes() == t.numel() * t.element_size()
+    )
+
+
+def _compute(func, vr, args, kwargs):
+    """The op on its arguments' CPU values: (its CPU result, the overwritten
+    tensors made known), or None where an argument is unknown or the CPU
+    cannot run it."""
+    mode = vr[0]
+    fresh = [] if mode == _V_OVERWRITE else None
+    try:
+        cargs = [
+            _cpu_of(a, mode == _V_LIKE and i == 0, fresh if i == 0 else None)
+            for i, a in enumerate(args)
+        ]
+        ckw = {k: _cpu_of(v, False, None) for k, v in kwargs.items()} if kwargs else {}
+    except _Unknown:
+        return None
+    ckw.pop("pin_memory", None)
+    # One thread: these are small ops, and an intra-op thread pool waiting
+    # on a busy machine's other core costs a 64 x 64 matmul 2 ms instead of
+    # 8 µs (measured); the program's own setting is put back.
+    torch = _state.torch
+    threads = torch.get_num_threads()
+    if threads != 1:
+        torch.set_num_threads(1)
+    try:
+        return func(*cargs, **ckw), fresh
+    except Exception:  # noqa: BLE001 - the CPU cannot: the values are unknown
+        return None
+    finally:
+        if threads != 1:
+            torch.set_num_threads(threads)
+
+
+def _pairs(out, res):
+    T = _Tensor
+    if isinstance(out, T):
+        if isinstance(res, T):
+            yield out, res
+    elif isinstance(out, (list, tuple)) and isinstance(res, (list, tuple)) and len(out) == len(res):
+        for o, r in zip(out, res):
+            yield from _pairs(o, r)
+
+
+def _attach(vr, args, out, computed):
+    """Keep the CPU result beside the op's meta outputs: a view shares its
+    input's cell, a new output has its own."""
+    res, fresh = computed
+    for t, k in fresh or ():
+        _keep(t, k, _new_cell(t))
+    cell = None
+    if vr[3] and args and isinstance(args[0], _Tensor):
+        e = _KV.get(id(args[0]))
+        if e is not None and e[0]() is args[0] and e[2][0]:
+            cell = e[2]
+    for m, c in _pairs(out, res):
+        if not m.is_meta or c.is_meta:
+            continue
+        e = _KV.get(id(m))
+        if e is not None and e[1] is c and e[0]() is m:
+            continue  # written in place: its value is already updated
+        if m.shape != c.shape or m.dtype != c.dtype or m.numel() > KNOWN_MAX:
+            continue
+        _keep(m, c, cell if cell is not None else _new_cell(m))
+
+
+def _values(func, vr, args, kwargs, out, pre=None):
+    """After an op ran on meta: its outputs' values where its inputs' are
+    known (or it needs none), and a write it could not compute makes what
+    it wrote unknown. `pre`: the op already ran on the CPU (its size came
+    from that)."""
+    mode = vr[0]
+    if mode == _V_NEVER:
+        _forget_written(vr, args, kwargs)
+        return
+    if pre is None:
+        if (
+            (not vr[4] and not _any_known(args, kwargs))
+            or not _small(out)
+        ):
+            _forget_written(vr, args, kwargs)
+            return
+        pre = _compute(func, vr, args, kwargs)
+        if pre is None:
+            _forget_written(vr, args, kwargs)
+            return
+    _attach(vr, args, out, pre)
+
+
+def _known_rows(func, vr, args, kwargs):
+    """A data-dependent op (`_ROWS_OPS`) with known inputs, run on the CPU
+    before it runs on meta: (its CPU result, None), or None."""
+    if not _KV or not _any_known(args, kwargs):
+        return None
+    return _compute(func, vr, args, kwargs)
+
+
+def _from_known(func, vr, args, kwargs, box, err):
+    """An op meta cannot run (`err`: no kernel, a size only the data
+    give), with known inputs: run on the CPU, its outputs made on meta with
+    the CPU result's shapes, and said (`known`). None where it cannot (and
+    never for the simulated OOM or a broken channel)."""
+    if not vr[6] or not _KV or not _any_known(args, kwargs):
+        return None
+    if isinstance(err, (TraceError, _state.torch.cuda.OutOfMemoryError)):
+        return None
+    computed = _compute(func, vr, args, kwargs)
+    if computed is None:
+        return None
+    res = computed[0]
+    meta = _state.meta
+    T = _Tensor
+
+    def make(r):
+        if isinstance(r, T):
+            return _state.torch.empty_strided(r.shape, r.stride(), dtype=r.dtype, device=meta)
+        if isinstance(r, (list, tuple)):
+            return r.__class__(make(x) for x in r)
+        return r
+
+    _chan.post(["known", f"{func}", _op_stack(box)])
+    return make(res), computed
+
+
 # ------------------------------------------------------------------ modes
 
 
@@ -846,9 +1214,15 @@ def _install_modes(torch):
         return meta if is_cuda_device(d) else d
 
     def host_copy(t, dtype=None):
-        # What the GPU would copy to the host: the shape and dtype, zeros
-        # (the simulated GPU holds no data).
-        return torch.zeros(t.shape, dtype=dtype or t.dtype)
+        # What the GPU would copy to the host: its values where they are
+        # known (`_known`), else zeros of its shape and dtype, remembered
+        # as made up (`_FAKE`: not known if moved back).
+        k = _known(t)
+        if k is not None:
+            return k.to(dtype=dtype or t.dtype, copy=True)
+        z = torch.zeros(t.shape, dtype=dtype or t.dtype)
+        _FAKE[id(z)] = weakref.ref(z, functools.partial(_fake_gone, key=id(z)))
+        return z
 
     def zero_of(t):
         if t.dtype.is_floating_point:
@@ -912,7 +1286,10 @@ def _install_modes(torch):
 
     def h_item(func, args, kwargs):
         t = args[0]
-        return zero_of(t) if t.is_meta else func(*args, **kwargs)
+        if not t.is_meta:
+            return func(*args, **kwargs)
+        k = _known(t)
+        return k.item() if k is not None else zero_of(t)
 
     def h_tolist(func, args, kwargs):
         t = args[0]
@@ -925,7 +1302,12 @@ def _install_modes(torch):
     def h_scalar(conv):
         def h(func, args, kwargs):
             t = args[0]
-            return conv(zero_of(t)) if t.is_meta else func(*args, **kwargs)
+            if not t.is_meta:
+                return func(*args, **kwargs)
+            k = _known(t)
+            # A known value answers as the CPU tensor does (PyTorch's own
+            # errors for more than one element included).
+            return conv(k) if k is not None else conv(zero_of(t))
 
         return h
 
@@ -953,7 +1335,12 @@ def _install_modes(torch):
     def h_copy_(func, args, kwargs):
         dst, src = args[0], args[1]
         if src.is_meta and not dst.is_meta:
-            return dst  # a device-to-host copy: the host keeps its zeros
+            # A device-to-host copy: the value where it is known, else the
+            # host keeps what it had.
+            k = _known(src)
+            if k is not None:
+                dst.copy_(k)
+            return dst
         return func(*args, **kwargs)
 
     def h_set_data(func, args, kwargs):
@@ -1267,7 +1654,8 @@ def _install_modes(torch):
         # Nothing but its outputs' storages (most ops): `__torch_dispatch__`'s
         # short way.
         plain = not any(rule[:9]) and rule[11] is None
-        return rule + (plain,)
+        # How its outputs take known values (`_values`).
+        return rule + (plain, _value_rule(torch, func, name))
 
     class Allocations(TorchDispatchMode):
         @classmethod
@@ -1297,13 +1685,24 @@ def _install_modes(torch):
             if rule is None:
                 rule = rules[id(func)] = rule_of(func)
             if rule[12]:
+                box = [None]
+                pre = None
                 try:
                     out = func(*args, **(kwargs or {}))
-                except NotImplementedError as e:
-                    raise _untraceable(func, e) from None
+                except (NotImplementedError, RuntimeError) as e:
+                    # Meta cannot; the CPU can where the values are known.
+                    known = _from_known(func, rule[13], args, kwargs, box, e)
+                    if known is None:
+                        if isinstance(e, NotImplementedError):
+                            raise _untraceable(func, e) from None
+                        raise
+                    out, pre = known
                 if _DEBUG:
-                    print(f"vramscope trace: {func}", file=sys.stderr)
-                _register(out, [None])
+                    print(f"vramscope trace: {func} {(_current_node().name() if _current_node() is not None else '')}", file=sys.stderr)
+                _register(out, box)
+                vr = rule[13]
+                if _KV or vr[4] or pre is not None:
+                    _values(func, vr, args, kwargs, out, pre)
                 if _state.walk_asked:
                     _asked_walk()
                 return out
@@ -1337,7 +1736,7 @@ def _install_modes(torch):
                     # The kernel asked for what the simulation has not (a CUDA
                     # call of its own): said once, and from now on the op
                     # runs its fake kernel, whose outputs are traced.
-                    rule = rules[id(func)] = rule[:11] + (None, False)
+                    rule = rules[id(func)] = rule[:11] + (None, False) + rule[13:]
                     _chan.post(
                         [
                             "untraced",
@@ -1363,13 +1762,22 @@ def _install_modes(torch):
                     skey = (id(func), backward, sig) if sig is not None else None
                     if skey is None or skey not in _state.still:
                         report = _report_of(args, sig)
-            sizes = _before_op(func, shapes, box, args) if rule[2] else None
+            vr = rule[13]
+            # A data-dependent op with known inputs: its true size, from
+            # the CPU, before vramscope is told of it.
+            pre = _known_rows(func, vr, args, kwargs) if vr[5] else None
+            sizes = _before_op(func, shapes, box, args, pre) if rule[2] else None
             versions = [t._version for t in args[0]] if rule[6] and args else None
             try:
                 impl = rule[8]
                 out = impl(*args, **(kwargs or {})) if impl else func(*args, **(kwargs or {}))
-            except NotImplementedError as e:
-                raise _untraceable(func, e) from None
+            except (NotImplementedError, RuntimeError) as e:
+                known = _from_known(func, vr, args, kwargs, box, e) if pre is None else None
+                if known is None:
+                    if isinstance(e, NotImplementedError):
+                        raise _untraceable(func, e) from None
+                    raise
+                out, pre = known
             if versions is not None:
                 # CUDA's in-place foreach kernels bump their first list's
                 # versions (`increment_version(tensors)`); the per-tensor
@@ -1378,7 +1786,7 @@ def _install_modes(torch):
                     if t._version == v:
                         bump(t)
             if _DEBUG:
-                print(f"vramscope trace: {func}", file=sys.stderr)
+                print(f"vramscope trace: {func} {(_current_node().name() if _current_node() is not None else '')}", file=sys.stderr)
             if sizes and sizes.get("sizes"):
                 out = _resized(out, sizes["sizes"])
             if rule[3]:
@@ -1391,6 +1799,8 @@ def _install_modes(torch):
                 if shapes is not None:
                     backward, skey = _current_node() is not None, None
                 _after_op(func, rule[10], report, box, backward, skey)
+            if _KV or vr[4] or pre is not None:
+                _values(func, vr, args, kwargs, out, pre)
             if _state.walk_asked:
                 _asked_walk()
             return out
@@ -1770,7 +2180,26 @@ def _meta_impls(torch):
                 off += w.numel()
         return (dx, dhx, dcx, dw)
 
-    impls = {aten._cudnn_rnn_backward.default: cudnn_rnn_backward}
+    def cudnn_attention(query, key, value, attn_bias, compute_log_sumexp, dropout_p=0.0,
+                        is_causal=False, return_debug_mask=False, scale=None):
+        # Meta's kernel always makes the [B, H, T, 1] fp32 stats; CUDA's
+        # (`_scaled_dot_product_cudnn_attention_cuda`, MHA.cpp
+        # `run_cudnn_SDP_fprop`) only when `compute_log_sumexp`: without
+        # it the stats are undefined (an empty tensor here: no storage).
+        out = aten._scaled_dot_product_cudnn_attention.default(
+            query, key, value, attn_bias, compute_log_sumexp, dropout_p, is_causal,
+            return_debug_mask, scale=scale,
+        )
+        if compute_log_sumexp:
+            return out
+        out = list(out)
+        out[1] = torch.empty(0, dtype=torch.float32, device=meta)
+        return tuple(out)
+
+    impls = {
+        aten._cudnn_rnn_backward.default: cudnn_rnn_backward,
+        aten._scaled_dot_product_cudnn_attention.default: cudnn_attention,
+    }
     impls.update(_data_dependent(torch))
     impls.update(_cuda_branches(torch))
     return impls
@@ -2423,17 +2852,18 @@ def _sdpa_handler(torch):
             v = v.to(dtype)
             k = k.to(dtype)
             q = q.to(dtype)
+        # attention.cpp `should_compute_logsumexp`: an input requires grad
+        # and grad mode is on.
+        need = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
         if backend == "efficient" and not gqa:
             out = aten._scaled_dot_product_efficient_attention(
-                q, k, v, mask, q.requires_grad or k.requires_grad or v.requires_grad,
-                p, causal, scale=scale
+                q, k, v, mask, need, p, causal, scale=scale
             )
             return out[0]
         if backend == "flash" and mask is None:
             out = aten._scaled_dot_product_flash_attention(q, k, v, p, causal, False, scale=scale)
             return out[0]
         if backend == "cudnn":
-            need = q.requires_grad or k.requires_grad or v.requires_grad
             out = aten._scaled_dot_product_cudnn_attention(
                 q, k, v, mask, need, p, causal, False, scale=scale
             )

@@ -10,6 +10,8 @@ mod captures;
 mod common;
 #[path = "trace/hf_families.rs"]
 mod hf_families;
+#[path = "trace/known_values.rs"]
+mod known_values;
 #[path = "trace/qlora.rs"]
 mod qlora;
 #[path = "trace/scenario_requests.rs"]

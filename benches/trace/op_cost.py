@@ -14,6 +14,12 @@ stack walk and the channel add to each op. Three kinds of op:
 - a GEMM (`a @ b`): a malloc and the op report vramscope sizes its
   workspaces from (a round trip).
 
+Their inputs are `torch.empty` (no values: the common path, an activation
+or a weight). A fourth kind, `known`, is an elementwise op on a small
+tensor whose values the trace knows (`torch.arange`: docs/trace.md "Known
+values"): the op also runs on the CPU copy and its result is kept; it is
+printed apart and left out of the mean.
+
 Each is the best of five runs of N (the machine's other load only slows a
 run down), and meta's own time is what the same op costs paused. Beside
 it, the same op on meta under two modes that do nothing (a
@@ -119,7 +125,7 @@ def case(name, make):
 
 
 def view(device):
-    x = torch.zeros(64, 64, device=device)
+    x = torch.empty(64, 64, device=device)
     return lambda: x.t()
 
 
@@ -128,12 +134,22 @@ def empty(device):
 
 
 def gemm(device):
-    a = torch.zeros(64, 64, device=device)
-    b = torch.zeros(64, 64, device=device)
+    a = torch.empty(64, 64, device=device)
+    b = torch.empty(64, 64, device=device)
     return lambda: a @ b
 
 
+def known(device):
+    k = torch.arange(4096, device=device)
+    return lambda: k + 1
+
+
+# A small tensor with known values alive throughout, as a program has its
+# position ids or masks: the common path then looks for known arguments
+# (and finds none) at every op.
+positions = torch.arange(512, device="cuda")
 costs = [case("view", view), case("factory", empty), case("gemm", gemm)]
+case("known", known)
 for clock, k in (("wall", 0), ("cpu ", 1)):
     print(
         f"mean of the three ({clock.strip()}): "

@@ -279,7 +279,7 @@ pub enum Command {
     /// Run your own PyTorch program, unmodified, on a simulated GPU (no GPU
     /// needed): its exact allocator trace, in the same views as `attach`.
     #[command(
-        after_help = "Example: vramscope trace --gpu H100-SXM-80GB --steps 3 -- python train.py --batch-size 8\n\nThe program runs on PyTorch's meta device relabelled as CUDA (torch.cuda.is_available() is true; .cuda(), .to(\"cuda\"), device=\"cuda\" land there; .item() and .cpu() give zeros); every storage it makes is placed by vramscope's caching allocator model, and an OOM is raised in the program as torch.cuda.OutOfMemoryError with PyTorch's message. It stops after --steps optimizer steps (0: when the program ends). Needs PyTorch in the program's Python (docs/trace.md says which releases)."
+        after_help = "Example: vramscope trace --gpu H100-SXM-80GB --steps 3 -- python train.py --batch-size 8\n\nThe program runs on PyTorch's meta device relabelled as CUDA (torch.cuda.is_available() is true; .cuda(), .to(\"cuda\"), device=\"cuda\" land there; .item(), .cpu() and bool() answer from a small tensor's values where they follow from the program's own, zeros otherwise); every storage it makes is placed by vramscope's caching allocator model, and an OOM is raised in the program as torch.cuda.OutOfMemoryError with PyTorch's message. It stops after --steps optimizer steps (0: when the program ends). Needs PyTorch in the program's Python (docs/trace.md says which releases)."
     )]
     Trace {
         /// The GPU to simulate (default H100-SXM-80GB; with --from, the recorded one; known: H100-SXM-80GB, A100-SXM-80GB, …).

@@ -406,6 +406,15 @@ fn print_outcome(o: &TraceOutcome) {
             a.assumption
         );
     }
+    for k in &o.known {
+        sayln!(
+            "sized from the program's own values: {} at {} ({} call{})",
+            k.what,
+            k.at.as_deref().unwrap_or("an unknown line"),
+            k.calls,
+            if k.calls == 1 { "" } else { "s" }
+        );
+    }
     for e in &o.estimates {
         sayln!(
             "estimated, not measured: {} ({}, {} call{})",

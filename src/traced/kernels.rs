@@ -73,8 +73,11 @@ impl<W: Write> Simulator<W> {
             .map(|(i, b)| (i.to_string(), json!(b)))
             .collect();
         let rows = plan.rows.clone();
-        if let Some((_, assumption)) = &rows {
-            self.outcome_assumed(&format!("aten.{}", str_at(v, 1)), assumption, stack);
+        let what = format!("aten.{}", str_at(v, 1));
+        match &rows {
+            Some((_, Some(assumption))) => self.outcome_assumed(&what, assumption, stack),
+            Some((_, None)) => self.outcome_known(&what, stack),
+            None => {}
         }
         self.plan = Some(plan);
         let r = self.continue_steps(steps, stack)?;

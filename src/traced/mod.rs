@@ -41,7 +41,7 @@ mod wire;
 
 pub use error::TraceError;
 pub use launch::{ChildOutput, Launch, HELPER_SOURCE, HOLDERS_SOURCE};
-pub use outcome::{Assumed, Estimate, Exception, TraceOutcome, Untraced};
+pub use outcome::{Assumed, Estimate, Exception, Known, TraceOutcome, Untraced};
 pub use replay::{replay, ReplayInfo, ReplayOptions, RequestLog, REQUESTS_MAGIC};
 pub use rules::{release_of, Rules};
 pub use serve::{start, TraceOptions, TraceRun};

@@ -47,6 +47,20 @@ pub struct Assumed {
     pub calls: u64,
 }
 
+/// A data-dependent size the trace took from the program's own values
+/// (`nonzero`, a boolean mask index, `bincount`, `unique` of a tensor whose
+/// values follow from values the program had: the helper keeps small
+/// tensors' values on the CPU, docs/trace.md "Known values").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Known {
+    /// The aten op (`aten.nonzero`).
+    pub what: String,
+    /// The innermost frame of the program's own code: `file:line in name`.
+    pub at: Option<String>,
+    /// How many calls took their size so.
+    pub calls: u64,
+}
+
 /// An exception that ended the program.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Exception {
@@ -91,6 +105,9 @@ pub struct TraceOutcome {
     pub estimates: Vec<Estimate>,
     /// Data-dependent shapes taken from an assumption (each said in the report).
     pub assumed: Vec<Assumed>,
+    /// Data-dependent shapes taken from values the program computed (not
+    /// assumed: each said in the report).
+    pub known: Vec<Known>,
     /// Set when the run is a replay of saved requests (`--from`).
     pub replay: Option<ReplayInfo>,
     /// Whether the program ever started CUDA (imported torch and used the GPU).

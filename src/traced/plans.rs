@@ -46,8 +46,9 @@ pub(super) struct KernelPlan {
     /// What the plan took from an estimate, not a measurement.
     pub(super) estimated: Vec<(String, u64)>,
     /// The rows of an output whose size depends on the data (`nonzero`'s
-    /// `[rows, ndim]`, `bincount`'s bins), and the assumption that gave them.
-    pub(super) rows: Option<(u64, String)>,
+    /// `[rows, ndim]`, `bincount`'s bins), and the assumption that gave
+    /// them (None: the program's own values did, `known_rows`).
+    pub(super) rows: Option<(u64, Option<String>)>,
 }
 
 impl KernelPlan {
@@ -146,6 +147,12 @@ struct Router {
     expert: Option<u64>,
 }
 
+/// The rows the helper found running the op on its input's known values
+/// (the sixth field `{"known": rows}`): no assumption.
+fn known_rows(v: &Value) -> Option<u64> {
+    v.get(5)?.get("known")?.as_u64()
+}
+
 fn router_of(v: &Value) -> Option<Router> {
     let r = v.get(5)?.get("router")?;
     let n = |k: &str| r.get(k).and_then(Value::as_u64);
@@ -187,18 +194,19 @@ fn nonzero_plan(v: &Value) -> KernelPlan {
         return KernelPlan::default();
     };
     let numel: u64 = shape.iter().product();
-    let rows = match router_of(v) {
-        Some(r) if r.expert.is_some() => {
+    let rows = match (known_rows(v), router_of(v)) {
+        (Some(n), _) => (n.min(numel), None),
+        (None, Some(r)) if r.expert.is_some() => {
             let e = r.expert.unwrap_or(0);
             let counts = counts_for(&Routing::Balanced, 0, r.experts, r.tokens, r.top_k);
             let n = counts.get(usize::try_from(e).unwrap_or(usize::MAX)).copied().unwrap_or(0);
-            (n.min(numel), balanced_words(&r))
+            (n.min(numel), Some(balanced_words(&r)))
         }
         _ => (
             numel,
-            format!(
+            Some(format!(
                 "every element of the {shape:?} mask true: {numel} rows (an upper bound; the real count depends on the data)"
-            ),
+            )),
         ),
     };
     let [count_scratch, select_scratch] = NONZERO_CUB_SCRATCH;
@@ -244,18 +252,19 @@ fn bincount_plan(v: &Value) -> KernelPlan {
     };
     let numel: u64 = shape.iter().product();
     let minlength = arg(v, 2).and_then(Value::as_u64).unwrap_or(0);
-    let rows = match router_of(v) {
-        Some(r) => (
+    let rows = match (known_rows(v), router_of(v)) {
+        (Some(n), _) => (n, None),
+        (None, Some(r)) => (
             r.experts.max(minlength),
-            format!("a bin for every expert: {}", balanced_words(&r)),
+            Some(format!("a bin for every expert: {}", balanced_words(&r))),
         ),
-        None if minlength > 0 => (
+        (None, None) if minlength > 0 => (
             minlength,
-            format!("every value below minlength: {minlength} bins (the real count is the largest value + 1)"),
+            Some(format!("every value below minlength: {minlength} bins (the real count is the largest value + 1)")),
         ),
-        None => (
+        (None, None) => (
             numel.max(1),
-            format!("the values 0..{numel}: {numel} bins, one per element (the real count is the largest value + 1)"),
+            Some(format!("the values 0..{numel}: {numel} bins, one per element (the real count is the largest value + 1)")),
         ),
     };
     KernelPlan {

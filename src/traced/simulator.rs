@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use super::args::{bad, ok, stack_at, str_at, u64_at};
 use super::error::TraceError;
-use super::outcome::{Assumed, Estimate, Exception, TraceOutcome, Untraced};
+use super::outcome::{Assumed, Estimate, Exception, Known, TraceOutcome, Untraced};
 use super::plans::{KernelPlan, ORDERED_OPS, PLANNED_OPS, STAGED_OPS};
 use super::rules::{
     after_ops, autocast_table, backend_name, dtype_named, release_of, Rules, HOST_OUTPUTS,
@@ -239,6 +239,13 @@ impl<W: Write> Simulator<W> {
             }
             "untraced" => {
                 self.untraced(v);
+                Ok(None)
+            }
+            "known" => {
+                // An op meta cannot run, sized from its inputs' known values.
+                let what = str_at(v, 1);
+                let what = what.strip_suffix(".default").unwrap_or(&what).to_string();
+                self.outcome_known(&what, stack_at(v, 2));
                 Ok(None)
             }
             "exception" => {
@@ -636,6 +643,25 @@ impl<W: Write> Simulator<W> {
             None => self.outcome.assumed.push(Assumed {
                 what: what.to_string(),
                 assumption: assumption.to_string(),
+                at,
+                calls: 1,
+            }),
+        }
+    }
+
+    /// A data-dependent shape taken from the program's own values, once
+    /// per op and line (the calls counted).
+    pub(super) fn outcome_known(&mut self, what: &str, stack: Option<u32>) {
+        let at = stack.and_then(|s| self.user_frame_of(s));
+        match self
+            .outcome
+            .known
+            .iter_mut()
+            .find(|k| k.what == what && k.at == at)
+        {
+            Some(k) => k.calls += 1,
+            None => self.outcome.known.push(Known {
+                what: what.to_string(),
                 at,
                 calls: 1,
             }),

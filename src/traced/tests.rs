@@ -671,3 +671,58 @@ fn a_data_dependent_nonzero_takes_an_assumed_size_and_says_so() {
     assert!(outcome.assumed[0].assumption.contains("512 or 513 rows"));
     assert!(outcome.assumed[1].assumption.contains("upper bound"));
 }
+
+/// A data-dependent op whose input's values the helper knows (`{"known":
+/// rows}`, found running it on the CPU copy) takes that size, whatever a
+/// router would have assumed, and is listed as sized from the program's
+/// values, not as assumed; the kernel's own buffers are the same.
+#[test]
+fn a_data_dependent_op_on_known_values_takes_their_size_and_assumes_nothing() {
+    let (mut sim, sink) = simulator(None);
+    assert_eq!(ask(&mut sim, &json!(["init", {}]))[0], "ok");
+    let args = json!([tensor(&[2049, 2], "bool")]);
+    let known = json!({"known": 37});
+    let r = ask(
+        &mut sim,
+        &json!(["before", "nonzero", false, args, Value::Null, known]),
+    );
+    assert_eq!(r[1]["rows"], 37, "{r}");
+    assert_eq!(allocated(&mut sim), 512, "the 4-byte count, as ever");
+    ask(
+        &mut sim,
+        &json!(["op", "nonzero", false, args, Value::Null]),
+    );
+    let bins = json!([tensor(&[100], "int64"), Value::Null, 3]);
+    let r = ask(
+        &mut sim,
+        &json!(["before", "bincount", false, bins, Value::Null, {"known": 9}]),
+    );
+    assert_eq!(r[1]["rows"], 9, "the largest value + 1, not minlength: {r}");
+    ask(
+        &mut sim,
+        &json!(["op", "bincount", false, bins, Value::Null]),
+    );
+    post(
+        &mut sim,
+        &json!(["known", "aten._unique2.default", Value::Null]),
+    );
+    post(
+        &mut sim,
+        &json!(["known", "aten._unique2.default", Value::Null]),
+    );
+    let (outcome, _, _) = finish(sim, &sink);
+    assert!(outcome.assumed.is_empty(), "{:?}", outcome.assumed);
+    let what: Vec<(&str, u64)> = outcome
+        .known
+        .iter()
+        .map(|k| (k.what.as_str(), k.calls))
+        .collect();
+    assert_eq!(
+        what,
+        [
+            ("aten.nonzero", 1),
+            ("aten.bincount", 1),
+            ("aten._unique2", 2)
+        ]
+    );
+}
