@@ -14,9 +14,6 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use vramscope::alloc::Action;
-use vramscope::trace::snapshot::import_file;
-
 use super::captures::requests;
 use super::{trace, Scratch};
 
@@ -48,24 +45,18 @@ fn transformers_python() -> String {
 /// Each allocation of a traced snapshot: its size and the first frame of
 /// the program's (not the trace helper's, not torch's) as `file:line`.
 fn traced_allocations(path: &Path) -> Vec<(u64, String)> {
-    let snap = import_file(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let trace = snap.device_traces.first().expect("device 0's trace");
-    trace
-        .iter()
-        .filter(|e| e.action == Action::Alloc)
-        .map(|e| {
-            let own = snap
-                .frames
-                .resolve(e.frames)
-                .find(|f| {
-                    !f.filename.contains("vramscope_trace") && !f.filename.contains("/torch/")
-                })
-                .map(|f| {
-                    let file = f.filename.rsplit('/').next().unwrap_or_default();
-                    format!("{file}:{}", f.line)
+    super::qlora::allocations(path)
+        .into_iter()
+        .map(|(size, frames)| {
+            let own = frames
+                .iter()
+                .find(|(file, _, _)| !file.contains("vramscope_trace") && !file.contains("/torch/"))
+                .map(|(file, line, _)| {
+                    let file = file.rsplit('/').next().unwrap_or_default();
+                    format!("{file}:{line}")
                 })
                 .unwrap_or_default();
-            (e.size, own)
+            (size, own)
         })
         .collect()
 }

@@ -44,10 +44,10 @@ fn qlora_python() -> String {
 }
 
 /// A frame: file, line, function.
-type Frame = (String, i64, String);
+pub(crate) type Frame = (String, i64, String);
 
 /// A snapshot's allocations in order: (size, its stack).
-fn allocations(path: &Path) -> Vec<(u64, Vec<Frame>)> {
+pub(crate) fn allocations(path: &Path) -> Vec<(u64, Vec<Frame>)> {
     let snap = import_file(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let trace = snap.device_traces.first().expect("device 0's trace");
     trace

@@ -86,12 +86,25 @@ impl Engine {
         cos: TensorId,
         sin: TensorId,
     ) -> Result<(TensorId, TensorId)> {
+        self.rotate_q_and_k(q, k, cos, sin, Self::rotate_one)
+    }
+
+    /// q then k, each by `rotate` against cos/sin with a heads axis, under
+    /// one `apply_rotary_pos_emb` op.
+    fn rotate_q_and_k(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        cos: TensorId,
+        sin: TensorId,
+        rotate: fn(&mut Self, TensorId, TensorId, TensorId) -> Result<TensorId>,
+    ) -> Result<(TensorId, TensorId)> {
         let prev = self.op_begin("apply_rotary_pos_emb");
         let mark = self.locals.len();
         let r = (|| {
             let (cu, su) = (self.unsqueeze_heads(cos), self.unsqueeze_heads(sin));
-            let q_embed = self.rotate_one(q, cu, su)?;
-            let k_embed = self.rotate_one(k, cu, su)?;
+            let q_embed = rotate(self, q, cu, su)?;
+            let k_embed = rotate(self, k, cu, su)?;
             self.release(cu);
             self.release(su);
             Ok((q_embed, k_embed))
@@ -123,21 +136,7 @@ impl Engine {
         cos: TensorId,
         sin: TensorId,
     ) -> Result<(TensorId, TensorId)> {
-        let prev = self.op_begin("apply_rotary_pos_emb");
-        let mark = self.locals.len();
-        let r = (|| {
-            let (cu, su) = (self.unsqueeze_heads(cos), self.unsqueeze_heads(sin));
-            let q_embed = self.rotate_partial(q, cu, su)?;
-            let k_embed = self.rotate_partial(k, cu, su)?;
-            self.release(cu);
-            self.release(su);
-            Ok((q_embed, k_embed))
-        })();
-        if r.is_err() {
-            self.unwind_locals(mark);
-        }
-        self.op_end(prev)?;
-        r
+        self.rotate_q_and_k(q, k, cos, sin, Self::rotate_partial)
     }
 
     fn rotate_partial(&mut self, x: TensorId, cos: TensorId, sin: TensorId) -> Result<TensorId> {

@@ -5,30 +5,16 @@
 //! RMSNorm, and `HfAttention` under `use_cache`. Each expected sequence is
 //! written from the transformers line it cites, not from the engine.
 
-use super::super::model_lang::{LangModel, ModelInput, Module};
+use super::super::model_lang::{ModelInput, Module};
 use super::super::{DType, LossKind};
 use super::*;
 
-fn named(n: &str, m: Module) -> (String, Module) {
-    (n.to_string(), m)
-}
+use super::lang::named;
 
 fn lang(net: Module, input: ModelInput, batch: u64, dtype: DType) -> ModelConfig {
     ModelConfig {
-        loss: LossKind::Sum,
         param_dtype: dtype,
-        ..ModelConfig::modules(
-            LangModel {
-                input,
-                net,
-                freeze: Vec::new(),
-                dtypes: Vec::new(),
-                lora: None,
-                quantization: None,
-                kbit_training: false,
-            },
-            batch,
-        )
+        ..super::lang::lang(net, input, batch, LossKind::Sum)
     }
 }
 

@@ -18,11 +18,11 @@ fn lin(i: u64, o: u64) -> Module {
     }
 }
 
-fn named(n: &str, m: Module) -> (String, Module) {
+pub(super) fn named(n: &str, m: Module) -> (String, Module) {
     (n.to_string(), m)
 }
 
-fn lang(net: Module, input: ModelInput, batch: u64, loss: LossKind) -> ModelConfig {
+pub(super) fn lang(net: Module, input: ModelInput, batch: u64, loss: LossKind) -> ModelConfig {
     ModelConfig {
         loss,
         ..ModelConfig::modules(
