@@ -40,14 +40,23 @@ impl Scratch {
 
 /// The Python with PyTorch, or a failure saying what to install.
 pub fn python() -> String {
+    python_that_runs(
+        "import torch",
+        "install torch (pip install torch==2.11.*), or point VRAMSCOPE_PYTHON at a Python that has it",
+    )
+}
+
+/// `$VRAMSCOPE_PYTHON` (else python3) when it runs `code` successfully;
+/// otherwise the test fails, saying what to do (`install`).
+pub fn python_that_runs(code: &str, install: &str) -> String {
     let py = std::env::var("VRAMSCOPE_PYTHON").unwrap_or_else(|_| "python3".into());
     let ok = Command::new(&py)
-        .args(["-c", "import torch"])
+        .args(["-c", code])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
-    assert!(ok, "`{py} -c 'import torch'` failed: install torch (pip install torch==2.11.*), or point VRAMSCOPE_PYTHON at a Python that has it");
+    assert!(ok, "`{py} -c '{code}'` failed: {install}");
     py
 }
 

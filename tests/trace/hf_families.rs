@@ -12,7 +12,7 @@
 //! model, and names that request (docs/trace.md, "Hugging Face families").
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use super::captures::requests;
 use super::{trace, Scratch};
@@ -24,22 +24,10 @@ pub const NEEDS_TRANSFORMERS: &str =
 /// scenarios name and whose lines the expectations cite), or a failure
 /// saying what to install.
 fn transformers_python() -> String {
-    let py = super::python();
-    let ok = Command::new(&py)
-        .args([
-            "-c",
-            "import sys, torch, transformers; sys.exit(transformers.__version__ != '5.16.1')",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        ok,
-        "`{py}` cannot import transformers 5.16.1: {NEEDS_TRANSFORMERS}, or point \
-         VRAMSCOPE_PYTHON at a Python that has it"
-    );
-    py
+    super::python_that_runs(
+        "import sys, torch, transformers; sys.exit(transformers.__version__ != \"5.16.1\")",
+        &format!("{NEEDS_TRANSFORMERS}, or point VRAMSCOPE_PYTHON at a Python that has it"),
+    )
 }
 
 /// Each allocation of a traced snapshot: its size and the first frame of

@@ -10,7 +10,7 @@
 //! docs/trace.md, "QLoRA".
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use vramscope::alloc::Action;
 use vramscope::trace::snapshot::import_file;
@@ -28,19 +28,10 @@ pub const NEEDS_QLORA: &str = "needs PyTorch, bitsandbytes, transformers and pef
 
 /// The Python with all four, or a failure saying what to install.
 fn qlora_python() -> String {
-    let py = super::python();
-    let ok = Command::new(&py)
-        .args(["-c", "import torch, bitsandbytes, transformers, peft"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        ok,
-        "`{py}` cannot import bitsandbytes, transformers and peft: {NEEDS_QLORA}, or point \
-         VRAMSCOPE_PYTHON at a Python that has them"
-    );
-    py
+    super::python_that_runs(
+        "import torch, bitsandbytes, transformers, peft",
+        &format!("{NEEDS_QLORA}, or point VRAMSCOPE_PYTHON at a Python that has them"),
+    )
 }
 
 /// A frame: file, line, function.
