@@ -12,6 +12,7 @@ use crate::alloc::constants::LARGE_BUFFER;
 use crate::alloc::AllocConfig;
 use crate::report::series::SnapshotSummary;
 use crate::trace::mirror::{final_map, start_map, TraceMirror};
+use crate::trace::placing_map::{PlaceOn, PlacingMap};
 use crate::trace::replay::from_snapshot::EntryReader;
 use crate::trace::replay::from_snapshot::{self, DeviceReplay};
 use crate::trace::replay::reconstruct;
@@ -493,7 +494,7 @@ fn entry_tags(snap: &Snapshot, device: usize, mirrored: bool) -> Arc<SnapshotTag
 /// chunk at a time; false once the UI has gone.
 fn mirror_events(
     start: MemoryMap,
-    mut trace: ConsumedTrace,
+    trace: ConsumedTrace,
     reader: &EntryReader,
     device_free: &[(usize, u64)],
     config: &AllocConfig,
@@ -509,7 +510,27 @@ fn mirror_events(
     if !start.segments.is_empty() && !send(SourceMsg::Run(RunMsg::Start(Box::new(start.clone())))) {
         return false;
     }
-    let mut mirror = TraceMirror::starting_from(start, config);
+    match PlacingMap::tiled(start) {
+        Ok(map) => {
+            let mirror = TraceMirror::starting_from(map, config);
+            mirror_chunks(mirror, trace, reader, &free_at, send, spent)
+        }
+        Err(map) => {
+            let mirror = TraceMirror::starting_from(*map, config);
+            mirror_chunks(mirror, trace, reader, &free_at, send, spent)
+        }
+    }
+}
+
+/// The entries of `trace` placed by `mirror`, a part a chunk.
+fn mirror_chunks<M: PlaceOn>(
+    mut mirror: TraceMirror<'_, M>,
+    mut trace: ConsumedTrace,
+    reader: &EntryReader,
+    free_at: &dyn Fn(usize) -> Option<u64>,
+    send: &mut dyn FnMut(SourceMsg) -> bool,
+    spent: &Spent,
+) -> bool {
     let mut entries: Vec<Entry> = Vec::with_capacity(EVENTS_PER_MESSAGE);
     loop {
         let first = trace.position();
@@ -527,7 +548,7 @@ fn mirror_events(
         }
     }
     let last = TimelinePart {
-        head: Some(Box::new(mirror.into_map())),
+        head: Some(Box::new(mirror.into_map().into_memory_map())),
         ..TimelinePart::default()
     };
     send(SourceMsg::Run(RunMsg::Part(last)))

@@ -28,6 +28,23 @@ impl FrozenMap {
         }
     }
 
+    /// A frozen map of parts already in address order.
+    pub fn from_sorted(
+        segments: Box<[(u64, MapSegment)]>,
+        blocks: Box<[(u64, MapBlock)]>,
+        unmapped: Box<[(u64, (u64, u64))]>,
+        (allocated, reserved, active): (u64, u64, u64),
+    ) -> FrozenMap {
+        FrozenMap {
+            segments,
+            blocks,
+            unmapped,
+            allocated,
+            reserved,
+            active,
+        }
+    }
+
     pub fn thaw(&self) -> MemoryMap {
         MemoryMap {
             segments: self.segments.iter().cloned().collect::<BTreeMap<_, _>>(),

@@ -403,10 +403,12 @@ impl MemoryMap {
                 seg_size += s.size;
             }
         }
+        let mut joins_next = false;
         if let Some(s) = self.segments.get(&(e.addr + e.size)).cloned() {
             if same_kind(&s) {
                 self.segments.remove(&(e.addr + e.size));
                 seg_size += s.size;
+                joins_next = true;
             }
         }
         let tag = self.segments.get(&seg_start).map_or(e.tag, |s| s.tag);
@@ -446,7 +448,14 @@ impl MemoryMap {
                 size += p.size;
             }
         }
-        if let Some(n) = self.blocks.get(&(e.addr + e.size)).copied() {
+        // A block never spans two segments: the next one's first block
+        // joins only when its segment did.
+        if let Some(n) = self
+            .blocks
+            .get(&(e.addr + e.size))
+            .copied()
+            .filter(|_| joins_next)
+        {
             if n.state == BlockState::Inactive {
                 self.blocks.remove(&(e.addr + e.size));
                 size += n.size;

@@ -9,8 +9,8 @@
 
 use crate::alloc::constants::{LARGE_BUFFER, SMALL_BUFFER};
 use crate::alloc::{round_size, should_split, Action, AllocConfig, AllocEvent, Pool, Tag};
-use crate::trace::frozen_map::FrozenMap;
 use crate::trace::memory_map::{MapError, NO_FREE_BLOCK};
+use crate::trace::placing_map::PlaceOn;
 use crate::trace::replay::reconstruct::Reconstruction;
 use crate::trace::replay::{entry_tag, Entry};
 use crate::trace::snapshot::{PoolKind, Segment, Snapshot};
@@ -38,8 +38,8 @@ pub fn trace_events(
 /// The map as the trace has built it so far, which decides the block each
 /// later entry got. Each entry is placed once: deciding its block and
 /// applying it are one pass over the map.
-pub struct TraceMirror<'a> {
-    map: MemoryMap,
+pub struct TraceMirror<'a, M = MemoryMap> {
+    map: M,
     config: &'a AllocConfig,
     /// Events placed so far, and the index of the last keyframe.
     placed: usize,
@@ -50,10 +50,12 @@ impl<'a> TraceMirror<'a> {
     pub fn new(config: &'a AllocConfig) -> Self {
         Self::starting_from(MemoryMap::default(), config)
     }
+}
 
+impl<'a, M: PlaceOn> TraceMirror<'a, M> {
     /// A mirror of a trace that began with `map` already in place (an open
     /// trace: see [`start_map`]).
-    pub fn starting_from(map: MemoryMap, config: &'a AllocConfig) -> Self {
+    pub fn starting_from(map: M, config: &'a AllocConfig) -> Self {
         TraceMirror {
             map,
             config,
@@ -65,11 +67,7 @@ impl<'a> TraceMirror<'a> {
     /// A mirror that goes on where another stopped: `progress` is what
     /// [`TraceMirror::progress`] said of it, so that keyframes stay where a
     /// timeline expects them.
-    pub fn resume(
-        map: MemoryMap,
-        config: &'a AllocConfig,
-        progress: (usize, Option<usize>),
-    ) -> Self {
+    pub fn resume(map: M, config: &'a AllocConfig, progress: (usize, Option<usize>)) -> Self {
         TraceMirror {
             map,
             config,
@@ -108,8 +106,7 @@ impl<'a> TraceMirror<'a> {
                 continue;
             }
             if keyframe_due(self.last_keyframe, self.placed, &self.map) {
-                part.keyframes
-                    .push((self.placed, FrozenMap::freeze(&self.map)));
+                part.keyframes.push((self.placed, self.map.freeze()));
                 self.last_keyframe = Some(self.placed);
             }
             let i = first + j;
@@ -120,8 +117,8 @@ impl<'a> TraceMirror<'a> {
                 part.gaps.push((self.placed, gap));
             }
             part.samples.push(Sample {
-                allocated: self.map.allocated,
-                reserved: self.map.reserved,
+                allocated: self.map.allocated(),
+                reserved: self.map.reserved(),
             });
             part.events.push(Event::Alloc(ev));
             self.placed += 1;
@@ -129,7 +126,7 @@ impl<'a> TraceMirror<'a> {
     }
 
     /// The map as the entries placed so far left it.
-    pub fn map(&self) -> &MemoryMap {
+    pub fn map(&self) -> &M {
         &self.map
     }
 
@@ -139,20 +136,19 @@ impl<'a> TraceMirror<'a> {
         // A marker may be the timeline's first event (a step before any
         // entry): the state before it is the timeline's first keyframe.
         if keyframe_due(self.last_keyframe, self.placed, &self.map) {
-            part.keyframes
-                .push((self.placed, FrozenMap::freeze(&self.map)));
+            part.keyframes.push((self.placed, self.map.freeze()));
             self.last_keyframe = Some(self.placed);
         }
         part.samples.push(Sample {
-            allocated: self.map.allocated,
-            reserved: self.map.reserved,
+            allocated: self.map.allocated(),
+            reserved: self.map.reserved(),
         });
         part.events.push(Event::Marker(marker));
         self.placed += 1;
     }
 
     /// The map after every entry placed so far.
-    pub fn into_map(self) -> MemoryMap {
+    pub fn into_map(self) -> M {
         self.map
     }
 
@@ -215,7 +211,7 @@ impl<'a> TraceMirror<'a> {
                         ev.pool = b.pool;
                     }
                     None => {
-                        ev.pool = map.segment_at(e.addr).map_or(Pool::Large, |(_, s)| s.pool);
+                        ev.pool = map.segment_pool(e.addr).unwrap_or(Pool::Large);
                     }
                 }
                 freed.map_err(err)
@@ -236,9 +232,9 @@ impl<'a> TraceMirror<'a> {
 
 /// Trace entries carry no pool: small-pool segments are exactly one small
 /// buffer (§2.4), small expandable pages are not multiples of the large page.
-fn segment_pool(action: Action, size: u64, map: &MemoryMap, addr: u64) -> Pool {
-    if let Some((_, s)) = map.segment_at(addr) {
-        return s.pool;
+fn segment_pool(action: Action, size: u64, map: &impl PlaceOn, addr: u64) -> Pool {
+    if let Some(pool) = map.segment_pool(addr) {
+        return pool;
     }
     match action {
         Action::SegmentMap | Action::SegmentUnmap if !size.is_multiple_of(LARGE_BUFFER) => {

@@ -15,6 +15,7 @@ pub mod frozen_map;
 pub mod memory_map;
 pub mod mirror;
 pub mod pickle;
+pub mod placing_map;
 pub mod replay;
 pub mod sites;
 pub mod snapshot;

@@ -9,6 +9,7 @@ use crate::producers::snapshot::{
 };
 use crate::producers::source::{RunMsg, SourceMsg};
 use crate::trace::mirror::TraceMirror;
+use crate::trace::placing_map::{PlaceOn, PlacingMap};
 use crate::trace::replay::Entry;
 use crate::trace::timeline::TimelinePart;
 use crate::trace::MemoryMap;
@@ -183,8 +184,14 @@ impl Placer {
     /// Place every batch; returns whether parts were sent (for a discarded
     /// run: whether the UI saw any), or for a finished one whether the UI
     /// took them all.
-    pub(super) fn run(mut self, start: MemoryMap, config: &AllocConfig) -> bool {
-        let mut mirror = TraceMirror::starting_from(start, config);
+    pub(super) fn run(self, start: MemoryMap, config: &AllocConfig) -> bool {
+        match PlacingMap::tiled(start) {
+            Ok(map) => self.place_on(TraceMirror::starting_from(map, config)),
+            Err(map) => self.place_on(TraceMirror::starting_from(*map, config)),
+        }
+    }
+
+    fn place_on<M: PlaceOn>(mut self, mut mirror: TraceMirror<'_, M>) -> bool {
         let mut pending: Vec<Entry> = Vec::with_capacity(EVENTS_PER_MESSAGE);
         let mut pending_first = 0;
         let mut held: Vec<TimelinePart> = Vec::new();
@@ -208,7 +215,7 @@ impl Placer {
                         return sent;
                     }
                     held.push(TimelinePart {
-                        head: Some(Box::new(mirror.into_map())),
+                        head: Some(Box::new(mirror.into_map().into_memory_map())),
                         ..TimelinePart::default()
                     });
                     return held
@@ -250,9 +257,9 @@ impl Placer {
 
     /// Entries `first..` placed, into a part the UI gave back where there
     /// is one.
-    pub(super) fn fill(
+    pub(super) fn fill<M: PlaceOn>(
         &self,
-        mirror: &mut TraceMirror<'_>,
+        mirror: &mut TraceMirror<'_, M>,
         first: usize,
         entries: &[Entry],
     ) -> TimelinePart {

@@ -10,6 +10,7 @@ use super::event_store::EventStore;
 use super::frozen_map::FrozenMap;
 use super::memory_map::{MapError, MemoryMap};
 use crate::alloc::Action;
+use crate::trace::placing_map::PlaceOn;
 
 /// A full map at least every this many events; a map of more than
 /// `KEYFRAME_EVERY / 16` blocks and segments is kept every 16 events per
@@ -26,9 +27,8 @@ pub const BUCKET: usize = 256;
 /// one being before event `last`: the first event's always, then one per
 /// 16 events per block or segment of `map`, between `KEYFRAME_EVERY` and
 /// `MAX_KEYFRAME_GAP` events apart.
-pub fn keyframe_due(last: Option<usize>, index: usize, map: &MemoryMap) -> bool {
-    let gap =
-        (16 * (map.blocks.len() + map.segments.len())).clamp(KEYFRAME_EVERY, MAX_KEYFRAME_GAP);
+pub fn keyframe_due(last: Option<usize>, index: usize, map: &impl PlaceOn) -> bool {
+    let gap = (16 * map.entries()).clamp(KEYFRAME_EVERY, MAX_KEYFRAME_GAP);
     last.is_none_or(|k| index >= k + gap)
 }
 
