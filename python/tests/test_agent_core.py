@@ -107,7 +107,7 @@ class AgentCoreTests(unittest.TestCase):
             raise RuntimeError("g++ is needed to build the agent (Debian/Ubuntu: sudo apt-get install g++)")
         cls.tmp = tempfile.TemporaryDirectory()
         with open(os.path.join(cls.tmp.name, "agent_core.h"), "w") as f:
-            f.write(vramscope_live.AGENT_CORE_SOURCE)
+            f.write(vramscope_live._agent_source.AGENT_CORE_SOURCE)
         cls.driver = os.path.join(cls.tmp.name, "driver")
         out = subprocess.run(
             ["g++", "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", "-I", cls.tmp.name,
@@ -156,8 +156,8 @@ class AgentCoreTests(unittest.TestCase):
             [self.driver, "run", "16", "10"], input=(entry_line(1, 0, 4096, 512, 7, 99, raw) + "\nD 10\n").encode(),
             capture_output=True, timeout=60, check=False,
         ).stdout
-        expected = vramscope_live.encode_frame({"t": "stack", "id": 0, "frames": [list(f) for f in frames]})
-        expected += vramscope_live.encode_frame({"t": "entries", "first": 0, "entries": [["alloc", 0, 4096, 512, 7, 99, 0]]})
+        expected = vramscope_live._wire.encode_frame({"t": "stack", "id": 0, "frames": [list(f) for f in frames]})
+        expected += vramscope_live._wire.encode_frame({"t": "entries", "first": 0, "entries": [["alloc", 0, 4096, 512, 7, 99, 0]]})
         self.assertEqual(out, expected)
 
     def test_an_action_the_agent_does_not_know_is_sent_as_unknown(self):

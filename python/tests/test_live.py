@@ -316,7 +316,7 @@ class HandshakeTests(LiveTestCase):
         self.connect(address)
         self.job.advance(10)  # more than the ring of 4 before the next poll
         vramscope_live._poll_now()
-        self.assertLess(poller.cost_factor, vramscope_live.POLL_COST_FACTOR)
+        self.assertLess(poller.cost_factor, vramscope_live._producers.POLL_COST_FACTOR)
 
     def test_a_poll_interval_the_user_set_is_kept_after_a_loss(self):
         address = self.start(max_entries=4, poll_interval_s=NEVER)
@@ -325,7 +325,7 @@ class HandshakeTests(LiveTestCase):
         self.job.advance(10)  # more than the ring of 4 before the first poll
         vramscope_live._poll_now()
         self.assertEqual(poller.interval_s, NEVER)
-        self.assertEqual(poller.cost_factor, vramscope_live.POLL_COST_FACTOR)
+        self.assertEqual(poller.cost_factor, vramscope_live._producers.POLL_COST_FACTOR)
 
     def test_other_interfaces_are_served_with_a_warning(self):
         class Served:
@@ -558,7 +558,7 @@ class LogTests(LiveTestCase):
         with log.cond:
             log.append_state("start", [])
             log.rebase("rebase", [])
-            with self.assertRaises(vramscope_live._Behind):
+            with self.assertRaises(vramscope_live._log._Behind):
                 log.read(0, 0)
             items, end = log.read(log.base, 0)
         self.assertEqual(json.loads(items[0][0][4:])["reason"], "rebase")
@@ -771,11 +771,11 @@ class HostileClientTests(LiveTestCase):
 
     def setUp(self):
         super().setUp()
-        self.saved = vramscope_live.HANDSHAKE_TIMEOUT_S
-        vramscope_live.HANDSHAKE_TIMEOUT_S = 1.0
+        self.saved = vramscope_live._server.HANDSHAKE_TIMEOUT_S
+        vramscope_live._server.HANDSHAKE_TIMEOUT_S = 1.0
 
     def tearDown(self):
-        vramscope_live.HANDSHAKE_TIMEOUT_S = self.saved
+        vramscope_live._server.HANDSHAKE_TIMEOUT_S = self.saved
         super().tearDown()
 
     @staticmethod
@@ -820,7 +820,7 @@ class HostileClientTests(LiveTestCase):
             self.addCleanup(s.close)
             idle.append(s)
         time.sleep(0.5)
-        self.assertLessEqual(len(self.helper_threads()), vramscope_live.MAX_PENDING)
+        self.assertLessEqual(len(self.helper_threads()), vramscope_live._server.MAX_PENDING)
         # Past the handshake's deadline they are gone, and a real client gets in.
         deadline = time.monotonic() + 5
         while self.helper_threads() and time.monotonic() < deadline:
