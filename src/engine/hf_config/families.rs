@@ -141,7 +141,8 @@ pub(super) fn read(f: &Fields) -> Result<Family, HfConfigError> {
                experts_field: &'static str,
                width_field: &'static str,
                norm: bool,
-               shared: Option<u64>|
+               shared: Option<u64>,
+               experts_first: bool|
      -> Result<Module, HfConfigError> {
         all_sparse(f)?;
         let experts = f.count(experts_field)?;
@@ -163,6 +164,7 @@ pub(super) fn read(f: &Fields) -> Result<Family, HfConfigError> {
             routing: Routing::Balanced,
             dispatch: Dispatch::Hf,
             router: "gate".into(),
+            experts_first,
         })
     };
     // (attention, MLP, the MLP's name, Gemma's sandwich norms)
@@ -176,6 +178,7 @@ pub(super) fn read(f: &Fields) -> Result<Family, HfConfigError> {
                 "intermediate_size",
                 true,
                 None,
+                false,
             )?,
             "block_sparse_moe",
             false,
@@ -192,6 +195,7 @@ pub(super) fn read(f: &Fields) -> Result<Family, HfConfigError> {
                     "moe_intermediate_size",
                     norm,
                     shared,
+                    false,
                 )?,
                 "mlp",
                 false,
@@ -210,6 +214,7 @@ pub(super) fn read(f: &Fields) -> Result<Family, HfConfigError> {
                     "moe_intermediate_size",
                     norm,
                     None,
+                    true,
                 )?,
                 "mlp",
                 false,
