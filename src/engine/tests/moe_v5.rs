@@ -13,6 +13,16 @@ use super::*;
 /// A block of hidden 8, 4 experts of width 16, top 2, on `batch` rows of
 /// bf16 features.
 fn moe(expert: ExpertKind, shared: Option<u64>, experts_first: bool, norm: bool) -> Module {
+    moe_on(Dispatch::Hf, expert, shared, experts_first, norm)
+}
+
+fn moe_on(
+    dispatch: Dispatch,
+    expert: ExpertKind,
+    shared: Option<u64>,
+    experts_first: bool,
+    norm: bool,
+) -> Module {
     Module::SparseMoe {
         hidden: 8,
         intermediate: 16,
@@ -22,7 +32,7 @@ fn moe(expert: ExpertKind, shared: Option<u64>, experts_first: bool, norm: bool)
         norm_topk_prob: norm,
         shared_expert: shared,
         routing: Routing::Balanced,
-        dispatch: Dispatch::Hf,
+        dispatch,
         router: "gate".into(),
         experts_first,
     }
@@ -115,4 +125,26 @@ fn v5_mixtral_block_makes_grouped_mm_experts_forward_requests() {
         -32, -32,
     ];
     assert_eq!(&fwd[..expected.len()], &expected[..], "{fwd:?}");
+}
+
+#[test]
+fn grouped_mm_dispatch_refuses_an_ungated_expert_by_field() {
+    let net = moe_on(Dispatch::GroupedMm, ExpertKind::Gelu, None, false, true);
+    let model = super::super::model_lang::LangModel {
+        input: ModelInput::Features(8),
+        net,
+        freeze: Vec::new(),
+        dtypes: Vec::new(),
+        lora: None,
+        quantization: None,
+        kbit_training: false,
+    };
+    let err = model
+        .check(4, None)
+        .expect_err("no gate_up_proj for a Gelu expert");
+    assert_eq!(err.field, Some("dispatch"));
+    assert!(err.to_string().contains("gated expert"), "{err}");
+    // 4.x's `Hf` keeps a Gelu expert's per-expert Linears, under 5.x too.
+    let (built, _) = build_and_forward(moe(ExpertKind::Gelu, None, false, true), v5());
+    assert_eq!(built.len(), 1 + 4 * 4);
 }
