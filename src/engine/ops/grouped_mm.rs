@@ -19,6 +19,11 @@
 //! arrays, `aligned_groups * 24 + groups * 36` bytes, and
 //! `Gemm::get_workspace_size`, both taken and freed inside the call), and
 //! cub's scratch when `sort` runs its radix sort (more than 4,096 ids).
+//! Nor, on the engine's side, `create_grouped_gemm_output_tensor`'s padding
+//! (ATen/native/GroupedMMUtils.h; torch/_meta_registrations.py:8132-8135
+//! pads the trace's the same): a row whose bytes are not a multiple of 16
+//! (a bf16 width not a multiple of 8) is padded to one, which the
+//! families' published widths never need.
 
 use super::super::dtype::DType;
 use super::super::error::Result;
