@@ -14,6 +14,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use vramscope::alloc::Action;
+use vramscope::trace::snapshot::import_file;
+
 use super::captures::requests;
 use super::{trace, Scratch};
 
@@ -31,10 +34,12 @@ fn transformers_python() -> String {
 }
 
 /// Each allocation of a traced snapshot: its size and the first frame of
-/// the program's (not the trace helper's, not torch's) as `file:line`.
-fn traced_allocations(path: &Path) -> Vec<(u64, String)> {
+/// the program's (not the trace helper's, not torch's) as `file:line`;
+/// without those made under `strip` (a file in their stack).
+fn traced_allocations(path: &Path, strip: Option<&str>) -> Vec<(u64, String)> {
     super::qlora::allocations(path)
         .into_iter()
+        .filter(|(_, frames)| !strip.is_some_and(|s| frames.iter().any(|f| f.0.contains(s))))
         .map(|(size, frames)| {
             let own = frames
                 .iter()
@@ -52,6 +57,41 @@ fn traced_allocations(path: &Path) -> Vec<(u64, String)> {
 /// [`requests`]' groups: (an allocation?, its sizes).
 type Requests = Vec<(bool, Vec<u64>)>;
 
+/// [`requests`] of a snapshot without the allocations made under `strip`
+/// (a file in their stack) and their frees.
+fn requests_without(path: &Path, strip: &str) -> Requests {
+    let snap = import_file(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let trace = snap.device_traces.first().expect("device 0's trace");
+    let mut dropped = std::collections::HashSet::new();
+    let mut out: Requests = Vec::new();
+    let mut frees = Vec::new();
+    for e in trace {
+        match e.action {
+            Action::Alloc => {
+                let under = snap
+                    .frames
+                    .resolve(e.frames)
+                    .any(|f| f.filename.contains(strip));
+                if under {
+                    dropped.insert(e.addr);
+                    continue;
+                }
+                frees.sort_unstable();
+                out.push((false, std::mem::take(&mut frees)));
+                out.push((true, vec![e.size]));
+            }
+            Action::FreeRequested if !dropped.contains(&e.addr) => frees.push(e.size),
+            Action::FreeCompleted => {
+                dropped.remove(&e.addr);
+            }
+            _ => {}
+        }
+    }
+    frees.sort_unstable();
+    out.push((false, frees));
+    out
+}
+
 /// Where transformers 5.16.1 and the scenario part, and why.
 struct Parting {
     family: &'static str,
@@ -65,7 +105,7 @@ struct Parting {
 
 /// The family traced and its scenario exported: (traced, scenario)
 /// requests and the traced allocations.
-fn run(family: &str) -> (Requests, Requests, Vec<(u64, String)>) {
+fn run(family: &str, strip: Option<&str>) -> (Requests, Requests, Vec<(u64, String)>) {
     transformers_python();
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf-trace");
     let scratch = Scratch::new(&format!("hf-{family}"));
@@ -98,14 +138,24 @@ fn run(family: &str) -> (Requests, Requests, Vec<(u64, String)>) {
         String::from_utf8_lossy(&out.stderr)
     );
     (
-        requests(&traced),
+        strip.map_or_else(|| requests(&traced), |s| requests_without(&traced, s)),
         requests(&exported),
-        traced_allocations(&traced),
+        traced_allocations(&traced, strip),
     )
 }
 
 fn holds(p: &Parting) {
-    let (t, s, allocs) = run(p.family);
+    holds_in(p, None);
+}
+
+/// [`holds`] with the traced requests made under `strip` (a file in their
+/// stack) left out: how far the rest agrees past a named difference.
+fn holds_without(p: &Parting, strip: &str) {
+    holds_in(p, Some(strip));
+}
+
+fn holds_in(p: &Parting, strip: Option<&str>) {
+    let (t, s, allocs) = run(p.family, strip);
     assert!(
         t.len() > 500,
         "{}: only {} groups traced",
@@ -209,26 +259,57 @@ fn gemma3_traced_parts_at_its_second_rotary_table() {
     });
 }
 
-/// 5.16's MoE families keep their experts as 3-D parameters
-/// (`MixtralExperts.gate_up_proj` [E, 2·I, H], modeling_mixtral.py:65-66)
-/// where the scenario writes 4.x's per-expert Linears.
+/// 5.16's MoE families as 5.16.1 builds them (the scenario's `transformers:
+/// "5.16"`): 3-D experts (`gate_up_proj` [E, 2·I, H], modeling_mixtral.py:65-66),
+/// the router's fp32 softmax and in-place `/=`, and `grouped_mm_experts_forward`
+/// (integrations/moe.py:377-478) with what autograd saves of it. Mixtral and
+/// Qwen3-MoE agree through loading, both forwards, the loss and layer 1's
+/// MoE backward, and part where the dense qwen3 does, in layer 1's v_proj
+/// backward.
 #[test]
 #[ignore = "needs PyTorch and transformers 5.16.1 (pip install torch==2.11.* transformers==5.16.1)"]
-fn moe_families_traced_part_at_their_3d_expert_weights() {
-    for (family, experts, intermediate) in [
-        ("mixtral", 4, 128),
-        ("qwen2_moe", 4, 32),
-        ("qwen3_moe", 4, 32),
-    ] {
+fn moe_families_traced_make_the_scenarios_requests_into_their_attention_backward() {
+    for (family, agree) in [("mixtral", 584), ("qwen3_moe", 654)] {
         holds(&Parting {
             family,
-            agree: 10,
-            last: (
-                experts * 2 * intermediate * 64 * 2,
-                "modeling_utils.py:3768",
-            ),
-            cause: "transformers 5.x stores a layer's experts as one 3-D gate_up_proj \
-                    (and down_proj), not as per-expert Linears",
+            agree,
+            // v_proj's MmBackward0 in layer 1 (during `loss.backward()`).
+            last: (if family == "mixtral" { 4096 } else { 8192 }, "train.py:37"),
+            cause: "in layer 1's v_proj backward the trace frees SDPA's value gradient between \
+                    MmBackward0's two products, the scenario after both (as the dense qwen3's)",
         });
     }
+}
+
+/// Qwen2-MoE's model forward builds a sliding-window mask no layer uses:
+/// `create_sliding_window_causal_mask` with `sliding_window = 0`
+/// (configuration_qwen2_moe.py:111 when `use_sliding_window` is false),
+/// which `_ignore_causal_mask_sdpa` cannot skip (modeling_qwen2_moe.py:493-496,
+/// masking_utils.py:503-514), kept to the forward's end; not modelled.
+/// Without those requests the two agree as far as Mixtral's do: through the
+/// shared expert, its gate, and layer 1's MoE backward.
+#[test]
+#[ignore = "needs PyTorch and transformers 5.16.1 (pip install torch==2.11.* transformers==5.16.1)"]
+fn qwen2_moe_traced_parts_at_its_unused_sliding_mask() {
+    holds(&Parting {
+        family: "qwen2_moe",
+        // Loading (3-D experts, the shared expert and its gate), the batch,
+        // the embedding, the positions.
+        agree: 85,
+        // `batch_arange = torch.arange(batch_size)` (masking_utils.py:507).
+        last: (16, "masking_utils.py:507"),
+        cause: "Qwen2MoeModel.forward builds a sliding-window mask (window 0) that no layer \
+                uses, not modelled",
+    });
+    holds_without(
+        &Parting {
+            family: "qwen2_moe",
+            agree: 658,
+            // v_proj's AddmmBackward0 in layer 1 (during `loss.backward()`).
+            last: (8192, "train.py:37"),
+            cause: "in layer 1's v_proj backward the trace frees SDPA's value gradient \
+                    between the two products, the scenario after both (as the dense qwen3's)",
+        },
+        "masking_utils.py",
+    );
 }

@@ -77,11 +77,21 @@ impl Engine {
                 for i in order {
                     if needs(self, i) {
                         let m = self.nodes[n.0].inputs[i];
-                        let broadcast = g0
-                            .filter(|_| kind == BwdKind::Mul)
-                            .filter(|&g| self.shape(g).numel() > m.shape.numel());
+                        // A product of the output's dtype (a bf16 factor times
+                        // an fp32 one makes an fp32 gradient): validate_outputs
+                        // sums a broadcast input's down and casts it to the
+                        // input's dtype (a 5.x Mixtral's `proj_out *
+                        // sample_weights_g.unsqueeze(-1)` in the trace).
+                        let broadcast = g0.filter(|_| kind == BwdKind::Mul).filter(|&g| {
+                            self.shape(g).numel() > m.shape.numel() || self.dtype(g) != m.dtype
+                        });
                         if let Some(g) = broadcast {
-                            let t = self.empty(self.shape(g), m.dtype, Category::Gradient)?;
+                            let dtype = if self.shape(g).numel() > m.shape.numel() {
+                                m.dtype
+                            } else {
+                                self.dtype(g)
+                            };
+                            let t = self.empty(self.shape(g), dtype, Category::Gradient)?;
                             self.k_grad_from(g0, t);
                             outs.push(Out::Forward(i, t));
                             continue;
@@ -142,6 +152,32 @@ impl Engine {
                         outs.push(Out::Forward(0, g));
                     }
                 }
+            }
+            BwdKind::ViewCopy => {
+                if let (Some(g), true) = (g0, needs(self, 0)) {
+                    let m = self.nodes[n.0].inputs[0];
+                    if self.layout(g) == Layout::Expanded {
+                        let t = self.empty(m.shape, m.dtype, Category::Gradient)?;
+                        self.k_grad_from(g0, t);
+                        outs.push(Out::Ready(0, t));
+                    } else {
+                        let v = self.view_as_plain(g, m.shape, self.layout(g));
+                        outs.push(Out::Ready(0, v));
+                    }
+                }
+            }
+            BwdKind::GroupedMm => {
+                // The generated apply() computes mat2's gradient first (the
+                // trace of a tiny Mixtral's experts, ops/grouped_mm.rs).
+                for i in (0..ninputs).rev() {
+                    if needs(self, i) {
+                        let m = self.nodes[n.0].inputs[i];
+                        let t = self.empty(m.shape, m.dtype, Category::Gradient)?;
+                        self.k_grad_from(g0, t);
+                        outs.push(Out::Ready(i, t));
+                    }
+                }
+                outs.reverse();
             }
             BwdKind::Slice => {
                 if let Some(g) = g0 {

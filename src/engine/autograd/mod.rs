@@ -206,6 +206,13 @@ pub(crate) enum BwdKind {
     },
     /// `sum`: an expanded (broadcast) view of the incoming 0-dim gradient.
     Expand,
+    /// ViewBackward0 (`grad.reshape(self_sym_sizes)`): a view of the incoming
+    /// gradient, or a copy of the input's shape when it arrives broadcast
+    /// (`x.view(n, k, d).sum(dim=1)`'s expanded gradient, ops/grouped_mm.rs).
+    ViewCopy,
+    /// GroupedMmBackward0 (ops/grouped_mm.rs): mat2's gradient, then
+    /// self's, each one new tensor of the input's shape.
+    GroupedMm,
     /// mm / addmm / bmm: gradients come from GEMMs (copy of a broadcast incoming
     /// gradient, backward-thread cuBLAS workspace). Input 0 of addmm is the bias.
     Gemm {

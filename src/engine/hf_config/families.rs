@@ -141,7 +141,8 @@ pub(super) fn read(f: &Fields) -> Result<Family, HfConfigError> {
                experts_field: &'static str,
                width_field: &'static str,
                norm: bool,
-               shared: Option<u64>|
+               shared: Option<u64>,
+               experts_first: bool|
      -> Result<Module, HfConfigError> {
         all_sparse(f)?;
         let experts = f.count(experts_field)?;
@@ -163,6 +164,7 @@ pub(super) fn read(f: &Fields) -> Result<Family, HfConfigError> {
             routing: Routing::Balanced,
             dispatch: Dispatch::Hf,
             router: "gate".into(),
+            experts_first,
         })
     };
     // (attention, MLP, the MLP's name, Gemma's sandwich norms)
@@ -176,6 +178,7 @@ pub(super) fn read(f: &Fields) -> Result<Family, HfConfigError> {
                 "intermediate_size",
                 true,
                 None,
+                false,
             )?,
             "block_sparse_moe",
             false,
@@ -192,6 +195,7 @@ pub(super) fn read(f: &Fields) -> Result<Family, HfConfigError> {
                     "moe_intermediate_size",
                     norm,
                     shared,
+                    false,
                 )?,
                 "mlp",
                 false,
@@ -210,6 +214,7 @@ pub(super) fn read(f: &Fields) -> Result<Family, HfConfigError> {
                     "moe_intermediate_size",
                     norm,
                     None,
+                    true,
                 )?,
                 "mlp",
                 false,
@@ -415,8 +420,17 @@ fn family_notes(f: &Fields) -> Vec<String> {
                 "routing {} — a scenario's `routing: Counts(...)` gives measured counts",
                 Routing::Balanced.describe()
             ));
-            notes.push("the router's softmax in fp32 (`dtype=torch.float`) and the weights' cast back are not modelled for a half-precision model; `routing_weights /=` is modelled out of place".into());
-            notes.push("the experts are 4.x's per-expert Linears: transformers 5.x keeps a layer's experts as 3-D `experts.gate_up_proj` and `experts.down_proj` (the same bytes) and runs them through its experts implementation (`grouped_mm` on CUDA), whose requests are not modelled".into());
+            notes.push("under a `transformers:` 5.x scenario the experts are 5.x's: two 3-D parameters (`experts.gate_up_proj` [E, 2·I, H], `experts.down_proj` [E, H, I]) run by `grouped_mm` on every routed row, whatever the routing; otherwise 4.x's per-expert Linears (the same bytes), whose fp32 router softmax and cast back are not modelled for a half-precision model and whose `routing_weights /=` is modelled out of place".into());
+            notes.push("grouped_mm's CUTLASS buffers (its argument arrays and workspace, taken and freed inside each call) and `torch.sort`'s cub scratch past 4,096 routed rows are not modelled".into());
+            if f.model_type == "mixtral" {
+                notes.push(
+                    "the block is named `block_sparse_moe`, as 4.x names it; 5.x names it `mlp`"
+                        .into(),
+                );
+            }
+            if f.model_type == "qwen2_moe" {
+                notes.push("under 5.x `Qwen2MoeModel.forward` also builds a sliding-window mask of window 0 that no layer uses (`use_sliding_window` false), [B, 1, T, T] bool held to the forward's end: not modelled".into());
+            }
         }
         "gemma2" => {
             // transformers 5.16.1 picks SDPA for Gemma 2 (`_supports_sdpa`,

@@ -113,6 +113,8 @@ pub enum Problem {
     MoeTopK { top_k: u64, experts: u64 },
     #[error("{0}")]
     MoeRouting(String),
+    #[error("dispatch GroupedMm needs a gated expert (Mixtral or Qwen): transformers 5.x keeps a layer's experts as gate_up_proj [E, 2·I, H] and down_proj [E, H, I]")]
+    MoeGroupedGelu,
 }
 
 /// Copies of a `Repeat` whose block still changes the shape it passes on:

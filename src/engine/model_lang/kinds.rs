@@ -722,8 +722,11 @@ impl Module {
                 experts,
                 top_k,
                 routing,
+                expert,
+                dispatch,
                 ..
-            } => super::moe::moe_out_shape(*hidden, *experts, *top_k, routing, x),
+            } => super::moe::moe_out_shape(*hidden, *experts, *top_k, routing, x)
+                .and_then(|s| super::moe::grouped_needs_gate(*expert, *dispatch).map(|()| s)),
             Module::QkvAttention { hidden, heads } => {
                 super::qkv_attention::qkv_out_shape(*hidden, *heads, x)
             }
@@ -1383,6 +1386,7 @@ impl Builder<'_> {
                 routing,
                 dispatch,
                 router,
+                experts_first,
             } => {
                 let b = super::moe::MoeBuild {
                     hidden: *hidden,
@@ -1395,6 +1399,7 @@ impl Builder<'_> {
                     routing,
                     dispatch: *dispatch,
                     router,
+                    experts_first: *experts_first,
                 };
                 Leaf::SparseMoe(Box::new(super::moe::build_moe(e, path, &b, params)?))
             }

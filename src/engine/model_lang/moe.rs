@@ -16,6 +16,7 @@
 //! transformers' `MixtralSparseMoeBlock.forward` (`Dispatch::Hf`).
 
 mod forward;
+mod grouped;
 
 use std::cell::Cell;
 
@@ -98,8 +99,20 @@ pub enum Dispatch {
     /// Not modelled: `expert_hit`'s few `E`-sized tensors and `one_hot`'s
     /// range checks (tens of bytes), and a half model's fp32 router softmax
     /// and cast back (`hf_config`'s notes say so); the in-place
-    /// `routing_weights /=` is modelled out of place.
+    /// `routing_weights /=` is modelled out of place. Under transformers
+    /// 5.x (the scenario's `transformers:`) a gated expert builds as
+    /// `GroupedMm` does, as 5.x's `from_config` builds it.
     Hf,
+    /// transformers 5.x (5.16.1 read): a layer's experts as two 3-D
+    /// parameters, `experts.gate_up_proj` [E, 2·I, H] and
+    /// `experts.down_proj` [E, H, I] (modeling_mixtral.py:65-66,
+    /// modeling_qwen2_moe.py:288-289), the router `gate.weight` [E, H], and
+    /// the default experts implementation, `grouped_mm`
+    /// (modeling_utils.py:1964-1986 picks it; integrations/moe.py:377-478
+    /// runs it): the ids sorted, every routed row gathered once, two
+    /// `torch._grouped_mm`s, the rows put back and summed over `top_k`
+    /// (model_lang/moe/grouped.rs). Gated experts only (Mixtral, Qwen).
+    GroupedMm,
 }
 
 /// Concern 1: `SparseMoe`'s arguments.
@@ -180,6 +193,18 @@ pub(crate) fn moe_out_shape(
     Ok(s)
 }
 
+/// `Dispatch::GroupedMm` is 5.x's gated experts: a `Gelu` expert has no
+/// such form.
+pub(crate) fn grouped_needs_gate(
+    expert: ExpertKind,
+    dispatch: Dispatch,
+) -> std::result::Result<(), Fault> {
+    if dispatch == Dispatch::GroupedMm && expert == ExpertKind::Gelu {
+        return Err((Some("dispatch"), Problem::MoeGroupedGelu));
+    }
+    Ok(())
+}
+
 /// Why `lists` cannot be the routing of `rows` rows to `top_k` of
 /// `experts` experts.
 fn check_counts(
@@ -252,6 +277,10 @@ pub(crate) struct MoeLeaf {
     pub experts: Vec<Expert>,
     /// Qwen2-MoE's shared expert and its `shared_expert_gate`.
     pub shared: Option<(Expert, Linear)>,
+    /// `GroupedMm`: the 3-D expert weights (then `experts` is empty).
+    pub stacked: Option<grouped::Stacked>,
+    pub n_experts: u64,
+    pub kind: ExpertKind,
     pub top_k: u64,
     pub norm_topk_prob: bool,
     pub routing: Routing,
@@ -277,6 +306,9 @@ pub(crate) struct MoeBuild<'a> {
     pub routing: &'a Routing,
     pub dispatch: Dispatch,
     pub router: &'a str,
+    /// `GroupedMm`: the experts registered before the router (Qwen3-MoE
+    /// under 5.x, modeling_qwen3_moe.py:273-274).
+    pub experts_first: bool,
 }
 
 /// Concern 3: the parameters in `named_parameters()` order: the router,
@@ -288,6 +320,14 @@ pub(crate) fn build_moe(
     params: &mut Vec<TensorId>,
 ) -> Result<MoeLeaf> {
     let module = e.tags.module(path);
+    let grouped = match b.dispatch {
+        Dispatch::GroupedMm => true,
+        Dispatch::Hf => e.cfg.hf_v5() && b.expert != ExpertKind::Gelu,
+        Dispatch::Loop => false,
+    };
+    if grouped {
+        return grouped::build_grouped(e, path, module, b, params);
+    }
     let router = e.new_linear(&join(path, b.router), b.hidden, b.experts, false, params)?;
     let list = join(path, "experts");
     let mut experts = Vec::new();
@@ -328,6 +368,9 @@ pub(crate) fn build_moe(
         router,
         experts,
         shared,
+        stacked: None,
+        n_experts: b.experts,
+        kind: b.expert,
         top_k: b.top_k,
         norm_topk_prob: b.norm_topk_prob,
         routing: b.routing.clone(),

@@ -317,6 +317,9 @@ pub enum Module {
     /// with `index_add`; Qwen2-MoE's `shared_expert` (its width) and
     /// `shared_expert_gate` when given. The routing depends on the data:
     /// `routing` says it (`Balanced`, an assumption, or `Counts`).
+    /// `dispatch: GroupedMm` (and `Hf` under transformers 5.x) is 5.x's
+    /// block: 3-D experts run through `torch._grouped_mm`
+    /// (model_lang/moe/grouped.rs).
     SparseMoe {
         hidden: u64,
         intermediate: u64,
@@ -332,6 +335,10 @@ pub enum Module {
         dispatch: super::moe::Dispatch,
         #[serde(default = "gate")]
         router: String,
+        /// `GroupedMm` (5.x): the experts registered before the router, as
+        /// Qwen3-MoE's block does (modeling_qwen3_moe.py:273-274).
+        #[serde(default)]
+        experts_first: bool,
     },
     /// Causal self-attention with one fused projection: `qkv =
     /// Linear(hidden, 3 * hidden)`, split, `view(b, t, heads,

@@ -7,6 +7,7 @@ mod bnb_matmul;
 pub mod clamp;
 pub mod conv;
 pub mod elementwise;
+mod grouped_mm;
 pub mod handwritten;
 pub mod hf_loss;
 pub mod loss;

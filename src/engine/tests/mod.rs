@@ -13,6 +13,7 @@ mod hvp;
 mod lang;
 pub(crate) mod launches;
 mod loop_language;
+mod moe_v5;
 mod optimizer_sweeps;
 mod precision;
 mod presets;

@@ -29,13 +29,16 @@ fn moe_forward(e: &mut Engine, m: &MoeLeaf, x: TensorId, call: usize) -> Result<
     let s = e.shape(x);
     let hidden = s.last();
     let rows = s.leading();
-    let experts = u64::try_from(m.experts.len()).unwrap_or(u64::MAX);
+    let experts = m.n_experts;
     let counts = counts_for(&m.routing, call, experts, rows, m.top_k);
     check_counts(std::slice::from_ref(&counts), experts, rows, m.top_k)
         .map_err(|why| EngineError::Program(format!("SparseMoe routing: {why}")))?;
     // flat = x.reshape(-1, D): a view.
     let flat = e.reshape(x, Shape::new(&[rows, hidden]))?;
-    let r = releasing(e, &[flat], |e| route_and_run(e, m, flat, &counts));
+    let r = releasing(e, &[flat], |e| match m.dispatch {
+        Dispatch::GroupedMm => super::grouped::grouped_block(e, m, flat),
+        Dispatch::Loop | Dispatch::Hf => route_and_run(e, m, flat, &counts),
+    });
     let out = r?;
     let v = e.view_as(out, s, Layout::Contiguous);
     e.release(out);
@@ -82,6 +85,7 @@ fn route_and_run(e: &mut Engine, m: &MoeLeaf, flat: TensorId, counts: &[u64]) ->
         let out = match m.dispatch {
             Dispatch::Loop => loop_dispatch(e, m, flat, chosen, weights, counts)?,
             Dispatch::Hf => hf_dispatch(e, m, flat, weights, counts)?,
+            Dispatch::GroupedMm => unreachable_grouped()?,
         };
         match &m.shared {
             Some((ex, gate)) => {
@@ -216,6 +220,13 @@ fn hf_dispatch(
     }
 }
 
+/// `route_and_run` is the 4.x blocks' path; a 5.x block never reaches it.
+fn unreachable_grouped() -> Result<TensorId> {
+    Err(EngineError::Program(
+        "SparseMoe: the grouped_mm block runs in moe/grouped.rs".into(),
+    ))
+}
+
 /// `expert_out * weights[rows, slots].unsqueeze(-1)`.
 fn weighted(e: &mut Engine, h: TensorId, weights: TensorId, at: &[TensorId]) -> Result<TensorId> {
     let w = e.index_rows(weights, at)?;
@@ -226,7 +237,7 @@ fn weighted(e: &mut Engine, h: TensorId, weights: TensorId, at: &[TensorId]) -> 
 }
 
 /// One expert's MLP on its rows.
-fn run_expert(e: &mut Engine, ex: &Expert, x: TensorId) -> Result<TensorId> {
+pub(super) fn run_expert(e: &mut Engine, ex: &Expert, x: TensorId) -> Result<TensorId> {
     e.in_module(ex.module, |e| match (ex.kind, &ex.gate_up) {
         (ExpertKind::Gelu, _) | (_, None) => {
             // self.down(F.gelu(self.up(x)))
