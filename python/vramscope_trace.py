@@ -30,7 +30,8 @@ Nothing here runs unless that variable is set. The program is not changed:
 
 Channel: frames of 4 bytes little-endian length + UTF-8 JSON, as
 python/PROTOCOL.md frames the live stream. The messages are arrays, the
-first element the kind; `docs/trace.md` lists them. A malloc and every
+first element the kind; `docs/trace.md` lists them. The two nearly every
+storage sends (`ma`, `f`) are fixed-size binary frames (`_MA`, `_F`). A malloc and every
 query wait for the answer; frees, stacks and steps are buffered and go with
 the next message that waits, so one round trip serves many events.
 

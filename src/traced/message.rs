@@ -3,7 +3,8 @@
 //! sends for nearly every storage, a malloc sent without waiting (`ma`)
 //! and a free (`f`), are fixed-size binary frames instead, which cost the
 //! program a `struct.pack` where JSON cost it two decimal conversions and
-//! a format (python/vramscope_trace.py `_MA`, `_F`; python/PROTOCOL.md).
+//! a format (python/vramscope_trace.py `_MA`, `_F`; docs/trace.md, "The
+//! channel").
 //! Each becomes the same `Value` its JSON would have been, so the
 //! simulator, the saved requests and their replay see one kind of message.
 
@@ -83,7 +84,7 @@ mod tests {
         let m = decode(0, &ma(cd, 16_384, 7)).expect("an `ma` frame");
         assert_eq!(
             m,
-            decode(1, format!("[\"ma\",{cd},16384,7]").as_bytes()).unwrap()
+            decode(1, format!("[\"ma\",{cd},16384,7]").as_bytes()).expect("its JSON")
         );
         let mut f = vec![FREE];
         f.extend_from_slice(&u64::MAX.to_le_bytes());
