@@ -30,7 +30,8 @@ Nothing here runs unless that variable is set. The program is not changed:
 
 Channel: frames of 4 bytes little-endian length + UTF-8 JSON, as
 python/PROTOCOL.md frames the live stream. The messages are arrays, the
-first element the kind; `docs/trace.md` lists them. A malloc and every
+first element the kind; `docs/trace.md` lists them. The two nearly every
+storage sends (`ma`, `f`) are fixed-size binary frames (`_MA`, `_F`). A malloc and every
 query wait for the answer; frees, stacks and steps are buffered and go with
 the next message that waits, so one round trip serves many events.
 
@@ -100,8 +101,19 @@ HOLDERS_MIN_GROWTH = 1 << 20
 # walk (`H`; PROTOCOL.md `find_holders`).
 _WALK = ["walk"]
 
+# The keyword arguments of a call that has none (never changed).
+_NO_KWARGS = {}
 # A frame's length prefix (python/PROTOCOL.md).
 _LENGTH = struct.Struct("<I").pack
+# The two messages nearly every storage sends are binary frames, length
+# prefix included (src/traced/message.rs): a malloc sent without waiting
+# (`ma`: 1, the storage's key, its bytes, its stack id) and a free (`f`:
+# 2, the key). A struct's pack costs a fraction of JSON's two decimal
+# conversions and format.
+_MA = struct.Struct("<IBQQI").pack
+_MA_LEN = 1 + 8 + 8 + 4
+_F = struct.Struct("<IBQ").pack
+_F_LEN = 1 + 8
 
 
 class TraceError(RuntimeError):
@@ -109,6 +121,14 @@ class TraceError(RuntimeError):
 
 
 # ------------------------------------------------------------------ channel
+
+
+class _Discard(list):
+    """A forked child's outbox (`_forked`): what it would send goes nowhere
+    (the socket is the parent's)."""
+
+    def append(self, _frame):
+        pass
 
 
 class Channel:
@@ -200,6 +220,9 @@ class Channel:
             except OSError:
                 pass
             self.closed = True
+            # Frees after the end (storages dying as the interpreter
+            # exits) go nowhere.
+            self.out = _Discard()
             try:
                 self.sock.close()
             except OSError:
@@ -412,9 +435,12 @@ class paused:
 
 
 def _forked():
-    # A forked child (a DataLoader worker) shares the socket: it must not write.
+    # A forked child (a DataLoader worker) shares the socket: it must not
+    # write. The hot paths append to `out` without asking (`_malloc`,
+    # `_freed`): in the child it keeps nothing.
     if _chan is not None:
         _chan.closed = True
+        _chan.out = _Discard()
 
 
 def _forked_guard():
@@ -442,12 +468,56 @@ def _lazy_init():
 # lookup; `_OWN_CODES` keeps each one alive, so no id is reused.
 _OWN = {}
 _OWN_CODES = []
-# The kept frames' (id(code), instruction offset) pairs, flat -> stack id:
-# the line of a suspended frame is fixed by its instruction, so a walk
-# that finds these pairs again finds the same lines without reading them
-# (the line table is looked up only for a stack never seen). The codes
-# stay alive in `_state.stacks`' keys.
+# A walk's frames as (id(code), instruction offset) pairs, flat, then the
+# id of the frames above the last (`_ABOVE`, where the walk met a tag) ->
+# stack id: the line of a suspended frame is fixed by its instruction, so
+# a walk that finds these pairs again finds the same lines without reading
+# them (the line table is looked up only for a stack never seen). The
+# codes stay alive in `_OWN_CODES`.
 _RAW = {}
+# The frames above a frame, interned: (id(code), instruction offset, the
+# id of the frames above that one) -> id; 0 is no frame.
+_ABOVE = {}
+# A generator's, a coroutine's or an async generator's code.
+_RESUMABLE = 0x20 | 0x80 | 0x100 | 0x200
+# The dispatch mode's `__torch_dispatch__` (set when the modes are pushed):
+# `_op_stack` starts the walk above it.
+_DISPATCH_CODE = None
+
+
+class _Mark:
+    """What the stack walk (`_stack_from`) leaves in a frame's `f_trace`,
+    which holds nothing otherwise while no tracer runs. A trace function
+    started later (`sys.settrace`) calls it for that frame's events as it
+    would the frame's own, and it does nothing and stays, as a frame
+    without one would have no call: no tracer sees a difference."""
+
+    __slots__ = ()
+
+    def __call__(self, frame, event, arg):
+        return None
+
+
+class _Above(_Mark):
+    """A frame's tag: the interned id (`_ABOVE`) of the frames above it,
+    which cannot change while the frame runs (its caller waits at the same
+    instruction until it returns, and so do theirs). A walk stops at the
+    first tag instead of walking the frames above again: a deep stack
+    costs the few frames below the first tag. It goes with its frame."""
+
+    __slots__ = ("above",)
+
+    def __init__(self, above):
+        self.above = above
+
+
+# A frame a walk passed once (not the first, where the op was called: a
+# new frame each op): tagged if a walk passes it again, so a frame that
+# lives for one op costs no tag.
+_SEEN = _Mark()
+# A frame never tagged: a generator's or a coroutine's (whose caller is
+# whoever resumes it).
+_NEVER = _Mark()
 
 
 def _own(co):
@@ -457,31 +527,91 @@ def _own(co):
     return keep
 
 
+# This file's name as its functions' code has it, where a stack leaves
+# them out (`_own`): the walk skips them at its start (`_op_stack`).
+_HELPER_FILE = _own.__code__.co_filename
+if _HELPER_FILE != _HERE:
+    _HELPER_FILE = None
+
+
 def _stack():
-    """The Python stack here, innermost first, as an interned id."""
-    top = f = sys._getframe(2)
-    raw = []
+    """The Python stack here (from the caller's caller), innermost first,
+    as an interned id."""
+    return _stack_from(sys._getframe(2))
+
+
+def _stack_from(top):
+    """The stack id of the frames from `top` outward. The walk stops at
+    the first frame tagged by an earlier walk (`_Above`); the frames it
+    passed twice are tagged (`_tag_seen`), those it passed once marked."""
+    raw = [id(top.f_code), top.f_lasti]
     push = raw.append
-    own = _OWN
-    n = 0
-    while f is not None:
-        co = f.f_code
-        c = id(co)
-        keep = own.get(c)
-        if keep is None:
-            keep = _own(co)
-        if keep:
-            push(c)
+    t = top.f_trace
+    m = 0
+    seen = False
+    if t.__class__ is _Above:
+        push(t.above)
+    else:
+        f = top.f_back
+        while f is not None:
+            m += 1
+            push(id(f.f_code))
             push(f.f_lasti)
-            n += 1
-            if n == MAX_STACK:
+            t = f.f_trace
+            if t is None:
+                f.f_trace = _SEEN
+            elif t.__class__ is _Above:
+                push(t.above)
                 break
-        f = f.f_back
-    raw = tuple(raw)
-    sid = _RAW.get(raw)
+            elif t is _SEEN:
+                seen = True
+            f = f.f_back
+    key = tuple(raw)
+    sid = _RAW.get(key)
     if sid is None:
-        sid = _RAW[raw] = _stack_of(top)
+        sid = _RAW[key] = _stack_of(top)
+        # The codes whose ids the key holds stay alive: no id is reused.
+        own = _OWN
+        f = top
+        for _ in range(m + 1):
+            co = f.f_code
+            if id(co) not in own:
+                _own(co)
+            f = f.f_back
+    if seen:
+        _tag_seen(top, raw, m)
     return sid
+
+
+def _tag_seen(top, raw, m):
+    """Tag the frames a walk passed a second time (`_SEEN`; `_stack_from`:
+    frames 0 to `m` from `top`, their pairs in `raw`), each with the id of
+    the frames above it, interned from the outermost in."""
+    frames = []
+    f = top
+    for _ in range(m):
+        f = f.f_back
+        frames.append(f)
+    if len(raw) & 1:
+        # Frame m has a tag: the id of the frames above it ends `raw`.
+        above = raw[-1]
+        i = m - 1
+    else:
+        # Frame m is the outermost: none above it.
+        above = 0
+        i = m
+    while i > 0:
+        if i < m:
+            # Above frame i: frame i + 1 and the frames above it.
+            k = (raw[2 * i + 2], raw[2 * i + 3], above)
+            a = _ABOVE.get(k)
+            if a is None:
+                a = _ABOVE[k] = len(_ABOVE) + 1
+            above = a
+        f = frames[i - 1]
+        if f.f_trace is _SEEN:
+            f.f_trace = _NEVER if f.f_code.co_flags & _RESUMABLE else _Above(above)
+        i -= 1
 
 
 def _stack_of(f):
@@ -514,14 +644,26 @@ def _oom(message):
     return _state.torch.cuda.OutOfMemoryError(message)
 
 
-def _op_stack(box):
+def _op_stack(box, up):
     """The stack id of the op being dispatched, walked once per op:
     `box` is the op's own one-element list (every report of an op, its
     outputs' mallocs and its kernel's workspaces, is made from the same
-    user line)."""
+    user line). `up`: how many frames above the caller the dispatch mode's
+    frame is; the walk starts at the frame that called into the op (the
+    helper's frames between are not walked), or, should that frame not be
+    the dispatch mode's, at the caller."""
     sid = box[0]
     if sid is None:
-        sid = box[0] = _stack()
+        f = sys._getframe(up + 1)
+        if f.f_code is _DISPATCH_CODE:
+            # The frames that called into the op: this file's (the
+            # function mode's, its handlers') are never a stack's.
+            f = f.f_back
+            while f.f_code.co_filename is _HELPER_FILE:
+                f = f.f_back
+        else:
+            f = sys._getframe(1)
+        sid = box[0] = _stack_from(f)
     return sid
 
 
@@ -532,7 +674,9 @@ class _StorageRef(weakref.ref):
     __slots__ = ("cd",)
 
 
-def _malloc(t, box):
+def _malloc(t, box, up):
+    """`t`'s storage, if new: its malloc, and a weak reference that sends
+    its free. `up`: how many frames above this one the dispatch mode's is."""
     s = t.untyped_storage()
     cd = s._cdata
     st = _state
@@ -552,9 +696,13 @@ def _malloc(t, box):
         # so it goes with the next message that waits.
         st.room_count -= 1
         st.room_bytes -= n
-        _chan.post_raw(b'["ma",%d,%d,%d]' % (cd, n, _op_stack(box)))
+        chan = _chan
+        out = chan.out
+        out.append(_MA(_MA_LEN, 1, cd, n, _op_stack(box, up)))
+        if len(out) >= SEND_EVERY:
+            chan._send_now()
     else:
-        r = _chan.ask(["m", cd, n, _op_stack(box)])
+        r = _chan.ask(["m", cd, n, _op_stack(box, up)])
         if r[0] != "ok":
             raise _oom(r[1])
         if len(r) > 2:
@@ -570,8 +718,10 @@ def _freed(ref):
         _KSTORE.pop(cd, None)
     if _state.live.pop(cd, None) is not None:
         chan = _chan
-        if not chan.closed:
-            chan.post_raw(b'["f",%d]' % cd)
+        out = chan.out
+        out.append(_F(_F_LEN, 2, cd))
+        if len(out) >= SEND_EVERY:
+            chan._send_now()
 
 
 def _register(out, box, host=None):
@@ -580,7 +730,7 @@ def _register(out, box, host=None):
         out = [o for i, o in enumerate(out) if i not in host]
     if isinstance(out, _Tensor):
         if out.is_meta:
-            _malloc(out, box)
+            _malloc(out, box, 2)
         return
     if isinstance(out, (tuple, list)):
         for o in out:
@@ -589,13 +739,15 @@ def _register(out, box, host=None):
 
 def _register_one(o, box):
     T = _Tensor
+    # Called from `_register` or `_register_staged`: the dispatch mode's
+    # frame is two above.
     if isinstance(o, T):
         if o.is_meta:
-            _malloc(o, box)
+            _malloc(o, box, 3)
     elif isinstance(o, (tuple, list)):
         for p in o:
             if isinstance(p, T) and p.is_meta:
-                _malloc(p, box)
+                _malloc(p, box, 3)
 
 
 def _register_staged(func, out, shapes, box, order=None):
@@ -609,7 +761,7 @@ def _register_staged(func, out, shapes, box, order=None):
         if i >= len(outs):
             continue
         _register_one(outs[i], box)
-        r = _chan.ask(["out", name, _in_backward(), shapes, _op_stack(box), i])
+        r = _chan.ask(["out", name, _in_backward(), shapes, _op_stack(box, 1), i])
         if r[0] != "ok":
             raise _oom(r[1])
 
@@ -690,9 +842,9 @@ def _after_op(func, heads, report, box, backward, skey):
         if st.room_count > 1 and n <= st.room_bytes:
             st.room_count -= 2
             st.room_bytes -= n
-            _chan.post_raw(b'["oa",%s%s,%d]' % (head, body, _op_stack(box)))
+            _chan.post_raw(b'["oa",%s%s,%d]' % (head, body, _op_stack(box, 1)))
             return
-    r = _chan.ask_raw(b'["op",%s%s,%d]' % (head, body, _op_stack(box)))
+    r = _chan.ask_raw(b'["op",%s%s,%d]' % (head, body, _op_stack(box, 1)))
     if r[0] != "ok":
         raise _oom(r[1])
     if len(r) > 1 and isinstance(r[1], dict):
@@ -726,7 +878,7 @@ def _before_op(func, shapes, box, args, known=None):
     op's message says what its tensor was made from (`_route_of`)."""
     if not _state.initialized:
         _lazy_init()
-    msg = ["before", func._opname, _in_backward(), shapes, _op_stack(box)]
+    msg = ["before", func._opname, _in_backward(), shapes, _op_stack(box, 1)]
     if known is not None:
         # Its inputs' values are known: the size its result has on the CPU.
         msg.append({"known": int(known[0].shape[0])})
@@ -1186,7 +1338,7 @@ def _from_known(func, vr, args, kwargs, box, err):
             return r.__class__(make(x) for x in r)
         return r
 
-    _chan.post(["known", f"{func}", _op_stack(box)])
+    _chan.post(["known", f"{func}", _op_stack(box, 1)])
     return make(res), computed
 
 
@@ -1574,10 +1726,6 @@ def _install_modes(torch):
                     return _own_call("own", func, args, kwargs)
             return func(*args, **kwargs)
 
-    # op -> (reported after it runs, outputs kept on the host, reported
-    # before, outputs reported one by one, their order, composite to decompose)
-    rules = {}
-
     add_tensor = torch.ops.aten.add.Tensor
     use_count = torch._C._storage_Use_Count
 
@@ -1624,6 +1772,7 @@ def _install_modes(torch):
         n = function_modes()
         return n > 0 and function_mode_at(n - 1) is _state.relabel
     impls = _meta_impls(torch)
+    op_overload_call = torch._ops.OpOverload.__call__
     inplace_add = torch.ops.aten.add_.Tensor
     bump = torch.autograd.graph.increment_version
 
@@ -1645,7 +1794,7 @@ def _install_modes(torch):
             name.startswith("_foreach_") and name.endswith("_"),
             _state.autocast_policy_of(func),
             impls.get(func),
-            func,  # kept alive: `rules` is keyed by its id
+            func,
             # Its report's first fields, on the program's thread and on
             # autograd's (`_after_op`).
             (b"%s,false," % json.dumps(name).encode(), b"%s,true," % json.dumps(name).encode()),
@@ -1654,8 +1803,30 @@ def _install_modes(torch):
         # Nothing but its outputs' storages (most ops): `__torch_dispatch__`'s
         # short way.
         plain = not any(rule[:9]) and rule[11] is None
+        # What runs the op: an OpOverload's `__call__` only passes its
+        # arguments to `_op` (a Python frame per op saved); a subclass's
+        # own `__call__` (TorchBindOpOverload's) is kept.
+        call = func._op if type(func).__call__ is op_overload_call else func
         # How its outputs take known values (`_values`).
-        return rule + (plain, _value_rule(torch, func, name))
+        return rule + (plain, _value_rule(torch, func, name), call)
+
+    # The rules of ops that take no attribute, by id (kept alive by their
+    # rule).
+    rules = {}
+
+    def keep_rule(func, rule):
+        """The op's rule, kept on the op itself (`_vramscope_rule`): a
+        lookup by the op (an OpOverload's hash is a Python method) or by
+        `id()` (an audited builtin) costs more than an attribute."""
+        try:
+            func._vramscope_rule = rule
+        except AttributeError:
+            rules[id(func)] = rule
+        return rule
+
+    def rule_for(func):
+        rule = rules.get(id(func))
+        return rule if rule is not None else keep_rule(func, rule_of(func))
 
     class Allocations(TorchDispatchMode):
         @classmethod
@@ -1680,15 +1851,15 @@ def _install_modes(torch):
                 out = func(*args, **(kwargs or {}))
                 _mark_own(out)
                 return out
-            # By id: an OpOverload's hash is a Python method.
-            rule = rules.get(id(func))
-            if rule is None:
-                rule = rules[id(func)] = rule_of(func)
+            try:
+                rule = func._vramscope_rule
+            except AttributeError:
+                rule = rule_for(func)
             if rule[12]:
                 box = [None]
                 pre = None
                 try:
-                    out = func(*args, **(kwargs or {}))
+                    out = rule[14](*args, **(kwargs or _NO_KWARGS))
                 except (NotImplementedError, RuntimeError) as e:
                     # Meta cannot; the CPU can where the values are known.
                     known = _from_known(func, rule[13], args, kwargs, box, e)
@@ -1699,7 +1870,12 @@ def _install_modes(torch):
                     out, pre = known
                 if _DEBUG:
                     print(f"vramscope trace: {func} {(_current_node().name() if _current_node() is not None else '')}", file=sys.stderr)
-                _register(out, box)
+                if isinstance(out, _Tensor):
+                    # One tensor (most ops): `_register`'s first case, here.
+                    if out.is_meta:
+                        _malloc(out, box, 1)
+                else:
+                    _register(out, box)
                 vr = rule[13]
                 if _KV or vr[4] or pre is not None:
                     _values(func, vr, args, kwargs, out, pre)
@@ -1736,7 +1912,7 @@ def _install_modes(torch):
                     # The kernel asked for what the simulation has not (a CUDA
                     # call of its own): said once, and from now on the op
                     # runs its fake kernel, whose outputs are traced.
-                    rule = rules[id(func)] = rule[:11] + (None, False) + rule[13:]
+                    rule = keep_rule(func, rule[:11] + (None, False) + rule[13:])
                     _chan.post(
                         [
                             "untraced",
@@ -1770,7 +1946,7 @@ def _install_modes(torch):
             versions = [t._version for t in args[0]] if rule[6] and args else None
             try:
                 impl = rule[8]
-                out = impl(*args, **(kwargs or {})) if impl else func(*args, **(kwargs or {}))
+                out = impl(*args, **(kwargs or {})) if impl else rule[14](*args, **(kwargs or _NO_KWARGS))
             except (NotImplementedError, RuntimeError) as e:
                 known = _from_known(func, vr, args, kwargs, box, e) if pre is None else None
                 if known is None:
@@ -1808,6 +1984,8 @@ def _install_modes(torch):
     _foreach_on_meta(torch)
     _compile_eagerly(torch)
     _checkpoint_metadata(torch, cuda)
+    global _DISPATCH_CODE
+    _DISPATCH_CODE = Allocations.__torch_dispatch__.__code__
     _state.relabel = Relabel()
     _state.allocations = Allocations()
     _state.allocations.__enter__()

@@ -18,6 +18,8 @@
 //! - `kernels`: what CUDA kernels take beyond their outputs (workspaces, scratch);
 //! - `plans`: those buffers stage by stage, for ops that take them between
 //!   or before their outputs (cuDNN convolutions and RNNs, softmax, norms);
+//! - `message`: a frame from the program as its message (JSON, or the
+//!   binary form of the frequent `ma` and `f`);
 //! - `serve`: the connection, the child's end, the outcome;
 //! - `replay`: the program's requests saved, and replayed on another GPU or
 //!   allocator config without running it again;
@@ -28,6 +30,7 @@ mod args;
 mod error;
 mod kernels;
 mod launch;
+mod message;
 mod outcome;
 mod plans;
 mod replay;

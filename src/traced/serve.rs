@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::error::TraceError;
 use super::launch::{ChildOutput, Launch};
+use super::message;
 use super::outcome::TraceOutcome;
 use super::replay::RequestLog;
 use super::simulator::{SimOptions, Simulator};
@@ -217,13 +218,15 @@ fn serve_connection<W: Write>(
             Ok(None) => return Ok(true),
             Err(e) => return Err(TraceError::Channel(e.to_string())),
         };
-        let v: Value = serde_json::from_slice(bytes).map_err(|e| TraceError::Protocol {
-            index,
-            why: e.to_string(),
-        })?;
+        let v: Value = message::decode(index, bytes)?;
         let answer = sim.handle(index, &v)?;
         if let Some(log) = log.as_deref_mut() {
-            log.write(bytes, answer.as_ref())?;
+            // Saved as JSON, whichever form the frame had.
+            if message::is_binary(bytes) {
+                log.write(v.to_string().as_bytes(), answer.as_ref())?;
+            } else {
+                log.write(bytes, answer.as_ref())?;
+            }
         }
         if let Some(answer) = answer {
             let body =
