@@ -1580,6 +1580,7 @@ def _install_modes(torch):
 
     add_tensor = torch.ops.aten.add.Tensor
     use_count = torch._C._storage_Use_Count
+    from torch._prims_common import is_non_overlapping_and_dense_or_false as dense
 
     def accumulate(args, kwargs):
         """autograd's InputBuffer::accumulate, as on a GPU. On meta (and
@@ -1592,7 +1593,10 @@ def _install_modes(torch):
         old, new = args
         if not (isinstance(old, Tensor) and isinstance(new, Tensor) and old.is_meta and new.is_meta):
             return None
-        if old.shape != new.shape or old.dtype != new.dtype or not old.is_contiguous():
+        # `can_accumulate_inplace` (input_buffer.cpp): a layout that is
+        # non-overlapping and dense, not only a contiguous one (a permuted
+        # gradient, a transposed view's, is summed in place too).
+        if old.shape != new.shape or old.dtype != new.dtype or not dense(old):
             return None
         # untyped_storage() itself holds one reference while asked. A
         # matmul's input gradient is a reshape of the mm's result to the

@@ -17,7 +17,7 @@ use super::spec::join;
 use crate::engine::autograd::BwdKind;
 use crate::engine::dtype::DType;
 use crate::engine::error::Result;
-use crate::engine::modules::decoder::{new_rms_norm, RmsNorm, Rope};
+use crate::engine::modules::decoder::{new_rms_norm, view_grad_copies, RmsNorm, Rope};
 use crate::engine::modules::Linear;
 use crate::engine::ops::elementwise::Unary;
 use crate::engine::shape::Shape;
@@ -176,19 +176,18 @@ impl LangNet {
     }
 }
 
-/// `[B, T, n·d]` → `.view(B, T, n, d)`, the norm on the head dimension
-/// when given, `.transpose(1, 2)`.
+/// `[B, T, n·d]` → `.view(B, T, n, d)` (its backward a copy when `copies`,
+/// `Engine::heads_of`), the norm on the head dimension when given,
+/// `.transpose(1, 2)`.
 fn heads_of(
     e: &mut Engine,
     y: TensorId,
     n: u64,
     d: u64,
     norm: Option<&RmsNorm>,
+    copies: bool,
 ) -> Result<TensorId> {
-    let s = e.shape(y);
-    let shape = Shape::new(&[s.dim(0), s.dim(1), n, d]);
-    let layout = e.layout(y);
-    let v = e.view_as(y, shape, layout);
+    let v = e.heads_of(y, n, d, copies);
     let normed = match norm {
         Some(r) => {
             let o = e.apply_rms_norm(r, v);
@@ -212,6 +211,8 @@ fn attn_body(
     let s = e.shape(x);
     let (b, t) = (s.dim(0), s.dim(1));
     let mut fused_out = None;
+    // Every family here rotates q and k; v is copied by the cache.
+    let copies = view_grad_copies(true, e.cfg.hf_use_cache);
     let (q, k, v) = match a.proj.as_slice() {
         [fused] => {
             // qkv = self.qkv_proj(x); query_states = qkv[..., :query_pos], …:
@@ -219,15 +220,15 @@ fn attn_body(
             // (`slice_backward`, derivatives.yaml `slice.Tensor`).
             let qkv = e.apply_linear(fused, x)?;
             let mut parts = Vec::with_capacity(3);
-            for (n, norm) in [
-                (a.heads, a.q_norm.as_ref()),
-                (a.kv_heads, a.k_norm.as_ref()),
-                (a.kv_heads, None),
+            for (n, norm, copy) in [
+                (a.heads, a.q_norm.as_ref(), copies.q_k),
+                (a.kv_heads, a.k_norm.as_ref(), copies.q_k),
+                (a.kv_heads, None, copies.v),
             ] {
                 let flat = Shape::new(&[b, t, n.saturating_mul(a.head_dim)]);
                 let sl =
                     e.view_with_node(qkv, flat, Layout::Strided, "SliceBackward0", BwdKind::Alloc);
-                let h = heads_of(e, sl, n, a.head_dim, norm);
+                let h = heads_of(e, sl, n, a.head_dim, norm, copy);
                 e.release(sl);
                 parts.push(h?);
             }
@@ -238,13 +239,13 @@ fn attn_body(
         }
         [qp, kp, vp] => {
             let mut parts = Vec::with_capacity(3);
-            for (p, n, norm) in [
-                (qp, a.heads, a.q_norm.as_ref()),
-                (kp, a.kv_heads, a.k_norm.as_ref()),
-                (vp, a.kv_heads, None),
+            for (p, n, norm, copy) in [
+                (qp, a.heads, a.q_norm.as_ref(), copies.q_k),
+                (kp, a.kv_heads, a.k_norm.as_ref(), copies.q_k),
+                (vp, a.kv_heads, None, copies.v),
             ] {
                 let y = e.apply_linear(p, x)?;
-                let h = heads_of(e, y, n, a.head_dim, norm);
+                let h = heads_of(e, y, n, a.head_dim, norm, copy);
                 e.release(y);
                 parts.push(h?);
             }

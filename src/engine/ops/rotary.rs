@@ -183,7 +183,12 @@ impl Engine {
         let out = self.add(t1, t2);
         self.release(t1);
         self.release(t2);
-        out
+        // TensorIterator lays `x * cos` out in x's memory order and the sum
+        // in its first operand's: a rotated transposed view stays
+        // [B, T, h, d] in memory (strided), which SDPA's fused kernels then
+        // give their output (`attention.rs`).
+        let layout = self.layout(x);
+        out.inspect(|&o| self.t_mut(o).layout = layout)
     }
 
     /// `rotate_half(x)`: two slice views (each SliceBackward0 makes a
