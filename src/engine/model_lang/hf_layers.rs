@@ -218,16 +218,23 @@ fn attn_body(
             // qkv = self.qkv_proj(x); query_states = qkv[..., :query_pos], …:
             // slices whose SliceBackward0 makes a zeros of qkv's shape each
             // (`slice_backward`, derivatives.yaml `slice.Tensor`).
+            // The three slices first, then their views (modeling_phi3.py:225-232),
+            // the order autograd numbers (and runs backward, last first) their nodes.
             let qkv = e.apply_linear(fused, x)?;
-            let mut parts = Vec::with_capacity(3);
-            for (n, norm, copy) in [
+            let heads = [
                 (a.heads, a.q_norm.as_ref(), copies.q_k),
                 (a.kv_heads, a.k_norm.as_ref(), copies.q_k),
                 (a.kv_heads, None, copies.v),
-            ] {
-                let flat = Shape::new(&[b, t, n.saturating_mul(a.head_dim)]);
-                let sl =
-                    e.view_with_node(qkv, flat, Layout::Strided, "SliceBackward0", BwdKind::Alloc);
+            ];
+            let slices: Vec<TensorId> = heads
+                .iter()
+                .map(|(n, _, _)| {
+                    let flat = Shape::new(&[b, t, n.saturating_mul(a.head_dim)]);
+                    e.view_with_node(qkv, flat, Layout::Strided, "SliceBackward0", BwdKind::Alloc)
+                })
+                .collect();
+            let mut parts = Vec::with_capacity(3);
+            for ((n, norm, copy), sl) in heads.into_iter().zip(slices) {
                 let h = heads_of(e, sl, n, a.head_dim, norm, copy);
                 e.release(sl);
                 parts.push(h?);
