@@ -251,6 +251,7 @@ pub(super) fn read(f: &Fields) -> Result<Family, HfConfigError> {
             qk_norm,
             fused_qkv,
             sliding,
+            gemma_qk_norm: qk_norm && f.model_type == "gemma3_text",
         };
         // The two residual halves of a decoder layer (no module of their own).
         let mut first = vec![

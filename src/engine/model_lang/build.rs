@@ -52,6 +52,11 @@ pub(crate) struct LangNet {
     /// `enable_input_require_grads()`: the output of the embedding with
     /// this weight is made to require grad (`kbit.rs`).
     pub input_grads: Option<TensorId>,
+    /// The criterion is transformers' own loss (`criterion: CausalLm`),
+    /// which `*ForCausalLM.forward` computes before it returns: the
+    /// `LmHead`'s input (`hidden_states`, a local of that forward) lives
+    /// until the loss is made (`Engine::hold_to_loss`).
+    pub loss_in_forward: bool,
 }
 
 pub(crate) struct Builder<'a> {
@@ -143,6 +148,7 @@ impl LangNet {
             moe: super::moe::MoeRun::default(),
             embedding: b.x.tie,
             input_grads: None,
+            loss_in_forward: false,
         })
     }
 }

@@ -101,6 +101,8 @@ pub(crate) struct HfAttn {
     pub head_dim: u64,
     /// A sliding-window layer's cache (`Module::HfAttention::sliding`).
     pub sliding: bool,
+    /// q_norm and k_norm are Gemma's `(1 + weight)` norms.
+    pub gemma_qk_norm: bool,
 }
 
 /// What an `HfAttention` is built from.
@@ -113,6 +115,7 @@ pub(crate) struct AttnBuild {
     pub qk_norm: bool,
     pub fused_qkv: bool,
     pub sliding: bool,
+    pub gemma_qk_norm: bool,
 }
 
 /// Concern 3: in registration order: `q_proj`, `k_proj`, `v_proj`,
@@ -158,6 +161,7 @@ pub(crate) fn build_attn(
         kv_heads: b.kv_heads,
         head_dim: b.head_dim,
         sliding: b.sliding,
+        gemma_qk_norm: b.gemma_qk_norm,
     })
 }
 
@@ -184,13 +188,17 @@ fn heads_of(
     y: TensorId,
     n: u64,
     d: u64,
-    norm: Option<&RmsNorm>,
+    norm: Option<(&RmsNorm, bool)>,
     copies: bool,
 ) -> Result<TensorId> {
     let v = e.heads_of(y, n, d, copies);
     let normed = match norm {
-        Some(r) => {
-            let o = e.apply_rms_norm(r, v);
+        Some((r, gemma)) => {
+            let o = if gemma {
+                e.in_module(r.module, |e| e.rms_norm_gemma(v, r.w))
+            } else {
+                e.apply_rms_norm(r, v)
+            };
             e.release(v);
             o?
         }
@@ -222,8 +230,16 @@ fn attn_body(
             // the order autograd numbers (and runs backward, last first) their nodes.
             let qkv = e.apply_linear(fused, x)?;
             let heads = [
-                (a.heads, a.q_norm.as_ref(), copies.q_k),
-                (a.kv_heads, a.k_norm.as_ref(), copies.q_k),
+                (
+                    a.heads,
+                    a.q_norm.as_ref().map(|r| (r, a.gemma_qk_norm)),
+                    copies.q_k,
+                ),
+                (
+                    a.kv_heads,
+                    a.k_norm.as_ref().map(|r| (r, a.gemma_qk_norm)),
+                    copies.q_k,
+                ),
                 (a.kv_heads, None, copies.v),
             ];
             let slices: Vec<TensorId> = heads
@@ -247,8 +263,18 @@ fn attn_body(
         [qp, kp, vp] => {
             let mut parts = Vec::with_capacity(3);
             for (p, n, norm, copy) in [
-                (qp, a.heads, a.q_norm.as_ref(), copies.q_k),
-                (kp, a.kv_heads, a.k_norm.as_ref(), copies.q_k),
+                (
+                    qp,
+                    a.heads,
+                    a.q_norm.as_ref().map(|r| (r, a.gemma_qk_norm)),
+                    copies.q_k,
+                ),
+                (
+                    kp,
+                    a.kv_heads,
+                    a.k_norm.as_ref().map(|r| (r, a.gemma_qk_norm)),
+                    copies.q_k,
+                ),
                 (vp, a.kv_heads, None, copies.v),
             ] {
                 let y = e.apply_linear(p, x)?;

@@ -1410,6 +1410,7 @@ impl Builder<'_> {
                 qk_norm,
                 fused_qkv,
                 sliding,
+                gemma_qk_norm,
             } => {
                 let b = super::hf_layers::AttnBuild {
                     hidden: *hidden,
@@ -1420,6 +1421,7 @@ impl Builder<'_> {
                     qk_norm: *qk_norm,
                     fused_qkv: *fused_qkv,
                     sliding: *sliding,
+                    gemma_qk_norm: *gemma_qk_norm,
                 };
                 Leaf::HfAttention(super::hf_layers::build_attn(e, path, &b, params)?)
             }
@@ -1537,15 +1539,20 @@ impl LangNet {
             }
             Leaf::LmHead { w, module, softcap } => {
                 let logits = e.in_module(*module, |e| e.linear(x, *w, None))?;
-                if !*softcap {
-                    return Ok(logits);
+                let logits = if *softcap {
+                    let scaled = e.mul_scalar(logits);
+                    let logits = e.rebind(logits, scaled)?;
+                    let capped = e.unary(Unary::Tanh, logits);
+                    let logits = e.rebind(logits, capped)?;
+                    let scaled = e.mul_scalar(logits);
+                    e.rebind(logits, scaled)?
+                } else {
+                    logits
+                };
+                if self.loss_in_forward {
+                    e.hold_to_loss(logits, x);
                 }
-                let scaled = e.mul_scalar(logits);
-                let logits = e.rebind(logits, scaled)?;
-                let capped = e.unary(Unary::Tanh, logits);
-                let logits = e.rebind(logits, capped)?;
-                let scaled = e.mul_scalar(logits);
-                e.rebind(logits, scaled)
+                Ok(logits)
             }
             Leaf::BertEmbeddings(b) => e.in_module(b.module, |e| e.bert_embeddings(b, x)),
             Leaf::BertLayer(l) => e.in_module(l.module, |e| e.bert_layer(l, x)),

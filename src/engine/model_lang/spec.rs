@@ -363,6 +363,11 @@ pub enum Module {
         /// cache_utils.py:215, 227), held until the model's output goes.
         #[serde(default)]
         sliding: bool,
+        /// `q_norm` and `k_norm` are Gemma's `(1 + weight)` norms
+        /// (`Gemma3RMSNorm`, transformers 5.16.1 modeling_gemma3.py:136-150,
+        /// 338-339), not Llama's: as `GemmaRMSNorm`.
+        #[serde(default)]
+        gemma_qk_norm: bool,
     },
     /// A gated MLP `down_proj(act(gate_proj(x)) * up_proj(x))`, no biases:
     /// `act` SiLU (SwiGLU) or `GeluTanh` (Gemma's GeGLU); `fused`: Phi-3's

@@ -53,6 +53,14 @@ impl Engine {
         causal: bool,
     ) -> Result<TensorId> {
         let [qc, kc, vc] = self.autocast_all([q, k, v], CastPolicy::Lower)?;
+        // autocast's cast (`_to_copy`, `memory_format=preserve_format`) keeps
+        // a dense input's strides: a rotated q stays laid out [B, T, h, d].
+        for (x, c) in [(q, qc), (k, kc), (v, vc)] {
+            if c != x {
+                let layout = self.layout(x);
+                self.t_mut(c).layout = layout;
+            }
+        }
         let dtype = self.dtype(qc);
         let p = if self.ctx.training { dropout } else { 0.0 };
         let gqa = self.shape(kc).dim(1) != self.shape(qc).dim(1);

@@ -191,6 +191,7 @@ fn hf_attention_under_use_cache_copies_k_and_v() {
                 qk_norm: true,
                 fused_qkv: false,
                 sliding: false,
+                gemma_qk_norm: false,
             },
         ),
     ]);
