@@ -318,6 +318,10 @@ pub(super) fn read(f: &Fields) -> Result<Family, HfConfigError> {
             Module::RotaryEmbedding {
                 head_dim: s.head_dim,
                 float32: true,
+                // One table per layer type present (`sorted(set(layer_types))`).
+                sliding: f.model_type == "gemma3_text"
+                    && sliding.contains(&true)
+                    && sliding.contains(&false),
             },
         ),
         named("layers", layers),

@@ -42,6 +42,8 @@ pub(crate) struct LangNet {
     pub sites: Vec<usize>,
     /// The RotaryEmbedding's buffer, when the model has one.
     pub inv_freq: Option<TensorId>,
+    /// Its sliding layers' own (Gemma 3).
+    pub local_inv_freq: Option<TensorId>,
     pub run_state: super::xfmr::XRun,
     /// The model's own parameters (`Module::Positions`), by slot.
     pub own_params: Vec<TensorId>,
@@ -142,6 +144,7 @@ impl LangNet {
             root,
             sites: b.sites,
             inv_freq: b.x.inv_freq,
+            local_inv_freq: b.x.local_inv_freq,
             run_state: super::xfmr::XRun::default(),
             own_params,
             hand: super::handwritten::HandRun::default(),

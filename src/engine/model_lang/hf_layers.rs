@@ -168,7 +168,7 @@ pub(crate) fn build_attn(
 impl LangNet {
     /// Concern 4: `HfAttention`'s forward (transformers' `sdpa_attention_forward`).
     pub(super) fn hf_attn(&self, e: &mut Engine, a: &HfAttn, x: TensorId) -> Result<TensorId> {
-        let rope = self.rope(e, x)?;
+        let rope = self.rope_for(e, x, a.sliding)?;
         e.in_module(a.module, |e| {
             let mark = e.locals.len();
             let r = attn_body(e, a, x, rope, &self.run_state.cache_windows);
@@ -258,6 +258,34 @@ fn attn_body(
             // `qkv` is a local of Phi3Attention.forward: it stays bound (its
             // storage with it) until the layer returns (modeling_phi3.py:228).
             fused_out = Some(qkv);
+            (parts[0], parts[1], parts[2])
+        }
+        [qp, kp, vp] if a.gemma_qk_norm => {
+            // Gemma 3 projects all three first, then norms q and k on their
+            // transposed views (modeling_gemma3.py:352-357); each norm's
+            // output keeps its input's memory order (TensorIterator).
+            let mut parts = Vec::with_capacity(3);
+            for (p, n, copy) in [
+                (qp, a.heads, copies.q_k),
+                (kp, a.kv_heads, copies.q_k),
+                (vp, a.kv_heads, copies.v),
+            ] {
+                let y = e.apply_linear(p, x)?;
+                let h = heads_of(e, y, n, a.head_dim, None, copy);
+                e.release(y);
+                parts.push(h?);
+            }
+            for (i, norm) in [(0, a.q_norm.as_ref()), (1, a.k_norm.as_ref())] {
+                if let Some(r) = norm {
+                    let h = parts[i];
+                    let layout = e.layout(h);
+                    let o = e.in_module(r.module, |e| e.rms_norm_gemma(h, r.w));
+                    e.release(h);
+                    let o = o?;
+                    e.t_mut(o).layout = layout;
+                    parts[i] = o;
+                }
+            }
             (parts[0], parts[1], parts[2])
         }
         [qp, kp, vp] => {

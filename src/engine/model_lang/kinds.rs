@@ -1183,23 +1183,49 @@ impl Builder<'_> {
             Module::GemmaRMSNorm { dim } => {
                 Leaf::GemmaRmsNorm(new_rms_norm(e, path, *dim, params)?)
             }
-            Module::RotaryEmbedding { head_dim, float32 } => {
+            Module::RotaryEmbedding {
+                head_dim,
+                float32,
+                sliding,
+            } => {
                 let module = module(e);
                 let model_dtype = e.param_dtype;
                 if *float32 {
                     e.param_dtype = DType::F32;
                 }
-                let buf = e.new_inv_freq(module, *head_dim, self.bufs, &at("inv_freq"));
                 // transformers registers `original_inv_freq` as a buffer of its
                 // own (`inv_freq.clone()`, `LlamaRotaryEmbedding.__init__`), moved
                 // and cast with the model: two 64 B blocks in the Qwen2.5 capture.
-                let orig = buf.and_then(|buf| {
-                    e.new_inv_freq(module, *head_dim, self.bufs, &at("original_inv_freq"))
+                // Gemma 3 registers a pair per layer type, in sorted order.
+                let prefixes: &[&str] = if *sliding {
+                    &["full_attention_", "sliding_attention_"]
+                } else {
+                    &[""]
+                };
+                let mut made = Vec::new();
+                for p in prefixes {
+                    let buf =
+                        e.new_inv_freq(module, *head_dim, self.bufs, &at(&format!("{p}inv_freq")));
+                    let pair = buf.and_then(|buf| {
+                        e.new_inv_freq(
+                            module,
+                            *head_dim,
+                            self.bufs,
+                            &at(&format!("{p}original_inv_freq")),
+                        )
                         .map(|_| buf)
-                });
+                    });
+                    match pair {
+                        Ok(b) => made.push(b),
+                        Err(err) => {
+                            e.param_dtype = model_dtype;
+                            return Err(err);
+                        }
+                    }
+                }
                 e.param_dtype = model_dtype;
-                let buf = orig?;
-                self.x.inv_freq = Some(buf);
+                self.x.inv_freq = made.first().copied();
+                self.x.local_inv_freq = made.get(1).copied();
                 Leaf::Rotary
             }
             Module::Attention {

@@ -162,6 +162,15 @@ pub enum Module {
         head_dim: u64,
         #[serde(default)]
         float32: bool,
+        /// Gemma 3's two tables, one per layer type
+        /// (`Gemma3RotaryEmbedding`, transformers 5.16.1
+        /// modeling_gemma3.py:156-225): `full_attention_inv_freq` and
+        /// `sliding_attention_inv_freq` (the latter from
+        /// `rope_local_base_freq`), each with its `original_` copy, and a
+        /// cos/sin pair of each per forward (modeling_gemma3.py:559-561);
+        /// a `sliding` `HfAttention` takes the second.
+        #[serde(default)]
+        sliding: bool,
     },
     /// `LlamaAttention` with `sdpa_attention_forward` (models.md §4):
     /// `q_proj`, `k_proj`, `v_proj` (`kv_heads` heads: GQA, MQA at 1),

@@ -360,11 +360,13 @@ impl Engine {
     /// (the transpose's backward of a contiguous one), which no view can
     /// reshape: a copy of the projection's size (`_reshape_copy`, then the
     /// matmul's `_unsafe_view` on it).
+    /// One head, or one position, and that layout is the view's own: the
+    /// reshape is a view (`computeStride` skips size-1 dimensions).
     pub(crate) fn heads_of(&mut self, y: TensorId, heads: u64, d: u64, copies: bool) -> TensorId {
         let s = self.shape(y);
         let shape = Shape::new(&[s.dim(0), s.dim(1), heads, d]);
         let layout = self.layout(y);
-        if copies {
+        if copies && heads > 1 && s.dim(1) > 1 {
             self.view_with_node(y, shape, layout, "ViewBackward0", BwdKind::Alloc)
         } else {
             self.view_as(y, shape, layout)

@@ -178,6 +178,7 @@ fn hf_attention_under_use_cache_copies_k_and_v() {
             Module::RotaryEmbedding {
                 head_dim: 16,
                 float32: true,
+                sliding: false,
             },
         ),
         named(
