@@ -431,8 +431,6 @@ fn family_notes(f: &Fields) -> Vec<String> {
         }
         "gemma3_text" => {
             notes.push(SLIDING.into());
-            notes.push("the second rotary table of the sliding-window layers (`rope_local_base_freq`: two more buffers and a second cos/sin) is not modelled: every layer takes the global one".into());
-            notes.push("q_norm and k_norm are modelled as Llama's RMSNorm (Gemma's are its `(1 + weight)` norm, which keeps an fp32 product in a half-precision model)".into());
         }
         "phi3" if f.map.get("rope_scaling").is_some_and(|v| !v.is_null()) => {
             notes.push(
