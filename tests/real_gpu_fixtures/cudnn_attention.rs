@@ -70,4 +70,3 @@ fn llama_lora_finetune_matches_the_h100() {
     // `view_grad_copies` in modules/decoder.rs).
     check(sc, "llama_lora_finetune", EXACT);
 }
-
