@@ -328,6 +328,9 @@ class _State:
         self.cudnn = reply.get("cudnn", {})
         # Set while SDPA's math backend runs (see Allocations).
         self.math_sdpa = False
+        # The storages of the gradients each running backward was seeded
+        # with (`_seeded`): never summed into in place (`accumulate`).
+        self.seeds = {}
         # Storages the program may send without waiting (`_malloc`).
         self.room_bytes = 0
         self.room_count = 0
@@ -768,6 +771,27 @@ def _register_staged(func, out, shapes, box, order=None):
 
 def _in_backward():
     return _current_node() is not None
+
+
+class _seeded:
+    """While a backward runs: its seed gradients' storages in
+    `_state.seeds` (counted, for nested backwards seeded alike)."""
+
+    def __init__(self, grads):
+        self.keys = [g.untyped_storage()._cdata for g in grads if g is not None and g.is_meta]
+
+    def __enter__(self):
+        for k in self.keys:
+            _state.seeds[k] = _state.seeds.get(k, 0) + 1
+
+    def __exit__(self, *exc):
+        for k in self.keys:
+            n = _state.seeds.get(k, 0) - 1
+            if n > 0:
+                _state.seeds[k] = n
+            else:
+                _state.seeds.pop(k, None)
+        return False
 
 
 # The report of an after-op (`_after_op`), by its arguments' signature
@@ -1544,7 +1568,7 @@ def _install_modes(torch):
             grads = _make_grads(tensors, grads, is_grads_batched=False)
             if retain_graph is None:
                 retain_graph = create_graph
-            with _backward_autocast(torch):
+            with _backward_autocast(torch), _seeded(grads):
                 _engine_run_backward(
                     tensors, grads, retain_graph, create_graph, inputs,
                     allow_unreachable=True, accumulate_grad=True,
@@ -1601,7 +1625,7 @@ def _install_modes(torch):
         with _state.relabel:
             grads = _tensor_or_tensors_to_tuple(a.get("grad_outputs"), len(t_outputs))
             grads = _make_grads(t_outputs, grads, is_grads_batched=False)
-            with _backward_autocast(torch):
+            with _backward_autocast(torch), _seeded(grads):
                 result = _engine_run_backward(
                     t_outputs, grads, retain_graph, create_graph, inputs, allow_unused,
                     accumulate_grad=False,
@@ -1728,6 +1752,7 @@ def _install_modes(torch):
 
     add_tensor = torch.ops.aten.add.Tensor
     use_count = torch._C._storage_Use_Count
+    from torch._prims_common import is_non_overlapping_and_dense_or_false as dense
 
     def accumulate(args, kwargs):
         """autograd's InputBuffer::accumulate, as on a GPU. On meta (and
@@ -1740,7 +1765,10 @@ def _install_modes(torch):
         old, new = args
         if not (isinstance(old, Tensor) and isinstance(new, Tensor) and old.is_meta and new.is_meta):
             return None
-        if old.shape != new.shape or old.dtype != new.dtype or not old.is_contiguous():
+        # `can_accumulate_inplace` (input_buffer.cpp): a layout that is
+        # non-overlapping and dense, not only a contiguous one (a permuted
+        # gradient, a transposed view's, is summed in place too).
+        if old.shape != new.shape or old.dtype != new.dtype or not dense(old):
             return None
         # untyped_storage() itself holds one reference while asked. A
         # matmul's input gradient is a reshape of the mm's result to the
@@ -1752,7 +1780,15 @@ def _install_modes(torch):
         # unfold (a whole 2-D base seen with more dimensions) counts so; any
         # other view keeps its base, as the engine's do (a tied weight's
         # transposed gradient is summed out of place on the H100).
-        refs = use_count(old.untyped_storage()._cdata)
+        key = old.untyped_storage()._cdata
+        # A seed (the `grad_tensors` of a backward: a reentrant checkpoint's
+        # incoming gradients) is held by the caller and by the task's
+        # GraphRoot while the backward runs: its TensorImpl's use count is
+        # above 1 (`adjusted_use_count(v) == 1` fails), so it is summed
+        # out of place.
+        if key in _state.seeds:
+            return None
+        refs = use_count(key)
         base = old._base if old._is_view() else None
         if base is not None and base.dim() == 2 and old.dim() > 2 and base.numel() == old.numel():
             refs -= 1

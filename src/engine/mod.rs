@@ -155,6 +155,9 @@ pub struct Engine {
     /// Tensors a Python object holds beside a tensor it returns (a model
     /// output's `DynamicCache`): each list goes when its tensor does.
     pub(crate) held_by: rustc_hash::FxHashMap<TensorId, Vec<TensorId>>,
+    /// Of `held_by`, the one a loss made from its tensor lets go
+    /// (`Engine::hold_to_loss`).
+    pub(crate) held_to_loss: rustc_hash::FxHashMap<TensorId, TensorId>,
     /// The Node a backward reached after an earlier backward had already
     /// run it and freed its saved tensors (the backward-twice error's
     /// cause, which the leak detector traces back to a root).
@@ -241,6 +244,7 @@ impl Engine {
             op_error: None,
             retaining: Vec::new(),
             held_by: rustc_hash::FxHashMap::default(),
+            held_to_loss: rustc_hash::FxHashMap::default(),
             spent_reached: None,
             grad_only: None,
             create_graph: false,

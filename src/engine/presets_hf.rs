@@ -217,6 +217,7 @@ impl DecoderLm {
                 Module::RotaryEmbedding {
                     head_dim: self.head_dim(),
                     float32: false,
+                    sliding: false,
                 },
             ),
         ]);

@@ -216,6 +216,7 @@ impl Engine {
             }
             self.release_storage_tensor(x.storage);
             if !self.held_by.is_empty() {
+                self.held_to_loss.remove(&t);
                 if let Some(held) = self.held_by.remove(&t) {
                     for h in held {
                         self.decref(h);
@@ -232,6 +233,33 @@ impl Engine {
             return;
         }
         self.held_by.entry(t).or_default().extend(held);
+    }
+
+    /// `held` lives until a loss is made from `t` (`Engine::loss_made_from`)
+    /// or `t` goes, whichever comes first: a local of the forward that
+    /// returned `t` and computed the loss before returning
+    /// (`Qwen2ForCausalLM.forward`'s `hidden_states`, transformers 5.16.1
+    /// modeling_qwen2.py:462-469, alive until the forward returns).
+    pub(crate) fn hold_to_loss(&mut self, t: TensorId, held: TensorId) {
+        self.retain(held);
+        self.hold_with(t, vec![held]);
+        self.held_to_loss.insert(t, held);
+    }
+
+    /// A loss was made from `t`: what `hold_to_loss` kept for it goes.
+    pub(crate) fn loss_made_from(&mut self, t: TensorId) {
+        let Some(h) = self.held_to_loss.remove(&t) else {
+            return;
+        };
+        if let Some(list) = self.held_by.get_mut(&t) {
+            if let Some(pos) = list.iter().position(|x| *x == h) {
+                list.swap_remove(pos);
+                if list.is_empty() {
+                    self.held_by.remove(&t);
+                }
+                self.decref(h);
+            }
+        }
     }
 
     /// Release every local created after `mark`, newest first (Python unwinding).

@@ -6,8 +6,8 @@
 //! loading and forward). Everything up to the logits agrees request for
 //! request (the forward's packed-sequence check reads True on the arange
 //! positions, whose values the trace knows), and so does what bitsandbytes
-//! asks for throughout; what still differs is named below and in
-//! docs/trace.md, "QLoRA".
+//! asks for throughout, and everything after: the two make the same
+//! requests to the end (docs/trace.md, "QLoRA").
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,10 +17,6 @@ use vramscope::trace::snapshot::import_file;
 
 use super::captures::requests;
 use super::{trace, Scratch};
-
-/// The program's batch and sequence length.
-const BATCH: usize = 4;
-const SEQ: usize = 512;
 
 /// The releases the scenario follows and the test installs.
 pub const NEEDS_QLORA: &str = "needs PyTorch, bitsandbytes, transformers and peft \
@@ -225,35 +221,30 @@ fn qlora_traced_makes_the_scenarios_bitsandbytes_requests() {
         "what quantisation asks for, weight by weight"
     );
 
-    // Loading (the warm-up block, the checkpoint's keys in order),
-    // prepare_model_for_kbit_training, LoRA, the optimizer, the batch and
-    // the whole first forward, past find_packed_sequence_indices' `.all()`
-    // (True on the arange positions, as on a GPU: the trace knows their
-    // values) and every layer's attention without a mask: request for
-    // request, up to the logits. There the scenario frees the final norm's
-    // fp32 output with the lm_head's bf16 cast of it; the program still
-    // holds it (`outputs.last_hidden_state`, `hidden_states` in
-    // Qwen2ForCausalLM.forward) until the forward returns, and so does the
-    // trace.
+    // Everything, request for request: loading (the warm-up block, the
+    // checkpoint's keys in order), prepare_model_for_kbit_training, LoRA,
+    // the optimizer, three iterations of the forward (past
+    // find_packed_sequence_indices' `.all()`, True on the arange positions
+    // as on a GPU: the trace knows their values), the loss (the final
+    // norm's fp32 output held by Qwen2ForCausalLM.forward until its loss
+    // is made), each layer's reentrant-checkpoint backward (its incoming
+    // gradients summed out of place: the caller and the nested backward's
+    // GraphRoot hold them; q's and k's head views copying their gradients)
+    // and AdamW's step.
     let (tr, sr) = (requests(&traced), requests(&exported));
-    let parting = tr
-        .iter()
-        .zip(&sr)
-        .position(|(a, b)| a != b)
-        .expect("the requests part at the logits");
-    let hidden = (BATCH * SEQ * 896 * 4) as u64;
-    let mut kept = tr[parting].1.clone();
-    kept.push(hidden);
-    kept.sort_unstable();
+    assert!(tr.len() > 70_000, "only {} request groups traced", tr.len());
+    if let Some(at) = tr.iter().zip(&sr).position(|(a, b)| a != b) {
+        panic!(
+            "the requests part at group {at} of {}: traced {:?}, scenario {:?}",
+            tr.len(),
+            tr[at],
+            sr[at]
+        );
+    }
     assert_eq!(
-        kept, sr[parting].1,
-        "the first difference is the scenario freeing the final hidden state at the logits"
-    );
-    let logits = (BATCH * SEQ * 151_936 * 2) as u64;
-    assert_eq!(
-        tr[parting - 1],
-        (true, vec![logits]),
-        "it comes right after the logits"
+        tr.len(),
+        sr.len(),
+        "one run makes more requests after the other's last"
     );
     assert!(
         !allocations(&traced).iter().any(|(_, frames)| frames
@@ -262,64 +253,35 @@ fn qlora_traced_makes_the_scenarios_bitsandbytes_requests() {
         "no causal mask is built: the packed-sequence check reads True"
     );
 
-    // What each makes, by size: the same, but for how autograd's
-    // InputBuffer sums a layer's gradients in its reentrant backward. The
-    // scenario sums the residual's two 7 MiB gradients out of place (a
-    // block tagged CheckpointFunctionBackward); the trace adds those in
-    // place and sums three others out of place: the rotary key gradient
-    // (1 MiB fp32) and two of the normed input's (7 MiB). One 1 MiB and one
-    // 7 MiB more a layer and iteration in the trace (docs/trace.md, QLoRA).
-    let by_size = |r: &[(bool, Vec<u64>)]| {
-        let mut m = std::collections::BTreeMap::<u64, i64>::new();
-        for (alloc, sizes) in r {
-            if *alloc {
-                for s in sizes {
-                    *m.entry(*s).or_default() += 1;
-                }
-            }
-        }
-        m
-    };
-    let (tm, sm) = (by_size(&tr), by_size(&sr));
-    let sizes: std::collections::BTreeSet<u64> = tm.keys().chain(sm.keys()).copied().collect();
-    let extra: Vec<(u64, i64)> = sizes
-        .into_iter()
-        .map(|k| (k, tm.get(&k).unwrap_or(&0) - sm.get(&k).unwrap_or(&0)))
-        .filter(|(_, d)| *d != 0)
-        .collect();
-    let layers_iterations = 24 * 3;
+    // The figures: the same requests, so peak allocated and each
+    // iteration's end are equal. Peak reserved may differ by one 2 MiB
+    // small-pool segment: the two place the same requests at other
+    // addresses (the trace's device put its first small segment 488 MiB
+    // below its first segment, the scenario's 74 MiB: the two starts
+    // docs/driver_addresses.md observed), and the small pool breaks ties
+    // between equal free blocks by address.
+    const SMALL_SEGMENT: u64 = 2 << 20;
     assert_eq!(
-        extra,
-        [(1 << 20, layers_iterations), (hidden, layers_iterations)],
-        "the allocations the two make differ only in the gradient sums"
-    );
-
-    // The figures: peak reserved equal; peak allocated (in the loss) and
-    // each iteration's end within one 7 MiB request that one run serves
-    // from a cached 7,766,016 B block (its 425,984 B remainder, under
-    // 1 MiB, is not split off) and the other from an exact one.
-    const UNSPLIT: u64 = 7_766_016 - (7 << 20);
-    let (tp, sp) = (
         peak(&report, "peak_allocated"),
         peak(&scenario, "peak_allocated"),
+        "peak allocated"
     );
-    assert!(
-        tp.abs_diff(sp) <= UNSPLIT,
-        "peak allocated: traced {tp}, scenario {sp}"
-    );
-    assert_eq!(
+    let (tp, sp) = (
         peak(&report, "peak_reserved"),
         peak(&scenario, "peak_reserved"),
-        "peak reserved"
+    );
+    assert!(
+        tp.abs_diff(sp) <= SMALL_SEGMENT,
+        "peak reserved: traced {tp}, scenario {sp}"
     );
     let ends = sidecar["per_iteration"].as_array().expect("per_iteration");
     let scen_ends = scenario["per_iteration"].as_array().expect("per_iteration");
     assert_eq!(ends.len(), scen_ends.len());
     for (a, b) in ends.iter().zip(scen_ends) {
-        let (a, b) = (peak(a, "allocated"), peak(b, "allocated"));
-        assert!(
-            a.abs_diff(b) <= UNSPLIT,
-            "allocated at an iteration's end: traced {a}, scenario {b}"
+        assert_eq!(
+            peak(a, "allocated"),
+            peak(b, "allocated"),
+            "allocated at an iteration's end"
         );
     }
 }

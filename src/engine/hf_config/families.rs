@@ -256,6 +256,7 @@ pub(super) fn read(f: &Fields) -> Result<Family, HfConfigError> {
             qk_norm,
             fused_qkv,
             sliding,
+            gemma_qk_norm: qk_norm && f.model_type == "gemma3_text",
         };
         // The two residual halves of a decoder layer (no module of their own).
         let mut first = vec![
@@ -322,6 +323,10 @@ pub(super) fn read(f: &Fields) -> Result<Family, HfConfigError> {
             Module::RotaryEmbedding {
                 head_dim: s.head_dim,
                 float32: true,
+                // One table per layer type present (`sorted(set(layer_types))`).
+                sliding: f.model_type == "gemma3_text"
+                    && sliding.contains(&true)
+                    && sliding.contains(&false),
             },
         ),
         named("layers", layers),
@@ -440,8 +445,6 @@ fn family_notes(f: &Fields) -> Vec<String> {
         }
         "gemma3_text" => {
             notes.push(SLIDING.into());
-            notes.push("the second rotary table of the sliding-window layers (`rope_local_base_freq`: two more buffers and a second cos/sin) is not modelled: every layer takes the global one".into());
-            notes.push("q_norm and k_norm are modelled as Llama's RMSNorm (Gemma's are its `(1 + weight)` norm, which keeps an fp32 product in a half-precision model)".into());
         }
         "phi3" if f.map.get("rope_scaling").is_some_and(|v| !v.is_null()) => {
             notes.push(

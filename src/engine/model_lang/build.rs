@@ -42,6 +42,8 @@ pub(crate) struct LangNet {
     pub sites: Vec<usize>,
     /// The RotaryEmbedding's buffer, when the model has one.
     pub inv_freq: Option<TensorId>,
+    /// Its sliding layers' own (Gemma 3).
+    pub local_inv_freq: Option<TensorId>,
     pub run_state: super::xfmr::XRun,
     /// The model's own parameters (`Module::Positions`), by slot.
     pub own_params: Vec<TensorId>,
@@ -52,6 +54,11 @@ pub(crate) struct LangNet {
     /// `enable_input_require_grads()`: the output of the embedding with
     /// this weight is made to require grad (`kbit.rs`).
     pub input_grads: Option<TensorId>,
+    /// The criterion is transformers' own loss (`criterion: CausalLm`),
+    /// which `*ForCausalLM.forward` computes before it returns: the
+    /// `LmHead`'s input (`hidden_states`, a local of that forward) lives
+    /// until the loss is made (`Engine::hold_to_loss`).
+    pub loss_in_forward: bool,
 }
 
 pub(crate) struct Builder<'a> {
@@ -137,12 +144,14 @@ impl LangNet {
             root,
             sites: b.sites,
             inv_freq: b.x.inv_freq,
+            local_inv_freq: b.x.local_inv_freq,
             run_state: super::xfmr::XRun::default(),
             own_params,
             hand: super::handwritten::HandRun::default(),
             moe: super::moe::MoeRun::default(),
             embedding: b.x.tie,
             input_grads: None,
+            loss_in_forward: false,
         })
     }
 }

@@ -17,7 +17,7 @@ use super::spec::join;
 use crate::engine::autograd::BwdKind;
 use crate::engine::dtype::DType;
 use crate::engine::error::Result;
-use crate::engine::modules::decoder::{new_rms_norm, RmsNorm, Rope};
+use crate::engine::modules::decoder::{new_rms_norm, view_grad_copies, RmsNorm, Rope};
 use crate::engine::modules::Linear;
 use crate::engine::ops::elementwise::Unary;
 use crate::engine::shape::Shape;
@@ -101,6 +101,8 @@ pub(crate) struct HfAttn {
     pub head_dim: u64,
     /// A sliding-window layer's cache (`Module::HfAttention::sliding`).
     pub sliding: bool,
+    /// q_norm and k_norm are Gemma's `(1 + weight)` norms.
+    pub gemma_qk_norm: bool,
 }
 
 /// What an `HfAttention` is built from.
@@ -113,6 +115,7 @@ pub(crate) struct AttnBuild {
     pub qk_norm: bool,
     pub fused_qkv: bool,
     pub sliding: bool,
+    pub gemma_qk_norm: bool,
 }
 
 /// Concern 3: in registration order: `q_proj`, `k_proj`, `v_proj`,
@@ -158,13 +161,14 @@ pub(crate) fn build_attn(
         kv_heads: b.kv_heads,
         head_dim: b.head_dim,
         sliding: b.sliding,
+        gemma_qk_norm: b.gemma_qk_norm,
     })
 }
 
 impl LangNet {
     /// Concern 4: `HfAttention`'s forward (transformers' `sdpa_attention_forward`).
     pub(super) fn hf_attn(&self, e: &mut Engine, a: &HfAttn, x: TensorId) -> Result<TensorId> {
-        let rope = self.rope(e, x)?;
+        let rope = self.rope_for(e, x, a.sliding)?;
         e.in_module(a.module, |e| {
             let mark = e.locals.len();
             let r = attn_body(e, a, x, rope, &self.run_state.cache_windows);
@@ -176,22 +180,25 @@ impl LangNet {
     }
 }
 
-/// `[B, T, n·d]` → `.view(B, T, n, d)`, the norm on the head dimension
-/// when given, `.transpose(1, 2)`.
+/// `[B, T, n·d]` → `.view(B, T, n, d)` (its backward a copy when `copies`,
+/// `Engine::heads_of`), the norm on the head dimension when given,
+/// `.transpose(1, 2)`.
 fn heads_of(
     e: &mut Engine,
     y: TensorId,
     n: u64,
     d: u64,
-    norm: Option<&RmsNorm>,
+    norm: Option<(&RmsNorm, bool)>,
+    copies: bool,
 ) -> Result<TensorId> {
-    let s = e.shape(y);
-    let shape = Shape::new(&[s.dim(0), s.dim(1), n, d]);
-    let layout = e.layout(y);
-    let v = e.view_as(y, shape, layout);
+    let v = e.heads_of(y, n, d, copies);
     let normed = match norm {
-        Some(r) => {
-            let o = e.apply_rms_norm(r, v);
+        Some((r, gemma)) => {
+            let o = if gemma {
+                e.in_module(r.module, |e| e.rms_norm_gemma(v, r.w))
+            } else {
+                e.apply_rms_norm(r, v)
+            };
             e.release(v);
             o?
         }
@@ -212,22 +219,39 @@ fn attn_body(
     let s = e.shape(x);
     let (b, t) = (s.dim(0), s.dim(1));
     let mut fused_out = None;
+    // Every family here rotates q and k; v is copied by the cache.
+    let copies = view_grad_copies(true, e.cfg.hf_use_cache);
     let (q, k, v) = match a.proj.as_slice() {
         [fused] => {
             // qkv = self.qkv_proj(x); query_states = qkv[..., :query_pos], …:
             // slices whose SliceBackward0 makes a zeros of qkv's shape each
             // (`slice_backward`, derivatives.yaml `slice.Tensor`).
+            // The three slices first, then their views (modeling_phi3.py:225-232),
+            // the order autograd numbers (and runs backward, last first) their nodes.
             let qkv = e.apply_linear(fused, x)?;
+            let heads = [
+                (
+                    a.heads,
+                    a.q_norm.as_ref().map(|r| (r, a.gemma_qk_norm)),
+                    copies.q_k,
+                ),
+                (
+                    a.kv_heads,
+                    a.k_norm.as_ref().map(|r| (r, a.gemma_qk_norm)),
+                    copies.q_k,
+                ),
+                (a.kv_heads, None, copies.v),
+            ];
+            let slices: Vec<TensorId> = heads
+                .iter()
+                .map(|(n, _, _)| {
+                    let flat = Shape::new(&[b, t, n.saturating_mul(a.head_dim)]);
+                    e.view_with_node(qkv, flat, Layout::Strided, "SliceBackward0", BwdKind::Alloc)
+                })
+                .collect();
             let mut parts = Vec::with_capacity(3);
-            for (n, norm) in [
-                (a.heads, a.q_norm.as_ref()),
-                (a.kv_heads, a.k_norm.as_ref()),
-                (a.kv_heads, None),
-            ] {
-                let flat = Shape::new(&[b, t, n.saturating_mul(a.head_dim)]);
-                let sl =
-                    e.view_with_node(qkv, flat, Layout::Strided, "SliceBackward0", BwdKind::Alloc);
-                let h = heads_of(e, sl, n, a.head_dim, norm);
+            for ((n, norm, copy), sl) in heads.into_iter().zip(slices) {
+                let h = heads_of(e, sl, n, a.head_dim, norm, copy);
                 e.release(sl);
                 parts.push(h?);
             }
@@ -236,15 +260,53 @@ fn attn_body(
             fused_out = Some(qkv);
             (parts[0], parts[1], parts[2])
         }
-        [qp, kp, vp] => {
+        [qp, kp, vp] if a.gemma_qk_norm => {
+            // Gemma 3 projects all three first, then norms q and k on their
+            // transposed views (modeling_gemma3.py:352-357); each norm's
+            // output keeps its input's memory order (TensorIterator).
             let mut parts = Vec::with_capacity(3);
-            for (p, n, norm) in [
-                (qp, a.heads, a.q_norm.as_ref()),
-                (kp, a.kv_heads, a.k_norm.as_ref()),
-                (vp, a.kv_heads, None),
+            for (p, n, copy) in [
+                (qp, a.heads, copies.q_k),
+                (kp, a.kv_heads, copies.q_k),
+                (vp, a.kv_heads, copies.v),
             ] {
                 let y = e.apply_linear(p, x)?;
-                let h = heads_of(e, y, n, a.head_dim, norm);
+                let h = heads_of(e, y, n, a.head_dim, None, copy);
+                e.release(y);
+                parts.push(h?);
+            }
+            for (i, norm) in [(0, a.q_norm.as_ref()), (1, a.k_norm.as_ref())] {
+                if let Some(r) = norm {
+                    let h = parts[i];
+                    let layout = e.layout(h);
+                    let o = e.in_module(r.module, |e| e.rms_norm_gemma(h, r.w));
+                    e.release(h);
+                    let o = o?;
+                    e.t_mut(o).layout = layout;
+                    parts[i] = o;
+                }
+            }
+            (parts[0], parts[1], parts[2])
+        }
+        [qp, kp, vp] => {
+            let mut parts = Vec::with_capacity(3);
+            for (p, n, norm, copy) in [
+                (
+                    qp,
+                    a.heads,
+                    a.q_norm.as_ref().map(|r| (r, a.gemma_qk_norm)),
+                    copies.q_k,
+                ),
+                (
+                    kp,
+                    a.kv_heads,
+                    a.k_norm.as_ref().map(|r| (r, a.gemma_qk_norm)),
+                    copies.q_k,
+                ),
+                (vp, a.kv_heads, None, copies.v),
+            ] {
+                let y = e.apply_linear(p, x)?;
+                let h = heads_of(e, y, n, a.head_dim, norm, copy);
                 e.release(y);
                 parts.push(h?);
             }

@@ -1186,23 +1186,49 @@ impl Builder<'_> {
             Module::GemmaRMSNorm { dim } => {
                 Leaf::GemmaRmsNorm(new_rms_norm(e, path, *dim, params)?)
             }
-            Module::RotaryEmbedding { head_dim, float32 } => {
+            Module::RotaryEmbedding {
+                head_dim,
+                float32,
+                sliding,
+            } => {
                 let module = module(e);
                 let model_dtype = e.param_dtype;
                 if *float32 {
                     e.param_dtype = DType::F32;
                 }
-                let buf = e.new_inv_freq(module, *head_dim, self.bufs, &at("inv_freq"));
                 // transformers registers `original_inv_freq` as a buffer of its
                 // own (`inv_freq.clone()`, `LlamaRotaryEmbedding.__init__`), moved
                 // and cast with the model: two 64 B blocks in the Qwen2.5 capture.
-                let orig = buf.and_then(|buf| {
-                    e.new_inv_freq(module, *head_dim, self.bufs, &at("original_inv_freq"))
+                // Gemma 3 registers a pair per layer type, in sorted order.
+                let prefixes: &[&str] = if *sliding {
+                    &["full_attention_", "sliding_attention_"]
+                } else {
+                    &[""]
+                };
+                let mut made = Vec::new();
+                for p in prefixes {
+                    let buf =
+                        e.new_inv_freq(module, *head_dim, self.bufs, &at(&format!("{p}inv_freq")));
+                    let pair = buf.and_then(|buf| {
+                        e.new_inv_freq(
+                            module,
+                            *head_dim,
+                            self.bufs,
+                            &at(&format!("{p}original_inv_freq")),
+                        )
                         .map(|_| buf)
-                });
+                    });
+                    match pair {
+                        Ok(b) => made.push(b),
+                        Err(err) => {
+                            e.param_dtype = model_dtype;
+                            return Err(err);
+                        }
+                    }
+                }
                 e.param_dtype = model_dtype;
-                let buf = orig?;
-                self.x.inv_freq = Some(buf);
+                self.x.inv_freq = made.first().copied();
+                self.x.local_inv_freq = made.get(1).copied();
                 Leaf::Rotary
             }
             Module::Attention {
@@ -1415,6 +1441,7 @@ impl Builder<'_> {
                 qk_norm,
                 fused_qkv,
                 sliding,
+                gemma_qk_norm,
             } => {
                 let b = super::hf_layers::AttnBuild {
                     hidden: *hidden,
@@ -1425,6 +1452,7 @@ impl Builder<'_> {
                     qk_norm: *qk_norm,
                     fused_qkv: *fused_qkv,
                     sliding: *sliding,
+                    gemma_qk_norm: *gemma_qk_norm,
                 };
                 Leaf::HfAttention(super::hf_layers::build_attn(e, path, &b, params)?)
             }
@@ -1542,15 +1570,20 @@ impl LangNet {
             }
             Leaf::LmHead { w, module, softcap } => {
                 let logits = e.in_module(*module, |e| e.linear(x, *w, None))?;
-                if !*softcap {
-                    return Ok(logits);
+                let logits = if *softcap {
+                    let scaled = e.mul_scalar(logits);
+                    let logits = e.rebind(logits, scaled)?;
+                    let capped = e.unary(Unary::Tanh, logits);
+                    let logits = e.rebind(logits, capped)?;
+                    let scaled = e.mul_scalar(logits);
+                    e.rebind(logits, scaled)?
+                } else {
+                    logits
+                };
+                if self.loss_in_forward {
+                    e.hold_to_loss(logits, x);
                 }
-                let scaled = e.mul_scalar(logits);
-                let logits = e.rebind(logits, scaled)?;
-                let capped = e.unary(Unary::Tanh, logits);
-                let logits = e.rebind(logits, capped)?;
-                let scaled = e.mul_scalar(logits);
-                e.rebind(logits, scaled)
+                Ok(logits)
             }
             Leaf::BertEmbeddings(b) => e.in_module(b.module, |e| e.bert_embeddings(b, x)),
             Leaf::BertLayer(l) => e.in_module(l.module, |e| e.bert_layer(l, x)),

@@ -162,6 +162,15 @@ pub enum Module {
         head_dim: u64,
         #[serde(default)]
         float32: bool,
+        /// Gemma 3's two tables, one per layer type
+        /// (`Gemma3RotaryEmbedding`, transformers 5.16.1
+        /// modeling_gemma3.py:156-225): `full_attention_inv_freq` and
+        /// `sliding_attention_inv_freq` (the latter from
+        /// `rope_local_base_freq`), each with its `original_` copy, and a
+        /// cos/sin pair of each per forward (modeling_gemma3.py:559-561);
+        /// a `sliding` `HfAttention` takes the second.
+        #[serde(default)]
+        sliding: bool,
     },
     /// `LlamaAttention` with `sdpa_attention_forward` (models.md §4):
     /// `q_proj`, `k_proj`, `v_proj` (`kv_heads` heads: GQA, MQA at 1),
@@ -370,6 +379,11 @@ pub enum Module {
         /// cache_utils.py:215, 227), held until the model's output goes.
         #[serde(default)]
         sliding: bool,
+        /// `q_norm` and `k_norm` are Gemma's `(1 + weight)` norms
+        /// (`Gemma3RMSNorm`, transformers 5.16.1 modeling_gemma3.py:136-150,
+        /// 338-339), not Llama's: as `GemmaRMSNorm`.
+        #[serde(default)]
+        gemma_qk_norm: bool,
     },
     /// A gated MLP `down_proj(act(gate_proj(x)) * up_proj(x))`, no biases:
     /// `act` SiLU (SwiGLU) or `GeluTanh` (Gemma's GeGLU); `fused`: Phi-3's

@@ -38,16 +38,19 @@ pub(crate) struct RopeCtx {
     cache_position: TensorId,
     position_ids: TensorId,
     tables: Option<(TensorId, TensorId)>,
+    /// The sliding layers' pair (Gemma 3), made after the first.
+    local: Option<(TensorId, TensorId)>,
     /// Held by checkpoint frames (transformers 5.x, `hf_v5.rs`), not by
     /// this forward: its end drops nothing.
     borrowed: bool,
 }
 
 impl RopeCtx {
-    /// The handles it owns: position_ids, its storage's owner, cos, sin.
+    /// The handles it owns: position_ids, its storage's owner, cos, sin
+    /// (and the sliding layers' cos, sin).
     pub(super) fn handles(&self) -> Vec<TensorId> {
         let mut h = vec![self.position_ids, self.cache_position];
-        if let Some((cos, sin)) = self.tables {
+        for (cos, sin) in self.tables.into_iter().chain(self.local) {
             h.extend([cos, sin]);
         }
         h
@@ -55,19 +58,19 @@ impl RopeCtx {
 
     /// The context checkpoint frames hold, for a recomputation.
     fn held(h: &[TensorId]) -> Option<RopeCtx> {
+        let ctx = |tables, local| {
+            Some(RopeCtx {
+                cache_position: h[1],
+                position_ids: h[0],
+                tables,
+                local,
+                borrowed: true,
+            })
+        };
         match *h {
-            [position_ids, cache_position] => Some(RopeCtx {
-                cache_position,
-                position_ids,
-                tables: None,
-                borrowed: true,
-            }),
-            [position_ids, cache_position, cos, sin] => Some(RopeCtx {
-                cache_position,
-                position_ids,
-                tables: Some((cos, sin)),
-                borrowed: true,
-            }),
+            [_, _] => ctx(None, None),
+            [_, _, cos, sin] => ctx(Some((cos, sin)), None),
+            [_, _, cos, sin, lcos, lsin] => ctx(Some((cos, sin)), Some((lcos, lsin))),
             _ => None,
         }
     }
@@ -80,6 +83,8 @@ pub(crate) struct XState {
     pub tie: Option<TensorId>,
     /// The RotaryEmbedding's buffer.
     pub inv_freq: Option<TensorId>,
+    /// Its sliding layers' buffer (Gemma 3's `sliding_attention_inv_freq`).
+    pub local_inv_freq: Option<TensorId>,
 }
 
 /// Per-forward state of a built model.
@@ -99,6 +104,12 @@ impl LangNet {
     /// (after the embeddings, as `LlamaModel.forward` makes it), from that
     /// layer's input dtype.
     pub(super) fn rope(&self, e: &mut Engine, x: TensorId) -> Result<Rope> {
+        self.rope_for(e, x, false)
+    }
+
+    /// [`LangNet::rope`] for a layer of one type: a `sliding` layer takes
+    /// the sliding table where the model has one (Gemma 3).
+    pub(super) fn rope_for(&self, e: &mut Engine, x: TensorId, sliding: bool) -> Result<Rope> {
         let inv_freq = self.inv_freq.ok_or_else(|| {
             EngineError::Program("a rotary layer needs a RotaryEmbedding module".into())
         })?;
@@ -132,20 +143,39 @@ impl LangNet {
                     cache_position,
                     position_ids,
                     tables: None,
+                    local: None,
                     borrowed: false,
                 };
                 if e.cfg.hf_rope_scope == RopeScope::Model {
+                    // Gemma 3: one pair per layer type, in the order of a
+                    // Python `set` of the types (the two are alike in size).
                     let dtype = e.dtype(x);
-                    let (cos, sin) = e.rotary_cos_sin(inv_freq, position_ids, dtype)?;
-                    e.keep(cos);
-                    e.keep(sin);
-                    c.tables = Some((cos, sin));
+                    for (inv, slot) in [(Some(inv_freq), 0), (self.local_inv_freq, 1)] {
+                        let Some(inv) = inv else { continue };
+                        let (cos, sin) = e.rotary_cos_sin(inv, position_ids, dtype)?;
+                        e.keep(cos);
+                        e.keep(sin);
+                        if slot == 0 {
+                            c.tables = Some((cos, sin));
+                        } else {
+                            c.local = Some((cos, sin));
+                        }
+                    }
                 }
                 self.run_state.rope.set(Some(c));
                 c
             }
         };
-        Ok(match ctx.tables {
+        let tables = if sliding && ctx.local.is_some() {
+            ctx.local
+        } else {
+            ctx.tables
+        };
+        let inv_freq = match self.local_inv_freq {
+            Some(local) if sliding => local,
+            _ => inv_freq,
+        };
+        Ok(match tables {
             Some((cos, sin)) => Rope::Shared { cos, sin },
             None => Rope::PerLayer {
                 inv_freq,
@@ -160,7 +190,7 @@ impl LangNet {
         if let Some(c) = self.run_state.rope.take().filter(|c| !c.borrowed) {
             e.decref(c.position_ids);
             e.decref(c.cache_position);
-            if let Some((cos, sin)) = c.tables {
+            for (cos, sin) in c.tables.into_iter().chain(c.local) {
                 e.decref(cos);
                 e.decref(sin);
             }

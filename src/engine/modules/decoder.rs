@@ -2,6 +2,7 @@
 //! rotary embeddings and grouped-query heads → residual, RMSNorm → SwiGLU
 //! MLP → residual, as `LlamaDecoderLayer.forward` runs them.
 
+use super::super::autograd::BwdKind;
 use super::super::config::KvPath;
 use super::super::dtype::DType;
 use super::super::error::Result;
@@ -242,9 +243,12 @@ impl Engine {
     ) -> Result<TensorId> {
         let s = self.shape(x);
         let (b, t) = (s.dim(0), s.dim(1));
-        let q = self.heads_view(&a.q, x, a.heads, a.head_dim)?;
-        let k = self.heads_view(&a.k, x, a.kv_heads, a.head_dim)?;
-        let v = self.heads_view(&a.v, x, a.kv_heads, a.head_dim)?;
+        let grouped = a.kv_heads != a.heads;
+        let repeats = grouped && self.cfg.hf_kv_path() != KvPath::EnableGqa;
+        let copies = view_grad_copies(rope.is_some(), self.cfg.hf_use_cache || repeats);
+        let q = self.heads_view(&a.q, x, a.heads, a.head_dim, copies.q_k)?;
+        let k = self.heads_view(&a.k, x, a.kv_heads, a.head_dim, copies.q_k)?;
+        let v = self.heads_view(&a.v, x, a.kv_heads, a.head_dim, copies.v)?;
         let tables = match rope {
             None => None,
             Some(Rope::Shared { cos, sin }) => Some((self.local_ref(cos), self.local_ref(sin))),
@@ -279,7 +283,6 @@ impl Engine {
             (kr, v)
         };
         let p = if self.ctx.training { a.dropout } else { 0.0 };
-        let grouped = a.kv_heads != a.heads;
         let out = match self.cfg.hf_kv_path() {
             KvPath::RepeatInModule if grouped => {
                 // `key_states = repeat_kv(key_states, n_rep)`, then values:
@@ -333,19 +336,41 @@ impl Engine {
         o
     }
 
-    /// `proj(x).view(B, T, -1, d).transpose(1, 2)`: views of the projection.
-    fn heads_view(&mut self, p: &Proj, x: TensorId, heads: u64, d: u64) -> Result<TensorId> {
+    /// `proj(x).view(B, T, -1, d).transpose(1, 2)`: views of the projection;
+    /// the view's backward copies when `copies` ([`view_grad_copies`]).
+    fn heads_view(
+        &mut self,
+        p: &Proj,
+        x: TensorId,
+        heads: u64,
+        d: u64,
+        copies: bool,
+    ) -> Result<TensorId> {
         let y = self.apply_proj(p, x)?;
-        let s = self.shape(y);
-        let v = self.view_as(
-            y,
-            Shape::new(&[s.dim(0), s.dim(1), heads, d]),
-            Layout::Contiguous,
-        );
+        let v = self.heads_of(y, heads, d, copies);
         self.release(y);
         let t = self.transpose(v, 1, 2);
         self.release(v);
         Ok(t)
+    }
+
+    /// `y.view(B, T, heads, d)` of a projection's [B, T, heads·d] output.
+    /// With `copies` its ViewBackward0 (`grad.reshape_symint(self_sym_sizes)`,
+    /// derivatives.yaml `view`) meets a gradient laid out [B, heads, T, d]
+    /// (the transpose's backward of a contiguous one), which no view can
+    /// reshape: a copy of the projection's size (`_reshape_copy`, then the
+    /// matmul's `_unsafe_view` on it).
+    /// One head, or one position, and that layout is the view's own: the
+    /// reshape is a view (`computeStride` skips size-1 dimensions).
+    pub(crate) fn heads_of(&mut self, y: TensorId, heads: u64, d: u64, copies: bool) -> TensorId {
+        let s = self.shape(y);
+        let shape = Shape::new(&[s.dim(0), s.dim(1), heads, d]);
+        let layout = self.layout(y);
+        if copies && heads > 1 && s.dim(1) > 1 {
+            self.view_with_node(y, shape, layout, "ViewBackward0", BwdKind::Alloc)
+        } else {
+            self.view_as(y, shape, layout)
+        }
     }
 
     /// The rotary module's `inv_freq` buffer [d/2] fp32 (cast with the
@@ -379,4 +404,36 @@ pub(crate) fn new_rms_norm(
     let module = e.tags.module(path);
     let w = e.new_param(&[h], module, params)?;
     Ok(RmsNorm { w, module })
+}
+
+/// Which of an attention layer's `view(B, T, n, d)` views copy their
+/// gradient in backward ([`Engine::heads_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ViewGradCopies {
+    pub q_k: bool,
+    pub v: bool,
+}
+
+/// Where a Hugging Face attention's head views meet a gradient laid out
+/// [B, n, T, d] (PyTorch 2.11, transformers' `apply_rotary_pos_emb`; the
+/// H100 capture `llama_lora_finetune` makes one copy of q's size and two of
+/// k's a layer that a view would not, and the trace of every family does):
+/// - q and k, when `rotary`: `q * cos + rotate_half(q) * sin`'s backward
+///   hands q three gradients, and autograd runs the later nodes first
+///   (engine.cpp `ReadyQueue` by sequence number): the two SliceBackward0
+///   of `rotate_half` (`slice_backward`'s zeros, contiguous) before
+///   `q * cos`'s MulBackward0, so their sum (`InputBuffer::accumulate`, out
+///   of place in the first one's layout or in place into it) is contiguous
+///   [B, h, T, d];
+/// - v, when it reached attention as a copy (`DynamicCache.update`'s
+///   `torch.cat`, or `repeat_kv`'s expand-and-reshape): the fused kernels
+///   give each input's gradient that input's layout (`empty_like`,
+///   `alloc_with_matching_layout`), contiguous for a copy. A v handed over
+///   as the projection's transposed view gets its gradient in that layout,
+///   which the transpose's backward makes [B, T, n, d] again: no copy.
+pub(crate) fn view_grad_copies(rotary: bool, v_copied: bool) -> ViewGradCopies {
+    ViewGradCopies {
+        q_k: rotary,
+        v: v_copied,
+    }
 }

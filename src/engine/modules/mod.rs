@@ -362,6 +362,7 @@ impl Model {
                 if let Some(lora) = &m.lora {
                     net.add_lora(e, lora, &mut params)?;
                 }
+                net.loss_in_forward = cfg.loss == LossKind::HfCausalLm;
                 Net::Lang(net)
             }
         };

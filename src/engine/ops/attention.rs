@@ -53,6 +53,14 @@ impl Engine {
         causal: bool,
     ) -> Result<TensorId> {
         let [qc, kc, vc] = self.autocast_all([q, k, v], CastPolicy::Lower)?;
+        // autocast's cast (`_to_copy`, `memory_format=preserve_format`) keeps
+        // a dense input's strides: a rotated q stays laid out [B, T, h, d].
+        for (x, c) in [(q, qc), (k, kc), (v, vc)] {
+            if c != x {
+                let layout = self.layout(x);
+                self.t_mut(c).layout = layout;
+            }
+        }
         let dtype = self.dtype(qc);
         let p = if self.ctx.training { dropout } else { 0.0 };
         let gqa = self.shape(kc).dim(1) != self.shape(qc).dim(1);
@@ -202,7 +210,20 @@ impl Engine {
         } else {
             (seed, offset)
         };
-        let out = self.view_as(out_base, s, Layout::Strided);
+        // Flash and cuDNN lay their output out as q is laid out (flash_api.cpp
+        // `mha_fwd`: `out = at::empty_like(q_padded)` of q transposed to
+        // [B, T, h, d]; cuDNN's MHA.cpp `alloc_with_matching_layout(q, o, …)`):
+        // [B, T, h, d] in memory for q a transposed projection (or its
+        // rotation), [B, h, T, d] for a contiguous q (Phi-3's rotary `cat`),
+        // which `attn_output.transpose(1, 2).contiguous()` then copies. The
+        // memory-efficient kernel always makes [B, T, h, d]
+        // (`_efficient_attention_forward`'s `at::empty({B, M, num_heads, Kv})`).
+        let layout = if (flash || cudnn) && self.layout(q) == Layout::Contiguous {
+            Layout::Contiguous
+        } else {
+            Layout::Strided
+        };
+        let out = self.view_as(out_base, s, layout);
         self.release(out_base);
         if recording {
             let kv_heads = self.shape(k).dim(1);

@@ -24,6 +24,8 @@ impl Engine {
         if r.is_err() {
             self.unwind_locals(mark);
         }
+        // The model's forward returns with its loss: its locals go.
+        self.loss_made_from(logits);
         self.op_end(prev)?;
         r
     }

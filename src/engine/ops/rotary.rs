@@ -126,7 +126,8 @@ impl Engine {
     /// Phi-3's `apply_rotary_pos_emb` (transformers 5.16.1
     /// modeling_phi3.py:187-197): `q_rot, q_pass = q[..., :rotary_dim],
     /// q[..., rotary_dim:]` (two slice views, each SliceBackward0 a zeros of
-    /// q's size in backward, the empty one's too), then `q_embed =
+    /// q's size in backward, the empty one's too; `q_rot` is q itself when
+    /// the rotation is the whole head), then `q_embed =
     /// torch.cat([(q_rot * cos) + (rotate_half(q_rot) * sin), q_pass],
     /// dim=-1)`: Llama's rotation and one more copy, of q then of k.
     pub fn apply_rotary_partial(
@@ -136,14 +137,41 @@ impl Engine {
         cos: TensorId,
         sin: TensorId,
     ) -> Result<(TensorId, TensorId)> {
-        self.rotate_q_and_k(q, k, cos, sin, Self::rotate_partial)
+        let prev = self.op_begin("apply_rotary_pos_emb");
+        let mark = self.locals.len();
+        let r = (|| {
+            let (cu, su) = (self.unsqueeze_heads(cos), self.unsqueeze_heads(sin));
+            // All four slices first (q's, then k's), then q's rotation and
+            // cat, then k's: the order autograd numbers their nodes in.
+            let d = self.shape(cu).last();
+            let qs = self.rotary_split(q, d);
+            let ks = self.rotary_split(k, d);
+            let q_embed = self.rotate_then_cat(qs, cu, su, self.shape(q))?;
+            let k_embed = self.rotate_then_cat(ks, cu, su, self.shape(k))?;
+            self.release(cu);
+            self.release(su);
+            Ok((q_embed, k_embed))
+        })();
+        if r.is_err() {
+            self.unwind_locals(mark);
+        }
+        self.op_end(prev)?;
+        r
     }
 
-    fn rotate_partial(&mut self, x: TensorId, cos: TensorId, sin: TensorId) -> Result<TensorId> {
+    /// `x[..., :d], x[..., d:]`.
+    fn rotary_split(&mut self, x: TensorId, d: u64) -> (TensorId, TensorId) {
         let s = self.shape(x);
-        let d = self.shape(cos).last().min(s.last());
+        let d = d.min(s.last());
         let layout = self.layout(x);
-        let rot = self.view_with_node(x, s.with_last(d), layout, "SliceBackward0", BwdKind::Alloc);
+        // `q[..., :rotary_dim]` over the whole last dimension is q itself:
+        // Python indexing skips a slice from 0 to the end with step 1
+        // (TensorIndexing.h `applySlice`), so no SliceBackward0 is recorded.
+        let rot = if d == s.last() {
+            self.local_ref(x)
+        } else {
+            self.view_with_node(x, s.with_last(d), layout, "SliceBackward0", BwdKind::Alloc)
+        };
         let pass = self.view_with_node(
             x,
             s.with_last(s.last() - d),
@@ -151,6 +179,17 @@ impl Engine {
             "SliceBackward0",
             BwdKind::Alloc,
         );
+        (rot, pass)
+    }
+
+    /// `torch.cat([(x_rot * cos) + (rotate_half(x_rot) * sin), x_pass], dim=-1)`.
+    fn rotate_then_cat(
+        &mut self,
+        (rot, pass): (TensorId, TensorId),
+        cos: TensorId,
+        sin: TensorId,
+        s: Shape,
+    ) -> Result<TensorId> {
         let r = self.rotate_one(rot, cos, sin);
         self.release(rot);
         let out = r.and_then(|r| {
@@ -183,7 +222,12 @@ impl Engine {
         let out = self.add(t1, t2);
         self.release(t1);
         self.release(t2);
-        out
+        // TensorIterator lays `x * cos` out in x's memory order and the sum
+        // in its first operand's: a rotated transposed view stays
+        // [B, T, h, d] in memory (strided), which SDPA's fused kernels then
+        // give their output (`attention.rs`).
+        let layout = self.layout(x);
+        out.inspect(|&o| self.t_mut(o).layout = layout)
     }
 
     /// `rotate_half(x)`: two slice views (each SliceBackward0 makes a

@@ -178,6 +178,7 @@ fn hf_attention_under_use_cache_copies_k_and_v() {
             Module::RotaryEmbedding {
                 head_dim: 16,
                 float32: true,
+                sliding: false,
             },
         ),
         named(
@@ -191,6 +192,7 @@ fn hf_attention_under_use_cache_copies_k_and_v() {
                 qk_norm: true,
                 fused_qkv: false,
                 sliding: false,
+                gemma_qk_norm: false,
             },
         ),
     ]);
@@ -205,4 +207,67 @@ fn hf_attention_under_use_cache_copies_k_and_v() {
     let count = |r: &[i64], n: i64| r.iter().filter(|&&x| x == n).count();
     assert_eq!(count(&with, kv), count(&without, kv) + 2, "{with:?}");
     assert_eq!(with.len(), without.len() + 4, "two copies, two frees");
+}
+
+/// The sizes of one training step's `ViewBackward0` allocations of an
+/// `HfAttention` (B 2, T 8, 4 heads of 16, bf16) with `kv_heads`.
+fn head_view_copies(kv_heads: u64, cfg: EngineConfig) -> Vec<u64> {
+    let net = Module::Sequential(vec![
+        named("emb", Module::Embedding { num: 100, dim: 64 }),
+        named(
+            "rotary_emb",
+            Module::RotaryEmbedding {
+                head_dim: 16,
+                float32: true,
+                sliding: false,
+            },
+        ),
+        named(
+            "self_attn",
+            Module::HfAttention {
+                hidden: 64,
+                heads: 4,
+                kv_heads,
+                head_dim: 16,
+                bias: false,
+                qk_norm: false,
+                fused_qkv: false,
+                sliding: false,
+                gemma_qk_norm: false,
+            },
+        ),
+    ]);
+    let model = lang(net, ModelInput::Tokens { seq: 8 }, 2, DType::BF16);
+    let mut e = engine_with(model, OptimizerConfig::adamw(), cfg);
+    e.take_events();
+    run(&mut e, &program(train_steps(), 1));
+    let evs = e.take_events();
+    let mut sizes: Vec<u64> = alloc_events(&evs)
+        .into_iter()
+        .filter(|a| a.action == Action::Alloc)
+        .filter(|a| e.tags.info(a.tag).is_some_and(|t| t.op == "ViewBackward0"))
+        .map(|a| a.size)
+        .collect();
+    sizes.sort_unstable();
+    sizes
+}
+
+#[test]
+fn hf_attention_head_views_copy_the_gradients_the_rotation_and_the_cache_lay_out_by_heads() {
+    // `q_proj(x).view(B, T, n, d).transpose(1, 2)`: ViewBackward0 reshapes
+    // its gradient (derivatives.yaml `view`), a copy when it comes back laid
+    // out [B, n, T, d]. q's and k's do after `apply_rotary_pos_emb`'s
+    // backward (rotate_half's two SliceBackward0 zeros, contiguous, arrive
+    // before `q * cos`'s gradient: autograd runs later nodes first); v's
+    // only when the cache's `torch.cat` copied v (the fused kernels give a
+    // gradient its input's layout). One head reshapes as a view.
+    let q = 2 * 8 * 64 * 2; // [B, T, 4 · 16] bf16
+    let kv = 2 * 8 * 2 * 16 * 2; // [B, T, 2 · 16] bf16
+    assert_eq!(head_view_copies(2, EngineConfig::default()), [kv, q]);
+    let cached = || EngineConfig {
+        hf_use_cache: true,
+        ..EngineConfig::default()
+    };
+    assert_eq!(head_view_copies(2, cached()), [kv, kv, q]);
+    assert_eq!(head_view_copies(1, cached()), [q]);
 }

@@ -577,6 +577,7 @@ fn forced_efficient_attention_on_grouped_heads_is_refused_where_it_is_written() 
                 Module::RotaryEmbedding {
                     head_dim: 64,
                     float32: false,
+                    sliding: false,
                 },
             ),
             (
