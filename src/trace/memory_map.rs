@@ -218,7 +218,9 @@ impl MemoryMap {
             reason,
         };
         match e.action {
-            Action::SegmentAlloc | Action::SegmentMap if !self.is_vacant(e.addr, e.size) => {
+            Action::SegmentAlloc | Action::SegmentMap
+                if !is_vacant(&self.segments, e.addr, e.size) =>
+            {
                 return Err(err("overlaps memory already reserved"));
             }
             Action::SegmentAlloc => {
@@ -262,18 +264,6 @@ impl MemoryMap {
             Action::Oom | Action::Snapshot | Action::Annotate | Action::Other => {}
         }
         Ok(())
-    }
-
-    /// Whether `[addr, addr + size)` is a range no segment covers (a
-    /// recorded trace may claim anything: a map that takes it stays whole).
-    fn is_vacant(&self, addr: u64, size: u64) -> bool {
-        let Some(end) = addr.checked_add(size).filter(|_| size > 0) else {
-            return false;
-        };
-        self.segments
-            .range(..end)
-            .next_back()
-            .is_none_or(|(start, s)| start + s.size <= addr)
     }
 
     /// Take the free block at `addr` for a request of `size` bytes: `choose`
@@ -388,52 +378,8 @@ impl MemoryMap {
     /// (and free block) on either side.
     fn map_range(&mut self, e: &AllocEvent) {
         self.reserved += e.size;
-        let mut seg_start = e.addr;
-        let mut seg_size = e.size;
-        let same_kind = |s: &MapSegment| s.expandable && s.pool == e.pool && s.stream == e.stream;
-        if let Some((a, s)) = self
-            .segments
-            .range(..e.addr)
-            .next_back()
-            .map(|(a, s)| (*a, s.clone()))
-        {
-            if a + s.size == e.addr && same_kind(&s) {
-                self.segments.remove(&a);
-                seg_start = a;
-                seg_size += s.size;
-            }
-        }
-        let mut joins_next = false;
-        if let Some(s) = self.segments.get(&(e.addr + e.size)).cloned() {
-            if same_kind(&s) {
-                self.segments.remove(&(e.addr + e.size));
-                seg_size += s.size;
-                joins_next = true;
-            }
-        }
-        let tag = self.segments.get(&seg_start).map_or(e.tag, |s| s.tag);
-        self.segments.insert(
-            seg_start,
-            MapSegment {
-                size: seg_size,
-                pool: e.pool,
-                stream: e.stream,
-                expandable: true,
-                tag,
-            },
-        );
-        // The unmapped block object being mapped survives the merges with its
-        // own requested size (0 for space never mapped before); what stays
-        // unmapped after it is a fresh block.
-        let requested = match self.unmapped.remove(&e.addr) {
-            Some((size, requested)) => {
-                if size > e.size {
-                    self.unmapped.insert(e.addr + e.size, (size - e.size, 0));
-                }
-                requested
-            }
-            None => 0,
-        };
+        let (seg_start, _, joins_next) = join_mapped(&mut self.segments, e);
+        let requested = take_unmapped(&mut self.unmapped, e);
         let mut start = e.addr;
         let mut size = e.size;
         if let Some((pa, p)) = self
@@ -483,52 +429,18 @@ impl MemoryMap {
             let rest = free_block(ba + b.size - end, 0, b.pool, b.expandable);
             self.blocks.insert(end, rest);
         }
-        self.segments.remove(&sa);
-        if e.addr > sa {
-            self.segments.insert(
-                sa,
-                MapSegment {
-                    size: e.addr - sa,
-                    ..s.clone()
-                },
-            );
-        }
-        if sa + s.size > end {
-            self.segments.insert(
-                end,
-                MapSegment {
-                    size: sa + s.size - end,
-                    ..s
-                },
-            );
-        }
+        cut_segment(&mut self.segments, sa, s, e.addr, end);
         self.reserved -= e.size;
-        // The free block object becomes the unmapped middle and absorbs
-        // unmapped neighbours, keeping its requested size.
-        let mut start = e.addr;
-        let mut size = e.size;
-        if let Some((pa, (psize, _))) = self
-            .unmapped
-            .range(..e.addr)
-            .next_back()
-            .map(|(a, v)| (*a, *v))
-        {
-            if pa + psize == e.addr {
-                self.unmapped.remove(&pa);
-                start = pa;
-                size += psize;
-            }
-        }
-        if let Some((nsize, _)) = self.unmapped.remove(&end) {
-            size += nsize;
-        }
-        self.unmapped.insert(start, (size, b.requested));
+        add_unmapped(&mut self.unmapped, e.addr, e.size, b.requested);
         Some(())
     }
 }
 
 /// The segment of `segments` containing `addr`.
-fn segment_in(segments: &BTreeMap<u64, MapSegment>, addr: u64) -> Option<(u64, &MapSegment)> {
+pub(crate) fn segment_in(
+    segments: &BTreeMap<u64, MapSegment>,
+    addr: u64,
+) -> Option<(u64, &MapSegment)> {
     segments
         .range(..=addr)
         .next_back()
@@ -536,7 +448,135 @@ fn segment_in(segments: &BTreeMap<u64, MapSegment>, addr: u64) -> Option<(u64, &
         .map(|(a, s)| (*a, s))
 }
 
-fn free_block(size: u64, requested: u64, pool: Pool, expandable: bool) -> MapBlock {
+/// Whether `[addr, addr + size)` is a range no segment covers (a recorded
+/// trace may claim anything: a map that takes it stays whole).
+pub(crate) fn is_vacant(segments: &BTreeMap<u64, MapSegment>, addr: u64, size: u64) -> bool {
+    let Some(end) = addr.checked_add(size).filter(|_| size > 0) else {
+        return false;
+    };
+    segments
+        .range(..end)
+        .next_back()
+        .is_none_or(|(start, s)| start + s.size <= addr)
+}
+
+/// Expandable growth, its segments: the new mapped range joins the mapped
+/// run of the same kind on either side. The run's start, and whether it
+/// joined the run before and the one after.
+pub(crate) fn join_mapped(
+    segments: &mut BTreeMap<u64, MapSegment>,
+    e: &AllocEvent,
+) -> (u64, bool, bool) {
+    let mut seg_start = e.addr;
+    let mut seg_size = e.size;
+    let same_kind = |s: &MapSegment| s.expandable && s.pool == e.pool && s.stream == e.stream;
+    let mut joins_prev = false;
+    if let Some((a, s)) = segments
+        .range(..e.addr)
+        .next_back()
+        .map(|(a, s)| (*a, s.clone()))
+    {
+        if a + s.size == e.addr && same_kind(&s) {
+            segments.remove(&a);
+            seg_start = a;
+            seg_size += s.size;
+            joins_prev = true;
+        }
+    }
+    let end = e.addr + e.size;
+    let mut joins_next = false;
+    if let Some(s) = segments.get(&end).cloned() {
+        if same_kind(&s) {
+            segments.remove(&end);
+            seg_size += s.size;
+            joins_next = true;
+        }
+    }
+    let tag = segments.get(&seg_start).map_or(e.tag, |s| s.tag);
+    segments.insert(
+        seg_start,
+        MapSegment {
+            size: seg_size,
+            pool: e.pool,
+            stream: e.stream,
+            expandable: true,
+            tag,
+        },
+    );
+    (seg_start, joins_prev, joins_next)
+}
+
+/// Expandable growth, its unmapped space: the unmapped block object being
+/// mapped survives the merges with its own requested size (0 for space
+/// never mapped before), returned; what stays unmapped after it is a fresh
+/// block.
+pub(crate) fn take_unmapped(unmapped: &mut BTreeMap<u64, (u64, u64)>, e: &AllocEvent) -> u64 {
+    match unmapped.remove(&e.addr) {
+        Some((size, requested)) => {
+            if size > e.size {
+                unmapped.insert(e.addr + e.size, (size - e.size, 0));
+            }
+            requested
+        }
+        None => 0,
+    }
+}
+
+/// Expandable shrink, its segments: `[addr, end)` cut out of segment `sa`
+/// (`s`); the pieces on either side stay segments.
+pub(crate) fn cut_segment(
+    segments: &mut BTreeMap<u64, MapSegment>,
+    sa: u64,
+    s: MapSegment,
+    addr: u64,
+    end: u64,
+) {
+    segments.remove(&sa);
+    if addr > sa {
+        segments.insert(
+            sa,
+            MapSegment {
+                size: addr - sa,
+                ..s.clone()
+            },
+        );
+    }
+    if sa + s.size > end {
+        segments.insert(
+            end,
+            MapSegment {
+                size: sa + s.size - end,
+                ..s
+            },
+        );
+    }
+}
+
+/// Expandable shrink, its unmapped space: the free block object becomes the
+/// unmapped `[addr, addr + size)` and absorbs unmapped neighbours, keeping
+/// its `requested` size.
+pub(crate) fn add_unmapped(
+    unmapped: &mut BTreeMap<u64, (u64, u64)>,
+    addr: u64,
+    size: u64,
+    requested: u64,
+) {
+    let (mut start, mut size) = (addr, size);
+    let end = addr + size;
+    if let Some((pa, (psize, _))) = unmapped.range(..addr).next_back().map(|(a, v)| (*a, *v)) {
+        if pa + psize == addr {
+            unmapped.remove(&pa);
+            start = pa;
+            size += psize;
+        }
+    }
+    if let Some((nsize, _)) = unmapped.remove(&end) {
+        size += nsize;
+    }
+    unmapped.insert(start, (size, requested));
+}
+
+pub(crate) fn free_block(size: u64, requested: u64, pool: Pool, expandable: bool) -> MapBlock {
     MapBlock {
         size,
         requested,
@@ -548,7 +588,7 @@ fn free_block(size: u64, requested: u64, pool: Pool, expandable: bool) -> MapBlo
 }
 
 /// A free block in `b`'s place: its requested size, pool and kind.
-fn free_like(b: &MapBlock) -> MapBlock {
+pub(crate) fn free_like(b: &MapBlock) -> MapBlock {
     free_block(b.size, b.requested, b.pool, b.expandable)
 }
 

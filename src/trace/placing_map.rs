@@ -11,7 +11,10 @@ use rustc_hash::FxHashMap;
 
 use crate::alloc::{Action, AllocEvent, BlockState, Pool, Tag};
 use crate::trace::frozen_map::FrozenMap;
-use crate::trace::memory_map::{MapError, MapSegment, NO_FREE_BLOCK};
+use crate::trace::memory_map::{
+    add_unmapped, cut_segment, free_block, free_like, is_vacant, join_mapped, segment_in,
+    take_unmapped, MapError, MapSegment, NO_FREE_BLOCK,
+};
 use crate::trace::{MapBlock, MemoryMap};
 
 /// No neighbour: the first or last block of its segment.
@@ -162,11 +165,7 @@ impl PlacingMap {
     }
 
     fn segment_at(&self, addr: u64) -> Option<(u64, &MapSegment)> {
-        self.segments
-            .range(..=addr)
-            .next_back()
-            .filter(|(start, s)| addr < **start + s.size)
-            .map(|(a, s)| (*a, s))
+        segment_in(&self.segments, addr)
     }
 
     /// The block containing `addr`: a walk along its segment (only
@@ -205,66 +204,13 @@ impl PlacingMap {
         }
     }
 
-    fn is_vacant(&self, addr: u64, size: u64) -> bool {
-        let Some(end) = addr.checked_add(size).filter(|_| size > 0) else {
-            return false;
-        };
-        self.segments
-            .range(..end)
-            .next_back()
-            .is_none_or(|(start, s)| start + s.size <= addr)
-    }
-
     /// See [`MemoryMap::map_range`]'s rules: the new range joins the mapped
     /// run and the free blocks on either side.
     fn map_range(&mut self, e: &AllocEvent) {
         self.reserved += e.size;
-        let mut seg_start = e.addr;
-        let mut seg_size = e.size;
-        let same_kind = |s: &MapSegment| s.expandable && s.pool == e.pool && s.stream == e.stream;
-        let mut joins_prev = false;
-        if let Some((a, s)) = self
-            .segments
-            .range(..e.addr)
-            .next_back()
-            .map(|(a, s)| (*a, s.clone()))
-        {
-            if a + s.size == e.addr && same_kind(&s) {
-                self.segments.remove(&a);
-                seg_start = a;
-                seg_size += s.size;
-                joins_prev = true;
-            }
-        }
+        let (seg_start, joins_prev, joins_next) = join_mapped(&mut self.segments, e);
+        let requested = take_unmapped(&mut self.unmapped, e);
         let end = e.addr + e.size;
-        let mut joins_next = false;
-        if let Some(s) = self.segments.get(&end).cloned() {
-            if same_kind(&s) {
-                self.segments.remove(&end);
-                seg_size += s.size;
-                joins_next = true;
-            }
-        }
-        let tag = self.segments.get(&seg_start).map_or(e.tag, |s| s.tag);
-        self.segments.insert(
-            seg_start,
-            MapSegment {
-                size: seg_size,
-                pool: e.pool,
-                stream: e.stream,
-                expandable: true,
-                tag,
-            },
-        );
-        let requested = match self.unmapped.remove(&e.addr) {
-            Some((size, requested)) => {
-                if size > e.size {
-                    self.unmapped.insert(end, (size - e.size, 0));
-                }
-                requested
-            }
-            None => 0,
-        };
         let (mut start, mut size) = (e.addr, e.size);
         let mut prev = NIL;
         if joins_prev {
@@ -338,43 +284,9 @@ impl PlacingMap {
         } else {
             self.set_prev(node.next, NIL);
         }
-        self.segments.remove(&sa);
-        if e.addr > sa {
-            self.segments.insert(
-                sa,
-                MapSegment {
-                    size: e.addr - sa,
-                    ..s.clone()
-                },
-            );
-        }
-        if sa + s.size > end {
-            self.segments.insert(
-                end,
-                MapSegment {
-                    size: sa + s.size - end,
-                    ..s
-                },
-            );
-        }
+        cut_segment(&mut self.segments, sa, s, e.addr, end);
         self.reserved -= e.size;
-        let (mut start, mut size) = (e.addr, e.size);
-        if let Some((pa, (psize, _))) = self
-            .unmapped
-            .range(..e.addr)
-            .next_back()
-            .map(|(a, v)| (*a, *v))
-        {
-            if pa + psize == e.addr {
-                self.unmapped.remove(&pa);
-                start = pa;
-                size += psize;
-            }
-        }
-        if let Some((nsize, _)) = self.unmapped.remove(&end) {
-            size += nsize;
-        }
-        self.unmapped.insert(start, (size, b.requested));
+        add_unmapped(&mut self.unmapped, e.addr, e.size, b.requested);
         Some(())
     }
 }
@@ -497,7 +409,9 @@ impl PlaceOn for PlacingMap {
             reason,
         };
         match e.action {
-            Action::SegmentAlloc | Action::SegmentMap if !self.is_vacant(e.addr, e.size) => {
+            Action::SegmentAlloc | Action::SegmentMap
+                if !is_vacant(&self.segments, e.addr, e.size) =>
+            {
                 return Err(err("overlaps memory already reserved"));
             }
             Action::SegmentAlloc => {
@@ -577,21 +491,6 @@ impl PlaceOn for PlacingMap {
             active: self.active,
         }
     }
-}
-
-fn free_block(size: u64, requested: u64, pool: Pool, expandable: bool) -> MapBlock {
-    MapBlock {
-        size,
-        requested,
-        state: BlockState::Inactive,
-        tag: Tag::NONE,
-        pool,
-        expandable,
-    }
-}
-
-fn free_like(b: &MapBlock) -> MapBlock {
-    free_block(b.size, b.requested, b.pool, b.expandable)
 }
 
 #[cfg(test)]
