@@ -342,27 +342,7 @@ pub(crate) fn build_moe(
             params,
         )?);
     }
-    let shared = match b.shared_expert {
-        Some(s) => {
-            let ex = build_expert(
-                e,
-                &join(path, "shared_expert"),
-                ExpertKind::Qwen,
-                b.hidden,
-                s,
-                params,
-            )?;
-            let gate = e.new_linear(
-                &join(path, "shared_expert_gate"),
-                b.hidden,
-                1,
-                false,
-                params,
-            )?;
-            Some((ex, gate))
-        }
-        None => None,
-    };
+    let shared = build_shared(e, path, b, params)?;
     Ok(MoeLeaf {
         module,
         router,
@@ -376,6 +356,35 @@ pub(crate) fn build_moe(
         routing: b.routing.clone(),
         dispatch: b.dispatch,
     })
+}
+
+/// Qwen2-MoE's shared expert and its `shared_expert_gate`, registered
+/// after the routed experts under either release.
+fn build_shared(
+    e: &mut Engine,
+    path: &str,
+    b: &MoeBuild<'_>,
+    params: &mut Vec<TensorId>,
+) -> Result<Option<(Expert, Linear)>> {
+    let Some(width) = b.shared_expert else {
+        return Ok(None);
+    };
+    let ex = build_expert(
+        e,
+        &join(path, "shared_expert"),
+        ExpertKind::Qwen,
+        b.hidden,
+        width,
+        params,
+    )?;
+    let gate = e.new_linear(
+        &join(path, "shared_expert_gate"),
+        b.hidden,
+        1,
+        false,
+        params,
+    )?;
+    Ok(Some((ex, gate)))
 }
 
 fn build_expert(

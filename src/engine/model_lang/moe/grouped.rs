@@ -79,27 +79,7 @@ pub(super) fn build_grouped(
         let r = e.new_linear(&router_path, b.hidden, b.experts, false, params)?;
         (r, stacked(e, params)?)
     };
-    let shared = match b.shared_expert {
-        Some(s) => {
-            let ex = super::build_expert(
-                e,
-                &join(path, "shared_expert"),
-                ExpertKind::Qwen,
-                b.hidden,
-                s,
-                params,
-            )?;
-            let gate = e.new_linear(
-                &join(path, "shared_expert_gate"),
-                b.hidden,
-                1,
-                false,
-                params,
-            )?;
-            Some((ex, gate))
-        }
-        None => None,
-    };
+    let shared = super::build_shared(e, path, b, params)?;
     Ok(MoeLeaf {
         module,
         router,
