@@ -166,53 +166,10 @@ fn hf_model_keeps_inputs_embeds_until_it_returns() {
     assert_eq!(small(framed)[..5], [2 * 4 * 8, t, t, t, -t]);
 }
 
-#[test]
-fn hf_attention_under_use_cache_copies_k_and_v() {
-    // `key_states, value_states = past_key_values.update(...)`:
-    // DynamicLayer.update's `torch.cat([self.keys, key_states], dim=-2)` onto
-    // an empty tensor (cache_utils.py:144-145): a copy of k, then of v.
-    let net = Module::Sequential(vec![
-        named("emb", Module::Embedding { num: 100, dim: 64 }),
-        named(
-            "rotary_emb",
-            Module::RotaryEmbedding {
-                head_dim: 16,
-                float32: true,
-                sliding: false,
-            },
-        ),
-        named(
-            "self_attn",
-            Module::HfAttention {
-                hidden: 64,
-                heads: 4,
-                kv_heads: 2,
-                head_dim: 16,
-                bias: false,
-                qk_norm: true,
-                fused_qkv: false,
-                sliding: false,
-                gemma_qk_norm: false,
-            },
-        ),
-    ]);
-    let model = || lang(net.clone(), ModelInput::Tokens { seq: 8 }, 2, DType::BF16);
-    let (_, without) = build_and_forward(model(), EngineConfig::default());
-    let cached = EngineConfig {
-        hf_use_cache: true,
-        ..EngineConfig::default()
-    };
-    let (_, with) = build_and_forward(model(), cached);
-    let kv = 2 * 2 * 8 * 16 * 2; // [B, kv_heads, T, head_dim] bf16
-    let count = |r: &[i64], n: i64| r.iter().filter(|&&x| x == n).count();
-    assert_eq!(count(&with, kv), count(&without, kv) + 2, "{with:?}");
-    assert_eq!(with.len(), without.len() + 4, "two copies, two frees");
-}
-
-/// The sizes of one training step's `ViewBackward0` allocations of an
-/// `HfAttention` (B 2, T 8, 4 heads of 16, bf16) with `kv_heads`.
-fn head_view_copies(kv_heads: u64, cfg: EngineConfig) -> Vec<u64> {
-    let net = Module::Sequential(vec![
+/// An embedding, Qwen3's fp32 rotary table and one `HfAttention` (hidden
+/// 64, 4 heads of 16, `kv_heads`), with or without its q/k norms.
+fn embedded_attention(kv_heads: u64, qk_norm: bool) -> Module {
+    Module::Sequential(vec![
         named("emb", Module::Embedding { num: 100, dim: 64 }),
         named(
             "rotary_emb",
@@ -230,13 +187,38 @@ fn head_view_copies(kv_heads: u64, cfg: EngineConfig) -> Vec<u64> {
                 kv_heads,
                 head_dim: 16,
                 bias: false,
-                qk_norm: false,
+                qk_norm,
                 fused_qkv: false,
                 sliding: false,
                 gemma_qk_norm: false,
             },
         ),
-    ]);
+    ])
+}
+
+#[test]
+fn hf_attention_under_use_cache_copies_k_and_v() {
+    // `key_states, value_states = past_key_values.update(...)`:
+    // DynamicLayer.update's `torch.cat([self.keys, key_states], dim=-2)` onto
+    // an empty tensor (cache_utils.py:144-145): a copy of k, then of v.
+    let net = embedded_attention(2, true);
+    let model = || lang(net.clone(), ModelInput::Tokens { seq: 8 }, 2, DType::BF16);
+    let (_, without) = build_and_forward(model(), EngineConfig::default());
+    let cached = EngineConfig {
+        hf_use_cache: true,
+        ..EngineConfig::default()
+    };
+    let (_, with) = build_and_forward(model(), cached);
+    let kv = 2 * 2 * 8 * 16 * 2; // [B, kv_heads, T, head_dim] bf16
+    let count = |r: &[i64], n: i64| r.iter().filter(|&&x| x == n).count();
+    assert_eq!(count(&with, kv), count(&without, kv) + 2, "{with:?}");
+    assert_eq!(with.len(), without.len() + 4, "two copies, two frees");
+}
+
+/// The sizes of one training step's `ViewBackward0` allocations of an
+/// `HfAttention` (B 2, T 8, 4 heads of 16, bf16) with `kv_heads`.
+fn head_view_copies(kv_heads: u64, cfg: EngineConfig) -> Vec<u64> {
+    let net = embedded_attention(kv_heads, false);
     let model = lang(net, ModelInput::Tokens { seq: 8 }, 2, DType::BF16);
     let mut e = engine_with(model, OptimizerConfig::adamw(), cfg);
     e.take_events();
