@@ -26,7 +26,7 @@ use crate::alloc::{Action, AllocConfig};
 use crate::trace::mirror::start_map;
 use crate::trace::replay::from_snapshot::{self, infer_device_total};
 use crate::trace::replay::reconstruct::StartTracker;
-use crate::trace::replay::{Entry, FinalSegment};
+use crate::trace::replay::Entry;
 use crate::trace::snapshot::{import_file_tapped, Segment, Snapshot, Tables, TraceEntry, TraceTap};
 use crate::trace::MemoryMap;
 
@@ -37,8 +37,10 @@ use super::source::{Opened, RecordedMsg, RunMsg, SourceMsg, TagInfo};
 use super::tapped_read::{read_through, whole_again, GiveUp, Reading, StatefulTap};
 
 mod placing;
+mod tracking;
 
 use placing::{spares_for, Batch, Finish, Mirror};
+use tracking::Tracking;
 
 /// Entries placed before a view placed as if its trace began empty shows
 /// any: an open trace almost always shows it within these (an entry that
@@ -108,11 +110,16 @@ pub(super) fn stream_file(
     let config = from_snapshot::config(&snap);
     let finals = from_snapshot::final_segments(&snap, tapped_device);
     let Tapping {
-        tags,
-        facts,
-        mirror,
-        ..
+        tags, ooms, mirror, ..
     } = state;
+    let Some(facts) = mirror.settle() else {
+        mirror.discard();
+        out.send(SourceMsg::Run(RunMsg::Failed(format!(
+            "{}: the thread that places the events stopped",
+            path.display()
+        ))));
+        return Streamed::Done(false);
+    };
     let mut devices = snapshot_devices(&snap);
     devices.push(tapped_device);
     devices.sort_unstable();
@@ -124,14 +131,14 @@ pub(super) fn stream_file(
             path: Some(path.to_path_buf()),
             devices,
             current: tapped_device,
-            with_oom: with_oom(&snap, tapped_device, !facts.ooms.is_empty()),
+            with_oom: with_oom(&snap, tapped_device, !ooms.is_empty()),
             under: None,
         },
         events: Some(facts.events),
         since_step: false,
         assumed_empty_start: false,
     };
-    let had_oom = !facts.ooms.is_empty();
+    let had_oom = !ooms.is_empty();
     let may_stand =
         config.same_block_rules(&AllocConfig::default()) && facts.start.starts_empty(&finals);
     let (shown, misfit) = if may_stand {
@@ -155,7 +162,6 @@ pub(super) fn stream_file(
         out.send(SourceMsg::Run(RunMsg::Restarted));
     }
     let start_known = facts.start_known(misfit);
-    let ooms = facts.ooms;
     let start = if start_known {
         facts.start.finish(&finals, &config)
     } else {
@@ -184,7 +190,7 @@ pub(super) fn stream_file(
     {
         return Streamed::Done(false);
     }
-    let mirror = Mirror::spawn(start, config, ooms, 0, spares, out, spent);
+    let mirror = Mirror::spawn(start, config, ooms, 0, spares, None, out, spent);
     let mut again = PlaceOnly {
         device: tapped_device,
         mirror: &mirror,
@@ -231,84 +237,6 @@ pub(super) fn with_oom(snap: &Snapshot, tapped: usize, tapped_oom: bool) -> Vec<
     v
 }
 
-/// What the view needs from the trace besides its events, gathered entry
-/// by entry.
-struct Facts {
-    /// Watching only the final blocks while the map takes every entry
-    /// (see [`StartTracker::watching`]); every address once it does not.
-    start: StartTracker,
-    /// The entries so far, until the map took the first [`PROBATION`]
-    /// without a misfit: to read again into a tracker of every address if
-    /// it did not.
-    early: Option<Vec<Entry>>,
-    /// `start` records every address.
-    every_address: bool,
-    /// `device_free` of the `oom` entries, by entry index.
-    ooms: Vec<(usize, u64)>,
-    /// Every `segment_map` (the device size, where expandable segments
-    /// tell it).
-    maps: Vec<Entry>,
-    /// Entries that make an event.
-    events: usize,
-}
-
-impl Facts {
-    fn new(finals: &[FinalSegment]) -> Facts {
-        Facts {
-            start: StartTracker::watching(finals),
-            early: Some(Vec::new()),
-            every_address: false,
-            ooms: Vec::new(),
-            maps: Vec::new(),
-            events: 0,
-        }
-    }
-
-    /// Whether `start` holds the state the trace began in, once every
-    /// entry was pushed: it records every address, or the map took every
-    /// entry (`misfit`: it did not).
-    fn start_known(&self, misfit: bool) -> bool {
-        self.every_address || !misfit
-    }
-
-    /// After a batch: keep the first entries while the map has not taken
-    /// [`PROBATION`] of them; from a misfit among them on, record every
-    /// address.
-    fn watch(&mut self, mirror: &Mirror) {
-        let Some(early) = &mut self.early else {
-            return;
-        };
-        if mirror.failed() {
-            let mut every = StartTracker::new();
-            early.iter().for_each(|e| every.push(e));
-            self.start = every;
-            self.every_address = true;
-            self.early = None;
-        } else if mirror.clean_upto() >= PROBATION {
-            self.early = None;
-        }
-    }
-
-    fn push(&mut self, first: usize, entries: &[TraceEntry], tables: Tables<'_>) {
-        for (j, e) in entries.iter().enumerate() {
-            let entry = Entry::recorded(e);
-            self.start.push(&entry);
-            if let Some(early) = &mut self.early {
-                early.push(entry);
-            }
-            match e.action {
-                Action::Oom => self.ooms.push((
-                    first + j,
-                    tables.extras.get(e.extra()).device_free.unwrap_or(0),
-                )),
-                Action::SegmentMap => self.maps.push(entry),
-                _ => {}
-            }
-            self.events += usize::from(e.action.is_allocator());
-        }
-    }
-}
-
 /// The view's side of the decoder: takes the view's trace, and sends its
 /// entries to the placing thread as they come.
 struct ViewTap<'a> {
@@ -324,7 +252,10 @@ struct ViewTap<'a> {
 /// A trace being tapped.
 struct Tapping {
     tags: Arc<GrowingTags>,
-    facts: Facts,
+    /// The stacks resolved in `tags`, by `FramesId`.
+    resolved: Vec<bool>,
+    /// `device_free` of the `oom` entries, by entry index.
+    ooms: Vec<(usize, u64)>,
     mirror: Mirror,
 }
 
@@ -368,15 +299,21 @@ impl TraceTap for ViewTap<'_> {
         };
         self.out
             .send(SourceMsg::Recorded(RecordedMsg::Opened(Box::new(opened))));
+        let tracking = Tracking::new(
+            &from_snapshot::final_segments_in(segments, device),
+            tags.clone(),
+        );
         self.state = Some(Tapping {
             tags,
-            facts: Facts::new(&from_snapshot::final_segments_in(segments, device)),
+            resolved: Vec::new(),
+            ooms: Vec::new(),
             mirror: Mirror::spawn(
                 MemoryMap::default(),
                 AllocConfig::default(),
                 Vec::new(),
                 PROBATION,
                 self.spares,
+                Some(tracking),
                 self.out,
                 self.spent,
             ),
@@ -388,18 +325,33 @@ impl TraceTap for ViewTap<'_> {
         let Some(s) = &mut self.state else {
             return true;
         };
-        s.tags.grow(|t| t.push(entries, tables.frames));
-        let ooms_before = s.facts.ooms.len();
-        s.facts.push(first, entries, tables);
-        if !s.mirror.failed() {
-            let batch = Batch {
-                first,
-                entries: entries.iter().map(Entry::recorded).collect(),
-                ooms: s.facts.ooms[ooms_before..].to_vec(),
-            };
-            s.mirror.place(batch);
+        // Only what needs the decoder's tables is done here: the placing
+        // thread takes the rest (see `Tracking`).
+        let mut new_stacks = Vec::new();
+        let ooms_before = s.ooms.len();
+        for (j, e) in entries.iter().enumerate() {
+            let k = e.frames.0 as usize;
+            if !s.resolved.get(k).copied().unwrap_or(false) {
+                if s.resolved.len() <= k {
+                    s.resolved.resize(k + 1, false);
+                }
+                s.resolved[k] = true;
+                new_stacks.push(e.frames);
+            }
+            if e.action == Action::Oom {
+                let free = tables.extras.get(e.extra()).device_free.unwrap_or(0);
+                s.ooms.push((first + j, free));
+            }
         }
-        s.facts.watch(&s.mirror);
+        if !new_stacks.is_empty() {
+            s.tags
+                .grow(|t| t.resolve_stacks(&new_stacks, tables.frames));
+        }
+        s.mirror.place(Batch {
+            first,
+            entries: entries.to_vec(),
+            ooms: s.ooms[ooms_before..].to_vec(),
+        });
         !self.out.is_gone()
     }
 }
@@ -440,7 +392,7 @@ impl TraceTap for PlaceOnly<'_> {
         self.count = first + entries.len();
         self.mirror.place(Batch {
             first,
-            entries: entries.iter().map(Entry::recorded).collect(),
+            entries: entries.to_vec(),
             // The placing thread was given every OOM's free memory up front.
             ooms: Vec::new(),
         })

@@ -88,6 +88,15 @@ impl SnapshotTags {
 
     /// The next entries of the trace; `frames` holds their stacks.
     pub(super) fn push(&mut self, entries: &[TraceEntry], frames: &FrameTable) {
+        self.push_columns(entries);
+        for e in entries {
+            self.resolve(e.frames, frames);
+        }
+    }
+
+    /// The next entries' stack ids, actions and times; their stacks must
+    /// be resolved ([`SnapshotTags::resolve_stacks`]) before a view asks.
+    pub(super) fn push_columns(&mut self, entries: &[TraceEntry]) {
         let first = self.entry_frames.len();
         self.entry_frames.reserve(entries.len());
         self.entry_actions.reserve(entries.len());
@@ -114,7 +123,13 @@ impl SnapshotTags {
                     skipped.push(first + j);
                 }
             }
-            self.resolve(e.frames, frames);
+        }
+    }
+
+    /// Resolve stacks `ids` (from `frames`) to text, those not yet resolved.
+    pub(super) fn resolve_stacks(&mut self, ids: &[FramesId], frames: &FrameTable) {
+        for id in ids {
+            self.resolve(*id, frames);
         }
     }
 

@@ -2,6 +2,7 @@
 //! them on the map and sends the timeline's parts, or only checks that
 //! every entry fits.
 
+use super::tracking::Tracking;
 use super::AHEAD;
 use crate::alloc::AllocConfig;
 use crate::producers::snapshot::{
@@ -11,9 +12,10 @@ use crate::producers::source::{RunMsg, SourceMsg};
 use crate::trace::mirror::TraceMirror;
 use crate::trace::placing_map::{PlaceOn, PlacingMap};
 use crate::trace::replay::Entry;
+use crate::trace::snapshot::TraceEntry;
 use crate::trace::timeline::TimelinePart;
 use crate::trace::MemoryMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Parts a placer of a `file_bytes` snapshot keeps to be filled again: one
@@ -29,13 +31,16 @@ pub(super) fn spares_for(file_bytes: u64) -> usize {
 /// Entries for the placing thread.
 pub(super) struct Batch {
     pub(super) first: usize,
-    pub(super) entries: Vec<Entry>,
+    pub(super) entries: Vec<TraceEntry>,
     /// `device_free` of this batch's `oom` entries, by entry index.
     pub(super) ooms: Vec<(usize, u64)>,
 }
 
 pub(super) enum ToMirror {
     Batch(Batch),
+    /// Every entry was handed over: place what is left (holding its part)
+    /// and hand the tracking back.
+    Settle(flume::Sender<Tracking>),
     /// No more entries.
     End(Then),
 }
@@ -56,8 +61,6 @@ pub(super) enum Then {
 pub(super) struct Mirror {
     tx: flume::Sender<ToMirror>,
     failed: Arc<AtomicBool>,
-    /// Entries placed so far without a misfit.
-    clean: Arc<AtomicUsize>,
     /// Whether it sent parts (see [`Placer::run`]); `None`: no thread.
     handle: Option<std::thread::JoinHandle<bool>>,
 }
@@ -77,30 +80,31 @@ impl Mirror {
     /// A placing thread from `start` under `config`; `ooms`: the free
     /// memory of OOM entries known up front; parts are held back until
     /// `probation` entries were placed without a gap (none are, if one
-    /// is met then: see [`Mirror::failed`]); `spares`: parts kept to be
-    /// filled again.
+    /// is met then: see [`Mirror::finish`]); `spares`: parts kept to be
+    /// filled again; `tracking`: what to gather from every entry.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn spawn(
         start: MemoryMap,
         config: AllocConfig,
         ooms: Vec<(usize, u64)>,
         probation: usize,
         spares: usize,
+        tracking: Option<Tracking>,
         out: &Out,
         spent: &Spent,
     ) -> Mirror {
         let (tx, rx) = flume::bounded(AHEAD);
         let failed = Arc::new(AtomicBool::new(false));
-        let clean = Arc::new(AtomicUsize::new(0));
         let placer = Placer {
             rx,
             out: out.clone(),
             spent: spent.clone(),
             failed: failed.clone(),
-            clean: clean.clone(),
             probation,
             speculative: probation > 0,
             ooms,
             spares,
+            tracking,
         };
         let handle = spawn_worker(
             "vramscope-place",
@@ -109,28 +113,20 @@ impl Mirror {
             &failed,
             move || placer.run(start, &config),
         );
-        Mirror {
-            tx,
-            failed,
-            clean,
-            handle,
-        }
-    }
-
-    /// Entries placed so far without a misfit.
-    pub(super) fn clean_upto(&self) -> usize {
-        self.clean.load(Ordering::Relaxed)
-    }
-
-    /// Whether an entry fell outside the map (placed as if the trace began
-    /// empty, it did not).
-    pub(super) fn failed(&self) -> bool {
-        self.failed.load(Ordering::Relaxed)
+        Mirror { tx, failed, handle }
     }
 
     /// Hand a batch over; false once the thread has stopped.
     pub(super) fn place(&self, batch: Batch) -> bool {
         self.tx.send(ToMirror::Batch(batch)).is_ok()
+    }
+
+    /// Once every entry was handed over: what the thread gathered from
+    /// them, every entry placed (`None`: the thread has stopped).
+    pub(super) fn settle(&self) -> Option<Tracking> {
+        let (tx, rx) = flume::bounded(1);
+        self.tx.send(ToMirror::Settle(tx)).ok()?;
+        rx.recv().ok()
     }
 
     /// The last parts and the map after them, once every entry was
@@ -166,18 +162,27 @@ pub(super) fn join(handle: Option<std::thread::JoinHandle<bool>>) -> bool {
     handle.is_some_and(|h| h.join().unwrap_or(true))
 }
 
+/// Entries waiting to be placed, and the parts placed but not yet sent.
+struct Pending {
+    first: usize,
+    entries: Vec<Entry>,
+    /// Entries placed so far.
+    placed: usize,
+    held: Vec<TimelinePart>,
+}
+
 /// The placing thread.
 pub(super) struct Placer {
     rx: flume::Receiver<ToMirror>,
     out: Out,
     spent: Spent,
     failed: Arc<AtomicBool>,
-    clean: Arc<AtomicUsize>,
     probation: usize,
     speculative: bool,
     ooms: Vec<(usize, u64)>,
     /// Parts kept to be filled again (see [`spare_part`]).
     spares: usize,
+    tracking: Option<Tracking>,
 }
 
 impl Placer {
@@ -192,28 +197,31 @@ impl Placer {
     }
 
     fn place_on<M: PlaceOn>(mut self, mut mirror: TraceMirror<'_, M>) -> bool {
-        let mut pending: Vec<Entry> = Vec::with_capacity(EVENTS_PER_MESSAGE);
-        let mut pending_first = 0;
-        let mut held: Vec<TimelinePart> = Vec::new();
+        let mut pending = Pending {
+            first: 0,
+            entries: Vec::with_capacity(EVENTS_PER_MESSAGE),
+            placed: 0,
+            held: Vec::new(),
+        };
         let mut sent = false;
-        let mut placed = 0;
         while let Ok(msg) = self.rx.recv() {
             let batch = match msg {
                 ToMirror::Batch(b) => b,
+                ToMirror::Settle(reply) => {
+                    self.place_pending(&mut mirror, &mut pending);
+                    if let Some(t) = self.tracking.take() {
+                        let _ = reply.send(t);
+                    }
+                    continue;
+                }
                 ToMirror::End(then) => {
                     if then == Then::Drop || self.failed.load(Ordering::Relaxed) {
                         return sent;
                     }
-                    if !pending.is_empty() {
-                        let part = self.fill(&mut mirror, pending_first, &pending);
-                        if self.failed.load(Ordering::Relaxed) || then == Then::Check {
-                            return sent;
-                        }
-                        held.push(part);
-                    }
-                    if then == Then::Check {
+                    if !self.place_pending(&mut mirror, &mut pending) || then == Then::Check {
                         return sent;
                     }
+                    let mut held = pending.held;
                     held.push(TimelinePart {
                         head: Some(Box::new(mirror.into_map().into_memory_map())),
                         ..TimelinePart::default()
@@ -223,28 +231,26 @@ impl Placer {
                         .all(|p| self.out.send(SourceMsg::Run(RunMsg::Part(p))));
                 }
             };
+            if let Some(t) = &mut self.tracking {
+                t.push(&batch.entries);
+            }
             if self.failed.load(Ordering::Relaxed) {
                 continue;
             }
-            if pending.is_empty() {
-                pending_first = batch.first;
+            if pending.entries.is_empty() {
+                pending.first = batch.first;
             }
-            pending.extend_from_slice(&batch.entries);
+            pending
+                .entries
+                .extend(batch.entries.iter().map(Entry::recorded));
             self.ooms.extend_from_slice(&batch.ooms);
-            if pending.len() < EVENTS_PER_MESSAGE {
+            if pending.entries.len() < EVENTS_PER_MESSAGE
+                || !self.place_pending(&mut mirror, &mut pending)
+            {
                 continue;
             }
-            let part = self.fill(&mut mirror, pending_first, &pending);
-            placed += pending.len();
-            pending.clear();
-            if self.failed.load(Ordering::Relaxed) {
-                held.clear();
-                continue;
-            }
-            self.clean.store(placed, Ordering::Relaxed);
-            held.push(part);
-            if placed >= self.probation {
-                for part in held.drain(..) {
+            if pending.placed >= self.probation {
+                for part in pending.held.drain(..) {
                     if !self.out.send(SourceMsg::Run(RunMsg::Part(part))) {
                         return sent;
                     }
@@ -253,6 +259,36 @@ impl Placer {
             }
         }
         sent
+    }
+
+    /// The pending entries placed, into a held part: false when one misfit
+    /// (the held parts are then dropped) or one did before.
+    fn place_pending<M: PlaceOn>(
+        &mut self,
+        mirror: &mut TraceMirror<'_, M>,
+        pending: &mut Pending,
+    ) -> bool {
+        if self.failed.load(Ordering::Relaxed) {
+            return false;
+        }
+        if pending.entries.is_empty() {
+            return true;
+        }
+        let part = self.fill(mirror, pending.first, &pending.entries);
+        pending.placed += pending.entries.len();
+        pending.entries.clear();
+        if self.failed.load(Ordering::Relaxed) {
+            pending.held.clear();
+            if let Some(t) = &mut self.tracking {
+                t.misfit();
+            }
+            return false;
+        }
+        if let Some(t) = &mut self.tracking {
+            t.placed(pending.placed);
+        }
+        pending.held.push(part);
+        true
     }
 
     /// Entries `first..` placed, into a part the UI gave back where there
