@@ -164,11 +164,8 @@ impl Engine {
         let prev_phase = self.phase_begin(Phase::Optimizer);
         let prev = self.op_begin("optimizer.step");
         let mut opt = opt;
-        let mark = self.locals.len();
-        let r = self.optim_step_inner(&mut opt);
-        if r.is_err() {
-            self.unwind_locals(mark);
-        } else if !opt.cfg.cpu_offload {
+        let r = self.scoped(|e| e.optim_step_inner(&mut opt));
+        if r.is_ok() && !opt.cfg.cpu_offload {
             self.count_update_traffic(&opt);
         }
         opt.steps += 1;

@@ -273,6 +273,32 @@ impl Engine {
         }
     }
 
+    /// Run `body` as one Python frame: if it fails, the locals it created
+    /// unwind, newest first (the exception leaving the frame); on success
+    /// they stay for the caller to release.
+    pub(crate) fn scoped<T>(&mut self, body: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        let mark = self.locals.len();
+        let r = body(self);
+        if r.is_err() {
+            self.unwind_locals(mark);
+        }
+        r
+    }
+
+    /// `scoped` inside the op `name`: its marker opens before `body` and
+    /// closes after the unwinding; an error the op left in `op_error` wins
+    /// over the body's.
+    pub(crate) fn in_op<T>(
+        &mut self,
+        name: &'static str,
+        body: impl FnOnce(&mut Self) -> Result<T>,
+    ) -> Result<T> {
+        let prev = self.op_begin(name);
+        let r = self.scoped(body);
+        self.op_end(prev)?;
+        r
+    }
+
     /// Bump the version counter shared by all views (in-place ops, §1.4.4).
     pub(crate) fn bump_version(&mut self, t: TensorId) {
         if self.ctx.inference {

@@ -24,19 +24,20 @@ impl Engine {
     pub fn backward(&mut self, root: TensorId, retain_graph: bool) -> Result<()> {
         let prev_phase = self.phase_begin(Phase::Backward);
         let prev_op = self.op_begin("backward");
-        let mark = self.locals.len();
-        let mut task = Vec::new();
-        let mut seed = None;
-        let r = self.run_backward(root, retain_graph, &mut task, &mut seed);
-        if r.is_err() {
-            self.abandon_task(&task);
-            // The seed is Python's `grad_tensors_`: it dies with the frames,
-            // after the graph task (tour's OOM on the H100).
-            if let Some(s) = seed {
-                self.decref(s);
+        let r = self.scoped(|e| {
+            let mut task = Vec::new();
+            let mut seed = None;
+            let r = e.run_backward(root, retain_graph, &mut task, &mut seed);
+            if r.is_err() {
+                e.abandon_task(&task);
+                // The seed is Python's `grad_tensors_`: it dies with the
+                // frames, after the graph task (tour's OOM on the H100).
+                if let Some(s) = seed {
+                    e.decref(s);
+                }
             }
-            self.unwind_locals(mark);
-        }
+            r
+        });
         let end = self.op_end(prev_op);
         self.phase_end(Phase::Backward, prev_phase);
         r.and(end)

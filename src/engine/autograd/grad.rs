@@ -59,42 +59,39 @@ impl Engine {
     ) -> Result<Vec<Option<TensorId>>> {
         let prev_phase = self.phase_begin(Phase::Backward);
         let prev_op = self.op_begin("autograd.grad");
-        let mark = self.locals.len();
-        let mut task = Vec::new();
-        let r = self.run_grad(root, inputs, retain, &mut task);
-        // Nodes the task did not run keep the dependency counts it gave them.
-        for n in &task {
-            if let Some(node) = self.nodes.get_mut(n.0) {
-                node.deps = 0;
-            }
-        }
-        let captured = self
-            .grad_only
-            .take()
-            .map(|g| g.captured)
-            .unwrap_or_default();
-        let unused = captured.len() < inputs.len() || captured.iter().any(Option::is_none);
-        let r = match r {
-            Ok(()) if unused && !allow_unused => Err(EngineError::Runtime(UNUSED.into())),
-            r => r,
-        };
-        if r.is_err() {
+        let r = self.scoped(|e| {
+            let mut task = Vec::new();
+            let r = e.run_grad(root, inputs, retain, &mut task);
+            // Nodes the task did not run keep the dependency counts it gave them.
             for n in &task {
-                if let Some(node) = self.nodes.get_mut(n.0) {
-                    let buf = std::mem::take(&mut node.buf);
-                    for t in buf.into_iter().flatten() {
-                        self.decref(t);
-                    }
+                if let Some(node) = e.nodes.get_mut(n.0) {
+                    node.deps = 0;
                 }
             }
-            for c in captured.iter().flatten() {
-                self.decref(*c);
+            let captured = e.grad_only.take().map(|g| g.captured).unwrap_or_default();
+            let unused = captured.len() < inputs.len() || captured.iter().any(Option::is_none);
+            let r = match r {
+                Ok(()) if unused && !allow_unused => Err(EngineError::Runtime(UNUSED.into())),
+                r => r,
+            };
+            if r.is_err() {
+                for n in &task {
+                    if let Some(node) = e.nodes.get_mut(n.0) {
+                        let buf = std::mem::take(&mut node.buf);
+                        for t in buf.into_iter().flatten() {
+                            e.decref(t);
+                        }
+                    }
+                }
+                for c in captured.iter().flatten() {
+                    e.decref(*c);
+                }
             }
-            self.unwind_locals(mark);
-        }
+            r.map(|()| captured)
+        });
         let end = self.op_end(prev_op);
         self.phase_end(Phase::Backward, prev_phase);
-        r?;
+        let captured = r?;
         end?;
         let mut out = captured;
         out.resize(inputs.len(), None);

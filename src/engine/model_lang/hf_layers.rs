@@ -170,12 +170,7 @@ impl LangNet {
     pub(super) fn hf_attn(&self, e: &mut Engine, a: &HfAttn, x: TensorId) -> Result<TensorId> {
         let rope = self.rope_for(e, x, a.sliding)?;
         e.in_module(a.module, |e| {
-            let mark = e.locals.len();
-            let r = attn_body(e, a, x, rope, &self.run_state.cache_windows);
-            if r.is_err() {
-                e.unwind_locals(mark);
-            }
-            r
+            e.scoped(|e| attn_body(e, a, x, rope, &self.run_state.cache_windows))
         })
     }
 }

@@ -49,14 +49,9 @@ impl Engine {
     /// sequence each (see the module's notes): its temporaries, all gone
     /// when it returns None.
     pub(super) fn v5_find_packed(&mut self, b: u64, t: u64) -> Result<()> {
-        let op = self.op_begin("find_packed_sequence_indices");
-        let mark = self.locals.len();
-        let r = self.v5_find_packed_inner(b, t);
-        if r.is_err() {
-            self.unwind_locals(mark);
-        }
-        self.op_end(op)?;
-        r
+        self.in_op("find_packed_sequence_indices", |e| {
+            e.v5_find_packed_inner(b, t)
+        })
     }
 
     fn v5_find_packed_inner(&mut self, b: u64, t: u64) -> Result<()> {

@@ -227,12 +227,7 @@ impl Engine {
         x: TensorId,
         rope: Option<Rope>,
     ) -> Result<TensorId> {
-        let mark = self.locals.len();
-        let r = self.hf_attention_body(a, x, rope);
-        if r.is_err() {
-            self.unwind_locals(mark);
-        }
-        r
+        self.scoped(|e| e.hf_attention_body(a, x, rope))
     }
 
     fn hf_attention_body(

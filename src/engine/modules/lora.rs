@@ -96,16 +96,13 @@ impl Engine {
     /// result = result + lora_B(lora_A(dropout(x))) * scaling;
     /// result = result.to(torch_result_dtype)` (models.md §6.2).
     fn lora_forward(&mut self, base: &Linear, ad: &Adapter, x: TensorId) -> Result<TensorId> {
-        let mark = self.locals.len();
-        let r = if self.bnb.weights.contains_key(&base.w) {
-            self.lora_bnb_body(base, ad, x)
-        } else {
-            self.lora_body(base, ad, x)
-        };
-        if r.is_err() {
-            self.unwind_locals(mark);
-        }
-        r
+        self.scoped(|e| {
+            if e.bnb.weights.contains_key(&base.w) {
+                e.lora_bnb_body(base, ad, x)
+            } else {
+                e.lora_body(base, ad, x)
+            }
+        })
     }
 
     fn lora_body(&mut self, base: &Linear, ad: &Adapter, x: TensorId) -> Result<TensorId> {

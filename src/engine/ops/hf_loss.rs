@@ -19,11 +19,7 @@ impl Engine {
     /// and `.contiguous()` returns it as it is).
     pub fn hf_causal_lm_loss(&mut self, logits: TensorId, labels: TensorId) -> Result<TensorId> {
         let prev = self.op_begin("ForCausalLMLoss");
-        let mark = self.locals.len();
-        let r = self.causal_loss_body(logits, labels);
-        if r.is_err() {
-            self.unwind_locals(mark);
-        }
+        let r = self.scoped(|e| e.causal_loss_body(logits, labels));
         // The model's forward returns with its loss: its locals go.
         self.loss_made_from(logits);
         self.op_end(prev)?;

@@ -34,14 +34,7 @@ impl Engine {
     /// h = h * rsqrt(variance + eps); return weight * h.to(input_dtype)`.
     /// `variance` is a local: it lives until the function returns.
     pub fn rms_norm_hf(&mut self, x: TensorId, w: TensorId) -> Result<TensorId> {
-        let prev = self.op_begin("LlamaRMSNorm");
-        let mark = self.locals.len();
-        let r = self.rms_norm_hf_inner(x, w);
-        if r.is_err() {
-            self.unwind_locals(mark);
-        }
-        self.op_end(prev)?;
-        r
+        self.in_op("LlamaRMSNorm", |e| e.rms_norm_hf_inner(x, w))
     }
 
     fn rms_norm_hf_inner(&mut self, x: TensorId, w: TensorId) -> Result<TensorId> {
@@ -76,14 +69,7 @@ impl Engine {
     /// fp32 copy goes once added); `return output.type_as(x)`: in a
     /// half-precision model a cast, the fp32 product gone.
     pub fn rms_norm_gemma(&mut self, x: TensorId, w: TensorId) -> Result<TensorId> {
-        let prev = self.op_begin("Gemma2RMSNorm");
-        let mark = self.locals.len();
-        let r = self.rms_norm_gemma_inner(x, w);
-        if r.is_err() {
-            self.unwind_locals(mark);
-        }
-        self.op_end(prev)?;
-        r
+        self.in_op("Gemma2RMSNorm", |e| e.rms_norm_gemma_inner(x, w))
     }
 
     fn rms_norm_gemma_inner(&mut self, x: TensorId, w: TensorId) -> Result<TensorId> {
@@ -151,34 +137,27 @@ impl Engine {
     /// ATen's `rms_norm_composite` (models.md §1.2): upcast, pow, mean,
     /// `add_(eps)` in place, rsqrt, `* rstd`, `* weight`, `type_as(input)`.
     pub fn rms_norm_aten_composite(&mut self, x: TensorId, w: TensorId) -> Result<TensorId> {
-        let prev = self.op_begin("rms_norm");
-        let mark = self.locals.len();
-        let r = (|| {
-            let input_dtype = self.dtype(x);
-            let up = self.to_dtype(x, DType::F32)?;
-            let sq = self.pow2(up)?;
-            let rstd = self.mean_last_keepdim(sq);
-            self.release(sq);
+        self.in_op("rms_norm", |e| {
+            let input_dtype = e.dtype(x);
+            let up = e.to_dtype(x, DType::F32)?;
+            let sq = e.pow2(up)?;
+            let rstd = e.mean_last_keepdim(sq);
+            e.release(sq);
             // `.add_(eps)` on the mean's own result: no new storage.
             let var = rstd?;
-            let rstd = self.rsqrt(var);
-            self.release(var);
+            let rstd = e.rsqrt(var);
+            e.release(var);
             let rstd = rstd?;
-            let normed = self.mul(up, rstd);
-            self.release(rstd);
-            self.release(up);
+            let normed = e.mul(up, rstd);
+            e.release(rstd);
+            e.release(up);
             let normed = normed?;
-            let weighted = self.mul(normed, w);
-            self.release(normed);
+            let weighted = e.mul(normed, w);
+            e.release(normed);
             let weighted = weighted?;
-            let y = self.to_dtype(weighted, input_dtype);
-            self.release(weighted);
+            let y = e.to_dtype(weighted, input_dtype);
+            e.release(weighted);
             y
-        })();
-        if r.is_err() {
-            self.unwind_locals(mark);
-        }
-        self.op_end(prev)?;
-        r
+        })
     }
 }

@@ -21,11 +21,7 @@ impl Engine {
     ) -> Result<(TensorId, TensorId)> {
         let prev = self.op_begin("LlamaRotaryEmbedding");
         let grad = std::mem::replace(&mut self.ctx.grad_enabled, false);
-        let mark = self.locals.len();
-        let r = self.rotary_inner(inv_freq, position_ids, x_dtype);
-        if r.is_err() {
-            self.unwind_locals(mark);
-        }
+        let r = self.scoped(|e| e.rotary_inner(inv_freq, position_ids, x_dtype));
         self.ctx.grad_enabled = grad;
         self.op_end(prev)?;
         r
@@ -99,21 +95,14 @@ impl Engine {
         sin: TensorId,
         rotate: fn(&mut Self, TensorId, TensorId, TensorId) -> Result<TensorId>,
     ) -> Result<(TensorId, TensorId)> {
-        let prev = self.op_begin("apply_rotary_pos_emb");
-        let mark = self.locals.len();
-        let r = (|| {
-            let (cu, su) = (self.unsqueeze_heads(cos), self.unsqueeze_heads(sin));
-            let q_embed = rotate(self, q, cu, su)?;
-            let k_embed = rotate(self, k, cu, su)?;
-            self.release(cu);
-            self.release(su);
+        self.in_op("apply_rotary_pos_emb", |e| {
+            let (cu, su) = (e.unsqueeze_heads(cos), e.unsqueeze_heads(sin));
+            let q_embed = rotate(e, q, cu, su)?;
+            let k_embed = rotate(e, k, cu, su)?;
+            e.release(cu);
+            e.release(su);
             Ok((q_embed, k_embed))
-        })();
-        if r.is_err() {
-            self.unwind_locals(mark);
-        }
-        self.op_end(prev)?;
-        r
+        })
     }
 
     /// `cos.unsqueeze(1)`: [Bp, 1, T, d], a view.
@@ -137,26 +126,19 @@ impl Engine {
         cos: TensorId,
         sin: TensorId,
     ) -> Result<(TensorId, TensorId)> {
-        let prev = self.op_begin("apply_rotary_pos_emb");
-        let mark = self.locals.len();
-        let r = (|| {
-            let (cu, su) = (self.unsqueeze_heads(cos), self.unsqueeze_heads(sin));
+        self.in_op("apply_rotary_pos_emb", |e| {
+            let (cu, su) = (e.unsqueeze_heads(cos), e.unsqueeze_heads(sin));
             // All four slices first (q's, then k's), then q's rotation and
             // cat, then k's: the order autograd numbers their nodes in.
-            let d = self.shape(cu).last();
-            let qs = self.rotary_split(q, d);
-            let ks = self.rotary_split(k, d);
-            let q_embed = self.rotate_then_cat(qs, cu, su, self.shape(q))?;
-            let k_embed = self.rotate_then_cat(ks, cu, su, self.shape(k))?;
-            self.release(cu);
-            self.release(su);
+            let d = e.shape(cu).last();
+            let qs = e.rotary_split(q, d);
+            let ks = e.rotary_split(k, d);
+            let q_embed = e.rotate_then_cat(qs, cu, su, e.shape(q))?;
+            let k_embed = e.rotate_then_cat(ks, cu, su, e.shape(k))?;
+            e.release(cu);
+            e.release(su);
             Ok((q_embed, k_embed))
-        })();
-        if r.is_err() {
-            self.unwind_locals(mark);
-        }
-        self.op_end(prev)?;
-        r
+        })
     }
 
     /// `x[..., :d], x[..., d:]`.
