@@ -53,14 +53,18 @@ fn traced_allocations(path: &Path) -> Vec<(u64, String)> {
 /// [`requests`]' groups: (an allocation?, its sizes).
 type Requests = Vec<(bool, Vec<u64>)>;
 
-/// The family traced and its scenario exported: (traced, scenario)
-/// requests and the traced allocations.
-fn run(family: &str) -> (Requests, Requests, Vec<(u64, String)>) {
+/// The family traced (train.py with `args` after the config) and the
+/// scenario file beside its config exported: (traced, scenario) requests
+/// and the traced allocations.
+fn run(family: &str, scenario: &str, args: &[&str]) -> (Requests, Requests, Vec<(u64, String)>) {
     transformers_python();
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf-trace");
     let scratch = Scratch::new(&format!("hf-{family}"));
     let traced = scratch.0.join("traced.pickle");
     let config = dir.join(family).join("config.json");
+    let config = config.to_string_lossy();
+    let mut program_args = vec![config.as_ref()];
+    program_args.extend_from_slice(args);
     let (code, _, err) = trace(
         &[
             "--json",
@@ -70,14 +74,14 @@ fn run(family: &str) -> (Requests, Requests, Vec<(u64, String)>) {
             &traced.to_string_lossy(),
         ],
         &dir.join("train.py"),
-        &[&config.to_string_lossy()],
+        &program_args,
     );
     assert_eq!(code, 0, "{family}: the trace failed: {err}");
     assert!(traced.exists(), "{family}: traced nothing: {err}");
     let exported = scratch.0.join("scenario.pickle");
     let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
         .arg("export")
-        .arg(dir.join(family).join("scenario.ron"))
+        .arg(dir.join(family).join(scenario))
         .arg("-o")
         .arg(&exported)
         .output()
@@ -99,7 +103,12 @@ fn run(family: &str) -> (Requests, Requests, Vec<(u64, String)>) {
 /// byte for byte and in order; where they part, the first difference and
 /// the traced line that made it.
 fn equal(family: &str) {
-    let (t, s, allocs) = run(family);
+    equal_to(family, "scenario.ron", &[]);
+}
+
+/// [`equal`] with `args` after the config and the scenario file `scenario`.
+fn equal_to(family: &str, scenario: &str, args: &[&str]) {
+    let (t, s, allocs) = run(family, scenario, args);
     assert!(t.len() > 500, "{family}: only {} groups traced", t.len());
     if let Some(at) = t.iter().zip(&s).position(|(a, b)| a != b) {
         // requests(): a free group before each allocation, so group 2i + 1
@@ -177,4 +186,18 @@ fn qwen3_moe_traced_makes_the_scenarios_requests() {
 #[ignore = "needs PyTorch and transformers 5.16.1 (pip install torch==2.11.* transformers==5.16.1)"]
 fn qwen2_moe_traced_makes_the_scenarios_requests() {
     equal("qwen2_moe");
+}
+
+/// The same without a cache (`use_cache=False`, `hf_use_cache: false`):
+/// both masks' `_preprocess_mask_arguments` check the positions for packed
+/// sequences (masking_utils.py:854), the sliding mask's after the causal
+/// one's, before `sdpa_mask` builds it.
+#[test]
+#[ignore = "needs PyTorch and transformers 5.16.1 (pip install torch==2.11.* transformers==5.16.1)"]
+fn qwen2_moe_traced_without_a_cache_makes_the_scenarios_requests() {
+    equal_to(
+        "qwen2_moe",
+        "scenario-no-cache.ron",
+        &["2", "32", "2", "no-cache"],
+    );
 }
