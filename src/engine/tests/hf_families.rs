@@ -169,6 +169,12 @@ fn hf_model_keeps_inputs_embeds_until_it_returns() {
 /// An embedding, Qwen3's fp32 rotary table and one `HfAttention` (hidden
 /// 64, 4 heads of 16, `kv_heads`), with or without its q/k norms.
 fn embedded_attention(kv_heads: u64, qk_norm: bool) -> Module {
+    embedded_attention_masked(kv_heads, qk_norm, None)
+}
+
+/// [`embedded_attention`] whose rotary module says the model's forward
+/// builds an unused sliding-window mask of this window.
+fn embedded_attention_masked(kv_heads: u64, qk_norm: bool, window: Option<u64>) -> Module {
     Module::Sequential(vec![
         named("emb", Module::Embedding { num: 100, dim: 64 }),
         named(
@@ -177,7 +183,7 @@ fn embedded_attention(kv_heads: u64, qk_norm: bool) -> Module {
                 head_dim: 16,
                 float32: true,
                 sliding: false,
-                unused_sliding_mask: None,
+                unused_sliding_mask: window,
             },
         ),
         named(
@@ -224,17 +230,8 @@ fn hf_model_keeps_an_unused_sliding_mask_until_it_returns() {
     // tables; the mask is a local of the forward, freed as it returns
     // before `inputs_embeds` (held by `mask_kwargs`, a later local).
     let net = |mask: Option<u64>| {
-        let Module::Sequential(mut body) = embedded_attention(4, false) else {
-            unreachable!("embedded_attention is a Sequential")
-        };
-        if let Module::RotaryEmbedding {
-            unused_sliding_mask,
-            ..
-        } = &mut body[1].1
-        {
-            *unused_sliding_mask = mask;
-        }
-        let model = Module::HfModel(Box::new(Module::Sequential(body)));
+        let body = embedded_attention_masked(4, false, mask);
+        let model = Module::HfModel(Box::new(body));
         lang(model, ModelInput::Tokens { seq: 16 }, 2, DType::BF16)
     };
     let v5 = EngineConfig {
