@@ -190,6 +190,56 @@ fn the_model_view_says_what_is_assumed_and_what_is_left_out() {
     assert!(!q["notes"].to_string().contains("routing"));
 }
 
+/// The `unused_sliding_mask` of a config's rotary module, and its notes.
+fn sliding_mask_of(text: &str) -> (Option<u64>, Vec<String>) {
+    use vramscope::engine::model_lang::Module;
+    fn find(m: &Module) -> Option<Option<u64>> {
+        match m {
+            Module::RotaryEmbedding {
+                unused_sliding_mask,
+                ..
+            } => Some(*unused_sliding_mask),
+            Module::Sequential(children) => children.iter().find_map(|(_, c)| find(c)),
+            Module::Registered { module, .. } => find(module),
+            Module::HfModel(inner) => find(inner),
+            _ => None,
+        }
+    }
+    let (m, notes) =
+        vramscope::engine::hf_config::parse_with_notes(text, "c.json").expect("parses");
+    let ModelKind::Modules(lm) = &m.kind else {
+        panic!("written in the module language")
+    };
+    (find(&lm.net).expect("a RotaryEmbedding"), notes)
+}
+
+/// Qwen2-MoE's forward builds a sliding-window mask whatever its layers
+/// (transformers 5.16.1 modeling_qwen2_moe.py:493-496), of window 0 without
+/// `use_sliding_window` (configuration_qwen2_moe.py:111): the model says so
+/// and it is no longer a note; with `use_sliding_window` the sliding layers
+/// are a note.
+#[test]
+fn qwen2_moe_builds_its_unused_sliding_mask_of_window_0() {
+    let text = std::fs::read_to_string(fixture("qwen1.5-moe-a2.7b")).expect("fixture");
+    let (mask, notes) = sliding_mask_of(&text);
+    assert_eq!(mask, Some(0));
+    assert!(!notes.iter().any(|n| n.contains("sliding")), "{notes:?}");
+    let sliding = text.replace(
+        "\"use_sliding_window\": false",
+        "\"use_sliding_window\": true",
+    );
+    assert_ne!(sliding, text);
+    let (mask, notes) = sliding_mask_of(&sliding);
+    assert_eq!(mask, None);
+    assert!(
+        notes.iter().any(|n| n.contains("use_sliding_window")),
+        "{notes:?}"
+    );
+    // Other families' forwards build no unused mask.
+    let mixtral = std::fs::read_to_string(fixture("mixtral-8x7b")).expect("fixture");
+    assert_eq!(sliding_mask_of(&mixtral).0, None);
+}
+
 /// A family the reader refuses says which field and why.
 #[test]
 fn mixed_dense_and_sparse_layers_are_refused_by_field() {

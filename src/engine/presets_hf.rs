@@ -218,6 +218,7 @@ impl DecoderLm {
                     head_dim: self.head_dim(),
                     float32: false,
                     sliding: false,
+                    unused_sliding_mask: None,
                 },
             ),
         ]);

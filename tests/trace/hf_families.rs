@@ -7,17 +7,13 @@
 //! step) under `vramscope trace` with transformers 5.16.1, against the
 //! scenario beside the config (`HfConfig("config.json")`, `transformers:
 //! "5.16"`, `hf_use_cache: true` as `from_config`'s `use_cache` default
-//! makes a `DynamicCache` in training). The dense families' tests hold the
-//! two equal from the first request to the last; the MoE families' test
-//! holds them equal up to the first request transformers 5.16.1 makes that
-//! the engine does not model, and names that request (docs/trace.md,
-//! "Hugging Face families").
+//! makes a `DynamicCache` in training). Each test holds the two equal from
+//! the first request to the last, and where they part names the first
+//! difference and the traced line that made it (docs/trace.md, "Hugging
+//! Face families").
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-use vramscope::alloc::Action;
-use vramscope::trace::snapshot::import_file;
 
 use super::captures::requests;
 use super::{trace, Scratch};
@@ -36,12 +32,10 @@ fn transformers_python() -> String {
 }
 
 /// Each allocation of a traced snapshot: its size and the first frame of
-/// the program's (not the trace helper's, not torch's) as `file:line`;
-/// without those made under `strip` (a file in their stack).
-fn traced_allocations(path: &Path, strip: Option<&str>) -> Vec<(u64, String)> {
+/// the program's (not the trace helper's, not torch's) as `file:line`.
+fn traced_allocations(path: &Path) -> Vec<(u64, String)> {
     super::qlora::allocations(path)
         .into_iter()
-        .filter(|(_, frames)| !strip.is_some_and(|s| frames.iter().any(|f| f.0.contains(s))))
         .map(|(size, frames)| {
             let own = frames
                 .iter()
@@ -59,60 +53,18 @@ fn traced_allocations(path: &Path, strip: Option<&str>) -> Vec<(u64, String)> {
 /// [`requests`]' groups: (an allocation?, its sizes).
 type Requests = Vec<(bool, Vec<u64>)>;
 
-/// [`requests`] of a snapshot without the allocations made under `strip`
-/// (a file in their stack) and their frees.
-fn requests_without(path: &Path, strip: &str) -> Requests {
-    let snap = import_file(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let trace = snap.device_traces.first().expect("device 0's trace");
-    let mut dropped = std::collections::HashSet::new();
-    let mut out: Requests = Vec::new();
-    let mut frees = Vec::new();
-    for e in trace {
-        match e.action {
-            Action::Alloc => {
-                let under = snap
-                    .frames
-                    .resolve(e.frames)
-                    .any(|f| f.filename.contains(strip));
-                if under {
-                    dropped.insert(e.addr);
-                    continue;
-                }
-                frees.sort_unstable();
-                out.push((false, std::mem::take(&mut frees)));
-                out.push((true, vec![e.size]));
-            }
-            Action::FreeRequested if !dropped.contains(&e.addr) => frees.push(e.size),
-            Action::FreeCompleted => {
-                dropped.remove(&e.addr);
-            }
-            _ => {}
-        }
-    }
-    frees.sort_unstable();
-    out.push((false, frees));
-    out
-}
-
-/// Where transformers 5.16.1 and the scenario part, and why.
-struct Parting {
-    family: &'static str,
-    /// The two agree on at least this many request groups.
-    agree: usize,
-    /// The last traced allocation at or before the parting: its size and
-    /// transformers' line.
-    last: (u64, &'static str),
-    cause: &'static str,
-}
-
-/// The family traced and its scenario exported: (traced, scenario)
-/// requests and the traced allocations.
-fn run(family: &str, strip: Option<&str>) -> (Requests, Requests, Vec<(u64, String)>) {
+/// The family traced (train.py with `args` after the config) and the
+/// scenario file beside its config exported: (traced, scenario) requests
+/// and the traced allocations.
+fn run(family: &str, scenario: &str, args: &[&str]) -> (Requests, Requests, Vec<(u64, String)>) {
     transformers_python();
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf-trace");
     let scratch = Scratch::new(&format!("hf-{family}"));
     let traced = scratch.0.join("traced.pickle");
     let config = dir.join(family).join("config.json");
+    let config = config.to_string_lossy();
+    let mut program_args = vec![config.as_ref()];
+    program_args.extend_from_slice(args);
     let (code, _, err) = trace(
         &[
             "--json",
@@ -122,14 +74,14 @@ fn run(family: &str, strip: Option<&str>) -> (Requests, Requests, Vec<(u64, Stri
             &traced.to_string_lossy(),
         ],
         &dir.join("train.py"),
-        &[&config.to_string_lossy()],
+        &program_args,
     );
     assert_eq!(code, 0, "{family}: the trace failed: {err}");
     assert!(traced.exists(), "{family}: traced nothing: {err}");
     let exported = scratch.0.join("scenario.pickle");
     let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
         .arg("export")
-        .arg(dir.join(family).join("scenario.ron"))
+        .arg(dir.join(family).join(scenario))
         .arg("-o")
         .arg(&exported)
         .output()
@@ -140,51 +92,10 @@ fn run(family: &str, strip: Option<&str>) -> (Requests, Requests, Vec<(u64, Stri
         String::from_utf8_lossy(&out.stderr)
     );
     (
-        strip.map_or_else(|| requests(&traced), |s| requests_without(&traced, s)),
+        requests(&traced),
         requests(&exported),
-        traced_allocations(&traced, strip),
+        traced_allocations(&traced),
     )
-}
-
-fn holds(p: &Parting) {
-    holds_in(p, None);
-}
-
-fn holds_in(p: &Parting, strip: Option<&str>) {
-    let (t, s, allocs) = run(p.family, strip);
-    assert!(
-        t.len() > 500,
-        "{}: only {} groups traced",
-        p.family,
-        t.len()
-    );
-    let at = t
-        .iter()
-        .zip(&s)
-        .position(|(a, b)| a != b)
-        .unwrap_or_else(|| panic!("{}: traced == scenario: the expectation is stale", p.family));
-    assert!(
-        at >= p.agree,
-        "{}: the requests part at group {at}, before {} ({}): traced {:?}, scenario {:?}",
-        p.family,
-        p.agree,
-        p.cause,
-        t[at],
-        s[at]
-    );
-    // requests(): a free group before each allocation, so group 2i + 1 is
-    // allocation i.
-    let last = at.saturating_sub(1) / 2;
-    let (size, line) = &allocs[last];
-    assert_eq!(
-        (*size, line.as_str()),
-        p.last,
-        "{}: the requests part at group {at} (traced {:?}, scenario {:?}), not where {}",
-        p.family,
-        t[at],
-        s[at],
-        p.cause
-    );
 }
 
 /// The family traced and its scenario make the same requests from the
@@ -192,17 +103,12 @@ fn holds_in(p: &Parting, strip: Option<&str>) {
 /// byte for byte and in order; where they part, the first difference and
 /// the traced line that made it.
 fn equal(family: &str) {
-    equal_in(family, None);
+    equal_to(family, "scenario.ron", &[]);
 }
 
-/// [`equal`] with the traced requests made under `strip` (a file in their
-/// stack) left out: the rest agrees to the end past a named difference.
-fn equal_without(family: &str, strip: &str) {
-    equal_in(family, Some(strip));
-}
-
-fn equal_in(family: &str, strip: Option<&str>) {
-    let (t, s, allocs) = run(family, strip);
+/// [`equal`] with `args` after the config and the scenario file `scenario`.
+fn equal_to(family: &str, scenario: &str, args: &[&str]) {
+    let (t, s, allocs) = run(family, scenario, args);
     assert!(t.len() > 500, "{family}: only {} groups traced", t.len());
     if let Some(at) = t.iter().zip(&s).position(|(a, b)| a != b) {
         // requests(): a free group before each allocation, so group 2i + 1
@@ -271,24 +177,27 @@ fn qwen3_moe_traced_makes_the_scenarios_requests() {
     equal("qwen3_moe");
 }
 
-/// Qwen2-MoE's model forward builds a sliding-window mask no layer uses:
-/// `create_sliding_window_causal_mask` with `sliding_window = 0`
-/// (configuration_qwen2_moe.py:111 when `use_sliding_window` is false),
-/// which `_ignore_causal_mask_sdpa` cannot skip (modeling_qwen2_moe.py:493-496,
-/// masking_utils.py:503-514), kept to the forward's end; not modelled.
-/// Without those requests the two agree to the end, as Mixtral's do.
+/// Qwen2-MoE as 5.16.1 runs it: the MoE rules above, the shared expert and
+/// its gate, and the sliding-window mask of window 0 its forward builds and
+/// no layer takes (`use_sliding_window` false, configuration_qwen2_moe.py:111;
+/// modeling_qwen2_moe.py:493-496; `sdpa_mask`'s aranges and `and_masks`,
+/// masking_utils.py:54-56, 507-516), freed as the forward returns.
 #[test]
 #[ignore = "needs PyTorch and transformers 5.16.1 (pip install torch==2.11.* transformers==5.16.1)"]
-fn qwen2_moe_traced_parts_at_its_unused_sliding_mask() {
-    holds(&Parting {
-        family: "qwen2_moe",
-        // Loading (3-D experts, the shared expert and its gate), the batch,
-        // the embedding, the positions.
-        agree: 85,
-        // `batch_arange = torch.arange(batch_size)` (masking_utils.py:507).
-        last: (16, "masking_utils.py:507"),
-        cause: "Qwen2MoeModel.forward builds a sliding-window mask (window 0) that no layer \
-                uses, not modelled",
-    });
-    equal_without("qwen2_moe", "masking_utils.py");
+fn qwen2_moe_traced_makes_the_scenarios_requests() {
+    equal("qwen2_moe");
+}
+
+/// The same without a cache (`use_cache=False`, `hf_use_cache: false`):
+/// both masks' `_preprocess_mask_arguments` check the positions for packed
+/// sequences (masking_utils.py:854), the sliding mask's after the causal
+/// one's, before `sdpa_mask` builds it.
+#[test]
+#[ignore = "needs PyTorch and transformers 5.16.1 (pip install torch==2.11.* transformers==5.16.1)"]
+fn qwen2_moe_traced_without_a_cache_makes_the_scenarios_requests() {
+    equal_to(
+        "qwen2_moe",
+        "scenario-no-cache.ron",
+        &["2", "32", "2", "no-cache"],
+    );
 }

@@ -153,6 +153,23 @@ fn scenario_bnb(path: &Path) -> Bnb {
     out
 }
 
+/// A snapshot's segment calls in order: (a new segment?, its size, its
+/// address relative to the first segment's, in MiB).
+fn segments(path: &Path) -> Vec<(bool, u64, i64)> {
+    let snap = import_file(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let trace = snap.device_traces.first().expect("device 0's trace");
+    let mut first = None;
+    trace
+        .iter()
+        .filter(|e| matches!(e.action, Action::SegmentAlloc | Action::SegmentFree))
+        .map(|e| {
+            let base = *first.get_or_insert(e.addr);
+            let mib = (e.addr as i128 - base as i128) >> 20;
+            (e.action == Action::SegmentAlloc, e.size, mib as i64)
+        })
+        .collect()
+}
+
 fn peak(v: &serde_json::Value, key: &str) -> u64 {
     v[key]
         .as_u64()
@@ -253,26 +270,38 @@ fn qlora_traced_makes_the_scenarios_bitsandbytes_requests() {
         "no causal mask is built: the packed-sequence check reads True"
     );
 
-    // The figures: the same requests, so peak allocated and each
-    // iteration's end are equal. Peak reserved may differ by one 2 MiB
-    // small-pool segment: the two place the same requests at other
-    // addresses (the trace's device put its first small segment 488 MiB
-    // below its first segment, the scenario's 74 MiB: the two starts
-    // docs/driver_addresses.md observed), and the small pool breaks ties
-    // between equal free blocks by address.
-    const SMALL_SEGMENT: u64 = 2 << 20;
+    // The figures: the same requests on the same driver layout, so every
+    // figure is equal. Both sides tell the H100 driver model that kernels
+    // started at the first weight's quantisation (bitsandbytes'
+    // quantize_4bit, backends/cuda/ops.py:391-418), not at the warm-up
+    // block or a checkpoint tensor's copy (transformers 5.x's
+    // caching_allocator_warmup and _materialize_copy launch no kernel),
+    // so both put the first small segment 74 MiB below the first segment
+    // and open the held range at the same request (docs/driver_addresses.md).
+    let (ts, ss) = (segments(&traced), segments(&exported));
+    assert_eq!(
+        ts.get(1),
+        Some(&(true, 2 << 20, -74)),
+        "the first small segment"
+    );
+    if let Some(at) = ts.iter().zip(&ss).position(|(a, b)| a != b) {
+        panic!(
+            "segment call {at} of {}: traced {:?}, scenario {:?} (new?, bytes, MiB from the first)",
+            ts.len(),
+            ts[at],
+            ss[at]
+        );
+    }
+    assert_eq!(ts.len(), ss.len(), "segment calls");
     assert_eq!(
         peak(&report, "peak_allocated"),
         peak(&scenario, "peak_allocated"),
         "peak allocated"
     );
-    let (tp, sp) = (
+    assert_eq!(
         peak(&report, "peak_reserved"),
         peak(&scenario, "peak_reserved"),
-    );
-    assert!(
-        tp.abs_diff(sp) <= SMALL_SEGMENT,
-        "peak reserved: traced {tp}, scenario {sp}"
+        "peak reserved"
     );
     let ends = sidecar["per_iteration"].as_array().expect("per_iteration");
     let scen_ends = scenario["per_iteration"].as_array().expect("per_iteration");

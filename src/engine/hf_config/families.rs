@@ -327,6 +327,7 @@ pub(super) fn read(f: &Fields) -> Result<Family, HfConfigError> {
                 sliding: f.model_type == "gemma3_text"
                     && sliding.contains(&true)
                     && sliding.contains(&false),
+                unused_sliding_mask: unused_sliding_mask(f)?,
             },
         ),
         named("layers", layers),
@@ -411,6 +412,15 @@ fn sliding_layers(f: &Fields, n: u64) -> Result<Vec<bool>, HfConfigError> {
     })
 }
 
+/// The window of the sliding-window mask the model's forward builds and no
+/// layer takes: Qwen2-MoE's forward calls `create_sliding_window_causal_mask`
+/// whatever its layers (transformers 5.16.1 modeling_qwen2_moe.py:493-496),
+/// with `sliding_window` 0 when `use_sliding_window` is false
+/// (configuration_qwen2_moe.py:111), when every layer is full attention.
+fn unused_sliding_mask(f: &Fields) -> Result<Option<u64>, HfConfigError> {
+    Ok((f.model_type == "qwen2_moe" && !f.flag("use_sliding_window", false)?).then_some(0))
+}
+
 /// Gemma's sliding-window layers (transformers 5.16.1 masking_utils.py
 /// `_ignore_causal_mask_sdpa`: no mask while the keys are fewer than the
 /// window).
@@ -433,8 +443,8 @@ fn family_notes(f: &Fields) -> Vec<String> {
                         .into(),
                 );
             }
-            if f.model_type == "qwen2_moe" {
-                notes.push("under 5.x `Qwen2MoeModel.forward` also builds a sliding-window mask of window 0 that no layer uses (`use_sliding_window` false), [B, 1, T, T] bool held to the forward's end: not modelled".into());
+            if f.model_type == "qwen2_moe" && f.flag("use_sliding_window", false).unwrap_or(true) {
+                notes.push("`use_sliding_window`: the sliding-window layers and the mask they take are not modelled (every layer is full attention, with no mask)".into());
             }
         }
         "gemma2" => {

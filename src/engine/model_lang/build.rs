@@ -44,6 +44,9 @@ pub(crate) struct LangNet {
     pub inv_freq: Option<TensorId>,
     /// Its sliding layers' own (Gemma 3).
     pub local_inv_freq: Option<TensorId>,
+    /// The window of the sliding-window mask the model's forward builds
+    /// and no layer takes (`RotaryEmbedding`'s `unused_sliding_mask`).
+    pub unused_sliding_mask: Option<u64>,
     pub run_state: super::xfmr::XRun,
     /// The model's own parameters (`Module::Positions`), by slot.
     pub own_params: Vec<TensorId>,
@@ -145,6 +148,7 @@ impl LangNet {
             sites: b.sites,
             inv_freq: b.x.inv_freq,
             local_inv_freq: b.x.local_inv_freq,
+            unused_sliding_mask: b.x.unused_sliding_mask,
             run_state: super::xfmr::XRun::default(),
             own_params,
             hand: super::handwritten::HandRun::default(),

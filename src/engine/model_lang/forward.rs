@@ -19,6 +19,7 @@ impl LangNet {
             Ok(out) => e.hold_with(*out, windows),
             Err(_) => windows.into_iter().for_each(|w| e.decref(w)),
         }
+        self.end_sliding_mask(e);
         if self.v5_holds_rope(e) {
             self.v5_hold_rope(e);
         } else {
@@ -37,6 +38,7 @@ impl LangNet {
         x: TensorId,
     ) -> Result<TensorId> {
         let r = self.run_sites_inner(e, sites, x);
+        self.end_sliding_mask(e);
         self.end_rope(e);
         self.end_mask(e);
         r
@@ -96,7 +98,8 @@ impl LangNet {
 
     /// `Module::HfModel`: the body's children in order, the first one's
     /// output (`inputs_embeds`) kept to the end; then the frame's locals go:
-    /// that output, the positions and the rotary tables (handed to the
+    /// an unused sliding-window mask, that output, the positions and the
+    /// rotary tables (handed to the
     /// checkpoint frames under 5.x, as at a forward's end).
     fn hf_model(&self, e: &mut Engine, inner: usize, x: TensorId) -> Result<TensorId> {
         let Node::Seq(children) = &self.nodes[inner] else {
@@ -112,6 +115,9 @@ impl LangNet {
             let y = self.run(e, c, h);
             out = e.rebind(h, y);
         }
+        // The frame's locals: `causal_mask_mapping`, then `mask_kwargs`
+        // (`inputs_embeds`, `position_ids`).
+        self.end_sliding_mask(e);
         e.release(embeds);
         if self.v5_holds_rope(e) {
             self.v5_hold_rope(e);

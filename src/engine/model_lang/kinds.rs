@@ -1190,6 +1190,7 @@ impl Builder<'_> {
                 head_dim,
                 float32,
                 sliding,
+                unused_sliding_mask,
             } => {
                 let module = module(e);
                 let model_dtype = e.param_dtype;
@@ -1229,6 +1230,7 @@ impl Builder<'_> {
                 e.param_dtype = model_dtype;
                 self.x.inv_freq = made.first().copied();
                 self.x.local_inv_freq = made.get(1).copied();
+                self.x.unused_sliding_mask = *unused_sliding_mask;
                 Leaf::Rotary
             }
             Module::Attention {

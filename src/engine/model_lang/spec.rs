@@ -171,6 +171,16 @@ pub enum Module {
         /// a `sliding` `HfAttention` takes the second.
         #[serde(default)]
         sliding: bool,
+        /// The model's forward also builds a sliding-window causal mask of
+        /// this window that no layer takes (transformers 5.x: Qwen2-MoE's
+        /// `create_sliding_window_causal_mask` with `sliding_window` 0 when
+        /// `use_sliding_window` is false, modeling_qwen2_moe.py:493-496,
+        /// configuration_qwen2_moe.py:111): made after the positions and
+        /// before the tables when the keys are at least the window
+        /// (`_ignore_causal_mask_sdpa`, masking_utils.py:262-263), held
+        /// until the forward returns (`model_lang/hf_v5.rs`).
+        #[serde(default)]
+        unused_sliding_mask: Option<u64>,
     },
     /// `LlamaAttention` with `sdpa_attention_forward` (models.md §4):
     /// `q_proj`, `k_proj`, `v_proj` (`kv_heads` heads: GQA, MQA at 1),

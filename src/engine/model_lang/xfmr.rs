@@ -85,6 +85,8 @@ pub(crate) struct XState {
     pub inv_freq: Option<TensorId>,
     /// Its sliding layers' buffer (Gemma 3's `sliding_attention_inv_freq`).
     pub local_inv_freq: Option<TensorId>,
+    /// `RotaryEmbedding`'s `unused_sliding_mask`.
+    pub unused_sliding_mask: Option<u64>,
 }
 
 /// Per-forward state of a built model.
@@ -97,6 +99,9 @@ pub(crate) struct XRun {
     /// The sliding cache layers' window tensors of this forward: the model's
     /// output holds them (`Engine::hold_with`).
     pub cache_windows: std::cell::RefCell<Vec<TensorId>>,
+    /// This forward's unused sliding-window mask (`hf_v5.rs`), a local of
+    /// the model's forward.
+    pub sliding_mask: Cell<Option<TensorId>>,
 }
 
 impl LangNet {
@@ -138,6 +143,15 @@ impl LangNet {
                 e.keep(position_ids);
                 if e.cfg.hf_v5() && !e.cfg.hf_use_cache {
                     e.v5_find_packed(e.shape(x).dim(0), t)?;
+                }
+                // Then `create_sliding_window_causal_mask` where the model's
+                // forward builds one no layer takes (`hf_v5.rs`).
+                let unused = self.unused_sliding_mask.filter(|_| e.cfg.hf_v5());
+                if let Some(window) = unused.filter(|_| !e.ckpt.rebuilding()) {
+                    let mask = e.v5_unused_sliding_mask(e.shape(x).dim(0), t, window)?;
+                    if let Some(old) = self.run_state.sliding_mask.replace(mask) {
+                        e.decref(old);
+                    }
                 }
                 let mut c = RopeCtx {
                     cache_position,

@@ -115,6 +115,12 @@ impl Engine {
             self.param_dtype,
             Category::Parameter,
         )?;
+        // `quantize_4bit`'s CUDA op launches bitsandbytes' kernel
+        // (backends/cuda/ops.py:410-418) after its absmax and output
+        // (391-392): the program's first kernel when the model loads before
+        // it runs anything else (the driver's layout, docs/driver_addresses.md;
+        // the weight's copy above is a host-to-device copy, no kernel).
+        self.alloc.device_mut().kernels_started();
         let absmax = f32v(self, nblocks)?;
         let packed = self.empty(
             Shape::new(&[n.div_ceil(2), 1]),
@@ -160,6 +166,10 @@ impl Engine {
     /// the fp32 row scales, then the int8 rows), the fp16 copy freed.
     fn quantize_8bit(&mut self, out: u64, input: u64) -> Result<(TensorId, Vec<TensorId>)> {
         let half = self.empty(Shape::new(&[out, input]), DType::F16, Category::Parameter)?;
+        // `int8_vectorwise_quant`'s CUDA op: its row statistics and output
+        // (backends/cuda/ops.py:223-224), then the kernel (238-246): as for
+        // 4-bit above.
+        self.alloc.device_mut().kernels_started();
         let scb = self.empty(Shape::new(&[out]), DType::F32, Category::Parameter)?;
         // int8 has the size of uint8; the summary names it from the registry.
         let cb = self.empty(Shape::new(&[out, input]), DType::U8, Category::Parameter)?;

@@ -169,6 +169,12 @@ fn hf_model_keeps_inputs_embeds_until_it_returns() {
 /// An embedding, Qwen3's fp32 rotary table and one `HfAttention` (hidden
 /// 64, 4 heads of 16, `kv_heads`), with or without its q/k norms.
 fn embedded_attention(kv_heads: u64, qk_norm: bool) -> Module {
+    embedded_attention_masked(kv_heads, qk_norm, None)
+}
+
+/// [`embedded_attention`] whose rotary module says the model's forward
+/// builds an unused sliding-window mask of this window.
+fn embedded_attention_masked(kv_heads: u64, qk_norm: bool, window: Option<u64>) -> Module {
     Module::Sequential(vec![
         named("emb", Module::Embedding { num: 100, dim: 64 }),
         named(
@@ -177,6 +183,7 @@ fn embedded_attention(kv_heads: u64, qk_norm: bool) -> Module {
                 head_dim: 16,
                 float32: true,
                 sliding: false,
+                unused_sliding_mask: window,
             },
         ),
         named(
@@ -213,6 +220,60 @@ fn hf_attention_under_use_cache_copies_k_and_v() {
     let count = |r: &[i64], n: i64| r.iter().filter(|&&x| x == n).count();
     assert_eq!(count(&with, kv), count(&without, kv) + 2, "{with:?}");
     assert_eq!(with.len(), without.len() + 4, "two copies, two frees");
+}
+
+#[test]
+fn hf_model_keeps_an_unused_sliding_mask_until_it_returns() {
+    // Qwen2MoeModel.forward (transformers 5.16.1 modeling_qwen2_moe.py:
+    // 479-499): the positions, then `create_sliding_window_causal_mask` of
+    // window 0 into `causal_mask_mapping` (493-496), then the rotary
+    // tables; the mask is a local of the forward, freed as it returns
+    // before `inputs_embeds` (held by `mask_kwargs`, a later local).
+    let net = |mask: Option<u64>| {
+        let body = embedded_attention_masked(4, false, mask);
+        let model = Module::HfModel(Box::new(body));
+        lang(model, ModelInput::Tokens { seq: 16 }, 2, DType::BF16)
+    };
+    let v5 = EngineConfig {
+        transformers: Some(super::super::transformers_release::TransformersVersion::new(5, 16)),
+        hf_use_cache: true,
+        ..EngineConfig::default()
+    };
+    let (_, without) = build_and_forward(net(None), v5.clone());
+    let (_, with) = build_and_forward(net(Some(0)), v5.clone());
+    // B 2, T 16: sdpa_mask's aranges (masking_utils.py:507-510), and_mask's
+    // 0-dim, the overlay and its `&`, the causal comparison and its `&`
+    // ([1, 1, 16, 16] bool: 256 B), then the aranges go.
+    let made = [
+        16, 8, 128, 128, -128, 128, 128, -128, 1, 128, 256, -128, 256, -256, -1, 256, 256, -256,
+        -256, -16, -8, -128, -128,
+    ];
+    let at = with
+        .windows(made.len())
+        .position(|w| w == made)
+        .unwrap_or_else(|| panic!("no mask made: {with:?}"));
+    // The positions (`arange(T) + 0`, the arange gone) come before it.
+    assert_eq!(with[..at], without[..at]);
+    assert_eq!(with[at - 3..at], [128, 128, -128]);
+    let mut rest = with[..at].to_vec();
+    rest.extend_from_slice(&with[at + made.len()..]);
+    let freed = rest
+        .iter()
+        .zip(&without)
+        .position(|(a, b)| a != b)
+        .expect("the mask is freed");
+    assert_eq!(rest[freed], -256, "the mask goes: {rest:?}");
+    // … before `position_ids` (`inputs_embeds` between them is saved by
+    // the projections: no free).
+    assert_eq!(without[freed], -128, "{without:?}");
+    rest.remove(freed);
+    assert_eq!(rest, without, "nothing else differs");
+    // A 5.x rule: under 4.x (not read) the field changes nothing.
+    let v4 = EngineConfig::default();
+    assert_eq!(
+        build_and_forward(net(Some(0)), v4.clone()).1,
+        build_and_forward(net(None), v4).1
+    );
 }
 
 /// The sizes of one training step's `ViewBackward0` allocations of an

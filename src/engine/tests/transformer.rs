@@ -578,6 +578,7 @@ fn forced_efficient_attention_on_grouped_heads_is_refused_where_it_is_written() 
                     head_dim: 64,
                     float32: false,
                     sliding: false,
+                    unused_sliding_mask: None,
                 },
             ),
             (

@@ -72,8 +72,9 @@ impl EntryReader {
 
 /// Which requests came before the program's first kernel, read entry by
 /// entry as `vramscope trace` tells its device: those under
-/// `nn.Module._apply` (a module's `.to()`) before the first request that
-/// is not. Stops reading stacks at that request.
+/// `nn.Module._apply` (a module's `.to()`) or transformers 5.x's loading
+/// copies (`is_module_conversion`) before the first request that is not.
+/// Stops reading stacks at that request.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BeforeKernels {
     started: bool,

@@ -55,19 +55,48 @@ impl Frame {
         self.kind() == FrameKind::User
     }
 
-    /// True for `torch.nn.Module._apply`: a request under it is a module's
-    /// `.to()` / `.cuda()` / `.half()`, which copies or casts its tensors
-    /// before the program has launched a kernel of its own.
+    /// True where a model's weights are put on the device, which the
+    /// driver-address model takes as coming before the program's first
+    /// kernel (docs/driver_addresses.md): `torch.nn.Module._apply` (a
+    /// module's `.to()` / `.cuda()` / `.half()`, which copies or casts its
+    /// tensors), and transformers 5.x's `from_pretrained`, whose
+    /// `caching_allocator_warmup` takes one `torch.empty` block
+    /// (modeling_utils.py:5136) and whose `_materialize_copy` copies each
+    /// checkpoint tensor to the device (core_model_loading.py:1236-1241: a
+    /// host-to-device copy, a `cudaMemcpyAsync`, no kernel). The first
+    /// kernel of a bitsandbytes model's loading is its first weight's
+    /// quantisation (`quantize_4bit`'s CUDA op, bitsandbytes 0.50.2
+    /// backends/cuda/ops.py:384-418), whose requests are under neither.
     pub fn is_module_conversion(&self) -> bool {
         is_module_conversion(&self.filename, &self.name)
     }
 }
 
+/// The functions [`is_module_conversion`] names: (function, its file with
+/// either separator).
+const CONVERSIONS: [(&str, &str, &str); 3] = [
+    (
+        "_apply",
+        "torch/nn/modules/module.py",
+        "torch\\nn\\modules\\module.py",
+    ),
+    (
+        "caching_allocator_warmup",
+        "transformers/modeling_utils.py",
+        "transformers\\modeling_utils.py",
+    ),
+    (
+        "_materialize_copy",
+        "transformers/core_model_loading.py",
+        "transformers\\core_model_loading.py",
+    ),
+];
+
 /// [`Frame::is_module_conversion`] of a frame given by file and function name.
 pub fn is_module_conversion(filename: &str, name: &str) -> bool {
-    name == "_apply"
-        && (filename.ends_with("torch/nn/modules/module.py")
-            || filename.ends_with("torch\\nn\\modules\\module.py"))
+    CONVERSIONS.iter().any(|(f, unix, windows)| {
+        name == *f && (filename.ends_with(unix) || filename.ends_with(windows))
+    })
 }
 
 /// Index of one distinct [`Frame`] in a [`FrameTable`].
@@ -185,6 +214,32 @@ mod tests {
             line,
             name: name.into(),
         }
+    }
+
+    #[test]
+    fn weights_put_on_the_device_come_before_the_first_kernel() {
+        let site = "/usr/lib/python3/site-packages";
+        let conv = |file: &str, name: &str| frame(&format!("{site}/{file}"), 1, name);
+        assert!(conv("torch/nn/modules/module.py", "_apply").is_module_conversion());
+        assert!(is_module_conversion(
+            "C:\\py\\Lib\\site-packages\\torch\\nn\\modules\\module.py",
+            "_apply"
+        ));
+        // transformers 5.x's from_pretrained: the warm-up block and each
+        // checkpoint tensor's copy to the device.
+        assert!(
+            conv("transformers/modeling_utils.py", "caching_allocator_warmup")
+                .is_module_conversion()
+        );
+        assert!(
+            conv("transformers/core_model_loading.py", "_materialize_copy").is_module_conversion()
+        );
+        // bitsandbytes' quantisation and a function of the same name
+        // elsewhere launch kernels.
+        assert!(!conv("bitsandbytes/backends/cuda/ops.py", "_").is_module_conversion());
+        assert!(!conv("bitsandbytes/nn/modules.py", "_quantize").is_module_conversion());
+        assert!(!conv("mylib/loading.py", "_materialize_copy").is_module_conversion());
+        assert!(!conv("transformers/core_model_loading.py", "_apply").is_module_conversion());
     }
 
     #[test]
