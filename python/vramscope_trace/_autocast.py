@@ -80,8 +80,13 @@ def _autocast_handlers(torch, handlers):
     torch.clear_autocast_cache = clear_autocast_cache
     fp32 = torch.float32
 
+    # CUDA's autocast, asked with no argument (the CUDA one, in every
+    # release since 2.0): `"cuda"` would be parsed to a device at every call,
+    # and the policies ask at every op of their lists (a GEMM's `matmul`).
+    enabled = torch.is_autocast_enabled
+
     def active():
-        return torch.is_autocast_enabled("cuda")
+        return enabled()
 
     def eligible(t):
         return (
@@ -127,11 +132,9 @@ def _autocast_handlers(torch, handlers):
             return type(v)(reversed([cast(x, to) for x in reversed(v)]))
         return cast(v, to)
 
-    enabled = torch.is_autocast_enabled
-
     def policy(to_of):
         def h(func, args, kwargs):
-            if not enabled("cuda"):
+            if not enabled():
                 return func(*args, **kwargs)
             to = to_of(args, kwargs)
             if to is None:

@@ -291,6 +291,11 @@ def _allocations_mode(torch):
                 _register_staged(func, out, shapes, box, rule[4])
             elif rule[4]:
                 _register([out[i] for i in rule[4] if i < len(out)], box, rule[1])
+            elif not rule[1] and isinstance(out, _Tensor):
+                # One tensor none of whose outputs the GPU keeps on the host
+                # (a GEMM's): `_register`'s first case, here.
+                if out.is_meta:
+                    _malloc(out, box, 1)
             else:
                 _register(out, box, rule[1])
             if report is not None:

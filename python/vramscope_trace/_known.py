@@ -81,7 +81,9 @@ def _value_rule(torch, func, name):
     written keyword arguments, whether its outputs are views of its first
     argument, whether to look at it even when nothing is known (a source,
     or a host tensor moved to the device), whether its size needs the
-    values before it runs (`_ROWS_OPS`))."""
+    values before it runs (`_ROWS_OPS`), whether meta cannot run it
+    (`_CPU_ONLY_OPS`), whether it writes any argument: `_forget_written`
+    is called only then)."""
     schema = func._schema
     writes = tuple(
         i for i, a in enumerate(schema.arguments)
@@ -104,7 +106,10 @@ def _value_rule(torch, func, name):
     else:
         mode = _V_NORMAL
     always = mode in (_V_SOURCE, _V_LIKE) or name in ("_to_copy", "copy_")
-    return (mode, writes, writes_kw, views, always, name in _ROWS_OPS, name in _CPU_ONLY_OPS)
+    return (
+        mode, writes, writes_kw, views, always, name in _ROWS_OPS, name in _CPU_ONLY_OPS,
+        bool(writes or writes_kw),
+    )
 
 
 def _known(t):
@@ -325,18 +330,21 @@ def _values(func, vr, args, kwargs, out, pre=None):
     from that)."""
     mode = vr[0]
     if mode == _V_NEVER:
-        _forget_written(vr, args, kwargs)
+        if vr[7]:
+            _forget_written(vr, args, kwargs)
         return
     if pre is None:
         if (
             (not vr[4] and not _any_known(args, kwargs))
             or not _small(out)
         ):
-            _forget_written(vr, args, kwargs)
+            if vr[7]:
+                _forget_written(vr, args, kwargs)
             return
         pre = _compute(func, vr, args, kwargs)
         if pre is None:
-            _forget_written(vr, args, kwargs)
+            if vr[7]:
+                _forget_written(vr, args, kwargs)
             return
     _attach(vr, args, out, pre)
 
