@@ -1,5 +1,5 @@
 //! `trace`: the user's own PyTorch program, unmodified, on a simulated GPU
-//! (issue 38). The program runs under `python/vramscope_trace.py`; its
+//! (issue 38). The program runs under `python/vramscope_trace/`; its
 //! requests are placed by the allocator model as it runs, and the stream is
 //! read as `attach` reads a live job: the same TUI, or the same report with
 //! the trace's own figures (`--json`: `peak_allocated` and `peak_reserved`

@@ -1,5 +1,5 @@
 //! The traced program's start: a private folder (0700) holding the helper
-//! (and the live helper's holder walk beside it),
+//! package (and the live helper's holder walk beside it),
 //! a `sitecustomize.py` that loads it, and the socket vramscope listens on;
 //! the program started with that folder first on `PYTHONPATH`. The folder is
 //! removed when the [`Launch`] is dropped.
@@ -14,16 +14,45 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::error::TraceError;
 
-/// The helper the program runs under (python/vramscope_trace.py), carried
-/// in the binary so `vramscope trace` works wherever it is installed.
-pub const HELPER_SOURCE: &str = include_str!("../../python/vramscope_trace.py");
+/// The helper the program runs under: the package python/vramscope_trace/,
+/// carried in the binary so `vramscope trace` works wherever it is
+/// installed. Written as this folder in the private one.
+pub const HELPER_PACKAGE: &str = "vramscope_trace";
+
+/// Each of the helper's modules, as (file name, text), from
+/// python/vramscope_trace/ (a test fails on a module left out).
+macro_rules! helper_modules {
+    ($($name:literal),* $(,)?) => {
+        &[$(($name, include_str!(concat!("../../python/vramscope_trace/", $name)))),*]
+    };
+}
+pub const HELPER_MODULES: &[(&str, &str)] = helper_modules![
+    "__init__.py",
+    "_activate.py",
+    "_allocations.py",
+    "_autocast.py",
+    "_boot.py",
+    "_channel.py",
+    "_cuda.py",
+    "_cuda_paths.py",
+    "_dispatch.py",
+    "_known.py",
+    "_meta_kernels.py",
+    "_own_meta.py",
+    "_patches.py",
+    "_relabel.py",
+    "_reports.py",
+    "_session.py",
+    "_stack_walk.py",
+    "_steps.py",
+];
 /// The holder walk the helper runs at step boundaries and OOMs: the live
 /// helper's own file (python/vramscope_live/holders.py), one copy for both,
-/// written beside the helper under the name it looks for.
+/// written beside the helper's package under the name it looks for.
 pub const HOLDERS_SOURCE: &str = include_str!("../../python/vramscope_live/holders.py");
 pub const HOLDERS_FILE: &str = "vramscope_trace_holders.py";
 const SITECUSTOMIZE: &str = "import vramscope_trace\nvramscope_trace._boot()\n";
-/// What the helper reads (python/vramscope_trace.py).
+/// What the helper reads (python/vramscope_trace/_boot.py).
 pub const ENV_SOCKET: &str = "VRAMSCOPE_TRACE_SOCKET";
 pub const ENV_BOOT: &str = "VRAMSCOPE_TRACE_BOOT";
 /// What the program printed, kept for after the terminal UI (the last bytes).
@@ -84,25 +113,42 @@ fn process_alive(pid: libc::pid_t) -> bool {
     r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
+/// Make `dir` (0700), or say which folder could not be made.
+fn make_dir(dir: &Path) -> Result<(), TraceError> {
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(dir)
+        .map_err(|source| TraceError::Folder {
+            path: dir.to_path_buf(),
+            source,
+        })
+}
+
 fn private_dir() -> Result<PathBuf, TraceError> {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
     remove_orphans(&std::env::temp_dir());
     let dir = std::env::temp_dir().join(format!("vramscope-trace-{}-{nanos}", std::process::id()));
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&dir)
-        .map_err(|source| TraceError::Folder {
-            path: dir.clone(),
-            source,
-        })?;
+    make_dir(&dir)?;
     Ok(dir)
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> Result<(), TraceError> {
     let path = dir.join(name);
     std::fs::write(&path, text).map_err(|source| TraceError::Folder { path, source })
+}
+
+/// The helper's package, its holder walk beside it, and the
+/// `sitecustomize.py` that loads it, written into `dir`.
+fn write_helper(dir: &Path) -> Result<(), TraceError> {
+    let package = dir.join(HELPER_PACKAGE);
+    make_dir(&package)?;
+    for (name, text) in HELPER_MODULES {
+        write(&package, name, text)?;
+    }
+    write(dir, HOLDERS_FILE, HOLDERS_SOURCE)?;
+    write(dir, "sitecustomize.py", SITECUSTOMIZE)
 }
 
 impl Launch {
@@ -115,9 +161,7 @@ impl Launch {
             let _ = std::fs::remove_dir_all(dir);
             e
         };
-        write(&dir, "vramscope_trace.py", HELPER_SOURCE).map_err(|e| cleanup(e, &dir))?;
-        write(&dir, HOLDERS_FILE, HOLDERS_SOURCE).map_err(|e| cleanup(e, &dir))?;
-        write(&dir, "sitecustomize.py", SITECUSTOMIZE).map_err(|e| cleanup(e, &dir))?;
+        write_helper(&dir).map_err(|e| cleanup(e, &dir))?;
         let socket = dir.join("trace.sock");
         let listener = UnixListener::bind(&socket).map_err(|source| {
             cleanup(
@@ -240,5 +284,45 @@ mod tests {
         assert!(!gone.exists(), "its process is gone");
         assert!(mine.exists(), "this process lives");
         assert!(other.exists(), "not a trace's");
+    }
+
+    /// Every module of python/vramscope_trace/ is carried (a new module
+    /// left out of `HELPER_MODULES` would be missing where the program runs).
+    #[test]
+    fn every_module_of_the_helper_package_is_carried() {
+        let folder = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("python")
+            .join(HELPER_PACKAGE);
+        let mut present: Vec<String> = std::fs::read_dir(&folder)
+            .expect("the helper's folder")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".py"))
+            .collect();
+        present.sort();
+        let mut carried: Vec<String> = HELPER_MODULES.iter().map(|(n, _)| n.to_string()).collect();
+        carried.sort();
+        assert_eq!(
+            present, carried,
+            "python/{HELPER_PACKAGE}/'s modules and HELPER_MODULES"
+        );
+        assert!(carried.contains(&"__init__.py".to_string()));
+    }
+
+    /// The folder a trace writes: the package's modules under
+    /// `vramscope_trace/` with their text, the holder walk and
+    /// `sitecustomize.py` beside it.
+    #[test]
+    fn the_helper_is_written_as_a_package_beside_its_holder_walk() {
+        let temp = crate::scratch::temp_dir("trace-helper");
+        write_helper(&temp).expect("written");
+        for (name, text) in HELPER_MODULES {
+            let got =
+                std::fs::read_to_string(temp.join(HELPER_PACKAGE).join(name)).expect("a module");
+            assert_eq!(&got, text, "{name}");
+        }
+        assert!(temp.join(HOLDERS_FILE).is_file());
+        let site = std::fs::read_to_string(temp.join("sitecustomize.py")).expect("sitecustomize");
+        assert!(site.contains(&format!("import {HELPER_PACKAGE}")), "{site}");
     }
 }

@@ -3,7 +3,7 @@
 //! sends for nearly every storage, a malloc sent without waiting (`ma`)
 //! and a free (`f`), are fixed-size binary frames instead, which cost the
 //! program a `struct.pack` where JSON cost it two decimal conversions and
-//! a format (python/vramscope_trace.py `_MA`, `_F`; docs/trace.md, "The
+//! a format (python/vramscope_trace/_channel.py `_MA`, `_F`; docs/trace.md, "The
 //! channel").
 //! Each becomes the same `Value` its JSON would have been, so the
 //! simulator, the saved requests and their replay see one kind of message.

@@ -1,5 +1,5 @@
 //! `vramscope trace` (issue 38): the user's own PyTorch program, unmodified,
-//! on a simulated GPU. The program runs under `python/vramscope_trace.py`
+//! on a simulated GPU. The program runs under `python/vramscope_trace/`
 //! (PyTorch's `meta` device relabelled as CUDA; every aten op's new storages
 //! are requests, every storage that dies a free) and talks to this module
 //! over a unix socket; here each request is placed by the caching allocator
@@ -43,7 +43,7 @@ mod tests;
 mod wire;
 
 pub use error::TraceError;
-pub use launch::{ChildOutput, Launch, HELPER_SOURCE, HOLDERS_SOURCE};
+pub use launch::{ChildOutput, Launch, HELPER_MODULES, HOLDERS_SOURCE};
 pub use outcome::{Assumed, Estimate, Exception, Known, TraceOutcome, Untraced};
 pub use replay::{replay, ReplayInfo, ReplayOptions, RequestLog, REQUESTS_MAGIC};
 pub use rules::{release_of, Rules};

@@ -13,11 +13,11 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 
-// `launch`, `HELPER_SOURCE` and `HOLDERS_SOURCE` as `super::` names for
-// holders.rs, whose helper-source test names them so (moved unchanged).
+// `launch`, `HELPER_MODULES` and `HOLDERS_SOURCE` as `super::` names for
+// holders.rs, whose helper-source test names them so (moved from tests.rs; it now reads every module of the helper package).
 use super::outcome::TraceOutcome;
 use super::simulator::{SimOptions, Simulator};
-use super::{launch, HELPER_SOURCE, HOLDERS_SOURCE};
+use super::{launch, HELPER_MODULES, HOLDERS_SOURCE};
 use crate::device::profile;
 use crate::job::{decode, FrameReader, Session};
 use crate::trace::snapshot::Snapshot;
