@@ -66,7 +66,7 @@ def _autocast_handlers(torch, handlers):
     the wrapper's call arguments)."""
     table = _state.autocast
     if not table:
-        return
+        return set()
     import torch.nn.functional as F
 
     cache = _CastCache()
@@ -216,22 +216,30 @@ def _autocast_handlers(torch, handlers):
                 found.append(f)
         return found
 
+    # The handlers made here: each only calls its function while CUDA's
+    # autocast is off.
+    made = {cross_entropy}
     for group, h in (
         ("lower", policy(lower)),
         ("fp32", policy(lambda a, k: fp32)),
         ("promote", policy(widest)),
     ):
+        made.add(h)
         for name in table.get(group, []):
             for f in resolve(name):
                 handlers.setdefault(f, h)
     for name in table.get("fp32_unless_dtype", []):
         for f in resolve(name):
             handlers[f] = unless_dtype(handlers.get(f, plain))
+            made.add(handlers[f])
     for name, message in table.get("banned", {}).items():
+        h = banned(message)
+        made.add(h)
         for f in resolve(name):
-            handlers.setdefault(f, banned(message))
+            handlers.setdefault(f, h)
     handlers[F.cross_entropy] = cross_entropy
     _state.autocast_policy_of = _dispatch_autocast(torch, table)
+    return made
 
 
 def _dispatch_autocast(torch, table):

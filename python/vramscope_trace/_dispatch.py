@@ -130,7 +130,14 @@ def _allocations_mode(torch):
         # own `__call__` (TorchBindOpOverload's) is kept.
         call = func._op if type(func).__call__ is op_overload_call else func
         # How its outputs take known values (`_values`).
-        return rule + (plain, _value_rule(torch, func, name), call)
+        vr = _value_rule(torch, func, name)
+        # Its outputs' storages and the after-op report only (a GEMM's
+        # `mm`): `__torch_dispatch__`'s second short way, where its autocast
+        # policy (rule[7]) is not asked (no backward under autocast).
+        report_only = (
+            rule[0] and not any(rule[1:7]) and not rule[8] and rule[11] is None and not vr[5]
+        )
+        return rule + (plain, vr, call, report_only)
 
     # The rules of ops that take no attribute, by id (kept alive by their
     # rule).
@@ -199,6 +206,46 @@ def _allocations_mode(torch):
                 else:
                     _register(out, box)
                 vr = rule[13]
+                if _KV or vr[4] or pre is not None:
+                    _values(func, vr, args, kwargs, out, pre)
+                if _state.walk_asked:
+                    _asked_walk()
+                return out
+            if rule[15] and (rule[7] is None or _state.backward_autocast is None):
+                # The general way below, less what such an op skips; a
+                # two-tensor call's signature (`_signature`'s) made here.
+                backward = _current_node() is not None
+                if len(args) == 2 and not kwargs:
+                    a, b = args
+                    if isinstance(a, _Tensor) and isinstance(b, _Tensor):
+                        sig = ((a.shape, a.stride(), a.dtype), (b.shape, b.stride(), b.dtype))
+                    else:
+                        sig = _signature(args)
+                else:
+                    sig = _signature(args)
+                skey = (id(func), backward, sig) if sig is not None else None
+                report = _report_of(args, sig) if skey is None or skey not in _state.still else None
+                box = [None]
+                pre = None
+                vr = rule[13]
+                try:
+                    out = rule[14](*args, **(kwargs or _NO_KWARGS))
+                except (NotImplementedError, RuntimeError) as e:
+                    known = _from_known(func, vr, args, kwargs, box, e)
+                    if known is None:
+                        if isinstance(e, NotImplementedError):
+                            raise _untraceable(func, e) from None
+                        raise
+                    out, pre = known
+                if _DEBUG:
+                    print(f"vramscope trace: {func} {(_current_node().name() if _current_node() is not None else '')}", file=sys.stderr)
+                if isinstance(out, _Tensor):
+                    if out.is_meta:
+                        _malloc(out, box, 1)
+                else:
+                    _register(out, box)
+                if report is not None:
+                    _after_op(func, rule[10], report, box, backward, skey)
                 if _KV or vr[4] or pre is not None:
                     _values(func, vr, args, kwargs, out, pre)
                 if _state.walk_asked:

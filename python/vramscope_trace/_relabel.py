@@ -379,15 +379,22 @@ def _relabel_mode(torch):
     sdpa = _sdpa_handler(torch)
     if sdpa is not None:
         handlers[F.scaled_dot_product_attention] = sdpa
-    _autocast_handlers(torch, handlers)
+    autocast_made = _autocast_handlers(torch, handlers)
     _rnn_handlers(torch, handlers)
     _loss_handlers(torch, handlers)
+    # The functions whose handler is only an autocast policy (a GEMM's
+    # `matmul`): while autocast is off they are called here, without the
+    # handler's frame.
+    autocast_only = {f for f, h in handlers.items() if h in autocast_made}
+    autocast_on = torch.is_autocast_enabled
 
     class Relabel(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             h = handlers.get(func)
             if h is not None:
+                if func in autocast_only and not autocast_on():
+                    return func(*args, **kwargs)
                 return h(func, args, kwargs)
             d = kwargs.get("device")
             if d is not None:
