@@ -230,8 +230,12 @@ def _autocast_handlers(torch, handlers):
                 handlers.setdefault(f, h)
     for name in table.get("fp32_unless_dtype", []):
         for f in resolve(name):
-            handlers[f] = unless_dtype(handlers.get(f, plain))
-            made.add(handlers[f])
+            inner = handlers.get(f, plain)
+            handlers[f] = unless_dtype(inner)
+            # Around another handler (softmax's half-to-float kernel), the
+            # wrapper is more than a policy: never skipped.
+            if inner is plain or inner in made:
+                made.add(handlers[f])
     for name, message in table.get("banned", {}).items():
         h = banned(message)
         made.add(h)
