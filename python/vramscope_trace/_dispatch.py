@@ -184,53 +184,33 @@ def _allocations_mode(torch):
                 rule = func._vramscope_rule
             except AttributeError:
                 rule = rule_for(func)
-            if rule[12]:
+            if rule[12] or rule[15] and (rule[7] is None or _state.backward_autocast is None):
+                # The short ways: an op that makes only its outputs'
+                # storages (rule[12], most ops), or that and the after-op
+                # report (rule[15], a GEMM's `mm`, whose autocast policy is
+                # asked only under a backward's autocast).
+                if rule[15]:
+                    backward = _current_node() is not None
+                    # `_signature`'s key, made here for a two-tensor call.
+                    if len(args) == 2 and not kwargs:
+                        a, b = args
+                        if isinstance(a, _Tensor) and isinstance(b, _Tensor):
+                            sig = ((a.shape, a.stride(), a.dtype), (b.shape, b.stride(), b.dtype))
+                        else:
+                            sig = _signature(args)
+                    else:
+                        sig = _signature(args)
+                    skey = (id(func), backward, sig) if sig is not None else None
+                    report = _report_of(args, sig) if skey is None or skey not in _state.still else None
+                else:
+                    report = None
                 box = [None]
                 pre = None
+                vr = rule[13]
                 try:
                     out = rule[14](*args, **(kwargs or _NO_KWARGS))
                 except (NotImplementedError, RuntimeError) as e:
                     # Meta cannot; the CPU can where the values are known.
-                    known = _from_known(func, rule[13], args, kwargs, box, e)
-                    if known is None:
-                        if isinstance(e, NotImplementedError):
-                            raise _untraceable(func, e) from None
-                        raise
-                    out, pre = known
-                if _DEBUG:
-                    print(f"vramscope trace: {func} {(_current_node().name() if _current_node() is not None else '')}", file=sys.stderr)
-                if isinstance(out, _Tensor):
-                    # One tensor (most ops): `_register`'s first case, here.
-                    if out.is_meta:
-                        _malloc(out, box, 1)
-                else:
-                    _register(out, box)
-                vr = rule[13]
-                if _KV or vr[4] or pre is not None:
-                    _values(func, vr, args, kwargs, out, pre)
-                if _state.walk_asked:
-                    _asked_walk()
-                return out
-            if rule[15] and (rule[7] is None or _state.backward_autocast is None):
-                # The general way below, less what such an op skips; a
-                # two-tensor call's signature (`_signature`'s) made here.
-                backward = _current_node() is not None
-                if len(args) == 2 and not kwargs:
-                    a, b = args
-                    if isinstance(a, _Tensor) and isinstance(b, _Tensor):
-                        sig = ((a.shape, a.stride(), a.dtype), (b.shape, b.stride(), b.dtype))
-                    else:
-                        sig = _signature(args)
-                else:
-                    sig = _signature(args)
-                skey = (id(func), backward, sig) if sig is not None else None
-                report = _report_of(args, sig) if skey is None or skey not in _state.still else None
-                box = [None]
-                pre = None
-                vr = rule[13]
-                try:
-                    out = rule[14](*args, **(kwargs or _NO_KWARGS))
-                except (NotImplementedError, RuntimeError) as e:
                     known = _from_known(func, vr, args, kwargs, box, e)
                     if known is None:
                         if isinstance(e, NotImplementedError):
@@ -240,6 +220,7 @@ def _allocations_mode(torch):
                 if _DEBUG:
                     print(f"vramscope trace: {func} {(_current_node().name() if _current_node() is not None else '')}", file=sys.stderr)
                 if isinstance(out, _Tensor):
+                    # One tensor (most ops): `_register`'s first case, here.
                     if out.is_meta:
                         _malloc(out, box, 1)
                 else:
