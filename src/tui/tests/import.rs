@@ -91,6 +91,9 @@ fn a_state_only_snapshot_says_its_peaks_are_unknown() {
         let s = screen(&mut app, w, h);
         assert!(s.contains("large pool"), "{s}");
         assert!(s.contains("peak unknown"), "{w}x{h}:\n{s}");
+        // Nor is a peak drawn: a run of the peak's glyph is its level line
+        // (the legend names the glyph once).
+        assert!(!s.contains("┄┄"), "{w}x{h}: a peak line drawn:\n{s}");
     }
     // The event list (shown at 200×60) says why it is empty.
     let s = screen(&mut app, 200, 60);

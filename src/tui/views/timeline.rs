@@ -103,11 +103,12 @@ pub fn prepare(r: &mut RunView, area: Rect, ymax: u64) -> TimelineFrame {
         .map(|c| ((c - from) * w / span) as u16);
     let cap_lvl = r.capacity.filter(|c| *c <= ymax).map(lvl);
     // A file with no trace (state only) says nothing of what came before it.
+    let peak_known = !(r.finished && r.timeline.is_empty());
     let peak = r.timeline.peak_until(r.pos).allocated;
-    let peak_text = if r.finished && r.timeline.is_empty() {
-        "unknown (no trace)".to_string()
-    } else {
+    let peak_text = if peak_known {
         format_size(peak)
+    } else {
+        "unknown (no trace)".to_string()
     };
     // Where the legend cannot name the curves, the figures do.
     let curves_in_title = super::legend::curves_in_title(inner.width, &marks);
@@ -148,7 +149,7 @@ pub fn prepare(r: &mut RunView, area: Rect, ymax: u64) -> TimelineFrame {
         cols,
         marks,
         cursor_col,
-        peak_lvl: (peak > 0).then(|| lvl(peak)),
+        peak_lvl: (peak_known && peak > 0).then(|| lvl(peak)),
         cap_lvl,
         graph_h,
         ymax,
