@@ -472,3 +472,43 @@ fn the_leak_panel_answers_a_recorded_oom() {
     assert!(s.contains(&head), "{s}");
     assert!(s.contains("largest holders:"), "{s}");
 }
+
+/// The event list is narrower than its lines at 200×60: each address it
+/// shows is one of the file's, whole, and a line the border cuts ends in
+/// `…` (a cut address would read as another one).
+#[test]
+fn the_event_list_shows_addresses_whole() {
+    let capture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/pytorch/captured/peak_inside_step.pickle");
+    let snap = crate::trace::snapshot::import_file(&capture).expect("a capture");
+    let recorded: std::collections::BTreeSet<String> = snap
+        .device_traces
+        .iter()
+        .flatten()
+        .map(|e| format!("{:#x}", e.addr))
+        .collect();
+    let src = snapshot_source(&capture, None);
+    let mut app = app_finished(vec![("capture".into(), src)], &opts());
+    let s = raw_text(&draw(&mut app, &mut terminal(200, 60)));
+    let rows: Vec<&str> = s
+        .lines()
+        .filter_map(|l| l.rsplit("││").next())
+        .filter(|l| l.contains(" alloc ") || l.contains(" free_"))
+        .collect();
+    assert!(rows.len() > 5, "the event list at 200x60:\n{s}");
+    let mut cut = 0;
+    for row in &rows {
+        let text = row.trim_end_matches('│').trim_end();
+        for word in text.split_whitespace().filter(|w| w.starts_with("0x")) {
+            let addr = word.trim_end_matches('…');
+            assert!(
+                recorded.contains(addr) && !word.ends_with('…'),
+                "{word} is not an address of the file, whole:\n{s}"
+            );
+        }
+        if text.contains(" alloc ") && text.ends_with('…') {
+            cut += 1;
+        }
+    }
+    assert!(cut > 0 || rows.iter().all(|r| r.contains("block")), "{s}");
+}

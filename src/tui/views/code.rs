@@ -48,7 +48,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
         .skip(first)
         .take(rows / step)
         .flat_map(|(l, &here)| {
-            let text = fit(&code_text(l), width.saturating_sub(usize::from(GUTTER)));
+            let text = super::fit_head(&code_text(l), width.saturating_sub(usize::from(GUTTER)));
             let line = if here {
                 Line::from(vec![
                     Span::styled("▶ ", th.title()),
@@ -93,15 +93,6 @@ fn scroll(current: &[bool], rows: usize) -> usize {
     want.min(max)
 }
 
-/// `text` in `width` characters, `…` where it was cut.
-fn fit(text: &str, width: usize) -> String {
-    if text.chars().count() <= width {
-        return text.to_string();
-    }
-    let keep: String = text.chars().take(width.saturating_sub(1)).collect();
-    format!("{keep}…")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,6 +104,6 @@ mod tests {
         let first = scroll(&current, 10);
         assert!(first <= 25 && 25 < first + 10, "{first}");
         assert_eq!(scroll(&[false; 30], 10), 0);
-        assert_eq!(fit("abcdef", 4), "abc…");
+        assert_eq!(crate::tui::views::fit_head("abcdef", 4), "abc…");
     }
 }

@@ -92,14 +92,22 @@ fn alloc_line(a: &AllocEvent) -> (String, LogKind) {
             format_size(a.size),
             format_size(a.device_free)
         ),
-        Action::Alloc => format!(
-            "{:<14} {:>12}  {} block {}  {:#x}",
-            a.action.name(),
-            format_size(a.size),
-            a.pool.name(),
-            format_size(a.block_size),
-            a.addr
-        ),
+        // The address in the column the other actions' take; the block's
+        // size after it where rounding made it larger than the request.
+        Action::Alloc => {
+            let line = format!(
+                "{:<14} {:>12}  {}  {:#x}",
+                a.action.name(),
+                format_size(a.size),
+                a.pool.name(),
+                a.addr,
+            );
+            if a.block_size == a.size {
+                line
+            } else {
+                format!("{line}  block {}", format_size(a.block_size))
+            }
+        }
         _ => format!(
             "{:<14} {:>12}  {}  {:#x}",
             a.action.name(),
@@ -133,11 +141,34 @@ pub fn describe(e: &Event) -> (String, LogKind) {
     }
 }
 
+/// A line in `room` characters: as laid out (in columns) where it fits or
+/// where a cut (`…`) leaves its address whole, else with the columns'
+/// padding closed up, then cut.
+fn fit_columns(text: &str, room: usize) -> String {
+    let address_end = |t: &str| {
+        t.find(" 0x").map(|at| {
+            let end = t[at + 1..].find(' ').map_or(t.len(), |n| at + 1 + n);
+            t[..end].chars().count()
+        })
+    };
+    if text.chars().count() <= room || address_end(text).is_some_and(|e| e < room) {
+        return super::fit_head(text, room);
+    }
+    let close: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    super::fit_head(&close, room)
+}
+
+/// The mark and the event's index before each line's text.
+const INDEX_WIDTH: usize = 10;
+
 pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
     let Some(r) = app.runs.get(run) else { return };
     let th = &app.theme;
     let p = &th.palette;
     let focused = app.focus == Focus::Log;
+    // A line cut by the border says so (`…`): a cut address would read as
+    // another one.
+    let room = usize::from(area.width.saturating_sub(2)).saturating_sub(INDEX_WIDTH);
     let lines: Vec<Line> = r
         .frame
         .log
@@ -167,7 +198,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
             };
             Line::from(vec![
                 Span::styled(format!("{mark}{:>8} ", l.index), th.dim()),
-                Span::styled(l.text.as_str(), style),
+                Span::styled(fit_columns(&l.text, room), style),
             ])
         })
         .collect();
@@ -186,4 +217,24 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
         lines
     };
     frame.render_widget(Paragraph::new(lines).block(block), area);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fit_columns;
+
+    #[test]
+    fn a_line_keeps_its_columns_while_its_address_fits_then_closes_them_up() {
+        let line = "alloc           64.00 MiB  large  0x7f0004a00000  block 64.00 MiB";
+        assert_eq!(fit_columns(line, 80), line);
+        assert_eq!(
+            fit_columns(line, 55),
+            "alloc           64.00 MiB  large  0x7f0004a00000  bloc…"
+        );
+        assert_eq!(
+            fit_columns(line, 40),
+            "alloc 64.00 MiB large 0x7f0004a00000 bl…"
+        );
+        assert_eq!(fit_columns(line, 20), "alloc 64.00 MiB lar…");
+    }
 }

@@ -126,6 +126,15 @@ pub(crate) fn one_line(text: &str) -> String {
         .join(" ")
 }
 
+/// The start of `text` in `width` characters, `…` where it was cut.
+pub(crate) fn fit_head(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_string();
+    }
+    let keep: String = text.chars().take(width.saturating_sub(1)).collect();
+    format!("{keep}…")
+}
+
 /// The end of `text` in `width` characters, `…` where it was cut.
 pub(crate) fn fit_tail(text: &str, width: usize) -> String {
     let n = text.chars().count();
