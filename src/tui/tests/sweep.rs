@@ -241,3 +241,21 @@ fn allocated_and_reserved_are_drawn_with_different_glyphs() {
         "{out}"
     );
 }
+
+/// At 60 columns the status line keeps the capacity whole (the program's
+/// name gives way) and the key hints end in `…` rather than mid-word.
+#[test]
+fn a_narrow_sweep_screen_cuts_its_lines_with_an_ellipsis() {
+    let (mut s, rx) = swept(None, None);
+    run_keys(&mut s, &rx, vec![CEvent::Key(key('q'))]);
+    let mut t = Terminal::new(TestBackend::new(60, 30)).expect("test backend");
+    t.draw(|f| render(f, &mut s)).expect("draws");
+    let out = text(t.backend().buffer());
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].trim_end().ends_with("capacity 78.66 GiB")
+            && !lines[0].contains("vramscope sweep"),
+        "{out}"
+    );
+    assert!(lines[lines.len() - 1].trim_end().ends_with('…'), "{out}");
+}

@@ -40,19 +40,31 @@ pub fn render(frame: &mut Frame, s: &SweepState) {
         0 | 1 => " · searching the largest batch".to_string(),
         n => format!(" · searching the largest batch at {n} lengths"),
     };
-    let status_text = format!(
-        " vramscope sweep │ {} │ {} of {} points{searching} │ capacity {}",
+    let figures = format!(
+        "{} │ {} of {} points{searching} │ capacity {}",
         s.title,
         s.done(),
         s.planned.len(),
         format_size(s.capacity)
     );
+    // The program's name gives way first, then the line is cut with `…`.
+    let width = usize::from(area.width);
+    let status_text = [
+        format!(" vramscope sweep │ {figures}"),
+        format!(" {figures}"),
+    ]
+    .into_iter()
+    .find(|t| t.chars().count() <= width)
+    .unwrap_or_else(|| super::fit_head(&format!(" {figures}"), width));
     frame.render_widget(
         Paragraph::new(Span::styled(status_text, th.status())).style(th.status()),
         status,
     );
     frame.render_widget(
-        Paragraph::new(Span::styled(format!(" {SWEEP_KEYS}"), th.dim())),
+        Paragraph::new(Span::styled(
+            super::fit_head(&format!(" {SWEEP_KEYS}"), width),
+            th.dim(),
+        )),
         hints,
     );
     render_chart(frame, chart, s);
