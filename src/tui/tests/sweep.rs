@@ -249,7 +249,7 @@ fn a_narrow_sweep_screen_cuts_its_lines_with_an_ellipsis() {
     let (mut s, rx) = swept(None, None);
     run_keys(&mut s, &rx, vec![CEvent::Key(key('q'))]);
     let mut t = Terminal::new(TestBackend::new(60, 30)).expect("test backend");
-    t.draw(|f| render(f, &mut s)).expect("draws");
+    t.draw(|f| render(f, &s)).expect("draws");
     let out = text(t.backend().buffer());
     let lines: Vec<&str> = out.lines().collect();
     assert!(
