@@ -148,8 +148,19 @@ fn fit_words(sweep: &Sweep, fit: &Fit, out: &mut Vec<String>) {
     if a.slope > 0.0 {
         let reach = (sweep.capacity as f64 - a.intercept) / a.slope;
         if reach >= 1.0 {
+            // Far past the points the peak can move to another moment
+            // (activations outgrow the optimizer's state), where other
+            // tensors are alive: the line says nothing there.
+            let largest = fit.batches.iter().copied().max().unwrap_or(0);
+            let beyond = if reach > 2.0 * largest as f64 {
+                format!(
+                    ", far past the largest batch measured ({largest}), where the peak may fall at another moment with other tensors alive"
+                )
+            } else {
+                String::new()
+            };
             out.push(format!(
-                "The line reaches the allocator's {} at batch ≈ {:.0}; the allocator's rounding and the reserved cache decide where a run really stops (--find-max-batch searches it).",
+                "The line reaches the allocator's {} at batch ≈ {:.0}{beyond}; the allocator's rounding and the reserved cache decide where a run really stops (--find-max-batch searches it).",
                 format_size(sweep.capacity),
                 reach.floor()
             ));

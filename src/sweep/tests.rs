@@ -234,6 +234,33 @@ fn points_on_a_line_are_called_linear_and_a_bent_one_is_named() {
     );
 }
 
+/// Where the line reaches the capacity far past the points measured, the
+/// words say the peak may move there; close to them, they do not.
+#[test]
+fn a_reach_far_past_the_points_is_said_to_be_an_extrapolation() {
+    let (s, b) = mlp();
+    let reach = |per_sample: u64| {
+        let points: Vec<SweepPoint> = [1u64, 2, 4, 8]
+            .iter()
+            .map(|&n| synthetic(n, (1 << 20) + n * per_sample, false))
+            .collect();
+        let sweep = Sweep::from_points(&s, &b, Vec::new(), points, Vec::new());
+        sweep
+            .explanation
+            .into_iter()
+            .find(|l| l.starts_with("The line reaches"))
+            .expect("a reach")
+    };
+    let capacity = crate::sweep::capacity(&b);
+    let far = reach(1 << 10);
+    assert!(
+        far.contains("far past the largest batch measured (8)"),
+        "{far}"
+    );
+    let near = reach(capacity / 10);
+    assert!(!near.contains("far past"), "{near}");
+}
+
 #[test]
 fn an_oom_point_is_left_out_of_the_line_and_said() {
     let mut points: Vec<SweepPoint> = [1u64, 2, 4]
