@@ -283,9 +283,9 @@ impl BertSpec {
                 },
             ),
         ]);
-        LangModel {
-            input: ModelInput::Tokens { seq: self.seq },
-            net: Module::Sequential(vec![
+        LangModel::new(
+            ModelInput::Tokens { seq: self.seq },
+            Module::Sequential(vec![
                 named("bert", bert),
                 named("dropout", Module::Dropout(self.dropout)),
                 named(
@@ -297,11 +297,6 @@ impl BertSpec {
                     },
                 ),
             ]),
-            freeze: Vec::new(),
-            dtypes: Vec::new(),
-            lora: None,
-            quantization: None,
-            kbit_training: false,
-        }
+        )
     }
 }

@@ -356,15 +356,7 @@ pub(super) fn read(f: &Fields) -> Result<Family, HfConfigError> {
     ];
     notes.extend(family_notes(f));
     Ok(Family {
-        model: LangModel {
-            input: ModelInput::Tokens { seq: s.seq },
-            net: Module::Sequential(net),
-            freeze: Vec::new(),
-            dtypes: Vec::new(),
-            lora: None,
-            quantization: None,
-            kbit_training: false,
-        },
+        model: LangModel::new(ModelInput::Tokens { seq: s.seq }, Module::Sequential(net)),
         notes,
     })
 }

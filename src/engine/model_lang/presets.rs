@@ -79,19 +79,14 @@ pub fn resnet(layers: [u64; 4], bottleneck: bool, classes: u64, image: u64) -> L
             bias: true,
         },
     ));
-    LangModel {
-        input: ModelInput::Images {
+    LangModel::new(
+        ModelInput::Images {
             channels: 3,
             height: image,
             width: image,
         },
-        net: Module::Sequential(net),
-        freeze: Vec::new(),
-        dtypes: Vec::new(),
-        lora: None,
-        quantization: None,
-        kbit_training: false,
-    }
+        Module::Sequential(net),
+    )
 }
 
 /// The width of the course's deep MLP.
@@ -127,21 +122,16 @@ pub fn deep_mlp(checkpoint: bool) -> LangModel {
     } else {
         deep_mlp_layer()
     };
-    LangModel {
-        input: ModelInput::Features(DEEP_MLP_WIDTH),
-        net: Module::Sequential(vec![named(
+    LangModel::new(
+        ModelInput::Features(DEEP_MLP_WIDTH),
+        Module::Sequential(vec![named(
             "layers",
             Module::Repeat {
                 n: DEEP_MLP_LAYERS,
                 block: Box::new(layer),
             },
         )]),
-        freeze: Vec::new(),
-        dtypes: Vec::new(),
-        lora: None,
-        quantization: None,
-        kbit_training: false,
-    }
+    )
 }
 
 /// engine.md §10.1's MLP: `fc1`, `relu1`, `fc2`, … `fcN` (no ReLU after
@@ -168,27 +158,17 @@ pub fn mlp(dims: &[u64], inplace_relu: bool) -> LangModel {
             net.push(named(&format!("relu{}", i + 1), relu));
         }
     }
-    LangModel {
-        input: ModelInput::Features(dims.first().copied().unwrap_or(1)),
-        net: Module::Sequential(net),
-        freeze: Vec::new(),
-        dtypes: Vec::new(),
-        lora: None,
-        quantization: None,
-        kbit_training: false,
-    }
+    LangModel::new(
+        ModelInput::Features(dims.first().copied().unwrap_or(1)),
+        Module::Sequential(net),
+    )
 }
 
 /// One `nn.Linear(in, out, bias)` as the whole model (engine.md §12's
 /// golden trace): its parameters have the root's path.
 pub fn linear(input: u64, out: u64, bias: bool) -> LangModel {
-    LangModel {
-        input: ModelInput::Features(input),
-        net: Module::Linear { input, out, bias },
-        freeze: Vec::new(),
-        dtypes: Vec::new(),
-        lora: None,
-        quantization: None,
-        kbit_training: false,
-    }
+    LangModel::new(
+        ModelInput::Features(input),
+        Module::Linear { input, out, bias },
+    )
 }

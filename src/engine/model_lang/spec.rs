@@ -500,6 +500,22 @@ pub struct LangModel {
     pub kbit_training: bool,
 }
 
+impl LangModel {
+    /// `net` on `input`, as built: nothing frozen, one dtype, no LoRA, no
+    /// quantization (what a file leaves out of the other fields).
+    pub fn new(input: ModelInput, net: Module) -> LangModel {
+        LangModel {
+            input,
+            net,
+            freeze: Vec::new(),
+            dtypes: Vec::new(),
+            lora: None,
+            quantization: None,
+            kbit_training: false,
+        }
+    }
+}
+
 /// The bottleneck's channel expansion (torchvision `Bottleneck.expansion`).
 pub const BOTTLENECK_EXPANSION: u64 = 4;
 

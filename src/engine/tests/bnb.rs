@@ -34,18 +34,7 @@ fn one_layer(net: Module, input: u64, dtype: DType) -> ModelConfig {
     ModelConfig {
         loss: LossKind::Sum,
         param_dtype: dtype,
-        ..ModelConfig::modules(
-            LangModel {
-                input: ModelInput::Features(input),
-                net,
-                freeze: Vec::new(),
-                dtypes: Vec::new(),
-                lora: None,
-                quantization: None,
-                kbit_training: false,
-            },
-            8,
-        )
+        ..ModelConfig::modules(LangModel::new(ModelInput::Features(input), net), 8)
     }
 }
 

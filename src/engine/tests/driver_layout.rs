@@ -75,18 +75,7 @@ fn a_bitsandbytes_weights_quantisation_is_the_programs_first_kernel() {
     };
     let model = ModelConfig {
         param_dtype: DType::BF16,
-        ..ModelConfig::modules(
-            LangModel {
-                input: ModelInput::Features(4096),
-                net,
-                freeze: Vec::new(),
-                dtypes: Vec::new(),
-                lora: None,
-                quantization: None,
-                kbit_training: false,
-            },
-            8,
-        )
+        ..ModelConfig::modules(LangModel::new(ModelInput::Features(4096), net), 8)
     };
     let cfg = EngineConfig {
         placement: Placement::H100Driver,

@@ -31,13 +31,8 @@ fn model(dtypes: Vec<(String, DType)>) -> ModelConfig {
         param_dtype: DType::BF16,
         ..ModelConfig::modules(
             LangModel {
-                input: ModelInput::Tokens { seq: 8 },
-                net,
-                freeze: Vec::new(),
                 dtypes,
-                lora: None,
-                quantization: None,
-                kbit_training: false,
+                ..LangModel::new(ModelInput::Tokens { seq: 8 }, net)
             },
             2,
         )

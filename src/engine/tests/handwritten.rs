@@ -16,15 +16,7 @@ fn tokens_model(net: Vec<(String, Module)>, seq: u64, batch: u64) -> ModelConfig
     ModelConfig {
         loss: LossKind::Sum,
         ..ModelConfig::modules(
-            LangModel {
-                input: ModelInput::Tokens { seq },
-                net: Module::Sequential(net),
-                freeze: Vec::new(),
-                dtypes: Vec::new(),
-                lora: None,
-                quantization: None,
-                kbit_training: false,
-            },
+            LangModel::new(ModelInput::Tokens { seq }, Module::Sequential(net)),
             batch,
         )
     }
@@ -138,15 +130,7 @@ fn masked_attention() -> Module {
 }
 
 fn analysis_error(net: Vec<(String, Module)>) -> String {
-    let m = LangModel {
-        input: ModelInput::Tokens { seq: 8 },
-        net: Module::Sequential(net),
-        freeze: Vec::new(),
-        dtypes: Vec::new(),
-        lora: None,
-        quantization: None,
-        kbit_training: false,
-    };
+    let m = LangModel::new(ModelInput::Tokens { seq: 8 }, Module::Sequential(net));
     m.check(2, None).expect_err("refused").to_string()
 }
 

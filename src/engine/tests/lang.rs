@@ -25,18 +25,7 @@ pub(super) fn named(n: &str, m: Module) -> (String, Module) {
 pub(super) fn lang(net: Module, input: ModelInput, batch: u64, loss: LossKind) -> ModelConfig {
     ModelConfig {
         loss,
-        ..ModelConfig::modules(
-            LangModel {
-                input,
-                net,
-                freeze: Vec::new(),
-                dtypes: Vec::new(),
-                lora: None,
-                quantization: None,
-                kbit_training: false,
-            },
-            batch,
-        )
+        ..ModelConfig::modules(LangModel::new(input, net), batch)
     }
 }
 
@@ -376,15 +365,10 @@ fn nested_checkpoints_are_refused() {
 
 #[test]
 fn shape_errors_name_the_module() {
-    let m = LangModel {
-        input: ModelInput::Features(8),
-        net: Module::Sequential(vec![named("fc1", lin(8, 16)), named("fc2", lin(32, 4))]),
-        freeze: Vec::new(),
-        dtypes: Vec::new(),
-        lora: None,
-        quantization: None,
-        kbit_training: false,
-    };
+    let m = LangModel::new(
+        ModelInput::Features(8),
+        Module::Sequential(vec![named("fc1", lin(8, 16)), named("fc2", lin(32, 4))]),
+    );
     let err = m.check(2, None).expect_err("mismatch").to_string();
     assert!(err.starts_with("fc2: Linear(in: 32)"), "{err}");
     assert!(err.contains("[2, 16]"), "{err}");

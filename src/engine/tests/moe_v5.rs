@@ -130,15 +130,7 @@ fn v5_mixtral_block_makes_grouped_mm_experts_forward_requests() {
 #[test]
 fn grouped_mm_dispatch_refuses_an_ungated_expert_by_field() {
     let net = moe_on(Dispatch::GroupedMm, ExpertKind::Gelu, None, false, true);
-    let model = super::super::model_lang::LangModel {
-        input: ModelInput::Features(8),
-        net,
-        freeze: Vec::new(),
-        dtypes: Vec::new(),
-        lora: None,
-        quantization: None,
-        kbit_training: false,
-    };
+    let model = super::super::model_lang::LangModel::new(ModelInput::Features(8), net);
     let err = model
         .check(4, None)
         .expect_err("no gate_up_proj for a Gelu expert");

@@ -568,39 +568,36 @@ fn every_gemm_gradient_costs_its_forward_even_through_head_views() {
 fn forced_efficient_attention_on_grouped_heads_is_refused_where_it_is_written() {
     use super::super::model_lang::check::Problem;
     use super::super::model_lang::{LangModel, Module};
-    let model = |kv_heads| LangModel {
-        input: ModelInput::Tokens { seq: 16 },
-        net: Module::Sequential(vec![
-            ("emb".into(), Module::Embedding { num: 100, dim: 256 }),
-            (
-                "rot".into(),
-                Module::RotaryEmbedding {
-                    head_dim: 64,
-                    float32: false,
-                    sliding: false,
-                    unused_sliding_mask: None,
-                },
-            ),
-            (
-                "attn".into(),
-                Module::Attention {
-                    hidden: 256,
-                    heads: 4,
-                    kv_heads: Some(kv_heads),
-                    head_dim: None,
-                    causal: true,
-                    rotary: true,
-                    bias: false,
-                    dropout: 0.0,
-                    sdpa: Some(SdpaBackend::Efficient),
-                },
-            ),
-        ]),
-        freeze: Vec::new(),
-        dtypes: Vec::new(),
-        lora: None,
-        quantization: None,
-        kbit_training: false,
+    let model = |kv_heads| {
+        LangModel::new(
+            ModelInput::Tokens { seq: 16 },
+            Module::Sequential(vec![
+                ("emb".into(), Module::Embedding { num: 100, dim: 256 }),
+                (
+                    "rot".into(),
+                    Module::RotaryEmbedding {
+                        head_dim: 64,
+                        float32: false,
+                        sliding: false,
+                        unused_sliding_mask: None,
+                    },
+                ),
+                (
+                    "attn".into(),
+                    Module::Attention {
+                        hidden: 256,
+                        heads: 4,
+                        kv_heads: Some(kv_heads),
+                        head_dim: None,
+                        causal: true,
+                        rotary: true,
+                        bias: false,
+                        dropout: 0.0,
+                        sdpa: Some(SdpaBackend::Efficient),
+                    },
+                ),
+            ]),
+        )
     };
     let err = model(2).check(2, None).expect_err("grouped heads");
     assert_eq!((err.module.as_str(), err.field), ("attn", Some("sdpa")));

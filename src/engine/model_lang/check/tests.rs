@@ -1,18 +1,6 @@
 use super::*;
 use crate::engine::model_lang::ModelInput;
 
-fn model(input: ModelInput, net: Module) -> LangModel {
-    LangModel {
-        input,
-        net,
-        freeze: Vec::new(),
-        dtypes: Vec::new(),
-        lora: None,
-        quantization: None,
-        kbit_training: false,
-    }
-}
-
 fn repeat(n: u64, block: Module) -> Module {
     Module::Repeat {
         n,
@@ -26,7 +14,7 @@ fn a_repeat_of_u64_max_shape_preserving_copies_is_one_walk() {
         dim: 64,
         bias: true,
     };
-    let m = model(
+    let m = LangModel::new(
         ModelInput::Features(64),
         repeat(u64::MAX, repeat(u64::MAX, norm.clone())),
     );
@@ -35,7 +23,7 @@ fn a_repeat_of_u64_max_shape_preserving_copies_is_one_walk() {
     assert_eq!(e.problem, Problem::TooManyModules(u64::MAX));
     assert!(started.elapsed() < std::time::Duration::from_secs(1));
     // 200 × (300 + 1) + 1 modules: built one by one, walked once.
-    let m = model(ModelInput::Features(64), repeat(200, repeat(300, norm)));
+    let m = LangModel::new(ModelInput::Features(64), repeat(200, repeat(300, norm)));
     let a = m.analyse(8, None).expect("checks");
     assert_eq!(a.output.dims, [8, 64]);
     assert_eq!(a.modules, 200 * 301 + 1);
@@ -50,7 +38,7 @@ fn a_repeat_that_shrinks_its_input_fails_where_pytorch_would() {
         stride: 2,
         padding: 0,
     };
-    let m = model(
+    let m = LangModel::new(
         ModelInput::Images {
             channels: 3,
             height: 32,
@@ -73,7 +61,7 @@ fn a_repeat_that_grows_its_input_for_ever_is_refused_at_n() {
         padding: 1,
         bias: false,
     };
-    let m = model(
+    let m = LangModel::new(
         ModelInput::Images {
             channels: 3,
             height: 8,
@@ -126,7 +114,7 @@ fn attention(hidden: u64, heads: u64) -> Module {
 fn attention_without_rotary_positions_takes_an_odd_head_dim_in_check_and_build() {
     use crate::engine::{Engine, EngineConfig, ModelConfig, OptimizerConfig};
     // hidden 6 over 2 heads: head_dim 3, which only rotate_half minds.
-    let m = model(ModelInput::Tokens { seq: 4 }, attention(6, 2));
+    let m = LangModel::new(ModelInput::Tokens { seq: 4 }, attention(6, 2));
     assert_eq!(m.check(2, None).expect("checks").dims, [2, 4, 6]);
     let cfg = ModelConfig::modules(m, 2);
     let built = Engine::new(EngineConfig::default(), &cfg, &OptimizerConfig::default());
@@ -135,7 +123,7 @@ fn attention_without_rotary_positions_takes_an_odd_head_dim_in_check_and_build()
 
 #[test]
 fn a_head_dim_that_rounds_to_zero_is_refused_at_heads() {
-    let m = model(ModelInput::Tokens { seq: 4 }, attention(2, 4));
+    let m = LangModel::new(ModelInput::Tokens { seq: 4 }, attention(2, 4));
     let e = m.check(2, None).expect_err("2 / 4 heads");
     assert_eq!(
         e.problem,
@@ -170,7 +158,7 @@ fn heads_rules() {
 #[test]
 fn the_build_refuses_what_the_check_refuses_with_the_same_error() {
     use crate::engine::{Engine, EngineConfig, EngineError, ModelConfig, OptimizerConfig};
-    let m = model(
+    let m = LangModel::new(
         ModelInput::Features(64),
         Module::Checkpoint {
             module: Box::new(Module::Checkpoint {
