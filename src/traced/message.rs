@@ -65,6 +65,19 @@ fn u64_le(b: &[u8]) -> u64 {
     u64::from_le_bytes(a)
 }
 
+/// A message's list of strings (a program's argv, a recording's command);
+/// empty where the field is missing, and an entry that is not a string is
+/// left out.
+pub fn strings(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

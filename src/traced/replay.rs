@@ -210,15 +210,7 @@ pub fn replay(
         .unwrap_or_default()
         .to_string();
     let recorded_conf = header.get("conf").and_then(Value::as_str).map(String::from);
-    let command: Vec<String> = header
-        .get("command")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default();
+    let command = super::message::strings(header.get("command"));
     let gpu = match opts.gpu {
         Some(g) => g,
         None => profile(&recorded_gpu).ok_or_else(|| {

@@ -24,15 +24,7 @@ impl<W: Write> Simulator<W> {
     pub(super) fn hello(&mut self, v: &Value) -> Value {
         let h = v.get(1).cloned().unwrap_or(Value::Null);
         self.pid = h.get("pid").and_then(Value::as_u64).unwrap_or(0);
-        self.argv = h
-            .get("argv")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|s| s.as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default();
+        self.argv = crate::traced::message::strings(h.get("argv"));
         if let Some(t) = h.get("torch").and_then(Value::as_str) {
             let (version, rules) = release_of(t);
             self.version = version;
