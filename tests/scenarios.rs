@@ -120,6 +120,31 @@ fn assert_growth_within_1pct(r: &RunResult, per_iter: u64) {
     );
 }
 
+/// The detector's finding on `root`.
+fn finding_on<'a>(r: &'a RunResult, root: &str) -> &'a vramscope::leak::Finding {
+    r.findings
+        .iter()
+        .find(|f| f.root == root)
+        .unwrap_or_else(|| panic!("{}: no finding on {root}: {:?}", r.scenario, r.findings))
+}
+
+/// Each iteration of `points` after the first adds `by` bytes to what
+/// `field` reads.
+fn assert_each_iteration_adds(
+    points: &[vramscope::scenario::IterationPoint],
+    field: fn(&vramscope::scenario::IterationPoint) -> u64,
+    by: u64,
+) {
+    for w in points.windows(2) {
+        assert_eq!(
+            field(&w[1]) - field(&w[0]),
+            by,
+            "iteration {}",
+            w[1].iteration
+        );
+    }
+}
+
 fn is_detector_expectation(e: &Expectation) -> bool {
     matches!(
         e,

@@ -181,11 +181,7 @@ fn growth_in_steps_within_an_iteration_and_past_a_bound_is_found() {
         .as_ref()
         .and_then(|a| a.holders.iter().find(|h| h.name == "recent"))
         .expect("the deque is a holder at the OOM");
-    let f = r
-        .findings
-        .iter()
-        .find(|f| f.root == "recent")
-        .expect("the deque is a finding");
+    let f = finding_on(r, "recent");
     assert!(
         f.evidence.contains("It fills at item 10,000"),
         "{}",

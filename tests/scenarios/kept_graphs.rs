@@ -85,19 +85,8 @@ fn create_graph_gradients_kept_keep_their_forward_graphs() {
     let per_map = 4 * (b * d + 2 * b * h + 2 * b * c + b * d) + 8 * b;
     let bug = get("input-grad-create-graph-bug");
     let points = &bug.per_iteration;
-    for w in points[1..].windows(2) {
-        assert_eq!(
-            w[1].requested - w[0].requested,
-            per_map,
-            "iteration {}",
-            w[1].iteration
-        );
-    }
-    let f = bug
-        .findings
-        .iter()
-        .find(|f| f.root == "maps")
-        .expect("a finding on maps");
+    assert_each_iteration_adds(&points[1..], |p| p.requested, per_map);
+    let f = finding_on(bug, "maps");
     assert_eq!(f.kind, FindingKind::RetainedGraphGpu);
     // The input x, saved and a leaf its AccumulateGrad holds, counted too.
     assert_eq!(f.growth_per_iter as f64, growth_per_iteration(bug));
@@ -125,14 +114,11 @@ fn create_graph_gradients_kept_keep_their_forward_graphs() {
     });
     assert!(trained.error.is_none(), "{:?}", trained.error);
     let incoming = 4 * (2 * b * h + b * c);
-    for w in trained.per_iteration[1..].windows(2) {
-        assert_eq!(
-            w[1].requested - w[0].requested,
-            per_map + incoming,
-            "iteration {}",
-            w[1].iteration
-        );
-    }
+    assert_each_iteration_adds(
+        &trained.per_iteration[1..],
+        |p| p.requested,
+        per_map + incoming,
+    );
 }
 /// A WGAN-GP critic's gradient (784 → 1024 → 1, the score `out.sum()`),
 /// `torch.autograd.grad(score, x_hat, create_graph=True)` with the
@@ -161,19 +147,12 @@ fn a_trained_critics_create_graph_gradient_keeps_its_incoming_gradients() {
     let (s, built) = vramscope::scenario::load_str(text, "critic.ron").expect("loads");
     let r = run(&s, &built, &RunOptions::default());
     assert!(r.error.is_none(), "{:?}", r.error);
-    for w in r.per_iteration.windows(2) {
-        assert_eq!(
-            w[1].requested - w[0].requested,
-            4 * (2 * b * d + 2 * b * h) + 4,
-            "iteration {}",
-            w[1].iteration
-        );
-    }
-    let f = r
-        .findings
-        .iter()
-        .find(|f| f.root == "gs")
-        .expect("a finding on gs");
+    assert_each_iteration_adds(
+        &r.per_iteration,
+        |p| p.requested,
+        4 * (2 * b * d + 2 * b * h) + 4,
+    );
+    let f = finding_on(&r, "gs");
     assert_eq!(f.kind, FindingKind::RetainedGraphGpu);
     assert!(f.evidence.contains("create_graph=True"), "{}", f.evidence);
 }
@@ -193,19 +172,8 @@ fn wgan_gp_keeps_each_kept_gradients_input() {
     use vramscope::leak::FindingKind;
     let (b, d) = (256u64, 784u64);
     let bug = get("wgan-gp-grad-maps-bug");
-    for w in bug.per_iteration.windows(2) {
-        assert_eq!(
-            w[1].requested - w[0].requested,
-            3 * 4 * b * d,
-            "iteration {}",
-            w[1].iteration
-        );
-    }
-    let f = bug
-        .findings
-        .iter()
-        .find(|f| f.root == "grad_maps")
-        .expect("a finding on grad_maps");
+    assert_each_iteration_adds(&bug.per_iteration, |p| p.requested, 3 * 4 * b * d);
+    let f = finding_on(bug, "grad_maps");
     assert_eq!(f.kind, FindingKind::RetainedGraphGpu);
     assert_eq!(f.fix, "grad_maps.append(g.detach().cpu())");
     assert_eq!(f.growth_per_iter as f64, growth_per_iteration(bug));
@@ -257,19 +225,8 @@ fn a_kept_hvp_gradient_keeps_its_graph_and_its_batch() {
     let graph = block(4 * b * h) + block(4 * b * d) + block(4);
     let bug = get("hvp-grad-history-bug");
     assert!(bug.error.is_none(), "{:?}", bug.error);
-    for w in bug.per_iteration.windows(2) {
-        assert_eq!(
-            w[1].allocated - w[0].allocated,
-            g + graph,
-            "iteration {}",
-            w[1].iteration
-        );
-    }
-    let f = bug
-        .findings
-        .iter()
-        .find(|f| f.root == "g_hist")
-        .expect("a finding on g_hist");
+    assert_each_iteration_adds(&bug.per_iteration, |p| p.allocated, g + graph);
+    let f = finding_on(bug, "g_hist");
     assert_eq!(f.kind, FindingKind::RetainedGraphGpu);
     assert_eq!(f.growth_per_iter as f64, growth_per_iteration(bug));
     assert_eq!(f.fix, "g_hist.append([t.detach().cpu() for t in g])");
@@ -311,19 +268,8 @@ fn a_gan_logging_its_d_loss_keeps_each_fake_batchs_graph() {
     let (b, d, h, c) = (256u64, 784u64, 1024u64, 2u64);
     let per_iteration = 4 * (b * d + b * h + b * c) + 4 + 4;
     let bug = get("gan-retain-graph-log-bug");
-    for w in bug.per_iteration.windows(2) {
-        assert_eq!(
-            w[1].requested - w[0].requested,
-            per_iteration,
-            "iteration {}",
-            w[1].iteration
-        );
-    }
-    let f = bug
-        .findings
-        .iter()
-        .find(|f| f.root == "d_losses")
-        .expect("a finding on d_losses");
+    assert_each_iteration_adds(&bug.per_iteration, |p| p.requested, per_iteration);
+    let f = finding_on(bug, "d_losses");
     assert_eq!(f.kind, FindingKind::RetainedGraphGpu);
     assert_eq!(f.fix, "d_losses.append(errD.item())");
     for said in [

@@ -160,11 +160,7 @@ fn an_input_fed_back_without_a_clamp_grows_on_the_host() {
             .replace("        AllocatedGrowsAtLeast(\"784KiB\"),\n", "")
     });
     assert_eq!(growth_per_iteration(&r), 0.0, "{:?}", steady(&r));
-    let f = r
-        .findings
-        .iter()
-        .find(|f| f.root == "x")
-        .expect("a finding on x");
+    let f = finding_on(&r, "x");
     assert_eq!(f.kind, FindingKind::RetainedGraphHost);
     assert!(
         f.evidence.contains("runs that whole history again"),
@@ -187,11 +183,7 @@ fn an_ema_updated_with_grad_grows_its_history_on_the_host() {
     use vramscope::leak::FindingKind;
     let r = run_variant("ema-update-grad-bug", |t| t);
     assert_flat(&r);
-    let f = r
-        .findings
-        .iter()
-        .find(|f| f.root == "ema")
-        .expect("a finding on ema");
+    let f = finding_on(&r, "ema");
     assert_eq!(f.kind, FindingKind::RetainedGraphHost);
     // 6 parameters, 2 Nodes each per update, 40 updates.
     assert!(f.evidence.contains("480 Nodes"), "{}", f.evidence);
@@ -228,11 +220,7 @@ fn a_model_recreated_under_an_old_optimizer_keeps_the_old_model() {
         .sum();
     let bug = get("model-recreated-stale-optimizer-bug");
     let fixed = get("model-recreated-with-optimizer-fixed");
-    let f = bug
-        .findings
-        .iter()
-        .find(|f| f.root == "optimizer")
-        .expect("a finding on the optimizer");
+    let f = finding_on(bug, "optimizer");
     assert_eq!(f.kind, FindingKind::StaleOptimizerParams);
     assert_eq!(f.bytes, 2 * model, "parameters and momentum: {f:?}");
     assert!(
@@ -294,11 +282,7 @@ fn a_teacher_without_no_grad_keeps_its_activations_or_gets_gradients() {
             b.iteration
         );
     }
-    let f = bug
-        .findings
-        .iter()
-        .find(|f| f.root == "t_out")
-        .expect("a finding on t_out");
+    let f = finding_on(bug, "t_out");
     assert_eq!(f.kind, FindingKind::OneOffPeak);
     assert_eq!(f.bytes, relu_results);
     assert_eq!(f.fix, "with torch.no_grad(): t_out = teacher(x)");
@@ -321,11 +305,7 @@ fn a_teacher_without_no_grad_keeps_its_activations_or_gets_gradients() {
         .iter()
         .map(|&(i, o)| (i * o * 4).div_ceil(512) * 512 + (o * 4).div_ceil(512) * 512)
         .sum();
-    let f = mse
-        .findings
-        .iter()
-        .find(|f| f.root == "teacher")
-        .expect("a finding on the teacher");
+    let f = finding_on(&mse, "teacher");
     assert_eq!(f.kind, FindingKind::StrayGradients);
     assert_eq!(f.bytes, params, "the teacher's gradients: {f:?}");
     assert_eq!(f.fix, "with torch.no_grad(): t_out = teacher(x)");
