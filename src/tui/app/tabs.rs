@@ -384,7 +384,10 @@ impl App {
                 }
                 None => {
                     let room = share.saturating_sub(mark.chars().count() + 4);
-                    labels.push(format!(" {n} {}{mark} ", cut_title(&r.title, room.max(6))));
+                    labels.push(format!(
+                        " {n} {}{mark} ",
+                        crate::tui::views::fit_head(&r.title, room.max(6))
+                    ));
                 }
             }
             let fits = |l: &String| l.chars().count() <= share;
@@ -471,15 +474,6 @@ fn window_around(bar: &[TabLabel], active: usize, width: u16) -> (usize, usize) 
             return (first, last);
         }
     }
-}
-
-/// `title` in `room` characters: its start and `…`.
-fn cut_title(title: &str, room: usize) -> String {
-    if title.chars().count() <= room {
-        return title.to_string();
-    }
-    let kept: String = title.chars().take(room.saturating_sub(1)).collect();
-    format!("{kept}…")
 }
 
 /// Why a tab has no summary yet: still reading, failed, or not a file.

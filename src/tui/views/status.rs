@@ -205,14 +205,7 @@ fn fit(mut parts: Vec<Part>, width: usize) -> String {
         };
         parts.remove(least);
     }
-    let mut text = line(&parts);
-    if text.chars().count() > room {
-        text = text
-            .chars()
-            .take(room.saturating_sub(1))
-            .collect::<String>()
-            + "…";
-    }
+    let text = super::fit_head(&line(&parts), room);
     format!("{text}{SEP}{HELP}")
 }
 
@@ -251,14 +244,10 @@ pub fn render_hints(frame: &mut Frame, area: Rect, app: &App) {
         "  │ space play  Tab panel  ? help  q quit"
     };
     let room = usize::from(area.width).saturating_sub(global.chars().count());
-    let mut local = format!(" [{}] {}", app.focus.name(), input::hints(app.focus));
-    if local.chars().count() > room {
-        local = local
-            .chars()
-            .take(room.saturating_sub(1))
-            .collect::<String>()
-            + "…";
-    }
+    let local = super::fit_head(
+        &format!(" [{}] {}", app.focus.name(), input::hints(app.focus)),
+        room,
+    );
     let text = format!("{local:<room$}{global}");
     frame.render_widget(Paragraph::new(Span::styled(text, th.dim())), area);
 }
