@@ -130,6 +130,28 @@ class HolderWalkTests(LiveTestCase):
         # The parameter and the optimizer's state are never reported.
         self.assertFalse([c for c in m["chains"] if "weight" in "".join(c["path"])])
 
+    def test_objects_that_raise_when_read_neither_stop_the_walk_nor_reach_the_job(self):
+        # A ctypes library loader loads a library named after any attribute
+        # it is asked for (OSError for "func"); a dict whose items() raises.
+        import ctypes
+
+        class Broken(dict):
+            def items(self):
+                raise RuntimeError("not now")
+
+        loader, broken = ctypes.cdll, Broken(x=1)
+
+        def keep(h, loss, out):
+            h.append(loss)
+            h.append((loader, broken))
+
+        msgs, _ = self.run_job(keep)
+        self.assertEqual([m["step"] for m in msgs], [1, 2, 3])
+        chain = next(c for c in msgs[-1]["chains"] if c["path"] == ["history"])
+        self.assertEqual(chain["items"], 8)
+        self.assertEqual(chain["graph_bytes"], 4 * 2 * 512 * 1024)
+        self.assertNotIn("func", ctypes.cdll.__dict__, "the walk asked the loader for nothing")
+
     def test_a_backward_frees_what_the_graph_kept(self):
         def keep(h, loss, out):
             loss.backward()

@@ -31,6 +31,7 @@ Pure standard library; `torch` is passed in.
 """
 
 import collections
+import functools
 import gc
 import os
 import sys
@@ -99,6 +100,17 @@ def _framework(obj):
     """The framework an object belongs to (its class's top-level module)."""
     top = (getattr(type(obj), "__module__", "") or "").split(".", 1)[0]
     return top if top in FRAMEWORKS else None
+
+
+def _instance_dict(obj):
+    """`obj.__dict__`, read as `object.__getattribute__` reads it: never
+    through the class's own `__getattr__`, which may load, fetch or raise
+    (a ctypes library loader loads a library named after the attribute)."""
+    try:
+        d = object.__getattribute__(obj, "__dict__")
+    except Exception:
+        return None
+    return d if isinstance(d, dict) else None
 
 
 class _Holder:
@@ -210,9 +222,15 @@ class Walker:
             if i in self.visited:
                 continue
             self.visited[i] = obj  # kept, so that its id is not reused during the walk
-            fw = framework or _framework(obj)
-            for child, link, own_child in self.children(obj, own):
-                queue.append((child, path + (link,), key + (link.label,), own_child, obj, fw))
+            try:
+                fw = framework or _framework(obj)
+                for child, link, own_child in self.children(obj, own):
+                    queue.append((child, path + (link,), key + (link.label,), own_child, obj, fw))
+            except Exception:
+                # The program's own object failed to be read (a property or
+                # container that raises): what it gave so far is kept, the
+                # rest of it is not walked, and the program never sees it.
+                continue
 
     def children(self, obj, own):
         """(child, link, is it the model's own) for what `obj` refers to."""
@@ -251,7 +269,7 @@ class Walker:
                 except ValueError:  # an empty cell
                     pass
             return
-        if all(hasattr(obj, a) for a in ("func", "args", "keywords")):  # functools.partial
+        if isinstance(obj, functools.partial):
             for idx, v in enumerate(obj.args):
                 yield v, _Link(f".args[{idx}]", "attr"), own
             for k, v in obj.keywords.items():
@@ -271,8 +289,8 @@ class Walker:
                 elif not name.startswith("_"):
                     yield v, _Link(f".{name}", "attr"), own
             return
-        d = getattr(obj, "__dict__", None)
-        if isinstance(d, dict):
+        d = _instance_dict(obj)
+        if d is not None:
             for name, v in list(d.items()):
                 yield v, _Link(f".{name}", "attr"), own
 

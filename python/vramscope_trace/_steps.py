@@ -48,13 +48,16 @@ def _find_holders(frame, oom=False, requested=False):
     h = st.holders
     if h is None or _forked_guard():
         return
+    # The channel's failures are the trace's own and end it (OSError,
+    # TraceError); the walk's are said, never turned into the program's:
+    # a walk reads the program's objects, whose errors may be OSErrors too.
+    allocated = int(_chan.ask(["stats"])[1].get("allocated_bytes.all.current", 0))
+    requested = requested or st.walk_asked
+    st.walk_asked = False
+    asked = oom or requested
+    if not asked and st.holders_prev is not None and allocated - st.holders_alloc < HOLDERS_MIN_GROWTH:
+        return
     try:
-        allocated = int(_chan.ask(["stats"])[1].get("allocated_bytes.all.current", 0))
-        requested = requested or st.walk_asked
-        st.walk_asked = False
-        asked = oom or requested
-        if not asked and st.holders_prev is not None and allocated - st.holders_alloc < HOLDERS_MIN_GROWTH:
-            return
         # Tensors' attributes without the relabelling mode (a Python call
         # for each, several times the walk's own cost); no op runs here.
         with st.torch._C.DisableTorchFunction():
@@ -63,15 +66,14 @@ def _find_holders(frame, oom=False, requested=False):
                 "oom" if oom else "requested" if requested else "grew",
                 is_device=_is_meta, skip_files=tuple(_HELPER_FILES),
             )
-        first = st.holders_prev is None
-        st.holders_prev, st.holders_alloc = totals, allocated
-        if first and not asked:
-            return  # the baseline: nothing to compare with yet
-        _chan.post(["holders", fields])
-    except (OSError, TraceError):
-        raise
     except Exception as e:  # never turn the program's step into an error
         print(f"vramscope trace: could not find what holds the memory: {e!r}", file=sys.stderr)
+        return
+    first = st.holders_prev is None
+    st.holders_prev, st.holders_alloc = totals, allocated
+    if first and not asked:
+        return  # the baseline: nothing to compare with yet
+    _chan.post(["holders", fields])
 
 
 def _is_meta(t):

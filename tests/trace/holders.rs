@@ -40,6 +40,43 @@ fn a_holder_budget_of_zero_makes_no_walk() {
     );
     assert_eq!(on["live"]["growth"], off["live"]["growth"]);
 }
+/// A program whose globals hold a ctypes library loader (it loads a library
+/// named after any attribute asked of it, and raises OSError for "func")
+/// and that keeps each step's loss with its graph.
+const LOADER_AND_LEAK: &str = r#"
+import sys
+from ctypes import cdll
+import torch
+model = torch.nn.Linear(1024, 1024).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+history = []
+for _ in range(5):
+    x = torch.randn(1024, 1024, device="cuda")
+    history.append(torch.relu(model(x)).sum())
+    opt.step()
+print("ended", len(history), file=sys.stderr)
+"#;
+/// The walk reads the program's objects: one that raises when read neither
+/// ends the program (it ran to its end, its own output says so) nor hides
+/// the holder that grew.
+#[test]
+#[ignore = "needs PyTorch (pip install torch==2.11.*)"]
+fn an_object_that_raises_when_read_does_not_end_the_program() {
+    let dir = Scratch::new("holders-loader");
+    let program = dir.file("loader_and_leak.py", LOADER_AND_LEAK);
+    let (code, out, err) = super::trace(&["--json", "--steps", "0"], &program, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("ended 5"), "{err}");
+    assert!(!err.contains("could not find what holds"), "{err}");
+    let v = common::json(&out);
+    assert_eq!(v["trace"]["steps"], 5, "{err}");
+    let walks = v["live"]["holders"].as_array().expect("holders");
+    assert!(!walks.is_empty(), "{err}");
+    for w in walks {
+        let chains = w["chains"].as_array().expect("chains");
+        assert!(chains.iter().any(|c| c["path"][0] == "history"), "{w}");
+    }
+}
 /// A program that holds a tensor in a named variable and runs ops, with no
 /// optimizer step (so no walk of its own), until told to stop.
 const HOLDS_AND_RUNS: &str = r#"
