@@ -118,6 +118,12 @@ class Channel:
                 (n,) = struct.unpack("<I", head)
                 answer = json.loads(self._recv(n))
                 if answer != _WALK:
+                    # An op's answer may carry the headroom from here on
+                    # (`{"room": [bytes, count]}` last), as a malloc's does.
+                    if answer.__class__ is list and len(answer) > 1 and answer[-1].__class__ is dict:
+                        room = answer[-1].get("room")
+                        if room is not None:
+                            _state.room_bytes, _state.room_count = room
                     return answer
                 # The view asked for a holder walk (its `H`): made at the
                 # next op boundary (`_asked_walk`), then this answer.

@@ -18,6 +18,7 @@ def _sdpa_handler(torch):
     if not _state.sdpa:
         return None
     aten = torch.ops.aten
+    backends = {}
 
     def h(func, args, kwargs):
         q, k, v = args[0], args[1], args[2]
@@ -38,20 +39,22 @@ def _sdpa_handler(torch):
             "math": torch.backends.cuda.math_sdp_enabled(),
             "cudnn": torch.backends.cuda.cudnn_sdp_enabled(),
         }
-        r = _chan.ask(
-            [
-                "sdpa",
-                {
-                    "dtype": str(dtype).replace("torch.", ""),
-                    "mask": mask is not None,
-                    "dropout": p,
-                    "head_dim": int(q.shape[-1]),
-                    "gqa": gqa,
-                    "enabled": enabled,
-                },
-            ]
-        )
-        backend = r[1]
+        ask = {
+            "dtype": str(dtype).replace("torch.", ""),
+            "mask": mask is not None,
+            "dropout": p,
+            "head_dim": int(q.shape[-1]),
+            "gqa": gqa,
+            "enabled": enabled,
+        }
+        # The backend follows from these and the GPU's rules, fixed once
+        # CUDA has started: asked once for each.
+        key = (ask["dtype"], ask["mask"], p, ask["head_dim"], gqa, tuple(enabled.values()))
+        backend = backends.get(key) if _state.initialized else None
+        if backend is None:
+            backend = _chan.ask(["sdpa", ask])[1]
+            if _state.initialized:
+                backends[key] = backend
         if dtype != q.dtype:
             # Autocast's casts, right to left.
             v = v.to(dtype)

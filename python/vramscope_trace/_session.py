@@ -60,6 +60,10 @@ class _State:
         # all (`still`: no report is sent), and those asked once already.
         self.still = set()
         self.asked = set()
+        # (op, autograd thread, signature) -> (bytes, storages) vramscope
+        # said the same report takes again (a reduction's staging buffers,
+        # a fused SDPA backward's scratch): sent within the headroom.
+        self.same = {}
         self.autocast = reply.get("autocast", {})
         # The autocast a running backward inherits from its caller (the
         # engine carries the thread-local state): (dtype, cache enabled),

@@ -156,10 +156,10 @@ impl<W: Write> Simulator<W> {
     fn sdpa_scratch(&mut self, backend: SdpaBackend, v: &Value) -> Result<Reply, TraceError> {
         let (Some((q, Some(dtype), _)), Some((k, _, _))) = (tensor_arg(v, 1), tensor_arg(v, 2))
         else {
-            return Ok(ok());
+            return self.run_steps(Vec::new(), None);
         };
         let ([b, h, t, hd], [_, kv, _, _]) = (q.as_slice(), k.as_slice()) else {
-            return Ok(ok());
+            return self.run_steps(Vec::new(), None);
         };
         let scratch = sdpa_backward_scratch(backend, dtype, [*b, *h, *t, *hd], *kv);
         self.run_steps(scratch.steps(), stack_at(v, 4))
@@ -169,7 +169,7 @@ impl<W: Write> Simulator<W> {
     /// GPU's SMs are known and the pattern is one the engine models.
     fn reduction(&mut self, v: &Value) -> Result<Reply, TraceError> {
         let Some((shape, Some(dtype), contiguous)) = tensor_arg(v, 0) else {
-            return Ok(ok());
+            return self.run_steps(Vec::new(), None);
         };
         // sum and mean reduce `self.to(out dtype)` where it differs
         // (`make_reduction_from_out_ty`, the engine's `reduce_whole_into`):
@@ -187,7 +187,7 @@ impl<W: Write> Simulator<W> {
         };
         let copy = reads_as != dtype;
         if !contiguous && !copy {
-            return Ok(ok());
+            return self.run_steps(Vec::new(), None);
         }
         // sum/mean take a list of dims; argmax/argmin one (None: all).
         let dims: Option<Vec<i64>> = v.get(3).and_then(|a| a.get(1)).and_then(|d| {
@@ -223,12 +223,20 @@ impl<W: Write> Simulator<W> {
         self.run_steps(steps, stack_at(v, 4))
     }
 
-    /// A kernel's scratch, step by step; an OOM frees what was taken.
+    /// A kernel's scratch, step by step; an OOM frees what was taken. The
+    /// steps are a function of the op's report alone (its shapes, dtypes
+    /// and arguments), so the answer says what the same report takes again
+    /// (`same`: its bytes and storages in all), which the helper may then
+    /// send within its headroom without waiting.
     fn run_steps(
         &mut self,
         steps: Vec<ScratchStep>,
         stack: Option<u32>,
     ) -> Result<Reply, TraceError> {
+        let (bytes, count) = steps.iter().fold((0u64, 0u64), |(b, n), s| match s {
+            ScratchStep::Take(t) if *t > 0 => (b + t, n + 1),
+            _ => (b, n),
+        });
         let mut taken: Vec<Option<u64>> = Vec::new();
         for step in steps {
             match step {
@@ -249,7 +257,7 @@ impl<W: Write> Simulator<W> {
                 }
             }
         }
-        Ok(ok())
+        Ok(Some(json!(["ok", {"same": [bytes, count]}])))
     }
 
     /// A GEMM's workspaces, in the engine's order (engine.md §1.6,

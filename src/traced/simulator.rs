@@ -136,13 +136,43 @@ impl<W: Write> Simulator<W> {
 
     /// One request; `index` counts the program's messages (for errors).
     pub fn handle(&mut self, index: u64, v: &Value) -> Result<Reply, TraceError> {
-        let reply = self.handle_one(index, v)?;
+        let mut reply = self.handle_one(index, v)?;
+        if let Some(r) = reply.as_mut() {
+            if matches!(
+                v.get(0).and_then(Value::as_str),
+                Some("op" | "before" | "out" | "sdpa")
+            ) {
+                self.with_headroom(r)?;
+            }
+        }
         if reply.is_some() {
             self.outcome.waited += 1;
         } else {
             self.outcome.posted += 1;
         }
         Ok(reply)
+    }
+
+    /// Any answer the helper waits for ends its headroom (the op may have
+    /// taken a workspace: `Channel.ask_raw`). An `ok` answer to an op's
+    /// report carries the headroom from here on, as a malloc's answer does,
+    /// so that the op's next storages need not wait for one of their own.
+    /// Before CUDA starts there is none to give (asking would start it).
+    fn with_headroom(&mut self, reply: &mut Value) -> Result<(), TraceError> {
+        if self.alloc.is_none() || reply.get(0).and_then(Value::as_str) != Some("ok") {
+            return Ok(());
+        }
+        let (room, count) = self.headroom()?;
+        let Some(items) = reply.as_array_mut() else {
+            return Ok(());
+        };
+        match items.last_mut() {
+            Some(Value::Object(o)) => {
+                o.insert("room".into(), json!([room, count]));
+            }
+            _ => items.push(json!({ "room": [room, count] })),
+        }
+        Ok(())
     }
 
     fn handle_one(&mut self, index: u64, v: &Value) -> Result<Reply, TraceError> {

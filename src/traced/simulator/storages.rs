@@ -104,7 +104,7 @@ impl<W: Write> Simulator<W> {
     /// doubling, a 20 MiB segment for a mid-size request; allocator.md §3),
     /// and 2·room + 20 MiB·count stays within half the memory the device and
     /// the fraction leave.
-    fn headroom(&mut self) -> Result<(u64, u64), TraceError> {
+    pub(super) fn headroom(&mut self) -> Result<(u64, u64), TraceError> {
         let a = self.allocator()?;
         let (device_free, _) = a.device().mem_get_info();
         let free = match a.memory_fraction_limit() {

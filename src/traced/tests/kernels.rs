@@ -314,3 +314,57 @@ fn a_data_dependent_op_on_known_values_takes_their_size_and_assumes_nothing() {
         ]
     );
 }
+
+/// A reduction's staging buffers follow from its report alone: the answer
+/// says what the same report takes again (`same`) and carries the headroom
+/// from there on (`room`), and the same report sent without waiting (`oa`)
+/// takes them again, placed with no answer.
+#[test]
+fn a_reductions_scratch_is_said_and_the_same_report_need_not_wait() {
+    let (mut sim, sink) = simulator(None);
+    assert_eq!(ask(&mut sim, &json!(["init", {}]))[0], "ok");
+    let report = json!([tensor(&[1 << 24], "float32"), [], false, Value::Null]);
+    let count = |sim: &mut Simulator<Shared>| {
+        (
+            stat(sim, "allocation.all.allocated"),
+            stat(sim, "requested_bytes.all.allocated"),
+        )
+    };
+    let (n0, b0) = count(&mut sim);
+    let r = ask(&mut sim, &json!(["op", "sum", false, report, Value::Null]));
+    let (n1, b1) = count(&mut sim);
+    assert_eq!(r[0], "ok");
+    assert!(n1 > n0, "a whole-tensor sum stages its partial sums: {r}");
+    assert_eq!(r[1]["same"], json!([b1 - b0, n1 - n0]), "what it took");
+    let room = &r[1]["room"];
+    assert!(
+        room[0].as_u64() > Some(0) && room[1].as_u64() > Some(0),
+        "{r}"
+    );
+    post(&mut sim, &json!(["oa", "sum", false, report, Value::Null]));
+    assert_eq!(
+        count(&mut sim),
+        (2 * n1 - n0, 2 * b1 - b0),
+        "the same again"
+    );
+    let (outcome, _, _) = finish(sim, &sink);
+    assert!(outcome.untraced.is_empty(), "{:?}", outcome.untraced);
+}
+
+/// Before CUDA starts there is no headroom to give: an answer then carries
+/// none (computing one would start the simulated device).
+#[test]
+fn an_answer_before_cuda_starts_carries_no_headroom() {
+    let (mut sim, _) = simulator(None);
+    let sdpa = json!(["sdpa", {"dtype": "float16", "mask": false, "dropout": 0.0, "head_dim": 64}]);
+    let before = ask(&mut sim, &sdpa);
+    assert_eq!(
+        before.as_array().map(Vec::len),
+        Some(2),
+        "the backend alone: {before}"
+    );
+    assert_eq!(ask(&mut sim, &json!(["init", {}]))[0], "ok");
+    let after = ask(&mut sim, &sdpa);
+    assert_eq!(after[1], before[1], "the same backend");
+    assert!(after[2]["room"][0].as_u64() > Some(0), "{after}");
+}
