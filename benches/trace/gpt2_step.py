@@ -2,13 +2,22 @@
 tests/fixtures/pytorch/_gpt.py) trained with AdamW on batch 4 x 1,024 tokens.
 
     vramscope trace --headless --steps 0 -- python benches/trace/gpt2_step.py [STEPS]
-    python benches/trace/gpt2_step.py [STEPS] --meta     # the same on plain meta, untraced
+    python benches/trace/gpt2_step.py [STEPS] --meta          # plain meta, untraced
+    python benches/trace/gpt2_step.py [STEPS] --meta --modes  # meta under no-op modes
 
 Prints the wall time of each training step (model building and the first
 step's one-off costs apart), the aten ops per step, so the trace's cost
 per op is (traced - meta) / ops, and the process's memory (resident set:
 its peak, and what it holds after the steps). `cargo bench --bench trace`
-runs both and reports.
+runs the three and reports.
+
+AdamW is asked for its `foreach` implementation, the one PyTorch picks
+for CUDA parameters: traced, the parameters say CUDA and it would pick it
+anyway; on plain meta it would pick the per-parameter loop (about 1,200
+more aten ops a step), so the three runs would not run the same ops.
+`--modes` runs plain meta under a TorchFunctionMode and a
+TorchDispatchMode that only call the function: the floor that any tracer
+built on PyTorch's Python modes pays, whatever it does.
 """
 
 import os
@@ -32,7 +41,7 @@ device = "meta" if "--meta" in sys.argv else "cuda"
 cfg = Config(n_layer=12, n_head=12, n_embd=768, vocab=50_257, block_size=1024)
 t0 = time.perf_counter()
 model = GPT(cfg).to(device)
-opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1, foreach=True)
 print(f"build {time.perf_counter() - t0:.3f} s", file=sys.stderr)
 
 
@@ -44,6 +53,20 @@ class Count(torch.utils._python_dispatch.TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+class NoOpFunctions(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+class NoOpDispatch(torch.utils._python_dispatch.TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+if "--modes" in sys.argv:
+    NoOpFunctions().__enter__()
+    NoOpDispatch().__enter__()
+
 for i in range(steps + 1):
     t = time.perf_counter()
     x = torch.randint(0, cfg.vocab, (4, 1024), device=device)
@@ -54,7 +77,7 @@ for i in range(steps + 1):
     opt.step()
     dt = time.perf_counter() - t
     print(f"step {i}{' (first)' if i == 0 else ''}: {dt:.3f} s", file=sys.stderr)
-if device == "meta":
+if device == "meta" and "--modes" not in sys.argv:
     with Count():
         opt.zero_grad(set_to_none=True)
         x = torch.randint(0, cfg.vocab, (4, 1024), device=device)
