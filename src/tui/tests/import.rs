@@ -94,6 +94,12 @@ fn a_state_only_snapshot_says_its_peaks_are_unknown() {
         // Nor is a peak drawn: a run of the peak's glyph is its level line
         // (the legend names the glyph once).
         assert!(!s.contains("┄┄"), "{w}x{h}: a peak line drawn:\n{s}");
+        // The empty graph says why it is empty, and its legend names no
+        // line it does not draw.
+        assert!(s.contains("No trace in this file"), "{w}x{h}:\n{s}");
+        for unnamed in ["peak so far", "capacity", "cursor"] {
+            assert!(!s.contains(unnamed), "{w}x{h}: {unnamed} named:\n{s}");
+        }
     }
     // The event list (shown at 200×60) says why it is empty.
     let s = screen(&mut app, 200, 60);

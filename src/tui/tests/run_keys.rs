@@ -167,6 +167,9 @@ fn t_says_the_theme_at_80_columns() {
 fn the_timeline_legend_names_every_mark_it_draws() {
     for name in ["store-outputs-bug", "tour", "accumulate-loss-train-bug"] {
         let mut app = app_finished(vec![("s".into(), scenario(name))], &opts());
+        // One event in: the cursor is drawn, and named (the legend is the
+        // bottom border that carries `▲`).
+        keys(&mut app, "l");
         for (w, h) in [(80, 24), (120, 40)] {
             let s = screen(&mut app, w, h);
             let drawn: Vec<Glyph> = app.runs[0]

@@ -59,13 +59,18 @@ fn mark_names() -> [(Glyph, &'static str, &'static str); 10] {
 /// Whether the curves' names go to the title (the figures there carry
 /// their glyphs, `█ alloc 3 MiB`) because the legend of `width` columns
 /// cannot name them and every mark `drawn` with short names; the cursor
-/// `▲` stays in the legend.
-pub fn curves_in_title(width: u16, drawn: &[Option<Glyph>]) -> bool {
+/// `▲` stays in the legend. `curves`: which of [`CURVES`] the graph draws.
+pub fn curves_in_title(width: u16, drawn: &[Option<Glyph>], curves: [bool; 5]) -> bool {
     let shown = |g: &Glyph| drawn.iter().flatten().any(|d| d.symbol() == g.symbol());
     let entry = |glyph: &str, short: &str| {
         glyph.chars().count() + usize::from(glyph.is_ascii()) + short.chars().count() + 1
     };
-    let w: usize = CURVES.iter().map(|(g, _, s)| entry(g, s)).sum::<usize>()
+    let w: usize = CURVES
+        .iter()
+        .zip(curves)
+        .filter(|(_, on)| *on)
+        .map(|((g, _, s), _)| entry(g, s))
+        .sum::<usize>()
         + mark_names()
             .iter()
             .filter(|(g, _, _)| shown(g))
@@ -74,7 +79,9 @@ pub fn curves_in_title(width: u16, drawn: &[Option<Glyph>]) -> bool {
     w > usize::from(width)
 }
 
-/// The timeline's legend: its curves and lines (only the cursor where
+/// The timeline's legend: the curves and lines the graph draws (`curves`,
+/// in [`CURVES`]' order: a line that is not drawn, a capacity above the
+/// scale, a peak a file does not give, is not named; only the cursor where
 /// `curves_in_title`: the title names the rest), then the marks `drawn`
 /// under it (only those: a mark no column shows needs no name, and the
 /// room it leaves keeps the others' names whole at 80 columns).
@@ -83,6 +90,7 @@ pub fn timeline(
     width: u16,
     drawn: &[Option<Glyph>],
     curves_in_title: bool,
+    curves: [bool; 5],
 ) -> Line<'static> {
     let p = &th.palette;
     let colors = [
@@ -95,8 +103,9 @@ pub fn timeline(
     let mut items: Vec<Item> = CURVES
         .iter()
         .zip(colors)
-        .filter(|((g, _, _), _)| !curves_in_title || *g == "▲")
-        .map(|(&(glyph, name, short), color)| Item {
+        .zip(curves)
+        .filter(|(((g, _, _), _), on)| *on && (!curves_in_title || *g == "▲"))
+        .map(|((&(glyph, name, short), color), _)| Item {
             glyph,
             style: th.fg(color),
             name,
@@ -269,7 +278,7 @@ mod tests {
         let all = [Glyph::Oom, Glyph::Error, Glyph::Narration, Glyph::Iteration]
             .map(Some)
             .to_vec();
-        let wide = text(&timeline(&th, 200, &all, false));
+        let wide = text(&timeline(&th, 200, &all, false, ALL_CURVES));
         for name in [
             "allocated",
             "reserved",
@@ -281,7 +290,13 @@ mod tests {
             assert!(wide.contains(name), "{name}: {wide}");
         }
         for width in [30u16, 60, 78, 120] {
-            let t = text(&timeline(&th, width, &all, curves_in_title(width, &all)));
+            let t = text(&timeline(
+                &th,
+                width,
+                &all,
+                curves_in_title(width, &all, ALL_CURVES),
+                ALL_CURVES,
+            ));
             assert!(t.chars().count() <= usize::from(width), "{width}: {t}");
             assert!(
                 t.contains('X') && t.contains('E'),
@@ -289,10 +304,44 @@ mod tests {
             );
         }
         // A mark no column draws is not in it.
-        let none = text(&timeline(&th, 200, &[Some(Glyph::Iteration)], false));
+        let none = text(&timeline(
+            &th,
+            200,
+            &[Some(Glyph::Iteration)],
+            false,
+            ALL_CURVES,
+        ));
         assert!(
             none.contains("iteration") && !none.contains("OOM"),
             "{none}"
         );
+    }
+
+    const ALL_CURVES: [bool; 5] = [true; 5];
+
+    #[test]
+    fn a_line_the_graph_does_not_draw_is_not_named() {
+        let th = Theme::builtin(ThemeName::Dark, false).expect("parses");
+        // No peak line (a file with no trace), no capacity line (above the
+        // scale): the legend names neither.
+        let t = text(&timeline(
+            &th,
+            200,
+            &[],
+            false,
+            [true, true, false, false, true],
+        ));
+        assert!(t.contains("allocated") && t.contains("cursor"), "{t}");
+        assert!(!t.contains("peak") && !t.contains("capacity"), "{t}");
+        // Fewer names need fewer columns: the curves keep their names where
+        // all five would have gone to the title.
+        let w = (40..200)
+            .find(|&w| !curves_in_title(w, &[], ALL_CURVES))
+            .expect("fits somewhere");
+        assert!(!curves_in_title(
+            w - 1,
+            &[],
+            [true, true, false, false, true]
+        ));
     }
 }

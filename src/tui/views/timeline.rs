@@ -50,6 +50,10 @@ pub struct TimelineFrame {
     pub curves_in_title: bool,
     /// Columns holding an allocation of the "by Python line" selection.
     pub site_marks: Vec<bool>,
+    /// Which of the legend's curves the graph draws (`legend::CURVES`).
+    pub curves: [bool; 5],
+    /// Said in the graph where there is nothing to draw.
+    pub empty_note: Option<&'static str>,
 }
 
 impl TimelineFrame {
@@ -110,8 +114,22 @@ pub fn prepare(r: &mut RunView, area: Rect, ymax: u64) -> TimelineFrame {
     } else {
         "unknown (no trace)".to_string()
     };
+    let peak_lvl = (peak_known && peak > 0).then(|| lvl(peak));
+    let drawn = len > 0;
+    let curves = [
+        drawn,
+        drawn,
+        drawn && peak_lvl.is_some(),
+        drawn && cap_lvl.is_some(),
+        cursor_col.is_some(),
+    ];
+    let empty_note = (!drawn).then_some(if r.finished {
+        "No trace in this file: nothing over time. The map shows what it saved."
+    } else {
+        "No events yet."
+    });
     // Where the legend cannot name the curves, the figures do.
-    let curves_in_title = super::legend::curves_in_title(inner.width, &marks);
+    let curves_in_title = super::legend::curves_in_title(inner.width, &marks, curves);
     let [a, rs, pk, cp] = if curves_in_title {
         ["█ ", "░ ", "┄ ", "━ "]
     } else {
@@ -149,13 +167,15 @@ pub fn prepare(r: &mut RunView, area: Rect, ymax: u64) -> TimelineFrame {
         cols,
         marks,
         cursor_col,
-        peak_lvl: (peak_known && peak > 0).then(|| lvl(peak)),
+        peak_lvl,
         cap_lvl,
         graph_h,
         ymax,
         title,
         curves_in_title,
         site_marks: Vec::new(),
+        curves,
+        empty_note,
     }
 }
 
@@ -228,6 +248,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
             area.width.saturating_sub(2),
             &t.marks,
             t.curves_in_title,
+            t.curves,
         ));
     frame.render_widget(block, area);
     let inner = t.inner;
@@ -282,6 +303,12 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, run: usize) {
     }
     if app.layout_mode == layout::LayoutMode::Presenter && inner.height > t.graph_h {
         spell_phases(buf, t, inner.x, inner.y + t.graph_h, th);
+    }
+    if let Some(note) = t.empty_note {
+        let text = super::fit_head(note, usize::from(inner.width));
+        let x = inner.x + (inner.width.saturating_sub(text.chars().count() as u16)) / 2;
+        buf.set_string(x, inner.y + t.graph_h / 2, text, th.dim());
+        return;
     }
     // The top of the scale, at the top left where a run starts low: compared
     // runs share it, and this says so.
