@@ -94,7 +94,7 @@ impl<W: Write> Simulator<W> {
             (None, None, Some(c)) => (c.clone(), "the program's PYTORCH_ALLOC_CONF".to_string()),
             (None, None, None) => (
                 String::new(),
-                "the default (no PYTORCH_CUDA_ALLOC_CONF)".to_string(),
+                "the default: no PYTORCH_CUDA_ALLOC_CONF".to_string(),
             ),
         };
         let config = match AllocConfig::parse_for(&conf, self.version) {
