@@ -126,7 +126,26 @@ impl<W: Write> Simulator<W> {
         steps: Vec<ScratchStep>,
         stack: Option<u32>,
     ) -> Result<Reply, TraceError> {
-        let mut taken = std::mem::take(&mut self.pending);
+        let taken = std::mem::take(&mut self.pending);
+        match self.take_steps(taken, steps, stack)? {
+            Ok(taken) => {
+                // Kept whole, freed slots too: a later stage counts from here.
+                self.pending = taken;
+                Ok(ok())
+            }
+            Err(m) => Ok(Some(json!(["oom", m]))),
+        }
+    }
+
+    /// `steps` after the buffers `taken` so far (a `Free(i)` counts from
+    /// the first of them): the buffers then, freed slots included, or the
+    /// OOM's message with every buffer freed.
+    fn take_steps(
+        &mut self,
+        mut taken: Vec<Option<u64>>,
+        steps: Vec<ScratchStep>,
+        stack: Option<u32>,
+    ) -> Result<Result<Vec<Option<u64>>, String>, TraceError> {
         for step in steps {
             match step {
                 ScratchStep::Take(0) => taken.push(None),
@@ -136,7 +155,7 @@ impl<W: Write> Simulator<W> {
                         for a in taken.into_iter().rev().flatten() {
                             self.free_block(a)?;
                         }
-                        return Ok(Some(json!(["oom", m])));
+                        return Ok(Err(m));
                     }
                 },
                 ScratchStep::Free(i) => {
@@ -146,9 +165,7 @@ impl<W: Write> Simulator<W> {
                 }
             }
         }
-        // Kept whole, freed slots too: a later stage counts from here.
-        self.pending = taken;
-        Ok(ok())
+        Ok(Ok(taken))
     }
 
     /// A fused SDPA backward's scratch after its gradients (the engine's
@@ -237,27 +254,10 @@ impl<W: Write> Simulator<W> {
             ScratchStep::Take(t) if *t > 0 => (b + t, n + 1),
             _ => (b, n),
         });
-        let mut taken: Vec<Option<u64>> = Vec::new();
-        for step in steps {
-            match step {
-                ScratchStep::Take(0) => taken.push(None),
-                ScratchStep::Take(bytes) => match self.malloc(bytes, stack)? {
-                    Ok(a) => taken.push(Some(a)),
-                    Err(m) => {
-                        for a in taken.into_iter().rev().flatten() {
-                            self.free_block(a)?;
-                        }
-                        return Ok(Some(json!(["oom", m])));
-                    }
-                },
-                ScratchStep::Free(i) => {
-                    if let Some(a) = taken.get_mut(i).and_then(Option::take) {
-                        self.free_block(a)?;
-                    }
-                }
-            }
-        }
-        Ok(Some(json!(["ok", {"same": [bytes, count]}])))
+        Ok(Some(match self.take_steps(Vec::new(), steps, stack)? {
+            Ok(_) => json!(["ok", {"same": [bytes, count]}]),
+            Err(m) => json!(["oom", m]),
+        }))
     }
 
     /// A GEMM's workspaces, in the engine's order (engine.md §1.6,
