@@ -57,6 +57,9 @@ class _FakeStream:
     def query(self):
         return True
 
+    def is_capturing(self):
+        return False
+
     def __enter__(self):
         return self
 
@@ -267,6 +270,7 @@ def _patch_cuda(torch):
     mem._dump_snapshot = dump_snapshot
     mem._snapshot = snapshot
     torch._C._cuda_clearCublasWorkspaces = clear_workspaces
+    _patch_accelerator(torch, patches)
     try:
         import torch.cuda.random as rnd
 
@@ -274,6 +278,47 @@ def _patch_cuda(torch):
             setattr(rnd, name, patches[name])
     except ImportError:
         pass
+
+
+def _patch_accelerator(torch, cuda):
+    """`torch.accelerator` (PyTorch 2.6 on), which newer releases' own code
+    asks where older ones asked `torch.cuda` (the optimizers' graph-capture
+    check, from 2.12 or so, asks for the current stream): the simulated GPU
+    answers, from the same functions as `torch.cuda`'s (`cuda`: name ->
+    the patched function), never the machine's CUDA runtime."""
+    acc = getattr(torch, "accelerator", None)
+    if acc is None:
+        return
+    noop = cuda["set_device"]
+    patches = {
+        "is_available": cuda["is_available"],
+        "device_count": cuda["device_count"],
+        "current_accelerator": lambda check_available=False: torch.device("cuda"),
+        "current_device_index": cuda["current_device"],
+        "current_device_idx": cuda["current_device"],
+        "set_device_index": noop,
+        "set_device_idx": noop,
+        "current_stream": cuda["current_stream"],
+        "set_stream": noop,
+        "synchronize": noop,
+        "device_index": cuda["device"],
+        "empty_cache": cuda["empty_cache"],
+        "empty_host_cache": noop,
+        "memory_stats": cuda["memory_stats"],
+        "memory_allocated": cuda["memory_allocated"],
+        "max_memory_allocated": cuda["max_memory_allocated"],
+        "memory_reserved": cuda["memory_reserved"],
+        "max_memory_reserved": cuda["max_memory_reserved"],
+        "reset_accumulated_memory_stats": cuda["reset_accumulated_memory_stats"],
+        "reset_peak_memory_stats": cuda["reset_peak_memory_stats"],
+        "get_memory_info": cuda["mem_get_info"],
+    }
+    mem = getattr(acc, "memory", None)
+    for name, fn in patches.items():
+        if hasattr(acc, name):
+            setattr(acc, name, _distinct("accelerator." + name, fn))
+        if mem is not None and hasattr(mem, name):
+            setattr(mem, name, _distinct("accelerator.memory." + name, fn))
 
 
 def _distinct(name, fn):

@@ -1,7 +1,8 @@
 //! The simulated GPU as the program sees it: `torch.cuda` answered from
 //! the simulation, the steps asked, a workspace that no longer fits the
-//! program's own OOM, an op that needs data named with its line, and a
-//! program that never imports torch said to be untraced.
+//! program's own OOM, an op that needs data named with its line, a
+//! program that never imports torch said to be untraced, and
+//! `torch.accelerator` answered as `torch.cuda` is.
 
 use super::{seen, trace, traced_json, Scratch, MLP};
 
@@ -33,6 +34,39 @@ fn a_program_sees_the_simulated_gpu_and_its_own_questions_are_answered_by_it() {
     // The report's by-line view names the program's own lines.
     let text = v.to_string();
     assert!(text.contains("mlp.py"), "the program's lines in the report");
+}
+/// A program asking `torch.accelerator` (PyTorch 2.6 on), as newer
+/// releases' own optimizers do where older ones asked `torch.cuda`.
+const ACCELERATOR: &str = r#"
+import json, torch
+x = torch.empty(1 << 20, device="cuda")
+acc = torch.accelerator
+acc.synchronize()
+seen = {"device": str(acc.current_accelerator(check_available=True)), "count": acc.device_count(),
+        "index": acc.current_device_index(), "capturing": acc.current_stream().is_capturing(),
+        "allocated": acc.memory_allocated(), "cuda": torch.cuda.memory_allocated(),
+        "free_total": list(acc.get_memory_info()), "cuda_free_total": list(torch.cuda.mem_get_info())}
+print("SEEN " + json.dumps(seen))
+"#;
+
+/// `torch.accelerator` answers from the simulated GPU as `torch.cuda` does,
+/// never from the machine's CUDA runtime (here: none), so a PyTorch whose
+/// `optimizer.step()` asks it for the current stream (2.15) runs.
+#[test]
+#[ignore = "needs PyTorch (pip install torch==2.11.*)"]
+fn torch_accelerator_is_the_simulated_gpu() {
+    let s = Scratch::new("accelerator");
+    let prog = s.file("accelerator.py", ACCELERATOR);
+    let (v, err) = traced_json(&prog, &[]);
+    assert_eq!(v["trace"]["ended"], "the program ended", "{err}");
+    let seen = seen(&err);
+    assert_eq!(seen["device"], "cuda");
+    assert_eq!(seen["count"], 1);
+    assert_eq!(seen["index"], 0);
+    assert_eq!(seen["capturing"], false);
+    assert_eq!(seen["allocated"], 4 << 20);
+    assert_eq!(seen["allocated"], seen["cuda"]);
+    assert_eq!(seen["free_total"], seen["cuda_free_total"]);
 }
 #[test]
 #[ignore = "needs PyTorch (pip install torch==2.11.*)"]
