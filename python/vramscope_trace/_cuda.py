@@ -270,7 +270,7 @@ def _patch_cuda(torch):
     mem._dump_snapshot = dump_snapshot
     mem._snapshot = snapshot
     torch._C._cuda_clearCublasWorkspaces = clear_workspaces
-    _patch_accelerator(torch, patches)
+    _patch_accelerator(torch, patches, noop)
     try:
         import torch.cuda.random as rnd
 
@@ -280,7 +280,7 @@ def _patch_cuda(torch):
         pass
 
 
-def _patch_accelerator(torch, cuda):
+def _patch_accelerator(torch, cuda, noop):
     """`torch.accelerator` (PyTorch 2.6 on), which newer releases' own code
     asks where older ones asked `torch.cuda` (the optimizers' graph-capture
     check, from 2.12 or so, asks for the current stream): the simulated GPU
@@ -289,7 +289,6 @@ def _patch_accelerator(torch, cuda):
     acc = getattr(torch, "accelerator", None)
     if acc is None:
         return
-    noop = cuda["set_device"]
     patches = {
         "is_available": cuda["is_available"],
         "device_count": cuda["device_count"],

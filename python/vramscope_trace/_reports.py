@@ -90,25 +90,23 @@ def _after_op(func, heads, report, box, backward, skey):
         _lazy_init()
     body, n = report
     head = heads[backward]
-    if skey is not None:
-        same = st.same.get(skey)
-        if same is not None and st.room_count >= same[1] and same[0] <= st.room_bytes:
-            # vramscope said what this report takes (`same`): within the
-            # headroom it cannot run out of memory, so it need not wait.
-            st.room_count -= same[1]
-            st.room_bytes -= same[0]
-            _chan.post_raw(b'["oa",%s%s,%d]' % (head, body, _op_stack(box, 1)))
-            return
     key = (id(func), backward)
-    if key in st.quiet and (skey is None or skey in st.asked):
-        # vramscope said this op takes nothing more on this thread but
-        # clones of its arguments: within the headroom it need not wait.
-        if st.room_count > 1 and n <= st.room_bytes:
-            st.room_count -= 2
-            st.room_bytes -= n
-            _chan.post_raw(b'["oa",%s%s,%d]' % (head, body, _op_stack(box, 1)))
-            return
-    r = _chan.ask_raw(b'["op",%s%s,%d]' % (head, body, _op_stack(box, 1)))
+    # What vramscope said this call takes at most (bytes, storages): this
+    # report's own (`same`: a reduction's staging buffers, a fused SDPA
+    # backward's scratch), or, where it said the op takes nothing more on
+    # this thread but clones of its arguments (`quiet`: a GEMM with its
+    # workspaces cached), two clones of at most the arguments' bytes.
+    bound = st.same.get(skey) if skey is not None else None
+    if bound is None and key in st.quiet and (skey is None or skey in st.asked):
+        bound = (n, 2)
+    stack = _op_stack(box, 1)
+    if bound is not None and st.room_count >= bound[1] and bound[0] <= st.room_bytes:
+        # Within the headroom it cannot run out of memory: it need not wait.
+        st.room_count -= bound[1]
+        st.room_bytes -= bound[0]
+        _chan.post_raw(b'["oa",%s%s,%d]' % (head, body, stack))
+        return
+    r = _chan.ask_raw(b'["op",%s%s,%d]' % (head, body, stack))
     if r[0] != "ok":
         raise _oom(r[1])
     if len(r) > 1 and isinstance(r[1], dict):
